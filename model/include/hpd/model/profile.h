@@ -1,0 +1,141 @@
+// Profile: a symbolized recording with interned strings, functions, frames and stacks.
+// Exporters read this and nothing else.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "hpd/model/raw_profile.h"
+
+namespace hpd {
+
+// Interns strings; index 0.. in insertion order.
+class StringTable {
+ public:
+  uint32_t intern(std::string_view s);
+  const std::string& operator[](uint32_t index) const { return strings_[index]; }
+  size_t size() const { return strings_.size(); }
+  const std::vector<std::string>& strings() const { return strings_; }
+
+ private:
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, uint32_t> index_;
+};
+
+// Order and names match the categories the Firefox exporter declares.
+enum class Category : uint8_t { kOther = 0, kIdle = 1, kUser = 2, kKernel = 3 };
+inline constexpr int kCategoryCount = 4;
+const char* to_string(Category c);
+
+struct Lib {
+  std::string name;        // file name
+  std::string path;        // path in the recorded process
+  std::string debug_name;  // file the debug info came from (name)
+  std::string debug_path;
+  std::string build_id;    // lower-case hex; may be empty
+  std::string arch = "x86_64";
+  bool is_kernel = false;
+};
+
+struct Func {
+  uint32_t name = 0;         // string index, demangled
+  uint32_t file = kNoIndex;  // string index of the source file, kNoIndex = unknown
+  uint32_t lib = kNoIndex;   // index into Profile::libs
+};
+
+// The outer (real, non-inlined) function a native address lies in.
+struct NativeSymbol {
+  uint32_t lib = kNoIndex;
+  uint64_t address = 0;  // lib-relative start
+  uint64_t size = 0;     // 0 = unknown
+  uint32_t name = 0;     // string index
+};
+
+struct Frame {
+  uint32_t func = 0;
+  uint32_t native_symbol = kNoIndex;
+  uint32_t lib = kNoIndex;
+  int64_t address = -1;  // lib-relative; return address - 1 for non-leaf frames; -1 = none
+  uint32_t line = 0;     // 0 = unknown
+  uint32_t column = 0;   // 0 = unknown
+  uint8_t inline_depth = 0;  // 0 = the real frame, 1.. = inlined callees at the same address
+  Category category = Category::kUser;
+};
+
+// Stacks form a prefix tree in topological order: a stack's prefix has a smaller index.
+struct Stack {
+  uint32_t prefix = kNoIndex;  // kNoIndex = root
+  uint32_t frame = 0;
+};
+
+struct Sample {
+  uint64_t time_ns = 0;  // monotonic clock, same base as ProfileMeta::start_mono_ns
+  uint32_t stack = kNoIndex;
+  uint64_t cpu_delta_ns = 0;
+  uint64_t off_cpu_ns = 0;  // kOffCpu: the interval's length
+  SampleKind kind = SampleKind::kOnCpu;
+  StackEnd stack_end = StackEnd::kUnknown;
+};
+
+struct Thread {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  std::string name;
+  std::string process_name;
+  bool is_main = false;
+  uint64_t start_ns = 0;  // monotonic
+  uint64_t end_ns = 0;    // 0 = alive at the end of the recording
+  std::vector<Sample> samples;  // sorted by time
+};
+
+// A function-level call edge with an exact count.
+struct CallEdge {
+  int32_t pid = 0;
+  uint32_t caller_func = kNoIndex;  // kNoIndex = unknown caller
+  uint32_t callee_func = 0;
+  uint64_t count = 0;
+};
+
+struct ProfileMeta {
+  std::string product = "hpd";
+  RecordingInfo recording;
+  LostCounts lost;
+  std::vector<std::string> missing_modules;  // modules whose file could not be read for symbols
+};
+
+class Profile {
+ public:
+  ProfileMeta meta;
+  StringTable strings;
+  std::vector<Lib> libs;
+  std::vector<Func> funcs;
+  std::vector<NativeSymbol> native_symbols;
+  std::vector<Frame> frames;
+  std::vector<Stack> stacks;
+  std::vector<Thread> threads;
+  std::vector<CallEdge> call_edges;
+
+  // Interning helpers: each returns the existing index for an equal entry, else appends.
+  uint32_t intern_lib(const Lib& lib);
+  uint32_t intern_func(std::string_view name, std::string_view file, uint32_t lib);
+  uint32_t intern_native_symbol(uint32_t lib, uint64_t address, uint64_t size, std::string_view name);
+  uint32_t intern_frame(const Frame& frame);
+  uint32_t intern_stack(uint32_t prefix, uint32_t frame);
+
+  // Frames of a stack from the root to the leaf.
+  std::vector<uint32_t> stack_frames_root_first(uint32_t stack) const;
+  const std::string& func_name(uint32_t func) const { return strings[funcs[func].name]; }
+
+ private:
+  // Interning keys hold the identifying fields packed into a byte string.
+  std::unordered_map<std::string, uint32_t> lib_index_;
+  std::unordered_map<std::string, uint32_t> func_index_;
+  std::unordered_map<std::string, uint32_t> native_symbol_index_;
+  std::unordered_map<std::string, uint32_t> frame_index_;
+  std::unordered_map<uint64_t, uint32_t> stack_index_;
+};
+
+}  // namespace hpd

@@ -1,0 +1,162 @@
+// RawProfile: what a recording measured, before any symbolization.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace hpd {
+
+inline constexpr uint32_t kNoIndex = UINT32_MAX;
+
+enum class SampleKind : uint8_t {
+  kOnCpu = 0,   // a timer sample taken while the thread ran
+  kOffCpu = 1,  // an interval the thread spent off the CPU (blocked or preempted)
+};
+
+// How the capture of a sample's user stack ended.
+enum class StackEnd : uint8_t {
+  kUnknown = 0,
+  kComplete = 1,   // the walk reached the outermost frame
+  kTruncated = 2,  // stopped by a depth or copy-size limit
+  kFailed = 3,     // the walk could not continue (bad frame pointer, no unwind info)
+};
+
+const char* to_string(StackEnd end);
+
+// One file seen mapped executable in some process (or the kernel image).
+struct RawModule {
+  std::string path;      // as the process saw it (/proc/PID/maps); "[kernel.kallsyms]" for the kernel
+  std::string build_id;  // lower-case hex, empty when the file has none or could not be read
+  bool is_kernel = false;
+};
+
+// An executable mapping of a module into a process's address space.
+struct RawMapping {
+  uint64_t start = 0;        // runtime address range [start, end)
+  uint64_t end = 0;
+  uint64_t file_offset = 0;  // file offset mapped at `start`
+  uint32_t module = kNoIndex;
+  uint64_t time_ns = 0;      // when it was seen mapped; 0 = already mapped when recording began
+};
+
+struct RawProcess {
+  int32_t pid = 0;
+  std::string name;  // comm
+  std::string exe;   // /proc/PID/exe target at the time it was seen
+  std::vector<std::string> cmdline;
+  uint64_t start_ns = 0;  // first time seen (monotonic ns)
+  uint64_t end_ns = 0;    // exit time; 0 = still alive when recording ended
+  // In the order seen; a later mapping over the same range replaces an earlier one from its time on.
+  std::vector<RawMapping> mappings;
+
+  // The mapping covering `address` at monotonic time `time_ns`, or nullptr.
+  const RawMapping* find_mapping(uint64_t address, uint64_t time_ns) const;
+};
+
+struct RawThread {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  std::string name;
+  uint64_t start_ns = 0;  // first time seen (monotonic ns)
+  uint64_t end_ns = 0;    // exit time; 0 = alive when recording ended
+};
+
+// A unique captured stack, leaf first: `kernel_depth` kernel addresses, then `user_depth` user ones.
+// addresses[0] is the sampled instruction pointer; every later entry is a return address.
+struct RawStack {
+  uint32_t offset = 0;  // into RawStackTable::addresses
+  uint16_t kernel_depth = 0;
+  uint16_t user_depth = 0;
+};
+
+// Interns captured stacks: samples refer to a stack by index, identical stacks are stored once.
+class RawStackTable {
+ public:
+  uint32_t intern(std::span<const uint64_t> kernel_leaf_first, std::span<const uint64_t> user_leaf_first);
+
+  size_t size() const { return stacks_.size(); }
+  const RawStack& operator[](uint32_t index) const { return stacks_[index]; }
+  std::span<const uint64_t> kernel_frames(uint32_t index) const;
+  std::span<const uint64_t> user_frames(uint32_t index) const;
+  const std::vector<uint64_t>& addresses() const { return addresses_; }
+
+ private:
+  std::vector<RawStack> stacks_;
+  std::vector<uint64_t> addresses_;
+  std::unordered_multimap<uint64_t, uint32_t> by_hash_;
+};
+
+struct RawSample {
+  uint64_t time_ns = 0;  // monotonic clock
+  int32_t pid = 0;
+  int32_t tid = 0;
+  uint32_t stack = kNoIndex;  // into RawProfile::stacks; kNoIndex = no stack captured
+  uint64_t cpu_delta_ns = 0;  // CPU time the thread used since its previous sample
+  uint64_t off_cpu_ns = 0;    // for kOffCpu: how long the thread was off the CPU
+  uint16_t cpu = 0;
+  SampleKind kind = SampleKind::kOnCpu;
+  StackEnd stack_end = StackEnd::kUnknown;
+};
+
+// An exact count of calls from one call site to one function (mcount/__fentry__ instrumentation).
+struct RawCallEdge {
+  int32_t pid = 0;
+  uint64_t caller_address = 0;  // runtime address inside the caller (a return address)
+  uint64_t callee_address = 0;  // runtime address inside the callee (its entry)
+  uint64_t count = 0;
+};
+
+// What was lost on the way; never silent.
+struct LostCounts {
+  uint64_t lost_records = 0;      // PERF_RECORD_LOST / ring-buffer reservation failures
+  uint64_t throttle_events = 0;   // PERF_RECORD_THROTTLE
+  uint64_t stack_failures = 0;    // samples whose stack could not be captured
+  uint64_t truncated_stacks = 0;  // samples whose stack hit a depth/size limit
+};
+
+struct RecordingInfo {
+  uint64_t start_unix_ns = 0;  // wall clock at start_mono_ns
+  uint64_t start_mono_ns = 0;
+  uint64_t end_mono_ns = 0;
+  uint64_t interval_ns = 0;  // the sampling period
+  uint32_t frequency_hz = 0;
+  std::string backend;        // "perf", "bpf"
+  std::string event;          // "task-clock", "cpu-clock"
+  std::string call_graph;     // "fp", "dwarf"
+  std::string target;         // what was recorded, for the profile's title
+  std::vector<std::string> arguments;  // the hpctl command line
+  std::string hostname;
+  std::string kernel_release;
+  bool kernel_frames = false;  // whether kernel callchains were captured
+  uint32_t logical_cpus = 0;
+};
+
+struct RawProfile {
+  RecordingInfo info;
+  std::vector<RawModule> modules;
+  std::vector<RawProcess> processes;
+  std::vector<RawThread> threads;
+  RawStackTable stacks;
+  std::vector<RawSample> samples;  // in the order recorded; not necessarily sorted by time
+  std::vector<RawCallEdge> call_edges;
+  LostCounts lost;
+
+  // Index of the module (path, build_id), added if new.
+  uint32_t intern_module(const std::string& path, const std::string& build_id, bool is_kernel = false);
+  // The process with `pid`, added if new.
+  RawProcess& process(int32_t pid);
+  const RawProcess* find_process(int32_t pid) const;
+  // The thread (pid, tid), added if new.
+  RawThread& thread(int32_t pid, int32_t tid);
+  const RawThread* find_thread(int32_t pid, int32_t tid) const;
+
+ private:
+  std::unordered_map<std::string, uint32_t> module_index_;
+  std::unordered_map<int32_t, size_t> process_index_;
+  std::unordered_map<uint64_t, size_t> thread_index_;  // key: pid << 32 | tid
+};
+
+}  // namespace hpd

@@ -1,0 +1,127 @@
+// RawProfile helpers: stack interning, module/process/thread lookup.
+#include "hpd/model/raw_profile.h"
+
+#include <algorithm>
+
+namespace hpd {
+
+const char* to_string(StackEnd end) {
+  switch (end) {
+    case StackEnd::kComplete: return "complete";
+    case StackEnd::kTruncated: return "truncated";
+    case StackEnd::kFailed: return "failed";
+    case StackEnd::kUnknown: break;
+  }
+  return "unknown";
+}
+
+const RawMapping* RawProcess::find_mapping(uint64_t address, uint64_t time_ns) const {
+  // Later mappings win: a library mapped over an old range replaces it from its time on.
+  for (auto it = mappings.rbegin(); it != mappings.rend(); ++it) {
+    if (address >= it->start && address < it->end && (it->time_ns <= time_ns || it->time_ns == 0)) {
+      return &*it;
+    }
+  }
+  // A sample may arrive (by timestamp) a little before its mmap record; accept any covering mapping.
+  for (auto it = mappings.rbegin(); it != mappings.rend(); ++it) {
+    if (address >= it->start && address < it->end) return &*it;
+  }
+  return nullptr;
+}
+
+namespace {
+uint64_t hash_frames(std::span<const uint64_t> kernel, std::span<const uint64_t> user) {
+  // FNV-1a over the 64-bit words, with the split point mixed in.
+  uint64_t h = 1469598103934665603ULL ^ (kernel.size() * 0x9E3779B97F4A7C15ULL);
+  auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ULL;
+    h ^= h >> 29;
+  };
+  for (uint64_t a : kernel) mix(a);
+  for (uint64_t a : user) mix(a);
+  return h;
+}
+}  // namespace
+
+uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const uint64_t> user) {
+  const size_t kMaxDepth = UINT16_MAX;
+  if (kernel.size() > kMaxDepth) kernel = kernel.first(kMaxDepth);
+  if (user.size() > kMaxDepth) user = user.first(kMaxDepth);
+  const uint64_t h = hash_frames(kernel, user);
+  auto [lo, hi] = by_hash_.equal_range(h);
+  for (auto it = lo; it != hi; ++it) {
+    const RawStack& s = stacks_[it->second];
+    if (s.kernel_depth == kernel.size() && s.user_depth == user.size() &&
+        std::equal(kernel.begin(), kernel.end(), addresses_.begin() + s.offset) &&
+        std::equal(user.begin(), user.end(), addresses_.begin() + s.offset + s.kernel_depth)) {
+      return it->second;
+    }
+  }
+  RawStack s;
+  s.offset = static_cast<uint32_t>(addresses_.size());
+  s.kernel_depth = static_cast<uint16_t>(kernel.size());
+  s.user_depth = static_cast<uint16_t>(user.size());
+  addresses_.insert(addresses_.end(), kernel.begin(), kernel.end());
+  addresses_.insert(addresses_.end(), user.begin(), user.end());
+  const auto index = static_cast<uint32_t>(stacks_.size());
+  stacks_.push_back(s);
+  by_hash_.emplace(h, index);
+  return index;
+}
+
+std::span<const uint64_t> RawStackTable::kernel_frames(uint32_t index) const {
+  const RawStack& s = stacks_[index];
+  return {addresses_.data() + s.offset, s.kernel_depth};
+}
+
+std::span<const uint64_t> RawStackTable::user_frames(uint32_t index) const {
+  const RawStack& s = stacks_[index];
+  return {addresses_.data() + s.offset + s.kernel_depth, s.user_depth};
+}
+
+uint32_t RawProfile::intern_module(const std::string& path, const std::string& build_id, bool is_kernel) {
+  std::string key = path;
+  key.push_back('\0');
+  key += build_id;
+  auto [it, inserted] = module_index_.emplace(std::move(key), static_cast<uint32_t>(modules.size()));
+  if (inserted) modules.push_back(RawModule{path, build_id, is_kernel});
+  return it->second;
+}
+
+RawProcess& RawProfile::process(int32_t pid) {
+  auto [it, inserted] = process_index_.emplace(pid, processes.size());
+  if (inserted) {
+    processes.emplace_back();
+    processes.back().pid = pid;
+  }
+  return processes[it->second];
+}
+
+const RawProcess* RawProfile::find_process(int32_t pid) const {
+  auto it = process_index_.find(pid);
+  return it == process_index_.end() ? nullptr : &processes[it->second];
+}
+
+namespace {
+uint64_t thread_key(int32_t pid, int32_t tid) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32) | static_cast<uint32_t>(tid);
+}
+}  // namespace
+
+RawThread& RawProfile::thread(int32_t pid, int32_t tid) {
+  auto [it, inserted] = thread_index_.emplace(thread_key(pid, tid), threads.size());
+  if (inserted) {
+    threads.emplace_back();
+    threads.back().pid = pid;
+    threads.back().tid = tid;
+  }
+  return threads[it->second];
+}
+
+const RawThread* RawProfile::find_thread(int32_t pid, int32_t tid) const {
+  auto it = thread_index_.find(thread_key(pid, tid));
+  return it == thread_index_.end() ? nullptr : &threads[it->second];
+}
+
+}  // namespace hpd

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The README's test command (and CI's): set up, build, and run the whole test suite, privileged
+# tests included (they need root: perf_event, BPF, uprobes and ptrace run for real).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${HPD_BUILD_DIR:-$root/build}
+if [ "$(id -u)" -ne 0 ]; then
+  echo "test.sh: the privileged tests need root; run: sudo $0" >&2
+  exit 1
+fi
+# tracefs is where uprobes and tracepoints live; some machines boot with it unmounted.
+if [ -d /sys/kernel/tracing ] && [ -z "$(ls -A /sys/kernel/tracing 2>/dev/null)" ]; then
+  mount -t tracefs nodev /sys/kernel/tracing || true
+fi
+"$root/packaging/build.sh"
+cd "$build"
+ctest --output-on-failure -j2 --timeout 900
