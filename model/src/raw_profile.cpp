@@ -17,14 +17,14 @@ const char* to_string(StackEnd end) {
 
 const RawMapping* RawProcess::find_mapping(uint64_t address, uint64_t time_ns) const {
   // Later mappings win: a library mapped over an old range replaces it from its time on.
+  auto live_at = [time_ns](const RawMapping& m) { return m.unmapped_ns == 0 || time_ns < m.unmapped_ns; };
   for (auto it = mappings.rbegin(); it != mappings.rend(); ++it) {
-    if (address >= it->start && address < it->end && (it->time_ns <= time_ns || it->time_ns == 0)) {
-      return &*it;
-    }
+    if (address >= it->start && address < it->end && it->time_ns <= time_ns && live_at(*it)) return &*it;
   }
-  // A sample may arrive (by timestamp) a little before its mmap record; accept any covering mapping.
+  // A sample may arrive (by timestamp) a little before its mmap record; accept a covering mapping
+  // that was not yet unmapped.
   for (auto it = mappings.rbegin(); it != mappings.rend(); ++it) {
-    if (address >= it->start && address < it->end) return &*it;
+    if (address >= it->start && address < it->end && live_at(*it)) return &*it;
   }
   return nullptr;
 }

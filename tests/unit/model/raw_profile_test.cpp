@@ -88,6 +88,17 @@ TEST(RawProcess, LaterMappingReplacesEarlierFromItsTime) {
   EXPECT_EQ(proc.find_mapping(0x0fff, 600), nullptr);
 }
 
+TEST(RawProcess, MappingsUnmappedAtExecNoLongerMatch) {
+  RawProcess proc;
+  RawMapping old_image{0x1000, 0x2000, 0, 0, 0};
+  old_image.unmapped_ns = 300;  // the process exec'd at t=300
+  proc.mappings.push_back(old_image);
+  proc.mappings.push_back({0x5000, 0x6000, 0, 1, 300});
+  EXPECT_EQ(proc.find_mapping(0x1800, 100)->module, 0u);
+  EXPECT_EQ(proc.find_mapping(0x1800, 400), nullptr);
+  EXPECT_EQ(proc.find_mapping(0x5800, 400)->module, 1u);
+}
+
 TEST(StackEnd, Names) {
   EXPECT_STREQ(to_string(StackEnd::kComplete), "complete");
   EXPECT_STREQ(to_string(StackEnd::kTruncated), "truncated");

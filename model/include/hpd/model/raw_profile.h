@@ -40,6 +40,7 @@ struct RawMapping {
   uint64_t file_offset = 0;  // file offset mapped at `start`
   uint32_t module = kNoIndex;
   uint64_t time_ns = 0;      // when it was seen mapped; 0 = already mapped when recording began
+  uint64_t unmapped_ns = 0;  // when it stopped being valid (e.g. the process exec'd); 0 = never
 };
 
 struct RawProcess {
@@ -56,12 +57,21 @@ struct RawProcess {
   const RawMapping* find_mapping(uint64_t address, uint64_t time_ns) const;
 };
 
+// What was lost on the way; never silent.
+struct LostCounts {
+  uint64_t lost_records = 0;      // PERF_RECORD_LOST / ring-buffer reservation failures
+  uint64_t throttle_events = 0;   // PERF_RECORD_THROTTLE
+  uint64_t stack_failures = 0;    // samples whose stack could not be captured
+  uint64_t truncated_stacks = 0;  // samples whose stack hit a depth/size limit
+};
+
 struct RawThread {
   int32_t pid = 0;
   int32_t tid = 0;
   std::string name;
   uint64_t start_ns = 0;  // first time seen (monotonic ns)
   uint64_t end_ns = 0;    // exit time; 0 = alive when recording ended
+  LostCounts lost;        // this thread's share of RawProfile::lost, where the backend knows it
 };
 
 // A unique captured stack, leaf first: `kernel_depth` kernel addresses, then `user_depth` user ones.
@@ -107,14 +117,6 @@ struct RawCallEdge {
   uint64_t caller_address = 0;  // runtime address inside the caller (a return address)
   uint64_t callee_address = 0;  // runtime address inside the callee (its entry)
   uint64_t count = 0;
-};
-
-// What was lost on the way; never silent.
-struct LostCounts {
-  uint64_t lost_records = 0;      // PERF_RECORD_LOST / ring-buffer reservation failures
-  uint64_t throttle_events = 0;   // PERF_RECORD_THROTTLE
-  uint64_t stack_failures = 0;    // samples whose stack could not be captured
-  uint64_t truncated_stacks = 0;  // samples whose stack hit a depth/size limit
 };
 
 struct RecordingInfo {
