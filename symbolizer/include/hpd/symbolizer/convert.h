@@ -1,0 +1,30 @@
+// Symbolizes a RawProfile into a Profile: unique addresses per module, resolved once.
+#pragma once
+
+#include "hpd/model/profile.h"
+#include "hpd/model/raw_profile.h"
+#include "hpd/symbolizer/symbolizer.h"
+
+namespace hpd {
+
+struct ConvertOptions {
+  bool kernel_frames = true;  // keep kernel frames (resolved from kallsyms)
+  std::string kallsyms_path = "/proc/kallsyms";
+};
+
+// Builds the symbolized Profile.
+// - Each unique (module, file offset) is resolved once, in one Symbolizer::resolve batch per module;
+//   each unique raw stack (per process, mapping epoch and on/off-CPU) is built into the prefix tree once.
+// - Only the first address of a stack (the sampled instruction pointer) is exact; every other
+//   address is a return address, looked up at address - 1 and stored so ("nudged") in Frame::address.
+// - Stacks run root first: user frames from the outermost to the user leaf, then kernel frames from
+//   the syscall entry to the kernel leaf; one Frame per inline level (inline_depth 0..n, outer first).
+// - Categories: kUser / kKernel; every frame of an off-CPU sample is kIdle.
+// - Addresses outside every mapping become "0x<address>" frames (no lib); modules whose file cannot
+//   be read give "<basename>+0x<file offset>" frames and are listed in meta.missing_modules (as is
+//   "[kernel.kallsyms]" when kernel addresses exist but kallsyms cannot be read).
+// - One Thread per (pid, tid) that has samples; threads without samples are omitted.
+// - Call edges are resolved too: caller = innermost inlined function at the call site.
+Profile symbolize_profile(const RawProfile& raw, Symbolizer& symbolizer, const ConvertOptions& options = {});
+
+}  // namespace hpd

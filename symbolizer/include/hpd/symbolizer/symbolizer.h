@@ -1,0 +1,145 @@
+// Symbolizer: turns (module file, file offset) into functions, source lines and inline chains.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hpd {
+
+// Address conventions used throughout the symbolizer:
+//
+//   file offset    what a runtime mapping gives: runtime address - mapping start + mapping offset.
+//   ELF vaddr      the link-time virtual address; a file offset becomes one through the PT_LOAD
+//                  program header whose file range holds it (executable segments preferred).
+//   image_base     the lowest PT_LOAD p_vaddr rounded down to 4 KiB: 0 for PIE executables and
+//                  shared objects, 0x400000 for classic non-PIE x86-64 executables.
+//   lib-relative   ELF vaddr - image_base. Location::rel_address, Location::symbol_address and the
+//                  Firefox frame/nativeSymbol addresses are all lib-relative (what samply calls the
+//                  "relative address"), so they are small and stable across runs and ASLR.
+//
+// When a module cannot be read at all, no program headers are known and rel_address is the file
+// offset itself (for PIE/.so files linked by GNU ld and lld the two coincide for .text anyway).
+//
+// The kernel is its own "lib": kernel addresses are made relative to KernelSymbols::base(), the
+// lowest text symbol address, so they stay well below 2^53 (the Firefox format stores JS numbers).
+
+// One level of an inline chain.
+struct SourceFrame {
+  std::string function;  // demangled
+  std::string file;      // empty = unknown
+  uint32_t line = 0;     // 0 = unknown
+  uint32_t column = 0;   // 0 = unknown
+};
+
+// What one address resolves to.
+struct Location {
+  bool found = false;           // a symbol or debug information covered the address
+  std::string symbol;           // the outer (real) function, demangled; empty when !found
+  uint64_t symbol_address = 0;  // lib-relative start of that function
+  uint64_t symbol_size = 0;     // 0 = unknown
+  uint64_t rel_address = 0;     // lib-relative address that was looked up
+  // The inline chain, outermost (the real function) first; empty when !found.
+  std::vector<SourceFrame> frames;
+};
+
+// Identifies a module file to read symbols from.
+struct ModuleRef {
+  std::string path;        // path as the process saw it
+  std::string build_id;    // expected build id (lower-case hex), may be empty
+  int32_t pid = 0;         // a live process that maps it (for /proc/PID/root and map_files), 0 = none
+  uint64_t map_start = 0;  // with pid: the mapping's start, to reach /proc/PID/map_files
+  uint64_t map_end = 0;
+};
+
+// What the symbolizer found out about a module file.
+//
+// Choice of file: a file whose build-id matches the expected one (tried in the order
+// /proc/PID/map_files/START-END, /proc/PID/root/PATH, PATH) wins; failing that, a debug file found by
+// the expected build-id under /usr/lib/debug/.build-id (its program headers keep the vaddrs but
+// not the file offsets, so offsets are assumed to be vaddr - image_base, and `error` says so);
+// failing that, the first readable file with a different build-id is still used (symbols from a
+// rebuilt binary are usually close, and better than bare offsets) and `error` says
+// "build-id mismatch ...", with readable = true.
+struct ModuleInfo {
+  bool readable = false;
+  std::string error;        // why not, when !readable; a warning (build-id mismatch) when readable
+  std::string opened_path;  // the file actually read
+  std::string debug_path;   // the file debug information came from (may equal opened_path); empty = none
+  std::string build_id;     // as read from the file
+  uint64_t image_base = 0;  // vaddr that lib-relative addresses are measured from
+  // Additions beyond the first interface:
+  bool has_debug_info = false;     // a file with .debug_info was found (debug_path)
+  bool dwarf_index = false;        // a DWARF index supplies file:line and inline chains
+  std::string debug_error;         // why debug information was found but not used (else empty)
+  bool build_id_mismatch = false;  // the file read does not carry the expected build-id
+  size_t symbol_count = 0;         // function symbols in the sorted table (incl. synthesized @plt)
+};
+
+struct SymbolizerOptions {
+  bool demangle = true;
+  bool inline_frames = true;            // resolve inline chains where debug info allows
+  uint64_t cache_bytes = 512ull << 20;  // memory cap of the module cache (LRU)
+  // Root of the separate debug-file tree (/usr/lib/debug); tests point it elsewhere.
+  std::string debug_root = "/usr/lib/debug";
+};
+
+// Not thread-safe: one Symbolizer per thread, or external locking.
+class Symbolizer {
+ public:
+  explicit Symbolizer(SymbolizerOptions options = {});
+  ~Symbolizer();
+  Symbolizer(const Symbolizer&) = delete;
+  Symbolizer& operator=(const Symbolizer&) = delete;
+
+  // Facts about a module; opens and caches it on first use. The reference stays valid for the
+  // Symbolizer's lifetime (facts are kept even when the module's tables are evicted).
+  const ModuleInfo& module_info(const ModuleRef& module);
+
+  // Resolves file offsets inside `module` (as a runtime mapping gives them: address - start +
+  // mapping offset). Returns one Location per input, in order. Never throws for bad input files:
+  // an unreadable module yields !found locations with rel_address still set where computable.
+  // Callers pass return addresses already decremented by one.
+  std::vector<Location> resolve(const ModuleRef& module, std::span<const uint64_t> file_offsets);
+
+  // Estimated bytes held by cached module tables (symbol tables, strings, DWARF indexes).
+  uint64_t cache_bytes_used() const;
+  // Number of modules whose tables are currently cached.
+  size_t cached_modules() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Kernel symbols from /proc/kallsyms (or a file in its format).
+class KernelSymbols {
+ public:
+  // Loads `path`; returns false (and leaves the table empty) when it cannot be read or holds
+  // only zero addresses (kptr_restrict).
+  bool load(const std::string& path = "/proc/kallsyms");
+  bool empty() const { return symbols_.empty(); }
+  size_t size() const { return symbols_.size(); }
+  // Lowest symbol address: the base kernel lib-relative addresses are measured from.
+  uint64_t base() const { return symbols_.empty() ? 0 : symbols_.front().address; }
+  // Name ("func" or "func [module]") of the symbol containing `address`, or !found. A symbol
+  // extends to the next one; addresses below the first symbol or more than 1 MiB past the last
+  // are not found. Addresses in the Location are relative to base().
+  Location resolve(uint64_t address) const;
+
+ private:
+  struct Symbol {
+    uint64_t address;
+    std::string name;
+  };
+  std::vector<Symbol> symbols_;  // sorted by address
+};
+
+// Demangles C++ (Itanium) and Rust (legacy and v0) names; legacy Rust hashes are stripped.
+// Returns the input unchanged when it is not a mangled name. A suffix after '@' (symbol
+// versions, "@plt") is kept and appended to the demangled name.
+std::string demangle(const std::string& name);
+
+}  // namespace hpd

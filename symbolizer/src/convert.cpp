@@ -1,0 +1,475 @@
+// symbolize_profile: RawProfile -> Profile, resolving each unique (module, offset) once.
+#include "hpd/symbolizer/convert.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <unordered_map>
+
+namespace hpd {
+namespace {
+
+// perf marks context switches inside callchains with values from PERF_CONTEXT_MAX (-4095) up.
+constexpr uint64_t kPerfContextMax = static_cast<uint64_t>(-4095);
+
+std::string basename_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIx64, v);
+  return buf;
+}
+
+enum class AddressKind : uint8_t { kModule, kUnmapped, kKernel };
+
+struct AddressKey {
+  AddressKind kind;
+  uint32_t module;
+  uint64_t value;
+  bool operator==(const AddressKey&) const = default;
+};
+
+struct AddressKeyHash {
+  size_t operator()(const AddressKey& k) const {
+    uint64_t h = k.value * 0x9E3779B97F4A7C15ULL;
+    h ^= (static_cast<uint64_t>(k.module) << 8 | static_cast<uint64_t>(k.kind)) * 0xC2B2AE3D27D4EB4FULL;
+    return static_cast<size_t>(h ^ (h >> 31));
+  }
+};
+
+// One frame of a resolved address, before a category is chosen; frame indices per category are
+// interned on first use.
+struct FrameSpec {
+  Frame frame;
+  uint32_t interned[kCategoryCount] = {kNoIndex, kNoIndex, kNoIndex, kNoIndex};
+};
+
+// One unique address: what to look up, then which frames it became (outermost inline level first).
+struct UniqueAddress {
+  AddressKey key;
+  uint32_t first_spec = 0;
+  uint32_t spec_count = 0;
+};
+
+// A raw stack as seen by one process in one mapping epoch, with or without the Idle category.
+struct StackInstance {
+  uint32_t raw_stack;
+  int32_t pid;
+  bool idle;
+  uint32_t epoch;
+  uint32_t addresses_begin;  // into Converter::instance_addresses_, root first
+  uint32_t user_count;       // the first user_count are user addresses, the rest kernel
+  uint32_t addresses_end;
+  uint32_t profile_stack = kNoIndex;
+};
+
+struct InstanceKey {
+  uint32_t raw_stack;
+  int32_t pid;
+  uint32_t epoch_idle;
+  bool operator==(const InstanceKey&) const = default;
+};
+
+struct InstanceKeyHash {
+  size_t operator()(const InstanceKey& k) const {
+    uint64_t h =
+        (static_cast<uint64_t>(k.raw_stack) << 32 | static_cast<uint32_t>(k.pid)) * 0x9E3779B97F4A7C15ULL;
+    h ^= k.epoch_idle * 0xC2B2AE3D27D4EB4FULL;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+
+// Per process: the distinct times at which mappings appeared. find_mapping() gives the same
+// answer for every time between two of them, so (raw stack, pid, epoch) identifies a resolution.
+struct ProcessView {
+  const RawProcess* process = nullptr;
+  std::vector<uint64_t> mapping_times;  // sorted, distinct, non-zero
+  uint32_t epoch(uint64_t time_ns) const {
+    if (mapping_times.empty()) return 0;
+    return static_cast<uint32_t>(std::upper_bound(mapping_times.begin(), mapping_times.end(), time_ns) -
+                                 mapping_times.begin());
+  }
+};
+
+class Converter {
+ public:
+  Converter(const RawProfile& raw, Symbolizer& symbolizer, const ConvertOptions& options)
+      : raw_(raw), symbolizer_(symbolizer), options_(options) {}
+
+  Profile run() {
+    out_.meta.recording = raw_.info;
+    out_.meta.lost = raw_.lost;
+    index_processes();
+    std::vector<uint32_t> sample_instance = collect_instances();
+    std::vector<std::pair<uint32_t, uint32_t>> edge_addresses = collect_call_edges();
+    resolve_all();
+    for (StackInstance& inst : instances_) build_stack(inst);
+    build_threads(sample_instance);
+    build_call_edges(edge_addresses);
+    return std::move(out_);
+  }
+
+ private:
+  void index_processes() {
+    for (const RawProcess& p : raw_.processes) {
+      ProcessView& view = processes_[p.pid];
+      view.process = &p;
+      for (const RawMapping& m : p.mappings) {
+        if (m.time_ns != 0) view.mapping_times.push_back(m.time_ns);
+      }
+      std::sort(view.mapping_times.begin(), view.mapping_times.end());
+      view.mapping_times.erase(std::unique(view.mapping_times.begin(), view.mapping_times.end()),
+                               view.mapping_times.end());
+    }
+  }
+
+  const ProcessView* view_of(int32_t pid) {
+    if (pid == last_pid_ && last_view_ != nullptr) return last_view_;
+    auto it = processes_.find(pid);
+    last_pid_ = pid;
+    last_view_ = it == processes_.end() ? &no_process_ : &it->second;
+    return last_view_;
+  }
+
+  // Maps every sample to a stack instance; addresses of new instances are collected on the way.
+  std::vector<uint32_t> collect_instances() {
+    std::vector<uint32_t> sample_instance(raw_.samples.size(), kNoIndex);
+    std::vector<uint32_t> first_by_stack(raw_.stacks.size(), kNoIndex);
+    std::unordered_map<InstanceKey, uint32_t, InstanceKeyHash> by_key;
+    for (size_t i = 0; i < raw_.samples.size(); ++i) {
+      const RawSample& s = raw_.samples[i];
+      if (s.stack == kNoIndex || s.stack >= raw_.stacks.size()) continue;
+      const ProcessView* view = view_of(s.pid);
+      const bool idle = s.kind == SampleKind::kOffCpu;
+      const uint32_t epoch = view->epoch(s.time_ns);
+      // Fast path: the common case is one process and one epoch per raw stack.
+      const uint32_t first = first_by_stack[s.stack];
+      if (first != kNoIndex) {
+        const StackInstance& f = instances_[first];
+        if (f.pid == s.pid && f.idle == idle && f.epoch == epoch) {
+          sample_instance[i] = first;
+          continue;
+        }
+      }
+      const InstanceKey key{s.stack, s.pid, epoch << 1 | (idle ? 1u : 0u)};
+      auto [it, inserted] = by_key.try_emplace(key, static_cast<uint32_t>(instances_.size()));
+      if (inserted) {
+        add_instance(s, *view, idle, epoch);
+        if (first == kNoIndex) first_by_stack[s.stack] = it->second;
+      }
+      sample_instance[i] = it->second;
+    }
+    return sample_instance;
+  }
+
+  void add_instance(const RawSample& s, const ProcessView& view, bool idle, uint32_t epoch) {
+    StackInstance inst{s.stack, s.pid, idle, epoch, static_cast<uint32_t>(instance_addresses_.size()), 0, 0};
+    const auto kernel = raw_.stacks.kernel_frames(s.stack);
+    const auto user = raw_.stacks.user_frames(s.stack);
+    // Only the very first address of the whole stack is an exact instruction pointer. A user
+    // stack under kernel frames starts at the syscall's return point, a return address too.
+    const bool kernel_leads = !kernel.empty();
+    for (size_t k = user.size(); k-- > 0;) {
+      const bool exact = k == 0 && !kernel_leads;
+      instance_addresses_.push_back(user_address(view, user[k], exact, s.time_ns));
+    }
+    inst.user_count = static_cast<uint32_t>(instance_addresses_.size() - inst.addresses_begin);
+    if (options_.kernel_frames) {
+      for (size_t k = kernel.size(); k-- > 0;) {
+        if (kernel[k] >= kPerfContextMax) continue;
+        instance_addresses_.push_back(kernel_address(kernel[k], k == 0));
+      }
+    }
+    inst.addresses_end = static_cast<uint32_t>(instance_addresses_.size());
+    instances_.push_back(inst);
+  }
+
+  uint32_t intern_address(const AddressKey& key) {
+    auto [it, inserted] = address_index_.try_emplace(key, static_cast<uint32_t>(addresses_.size()));
+    if (inserted) addresses_.push_back(UniqueAddress{key});
+    return it->second;
+  }
+
+  uint32_t user_address(const ProcessView& view, uint64_t address, bool exact, uint64_t time_ns) {
+    const RawMapping* m = view.process != nullptr ? view.process->find_mapping(address, time_ns) : nullptr;
+    if (m == nullptr || m->module >= raw_.modules.size()) {
+      return intern_address(AddressKey{AddressKind::kUnmapped, 0, address});
+    }
+    uint64_t offset = address - m->start + m->file_offset;
+    // Return addresses are looked up (and shown) one byte back, inside the call instruction.
+    if (!exact && address > m->start) offset -= 1;
+    if (module_refs_.find(m->module) == module_refs_.end()) {
+      const RawModule& rm = raw_.modules[m->module];
+      ModuleRef ref;
+      ref.path = rm.path;
+      ref.build_id = rm.build_id;
+      // /proc/PID/... only helps while the process lives; a recycled pid could show another file.
+      if (view.process != nullptr && view.process->end_ns == 0) {
+        ref.pid = view.process->pid;
+        ref.map_start = m->start;
+        ref.map_end = m->end;
+      }
+      module_refs_.emplace(m->module, std::move(ref));
+    }
+    return intern_address(AddressKey{AddressKind::kModule, m->module, offset});
+  }
+
+  uint32_t kernel_address(uint64_t address, bool exact) {
+    if (!kernel_loaded_) {
+      kernel_loaded_ = true;
+      kernel_ok_ = kernel_.load(options_.kallsyms_path);
+    }
+    return intern_address(AddressKey{AddressKind::kKernel, 0, exact || address == 0 ? address : address - 1});
+  }
+
+  // Call edges: the caller side is a return address (looked up one byte back), the callee an entry.
+  std::vector<std::pair<uint32_t, uint32_t>> collect_call_edges() {
+    std::vector<std::pair<uint32_t, uint32_t>> out;
+    out.reserve(raw_.call_edges.size());
+    for (const RawCallEdge& e : raw_.call_edges) {
+      const ProcessView* view = view_of(e.pid);
+      out.emplace_back(user_address(*view, e.caller_address, false, UINT64_MAX),
+                       user_address(*view, e.callee_address, true, UINT64_MAX));
+    }
+    return out;
+  }
+
+  uint32_t module_lib(uint32_t module, const ModuleInfo* info) {
+    auto it = module_libs_.find(module);
+    if (it != module_libs_.end()) return it->second;
+    const RawModule& rm = raw_.modules[module];
+    Lib lib;
+    lib.name = basename_of(rm.path);
+    lib.path = rm.path;
+    lib.debug_name = lib.name;
+    lib.debug_path = info != nullptr && !info->debug_path.empty() ? info->debug_path : rm.path;
+    lib.build_id = !rm.build_id.empty() || info == nullptr ? rm.build_id : info->build_id;
+    lib.is_kernel = rm.is_kernel;
+    const uint32_t index = out_.intern_lib(lib);
+    module_libs_.emplace(module, index);
+    return index;
+  }
+
+  uint32_t kernel_lib() {
+    if (kernel_lib_ != kNoIndex) return kernel_lib_;
+    Lib lib;
+    lib.name = lib.path = lib.debug_name = lib.debug_path = "[kernel.kallsyms]";
+    for (const RawModule& rm : raw_.modules) {
+      if (rm.is_kernel) {
+        lib.build_id = rm.build_id;
+        break;
+      }
+    }
+    lib.is_kernel = true;
+    kernel_lib_ = out_.intern_lib(lib);
+    return kernel_lib_;
+  }
+
+  void add_location_frames(UniqueAddress& ua, const Location& loc, uint32_t lib,
+                           const std::string& fallback_name, int64_t frame_address) {
+    ua.first_spec = static_cast<uint32_t>(specs_.size());
+    if (!loc.found || loc.frames.empty()) {
+      FrameSpec spec;
+      spec.frame.func = out_.intern_func(fallback_name, {}, lib);
+      spec.frame.lib = lib;
+      spec.frame.address = frame_address;
+      specs_.push_back(spec);
+      ua.spec_count = 1;
+      return;
+    }
+    const uint32_t native = out_.intern_native_symbol(lib, loc.symbol_address, loc.symbol_size, loc.symbol);
+    const size_t levels = std::min<size_t>(loc.frames.size(), 256);  // inline_depth is 8 bits
+    for (size_t d = 0; d < levels; ++d) {
+      const SourceFrame& sf = loc.frames[d];
+      FrameSpec spec;
+      spec.frame.func = out_.intern_func(sf.function.empty() ? fallback_name : sf.function, sf.file, lib);
+      spec.frame.native_symbol = native;
+      spec.frame.lib = lib;
+      spec.frame.address = frame_address;
+      spec.frame.line = sf.line;
+      spec.frame.column = sf.column;
+      spec.frame.inline_depth = static_cast<uint8_t>(d);
+      specs_.push_back(spec);
+    }
+    ua.spec_count = static_cast<uint32_t>(levels);
+  }
+
+  // Resolves every unique address: one Symbolizer::resolve batch per module.
+  void resolve_all() {
+    std::unordered_map<uint32_t, std::vector<uint32_t>> by_module;  // module -> unique address ids
+    for (uint32_t id = 0; id < addresses_.size(); ++id) {
+      if (addresses_[id].key.kind == AddressKind::kModule) by_module[addresses_[id].key.module].push_back(id);
+    }
+    // Deterministic order of libs and strings: by module index.
+    std::vector<uint32_t> modules;
+    modules.reserve(by_module.size());
+    for (const auto& [module, ids] : by_module) modules.push_back(module);
+    std::sort(modules.begin(), modules.end());
+    for (uint32_t module : modules) {
+      const std::vector<uint32_t>& ids = by_module[module];
+      const ModuleRef& ref = module_refs_.at(module);
+      std::vector<uint64_t> offsets;
+      offsets.reserve(ids.size());
+      for (uint32_t id : ids) offsets.push_back(addresses_[id].key.value);
+      const ModuleInfo& info = symbolizer_.module_info(ref);
+      const std::vector<Location> locs = symbolizer_.resolve(ref, offsets);
+      const uint32_t lib = module_lib(module, &info);
+      if (!info.readable) out_.meta.missing_modules.push_back(raw_.modules[module].path);
+      const std::string base = basename_of(raw_.modules[module].path);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const Location& loc = locs[i];
+        add_location_frames(addresses_[ids[i]], loc, lib, base + "+" + hex(loc.rel_address),
+                            static_cast<int64_t>(loc.rel_address));
+      }
+    }
+    bool kernel_missing_noted = false;
+    for (UniqueAddress& ua : addresses_) {
+      if (ua.key.kind == AddressKind::kUnmapped) {
+        add_location_frames(ua, Location{}, kNoIndex, hex(ua.key.value), -1);
+      } else if (ua.key.kind == AddressKind::kKernel) {
+        const uint32_t lib = kernel_lib();
+        const uint64_t address = ua.key.value;
+        if (!kernel_ok_) {
+          if (!kernel_missing_noted) out_.meta.missing_modules.push_back("[kernel.kallsyms]");
+          kernel_missing_noted = true;
+          add_location_frames(ua, Location{}, lib, hex(address), -1);
+          continue;
+        }
+        const Location loc = kernel_.resolve(address);
+        const int64_t rel = address >= kernel_.base() ? static_cast<int64_t>(loc.rel_address) : -1;
+        add_location_frames(ua, loc, lib, hex(address), rel);
+      }
+    }
+  }
+
+  uint32_t frame_of(FrameSpec& spec, Category category) {
+    uint32_t& slot = spec.interned[static_cast<int>(category)];
+    if (slot == kNoIndex) {
+      Frame f = spec.frame;
+      f.category = category;
+      slot = out_.intern_frame(f);
+    }
+    return slot;
+  }
+
+  void build_stack(StackInstance& inst) {
+    uint32_t prefix = kNoIndex;
+    for (uint32_t i = inst.addresses_begin; i < inst.addresses_end; ++i) {
+      const bool user = i - inst.addresses_begin < inst.user_count;
+      const Category category = inst.idle ? Category::kIdle : user ? Category::kUser : Category::kKernel;
+      const UniqueAddress& ua = addresses_[instance_addresses_[i]];
+      for (uint32_t s = 0; s < ua.spec_count; ++s) {
+        prefix = out_.intern_stack(prefix, frame_of(specs_[ua.first_spec + s], category));
+      }
+    }
+    inst.profile_stack = prefix;
+  }
+
+  static uint64_t thread_key(int32_t pid, int32_t tid) {
+    return static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 | static_cast<uint32_t>(tid);
+  }
+
+  // One Thread per RawThread that has samples (in RawProfile order), then one per (pid, tid) that
+  // has samples but no RawThread. Threads without samples are left out: they would only add empty
+  // tracks.
+  void build_threads(const std::vector<uint32_t>& sample_instance) {
+    std::unordered_map<uint64_t, uint32_t> sample_counts;
+    for (const RawSample& s : raw_.samples) ++sample_counts[thread_key(s.pid, s.tid)];
+    std::unordered_map<uint64_t, uint32_t> thread_index;
+    auto add_thread = [&](int32_t pid, int32_t tid, const RawThread* rt) {
+      Thread t;
+      t.pid = pid;
+      t.tid = tid;
+      const ProcessView* view = view_of(pid);
+      if (view->process != nullptr) t.process_name = view->process->name;
+      t.name = rt != nullptr && !rt->name.empty() ? rt->name
+               : !t.process_name.empty()          ? t.process_name
+                                                  : "thread " + std::to_string(tid);
+      t.is_main = pid == tid;
+      if (rt != nullptr) {
+        t.start_ns = rt->start_ns;
+        t.end_ns = rt->end_ns;
+      }
+      t.samples.reserve(sample_counts[thread_key(pid, tid)]);
+      thread_index.emplace(thread_key(pid, tid), static_cast<uint32_t>(out_.threads.size()));
+      out_.threads.push_back(std::move(t));
+    };
+    for (const RawThread& rt : raw_.threads) {
+      const uint64_t key = thread_key(rt.pid, rt.tid);
+      if (sample_counts.count(key) != 0 && thread_index.count(key) == 0) add_thread(rt.pid, rt.tid, &rt);
+    }
+    for (size_t i = 0; i < raw_.samples.size(); ++i) {
+      const RawSample& s = raw_.samples[i];
+      auto it = thread_index.find(thread_key(s.pid, s.tid));
+      if (it == thread_index.end()) {
+        add_thread(s.pid, s.tid, nullptr);
+        it = thread_index.find(thread_key(s.pid, s.tid));
+      }
+      Sample out;
+      out.time_ns = s.time_ns;
+      out.stack = sample_instance[i] == kNoIndex ? kNoIndex : instances_[sample_instance[i]].profile_stack;
+      out.cpu_delta_ns = s.cpu_delta_ns;
+      out.off_cpu_ns = s.off_cpu_ns;
+      out.kind = s.kind;
+      out.stack_end = s.stack_end;
+      out_.threads[it->second].samples.push_back(out);
+    }
+    for (Thread& t : out_.threads) {
+      if (!std::is_sorted(t.samples.begin(), t.samples.end(),
+                          [](const Sample& a, const Sample& b) { return a.time_ns < b.time_ns; })) {
+        std::stable_sort(t.samples.begin(), t.samples.end(),
+                         [](const Sample& a, const Sample& b) { return a.time_ns < b.time_ns; });
+      }
+    }
+  }
+
+  void build_call_edges(const std::vector<std::pair<uint32_t, uint32_t>>& edge_addresses) {
+    for (size_t i = 0; i < raw_.call_edges.size(); ++i) {
+      const RawCallEdge& e = raw_.call_edges[i];
+      const UniqueAddress& caller = addresses_[edge_addresses[i].first];
+      const UniqueAddress& callee = addresses_[edge_addresses[i].second];
+      CallEdge edge;
+      edge.pid = e.pid;
+      // The call site belongs to the innermost inlined function at the caller address.
+      edge.caller_func =
+          caller.spec_count > 0 ? specs_[caller.first_spec + caller.spec_count - 1].frame.func : kNoIndex;
+      edge.callee_func = specs_[callee.first_spec].frame.func;
+      edge.count = e.count;
+      out_.call_edges.push_back(edge);
+    }
+  }
+
+  const RawProfile& raw_;
+  Symbolizer& symbolizer_;
+  const ConvertOptions& options_;
+  Profile out_;
+
+  std::unordered_map<int32_t, ProcessView> processes_;
+  ProcessView no_process_;
+  int32_t last_pid_ = 0;
+  const ProcessView* last_view_ = nullptr;
+
+  std::vector<StackInstance> instances_;
+  std::vector<uint32_t> instance_addresses_;  // unique address ids, per instance root first
+  std::vector<UniqueAddress> addresses_;
+  std::unordered_map<AddressKey, uint32_t, AddressKeyHash> address_index_;
+  std::vector<FrameSpec> specs_;
+
+  std::unordered_map<uint32_t, ModuleRef> module_refs_;  // raw module -> how to open it
+  std::unordered_map<uint32_t, uint32_t> module_libs_;   // raw module -> Profile lib
+  KernelSymbols kernel_;
+  bool kernel_loaded_ = false;
+  bool kernel_ok_ = false;
+  uint32_t kernel_lib_ = kNoIndex;
+};
+
+}  // namespace
+
+Profile symbolize_profile(const RawProfile& raw, Symbolizer& symbolizer, const ConvertOptions& options) {
+  return Converter(raw, symbolizer, options).run();
+}
+
+}  // namespace hpd

@@ -1,0 +1,40 @@
+// DebugInfo factory: adapts the DWARF index (src/dwarf/) when it is built in, else reports none.
+#include "debug_info.h"
+
+#ifdef HPD_HAVE_DWARF_INDEX
+#include "dwarf/dwarf_index.h"
+#endif
+
+namespace hpd {
+
+#ifdef HPD_HAVE_DWARF_INDEX
+namespace {
+
+class DwarfDebugInfo final : public DebugInfo {
+ public:
+  explicit DwarfDebugInfo(std::unique_ptr<DwarfIndex> index) : index_(std::move(index)) {}
+  std::vector<SourceFrame> lookup(uint64_t vaddr) override { return index_->lookup(vaddr); }
+  size_t memory_bytes() const override { return index_->memory_bytes(); }
+
+ private:
+  std::unique_ptr<DwarfIndex> index_;
+};
+
+}  // namespace
+
+std::unique_ptr<DebugInfo> open_debug_info(const std::string& debug_path, std::string* error) {
+  std::unique_ptr<DwarfIndex> index = DwarfIndex::open(debug_path, error);
+  if (!index) return nullptr;
+  return std::make_unique<DwarfDebugInfo>(std::move(index));
+}
+
+#else
+
+std::unique_ptr<DebugInfo> open_debug_info(const std::string& debug_path, std::string* error) {
+  if (error) *error = "built without a DWARF index; " + debug_path + " is used for its symbol table only";
+  return nullptr;
+}
+
+#endif
+
+}  // namespace hpd

@@ -1,0 +1,31 @@
+// DebugInfo: the seam through which DWARF (file:line, inline chains) enters the symbolizer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpd/symbolizer/symbolizer.h"
+
+namespace hpd {
+
+// Source-level view of one module's debug information. The ELF symbol table still supplies the
+// outer symbol's name, address and size; a DebugInfo supplies Location::frames.
+class DebugInfo {
+ public:
+  virtual ~DebugInfo() = default;
+  // The inline chain at ELF virtual address `vaddr`, outermost (the real function) first, each
+  // level with its own function name and the file:line executing in it; empty when not covered.
+  virtual std::vector<SourceFrame> lookup(uint64_t vaddr) = 0;
+  // Estimated heap bytes held, for the module cache's memory cap.
+  virtual size_t memory_bytes() const = 0;
+};
+
+// Opens the DWARF in `debug_path` (a file that has .debug_info). Returns nullptr, with a message
+// in *error, when no DWARF reader is built in or the file's DWARF cannot be read; symbolization
+// then falls back to ELF symbols alone.
+std::unique_ptr<DebugInfo> open_debug_info(const std::string& debug_path, std::string* error);
+
+}  // namespace hpd

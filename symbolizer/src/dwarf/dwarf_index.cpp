@@ -1,0 +1,527 @@
+// DwarfIndex: LLVM-compatible compile-unit and subroutine range tables built over libdw.
+#include "dwarf_index.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#if __has_include(<llvm/Demangle/Demangle.h>)
+#include <llvm/Demangle/Demangle.h>
+#else
+// Built without LLVM's include path (e.g. globbed into another target): LLVM 14's declaration.
+namespace llvm {
+bool nonMicrosoftDemangle(const char* MangledName, std::string& Result);
+}
+#endif
+
+namespace hpd {
+namespace {
+
+constexpr uint32_t kNoNode = UINT32_MAX;
+// Garbage DWARF can nest DIEs arbitrarily deep or chain references in cycles; real code stays far below.
+constexpr int kMaxDieDepth = 256;
+constexpr int kMaxReferenceHops = 16;
+constexpr size_t kMaxRangesPerDie = 1u << 16;
+
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+struct ElfDeleter {
+  void operator()(Elf* elf) const { elf_end(elf); }
+};
+struct DwarfDeleter {
+  void operator()(Dwarf* dwarf) const { dwarf_end(dwarf); }
+};
+
+// A DW_TAG_subprogram or DW_TAG_inlined_subroutine that is (or encloses) an address-carrying one.
+struct Subroutine {
+  Dwarf_Off die_offset;
+  uint32_t parent;  // nearest enclosing Subroutine; kNoNode for subprograms (the chain stops there)
+  bool is_subprogram;
+};
+
+struct Span {
+  uint64_t low;
+  uint64_t high;
+  uint32_t node;
+};
+
+// What a compile unit contributes, built on its first lookup.
+struct UnitTables {
+  std::vector<Subroutine> nodes;
+  // LLVM's DWARFUnit::AddrDieMap flattened: sorted by low; entries normally disjoint.
+  std::vector<Span> spans;
+  Dwarf_Lines* lines = nullptr;  // owned by libdw
+  size_t line_count = 0;
+  Dwarf_Files* files = nullptr;  // owned by libdw
+  std::string comp_dir;
+  std::map<std::pair<const Dwarf_Files*, size_t>, std::string> file_names;
+};
+
+struct Unit {
+  Dwarf_Off die_offset;
+  std::unique_ptr<UnitTables> tables;
+};
+
+struct UnitSpan {
+  uint64_t low;
+  uint64_t high;
+  uint32_t unit;
+};
+
+template <class Fn>
+void for_each_range(Dwarf_Die* die, Fn&& fn) {
+  Dwarf_Addr base = 0, start = 0, end = 0;
+  ptrdiff_t offset = 0;
+  size_t count = 0;
+  while ((offset = dwarf_ranges(die, offset, &base, &start, &end)) > 0 && count++ < kMaxRangesPerDie) {
+    fn(start, end);
+  }
+}
+
+const char* attr_string(Dwarf_Die* die, unsigned name) {
+  Dwarf_Attribute attr;
+  if (dwarf_attr(die, name, &attr) == nullptr) return nullptr;
+  return dwarf_formstring(&attr);
+}
+
+uint64_t attr_unsigned(Dwarf_Die* die, unsigned name) {
+  Dwarf_Attribute attr;
+  Dwarf_Word value = 0;
+  if (dwarf_attr(die, name, &attr) == nullptr || dwarf_formudata(&attr, &value) != 0) return 0;
+  return value;
+}
+
+// LLVM's DWARFDie::findRecursively: the DIE itself, then what DW_AT_specification and
+// DW_AT_abstract_origin refer to (depth first, specification before abstract_origin).
+// The first DIE holding one of the attributes decides, even if its form is not a string.
+const char* find_string_recursively(Dwarf_Die* start, std::initializer_list<unsigned> names) {
+  std::vector<Dwarf_Die> worklist{*start};
+  std::vector<Dwarf_Off> seen{dwarf_dieoffset(start)};
+  for (int hops = 0; !worklist.empty() && hops < kMaxReferenceHops; ++hops) {
+    Dwarf_Die die = worklist.back();
+    worklist.pop_back();
+    for (unsigned name : names) {
+      Dwarf_Attribute attr;
+      if (dwarf_attr(&die, name, &attr) != nullptr) return dwarf_formstring(&attr);
+    }
+    for (unsigned ref : {DW_AT_abstract_origin, DW_AT_specification}) {
+      Dwarf_Attribute attr;
+      Dwarf_Die target;
+      if (dwarf_attr(&die, ref, &attr) == nullptr || dwarf_formref_die(&attr, &target) == nullptr) continue;
+      Dwarf_Off off = dwarf_dieoffset(&target);
+      if (std::find(seen.begin(), seen.end(), off) != seen.end()) continue;
+      seen.push_back(off);
+      worklist.push_back(target);
+    }
+  }
+  return nullptr;
+}
+
+// LLVM's sys::path::append of one component: exactly one separator between the parts.
+std::string join_path(const std::string& dir, const char* name) {
+  if (dir.empty()) return name;
+  std::string out = dir;
+  if (out.back() == '/') {
+    while (*name == '/') ++name;
+  } else if (*name != '/') {
+    out.push_back('/');
+  }
+  out += name;
+  return out;
+}
+
+// Walks a compile unit's DIE tree in preorder and fills LLVM's address-to-subroutine map
+// (DWARFUnit::updateAddressDieMap), including its rule for a range nested inside an earlier one:
+// the later (inner) DIE wins inside its range and the outer one keeps both sides.
+class SubroutineMapBuilder {
+ public:
+  explicit SubroutineMapBuilder(UnitTables& tables) : tables_(tables) {}
+
+  void walk_children(Dwarf_Die* parent, int depth) {
+    Dwarf_Die child;
+    if (depth >= kMaxDieDepth || dwarf_haschildren(parent) <= 0 || dwarf_child(parent, &child) != 0) return;
+    for (;;) {
+      visit(&child, depth + 1);
+      Dwarf_Die next;
+      if (dwarf_siblingof(&child, &next) != 0) break;
+      child = next;
+    }
+  }
+
+  void finish() {
+    tables_.spans.reserve(map_.size());
+    for (const auto& [low, entry] : map_) tables_.spans.push_back({low, entry.first, entry.second});
+    map_.clear();
+  }
+
+ private:
+  struct Ancestor {
+    Dwarf_Off offset;
+    bool is_subprogram;
+    uint32_t node;
+  };
+
+  void visit(Dwarf_Die* die, int depth) {
+    int tag = dwarf_tag(die);
+    bool subroutine = tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine;
+    if (subroutine) {
+      stack_.push_back({dwarf_dieoffset(die), tag == DW_TAG_subprogram, kNoNode});
+      for_each_range(die, [&](uint64_t low, uint64_t high) {
+        if (low < high) insert(low, high, materialize(stack_.size() - 1));
+      });
+    }
+    walk_children(die, depth);
+    if (subroutine) stack_.pop_back();
+  }
+
+  uint32_t materialize(size_t index) {
+    Ancestor& a = stack_[index];
+    if (a.node != kNoNode) return a.node;
+    uint32_t parent = (!a.is_subprogram && index > 0) ? materialize(index - 1) : kNoNode;
+    a.node = static_cast<uint32_t>(tables_.nodes.size());
+    tables_.nodes.push_back({a.offset, parent, a.is_subprogram});
+    return a.node;
+  }
+
+  void insert(uint64_t low, uint64_t high, uint32_t node) {
+    auto it = map_.upper_bound(low);
+    if (it != map_.begin()) {
+      --it;
+      if (low < it->second.first) {
+        if (high < it->second.first) map_[high] = it->second;
+        if (low > it->first) it->second.first = low;
+      }
+    }
+    map_[low] = {high, node};
+  }
+
+  UnitTables& tables_;
+  std::vector<Ancestor> stack_;
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> map_;
+};
+
+// The compile-unit address table as LLVM's DWARFDebugAranges::construct builds it: where units
+// overlap (COMDAT copies mapped onto the kept one), the unit already owning the preceding piece
+// keeps extending; otherwise the lowest unit offset wins.
+std::vector<UnitSpan> build_unit_spans(const std::vector<UnitSpan>& raw) {
+  struct Endpoint {
+    uint64_t address;
+    uint32_t unit;
+    bool is_start;
+  };
+  std::vector<Endpoint> endpoints;
+  endpoints.reserve(raw.size() * 2);
+  for (const UnitSpan& s : raw) {
+    endpoints.push_back({s.low, s.unit, true});
+    endpoints.push_back({s.high, s.unit, false});
+  }
+  std::stable_sort(endpoints.begin(), endpoints.end(),
+                   [](const Endpoint& a, const Endpoint& b) { return a.address < b.address; });
+  std::vector<UnitSpan> out;
+  std::multiset<uint32_t> valid;
+  uint64_t previous = UINT64_MAX;
+  for (const Endpoint& e : endpoints) {
+    if (previous < e.address && !valid.empty()) {
+      if (!out.empty() && out.back().high == previous && valid.count(out.back().unit) != 0) {
+        out.back().high = e.address;
+      } else {
+        out.push_back({previous, e.address, *valid.begin()});
+      }
+    }
+    if (e.is_start) {
+      valid.insert(e.unit);
+    } else if (auto it = valid.find(e.unit); it != valid.end()) {
+      valid.erase(it);
+    }
+    previous = e.address;
+  }
+  return out;
+}
+
+// Heap that libdw holds for decompressed sections: they are inflated into malloc'd buffers.
+size_t decompressed_debug_bytes(Elf* elf) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return 0;
+  size_t total = 0;
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+    const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (name == nullptr) continue;
+    if ((shdr.sh_flags & SHF_COMPRESSED) != 0) {
+      GElf_Chdr chdr;
+      if (gelf_getchdr(scn, &chdr) != nullptr) total += chdr.ch_size;
+    } else if (std::strncmp(name, ".zdebug", 7) == 0) {
+      total += shdr.sh_size * 4;  // the real size sits in the section data; a rough ratio is enough here
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+struct DwarfIndex::Impl {
+  std::unique_ptr<FileDescriptor> fd;
+  std::unique_ptr<Elf, ElfDeleter> elf;
+  std::unique_ptr<Dwarf, DwarfDeleter> dwarf;
+  std::vector<Unit> units;
+  std::vector<UnitSpan> unit_spans;  // sorted, disjoint
+  size_t decompressed_bytes = 0;
+
+  mutable std::mutex mutex;
+  // Demangled names by the DWARF string they came from (strings live as long as `dwarf`).
+  mutable std::unordered_map<const char*, std::string> names;
+  mutable size_t name_bytes = 0;
+  mutable size_t line_rows_loaded = 0;
+
+  UnitTables* tables_for(uint32_t unit_index) const;
+  void load_lines(UnitTables& t, Dwarf_Die* cudie) const;
+  const std::string& file_name(UnitTables& t, Dwarf_Files* files, size_t index) const;
+  const std::string& function_name(Dwarf_Off die_offset) const;
+  bool line_row(UnitTables& t, uint64_t address, SourceFrame& frame) const;
+};
+
+DwarfIndex::DwarfIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DwarfIndex::~DwarfIndex() = default;
+
+std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::string* error) {
+  auto fail = [&](std::string message) -> std::unique_ptr<DwarfIndex> {
+    if (error != nullptr) *error = path + ": " + std::move(message);
+    return nullptr;
+  };
+  auto impl = std::make_unique<Impl>();
+  impl->fd = std::make_unique<FileDescriptor>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (impl->fd->get() < 0) return fail(std::string("cannot open: ") + std::strerror(errno));
+  if (elf_version(EV_CURRENT) == EV_NONE) return fail("libelf version mismatch");
+  impl->elf.reset(elf_begin(impl->fd->get(), ELF_C_READ_MMAP, nullptr));
+  if (!impl->elf || elf_kind(impl->elf.get()) != ELF_K_ELF) {
+    return fail(std::string("not an ELF file: ") + elf_errmsg(-1));
+  }
+  impl->decompressed_bytes = decompressed_debug_bytes(impl->elf.get());
+  // libdw inflates SHF_COMPRESSED and .zdebug sections itself while opening.
+  impl->dwarf.reset(dwarf_begin_elf(impl->elf.get(), DWARF_C_READ, nullptr));
+  if (!impl->dwarf) return fail(std::string("no usable DWARF: ") + dwarf_errmsg(-1));
+
+  std::vector<UnitSpan> raw;
+  Dwarf_CU* cu = nullptr;
+  Dwarf_CU* next = nullptr;
+  Dwarf_Half version = 0;
+  uint8_t unit_type = 0;
+  Dwarf_Die cudie, subdie;
+  while (dwarf_get_units(impl->dwarf.get(), cu, &next, &version, &unit_type, &cudie, &subdie) == 0) {
+    cu = next;
+    // Type units carry no code; skeleton units keep their line table in this file.
+    if (unit_type != DW_UT_compile && unit_type != DW_UT_partial && unit_type != DW_UT_skeleton) continue;
+    auto index = static_cast<uint32_t>(impl->units.size());
+    bool any = false;
+    for_each_range(&cudie, [&](uint64_t low, uint64_t high) {
+      if (low < high) {
+        raw.push_back({low, high, index});
+        any = true;
+      }
+    });
+    if (any) impl->units.push_back({dwarf_dieoffset(&cudie), nullptr});
+  }
+  if (impl->units.empty()) return fail("DWARF has no compile unit with address ranges");
+  impl->unit_spans = build_unit_spans(raw);
+  return std::unique_ptr<DwarfIndex>(new DwarfIndex(std::move(impl)));
+}
+
+UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index) const {
+  // The cache is logically const: it only memoizes what the file already says.
+  Unit& unit = const_cast<Unit&>(units[unit_index]);
+  if (unit.tables) return unit.tables.get();
+  unit.tables = std::make_unique<UnitTables>();
+  Dwarf_Die cudie;
+  if (dwarf_offdie(dwarf.get(), unit.die_offset, &cudie) == nullptr) return unit.tables.get();
+  if (const char* dir = attr_string(&cudie, DW_AT_comp_dir)) unit.tables->comp_dir = dir;
+  SubroutineMapBuilder builder(*unit.tables);
+  builder.walk_children(&cudie, 0);
+  builder.finish();
+  unit.tables->nodes.shrink_to_fit();
+  load_lines(*unit.tables, &cudie);
+  return unit.tables.get();
+}
+
+void DwarfIndex::Impl::load_lines(UnitTables& t, Dwarf_Die* cudie) const {
+  size_t count = 0;
+  if (dwarf_getsrclines(cudie, &t.lines, &count) != 0) {
+    t.lines = nullptr;
+    count = 0;
+  }
+  t.line_count = count;
+  line_rows_loaded += count;
+  size_t file_count = 0;
+  if (dwarf_getsrcfiles(cudie, &t.files, &file_count) != 0) t.files = nullptr;
+}
+
+const std::string& DwarfIndex::Impl::file_name(UnitTables& t, Dwarf_Files* files, size_t index) const {
+  auto key = std::make_pair(static_cast<const Dwarf_Files*>(files), index);
+  auto it = t.file_names.find(key);
+  if (it != t.file_names.end()) return it->second;
+  std::string name;
+  // libdw already prefixed the file's directory; a relative result still lacks comp_dir (DWARF 5).
+  if (const char* raw = files != nullptr ? dwarf_filesrc(files, index, nullptr, nullptr) : nullptr) {
+    name = raw[0] == '/' ? std::string(raw) : join_path(t.comp_dir, raw);
+  }
+  return t.file_names.emplace(key, std::move(name)).first->second;
+}
+
+const std::string& DwarfIndex::Impl::function_name(Dwarf_Off die_offset) const {
+  static const std::string kEmpty;
+  Dwarf_Die die;
+  if (dwarf_offdie(dwarf.get(), die_offset, &die) == nullptr) return kEmpty;
+  const char* raw = find_string_recursively(&die, {DW_AT_linkage_name, DW_AT_MIPS_linkage_name});
+  if (raw == nullptr) raw = find_string_recursively(&die, {DW_AT_name});
+  if (raw == nullptr) return kEmpty;
+  auto it = names.find(raw);
+  if (it != names.end()) return it->second;
+  std::string demangled = demangle_llvm_style(raw);
+  name_bytes += demangled.capacity() + 64;
+  return names.emplace(raw, std::move(demangled)).first->second;
+}
+
+// LLVM's line lookup: the last row at or below the address, unless that row ends a sequence.
+// libdw sorts rows by address with end-of-sequence rows first among equal addresses.
+bool DwarfIndex::Impl::line_row(UnitTables& t, uint64_t address, SourceFrame& frame) const {
+  if (t.lines == nullptr || t.line_count == 0) return false;
+  size_t lo = 0, hi = t.line_count;  // find the first row with address > target
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    Dwarf_Addr a = 0;
+    Dwarf_Line* line = dwarf_onesrcline(t.lines, mid);
+    if (line == nullptr || dwarf_lineaddr(line, &a) != 0) return false;
+    if (a <= address) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == 0) return false;
+  Dwarf_Line* line = dwarf_onesrcline(t.lines, lo - 1);
+  bool end_sequence = false;
+  if (line == nullptr || dwarf_lineendsequence(line, &end_sequence) != 0 || end_sequence) return false;
+  int lineno = 0, column = 0;
+  dwarf_lineno(line, &lineno);
+  dwarf_linecol(line, &column);
+  frame.line = static_cast<uint32_t>(std::max(lineno, 0));
+  frame.column = static_cast<uint32_t>(std::max(column, 0));
+  Dwarf_Files* files = nullptr;
+  size_t index = 0;
+  if (dwarf_line_file(line, &files, &index) == 0) frame.file = file_name(t, files, index);
+  return true;
+}
+
+std::vector<SourceFrame> DwarfIndex::lookup(uint64_t vaddr) const {
+  const Impl& d = *impl_;
+  auto cu_it = std::partition_point(d.unit_spans.begin(), d.unit_spans.end(),
+                                    [&](const UnitSpan& s) { return s.high <= vaddr; });
+  if (cu_it == d.unit_spans.end() || cu_it->low > vaddr) return {};
+
+  std::lock_guard<std::mutex> lock(d.mutex);
+  UnitTables& t = *d.tables_for(cu_it->unit);
+
+  // Innermost subroutine, as LLVM's DWARFUnit::getSubroutineForAddress finds it.
+  uint32_t leaf = kNoNode;
+  auto span_it = std::upper_bound(t.spans.begin(), t.spans.end(), vaddr,
+                                  [](uint64_t a, const Span& s) { return a < s.low; });
+  if (span_it != t.spans.begin() && vaddr < std::prev(span_it)->high) leaf = std::prev(span_it)->node;
+
+  std::vector<uint32_t> chain;  // innermost first
+  for (uint32_t n = leaf; n != kNoNode && chain.size() < t.nodes.size(); n = t.nodes[n].parent) {
+    chain.push_back(n);
+    if (t.nodes[n].is_subprogram) break;
+  }
+
+  std::vector<SourceFrame> frames(std::max<size_t>(chain.size(), 1));
+  SourceFrame& innermost = frames.back();
+  d.line_row(t, vaddr, innermost);
+  if (chain.empty()) return frames;
+  innermost.function = d.function_name(t.nodes[chain[0]].die_offset);
+  for (size_t i = 1; i < chain.size(); ++i) {
+    SourceFrame& f = frames[frames.size() - 1 - i];
+    f.function = d.function_name(t.nodes[chain[i]].die_offset);
+    Dwarf_Die callee;
+    if (dwarf_offdie(d.dwarf.get(), t.nodes[chain[i - 1]].die_offset, &callee) == nullptr) continue;
+    f.line = static_cast<uint32_t>(attr_unsigned(&callee, DW_AT_call_line));
+    f.column = static_cast<uint32_t>(attr_unsigned(&callee, DW_AT_call_column));
+    Dwarf_Attribute attr;
+    Dwarf_Word file_index = 0;
+    if (t.files != nullptr && dwarf_attr(&callee, DW_AT_call_file, &attr) != nullptr &&
+        dwarf_formudata(&attr, &file_index) == 0) {
+      f.file = d.file_name(t, t.files, file_index);
+    }
+  }
+  return frames;
+}
+
+size_t DwarfIndex::memory_bytes() const {
+  const Impl& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.mutex);
+  size_t total =
+      sizeof(Impl) + d.units.capacity() * sizeof(Unit) + d.unit_spans.capacity() * sizeof(UnitSpan);
+  total += d.decompressed_bytes;
+  total += d.name_bytes + d.names.bucket_count() * sizeof(void*);
+  // libdw keeps, per compile unit touched, its CU record and abbreviation table; per line row a
+  // Dwarf_Line plus sorting scratch; per DIE looked up nothing lasting.
+  constexpr size_t kLibdwPerUnit = 2048;
+  constexpr size_t kLibdwPerLineRow = 48;
+  total += d.units.size() * 256;  // libdw's Dwarf_CU records and its unit search tree
+  total += d.line_rows_loaded * kLibdwPerLineRow;
+  for (const Unit& u : d.units) {
+    if (!u.tables) continue;
+    const UnitTables& t = *u.tables;
+    total += sizeof(UnitTables) + kLibdwPerUnit + t.nodes.capacity() * sizeof(Subroutine) +
+             t.spans.capacity() * sizeof(Span) + t.comp_dir.capacity();
+    for (const auto& [key, name] : t.file_names) total += name.capacity() + 64;
+  }
+  return total;
+}
+
+size_t DwarfIndex::unit_count() const {
+  return impl_->units.size();
+}
+
+std::string demangle_llvm_style(const char* name) {
+  if (name == nullptr) return {};
+  std::string out;
+  if (!llvm::nonMicrosoftDemangle(name, out)) return name;
+  // Legacy Rust symbols are Itanium names ending in a 17h<16 hex>E hash component.
+  size_t len = std::strlen(name);
+  if (len > 20 && std::strncmp(name, "_ZN", 3) == 0 && name[len - 1] == 'E' &&
+      std::strncmp(name + len - 20, "17h", 3) == 0 &&
+      std::all_of(name + len - 17, name + len - 1,
+                  [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); })) {
+    constexpr size_t kSuffix = 19;  // "::h" + 16 hex digits
+    if (out.size() > kSuffix && out.compare(out.size() - kSuffix, 3, "::h") == 0)
+      out.resize(out.size() - kSuffix);
+  }
+  return out;
+}
+
+}  // namespace hpd

@@ -1,0 +1,53 @@
+// DwarfIndex: address -> inline chain (names, file:line:column) from one module's DWARF, via libdw.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpd/symbolizer/symbolizer.h"
+
+namespace hpd {
+
+// Answers are meant to equal `llvm-symbolizer --inlining --demangle` (LLVM 14) level by level,
+// with two deliberate differences: the outermost level's name is the DWARF name (llvm takes it
+// from the ELF symbol table; the caller may override it), and legacy Rust hashes (::h<16 hex>)
+// are stripped. The global index (compile-unit ranges) is built by open(); each compile unit's
+// function/inline table and line table are built on its first lookup and kept.
+// Thread-safe: lookups are serialized internally.
+class DwarfIndex {
+ public:
+  // Opens an ELF file holding DWARF (the binary itself or a separate debug file). Returns nullptr
+  // and sets *error (when error != nullptr) if the file cannot be read or has no usable DWARF.
+  static std::unique_ptr<DwarfIndex> open(const std::string& debug_file_path, std::string* error);
+
+  ~DwarfIndex();
+  DwarfIndex(const DwarfIndex&) = delete;
+  DwarfIndex& operator=(const DwarfIndex&) = delete;
+
+  // Inline chain at an ELF virtual address (unbiased, as in the file), outermost first. Each
+  // level holds the function name and the file:line:column executing in that level: for the
+  // innermost the line-table row, for outer ones the call site of the next-inner level.
+  // Empty when no compile unit covers the address. When a compile unit covers it but no
+  // function DIE does, one level with an empty function name and the line-table position.
+  std::vector<SourceFrame> lookup(uint64_t vaddr) const;
+
+  // Estimate of the heap this index holds, including what libdw caches on its behalf.
+  size_t memory_bytes() const;
+
+  // Number of compile units with address ranges (for diagnostics and tests).
+  size_t unit_count() const;
+
+ private:
+  struct Impl;
+  explicit DwarfIndex(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Demangles the way llvm-symbolizer 14 does (Itanium, Rust v0, Rust legacy via Itanium), except
+// that the legacy Rust hash suffix is removed. Returns the input when it is not a mangled name.
+std::string demangle_llvm_style(const char* name);
+
+}  // namespace hpd

@@ -1,0 +1,86 @@
+// ElfFile: an open ELF file (fd + libelf handle) and the few facts the symbolizer reads from it.
+#pragma once
+
+#include <gelf.h>
+#include <libelf.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpd {
+
+// A PT_LOAD program header.
+struct LoadSegment {
+  uint64_t offset = 0;
+  uint64_t filesz = 0;
+  uint64_t vaddr = 0;
+  uint64_t memsz = 0;
+  bool executable = false;
+};
+
+// The program headers that turn file offsets into ELF virtual addresses.
+class SegmentMap {
+ public:
+  SegmentMap() = default;
+  explicit SegmentMap(std::vector<LoadSegment> loads);
+  bool empty() const { return loads_.empty(); }
+  // Lowest PT_LOAD p_vaddr rounded down to 4 KiB (see symbolizer.h).
+  uint64_t image_base() const { return image_base_; }
+  // ELF vaddr of a file offset: executable segments first, then any segment, then extrapolated
+  // from the first executable (else first) segment. Never fails once segments exist.
+  uint64_t vaddr_of(uint64_t file_offset) const;
+  size_t memory_bytes() const { return loads_.capacity() * sizeof(LoadSegment); }
+  // The same segments with file offsets assumed to be vaddr - image_base (GNU ld's layout). For
+  // separate debug files: objcopy --only-keep-debug keeps the vaddrs but zeroes or shifts the
+  // file offsets and sizes, so the original binary's offsets have to be guessed.
+  SegmentMap with_linear_offsets() const;
+
+ private:
+  std::vector<LoadSegment> loads_;
+  uint64_t image_base_ = 0;
+};
+
+class ElfFile {
+ public:
+  // Opens `path` as an ELF file; nullptr and a message in *error when it is missing, not ELF, or
+  // too damaged to read its headers.
+  static std::unique_ptr<ElfFile> open(const std::string& path, std::string* error);
+  ~ElfFile();
+  ElfFile(const ElfFile&) = delete;
+  ElfFile& operator=(const ElfFile&) = delete;
+
+  Elf* elf() const { return elf_; }
+  const std::string& path() const { return path_; }
+  uint16_t machine() const { return machine_; }
+  const SegmentMap& segments() const { return segments_; }
+  // The GNU build-id note as lower-case hex; empty when there is none.
+  const std::string& build_id() const { return build_id_; }
+  // Whether the file carries DWARF (.debug_info with contents, not a NOBITS placeholder).
+  bool has_debug_info() const;
+  // The file name recorded in .gnu_debuglink, if any.
+  std::optional<std::string> debuglink() const;
+
+  // The first section named `name`, or nullptr.
+  Elf_Scn* section(const char* name) const;
+  // Section data with its bounds checked by libelf; nullptr for NOBITS or damaged sections.
+  static Elf_Data* data_of(Elf_Scn* scn);
+
+ private:
+  ElfFile() = default;
+  bool init(std::string* error);
+  void read_build_id();
+
+  int fd_ = -1;
+  Elf* elf_ = nullptr;
+  std::string path_;
+  uint16_t machine_ = 0;
+  size_t shstrndx_ = 0;
+  bool have_shstrndx_ = false;
+  SegmentMap segments_;
+  std::string build_id_;
+};
+
+}  // namespace hpd

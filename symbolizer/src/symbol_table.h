@@ -1,0 +1,58 @@
+// SymbolTable: a module's function symbols, sorted once, looked up by binary search.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace hpd {
+
+class ElfFile;
+
+class SymbolTable {
+ public:
+  struct Symbol {
+    uint64_t address = 0;  // ELF vaddr
+    uint64_t size = 0;     // as the symbol table says (0 = sizeless)
+    uint64_t end = 0;      // effective end: address + size, or extended to the next symbol
+    uint32_t name_offset = 0;
+    uint32_t name_length = 0;
+  };
+
+  // Adds a symbol. `section_end` bounds a sizeless symbol that turns out to be the last one.
+  void add(uint64_t address, uint64_t size, std::string_view name, uint64_t section_end);
+  // Sorts and applies llvm-symbolizer's rules: a stable sort by (address, size); of several
+  // symbols at one address the last one is kept (so the largest size, and among equal sizes the
+  // one added last); sizeless symbols extend to the next symbol's address.
+  void finalize();
+
+  // The symbol containing `vaddr`, or nullptr. Only the nearest symbol at or below `vaddr` is
+  // considered (as llvm does): an address past its end is not attributed to an enclosing one.
+  const Symbol* find(uint64_t vaddr) const;
+  std::string_view name(const Symbol& s) const { return {pool_.data() + s.name_offset, s.name_length}; }
+  // Demangled (when `demangle_names`) name, computed once per symbol.
+  const std::string& display_name(const Symbol& s, bool demangle_names);
+
+  size_t size() const { return symbols_.size(); }
+  const std::vector<Symbol>& symbols() const { return symbols_; }
+  // Honest estimate of the heap bytes this table holds.
+  size_t memory_bytes() const;
+
+ private:
+  std::vector<Symbol> symbols_;
+  std::vector<uint64_t> section_ends_;  // parallel to symbols_ until finalize()
+  std::string pool_;
+  std::unordered_map<uint32_t, std::string> display_;  // by symbol index
+  size_t display_bytes_ = 0;
+};
+
+// Adds the STT_FUNC and STT_GNU_IFUNC symbols of `file`'s .dynsym and .symtab (in that order, so
+// that at equal address and size the .symtab name wins).
+void add_elf_symbols(const ElfFile& file, SymbolTable& table);
+// Adds synthetic "<func>@plt" symbols for the entries of .plt, .plt.sec and .plt.got, named from
+// the relocations that fill their GOT slots; entries that cannot be named become "[plt]".
+void add_plt_symbols(const ElfFile& file, SymbolTable& table);
+
+}  // namespace hpd

@@ -1,0 +1,318 @@
+// Symbolizer: finds module and debug files, caches their symbol tables (LRU), resolves offsets.
+#include "hpd/symbolizer/symbolizer.h"
+
+#include <sys/stat.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <list>
+#include <unordered_map>
+
+#include "debug_info.h"
+#include "demangle_internal.h"
+#include "elf_file.h"
+#include "symbol_table.h"
+
+namespace hpd {
+namespace {
+
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string join_errors(const std::vector<std::string>& errors) {
+  std::string out;
+  for (const auto& e : errors) {
+    if (!out.empty()) out += "; ";
+    out += e;
+  }
+  return out;
+}
+
+// The tables of one loaded module; everything the LRU cache can drop and rebuild.
+struct LoadedModule {
+  SegmentMap segments;
+  SymbolTable symbols;
+  std::unique_ptr<DebugInfo> debug;
+
+  size_t memory_bytes() const {
+    return sizeof(*this) + segments.memory_bytes() + symbols.memory_bytes() +
+           (debug ? debug->memory_bytes() : 0);
+  }
+};
+
+}  // namespace
+
+struct Symbolizer::Impl {
+  struct Entry {
+    ModuleInfo info;
+    std::unique_ptr<LoadedModule> loaded;  // null when unreadable or evicted
+    bool attempted = false;
+    size_t bytes = 0;
+    std::list<std::string>::iterator lru;  // valid while loaded
+  };
+
+  SymbolizerOptions options;
+  std::unordered_map<std::string, Entry> entries;
+  std::list<std::string> lru;  // most recently used first
+  uint64_t bytes_used = 0;
+
+  static std::string key_of(const ModuleRef& ref) {
+    // Files without a build-id are told apart by path, and by process (a container's /usr/lib/x
+    // is not the host's).
+    if (!ref.build_id.empty()) return "b:" + ref.build_id;
+    return "p:" + ref.path + "#" + std::to_string(ref.pid);
+  }
+
+  Entry& get(const ModuleRef& ref) {
+    const std::string key = key_of(ref);
+    auto [it, inserted] = entries.try_emplace(key);
+    Entry& e = it->second;
+    if (e.loaded) {
+      lru.splice(lru.begin(), lru, e.lru);  // touch
+      return e;
+    }
+    if (e.attempted && !e.info.readable) return e;  // a known failure; do not retry every call
+    e.attempted = true;
+    e.loaded = load(ref, e.info);
+    if (e.loaded) {
+      lru.push_front(key);
+      e.lru = lru.begin();
+      e.bytes = e.loaded->memory_bytes();
+      bytes_used += e.bytes;
+      evict_over_cap(&e);
+    }
+    return e;
+  }
+
+  // Re-measures an entry whose tables grew (demangled names are cached lazily).
+  void remeasure(Entry& e) {
+    if (!e.loaded) return;
+    const size_t now = e.loaded->memory_bytes();
+    bytes_used = bytes_used - e.bytes + now;
+    e.bytes = now;
+    evict_over_cap(&e);
+  }
+
+  void evict_over_cap(const Entry* keep) {
+    while (bytes_used > options.cache_bytes && !lru.empty()) {
+      Entry& victim = entries.at(lru.back());
+      if (&victim == keep) break;  // the module in use stays, even alone over the cap
+      bytes_used -= victim.bytes;
+      victim.bytes = 0;
+      victim.loaded.reset();
+      lru.pop_back();
+    }
+  }
+
+  // Opens the first candidate whose build-id matches; remembers the first mismatching one.
+  std::unique_ptr<ElfFile> open_binary(const ModuleRef& ref, std::vector<std::string>& errors,
+                                       std::unique_ptr<ElfFile>& mismatched) {
+    std::vector<std::string> candidates;
+    if (ref.pid != 0) {
+      if (ref.map_end > ref.map_start) {
+        char buf[96];
+        std::snprintf(buf, sizeof(buf), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, ref.pid, ref.map_start,
+                      ref.map_end);
+        candidates.emplace_back(buf);
+      }
+      if (!ref.path.empty() && ref.path[0] == '/') {
+        candidates.push_back("/proc/" + std::to_string(ref.pid) + "/root" + ref.path);
+      }
+    }
+    if (!ref.path.empty()) candidates.push_back(ref.path);
+    for (const auto& path : candidates) {
+      std::string error;
+      auto file = ElfFile::open(path, &error);
+      if (!file) {
+        // /proc candidates fail routinely (exited process, no permission); report only the path.
+        if (path == ref.path) errors.push_back(error);
+        continue;
+      }
+      if (ref.build_id.empty() || file->build_id() == ref.build_id) return file;
+      if (!mismatched) mismatched = std::move(file);
+    }
+    if (candidates.empty()) errors.push_back("no path to open");
+    return nullptr;
+  }
+
+  std::string build_id_path(const std::string& build_id) const {
+    if (build_id.size() < 3) return {};
+    return options.debug_root + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+  }
+
+  // A separate debug file for `binary`: by build-id, then by .gnu_debuglink. Its build-id must
+  // match the binary's when both have one (a stale debug file gives confidently wrong lines).
+  std::unique_ptr<ElfFile> find_debug_file(const ElfFile& binary, const ModuleRef& ref) const {
+    std::vector<std::string> candidates;
+    const std::string& bid = binary.build_id().empty() ? ref.build_id : binary.build_id();
+    if (auto p = build_id_path(bid); !p.empty()) candidates.push_back(p);
+    if (auto link = binary.debuglink()) {
+      std::vector<std::string> dirs{dir_of(binary.path())};
+      if (!ref.path.empty() && dir_of(ref.path) != dirs[0]) dirs.push_back(dir_of(ref.path));
+      for (const auto& dir : dirs) {
+        if (dir.rfind("/proc/", 0) == 0 && dir.find("/map_files") != std::string::npos) continue;
+        candidates.push_back(dir + "/" + *link);
+        candidates.push_back(dir + "/.debug/" + *link);
+        candidates.push_back(options.debug_root + dir + "/" + *link);
+      }
+    }
+    for (const auto& path : candidates) {
+      if (path == binary.path() || !is_regular_file(path)) continue;
+      auto file = ElfFile::open(path, nullptr);
+      if (!file) continue;
+      if (!bid.empty() && !file->build_id().empty() && file->build_id() != bid) continue;
+      if (file->has_debug_info() || file->section(".symtab") != nullptr) return file;
+    }
+    return nullptr;
+  }
+
+  std::unique_ptr<LoadedModule> load(const ModuleRef& ref, ModuleInfo& info) {
+    info = ModuleInfo{};
+    std::vector<std::string> errors;
+    std::unique_ptr<ElfFile> mismatched;
+    std::unique_ptr<ElfFile> binary = open_binary(ref, errors, mismatched);
+    std::unique_ptr<ElfFile> debug;
+    if (!binary && !ref.build_id.empty()) {
+      // The binary is gone or rebuilt, but a debug file with the expected build-id beats a
+      // mismatching binary: it carries the same program headers and a full .symtab.
+      if (auto p = build_id_path(ref.build_id); !p.empty() && is_regular_file(p)) {
+        auto file = ElfFile::open(p, nullptr);
+        if (file && file->build_id() == ref.build_id && !file->segments().empty()) debug = std::move(file);
+      }
+    }
+    if (!binary && !debug && mismatched) {
+      binary = std::move(mismatched);
+      info.build_id_mismatch = true;
+      info.error = "build-id mismatch: expected " + ref.build_id + ", " + binary->path() + " has " +
+                   (binary->build_id().empty() ? std::string("none") : binary->build_id()) +
+                   "; symbols may be wrong";
+    }
+    if (!binary && !debug) {
+      info.error = join_errors(errors);
+      if (info.error.empty()) info.error = "cannot read " + ref.path;
+      return nullptr;
+    }
+    if (binary && !binary->has_debug_info()) debug = find_debug_file(*binary, ref);
+
+    auto module = std::make_unique<LoadedModule>();
+    const ElfFile& primary = binary ? *binary : *debug;
+    if (binary && !binary->segments().empty()) {
+      module->segments = binary->segments();
+    } else if (debug && !debug->segments().empty()) {
+      module->segments = debug->segments().with_linear_offsets();
+      info.error = "no binary with build-id " + ref.build_id + " at " + ref.path + "; using " +
+                   debug->path() + " alone, assuming file offsets = vaddr - image base (GNU ld layout)";
+    }
+    if (module->segments.empty()) {
+      info.error = primary.path() + ": no PT_LOAD program headers; not a loadable module";
+      return nullptr;
+    }
+    if (binary) {
+      add_plt_symbols(*binary, module->symbols);
+      add_elf_symbols(*binary, module->symbols);
+    }
+    if (debug) add_elf_symbols(*debug, module->symbols);
+    module->symbols.finalize();
+
+    info.readable = true;
+    info.opened_path = primary.path();
+    info.build_id = primary.build_id();
+    info.image_base = module->segments.image_base();
+    info.symbol_count = module->symbols.size();
+    const ElfFile* dwarf_file = binary && binary->has_debug_info() ? binary.get()
+                                : debug && debug->has_debug_info() ? debug.get()
+                                                                   : nullptr;
+    if (dwarf_file != nullptr) {
+      info.has_debug_info = true;
+      info.debug_path = dwarf_file->path();
+      module->debug = open_debug_info(dwarf_file->path(), &info.debug_error);
+      info.dwarf_index = module->debug != nullptr;
+    } else if (debug) {
+      info.debug_path = debug->path();  // symbols only
+    }
+    return module;
+  }
+
+  Location locate(LoadedModule& m, const ModuleInfo& info, uint64_t file_offset) const {
+    Location loc;
+    const uint64_t vaddr = m.segments.vaddr_of(file_offset);
+    const uint64_t base = info.image_base;
+    loc.rel_address = vaddr - base;
+    const SymbolTable::Symbol* sym = m.symbols.find(vaddr);
+    if (m.debug) loc.frames = m.debug->lookup(vaddr);
+    if (!options.inline_frames && loc.frames.size() > 1) loc.frames.resize(1);
+    // One spelling per function: inlined levels named from DWARF must read like symbol-table
+    // names, or a function shows up twice (inlined and not) in call trees.
+    if (options.demangle) {
+      for (SourceFrame& f : loc.frames) {
+        if (f.function.find('$') != std::string::npos) f.function = decode_rust_legacy_escapes(f.function);
+      }
+    }
+    if (sym != nullptr) {
+      loc.found = true;
+      loc.symbol = m.symbols.display_name(*sym, options.demangle);
+      loc.symbol_address = sym->address - base;
+      loc.symbol_size = sym->size != 0 ? sym->size : sym->end - sym->address;
+      // llvm's rule: the outermost frame is named by the symbol table (keeps ".isra.0" etc.).
+      if (loc.frames.empty()) {
+        loc.frames.push_back(SourceFrame{loc.symbol, {}, 0, 0});
+      } else {
+        loc.frames.front().function = loc.symbol;
+      }
+    } else if (!loc.frames.empty() && loc.frames.front().function.empty()) {
+      // A line-table row but neither a symbol nor a function DIE: nothing to name it by.
+      loc.frames.clear();
+    } else if (!loc.frames.empty()) {
+      // Debug information without a symbol (a stripped .symtab): name from DWARF, start unknown.
+      loc.found = true;
+      loc.symbol = loc.frames.front().function;
+      loc.symbol_address = loc.rel_address;
+    }
+    return loc;
+  }
+};
+
+Symbolizer::Symbolizer(SymbolizerOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+}
+
+Symbolizer::~Symbolizer() = default;
+
+const ModuleInfo& Symbolizer::module_info(const ModuleRef& module) {
+  return impl_->get(module).info;
+}
+
+std::vector<Location> Symbolizer::resolve(const ModuleRef& module, std::span<const uint64_t> file_offsets) {
+  Impl::Entry& e = impl_->get(module);
+  std::vector<Location> out;
+  out.reserve(file_offsets.size());
+  for (uint64_t offset : file_offsets) {
+    if (!e.loaded) {
+      Location loc;
+      loc.rel_address = offset;
+      out.push_back(std::move(loc));
+      continue;
+    }
+    out.push_back(impl_->locate(*e.loaded, e.info, offset));
+  }
+  impl_->remeasure(e);
+  return out;
+}
+
+uint64_t Symbolizer::cache_bytes_used() const {
+  return impl_->bytes_used;
+}
+
+size_t Symbolizer::cached_modules() const {
+  return impl_->lru.size();
+}
+
+}  // namespace hpd

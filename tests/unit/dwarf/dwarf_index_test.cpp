@@ -1,0 +1,281 @@
+// DwarfIndex tests: answers equal llvm-symbolizer's on fixtures from gcc, clang and rustc; bad input is
+// refused.
+#include "dwarf_index.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "dwarf_test_support.h"
+
+namespace hpd {
+namespace {
+
+using dwarf_test::function_addresses;
+using dwarf_test::llvm_symbolize;
+using dwarf_test::run_command;
+using dwarf_test::TempDir;
+
+std::string fixture(const std::string& name) {
+  return std::string(HPD_DWARF_FIXTURE_DIR) + "/" + name;
+}
+
+std::string describe(const std::vector<SourceFrame>& frames) {
+  std::ostringstream out;
+  for (const SourceFrame& f : frames) {
+    out << "  " << (f.function.empty() ? "??" : f.function) << " @ " << (f.file.empty() ? "??" : f.file)
+        << ':' << f.line << ':' << f.column << '\n';
+  }
+  return out.str();
+}
+
+bool same(const std::vector<SourceFrame>& a, const std::vector<SourceFrame>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].function != b[i].function || a[i].file != b[i].file || a[i].line != b[i].line ||
+        a[i].column != b[i].column) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Known, intended differences from llvm-symbolizer 14, applied to its answer before comparing:
+// - it keeps legacy Rust hashes (`moves::shuffle::h0123456789abcdef`); DwarfIndex strips them.
+// - where no compile unit covers the address it prints one unknown frame; DwarfIndex returns none.
+std::vector<SourceFrame> normalize_llvm(std::vector<SourceFrame> frames) {
+  static const std::regex kLegacyHash("::h[0-9a-f]{16}$");
+  for (SourceFrame& f : frames) f.function = std::regex_replace(f.function, kLegacyHash, "");
+  if (frames.size() == 1 && frames[0].function.empty() && frames[0].file.empty() && frames[0].line == 0) {
+    frames.clear();
+  }
+  return frames;
+}
+
+struct GoldenCase {
+  const char* fixture;
+  uint64_t stride;          // sample every stride-th byte of every function
+  size_t min_inline_chain;  // the fixture must show inline chains at least this deep somewhere
+};
+
+class DwarfGoldenTest : public ::testing::TestWithParam<GoldenCase> {};
+
+// llvm-symbolizer takes the outermost name from the ELF symbol table; the DWARF name is what
+// DwarfIndex returns, so the reference runs on a copy without .symtab (DWARF names everywhere).
+TEST_P(DwarfGoldenTest, MatchesLlvmSymbolizerAddressByAddress) {
+  const GoldenCase& c = GetParam();
+  const std::string path = fixture(c.fixture);
+  std::vector<uint64_t> addresses = function_addresses(path, c.stride);
+  ASSERT_GT(addresses.size(), 100u) << path;
+
+  TempDir tmp;
+  const std::string nosym = tmp.path() + "/nosym";
+  ASSERT_TRUE(dwarf_test::copy_without_symbol_table(path, nosym));
+  auto expected = llvm_symbolize(HPD_LLVM_SYMBOLIZER, nosym, addresses);
+
+  std::string error;
+  auto index = DwarfIndex::open(path, &error);
+  ASSERT_NE(index, nullptr) << error;
+
+  size_t mismatches = 0, deepest = 0, with_frames = 0;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    std::vector<SourceFrame> want = normalize_llvm(expected[i]);
+    std::vector<SourceFrame> got = index->lookup(addresses[i]);
+    deepest = std::max(deepest, got.size());
+    with_frames += got.empty() ? 0 : 1;
+    if (!same(want, got) && ++mismatches <= 30) {
+      ADD_FAILURE() << c.fixture << " 0x" << std::hex << addresses[i] << "\nllvm-symbolizer:\n"
+                    << describe(want) << "DwarfIndex:\n"
+                    << describe(got);
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << "of " << addresses.size() << " addresses";
+  EXPECT_GE(deepest, c.min_inline_chain);
+  EXPECT_GT(with_frames, addresses.size() / 2);
+  RecordProperty("addresses", static_cast<int>(addresses.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DwarfGoldenTest,
+                         ::testing::Values(GoldenCase{"c_gcc", 1, 3}, GoldenCase{"c_gcc_dwarf4", 1, 3},
+                                           GoldenCase{"c_clang_dwarf5", 1, 3}, GoldenCase{"cpp_gcc", 2, 4},
+                                           GoldenCase{"cpp_clang_dwarf5", 2, 4},
+                                           GoldenCase{"rust_moves", 23, 4}, GoldenCase{"rust_legacy", 23, 4},
+                                           GoldenCase{"c_gcc_zlib", 1, 3},
+                                           GoldenCase{"c_gcc_zlib_gnu", 1, 3}),
+                         [](const auto& info) { return std::string(info.param.fixture); });
+
+bool has_function(const std::vector<SourceFrame>& frames, const std::string& prefix) {
+  for (const SourceFrame& f : frames) {
+    if (f.function.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+// -Zannotate-moves: compiler_move / compiler_copy appear as inline frames inside moves::shuffle.
+TEST(DwarfIndexRust, AnnotatedMovesAreInlineFrames) {
+  auto index = DwarfIndex::open(fixture("rust_moves"), nullptr);
+  ASSERT_NE(index, nullptr);
+  bool move = false, copy = false;
+  for (uint64_t a : function_addresses(fixture("rust_moves"), 1)) {
+    auto frames = index->lookup(a);
+    if (frames.size() < 2 || frames.front().function != "moves::shuffle") continue;
+    if (frames.back().function.rfind("core::profiling::compiler_move::<moves::Huge,", 0) == 0) {
+      move = true;
+      EXPECT_NE(frames.back().file.find("profiling.rs"), std::string::npos);
+    }
+    if (frames.back().function.rfind("core::profiling::compiler_copy::<moves::Huge,", 0) == 0) copy = true;
+    EXPECT_FALSE(has_function({frames.begin() + 1, frames.end()}, "moves::shuffle"));
+  }
+  EXPECT_TRUE(move);
+  EXPECT_TRUE(copy);
+}
+
+// A separate debug file (--only-keep-debug, .text is NOBITS) answers like the binary itself.
+TEST(DwarfIndexFiles, SeparateDebugFileAnswersLikeTheBinary) {
+  auto binary = DwarfIndex::open(fixture("cpp_gcc"), nullptr);
+  auto debug = DwarfIndex::open(fixture("cpp_gcc.debug"), nullptr);
+  ASSERT_NE(binary, nullptr);
+  ASSERT_NE(debug, nullptr);
+  size_t checked = 0;
+  for (uint64_t a : function_addresses(fixture("cpp_gcc"), 3)) {
+    auto want = binary->lookup(a);
+    EXPECT_TRUE(same(want, debug->lookup(a))) << std::hex << a;
+    checked += want.empty() ? 0 : 1;
+  }
+  EXPECT_GT(checked, 100u);
+}
+
+TEST(DwarfIndexFiles, UnitCountAndMemoryEstimateGrowWithUse) {
+  auto index = DwarfIndex::open(fixture("cpp_gcc"), nullptr);
+  ASSERT_NE(index, nullptr);
+  EXPECT_GE(index->unit_count(), 1u);
+  size_t before = index->memory_bytes();
+  auto addresses = function_addresses(fixture("cpp_gcc"), 64);
+  for (uint64_t a : addresses) index->lookup(a);
+  EXPECT_GT(index->memory_bytes(), before);
+  EXPECT_LT(index->memory_bytes(), 64u << 20);
+}
+
+TEST(DwarfIndexFiles, AddressesOutsideAnyUnitGiveNoFrames) {
+  auto index = DwarfIndex::open(fixture("c_gcc"), nullptr);
+  ASSERT_NE(index, nullptr);
+  EXPECT_TRUE(index->lookup(0).empty());
+  EXPECT_TRUE(index->lookup(UINT64_MAX).empty());
+  EXPECT_TRUE(index->lookup(0x7fffffffffffULL).empty());
+}
+
+TEST(DwarfIndexBadInput, MissingFileIsAnError) {
+  std::string error;
+  EXPECT_EQ(DwarfIndex::open("/nonexistent/hpd-dwarf-test", &error), nullptr);
+  EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
+}
+
+TEST(DwarfIndexBadInput, NotAnElfFileIsAnError) {
+  TempDir tmp;
+  std::ofstream(tmp.path() + "/text") << "this is not an ELF file\n";
+  std::string error;
+  EXPECT_EQ(DwarfIndex::open(tmp.path() + "/text", &error), nullptr);
+  EXPECT_FALSE(error.empty());
+  EXPECT_EQ(DwarfIndex::open(tmp.path(), &error), nullptr);  // a directory
+}
+
+TEST(DwarfIndexBadInput, NoDebugInfoIsAnError) {
+  std::string error;
+  EXPECT_EQ(DwarfIndex::open(fixture("c_nodebug"), &error), nullptr);
+  EXPECT_NE(error.find("DWARF"), std::string::npos) << error;
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Every truncation length of a debug binary: open() refuses or lookups return what they can.
+TEST(DwarfIndexBadInput, TruncatedFilesNeverCrash) {
+  const auto bytes = read_file(fixture("c_clang_dwarf5"));
+  ASSERT_GT(bytes.size(), 4096u);
+  const auto addresses = function_addresses(fixture("c_clang_dwarf5"), 16);
+  TempDir tmp;
+  size_t opened = 0;
+  for (size_t len = 0; len < bytes.size(); len += bytes.size() / 97 + 1) {
+    std::string path = tmp.path() + "/truncated";
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(bytes.data(), static_cast<std::streamsize>(len));
+    std::string error;
+    auto index = DwarfIndex::open(path, &error);
+    if (!index) {
+      EXPECT_FALSE(error.empty());
+      continue;
+    }
+    ++opened;
+    for (uint64_t a : addresses) index->lookup(a);
+  }
+  SUCCEED() << opened << " truncated copies opened";
+}
+
+// .debug_info (and .debug_line, .debug_abbrev) replaced by random bytes of the same size.
+TEST(DwarfIndexBadInput, RandomDebugSectionsNeverCrash) {
+  TempDir tmp;
+  const std::string source = fixture("c_gcc");
+  const auto addresses = function_addresses(source, 8);
+  std::mt19937_64 rng(20240601);
+  int rejected = 0, accepted = 0;
+  for (const char* section :
+       {".debug_info", ".debug_abbrev", ".debug_line", ".debug_rnglists", ".debug_str"}) {
+    int status = 0;
+    const std::string dump = tmp.path() + "/orig";
+    run_command(std::string(HPD_OBJCOPY) + " --dump-section " + section + "='" + dump + "' '" + source +
+                    "' '" + tmp.path() + "/scratch' 2>/dev/null",
+                &status);
+    if (status != 0) continue;  // the fixture has no such section
+    const auto orig = read_file(dump);
+    const size_t size = orig.size();
+    for (int round = 0; round < 4; ++round) {
+      std::string blob(size, '\0');
+      // Rounds 0-1: all random; rounds 2-3: the original with a few random bytes flipped.
+      if (round < 2) {
+        for (char& ch : blob) ch = static_cast<char>(rng());
+      } else {
+        blob.assign(orig.begin(), orig.end());
+        for (int k = 0; k < 16 && !blob.empty(); ++k) blob[rng() % blob.size()] = static_cast<char>(rng());
+      }
+      std::string blob_path = tmp.path() + "/blob";
+      std::ofstream(blob_path, std::ios::binary | std::ios::trunc)
+          .write(blob.data(), static_cast<std::streamsize>(blob.size()));
+      std::string corrupt = tmp.path() + "/corrupt";
+      run_command(std::string(HPD_OBJCOPY) + " --update-section " + section + "='" + blob_path + "' '" +
+                      source + "' '" + corrupt + "'",
+                  &status);
+      ASSERT_EQ(status, 0) << section;
+      std::string error;
+      auto index = DwarfIndex::open(corrupt, &error);
+      if (!index) {
+        ++rejected;
+        EXPECT_FALSE(error.empty());
+        continue;
+      }
+      ++accepted;
+      for (uint64_t a : addresses) {
+        for (const SourceFrame& f : index->lookup(a)) EXPECT_LT(f.function.size(), 1u << 20);
+      }
+      index->memory_bytes();
+    }
+  }
+  EXPECT_GT(rejected + accepted, 0);
+}
+
+TEST(DemangleLlvmStyle, MatchesLlvmForItaniumRustAndPlainNames) {
+  EXPECT_EQ(demangle_llvm_style("main"), "main");
+  EXPECT_EQ(demangle_llvm_style("_ZN6shapes6scaledIdEET_S1_i"), "double shapes::scaled<double>(double, int)");
+  EXPECT_EQ(demangle_llvm_style("_ZN5moves7shuffle17hedc7cd4a0d9fcb29E"), "moves::shuffle");
+  EXPECT_EQ(demangle_llvm_style("_RNvCsgujjVk9fLcz_5moves7shuffle"), "moves::shuffle");
+  EXPECT_EQ(demangle_llvm_style("_Z"), "_Z");  // invalid: returned unchanged
+  EXPECT_EQ(demangle_llvm_style(nullptr), "");
+}
+
+}  // namespace
+}  // namespace hpd

@@ -1,0 +1,132 @@
+// Helpers shared by the DwarfIndex tests and benchmark: address sampling and llvm-symbolizer runs.
+#include "dwarf_test_support.h"
+
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <sys/wait.h>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace hpd::dwarf_test {
+
+std::vector<uint64_t> function_addresses(const std::string& elf_path, uint64_t stride) {
+  std::vector<uint64_t> out;
+  int fd = ::open(elf_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  elf_version(EV_CURRENT);
+  Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  for (Elf_Scn* scn = elf ? elf_nextscn(elf, nullptr) : nullptr; scn != nullptr;
+       scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_SYMTAB || shdr.sh_entsize == 0) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    size_t count = shdr.sh_size / shdr.sh_entsize;
+    for (size_t i = 0; data != nullptr && i < count; ++i) {
+      GElf_Sym sym;
+      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
+      if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_size == 0 || sym.st_shndx == SHN_UNDEF) continue;
+      for (uint64_t a = sym.st_value; a < sym.st_value + sym.st_size; a += stride) out.push_back(a);
+      out.push_back(sym.st_value + sym.st_size - 1);
+    }
+  }
+  if (elf != nullptr) elf_end(elf);
+  ::close(fd);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+bool copy_without_symbol_table(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
+  if (ec) return false;
+  std::fstream f(to, std::ios::in | std::ios::out | std::ios::binary);
+  Elf64_Ehdr ehdr;
+  if (!f.read(reinterpret_cast<char*>(&ehdr), sizeof ehdr) || ehdr.e_ident[EI_CLASS] != ELFCLASS64)
+    return false;
+  for (unsigned i = 0; i < ehdr.e_shnum; ++i) {
+    Elf64_Shdr shdr;
+    const auto at = static_cast<std::streamoff>(ehdr.e_shoff + uint64_t{i} * ehdr.e_shentsize);
+    f.seekg(at);
+    if (!f.read(reinterpret_cast<char*>(&shdr), sizeof shdr)) return false;
+    if (shdr.sh_type != SHT_SYMTAB) continue;
+    shdr.sh_type = SHT_PROGBITS;
+    f.seekp(at);
+    f.write(reinterpret_cast<const char*>(&shdr), sizeof shdr);
+  }
+  return static_cast<bool>(f.flush());
+}
+
+std::string run_command(const std::string& command, int* status) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    if (status != nullptr) *status = -1;
+    return out;
+  }
+  char buffer[65536];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  int rc = ::pclose(pipe);
+  if (status != nullptr) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return out;
+}
+
+std::vector<std::vector<SourceFrame>> llvm_symbolize(const std::string& tool, const std::string& obj,
+                                                     const std::vector<uint64_t>& addresses) {
+  TempDir dir;
+  std::string list = dir.path() + "/addresses";
+  {
+    std::ofstream f(list);
+    for (uint64_t a : addresses) f << "0x" << std::hex << a << '\n';
+  }
+  int status = 0;
+  std::string output = run_command(
+      tool + " --inlining --demangle --output-style=JSON --obj='" + obj + "' < '" + list + "'", &status);
+  if (status != 0) throw std::runtime_error(tool + " failed with status " + std::to_string(status));
+  std::vector<std::vector<SourceFrame>> result;
+  std::istringstream lines(output);
+  std::string line;
+  auto unknown = [](std::string s) { return s == "??" || s == "<invalid>" ? std::string() : s; };
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    auto json = nlohmann::json::parse(line);
+    std::vector<SourceFrame> frames;
+    for (const auto& sym : json.at("Symbol")) {
+      SourceFrame f;
+      f.function = unknown(sym.at("FunctionName").get<std::string>());
+      f.file = unknown(sym.at("FileName").get<std::string>());
+      f.line = sym.at("Line").get<uint32_t>();
+      f.column = sym.at("Column").get<uint32_t>();
+      frames.push_back(std::move(f));
+    }
+    std::reverse(frames.begin(), frames.end());
+    result.push_back(std::move(frames));
+  }
+  if (result.size() != addresses.size()) {
+    throw std::runtime_error(tool + " answered " + std::to_string(result.size()) + " of " +
+                             std::to_string(addresses.size()) + " addresses");
+  }
+  return result;
+}
+
+TempDir::TempDir() {
+  char templ[] = "/tmp/hpd-dwarf-XXXXXX";
+  if (::mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace hpd::dwarf_test
