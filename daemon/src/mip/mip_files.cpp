@@ -1,0 +1,218 @@
+// MIP input from files: ELF section lookup (libelf), .mipmap/.mipraw files, offline decode and merge.
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "hpd/symbolizer/symbolizer.h"
+#include "mip_internal.h"
+
+namespace hpd::mip {
+namespace {
+
+// Sole owner of an open file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Sole owner of a libelf descriptor.
+class ElfHandle {
+ public:
+  explicit ElfHandle(int fd) {
+    elf_version(EV_CURRENT);
+    elf_ = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  }
+  ElfHandle(const ElfHandle&) = delete;
+  ElfHandle& operator=(const ElfHandle&) = delete;
+  ~ElfHandle() {
+    if (elf_) elf_end(elf_);
+  }
+  [[nodiscard]] Elf* get() const { return elf_; }
+
+ private:
+  Elf* elf_ = nullptr;
+};
+
+std::string to_hex(const uint8_t* p, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(n * 2);
+  for (size_t i = 0; i < n; i++) {
+    s += digits[p[i] >> 4];
+    s += digits[p[i] & 15];
+  }
+  return s;
+}
+
+std::string build_id_from_notes(Elf_Data* data) {
+  GElf_Nhdr nhdr;
+  size_t offset = 0, name_off = 0, desc_off = 0;
+  while ((offset = gelf_getnote(data, offset, &nhdr, &name_off, &desc_off)) > 0) {
+    if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
+        std::memcmp(static_cast<const char*>(data->d_buf) + name_off, "GNU", 4) == 0) {
+      return to_hex(static_cast<const uint8_t*>(data->d_buf) + desc_off, nhdr.n_descsz);
+    }
+  }
+  return {};
+}
+
+void apply_demangling(Module& m) {
+  for (Function& f : m.functions) f.demangled = hpd::demangle(f.name);
+}
+
+}  // namespace
+
+ElfInfo read_elf_info(int fd, const std::string& name, bool want_map) {
+  ElfHandle elf(fd);
+  if (!elf.get() || elf_kind(elf.get()) != ELF_K_ELF) {
+    throw MipError(ErrorCode::kNotElf, name + " is not an ELF file");
+  }
+  ElfInfo info;
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf.get(), &phnum) == 0) {
+    for (size_t i = 0; i < phnum; i++) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) && ph.p_type == PT_LOAD) {
+        info.loads.push_back({ph.p_vaddr, ph.p_offset, ph.p_filesz});
+      }
+    }
+  }
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) {
+    throw MipError(ErrorCode::kNotElf, name + ": unreadable ELF section headers: " + elf_errmsg(-1));
+  }
+  for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn; scn = elf_nextscn(elf.get(), scn)) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh)) continue;
+    const char* sname = elf_strptr(elf.get(), shstrndx, sh.sh_name);
+    if (!sname) continue;
+    if (std::strcmp(sname, kRawSectionName) == 0 && !info.has_raw) {
+      info.has_raw = true;
+      info.raw_address = sh.sh_addr;
+      info.raw_size = sh.sh_size;
+    } else if (want_map && std::strcmp(sname, kMapSectionName) == 0 && !info.has_map) {
+      // Raw bytes: the section may be SHT_NOTE (layout A), which libelf would otherwise translate.
+      Elf_Data* d = elf_rawdata(scn, nullptr);
+      if (d && d->d_buf && sh.sh_type != SHT_NOBITS) {
+        const auto* p = static_cast<const uint8_t*>(d->d_buf);
+        info.map_bytes.assign(p, p + d->d_size);
+        info.has_map = true;
+      }
+    } else if (sh.sh_type == SHT_NOTE && info.build_id.empty()) {
+      if (Elf_Data* d = elf_getdata(scn, nullptr)) info.build_id = build_id_from_notes(d);
+    }
+  }
+  return info;
+}
+
+bool load_bias_for(const std::vector<LoadSegment>& loads, uint64_t map_start, uint64_t map_offset,
+                   uint64_t* bias) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  for (const LoadSegment& s : loads) {
+    // The kernel maps a segment from its page-aligned offset at its page-aligned address.
+    if ((s.offset & ~(page - 1)) == map_offset) {
+      *bias = map_start - (s.vaddr & ~(page - 1));
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw MipError(ErrorCode::kIo, "cannot open " + path + ": " + std::strerror(errno));
+  std::vector<uint8_t> data;
+  struct stat st {};
+  if (fstat(fd.get(), &st) == 0 && st.st_size > 0) data.reserve(static_cast<size_t>(st.st_size));
+  uint8_t buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw MipError(ErrorCode::kIo, "cannot read " + path + ": " + std::strerror(errno));
+    if (n == 0) break;
+    data.insert(data.end(), buf, buf + n);
+  }
+  return data;
+}
+
+Map load_map(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw MipError(ErrorCode::kIo, "cannot open " + path + ": " + std::strerror(errno));
+  char magic[4] = {};
+  if (::pread(fd.get(), magic, 4, 0) == 4 && std::memcmp(magic, ELFMAG, SELFMAG) == 0) {
+    const ElfInfo info = read_elf_info(fd.get(), path, true);
+    if (!info.has_map) {
+      throw MipError(ErrorCode::kNoSection, path + " has no " + kMapSectionName +
+                                                " section (not built with MIP, or the map was stripped: "
+                                                "give the .mipmap file instead)");
+    }
+    Map map = parse_map(info.map_bytes);
+    if (info.has_raw) {
+      map.raw_section_address_known = true;
+      map.raw_section_address = info.raw_address;
+      map.raw_section_size = info.raw_size;
+    }
+    map.source = path;
+    map.build_id = info.build_id;
+    return map;
+  }
+  try {
+    Map map = parse_map(read_file(path));
+    map.source = path;
+    return map;
+  } catch (const MipError& e) {
+    throw MipError(e.code(), path + ": " + e.what());
+  }
+}
+
+Module decode(std::span<const uint8_t> raw, const Map& map, bool demangle) {
+  Module m = decode_records(raw, map);
+  if (demangle) apply_demangling(m);
+  return m;
+}
+
+Module decode_file(const std::string& raw_path, const std::string& map_path, bool demangle) {
+  const Map map = load_map(map_path);
+  const std::vector<uint8_t> raw = read_file(raw_path);
+  try {
+    Module m = decode(raw, map, demangle);
+    m.path = map_path;
+    return m;
+  } catch (const MipError& e) {
+    throw MipError(e.code(), raw_path + ": " + e.what());
+  }
+}
+
+Module merge_files(std::span<const std::string> raw_paths, const std::string& map_path, bool demangle) {
+  if (raw_paths.empty()) throw MipError(ErrorCode::kIncompatible, "no raw files to merge");
+  const Map map = load_map(map_path);
+  std::vector<Module> modules;
+  modules.reserve(raw_paths.size());
+  for (const std::string& path : raw_paths) {
+    try {
+      modules.push_back(decode_records(read_file(path), map));
+    } catch (const MipError& e) {
+      throw MipError(e.code(), path + ": " + e.what());
+    }
+  }
+  Module m = merge(modules);
+  m.path = map_path;
+  if (demangle) apply_demangling(m);
+  return m;
+}
+
+}  // namespace hpd::mip
