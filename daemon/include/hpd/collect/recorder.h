@@ -1,0 +1,113 @@
+// Recorder: samples processes with eBPF or perf_event and produces a RawProfile.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "hpd/model/raw_profile.h"
+
+namespace hpd {
+
+// A failure the user can act on; what() says what happened and what to do.
+class RecordError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class KernelFrames { kAuto, kOn, kOff };
+
+// kAuto: the eBPF backend when it is available (privileges, kernel BTF, built in), else perf_event.
+enum class Backend { kAuto, kBpf, kPerf };
+const char* to_string(Backend backend);
+
+// kAuto: off-CPU samples for pid, command and cgroup targets with the eBPF backend; none for --all
+// (every context switch of the system would be recorded) and none with perf_event.
+enum class OffCpu { kAuto, kOn, kOff };
+
+struct RecordProgress {
+  double elapsed_s = 0;
+  double duration_s = 0;  // 0 = open-ended
+  uint64_t samples = 0;
+  uint64_t lost = 0;
+};
+
+struct RecordOptions {
+  std::vector<int32_t> pids;         // record these running processes (all their threads) ...
+  std::vector<std::string> command;  // ... or launch this command and record it
+  double duration_s = 0;             // 0 = until the target exits or a stop is requested
+  uint32_t frequency_hz = 999;
+  // "task-clock" or "cpu-clock" (perf_event backend; the eBPF backend samples cpu-clock per CPU).
+  std::string event = "task-clock";
+  KernelFrames kernel = KernelFrames::kAuto;  // kAuto: when perf_event_paranoid / capabilities allow
+  // Pages per ring buffer, a power of two; 0 = chosen from the rate. perf_event: one ring per CPU;
+  // eBPF: the one ring all CPUs share.
+  uint32_t ring_pages = 0;
+  const std::atomic<bool>* stop = nullptr;  // set (e.g. from a SIGINT handler) to end the recording
+  std::function<void(const RecordProgress&)> on_progress;  // called about every 250 ms
+
+  Backend backend = Backend::kAuto;
+  // Record every process of the system (eBPF only). With a command, until the command exits.
+  bool all_processes = false;
+  // Record the tasks of this cgroup v2 and its descendants (eBPF only): an absolute path, or one
+  // relative to the cgroup v2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid systems). With a
+  // command, until the command exits (the command is not moved into it).
+  std::string cgroup;
+  OffCpu off_cpu = OffCpu::kAuto;
+  // Off-CPU intervals shorter than this are not recorded (eBPF; 0 = all).
+  uint32_t off_cpu_min_us = 0;
+  // Processes the targets fork are recorded too (eBPF; perf_event always follows them).
+  bool follow_children = true;
+};
+
+// Where RawSample::cpu_delta_ns comes from.
+enum class CpuTimeSource {
+  kThreadCounter,  // the thread's own task-clock count read with each sample (PERF_SAMPLE_READ, Linux
+                   // >= 6.12)
+  kSamplePeriod,   // the sampling period (older kernels refuse PERF_SAMPLE_READ with inherit)
+  kSchedRuntime,   // the task's sum_exec_runtime read by the eBPF program at each sample
+};
+const char* to_string(CpuTimeSource source);
+
+struct RecordResult {
+  RawProfile profile;
+  bool target_exited = false;    // every recorded process exited before the end
+  int command_exit_status = -1;  // launched command: its wait status decoded (exit code, or 128+signal)
+  CpuTimeSource cpu_time_source = CpuTimeSource::kSamplePeriod;
+  bool mmap_build_ids = false;     // the kernel put build-ids into MMAP2 records (attr.build_id)
+  uint64_t duplicate_samples = 0;  // dropped: a thread attached twice during the attach race
+  // CPU time of the recording thread while samples were coming in (reading and decoding them, from
+  // the first poll to the last drain); setup such as loading BPF programs is not included.
+  uint64_t collection_cpu_ns = 0;
+  // Backend::kAuto chose perf_event: why the eBPF backend could not be used. Empty otherwise.
+  std::string backend_fallback_reason;
+  // eBPF: processes whose memory maps could not be read (they exited first); their user frames have
+  // no module.
+  uint64_t processes_without_maps = 0;
+  // eBPF: samples of threads that had no CPU-time baseline (their delta is one period, a guess).
+  uint64_t samples_without_cpu_baseline = 0;
+  // eBPF: threads whose baseline could not be stored (the per-thread map was full).
+  uint64_t threads_without_cpu_baseline = 0;
+  // eBPF: off-CPU intervals not recorded because the map of blocked threads was full.
+  uint64_t off_cpu_intervals_lost = 0;
+};
+
+inline constexpr uint32_t kMaxFrequencyHz = 100000;
+
+// Checks the options without touching any process: frequency range, a target given, and the
+// privileges perf_event needs. Throws RecordError with an actionable message.
+void validate_record_options(const RecordOptions& options);
+
+// Whether the eBPF backend can record here: built in, kernel BTF present, CAP_BPF and CAP_PERFMON
+// (or root), and the programs pass the verifier (they are loaded once to find out). When not, *why
+// (if given) says what is missing.
+bool bpf_backend_available(std::string* why);
+
+// Records until the duration ends, *stop becomes true, or every target process exits.
+// Throws RecordError for a missing process, lacking privileges, or a command that cannot start.
+RecordResult record(const RecordOptions& options);
+
+}  // namespace hpd

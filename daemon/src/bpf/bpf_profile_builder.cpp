@@ -1,0 +1,296 @@
+// BPF record-to-RawProfile conversion.
+#include "bpf/bpf_profile_builder.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include "perf/profile_builder.h"
+
+namespace hpd {
+
+namespace {
+
+constexpr size_t kSampleHeaderBytes = offsetof(hpd_sample_event, ips);
+
+template <typename T>
+bool read_record(std::span<const uint8_t> bytes, T& out, size_t need = sizeof(T)) {
+  if (bytes.size() < need) return false;
+  std::memset(&out, 0, sizeof out);
+  std::memcpy(&out, bytes.data(), std::min(bytes.size(), sizeof out));
+  return true;
+}
+
+void add_mapping_once(RawProcess& process, const RawMapping& mapping) {
+  for (const RawMapping& m : process.mappings) {
+    if (m.unmapped_ns == 0 && m.start == mapping.start && m.end == mapping.end &&
+        m.file_offset == mapping.file_offset && m.module == mapping.module) {
+      return;
+    }
+  }
+  process.mappings.push_back(mapping);
+}
+
+}  // namespace
+
+std::string comm_of(const hpd_event_header& header) {
+  return std::string(header.comm, strnlen(header.comm, sizeof header.comm));
+}
+
+BpfProfileBuilder::BpfProfileBuilder(RawProfile& profile, BpfBuilderConfig config, MapsReader read_maps,
+                                     BuildIdLookup build_ids, ProcessDescriber describe)
+    : profile_(profile),
+      config_(config),
+      read_maps_(std::move(read_maps)),
+      build_ids_(std::move(build_ids)),
+      describe_(std::move(describe)) {}
+
+void BpfProfileBuilder::add_initial_process(int32_t pid, const std::vector<MapsEntry>& maps) {
+  RawProcess& process = profile_.process(pid);
+  if (process.start_ns == 0) process.start_ns = config_.start_ns;
+  ProcessState& state = states_[pid];
+  state.maps_read = true;
+  for (const MapsEntry& e : maps) {
+    if (!e.executable) continue;
+    std::string build_id;
+    if (e.is_file() && build_ids_) build_id = build_ids_(pid, e.start, e.end, e.path);
+    add_mapping_once(process, RawMapping{e.start, e.end, e.offset,
+                                         profile_.intern_module(module_path_for(e.path), build_id), 0});
+  }
+}
+
+void BpfProfileBuilder::read_maps(RawProcess& process, ProcessState& state, uint64_t time_ns,
+                                  uint64_t mapping_time_ns) {
+  state.maps_read = true;
+  state.maps_read_at = time_ns;
+  if (!read_maps_) return;
+  for (const MapsEntry& e : read_maps_(process.pid)) {
+    if (!e.executable) continue;
+    std::string build_id;
+    if (e.is_file() && build_ids_) build_id = build_ids_(process.pid, e.start, e.end, e.path);
+    add_mapping_once(process,
+                     RawMapping{e.start, e.end, e.offset,
+                                profile_.intern_module(module_path_for(e.path), build_id), mapping_time_ns});
+  }
+}
+
+RawProcess& BpfProfileBuilder::ensure_process(int32_t pid, uint64_t time_ns) {
+  const bool known = profile_.find_process(pid) != nullptr;
+  RawProcess& process = profile_.process(pid);
+  if (!known) {
+    // First seen through a sample: it existed before the recording (or its fork was missed).
+    process.start_ns = config_.start_ns;
+    if (describe_) describe_(process);
+    read_maps(process, states_[pid], time_ns, 0);
+  }
+  return process;
+}
+
+RawThread& BpfProfileBuilder::ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns, const char* comm) {
+  ensure_process(pid, time_ns);
+  const bool known = profile_.find_thread(pid, tid) != nullptr;
+  RawThread& thread = profile_.thread(pid, tid);
+  if (!known) thread.start_ns = config_.start_ns;
+  // The name a thread gives itself (prctl, pthread_setname_np) or gets at exec shows in later records.
+  const size_t len = strnlen(comm, HPD_COMM_LEN);
+  if (len > 0 && (thread.name.size() != len || thread.name.compare(0, len, comm, len) != 0)) {
+    thread.name.assign(comm, len);
+    if (pid == tid) profile_.process(pid).name = thread.name;
+  }
+  return thread;
+}
+
+void BpfProfileBuilder::on_record(std::span<const uint8_t> bytes) {
+  hpd_event_header header;
+  if (!read_record(bytes, header)) {
+    ++malformed_;
+    return;
+  }
+  switch (header.type) {
+    case HPD_EVENT_ON_CPU:
+    case HPD_EVENT_OFF_CPU: {
+      hpd_sample_event e;
+      if (!read_record(bytes, e, kSampleHeaderBytes) || e.kernel_frames > HPD_MAX_KERNEL_FRAMES ||
+          e.user_frames > HPD_MAX_USER_FRAMES ||
+          bytes.size() < kSampleHeaderBytes + (size_t{e.kernel_frames} + e.user_frames) * sizeof(uint64_t)) {
+        ++malformed_;
+        return;
+      }
+      on_sample(e, e.kernel_frames + e.user_frames);
+      return;
+    }
+    case HPD_EVENT_FORK: {
+      hpd_fork_event e;
+      if (!read_record(bytes, e)) break;
+      on_fork(e);
+      return;
+    }
+    case HPD_EVENT_EXEC:
+    case HPD_EVENT_EXIT: {
+      hpd_task_event e;
+      if (!read_record(bytes, e)) break;
+      header.type == HPD_EVENT_EXEC ? on_exec(e) : on_exit(e);
+      return;
+    }
+    default: break;
+  }
+  ++malformed_;
+}
+
+bool BpfProfileBuilder::has_user_mapping(RawProcess& process, ProcessState& state, uint64_t address,
+                                         uint64_t time_ns) {
+  if (address >= state.hit_start && address < state.hit_end) return true;
+  const RawMapping* m = process.find_mapping(address, time_ns);
+  if (m == nullptr && read_maps_ &&
+      (!state.maps_read || time_ns >= state.maps_read_at + config_.maps_reread_interval_ns)) {
+    // Something mapped after the last read (dlopen, JIT); the maps may still show it.
+    read_maps(process, state, time_ns, time_ns);
+    m = process.find_mapping(address, time_ns);
+  }
+  if (m == nullptr) return false;
+  state.hit_start = m->start;
+  state.hit_end = m->unmapped_ns == 0 ? m->end : m->start;  // an ended mapping is not cached
+  return true;
+}
+
+void BpfProfileBuilder::on_sample(const hpd_sample_event& e, size_t frames_present) {
+  const hpd_event_header& h = e.header;
+  RawThread& thread = ensure_thread(h.pid, h.tid, h.time_ns, h.comm);
+  RawProcess& process = profile_.process(h.pid);
+  ProcessState& state = states_[h.pid];
+
+  RawSample sample;
+  sample.time_ns = h.time_ns;
+  sample.pid = h.pid;
+  sample.tid = h.tid;
+  sample.cpu = static_cast<uint16_t>(h.cpu);
+  if (h.type == HPD_EVENT_OFF_CPU) {
+    sample.kind = SampleKind::kOffCpu;
+    sample.off_cpu_ns = e.off_cpu_ns;
+  } else {
+    sample.kind = SampleKind::kOnCpu;
+    sample.cpu_delta_ns = e.cpu_delta_ns;
+    if (e.flags & HPD_SAMPLE_NO_BASELINE) ++samples_without_baseline_;
+  }
+
+  // __u64 is unsigned long long, uint64_t unsigned long: copy rather than alias.
+  static_assert(sizeof(e.ips[0]) == sizeof(uint64_t));
+  std::memcpy(ips_.data(), e.ips, frames_present * sizeof(uint64_t));
+  const std::span<const uint64_t> ips(ips_.data(), frames_present);
+  const auto kernel = ips.first(e.kernel_frames);
+  const auto user = ips.subspan(e.kernel_frames, e.user_frames);
+  const bool user_process = !process.mappings.empty();
+  if (e.user_error < 0 || (user.empty() && user_process)) {
+    sample.stack_end = StackEnd::kFailed;
+  } else if (e.user_frames >= HPD_MAX_USER_FRAMES || e.kernel_frames >= HPD_MAX_KERNEL_FRAMES) {
+    sample.stack_end = StackEnd::kTruncated;
+  } else {
+    // Frame-pointer walks cannot tell the outermost frame from code without frame pointers.
+    sample.stack_end = StackEnd::kComplete;
+  }
+  if (e.kernel_error < 0 && sample.stack_end != StackEnd::kFailed) sample.stack_end = StackEnd::kFailed;
+  if (sample.stack_end == StackEnd::kFailed) {
+    ++profile_.lost.stack_failures;
+    ++thread.lost.stack_failures;
+  } else if (sample.stack_end == StackEnd::kTruncated) {
+    ++profile_.lost.truncated_stacks;
+    ++thread.lost.truncated_stacks;
+  }
+  if (!kernel.empty() || !user.empty()) sample.stack = profile_.stacks.intern(kernel, user);
+
+  if (!user.empty() && !has_user_mapping(process, state, user[0], h.time_ns) && !state.counted_without_maps &&
+      process.mappings.empty()) {
+    // It exited (or exec'd and exited) before its maps could be read: its frames stay unresolved.
+    state.counted_without_maps = true;
+    ++processes_without_maps_;
+  }
+  profile_.samples.push_back(sample);
+  ++samples_;
+}
+
+void BpfProfileBuilder::on_fork(const hpd_fork_event& e) {
+  const hpd_event_header& h = e.header;
+  const uint64_t time = h.time_ns;
+  if (h.pid != e.parent_pid && profile_.find_process(h.pid) == nullptr) {
+    // A new process: fork copied the parent's address space and name. An exec, if any, sends its own
+    // record, so /proc (which may already show the new image) is not read here.
+    RawProcess& child = profile_.process(h.pid);
+    child.start_ns = time;
+    ProcessState& state = states_[h.pid];
+    state.maps_read = true;
+    state.maps_read_at = time;
+    if (const RawProcess* parent = profile_.find_process(e.parent_pid)) {
+      const std::vector<RawMapping> inherited = parent->mappings;
+      const std::string name = parent->name;
+      const std::string exe = parent->exe;
+      const std::vector<std::string> cmdline = parent->cmdline;
+      RawProcess& c = profile_.process(h.pid);
+      for (RawMapping m : inherited) {
+        if (m.unmapped_ns != 0) continue;
+        m.time_ns = time;
+        c.mappings.push_back(m);
+      }
+      c.name = name;
+      c.exe = exe;
+      c.cmdline = cmdline;
+    } else {
+      state.maps_read = false;  // nothing to copy from: read /proc when its samples arrive
+    }
+  }
+  const bool known = profile_.find_thread(h.pid, h.tid) != nullptr;
+  RawThread& thread = ensure_thread(h.pid, h.tid, time, h.comm);
+  if (!known) thread.start_ns = time;
+}
+
+void BpfProfileBuilder::on_exec(const hpd_task_event& e) {
+  const hpd_event_header& h = e.header;
+  const bool known = profile_.find_process(h.pid) != nullptr;
+  RawProcess& process = profile_.process(h.pid);
+  if (!known) process.start_ns = config_.start_ns;
+  end_mappings_at_exec(process, h.time_ns);
+  process.name = comm_of(h);
+  process.exe.clear();
+  process.cmdline.clear();
+  if (describe_) describe_(process);
+  ProcessState& state = states_[h.pid];
+  state.hit_start = state.hit_end = 0;
+  state.counted_without_maps = false;
+  read_maps(process, state, h.time_ns, h.time_ns);
+  ensure_thread(h.pid, h.tid, h.time_ns, h.comm);
+}
+
+void BpfProfileBuilder::on_exit(const hpd_task_event& e) {
+  const hpd_event_header& h = e.header;
+  if (profile_.find_thread(h.pid, h.tid) == nullptr && e.ringbuf_drops == 0) {
+    // A thread that never had a sample: nothing to show; keep the profile free of empty tracks.
+    if (h.pid == h.tid && profile_.find_process(h.pid) != nullptr) {
+      RawProcess& process = profile_.process(h.pid);
+      process.end_ns = std::max<uint64_t>(process.end_ns, h.time_ns);
+    }
+    return;
+  }
+  RawThread& thread = ensure_thread(h.pid, h.tid, h.time_ns, h.comm);
+  thread.end_ns = std::max<uint64_t>(thread.end_ns, h.time_ns);
+  thread.lost.lost_records += e.ringbuf_drops;
+  RawProcess& process = profile_.process(h.pid);
+  // The process ends with its last thread; the leader's exit marks it, later thread exits extend it.
+  if (h.pid == h.tid || process.end_ns != 0) process.end_ns = std::max<uint64_t>(process.end_ns, h.time_ns);
+}
+
+void BpfProfileBuilder::on_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns) {
+  if (event.kernel_frames > HPD_MAX_KERNEL_FRAMES || event.user_frames > HPD_MAX_USER_FRAMES) {
+    ++malformed_;
+    return;
+  }
+  hpd_sample_event e = event;
+  e.header.type = HPD_EVENT_OFF_CPU;
+  e.off_cpu_ns = end_ns > e.header.time_ns ? end_ns - e.header.time_ns : 0;
+  on_sample(e, size_t{e.kernel_frames} + e.user_frames);
+}
+
+void BpfProfileBuilder::add_thread_drops(int32_t pid, int32_t tid, uint64_t drops) {
+  if (drops == 0) return;
+  profile_.thread(pid, tid).lost.lost_records += drops;
+}
+
+}  // namespace hpd

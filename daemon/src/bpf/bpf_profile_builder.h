@@ -1,0 +1,90 @@
+// Turns the records of hpd's BPF programs into a RawProfile: on- and off-CPU samples with their
+// stacks, threads and processes with names, lifetimes and memory maps. System access goes through
+// the injected readers, so tests can feed it synthetic records.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hpd/model/raw_profile.h"
+#include "proc/proc_maps.h"
+#include "profile_event.h"
+
+namespace hpd {
+
+struct BpfBuilderConfig {
+  uint64_t start_ns = 0;  // the recording's start; threads that existed then start there
+  // The least time between two reads of one process's maps when its samples hit unknown addresses.
+  uint64_t maps_reread_interval_ns = 200'000'000;
+};
+
+class BpfProfileBuilder {
+ public:
+  // /proc/PID/maps; an empty vector when the process is gone (or is a kernel thread).
+  using MapsReader = std::function<std::vector<MapsEntry>(int32_t pid)>;
+  using BuildIdLookup =
+      std::function<std::string(int32_t pid, uint64_t start, uint64_t end, const std::string& path)>;
+  // Fills a process's exe and cmdline (and name when empty) from the system.
+  using ProcessDescriber = std::function<void(RawProcess&)>;
+
+  BpfProfileBuilder(RawProfile& profile, BpfBuilderConfig config, MapsReader read_maps = {},
+                    BuildIdLookup build_ids = {}, ProcessDescriber describe = {});
+
+  // A process that was described and whose maps were read when the recording began.
+  void add_initial_process(int32_t pid, const std::vector<MapsEntry>& maps);
+
+  // One ring-buffer record. Records that are too short or of an unknown type are counted, not used.
+  void on_record(std::span<const uint8_t> bytes);
+
+  // A thread still off the CPU when the recording ended: its interval runs until `end_ns`.
+  void on_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns);
+
+  // Ring-buffer records of a thread that did not fit, as counted by the programs.
+  void add_thread_drops(int32_t pid, int32_t tid, uint64_t drops);
+
+  [[nodiscard]] uint64_t samples() const { return samples_; }
+  [[nodiscard]] uint64_t malformed_records() const { return malformed_; }
+  [[nodiscard]] uint64_t processes_without_maps() const { return processes_without_maps_; }
+  [[nodiscard]] uint64_t samples_without_baseline() const { return samples_without_baseline_; }
+
+ private:
+  struct ProcessState {
+    bool maps_read = false;
+    bool counted_without_maps = false;
+    uint64_t maps_read_at = 0;  // record time of the last read
+    // The last mapping a user leaf hit, to skip the search for the next sample.
+    uint64_t hit_start = 0, hit_end = 0;
+  };
+
+  void on_sample(const hpd_sample_event& e, size_t frames_present);
+  void on_fork(const hpd_fork_event& e);
+  void on_exec(const hpd_task_event& e);
+  void on_exit(const hpd_task_event& e);
+  RawProcess& ensure_process(int32_t pid, uint64_t time_ns);
+  RawThread& ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns, const char* comm);
+  void read_maps(RawProcess& process, ProcessState& state, uint64_t time_ns, uint64_t mapping_time_ns);
+  bool has_user_mapping(RawProcess& process, ProcessState& state, uint64_t address, uint64_t time_ns);
+
+  RawProfile& profile_;
+  BpfBuilderConfig config_;
+  MapsReader read_maps_;
+  BuildIdLookup build_ids_;
+  ProcessDescriber describe_;
+  std::unordered_map<int32_t, ProcessState> states_;
+  std::array<uint64_t, HPD_MAX_FRAMES> ips_{};
+  uint64_t samples_ = 0;
+  uint64_t malformed_ = 0;
+  uint64_t processes_without_maps_ = 0;
+  uint64_t samples_without_baseline_ = 0;
+};
+
+// The comm of a record, without the padding.
+std::string comm_of(const hpd_event_header& header);
+
+}  // namespace hpd

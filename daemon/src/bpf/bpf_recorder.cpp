@@ -1,0 +1,556 @@
+// eBPF recording: load the programs, point them at the targets, drive them with per-CPU cpu-clock
+// events, and turn their ring-buffer records into a RawProfile.
+//
+// Resources are owned by RAII members declared in the order they must be released in reverse:
+// the skeleton (programs, maps, tracepoint links) outlives the perf-event links and the ring-buffer
+// reader that refer to its maps and programs.
+#include "bpf/bpf_recorder.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "proc/proc_files.h"
+
+#ifdef HPD_HAVE_BPF
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <exception>
+#include <memory>
+#include <mutex>
+
+#include "bpf/bpf_profile_builder.h"
+#include "proc/build_id.h"
+#include "proc/launched_command.h"
+#include "proc/proc_maps.h"
+#include "recording_common.h"
+#include "util/unique_fd.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#include "profile.skel.h"
+#pragma GCC diagnostic pop
+#endif
+
+namespace hpd {
+
+bool needs_bpf(const RecordOptions& options) {
+  return options.all_processes || !options.cgroup.empty() || options.off_cpu == OffCpu::kOn;
+}
+
+bool off_cpu_enabled(const RecordOptions& options) {
+  if (options.off_cpu == OffCpu::kAuto) return !options.all_processes;
+  return options.off_cpu == OffCpu::kOn;
+}
+
+std::string bpf_unavailable_reason(const PerfPrivileges& privileges) {
+#ifndef HPD_HAVE_BPF
+  (void)privileges;
+  return "hpd was built without the eBPF backend (clang, bpftool or libbpf were missing at build time)";
+#else
+  struct stat st;
+  if (::stat("/sys/kernel/btf/vmlinux", &st) != 0) {
+    return "the kernel has no BTF type information (/sys/kernel/btf/vmlinux is missing; it needs "
+           "CONFIG_DEBUG_INFO_BTF=y)";
+  }
+  if (!privileges.may_use_bpf()) {
+    return "loading eBPF programs needs CAP_BPF and CAP_PERFMON (or root)";
+  }
+  return "";
+#endif
+}
+
+#ifndef HPD_HAVE_BPF
+
+std::string bpf_load_check() {
+  return bpf_unavailable_reason(PerfPrivileges{});
+}
+
+RecordResult record_with_bpf(const RecordOptions&, const PerfPrivileges& privileges) {
+  throw BpfUnavailable("the eBPF backend cannot be used: " + bpf_unavailable_reason(privileges));
+}
+
+#else
+
+namespace {
+
+constexpr int kPollTimeoutMs = 100;
+constexpr uint64_t kProgressIntervalNs = 250'000'000;
+
+// libbpf reports through one global callback; warnings of the current thread's attempt are kept for
+// the error message, debug chatter is dropped.
+thread_local std::string* libbpf_log = nullptr;
+
+int libbpf_print(enum libbpf_print_level level, const char* format, va_list args) {
+  if (level == LIBBPF_DEBUG || libbpf_log == nullptr || libbpf_log->size() > 16384) return 0;
+  char line[1024];
+  const int n = std::vsnprintf(line, sizeof line, format, args);
+  if (n > 0) libbpf_log->append(line, std::min<size_t>(size_t(n), sizeof line - 1));
+  return 0;
+}
+
+// Captures libbpf's messages for the lifetime of the object.
+class LibbpfLogCapture {
+ public:
+  LibbpfLogCapture() {
+    static std::once_flag once;
+    std::call_once(once, [] { libbpf_set_print(libbpf_print); });
+    previous_ = libbpf_log;
+    libbpf_log = &text_;
+  }
+  ~LibbpfLogCapture() { libbpf_log = previous_; }
+  LibbpfLogCapture(const LibbpfLogCapture&) = delete;
+  LibbpfLogCapture& operator=(const LibbpfLogCapture&) = delete;
+
+  // The last lines, which name the failing program or map.
+  [[nodiscard]] std::string tail() const {
+    std::string t = text_;
+    while (!t.empty() && t.back() == '\n') t.pop_back();
+    size_t cut = t.size();
+    for (int lines = 0; lines < 3 && cut != std::string::npos && cut > 0; ++lines)
+      cut = t.rfind('\n', cut - 1);
+    if (cut != std::string::npos && cut < t.size()) t = t.substr(cut + 1);
+    return t;
+  }
+
+ private:
+  std::string text_;
+  std::string* previous_ = nullptr;
+};
+
+struct SkeletonDeleter {
+  void operator()(profile_bpf* skel) const { profile_bpf__destroy(skel); }
+};
+using Skeleton = std::unique_ptr<profile_bpf, SkeletonDeleter>;
+
+struct LinkDeleter {
+  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
+};
+using Link = std::unique_ptr<bpf_link, LinkDeleter>;
+
+struct RingBufferDeleter {
+  void operator()(ring_buffer* rb) const { ring_buffer__free(rb); }
+};
+using RingReader = std::unique_ptr<ring_buffer, RingBufferDeleter>;
+
+std::string errno_text(int err) {
+  return std::strerror(err < 0 ? -err : err);
+}
+
+std::string with_log(std::string text, const LibbpfLogCapture& log) {
+  const std::string tail = log.tail();
+  if (!tail.empty()) text += " (libbpf: " + tail + ")";
+  return text;
+}
+
+// Opens the skeleton; throws BpfUnavailable when libbpf cannot parse the embedded object.
+Skeleton open_skeleton(const LibbpfLogCapture& log) {
+  Skeleton skel(profile_bpf__open());
+  if (!skel) throw BpfUnavailable(with_log("cannot open hpd's eBPF object: " + errno_text(errno), log));
+  return skel;
+}
+
+void load_skeleton(profile_bpf* skel, const LibbpfLogCapture& log) {
+  const int err = profile_bpf__load(skel);
+  if (err != 0) {
+    throw BpfUnavailable(with_log("the kernel refused hpd's eBPF programs: " + errno_text(err), log));
+  }
+}
+
+// The ring buffer: about half a second of samples from every CPU, a power of two in [1, 64] MiB.
+uint32_t choose_ring_bytes(const RecordOptions& options, size_t cpus) {
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (options.ring_pages != 0) return static_cast<uint32_t>(std::max<uint64_t>(options.ring_pages, 1) * page);
+  // A typical record with a 20-frame stack is about 250 bytes; leave room for deep stacks.
+  const uint64_t want = uint64_t{options.frequency_hz} * std::max<size_t>(cpus, 1) * 512 / 2;
+  uint64_t bytes = 1ULL << 20;
+  while (bytes < (64ULL << 20) && bytes < want) bytes *= 2;
+  return static_cast<uint32_t>(std::max(bytes, page));
+}
+
+UniqueFd open_cgroup(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) throw RecordError("cannot open cgroup " + path + ": " + std::strerror(errno));
+  return fd;
+}
+
+class BpfSession {
+ public:
+  BpfSession(const RecordOptions& options, const PerfPrivileges& privileges)
+      : options_(options), cpus_(online_cpus()) {
+    kernel_frames_ = options.kernel == KernelFrames::kOn ||
+                     (options.kernel == KernelFrames::kAuto && privileges.may_see_kernel());
+    off_cpu_ = off_cpu_enabled(options);
+    period_ns_ = std::max<uint64_t>(1, 1'000'000'000ULL / options.frequency_hz);
+    if (options.all_processes)
+      filter_ = HPD_FILTER_ALL;
+    else if (!options.cgroup.empty())
+      filter_ = HPD_FILTER_CGROUP;
+    else
+      filter_ = HPD_FILTER_PIDS;
+  }
+
+  RecordResult run();
+
+ private:
+  void load();
+  void set_targets();
+  void attach_sampling();
+  void seed_cpu_baselines();
+  void seed_thread(int32_t pid, int32_t tid);
+  void describe_process(RawProcess& process);
+  void describe_initial(int32_t pid);
+  void drain();
+  void collect_leftovers();
+  bool targets_exited(const std::vector<pollfd>& pfds, size_t first_target);
+  void finish_launched(bool stopped_early);
+  static int on_ring_record(void* ctx, void* data, size_t size);
+
+  struct Target {
+    int32_t pid = 0;
+    UniqueFd pidfd;
+    bool exited = false;
+  };
+
+  const RecordOptions& options_;
+  std::vector<int> cpus_;
+  bool kernel_frames_ = false;
+  bool off_cpu_ = false;
+  uint64_t period_ns_ = 0;
+  uint32_t filter_ = HPD_FILTER_PIDS;
+
+  LibbpfLogCapture log_;
+  Skeleton skel_;
+  UniqueFd cgroup_fd_;
+  std::vector<Link> sampling_;  // one per CPU; each owns its perf_event fd
+  RingReader ring_;
+  std::unique_ptr<LaunchedCommand> command_;
+  std::vector<Target> targets_;
+
+  RecordResult result_;
+  BuildIdReader build_ids_;
+  std::unique_ptr<BpfProfileBuilder> builder_;
+  std::exception_ptr callback_error_;
+};
+
+void BpfSession::load() {
+  skel_ = open_skeleton(log_);
+  auto* config = skel_->rodata;
+  config->filter_mode = filter_;
+  config->self_pid = ::getpid();
+  config->follow_children = options_.follow_children ? 1 : 0;
+  config->capture_kernel = kernel_frames_ ? 1 : 0;
+  config->off_cpu_min_ns = uint64_t{options_.off_cpu_min_us} * 1000;
+  config->sample_period_ns = period_ns_;
+  const uint32_t ring_bytes = choose_ring_bytes(options_, cpus_.size());
+  config->wakeup_bytes = ring_bytes / 4;
+  int err = bpf_map__set_max_entries(skel_->maps.events, ring_bytes);
+  if (err != 0) throw RecordError("cannot size the eBPF ring buffer: " + errno_text(err));
+  // Without off-CPU samples the scheduler hook is not even loaded: context switches cost nothing.
+  bpf_program__set_autoload(skel_->progs.hpd_sched_switch, off_cpu_);
+  load_skeleton(skel_.get(), log_);
+}
+
+void BpfSession::set_targets() {
+  if (filter_ == HPD_FILTER_CGROUP) {
+    cgroup_fd_ = open_cgroup(options_.cgroup);
+    const uint32_t key = 0;
+    const uint32_t fd = static_cast<uint32_t>(cgroup_fd_.get());
+    if (bpf_map_update_elem(bpf_map__fd(skel_->maps.target_cgroup), &key, &fd, BPF_ANY) != 0) {
+      throw RecordError("cannot select cgroup " + options_.cgroup + ": " + std::strerror(errno) +
+                        " (it must be a cgroup v2 directory)");
+    }
+  }
+  if (filter_ != HPD_FILTER_PIDS) return;
+  const int fd = bpf_map__fd(skel_->maps.targets);
+  const uint8_t yes = 1;
+  std::vector<int32_t> pids = options_.pids;
+  if (command_) pids.push_back(command_->pid());
+  for (const int32_t pid : pids) {
+    if (bpf_map_update_elem(fd, &pid, &yes, BPF_ANY) != 0)
+      throw RecordError("cannot add pid " + std::to_string(pid) +
+                        " to the eBPF targets: " + std::strerror(errno));
+  }
+}
+
+void BpfSession::attach_sampling() {
+  // Tracepoints first, so that no fork or exec of a target between them and sampling is missed.
+  if (const int err = profile_bpf__attach(skel_.get()); err != 0)
+    throw RecordError(with_log("cannot attach the eBPF scheduler hooks: " + errno_text(err), log_));
+  perf_event_attr attr{};
+  attr.size = sizeof attr;
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_CPU_CLOCK;
+  attr.sample_period = period_ns_;
+  for (const int cpu : cpus_) {
+    UniqueFd fd(static_cast<int>(::syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)));
+    if (!fd) {
+      if (errno == ENODEV || errno == ENOENT) continue;  // the CPU went offline meanwhile
+      throw RecordError("cannot open the cpu-clock event on CPU " + std::to_string(cpu) + ": " +
+                        std::strerror(errno));
+    }
+    Link link(bpf_program__attach_perf_event(skel_->progs.hpd_on_cpu, fd.get()));
+    if (!link) {
+      throw RecordError(with_log(
+          "cannot attach the sampling program to CPU " + std::to_string(cpu) + ": " + errno_text(errno),
+          log_));
+    }
+    fd.release();  // the link closes it
+    sampling_.push_back(std::move(link));
+  }
+  if (sampling_.empty()) throw RecordError("no online CPU could be sampled");
+}
+
+void BpfSession::seed_thread(int32_t pid, int32_t tid) {
+  const auto runtime = read_thread_runtime_ns(pid, tid);
+  if (!runtime) return;
+  hpd_thread_state state{};
+  state.last_runtime_ns = *runtime;
+  state.pid = pid;
+  state.seeded = 1;
+  // BPF_NOEXIST: a sample or fork that got there first has the better baseline.
+  bpf_map_update_elem(bpf_map__fd(skel_->maps.threads), &tid, &state, BPF_NOEXIST);
+}
+
+// Threads that exist before sampling starts get their current sum_exec_runtime as the baseline, so
+// that their first sample's CPU delta is exact rather than a guess.
+void BpfSession::seed_cpu_baselines() {
+  std::vector<int32_t> pids = options_.pids;
+  if (filter_ != HPD_FILTER_PIDS) pids = list_processes();
+  const int32_t self = ::getpid();
+  for (const int32_t pid : pids) {
+    if (pid == self) continue;
+    for (const int32_t tid : list_threads(pid)) seed_thread(pid, tid);
+  }
+}
+
+void BpfSession::describe_process(RawProcess& process) {
+  const std::string exe = read_exe(process.pid);
+  if (!exe.empty()) process.exe = exe;
+  auto cmdline = read_cmdline(process.pid);
+  if (!cmdline.empty()) process.cmdline = std::move(cmdline);
+  if (process.name.empty()) process.name = read_comm(process.pid);
+}
+
+void BpfSession::describe_initial(int32_t pid) {
+  RawProcess& process = result_.profile.process(pid);
+  process.start_ns = result_.profile.info.start_mono_ns;
+  process.name = read_comm(pid);
+  describe_process(process);
+  for (const int32_t tid : list_threads(pid)) {
+    RawThread& thread = result_.profile.thread(pid, tid);
+    thread.start_ns = result_.profile.info.start_mono_ns;
+    thread.name = read_thread_comm(pid, tid);
+  }
+  builder_->add_initial_process(pid, read_proc_maps(pid));
+}
+
+int BpfSession::on_ring_record(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<BpfSession*>(ctx);
+  try {
+    self->builder_->on_record({static_cast<const uint8_t*>(data), size});
+    return 0;
+  } catch (...) {
+    // Nothing may unwind through libbpf's C frames; stop the drain and rethrow outside.
+    self->callback_error_ = std::current_exception();
+    return -1;
+  }
+}
+
+void BpfSession::drain() {
+  const int n = ring_buffer__consume(ring_.get());
+  if (callback_error_) std::rethrow_exception(std::exchange(callback_error_, nullptr));
+  if (n < 0 && n != -EINTR) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(n));
+}
+
+// After sampling stopped: threads still off the CPU, per-thread drop counts, global counters.
+void BpfSession::collect_leftovers() {
+  const uint64_t end = result_.profile.info.end_mono_ns;
+  if (off_cpu_) {
+    const int fd = bpf_map__fd(skel_->maps.blocked);
+    auto value = std::make_unique<hpd_sample_event>();
+    int32_t key = 0;
+    bool first = true;
+    int32_t next = 0;
+    while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
+      first = false;
+      key = next;
+      if (bpf_map_lookup_elem(fd, &key, value.get()) == 0) builder_->on_still_off_cpu(*value, end);
+    }
+  }
+  {
+    const int fd = bpf_map__fd(skel_->maps.threads);
+    hpd_thread_state state{};
+    int32_t key = 0, next = 0;
+    bool first = true;
+    while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
+      first = false;
+      key = next;
+      if (bpf_map_lookup_elem(fd, &key, &state) == 0 && state.ringbuf_drops > 0 &&
+          result_.profile.find_process(state.pid) != nullptr) {
+        builder_->add_thread_drops(state.pid, key, state.ringbuf_drops);
+      }
+    }
+  }
+  const int possible = libbpf_num_possible_cpus();
+  if (possible > 0) {
+    std::vector<uint64_t> per_cpu(static_cast<size_t>(possible));
+    uint64_t totals[HPD_COUNTER_COUNT] = {};
+    for (uint32_t i = 0; i < HPD_COUNTER_COUNT; ++i) {
+      if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.counters), &i, per_cpu.data()) != 0) continue;
+      for (const uint64_t v : per_cpu) totals[i] += v;
+    }
+    result_.profile.lost.lost_records += totals[HPD_COUNTER_RINGBUF_DROPS];
+    result_.off_cpu_intervals_lost = totals[HPD_COUNTER_OFFCPU_MAP_FULL];
+    result_.threads_without_cpu_baseline = totals[HPD_COUNTER_THREAD_MAP_FULL];
+  }
+}
+
+bool BpfSession::targets_exited(const std::vector<pollfd>& pfds, size_t first_target) {
+  if (targets_.empty()) return false;
+  bool all = true;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    Target& t = targets_[i];
+    if (!t.exited) {
+      if (t.pidfd) {
+        t.exited = (pfds[first_target + i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+      } else {
+        t.exited = command_ ? command_->try_reap() : process_gone(t.pid);
+      }
+      if (t.exited && command_) command_->try_reap();
+    }
+    all = all && t.exited;
+  }
+  return all;
+}
+
+void BpfSession::finish_launched(bool stopped_early) {
+  if (!command_) return;
+  if (stopped_early)
+    command_->terminate(std::chrono::milliseconds(2000));
+  else
+    command_->try_reap();
+  if (!command_->reaped()) command_->terminate(std::chrono::milliseconds(2000));
+  result_.command_exit_status = command_->exit_status();
+}
+
+RecordResult BpfSession::run() {
+  load();  // the only step that throws BpfUnavailable: nothing has been started yet
+
+  RawProfile& profile = result_.profile;
+  take_clock_pair(profile.info.start_mono_ns, profile.info.start_unix_ns);
+  RecordingInfo& info = profile.info;
+  info.interval_ns = period_ns_;
+  info.frequency_hz = options_.frequency_hz;
+  info.backend = "bpf";
+  info.event = "cpu-clock";
+  info.call_graph = "fp";
+  info.kernel_frames = kernel_frames_;
+  info.logical_cpus = static_cast<uint32_t>(cpus_.size());
+  describe_recording(options_, info);
+  result_.cpu_time_source = CpuTimeSource::kSchedRuntime;
+  if (kernel_frames_) profile.intern_module("[kernel.kallsyms]", kernel_build_id(), true);
+
+  builder_ = std::make_unique<BpfProfileBuilder>(
+      profile, BpfBuilderConfig{profile.info.start_mono_ns}, [](int32_t pid) { return read_proc_maps(pid); },
+      [this](int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
+        return build_ids_.for_mapping(pid, start, end, path);
+      },
+      [this](RawProcess& process) { describe_process(process); });
+
+  if (!options_.command.empty()) command_ = std::make_unique<LaunchedCommand>(options_.command);
+  set_targets();
+  attach_sampling();
+  seed_cpu_baselines();
+  if (command_) seed_thread(command_->pid(), command_->pid());
+  for (const int32_t pid : options_.pids) describe_initial(pid);
+
+  ring_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_ring_record, this, nullptr));
+  if (!ring_) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(errno));
+
+  if (command_) {
+    command_->start();
+    targets_.push_back(Target{command_->pid(), open_pidfd(command_->pid()), false});
+  } else {
+    for (const int32_t pid : options_.pids) targets_.push_back(Target{pid, open_pidfd(pid), false});
+  }
+
+  std::vector<pollfd> pfds;
+  pfds.push_back(pollfd{ring_buffer__epoll_fd(ring_.get()), POLLIN, 0});
+  const size_t first_target = pfds.size();
+  for (const Target& t : targets_) pfds.push_back(pollfd{t.pidfd ? t.pidfd.get() : -1, POLLIN, 0});
+
+  const uint64_t loop_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  const uint64_t start = profile.info.start_mono_ns;
+  const uint64_t duration_ns =
+      options_.duration_s > 0 ? static_cast<uint64_t>(std::llround(options_.duration_s * 1e9)) : 0;
+  uint64_t last_progress = start;
+  bool stopped_early = false;
+  for (;;) {
+    const int n = ::poll(pfds.data(), pfds.size(), kPollTimeoutMs);
+    if (n < 0 && errno != EINTR) throw RecordError(std::string("poll failed: ") + std::strerror(errno));
+    drain();
+    const bool all_exited = targets_exited(pfds, first_target);
+    const uint64_t now = mono_now();
+    if (all_exited) {
+      result_.target_exited = true;
+      break;
+    }
+    if ((options_.stop != nullptr && options_.stop->load()) ||
+        (duration_ns != 0 && now - start >= duration_ns)) {
+      stopped_early = true;
+      break;
+    }
+    if (options_.on_progress && now - last_progress >= kProgressIntervalNs) {
+      last_progress = now;
+      options_.on_progress(RecordProgress{static_cast<double>(now - start) / 1e9, options_.duration_s,
+                                          builder_->samples(), profile.lost.lost_records});
+    }
+  }
+  profile.info.end_mono_ns = mono_now();
+  // Stop every source before the last drain, so the ring holds everything that will ever come.
+  sampling_.clear();
+  profile_bpf__detach(skel_.get());
+  drain();
+  collect_leftovers();
+  result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
+  finish_launched(stopped_early);
+  result_.processes_without_maps = builder_->processes_without_maps();
+  result_.samples_without_cpu_baseline = builder_->samples_without_baseline();
+  profile.lost.lost_records += builder_->malformed_records();
+  return std::move(result_);
+}
+
+}  // namespace
+
+std::string bpf_load_check() {
+  try {
+    LibbpfLogCapture log;
+    Skeleton skel = open_skeleton(log);
+    load_skeleton(skel.get(), log);
+    return "";
+  } catch (const RecordError& e) {
+    return e.what();
+  }
+}
+
+RecordResult record_with_bpf(const RecordOptions& options, const PerfPrivileges& privileges) {
+  if (const std::string why = bpf_unavailable_reason(privileges); !why.empty())
+    throw BpfUnavailable("the eBPF backend cannot be used: " + why);
+  BpfSession session(options, privileges);
+  return session.run();
+}
+
+#endif  // HPD_HAVE_BPF
+
+}  // namespace hpd

@@ -1,0 +1,34 @@
+// The eBPF recording backend behind hpd::record().
+#pragma once
+
+#include <string>
+
+#include "hpd/collect/recorder.h"
+#include "perf/perf_privileges.h"
+
+namespace hpd {
+
+// The eBPF backend cannot run here (not built in, no kernel BTF, no privileges, programs refused).
+// Thrown only before anything was started, so the caller may fall back to perf_event.
+class BpfUnavailable : public RecordError {
+ public:
+  using RecordError::RecordError;
+};
+
+// The checks that need no loading: built in, kernel BTF, capabilities. "" when they pass.
+std::string bpf_unavailable_reason(const PerfPrivileges& privileges);
+
+// Opens and loads the programs (with the off-CPU one) and releases them again; "" when that works.
+std::string bpf_load_check();
+
+// Records with per-CPU cpu-clock events driving a BPF program, and scheduler tracepoints.
+// Expects options already checked by validate_record_options().
+RecordResult record_with_bpf(const RecordOptions& options, const PerfPrivileges& privileges);
+
+// Whether the options ask for something only the eBPF backend does.
+bool needs_bpf(const RecordOptions& options);
+
+// Whether off-CPU samples are taken for these options (with the eBPF backend).
+bool off_cpu_enabled(const RecordOptions& options);
+
+}  // namespace hpd

@@ -1,0 +1,440 @@
+// perf_event recording: attach, read rings until the end, build the RawProfile.
+//
+// The kernel refuses mmap() of an inherited per-task event opened with cpu == -1, so each existing
+// thread gets one inherited event per CPU. The first event on a CPU owns that CPU's ring buffer and the
+// others are redirected into it with PERF_EVENT_IOC_SET_OUTPUT. Threads and processes created later
+// inherit the events of their creator.
+#include "perf/perf_recorder.h"
+
+#include <linux/perf_event.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <system_error>
+
+#include "perf/perf_records.h"
+#include "perf/profile_builder.h"
+#include "perf/ring_buffer.h"
+#include "proc/build_id.h"
+#include "proc/launched_command.h"
+#include "proc/proc_files.h"
+#include "proc/proc_maps.h"
+#include "recording_common.h"
+#include "util/unique_fd.h"
+
+namespace hpd {
+
+namespace {
+
+constexpr int kPollTimeoutMs = 100;
+constexpr uint64_t kProgressIntervalNs = 250'000'000;
+constexpr int kMaxRescans = 16;
+
+int perf_event_open(perf_event_attr* attr, pid_t pid, int cpu) {
+  return static_cast<int>(::syscall(SYS_perf_event_open, attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+}
+
+// Ring size: about half a second of samples per CPU at ~512 bytes each, within [16, 1024] pages.
+size_t choose_ring_pages(const RecordOptions& options) {
+  if (options.ring_pages != 0) return options.ring_pages;
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t bytes = uint64_t{options.frequency_hz} * 512 / 2;
+  size_t pages = 16;
+  while (pages < 1024 && pages * page < bytes) pages *= 2;
+  return pages;
+}
+
+class PerfSession {
+ public:
+  PerfSession(const RecordOptions& options, const PerfPrivileges& privileges)
+      : options_(options), privileges_(privileges), cpus_(online_cpus()), rings_(cpus_.size()) {
+    kernel_frames_ = options.kernel == KernelFrames::kOn ||
+                     (options.kernel == KernelFrames::kAuto && privileges.may_see_kernel());
+    max_stack_ = static_cast<uint32_t>(std::clamp(privileges.max_stack, 1, 65535));
+    ring_pages_ = choose_ring_pages(options);
+    init_attr();
+  }
+
+  RecordResult run();
+
+ private:
+  struct CpuRing {
+    UniqueFd owner;
+    PerfRingBuffer ring;
+  };
+  struct Target {
+    int32_t pid = 0;
+    UniqueFd pidfd;
+    bool exited = false;
+  };
+
+  void init_attr();
+  void apply_variant();
+  UniqueFd open_event(int32_t pid, int32_t tid, int cpu);
+  bool attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>* own_ids);
+  void attach_process(int32_t pid);
+  void describe_threads(int32_t pid);
+  void describe_process(RawProcess& process);
+  void drain_all();
+  bool poll_once(std::vector<pollfd>& pfds);
+  bool targets_exited(const std::vector<pollfd>& pfds, size_t first_target);
+  void fill_info();
+  void finish_launched(bool stopped_early);
+
+  const RecordOptions& options_;
+  PerfPrivileges privileges_;
+  std::vector<int> cpus_;
+  std::vector<CpuRing> rings_;  // parallel to cpus_
+  std::vector<UniqueFd> redirected_;
+  std::vector<Target> targets_;
+  std::unique_ptr<LaunchedCommand> command_;
+  bool launched_described_ = false;
+
+  perf_event_attr attr_{};
+  bool attr_settled_ = false;
+  size_t variant_ = 0;  // index into the attribute fallbacks, see apply_variant()
+  bool kernel_frames_ = false;
+  uint32_t max_stack_ = 127;
+  size_t ring_pages_ = 16;
+
+  std::set<int32_t> attached_;
+  std::vector<std::pair<int32_t, std::vector<uint64_t>>> own_ids_;
+  RecordResult result_;
+  BuildIdReader build_ids_;
+  std::unique_ptr<PerfProfileBuilder> builder_;
+  RecordLayout layout_;
+  std::vector<uint8_t> scratch_;
+};
+
+void PerfSession::init_attr() {
+  perf_event_attr& a = attr_;
+  std::memset(&a, 0, sizeof a);
+  a.size = sizeof a;
+  a.type = PERF_TYPE_SOFTWARE;
+  a.config = options_.event == "cpu-clock" ? PERF_COUNT_SW_CPU_CLOCK : PERF_COUNT_SW_TASK_CLOCK;
+  a.sample_period = std::max<uint64_t>(1, 1'000'000'000ULL / options_.frequency_hz);
+  a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ID | PERF_SAMPLE_CPU |
+                  PERF_SAMPLE_PERIOD | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_READ;
+  a.read_format = 0;
+  a.inherit = 1;
+  a.mmap = 1;
+  a.mmap2 = 1;
+  a.comm = 1;
+  a.comm_exec = 1;
+  a.task = 1;
+  a.sample_id_all = 1;
+  a.use_clockid = 1;
+  a.clockid = CLOCK_MONOTONIC;
+  a.build_id = 1;
+  a.exclude_hv = 1;
+  a.exclude_kernel = kernel_frames_ ? 0 : 1;
+  a.exclude_callchain_kernel = kernel_frames_ ? 0 : 1;
+  a.sample_max_stack = static_cast<uint16_t>(max_stack_);
+  // A launched command is attached before exec; counting starts with the new program.
+  a.disabled = options_.command.empty() ? 0 : 1;
+  a.enable_on_exec = options_.command.empty() ? 0 : 1;
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  a.watermark = 1;
+  a.wakeup_watermark = static_cast<uint32_t>(ring_pages_ * page / 4);
+}
+
+// Fallbacks for older kernels, tried in order when the first open fails with EINVAL:
+// 0: READ + build_id, 1: build_id only (READ + inherit needs 6.12), 2: READ only, 3: neither.
+void PerfSession::apply_variant() {
+  const bool read = variant_ == 0 || variant_ == 2;
+  const bool build_id = variant_ <= 1;
+  if (read)
+    attr_.sample_type |= PERF_SAMPLE_READ;
+  else
+    attr_.sample_type &= ~static_cast<uint64_t>(PERF_SAMPLE_READ);
+  attr_.build_id = build_id ? 1 : 0;
+}
+
+UniqueFd PerfSession::open_event(int32_t pid, int32_t tid, int cpu) {
+  for (;;) {
+    const int fd = perf_event_open(&attr_, tid, cpu);
+    if (fd >= 0) {
+      attr_settled_ = true;
+      return UniqueFd(fd);
+    }
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (!attr_settled_ && (err == EINVAL || err == E2BIG || err == EOPNOTSUPP) && variant_ < 3) {
+      ++variant_;
+      apply_variant();
+      continue;
+    }
+    if (err == ESRCH) return UniqueFd();
+    throw RecordError(perf_open_error_message(err, pid, tid, privileges_));
+  }
+}
+
+bool PerfSession::attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>* own_ids) {
+  for (size_t i = 0; i < cpus_.size(); ++i) {
+    UniqueFd fd = open_event(pid, tid, cpus_[i]);
+    if (!fd) return false;  // the thread exited meanwhile
+    if (own_ids != nullptr) {
+      uint64_t id = 0;
+      if (::ioctl(fd.get(), PERF_EVENT_IOC_ID, &id) == 0) own_ids->push_back(id);
+    }
+    CpuRing& ring = rings_[i];
+    if (!ring.owner) {
+      try {
+        ring.ring = PerfRingBuffer::map(fd.get(), ring_pages_);
+      } catch (const std::system_error& e) {
+        const int err = e.code().value();
+        std::string text = "cannot map a perf ring buffer of " + std::to_string(ring_pages_ * 4) +
+                           " KiB for CPU " + std::to_string(cpus_[i]) + ": " + std::strerror(err);
+        if (err == EPERM || err == ENOMEM) {
+          text += "; it exceeds the locked-memory limit (/proc/sys/kernel/perf_event_mlock_kb is " +
+                  read_first_line("/proc/sys/kernel/perf_event_mlock_kb").value_or("?") +
+                  "): use smaller ring buffers, raise that limit, or run as root";
+        }
+        throw RecordError(text);
+      }
+      ring.owner = std::move(fd);
+      continue;
+    }
+    if (::ioctl(fd.get(), PERF_EVENT_IOC_SET_OUTPUT, ring.owner.get()) != 0) {
+      throw RecordError("cannot redirect the perf event of thread " + std::to_string(tid) + " on CPU " +
+                        std::to_string(cpus_[i]) + " into its ring buffer: " + std::strerror(errno));
+    }
+    redirected_.push_back(std::move(fd));
+  }
+  attached_.insert(tid);
+  return true;
+}
+
+void PerfSession::attach_process(int32_t pid) {
+  std::vector<int32_t> tids = list_threads(pid);
+  size_t attached = 0;
+  for (const int32_t tid : tids) {
+    if (attach_thread(pid, tid, nullptr)) ++attached;
+  }
+  // Threads created during the attach by a not-yet-attached thread inherited nothing: attach them too.
+  // Such a thread may also have inherited from an attached creator; its own event ids tell the copies apart.
+  for (int round = 0; round < kMaxRescans; ++round) {
+    bool found = false;
+    for (const int32_t tid : list_threads(pid)) {
+      if (attached_.contains(tid)) continue;
+      found = true;
+      std::vector<uint64_t> ids;
+      if (attach_thread(pid, tid, &ids)) {
+        ++attached;
+        own_ids_.emplace_back(tid, std::move(ids));
+      } else {
+        attached_.insert(tid);  // gone; do not retry
+      }
+    }
+    if (!found) break;
+  }
+  if (attached == 0) throw RecordError("no process with pid " + std::to_string(pid) + " (it exited)");
+}
+
+void PerfSession::describe_process(RawProcess& process) {
+  const std::string exe = read_exe(process.pid);
+  if (!exe.empty()) process.exe = exe;
+  auto cmdline = read_cmdline(process.pid);
+  if (!cmdline.empty()) process.cmdline = std::move(cmdline);
+  if (process.name.empty()) process.name = read_comm(process.pid);
+}
+
+void PerfSession::describe_threads(int32_t pid) {
+  for (const int32_t tid : list_threads(pid)) {
+    const bool known = result_.profile.find_thread(pid, tid) != nullptr;
+    RawThread& thread = result_.profile.thread(pid, tid);
+    if (!known) thread.start_ns = result_.profile.info.start_mono_ns;
+    const std::string name = read_thread_comm(pid, tid);
+    if (!name.empty()) thread.name = name;
+  }
+}
+
+void PerfSession::drain_all() {
+  for (CpuRing& ring : rings_) {
+    if (!ring.ring.mapped()) continue;
+    const DrainStats stats = drain_ring(ring.ring.view(), scratch_, [this](std::span<const uint8_t> bytes) {
+      if (auto record = decode_record(bytes, layout_))
+        builder_->on_record(*record);
+      else
+        builder_->count_undecodable();
+    });
+    if (stats.corrupt) ++result_.profile.lost.lost_records;
+  }
+}
+
+void PerfSession::fill_info() {
+  RecordingInfo& info = result_.profile.info;
+  info.interval_ns = attr_.sample_period;
+  info.frequency_hz = options_.frequency_hz;
+  info.backend = "perf";
+  info.event = options_.event;
+  info.call_graph = "fp";
+  info.kernel_frames = kernel_frames_;
+  info.logical_cpus = static_cast<uint32_t>(cpus_.size());
+  describe_recording(options_, info);
+}
+
+bool PerfSession::targets_exited(const std::vector<pollfd>& pfds, size_t first_target) {
+  bool all = true;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    Target& t = targets_[i];
+    if (!t.exited) {
+      if (t.pidfd) {
+        t.exited = (pfds[first_target + i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+      } else {
+        t.exited = command_ ? command_->try_reap() : process_gone(t.pid);
+      }
+      if (t.exited && command_) command_->try_reap();
+    }
+    all = all && t.exited;
+  }
+  return all;
+}
+
+RecordResult PerfSession::run() {
+  raise_fd_limit();
+  take_clock_pair(result_.profile.info.start_mono_ns, result_.profile.info.start_unix_ns);
+  fill_info();
+
+  if (!options_.command.empty()) {
+    command_ = std::make_unique<LaunchedCommand>(options_.command);
+    attach_thread(command_->pid(), command_->pid(), nullptr);
+    targets_.push_back(Target{command_->pid(), open_pidfd(command_->pid()), false});
+  } else {
+    for (const int32_t pid : options_.pids) {
+      attach_process(pid);
+      targets_.push_back(Target{pid, open_pidfd(pid), false});
+    }
+  }
+
+  layout_ = RecordLayout{attr_.sample_type, attr_.read_format, attr_.sample_id_all != 0};
+  result_.cpu_time_source =
+      (attr_.sample_type & PERF_SAMPLE_READ) ? CpuTimeSource::kThreadCounter : CpuTimeSource::kSamplePeriod;
+  result_.mmap_build_ids = attr_.build_id != 0;
+  builder_ = std::make_unique<PerfProfileBuilder>(
+      result_.profile,
+      ProfileBuilderConfig{result_.cpu_time_source == CpuTimeSource::kThreadCounter, max_stack_},
+      [this](int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
+        return build_ids_.for_mapping(pid, start, end, path);
+      },
+      [this](RawProcess& process) { describe_process(process); });
+  for (auto& [tid, ids] : own_ids_) builder_->set_own_event_ids(tid, std::move(ids));
+  if (kernel_frames_) result_.profile.intern_module("[kernel.kallsyms]", kernel_build_id(), true);
+
+  // Maps are read after the events exist, so a library loaded in between is seen at least once.
+  for (const int32_t pid : options_.pids) {
+    RawProcess& process = result_.profile.process(pid);
+    process.start_ns = result_.profile.info.start_mono_ns;
+    process.name = read_comm(pid);
+    describe_process(process);
+    describe_threads(pid);
+    builder_->add_maps(pid, read_proc_maps(pid), 0);
+  }
+  if (command_) command_->start();
+
+  std::vector<pollfd> pfds;
+  for (const CpuRing& ring : rings_) pfds.push_back(pollfd{ring.owner.get(), POLLIN, 0});
+  const size_t first_target = pfds.size();
+  for (const Target& t : targets_) pfds.push_back(pollfd{t.pidfd ? t.pidfd.get() : -1, POLLIN, 0});
+
+  const uint64_t loop_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  const uint64_t start = result_.profile.info.start_mono_ns;
+  const uint64_t duration_ns =
+      options_.duration_s > 0 ? static_cast<uint64_t>(std::llround(options_.duration_s * 1e9)) : 0;
+  uint64_t last_progress = start;
+  bool stopped_early = false;
+  for (;;) {
+    const int n = ::poll(pfds.data(), pfds.size(), kPollTimeoutMs);
+    if (n < 0 && errno != EINTR) throw RecordError(std::string("poll failed: ") + std::strerror(errno));
+    for (size_t i = 0; i < first_target; ++i) {
+      // A ring owner whose thread exited reports POLLHUP forever; keep reading its ring, stop polling it.
+      if (pfds[i].revents & (POLLHUP | POLLERR)) pfds[i].fd = -1;
+    }
+    drain_all();
+    if (command_ && !launched_described_) {
+      // After exec: what MMAP2 records do not cover (the vDSO) comes from /proc.
+      launched_described_ = true;
+      const int32_t pid = command_->pid();
+      RawProcess& process = result_.profile.process(pid);
+      if (process.start_ns == 0) process.start_ns = start;
+      describe_process(process);
+      describe_threads(pid);
+      builder_->add_maps(pid, read_proc_maps(pid), mono_now());
+    }
+    const bool all_exited = targets_exited(pfds, first_target);
+    const uint64_t now = mono_now();
+    if (all_exited) {
+      result_.target_exited = true;
+      break;
+    }
+    if ((options_.stop != nullptr && options_.stop->load()) ||
+        (duration_ns != 0 && now - start >= duration_ns)) {
+      stopped_early = true;
+      break;
+    }
+    if (options_.on_progress && now - last_progress >= kProgressIntervalNs) {
+      last_progress = now;
+      options_.on_progress(RecordProgress{static_cast<double>(now - start) / 1e9, options_.duration_s,
+                                          builder_->samples(), result_.profile.lost.lost_records});
+    }
+  }
+  result_.profile.info.end_mono_ns = mono_now();
+  // Disabling a parent event disables its inherited children too; then the rings hold everything.
+  for (const CpuRing& ring : rings_) {
+    if (ring.owner) ::ioctl(ring.owner.get(), PERF_EVENT_IOC_DISABLE, 0);
+  }
+  for (const UniqueFd& fd : redirected_) ::ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
+  drain_all();
+  finish_launched(stopped_early);
+  result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
+  result_.duplicate_samples = builder_->duplicate_samples();
+  return std::move(result_);
+}
+
+void PerfSession::finish_launched(bool stopped_early) {
+  if (!command_) return;
+  if (stopped_early)
+    command_->terminate(std::chrono::milliseconds(2000));
+  else
+    command_->try_reap();
+  if (!command_->reaped()) command_->terminate(std::chrono::milliseconds(2000));
+  result_.command_exit_status = command_->exit_status();
+}
+
+}  // namespace
+
+std::string perf_open_error_message(int err, int32_t pid, int32_t tid, const PerfPrivileges& privileges) {
+  std::string target = "pid " + std::to_string(pid);
+  if (tid != pid) target += " (thread " + std::to_string(tid) + ")";
+  switch (err) {
+    case EACCES:
+    case EPERM: return "cannot open perf event for " + target + ": permission denied; " + privileges.advice();
+    case ESRCH: return "no process with pid " + std::to_string(pid);
+    case EMFILE:
+    case ENFILE:
+      return "cannot open perf event for " + target +
+             ": too many open files (one is needed per thread and CPU); raise the limit with ulimit -n";
+    case ENOENT:
+    case ENODEV:
+    case EOPNOTSUPP:
+      return "cannot open perf event for " + target + ": the kernel does not offer this software event (" +
+             std::strerror(err) + ")";
+    default: return "cannot open perf event for " + target + ": " + std::strerror(err);
+  }
+}
+
+RecordResult record_with_perf(const RecordOptions& options, const PerfPrivileges& privileges) {
+  PerfSession session(options, privileges);
+  return session.run();
+}
+
+}  // namespace hpd

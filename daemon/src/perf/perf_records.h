@@ -1,0 +1,113 @@
+// Typed perf_event records decoded from raw ring-buffer bytes, and callchain splitting.
+#pragma once
+
+#include <linux/perf_event.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace hpd {
+
+// What the events were opened with; it decides the layout of samples and of the sample_id trailer.
+struct RecordLayout {
+  uint64_t sample_type = 0;
+  uint64_t read_format = 0;
+  bool sample_id_all = false;
+};
+
+// The sample_id trailer of non-sample records (sample_id_all), for the fields we request.
+struct SampleId {
+  int32_t pid = -1;
+  int32_t tid = -1;
+  uint64_t time = 0;
+  uint64_t id = 0;
+  uint32_t cpu = 0;
+  bool present = false;
+};
+
+struct SampleRecord {
+  uint16_t misc = 0;
+  uint64_t ip = 0;
+  int32_t pid = 0;
+  int32_t tid = 0;
+  uint64_t time = 0;
+  uint64_t id = 0;
+  uint32_t cpu = 0;
+  uint64_t period = 0;
+  std::optional<uint64_t> read_value;  // PERF_SAMPLE_READ (non-group read_format): the counter value
+  std::vector<uint64_t> callchain;     // with PERF_CONTEXT_* markers, as the kernel wrote it
+};
+
+struct Mmap2Record {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  uint64_t address = 0;
+  uint64_t length = 0;
+  uint64_t page_offset = 0;
+  std::string build_id;  // lower-case hex when the record carries one (PERF_RECORD_MISC_MMAP_BUILD_ID)
+  uint32_t prot = 0;
+  uint32_t flags = 0;
+  std::string filename;
+  SampleId sample_id;
+};
+
+struct CommRecord {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  std::string comm;
+  bool exec = false;  // the name changed because of an exec
+  SampleId sample_id;
+};
+
+// PERF_RECORD_FORK and PERF_RECORD_EXIT share a layout.
+struct TaskRecord {
+  bool fork = false;
+  int32_t pid = 0;
+  int32_t ppid = 0;
+  int32_t tid = 0;
+  int32_t ptid = 0;
+  uint64_t time = 0;
+  SampleId sample_id;
+};
+
+struct LostRecord {
+  uint64_t id = 0;
+  uint64_t lost = 0;
+  SampleId sample_id;
+};
+
+struct ThrottleRecord {
+  bool unthrottle = false;
+  uint64_t time = 0;
+  uint64_t id = 0;
+  uint64_t stream_id = 0;
+  SampleId sample_id;
+};
+
+// A record type we do not use; its type number, for statistics.
+struct OtherRecord {
+  uint32_t type = 0;
+};
+
+using PerfRecord =
+    std::variant<OtherRecord, SampleRecord, Mmap2Record, CommRecord, TaskRecord, LostRecord, ThrottleRecord>;
+
+// Decodes one record (header included). nullopt when the bytes are shorter than the layout demands.
+std::optional<PerfRecord> decode_record(std::span<const uint8_t> bytes, const RecordLayout& layout);
+
+// A callchain split at its context markers, each part leaf first, markers dropped.
+struct SplitCallchain {
+  std::vector<uint64_t> kernel;
+  std::vector<uint64_t> user;
+  size_t address_count = 0;  // addresses the kernel stored (kernel + user + any guest/hv ones)
+};
+
+// Frames before any marker are taken as kernel frames if the first one is a kernel address,
+// otherwise as user frames. Hypervisor and guest frames are counted but not kept.
+void split_callchain(std::span<const uint64_t> chain, SplitCallchain& out);
+
+}  // namespace hpd

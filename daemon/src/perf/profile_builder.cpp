@@ -1,0 +1,201 @@
+// Record-to-RawProfile conversion.
+#include "perf/profile_builder.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+
+namespace hpd {
+
+std::string module_path_for(const std::string& path) {
+  if (path.empty() || path == "//anon" || path.starts_with("/anon_hugepage") || path == "[anon]")
+    return "[anon]";
+  return path;
+}
+
+PerfProfileBuilder::PerfProfileBuilder(RawProfile& profile, ProfileBuilderConfig config,
+                                       BuildIdLookup build_ids, ProcessDescriber describe)
+    : profile_(profile), config_(config), build_ids_(std::move(build_ids)), describe_(std::move(describe)) {}
+
+void PerfProfileBuilder::add_maps(int32_t pid, const std::vector<MapsEntry>& maps, uint64_t time_ns) {
+  RawProcess& process = profile_.process(pid);
+  for (const MapsEntry& e : maps) {
+    if (!e.executable) continue;
+    const std::string path = module_path_for(e.path);
+    std::string build_id;
+    if (e.is_file() && build_ids_) build_id = build_ids_(pid, e.start, e.end, e.path);
+    add_mapping(process,
+                RawMapping{e.start, e.end, e.offset, profile_.intern_module(path, build_id), time_ns});
+  }
+}
+
+void PerfProfileBuilder::set_own_event_ids(int32_t tid, std::vector<uint64_t> ids) {
+  own_ids_[tid] = std::unordered_set<uint64_t>(ids.begin(), ids.end());
+}
+
+void PerfProfileBuilder::on_record(const PerfRecord& record) {
+  if (const auto* s = std::get_if<SampleRecord>(&record)) {
+    on_sample(*s);
+  } else if (const auto* m = std::get_if<Mmap2Record>(&record)) {
+    on_mmap2(*m);
+  } else if (const auto* c = std::get_if<CommRecord>(&record)) {
+    on_comm(*c);
+  } else if (const auto* t = std::get_if<TaskRecord>(&record)) {
+    on_task(*t);
+  } else if (const auto* l = std::get_if<LostRecord>(&record)) {
+    profile_.lost.lost_records += l->lost;
+  } else if (const auto* th = std::get_if<ThrottleRecord>(&record)) {
+    if (!th->unthrottle) ++profile_.lost.throttle_events;
+  }
+}
+
+RawProcess& PerfProfileBuilder::ensure_process(int32_t pid, uint64_t time_ns) {
+  const bool known = profile_.find_process(pid) != nullptr;
+  RawProcess& process = profile_.process(pid);
+  if (!known) {
+    process.start_ns = time_ns;
+    if (describe_) describe_(process);
+  }
+  return process;
+}
+
+RawThread& PerfProfileBuilder::ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns) {
+  const bool known = profile_.find_thread(pid, tid) != nullptr;
+  ensure_process(pid, time_ns);
+  RawThread& thread = profile_.thread(pid, tid);
+  if (!known) thread.start_ns = time_ns;
+  return thread;
+}
+
+uint64_t PerfProfileBuilder::cpu_delta(const SampleRecord& s) {
+  if (!config_.read_values || !s.read_value) return s.period;
+  auto& per_cpu = last_value_[s.tid];
+  if (per_cpu.size() <= s.cpu) per_cpu.resize(s.cpu + 1, 0);
+  uint64_t& last = per_cpu[s.cpu];
+  // A smaller value means a new event behind a reused tid: its count started from zero.
+  const uint64_t delta = *s.read_value >= last ? *s.read_value - last : *s.read_value;
+  last = *s.read_value;
+  return delta;
+}
+
+void PerfProfileBuilder::on_sample(const SampleRecord& s) {
+  if (auto it = own_ids_.find(s.tid); it != own_ids_.end() && !it->second.contains(s.id)) {
+    ++duplicates_;
+    return;
+  }
+  RawThread& thread = ensure_thread(s.pid, s.tid, s.time);
+
+  RawSample sample;
+  sample.time_ns = s.time;
+  sample.pid = s.pid;
+  sample.tid = s.tid;
+  sample.cpu = static_cast<uint16_t>(s.cpu);
+  sample.kind = SampleKind::kOnCpu;
+  sample.cpu_delta_ns = cpu_delta(s);
+
+  split_callchain(s.callchain, split_);
+  if (split_.kernel.empty() && split_.user.empty() && s.ip != 0) {
+    // No callchain at all: keep at least the sampled instruction.
+    const uint16_t mode = s.misc & PERF_RECORD_MISC_CPUMODE_MASK;
+    (mode == PERF_RECORD_MISC_KERNEL ? split_.kernel : split_.user).push_back(s.ip);
+    sample.stack_end = StackEnd::kFailed;
+  } else if (split_.address_count >= config_.max_stack) {
+    sample.stack_end = StackEnd::kTruncated;
+  } else if (split_.user.empty()) {
+    // The frame-pointer walk produced no user frame at all (unreadable user stack).
+    sample.stack_end = StackEnd::kFailed;
+  } else {
+    // The walk stopped on its own (null or invalid frame pointer). Frame-pointer walking cannot tell
+    // "reached the outermost frame" from "hit code built without frame pointers".
+    sample.stack_end = StackEnd::kComplete;
+  }
+  if (sample.stack_end == StackEnd::kTruncated) {
+    ++profile_.lost.truncated_stacks;
+    ++thread.lost.truncated_stacks;
+  }
+  if (sample.stack_end == StackEnd::kFailed) {
+    ++profile_.lost.stack_failures;
+    ++thread.lost.stack_failures;
+  }
+  if (!split_.kernel.empty() || !split_.user.empty())
+    sample.stack = profile_.stacks.intern(split_.kernel, split_.user);
+  profile_.samples.push_back(sample);
+  ++samples_;
+}
+
+void PerfProfileBuilder::add_mapping(RawProcess& process, RawMapping mapping) {
+  // /proc/PID/maps and MMAP2 records often describe the same mapping; keep one. A mapping ended by
+  // an exec does not count: the new image may map the same file at the same place again.
+  for (const RawMapping& m : process.mappings) {
+    if (m.unmapped_ns == 0 && m.start == mapping.start && m.end == mapping.end &&
+        m.file_offset == mapping.file_offset && m.module == mapping.module) {
+      return;
+    }
+  }
+  process.mappings.push_back(mapping);
+}
+
+void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns) {
+  for (RawMapping& m : process.mappings) {
+    if (m.unmapped_ns == 0 && m.time_ns <= exec_ns) m.unmapped_ns = exec_ns;
+  }
+}
+
+void PerfProfileBuilder::on_mmap2(const Mmap2Record& r) {
+  if ((r.prot & PROT_EXEC) == 0) return;
+  const uint64_t time = r.sample_id.present ? r.sample_id.time : 0;
+  RawProcess& process = ensure_process(r.pid, time);
+  const std::string path = module_path_for(r.filename);
+  std::string build_id = r.build_id;
+  if (build_id.empty() && build_ids_ && !r.filename.empty() && r.filename.front() == '/') {
+    build_id = build_ids_(r.pid, r.address, r.address + r.length, r.filename);
+  }
+  add_mapping(process, RawMapping{r.address, r.address + r.length, r.page_offset,
+                                  profile_.intern_module(path, build_id), time});
+}
+
+void PerfProfileBuilder::on_comm(const CommRecord& r) {
+  const uint64_t time = r.sample_id.present ? r.sample_id.time : 0;
+  RawThread& thread = ensure_thread(r.pid, r.tid, time);
+  thread.name = r.comm;
+  RawProcess& process = profile_.process(r.pid);
+  if (r.pid == r.tid || r.exec) process.name = r.comm;
+  if (r.exec) {
+    // The old image is gone: its mappings must not explain samples taken after the exec. The kernel
+    // writes the exec's COMM record before the new image's MMAP2 records, so all current mappings
+    // belong to the old image.
+    end_mappings_at_exec(process, time);
+    // After an exec the process has a new executable and command line.
+    if (describe_) describe_(process);
+  }
+}
+
+void PerfProfileBuilder::on_task(const TaskRecord& r) {
+  if (r.fork) {
+    const bool new_process = r.pid != r.ppid && profile_.find_process(r.pid) == nullptr;
+    ensure_process(r.pid, r.time);
+    if (new_process) {
+      // fork copies the address space and the name; exec (if any) will bring its own records.
+      if (const RawProcess* parent = profile_.find_process(r.ppid)) {
+        const std::vector<RawMapping> inherited = parent->mappings;
+        const std::string name = parent->name;
+        RawProcess& child = profile_.process(r.pid);
+        for (const RawMapping& m : inherited) add_mapping(child, m);
+        if (child.name.empty()) child.name = name;
+      }
+    }
+    const RawThread* creator = profile_.find_thread(r.ppid, r.ptid);
+    const std::string creator_name = creator != nullptr ? creator->name : std::string();
+    RawThread& thread = ensure_thread(r.pid, r.tid, r.time);
+    thread.start_ns = std::min(thread.start_ns == 0 ? r.time : thread.start_ns, r.time);
+    if (thread.name.empty()) thread.name = creator_name;
+    return;
+  }
+  RawThread& thread = ensure_thread(r.pid, r.tid, r.time);
+  thread.end_ns = std::max(thread.end_ns, r.time);
+  RawProcess& process = profile_.process(r.pid);
+  // The process ends with its last thread; the leader's exit marks it, later thread exits extend it.
+  if (r.pid == r.tid || process.end_ns != 0) process.end_ns = std::max(process.end_ns, r.time);
+}
+
+}  // namespace hpd

@@ -1,0 +1,81 @@
+// Turns decoded perf records into a RawProfile: samples with stacks and CPU deltas, threads,
+// processes and their mappings. Free of system calls except through the injected lookups,
+// so it can be fed synthetic records in tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "hpd/model/raw_profile.h"
+#include "perf/perf_records.h"
+#include "proc/proc_maps.h"
+
+namespace hpd {
+
+struct ProfileBuilderConfig {
+  // Samples carry the per-thread counter value (PERF_SAMPLE_READ with inherit, Linux >= 6.12);
+  // otherwise the CPU delta of a sample is its period.
+  bool read_values = false;
+  // The callchain depth limit the events were opened with (sample_max_stack).
+  uint32_t max_stack = 127;
+};
+
+class PerfProfileBuilder {
+ public:
+  // Build-id of a mapped file; "" when unknown. Called for mappings without an in-record build-id.
+  using BuildIdLookup =
+      std::function<std::string(int32_t pid, uint64_t start, uint64_t end, const std::string& path)>;
+  // Fills a newly seen process's exe and cmdline (and anything else) from the system.
+  using ProcessDescriber = std::function<void(RawProcess&)>;
+
+  PerfProfileBuilder(RawProfile& profile, ProfileBuilderConfig config, BuildIdLookup build_ids = {},
+                     ProcessDescriber describe = {});
+
+  // Adds the executable mappings of a maps file seen at `time_ns` (0 = mapped before recording began).
+  void add_maps(int32_t pid, const std::vector<MapsEntry>& maps, uint64_t time_ns);
+
+  // A thread attached directly after its process was already attached may also have inherited
+  // events from its creator; only samples from its own events (these ids) are kept.
+  void set_own_event_ids(int32_t tid, std::vector<uint64_t> ids);
+
+  void on_record(const PerfRecord& record);
+
+  [[nodiscard]] uint64_t samples() const { return samples_; }
+  [[nodiscard]] uint64_t duplicate_samples() const { return duplicates_; }
+  [[nodiscard]] uint64_t undecodable_records() const { return undecodable_; }
+  void count_undecodable() { ++undecodable_; }
+
+ private:
+  void on_sample(const SampleRecord& s);
+  void on_mmap2(const Mmap2Record& r);
+  void on_comm(const CommRecord& r);
+  void on_task(const TaskRecord& r);
+  void add_mapping(RawProcess& process, RawMapping mapping);
+  RawProcess& ensure_process(int32_t pid, uint64_t time_ns);
+  RawThread& ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns);
+  uint64_t cpu_delta(const SampleRecord& s);
+
+  RawProfile& profile_;
+  ProfileBuilderConfig config_;
+  BuildIdLookup build_ids_;
+  ProcessDescriber describe_;
+  SplitCallchain split_;
+  // Last counter value per thread and CPU: each (thread, CPU) pair has its own inherited event.
+  std::unordered_map<int32_t, std::vector<uint64_t>> last_value_;
+  std::unordered_map<int32_t, std::unordered_set<uint64_t>> own_ids_;
+  uint64_t samples_ = 0;
+  uint64_t duplicates_ = 0;
+  uint64_t undecodable_ = 0;
+};
+
+// Marks every mapping the process had before an exec at `exec_ns` as ended then.
+void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns);
+
+// "[anon]" for anonymous executable memory ("//anon" in MMAP2 records, "" in maps files).
+std::string module_path_for(const std::string& path);
+
+}  // namespace hpd

@@ -1,0 +1,207 @@
+// Readers for /proc and /sys files.
+#include "proc/proc_files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+
+#include "util/unique_fd.h"
+
+namespace hpd {
+
+std::optional<std::string> read_small_file(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  std::string text;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return text;
+}
+
+std::optional<std::string> read_first_line(const std::string& path) {
+  auto text = read_small_file(path);
+  if (!text) return std::nullopt;
+  const size_t nl = text->find('\n');
+  if (nl != std::string::npos) text->resize(nl);
+  return text;
+}
+
+std::optional<int> read_int_file(const std::string& path) {
+  const auto line = read_first_line(path);
+  if (!line) return std::nullopt;
+  int value = 0;
+  const char* begin = line->data();
+  const char* end = begin + line->size();
+  while (begin < end && *begin == ' ') ++begin;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr == begin) return std::nullopt;
+  return value;
+}
+
+namespace {
+std::vector<int32_t> list_numeric_entries(const std::string& path) {
+  std::vector<int32_t> ids;
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return ids;
+  while (const dirent* entry = ::readdir(dir)) {
+    int32_t id = 0;
+    const char* name = entry->d_name;
+    const char* end = name + std::char_traits<char>::length(name);
+    const auto [ptr, ec] = std::from_chars(name, end, id);
+    if (ec == std::errc() && ptr == end && id > 0) ids.push_back(id);
+  }
+  ::closedir(dir);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+}  // namespace
+
+std::vector<int32_t> list_processes() {
+  return list_numeric_entries("/proc");
+}
+
+std::optional<uint64_t> read_thread_runtime_ns(int32_t pid, int32_t tid) {
+  const auto line =
+      read_first_line("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat");
+  if (!line) return std::nullopt;
+  uint64_t value = 0;
+  const char* begin = line->data();
+  const auto [ptr, ec] = std::from_chars(begin, begin + line->size(), value);
+  if (ec != std::errc() || ptr == begin) return std::nullopt;
+  return value;
+}
+
+std::vector<int32_t> list_threads(int32_t pid) {
+  return list_numeric_entries("/proc/" + std::to_string(pid) + "/task");
+}
+
+std::string cgroup2_mount() {
+  const auto mounts = read_small_file("/proc/self/mounts");
+  if (!mounts) return "";
+  std::string found;
+  size_t pos = 0;
+  while (pos < mounts->size()) {
+    size_t end = mounts->find('\n', pos);
+    if (end == std::string::npos) end = mounts->size();
+    // "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0"; mount points with spaces are octal-escaped.
+    const std::string line = mounts->substr(pos, end - pos);
+    pos = end + 1;
+    const size_t a = line.find(' ');
+    const size_t b = a == std::string::npos ? a : line.find(' ', a + 1);
+    const size_t c = b == std::string::npos ? b : line.find(' ', b + 1);
+    if (c == std::string::npos || line.compare(b + 1, c - b - 1, "cgroup2") != 0) continue;
+    const std::string dir = line.substr(a + 1, b - a - 1);
+    if (dir == "/sys/fs/cgroup") return dir;
+    if (found.empty()) found = dir;
+  }
+  return found;
+}
+
+std::string read_comm(int32_t pid) {
+  return read_first_line("/proc/" + std::to_string(pid) + "/comm").value_or("");
+}
+
+std::string read_thread_comm(int32_t pid, int32_t tid) {
+  return read_first_line("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm")
+      .value_or("");
+}
+
+std::string read_exe(int32_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/exe";
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf);
+  if (n <= 0) return "";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::vector<std::string> read_cmdline(int32_t pid) {
+  std::vector<std::string> args;
+  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/cmdline");
+  if (!text) return args;
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t nul = text->find('\0', pos);
+    if (nul == std::string::npos) nul = text->size();
+    args.emplace_back(text->substr(pos, nul - pos));
+    pos = nul + 1;
+  }
+  return args;
+}
+
+namespace {
+char state_from_stat(const std::string& path) {
+  const auto text = read_small_file(path);
+  if (!text) return 0;
+  // The comm field is parenthesized and may itself contain ')' and spaces: the state follows the last ')'.
+  const size_t close = text->rfind(')');
+  if (close == std::string::npos || close + 2 >= text->size()) return 0;
+  return (*text)[close + 2];
+}
+}  // namespace
+
+char read_process_state(int32_t pid) {
+  return state_from_stat("/proc/" + std::to_string(pid) + "/stat");
+}
+
+char read_thread_state(int32_t pid, int32_t tid) {
+  return state_from_stat("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
+}
+
+std::optional<uint32_t> read_process_uid(int32_t pid) {
+  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/status");
+  if (!text) return std::nullopt;
+  const size_t pos = text->find("\nUid:");
+  if (pos == std::string::npos) return std::nullopt;
+  const char* p = text->data() + pos + 5;
+  const char* end = text->data() + text->size();
+  while (p < end && (*p == ' ' || *p == '\t')) ++p;
+  uint32_t uid = 0;
+  const auto [ptr, ec] = std::from_chars(p, end, uid);
+  if (ec != std::errc() || ptr == p) return std::nullopt;
+  return uid;
+}
+
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> cpus;
+  const char* p = text.data();
+  const char* end = p + text.size();
+  while (p < end) {
+    int first = 0;
+    auto [q, ec] = std::from_chars(p, end, first);
+    if (ec != std::errc() || q == p) break;
+    int last = first;
+    p = q;
+    if (p < end && *p == '-') {
+      auto [r, ec2] = std::from_chars(p + 1, end, last);
+      if (ec2 != std::errc() || r == p + 1 || last < first) break;
+      p = r;
+    }
+    for (int c = first; c <= last && cpus.size() < 65536; ++c) cpus.push_back(c);
+    while (p < end && (*p == ',' || *p == '\n' || *p == ' ')) ++p;
+  }
+  return cpus;
+}
+
+std::vector<int> online_cpus() {
+  if (const auto line = read_first_line("/sys/devices/system/cpu/online")) {
+    auto cpus = parse_cpu_list(*line);
+    if (!cpus.empty()) return cpus;
+  }
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  std::vector<int> cpus;
+  for (long c = 0; c < std::max(1L, n); ++c) cpus.push_back(static_cast<int>(c));
+  return cpus;
+}
+
+}  // namespace hpd

@@ -1,0 +1,50 @@
+// Small readers for /proc and /sys files: process identity, threads, state, system facts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpd {
+
+// The whole file, read with plain read(2) (procfs files report size 0); nullopt if it cannot be opened.
+std::optional<std::string> read_small_file(const std::string& path);
+
+// The first line of a file without its newline; nullopt if unreadable.
+std::optional<std::string> read_first_line(const std::string& path);
+
+// The tids in /proc/PID/task, sorted; empty if the process is gone.
+std::vector<int32_t> list_threads(int32_t pid);
+
+// The pids in /proc, sorted.
+std::vector<int32_t> list_processes();
+
+// The thread's total CPU time (the kernel's sum_exec_runtime), the first field of
+// /proc/PID/task/TID/schedstat; nullopt when the thread is gone or schedstats are not built in.
+std::optional<uint64_t> read_thread_runtime_ns(int32_t pid, int32_t tid);
+
+std::string read_comm(int32_t pid);                      // /proc/PID/comm
+std::string read_thread_comm(int32_t pid, int32_t tid);  // /proc/PID/task/TID/comm
+std::string read_exe(int32_t pid);                       // /proc/PID/exe target, "" if unreadable
+std::vector<std::string> read_cmdline(int32_t pid);
+
+// The state letter from /proc/PID/stat ('R', 'S', 'Z', ...), or 0 when the process is gone.
+char read_process_state(int32_t pid);
+char read_thread_state(int32_t pid, int32_t tid);
+
+// The real uid of the process from /proc/PID/status, nullopt if gone.
+std::optional<uint32_t> read_process_uid(int32_t pid);
+
+// Where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup on unified systems, often
+// /sys/fs/cgroup/unified on hybrid ones; "" when it is not mounted.
+std::string cgroup2_mount();
+
+// The CPUs listed in a kernel cpulist such as "0-3,6,8-9".
+std::vector<int> parse_cpu_list(const std::string& text);
+// The online CPUs (/sys/devices/system/cpu/online).
+std::vector<int> online_cpus();
+
+std::optional<int> read_int_file(const std::string& path);
+
+}  // namespace hpd

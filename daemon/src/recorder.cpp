@@ -1,0 +1,174 @@
+// hpd::record(): option checks and dispatch to the recording backend.
+#include "hpd/collect/recorder.h"
+
+#include <sys/stat.h>
+#include <sys/statfs.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "bpf/bpf_recorder.h"
+#include "perf/perf_privileges.h"
+#include "perf/perf_recorder.h"
+#include "proc/proc_files.h"
+
+namespace hpd {
+
+const char* to_string(CpuTimeSource source) {
+  switch (source) {
+    case CpuTimeSource::kThreadCounter: return "thread-counter";
+    case CpuTimeSource::kSamplePeriod: return "sample-period";
+    case CpuTimeSource::kSchedRuntime: return "sched-runtime";
+  }
+  return "unknown";
+}
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto: return "auto";
+    case Backend::kBpf: return "bpf";
+    case Backend::kPerf: return "perf";
+  }
+  return "unknown";
+}
+
+namespace {
+
+bool is_zombie_process(int32_t pid) {
+  if (read_process_state(pid) != 'Z') return false;
+  // A leader that called pthread_exit() shows as a zombie while its other threads still run.
+  for (const int32_t tid : list_threads(pid)) {
+    const char state = read_thread_state(pid, tid);
+    if (state != 0 && state != 'Z' && state != 'X') return false;
+  }
+  return true;
+}
+
+void check_target_pid(int32_t pid, const PerfPrivileges& privileges) {
+  const std::string text = std::to_string(pid);
+  if (pid <= 0) throw RecordError("invalid pid " + text + ": a process id is a positive number");
+  const char state = read_process_state(pid);
+  if (state == 0) throw RecordError("no process with pid " + text);
+  if (is_zombie_process(pid)) {
+    throw RecordError("process " + text + " is a zombie (it exited and waits to be reaped by its parent); " +
+                      "there is nothing left to record");
+  }
+  if (!privileges.may_profile_other_users()) {
+    const auto uid = read_process_uid(pid);
+    if (uid && *uid != privileges.euid) {
+      throw RecordError("cannot record pid " + text + ": it belongs to uid " + std::to_string(*uid) +
+                        " and recording another user's process needs privileges; " + privileges.advice());
+    }
+  }
+}
+
+// The cgroup v2 directory the option names; RecordOptions::cgroup may be relative to the cgroup v2 mount.
+std::string cgroup_directory(const std::string& cgroup) {
+  if (cgroup.front() == '/') return cgroup;
+  const std::string mount = cgroup2_mount();
+  return (mount.empty() ? std::string("/sys/fs/cgroup") : mount) + "/" + cgroup;
+}
+
+void check_cgroup(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw RecordError("no cgroup at " + path + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) throw RecordError(path + " is not a cgroup directory");
+  struct statfs fs;
+  constexpr long kCgroup2Magic = 0x63677270;
+  if (::statfs(path.c_str(), &fs) != 0 || fs.f_type != kCgroup2Magic) {
+    const std::string mount = cgroup2_mount();
+    throw RecordError(path + " is not in a cgroup v2 hierarchy (" +
+                      (mount.empty() ? std::string("none is mounted") : "it is mounted at " + mount) +
+                      "); cgroup v1 is not supported");
+  }
+}
+
+}  // namespace
+
+bool bpf_backend_available(std::string* why) {
+  std::string reason = bpf_unavailable_reason(probe_perf_privileges());
+  if (reason.empty()) reason = bpf_load_check();
+  if (why != nullptr) *why = reason;
+  return reason.empty();
+}
+
+void validate_record_options(const RecordOptions& options) {
+  const bool system_target = options.all_processes || !options.cgroup.empty();
+  if (options.pids.empty() && options.command.empty() && !system_target) {
+    throw RecordError(
+        "nothing to record: give a process with --pid PID, a command to run, --all or --cgroup");
+  }
+  if (!options.pids.empty() && !options.command.empty()) {
+    throw RecordError("give either --pid or a command to run, not both");
+  }
+  if (options.all_processes && !options.cgroup.empty())
+    throw RecordError("give either --all or --cgroup, not both");
+  if (system_target && !options.pids.empty())
+    throw RecordError("--pid cannot be combined with --all or --cgroup");
+  if (!options.cgroup.empty()) check_cgroup(cgroup_directory(options.cgroup));
+  if (options.backend == Backend::kPerf && needs_bpf(options)) {
+    throw RecordError(std::string(options.all_processes     ? "--all"
+                                  : !options.cgroup.empty() ? "--cgroup"
+                                                            : "off-CPU samples") +
+                      " needs the eBPF backend; drop --backend perf");
+  }
+  if (!options.command.empty() && options.command.front().empty())
+    throw RecordError("the command to run is empty");
+  if (options.frequency_hz == 0 || options.frequency_hz > kMaxFrequencyHz) {
+    throw RecordError("sampling frequency must be between 1 and " + std::to_string(kMaxFrequencyHz) +
+                      " Hz (got " + std::to_string(options.frequency_hz) + ")");
+  }
+  if (options.event != "task-clock" && options.event != "cpu-clock") {
+    throw RecordError("unknown event '" + options.event + "': use task-clock or cpu-clock");
+  }
+  if (!std::isfinite(options.duration_s) || options.duration_s < 0) {
+    throw RecordError("duration must be a non-negative number of seconds");
+  }
+  if (options.ring_pages != 0 && (options.ring_pages & (options.ring_pages - 1)) != 0) {
+    throw RecordError("ring buffer pages must be a power of two (got " + std::to_string(options.ring_pages) +
+                      ")");
+  }
+
+  const PerfPrivileges privileges = probe_perf_privileges();
+  if ((options.backend == Backend::kBpf || needs_bpf(options)) && !privileges.may_use_bpf()) {
+    throw RecordError(std::string(options.backend == Backend::kBpf ? "the eBPF backend" : "this recording") +
+                      " needs CAP_BPF and CAP_PERFMON (or root); run as root, or record a process with "
+                      "--backend perf");
+  }
+  if (!privileges.may_profile_own_processes()) {
+    throw RecordError("recording needs privileges here: " + privileges.advice());
+  }
+  if (options.kernel == KernelFrames::kOn && !privileges.may_see_kernel()) {
+    throw RecordError("kernel call stacks need privileges: " + privileges.advice() +
+                      " (to 1 or lower), or record user stacks only");
+  }
+  for (const int32_t pid : options.pids) check_target_pid(pid, privileges);
+}
+
+RecordResult record(const RecordOptions& options) {
+  validate_record_options(options);
+  const PerfPrivileges privileges = probe_perf_privileges();
+  RecordOptions resolved = options;
+  if (!resolved.cgroup.empty()) resolved.cgroup = cgroup_directory(resolved.cgroup);
+  switch (options.backend) {
+    case Backend::kPerf: return record_with_perf(resolved, privileges);
+    case Backend::kBpf: return record_with_bpf(resolved, privileges);
+    case Backend::kAuto: break;
+  }
+  std::string reason = bpf_unavailable_reason(privileges);
+  if (reason.empty()) {
+    try {
+      return record_with_bpf(resolved, privileges);
+    } catch (const BpfUnavailable& e) {
+      reason = e.what();
+    }
+  }
+  if (needs_bpf(options)) throw RecordError("the eBPF backend is needed here but unavailable: " + reason);
+  RecordResult result = record_with_perf(resolved, privileges);
+  result.backend_fallback_reason = reason;
+  return result;
+}
+
+}  // namespace hpd

@@ -1,0 +1,89 @@
+// Clocks, liveness checks and the recording description shared by the backends.
+#include "recording_common.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "proc/proc_files.h"
+
+namespace hpd {
+
+uint64_t clock_ns(clockid_t clock) {
+  timespec ts;
+  ::clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void take_clock_pair(uint64_t& mono, uint64_t& unix_ns) {
+  uint64_t best_width = UINT64_MAX;
+  for (int i = 0; i < 3; ++i) {
+    const uint64_t a = mono_now();
+    const uint64_t real = clock_ns(CLOCK_REALTIME);
+    const uint64_t b = mono_now();
+    if (b - a < best_width) {
+      best_width = b - a;
+      mono = a + (b - a) / 2;
+      unix_ns = real;
+    }
+  }
+}
+
+UniqueFd open_pidfd(int32_t pid) {
+#ifdef SYS_pidfd_open
+  return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+#else
+  (void)pid;
+  return UniqueFd();
+#endif
+}
+
+bool process_gone(int32_t pid) {
+  const char state = read_process_state(pid);
+  if (state == 0 || state == 'X') return true;
+  if (state != 'Z') return false;
+  for (const int32_t tid : list_threads(pid)) {
+    const char s = read_thread_state(pid, tid);
+    if (s != 0 && s != 'Z' && s != 'X') return false;
+  }
+  return true;
+}
+
+void raise_fd_limit() {
+  rlimit limit;
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+void describe_recording(const RecordOptions& options, RecordingInfo& info) {
+  utsname uts;
+  if (::uname(&uts) == 0) {
+    info.hostname = uts.nodename;
+    info.kernel_release = uts.release;
+  }
+  info.target.clear();
+  if (options.all_processes) {
+    info.target = "all processes";
+  } else if (!options.cgroup.empty()) {
+    info.target = "cgroup " + options.cgroup;
+  } else if (options.command.empty()) {
+    info.target = options.pids.size() == 1 ? "pid " : "pids ";
+    for (size_t i = 0; i < options.pids.size(); ++i) {
+      if (i > 0) info.target += ',';
+      info.target += std::to_string(options.pids[i]);
+    }
+  }
+  if (!options.command.empty()) {
+    std::string command;
+    for (const std::string& arg : options.command) {
+      if (!command.empty()) command += ' ';
+      command += arg;
+    }
+    info.target = info.target.empty() ? command : info.target + " while running " + command;
+  }
+}
+
+}  // namespace hpd

@@ -1,0 +1,241 @@
+// Tests for turning synthetic perf records into a RawProfile.
+#include "perf/profile_builder.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+namespace hpd {
+namespace {
+
+const uint64_t kUser = static_cast<uint64_t>(PERF_CONTEXT_USER);
+const uint64_t kKernel = static_cast<uint64_t>(PERF_CONTEXT_KERNEL);
+
+SampleRecord make_sample(int32_t pid, int32_t tid, uint32_t cpu, uint64_t time, std::optional<uint64_t> value,
+                         std::vector<uint64_t> chain = {kUser, 0x401000, 0x402000}) {
+  SampleRecord s;
+  s.pid = pid;
+  s.tid = tid;
+  s.cpu = cpu;
+  s.time = time;
+  s.period = 1'000'000;
+  s.read_value = value;
+  s.callchain = std::move(chain);
+  s.ip = s.callchain.size() > 1 ? s.callchain[1] : 0;
+  s.id = 1;
+  return s;
+}
+
+TEST(ProfileBuilder, CpuDeltaFromPerThreadPerCpuCounter) {
+  RawProfile profile;
+  PerfProfileBuilder builder(profile, {true, 127});
+  builder.on_record(make_sample(10, 10, 0, 100, 1'000'100));
+  builder.on_record(make_sample(10, 11, 0, 110, 1'000'050));  // another thread: its own counter
+  builder.on_record(make_sample(10, 10, 1, 120, 1'000'000));  // same thread on CPU 1: another event
+  builder.on_record(make_sample(10, 10, 0, 130, 2'000'300));
+  ASSERT_EQ(profile.samples.size(), 4u);
+  EXPECT_EQ(profile.samples[0].cpu_delta_ns, 1'000'100u);
+  EXPECT_EQ(profile.samples[1].cpu_delta_ns, 1'000'050u);
+  EXPECT_EQ(profile.samples[2].cpu_delta_ns, 1'000'000u);
+  EXPECT_EQ(profile.samples[3].cpu_delta_ns, 1'000'200u);
+  // A counter that went backwards belongs to a new event (reused tid): count from zero.
+  builder.on_record(make_sample(10, 10, 0, 140, 500));
+  EXPECT_EQ(profile.samples[4].cpu_delta_ns, 500u);
+  EXPECT_EQ(builder.samples(), 5u);
+}
+
+TEST(ProfileBuilder, CpuDeltaFallsBackToPeriod) {
+  RawProfile profile;
+  PerfProfileBuilder builder(profile, {false, 127});
+  builder.on_record(make_sample(10, 10, 0, 100, std::nullopt));
+  builder.on_record(make_sample(10, 10, 0, 200, 99));  // read values ignored when not configured
+  ASSERT_EQ(profile.samples.size(), 2u);
+  EXPECT_EQ(profile.samples[0].cpu_delta_ns, 1'000'000u);
+  EXPECT_EQ(profile.samples[1].cpu_delta_ns, 1'000'000u);
+}
+
+TEST(ProfileBuilder, StacksAreSplitInternedAndClassified) {
+  RawProfile profile;
+  PerfProfileBuilder builder(profile, {true, 4});
+  builder.on_record(make_sample(1, 1, 0, 1, 10, {kKernel, 0xffffffff81000001, kUser, 0x1000, 0x2000}));
+  builder.on_record(make_sample(1, 1, 0, 2, 20, {kKernel, 0xffffffff81000001, kUser, 0x1000, 0x2000}));
+  builder.on_record(
+      make_sample(1, 1, 0, 3, 30, {kUser, 0x1000, 0x2000, 0x3000, 0x4000}));      // hits max_stack 4
+  builder.on_record(make_sample(1, 1, 0, 4, 40, {kKernel, 0xffffffff81000001}));  // no user frames
+  ASSERT_EQ(profile.samples.size(), 4u);
+  EXPECT_EQ(profile.samples[0].stack, profile.samples[1].stack);
+  const uint32_t s0 = profile.samples[0].stack;
+  ASSERT_NE(s0, kNoIndex);
+  EXPECT_EQ(profile.stacks.kernel_frames(s0).size(), 1u);
+  ASSERT_EQ(profile.stacks.user_frames(s0).size(), 2u);
+  EXPECT_EQ(profile.stacks.user_frames(s0)[0], 0x1000u);
+  EXPECT_EQ(profile.samples[0].stack_end, StackEnd::kComplete);
+  EXPECT_EQ(profile.samples[2].stack_end, StackEnd::kTruncated);
+  EXPECT_EQ(profile.samples[3].stack_end, StackEnd::kFailed);
+  EXPECT_EQ(profile.lost.truncated_stacks, 1u);
+  EXPECT_EQ(profile.lost.stack_failures, 1u);
+}
+
+TEST(ProfileBuilder, ThreadsProcessesForkExitComm) {
+  RawProfile profile;
+  int described = 0;
+  PerfProfileBuilder builder(profile, {true, 127}, {}, [&](RawProcess&) { ++described; });
+  builder.on_record(CommRecord{20, 20, "server", true, {}});
+  Mmap2Record m;
+  m.pid = 20;
+  m.address = 0x400000;
+  m.length = 0x1000;
+  m.prot = PROT_READ | PROT_EXEC;
+  m.filename = "/usr/bin/server";
+  m.build_id = "abcd";
+  m.sample_id.present = true;
+  m.sample_id.time = 5;
+  builder.on_record(m);
+  builder.on_record(m);  // a duplicate is stored once
+  Mmap2Record data = m;
+  data.prot = PROT_READ;
+  data.filename = "/data/file";
+  builder.on_record(data);  // not executable: ignored
+
+  builder.on_record(TaskRecord{true, 20, 20, 21, 20, 50, {}});  // new thread
+  builder.on_record(CommRecord{20, 21, "worker", false, {}});
+  builder.on_record(TaskRecord{true, 30, 20, 30, 21, 60, {}});  // fork: new process
+  builder.on_record(make_sample(30, 30, 0, 70, 1000));
+  builder.on_record(TaskRecord{false, 20, 20, 21, 21, 80, {}});  // thread exit
+  builder.on_record(TaskRecord{false, 30, 30, 30, 30, 90, {}});  // process exit
+
+  const RawProcess* server = profile.find_process(20);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(server->name, "server");
+  ASSERT_EQ(server->mappings.size(), 1u);
+  EXPECT_EQ(profile.modules[server->mappings[0].module].path, "/usr/bin/server");
+  EXPECT_EQ(profile.modules[server->mappings[0].module].build_id, "abcd");
+  EXPECT_EQ(server->mappings[0].time_ns, 5u);
+  EXPECT_EQ(server->end_ns, 0u);
+
+  const RawThread* worker = profile.find_thread(20, 21);
+  ASSERT_NE(worker, nullptr);
+  EXPECT_EQ(worker->name, "worker");
+  EXPECT_EQ(worker->start_ns, 50u);
+  EXPECT_EQ(worker->end_ns, 80u);
+
+  const RawProcess* child = profile.find_process(30);
+  ASSERT_NE(child, nullptr);
+  EXPECT_EQ(child->start_ns, 60u);
+  EXPECT_EQ(child->end_ns, 90u);
+  EXPECT_EQ(child->mappings.size(), 1u);  // the address space was copied at fork
+  EXPECT_EQ(child->name, "server");
+  const RawThread* child_thread = profile.find_thread(30, 30);
+  ASSERT_NE(child_thread, nullptr);
+  EXPECT_EQ(child_thread->name, "worker");  // comm is inherited from the forking thread
+  ASSERT_EQ(profile.samples.size(), 1u);
+  EXPECT_EQ(profile.samples[0].pid, 30);
+  EXPECT_GE(described, 2);  // the exec'd process and the forked one
+}
+
+TEST(ProfileBuilder, ExecEndsTheOldImagesMappings) {
+  RawProfile profile;
+  PerfProfileBuilder builder(profile, {true, 127});
+  // The old image, seen in /proc at the start, and a library it mapped during the recording.
+  builder.add_maps(40, parse_maps("00400000-00401000 r-xp 00000000 08:01 11 /usr/bin/launcher\n"), 0);
+  Mmap2Record lib;
+  lib.pid = lib.tid = 40;
+  lib.address = 0x7f0000000000;
+  lib.length = 0x2000;
+  lib.prot = PROT_READ | PROT_EXEC;
+  lib.filename = "/usr/lib/libold.so";
+  lib.sample_id.present = true;
+  lib.sample_id.time = 100;
+  builder.on_record(lib);
+
+  CommRecord exec{40, 40, "target", true, {}};
+  exec.sample_id.present = true;
+  exec.sample_id.time = 500;
+  builder.on_record(exec);
+  // The new image maps its executable at the same address, and the same file at the same place.
+  Mmap2Record image = lib;
+  image.address = 0x400000;
+  image.length = 0x1000;
+  image.filename = "/usr/bin/target";
+  image.sample_id.time = 510;
+  builder.on_record(image);
+  Mmap2Record again = lib;
+  again.sample_id.time = 520;
+  builder.on_record(again);
+
+  const RawProcess* p = profile.find_process(40);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->name, "target");
+  ASSERT_EQ(p->mappings.size(), 4u);  // the re-mapped library is a new mapping, not a duplicate
+  EXPECT_EQ(p->mappings[0].unmapped_ns, 500u);
+  EXPECT_EQ(p->mappings[1].unmapped_ns, 500u);
+  EXPECT_EQ(p->mappings[2].unmapped_ns, 0u);
+  EXPECT_EQ(p->mappings[3].unmapped_ns, 0u);
+  auto module_at = [&](uint64_t address, uint64_t time) -> std::string {
+    const RawMapping* m = p->find_mapping(address, time);
+    return m == nullptr ? "" : profile.modules[m->module].path;
+  };
+  EXPECT_EQ(module_at(0x400100, 300), "/usr/bin/launcher");
+  EXPECT_EQ(module_at(0x400100, 600), "/usr/bin/target");
+  // Between the exec and the new MMAP2 record the old image no longer answers.
+  EXPECT_EQ(module_at(0x400100, 505), "/usr/bin/target");
+  EXPECT_EQ(module_at(0x7f0000000100, 300), "/usr/lib/libold.so");
+  EXPECT_EQ(p->find_mapping(0x7f0000000100, 600), &p->mappings[3]);
+}
+
+TEST(ProfileBuilder, MapsAndBuildIdLookup) {
+  RawProfile profile;
+  std::vector<std::string> looked_up;
+  PerfProfileBuilder builder(profile, {true, 127}, [&](int32_t, uint64_t, uint64_t, const std::string& path) {
+    looked_up.push_back(path);
+    return std::string("feed");
+  });
+  std::vector<MapsEntry> maps(4);
+  maps[0] = MapsEntry{0x1000, 0x2000, 0, true, false, true, false, 8, 1, 5, "/bin/app", false};
+  maps[1] = MapsEntry{0x3000, 0x4000, 0, true, true, false, false, 0, 0, 0, "[heap]", false};
+  maps[2] = MapsEntry{0x5000, 0x6000, 0, true, false, true, false, 0, 0, 0, "[vdso]", false};
+  maps[3] = MapsEntry{0x7000, 0x8000, 0, true, false, true, false, 0, 0, 0, "", false};
+  builder.add_maps(7, maps, 0);
+  const RawProcess* p = profile.find_process(7);
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->mappings.size(), 3u);
+  EXPECT_EQ(profile.modules[p->mappings[0].module].build_id, "feed");
+  EXPECT_EQ(profile.modules[p->mappings[1].module].path, "[vdso]");
+  EXPECT_EQ(profile.modules[p->mappings[1].module].build_id, "");
+  EXPECT_EQ(profile.modules[p->mappings[2].module].path, "[anon]");
+  EXPECT_EQ(looked_up, std::vector<std::string>{"/bin/app"});
+  EXPECT_NE(p->find_mapping(0x1800, 100), nullptr);
+}
+
+TEST(ProfileBuilder, DropsInheritedCopiesOfALateAttachedThread) {
+  RawProfile profile;
+  PerfProfileBuilder builder(profile, {true, 127});
+  builder.set_own_event_ids(42, {7, 8});
+  auto own = make_sample(40, 42, 0, 1, 100);
+  own.id = 7;
+  auto inherited = make_sample(40, 42, 0, 1, 100);
+  inherited.id = 3;
+  builder.on_record(own);
+  builder.on_record(inherited);
+  auto other_thread = make_sample(40, 41, 0, 1, 100);
+  other_thread.id = 3;
+  builder.on_record(other_thread);
+  EXPECT_EQ(profile.samples.size(), 2u);
+  EXPECT_EQ(builder.duplicate_samples(), 1u);
+}
+
+TEST(ProfileBuilder, LostAndThrottleCounts) {
+  RawProfile profile;
+  PerfProfileBuilder builder(profile, {true, 127});
+  builder.on_record(LostRecord{1, 25, {}});
+  builder.on_record(LostRecord{1, 5, {}});
+  builder.on_record(ThrottleRecord{false, 1, 1, 1, {}});
+  builder.on_record(ThrottleRecord{true, 2, 1, 1, {}});
+  builder.on_record(OtherRecord{99});
+  EXPECT_EQ(profile.lost.lost_records, 30u);
+  EXPECT_EQ(profile.lost.throttle_events, 1u);
+  EXPECT_EQ(module_path_for("//anon"), "[anon]");
+  EXPECT_EQ(module_path_for("/lib/x.so"), "/lib/x.so");
+}
+
+}  // namespace
+}  // namespace hpd

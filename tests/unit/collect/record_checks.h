@@ -1,0 +1,53 @@
+// Assertions and helpers shared by the recordings of the spinner fixture through either backend.
+#pragma once
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hpd/collect/recorder.h"
+#include "util/unique_fd.h"
+
+namespace hpd {
+
+// The spinner fixture (tests/unit/collect/spinner.c) as built.
+const std::string& spinner_path();
+
+// Open file descriptors of this process.
+int count_open_fds();
+
+// User + system time of a rusage, in ns.
+uint64_t cpu_ns(const rusage& r);
+
+// The file-offset range of a function, from the ELF symbol table and the PT_LOAD that holds it.
+struct FileRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+std::optional<FileRange> function_file_range(const std::string& path, const std::string& name);
+
+// What the recording's metadata must say.
+struct SpinnerExpectations {
+  std::string backend = "perf";
+  std::string event = "task-clock";
+  CpuTimeSource cpu_time_source = CpuTimeSource::kThreadCounter;
+};
+
+// The spinner's recording: sample count and CPU deltas against the real CPU time, the late thread,
+// its mappings and build-id, samples in spin_work, and the recording info.
+void expect_spinner_profile(const RecordResult& result, int32_t pid, uint64_t real_cpu_ns,
+                            const SpinnerExpectations& expected = {});
+
+struct Spawned {
+  pid_t pid = -1;
+  UniqueFd stdin_write;
+};
+
+// Starts the spinner held on its stdin, so that all of its work happens while it is recorded.
+Spawned spawn_held_spinner(const std::vector<std::string>& args);
+
+}  // namespace hpd

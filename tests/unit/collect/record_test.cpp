@@ -1,0 +1,314 @@
+// Privileged tests: real recordings of a CPU-burning fixture through perf_event on this kernel.
+// (The same fixture through the eBPF backend: tests/unit/bpf/bpf_record_test.cpp.)
+#include <dirent.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <libelf.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "hpd/collect/recorder.h"
+#include "proc/build_id.h"
+#include "proc/proc_files.h"
+#include "record_checks.h"
+#include "util/unique_fd.h"
+
+namespace hpd {
+namespace {
+
+const std::string kSpinner = HPD_SPINNER_PATH;
+
+TEST(Record, LaunchedCommandWithLateThread) {
+  const int fds_before = count_open_fds();
+  rusage before;
+  ::getrusage(RUSAGE_CHILDREN, &before);
+  RecordOptions options;
+  options.backend = Backend::kPerf;
+  options.command = {kSpinner, "1200", "400"};
+  int progress_calls = 0;
+  options.on_progress = [&](const RecordProgress& p) {
+    ++progress_calls;
+    EXPECT_GE(p.elapsed_s, 0.2);
+  };
+  const RecordResult result = record(options);
+  rusage after;
+  ::getrusage(RUSAGE_CHILDREN, &after);
+  EXPECT_TRUE(result.target_exited);
+  EXPECT_EQ(result.command_exit_status, 7);
+  EXPECT_GE(progress_calls, 2);
+  ASSERT_EQ(result.profile.processes.size(), 1u);
+  const int32_t pid = result.profile.processes[0].pid;
+  expect_spinner_profile(result, pid, cpu_ns(after) - cpu_ns(before));
+  EXPECT_EQ(count_open_fds(), fds_before);
+}
+
+TEST(Record, RunningProcessByPid) {
+  const int fds_before = count_open_fds();
+  Spawned spinner = spawn_held_spinner({"--wait-stdin", "1000", "300"});
+  ASSERT_GT(spinner.pid, 0);
+  // Wait until it has exec'd and blocks on stdin, so the attach sees the final image and no startup work.
+  for (int i = 0; i < 1000 && !(read_exe(spinner.pid) == kSpinner && read_process_state(spinner.pid) == 'S');
+       ++i) {
+    usleep(5000);
+  }
+  ASSERT_EQ(read_exe(spinner.pid), kSpinner);
+  RecordOptions options;
+  options.backend = Backend::kPerf;
+  options.pids = {spinner.pid};
+  options.duration_s = 20;  // a safety net; the recording ends when the spinner exits
+  options.on_progress = [&](const RecordProgress&) {
+    if (spinner.stdin_write) {
+      const char go = 'g';
+      EXPECT_EQ(::write(spinner.stdin_write.get(), &go, 1), 1);
+      spinner.stdin_write.reset();
+    }
+  };
+  const RecordResult result = record(options);
+  EXPECT_TRUE(result.target_exited);
+  EXPECT_EQ(result.command_exit_status, -1);
+  int status = 0;
+  rusage usage;
+  ASSERT_EQ(::wait4(spinner.pid, &status, 0, &usage), spinner.pid);
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+  expect_spinner_profile(result, spinner.pid, cpu_ns(usage));
+  // Mappings read from /proc at the start keep the vDSO and are marked as pre-existing.
+  const RawProcess* process = result.profile.find_process(spinner.pid);
+  ASSERT_NE(process, nullptr);
+  bool vdso = false, initial = false;
+  for (const RawMapping& m : process->mappings) {
+    vdso = vdso || result.profile.modules[m.module].path == "[vdso]";
+    initial = initial || m.time_ns == 0;
+  }
+  EXPECT_TRUE(vdso);
+  EXPECT_TRUE(initial);
+  EXPECT_EQ(count_open_fds(), fds_before);
+}
+
+TEST(Record, DurationEndsRecordingAndStopsCommand) {
+  RecordOptions options;
+  options.backend = Backend::kPerf;
+  options.command = {kSpinner, "30000"};
+  options.duration_s = 0.5;
+  const auto t0 = std::chrono::steady_clock::now();
+  const RecordResult result = record(options);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(elapsed, 3.0);
+  EXPECT_FALSE(result.target_exited);
+  EXPECT_EQ(result.command_exit_status, 128 + SIGTERM);
+  EXPECT_GT(result.profile.samples.size(), 10u);  // wall-time bound: few samples on a loaded machine
+  const double recorded = double(result.profile.info.end_mono_ns - result.profile.info.start_mono_ns) / 1e9;
+  EXPECT_NEAR(recorded, 0.5, 0.25);
+}
+
+TEST(Record, StopFlagEndsRecording) {
+  Spawned spinner = spawn_held_spinner({"20000"});
+  std::atomic<bool> stop{false};
+  RecordOptions options;
+  options.backend = Backend::kPerf;
+  options.pids = {spinner.pid};
+  options.stop = &stop;
+  options.on_progress = [&](const RecordProgress& p) {
+    if (p.elapsed_s > 0.3) stop = true;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const RecordResult result = record(options);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_FALSE(result.target_exited);
+  EXPECT_TRUE(stop.load());
+  ::kill(spinner.pid, SIGKILL);
+  ::waitpid(spinner.pid, nullptr, 0);
+}
+
+std::string error_of(const RecordOptions& options, bool validate_only = false) {
+  try {
+    if (validate_only)
+      validate_record_options(options);
+    else
+      record(options);
+  } catch (const RecordError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Record, ErrorsAreActionableAndLeakNothing) {
+  const int fds_before = count_open_fds();
+
+  // A pid that surely does not exist: a child we have just reaped.
+  const pid_t gone = ::fork();
+  if (gone == 0) _exit(0);
+  ::waitpid(gone, nullptr, 0);
+  RecordOptions missing;
+  missing.backend = Backend::kPerf;
+  missing.pids = {gone};
+  EXPECT_EQ(error_of(missing), "no process with pid " + std::to_string(gone));
+  EXPECT_EQ(error_of(missing, true), "no process with pid " + std::to_string(gone));
+
+  RecordOptions nosuch;
+
+  nosuch.backend = Backend::kPerf;
+  nosuch.command = {"hpd-no-such-command-xyz", "arg"};
+  EXPECT_EQ(error_of(nosuch), "cannot run 'hpd-no-such-command-xyz': No such file or directory");
+
+  RecordOptions zero;
+
+  zero.backend = Backend::kPerf;
+  zero.pids = {::getpid()};
+  zero.frequency_hz = 0;
+  EXPECT_NE(error_of(zero, true).find("between 1 and 100000 Hz (got 0)"), std::string::npos);
+  zero.frequency_hz = kMaxFrequencyHz + 1;
+  EXPECT_NE(error_of(zero, true).find("got 100001"), std::string::npos);
+
+  RecordOptions neither;
+
+  neither.backend = Backend::kPerf;
+  EXPECT_NE(error_of(neither, true).find("nothing to record"), std::string::npos);
+  RecordOptions both;
+  both.backend = Backend::kPerf;
+  both.pids = {1};
+  both.command = {"true"};
+  EXPECT_NE(error_of(both, true).find("not both"), std::string::npos);
+  RecordOptions bad_event;
+  bad_event.backend = Backend::kPerf;
+  bad_event.pids = {::getpid()};
+  bad_event.event = "cycles";
+  EXPECT_NE(error_of(bad_event, true).find("unknown event 'cycles'"), std::string::npos);
+
+  // A zombie: exited, not reaped.
+  const pid_t zombie = ::fork();
+  if (zombie == 0) _exit(0);
+  for (int i = 0; i < 200 && read_process_state(zombie) != 'Z'; ++i) usleep(5000);
+  RecordOptions z;
+  z.backend = Backend::kPerf;
+  z.pids = {zombie};
+  EXPECT_NE(error_of(z).find("process " + std::to_string(zombie) + " is a zombie"), std::string::npos);
+  ::waitpid(zombie, nullptr, 0);
+
+  EXPECT_EQ(count_open_fds(), fds_before);
+}
+
+// Runs `body` in a child that has dropped to uid/gid nobody (65534); returns what it wrote.
+std::string run_as_nobody(const std::function<std::string()>& body) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    std::string out;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0) {
+      out = "cannot drop privileges";
+    } else {
+      // Changing uids clears the dumpable flag, which a real user's processes have; restore it.
+      ::prctl(PR_SET_DUMPABLE, 1);
+      out = body();
+    }
+    [[maybe_unused]] ssize_t n = ::write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, size_t(n));
+  ::close(fds[0]);
+  ::waitpid(child, nullptr, 0);
+  return out;
+}
+
+TEST(Record, UnprivilegedUserGetsActionableErrors) {
+  const int paranoid = read_int_file("/proc/sys/kernel/perf_event_paranoid").value_or(-100);
+  ASSERT_NE(paranoid, -100);
+  const std::string paranoid_text = "perf_event_paranoid is " + std::to_string(paranoid);
+
+  // Another user's process (ours, root's), checked up front without touching it.
+  const pid_t root_pid = ::getpid();
+  const std::string other_user = run_as_nobody([&] {
+    RecordOptions options;
+    options.backend = Backend::kPerf;
+    options.pids = {root_pid};
+    return error_of(options, true);
+  });
+  EXPECT_NE(other_user.find("belongs to uid 0"), std::string::npos) << other_user;
+  EXPECT_NE(other_user.find(paranoid_text), std::string::npos) << other_user;
+  EXPECT_NE(other_user.find("grant CAP_PERFMON"), std::string::npos) << other_user;
+
+  // An own process that is not dumpable: the up-front check passes, perf_event_open says EACCES.
+  const std::string denied = run_as_nobody([] {
+    const pid_t target = ::fork();
+    if (target == 0) {
+      ::prctl(PR_SET_DUMPABLE, 0);
+      ::pause();
+      _exit(0);
+    }
+    usleep(50000);
+    RecordOptions options;
+    options.backend = Backend::kPerf;
+    options.pids = {target};
+    options.kernel = KernelFrames::kOff;
+    options.duration_s = 0.2;
+    const int fds_before = count_open_fds();
+    std::string text = error_of(options);
+    if (count_open_fds() != fds_before) text += " [fd leak]";
+    ::kill(target, SIGKILL);
+    ::waitpid(target, nullptr, 0);
+    return text;
+  });
+  EXPECT_NE(denied.find("cannot open perf event for pid"), std::string::npos) << denied;
+  EXPECT_NE(denied.find("permission denied"), std::string::npos) << denied;
+  EXPECT_NE(denied.find(paranoid_text), std::string::npos) << denied;
+  EXPECT_NE(denied.find("lower /proc/sys/kernel/perf_event_paranoid"), std::string::npos) << denied;
+  EXPECT_EQ(denied.find("[fd leak]"), std::string::npos);
+
+  if (paranoid > 1) {
+    const std::string kernel = run_as_nobody([] {
+      RecordOptions options;
+      options.backend = Backend::kPerf;
+      options.command = {"true"};
+      options.kernel = KernelFrames::kOn;
+      return error_of(options, true);
+    });
+    EXPECT_NE(kernel.find("kernel call stacks need privileges"), std::string::npos) << kernel;
+  }
+  // The system setting is untouched.
+  EXPECT_EQ(read_int_file("/proc/sys/kernel/perf_event_paranoid").value_or(-100), paranoid);
+}
+
+TEST(Record, UnprivilegedUserCanRecordOwnCommandWithoutKernelFrames) {
+  const std::string out = run_as_nobody([] {
+    RecordOptions options;
+    options.backend = Backend::kPerf;
+    options.command = {kSpinner, "300"};
+    try {
+      const RecordResult result = record(options);
+      return std::string("ok ") + std::to_string(result.profile.samples.size()) +
+             " kernel=" + (result.profile.info.kernel_frames ? "1" : "0") +
+             " status=" + std::to_string(result.command_exit_status);
+    } catch (const RecordError& e) {
+      return std::string("error ") + e.what();
+    }
+  });
+  const int paranoid = read_int_file("/proc/sys/kernel/perf_event_paranoid").value_or(3);
+  if (paranoid <= 2) {
+    ASSERT_EQ(out.rfind("ok ", 0), 0u) << out;
+    EXPECT_NE(out.find("status=7"), std::string::npos) << out;
+    if (paranoid > 1) {
+      EXPECT_NE(out.find("kernel=0"), std::string::npos) << out;
+    }
+    EXPECT_GT(std::stoul(out.substr(3)), 50u) << out;
+  }
+}
+
+}  // namespace
+}  // namespace hpd
