@@ -1,0 +1,300 @@
+// hpd's sampling programs: on-CPU samples with per-thread CPU deltas, off-CPU intervals with the
+// stack a thread blocked at, and the fork/exec/exit events that keep the user-space view current.
+// Filtering happens here, so that non-target tasks cost one map lookup and no ring-buffer traffic.
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+
+#include "profile_event.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define PF_EXITING 0x00000004
+
+// Configuration, fixed by user space before the programs are loaded.
+const volatile __u32 filter_mode = HPD_FILTER_PIDS;
+const volatile __s32 self_pid = 0;
+const volatile __u32 follow_children = 1;
+const volatile __u32 capture_kernel = 1;
+const volatile __u64 off_cpu_min_ns = 0;
+const volatile __u64 sample_period_ns = 1001001;
+// Consumers are woken only when this much data waits; otherwise they poll on a timer, which saves a
+// wakeup per sample.
+const volatile __u64 wakeup_bytes = 1 << 20;
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 4 << 20);  // resized by user space before load
+} events SEC(".maps");
+
+// Target processes (tgid) in HPD_FILTER_PIDS mode; followed children are added here.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 8192);
+  __type(key, __s32);
+  __type(value, __u8);
+} targets SEC(".maps");
+
+// The cgroup (v2) whose tasks, and its descendants' tasks, are recorded in HPD_FILTER_CGROUP mode.
+struct {
+  __uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+  __uint(max_entries, 1);
+  __uint(key_size, sizeof(__u32));
+  __uint(value_size, sizeof(__u32));
+} target_cgroup SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 32768);
+  __type(key, __s32);
+  __type(value, struct hpd_thread_state);
+} threads SEC(".maps");
+
+// Target threads that are off the CPU: the record to emit when they run again, keyed by tid.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __uint(max_entries, 16384);
+  __type(key, __s32);
+  __type(value, struct hpd_sample_event);
+} blocked SEC(".maps");
+
+// A record too large for the BPF stack is built here first.
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct hpd_sample_event);
+} scratch SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, HPD_COUNTER_COUNT);
+  __type(key, __u32);
+  __type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 index) {
+  __u64* value = bpf_map_lookup_elem(&counters, &index);
+  if (value) *value += 1;
+}
+
+// Whether the current task belongs to what is recorded. `pid` is its tgid.
+static __always_inline int is_target(__s32 pid) {
+  if (pid == 0) return 0;  // the idle task
+  if (filter_mode == HPD_FILTER_ALL) return pid != self_pid;
+  if (filter_mode == HPD_FILTER_CGROUP) return bpf_current_task_under_cgroup(&target_cgroup, 0) == 1;
+  return bpf_map_lookup_elem(&targets, &pid) != 0;
+}
+
+static __always_inline __u64 submit_flags(void) {
+  return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+                                                                       : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void fill_header(struct hpd_event_header* h, __u32 type, __s32 pid, __s32 tid,
+                                        __u64 now) {
+  h->type = type;
+  h->cpu = bpf_get_smp_processor_id();
+  h->pid = pid;
+  h->tid = tid;
+  h->time_ns = now;
+  bpf_get_current_comm(h->comm, sizeof h->comm);
+}
+
+// In a tp_btf program the kernel stack starts with the program itself and bpf_trace_runN, which
+// called it; the scheduler's own frames follow.
+#define TRACEPOINT_STACK_SKIP 2
+
+// Kernel stack (when wanted, after skipping its first `kernel_skip` frames), then the user stack, of
+// the current task into e->ips.
+static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e, __u64 kernel_skip) {
+  __u64 kernel_frames = 0;
+  e->kernel_error = 0;
+  e->user_error = 0;
+  if (capture_kernel) {
+    long bytes =
+        bpf_get_stack(ctx, e->ips, HPD_MAX_KERNEL_FRAMES * sizeof(__u64), kernel_skip & BPF_F_SKIP_FIELD_MASK);
+    if (bytes < 0)
+      e->kernel_error = (__s32)bytes;
+    else
+      kernel_frames = (__u64)bytes / sizeof(__u64);
+  }
+  if (kernel_frames > HPD_MAX_KERNEL_FRAMES) kernel_frames = HPD_MAX_KERNEL_FRAMES;
+  __u64 user_frames = 0;
+  long bytes = bpf_get_stack(ctx, &e->ips[kernel_frames], HPD_MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
+  if (bytes < 0)
+    e->user_error = (__s32)bytes;
+  else
+    user_frames = (__u64)bytes / sizeof(__u64);
+  if (user_frames > HPD_MAX_USER_FRAMES) user_frames = HPD_MAX_USER_FRAMES;
+  e->kernel_frames = (__u16)kernel_frames;
+  e->user_frames = (__u16)user_frames;
+}
+
+static __always_inline __u64 sample_size(const struct hpd_sample_event* e) {
+  __u64 frames = (__u64)e->kernel_frames + e->user_frames;
+  if (frames > HPD_MAX_FRAMES) frames = HPD_MAX_FRAMES;
+  return __builtin_offsetof(struct hpd_sample_event, ips) + frames * sizeof(__u64);
+}
+
+static __always_inline void count_drop(__s32 tid) {
+  count(HPD_COUNTER_RINGBUF_DROPS);
+  struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
+  if (state) __sync_fetch_and_add(&state->ringbuf_drops, 1);
+}
+
+SEC("perf_event")
+int hpd_on_cpu(void* ctx) {
+  const __u64 id = bpf_get_current_pid_tgid();
+  const __s32 pid = (__s32)(id >> 32);
+  const __s32 tid = (__s32)id;
+  if (!is_target(pid)) return 0;
+  count(HPD_COUNTER_SAMPLES);
+  const __u32 zero = 0;
+  struct hpd_sample_event* e = bpf_map_lookup_elem(&scratch, &zero);
+  if (!e) return 0;
+  const __u64 now = bpf_ktime_get_ns();
+  fill_header(&e->header, HPD_EVENT_ON_CPU, pid, tid, now);
+  e->off_cpu_ns = 0;
+  e->flags = 0;
+
+  // sum_exec_runtime advances at scheduler ticks and switches, so one delta may be off by up to a
+  // tick; the sum over a thread's samples telescopes to its exact CPU time.
+  struct task_struct* task = (struct task_struct*)bpf_get_current_task();
+  const __u64 runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
+  struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
+  if (state && state->seeded) {
+    e->cpu_delta_ns = runtime >= state->last_runtime_ns ? runtime - state->last_runtime_ns : 0;
+    state->last_runtime_ns = runtime;
+  } else {
+    // No baseline (a thread that existed before the recording and was not seeded): one period is
+    // the best guess for this first sample.
+    e->cpu_delta_ns = runtime < sample_period_ns ? runtime : sample_period_ns;
+    e->flags |= HPD_SAMPLE_NO_BASELINE;
+    if (state) {
+      state->last_runtime_ns = runtime;
+      state->seeded = 1;
+    } else {
+      struct hpd_thread_state fresh = {.last_runtime_ns = runtime, .pid = pid, .seeded = 1};
+      if (bpf_map_update_elem(&threads, &tid, &fresh, BPF_NOEXIST) != 0) count(HPD_COUNTER_THREAD_MAP_FULL);
+    }
+  }
+
+  capture_stacks(ctx, e, 0);
+  if (bpf_ringbuf_output(&events, e, sample_size(e), submit_flags()) != 0) count_drop(tid);
+  return 0;
+}
+
+// tp_btf/sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...).
+// It runs in the context of `prev`, so the current task's stack is the one that is being switched out.
+SEC("tp_btf/sched_switch")
+int hpd_sched_switch(__u64* ctx) {
+  const __u64 now = bpf_ktime_get_ns();
+  struct task_struct* next = (struct task_struct*)ctx[2];
+  __s32 next_tid = BPF_CORE_READ(next, pid);
+  if (next_tid != 0) {
+    struct hpd_sample_event* b = bpf_map_lookup_elem(&blocked, &next_tid);
+    if (b) {
+      const __u64 away = now - b->header.time_ns;
+      if (away >= off_cpu_min_ns) {
+        b->off_cpu_ns = away;
+        if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0) count_drop(next_tid);
+      }
+      bpf_map_delete_elem(&blocked, &next_tid);
+    }
+  }
+
+  const __u64 id = bpf_get_current_pid_tgid();
+  const __s32 pid = (__s32)(id >> 32);
+  const __s32 tid = (__s32)id;
+  if (!is_target(pid)) return 0;
+  struct task_struct* prev = (struct task_struct*)ctx[1];
+  if (BPF_CORE_READ(prev, flags) & PF_EXITING) return 0;  // its last switch-outs; it never returns
+  const __u32 zero = 0;
+  struct hpd_sample_event* e = bpf_map_lookup_elem(&scratch, &zero);
+  if (!e) return 0;
+  fill_header(&e->header, HPD_EVENT_OFF_CPU, pid, tid, now);
+  e->cpu_delta_ns = 0;
+  e->off_cpu_ns = 0;
+  e->flags = ctx[0] ? HPD_SAMPLE_PREEMPTED : 0;
+  capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP);
+  if (bpf_map_update_elem(&blocked, &tid, e, BPF_ANY) != 0) count(HPD_COUNTER_OFFCPU_MAP_FULL);
+  return 0;
+}
+
+// tp_btf/sched_process_fork(struct task_struct *parent, struct task_struct *child); runs in the parent.
+SEC("tp_btf/sched_process_fork")
+int hpd_fork(__u64* ctx) {
+  const __u64 id = bpf_get_current_pid_tgid();
+  const __s32 parent_pid = (__s32)(id >> 32);
+  if (!is_target(parent_pid)) return 0;
+  struct task_struct* child = (struct task_struct*)ctx[1];
+  const __s32 child_pid = BPF_CORE_READ(child, tgid);
+  const __s32 child_tid = BPF_CORE_READ(child, pid);
+  if (child_pid != parent_pid && filter_mode == HPD_FILTER_PIDS) {
+    if (!follow_children) return 0;
+    const __u8 yes = 1;
+    bpf_map_update_elem(&targets, &child_pid, &yes, BPF_ANY);
+  }
+  // A new task's sum_exec_runtime starts at zero: an exact baseline for its first sample.
+  struct hpd_thread_state state = {.pid = child_pid, .seeded = 1};
+  if (bpf_map_update_elem(&threads, &child_tid, &state, BPF_ANY) != 0) count(HPD_COUNTER_THREAD_MAP_FULL);
+
+  struct hpd_fork_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+  if (!e) {
+    count_drop(child_tid);
+    return 0;
+  }
+  e->header.type = HPD_EVENT_FORK;
+  e->header.cpu = bpf_get_smp_processor_id();
+  e->header.pid = child_pid;
+  e->header.tid = child_tid;
+  e->header.time_ns = bpf_ktime_get_ns();
+  BPF_CORE_READ_STR_INTO(&e->header.comm, child, comm);
+  e->parent_pid = parent_pid;
+  e->parent_tid = (__s32)id;
+  bpf_ringbuf_submit(e, submit_flags());
+  return 0;
+}
+
+static __always_inline void emit_task_event(__u32 type, __s32 pid, __s32 tid, __u64 drops) {
+  struct hpd_task_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+  if (!e) {
+    count(HPD_COUNTER_RINGBUF_DROPS);
+    return;
+  }
+  fill_header(&e->header, type, pid, tid, bpf_ktime_get_ns());
+  e->ringbuf_drops = drops;
+  bpf_ringbuf_submit(e, submit_flags());
+}
+
+// tp_btf/sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm); the comm
+// is already the new program's.
+SEC("tp_btf/sched_process_exec")
+int hpd_exec(__u64* ctx) {
+  const __u64 id = bpf_get_current_pid_tgid();
+  const __s32 pid = (__s32)(id >> 32);
+  if (!is_target(pid)) return 0;
+  emit_task_event(HPD_EVENT_EXEC, pid, (__s32)id, 0);
+  return 0;
+}
+
+// tp_btf/sched_process_exit(struct task_struct *p, ...); runs in the exiting thread.
+SEC("tp_btf/sched_process_exit")
+int hpd_exit(__u64* ctx) {
+  const __u64 id = bpf_get_current_pid_tgid();
+  const __s32 pid = (__s32)(id >> 32);
+  __s32 tid = (__s32)id;
+  bpf_map_delete_elem(&blocked, &tid);
+  __u64 drops = 0;
+  struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
+  if (state) {
+    drops = state->ringbuf_drops;
+    bpf_map_delete_elem(&threads, &tid);
+  }
+  if (!is_target(pid)) return 0;
+  emit_task_event(HPD_EVENT_EXIT, pid, tid, drops);
+  return 0;
+}

@@ -1,0 +1,87 @@
+/* Records the hpd BPF programs write into their ring buffer; shared by the programs and the daemon.
+ * Fixed-width fields only, laid out without implicit padding, so both compilers agree on offsets. */
+#ifndef HPD_BPF_PROFILE_EVENT_H
+#define HPD_BPF_PROFILE_EVENT_H
+
+#ifndef __bpf__
+#include <linux/types.h>
+#endif
+
+#define HPD_COMM_LEN 16
+#define HPD_MAX_KERNEL_FRAMES 48
+#define HPD_MAX_USER_FRAMES 127
+#define HPD_MAX_FRAMES (HPD_MAX_KERNEL_FRAMES + HPD_MAX_USER_FRAMES)
+
+enum hpd_event_type {
+  HPD_EVENT_ON_CPU = 1,   /* a timer sample of a running target thread */
+  HPD_EVENT_OFF_CPU = 2,  /* a target thread was off the CPU for off_cpu_ns from time_ns on */
+  HPD_EVENT_FORK = 3,     /* a target created a thread or (followed) process */
+  HPD_EVENT_EXEC = 4,     /* a target process exec'd; comm is the new name */
+  HPD_EVENT_EXIT = 5,     /* a target thread exited */
+};
+
+/* Filter modes, set in the programs' read-only configuration before load. */
+enum hpd_filter_mode {
+  HPD_FILTER_PIDS = 0,    /* processes in the targets map */
+  HPD_FILTER_CGROUP = 1,  /* tasks in the cgroup (or below it) in the cgroup map */
+  HPD_FILTER_ALL = 2,     /* every task except the idle task and the recorder itself */
+};
+
+/* Indices of the global per-CPU counters. */
+enum hpd_counter {
+  HPD_COUNTER_RINGBUF_DROPS = 0, /* records that did not fit into the ring buffer */
+  HPD_COUNTER_THREAD_MAP_FULL = 1, /* threads whose CPU-time baseline could not be stored */
+  HPD_COUNTER_OFFCPU_MAP_FULL = 2, /* switch-outs whose stack could not be stored */
+  HPD_COUNTER_SAMPLES = 3,       /* on-CPU samples taken (before any drop) */
+  HPD_COUNTER_COUNT = 4,
+};
+
+/* Every record starts with this header. */
+struct hpd_event_header {
+  __u32 type; /* enum hpd_event_type */
+  __u32 cpu;
+  __s32 pid; /* process (tgid) */
+  __s32 tid;
+  __u64 time_ns; /* CLOCK_MONOTONIC */
+  char comm[HPD_COMM_LEN];
+};
+
+/* HPD_EVENT_ON_CPU and HPD_EVENT_OFF_CPU: only the first kernel_frames + user_frames entries of ips
+ * are present in the ring; the record is cut after them. */
+struct hpd_sample_event {
+  struct hpd_event_header header;
+  __u64 cpu_delta_ns; /* on-CPU: the thread's sum_exec_runtime growth since its previous sample */
+  __u64 off_cpu_ns;   /* off-CPU: how long the thread stayed off the CPU */
+  __s32 kernel_error; /* bpf_get_stack's negative errno for the kernel stack, else 0 */
+  __s32 user_error;
+  __u16 kernel_frames; /* leaf first */
+  __u16 user_frames;   /* leaf first, after the kernel frames */
+  __u32 flags;         /* HPD_SAMPLE_* */
+  __u64 ips[HPD_MAX_FRAMES];
+};
+
+#define HPD_SAMPLE_NO_BASELINE 1u /* the thread had no earlier runtime value: cpu_delta_ns is a guess */
+#define HPD_SAMPLE_PREEMPTED 2u   /* off-CPU: switched out while runnable (preempted), not blocked */
+
+/* HPD_EVENT_FORK */
+struct hpd_fork_event {
+  struct hpd_event_header header; /* the new task: pid, tid, comm */
+  __s32 parent_pid;
+  __s32 parent_tid;
+};
+
+/* HPD_EVENT_EXEC and HPD_EVENT_EXIT. An exit carries what was lost for that thread. */
+struct hpd_task_event {
+  struct hpd_event_header header;
+  __u64 ringbuf_drops;
+};
+
+/* Per-thread state kept by the programs, keyed by tid. */
+struct hpd_thread_state {
+  __u64 last_runtime_ns; /* sum_exec_runtime at the previous sample (or seeded from /proc at attach) */
+  __u64 ringbuf_drops;   /* this thread's records that did not fit */
+  __s32 pid;
+  __u32 seeded;          /* last_runtime_ns is a real baseline */
+};
+
+#endif

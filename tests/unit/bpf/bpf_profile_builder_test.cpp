@@ -1,0 +1,243 @@
+// Tests for turning synthetic BPF ring-buffer records into a RawProfile.
+#include "bpf/bpf_profile_builder.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace hpd {
+namespace {
+
+hpd_event_header header(uint32_t type, int32_t pid, int32_t tid, uint64_t time, const char* comm) {
+  hpd_event_header h{};
+  h.type = type;
+  h.cpu = 1;
+  h.pid = pid;
+  h.tid = tid;
+  h.time_ns = time;
+  std::memcpy(h.comm, comm, std::min(std::strlen(comm), sizeof h.comm));
+  return h;
+}
+
+// The bytes the program would write: the record cut after its frames.
+std::vector<uint8_t> sample_bytes(uint32_t type, int32_t pid, int32_t tid, uint64_t time, const char* comm,
+                                  std::vector<uint64_t> kernel, std::vector<uint64_t> user,
+                                  uint64_t delta = 0, uint64_t off = 0, int32_t user_error = 0,
+                                  uint32_t flags = 0) {
+  hpd_sample_event e{};
+  e.header = header(type, pid, tid, time, comm);
+  e.cpu_delta_ns = delta;
+  e.off_cpu_ns = off;
+  e.user_error = user_error;
+  e.flags = flags;
+  e.kernel_frames = static_cast<uint16_t>(kernel.size());
+  e.user_frames = static_cast<uint16_t>(user.size());
+  size_t i = 0;
+  for (uint64_t a : kernel) e.ips[i++] = a;
+  for (uint64_t a : user) e.ips[i++] = a;
+  const size_t size = offsetof(hpd_sample_event, ips) + i * sizeof(uint64_t);
+  std::vector<uint8_t> bytes(size);
+  std::memcpy(bytes.data(), &e, size);
+  return bytes;
+}
+
+template <typename T>
+std::vector<uint8_t> bytes_of(const T& record) {
+  std::vector<uint8_t> bytes(sizeof record);
+  std::memcpy(bytes.data(), &record, sizeof record);
+  return bytes;
+}
+
+std::vector<MapsEntry> maps(const char* text) {
+  return parse_maps(text);
+}
+
+TEST(BpfProfileBuilder, OnAndOffCpuSamplesWithStacks) {
+  RawProfile profile;
+  BpfProfileBuilder builder(profile, {1000});
+  builder.add_initial_process(10, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 10, 10, 2000, "app", {0xffffffff81000010},
+                                 {0x400100, 0x400200}, 1'000'000));
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 10, 11, 2500, "worker", {0xffffffff81000020},
+                                 {0x400300, 0x400200}, 0, 7'000'000));
+  ASSERT_EQ(profile.samples.size(), 2u);
+  const RawSample& on = profile.samples[0];
+  EXPECT_EQ(on.kind, SampleKind::kOnCpu);
+  EXPECT_EQ(on.cpu_delta_ns, 1'000'000u);
+  EXPECT_EQ(on.cpu, 1);
+  EXPECT_EQ(on.stack_end, StackEnd::kComplete);
+  ASSERT_NE(on.stack, kNoIndex);
+  ASSERT_EQ(profile.stacks.kernel_frames(on.stack).size(), 1u);
+  ASSERT_EQ(profile.stacks.user_frames(on.stack).size(), 2u);
+  EXPECT_EQ(profile.stacks.user_frames(on.stack)[0], 0x400100u);
+  const RawSample& off = profile.samples[1];
+  EXPECT_EQ(off.kind, SampleKind::kOffCpu);
+  EXPECT_EQ(off.cpu_delta_ns, 0u);
+  EXPECT_EQ(off.off_cpu_ns, 7'000'000u);
+  EXPECT_EQ(off.time_ns, 2500u);
+  const RawThread* worker = profile.find_thread(10, 11);
+  ASSERT_NE(worker, nullptr);
+  EXPECT_EQ(worker->name, "worker");
+  EXPECT_EQ(worker->start_ns, 1000u);  // existed when the recording began
+  EXPECT_EQ(profile.find_process(10)->name, "app");
+  EXPECT_EQ(builder.samples(), 2u);
+}
+
+TEST(BpfProfileBuilder, StackFailuresAndTruncationAreCountedPerThread) {
+  RawProfile profile;
+  BpfProfileBuilder builder(profile, {0});
+  builder.add_initial_process(20, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
+  std::vector<uint64_t> deep(HPD_MAX_USER_FRAMES, 0x400100);
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 20, 21, 1, "t", {}, deep));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 20, 21, 2, "t", {0xffffffff81000010}, {}, 0, 0, -14));
+  builder.on_record(
+      sample_bytes(HPD_EVENT_ON_CPU, 20, 22, 3, "u", {0xffffffff81000010}, {}));  // no user frames
+  builder.on_record(
+      sample_bytes(HPD_EVENT_ON_CPU, 20, 22, 4, "u", {}, {0x400100}, 5, 0, 0, HPD_SAMPLE_NO_BASELINE));
+  ASSERT_EQ(profile.samples.size(), 4u);
+  EXPECT_EQ(profile.samples[0].stack_end, StackEnd::kTruncated);
+  EXPECT_EQ(profile.samples[1].stack_end, StackEnd::kFailed);
+  EXPECT_EQ(profile.samples[2].stack_end, StackEnd::kFailed);  // a user process without user frames
+  EXPECT_EQ(profile.samples[3].stack_end, StackEnd::kComplete);
+  EXPECT_EQ(profile.lost.truncated_stacks, 1u);
+  EXPECT_EQ(profile.lost.stack_failures, 2u);
+  EXPECT_EQ(profile.find_thread(20, 21)->lost.truncated_stacks, 1u);
+  EXPECT_EQ(profile.find_thread(20, 21)->lost.stack_failures, 1u);
+  EXPECT_EQ(profile.find_thread(20, 22)->lost.stack_failures, 1u);
+  EXPECT_EQ(builder.samples_without_baseline(), 1u);
+
+  hpd_task_event exit{};
+  exit.header = header(HPD_EVENT_EXIT, 20, 21, 50, "t");
+  exit.ringbuf_drops = 3;
+  builder.on_record(bytes_of(exit));
+  builder.add_thread_drops(20, 22, 2);
+  EXPECT_EQ(profile.find_thread(20, 21)->lost.lost_records, 3u);
+  EXPECT_EQ(profile.find_thread(20, 21)->end_ns, 50u);
+  EXPECT_EQ(profile.find_thread(20, 22)->lost.lost_records, 2u);
+}
+
+TEST(BpfProfileBuilder, MalformedRecordsAreCountedNotUsed) {
+  RawProfile profile;
+  BpfProfileBuilder builder(profile, {0});
+  builder.on_record({});
+  std::vector<uint8_t> sample = sample_bytes(HPD_EVENT_ON_CPU, 1, 1, 1, "x", {}, {0x1000, 0x2000});
+  sample.resize(sample.size() - 4);  // cut inside the frames
+  builder.on_record(sample);
+  hpd_sample_event lying{};
+  lying.header = header(HPD_EVENT_ON_CPU, 1, 1, 1, "x");
+  lying.user_frames = HPD_MAX_USER_FRAMES + 1;
+  builder.on_record(bytes_of(lying));
+  hpd_event_header unknown = header(99, 1, 1, 1, "x");
+  builder.on_record(bytes_of(unknown));
+  std::vector<uint8_t> fork = bytes_of(hpd_fork_event{});
+  fork[0] = HPD_EVENT_FORK;
+  fork.resize(sizeof(hpd_event_header));  // without the parent fields
+  builder.on_record(fork);
+  EXPECT_EQ(builder.malformed_records(), 5u);
+  EXPECT_TRUE(profile.samples.empty());
+}
+
+TEST(BpfProfileBuilder, ForkCopiesMappingsAndExecEndsThem) {
+  RawProfile profile;
+  std::vector<int32_t> maps_read;
+  std::vector<MapsEntry> child_maps = maps("00500000-00501000 r-xp 00000000 08:01 9 /usr/bin/child\n");
+  int described = 0;
+  BpfProfileBuilder builder(
+      profile, {100},
+      [&](int32_t pid) {
+        maps_read.push_back(pid);
+        return pid == 31 ? child_maps : std::vector<MapsEntry>{};
+      },
+      {},
+      [&](RawProcess& p) {
+        ++described;
+        p.exe = "/usr/bin/child";
+      });
+  builder.add_initial_process(30, maps("00400000-00401000 r-xp 00000000 08:01 5 /usr/bin/parent\n"));
+  profile.process(30).name = "parent";
+
+  hpd_fork_event thread{};
+  thread.header = header(HPD_EVENT_FORK, 30, 32, 150, "parent");
+  thread.parent_pid = 30;
+  thread.parent_tid = 30;
+  builder.on_record(bytes_of(thread));
+  hpd_fork_event child{};
+  child.header = header(HPD_EVENT_FORK, 31, 31, 200, "parent");
+  child.parent_pid = 30;
+  child.parent_tid = 30;
+  builder.on_record(bytes_of(child));
+  EXPECT_TRUE(maps_read.empty());  // a fork copies; /proc may already show a later image
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 31, 31, 250, "parent", {}, {0x400010}));
+
+  hpd_task_event exec{};
+  exec.header = header(HPD_EVENT_EXEC, 31, 31, 300, "child");
+  builder.on_record(bytes_of(exec));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 31, 31, 350, "child", {}, {0x500010}));
+
+  const RawThread* t = profile.find_thread(30, 32);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->start_ns, 150u);
+  const RawProcess* c = profile.find_process(31);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->start_ns, 200u);
+  EXPECT_EQ(c->name, "child");  // named by its new comm
+  EXPECT_EQ(c->exe, "/usr/bin/child");
+  EXPECT_EQ(profile.find_thread(31, 31)->name, "child");
+  ASSERT_EQ(c->mappings.size(), 2u);
+  EXPECT_EQ(c->mappings[0].unmapped_ns, 300u);  // the inherited image ended at the exec
+  EXPECT_EQ(c->mappings[1].time_ns, 300u);
+  EXPECT_EQ(maps_read, std::vector<int32_t>{31});
+  const RawMapping* before = c->find_mapping(0x400010, 250);
+  ASSERT_NE(before, nullptr);
+  EXPECT_EQ(profile.modules[before->module].path, "/usr/bin/parent");
+  EXPECT_EQ(c->find_mapping(0x400010, 350), nullptr);
+  const RawMapping* after = c->find_mapping(0x500010, 350);
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(profile.modules[after->module].path, "/usr/bin/child");
+  EXPECT_EQ(described, 1);
+  EXPECT_EQ(builder.processes_without_maps(), 0u);
+}
+
+TEST(BpfProfileBuilder, UnknownProcessesAreReadOnceAndCountedWhenGone) {
+  RawProfile profile;
+  int reads = 0;
+  BpfProfileBuilder builder(profile, {0, 1000}, [&](int32_t) {
+    ++reads;
+    return std::vector<MapsEntry>{};  // exited before its maps could be read
+  });
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 40, 40, 10, "gone", {}, {0x400010}));
+  builder.on_record(
+      sample_bytes(HPD_EVENT_ON_CPU, 40, 40, 20, "gone", {}, {0x400010}));  // within the interval
+  EXPECT_EQ(reads, 1);
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 40, 40, 2000, "gone", {}, {0x400010}));
+  EXPECT_EQ(reads, 2);  // re-read once the interval passed
+  EXPECT_EQ(builder.processes_without_maps(), 1u);
+  EXPECT_EQ(profile.samples.size(), 3u);
+  // A kernel thread has no maps and no user frames: not counted.
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 2, 2, 30, "kthreadd", {0xffffffff81000010}, {}));
+  EXPECT_EQ(builder.processes_without_maps(), 1u);
+  EXPECT_EQ(profile.samples.back().stack_end, StackEnd::kComplete);
+}
+
+TEST(BpfProfileBuilder, ThreadRenamesAndStillOffCpuThreads) {
+  RawProfile profile;
+  BpfProfileBuilder builder(profile, {0});
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 50, 51, 10, "threads", {}, {}));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 50, 51, 20, "late-worker", {}, {}));
+  EXPECT_EQ(profile.find_thread(50, 51)->name, "late-worker");
+
+  hpd_sample_event pending{};
+  pending.header = header(HPD_EVENT_OFF_CPU, 50, 51, 100, "late-worker");
+  pending.user_frames = 1;
+  pending.ips[0] = 0x1234;
+  builder.on_still_off_cpu(pending, 600);
+  ASSERT_EQ(profile.samples.size(), 3u);
+  EXPECT_EQ(profile.samples[2].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(profile.samples[2].off_cpu_ns, 500u);
+  EXPECT_EQ(profile.samples[2].time_ns, 100u);
+}
+
+}  // namespace
+}  // namespace hpd

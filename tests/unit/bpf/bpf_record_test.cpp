@@ -1,0 +1,458 @@
+// Privileged tests: real recordings through the eBPF backend on this kernel: the spinner with the
+// perf backend's assertions, off-CPU samples (wall-clock vs CPU views), system-wide and cgroup
+// recording, following a child across fork and exec, and clean release of every kernel resource.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "hpd/collect/recorder.h"
+#include "hpd/export/report.h"
+#include "hpd/symbolizer/convert.h"
+#include "hpd/symbolizer/symbolizer.h"
+#include "proc/proc_files.h"
+#include "record_checks.h"
+
+namespace hpd {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kOffCpuFixture = HPD_OFFCPU_FIXTURE;
+const std::string kForker = HPD_FORKER_FIXTURE;
+
+const SpinnerExpectations kBpfExpectations{"bpf", "cpu-clock", CpuTimeSource::kSchedRuntime};
+
+RecordOptions bpf_options() {
+  RecordOptions options;
+  options.backend = Backend::kBpf;
+  return options;
+}
+
+// Samples of one process, on- and off-CPU.
+size_t samples_of(const RawProfile& profile, int32_t pid, SampleKind kind = SampleKind::kOnCpu) {
+  return static_cast<size_t>(
+      std::count_if(profile.samples.begin(), profile.samples.end(),
+                    [&](const RawSample& s) { return s.pid == pid && s.kind == kind; }));
+}
+
+// How many of a process's samples have their user leaf inside `function` of `path`.
+size_t samples_in_function(const RawProfile& profile, int32_t pid, const std::string& path,
+                           const std::string& function) {
+  const auto range = function_file_range(path, function);
+  EXPECT_TRUE(range) << function;
+  const RawProcess* process = profile.find_process(pid);
+  if (!range || process == nullptr) return 0;
+  size_t n = 0;
+  for (const RawSample& s : profile.samples) {
+    if (s.pid != pid || s.stack == kNoIndex || s.kind != SampleKind::kOnCpu) continue;
+    const auto user = profile.stacks.user_frames(s.stack);
+    if (user.empty()) continue;
+    const RawMapping* m = process->find_mapping(user[0], s.time_ns);
+    if (m == nullptr || profile.modules[m->module].path != path) continue;
+    const uint64_t offset = user[0] - m->start + m->file_offset;
+    n += offset >= range->begin && offset < range->end;
+  }
+  return n;
+}
+
+void kill_and_reap(pid_t pid) {
+  if (pid <= 0) return;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
+
+TEST(BpfRecord, BackendIsAvailableHere) {
+  std::string why = "unset";
+  EXPECT_TRUE(bpf_backend_available(&why)) << why;
+  EXPECT_EQ(why, "");
+}
+
+TEST(BpfRecord, LaunchedCommandWithLateThread) {
+  const int fds_before = count_open_fds();
+  rusage before;
+  ::getrusage(RUSAGE_CHILDREN, &before);
+  RecordOptions options = bpf_options();
+  options.command = {spinner_path(), "1200", "400"};
+  int progress_calls = 0;
+  options.on_progress = [&](const RecordProgress&) { ++progress_calls; };
+  const RecordResult result = record(options);
+  rusage after;
+  ::getrusage(RUSAGE_CHILDREN, &after);
+  EXPECT_TRUE(result.target_exited);
+  EXPECT_EQ(result.command_exit_status, 7);
+  EXPECT_GE(progress_calls, 2);
+  ASSERT_EQ(result.profile.processes.size(), 1u);
+  const int32_t pid = result.profile.processes[0].pid;
+  expect_spinner_profile(result, pid, cpu_ns(after) - cpu_ns(before), kBpfExpectations);
+  EXPECT_TRUE(result.backend_fallback_reason.empty());
+  EXPECT_EQ(result.processes_without_maps, 0u);
+  EXPECT_EQ(result.profile.lost.lost_records, 0u);
+
+  // How exact sum_exec_runtime makes single deltas: the spinner's threads run all the time, so each
+  // delta should be one sampling interval; the kernel updates the value at ticks and switches only.
+  std::vector<double> ratios;
+  for (const RawSample& s : result.profile.samples) {
+    if (s.kind == SampleKind::kOnCpu && s.pid == pid)
+      ratios.push_back(double(s.cpu_delta_ns) / double(result.profile.info.interval_ns));
+  }
+  ASSERT_GT(ratios.size(), 100u);
+  std::sort(ratios.begin(), ratios.end());
+  auto pct = [&](double p) { return ratios[size_t(p * double(ratios.size() - 1))]; };
+  size_t within_10 = 0;
+  for (double r : ratios) within_10 += r > 0.9 && r < 1.1;
+  std::printf(
+      "cpu delta / interval: p5 %.3f p25 %.3f p50 %.3f p75 %.3f p95 %.3f; within 10%%: %.1f%% of %zu\n",
+      pct(0.05), pct(0.25), pct(0.5), pct(0.75), pct(0.95), 100.0 * double(within_10) / double(ratios.size()),
+      ratios.size());
+  EXPECT_NEAR(pct(0.5), 1.0, 0.25);
+  EXPECT_EQ(count_open_fds(), fds_before);
+}
+
+TEST(BpfRecord, RunningProcessByPid) {
+  const int fds_before = count_open_fds();
+  Spawned spinner = spawn_held_spinner({"--wait-stdin", "1000", "300"});
+  ASSERT_GT(spinner.pid, 0);
+  for (int i = 0;
+       i < 1000 && !(read_exe(spinner.pid) == spinner_path() && read_process_state(spinner.pid) == 'S');
+       ++i) {
+    usleep(5000);
+  }
+  ASSERT_EQ(read_exe(spinner.pid), spinner_path());
+  RecordOptions options = bpf_options();
+  options.pids = {spinner.pid};
+  options.duration_s = 20;
+  options.on_progress = [&](const RecordProgress&) {
+    if (spinner.stdin_write) {
+      const char go = 'g';
+      EXPECT_EQ(::write(spinner.stdin_write.get(), &go, 1), 1);
+      spinner.stdin_write.reset();
+    }
+  };
+  const RecordResult result = record(options);
+  EXPECT_TRUE(result.target_exited);
+  int status = 0;
+  rusage usage;
+  ASSERT_EQ(::wait4(spinner.pid, &status, 0, &usage), spinner.pid);
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+  expect_spinner_profile(result, spinner.pid, cpu_ns(usage), kBpfExpectations);
+  // Waiting on stdin before the go: an off-CPU interval in read().
+  EXPECT_GE(samples_of(result.profile, spinner.pid, SampleKind::kOffCpu), 1u);
+  EXPECT_EQ(count_open_fds(), fds_before);
+}
+
+// The share (0..1) the fixture measured itself: "sleeper: waited W of T s".
+double measured_wait_share(const std::string& output_file) {
+  std::ifstream in(output_file);
+  std::string line;
+  while (std::getline(in, line)) {
+    double waited = 0, total = 0;
+    if (std::sscanf(line.c_str(), "sleeper: waited %lf of %lf s", &waited, &total) == 2 && total > 0)
+      return waited / total;
+  }
+  return -1;
+}
+
+const ReportRow* row_named(const Report& report, const std::string& name) {
+  for (const ReportRow& r : report.rows) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+TEST(BpfRecord, OffCpuSamplesGiveTheWallClockView) {
+  const std::string out = fs::temp_directory_path() / ("hpd-offcpu-" + std::to_string(::getpid()) + ".txt");
+  RecordOptions options = bpf_options();
+  // Through a shell that execs the fixture: the recorded process changes image once.
+  options.command = {"/bin/sh", "-c", "exec " + kOffCpuFixture + " 3 2 6 > " + out};
+  const RecordResult result = record(options);
+  ASSERT_EQ(result.command_exit_status, 0);
+  const double real_share = measured_wait_share(out);
+  fs::remove(out);
+  ASSERT_GT(real_share, 0.2);
+
+  const RawProfile& raw = result.profile;
+  int32_t sleeper = 0, spinner = 0;
+  for (const RawThread& t : raw.threads) {
+    if (t.name == "sleeper") sleeper = t.tid;
+    if (t.name == "spinner") spinner = t.tid;
+  }
+  ASSERT_NE(sleeper, 0);
+  ASSERT_NE(spinner, 0);
+  uint64_t off_samples = 0;
+  for (const RawSample& s : raw.samples) {
+    if (s.kind != SampleKind::kOffCpu) continue;
+    ++off_samples;
+    EXPECT_EQ(s.cpu_delta_ns, 0u);
+    EXPECT_GT(s.off_cpu_ns, 0u);
+  }
+  EXPECT_GT(off_samples, 100u);  // about one per 8 ms cycle of the sleeper
+
+  Symbolizer symbolizer;
+  const Profile profile = symbolize_profile(raw, symbolizer);
+  ReportOptions ro;
+  ro.limit = 0;
+  ro.tid = sleeper;
+  const Report report = compute_report(profile, ro);
+  std::ostringstream text;
+  print_report(report, text, ro);
+  std::printf("%s", text.str().c_str());
+
+  const ReportRow* wait = row_named(report, "sleeper_wait");
+  const ReportRow* spin = row_named(report, "sleeper_spin");
+  ASSERT_NE(wait, nullptr);
+  ASSERT_NE(spin, nullptr);
+  std::printf("sleeper_wait: wall %.1f%% (measured by the fixture %.1f%%), cpu %.2f%%\n",
+              wait->total_wall_percent, 100 * real_share, wait->total_percent);
+  // Wall clock: near its real share. CPU: near zero, as it only sleeps.
+  EXPECT_NEAR(wait->total_wall_percent, 100 * real_share, 12.0);
+  EXPECT_LT(wait->total_percent, 3.0);
+  EXPECT_GT(spin->total_percent, 80.0);
+  EXPECT_GT(wait->total_off_cpu_ns, 0u);
+
+  // The spinner thread is on the CPU nearly all the time in both views.
+  ro.tid = spinner;
+  const Report spinning = compute_report(profile, ro);
+  const ReportRow* all_the_time = row_named(spinning, "spin_all_the_time");
+  ASSERT_NE(all_the_time, nullptr);
+  EXPECT_GT(all_the_time->total_percent, 90.0);
+  EXPECT_GT(all_the_time->total_wall_percent, 50.0);  // preemption on a busy machine is wall time too
+
+  // Off-CPU frames are in the Idle category, so the Firefox Profiler can hide them.
+  for (const Thread& t : profile.threads) {
+    for (const Sample& s : t.samples) {
+      if (s.kind != SampleKind::kOffCpu || s.stack == kNoIndex) continue;
+      EXPECT_EQ(profile.frames[profile.stacks[s.stack].frame].category, Category::kIdle);
+    }
+  }
+}
+
+TEST(BpfRecord, OffCpuCanBeTurnedOff) {
+  RecordOptions options = bpf_options();
+  options.command = {kOffCpuFixture, "0.5", "1", "4"};
+  options.off_cpu = OffCpu::kOff;
+  const RecordResult result = record(options);
+  ASSERT_EQ(result.command_exit_status, 0);
+  EXPECT_GT(result.profile.samples.size(), 100u);
+  for (const RawSample& s : result.profile.samples) EXPECT_EQ(s.kind, SampleKind::kOnCpu);
+}
+
+TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
+  const pid_t a = ::fork();
+  if (a == 0) {
+    ::execl(spinner_path().c_str(), spinner_path().c_str(), "1500", nullptr);
+    _exit(126);
+  }
+  const pid_t b = ::fork();
+  if (b == 0) {
+    ::execl(kOffCpuFixture.c_str(), kOffCpuFixture.c_str(), "3", nullptr);
+    _exit(126);
+  }
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  RecordOptions options = bpf_options();
+  options.all_processes = true;
+  options.duration_s = 1.0;
+  usleep(100000);  // both have exec'd
+  const RecordResult result = record(options);
+  kill_and_reap(a);
+  kill_and_reap(b);
+  const RawProfile& p = result.profile;
+  EXPECT_EQ(p.info.target, "all processes");
+  EXPECT_GT(samples_of(p, a), 50u);
+  EXPECT_GT(samples_of(p, b), 50u);
+  EXPECT_EQ(samples_of(p, ::getpid()), 0u);  // the recorder leaves itself out
+  // One track per thread: the fixture's three threads are told apart.
+  std::set<int32_t> tids;
+  for (const RawSample& s : p.samples) {
+    if (s.pid == b) tids.insert(s.tid);
+  }
+  EXPECT_GE(tids.size(), 2u);
+  const RawProcess* spinner = p.find_process(a);
+  ASSERT_NE(spinner, nullptr);
+  EXPECT_EQ(spinner->exe, spinner_path());
+  EXPECT_GT(samples_in_function(p, a, spinner_path(), "spin_work"), samples_of(p, a) / 2);
+  // --all takes no off-CPU samples unless asked: every context switch of the system would be one.
+  EXPECT_EQ(samples_of(p, b, SampleKind::kOffCpu), 0u);
+}
+
+// A child cgroup for the test's lifetime.
+class TempCgroup {
+ public:
+  TempCgroup() : name_("hpd-test-" + std::to_string(::getpid())), path_(cgroup2_mount() + "/" + name_) {
+    ok_ = !cgroup2_mount().empty() && ::mkdir(path_.c_str(), 0755) == 0;
+  }
+  ~TempCgroup() {
+    if (ok_) ::rmdir(path_.c_str());
+  }
+  TempCgroup(const TempCgroup&) = delete;
+  TempCgroup& operator=(const TempCgroup&) = delete;
+  [[nodiscard]] bool ok() const { return ok_; }
+  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] const std::string& name() const { return name_; }
+  bool add(pid_t pid) const {
+    std::ofstream procs(path_ + "/cgroup.procs");
+    procs << pid << std::endl;
+    return procs.good();
+  }
+
+ private:
+  std::string name_;
+  std::string path_;
+  bool ok_ = false;
+};
+
+TEST(BpfRecord, CgroupSeesOnlyItsProcesses) {
+  const int fds_before = count_open_fds();
+  std::optional<TempCgroup> cgroup(std::in_place);
+  ASSERT_TRUE(cgroup->ok()) << "cannot create a cgroup under the cgroup v2 mount '" << cgroup2_mount()
+                            << "': " << std::strerror(errno);
+  const std::string path = cgroup->path();
+  Spawned inside = spawn_held_spinner({"--wait-stdin", "1500"});
+  Spawned outside = spawn_held_spinner({"--wait-stdin", "1500"});
+  ASSERT_TRUE(cgroup->add(inside.pid));
+  for (Spawned* s : {&inside, &outside}) {
+    const char go = 'g';
+    ASSERT_EQ(::write(s->stdin_write.get(), &go, 1), 1);
+    s->stdin_write.reset();
+  }
+  RecordOptions options = bpf_options();
+  options.cgroup = cgroup->name();  // relative to the mount
+  options.duration_s = 1.0;
+  const RecordResult result = record(options);
+  kill_and_reap(inside.pid);
+  kill_and_reap(outside.pid);
+  cgroup.reset();
+  EXPECT_FALSE(fs::exists(path));
+  const RawProfile& p = result.profile;
+  EXPECT_EQ(p.info.target, "cgroup " + path);
+  EXPECT_GT(samples_of(p, inside.pid), 50u);
+  EXPECT_EQ(samples_of(p, outside.pid), 0u);
+  for (const RawSample& s : p.samples) EXPECT_EQ(s.pid, inside.pid);
+  EXPECT_EQ(count_open_fds(), fds_before);
+}
+
+TEST(BpfRecord, ForkedAndExecedChildIsFollowedWhenAsked) {
+  for (const bool follow : {true, false}) {
+    SCOPED_TRACE(follow ? "following children" : "not following children");
+    RecordOptions options = bpf_options();
+    options.command = {kForker, spinner_path(), "400"};
+    options.follow_children = follow;
+    const RecordResult result = record(options);
+    EXPECT_EQ(result.command_exit_status, 7);  // the spinner's exit code, passed on
+    const RawProfile& p = result.profile;
+    const int32_t forker = p.processes.at(0).pid;
+    EXPECT_GT(samples_in_function(p, forker, kForker, "forker_spin"), 20u);
+    const RawProcess* child = nullptr;
+    for (const RawProcess& process : p.processes) {
+      if (process.pid != forker && samples_of(p, process.pid) > 0) child = &process;
+    }
+    if (!follow) {
+      EXPECT_EQ(child, nullptr);
+      continue;
+    }
+    ASSERT_NE(child, nullptr);
+    EXPECT_EQ(child->name, "hpd_collect_spi");  // its comm after the exec
+    EXPECT_EQ(child->exe, spinner_path());
+    EXPECT_GT(child->start_ns, p.info.start_mono_ns);
+    const RawThread* main_thread = p.find_thread(child->pid, child->pid);
+    ASSERT_NE(main_thread, nullptr);
+    EXPECT_EQ(main_thread->name, "hpd_collect_spi");
+    const size_t in_spin = samples_in_function(p, child->pid, spinner_path(), "spin_work");
+    EXPECT_GT(in_spin, samples_of(p, child->pid) / 2) << in_spin << " of " << samples_of(p, child->pid);
+    // The forker's image, inherited at fork, ended at the exec.
+    bool ended = false;
+    for (const RawMapping& m : child->mappings)
+      ended = ended || (m.unmapped_ns != 0 && p.modules[m.module].path == kForker);
+    EXPECT_TRUE(ended);
+  }
+}
+
+TEST(BpfRecord, StopFlagAndErrorsReleaseEverything) {
+  const int fds_before = count_open_fds();
+  for (int round = 0; round < 3; ++round) {
+    Spawned spinner = spawn_held_spinner({"20000"});
+    std::atomic<bool> stop{false};
+    RecordOptions options = bpf_options();
+    options.pids = {spinner.pid};
+    options.stop = &stop;
+    options.on_progress = [&](const RecordProgress& p) {
+      if (p.elapsed_s > 0.3) stop = true;  // what hpctl's SIGINT handler does
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    const RecordResult result = record(options);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+    EXPECT_FALSE(result.target_exited);
+    EXPECT_GT(result.profile.samples.size(), 10u);
+    kill_and_reap(spinner.pid);
+    spinner.stdin_write.reset();
+    EXPECT_EQ(count_open_fds(), fds_before) << "round " << round;
+  }
+  // A failure after the programs were loaded and attached.
+  RecordOptions missing = bpf_options();
+  missing.command = {"hpd-no-such-command-xyz"};
+  try {
+    record(missing);
+    ADD_FAILURE() << "expected an error";
+  } catch (const RecordError& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot run 'hpd-no-such-command-xyz': No such file or directory");
+  }
+  EXPECT_EQ(count_open_fds(), fds_before);
+}
+
+std::string error_of(const RecordOptions& options) {
+  try {
+    validate_record_options(options);
+  } catch (const RecordError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(BpfRecord, OptionErrorsAreActionable) {
+  RecordOptions all_perf;
+  all_perf.all_processes = true;
+  all_perf.backend = Backend::kPerf;
+  EXPECT_EQ(error_of(all_perf), "--all needs the eBPF backend; drop --backend perf");
+  RecordOptions off_perf;
+  off_perf.pids = {::getpid()};
+  off_perf.off_cpu = OffCpu::kOn;
+  off_perf.backend = Backend::kPerf;
+  EXPECT_EQ(error_of(off_perf), "off-CPU samples needs the eBPF backend; drop --backend perf");
+  RecordOptions no_cgroup;
+  no_cgroup.cgroup = "hpd-no-such-cgroup";
+  EXPECT_EQ(error_of(no_cgroup),
+            "no cgroup at " + cgroup2_mount() + "/hpd-no-such-cgroup: No such file or directory");
+  RecordOptions not_cgroup;
+  not_cgroup.cgroup = "/tmp";
+  EXPECT_NE(error_of(not_cgroup).find("/tmp is not in a cgroup v2 hierarchy"), std::string::npos);
+  RecordOptions both;
+  both.all_processes = true;
+  both.cgroup = cgroup2_mount();
+  EXPECT_EQ(error_of(both), "give either --all or --cgroup, not both");
+  RecordOptions pid_and_all;
+  pid_and_all.all_processes = true;
+  pid_and_all.pids = {1};
+  EXPECT_EQ(error_of(pid_and_all), "--pid cannot be combined with --all or --cgroup");
+  RecordOptions all_with_command;
+  all_with_command.all_processes = true;
+  all_with_command.command = {"true"};
+  EXPECT_EQ(error_of(all_with_command), "");
+}
+
+}  // namespace
+}  // namespace hpd

@@ -1,0 +1,114 @@
+// hpd_record_driver: records a command through hpd::record() with a chosen backend and prints what
+// the recording cost the recorder (CPU per sample, peak memory). For the overhead benchmark
+// (bench/overhead_backends.sh) and for trying the backends before hpctl has their flags.
+// Usage: hpd_record_driver [--backend auto|bpf|perf] [-F HZ] [--off-cpu|--no-off-cpu] [--no-kernel]
+//                          [--all] [--cgroup PATH] [--duration S] [--quiet] -- COMMAND ARGS...
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "hpd/collect/recorder.h"
+
+namespace {
+
+double cpu_seconds(const rusage& r) {
+  return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+         double(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: hpd_record_driver [--backend auto|bpf|perf] [-F HZ] [--off-cpu|--no-off-cpu] "
+               "[--no-kernel] [--all] [--cgroup PATH] [--duration S] [--quiet] -- COMMAND ARGS...\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  hpd::RecordOptions options;
+  bool quiet = false;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    if (arg == "--") {
+      ++i;
+      break;
+    } else if (arg == "--backend") {
+      const char* v = value();
+      if (v == nullptr) return usage();
+      const std::string b = v;
+      options.backend = b == "bpf"    ? hpd::Backend::kBpf
+                        : b == "perf" ? hpd::Backend::kPerf
+                                      : hpd::Backend::kAuto;
+    } else if (arg == "-F") {
+      const char* v = value();
+      if (v == nullptr) return usage();
+      options.frequency_hz = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
+    } else if (arg == "--off-cpu") {
+      options.off_cpu = hpd::OffCpu::kOn;
+    } else if (arg == "--no-off-cpu") {
+      options.off_cpu = hpd::OffCpu::kOff;
+    } else if (arg == "--no-kernel") {
+      options.kernel = hpd::KernelFrames::kOff;
+    } else if (arg == "--all") {
+      options.all_processes = true;
+    } else if (arg == "--cgroup") {
+      const char* v = value();
+      if (v == nullptr) return usage();
+      options.cgroup = v;
+    } else if (arg == "--duration") {
+      const char* v = value();
+      if (v == nullptr) return usage();
+      options.duration_s = std::strtod(v, nullptr);
+    } else if (arg == "--quiet") {
+      quiet = true;
+    } else {
+      return usage();
+    }
+  }
+  for (; i < argc; ++i) options.command.emplace_back(argv[i]);
+
+  rusage before, after;
+  ::getrusage(RUSAGE_SELF, &before);
+  hpd::RecordResult result;
+  // The recorder's output goes to stderr; the recorded command keeps stdout for itself.
+  try {
+    result = hpd::record(options);
+  } catch (const hpd::RecordError& e) {
+    std::fprintf(stderr, "hpd_record_driver: %s\n", e.what());
+    return 1;
+  }
+  ::getrusage(RUSAGE_SELF, &after);
+  const auto& p = result.profile;
+  uint64_t on = 0, off = 0, cpu_ns = 0, off_ns = 0;
+  for (const auto& s : p.samples) {
+    if (s.kind == hpd::SampleKind::kOffCpu) {
+      ++off;
+      off_ns += s.off_cpu_ns;
+    } else {
+      ++on;
+      cpu_ns += s.cpu_delta_ns;
+    }
+  }
+  const double recorder_cpu = cpu_seconds(after) - cpu_seconds(before);
+  const double loop_us = double(result.collection_cpu_ns) / 1e3;
+  if (!quiet) {
+    std::fprintf(
+        stderr,
+        "hpd_record_driver: backend=%s samples=%llu off_cpu_samples=%llu cpu_ms=%.1f off_cpu_ms=%.1f "
+        "threads=%zu processes=%zu lost=%llu stack_failures=%llu truncated=%llu "
+        "recorder_cpu_ms=%.1f collection_cpu_ms=%.1f collection_us_per_sample=%.2f peak_rss_kb=%ld "
+        "fallback='%s'\n",
+        p.info.backend.c_str(), (unsigned long long)on, (unsigned long long)off, double(cpu_ns) / 1e6,
+        double(off_ns) / 1e6, p.threads.size(), p.processes.size(), (unsigned long long)p.lost.lost_records,
+        (unsigned long long)p.lost.stack_failures, (unsigned long long)p.lost.truncated_stacks,
+        recorder_cpu * 1e3, loop_us / 1e3, on + off ? loop_us / double(on + off) : 0.0, after.ru_maxrss,
+        result.backend_fallback_reason.c_str());
+  }
+  return result.command_exit_status >= 0 ? result.command_exit_status : 0;
+}
