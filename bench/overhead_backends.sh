@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Overhead on the target of the eBPF backend, the perf_event backend and `perf record -g`, at several
+# sampling rates, as ratios against an unprofiled run; then the recorder's own CPU per sample and peak
+# memory at the highest rate with a target that keeps both CPUs busy.
+#
+# The target is the cpu_split fixture doing fixed work (--rounds N); its time is its own
+# (clock_gettime around the work), so recorder start-up and post-processing are not counted. Runs are
+# interleaved (unprofiled, bpf, perf backend, perf record) RUNS times per rate; medians are printed.
+# The backends are driven through hpd_record_driver (tests/unit/bpf), which calls hpd::record().
+# Usage: bench/overhead_backends.sh [BUILD_DIR] [RUNS] [ROUNDS] [RATES...]
+set -euo pipefail
+build=${1:-build}
+runs=${2:-5}
+rounds=${3:-3000}
+shift $(( $# > 3 ? 3 : $# ))
+rates=("$@")
+[ ${#rates[@]} -eq 0 ] && rates=(99 999 4999)
+fixture="$build/fixtures/cpu_split"
+two_threads="$build/fixtures/threads"
+driver="$build/tests/unit/bpf/hpd_record_driver"
+for f in "$fixture" "$two_threads" "$driver"; do
+  [ -x "$f" ] || { echo "missing $f: build the cpu_split, threads and hpd_record_driver targets" >&2; exit 1; }
+done
+have_perf=1
+command -v perf >/dev/null || have_perf=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+timeit() {  # runs "$@" and prints the target's own run time, as the fixture reports it
+  "$@" 2>/dev/null | sed -n 's/^cpu_split: .* rounds in \([0-9.]*\) s$/\1/p'
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+printf 'Target overhead: cpu_split --rounds %d, median of %d interleaved runs (ratio = time / unprofiled)\n' \
+  "$rounds" "$runs"
+printf '%7s  %10s  %16s  %16s  %16s\n' "rate Hz" "unprofiled" "bpf backend" "perf backend" "perf record -g"
+for freq in "${rates[@]}"; do
+  base=() bpf=() pfb=() prec=()
+  for ((i = 0; i < runs; i++)); do
+    base+=("$(timeit "$fixture" --rounds "$rounds")")
+    bpf+=("$(timeit "$driver" --quiet --backend bpf -F "$freq" -- "$fixture" --rounds "$rounds")")
+    pfb+=("$(timeit "$driver" --quiet --backend perf -F "$freq" -- "$fixture" --rounds "$rounds")")
+    if ((have_perf)); then
+      prec+=("$(timeit perf record -q -g -F "$freq" -o "$tmp/perf.data" -- "$fixture" --rounds "$rounds")")
+    fi
+  done
+  mb=$(median "${base[@]}")
+  cell() { printf '%7.3f s %6.4f' "$1" "$(echo "$1 / $mb" | bc -l)"; }
+  mp="n/a"
+  ((have_perf)) && mp=$(cell "$(median "${prec[@]}")")
+  printf '%7d  %8.3f s  %16s  %16s  %16s\n' "$freq" "$mb" "$(cell "$(median "${bpf[@]}")")" \
+    "$(cell "$(median "${pfb[@]}")")" "$mp"
+done
+
+top=${rates[-1]}
+printf '\nRecorder cost at %d Hz, target "threads 3 0" (two spinning threads, both CPUs), median of %d runs\n' \
+  "$top" "$runs"
+printf '%-14s %12s %16s %14s %12s\n' backend samples "us/sample(loop)" "total cpu ms" "peak RSS KiB"
+for backend in bpf perf; do
+  samples=() per=() cpu=() rss=()
+  for ((i = 0; i < runs; i++)); do
+    line=$("$driver" --backend "$backend" -F "$top" -- "$two_threads" 3 0 2>&1 >/dev/null | grep '^hpd_record_driver:')
+    get() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$line"; }
+    samples+=("$(get samples)") per+=("$(get collection_us_per_sample)") cpu+=("$(get recorder_cpu_ms)")
+    rss+=("$(get peak_rss_kb)")
+  done
+  printf '%-14s %12s %16s %14s %12s\n' "$backend" "$(median "${samples[@]}")" "$(median "${per[@]}")" \
+    "$(median "${cpu[@]}")" "$(median "${rss[@]}")"
+done
+if ((have_perf)); then
+  # perf record attached by pid, so that /usr/bin/time counts perf alone and not its target.
+  cpu=() rss=()
+  for ((i = 0; i < runs; i++)); do
+    "$two_threads" 3 0 >/dev/null &
+    target=$!
+    out=$(/usr/bin/time -f 'TIME %U %S %M' perf record -q -g -F "$top" -o "$tmp/perf.data" -p "$target" 2>&1 >/dev/null | grep '^TIME' || true)
+    wait "$target" || true
+    cpu+=("$(awk '{print ($2 + $3) * 1000}' <<<"$out")") rss+=("$(awk '{print $4}' <<<"$out")")
+  done
+  printf '%-14s %12s %16s %14s %12s\n' "perf record" "-" "-" "$(median "${cpu[@]}")" "$(median "${rss[@]}")"
+fi

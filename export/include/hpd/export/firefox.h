@@ -1,0 +1,32 @@
+// Writes a Profile in the Firefox Profiler's processed format (version 66), plain or gzip-compressed.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <string_view>
+
+#include "hpd/model/profile.h"
+
+namespace hpd {
+
+// The processed-profile version written; see docs in firefox_writer.cpp for why 66.
+inline constexpr int kFirefoxProfileVersion = 66;
+
+// Writes the profile as JSON to `out`. Throws std::runtime_error when the profile is inconsistent
+// (an index out of range) or the stream fails.
+void write_firefox_json(const Profile& profile, std::ostream& out);
+
+// Writes the profile to `path`, gzip-compressed when the path ends in ".gz". The data goes to a
+// temporary file in the same directory that is renamed over `path` only once complete, so a failure
+// never leaves a partial file behind. Throws std::runtime_error naming the path and the OS error.
+void write_firefox_file(const Profile& profile, const std::string& path);
+
+// The Breakpad debug id of an ELF file from its GNU build-id (hex): the first 16 bytes read as a
+// little-endian GUID, upper-case hex, followed by the age "0" (33 characters). Build-ids shorter than
+// 16 bytes are zero-padded. Returns "" when `build_id_hex` is empty or not valid hex.
+std::string breakpad_id_from_build_id(std::string_view build_id_hex);
+
+// The code id (the full build-id as lower-case hex), or "" when `build_id_hex` is empty or not hex.
+std::string code_id_from_build_id(std::string_view build_id_hex);
+
+}  // namespace hpd

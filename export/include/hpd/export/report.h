@@ -1,0 +1,84 @@
+// Exclusive (self) and inclusive (total) attribution per function, as a text table or JSON.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "hpd/model/profile.h"
+
+namespace hpd {
+
+enum class ReportSort : uint8_t {
+  kSelf = 0,       // on-CPU samples whose leaf is the function
+  kTotal = 1,      // on-CPU samples with the function anywhere on the stack
+  kSelfWall = 2,   // wall-clock time (on-CPU samples x interval + off-CPU time), self
+  kTotalWall = 3,  // the same, total
+};
+
+struct ReportOptions {
+  size_t limit = 20;  // rows printed; 0 = all
+  ReportSort sort = ReportSort::kSelf;
+  int32_t pid = 0;  // only threads of this process; 0 = all
+  int32_t tid = 0;  // only this thread; 0 = all
+};
+
+// One function. "self" counts samples whose deepest frame (innermost inline level) is the function;
+// "total" counts samples whose stack contains it at least once (recursion counted once).
+struct ReportRow {
+  uint32_t func = 0;  // index into Profile::funcs
+  std::string name;
+  std::string library;  // file name of the function's library; "" = unknown
+
+  // CPU view: on-CPU samples only.
+  uint64_t self_samples = 0;
+  uint64_t total_samples = 0;
+  double self_percent = 0;  // of ReportTotals::samples
+  double total_percent = 0;
+  uint64_t self_cpu_ns = 0;  // sum of the samples' cpu_delta_ns
+  uint64_t total_cpu_ns = 0;
+
+  // Wall-clock view: on-CPU samples count one interval each, off-CPU samples their off-CPU time.
+  uint64_t self_off_cpu_samples = 0;
+  uint64_t total_off_cpu_samples = 0;
+  uint64_t self_off_cpu_ns = 0;
+  uint64_t total_off_cpu_ns = 0;
+  uint64_t self_wall_ns = 0;
+  uint64_t total_wall_ns = 0;
+  double self_wall_percent = 0;  // of ReportTotals::wall_ns
+  double total_wall_percent = 0;
+};
+
+struct ReportTotals {
+  uint64_t samples = 0;                // on-CPU samples of the selected threads, with or without stack
+  uint64_t samples_without_stack = 0;  // on-CPU samples that carry no stack
+  uint64_t off_cpu_samples = 0;
+  uint64_t threads = 0;  // threads selected by the pid/tid filter
+  uint64_t processes = 0;
+  uint64_t duration_ns = 0;  // recording length (or the span of the samples when unknown)
+  uint64_t interval_ns = 0;  // sampling interval used for the wall-clock view
+  uint64_t cpu_ns = 0;       // sum of on-CPU samples' cpu_delta_ns
+  uint64_t off_cpu_ns = 0;
+  uint64_t wall_ns = 0;  // samples x interval_ns + off_cpu_ns
+  LostCounts lost;
+  std::vector<std::string> missing_modules;
+};
+
+struct Report {
+  ReportTotals totals;
+  std::vector<ReportRow> rows;  // every function with a sample, ordered by ReportOptions::sort
+};
+
+// Throws std::runtime_error when the profile's indices are inconsistent.
+Report compute_report(const Profile& profile, const ReportOptions& options);
+
+// A table that fits 80 columns: a header with the totals, the CPU view, and the wall-clock view when
+// the profile has off-CPU samples. Prints at most options.limit rows per view.
+void print_report(const Report& report, std::ostream& out, const ReportOptions& options);
+
+// The same numbers as JSON for scripts (at most options.limit functions, in options.sort order).
+void print_report_json(const Report& report, std::ostream& out, const ReportOptions& options);
+
+}  // namespace hpd

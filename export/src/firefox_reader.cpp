@@ -1,0 +1,605 @@
+// Reads hpd's own Firefox processed profiles (plain or gzip) back into a Profile, checking every index.
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "firefox_format.h"
+#include "hpd/export/firefox_reader.h"
+
+namespace hpd {
+
+namespace {
+
+using nlohmann::json;
+
+// Thrown inside the reader; read_firefox_file adds the source name.
+struct FormatError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw std::runtime_error("cannot read profile '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("cannot read profile '" + path + "': read error");
+  return std::move(buffer).str();
+}
+
+bool is_gzip(std::string_view data) {
+  return data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f &&
+         static_cast<unsigned char>(data[1]) == 0x8b;
+}
+
+// Decompresses every gzip member of `data`.
+std::string gunzip(std::string_view data) {
+  z_stream stream{};
+  // 15 + 16: gzip wrapper only.
+  if (inflateInit2(&stream, 15 + 16) != Z_OK) throw FormatError("cannot initialize gzip decompression");
+  std::string out;
+  std::vector<unsigned char> chunk(size_t{1} << 18);
+  size_t consumed = 0;
+  int rc = Z_OK;
+  try {
+    while (true) {
+      const size_t slice = std::min<size_t>(data.size() - consumed, 1u << 30);
+      stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data() + consumed));
+      stream.avail_in = static_cast<uInt>(slice);
+      do {
+        stream.next_out = chunk.data();
+        stream.avail_out = static_cast<uInt>(chunk.size());
+        rc = inflate(&stream, Z_NO_FLUSH);
+        if (rc == Z_NEED_DICT || rc == Z_DATA_ERROR || rc == Z_MEM_ERROR || rc == Z_STREAM_ERROR) {
+          throw FormatError(std::string("corrupt gzip data: ") +
+                            (stream.msg ? stream.msg : "inflate failed"));
+        }
+        out.append(reinterpret_cast<const char*>(chunk.data()), chunk.size() - stream.avail_out);
+      } while (stream.avail_out == 0 && rc != Z_STREAM_END);
+      consumed += slice - stream.avail_in;
+      if (rc == Z_STREAM_END) {
+        if (consumed == data.size()) break;
+        inflateReset(&stream);  // another gzip member follows
+        continue;
+      }
+      if (consumed == data.size()) throw FormatError("truncated gzip data (the file ends inside the stream)");
+    }
+  } catch (...) {
+    inflateEnd(&stream);
+    throw;
+  }
+  inflateEnd(&stream);
+  return out;
+}
+
+std::string at_path(const std::string& where, const char* key) {
+  return where + "." + key;
+}
+
+const json& member(const json& object, const char* key, const std::string& where) {
+  if (!object.is_object()) throw FormatError(where + " is not an object");
+  const auto it = object.find(key);
+  if (it == object.end()) throw FormatError("missing " + at_path(where, key));
+  return *it;
+}
+
+const json* optional_member(const json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::string string_member(const json& object, const char* key, const std::string& where) {
+  const json& v = member(object, key, where);
+  if (!v.is_string()) throw FormatError(at_path(where, key) + " is not a string");
+  return v.get<std::string>();
+}
+
+std::string optional_string(const json& object, const char* key) {
+  const json* v = optional_member(object, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+// An integer-valued JSON number (integers may be written as 3.0 by other tools).
+std::optional<int64_t> as_integer(const json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
+  }
+  return std::nullopt;
+}
+
+double as_number(const json& v, const std::string& where) {
+  if (!v.is_number()) throw FormatError(where + " is not a number");
+  return v.get<double>();
+}
+
+// Milliseconds (as written) to whole nanoseconds, refusing values no profile can hold.
+int64_t ms_to_ns(double ms, const std::string& where) {
+  const double ns = std::round(ms * 1e6);
+  if (!std::isfinite(ns) || std::fabs(ns) > 9.0e18) throw FormatError(where + " is out of range");
+  return static_cast<int64_t>(ns);
+}
+
+// One column table: {length, col: [...]} with every column checked against the length.
+class Table {
+ public:
+  Table(const json& parent, const char* key, const std::string& where)
+      : table_(member(parent, key, where)), where_(at_path(where, key)) {
+    const json& length = member(table_, "length", where_);
+    const auto n = as_integer(length);
+    if (!n || *n < 0) throw FormatError(where_ + ".length is not a count");
+    length_ = static_cast<size_t>(*n);
+  }
+
+  size_t length() const { return length_; }
+  const std::string& where() const { return where_; }
+  bool has(const char* key) const { return optional_member(table_, key) != nullptr; }
+
+  const json& column(const char* key) const {
+    const json& c = member(table_, key, where_);
+    if (!c.is_array()) throw FormatError(at_path(where_, key) + " is not an array");
+    if (c.size() != length_) {
+      throw FormatError(at_path(where_, key) + " has " + std::to_string(c.size()) + " entries, but " +
+                        where_ + ".length is " + std::to_string(length_));
+    }
+    return c;
+  }
+
+  // An index < limit; `nullable` admits null (returned as kNoIndex), `minus_one` admits -1 likewise.
+  uint32_t index(const json& col, const char* key, size_t i, size_t limit, const char* target,
+                 bool nullable = false, bool minus_one = false) const {
+    const json& v = col[i];
+    if (nullable && v.is_null()) return kNoIndex;
+    const auto n = as_integer(v);
+    if (minus_one && n && *n == -1) return kNoIndex;
+    if (!n || *n < 0 || static_cast<uint64_t>(*n) >= limit) {
+      throw FormatError(element(key, i) + " = " + v.dump() + " is not a valid index into " + target +
+                        " (length " + std::to_string(limit) + ")");
+    }
+    return static_cast<uint32_t>(*n);
+  }
+
+  int64_t integer(const json& col, const char* key, size_t i, int64_t if_null) const {
+    const json& v = col[i];
+    if (v.is_null()) return if_null;
+    const auto n = as_integer(v);
+    if (!n) throw FormatError(element(key, i) + " = " + v.dump() + " is not an integer");
+    return *n;
+  }
+
+  std::string element(const char* key, size_t i) const {
+    return where_ + "." + key + "[" + std::to_string(i) + "]";
+  }
+
+ private:
+  const json& table_;
+  std::string where_;
+  size_t length_ = 0;
+};
+
+Category category_from_name(const std::string& name) {
+  for (int c = 0; c < kCategoryCount; ++c) {
+    if (name == firefox::kCategories[c].name) return static_cast<Category>(c);
+  }
+  return Category::kOther;
+}
+
+class FirefoxReader {
+ public:
+  explicit FirefoxReader(const json& root) : root_(root) {}
+
+  Profile read() {
+    if (!root_.is_object()) throw FormatError("not a Firefox profile: the JSON document is not an object");
+    const json& meta = member(root_, "meta", "profile");
+    const json* version = optional_member(meta, "preprocessedProfileVersion");
+    if (version == nullptr || !version->is_number()) {
+      throw FormatError(
+          "not a Firefox processed profile (meta.preprocessedProfileVersion is missing; Gecko or other "
+          "formats are not "
+          "read)");
+    }
+    const auto v = as_integer(*version);
+    if (!v || *v < kFirefoxReaderMinVersion || *v > kFirefoxReaderMaxVersion) {
+      throw FormatError(
+          "processed profile version " + version->dump() + " is not supported (this reader understands " +
+          std::to_string(kFirefoxReaderMinVersion) + " to " + std::to_string(kFirefoxReaderMaxVersion) + ")");
+    }
+    read_meta(meta);
+    read_libs();
+    read_shared();
+    read_threads();
+    return std::move(p_);
+  }
+
+ private:
+  void read_meta(const json& meta) {
+    ProfileMeta& out = p_.meta;
+    RecordingInfo& info = out.recording;
+    out.product = optional_string(meta, "product");
+    interval_ns_ = ms_to_ns(as_number(member(meta, "interval", "meta"), "meta.interval"), "meta.interval");
+    if (interval_ns_ <= 0) throw FormatError("meta.interval must be positive");
+    info.interval_ns = static_cast<uint64_t>(interval_ns_);
+    if (const json* start = optional_member(meta, "startTime"); start != nullptr && start->is_number()) {
+      info.start_unix_ns =
+          static_cast<uint64_t>(std::max<int64_t>(0, ms_to_ns(start->get<double>(), "meta.startTime")));
+    }
+    if (const json* mono = optional_member(meta, "startTimeAsClockMonotonicNanosecondsSinceBoot");
+        mono != nullptr) {
+      const auto n = as_integer(*mono);
+      if (n && *n >= 0) info.start_mono_ns = static_cast<uint64_t>(*n);
+    }
+    if (const json* end = optional_member(meta, "profilingEndTime"); end != nullptr && end->is_number()) {
+      info.end_mono_ns = to_mono(end->get<double>(), "meta.profilingEndTime");
+    }
+    if (const json* cpus = optional_member(meta, "logicalCPUs"); cpus != nullptr) {
+      const auto n = as_integer(*cpus);
+      if (n && *n > 0 && *n <= std::numeric_limits<uint32_t>::max())
+        info.logical_cpus = static_cast<uint32_t>(*n);
+    }
+    info.arguments = firefox::split_shell_words(optional_string(meta, "arguments"));
+
+    const json& units = meta.contains("sampleUnits") ? meta["sampleUnits"] : json();
+    const std::string cpu_unit = optional_string(units, "threadCPUDelta");
+    if (cpu_unit == "ns") {
+      cpu_delta_scale_ = 1;
+    } else if (cpu_unit == "\xC2\xB5s") {  // MICRO SIGN
+      cpu_delta_scale_ = 1000;
+    } else {
+      cpu_delta_scale_ = 0;  // cycles or unknown: no CPU time to recover
+    }
+
+    const json& categories = member(meta, "categories", "meta");
+    if (!categories.is_array() || categories.empty())
+      throw FormatError("meta.categories is not a non-empty array");
+    for (const json& c : categories) category_map_.push_back(category_from_name(optional_string(c, "name")));
+
+    if (const json* extra = optional_member(meta, "extra"); extra != nullptr && extra->is_array())
+      read_extra(*extra);
+  }
+
+  void read_extra(const json& sections) {
+    RecordingInfo& info = p_.meta.recording;
+    LostCounts& lost = p_.meta.lost;
+    for (const json& section : sections) {
+      const json* entries = optional_member(section, "entries");
+      if (entries == nullptr || !entries->is_array()) continue;
+      for (const json& entry : *entries) {
+        const std::string label = optional_string(entry, "label");
+        const json* value = optional_member(entry, "value");
+        if (value == nullptr) continue;
+        const std::string text = value->is_string() ? value->get<std::string>() : std::string();
+        const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(0, as_integer(*value).value_or(0)));
+        if (label == firefox::kTargetLabel) info.target = text;
+        if (label == firefox::kBackendLabel) info.backend = text;
+        if (label == firefox::kEventLabel) info.event = text;
+        if (label == firefox::kCallGraphLabel) info.call_graph = text;
+        if (label == firefox::kFrequencyLabel)
+          info.frequency_hz = static_cast<uint32_t>(std::min<uint64_t>(count, UINT32_MAX));
+        if (label == firefox::kKernelFramesLabel) info.kernel_frames = text == "yes";
+        if (label == firefox::kHostnameLabel) info.hostname = text;
+        if (label == firefox::kKernelReleaseLabel) info.kernel_release = text;
+        if (label == firefox::kLostRecordsLabel) lost.lost_records = count;
+        if (label == firefox::kThrottleLabel) lost.throttle_events = count;
+        if (label == firefox::kStackFailuresLabel) lost.stack_failures = count;
+        if (label == firefox::kTruncatedLabel) lost.truncated_stacks = count;
+        if (label.rfind(firefox::kMissingModulePrefix, 0) == 0 && !text.empty()) {
+          p_.meta.missing_modules.push_back(text);
+        }
+      }
+    }
+  }
+
+  // A time in ms relative to meta.startTime as a monotonic timestamp (clamped at 0).
+  uint64_t to_mono(double ms, const std::string& where) const {
+    const int64_t rel = ms_to_ns(ms, where);
+    const auto start =
+        static_cast<int64_t>(std::min<uint64_t>(p_.meta.recording.start_mono_ns, INT64_MAX / 2));
+    return static_cast<uint64_t>(std::max<int64_t>(0, start + rel));
+  }
+
+  void read_libs() {
+    const json& libs = member(root_, "libs", "profile");
+    if (!libs.is_array()) throw FormatError("profile.libs is not an array");
+    for (size_t i = 0; i < libs.size(); ++i) {
+      const json& l = libs[i];
+      const std::string where = "libs[" + std::to_string(i) + "]";
+      Lib lib;
+      lib.name = string_member(l, "name", where);
+      lib.path = optional_string(l, "path");
+      lib.debug_name = optional_string(l, "debugName");
+      lib.debug_path = optional_string(l, "debugPath");
+      lib.build_id = optional_string(l, "codeId");
+      lib.arch = optional_string(l, "arch");
+      // The format has no kernel flag; hpd names the kernel image "[kernel.kallsyms]" (perf's name).
+      lib.is_kernel = !lib.name.empty() && lib.name.front() == '[';
+      lib_map_.push_back(p_.intern_lib(lib));
+    }
+  }
+
+  void read_shared() {
+    const json& shared = member(root_, "shared", "profile");
+    const json& strings = member(shared, "stringArray", "shared");
+    if (!strings.is_array()) throw FormatError("shared.stringArray is not an array");
+    string_values_.reserve(strings.size());
+    for (size_t i = 0; i < strings.size(); ++i) {
+      if (!strings[i].is_string())
+        throw FormatError("shared.stringArray[" + std::to_string(i) + "] is not a string");
+      string_values_.push_back(&strings[i].get_ref<const std::string&>());
+    }
+    const size_t n_strings = string_values_.size();
+
+    // sources: file names of functions.
+    std::vector<uint32_t> source_file;
+    if (optional_member(shared, "sources") != nullptr) {
+      const Table sources(shared, "sources", "shared");
+      const json& filename = sources.column("filename");
+      for (size_t i = 0; i < sources.length(); ++i) {
+        source_file.push_back(sources.index(filename, "filename", i, n_strings, "shared.stringArray"));
+      }
+    }
+
+    const Table resources(shared, "resourceTable", "shared");
+    std::vector<uint32_t> resource_lib;
+    {
+      // The column check comes first: a bogus length must not size an allocation.
+      const json& lib = resources.column("lib");
+      for (size_t i = 0; i < resources.length(); ++i) {
+        resource_lib.push_back(resources.index(lib, "lib", i, lib_map_.size(), "libs", true));
+      }
+    }
+
+    const Table symbols(shared, "nativeSymbols", "shared");
+    {
+      const json& lib = symbols.column("libIndex");
+      const json& address = symbols.column("address");
+      const json& name = symbols.column("name");
+      const json& size = symbols.column("functionSize");
+      for (size_t i = 0; i < symbols.length(); ++i) {
+        const uint32_t l = symbols.index(lib, "libIndex", i, lib_map_.size(), "libs");
+        const int64_t a = symbols.integer(address, "address", i, 0);
+        const uint32_t s = symbols.index(name, "name", i, n_strings, "shared.stringArray");
+        const int64_t sz = symbols.integer(size, "functionSize", i, 0);
+        if (a < 0 || sz < 0) throw FormatError(symbols.element("address", i) + " or its size is negative");
+        symbol_map_.push_back(p_.intern_native_symbol(lib_map_[l], static_cast<uint64_t>(a),
+                                                      static_cast<uint64_t>(sz), *string_values_[s]));
+        symbol_lib_.push_back(lib_map_[l]);
+      }
+    }
+
+    const Table funcs(shared, "funcTable", "shared");
+    {
+      const json& name = funcs.column("name");
+      const json& resource = funcs.column("resource");
+      const json& source = funcs.column("source");
+      for (size_t i = 0; i < funcs.length(); ++i) {
+        const uint32_t s = funcs.index(name, "name", i, n_strings, "shared.stringArray");
+        const uint32_t r =
+            funcs.index(resource, "resource", i, resources.length(), "shared.resourceTable", true, true);
+        const uint32_t src = funcs.index(source, "source", i, source_file.size(), "shared.sources", true);
+        const uint32_t lib = r == kNoIndex ? kNoIndex : resource_lib[r];
+        const std::string_view file =
+            src == kNoIndex ? std::string_view() : *string_values_[source_file[src]];
+        func_map_.push_back(
+            p_.intern_func(*string_values_[s], file, lib == kNoIndex ? kNoIndex : lib_map_[lib]));
+      }
+    }
+
+    const Table frames(shared, "frameTable", "shared");
+    {
+      const json& address = frames.column("address");
+      const json& inline_depth = frames.column("inlineDepth");
+      const json& category = frames.column("category");
+      const json& func = frames.column("func");
+      const json& symbol = frames.column("nativeSymbol");
+      const json& line = frames.column("line");
+      const json& column = frames.column("column");
+      for (size_t i = 0; i < frames.length(); ++i) {
+        Frame f;
+        const uint32_t fn = frames.index(func, "func", i, func_map_.size(), "shared.funcTable");
+        f.func = func_map_[fn];
+        const uint32_t sym =
+            frames.index(symbol, "nativeSymbol", i, symbol_map_.size(), "shared.nativeSymbols", true);
+        f.native_symbol = sym == kNoIndex ? kNoIndex : symbol_map_[sym];
+        f.lib = sym != kNoIndex ? symbol_lib_[sym] : p_.funcs[f.func].lib;
+        const int64_t a = frames.integer(address, "address", i, -1);
+        if (a < -1) throw FormatError(frames.element("address", i) + " is negative");
+        f.address = a;
+        const int64_t depth = frames.integer(inline_depth, "inlineDepth", i, 0);
+        if (depth < 0 || depth > 255)
+          throw FormatError(frames.element("inlineDepth", i) + " is not in 0..255");
+        f.inline_depth = static_cast<uint8_t>(depth);
+        const uint32_t c =
+            frames.index(category, "category", i, category_map_.size(), "meta.categories", true);
+        f.category = c == kNoIndex ? Category::kOther : category_map_[c];
+        const int64_t ln = frames.integer(line, "line", i, 0);
+        const int64_t col = frames.integer(column, "column", i, 0);
+        if (ln < 0 || col < 0 || ln > UINT32_MAX || col > UINT32_MAX) {
+          throw FormatError(frames.element("line", i) + " or its column is out of range");
+        }
+        f.line = static_cast<uint32_t>(ln);
+        f.column = static_cast<uint32_t>(col);
+        if (f.category == Category::kKernel && f.lib != kNoIndex) p_.libs[f.lib].is_kernel = true;
+        frame_map_.push_back(p_.intern_frame(f));
+      }
+    }
+
+    const Table stacks(shared, "stackTable", "shared");
+    {
+      const json& frame = stacks.column("frame");
+      if (!stacks.has("prefixOffset")) {
+        throw FormatError("shared.stackTable has no prefixOffset column (a layout older than version 66)");
+      }
+      const json& offset = stacks.column("prefixOffset");
+      for (size_t i = 0; i < stacks.length(); ++i) {
+        const uint32_t fr = stacks.index(frame, "frame", i, frame_map_.size(), "shared.frameTable");
+        const int64_t off = stacks.integer(offset, "prefixOffset", i, -1);
+        if (off < 0 || static_cast<uint64_t>(off) > i) {
+          throw FormatError(stacks.element("prefixOffset", i) + " = " + std::to_string(off) +
+                            " does not point at an earlier stack");
+        }
+        const uint32_t prefix = off == 0 ? kNoIndex : stack_map_[i - static_cast<size_t>(off)];
+        stack_map_.push_back(p_.intern_stack(prefix, frame_map_[fr]));
+      }
+    }
+  }
+
+  void read_threads() {
+    const json& threads = member(root_, "threads", "profile");
+    if (!threads.is_array()) throw FormatError("profile.threads is not an array");
+    for (size_t i = 0; i < threads.size(); ++i) read_thread(threads[i], "threads[" + std::to_string(i) + "]");
+  }
+
+  static int32_t parse_id(const json& v, const std::string& where) {
+    if (v.is_string()) {
+      const std::string& s = v.get_ref<const std::string&>();
+      char* end = nullptr;
+      errno = 0;
+      const long n = std::strtol(s.c_str(), &end, 10);
+      if (s.empty() || *end != '\0' || errno != 0 || n < INT32_MIN || n > INT32_MAX) {
+        throw FormatError(where + " = \"" + s + "\" is not a number");
+      }
+      return static_cast<int32_t>(n);
+    }
+    const auto n = as_integer(v);
+    if (!n || *n < INT32_MIN || *n > INT32_MAX) throw FormatError(where + " is not a number");
+    return static_cast<int32_t>(*n);
+  }
+
+  void read_thread(const json& t, const std::string& where) {
+    Thread thread;
+    thread.name = optional_string(t, "name");
+    thread.process_name = optional_string(t, "processName");
+    thread.pid = parse_id(member(t, "pid", where), where + ".pid");
+    thread.tid = parse_id(member(t, "tid", where), where + ".tid");
+    const json* is_main = optional_member(t, "isMainThread");
+    thread.is_main = is_main != nullptr && is_main->is_boolean() && is_main->get<bool>();
+    const json& reg = member(t, "registerTime", where);
+    if (reg.is_number()) thread.start_ns = to_mono(reg.get<double>(), where + ".registerTime");
+    const json& unreg = member(t, "unregisterTime", where);
+    if (unreg.is_number()) thread.end_ns = to_mono(unreg.get<double>(), where + ".unregisterTime");
+
+    const Table samples(t, "samples", where);
+    const size_t n = samples.length();
+    const json& stack = samples.column("stack");
+    thread.samples.resize(n);
+    if (samples.has("time")) {
+      const json& time = samples.column("time");
+      for (size_t i = 0; i < n; ++i) {
+        thread.samples[i].time_ns =
+            to_mono(as_number(time[i], samples.element("time", i)), samples.element("time", i));
+      }
+    } else {
+      const json& deltas = samples.column("timeDeltas");
+      double ms = 0;
+      for (size_t i = 0; i < n; ++i) {
+        ms += as_number(deltas[i], samples.element("timeDeltas", i));
+        thread.samples[i].time_ns = to_mono(ms, samples.element("timeDeltas", i));
+      }
+    }
+    const json* cpu = samples.has("threadCPUDelta") ? &samples.column("threadCPUDelta") : nullptr;
+    for (size_t i = 0; i < n; ++i) {
+      Sample& s = thread.samples[i];
+      const uint32_t st = samples.index(stack, "stack", i, stack_map_.size(), "shared.stackTable", true);
+      s.stack = st == kNoIndex ? kNoIndex : stack_map_[st];
+      if (cpu != nullptr && !(*cpu)[i].is_null()) {
+        const double d = as_number((*cpu)[i], samples.element("threadCPUDelta", i)) *
+                         static_cast<double>(cpu_delta_scale_);
+        if (!(d >= 0) || d > 9.0e18)
+          throw FormatError(samples.element("threadCPUDelta", i) + " is out of range");
+        s.cpu_delta_ns = static_cast<uint64_t>(std::llround(d));
+      }
+    }
+
+    // Off-CPU samples are named by their markers (see the writer).
+    if (optional_member(t, "markers") != nullptr) {
+      const Table markers(t, "markers", where);
+      const json& data = markers.column("data");
+      for (size_t i = 0; i < markers.length(); ++i) {
+        const json& d = data[i];
+        if (!d.is_object() || optional_string(d, "type") != firefox::kOffCpuSchema) continue;
+        const json* index = optional_member(d, firefox::kOffCpuSampleField);
+        const json* off = optional_member(d, firefox::kOffCpuNsField);
+        // -1 stands for "absent or not an integer".
+        const int64_t k = index != nullptr ? as_integer(*index).value_or(-1) : -1;
+        const int64_t ns = off != nullptr ? as_integer(*off).value_or(-1) : -1;
+        if (k < 0 || static_cast<uint64_t>(k) >= n || ns < 0) {
+          throw FormatError(markers.element("data", i) +
+                            " is an off-CPU marker with an invalid sample or time");
+        }
+        Sample& s = thread.samples[static_cast<size_t>(k)];
+        s.kind = SampleKind::kOffCpu;
+        s.off_cpu_ns = static_cast<uint64_t>(ns);
+        s.cpu_delta_ns = 0;
+      }
+    }
+    std::stable_sort(thread.samples.begin(), thread.samples.end(),
+                     [](const Sample& a, const Sample& b) { return a.time_ns < b.time_ns; });
+    p_.threads.push_back(std::move(thread));
+  }
+
+  const json& root_;
+  Profile p_;
+  int64_t interval_ns_ = 0;
+  uint64_t cpu_delta_scale_ = 1;
+  std::vector<Category> category_map_;
+  std::vector<const std::string*> string_values_;
+  std::vector<uint32_t> lib_map_;
+  std::vector<uint32_t> symbol_map_;
+  std::vector<uint32_t> symbol_lib_;
+  std::vector<uint32_t> func_map_;
+  std::vector<uint32_t> frame_map_;
+  std::vector<uint32_t> stack_map_;
+};
+
+}  // namespace
+
+Profile parse_firefox_json(std::string_view json_text, const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::parse_error& e) {
+    throw std::runtime_error(source + ": not a JSON document (" + e.what() + ")");
+  }
+  try {
+    return FirefoxReader(root).read();
+  } catch (const FormatError& e) {
+    throw std::runtime_error(source + ": " + e.what());
+  } catch (const json::exception& e) {
+    // A value of an unexpected type deep inside; the checks above should have caught it first.
+    throw std::runtime_error(source + ": malformed profile (" + e.what() + ")");
+  }
+}
+
+Profile read_firefox_file(const std::string& path) {
+  std::string data = read_whole_file(path);
+  if (is_gzip(data)) {
+    try {
+      data = gunzip(data);
+    } catch (const FormatError& e) {
+      throw std::runtime_error(path + ": " + e.what());
+    }
+  }
+  return parse_firefox_json(data, path);
+}
+
+}  // namespace hpd

@@ -1,0 +1,462 @@
+// Per-function exclusive/inclusive attribution, aggregated once per unique stack, printed as text or JSON.
+#include "hpd/export/report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace hpd {
+
+namespace {
+
+constexpr uint64_t kDefaultIntervalNs = 1000000;
+
+struct Tally {
+  uint64_t on = 0;  // on-CPU samples
+  uint64_t cpu_ns = 0;
+  uint64_t off = 0;  // off-CPU samples
+  uint64_t off_ns = 0;
+
+  bool empty() const { return on == 0 && off == 0; }
+  Tally& operator+=(const Tally& o) {
+    on += o.on;
+    cpu_ns += o.cpu_ns;
+    off += o.off;
+    off_ns += o.off_ns;
+    return *this;
+  }
+};
+
+bool selected(const Thread& t, const ReportOptions& options) {
+  return (options.pid == 0 || t.pid == options.pid) && (options.tid == 0 || t.tid == options.tid);
+}
+
+void check_indices(const Profile& p) {
+  for (size_t i = 0; i < p.frames.size(); ++i) {
+    if (p.frames[i].func >= p.funcs.size()) {
+      throw std::runtime_error("invalid profile: frame " + std::to_string(i) + " refers to a missing func");
+    }
+  }
+  for (size_t i = 0; i < p.funcs.size(); ++i) {
+    if (p.funcs[i].name >= p.strings.size() ||
+        (p.funcs[i].lib != kNoIndex && p.funcs[i].lib >= p.libs.size())) {
+      throw std::runtime_error("invalid profile: func " + std::to_string(i) +
+                               " refers to a missing name or lib");
+    }
+  }
+  for (size_t i = 0; i < p.stacks.size(); ++i) {
+    const Stack& s = p.stacks[i];
+    // prefix < i also guarantees that walking prefixes terminates.
+    if (s.frame >= p.frames.size() || (s.prefix != kNoIndex && s.prefix >= i)) {
+      throw std::runtime_error("invalid profile: stack " + std::to_string(i) +
+                               " refers to a missing frame or a "
+                               "prefix that does not precede it");
+    }
+  }
+}
+
+double percent(uint64_t part, uint64_t whole) {
+  return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+}
+
+uint64_t sort_key(const ReportRow& r, ReportSort sort) {
+  switch (sort) {
+    case ReportSort::kSelf: return r.self_samples;
+    case ReportSort::kTotal: return r.total_samples;
+    case ReportSort::kSelfWall: return r.self_wall_ns;
+    case ReportSort::kTotalWall: return r.total_wall_ns;
+  }
+  return r.self_samples;
+}
+
+// The other key of the same view breaks ties, then the name, for a stable order.
+ReportSort tie_breaker(ReportSort sort) {
+  switch (sort) {
+    case ReportSort::kSelf: return ReportSort::kTotal;
+    case ReportSort::kTotal: return ReportSort::kSelf;
+    case ReportSort::kSelfWall: return ReportSort::kTotalWall;
+    case ReportSort::kTotalWall: return ReportSort::kSelfWall;
+  }
+  return ReportSort::kTotal;
+}
+
+void sort_rows(std::vector<ReportRow>& rows, ReportSort sort) {
+  const ReportSort second = tie_breaker(sort);
+  std::sort(rows.begin(), rows.end(), [&](const ReportRow& a, const ReportRow& b) {
+    const uint64_t ka = sort_key(a, sort), kb = sort_key(b, sort);
+    if (ka != kb) return ka > kb;
+    const uint64_t sa = sort_key(a, second), sb = sort_key(b, second);
+    if (sa != sb) return sa > sb;
+    if (a.name != b.name) return a.name < b.name;
+    return a.func < b.func;
+  });
+}
+
+const char* sort_name(ReportSort sort) {
+  switch (sort) {
+    case ReportSort::kSelf: return "self";
+    case ReportSort::kTotal: return "total";
+    case ReportSort::kSelfWall: return "self-wall";
+    case ReportSort::kTotalWall: return "total-wall";
+  }
+  return "self";
+}
+
+// ---- text layout -------------------------------------------------------------------------------
+
+constexpr size_t kWidth = 80;
+constexpr size_t kLibraryWidth = 14;
+// What the numeric columns leave of 80 columns: 80 - numbers - 2 - 1 - kLibraryWidth.
+constexpr size_t kCpuFunctionWidth = 31;   // numbers: 6 1 6 1 8 1 9 = 32
+constexpr size_t kWallFunctionWidth = 30;  // numbers: 6 1 6 1 9 1 9 = 33
+
+// Display width is approximated by code points: right for the Latin, Greek and symbol characters of
+// demangled names, not for wide East Asian characters.
+size_t code_points(std::string_view s) {
+  size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// Byte offset of code point `k` in s (s.size() when past the end).
+size_t offset_of(std::string_view s, size_t k) {
+  size_t seen = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (seen == k) return i;
+      ++seen;
+    }
+  }
+  return s.size();
+}
+
+constexpr std::string_view kEllipsis = "\xE2\x80\xA6";  // U+2026
+
+std::string truncate_right(std::string_view s, size_t width) {
+  if (code_points(s) <= width) return std::string(s);
+  if (width == 0) return "";
+  return std::string(s.substr(0, offset_of(s, width - 1))) + std::string(kEllipsis);
+}
+
+// For paths, whose end (the file name) says most.
+std::string truncate_left(std::string_view s, size_t width) {
+  const size_t n = code_points(s);
+  if (n <= width) return std::string(s);
+  if (width == 0) return "";
+  return std::string(kEllipsis) + std::string(s.substr(offset_of(s, n - (width - 1))));
+}
+
+std::string pad_right(std::string s, size_t width) {
+  const size_t n = code_points(s);
+  if (n < width) s.append(width - n, ' ');
+  return s;
+}
+
+std::string pad_left(const std::string& s, size_t width) {
+  const size_t n = code_points(s);
+  return n < width ? std::string(width - n, ' ') + s : s;
+}
+
+std::string format(const char* fmt, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, value);
+  return buf;
+}
+
+std::string format_percent(double p) {
+  return format("%.1f%%", p);
+}
+
+std::string format_duration(uint64_t ns) {
+  if (ns < 1000000000) return format("%.1f ms", static_cast<double>(ns) / 1e6);
+  return format("%.3f s", static_cast<double>(ns) / 1e9);
+}
+
+std::string format_ms(uint64_t ns) {
+  return format("%.3f ms", static_cast<double>(ns) / 1e6);
+}
+
+// A time column in ms, or in s when the largest value would not fit the column in ms.
+struct TimeColumn {
+  double divisor = 1e6;
+  const char* unit = "ms";
+  std::string cell(uint64_t ns) const { return format("%.1f", static_cast<double>(ns) / divisor); }
+};
+
+TimeColumn time_column(uint64_t max_ns, size_t width) {
+  TimeColumn column;
+  if (TimeColumn{}.cell(max_ns).size() > width) column = TimeColumn{1e9, "s"};
+  return column;
+}
+
+std::string function_cell(const ReportRow& row, size_t width) {
+  return pad_right(truncate_right(row.name, width), width);
+}
+
+std::string library_cell(const ReportRow& row) {
+  return truncate_right(row.library.empty() ? "?" : row.library, kLibraryWidth);
+}
+
+void print_header(const Report& report, std::ostream& out) {
+  const ReportTotals& t = report.totals;
+  const auto plural = [](uint64_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  const auto line = [&](const std::string& text) { out << truncate_right(text, kWidth) << '\n'; };
+  line("hpd report: " + plural(t.samples, "sample", "samples") + ", " +
+       plural(t.threads, "thread", "threads") + " in " + plural(t.processes, "process", "processes") +
+       ", duration " + format_duration(t.duration_ns));
+  line("CPU time " + format_duration(t.cpu_ns) + ", interval " + format_ms(t.interval_ns) + ", off-CPU " +
+       format_duration(t.off_cpu_ns) + " in " + plural(t.off_cpu_samples, "sample", "samples"));
+  line("Lost: " + plural(t.lost.lost_records, "record", "records") + ", " +
+       plural(t.lost.throttle_events, "throttle event", "throttle events"));
+  line("Stacks: " + std::to_string(t.lost.stack_failures) + " failed, " +
+       std::to_string(t.lost.truncated_stacks) + " truncated, " +
+       plural(t.samples_without_stack, "sample", "samples") + " without a stack");
+  line("Missing modules: " + std::to_string(t.missing_modules.size()) +
+       (t.missing_modules.empty() ? "" : " (no symbols for their code)"));
+  constexpr size_t kShownModules = 5;
+  for (size_t i = 0; i < t.missing_modules.size() && i < kShownModules; ++i) {
+    line("  " + truncate_left(t.missing_modules[i], kWidth - 2));
+  }
+  if (t.missing_modules.size() > kShownModules) {
+    line("  and " + std::to_string(t.missing_modules.size() - kShownModules) + " more");
+  }
+}
+
+void print_cpu_view(std::ostream& out, bool by_total, const std::vector<const ReportRow*>& rows, size_t of) {
+  uint64_t max_ns = 0;
+  for (const ReportRow* r : rows) max_ns = std::max(max_ns, r->self_cpu_ns);
+  const TimeColumn cpu = time_column(max_ns, 9);
+  out << "\nOn-CPU samples by " << (by_total ? "total (inclusive)" : "self (exclusive)") << ", top "
+      << rows.size() << " of " << of << " functions\n";
+  out << pad_left("Self%", 6) << ' ' << pad_left("Total%", 6) << ' ' << pad_left("Samples", 8) << ' '
+      << pad_left(std::string("CPU ") + cpu.unit, 9) << "  " << pad_right("Function", kCpuFunctionWidth)
+      << ' ' << "Library\n";
+  for (const ReportRow* r : rows) {
+    out << pad_left(format_percent(r->self_percent), 6) << ' '
+        << pad_left(format_percent(r->total_percent), 6) << ' '
+        << pad_left(std::to_string(r->self_samples), 8) << ' ' << pad_left(cpu.cell(r->self_cpu_ns), 9)
+        << "  " << function_cell(*r, kCpuFunctionWidth) << ' ' << library_cell(*r) << '\n';
+  }
+}
+
+void print_wall_view(std::ostream& out, bool by_total, const std::vector<const ReportRow*>& rows, size_t of) {
+  uint64_t max_ns = 0;
+  for (const ReportRow* r : rows) max_ns = std::max(max_ns, r->total_wall_ns);
+  const TimeColumn wall = time_column(max_ns, 9);
+  out << "\nWall clock (on-CPU + off-CPU) by " << (by_total ? "total" : "self") << ", top " << rows.size()
+      << " of " << of << " functions\n";
+  out << pad_left("Self%", 6) << ' ' << pad_left("Total%", 6) << ' '
+      << pad_left(std::string("Self ") + wall.unit, 9) << ' '
+      << pad_left(std::string("Total ") + wall.unit, 9) << "  " << pad_right("Function", kWallFunctionWidth)
+      << ' ' << "Library\n";
+  for (const ReportRow* r : rows) {
+    out << pad_left(format_percent(r->self_wall_percent), 6) << ' '
+        << pad_left(format_percent(r->total_wall_percent), 6) << ' '
+        << pad_left(wall.cell(r->self_wall_ns), 9) << ' ' << pad_left(wall.cell(r->total_wall_ns), 9) << "  "
+        << function_cell(*r, kWallFunctionWidth) << ' ' << library_cell(*r) << '\n';
+  }
+}
+
+// The first `limit` rows (0 = all) by `sort`, without copying rows. The stable sort keeps the
+// report's name order among equal keys.
+// With `in_view_of`, rows with nothing in the sort's view (an off-CPU-only function in the CPU view)
+// are left out and the number of the others is stored there.
+std::vector<const ReportRow*> top_rows(const std::vector<ReportRow>& all, ReportSort sort, size_t limit,
+                                       size_t* in_view_of = nullptr) {
+  const bool wall = sort == ReportSort::kSelfWall || sort == ReportSort::kTotalWall;
+  std::vector<const ReportRow*> rows;
+  rows.reserve(all.size());
+  for (const ReportRow& r : all) {
+    if (in_view_of == nullptr || (wall ? r.total_wall_ns > 0 : r.total_samples > 0)) rows.push_back(&r);
+  }
+  if (in_view_of != nullptr) *in_view_of = rows.size();
+  const ReportSort second = tie_breaker(sort);
+  std::stable_sort(rows.begin(), rows.end(), [&](const ReportRow* a, const ReportRow* b) {
+    const uint64_t ka = sort_key(*a, sort), kb = sort_key(*b, sort);
+    if (ka != kb) return ka > kb;
+    return sort_key(*a, second) > sort_key(*b, second);
+  });
+  if (limit != 0 && rows.size() > limit) rows.resize(limit);
+  return rows;
+}
+
+}  // namespace
+
+Report compute_report(const Profile& p, const ReportOptions& options) {
+  check_indices(p);
+  Report report;
+  ReportTotals& totals = report.totals;
+  const RecordingInfo& info = p.meta.recording;
+  totals.interval_ns = info.interval_ns != 0    ? info.interval_ns
+                       : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
+                                                : kDefaultIntervalNs;
+  totals.lost = p.meta.lost;
+  totals.missing_modules = p.meta.missing_modules;
+
+  // Recording length; without an end time, up to the last sample (as the Firefox writer does).
+  if (info.end_mono_ns > info.start_mono_ns) {
+    totals.duration_ns = info.end_mono_ns - info.start_mono_ns;
+  } else {
+    uint64_t last = info.start_mono_ns;
+    for (const Thread& t : p.threads) {
+      for (const Sample& s : t.samples) last = std::max(last, s.time_ns);
+    }
+    totals.duration_ns = last - info.start_mono_ns;
+  }
+
+  // Samples are summed per unique stack first: stacks are far fewer than samples.
+  std::vector<Tally> per_stack(p.stacks.size());
+  std::set<int32_t> pids;
+  for (const Thread& t : p.threads) {
+    if (!selected(t, options)) continue;
+    ++totals.threads;
+    pids.insert(t.pid);
+    for (const Sample& s : t.samples) {
+      if (s.stack != kNoIndex && s.stack >= p.stacks.size()) {
+        throw std::runtime_error("invalid profile: a sample of thread " + std::to_string(t.tid) +
+                                 " refers to a missing stack");
+      }
+      Tally one;
+      if (s.kind == SampleKind::kOffCpu) {
+        one.off = 1;
+        one.off_ns = s.off_cpu_ns;
+        ++totals.off_cpu_samples;
+        totals.off_cpu_ns += s.off_cpu_ns;
+      } else {
+        one.on = 1;
+        one.cpu_ns = s.cpu_delta_ns;
+        ++totals.samples;
+        totals.cpu_ns += s.cpu_delta_ns;
+        if (s.stack == kNoIndex) ++totals.samples_without_stack;
+      }
+      if (s.stack != kNoIndex) per_stack[s.stack] += one;
+    }
+  }
+  totals.processes = pids.size();
+  totals.wall_ns = totals.samples * totals.interval_ns + totals.off_cpu_ns;
+
+  std::vector<Tally> self(p.funcs.size());
+  std::vector<Tally> total(p.funcs.size());
+  std::vector<uint32_t> seen_in(p.funcs.size(), kNoIndex);  // last stack that counted the func
+  for (uint32_t s = 0; s < per_stack.size(); ++s) {
+    const Tally& tally = per_stack[s];
+    if (tally.empty()) continue;
+    // The stack node is the deepest frame, the innermost inline level at the sampled address.
+    self[p.frames[p.stacks[s].frame].func] += tally;
+    for (uint32_t node = s; node != kNoIndex; node = p.stacks[node].prefix) {
+      const uint32_t func = p.frames[p.stacks[node].frame].func;
+      if (seen_in[func] == s) continue;  // recursion: once per sample
+      seen_in[func] = s;
+      total[func] += tally;
+    }
+  }
+
+  for (uint32_t f = 0; f < p.funcs.size(); ++f) {
+    if (total[f].empty()) continue;
+    ReportRow row;
+    row.func = f;
+    row.name = p.func_name(f);
+    const uint32_t lib = p.funcs[f].lib;
+    if (lib != kNoIndex) row.library = p.libs[lib].name;
+    row.self_samples = self[f].on;
+    row.total_samples = total[f].on;
+    row.self_percent = percent(row.self_samples, totals.samples);
+    row.total_percent = percent(row.total_samples, totals.samples);
+    row.self_cpu_ns = self[f].cpu_ns;
+    row.total_cpu_ns = total[f].cpu_ns;
+    row.self_off_cpu_samples = self[f].off;
+    row.total_off_cpu_samples = total[f].off;
+    row.self_off_cpu_ns = self[f].off_ns;
+    row.total_off_cpu_ns = total[f].off_ns;
+    row.self_wall_ns = self[f].on * totals.interval_ns + self[f].off_ns;
+    row.total_wall_ns = total[f].on * totals.interval_ns + total[f].off_ns;
+    row.self_wall_percent = percent(row.self_wall_ns, totals.wall_ns);
+    row.total_wall_percent = percent(row.total_wall_ns, totals.wall_ns);
+    report.rows.push_back(std::move(row));
+  }
+  sort_rows(report.rows, options.sort);
+  return report;
+}
+
+void print_report(const Report& report, std::ostream& out, const ReportOptions& options) {
+  print_header(report, out);
+  if (report.rows.empty()) {
+    out << "\nNo samples with a stack"
+        << (options.pid != 0 || options.tid != 0 ? " in the selected threads" : "") << ".\n";
+    return;
+  }
+  // Each view is ordered by its own self or total column, as options.sort chooses.
+  const bool by_total = options.sort == ReportSort::kTotal || options.sort == ReportSort::kTotalWall;
+  size_t of = 0;
+  if (report.totals.samples > 0) {
+    const auto rows =
+        top_rows(report.rows, by_total ? ReportSort::kTotal : ReportSort::kSelf, options.limit, &of);
+    print_cpu_view(out, by_total, rows, of);
+  }
+  if (report.totals.off_cpu_samples > 0) {
+    const auto rows =
+        top_rows(report.rows, by_total ? ReportSort::kTotalWall : ReportSort::kSelfWall, options.limit, &of);
+    print_wall_view(out, by_total, rows, of);
+  }
+}
+
+void print_report_json(const Report& report, std::ostream& out, const ReportOptions& options) {
+  using nlohmann::ordered_json;
+  const ReportTotals& t = report.totals;
+  ordered_json doc;
+  doc["sort"] = sort_name(options.sort);
+  doc["limit"] = options.limit;
+  doc["filter"] = {{"pid", options.pid}, {"tid", options.tid}};
+  doc["totals"] = {
+      {"samples", t.samples},
+      {"samples_without_stack", t.samples_without_stack},
+      {"off_cpu_samples", t.off_cpu_samples},
+      {"threads", t.threads},
+      {"processes", t.processes},
+      {"duration_ns", t.duration_ns},
+      {"interval_ns", t.interval_ns},
+      {"cpu_ns", t.cpu_ns},
+      {"off_cpu_ns", t.off_cpu_ns},
+      {"wall_ns", t.wall_ns},
+      {"lost",
+       {{"lost_records", t.lost.lost_records},
+        {"throttle_events", t.lost.throttle_events},
+        {"stack_failures", t.lost.stack_failures},
+        {"truncated_stacks", t.lost.truncated_stacks}}},
+      {"missing_modules", t.missing_modules},
+      {"functions", report.rows.size()},
+  };
+  ordered_json functions = ordered_json::array();
+  for (const ReportRow* r : top_rows(report.rows, options.sort, options.limit)) {
+    functions.push_back({
+        {"name", r->name},
+        {"library", r->library},
+        {"self_samples", r->self_samples},
+        {"total_samples", r->total_samples},
+        {"self_percent", r->self_percent},
+        {"total_percent", r->total_percent},
+        {"self_cpu_ns", r->self_cpu_ns},
+        {"total_cpu_ns", r->total_cpu_ns},
+        {"self_off_cpu_samples", r->self_off_cpu_samples},
+        {"total_off_cpu_samples", r->total_off_cpu_samples},
+        {"self_off_cpu_ns", r->self_off_cpu_ns},
+        {"total_off_cpu_ns", r->total_off_cpu_ns},
+        {"self_wall_ns", r->self_wall_ns},
+        {"total_wall_ns", r->total_wall_ns},
+        {"self_wall_percent", r->self_wall_percent},
+        {"total_wall_percent", r->total_wall_percent},
+    });
+  }
+  doc["functions"] = std::move(functions);
+  // Names are not guaranteed to be UTF-8; replace bad bytes instead of throwing.
+  out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
+}
+
+}  // namespace hpd

@@ -1,0 +1,279 @@
+// Tests of the report: exact exclusive/inclusive attribution, wall-clock view, layout, JSON.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "hpd/export/report.h"
+#include "synthetic_profile.h"
+
+namespace hpd {
+namespace {
+
+using nlohmann::json;
+
+// 10 samples with a known split, 1 ms CPU each except main->D (0.5 ms):
+//   4 x main->B->C, 3 x main->B, 2 x main->D, 1 x main->B->B (recursion)
+// self:  B 4 (40%), C 4 (40%), D 2 (20%), main 0
+// total: main 10 (100%), B 8 (80%, the recursive sample once), C 4 (40%), D 2 (20%)
+Profile make_split_profile() {
+  Profile p;
+  p.meta.recording.interval_ns = 1000000;
+  Lib lib;
+  lib.name = "app";
+  lib.path = "/bin/app";
+  const uint32_t l = p.intern_lib(lib);
+  const auto frame = [&](const char* name, int64_t address) {
+    Frame f;
+    f.func = p.intern_func(name, "", l);
+    f.lib = l;
+    f.address = address;
+    return p.intern_frame(f);
+  };
+  const uint32_t main = p.intern_stack(kNoIndex, frame("main", 0x10));
+  const uint32_t b = p.intern_stack(main, frame("B", 0x20));
+  const uint32_t bc = p.intern_stack(b, frame("C", 0x30));
+  const uint32_t d = p.intern_stack(main, frame("D", 0x40));
+  const uint32_t bb = p.intern_stack(b, frame("B", 0x24));
+  Thread t;
+  t.pid = 7;
+  t.tid = 7;
+  t.name = "app";
+  uint64_t time = 0;
+  const auto add = [&](uint32_t stack, int count, uint64_t cpu) {
+    for (int i = 0; i < count; ++i) {
+      Sample s;
+      s.time_ns = time += 1000000;
+      s.stack = stack;
+      s.cpu_delta_ns = cpu;
+      t.samples.push_back(s);
+    }
+  };
+  add(bc, 4, 1000000);
+  add(b, 3, 1000000);
+  add(d, 2, 500000);
+  add(bb, 1, 1000000);
+  p.threads.push_back(t);
+  return p;
+}
+
+const ReportRow& row(const Report& r, const std::string& name) {
+  for (const ReportRow& x : r.rows) {
+    if (x.name == name) return x;
+  }
+  throw std::runtime_error("no row " + name);
+}
+
+TEST(Report, ExactExclusiveAndInclusiveSplit) {
+  const Report r = compute_report(make_split_profile(), ReportOptions{});
+  EXPECT_EQ(r.totals.samples, 10u);
+  EXPECT_EQ(r.totals.threads, 1u);
+  EXPECT_EQ(r.totals.processes, 1u);
+  EXPECT_EQ(r.totals.cpu_ns, 9000000u);
+  ASSERT_EQ(r.rows.size(), 4u);
+
+  // Sorted by self; B and C tie at 4 and B's larger total breaks the tie.
+  EXPECT_EQ(r.rows[0].name, "B");
+  EXPECT_EQ(r.rows[1].name, "C");
+  EXPECT_EQ(r.rows[2].name, "D");
+  EXPECT_EQ(r.rows[3].name, "main");
+
+  const ReportRow& b = row(r, "B");
+  EXPECT_EQ(b.self_samples, 4u);
+  EXPECT_EQ(b.total_samples, 8u);
+  EXPECT_DOUBLE_EQ(b.self_percent, 40.0);
+  EXPECT_DOUBLE_EQ(b.total_percent, 80.0);
+  EXPECT_EQ(b.self_cpu_ns, 4000000u);
+  EXPECT_EQ(b.total_cpu_ns, 8000000u);
+  EXPECT_EQ(b.library, "app");
+
+  const ReportRow& c = row(r, "C");
+  EXPECT_EQ(c.self_samples, 4u);
+  EXPECT_EQ(c.total_samples, 4u);
+  EXPECT_DOUBLE_EQ(c.total_percent, 40.0);
+
+  const ReportRow& d = row(r, "D");
+  EXPECT_DOUBLE_EQ(d.self_percent, 20.0);
+  EXPECT_EQ(d.self_cpu_ns, 1000000u);
+
+  const ReportRow& main = row(r, "main");
+  EXPECT_EQ(main.self_samples, 0u);
+  EXPECT_EQ(main.total_samples, 10u);
+  EXPECT_DOUBLE_EQ(main.total_percent, 100.0);
+  EXPECT_EQ(main.total_cpu_ns, 9000000u);
+
+  // Without off-CPU samples the wall-clock view is samples x interval.
+  EXPECT_EQ(r.totals.wall_ns, 10000000u);
+  EXPECT_EQ(b.total_wall_ns, 8000000u);
+  EXPECT_DOUBLE_EQ(b.total_wall_percent, 80.0);
+
+  ReportOptions by_total;
+  by_total.sort = ReportSort::kTotal;
+  const Report t = compute_report(make_split_profile(), by_total);
+  EXPECT_EQ(t.rows[0].name, "main");
+  EXPECT_EQ(t.rows[1].name, "B");
+  EXPECT_EQ(t.rows[2].name, "C");
+  EXPECT_EQ(t.rows[3].name, "D");
+}
+
+TEST(Report, InlinedKernelAndOffCpuAttribution) {
+  ReportOptions options;
+  options.limit = 0;
+  const Report r = compute_report(testing::make_synthetic_profile(), options);
+  EXPECT_EQ(r.totals.samples, 12u);
+  EXPECT_EQ(r.totals.samples_without_stack, 1u);
+  EXPECT_EQ(r.totals.off_cpu_samples, 1u);
+  EXPECT_EQ(r.totals.off_cpu_ns, 5000000u);
+  EXPECT_EQ(r.totals.cpu_ns, 14500000u);
+  EXPECT_EQ(r.totals.wall_ns, 17000000u);
+  EXPECT_EQ(r.totals.threads, 2u);
+  EXPECT_EQ(r.totals.duration_ns, 20000000u);
+  EXPECT_EQ(r.totals.lost.lost_records, 3u);
+  EXPECT_EQ(r.totals.missing_modules.size(), 1u);
+
+  // The inlined push_back is the leaf of 4 samples; compute() is their caller.
+  const ReportRow& helper = row(r, "std::vector<int>::push_back(int const&)");
+  EXPECT_EQ(helper.self_samples, 4u);
+  EXPECT_DOUBLE_EQ(helper.self_percent, 100.0 * 4 / 12);
+  const ReportRow& compute = row(r, "compute(int)");
+  EXPECT_EQ(compute.self_samples, 3u);   // 2 direct + the recursive leaf
+  EXPECT_EQ(compute.total_samples, 7u);  // recursion counted once
+  const ReportRow& kernel = row(r, "ksys_read");
+  EXPECT_EQ(kernel.library, "[kernel.kallsyms]");
+  EXPECT_EQ(kernel.self_cpu_ns, 500000u);
+
+  const ReportRow& futex = row(r, "futex_wait");
+  EXPECT_EQ(futex.self_samples, 0u);
+  EXPECT_EQ(futex.self_off_cpu_samples, 1u);
+  EXPECT_EQ(futex.self_wall_ns, 5000000u);
+  EXPECT_DOUBLE_EQ(futex.self_wall_percent, 100.0 * 5 / 17);
+  const ReportRow& worker = row(r, "worker_loop");
+  EXPECT_EQ(worker.total_samples, 3u);
+  EXPECT_EQ(worker.total_off_cpu_samples, 1u);
+  EXPECT_EQ(worker.total_wall_ns, 8000000u);
+  EXPECT_EQ(worker.total_cpu_ns, 6000000u);
+}
+
+TEST(Report, ThreadAndProcessFilters) {
+  const Profile p = testing::make_synthetic_profile();
+  ReportOptions worker;
+  worker.tid = 101;
+  const Report w = compute_report(p, worker);
+  EXPECT_EQ(w.totals.threads, 1u);
+  EXPECT_EQ(w.totals.samples, 3u);
+  EXPECT_EQ(w.rows.size(), 3u);  // worker_loop, memcpy, futex_wait
+
+  ReportOptions process;
+  process.pid = 100;
+  EXPECT_EQ(compute_report(p, process).totals.samples, 12u);
+
+  ReportOptions nobody;
+  nobody.pid = 4242;
+  const Report none = compute_report(p, nobody);
+  EXPECT_EQ(none.totals.threads, 0u);
+  EXPECT_TRUE(none.rows.empty());
+  std::ostringstream out;
+  print_report(none, out, nobody);
+  EXPECT_NE(out.str().find("No samples with a stack in the selected threads"), std::string::npos)
+      << out.str();
+}
+
+size_t display_width(const std::string& line) {
+  size_t n = 0;
+  for (char c : line) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+TEST(Report, TextFitsEightyColumns) {
+  Profile p = testing::make_synthetic_profile();
+  // Very long names, multi-byte characters and a long library name must all be cut to fit.
+  p.funcs[1].name = p.strings.intern(
+      "std::__detail::_Executor<__gnu_cxx::__normal_iterator<char const*, std::__cxx11::basic_string<char, "
+      "std::char_traits<char>, std::allocator<char> > >, "
+      "std::allocator<std::__cxx11::sub_match<>>>::_M_dfs()");
+  p.funcs[2].name = p.strings.intern(
+      "\xCE\xB1\xCE\xB2\xCE\xB3::\xE2\x88\x82_long_greek_name_with_more_text_\xCE\xB4\xCE\xB5\xCE\xB6");
+  p.libs[0].name = "libextraordinarily_long_library_name.so.1.2.3";
+  p.meta.missing_modules.push_back("/very/long/path/" + std::string(120, 'x') + "/libmissing.so");
+  for (int i = 0; i < 6; ++i) p.meta.missing_modules.push_back("/lib/m" + std::to_string(i) + ".so");
+  ReportOptions options;
+  options.limit = 0;
+  std::ostringstream out;
+  print_report(compute_report(p, options), out, options);
+  const std::string text = out.str();
+  std::istringstream lines(text);
+  std::string line;
+  size_t count = 0;
+  while (std::getline(lines, line)) {
+    ++count;
+    EXPECT_LE(display_width(line), 80u) << line;
+  }
+  EXPECT_GT(count, 20u);
+  EXPECT_NE(text.find("hpd report: 12 samples, 2 threads in 1 process, duration 20.0 ms"), std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find(
+          "Lost: 3 records, 1 throttle event\nStacks: 2 failed, 0 truncated, 1 sample without a stack\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Missing modules: 8"), std::string::npos) << text;
+  EXPECT_NE(text.find("and 3 more"), std::string::npos) << text;
+  EXPECT_NE(text.find("\xE2\x80\xA6"), std::string::npos) << "long names end in an ellipsis";
+  EXPECT_NE(text.find("Wall clock (on-CPU + off-CPU)"), std::string::npos) << text;
+  EXPECT_NE(text.find(" 33.3%"), std::string::npos) << text;  // push_back's self share
+  // The truncated Greek name is cut on a character boundary.
+  EXPECT_NE(text.find("\xCE\xB1\xCE\xB2\xCE\xB3::"), std::string::npos);
+}
+
+TEST(Report, LimitBoundsTheRows) {
+  ReportOptions options;
+  options.limit = 2;
+  std::ostringstream out;
+  print_report(compute_report(make_split_profile(), options), out, options);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("top 2 of 4 functions"), std::string::npos) << text;
+  EXPECT_EQ(text.find(" main "), std::string::npos) << text;  // third by self, so cut
+  EXPECT_EQ(text.find("Wall clock"), std::string::npos) << "no off-CPU samples, no wall-clock table";
+}
+
+TEST(Report, JsonCarriesTheSameNumbers) {
+  ReportOptions options;
+  options.limit = 3;
+  const Report r = compute_report(testing::make_synthetic_profile(), options);
+  std::ostringstream out;
+  print_report_json(r, out, options);
+  const json doc = json::parse(out.str());
+  EXPECT_EQ(doc["sort"], "self");
+  EXPECT_EQ(doc["totals"]["samples"], r.totals.samples);
+  EXPECT_EQ(doc["totals"]["cpu_ns"], r.totals.cpu_ns);
+  EXPECT_EQ(doc["totals"]["wall_ns"], r.totals.wall_ns);
+  EXPECT_EQ(doc["totals"]["off_cpu_samples"], 1);
+  EXPECT_EQ(doc["totals"]["lost"]["stack_failures"], 2);
+  EXPECT_EQ(doc["totals"]["missing_modules"][0], "/opt/lib/libgone.so");
+  EXPECT_EQ(doc["totals"]["functions"], r.rows.size());
+  ASSERT_EQ(doc["functions"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const json& f = doc["functions"][i];
+    EXPECT_EQ(f["name"], r.rows[i].name);
+    EXPECT_EQ(f["library"], r.rows[i].library);
+    EXPECT_EQ(f["self_samples"], r.rows[i].self_samples);
+    EXPECT_EQ(f["total_samples"], r.rows[i].total_samples);
+    EXPECT_DOUBLE_EQ(f["self_percent"].get<double>(), r.rows[i].self_percent);
+    EXPECT_DOUBLE_EQ(f["total_percent"].get<double>(), r.rows[i].total_percent);
+    EXPECT_EQ(f["self_cpu_ns"], r.rows[i].self_cpu_ns);
+    EXPECT_EQ(f["total_wall_ns"], r.rows[i].total_wall_ns);
+  }
+  EXPECT_EQ(doc["functions"][0]["name"], "std::vector<int>::push_back(int const&)");
+}
+
+TEST(Report, RejectsInconsistentProfiles) {
+  Profile p = make_split_profile();
+  p.stacks[2].prefix = 4;  // not a predecessor: walking it could loop
+  EXPECT_THROW(compute_report(p, ReportOptions{}), std::runtime_error);
+  Profile q = make_split_profile();
+  q.threads[0].samples[0].stack = 99;
+  EXPECT_THROW(compute_report(q, ReportOptions{}), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace hpd
