@@ -1,0 +1,55 @@
+// hpctl's verbs: each is a plain function over a plain options struct, so that main.cpp alone
+// includes CLI11 and the verbs can be tested or reused by the daemon.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hpd::cli {
+
+struct RecordArgs {
+  std::vector<int32_t> pids;
+  std::vector<std::string> command;
+  double duration_s = 0;
+  uint32_t frequency_hz = 999;
+  std::string output = "profile.json.gz";
+  std::string event = "task-clock";
+  std::string kernel = "auto";  // auto|on|off (--kernel / --no-kernel)
+  std::string backend = "auto";  // auto|bpf|perf
+  bool all = false;
+  std::string cgroup;
+  std::string off_cpu = "auto";  // auto|on|off (--off-cpu / --no-off-cpu)
+  uint32_t off_cpu_min_us = 0;
+  bool no_follow_children = false;
+  bool print_report = true;
+  size_t report_limit = 20;
+  bool quiet = false;
+};
+
+struct ReportArgs {
+  std::string input;
+  bool json = false;
+  size_t limit = 20;
+  std::string sort = "self";  // self|total
+  int32_t pid = 0;            // 0 = all
+  int32_t tid = 0;            // 0 = all
+};
+
+struct MipArgs {
+  int32_t pid = 0;                    // show: a live process
+  std::vector<std::string> files;     // show: one .mipraw; merge: several
+  std::string map;                    // the binary or .mipmap file for offline decoding
+  std::vector<std::string> mipmaps;   // live: MODULE=FILE overrides of a module's map
+  bool json = false;
+  std::string sort = "first-call";    // first-call|calls|name|address
+  bool hide_never_called = false;
+};
+
+// Each returns the process exit code.
+int run_record(const RecordArgs& args);
+int run_report(const ReportArgs& args);
+int run_mip_show(const MipArgs& args);
+int run_mip_merge(const MipArgs& args);
+
+}  // namespace hpd::cli

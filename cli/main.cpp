@@ -1,0 +1,104 @@
+// hpctl: the command line of the hpd profiler.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+
+#ifndef HPD_VERSION
+#define HPD_VERSION "unknown"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"hpctl: record and inspect profiles of native programs (C, C++, Rust) on Linux"};
+  app.set_version_flag("--version", std::string("hpctl ") + HPD_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough(false);
+
+  hpd::cli::RecordArgs rec;
+  CLI::App* record = app.add_subcommand(
+      "record", "Record a running process (--pid) or a command (after --), then write a profile");
+  record->add_option("-p,--pid", rec.pids, "Process to record with all its threads (repeatable)")
+      ->check(CLI::PositiveNumber);
+  record->add_option("-d,--duration", rec.duration_s,
+                     "Seconds to record; default: until the target exits or Ctrl-C")
+      ->check(CLI::NonNegativeNumber);
+  record->add_option("-F,--frequency", rec.frequency_hz, "Samples per second per thread (1..100000)")
+      ->capture_default_str();
+  record->add_option("-o,--output", rec.output,
+                     "Output profile (Firefox Profiler format; gzip-compressed when it ends in .gz)")
+      ->capture_default_str();
+  record->add_option("-e,--event", rec.event, "Sampling clock: task-clock (thread CPU time) or cpu-clock")
+      ->check(CLI::IsMember({"task-clock", "cpu-clock"}))
+      ->capture_default_str();
+  record->add_flag("--kernel{on},--no-kernel{off}", rec.kernel,
+                   "Capture kernel frames, or not (default: when permitted)");
+  record->add_option("-b,--backend", rec.backend,
+                     "auto (eBPF when permitted, else perf_event), bpf, or perf")
+      ->check(CLI::IsMember({"auto", "bpf", "perf"}))
+      ->capture_default_str();
+  record->add_flag("-a,--all", rec.all, "Record every process of the system (eBPF), one track per thread");
+  record->add_option("--cgroup", rec.cgroup, "Record the processes of this cgroup v2 (path, eBPF)");
+  record->add_flag("--off-cpu{on},--no-off-cpu{off}", rec.off_cpu,
+                   "Record where threads wait off the CPU (default: on with eBPF, except with --all)");
+  record->add_option("--off-cpu-min-us", rec.off_cpu_min_us, "Ignore off-CPU intervals shorter than this");
+  record->add_flag("--no-follow-children", rec.no_follow_children, "Do not record processes the targets fork");
+  record->add_flag("--no-report", [&rec](int64_t) { rec.print_report = false; },
+                   "Do not print the report after recording");
+  record->add_option("--limit", rec.report_limit, "Rows in the printed report")->capture_default_str();
+  record->add_flag("-q,--quiet", rec.quiet, "No progress or summary on stderr");
+  record->add_option("command", rec.command, "Command to launch and record (after --)");
+  record->positionals_at_end();
+
+  hpd::cli::ReportArgs rep;
+  CLI::App* report = app.add_subcommand("report", "Print the functions that used the most CPU in a profile");
+  report->add_option("file", rep.input, "A profile written by hpctl (.json or .json.gz)")->required();
+  report->add_flag("--json", rep.json, "Machine-readable JSON instead of a table");
+  report->add_option("--limit", rep.limit, "Rows to print (0 = all)")->capture_default_str();
+  report->add_option("--sort", rep.sort, "Order by self (exclusive) or total (inclusive)")
+      ->check(CLI::IsMember({"self", "total"}))
+      ->capture_default_str();
+  report->add_option("--pid", rep.pid, "Only this process");
+  report->add_option("--tid", rep.tid, "Only this thread");
+
+  CLI::App* mip = app.add_subcommand("mip", "Read MIP (Machine IR Profile) call counts and coverage");
+  mip->require_subcommand(1);
+  auto add_mip_output = [](CLI::App* cmd, hpd::cli::MipArgs& a) {
+    cmd->add_flag("--json", a.json, "Machine-readable JSON instead of a table");
+    cmd->add_option("--sort", a.sort, "Order: first-call, calls, name or address")
+        ->check(CLI::IsMember({"first-call", "calls", "name", "address"}))
+        ->capture_default_str();
+    cmd->add_flag("--hide-never-called", a.hide_never_called, "Leave out functions that were never called");
+  };
+  hpd::cli::MipArgs mip_show_args;
+  CLI::App* mip_show = mip->add_subcommand("show", "Counts of a live process (--pid) or of a .mipraw file (--map)");
+  mip_show->add_option("-p,--pid", mip_show_args.pid, "Live process to snapshot")->check(CLI::PositiveNumber);
+  mip_show->add_option("file", mip_show_args.files, "A dumped .mipraw file")->expected(0, 1);
+  mip_show->add_option("--map", mip_show_args.map, "The instrumented binary or its .mipmap file (for FILE)");
+  mip_show->add_option("--mipmap", mip_show_args.mipmaps,
+                       "MODULE=FILE: a .mipmap for a live module whose own map was stripped (repeatable)");
+  add_mip_output(mip_show, mip_show_args);
+  hpd::cli::MipArgs mip_merge_args;
+  CLI::App* mip_merge = mip->add_subcommand("merge", "Add several .mipraw files of one binary into one profile");
+  mip_merge->add_option("files", mip_merge_args.files, ".mipraw files")->required();
+  mip_merge->add_option("--map", mip_merge_args.map, "The instrumented binary or its .mipmap file")->required();
+  add_mip_output(mip_merge, mip_merge_args);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (record->parsed()) return hpd::cli::run_record(rec);
+    if (report->parsed()) return hpd::cli::run_report(rep);
+    if (mip_show->parsed()) return hpd::cli::run_mip_show(mip_show_args);
+    if (mip_merge->parsed()) return hpd::cli::run_mip_merge(mip_merge_args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hpctl: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

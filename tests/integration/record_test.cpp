@@ -1,0 +1,276 @@
+// Privileged integration tests: hpctl records real fixture programs through the real kernel's
+// perf_event, and the written profiles are checked for structure and for the known CPU split.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "firefox_lint.h"
+#include "subprocess.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace hpd::test {
+namespace {
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kFixtures = HPD_FIXTURE_DIR;
+
+// Parameterized by the recording backend: every test runs through perf_event and through eBPF.
+class RecordTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("hpd-it-" + std::to_string(getpid()) + "-" + test_name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    fs::permissions(dir_, fs::perms::all);  // the unprivileged-user test writes here too
+  }
+  static std::string test_name() {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : name) c = c == '/' ? '-' : c;
+    return name;
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // `hpctl record --backend B` followed by `args`.
+  std::vector<std::string> record(std::vector<std::string> args) const {
+    std::vector<std::string> argv{kHpctl, "record", "--backend", GetParam()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  // Loads, lints and returns a written Firefox profile; lint problems fail the test.
+  json load_profile(const std::string& file) {
+    json profile = testing::load_json_maybe_gzip(file);
+    const auto problems = testing::lint_firefox_profile(profile);
+    for (const auto& p : problems) ADD_FAILURE() << file << ": " << p;
+    return profile;
+  }
+
+  // `hpctl report --json --limit 0 FILE`, parsed.
+  json report(const std::string& file) {
+    RunResult r = run({kHpctl, "report", "--json", "--limit", "0", file});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return json::parse(r.out);
+  }
+
+  fs::path dir_;
+};
+
+// One function's row in the JSON report, or a null json when absent.
+json function_row(const json& report, const std::string& name) {
+  for (const auto& f : report.at("functions")) {
+    if (f.at("name").get<std::string>() == name) return f;
+  }
+  return json();
+}
+
+double self_percent(const json& report, const std::string& name) {
+  json row = function_row(report, name);
+  return row.is_null() ? 0.0 : row.at("self_percent").get<double>();
+}
+
+double total_percent(const json& report, const std::string& name) {
+  json row = function_row(report, name);
+  return row.is_null() ? 0.0 : row.at("total_percent").get<double>();
+}
+
+// Samples of the thread with this name in a Firefox profile.
+size_t thread_samples(const json& profile, const std::string& name) {
+  for (const auto& t : profile.at("threads")) {
+    if (t.at("name").get<std::string>() == name) return t.at("samples").at("length").get<size_t>();
+  }
+  return 0;
+}
+
+// Whether any sample of the named thread has a frame whose function is `func`.
+bool thread_has_function(const json& profile, const std::string& thread, const std::string& func) {
+  const auto& shared = profile.at("shared");
+  const auto& strings = shared.at("stringArray");
+  const auto& stack_frame = shared.at("stackTable").at("frame");
+  const auto& prefix_offset = shared.at("stackTable").at("prefixOffset");
+  const auto& frame_func = shared.at("frameTable").at("func");
+  const auto& func_name = shared.at("funcTable").at("name");
+  for (const auto& t : profile.at("threads")) {
+    if (t.at("name").get<std::string>() != thread) continue;
+    for (const auto& s : t.at("samples").at("stack")) {
+      if (s.is_null()) continue;
+      for (int64_t i = s.get<int64_t>();;) {
+        const auto f = frame_func[stack_frame[i].get<size_t>()].get<size_t>();
+        if (strings[func_name[f].get<size_t>()].get<std::string>() == func) return true;
+        const auto off = prefix_offset[i].get<int64_t>();
+        if (off == 0) break;
+        i -= off;
+      }
+    }
+  }
+  return false;
+}
+
+TEST_P(RecordTest, LaunchedCommandHasTheKnownCpuSplit) {
+  const std::string out = path("cpu.json.gz");
+  RunResult r = run(record({"-F", "999", "-o", out, "--no-report", "-q", "--", kFixtures + "/cpu_split", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(fs::exists(out));
+  json profile = load_profile(out);
+  json rep = report(out);
+
+  const double samples = rep.at("totals").at("samples").get<double>();
+  EXPECT_GT(samples, 1000) << "about 3 s of CPU at 999 Hz expected";
+  // Exclusive shares by construction: 30/20/40/10 (tolerance for sampling noise and loop overhead).
+  EXPECT_NEAR(self_percent(rep, "leaf_a"), 30, 5);
+  EXPECT_NEAR(self_percent(rep, "leaf_b"), 20, 5);
+  EXPECT_NEAR(self_percent(rep, "leaf_c"), 40, 5);
+  EXPECT_NEAR(self_percent(rep, "leaf_d"), 10, 4);
+  // Inclusive shares of the callers.
+  EXPECT_NEAR(total_percent(rep, "parent_ab"), 50, 6);
+  EXPECT_GT(total_percent(rep, "run_round"), 93);
+  EXPECT_GT(total_percent(rep, "main"), 93);
+  // CPU time from the per-sample thread CPU deltas against the CPU time the fixture measured itself
+  // (CLOCK_PROCESS_CPUTIME_ID; the machine may be loaded, so wall time is no reference).
+  const double cpu_s = rep.at("totals").at("cpu_ns").get<double>() / 1e9;
+  const auto at = r.out.find("cpu ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double fixture_cpu_s = std::stod(r.out.substr(at + 4));
+  EXPECT_NEAR(cpu_s, fixture_cpu_s, 0.05 * fixture_cpu_s + 0.02);
+  // The main thread's samples carry CPU deltas in the profile itself.
+  const auto& t0 = profile.at("threads").at(0);
+  EXPECT_EQ(t0.at("samples").at("threadCPUDelta").size(), t0.at("samples").at("length").get<size_t>());
+}
+
+TEST_P(RecordTest, AttachByPidSeesAThreadStartedLater) {
+  Background target({kFixtures + "/threads", "4", "1.5"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string out = path("threads.json");
+  RunResult r = run(record({"--pid", std::to_string(target.pid()), "--duration", "3", "-o", out,
+                     "--no-report", "-q"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json profile = load_profile(out);
+  EXPECT_GT(thread_samples(profile, "late-worker"), 300u);
+  EXPECT_TRUE(thread_has_function(profile, "late-worker", "late_thread_spin"));
+  EXPECT_TRUE(thread_has_function(profile, "threads", "main_thread_spin"));
+  EXPECT_EQ(target.wait(), 0);
+}
+
+TEST_P(RecordTest, TargetExitingMidRecordingStillGivesACompleteProfile) {
+  Background target({kFixtures + "/cpu_split", "1.0"});
+  const std::string out = path("exit.json.gz");
+  const auto start = std::chrono::steady_clock::now();
+  RunResult r = run(record({"--pid", std::to_string(target.pid()), "--duration", "20", "-o", out, "-q",
+                     "--no-report"}));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(took, 15) << "the recording should end when the target exits, not at --duration";
+  json profile = load_profile(out);
+  json rep = report(out);
+  EXPECT_GT(rep.at("totals").at("samples").get<double>(), 300);
+  EXPECT_GT(total_percent(rep, "run_round"), 80);
+}
+
+TEST_P(RecordTest, CtrlCEndsTheRecordingAndWritesTheProfile) {
+  Background target({kFixtures + "/cpu_split", "30"});
+  const std::string out = path("sigint.json.gz");
+  Background recorder(record({"--pid", std::to_string(target.pid()), "-o", out, "-q", "--no-report"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  kill(recorder.pid(), SIGINT);
+  EXPECT_EQ(recorder.wait(), 0);
+  json profile = load_profile(out);
+  EXPECT_GT(thread_samples(profile, "cpu_split"), 500u);
+}
+
+TEST_P(RecordTest, RecordPrintsTheReport) {
+  const std::string out = path("printed.json.gz");
+  RunResult r = run(record({"-o", out, "--", kFixtures + "/cpu_split", "1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("leaf_c"), std::string::npos) << r.out;
+  for (size_t pos = 0, next; pos < r.out.size(); pos = next + 1) {
+    next = r.out.find('\n', pos);
+    if (next == std::string::npos) next = r.out.size();
+    const std::string line = r.out.substr(pos, next - pos);
+    size_t columns = 0;  // UTF-8 code points: the ellipsis is one column in three bytes
+    for (unsigned char c : line) columns += (c & 0xC0) != 0x80;
+    EXPECT_LE(columns, 80u) << "report line wider than 80 columns: " << line;
+  }
+  EXPECT_NE(r.err.find("wrote"), std::string::npos) << r.err;
+}
+
+TEST_P(RecordTest, MissingPidIsAClearError) {
+  const std::string out = path("none.json.gz");
+  // pid_max is at most 4194304, so this pid cannot exist.
+  RunResult r = run(record({"--pid", "4194305", "-o", out, "--duration", "1"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no process with pid 4194305"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_P(RecordTest, UnwritableOutputIsRefusedBeforeRecording) {
+  const auto start = std::chrono::steady_clock::now();
+  RunResult r = run(record({"-o", path("no/such/dir/out.json.gz"), "--", kFixtures + "/cpu_split", "5"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot write"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 4)
+      << "the command must not have been run";
+
+  r = run(record({"-o", dir_.string(), "--", kFixtures + "/cpu_split", "5"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("is a directory"), std::string::npos) << r.err;
+}
+
+TEST_P(RecordTest, AbsurdFrequenciesAreRefused) {
+  for (const char* f : {"0", "1000000"}) {
+    const std::string out = path(std::string("f") + f + ".json");
+    RunResult r = run(record({"-F", f, "-o", out, "--", kFixtures + "/cpu_split", "1"}));
+    EXPECT_NE(r.exit_code, 0) << f;
+    EXPECT_NE(r.err.find("frequency"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out));
+  }
+}
+
+TEST_P(RecordTest, CommandThatCannotRunIsAClearError) {
+  const std::string out = path("nocmd.json");
+  RunResult r = run(record({"-o", out, "--", "/nonexistent/hpd-no-such-command"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot run"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_P(RecordTest, UnprivilegedUserIsToldWhatIsMissing) {
+  std::ifstream paranoid_file("/proc/sys/kernel/perf_event_paranoid");
+  int paranoid = 0;
+  paranoid_file >> paranoid;
+  ASSERT_GE(paranoid, 2) << "this test needs the default perf_event_paranoid (2 or more)";
+  Background target({kFixtures + "/cpu_split", "10"});  // root's process: not the user's to record
+  const std::string out = path("unpriv.json.gz");
+  RunResult r = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", kHpctl,
+                     "record", "--backend", GetParam(), "--pid", std::to_string(target.pid()), "-o", out,
+                     "--duration", "1"});
+  EXPECT_NE(r.exit_code, 0);
+  if (GetParam() == "bpf") {
+    EXPECT_NE(r.err.find("CAP_BPF"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--backend perf"), std::string::npos) << r.err;
+  } else {
+    EXPECT_NE(r.err.find("perf_event_paranoid"), std::string::npos) << r.err;
+  }
+  EXPECT_NE(r.err.find("CAP_PERFMON"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, RecordTest, ::testing::Values("perf", "bpf"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace hpd::test
