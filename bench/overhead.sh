@@ -15,7 +15,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 timeit() {  # runs "$@" and prints the target's own run time, as the fixture reports it
-  "$@" 2>/dev/null | sed -n 's/^cpu_split: .* rounds in \([0-9.]*\) s$/\1/p'
+  "$@" 2>/dev/null | sed -n 's/^cpu_split: .* rounds in \([0-9.]*\) s,.*$/\1/p'
 }
 
 declare -a base hp pf

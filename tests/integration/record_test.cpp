@@ -122,14 +122,15 @@ bool thread_has_function(const json& profile, const std::string& thread, const s
 
 TEST_P(RecordTest, LaunchedCommandHasTheKnownCpuSplit) {
   const std::string out = path("cpu.json.gz");
-  RunResult r = run(record({"-F", "999", "-o", out, "--no-report", "-q", "--", kFixtures + "/cpu_split", "3"}));
+  // Fixed work (about 2.5 s of CPU), so the sample count does not depend on how busy the machine is.
+  RunResult r = run(record({"-F", "999", "-o", out, "--no-report", "-q", "--", kFixtures + "/cpu_split", "--rounds", "10000"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_TRUE(fs::exists(out));
   json profile = load_profile(out);
   json rep = report(out);
 
   const double samples = rep.at("totals").at("samples").get<double>();
-  EXPECT_GT(samples, 1000) << "about 3 s of CPU at 999 Hz expected";
+  EXPECT_GT(samples, 1000) << "about 2.5 s of CPU at 999 Hz expected";
   // Exclusive shares by construction: 30/20/40/10 (tolerance for sampling noise and loop overhead).
   EXPECT_NEAR(self_percent(rep, "leaf_a"), 30, 5);
   EXPECT_NEAR(self_percent(rep, "leaf_b"), 20, 5);
@@ -166,17 +167,17 @@ TEST_P(RecordTest, AttachByPidSeesAThreadStartedLater) {
 }
 
 TEST_P(RecordTest, TargetExitingMidRecordingStillGivesACompleteProfile) {
-  Background target({kFixtures + "/cpu_split", "1.0"});
+  Background target({kFixtures + "/cpu_split", "--rounds", "6000"});  // about 1.5 s of CPU
   const std::string out = path("exit.json.gz");
   const auto start = std::chrono::steady_clock::now();
-  RunResult r = run(record({"--pid", std::to_string(target.pid()), "--duration", "20", "-o", out, "-q",
+  RunResult r = run(record({"--pid", std::to_string(target.pid()), "--duration", "120", "-o", out, "-q",
                      "--no-report"}));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_LT(took, 15) << "the recording should end when the target exits, not at --duration";
+  EXPECT_LT(took, 90) << "the recording should end when the target exits, not at --duration";
   json profile = load_profile(out);
   json rep = report(out);
-  EXPECT_GT(rep.at("totals").at("samples").get<double>(), 300);
+  EXPECT_GT(rep.at("totals").at("samples").get<double>(), 200);
   EXPECT_GT(total_percent(rep, "run_round"), 80);
 }
 
@@ -188,7 +189,8 @@ TEST_P(RecordTest, CtrlCEndsTheRecordingAndWritesTheProfile) {
   kill(recorder.pid(), SIGINT);
   EXPECT_EQ(recorder.wait(), 0);
   json profile = load_profile(out);
-  EXPECT_GT(thread_samples(profile, "cpu_split"), 500u);
+  // 1.5 s of wall time; on a busy machine the target may get a fraction of a CPU.
+  EXPECT_GT(thread_samples(profile, "cpu_split"), 100u);
 }
 
 TEST_P(RecordTest, RecordPrintsTheReport) {

@@ -247,7 +247,8 @@ TEST(BpfRecord, OffCpuCanBeTurnedOff) {
   options.off_cpu = OffCpu::kOff;
   const RecordResult result = record(options);
   ASSERT_EQ(result.command_exit_status, 0);
-  EXPECT_GT(result.profile.samples.size(), 100u);
+  // The fixture spins for part of its 0.5 s; on a loaded machine it may get a fraction of a CPU.
+  EXPECT_GT(result.profile.samples.size(), 20u);
   for (const RawSample& s : result.profile.samples) EXPECT_EQ(s.kind, SampleKind::kOnCpu);
 }
 

@@ -1,0 +1,319 @@
+// Unwinder tests on this process's own stack (no perf_event needed): registers captured with inline
+// assembly, the stack copied from rsp up, through CFI, a signal frame, the frameless-leaf helper,
+// truncated copies, garbage stacks and a module file with a corrupt .eh_frame.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "hpd/unwind/unwinder.h"
+#include "unwind_test_support.h"
+
+using namespace hpd;
+using namespace hpd::unwind_test;
+
+namespace {
+
+struct SelfSample {
+  UserRegs regs;
+  std::vector<uint8_t> stack;
+  StackCopy copy(size_t limit = SIZE_MAX) const {
+    return StackCopy{regs.sp(), std::span<const uint8_t>(stack.data(), std::min(limit, stack.size())), 0};
+  }
+};
+
+// Stores rip (an address inside the asm), rsp, rbp, rbx and r12-r15 into r[0..7].
+#define CAPTURE_REGS(r)                                                                      \
+  asm volatile(                                                                              \
+      "lea 0(%%rip), %%rax\n\tmov %%rax, 0(%0)\n\tmov %%rsp, 8(%0)\n\tmov %%rbp, 16(%0)\n\t" \
+      "mov %%rbx, 24(%0)\n\tmov %%r12, 32(%0)\n\tmov %%r13, 40(%0)\n\tmov %%r14, 48(%0)\n\t" \
+      "mov %%r15, 56(%0)\n\t"                                                                \
+      :                                                                                      \
+      : "r"(r)                                                                               \
+      : "rax", "memory")
+
+uint64_t stack_top_of(uint64_t sp) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    uint64_t start = 0;
+    uint64_t end = 0;
+    if (std::sscanf(line.c_str(), "%" SCNx64 "-%" SCNx64, &start, &end) == 2 && sp >= start && sp < end)
+      return end;
+  }
+  return sp;
+}
+
+// Called by the function that ran CAPTURE_REGS: copies the stack from the captured rsp upward.
+__attribute__((noinline)) void finish_capture(const uint64_t* r, SelfSample* out) {
+  out->regs = UserRegs{};
+  out->regs.set(DwarfReg::kRip, r[0]);
+  out->regs.set(DwarfReg::kRsp, r[1]);
+  out->regs.set(DwarfReg::kRbp, r[2]);
+  out->regs.set(DwarfReg::kRbx, r[3]);
+  out->regs.set(DwarfReg::kR12, r[4]);
+  out->regs.set(DwarfReg::kR13, r[5]);
+  out->regs.set(DwarfReg::kR14, r[6]);
+  out->regs.set(DwarfReg::kR15, r[7]);
+  const uint64_t top = stack_top_of(r[1]);
+  const uint64_t n = std::min<uint64_t>(top - r[1], 1u << 20);
+  const auto* p = reinterpret_cast<const uint8_t*>(r[1]);
+  out->stack.assign(p, p + n);
+}
+
+}  // namespace
+
+extern "C" {
+volatile uint64_t g_unwind_sink;
+SelfSample g_signal_sample;
+
+__attribute__((noinline)) void unwind_capture(SelfSample* out) {
+  uint64_t r[8];
+  CAPTURE_REGS(r);
+  finish_capture(r, out);
+  g_unwind_sink = g_unwind_sink + out->stack.size();
+}
+
+// The same with a frame pointer: its CFA is rbp-based after the prologue.
+__attribute__((noinline, optimize("no-omit-frame-pointer"))) void unwind_capture_fp(SelfSample* out) {
+  uint64_t r[8];
+  CAPTURE_REGS(r);
+  finish_capture(r, out);
+  g_unwind_sink = g_unwind_sink + out->stack.size();
+}
+
+__attribute__((noinline)) void unwind_level4(SelfSample* out, int mode) {
+  if (mode == 0) unwind_capture(out);
+  if (mode == 1) unwind_capture_fp(out);
+  if (mode == 2) raise(SIGUSR1);
+  g_unwind_sink = g_unwind_sink + 4;
+}
+__attribute__((noinline)) void unwind_level3(SelfSample* out, int mode) {
+  unwind_level4(out, mode);
+  g_unwind_sink = g_unwind_sink + 3;
+}
+__attribute__((noinline)) void unwind_level2(SelfSample* out, int mode) {
+  char pad[700];
+  std::memset(pad, mode, sizeof pad);
+  unwind_level3(out, mode);
+  g_unwind_sink = g_unwind_sink + static_cast<uint64_t>(pad[g_unwind_sink % sizeof pad]);
+}
+__attribute__((noinline)) void unwind_level1(SelfSample* out, int mode) {
+  unwind_level2(out, mode);
+  g_unwind_sink = g_unwind_sink + 1;
+}
+
+void unwind_on_signal(int) {
+  unwind_capture(&g_signal_sample);
+  g_unwind_sink = g_unwind_sink + 5;  // not a tail call: keep the handler's frame
+}
+}
+
+namespace {
+
+class SelfUnwindTest : public ::testing::Test {
+ protected:
+  void SetUp() override { process_ = process_from_maps(getpid(), modules_); }
+  UnwindContext context() const { return UnwindContext{&process_, &modules_, 0}; }
+  std::vector<SymFrame> names(const std::vector<uint64_t>& stack) {
+    return symbolizer_.symbolize(process_, modules_, stack);
+  }
+  // Index of the first frame named `name` at or after `from`, or -1.
+  static int find(const std::vector<SymFrame>& frames, const std::string& name, size_t from = 0) {
+    for (size_t i = from; i < frames.size(); ++i) {
+      if (frames[i].function == name) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  std::vector<RawModule> modules_;
+  RawProcess process_;
+  StackSymbolizer symbolizer_;
+};
+
+TEST_F(SelfUnwindTest, UnwindsOwnStackToTheRootThroughCfi) {
+  SelfSample s;
+  unwind_level1(&s, 0);
+  Unwinder unwinder;
+  std::vector<uint64_t> out;
+  const StackEnd end = unwinder.unwind(context(), s.regs, s.copy(), out);
+  const auto frames = names(out);
+  EXPECT_EQ(end, StackEnd::kComplete) << describe(frames);
+  ASSERT_GE(frames.size(), 6u) << describe(frames);
+  EXPECT_EQ(frames[0].function, "unwind_capture");
+  EXPECT_EQ(frames[1].function, "unwind_level4");
+  EXPECT_EQ(frames[2].function, "unwind_level3");
+  EXPECT_EQ(frames[3].function, "unwind_level2");
+  EXPECT_EQ(frames[4].function, "unwind_level1");
+  EXPECT_GE(find(frames, "main"), 5) << describe(frames);
+  EXPECT_EQ(frames.back().function, "_start") << describe(frames);
+  EXPECT_GT(unwinder.stats().cfi_steps, 5u);
+
+  // The second walk of the same stack is served from the rule cache.
+  const uint64_t misses = unwinder.stats().rule_cache_misses;
+  std::vector<uint64_t> again;
+  EXPECT_EQ(unwinder.unwind(context(), s.regs, s.copy(), again), StackEnd::kComplete);
+  EXPECT_EQ(again, out);
+  EXPECT_EQ(unwinder.stats().rule_cache_misses, misses);
+}
+
+TEST_F(SelfUnwindTest, UnwindsThroughASignalFrame) {
+  struct sigaction sa {};
+  sa.sa_handler = unwind_on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old {};
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  SelfSample unused;
+  unwind_level1(&unused, 2);
+  sigaction(SIGUSR1, &old, nullptr);
+
+  Unwinder unwinder;
+  std::vector<uint64_t> out;
+  const StackEnd end = unwinder.unwind(context(), g_signal_sample.regs, g_signal_sample.copy(), out);
+  const auto frames = names(out);
+  EXPECT_EQ(end, StackEnd::kComplete) << describe(frames);
+  ASSERT_GE(frames.size(), 4u);
+  EXPECT_EQ(frames[0].function, "unwind_capture");
+  EXPECT_EQ(frames[1].function, "unwind_on_signal");
+  const int level4 = find(frames, "unwind_level4");
+  ASSERT_GT(level4, 2) << describe(frames);
+  // Between the handler and level4: the signal trampoline (its return address is __restore_rt
+  // itself, whose FDE starts one byte early for this lookup at address - 1) and raise's libc frames.
+  EXPECT_EQ(frames[2].module, "libc.so.6") << describe(frames);
+  EXPECT_NE(find(frames, "__pthread_kill_implementation"), -1) << describe(frames);
+  EXPECT_EQ(find(frames, "unwind_level3"), level4 + 1) << describe(frames);
+  EXPECT_EQ(find(frames, "unwind_level1"), level4 + 3) << describe(frames);
+  EXPECT_NE(find(frames, "main"), -1) << describe(frames);
+}
+
+TEST_F(SelfUnwindTest, FramelessLeafReturnGivesTheCallerOnlyWithoutAFramePointer) {
+  SelfSample s;
+  unwind_level1(&s, 0);
+  Unwinder unwinder;
+  std::vector<uint64_t> out;
+  ASSERT_EQ(unwinder.unwind(context(), s.regs, s.copy(), out), StackEnd::kComplete);
+  // -O2 omits the frame pointer: the CFA is rsp-based, so the helper finds level4's return address
+  // with only the first bytes of the stack.
+  const auto ra = unwinder.frameless_leaf_return(context(), s.regs, s.copy(256));
+  ASSERT_TRUE(ra.has_value());
+  EXPECT_EQ(*ra, out[1]);
+
+  SelfSample fp;
+  unwind_level1(&fp, 1);
+  std::vector<uint64_t> fp_out;
+  EXPECT_EQ(unwinder.unwind(context(), fp.regs, fp.copy(), fp_out), StackEnd::kComplete);
+  ASSERT_GE(fp_out.size(), 2u);
+  EXPECT_EQ(names(fp_out)[0].function, "unwind_capture_fp");
+  EXPECT_EQ(names(fp_out)[1].function, "unwind_level4");
+  EXPECT_FALSE(unwinder.frameless_leaf_return(context(), fp.regs, fp.copy(256)).has_value());
+}
+
+TEST_F(SelfUnwindTest, ShortCopyIsTruncatedNotFailed) {
+  SelfSample s;
+  unwind_level1(&s, 0);
+  Unwinder unwinder;
+  std::vector<uint64_t> out;
+  StackCopy copy = s.copy(512);
+  EXPECT_EQ(unwinder.unwind(context(), s.regs, copy, out), StackEnd::kTruncated);
+  EXPECT_GE(out.size(), 2u);
+  // When the kernel says the copy reached the end of the stack, running out of it is a failure.
+  copy.requested_size = 4096;
+  EXPECT_EQ(unwinder.unwind(context(), s.regs, copy, out), StackEnd::kFailed);
+  // Depth limit.
+  UnwinderOptions opts;
+  opts.max_frames = 3;
+  Unwinder shallow(opts);
+  EXPECT_EQ(shallow.unwind(context(), s.regs, s.copy(), out), StackEnd::kTruncated);
+  EXPECT_EQ(out.size(), 3u);
+}
+
+TEST_F(SelfUnwindTest, GarbageStacksAndRegistersFailWithoutCrashing) {
+  SelfSample s;
+  unwind_level1(&s, 0);
+  Unwinder unwinder;
+  std::mt19937_64 rng(12345);
+  std::vector<uint8_t> garbage(16384);
+  std::vector<uint64_t> out;
+  int complete = 0;
+  for (int i = 0; i < 2000; ++i) {
+    for (auto& b : garbage) b = static_cast<uint8_t>(rng());
+    UserRegs regs = s.regs;
+    if (i % 2 == 1) {
+      for (unsigned r = 0; r < kDwarfRegCount; ++r) regs.set(static_cast<DwarfReg>(r), rng());
+      if (i % 4 == 1) regs.set(DwarfReg::kRip, s.regs.ip());  // real code, garbage everything else
+    }
+    const StackEnd end = unwinder.unwind(context(), regs, StackCopy{regs.sp(), garbage, 0}, out);
+    EXPECT_NE(end, StackEnd::kUnknown);
+    complete += end == StackEnd::kComplete;
+    unwinder.frameless_leaf_return(context(), regs, StackCopy{regs.sp(), garbage, 0});
+  }
+  EXPECT_EQ(complete, 0);
+  // No registers at all, and an empty copy.
+  EXPECT_EQ(unwinder.unwind(context(), UserRegs{}, StackCopy{}, out), StackEnd::kFailed);
+  EXPECT_EQ(unwinder.unwind(context(), s.regs, StackCopy{s.regs.sp(), {}, 0}, out), StackEnd::kTruncated);
+  EXPECT_EQ(unwinder.unwind(UnwindContext{}, s.regs, s.copy(), out), StackEnd::kFailed);
+}
+
+// Replaces this test binary's module by a copy whose CFI sections hold garbage.
+class CorruptCfiTest : public SelfUnwindTest {
+ protected:
+  std::string corrupt_copy(const std::vector<std::string>& sections) {
+    const std::string dir = ::testing::TempDir() + "/unwind_corrupt_" + std::to_string(getpid());
+    std::filesystem::create_directories(dir);
+    const std::string exe = std::filesystem::read_symlink("/proc/self/exe");
+    const std::string out = dir + "/self_corrupt";
+    std::string cmd = std::string(HPD_OBJCOPY);
+    std::mt19937_64 rng(7);
+    for (const auto& name : sections) {
+      const std::string dump = dir + "/" + name.substr(1) + ".bin";
+      const std::string get =
+          std::string(HPD_OBJCOPY) + " -O binary --only-section=" + name + " " + exe + " " + dump;
+      if (std::system(get.c_str()) != 0) return "";
+      const auto size = std::filesystem::file_size(dump);
+      std::vector<char> junk(size);
+      for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>(rng());
+      // Keep a valid-looking first length word now and then so the parser gets past the start.
+      if (junk.size() >= 4) std::memcpy(junk.data(), "\x14\x00\x00\x00", 4);
+      std::ofstream(dump, std::ios::binary).write(junk.data(), static_cast<std::streamsize>(junk.size()));
+      cmd += " --update-section " + name + "=" + dump;
+    }
+    cmd += " " + exe + " " + out;
+    return std::system(cmd.c_str()) == 0 ? out : "";
+  }
+};
+
+TEST_F(CorruptCfiTest, GarbageEhFrameMarksTheStackFailed) {
+  SelfSample s;
+  unwind_level1(&s, 0);
+  for (const auto& sections :
+       {std::vector<std::string>{".eh_frame"}, std::vector<std::string>{".eh_frame", ".eh_frame_hdr"}}) {
+    const std::string corrupt = corrupt_copy(sections);
+    ASSERT_FALSE(corrupt.empty()) << "objcopy failed";
+    std::vector<RawModule> modules = modules_;
+    const std::string exe = std::filesystem::read_symlink("/proc/self/exe");
+    bool replaced = false;
+    for (auto& m : modules) {
+      if (m.path == exe) {
+        m.path = corrupt;
+        replaced = true;
+      }
+    }
+    ASSERT_TRUE(replaced);
+    RawProcess process = process_;
+    process.pid = 0;  // open the path itself, not /proc/PID/map_files
+    Unwinder unwinder;
+    std::vector<uint64_t> out;
+    const StackEnd end = unwinder.unwind(UnwindContext{&process, &modules, 0}, s.regs, s.copy(), out);
+    EXPECT_NE(end, StackEnd::kComplete) << sections.size();
+    EXPECT_FALSE(out.empty());
+  }
+}
+
+}  // namespace

@@ -1,0 +1,354 @@
+// CfiModule: CFI of one module file through libdw, with a per-pc rule cache.
+#include "cfi_module.h"
+
+#include <dwarf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace hpd::unwind_detail {
+
+namespace {
+
+bool libelf_ready() {
+  static const bool ready = elf_version(EV_CURRENT) != EV_NONE;
+  return ready;
+}
+
+// The section called `name` with contents in the file (not NOBITS, as in a stripped debug file).
+Elf_Scn* find_section(Elf* elf, const char* name) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return nullptr;
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+    const char* n = elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (n != nullptr && std::strcmp(n, name) == 0) {
+      return shdr.sh_type == SHT_NOBITS || shdr.sh_size == 0 ? nullptr : scn;
+    }
+  }
+  return nullptr;
+}
+
+bool is_breg(uint8_t atom) {
+  return atom >= DW_OP_breg0 && atom <= DW_OP_breg31;
+}
+bool is_reg(uint8_t atom) {
+  return atom >= DW_OP_reg0 && atom <= DW_OP_reg31;
+}
+
+}  // namespace
+
+CfiModule::~CfiModule() {
+  if (debug_dwarf_ != nullptr) dwarf_end(debug_dwarf_);  // owns debug_cfi_
+  if (debug_elf_ != nullptr && debug_elf_ != elf_) elf_end(debug_elf_);
+  if (eh_cfi_ != nullptr) dwarf_cfi_end(eh_cfi_);
+  if (elf_ != nullptr) elf_end(elf_);
+}
+
+std::unique_ptr<CfiModule> CfiModule::open_file(const std::vector<std::string>& candidates,
+                                                const std::string& expected_build_id,
+                                                const std::string& debug_root, bool use_debug_frame,
+                                                size_t max_rules) {
+  std::unique_ptr<CfiModule> m(new CfiModule());
+  m->debug_root_ = debug_root;
+  m->max_rules_ = max_rules;
+  m->debug_tried_ = !use_debug_frame;
+  std::string errors;
+  for (const std::string& path : candidates) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      errors += (errors.empty() ? "" : "; ") + path + ": " + std::strerror(errno);
+      continue;
+    }
+    std::string error;
+    const bool loaded = m->load_elf(fd, &error);
+    ::close(fd);  // ELF_C_FDREAD: libelf has it all mapped and no longer needs the descriptor
+    if (loaded) {
+      m->build_id_ = m->read_build_id();
+      if (expected_build_id.empty() || m->build_id_ == expected_build_id) {
+        m->summary_.opened = true;
+        m->summary_.opened_path = path;
+        break;
+      }
+      error = "build-id " + (m->build_id_.empty() ? std::string("missing") : m->build_id_) + ", expected " +
+              expected_build_id;
+      elf_end(m->elf_);
+      m->elf_ = nullptr;
+      m->build_id_.clear();
+    }
+    errors += (errors.empty() ? "" : "; ") + path + ": " + error;
+  }
+  if (!m->summary_.opened) {
+    m->summary_.error = candidates.empty() ? "no file to open" : errors;
+    m->debug_tried_ = true;
+    return m;
+  }
+  m->read_segments();
+  m->summary_.has_eh_frame = find_section(m->elf_, ".eh_frame") != nullptr;
+  if (m->summary_.has_eh_frame) m->eh_cfi_ = dwarf_getcfi_elf(m->elf_);
+  return m;
+}
+
+std::unique_ptr<CfiModule> CfiModule::open_image(std::span<const uint8_t> image, const std::string& name,
+                                                 size_t max_rules) {
+  std::unique_ptr<CfiModule> m(new CfiModule());
+  m->max_rules_ = max_rules;
+  m->debug_tried_ = true;
+  if (!libelf_ready() || image.empty()) {
+    m->summary_.error = name + ": no image";
+    return m;
+  }
+  // libelf only reads the image (no ELF_C_RDWR), so the const_cast never leads to a write.
+  m->elf_ = elf_memory(const_cast<char*>(reinterpret_cast<const char*>(image.data())), image.size());
+  if (m->elf_ == nullptr || elf_kind(m->elf_) != ELF_K_ELF) {
+    m->summary_.error = name + ": not an ELF image";
+    if (m->elf_ != nullptr) elf_end(m->elf_);
+    m->elf_ = nullptr;
+    return m;
+  }
+  m->summary_.opened = true;
+  m->summary_.opened_path = name;
+  m->build_id_ = m->read_build_id();
+  m->read_segments();
+  m->summary_.has_eh_frame = find_section(m->elf_, ".eh_frame") != nullptr;
+  if (m->summary_.has_eh_frame) m->eh_cfi_ = dwarf_getcfi_elf(m->elf_);
+  return m;
+}
+
+bool CfiModule::load_elf(int fd, std::string* error) {
+  if (!libelf_ready()) {
+    *error = "libelf version mismatch";
+    return false;
+  }
+  elf_ = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  if (elf_ == nullptr) {
+    *error = elf_errmsg(-1);
+    return false;
+  }
+  GElf_Ehdr ehdr;
+  const char* why = nullptr;
+  if (elf_kind(elf_) != ELF_K_ELF || gelf_getehdr(elf_, &ehdr) == nullptr) {
+    why = "not an ELF file";
+  } else if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_machine != EM_X86_64) {
+    why = "not an x86-64 ELF file";
+  } else if (elf_cntl(elf_, ELF_C_FDREAD) != 0) {
+    why = "cannot read the file";
+  }
+  if (why != nullptr) {
+    *error = why;
+    elf_end(elf_);
+    elf_ = nullptr;
+    return false;
+  }
+  return true;
+}
+
+void CfiModule::read_segments() {
+  size_t n = 0;
+  if (elf_getphdrnum(elf_, &n) != 0) return;
+  for (size_t i = 0; i < n; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf_, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD) continue;
+    segments_.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr});
+  }
+}
+
+std::string CfiModule::read_build_id() const {
+  for (Elf_Scn* scn = elf_nextscn(elf_, nullptr); scn != nullptr; scn = elf_nextscn(elf_, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr) continue;
+    size_t offset = 0;
+    GElf_Nhdr nhdr;
+    size_t name_off = 0;
+    size_t desc_off = 0;
+    while (offset < data->d_size && (offset = gelf_getnote(data, offset, &nhdr, &name_off, &desc_off)) > 0) {
+      if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
+          std::memcmp(static_cast<const char*>(data->d_buf) + name_off, "GNU", 4) == 0) {
+        static const char kHex[] = "0123456789abcdef";
+        const auto* d = static_cast<const uint8_t*>(data->d_buf) + desc_off;
+        std::string hex;
+        for (size_t i = 0; i < nhdr.n_descsz; ++i) {
+          hex += kHex[d[i] >> 4];
+          hex += kHex[d[i] & 15];
+        }
+        return hex;
+      }
+    }
+  }
+  return {};
+}
+
+void CfiModule::open_debug_frame() {
+  debug_tried_ = true;
+  if (elf_ == nullptr) return;
+  if (find_section(elf_, ".debug_frame") != nullptr) {
+    debug_dwarf_ = dwarf_begin_elf(elf_, DWARF_C_READ, nullptr);
+    if (debug_dwarf_ != nullptr) debug_cfi_ = dwarf_getcfi(debug_dwarf_);
+    if (debug_cfi_ != nullptr) {
+      summary_.has_debug_frame = true;
+      return;
+    }
+  }
+  if (build_id_.size() < 4 || debug_root_.empty()) return;
+  const std::string path =
+      debug_root_ + "/.build-id/" + build_id_.substr(0, 2) + "/" + build_id_.substr(2) + ".debug";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  debug_elf_ = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  if (debug_elf_ != nullptr && elf_cntl(debug_elf_, ELF_C_FDREAD) != 0) {
+    elf_end(debug_elf_);
+    debug_elf_ = nullptr;
+  }
+  ::close(fd);
+  if (debug_elf_ == nullptr || find_section(debug_elf_, ".debug_frame") == nullptr) return;
+  if (debug_dwarf_ != nullptr) dwarf_end(debug_dwarf_);
+  debug_dwarf_ = dwarf_begin_elf(debug_elf_, DWARF_C_READ, nullptr);
+  debug_cfi_ = debug_dwarf_ != nullptr ? dwarf_getcfi(debug_dwarf_) : nullptr;
+  summary_.has_debug_frame = debug_cfi_ != nullptr;
+}
+
+bool CfiModule::vaddr_of(uint64_t file_offset, uint64_t* vaddr) const {
+  for (const Segment& s : segments_) {
+    if (file_offset >= s.offset && file_offset - s.offset < s.filesz) {
+      *vaddr = file_offset - s.offset + s.vaddr;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CfiModule::store_expr(const Dwarf_Op* ops, size_t n, uint32_t* begin, uint16_t* len) {
+  if (n == 0 || n > 64 || ops_.size() + n > UINT32_MAX) return false;
+  *begin = static_cast<uint32_t>(ops_.size());
+  *len = static_cast<uint16_t>(n);
+  for (size_t i = 0; i < n; ++i) ops_.push_back({ops[i].atom, ops[i].number, ops[i].number2});
+  return true;
+}
+
+bool CfiModule::compute(Dwarf_CFI* cfi, uint64_t vaddr, FrameRule* rule) {
+  Dwarf_Frame* frame = nullptr;
+  if (dwarf_cfi_addrframe(cfi, vaddr, &frame) != 0 || frame == nullptr) return false;
+  const std::unique_ptr<Dwarf_Frame, decltype(&std::free)> owner(frame, &std::free);
+  Dwarf_Addr start = 0;
+  Dwarf_Addr end = 0;
+  bool signalp = false;
+  if (dwarf_frame_info(frame, &start, &end, &signalp) != static_cast<int>(kRaReg)) return false;
+  rule->signal_frame = signalp;
+  rule->row_start = start;
+  rule->row_end = end;
+
+  Dwarf_Op* ops = nullptr;
+  size_t nops = 0;
+  if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops == 0 || ops == nullptr) return false;
+  CfaRule& cfa = rule->cfa;
+  if (nops == 1 && ops[0].atom == DW_OP_bregx && ops[0].number < kRegCount) {
+    cfa.reg = static_cast<uint8_t>(ops[0].number);
+    cfa.offset = static_cast<int64_t>(ops[0].number2);
+  } else if (nops == 1 && is_breg(ops[0].atom) && ops[0].atom - DW_OP_breg0 < static_cast<int>(kRegCount)) {
+    cfa.reg = static_cast<uint8_t>(ops[0].atom - DW_OP_breg0);
+    cfa.offset = static_cast<int64_t>(ops[0].number);
+  } else {
+    cfa.is_expr = true;
+    if (!store_expr(ops, nops, &cfa.expr_begin, &cfa.expr_len)) return false;
+  }
+
+  for (unsigned r = 0; r < kRegCount; ++r) {
+    RegRule& out = rule->regs[r];
+    Dwarf_Op mem[3];
+    Dwarf_Op* rops = nullptr;
+    size_t n = 0;
+    if (dwarf_frame_register(frame, static_cast<int>(r), mem, &rops, &n) != 0) {
+      out.kind = RuleKind::kUndefined;
+      continue;
+    }
+    if (n == 0) {
+      // libdw: ops == ops_mem for "undefined", nullptr for "same value".
+      out.kind = rops == nullptr ? RuleKind::kSameValue : RuleKind::kUndefined;
+      continue;
+    }
+    const bool value = rops[n - 1].atom == DW_OP_stack_value;
+    if (value) --n;
+    if (n == 1 && rops[0].atom == DW_OP_call_frame_cfa) {
+      out.kind = value ? RuleKind::kValOffset : RuleKind::kOffset;
+      out.offset = 0;
+    } else if (n == 2 && rops[0].atom == DW_OP_call_frame_cfa && rops[1].atom == DW_OP_plus_uconst) {
+      out.kind = value ? RuleKind::kValOffset : RuleKind::kOffset;
+      out.offset = static_cast<int64_t>(rops[1].number);
+    } else if (n == 1 && value && rops[0].atom == DW_OP_bregx && rops[0].number < kRegCount) {
+      out.kind = RuleKind::kRegister;
+      out.reg = static_cast<uint8_t>(rops[0].number);
+      out.offset = static_cast<int64_t>(rops[0].number2);
+    } else if (n == 1 && !value && rops[0].atom == DW_OP_regx && rops[0].number < kRegCount) {
+      out.kind = RuleKind::kRegister;
+      out.reg = static_cast<uint8_t>(rops[0].number);
+    } else if (n == 1 && !value && is_reg(rops[0].atom) &&
+               rops[0].atom - DW_OP_reg0 < static_cast<int>(kRegCount)) {
+      out.kind = RuleKind::kRegister;
+      out.reg = static_cast<uint8_t>(rops[0].atom - DW_OP_reg0);
+    } else if (n > 0) {
+      out.kind = value ? RuleKind::kValExpression : RuleKind::kExpression;
+      if (!store_expr(rops, n, &out.expr_begin, &out.expr_len)) out.kind = RuleKind::kUndefined;
+    } else {
+      out.kind = RuleKind::kUndefined;
+    }
+  }
+  return true;
+}
+
+const FrameRule* CfiModule::rule_at(uint64_t vaddr, bool* hit) {
+  if (auto it = by_pc_.find(vaddr); it != by_pc_.end()) {
+    *hit = true;
+    return it->second == kNoRule ? nullptr : &rules_[it->second];
+  }
+  *hit = false;
+  if (by_pc_.size() >= max_rules_) {
+    // Bounded memory: start over rather than track recency per pc (profiles revisit few pcs).
+    by_pc_.clear();
+    by_row_start_.clear();
+    rules_.clear();
+    ops_.clear();
+  }
+  const size_t ops_before = ops_.size();
+  FrameRule rule;
+  bool ok = eh_cfi_ != nullptr && compute(eh_cfi_, vaddr, &rule);
+  if (!ok) {
+    ops_.resize(ops_before);
+    if (!debug_tried_) open_debug_frame();
+    if (debug_cfi_ != nullptr) {
+      rule = FrameRule{};
+      ok = compute(debug_cfi_, vaddr, &rule);
+    }
+  }
+  if (!ok) {
+    ops_.resize(ops_before);
+    by_pc_.emplace(vaddr, kNoRule);
+    return nullptr;
+  }
+  if (auto row = by_row_start_.find(rule.row_start);
+      row != by_row_start_.end() && rules_[row->second].row_end == rule.row_end) {
+    ops_.resize(ops_before);  // the same row was computed before: keep one copy
+    by_pc_.emplace(vaddr, row->second);
+    return &rules_[row->second];
+  }
+  const auto index = static_cast<uint32_t>(rules_.size());
+  rules_.push_back(rule);
+  by_row_start_[rule.row_start] = index;
+  by_pc_.emplace(vaddr, index);
+  return &rules_[index];
+}
+
+uint64_t CfiModule::memory_bytes() const {
+  constexpr uint64_t kNode = 48;  // an unordered_map node with its bucket share, roughly
+  return sizeof(*this) + (by_pc_.size() + by_row_start_.size()) * kNode +
+         rules_.capacity() * sizeof(FrameRule) + ops_.capacity() * sizeof(ExprOp) +
+         segments_.capacity() * sizeof(Segment);
+}
+
+}  // namespace hpd::unwind_detail

@@ -1,0 +1,137 @@
+// CfiModule: one module file's call frame information (.eh_frame, then .debug_frame) read through
+// libdw, turned into compact per-pc rules that the unwinder evaluates without calling libdw again.
+#pragma once
+
+#include <elfutils/libdw.h>
+#include <libelf.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dwarf_expr.h"
+
+namespace hpd::unwind_detail {
+
+inline constexpr unsigned kRegCount = 17;
+inline constexpr unsigned kRaReg = 16;
+inline constexpr unsigned kSpReg = 7;
+inline constexpr unsigned kBpReg = 6;
+
+enum class RuleKind : uint8_t {
+  kUndefined,      // not recoverable (for the return address: the outermost frame)
+  kSameValue,      // unchanged by this frame
+  kOffset,         // saved at CFA + offset
+  kValOffset,      // the value is CFA + offset
+  kRegister,       // the value is register `reg` + offset
+  kExpression,     // saved at the address the expression computes
+  kValExpression,  // the value is what the expression computes
+};
+
+struct RegRule {
+  RuleKind kind = RuleKind::kUndefined;
+  uint8_t reg = 0;
+  uint16_t expr_len = 0;
+  uint32_t expr_begin = 0;  // into CfiModule::ops()
+  int64_t offset = 0;
+};
+
+struct CfaRule {
+  bool is_expr = false;
+  uint8_t reg = 0;  // CFA = reg + offset when !is_expr
+  uint16_t expr_len = 0;
+  uint32_t expr_begin = 0;
+  int64_t offset = 0;
+};
+
+// The unwind rule of one CFI row.
+struct FrameRule {
+  CfaRule cfa;
+  std::array<RegRule, kRegCount> regs{};
+  bool signal_frame = false;  // the CIE has 'S': the caller is an interrupted context, not a call
+  uint64_t row_start = 0;     // the pc range [row_start, row_end) this row covers
+  uint64_t row_end = 0;
+};
+
+// Where a file came from and what it holds.
+struct ModuleSummary {
+  bool opened = false;
+  std::string error;
+  std::string opened_path;
+  bool has_eh_frame = false;
+  bool has_debug_frame = false;
+};
+
+class CfiModule {
+ public:
+  // Opens the first candidate path that is a readable ELF file whose build-id equals
+  // `expected_build_id` (when not empty). Never returns nullptr: a module that could not be opened
+  // answers every lookup with "no rule" and says why in summary().error.
+  static std::unique_ptr<CfiModule> open_file(const std::vector<std::string>& candidates,
+                                              const std::string& expected_build_id,
+                                              const std::string& debug_root, bool use_debug_frame,
+                                              size_t max_rules);
+  // An ELF image already in memory that outlives the module (the vDSO).
+  static std::unique_ptr<CfiModule> open_image(std::span<const uint8_t> image, const std::string& name,
+                                               size_t max_rules);
+  ~CfiModule();
+  CfiModule(const CfiModule&) = delete;
+  CfiModule& operator=(const CfiModule&) = delete;
+
+  const ModuleSummary& summary() const { return summary_; }
+  // Looks for .debug_frame now rather than on the first .eh_frame miss.
+  void probe_debug_frame() {
+    if (!debug_tried_) open_debug_frame();
+  }
+
+  // ELF virtual address of a file offset (through the PT_LOAD headers); false when no segment holds it.
+  bool vaddr_of(uint64_t file_offset, uint64_t* vaddr) const;
+
+  // The rule of the CFI row covering `vaddr`, or nullptr when no FDE covers it or the row uses
+  // something this unwinder cannot evaluate. `*hit` tells whether it came from the cache.
+  const FrameRule* rule_at(uint64_t vaddr, bool* hit);
+
+  std::span<const ExprOp> ops(uint32_t begin, uint16_t len) const {
+    return std::span<const ExprOp>(ops_).subspan(begin, len);
+  }
+  uint64_t memory_bytes() const;
+
+ private:
+  CfiModule() = default;
+  bool load_elf(int fd, std::string* error);
+  void read_segments();
+  std::string read_build_id() const;
+  void open_debug_frame();
+  bool compute(Dwarf_CFI* cfi, uint64_t vaddr, FrameRule* rule);
+  bool store_expr(const Dwarf_Op* ops, size_t n, uint32_t* begin, uint16_t* len);
+
+  struct Segment {
+    uint64_t offset, filesz, vaddr;
+  };
+
+  ModuleSummary summary_;
+  std::string debug_root_;
+  size_t max_rules_ = 0;
+  Elf* elf_ = nullptr;
+  Dwarf_CFI* eh_cfi_ = nullptr;
+  // .debug_frame, opened on the first .eh_frame miss (from the file or its build-id debug file).
+  bool debug_tried_ = true;
+  Elf* debug_elf_ = nullptr;
+  Dwarf* debug_dwarf_ = nullptr;
+  Dwarf_CFI* debug_cfi_ = nullptr;
+  std::vector<Segment> segments_;
+  std::string build_id_;
+
+  // pc -> index into rules_ (or kNoRule); rows are shared by all pcs they cover.
+  static constexpr uint32_t kNoRule = UINT32_MAX;
+  std::unordered_map<uint64_t, uint32_t> by_pc_;
+  std::vector<FrameRule> rules_;
+  std::unordered_map<uint64_t, uint32_t> by_row_start_;  // row start -> index into rules_
+  std::vector<ExprOp> ops_;
+};
+
+}  // namespace hpd::unwind_detail
