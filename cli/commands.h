@@ -22,6 +22,8 @@ struct RecordArgs {
   std::string off_cpu = "auto";  // auto|on|off (--off-cpu / --no-off-cpu)
   uint32_t off_cpu_min_us = 0;
   bool no_follow_children = false;
+  std::string call_graph = "auto";  // auto|fp|dwarf
+  uint32_t stack_size = 0;          // dwarf: bytes of user stack copied per sample (0 = default)
   bool print_report = true;
   size_t report_limit = 20;
   bool quiet = false;
@@ -46,10 +48,34 @@ struct MipArgs {
   bool hide_never_called = false;
 };
 
+struct SymbolizeArgs {
+  std::string exe;                     // file mode: ELF vaddrs of this file
+  int32_t pid = 0;                     // process mode: runtime addresses of this process
+  std::vector<std::string> addresses;  // empty = read stdin, one per line
+  bool json = false;
+  bool no_inlines = false;
+};
+
+struct ConvertArgs {
+  std::string input;   // .hpr capture or Firefox JSON written by hpctl
+  std::string output;  // "-" = stdout (collapsed, report)
+  std::string format;  // firefox|pprof|collapsed|report; "" = from the output's suffix
+  std::string weight = "samples";  // collapsed: samples|cpu|wall
+  bool per_thread = false;         // collapsed: a process;thread root per stack
+  std::vector<std::string> debug_dirs;
+  bool no_debuginfod = false;
+  size_t limit = 20;  // report rows
+  bool quiet = false;
+};
+
 // Each returns the process exit code.
 int run_record(const RecordArgs& args);
 int run_report(const ReportArgs& args);
 int run_mip_show(const MipArgs& args);
 int run_mip_merge(const MipArgs& args);
+int run_convert(const ConvertArgs& args);
+// The format `hpctl convert` writes for this output name, or "" when the suffix does not say.
+std::string guess_output_format(const std::string& output);
+int run_symbolize(const SymbolizeArgs& args);
 
 }  // namespace hpd::cli

@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   record->add_option("-F,--frequency", rec.frequency_hz, "Samples per second per thread (1..100000)")
       ->capture_default_str();
   record->add_option("-o,--output", rec.output,
-                     "Output profile (Firefox Profiler format; gzip-compressed when it ends in .gz)")
+                     "Output: a capture file when it ends in .hpr (convert it later), else a Firefox profile (gzip when .gz)")
       ->capture_default_str();
   record->add_option("-e,--event", rec.event, "Sampling clock: task-clock (thread CPU time) or cpu-clock")
       ->check(CLI::IsMember({"task-clock", "cpu-clock"}))
@@ -44,6 +44,13 @@ int main(int argc, char** argv) {
                    "Record where threads wait off the CPU (default: on with eBPF, except with --all)");
   record->add_option("--off-cpu-min-us", rec.off_cpu_min_us, "Ignore off-CPU intervals shorter than this");
   record->add_flag("--no-follow-children", rec.no_follow_children, "Do not record processes the targets fork");
+  record->add_option("--call-graph", rec.call_graph,
+                     "User stacks: fp (frame pointers), dwarf (stack copy unwound with CFI; perf_event), or "
+                     "auto (dwarf when the program was built without frame pointers)")
+      ->check(CLI::IsMember({"auto", "fp", "dwarf"}))
+      ->capture_default_str();
+  record->add_option("--stack-size", rec.stack_size,
+                     "dwarf: bytes of user stack copied per sample, a multiple of 8 up to 65528 (default 32768)");
   record->add_flag("--no-report", [&rec](int64_t) { rec.print_report = false; },
                    "Do not print the report after recording");
   record->add_option("--limit", rec.report_limit, "Rows in the printed report")->capture_default_str();
@@ -53,7 +60,7 @@ int main(int argc, char** argv) {
 
   hpd::cli::ReportArgs rep;
   CLI::App* report = app.add_subcommand("report", "Print the functions that used the most CPU in a profile");
-  report->add_option("file", rep.input, "A profile written by hpctl (.json or .json.gz)")->required();
+  report->add_option("file", rep.input, "A capture (.hpr) or a profile written by hpctl (.json or .json.gz)")->required();
   report->add_flag("--json", rep.json, "Machine-readable JSON instead of a table");
   report->add_option("--limit", rep.limit, "Rows to print (0 = all)")->capture_default_str();
   report->add_option("--sort", rep.sort, "Order by self (exclusive) or total (inclusive)")
@@ -85,6 +92,35 @@ int main(int argc, char** argv) {
   mip_merge->add_option("--map", mip_merge_args.map, "The instrumented binary or its .mipmap file")->required();
   add_mip_output(mip_merge, mip_merge_args);
 
+  hpd::cli::SymbolizeArgs sym;
+  CLI::App* symbolize = app.add_subcommand(
+      "symbolize", "Print the function, file:line:column and inline chain of addresses (like llvm-symbolizer)");
+  symbolize->add_option("--exe", sym.exe, "ELF file whose virtual addresses are given (as nm and objdump print them)");
+  symbolize->add_option("-p,--pid", sym.pid, "Live process whose runtime addresses are given")
+      ->check(CLI::PositiveNumber);
+  symbolize->add_option("addresses", sym.addresses, "Hex addresses (0x optional); none: read stdin, one per line");
+  symbolize->add_flag("--json", sym.json, "One JSON object per address (JSON Lines) instead of text");
+  symbolize->add_flag("--no-inlines", sym.no_inlines, "Only the real function, at the innermost line");
+
+  hpd::cli::ConvertArgs conv;
+  CLI::App* convert = app.add_subcommand(
+      "convert", "Symbolize a capture (.hpr) or re-export a profile: Firefox JSON, pprof, collapsed stacks, report");
+  convert->add_option("input", conv.input, "A capture (.hpr) or a Firefox profile written by hpctl")->required();
+  convert->add_option("-o,--output", conv.output,
+                      "Output file; its suffix picks the format (.json.gz, .pb.gz, .collapsed); - = stdout")
+      ->required();
+  convert->add_option("-f,--format", conv.format, "firefox, pprof, collapsed or report (default: from the suffix)")
+      ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report"}));
+  convert->add_option("--weight", conv.weight, "Collapsed stacks: samples, cpu (ns) or wall (ns)")
+      ->check(CLI::IsMember({"samples", "cpu", "wall"}))
+      ->capture_default_str();
+  convert->add_flag("--per-thread", conv.per_thread, "Collapsed stacks: start each stack with process;thread");
+  convert->add_option("--debug-dir", conv.debug_dirs,
+                      "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
+  convert->add_flag("--no-debuginfod", conv.no_debuginfod, "Do not ask $DEBUGINFOD_URLS for missing binaries");
+  convert->add_option("--limit", conv.limit, "Report: rows to print (0 = all)")->capture_default_str();
+  convert->add_flag("-q,--quiet", conv.quiet, "No notes or summary on stderr");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -96,6 +132,8 @@ int main(int argc, char** argv) {
     if (report->parsed()) return hpd::cli::run_report(rep);
     if (mip_show->parsed()) return hpd::cli::run_mip_show(mip_show_args);
     if (mip_merge->parsed()) return hpd::cli::run_mip_merge(mip_merge_args);
+    if (convert->parsed()) return hpd::cli::run_convert(conv);
+    if (symbolize->parsed()) return hpd::cli::run_symbolize(sym);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hpctl: error: %s\n", e.what());
     return 1;

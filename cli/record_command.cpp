@@ -10,10 +10,12 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "commands.h"
+#include "hpd/capture/capture.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/export/firefox.h"
 #include "hpd/export/report.h"
@@ -90,6 +92,10 @@ int run_record(const RecordArgs& args) {
   options.off_cpu = args.off_cpu == "on" ? OffCpu::kOn : args.off_cpu == "off" ? OffCpu::kOff : OffCpu::kAuto;
   options.off_cpu_min_us = args.off_cpu_min_us;
   options.follow_children = !args.no_follow_children;
+  options.call_graph = args.call_graph == "fp"      ? CallGraph::kFp
+                       : args.call_graph == "dwarf" ? CallGraph::kDwarf
+                                                    : CallGraph::kAuto;
+  options.stack_copy_bytes = args.stack_size;
 
   // Everything that can be checked is checked before the target is touched or a file is created.
   if (!args.pids.empty() && !args.command.empty()) {
@@ -115,6 +121,25 @@ int run_record(const RecordArgs& args) {
     progress.update(line);
   };
 
+  // A capture file (.hpr) is streamed while recording: a crash loses at most the last quarter second.
+  std::unique_ptr<CaptureWriter> capture;
+  std::string capture_error;
+  if (args.output.size() > 4 && args.output.compare(args.output.size() - 4, 4, ".hpr") == 0) {
+    CaptureWriterOptions capture_options;
+#ifdef HPD_VERSION
+    capture_options.writer = std::string("hpd ") + HPD_VERSION;
+#endif
+    capture = std::make_unique<CaptureWriter>(args.output, capture_options);
+    options.on_flush = [&capture, &capture_error](const RawProfile& raw) {
+      if (!capture_error.empty()) return;
+      try {
+        capture->flush(raw);
+      } catch (const std::exception& e) {
+        capture_error = e.what();  // reported after the recording; the in-memory profile is still whole
+      }
+    };
+  }
+
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -128,10 +153,20 @@ int run_record(const RecordArgs& args) {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
     progress.clear();
+    if (capture) {
+      capture.reset();
+      std::error_code ec;
+      std::filesystem::remove(args.output, ec);  // nothing was recorded
+    }
     throw;
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  if (capture) {
+    // Finished before symbolizing, so the capture is complete even if symbolization fails.
+    if (!capture_error.empty()) throw std::runtime_error(capture_error);
+    capture->finish(result.profile);
+  }
   progress.update("symbolizing...");
 
   Symbolizer symbolizer;
@@ -139,7 +174,7 @@ int run_record(const RecordArgs& args) {
   convert_options.kernel_frames = result.profile.info.kernel_frames;
   Profile profile = symbolize_profile(result.profile, symbolizer, convert_options);
   progress.update("writing " + args.output + "...");
-  write_firefox_file(profile, args.output);
+  if (!capture) write_firefox_file(profile, args.output);
   progress.clear();
 
   if (args.print_report) {
@@ -161,8 +196,19 @@ int run_record(const RecordArgs& args) {
       std::fprintf(stderr, " (lost %llu records, %llu throttles)", static_cast<unsigned long long>(lost.lost_records),
                    static_cast<unsigned long long>(lost.throttle_events));
     }
-    std::fprintf(stderr, "\nhpctl: wrote %s (%s). Open it at https://profiler.firefox.com or with `samply load %s`.\n",
-                 args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
+    if (capture) {
+      std::fprintf(stderr, "\nhpctl: wrote %s (%s). Convert it with `hpctl convert %s -o profile.json.gz`.\n",
+                   args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "\nhpctl: wrote %s (%s). Open it at https://profiler.firefox.com or with `samply load %s`.\n",
+                   args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
+    }
+    std::fprintf(stderr, "hpctl: call graph: %s", to_string(result.call_graph));
+    if (result.call_graph == CallGraph::kDwarf)
+      std::fprintf(stderr, " (%u-byte stack copies)", result.stack_copy_bytes);
+    if (!result.call_graph_reason.empty()) std::fprintf(stderr, "; auto: %s", result.call_graph_reason.c_str());
+    std::fprintf(stderr, "\n");
     if (!result.backend_fallback_reason.empty() && args.backend == "auto") {
       std::fprintf(stderr, "hpctl: note: used perf_event, not eBPF: %s\n", result.backend_fallback_reason.c_str());
     }

@@ -4,11 +4,15 @@
 #include "commands.h"
 #include "hpd/export/firefox_reader.h"
 #include "hpd/export/report.h"
+#include "profile_input.h"
 
 namespace hpd::cli {
 
 int run_report(const ReportArgs& args) {
-  const Profile profile = read_firefox_file(args.input);
+  // A capture (.hpr, recognized by its magic, not its name) is symbolized here first.
+  LoadedProfile loaded = load_profile(args.input, ModuleSearch{});
+  print_notes(loaded.notes);
+  const Profile& profile = loaded.profile;
   ReportOptions options;
   options.limit = args.limit;
   options.sort = args.sort == "total" ? ReportSort::kTotal : ReportSort::kSelf;

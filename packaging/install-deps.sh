@@ -10,7 +10,7 @@ PACKAGES=(
   libelf-dev libdw-dev libdebuginfod-dev libbpf-dev libzstd-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev
   # tools the tests compare against or drive
-  linux-perf binutils elfutils procps util-linux bc xz-utils libc6-dbg
+  linux-perf binutils elfutils procps util-linux bc xz-utils libc6-dbg debuginfod
   protobuf-compiler mandoc
 )
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "bpf/bpf_recorder.h"
+#include "perf/call_graph_choice.h"
 #include "perf/perf_privileges.h"
 #include "perf/perf_recorder.h"
 #include "proc/proc_files.h"
@@ -34,7 +35,45 @@ const char* to_string(Backend backend) {
   return "unknown";
 }
 
+const char* to_string(CallGraph mode) {
+  switch (mode) {
+    case CallGraph::kAuto: return "auto";
+    case CallGraph::kFp: return "fp";
+    case CallGraph::kDwarf: return "dwarf";
+  }
+  return "unknown";
+}
+
 namespace {
+
+// --call-graph auto: dwarf needs the perf_event backend (the eBPF programs walk frame pointers only),
+// so it is only considered where perf_event may record.
+CallGraphChoice resolve_call_graph(const RecordOptions& options) {
+  if (options.call_graph != CallGraph::kAuto) return CallGraphChoice{options.call_graph, ""};
+  if (options.backend == Backend::kBpf || needs_bpf(options)) {
+    return CallGraphChoice{CallGraph::kFp, "the eBPF backend captures frame-pointer stacks (dwarf needs "
+                                           "--backend perf)"};
+  }
+  std::vector<std::string> executables;
+  if (!options.command.empty()) {
+    executables.push_back(resolve_command(options.command.front()));
+  } else {
+    for (const int32_t pid : options.pids) executables.push_back("/proc/" + std::to_string(pid) + "/exe");
+  }
+  CallGraphChoice choice = choose_call_graph(executables);
+  if (!options.command.empty()) return choice;
+  // /proc/PID/exe says nothing to the user: name the file.
+  for (size_t i = 0; i < options.pids.size(); ++i) {
+    const std::string link = executables[i];
+    const std::string exe = read_exe(options.pids[i]);
+    if (exe.empty()) continue;
+    for (size_t at = choice.reason.find(link); at != std::string::npos; at = choice.reason.find(link, at)) {
+      choice.reason.replace(at, link.size(), exe);
+      at += exe.size();
+    }
+  }
+  return choice;
+}
 
 bool is_zombie_process(int32_t pid) {
   if (read_process_state(pid) != 'Z') return false;
@@ -126,6 +165,20 @@ void validate_record_options(const RecordOptions& options) {
   if (!std::isfinite(options.duration_s) || options.duration_s < 0) {
     throw RecordError("duration must be a non-negative number of seconds");
   }
+  if (options.stack_copy_bytes != 0 &&
+      (options.stack_copy_bytes % 8 != 0 || options.stack_copy_bytes > kMaxStackCopyBytes)) {
+    throw RecordError("the stack copy size must be a multiple of 8 bytes up to " +
+                      std::to_string(kMaxStackCopyBytes) + " (got " + std::to_string(options.stack_copy_bytes) +
+                      ")");
+  }
+  if (options.call_graph == CallGraph::kDwarf && (options.backend == Backend::kBpf || needs_bpf(options))) {
+    throw RecordError(std::string("--call-graph dwarf needs the perf_event backend for now, and ") +
+                      (options.backend == Backend::kBpf ? "--backend bpf"
+                       : options.all_processes          ? "--all"
+                       : !options.cgroup.empty()        ? "--cgroup"
+                                                        : "off-CPU samples") +
+                      " needs eBPF: use --backend perf, or --call-graph fp");
+  }
   if (options.ring_pages != 0 && (options.ring_pages & (options.ring_pages - 1)) != 0) {
     throw RecordError("ring buffer pages must be a power of two (got " + std::to_string(options.ring_pages) +
                       ")");
@@ -147,27 +200,48 @@ void validate_record_options(const RecordOptions& options) {
   for (const int32_t pid : options.pids) check_target_pid(pid, privileges);
 }
 
+namespace {
+
+// `options` with call_graph already kFp or kDwarf.
+RecordResult record_resolved(const RecordOptions& options, const PerfPrivileges& privileges) {
+  switch (options.backend) {
+    case Backend::kPerf: return record_with_perf(options, privileges);
+    case Backend::kBpf: return record_with_bpf(options, privileges);
+    case Backend::kAuto: break;
+  }
+  std::string reason;
+  if (options.call_graph == CallGraph::kDwarf) {
+    reason = "dwarf call graphs need the perf_event backend";
+  } else {
+    reason = bpf_unavailable_reason(privileges);
+    if (reason.empty()) {
+      try {
+        return record_with_bpf(options, privileges);
+      } catch (const BpfUnavailable& e) {
+        reason = e.what();
+      }
+    }
+  }
+  if (needs_bpf(options)) throw RecordError("the eBPF backend is needed here but unavailable: " + reason);
+  RecordResult result = record_with_perf(options, privileges);
+  result.backend_fallback_reason = reason;
+  return result;
+}
+
+}  // namespace
+
 RecordResult record(const RecordOptions& options) {
   validate_record_options(options);
   const PerfPrivileges privileges = probe_perf_privileges();
   RecordOptions resolved = options;
   if (!resolved.cgroup.empty()) resolved.cgroup = cgroup_directory(resolved.cgroup);
-  switch (options.backend) {
-    case Backend::kPerf: return record_with_perf(resolved, privileges);
-    case Backend::kBpf: return record_with_bpf(resolved, privileges);
-    case Backend::kAuto: break;
+  const CallGraphChoice call_graph = resolve_call_graph(options);
+  resolved.call_graph = call_graph.mode;
+  RecordResult result = record_resolved(resolved, privileges);
+  if (options.call_graph == CallGraph::kAuto) {
+    result.call_graph_reason = call_graph.reason;
+    result.profile.info.call_graph = std::string("auto:") + to_string(result.call_graph);
   }
-  std::string reason = bpf_unavailable_reason(privileges);
-  if (reason.empty()) {
-    try {
-      return record_with_bpf(resolved, privileges);
-    } catch (const BpfUnavailable& e) {
-      reason = e.what();
-    }
-  }
-  if (needs_bpf(options)) throw RecordError("the eBPF backend is needed here but unavailable: " + reason);
-  RecordResult result = record_with_perf(resolved, privileges);
-  result.backend_fallback_reason = reason;
   return result;
 }
 

@@ -27,6 +27,9 @@ inline constexpr int kGeckoVersion = 24;
 inline constexpr const char* kOffCpuSchema = "HpdOffCpu";
 inline constexpr const char* kOffCpuMarkerName = "Off-CPU";
 inline constexpr const char* kOffCpuNsField = "offCpuNs";
+// hpd's own samples column: how each sample's stack ended (StackEnd as a number). The Firefox Profiler
+// ignores columns it does not know; the reader restores Sample::stack_end from it.
+inline constexpr const char* kStackEndColumn = "hpdStackEnd";
 inline constexpr const char* kOffCpuSampleField = "sample";
 
 // meta.extra sections (shown under "Show More" in the profile info panel) and their entry labels.

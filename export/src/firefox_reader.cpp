@@ -517,8 +517,12 @@ class FirefoxReader {
       }
     }
     const json* cpu = samples.has("threadCPUDelta") ? &samples.column("threadCPUDelta") : nullptr;
+    const json* ends =
+        samples.has(firefox::kStackEndColumn) ? &samples.column(firefox::kStackEndColumn) : nullptr;
     for (size_t i = 0; i < n; ++i) {
       Sample& s = thread.samples[i];
+      if (ends != nullptr && (*ends)[i].is_number_unsigned() && (*ends)[i].get<uint64_t>() <= 3)
+        s.stack_end = static_cast<StackEnd>((*ends)[i].get<uint64_t>());
       const uint32_t st = samples.index(stack, "stack", i, stack_map_.size(), "shared.stackTable", true);
       s.stack = st == kNoIndex ? kNoIndex : stack_map_[st];
       if (cpu != nullptr && !(*cpu)[i].is_null()) {

@@ -2,6 +2,8 @@
 #include "hpd/export/report.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -218,6 +220,11 @@ void print_header(const Report& report, std::ostream& out) {
   line("Stacks: " + std::to_string(t.lost.stack_failures) + " failed, " +
        std::to_string(t.lost.truncated_stacks) + " truncated, " +
        plural(t.samples_without_stack, "sample", "samples") + " without a stack");
+  if (const uint64_t known = t.stacks_complete + t.stacks_truncated + t.stacks_failed; known > 0) {
+    const auto share = [known](uint64_t n) { return format("%.1f%%", 100.0 * double(n) / double(known)); };
+    line("Complete stacks: " + share(t.stacks_complete) + " of on-CPU samples (" + share(t.stacks_truncated) +
+         " truncated, " + share(t.stacks_failed) + " failed)");
+  }
   line("Missing modules: " + std::to_string(t.missing_modules.size()) +
        (t.missing_modules.empty() ? "" : " (no symbols for their code)"));
   constexpr size_t kShownModules = 5;
@@ -287,7 +294,183 @@ std::vector<const ReportRow*> top_rows(const std::vector<ReportRow>& all, Report
   return rows;
 }
 
+// The position of the last top-level ", " in generic arguments: T itself may hold commas inside
+// <>, (), or [].
+size_t last_top_level_comma(std::string_view args) {
+  int depth = 0;
+  size_t found = std::string_view::npos;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const char c = args[i];
+    if (c == '<' || c == '(' || c == '[') ++depth;
+    if (c == '>' || c == ')' || c == ']') --depth;
+    if (c == ',' && depth == 0) found = i;
+  }
+  return found;
+}
+
+struct MoveKey {
+  bool copy;
+  std::string type;
+  uint64_t size;
+  bool operator<(const MoveKey& o) const {
+    if (copy != o.copy) return copy < o.copy;
+    if (size != o.size) return size < o.size;
+    return type < o.type;
+  }
+};
+
+// Attributes each stack's on-CPU samples to its innermost compiler_move/compiler_copy frame, if any.
+void compute_moves(const Profile& p, const std::vector<Tally>& per_stack, Report& report) {
+  // Parsed once per function: most profiles have no move frames at all.
+  std::vector<int32_t> key_of_func(p.funcs.size(), -1);
+  std::vector<MoveKey> keys;
+  std::map<MoveKey, int32_t> key_index;
+  for (uint32_t f = 0; f < p.funcs.size(); ++f) {
+    const std::string& name = p.func_name(f);
+    if (name.find("compiler_") == std::string::npos) continue;
+    auto move = parse_compiler_move(name);
+    if (!move) continue;
+    MoveKey key{move->copy, std::move(move->type), move->size};
+    auto [it, inserted] = key_index.try_emplace(key, static_cast<int32_t>(keys.size()));
+    if (inserted) keys.push_back(key);
+    key_of_func[f] = it->second;
+  }
+  if (keys.empty()) return;
+
+  struct Acc {
+    Tally tally;
+    std::map<uint32_t, Tally> callers;  // by func
+  };
+  std::vector<Acc> acc(keys.size());
+  for (uint32_t s = 0; s < per_stack.size(); ++s) {
+    const Tally& tally = per_stack[s];
+    if (tally.on == 0) continue;
+    uint32_t node = s;
+    while (node != kNoIndex && key_of_func[p.frames[p.stacks[node].frame].func] < 0) node = p.stacks[node].prefix;
+    if (node == kNoIndex) continue;
+    const Frame& move_frame = p.frames[p.stacks[node].frame];
+    // The caller is the real (depth 0) function at the move's address; a move frame that is itself
+    // a real frame (no inline information) is credited to the frame that called it.
+    uint32_t caller = p.stacks[node].prefix;
+    if (move_frame.inline_depth != 0) {
+      while (caller != kNoIndex && p.frames[p.stacks[caller].frame].inline_depth != 0) {
+        caller = p.stacks[caller].prefix;
+      }
+    }
+    Tally on = tally;
+    on.off = 0;
+    on.off_ns = 0;
+    Acc& a = acc[static_cast<size_t>(key_of_func[move_frame.func])];
+    a.tally += on;
+    if (caller != kNoIndex) a.callers[p.frames[p.stacks[caller].frame].func] += on;
+    report.move_samples += on.on;
+    report.move_cpu_ns += on.cpu_ns;
+  }
+
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (acc[k].tally.on == 0) continue;
+    MoveRow row;
+    row.move = CompilerMoveName{keys[k].copy, keys[k].type, keys[k].size};
+    row.samples = acc[k].tally.on;
+    row.cpu_ns = acc[k].tally.cpu_ns;
+    row.percent = percent(row.samples, report.totals.samples);
+    for (const auto& [func, t] : acc[k].callers) row.callers.push_back({p.func_name(func), t.on, t.cpu_ns});
+    std::sort(row.callers.begin(), row.callers.end(), [](const MoveCaller& a, const MoveCaller& b) {
+      return a.samples != b.samples ? a.samples > b.samples : a.name < b.name;
+    });
+    report.moves.push_back(std::move(row));
+  }
+  std::sort(report.moves.begin(), report.moves.end(), [](const MoveRow& a, const MoveRow& b) {
+    if (a.samples != b.samples) return a.samples > b.samples;
+    if (a.move.size != b.move.size) return a.move.size > b.move.size;
+    if (a.move.type != b.move.type) return a.move.type < b.move.type;
+    return a.move.copy < b.move.copy;
+  });
+}
+
+// At most this many callers are printed under each move in the text report.
+constexpr size_t kMoveCallersShown = 5;
+
+void print_moves_view(const Report& report, std::ostream& out, size_t limit) {
+  const size_t shown = limit != 0 ? std::min(limit, report.moves.size()) : report.moves.size();
+  uint64_t max_ns = 0;
+  for (const MoveRow& m : report.moves) max_ns = std::max(max_ns, m.cpu_ns);
+  const TimeColumn cpu = time_column(max_ns, 9);
+  out << '\n'
+      << truncate_right("Compiler moves and copies (Rust -Zannotate-moves): " +
+                            format_percent(percent(report.move_samples, report.totals.samples)) +
+                            " of samples, top " + std::to_string(shown) + " of " +
+                            std::to_string(report.moves.size()),
+                        kWidth)
+      << '\n';
+  // 6 1 8 1 9 2 4 1 7 2 = 41 columns of numbers; the type or caller gets the other 39.
+  constexpr size_t kNameWidth = kWidth - 41;
+  out << pad_left("Self%", 6) << ' ' << pad_left("Samples", 8) << ' ' << pad_left(std::string("CPU ") + cpu.unit, 9)
+      << "  " << pad_right("Kind", 4) << ' ' << pad_left("Bytes", 7) << "  "
+      << "Type, then callers\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const MoveRow& m = report.moves[i];
+    out << pad_left(format_percent(m.percent), 6) << ' ' << pad_left(std::to_string(m.samples), 8) << ' '
+        << pad_left(cpu.cell(m.cpu_ns), 9) << "  " << pad_right(m.move.copy ? "copy" : "move", 4) << ' '
+        << pad_left(m.move.size != 0 ? std::to_string(m.move.size) : std::string("?"), 7) << "  "
+        << truncate_right(m.move.type, kNameWidth) << '\n';
+    for (size_t c = 0; c < m.callers.size() && c < kMoveCallersShown; ++c) {
+      const MoveCaller& caller = m.callers[c];
+      out << pad_left(format_percent(percent(caller.samples, report.totals.samples)), 6) << ' '
+          << pad_left(std::to_string(caller.samples), 8) << ' ' << pad_left(cpu.cell(caller.cpu_ns), 9)
+          << std::string(2 + 4 + 1 + 7 + 2, ' ') << "  " << truncate_right(caller.name, kNameWidth - 2) << '\n';
+    }
+    if (m.callers.size() > kMoveCallersShown) {
+      out << std::string(6 + 1 + 8 + 1 + 9 + 2 + 4 + 1 + 7 + 2 + 2, ' ') << "and "
+          << (m.callers.size() - kMoveCallersShown) << " more callers\n";
+    }
+  }
+}
+
 }  // namespace
+
+std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
+  std::string_view rest;
+  bool copy = false;
+  for (const std::string_view marker : {std::string_view("compiler_move"), std::string_view("compiler_copy")}) {
+    const size_t at = name.find(marker);
+    if (at == std::string_view::npos) continue;
+    // Either the whole name, or the item core::profiling::<marker> (a path ending right there).
+    const std::string_view before = name.substr(0, at);
+    if (!before.empty() && before != "core::profiling::") continue;
+    copy = marker == "compiler_copy";
+    rest = name.substr(at + marker.size());
+    CompilerMoveName out;
+    out.copy = copy;
+    out.type = "?";
+    if (rest.empty()) return out;  // legacy mangling: no generic arguments in the name
+    if (rest.substr(0, 2) == "::") rest.remove_prefix(2);
+    if (rest.size() < 2 || rest.front() != '<' || rest.back() != '>') return std::nullopt;
+    const std::string_view args = rest.substr(1, rest.size() - 2);
+    const size_t comma = last_top_level_comma(args);
+    if (comma == std::string_view::npos) {
+      out.type = std::string(args);
+      return out;
+    }
+    out.type = std::string(args.substr(0, comma));
+    std::string_view size = args.substr(comma + 1);
+    while (!size.empty() && size.front() == ' ') size.remove_prefix(1);
+    uint64_t value = 0;
+    size_t digits = 0;
+    while (digits < size.size() && std::isdigit(static_cast<unsigned char>(size[digits])) && value < (1ull << 59)) {
+      value = value * 10 + static_cast<uint64_t>(size[digits] - '0');
+      ++digits;
+    }
+    // A type suffix (16usize) may follow the digits; anything else is not a size.
+    if (digits == 0 || (digits < size.size() && size.substr(digits) != "usize")) {
+      out.type = std::string(args);
+      return out;
+    }
+    out.size = value;
+    return out;
+  }
+  return std::nullopt;
+}
 
 Report compute_report(const Profile& p, const ReportOptions& options) {
   check_indices(p);
@@ -335,6 +518,9 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
         ++totals.samples;
         totals.cpu_ns += s.cpu_delta_ns;
         if (s.stack == kNoIndex) ++totals.samples_without_stack;
+        totals.stacks_complete += s.stack_end == StackEnd::kComplete;
+        totals.stacks_truncated += s.stack_end == StackEnd::kTruncated;
+        totals.stacks_failed += s.stack_end == StackEnd::kFailed;
       }
       if (s.stack != kNoIndex) per_stack[s.stack] += one;
     }
@@ -382,6 +568,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     report.rows.push_back(std::move(row));
   }
   sort_rows(report.rows, options.sort);
+  compute_moves(p, per_stack, report);
   return report;
 }
 
@@ -405,6 +592,7 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
         top_rows(report.rows, by_total ? ReportSort::kTotalWall : ReportSort::kSelfWall, options.limit, &of);
     print_wall_view(out, by_total, rows, of);
   }
+  if (report.move_samples > 0) print_moves_view(report, out, options.limit);
 }
 
 void print_report_json(const Report& report, std::ostream& out, const ReportOptions& options) {
@@ -430,6 +618,7 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
         {"throttle_events", t.lost.throttle_events},
         {"stack_failures", t.lost.stack_failures},
         {"truncated_stacks", t.lost.truncated_stacks}}},
+      {"stacks", {{"complete", t.stacks_complete}, {"truncated", t.stacks_truncated}, {"failed", t.stacks_failed}}},
       {"missing_modules", t.missing_modules},
       {"functions", report.rows.size()},
   };
@@ -455,6 +644,29 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
     });
   }
   doc["functions"] = std::move(functions);
+  if (!report.moves.empty()) {
+    ordered_json moves = ordered_json::array();
+    const size_t shown = options.limit != 0 ? std::min(options.limit, report.moves.size()) : report.moves.size();
+    for (size_t i = 0; i < shown; ++i) {
+      const MoveRow& m = report.moves[i];
+      ordered_json callers = ordered_json::array();
+      for (const MoveCaller& c : m.callers) {
+        callers.push_back({{"name", c.name}, {"samples", c.samples}, {"cpu_ns", c.cpu_ns}});
+      }
+      moves.push_back({{"kind", m.move.copy ? "copy" : "move"},
+                       {"type", m.move.type},
+                       {"size", m.move.size},
+                       {"samples", m.samples},
+                       {"cpu_ns", m.cpu_ns},
+                       {"percent", m.percent},
+                       {"callers", std::move(callers)}});
+    }
+    doc["compiler_moves"] = {{"samples", report.move_samples},
+                             {"cpu_ns", report.move_cpu_ns},
+                             {"percent", percent(report.move_samples, t.samples)},
+                             {"types", report.moves.size()},
+                             {"moves", std::move(moves)}};
+  }
   // Names are not guaranteed to be UTF-8; replace bad bytes instead of throwing.
   out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
 }

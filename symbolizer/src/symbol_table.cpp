@@ -10,9 +10,11 @@
 
 namespace hpd {
 
-void SymbolTable::add(uint64_t address, uint64_t size, std::string_view name, uint64_t section_end) {
+void SymbolTable::add(uint64_t address, uint64_t size, std::string_view name, uint64_t section_end,
+                      uint32_t file) {
   if (name.empty() || pool_.size() + name.size() > UINT32_MAX) return;
   Symbol s;
+  s.file = file < files_.size() ? file : kNoFile;
   s.address = address;
   s.size = size;
   s.end = address + size;
@@ -21,6 +23,12 @@ void SymbolTable::add(uint64_t address, uint64_t size, std::string_view name, ui
   pool_.append(name);
   symbols_.push_back(s);
   section_ends_.push_back(section_end);
+}
+
+uint32_t SymbolTable::add_file(std::string_view name) {
+  auto [it, inserted] = file_index_.try_emplace(std::string(name), static_cast<uint32_t>(files_.size()));
+  if (inserted) files_.emplace_back(name);
+  return it->second;
 }
 
 void SymbolTable::finalize() {
@@ -78,8 +86,10 @@ const std::string& SymbolTable::display_name(const Symbol& s, bool demangle_name
 }
 
 size_t SymbolTable::memory_bytes() const {
+  size_t files = file_index_.bucket_count() * sizeof(void*);
+  for (const std::string& f : files_) files += 2 * (f.capacity() + 48);  // the vector's copy and the key
   return symbols_.capacity() * sizeof(Symbol) + section_ends_.capacity() * sizeof(uint64_t) +
-         pool_.capacity() + display_bytes_ + display_.bucket_count() * sizeof(void*);
+         pool_.capacity() + display_bytes_ + display_.bucket_count() * sizeof(void*) + files;
 }
 
 namespace {
@@ -108,16 +118,23 @@ void add_symbols_of_type(Elf* elf, uint32_t section_type, const std::vector<uint
     Elf_Data* data = ElfFile::data_of(scn);
     if (data == nullptr || shdr.sh_entsize == 0) continue;
     const size_t count = data->d_size / shdr.sh_entsize;
+    uint32_t file = SymbolTable::kNoFile;  // the latest STT_FILE: local symbols after it are its
     for (size_t i = 1; i < count; ++i) {
       GElf_Sym sym;
       if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
       const int type = GELF_ST_TYPE(sym.st_info);
+      if (type == STT_FILE) {
+        const char* name = elf_strptr(elf, shdr.sh_link, sym.st_name);
+        file = name != nullptr && *name != '\0' ? table.add_file(name) : SymbolTable::kNoFile;
+        continue;
+      }
       if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
       if (sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
       const char* name = elf_strptr(elf, shdr.sh_link, sym.st_name);
       if (name == nullptr || *name == '\0') continue;
       const uint64_t end = sym.st_shndx < ends.size() ? ends[sym.st_shndx] : 0;
-      table.add(sym.st_value, sym.st_size, name, end);
+      table.add(sym.st_value, sym.st_size, name, end,
+                GELF_ST_BIND(sym.st_info) == STB_LOCAL ? file : SymbolTable::kNoFile);
     }
   }
 }

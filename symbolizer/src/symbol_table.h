@@ -19,10 +19,20 @@ class SymbolTable {
     uint64_t end = 0;      // effective end: address + size, or extended to the next symbol
     uint32_t name_offset = 0;
     uint32_t name_length = 0;
+    uint32_t file = kNoFile;  // index into files(): the STT_FILE preceding a local symbol
   };
+  static constexpr uint32_t kNoFile = UINT32_MAX;
 
   // Adds a symbol. `section_end` bounds a sizeless symbol that turns out to be the last one.
-  void add(uint64_t address, uint64_t size, std::string_view name, uint64_t section_end);
+  void add(uint64_t address, uint64_t size, std::string_view name, uint64_t section_end,
+           uint32_t file = kNoFile);
+  // Interns a source file name (an STT_FILE symbol's); returns its index.
+  uint32_t add_file(std::string_view name);
+  // The source file of a symbol: for local symbols of .symtab, the name of the STT_FILE symbol
+  // before it (what llvm-symbolizer prints when DWARF has no line for the address); else empty.
+  std::string_view file(const Symbol& s) const {
+    return s.file == kNoFile ? std::string_view() : std::string_view(files_[s.file]);
+  }
   // Sorts and applies llvm-symbolizer's rules: a stable sort by (address, size); of several
   // symbols at one address the last one is kept (so the largest size, and among equal sizes the
   // one added last); sizeless symbols extend to the next symbol's address.
@@ -44,6 +54,8 @@ class SymbolTable {
   std::vector<Symbol> symbols_;
   std::vector<uint64_t> section_ends_;  // parallel to symbols_ until finalize()
   std::string pool_;
+  std::vector<std::string> files_;
+  std::unordered_map<std::string, uint32_t> file_index_;
   std::unordered_map<uint32_t, std::string> display_;  // by symbol index
   size_t display_bytes_ = 0;
 };

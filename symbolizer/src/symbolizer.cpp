@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "debug_info.h"
+#include "debuginfod_client.h"
 #include "demangle_internal.h"
 #include "elf_file.h"
 #include "symbol_table.h"
@@ -56,10 +57,12 @@ struct Symbolizer::Impl {
     std::unique_ptr<LoadedModule> loaded;  // null when unreadable or evicted
     bool attempted = false;
     size_t bytes = 0;
+    size_t lookups_since_measure = 0;
     std::list<std::string>::iterator lru;  // valid while loaded
   };
 
   SymbolizerOptions options;
+  DebuginfodClient debuginfod;
   std::unordered_map<std::string, Entry> entries;
   std::list<std::string> lru;  // most recently used first
   uint64_t bytes_used = 0;
@@ -92,9 +95,15 @@ struct Symbolizer::Impl {
     return e;
   }
 
-  // Re-measures an entry whose tables grew (demangled names are cached lazily).
-  void remeasure(Entry& e) {
+  // Re-measures an entry whose tables grew (demangled names and DWARF units are cached lazily).
+  // Measuring walks the module's tables, so callers that resolve one address at a time (hpctl
+  // symbolize reading stdin) re-measure only every kLookupsPerMeasure lookups; batches always.
+  static constexpr size_t kLookupsPerMeasure = 256;
+  void remeasure(Entry& e, size_t lookups) {
     if (!e.loaded) return;
+    e.lookups_since_measure += lookups;
+    if (lookups <= 1 && e.lookups_since_measure < kLookupsPerMeasure) return;
+    e.lookups_since_measure = 0;
     const size_t now = e.loaded->memory_bytes();
     bytes_used = bytes_used - e.bytes + now;
     e.bytes = now;
@@ -148,9 +157,28 @@ struct Symbolizer::Impl {
     return options.debug_root + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
   }
 
-  // A separate debug file for `binary`: by build-id, then by .gnu_debuglink. Its build-id must
-  // match the binary's when both have one (a stale debug file gives confidently wrong lines).
-  std::unique_ptr<ElfFile> find_debug_file(const ElfFile& binary, const ModuleRef& ref) const {
+  // A debug file from the debuginfod servers (DEBUGINFOD_URLS), checked against the build-id.
+  std::unique_ptr<ElfFile> fetch_debug_file(const std::string& build_id, ModuleInfo& info) {
+    if (!options.debuginfod || build_id.empty() || !DebuginfodClient::configured()) return nullptr;
+    std::string error;
+    auto path = debuginfod.find_debuginfo(build_id, &error);
+    if (!path) {
+      info.debuginfod_error = error;
+      return nullptr;
+    }
+    auto file = ElfFile::open(*path, &error);
+    if (!file || file->build_id() != build_id) {
+      info.debuginfod_error = "debuginfod: " + *path + (file ? ": build-id differs" : ": " + error);
+      return nullptr;
+    }
+    info.from_debuginfod = true;
+    return file;
+  }
+
+  // A separate debug file for `binary`: by build-id, then by .gnu_debuglink, then from debuginfod.
+  // Its build-id must match the binary's when both have one (a stale debug file gives confidently
+  // wrong lines).
+  std::unique_ptr<ElfFile> find_debug_file(const ElfFile& binary, const ModuleRef& ref, ModuleInfo& info) {
     std::vector<std::string> candidates;
     const std::string& bid = binary.build_id().empty() ? ref.build_id : binary.build_id();
     if (auto p = build_id_path(bid); !p.empty()) candidates.push_back(p);
@@ -171,7 +199,7 @@ struct Symbolizer::Impl {
       if (!bid.empty() && !file->build_id().empty() && file->build_id() != bid) continue;
       if (file->has_debug_info() || file->section(".symtab") != nullptr) return file;
     }
-    return nullptr;
+    return fetch_debug_file(bid, info);
   }
 
   std::unique_ptr<LoadedModule> load(const ModuleRef& ref, ModuleInfo& info) {
@@ -187,6 +215,10 @@ struct Symbolizer::Impl {
         auto file = ElfFile::open(p, nullptr);
         if (file && file->build_id() == ref.build_id && !file->segments().empty()) debug = std::move(file);
       }
+      if (!debug) {  // a debug file with the right build-id also beats a mismatching binary
+        auto file = fetch_debug_file(ref.build_id, info);
+        if (file && !file->segments().empty()) debug = std::move(file);
+      }
     }
     if (!binary && !debug && mismatched) {
       binary = std::move(mismatched);
@@ -200,7 +232,7 @@ struct Symbolizer::Impl {
       if (info.error.empty()) info.error = "cannot read " + ref.path;
       return nullptr;
     }
-    if (binary && !binary->has_debug_info()) debug = find_debug_file(*binary, ref);
+    if (binary && !binary->has_debug_info()) debug = find_debug_file(*binary, ref, info);
 
     auto module = std::make_unique<LoadedModule>();
     const ElfFile& primary = binary ? *binary : *debug;
@@ -242,8 +274,11 @@ struct Symbolizer::Impl {
   }
 
   Location locate(LoadedModule& m, const ModuleInfo& info, uint64_t file_offset) const {
+    return locate_vaddr(m, info, m.segments.vaddr_of(file_offset));
+  }
+
+  Location locate_vaddr(LoadedModule& m, const ModuleInfo& info, uint64_t vaddr) const {
     Location loc;
-    const uint64_t vaddr = m.segments.vaddr_of(file_offset);
     const uint64_t base = info.image_base;
     loc.rel_address = vaddr - base;
     const SymbolTable::Symbol* sym = m.symbols.find(vaddr);
@@ -267,6 +302,8 @@ struct Symbolizer::Impl {
       } else {
         loc.frames.front().function = loc.symbol;
       }
+      // Also llvm's: with no file from DWARF, a local symbol's STT_FILE name (line 0).
+      if (loc.frames.front().file.empty()) loc.frames.front().file = std::string(m.symbols.file(*sym));
     } else if (!loc.frames.empty() && loc.frames.front().function.empty()) {
       // A line-table row but neither a symbol nor a function DIE: nothing to name it by.
       loc.frames.clear();
@@ -303,7 +340,24 @@ std::vector<Location> Symbolizer::resolve(const ModuleRef& module, std::span<con
     }
     out.push_back(impl_->locate(*e.loaded, e.info, offset));
   }
-  impl_->remeasure(e);
+  impl_->remeasure(e, out.size());
+  return out;
+}
+
+std::vector<Location> Symbolizer::resolve_vaddrs(const ModuleRef& module, std::span<const uint64_t> vaddrs) {
+  Impl::Entry& e = impl_->get(module);
+  std::vector<Location> out;
+  out.reserve(vaddrs.size());
+  for (uint64_t vaddr : vaddrs) {
+    if (!e.loaded) {
+      Location loc;
+      loc.rel_address = vaddr - e.info.image_base;
+      out.push_back(std::move(loc));
+      continue;
+    }
+    out.push_back(impl_->locate_vaddr(*e.loaded, e.info, vaddr));
+  }
+  impl_->remeasure(e, out.size());
   return out;
 }
 

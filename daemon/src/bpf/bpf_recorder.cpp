@@ -495,6 +495,7 @@ RecordResult BpfSession::run() {
   const uint64_t duration_ns =
       options_.duration_s > 0 ? static_cast<uint64_t>(std::llround(options_.duration_s * 1e9)) : 0;
   uint64_t last_progress = start;
+  uint64_t last_flush = start;
   bool stopped_early = false;
   for (;;) {
     const int n = ::poll(pfds.data(), pfds.size(), kPollTimeoutMs);
@@ -515,6 +516,10 @@ RecordResult BpfSession::run() {
       last_progress = now;
       options_.on_progress(RecordProgress{static_cast<double>(now - start) / 1e9, options_.duration_s,
                                           builder_->samples(), profile.lost.lost_records});
+    }
+    if (options_.on_flush && now - last_flush >= kProgressIntervalNs) {
+      last_flush = now;
+      options_.on_flush(profile);
     }
   }
   profile.info.end_mono_ns = mono_now();

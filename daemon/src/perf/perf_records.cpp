@@ -125,6 +125,33 @@ std::optional<PerfRecord> decode_sample(std::span<const uint8_t> bytes, uint16_t
     s.callchain.resize(static_cast<size_t>(nr));
     for (auto& address : s.callchain) c.take(address);
   }
+  if (t & PERF_SAMPLE_RAW) {
+    // u32 size, then size bytes; the kernel pads size so that the record stays 8-byte aligned.
+    uint32_t raw_size = 0;
+    if (!c.take(raw_size) || !c.skip(raw_size)) return std::nullopt;
+  }
+  // The branch stack's layout depends on branch_sample_type, which the layout does not carry.
+  if (t & PERF_SAMPLE_BRANCH_STACK) return std::nullopt;
+  if (t & PERF_SAMPLE_REGS_USER) {
+    if (!c.take(s.regs_abi)) return std::nullopt;
+    if (s.regs_abi != PERF_SAMPLE_REGS_ABI_NONE) {
+      s.user_regs.resize(static_cast<size_t>(__builtin_popcountll(layout.sample_regs_user)));
+      for (auto& reg : s.user_regs) {
+        if (!c.take(reg)) return std::nullopt;
+      }
+    }
+  }
+  if (t & PERF_SAMPLE_STACK_USER) {
+    // u64 size, size bytes, and u64 dyn_size only when size != 0 (the kernel copied nothing otherwise).
+    if (!c.take(s.stack_size)) return std::nullopt;
+    if (s.stack_size != 0) {
+      const size_t data = c.pos();
+      if (s.stack_size > bytes.size() || !c.skip(static_cast<size_t>(s.stack_size))) return std::nullopt;
+      uint64_t dyn_size = 0;
+      if (!c.take(dyn_size)) return std::nullopt;
+      s.user_stack = bytes.subspan(data, static_cast<size_t>(std::min(dyn_size, s.stack_size)));
+    }
+  }
   s.pid = static_cast<int32_t>(pid);
   s.tid = static_cast<int32_t>(tid);
   return s;

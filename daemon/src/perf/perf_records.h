@@ -17,6 +17,7 @@ struct RecordLayout {
   uint64_t sample_type = 0;
   uint64_t read_format = 0;
   bool sample_id_all = false;
+  uint64_t sample_regs_user = 0;  // perf_event_attr.sample_regs_user: which registers REGS_USER holds
 };
 
 // The sample_id trailer of non-sample records (sample_id_all), for the fields we request.
@@ -40,6 +41,15 @@ struct SampleRecord {
   uint64_t period = 0;
   std::optional<uint64_t> read_value;  // PERF_SAMPLE_READ (non-group read_format): the counter value
   std::vector<uint64_t> callchain;     // with PERF_CONTEXT_* markers, as the kernel wrote it
+  // PERF_SAMPLE_REGS_USER: the ABI (PERF_SAMPLE_REGS_ABI_NONE for a kernel thread, then no values)
+  // and one value per set bit of RecordLayout::sample_regs_user, lowest bit first.
+  uint64_t regs_abi = PERF_SAMPLE_REGS_ABI_NONE;
+  std::vector<uint64_t> user_regs;
+  // PERF_SAMPLE_STACK_USER: the size the kernel reserved (0 when it copied nothing) and the bytes it
+  // copied from the user sp on, cut to dyn_size. The span points into the decoded record's bytes and is
+  // only valid while they are.
+  uint64_t stack_size = 0;
+  std::span<const uint8_t> user_stack;
 };
 
 struct Mmap2Record {
@@ -97,6 +107,7 @@ using PerfRecord =
     std::variant<OtherRecord, SampleRecord, Mmap2Record, CommRecord, TaskRecord, LostRecord, ThrottleRecord>;
 
 // Decodes one record (header included). nullopt when the bytes are shorter than the layout demands.
+// A SampleRecord's user_stack refers into `bytes`.
 std::optional<PerfRecord> decode_record(std::span<const uint8_t> bytes, const RecordLayout& layout);
 
 // A callchain split at its context markers, each part leaf first, markers dropped.

@@ -2,6 +2,7 @@
 #include "perf/profile_builder.h"
 
 #include <sys/mman.h>
+#include <time.h>
 
 #include <algorithm>
 
@@ -31,6 +32,21 @@ void PerfProfileBuilder::add_maps(int32_t pid, const std::vector<MapsEntry>& map
 
 void PerfProfileBuilder::set_own_event_ids(int32_t tid, std::vector<uint64_t> ids) {
   own_ids_[tid] = std::unordered_set<uint64_t>(ids.begin(), ids.end());
+}
+
+namespace {
+
+uint64_t mono_ns() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+void PerfProfileBuilder::on_record(const PerfRecord& record, size_t bytes) {
+  if (std::holds_alternative<SampleRecord>(record)) unwind_.sample_bytes += bytes;
+  on_record(record);
 }
 
 void PerfProfileBuilder::on_record(const PerfRecord& record) {
@@ -94,7 +110,11 @@ void PerfProfileBuilder::on_sample(const SampleRecord& s) {
   sample.cpu_delta_ns = cpu_delta(s);
 
   split_callchain(s.callchain, split_);
-  if (split_.kernel.empty() && split_.user.empty() && s.ip != 0) {
+  const StackEnd user_end = apply_user_stack(s);
+  if (user_end != StackEnd::kUnknown) {
+    sample.stack_end = user_end;
+    if (split_.user.empty() && split_.kernel.empty() && s.ip != 0) split_.user.push_back(s.ip);
+  } else if (split_.kernel.empty() && split_.user.empty() && s.ip != 0) {
     // No callchain at all: keep at least the sampled instruction.
     const uint16_t mode = s.misc & PERF_RECORD_MISC_CPUMODE_MASK;
     (mode == PERF_RECORD_MISC_KERNEL ? split_.kernel : split_.user).push_back(s.ip);
@@ -121,6 +141,36 @@ void PerfProfileBuilder::on_sample(const SampleRecord& s) {
     sample.stack = profile_.stacks.intern(split_.kernel, split_.user);
   profile_.samples.push_back(sample);
   ++samples_;
+}
+
+StackEnd PerfProfileBuilder::apply_user_stack(const SampleRecord& s) {
+  if (unwinder_ == nullptr || s.regs_abi == PERF_SAMPLE_REGS_ABI_NONE || s.user_regs.empty()) {
+    // dwarf mode without registers: a kernel thread, or the kernel could not read the user state.
+    return config_.dwarf && (s.misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER ? StackEnd::kFailed
+                                                                                            : StackEnd::kUnknown;
+  }
+  const RawProcess* process = profile_.find_process(s.pid);
+  if (process == nullptr) return StackEnd::kUnknown;
+  const UserRegs regs = UserRegs::from_perf(config_.regs_mask, s.user_regs);
+  const StackCopy copy{regs.sp(), s.user_stack, s.stack_size};
+  const UnwindContext context{process, &profile_.modules, s.time};
+  const uint64_t start = mono_ns();
+  StackEnd end = StackEnd::kUnknown;
+  if (config_.dwarf) {
+    end = unwinder_->unwind(context, regs, copy, unwound_);
+    std::swap(split_.user, unwound_);
+    ++unwind_.unwound;
+  } else if (!split_.user.empty() && split_.user[0] == regs.ip()) {
+    // The kernel's frame-pointer walk goes from a frameless leaf to the frame of the leaf's caller's
+    // caller: the leaf's own return address is only on the stack.
+    if (const auto ret = unwinder_->frameless_leaf_return(context, regs, copy);
+        ret && (split_.user.size() < 2 || split_.user[1] != *ret)) {
+      split_.user.insert(split_.user.begin() + 1, *ret);
+      ++unwind_.leaf_callers;
+    }
+  }
+  unwind_.ns += mono_ns() - start;
+  return end;
 }
 
 void PerfProfileBuilder::add_mapping(RawProcess& process, RawMapping mapping) {

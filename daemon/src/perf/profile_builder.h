@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hpd/model/raw_profile.h"
+#include "hpd/unwind/unwinder.h"
 #include "perf/perf_records.h"
 #include "proc/proc_maps.h"
 
@@ -22,6 +23,19 @@ struct ProfileBuilderConfig {
   bool read_values = false;
   // The callchain depth limit the events were opened with (sample_max_stack).
   uint32_t max_stack = 127;
+  // Samples carry user registers (this sample_regs_user mask) and a copy of the user stack top.
+  // dwarf: the user stack comes from unwinding them (the callchain holds only kernel frames); otherwise
+  // they serve to put back the caller of a frameless leaf into the frame-pointer chain.
+  bool dwarf = false;
+  uint64_t regs_mask = 0;
+};
+
+// What the unwinder did, for RecordResult.
+struct UnwindCounters {
+  uint64_t unwound = 0;       // dwarf: samples unwound in user space
+  uint64_t leaf_callers = 0;  // fp: callers of frameless leaves inserted
+  uint64_t ns = 0;            // monotonic time inside the unwinder
+  uint64_t sample_bytes = 0;  // bytes of the sample records handled
 };
 
 class PerfProfileBuilder {
@@ -42,12 +56,19 @@ class PerfProfileBuilder {
   // events from its creator; only samples from its own events (these ids) are kept.
   void set_own_event_ids(int32_t tid, std::vector<uint64_t> ids);
 
+  // The unwinder for samples that carry registers and a stack copy (owned by the caller, which keeps it
+  // alive as long as the builder). Without one, such samples keep the kernel's chain as it is.
+  void set_unwinder(Unwinder* unwinder) { unwinder_ = unwinder; }
+
   void on_record(const PerfRecord& record);
+  // on_record() plus the size of the record, for the bytes-per-sample statistics.
+  void on_record(const PerfRecord& record, size_t bytes);
 
   [[nodiscard]] uint64_t samples() const { return samples_; }
   [[nodiscard]] uint64_t duplicate_samples() const { return duplicates_; }
   [[nodiscard]] uint64_t undecodable_records() const { return undecodable_; }
   void count_undecodable() { ++undecodable_; }
+  [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
 
  private:
   void on_sample(const SampleRecord& s);
@@ -58,12 +79,18 @@ class PerfProfileBuilder {
   RawProcess& ensure_process(int32_t pid, uint64_t time_ns);
   RawThread& ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns);
   uint64_t cpu_delta(const SampleRecord& s);
+  // Replaces or completes split_.user from the sample's registers and stack copy; returns how the user
+  // stack ended (kUnknown: not handled here, judge the kernel's chain).
+  StackEnd apply_user_stack(const SampleRecord& s);
 
   RawProfile& profile_;
   ProfileBuilderConfig config_;
   BuildIdLookup build_ids_;
   ProcessDescriber describe_;
   SplitCallchain split_;
+  Unwinder* unwinder_ = nullptr;
+  std::vector<uint64_t> unwound_;
+  UnwindCounters unwind_;
   // Last counter value per thread and CPU: each (thread, CPU) pair has its own inherited event.
   std::unordered_map<int32_t, std::vector<uint64_t>> last_value_;
   std::unordered_map<int32_t, std::unordered_set<uint64_t>> own_ids_;

@@ -24,6 +24,18 @@ enum class KernelFrames { kAuto, kOn, kOff };
 enum class Backend { kAuto, kBpf, kPerf };
 const char* to_string(Backend backend);
 
+// How user call stacks are captured. kFp: the kernel's frame-pointer walk, plus the caller of a
+// frameless leaf (read from a small copy of the stack top). kDwarf: a copy of the top of the user
+// stack and the user registers per sample, unwound in user space from DWARF CFI (perf_event backend).
+// kAuto: dwarf when a target's executable was built without frame pointers, else fp.
+enum class CallGraph { kAuto, kFp, kDwarf };
+const char* to_string(CallGraph mode);
+
+// Default stack copy in dwarf mode: measured to unwind Rust programs with large stack frames
+// completely where 16 KiB does not (docs/performance.md). The kernel caps it at 65528.
+inline constexpr uint32_t kDefaultStackCopyBytes = 32768;
+inline constexpr uint32_t kMaxStackCopyBytes = 65528;
+
 // kAuto: off-CPU samples for pid, command and cgroup targets with the eBPF backend; none for --all
 // (every context switch of the system would be recorded) and none with perf_event.
 enum class OffCpu { kAuto, kOn, kOff };
@@ -48,6 +60,10 @@ struct RecordOptions {
   uint32_t ring_pages = 0;
   const std::atomic<bool>* stop = nullptr;  // set (e.g. from a SIGINT handler) to end the recording
   std::function<void(const RecordProgress&)> on_progress;  // called about every 250 ms
+  // Called about every 250 ms from the recording loop with the profile so far, on the thread that
+  // mutates it (no locking needed), e.g. to stream it into a capture file. The profile is not final:
+  // the last samples, exit times and lost counts arrive after the loop, in RecordResult::profile.
+  std::function<void(const RawProfile&)> on_flush;
 
   Backend backend = Backend::kAuto;
   // Record every process of the system (eBPF only). With a command, until the command exits.
@@ -61,6 +77,10 @@ struct RecordOptions {
   uint32_t off_cpu_min_us = 0;
   // Processes the targets fork are recorded too (eBPF; perf_event always follows them).
   bool follow_children = true;
+  CallGraph call_graph = CallGraph::kAuto;
+  // Bytes of user stack copied per sample in dwarf mode, a multiple of 8 up to kMaxStackCopyBytes;
+  // 0 = kDefaultStackCopyBytes.
+  uint32_t stack_copy_bytes = 0;
 };
 
 // Where RawSample::cpu_delta_ns comes from.
@@ -93,6 +113,16 @@ struct RecordResult {
   uint64_t threads_without_cpu_baseline = 0;
   // eBPF: off-CPU intervals not recorded because the map of blocked threads was full.
   uint64_t off_cpu_intervals_lost = 0;
+  // The call-graph mode used (kFp or kDwarf) and, for CallGraph::kAuto, why, in words for the user
+  // (also in profile.info.call_graph as "fp", "dwarf", "auto:fp" or "auto:dwarf").
+  CallGraph call_graph = CallGraph::kFp;
+  std::string call_graph_reason;
+  uint32_t stack_copy_bytes = 0;  // dwarf: bytes of stack copied per sample; fp: the small leaf copy
+  // User-space unwinding (dwarf mode) and the frameless-leaf fix (fp mode), part of collection_cpu_ns.
+  uint64_t unwind_ns = 0;  // monotonic time spent in the unwinder, summed over samples
+  uint64_t unwound_samples = 0;
+  uint64_t leaf_callers_added = 0;  // fp: callers of frameless leaves put back into the chain
+  uint64_t sample_bytes = 0;        // bytes of sample records read from the kernel
 };
 
 inline constexpr uint32_t kMaxFrequencyHz = 100000;

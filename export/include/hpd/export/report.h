@@ -4,7 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hpd/model/profile.h"
@@ -62,20 +64,58 @@ struct ReportTotals {
   uint64_t cpu_ns = 0;       // sum of on-CPU samples' cpu_delta_ns
   uint64_t off_cpu_ns = 0;
   uint64_t wall_ns = 0;  // samples x interval_ns + off_cpu_ns
+  // How the on-CPU samples' stacks ended (Sample::stack_end); all zero when the profile does not say
+  // (e.g. read back from a Firefox profile).
+  uint64_t stacks_complete = 0;
+  uint64_t stacks_truncated = 0;
+  uint64_t stacks_failed = 0;
   LostCounts lost;
   std::vector<std::string> missing_modules;
+};
+
+// Rust -Zannotate-moves marks compiler-generated moves and copies of values of SIZE >= the flag's
+// limit with inline frames named core::profiling::compiler_move<T, SIZE> or compiler_copy<T, SIZE>.
+struct CompilerMoveName {
+  bool copy = false;  // compiler_copy (else compiler_move)
+  std::string type;   // T as demangled; "?" when the name carries no generic arguments
+  uint64_t size = 0;  // SIZE in bytes; 0 = unknown
+};
+// Parses a demangled frame name: "core::profiling::compiler_move::<T, 16>" (rustc-demangle and
+// LLVM style) or "compiler_move<T, 16>" (DW_AT_name); nullopt for any other name.
+std::optional<CompilerMoveName> parse_compiler_move(std::string_view function_name);
+
+// The function that contained the inlined move (the real function at the move's address).
+struct MoveCaller {
+  std::string name;
+  uint64_t samples = 0;
+  uint64_t cpu_ns = 0;
+};
+
+// On-CPU samples spent in moves (or copies) of one type and size. A sample counts for the move
+// frame nearest its leaf: the move itself when sampled in its inline code, or the move whose call
+// to memcpy/memmove is in progress (the leaf is then libc's memmove) when the stack has that frame.
+struct MoveRow {
+  CompilerMoveName move;
+  uint64_t samples = 0;
+  uint64_t cpu_ns = 0;
+  double percent = 0;               // of ReportTotals::samples
+  std::vector<MoveCaller> callers;  // most samples first
 };
 
 struct Report {
   ReportTotals totals;
   std::vector<ReportRow> rows;  // every function with a sample, ordered by ReportOptions::sort
+  std::vector<MoveRow> moves;   // most samples first; empty without compiler_move/copy frames
+  uint64_t move_samples = 0;    // on-CPU samples with a compiler_move/copy frame
+  uint64_t move_cpu_ns = 0;
 };
 
 // Throws std::runtime_error when the profile's indices are inconsistent.
 Report compute_report(const Profile& profile, const ReportOptions& options);
 
-// A table that fits 80 columns: a header with the totals, the CPU view, and the wall-clock view when
-// the profile has off-CPU samples. Prints at most options.limit rows per view.
+// A table that fits 80 columns: a header with the totals, the CPU view, the wall-clock view when
+// the profile has off-CPU samples, and the compiler moves and copies when there are any. Prints at
+// most options.limit rows per view.
 void print_report(const Report& report, std::ostream& out, const ReportOptions& options);
 
 // The same numbers as JSON for scripts (at most options.limit functions, in options.sort order).

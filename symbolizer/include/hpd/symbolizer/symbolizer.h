@@ -76,6 +76,8 @@ struct ModuleInfo {
   std::string debug_error;         // why debug information was found but not used (else empty)
   bool build_id_mismatch = false;  // the file read does not carry the expected build-id
   size_t symbol_count = 0;         // function symbols in the sorted table (incl. synthesized @plt)
+  bool from_debuginfod = false;    // debug_path is a file fetched through debuginfod
+  std::string debuginfod_error;    // why debuginfod was asked and gave nothing (else empty)
 };
 
 struct SymbolizerOptions {
@@ -84,6 +86,10 @@ struct SymbolizerOptions {
   uint64_t cache_bytes = 512ull << 20;  // memory cap of the module cache (LRU)
   // Root of the separate debug-file tree (/usr/lib/debug); tests point it elsewhere.
   std::string debug_root = "/usr/lib/debug";
+  // When no local debug file matches a module's build-id and DEBUGINFOD_URLS is set, ask those
+  // servers through libdebuginfod (downloads are cached in $DEBUGINFOD_CACHE_PATH or
+  // ~/.cache/debuginfod_client; misses are remembered there too).
+  bool debuginfod = true;
 };
 
 // Not thread-safe: one Symbolizer per thread, or external locking.
@@ -103,6 +109,10 @@ class Symbolizer {
   // an unreadable module yields !found locations with rel_address still set where computable.
   // Callers pass return addresses already decremented by one.
   std::vector<Location> resolve(const ModuleRef& module, std::span<const uint64_t> file_offsets);
+
+  // The same for ELF virtual addresses of the module file (what nm, objdump and llvm-symbolizer
+  // print and take), with no file-offset translation.
+  std::vector<Location> resolve_vaddrs(const ModuleRef& module, std::span<const uint64_t> vaddrs);
 
   // Estimated bytes held by cached module tables (symbol tables, strings, DWARF indexes).
   uint64_t cache_bytes_used() const;

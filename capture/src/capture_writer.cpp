@@ -1,0 +1,399 @@
+// CaptureWriter: appends zstd-compressed blocks with what is new in a growing RawProfile.
+#include <fcntl.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <unordered_map>
+
+#include "capture_codec.h"
+#include "hpd/capture/capture.h"
+
+namespace hpd {
+
+using capture::BlockType;
+using capture::Encoder;
+
+namespace {
+
+std::string read_boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+bool same_lost(const LostCounts& a, const LostCounts& b) {
+  return a.lost_records == b.lost_records && a.throttle_events == b.throttle_events &&
+         a.stack_failures == b.stack_failures && a.truncated_stacks == b.truncated_stacks;
+}
+
+bool same_mapping(const RawMapping& a, const RawMapping& b) {
+  return a.start == b.start && a.end == b.end && a.file_offset == b.file_offset && a.module == b.module &&
+         a.time_ns == b.time_ns && a.unmapped_ns == b.unmapped_ns;
+}
+
+bool same_process_fields(const RawProcess& a, const RawProcess& b) {
+  return a.pid == b.pid && a.name == b.name && a.exe == b.exe && a.cmdline == b.cmdline &&
+         a.start_ns == b.start_ns && a.end_ns == b.end_ns;
+}
+
+bool same_thread(const RawThread& a, const RawThread& b) {
+  return a.pid == b.pid && a.tid == b.tid && a.name == b.name && a.start_ns == b.start_ns &&
+         a.end_ns == b.end_ns && same_lost(a.lost, b.lost);
+}
+
+bool same_info(const RecordingInfo& a, const RecordingInfo& b) {
+  return a.start_unix_ns == b.start_unix_ns && a.start_mono_ns == b.start_mono_ns &&
+         a.end_mono_ns == b.end_mono_ns && a.interval_ns == b.interval_ns &&
+         a.frequency_hz == b.frequency_hz && a.backend == b.backend && a.event == b.event &&
+         a.call_graph == b.call_graph && a.target == b.target && a.arguments == b.arguments &&
+         a.hostname == b.hostname && a.kernel_release == b.kernel_release &&
+         a.kernel_frames == b.kernel_frames && a.logical_cpus == b.logical_cpus;
+}
+
+bool same_edges(const std::vector<RawCallEdge>& a, const std::vector<RawCallEdge>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].pid != b[i].pid || a[i].caller_address != b[i].caller_address ||
+        a[i].callee_address != b[i].callee_address || a[i].count != b[i].count)
+      return false;
+  }
+  return true;
+}
+
+void encode_lost(Encoder& e, const LostCounts& l) {
+  e.var(l.lost_records);
+  e.var(l.throttle_events);
+  e.var(l.stack_failures);
+  e.var(l.truncated_stacks);
+}
+
+}  // namespace
+
+struct CaptureWriter::State {
+  std::string path;
+  CaptureWriterOptions options;
+  int fd = -1;
+  ZSTD_CCtx* cctx = nullptr;
+  std::string boot_id;
+  uint64_t bytes = 0;
+  uint64_t blocks = 0;
+  bool finished = false;
+
+  // What has been written so far, to find what is new or changed.
+  bool info_written = false;
+  RecordingInfo info;
+  size_t modules = 0;
+  struct WrittenProcess {
+    RawProcess fields;  // without mappings
+    std::vector<RawMapping> mappings;
+  };
+  std::unordered_map<int32_t, WrittenProcess> processes;
+  std::vector<RawThread> threads;  // same order as RawProfile::threads
+  size_t stacks = 0;
+  size_t samples = 0;
+  std::vector<RawCallEdge> edges;
+  LostCounts lost;
+  Encoder enc;
+  std::vector<uint8_t> compressed;
+
+  [[noreturn]] void fail(const std::string& what, int err) const {
+    throw CaptureError("cannot write capture file '" + path + "': " + what + ": " + std::strerror(err));
+  }
+
+  void write_all(const uint8_t* data, size_t size) {
+    while (size > 0) {
+      const ssize_t n = ::write(fd, data, size);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("write", errno);
+      }
+      data += n;
+      size -= static_cast<size_t>(n);
+      bytes += static_cast<uint64_t>(n);
+    }
+  }
+
+  // Frames, compresses and writes the payload in `enc` as one block, with one write() call.
+  void emit(BlockType type, bool required = true) {
+    const std::string& raw = enc.bytes();
+    uint16_t flags = required ? capture::kFlagRequired : 0;
+    std::span<const uint8_t> stored(reinterpret_cast<const uint8_t*>(raw.data()), raw.size());
+    if (raw.size() >= 64) {  // tiny payloads do not shrink; a zstd frame header alone is 6+ bytes
+      compressed.resize(capture::kBlockHeaderSize + ZSTD_compressBound(raw.size()));
+      const size_t n = ZSTD_compressCCtx(cctx, compressed.data() + capture::kBlockHeaderSize,
+                                         compressed.size() - capture::kBlockHeaderSize, raw.data(),
+                                         raw.size(), options.zstd_level);
+      if (ZSTD_isError(n)) {
+        throw CaptureError("cannot write capture file '" + path + "': zstd: " + ZSTD_getErrorName(n));
+      }
+      if (n < raw.size()) {
+        flags |= capture::kFlagZstd;
+        compressed.resize(capture::kBlockHeaderSize + n);
+        stored = std::span<const uint8_t>(compressed.data() + capture::kBlockHeaderSize, n);
+      }
+    }
+    if (!(flags & capture::kFlagZstd)) {
+      compressed.resize(capture::kBlockHeaderSize);
+      compressed.insert(compressed.end(), stored.begin(), stored.end());
+      stored = std::span<const uint8_t>(compressed.data() + capture::kBlockHeaderSize, stored.size());
+    }
+    uint8_t* h = compressed.data();
+    capture::put_le16(h, static_cast<uint16_t>(type));
+    capture::put_le16(h + 2, flags);
+    capture::put_le32(h + 4, static_cast<uint32_t>(stored.size()));
+    capture::put_le32(h + 8, static_cast<uint32_t>(raw.size()));
+    capture::put_le32(h + 12, capture::block_crc(h, stored));
+    write_all(compressed.data(), compressed.size());
+    ++blocks;
+    enc.clear();
+  }
+
+  void write_info(const RawProfile& p) {
+    if (info_written && same_info(info, p.info)) return;
+    const RecordingInfo& i = p.info;
+    enc.var(i.start_unix_ns);
+    enc.var(i.start_mono_ns);
+    enc.var(i.end_mono_ns);
+    enc.var(i.interval_ns);
+    enc.var(i.frequency_hz);
+    enc.str(i.backend);
+    enc.str(i.event);
+    enc.str(i.call_graph);
+    enc.str(i.target);
+    enc.var(i.arguments.size());
+    for (const auto& a : i.arguments) enc.str(a);
+    enc.str(i.hostname);
+    enc.str(i.kernel_release);
+    enc.u8(i.kernel_frames ? 1 : 0);
+    enc.var(i.logical_cpus);
+    enc.str(options.writer);
+    enc.str(boot_id);
+    emit(BlockType::kInfo);
+    info = i;
+    info_written = true;
+  }
+
+  void write_modules(const RawProfile& p) {
+    if (modules >= p.modules.size()) return;
+    enc.var(modules);
+    enc.var(p.modules.size() - modules);
+    for (size_t i = modules; i < p.modules.size(); ++i) {
+      enc.str(p.modules[i].path);
+      enc.str(p.modules[i].build_id);
+      enc.u8(p.modules[i].is_kernel ? 1 : 0);
+    }
+    emit(BlockType::kModules);
+    modules = p.modules.size();
+  }
+
+  void write_processes(const RawProfile& p) {
+    size_t changed = 0;
+    Encoder body;
+    for (const RawProcess& process : p.processes) {
+      auto [it, added] = processes.try_emplace(process.pid);
+      WrittenProcess& w = it->second;
+      const bool fields_changed = added || !same_process_fields(w.fields, process);
+      std::vector<uint32_t> mapping_updates;
+      for (size_t m = 0; m < process.mappings.size(); ++m) {
+        if (m >= w.mappings.size() || !same_mapping(w.mappings[m], process.mappings[m]))
+          mapping_updates.push_back(static_cast<uint32_t>(m));
+      }
+      if (!fields_changed && mapping_updates.empty()) continue;
+      ++changed;
+      body.svar(process.pid);
+      body.str(process.name);
+      body.str(process.exe);
+      body.var(process.cmdline.size());
+      for (const auto& a : process.cmdline) body.str(a);
+      body.var(process.start_ns);
+      body.var(process.end_ns);
+      body.var(mapping_updates.size());
+      for (const uint32_t m : mapping_updates) {
+        const RawMapping& map = process.mappings[m];
+        body.var(m);
+        body.var(map.start);
+        body.var(map.end - map.start);
+        body.var(map.file_offset);
+        body.index(map.module);
+        body.var(map.time_ns);
+        body.var(map.unmapped_ns);
+      }
+      w.fields.pid = process.pid;
+      w.fields.name = process.name;
+      w.fields.exe = process.exe;
+      w.fields.cmdline = process.cmdline;
+      w.fields.start_ns = process.start_ns;
+      w.fields.end_ns = process.end_ns;
+      w.mappings = process.mappings;
+    }
+    if (changed == 0) return;
+    enc.var(changed);
+    enc.bytes().append(body.bytes());
+    emit(BlockType::kProcesses);
+  }
+
+  void write_threads(const RawProfile& p) {
+    size_t changed = 0;
+    Encoder body;
+    for (size_t i = 0; i < p.threads.size(); ++i) {
+      const RawThread& t = p.threads[i];
+      if (i < threads.size() && same_thread(threads[i], t)) continue;
+      ++changed;
+      body.svar(t.pid);
+      body.svar(t.tid);
+      body.str(t.name);
+      body.var(t.start_ns);
+      body.var(t.end_ns);
+      encode_lost(body, t.lost);
+      if (i < threads.size())
+        threads[i] = t;
+      else
+        threads.push_back(t);
+    }
+    if (changed == 0) return;
+    enc.var(changed);
+    enc.bytes().append(body.bytes());
+    emit(BlockType::kThreads);
+  }
+
+  void write_stacks(const RawProfile& p) {
+    const RawStackTable& table = p.stacks;
+    while (stacks < table.size()) {
+      const size_t n = std::min(table.size() - stacks, capture::kStacksPerBlock);
+      enc.var(stacks);
+      enc.var(n);
+      // Columns, then addresses as deltas: return addresses of one stack are close to each other.
+      for (size_t i = stacks; i < stacks + n; ++i) enc.var(table[static_cast<uint32_t>(i)].kernel_depth);
+      for (size_t i = stacks; i < stacks + n; ++i) enc.var(table[static_cast<uint32_t>(i)].user_depth);
+      uint64_t prev = 0;
+      for (size_t i = stacks; i < stacks + n; ++i) {
+        for (const uint64_t a : table.kernel_frames(static_cast<uint32_t>(i))) {
+          enc.svar(static_cast<int64_t>(a - prev));
+          prev = a;
+        }
+        for (const uint64_t a : table.user_frames(static_cast<uint32_t>(i))) {
+          enc.svar(static_cast<int64_t>(a - prev));
+          prev = a;
+        }
+      }
+      emit(BlockType::kStacks);
+      stacks += n;
+    }
+  }
+
+  void write_samples(const RawProfile& p) {
+    while (samples < p.samples.size()) {
+      const size_t n = std::min(p.samples.size() - samples, capture::kSamplesPerBlock);
+      const RawSample* s = p.samples.data() + samples;
+      enc.var(samples);
+      enc.var(n);
+      // One column per field: zstd finds far more repetition in a column of tids than in rows.
+      uint64_t prev_time = 0;
+      for (size_t i = 0; i < n; ++i) {
+        enc.svar(static_cast<int64_t>(s[i].time_ns - prev_time));
+        prev_time = s[i].time_ns;
+      }
+      for (size_t i = 0; i < n; ++i) enc.svar(s[i].pid);
+      for (size_t i = 0; i < n; ++i) enc.svar(int64_t{s[i].tid} - s[i].pid);
+      for (size_t i = 0; i < n; ++i) enc.index(s[i].stack);
+      for (size_t i = 0; i < n; ++i) enc.var(s[i].cpu_delta_ns);
+      for (size_t i = 0; i < n; ++i) enc.var(s[i].off_cpu_ns);
+      for (size_t i = 0; i < n; ++i) enc.var(s[i].cpu);
+      for (size_t i = 0; i < n; ++i)
+        enc.u8(static_cast<uint8_t>(static_cast<uint8_t>(s[i].kind) | static_cast<uint8_t>(s[i].stack_end)
+                                                                          << 2));
+      emit(BlockType::kSamples);
+      samples += n;
+    }
+  }
+
+  void write_edges(const RawProfile& p) {
+    if (same_edges(edges, p.call_edges)) return;
+    enc.var(p.call_edges.size());
+    for (const RawCallEdge& e : p.call_edges) {
+      enc.svar(e.pid);
+      enc.var(e.caller_address);
+      enc.var(e.callee_address);
+      enc.var(e.count);
+    }
+    emit(BlockType::kCallEdges);
+    edges = p.call_edges;
+  }
+
+  void write_lost(const RawProfile& p) {
+    if (same_lost(lost, p.lost)) return;
+    encode_lost(enc, p.lost);
+    emit(BlockType::kLost);
+    lost = p.lost;
+  }
+};
+
+CaptureWriter::CaptureWriter(const std::string& path, CaptureWriterOptions options)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.path = path;
+  s.options = std::move(options);
+  s.boot_id = read_boot_id();
+  s.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (s.fd < 0) s.fail("open", errno);
+  s.cctx = ZSTD_createCCtx();
+  if (s.cctx == nullptr) throw CaptureError("cannot write capture file '" + path + "': out of memory");
+  uint8_t header[capture::kFileHeaderSize] = {};
+  std::memcpy(header, capture::kMagic, sizeof capture::kMagic);
+  capture::put_le32(header + 8, kCaptureFormatVersion);
+  capture::put_le32(header + 12, 0);  // flags: none defined
+  s.write_all(header, sizeof header);
+}
+
+CaptureWriter::~CaptureWriter() {
+  if (state_->fd >= 0) ::close(state_->fd);
+  ZSTD_freeCCtx(state_->cctx);
+}
+
+void CaptureWriter::flush(const RawProfile& profile) {
+  State& s = *state_;
+  if (s.finished) throw CaptureError("capture file '" + s.path + "' is already finished");
+  // Order matters for a file cut short: a sample's stack, thread and process precede it.
+  s.write_info(profile);
+  s.write_modules(profile);
+  s.write_processes(profile);
+  s.write_threads(profile);
+  s.write_stacks(profile);
+  s.write_samples(profile);
+  s.write_edges(profile);
+  s.write_lost(profile);
+}
+
+void CaptureWriter::finish(const RawProfile& profile) {
+  flush(profile);
+  State& s = *state_;
+  s.enc.var(s.samples);
+  s.enc.var(s.stacks);
+  s.emit(BlockType::kEnd);
+  s.finished = true;
+  if (::fsync(s.fd) != 0 && errno != EINVAL) s.fail("fsync", errno);
+  const int fd = s.fd;
+  s.fd = -1;
+  if (::close(fd) != 0) s.fail("close", errno);
+}
+
+uint64_t CaptureWriter::bytes_written() const {
+  return state_->bytes;
+}
+uint64_t CaptureWriter::blocks_written() const {
+  return state_->blocks;
+}
+const std::string& CaptureWriter::path() const {
+  return state_->path;
+}
+
+void write_capture_file(const RawProfile& profile, const std::string& path, CaptureWriterOptions options) {
+  CaptureWriter writer(path, std::move(options));
+  writer.finish(profile);
+}
+
+}  // namespace hpd

@@ -1,0 +1,95 @@
+// `hpctl convert IN -o OUT`: a capture (.hpr) or an hpctl Firefox profile into Firefox JSON, pprof,
+// collapsed stacks or the report, symbolizing captures on this machine.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+#include "commands.h"
+#include "hpd/export/collapsed.h"
+#include "hpd/export/firefox.h"
+#include "hpd/export/pprof.h"
+#include "hpd/export/report.h"
+#include "profile_input.h"
+
+namespace hpd::cli {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::string guess_output_format(const std::string& output) {
+  std::string name = output;
+  if (ends_with(name, ".gz")) name.resize(name.size() - 3);
+  if (ends_with(name, ".json")) return "firefox";
+  if (ends_with(name, ".pb") || ends_with(name, ".pprof") || ends_with(output, ".pb.gz")) return "pprof";
+  if (ends_with(name, ".collapsed") || ends_with(name, ".folded") || ends_with(name, ".txt"))
+    return "collapsed";
+  return "";
+}
+
+int run_convert(const ConvertArgs& args) {
+  const std::string format = !args.format.empty() ? args.format : guess_output_format(args.output);
+  if (format.empty()) {
+    throw std::runtime_error("cannot tell the output format from '" + args.output +
+                             "'; give --format firefox|pprof|collapsed|report (or end the name in .json.gz, "
+                             ".pb.gz, .collapsed)");
+  }
+  if (args.output == "-" && (format == "firefox" || format == "pprof")) {
+    throw std::runtime_error("--format " + format + " needs an output file, not stdout");
+  }
+  ModuleSearch symbolize;
+  symbolize.debug_dirs = args.debug_dirs;
+  symbolize.debuginfod = !args.no_debuginfod;
+  LoadedProfile loaded = load_profile(args.input, symbolize);
+  if (!args.quiet) print_notes(loaded.notes);
+  const Profile& profile = loaded.profile;
+
+  if (format == "firefox") {
+    write_firefox_file(profile, args.output);
+  } else if (format == "pprof") {
+    write_pprof_file(profile, args.output);
+  } else if (format == "collapsed") {
+    CollapsedOptions options;
+    options.weight = args.weight == "cpu"    ? CollapsedWeight::kCpu
+                     : args.weight == "wall" ? CollapsedWeight::kWall
+                                             : CollapsedWeight::kSamples;
+    options.per_thread = args.per_thread;
+    if (args.output == "-") {
+      write_collapsed(profile, std::cout, options);
+      std::cout.flush();
+    } else {
+      write_collapsed_file(profile, args.output, options);
+    }
+  } else if (format == "report") {
+    ReportOptions options;
+    options.limit = args.limit;
+    const Report report = compute_report(profile, options);
+    const bool json = ends_with(args.output, ".json");
+    std::ofstream file;
+    if (args.output != "-") {
+      file.open(args.output, std::ios::binary | std::ios::trunc);
+      if (!file) throw std::runtime_error("cannot write '" + args.output + "'");
+    }
+    std::ostream& out = args.output == "-" ? std::cout : file;
+    if (json)
+      print_report_json(report, out, options);
+    else
+      print_report(report, out, options);
+    out.flush();
+    if (!out) throw std::runtime_error("writing '" + args.output + "' failed");
+  } else {
+    throw std::runtime_error("unknown format '" + format + "'");
+  }
+  if (!args.quiet && args.output != "-") {
+    std::fprintf(stderr, "hpctl: wrote %s (%s, %zu threads)\n", args.output.c_str(), format.c_str(),
+                 profile.threads.size());
+  }
+  return 0;
+}
+
+}  // namespace hpd::cli

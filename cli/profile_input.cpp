@@ -1,0 +1,186 @@
+// Loading .hpr captures (locating their modules, symbolizing) and Firefox profiles for hpctl's verbs.
+#include "profile_input.h"
+
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#ifdef HPD_HAVE_DEBUGINFOD
+#include <elfutils/debuginfod.h>
+#endif
+
+#include "hpd/export/firefox_reader.h"
+#include "hpd/symbolizer/convert.h"
+#include "hpd/symbolizer/symbolizer.h"
+
+namespace hpd::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The GNU build-id of an ELF file as lower-case hex; nullopt when the file cannot be read as ELF.
+std::optional<std::string> file_build_id(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  elf_version(EV_CURRENT);
+  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
+  std::optional<std::string> result;
+  if (elf != nullptr && elf_kind(elf) == ELF_K_ELF) {
+    result = std::string();
+    Elf_Scn* scn = nullptr;
+    while (result->empty() && (scn = elf_nextscn(elf, scn)) != nullptr) {
+      GElf_Shdr shdr;
+      if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      if (data == nullptr) continue;
+      GElf_Nhdr nhdr;
+      size_t offset = 0, name_off = 0, desc_off = 0;
+      while ((offset = gelf_getnote(data, offset, &nhdr, &name_off, &desc_off)) > 0) {
+        if (nhdr.n_type != NT_GNU_BUILD_ID || nhdr.n_namesz != 4 ||
+            std::string_view(static_cast<const char*>(data->d_buf) + name_off, 3) != "GNU")
+          continue;
+        static const char kHex[] = "0123456789abcdef";
+        const auto* bytes = static_cast<const unsigned char*>(data->d_buf) + desc_off;
+        for (size_t i = 0; i < nhdr.n_descsz; ++i) {
+          result->push_back(kHex[bytes[i] >> 4]);
+          result->push_back(kHex[bytes[i] & 15]);
+        }
+        break;
+      }
+    }
+  }
+  if (elf != nullptr) elf_end(elf);
+  ::close(fd);
+  return result;
+}
+
+bool is_hex(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// Whether `path` is an ELF file that carries `build_id` (any ELF file when build_id is empty).
+bool matches(const std::string& path, const std::string& build_id) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  const auto id = file_build_id(path);
+  return id && (build_id.empty() || *id == build_id);
+}
+
+std::optional<std::string> find_in_dirs(const RawModule& m, const std::vector<std::string>& dirs) {
+  const std::string name = fs::path(m.path).filename().string();
+  for (const std::string& dir : dirs) {
+    std::vector<std::string> candidates;
+    if (is_hex(m.build_id) && m.build_id.size() > 2) {
+      const std::string id = dir + "/.build-id/" + m.build_id.substr(0, 2) + "/" + m.build_id.substr(2);
+      candidates.push_back(id);
+      candidates.push_back(id + ".debug");
+    }
+    if (!name.empty()) candidates.push_back(dir + "/" + name);
+    if (!m.path.empty() && m.path[0] == '/') candidates.push_back(dir + m.path);
+    for (const std::string& c : candidates) {
+      if (matches(c, m.build_id)) return c;
+    }
+  }
+  return std::nullopt;
+}
+
+#ifdef HPD_HAVE_DEBUGINFOD
+std::optional<std::string> find_with_debuginfod(const RawModule& m) {
+  const char* urls = std::getenv("DEBUGINFOD_URLS");
+  if (urls == nullptr || *urls == '\0' || !is_hex(m.build_id)) return std::nullopt;
+  debuginfod_client* client = debuginfod_begin();
+  if (client == nullptr) return std::nullopt;
+  char* path = nullptr;
+  const int fd = debuginfod_find_executable(
+      client, reinterpret_cast<const unsigned char*>(m.build_id.c_str()), 0, &path);
+  std::optional<std::string> result;
+  if (fd >= 0) {
+    ::close(fd);
+    if (path != nullptr) result = std::string(path);
+  }
+  std::free(path);
+  debuginfod_end(client);
+  return result;
+}
+#endif
+
+std::string current_boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+// Points modules whose recorded file is gone or rebuilt at a matching file found elsewhere.
+void locate_modules(RawProfile& raw, const ModuleSearch& args, std::vector<std::string>& notes) {
+  for (RawModule& m : raw.modules) {
+    if (m.is_kernel || m.path.empty() || m.path[0] != '/') continue;  // [vdso] and friends
+    if (matches(m.path, m.build_id)) continue;
+    std::optional<std::string> found = find_in_dirs(m, args.debug_dirs);
+#ifdef HPD_HAVE_DEBUGINFOD
+    if (!found && args.debuginfod) found = find_with_debuginfod(m);
+#endif
+    if (found) {
+      notes.push_back("using " + *found + " for " + m.path + " (build-id " + m.build_id + ")");
+      m.path = *found;
+    }
+  }
+}
+
+bool has_kernel_addresses(const RawProfile& raw) {
+  for (size_t i = 0; i < raw.stacks.size(); ++i) {
+    if (raw.stacks[static_cast<uint32_t>(i)].kernel_depth != 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+LoadedProfile symbolize_capture(CaptureContents capture, const ModuleSearch& args) {
+  LoadedProfile out;
+  out.from_capture = true;
+  out.notes = std::move(capture.info.notes);
+  RawProfile& raw = capture.profile;
+  locate_modules(raw, args, out.notes);
+
+  ConvertOptions options;
+  options.kernel_frames = raw.info.kernel_frames;
+  if (options.kernel_frames && has_kernel_addresses(raw) &&
+      (capture.info.boot_id.empty() || capture.info.boot_id != current_boot_id())) {
+    // Another boot (or machine) has other kernel addresses: symbols from this kallsyms would be wrong.
+    options.kallsyms_path = "";
+    out.notes.push_back(
+        "kernel frames stay as addresses: the capture was recorded in another boot, whose "
+        "kernel symbol addresses are not known here");
+  }
+  Symbolizer symbolizer;
+  out.profile = symbolize_profile(raw, symbolizer, options);
+  if (!out.profile.meta.missing_modules.empty()) {
+    std::string list;
+    for (const std::string& m : out.profile.meta.missing_modules) list += (list.empty() ? "" : ", ") + m;
+    out.notes.push_back(std::to_string(out.profile.meta.missing_modules.size()) +
+                        " modules not found (their frames show module+offset): " + list +
+                        "; give --debug-dir DIR or set DEBUGINFOD_URLS");
+  }
+  return out;
+}
+
+LoadedProfile load_profile(const std::string& path, const ModuleSearch& args) {
+  if (is_capture_file(path)) return symbolize_capture(read_capture_file(path), args);
+  LoadedProfile out;
+  out.profile = read_firefox_file(path);
+  return out;
+}
+
+void print_notes(const std::vector<std::string>& notes) {
+  for (const std::string& n : notes) std::fprintf(stderr, "hpctl: note: %s\n", n.c_str());
+}
+
+}  // namespace hpd::cli

@@ -1,0 +1,275 @@
+// Frame-pointer detection from function prologues, and the --call-graph auto decision.
+#include "perf/call_graph_choice.h"
+
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "util/unique_fd.h"
+
+namespace hpd {
+
+namespace {
+
+struct ElfDeleter {
+  void operator()(Elf* elf) const { elf_end(elf); }
+};
+using ElfHandle = std::unique_ptr<Elf, ElfDeleter>;
+
+struct LoadSegment {
+  uint64_t vaddr = 0;
+  uint64_t filesz = 0;
+  uint64_t offset = 0;
+};
+
+std::optional<uint64_t> file_offset_of(const std::vector<LoadSegment>& segments, uint64_t vaddr) {
+  for (const LoadSegment& s : segments) {
+    if (vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz) return s.offset + (vaddr - s.vaddr);
+  }
+  return std::nullopt;
+}
+
+int32_t read_s32(const uint8_t* p) {
+  int32_t v = 0;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Function starts from .eh_frame_hdr's binary-search table, in the one encoding linkers write
+// (datarel|sdata4 pairs after a udata4 count). Empty for anything else.
+std::vector<uint64_t> starts_from_eh_frame_hdr(Elf_Scn* scn, const GElf_Shdr& shdr) {
+  std::vector<uint64_t> starts;
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (data == nullptr || data->d_buf == nullptr || data->d_size < 4) return starts;
+  const auto* p = static_cast<const uint8_t*>(data->d_buf);
+  const size_t size = data->d_size;
+  constexpr uint8_t kUdata4 = 0x03, kSdata4 = 0x0b, kPcrelSdata4 = 0x1b, kDatarelSdata4 = 0x3b;
+  if (p[0] != 1 || p[2] != kUdata4 || p[3] != kDatarelSdata4) return starts;
+  if (p[1] != kUdata4 && p[1] != kSdata4 && p[1] != kPcrelSdata4) return starts;
+  if (size < 12) return starts;
+  uint32_t count = 0;
+  std::memcpy(&count, p + 8, sizeof count);
+  const size_t available = (size - 12) / 8;
+  count = static_cast<uint32_t>(std::min<size_t>(count, available));
+  starts.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    starts.push_back(shdr.sh_addr + static_cast<uint64_t>(static_cast<int64_t>(read_s32(p + 12 + 8 * i))));
+  }
+  return starts;
+}
+
+// Rust's standard library ships precompiled with frame pointers, and it is most of a small Rust
+// binary's functions; the program's own code, built without them, would be outvoted.
+bool is_std_crate(std::string_view crate) {
+  return crate == "std" || crate == "core" || crate == "alloc" || crate == "hashbrown" ||
+         crate == "rustc_demangle" || crate == "std_detect" || crate == "panic_unwind" || crate == "gimli" ||
+         crate == "addr2line" || crate == "miniz_oxide" || crate == "object" || crate == "memchr" ||
+         crate == "adler" || crate == "adler2" || crate == "___rustc" || crate == "unwind" || crate == "libc";
+}
+
+// The crate of a Rust symbol: legacy _ZN<len><crate>..., or v0 _R... whose first crate root is
+// C[s<base62>_]<len><crate>.
+std::string_view rust_crate(std::string_view name) {
+  auto length_prefixed = [](std::string_view s) -> std::string_view {
+    size_t len = 0, i = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9' && len < 1000) len = len * 10 + size_t(s[i++] - '0');
+    if (i == 0 || i + len > s.size()) return {};
+    return s.substr(i, len);
+  };
+  if (name.starts_with("_ZN")) return length_prefixed(name.substr(3));
+  if (!name.starts_with("_R")) return {};
+  for (size_t at = name.find('C', 2); at != std::string_view::npos; at = name.find('C', at + 1)) {
+    std::string_view rest = name.substr(at + 1);
+    if (rest.starts_with("s")) {
+      const size_t underscore = rest.find('_');
+      if (underscore == std::string_view::npos) return {};
+      rest = rest.substr(underscore + 1);
+    }
+    if (!rest.empty() && rest[0] >= '0' && rest[0] <= '9') return length_prefixed(rest);
+  }
+  return {};
+}
+
+// Code whose frame setup says nothing about how the program was compiled: crt's helpers (never a
+// frame), and Rust's standard library, which ships precompiled with frame pointers and is most of a
+// small Rust binary's functions (the program's own code would be outvoted).
+bool is_not_the_programs_code(const char* name) {
+  static constexpr std::string_view kCrt[] = {"_start", "_init", "_fini", "deregister_tm_clones",
+                                              "register_tm_clones", "__do_global_dtors_aux", "frame_dummy",
+                                              "_dl_relocate_static_pie", "__libc_csu_init", "__libc_csu_fini"};
+  const std::string_view n(name);
+  for (const std::string_view crt : kCrt) {
+    if (n == crt) return true;
+  }
+  return is_std_crate(rust_crate(n));
+}
+
+void starts_from_symbols(Elf* elf, Elf_Scn* scn, const GElf_Shdr& shdr, std::vector<uint64_t>& starts,
+                         std::vector<uint64_t>& excluded) {
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  if (data == nullptr || shdr.sh_entsize == 0) return;
+  const size_t n = shdr.sh_size / shdr.sh_entsize;
+  for (size_t i = 0; i < n; ++i) {
+    GElf_Sym sym;
+    if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
+    if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value == 0 || sym.st_shndx == SHN_UNDEF) continue;
+    const char* name = elf_strptr(elf, shdr.sh_link, sym.st_name);
+    (name != nullptr && is_not_the_programs_code(name) ? excluded : starts).push_back(sym.st_value);
+  }
+}
+
+// push %rbp; mov %rsp,%rbp (either encoding of the mov), after an optional endbr64.
+bool sets_up_frame(const uint8_t* code, size_t n) {
+  size_t i = 0;
+  if (n >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && code[3] == 0xfa) i = 4;
+  if (n < i + 4 || code[i] != 0x55) return false;
+  const uint8_t* mov = code + i + 1;
+  return mov[0] == 0x48 && ((mov[1] == 0x89 && mov[2] == 0xe5) || (mov[1] == 0x8b && mov[2] == 0xec));
+}
+
+}  // namespace
+
+bool FramePointerProbe::built_with_frame_pointers() const {
+  // Compilers told to keep frame pointers set one up in every function that calls others (gcc skips
+  // leaves unless -mno-omit-leaf-frame-pointer), which is most of them; without the option hardly any
+  // do (only functions with variable-sized or over-aligned stack frames: a few percent). A third
+  // separates the two with room on both sides.
+  return functions_checked > 0 && with_frame_setup * 3 >= functions_checked;
+}
+
+FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_functions) {
+  FramePointerProbe probe;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    probe.error = std::string("cannot open it: ") + std::strerror(errno);
+    return probe;
+  }
+  elf_version(EV_CURRENT);
+  ElfHandle elf(elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr));
+  GElf_Ehdr ehdr;
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF || gelf_getehdr(elf.get(), &ehdr) == nullptr) {
+    probe.error = "not an ELF file";
+    return probe;
+  }
+  if (ehdr.e_machine != EM_X86_64) {
+    probe.error = "not an x86-64 executable";
+    return probe;
+  }
+  std::vector<LoadSegment> segments;
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf.get(), &phnum) == 0) {
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
+          (ph.p_flags & PF_X) != 0) {
+        segments.push_back(LoadSegment{ph.p_vaddr, ph.p_filesz, ph.p_offset});
+      }
+    }
+  }
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) {
+    probe.error = "no section name table";
+    return probe;
+  }
+  std::vector<uint64_t> starts;
+  std::vector<uint64_t> symbol_starts;
+  std::vector<uint64_t> excluded;
+  uint64_t text_begin = 0, text_end = 0;
+  for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn != nullptr; scn = elf_nextscn(elf.get(), scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+    const char* name = elf_strptr(elf.get(), shstrndx, shdr.sh_name);
+    if (name == nullptr) continue;
+    if (std::strcmp(name, ".eh_frame") == 0 && shdr.sh_type != SHT_NOBITS && shdr.sh_size > 0) {
+      probe.has_eh_frame = true;
+    } else if (std::strcmp(name, ".text") == 0) {
+      text_begin = shdr.sh_addr;
+      text_end = shdr.sh_addr + shdr.sh_size;
+    } else if (std::strcmp(name, ".eh_frame_hdr") == 0 && shdr.sh_type != SHT_NOBITS) {
+      starts = starts_from_eh_frame_hdr(scn, shdr);
+    } else if (shdr.sh_type == SHT_SYMTAB || shdr.sh_type == SHT_DYNSYM) {
+      starts_from_symbols(elf.get(), scn, shdr, symbol_starts, excluded);
+    }
+  }
+  // Both sources: .eh_frame_hdr covers stripped files, symbols cover code built without unwind tables.
+  starts.insert(starts.end(), symbol_starts.begin(), symbol_starts.end());
+  std::sort(excluded.begin(), excluded.end());
+  std::erase_if(starts, [&](uint64_t a) { return std::binary_search(excluded.begin(), excluded.end(), a); });
+  // Compiled functions only: PLT stubs have CFI too but never a frame.
+  if (text_end > text_begin) {
+    std::erase_if(starts, [&](uint64_t a) { return a < text_begin || a >= text_end; });
+  }
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  probe.readable = true;
+  if (starts.empty() || max_functions == 0) return probe;
+  // Evenly spread over the file, so that one library statically linked in does not decide alone.
+  const size_t step = std::max<size_t>(1, starts.size() / max_functions);
+  for (size_t i = 0; i < starts.size() && probe.functions_checked < max_functions; i += step) {
+    const auto offset = file_offset_of(segments, starts[i]);
+    if (!offset) continue;
+    uint8_t code[16];
+    const ssize_t n = ::pread(fd.get(), code, sizeof code, static_cast<off_t>(*offset));
+    if (n < 8) continue;
+    ++probe.functions_checked;
+    probe.with_frame_setup += sets_up_frame(code, static_cast<size_t>(n)) ? 1 : 0;
+  }
+  return probe;
+}
+
+std::string resolve_command(const std::string& argv0) {
+  if (argv0.empty() || argv0.find('/') != std::string::npos) return argv0;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t begin = 0;
+  while (begin <= dirs.size()) {
+    size_t end = dirs.find(':', begin);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(begin, end - begin);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + argv0;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    begin = end + 1;
+  }
+  return argv0;
+}
+
+CallGraphChoice choose_call_graph(const std::vector<std::string>& executables) {
+  CallGraphChoice choice;
+  std::string fp_notes;
+  for (const std::string& exe : executables) {
+    const FramePointerProbe probe = probe_frame_pointers(exe);
+    const std::string counts = std::to_string(probe.with_frame_setup) + " of " +
+                               std::to_string(probe.functions_checked) + " functions checked set up a frame";
+    std::string note;
+    if (!probe.readable) {
+      note = exe + " could not be inspected (" + probe.error + ")";
+    } else if (probe.functions_checked == 0) {
+      note = exe + " has no functions to inspect";
+    } else if (probe.built_with_frame_pointers()) {
+      note = exe + " was built with frame pointers (" + counts + ")";
+    } else if (!probe.has_eh_frame) {
+      note = exe + " has neither frame pointers nor .eh_frame (" + counts + ")";
+    } else {
+      choice.mode = CallGraph::kDwarf;
+      choice.reason = exe + " was built without frame pointers (" + counts + ")";
+      return choice;
+    }
+    if (!fp_notes.empty()) fp_notes += "; ";
+    fp_notes += note;
+  }
+  choice.mode = CallGraph::kFp;
+  choice.reason = fp_notes.empty() ? "no executable to inspect" : fp_notes;
+  return choice;
+}
+
+}  // namespace hpd

@@ -1,0 +1,98 @@
+// Collapsed-stack writer: aggregates samples per unique stack, renders each stack's names once.
+#include <algorithm>
+#include <map>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "hpd/export/collapsed.h"
+#include "output_file.h"
+
+namespace hpd {
+namespace {
+
+constexpr uint64_t kDefaultIntervalNs = 1000000;
+constexpr int kGzipLevel = 6;
+
+void append_name(std::string& out, std::string_view name) {
+  for (const char c : name) out.push_back(c == ';' ? ':' : (c == '\n' || c == '\r') ? ' ' : c);
+}
+
+}  // namespace
+
+void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions& options) {
+  const RecordingInfo& info = p.meta.recording;
+  const uint64_t interval_ns = info.interval_ns != 0    ? info.interval_ns
+                               : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
+                                                        : kDefaultIntervalNs;
+  for (size_t i = 0; i < p.stacks.size(); ++i) {
+    // prefix < i also guarantees that walking prefixes terminates.
+    const Stack& s = p.stacks[i];
+    if (s.frame >= p.frames.size() || (s.prefix != kNoIndex && s.prefix >= i))
+      throw std::runtime_error("invalid profile: stack " + std::to_string(i) + " is inconsistent");
+  }
+  // (thread or 0) << 32 | (stack + 1) -> weight; aggregated before any string is built.
+  std::unordered_map<uint64_t, uint64_t> weights;
+  for (uint32_t ti = 0; ti < p.threads.size(); ++ti) {
+    const uint64_t thread_key = options.per_thread ? uint64_t{ti} << 32 : 0;
+    for (const Sample& s : p.threads[ti].samples) {
+      if (s.stack != kNoIndex && s.stack >= p.stacks.size())
+        throw std::runtime_error("invalid profile: a sample refers to a missing stack");
+      uint64_t w = 0;
+      if (s.kind == SampleKind::kOnCpu) {
+        w = options.weight == CollapsedWeight::kSamples ? 1
+            : options.weight == CollapsedWeight::kCpu   ? s.cpu_delta_ns
+                                                        : interval_ns;
+      } else if (options.weight == CollapsedWeight::kWall) {
+        w = s.off_cpu_ns;
+      }
+      if (w != 0) weights[thread_key | (uint64_t{s.stack} + 1)] += w;
+    }
+  }
+  std::map<std::string, uint64_t> lines;  // sorted, and stacks that render alike are merged
+  std::string line;
+  for (const auto& [key, weight] : weights) {
+    line.clear();
+    if (options.per_thread) {
+      const Thread& t = p.threads[key >> 32];
+      append_name(line, t.process_name.empty() ? "[unknown]" : t.process_name);
+      line += ';';
+      append_name(line, t.name.empty() ? "[unknown]" : t.name);
+      line += " (" + std::to_string(t.tid) + ")";
+    }
+    const uint32_t stack = static_cast<uint32_t>(key & 0xffffffffu) - 1;
+    if (stack == kNoIndex) {
+      if (!line.empty()) line += ';';
+      line += "[unknown]";
+    } else {
+      for (const uint32_t f : p.stack_frames_root_first(stack)) {
+        if (f >= p.frames.size() || p.frames[f].func >= p.funcs.size() ||
+            p.funcs[p.frames[f].func].name >= p.strings.size())
+          throw std::runtime_error("invalid profile: a stack refers to a missing frame, func or name");
+        if (!line.empty()) line += ';';
+        append_name(line, p.func_name(p.frames[f].func));
+      }
+    }
+    lines[line] += weight;
+  }
+  for (const auto& [stack, weight] : lines) out << stack << ' ' << weight << '\n';
+  if (!out) throw std::runtime_error("writing collapsed stacks failed");
+}
+
+void write_collapsed_file(const Profile& profile, const std::string& path, const CollapsedOptions& options) {
+  std::ostringstream text;
+  write_collapsed(profile, text, options);
+  const std::string bytes = std::move(text).str();
+  AtomicFile file(path);
+  if (path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
+    GzipSink gzip(file, kGzipLevel);
+    gzip.write(bytes.data(), bytes.size());
+    gzip.finish();
+  } else {
+    file.write(bytes.data(), bytes.size());
+  }
+  file.commit();
+}
+
+}  // namespace hpd

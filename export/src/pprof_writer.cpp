@@ -1,0 +1,347 @@
+// pprof writer: a hand-written protobuf encoder for perftools.profiles.Profile (proto3, profile.proto).
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+#include <unordered_map>
+
+#include "hpd/export/pprof.h"
+#include "output_file.h"
+
+namespace hpd {
+namespace {
+
+constexpr int kGzipLevel = 6;
+constexpr uint64_t kDefaultIntervalNs = 1000000;
+
+// Protobuf wire format: field key = number << 3 | wire type; 0 = varint, 2 = length-delimited.
+// Negative int64 values would take ten bytes; every value written here is non-negative.
+class ProtoWriter {
+ public:
+  void varint(uint64_t v) {
+    while (v >= 0x80) {
+      out_.push_back(static_cast<char>(v | 0x80));
+      v >>= 7;
+    }
+    out_.push_back(static_cast<char>(v));
+  }
+  // proto3 leaves fields at their default value out.
+  void uint_field(uint32_t field, uint64_t v) {
+    if (v == 0) return;
+    varint(uint64_t{field} << 3);
+    varint(v);
+  }
+  void bool_field(uint32_t field, bool v) { uint_field(field, v ? 1 : 0); }
+  void bytes_field(uint32_t field, std::string_view bytes) {
+    varint(uint64_t{field} << 3 | 2);
+    varint(bytes.size());
+    out_.append(bytes);
+  }
+  void message_field(uint32_t field, const ProtoWriter& m) { bytes_field(field, m.out_); }
+  // Packed repeated varints (the proto3 default for repeated scalars).
+  template <typename Range>
+  void packed_field(uint32_t field, const Range& values) {
+    if (values.empty()) return;
+    ProtoWriter body;
+    for (const auto v : values) body.varint(static_cast<uint64_t>(v));
+    message_field(field, body);
+  }
+  const std::string& bytes() const { return out_; }
+  std::string take() { return std::move(out_); }
+  void clear() { out_.clear(); }
+
+ private:
+  std::string out_;
+};
+
+class PprofBuilder {
+ public:
+  PprofBuilder(const Profile& p, const PprofOptions& options) : p_(p), options_(options) {
+    strings_.emplace_back();
+    string_index_.emplace("", 0);
+  }
+
+  std::string build() {
+    check();
+    const RecordingInfo& info = p_.meta.recording;
+    interval_ns_ = info.interval_ns != 0    ? info.interval_ns
+                   : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
+                                            : kDefaultIntervalNs;
+    for (const Thread& t : p_.threads) {
+      for (const Sample& s : t.samples) has_off_cpu_ |= s.kind == SampleKind::kOffCpu;
+    }
+    has_calls_ = !p_.call_edges.empty();
+
+    std::vector<std::pair<std::string, std::string>> types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
+    if (has_off_cpu_) types.emplace_back("wall", "nanoseconds");
+    if (has_calls_) types.emplace_back("calls", "count");
+    value_count_ = types.size();
+    for (const auto& [type, unit] : types) {
+      ProtoWriter vt;
+      vt.uint_field(1, str(type));
+      vt.uint_field(2, str(unit));
+      out_.message_field(1, vt);
+    }
+
+    add_samples();
+    add_call_edges();
+
+    for (const AggregatedSample& s : samples_) {
+      ProtoWriter m;
+      m.packed_field(1, locations_of_stack(s.stack));
+      m.packed_field(2, s.values);
+      if (options_.thread_labels && s.thread != kNoIndex) {
+        const Thread& t = p_.threads[s.thread];
+        label(m, "thread", str(t.name.empty() ? t.process_name : t.name), 0);
+        label(m, "thread_id", 0, t.tid);
+        label(m, "pid", 0, t.pid);
+      }
+      out_.message_field(2, m);
+    }
+    for (const ProtoWriter& m : edge_samples_) out_.message_field(2, m);
+
+    write_mappings();
+    for (const ProtoWriter& loc : locations_) out_.message_field(4, loc);
+    write_functions();
+
+    // Header fields after the tables: their strings must be interned before the table is written.
+    ProtoWriter period_type;
+    period_type.uint_field(1, str("cpu"));
+    period_type.uint_field(2, str("nanoseconds"));
+    const uint64_t comment =
+        str("hpd recording" + (info.target.empty() ? std::string() : " of " + info.target));
+    const uint64_t default_type = str("cpu");
+    for (const std::string& s : strings_) out_.bytes_field(6, s);
+    out_.uint_field(9, info.start_unix_ns);
+    if (info.end_mono_ns > info.start_mono_ns) out_.uint_field(10, info.end_mono_ns - info.start_mono_ns);
+    out_.message_field(11, period_type);
+    out_.uint_field(12, interval_ns_);
+    std::vector<uint64_t> comments{comment};
+    out_.packed_field(13, comments);
+    out_.uint_field(14, default_type);
+    return out_.take();
+  }
+
+ private:
+  struct AggregatedSample {
+    uint32_t stack = kNoIndex;
+    uint32_t thread = kNoIndex;
+    std::vector<int64_t> values;
+  };
+
+  void check() const {
+    for (size_t i = 0; i < p_.frames.size(); ++i) {
+      const Frame& f = p_.frames[i];
+      if (f.func >= p_.funcs.size() || (f.lib != kNoIndex && f.lib >= p_.libs.size()))
+        throw std::runtime_error("invalid profile: frame " + std::to_string(i) +
+                                 " refers to a missing func or lib");
+    }
+    for (size_t i = 0; i < p_.funcs.size(); ++i) {
+      const Func& f = p_.funcs[i];
+      if (f.name >= p_.strings.size() || (f.file != kNoIndex && f.file >= p_.strings.size()))
+        throw std::runtime_error("invalid profile: func " + std::to_string(i) +
+                                 " refers to a missing string");
+    }
+    for (size_t i = 0; i < p_.stacks.size(); ++i) {
+      const Stack& s = p_.stacks[i];
+      if (s.frame >= p_.frames.size() || (s.prefix != kNoIndex && s.prefix >= i))
+        throw std::runtime_error("invalid profile: stack " + std::to_string(i) + " is inconsistent");
+    }
+    for (const Thread& t : p_.threads) {
+      for (const Sample& s : t.samples) {
+        if (s.stack != kNoIndex && s.stack >= p_.stacks.size())
+          throw std::runtime_error("invalid profile: a sample refers to a missing stack");
+      }
+    }
+    for (const CallEdge& e : p_.call_edges) {
+      if (e.callee_func >= p_.funcs.size() || (e.caller_func != kNoIndex && e.caller_func >= p_.funcs.size()))
+        throw std::runtime_error("invalid profile: a call edge refers to a missing func");
+    }
+  }
+
+  uint64_t str(const std::string& s) {
+    auto [it, added] = string_index_.emplace(s, strings_.size());
+    if (added) strings_.push_back(s);
+    return it->second;
+  }
+
+  void label(ProtoWriter& sample, const char* key, uint64_t str_value, int64_t num) {
+    ProtoWriter l;
+    l.uint_field(1, str(key));
+    l.uint_field(2, str_value);
+    l.uint_field(3, static_cast<uint64_t>(num));
+    sample.message_field(3, l);
+  }
+
+  void add_samples() {
+    std::unordered_map<uint64_t, size_t> index;  // (stack + 1) << 32 | thread -> samples_
+    for (uint32_t ti = 0; ti < p_.threads.size(); ++ti) {
+      const uint32_t thread = options_.thread_labels ? ti : kNoIndex;
+      for (const Sample& s : p_.threads[ti].samples) {
+        const uint64_t key = (uint64_t{s.stack} + 1) << 32 | thread;
+        auto [it, added] = index.emplace(key, samples_.size());
+        if (added)
+          samples_.push_back(AggregatedSample{s.stack, thread, std::vector<int64_t>(value_count_, 0)});
+        std::vector<int64_t>& v = samples_[it->second].values;
+        if (s.kind == SampleKind::kOnCpu) {
+          v[0] += 1;
+          v[1] += static_cast<int64_t>(s.cpu_delta_ns);
+          if (has_off_cpu_) v[2] += static_cast<int64_t>(interval_ns_);
+        } else if (has_off_cpu_) {
+          v[2] += static_cast<int64_t>(s.off_cpu_ns);
+        }
+      }
+    }
+  }
+
+  void add_call_edges() {
+    for (const CallEdge& e : p_.call_edges) {
+      std::vector<uint64_t> locs{function_location(e.callee_func)};
+      if (e.caller_func != kNoIndex) locs.push_back(function_location(e.caller_func));
+      std::vector<int64_t> values(value_count_, 0);
+      values.back() = static_cast<int64_t>(e.count);
+      ProtoWriter m;
+      m.packed_field(1, locs);
+      m.packed_field(2, values);
+      label(m, "pid", 0, e.pid);
+      edge_samples_.push_back(std::move(m));
+    }
+  }
+
+  // Location ids of a stack, leaf first: frames root first are grouped into native addresses (an
+  // inline_depth 0 frame followed by its inlined callees at the same address).
+  std::vector<uint64_t> locations_of_stack(uint32_t stack) {
+    std::vector<uint64_t> ids;
+    if (stack == kNoIndex) return ids;
+    const std::vector<uint32_t> frames = p_.stack_frames_root_first(stack);
+    size_t begin = 0;
+    for (size_t i = 1; i <= frames.size(); ++i) {
+      if (i < frames.size()) {
+        const Frame& f = p_.frames[frames[i]];
+        const Frame& head = p_.frames[frames[begin]];
+        if (f.inline_depth > 0 && f.lib == head.lib && f.address == head.address) continue;
+      }
+      ids.push_back(location(std::span<const uint32_t>(frames.data() + begin, i - begin)));
+      begin = i;
+    }
+    std::reverse(ids.begin(), ids.end());
+    return ids;
+  }
+
+  uint64_t location(std::span<const uint32_t> group) {
+    std::string key(reinterpret_cast<const char*>(group.data()), group.size() * sizeof(uint32_t));
+    auto [it, added] = location_index_.emplace(std::move(key), locations_.size() + 1);
+    if (!added) return it->second;
+    const Frame& head = p_.frames[group[0]];
+    ProtoWriter loc;
+    loc.uint_field(1, it->second);
+    if (head.lib != kNoIndex) {
+      loc.uint_field(2, uint64_t{head.lib} + 1);
+      used_libs_.resize(p_.libs.size());
+      LibUse& use = used_libs_[head.lib];
+      use.used = true;
+      use.inline_frames |= group.size() > 1;
+      for (const uint32_t f : group) {
+        use.line_numbers |= p_.frames[f].line != 0;
+        use.filenames |= p_.funcs[p_.frames[f].func].file != kNoIndex;
+      }
+    }
+    if (head.address >= 0) loc.uint_field(3, static_cast<uint64_t>(head.address));
+    for (size_t i = group.size(); i-- > 0;) {  // innermost first
+      const Frame& f = p_.frames[group[i]];
+      ProtoWriter line;
+      line.uint_field(1, function_id(f.func));
+      line.uint_field(2, f.line);
+      line.uint_field(3, f.column);
+      loc.message_field(4, line);
+    }
+    locations_.push_back(std::move(loc));
+    return it->second;
+  }
+
+  uint64_t function_location(uint32_t func) {
+    auto [it, added] = func_location_.emplace(func, locations_.size() + 1);
+    if (!added) return it->second;
+    ProtoWriter loc;
+    loc.uint_field(1, it->second);
+    ProtoWriter line;
+    line.uint_field(1, function_id(func));
+    loc.message_field(4, line);
+    locations_.push_back(std::move(loc));
+    return it->second;
+  }
+
+  uint64_t function_id(uint32_t func) {
+    if (used_funcs_.size() < p_.funcs.size()) used_funcs_.resize(p_.funcs.size(), false);
+    used_funcs_[func] = true;
+    return uint64_t{func} + 1;
+  }
+
+  void write_functions() {
+    for (uint32_t i = 0; i < used_funcs_.size(); ++i) {
+      if (!used_funcs_[i]) continue;
+      const Func& f = p_.funcs[i];
+      ProtoWriter m;
+      m.uint_field(1, uint64_t{i} + 1);
+      const uint64_t name = str(p_.strings[f.name]);
+      m.uint_field(2, name);
+      m.uint_field(3, name);  // the Profile keeps only demangled names
+      if (f.file != kNoIndex) m.uint_field(4, str(p_.strings[f.file]));
+      out_.message_field(5, m);
+    }
+  }
+
+  void write_mappings() {
+    for (uint32_t i = 0; i < used_libs_.size(); ++i) {
+      if (!used_libs_[i].used) continue;
+      const Lib& lib = p_.libs[i];
+      ProtoWriter m;
+      m.uint_field(1, uint64_t{i} + 1);
+      m.uint_field(5, str(lib.path.empty() ? lib.name : lib.path));
+      m.uint_field(6, str(lib.build_id));
+      m.bool_field(7, true);
+      m.bool_field(8, used_libs_[i].filenames);
+      m.bool_field(9, used_libs_[i].line_numbers);
+      m.bool_field(10, used_libs_[i].inline_frames);
+      out_.message_field(3, m);
+    }
+  }
+
+  struct LibUse {
+    bool used = false, filenames = false, line_numbers = false, inline_frames = false;
+  };
+
+  const Profile& p_;
+  const PprofOptions& options_;
+  ProtoWriter out_;
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, uint64_t> string_index_;
+  std::vector<AggregatedSample> samples_;
+  std::vector<ProtoWriter> edge_samples_;
+  std::vector<ProtoWriter> locations_;
+  std::unordered_map<std::string, uint64_t> location_index_;
+  std::unordered_map<uint32_t, uint64_t> func_location_;
+  std::vector<bool> used_funcs_;
+  std::vector<LibUse> used_libs_;
+  uint64_t interval_ns_ = kDefaultIntervalNs;
+  size_t value_count_ = 2;
+  bool has_off_cpu_ = false;
+  bool has_calls_ = false;
+};
+
+}  // namespace
+
+std::string encode_pprof(const Profile& profile, const PprofOptions& options) {
+  return PprofBuilder(profile, options).build();
+}
+
+void write_pprof_file(const Profile& profile, const std::string& path, const PprofOptions& options) {
+  const std::string bytes = encode_pprof(profile, options);
+  AtomicFile file(path);
+  GzipSink gzip(file, kGzipLevel);
+  gzip.write(bytes.data(), bytes.size());
+  gzip.finish();
+  file.commit();
+}
+
+}  // namespace hpd

@@ -1,0 +1,239 @@
+// Privileged tests of the capture file through the real hpctl and kernel: record -o .hpr, then
+// report and convert it; a recording killed with SIGKILL; damaged files; modules moved elsewhere.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "pprof_text.h"
+#include "subprocess.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace hpd::test {
+namespace {
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kFixtures = HPD_FIXTURE_DIR;
+
+class CaptureCliTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : name) c = c == '/' ? '-' : c;
+    dir_ = fs::temp_directory_path() / ("hpd-capture-it-" + std::to_string(getpid()) + "-" + name);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::vector<std::string> record(std::vector<std::string> args) const {
+    std::vector<std::string> argv{kHpctl, "record", "--backend", GetParam()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  json report_json(const std::string& file) {
+    RunResult r = run({kHpctl, "report", "--json", "--limit", "0", file});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out) : json();
+  }
+  static uint64_t collapsed_sum(const std::string& file) {
+    std::ifstream in(file);
+    uint64_t sum = 0;
+    std::string line;
+    while (std::getline(in, line)) sum += std::stoull(line.substr(line.rfind(' ') + 1));
+    return sum;
+  }
+  fs::path dir_;
+};
+
+// The report `hpctl record -o run.hpr` prints is computed from the in-memory RawProfile; `hpctl
+// report run.hpr` computes it from the capture read back. Both symbolize with the same binaries on
+// the same machine, so identical text means the capture lost nothing the report uses. Converting
+// the capture to Firefox JSON and reporting that must then agree as well (the same numbers through
+// the exporter and its reader), and so must `convert --format report`.
+TEST_P(CaptureCliTest, CaptureGivesTheSameReportAsTheRecording) {
+  const std::string hpr = path("run.hpr");
+  RunResult rec = run(record({"-o", hpr, "--limit", "0", "--", kFixtures + "/cpu_split", "1.5"}));
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  EXPECT_NE(rec.err.find("hpctl convert"), std::string::npos) << rec.err;
+  const size_t at = rec.out.find("hpd report:");
+  ASSERT_NE(at, std::string::npos) << rec.out;
+  const std::string printed = rec.out.substr(at);  // the fixture's own output line comes first
+
+  RunResult rep = run({kHpctl, "report", "--limit", "0", hpr});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  EXPECT_EQ(rep.out, printed);
+  EXPECT_EQ(rep.err.find("did not finish"), std::string::npos) << rep.err;
+
+  RunResult conv = run({kHpctl, "convert", hpr, "-o", path("run.json.gz")});
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  const json from_capture = report_json(hpr);
+  const json from_firefox = report_json(path("run.json.gz"));
+  EXPECT_EQ(from_capture, from_firefox);
+  EXPECT_GT(from_capture.at("totals").at("samples").get<uint64_t>(), 500u);
+
+  ASSERT_EQ(
+      run({kHpctl, "convert", hpr, "-o", path("rep.json"), "--format", "report", "--limit", "0"}).exit_code,
+      0);
+  std::ifstream in(path("rep.json"));
+  EXPECT_EQ(json::parse(in), from_capture);
+}
+
+TEST_P(CaptureCliTest, PprofAndCollapsedHoldTheReportTotals) {
+  const std::string hpr = path("run.hpr");
+  ASSERT_EQ(run(record({"-o", hpr, "--no-report", "-q", "--", kFixtures + "/cpu_split", "1"})).exit_code, 0);
+  const json rep = report_json(hpr);
+  const uint64_t samples = rep.at("totals").at("samples").get<uint64_t>();
+  const uint64_t cpu_ns = rep.at("totals").at("cpu_ns").get<uint64_t>();
+  ASSERT_GT(samples, 500u);
+
+  ASSERT_EQ(run({kHpctl, "convert", hpr, "-o", path("run.pb.gz")}).exit_code, 0);
+  testing::TextNode root;
+  std::string error;
+  ASSERT_TRUE(testing::decode_pprof(testing::gunzip_file(path("run.pb.gz")), &root, &error)) << error;
+  int64_t pprof_samples = 0, pprof_cpu = 0;
+  for (const testing::TextNode* s : root.all("sample")) {
+    const auto values = s->all("value");
+    ASSERT_GE(values.size(), 2u);
+    pprof_samples += std::stoll(values[0]->value);
+    pprof_cpu += std::stoll(values[1]->value);
+  }
+  EXPECT_EQ(static_cast<uint64_t>(pprof_samples), samples);
+  EXPECT_EQ(static_cast<uint64_t>(pprof_cpu), cpu_ns);
+  bool leaf_c = false;
+  for (const testing::TextNode* s : root.all("string_table")) leaf_c |= s->value == "leaf_c";
+  EXPECT_TRUE(leaf_c);
+
+  ASSERT_EQ(run({kHpctl, "convert", hpr, "-o", path("run.collapsed")}).exit_code, 0);
+  EXPECT_EQ(collapsed_sum(path("run.collapsed")), samples);
+  ASSERT_EQ(run({kHpctl, "convert", hpr, "-o", path("cpu.folded"), "--weight", "cpu"}).exit_code, 0);
+  EXPECT_EQ(collapsed_sum(path("cpu.folded")), cpu_ns);
+  // The Firefox export converts again, to the same collapsed stacks.
+  ASSERT_EQ(run({kHpctl, "convert", hpr, "-o", path("run.json.gz")}).exit_code, 0);
+  ASSERT_EQ(run({kHpctl, "convert", path("run.json.gz"), "-o", path("again.collapsed")}).exit_code, 0);
+  std::ifstream a(path("run.collapsed")), b(path("again.collapsed"));
+  std::stringstream sa, sb;
+  sa << a.rdbuf();
+  sb << b.rdbuf();
+  EXPECT_EQ(sa.str(), sb.str());
+}
+
+TEST_P(CaptureCliTest, SigkillMidRecordingLeavesAReadableCapture) {
+  Background target({kFixtures + "/cpu_split", "30"});
+  const std::string hpr = path("killed.hpr");
+  Background recorder(record({"--pid", std::to_string(target.pid()), "-o", hpr, "-q", "--no-report"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  kill(recorder.pid(), SIGKILL);
+  EXPECT_EQ(recorder.wait(), 128 + SIGKILL);
+  RunResult r = run({kHpctl, "report", "--json", "--limit", "0", hpr});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("did not finish"), std::string::npos) << r.err;
+  const json rep = json::parse(r.out);
+  // About 1.5 s of samples at 999 Hz were flushed before the kill (attaching takes some time).
+  EXPECT_GT(rep.at("totals").at("samples").get<uint64_t>(), 300u);
+  bool leaf_c = false;
+  for (const auto& f : rep.at("functions")) leaf_c |= f.at("name") == "leaf_c";
+  EXPECT_TRUE(leaf_c);
+  EXPECT_EQ(run({kHpctl, "convert", hpr, "-o", path("killed.json.gz"), "-q"}).exit_code, 0);
+}
+
+TEST_P(CaptureCliTest, BinaryMovedAwayIsFoundWithDebugDir) {
+  fs::create_directories(dir_ / "bin");
+  fs::create_directories(dir_ / "elsewhere");
+  fs::copy_file(kFixtures + "/cpu_split", path("bin/cpu_split"));
+  const std::string hpr = path("moved.hpr");
+  ASSERT_EQ(run(record({"-o", hpr, "--no-report", "-q", "--", path("bin/cpu_split"), "1"})).exit_code, 0);
+  fs::rename(path("bin/cpu_split"), path("elsewhere/cpu_split"));
+
+  RunResult lost = run({kHpctl, "convert", hpr, "-o", "-", "--format", "collapsed", "--no-debuginfod"});
+  ASSERT_EQ(lost.exit_code, 0) << lost.err;
+  EXPECT_NE(lost.err.find("modules not found"), std::string::npos) << lost.err;
+  EXPECT_NE(lost.err.find(path("bin/cpu_split")), std::string::npos) << lost.err;
+  EXPECT_EQ(lost.out.find("leaf_c"), std::string::npos);
+  EXPECT_NE(lost.out.find("cpu_split+0x"), std::string::npos) << "module+offset frames expected";
+
+  RunResult found =
+      run({kHpctl, "convert", hpr, "-o", "-", "--format", "collapsed", "--debug-dir", path("elsewhere")});
+  ASSERT_EQ(found.exit_code, 0) << found.err;
+  EXPECT_NE(found.out.find("leaf_c"), std::string::npos) << found.out.substr(0, 2000);
+  EXPECT_NE(found.err.find("using " + path("elsewhere/cpu_split")), std::string::npos) << found.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CaptureCliTest, ::testing::Values("perf", "bpf"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Damaged captures through hpctl: a clear one-line error and exit status 1, never a crash.
+class CaptureCliErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("hpd-capture-err-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    ASSERT_EQ(run({HPD_CAPTURE_SEEDS, dir_.string()}).exit_code, 0);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::vector<char> bytes(const std::string& name) const {
+    std::ifstream in(path(name), std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  void write(const std::string& name, const std::vector<char>& data) const {
+    std::ofstream out(path(name), std::ios::binary);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  fs::path dir_;
+};
+
+TEST_F(CaptureCliErrors, FutureCorruptAndTruncatedFiles) {
+  std::vector<char> good = bytes("medium.hpr");
+  ASSERT_GT(good.size(), 200u);
+  std::vector<char> future = good;
+  future[8] = 7;
+  write("future.hpr", future);
+  RunResult r = run({kHpctl, "report", path("future.hpr")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("written by a newer hpd (capture format 7); this hpctl reads up to format 1"),
+            std::string::npos)
+      << r.err;
+
+  std::vector<char> corrupt = good;
+  corrupt[good.size() / 2] ^= 0x10;
+  write("corrupt.hpr", corrupt);
+  r = run({kHpctl, "convert", path("corrupt.hpr"), "-o", path("out.json.gz")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("corrupt"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("out.json.gz")));
+
+  write("cut.hpr",
+        std::vector<char>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(good.size() * 2 / 3)));
+  r = run({kHpctl, "convert", path("cut.hpr"), "-o", path("cut.collapsed")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("did not finish"), std::string::npos) << r.err;
+
+  write("garbage.hpr", std::vector<char>(1000, 'x'));
+  r = run({kHpctl, "report", path("garbage.hpr")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("hpctl: error:"), std::string::npos) << r.err;
+
+  // Modules of the synthetic capture do not exist here: they are listed, their frames kept.
+  r = run({kHpctl, "convert", path("medium.hpr"), "-o", path("synthetic.collapsed"), "--no-debuginfod"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("/usr/bin/app"), std::string::npos) << r.err;
+  std::ifstream collapsed(path("synthetic.collapsed"));
+  std::stringstream text;
+  text << collapsed.rdbuf();
+  EXPECT_NE(text.str().find("app+0x"), std::string::npos) << text.str().substr(0, 1000);
+}
+
+}  // namespace
+}  // namespace hpd::test

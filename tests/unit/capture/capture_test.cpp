@@ -1,0 +1,341 @@
+// Capture file tests: lossless round trip of every block type, streaming with changes between
+// flushes, and damaged input: every truncation, flipped bytes, future versions, unknown blocks, garbage.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "capture_codec.h"
+#include "hpd/capture/capture.h"
+#include "raw_profile_testing.h"
+
+namespace hpd {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::diff_raw_profiles;
+using testing::make_raw_profile;
+
+class CaptureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("hpd-capture-test-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  static std::vector<uint8_t> read_bytes(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+
+  // A capture of make_raw_profile(n) streamed in several flushes, so that it has many blocks.
+  std::vector<uint8_t> streamed_capture(size_t n, RawProfile* final_profile = nullptr) {
+    RawProfile full = make_raw_profile(n);
+    RawProfile live = full;
+    live.samples.resize(n / 3);
+    CaptureWriter writer(path("streamed.hpr"));
+    writer.flush(live);
+    live.samples.assign(full.samples.begin(), full.samples.begin() + 2 * n / 3);
+    writer.flush(live);
+    live.samples = full.samples;
+    writer.finish(live);
+    if (final_profile != nullptr) *final_profile = live;
+    return read_bytes(path("streamed.hpr"));
+  }
+
+  // Offsets of the blocks of a well-formed capture.
+  static std::vector<size_t> block_offsets(const std::vector<uint8_t>& bytes) {
+    std::vector<size_t> offsets;
+    for (size_t pos = capture::kFileHeaderSize; pos < bytes.size();) {
+      offsets.push_back(pos);
+      pos += capture::kBlockHeaderSize + capture::get_le32(bytes.data() + pos + 4);
+    }
+    return offsets;
+  }
+
+  // A framed block with a valid checksum.
+  static std::vector<uint8_t> make_block(uint16_t type, uint16_t flags, const std::string& payload) {
+    std::vector<uint8_t> b(capture::kBlockHeaderSize + payload.size());
+    if (!payload.empty()) std::memcpy(b.data() + capture::kBlockHeaderSize, payload.data(), payload.size());
+    capture::put_le16(b.data(), type);
+    capture::put_le16(b.data() + 2, flags);
+    capture::put_le32(b.data() + 4, static_cast<uint32_t>(payload.size()));
+    capture::put_le32(b.data() + 8, static_cast<uint32_t>(payload.size()));
+    capture::put_le32(b.data() + 12, capture::block_crc(b.data(), {b.data() + 16, payload.size()}));
+    return b;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CaptureTest, RoundTripKeepsEveryField) {
+  const RawProfile original = make_raw_profile(5000);
+  CaptureWriterOptions options;
+  options.writer = "hpd test";
+  write_capture_file(original, path("run.hpr"), options);
+  ASSERT_TRUE(is_capture_file(path("run.hpr")));
+  const CaptureContents read = read_capture_file(path("run.hpr"));
+  EXPECT_EQ(diff_raw_profiles(original, read.profile), "");
+  EXPECT_TRUE(read.info.complete);
+  EXPECT_TRUE(read.info.notes.empty()) << read.info.notes.front();
+  EXPECT_EQ(read.info.version, kCaptureFormatVersion);
+  EXPECT_EQ(read.info.writer, "hpd test");
+  EXPECT_EQ(read.info.skipped_blocks, 0u);
+  // The readers' indexes work on the result: interning finds what was read.
+  RawProfile copy = read.profile;
+  EXPECT_EQ(copy.intern_module("/usr/bin/app", "0123456789abcdef0123456789abcdef01234567"), 1u);
+  EXPECT_NE(copy.find_thread(1000, 1002), nullptr);
+}
+
+TEST_F(CaptureTest, EmptyProfileRoundTrips) {
+  write_capture_file(RawProfile{}, path("empty.hpr"));
+  const CaptureContents read = read_capture_file(path("empty.hpr"));
+  EXPECT_TRUE(read.info.complete);
+  EXPECT_EQ(diff_raw_profiles(RawProfile{}, read.profile), "");
+}
+
+TEST_F(CaptureTest, StreamingWritesChangesBetweenFlushes) {
+  RawProfile live = make_raw_profile(600);
+  CaptureWriter writer(path("live.hpr"));
+  writer.flush(live);
+  const uint64_t after_first = writer.bytes_written();
+  writer.flush(live);  // nothing changed: nothing written
+  EXPECT_EQ(writer.bytes_written(), after_first);
+
+  // What the backends change in place while recording.
+  live.threads[1].end_ns += 1;
+  live.threads[0].lost.stack_failures += 3;
+  live.processes[0].mappings[1].unmapped_ns = live.info.end_mono_ns;
+  live.processes[0].end_ns = live.info.end_mono_ns;
+  live.processes[0].name = "app-renamed";
+  const uint32_t late = live.intern_module("/usr/lib/late.so", "beef");
+  live.processes[0].mappings.push_back(RawMapping{0x7f1000000000, 0x7f1000010000, 0, late, 77, 0});
+  live.process(2000).name = "child";
+  live.thread(2000, 2001).name = "child-thread";
+  const uint64_t extra[] = {0x7f1000000100, 0x7f1000000200};
+  const uint32_t stack = live.stacks.intern({}, extra);
+  live.samples.push_back(RawSample{live.info.end_mono_ns, 2000, 2001, stack, 1000, 0, 1});
+  live.call_edges[0].count += 10;
+  live.lost.lost_records += 1;
+  live.info.end_mono_ns += 5;
+  writer.flush(live);
+  EXPECT_GT(writer.bytes_written(), after_first);
+  live.samples.push_back(RawSample{live.info.end_mono_ns, 1000, 1000, kNoIndex, 5, 0, 0});
+  writer.finish(live);
+
+  const CaptureContents read = read_capture_file(path("live.hpr"));
+  EXPECT_EQ(diff_raw_profiles(live, read.profile), "");
+  EXPECT_TRUE(read.info.complete);
+  EXPECT_THROW(writer.flush(live), CaptureError);
+}
+
+TEST_F(CaptureTest, LargeProfilesAreSplitIntoBoundedBlocks) {
+  const RawProfile original = make_raw_profile(3 * capture::kSamplesPerBlock);
+  write_capture_file(original, path("large.hpr"));
+  const auto bytes = read_bytes(path("large.hpr"));
+  size_t sample_blocks = 0;
+  for (const size_t off : block_offsets(bytes)) {
+    sample_blocks +=
+        capture::get_le16(bytes.data() + off) == static_cast<uint16_t>(capture::BlockType::kSamples);
+  }
+  EXPECT_GE(sample_blocks, 3u);
+  const CaptureContents read = read_capture(bytes);
+  EXPECT_EQ(diff_raw_profiles(original, read.profile), "");
+  // Columns of varints, then zstd: a few bytes per sample.
+  EXPECT_LT(static_cast<double>(bytes.size()) / original.samples.size(), 8.0);
+}
+
+TEST_F(CaptureTest, EveryTruncationRecoversThePrefixOrFailsClearly) {
+  RawProfile final_profile;
+  const std::vector<uint8_t> bytes = streamed_capture(300, &final_profile);
+  const std::vector<size_t> offsets = block_offsets(bytes);
+  ASSERT_GE(offsets.size(), 10u);
+  size_t previous_samples = 0;
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    const std::span<const uint8_t> prefix(bytes.data(), len);
+    if (len < capture::kFileHeaderSize) {
+      try {
+        read_capture(prefix, "cut.hpr");
+        ADD_FAILURE() << "a " << len << "-byte prefix was accepted";
+      } catch (const CaptureError& e) {
+        EXPECT_NE(std::string(e.what()).find("cut.hpr"), std::string::npos);
+      }
+      continue;
+    }
+    const CaptureContents read = read_capture(prefix, "cut.hpr");
+    ASSERT_FALSE(read.info.complete) << len;
+    ASSERT_FALSE(read.info.notes.empty());
+    EXPECT_NE(read.info.notes.back().find("did not finish"), std::string::npos) << read.info.notes.back();
+    // Monotonic: a longer prefix never recovers fewer samples, and what it recovers is the original's start.
+    EXPECT_GE(read.profile.samples.size(), previous_samples);
+    previous_samples = read.profile.samples.size();
+    ASSERT_LE(read.profile.samples.size(), final_profile.samples.size());
+    for (size_t i = 0; i < read.profile.samples.size(); ++i) {
+      ASSERT_EQ(read.profile.samples[i].time_ns, final_profile.samples[i].time_ns) << len;
+      ASSERT_EQ(read.profile.samples[i].stack, final_profile.samples[i].stack) << len;
+    }
+    const bool at_boundary = std::find(offsets.begin(), offsets.end(), len) != offsets.end();
+    if (at_boundary) {
+      EXPECT_NE(read.info.notes.back().find("no end block"), std::string::npos) << read.info.notes.back();
+    } else if (len > capture::kFileHeaderSize) {
+      EXPECT_NE(read.info.notes.back().find("ends inside"), std::string::npos) << read.info.notes.back();
+    }
+  }
+  EXPECT_EQ(previous_samples, final_profile.samples.size() - 0) << "the last prefix lacks only the end block";
+  EXPECT_TRUE(read_capture(bytes).info.complete);
+}
+
+TEST_F(CaptureTest, FlippedPayloadByteIsAChecksumError) {
+  const std::vector<uint8_t> bytes = streamed_capture(300);
+  for (const size_t off : block_offsets(bytes)) {
+    if (capture::get_le16(bytes.data() + off) != static_cast<uint16_t>(capture::BlockType::kSamples))
+      continue;
+    std::vector<uint8_t> bad = bytes;
+    bad[off + capture::kBlockHeaderSize + 5] ^= 0x40;
+    try {
+      read_capture(bad, "bad.hpr");
+      FAIL() << "corruption not detected";
+    } catch (const CaptureError& e) {
+      EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("offset " + std::to_string(off)), std::string::npos) << e.what();
+    }
+    return;
+  }
+  FAIL() << "no samples block";
+}
+
+TEST_F(CaptureTest, EverySingleByteFlipIsDetectedOrLooksTruncated) {
+  const std::vector<uint8_t> bytes = streamed_capture(120);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (const uint8_t mask : {uint8_t{0x01}, uint8_t{0x80}}) {
+      std::vector<uint8_t> bad = bytes;
+      bad[i] ^= mask;
+      try {
+        const CaptureContents read = read_capture(bad);
+        // Only a block size made larger can pass for a file cut short; never a silently changed profile.
+        EXPECT_FALSE(read.info.complete) << "flip at " << i << " went unnoticed";
+      } catch (const CaptureError&) {
+      }
+    }
+  }
+}
+
+TEST_F(CaptureTest, FutureVersionIsRefusedWithBothVersions) {
+  std::vector<uint8_t> bytes = streamed_capture(50);
+  capture::put_le32(bytes.data() + 8, kCaptureMaxReadVersion + 1);
+  try {
+    read_capture(bytes, "new.hpr");
+    FAIL();
+  } catch (const CaptureError& e) {
+    const std::string expected = "written by a newer hpd (capture format " +
+                                 std::to_string(kCaptureMaxReadVersion + 1) +
+                                 "); this hpctl reads up to format " + std::to_string(kCaptureMaxReadVersion);
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CaptureTest, UnknownBlocksAreSkippedUnlessRequired) {
+  RawProfile final_profile;
+  const std::vector<uint8_t> bytes = streamed_capture(100, &final_profile);
+  const size_t end_block = block_offsets(bytes).back();
+  auto with_block = [&](uint16_t flags) {
+    std::vector<uint8_t> out(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(end_block));
+    const auto block = make_block(9, flags, "a MIP snapshot, some day");
+    out.insert(out.end(), block.begin(), block.end());
+    out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(end_block), bytes.end());
+    return out;
+  };
+  const CaptureContents read = read_capture(with_block(0));
+  EXPECT_TRUE(read.info.complete);
+  EXPECT_EQ(read.info.skipped_blocks, 1u);
+  ASSERT_EQ(read.info.notes.size(), 1u);
+  EXPECT_NE(read.info.notes[0].find("skipped 1 blocks"), std::string::npos);
+  EXPECT_EQ(diff_raw_profiles(final_profile, read.profile), "");
+  try {
+    read_capture(with_block(capture::kFlagRequired));
+    FAIL();
+  } catch (const CaptureError& e) {
+    EXPECT_NE(std::string(e.what()).find("required but unknown"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CaptureTest, InconsistentBlocksWithValidChecksumsAreRefused) {
+  const std::vector<uint8_t> bytes = streamed_capture(30);
+  const std::vector<uint8_t> header(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
+  auto expect_error = [&](uint16_t type, const std::string& payload, const std::string& message) {
+    std::vector<uint8_t> file = header;
+    const auto block = make_block(type, capture::kFlagRequired, payload);
+    file.insert(file.end(), block.begin(), block.end());
+    try {
+      read_capture(file);
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const CaptureError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  capture::Encoder e;
+  // One sample whose stack does not exist.
+  e.var(0), e.var(1), e.svar(5), e.svar(1), e.svar(0), e.index(3), e.var(0), e.var(0), e.var(0), e.u8(0);
+  expect_error(6, e.bytes(), "refers to stack 3 of 0");
+  e.clear();
+  e.var(4), e.var(1);  // samples that claim to start at 4
+  expect_error(6, e.bytes(), "samples start at 4");
+  e.clear();
+  e.var(1u << 30);  // a count far beyond the payload
+  expect_error(4, e.bytes(), "exceeds the block");
+  e.clear();
+  e.var(1), e.svar(1), e.str("p"), e.str("e"), e.var(0), e.var(0), e.var(0), e.var(1);
+  e.var(0), e.var(0x1000), e.var(0x1000), e.var(0), e.index(9), e.var(0), e.var(0);  // module 9 of 0
+  expect_error(3, e.bytes(), "refers to module 9");
+  e.clear();
+  e.var(0), e.var(2), e.str("/a"), e.str(""), e.u8(0), e.str("/a"), e.str(""), e.u8(0);
+  expect_error(2, e.bytes(), "appears twice");
+  expect_error(6, std::string("\xff\xff\xff", 3), "truncated payload");
+}
+
+TEST_F(CaptureTest, GarbageAndDamagedHeadersAreClearErrors) {
+  std::mt19937_64 rng(42);
+  std::vector<uint8_t> garbage(4096);
+  for (auto& b : garbage) b = static_cast<uint8_t>(rng());
+  EXPECT_THROW(read_capture(garbage), CaptureError);
+  EXPECT_FALSE(has_capture_magic(garbage));
+  try {
+    read_capture({}, "empty.hpr");
+    FAIL();
+  } catch (const CaptureError& e) {
+    EXPECT_NE(std::string(e.what()).find("not an hpd capture file"), std::string::npos) << e.what();
+  }
+  // The magic followed by garbage: an error or a recovered (empty) prefix, never a crash.
+  for (int round = 0; round < 200; ++round) {
+    std::vector<uint8_t> bytes(capture::kMagic, capture::kMagic + 8);
+    bytes.insert(bytes.end(), {1, 0, 0, 0, 0, 0, 0, 0});
+    const size_t n = rng() % 512;
+    for (size_t i = 0; i < n; ++i) bytes.push_back(static_cast<uint8_t>(rng()));
+    try {
+      EXPECT_FALSE(read_capture(bytes).info.complete);
+    } catch (const CaptureError&) {
+    }
+  }
+  std::vector<uint8_t> zeros(capture::kMagic, capture::kMagic + 8);
+  zeros.insert(zeros.end(), {1, 0, 0, 0, 0, 0, 0, 0});
+  zeros.resize(zeros.size() + 4096, 0);  // a crash after the file system extended the file
+  const CaptureContents read = read_capture(zeros);
+  EXPECT_FALSE(read.info.complete);
+  EXPECT_NE(read.info.notes.back().find("zero bytes"), std::string::npos);
+  zeros[8] = 0;
+  EXPECT_THROW(read_capture(zeros), CaptureError);  // version 0
+
+  EXPECT_THROW(read_capture_file(path("does-not-exist.hpr")), CaptureError);
+  EXPECT_FALSE(is_capture_file(path("does-not-exist.hpr")));
+  EXPECT_THROW(CaptureWriter(path("no/such/dir/x.hpr")), CaptureError);
+}
+
+}  // namespace
+}  // namespace hpd

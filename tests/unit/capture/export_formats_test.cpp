@@ -1,0 +1,205 @@
+// pprof and collapsed-stack writers on the synthetic Profile: pprof decodes with protoc against
+// profile.proto and holds the expected totals and inline lines; collapsed weights add up.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+
+#include "hpd/export/collapsed.h"
+#include "hpd/export/pprof.h"
+#include "pprof_text.h"
+#include "synthetic_profile.h"
+
+namespace hpd {
+namespace {
+
+using testing::TextNode;
+
+struct Totals {
+  uint64_t on = 0, cpu = 0, wall = 0, off = 0;
+};
+
+Totals totals_of(const Profile& p) {
+  Totals t;
+  for (const Thread& th : p.threads) {
+    for (const Sample& s : th.samples) {
+      if (s.kind == SampleKind::kOnCpu) {
+        ++t.on;
+        t.cpu += s.cpu_delta_ns;
+        t.wall += p.meta.recording.interval_ns;
+      } else {
+        ++t.off;
+        t.wall += s.off_cpu_ns;
+      }
+    }
+  }
+  return t;
+}
+
+class PprofTest : public ::testing::Test {
+ protected:
+  void decode(const Profile& p, const PprofOptions& options = {}) {
+    std::string error;
+    ASSERT_TRUE(testing::decode_pprof(encode_pprof(p, options), &root_, &error)) << error;
+    for (const TextNode* s : root_.all("string_table")) strings_.push_back(s->value);
+    ASSERT_FALSE(strings_.empty());
+    EXPECT_EQ(strings_[0], "");
+  }
+  std::string str(const TextNode& n, const std::string& field) const {
+    return strings_.at(static_cast<size_t>(n.num(field)));
+  }
+  // Sums of each sample value column.
+  std::vector<int64_t> value_sums() const {
+    std::vector<int64_t> sums(root_.all("sample_type").size(), 0);
+    for (const TextNode* s : root_.all("sample")) {
+      const auto values = s->all("value");
+      EXPECT_EQ(values.size(), sums.size());
+      for (size_t i = 0; i < values.size() && i < sums.size(); ++i) sums[i] += std::stoll(values[i]->value);
+    }
+    return sums;
+  }
+  TextNode root_;
+  std::vector<std::string> strings_;
+};
+
+TEST_F(PprofTest, DecodesWithTheExpectedTypesAndTotals) {
+  const Profile p = testing::make_synthetic_profile();
+  decode(p);
+  const auto types = root_.all("sample_type");
+  ASSERT_EQ(types.size(), 3u);  // the synthetic profile has an off-CPU sample: wall is there
+  EXPECT_EQ(str(*types[0], "type"), "samples");
+  EXPECT_EQ(str(*types[0], "unit"), "count");
+  EXPECT_EQ(str(*types[1], "type"), "cpu");
+  EXPECT_EQ(str(*types[1], "unit"), "nanoseconds");
+  EXPECT_EQ(str(*types[2], "type"), "wall");
+  EXPECT_EQ(strings_.at(static_cast<size_t>(root_.num("default_sample_type"))), "cpu");
+  EXPECT_EQ(root_.num("period"), 1000000);
+  EXPECT_EQ(root_.num("duration_nanos"), 20000000);
+
+  const Totals t = totals_of(p);
+  const auto sums = value_sums();
+  EXPECT_EQ(sums[0], static_cast<int64_t>(t.on));
+  EXPECT_EQ(sums[1], static_cast<int64_t>(t.cpu));
+  EXPECT_EQ(sums[2], static_cast<int64_t>(t.wall));
+  // Identical (stack, thread) samples were merged: 4 x inline_helper is one pprof sample.
+  EXPECT_LT(root_.all("sample").size(), t.on + t.off);
+}
+
+TEST_F(PprofTest, LocationsCarryInlineLinesInnermostFirstAndMappingsBuildIds) {
+  decode(testing::make_synthetic_profile());
+  std::map<int64_t, std::string> function_names;
+  for (const TextNode* f : root_.all("function")) function_names[f->num("id")] = str(*f, "name");
+  std::map<int64_t, const TextNode*> mappings;
+  for (const TextNode* m : root_.all("mapping")) mappings[m->num("id")] = m;
+  bool found_inline = false;
+  for (const TextNode* loc : root_.all("location")) {
+    const auto lines = loc->all("line");
+    ASSERT_FALSE(lines.empty());
+    for (const TextNode* l : lines) ASSERT_TRUE(function_names.count(l->num("function_id")));
+    if (lines.size() == 2) {
+      EXPECT_EQ(function_names[lines[0]->num("function_id")], "std::vector<int>::push_back(int const&)");
+      EXPECT_EQ(function_names[lines[1]->num("function_id")], "compute(int)");
+      found_inline = true;
+      const int64_t mapping = loc->num("mapping_id");
+      ASSERT_TRUE(mappings.count(mapping));
+      EXPECT_EQ(str(*mappings[mapping], "filename"), "/usr/bin/myapp");
+      EXPECT_EQ(str(*mappings[mapping], "build_id"), testing::kSyntheticBuildId);
+      EXPECT_EQ(mappings[mapping]->first("has_inline_frames")->value, "true");
+    }
+  }
+  EXPECT_TRUE(found_inline);
+  // Every sample's locations exist, leaf first: the first location of a memcpy sample is memcpy.
+  std::map<int64_t, const TextNode*> locations;
+  for (const TextNode* loc : root_.all("location")) locations[loc->num("id")] = loc;
+  bool memcpy_leaf = false;
+  for (const TextNode* s : root_.all("sample")) {
+    const auto ids = s->all("location_id");
+    for (const TextNode* id : ids) ASSERT_TRUE(locations.count(std::stoll(id->value)));
+    if (!ids.empty()) {
+      const TextNode* leaf = locations[std::stoll(ids[0]->value)];
+      memcpy_leaf |=
+          function_names[leaf->all("line")[0]->num("function_id")] == "__memcpy_avx_unaligned_erms";
+    }
+  }
+  EXPECT_TRUE(memcpy_leaf);
+}
+
+TEST_F(PprofTest, CallEdgesAddACallsColumn) {
+  Profile p = testing::make_synthetic_profile();
+  p.call_edges.push_back(CallEdge{1, 1, 2, 1234});
+  p.call_edges.push_back(CallEdge{1, kNoIndex, 3, 6});
+  decode(p);
+  const auto types = root_.all("sample_type");
+  ASSERT_EQ(types.size(), 4u);
+  EXPECT_EQ(str(*types[3], "type"), "calls");
+  const auto sums = value_sums();
+  EXPECT_EQ(sums[3], 1240);
+  EXPECT_EQ(sums[0], static_cast<int64_t>(totals_of(p).on));  // edges add no samples
+}
+
+TEST_F(PprofTest, WithoutOffCpuSamplesThereIsNoWallColumn) {
+  Profile p = testing::make_synthetic_profile();
+  for (Thread& t : p.threads) {
+    std::erase_if(t.samples, [](const Sample& s) { return s.kind == SampleKind::kOffCpu; });
+  }
+  decode(p, PprofOptions{false});
+  EXPECT_EQ(root_.all("sample_type").size(), 2u);
+  for (const TextNode* s : root_.all("sample")) EXPECT_TRUE(s->all("label").empty());
+}
+
+TEST(PprofErrors, InconsistentProfileThrows) {
+  Profile p = testing::make_synthetic_profile();
+  p.stacks.push_back(Stack{kNoIndex, 99999});
+  EXPECT_THROW(encode_pprof(p), std::runtime_error);
+}
+
+std::map<std::string, uint64_t> collapsed(const Profile& p, const CollapsedOptions& options) {
+  std::ostringstream out;
+  write_collapsed(p, out, options);
+  std::map<std::string, uint64_t> lines;
+  std::istringstream in(out.str());
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t space = line.rfind(' ');
+    EXPECT_NE(space, std::string::npos) << line;
+    EXPECT_FALSE(lines.count(line.substr(0, space))) << "duplicate stack " << line;
+    lines[line.substr(0, space)] = std::stoull(line.substr(space + 1));
+  }
+  return lines;
+}
+
+uint64_t sum(const std::map<std::string, uint64_t>& lines) {
+  uint64_t s = 0;
+  for (const auto& [stack, w] : lines) s += w;
+  return s;
+}
+
+TEST(Collapsed, WeightsAddUpToTheTotals) {
+  const Profile p = testing::make_synthetic_profile();
+  const Totals t = totals_of(p);
+  const auto samples = collapsed(p, {});
+  EXPECT_EQ(sum(samples), t.on);
+  EXPECT_EQ(samples.at("main;compute(int);std::vector<int>::push_back(int const&)"), 4u);
+  EXPECT_EQ(samples.at("[unknown]"), 1u);  // the sample without a stack
+  EXPECT_EQ(samples.at("worker_loop;__memcpy_avx_unaligned_erms"), 3u);
+  EXPECT_EQ(sum(collapsed(p, {CollapsedWeight::kCpu, false})), t.cpu);
+  const auto wall = collapsed(p, {CollapsedWeight::kWall, false});
+  EXPECT_EQ(sum(wall), t.wall);
+  EXPECT_EQ(wall.at("worker_loop;futex_wait"), 5000000u);
+  for (const auto& [stack, w] : collapsed(p, {CollapsedWeight::kSamples, true})) {
+    EXPECT_TRUE(stack.rfind("myapp;", 0) == 0) << stack;
+  }
+}
+
+TEST(Collapsed, SeparatorsInNamesAreReplaced) {
+  Profile p = testing::make_synthetic_profile();
+  p.strings.intern("unused");
+  for (Func& f : p.funcs) {
+    if (p.strings[f.name] == "main") f.name = p.strings.intern("odd;name\nwith break");
+  }
+  const auto lines = collapsed(p, {});
+  EXPECT_TRUE(lines.count("odd:name with break;compute(int)"));
+}
+
+}  // namespace
+}  // namespace hpd

@@ -1,0 +1,457 @@
+// `hpctl symbolize` end to end: the real hpctl against fixtures, compared line by line with
+// llvm-symbolizer; stdin and argument modes, bad input, --pid on live processes, debuginfod.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "dwarf_test_support.h"
+#include "hpd/symbolizer/address_query.h"
+#include "test_util.h"
+
+namespace hpd {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kHpctl = HPD_HPCTL;
+const std::string kLlvmSymbolizer = HPD_LLVM_SYMBOLIZER;
+
+std::string dwarf_fixture(const std::string& name) {
+  return std::string(HPD_DWARF_FIXTURE_DIR) + "/" + name;
+}
+
+std::string quote(const std::string& s) {
+  return "'" + s + "'";
+}
+
+struct Output {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs a shell command line with stdout and stderr captured; killed after 120 s.
+Output shell(const std::string& command) {
+  dwarf_test::TempDir dir;
+  const std::string out = dir.path() + "/out", err = dir.path() + "/err";
+  const int rc = std::system(("timeout 120 sh -c " + quote(command) + " > " + out + " 2> " + err).c_str());
+  Output o;
+  o.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  o.out = test::read_file(out);
+  o.err = test::read_file(err);
+  return o;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+std::string hex(uint64_t v) {
+  std::ostringstream s;
+  s << "0x" << std::hex << v;
+  return s.str();
+}
+
+// Addresses inside the sized function symbols, minus the PLT (where llvm-symbolizer names the
+// nearest preceding symbol, usually _init, and hpd synthesizes "func@plt" on purpose).
+std::vector<uint64_t> code_addresses(const std::string& path, uint64_t stride) {
+  std::vector<uint64_t> all = dwarf_test::function_addresses(path, stride);
+  std::vector<std::pair<uint64_t, uint64_t>> plt;
+  for (const char* name : {".plt", ".plt.sec", ".plt.got"}) {
+    if (auto r = test::section_range(path, name)) plt.push_back(*r);
+  }
+  std::vector<uint64_t> out;
+  for (uint64_t a : all) {
+    bool in_plt = false;
+    for (const auto& [lo, hi] : plt) in_plt = in_plt || (a >= lo && a < hi);
+    if (!in_plt) out.push_back(a);
+  }
+  return out;
+}
+
+std::string write_addresses(const dwarf_test::TempDir& dir, const std::vector<uint64_t>& addresses) {
+  const std::string list = dir.path() + "/addresses";
+  std::ofstream f(list);
+  for (uint64_t a : addresses) f << hex(a) << '\n';
+  return list;
+}
+
+// Legacy Rust names keep their hash in llvm-symbolizer and lose it in hpd (the fixtures use v0
+// mangling, which has none); nothing else may differ.
+std::string normalize_llvm_line(const std::string& line) {
+  static const std::regex kLegacyHash("::h[0-9a-f]{16}$");
+  return std::regex_replace(line, kLegacyHash, "");
+}
+
+struct GoldenCase {
+  const char* fixture;
+  uint64_t stride;
+  const char* must_contain;  // a line that the output must hold somewhere (an inline level)
+};
+
+class SymbolizeGoldenTest : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(SymbolizeGoldenTest, MatchesLlvmSymbolizerLineByLine) {
+  const GoldenCase& c = GetParam();
+  const std::string path = dwarf_fixture(c.fixture);
+  const std::vector<uint64_t> addresses = code_addresses(path, c.stride);
+  ASSERT_GT(addresses.size(), 100u);
+  dwarf_test::TempDir dir;
+  const std::string list = write_addresses(dir, addresses);
+
+  for (const bool inlines : {true, false}) {
+    SCOPED_TRACE(inlines ? "--inlining" : "--no-inlines");
+    const Output llvm = shell(kLlvmSymbolizer + (inlines ? " --inlining" : " --no-inlines") +
+                              " --obj=" + quote(path) + " < " + list);
+    const Output hpd = shell(kHpctl + " symbolize" + (inlines ? "" : " --no-inlines") + " --exe " +
+                             quote(path) + " < " + list);
+    ASSERT_EQ(llvm.status, 0) << llvm.err;
+    ASSERT_EQ(hpd.status, 0) << hpd.err;
+    const auto expected = lines_of(llvm.out);
+    const auto actual = lines_of(hpd.out);
+    ASSERT_EQ(actual.size(), expected.size());
+    size_t mismatches = 0;
+    for (size_t i = 0; i < expected.size() && mismatches < 10; ++i) {
+      if (normalize_llvm_line(expected[i]) != actual[i]) {
+        ++mismatches;
+        ADD_FAILURE() << "line " << i + 1 << ": llvm-symbolizer '" << expected[i] << "', hpctl '" << actual[i]
+                      << "'";
+      }
+    }
+    if (inlines && c.must_contain[0] != '\0') {
+      EXPECT_NE(hpd.out.find(std::string("\n") + c.must_contain + "\n"), std::string::npos)
+          << "no '" << c.must_contain << "' level: the fixture lost its inline chains";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, SymbolizeGoldenTest,
+    ::testing::Values(GoldenCase{"c_gcc", 3, "hash_bytes"}, GoldenCase{"c_gcc_dwarf4", 3, "hash_bytes"},
+                      GoldenCase{"c_clang_dwarf5", 3, "mix"}, GoldenCase{"c_gcc_zlib", 5, "hash_bytes"},
+                      GoldenCase{"c_nodebug", 5, ""}, GoldenCase{"cpp_gcc", 3, ""},
+                      GoldenCase{"cpp_clang_dwarf5", 3, ""},
+                      GoldenCase{"rust_moves", 11, "core::profiling::compiler_move::<moves::Huge, 16384>"}),
+    [](const ::testing::TestParamInfo<GoldenCase>& info) { return std::string(info.param.fixture); });
+
+TEST(SymbolizeCli, ArgumentsAndStdinGiveTheSameAnswers) {
+  const std::string path = dwarf_fixture("c_gcc");
+  std::vector<uint64_t> addresses = code_addresses(path, 17);
+  addresses.resize(std::min<size_t>(addresses.size(), 40));
+  dwarf_test::TempDir dir;
+  const std::string list = write_addresses(dir, addresses);
+  std::string args;
+  // Half of them without the 0x prefix: both spellings are hexadecimal.
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    std::string h = hex(addresses[i]);
+    args += " " + (i % 2 == 0 ? h : h.substr(2));
+  }
+  const Output from_stdin = shell(kHpctl + " symbolize --exe " + quote(path) + " < " + list);
+  const Output from_args = shell(kHpctl + " symbolize --exe " + quote(path) + args + " < /dev/null");
+  ASSERT_EQ(from_stdin.status, 0) << from_stdin.err;
+  ASSERT_EQ(from_args.status, 0) << from_args.err;
+  EXPECT_EQ(from_stdin.out, from_args.out);
+  EXPECT_EQ(lines_of(from_stdin.out).size() >= 3 * addresses.size(), true);
+}
+
+TEST(SymbolizeCli, BadAddressesAreEchoedReportedAndFailTheExitStatus) {
+  const std::string path = dwarf_fixture("c_gcc");
+  const auto main_sym = test::nm_find(test::nm_functions(path), "main");
+  ASSERT_TRUE(main_sym);
+  const Output o = shell(kHpctl + " symbolize --exe " + quote(path) + " zzz " + hex(main_sym->address) +
+                         " 0x 12345678901234567 0x1g");
+  EXPECT_EQ(o.status, 1);
+  const auto lines = lines_of(o.out);
+  // As llvm-symbolizer: the unparsable input echoed on its own line, the good address answered.
+  ASSERT_GE(lines.size(), 7u) << o.out;
+  EXPECT_EQ(lines[0], "zzz");
+  EXPECT_EQ(lines[1], "main");
+  EXPECT_NE(lines[2].find("inline_c.c:"), std::string::npos);
+  EXPECT_EQ(lines[3], "");
+  EXPECT_EQ(lines[4], "0x");
+  EXPECT_EQ(lines[5], "12345678901234567");  // 17 hex digits: over 64 bits
+  EXPECT_EQ(lines[6], "0x1g");
+  EXPECT_NE(o.err.find("not a hexadecimal address: 'zzz'"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("'0x1g'"), std::string::npos) << o.err;
+}
+
+TEST(SymbolizeCli, AddressOutsideEverythingIsUnknownNotAnError) {
+  const Output o = shell(kHpctl + " symbolize --exe " + quote(dwarf_fixture("c_gcc")) + " 0xfffffff0");
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.out, "??\n??:0:0\n\n");
+}
+
+TEST(SymbolizeCli, MissingOrNonElfFileIsAClearErrorAndNonZeroExit) {
+  const Output missing = shell(kHpctl + " symbolize --exe /nonexistent/hpd-binary 0x1000");
+  EXPECT_NE(missing.status, 0);
+  EXPECT_TRUE(missing.out.empty()) << missing.out;
+  EXPECT_NE(missing.err.find("/nonexistent/hpd-binary"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("No such file"), std::string::npos) << missing.err;
+
+  dwarf_test::TempDir dir;
+  const std::string text = dir.path() + "/text";
+  test::write_file(text, "not an ELF file\n");
+  const Output not_elf = shell(kHpctl + " symbolize --exe " + text + " 0x1000");
+  EXPECT_NE(not_elf.status, 0);
+  EXPECT_NE(not_elf.err.find("not an ELF file"), std::string::npos) << not_elf.err;
+
+  const Output neither = shell(kHpctl + " symbolize 0x1000");
+  EXPECT_NE(neither.status, 0);
+  EXPECT_NE(neither.err.find("--exe"), std::string::npos) << neither.err;
+}
+
+TEST(SymbolizeCli, JsonLinesCarryTheSameFrames) {
+  const std::string path = dwarf_fixture("c_gcc");
+  std::vector<uint64_t> addresses = code_addresses(path, 29);
+  addresses.resize(std::min<size_t>(addresses.size(), 30));
+  dwarf_test::TempDir dir;
+  const std::string list = write_addresses(dir, addresses);
+  const Output text = shell(kHpctl + " symbolize --exe " + quote(path) + " < " + list);
+  const Output js = shell(kHpctl + " symbolize --json --exe " + quote(path) + " < " + list);
+  ASSERT_EQ(js.status, 0) << js.err;
+  const auto json_lines = lines_of(js.out);
+  ASSERT_EQ(json_lines.size(), addresses.size());
+  std::string rebuilt;
+  for (size_t i = 0; i < json_lines.size(); ++i) {
+    const json doc = json::parse(json_lines[i]);
+    EXPECT_EQ(doc.at("address").get<std::string>(), hex(addresses[i]));
+    EXPECT_EQ(doc.at("vaddr").get<std::string>(), hex(addresses[i]));
+    EXPECT_TRUE(doc.at("found").get<bool>());
+    const auto& frames = doc.at("frames");
+    ASSERT_FALSE(frames.empty());
+    EXPECT_FALSE(frames.back().at("inlined").get<bool>());
+    for (const auto& f : frames) {
+      const std::string file = f.at("file").get<std::string>();
+      rebuilt += f.at("function").get<std::string>() + "\n" + (file.empty() ? "??" : file) + ":" +
+                 std::to_string(f.at("line").get<uint32_t>()) + ":" +
+                 std::to_string(f.at("column").get<uint32_t>()) + "\n";
+    }
+    rebuilt += "\n";
+  }
+  EXPECT_EQ(rebuilt, text.out);
+  const Output bad = shell(kHpctl + " symbolize --json --exe " + quote(path) + " nope");
+  EXPECT_EQ(json::parse(bad.out).at("error").get<std::string>(), "not a hexadecimal address: 'nope'");
+}
+
+// A fixture process that prints "ready" once running and is killed on destruction.
+class LiveProcess {
+ public:
+  explicit LiveProcess(const std::string& path) {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(fds[1], 1);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      ::execl(path.c_str(), path.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    char buf[16] = {};
+    ready_ = pid_ > 0 && ::read(fds[0], buf, sizeof(buf) - 1) > 0 && std::string(buf) == "ready\n";
+    ::close(fds[0]);
+  }
+  ~LiveProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  LiveProcess(const LiveProcess&) = delete;
+  LiveProcess& operator=(const LiveProcess&) = delete;
+  bool ready() const { return ready_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool ready_ = false;
+};
+
+// The runtime address of ELF vaddr `vaddr` of `file` in process `pid`, computed from the process's
+// maps and the file's program headers (independently of the code under test's mapping logic).
+std::optional<uint64_t> runtime_address(pid_t pid, const std::string& mapped_path, const std::string& file,
+                                        uint64_t vaddr) {
+  const uint64_t offset = test::file_offset_of(test::load_segments(file), vaddr);
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    uint64_t start = 0, end = 0, off = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx", &start, &end, perms, &off) != 4) continue;
+    if (line.find(mapped_path) == std::string::npos || perms[2] != 'x') continue;
+    if (offset >= off && offset < off + (end - start)) return start + (offset - off);
+  }
+  return std::nullopt;
+}
+
+void expect_pid_answer_matches_llvm(pid_t pid, const std::string& mapped_path, const std::string& file,
+                                    uint64_t vaddr) {
+  const auto runtime = runtime_address(pid, mapped_path, file, vaddr);
+  ASSERT_TRUE(runtime) << file << " " << hex(vaddr) << " not mapped in " << pid;
+  const Output hpd = shell(kHpctl + " symbolize --pid " + std::to_string(pid) + " " + hex(*runtime));
+  ASSERT_EQ(hpd.status, 0) << hpd.err;
+  const Output llvm = shell(kLlvmSymbolizer + " --inlining --obj=" + quote(file) + " " + hex(vaddr));
+  const auto lines = lines_of(hpd.out);
+  ASSERT_FALSE(lines.empty());
+  // First the module and the file offset, then exactly what llvm-symbolizer says of the vaddr.
+  const uint64_t offset = test::file_offset_of(test::load_segments(file), vaddr);
+  EXPECT_EQ(lines[0], mapped_path + "+" + hex(offset));
+  EXPECT_EQ(hpd.out.substr(hpd.out.find('\n') + 1), llvm.out);
+}
+
+TEST(SymbolizeCliPid, ResolvesRuntimeAddressesOfTheExecutableAndLibc) {
+  LiveProcess proc(FIXTURE_WAITER);
+  ASSERT_TRUE(proc.ready());
+  const auto work = test::nm_find(test::nm_functions(FIXTURE_WAITER), "hpd_waiter_work");
+  ASSERT_TRUE(work);
+  for (uint64_t delta : {uint64_t{0}, work->size / 2, work->size - 1}) {
+    SCOPED_TRACE(delta);
+    expect_pid_answer_matches_llvm(proc.pid(), fs::canonical(FIXTURE_WAITER).string(), FIXTURE_WAITER,
+                                   work->address + delta);
+  }
+  // libc, as the process maps it.
+  std::string libc;
+  std::ifstream maps("/proc/" + std::to_string(proc.pid()) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.find('/');
+    if (slash != std::string::npos && line.find("libc.so") != std::string::npos) libc = line.substr(slash);
+  }
+  ASSERT_FALSE(libc.empty());
+  // nm -D prints versioned names (pause@@GLIBC_2.2.5).
+  std::optional<test::NmSymbol> pause_sym;
+  for (const auto& sym : test::nm_functions(libc, false, true)) {
+    if (sym.name == "pause" || sym.name.rfind("pause@", 0) == 0) pause_sym = sym;
+  }
+  ASSERT_TRUE(pause_sym);
+  expect_pid_answer_matches_llvm(proc.pid(), libc, libc, pause_sym->address + 1);
+
+  // Outside every mapping: unknown, with no module.
+  const Output o = shell(kHpctl + " symbolize --pid " + std::to_string(proc.pid()) + " 0x10");
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(o.out, "??+0x10\n??\n??:0:0\n\n");
+}
+
+TEST(SymbolizeCliPid, DeletedExecutableStillResolvesThroughMapFiles) {
+  dwarf_test::TempDir dir;
+  const std::string copy = dir.path() + "/waiter-copy";
+  fs::copy_file(FIXTURE_WAITER, copy);
+  fs::permissions(copy, fs::perms::owner_all);
+  LiveProcess proc(copy);
+  ASSERT_TRUE(proc.ready());
+  const auto work = test::nm_find(test::nm_functions(copy), "hpd_waiter_work");
+  ASSERT_TRUE(work);
+  const auto runtime = runtime_address(proc.pid(), copy, copy, work->address + 4);
+  ASSERT_TRUE(runtime);
+  fs::remove(copy);
+  const Output o = shell(kHpctl + " symbolize --pid " + std::to_string(proc.pid()) + " " + hex(*runtime));
+  ASSERT_EQ(o.status, 0) << o.err;
+  const auto lines = lines_of(o.out);
+  ASSERT_GE(lines.size(), 3u) << o.out;
+  EXPECT_EQ(lines[1], "hpd_waiter_work") << o.out;
+  EXPECT_NE(lines[2].find("waiter.c:"), std::string::npos) << o.out;
+}
+
+TEST(SymbolizeCliPid, MissingProcessIsAClearError) {
+  const Output o = shell(kHpctl + " symbolize --pid 999999999 0x1000");
+  EXPECT_NE(o.status, 0);
+  EXPECT_NE(o.err.find("/proc/999999999/maps"), std::string::npos) << o.err;
+}
+
+TEST(AddressQuery, ParsesHexAndMaps) {
+  EXPECT_EQ(parse_hex_address("0x1f"), 0x1fu);
+  EXPECT_EQ(parse_hex_address(" 1F \n"), 0x1fu);
+  EXPECT_EQ(parse_hex_address("ffffffffffffffff"), UINT64_MAX);
+  EXPECT_FALSE(parse_hex_address("10000000000000000"));
+  EXPECT_FALSE(parse_hex_address("0x"));
+  EXPECT_FALSE(parse_hex_address(""));
+  EXPECT_FALSE(parse_hex_address("12 34"));
+  const auto maps = parse_proc_maps(
+      "7f00-7f80 r-xp 00001000 08:01 1234     /usr/lib/with space.so\n"
+      "garbage line\n"
+      "1000-2000 rw-p 00000000 00:00 0 \n"
+      "3000-4000 r-xp 00002000 08:01 99 /tmp/gone (deleted)\n");
+  ASSERT_EQ(maps.size(), 3u);
+  EXPECT_EQ(maps[0].start, 0x1000u);
+  EXPECT_EQ(maps[0].path, "");
+  EXPECT_FALSE(maps[0].executable);
+  EXPECT_EQ(maps[1].path, "/tmp/gone");
+  EXPECT_TRUE(maps[1].deleted);
+  EXPECT_EQ(maps[1].offset, 0x2000u);
+  EXPECT_EQ(maps[2].path, "/usr/lib/with space.so");
+  EXPECT_TRUE(maps[2].executable);
+}
+
+// debuginfod: a real server (Debian's `debuginfod`) serves a fixture's separate debug file, in a
+// private network namespace that has nothing but loopback, so nothing leaves the machine. The
+// fixture is stripped of its DWARF; symbolization must get file:line and inline levels back.
+TEST(SymbolizeCliDebuginfod, FetchesDebugInfoByBuildIdFromALoopbackServer) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for a private network namespace (unshare --net)";
+  for (const char* tool : {"debuginfod", "unshare", "ip", "curl", "objcopy", "timeout"}) {
+    if (!test::have_tool(tool)) GTEST_SKIP() << tool << " is not installed (packaging/install-deps.sh)";
+  }
+  dwarf_test::TempDir dir;
+  const std::string d = dir.path();
+  fs::create_directories(d + "/srv");
+  const std::string full = dwarf_fixture("c_gcc");
+  ASSERT_EQ(shell("objcopy --only-keep-debug " + quote(full) + " " + d + "/srv/c_gcc.debug").status, 0);
+  ASSERT_EQ(shell("objcopy --strip-debug " + quote(full) + " " + d + "/stripped").status, 0);
+  const auto sort_and_hash = test::nm_find(test::nm_functions(full), "sort_and_hash");
+  ASSERT_TRUE(sort_and_hash);
+  std::vector<uint64_t> addresses;
+  for (uint64_t a = sort_and_hash->address; a < sort_and_hash->address + sort_and_hash->size; a += 3) {
+    addresses.push_back(a);
+  }
+  const std::string list = write_addresses(dir, addresses);
+
+  // Without a server: no DWARF, and hpctl says so.
+  const Output before = shell(kHpctl + " symbolize --exe " + d + "/stripped < " + list);
+  ASSERT_EQ(before.status, 0) << before.err;
+  EXPECT_EQ(before.out.find("inline_c.c"), std::string::npos);
+  EXPECT_NE(before.err.find("no debug information"), std::string::npos) << before.err;
+
+  std::mt19937 rng(std::random_device{}());
+  const int port = std::uniform_int_distribution<int>(20000, 60000)(rng);  // the namespace has no other user
+  const std::string script =
+      "set -u; ip link set lo up || exit 90\n"
+      "debuginfod -F -p " +
+      std::to_string(port) + " -d " + d + "/db.sqlite -t 0 -g 0 " + d + "/srv > " + d +
+      "/server.log 2>&1 & server=$!\n"
+      "bid=$(readelf -n " +
+      d +
+      "/stripped | awk '/Build ID/{print $3}')\n"
+      // Ready when the scan has indexed the file (curl does not touch libdebuginfod's cache).
+      "for i in $(seq 1 150); do curl -sf -o /dev/null http://127.0.0.1:" +
+      std::to_string(port) +
+      "/buildid/$bid/debuginfo && break; sleep 0.1; done\n"
+      "DEBUGINFOD_URLS=http://127.0.0.1:" +
+      std::to_string(port) + " DEBUGINFOD_CACHE_PATH=" + d + "/cache DEBUGINFOD_TIMEOUT=10 " + kHpctl +
+      " symbolize --exe " + d + "/stripped < " + list + "; rc=$?\nkill $server; wait $server; exit $rc\n";
+  test::write_file(d + "/run.sh", script);
+  const Output served = shell("timeout 60 unshare --net sh " + d + "/run.sh");
+  ASSERT_EQ(served.status, 0) << served.err << test::read_file(d + "/server.log");
+
+  const Output llvm = shell(kLlvmSymbolizer + " --inlining --obj=" + quote(full) + " < " + list);
+  EXPECT_EQ(served.out, llvm.out) << served.err;
+  EXPECT_NE(served.out.find("hash_bytes\n"), std::string::npos);  // an inline level: from DWARF only
+  EXPECT_TRUE(fs::exists(d + "/cache")) << "libdebuginfod's cache was not used";
+}
+
+}  // namespace
+}  // namespace hpd
