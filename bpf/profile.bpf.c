@@ -22,6 +22,12 @@ const volatile __u64 sample_period_ns = 1001001;
 // Consumers are woken only when this much data waits; otherwise they poll on a timer, which saves a
 // wakeup per sample.
 const volatile __u64 wakeup_bytes = 1 << 20;
+// User state of on-CPU samples: registers plus this many bytes of user stack (a multiple of 8, at
+// most HPD_MAX_STACK_COPY; 0 = neither). fp mode asks for a few hundred bytes (the frameless leaf's
+// return address), dwarf mode for the unwinder's copy.
+const volatile __u32 stack_copy_bytes = 0;
+// dwarf mode: user space unwinds on-CPU user stacks from the copy; no frame-pointer walk here.
+const volatile __u32 user_stack_from_copy = 0;
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -68,6 +74,17 @@ struct {
   __type(value, struct hpd_sample_event);
 } scratch SEC(".maps");
 
+// On-CPU records are built here, one entry per possible CPU (indexed by CPU number; sized by user
+// space before load). A per-CPU array cannot hold a dwarf stack copy (its values are limited to
+// 32 KiB). Each entry has room for a hpd_sample_event with every frame, the stack copy and a page
+// (see copy_user_stack).
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __uint(key_size, sizeof(__u32));
+  __uint(value_size, sizeof(struct hpd_sample_event));
+} sample_scratch SEC(".maps");
+
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, HPD_COUNTER_COUNT);
@@ -107,9 +124,10 @@ static __always_inline void fill_header(struct hpd_event_header* h, __u32 type, 
 // called it; the scheduler's own frames follow.
 #define TRACEPOINT_STACK_SKIP 2
 
-// Kernel stack (when wanted, after skipping its first `kernel_skip` frames), then the user stack, of
-// the current task into e->ips.
-static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e, __u64 kernel_skip) {
+// Kernel stack (when wanted, after skipping its first `kernel_skip` frames), then (when `user`) the
+// frame-pointer user stack, of the current task into e->ips.
+static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e, __u64 kernel_skip,
+                                           int user) {
   __u64 kernel_frames = 0;
   e->kernel_error = 0;
   e->user_error = 0;
@@ -123,11 +141,14 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   }
   if (kernel_frames > HPD_MAX_KERNEL_FRAMES) kernel_frames = HPD_MAX_KERNEL_FRAMES;
   __u64 user_frames = 0;
-  long bytes = bpf_get_stack(ctx, &e->ips[kernel_frames], HPD_MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
-  if (bytes < 0)
-    e->user_error = (__s32)bytes;
-  else
-    user_frames = (__u64)bytes / sizeof(__u64);
+  if (user) {
+    long bytes =
+        bpf_get_stack(ctx, &e->ips[kernel_frames], HPD_MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
+    if (bytes < 0)
+      e->user_error = (__s32)bytes;
+    else
+      user_frames = (__u64)bytes / sizeof(__u64);
+  }
   if (user_frames > HPD_MAX_USER_FRAMES) user_frames = HPD_MAX_USER_FRAMES;
   e->kernel_frames = (__u16)kernel_frames;
   e->user_frames = (__u16)user_frames;
@@ -137,6 +158,59 @@ static __always_inline __u64 sample_size(const struct hpd_sample_event* e) {
   __u64 frames = (__u64)e->kernel_frames + e->user_frames;
   if (frames > HPD_MAX_FRAMES) frames = HPD_MAX_FRAMES;
   return __builtin_offsetof(struct hpd_sample_event, ips) + frames * sizeof(__u64);
+}
+
+#define USER_MODE_CS_BITS 3
+#define PAGE_BYTES 4096
+// Enough page-sized reads for HPD_MAX_STACK_COPY bytes starting anywhere in a page.
+#define STACK_COPY_READS (HPD_MAX_STACK_COPY / PAGE_BYTES + 2)
+
+// The user registers the current task entered the kernel with (on x86-64 an interrupt of user mode
+// saves them there too, so this is also the interrupted user state). 0 for kernel threads.
+static __always_inline int capture_user_regs(struct hpd_sample_event* e) {
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
+  if (!regs || (regs->cs & USER_MODE_CS_BITS) != USER_MODE_CS_BITS) return 0;
+  e->regs[0] = regs->ax;
+  e->regs[1] = regs->dx;
+  e->regs[2] = regs->cx;
+  e->regs[3] = regs->bx;
+  e->regs[4] = regs->si;
+  e->regs[5] = regs->di;
+  e->regs[6] = regs->bp;
+  e->regs[7] = regs->sp;
+  e->regs[8] = regs->r8;
+  e->regs[9] = regs->r9;
+  e->regs[10] = regs->r10;
+  e->regs[11] = regs->r11;
+  e->regs[12] = regs->r12;
+  e->regs[13] = regs->r13;
+  e->regs[14] = regs->r14;
+  e->regs[15] = regs->r15;
+  e->regs[16] = regs->ip;
+  e->regs_valid = (1u << HPD_USER_REGS) - 1;
+  return 1;
+}
+
+// Copies up to stack_copy_bytes of user stack from `sp` to `out`, page by page, stopping at the first
+// page that cannot be read: like perf_event's copy, it ends at the top of the stack mapping (or at a
+// page that is not present). Returns the bytes copied.
+static __always_inline __u32 copy_user_stack(__u8* out, __u64 sp) {
+  const __u64 want = stack_copy_bytes;
+  __u64 copied = 0;
+  for (int i = 0; i < STACK_COPY_READS; i++) {
+    // Unsigned 64-bit comparisons with constants, which the verifier turns into bounds: copied stays
+    // below `want` and one read below a page, so the buffer needs `want` + a page after the frames.
+    if (copied >= want || copied >= HPD_MAX_STACK_COPY) break;
+    const __u64 at = sp + copied;
+    __u64 size = PAGE_BYTES - (at & (PAGE_BYTES - 1));
+    const __u64 left = want - copied;
+    if (size > left) size = left;
+    if (size > PAGE_BYTES) break;
+    if (bpf_probe_read_user(out + copied, size, (const void*)at) != 0) break;
+    copied += size;
+  }
+  return (__u32)copied;
 }
 
 static __always_inline void count_drop(__s32 tid) {
@@ -152,8 +226,8 @@ int hpd_on_cpu(void* ctx) {
   const __s32 tid = (__s32)id;
   if (!is_target(pid)) return 0;
   count(HPD_COUNTER_SAMPLES);
-  const __u32 zero = 0;
-  struct hpd_sample_event* e = bpf_map_lookup_elem(&scratch, &zero);
+  const __u32 cpu = bpf_get_smp_processor_id();
+  struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &cpu);
   if (!e) return 0;
   const __u64 now = bpf_ktime_get_ns();
   fill_header(&e->header, HPD_EVENT_ON_CPU, pid, tid, now);
@@ -182,8 +256,18 @@ int hpd_on_cpu(void* ctx) {
     }
   }
 
-  capture_stacks(ctx, e, 0);
-  if (bpf_ringbuf_output(&events, e, sample_size(e), submit_flags()) != 0) count_drop(tid);
+  e->regs_valid = 0;
+  e->stack_bytes = 0;
+  const int have_regs = stack_copy_bytes != 0 && capture_user_regs(e);
+  capture_stacks(ctx, e, 0, !(have_regs && user_stack_from_copy));
+  __u64 size = sample_size(e);
+  if (have_regs) {
+    // The copy goes right after the last frame; sample_size() is at most the offset of the end of ips.
+    if (size > sizeof(struct hpd_sample_event)) return 0;  // for the verifier
+    e->stack_bytes = copy_user_stack((__u8*)e + size, e->regs[7]);
+    size += e->stack_bytes;
+  }
+  if (bpf_ringbuf_output(&events, e, size, submit_flags()) != 0) count_drop(tid);
   return 0;
 }
 
@@ -219,7 +303,11 @@ int hpd_sched_switch(__u64* ctx) {
   e->cpu_delta_ns = 0;
   e->off_cpu_ns = 0;
   e->flags = ctx[0] ? HPD_SAMPLE_PREEMPTED : 0;
-  capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP);
+  e->regs_valid = 0;
+  e->stack_bytes = 0;
+  // Off-CPU stacks are frame-pointer walks in every mode: the record waits in `blocked` until the
+  // thread runs again, and a stack copy per blocked thread would cost too much map memory.
+  capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, 1);
   if (bpf_map_update_elem(&blocked, &tid, e, BPF_ANY) != 0) count(HPD_COUNTER_OFFCPU_MAP_FULL);
   return 0;
 }

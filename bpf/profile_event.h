@@ -11,6 +11,11 @@
 #define HPD_MAX_KERNEL_FRAMES 48
 #define HPD_MAX_USER_FRAMES 127
 #define HPD_MAX_FRAMES (HPD_MAX_KERNEL_FRAMES + HPD_MAX_USER_FRAMES)
+/* User registers of a sample, by x86-64 DWARF number (rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
+ * r8-r15, rip), as hpd::UserRegs holds them. */
+#define HPD_USER_REGS 17
+/* The most user stack an on-CPU record carries (perf_event's limit too). */
+#define HPD_MAX_STACK_COPY 65528
 
 enum hpd_event_type {
   HPD_EVENT_ON_CPU = 1,   /* a timer sample of a running target thread */
@@ -47,7 +52,10 @@ struct hpd_event_header {
 };
 
 /* HPD_EVENT_ON_CPU and HPD_EVENT_OFF_CPU: only the first kernel_frames + user_frames entries of ips
- * are present in the ring; the record is cut after them. */
+ * are present in the ring, followed by stack_bytes bytes of user stack (from regs[7], the sp, up);
+ * the record is cut after them. On-CPU records of user code carry the registers and the stack copy
+ * (fp mode: a small one, for the frameless leaf's caller; dwarf mode: the unwinder's, and no user
+ * frames); off-CPU records carry neither (regs_valid 0, stack_bytes 0). */
 struct hpd_sample_event {
   struct hpd_event_header header;
   __u64 cpu_delta_ns; /* on-CPU: the thread's sum_exec_runtime growth since its previous sample */
@@ -57,6 +65,9 @@ struct hpd_sample_event {
   __u16 kernel_frames; /* leaf first */
   __u16 user_frames;   /* leaf first, after the kernel frames */
   __u32 flags;         /* HPD_SAMPLE_* */
+  __u32 stack_bytes;   /* bytes of user stack after the frames */
+  __u32 regs_valid;    /* bit N set: regs[N] holds DWARF register N */
+  __u64 regs[HPD_USER_REGS];
   __u64 ips[HPD_MAX_FRAMES];
 };
 

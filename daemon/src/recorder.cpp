@@ -46,13 +46,15 @@ const char* to_string(CallGraph mode) {
 
 namespace {
 
-// --call-graph auto: dwarf needs the perf_event backend (the eBPF programs walk frame pointers only),
-// so it is only considered where perf_event may record.
+// --call-graph auto: dwarf when a target's executable lacks frame pointers, with either backend.
+// System-wide and cgroup targets stay with fp: a stack copy per sample of every process would flood
+// the ring, and there is no one executable to inspect.
 CallGraphChoice resolve_call_graph(const RecordOptions& options) {
   if (options.call_graph != CallGraph::kAuto) return CallGraphChoice{options.call_graph, ""};
-  if (options.backend == Backend::kBpf || needs_bpf(options)) {
-    return CallGraphChoice{CallGraph::kFp, "the eBPF backend captures frame-pointer stacks (dwarf needs "
-                                           "--backend perf)"};
+  if (options.all_processes || !options.cgroup.empty()) {
+    return CallGraphChoice{CallGraph::kFp,
+                           std::string(options.all_processes ? "--all" : "--cgroup") +
+                               " records frame-pointer stacks unless --call-graph dwarf is given"};
   }
   std::vector<std::string> executables;
   if (!options.command.empty()) {
@@ -171,14 +173,6 @@ void validate_record_options(const RecordOptions& options) {
                       std::to_string(kMaxStackCopyBytes) + " (got " + std::to_string(options.stack_copy_bytes) +
                       ")");
   }
-  if (options.call_graph == CallGraph::kDwarf && (options.backend == Backend::kBpf || needs_bpf(options))) {
-    throw RecordError(std::string("--call-graph dwarf needs the perf_event backend for now, and ") +
-                      (options.backend == Backend::kBpf ? "--backend bpf"
-                       : options.all_processes          ? "--all"
-                       : !options.cgroup.empty()        ? "--cgroup"
-                                                        : "off-CPU samples") +
-                      " needs eBPF: use --backend perf, or --call-graph fp");
-  }
   if (options.ring_pages != 0 && (options.ring_pages & (options.ring_pages - 1)) != 0) {
     throw RecordError("ring buffer pages must be a power of two (got " + std::to_string(options.ring_pages) +
                       ")");
@@ -209,17 +203,13 @@ RecordResult record_resolved(const RecordOptions& options, const PerfPrivileges&
     case Backend::kBpf: return record_with_bpf(options, privileges);
     case Backend::kAuto: break;
   }
-  std::string reason;
-  if (options.call_graph == CallGraph::kDwarf) {
-    reason = "dwarf call graphs need the perf_event backend";
-  } else {
-    reason = bpf_unavailable_reason(privileges);
-    if (reason.empty()) {
-      try {
-        return record_with_bpf(options, privileges);
-      } catch (const BpfUnavailable& e) {
-        reason = e.what();
-      }
+  // Both backends record either call-graph mode; eBPF's dwarf-mode off-CPU stacks stay frame-pointer walks.
+  std::string reason = bpf_unavailable_reason(privileges);
+  if (reason.empty()) {
+    try {
+      return record_with_bpf(options, privileges);
+    } catch (const BpfUnavailable& e) {
+      reason = e.what();
     }
   }
   if (needs_bpf(options)) throw RecordError("the eBPF backend is needed here but unavailable: " + reason);

@@ -1,4 +1,4 @@
-// Clocks, liveness checks and the recording description shared by the backends.
+// Clocks, liveness checks, the recording description and the frameless-leaf fix shared by the backends.
 #include "recording_common.h"
 
 #include <sys/resource.h>
@@ -84,6 +84,15 @@ void describe_recording(const RecordOptions& options, RecordingInfo& info) {
     }
     info.target = info.target.empty() ? command : info.target + " while running " + command;
   }
+}
+
+bool insert_frameless_leaf_caller(Unwinder& unwinder, const UnwindContext& context, const UserRegs& regs,
+                                  const StackCopy& stack, std::vector<uint64_t>& user) {
+  if (user.empty() || user[0] != regs.ip()) return false;
+  const auto ret = unwinder.frameless_leaf_return(context, regs, stack);
+  if (!ret || (user.size() >= 2 && user[1] == *ret)) return false;
+  user.insert(user.begin() + 1, *ret);
+  return true;
 }
 
 }  // namespace hpd

@@ -1,11 +1,14 @@
-// Pieces both recording backends share: clocks, target liveness, the recording's description.
+// Pieces both recording backends share: clocks, target liveness, the recording's description, the
+// frameless-leaf fix of frame-pointer chains.
 #pragma once
 
 #include <time.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "hpd/collect/recorder.h"
+#include "hpd/unwind/unwinder.h"
 #include "util/unique_fd.h"
 
 namespace hpd {
@@ -30,5 +33,12 @@ void raise_fd_limit();
 // The options' target in words ("pid 12", "all processes", "cgroup /sys/fs/cgroup/x", the command),
 // plus host name and kernel release, into `info`.
 void describe_recording(const RecordOptions& options, RecordingInfo& info);
+
+// fp mode: the kernel's frame-pointer walk goes from a frameless leaf (glibc's memmove, a function
+// before its prologue) to the frame of the leaf's caller's caller; the leaf's own return address is
+// only on the stack. Inserts it after the leaf of `user` (leaf first, user[0] == regs.ip()) unless it
+// is already there; returns whether it did.
+bool insert_frameless_leaf_caller(Unwinder& unwinder, const UnwindContext& context, const UserRegs& regs,
+                                  const StackCopy& stack, std::vector<uint64_t>& user);
 
 }  // namespace hpd

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <ctime>
 
 #include "perf/profile_builder.h"
+#include "recording_common.h"
 
 namespace hpd {
 
@@ -111,12 +113,18 @@ void BpfProfileBuilder::on_record(std::span<const uint8_t> bytes) {
     case HPD_EVENT_OFF_CPU: {
       hpd_sample_event e;
       if (!read_record(bytes, e, kSampleHeaderBytes) || e.kernel_frames > HPD_MAX_KERNEL_FRAMES ||
-          e.user_frames > HPD_MAX_USER_FRAMES ||
-          bytes.size() < kSampleHeaderBytes + (size_t{e.kernel_frames} + e.user_frames) * sizeof(uint64_t)) {
+          e.user_frames > HPD_MAX_USER_FRAMES || e.stack_bytes > HPD_MAX_STACK_COPY) {
         ++malformed_;
         return;
       }
-      on_sample(e, e.kernel_frames + e.user_frames);
+      const size_t frames = size_t{e.kernel_frames} + e.user_frames;
+      const size_t stack_at = kSampleHeaderBytes + frames * sizeof(uint64_t);
+      if (bytes.size() < stack_at + e.stack_bytes) {
+        ++malformed_;
+        return;
+      }
+      unwind_.sample_bytes += bytes.size();
+      on_sample(e, frames, bytes.subspan(stack_at, e.stack_bytes));
       return;
     }
     case HPD_EVENT_FORK: {
@@ -153,7 +161,39 @@ bool BpfProfileBuilder::has_user_mapping(RawProcess& process, ProcessState& stat
   return true;
 }
 
-void BpfProfileBuilder::on_sample(const hpd_sample_event& e, size_t frames_present) {
+namespace {
+
+uint64_t mono_ns() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+StackEnd BpfProfileBuilder::apply_user_state(const hpd_sample_event& e, const RawProcess& process,
+                                             std::span<const uint8_t> stack) {
+  UserRegs regs;
+  for (size_t i = 0; i < HPD_USER_REGS && i < kDwarfRegCount; ++i) {
+    if ((e.regs_valid >> i) & 1) regs.set(static_cast<DwarfReg>(i), e.regs[i]);
+  }
+  const StackCopy copy{regs.sp(), stack, config_.stack_copy_bytes};
+  const UnwindContext context{&process, &profile_.modules, e.header.time_ns};
+  const uint64_t start = mono_ns();
+  StackEnd end = StackEnd::kUnknown;
+  if (config_.dwarf) {
+    end = unwinder_->unwind(context, regs, copy, unwound_);
+    std::swap(user_, unwound_);
+    ++unwind_.unwound;
+  } else if (insert_frameless_leaf_caller(*unwinder_, context, regs, copy, user_)) {
+    ++unwind_.leaf_callers;
+  }
+  unwind_.ns += mono_ns() - start;
+  return end;
+}
+
+void BpfProfileBuilder::on_sample(const hpd_sample_event& e, size_t frames_present,
+                                  std::span<const uint8_t> stack) {
   const hpd_event_header& h = e.header;
   RawThread& thread = ensure_thread(h.pid, h.tid, h.time_ns, h.comm);
   RawProcess& process = profile_.process(h.pid);
@@ -178,9 +218,21 @@ void BpfProfileBuilder::on_sample(const hpd_sample_event& e, size_t frames_prese
   std::memcpy(ips_.data(), e.ips, frames_present * sizeof(uint64_t));
   const std::span<const uint64_t> ips(ips_.data(), frames_present);
   const auto kernel = ips.first(e.kernel_frames);
-  const auto user = ips.subspan(e.kernel_frames, e.user_frames);
+  const auto fp_user = ips.subspan(e.kernel_frames, e.user_frames);
+  user_.assign(fp_user.begin(), fp_user.end());
+  const bool have_regs = (e.regs_valid >> static_cast<unsigned>(DwarfReg::kRip) & 1) &&
+                         (e.regs_valid >> static_cast<unsigned>(DwarfReg::kRsp) & 1);
+  const bool unwind_here = unwinder_ != nullptr && have_regs && h.type == HPD_EVENT_ON_CPU;
+  // The walk needs the mapping of the leaf: read the maps again if it is new (dlopen, JIT).
+  if (unwind_here && config_.dwarf) has_user_mapping(process, state, e.regs[16], h.time_ns);
+  const StackEnd unwound = unwind_here ? apply_user_state(e, process, stack) : StackEnd::kUnknown;
+  const std::span<const uint64_t> user(user_);
   const bool user_process = !process.mappings.empty();
-  if (e.user_error < 0 || (user.empty() && user_process)) {
+  if (unwound != StackEnd::kUnknown) {
+    sample.stack_end = unwound;
+    if (sample.stack_end != StackEnd::kFailed && e.kernel_frames >= HPD_MAX_KERNEL_FRAMES)
+      sample.stack_end = StackEnd::kTruncated;
+  } else if (e.user_error < 0 || (user.empty() && user_process)) {
     sample.stack_end = StackEnd::kFailed;
   } else if (e.user_frames >= HPD_MAX_USER_FRAMES || e.kernel_frames >= HPD_MAX_KERNEL_FRAMES) {
     sample.stack_end = StackEnd::kTruncated;
@@ -285,7 +337,8 @@ void BpfProfileBuilder::on_still_off_cpu(const hpd_sample_event& event, uint64_t
   hpd_sample_event e = event;
   e.header.type = HPD_EVENT_OFF_CPU;
   e.off_cpu_ns = end_ns > e.header.time_ns ? end_ns - e.header.time_ns : 0;
-  on_sample(e, size_t{e.kernel_frames} + e.user_frames);
+  e.stack_bytes = 0;  // a map value carries no stack copy
+  on_sample(e, size_t{e.kernel_frames} + e.user_frames, {});
 }
 
 void BpfProfileBuilder::add_thread_drops(int32_t pid, int32_t tid, uint64_t drops) {

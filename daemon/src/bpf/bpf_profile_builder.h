@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "hpd/model/raw_profile.h"
+#include "hpd/unwind/unwinder.h"
+#include "perf/profile_builder.h"
 #include "proc/proc_maps.h"
 #include "profile_event.h"
 
@@ -22,6 +24,11 @@ struct BpfBuilderConfig {
   uint64_t start_ns = 0;  // the recording's start; threads that existed then start there
   // The least time between two reads of one process's maps when its samples hit unknown addresses.
   uint64_t maps_reread_interval_ns = 200'000'000;
+  // dwarf mode: on-CPU user stacks are unwound from the records' registers and stack copies (the
+  // programs walk no user frame pointers then). Otherwise the copies only put back the callers of
+  // frameless leaves into the frame-pointer chains.
+  bool dwarf = false;
+  uint32_t stack_copy_bytes = 0;  // bytes of stack the programs were asked to copy (0 = unknown)
 };
 
 class BpfProfileBuilder {
@@ -42,6 +49,11 @@ class BpfProfileBuilder {
   // One ring-buffer record. Records that are too short or of an unknown type are counted, not used.
   void on_record(std::span<const uint8_t> bytes);
 
+  // The unwinder for records with registers and a stack copy (owned by the caller, one per recording).
+  // Without one, such records keep the frame-pointer chain as it is (and dwarf-mode ones have no user
+  // frames).
+  void set_unwinder(Unwinder* unwinder) { unwinder_ = unwinder; }
+
   // A thread still off the CPU when the recording ended: its interval runs until `end_ns`.
   void on_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns);
 
@@ -52,6 +64,7 @@ class BpfProfileBuilder {
   [[nodiscard]] uint64_t malformed_records() const { return malformed_; }
   [[nodiscard]] uint64_t processes_without_maps() const { return processes_without_maps_; }
   [[nodiscard]] uint64_t samples_without_baseline() const { return samples_without_baseline_; }
+  [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
 
  private:
   struct ProcessState {
@@ -62,7 +75,11 @@ class BpfProfileBuilder {
     uint64_t hit_start = 0, hit_end = 0;
   };
 
-  void on_sample(const hpd_sample_event& e, size_t frames_present);
+  void on_sample(const hpd_sample_event& e, size_t frames_present, std::span<const uint8_t> stack);
+  // Unwinds (dwarf) or completes (fp) user_ from the record's registers and stack copy; returns how a
+  // dwarf walk ended, kUnknown when none was done.
+  StackEnd apply_user_state(const hpd_sample_event& e, const RawProcess& process,
+                            std::span<const uint8_t> stack);
   void on_fork(const hpd_fork_event& e);
   void on_exec(const hpd_task_event& e);
   void on_exit(const hpd_task_event& e);
@@ -78,6 +95,10 @@ class BpfProfileBuilder {
   ProcessDescriber describe_;
   std::unordered_map<int32_t, ProcessState> states_;
   std::array<uint64_t, HPD_MAX_FRAMES> ips_{};
+  std::vector<uint64_t> user_;
+  std::vector<uint64_t> unwound_;
+  Unwinder* unwinder_ = nullptr;
+  UnwindCounters unwind_;
   uint64_t samples_ = 0;
   uint64_t malformed_ = 0;
   uint64_t processes_without_maps_ = 0;

@@ -167,12 +167,25 @@ void load_skeleton(profile_bpf* skel, const LibbpfLogCapture& log) {
   }
 }
 
+// fp mode copies this much stack per on-CPU sample, for the frameless leaf's return address (CFI
+// puts it within the first few dozen bytes), as the perf_event backend does.
+constexpr uint32_t kLeafStackBytes = 256;
+// The verifier bounds the stack copy's offset and its last read's size separately: one page of room.
+constexpr uint32_t kScratchSlackBytes = 4096;
+
+uint32_t stack_copy_bytes(const RecordOptions& options) {
+  if (options.call_graph != CallGraph::kDwarf) return kLeafStackBytes;
+  return options.stack_copy_bytes == 0 ? kDefaultStackCopyBytes : options.stack_copy_bytes;
+}
+
 // The ring buffer: about half a second of samples from every CPU, a power of two in [1, 64] MiB.
 uint32_t choose_ring_bytes(const RecordOptions& options, size_t cpus) {
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   if (options.ring_pages != 0) return static_cast<uint32_t>(std::max<uint64_t>(options.ring_pages, 1) * page);
-  // A typical record with a 20-frame stack is about 250 bytes; leave room for deep stacks.
-  const uint64_t want = uint64_t{options.frequency_hz} * std::max<size_t>(cpus, 1) * 512 / 2;
+  // A typical fp record with a 20-frame stack is about 400 bytes plus the leaf copy; leave room for
+  // deep stacks. A dwarf record is mostly its stack copy.
+  const uint64_t record = 512 + sizeof(hpd_sample_event::regs) + stack_copy_bytes(options);
+  const uint64_t want = uint64_t{options.frequency_hz} * std::max<size_t>(cpus, 1) * record / 2;
   uint64_t bytes = 1ULL << 20;
   while (bytes < (64ULL << 20) && bytes < want) bytes *= 2;
   return static_cast<uint32_t>(std::max(bytes, page));
@@ -191,6 +204,8 @@ class BpfSession {
     kernel_frames_ = options.kernel == KernelFrames::kOn ||
                      (options.kernel == KernelFrames::kAuto && privileges.may_see_kernel());
     off_cpu_ = off_cpu_enabled(options);
+    dwarf_ = options.call_graph == CallGraph::kDwarf;
+    stack_copy_ = stack_copy_bytes(options);
     period_ns_ = std::max<uint64_t>(1, 1'000'000'000ULL / options.frequency_hz);
     if (options.all_processes)
       filter_ = HPD_FILTER_ALL;
@@ -226,6 +241,8 @@ class BpfSession {
   std::vector<int> cpus_;
   bool kernel_frames_ = false;
   bool off_cpu_ = false;
+  bool dwarf_ = false;
+  uint32_t stack_copy_ = 0;
   uint64_t period_ns_ = 0;
   uint32_t filter_ = HPD_FILTER_PIDS;
 
@@ -239,6 +256,8 @@ class BpfSession {
 
   RecordResult result_;
   BuildIdReader build_ids_;
+  // One per recording: its CFI and rule caches serve every process of the recording.
+  Unwinder unwinder_;
   std::unique_ptr<BpfProfileBuilder> builder_;
   std::exception_ptr callback_error_;
 };
@@ -256,6 +275,17 @@ void BpfSession::load() {
   config->wakeup_bytes = ring_bytes / 4;
   int err = bpf_map__set_max_entries(skel_->maps.events, ring_bytes);
   if (err != 0) throw RecordError("cannot size the eBPF ring buffer: " + errno_text(err));
+  config->stack_copy_bytes = stack_copy_;
+  config->user_stack_from_copy = dwarf_ ? 1 : 0;
+  // One record buffer per possible CPU: every frame, the copy and a page (see profile.bpf.c).
+  const int possible = libbpf_num_possible_cpus();
+  if (possible <= 0) throw RecordError("cannot count the possible CPUs: " + errno_text(possible));
+  err = bpf_map__set_max_entries(skel_->maps.sample_scratch, static_cast<uint32_t>(possible));
+  if (err == 0)
+    err = bpf_map__set_value_size(
+        skel_->maps.sample_scratch,
+        static_cast<uint32_t>(sizeof(hpd_sample_event) + stack_copy_ + kScratchSlackBytes));
+  if (err != 0) throw RecordError("cannot size the eBPF record buffers: " + errno_text(err));
   // Without off-CPU samples the scheduler hook is not even loaded: context switches cost nothing.
   bpf_program__set_autoload(skel_->progs.hpd_sched_switch, off_cpu_);
   load_skeleton(skel_.get(), log_);
@@ -454,7 +484,7 @@ RecordResult BpfSession::run() {
   info.frequency_hz = options_.frequency_hz;
   info.backend = "bpf";
   info.event = "cpu-clock";
-  info.call_graph = "fp";
+  info.call_graph = dwarf_ ? "dwarf" : "fp";
   info.kernel_frames = kernel_frames_;
   info.logical_cpus = static_cast<uint32_t>(cpus_.size());
   describe_recording(options_, info);
@@ -462,11 +492,13 @@ RecordResult BpfSession::run() {
   if (kernel_frames_) profile.intern_module("[kernel.kallsyms]", kernel_build_id(), true);
 
   builder_ = std::make_unique<BpfProfileBuilder>(
-      profile, BpfBuilderConfig{profile.info.start_mono_ns}, [](int32_t pid) { return read_proc_maps(pid); },
+      profile, BpfBuilderConfig{profile.info.start_mono_ns, 200'000'000, dwarf_, stack_copy_},
+      [](int32_t pid) { return read_proc_maps(pid); },
       [this](int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
         return build_ids_.for_mapping(pid, start, end, path);
       },
       [this](RawProcess& process) { describe_process(process); });
+  builder_->set_unwinder(&unwinder_);
 
   if (!options_.command.empty()) command_ = std::make_unique<LaunchedCommand>(options_.command);
   set_targets();
@@ -532,6 +564,13 @@ RecordResult BpfSession::run() {
   finish_launched(stopped_early);
   result_.processes_without_maps = builder_->processes_without_maps();
   result_.samples_without_cpu_baseline = builder_->samples_without_baseline();
+  result_.call_graph = dwarf_ ? CallGraph::kDwarf : CallGraph::kFp;
+  result_.stack_copy_bytes = stack_copy_;
+  const UnwindCounters& unwound = builder_->unwind_counters();
+  result_.unwind_ns = unwound.ns;
+  result_.unwound_samples = unwound.unwound;
+  result_.leaf_callers_added = unwound.leaf_callers;
+  result_.sample_bytes = unwound.sample_bytes;
   profile.lost.lost_records += builder_->malformed_records();
   return std::move(result_);
 }

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "recording_common.h"
+
 namespace hpd {
 
 std::string module_path_for(const std::string& path) {
@@ -160,14 +162,8 @@ StackEnd PerfProfileBuilder::apply_user_stack(const SampleRecord& s) {
     end = unwinder_->unwind(context, regs, copy, unwound_);
     std::swap(split_.user, unwound_);
     ++unwind_.unwound;
-  } else if (!split_.user.empty() && split_.user[0] == regs.ip()) {
-    // The kernel's frame-pointer walk goes from a frameless leaf to the frame of the leaf's caller's
-    // caller: the leaf's own return address is only on the stack.
-    if (const auto ret = unwinder_->frameless_leaf_return(context, regs, copy);
-        ret && (split_.user.size() < 2 || split_.user[1] != *ret)) {
-      split_.user.insert(split_.user.begin() + 1, *ret);
-      ++unwind_.leaf_callers;
-    }
+  } else if (insert_frameless_leaf_caller(*unwinder_, context, regs, copy, split_.user)) {
+    ++unwind_.leaf_callers;
   }
   unwind_.ns += mono_ns() - start;
   return end;

@@ -3,9 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
+
+#define NOINLINE_FOR_TEST __attribute__((noinline))
 
 namespace hpd {
 namespace {
@@ -137,6 +141,85 @@ TEST(BpfProfileBuilder, MalformedRecordsAreCountedNotUsed) {
   builder.on_record(fork);
   EXPECT_EQ(builder.malformed_records(), 5u);
   EXPECT_TRUE(profile.samples.empty());
+}
+
+// An on-CPU record with user registers (ip, sp) and `stack` bytes of stack copy after its frames.
+std::vector<uint8_t> sample_with_copy(int32_t pid, uint64_t time, std::vector<uint64_t> user, uint64_t ip,
+                                      uint64_t sp, const std::vector<uint8_t>& stack) {
+  std::vector<uint8_t> bytes = sample_bytes(HPD_EVENT_ON_CPU, pid, pid, time, "x", {}, std::move(user));
+  hpd_sample_event e{};
+  std::memcpy(&e, bytes.data(), bytes.size());
+  e.regs[16] = ip;
+  e.regs[7] = sp;
+  e.regs_valid = (1u << 16) | (1u << 7);
+  e.stack_bytes = static_cast<uint32_t>(stack.size());
+  std::memcpy(bytes.data(), &e, offsetof(hpd_sample_event, ips));
+  bytes.insert(bytes.end(), stack.begin(), stack.end());
+  return bytes;
+}
+
+NOINLINE_FOR_TEST int leaf_of_this_test(int x) {
+  return x * 3 + 1;
+}
+
+TEST(BpfProfileBuilder, StackCopiesAreCheckedAndGarbageStacksDoNotCrash) {
+  const int32_t self = ::getpid();
+  const auto ip = reinterpret_cast<uint64_t>(&leaf_of_this_test);
+  std::vector<uint8_t> garbage(512);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<uint8_t>(i * 37 + 11);
+
+  for (const bool dwarf : {false, true}) {
+    RawProfile profile;
+    BpfBuilderConfig config{0};
+    config.dwarf = dwarf;
+    config.stack_copy_bytes = 512;
+    BpfProfileBuilder builder(profile, config);
+    Unwinder unwinder;
+    builder.set_unwinder(&unwinder);
+    builder.add_initial_process(self, read_proc_maps(self));
+
+    std::vector<uint8_t> short_copy = sample_with_copy(self, 5, {ip}, ip, 0x7000, garbage);
+    short_copy.resize(short_copy.size() - 8);  // the copy is cut
+    builder.on_record(short_copy);
+    std::vector<uint8_t> huge = sample_with_copy(self, 5, {ip}, ip, 0x7000, {});
+    hpd_sample_event e{};
+    std::memcpy(&e, huge.data(), huge.size());
+    e.stack_bytes = HPD_MAX_STACK_COPY + 8;
+    std::memcpy(huge.data(), &e, offsetof(hpd_sample_event, ips));
+    builder.on_record(huge);
+    EXPECT_EQ(builder.malformed_records(), 2u);
+
+    // fp: the chain's leaf stays first; dwarf: the walk starts at ip, whatever the garbage holds.
+    builder.on_record(sample_with_copy(self, 10, dwarf ? std::vector<uint64_t>{} : std::vector<uint64_t>{ip},
+                                       ip, 0x7ff000001000, garbage));
+    ASSERT_EQ(profile.samples.size(), 1u);
+    const RawSample& s = profile.samples[0];
+    ASSERT_NE(s.stack, kNoIndex);
+    const auto user = profile.stacks.user_frames(s.stack);
+    ASSERT_FALSE(user.empty());
+    EXPECT_EQ(user[0], ip);
+    EXPECT_EQ(builder.unwind_counters().unwound, dwarf ? 1u : 0u);
+    if (dwarf) {
+      EXPECT_NE(s.stack_end, StackEnd::kUnknown);
+    }
+    EXPECT_GT(builder.unwind_counters().sample_bytes, garbage.size());
+  }
+}
+
+TEST(BpfProfileBuilder, OffCpuRecordsKeepTheirFramePointerChainInDwarfMode) {
+  RawProfile profile;
+  BpfBuilderConfig config{0};
+  config.dwarf = true;
+  BpfProfileBuilder builder(profile, config);
+  Unwinder unwinder;
+  builder.set_unwinder(&unwinder);
+  builder.add_initial_process(10, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 10, 10, 50, "app", {}, {0x400100, 0x400200}, 0, 7));
+  ASSERT_EQ(profile.samples.size(), 1u);
+  const auto user = profile.stacks.user_frames(profile.samples[0].stack);
+  EXPECT_EQ(std::vector<uint64_t>(user.begin(), user.end()), (std::vector<uint64_t>{0x400100, 0x400200}));
+  EXPECT_EQ(profile.samples[0].stack_end, StackEnd::kComplete);
+  EXPECT_EQ(builder.unwind_counters().unwound, 0u);
 }
 
 TEST(BpfProfileBuilder, ForkCopiesMappingsAndExecEndsThem) {

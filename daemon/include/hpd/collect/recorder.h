@@ -26,13 +26,15 @@ const char* to_string(Backend backend);
 
 // How user call stacks are captured. kFp: the kernel's frame-pointer walk, plus the caller of a
 // frameless leaf (read from a small copy of the stack top). kDwarf: a copy of the top of the user
-// stack and the user registers per sample, unwound in user space from DWARF CFI (perf_event backend).
-// kAuto: dwarf when a target's executable was built without frame pointers, else fp.
+// stack and the user registers per on-CPU sample, unwound in user space from DWARF CFI (either
+// backend; the eBPF backend's off-CPU stacks stay frame-pointer walks). kAuto: dwarf when a target's
+// executable was built without frame pointers, else fp (always fp for --all and --cgroup).
 enum class CallGraph { kAuto, kFp, kDwarf };
 const char* to_string(CallGraph mode);
 
 // Default stack copy in dwarf mode: measured to unwind Rust programs with large stack frames
-// completely where 16 KiB does not (docs/performance.md). The kernel caps it at 65528.
+// completely where 16 KiB does not (docs/performance.md). perf_event caps it at 65528, and so does
+// the eBPF backend.
 inline constexpr uint32_t kDefaultStackCopyBytes = 32768;
 inline constexpr uint32_t kMaxStackCopyBytes = 65528;
 
