@@ -24,6 +24,7 @@ struct RecordArgs {
   bool no_follow_children = false;
   std::string call_graph = "auto";  // auto|fp|dwarf
   uint32_t stack_size = 0;          // dwarf: bytes of user stack copied per sample (0 = default)
+  std::string mip = "auto";         // auto|on|off (--mip / --no-mip): MIP call counts
   bool print_report = true;
   size_t report_limit = 20;
   bool quiet = false;

@@ -45,12 +45,14 @@ int main(int argc, char** argv) {
   record->add_option("--off-cpu-min-us", rec.off_cpu_min_us, "Ignore off-CPU intervals shorter than this");
   record->add_flag("--no-follow-children", rec.no_follow_children, "Do not record processes the targets fork");
   record->add_option("--call-graph", rec.call_graph,
-                     "User stacks: fp (frame pointers), dwarf (stack copy unwound with CFI; perf_event), or "
+                     "User stacks: fp (frame pointers), dwarf (stack copy unwound with CFI), or "
                      "auto (dwarf when the program was built without frame pointers)")
       ->check(CLI::IsMember({"auto", "fp", "dwarf"}))
       ->capture_default_str();
   record->add_option("--stack-size", rec.stack_size,
                      "dwarf: bytes of user stack copied per sample, a multiple of 8 up to 65528 (default 32768)");
+  record->add_flag("--mip{on},--no-mip{off}", rec.mip,
+                   "Read MIP call counts of every target (default: of targets with a __llvm_mipraw section)");
   record->add_flag("--no-report", [&rec](int64_t) { rec.print_report = false; },
                    "Do not print the report after recording");
   record->add_option("--limit", rec.report_limit, "Rows in the printed report")->capture_default_str();

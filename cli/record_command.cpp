@@ -1,4 +1,4 @@
-// `hpctl record`: record in process with the perf_event backend, symbolize, write, report.
+// `hpctl record`: record in process (eBPF or perf_event backend), symbolize, write, report.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +21,7 @@
 #include "hpd/export/report.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
+#include "mip_recording.h"
 #include "progress.h"
 
 namespace hpd::cli {
@@ -140,6 +141,16 @@ int run_record(const RecordArgs& args) {
     };
   }
 
+  // MIP counts: by default of targets that carry a MIP section; with --all or --cgroup only when asked.
+  std::unique_ptr<MipRecording> mip;
+  if (args.mip == "on" || (args.mip == "auto" && !args.all && args.cgroup.empty())) {
+    mip = std::make_unique<MipRecording>(args.mip == "on");
+    options.on_flush = [previous = std::move(options.on_flush), &mip](const RawProfile& raw) {
+      if (previous) previous(raw);
+      mip->on_flush(raw);
+    };
+  }
+
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -162,6 +173,7 @@ int run_record(const RecordArgs& args) {
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  if (mip) mip->finish(result.profile);
   if (capture) {
     // Finished before symbolizing, so the capture is complete even if symbolization fails.
     if (!capture_error.empty()) throw std::runtime_error(capture_error);
@@ -211,6 +223,15 @@ int run_record(const RecordArgs& args) {
     std::fprintf(stderr, "\n");
     if (!result.backend_fallback_reason.empty() && args.backend == "auto") {
       std::fprintf(stderr, "hpctl: note: used perf_event, not eBPF: %s\n", result.backend_fallback_reason.c_str());
+    }
+    if (mip) {
+      for (const std::string& note : mip->notes()) std::fprintf(stderr, "hpctl: %s\n", note.c_str());
+      if (!result.profile.mip_snapshots.empty()) {
+        std::fprintf(stderr, "hpctl: MIP: %zu snapshot(s) kept of %zu taken; counts are the last taken before exit\n",
+                     result.profile.mip_snapshots.size(), mip->snapshots_taken());
+      } else if (args.mip == "on") {
+        std::fprintf(stderr, "hpctl: MIP: no target had a readable __llvm_mipraw section\n");
+      }
     }
     if (result.profile.samples.empty()) {
       std::fprintf(stderr, "hpctl: warning: no samples were taken; the target used no CPU while recorded\n");

@@ -15,6 +15,7 @@ const char* block_name(uint16_t type) {
     case BlockType::kSamples: return "samples";
     case BlockType::kCallEdges: return "call-edges";
     case BlockType::kLost: return "lost";
+    case BlockType::kMip: return "mip";
     case BlockType::kEnd: return "end";
   }
   return "unknown";

@@ -30,7 +30,7 @@ enum class BlockType : uint16_t {
   kSamples = 6,    // samples appended since the previous block
   kCallEdges = 7,  // every call edge; the last one wins
   kLost = 8,       // profile-wide lost counts; the last one wins
-  // 9 is reserved for MIP snapshots.
+  kMip = 9,        // every MIP snapshot; optional (written without the required flag); the last one wins
   kEnd = 15,  // the recording finished; totals for a consistency check
 };
 

@@ -42,6 +42,7 @@ class BlockApplier {
       case BlockType::kSamples: samples(d); return true;
       case BlockType::kCallEdges: edges(d); return true;
       case BlockType::kLost: p_.lost = decode_lost(d); return true;
+      case BlockType::kMip: mip(d); return true;
       case BlockType::kEnd: end(d); return true;
     }
     return false;
@@ -207,6 +208,35 @@ class BlockApplier {
       e.callee_address = d.var();
       e.count = d.var();
     }
+  }
+
+  void mip(Decoder& d) {
+    const size_t n = d.count(6);
+    std::vector<RawMipSnapshot> snapshots(n);
+    for (RawMipSnapshot& s : snapshots) {
+      s.pid = d.s32();
+      s.time_ns = d.var();
+      s.module = d.index();
+      if (s.module == kNoIndex || s.module >= p_.modules.size())
+        d.fail("MIP snapshot names module " + std::to_string(s.module) + ", not yet read");
+      s.module_hash = d.u32();
+      const uint8_t counts = d.u8();
+      if (counts > 1) d.fail("MIP counts_calls byte " + std::to_string(counts) + " out of range");
+      s.counts_calls = counts == 1;
+      s.functions.resize(d.count(7));
+      for (RawMipFunction& f : s.functions) {
+        f.name = d.str();
+        f.address = d.var();
+        f.size = d.u32();
+        f.call_count = d.var();
+        f.first_call = d.var();
+        f.blocks_covered = d.u32();
+        f.blocks_total = d.u32();
+        if (f.blocks_covered > f.blocks_total)
+          d.fail("MIP function '" + f.name + "' covers more blocks than it has");
+      }
+    }
+    p_.mip_snapshots = std::move(snapshots);
   }
 
   void end(Decoder& d) {

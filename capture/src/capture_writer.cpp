@@ -96,6 +96,8 @@ struct CaptureWriter::State {
   size_t stacks = 0;
   size_t samples = 0;
   std::vector<RawCallEdge> edges;
+  // MIP snapshots are only ever appended, so their count says whether a new block is due.
+  size_t mip_snapshots = 0;
   LostCounts lost;
   Encoder enc;
   std::vector<uint8_t> compressed;
@@ -324,6 +326,31 @@ struct CaptureWriter::State {
     edges = p.call_edges;
   }
 
+  // Optional: a reader that skips it still has a right profile, only without MIP counts.
+  void write_mip(const RawProfile& p) {
+    if (p.mip_snapshots.size() == mip_snapshots) return;
+    enc.var(p.mip_snapshots.size());
+    for (const RawMipSnapshot& s : p.mip_snapshots) {
+      enc.svar(s.pid);
+      enc.var(s.time_ns);
+      enc.index(s.module);
+      enc.var(s.module_hash);
+      enc.u8(s.counts_calls ? 1 : 0);
+      enc.var(s.functions.size());
+      for (const RawMipFunction& f : s.functions) {
+        enc.str(f.name);
+        enc.var(f.address);
+        enc.var(f.size);
+        enc.var(f.call_count);
+        enc.var(f.first_call);
+        enc.var(f.blocks_covered);
+        enc.var(f.blocks_total);
+      }
+    }
+    emit(BlockType::kMip, false);
+    mip_snapshots = p.mip_snapshots.size();
+  }
+
   void write_lost(const RawProfile& p) {
     if (same_lost(lost, p.lost)) return;
     encode_lost(enc, p.lost);
@@ -365,6 +392,7 @@ void CaptureWriter::flush(const RawProfile& profile) {
   s.write_stacks(profile);
   s.write_samples(profile);
   s.write_edges(profile);
+  s.write_mip(profile);
   s.write_lost(profile);
 }
 

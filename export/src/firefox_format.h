@@ -32,6 +32,17 @@ inline constexpr const char* kOffCpuNsField = "offCpuNs";
 inline constexpr const char* kStackEndColumn = "hpdStackEnd";
 inline constexpr const char* kOffCpuSampleField = "sample";
 
+// MIP call counts: one instant marker per function on its process's main thread, at the snapshot's
+// time, named by the function. "funcIndex" (hidden) lets the reader restore the exact function.
+inline constexpr const char* kMipSchema = "MipCalls";
+inline constexpr const char* kMipFunctionField = "function";
+inline constexpr const char* kMipModuleField = "module";
+inline constexpr const char* kMipCallsField = "calls";
+inline constexpr const char* kMipFirstCallField = "firstCall";
+inline constexpr const char* kMipBlocksField = "blocks";  // "covered/total", or "" without coverage
+inline constexpr const char* kMipFuncField = "funcIndex";
+inline constexpr const char* kMipCountsCallsField = "countsCalls";  // 1 = exact counts, 0 = coverage
+
 // meta.extra sections (shown under "Show More" in the profile info panel) and their entry labels.
 inline constexpr const char* kRecordingSection = "Recording";
 inline constexpr const char* kTargetLabel = "Target";

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -540,6 +541,10 @@ class FirefoxReader {
       const json& data = markers.column("data");
       for (size_t i = 0; i < markers.length(); ++i) {
         const json& d = data[i];
+        if (d.is_object() && optional_string(d, "type") == firefox::kMipSchema) {
+          read_mip_marker(markers, i, thread.pid);
+          continue;
+        }
         if (!d.is_object() || optional_string(d, "type") != firefox::kOffCpuSchema) continue;
         const json* index = optional_member(d, firefox::kOffCpuSampleField);
         const json* off = optional_member(d, firefox::kOffCpuNsField);
@@ -559,6 +564,49 @@ class FirefoxReader {
     std::stable_sort(thread.samples.begin(), thread.samples.end(),
                      [](const Sample& a, const Sample& b) { return a.time_ns < b.time_ns; });
     p_.threads.push_back(std::move(thread));
+  }
+
+  // A MIP marker becomes a MipCount of the thread's process. The function is the one "funcIndex"
+  // names; a profile written by something else gets the marker's function name in its module's lib.
+  void read_mip_marker(const Table& markers, size_t i, int32_t pid) {
+    const json& d = markers.column("data")[i];
+    const auto integer = [&](const char* key) -> int64_t {
+      const json* v = optional_member(d, key);
+      return v != nullptr ? as_integer(*v).value_or(-1) : -1;
+    };
+    const int64_t calls = integer(firefox::kMipCallsField);
+    const int64_t first = integer(firefox::kMipFirstCallField);
+    if (calls < 0 || first < 0)
+      throw FormatError(markers.element("data", i) + " is a MIP marker without valid calls or firstCall");
+    MipCount c;
+    c.pid = pid;
+    c.calls = static_cast<uint64_t>(calls);
+    c.first_call = static_cast<uint64_t>(first);
+    c.never_called = c.calls == 0;
+    c.counts_calls = integer(firefox::kMipCountsCallsField) != 0;
+    const int64_t func = integer(firefox::kMipFuncField);
+    if (func >= 0 && static_cast<uint64_t>(func) < func_map_.size()) {
+      c.func = func_map_[static_cast<size_t>(func)];
+    } else {
+      const int64_t name = integer(firefox::kMipFunctionField);
+      if (name < 0 || static_cast<uint64_t>(name) >= string_values_.size())
+        throw FormatError(markers.element("data", i) + " is a MIP marker without a valid function");
+      const std::string module = optional_string(d, firefox::kMipModuleField);
+      uint32_t lib = kNoIndex;
+      for (uint32_t l = 0; l < p_.libs.size(); ++l) {
+        if (!module.empty() && p_.libs[l].path == module) lib = l;
+      }
+      c.func = p_.intern_func(*string_values_[static_cast<size_t>(name)], {}, lib);
+    }
+    const std::string blocks = optional_string(d, firefox::kMipBlocksField);
+    unsigned covered = 0, total = 0;
+    if (std::sscanf(blocks.c_str(), "%u/%u", &covered, &total) == 2 && covered <= total) {
+      c.blocks_covered = covered;
+      c.blocks_total = total;
+    }
+    const json& start = markers.column("startTime")[i];
+    if (start.is_number()) c.time_ns = to_mono(start.get<double>(), markers.element("startTime", i));
+    p_.mip_counts.push_back(c);
   }
 
   const json& root_;

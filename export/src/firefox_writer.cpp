@@ -72,6 +72,10 @@ class FirefoxWriter {
   void validate() const {
     const size_t strings = p_.strings.size();
     const size_t libs = p_.libs.size();
+    for (size_t i = 0; i < p_.mip_counts.size(); ++i) {
+      if (p_.mip_counts[i].func >= p_.funcs.size())
+        throw std::runtime_error(invalid("MIP count " + std::to_string(i) + " refers to a missing func"));
+    }
     for (size_t i = 0; i < p_.funcs.size(); ++i) {
       const Func& f = p_.funcs[i];
       if (f.name >= strings)
@@ -163,6 +167,17 @@ class FirefoxWriter {
     }
     off_cpu_name_string_ = base + static_cast<uint32_t>(extra_strings_.size());
     extra_strings_.push_back(firefox::kOffCpuMarkerName);
+
+    // MIP markers go to each process's main thread (else its first thread).
+    for (size_t i = 0; i < p_.threads.size(); ++i) {
+      const Thread& t = p_.threads[i];
+      auto [it, inserted] = mip_thread_.emplace(t.pid, i);
+      if (!inserted && t.is_main && !p_.threads[it->second].is_main) it->second = i;
+    }
+    for (size_t i = 0; i < p_.mip_counts.size(); ++i) {
+      if (auto it = mip_thread_.find(p_.mip_counts[i].pid); it != mip_thread_.end())
+        mip_of_thread_[it->second].push_back(static_cast<uint32_t>(i));
+    }
 
     // Where each process starts and ends, for the tracks' process times.
     for (const Thread& t : p_.threads) {
@@ -359,7 +374,52 @@ class FirefoxWriter {
     w_.end_object();
     w_.end_array();
     w_.end_object();
+    if (!p_.mip_counts.empty()) write_mip_schema();
     w_.end_array();
+  }
+
+  void schema_field(const char* key, const char* label, const char* format, bool hidden = false) {
+    w_.begin_object();
+    w_.key("key");
+    w_.string(key);
+    w_.key("label");
+    w_.string(label);
+    w_.key("format");
+    w_.string(format);
+    if (hidden) {
+      w_.key("hidden");
+      w_.boolean(true);
+    }
+    w_.end_object();
+  }
+
+  void write_mip_schema() {
+    w_.begin_object();
+    w_.key("name");
+    w_.string(firefox::kMipSchema);
+    w_.key("display");
+    w_.begin_array();
+    w_.string("marker-table");
+    w_.end_array();
+    w_.key("tableLabel");
+    w_.string("{marker.data.calls} calls, first call {marker.data.firstCall}, blocks {marker.data.blocks}");
+    w_.key("tooltipLabel");
+    w_.string("{marker.data.calls} calls");
+    w_.key("description");
+    w_.string(
+        "Exact call counts from the program's MIP (Machine IR Profile) instrumentation, read at the "
+        "last snapshot before the process exited or the recording ended.");
+    w_.key("fields");
+    w_.begin_array();
+    schema_field(firefox::kMipFunctionField, "Function", "unique-string");
+    schema_field(firefox::kMipModuleField, "Module", "file-path");
+    schema_field(firefox::kMipCallsField, "Calls", "integer");
+    schema_field(firefox::kMipFirstCallField, "First call", "integer");
+    schema_field(firefox::kMipBlocksField, "Blocks covered", "string");
+    schema_field(firefox::kMipFuncField, "Function index", "integer", true);
+    schema_field(firefox::kMipCountsCallsField, "Exact counts", "integer", true);
+    w_.end_array();
+    w_.end_object();
   }
 
   void write_extra() {
@@ -561,11 +621,14 @@ class FirefoxWriter {
   void write_threads() {
     w_.key("threads");
     w_.begin_array();
-    for (const Thread& t : p_.threads) write_thread(t);
+    for (size_t i = 0; i < p_.threads.size(); ++i) {
+      auto it = mip_of_thread_.find(i);
+      write_thread(p_.threads[i], it != mip_of_thread_.end() ? &it->second : nullptr);
+    }
     w_.end_array();
   }
 
-  void write_thread(const Thread& t) {
+  void write_thread(const Thread& t, const std::vector<uint32_t>* mip) {
     // The profiler bisects samples.time, so it must ascend; the Profile promises sorted samples,
     // but a stable sort by index costs little when it does not hold.
     const size_t n = t.samples.size();
@@ -642,7 +705,7 @@ class FirefoxWriter {
     column(firefox::kStackEndColumn, n, [&](size_t i) { w_.uint(static_cast<uint8_t>(sample(i).stack_end)); });
     w_.end_object();
 
-    write_markers(n, sample);
+    write_markers(n, sample, mip != nullptr ? *mip : std::vector<uint32_t>{});
     w_.end_object();
   }
 
@@ -669,13 +732,16 @@ class FirefoxWriter {
     });
   }
 
+  // Off-CPU interval markers first, then one MIP instant marker per count in `mip`.
   template <typename SampleAt>
-  void write_markers(size_t n, const SampleAt& sample) {
+  void write_markers(size_t n, const SampleAt& sample, const std::vector<uint32_t>& mip) {
     std::vector<uint32_t> off_cpu;
     for (size_t i = 0; i < n; ++i) {
       if (sample(i).kind == SampleKind::kOffCpu) off_cpu.push_back(static_cast<uint32_t>(i));
     }
-    const size_t m = off_cpu.size();
+    const size_t o = off_cpu.size();
+    const size_t m = o + mip.size();
+    const auto count = [&](size_t k) -> const MipCount& { return p_.mip_counts[mip[k - o]]; };
     w_.key("markers");
     w_.begin_object();
     w_.key("length");
@@ -683,24 +749,56 @@ class FirefoxWriter {
     column("data", m, [&](size_t k) {
       w_.begin_object();
       w_.key("type");
-      w_.string(firefox::kOffCpuSchema);
-      w_.key(firefox::kOffCpuNsField);
-      w_.uint(sample(off_cpu[k]).off_cpu_ns);
-      w_.key(firefox::kOffCpuSampleField);
-      w_.uint(off_cpu[k]);
+      if (k < o) {
+        w_.string(firefox::kOffCpuSchema);
+        w_.key(firefox::kOffCpuNsField);
+        w_.uint(sample(off_cpu[k]).off_cpu_ns);
+        w_.key(firefox::kOffCpuSampleField);
+        w_.uint(off_cpu[k]);
+      } else {
+        write_mip_data(count(k));
+      }
       w_.end_object();
     });
-    repeated("name", m, std::to_string(off_cpu_name_string_));
+    column("name", m,
+           [&](size_t k) { w_.uint(k < o ? off_cpu_name_string_ : p_.funcs[count(k).func].name); });
     // The interval assumes the sample is stamped when the thread left the CPU (samply's convention).
-    column("startTime", m, [&](size_t k) { w_.ns_as_ms(relative_ns(sample(off_cpu[k]).time_ns)); });
+    column("startTime", m, [&](size_t k) {
+      w_.ns_as_ms(relative_ns(k < o ? sample(off_cpu[k]).time_ns : count(k).time_ns));
+    });
     column("endTime", m, [&](size_t k) {
+      if (k >= o) {
+        w_.null();  // an instant
+        return;
+      }
       const Sample& s = sample(off_cpu[k]);
       w_.ns_as_ms(relative_ns(s.time_ns) +
                   static_cast<int64_t>(std::min<uint64_t>(s.off_cpu_ns, uint64_t{1} << 62)));
     });
-    repeated("phase", m, "1");  // Interval
-    repeated("category", m, std::to_string(static_cast<int>(Category::kIdle)));
+    column("phase", m, [&](size_t k) { w_.uint(k < o ? 1 : 0); });  // Interval, Instant
+    column("category", m,
+           [&](size_t k) { w_.uint(static_cast<int>(k < o ? Category::kIdle : Category::kUser)); });
     w_.end_object();
+  }
+
+  void write_mip_data(const MipCount& c) {
+    const Func& f = p_.funcs[c.func];
+    w_.string(firefox::kMipSchema);
+    w_.key(firefox::kMipFunctionField);
+    w_.uint(f.name);
+    w_.key(firefox::kMipModuleField);
+    w_.string(f.lib != kNoIndex ? p_.libs[f.lib].path : std::string());
+    w_.key(firefox::kMipCallsField);
+    w_.uint(c.calls);
+    w_.key(firefox::kMipFirstCallField);
+    w_.uint(c.first_call);
+    w_.key(firefox::kMipBlocksField);
+    w_.string(c.blocks_total != 0 ? std::to_string(c.blocks_covered) + "/" + std::to_string(c.blocks_total)
+                                  : std::string());
+    w_.key(firefox::kMipFuncField);
+    w_.uint(c.func);
+    w_.key(firefox::kMipCountsCallsField);
+    w_.uint(c.counts_calls ? 1 : 0);
   }
 
   struct ProcessTimes {
@@ -721,6 +819,8 @@ class FirefoxWriter {
   std::vector<uint32_t> lib_name_string_;
   uint32_t off_cpu_name_string_ = 0;
   std::unordered_map<int32_t, ProcessTimes> processes_;
+  std::unordered_map<int32_t, size_t> mip_thread_;                   // pid -> thread holding its MIP markers
+  std::unordered_map<size_t, std::vector<uint32_t>> mip_of_thread_;  // thread -> MIP counts
 };
 
 bool ends_with(const std::string& s, std::string_view suffix) {

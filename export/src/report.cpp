@@ -427,6 +427,103 @@ void print_moves_view(const Report& report, std::ostream& out, size_t limit) {
   }
 }
 
+void compute_mip(const Profile& p, const ReportOptions& options, Report& report) {
+  if (p.mip_counts.empty()) return;
+  std::vector<const ReportRow*> sampled(p.funcs.size(), nullptr);
+  for (const ReportRow& r : report.rows) sampled[r.func] = &r;
+  std::map<uint32_t, MipRow> by_func;  // several processes of one binary add up
+  for (const MipCount& c : p.mip_counts) {
+    if (options.pid != 0 && c.pid != options.pid) continue;
+    if (c.func >= p.funcs.size())
+      throw std::runtime_error("a MIP count names a function that does not exist");
+    auto [it, inserted] = by_func.try_emplace(c.func);
+    MipRow& row = it->second;
+    if (inserted) {
+      row.func = c.func;
+      row.name = p.func_name(c.func);
+      const uint32_t lib = p.funcs[c.func].lib;
+      if (lib != kNoIndex && lib < p.libs.size()) row.library = p.libs[lib].name;
+      row.counts_calls = c.counts_calls;
+    }
+    row.calls += c.calls;
+    if (c.first_call != 0 && (row.first_call == 0 || c.first_call < row.first_call))
+      row.first_call = c.first_call;
+    row.blocks_covered = std::max(row.blocks_covered, c.blocks_covered);
+    row.blocks_total = std::max(row.blocks_total, c.blocks_total);
+    row.counts_calls = row.counts_calls && c.counts_calls;
+  }
+  for (auto& [func, row] : by_func) {
+    if (const ReportRow* r = sampled[func]; r != nullptr) {
+      row.self_samples = r->self_samples;
+      row.self_cpu_ns = r->self_cpu_ns;
+    }
+    if (row.counts_calls && row.calls != 0) row.cpu_per_call_ns = row.self_cpu_ns / row.calls;
+    (row.calls != 0 ? report.mip_called : report.mip_never_called).push_back(std::move(row));
+  }
+  std::stable_sort(report.mip_called.begin(), report.mip_called.end(), [](const MipRow& a, const MipRow& b) {
+    const uint64_t fa = a.first_call != 0 ? a.first_call : UINT64_MAX;
+    const uint64_t fb = b.first_call != 0 ? b.first_call : UINT64_MAX;
+    if (fa != fb) return fa < fb;
+    if (a.calls != b.calls) return a.calls > b.calls;
+    return a.name < b.name;
+  });
+  std::stable_sort(report.mip_never_called.begin(), report.mip_never_called.end(),
+                   [](const MipRow& a, const MipRow& b) { return a.name < b.name; });
+}
+
+// Nanoseconds with a unit that keeps three significant digits in at most 9 columns.
+std::string format_per_call(uint64_t ns) {
+  if (ns < 1000) return std::to_string(ns) + " ns";
+  if (ns < 1000000) return format("%.2f us", double(ns) / 1e3);
+  if (ns < 1000000000) return format("%.2f ms", double(ns) / 1e6);
+  return format("%.2f s", double(ns) / 1e9);
+}
+
+void print_mip_view(const Report& report, std::ostream& out, size_t limit) {
+  const size_t called = report.mip_called.size();
+  const size_t never = report.mip_never_called.size();
+  const size_t shown = limit != 0 ? std::min(limit, called) : called;
+  const bool counted = std::all_of(report.mip_called.begin(), report.mip_called.end(),
+                                   [](const MipRow& r) { return r.counts_calls; });
+  out << '\n'
+      << truncate_right("Calls (MIP): " + std::to_string(called) + " of " + std::to_string(called + never) +
+                            " functions called" + (counted ? "" : " (coverage only: calls are 0/1)") +
+                            ", top " + std::to_string(shown) + " by first call",
+                        kWidth)
+      << '\n';
+  uint64_t max_ns = 0;
+  for (const MipRow& r : report.mip_called) max_ns = std::max(max_ns, r.self_cpu_ns);
+  const TimeColumn cpu = time_column(max_ns, 9);
+  // 11 1 6 1 9 1 9 1 9 2 = 50 columns of numbers; the function gets the other 30.
+  constexpr size_t kNameWidth = kWidth - 50;
+  out << pad_left("Calls", 11) << ' ' << pad_left("First", 6) << ' ' << pad_left("Blocks", 9) << ' '
+      << pad_left(std::string("Self ") + cpu.unit, 9) << ' ' << pad_left("CPU/call", 9) << "  Function\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const MipRow& r = report.mip_called[i];
+    const std::string blocks =
+        r.blocks_total != 0 ? std::to_string(r.blocks_covered) + "/" + std::to_string(r.blocks_total) : "-";
+    out << pad_left(std::to_string(r.calls), 11) << ' '
+        << pad_left(r.first_call != 0 ? std::to_string(r.first_call) : std::string("-"), 6) << ' '
+        << pad_left(blocks, 9) << ' ' << pad_left(r.self_samples != 0 ? cpu.cell(r.self_cpu_ns) : "-", 9)
+        << ' ' << pad_left(r.cpu_per_call_ns != 0 ? format_per_call(r.cpu_per_call_ns) : std::string("-"), 9)
+        << "  " << truncate_right(r.name, kNameWidth) << '\n';
+  }
+  if (never == 0) return;
+  // As many names as fit on one line after the count.
+  std::string line = "Never called: " + std::to_string(never) + (never == 1 ? " function: " : " functions: ");
+  size_t listed = 0;
+  for (const MipRow& r : report.mip_never_called) {
+    const std::string more =
+        listed + 1 < never ? ", and " + std::to_string(never - listed - 1) + " more" : "";
+    const std::string piece = (listed != 0 ? ", " : "") + r.name;
+    if (code_points(line) + code_points(piece) + code_points(more) > kWidth && listed != 0) break;
+    line += piece;
+    ++listed;
+  }
+  if (listed < never) line += ", and " + std::to_string(never - listed) + " more";
+  out << truncate_right(line, kWidth) << '\n';
+}
+
 }  // namespace
 
 std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
@@ -569,6 +666,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   }
   sort_rows(report.rows, options.sort);
   compute_moves(p, per_stack, report);
+  compute_mip(p, options, report);
   return report;
 }
 
@@ -577,6 +675,7 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
   if (report.rows.empty()) {
     out << "\nNo samples with a stack"
         << (options.pid != 0 || options.tid != 0 ? " in the selected threads" : "") << ".\n";
+    if (!report.mip_called.empty() || !report.mip_never_called.empty()) print_mip_view(report, out, options.limit);
     return;
   }
   // Each view is ordered by its own self or total column, as options.sort chooses.
@@ -593,6 +692,7 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
     print_wall_view(out, by_total, rows, of);
   }
   if (report.move_samples > 0) print_moves_view(report, out, options.limit);
+  if (!report.mip_called.empty() || !report.mip_never_called.empty()) print_mip_view(report, out, options.limit);
 }
 
 void print_report_json(const Report& report, std::ostream& out, const ReportOptions& options) {
@@ -666,6 +766,32 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
                              {"percent", percent(report.move_samples, t.samples)},
                              {"types", report.moves.size()},
                              {"moves", std::move(moves)}};
+  }
+  if (!report.mip_called.empty() || !report.mip_never_called.empty()) {
+    const auto limited = [&](size_t n) { return options.limit != 0 ? std::min(options.limit, n) : n; };
+    ordered_json called = ordered_json::array();
+    for (size_t i = 0; i < limited(report.mip_called.size()); ++i) {
+      const MipRow& r = report.mip_called[i];
+      called.push_back({{"name", r.name},
+                        {"library", r.library},
+                        {"calls", r.calls},
+                        {"counts_calls", r.counts_calls},
+                        {"first_call", r.first_call},
+                        {"blocks_covered", r.blocks_covered},
+                        {"blocks_total", r.blocks_total},
+                        {"self_samples", r.self_samples},
+                        {"self_cpu_ns", r.self_cpu_ns},
+                        {"cpu_per_call_ns", r.cpu_per_call_ns}});
+    }
+    ordered_json never = ordered_json::array();
+    for (size_t i = 0; i < limited(report.mip_never_called.size()); ++i) {
+      const MipRow& r = report.mip_never_called[i];
+      never.push_back({{"name", r.name}, {"library", r.library}, {"blocks_total", r.blocks_total}});
+    }
+    doc["mip"] = {{"functions_called", report.mip_called.size()},
+                  {"functions_never_called", report.mip_never_called.size()},
+                  {"functions", std::move(called)},
+                  {"never_called", std::move(never)}};
   }
   // Names are not guaranteed to be UTF-8; replace bad bytes instead of throwing.
   out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <map>
 #include <unordered_map>
 
 namespace hpd {
@@ -109,6 +110,7 @@ class Converter {
     for (StackInstance& inst : instances_) build_stack(inst);
     build_threads(sample_instance);
     build_call_edges(edge_addresses);
+    build_mip_counts();
     return std::move(out_);
   }
 
@@ -440,6 +442,97 @@ class Converter {
       edge.count = e.count;
       out_.call_edges.push_back(edge);
     }
+  }
+
+  // How to open `module` for MIP counts of `pid`: the ref the stacks used, else one built here.
+  ModuleRef mip_module_ref(uint32_t module, int32_t pid) {
+    if (auto it = module_refs_.find(module); it != module_refs_.end()) return it->second;
+    const RawModule& rm = raw_.modules[module];
+    ModuleRef ref;
+    ref.path = rm.path;
+    ref.build_id = rm.build_id;
+    const ProcessView* view = view_of(pid);
+    if (view->process != nullptr && view->process->end_ns == 0) {
+      for (const RawMapping& m : view->process->mappings) {
+        if (m.module == module && m.unmapped_ns == 0) {
+          ref.pid = pid;
+          ref.map_start = m.start;
+          ref.map_end = m.end;
+          break;
+        }
+      }
+    }
+    return ref;
+  }
+
+  // MIP counts: the last snapshot per (pid, module). Each function is named the way sampled frames
+  // name it (the symbolizer's outer function at its entry), so its counts and its samples meet in
+  // one Func; where the symbolizer has nothing there, the demangled MIP name stands in.
+  void build_mip_counts() {
+    std::map<std::pair<int32_t, uint32_t>, size_t> last;
+    for (size_t i = 0; i < raw_.mip_snapshots.size(); ++i) {
+      const RawMipSnapshot& s = raw_.mip_snapshots[i];
+      if (s.module >= raw_.modules.size()) continue;
+      auto [it, inserted] = last.emplace(std::make_pair(s.pid, s.module), i);
+      if (!inserted && raw_.mip_snapshots[it->second].time_ns <= s.time_ns) it->second = i;
+    }
+    for (const auto& [key, index] : last) {
+      const RawMipSnapshot& snap = raw_.mip_snapshots[index];
+      const ModuleRef ref = mip_module_ref(snap.module, snap.pid);
+      const ModuleInfo& info = symbolizer_.module_info(ref);
+      const uint32_t lib = module_lib(snap.module, &info);
+      auto& missing = out_.meta.missing_modules;
+      if (!info.readable && std::find(missing.begin(), missing.end(), ref.path) == missing.end())
+        missing.push_back(ref.path);
+      std::vector<uint64_t> vaddrs;
+      vaddrs.reserve(snap.functions.size());
+      for (const RawMipFunction& f : snap.functions) vaddrs.push_back(f.address);
+      std::vector<Location> locs;
+      if (info.readable) locs = symbolizer_.resolve_vaddrs(ref, vaddrs);
+      for (size_t i = 0; i < snap.functions.size(); ++i) {
+        const RawMipFunction& f = snap.functions[i];
+        const Location* loc = i < locs.size() ? &locs[i] : nullptr;
+        const bool at_entry = loc != nullptr && f.address != 0 && loc->found && !loc->frames.empty() &&
+                              loc->symbol_address + info.image_base == f.address;
+        MipCount c;
+        c.pid = snap.pid;
+        c.func = at_entry ? out_.intern_func(loc->frames[0].function, loc->frames[0].file, lib)
+                          : out_.intern_func(demangle(f.name), {}, lib);
+        c.calls = f.call_count;
+        c.first_call = f.first_call;
+        c.blocks_covered = f.blocks_covered;
+        c.blocks_total = f.blocks_total;
+        c.never_called = f.call_count == 0;
+        c.counts_calls = snap.counts_calls;
+        c.time_ns = snap.time_ns;
+        out_.mip_counts.push_back(c);
+      }
+      add_main_thread_if_missing(snap.pid);
+    }
+  }
+
+  // Exporters hang per-process data on the main thread, so a process with counts but no samples
+  // (it ran too briefly to be sampled) still gets one.
+  void add_main_thread_if_missing(int32_t pid) {
+    for (const Thread& t : out_.threads) {
+      if (t.pid == pid) return;
+    }
+    Thread t;
+    t.pid = t.tid = pid;
+    t.is_main = true;
+    const ProcessView* view = view_of(pid);
+    if (view->process != nullptr) {
+      t.process_name = view->process->name;
+      t.start_ns = view->process->start_ns;
+      t.end_ns = view->process->end_ns;
+    }
+    if (const RawThread* rt = raw_.find_thread(pid, pid); rt != nullptr) {
+      t.name = rt->name;
+      if (rt->start_ns != 0) t.start_ns = rt->start_ns;
+      if (rt->end_ns != 0) t.end_ns = rt->end_ns;
+    }
+    if (t.name.empty()) t.name = !t.process_name.empty() ? t.process_name : "thread " + std::to_string(pid);
+    out_.threads.push_back(std::move(t));
   }
 
   const RawProfile& raw_;

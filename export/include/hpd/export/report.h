@@ -102,23 +102,45 @@ struct MoveRow {
   std::vector<MoveCaller> callers;  // most samples first
 };
 
+// A function's MIP counts (the last snapshot, summed over the selected processes) beside its sampled
+// self CPU time.
+struct MipRow {
+  uint32_t func = 0;
+  std::string name;
+  std::string library;
+  uint64_t calls = 0;
+  uint64_t first_call = 0;  // 1 = called first; 0 = never / untimed (coverage mode)
+  uint32_t blocks_covered = 0;
+  uint32_t blocks_total = 0;  // 0 = no block coverage recorded
+  bool counts_calls = true;   // false: calls is coverage (0/1), not a count
+  uint64_t self_samples = 0;
+  uint64_t self_cpu_ns = 0;
+  uint64_t cpu_per_call_ns = 0;  // self_cpu_ns / calls; 0 when not called or not counted
+};
+
 struct Report {
   ReportTotals totals;
   std::vector<ReportRow> rows;  // every function with a sample, ordered by ReportOptions::sort
   std::vector<MoveRow> moves;   // most samples first; empty without compiler_move/copy frames
   uint64_t move_samples = 0;    // on-CPU samples with a compiler_move/copy frame
   uint64_t move_cpu_ns = 0;
+  // MIP (empty without MIP counts): called functions by first call (then calls, then name), and
+  // the never-called ones by name.
+  std::vector<MipRow> mip_called;
+  std::vector<MipRow> mip_never_called;
 };
 
 // Throws std::runtime_error when the profile's indices are inconsistent.
 Report compute_report(const Profile& profile, const ReportOptions& options);
 
 // A table that fits 80 columns: a header with the totals, the CPU view, the wall-clock view when
-// the profile has off-CPU samples, and the compiler moves and copies when there are any. Prints at
-// most options.limit rows per view.
+// the profile has off-CPU samples, the compiler moves and copies when there are any, and "Calls (MIP)"
+// (exact call counts, first-call order, block coverage, CPU per call, never-called functions) when
+// the profile has MIP counts. Prints at most options.limit rows per view.
 void print_report(const Report& report, std::ostream& out, const ReportOptions& options);
 
-// The same numbers as JSON for scripts (at most options.limit functions, in options.sort order).
+// The same numbers as JSON for scripts (at most options.limit functions, in options.sort order); MIP
+// counts under "mip".
 void print_report_json(const Report& report, std::ostream& out, const ReportOptions& options);
 
 }  // namespace hpd

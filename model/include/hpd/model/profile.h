@@ -99,6 +99,19 @@ struct CallEdge {
   uint64_t count = 0;
 };
 
+// A function's MIP counts in one process: the last snapshot of its module taken while recording.
+struct MipCount {
+  int32_t pid = 0;
+  uint32_t func = 0;  // into Profile::funcs, the same function sampled frames name
+  uint64_t calls = 0;
+  uint64_t first_call = 0;  // 1 = the first function called; 0 = never / untimed
+  uint32_t blocks_covered = 0;
+  uint32_t blocks_total = 0;  // 0 = no block coverage recorded
+  bool never_called = false;
+  bool counts_calls = true;  // false: coverage only, calls is 0/1
+  uint64_t time_ns = 0;      // monotonic time of the snapshot
+};
+
 struct ProfileMeta {
   std::string product = "hpd";
   RecordingInfo recording;
@@ -117,6 +130,7 @@ class Profile {
   std::vector<Stack> stacks;
   std::vector<Thread> threads;
   std::vector<CallEdge> call_edges;
+  std::vector<MipCount> mip_counts;
 
   // Interning helpers: each returns the existing index for an equal entry, else appends.
   uint32_t intern_lib(const Lib& lib);

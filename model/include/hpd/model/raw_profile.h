@@ -119,6 +119,27 @@ struct RawCallEdge {
   uint64_t count = 0;
 };
 
+// One function of a MIP (Machine IR Profile) snapshot: exact counts the instrumented program kept.
+struct RawMipFunction {
+  std::string name;         // mangled, as in the module's __llvm_mipmap
+  uint64_t address = 0;     // link-time address (ELF vaddr) of the entry; 0 = unknown
+  uint32_t size = 0;
+  uint64_t call_count = 0;  // exact with call counting; 1 = "called" in coverage mode
+  uint64_t first_call = 0;  // first-call order (1 = the first function called); 0 = never / untimed
+  uint32_t blocks_covered = 0;  // including the entry block; 0/0 without block coverage
+  uint32_t blocks_total = 0;
+};
+
+// The MIP counts of one module of one process at one moment.
+struct RawMipSnapshot {
+  int32_t pid = 0;
+  uint64_t time_ns = 0;         // monotonic, when the read began
+  uint32_t module = kNoIndex;   // into RawProfile::modules
+  uint32_t module_hash = 0;
+  bool counts_calls = false;    // call counts are exact (else call_count is 0/1 coverage)
+  std::vector<RawMipFunction> functions;
+};
+
 struct RecordingInfo {
   uint64_t start_unix_ns = 0;  // wall clock at start_mono_ns
   uint64_t start_mono_ns = 0;
@@ -144,6 +165,8 @@ struct RawProfile {
   RawStackTable stacks;
   std::vector<RawSample> samples;  // in the order recorded; not necessarily sorted by time
   std::vector<RawCallEdge> call_edges;
+  // Oldest first; several per (pid, module) may be kept, the last one is what the process reached.
+  std::vector<RawMipSnapshot> mip_snapshots;
   LostCounts lost;
 
   // Index of the module (path, build_id), added if new.

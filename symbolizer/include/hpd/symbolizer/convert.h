@@ -25,6 +25,10 @@ struct ConvertOptions {
 //   "[kernel.kallsyms]" when kernel addresses exist but kallsyms cannot be read).
 // - One Thread per (pid, tid) that has samples; threads without samples are omitted.
 // - Call edges are resolved too: caller = innermost inlined function at the call site.
+// - MIP snapshots become Profile::mip_counts from the last snapshot per (pid, module), never-called
+//   functions included; each function is the Func its sampled frames use (the symbolizer's outer
+//   function at its entry address), else its demangled MIP name in the module's lib. A process with
+//   counts but no samples gets an empty main thread.
 Profile symbolize_profile(const RawProfile& raw, Symbolizer& symbolizer, const ConvertOptions& options = {});
 
 }  // namespace hpd
