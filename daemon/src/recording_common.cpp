@@ -6,6 +6,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "proc/launched_command.h"
 #include "proc/proc_files.h"
 
 namespace hpd {
@@ -37,6 +38,25 @@ UniqueFd open_pidfd(int32_t pid) {
   (void)pid;
   return UniqueFd();
 #endif
+}
+
+bool update_targets_exited(std::vector<WatchedTarget>& targets, const std::vector<pollfd>& pfds,
+                           size_t first_target, LaunchedCommand* command) {
+  if (targets.empty()) return false;
+  bool all = true;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    WatchedTarget& t = targets[i];
+    if (!t.exited) {
+      if (t.pidfd) {
+        t.exited = (pfds[first_target + i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+      } else {
+        t.exited = command != nullptr ? command->try_reap() : process_gone(t.pid);
+      }
+      if (t.exited && command != nullptr) command->try_reap();
+    }
+    all = all && t.exited;
+  }
+  return all;
 }
 
 bool process_gone(int32_t pid) {

@@ -2,6 +2,7 @@
 // frameless-leaf fix of frame-pointer chains.
 #pragma once
 
+#include <poll.h>
 #include <time.h>
 
 #include <cstdint>
@@ -26,6 +27,22 @@ UniqueFd open_pidfd(int32_t pid);
 
 // Whether the process is gone, for kernels without pidfd: no /proc entry, or a zombie without live threads.
 bool process_gone(int32_t pid);
+
+class LaunchedCommand;
+
+// A recorded process and how its exit is noticed: its pidfd is polled beside the rings; without
+// one (old kernels) /proc is checked, or the launched command reaped.
+struct WatchedTarget {
+  int32_t pid = 0;
+  UniqueFd pidfd;
+  bool exited = false;
+};
+
+// Updates the targets' `exited` from a poll round whose entries first_target.. are the targets'
+// pidfds, in order; reaps the launched command (if any) once its process is gone. Returns whether
+// every target has exited (false when there are none, as with --all).
+bool update_targets_exited(std::vector<WatchedTarget>& targets, const std::vector<pollfd>& pfds,
+                           size_t first_target, LaunchedCommand* command);
 
 // Lifts the soft open-file limit to the hard one (one perf fd per thread and CPU adds up).
 void raise_fd_limit();

@@ -227,15 +227,8 @@ class BpfSession {
   void describe_initial(int32_t pid);
   void drain();
   void collect_leftovers();
-  bool targets_exited(const std::vector<pollfd>& pfds, size_t first_target);
   void finish_launched(bool stopped_early);
   static int on_ring_record(void* ctx, void* data, size_t size);
-
-  struct Target {
-    int32_t pid = 0;
-    UniqueFd pidfd;
-    bool exited = false;
-  };
 
   const RecordOptions& options_;
   std::vector<int> cpus_;
@@ -252,7 +245,7 @@ class BpfSession {
   std::vector<Link> sampling_;  // one per CPU; each owns its perf_event fd
   RingReader ring_;
   std::unique_ptr<LaunchedCommand> command_;
-  std::vector<Target> targets_;
+  std::vector<WatchedTarget> targets_;
 
   RecordResult result_;
   BuildIdReader build_ids_;
@@ -446,24 +439,6 @@ void BpfSession::collect_leftovers() {
   }
 }
 
-bool BpfSession::targets_exited(const std::vector<pollfd>& pfds, size_t first_target) {
-  if (targets_.empty()) return false;
-  bool all = true;
-  for (size_t i = 0; i < targets_.size(); ++i) {
-    Target& t = targets_[i];
-    if (!t.exited) {
-      if (t.pidfd) {
-        t.exited = (pfds[first_target + i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-      } else {
-        t.exited = command_ ? command_->try_reap() : process_gone(t.pid);
-      }
-      if (t.exited && command_) command_->try_reap();
-    }
-    all = all && t.exited;
-  }
-  return all;
-}
-
 void BpfSession::finish_launched(bool stopped_early) {
   if (!command_) return;
   if (stopped_early)
@@ -512,15 +487,15 @@ RecordResult BpfSession::run() {
 
   if (command_) {
     command_->start();
-    targets_.push_back(Target{command_->pid(), open_pidfd(command_->pid()), false});
+    targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
-    for (const int32_t pid : options_.pids) targets_.push_back(Target{pid, open_pidfd(pid), false});
+    for (const int32_t pid : options_.pids) targets_.push_back(WatchedTarget{pid, open_pidfd(pid), false});
   }
 
   std::vector<pollfd> pfds;
   pfds.push_back(pollfd{ring_buffer__epoll_fd(ring_.get()), POLLIN, 0});
   const size_t first_target = pfds.size();
-  for (const Target& t : targets_) pfds.push_back(pollfd{t.pidfd ? t.pidfd.get() : -1, POLLIN, 0});
+  for (const WatchedTarget& t : targets_) pfds.push_back(pollfd{t.pidfd ? t.pidfd.get() : -1, POLLIN, 0});
 
   const uint64_t loop_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   const uint64_t start = profile.info.start_mono_ns;
@@ -533,7 +508,7 @@ RecordResult BpfSession::run() {
     const int n = ::poll(pfds.data(), pfds.size(), kPollTimeoutMs);
     if (n < 0 && errno != EINTR) throw RecordError(std::string("poll failed: ") + std::strerror(errno));
     drain();
-    const bool all_exited = targets_exited(pfds, first_target);
+    const bool all_exited = update_targets_exited(targets_, pfds, first_target, command_.get());
     const uint64_t now = mono_now();
     if (all_exited) {
       result_.target_exited = true;

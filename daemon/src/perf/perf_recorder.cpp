@@ -82,12 +82,6 @@ class PerfSession {
     UniqueFd owner;
     PerfRingBuffer ring;
   };
-  struct Target {
-    int32_t pid = 0;
-    UniqueFd pidfd;
-    bool exited = false;
-  };
-
   void init_attr();
   void apply_variant();
   UniqueFd open_event(int32_t pid, int32_t tid, int cpu);
@@ -97,7 +91,6 @@ class PerfSession {
   void describe_process(RawProcess& process);
   void drain_all();
   bool poll_once(std::vector<pollfd>& pfds);
-  bool targets_exited(const std::vector<pollfd>& pfds, size_t first_target);
   void fill_info();
   void finish_launched(bool stopped_early);
 
@@ -106,7 +99,7 @@ class PerfSession {
   std::vector<int> cpus_;
   std::vector<CpuRing> rings_;  // parallel to cpus_
   std::vector<UniqueFd> redirected_;
-  std::vector<Target> targets_;
+  std::vector<WatchedTarget> targets_;
   std::unique_ptr<LaunchedCommand> command_;
   bool launched_described_ = false;
 
@@ -306,23 +299,6 @@ void PerfSession::fill_info() {
   describe_recording(options_, info);
 }
 
-bool PerfSession::targets_exited(const std::vector<pollfd>& pfds, size_t first_target) {
-  bool all = true;
-  for (size_t i = 0; i < targets_.size(); ++i) {
-    Target& t = targets_[i];
-    if (!t.exited) {
-      if (t.pidfd) {
-        t.exited = (pfds[first_target + i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-      } else {
-        t.exited = command_ ? command_->try_reap() : process_gone(t.pid);
-      }
-      if (t.exited && command_) command_->try_reap();
-    }
-    all = all && t.exited;
-  }
-  return all;
-}
-
 RecordResult PerfSession::run() {
   raise_fd_limit();
   take_clock_pair(result_.profile.info.start_mono_ns, result_.profile.info.start_unix_ns);
@@ -331,11 +307,11 @@ RecordResult PerfSession::run() {
   if (!options_.command.empty()) {
     command_ = std::make_unique<LaunchedCommand>(options_.command);
     attach_thread(command_->pid(), command_->pid(), nullptr);
-    targets_.push_back(Target{command_->pid(), open_pidfd(command_->pid()), false});
+    targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
     for (const int32_t pid : options_.pids) {
       attach_process(pid);
-      targets_.push_back(Target{pid, open_pidfd(pid), false});
+      targets_.push_back(WatchedTarget{pid, open_pidfd(pid), false});
     }
   }
 
@@ -369,7 +345,7 @@ RecordResult PerfSession::run() {
   std::vector<pollfd> pfds;
   for (const CpuRing& ring : rings_) pfds.push_back(pollfd{ring.owner.get(), POLLIN, 0});
   const size_t first_target = pfds.size();
-  for (const Target& t : targets_) pfds.push_back(pollfd{t.pidfd ? t.pidfd.get() : -1, POLLIN, 0});
+  for (const WatchedTarget& t : targets_) pfds.push_back(pollfd{t.pidfd ? t.pidfd.get() : -1, POLLIN, 0});
 
   const uint64_t loop_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   const uint64_t start = result_.profile.info.start_mono_ns;
@@ -396,7 +372,7 @@ RecordResult PerfSession::run() {
       describe_threads(pid);
       builder_->add_maps(pid, read_proc_maps(pid), mono_now());
     }
-    const bool all_exited = targets_exited(pfds, first_target);
+    const bool all_exited = update_targets_exited(targets_, pfds, first_target, command_.get());
     const uint64_t now = mono_now();
     if (all_exited) {
       result_.target_exited = true;
