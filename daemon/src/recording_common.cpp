@@ -2,6 +2,8 @@
 #include "recording_common.h"
 
 #include <sys/resource.h>
+
+#include <cmath>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -57,6 +59,35 @@ bool update_targets_exited(std::vector<WatchedTarget>& targets, const std::vecto
     all = all && t.exited;
   }
   return all;
+}
+
+namespace {
+constexpr uint64_t kTickIntervalNs = 250'000'000;
+}  // namespace
+
+RecordingTicker::RecordingTicker(const RecordOptions& options, uint64_t start_ns)
+    : options_(options),
+      start_ns_(start_ns),
+      duration_ns_(options.duration_s > 0 ? static_cast<uint64_t>(std::llround(options.duration_s * 1e9)) : 0),
+      last_progress_(start_ns),
+      last_flush_(start_ns) {}
+
+RecordingTicker::Outcome RecordingTicker::tick(bool all_exited, uint64_t samples, const RawProfile& profile) {
+  const uint64_t now = mono_now();
+  if (all_exited) return Outcome::kTargetsExited;
+  if ((options_.stop != nullptr && options_.stop->load()) || (duration_ns_ != 0 && now - start_ns_ >= duration_ns_)) {
+    return Outcome::kStopped;
+  }
+  if (options_.on_progress && now - last_progress_ >= kTickIntervalNs) {
+    last_progress_ = now;
+    options_.on_progress(RecordProgress{static_cast<double>(now - start_ns_) / 1e9, options_.duration_s, samples,
+                                        profile.lost.lost_records});
+  }
+  if (options_.on_flush && now - last_flush_ >= kTickIntervalNs) {
+    last_flush_ = now;
+    options_.on_flush(profile);
+  }
+  return Outcome::kContinue;
 }
 
 bool process_gone(int32_t pid) {

@@ -44,6 +44,24 @@ struct WatchedTarget {
 bool update_targets_exited(std::vector<WatchedTarget>& targets, const std::vector<pollfd>& pfds,
                            size_t first_target, LaunchedCommand* command);
 
+// The per-round decisions of a backend's poll loop: whether the recording ends (every target
+// exited, a stop was requested, the duration is over) and when to call on_progress and on_flush
+// (every 250 ms). Both backends use it so that they end and report alike.
+class RecordingTicker {
+ public:
+  enum class Outcome { kContinue, kTargetsExited, kStopped };
+  RecordingTicker(const RecordOptions& options, uint64_t start_ns);
+  // Called after each poll round and drain; `all_exited` comes from update_targets_exited().
+  Outcome tick(bool all_exited, uint64_t samples, const RawProfile& profile);
+
+ private:
+  const RecordOptions& options_;
+  uint64_t start_ns_;
+  uint64_t duration_ns_;
+  uint64_t last_progress_;
+  uint64_t last_flush_;
+};
+
 // Lifts the soft open-file limit to the hard one (one perf fd per thread and CPU adds up).
 void raise_fd_limit();
 

@@ -85,7 +85,6 @@ RecordResult record_with_bpf(const RecordOptions&, const PerfPrivileges& privile
 namespace {
 
 constexpr int kPollTimeoutMs = 100;
-constexpr uint64_t kProgressIntervalNs = 250'000'000;
 
 // libbpf reports through one global callback; warnings of the current thread's attempt are kept for
 // the error message, debug chatter is dropped.
@@ -499,34 +498,21 @@ RecordResult BpfSession::run() {
 
   const uint64_t loop_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   const uint64_t start = profile.info.start_mono_ns;
-  const uint64_t duration_ns =
-      options_.duration_s > 0 ? static_cast<uint64_t>(std::llround(options_.duration_s * 1e9)) : 0;
-  uint64_t last_progress = start;
-  uint64_t last_flush = start;
+  RecordingTicker ticker(options_, start);
   bool stopped_early = false;
   for (;;) {
     const int n = ::poll(pfds.data(), pfds.size(), kPollTimeoutMs);
     if (n < 0 && errno != EINTR) throw RecordError(std::string("poll failed: ") + std::strerror(errno));
     drain();
-    const bool all_exited = update_targets_exited(targets_, pfds, first_target, command_.get());
-    const uint64_t now = mono_now();
-    if (all_exited) {
+    const auto outcome = ticker.tick(update_targets_exited(targets_, pfds, first_target, command_.get()),
+                                     builder_->samples(), profile);
+    if (outcome == RecordingTicker::Outcome::kTargetsExited) {
       result_.target_exited = true;
       break;
     }
-    if ((options_.stop != nullptr && options_.stop->load()) ||
-        (duration_ns != 0 && now - start >= duration_ns)) {
+    if (outcome == RecordingTicker::Outcome::kStopped) {
       stopped_early = true;
       break;
-    }
-    if (options_.on_progress && now - last_progress >= kProgressIntervalNs) {
-      last_progress = now;
-      options_.on_progress(RecordProgress{static_cast<double>(now - start) / 1e9, options_.duration_s,
-                                          builder_->samples(), profile.lost.lost_records});
-    }
-    if (options_.on_flush && now - last_flush >= kProgressIntervalNs) {
-      last_flush = now;
-      options_.on_flush(profile);
     }
   }
   profile.info.end_mono_ns = mono_now();
