@@ -150,37 +150,49 @@ std::vector<std::string> AddressQuery::take_warnings() {
 
 AddressAnswer AddressQuery::lookup(std::string_view text) {
   AddressAnswer a;
-  a.input = std::string(trim(text));
+  lookup(text, a);
+  return a;
+}
+
+void AddressQuery::lookup(std::string_view text, AddressAnswer& a) {
+  a.input.assign(trim(text));
+  a.parsed = false;
+  a.error.clear();
+  a.address = a.file_offset = a.vaddr = 0;
+  a.module.clear();
+  a.in_module = false;
   const auto address = parse_hex_address(a.input);
   if (!address) {
+    a.location = Location{};
     a.error = a.input.empty() ? "empty input" : "not a hexadecimal address: '" + a.input + "'";
-    return a;
+    return;
   }
   a.parsed = true;
   a.address = *address;
-  ModuleRef ref;
   if (pid_ == 0) {
-    ref.path = file_;
-    a.module = file_;
+    if (file_ref_.path.empty()) file_ref_.path = file_;
+    a.module.assign(file_);
     a.in_module = true;
-    const uint64_t vaddr = a.address;
-    a.location = std::move(symbolizer_->resolve_vaddrs(ref, {&vaddr, 1}).front());
-    a.vaddr = vaddr;
-    return a;
+    symbolizer_->resolve_vaddr(file_ref_, a.address, a.location);
+    a.vaddr = a.address;
+    return;
   }
 
+  ModuleRef ref;
   auto it = std::upper_bound(mappings_.begin(), mappings_.end(), a.address,
                              [](uint64_t value, const ProcessMapping& m) { return value < m.start; });
   if (it == mappings_.begin() || a.address >= std::prev(it)->end) {
+    a.location = Location{};
     a.error = "not in any mapping of process " + std::to_string(pid_);
-    return a;
+    return;
   }
   const ProcessMapping& m = *std::prev(it);
   a.module = m.path;
   a.file_offset = a.address - m.start + m.offset;
   if (m.path.empty() || m.path.front() != '/') {
+    a.location = Location{};
     a.error = "in " + (m.path.empty() ? std::string("anonymous memory") : m.path) + ", not a file mapping";
-    return a;
+    return;
   }
   ref.path = m.path;
   ref.pid = pid_;
@@ -190,7 +202,6 @@ AddressAnswer AddressQuery::lookup(std::string_view text) {
   a.in_module = true;
   a.location = std::move(symbolizer_->resolve(ref, {&a.file_offset, 1}).front());
   a.vaddr = a.location.rel_address + symbolizer_->module_info(ref).image_base;
-  return a;
 }
 
 }  // namespace hpd

@@ -13,7 +13,7 @@ namespace {
 class DwarfDebugInfo final : public DebugInfo {
  public:
   explicit DwarfDebugInfo(std::unique_ptr<DwarfIndex> index) : index_(std::move(index)) {}
-  std::vector<SourceFrame> lookup(uint64_t vaddr) override { return index_->lookup(vaddr); }
+  void lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) override { index_->lookup(vaddr, frames); }
   size_t memory_bytes() const override { return index_->memory_bytes(); }
 
  private:

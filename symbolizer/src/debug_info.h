@@ -18,7 +18,8 @@ class DebugInfo {
   virtual ~DebugInfo() = default;
   // The inline chain at ELF virtual address `vaddr`, outermost (the real function) first, each
   // level with its own function name and the file:line executing in it; empty when not covered.
-  virtual std::vector<SourceFrame> lookup(uint64_t vaddr) = 0;
+  // Written into `frames`, whose strings' storage is reused.
+  virtual void lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) = 0;
   // Estimated heap bytes held, for the module cache's memory cap.
   virtual size_t memory_bytes() const = 0;
 };

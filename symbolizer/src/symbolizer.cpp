@@ -74,10 +74,20 @@ struct Symbolizer::Impl {
     return "p:" + ref.path + "#" + std::to_string(ref.pid);
   }
 
+  // The entry of the previous get(): callers resolving one address at a time ask for the same
+  // module again and again, and building its key string each time shows in profiles.
+  Entry* last_entry = nullptr;
+  ModuleRef last_ref;
+
   Entry& get(const ModuleRef& ref) {
-    const std::string key = key_of(ref);
-    auto [it, inserted] = entries.try_emplace(key);
-    Entry& e = it->second;
+    const bool same_as_last =
+        last_entry != nullptr && ref.build_id == last_ref.build_id &&
+        (!ref.build_id.empty() || (ref.pid == last_ref.pid && ref.path == last_ref.path));
+    Entry& e = same_as_last ? *last_entry : entries.try_emplace(key_of(ref)).first->second;
+    if (!same_as_last) {
+      last_entry = &e;  // entries are never erased, so the pointer stays valid
+      last_ref = ref;
+    }
     if (e.loaded) {
       lru.splice(lru.begin(), lru, e.lru);  // touch
       return e;
@@ -86,7 +96,7 @@ struct Symbolizer::Impl {
     e.attempted = true;
     e.loaded = load(ref, e.info);
     if (e.loaded) {
-      lru.push_front(key);
+      lru.push_front(key_of(ref));
       e.lru = lru.begin();
       e.bytes = e.loaded->memory_bytes();
       bytes_used += e.bytes;
@@ -274,15 +284,24 @@ struct Symbolizer::Impl {
   }
 
   Location locate(LoadedModule& m, const ModuleInfo& info, uint64_t file_offset) const {
-    return locate_vaddr(m, info, m.segments.vaddr_of(file_offset));
+    Location loc;
+    locate_vaddr(m, info, m.segments.vaddr_of(file_offset), loc);
+    return loc;
   }
 
-  Location locate_vaddr(LoadedModule& m, const ModuleInfo& info, uint64_t vaddr) const {
-    Location loc;
+  // Fills `loc` (reusing its strings' storage) with what `vaddr` resolves to.
+  void locate_vaddr(LoadedModule& m, const ModuleInfo& info, uint64_t vaddr, Location& loc) const {
     const uint64_t base = info.image_base;
+    loc.found = false;
+    loc.symbol.clear();
+    loc.symbol_address = loc.symbol_size = 0;
     loc.rel_address = vaddr - base;
     const SymbolTable::Symbol* sym = m.symbols.find(vaddr);
-    if (m.debug) loc.frames = m.debug->lookup(vaddr);
+    if (m.debug) {
+      m.debug->lookup(vaddr, loc.frames);
+    } else {
+      loc.frames.clear();
+    }
     if (!options.inline_frames && loc.frames.size() > 1) loc.frames.resize(1);
     // One spelling per function: inlined levels named from DWARF must read like symbol-table
     // names, or a function shows up twice (inlined and not) in call trees.
@@ -293,27 +312,25 @@ struct Symbolizer::Impl {
     }
     if (sym != nullptr) {
       loc.found = true;
-      loc.symbol = m.symbols.display_name(*sym, options.demangle);
+      loc.symbol.assign(m.symbols.display_name(*sym, options.demangle));
       loc.symbol_address = sym->address - base;
       loc.symbol_size = sym->size != 0 ? sym->size : sym->end - sym->address;
       // llvm's rule: the outermost frame is named by the symbol table (keeps ".isra.0" etc.).
-      if (loc.frames.empty()) {
-        loc.frames.push_back(SourceFrame{loc.symbol, {}, 0, 0});
-      } else {
-        loc.frames.front().function = loc.symbol;
-      }
+      if (loc.frames.empty()) loc.frames.emplace_back();
+      loc.frames.front().function.assign(loc.symbol);
       // Also llvm's: with no file from DWARF, a local symbol's STT_FILE name (line 0).
-      if (loc.frames.front().file.empty()) loc.frames.front().file = std::string(m.symbols.file(*sym));
+      if (loc.frames.front().file.empty()) loc.frames.front().file.assign(m.symbols.file(*sym));
     } else if (!loc.frames.empty() && loc.frames.front().function.empty()) {
-      // A line-table row but neither a symbol nor a function DIE: nothing to name it by.
-      loc.frames.clear();
+      // A line-table row but neither a symbol nor a function DIE (hand-written assembly, a
+      // function whose DIE the compiler dropped): no function, but the line is still worth
+      // printing, as llvm-symbolizer does. `found` stays false: there is no function to attribute.
+      loc.frames.resize(1);
     } else if (!loc.frames.empty()) {
       // Debug information without a symbol (a stripped .symtab): name from DWARF, start unknown.
       loc.found = true;
-      loc.symbol = loc.frames.front().function;
+      loc.symbol.assign(loc.frames.front().function);
       loc.symbol_address = loc.rel_address;
     }
-    return loc;
   }
 };
 
@@ -355,10 +372,22 @@ std::vector<Location> Symbolizer::resolve_vaddrs(const ModuleRef& module, std::s
       out.push_back(std::move(loc));
       continue;
     }
-    out.push_back(impl_->locate_vaddr(*e.loaded, e.info, vaddr));
+    out.emplace_back();
+    impl_->locate_vaddr(*e.loaded, e.info, vaddr, out.back());
   }
   impl_->remeasure(e, out.size());
   return out;
+}
+
+void Symbolizer::resolve_vaddr(const ModuleRef& module, uint64_t vaddr, Location& out) {
+  Impl::Entry& e = impl_->get(module);
+  if (!e.loaded) {
+    out = Location{};
+    out.rel_address = vaddr - e.info.image_base;
+    return;
+  }
+  impl_->locate_vaddr(*e.loaded, e.info, vaddr, out);
+  impl_->remeasure(e, 1);
 }
 
 uint64_t Symbolizer::cache_bytes_used() const {

@@ -15,8 +15,11 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <utility>
+
+#include "line_table.h"
 
 #if __has_include(<llvm/Demangle/Demangle.h>)
 #include <llvm/Demangle/Demangle.h>
@@ -58,10 +61,18 @@ struct DwarfDeleter {
 };
 
 // A DW_TAG_subprogram or DW_TAG_inlined_subroutine that is (or encloses) an address-carrying one.
+// Its name and call site are read from the DIE on first use and kept, so that repeated lookups in
+// one function touch no DIE and demangle nothing.
 struct Subroutine {
   Dwarf_Off die_offset;
   uint32_t parent;  // nearest enclosing Subroutine; kNoNode for subprograms (the chain stops there)
   bool is_subprogram;
+  bool details_read = false;
+  bool has_call_file = false;
+  const std::string* name = nullptr;  // demangled; owned by DwarfIndex::Impl::names
+  uint32_t call_file = 0;             // where this inlined instance is called (its caller's line)
+  uint32_t call_line = 0;
+  uint32_t call_column = 0;
 };
 
 struct Span {
@@ -75,11 +86,8 @@ struct UnitTables {
   std::vector<Subroutine> nodes;
   // LLVM's DWARFUnit::AddrDieMap flattened: sorted by low; entries normally disjoint.
   std::vector<Span> spans;
-  Dwarf_Lines* lines = nullptr;  // owned by libdw
-  size_t line_count = 0;
-  Dwarf_Files* files = nullptr;  // owned by libdw
-  std::string comp_dir;
-  std::map<std::pair<const Dwarf_Files*, size_t>, std::string> file_names;
+  // Rows and file names; each file name already joined with comp_dir as LLVM prints it.
+  LineTable lines;
 };
 
 struct Unit {
@@ -283,6 +291,24 @@ size_t decompressed_debug_bytes(Elf* elf) {
   return total;
 }
 
+// The bytes of a section as libdw sees them (libdw inflates compressed sections in place while
+// opening, so this is the decompressed data); empty when absent.
+std::span<const uint8_t> section_bytes(Elf* elf, const char* wanted, const char* wanted_gnu_compressed) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return {};
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type == SHT_NOBITS) continue;
+    const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (name == nullptr || (std::strcmp(name, wanted) != 0 && std::strcmp(name, wanted_gnu_compressed) != 0))
+      continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr) return {};
+    return {static_cast<const uint8_t*>(data->d_buf), data->d_size};
+  }
+  return {};
+}
+
 }  // namespace
 
 struct DwarfIndex::Impl {
@@ -292,18 +318,26 @@ struct DwarfIndex::Impl {
   std::vector<Unit> units;
   std::vector<UnitSpan> unit_spans;  // sorted, disjoint
   size_t decompressed_bytes = 0;
+  LineSections line_sections;
 
   mutable std::mutex mutex;
   // Demangled names by the DWARF string they came from (strings live as long as `dwarf`).
   mutable std::unordered_map<const char*, std::string> names;
-  mutable size_t name_bytes = 0;
-  mutable size_t line_rows_loaded = 0;
+  // Heap held by unit tables and names, kept up to date as they are built so that measuring is
+  // cheap enough for the module cache to do often.
+  mutable size_t table_bytes = 0;
+  mutable size_t line_rows_from_libdw = 0;
+  // Strings of frames dropped when a chain was shorter than the previous one, handed to the
+  // next longer chain: chain depths vary from address to address, and without this every
+  // deeper chain would allocate its names and paths anew.
+  mutable std::vector<std::string> spare_strings;
+
+  void resize_keeping_storage(std::vector<SourceFrame>& frames, size_t n) const;
 
   UnitTables* tables_for(uint32_t unit_index) const;
-  void load_lines(UnitTables& t, Dwarf_Die* cudie) const;
-  const std::string& file_name(UnitTables& t, Dwarf_Files* files, size_t index) const;
-  const std::string& function_name(Dwarf_Off die_offset) const;
-  bool line_row(UnitTables& t, uint64_t address, SourceFrame& frame) const;
+  void load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const;
+  const std::string* function_name(Dwarf_Off die_offset) const;
+  void read_details(Subroutine& node) const;
 };
 
 DwarfIndex::DwarfIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -326,6 +360,10 @@ std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::strin
   // libdw inflates SHF_COMPRESSED and .zdebug sections itself while opening.
   impl->dwarf.reset(dwarf_begin_elf(impl->elf.get(), DWARF_C_READ, nullptr));
   if (!impl->dwarf) return fail(std::string("no usable DWARF: ") + dwarf_errmsg(-1));
+  Elf* elf = impl->elf.get();
+  impl->line_sections.line = section_bytes(elf, ".debug_line", ".zdebug_line");
+  impl->line_sections.line_str = section_bytes(elf, ".debug_line_str", ".zdebug_line_str");
+  impl->line_sections.str = section_bytes(elf, ".debug_str", ".zdebug_str");
 
   std::vector<UnitSpan> raw;
   Dwarf_CU* cu = nullptr;
@@ -349,6 +387,8 @@ std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::strin
   }
   if (impl->units.empty()) return fail("DWARF has no compile unit with address ranges");
   impl->unit_spans = build_unit_spans(raw);
+  impl->units.shrink_to_fit();
+  impl->unit_spans.shrink_to_fit();
   return std::unique_ptr<DwarfIndex>(new DwarfIndex(std::move(impl)));
 }
 
@@ -357,93 +397,151 @@ UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index) const {
   Unit& unit = const_cast<Unit&>(units[unit_index]);
   if (unit.tables) return unit.tables.get();
   unit.tables = std::make_unique<UnitTables>();
+  UnitTables& t = *unit.tables;
   Dwarf_Die cudie;
-  if (dwarf_offdie(dwarf.get(), unit.die_offset, &cudie) == nullptr) return unit.tables.get();
-  if (const char* dir = attr_string(&cudie, DW_AT_comp_dir)) unit.tables->comp_dir = dir;
-  SubroutineMapBuilder builder(*unit.tables);
+  if (dwarf_offdie(dwarf.get(), unit.die_offset, &cudie) == nullptr) return &t;
+  const char* dir = attr_string(&cudie, DW_AT_comp_dir);
+  SubroutineMapBuilder builder(t);
   builder.walk_children(&cudie, 0);
   builder.finish();
-  unit.tables->nodes.shrink_to_fit();
-  load_lines(*unit.tables, &cudie);
-  return unit.tables.get();
+  t.nodes.shrink_to_fit();
+  load_lines(t, &cudie, dir != nullptr ? dir : "");
+  constexpr size_t kLibdwPerUnitTouched = 2048;  // its abbreviation table, kept by libdw
+  table_bytes += kLibdwPerUnitTouched + sizeof(UnitTables) + t.nodes.capacity() * sizeof(Subroutine) +
+                 t.spans.capacity() * sizeof(Span) + t.lines.memory_bytes();
+  return &t;
 }
 
-void DwarfIndex::Impl::load_lines(UnitTables& t, Dwarf_Die* cudie) const {
-  size_t count = 0;
-  if (dwarf_getsrclines(cudie, &t.lines, &count) != 0) {
-    t.lines = nullptr;
-    count = 0;
-  }
-  t.line_count = count;
-  line_rows_loaded += count;
-  size_t file_count = 0;
-  if (dwarf_getsrcfiles(cudie, &t.files, &file_count) != 0) t.files = nullptr;
-}
-
-const std::string& DwarfIndex::Impl::file_name(UnitTables& t, Dwarf_Files* files, size_t index) const {
-  auto key = std::make_pair(static_cast<const Dwarf_Files*>(files), index);
-  auto it = t.file_names.find(key);
-  if (it != t.file_names.end()) return it->second;
-  std::string name;
-  // libdw already prefixed the file's directory; a relative result still lacks comp_dir (DWARF 5).
-  if (const char* raw = files != nullptr ? dwarf_filesrc(files, index, nullptr, nullptr) : nullptr) {
-    name = raw[0] == '/' ? std::string(raw) : join_path(t.comp_dir, raw);
-  }
-  return t.file_names.emplace(key, std::move(name)).first->second;
-}
-
-const std::string& DwarfIndex::Impl::function_name(Dwarf_Off die_offset) const {
-  static const std::string kEmpty;
-  Dwarf_Die die;
-  if (dwarf_offdie(dwarf.get(), die_offset, &die) == nullptr) return kEmpty;
-  const char* raw = find_string_recursively(&die, {DW_AT_linkage_name, DW_AT_MIPS_linkage_name});
-  if (raw == nullptr) raw = find_string_recursively(&die, {DW_AT_name});
-  if (raw == nullptr) return kEmpty;
-  auto it = names.find(raw);
-  if (it != names.end()) return it->second;
-  std::string demangled = demangle_llvm_style(raw);
-  name_bytes += demangled.capacity() + 64;
-  return names.emplace(raw, std::move(demangled)).first->second;
-}
-
-// LLVM's line lookup: the last row at or below the address, unless that row ends a sequence.
-// libdw sorts rows by address with end-of-sequence rows first among equal addresses.
-bool DwarfIndex::Impl::line_row(UnitTables& t, uint64_t address, SourceFrame& frame) const {
-  if (t.lines == nullptr || t.line_count == 0) return false;
-  size_t lo = 0, hi = t.line_count;  // find the first row with address > target
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    Dwarf_Addr a = 0;
-    Dwarf_Line* line = dwarf_onesrcline(t.lines, mid);
-    if (line == nullptr || dwarf_lineaddr(line, &a) != 0) return false;
-    if (a <= address) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
+void DwarfIndex::Impl::load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const {
+  Dwarf_Attribute attr;
+  Dwarf_Word offset = 0;
+  uint8_t address_size = 0, offset_size = 0;
+  Dwarf_Die unit_die;
+  const bool decoded = dwarf_attr(cudie, DW_AT_stmt_list, &attr) != nullptr &&
+                       dwarf_formudata(&attr, &offset) == 0 &&
+                       dwarf_diecu(cudie, &unit_die, &address_size, &offset_size) != nullptr &&
+                       decode_line_table(line_sections, offset, comp_dir.empty() ? nullptr : comp_dir.c_str(),
+                                         address_size, t.lines);
+  if (!decoded) {
+    // A form or layout the decoder does not read (or no line table): libdw's answer, copied.
+    t.lines = LineTable{};
+    Dwarf_Lines* lines = nullptr;
+    Dwarf_Files* files = nullptr;
+    size_t count = 0, file_count = 0;
+    if (dwarf_getsrclines(cudie, &lines, &count) != 0) count = 0;
+    if (dwarf_getsrcfiles(cudie, &files, &file_count) != 0) file_count = 0;
+    line_rows_from_libdw += count;
+    t.lines.rows.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      Dwarf_Line* line = dwarf_onesrcline(lines, i);
+      LineRow row;
+      Dwarf_Addr address = 0;
+      int lineno = 0, column = 0;
+      bool end_sequence = false;
+      size_t file = 0;
+      Dwarf_Files* row_files = nullptr;
+      if (line == nullptr || dwarf_lineaddr(line, &address) != 0) continue;
+      dwarf_lineno(line, &lineno);
+      dwarf_linecol(line, &column);
+      dwarf_lineendsequence(line, &end_sequence);
+      if (dwarf_line_file(line, &row_files, &file) != 0) file = 0;
+      row.address = address;
+      row.line = static_cast<uint32_t>(std::max(lineno, 0));
+      row.column = static_cast<uint32_t>(std::max(column, 0));
+      row.file = static_cast<uint32_t>(file);
+      row.end_sequence = end_sequence;
+      t.lines.rows.push_back(row);
+    }
+    for (size_t i = 0; i < file_count; ++i) {
+      const char* name = dwarf_filesrc(files, i, nullptr, nullptr);
+      t.lines.files.emplace_back(name != nullptr ? name : "");
     }
   }
-  if (lo == 0) return false;
-  Dwarf_Line* line = dwarf_onesrcline(t.lines, lo - 1);
-  bool end_sequence = false;
-  if (line == nullptr || dwarf_lineendsequence(line, &end_sequence) != 0 || end_sequence) return false;
-  int lineno = 0, column = 0;
-  dwarf_lineno(line, &lineno);
-  dwarf_linecol(line, &column);
-  frame.line = static_cast<uint32_t>(std::max(lineno, 0));
-  frame.column = static_cast<uint32_t>(std::max(column, 0));
-  Dwarf_Files* files = nullptr;
-  size_t index = 0;
-  if (dwarf_line_file(line, &files, &index) == 0) frame.file = file_name(t, files, index);
-  return true;
+  // libdw (and so the decoder) prefixed each file's directory; a relative result still lacks
+  // comp_dir (DWARF 5 directory entries are relative to it).
+  for (std::string& name : t.lines.files) {
+    if (!name.empty() && name[0] != '/') name = join_path(comp_dir, name.c_str());
+  }
 }
 
+const std::string* DwarfIndex::Impl::function_name(Dwarf_Off die_offset) const {
+  Dwarf_Die die;
+  if (dwarf_offdie(dwarf.get(), die_offset, &die) == nullptr) return nullptr;
+  const char* raw = find_string_recursively(&die, {DW_AT_linkage_name, DW_AT_MIPS_linkage_name});
+  if (raw == nullptr) raw = find_string_recursively(&die, {DW_AT_name});
+  if (raw == nullptr) return nullptr;
+  auto it = names.find(raw);
+  if (it != names.end()) return &it->second;
+  std::string demangled = demangle_llvm_style(raw);
+  table_bytes += demangled.capacity() + 64;
+  return &names.emplace(raw, std::move(demangled)).first->second;
+}
+
+void DwarfIndex::Impl::read_details(Subroutine& node) const {
+  node.details_read = true;
+  node.name = function_name(node.die_offset);
+  if (node.is_subprogram) return;  // only inlined instances have a call site
+  Dwarf_Die die;
+  if (dwarf_offdie(dwarf.get(), node.die_offset, &die) == nullptr) return;
+  node.call_line = static_cast<uint32_t>(attr_unsigned(&die, DW_AT_call_line));
+  node.call_column = static_cast<uint32_t>(attr_unsigned(&die, DW_AT_call_column));
+  Dwarf_Attribute attr;
+  Dwarf_Word file_index = 0;
+  if (dwarf_attr(&die, DW_AT_call_file, &attr) != nullptr && dwarf_formudata(&attr, &file_index) == 0 &&
+      file_index <= UINT32_MAX) {
+    node.has_call_file = true;
+    node.call_file = static_cast<uint32_t>(file_index);
+  }
+}
+
+void DwarfIndex::Impl::resize_keeping_storage(std::vector<SourceFrame>& frames, size_t n) const {
+  constexpr size_t kMaxSpare = 64;
+  while (frames.size() > n) {
+    if (spare_strings.size() + 2 <= kMaxSpare) {
+      spare_strings.push_back(std::move(frames.back().function));
+      spare_strings.push_back(std::move(frames.back().file));
+    }
+    frames.pop_back();
+  }
+  while (frames.size() < n) {
+    SourceFrame& f = frames.emplace_back();
+    if (spare_strings.size() >= 2) {
+      f.function = std::move(spare_strings.back());
+      spare_strings.pop_back();
+      f.file = std::move(spare_strings.back());
+      spare_strings.pop_back();
+    }
+  }
+}
+
+namespace {
+
+void assign_name(std::string& to, const std::string* name) {
+  if (name == nullptr) {
+    to.clear();
+  } else {
+    to.assign(*name);
+  }
+}
+
+}  // namespace
+
 std::vector<SourceFrame> DwarfIndex::lookup(uint64_t vaddr) const {
+  std::vector<SourceFrame> frames;
+  lookup(vaddr, frames);
+  return frames;
+}
+
+void DwarfIndex::lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) const {
   const Impl& d = *impl_;
   auto cu_it = std::partition_point(d.unit_spans.begin(), d.unit_spans.end(),
                                     [&](const UnitSpan& s) { return s.high <= vaddr; });
-  if (cu_it == d.unit_spans.end() || cu_it->low > vaddr) return {};
-
   std::lock_guard<std::mutex> lock(d.mutex);
+  if (cu_it == d.unit_spans.end() || cu_it->low > vaddr) {
+    d.resize_keeping_storage(frames, 0);
+    return;
+  }
+
   UnitTables& t = *d.tables_for(cu_it->unit);
 
   // Innermost subroutine, as LLVM's DWARFUnit::getSubroutineForAddress finds it.
@@ -452,32 +550,48 @@ std::vector<SourceFrame> DwarfIndex::lookup(uint64_t vaddr) const {
                                   [](uint64_t a, const Span& s) { return a < s.low; });
   if (span_it != t.spans.begin() && vaddr < std::prev(span_it)->high) leaf = std::prev(span_it)->node;
 
-  std::vector<uint32_t> chain;  // innermost first
-  for (uint32_t n = leaf; n != kNoNode && chain.size() < t.nodes.size(); n = t.nodes[n].parent) {
-    chain.push_back(n);
+  // Chain length first, so that `frames` is resized once and its strings keep their storage.
+  size_t depth = 0;
+  for (uint32_t n = leaf; n != kNoNode && depth < t.nodes.size(); n = t.nodes[n].parent) {
+    ++depth;
     if (t.nodes[n].is_subprogram) break;
   }
-
-  std::vector<SourceFrame> frames(std::max<size_t>(chain.size(), 1));
+  d.resize_keeping_storage(frames, std::max<size_t>(depth, 1));
   SourceFrame& innermost = frames.back();
-  d.line_row(t, vaddr, innermost);
-  if (chain.empty()) return frames;
-  innermost.function = d.function_name(t.nodes[chain[0]].die_offset);
-  for (size_t i = 1; i < chain.size(); ++i) {
-    SourceFrame& f = frames[frames.size() - 1 - i];
-    f.function = d.function_name(t.nodes[chain[i]].die_offset);
-    Dwarf_Die callee;
-    if (dwarf_offdie(d.dwarf.get(), t.nodes[chain[i - 1]].die_offset, &callee) == nullptr) continue;
-    f.line = static_cast<uint32_t>(attr_unsigned(&callee, DW_AT_call_line));
-    f.column = static_cast<uint32_t>(attr_unsigned(&callee, DW_AT_call_column));
-    Dwarf_Attribute attr;
-    Dwarf_Word file_index = 0;
-    if (t.files != nullptr && dwarf_attr(&callee, DW_AT_call_file, &attr) != nullptr &&
-        dwarf_formudata(&attr, &file_index) == 0) {
-      f.file = d.file_name(t, t.files, file_index);
+  if (const LineRow* row = t.lines.find(vaddr)) {
+    innermost.line = row->line;
+    innermost.column = row->column;
+    if (row->file < t.lines.files.size()) {
+      innermost.file.assign(t.lines.files[row->file]);
+    } else {
+      innermost.file.clear();
+    }
+  } else {
+    innermost.line = innermost.column = 0;
+    innermost.file.clear();
+  }
+  if (depth == 0) {
+    innermost.function.clear();
+    return;
+  }
+  // Walk outwards: level i (from the innermost) is named by its node; the level outside it
+  // executes the node's call site.
+  uint32_t n = leaf;
+  for (size_t i = 0; i < depth; ++i, n = t.nodes[n].parent) {
+    Subroutine& node = t.nodes[n];
+    if (!node.details_read) d.read_details(node);
+    SourceFrame& f = frames[depth - 1 - i];
+    assign_name(f.function, node.name);
+    if (i + 1 == depth) break;
+    SourceFrame& caller = frames[depth - 2 - i];
+    caller.line = node.call_line;
+    caller.column = node.call_column;
+    if (node.has_call_file && node.call_file < t.lines.files.size()) {
+      caller.file.assign(t.lines.files[node.call_file]);
+    } else {
+      caller.file.clear();
     }
   }
-  return frames;
 }
 
 size_t DwarfIndex::memory_bytes() const {
@@ -485,21 +599,12 @@ size_t DwarfIndex::memory_bytes() const {
   std::lock_guard<std::mutex> lock(d.mutex);
   size_t total =
       sizeof(Impl) + d.units.capacity() * sizeof(Unit) + d.unit_spans.capacity() * sizeof(UnitSpan);
-  total += d.decompressed_bytes;
-  total += d.name_bytes + d.names.bucket_count() * sizeof(void*);
-  // libdw keeps, per compile unit touched, its CU record and abbreviation table; per line row a
-  // Dwarf_Line plus sorting scratch; per DIE looked up nothing lasting.
-  constexpr size_t kLibdwPerUnit = 2048;
+  total += d.decompressed_bytes + d.table_bytes + d.names.bucket_count() * sizeof(void*);
+  // libdw keeps, per compile unit, its CU record and unit search tree entry (and per unit touched
+  // its abbreviation table); per line row it decoded itself a Dwarf_Line.
+  constexpr size_t kLibdwPerUnit = 256;
   constexpr size_t kLibdwPerLineRow = 48;
-  total += d.units.size() * 256;  // libdw's Dwarf_CU records and its unit search tree
-  total += d.line_rows_loaded * kLibdwPerLineRow;
-  for (const Unit& u : d.units) {
-    if (!u.tables) continue;
-    const UnitTables& t = *u.tables;
-    total += sizeof(UnitTables) + kLibdwPerUnit + t.nodes.capacity() * sizeof(Subroutine) +
-             t.spans.capacity() * sizeof(Span) + t.comp_dir.capacity();
-    for (const auto& [key, name] : t.file_names) total += name.capacity() + 64;
-  }
+  total += d.units.size() * kLibdwPerUnit + d.line_rows_from_libdw * kLibdwPerLineRow;
   return total;
 }
 

@@ -15,7 +15,8 @@ namespace hpd {
 // with two deliberate differences: the outermost level's name is the DWARF name (llvm takes it
 // from the ELF symbol table; the caller may override it), and legacy Rust hashes (::h<16 hex>)
 // are stripped. The global index (compile-unit ranges) is built by open(); each compile unit's
-// function/inline table and line table are built on its first lookup and kept.
+// function/inline table and line table are built on its first lookup and kept, so a few lookups
+// in a large binary decode only the units they fall in.
 // Thread-safe: lookups are serialized internally.
 class DwarfIndex {
  public:
@@ -33,6 +34,9 @@ class DwarfIndex {
   // Empty when no compile unit covers the address. When a compile unit covers it but no
   // function DIE does, one level with an empty function name and the line-table position.
   std::vector<SourceFrame> lookup(uint64_t vaddr) const;
+  // The same into `frames`, reusing its elements' string storage: a caller that keeps one vector
+  // across lookups allocates nothing per lookup once the names it sees are long enough.
+  void lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) const;
 
   // Estimate of the heap this index holds, including what libdw caches on its behalf.
   size_t memory_bytes() const;

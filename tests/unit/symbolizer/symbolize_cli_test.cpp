@@ -198,6 +198,32 @@ TEST(SymbolizeCli, AddressOutsideEverythingIsUnknownNotAnError) {
   EXPECT_EQ(o.out, "??\n??:0:0\n\n");
 }
 
+// Past the sized symbol sized_entry lie instructions with line rows but no symbol and no function
+// DIE: the answer is "??" with the line table's file:line, as llvm-symbolizer prints it (it used to
+// be ??:0:0), and one past the last row nothing at all.
+TEST(SymbolizeCli, LineTableAnswersWhereNoSymbolOrFunctionEntryDoes) {
+  const std::string bin = FIXTURE_LINE_ONLY;
+  const Output nm = shell("nm -S " + quote(bin));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(nm.out, m, std::regex("([0-9a-f]+) ([0-9a-f]+) T sized_entry"))) << nm.out;
+  const uint64_t end = std::stoull(m[1], nullptr, 16) + std::stoull(m[2], nullptr, 16);
+  std::string list;
+  for (uint64_t a = end; a < end + 5; ++a) list += " " + hex(a);
+  const Output ours = shell(kHpctl + " symbolize --exe " + bin + list);
+  const Output llvm = shell(kLlvmSymbolizer + " --inlining --demangle --obj=" + bin + list);
+  ASSERT_EQ(ours.status, 0) << ours.err;
+  ASSERT_EQ(llvm.status, 0) << llvm.err;
+  EXPECT_EQ(ours.out, llvm.out);
+  const std::vector<std::string> lines = lines_of(ours.out);
+  ASSERT_EQ(lines.size(), 15u) << ours.out;
+  const std::vector<std::string> want_lines = {":20:0", ":21:0", ":21:0", ":22:0"};
+  for (size_t i = 0; i < want_lines.size(); ++i) {
+    EXPECT_EQ(lines[3 * i], "??");
+    EXPECT_TRUE(lines[3 * i + 1].ends_with("/line_only.s" + want_lines[i])) << lines[3 * i + 1];
+  }
+  EXPECT_EQ(lines[13], "??:0:0");  // past the last row (the end of the sequence)
+}
+
 TEST(SymbolizeCli, MissingOrNonElfFileIsAClearErrorAndNonZeroExit) {
   const Output missing = shell(kHpctl + " symbolize --exe /nonexistent/hpd-binary 0x1000");
   EXPECT_NE(missing.status, 0);

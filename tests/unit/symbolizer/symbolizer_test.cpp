@@ -159,8 +159,8 @@ void check_inline_chains_against_llvm(const std::string& path, uint64_t step = 5
     }
     std::vector<std::string> ours;
     for (auto it = locs[i].frames.rbegin(); it != locs[i].frames.rend(); ++it) {
-      ours.push_back(it->function + " @ " + (it->file.empty() ? "??" : it->file) + ":" +
-                     std::to_string(it->line));
+      ours.push_back((it->function.empty() ? "??" : it->function) + " @ " +
+                     (it->file.empty() ? "??" : it->file) + ":" + std::to_string(it->line));
     }
     if (ours.empty()) ours.push_back("?? @ ??:0");
     // No DWARF for this code (crt files): llvm adds the STT_FILE symbol's name with line 0.
@@ -169,10 +169,10 @@ void check_inline_chains_against_llvm(const std::string& path, uint64_t step = 5
         llvm[0].substr(llvm[0].size() - 2) == ":0") {
       ours[0] = llvm[0];
     }
-    // Padding between functions: llvm prints "??" with the line row's position; we report the
-    // address as not found (no function to attribute it to) and drop the line.
-    if (ours.size() == 1 && llvm.size() == 1 && ours[0] == "?? @ ??:0" && llvm[0].rfind("?? @ ", 0) == 0) {
-      ours[0] = llvm[0];
+    // Padding between functions: like llvm, "??" with the line row's position, and not found
+    // (there is no function to attribute it to).
+    if (!ours.empty() && ours[0].rfind("?? @ ", 0) == 0) {
+      EXPECT_FALSE(locs[i].found) << std::hex << vaddrs[i];
     }
     if (ours.size() > 1) ++with_inlines;
     if (ours == llvm)

@@ -54,6 +54,8 @@ class AddressQuery {
 
   // Looks one input up. Never throws for bad input: AddressAnswer::error says what was wrong.
   AddressAnswer lookup(std::string_view text);
+  // The same into `out`, reusing its strings' storage (for loops over many inputs).
+  void lookup(std::string_view text, AddressAnswer& out);
 
   // Warnings about the modules looked up so far (no debug information, build-id mismatch), one
   // per module, each returned once.
@@ -66,6 +68,7 @@ class AddressQuery {
   Symbolizer* symbolizer_;
   int32_t pid_ = 0;
   std::string file_;                      // file mode
+  ModuleRef file_ref_;                    // file mode: the module, built once
   std::vector<ProcessMapping> mappings_;  // process mode, sorted by start
   std::vector<std::string> noted_;        // modules whose warnings were queued
   std::vector<std::string> warnings_;

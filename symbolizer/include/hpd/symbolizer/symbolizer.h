@@ -41,7 +41,9 @@ struct Location {
   uint64_t symbol_address = 0;  // lib-relative start of that function
   uint64_t symbol_size = 0;     // 0 = unknown
   uint64_t rel_address = 0;     // lib-relative address that was looked up
-  // The inline chain, outermost (the real function) first; empty when !found.
+  // The inline chain, outermost (the real function) first. When !found: empty, or one level with
+  // no function name but the file:line of a line-table row that covers the address (code that
+  // debug information describes but no symbol or function entry names).
   std::vector<SourceFrame> frames;
 };
 
@@ -113,6 +115,9 @@ class Symbolizer {
   // The same for ELF virtual addresses of the module file (what nm, objdump and llvm-symbolizer
   // print and take), with no file-offset translation.
   std::vector<Location> resolve_vaddrs(const ModuleRef& module, std::span<const uint64_t> vaddrs);
+  // One ELF virtual address into `out`, whose strings' storage is reused: a loop resolving one
+  // address at a time with the same Location allocates nothing per address once warm.
+  void resolve_vaddr(const ModuleRef& module, uint64_t vaddr, Location& out);
 
   // Estimated bytes held by cached module tables (symbol tables, strings, DWARF indexes).
   uint64_t cache_bytes_used() const;

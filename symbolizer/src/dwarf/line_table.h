@@ -1,0 +1,47 @@
+// LineTable: one compile unit's DWARF line program (versions 2-5), decoded into a flat sorted array.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hpd {
+
+struct LineRow {
+  uint64_t address = 0;
+  uint32_t line = 0;
+  uint32_t column = 0;
+  uint32_t file = 0;  // index into LineTable::files, as the DWARF numbers files
+  bool end_sequence = false;
+};
+
+struct LineTable {
+  // Sorted the way libdw sorts (by address, an end_sequence row before others at the same
+  // address, else program order), with the last row marked end_sequence as libdw forces it.
+  std::vector<LineRow> rows;
+  // By DWARF file index (index 0 is a placeholder "???" before DWARF 5); each name joined with its
+  // include directory exactly as libdw's dwarf_filesrc gives it.
+  std::vector<std::string> files;
+
+  size_t memory_bytes() const;
+  // The last row at or below `address`, unless that row ends a sequence (LLVM's rule); nullptr
+  // when no row covers it.
+  const LineRow* find(uint64_t address) const;
+};
+
+// The sections a line program refers to; empty spans for absent sections.
+struct LineSections {
+  std::span<const uint8_t> line;      // .debug_line
+  std::span<const uint8_t> line_str;  // .debug_line_str (DW_FORM_line_strp)
+  std::span<const uint8_t> str;       // .debug_str (DW_FORM_strp)
+};
+
+// Decodes the line program at `offset` in .debug_line. `comp_dir` (may be null) is directory 0
+// before DWARF 5. Returns false, leaving `out` unspecified, on anything malformed or on a form it
+// does not read (the caller then asks libdw); never reads outside the given sections.
+bool decode_line_table(const LineSections& sections, uint64_t offset, const char* comp_dir,
+                       uint8_t address_size, LineTable& out);
+
+}  // namespace hpd
