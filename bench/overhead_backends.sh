@@ -26,14 +26,19 @@ command -v perf >/dev/null || have_perf=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-timeit() {  # runs "$@" and prints the target's own run time, as the fixture reports it
-  "$@" 2>/dev/null | sed -n 's/^cpu_split: .* rounds in \([0-9.]*\) s,.*$/\1/p'
+timeit() {  # runs "$@" and prints the target's own run time and CPU time, as the fixture reports them
+  "$@" 2>/dev/null | sed -n 's/^cpu_split: .* rounds in \([0-9.]*\) s, cpu \([0-9.]*\) s.*$/\1 \2/p'
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-printf 'Target overhead: cpu_split --rounds %d, median of %d interleaved runs (ratio = time / unprofiled)\n' \
-  "$rounds" "$runs"
-printf '%7s  %10s  %16s  %16s  %16s\n' "rate Hz" "unprofiled" "bpf backend" "perf backend" "perf record -g"
+# The fixture's CPU time is its sum_exec_runtime, which also holds the interrupt handling done while it
+# ran (the sampling, the eBPF program, the kernel's callchain walk) when the kernel is built without
+# CONFIG_IRQ_TIME_ACCOUNTING, as Debian's is: the overhead on the target without the waiting for a CPU
+# that makes wall times noisy on a busy machine.
+printf 'Target overhead: cpu_split --rounds %d, median of %d interleaved runs, load %s\n' \
+  "$rounds" "$runs" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '(ratio = profiled / unprofiled; wall = the fixture'"'"'s run time, cpu = its CPU time)\n'
+printf '%7s %5s  %10s  %16s  %16s  %16s\n' "rate Hz" "" "unprofiled" "bpf backend" "perf backend" "perf record -g"
 for freq in "${rates[@]}"; do
   base=() bpf=() pfb=() prec=()
   for ((i = 0; i < runs; i++)); do
@@ -44,12 +49,18 @@ for freq in "${rates[@]}"; do
       prec+=("$(timeit perf record -q -g -F "$freq" -o "$tmp/perf.data" -- "$fixture" --rounds "$rounds")")
     fi
   done
-  mb=$(median "${base[@]}")
-  cell() { printf '%7.3f s %6.4f' "$1" "$(echo "$1 / $mb" | bc -l)"; }
-  mp="n/a"
-  ((have_perf)) && mp=$(cell "$(median "${prec[@]}")")
-  printf '%7d  %8.3f s  %16s  %16s  %16s\n' "$freq" "$mb" "$(cell "$(median "${bpf[@]}")")" \
-    "$(cell "$(median "${pfb[@]}")")" "$mp"
+  for column in 1 2; do
+    pick() { for pair in "$@"; do cut -d' ' -f"$column" <<<"$pair"; done; }
+    # shellcheck disable=SC2046  # one word per run
+    mb=$(median $(pick "${base[@]}"))
+    cell() { printf '%7.3f s %6.4f' "$1" "$(echo "$1 / $mb" | bc -l)"; }
+    mp="n/a"
+    # shellcheck disable=SC2046
+    ((have_perf)) && mp=$(cell "$(median $(pick "${prec[@]}"))")
+    # shellcheck disable=SC2046
+    printf '%7d %5s  %8.3f s  %16s  %16s  %16s\n' "$freq" "$([ $column = 1 ] && echo wall || echo cpu)" "$mb" \
+      "$(cell "$(median $(pick "${bpf[@]}"))")" "$(cell "$(median $(pick "${pfb[@]}"))")" "$mp"
+  done
 done
 
 top=${rates[-1]}

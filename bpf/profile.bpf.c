@@ -124,10 +124,60 @@ static __always_inline void fill_header(struct hpd_event_header* h, __u32 type, 
 // called it; the scheduler's own frames follow.
 #define TRACEPOINT_STACK_SKIP 2
 
-// Kernel stack (when wanted, after skipping its first `kernel_skip` frames), then (when `user`) the
-// frame-pointer user stack, of the current task into e->ips.
+#define USER_MODE_CS_BITS 3
+
+// The user registers the current task entered the kernel with (on x86-64 an interrupt of user mode
+// saves them there too, so this is also the interrupted user state); NULL for kernel threads.
+static __always_inline struct pt_regs* current_user_regs(void) {
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
+  if (!regs || (regs->cs & USER_MODE_CS_BITS) != USER_MODE_CS_BITS) return 0;
+  return regs;
+}
+
+// A frame pointer farther than this above the stack pointer is taken for garbage, not a frame.
+#define USER_STACK_REACH (1ull << 30)
+
+struct user_frame {
+  __u64 next;  // the caller's frame pointer
+  __u64 ret;   // the return address into the caller
+};
+
+struct user_frames {
+  __u64 ips[HPD_MAX_USER_FRAMES];
+};
+
+// The user stack by frame pointers into out[0..HPD_MAX_USER_FRAMES): the instruction pointer, then
+// one return address per frame; returns how many. This is the walk bpf_get_stack(BPF_F_USER_STACK)
+// does, with one difference that matters for its cost: it stops where the chain stops climbing the
+// stack (a frame pointer of 0, misaligned, below the previous one or far above it), where the kernel
+// reads at whatever the last frame pointer holds. Code without frame pointers (libc's start-up
+// frames, usually) leaves such garbage at the end of nearly every chain, and reading it faults; a
+// fault handled in the middle of the sample costs microseconds on a paravirtualized guest
+// (docs/performance.md).
+//
+// A global function, so that the verifier checks it once on its own: inlined, every way out of the
+// loop multiplied the states of the code after it beyond the verifier's limit.
+__attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 ip, __u64 sp, __u64 fp) {
+  if (!out) return 0;
+  out->ips[0] = ip;
+  __u64 n = 1;
+  for (int i = 1; i < HPD_MAX_USER_FRAMES; i++) {
+    if ((fp & 7) != 0 || fp < sp || fp - sp > USER_STACK_REACH) break;
+    struct user_frame frame;
+    if (bpf_probe_read_user(&frame, sizeof frame, (const void*)fp) != 0 || frame.ret == 0) break;
+    out->ips[i] = frame.ret;
+    n = i + 1;
+    if (frame.next <= fp) break;
+    fp = frame.next;
+  }
+  return n;
+}
+
+// Kernel stack (when wanted, after skipping its first `kernel_skip` frames), then (when `user` is
+// not NULL) the frame-pointer user stack from those registers, into e->ips.
 static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e, __u64 kernel_skip,
-                                           int user) {
+                                           const struct pt_regs* user) {
   __u64 kernel_frames = 0;
   e->kernel_error = 0;
   e->user_error = 0;
@@ -142,12 +192,7 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   if (kernel_frames > HPD_MAX_KERNEL_FRAMES) kernel_frames = HPD_MAX_KERNEL_FRAMES;
   __u64 user_frames = 0;
   if (user) {
-    long bytes =
-        bpf_get_stack(ctx, &e->ips[kernel_frames], HPD_MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
-    if (bytes < 0)
-      e->user_error = (__s32)bytes;
-    else
-      user_frames = (__u64)bytes / sizeof(__u64);
+    user_frames = walk_user_frames((struct user_frames*)&e->ips[kernel_frames], user->ip, user->sp, user->bp);
   }
   if (user_frames > HPD_MAX_USER_FRAMES) user_frames = HPD_MAX_USER_FRAMES;
   e->kernel_frames = (__u16)kernel_frames;
@@ -160,17 +205,12 @@ static __always_inline __u64 sample_size(const struct hpd_sample_event* e) {
   return __builtin_offsetof(struct hpd_sample_event, ips) + frames * sizeof(__u64);
 }
 
-#define USER_MODE_CS_BITS 3
 #define PAGE_BYTES 4096
 // Enough page-sized reads for HPD_MAX_STACK_COPY bytes starting anywhere in a page.
 #define STACK_COPY_READS (HPD_MAX_STACK_COPY / PAGE_BYTES + 2)
 
-// The user registers the current task entered the kernel with (on x86-64 an interrupt of user mode
-// saves them there too, so this is also the interrupted user state). 0 for kernel threads.
-static __always_inline int capture_user_regs(struct hpd_sample_event* e) {
-  struct task_struct* task = bpf_get_current_task_btf();
-  struct pt_regs* regs = (struct pt_regs*)bpf_task_pt_regs(task);
-  if (!regs || (regs->cs & USER_MODE_CS_BITS) != USER_MODE_CS_BITS) return 0;
+// Copies the user registers into the record, by DWARF number.
+static __always_inline void copy_user_regs(struct hpd_sample_event* e, const struct pt_regs* regs) {
   e->regs[0] = regs->ax;
   e->regs[1] = regs->dx;
   e->regs[2] = regs->cx;
@@ -189,7 +229,6 @@ static __always_inline int capture_user_regs(struct hpd_sample_event* e) {
   e->regs[15] = regs->r15;
   e->regs[16] = regs->ip;
   e->regs_valid = (1u << HPD_USER_REGS) - 1;
-  return 1;
 }
 
 // Copies up to stack_copy_bytes of user stack from `sp` to `out`, page by page, stopping at the first
@@ -213,9 +252,17 @@ static __always_inline __u32 copy_user_stack(__u8* out, __u64 sp) {
   return (__u32)copied;
 }
 
-static __always_inline void count_drop(__s32 tid) {
+// A record of thread `tid` (of process `pid`) that did not fit: counted globally and for the thread,
+// whose state is created if need be, so that user space can attribute every drop to a thread.
+static __always_inline void count_drop(__s32 pid, __s32 tid) {
   count(HPD_COUNTER_RINGBUF_DROPS);
   struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
+  if (!state) {
+    // No CPU-time baseline: seeded stays 0, so the thread's next sample still counts as unseeded.
+    struct hpd_thread_state fresh = {.pid = pid};
+    bpf_map_update_elem(&threads, &tid, &fresh, BPF_NOEXIST);
+    state = bpf_map_lookup_elem(&threads, &tid);
+  }
   if (state) __sync_fetch_and_add(&state->ringbuf_drops, 1);
 }
 
@@ -258,8 +305,10 @@ int hpd_on_cpu(void* ctx) {
 
   e->regs_valid = 0;
   e->stack_bytes = 0;
-  const int have_regs = stack_copy_bytes != 0 && capture_user_regs(e);
-  capture_stacks(ctx, e, 0, !(have_regs && user_stack_from_copy));
+  const struct pt_regs* regs = current_user_regs();
+  const int have_regs = stack_copy_bytes != 0 && regs != 0;
+  if (have_regs) copy_user_regs(e, regs);
+  capture_stacks(ctx, e, 0, have_regs && user_stack_from_copy ? 0 : regs);
   __u64 size = sample_size(e);
   if (have_regs) {
     // The copy goes right after the last frame; sample_size() is at most the offset of the end of ips.
@@ -267,7 +316,7 @@ int hpd_on_cpu(void* ctx) {
     e->stack_bytes = copy_user_stack((__u8*)e + size, e->regs[7]);
     size += e->stack_bytes;
   }
-  if (bpf_ringbuf_output(&events, e, size, submit_flags()) != 0) count_drop(tid);
+  if (bpf_ringbuf_output(&events, e, size, submit_flags()) != 0) count_drop(pid, tid);
   return 0;
 }
 
@@ -275,16 +324,17 @@ int hpd_on_cpu(void* ctx) {
 // It runs in the context of `prev`, so the current task's stack is the one that is being switched out.
 SEC("tp_btf/sched_switch")
 int hpd_sched_switch(__u64* ctx) {
-  const __u64 now = bpf_ktime_get_ns();
+  // This runs at every context switch of the system: the clock is read only for target threads.
   struct task_struct* next = (struct task_struct*)ctx[2];
   __s32 next_tid = BPF_CORE_READ(next, pid);
   if (next_tid != 0) {
     struct hpd_sample_event* b = bpf_map_lookup_elem(&blocked, &next_tid);
     if (b) {
-      const __u64 away = now - b->header.time_ns;
+      const __u64 away = bpf_ktime_get_ns() - b->header.time_ns;
       if (away >= off_cpu_min_ns) {
         b->off_cpu_ns = away;
-        if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0) count_drop(next_tid);
+        if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0)
+          count_drop(b->header.pid, next_tid);
       }
       bpf_map_delete_elem(&blocked, &next_tid);
     }
@@ -299,7 +349,7 @@ int hpd_sched_switch(__u64* ctx) {
   const __u32 zero = 0;
   struct hpd_sample_event* e = bpf_map_lookup_elem(&scratch, &zero);
   if (!e) return 0;
-  fill_header(&e->header, HPD_EVENT_OFF_CPU, pid, tid, now);
+  fill_header(&e->header, HPD_EVENT_OFF_CPU, pid, tid, bpf_ktime_get_ns());
   e->cpu_delta_ns = 0;
   e->off_cpu_ns = 0;
   e->flags = ctx[0] ? HPD_SAMPLE_PREEMPTED : 0;
@@ -307,7 +357,7 @@ int hpd_sched_switch(__u64* ctx) {
   e->stack_bytes = 0;
   // Off-CPU stacks are frame-pointer walks in every mode: the record waits in `blocked` until the
   // thread runs again, and a stack copy per blocked thread would cost too much map memory.
-  capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, 1);
+  capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, current_user_regs());
   if (bpf_map_update_elem(&blocked, &tid, e, BPF_ANY) != 0) count(HPD_COUNTER_OFFCPU_MAP_FULL);
   return 0;
 }
@@ -332,7 +382,7 @@ int hpd_fork(__u64* ctx) {
 
   struct hpd_fork_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
   if (!e) {
-    count_drop(child_tid);
+    count_drop(child_pid, child_tid);
     return 0;
   }
   e->header.type = HPD_EVENT_FORK;
@@ -347,15 +397,16 @@ int hpd_fork(__u64* ctx) {
   return 0;
 }
 
-static __always_inline void emit_task_event(__u32 type, __s32 pid, __s32 tid, __u64 drops) {
+// Reserves an exec or exit record and fills its header; NULL (the drop counted) when the ring is full.
+static __always_inline struct hpd_task_event* reserve_task_event(__u32 type, __s32 pid, __s32 tid) {
   struct hpd_task_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
   if (!e) {
-    count(HPD_COUNTER_RINGBUF_DROPS);
-    return;
+    count_drop(pid, tid);
+    return 0;
   }
   fill_header(&e->header, type, pid, tid, bpf_ktime_get_ns());
-  e->ringbuf_drops = drops;
-  bpf_ringbuf_submit(e, submit_flags());
+  e->ringbuf_drops = 0;
+  return e;
 }
 
 // tp_btf/sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm); the comm
@@ -365,24 +416,31 @@ int hpd_exec(__u64* ctx) {
   const __u64 id = bpf_get_current_pid_tgid();
   const __s32 pid = (__s32)(id >> 32);
   if (!is_target(pid)) return 0;
-  emit_task_event(HPD_EVENT_EXEC, pid, (__s32)id, 0);
+  struct hpd_task_event* e = reserve_task_event(HPD_EVENT_EXEC, pid, (__s32)id);
+  if (e) bpf_ringbuf_submit(e, submit_flags());
   return 0;
 }
 
-// tp_btf/sched_process_exit(struct task_struct *p, ...); runs in the exiting thread.
+// tp_btf/sched_process_exit(struct task_struct *p, ...); runs in the exiting thread. The thread's
+// record of drops leaves the map with its exit record; when that record itself does not fit, the
+// state stays (with one more drop) for user space to collect when the recording ends.
 SEC("tp_btf/sched_process_exit")
 int hpd_exit(__u64* ctx) {
   const __u64 id = bpf_get_current_pid_tgid();
   const __s32 pid = (__s32)(id >> 32);
   __s32 tid = (__s32)id;
   bpf_map_delete_elem(&blocked, &tid);
-  __u64 drops = 0;
+  if (!is_target(pid)) {
+    bpf_map_delete_elem(&threads, &tid);
+    return 0;
+  }
+  struct hpd_task_event* e = reserve_task_event(HPD_EVENT_EXIT, pid, tid);
+  if (!e) return 0;
   struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
   if (state) {
-    drops = state->ringbuf_drops;
+    e->ringbuf_drops = state->ringbuf_drops;
     bpf_map_delete_elem(&threads, &tid);
   }
-  if (!is_target(pid)) return 0;
-  emit_task_event(HPD_EVENT_EXIT, pid, tid, drops);
+  bpf_ringbuf_submit(e, submit_flags());
   return 0;
 }

@@ -61,7 +61,7 @@ struct hpd_sample_event {
   __u64 cpu_delta_ns; /* on-CPU: the thread's sum_exec_runtime growth since its previous sample */
   __u64 off_cpu_ns;   /* off-CPU: how long the thread stayed off the CPU */
   __s32 kernel_error; /* bpf_get_stack's negative errno for the kernel stack, else 0 */
-  __s32 user_error;
+  __s32 user_error;   /* always 0: the program walks the user frames itself */
   __u16 kernel_frames; /* leaf first */
   __u16 user_frames;   /* leaf first, after the kernel frames */
   __u32 flags;         /* HPD_SAMPLE_* */

@@ -25,6 +25,7 @@ struct RecordArgs {
   std::string call_graph = "auto";  // auto|fp|dwarf
   uint32_t stack_size = 0;          // dwarf: bytes of user stack copied per sample (0 = default)
   std::string mip = "auto";         // auto|on|off (--mip / --no-mip): MIP call counts
+  bool calls = false;               // --calls: exact call counts through mcount/__fentry__ uprobes
   bool print_report = true;
   size_t report_limit = 20;
   bool quiet = false;
@@ -69,12 +70,38 @@ struct ConvertArgs {
   bool quiet = false;
 };
 
+// `hpctl export`: a window of the continuous profile hpd keeps on disk (export_command.cpp).
+struct ExportArgs {
+  std::string dir = "/var/lib/hpd";
+  std::string since = "10m";  // a duration before now, @UNIX_SECONDS or a UTC time
+  std::string until;          // "" = now
+  std::vector<int32_t> pids;
+  std::vector<std::string> comms;
+  ConvertArgs output;  // output, format, symbolization and report options; `input` is unused
+};
+
+// Global options: the hpd socket and whether to record through hpd (session_commands.cpp).
+struct DaemonArgs {
+  std::string socket;         // --socket; "" = $HPD_SOCKET or /run/hpd/hpd.sock
+  std::string mode = "auto";  // auto (hpd when its socket answers, else local), daemon, local
+};
+
+struct StatusArgs {
+  bool json = false;
+};
+
 // Each returns the process exit code.
-int run_record(const RecordArgs& args);
+int run_record(const RecordArgs& args);  // in this process
+// Through hpd or in this process, as `daemon` says (the summary line says which).
+int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon);
+int run_status(const DaemonArgs& daemon, const StatusArgs& args);
+int run_sessions(const DaemonArgs& daemon, const StatusArgs& args);
+int run_stop(const DaemonArgs& daemon, uint64_t session);
 int run_report(const ReportArgs& args);
 int run_mip_show(const MipArgs& args);
 int run_mip_merge(const MipArgs& args);
 int run_convert(const ConvertArgs& args);
+int run_export(const ExportArgs& args);
 // The format `hpctl convert` writes for this output name, or "" when the suffix does not say.
 std::string guess_output_format(const std::string& output);
 int run_symbolize(const SymbolizeArgs& args);

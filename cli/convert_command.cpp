@@ -11,6 +11,7 @@
 #include "hpd/export/firefox.h"
 #include "hpd/export/pprof.h"
 #include "hpd/export/report.h"
+#include "convert_output.h"
 #include "profile_input.h"
 
 namespace hpd::cli {
@@ -32,7 +33,7 @@ std::string guess_output_format(const std::string& output) {
   return "";
 }
 
-int run_convert(const ConvertArgs& args) {
+std::string checked_output_format(const ConvertArgs& args) {
   const std::string format = !args.format.empty() ? args.format : guess_output_format(args.output);
   if (format.empty()) {
     throw std::runtime_error("cannot tell the output format from '" + args.output +
@@ -42,13 +43,21 @@ int run_convert(const ConvertArgs& args) {
   if (args.output == "-" && (format == "firefox" || format == "pprof")) {
     throw std::runtime_error("--format " + format + " needs an output file, not stdout");
   }
+  return format;
+}
+
+int run_convert(const ConvertArgs& args) {
+  const std::string format = checked_output_format(args);
   ModuleSearch symbolize;
   symbolize.debug_dirs = args.debug_dirs;
   symbolize.debuginfod = !args.no_debuginfod;
   LoadedProfile loaded = load_profile(args.input, symbolize);
   if (!args.quiet) print_notes(loaded.notes);
-  const Profile& profile = loaded.profile;
+  write_converted(loaded.profile, args, format);
+  return 0;
+}
 
+void write_converted(const Profile& profile, const ConvertArgs& args, const std::string& format) {
   if (format == "firefox") {
     write_firefox_file(profile, args.output);
   } else if (format == "pprof") {
@@ -89,7 +98,6 @@ int run_convert(const ConvertArgs& args) {
     std::fprintf(stderr, "hpctl: wrote %s (%s, %zu threads)\n", args.output.c_str(), format.c_str(),
                  profile.threads.size());
   }
-  return 0;
 }
 
 }  // namespace hpd::cli

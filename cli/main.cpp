@@ -16,6 +16,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough(false);
 
+  hpd::cli::DaemonArgs daemon;
+  app.add_option("--socket", daemon.socket, "The hpd socket (default: $HPD_SOCKET or /run/hpd/hpd.sock)");
+  auto* use_daemon = app.add_flag("--daemon{daemon}", daemon.mode, "Record through hpd; fail when it does not answer");
+  auto* use_local = app.add_flag("--local{local}", daemon.mode, "Record in this process, not through hpd");
+  use_daemon->excludes(use_local);
+
   hpd::cli::RecordArgs rec;
   CLI::App* record = app.add_subcommand(
       "record", "Record a running process (--pid) or a command (after --), then write a profile");
@@ -53,6 +59,9 @@ int main(int argc, char** argv) {
                      "dwarf: bytes of user stack copied per sample, a multiple of 8 up to 65528 (default 32768)");
   record->add_flag("--mip{on},--no-mip{off}", rec.mip,
                    "Read MIP call counts of every target (default: of targets with a __llvm_mipraw section)");
+  record->add_flag("--calls", rec.calls,
+                   "Count every call exactly through the targets' mcount/__fentry__ instrumentation "
+                   "(-pg, -mfentry, -Zinstrument-mcount; eBPF uprobes)");
   record->add_flag("--no-report", [&rec](int64_t) { rec.print_report = false; },
                    "Do not print the report after recording");
   record->add_option("--limit", rec.report_limit, "Rows in the printed report")->capture_default_str();
@@ -123,6 +132,42 @@ int main(int argc, char** argv) {
   convert->add_option("--limit", conv.limit, "Report: rows to print (0 = all)")->capture_default_str();
   convert->add_flag("-q,--quiet", conv.quiet, "No notes or summary on stderr");
 
+  hpd::cli::ExportArgs exp;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Write a time window of hpd's continuous profile (its chunks on disk) as a profile");
+  export_cmd->add_option("--since", exp.since,
+                         "Start: a duration before now (30s, 10m, 2h, 1d), @UNIX_SECONDS or a UTC time "
+                         "(2025-03-14T09:26:53Z)")
+      ->capture_default_str();
+  export_cmd->add_option("--until", exp.until, "End, in the same forms (default: now)");
+  export_cmd->add_option("-p,--pid", exp.pids, "Only this process (repeatable)")->check(CLI::PositiveNumber);
+  export_cmd->add_option("--comm", exp.comms, "Only processes with this name or executable file name (repeatable)");
+  export_cmd->add_option("--dir", exp.dir, "The chunk directory (hpd.conf's continuous directory)")
+      ->capture_default_str();
+  export_cmd->add_option("-o,--output", exp.output.output,
+                         "Output file; its suffix picks the format (.json.gz, .pb.gz, .collapsed); - = stdout")
+      ->required();
+  export_cmd->add_option("-f,--format", exp.output.format, "firefox, pprof, collapsed or report (default: from the suffix)")
+      ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report"}));
+  export_cmd->add_option("--weight", exp.output.weight, "Collapsed stacks: samples, cpu (ns) or wall (ns)")
+      ->check(CLI::IsMember({"samples", "cpu", "wall"}))
+      ->capture_default_str();
+  export_cmd->add_flag("--per-thread", exp.output.per_thread, "Collapsed stacks: start each stack with process;thread");
+  export_cmd->add_option("--debug-dir", exp.output.debug_dirs,
+                         "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
+  export_cmd->add_flag("--no-debuginfod", exp.output.no_debuginfod, "Do not ask $DEBUGINFOD_URLS for missing binaries");
+  export_cmd->add_option("--limit", exp.output.limit, "Report: rows to print (0 = all)")->capture_default_str();
+  export_cmd->add_flag("-q,--quiet", exp.output.quiet, "No notes or summary on stderr");
+
+  hpd::cli::StatusArgs status_args;
+  CLI::App* status = app.add_subcommand("status", "Show hpd: version, backends, sessions, samples, lost, memory");
+  status->add_flag("--json", status_args.json, "The daemon's reply as JSON");
+  CLI::App* sessions = app.add_subcommand("sessions", "List hpd's recording sessions (yours, or all for root and hpd)");
+  sessions->add_flag("--json", status_args.json, "The daemon's reply as JSON");
+  uint64_t stop_id = 0;
+  CLI::App* stop = app.add_subcommand("stop", "Stop an hpd session; its client still gets the profile");
+  stop->add_option("id", stop_id, "Session id (see hpctl sessions)")->required()->check(CLI::PositiveNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -130,11 +175,15 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (record->parsed()) return hpd::cli::run_record(rec);
+    if (record->parsed()) return hpd::cli::run_record_auto(rec, daemon);
+    if (status->parsed()) return hpd::cli::run_status(daemon, status_args);
+    if (sessions->parsed()) return hpd::cli::run_sessions(daemon, status_args);
+    if (stop->parsed()) return hpd::cli::run_stop(daemon, stop_id);
     if (report->parsed()) return hpd::cli::run_report(rep);
     if (mip_show->parsed()) return hpd::cli::run_mip_show(mip_show_args);
     if (mip_merge->parsed()) return hpd::cli::run_mip_merge(mip_merge_args);
     if (convert->parsed()) return hpd::cli::run_convert(conv);
+    if (export_cmd->parsed()) return hpd::cli::run_export(exp);
     if (symbolize->parsed()) return hpd::cli::run_symbolize(sym);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hpctl: error: %s\n", e.what());

@@ -367,13 +367,38 @@ CaptureWriter::CaptureWriter(const std::string& path, CaptureWriterOptions optio
   s.boot_id = read_boot_id();
   s.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (s.fd < 0) s.fail("open", errno);
-  s.cctx = ZSTD_createCCtx();
-  if (s.cctx == nullptr) throw CaptureError("cannot write capture file '" + path + "': out of memory");
-  uint8_t header[capture::kFileHeaderSize] = {};
-  std::memcpy(header, capture::kMagic, sizeof capture::kMagic);
-  capture::put_le32(header + 8, kCaptureFormatVersion);
-  capture::put_le32(header + 12, 0);  // flags: none defined
-  s.write_all(header, sizeof header);
+  start();
+}
+
+CaptureWriter::CaptureWriter(int fd, const std::string& name, CaptureWriterOptions options)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.path = name;
+  s.options = std::move(options);
+  s.boot_id = read_boot_id();
+  s.fd = fd;
+  if (s.fd < 0) s.fail("open", EBADF);
+  start();
+}
+
+void CaptureWriter::start() {
+  State& s = *state_;
+  // A throwing constructor runs no destructor: the descriptor and context are released here.
+  try {
+    s.cctx = ZSTD_createCCtx();
+    if (s.cctx == nullptr) throw CaptureError("cannot write capture file '" + s.path + "': out of memory");
+    uint8_t header[capture::kFileHeaderSize] = {};
+    std::memcpy(header, capture::kMagic, sizeof capture::kMagic);
+    capture::put_le32(header + 8, kCaptureFormatVersion);
+    capture::put_le32(header + 12, 0);  // flags: none defined
+    s.write_all(header, sizeof header);
+  } catch (...) {
+    ::close(s.fd);
+    s.fd = -1;
+    ZSTD_freeCCtx(s.cctx);
+    s.cctx = nullptr;
+    throw;
+  }
 }
 
 CaptureWriter::~CaptureWriter() {

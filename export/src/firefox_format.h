@@ -1,6 +1,7 @@
 // Names shared by the Firefox writer and reader: categories, the off-CPU marker, meta.extra labels.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,17 @@ inline constexpr const char* kMipBlocksField = "blocks";  // "covered/total", or
 inline constexpr const char* kMipFuncField = "funcIndex";
 inline constexpr const char* kMipCountsCallsField = "countsCalls";  // 1 = exact counts, 0 = coverage
 
+// Exact call counts (hpctl record --calls): one extra thread per process, after the real ones, whose
+// samples are caller -> callee stacks (one frame each) weighted by the count, so that the Profiler's
+// call tree of that track shows the counts (inverted: per callee, its callers). The thread field
+// marks it for the reader, which turns it back into Profile::call_edges instead of samples. The tid
+// is a string so it never equals a real thread's tid (the profiler allows numbers or strings).
+inline constexpr const char* kCallsThreadField = "hpdCalls";
+inline constexpr const char* kCallsThreadName = "calls (exact)";
+inline std::string calls_thread_tid(int32_t pid) {
+  return std::to_string(pid) + "-calls";
+}
+
 // meta.extra sections (shown under "Show More" in the profile info panel) and their entry labels.
 inline constexpr const char* kRecordingSection = "Recording";
 inline constexpr const char* kTargetLabel = "Target";
@@ -61,6 +73,53 @@ inline constexpr const char* kStackFailuresLabel = "Failed stack walks";
 inline constexpr const char* kTruncatedLabel = "Truncated stacks";
 inline constexpr const char* kMissingModulesLabel = "Missing modules";
 inline constexpr const char* kMissingModulePrefix = "Missing module ";  // + 1-based number
+
+// Per-thread losses: one meta.extra section, one integer entry per thread and nonzero count, labelled
+// "Thread TID (pid PID) NAME: <one of the Lost data labels>". The profiler shows meta.extra in its
+// info panel and has no per-thread place of its own for such numbers; the reader parses the label
+// back (the name is only for people: the count's kind is what follows the last ": ").
+inline constexpr const char* kLostByThreadSection = "Lost data by thread";
+
+inline std::string thread_loss_label(int32_t pid, int32_t tid, const std::string& name, const char* what) {
+  return "Thread " + std::to_string(tid) + " (pid " + std::to_string(pid) + ") " + name + ": " + what;
+}
+
+struct ThreadLossLabel {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  std::string what;  // the Lost data label
+};
+
+// The inverse of thread_loss_label; false for any other label.
+inline bool parse_thread_loss_label(std::string_view label, ThreadLossLabel& out) {
+  const auto number = [&label](int32_t& value) {
+    bool negative = false;
+    if (!label.empty() && label.front() == '-') {
+      negative = true;
+      label.remove_prefix(1);
+    }
+    int64_t v = 0;
+    size_t digits = 0;
+    while (digits < label.size() && label[digits] >= '0' && label[digits] <= '9' && v <= INT32_MAX) {
+      v = v * 10 + (label[digits] - '0');
+      ++digits;
+    }
+    if (digits == 0 || v > INT32_MAX) return false;
+    label.remove_prefix(digits);
+    value = static_cast<int32_t>(negative ? -v : v);
+    return true;
+  };
+  const auto skip = [&label](std::string_view text) {
+    if (label.substr(0, text.size()) != text) return false;
+    label.remove_prefix(text.size());
+    return true;
+  };
+  if (!skip("Thread ") || !number(out.tid) || !skip(" (pid ") || !number(out.pid) || !skip(")")) return false;
+  const size_t colon = label.rfind(": ");
+  if (colon == std::string_view::npos) return false;
+  out.what = std::string(label.substr(colon + 2));
+  return true;
+}
 
 // meta.arguments is one string: the words are joined with POSIX shell quoting so that they can be
 // split back exactly.

@@ -229,6 +229,7 @@ class FirefoxReader {
     read_libs();
     read_shared();
     read_threads();
+    apply_thread_losses();
     return std::move(p_);
   }
 
@@ -306,7 +307,28 @@ class FirefoxReader {
         if (label.rfind(firefox::kMissingModulePrefix, 0) == 0 && !text.empty()) {
           p_.meta.missing_modules.push_back(text);
         }
+        if (firefox::ThreadLossLabel loss; firefox::parse_thread_loss_label(label, loss)) {
+          LostCounts& l = thread_losses_[thread_key(loss.pid, loss.tid)];
+          if (loss.what == firefox::kLostRecordsLabel) l.lost_records = count;
+          if (loss.what == firefox::kThrottleLabel) l.throttle_events = count;
+          if (loss.what == firefox::kStackFailuresLabel) l.stack_failures = count;
+          if (loss.what == firefox::kTruncatedLabel) l.truncated_stacks = count;
+        }
       }
+    }
+  }
+
+  static uint64_t thread_key(int32_t pid, int32_t tid) {
+    return static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 | static_cast<uint32_t>(tid);
+  }
+
+  // meta.extra comes before the threads; losses of threads the profile does not have stay in the
+  // totals only.
+  void apply_thread_losses() {
+    if (thread_losses_.empty()) return;
+    for (Thread& t : p_.threads) {
+      if (auto it = thread_losses_.find(thread_key(t.pid, t.tid)); it != thread_losses_.end())
+        t.lost = it->second;
     }
   }
 
@@ -487,6 +509,11 @@ class FirefoxReader {
   }
 
   void read_thread(const json& t, const std::string& where) {
+    if (const json* calls = optional_member(t, firefox::kCallsThreadField);
+        calls != nullptr && calls->is_boolean() && calls->get<bool>()) {
+      read_calls_thread(t, where);
+      return;
+    }
     Thread thread;
     thread.name = optional_string(t, "name");
     thread.process_name = optional_string(t, "processName");
@@ -566,6 +593,34 @@ class FirefoxReader {
     p_.threads.push_back(std::move(thread));
   }
 
+  // The calls track (see firefox_format.h): each sample is one edge, its leaf frame's function the
+  // callee, the function of the frame before it the caller (none: unknown caller), its weight the
+  // count. Deeper frames, which hpd never writes, are ignored; a sample without a stack is no edge.
+  void read_calls_thread(const json& t, const std::string& where) {
+    const int32_t pid = parse_id(member(t, "pid", where), where + ".pid");
+    const Table samples(t, "samples", where);
+    const json& stack = samples.column("stack");
+    const json* weight = nullptr;
+    if (const json* w = optional_member(member(t, "samples", where), "weight"); w != nullptr && !w->is_null())
+      weight = &samples.column("weight");
+    for (size_t i = 0; i < samples.length(); ++i) {
+      const uint32_t st = samples.index(stack, "stack", i, stack_map_.size(), "shared.stackTable", true);
+      if (st == kNoIndex) continue;
+      int64_t count = 1;
+      if (weight != nullptr) {
+        count = samples.integer(*weight, "weight", i, -1);
+        if (count < 0) throw FormatError(samples.element("weight", i) + " is not a call count");
+      }
+      const Stack& leaf = p_.stacks[stack_map_[st]];
+      CallEdge e;
+      e.pid = pid;
+      e.callee_func = p_.frames[leaf.frame].func;
+      if (leaf.prefix != kNoIndex) e.caller_func = p_.frames[p_.stacks[leaf.prefix].frame].func;
+      e.count = static_cast<uint64_t>(count);
+      p_.call_edges.push_back(e);
+    }
+  }
+
   // A MIP marker becomes a MipCount of the thread's process. The function is the one "funcIndex"
   // names; a profile written by something else gets the marker's function name in its module's lib.
   void read_mip_marker(const Table& markers, size_t i, int32_t pid) {
@@ -614,6 +669,7 @@ class FirefoxReader {
   int64_t interval_ns_ = 0;
   uint64_t cpu_delta_scale_ = 1;
   std::vector<Category> category_map_;
+  std::unordered_map<uint64_t, LostCounts> thread_losses_;  // from meta.extra, by thread_key
   std::vector<const std::string*> string_values_;
   std::vector<uint32_t> lib_map_;
   std::vector<uint32_t> symbol_map_;

@@ -2,7 +2,11 @@
 //
 // Version 66 because it is what samply emits and what the deployed profiler.firefox.com accepts
 // unchanged; the newer 70 is refused by the production build (see the format reference).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -44,6 +48,14 @@ std::vector<uint8_t> hex_bytes(std::string_view hex) {
   return bytes;
 }
 
+// Two vectors read as one: the profile's rows followed by rows the writer adds.
+template <typename T>
+struct ConcatRows {
+  const std::vector<T>& first;
+  const std::vector<T>& second;
+  const T& operator[](size_t i) const { return i < first.size() ? first[i] : second[i - first.size()]; }
+};
+
 std::string invalid(const std::string& what) {
   return "invalid profile: " + what;
 }
@@ -75,6 +87,11 @@ class FirefoxWriter {
     for (size_t i = 0; i < p_.mip_counts.size(); ++i) {
       if (p_.mip_counts[i].func >= p_.funcs.size())
         throw std::runtime_error(invalid("MIP count " + std::to_string(i) + " refers to a missing func"));
+    }
+    for (size_t i = 0; i < p_.call_edges.size(); ++i) {
+      const CallEdge& e = p_.call_edges[i];
+      if (e.callee_func >= p_.funcs.size() || (e.caller_func != kNoIndex && e.caller_func >= p_.funcs.size()))
+        throw std::runtime_error(invalid("call edge " + std::to_string(i) + " refers to a missing func"));
     }
     for (size_t i = 0; i < p_.funcs.size(); ++i) {
       const Func& f = p_.funcs[i];
@@ -138,6 +155,7 @@ class FirefoxWriter {
     interval_ns_ = info.interval_ns;
     if (interval_ns_ == 0 && info.frequency_hz > 0) interval_ns_ = 1000000000ull / info.frequency_hz;
     if (interval_ns_ == 0) interval_ns_ = kDefaultIntervalNs;
+    prepare_calls();
 
     // One source per distinct file name, in order of first use.
     std::unordered_map<uint32_t, uint32_t> source_of_file;
@@ -190,6 +208,66 @@ class FirefoxWriter {
       } else {
         times.shutdown = std::max(times.shutdown, relative_ns(t.end_ns));
       }
+    }
+  }
+
+  // The calls track of one process (see prepare_calls).
+  struct CallsTrack {
+    int32_t pid = 0;
+    std::vector<uint32_t> edges;   // into p_.call_edges, in the profile's order
+    std::vector<uint32_t> stacks;  // the written stack of each edge
+  };
+
+  // A function-level frame: no address, line or native symbol. The calls track uses these rather than
+  // some sampled frame of the function, so that no sampled line or instruction is credited with
+  // calls; the call tree groups frames by function, so they are the same nodes as the sampled ones.
+  static bool is_bare_frame(const Frame& f) {
+    return f.address < 0 && f.native_symbol == kNoIndex && f.line == 0 && f.column == 0 &&
+           f.inline_depth == 0 && f.category == Category::kUser;
+  }
+
+  // Frames and stacks of the calls track (caller -> callee, or the callee alone when the caller is
+  // unknown), appended after the profile's own. Equal ones already in the profile are reused, so a
+  // profile read back from such a file is written again without growing.
+  void prepare_calls() {
+    if (p_.call_edges.empty()) return;
+    std::unordered_map<uint32_t, uint32_t> frame_of_func;
+    for (size_t i = 0; i < p_.frames.size(); ++i) {
+      if (is_bare_frame(p_.frames[i])) frame_of_func.emplace(p_.frames[i].func, static_cast<uint32_t>(i));
+    }
+    const auto stack_key = [](uint32_t prefix, uint32_t frame) { return uint64_t{prefix} << 32 | frame; };
+    std::unordered_map<uint64_t, uint32_t> stack_of;
+    for (size_t i = 0; i < p_.stacks.size(); ++i) {
+      const Stack& s = p_.stacks[i];
+      if (is_bare_frame(p_.frames[s.frame]))
+        stack_of.emplace(stack_key(s.prefix, s.frame), static_cast<uint32_t>(i));
+    }
+    const auto frame = [&](uint32_t func) {
+      auto [it, inserted] =
+          frame_of_func.emplace(func, static_cast<uint32_t>(p_.frames.size() + calls_frames_.size()));
+      if (inserted) {
+        Frame f;
+        f.func = func;
+        f.lib = p_.funcs[func].lib;
+        calls_frames_.push_back(f);
+      }
+      return it->second;
+    };
+    const auto stack = [&](uint32_t prefix, uint32_t frame_index) {
+      auto [it, inserted] = stack_of.emplace(stack_key(prefix, frame_index),
+                                             static_cast<uint32_t>(p_.stacks.size() + calls_stacks_.size()));
+      if (inserted) calls_stacks_.push_back(Stack{prefix, frame_index});
+      return it->second;
+    };
+    std::unordered_map<int32_t, size_t> track_of_pid;
+    for (size_t i = 0; i < p_.call_edges.size(); ++i) {
+      const CallEdge& e = p_.call_edges[i];
+      auto [it, inserted] = track_of_pid.emplace(e.pid, calls_tracks_.size());
+      if (inserted) calls_tracks_.push_back(CallsTrack{e.pid, {}, {}});
+      CallsTrack& track = calls_tracks_[it->second];
+      const uint32_t caller = e.caller_func == kNoIndex ? kNoIndex : stack(kNoIndex, frame(e.caller_func));
+      track.edges.push_back(static_cast<uint32_t>(i));
+      track.stacks.push_back(stack(caller, frame(e.callee_func)));
     }
   }
 
@@ -461,7 +539,32 @@ class FirefoxWriter {
     w_.end_array();
     w_.end_object();
 
+    write_lost_by_thread();
     w_.end_array();
+  }
+
+  void write_lost_by_thread() {
+    const auto lost_any = [](const Thread& t) {
+      return t.lost.lost_records != 0 || t.lost.throttle_events != 0 || t.lost.stack_failures != 0 ||
+             t.lost.truncated_stacks != 0;
+    };
+    if (std::none_of(p_.threads.begin(), p_.threads.end(), lost_any)) return;
+    w_.begin_object();
+    w_.key("label");
+    w_.string(firefox::kLostByThreadSection);
+    w_.key("entries");
+    w_.begin_array();
+    for (const Thread& t : p_.threads) {
+      const auto entry = [&](const char* what, uint64_t count) {
+        if (count != 0) extra_entry(firefox::thread_loss_label(t.pid, t.tid, t.name, what).c_str(), count);
+      };
+      entry(firefox::kLostRecordsLabel, t.lost.lost_records);
+      entry(firefox::kThrottleLabel, t.lost.throttle_events);
+      entry(firefox::kStackFailuresLabel, t.lost.stack_failures);
+      entry(firefox::kTruncatedLabel, t.lost.truncated_stacks);
+    }
+    w_.end_array();
+    w_.end_object();
   }
 
   void write_libs() {
@@ -582,8 +685,8 @@ class FirefoxWriter {
     repeated("originalLocation", funcs, "null");
     w_.end_object();
 
-    const size_t frames = p_.frames.size();
-    const auto& fr = p_.frames;
+    const size_t frames = p_.frames.size() + calls_frames_.size();
+    const ConcatRows<Frame> fr{p_.frames, calls_frames_};
     w_.key("frameTable");
     w_.begin_object();
     w_.key("length");
@@ -602,15 +705,17 @@ class FirefoxWriter {
     repeated("originalLocation", frames, "null");
     w_.end_object();
 
-    const size_t stacks = p_.stacks.size();
+    const size_t stacks = p_.stacks.size() + calls_stacks_.size();
+    const ConcatRows<Stack> st{p_.stacks, calls_stacks_};
     w_.key("stackTable");
     w_.begin_object();
     w_.key("length");
     w_.uint(stacks);
-    column("frame", stacks, [&](size_t i) { w_.uint(p_.stacks[i].frame); });
-    // 0 = root; otherwise the prefix is that many entries back (validate() ensured prefix < i).
+    column("frame", stacks, [&](size_t i) { w_.uint(st[i].frame); });
+    // 0 = root; otherwise the prefix is that many entries back (validate() and prepare_calls()
+    // ensured prefix < i).
     column("prefixOffset", stacks, [&](size_t i) {
-      const uint32_t prefix = p_.stacks[i].prefix;
+      const uint32_t prefix = st[i].prefix;
       w_.uint(prefix == kNoIndex ? 0 : i - prefix);
     });
     w_.end_object();
@@ -625,7 +730,75 @@ class FirefoxWriter {
       auto it = mip_of_thread_.find(i);
       write_thread(p_.threads[i], it != mip_of_thread_.end() ? &it->second : nullptr);
     }
+    for (const CallsTrack& track : calls_tracks_) write_calls_thread(track);
     w_.end_array();
+  }
+
+  // The calls track of one process: a sample per edge, weighted by its count. The samples all sit at
+  // the process's start: the counts cover the whole recording and have no time of their own. There is
+  // no threadCPUDelta column, so the track adds nothing to any CPU figure.
+  void write_calls_thread(const CallsTrack& track) {
+    std::string process_name;
+    for (const Thread& t : p_.threads) {
+      if (t.pid == track.pid && (process_name.empty() || t.is_main)) process_name = t.process_name;
+    }
+    const auto process = processes_.find(track.pid);
+    const int64_t start = process != processes_.end() ? process->second.startup : 0;
+    const bool ended = process != processes_.end() && process->second.ended;
+    const size_t n = track.edges.size();
+
+    w_.begin_object();
+    w_.key("name");
+    w_.string(firefox::kCallsThreadName);
+    w_.key("processName");
+    w_.string(process_name);
+    w_.key("processType");
+    w_.string("default");
+    w_.key("isMainThread");
+    w_.boolean(false);
+    w_.key("pid");
+    w_.string(std::to_string(track.pid));
+    w_.key("tid");
+    w_.string(firefox::calls_thread_tid(track.pid));
+    w_.key(firefox::kCallsThreadField);
+    w_.boolean(true);
+    w_.key("processStartupTime");
+    w_.ns_as_ms(start);
+    w_.key("processShutdownTime");
+    if (ended) {
+      w_.ns_as_ms(process->second.shutdown);
+    } else {
+      w_.null();
+    }
+    w_.key("registerTime");
+    w_.ns_as_ms(start);
+    w_.key("unregisterTime");
+    w_.null();
+    w_.key("pausedRanges");
+    w_.begin_array();
+    w_.end_array();
+
+    w_.key("samples");
+    w_.begin_object();
+    w_.key("length");
+    w_.uint(n);
+    // "samples" with a weight column: the call tree sums the weights as counts (its Float64 sums are
+    // exact up to 2^53); "tracing-ms" would show them as milliseconds.
+    w_.key("weightType");
+    w_.string("samples");
+    column("weight", n, [&](size_t i) { w_.uint(p_.call_edges[track.edges[i]].count); });
+    column("stack", n, [&](size_t i) { w_.uint(track.stacks[i]); });
+    column("time", n, [&](size_t) { w_.ns_as_ms(start); });
+    w_.end_object();
+
+    w_.key("markers");
+    w_.begin_object();
+    w_.key("length");
+    w_.uint(0);
+    for (const char* name : {"data", "name", "startTime", "endTime", "phase", "category"})
+      repeated(name, 0, "");
+    w_.end_object();
+    w_.end_object();
   }
 
   void write_thread(const Thread& t, const std::vector<uint32_t>* mip) {
@@ -821,6 +994,30 @@ class FirefoxWriter {
   std::unordered_map<int32_t, ProcessTimes> processes_;
   std::unordered_map<int32_t, size_t> mip_thread_;                   // pid -> thread holding its MIP markers
   std::unordered_map<size_t, std::vector<uint32_t>> mip_of_thread_;  // thread -> MIP counts
+
+  std::vector<Frame> calls_frames_;  // written after the profile's frames
+  std::vector<Stack> calls_stacks_;  // written after the profile's stacks
+  std::vector<CallsTrack> calls_tracks_;
+};
+
+// Writes through to a descriptor it does not own.
+class FdSink : public json::ByteSink {
+ public:
+  explicit FdSink(int fd) : fd_(fd) {}
+  void write(const char* data, size_t size) override {
+    while (size > 0) {
+      const ssize_t n = ::write(fd_, data, size);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw std::runtime_error(std::string("writing the profile failed: ") + std::strerror(errno));
+      }
+      data += n;
+      size -= static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
 };
 
 bool ends_with(const std::string& s, std::string_view suffix) {
@@ -872,6 +1069,17 @@ void write_firefox_file(const Profile& profile, const std::string& path) {
     FirefoxWriter(profile, file).write();
   }
   file.commit();
+}
+
+void write_firefox_fd(const Profile& profile, int fd, bool gzip) {
+  FdSink sink(fd);
+  if (gzip) {
+    GzipSink compressed(sink, kGzipLevel);
+    FirefoxWriter(profile, compressed).write();
+    compressed.finish();
+  } else {
+    FirefoxWriter(profile, sink).write();
+  }
 }
 
 }  // namespace hpd

@@ -62,6 +62,10 @@ void check_indices(const Profile& p) {
   }
 }
 
+uint64_t lost_total(const LostCounts& l) {
+  return l.lost_records + l.throttle_events + l.stack_failures + l.truncated_stacks;
+}
+
 double percent(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
 }
@@ -204,6 +208,31 @@ std::string library_cell(const ReportRow& row) {
   return truncate_right(row.library.empty() ? "?" : row.library, kLibraryWidth);
 }
 
+// One line per thread that lost something, naming only the kinds it lost; the worst first.
+template <typename Line>
+void print_lost_by_thread(const ReportTotals& t, const Line& line) {
+  if (t.lost_by_thread.empty()) return;
+  line("Lost by thread:");
+  constexpr size_t kShownThreads = 10;
+  for (size_t i = 0; i < t.lost_by_thread.size() && i < kShownThreads; ++i) {
+    const ThreadLoss& l = t.lost_by_thread[i];
+    std::string text;
+    const auto part = [&text](uint64_t n, const char* what) {
+      if (n == 0) return;
+      text += (text.empty() ? " " : ", ") + std::to_string(n) + " " + what;
+    };
+    part(l.lost.lost_records, l.lost.lost_records == 1 ? "lost record" : "lost records");
+    part(l.lost.throttle_events, l.lost.throttle_events == 1 ? "throttle event" : "throttle events");
+    part(l.lost.stack_failures, l.lost.stack_failures == 1 ? "failed stack" : "failed stacks");
+    part(l.lost.truncated_stacks, l.lost.truncated_stacks == 1 ? "truncated stack" : "truncated stacks");
+    // Linux thread names have at most 15 characters; longer ones (from other tools) are cut.
+    line("  tid " + std::to_string(l.tid) + " " + truncate_right(l.name, 16) + " (pid " +
+         std::to_string(l.pid) + "):" + text);
+  }
+  if (t.lost_by_thread.size() > kShownThreads)
+    line("  and " + std::to_string(t.lost_by_thread.size() - kShownThreads) + " more threads");
+}
+
 void print_header(const Report& report, std::ostream& out) {
   const ReportTotals& t = report.totals;
   const auto plural = [](uint64_t n, const char* one, const char* many) {
@@ -220,6 +249,7 @@ void print_header(const Report& report, std::ostream& out) {
   line("Stacks: " + std::to_string(t.lost.stack_failures) + " failed, " +
        std::to_string(t.lost.truncated_stacks) + " truncated, " +
        plural(t.samples_without_stack, "sample", "samples") + " without a stack");
+  print_lost_by_thread(t, line);
   if (const uint64_t known = t.stacks_complete + t.stacks_truncated + t.stacks_failed; known > 0) {
     const auto share = [known](uint64_t n) { return format("%.1f%%", 100.0 * double(n) / double(known)); };
     line("Complete stacks: " + share(t.stacks_complete) + " of on-CPU samples (" + share(t.stacks_truncated) +
@@ -524,6 +554,88 @@ void print_mip_view(const Report& report, std::ostream& out, size_t limit) {
   out << truncate_right(line, kWidth) << '\n';
 }
 
+void compute_calls(const Profile& p, const ReportOptions& options, Report& report) {
+  if (p.call_edges.empty()) return;
+  std::vector<const ReportRow*> sampled(p.funcs.size(), nullptr);
+  for (const ReportRow& r : report.rows) sampled[r.func] = &r;
+  std::map<uint32_t, CallRow> by_func;
+  std::map<uint32_t, std::map<uint32_t, uint64_t>> callers, callees;  // func -> peer -> calls
+  const auto name_of = [&](uint32_t f) { return f == kNoIndex ? std::string("(unknown caller)") : p.func_name(f); };
+  for (const CallEdge& e : p.call_edges) {
+    if (options.pid != 0 && e.pid != options.pid) continue;
+    if (e.callee_func >= p.funcs.size() || (e.caller_func != kNoIndex && e.caller_func >= p.funcs.size()))
+      throw std::runtime_error("a call edge names a function that does not exist");
+    auto [it, inserted] = by_func.try_emplace(e.callee_func);
+    if (inserted) {
+      it->second.func = e.callee_func;
+      it->second.name = p.func_name(e.callee_func);
+      const uint32_t lib = p.funcs[e.callee_func].lib;
+      if (lib != kNoIndex && lib < p.libs.size()) it->second.library = p.libs[lib].name;
+    }
+    it->second.calls += e.count;
+    report.calls_total += e.count;
+    callers[e.callee_func][e.caller_func] += e.count;
+    if (e.caller_func != kNoIndex) callees[e.caller_func][e.callee_func] += e.count;
+  }
+  const auto peers = [&](const std::map<uint32_t, uint64_t>& m) {
+    std::vector<CallPeer> out;
+    for (const auto& [f, n] : m) out.push_back(CallPeer{name_of(f), n});
+    std::stable_sort(out.begin(), out.end(), [](const CallPeer& a, const CallPeer& b) { return a.calls > b.calls; });
+    return out;
+  };
+  for (auto& [func, row] : by_func) {
+    if (const ReportRow* r = sampled[func]; r != nullptr) {
+      row.self_cpu_ns = r->self_cpu_ns;
+      row.total_cpu_ns = r->total_cpu_ns;
+      row.total_wall_ns = r->total_wall_ns;
+    }
+    if (row.calls != 0) row.cpu_per_call_ns = row.total_cpu_ns / row.calls;
+    row.callers = peers(callers[func]);
+    if (auto c = callees.find(func); c != callees.end()) row.callees = peers(c->second);
+    report.calls.push_back(std::move(row));
+  }
+  std::stable_sort(report.calls.begin(), report.calls.end(), [](const CallRow& a, const CallRow& b) {
+    if (a.calls != b.calls) return a.calls > b.calls;
+    return a.name < b.name;
+  });
+}
+
+// At most this many callers are printed under each function of the calls table.
+constexpr size_t kCallersShown = 3;
+
+void print_calls_view(const Report& report, std::ostream& out, size_t limit) {
+  const size_t shown = limit != 0 ? std::min(limit, report.calls.size()) : report.calls.size();
+  out << '\n'
+      << truncate_right("Calls (mcount/__fentry__, exact): " + std::to_string(report.calls_total) + " calls of " +
+                            std::to_string(report.calls.size()) + " functions, top " + std::to_string(shown) +
+                            " by calls",
+                        kWidth)
+      << '\n';
+  uint64_t max_ns = 0;
+  for (const CallRow& r : report.calls) max_ns = std::max({max_ns, r.total_cpu_ns, r.total_wall_ns});
+  const TimeColumn t = time_column(max_ns, 9);
+  // 11 1 9 1 9 1 9 1 9 2 = 53 columns of numbers; the function gets the other 27.
+  constexpr size_t kNameWidth = kWidth - 53;
+  out << pad_left("Calls", 11) << ' ' << pad_left(std::string("Self ") + t.unit, 9) << ' '
+      << pad_left(std::string("Total ") + t.unit, 9) << ' ' << pad_left(std::string("Wall ") + t.unit, 9) << ' '
+      << pad_left("CPU/call", 9) << "  Function, then callers\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const CallRow& r = report.calls[i];
+    const bool sampled = r.total_wall_ns != 0;
+    out << pad_left(std::to_string(r.calls), 11) << ' ' << pad_left(sampled ? t.cell(r.self_cpu_ns) : "-", 9) << ' '
+        << pad_left(sampled ? t.cell(r.total_cpu_ns) : "-", 9) << ' '
+        << pad_left(sampled ? t.cell(r.total_wall_ns) : "-", 9) << ' '
+        << pad_left(r.cpu_per_call_ns != 0 ? format_per_call(r.cpu_per_call_ns) : std::string("-"), 9) << "  "
+        << truncate_right(r.name, kNameWidth) << '\n';
+    for (size_t c = 0; c < r.callers.size() && c < kCallersShown; ++c) {
+      out << pad_left(std::to_string(r.callers[c].calls), 11) << std::string(53 - 11, ' ') << "  <- "
+          << truncate_right(r.callers[c].name, kNameWidth - 5) << '\n';
+    }
+    if (r.callers.size() > kCallersShown)
+      out << std::string(53 + 2, ' ') << "and " << (r.callers.size() - kCallersShown) << " more callers\n";
+  }
+}
+
 }  // namespace
 
 std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
@@ -598,6 +710,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     if (!selected(t, options)) continue;
     ++totals.threads;
     pids.insert(t.pid);
+    if (lost_total(t.lost) != 0) totals.lost_by_thread.push_back(ThreadLoss{t.pid, t.tid, t.name, t.lost});
     for (const Sample& s : t.samples) {
       if (s.stack != kNoIndex && s.stack >= p.stacks.size()) {
         throw std::runtime_error("invalid profile: a sample of thread " + std::to_string(t.tid) +
@@ -624,6 +737,12 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   }
   totals.processes = pids.size();
   totals.wall_ns = totals.samples * totals.interval_ns + totals.off_cpu_ns;
+  std::stable_sort(totals.lost_by_thread.begin(), totals.lost_by_thread.end(),
+                   [](const ThreadLoss& a, const ThreadLoss& b) {
+                     const uint64_t la = lost_total(a.lost), lb = lost_total(b.lost);
+                     if (la != lb) return la > lb;
+                     return a.pid != b.pid ? a.pid < b.pid : a.tid < b.tid;
+                   });
 
   std::vector<Tally> self(p.funcs.size());
   std::vector<Tally> total(p.funcs.size());
@@ -667,6 +786,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   sort_rows(report.rows, options.sort);
   compute_moves(p, per_stack, report);
   compute_mip(p, options, report);
+  compute_calls(p, options, report);
   return report;
 }
 
@@ -676,6 +796,7 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
     out << "\nNo samples with a stack"
         << (options.pid != 0 || options.tid != 0 ? " in the selected threads" : "") << ".\n";
     if (!report.mip_called.empty() || !report.mip_never_called.empty()) print_mip_view(report, out, options.limit);
+    if (!report.calls.empty()) print_calls_view(report, out, options.limit);
     return;
   }
   // Each view is ordered by its own self or total column, as options.sort chooses.
@@ -693,6 +814,7 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
   }
   if (report.move_samples > 0) print_moves_view(report, out, options.limit);
   if (!report.mip_called.empty() || !report.mip_never_called.empty()) print_mip_view(report, out, options.limit);
+  if (!report.calls.empty()) print_calls_view(report, out, options.limit);
 }
 
 void print_report_json(const Report& report, std::ostream& out, const ReportOptions& options) {
@@ -702,6 +824,16 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
   doc["sort"] = sort_name(options.sort);
   doc["limit"] = options.limit;
   doc["filter"] = {{"pid", options.pid}, {"tid", options.tid}};
+  ordered_json lost_by_thread = ordered_json::array();
+  for (const ThreadLoss& l : t.lost_by_thread) {
+    lost_by_thread.push_back({{"pid", l.pid},
+                              {"tid", l.tid},
+                              {"name", l.name},
+                              {"lost_records", l.lost.lost_records},
+                              {"throttle_events", l.lost.throttle_events},
+                              {"stack_failures", l.lost.stack_failures},
+                              {"truncated_stacks", l.lost.truncated_stacks}});
+  }
   doc["totals"] = {
       {"samples", t.samples},
       {"samples_without_stack", t.samples_without_stack},
@@ -718,6 +850,7 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
         {"throttle_events", t.lost.throttle_events},
         {"stack_failures", t.lost.stack_failures},
         {"truncated_stacks", t.lost.truncated_stacks}}},
+      {"lost_by_thread", lost_by_thread},
       {"stacks", {{"complete", t.stacks_complete}, {"truncated", t.stacks_truncated}, {"failed", t.stacks_failed}}},
       {"missing_modules", t.missing_modules},
       {"functions", report.rows.size()},
@@ -792,6 +925,30 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
                   {"functions_never_called", report.mip_never_called.size()},
                   {"functions", std::move(called)},
                   {"never_called", std::move(never)}};
+  }
+  if (!report.calls.empty()) {
+    const size_t shown = options.limit != 0 ? std::min(options.limit, report.calls.size()) : report.calls.size();
+    const auto peers = [](const std::vector<CallPeer>& v) {
+      ordered_json out = ordered_json::array();
+      for (const CallPeer& c : v) out.push_back({{"name", c.name}, {"calls", c.calls}});
+      return out;
+    };
+    ordered_json functions_called = ordered_json::array();
+    for (size_t i = 0; i < shown; ++i) {
+      const CallRow& r = report.calls[i];
+      functions_called.push_back({{"name", r.name},
+                                  {"library", r.library},
+                                  {"calls", r.calls},
+                                  {"self_cpu_ns", r.self_cpu_ns},
+                                  {"total_cpu_ns", r.total_cpu_ns},
+                                  {"total_wall_ns", r.total_wall_ns},
+                                  {"cpu_per_call_ns", r.cpu_per_call_ns},
+                                  {"callers", peers(r.callers)},
+                                  {"callees", peers(r.callees)}});
+    }
+    doc["calls"] = {{"total", report.calls_total},
+                    {"functions", report.calls.size()},
+                    {"rows", std::move(functions_called)}};
   }
   // Names are not guaranteed to be UTF-8; replace bad bytes instead of throwing.
   out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';

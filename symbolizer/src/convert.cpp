@@ -374,9 +374,9 @@ class Converter {
     return static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 | static_cast<uint32_t>(tid);
   }
 
-  // One Thread per RawThread that has samples (in RawProfile order), then one per (pid, tid) that
-  // has samples but no RawThread. Threads without samples are left out: they would only add empty
-  // tracks.
+  // One Thread per RawThread that has samples or lost data (in RawProfile order), then one per
+  // (pid, tid) that has samples but no RawThread. Other threads without samples are left out: they
+  // would only add empty tracks; one whose records were all lost stays, so the loss is not hidden.
   void build_threads(const std::vector<uint32_t>& sample_instance) {
     std::unordered_map<uint64_t, uint32_t> sample_counts;
     for (const RawSample& s : raw_.samples) ++sample_counts[thread_key(s.pid, s.tid)];
@@ -394,6 +394,7 @@ class Converter {
       if (rt != nullptr) {
         t.start_ns = rt->start_ns;
         t.end_ns = rt->end_ns;
+        t.lost = rt->lost;
       }
       t.samples.reserve(sample_counts[thread_key(pid, tid)]);
       thread_index.emplace(thread_key(pid, tid), static_cast<uint32_t>(out_.threads.size()));
@@ -401,7 +402,10 @@ class Converter {
     };
     for (const RawThread& rt : raw_.threads) {
       const uint64_t key = thread_key(rt.pid, rt.tid);
-      if (sample_counts.count(key) != 0 && thread_index.count(key) == 0) add_thread(rt.pid, rt.tid, &rt);
+      const bool lost_any = rt.lost.lost_records != 0 || rt.lost.throttle_events != 0 ||
+                            rt.lost.stack_failures != 0 || rt.lost.truncated_stacks != 0;
+      if ((sample_counts.count(key) != 0 || lost_any) && thread_index.count(key) == 0)
+        add_thread(rt.pid, rt.tid, &rt);
     }
     for (size_t i = 0; i < raw_.samples.size(); ++i) {
       const RawSample& s = raw_.samples[i];

@@ -343,7 +343,8 @@ void BpfProfileBuilder::on_still_off_cpu(const hpd_sample_event& event, uint64_t
 
 void BpfProfileBuilder::add_thread_drops(int32_t pid, int32_t tid, uint64_t drops) {
   if (drops == 0) return;
-  profile_.thread(pid, tid).lost.lost_records += drops;
+  // A thread (or process) known only from its drops is described like one first seen in a sample.
+  ensure_thread(pid, tid, config_.start_ns, "").lost.lost_records += drops;
 }
 
 }  // namespace hpd

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "proc/proc_files.h"
@@ -30,6 +31,7 @@
 #include <mutex>
 
 #include "bpf/bpf_profile_builder.h"
+#include "calls/recording_calls.h"
 #include "proc/build_id.h"
 #include "proc/launched_command.h"
 #include "proc/proc_maps.h"
@@ -167,8 +169,10 @@ void load_skeleton(profile_bpf* skel, const LibbpfLogCapture& log) {
 }
 
 // fp mode copies this much stack per on-CPU sample, for the frameless leaf's return address (CFI
-// puts it within the first few dozen bytes), as the perf_event backend does.
-constexpr uint32_t kLeafStackBytes = 256;
+// puts it within the first few dozen bytes). Every byte is written into the ring and costs the
+// target time: 128 put back as many callers as 256 on the test fixtures and 1% fewer on xz, 64 lost
+// 3% on xz, 32 lost most (docs/performance.md).
+constexpr uint32_t kLeafStackBytes = 128;
 // The verifier bounds the stack copy's offset and its last read's size separately: one page of room.
 constexpr uint32_t kScratchSlackBytes = 4096;
 
@@ -177,14 +181,17 @@ uint32_t stack_copy_bytes(const RecordOptions& options) {
   return options.stack_copy_bytes == 0 ? kDefaultStackCopyBytes : options.stack_copy_bytes;
 }
 
-// The ring buffer: about half a second of samples from every CPU, a power of two in [1, 64] MiB.
+// The ring buffer: about a quarter of a second of samples from every CPU, a power of two in
+// [1, 64] MiB. The recorder drains it every 100 ms and when a quarter of it is full, so that is
+// ample; a larger ring costs the target time, because every record then goes to memory that has
+// left the caches since the ring last came round (8 MiB instead of 1 MiB cost about 0.4 us more per
+// sample on the project's machine).
 uint32_t choose_ring_bytes(const RecordOptions& options, size_t cpus) {
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   if (options.ring_pages != 0) return static_cast<uint32_t>(std::max<uint64_t>(options.ring_pages, 1) * page);
-  // A typical fp record with a 20-frame stack is about 400 bytes plus the leaf copy; leave room for
-  // deep stacks. A dwarf record is mostly its stack copy.
-  const uint64_t record = 512 + sizeof(hpd_sample_event::regs) + stack_copy_bytes(options);
-  const uint64_t want = uint64_t{options.frequency_hz} * std::max<size_t>(cpus, 1) * record / 2;
+  // The fixed part and a 24-frame stack, plus the stack copy (most of a dwarf record).
+  const uint64_t record = offsetof(hpd_sample_event, ips) + 24 * sizeof(uint64_t) + stack_copy_bytes(options);
+  const uint64_t want = uint64_t{options.frequency_hz} * std::max<size_t>(cpus, 1) * record / 4;
   uint64_t bytes = 1ULL << 20;
   while (bytes < (64ULL << 20) && bytes < want) bytes *= 2;
   return static_cast<uint32_t>(std::max(bytes, page));
@@ -227,6 +234,7 @@ class BpfSession {
   void drain();
   void collect_leftovers();
   void finish_launched(bool stopped_early);
+  static void read_program_stats(const bpf_program* program, uint64_t& runs, uint64_t& ns);
   static int on_ring_record(void* ctx, void* data, size_t size);
 
   const RecordOptions& options_;
@@ -252,6 +260,7 @@ class BpfSession {
   Unwinder unwinder_;
   std::unique_ptr<BpfProfileBuilder> builder_;
   std::exception_ptr callback_error_;
+  std::unique_ptr<RecordingCallCounter> calls_;  // detached (destroyed) before the skeleton
 };
 
 void BpfSession::load() {
@@ -418,12 +427,13 @@ void BpfSession::collect_leftovers() {
     while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
       first = false;
       key = next;
-      if (bpf_map_lookup_elem(fd, &key, &state) == 0 && state.ringbuf_drops > 0 &&
-          result_.profile.find_process(state.pid) != nullptr) {
+      // Every drop belongs to a target thread, even one none of whose records arrived.
+      if (bpf_map_lookup_elem(fd, &key, &state) == 0 && state.ringbuf_drops > 0)
         builder_->add_thread_drops(state.pid, key, state.ringbuf_drops);
-      }
     }
   }
+  read_program_stats(skel_->progs.hpd_on_cpu, result_.bpf_sample_prog_runs, result_.bpf_sample_prog_ns);
+  read_program_stats(skel_->progs.hpd_sched_switch, result_.bpf_switch_prog_runs, result_.bpf_switch_prog_ns);
   const int possible = libbpf_num_possible_cpus();
   if (possible > 0) {
     std::vector<uint64_t> per_cpu(static_cast<size_t>(possible));
@@ -436,6 +446,17 @@ void BpfSession::collect_leftovers() {
     result_.off_cpu_intervals_lost = totals[HPD_COUNTER_OFFCPU_MAP_FULL];
     result_.threads_without_cpu_baseline = totals[HPD_COUNTER_THREAD_MAP_FULL];
   }
+}
+
+// The kernel counts these only while kernel.bpf_stats_enabled is 1; they stay 0 otherwise.
+void BpfSession::read_program_stats(const bpf_program* program, uint64_t& runs, uint64_t& ns) {
+  const int fd = bpf_program__fd(program);
+  if (fd < 0) return;  // not loaded (the sched_switch hook without off-CPU samples)
+  bpf_prog_info info{};
+  uint32_t length = sizeof info;
+  if (bpf_obj_get_info_by_fd(fd, &info, &length) != 0) return;
+  runs = info.run_cnt;
+  ns = info.run_time_ns;
 }
 
 void BpfSession::finish_launched(bool stopped_early) {
@@ -484,6 +505,10 @@ RecordResult BpfSession::run() {
   ring_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_ring_record, this, nullptr));
   if (!ring_) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(errno));
 
+  calls_ = std::make_unique<RecordingCallCounter>(options_);
+  if (command_) calls_->add_launched(command_->pid(), options_.command.front());
+  for (const int32_t pid : options_.pids) calls_->add_process(pid);
+
   if (command_) {
     command_->start();
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
@@ -504,6 +529,7 @@ RecordResult BpfSession::run() {
     const int n = ::poll(pfds.data(), pfds.size(), kPollTimeoutMs);
     if (n < 0 && errno != EINTR) throw RecordError(std::string("poll failed: ") + std::strerror(errno));
     drain();
+    calls_->poll();
     const auto outcome = ticker.tick(update_targets_exited(targets_, pfds, first_target, command_.get()),
                                      builder_->samples(), profile);
     if (outcome == RecordingTicker::Outcome::kTargetsExited) {
@@ -521,6 +547,7 @@ RecordResult BpfSession::run() {
   profile_bpf__detach(skel_.get());
   drain();
   collect_leftovers();
+  calls_->finish(result_);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
   finish_launched(stopped_early);
   result_.processes_without_maps = builder_->processes_without_maps();

@@ -21,6 +21,7 @@
 #include <set>
 #include <system_error>
 
+#include "calls/recording_calls.h"
 #include "perf/perf_records.h"
 #include "perf/profile_builder.h"
 #include "perf/ring_buffer.h"
@@ -100,6 +101,7 @@ class PerfSession {
   std::vector<UniqueFd> redirected_;
   std::vector<WatchedTarget> targets_;
   std::unique_ptr<LaunchedCommand> command_;
+  std::unique_ptr<RecordingCallCounter> calls_;
   bool launched_described_ = false;
 
   perf_event_attr attr_{};
@@ -339,6 +341,9 @@ RecordResult PerfSession::run() {
     describe_threads(pid);
     builder_->add_maps(pid, read_proc_maps(pid), 0);
   }
+  calls_ = std::make_unique<RecordingCallCounter>(options_);
+  if (command_) calls_->add_launched(command_->pid(), options_.command.front());
+  for (const int32_t pid : options_.pids) calls_->add_process(pid);
   if (command_) command_->start();
 
   std::vector<pollfd> pfds;
@@ -358,6 +363,7 @@ RecordResult PerfSession::run() {
       if (pfds[i].revents & (POLLHUP | POLLERR)) pfds[i].fd = -1;
     }
     drain_all();
+    calls_->poll();
     if (command_ && !launched_described_) {
       // After exec: what MMAP2 records do not cover (the vDSO) comes from /proc.
       launched_described_ = true;
@@ -386,6 +392,7 @@ RecordResult PerfSession::run() {
   }
   for (const UniqueFd& fd : redirected_) ::ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
   drain_all();
+  calls_->finish(result_);
   finish_launched(stopped_early);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
   result_.duplicate_samples = builder_->duplicate_samples();

@@ -241,6 +241,54 @@ TEST(BpfRecord, OffCpuSamplesGiveTheWallClockView) {
   }
 }
 
+// A one-page ring (4 KiB, a handful of records) at a high rate with two busy threads: records are
+// dropped for real. Every drop is attributed to the thread it belonged to, the per-thread counts add up
+// to the totals, and symbolization and the report carry them.
+TEST(BpfRecord, LossesAreCountedPerThreadAndReported) {
+  RecordOptions options = bpf_options();
+  options.frequency_hz = 4999;
+  options.ring_pages = 1;
+  options.command = {kOffCpuFixture, "1.5", "1", "1"};
+  const RecordResult result = record(options);
+  ASSERT_EQ(result.command_exit_status, 0);
+  const RawProfile& raw = result.profile;
+  ASSERT_GT(raw.lost.lost_records, 0u) << "a 4 KiB ring at 4999 Hz should overflow";
+  ASSERT_EQ(result.threads_without_cpu_baseline, 0u);  // else some drops could have no thread
+
+  LostCounts sum;
+  size_t threads_with_losses = 0;
+  for (const RawThread& t : raw.threads) {
+    sum.lost_records += t.lost.lost_records;
+    sum.stack_failures += t.lost.stack_failures;
+    sum.truncated_stacks += t.lost.truncated_stacks;
+    if (t.lost.lost_records != 0) ++threads_with_losses;
+  }
+  EXPECT_EQ(sum.lost_records, raw.lost.lost_records);
+  EXPECT_EQ(sum.stack_failures, raw.lost.stack_failures);
+  EXPECT_EQ(sum.truncated_stacks, raw.lost.truncated_stacks);
+  EXPECT_GE(threads_with_losses, 1u);
+
+  Symbolizer symbolizer;
+  const Profile profile = symbolize_profile(raw, symbolizer);
+  EXPECT_EQ(profile.meta.lost.lost_records, raw.lost.lost_records);
+  const Report report = compute_report(profile, ReportOptions{});
+  uint64_t reported = 0;
+  for (const ThreadLoss& l : report.totals.lost_by_thread) reported += l.lost.lost_records;
+  EXPECT_EQ(reported, raw.lost.lost_records);
+  EXPECT_EQ(report.totals.lost_by_thread.size(), threads_with_losses);
+
+  std::ostringstream text;
+  print_report(report, text, ReportOptions{});
+  std::printf("%s", text.str().c_str());
+  EXPECT_NE(text.str().find("Lost by thread:"), std::string::npos);
+  for (const RawThread& t : raw.threads) {
+    if (t.lost.lost_records == 0) continue;
+    // Ten lines at most are printed; the fixture has three threads.
+    EXPECT_NE(text.str().find("  tid " + std::to_string(t.tid) + " "), std::string::npos) << t.tid;
+    EXPECT_NE(text.str().find(std::to_string(t.lost.lost_records) + " lost record"), std::string::npos);
+  }
+}
+
 TEST(BpfRecord, OffCpuCanBeTurnedOff) {
   RecordOptions options = bpf_options();
   options.command = {kOffCpuFixture, "0.5", "1", "4"};

@@ -2,7 +2,9 @@
 // the recording cost the recorder (CPU per sample, peak memory). For the overhead benchmark
 // (bench/overhead_backends.sh) and for trying the backends before hpctl has their flags.
 // Usage: hpd_record_driver [--backend auto|bpf|perf] [-F HZ] [--off-cpu|--no-off-cpu] [--no-kernel]
-//                          [--all] [--cgroup PATH] [--duration S] [--quiet] -- COMMAND ARGS...
+//                          [--call-graph auto|fp|dwarf] [--ring-pages N] [--all] [--cgroup PATH]
+//                          [--duration S] [--quiet] -- COMMAND ARGS...
+// With kernel.bpf_stats_enabled=1 the eBPF programs' run counts and ns per run are printed too.
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -19,10 +21,15 @@ double cpu_seconds(const rusage& r) {
          double(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
 }
 
+double per_run(uint64_t ns, uint64_t runs) {
+  return runs == 0 ? 0.0 : double(ns) / double(runs);
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: hpd_record_driver [--backend auto|bpf|perf] [-F HZ] [--off-cpu|--no-off-cpu] "
-               "[--no-kernel] [--all] [--cgroup PATH] [--duration S] [--quiet] -- COMMAND ARGS...\n");
+               "[--no-kernel] [--call-graph auto|fp|dwarf] [--ring-pages N] [--all] [--cgroup PATH] "
+               "[--duration S] [--quiet] -- COMMAND ARGS...\n");
   return 2;
 }
 
@@ -65,6 +72,17 @@ int main(int argc, char** argv) {
       const char* v = value();
       if (v == nullptr) return usage();
       options.duration_s = std::strtod(v, nullptr);
+    } else if (arg == "--call-graph") {
+      const char* v = value();
+      if (v == nullptr) return usage();
+      const std::string g = v;
+      options.call_graph = g == "fp"      ? hpd::CallGraph::kFp
+                           : g == "dwarf" ? hpd::CallGraph::kDwarf
+                                          : hpd::CallGraph::kAuto;
+    } else if (arg == "--ring-pages") {
+      const char* v = value();
+      if (v == nullptr) return usage();
+      options.ring_pages = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
     } else if (arg == "--quiet") {
       quiet = true;
     } else {
@@ -103,11 +121,17 @@ int main(int argc, char** argv) {
         "hpd_record_driver: backend=%s samples=%llu off_cpu_samples=%llu cpu_ms=%.1f off_cpu_ms=%.1f "
         "threads=%zu processes=%zu lost=%llu stack_failures=%llu truncated=%llu "
         "recorder_cpu_ms=%.1f collection_cpu_ms=%.1f collection_us_per_sample=%.2f peak_rss_kb=%ld "
+        "leaf_callers=%llu bpf_sample_runs=%llu bpf_sample_ns_per_run=%.1f bpf_switch_runs=%llu "
+        "bpf_switch_ns_per_run=%.1f "
         "fallback='%s'\n",
         p.info.backend.c_str(), (unsigned long long)on, (unsigned long long)off, double(cpu_ns) / 1e6,
         double(off_ns) / 1e6, p.threads.size(), p.processes.size(), (unsigned long long)p.lost.lost_records,
         (unsigned long long)p.lost.stack_failures, (unsigned long long)p.lost.truncated_stacks,
         recorder_cpu * 1e3, loop_us / 1e3, on + off ? loop_us / double(on + off) : 0.0, after.ru_maxrss,
+        (unsigned long long)result.leaf_callers_added, (unsigned long long)result.bpf_sample_prog_runs,
+        per_run(result.bpf_sample_prog_ns, result.bpf_sample_prog_runs),
+        (unsigned long long)result.bpf_switch_prog_runs,
+        per_run(result.bpf_switch_prog_ns, result.bpf_switch_prog_runs),
         result.backend_fallback_reason.c_str());
   }
   return result.command_exit_status >= 0 ? result.command_exit_status : 0;

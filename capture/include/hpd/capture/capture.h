@@ -37,6 +37,9 @@ class CaptureWriter {
  public:
   // Creates (truncates) `path` and writes the file header. Throws CaptureError.
   explicit CaptureWriter(const std::string& path, CaptureWriterOptions options = {});
+  // Writes into `fd`, which it takes ownership of and closes (e.g. a file a client opened and passed
+  // to hpd); `name` is used in messages. Throws CaptureError.
+  CaptureWriter(int fd, const std::string& name, CaptureWriterOptions options = {});
   ~CaptureWriter();
   CaptureWriter(const CaptureWriter&) = delete;
   CaptureWriter& operator=(const CaptureWriter&) = delete;
@@ -51,6 +54,8 @@ class CaptureWriter {
   const std::string& path() const;
 
  private:
+  void start();  // the file header
+
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hpd/calls/call_stats.h"
 #include "hpd/model/raw_profile.h"
 
 namespace hpd {
@@ -83,6 +84,10 @@ struct RecordOptions {
   // Bytes of user stack copied per sample in dwarf mode, a multiple of 8 up to kMaxStackCopyBytes;
   // 0 = kDefaultStackCopyBytes.
   uint32_t stack_copy_bytes = 0;
+  // Count every call exactly through the targets' mcount/__fentry__ instrumentation (eBPF uprobes),
+  // into RawProfile::call_edges. A target without instrumentation is still sampled (see
+  // RecordResult::calls.messages).
+  bool count_calls = false;
 };
 
 // Where RawSample::cpu_delta_ns comes from.
@@ -125,6 +130,15 @@ struct RecordResult {
   uint64_t unwound_samples = 0;
   uint64_t leaf_callers_added = 0;  // fp: callers of frameless leaves put back into the chain
   uint64_t sample_bytes = 0;        // bytes of sample records read from the kernel
+  // eBPF, with kernel.bpf_stats_enabled=1 (else 0): the kernel's count of runs of the sampling
+  // program (one per timer tick of every CPU, targets or not) and of the sched_switch program, and
+  // the time they took, measured around each run by the kernel itself.
+  uint64_t bpf_sample_prog_runs = 0;
+  uint64_t bpf_sample_prog_ns = 0;
+  uint64_t bpf_switch_prog_runs = 0;
+  uint64_t bpf_switch_prog_ns = 0;
+  // RecordOptions::count_calls: probe hits, their estimated cost, and messages for the user.
+  CallCountStats calls;
 };
 
 inline constexpr uint32_t kMaxFrequencyHz = 100000;

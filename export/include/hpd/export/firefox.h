@@ -21,6 +21,11 @@ void write_firefox_json(const Profile& profile, std::ostream& out);
 // never leaves a partial file behind. Throws std::runtime_error naming the path and the OS error.
 void write_firefox_file(const Profile& profile, const std::string& path);
 
+// Writes the profile to an open descriptor, gzip-compressed when `gzip`, at its current offset; the
+// descriptor stays open. For a file opened by someone else (hpd writes into the descriptor a client
+// passed it). Throws std::runtime_error with the OS error.
+void write_firefox_fd(const Profile& profile, int fd, bool gzip);
+
 // The Breakpad debug id of an ELF file from its GNU build-id (hex): the first 16 bytes read as a
 // little-endian GUID, upper-case hex, followed by the age "0" (33 characters). Build-ids shorter than
 // 16 bytes are zero-padded. Returns "" when `build_id_hex` is empty or not valid hex.

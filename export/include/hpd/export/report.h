@@ -53,6 +53,14 @@ struct ReportRow {
   double total_wall_percent = 0;
 };
 
+// What one thread lost: its share of ProfileMeta::lost, as far as the backend could attribute it.
+struct ThreadLoss {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  std::string name;
+  LostCounts lost;
+};
+
 struct ReportTotals {
   uint64_t samples = 0;                // on-CPU samples of the selected threads, with or without stack
   uint64_t samples_without_stack = 0;  // on-CPU samples that carry no stack
@@ -69,7 +77,9 @@ struct ReportTotals {
   uint64_t stacks_complete = 0;
   uint64_t stacks_truncated = 0;
   uint64_t stacks_failed = 0;
-  LostCounts lost;
+  LostCounts lost;  // of the whole recording, whatever the pid/tid filter
+  // The selected threads that lost anything, most lost first (then by pid and tid).
+  std::vector<ThreadLoss> lost_by_thread;
   std::vector<std::string> missing_modules;
 };
 
@@ -118,6 +128,25 @@ struct MipRow {
   uint64_t cpu_per_call_ns = 0;  // self_cpu_ns / calls; 0 when not called or not counted
 };
 
+// Exact calls of one function (mcount/__fentry__ call counts, summed over the selected processes)
+// beside its sampled time; callers and callees most calls first.
+struct CallPeer {
+  std::string name;
+  uint64_t calls = 0;
+};
+struct CallRow {
+  uint32_t func = 0;
+  std::string name;
+  std::string library;
+  uint64_t calls = 0;
+  uint64_t self_cpu_ns = 0;
+  uint64_t total_cpu_ns = 0;
+  uint64_t total_wall_ns = 0;    // on-CPU samples x interval + off-CPU time, inclusive
+  uint64_t cpu_per_call_ns = 0;  // total_cpu_ns / calls (inclusive CPU per call)
+  std::vector<CallPeer> callers;
+  std::vector<CallPeer> callees;
+};
+
 struct Report {
   ReportTotals totals;
   std::vector<ReportRow> rows;  // every function with a sample, ordered by ReportOptions::sort
@@ -128,6 +157,9 @@ struct Report {
   // the never-called ones by name.
   std::vector<MipRow> mip_called;
   std::vector<MipRow> mip_never_called;
+  // Exact call counts (empty without call edges): most calls first.
+  std::vector<CallRow> calls;
+  uint64_t calls_total = 0;
 };
 
 // Throws std::runtime_error when the profile's indices are inconsistent.

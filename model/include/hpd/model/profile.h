@@ -89,6 +89,7 @@ struct Thread {
   uint64_t start_ns = 0;  // monotonic
   uint64_t end_ns = 0;    // 0 = alive at the end of the recording
   std::vector<Sample> samples;  // sorted by time
+  LostCounts lost;  // this thread's share of ProfileMeta::lost, where the backend could attribute it
 };
 
 // A function-level call edge with an exact count.

@@ -1,0 +1,280 @@
+// The recording pipeline hpctl and hpd share: options from RecordArgs, output to a path or a descriptor.
+#include "record_pipeline.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <utility>
+
+#include "hpd/capture/capture.h"
+#include "hpd/export/firefox.h"
+#include "hpd/symbolizer/convert.h"
+#include "hpd/symbolizer/symbolizer.h"
+#include "mip_recording.h"
+
+namespace hpd::cli {
+namespace {
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::string tail(suffix);
+  return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+KernelFrames parse_kernel(const std::string& s) {
+  if (s == "on") return KernelFrames::kOn;
+  if (s == "off") return KernelFrames::kOff;
+  return KernelFrames::kAuto;
+}
+
+CaptureWriterOptions capture_options() {
+  CaptureWriterOptions options;
+#ifdef HPD_VERSION
+  options.writer = std::string("hpd ") + HPD_VERSION;
+#endif
+  return options;
+}
+
+}  // namespace
+
+RecordOptions record_options_from_args(const RecordArgs& args) {
+  if (!args.pids.empty() && !args.command.empty()) {
+    throw std::runtime_error("give either --pid or a command after --, not both");
+  }
+  if (args.pids.empty() && args.command.empty() && !args.all && args.cgroup.empty()) {
+    throw std::runtime_error(
+        "nothing to record: give --pid PID, --all, --cgroup PATH, or a command after -- (hpctl record -- ./app)");
+  }
+  RecordOptions options;
+  options.pids = args.pids;
+  options.command = args.command;
+  options.duration_s = args.duration_s;
+  options.frequency_hz = args.frequency_hz;
+  options.event = args.event;
+  options.kernel = parse_kernel(args.kernel);
+  options.backend = args.backend == "bpf" ? Backend::kBpf : args.backend == "perf" ? Backend::kPerf : Backend::kAuto;
+  options.all_processes = args.all;
+  options.cgroup = args.cgroup;
+  options.off_cpu = args.off_cpu == "on" ? OffCpu::kOn : args.off_cpu == "off" ? OffCpu::kOff : OffCpu::kAuto;
+  options.off_cpu_min_us = args.off_cpu_min_us;
+  options.follow_children = !args.no_follow_children;
+  options.call_graph = args.call_graph == "fp"      ? CallGraph::kFp
+                       : args.call_graph == "dwarf" ? CallGraph::kDwarf
+                                                    : CallGraph::kAuto;
+  options.stack_copy_bytes = args.stack_size;
+  options.count_calls = args.calls;
+  return options;
+}
+
+// Probes by creating (and removing) a file beside it, which also catches read-only file systems where
+// access() would not.
+void check_output_writable(const std::string& output) {
+  namespace fs = std::filesystem;
+  if (output.empty()) throw std::runtime_error("the output path is empty");
+  std::error_code ec;
+  if (fs::is_directory(output, ec)) {
+    throw std::runtime_error("cannot write '" + output + "': it is a directory; give a file name with -o");
+  }
+  fs::path dir = fs::path(output).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec)) {
+    throw std::runtime_error("cannot write '" + output + "': directory '" + dir.string() + "' does not exist");
+  }
+  std::string probe = (dir / (".hpctl-probe-XXXXXX")).string();
+  int fd = mkstemp(probe.data());
+  if (fd < 0) {
+    throw std::runtime_error("cannot write '" + output + "': " + std::strerror(errno) + " (in directory '" +
+                             dir.string() + "')");
+  }
+  close(fd);
+  unlink(probe.c_str());
+  if (access(output.c_str(), F_OK) == 0 && access(output.c_str(), W_OK) != 0) {
+    throw std::runtime_error("cannot write '" + output + "': " + std::strerror(errno));
+  }
+}
+
+std::string format_record_progress(const RecordProgress& p, bool open_ended) {
+  char line[200];
+  int n;
+  if (!open_ended && p.duration_s > 0) {
+    n = std::snprintf(line, sizeof line, "recording: %.1f s of %.1f s, %llu samples", p.elapsed_s, p.duration_s,
+                      static_cast<unsigned long long>(p.samples));
+  } else {
+    n = std::snprintf(line, sizeof line, "recording: %.1f s, %llu samples", p.elapsed_s,
+                      static_cast<unsigned long long>(p.samples));
+  }
+  std::string text(line, n > 0 ? static_cast<size_t>(std::min(n, static_cast<int>(sizeof line) - 1)) : 0);
+  if (p.lost != 0) text += ", " + std::to_string(p.lost) + " lost";
+  if (open_ended || p.duration_s <= 0) text += " (Ctrl-C to stop)";
+  return text;
+}
+
+bool is_capture_output(const std::string& name) {
+  return ends_with(name, ".hpr");
+}
+
+bool is_gzip_output(const std::string& name) {
+  return ends_with(name, ".gz");
+}
+
+RecordingOutput::RecordingOutput(const RecordArgs& args) : args_(args) {
+  // A capture file (.hpr) is streamed while recording: a crash loses at most the last quarter second.
+  if (is_capture_output(args.output)) capture_ = std::make_unique<CaptureWriter>(args.output, capture_options());
+}
+
+RecordingOutput::RecordingOutput(const RecordArgs& args, int fd) : args_(args), fd_(fd), from_fd_(true) {
+  if (is_capture_output(args.output)) {
+    capture_ = std::make_unique<CaptureWriter>(std::exchange(fd_, -1), args.output, capture_options());
+  }
+}
+
+RecordingOutput::~RecordingOutput() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RecordingOutput::attach(RecordOptions& options) {
+  if (capture_) {
+    options.on_flush = [previous = std::move(options.on_flush), this](const RawProfile& raw) {
+      if (previous) previous(raw);
+      if (!capture_error_.empty()) return;
+      try {
+        capture_->flush(raw);
+      } catch (const std::exception& e) {
+        capture_error_ = e.what();  // reported after the recording; the in-memory profile is still whole
+      }
+    };
+  }
+  // MIP counts: by default of targets that carry a MIP section; with --all or --cgroup only when asked.
+  if (args_.mip == "on" || (args_.mip == "auto" && !args_.all && args_.cgroup.empty())) {
+    mip_ = std::make_unique<MipRecording>(args_.mip == "on");
+    options.on_flush = [previous = std::move(options.on_flush), this](const RawProfile& raw) {
+      if (previous) previous(raw);
+      mip_->on_flush(raw);
+    };
+  }
+}
+
+Profile RecordingOutput::finish(RecordResult& result) {
+  if (mip_) mip_->finish(result.profile);
+  if (capture_) {
+    // Finished before symbolizing, so the capture is complete even if symbolization fails.
+    if (!capture_error_.empty()) throw std::runtime_error(capture_error_);
+    capture_->finish(result.profile);
+  }
+  Symbolizer symbolizer;
+  ConvertOptions convert_options;
+  convert_options.kernel_frames = result.profile.info.kernel_frames;
+  Profile profile = symbolize_profile(result.profile, symbolizer, convert_options);
+  if (!capture_) {
+    if (fd_ >= 0) {
+      write_firefox_fd(profile, fd_, is_gzip_output(args_.output));
+      const int fd = std::exchange(fd_, -1);
+      if (::close(fd) != 0) throw std::runtime_error("closing '" + args_.output + "' failed");
+    } else {
+      write_firefox_file(profile, args_.output);
+    }
+  }
+  return profile;
+}
+
+void RecordingOutput::abandon() {
+  if (!capture_) return;
+  capture_.reset();
+  // A client's descriptor: the client removes its own file.
+  if (from_fd_) return;
+  std::error_code ec;
+  std::filesystem::remove(args_.output, ec);
+}
+
+const std::vector<std::string>& RecordingOutput::mip_notes() const {
+  static const std::vector<std::string> kNone;
+  return mip_ ? mip_->notes() : kNone;
+}
+
+size_t RecordingOutput::mip_snapshots_taken() const {
+  return mip_ ? mip_->snapshots_taken() : 0;
+}
+
+RecordSummary summarize_recording(const RecordResult& result, const Profile& profile, const RecordingOutput& output) {
+  RecordSummary s;
+  const auto& info = result.profile.info;
+  s.samples = result.profile.samples.size();
+  s.threads = profile.threads.size();
+  s.seconds = (info.end_mono_ns - info.start_mono_ns) / 1e9;
+  s.backend = info.backend;
+  s.lost_records = result.profile.lost.lost_records;
+  s.throttle_events = result.profile.lost.throttle_events;
+  s.call_graph = to_string(result.call_graph);
+  s.stack_copy_bytes = result.stack_copy_bytes;
+  s.call_graph_reason = result.call_graph_reason;
+  s.backend_fallback_reason = result.backend_fallback_reason;
+  s.capture = output.is_capture();
+  s.mip_enabled = output.mip_enabled();
+  s.mip_snapshots_kept = result.profile.mip_snapshots.size();
+  s.mip_snapshots_taken = output.mip_snapshots_taken();
+  s.command_exit_status = result.command_exit_status < 0 ? 0 : result.command_exit_status;
+  s.notes = output.mip_notes();
+  for (std::string& line : describe_call_counts(result.calls)) s.notes.push_back(std::move(line));
+  return s;
+}
+
+std::string human_bytes(uint64_t n) {
+  char buf[32];
+  if (n >= (1u << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", n / 1048576.0);
+  } else if (n >= 1024) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", n / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
+  }
+  return buf;
+}
+
+void print_record_summary(const RecordArgs& args, const RecordSummary& s) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(args.output, ec);
+  std::fprintf(stderr, "hpctl: %llu samples from %llu threads in %.2f s (%s backend, %s)",
+               static_cast<unsigned long long>(s.samples), static_cast<unsigned long long>(s.threads), s.seconds,
+               s.backend.c_str(), s.mode == "daemon" ? "recorded by hpd" : "recorded locally");
+  if (s.lost_records != 0 || s.throttle_events != 0) {
+    std::fprintf(stderr, " (lost %llu records, %llu throttles)", static_cast<unsigned long long>(s.lost_records),
+                 static_cast<unsigned long long>(s.throttle_events));
+  }
+  if (s.capture) {
+    std::fprintf(stderr, "\nhpctl: wrote %s (%s). Convert it with `hpctl convert %s -o profile.json.gz`.\n",
+                 args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
+  } else {
+    std::fprintf(stderr, "\nhpctl: wrote %s (%s). Open it at https://profiler.firefox.com or with `samply load %s`.\n",
+                 args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
+  }
+  std::fprintf(stderr, "hpctl: call graph: %s", s.call_graph.c_str());
+  if (s.call_graph == "dwarf") std::fprintf(stderr, " (%u-byte stack copies)", s.stack_copy_bytes);
+  if (!s.call_graph_reason.empty()) std::fprintf(stderr, "; auto: %s", s.call_graph_reason.c_str());
+  std::fprintf(stderr, "\n");
+  if (!s.backend_fallback_reason.empty() && args.backend == "auto") {
+    std::fprintf(stderr, "hpctl: note: used perf_event, not eBPF: %s\n", s.backend_fallback_reason.c_str());
+  }
+  for (const std::string& note : s.notes) std::fprintf(stderr, "hpctl: %s\n", note.c_str());
+  if (s.mip_enabled) {
+    if (s.mip_snapshots_kept != 0) {
+      std::fprintf(stderr, "hpctl: MIP: %llu snapshot(s) kept of %llu taken; counts are the last taken before exit\n",
+                   static_cast<unsigned long long>(s.mip_snapshots_kept),
+                   static_cast<unsigned long long>(s.mip_snapshots_taken));
+    } else if (args.mip == "on") {
+      std::fprintf(stderr, "hpctl: MIP: no target had a readable __llvm_mipraw section\n");
+    }
+  }
+  if (s.samples == 0) {
+    std::fprintf(stderr, "hpctl: warning: no samples were taken; the target used no CPU while recorded\n");
+  }
+  if (!args.command.empty() && s.command_exit_status != 0) {
+    std::fprintf(stderr, "hpctl: note: the command exited with status %d\n", s.command_exit_status);
+  }
+}
+
+}  // namespace hpd::cli

@@ -1,0 +1,101 @@
+// What `hpctl record` and hpd share: RecordArgs to RecordOptions, the output (a capture streamed while
+// recording, or a Firefox profile written at the end, into a path or a client's descriptor), the summary.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "hpd/collect/recorder.h"
+#include "hpd/model/profile.h"
+
+namespace hpd {
+class CaptureWriter;
+}
+
+namespace hpd::cli {
+
+class MipRecording;
+
+// The recorder's options for `args`, without stop flag or callbacks. Throws std::runtime_error for
+// contradictory or missing targets ("nothing to record: ..."); the recorder's own checks
+// (validate_record_options) come on top.
+RecordOptions record_options_from_args(const RecordArgs& args);
+
+// Refuses an output path that cannot be written, before anything is recorded (std::runtime_error).
+void check_output_writable(const std::string& output);
+
+// The progress line: "recording: 1.5 s of 10.0 s, 1200 samples".
+std::string format_record_progress(const RecordProgress& progress, bool open_ended);
+
+// Whether the output name asks for a capture file (.hpr) or a gzip-compressed profile (.gz).
+bool is_capture_output(const std::string& name);
+bool is_gzip_output(const std::string& name);
+
+// The output of one recording. Construct it before record(), attach() it to the options, and call
+// finish() with the result.
+class RecordingOutput {
+ public:
+  // Writes `args.output` (a path; the Firefox profile is replaced atomically).
+  explicit RecordingOutput(const RecordArgs& args);
+  // Writes into `fd`, which it owns; `args.output` only names the format.
+  RecordingOutput(const RecordArgs& args, int fd);
+  ~RecordingOutput();
+  RecordingOutput(const RecordingOutput&) = delete;
+  RecordingOutput& operator=(const RecordingOutput&) = delete;
+
+  // Chains into options.on_flush: the capture streamed every flush, MIP counts read.
+  void attach(RecordOptions& options);
+  // Joins the MIP snapshots into the result, completes the capture, symbolizes and (unless a capture
+  // was asked for) writes the Firefox profile. Returns the symbolized profile. Throws on write errors.
+  Profile finish(RecordResult& result);
+  // After a failed record(): drops a capture file begun at a path (nothing was recorded).
+  void abandon();
+
+  [[nodiscard]] bool is_capture() const { return capture_ != nullptr; }
+  [[nodiscard]] const std::vector<std::string>& mip_notes() const;
+  [[nodiscard]] size_t mip_snapshots_taken() const;
+  [[nodiscard]] bool mip_enabled() const { return mip_ != nullptr; }
+
+ private:
+  RecordArgs args_;
+  int fd_ = -1;  // owned until handed to the capture writer or closed after the Firefox profile
+  bool from_fd_ = false;
+  std::unique_ptr<CaptureWriter> capture_;
+  std::string capture_error_;
+  std::unique_ptr<MipRecording> mip_;
+};
+
+// What the user is told after a recording, the same whether hpctl or hpd recorded.
+struct RecordSummary {
+  std::string mode = "local";  // "local" or "daemon": who recorded
+  uint64_t samples = 0;
+  uint64_t threads = 0;
+  double seconds = 0;
+  std::string backend;
+  uint64_t lost_records = 0;
+  uint64_t throttle_events = 0;
+  std::string call_graph;  // "fp", "dwarf"
+  uint32_t stack_copy_bytes = 0;
+  std::string call_graph_reason;
+  std::string backend_fallback_reason;
+  bool capture = false;
+  bool mip_enabled = false;
+  uint64_t mip_snapshots_kept = 0;
+  uint64_t mip_snapshots_taken = 0;
+  int command_exit_status = 0;
+  // Lines for the user beyond the fixed ones (MIP notes, a limit that ended the session).
+  std::vector<std::string> notes;
+};
+
+RecordSummary summarize_recording(const RecordResult& result, const Profile& profile, const RecordingOutput& output);
+
+// Prints the summary lines ("hpctl: N samples ...") on stderr, as `hpctl record` always has.
+void print_record_summary(const RecordArgs& args, const RecordSummary& summary);
+
+// "12.3 MiB"
+std::string human_bytes(uint64_t n);
+
+}  // namespace hpd::cli

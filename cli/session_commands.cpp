@@ -1,0 +1,409 @@
+// hpctl's verbs through hpd: record (the daemon records, hpctl opens the file and starts the command),
+// status, sessions, stop.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "commands.h"
+#include "daemon_client.h"
+#include "hpd/export/report.h"
+#include "perf/call_graph_choice.h"
+#include "profile_input.h"
+#include "progress.h"
+#include "record_args_json.h"
+#include "record_pipeline.h"
+
+namespace hpd::cli {
+namespace {
+
+using nlohmann::json;
+
+std::atomic<bool> g_stop{false};
+void on_stop_signal(int) { g_stop.store(true); }
+
+// Installs the stop handlers for the lifetime of the object.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+// The command to record, forked and held before exec until hpd has attached to it. Runs as the user,
+// with their environment and working directory, because hpctl starts it, not hpd.
+class HeldCommand {
+ public:
+  explicit HeldCommand(const std::vector<std::string>& argv) : name_(argv.front()) {
+    int gate[2];
+    int error[2];
+    if (::pipe2(gate, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    if (::pipe2(error, O_CLOEXEC) != 0) {
+      ::close(gate[0]);
+      ::close(gate[1]);
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid_ == 0) {
+      ::close(gate[1]);
+      ::close(error[0]);
+      char go = 0;
+      // EOF (hpctl died or gave up) means: do not run.
+      if (::read(gate[0], &go, 1) != 1) ::_exit(127);
+      ::execvp(args[0], args.data());
+      const int err = errno;
+      [[maybe_unused]] ssize_t w = ::write(error[1], &err, sizeof err);
+      ::_exit(127);
+    }
+    ::close(gate[0]);
+    ::close(error[1]);
+    gate_ = gate[1];
+    error_ = error[0];
+  }
+  ~HeldCommand() {
+    if (gate_ >= 0) ::close(gate_);
+    if (error_ >= 0) ::close(error_);
+    if (pid_ > 0 && status_ < 0) {
+      ::kill(pid_, SIGKILL);
+      wait();
+    }
+  }
+  HeldCommand(const HeldCommand&) = delete;
+  HeldCommand& operator=(const HeldCommand&) = delete;
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+
+  // Lets it exec; throws when the exec failed.
+  void release() {
+    const char go = 1;
+    [[maybe_unused]] ssize_t w = ::write(gate_, &go, 1);
+    ::close(gate_);
+    gate_ = -1;
+    int err = 0;
+    const ssize_t n = ::read(error_, &err, sizeof err);
+    ::close(error_);
+    error_ = -1;
+    if (n == sizeof err) {
+      wait();
+      throw std::runtime_error("cannot run '" + name_ + "': " + std::strerror(err));
+    }
+  }
+  // Reaps it; its exit code, or 128 + signal.
+  int wait() {
+    if (status_ >= 0) return status_;
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0) {
+      if (errno != EINTR) return status_ = 0;
+    }
+    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return status_;
+  }
+
+ private:
+  std::string name_;
+  pid_t pid_ = -1;
+  int gate_ = -1;
+  int error_ = -1;
+  int status_ = -1;
+};
+
+// Whether `name` can be executed as execvp would find it.
+bool command_runnable(const std::string& name, std::string& why) {
+  auto executable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    if (executable(name)) return true;
+    why = std::strerror(errno == 0 ? EACCES : errno);
+    return false;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = dirs.substr(start, end - start);
+    if (executable((dir.empty() ? "." : dir) + "/" + name)) return true;
+    start = end + 1;
+  }
+  why = "command not found in PATH";
+  return false;
+}
+
+// The file the daemon writes into: a capture at its final path (streamed, as locally), a Firefox
+// profile in a temporary file beside it that replaces the output only when complete.
+class ClientOutput {
+ public:
+  explicit ClientOutput(const std::string& output) : output_(output) {
+    if (is_capture_output(output)) {
+      path_ = output;
+      fd_ = ::open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    } else {
+      namespace fs = std::filesystem;
+      fs::path dir = fs::path(output).parent_path();
+      path_ = ((dir.empty() ? fs::path(".") : dir) / (".hpctl-" + fs::path(output).filename().string() + "-XXXXXX"))
+                  .string();
+      fd_ = ::mkostemp(path_.data(), O_CLOEXEC);
+      if (fd_ >= 0) {
+        // mkostemp makes it 0600; give it the mode a plain create would.
+        const mode_t mask = ::umask(0);
+        ::umask(mask);
+        ::fchmod(fd_, 0666 & ~mask);
+      }
+    }
+    if (fd_ < 0) throw std::runtime_error("cannot write '" + output + "': " + std::strerror(errno));
+  }
+  ~ClientOutput() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  ClientOutput(const ClientOutput&) = delete;
+  ClientOutput& operator=(const ClientOutput&) = delete;
+
+  [[nodiscard]] int fd() const { return fd_; }
+  void commit() {
+    ::close(fd_);
+    fd_ = -1;
+    if (path_ != output_ && ::rename(path_.c_str(), output_.c_str()) != 0) {
+      throw std::runtime_error("cannot rename to '" + output_ + "': " + std::strerror(errno));
+    }
+    committed_ = true;
+  }
+
+ private:
+  std::string output_;
+  std::string path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+std::string json_text(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+uint64_t json_uint(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+double json_double(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+// Whether hpd answers a hello at `path` within a short time.
+bool daemon_answers(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;
+  try {
+    DaemonClient client(path);
+    json hello = {{"type", "hello"}, {"client", std::string("hpctl ") + HPD_VERSION}};
+    return client.request(hello, 5000)["type"] == "hello";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+int record_through_daemon(const RecordArgs& args, const std::string& socket_path) {
+  if (!args.pids.empty() && !args.command.empty()) {
+    throw std::runtime_error("give either --pid or a command after --, not both");
+  }
+  record_options_from_args(args);  // the same "nothing to record" checks as locally
+  check_output_writable(args.output);
+  std::string why;
+  if (!args.command.empty() && !command_runnable(args.command.front(), why)) {
+    throw std::runtime_error("cannot run '" + args.command.front() + "': " + why);
+  }
+
+  std::unique_ptr<HeldCommand> command;
+  RecordArgs remote = args;
+  std::string call_graph_reason;
+  if (!args.command.empty()) {
+    // hpd attaches to the held child before it execs: its /proc/PID/exe is still hpctl, so the
+    // program's frame pointers are judged here, where the command is resolved as the user's shell would.
+    if (args.call_graph == "auto" && !args.all && args.cgroup.empty()) {
+      const CallGraphChoice choice = choose_call_graph({resolve_command(args.command.front())});
+      remote.call_graph = to_string(choice.mode);
+      call_graph_reason = choice.reason;
+    }
+    command = std::make_unique<HeldCommand>(args.command);
+    remote.command.clear();
+    remote.pids = {command->pid()};
+  }
+  ClientOutput output(args.output);
+  DaemonClient client(socket_path);
+  json request = {{"type", "record"}, {"args", record_args_to_json(remote)}, {"fd", true}};
+  if (command) request["launched_command"] = args.command;
+  StopSignals signals;
+  client.send(request, output.fd());
+
+  ProgressLine progress(!args.quiet);
+  const bool open_ended = args.duration_s <= 0;
+  bool stop_sent = false;
+  std::optional<json> done;
+  try {
+    while (!done) {
+      if (g_stop.load() && !stop_sent) {
+        client.send({{"type", "stop"}});
+        stop_sent = true;
+        progress.update("stopping...");
+      }
+      auto message = client.receive(100);
+      if (!message) continue;
+      const std::string type = json_text(*message, "type");
+      if (type == "started") {
+        if (command) command->release();
+      } else if (type == "progress") {
+        RecordProgress p;
+        p.elapsed_s = json_double(*message, "elapsed_s");
+        p.duration_s = json_double(*message, "duration_s");
+        p.samples = json_uint(*message, "samples");
+        p.lost = json_uint(*message, "lost");
+        progress.update(format_record_progress(p, open_ended));
+      } else if (type == "writing") {
+        progress.update("hpd is symbolizing and writing " + args.output + "...");
+      } else if (type == "done") {
+        done = std::move(message);
+      }
+      // "accepted" and messages of newer daemons need nothing here.
+    }
+  } catch (...) {
+    progress.clear();
+    throw;
+  }
+  progress.clear();
+  output.commit();
+
+  RecordSummary summary = record_summary_from_json(done->contains("summary") ? (*done)["summary"] : json::object());
+  if (command) summary.command_exit_status = command->wait();
+  if (!call_graph_reason.empty()) summary.call_graph_reason = call_graph_reason;
+  if (args.print_report) {
+    LoadedProfile loaded = load_profile(args.output, ModuleSearch{});
+    ReportOptions report_options;
+    report_options.limit = args.report_limit;
+    print_report(compute_report(loaded.profile, report_options), std::cout, report_options);
+    std::cout.flush();
+  }
+  if (!args.quiet) print_record_summary(args, summary);
+  return 0;
+}
+
+std::string format_bytes(uint64_t n) {
+  return human_bytes(n);
+}
+
+}  // namespace
+
+int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon) {
+  const std::string path = daemon_socket_path(daemon.socket);
+  if (daemon.mode == "local") return run_record(args);
+  if (daemon.mode == "daemon") return record_through_daemon(args, path);
+  if (!daemon_answers(path)) return run_record(args);
+  return record_through_daemon(args, path);
+}
+
+int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
+  DaemonClient client(daemon_socket_path(daemon.socket));
+  const json status = client.request({{"type", "status"}});
+  if (args.json) {
+    std::cout << status.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("daemon:     %s (protocol %llu, pid %llu, up %.0f s)\n", json_text(status, "daemon").c_str(),
+              static_cast<unsigned long long>(json_uint(status, "protocol")),
+              static_cast<unsigned long long>(json_uint(status, "pid")), json_double(status, "uptime_s"));
+  std::printf("socket:     %s\n", client.path().c_str());
+  if (status.contains("backends") && status["backends"].is_object()) {
+    for (const auto& [name, backend] : status["backends"].items()) {
+      const bool available = backend.is_object() && backend.value("available", false);
+      const std::string reason = backend.is_object() ? json_text(backend, "reason") : "";
+      std::printf("backend:    %-5s %s%s%s\n", name.c_str(), available ? "available" : "unavailable",
+                  reason.empty() ? "" : ": ", reason.c_str());
+    }
+  }
+  std::printf("sessions:   %llu running (max %llu), %llu finished\n",
+              static_cast<unsigned long long>(json_uint(status, "sessions")),
+              static_cast<unsigned long long>(json_uint(status, "max_sessions")),
+              static_cast<unsigned long long>(json_uint(status, "sessions_finished")));
+  std::printf("samples:    %llu taken, %llu lost\n", static_cast<unsigned long long>(json_uint(status, "samples")),
+              static_cast<unsigned long long>(json_uint(status, "lost")));
+  std::printf("memory:     %s resident\n", format_bytes(json_uint(status, "rss_bytes")).c_str());
+  if (status.contains("continuous") && status["continuous"].is_object()) {
+    const json& c = status["continuous"];
+    if (!c.value("enabled", false)) {
+      std::printf("continuous: off\n");
+    } else {
+      std::printf("continuous: %s, %llu chunks (%s) on disk, %llu samples\n",
+                  c.value("running", false) ? "running" : "not running",
+                  static_cast<unsigned long long>(json_uint(c, "chunks_on_disk")),
+                  format_bytes(json_uint(c, "bytes_on_disk")).c_str(),
+                  static_cast<unsigned long long>(json_uint(c, "samples")));
+      if (!json_text(c, "last_error").empty()) std::printf("            last error: %s\n", json_text(c, "last_error").c_str());
+    }
+  }
+  return 0;
+}
+
+int run_sessions(const DaemonArgs& daemon, const StatusArgs& args) {
+  DaemonClient client(daemon_socket_path(daemon.socket));
+  const json reply = client.request({{"type", "sessions"}});
+  if (args.json) {
+    std::cout << reply.dump(2) << "\n";
+    return 0;
+  }
+  const json sessions = reply.contains("sessions") && reply["sessions"].is_array() ? reply["sessions"] : json::array();
+  if (sessions.empty()) {
+    std::printf("no sessions\n");
+    return 0;
+  }
+  std::printf("%6s %8s %9s %10s %8s  %-30s %s\n", "ID", "UID", "ELAPSED", "SAMPLES", "LOST", "TARGET", "OUTPUT");
+  for (const json& s : sessions) {
+    if (!s.is_object()) continue;
+    std::printf("%6llu %8llu %8.1fs %10llu %8llu  %-30s %s\n", static_cast<unsigned long long>(json_uint(s, "id")),
+                static_cast<unsigned long long>(json_uint(s, "uid")), json_double(s, "elapsed_s"),
+                static_cast<unsigned long long>(json_uint(s, "samples")),
+                static_cast<unsigned long long>(json_uint(s, "lost")), json_text(s, "target").c_str(),
+                json_text(s, "output").c_str());
+  }
+  return 0;
+}
+
+int run_stop(const DaemonArgs& daemon, uint64_t session) {
+  DaemonClient client(daemon_socket_path(daemon.socket));
+  client.request({{"type", "stop"}, {"session", session}});
+  std::printf("session %llu is stopping; its client gets the profile\n", static_cast<unsigned long long>(session));
+  return 0;
+}
+
+}  // namespace hpd::cli

@@ -1,0 +1,61 @@
+// CallCounter: exact (caller, callee) call counts of target processes from their mcount / __fentry__
+// instrumentation, read from outside with eBPF uprobes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "hpd/calls/call_stats.h"
+#include "hpd/model/raw_profile.h"
+
+namespace hpd::calls {
+
+class CallCountError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CallCounterOptions {
+  bool follow_children = true;  // processes the targets fork are counted too
+};
+
+// Loads the counting program on construction and attaches probes as modules are added. Probes sit
+// on files (every process mapping the file traps at them while attached; the program counts only
+// the target processes). Destruction detaches everything; the targets' code is restored by the kernel.
+class CallCounter {
+ public:
+  // Throws CallCountError when the program cannot be loaded (no BPF, no uprobe_multi support).
+  explicit CallCounter(CallCounterOptions options);
+  ~CallCounter();
+  CallCounter(const CallCounter&) = delete;
+  CallCounter& operator=(const CallCounter&) = delete;
+
+  // A launched command held before its exec: counts process `pid` and probes `executable` (and the
+  // libc hooks it may need) now, so that its first calls after the exec are counted.
+  void add_launched(int32_t pid, const std::string& executable);
+  // Counts this process (and, with follow_children, the processes it forks from now on) and probes
+  // every instrumented module it maps now.
+  void add_process(int32_t pid);
+  // Re-reads the maps of the counted processes and probes modules mapped since (dlopen, exec).
+  // Cheap to call often: it does the work at most every `min_interval_ms`.
+  void rescan(uint32_t min_interval_ms = 100);
+
+  // Detaches every probe, then moves the counted edges into `profile.call_edges` (adding processes
+  // that only the counter saw) and returns the statistics. The counter is finished afterwards.
+  CallCountStats finish(RawProfile& profile);
+
+  // Statistics so far (hits are read at finish()).
+  [[nodiscard]] const CallCountStats& stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Why call counting cannot work here, or "" when it can (the program is loaded once to find out).
+std::string call_counter_unavailable_reason();
+
+}  // namespace hpd::calls

@@ -1,0 +1,48 @@
+// What a call-counting run did and cost: probe hits per probe point, attach time, messages for the user.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hpd {
+
+// Probe hits of the target processes by what was probed (see hpd::calls::SiteKind), with the added
+// cost per hit measured by bench/calls_bench.sh on the project's machine (docs/performance.md).
+struct CallProbeHits {
+  std::string probe_point;  // "nop5", "nop1", "call"
+  uint64_t sites = 0;       // probe sites attached
+  uint64_t hits = 0;
+  uint64_t ns_per_hit = 0;  // the benchmark's median added cost of one hit
+};
+
+struct CallCountStats {
+  bool enabled = false;  // --calls was asked for and the counter was started
+  std::vector<CallProbeHits> probe_points;
+  uint64_t other_process_hits = 0;  // hits of processes that run the same files but are not targets
+  uint64_t calls_not_counted = 0;   // the edge map was full, or the caller could not be read
+  uint64_t edges = 0;
+  uint64_t modules_instrumented = 0;
+  uint64_t attach_ns = 0;  // wall time spent attaching probes, summed over modules
+  // Things the user should know: a target without instrumentation (with the build flags to use), a
+  // module whose instrumentation could not be probed.
+  std::vector<std::string> messages;
+
+  [[nodiscard]] uint64_t hits() const {
+    uint64_t n = 0;
+    for (const CallProbeHits& p : probe_points) n += p.hits;
+    return n;
+  }
+  // hits x measured cost per hit: the time the probes added to the targets.
+  [[nodiscard]] uint64_t estimated_overhead_ns() const {
+    uint64_t n = 0;
+    for (const CallProbeHits& p : probe_points) n += p.hits * p.ns_per_hit;
+    return n;
+  }
+};
+
+// Lines for the user after a recording: the calls counted, probe hits by probe point with their
+// estimated added cost, attach time, then the messages. Empty when counting was not asked for.
+std::vector<std::string> describe_call_counts(const CallCountStats& stats);
+
+}  // namespace hpd

@@ -1,0 +1,65 @@
+// hpd's configuration file (/etc/hpd/hpd.conf): `key = value` lines, # comments.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hpd::service {
+
+inline constexpr const char* kDefaultConfigPath = "/etc/hpd/hpd.conf";
+
+enum class LogLevel { kError = 3, kWarning = 4, kInfo = 6, kDebug = 7 };  // syslog priorities
+const char* to_string(LogLevel level);
+
+struct Config {
+  std::string socket = "/run/hpd/hpd.sock";  // ignored under socket activation
+  std::string group = "hpd";                 // its members may record anything, as root may
+  LogLevel log_level = LogLevel::kInfo;
+
+  // Limits of recording sessions.
+  uint32_t max_sessions = 16;
+  double max_duration_s = 3600;       // an open-ended request ends after this
+  uint32_t max_frequency_hz = 10000;  // requests above are refused
+  uint64_t max_session_memory_mb = 1024;  // a session whose profile grows past this ends with a note
+
+  // Continuous mode (served by the continuous library when it is built in).
+  bool continuous = false;
+  uint32_t continuous_frequency = 19;
+  uint32_t continuous_chunk_seconds = 60;
+  uint64_t continuous_max_age_s = 7 * 24 * 3600;
+  uint64_t continuous_max_bytes = 1ull << 30;
+  std::string state_directory = "/var/lib/hpd";
+
+  bool operator==(const Config&) const = default;
+};
+
+// Every problem of a file, one "FILE:LINE: what" line each.
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(const std::vector<std::string>& problems);
+  [[nodiscard]] const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+// Parses a configuration text; `name` names it in messages. Unknown keys and bad values are errors
+// (a typo must not silently keep a default). Throws ConfigError listing all of them.
+Config parse_config(std::string_view text, const std::string& name);
+
+// Every key with its value, one `key = value` line each in key order: a file parse_config reads back
+// to the same Config (durations in seconds, sizes in bytes).
+std::string format_config(const Config& config);
+
+// Reads and parses `path`. Throws ConfigError (also for an unreadable file).
+Config load_config(const std::string& path);
+
+// "90", "90s", "10m", "2h", "7d" as seconds; "512", "64K", "100M", "1G" (also KiB/MiB/GiB) as bytes.
+// False when the text is not one.
+bool parse_duration_s(std::string_view text, double& seconds);
+bool parse_size_bytes(std::string_view text, uint64_t& bytes);
+
+}  // namespace hpd::service

@@ -1,0 +1,101 @@
+// The hpd socket protocol (docs/protocol.md): length-prefixed JSON messages, requests, error codes.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "commands.h"
+
+namespace hpd::service {
+
+// Bumped on an incompatible change; fields may be added without a bump (receivers ignore unknown ones).
+inline constexpr uint32_t kProtocolVersion = 1;
+// A frame's payload may not be larger: a record request is a few KiB, a sessions list a few dozen.
+inline constexpr uint32_t kMaxMessageBytes = 1u << 20;
+inline constexpr const char* kDefaultSocketPath = "/run/hpd/hpd.sock";
+
+enum class ErrorCode {
+  kMalformed,           // not a JSON object, or not UTF-8
+  kTruncated,           // the connection ended inside a message
+  kTooLarge,            // the length prefix exceeds kMaxMessageBytes (the connection is closed)
+  kUnsupportedVersion,  // "version" is not one this daemon speaks
+  kBadRequest,          // a field is missing or has the wrong type or value
+  kUnknownType,         // "type" names no request
+  kPermissionDenied,    // the peer may not do this (see the message for why and what to do)
+  kLimit,               // a configured limit (sessions, frequency) refuses the request
+  kNotFound,            // no such session
+  kRecordFailed,        // the recorder could not record (no such process, ...)
+  kUnavailable,         // the daemon does not serve this request (export without continuous mode)
+  kShuttingDown,        // the daemon is stopping
+  kInternal,            // anything else; the message says what
+};
+const char* to_string(ErrorCode code);
+
+// A request or a frame that cannot be served; becomes an error reply.
+class ProtocolError : public std::runtime_error {
+ public:
+  ProtocolError(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  [[nodiscard]] ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+enum class RequestType { kHello, kStatus, kRecord, kStop, kSessions, kExport };
+const char* to_string(RequestType type);
+
+struct Request {
+  RequestType type = RequestType::kHello;
+  std::string client;           // hello: "hpctl 0.1.0"
+  uint64_t session = 0;         // stop: the session id; 0 = the session of this connection
+  cli::RecordArgs record;       // record
+  bool record_has_fd = false;   // record: the output descriptor is attached to this message
+  std::vector<std::string> launched_command;  // record: the command the client started, for the title
+  std::string text;             // the whole message, for requests served elsewhere (export)
+};
+
+// Parses one message payload. Throws ProtocolError (kMalformed, kUnsupportedVersion, kBadRequest,
+// kUnknownType) and nothing else, whatever the bytes.
+Request parse_request(std::string_view payload);
+
+// Replies (and client requests) as JSON text, each with "version" and "type".
+std::string error_message(ErrorCode code, const std::string& message);
+
+// Frames on a SOCK_STREAM Unix socket: a 4-byte little-endian payload length, then the payload.
+
+// Sends one frame; `fd` (when >= 0) travels with it as SCM_RIGHTS. Never raises SIGPIPE. Throws
+// std::system_error (EPIPE when the peer is gone).
+void send_frame(int socket, std::string_view payload, int fd = -1);
+
+// One received frame and the descriptors that came with it (closed with the Frame unless taken).
+class Frame {
+ public:
+  Frame() = default;
+  ~Frame();
+  Frame(Frame&& other) noexcept;
+  Frame& operator=(Frame&& other) noexcept;
+  Frame(const Frame&) = delete;
+  Frame& operator=(const Frame&) = delete;
+
+  std::string payload;
+  // The first descriptor received, now owned by the caller; -1 when none came.
+  int take_fd();
+  [[nodiscard]] size_t fd_count() const { return fds_.size(); }
+  void add_fd(int fd) { fds_.push_back(fd); }
+
+ private:
+  void close_all();
+  std::vector<int> fds_;
+};
+
+enum class ReadResult { kFrame, kClosed };
+
+// Reads one whole frame. kClosed: the peer closed the connection between frames. Throws ProtocolError
+// kTruncated (closed inside a frame, or no progress for `timeout_ms` inside one), kTooLarge (the
+// stream cannot be resynchronized: close it after replying), std::system_error on socket errors.
+ReadResult read_frame(int socket, Frame& frame, int timeout_ms = 10000);
+
+}  // namespace hpd::service

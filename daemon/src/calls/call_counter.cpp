@@ -1,0 +1,492 @@
+// CallCounter: loads calls.bpf.c, attaches it to each instrumented module's probe points with
+// uprobe_multi links, follows the targets' maps for modules loaded later, and reads the edge counts.
+#include "hpd/calls/call_counter.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include "calls_event.h"
+#include "hpd/calls/discovery.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#include "calls.skel.h"
+#pragma GCC diagnostic pop
+
+namespace hpd::calls {
+
+namespace {
+
+// Added cost of one probe hit by kind of site, medians measured by bench/calls_bench.sh on the
+// project's machine (docs/performance.md, "Call counts"); used for the overhead estimate only.
+constexpr uint64_t kNsPerHit[kSiteKindCount] = {
+    /* nop5 */ 700,
+    /* nop1 */ 850,
+    /* call */ 920,
+};
+
+// Linux 6.6 uapi values; Debian 12's headers and libbpf 1.1 predate uprobe_multi links.
+constexpr int kBpfLinkCreate = 28;
+constexpr uint32_t kBpfTraceUprobeMulti = 48;
+
+// The BPF_LINK_CREATE part of union bpf_attr for uprobe_multi links.
+struct UprobeMultiAttr {
+  uint32_t prog_fd;
+  uint32_t target_fd;
+  uint32_t attach_type;
+  uint32_t flags;
+  uint64_t path;
+  uint64_t offsets;
+  uint64_t ref_ctr_offsets;
+  uint64_t cookies;
+  uint32_t cnt;
+  uint32_t multi_flags;
+  uint32_t pid;
+  uint32_t pad;
+};
+
+uint64_t mono_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+struct SkeletonDeleter {
+  void operator()(calls_bpf* skel) const { calls_bpf__destroy(skel); }
+};
+using Skeleton = std::unique_ptr<calls_bpf, SkeletonDeleter>;
+
+struct LinkDeleter {
+  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
+};
+using TracepointLink = std::unique_ptr<bpf_link, LinkDeleter>;
+
+// One uprobe_multi link: closing its fd detaches every site of it.
+class UprobeLink {
+ public:
+  explicit UprobeLink(int fd) : fd_(fd) {}
+  UprobeLink(UprobeLink&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UprobeLink& operator=(UprobeLink&&) = delete;
+  UprobeLink(const UprobeLink&) = delete;
+  ~UprobeLink() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  int fd_;
+};
+
+Skeleton load_program(bool follow_children) {
+  Skeleton skel(calls_bpf__open());
+  if (!skel)
+    throw CallCountError(std::string("cannot open hpd's call-counting eBPF object: ") + std::strerror(errno));
+  skel->rodata->follow_children = follow_children ? 1 : 0;
+  bpf_program__set_expected_attach_type(skel->progs.hpd_count_call,
+                                        static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
+  if (const int err = calls_bpf__load(skel.get()); err != 0) {
+    throw CallCountError(std::string("the kernel refused hpd's call-counting eBPF program: ") +
+                         std::strerror(-err) +
+                         " (it needs Linux 6.6 or later for uprobe_multi links, CAP_BPF and CAP_PERFMON)");
+  }
+  return skel;
+}
+
+struct MapsLine {
+  uint64_t start = 0, end = 0, offset = 0;
+  std::string path;
+};
+
+// Executable file mappings of /proc/PID/maps; empty when the process is gone.
+std::vector<MapsLine> read_executable_maps(int32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  std::vector<MapsLine> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode;
+    if (!(fields >> range >> perms >> offset >> dev >> inode)) continue;
+    if (perms.size() < 3 || perms[2] != 'x') continue;
+    std::string path;
+    std::getline(fields >> std::ws, path);
+    if (path.empty() || path.front() != '/') continue;
+    if (const std::string deleted = " (deleted)"; path.ends_with(deleted))
+      path.resize(path.size() - deleted.size());
+    MapsLine m;
+    const size_t dash = range.find('-');
+    if (dash == std::string::npos) continue;
+    try {
+      m.start = std::stoull(range.substr(0, dash), nullptr, 16);
+      m.end = std::stoull(range.substr(dash + 1), nullptr, 16);
+      m.offset = std::stoull(offset, nullptr, 16);
+    } catch (const std::exception&) {
+      continue;
+    }
+    m.path = std::move(path);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+bool is_libc(const std::string& path) {
+  const std::string base = path.substr(path.rfind('/') + 1);
+  return base.starts_with("libc.so") || (base.starts_with("libc-") && base.ends_with(".so"));
+}
+
+std::string self_libc() {
+  for (const MapsLine& m : read_executable_maps(static_cast<int32_t>(::getpid())))
+    if (is_libc(m.path)) return m.path;
+  return "";
+}
+
+using FileId = std::pair<uint64_t, uint64_t>;  // (st_dev, st_ino)
+
+}  // namespace
+
+class CallCounter::Impl {
+ public:
+  explicit Impl(const CallCounterOptions& options) : skel_(load_program(options.follow_children)) {
+    fork_link_.reset(bpf_program__attach(skel_->progs.hpd_calls_fork));
+    if (!fork_link_)
+      throw CallCountError(std::string("cannot attach the call counter's fork hook: ") +
+                           std::strerror(errno));
+    stats_.enabled = true;
+    for (size_t k = 0; k < kSiteKindCount; ++k)
+      stats_.probe_points.push_back(CallProbeHits{to_string(static_cast<SiteKind>(k)), 0, 0, kNsPerHit[k]});
+  }
+
+  void add_target(int32_t pid) {
+    const uint8_t yes = 1;
+    if (bpf_map_update_elem(bpf_map__fd(skel_->maps.call_targets), &pid, &yes, BPF_ANY) != 0)
+      throw CallCountError("cannot add pid " + std::to_string(pid) +
+                           " to the call counter: " + std::strerror(errno));
+    processes_.insert(pid);
+  }
+
+  void add_launched(int32_t pid, const std::string& executable) {
+    add_target(pid);
+    const FileState& exe = probe_file(executable, executable);
+    if (!exe.scan.error.empty()) {
+      stats_.messages.push_back("call counts: " + exe.scan.error);
+    } else if (!exe.scan.instrumented()) {
+      stats_.messages.push_back("call counts: " + executable + " has no mcount/__fentry__ instrumentation; " +
+                                kBuildAdvice);
+    } else if (exe.scan.counted_in_libc()) {
+      // The dynamic loader will map the same libc as ours, almost always; another one is probed
+      // when it shows up in the maps.
+      if (const std::string libc = self_libc(); !libc.empty()) probe_libc_hooks(libc, libc, executable);
+    }
+  }
+
+  void add_process(int32_t pid) {
+    add_target(pid);
+    const bool instrumented = scan_process(pid);
+    if (!instrumented) {
+      std::string exe;
+      char buf[4096];
+      const ssize_t n = ::readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf - 1);
+      if (n > 0) exe.assign(buf, size_t(n));
+      stats_.messages.push_back("call counts: pid " + std::to_string(pid) +
+                                (exe.empty() ? "" : " (" + exe + ")") +
+                                " has no mcount/__fentry__ instrumentation in any module; " + kBuildAdvice);
+    }
+  }
+
+  void rescan(uint32_t min_interval_ms) {
+    const uint64_t now = mono_ns();
+    if (now - last_rescan_ < uint64_t{min_interval_ms} * 1000000) return;
+    last_rescan_ = now;
+    // Followed children are in the map only (the fork hook put them there).
+    const int fd = bpf_map__fd(skel_->maps.call_targets);
+    int32_t key = 0, next = 0;
+    bool first = true;
+    while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
+      first = false;
+      key = next;
+      processes_.insert(key);
+    }
+    for (auto it = processes_.begin(); it != processes_.end();) {
+      if (::access(("/proc/" + std::to_string(*it)).c_str(), F_OK) != 0) {
+        exited_.insert(*it);
+        it = processes_.erase(it);
+        continue;
+      }
+      scan_process(*it);
+      ++it;
+    }
+  }
+
+  CallCountStats finish(RawProfile& profile) {
+    // Detach first: the counts are final, and the targets run unprobed from here on.
+    links_.clear();
+    fork_link_.reset();
+    read_counters();
+    read_edges(profile);
+    add_missing_mappings(profile);
+    return stats_;
+  }
+
+  const CallCountStats& stats() const { return stats_; }
+
+ private:
+  struct FileState {
+    ModuleInstrumentation scan;
+    bool attached = false;
+  };
+
+  // A module a process maps, at which address (for the profile's mappings).
+  struct SeenMapping {
+    int32_t pid;
+    MapsLine line;
+    const FileState* file;
+    uint64_t time_ns;
+  };
+
+  // Scans and probes the modules `pid` maps; whether any of them is instrumented.
+  bool scan_process(int32_t pid) {
+    const std::vector<MapsLine> maps = read_executable_maps(pid);
+    bool instrumented = false;
+    bool needs_libc = false;
+    std::string libc;
+    std::string libc_user;
+    for (const MapsLine& m : maps) {
+      const std::string openable = openable_path(pid, m);
+      const FileState& f = probe_file(openable, m.path);
+      if (seen_ranges_.insert({pid, m.start}).second) seen_.push_back(SeenMapping{pid, m, &f, mono_ns()});
+      if (is_libc(m.path)) libc = openable;
+      if (f.scan.instrumented() && !is_libc(m.path)) instrumented = true;
+      if (f.scan.counted_in_libc()) {
+        needs_libc = true;
+        libc_user = m.path;
+      }
+    }
+    if (needs_libc) {
+      if (libc.empty()) {
+        note_once("no libc in pid " + std::to_string(pid),
+                  "call counts: " + libc_user + " calls mcount/__fentry__ but process " +
+                      std::to_string(pid) + " maps no glibc; not counted");
+      } else {
+        probe_libc_hooks(libc, libc, libc_user);
+      }
+    }
+    return instrumented;
+  }
+
+  // The mapped file, reached through the process's root when it lives in another mount namespace.
+  static std::string openable_path(int32_t pid, const MapsLine& m) {
+    const std::string rooted = "/proc/" + std::to_string(pid) + "/root" + m.path;
+    struct stat a, b;
+    if (::stat(m.path.c_str(), &a) == 0 && ::stat(rooted.c_str(), &b) == 0 &&
+        (a.st_dev != b.st_dev || a.st_ino != b.st_ino))
+      return rooted;
+    return m.path;
+  }
+
+  // Scans `path` once per file and attaches its NOP sites; files are told apart by device and inode.
+  const FileState& probe_file(const std::string& path, const std::string& shown) {
+    struct stat st;
+    FileId id{0, 0};
+    if (::stat(path.c_str(), &st) == 0) id = {st.st_dev, st.st_ino};
+    auto it = files_.find(id);
+    if (it != files_.end() && id != FileId{0, 0}) return it->second;
+    FileState& f = files_[id];
+    f.scan = scan_module(path);
+    f.scan.path = shown;
+    if (id != FileId{0, 0}) remember_file(st, shown, f.scan.build_id);
+    if (f.scan.error.empty() && !f.scan.nop_sites.empty()) {
+      attach(path, shown, f.scan.nop_sites);
+      f.attached = true;
+      ++stats_.modules_instrumented;
+    } else if (f.scan.error.empty() && f.scan.counted_in_libc()) {
+      ++stats_.modules_instrumented;
+    }
+    return f;
+  }
+
+  void probe_libc_hooks(const std::string& path, const std::string& shown, const std::string& user) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return;
+    const FileId id{st.st_dev, st.st_ino};
+    if (!libc_probed_.insert(id).second) return;
+    const ModuleInstrumentation libc = scan_module(path);
+    remember_file(st, shown, libc.build_id);
+    if (libc.hook_internal_sites.empty()) {
+      stats_.messages.push_back(
+          "call counts: " + user + " calls mcount/__fentry__, but the call to __mcount_internal inside " +
+          shown +
+          "'s hooks was not found (not a glibc of known layout); its calls are not counted. Probing the "
+          "hook's "
+          "entry would cost about 12 us per call; rebuild with -pg -mfentry -mnop-mcount -mrecord-mcount "
+          "-fno-pie -no-pie to get NOP sites instead");
+      return;
+    }
+    attach(path, shown, libc.hook_internal_sites);
+  }
+
+  void attach(const std::string& path, const std::string& shown, const std::vector<ProbeSite>& sites) {
+    std::vector<uint64_t> offsets, cookies;
+    offsets.reserve(sites.size());
+    cookies.reserve(sites.size());
+    for (const ProbeSite& s : sites) {
+      offsets.push_back(s.file_offset);
+      cookies.push_back(HPD_CALLS_COOKIE(static_cast<uint64_t>(s.mode), static_cast<uint64_t>(s.kind)));
+    }
+    UprobeMultiAttr attr{};
+    attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(skel_->progs.hpd_count_call));
+    attr.attach_type = kBpfTraceUprobeMulti;
+    attr.path = reinterpret_cast<uint64_t>(path.c_str());
+    attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
+    attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
+    attr.cnt = static_cast<uint32_t>(offsets.size());
+    const uint64_t begin = mono_ns();
+    const int fd = static_cast<int>(::syscall(SYS_bpf, kBpfLinkCreate, &attr, sizeof attr));
+    stats_.attach_ns += mono_ns() - begin;
+    if (fd < 0) {
+      stats_.messages.push_back("call counts: cannot attach " + std::to_string(sites.size()) + " probes to " +
+                                shown + ": " + std::strerror(errno));
+      return;
+    }
+    links_.emplace_back(fd);
+    for (const ProbeSite& s : sites) ++stats_.probe_points[static_cast<size_t>(s.kind)].sites;
+  }
+
+  void remember_file(const struct stat& st, const std::string& path, const std::string& build_id) {
+    known_files_[{major(st.st_dev), minor(st.st_dev), st.st_ino}] = {path, build_id};
+  }
+
+  void note_once(const std::string& key, const std::string& message) {
+    if (noted_.insert(key).second) stats_.messages.push_back(message);
+  }
+
+  void read_counters() {
+    const int cpus = libbpf_num_possible_cpus();
+    if (cpus <= 0) return;
+    std::vector<uint64_t> per_cpu(static_cast<size_t>(cpus));
+    uint64_t totals[HPD_CALLS_COUNTER_COUNT] = {};
+    for (uint32_t i = 0; i < HPD_CALLS_COUNTER_COUNT; ++i) {
+      if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.call_counters), &i, per_cpu.data()) != 0) continue;
+      for (const uint64_t v : per_cpu) totals[i] += v;
+    }
+    for (size_t k = 0; k < kSiteKindCount; ++k) stats_.probe_points[k].hits = totals[HPD_CALLS_HITS_NOP5 + k];
+    stats_.other_process_hits = totals[HPD_CALLS_OTHER_HITS];
+    stats_.calls_not_counted = totals[HPD_CALLS_MAP_FULL] + totals[HPD_CALLS_READ_FAILED];
+  }
+
+  void read_edges(RawProfile& profile) {
+    const int cpus = libbpf_num_possible_cpus();
+    if (cpus <= 0) return;
+    const int fd = bpf_map__fd(skel_->maps.call_edges);
+    std::vector<uint64_t> per_cpu(static_cast<size_t>(cpus));
+    hpd_call_edge_key key{}, next{};
+    bool first = true;
+    while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
+      first = false;
+      key = next;
+      if (bpf_map_lookup_elem(fd, &key, per_cpu.data()) != 0) continue;
+      uint64_t count = 0;
+      for (const uint64_t v : per_cpu) count += v;
+      if (count == 0) continue;
+      profile.call_edges.push_back(RawCallEdge{key.pid, key.caller, key.callee, count});
+      ++stats_.edges;
+    }
+  }
+
+  // The sampling backend may never have seen a module that only the call edges touch (a library
+  // dlopen'd and left without samples, a command that exited before its maps were read): give the
+  // profile the mappings the counter saw in /proc, and those the program recorded per new edge.
+  void add_missing_mappings(RawProfile& profile) {
+    std::set<int32_t> edge_pids;
+    for (const RawCallEdge& e : profile.call_edges) edge_pids.insert(e.pid);
+    const auto add = [&](int32_t pid, uint64_t start, uint64_t end, uint64_t offset, const std::string& path,
+                         const std::string& build_id, uint64_t time_ns) {
+      RawProcess& process = profile.process(pid);
+      const bool known = std::any_of(
+          process.mappings.begin(), process.mappings.end(),
+          [&](const RawMapping& m) { return m.start <= start && end <= m.end && m.unmapped_ns == 0; });
+      if (known) return;
+      RawMapping m;
+      m.start = start;
+      m.end = end;
+      m.file_offset = offset;
+      m.module = profile.intern_module(path, build_id);
+      m.time_ns = time_ns;
+      process.mappings.push_back(m);
+    };
+    for (const SeenMapping& s : seen_) {
+      if (!edge_pids.contains(s.pid) || !s.file->scan.error.empty()) continue;
+      add(s.pid, s.line.start, s.line.end, s.line.offset, s.line.path, s.file->scan.build_id, s.time_ns);
+    }
+    const int fd = bpf_map__fd(skel_->maps.call_vmas);
+    const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    hpd_call_vma_key key{}, next{};
+    hpd_call_vma vma{};
+    bool first = true;
+    while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
+      first = false;
+      key = next;
+      if (!edge_pids.contains(key.pid) || bpf_map_lookup_elem(fd, &key, &vma) != 0 || vma.ino == 0) continue;
+      const auto file = known_files_.find({vma.dev_major, vma.dev_minor, vma.ino});
+      if (file == known_files_.end()) continue;
+      // Time 0: valid for the whole recording, as for mappings present when it began.
+      add(key.pid, key.start, vma.end, vma.pgoff * page, file->second.first, file->second.second, 0);
+    }
+  }
+
+  Skeleton skel_;
+  TracepointLink fork_link_;
+  std::vector<UprobeLink> links_;
+  std::map<FileId, FileState> files_;
+  std::set<FileId> libc_probed_;
+  // (major, minor, inode) -> (path, build-id) of every file scanned, to name the program's mappings.
+  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::pair<std::string, std::string>> known_files_;
+  std::set<int32_t> processes_;
+  std::set<int32_t> exited_;
+  std::set<std::pair<int32_t, uint64_t>> seen_ranges_;
+  std::vector<SeenMapping> seen_;
+  std::set<std::string> noted_;
+  uint64_t last_rescan_ = 0;
+  CallCountStats stats_;
+};
+
+CallCounter::CallCounter(CallCounterOptions options) : impl_(std::make_unique<Impl>(options)) {}
+CallCounter::~CallCounter() = default;
+
+void CallCounter::add_launched(int32_t pid, const std::string& executable) {
+  impl_->add_launched(pid, executable);
+}
+void CallCounter::add_process(int32_t pid) {
+  impl_->add_process(pid);
+}
+void CallCounter::rescan(uint32_t min_interval_ms) {
+  impl_->rescan(min_interval_ms);
+}
+CallCountStats CallCounter::finish(RawProfile& profile) {
+  return impl_->finish(profile);
+}
+const CallCountStats& CallCounter::stats() const {
+  return impl_->stats();
+}
+
+std::string call_counter_unavailable_reason() {
+  try {
+    Skeleton skel = load_program(false);
+    return "";
+  } catch (const CallCountError& e) {
+    return e.what();
+  }
+}
+
+}  // namespace hpd::calls

@@ -1,0 +1,281 @@
+// ContinuousProfiler: one system-wide recording per chunk, streamed into a .tmp capture, renamed when done.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "hpd/capture/capture.h"
+#include "hpd/continuous/continuous.h"
+#include "store_files.h"
+
+namespace hpd::continuous {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxNotes = 32;
+
+uint64_t mono_now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+void validate(const ContinuousOptions& o) {
+  if (o.dir.empty()) throw std::invalid_argument("continuous mode: the chunk directory is empty");
+  if (o.frequency_hz == 0 || o.frequency_hz > kMaxFrequencyHz)
+    throw std::invalid_argument("continuous mode: the frequency must be between 1 and " +
+                                std::to_string(kMaxFrequencyHz) + " Hz (got " +
+                                std::to_string(o.frequency_hz) + ")");
+  // A chunk costs a recording's setup (loading the eBPF programs, reading maps): not worth it below 1 s.
+  if (!std::isfinite(o.chunk_seconds) || o.chunk_seconds < 1 || o.chunk_seconds > 86400)
+    throw std::invalid_argument("continuous mode: a chunk must last between 1 s and 1 day");
+  if (!std::isfinite(o.flush_seconds) || o.flush_seconds <= 0)
+    throw std::invalid_argument("continuous mode: the flush interval must be positive");
+  if (!std::isfinite(o.retry_seconds) || o.retry_seconds < 0 || o.retry_seconds > 86400)
+    throw std::invalid_argument("continuous mode: the retry delay must be between 0 and 1 day");
+  if (o.zstd_level < 1 || o.zstd_level > 19)
+    throw std::invalid_argument("continuous mode: the zstd level must be between 1 and 19");
+}
+
+struct ContinuousProfiler::State {
+  std::mutex control;  // serializes start() and stop()
+  mutable std::mutex mutex;
+  std::condition_variable wake;
+  ContinuousOptions options;  // guarded by mutex; the thread copies it at each chunk
+  Stats stats;                // guarded by mutex
+  std::atomic<bool> stop_requested{false};
+  std::thread thread;
+  // Owned by the recording thread while it runs, by start()/stop() otherwise.
+  std::unique_ptr<DirectoryLock> lock;
+  fs::path locked_dir;
+  uint64_t previous_end_mono = 0;  // end of the last chunk's recording, for the gap; 0 = none
+
+  void note(std::string text) {
+    std::lock_guard<std::mutex> guard(mutex);
+    // A garbage file is seen again at every retention pass: say it once.
+    if (std::find(stats.notes.begin(), stats.notes.end(), text) != stats.notes.end()) return;
+    if (stats.notes.size() >= kMaxNotes) stats.notes.erase(stats.notes.begin());
+    stats.notes.push_back(std::move(text));
+  }
+
+  void error(const std::string& text) {
+    std::lock_guard<std::mutex> guard(mutex);
+    stats.last_error = text;
+    stats.last_error_unix_ns = unix_now_ns();
+  }
+
+  // Creates and locks the directory, salvages a crashed run's .tmp files, applies retention.
+  void open_directory(const ContinuousOptions& o) {
+    std::error_code ec;
+    if (!fs::exists(o.dir, ec)) {
+      fs::create_directories(o.dir, ec);
+      if (ec) throw std::runtime_error("cannot create " + o.dir.string() + ": " + ec.message());
+      // Chunks hold every process's command line: not for everyone's eyes.
+      ::chmod(o.dir.c_str(), 0750);
+    }
+    lock.reset();
+    lock = std::make_unique<DirectoryLock>(o.dir);
+    locked_dir = o.dir;
+    previous_end_mono = 0;
+    std::vector<std::string> notes;
+    const size_t salvaged = recover_temporaries(o.dir, &notes);
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      stats.chunks_salvaged += salvaged;
+    }
+    for (std::string& n : notes) note(std::move(n));
+    retain(o);
+  }
+
+  void retain(const ContinuousOptions& o) {
+    std::vector<std::string> notes;
+    const auto removed =
+        apply_retention(o.dir, RetentionLimits{o.max_age_s, o.max_bytes}, unix_now_ns(), &notes);
+    const StoreScan scan = scan_store(o.dir);
+    uint64_t bytes = 0;
+    for (const ChunkFile& c : scan.chunks) bytes += c.bytes;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      stats.chunks_removed += removed.size();
+      stats.chunks_on_disk = scan.chunks.size();
+      stats.bytes_on_disk = bytes;
+    }
+    for (std::string& n : notes) note(std::move(n));
+    for (const std::string& n : scan.notes) note(n);
+  }
+
+  fs::path next_chunk_path(const fs::path& dir) const {
+    uint64_t start = unix_now_ns();
+    for (;;) {
+      const fs::path path = dir / chunk_file_name(start);
+      std::error_code ec;
+      if (!fs::exists(path, ec) && !fs::exists(path.string() + kTmpSuffix, ec)) return path;
+      start += 1'000'000;  // names have millisecond resolution
+    }
+  }
+
+  void record_chunk(const ContinuousOptions& o) {
+    const fs::path final_path = next_chunk_path(o.dir);
+    const fs::path tmp_path = final_path.string() + kTmpSuffix;
+    CaptureWriterOptions writer_options;
+    writer_options.zstd_level = o.zstd_level;
+    writer_options.writer = "hpd continuous";
+    auto writer = std::make_unique<CaptureWriter>(tmp_path.string(), writer_options);
+    ::chmod(tmp_path.c_str(), 0640);
+    auto discard = [&] {
+      writer.reset();
+      std::error_code ec;
+      fs::remove(tmp_path, ec);
+    };
+
+    RecordOptions ro;
+    ro.all_processes = true;
+    ro.frequency_hz = o.frequency_hz;
+    ro.duration_s = o.chunk_seconds;
+    ro.event = "cpu-clock";
+    ro.kernel = o.kernel ? KernelFrames::kAuto : KernelFrames::kOff;
+    ro.backend = o.backend;
+    ro.off_cpu = o.off_cpu ? OffCpu::kOn : OffCpu::kOff;
+    ro.call_graph = CallGraph::kFp;
+    ro.stop = &stop_requested;
+    // The recorder offers the profile every 250 ms; appending that often would make tiny, poorly
+    // compressed blocks at 19 Hz, so the chunk goes to disk every flush_seconds.
+    const uint64_t flush_interval_ns = static_cast<uint64_t>(o.flush_seconds * 1e9);
+    uint64_t last_flush = mono_now_ns();
+    std::string flush_error;
+    ro.on_flush = [&](const RawProfile& profile) {
+      const uint64_t now = mono_now_ns();
+      if (!flush_error.empty() || now - last_flush < flush_interval_ns) return;
+      last_flush = now;
+      try {
+        writer->flush(profile);
+      } catch (const std::exception& e) {
+        flush_error = e.what();
+      }
+    };
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      stats.current_chunk = final_path.filename().string();
+    }
+    RecordResult result;
+    try {
+      result = record(ro);
+    } catch (...) {
+      discard();
+      std::lock_guard<std::mutex> guard(mutex);
+      stats.current_chunk.clear();
+      throw;
+    }
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      stats.current_chunk.clear();
+    }
+    const RawProfile& profile = result.profile;
+    if (!flush_error.empty()) {
+      discard();
+      throw std::runtime_error("writing " + tmp_path.string() + " failed: " + flush_error);
+    }
+    if (profile.samples.empty()) {
+      discard();  // an idle system, or stopped at once: nothing worth a file
+    } else {
+      writer->finish(profile);  // fsyncs
+      writer.reset();
+      rename_durably(tmp_path, final_path);
+    }
+    std::lock_guard<std::mutex> guard(mutex);
+    if (!profile.samples.empty()) ++stats.chunks_written;
+    stats.samples += profile.samples.size();
+    stats.lost += profile.lost.lost_records + profile.lost.stack_failures;
+    if (previous_end_mono != 0 && profile.info.start_mono_ns > previous_end_mono) {
+      stats.last_gap_ns = profile.info.start_mono_ns - previous_end_mono;
+      stats.max_gap_ns = std::max(stats.max_gap_ns, stats.last_gap_ns);
+    }
+    previous_end_mono = profile.info.end_mono_ns;
+  }
+
+  void run() {
+    while (!stop_requested.load()) {
+      ContinuousOptions o;
+      {
+        std::lock_guard<std::mutex> guard(mutex);
+        o = options;
+      }
+      try {
+        if (o.dir != locked_dir) open_directory(o);
+        record_chunk(o);
+        retain(o);
+      } catch (const std::exception& e) {
+        error(e.what());
+        previous_end_mono = 0;  // a failed chunk is not a gap between chunks
+        std::unique_lock<std::mutex> guard(mutex);
+        wake.wait_for(guard, std::chrono::duration<double>(o.retry_seconds),
+                      [this] { return stop_requested.load(); });
+      }
+    }
+  }
+};
+
+ContinuousProfiler::ContinuousProfiler(ContinuousOptions options) : state_(std::make_unique<State>()) {
+  validate(options);
+  state_->options = std::move(options);
+}
+
+ContinuousProfiler::~ContinuousProfiler() {
+  stop();
+}
+
+void ContinuousProfiler::start() {
+  std::lock_guard<std::mutex> control(state_->control);
+  if (state_->thread.joinable()) return;
+  const ContinuousOptions o = this->options();
+  state_->open_directory(o);  // throws: the caller learns at once about a directory it cannot use
+  state_->stop_requested = false;
+  {
+    std::lock_guard<std::mutex> guard(state_->mutex);
+    state_->stats.running = true;
+  }
+  state_->thread = std::thread([state = state_.get()] { state->run(); });
+}
+
+void ContinuousProfiler::stop() {
+  std::lock_guard<std::mutex> control(state_->control);
+  if (!state_->thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> guard(state_->mutex);
+    state_->stop_requested = true;
+  }
+  state_->wake.notify_all();
+  state_->thread.join();
+  state_->lock.reset();
+  state_->locked_dir.clear();
+  std::lock_guard<std::mutex> guard(state_->mutex);
+  state_->stats.running = false;
+}
+
+void ContinuousProfiler::reconfigure(ContinuousOptions options) {
+  validate(options);
+  std::lock_guard<std::mutex> guard(state_->mutex);
+  state_->options = std::move(options);
+}
+
+Stats ContinuousProfiler::stats() const {
+  std::lock_guard<std::mutex> guard(state_->mutex);
+  return state_->stats;
+}
+
+ContinuousOptions ContinuousProfiler::options() const {
+  std::lock_guard<std::mutex> guard(state_->mutex);
+  return state_->options;
+}
+
+}  // namespace hpd::continuous

@@ -1,0 +1,273 @@
+// hpd.conf: parsing with every problem reported as FILE:LINE.
+#include "hpd/service/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace hpd::service {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// The number at the start of `text` and the suffix after it.
+bool split_number(std::string_view text, double& number, std::string_view& suffix) {
+  size_t end = 0;
+  while (end < text.size() && ((text[end] >= '0' && text[end] <= '9') || text[end] == '.')) ++end;
+  if (end == 0) return false;
+  const std::string digits(text.substr(0, end));
+  char* stop = nullptr;
+  errno = 0;
+  number = std::strtod(digits.c_str(), &stop);
+  if (errno != 0 || stop != digits.c_str() + digits.size() || !std::isfinite(number)) return false;
+  suffix = trim(text.substr(end));
+  return true;
+}
+
+bool parse_uint(std::string_view text, uint64_t max, uint64_t& out) {
+  if (text.empty() || text.size() > 20) return false;
+  uint64_t n = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return false;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (n > (std::numeric_limits<uint64_t>::max() - digit) / 10) return false;
+    n = n * 10 + digit;
+  }
+  if (n > max) return false;
+  out = n;
+  return true;
+}
+
+using Setter = std::function<std::string(Config&, std::string_view)>;  // returns "" or what is wrong
+
+Setter uint_setter(uint32_t Config::*field, uint64_t min, uint64_t max) {
+  return [=](Config& c, std::string_view v) -> std::string {
+    uint64_t n = 0;
+    if (!parse_uint(v, max, n) || n < min) {
+      return "expected a whole number from " + std::to_string(min) + " to " + std::to_string(max);
+    }
+    c.*field = static_cast<uint32_t>(n);
+    return "";
+  };
+}
+
+Setter bool_setter(bool Config::*field) {
+  return [=](Config& c, std::string_view v) -> std::string {
+    if (v == "on" || v == "yes" || v == "true" || v == "1") {
+      c.*field = true;
+    } else if (v == "off" || v == "no" || v == "false" || v == "0") {
+      c.*field = false;
+    } else {
+      return "expected on or off";
+    }
+    return "";
+  };
+}
+
+Setter string_setter(std::string Config::*field, bool absolute_path) {
+  return [=](Config& c, std::string_view v) -> std::string {
+    if (v.empty()) return "expected a value";
+    if (absolute_path && v.front() != '/') return "expected an absolute path";
+    c.*field = std::string(v);
+    return "";
+  };
+}
+
+using Getter = std::function<std::string(const Config&)>;  // the value as a line of the file would give it
+
+// Each key's parser and printer side by side, so `hpd --check-config` prints every key there is.
+struct Key {
+  Setter set;
+  Getter get;
+};
+
+template <typename T>
+Getter number_getter(T Config::*field) {
+  return [=](const Config& c) { return std::to_string(c.*field); };
+}
+
+Getter bool_getter(bool Config::*field) {
+  return [=](const Config& c) -> std::string { return c.*field ? "on" : "off"; };
+}
+
+Getter string_getter(std::string Config::*field) {
+  return [=](const Config& c) { return c.*field; };
+}
+
+const std::map<std::string, Key, std::less<>>& keys() {
+  static const std::map<std::string, Key, std::less<>> table = {
+      {"socket", {string_setter(&Config::socket, true), string_getter(&Config::socket)}},
+      {"group", {string_setter(&Config::group, false), string_getter(&Config::group)}},
+      {"log_level",
+       {[](Config& c, std::string_view v) -> std::string {
+         if (v == "error") c.log_level = LogLevel::kError;
+         else if (v == "warning") c.log_level = LogLevel::kWarning;
+         else if (v == "info") c.log_level = LogLevel::kInfo;
+         else if (v == "debug") c.log_level = LogLevel::kDebug;
+         else return "expected error, warning, info or debug";
+         return "";
+       },
+        [](const Config& c) -> std::string { return to_string(c.log_level); }}},
+      {"max_sessions", {uint_setter(&Config::max_sessions, 1, 1024), number_getter(&Config::max_sessions)}},
+      {"max_duration_s",
+       {[](Config& c, std::string_view v) -> std::string {
+         double s = 0;
+         if (!parse_duration_s(v, s) || s < 1) return "expected a duration of at least 1 s (e.g. 600, 10m, 2h)";
+         c.max_duration_s = s;
+         return "";
+       },
+        [](const Config& c) {
+          char text[32];
+          std::snprintf(text, sizeof text, "%.17g", c.max_duration_s);  // round-trips fractions too
+          return std::string(text);
+        }}},
+      {"max_frequency_hz", {uint_setter(&Config::max_frequency_hz, 1, 100000), number_getter(&Config::max_frequency_hz)}},
+      {"max_session_memory_mb",
+       {[](Config& c, std::string_view v) -> std::string {
+         uint64_t n = 0;
+         if (!parse_uint(v, 1u << 20, n) || n < 1) return "expected a number of MiB from 1 to 1048576";
+         c.max_session_memory_mb = n;
+         return "";
+       },
+        number_getter(&Config::max_session_memory_mb)}},
+      {"continuous", {bool_setter(&Config::continuous), bool_getter(&Config::continuous)}},
+      {"continuous_frequency", {uint_setter(&Config::continuous_frequency, 1, 1000), number_getter(&Config::continuous_frequency)}},
+      {"continuous_chunk_seconds", {uint_setter(&Config::continuous_chunk_seconds, 1, 86400), number_getter(&Config::continuous_chunk_seconds)}},
+      {"continuous_max_age",
+       {[](Config& c, std::string_view v) -> std::string {
+         double s = 0;
+         if (!parse_duration_s(v, s) || s < 1) return "expected a duration (e.g. 3600, 12h, 7d)";
+         c.continuous_max_age_s = static_cast<uint64_t>(s);
+         return "";
+       },
+        number_getter(&Config::continuous_max_age_s)}},
+      {"continuous_max_bytes",
+       {[](Config& c, std::string_view v) -> std::string {
+         uint64_t n = 0;
+         if (!parse_size_bytes(v, n) || n == 0) return "expected a size (e.g. 500M, 2G)";
+         c.continuous_max_bytes = n;
+         return "";
+       },
+        number_getter(&Config::continuous_max_bytes)}},
+      {"state_directory", {string_setter(&Config::state_directory, true), string_getter(&Config::state_directory)}},
+  };
+  return table;
+}
+
+}  // namespace
+
+const char* to_string(LogLevel level) {
+  switch (level) {
+    case LogLevel::kError: return "error";
+    case LogLevel::kWarning: return "warning";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kDebug: return "debug";
+  }
+  return "info";
+}
+
+static std::string join_lines(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) {
+    if (!text.empty()) text += '\n';
+    text += line;
+  }
+  return text;
+}
+
+ConfigError::ConfigError(const std::vector<std::string>& problems)
+    : std::runtime_error(join_lines(problems)), problems_(problems) {}
+
+bool parse_duration_s(std::string_view text, double& seconds) {
+  double n = 0;
+  std::string_view suffix;
+  if (!split_number(trim(text), n, suffix)) return false;
+  double scale = 0;
+  if (suffix.empty() || suffix == "s") scale = 1;
+  else if (suffix == "m" || suffix == "min") scale = 60;
+  else if (suffix == "h") scale = 3600;
+  else if (suffix == "d") scale = 86400;
+  else return false;
+  seconds = n * scale;
+  return seconds < 1e12;
+}
+
+bool parse_size_bytes(std::string_view text, uint64_t& bytes) {
+  double n = 0;
+  std::string_view suffix;
+  if (!split_number(trim(text), n, suffix)) return false;
+  double scale = 0;
+  if (suffix.empty() || suffix == "B") scale = 1;
+  else if (suffix == "K" || suffix == "KiB" || suffix == "k") scale = 1024.0;
+  else if (suffix == "M" || suffix == "MiB") scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "T" || suffix == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
+  else return false;
+  const double value = n * scale;
+  if (value >= 1.8e19) return false;
+  bytes = static_cast<uint64_t>(value);
+  return true;
+}
+
+Config parse_config(std::string_view text, const std::string& name) {
+  Config config;
+  std::vector<std::string> problems;
+  size_t line_number = 0;
+  while (!text.empty()) {
+    ++line_number;
+    const size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    const std::string where = name + ":" + std::to_string(line_number) + ": ";
+    if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const size_t eq = line.find('=');
+    if (eq == std::string_view::npos) {
+      problems.push_back(where + "expected `key = value`");
+      continue;
+    }
+    const std::string_view key = trim(line.substr(0, eq));
+    const std::string_view value = trim(line.substr(eq + 1));
+    const auto& table = keys();
+    const auto it = table.find(key);
+    if (it == table.end()) {
+      std::string known;
+      for (const auto& [k, setter] : table) known += (known.empty() ? "" : ", ") + k;
+      problems.push_back(where + "unknown key '" + std::string(key) + "' (known: " + known + ")");
+      continue;
+    }
+    if (std::string why = it->second.set(config, value); !why.empty()) {
+      problems.push_back(where + "bad value '" + std::string(value) + "' for " + std::string(key) + ": " + why);
+    }
+  }
+  if (!problems.empty()) throw ConfigError(problems);
+  return config;
+}
+
+std::string format_config(const Config& config) {
+  std::string out;
+  for (const auto& [key, entry] : keys()) out += key + " = " + entry.get(config) + "\n";
+  return out;
+}
+
+Config load_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError({path + ": cannot read: " + std::strerror(errno)});
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError({path + ": cannot read: " + std::strerror(errno)});
+  return parse_config(text.str(), path);
+}
+
+}  // namespace hpd::service

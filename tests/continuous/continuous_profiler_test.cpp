@@ -1,0 +1,287 @@
+// Privileged tests: the ContinuousProfiler records the real system while a fixture burns CPU; chunks
+// rotate and expire, a SIGKILLed profiler is recovered, and `hpctl export` gives a valid profile.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "firefox_lint.h"
+#include "hpd/capture/capture.h"
+#include "hpd/continuous/continuous.h"
+#include "subprocess.h"
+
+namespace hpd::continuous {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kDriver = HPD_DRIVER_PATH;
+const std::string kCpuSplit = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
+
+// Polls `done` every 100 ms for up to `timeout_s` (generous: the machine is shared).
+bool wait_for(const std::function<bool()>& done, double timeout_s = 90) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return done();
+}
+
+class ContinuousTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char name[] = "/tmp/hpd-continuous-it-XXXXXX";
+    ASSERT_NE(::mkdtemp(name), nullptr);
+    dir_ = name;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!HasFailure()) fs::remove_all(dir_, ec);
+  }
+
+  ContinuousOptions options(double chunk_seconds) const {
+    ContinuousOptions o;
+    o.dir = dir_ / "store";  // created by start()
+    o.chunk_seconds = chunk_seconds;
+    o.frequency_hz = 99;  // more samples than the default 19 Hz, so short chunks hold the fixture
+    o.flush_seconds = 0.5;
+    o.retry_seconds = 1;
+    return o;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
+  test::Background fixture({kCpuSplit, "30"});
+  ContinuousProfiler profiler(options(2));
+  profiler.start();
+  ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= 3; })) << profiler.stats().last_error;
+  profiler.stop();
+  const Stats stats = profiler.stats();
+  EXPECT_FALSE(stats.running);
+  EXPECT_TRUE(stats.last_error.empty()) << stats.last_error;
+  EXPECT_GT(stats.samples, 0u);
+  EXPECT_TRUE(stats.current_chunk.empty());
+
+  const StoreScan scan = scan_store(dir_ / "store");
+  EXPECT_TRUE(scan.temporaries.empty());  // stop() finished the chunk in progress
+  EXPECT_TRUE(scan.notes.empty());
+  ASSERT_EQ(scan.chunks.size(), stats.chunks_written);
+  EXPECT_EQ(stats.chunks_on_disk, scan.chunks.size());
+  uint64_t bytes = 0, fixture_samples = 0;
+  uint64_t previous_end_mono = 0;
+  for (size_t i = 0; i < scan.chunks.size(); ++i) {
+    const ChunkFile& c = scan.chunks[i];
+    bytes += c.bytes;
+    const CaptureContents contents = read_capture_file(c.path.string());
+    EXPECT_TRUE(contents.info.complete) << c.path;
+    const RecordingInfo& info = contents.profile.info;
+    EXPECT_EQ(info.frequency_hz, 99u);
+    EXPECT_EQ(info.backend, "bpf");
+    // The name is the time the chunk was started, just before its recording's clock reading.
+    EXPECT_LE(c.start_unix_ns, info.start_unix_ns);
+    EXPECT_LT(info.start_unix_ns - c.start_unix_ns, 30'000'000'000ULL);
+    const double seconds = static_cast<double>(info.end_mono_ns - info.start_mono_ns) / 1e9;
+    if (i + 1 < scan.chunks.size()) {  // the last one was cut by stop()
+      EXPECT_GE(seconds, 1.9) << c.path;
+      EXPECT_LT(seconds, 30) << c.path;
+    }
+    if (previous_end_mono != 0) {
+      const double gap_ms = static_cast<double>(info.start_mono_ns - previous_end_mono) / 1e6;
+      EXPECT_GT(gap_ms, 0);
+      std::cout << "gap before " << c.path.filename().string() << ": " << gap_ms << " ms\n";
+    }
+    previous_end_mono = info.end_mono_ns;
+    for (const RawSample& s : contents.profile.samples) fixture_samples += s.pid == fixture.pid();
+    // Every process with samples carries its maps and the build-ids to symbolize it later.
+    const RawProcess* p = contents.profile.find_process(fixture.pid());
+    if (p != nullptr) {
+      ASSERT_FALSE(p->mappings.empty());
+      bool has_build_id = false;
+      for (const RawMapping& m : p->mappings)
+        has_build_id |= !contents.profile.modules[m.module].build_id.empty();
+      EXPECT_TRUE(has_build_id);
+    }
+  }
+  EXPECT_EQ(stats.bytes_on_disk, bytes);
+  EXPECT_GT(fixture_samples, 10u);
+  EXPECT_GT(stats.max_gap_ns, 0u);
+  std::cout << "chunks " << scan.chunks.size() << ", " << bytes << " bytes, max gap "
+            << stats.max_gap_ns / 1e6 << " ms\n";
+
+  // Read back: only the fixture's samples, all of them.
+  ExportFilter filter;
+  filter.pids = {fixture.pid()};
+  const RawProfile merged = load_chunks(dir_ / "store", filter, nullptr);
+  EXPECT_EQ(merged.samples.size(), fixture_samples);
+  ASSERT_EQ(merged.processes.size(), 1u);  // one process across all chunks, not one per chunk
+  EXPECT_EQ(merged.processes[0].pid, fixture.pid());
+}
+
+TEST_F(ContinuousTest, ChunksExpireBySizeThenByAge) {
+  test::Background fixture({kCpuSplit, "60"});
+  ContinuousOptions o = options(1);
+  ContinuousProfiler profiler(o);
+  profiler.start();
+  ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= 2; })) << profiler.stats().last_error;
+  uint64_t largest = 0;
+  for (const ChunkFile& c : scan_store(o.dir).chunks) largest = std::max(largest, c.bytes);
+  ASSERT_GT(largest, 0u);
+
+  // Room for about two chunks (their size varies with what ran); takes effect after the next chunk.
+  o.max_bytes = largest * 5 / 2;
+  profiler.reconfigure(o);
+  const uint64_t written = profiler.stats().chunks_written;
+  ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= written + 4; }))
+      << profiler.stats().last_error;
+  Stats stats = profiler.stats();
+  EXPECT_GT(stats.chunks_removed, 0u);
+  EXPECT_LE(stats.bytes_on_disk, o.max_bytes);
+  uint64_t bytes = 0;
+  const StoreScan scan = scan_store(o.dir);
+  for (const ChunkFile& c : scan.chunks) bytes += c.bytes;
+  // The chunk finished since the last retention pass may be on disk on top.
+  EXPECT_LE(bytes, o.max_bytes + largest * 4);
+  // The oldest went first: what is left is the newest.
+  EXPECT_GT(scan.chunks.front().start_unix_ns, 0u);
+  const uint64_t removed_by_size = stats.chunks_removed;
+
+  // Now by age: chunks that ended more than a second ago go.
+  o.max_bytes = 0;
+  o.max_age_s = 1;
+  profiler.reconfigure(o);
+  const uint64_t written2 = profiler.stats().chunks_written;
+  ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= written2 + 3; }))
+      << profiler.stats().last_error;
+  profiler.stop();
+  stats = profiler.stats();
+  EXPECT_GT(stats.chunks_removed, removed_by_size);
+  const uint64_t now = unix_now_ns();
+  const StoreScan after = scan_store(o.dir);
+  EXPECT_LE(after.chunks.size(), 2u);
+  EXPECT_GE(after.chunks.size(), 1u);  // the last chunk, finished by stop(), is younger than a second
+  for (const ChunkFile& c : after.chunks) EXPECT_LT(now - c.end_unix_ns, 30'000'000'000ULL) << c.path;
+}
+
+TEST_F(ContinuousTest, ASecondProfilerOnTheSameDirectoryIsRefused) {
+  ContinuousProfiler first(options(5));
+  first.start();
+  ContinuousProfiler second(options(5));
+  try {
+    second.start();
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("another continuous profiler is writing into"), std::string::npos)
+        << e.what();
+  }
+  first.stop();
+  // The lock goes with stop(): now the second one may take over.
+  EXPECT_NO_THROW(second.start());
+  second.stop();
+}
+
+TEST_F(ContinuousTest, AProfilerKilledHardLosesAtMostTheChunkInProgress) {
+  test::Background fixture({kCpuSplit, "60"});
+  const fs::path store = dir_ / "store";
+  const std::string chunk_seconds = "3";
+  test::Background driver({kDriver, store.string(), chunk_seconds, "99", "0.5"});
+  // Two finished chunks, and the third one streamed into its .tmp (more than the 16-byte header).
+  fs::path tmp;
+  ASSERT_TRUE(wait_for([&] {
+    std::error_code ec;
+    if (!fs::exists(store, ec)) return false;
+    const StoreScan scan = scan_store(store);
+    if (scan.chunks.size() < 2 || scan.temporaries.size() != 1) return false;
+    tmp = scan.temporaries[0];
+    return fs::file_size(tmp, ec) > 1000;
+  }));
+  ASSERT_EQ(kill(driver.pid(), SIGKILL), 0);
+  EXPECT_EQ(driver.wait(), 128 + SIGKILL);
+
+  StoreScan scan = scan_store(store);
+  ASSERT_EQ(scan.temporaries.size(), 1u);
+  std::vector<ChunkFile> finished = scan.chunks;
+  ASSERT_GE(finished.size(), 2u);
+  for (const ChunkFile& c : finished) EXPECT_TRUE(read_capture_file(c.path.string()).info.complete) << c.path;
+  const CaptureContents partial = read_capture_file(scan.temporaries[0].string());
+  EXPECT_FALSE(partial.info.complete);
+  EXPECT_GT(partial.profile.samples.size(), 0u);
+
+  // The next start salvages it: everything up to its last complete block.
+  ContinuousProfiler profiler(options(2));
+  profiler.start();
+  const Stats stats = profiler.stats();
+  profiler.stop();
+  EXPECT_EQ(stats.chunks_salvaged, 1u);
+  const fs::path salvaged = store / tmp.filename().replace_extension("");
+  ASSERT_TRUE(fs::exists(salvaged)) << salvaged;
+  EXPECT_FALSE(fs::exists(tmp));
+  const CaptureContents recovered = read_capture_file(salvaged.string());
+  EXPECT_TRUE(recovered.info.complete);
+  EXPECT_GE(recovered.profile.samples.size(), partial.profile.samples.size());
+  // The finished chunks are untouched.
+  for (const ChunkFile& c : finished) {
+    ASSERT_TRUE(fs::exists(c.path));
+    EXPECT_EQ(fs::file_size(c.path), c.bytes);
+  }
+}
+
+TEST_F(ContinuousTest, HpctlExportWritesAValidProfileWithTheFixturesFunctions) {
+  ContinuousProfiler profiler(options(2));
+  profiler.start();
+  test::Background fixture({kCpuSplit, "8"});
+  const int32_t pid = fixture.pid();
+  EXPECT_EQ(fixture.wait(), 0);
+  profiler.stop();
+  ASSERT_GE(profiler.stats().chunks_written, 2u) << profiler.stats().last_error;
+  const std::string store = (dir_ / "store").string();
+
+  const std::string out = (dir_ / "out.json.gz").string();
+  test::RunResult r = test::run(
+      {kHpctl, "export", "--dir", store, "--since", "10m", "--pid", std::to_string(pid), "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("chunks between"), std::string::npos) << r.err;
+  const json profile = testing::load_json_maybe_gzip(out);
+  for (const std::string& p : testing::lint_firefox_profile(profile)) ADD_FAILURE() << p;
+  ASSERT_EQ(profile.at("threads").size(), 1u);  // cpu_split has one thread, and only it was exported
+  EXPECT_EQ(profile["threads"][0]["pid"].get<std::string>(), std::to_string(pid));
+
+  // The same window by name, as a JSON report: the fixture's functions in their known order.
+  const std::string report_path = (dir_ / "report.json").string();
+  r = test::run({kHpctl, "export", "--dir", store, "--since", "10m", "--comm", "cpu_split", "--format",
+                 "report", "--limit", "0", "-o", report_path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = testing::load_json_maybe_gzip(report_path);
+  std::map<std::string, double> self;
+  for (const json& f : report.at("functions"))
+    self[f.at("name").get<std::string>()] = f.at("self_samples").get<double>();
+  for (const char* name : {"leaf_a", "leaf_b", "leaf_c", "leaf_d"}) EXPECT_GT(self[name], 0) << name;
+  EXPECT_GT(self["leaf_c"], self["leaf_d"]);  // 40% against 10% of the fixture's CPU
+
+  // A window without chunks, and a directory without any: a clear error.
+  r = test::run(
+      {kHpctl, "export", "--dir", store, "--since", "@1000000000", "--until", "@1000000600", "-o", out});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no chunks in " + store + " between 2001-09-09"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is continuous mode on in /etc/hpd/hpd.conf?"), std::string::npos) << r.err;
+  r = test::run({kHpctl, "export", "--dir", (dir_ / "missing").string(), "-o", out});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+  r = test::run({kHpctl, "export", "--dir", store, "--since", "yesterday", "-o", out});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--since: cannot read the time 'yesterday'"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace hpd::continuous

@@ -1,0 +1,460 @@
+// Privileged tests of hpd, the real daemon on a temporary socket: access control with real other uids,
+// malformed requests, sessions that lose their client or target, signals, sd_notify, socket activation.
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "firefox_lint.h"
+#include "hpd/service/protocol.h"
+#include "hpd_harness.h"
+#include "subprocess.h"
+
+namespace hpd::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kCpuSplit = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
+
+std::vector<std::string> hpctl(const Hpd& hpd, std::vector<std::string> args) {
+  std::vector<std::string> argv = {kHpctl, "--socket", hpd.socket(), "--daemon"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+// Lints a written profile and returns its sample count.
+size_t valid_profile_samples(const std::string& path) {
+  const json profile = testing::load_json_maybe_gzip(path);
+  const auto problems = testing::lint_firefox_profile(profile);
+  EXPECT_TRUE(problems.empty()) << path << ": " << (problems.empty() ? "" : problems.front());
+  return count_samples(profile);
+}
+
+// Waits until hpd lists `count` sessions; returns the last list.
+json wait_sessions(const Hpd& hpd, size_t count, double timeout_s = 30) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  json list;
+  do {
+    list = hpd.request({{"version", 1}, {"type", "sessions"}})["sessions"];
+    if (list.size() == count) return list;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  } while (std::chrono::steady_clock::now() < end);
+  return list;
+}
+
+// Waits until the first session has taken samples (the recording really runs).
+void wait_samples(const Hpd& hpd) {
+  for (int i = 0; i < 300; ++i) {
+    const json list = hpd.request({{"version", 1}, {"type", "sessions"}})["sessions"];
+    if (!list.empty() && list[0]["samples"].get<uint64_t>() > 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << "no session took samples";
+}
+
+TEST(Hpd, NotifiesReadyWatchdogAndStopping) {
+  Hpd hpd;
+  EXPECT_TRUE(hpd.wait_notify("READY=1", 1));
+  EXPECT_TRUE(hpd.wait_notify("WATCHDOG=1", 10)) << "WATCHDOG_USEC=2000000 asks for a ping every second";
+  const json status = hpd.status();
+  EXPECT_EQ(status["type"], "status");
+  EXPECT_EQ(status["protocol"], 1);
+  EXPECT_TRUE(status["backends"]["perf"]["available"].get<bool>());
+  EXPECT_GT(status["rss_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+  EXPECT_TRUE(hpd.wait_notify("STOPPING=1", 1));
+  EXPECT_FALSE(std::filesystem::exists(hpd.socket())) << "the socket file it created is removed";
+}
+
+TEST(Hpd, VersionAndHelp) {
+  const RunResult version = run({HPD_HPD_PATH, "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.out.find("hpd "), std::string::npos);
+  const RunResult help = run({HPD_HPD_PATH, "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--socket"), std::string::npos);
+  EXPECT_NE(run({HPD_HPD_PATH, "--bogus"}).exit_code, 0);
+}
+
+TEST(Hpd, BadConfigurationRefusesToStartWithFileAndLine) {
+  char tmpl[] = "/tmp/hpd-conf-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string conf = std::string(tmpl) + "/hpd.conf";
+  std::ofstream(conf) << "max_sessions = 4\nmax_sesions = 5\n";
+  const RunResult r = run({HPD_HPD_PATH, "--config", conf, "--socket", std::string(tmpl) + "/s"}, 20);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(conf + ":2: unknown key 'max_sesions'"), std::string::npos) << r.err;
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST(Hpd, SocketActivation) {
+  HpdStart start;
+  start.activation = true;
+  Hpd hpd(start);
+  EXPECT_TRUE(hpd.wait_log("listening on the socket passed by systemd", 5)) << hpd.log();
+  const RunResult r = run({kHpctl, "--socket", hpd.socket(), "status"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("backend:"), std::string::npos) << r.out;
+}
+
+TEST(Hpd, RootRecordsAPidAndStatusCountsIt) {
+  Hpd hpd;
+  Background target({kCpuSplit, "30"});
+  const std::string out = hpd.out_dir() + "/root.json.gz";
+  const RunResult r = run(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-d", "2", "-o", out}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("leaf_c"), std::string::npos) << "the report is printed from the file";
+  EXPECT_GT(valid_profile_samples(out), 100u);
+  const json status = hpd.status();
+  EXPECT_EQ(status["sessions"], 0);
+  EXPECT_EQ(status["sessions_finished"], 1);
+  EXPECT_GT(status["samples"].get<uint64_t>(), 100u);
+  EXPECT_TRUE(status.contains("lost"));
+}
+
+TEST(Hpd, RecordsACommandTheClientStarts) {
+  Hpd hpd;
+  const std::string out = hpd.out_dir() + "/cmd.json.gz";
+  const RunResult r = run(as_nobody(hpctl(hpd, {"record", "--no-report", "-o", out, "--", kCpuSplit, "1"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
+  // --call-graph auto judges the command's program, not the hpctl child hpd attached to before exec.
+  EXPECT_NE(r.err.find("auto: " + kCpuSplit), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("hpctl was built"), std::string::npos) << r.err;
+  EXPECT_GT(valid_profile_samples(out), 100u);
+  struct stat st {};
+  ASSERT_EQ(stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u) << "the client creates the file, not hpd";
+  const RunResult missing = run(hpctl(hpd, {"record", "-o", out, "--", "/nonexistent/program"}));
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("cannot run '/nonexistent/program'"), std::string::npos) << missing.err;
+}
+
+TEST(Hpd, UnprivilegedUserRecordsOnlyOwnProcesses) {
+  Hpd hpd;
+  Background own(as_nobody({kCpuSplit, "30"}));
+  Background roots({kCpuSplit, "30"});
+  const std::string out = hpd.out_dir() + "/own.json.gz";
+  const RunResult ok =
+      run(as_nobody(hpctl(hpd, {"record", "--pid", std::to_string(own.pid()), "-d", "2", "-o", out})));
+  ASSERT_EQ(ok.exit_code, 0) << ok.err << hpd.log();
+  EXPECT_GT(valid_profile_samples(out), 50u);
+
+  const std::string refused_out = hpd.out_dir() + "/refused.json.gz";
+  const RunResult other =
+      run(as_nobody(hpctl(hpd, {"record", "--pid", std::to_string(roots.pid()), "-d", "2", "-o", refused_out})));
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("you (uid 65534) may only record your own processes, and pid " +
+                           std::to_string(roots.pid()) + " runs as uid 0"),
+            std::string::npos)
+      << other.err;
+  EXPECT_NE(other.err.find("ask an administrator to add you to the 'hpd' group"), std::string::npos) << other.err;
+  EXPECT_FALSE(std::filesystem::exists(refused_out)) << "a refused recording leaves no file";
+
+  const RunResult all = run(as_nobody(hpctl(hpd, {"record", "--all", "-d", "1", "-o", refused_out})));
+  EXPECT_NE(all.exit_code, 0);
+  EXPECT_NE(all.err.find("recording every process (--all) is reserved to root and the 'hpd' group"),
+            std::string::npos)
+      << all.err;
+  const RunResult cgroup = run(as_nobody(hpctl(hpd, {"record", "--cgroup", "/", "-d", "1", "-o", refused_out})));
+  EXPECT_NE(cgroup.exit_code, 0);
+  EXPECT_NE(cgroup.err.find("(--cgroup) is reserved"), std::string::npos) << cgroup.err;
+}
+
+TEST(Hpd, GroupMemberRecordsRootsProcess) {
+  group* users = getgrnam("users");
+  ASSERT_NE(users, nullptr) << "the test uses the standard 'users' group as hpd's group";
+  const std::string gid = std::to_string(users->gr_gid);
+  HpdStart start;
+  start.config = "group = users\n";
+  Hpd hpd(start);
+  Background roots({kCpuSplit, "30"});
+  const std::string out = hpd.out_dir() + "/member.json.gz";
+  const RunResult r =
+      run(as_nobody(hpctl(hpd, {"record", "--pid", std::to_string(roots.pid()), "-d", "2", "-o", out}), gid));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_GT(valid_profile_samples(out), 50u);
+  // Without the group, the same request is refused and names the configured group.
+  const RunResult refused =
+      run(as_nobody(hpctl(hpd, {"record", "--pid", std::to_string(roots.pid()), "-d", "1", "-o", out})));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("'users' group"), std::string::npos) << refused.err;
+}
+
+TEST(Hpd, MalformedRequestsGetErrorsAndHpdKeepsServing) {
+  Hpd hpd;
+  auto send_raw = [&](const std::string& bytes, bool half_close) {
+    const int fd = connect_unix(hpd.socket());
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+    if (half_close) shutdown(fd, SHUT_WR);
+    return fd;
+  };
+  auto frame = [](const std::string& payload) {
+    std::string f(4, '\0');
+    const uint32_t n = static_cast<uint32_t>(payload.size());
+    for (int i = 0; i < 4; ++i) f[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+    return f + payload;
+  };
+  struct Case {
+    std::string bytes;
+    const char* code;
+    bool half_close;
+  };
+  const std::vector<Case> cases = {
+      {frame("\x13\x37 garbage \xff"), "malformed", false},
+      {frame("{\"version\":1,\"type\":\"sta"), "malformed", false},
+      {frame("{\"version\":1,\"type\":\"status\"}").substr(0, 12), "truncated", true},
+      {std::string("\x10\x00", 2), "truncated", true},
+      {std::string("\xff\xff\xff\x7f", 4) + "x", "too_large", false},
+      {"GET / HTTP/1.1\r\n\r\n", "too_large", false},
+      {frame("{\"version\":1,\"type\":\"record\",\"args\":{\"pids\":\"1\"}}"), "bad_request", false},
+      {frame("{\"version\":1,\"type\":\"stop\",\"session\":\"x\"}"), "bad_request", false},
+      {frame("{\"version\":\"one\",\"type\":\"status\"}"), "bad_request", false},
+      {frame("{\"version\":99,\"type\":\"status\"}"), "unsupported_version", false},
+      {frame("{\"version\":1,\"type\":\"reboot\"}"), "unknown_type", false},
+      {frame("{\"version\":1,\"type\":\"record\",\"args\":{\"pids\":[1]}}"), "bad_request", false},  // no fd
+      {frame("{\"version\":1,\"type\":\"stop\",\"session\":999}"), "not_found", false},
+      {frame("{\"version\":1,\"type\":\"export\"}"), "unavailable", false},
+  };
+  for (const Case& c : cases) {
+    const int fd = send_raw(c.bytes, c.half_close);
+    json reply;
+    ASSERT_NO_THROW(reply = read_reply(fd)) << c.code;
+    EXPECT_EQ(reply["type"], "error") << reply.dump();
+    EXPECT_EQ(reply["code"], c.code) << reply.dump();
+    EXPECT_FALSE(reply["message"].get<std::string>().empty());
+    // After a recoverable error the same connection still answers.
+    if (std::string(c.code) != "truncated" && std::string(c.code) != "too_large") {
+      service::send_frame(fd, R"({"version":1,"type":"hello"})");
+      EXPECT_EQ(read_reply(fd)["type"], "hello") << c.code;
+    }
+    close(fd);
+  }
+  // A connection that sends half a frame and stalls does not hold up others.
+  const int stalled = send_raw(std::string("\x20\x00\x00\x00{", 5), false);
+  EXPECT_EQ(hpd.status()["type"], "status");
+  close(stalled);
+  // 64 connections opened and dropped at once.
+  std::vector<int> fds;
+  for (int i = 0; i < 64; ++i) fds.push_back(connect_unix(hpd.socket()));
+  for (const int fd : fds) close(fd);
+  EXPECT_EQ(hpd.status()["type"], "status");
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+TEST(Hpd, KilledClientEndsItsSessionAndFreesEverything) {
+  Hpd hpd;
+  Background target({kCpuSplit, "60"});
+  // One recording first, so that one-time setup (the backend check's BPF load) is in the baseline.
+  EXPECT_EQ(run(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-d", "1", "--no-report", "-q", "-o",
+                            hpd.out_dir() + "/warm.json.gz"}))
+                .exit_code,
+            0);
+  // Connections just closed (the warm-up's, a status request's) take a moment to be reaped.
+  auto settled = [&hpd] {
+    Hpd::FdCounts last = hpd.fd_counts();
+    for (int stable = 0, i = 0; stable < 10 && i < 150; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const Hpd::FdCounts now = hpd.fd_counts();
+      stable = now.total == last.total ? stable + 1 : 0;
+      last = now;
+    }
+    return last;
+  };
+  const Hpd::FdCounts before = settled();
+  {
+    Background client(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-o", hpd.out_dir() + "/k.json.gz"}));
+    ASSERT_EQ(wait_sessions(hpd, 1).size(), 1u) << hpd.log();
+    wait_samples(hpd);
+    const Hpd::FdCounts during = hpd.fd_counts();
+    EXPECT_GT(during.bpf_prog + during.perf_event, before.bpf_prog + before.perf_event)
+        << "the session holds kernel objects";
+    kill(client.pid(), SIGKILL);
+    client.wait();
+  }
+  EXPECT_EQ(wait_sessions(hpd, 0).size(), 0u) << hpd.log();
+  EXPECT_TRUE(hpd.wait_log("the client went away", 10)) << hpd.log();
+  // The connection thread closes its socket right after the session is removed.
+  const Hpd::FdCounts after = settled();
+  EXPECT_EQ(after.total, before.total);
+  EXPECT_EQ(after.bpf_prog, before.bpf_prog);
+  EXPECT_EQ(after.bpf_map, before.bpf_map);
+  EXPECT_EQ(after.bpf_link, before.bpf_link);
+  EXPECT_EQ(after.perf_event, before.perf_event);
+  // bpftool sees no program or map owned by hpd any more.
+  const RunResult progs = run({"bpftool", "-j", "prog", "show"});
+  const RunResult maps = run({"bpftool", "-j", "map", "show"});
+  for (const RunResult* r : {&progs, &maps}) {
+    ASSERT_EQ(r->exit_code, 0) << r->err;
+    for (const json& object : json::parse(r->out)) {
+      if (!object.contains("pids")) continue;
+      for (const json& owner : object["pids"]) EXPECT_NE(owner["pid"].get<int>(), hpd.pid()) << object.dump();
+    }
+  }
+}
+
+TEST(Hpd, TargetExitingMidSessionStillGivesAProfile) {
+  Hpd hpd;
+  Background target({kCpuSplit, "2"});
+  const std::string out = hpd.out_dir() + "/exits.json.gz";
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult r =
+      run(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-d", "60", "--no-report", "-o", out}));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_LT(seconds, 40) << "the session ends when its target exits, not at -d 60";
+  EXPECT_GT(valid_profile_samples(out), 50u);
+}
+
+TEST(Hpd, SigtermWithARunningSessionDeliversTheProfile) {
+  Hpd hpd;
+  Background target({kCpuSplit, "60"});
+  const std::string out = hpd.out_dir() + "/term.json.gz";
+  const std::string err = hpd.out_dir() + "/term.err";
+  Background client({"sh", "-c",
+                     "exec \"$0\" --socket \"$1\" --daemon record --no-report --pid \"$2\" -o \"$3\" 2>\"$4\"",
+                     kHpctl, hpd.socket(), std::to_string(target.pid()), out, err});
+  wait_samples(hpd);
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+  EXPECT_EQ(client.wait(), 0) << std::ifstream(err).rdbuf();
+  EXPECT_GT(valid_profile_samples(out), 50u);
+  EXPECT_TRUE(hpd.wait_notify("STOPPING=1", 1));
+}
+
+TEST(Hpd, CtrlCInTheClientStopsAndStillWritesTheProfile) {
+  Hpd hpd;
+  Background target({kCpuSplit, "60"});
+  const std::string out = hpd.out_dir() + "/int.json.gz";
+  Background client(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-o", out}));
+  wait_samples(hpd);
+  kill(client.pid(), SIGINT);
+  EXPECT_EQ(client.wait(), 0);
+  EXPECT_GT(valid_profile_samples(out), 50u);
+}
+
+TEST(Hpd, StopByIdOwnerAndOthers) {
+  Hpd hpd;
+  Background target(as_nobody({kCpuSplit, "60"}));
+  const std::string out = hpd.out_dir() + "/stop.json.gz";
+  Background client(as_nobody(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-o", out})));
+  const json sessions = wait_sessions(hpd, 1);
+  ASSERT_EQ(sessions.size(), 1u);
+  const std::string id = std::to_string(sessions[0]["id"].get<uint64_t>());
+  // Another unprivileged uid may neither see nor stop it.
+  const RunResult other = run({"setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", kHpctl, "--socket",
+                               hpd.socket(), "stop", id});
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("only its owner, root and the 'hpd' group may stop it"), std::string::npos) << other.err;
+  const RunResult list = run({"setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", kHpctl, "--socket",
+                              hpd.socket(), "sessions"});
+  EXPECT_NE(list.out.find("no sessions"), std::string::npos) << list.out;
+  const RunResult mine = run(as_nobody({kHpctl, "--socket", hpd.socket(), "sessions"}));
+  EXPECT_NE(mine.out.find("pid " + std::to_string(target.pid())), std::string::npos) << mine.out;
+  const RunResult stop = run(as_nobody({kHpctl, "--socket", hpd.socket(), "stop", id}));
+  EXPECT_EQ(stop.exit_code, 0) << stop.err;
+  EXPECT_EQ(client.wait(), 0);
+  EXPECT_GT(valid_profile_samples(out), 10u);
+}
+
+TEST(Hpd, SighupAppliesMaxSessionsAndKeepsOldConfigOnErrors) {
+  HpdStart start;
+  start.config = "max_sessions = 1\n";
+  Hpd hpd(start);
+  Background target({kCpuSplit, "60"});
+  Background first(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-o",
+                               hpd.out_dir() + "/a.json.gz"}));
+  ASSERT_EQ(wait_sessions(hpd, 1).size(), 1u);
+  const std::vector<std::string> second =
+      hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-d", "1", "-o",
+                  hpd.out_dir() + "/b.json.gz"});
+  const RunResult refused = run(second);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("maximum of 1 sessions (max_sessions in hpd.conf)"), std::string::npos) << refused.err;
+
+  std::ofstream(hpd.config_path()) << "max_sessions = 2\nmax_sesions = 3\n";
+  hpd.signal(SIGHUP);
+  EXPECT_TRUE(hpd.wait_log("keeping the old configuration", 10)) << hpd.log();
+  EXPECT_NE(hpd.log().find(":2: unknown key 'max_sesions'"), std::string::npos);
+  EXPECT_EQ(hpd.status()["max_sessions"], 1);
+
+  std::ofstream(hpd.config_path()) << "max_sessions = 2\n";
+  hpd.signal(SIGHUP);
+  EXPECT_TRUE(hpd.wait_log("configuration reloaded (max_sessions 2)", 10)) << hpd.log();
+  EXPECT_EQ(hpd.status()["max_sessions"], 2);
+  const RunResult accepted = run(second);
+  EXPECT_EQ(accepted.exit_code, 0) << accepted.err;
+  EXPECT_EQ(hpd.terminate(), 0);
+  EXPECT_EQ(first.wait(), 0);
+}
+
+TEST(Hpd, LimitsOfFrequencyDurationAndMemory) {
+  HpdStart start;
+  start.config = "max_frequency_hz = 2000\nmax_duration_s = 2\nmax_session_memory_mb = 1\n";
+  Hpd hpd(start);
+  Background target({kCpuSplit, "60"});
+  const std::string pid = std::to_string(target.pid());
+  const RunResult fast = run(hpctl(hpd, {"record", "--pid", pid, "-F", "5000", "-o", hpd.out_dir() + "/f.json"}));
+  EXPECT_NE(fast.exit_code, 0);
+  EXPECT_NE(fast.err.find("above this hpd's limit of 2000 Hz"), std::string::npos) << fast.err;
+  // Open-ended: cut to max_duration_s.
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult open = run(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-o", hpd.out_dir() + "/o.json"}));
+  EXPECT_EQ(open.exit_code, 0) << open.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30);
+  // A profile beyond 1 MiB: dwarf stack copies do not count, but 2000 Hz of samples and stacks soon do.
+  HpdStart big;
+  big.config = "max_session_memory_mb = 1\n";
+  Hpd hpd2(big);
+  const RunResult memory = run(hpctl(hpd2, {"record", "--no-report", "--pid", pid, "-F", "10000", "-d", "60",
+                                            "--call-graph", "dwarf", "-o", hpd2.out_dir() + "/m.json"}));
+  EXPECT_EQ(memory.exit_code, 0) << memory.err;
+  EXPECT_NE(memory.err.find("outgrew max_session_memory_mb (1 MiB)"), std::string::npos) << memory.err;
+}
+
+TEST(Hpd, RunsWithOnlyTheUnitsCapabilities) {
+  HpdStart start;
+  // The bounding set of packaging/systemd/hpd.service.
+  start.wrapper = {"setpriv", "--inh-caps=-all",
+                   "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog"};
+  Hpd hpd(start);
+  const json status = hpd.status();
+  EXPECT_TRUE(status["backends"]["bpf"]["available"].get<bool>()) << status.dump();
+  Background target(as_nobody({kCpuSplit, "30"}));
+  const std::string out = hpd.out_dir() + "/caps.json.gz";
+  const RunResult r = run(hpctl(hpd, {"record", "--no-report", "--backend", "bpf", "--pid",
+                                      std::to_string(target.pid()), "-d", "2", "-o", out}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_GT(valid_profile_samples(out), 50u);
+  const RunResult perf = run(hpctl(hpd, {"record", "--no-report", "--backend", "perf", "--pid",
+                                         std::to_string(target.pid()), "-d", "1", "-o", out}));
+  EXPECT_EQ(perf.exit_code, 0) << perf.err;
+}
+
+TEST(Hpctl, FallsBackToLocalWithoutADaemonAndSaysSo) {
+  char tmpl[] = "/tmp/hpctl-local-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string out = std::string(tmpl) + "/l.json.gz";
+  const RunResult r = run({kHpctl, "--socket", std::string(tmpl) + "/none.sock", "record", "--no-report", "-o", out,
+                           "--", kCpuSplit, "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("recorded locally"), std::string::npos) << r.err;
+  const RunResult forced =
+      run({kHpctl, "--socket", std::string(tmpl) + "/none.sock", "--daemon", "record", "-o", out, "--", kCpuSplit, "1"});
+  EXPECT_NE(forced.exit_code, 0);
+  EXPECT_NE(forced.err.find("cannot reach hpd at"), std::string::npos) << forced.err;
+  std::filesystem::remove_all(tmpl);
+}
+
+}  // namespace
+}  // namespace hpd::test

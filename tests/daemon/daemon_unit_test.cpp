@@ -1,0 +1,409 @@
+// Unit tests of the hpd service's parts: protocol parsing and frames, RecordArgs as JSON, the
+// configuration file, access rules, systemd notification and socket activation.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "hpd/service/access.h"
+#include "hpd/service/config.h"
+#include "hpd/service/protocol.h"
+#include "hpd/service/server.h"
+#include "hpd/service/systemd.h"
+#include "record_args_json.h"
+
+namespace hpd::service {
+namespace {
+
+using nlohmann::json;
+
+ErrorCode parse_error(const std::string& text) {
+  try {
+    parse_request(text);
+  } catch (const ProtocolError& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "parsed without error: " << text;
+  return ErrorCode::kInternal;
+}
+
+TEST(Protocol, ParsesEveryRequestType) {
+  EXPECT_EQ(parse_request(R"({"version":1,"type":"hello","client":"hpctl 9"})").client, "hpctl 9");
+  EXPECT_EQ(parse_request(R"({"version":1,"type":"status"})").type, RequestType::kStatus);
+  EXPECT_EQ(parse_request(R"({"version":1,"type":"sessions"})").type, RequestType::kSessions);
+  const Request stop = parse_request(R"({"version":1,"type":"stop","session":12})");
+  EXPECT_EQ(stop.type, RequestType::kStop);
+  EXPECT_EQ(stop.session, 12u);
+  const Request exp = parse_request(R"({"version":1,"type":"export","since":"10m"})");
+  EXPECT_EQ(exp.type, RequestType::kExport);
+  EXPECT_NE(exp.text.find("10m"), std::string::npos);
+  const Request record = parse_request(
+      R"({"version":1,"type":"record","fd":true,"launched_command":["./a","b"],
+          "args":{"pids":[42],"frequency_hz":99,"output":"x.hpr","all":false,"future_field":[1,2]}})");
+  EXPECT_EQ(record.type, RequestType::kRecord);
+  EXPECT_TRUE(record.record_has_fd);
+  ASSERT_EQ(record.record.pids.size(), 1u);
+  EXPECT_EQ(record.record.pids[0], 42);
+  EXPECT_EQ(record.record.frequency_hz, 99u);
+  EXPECT_EQ(record.record.output, "x.hpr");
+  EXPECT_EQ(record.record.event, "task-clock");  // absent: the default
+  EXPECT_EQ(record.launched_command, (std::vector<std::string>{"./a", "b"}));
+}
+
+TEST(Protocol, RefusesBadMessagesWithTheirCode) {
+  EXPECT_EQ(parse_error("\x01\x02garbage"), ErrorCode::kMalformed);
+  EXPECT_EQ(parse_error(""), ErrorCode::kMalformed);
+  EXPECT_EQ(parse_error("[1,2]"), ErrorCode::kMalformed);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"hel)"), ErrorCode::kMalformed);
+  EXPECT_EQ(parse_error("{\"version\":1,\"type\":\"\xff\xfe\"}"), ErrorCode::kMalformed);  // not UTF-8
+  EXPECT_EQ(parse_error(R"({"type":"status"})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":"1","type":"status"})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":2,"type":"status"})"), ErrorCode::kUnsupportedVersion);
+  EXPECT_EQ(parse_error(R"({"version":-1,"type":"status"})"), ErrorCode::kUnsupportedVersion);
+  EXPECT_EQ(parse_error(R"({"version":1})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":7})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"format_disk"})"), ErrorCode::kUnknownType);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"stop","session":-3})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record"})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":[]})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"pids":"42"}})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"pids":[-1e99]}})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"frequency_hz":-5}})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"frequency_hz":1e3}})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"frequency_hz":99999999999}})"),
+            ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"all":1}})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{},"fd":"yes"})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{},"launched_command":[1]})"),
+            ErrorCode::kBadRequest);
+  // The message names the field.
+  try {
+    parse_request(R"({"version":1,"type":"record","args":{"duration_s":"long"}})");
+    FAIL();
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("duration_s"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Protocol, ErrorMessagesCarryCodeAndText) {
+  const json j = json::parse(error_message(ErrorCode::kPermissionDenied, "no \xff way"));
+  EXPECT_EQ(j["version"], kProtocolVersion);
+  EXPECT_EQ(j["type"], "error");
+  EXPECT_EQ(j["code"], "permission_denied");
+  EXPECT_TRUE(j["message"].get<std::string>().starts_with("no "));
+}
+
+TEST(RecordArgsJson, RoundTripsEveryField) {
+  cli::RecordArgs args;
+  args.pids = {1, 2};
+  args.command = {"a", "b c"};
+  args.duration_s = 2.5;
+  args.frequency_hz = 123;
+  args.output = "o.json";
+  args.event = "cpu-clock";
+  args.kernel = "off";
+  args.backend = "perf";
+  args.all = true;
+  args.cgroup = "x";
+  args.off_cpu = "on";
+  args.off_cpu_min_us = 7;
+  args.no_follow_children = true;
+  args.call_graph = "dwarf";
+  args.stack_size = 4096;
+  args.mip = "off";
+  args.print_report = false;
+  args.report_limit = 3;
+  args.quiet = true;
+  const cli::RecordArgs back = cli::record_args_from_json(json::parse(cli::record_args_to_json(args).dump()));
+  EXPECT_EQ(back.pids, args.pids);
+  EXPECT_EQ(back.command, args.command);
+  EXPECT_DOUBLE_EQ(back.duration_s, 2.5);
+  EXPECT_EQ(back.frequency_hz, 123u);
+  EXPECT_EQ(back.output, "o.json");
+  EXPECT_EQ(back.event, "cpu-clock");
+  EXPECT_EQ(back.kernel, "off");
+  EXPECT_EQ(back.backend, "perf");
+  EXPECT_TRUE(back.all);
+  EXPECT_EQ(back.cgroup, "x");
+  EXPECT_EQ(back.off_cpu, "on");
+  EXPECT_EQ(back.off_cpu_min_us, 7u);
+  EXPECT_TRUE(back.no_follow_children);
+  EXPECT_EQ(back.call_graph, "dwarf");
+  EXPECT_EQ(back.stack_size, 4096u);
+  EXPECT_EQ(back.mip, "off");
+  EXPECT_FALSE(back.print_report);
+  EXPECT_EQ(back.report_limit, 3u);
+  EXPECT_TRUE(back.quiet);
+}
+
+TEST(RecordArgsJson, SummaryRoundTrips) {
+  cli::RecordSummary s;
+  s.mode = "daemon";
+  s.samples = 77;
+  s.seconds = 1.5;
+  s.lost_records = 3;
+  s.notes = {"a note"};
+  const cli::RecordSummary back = cli::record_summary_from_json(json::parse(cli::record_summary_to_json(s).dump()));
+  EXPECT_EQ(back.mode, "daemon");
+  EXPECT_EQ(back.samples, 77u);
+  EXPECT_DOUBLE_EQ(back.seconds, 1.5);
+  EXPECT_EQ(back.lost_records, 3u);
+  EXPECT_EQ(back.notes, s.notes);
+}
+
+TEST(Config, ParsesKeysCommentsAndUnits) {
+  const Config c = parse_config(
+      "# comment\n\n  max_sessions = 3   # trailing\nmax_duration_s=10m\nmax_frequency_hz = 500\n"
+      "max_session_memory_mb = 64\ncontinuous = on\ncontinuous_frequency = 49\ncontinuous_chunk_seconds = 30\n"
+      "continuous_max_age = 2d\ncontinuous_max_bytes = 512M\nstate_directory = /var/lib/x\n"
+      "group = wheel\nlog_level = debug\nsocket = /tmp/s.sock\r\n",
+      "t.conf");
+  EXPECT_EQ(c.max_sessions, 3u);
+  EXPECT_DOUBLE_EQ(c.max_duration_s, 600);
+  EXPECT_EQ(c.max_frequency_hz, 500u);
+  EXPECT_EQ(c.max_session_memory_mb, 64u);
+  EXPECT_TRUE(c.continuous);
+  EXPECT_EQ(c.continuous_frequency, 49u);
+  EXPECT_EQ(c.continuous_chunk_seconds, 30u);
+  EXPECT_EQ(c.continuous_max_age_s, 2u * 86400);
+  EXPECT_EQ(c.continuous_max_bytes, 512ull << 20);
+  EXPECT_EQ(c.state_directory, "/var/lib/x");
+  EXPECT_EQ(c.group, "wheel");
+  EXPECT_EQ(c.log_level, LogLevel::kDebug);
+  EXPECT_EQ(c.socket, "/tmp/s.sock");
+  EXPECT_EQ(parse_config("", "empty"), Config{});
+}
+
+TEST(Config, ReportsEveryProblemWithFileAndLine) {
+  try {
+    parse_config("max_sessions = 2\nmax_sesions = 3\nmax_sessions = -1\njust words\nmax_frequency_hz = 1e9\n"
+                 "continuous = maybe\nstate_directory = relative\nmax_duration_s = 5 parsecs\n",
+                 "/etc/hpd/hpd.conf");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    const auto& p = e.problems();
+    ASSERT_EQ(p.size(), 7u) << e.what();
+    EXPECT_TRUE(p[0].starts_with("/etc/hpd/hpd.conf:2: unknown key 'max_sesions'")) << p[0];
+    EXPECT_TRUE(p[1].starts_with("/etc/hpd/hpd.conf:3: bad value '-1' for max_sessions")) << p[1];
+    EXPECT_TRUE(p[2].starts_with("/etc/hpd/hpd.conf:4: expected `key = value`")) << p[2];
+    EXPECT_TRUE(p[3].starts_with("/etc/hpd/hpd.conf:5:")) << p[3];
+    EXPECT_TRUE(p[4].starts_with("/etc/hpd/hpd.conf:6:")) << p[4];
+    EXPECT_TRUE(p[5].starts_with("/etc/hpd/hpd.conf:7:")) << p[5];
+    EXPECT_TRUE(p[6].starts_with("/etc/hpd/hpd.conf:8:")) << p[6];
+  }
+  EXPECT_THROW(load_config("/nonexistent/hpd.conf"), ConfigError);
+}
+
+TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
+  const Config c = parse_config(
+      "max_sessions = 3\nmax_duration_s = 1.5\nmax_frequency_hz = 500\nmax_session_memory_mb = 64\n"
+      "continuous = on\ncontinuous_frequency = 49\ncontinuous_chunk_seconds = 30\ncontinuous_max_age = 2d\n"
+      "continuous_max_bytes = 512M\nstate_directory = /var/lib/x\ngroup = wheel\nlog_level = debug\n"
+      "socket = /tmp/s.sock\n",
+      "t.conf");
+  const std::string text = format_config(c);
+  EXPECT_EQ(parse_config(text, "formatted"), c) << text;
+  EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
+  // One line per key: every key of the parser, none twice (13 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 13) << text;
+  EXPECT_NE(text.find("continuous_max_age = 172800\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("log_level = debug\n"), std::string::npos) << text;
+}
+
+TEST(Config, DurationsAndSizes) {
+  double s = 0;
+  EXPECT_TRUE(parse_duration_s("90", s));
+  EXPECT_DOUBLE_EQ(s, 90);
+  EXPECT_TRUE(parse_duration_s("1.5h", s));
+  EXPECT_DOUBLE_EQ(s, 5400);
+  EXPECT_FALSE(parse_duration_s("h", s));
+  EXPECT_FALSE(parse_duration_s("-3", s));
+  EXPECT_FALSE(parse_duration_s("3w", s));
+  uint64_t b = 0;
+  EXPECT_TRUE(parse_size_bytes("4K", b));
+  EXPECT_EQ(b, 4096u);
+  EXPECT_TRUE(parse_size_bytes("2GiB", b));
+  EXPECT_EQ(b, 2ull << 30);
+  EXPECT_FALSE(parse_size_bytes("99999999999T", b));
+  EXPECT_FALSE(parse_size_bytes("", b));
+}
+
+TEST(Access, ParsesProcStatus) {
+  const StatusIds ids = parse_proc_status_ids(
+      "Name:\tbash\nUid:\t1000\t1001\t1000\t1000\nGid:\t100\t100\t100\t100\nGroups:\t4 24 27 1002 \n");
+  EXPECT_EQ(ids.uids, (std::vector<unsigned>{1000, 1001, 1000, 1000}));
+  EXPECT_EQ(ids.gids, (std::vector<unsigned>{100, 100, 100, 100}));
+  EXPECT_EQ(ids.groups, (std::vector<unsigned>{4, 24, 27, 1002}));
+  EXPECT_TRUE(parse_proc_status_ids("Groups:\n").groups.empty());
+  EXPECT_TRUE(parse_proc_status_ids("garbage").uids.empty());
+  EXPECT_FALSE(read_proc_status_ids(-5).has_value());
+}
+
+TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
+  const PeerCredentials nobody{1, 65534, 65534};
+  cli::RecordArgs args;
+  args.all = true;
+  AccessDecision d = check_record_access(nobody, false, "hpd", args);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_NE(d.reason.find("--all"), std::string::npos);
+  EXPECT_NE(d.reason.find("add you to the 'hpd' group"), std::string::npos);
+  args = {};
+  args.cgroup = "/sys/fs/cgroup";
+  EXPECT_FALSE(check_record_access(nobody, false, "hpd", args).allowed);
+  args = {};
+  args.pids = {getpid()};  // this test runs as root
+  d = check_record_access(nobody, false, "hpd", args);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_NE(d.reason.find("may only record your own processes"), std::string::npos) << d.reason;
+  const PeerCredentials me{getpid(), getuid(), getgid()};
+  EXPECT_TRUE(check_record_access(me, false, "hpd", args).allowed);
+  args.pids = {0x7ffffff0};
+  EXPECT_NE(check_record_access(me, false, "hpd", args).reason.find("no process"), std::string::npos);
+  args = {};
+  args.all = true;
+  EXPECT_TRUE(check_record_access(nobody, true, "hpd", args).allowed);
+  EXPECT_TRUE(is_privileged_peer(PeerCredentials{getpid(), 0, 0}, "no-such-group-hpd-test"));
+  EXPECT_FALSE(is_privileged_peer(PeerCredentials{0, 65534, 65534}, "no-such-group-hpd-test"));
+}
+
+class SocketPair : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds_), 0); }
+  void TearDown() override {
+    if (fds_[0] >= 0) close(fds_[0]);
+    if (fds_[1] >= 0) close(fds_[1]);
+  }
+  int fds_[2] = {-1, -1};
+};
+
+TEST_F(SocketPair, FramesCarryPayloadAndDescriptor) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  send_frame(fds_[0], "{\"a\":1}", pipe_fds[1]);
+  send_frame(fds_[0], "second");
+  close(pipe_fds[1]);
+  Frame frame;
+  ASSERT_EQ(read_frame(fds_[1], frame, 1000), ReadResult::kFrame);
+  EXPECT_EQ(frame.payload, "{\"a\":1}");
+  ASSERT_EQ(frame.fd_count(), 1u);
+  const int received = frame.take_fd();
+  ASSERT_GE(received, 0);
+  ASSERT_EQ(write(received, "x", 1), 1);  // the received descriptor is the pipe's write end
+  close(received);
+  char c = 0;
+  ASSERT_EQ(read(pipe_fds[0], &c, 1), 1);
+  EXPECT_EQ(c, 'x');
+  close(pipe_fds[0]);
+  ASSERT_EQ(read_frame(fds_[1], frame, 1000), ReadResult::kFrame);
+  EXPECT_EQ(frame.payload, "second");
+  EXPECT_EQ(frame.fd_count(), 0u);
+  close(fds_[0]);
+  fds_[0] = -1;
+  EXPECT_EQ(read_frame(fds_[1], frame, 1000), ReadResult::kClosed);
+}
+
+TEST_F(SocketPair, TruncatedAndOversizedFramesAreErrors) {
+  const unsigned char header[4] = {100, 0, 0, 0};
+  ASSERT_EQ(write(fds_[0], header, 4), 4);
+  ASSERT_EQ(write(fds_[0], "short", 5), 5);
+  shutdown(fds_[0], SHUT_WR);
+  Frame frame;
+  try {
+    read_frame(fds_[1], frame, 1000);
+    FAIL();
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTruncated);
+  }
+}
+
+TEST_F(SocketPair, StalledFrameTimesOut) {
+  ASSERT_EQ(write(fds_[0], "\x02\x00", 2), 2);
+  Frame frame;
+  try {
+    read_frame(fds_[1], frame, 200);
+    FAIL();
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTruncated);
+  }
+}
+
+TEST_F(SocketPair, OversizedFrameIsRefusedBeforeReading) {
+  const unsigned char header[4] = {0xff, 0xff, 0xff, 0x7f};
+  ASSERT_EQ(write(fds_[0], header, 4), 4);
+  Frame frame;
+  try {
+    read_frame(fds_[1], frame, 1000);
+    FAIL();
+  } catch (const ProtocolError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTooLarge);
+  }
+  EXPECT_THROW(send_frame(fds_[0], std::string(kMaxMessageBytes + 1, 'x')), std::system_error);
+}
+
+TEST(Systemd, NotifiesAbstractAndPathSockets) {
+  for (const bool abstract : {true, false}) {
+    const std::string name = abstract ? "@hpd-unit-test-" + std::to_string(getpid())
+                                      : "/tmp/hpd-unit-notify-" + std::to_string(getpid());
+    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, name.data(), name.size());
+    socklen_t length = offsetof(sockaddr_un, sun_path) + name.size();
+    if (abstract) addr.sun_path[0] = '\0';
+    else length += 1;
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), length), 0) << strerror(errno);
+    setenv("NOTIFY_SOCKET", name.c_str(), 1);
+    setenv("WATCHDOG_USEC", "4000000", 1);
+    unsetenv("WATCHDOG_PID");
+    {
+      SystemdNotifier notifier;
+      EXPECT_TRUE(notifier.enabled());
+      EXPECT_EQ(notifier.watchdog_usec(), 4000000u);
+      EXPECT_TRUE(notifier.notify("READY=1\nSTATUS=ok"));
+    }
+    char buffer[64] = {};
+    const ssize_t n = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    EXPECT_EQ(std::string(buffer, n > 0 ? n : 0), "READY=1\nSTATUS=ok");
+    close(fd);
+    if (!abstract) unlink(name.c_str());
+  }
+  setenv("WATCHDOG_PID", "1", 1);  // another process's watchdog
+  EXPECT_EQ(SystemdNotifier().watchdog_usec(), 0u);
+  unsetenv("NOTIFY_SOCKET");
+  unsetenv("WATCHDOG_USEC");
+  unsetenv("WATCHDOG_PID");
+  EXPECT_FALSE(SystemdNotifier().notify("READY=1"));
+}
+
+TEST(Systemd, ActivationSocketOnlyForThisProcess) {
+  setenv("LISTEN_PID", "1", 1);
+  setenv("LISTEN_FDS", "1", 1);
+  EXPECT_EQ(take_activation_socket(), -1);
+  EXPECT_EQ(getenv("LISTEN_FDS"), nullptr);  // consumed either way
+  EXPECT_EQ(take_activation_socket(), -1);
+}
+
+TEST(Memory, EstimateGrowsWithTheProfile) {
+  RawProfile p;
+  const uint64_t empty = estimate_profile_bytes(p);
+  for (int i = 0; i < 10000; ++i) {
+    const uint64_t user[3] = {uint64_t(i), uint64_t(i) + 1, 7};
+    RawSample s;
+    s.stack = p.stacks.intern({}, user);
+    p.samples.push_back(s);
+  }
+  const uint64_t full = estimate_profile_bytes(p);
+  EXPECT_GT(full, empty + 10000 * (sizeof(RawSample) + 3 * 8));
+  EXPECT_LT(full, 10000u * 400);
+}
+
+}  // namespace
+}  // namespace hpd::service
