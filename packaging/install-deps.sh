@@ -12,6 +12,10 @@ PACKAGES=(
   # tools the tests compare against or drive
   linux-perf binutils elfutils procps util-linux bc xz-utils libc6-dbg debuginfod
   protobuf-compiler mandoc
+  # bench/calls_bench.sh compares the call counter with uftrace and the uprobe floor (bpftrace)
+  uftrace bpftrace
+  # the Debian package: dpkg-shlibdeps for its Depends, lintian to check it
+  lintian dpkg-dev
 )
 
 if [ "$(id -u)" -ne 0 ]; then
