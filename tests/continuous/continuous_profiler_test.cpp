@@ -135,12 +135,17 @@ TEST_F(ContinuousTest, ChunksExpireBySizeThenByAge) {
   ContinuousProfiler profiler(o);
   profiler.start();
   ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= 2; })) << profiler.stats().last_error;
-  uint64_t largest = 0;
-  for (const ChunkFile& c : scan_store(o.dir).chunks) largest = std::max(largest, c.bytes);
+  uint64_t largest = 0, total = 0;
+  for (const ChunkFile& c : scan_store(o.dir).chunks) {
+    largest = std::max(largest, c.bytes);
+    total += c.bytes;
+  }
   ASSERT_GT(largest, 0u);
 
-  // Room for about two chunks (their size varies with what ran); takes effect after the next chunk.
-  o.max_bytes = largest * 5 / 2;
+  // One byte less than the chunks on disk now: the next retention pass must remove the oldest,
+  // however the later chunks' sizes vary with what ran (the first chunk is often the largest, so a
+  // limit in multiples of it could fit every later chunk). Takes effect after the next chunk.
+  o.max_bytes = total - 1;
   profiler.reconfigure(o);
   const uint64_t written = profiler.stats().chunks_written;
   ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= written + 4; }))

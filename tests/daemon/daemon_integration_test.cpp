@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -169,6 +170,28 @@ TEST(Hpd, UnprivilegedUserRecordsOnlyOwnProcesses) {
   const RunResult cgroup = run(as_nobody(hpctl(hpd, {"record", "--cgroup", "/", "-d", "1", "-o", refused_out})));
   EXPECT_NE(cgroup.exit_code, 0);
   EXPECT_NE(cgroup.err.find("(--cgroup) is reserved"), std::string::npos) << cgroup.err;
+}
+
+TEST(Hpd, UnprivilegedSessionThatExecsASetuidProgramIsDiscarded) {
+  Hpd hpd;
+  // su is set-user-ID root on Debian; fed a password through a pipe that stays open, it waits with
+  // euid 0 for about as long as the pipe does. The session must end and hand over nothing.
+  struct stat su {};
+  ASSERT_EQ(stat("/usr/bin/su", &su), 0);
+  ASSERT_NE(su.st_mode & S_ISUID, 0u) << "the test needs a set-user-ID program";
+  const std::string out = hpd.out_dir() + "/setuid.json.gz";
+  const std::string script = "sleep 2 | /usr/bin/su root -c true >/dev/null 2>&1; exec " + kCpuSplit + " 1";
+  const RunResult r = run(as_nobody(hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script})));
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("the recording was stopped and discarded"), std::string::npos) << r.err << hpd.log();
+  EXPECT_TRUE(r.err.find("now runs as uid 0 (real uid 65534)") != std::string::npos ||
+              r.err.find("/usr/bin/su, a set-user-ID program of uid 0") != std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out)) << "nothing recorded is handed over";
+  // The same command recorded by root keeps its profile.
+  const RunResult root = run(hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script}));
+  EXPECT_EQ(root.exit_code, 0) << root.err;
+  EXPECT_GT(valid_profile_samples(out), 10u);
 }
 
 TEST(Hpd, GroupMemberRecordsRootsProcess) {

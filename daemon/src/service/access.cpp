@@ -4,6 +4,8 @@
 #include <grp.h>
 #include <pwd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 
 #include <algorithm>
 #include <fstream>
@@ -123,6 +125,36 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
     }
   }
   return {true, ""};
+}
+
+std::string privilege_gained(const PeerCredentials& peer, const RawProfile& profile) {
+  for (const RawProcess& process : profile.processes) {
+    const std::string who = "process " + std::to_string(process.pid) + " (" + process.name + ")";
+    if (process.end_ns == 0) {
+      if (const auto ids = read_proc_status_ids(process.pid); ids && ids->uids.size() >= 2 &&
+                                                            (ids->uids[0] != peer.uid || ids->uids[1] != peer.uid)) {
+        return who + " now runs as uid " + std::to_string(ids->uids[1]) + " (real uid " +
+               std::to_string(ids->uids[0]) + ")";
+      }
+    }
+    for (const RawMapping& mapping : process.mappings) {
+      if (mapping.module >= profile.modules.size()) continue;
+      const RawModule& module = profile.modules[mapping.module];
+      if (module.is_kernel || module.path.empty() || module.path.front() != '/') continue;
+      struct stat st {};
+      if (::stat(module.path.c_str(), &st) != 0) continue;
+      if ((st.st_mode & S_ISUID) != 0 && st.st_uid != peer.uid) {
+        return who + " executed " + module.path + ", a set-user-ID program of uid " + std::to_string(st.st_uid);
+      }
+      if ((st.st_mode & S_ISGID) != 0 && (st.st_mode & S_IXGRP) != 0 && st.st_gid != peer.gid) {
+        return who + " executed " + module.path + ", a set-group-ID program of gid " + std::to_string(st.st_gid);
+      }
+      if (::getxattr(module.path.c_str(), "security.capability", nullptr, 0) > 0) {
+        return who + " executed " + module.path + ", a program with file capabilities";
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace hpd::service

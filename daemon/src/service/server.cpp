@@ -569,6 +569,14 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     send(started);
   };
   bool memory_exceeded = false;
+  // An unprivileged peer may record only what runs as itself: a target that gains privileges (a
+  // set-user-ID exec) ends the session, and nothing recorded is handed over.
+  std::string privilege_reason;
+  auto check_privileges = [&](const RawProfile& raw) {
+    if (privileged_ || !privilege_reason.empty()) return;
+    privilege_reason = privilege_gained(peer_, raw);
+    if (!privilege_reason.empty()) session->stop.store(true);
+  };
   try {
     cli::RecordingOutput output(args, fd);
     options.stop = &session->stop;
@@ -579,6 +587,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
         memory_exceeded = true;
         session->stop.store(true);
       }
+      check_privileges(raw);
       announce();
     };
     output.attach(options);
@@ -599,6 +608,18 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     session->lost.store(result.profile.lost.lost_records);
     if (client_gone.load()) {
       output.abandon();
+      return;
+    }
+    check_privileges(result.profile);
+    if (!privilege_reason.empty()) {
+      output.abandon();
+      log_warning("session " + std::to_string(session->id) + " discarded: " + privilege_reason);
+      replied.store(true);
+      send_error(ErrorCode::kPermissionDenied,
+                 "the recording was stopped and discarded: " + privilege_reason +
+                     "; you (uid " + std::to_string(peer_.uid) +
+                     ") may record only processes that run as you; ask an administrator to add you to the '" +
+                     group_ + "' group");
       return;
     }
     if (!launched.empty()) {

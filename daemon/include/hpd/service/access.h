@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "hpd/model/raw_profile.h"
 
 namespace hpd::service {
 
@@ -45,5 +46,12 @@ struct AccessDecision {
 // processes whose real and effective uid are the peer's, never --all or --cgroup.
 AccessDecision check_record_access(const PeerCredentials& peer, bool privileged, const std::string& group,
                                    const cli::RecordArgs& args);
+
+// For a session of an unprivileged peer: why a recorded process is no longer the peer's to record,
+// or "" when every one still is. A process that executed a set-user-ID or set-group-ID program, or one
+// with file capabilities, gains privileges the peer lacks: it is caught while alive by its real and
+// effective uid, and afterwards by the executable files it mapped (so one that ran briefly and exited
+// between two checks is caught too).
+std::string privilege_gained(const PeerCredentials& peer, const RawProfile& profile);
 
 }  // namespace hpd::service
