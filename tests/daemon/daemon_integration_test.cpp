@@ -179,15 +179,19 @@ TEST(Hpd, UnprivilegedSessionThatExecsASetuidProgramIsDiscarded) {
   struct stat su {};
   ASSERT_EQ(stat("/usr/bin/su", &su), 0);
   ASSERT_NE(su.st_mode & S_ISUID, 0u) << "the test needs a set-user-ID program";
-  const std::string out = hpd.out_dir() + "/setuid.json.gz";
   const std::string script = "sleep 2 | /usr/bin/su root -c true >/dev/null 2>&1; exec " + kCpuSplit + " 1";
-  const RunResult r = run(as_nobody(hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script})));
-  EXPECT_NE(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("the recording was stopped and discarded"), std::string::npos) << r.err << hpd.log();
-  EXPECT_TRUE(r.err.find("now runs as uid 0 (real uid 65534)") != std::string::npos ||
-              r.err.find("/usr/bin/su, a set-user-ID program of uid 0") != std::string::npos)
-      << r.err;
-  EXPECT_FALSE(std::filesystem::exists(out)) << "nothing recorded is handed over";
+  // A Firefox profile is written at the end; a capture (.hpr) is streamed while recording.
+  for (const char* name : {"/setuid.json.gz", "/setuid.hpr"}) {
+    const std::string out = hpd.out_dir() + name;
+    const RunResult r = run(as_nobody(hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script})));
+    EXPECT_NE(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("the recording was stopped and discarded"), std::string::npos) << r.err << hpd.log();
+    EXPECT_TRUE(r.err.find("now runs as uid 0 (real uid 65534)") != std::string::npos ||
+                r.err.find("/usr/bin/su, a set-user-ID program of uid 0") != std::string::npos)
+        << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << name << ": nothing recorded is handed over";
+  }
+  const std::string out = hpd.out_dir() + "/setuid.json.gz";
   // The same command recorded by root keeps its profile.
   const RunResult root = run(hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script}));
   EXPECT_EQ(root.exit_code, 0) << root.err;

@@ -587,10 +587,16 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
         memory_exceeded = true;
         session->stop.store(true);
       }
-      check_privileges(raw);
       announce();
     };
     output.attach(options);
+    // Checked before the output's own flush (a streamed .hpr): once a target gained privileges,
+    // nothing more reaches the client's file.
+    options.on_flush = [inner = std::move(options.on_flush), &check_privileges,
+                        &privilege_reason](const RawProfile& raw) {
+      check_privileges(raw);
+      if (privilege_reason.empty()) inner(raw);
+    };
     options.on_progress = [&](const RecordProgress& p) {
       announce();
       session->samples.store(p.samples);
