@@ -15,7 +15,7 @@ struct RecordArgs {
   uint32_t frequency_hz = 999;
   std::string output = "profile.json.gz";
   std::string event = "task-clock";
-  std::string kernel = "auto";  // auto|on|off (--kernel / --no-kernel)
+  std::string kernel = "auto";   // auto|on|off (--kernel / --no-kernel)
   std::string backend = "auto";  // auto|bpf|perf
   bool all = false;
   std::string cgroup;
@@ -41,12 +41,12 @@ struct ReportArgs {
 };
 
 struct MipArgs {
-  int32_t pid = 0;                    // show: a live process
-  std::vector<std::string> files;     // show: one .mipraw; merge: several
-  std::string map;                    // the binary or .mipmap file for offline decoding
-  std::vector<std::string> mipmaps;   // live: MODULE=FILE overrides of a module's map
+  int32_t pid = 0;                   // show: a live process
+  std::vector<std::string> files;    // show: one .mipraw; merge: several
+  std::string map;                   // the binary or .mipmap file for offline decoding
+  std::vector<std::string> mipmaps;  // live: MODULE=FILE overrides of a module's map
   bool json = false;
-  std::string sort = "first-call";    // first-call|calls|name|address
+  std::string sort = "first-call";  // first-call|calls|name|address
   bool hide_never_called = false;
 };
 
@@ -59,9 +59,9 @@ struct SymbolizeArgs {
 };
 
 struct ConvertArgs {
-  std::string input;   // .hpr capture or Firefox JSON written by hpctl
-  std::string output;  // "-" = stdout (collapsed, report)
-  std::string format;  // firefox|pprof|collapsed|report; "" = from the output's suffix
+  std::string input;               // .hpr capture or Firefox JSON written by hpctl
+  std::string output;              // "-" = stdout (collapsed, report)
+  std::string format;              // firefox|pprof|collapsed|report; "" = from the output's suffix
   std::string weight = "samples";  // collapsed: samples|cpu|wall
   bool per_thread = false;         // collapsed: a process;thread root per stack
   std::vector<std::string> debug_dirs;

@@ -7,11 +7,11 @@
 #include <string>
 
 #include "commands.h"
+#include "convert_output.h"
 #include "hpd/export/collapsed.h"
 #include "hpd/export/firefox.h"
 #include "hpd/export/pprof.h"
 #include "hpd/export/report.h"
-#include "convert_output.h"
 #include "profile_input.h"
 
 namespace hpd::cli {

@@ -35,8 +35,9 @@ DaemonClient::DaemonClient(const std::string& socket_path) : path_(socket_path) 
     const int err = errno;
     ::close(fd_);
     fd_ = -1;
-    throw DaemonUnavailable("cannot reach hpd at " + path_ + ": " + std::strerror(err) +
-                            (err == ENOENT || err == ECONNREFUSED ? " (is hpd running? systemctl start hpd)" : ""));
+    throw DaemonUnavailable(
+        "cannot reach hpd at " + path_ + ": " + std::strerror(err) +
+        (err == ENOENT || err == ECONNREFUSED ? " (is hpd running? systemctl start hpd)" : ""));
   }
 }
 
@@ -90,7 +91,8 @@ std::optional<nlohmann::json> DaemonClient::receive(int timeout_ms) {
 nlohmann::json DaemonClient::request(nlohmann::json request, int timeout_ms) {
   send(std::move(request));
   auto reply = receive(timeout_ms);
-  if (!reply) throw DaemonUnavailable("hpd did not answer within " + std::to_string(timeout_ms / 1000) + " s");
+  if (!reply)
+    throw DaemonUnavailable("hpd did not answer within " + std::to_string(timeout_ms / 1000) + " s");
   return *reply;
 }
 

@@ -17,7 +17,8 @@ class DaemonUnavailable : public std::runtime_error {
 // hpd answered with an error reply; what() is its message.
 class DaemonError : public std::runtime_error {
  public:
-  DaemonError(std::string code, const std::string& message) : std::runtime_error(message), code_(std::move(code)) {}
+  DaemonError(std::string code, const std::string& message)
+      : std::runtime_error(message), code_(std::move(code)) {}
   [[nodiscard]] const std::string& code() const { return code_; }
 
  private:

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
 
   hpd::cli::DaemonArgs daemon;
   app.add_option("--socket", daemon.socket, "The hpd socket (default: $HPD_SOCKET or /run/hpd/hpd.sock)");
-  auto* use_daemon = app.add_flag("--daemon{daemon}", daemon.mode, "Record through hpd; fail when it does not answer");
+  auto* use_daemon =
+      app.add_flag("--daemon{daemon}", daemon.mode, "Record through hpd; fail when it does not answer");
   auto* use_local = app.add_flag("--local{local}", daemon.mode, "Record in this process, not through hpd");
   use_daemon->excludes(use_local);
 
@@ -27,21 +28,23 @@ int main(int argc, char** argv) {
       "record", "Record a running process (--pid) or a command (after --), then write a profile");
   record->add_option("-p,--pid", rec.pids, "Process to record with all its threads (repeatable)")
       ->check(CLI::PositiveNumber);
-  record->add_option("-d,--duration", rec.duration_s,
-                     "Seconds to record; default: until the target exits or Ctrl-C")
+  record
+      ->add_option("-d,--duration", rec.duration_s,
+                   "Seconds to record; default: until the target exits or Ctrl-C")
       ->check(CLI::NonNegativeNumber);
   record->add_option("-F,--frequency", rec.frequency_hz, "Samples per second per thread (1..100000)")
       ->capture_default_str();
-  record->add_option("-o,--output", rec.output,
-                     "Output: a capture file when it ends in .hpr (convert it later), else a Firefox profile (gzip when .gz)")
+  record
+      ->add_option("-o,--output", rec.output,
+                   "Output: a capture file when it ends in .hpr (convert it later), else a Firefox profile "
+                   "(gzip when .gz)")
       ->capture_default_str();
   record->add_option("-e,--event", rec.event, "Sampling clock: task-clock (thread CPU time) or cpu-clock")
       ->check(CLI::IsMember({"task-clock", "cpu-clock"}))
       ->capture_default_str();
   record->add_flag("--kernel{on},--no-kernel{off}", rec.kernel,
                    "Capture kernel frames, or not (default: when permitted)");
-  record->add_option("-b,--backend", rec.backend,
-                     "auto (eBPF when permitted, else perf_event), bpf, or perf")
+  record->add_option("-b,--backend", rec.backend, "auto (eBPF when permitted, else perf_event), bpf, or perf")
       ->check(CLI::IsMember({"auto", "bpf", "perf"}))
       ->capture_default_str();
   record->add_flag("-a,--all", rec.all, "Record every process of the system (eBPF), one track per thread");
@@ -49,21 +52,25 @@ int main(int argc, char** argv) {
   record->add_flag("--off-cpu{on},--no-off-cpu{off}", rec.off_cpu,
                    "Record where threads wait off the CPU (default: on with eBPF, except with --all)");
   record->add_option("--off-cpu-min-us", rec.off_cpu_min_us, "Ignore off-CPU intervals shorter than this");
-  record->add_flag("--no-follow-children", rec.no_follow_children, "Do not record processes the targets fork");
-  record->add_option("--call-graph", rec.call_graph,
-                     "User stacks: fp (frame pointers), dwarf (stack copy unwound with CFI), or "
-                     "auto (dwarf when the program was built without frame pointers)")
+  record->add_flag("--no-follow-children", rec.no_follow_children,
+                   "Do not record processes the targets fork");
+  record
+      ->add_option("--call-graph", rec.call_graph,
+                   "User stacks: fp (frame pointers), dwarf (stack copy unwound with CFI), or "
+                   "auto (dwarf when the program was built without frame pointers)")
       ->check(CLI::IsMember({"auto", "fp", "dwarf"}))
       ->capture_default_str();
-  record->add_option("--stack-size", rec.stack_size,
-                     "dwarf: bytes of user stack copied per sample, a multiple of 8 up to 65528 (default 32768)");
+  record->add_option(
+      "--stack-size", rec.stack_size,
+      "dwarf: bytes of user stack copied per sample, a multiple of 8 up to 65528 (default 32768)");
   record->add_flag("--mip{on},--no-mip{off}", rec.mip,
                    "Read MIP call counts of every target (default: of targets with a __llvm_mipraw section)");
   record->add_flag("--calls", rec.calls,
                    "Count every call exactly through the targets' mcount/__fentry__ instrumentation "
                    "(-pg, -mfentry, -Zinstrument-mcount; eBPF uprobes)");
-  record->add_flag("--no-report", [&rec](int64_t) { rec.print_report = false; },
-                   "Do not print the report after recording");
+  record->add_flag(
+      "--no-report", [&rec](int64_t) { rec.print_report = false; },
+      "Do not print the report after recording");
   record->add_option("--limit", rec.report_limit, "Rows in the printed report")->capture_default_str();
   record->add_flag("-q,--quiet", rec.quiet, "No progress or summary on stderr");
   record->add_option("command", rec.command, "Command to launch and record (after --)");
@@ -71,7 +78,8 @@ int main(int argc, char** argv) {
 
   hpd::cli::ReportArgs rep;
   CLI::App* report = app.add_subcommand("report", "Print the functions that used the most CPU in a profile");
-  report->add_option("file", rep.input, "A capture (.hpr) or a profile written by hpctl (.json or .json.gz)")->required();
+  report->add_option("file", rep.input, "A capture (.hpr) or a profile written by hpctl (.json or .json.gz)")
+      ->required();
   report->add_flag("--json", rep.json, "Machine-readable JSON instead of a table");
   report->add_option("--limit", rep.limit, "Rows to print (0 = all)")->capture_default_str();
   report->add_option("--sort", rep.sort, "Order by self (exclusive) or total (inclusive)")
@@ -90,7 +98,8 @@ int main(int argc, char** argv) {
     cmd->add_flag("--hide-never-called", a.hide_never_called, "Leave out functions that were never called");
   };
   hpd::cli::MipArgs mip_show_args;
-  CLI::App* mip_show = mip->add_subcommand("show", "Counts of a live process (--pid) or of a .mipraw file (--map)");
+  CLI::App* mip_show =
+      mip->add_subcommand("show", "Counts of a live process (--pid) or of a .mipraw file (--map)");
   mip_show->add_option("-p,--pid", mip_show_args.pid, "Live process to snapshot")->check(CLI::PositiveNumber);
   mip_show->add_option("file", mip_show_args.files, "A dumped .mipraw file")->expected(0, 1);
   mip_show->add_option("--map", mip_show_args.map, "The instrumented binary or its .mipmap file (for FILE)");
@@ -98,71 +107,94 @@ int main(int argc, char** argv) {
                        "MODULE=FILE: a .mipmap for a live module whose own map was stripped (repeatable)");
   add_mip_output(mip_show, mip_show_args);
   hpd::cli::MipArgs mip_merge_args;
-  CLI::App* mip_merge = mip->add_subcommand("merge", "Add several .mipraw files of one binary into one profile");
+  CLI::App* mip_merge =
+      mip->add_subcommand("merge", "Add several .mipraw files of one binary into one profile");
   mip_merge->add_option("files", mip_merge_args.files, ".mipraw files")->required();
-  mip_merge->add_option("--map", mip_merge_args.map, "The instrumented binary or its .mipmap file")->required();
+  mip_merge->add_option("--map", mip_merge_args.map, "The instrumented binary or its .mipmap file")
+      ->required();
   add_mip_output(mip_merge, mip_merge_args);
 
   hpd::cli::SymbolizeArgs sym;
   CLI::App* symbolize = app.add_subcommand(
-      "symbolize", "Print the function, file:line:column and inline chain of addresses (like llvm-symbolizer)");
-  symbolize->add_option("--exe", sym.exe, "ELF file whose virtual addresses are given (as nm and objdump print them)");
+      "symbolize",
+      "Print the function, file:line:column and inline chain of addresses (like llvm-symbolizer)");
+  symbolize->add_option("--exe", sym.exe,
+                        "ELF file whose virtual addresses are given (as nm and objdump print them)");
   symbolize->add_option("-p,--pid", sym.pid, "Live process whose runtime addresses are given")
       ->check(CLI::PositiveNumber);
-  symbolize->add_option("addresses", sym.addresses, "Hex addresses (0x optional); none: read stdin, one per line");
+  symbolize->add_option("addresses", sym.addresses,
+                        "Hex addresses (0x optional); none: read stdin, one per line");
   symbolize->add_flag("--json", sym.json, "One JSON object per address (JSON Lines) instead of text");
   symbolize->add_flag("--no-inlines", sym.no_inlines, "Only the real function, at the innermost line");
 
   hpd::cli::ConvertArgs conv;
   CLI::App* convert = app.add_subcommand(
-      "convert", "Symbolize a capture (.hpr) or re-export a profile: Firefox JSON, pprof, collapsed stacks, report");
-  convert->add_option("input", conv.input, "A capture (.hpr) or a Firefox profile written by hpctl")->required();
-  convert->add_option("-o,--output", conv.output,
-                      "Output file; its suffix picks the format (.json.gz, .pb.gz, .collapsed); - = stdout")
+      "convert",
+      "Symbolize a capture (.hpr) or re-export a profile: Firefox JSON, pprof, collapsed stacks, report");
+  convert->add_option("input", conv.input, "A capture (.hpr) or a Firefox profile written by hpctl")
       ->required();
-  convert->add_option("-f,--format", conv.format, "firefox, pprof, collapsed or report (default: from the suffix)")
+  convert
+      ->add_option("-o,--output", conv.output,
+                   "Output file; its suffix picks the format (.json.gz, .pb.gz, .collapsed); - = stdout")
+      ->required();
+  convert
+      ->add_option("-f,--format", conv.format,
+                   "firefox, pprof, collapsed or report (default: from the suffix)")
       ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report"}));
   convert->add_option("--weight", conv.weight, "Collapsed stacks: samples, cpu (ns) or wall (ns)")
       ->check(CLI::IsMember({"samples", "cpu", "wall"}))
       ->capture_default_str();
-  convert->add_flag("--per-thread", conv.per_thread, "Collapsed stacks: start each stack with process;thread");
+  convert->add_flag("--per-thread", conv.per_thread,
+                    "Collapsed stacks: start each stack with process;thread");
   convert->add_option("--debug-dir", conv.debug_dirs,
                       "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
-  convert->add_flag("--no-debuginfod", conv.no_debuginfod, "Do not ask $DEBUGINFOD_URLS for missing binaries");
+  convert->add_flag("--no-debuginfod", conv.no_debuginfod,
+                    "Do not ask $DEBUGINFOD_URLS for missing binaries");
   convert->add_option("--limit", conv.limit, "Report: rows to print (0 = all)")->capture_default_str();
   convert->add_flag("-q,--quiet", conv.quiet, "No notes or summary on stderr");
 
   hpd::cli::ExportArgs exp;
   CLI::App* export_cmd = app.add_subcommand(
       "export", "Write a time window of hpd's continuous profile (its chunks on disk) as a profile");
-  export_cmd->add_option("--since", exp.since,
-                         "Start: a duration before now (30s, 10m, 2h, 1d), @UNIX_SECONDS or a UTC time "
-                         "(2025-03-14T09:26:53Z)")
+  export_cmd
+      ->add_option("--since", exp.since,
+                   "Start: a duration before now (30s, 10m, 2h, 1d), @UNIX_SECONDS or a UTC time "
+                   "(2025-03-14T09:26:53Z)")
       ->capture_default_str();
   export_cmd->add_option("--until", exp.until, "End, in the same forms (default: now)");
   export_cmd->add_option("-p,--pid", exp.pids, "Only this process (repeatable)")->check(CLI::PositiveNumber);
-  export_cmd->add_option("--comm", exp.comms, "Only processes with this name or executable file name (repeatable)");
+  export_cmd->add_option("--comm", exp.comms,
+                         "Only processes with this name or executable file name (repeatable)");
   export_cmd->add_option("--dir", exp.dir, "The chunk directory (hpd.conf's continuous directory)")
       ->capture_default_str();
-  export_cmd->add_option("-o,--output", exp.output.output,
-                         "Output file; its suffix picks the format (.json.gz, .pb.gz, .collapsed); - = stdout")
+  export_cmd
+      ->add_option("-o,--output", exp.output.output,
+                   "Output file; its suffix picks the format (.json.gz, .pb.gz, .collapsed); - = stdout")
       ->required();
-  export_cmd->add_option("-f,--format", exp.output.format, "firefox, pprof, collapsed or report (default: from the suffix)")
+  export_cmd
+      ->add_option("-f,--format", exp.output.format,
+                   "firefox, pprof, collapsed or report (default: from the suffix)")
       ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report"}));
   export_cmd->add_option("--weight", exp.output.weight, "Collapsed stacks: samples, cpu (ns) or wall (ns)")
       ->check(CLI::IsMember({"samples", "cpu", "wall"}))
       ->capture_default_str();
-  export_cmd->add_flag("--per-thread", exp.output.per_thread, "Collapsed stacks: start each stack with process;thread");
-  export_cmd->add_option("--debug-dir", exp.output.debug_dirs,
-                         "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
-  export_cmd->add_flag("--no-debuginfod", exp.output.no_debuginfod, "Do not ask $DEBUGINFOD_URLS for missing binaries");
-  export_cmd->add_option("--limit", exp.output.limit, "Report: rows to print (0 = all)")->capture_default_str();
+  export_cmd->add_flag("--per-thread", exp.output.per_thread,
+                       "Collapsed stacks: start each stack with process;thread");
+  export_cmd->add_option(
+      "--debug-dir", exp.output.debug_dirs,
+      "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
+  export_cmd->add_flag("--no-debuginfod", exp.output.no_debuginfod,
+                       "Do not ask $DEBUGINFOD_URLS for missing binaries");
+  export_cmd->add_option("--limit", exp.output.limit, "Report: rows to print (0 = all)")
+      ->capture_default_str();
   export_cmd->add_flag("-q,--quiet", exp.output.quiet, "No notes or summary on stderr");
 
   hpd::cli::StatusArgs status_args;
-  CLI::App* status = app.add_subcommand("status", "Show hpd: version, backends, sessions, samples, lost, memory");
+  CLI::App* status =
+      app.add_subcommand("status", "Show hpd: version, backends, sessions, samples, lost, memory");
   status->add_flag("--json", status_args.json, "The daemon's reply as JSON");
-  CLI::App* sessions = app.add_subcommand("sessions", "List hpd's recording sessions (yours, or all for root and hpd)");
+  CLI::App* sessions =
+      app.add_subcommand("sessions", "List hpd's recording sessions (yours, or all for root and hpd)");
   sessions->add_flag("--json", status_args.json, "The daemon's reply as JSON");
   uint64_t stop_id = 0;
   CLI::App* stop = app.add_subcommand("stop", "Stop an hpd session; its client still gets the profile");

@@ -80,7 +80,8 @@ void read_value(const json& v, const char* name, T& out) {
   } else if constexpr (std::is_integral_v<T>) {
     if (!v.is_number_integer()) bad(name, "an integer");
     const int64_t n = v.get<int64_t>();
-    if (n < std::numeric_limits<T>::min() || n > std::numeric_limits<T>::max()) bad(name, "a smaller integer");
+    if (n < std::numeric_limits<T>::min() || n > std::numeric_limits<T>::max())
+      bad(name, "a smaller integer");
     out = static_cast<T>(n);
   } else {
     // std::vector<E>

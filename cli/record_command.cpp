@@ -29,7 +29,9 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
-void on_stop_signal(int) { g_stop.store(true); }
+void on_stop_signal(int) {
+  g_stop.store(true);
+}
 
 }  // namespace
 
@@ -51,7 +53,8 @@ int run_record(const RecordArgs& args) {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   RecordResult result;
@@ -66,7 +69,8 @@ int run_record(const RecordArgs& args) {
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
-  progress.update(output.is_capture() ? "finishing " + args.output + "..." : "symbolizing and writing " + args.output + "...");
+  progress.update(output.is_capture() ? "finishing " + args.output + "..."
+                                      : "symbolizing and writing " + args.output + "...");
   const Profile profile = output.finish(result);
   progress.clear();
 

@@ -48,7 +48,8 @@ RecordOptions record_options_from_args(const RecordArgs& args) {
   }
   if (args.pids.empty() && args.command.empty() && !args.all && args.cgroup.empty()) {
     throw std::runtime_error(
-        "nothing to record: give --pid PID, --all, --cgroup PATH, or a command after -- (hpctl record -- ./app)");
+        "nothing to record: give --pid PID, --all, --cgroup PATH, or a command after -- (hpctl record -- "
+        "./app)");
   }
   RecordOptions options;
   options.pids = args.pids;
@@ -57,7 +58,9 @@ RecordOptions record_options_from_args(const RecordArgs& args) {
   options.frequency_hz = args.frequency_hz;
   options.event = args.event;
   options.kernel = parse_kernel(args.kernel);
-  options.backend = args.backend == "bpf" ? Backend::kBpf : args.backend == "perf" ? Backend::kPerf : Backend::kAuto;
+  options.backend = args.backend == "bpf"    ? Backend::kBpf
+                    : args.backend == "perf" ? Backend::kPerf
+                                             : Backend::kAuto;
   options.all_processes = args.all;
   options.cgroup = args.cgroup;
   options.off_cpu = args.off_cpu == "on" ? OffCpu::kOn : args.off_cpu == "off" ? OffCpu::kOff : OffCpu::kAuto;
@@ -83,7 +86,8 @@ void check_output_writable(const std::string& output) {
   fs::path dir = fs::path(output).parent_path();
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec)) {
-    throw std::runtime_error("cannot write '" + output + "': directory '" + dir.string() + "' does not exist");
+    throw std::runtime_error("cannot write '" + output + "': directory '" + dir.string() +
+                             "' does not exist");
   }
   std::string probe = (dir / (".hpctl-probe-XXXXXX")).string();
   int fd = mkstemp(probe.data());
@@ -102,8 +106,8 @@ std::string format_record_progress(const RecordProgress& p, bool open_ended) {
   char line[200];
   int n;
   if (!open_ended && p.duration_s > 0) {
-    n = std::snprintf(line, sizeof line, "recording: %.1f s of %.1f s, %llu samples", p.elapsed_s, p.duration_s,
-                      static_cast<unsigned long long>(p.samples));
+    n = std::snprintf(line, sizeof line, "recording: %.1f s of %.1f s, %llu samples", p.elapsed_s,
+                      p.duration_s, static_cast<unsigned long long>(p.samples));
   } else {
     n = std::snprintf(line, sizeof line, "recording: %.1f s, %llu samples", p.elapsed_s,
                       static_cast<unsigned long long>(p.samples));
@@ -124,7 +128,8 @@ bool is_gzip_output(const std::string& name) {
 
 RecordingOutput::RecordingOutput(const RecordArgs& args) : args_(args) {
   // A capture file (.hpr) is streamed while recording: a crash loses at most the last quarter second.
-  if (is_capture_output(args.output)) capture_ = std::make_unique<CaptureWriter>(args.output, capture_options());
+  if (is_capture_output(args.output))
+    capture_ = std::make_unique<CaptureWriter>(args.output, capture_options());
 }
 
 RecordingOutput::RecordingOutput(const RecordArgs& args, int fd) : args_(args), fd_(fd), from_fd_(true) {
@@ -200,7 +205,8 @@ size_t RecordingOutput::mip_snapshots_taken() const {
   return mip_ ? mip_->snapshots_taken() : 0;
 }
 
-RecordSummary summarize_recording(const RecordResult& result, const Profile& profile, const RecordingOutput& output) {
+RecordSummary summarize_recording(const RecordResult& result, const Profile& profile,
+                                  const RecordingOutput& output) {
   RecordSummary s;
   const auto& info = result.profile.info;
   s.samples = result.profile.samples.size();
@@ -239,18 +245,20 @@ void print_record_summary(const RecordArgs& args, const RecordSummary& s) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(args.output, ec);
   std::fprintf(stderr, "hpctl: %llu samples from %llu threads in %.2f s (%s backend, %s)",
-               static_cast<unsigned long long>(s.samples), static_cast<unsigned long long>(s.threads), s.seconds,
-               s.backend.c_str(), s.mode == "daemon" ? "recorded by hpd" : "recorded locally");
+               static_cast<unsigned long long>(s.samples), static_cast<unsigned long long>(s.threads),
+               s.seconds, s.backend.c_str(), s.mode == "daemon" ? "recorded by hpd" : "recorded locally");
   if (s.lost_records != 0 || s.throttle_events != 0) {
-    std::fprintf(stderr, " (lost %llu records, %llu throttles)", static_cast<unsigned long long>(s.lost_records),
+    std::fprintf(stderr, " (lost %llu records, %llu throttles)",
+                 static_cast<unsigned long long>(s.lost_records),
                  static_cast<unsigned long long>(s.throttle_events));
   }
   if (s.capture) {
     std::fprintf(stderr, "\nhpctl: wrote %s (%s). Convert it with `hpctl convert %s -o profile.json.gz`.\n",
                  args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
   } else {
-    std::fprintf(stderr, "\nhpctl: wrote %s (%s). Open it at https://profiler.firefox.com or with `samply load %s`.\n",
-                 args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
+    std::fprintf(
+        stderr, "\nhpctl: wrote %s (%s). Open it at https://profiler.firefox.com or with `samply load %s`.\n",
+        args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
   }
   std::fprintf(stderr, "hpctl: call graph: %s", s.call_graph.c_str());
   if (s.call_graph == "dwarf") std::fprintf(stderr, " (%u-byte stack copies)", s.stack_copy_bytes);
@@ -262,7 +270,8 @@ void print_record_summary(const RecordArgs& args, const RecordSummary& s) {
   for (const std::string& note : s.notes) std::fprintf(stderr, "hpctl: %s\n", note.c_str());
   if (s.mip_enabled) {
     if (s.mip_snapshots_kept != 0) {
-      std::fprintf(stderr, "hpctl: MIP: %llu snapshot(s) kept of %llu taken; counts are the last taken before exit\n",
+      std::fprintf(stderr,
+                   "hpctl: MIP: %llu snapshot(s) kept of %llu taken; counts are the last taken before exit\n",
                    static_cast<unsigned long long>(s.mip_snapshots_kept),
                    static_cast<unsigned long long>(s.mip_snapshots_taken));
     } else if (args.mip == "on") {

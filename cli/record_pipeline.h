@@ -90,7 +90,8 @@ struct RecordSummary {
   std::vector<std::string> notes;
 };
 
-RecordSummary summarize_recording(const RecordResult& result, const Profile& profile, const RecordingOutput& output);
+RecordSummary summarize_recording(const RecordResult& result, const Profile& profile,
+                                  const RecordingOutput& output);
 
 // Prints the summary lines ("hpctl: N samples ...") on stderr, as `hpctl record` always has.
 void print_record_summary(const RecordArgs& args, const RecordSummary& summary);

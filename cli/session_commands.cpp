@@ -31,7 +31,9 @@ namespace {
 using nlohmann::json;
 
 std::atomic<bool> g_stop{false};
-void on_stop_signal(int) { g_stop.store(true); }
+void on_stop_signal(int) {
+  g_stop.store(true);
+}
 
 // Installs the stop handlers for the lifetime of the object.
 class StopSignals {
@@ -171,7 +173,8 @@ class ClientOutput {
     } else {
       namespace fs = std::filesystem;
       fs::path dir = fs::path(output).parent_path();
-      path_ = ((dir.empty() ? fs::path(".") : dir) / (".hpctl-" + fs::path(output).filename().string() + "-XXXXXX"))
+      path_ = ((dir.empty() ? fs::path(".") : dir) /
+               (".hpctl-" + fs::path(output).filename().string() + "-XXXXXX"))
                   .string();
       fd_ = ::mkostemp(path_.data(), O_CLOEXEC);
       if (fd_ >= 0) {
@@ -305,7 +308,8 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
   progress.clear();
   output.commit();
 
-  RecordSummary summary = record_summary_from_json(done->contains("summary") ? (*done)["summary"] : json::object());
+  RecordSummary summary =
+      record_summary_from_json(done->contains("summary") ? (*done)["summary"] : json::object());
   if (command) summary.command_exit_status = command->wait();
   if (!call_graph_reason.empty()) summary.call_graph_reason = call_graph_reason;
   if (args.print_report) {
@@ -356,7 +360,8 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
               static_cast<unsigned long long>(json_uint(status, "sessions")),
               static_cast<unsigned long long>(json_uint(status, "max_sessions")),
               static_cast<unsigned long long>(json_uint(status, "sessions_finished")));
-  std::printf("samples:    %llu taken, %llu lost\n", static_cast<unsigned long long>(json_uint(status, "samples")),
+  std::printf("samples:    %llu taken, %llu lost\n",
+              static_cast<unsigned long long>(json_uint(status, "samples")),
               static_cast<unsigned long long>(json_uint(status, "lost")));
   std::printf("memory:     %s resident\n", format_bytes(json_uint(status, "rss_bytes")).c_str());
   if (status.contains("continuous") && status["continuous"].is_object()) {
@@ -369,7 +374,8 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
                   static_cast<unsigned long long>(json_uint(c, "chunks_on_disk")),
                   format_bytes(json_uint(c, "bytes_on_disk")).c_str(),
                   static_cast<unsigned long long>(json_uint(c, "samples")));
-      if (!json_text(c, "last_error").empty()) std::printf("            last error: %s\n", json_text(c, "last_error").c_str());
+      if (!json_text(c, "last_error").empty())
+        std::printf("            last error: %s\n", json_text(c, "last_error").c_str());
     }
   }
   return 0;
@@ -382,15 +388,18 @@ int run_sessions(const DaemonArgs& daemon, const StatusArgs& args) {
     std::cout << reply.dump(2) << "\n";
     return 0;
   }
-  const json sessions = reply.contains("sessions") && reply["sessions"].is_array() ? reply["sessions"] : json::array();
+  const json sessions =
+      reply.contains("sessions") && reply["sessions"].is_array() ? reply["sessions"] : json::array();
   if (sessions.empty()) {
     std::printf("no sessions\n");
     return 0;
   }
-  std::printf("%6s %8s %9s %10s %8s  %-30s %s\n", "ID", "UID", "ELAPSED", "SAMPLES", "LOST", "TARGET", "OUTPUT");
+  std::printf("%6s %8s %9s %10s %8s  %-30s %s\n", "ID", "UID", "ELAPSED", "SAMPLES", "LOST", "TARGET",
+              "OUTPUT");
   for (const json& s : sessions) {
     if (!s.is_object()) continue;
-    std::printf("%6llu %8llu %8.1fs %10llu %8llu  %-30s %s\n", static_cast<unsigned long long>(json_uint(s, "id")),
+    std::printf("%6llu %8llu %8.1fs %10llu %8llu  %-30s %s\n",
+                static_cast<unsigned long long>(json_uint(s, "id")),
                 static_cast<unsigned long long>(json_uint(s, "uid")), json_double(s, "elapsed_s"),
                 static_cast<unsigned long long>(json_uint(s, "samples")),
                 static_cast<unsigned long long>(json_uint(s, "lost")), json_text(s, "target").c_str(),
@@ -402,7 +411,8 @@ int run_sessions(const DaemonArgs& daemon, const StatusArgs& args) {
 int run_stop(const DaemonArgs& daemon, uint64_t session) {
   DaemonClient client(daemon_socket_path(daemon.socket));
   client.request({{"type", "stop"}, {"session", session}});
-  std::printf("session %llu is stopping; its client gets the profile\n", static_cast<unsigned long long>(session));
+  std::printf("session %llu is stopping; its client gets the profile\n",
+              static_cast<unsigned long long>(session));
   return 0;
 }
 

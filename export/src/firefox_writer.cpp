@@ -875,7 +875,8 @@ class FirefoxWriter {
       const Sample& s = sample(i);
       w_.uint(s.kind == SampleKind::kOffCpu ? 0 : s.cpu_delta_ns);
     });
-    column(firefox::kStackEndColumn, n, [&](size_t i) { w_.uint(static_cast<uint8_t>(sample(i).stack_end)); });
+    column(firefox::kStackEndColumn, n,
+           [&](size_t i) { w_.uint(static_cast<uint8_t>(sample(i).stack_end)); });
     w_.end_object();
 
     write_markers(n, sample, mip != nullptr ? *mip : std::vector<uint32_t>{});

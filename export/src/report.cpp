@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
@@ -376,7 +376,8 @@ void compute_moves(const Profile& p, const std::vector<Tally>& per_stack, Report
     const Tally& tally = per_stack[s];
     if (tally.on == 0) continue;
     uint32_t node = s;
-    while (node != kNoIndex && key_of_func[p.frames[p.stacks[node].frame].func] < 0) node = p.stacks[node].prefix;
+    while (node != kNoIndex && key_of_func[p.frames[p.stacks[node].frame].func] < 0)
+      node = p.stacks[node].prefix;
     if (node == kNoIndex) continue;
     const Frame& move_frame = p.frames[p.stacks[node].frame];
     // The caller is the real (depth 0) function at the move's address; a move frame that is itself
@@ -435,8 +436,9 @@ void print_moves_view(const Report& report, std::ostream& out, size_t limit) {
       << '\n';
   // 6 1 8 1 9 2 4 1 7 2 = 41 columns of numbers; the type or caller gets the other 39.
   constexpr size_t kNameWidth = kWidth - 41;
-  out << pad_left("Self%", 6) << ' ' << pad_left("Samples", 8) << ' ' << pad_left(std::string("CPU ") + cpu.unit, 9)
-      << "  " << pad_right("Kind", 4) << ' ' << pad_left("Bytes", 7) << "  "
+  out << pad_left("Self%", 6) << ' ' << pad_left("Samples", 8) << ' '
+      << pad_left(std::string("CPU ") + cpu.unit, 9) << "  " << pad_right("Kind", 4) << ' '
+      << pad_left("Bytes", 7) << "  "
       << "Type, then callers\n";
   for (size_t i = 0; i < shown; ++i) {
     const MoveRow& m = report.moves[i];
@@ -448,7 +450,8 @@ void print_moves_view(const Report& report, std::ostream& out, size_t limit) {
       const MoveCaller& caller = m.callers[c];
       out << pad_left(format_percent(percent(caller.samples, report.totals.samples)), 6) << ' '
           << pad_left(std::to_string(caller.samples), 8) << ' ' << pad_left(cpu.cell(caller.cpu_ns), 9)
-          << std::string(2 + 4 + 1 + 7 + 2, ' ') << "  " << truncate_right(caller.name, kNameWidth - 2) << '\n';
+          << std::string(2 + 4 + 1 + 7 + 2, ' ') << "  " << truncate_right(caller.name, kNameWidth - 2)
+          << '\n';
     }
     if (m.callers.size() > kMoveCallersShown) {
       out << std::string(6 + 1 + 8 + 1 + 9 + 2 + 4 + 1 + 7 + 2 + 2, ' ') << "and "
@@ -560,7 +563,9 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
   for (const ReportRow& r : report.rows) sampled[r.func] = &r;
   std::map<uint32_t, CallRow> by_func;
   std::map<uint32_t, std::map<uint32_t, uint64_t>> callers, callees;  // func -> peer -> calls
-  const auto name_of = [&](uint32_t f) { return f == kNoIndex ? std::string("(unknown caller)") : p.func_name(f); };
+  const auto name_of = [&](uint32_t f) {
+    return f == kNoIndex ? std::string("(unknown caller)") : p.func_name(f);
+  };
   for (const CallEdge& e : p.call_edges) {
     if (options.pid != 0 && e.pid != options.pid) continue;
     if (e.callee_func >= p.funcs.size() || (e.caller_func != kNoIndex && e.caller_func >= p.funcs.size()))
@@ -580,7 +585,8 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
   const auto peers = [&](const std::map<uint32_t, uint64_t>& m) {
     std::vector<CallPeer> out;
     for (const auto& [f, n] : m) out.push_back(CallPeer{name_of(f), n});
-    std::stable_sort(out.begin(), out.end(), [](const CallPeer& a, const CallPeer& b) { return a.calls > b.calls; });
+    std::stable_sort(out.begin(), out.end(),
+                     [](const CallPeer& a, const CallPeer& b) { return a.calls > b.calls; });
     return out;
   };
   for (auto& [func, row] : by_func) {
@@ -606,9 +612,9 @@ constexpr size_t kCallersShown = 3;
 void print_calls_view(const Report& report, std::ostream& out, size_t limit) {
   const size_t shown = limit != 0 ? std::min(limit, report.calls.size()) : report.calls.size();
   out << '\n'
-      << truncate_right("Calls (mcount/__fentry__, exact): " + std::to_string(report.calls_total) + " calls of " +
-                            std::to_string(report.calls.size()) + " functions, top " + std::to_string(shown) +
-                            " by calls",
+      << truncate_right("Calls (mcount/__fentry__, exact): " + std::to_string(report.calls_total) +
+                            " calls of " + std::to_string(report.calls.size()) + " functions, top " +
+                            std::to_string(shown) + " by calls",
                         kWidth)
       << '\n';
   uint64_t max_ns = 0;
@@ -617,13 +623,13 @@ void print_calls_view(const Report& report, std::ostream& out, size_t limit) {
   // 11 1 9 1 9 1 9 1 9 2 = 53 columns of numbers; the function gets the other 27.
   constexpr size_t kNameWidth = kWidth - 53;
   out << pad_left("Calls", 11) << ' ' << pad_left(std::string("Self ") + t.unit, 9) << ' '
-      << pad_left(std::string("Total ") + t.unit, 9) << ' ' << pad_left(std::string("Wall ") + t.unit, 9) << ' '
-      << pad_left("CPU/call", 9) << "  Function, then callers\n";
+      << pad_left(std::string("Total ") + t.unit, 9) << ' ' << pad_left(std::string("Wall ") + t.unit, 9)
+      << ' ' << pad_left("CPU/call", 9) << "  Function, then callers\n";
   for (size_t i = 0; i < shown; ++i) {
     const CallRow& r = report.calls[i];
     const bool sampled = r.total_wall_ns != 0;
-    out << pad_left(std::to_string(r.calls), 11) << ' ' << pad_left(sampled ? t.cell(r.self_cpu_ns) : "-", 9) << ' '
-        << pad_left(sampled ? t.cell(r.total_cpu_ns) : "-", 9) << ' '
+    out << pad_left(std::to_string(r.calls), 11) << ' ' << pad_left(sampled ? t.cell(r.self_cpu_ns) : "-", 9)
+        << ' ' << pad_left(sampled ? t.cell(r.total_cpu_ns) : "-", 9) << ' '
         << pad_left(sampled ? t.cell(r.total_wall_ns) : "-", 9) << ' '
         << pad_left(r.cpu_per_call_ns != 0 ? format_per_call(r.cpu_per_call_ns) : std::string("-"), 9) << "  "
         << truncate_right(r.name, kNameWidth) << '\n';
@@ -641,7 +647,8 @@ void print_calls_view(const Report& report, std::ostream& out, size_t limit) {
 std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
   std::string_view rest;
   bool copy = false;
-  for (const std::string_view marker : {std::string_view("compiler_move"), std::string_view("compiler_copy")}) {
+  for (const std::string_view marker :
+       {std::string_view("compiler_move"), std::string_view("compiler_copy")}) {
     const size_t at = name.find(marker);
     if (at == std::string_view::npos) continue;
     // Either the whole name, or the item core::profiling::<marker> (a path ending right there).
@@ -666,7 +673,8 @@ std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
     while (!size.empty() && size.front() == ' ') size.remove_prefix(1);
     uint64_t value = 0;
     size_t digits = 0;
-    while (digits < size.size() && std::isdigit(static_cast<unsigned char>(size[digits])) && value < (1ull << 59)) {
+    while (digits < size.size() && std::isdigit(static_cast<unsigned char>(size[digits])) &&
+           value < (1ull << 59)) {
       value = value * 10 + static_cast<uint64_t>(size[digits] - '0');
       ++digits;
     }
@@ -795,7 +803,8 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
   if (report.rows.empty()) {
     out << "\nNo samples with a stack"
         << (options.pid != 0 || options.tid != 0 ? " in the selected threads" : "") << ".\n";
-    if (!report.mip_called.empty() || !report.mip_never_called.empty()) print_mip_view(report, out, options.limit);
+    if (!report.mip_called.empty() || !report.mip_never_called.empty())
+      print_mip_view(report, out, options.limit);
     if (!report.calls.empty()) print_calls_view(report, out, options.limit);
     return;
   }
@@ -813,7 +822,8 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
     print_wall_view(out, by_total, rows, of);
   }
   if (report.move_samples > 0) print_moves_view(report, out, options.limit);
-  if (!report.mip_called.empty() || !report.mip_never_called.empty()) print_mip_view(report, out, options.limit);
+  if (!report.mip_called.empty() || !report.mip_never_called.empty())
+    print_mip_view(report, out, options.limit);
   if (!report.calls.empty()) print_calls_view(report, out, options.limit);
 }
 
@@ -851,7 +861,8 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
         {"stack_failures", t.lost.stack_failures},
         {"truncated_stacks", t.lost.truncated_stacks}}},
       {"lost_by_thread", lost_by_thread},
-      {"stacks", {{"complete", t.stacks_complete}, {"truncated", t.stacks_truncated}, {"failed", t.stacks_failed}}},
+      {"stacks",
+       {{"complete", t.stacks_complete}, {"truncated", t.stacks_truncated}, {"failed", t.stacks_failed}}},
       {"missing_modules", t.missing_modules},
       {"functions", report.rows.size()},
   };
@@ -879,7 +890,8 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
   doc["functions"] = std::move(functions);
   if (!report.moves.empty()) {
     ordered_json moves = ordered_json::array();
-    const size_t shown = options.limit != 0 ? std::min(options.limit, report.moves.size()) : report.moves.size();
+    const size_t shown =
+        options.limit != 0 ? std::min(options.limit, report.moves.size()) : report.moves.size();
     for (size_t i = 0; i < shown; ++i) {
       const MoveRow& m = report.moves[i];
       ordered_json callers = ordered_json::array();
@@ -927,7 +939,8 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
                   {"never_called", std::move(never)}};
   }
   if (!report.calls.empty()) {
-    const size_t shown = options.limit != 0 ? std::min(options.limit, report.calls.size()) : report.calls.size();
+    const size_t shown =
+        options.limit != 0 ? std::min(options.limit, report.calls.size()) : report.calls.size();
     const auto peers = [](const std::vector<CallPeer>& v) {
       ordered_json out = ordered_json::array();
       for (const CallPeer& c : v) out.push_back({{"name", c.name}, {"calls", c.calls}});

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   printf("%lu\n", sink);
   // For bench/calls_bench.sh: the time of the calls alone, without start-up and exit.
   if (getenv("HPD_CALLS_TIME") != NULL)
-    fprintf(stderr, "calls_ns %lld\n", (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+    fprintf(stderr, "calls_ns %lld\n",
+            (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
   return 0;
 }

@@ -111,7 +111,8 @@ TEST(Hpd, RootRecordsAPidAndStatusCountsIt) {
   Hpd hpd;
   Background target({kCpuSplit, "30"});
   const std::string out = hpd.out_dir() + "/root.json.gz";
-  const RunResult r = run(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-d", "2", "-o", out}));
+  const RunResult r =
+      run(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-d", "2", "-o", out}));
   ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
   EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("leaf_c"), std::string::npos) << "the report is printed from the file";
@@ -152,14 +153,15 @@ TEST(Hpd, UnprivilegedUserRecordsOnlyOwnProcesses) {
   EXPECT_GT(valid_profile_samples(out), 50u);
 
   const std::string refused_out = hpd.out_dir() + "/refused.json.gz";
-  const RunResult other =
-      run(as_nobody(hpctl(hpd, {"record", "--pid", std::to_string(roots.pid()), "-d", "2", "-o", refused_out})));
+  const RunResult other = run(
+      as_nobody(hpctl(hpd, {"record", "--pid", std::to_string(roots.pid()), "-d", "2", "-o", refused_out})));
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.err.find("you (uid 65534) may only record your own processes, and pid " +
                            std::to_string(roots.pid()) + " runs as uid 0"),
             std::string::npos)
       << other.err;
-  EXPECT_NE(other.err.find("ask an administrator to add you to the 'hpd' group"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("ask an administrator to add you to the 'hpd' group"), std::string::npos)
+      << other.err;
   EXPECT_FALSE(std::filesystem::exists(refused_out)) << "a refused recording leaves no file";
 
   const RunResult all = run(as_nobody(hpctl(hpd, {"record", "--all", "-d", "1", "-o", refused_out})));
@@ -167,7 +169,8 @@ TEST(Hpd, UnprivilegedUserRecordsOnlyOwnProcesses) {
   EXPECT_NE(all.err.find("recording every process (--all) is reserved to root and the 'hpd' group"),
             std::string::npos)
       << all.err;
-  const RunResult cgroup = run(as_nobody(hpctl(hpd, {"record", "--cgroup", "/", "-d", "1", "-o", refused_out})));
+  const RunResult cgroup =
+      run(as_nobody(hpctl(hpd, {"record", "--cgroup", "/", "-d", "1", "-o", refused_out})));
   EXPECT_NE(cgroup.exit_code, 0);
   EXPECT_NE(cgroup.err.find("(--cgroup) is reserved"), std::string::npos) << cgroup.err;
 }
@@ -183,7 +186,8 @@ TEST(Hpd, UnprivilegedSessionThatExecsASetuidProgramIsDiscarded) {
   // A Firefox profile is written at the end; a capture (.hpr) is streamed while recording.
   for (const char* name : {"/setuid.json.gz", "/setuid.hpr"}) {
     const std::string out = hpd.out_dir() + name;
-    const RunResult r = run(as_nobody(hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script})));
+    const RunResult r =
+        run(as_nobody(hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script})));
     EXPECT_NE(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("the recording was stopped and discarded"), std::string::npos) << r.err << hpd.log();
     EXPECT_TRUE(r.err.find("now runs as uid 0 (real uid 65534)") != std::string::npos ||
@@ -284,8 +288,8 @@ TEST(Hpd, KilledClientEndsItsSessionAndFreesEverything) {
   Hpd hpd;
   Background target({kCpuSplit, "60"});
   // One recording first, so that one-time setup (the backend check's BPF load) is in the baseline.
-  EXPECT_EQ(run(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-d", "1", "--no-report", "-q", "-o",
-                            hpd.out_dir() + "/warm.json.gz"}))
+  EXPECT_EQ(run(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-d", "1", "--no-report", "-q",
+                            "-o", hpd.out_dir() + "/warm.json.gz"}))
                 .exit_code,
             0);
   // Connections just closed (the warm-up's, a status request's) take a moment to be reaped.
@@ -301,7 +305,8 @@ TEST(Hpd, KilledClientEndsItsSessionAndFreesEverything) {
   };
   const Hpd::FdCounts before = settled();
   {
-    Background client(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-o", hpd.out_dir() + "/k.json.gz"}));
+    Background client(
+        hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-o", hpd.out_dir() + "/k.json.gz"}));
     ASSERT_EQ(wait_sessions(hpd, 1).size(), 1u) << hpd.log();
     wait_samples(hpd);
     const Hpd::FdCounts during = hpd.fd_counts();
@@ -336,8 +341,8 @@ TEST(Hpd, TargetExitingMidSessionStillGivesAProfile) {
   Background target({kCpuSplit, "2"});
   const std::string out = hpd.out_dir() + "/exits.json.gz";
   const auto start = std::chrono::steady_clock::now();
-  const RunResult r =
-      run(hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-d", "60", "--no-report", "-o", out}));
+  const RunResult r = run(
+      hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-d", "60", "--no-report", "-o", out}));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
   EXPECT_LT(seconds, 40) << "the session ends when its target exits, not at -d 60";
@@ -349,9 +354,9 @@ TEST(Hpd, SigtermWithARunningSessionDeliversTheProfile) {
   Background target({kCpuSplit, "60"});
   const std::string out = hpd.out_dir() + "/term.json.gz";
   const std::string err = hpd.out_dir() + "/term.err";
-  Background client({"sh", "-c",
-                     "exec \"$0\" --socket \"$1\" --daemon record --no-report --pid \"$2\" -o \"$3\" 2>\"$4\"",
-                     kHpctl, hpd.socket(), std::to_string(target.pid()), out, err});
+  Background client(
+      {"sh", "-c", "exec \"$0\" --socket \"$1\" --daemon record --no-report --pid \"$2\" -o \"$3\" 2>\"$4\"",
+       kHpctl, hpd.socket(), std::to_string(target.pid()), out, err});
   wait_samples(hpd);
   EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
   EXPECT_EQ(client.wait(), 0) << std::ifstream(err).rdbuf();
@@ -374,17 +379,19 @@ TEST(Hpd, StopByIdOwnerAndOthers) {
   Hpd hpd;
   Background target(as_nobody({kCpuSplit, "60"}));
   const std::string out = hpd.out_dir() + "/stop.json.gz";
-  Background client(as_nobody(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-o", out})));
+  Background client(
+      as_nobody(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-o", out})));
   const json sessions = wait_sessions(hpd, 1);
   ASSERT_EQ(sessions.size(), 1u);
   const std::string id = std::to_string(sessions[0]["id"].get<uint64_t>());
   // Another unprivileged uid may neither see nor stop it.
-  const RunResult other = run({"setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", kHpctl, "--socket",
-                               hpd.socket(), "stop", id});
+  const RunResult other = run({"setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", kHpctl,
+                               "--socket", hpd.socket(), "stop", id});
   EXPECT_NE(other.exit_code, 0);
-  EXPECT_NE(other.err.find("only its owner, root and the 'hpd' group may stop it"), std::string::npos) << other.err;
-  const RunResult list = run({"setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", kHpctl, "--socket",
-                              hpd.socket(), "sessions"});
+  EXPECT_NE(other.err.find("only its owner, root and the 'hpd' group may stop it"), std::string::npos)
+      << other.err;
+  const RunResult list = run({"setpriv", "--reuid=65533", "--regid=65533", "--clear-groups", kHpctl,
+                              "--socket", hpd.socket(), "sessions"});
   EXPECT_NE(list.out.find("no sessions"), std::string::npos) << list.out;
   const RunResult mine = run(as_nobody({kHpctl, "--socket", hpd.socket(), "sessions"}));
   EXPECT_NE(mine.out.find("pid " + std::to_string(target.pid())), std::string::npos) << mine.out;
@@ -407,7 +414,8 @@ TEST(Hpd, SighupAppliesMaxSessionsAndKeepsOldConfigOnErrors) {
                   hpd.out_dir() + "/b.json.gz"});
   const RunResult refused = run(second);
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(refused.err.find("maximum of 1 sessions (max_sessions in hpd.conf)"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("maximum of 1 sessions (max_sessions in hpd.conf)"), std::string::npos)
+      << refused.err;
 
   std::ofstream(hpd.config_path()) << "max_sessions = 2\nmax_sesions = 3\n";
   hpd.signal(SIGHUP);
@@ -431,12 +439,14 @@ TEST(Hpd, LimitsOfFrequencyDurationAndMemory) {
   Hpd hpd(start);
   Background target({kCpuSplit, "60"});
   const std::string pid = std::to_string(target.pid());
-  const RunResult fast = run(hpctl(hpd, {"record", "--pid", pid, "-F", "5000", "-o", hpd.out_dir() + "/f.json"}));
+  const RunResult fast =
+      run(hpctl(hpd, {"record", "--pid", pid, "-F", "5000", "-o", hpd.out_dir() + "/f.json"}));
   EXPECT_NE(fast.exit_code, 0);
   EXPECT_NE(fast.err.find("above this hpd's limit of 2000 Hz"), std::string::npos) << fast.err;
   // Open-ended: cut to max_duration_s.
   const auto t0 = std::chrono::steady_clock::now();
-  const RunResult open = run(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-o", hpd.out_dir() + "/o.json"}));
+  const RunResult open =
+      run(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-o", hpd.out_dir() + "/o.json"}));
   EXPECT_EQ(open.exit_code, 0) << open.err;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30);
   // A profile beyond 1 MiB: dwarf stack copies do not count, but 2000 Hz of samples and stacks soon do.
@@ -472,12 +482,12 @@ TEST(Hpctl, FallsBackToLocalWithoutADaemonAndSaysSo) {
   char tmpl[] = "/tmp/hpctl-local-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string out = std::string(tmpl) + "/l.json.gz";
-  const RunResult r = run({kHpctl, "--socket", std::string(tmpl) + "/none.sock", "record", "--no-report", "-o", out,
-                           "--", kCpuSplit, "1"});
+  const RunResult r = run({kHpctl, "--socket", std::string(tmpl) + "/none.sock", "record", "--no-report",
+                           "-o", out, "--", kCpuSplit, "1"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("recorded locally"), std::string::npos) << r.err;
-  const RunResult forced =
-      run({kHpctl, "--socket", std::string(tmpl) + "/none.sock", "--daemon", "record", "-o", out, "--", kCpuSplit, "1"});
+  const RunResult forced = run({kHpctl, "--socket", std::string(tmpl) + "/none.sock", "--daemon", "record",
+                                "-o", out, "--", kCpuSplit, "1"});
   EXPECT_NE(forced.exit_code, 0);
   EXPECT_NE(forced.err.find("cannot reach hpd at"), std::string::npos) << forced.err;
   std::filesystem::remove_all(tmpl);

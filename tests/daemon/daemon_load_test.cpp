@@ -36,14 +36,17 @@ TEST(HpdLoad, EightConcurrentSessionsForAMinute) {
   std::vector<std::unique_ptr<Background>> targets;
   std::vector<std::unique_ptr<Background>> clients;
   for (int i = 0; i < kSessions; ++i) {
-    targets.push_back(std::make_unique<Background>(std::vector<std::string>{fixture, std::to_string(kSeconds + 60)}));
+    targets.push_back(
+        std::make_unique<Background>(std::vector<std::string>{fixture, std::to_string(kSeconds + 60)}));
   }
   for (int i = 0; i < kSessions; ++i) {
     const std::string out = hpd.out_dir() + "/load" + std::to_string(i) + ".json.gz";
     const std::string err = hpd.out_dir() + "/load" + std::to_string(i) + ".err";
     clients.push_back(std::make_unique<Background>(std::vector<std::string>{
-        "sh", "-c", "exec \"$0\" --socket \"$1\" --daemon record --no-report --pid \"$2\" -d \"$3\" -o \"$4\" 2>\"$5\"",
-        HPD_HPCTL_PATH, hpd.socket(), std::to_string(targets[i]->pid()), std::to_string(kSeconds), out, err}));
+        "sh", "-c",
+        "exec \"$0\" --socket \"$1\" --daemon record --no-report --pid \"$2\" -d \"$3\" -o \"$4\" 2>\"$5\"",
+        HPD_HPCTL_PATH, hpd.socket(), std::to_string(targets[i]->pid()), std::to_string(kSeconds), out,
+        err}));
   }
   // Watch hpd while the sessions run.
   uint64_t peak_rss = 0;
@@ -79,7 +82,8 @@ TEST(HpdLoad, EightConcurrentSessionsForAMinute) {
               static_cast<unsigned long long>(status["samples"].get<uint64_t>()),
               static_cast<unsigned long long>(status["lost"].get<uint64_t>()), kSessions);
   EXPECT_LT(peak_rss, kRssBoundBytes);
-  EXPECT_LT(status["rss_bytes"].get<uint64_t>(), kRssAfterBoundBytes) << "memory of ended sessions is given back";
+  EXPECT_LT(status["rss_bytes"].get<uint64_t>(), kRssAfterBoundBytes)
+      << "memory of ended sessions is given back";
   EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 

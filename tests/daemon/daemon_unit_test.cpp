@@ -75,8 +75,10 @@ TEST(Protocol, RefusesBadMessagesWithTheirCode) {
   EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":[]})"), ErrorCode::kBadRequest);
   EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"pids":"42"}})"), ErrorCode::kBadRequest);
   EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"pids":[-1e99]}})"), ErrorCode::kBadRequest);
-  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"frequency_hz":-5}})"), ErrorCode::kBadRequest);
-  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"frequency_hz":1e3}})"), ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"frequency_hz":-5}})"),
+            ErrorCode::kBadRequest);
+  EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"frequency_hz":1e3}})"),
+            ErrorCode::kBadRequest);
   EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"frequency_hz":99999999999}})"),
             ErrorCode::kBadRequest);
   EXPECT_EQ(parse_error(R"({"version":1,"type":"record","args":{"all":1}})"), ErrorCode::kBadRequest);
@@ -150,7 +152,8 @@ TEST(RecordArgsJson, SummaryRoundTrips) {
   s.seconds = 1.5;
   s.lost_records = 3;
   s.notes = {"a note"};
-  const cli::RecordSummary back = cli::record_summary_from_json(json::parse(cli::record_summary_to_json(s).dump()));
+  const cli::RecordSummary back =
+      cli::record_summary_from_json(json::parse(cli::record_summary_to_json(s).dump()));
   EXPECT_EQ(back.mode, "daemon");
   EXPECT_EQ(back.samples, 77u);
   EXPECT_DOUBLE_EQ(back.seconds, 1.5);
@@ -161,7 +164,8 @@ TEST(RecordArgsJson, SummaryRoundTrips) {
 TEST(Config, ParsesKeysCommentsAndUnits) {
   const Config c = parse_config(
       "# comment\n\n  max_sessions = 3   # trailing\nmax_duration_s=10m\nmax_frequency_hz = 500\n"
-      "max_session_memory_mb = 64\ncontinuous = on\ncontinuous_frequency = 49\ncontinuous_chunk_seconds = 30\n"
+      "max_session_memory_mb = 64\ncontinuous = on\ncontinuous_frequency = 49\ncontinuous_chunk_seconds = "
+      "30\n"
       "continuous_max_age = 2d\ncontinuous_max_bytes = 512M\nstate_directory = /var/lib/x\n"
       "group = wheel\nlog_level = debug\nsocket = /tmp/s.sock\r\n",
       "t.conf");
@@ -183,9 +187,10 @@ TEST(Config, ParsesKeysCommentsAndUnits) {
 
 TEST(Config, ReportsEveryProblemWithFileAndLine) {
   try {
-    parse_config("max_sessions = 2\nmax_sesions = 3\nmax_sessions = -1\njust words\nmax_frequency_hz = 1e9\n"
-                 "continuous = maybe\nstate_directory = relative\nmax_duration_s = 5 parsecs\n",
-                 "/etc/hpd/hpd.conf");
+    parse_config(
+        "max_sessions = 2\nmax_sesions = 3\nmax_sessions = -1\njust words\nmax_frequency_hz = 1e9\n"
+        "continuous = maybe\nstate_directory = relative\nmax_duration_s = 5 parsecs\n",
+        "/etc/hpd/hpd.conf");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
     const auto& p = e.problems();
@@ -357,8 +362,10 @@ TEST(Systemd, NotifiesAbstractAndPathSockets) {
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path, name.data(), name.size());
     socklen_t length = offsetof(sockaddr_un, sun_path) + name.size();
-    if (abstract) addr.sun_path[0] = '\0';
-    else length += 1;
+    if (abstract)
+      addr.sun_path[0] = '\0';
+    else
+      length += 1;
     ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), length), 0) << strerror(errno);
     setenv("NOTIFY_SOCKET", name.c_str(), 1);
     setenv("WATCHDOG_USEC", "4000000", 1);

@@ -177,10 +177,14 @@ Hpd::FdCounts Hpd::fd_counts() const {
     const ssize_t n = readlink(entry.path().c_str(), target, sizeof target - 1);
     if (n <= 0) continue;
     const std::string link(target, static_cast<size_t>(n));
-    if (link == "anon_inode:bpf-prog") ++counts.bpf_prog;
-    else if (link == "anon_inode:bpf-map") ++counts.bpf_map;
-    else if (link == "anon_inode:bpf_link") ++counts.bpf_link;
-    else if (link == "anon_inode:[perf_event]") ++counts.perf_event;
+    if (link == "anon_inode:bpf-prog")
+      ++counts.bpf_prog;
+    else if (link == "anon_inode:bpf-map")
+      ++counts.bpf_map;
+    else if (link == "anon_inode:bpf_link")
+      ++counts.bpf_link;
+    else if (link == "anon_inode:[perf_event]")
+      ++counts.perf_event;
   }
   return counts;
 }

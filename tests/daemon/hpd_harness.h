@@ -11,8 +11,8 @@
 namespace hpd::test {
 
 struct HpdStart {
-  std::string config;              // the text of its configuration file
-  bool activation = false;         // pass a listening socket as fd 3 (LISTEN_FDS / LISTEN_PID)
+  std::string config;                // the text of its configuration file
+  bool activation = false;           // pass a listening socket as fd 3 (LISTEN_FDS / LISTEN_PID)
   std::vector<std::string> wrapper;  // run hpd under this command (e.g. setpriv --bounding-set ...)
 };
 

@@ -316,7 +316,8 @@ RecordResult PerfSession::run() {
     }
   }
 
-  layout_ = RecordLayout{attr_.sample_type, attr_.read_format, attr_.sample_id_all != 0, attr_.sample_regs_user};
+  layout_ =
+      RecordLayout{attr_.sample_type, attr_.read_format, attr_.sample_id_all != 0, attr_.sample_regs_user};
   result_.cpu_time_source =
       (attr_.sample_type & PERF_SAMPLE_READ) ? CpuTimeSource::kThreadCounter : CpuTimeSource::kSamplePeriod;
   result_.mmap_build_ids = attr_.build_id != 0;

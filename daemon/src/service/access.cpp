@@ -36,7 +36,8 @@ std::optional<gid_t> group_id(const std::string& name) {
 }
 
 std::string join_group_advice(const std::string& group) {
-  return "ask an administrator to add you to the '" + group + "' group (then log in again), or run hpctl as root";
+  return "ask an administrator to add you to the '" + group +
+         "' group (then log in again), or run hpctl as root";
 }
 
 }  // namespace
@@ -44,7 +45,8 @@ std::string join_group_advice(const std::string& group) {
 std::optional<PeerCredentials> peer_credentials(int socket) {
   ucred cred{};
   socklen_t size = sizeof cred;
-  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &size) != 0 || size != sizeof cred) return std::nullopt;
+  if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &size) != 0 || size != sizeof cred)
+    return std::nullopt;
   return PeerCredentials{cred.pid, cred.uid, cred.gid};
 }
 
@@ -54,9 +56,12 @@ StatusIds parse_proc_status_ids(std::string_view status) {
     const size_t eol = status.find('\n');
     const std::string_view line = status.substr(0, eol);
     status = eol == std::string_view::npos ? std::string_view() : status.substr(eol + 1);
-    if (line.starts_with("Uid:")) ids.uids = numbers_after(line.substr(4));
-    else if (line.starts_with("Gid:")) ids.gids = numbers_after(line.substr(4));
-    else if (line.starts_with("Groups:")) ids.groups = numbers_after(line.substr(7));
+    if (line.starts_with("Uid:"))
+      ids.uids = numbers_after(line.substr(4));
+    else if (line.starts_with("Gid:"))
+      ids.gids = numbers_after(line.substr(4));
+    else if (line.starts_with("Groups:"))
+      ids.groups = numbers_after(line.substr(7));
   }
   return ids;
 }
@@ -86,7 +91,8 @@ bool is_privileged_peer(const PeerCredentials& peer, const std::string& group) {
   passwd entry{};
   passwd* found = nullptr;
   std::vector<char> buffer(16384);
-  if (getpwuid_r(peer.uid, &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) return false;
+  if (getpwuid_r(peer.uid, &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr)
+    return false;
   int count = 64;
   std::vector<gid_t> groups(static_cast<size_t>(count));
   if (getgrouplist(found->pw_name, found->pw_gid, groups.data(), &count) < 0) {
@@ -109,8 +115,9 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
                        join_group_advice(group)};
   }
   if (!args.command.empty()) {
-    return {false, "hpd does not start commands for a client: hpctl starts the command itself and asks hpd to "
-                   "record its pid (update hpctl)"};
+    return {false,
+            "hpd does not start commands for a client: hpctl starts the command itself and asks hpd to "
+            "record its pid (update hpctl)"};
   }
   for (const int32_t pid : args.pids) {
     const auto ids = pid > 0 ? read_proc_status_ids(pid) : std::nullopt;
@@ -118,10 +125,11 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
     const unsigned real = ids->uids[0];
     const unsigned effective = ids->uids[1];
     if (real != peer.uid || effective != peer.uid) {
-      return {false, "you (uid " + std::to_string(peer.uid) + ") may only record your own processes, and pid " +
-                         std::to_string(pid) + " runs as uid " + std::to_string(real) +
-                         (effective != real ? " (effective uid " + std::to_string(effective) + ")" : "") + "; " +
-                         join_group_advice(group)};
+      return {false, "you (uid " + std::to_string(peer.uid) +
+                         ") may only record your own processes, and pid " + std::to_string(pid) +
+                         " runs as uid " + std::to_string(real) +
+                         (effective != real ? " (effective uid " + std::to_string(effective) + ")" : "") +
+                         "; " + join_group_advice(group)};
     }
   }
   return {true, ""};
@@ -131,8 +139,8 @@ std::string privilege_gained(const PeerCredentials& peer, const RawProfile& prof
   for (const RawProcess& process : profile.processes) {
     const std::string who = "process " + std::to_string(process.pid) + " (" + process.name + ")";
     if (process.end_ns == 0) {
-      if (const auto ids = read_proc_status_ids(process.pid); ids && ids->uids.size() >= 2 &&
-                                                            (ids->uids[0] != peer.uid || ids->uids[1] != peer.uid)) {
+      if (const auto ids = read_proc_status_ids(process.pid);
+          ids && ids->uids.size() >= 2 && (ids->uids[0] != peer.uid || ids->uids[1] != peer.uid)) {
         return who + " now runs as uid " + std::to_string(ids->uids[1]) + " (real uid " +
                std::to_string(ids->uids[0]) + ")";
       }
@@ -144,10 +152,12 @@ std::string privilege_gained(const PeerCredentials& peer, const RawProfile& prof
       struct stat st {};
       if (::stat(module.path.c_str(), &st) != 0) continue;
       if ((st.st_mode & S_ISUID) != 0 && st.st_uid != peer.uid) {
-        return who + " executed " + module.path + ", a set-user-ID program of uid " + std::to_string(st.st_uid);
+        return who + " executed " + module.path + ", a set-user-ID program of uid " +
+               std::to_string(st.st_uid);
       }
       if ((st.st_mode & S_ISGID) != 0 && (st.st_mode & S_IXGRP) != 0 && st.st_gid != peer.gid) {
-        return who + " executed " + module.path + ", a set-group-ID program of gid " + std::to_string(st.st_gid);
+        return who + " executed " + module.path + ", a set-group-ID program of gid " +
+               std::to_string(st.st_gid);
       }
       if (::getxattr(module.path.c_str(), "security.capability", nullptr, 0) > 0) {
         return who + " executed " + module.path + ", a program with file capabilities";

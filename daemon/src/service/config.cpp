@@ -110,56 +110,67 @@ const std::map<std::string, Key, std::less<>>& keys() {
       {"group", {string_setter(&Config::group, false), string_getter(&Config::group)}},
       {"log_level",
        {[](Config& c, std::string_view v) -> std::string {
-         if (v == "error") c.log_level = LogLevel::kError;
-         else if (v == "warning") c.log_level = LogLevel::kWarning;
-         else if (v == "info") c.log_level = LogLevel::kInfo;
-         else if (v == "debug") c.log_level = LogLevel::kDebug;
-         else return "expected error, warning, info or debug";
-         return "";
-       },
+          if (v == "error")
+            c.log_level = LogLevel::kError;
+          else if (v == "warning")
+            c.log_level = LogLevel::kWarning;
+          else if (v == "info")
+            c.log_level = LogLevel::kInfo;
+          else if (v == "debug")
+            c.log_level = LogLevel::kDebug;
+          else
+            return "expected error, warning, info or debug";
+          return "";
+        },
         [](const Config& c) -> std::string { return to_string(c.log_level); }}},
       {"max_sessions", {uint_setter(&Config::max_sessions, 1, 1024), number_getter(&Config::max_sessions)}},
       {"max_duration_s",
        {[](Config& c, std::string_view v) -> std::string {
-         double s = 0;
-         if (!parse_duration_s(v, s) || s < 1) return "expected a duration of at least 1 s (e.g. 600, 10m, 2h)";
-         c.max_duration_s = s;
-         return "";
-       },
+          double s = 0;
+          if (!parse_duration_s(v, s) || s < 1)
+            return "expected a duration of at least 1 s (e.g. 600, 10m, 2h)";
+          c.max_duration_s = s;
+          return "";
+        },
         [](const Config& c) {
           char text[32];
           std::snprintf(text, sizeof text, "%.17g", c.max_duration_s);  // round-trips fractions too
           return std::string(text);
         }}},
-      {"max_frequency_hz", {uint_setter(&Config::max_frequency_hz, 1, 100000), number_getter(&Config::max_frequency_hz)}},
+      {"max_frequency_hz",
+       {uint_setter(&Config::max_frequency_hz, 1, 100000), number_getter(&Config::max_frequency_hz)}},
       {"max_session_memory_mb",
        {[](Config& c, std::string_view v) -> std::string {
-         uint64_t n = 0;
-         if (!parse_uint(v, 1u << 20, n) || n < 1) return "expected a number of MiB from 1 to 1048576";
-         c.max_session_memory_mb = n;
-         return "";
-       },
+          uint64_t n = 0;
+          if (!parse_uint(v, 1u << 20, n) || n < 1) return "expected a number of MiB from 1 to 1048576";
+          c.max_session_memory_mb = n;
+          return "";
+        },
         number_getter(&Config::max_session_memory_mb)}},
       {"continuous", {bool_setter(&Config::continuous), bool_getter(&Config::continuous)}},
-      {"continuous_frequency", {uint_setter(&Config::continuous_frequency, 1, 1000), number_getter(&Config::continuous_frequency)}},
-      {"continuous_chunk_seconds", {uint_setter(&Config::continuous_chunk_seconds, 1, 86400), number_getter(&Config::continuous_chunk_seconds)}},
+      {"continuous_frequency",
+       {uint_setter(&Config::continuous_frequency, 1, 1000), number_getter(&Config::continuous_frequency)}},
+      {"continuous_chunk_seconds",
+       {uint_setter(&Config::continuous_chunk_seconds, 1, 86400),
+        number_getter(&Config::continuous_chunk_seconds)}},
       {"continuous_max_age",
        {[](Config& c, std::string_view v) -> std::string {
-         double s = 0;
-         if (!parse_duration_s(v, s) || s < 1) return "expected a duration (e.g. 3600, 12h, 7d)";
-         c.continuous_max_age_s = static_cast<uint64_t>(s);
-         return "";
-       },
+          double s = 0;
+          if (!parse_duration_s(v, s) || s < 1) return "expected a duration (e.g. 3600, 12h, 7d)";
+          c.continuous_max_age_s = static_cast<uint64_t>(s);
+          return "";
+        },
         number_getter(&Config::continuous_max_age_s)}},
       {"continuous_max_bytes",
        {[](Config& c, std::string_view v) -> std::string {
-         uint64_t n = 0;
-         if (!parse_size_bytes(v, n) || n == 0) return "expected a size (e.g. 500M, 2G)";
-         c.continuous_max_bytes = n;
-         return "";
-       },
+          uint64_t n = 0;
+          if (!parse_size_bytes(v, n) || n == 0) return "expected a size (e.g. 500M, 2G)";
+          c.continuous_max_bytes = n;
+          return "";
+        },
         number_getter(&Config::continuous_max_bytes)}},
-      {"state_directory", {string_setter(&Config::state_directory, true), string_getter(&Config::state_directory)}},
+      {"state_directory",
+       {string_setter(&Config::state_directory, true), string_getter(&Config::state_directory)}},
   };
   return table;
 }
@@ -193,11 +204,16 @@ bool parse_duration_s(std::string_view text, double& seconds) {
   std::string_view suffix;
   if (!split_number(trim(text), n, suffix)) return false;
   double scale = 0;
-  if (suffix.empty() || suffix == "s") scale = 1;
-  else if (suffix == "m" || suffix == "min") scale = 60;
-  else if (suffix == "h") scale = 3600;
-  else if (suffix == "d") scale = 86400;
-  else return false;
+  if (suffix.empty() || suffix == "s")
+    scale = 1;
+  else if (suffix == "m" || suffix == "min")
+    scale = 60;
+  else if (suffix == "h")
+    scale = 3600;
+  else if (suffix == "d")
+    scale = 86400;
+  else
+    return false;
   seconds = n * scale;
   return seconds < 1e12;
 }
@@ -207,12 +223,18 @@ bool parse_size_bytes(std::string_view text, uint64_t& bytes) {
   std::string_view suffix;
   if (!split_number(trim(text), n, suffix)) return false;
   double scale = 0;
-  if (suffix.empty() || suffix == "B") scale = 1;
-  else if (suffix == "K" || suffix == "KiB" || suffix == "k") scale = 1024.0;
-  else if (suffix == "M" || suffix == "MiB") scale = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (suffix == "T" || suffix == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-  else return false;
+  if (suffix.empty() || suffix == "B")
+    scale = 1;
+  else if (suffix == "K" || suffix == "KiB" || suffix == "k")
+    scale = 1024.0;
+  else if (suffix == "M" || suffix == "MiB")
+    scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "T" || suffix == "TiB")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return false;
   const double value = n * scale;
   if (value >= 1.8e19) return false;
   bytes = static_cast<uint64_t>(value);
@@ -248,7 +270,8 @@ Config parse_config(std::string_view text, const std::string& name) {
       continue;
     }
     if (std::string why = it->second.set(config, value); !why.empty()) {
-      problems.push_back(where + "bad value '" + std::string(value) + "' for " + std::string(key) + ": " + why);
+      problems.push_back(where + "bad value '" + std::string(value) + "' for " + std::string(key) + ": " +
+                         why);
     }
   }
   if (!problems.empty()) throw ConfigError(problems);

@@ -49,7 +49,8 @@ void parse_record(const json& j, Request& request) {
     request.record_has_fd = fd->get<bool>();
   }
   if (const json* launched = find(j, "launched_command")) {
-    if (!launched->is_array()) throw ProtocolError(ErrorCode::kBadRequest, "\"launched_command\" must be an array");
+    if (!launched->is_array())
+      throw ProtocolError(ErrorCode::kBadRequest, "\"launched_command\" must be an array");
     for (const json& word : *launched) {
       if (!word.is_string()) {
         throw ProtocolError(ErrorCode::kBadRequest, "\"launched_command\" must hold strings");
@@ -95,12 +96,14 @@ const char* to_string(RequestType type) {
 Request parse_request(std::string_view payload) {
   json j = json::parse(payload.begin(), payload.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    throw ProtocolError(ErrorCode::kMalformed, "the message is not valid JSON (UTF-8 text of one JSON object)");
+    throw ProtocolError(ErrorCode::kMalformed,
+                        "the message is not valid JSON (UTF-8 text of one JSON object)");
   }
   if (!j.is_object()) throw ProtocolError(ErrorCode::kMalformed, "the message must be a JSON object");
   const json* version = find(j, "version");
   if (version == nullptr) throw ProtocolError(ErrorCode::kBadRequest, "the message has no \"version\"");
-  if (!version->is_number_integer()) throw ProtocolError(ErrorCode::kBadRequest, "\"version\" must be an integer");
+  if (!version->is_number_integer())
+    throw ProtocolError(ErrorCode::kBadRequest, "\"version\" must be an integer");
   if (version->get<int64_t>() != kProtocolVersion) {
     throw ProtocolError(ErrorCode::kUnsupportedVersion,
                         "protocol version " + std::to_string(version->get<int64_t>()) +
@@ -123,7 +126,8 @@ Request parse_request(std::string_view payload) {
     case RequestType::kStop:
       if (const json* session = find(j, "session")) {
         if (!session->is_number_unsigned()) {
-          throw ProtocolError(ErrorCode::kBadRequest, "\"session\" must be a session id (a positive integer)");
+          throw ProtocolError(ErrorCode::kBadRequest,
+                              "\"session\" must be a session id (a positive integer)");
         }
         request.session = session->get<uint64_t>();
       }
@@ -137,7 +141,8 @@ Request parse_request(std::string_view payload) {
 }
 
 std::string error_message(ErrorCode code, const std::string& message) {
-  json j = {{"version", kProtocolVersion}, {"type", "error"}, {"code", to_string(code)}, {"message", message}};
+  json j = {
+      {"version", kProtocolVersion}, {"type", "error"}, {"code", to_string(code)}, {"message", message}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -216,7 +221,8 @@ namespace {
 
 // Reads exactly `size` bytes into `out`, keeping descriptors that arrive. Returns false on EOF before
 // the first byte when `eof_ok`.
-bool read_exact(int socket, char* out, size_t size, Frame& frame, int timeout_ms, bool eof_ok, size_t frame_bytes) {
+bool read_exact(int socket, char* out, size_t size, Frame& frame, int timeout_ms, bool eof_ok,
+                size_t frame_bytes) {
   size_t got = 0;
   while (got < size) {
     pollfd p{socket, POLLIN, 0};
@@ -265,12 +271,13 @@ bool read_exact(int socket, char* out, size_t size, Frame& frame, int timeout_ms
 ReadResult read_frame(int socket, Frame& frame, int timeout_ms) {
   frame = Frame();
   unsigned char header[4];
-  if (!read_exact(socket, reinterpret_cast<char*>(header), 4, frame, timeout_ms, true, 0)) return ReadResult::kClosed;
+  if (!read_exact(socket, reinterpret_cast<char*>(header), 4, frame, timeout_ms, true, 0))
+    return ReadResult::kClosed;
   const uint32_t size = header[0] | header[1] << 8 | header[2] << 16 | static_cast<uint32_t>(header[3]) << 24;
   if (size > kMaxMessageBytes) {
-    throw ProtocolError(ErrorCode::kTooLarge, "message of " + std::to_string(size) + " bytes announced; at most " +
-                                                  std::to_string(kMaxMessageBytes) +
-                                                  " are accepted (the connection is closed)");
+    throw ProtocolError(ErrorCode::kTooLarge,
+                        "message of " + std::to_string(size) + " bytes announced; at most " +
+                            std::to_string(kMaxMessageBytes) + " are accepted (the connection is closed)");
   }
   frame.payload.resize(size);
   read_exact(socket, frame.payload.data(), size, frame, timeout_ms, false, 4);

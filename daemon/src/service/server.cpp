@@ -402,7 +402,8 @@ void Connection::handle_stop(const Request& request) {
   }
   const auto session = daemon_.sessions().find(request.session);
   if (!session) {
-    send_error(ErrorCode::kNotFound, "no session " + std::to_string(request.session) + " (see hpctl sessions)");
+    send_error(ErrorCode::kNotFound,
+               "no session " + std::to_string(request.session) + " (see hpctl sessions)");
     return;
   }
   if (!privileged_ && session->uid != peer_.uid) {
@@ -425,9 +426,10 @@ void Connection::handle_record(const Request& request, Frame& frame) {
     return;
   }
   if (!request.record_has_fd || !output) {
-    send_error(ErrorCode::kBadRequest,
-               "no output descriptor came with the record request: open the output file and send its descriptor "
-               "with the request (SCM_RIGHTS), with \"fd\": true");
+    send_error(
+        ErrorCode::kBadRequest,
+        "no output descriptor came with the record request: open the output file and send its descriptor "
+        "with the request (SCM_RIGHTS), with \"fd\": true");
     return;
   }
   const int flags = ::fcntl(output.get(), F_GETFL);
@@ -444,7 +446,8 @@ void Connection::handle_record(const Request& request, Frame& frame) {
     return;
   }
   if (args.frequency_hz > config.max_frequency_hz) {
-    send_error(ErrorCode::kLimit, "-F " + std::to_string(args.frequency_hz) + " is above this hpd's limit of " +
+    send_error(ErrorCode::kLimit, "-F " + std::to_string(args.frequency_hz) +
+                                      " is above this hpd's limit of " +
                                       std::to_string(config.max_frequency_hz) +
                                       " Hz (max_frequency_hz in hpd.conf); ask for less");
     return;
@@ -453,7 +456,8 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   if (args.duration_s <= 0 || args.duration_s > config.max_duration_s) {
     if (args.duration_s > 0) {
       char text[160];
-      std::snprintf(text, sizeof text, "note: hpd records at most %.0f s (max_duration_s in hpd.conf); asked for %.0f s",
+      std::snprintf(text, sizeof text,
+                    "note: hpd records at most %.0f s (max_duration_s in hpd.conf); asked for %.0f s",
                     config.max_duration_s, args.duration_s);
       notes.push_back(text);
     }
@@ -495,8 +499,8 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   std::atomic<bool> replied{false};  // the final reply (done or error) went out: EOF is no longer a loss
   const uint64_t memory_limit = config.max_session_memory_mb << 20;
   std::thread recorder([&, fd = output.release()]() mutable {
-    record_in_thread(session, args, std::move(options), fd, request.launched_command, std::move(notes), memory_limit,
-                     client_gone, replied);
+    record_in_thread(session, args, std::move(options), fd, request.launched_command, std::move(notes),
+                     memory_limit, client_gone, replied);
     finished.store(true);
   });
   bool reading = true;
@@ -522,8 +526,10 @@ void Connection::handle_record(const Request& request, Frame& frame) {
       }
     } catch (const ProtocolError& e) {
       send_error(e.code(), e.what());
-      if (e.code() == ErrorCode::kTruncated || e.code() == ErrorCode::kTooLarge) client_gone.store(true);
-      else continue;
+      if (e.code() == ErrorCode::kTruncated || e.code() == ErrorCode::kTooLarge)
+        client_gone.store(true);
+      else
+        continue;
     } catch (const std::exception&) {
       client_gone.store(true);
     }
@@ -536,7 +542,8 @@ void Connection::handle_record(const Request& request, Frame& frame) {
     if (inner.type == RequestType::kStop && (inner.session == 0 || inner.session == session->id)) {
       session->stop.store(true);
     } else if (inner.type == RequestType::kRecord) {
-      send_error(ErrorCode::kBadRequest, "this connection is recording session " + std::to_string(session->id) +
+      send_error(ErrorCode::kBadRequest, "this connection is recording session " +
+                                             std::to_string(session->id) +
                                              "; open another connection for another recording");
     } else {
       handle(inner, next);
@@ -622,8 +629,8 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
       log_warning("session " + std::to_string(session->id) + " discarded: " + privilege_reason);
       replied.store(true);
       send_error(ErrorCode::kPermissionDenied,
-                 "the recording was stopped and discarded: " + privilege_reason +
-                     "; you (uid " + std::to_string(peer_.uid) +
+                 "the recording was stopped and discarded: " + privilege_reason + "; you (uid " +
+                     std::to_string(peer_.uid) +
                      ") may record only processes that run as you; ask an administrator to add you to the '" +
                      group_ + "' group");
       return;
@@ -667,9 +674,13 @@ void Connection::handle_export(const Request& request, Frame& frame) {
     return;
   }
   if (!privileged_) {
-    send_error(ErrorCode::kPermissionDenied, "the continuous profile holds every process of the system; exporting "
-                                             "it is reserved to root and the '" + group_ + "' group; ask an "
-                                             "administrator to add you to the '" + group_ + "' group");
+    send_error(ErrorCode::kPermissionDenied,
+               "the continuous profile holds every process of the system; exporting "
+               "it is reserved to root and the '" +
+                   group_ +
+                   "' group; ask an "
+                   "administrator to add you to the '" +
+                   group_ + "' group");
     return;
   }
   if (!output) {
@@ -877,8 +888,8 @@ void Daemon::configure_continuous(const Config& config) {
 
 void Daemon::update_status_line() {
   const auto totals = sessions_.totals();
-  notifier_.notify("STATUS=" + std::to_string(totals.active) + " session(s), " + std::to_string(totals.samples) +
-                   " samples recorded");
+  notifier_.notify("STATUS=" + std::to_string(totals.active) + " session(s), " +
+                   std::to_string(totals.samples) + " samples recorded");
 }
 
 void Daemon::begin_shutdown() {
@@ -899,7 +910,8 @@ void Daemon::reload() {
     return;
   }
   Config old = config();
-  if (fresh.socket != old.socket) log_warning("SIGHUP: a new socket path takes effect at the next start of hpd");
+  if (fresh.socket != old.socket)
+    log_warning("SIGHUP: a new socket path takes effect at the next start of hpd");
   fresh.socket = old.socket;
   {
     std::lock_guard lock(config_mutex_);
@@ -917,7 +929,8 @@ void Daemon::accept_one() {
   if (!peer) return;
   if (connections_.size() >= kMaxConnections) {
     try {
-      send_frame(client.get(), error_message(ErrorCode::kLimit, "hpd has too many connections; try again later"));
+      send_frame(client.get(),
+                 error_message(ErrorCode::kLimit, "hpd has too many connections; try again later"));
     } catch (const std::exception&) {
     }
     return;
@@ -960,7 +973,8 @@ int Daemon::run() {
   if (!open_listener()) return 1;
   bpf_available_ = bpf_backend_available(&bpf_reason_);
   perf_available_ = perf_events_available(&perf_reason_);
-  if (!bpf_available_) log_warning("the eBPF backend is unavailable (" + bpf_reason_ + "); recording with perf_event");
+  if (!bpf_available_)
+    log_warning("the eBPF backend is unavailable (" + bpf_reason_ + "); recording with perf_event");
   configure_continuous(config_);
 
   notifier_.notify("READY=1\nSTATUS=ready, no sessions");
@@ -1016,7 +1030,8 @@ uint64_t estimate_profile_bytes(const RawProfile& p) {
     for (const std::string& arg : process.cmdline) bytes += arg.size() + sizeof arg;
   }
   bytes += p.threads.capacity() * (sizeof(RawThread) + 32);
-  for (const RawModule& module : p.modules) bytes += sizeof module + module.path.size() + module.build_id.size();
+  for (const RawModule& module : p.modules)
+    bytes += sizeof module + module.path.size() + module.build_id.size();
   bytes += p.call_edges.capacity() * sizeof(RawCallEdge);
   for (const RawMipSnapshot& snapshot : p.mip_snapshots) {
     bytes += sizeof snapshot + snapshot.functions.capacity() * (sizeof(RawMipFunction) + 32);

@@ -40,7 +40,8 @@ SystemdNotifier::SystemdNotifier() {
   if (parse_number(std::getenv("WATCHDOG_USEC"), usec)) {
     // WATCHDOG_PID, when set, must name this process (the watchdog is meant for the main process).
     const char* watchdog_pid = std::getenv("WATCHDOG_PID");
-    if (watchdog_pid == nullptr || (parse_number(watchdog_pid, pid) && pid == static_cast<uint64_t>(getpid()))) {
+    if (watchdog_pid == nullptr ||
+        (parse_number(watchdog_pid, pid) && pid == static_cast<uint64_t>(getpid()))) {
       watchdog_usec_ = usec;
     }
   }
@@ -62,8 +63,8 @@ bool SystemdNotifier::notify(std::string_view state) {
     length += 1;
   }
   // Never blocks: a notify socket nobody reads (its queue full) must not stall the main loop.
-  const ssize_t sent = ::sendto(fd_, state.data(), state.size(), MSG_NOSIGNAL | MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&addr),
-                                length);
+  const ssize_t sent = ::sendto(fd_, state.data(), state.size(), MSG_NOSIGNAL | MSG_DONTWAIT,
+                                reinterpret_cast<sockaddr*>(&addr), length);
   return sent == static_cast<ssize_t>(state.size());
 }
 

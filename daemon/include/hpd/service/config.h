@@ -21,8 +21,8 @@ struct Config {
 
   // Limits of recording sessions.
   uint32_t max_sessions = 16;
-  double max_duration_s = 3600;       // an open-ended request ends after this
-  uint32_t max_frequency_hz = 10000;  // requests above are refused
+  double max_duration_s = 3600;           // an open-ended request ends after this
+  uint32_t max_frequency_hz = 10000;      // requests above are refused
   uint64_t max_session_memory_mb = 1024;  // a session whose profile grows past this ends with a note
 
   // Continuous mode (served by the continuous library when it is built in).

@@ -49,12 +49,12 @@ const char* to_string(RequestType type);
 
 struct Request {
   RequestType type = RequestType::kHello;
-  std::string client;           // hello: "hpctl 0.1.0"
-  uint64_t session = 0;         // stop: the session id; 0 = the session of this connection
-  cli::RecordArgs record;       // record
-  bool record_has_fd = false;   // record: the output descriptor is attached to this message
+  std::string client;                         // hello: "hpctl 0.1.0"
+  uint64_t session = 0;                       // stop: the session id; 0 = the session of this connection
+  cli::RecordArgs record;                     // record
+  bool record_has_fd = false;                 // record: the output descriptor is attached to this message
   std::vector<std::string> launched_command;  // record: the command the client started, for the title
-  std::string text;             // the whole message, for requests served elsewhere (export)
+  std::string text;                           // the whole message, for requests served elsewhere (export)
 };
 
 // Parses one message payload. Throws ProtocolError (kMalformed, kUnsupportedVersion, kBadRequest,

@@ -35,7 +35,7 @@ struct Lib {
   std::string path;        // path in the recorded process
   std::string debug_name;  // file the debug info came from (name)
   std::string debug_path;
-  std::string build_id;    // lower-case hex; may be empty
+  std::string build_id;  // lower-case hex; may be empty
   std::string arch = "x86_64";
   bool is_kernel = false;
 };
@@ -58,9 +58,9 @@ struct Frame {
   uint32_t func = 0;
   uint32_t native_symbol = kNoIndex;
   uint32_t lib = kNoIndex;
-  int64_t address = -1;  // lib-relative; return address - 1 for non-leaf frames; -1 = none
-  uint32_t line = 0;     // 0 = unknown
-  uint32_t column = 0;   // 0 = unknown
+  int64_t address = -1;      // lib-relative; return address - 1 for non-leaf frames; -1 = none
+  uint32_t line = 0;         // 0 = unknown
+  uint32_t column = 0;       // 0 = unknown
   uint8_t inline_depth = 0;  // 0 = the real frame, 1.. = inlined callees at the same address
   Category category = Category::kUser;
 };
@@ -86,8 +86,8 @@ struct Thread {
   std::string name;
   std::string process_name;
   bool is_main = false;
-  uint64_t start_ns = 0;  // monotonic
-  uint64_t end_ns = 0;    // 0 = alive at the end of the recording
+  uint64_t start_ns = 0;        // monotonic
+  uint64_t end_ns = 0;          // 0 = alive at the end of the recording
   std::vector<Sample> samples;  // sorted by time
   LostCounts lost;  // this thread's share of ProfileMeta::lost, where the backend could attribute it
 };
