@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -744,7 +745,6 @@ class FirefoxWriter {
     }
     const auto process = processes_.find(track.pid);
     const int64_t start = process != processes_.end() ? process->second.startup : 0;
-    const bool ended = process != processes_.end() && process->second.ended;
     const size_t n = track.edges.size();
 
     w_.begin_object();
@@ -762,21 +762,7 @@ class FirefoxWriter {
     w_.string(firefox::calls_thread_tid(track.pid));
     w_.key(firefox::kCallsThreadField);
     w_.boolean(true);
-    w_.key("processStartupTime");
-    w_.ns_as_ms(start);
-    w_.key("processShutdownTime");
-    if (ended) {
-      w_.ns_as_ms(process->second.shutdown);
-    } else {
-      w_.null();
-    }
-    w_.key("registerTime");
-    w_.ns_as_ms(start);
-    w_.key("unregisterTime");
-    w_.null();
-    w_.key("pausedRanges");
-    w_.begin_array();
-    w_.end_array();
+    write_lifetimes(process != processes_.end() ? &process->second : nullptr, start, std::nullopt);
 
     w_.key("samples");
     w_.begin_object();
@@ -836,26 +822,8 @@ class FirefoxWriter {
     w_.string(std::to_string(t.pid));
     w_.key("tid");
     w_.int64(t.tid);
-    const ProcessTimes& process = processes_.at(t.pid);
-    w_.key("processStartupTime");
-    w_.ns_as_ms(process.startup);
-    w_.key("processShutdownTime");
-    if (process.ended) {
-      w_.ns_as_ms(process.shutdown);
-    } else {
-      w_.null();
-    }
-    w_.key("registerTime");
-    w_.ns_as_ms(thread_start(t));
-    w_.key("unregisterTime");
-    if (t.end_ns != 0) {
-      w_.ns_as_ms(relative_ns(t.end_ns));
-    } else {
-      w_.null();
-    }
-    w_.key("pausedRanges");
-    w_.begin_array();
-    w_.end_array();
+    write_lifetimes(&processes_.at(t.pid), thread_start(t),
+                    t.end_ns != 0 ? std::optional<int64_t>(relative_ns(t.end_ns)) : std::nullopt);
 
     w_.key("samples");
     w_.begin_object();
@@ -980,6 +948,31 @@ class FirefoxWriter {
     int64_t shutdown = 0;
     bool ended = true;  // every thread of the process has an end time
   };
+
+  // The lifetime fields of a thread object, for sampled threads and calls tracks alike: its
+  // process's (a null process: started at 0, still running) and its own (unregister: none = alive).
+  void write_lifetimes(const ProcessTimes* process, int64_t register_ns,
+                       std::optional<int64_t> unregister_ns) {
+    w_.key("processStartupTime");
+    w_.ns_as_ms(process != nullptr ? process->startup : 0);
+    w_.key("processShutdownTime");
+    if (process != nullptr && process->ended) {
+      w_.ns_as_ms(process->shutdown);
+    } else {
+      w_.null();
+    }
+    w_.key("registerTime");
+    w_.ns_as_ms(register_ns);
+    w_.key("unregisterTime");
+    if (unregister_ns) {
+      w_.ns_as_ms(*unregister_ns);
+    } else {
+      w_.null();
+    }
+    w_.key("pausedRanges");
+    w_.begin_array();
+    w_.end_array();
+  }
 
   const Profile& p_;
   json::Writer w_;
