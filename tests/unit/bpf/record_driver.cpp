@@ -13,6 +13,7 @@
 #include <string>
 
 #include "hpd/collect/recorder.h"
+#include "record_option_args.h"
 
 namespace {
 
@@ -28,7 +29,8 @@ double per_run(uint64_t ns, uint64_t runs) {
 int usage() {
   std::fprintf(stderr,
                "usage: hpd_record_driver [--backend auto|bpf|perf] [-F HZ] [--off-cpu|--no-off-cpu] "
-               "[--no-kernel] [--call-graph auto|fp|dwarf] [--ring-pages N] [--all] [--cgroup PATH] "
+               "[--no-kernel] [--call-graph auto|fp|dwarf] [--stack-size BYTES] [--ring-pages N] [--all] "
+               "[--cgroup PATH] "
                "[--duration S] [--quiet] -- COMMAND ARGS...\n");
   return 2;
 }
@@ -40,49 +42,13 @@ int main(int argc, char** argv) {
   bool quiet = false;
   int i = 1;
   for (; i < argc; ++i) {
+    const auto taken = hpd::testing::parse_record_option(argc, argv, i, options);
+    if (taken == hpd::testing::RecordOptionArg::kMissingValue) return usage();
+    if (taken == hpd::testing::RecordOptionArg::kTaken) continue;
     const std::string arg = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     if (arg == "--") {
       ++i;
       break;
-    } else if (arg == "--backend") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      const std::string b = v;
-      options.backend = b == "bpf"    ? hpd::Backend::kBpf
-                        : b == "perf" ? hpd::Backend::kPerf
-                                      : hpd::Backend::kAuto;
-    } else if (arg == "-F") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      options.frequency_hz = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
-    } else if (arg == "--off-cpu") {
-      options.off_cpu = hpd::OffCpu::kOn;
-    } else if (arg == "--no-off-cpu") {
-      options.off_cpu = hpd::OffCpu::kOff;
-    } else if (arg == "--no-kernel") {
-      options.kernel = hpd::KernelFrames::kOff;
-    } else if (arg == "--all") {
-      options.all_processes = true;
-    } else if (arg == "--cgroup") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      options.cgroup = v;
-    } else if (arg == "--duration") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      options.duration_s = std::strtod(v, nullptr);
-    } else if (arg == "--call-graph") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      const std::string g = v;
-      options.call_graph = g == "fp"      ? hpd::CallGraph::kFp
-                           : g == "dwarf" ? hpd::CallGraph::kDwarf
-                                          : hpd::CallGraph::kAuto;
-    } else if (arg == "--ring-pages") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      options.ring_pages = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
     } else if (arg == "--quiet") {
       quiet = true;
     } else {

@@ -11,12 +11,14 @@
 #include "hpd/collect/recorder.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
+#include "record_option_args.h"
 
 namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: hpd_callgraph_bench [--call-graph fp|dwarf|auto] [--stack-size BYTES] [--backend perf|bpf] [-F HZ] "
+               "usage: hpd_callgraph_bench [--call-graph fp|dwarf|auto] [--stack-size BYTES] [--backend "
+               "perf|bpf] [-F HZ] "
                "[--no-kernel] [--show-incomplete N] [--json] -- COMMAND ARGS...\n");
   return 2;
 }
@@ -42,34 +44,15 @@ int main(int argc, char** argv) {
   bool json = false;
   int i = 1;
   for (; i < argc; ++i) {
+    const auto taken = hpd::testing::parse_record_option(argc, argv, i, options);
+    if (taken == hpd::testing::RecordOptionArg::kMissingValue) return usage();
+    if (taken == hpd::testing::RecordOptionArg::kTaken) continue;
     const std::string arg = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     if (arg == "--") {
       ++i;
       break;
-    } else if (arg == "--call-graph") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      const std::string m = v;
-      options.call_graph = m == "fp"      ? hpd::CallGraph::kFp
-                           : m == "dwarf" ? hpd::CallGraph::kDwarf
-                                          : hpd::CallGraph::kAuto;
-    } else if (arg == "--stack-size") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      options.stack_copy_bytes = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
-    } else if (arg == "-F") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      options.frequency_hz = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
-    } else if (arg == "--backend") {
-      const char* v = value();
-      if (v == nullptr) return usage();
-      options.backend = std::string(v) == "bpf" ? hpd::Backend::kBpf : hpd::Backend::kPerf;
-    } else if (arg == "--no-kernel") {
-      options.kernel = hpd::KernelFrames::kOff;
     } else if (arg == "--show-incomplete") {
-      const char* v = value();
+      const char* v = i + 1 < argc ? argv[++i] : nullptr;
       if (v == nullptr) return usage();
       show_incomplete = std::strtoul(v, nullptr, 10);
     } else if (arg == "--json") {
@@ -104,10 +87,11 @@ int main(int argc, char** argv) {
   if (json) {
     std::printf(
         "{\"call_graph\": \"%s\", \"stack_copy_bytes\": %u, \"samples\": %llu, \"complete\": %.4f, "
-        "\"truncated\": %.4f, \"failed\": %.4f, \"unwind_us_per_sample\": %.2f, \"unwind_share_of_recorder\": "
+        "\"truncated\": %.4f, \"failed\": %.4f, \"unwind_us_per_sample\": %.2f, "
+        "\"unwind_share_of_recorder\": "
         "%.3f, \"recorder_us_per_sample\": %.2f, \"bytes_per_sample\": %.0f, \"leaf_callers_added\": %llu}\n",
-        raw.info.call_graph.c_str(), result.stack_copy_bytes, static_cast<unsigned long long>(on_cpu), ends[1] / n,
-        ends[2] / n, ends[3] / n, unwind_us, unwind_share, collect_us, bytes,
+        raw.info.call_graph.c_str(), result.stack_copy_bytes, static_cast<unsigned long long>(on_cpu),
+        ends[1] / n, ends[2] / n, ends[3] / n, unwind_us, unwind_share, collect_us, bytes,
         static_cast<unsigned long long>(result.leaf_callers_added));
   } else {
     std::printf(
@@ -115,8 +99,8 @@ int main(int argc, char** argv) {
         "unwinding %.2f us/sample (%.1f%% of the recorder's %.2f us/sample); %.0f bytes/sample; "
         "leaf callers added %llu\n",
         raw.info.call_graph.c_str(), result.stack_copy_bytes, static_cast<unsigned long long>(on_cpu),
-        100 * ends[1] / n, 100 * ends[2] / n, 100 * ends[3] / n, unwind_us, 100 * unwind_share, collect_us, bytes,
-        static_cast<unsigned long long>(result.leaf_callers_added));
+        100 * ends[1] / n, 100 * ends[2] / n, 100 * ends[3] / n, unwind_us, 100 * unwind_share, collect_us,
+        bytes, static_cast<unsigned long long>(result.leaf_callers_added));
     if (!result.call_graph_reason.empty()) std::printf("auto: %s\n", result.call_graph_reason.c_str());
   }
   if (show_incomplete > 0) {
