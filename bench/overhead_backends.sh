@@ -18,8 +18,9 @@ rates=("$@")
 fixture="$build/fixtures/cpu_split"
 two_threads="$build/fixtures/threads"
 driver="$build/tests/unit/bpf/hpd_record_driver"
-for f in "$fixture" "$two_threads" "$driver"; do
-  [ -x "$f" ] || { echo "missing $f: build the cpu_split, threads and hpd_record_driver targets" >&2; exit 1; }
+floor="$build/bench/timer_floor"
+for f in "$fixture" "$two_threads" "$driver" "$floor"; do
+  [ -x "$f" ] || { echo "missing $f: build the cpu_split, threads, hpd_record_driver and timer_floor targets" >&2; exit 1; }
 done
 have_perf=1
 command -v perf >/dev/null || have_perf=0
@@ -61,6 +62,14 @@ for freq in "${rates[@]}"; do
     printf '%7d %5s  %8.3f s  %16s  %16s  %16s\n' "$freq" "$([ $column = 1 ] && echo wall || echo cpu)" "$mb" \
       "$(cell "$(median $(pick "${bpf[@]}"))")" "$(cell "$(median $(pick "${pfb[@]}"))")" "$mp"
   done
+done
+
+# The floor: a task-clock event that fires at the rate and records nothing (bench/timer_floor.c). No
+# sampler can cost the target less per sample than the interrupt itself.
+printf '\nFloor: the sampling interrupt alone (timer_floor, CPU-time ratio), median of %d runs\n' "$runs"
+for freq in "${rates[@]}"; do
+  # shellcheck disable=SC2046  # one word per run
+  printf '%7d   %6.4f\n' "$freq" "$(median $("$floor" "$freq" 3000 "$runs" | cut -d' ' -f3))"
 done
 
 top=${rates[-1]}

@@ -267,11 +267,18 @@ static __always_inline void count_drop(__s32 pid, __s32 tid) {
 }
 
 SEC("perf_event")
-int hpd_on_cpu(void* ctx) {
+int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   const __u64 id = bpf_get_current_pid_tgid();
   const __s32 pid = (__s32)(id >> 32);
   const __s32 tid = (__s32)id;
   if (!is_target(pid)) return 0;
+  struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
+  // Per-CPU events all have the same period, so this drops nothing there (see hpd_thread_state).
+  const __u64 period = ctx->sample_period;
+  if (state) {
+    if (state->event_period != 0 && period > state->event_period) return 0;
+    state->event_period = period;
+  }
   count(HPD_COUNTER_SAMPLES);
   const __u32 cpu = bpf_get_smp_processor_id();
   struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &cpu);
@@ -285,7 +292,6 @@ int hpd_on_cpu(void* ctx) {
   // tick; the sum over a thread's samples telescopes to its exact CPU time.
   struct task_struct* task = (struct task_struct*)bpf_get_current_task();
   const __u64 runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
-  struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
   if (state && state->seeded) {
     e->cpu_delta_ns = runtime >= state->last_runtime_ns ? runtime - state->last_runtime_ns : 0;
     state->last_runtime_ns = runtime;
@@ -298,7 +304,8 @@ int hpd_on_cpu(void* ctx) {
       state->last_runtime_ns = runtime;
       state->seeded = 1;
     } else {
-      struct hpd_thread_state fresh = {.last_runtime_ns = runtime, .pid = pid, .seeded = 1};
+      struct hpd_thread_state fresh = {
+          .last_runtime_ns = runtime, .pid = pid, .seeded = 1, .event_period = period};
       if (bpf_map_update_elem(&threads, &tid, &fresh, BPF_NOEXIST) != 0) count(HPD_COUNTER_THREAD_MAP_FULL);
     }
   }

@@ -93,6 +93,10 @@ struct hpd_thread_state {
   __u64 ringbuf_drops;   /* this thread's records that did not fit */
   __s32 pid;
   __u32 seeded;          /* last_runtime_ns is a real baseline */
+  /* Per-task sampling: the smallest event period seen on this thread. A thread born while user space
+   * attached its events may carry an inherited event and one attached to it directly; the direct
+   * ones of later attach rounds have a period larger by the round number, so the copy is dropped. */
+  __u64 event_period;
 };
 
 #endif

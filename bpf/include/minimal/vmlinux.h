@@ -56,4 +56,11 @@ struct pt_regs {
 
 #pragma clang attribute pop
 
+/* The perf_event program context (UAPI, rewritten by the verifier: no CO-RE relocation). */
+struct bpf_perf_event_data {
+  struct pt_regs regs;
+  __u64 sample_period;
+  __u64 addr;
+};
+
 #endif

@@ -21,7 +21,8 @@ std::string bpf_unavailable_reason(const PerfPrivileges& privileges);
 // Opens and loads the programs (with the off-CPU one) and releases them again; "" when that works.
 std::string bpf_load_check();
 
-// Records with per-CPU cpu-clock events driving a BPF program, and scheduler tracepoints.
+// Records with perf events driving a BPF program (inherited per-thread task-clock events for pid and
+// command targets, per-CPU cpu-clock events for --all and --cgroup), and scheduler tracepoints.
 // Expects options already checked by validate_record_options().
 RecordResult record_with_bpf(const RecordOptions& options, const PerfPrivileges& privileges);
 

@@ -35,7 +35,10 @@ namespace fs = std::filesystem;
 const std::string kOffCpuFixture = HPD_OFFCPU_FIXTURE;
 const std::string kForker = HPD_FORKER_FIXTURE;
 
-const SpinnerExpectations kBpfExpectations{"bpf", "cpu-clock", CpuTimeSource::kSchedRuntime};
+const std::string kChurn = HPD_CHURN_FIXTURE;
+
+// Pid and command targets are sampled with per-thread task-clock events.
+const SpinnerExpectations kBpfExpectations{"bpf", "task-clock", CpuTimeSource::kSchedRuntime};
 
 RecordOptions bpf_options() {
   RecordOptions options;
@@ -322,6 +325,7 @@ TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
   kill_and_reap(b);
   const RawProfile& p = result.profile;
   EXPECT_EQ(p.info.target, "all processes");
+  EXPECT_EQ(p.info.event, "cpu-clock");  // system-wide: per-CPU events
   EXPECT_GT(samples_of(p, a), 50u);
   EXPECT_GT(samples_of(p, b), 50u);
   EXPECT_EQ(samples_of(p, ::getpid()), 0u);  // the recorder leaves itself out
@@ -337,6 +341,79 @@ TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
   EXPECT_GT(samples_in_function(p, a, spinner_path(), "spin_work"), samples_of(p, a) / 2);
   // --all takes no off-CPU samples unless asked: every context switch of the system would be one.
   EXPECT_EQ(samples_of(p, b, SampleKind::kOffCpu), 0u);
+}
+
+// Threads created while the recorder attaches to a running process: each has exactly one sampling
+// event (inherited from its creator, or attached directly), never both, so no thread is sampled at
+// twice the rate. The fixture starts a thread every millisecond until told to run them, so hundreds
+// exist and more are being created while the recorder attaches.
+TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
+  const int fds_before = count_open_fds();
+  int out[2], in[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  constexpr int kMaxThreads = 2000;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(in[0], 0);
+    ::execl(kChurn.c_str(), kChurn.c_str(), std::to_string(kMaxThreads).c_str(), "6", nullptr);
+    _exit(126);
+  }
+  ::close(out[1]);
+  ::close(in[0]);
+  ASSERT_GT(pid, 0);
+  char ready[6] = {};
+  ASSERT_EQ(::read(out[0], ready, 6), 6);
+  ASSERT_EQ(std::string(ready, 6), "ready\n");
+  RecordOptions options = bpf_options();
+  options.pids = {pid};
+  options.duration_s = 30;
+  options.off_cpu = OffCpu::kOff;
+  // Once attached: every thread burns its CPU time, then the fixture exits.
+  options.on_progress = [&, told = false](const RecordProgress&) mutable {
+    if (!std::exchange(told, true)) {
+      EXPECT_EQ(::write(in[1], "g", 1), 1);
+    }
+  };
+  const RecordResult result = record(options);
+  ::close(in[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::close(out[0]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(result.target_exited);
+  const RawProfile& p = result.profile;
+  EXPECT_EQ(p.info.event, "task-clock");
+  // Per thread: samples against the thread's CPU time (its deltas add up to sum_exec_runtime).
+  struct PerThread {
+    size_t samples = 0;
+    uint64_t cpu_ns = 0;
+  };
+  std::map<int32_t, PerThread> threads;
+  for (const RawSample& s : p.samples) {
+    if (s.pid != pid || s.kind != SampleKind::kOnCpu) continue;
+    ++threads[s.tid].samples;
+    threads[s.tid].cpu_ns += s.cpu_delta_ns;
+  }
+  ASSERT_GT(threads.size(), 100u);  // a thread a millisecond during the eBPF programs' load alone
+  size_t samples = 0;
+  uint64_t cpu_ns = 0;
+  for (const auto& [tid, t] : threads) {
+    samples += t.samples;
+    cpu_ns += t.cpu_ns;
+    const double expected = double(t.cpu_ns) / double(p.info.interval_ns);
+    // A doubled event shows as about twice the samples; the first sample of a thread may come from
+    // either event, so one extra is allowed.
+    EXPECT_LE(double(t.samples), 1.3 * expected + 2)
+        << "thread " << tid << ": " << t.samples << " samples for " << t.cpu_ns / 1000 << " us of CPU";
+  }
+  const double ratio = double(samples) / (double(cpu_ns) / double(p.info.interval_ns));
+  std::printf("churn: %zu threads, %zu samples, %.1f ms CPU, samples per interval of CPU %.3f\n",
+              threads.size(), samples, double(cpu_ns) / 1e6, ratio);
+  EXPECT_GT(ratio, 0.7);
+  EXPECT_LT(ratio, 1.2);
+  EXPECT_EQ(count_open_fds(), fds_before);
 }
 
 // A child cgroup for the test's lifetime.

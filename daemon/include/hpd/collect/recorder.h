@@ -55,7 +55,8 @@ struct RecordOptions {
   std::vector<std::string> command;  // ... or launch this command and record it
   double duration_s = 0;             // 0 = until the target exits or a stop is requested
   uint32_t frequency_hz = 999;
-  // "task-clock" or "cpu-clock" (perf_event backend; the eBPF backend samples cpu-clock per CPU).
+  // "task-clock" or "cpu-clock" (perf_event backend; the eBPF backend uses task-clock per thread for
+  // pid and command targets, cpu-clock per CPU for --all and --cgroup).
   std::string event = "task-clock";
   KernelFrames kernel = KernelFrames::kAuto;  // kAuto: when perf_event_paranoid / capabilities allow
   // Pages per ring buffer, a power of two; 0 = chosen from the rate. perf_event: one ring per CPU;
