@@ -240,7 +240,8 @@ class BpfSession {
   void attach_sampling();
   bool attach_per_task();
   void attach_per_cpu();
-  bool attach_thread(int32_t tid, uint64_t period_ns);
+  bool attach_clock(uint64_t config, uint64_t period_ns, int pid, int cpu, const std::string& what);
+  bool attach_thread(int32_t tid, uint64_t period_ns);  // false when the thread is gone
   void attach_process(int32_t pid);
   void seed_cpu_baselines();
   void seed_thread(int32_t pid, int32_t tid);
@@ -377,53 +378,37 @@ void BpfSession::attach_process(int32_t pid) {
   if (attached == 0) throw RecordError("no process with pid " + std::to_string(pid) + " (it exited)");
 }
 
-// False when the thread is gone.
-bool BpfSession::attach_thread(int32_t tid, uint64_t period_ns) {
+// Opens a software clock event on `pid` (a thread, or -1) and `cpu` (or -1) and drives the sampling
+// program with it. False when the errno says the thread or CPU is gone; throws on any other failure.
+bool BpfSession::attach_clock(uint64_t config, uint64_t period_ns, int pid, int cpu,
+                              const std::string& what) {
   perf_event_attr attr{};
   attr.size = sizeof attr;
   attr.type = PERF_TYPE_SOFTWARE;
-  attr.config = PERF_COUNT_SW_TASK_CLOCK;
+  attr.config = config;
   attr.sample_period = period_ns;
-  attr.inherit = 1;  // new threads and child processes; the program filters the children
-  UniqueFd fd(static_cast<int>(::syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC)));
+  attr.inherit = pid != -1;  // new threads and child processes; the program filters the children
+  UniqueFd fd(static_cast<int>(::syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC)));
   if (!fd) {
-    if (errno == ESRCH) return false;
-    throw RecordError("cannot open the task-clock event of thread " + std::to_string(tid) + ": " +
-                      std::strerror(errno));
+    if (errno == ESRCH || errno == ENODEV || errno == ENOENT) return false;
+    throw RecordError("cannot open the sampling event of " + what + ": " + std::strerror(errno));
   }
   Link link(bpf_program__attach_perf_event(skel_->progs.hpd_on_cpu, fd.get()));
-  if (!link) {
-    throw RecordError(with_log(
-        "cannot attach the sampling program to thread " + std::to_string(tid) + ": " + errno_text(errno),
-        log_));
-  }
+  if (!link)
+    throw RecordError(
+        with_log("cannot attach the sampling program to " + what + ": " + errno_text(errno), log_));
   fd.release();  // the link closes it
   sampling_.push_back(std::move(link));
   return true;
 }
 
+bool BpfSession::attach_thread(int32_t tid, uint64_t period_ns) {
+  return attach_clock(PERF_COUNT_SW_TASK_CLOCK, period_ns, tid, -1, "thread " + std::to_string(tid));
+}
+
 void BpfSession::attach_per_cpu() {
-  perf_event_attr attr{};
-  attr.size = sizeof attr;
-  attr.type = PERF_TYPE_SOFTWARE;
-  attr.config = PERF_COUNT_SW_CPU_CLOCK;
-  attr.sample_period = period_ns_;
-  for (const int cpu : cpus_) {
-    UniqueFd fd(static_cast<int>(::syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)));
-    if (!fd) {
-      if (errno == ENODEV || errno == ENOENT) continue;  // the CPU went offline meanwhile
-      throw RecordError("cannot open the cpu-clock event on CPU " + std::to_string(cpu) + ": " +
-                        std::strerror(errno));
-    }
-    Link link(bpf_program__attach_perf_event(skel_->progs.hpd_on_cpu, fd.get()));
-    if (!link) {
-      throw RecordError(with_log(
-          "cannot attach the sampling program to CPU " + std::to_string(cpu) + ": " + errno_text(errno),
-          log_));
-    }
-    fd.release();  // the link closes it
-    sampling_.push_back(std::move(link));
-  }
+  for (const int cpu : cpus_)
+    attach_clock(PERF_COUNT_SW_CPU_CLOCK, period_ns_, -1, cpu, "CPU " + std::to_string(cpu));
   if (sampling_.empty()) throw RecordError("no online CPU could be sampled");
 }
 
