@@ -64,17 +64,6 @@ fs::path write_chunk(const fs::path& dir, const RawProfile& profile) {
   return path;
 }
 
-TempDir::TempDir() {
-  char name[] = "/tmp/hpd-continuous-test-XXXXXX";
-  if (::mkdtemp(name) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = name;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
 void set_mtime(const fs::path& path, uint64_t unix_ns) {
   struct timespec times[2];
   times[0].tv_sec = 0;

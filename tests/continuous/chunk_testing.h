@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hpd/model/raw_profile.h"
+#include "temp_dir.h"
 
 namespace hpd::testing {
 
@@ -30,19 +31,6 @@ RawProfile make_chunk(uint64_t start_unix_ns, uint64_t start_mono_ns, uint64_t s
 
 // Writes `profile` as DIR/chunk_file_name(start) and sets its modification time to the chunk's end.
 std::filesystem::path write_chunk(const std::filesystem::path& dir, const RawProfile& profile);
-
-// A fresh empty directory under /tmp for one test, removed by the caller's TempDir.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 void set_mtime(const std::filesystem::path& path, uint64_t unix_ns);
 std::vector<std::string> file_names(const std::filesystem::path& dir);

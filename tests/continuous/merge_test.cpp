@@ -202,7 +202,7 @@ TEST(LoadChunks, PidAndCommFiltersKeepOnlyMatchingProcesses) {
 TEST(LoadChunks, CorruptChunksAreSkippedWithANote) {
   TempDir dir;
   write_chunk(dir.path(), chunk(0, {{}}));
-  const fs::path bad = dir.path() / chunk_file_name(kStart + 60 * kSec);
+  const fs::path bad = dir.file(chunk_file_name(kStart + 60 * kSec));
   {
     std::ofstream out(bad, std::ios::binary);
     out << "\x89HPR\r\n\x1a\n but then nothing sensible at all, just text where blocks should be";
@@ -212,7 +212,7 @@ TEST(LoadChunks, CorruptChunksAreSkippedWithANote) {
   fs::resize_file(truncated, fs::file_size(truncated) / 2);
   testing::set_mtime(truncated, kStart + 180 * kSec);
   {
-    std::ofstream out(dir.path() / "garbage.bin", std::ios::binary);
+    std::ofstream out(dir.file("garbage.bin"), std::ios::binary);
     out << "xyz";
   }
   std::vector<std::string> notes;
@@ -221,7 +221,7 @@ TEST(LoadChunks, CorruptChunksAreSkippedWithANote) {
   EXPECT_EQ(loaded.chunks_read, 2u);  // the cut one is read up to its last complete block
   EXPECT_GE(loaded.profile.samples.size(), 60u);
   EXPECT_TRUE(contains(notes, "skipping " + bad.string()));
-  EXPECT_TRUE(contains(notes, "ignoring " + (dir.path() / "garbage.bin").string()));
+  EXPECT_TRUE(contains(notes, "ignoring " + dir.file("garbage.bin")));
 }
 
 }  // namespace

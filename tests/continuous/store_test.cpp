@@ -63,10 +63,10 @@ TEST(ChunkStore, ScanListsChunksOldestFirstAndNotesGarbage) {
   TempDir dir;
   write_chunk(dir.path(), make_chunk(kStamp + 60 * kSec, 2000 * kSec, 60, {{}}));
   write_chunk(dir.path(), make_chunk(kStamp, 1940 * kSec, 60, {{}}));
-  write_file(dir.path() / "README", "not a chunk");
-  fs::create_directory(dir.path() / "chunk-20250314T092653.000Z.hpr");  // our name, not a file
-  write_file(dir.path() / "chunk-20250314T092753.589Z.hpr.tmp", "partial");
-  write_file(dir.path() / ".hpd-continuous.lock", "");
+  write_file(dir.file("README"), "not a chunk");
+  fs::create_directory(dir.file("chunk-20250314T092653.000Z.hpr"));  // our name, not a file
+  write_file(dir.file("chunk-20250314T092753.589Z.hpr.tmp"), "partial");
+  write_file(dir.file(".hpd-continuous.lock"), "");
 
   const StoreScan scan = scan_store(dir.path());
   ASSERT_EQ(scan.chunks.size(), 2u);
@@ -135,8 +135,8 @@ TEST(Retention, RemovesChunksOlderThanMaxAgeOnly) {
   write_chunk(dir.path(), make_chunk(kStamp, 1000 * kSec, 1800, {{}}));
   write_chunk(dir.path(), make_chunk(now - 3 * 3600 * kSec, 5000 * kSec, 3600, {{}}));
   write_chunk(dir.path(), make_chunk(now - 11 * 60 * kSec, 9000 * kSec, 60, {{}}));
-  write_file(dir.path() / "old-notes.txt", "x");
-  testing::set_mtime(dir.path() / "old-notes.txt", kStamp - 365 * 86400 * kSec);
+  write_file(dir.file("old-notes.txt"), "x");
+  testing::set_mtime(dir.file("old-notes.txt"), kStamp - 365 * 86400 * kSec);
 
   std::vector<std::string> notes;
   const auto removed = apply_retention(dir.path(), RetentionLimits{3 * 3600, 0}, now, &notes);
@@ -144,7 +144,7 @@ TEST(Retention, RemovesChunksOlderThanMaxAgeOnly) {
   EXPECT_EQ(removed[0].filename().string(), chunk_file_name(kStamp));
   const auto left = file_names(dir.path());
   EXPECT_EQ(left.size(), 3u);  // two chunks and the file that is not ours
-  EXPECT_TRUE(fs::exists(dir.path() / "old-notes.txt"));
+  EXPECT_TRUE(fs::exists(dir.file("old-notes.txt")));
 
   // A smaller limit takes the 2 h old one as well; no limit takes nothing.
   EXPECT_EQ(apply_retention(dir.path(), RetentionLimits{3600, 0}, now, &notes).size(), 1u);
@@ -160,7 +160,7 @@ TEST(Retention, RemovesOldestChunksUntilTheRestFitMaxBytes) {
         write_chunk(dir.path(), make_chunk(kStamp + i * 60 * kSec, (1000 + i * 60) * kSec, 60, {{}})));
   std::vector<uint64_t> sizes;
   for (const auto& p : paths) sizes.push_back(fs::file_size(p));
-  write_file(dir.path() / "big-garbage", std::string(100000, 'x'));  // not counted, never removed
+  write_file(dir.file("big-garbage"), std::string(100000, 'x'));  // not counted, never removed
 
   // Room for the newest two chunks and a byte less than the third.
   const uint64_t limit = sizes[3] + sizes[4] + sizes[2] - 1;
@@ -172,7 +172,7 @@ TEST(Retention, RemovesOldestChunksUntilTheRestFitMaxBytes) {
   const StoreScan scan = scan_store(dir.path());
   ASSERT_EQ(scan.chunks.size(), 2u);
   EXPECT_EQ(scan.chunks[0].path, paths[3]);
-  EXPECT_TRUE(fs::exists(dir.path() / "big-garbage"));
+  EXPECT_TRUE(fs::exists(dir.file("big-garbage")));
   // Already within the limit: nothing more goes.
   EXPECT_TRUE(apply_retention(dir.path(), RetentionLimits{0, limit}, kStamp, nullptr).empty());
 }
@@ -185,7 +185,7 @@ TEST(Recovery, SalvagesTheCompleteBlocksOfACrashedRunsTmpFile) {
   // The first half as a crashed run streamed it: one flush, then blocks cut in the middle.
   RawProfile half = full;
   half.samples.resize(full.samples.size() / 2);
-  const fs::path tmp = dir.path() / (chunk_file_name(kStamp) + ".tmp");
+  const fs::path tmp = dir.file(chunk_file_name(kStamp) + ".tmp");
   {
     CaptureWriter writer(tmp.string());
     writer.flush(half);
@@ -193,24 +193,24 @@ TEST(Recovery, SalvagesTheCompleteBlocksOfACrashedRunsTmpFile) {
   const uint64_t flushed = fs::file_size(tmp);
   {
     // Append the rest as a second flush and cut it inside its last block.
-    CaptureWriter writer((dir.path() / "scratch").string());
+    CaptureWriter writer(dir.file("scratch"));
     writer.flush(half);
     writer.flush(full);
   }
   {
-    std::ifstream in(dir.path() / "scratch", std::ios::binary);
+    std::ifstream in(dir.file("scratch"), std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    fs::remove(dir.path() / "scratch");
+    fs::remove(dir.file("scratch"));
     std::ofstream out(tmp, std::ios::binary | std::ios::app);
     out << bytes.substr(flushed, (bytes.size() - flushed) / 2);
   }
-  write_file(dir.path() / (chunk_file_name(kStamp + kSec) + ".tmp"), "garbage that is no capture at all");
+  write_file(dir.file(chunk_file_name(kStamp + kSec) + ".tmp"), "garbage that is no capture at all");
   {
-    CaptureWriter writer((dir.path() / (chunk_file_name(kStamp + 2 * kSec) + ".tmp")).string());
+    CaptureWriter writer(dir.file(chunk_file_name(kStamp + 2 * kSec) + ".tmp"));
     writer.flush(make_chunk(kStamp + 2 * kSec, 1002 * kSec, 0, {{}}));  // no samples yet
   }
-  write_file(dir.path() / (chunk_file_name(kStamp + 3 * kSec) + ".salvage.tmp"), "half a salvage");
-  write_file(dir.path() / "notes.tmp", "someone else's");
+  write_file(dir.file(chunk_file_name(kStamp + 3 * kSec) + ".salvage.tmp"), "half a salvage");
+  write_file(dir.file("notes.tmp"), "someone else's");
 
   std::vector<std::string> notes;
   EXPECT_EQ(recover_temporaries(dir.path(), &notes), 1u);
@@ -220,7 +220,7 @@ TEST(Recovery, SalvagesTheCompleteBlocksOfACrashedRunsTmpFile) {
   EXPECT_TRUE(contains(notes, "without samples"));
   EXPECT_TRUE(contains(notes, "interrupted salvage"));
 
-  const CaptureContents salvaged = read_capture_file((dir.path() / chunk_file_name(kStamp)).string());
+  const CaptureContents salvaged = read_capture_file(dir.file(chunk_file_name(kStamp)));
   EXPECT_TRUE(salvaged.info.complete);
   EXPECT_GE(salvaged.profile.samples.size(), half.samples.size());
   EXPECT_LT(salvaged.profile.samples.size(), full.samples.size());

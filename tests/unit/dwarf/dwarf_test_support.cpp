@@ -118,15 +118,4 @@ std::vector<std::vector<SourceFrame>> llvm_symbolize(const std::string& tool, co
   return result;
 }
 
-TempDir::TempDir() {
-  char templ[] = "/tmp/hpd-dwarf-XXXXXX";
-  if (::mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = templ;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 }  // namespace hpd::dwarf_test

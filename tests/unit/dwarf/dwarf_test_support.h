@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hpd/symbolizer/symbolizer.h"
+#include "temp_dir.h"
 
 namespace hpd::dwarf_test {
 
@@ -26,17 +27,7 @@ std::string run_command(const std::string& command, int* status);
 std::vector<std::vector<SourceFrame>> llvm_symbolize(const std::string& tool, const std::string& obj,
                                                      const std::vector<uint64_t>& addresses);
 
-// A directory under /tmp removed (recursively) on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// The scratch directory shared by all tests (tests/support/temp_dir.h), by its old name here.
+using ::hpd::testing::TempDir;
 
 }  // namespace hpd::dwarf_test

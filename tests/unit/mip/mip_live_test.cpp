@@ -47,7 +47,7 @@ std::string real(const std::string& path) {
   return realpath(path.c_str(), buf) ? buf : path;
 }
 
-class MipLive : public testing::TestWithParam<const char*> {};
+class MipLive : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MipLive, SnapshotsGiveExactCountsAndMatchTheDump) {
   TempDir dir;
@@ -92,7 +92,7 @@ TEST_P(MipLive, SnapshotsGiveExactCountsAndMatchTheDump) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Compilers, MipLive, testing::Values("mip_calls_gcc", "mip_calls_clang"));
+INSTANTIATE_TEST_SUITE_P(Compilers, MipLive, ::testing::Values("mip_calls_gcc", "mip_calls_clang"));
 
 TEST(MipLive, EveryModuleWithASectionCounts) {
   Child child(fixture("mip_dso_main"), {"LLVM_MIP_PROFILE_FILENAME=/dev/null"});

@@ -43,7 +43,7 @@ ErrorCode code_of(const std::function<void()>& f) {
   return ErrorCode::kIo;
 }
 
-class MipOffline : public testing::TestWithParam<const char*> {};
+class MipOffline : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MipOffline, DumpedRawDecodesWithExactCounts) {
   TempDir dir;
@@ -79,7 +79,7 @@ TEST_P(MipOffline, MergeAddsCountsAndOrder) {
   EXPECT_EQ(m.never_called()[0]->demangled.substr(0, 12), "never_called");
 }
 
-INSTANTIATE_TEST_SUITE_P(Compilers, MipOffline, testing::Values("mip_calls_gcc", "mip_calls_clang"));
+INSTANTIATE_TEST_SUITE_P(Compilers, MipOffline, ::testing::Values("mip_calls_gcc", "mip_calls_clang"));
 
 TEST(MipOffline, ClangNamesAreDemangled) {
   TempDir dir;
@@ -114,7 +114,7 @@ TEST(MipOffline, SharedLibraryAndItsExecutableDumpSeparately) {
   ASSERT_TRUE(child.wait_for_line("ready"));
   child.close_stdin();
   ASSERT_EQ(child.wait_exit(), 0);
-  const auto files = dir.files();
+  const auto files = dir.entries();
   ASSERT_EQ(files.size(), 2u);
   for (const std::string& binary : {fixture("libmipdso.so"), fixture("mip_dso_main")}) {
     char name[32];

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <stdexcept>
 
 extern char** environ;
@@ -44,24 +43,6 @@ std::map<std::string, ElfSymbol> read_function_symbols(const std::string& path) 
   }
   if (elf) elf_end(elf);
   close(fd);
-  return out;
-}
-
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/hpd-mip-test-XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
-std::vector<std::string> TempDir::files() const {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().string());
-  std::sort(out.begin(), out.end());
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hpd/mip/mip.h"
+#include "temp_dir.h"
 
 namespace hpd::mip::test {
 
@@ -42,19 +43,8 @@ struct ElfSymbol {
 // Function symbols of .symtab by name.
 std::map<std::string, ElfSymbol> read_function_symbols(const std::string& path);
 
-// A fresh temporary directory, removed with its files on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const std::string& path() const { return path_; }
-  [[nodiscard]] std::vector<std::string> files() const;  // full paths, sorted
-
- private:
-  std::string path_;
-};
+// The scratch directory shared by all tests (tests/support/temp_dir.h), by its old name here.
+using ::hpd::testing::TempDir;
 
 // A fixture process with its stdin and stdout on pipes; killed and reaped on destruction if still running.
 class Child {

@@ -342,7 +342,7 @@ TEST(Symbolizer, DebugFileFoundByDebugLink) {
     const std::string debug = f.dir.file(sub + "fixture.debug");
     StrippedFixture::run_ok("objcopy --only-keep-debug '" + std::string(FIXTURE_C_PIE) + "' '" + debug + "'");
     // The link's CRC is computed from the file named; objcopy needs it next to the binary.
-    StrippedFixture::run_ok("cd '" + f.dir.path().string() + "' && objcopy --add-gnu-debuglink='" + debug +
+    StrippedFixture::run_ok("cd '" + f.dir.path() + "' && objcopy --add-gnu-debuglink='" + debug +
                             "' '" + f.stripped + "'");
     SymbolizerOptions options;
     options.debug_root = f.debug_root;  // empty: no build-id path

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hpd/symbolizer/symbolizer.h"
+#include "temp_dir.h"
 
 namespace hpd::test {
 
@@ -43,18 +44,8 @@ inline ModuleRef module_ref(const std::string& path, const std::string& build_id
   return ref;
 }
 
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+// The scratch directory shared by all tests (tests/support/temp_dir.h), by its old name here.
+using ::hpd::testing::TempDir;
 
 void write_file(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);

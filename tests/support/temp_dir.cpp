@@ -1,0 +1,41 @@
+// TempDir: mkdtemp on the way in, remove_all on the way out.
+#include "temp_dir.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <system_error>
+
+namespace hpd::testing {
+
+TempDir::TempDir() {
+  std::error_code ec;
+  std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+  if (ec) base = "/tmp";  // $TMPDIR names no directory
+  std::string pattern = (base / "hpd-test-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw std::runtime_error("cannot create a temporary directory " + pattern + ": " + std::strerror(errno));
+  }
+  path_ = std::move(pattern);
+}
+
+TempDir::~TempDir() {
+  // Best effort: a destructor must not throw, and a leftover directory fails no test.
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::vector<std::string> TempDir::entries() const {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(path_)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace hpd::testing
