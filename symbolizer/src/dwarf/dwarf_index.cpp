@@ -12,7 +12,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <set>
 #include <span>
@@ -20,6 +19,7 @@
 #include <utility>
 
 #include "line_table.h"
+#include "subroutine_map.h"
 
 #if __has_include(<llvm/Demangle/Demangle.h>)
 #include <llvm/Demangle/Demangle.h>
@@ -33,9 +33,8 @@ bool nonMicrosoftDemangle(const char* MangledName, std::string& Result);
 namespace hpd {
 namespace {
 
-constexpr uint32_t kNoNode = UINT32_MAX;
-// Garbage DWARF can nest DIEs arbitrarily deep or chain references in cycles; real code stays far below.
-constexpr int kMaxDieDepth = 256;
+constexpr uint32_t kNoNode = kNoSubroutine;
+// Garbage DWARF can chain references in cycles; real code stays far below.
 constexpr int kMaxReferenceHops = 16;
 constexpr size_t kMaxRangesPerDie = 1u << 16;
 
@@ -60,13 +59,9 @@ struct DwarfDeleter {
   void operator()(Dwarf* dwarf) const { dwarf_end(dwarf); }
 };
 
-// A DW_TAG_subprogram or DW_TAG_inlined_subroutine that is (or encloses) an address-carrying one.
-// Its name and call site are read from the DIE on first use and kept, so that repeated lookups in
-// one function touch no DIE and demangle nothing.
-struct Subroutine {
-  Dwarf_Off die_offset;
-  uint32_t parent;  // nearest enclosing Subroutine; kNoNode for subprograms (the chain stops there)
-  bool is_subprogram;
+// What a lookup prints of a SubroutineNode: its name and call site, read from the DIE on first use
+// and kept, so that repeated lookups in one function touch no DIE and demangle nothing.
+struct SubroutineDetails {
   bool details_read = false;
   bool has_call_file = false;
   const std::string* name = nullptr;  // demangled; owned by DwarfIndex::Impl::names
@@ -75,22 +70,16 @@ struct Subroutine {
   uint32_t call_column = 0;
 };
 
-struct Span {
-  uint64_t low;
-  uint64_t high;
-  uint32_t node;
-};
-
 // What a compile unit contributes, built on its first lookup.
 struct UnitTables {
-  std::vector<Subroutine> nodes;
-  // LLVM's DWARFUnit::AddrDieMap flattened: sorted by low; entries normally disjoint.
-  std::vector<Span> spans;
+  SubroutineMap map;
+  std::vector<SubroutineDetails> details;  // by node
   // Rows and file names; each file name already joined with comp_dir as LLVM prints it.
   LineTable lines;
 };
 
 struct Unit {
+  Dwarf_Off unit_offset;  // of the unit header in .debug_info
   Dwarf_Off die_offset;
   std::unique_ptr<UnitTables> tables;
 };
@@ -162,76 +151,6 @@ std::string join_path(const std::string& dir, const char* name) {
   out += name;
   return out;
 }
-
-// Walks a compile unit's DIE tree in preorder and fills LLVM's address-to-subroutine map
-// (DWARFUnit::updateAddressDieMap), including its rule for a range nested inside an earlier one:
-// the later (inner) DIE wins inside its range and the outer one keeps both sides.
-class SubroutineMapBuilder {
- public:
-  explicit SubroutineMapBuilder(UnitTables& tables) : tables_(tables) {}
-
-  void walk_children(Dwarf_Die* parent, int depth) {
-    Dwarf_Die child;
-    if (depth >= kMaxDieDepth || dwarf_haschildren(parent) <= 0 || dwarf_child(parent, &child) != 0) return;
-    for (;;) {
-      visit(&child, depth + 1);
-      Dwarf_Die next;
-      if (dwarf_siblingof(&child, &next) != 0) break;
-      child = next;
-    }
-  }
-
-  void finish() {
-    tables_.spans.reserve(map_.size());
-    for (const auto& [low, entry] : map_) tables_.spans.push_back({low, entry.first, entry.second});
-    map_.clear();
-  }
-
- private:
-  struct Ancestor {
-    Dwarf_Off offset;
-    bool is_subprogram;
-    uint32_t node;
-  };
-
-  void visit(Dwarf_Die* die, int depth) {
-    int tag = dwarf_tag(die);
-    bool subroutine = tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine;
-    if (subroutine) {
-      stack_.push_back({dwarf_dieoffset(die), tag == DW_TAG_subprogram, kNoNode});
-      for_each_range(die, [&](uint64_t low, uint64_t high) {
-        if (low < high) insert(low, high, materialize(stack_.size() - 1));
-      });
-    }
-    walk_children(die, depth);
-    if (subroutine) stack_.pop_back();
-  }
-
-  uint32_t materialize(size_t index) {
-    Ancestor& a = stack_[index];
-    if (a.node != kNoNode) return a.node;
-    uint32_t parent = (!a.is_subprogram && index > 0) ? materialize(index - 1) : kNoNode;
-    a.node = static_cast<uint32_t>(tables_.nodes.size());
-    tables_.nodes.push_back({a.offset, parent, a.is_subprogram});
-    return a.node;
-  }
-
-  void insert(uint64_t low, uint64_t high, uint32_t node) {
-    auto it = map_.upper_bound(low);
-    if (it != map_.begin()) {
-      --it;
-      if (low < it->second.first) {
-        if (high < it->second.first) map_[high] = it->second;
-        if (low > it->first) it->second.first = low;
-      }
-    }
-    map_[low] = {high, node};
-  }
-
-  UnitTables& tables_;
-  std::vector<Ancestor> stack_;
-  std::map<uint64_t, std::pair<uint64_t, uint32_t>> map_;
-};
 
 // The compile-unit address table as LLVM's DWARFDebugAranges::construct builds it: where units
 // overlap (COMDAT copies mapped onto the kept one), the unit already owning the preceding piece
@@ -319,6 +238,9 @@ struct DwarfIndex::Impl {
   std::vector<UnitSpan> unit_spans;  // sorted, disjoint
   size_t decompressed_bytes = 0;
   LineSections line_sections;
+  DebugInfoSections info_sections;
+  // The own DIE walker reads little-endian, linked files only (ET_REL needs relocations).
+  bool walker_usable = false;
 
   mutable std::mutex mutex;
   // Demangled names by the DWARF string they came from (strings live as long as `dwarf`).
@@ -337,7 +259,7 @@ struct DwarfIndex::Impl {
   UnitTables* tables_for(uint32_t unit_index) const;
   void load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const;
   const std::string* function_name(Dwarf_Off die_offset) const;
-  void read_details(Subroutine& node) const;
+  void read_details(const SubroutineNode& node, SubroutineDetails& details) const;
 };
 
 DwarfIndex::DwarfIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -364,6 +286,14 @@ std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::strin
   impl->line_sections.line = section_bytes(elf, ".debug_line", ".zdebug_line");
   impl->line_sections.line_str = section_bytes(elf, ".debug_line_str", ".zdebug_line_str");
   impl->line_sections.str = section_bytes(elf, ".debug_str", ".zdebug_str");
+  impl->info_sections.info = section_bytes(elf, ".debug_info", ".zdebug_info");
+  impl->info_sections.abbrev = section_bytes(elf, ".debug_abbrev", ".zdebug_abbrev");
+  impl->info_sections.addr = section_bytes(elf, ".debug_addr", ".zdebug_addr");
+  impl->info_sections.ranges = section_bytes(elf, ".debug_ranges", ".zdebug_ranges");
+  impl->info_sections.rnglists = section_bytes(elf, ".debug_rnglists", ".zdebug_rnglists");
+  GElf_Ehdr ehdr;
+  impl->walker_usable =
+      gelf_getehdr(elf, &ehdr) != nullptr && ehdr.e_ident[EI_DATA] == ELFDATA2LSB && ehdr.e_type != ET_REL;
 
   std::vector<UnitSpan> raw;
   Dwarf_CU* cu = nullptr;
@@ -383,7 +313,10 @@ std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::strin
         any = true;
       }
     });
-    if (any) impl->units.push_back({dwarf_dieoffset(&cudie), nullptr});
+    if (any) {
+      const Dwarf_Off die_offset = dwarf_dieoffset(&cudie);
+      impl->units.push_back({die_offset - dwarf_cuoffset(&cudie), die_offset, nullptr});
+    }
   }
   if (impl->units.empty()) return fail("DWARF has no compile unit with address ranges");
   impl->unit_spans = build_unit_spans(raw);
@@ -401,14 +334,15 @@ UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index) const {
   Dwarf_Die cudie;
   if (dwarf_offdie(dwarf.get(), unit.die_offset, &cudie) == nullptr) return &t;
   const char* dir = attr_string(&cudie, DW_AT_comp_dir);
-  SubroutineMapBuilder builder(t);
-  builder.walk_children(&cudie, 0);
-  builder.finish();
-  t.nodes.shrink_to_fit();
+  if (!walker_usable || !walk_subroutines(info_sections, unit.unit_offset, t.map)) {
+    walk_subroutines_libdw(dwarf.get(), unit.die_offset, t.map);
+  }
+  t.details.resize(t.map.nodes.size());
   load_lines(t, &cudie, dir != nullptr ? dir : "");
   constexpr size_t kLibdwPerUnitTouched = 2048;  // its abbreviation table, kept by libdw
-  table_bytes += kLibdwPerUnitTouched + sizeof(UnitTables) + t.nodes.capacity() * sizeof(Subroutine) +
-                 t.spans.capacity() * sizeof(Span) + t.lines.memory_bytes();
+  table_bytes += kLibdwPerUnitTouched + sizeof(UnitTables) + t.map.nodes.capacity() * sizeof(SubroutineNode) +
+                 t.details.capacity() * sizeof(SubroutineDetails) +
+                 t.map.spans.capacity() * sizeof(SubroutineSpan) + t.lines.memory_bytes();
   return &t;
 }
 
@@ -477,20 +411,20 @@ const std::string* DwarfIndex::Impl::function_name(Dwarf_Off die_offset) const {
   return &names.emplace(raw, std::move(demangled)).first->second;
 }
 
-void DwarfIndex::Impl::read_details(Subroutine& node) const {
-  node.details_read = true;
-  node.name = function_name(node.die_offset);
+void DwarfIndex::Impl::read_details(const SubroutineNode& node, SubroutineDetails& details) const {
+  details.details_read = true;
+  details.name = function_name(node.die_offset);
   if (node.is_subprogram) return;  // only inlined instances have a call site
   Dwarf_Die die;
   if (dwarf_offdie(dwarf.get(), node.die_offset, &die) == nullptr) return;
-  node.call_line = static_cast<uint32_t>(attr_unsigned(&die, DW_AT_call_line));
-  node.call_column = static_cast<uint32_t>(attr_unsigned(&die, DW_AT_call_column));
+  details.call_line = static_cast<uint32_t>(attr_unsigned(&die, DW_AT_call_line));
+  details.call_column = static_cast<uint32_t>(attr_unsigned(&die, DW_AT_call_column));
   Dwarf_Attribute attr;
   Dwarf_Word file_index = 0;
   if (dwarf_attr(&die, DW_AT_call_file, &attr) != nullptr && dwarf_formudata(&attr, &file_index) == 0 &&
       file_index <= UINT32_MAX) {
-    node.has_call_file = true;
-    node.call_file = static_cast<uint32_t>(file_index);
+    details.has_call_file = true;
+    details.call_file = static_cast<uint32_t>(file_index);
   }
 }
 
@@ -546,15 +480,17 @@ void DwarfIndex::lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) const 
 
   // Innermost subroutine, as LLVM's DWARFUnit::getSubroutineForAddress finds it.
   uint32_t leaf = kNoNode;
-  auto span_it = std::upper_bound(t.spans.begin(), t.spans.end(), vaddr,
-                                  [](uint64_t a, const Span& s) { return a < s.low; });
-  if (span_it != t.spans.begin() && vaddr < std::prev(span_it)->high) leaf = std::prev(span_it)->node;
+  const std::vector<SubroutineSpan>& spans = t.map.spans;
+  const std::vector<SubroutineNode>& nodes = t.map.nodes;
+  auto span_it = std::upper_bound(spans.begin(), spans.end(), vaddr,
+                                  [](uint64_t a, const SubroutineSpan& s) { return a < s.low; });
+  if (span_it != spans.begin() && vaddr < std::prev(span_it)->high) leaf = std::prev(span_it)->node;
 
   // Chain length first, so that `frames` is resized once and its strings keep their storage.
   size_t depth = 0;
-  for (uint32_t n = leaf; n != kNoNode && depth < t.nodes.size(); n = t.nodes[n].parent) {
+  for (uint32_t n = leaf; n != kNoNode && depth < nodes.size(); n = nodes[n].parent) {
     ++depth;
-    if (t.nodes[n].is_subprogram) break;
+    if (nodes[n].is_subprogram) break;
   }
   d.resize_keeping_storage(frames, std::max<size_t>(depth, 1));
   SourceFrame& innermost = frames.back();
@@ -577,9 +513,9 @@ void DwarfIndex::lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) const 
   // Walk outwards: level i (from the innermost) is named by its node; the level outside it
   // executes the node's call site.
   uint32_t n = leaf;
-  for (size_t i = 0; i < depth; ++i, n = t.nodes[n].parent) {
-    Subroutine& node = t.nodes[n];
-    if (!node.details_read) d.read_details(node);
+  for (size_t i = 0; i < depth; ++i, n = nodes[n].parent) {
+    SubroutineDetails& node = t.details[n];
+    if (!node.details_read) d.read_details(nodes[n], node);
     SourceFrame& f = frames[depth - 1 - i];
     assign_name(f.function, node.name);
     if (i + 1 == depth) break;

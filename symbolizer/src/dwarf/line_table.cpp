@@ -156,6 +156,67 @@ bool read_entry_list(Reader& r, const LineSections& s, unsigned offset_size,
   return true;
 }
 
+// libdw's row order: by address, an end_sequence row first, else program order (a stable sort).
+bool row_before(const LineRow& a, const LineRow& b) {
+  if (a.address != b.address) return a.address < b.address;
+  return a.end_sequence && !b.end_sequence;
+}
+
+// The stable sort of all rows, computed from whole sequences: a sequence's rows are normally in
+// order already, so sequences are ordered by their lowest address and only clusters of sequences
+// whose address intervals overlap or touch (e.g. discarded COMDAT code, all at address 0) are
+// sorted row by row, in program order. Rows of different clusters never compare equal, so the
+// result is exactly std::stable_sort of all rows. Sorting thousands of sequences instead of
+// millions of rows was 15% of the start-up work on large C++ units.
+void sort_rows(std::vector<LineRow>& rows) {
+  struct Sequence {
+    uint64_t low;
+    uint64_t high;
+    size_t begin;
+    size_t end;
+    bool sorted;
+  };
+  std::vector<Sequence> sequences;
+  for (size_t begin = 0, i = 0; i < rows.size(); ++i) {
+    if (!rows[i].end_sequence && i + 1 != rows.size()) continue;
+    Sequence seq{UINT64_MAX, 0, begin, i + 1, true};
+    for (size_t k = begin; k <= i; ++k) {
+      seq.low = std::min(seq.low, rows[k].address);
+      seq.high = std::max(seq.high, rows[k].address);
+      if (k > begin && row_before(rows[k], rows[k - 1])) seq.sorted = false;
+    }
+    sequences.push_back(seq);
+    begin = i + 1;
+  }
+  std::sort(sequences.begin(), sequences.end(), [](const Sequence& a, const Sequence& b) {
+    return a.low != b.low ? a.low < b.low : a.begin < b.begin;
+  });
+  std::vector<LineRow> sorted;
+  sorted.reserve(rows.size());
+  std::vector<Sequence> cluster;
+  for (size_t i = 0; i < sequences.size();) {
+    cluster.assign(1, sequences[i]);
+    uint64_t high = sequences[i].high;
+    for (++i; i < sequences.size() && sequences[i].low <= high; ++i) {
+      cluster.push_back(sequences[i]);
+      high = std::max(high, sequences[i].high);
+    }
+    const size_t start = sorted.size();
+    if (cluster.size() > 1) {
+      std::sort(cluster.begin(), cluster.end(),
+                [](const Sequence& a, const Sequence& b) { return a.begin < b.begin; });
+    }
+    for (const Sequence& seq : cluster) {
+      sorted.insert(sorted.end(), rows.begin() + static_cast<std::ptrdiff_t>(seq.begin),
+                    rows.begin() + static_cast<std::ptrdiff_t>(seq.end));
+    }
+    if (cluster.size() > 1 || !cluster[0].sorted) {
+      std::stable_sort(sorted.begin() + static_cast<std::ptrdiff_t>(start), sorted.end(), row_before);
+    }
+  }
+  rows = std::move(sorted);
+}
+
 }  // namespace
 
 size_t LineTable::memory_bytes() const {
@@ -314,13 +375,7 @@ bool decode_line_table(const LineSections& s, uint64_t offset, const char* comp_
     if (p.bad()) return false;
   }
 
-  const auto before = [](const LineRow& a, const LineRow& b) {
-    if (a.address != b.address) return a.address < b.address;
-    return a.end_sequence && !b.end_sequence;
-  };
-  if (!std::is_sorted(out.rows.begin(), out.rows.end(), before)) {
-    std::stable_sort(out.rows.begin(), out.rows.end(), before);
-  }
+  if (!std::is_sorted(out.rows.begin(), out.rows.end(), row_before)) sort_rows(out.rows);
   if (!out.rows.empty()) out.rows.back().end_sequence = true;
   out.rows.shrink_to_fit();
   return true;

@@ -1,0 +1,63 @@
+// SubroutineMap: one compile unit's address -> innermost subprogram/inlined-subroutine table.
+#pragma once
+
+#include <elfutils/libdw.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hpd {
+
+inline constexpr uint32_t kNoSubroutine = UINT32_MAX;
+
+// A DW_TAG_subprogram or DW_TAG_inlined_subroutine that carries an address range or encloses one
+// that does (only those become nodes, so a unit's many declarations cost nothing).
+struct SubroutineNode {
+  uint64_t die_offset;  // in .debug_info, as libdw's dwarf_offdie takes it
+  uint32_t parent;      // nearest enclosing node; kNoSubroutine for subprograms (the chain stops there)
+  bool is_subprogram;
+
+  bool operator==(const SubroutineNode&) const = default;
+};
+
+struct SubroutineSpan {
+  uint64_t low;
+  uint64_t high;
+  uint32_t node;
+
+  bool operator==(const SubroutineSpan&) const = default;
+};
+
+// LLVM's DWARFUnit::AddrDieMap flattened (updateAddressDieMap's rules, including the one for a
+// range nested in an earlier one: the later, inner DIE wins inside its range and the outer one
+// keeps both sides). Spans sorted by low, normally disjoint; nodes in the order first needed.
+struct SubroutineMap {
+  std::vector<SubroutineNode> nodes;
+  std::vector<SubroutineSpan> spans;
+};
+
+// The (decompressed) sections the walker reads; empty spans for absent ones.
+struct DebugInfoSections {
+  std::span<const uint8_t> info;      // .debug_info
+  std::span<const uint8_t> abbrev;    // .debug_abbrev
+  std::span<const uint8_t> addr;      // .debug_addr (DW_FORM_addrx*)
+  std::span<const uint8_t> ranges;    // .debug_ranges (DWARF 2-4)
+  std::span<const uint8_t> rnglists;  // .debug_rnglists (DWARF 5)
+};
+
+// Builds the map of the unit whose header starts at `unit_offset` in .debug_info with one linear
+// pass over its DIEs (abbreviations decoded once, every attribute skipped by its form, subtrees
+// passed once). Reads little-endian DWARF 2-5, 32- and 64-bit, compile/partial/skeleton units.
+// Returns false, with `out` emptied and *why (if given) saying what stopped it, on anything it
+// does not read exactly as libdw would (unknown form, odd encoding, truncated or inconsistent
+// data): the caller then uses walk_subroutines_libdw. Never reads outside the given sections.
+bool walk_subroutines(const DebugInfoSections& sections, uint64_t unit_offset, SubroutineMap& out,
+                      std::string* why = nullptr);
+
+// The same map through libdw's DIE tree (dwarf_child/dwarf_siblingof/dwarf_ranges) for the unit
+// whose DIE is at `cu_die_offset`: the reference and the fallback.
+void walk_subroutines_libdw(Dwarf* dwarf, uint64_t cu_die_offset, SubroutineMap& out);
+
+}  // namespace hpd

@@ -1,0 +1,448 @@
+// SubroutineMap: the one-pass DIE walker builds the same nodes and spans as libdw's walk on every
+// fixture unit, and hand-made truncated, garbage or unusual DWARF is refused (fallback) or bounded.
+#include "subroutine_map.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace hpd {
+namespace {
+
+std::string fixture(const std::string& name) {
+  return std::string(HPD_DWARF_FIXTURE_DIR) + "/" + name;
+}
+
+std::span<const uint8_t> section(Elf* elf, const char* name, const char* gnu_name) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return {};
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type == SHT_NOBITS) continue;
+    const char* n = elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (n == nullptr || (std::strcmp(n, name) != 0 && std::strcmp(n, gnu_name) != 0)) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr) return {};
+    return {static_cast<const uint8_t*>(data->d_buf), data->d_size};
+  }
+  return {};
+}
+
+// libdw's view of one ELF file (sections decompressed by dwarf_begin_elf), closed on destruction.
+class LibdwFile {
+ public:
+  explicit LibdwFile(const std::string& path) {
+    elf_version(EV_CURRENT);
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ >= 0) elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
+    if (elf_ != nullptr) dwarf_ = dwarf_begin_elf(elf_, DWARF_C_READ, nullptr);
+    if (dwarf_ != nullptr) {
+      sections_.info = section(elf_, ".debug_info", ".zdebug_info");
+      sections_.abbrev = section(elf_, ".debug_abbrev", ".zdebug_abbrev");
+      sections_.addr = section(elf_, ".debug_addr", ".zdebug_addr");
+      sections_.ranges = section(elf_, ".debug_ranges", ".zdebug_ranges");
+      sections_.rnglists = section(elf_, ".debug_rnglists", ".zdebug_rnglists");
+    }
+  }
+  ~LibdwFile() {
+    if (dwarf_ != nullptr) dwarf_end(dwarf_);
+    if (elf_ != nullptr) elf_end(elf_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  LibdwFile(const LibdwFile&) = delete;
+  LibdwFile& operator=(const LibdwFile&) = delete;
+
+  Dwarf* dwarf() const { return dwarf_; }
+  const DebugInfoSections& sections() const { return sections_; }
+
+ private:
+  int fd_ = -1;
+  Elf* elf_ = nullptr;
+  Dwarf* dwarf_ = nullptr;
+  DebugInfoSections sections_;
+};
+
+struct Comparison {
+  size_t units = 0, skeletons = 0, nodes = 0, spans = 0, fell_back = 0;
+  std::string first_fallback;
+};
+
+// Both walks over every compile, partial and skeleton unit of `path`; gtest failures on the first
+// differences. Units the walker refuses are counted (and must then be left to libdw).
+Comparison compare_walks(const std::string& path) {
+  Comparison result;
+  LibdwFile file(path);
+  EXPECT_NE(file.dwarf(), nullptr) << path << ": " << dwarf_errmsg(-1);
+  if (file.dwarf() == nullptr) return result;
+  Dwarf_CU* cu = nullptr;
+  Dwarf_CU* next = nullptr;
+  Dwarf_Half version = 0;
+  uint8_t unit_type = 0;
+  Dwarf_Die cudie, subdie;
+  while (dwarf_get_units(file.dwarf(), cu, &next, &version, &unit_type, &cudie, &subdie) == 0) {
+    cu = next;
+    if (unit_type != DW_UT_compile && unit_type != DW_UT_partial && unit_type != DW_UT_skeleton) continue;
+    const Dwarf_Off die_offset = dwarf_dieoffset(&cudie);
+    SubroutineMap reference, walked;
+    walk_subroutines_libdw(file.dwarf(), die_offset, reference);
+    std::string why;
+    ++result.units;
+    result.skeletons += unit_type == DW_UT_skeleton ? 1 : 0;
+    if (!walk_subroutines(file.sections(), die_offset - dwarf_cuoffset(&cudie), walked, &why)) {
+      if (result.fell_back++ == 0) result.first_fallback = why;
+      EXPECT_TRUE(walked.nodes.empty() && walked.spans.empty());
+      continue;
+    }
+    result.nodes += walked.nodes.size();
+    result.spans += walked.spans.size();
+    EXPECT_EQ(walked.nodes.size(), reference.nodes.size()) << path << " unit 0x" << std::hex << die_offset;
+    EXPECT_EQ(walked.spans.size(), reference.spans.size()) << path << " unit 0x" << std::hex << die_offset;
+    if (walked.nodes != reference.nodes) {
+      for (size_t i = 0; i < std::min(walked.nodes.size(), reference.nodes.size()); ++i) {
+        if (walked.nodes[i] == reference.nodes[i]) continue;
+        ADD_FAILURE() << path << " node " << i << ": walker DIE 0x" << std::hex << walked.nodes[i].die_offset
+                      << " parent " << std::dec << walked.nodes[i].parent << ", libdw DIE 0x" << std::hex
+                      << reference.nodes[i].die_offset << " parent " << std::dec << reference.nodes[i].parent;
+        break;
+      }
+    }
+    if (walked.spans != reference.spans) {
+      for (size_t i = 0; i < std::min(walked.spans.size(), reference.spans.size()); ++i) {
+        const SubroutineSpan& a = walked.spans[i];
+        const SubroutineSpan& b = reference.spans[i];
+        if (a == b) continue;
+        ADD_FAILURE() << path << " span " << i << std::hex << ": walker [0x" << a.low << ", 0x" << a.high
+                      << ") node " << std::dec << a.node << std::hex << ", libdw [0x" << b.low << ", 0x"
+                      << b.high << ") node " << std::dec << b.node;
+        break;
+      }
+    }
+  }
+  return result;
+}
+
+class WalkerEqualsLibdw : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(WalkerEqualsLibdw, SameNodesAndSpansOnEveryUnit) {
+  Comparison c = compare_walks(fixture(GetParam()));
+  EXPECT_GT(c.units, 0u);
+  // Every fixture is in a layout the walker reads: none may quietly take the slow path.
+  EXPECT_EQ(c.fell_back, 0u) << "first reason: " << c.first_fallback;
+  if (std::string(GetParam()).find("split") == std::string::npos) {
+    EXPECT_GT(c.spans, 10u);
+    EXPECT_GT(c.nodes, 10u);
+  } else {
+    EXPECT_GT(c.skeletons, 0u);  // skeleton units: nothing below the unit DIE, in this file
+  }
+  RecordProperty("units", static_cast<int>(c.units));
+  RecordProperty("spans", static_cast<int>(c.spans));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, WalkerEqualsLibdw,
+                         ::testing::Values("c_gcc", "c_gcc_dwarf4", "c_clang_dwarf5", "cpp_gcc",
+                                           "cpp_clang_dwarf5", "rust_moves", "rust_legacy", "c_gcc_zlib",
+                                           "c_gcc_zlib_gnu", "cpp_gcc.debug", "c_gcc_split",
+                                           "c_gcc_split_dwarf4", "c_clang_split"));
+
+// Large binaries given by hand (HPD_WALKER_COMPARE=path:path...), e.g. hpctl itself or libpython.
+TEST(WalkerEqualsLibdwExtra, FilesFromTheEnvironment) {
+  const char* list = std::getenv("HPD_WALKER_COMPARE");
+  if (list == nullptr || *list == 0)
+    GTEST_SKIP() << "set HPD_WALKER_COMPARE=ELF[:ELF...] to compare more files";
+  std::stringstream in(list);
+  std::string path;
+  while (std::getline(in, path, ':')) {
+    Comparison c = compare_walks(path);
+    std::printf("%s: %zu units (%zu by libdw only: %s), %zu nodes, %zu spans\n", path.c_str(), c.units,
+                c.fell_back, c.first_fallback.c_str(), c.nodes, c.spans);
+    EXPECT_GT(c.units, 0u);
+  }
+}
+
+// ---- hand-made DWARF ----
+
+// Little-endian bytes, with the encodings DWARF uses.
+class Bytes {
+ public:
+  Bytes& u8(uint64_t v) { return fixed(v, 1); }
+  Bytes& u16(uint64_t v) { return fixed(v, 2); }
+  Bytes& u32(uint64_t v) { return fixed(v, 4); }
+  Bytes& u64(uint64_t v) { return fixed(v, 8); }
+  Bytes& fixed(uint64_t v, size_t n) {
+    for (size_t i = 0; i < n; ++i) data.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    return *this;
+  }
+  Bytes& uleb(uint64_t v) {
+    do {
+      uint8_t b = v & 0x7f;
+      v >>= 7;
+      data.push_back(static_cast<uint8_t>(b | (v != 0 ? 0x80 : 0)));
+    } while (v != 0);
+    return *this;
+  }
+  Bytes& str(const char* s) {
+    data.insert(data.end(), s, s + std::strlen(s) + 1);
+    return *this;
+  }
+  size_t size() const { return data.size(); }
+  std::vector<uint8_t> data;
+};
+
+// One abbreviation: code, tag, children, (attribute, form) pairs.
+void abbrev(Bytes& b, uint64_t code, uint64_t tag, bool children,
+            std::initializer_list<std::pair<uint64_t, uint64_t>> attrs) {
+  b.uleb(code).uleb(tag).u8(children ? 1 : 0);
+  for (auto [name, form] : attrs) b.uleb(name).uleb(form);
+  b.uleb(0).uleb(0);
+}
+
+// A DWARF 4 unit (32-bit) around `dies`, or DWARF 5 (unit type compile) when `version` is 5.
+std::vector<uint8_t> unit(const Bytes& dies, unsigned version = 4, bool dwarf64 = false) {
+  Bytes header;
+  const size_t offset_size = dwarf64 ? 8 : 4;
+  const size_t rest = 2 + (version >= 5 ? 2 : 1) + offset_size + dies.size();
+  if (dwarf64) {
+    header.u32(0xffffffff).u64(rest);
+  } else {
+    header.u32(rest);
+  }
+  header.u16(version);
+  if (version >= 5)
+    header.u8(DW_UT_compile).u8(8).fixed(0, offset_size);
+  else
+    header.fixed(0, offset_size).u8(8);
+  header.data.insert(header.data.end(), dies.data.begin(), dies.data.end());
+  return header.data;
+}
+
+// Abbreviations 1 = compile unit (children, low_pc, name string), 2 = subprogram (children,
+// low_pc addr, high_pc data4, a block), 3 = inlined subroutine (no children, low_pc, high_pc
+// udata), 4 = variable (fixed size), 5 = lexical block (children, ranges).
+Bytes standard_abbrevs() {
+  Bytes a;
+  abbrev(a, 1, DW_TAG_compile_unit, true, {{DW_AT_low_pc, DW_FORM_addr}, {DW_AT_name, DW_FORM_string}});
+  abbrev(a, 2, DW_TAG_subprogram, true,
+         {{DW_AT_name, DW_FORM_string},
+          {DW_AT_low_pc, DW_FORM_addr},
+          {DW_AT_high_pc, DW_FORM_data4},
+          {DW_AT_frame_base, DW_FORM_exprloc}});
+  abbrev(a, 3, DW_TAG_inlined_subroutine, false,
+         {{DW_AT_abstract_origin, DW_FORM_ref4},
+          {DW_AT_low_pc, DW_FORM_addr},
+          {DW_AT_high_pc, DW_FORM_udata},
+          {DW_AT_call_line, DW_FORM_data1}});
+  abbrev(a, 4, DW_TAG_variable, false, {{DW_AT_type, DW_FORM_ref4}, {DW_AT_external, DW_FORM_flag_present}});
+  abbrev(a, 5, DW_TAG_lexical_block, true, {{DW_AT_ranges, DW_FORM_sec_offset}});
+  a.uleb(0);
+  return a;
+}
+
+// f at [0x1000, 0x1100) holding, inside a lexical block, an inlined g at [0x1040, 0x1060);
+// then h at [0x2000, 0x2010) with no inline.
+Bytes standard_dies(bool dwarf64 = false) {
+  Bytes d;
+  d.uleb(1).u64(0x1000).str("a.c");
+  d.uleb(2).str("f").u64(0x1000).u32(0x100).uleb(1).u8(DW_OP_call_frame_cfa);
+  d.uleb(4).u32(0x40);
+  d.uleb(5).fixed(0, dwarf64 ? 8 : 4);  // ranges unused by the walker (lexical blocks are not subroutines)
+  d.uleb(3).u32(0x50).u64(0x1040).uleb(0x20).u8(7);
+  d.uleb(0);  // end of the lexical block
+  d.uleb(0);  // end of f
+  d.uleb(2).str("h").u64(0x2000).u32(0x10).uleb(0);
+  d.uleb(0);  // end of h
+  d.uleb(0);  // end of the unit
+  return d;
+}
+
+DebugInfoSections sections_of(const std::vector<uint8_t>& info, const Bytes& abbrevs) {
+  DebugInfoSections s;
+  s.info = info;
+  s.abbrev = abbrevs.data;
+  return s;
+}
+
+TEST(SubroutineWalker, HandMadeUnitGivesNestedSpans) {
+  const Bytes abbrevs = standard_abbrevs();
+  for (bool dwarf64 : {false, true}) {
+    const std::vector<uint8_t> info = unit(standard_dies(dwarf64), 4, dwarf64);
+    SubroutineMap map;
+    std::string why;
+    ASSERT_TRUE(walk_subroutines(sections_of(info, abbrevs), 0, map, &why)) << why;
+    ASSERT_EQ(map.nodes.size(), 3u);
+    EXPECT_TRUE(map.nodes[0].is_subprogram);
+    EXPECT_EQ(map.nodes[0].parent, kNoSubroutine);
+    EXPECT_FALSE(map.nodes[1].is_subprogram);
+    EXPECT_EQ(map.nodes[1].parent, 0u);  // the lexical block between them does not count
+    const size_t header = dwarf64 ? 23 : 11;
+    EXPECT_EQ(map.nodes[0].die_offset, header + 1 + 8 + 4);  // after the unit DIE
+    // LLVM's rule: g splits f's range in three.
+    const std::vector<SubroutineSpan> want = {
+        {0x1000, 0x1040, 0}, {0x1040, 0x1060, 1}, {0x1060, 0x1100, 0}, {0x2000, 0x2010, 2}};
+    EXPECT_EQ(map.spans, want);
+  }
+}
+
+TEST(SubroutineWalker, Dwarf5AddrxAndRnglistx) {
+  Bytes a;
+  abbrev(a, 1, DW_TAG_compile_unit, true,
+         {{DW_AT_low_pc, DW_FORM_addrx},
+          {DW_AT_addr_base, DW_FORM_sec_offset},
+          {DW_AT_rnglists_base, DW_FORM_sec_offset}});
+  abbrev(a, 2, DW_TAG_subprogram, true, {{DW_AT_low_pc, DW_FORM_addrx1}, {DW_AT_high_pc, DW_FORM_data2}});
+  abbrev(a, 3, DW_TAG_inlined_subroutine, false, {{DW_AT_ranges, DW_FORM_rnglistx}});
+  a.uleb(0);
+  Bytes addr;  // .debug_addr: header (8 bytes), then addresses
+  addr.u32(4 + 8 * 3).u16(5).u8(8).u8(0).u64(0x4000).u64(0x5000).u64(0x5100);
+  Bytes rng;  // .debug_rnglists: header, one offset, one list
+  rng.u32(0).u16(5).u8(8).u8(0).u32(1);
+  const size_t base = rng.size();
+  rng.u32(4);  // list 0 starts right after the offset array
+  rng.u8(DW_RLE_base_addressx).uleb(1);
+  rng.u8(DW_RLE_offset_pair).uleb(0x10).uleb(0x20);
+  rng.u8(DW_RLE_startx_length).uleb(2).uleb(0x8);
+  rng.u8(DW_RLE_end_of_list);
+  Bytes d;
+  d.uleb(1).uleb(0).u32(8).u32(base);
+  d.uleb(2).u8(1).u16(0x200);
+  d.uleb(3).uleb(0);
+  d.uleb(0).uleb(0);
+  const std::vector<uint8_t> info = unit(d, 5);
+  DebugInfoSections s = sections_of(info, a);
+  s.addr = addr.data;
+  s.rnglists = rng.data;
+  SubroutineMap map;
+  std::string why;
+  ASSERT_TRUE(walk_subroutines(s, 0, map, &why)) << why;
+  const std::vector<SubroutineSpan> want = {{0x5000, 0x5010, 0},
+                                            {0x5010, 0x5020, 1},
+                                            {0x5020, 0x5100, 0},
+                                            {0x5100, 0x5108, 1},
+                                            {0x5108, 0x5200, 0}};
+  EXPECT_EQ(map.spans, want);
+
+  // Without DW_AT_addr_base the index cannot be resolved the way libdw would: refused.
+  Bytes no_base;
+  abbrev(no_base, 1, DW_TAG_compile_unit, true, {{DW_AT_low_pc, DW_FORM_addrx}});
+  no_base.uleb(0);
+  Bytes d2;
+  d2.uleb(1).uleb(0).uleb(0);
+  const std::vector<uint8_t> info2 = unit(d2, 5);
+  DebugInfoSections s2 = sections_of(info2, no_base);
+  s2.addr = addr.data;
+  EXPECT_FALSE(walk_subroutines(s2, 0, map, &why));
+  EXPECT_TRUE(map.spans.empty() && map.nodes.empty());
+}
+
+// Refusals the caller turns into libdw's walk; each must come with a reason and an empty map.
+TEST(SubroutineWalker, RefusesWhatItDoesNotRead) {
+  const Bytes good_abbrevs = standard_abbrevs();
+  const std::vector<uint8_t> good = unit(standard_dies());
+  SubroutineMap map;
+  std::string why;
+
+  std::vector<uint8_t> v3 = good;
+  v3[4] = 1;  // version 1
+  EXPECT_FALSE(walk_subroutines(sections_of(v3, good_abbrevs), 0, map, &why));
+  EXPECT_EQ(why, "unsupported DWARF version");
+
+  std::vector<uint8_t> long_unit = good;
+  long_unit[0] += 1;  // one byte longer than the section
+  EXPECT_FALSE(walk_subroutines(sections_of(long_unit, good_abbrevs), 0, map, &why));
+
+  EXPECT_FALSE(walk_subroutines(sections_of(good, good_abbrevs), good.size(), map, &why));
+
+  Bytes unknown_form;  // form 0x7f used by the subprogram
+  abbrev(unknown_form, 1, DW_TAG_compile_unit, true,
+         {{DW_AT_low_pc, DW_FORM_addr}, {DW_AT_name, DW_FORM_string}});
+  abbrev(unknown_form, 2, DW_TAG_subprogram, true, {{DW_AT_name, 0x7f}});
+  unknown_form.uleb(0);
+  EXPECT_FALSE(walk_subroutines(sections_of(good, unknown_form), 0, map, &why));
+
+  Bytes twice = standard_abbrevs();
+  twice.data.pop_back();
+  abbrev(twice, 2, DW_TAG_variable, false, {});
+  twice.uleb(0);
+  EXPECT_FALSE(walk_subroutines(sections_of(good, twice), 0, map, &why));
+  EXPECT_EQ(why, "abbreviation code defined twice");
+
+  Bytes undefined;  // a DIE with code 9
+  undefined.uleb(1).u64(0).str("x").uleb(9).uleb(0);
+  EXPECT_FALSE(walk_subroutines(sections_of(unit(undefined), good_abbrevs), 0, map, &why));
+  EXPECT_EQ(why, "undefined abbreviation code");
+
+  Bytes deep;  // 300 nested lexical blocks
+  deep.uleb(1).u64(0).str("x");
+  for (int i = 0; i < 300; ++i) deep.uleb(5).u32(0);
+  for (int i = 0; i < 301; ++i) deep.uleb(0);
+  EXPECT_FALSE(walk_subroutines(sections_of(unit(deep), good_abbrevs), 0, map, &why));
+  EXPECT_EQ(why, "DIEs nested too deep");
+
+  Bytes indirect_abbrevs;  // DW_FORM_indirect naming a form it does not know
+  abbrev(indirect_abbrevs, 1, DW_TAG_compile_unit, true, {{DW_AT_name, DW_FORM_indirect}});
+  indirect_abbrevs.uleb(0);
+  Bytes indirect;
+  indirect.uleb(1).uleb(0x7e).uleb(0);
+  EXPECT_FALSE(walk_subroutines(sections_of(unit(indirect), indirect_abbrevs), 0, map, &why));
+  Bytes indirect_ok;  // ...and one naming DW_FORM_string
+  indirect_ok.uleb(1).uleb(DW_FORM_string).str("a.c").uleb(0);
+  EXPECT_TRUE(walk_subroutines(sections_of(unit(indirect_ok), indirect_abbrevs), 0, map, &why)) << why;
+}
+
+// Every truncation and random corruption of a valid unit: refused or walked, never out of bounds
+// (the fuzz target checks the bounds with AddressSanitizer; here: no crash, sane results).
+TEST(SubroutineWalker, TruncatedAndGarbageInputIsBounded) {
+  const Bytes abbrevs = standard_abbrevs();
+  const std::vector<uint8_t> good = unit(standard_dies());
+  SubroutineMap map;
+  size_t refused = 0;
+  for (size_t len = 0; len < good.size(); ++len) {
+    std::vector<uint8_t> cut(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len));
+    if (!walk_subroutines(sections_of(cut, abbrevs), 0, map)) ++refused;
+  }
+  EXPECT_EQ(refused, good.size());  // the unit length no longer fits: every cut is refused
+  for (size_t len = 0; len < abbrevs.size(); ++len) {
+    Bytes cut;
+    cut.data.assign(abbrevs.data.begin(), abbrevs.data.begin() + static_cast<std::ptrdiff_t>(len));
+    walk_subroutines(sections_of(good, cut), 0, map);
+    for (const SubroutineSpan& s : map.spans) EXPECT_LT(s.node, map.nodes.size());
+  }
+  std::mt19937_64 rng(11);
+  size_t walked = 0;
+  for (int round = 0; round < 5000; ++round) {
+    std::vector<uint8_t> info = good;
+    Bytes abbrev_noise = abbrevs;
+    for (int k = 0; k < 3; ++k) info[4 + rng() % (info.size() - 4)] = static_cast<uint8_t>(rng());
+    if (round % 2 == 0) abbrev_noise.data[rng() % abbrev_noise.size()] = static_cast<uint8_t>(rng());
+    if (walk_subroutines(sections_of(info, abbrev_noise), 0, map)) {
+      ++walked;
+      for (const SubroutineSpan& s : map.spans) {
+        EXPECT_LT(s.low, s.high);
+        EXPECT_LT(s.node, map.nodes.size());
+      }
+      for (const SubroutineNode& n : map.nodes)
+        EXPECT_TRUE(n.parent == kNoSubroutine || n.parent < map.nodes.size());
+    } else {
+      EXPECT_TRUE(map.spans.empty() && map.nodes.empty());
+    }
+  }
+  EXPECT_GT(walked, 0u);
+  for (int round = 0; round < 2000; ++round) {
+    std::vector<uint8_t> noise(1 + rng() % 200);
+    for (uint8_t& b : noise) b = static_cast<uint8_t>(rng());
+    walk_subroutines(sections_of(noise, abbrevs), 0, map);
+    walk_subroutines(sections_of(good, Bytes{.data = noise}), 0, map);
+  }
+}
+
+}  // namespace
+}  // namespace hpd
