@@ -220,6 +220,7 @@ struct Unwinder::Impl {
   uint64_t tick = 0;
   const std::vector<RawModule>* indexed_for = nullptr;
   std::vector<Entry*> by_index;  // RawModule index -> entry, for `indexed_for`
+  uint64_t last_unmapped_pc = 0;
   bool vdso_loaded = false;
   std::vector<uint8_t> vdso_image;
 
@@ -324,6 +325,7 @@ StackEnd Unwinder::Impl::walk(const UnwindContext& ctx, const UserRegs& regs, co
     const uint64_t lookup = exact_pc ? pc : pc - 1;  // a return address may follow a noreturn call
     Located loc;
     const bool mapped = locate(ctx, lookup, &loc);
+    if (!mapped && last_unmapped_pc == 0) last_unmapped_pc = pc;
     if (!mapped && out.size() > 1) return StackEnd::kFailed;  // a return address outside all code
     const FrameRule* rule = nullptr;
     if (loc.module != nullptr) {
@@ -374,9 +376,11 @@ Unwinder::~Unwinder() = default;
 StackEnd Unwinder::unwind(const UnwindContext& context, const UserRegs& regs, const StackCopy& stack,
                           std::vector<uint64_t>& out) {
   out.clear();
+  impl_->last_unmapped_pc = 0;
   const StackEnd end = impl_->walk(context, regs, stack, out);
   UnwindStats& s = impl_->stats;
   ++s.samples;
+  if (impl_->last_unmapped_pc != 0) ++s.outside_mappings;
   s.frames += out.size();
   switch (end) {
     case StackEnd::kComplete: ++s.complete; break;
@@ -444,6 +448,10 @@ ModuleUnwindInfo Unwinder::module_info(const UnwindContext& context, uint64_t ad
   info.has_eh_frame = s.has_eh_frame;
   info.has_debug_frame = s.has_debug_frame;
   return info;
+}
+
+uint64_t Unwinder::last_unmapped_pc() const {
+  return impl_->last_unmapped_pc;
 }
 
 const UnwindStats& Unwinder::stats() const {

@@ -150,10 +150,12 @@ bool BpfProfileBuilder::has_user_mapping(RawProcess& process, ProcessState& stat
   if (address >= state.hit_start && address < state.hit_end) return true;
   const RawMapping* m = process.find_mapping(address, time_ns);
   if (m == nullptr && read_maps_ &&
-      (!state.maps_read || time_ns >= state.maps_read_at + config_.maps_reread_interval_ns)) {
-    // Something mapped after the last read (dlopen, JIT); the maps may still show it.
+      (!state.maps_read || state.reread_at_once ||
+       time_ns >= state.maps_read_at + config_.maps_reread_interval_ns)) {
+    // Something mapped after the last read (ld.so loading libraries, dlopen, JIT); the maps may show it.
     read_maps(process, state, time_ns, time_ns);
     m = process.find_mapping(address, time_ns);
+    state.reread_at_once = m != nullptr;
   }
   if (m == nullptr) return false;
   state.hit_start = m->start;
@@ -225,7 +227,13 @@ void BpfProfileBuilder::on_sample(const hpd_sample_event& e, size_t frames_prese
   const bool unwind_here = unwinder_ != nullptr && have_regs && h.type == HPD_EVENT_ON_CPU;
   // The walk needs the mapping of the leaf: read the maps again if it is new (dlopen, JIT).
   if (unwind_here && config_.dwarf) has_user_mapping(process, state, e.regs[16], h.time_ns);
-  const StackEnd unwound = unwind_here ? apply_user_state(e, process, stack) : StackEnd::kUnknown;
+  StackEnd unwound = unwind_here ? apply_user_state(e, process, stack) : StackEnd::kUnknown;
+  // The walk met a return address in no known mapping (a library mapped after the last read): if a
+  // new read of the maps shows it, walk again.
+  if (unwind_here && config_.dwarf && unwinder_->last_unmapped_pc() != 0 &&
+      has_user_mapping(process, state, unwinder_->last_unmapped_pc(), h.time_ns)) {
+    unwound = apply_user_state(e, process, stack);
+  }
   const std::span<const uint64_t> user(user_);
   const bool user_process = !process.mappings.empty();
   if (unwound != StackEnd::kUnknown) {
@@ -307,6 +315,7 @@ void BpfProfileBuilder::on_exec(const hpd_task_event& e) {
   ProcessState& state = states_[h.pid];
   state.hit_start = state.hit_end = 0;
   state.counted_without_maps = false;
+  state.reread_at_once = true;
   read_maps(process, state, h.time_ns, h.time_ns);
   ensure_thread(h.pid, h.tid, h.time_ns, h.comm);
 }

@@ -71,6 +71,10 @@ class BpfProfileBuilder {
     bool maps_read = false;
     bool counted_without_maps = false;
     uint64_t maps_read_at = 0;  // record time of the last read
+    // An unknown address may read the maps again before maps_reread_interval_ns: after an exec
+    // (ld.so maps the libraries after the exec record was read) and after a read that found what it
+    // was looking for. Only reads that find nothing make the next one wait.
+    bool reread_at_once = false;
     // The last mapping a user leaf hit, to skip the search for the next sample.
     uint64_t hit_start = 0, hit_end = 0;
   };

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -204,6 +205,52 @@ TEST(BpfProfileBuilder, StackCopiesAreCheckedAndGarbageStacksDoNotCrash) {
     }
     EXPECT_GT(builder.unwind_counters().sample_bytes, garbage.size());
   }
+}
+
+// Right after an exec the dynamic loader has not mapped the libraries yet, so the maps read for the
+// exec record may lack libc: a sample in libc soon after must read them again at once, not 200 ms
+// later (every libc sample in between would fail to unwind). A read that finds nothing still makes
+// the next one wait.
+TEST(BpfProfileBuilder, MapsAreReadAgainAtOnceAfterAnExecWhenASampleMissesThem) {
+  const int32_t self = ::getpid();
+  const auto in_libc = reinterpret_cast<uint64_t>(::dlsym(RTLD_DEFAULT, "getpid"));
+  ASSERT_NE(in_libc, 0u);
+  const std::vector<MapsEntry> all = read_proc_maps(self);
+  std::vector<MapsEntry> before_libc;
+  for (const MapsEntry& m : all) {
+    if (m.path.find("libc.so") == std::string::npos) before_libc.push_back(m);
+  }
+  ASSERT_LT(before_libc.size(), all.size());
+  RawProfile profile;
+  BpfBuilderConfig config{0};
+  config.dwarf = true;
+  config.stack_copy_bytes = 512;
+  int reads = 0;
+  BpfProfileBuilder builder(profile, config, [&](int32_t) { return ++reads == 1 ? before_libc : all; });
+  Unwinder unwinder;
+  builder.set_unwinder(&unwinder);
+  builder.add_initial_process(self, before_libc);
+  hpd_task_event exec{};
+  exec.header = header(HPD_EVENT_EXEC, self, self, 1'000, "x");
+  builder.on_record(bytes_of(exec));
+  EXPECT_EQ(reads, 1);
+
+  const std::vector<uint8_t> stack(64, 0);
+  builder.on_record(sample_with_copy(self, 2'000, {}, in_libc, 0x7ff000001000, stack));
+  EXPECT_EQ(reads, 2);  // 1 us after the exec read, far inside the 200 ms interval
+  ASSERT_EQ(profile.samples.size(), 1u);
+  const RawProcess* process = profile.find_process(self);
+  ASSERT_NE(process, nullptr);
+  const RawMapping* libc = process->find_mapping(in_libc, 2'000);
+  ASSERT_NE(libc, nullptr);
+  EXPECT_NE(profile.modules[libc->module].path.find("libc.so"), std::string::npos);
+  EXPECT_NE(profile.samples[0].stack_end, StackEnd::kUnknown);
+
+  // An address no read can find: one more read, then the interval applies again.
+  builder.on_record(sample_with_copy(self, 3'000, {}, 0x10, 0x7ff000001000, stack));
+  EXPECT_EQ(reads, 3);
+  builder.on_record(sample_with_copy(self, 4'000, {}, 0x20, 0x7ff000001000, stack));
+  EXPECT_EQ(reads, 3);
 }
 
 TEST(BpfProfileBuilder, OffCpuRecordsKeepTheirFramePointerChainInDwarfMode) {

@@ -1,6 +1,7 @@
 // Unwinder tests on this process's own stack (no perf_event needed): registers captured with inline
 // assembly, the stack copied from rsp up, through CFI, a signal frame, the frameless-leaf helper,
 // truncated copies, garbage stacks and a module file with a corrupt .eh_frame.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -259,6 +260,69 @@ TEST_F(SelfUnwindTest, GarbageStacksAndRegistersFailWithoutCrashing) {
   EXPECT_EQ(unwinder.unwind(context(), UserRegs{}, StackCopy{}, out), StackEnd::kFailed);
   EXPECT_EQ(unwinder.unwind(context(), s.regs, StackCopy{s.regs.sp(), {}, 0}, out), StackEnd::kTruncated);
   EXPECT_EQ(unwinder.unwind(UnwindContext{}, s.regs, s.copy(), out), StackEnd::kFailed);
+}
+
+// The dwarf-mode flake of CallGraphTest.RustCompilerMovesUnderTheirCallerInFpAndDwarfModes: the eBPF
+// recorder read the maps of a freshly exec'd process while ld.so had not yet mapped libc, and did not
+// read them again for 200 ms; samples in libc's memmove then failed at the leaf. The unwinder names
+// the pc that no known mapping covers, so that the recorder can read the maps again and retry.
+TEST_F(SelfUnwindTest, LibcPcOutsideKnownMapsIsNamedAndUnwindsOnceMapped) {
+  SelfSample s;
+  unwind_level1(&s, 0);
+  // A sample at the entry of this libc's memmove (the implementation its IFUNC picked, with its
+  // real CFI: CFA = rsp + 8), called from the captured point: the return address is the captured
+  // rip + 1, so its lookup at address - 1 lands on the captured instruction's CFI row.
+  const auto memmove_entry = reinterpret_cast<uint64_t>(dlsym(RTLD_DEFAULT, "memmove"));
+  ASSERT_NE(memmove_entry, 0u) << dlerror();
+  const uint64_t ret = s.regs.ip() + 1;
+  std::vector<uint8_t> stack(sizeof ret);
+  std::memcpy(stack.data(), &ret, sizeof ret);
+  stack.insert(stack.end(), s.stack.begin(), s.stack.end());
+  UserRegs regs = s.regs;
+  regs.set(DwarfReg::kRip, memmove_entry);
+  regs.set(DwarfReg::kRsp, s.regs.sp() - 8);
+  regs.set(DwarfReg::kRbp, 0);  // as in the failing samples: code without frame pointers
+  const StackCopy copy{regs.sp(), stack, 0};
+
+  // This process's maps without libc, as read before ld.so mapped it.
+  RawProcess early = process_;
+  std::erase_if(early.mappings, [&](const RawMapping& m) {
+    return std::filesystem::path(modules_[m.module].path).filename() == "libc.so.6";
+  });
+  ASSERT_LT(early.mappings.size(), process_.mappings.size()) << "libc.so.6 is not mapped here?";
+  auto in_libc = [&](uint64_t pc) {
+    const RawMapping* m = process_.find_mapping(pc, 0);
+    return m != nullptr && early.find_mapping(pc, 0) == nullptr;
+  };
+  ASSERT_TRUE(in_libc(memmove_entry));
+
+  Unwinder unwinder;
+  std::vector<uint64_t> out;
+  EXPECT_EQ(unwinder.unwind(UnwindContext{&early, &modules_, 0}, regs, copy, out), StackEnd::kFailed);
+  EXPECT_EQ(out, std::vector<uint64_t>{memmove_entry});
+  EXPECT_EQ(unwinder.last_unmapped_pc(), memmove_entry);
+  EXPECT_EQ(unwinder.stats().outside_mappings, 1u);
+
+  // Once libc is known, the same sample unwinds through memmove's CFI to the root.
+  EXPECT_EQ(unwinder.unwind(context(), regs, copy, out), StackEnd::kComplete) << describe(names(out));
+  EXPECT_EQ(unwinder.last_unmapped_pc(), 0u);
+  ASSERT_GE(out.size(), 7u);
+  EXPECT_EQ(out[1], ret);
+  const auto frames = names(out);
+  EXPECT_EQ(frames[0].module, "libc.so.6");
+  EXPECT_EQ(frames[1].function, "unwind_capture");
+  EXPECT_EQ(frames[2].function, "unwind_level4");
+  EXPECT_EQ(frames.back().function, "_start") << describe(frames);
+
+  // The xz flavour: a stack whose leaf is known but whose outer frames return into libc
+  // (__libc_start_call_main) stops there, failed, naming that return address.
+  std::vector<uint64_t> own;
+  EXPECT_EQ(unwinder.unwind(UnwindContext{&early, &modules_, 0}, s.regs, s.copy(), own), StackEnd::kFailed);
+  ASSERT_GE(own.size(), 2u);
+  EXPECT_EQ(unwinder.last_unmapped_pc(), own.back());
+  EXPECT_TRUE(in_libc(own.back()));
+  EXPECT_EQ(names(own)[own.size() - 2].function, "main") << describe(names(own));
+  EXPECT_EQ(unwinder.stats().outside_mappings, 2u);
 }
 
 // Replaces this test binary's module by a copy whose CFI sections hold garbage.

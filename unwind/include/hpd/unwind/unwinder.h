@@ -102,6 +102,7 @@ struct UnwindStats {
   uint64_t rule_cache_misses = 0;  // rules computed with libdw
   uint64_t modules_opened = 0;
   uint64_t modules_without_cfi = 0;
+  uint64_t outside_mappings = 0;  // walks that met a pc no known mapping covers (see last_unmapped_pc)
 };
 
 // What is known about one module's unwind information (for the report and for an "auto" mode).
@@ -143,6 +144,13 @@ class Unwinder {
   // leaf unless the kernel's chain already holds it there.
   std::optional<uint64_t> frameless_leaf_return(const UnwindContext& context, const UserRegs& regs,
                                                 const StackCopy& stack);
+
+  // The first pc of the last unwind() that no mapping of the context's process covered, or 0.
+  // Such a pc means the caller's maps are out of date rather than the stack broken: a process
+  // sampled while the dynamic loader is still mapping its libraries runs code (a libc leaf, a return
+  // address in __libc_start_call_main) in mappings read too early to be listed. The caller can read
+  // the maps again and unwind the same sample again.
+  uint64_t last_unmapped_pc() const;
 
   // Unwind information of the module mapped at `address` (opening it if needed).
   ModuleUnwindInfo module_info(const UnwindContext& context, uint64_t address);
