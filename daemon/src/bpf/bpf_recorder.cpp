@@ -214,6 +214,12 @@ UniqueFd open_cgroup(const std::string& path) {
   return fd;
 }
 
+// The process ran out of file descriptors while attaching per-thread events (two each).
+class OutOfDescriptors : public RecordError {
+ public:
+  using RecordError::RecordError;
+};
+
 class BpfSession {
  public:
   BpfSession(const RecordOptions& options, const PerfPrivileges& privileges)
@@ -349,10 +355,18 @@ bool BpfSession::attach_per_task() {
       limit.rlim_cur < 2 * threads + 256)
     return false;
   per_task_ = true;
-  // The launched command has not exec'd yet: its one event is inherited by everything it starts.
-  if (command_ && !attach_thread(command_->pid(), period_ns_))
-    throw RecordError("cannot sample the launched command: it exited before it started");
-  for (const int32_t pid : options_.pids) attach_process(pid);
+  try {
+    // The launched command has not exec'd yet: its one event is inherited by everything it starts.
+    if (command_ && !attach_thread(command_->pid(), period_ns_))
+      throw RecordError("cannot sample the launched command: it exited before it started");
+    for (const int32_t pid : options_.pids) attach_process(pid);
+  } catch (const OutOfDescriptors&) {
+    // Other sessions (in hpd) hold descriptors too: per-CPU events need only a few. The samples
+    // already taken stay; the program's period check accepts the per-CPU events' period.
+    sampling_.clear();
+    per_task_ = false;
+    return false;
+  }
   return true;
 }
 
@@ -391,9 +405,13 @@ bool BpfSession::attach_clock(uint64_t config, uint64_t period_ns, int pid, int 
   UniqueFd fd(static_cast<int>(::syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC)));
   if (!fd) {
     if (errno == ESRCH || errno == ENODEV || errno == ENOENT) return false;
+    if (errno == EMFILE || errno == ENFILE)
+      throw OutOfDescriptors("cannot open the sampling event of " + what + ": " + std::strerror(errno));
     throw RecordError("cannot open the sampling event of " + what + ": " + std::strerror(errno));
   }
   Link link(bpf_program__attach_perf_event(skel_->progs.hpd_on_cpu, fd.get()));
+  if (!link && (errno == EMFILE || errno == ENFILE))
+    throw OutOfDescriptors("cannot attach the sampling program to " + what + ": " + errno_text(errno));
   if (!link)
     throw RecordError(
         with_log("cannot attach the sampling program to " + what + ": " + errno_text(errno), log_));

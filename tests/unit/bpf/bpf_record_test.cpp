@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -414,6 +416,81 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
   EXPECT_GT(ratio, 0.7);
   EXPECT_LT(ratio, 1.2);
   EXPECT_EQ(count_open_fds(), fds_before);
+}
+
+// With too few file descriptors left for two per thread, per-thread events give way to per-CPU ones
+// (hpd holds other sessions' descriptors too): the recording still works, and everything is released.
+TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
+  int out[2], in[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  constexpr int kThreads = 120;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(in[0], 0);
+    ::execl(kChurn.c_str(), kChurn.c_str(), std::to_string(kThreads).c_str(), "2", nullptr);
+    _exit(126);
+  }
+  ::close(out[1]);
+  ::close(in[0]);
+  ASSERT_GT(pid, 0);
+  char ready[6] = {};
+  ASSERT_EQ(::read(out[0], ready, 6), 6);
+  // The fixture starts a thread a millisecond up to kThreads; wait until they all exist.
+  for (int i = 0; i < 400 && list_threads(pid).size() < size_t{kThreads}; ++i) usleep(5000);
+  ASSERT_GE(list_threads(pid).size(), size_t{kThreads});
+
+  // A descriptor limit that passes the recorder's estimate (two per thread and 256 more) but, with
+  // most of it taken, runs out some way into the attach. In a child process: a lowered hard limit
+  // cannot be raised again without CAP_SYS_RESOURCE.
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  const pid_t recorder = ::fork();
+  if (recorder == 0) {
+    const rlim_t limit = 2 * (kThreads + 1) + 256 + 16;
+    while (static_cast<rlim_t>(count_open_fds()) + 80 < limit) {
+      if (::open("/dev/null", O_RDONLY | O_CLOEXEC) < 0) _exit(3);
+    }
+    const rlimit lowered{limit, limit};
+    if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) _exit(4);
+    const int fds_before = count_open_fds();
+    RecordOptions options = bpf_options();
+    options.pids = {pid};
+    options.duration_s = 30;
+    options.off_cpu = OffCpu::kOff;
+    options.on_progress = [&, told = false](const RecordProgress&) mutable {
+      if (!std::exchange(told, true) && ::write(in[1], "g", 1) != 1) _exit(5);
+    };
+    std::string line;
+    try {
+      const RecordResult result = record(options);
+      line = result.profile.info.event + " " + std::to_string(samples_of(result.profile, pid)) + " " +
+             std::to_string(count_open_fds() - fds_before);
+    } catch (const std::exception& e) {
+      line = std::string("error ") + e.what();
+    }
+    _exit(::write(report[1], line.data(), line.size()) == static_cast<ssize_t>(line.size()) ? 0 : 6);
+  }
+  ::close(report[1]);
+  ASSERT_GT(recorder, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(recorder, &status, 0), recorder);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  char buffer[512] = {};
+  const ssize_t n = ::read(report[0], buffer, sizeof buffer - 1);
+  ::close(report[0]);
+  ::close(in[1]);
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::close(out[0]);
+  std::string event, error;
+  size_t samples = 0;
+  long leaked = -1;
+  std::istringstream words(std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0));
+  words >> event >> samples >> leaked;
+  EXPECT_EQ(event, "cpu-clock") << buffer;
+  EXPECT_GT(samples, 50u);  // 120 threads x 2 ms of CPU at 999 Hz
+  EXPECT_EQ(leaked, 0);     // every descriptor of the abandoned per-thread attach was closed
 }
 
 // A child cgroup for the test's lifetime.
