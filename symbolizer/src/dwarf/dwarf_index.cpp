@@ -34,8 +34,6 @@ namespace hpd {
 namespace {
 
 constexpr uint32_t kNoNode = kNoSubroutine;
-// Garbage DWARF can chain references in cycles; real code stays far below.
-constexpr int kMaxReferenceHops = 16;
 constexpr size_t kMaxRangesPerDie = 1u << 16;
 
 class FileDescriptor {
@@ -104,39 +102,6 @@ const char* attr_string(Dwarf_Die* die, unsigned name) {
   Dwarf_Attribute attr;
   if (dwarf_attr(die, name, &attr) == nullptr) return nullptr;
   return dwarf_formstring(&attr);
-}
-
-uint64_t attr_unsigned(Dwarf_Die* die, unsigned name) {
-  Dwarf_Attribute attr;
-  Dwarf_Word value = 0;
-  if (dwarf_attr(die, name, &attr) == nullptr || dwarf_formudata(&attr, &value) != 0) return 0;
-  return value;
-}
-
-// LLVM's DWARFDie::findRecursively: the DIE itself, then what DW_AT_specification and
-// DW_AT_abstract_origin refer to (depth first, specification before abstract_origin).
-// The first DIE holding one of the attributes decides, even if its form is not a string.
-const char* find_string_recursively(Dwarf_Die* start, std::initializer_list<unsigned> names) {
-  std::vector<Dwarf_Die> worklist{*start};
-  std::vector<Dwarf_Off> seen{dwarf_dieoffset(start)};
-  for (int hops = 0; !worklist.empty() && hops < kMaxReferenceHops; ++hops) {
-    Dwarf_Die die = worklist.back();
-    worklist.pop_back();
-    for (unsigned name : names) {
-      Dwarf_Attribute attr;
-      if (dwarf_attr(&die, name, &attr) != nullptr) return dwarf_formstring(&attr);
-    }
-    for (unsigned ref : {DW_AT_abstract_origin, DW_AT_specification}) {
-      Dwarf_Attribute attr;
-      Dwarf_Die target;
-      if (dwarf_attr(&die, ref, &attr) == nullptr || dwarf_formref_die(&attr, &target) == nullptr) continue;
-      Dwarf_Off off = dwarf_dieoffset(&target);
-      if (std::find(seen.begin(), seen.end(), off) != seen.end()) continue;
-      seen.push_back(off);
-      worklist.push_back(target);
-    }
-  }
-  return nullptr;
 }
 
 // LLVM's sys::path::append of one component: exactly one separator between the parts.
@@ -239,6 +204,8 @@ struct DwarfIndex::Impl {
   size_t decompressed_bytes = 0;
   LineSections line_sections;
   DebugInfoSections info_sections;
+  // Names and call sites straight from the sections; null when the walker is not usable.
+  std::unique_ptr<DieTextReader> text_reader;
   // The own DIE walker reads little-endian, linked files only (ET_REL needs relocations).
   bool walker_usable = false;
 
@@ -258,7 +225,7 @@ struct DwarfIndex::Impl {
 
   UnitTables* tables_for(uint32_t unit_index) const;
   void load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const;
-  const std::string* function_name(Dwarf_Off die_offset) const;
+  const std::string* demangled(const char* raw) const;
   void read_details(const SubroutineNode& node, SubroutineDetails& details) const;
 };
 
@@ -294,6 +261,10 @@ std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::strin
   GElf_Ehdr ehdr;
   impl->walker_usable =
       gelf_getehdr(elf, &ehdr) != nullptr && ehdr.e_ident[EI_DATA] == ELFDATA2LSB && ehdr.e_type != ET_REL;
+  impl->info_sections.str = impl->line_sections.str;
+  impl->info_sections.line_str = impl->line_sections.line_str;
+  impl->info_sections.str_offsets = section_bytes(elf, ".debug_str_offsets", ".zdebug_str_offsets");
+  if (impl->walker_usable) impl->text_reader = std::make_unique<DieTextReader>(impl->info_sections);
 
   std::vector<UnitSpan> raw;
   Dwarf_CU* cu = nullptr;
@@ -398,11 +369,7 @@ void DwarfIndex::Impl::load_lines(UnitTables& t, Dwarf_Die* cudie, const std::st
   }
 }
 
-const std::string* DwarfIndex::Impl::function_name(Dwarf_Off die_offset) const {
-  Dwarf_Die die;
-  if (dwarf_offdie(dwarf.get(), die_offset, &die) == nullptr) return nullptr;
-  const char* raw = find_string_recursively(&die, {DW_AT_linkage_name, DW_AT_MIPS_linkage_name});
-  if (raw == nullptr) raw = find_string_recursively(&die, {DW_AT_name});
+const std::string* DwarfIndex::Impl::demangled(const char* raw) const {
   if (raw == nullptr) return nullptr;
   auto it = names.find(raw);
   if (it != names.end()) return &it->second;
@@ -413,19 +380,18 @@ const std::string* DwarfIndex::Impl::function_name(Dwarf_Off die_offset) const {
 
 void DwarfIndex::Impl::read_details(const SubroutineNode& node, SubroutineDetails& details) const {
   details.details_read = true;
-  details.name = function_name(node.die_offset);
-  if (node.is_subprogram) return;  // only inlined instances have a call site
-  Dwarf_Die die;
-  if (dwarf_offdie(dwarf.get(), node.die_offset, &die) == nullptr) return;
-  details.call_line = static_cast<uint32_t>(attr_unsigned(&die, DW_AT_call_line));
-  details.call_column = static_cast<uint32_t>(attr_unsigned(&die, DW_AT_call_column));
-  Dwarf_Attribute attr;
-  Dwarf_Word file_index = 0;
-  if (dwarf_attr(&die, DW_AT_call_file, &attr) != nullptr && dwarf_formudata(&attr, &file_index) == 0 &&
-      file_index <= UINT32_MAX) {
-    details.has_call_file = true;
-    details.call_file = static_cast<uint32_t>(file_index);
+  // Only inlined instances have a call site. Both readers hand out pointers into the same
+  // section bytes, so `names` demangles each string once whichever read it.
+  NodeText text;
+  const bool call_site = !node.is_subprogram;
+  if (!text_reader || !text_reader->read(node.die_offset, call_site, text)) {
+    read_node_text_libdw(dwarf.get(), node.die_offset, call_site, text);
   }
+  details.name = demangled(text.name);
+  details.has_call_file = text.has_call_file;
+  details.call_file = text.call_file;
+  details.call_line = text.call_line;
+  details.call_column = text.call_column;
 }
 
 void DwarfIndex::Impl::resize_keeping_storage(std::vector<SourceFrame>& frames, size_t n) const {
@@ -536,6 +502,7 @@ size_t DwarfIndex::memory_bytes() const {
   size_t total =
       sizeof(Impl) + d.units.capacity() * sizeof(Unit) + d.unit_spans.capacity() * sizeof(UnitSpan);
   total += d.decompressed_bytes + d.table_bytes + d.names.bucket_count() * sizeof(void*);
+  if (d.text_reader) total += d.text_reader->memory_bytes();
   // libdw keeps, per compile unit, its CU record and unit search tree entry (and per unit touched
   // its abbreviation table); per line row it decoded itself a Dwarf_Line.
   constexpr size_t kLibdwPerUnit = 256;

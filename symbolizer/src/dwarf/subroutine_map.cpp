@@ -4,9 +4,11 @@
 
 #include <dwarf.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory_resource>
+#include <unordered_map>
 #include <utility>
 
 namespace hpd {
@@ -213,21 +215,38 @@ struct Abbrev {
 };
 constexpr uint8_t kOther = 0, kSubprogram = 1, kInlined = 2;
 
-class DieWalker {
+// One unit's header and abbreviation table, decoded once: what the walker and the text reader share.
+struct UnitLayout {
+  explicit UnitLayout(const DebugInfoSections& s) : s_(s) {}
+
+  // Reads the header at `unit_offset` and its abbreviations; `dies` then spans the unit's DIEs.
+  const char* read_header(uint64_t unit_offset, Cursor& dies);
+  const char* read_abbrevs(uint64_t offset);
+  bool skip_value(Cursor& c, const AttrSpec& spec, int indirections = 0) const;
+  bool form_size(uint64_t form, Skip& skip, uint8_t& size) const;
+
+  const DebugInfoSections& s_;
+  unsigned version_ = 0;
+  unsigned address_size_ = 0;
+  unsigned offset_size_ = 0;
+  uint64_t dies_begin_ = 0;  // offsets in .debug_info of the first DIE and of the unit's end
+  uint64_t unit_end_ = 0;
+  std::vector<Abbrev> abbrevs_;  // by code
+  std::vector<AttrSpec> specs_;
+  std::vector<int64_t> implicit_;  // by spec: the DW_FORM_implicit_const value (else 0)
+};
+
+class DieWalker : UnitLayout {
  public:
-  explicit DieWalker(const DebugInfoSections& s) : s_(s) {}
+  explicit DieWalker(const DebugInfoSections& s) : UnitLayout(s) {}
 
   // Throws nothing; returns the reason when the unit must go to libdw.
   const char* run(uint64_t unit_offset, SubroutineMapBuilder& builder);
 
  private:
-  const char* read_header(uint64_t unit_offset, Cursor& dies);
-  const char* read_abbrevs(uint64_t offset);
   const char* read_unit_die(Cursor& c, const Abbrev& a);
   // Enters the subroutine in `builder` and adds its ranges; the caller leaves it.
   const char* read_subroutine(Cursor& c, const Abbrev& a, uint64_t die_offset, SubroutineMapBuilder& builder);
-  bool skip_value(Cursor& c, const AttrSpec& spec, int indirections = 0) const;
-  bool form_size(uint64_t form, Skip& skip, uint8_t& size) const;
   // DW_FORM_addr and the addrx forms; false for any other form or an unresolvable index.
   bool read_address(Cursor& c, uint64_t form, uint64_t& out, bool& is_address) const;
   bool address_at_index(uint64_t index, uint64_t& out) const;
@@ -235,12 +254,6 @@ class DieWalker {
   const char* emit_debug_ranges(uint64_t offset, SubroutineMapBuilder& builder) const;
   const char* emit_rnglist(uint64_t offset, SubroutineMapBuilder& builder) const;
 
-  const DebugInfoSections& s_;
-  unsigned version_ = 0;
-  unsigned address_size_ = 0;
-  unsigned offset_size_ = 0;
-  std::vector<Abbrev> abbrevs_;  // by code
-  std::vector<AttrSpec> specs_;
   // From the unit DIE.
   uint64_t base_address_ = 0;
   bool has_addr_base_ = false;
@@ -248,7 +261,7 @@ class DieWalker {
   uint64_t rnglists_base_ = 0;
 };
 
-bool DieWalker::form_size(uint64_t form, Skip& skip, uint8_t& size) const {
+bool UnitLayout::form_size(uint64_t form, Skip& skip, uint8_t& size) const {
   skip = Skip::fixed;
   switch (form) {
     case DW_FORM_flag_present:
@@ -308,7 +321,7 @@ bool DieWalker::form_size(uint64_t form, Skip& skip, uint8_t& size) const {
   }
 }
 
-bool DieWalker::skip_value(Cursor& c, const AttrSpec& spec, int indirections) const {
+bool UnitLayout::skip_value(Cursor& c, const AttrSpec& spec, int indirections) const {
   uint64_t n = 0;
   switch (spec.skip) {
     case Skip::fixed: return c.skip(spec.size);
@@ -332,7 +345,7 @@ bool DieWalker::skip_value(Cursor& c, const AttrSpec& spec, int indirections) co
   return false;
 }
 
-const char* DieWalker::read_header(uint64_t unit_offset, Cursor& dies) {
+const char* UnitLayout::read_header(uint64_t unit_offset, Cursor& dies) {
   if (unit_offset >= s_.info.size()) return "unit offset outside .debug_info";
   Cursor c{s_.info.data() + unit_offset, s_.info.data() + s_.info.size()};
   uint64_t length = 0, value = 0;
@@ -366,14 +379,17 @@ const char* DieWalker::read_header(uint64_t unit_offset, Cursor& dies) {
   }
   if (address_size_ != 4 && address_size_ != 8) return "unsupported address size";
   dies = c;
+  dies_begin_ = static_cast<uint64_t>(c.p - s_.info.data());
+  unit_end_ = static_cast<uint64_t>(c.end - s_.info.data());
   return read_abbrevs(abbrev_offset);
 }
 
-const char* DieWalker::read_abbrevs(uint64_t offset) {
+const char* UnitLayout::read_abbrevs(uint64_t offset) {
   if (offset >= s_.abbrev.size()) return "abbreviation offset outside .debug_abbrev";
   Cursor c{s_.abbrev.data() + offset, s_.abbrev.data() + s_.abbrev.size()};
   abbrevs_.clear();
   specs_.clear();
+  implicit_.clear();
   for (;;) {
     uint64_t code = 0, tag = 0, children = 0;
     if (!c.uleb(code)) return "truncated abbreviation table";
@@ -393,10 +409,8 @@ const char* DieWalker::read_abbrevs(uint64_t offset) {
       uint64_t name = 0, form = 0;
       if (!c.uleb(name) || !c.uleb(form)) return "truncated abbreviation table";
       if (name == 0 && form == 0) break;
-      if (form == DW_FORM_implicit_const) {
-        int64_t ignored = 0;
-        if (!c.sleb(ignored)) return "truncated abbreviation table";
-      }
+      int64_t implicit = 0;
+      if (form == DW_FORM_implicit_const && !c.sleb(implicit)) return "truncated abbreviation table";
       AttrSpec spec{static_cast<uint32_t>(std::min<uint64_t>(name, UINT32_MAX)),
                     static_cast<uint32_t>(std::min<uint64_t>(form, UINT32_MAX)), Skip::unknown, 0};
       // An unknown form fails only a DIE that uses this abbreviation.
@@ -406,6 +420,7 @@ const char* DieWalker::read_abbrevs(uint64_t offset) {
         fixed_size = -1;
       }
       specs_.push_back(spec);
+      implicit_.push_back(implicit);
     }
     a.attr_count = static_cast<uint32_t>(specs_.size() - a.first_attr);
     a.fixed_size = fixed_size >= 0 && fixed_size < INT32_MAX ? static_cast<int32_t>(fixed_size) : -1;
@@ -695,6 +710,57 @@ const char* DieWalker::run(uint64_t unit_offset, SubroutineMapBuilder& builder) 
   return nullptr;
 }
 
+// ---- names and call sites ----
+
+// Where the first occurrence of an attribute the text reader needs sits in a DIE (libdw's
+// dwarf_attr also takes the first one).
+struct AttrValue {
+  const uint8_t* at = nullptr;  // nullptr: absent
+  const uint8_t* end = nullptr;
+  uint32_t form = 0;
+  int64_t implicit = 0;
+};
+
+struct DieText {
+  AttrValue linkage_name, mips_linkage_name, name, abstract_origin, specification;
+  AttrValue call_file, call_line, call_column;
+};
+
+// A unit as the text reader needs it: the shared layout plus DW_AT_str_offsets_base.
+struct TextUnit : UnitLayout {
+  explicit TextUnit(const DebugInfoSections& s) : UnitLayout(s) {}
+  uint64_t unit_offset = 0;
+  bool has_str_offsets_base = false;
+  uint64_t str_offsets_base = 0;
+  // By abbreviation code: how many of its attributes to read, up to the last one the reader
+  // wants (a concrete subprogram usually starts with DW_AT_abstract_origin and stops there).
+  std::vector<uint32_t> wanted_count;
+  const char* error = nullptr;  // set when the unit cannot be read: every DIE in it goes to libdw
+};
+
+bool is_text_attribute(uint64_t name) {
+  switch (name) {
+    case DW_AT_linkage_name:
+    case DW_AT_MIPS_linkage_name:
+    case DW_AT_name:
+    case DW_AT_abstract_origin:
+    case DW_AT_specification:
+    case DW_AT_call_file:
+    case DW_AT_call_line:
+    case DW_AT_call_column: return true;
+    default: return false;
+  }
+}
+
+// A NUL-terminated string at `offset` of `section`, or nullptr (libdw checks the offset only;
+// a string running off the section's end is left to it).
+const char* string_in(std::span<const uint8_t> section, uint64_t offset) {
+  if (offset >= section.size()) return nullptr;
+  const uint8_t* p = section.data() + offset;
+  if (std::memchr(p, 0, section.size() - offset) == nullptr) return nullptr;
+  return reinterpret_cast<const char*>(p);
+}
+
 }  // namespace
 
 bool walk_subroutines(const DebugInfoSections& sections, uint64_t unit_offset, SubroutineMap& out,
@@ -715,6 +781,370 @@ void walk_subroutines_libdw(Dwarf* dwarf, uint64_t cu_die_offset, SubroutineMap&
   Dwarf_Die cudie;
   if (dwarf_offdie(dwarf, cu_die_offset, &cudie) != nullptr) libdw_walk_children(&cudie, 0, builder);
   builder.finish(out);
+}
+
+// ---- names and call sites ----
+
+namespace {
+
+constexpr size_t kMaxReferenceHops = 16;
+
+// libdw's answer for a DIE that carries the attribute; 0 when absent or not a constant.
+uint64_t libdw_unsigned(Dwarf_Die* die, unsigned name) {
+  Dwarf_Attribute attr;
+  Dwarf_Word value = 0;
+  if (dwarf_attr(die, name, &attr) == nullptr || dwarf_formudata(&attr, &value) != 0) return 0;
+  return value;
+}
+
+// LLVM's DWARFDie::findRecursively: the DIE itself, then what DW_AT_specification and
+// DW_AT_abstract_origin refer to (depth first, specification before abstract_origin).
+// The first DIE holding one of the attributes decides, even if its form is not a string.
+const char* libdw_find_string(Dwarf_Die* start, std::initializer_list<unsigned> names) {
+  std::vector<Dwarf_Die> worklist{*start};
+  std::vector<Dwarf_Off> seen{dwarf_dieoffset(start)};
+  for (size_t hops = 0; !worklist.empty() && hops < kMaxReferenceHops; ++hops) {
+    Dwarf_Die die = worklist.back();
+    worklist.pop_back();
+    for (unsigned name : names) {
+      Dwarf_Attribute attr;
+      if (dwarf_attr(&die, name, &attr) != nullptr) return dwarf_formstring(&attr);
+    }
+    for (unsigned ref : {DW_AT_abstract_origin, DW_AT_specification}) {
+      Dwarf_Attribute attr;
+      Dwarf_Die target;
+      if (dwarf_attr(&die, ref, &attr) == nullptr || dwarf_formref_die(&attr, &target) == nullptr) continue;
+      Dwarf_Off off = dwarf_dieoffset(&target);
+      if (std::find(seen.begin(), seen.end(), off) != seen.end()) continue;
+      seen.push_back(off);
+      worklist.push_back(target);
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void read_node_text_libdw(Dwarf* dwarf, uint64_t die_offset, bool call_site, NodeText& out) {
+  out = NodeText{};
+  Dwarf_Die die;
+  if (dwarf_offdie(dwarf, die_offset, &die) == nullptr) return;
+  out.name = libdw_find_string(&die, {DW_AT_linkage_name, DW_AT_MIPS_linkage_name});
+  if (out.name == nullptr) out.name = libdw_find_string(&die, {DW_AT_name});
+  if (!call_site) return;
+  out.call_line = static_cast<uint32_t>(libdw_unsigned(&die, DW_AT_call_line));
+  out.call_column = static_cast<uint32_t>(libdw_unsigned(&die, DW_AT_call_column));
+  Dwarf_Attribute attr;
+  Dwarf_Word file_index = 0;
+  if (dwarf_attr(&die, DW_AT_call_file, &attr) != nullptr && dwarf_formudata(&attr, &file_index) == 0 &&
+      file_index <= UINT32_MAX) {
+    out.has_call_file = true;
+    out.call_file = static_cast<uint32_t>(file_index);
+  }
+}
+
+struct DieTextReader::Impl {
+  explicit Impl(const DebugInfoSections& s) : sections(s) {}
+
+  const char* unit_for(uint64_t die_offset, const TextUnit*& out);
+  const char* read_die(uint64_t die_offset, DieText& out, const TextUnit*& unit);
+  const char* string_of(const TextUnit& unit, const AttrValue& v, const char*& out) const;
+  const char* reference_of(const TextUnit& unit, const AttrValue& v, uint64_t& target) const;
+  const char* constant_of(const TextUnit& unit, const AttrValue& v, uint64_t& out) const;
+  void scan_units();
+
+  DebugInfoSections sections;
+  // [start, end) of every unit header chain in .debug_info, found once on first use.
+  bool scanned = false;
+  std::vector<std::pair<uint64_t, uint64_t>> units;
+  std::unordered_map<uint64_t, std::unique_ptr<TextUnit>> decoded;  // by unit offset
+  const TextUnit* last = nullptr;
+  // The DIEs one read visits, kept to spare their allocation.
+  struct Visit {
+    DieText text;
+    const TextUnit* unit = nullptr;
+  };
+  std::vector<Visit> visits;  // nodes come unit by unit: the last one usually answers
+  size_t bytes = 0;
+};
+
+void DieTextReader::Impl::scan_units() {
+  scanned = true;
+  const uint64_t size = sections.info.size();
+  for (uint64_t at = 0; at < size;) {
+    Cursor c{sections.info.data() + at, sections.info.data() + size};
+    uint64_t length = 0;
+    // Whatever follows a unit this cannot read is not read at all: its DIEs go to libdw.
+    if (!c.fixed(4, length)) break;
+    if (length == 0xffffffff) {
+      if (!c.fixed(8, length)) break;
+    } else if (length >= 0xfffffff0) {
+      break;
+    }
+    if (length > c.left()) break;
+    const uint64_t end = static_cast<uint64_t>(c.p - sections.info.data()) + length;
+    units.emplace_back(at, end);
+    at = end;
+  }
+  bytes += units.capacity() * sizeof(units[0]);
+}
+
+const char* DieTextReader::Impl::unit_for(uint64_t die_offset, const TextUnit*& out) {
+  if (last != nullptr && die_offset >= last->unit_offset && die_offset < last->unit_end_) {
+    out = last;
+    return last->error;
+  }
+  if (!scanned) scan_units();
+  auto it =
+      std::upper_bound(units.begin(), units.end(), die_offset,
+                       [](uint64_t off, const std::pair<uint64_t, uint64_t>& u) { return off < u.first; });
+  if (it == units.begin() || die_offset >= std::prev(it)->second) return "DIE offset outside every unit";
+  const uint64_t unit_offset = std::prev(it)->first;
+  std::unique_ptr<TextUnit>& slot = decoded[unit_offset];
+  if (!slot) {
+    slot = std::make_unique<TextUnit>(sections);
+    TextUnit& u = *slot;
+    u.unit_offset = unit_offset;
+    Cursor c{nullptr, nullptr};
+    u.error = u.read_header(unit_offset, c);
+    uint64_t code = 0;
+    if (u.error == nullptr &&
+        (!c.uleb(code) || code == 0 || code >= u.abbrevs_.size() || !u.abbrevs_[code].defined))
+      u.error = "bad unit DIE abbreviation";
+    if (u.error == nullptr) {
+      const Abbrev& a = u.abbrevs_[code];
+      bool seen = false;
+      for (uint32_t i = 0; i < a.attr_count && u.error == nullptr; ++i) {
+        const AttrSpec& spec = u.specs_[a.first_attr + i];
+        const uint8_t* at = c.p;
+        if (!u.skip_value(c, spec)) {
+          u.error = "malformed unit DIE";
+        } else if (spec.name == DW_AT_str_offsets_base && !seen) {
+          seen = true;
+          // Other forms mean what libdw's dwarf_formudata makes of them; left to it.
+          Cursor v{at, c.p};
+          u.has_str_offsets_base =
+              spec.form == DW_FORM_sec_offset && v.fixed(u.offset_size_, u.str_offsets_base);
+        }
+      }
+    }
+    if (u.error == nullptr && u.unit_end_ <= u.dies_begin_) u.error = "empty unit";
+    u.wanted_count.assign(u.abbrevs_.size(), 0);
+    for (size_t code = 0; code < u.abbrevs_.size(); ++code) {
+      const Abbrev& a = u.abbrevs_[code];
+      for (uint32_t i = 0; i < a.attr_count; ++i) {
+        const AttrSpec& spec = u.specs_[a.first_attr + i];
+        if (is_text_attribute(spec.name)) u.wanted_count[code] = i + 1;
+      }
+    }
+    bytes += sizeof(TextUnit) + 64 + u.abbrevs_.capacity() * sizeof(Abbrev) + u.wanted_count.capacity() * 4 +
+             u.specs_.capacity() * sizeof(AttrSpec) + u.implicit_.capacity() * sizeof(int64_t);
+  }
+  last = slot.get();
+  out = last;
+  return last->error;
+}
+
+const char* DieTextReader::Impl::read_die(uint64_t die_offset, DieText& out, const TextUnit*& unit) {
+  out = DieText{};
+  if (const char* why = unit_for(die_offset, unit)) return why;
+  const TextUnit& u = *unit;
+  // A reference into the unit header would make libdw decode header bytes as a DIE.
+  if (die_offset < u.dies_begin_) return "DIE offset inside a unit header";
+  Cursor c{sections.info.data() + die_offset, sections.info.data() + u.unit_end_};
+  uint64_t code = 0;
+  if (!c.uleb(code) || code == 0 || code >= u.abbrevs_.size() || !u.abbrevs_[code].defined)
+    return "null entry or undefined abbreviation code";
+  const Abbrev& a = u.abbrevs_[code];
+  // Attributes after the last wanted one are not looked at: libdw's dwarf_attr stops at the
+  // attribute it looks for too.
+  const uint32_t count = u.wanted_count[code];
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t index = a.first_attr + i;
+    const AttrSpec& spec = u.specs_[index];
+    // libdw resolves an indirect form per DIE; not worth reproducing for names.
+    if (spec.skip == Skip::indirect) return "indirect form in a named DIE";
+    const uint8_t* at = c.p;
+    if (spec.skip == Skip::fixed) {
+      if (!c.skip(spec.size)) return "truncated DIE";
+    } else if (!u.skip_value(c, spec)) {
+      return "truncated DIE or unknown form";
+    }
+    AttrValue* slot = nullptr;
+    switch (spec.name) {
+      case DW_AT_linkage_name: slot = &out.linkage_name; break;
+      case DW_AT_MIPS_linkage_name: slot = &out.mips_linkage_name; break;
+      case DW_AT_name: slot = &out.name; break;
+      case DW_AT_abstract_origin: slot = &out.abstract_origin; break;
+      case DW_AT_specification: slot = &out.specification; break;
+      case DW_AT_call_file: slot = &out.call_file; break;
+      case DW_AT_call_line: slot = &out.call_line; break;
+      case DW_AT_call_column: slot = &out.call_column; break;
+      default: break;
+    }
+    if (slot != nullptr && slot->at == nullptr) *slot = {at, c.p, spec.form, u.implicit_[index]};
+  }
+  return nullptr;
+}
+
+const char* DieTextReader::Impl::string_of(const TextUnit& u, const AttrValue& v, const char*& out) const {
+  Cursor c{v.at, v.end};
+  uint64_t value = 0;
+  switch (v.form) {
+    case DW_FORM_string:
+      out = reinterpret_cast<const char*>(v.at);
+      return nullptr;  // skip_cstr found its NUL
+    case DW_FORM_strp:
+      c.fixed(u.offset_size_, value);
+      out = string_in(sections.str, value);
+      return out != nullptr ? nullptr : "string outside .debug_str";
+    case DW_FORM_line_strp:
+      c.fixed(u.offset_size_, value);
+      out = string_in(sections.line_str, value);
+      return out != nullptr ? nullptr : "string outside .debug_line_str";
+    case DW_FORM_strx:
+    case DW_FORM_GNU_str_index: c.uleb(value); break;
+    case DW_FORM_strx1: c.fixed(1, value); break;
+    case DW_FORM_strx2: c.fixed(2, value); break;
+    case DW_FORM_strx3: c.fixed(3, value); break;
+    case DW_FORM_strx4: c.fixed(4, value); break;
+    default: return "name in a form other than a plain string";  // dwz's strp_alt among them
+  }
+  // libdw refuses an index form whose bytes end near the unit's end (a quirk of its bounds
+  // checks); real units end with null entries, so such a DIE is left to it.
+  if (u.unit_end_ - static_cast<uint64_t>(v.end - sections.info.data()) < 4)
+    return "string index at the unit's end";
+  if (!u.has_str_offsets_base) return "string index without DW_AT_str_offsets_base";
+  const uint64_t size = sections.str_offsets.size();
+  if (u.str_offsets_base > size || value > (size - u.str_offsets_base) / u.offset_size_ ||
+      size - u.str_offsets_base - value * u.offset_size_ < u.offset_size_)
+    return "string index outside .debug_str_offsets";
+  Cursor entry{sections.str_offsets.data() + u.str_offsets_base + value * u.offset_size_,
+               sections.str_offsets.data() + size};
+  uint64_t offset = 0;
+  entry.fixed(u.offset_size_, offset);
+  out = string_in(sections.str, offset);
+  return out != nullptr ? nullptr : "string outside .debug_str";
+}
+
+const char* DieTextReader::Impl::reference_of(const TextUnit& u, const AttrValue& v, uint64_t& target) const {
+  Cursor c{v.at, v.end};
+  uint64_t value = 0;
+  switch (v.form) {
+    case DW_FORM_ref1:
+    case DW_FORM_ref2:
+    case DW_FORM_ref4:
+    case DW_FORM_ref8:
+    case DW_FORM_ref_udata:
+      if (v.form == DW_FORM_ref_udata) {
+        c.uleb(value);
+      } else {
+        c.fixed(c.left(), value);
+      }
+      if (value >= u.unit_end_ - u.unit_offset) return "reference outside its unit";
+      target = u.unit_offset + value;
+      return nullptr;
+    case DW_FORM_ref_addr:
+      c.fixed(c.left(), value);  // address or offset size, as skip_value read it
+      target = value;
+      return nullptr;                             // checked against the units when read
+    default: return "reference in another form";  // dwz's ref_alt, ref_sig8, ref_sup among them
+  }
+}
+
+const char* DieTextReader::Impl::constant_of(const TextUnit& u, const AttrValue& v, uint64_t& out) const {
+  Cursor c{v.at, v.end};
+  int64_t sdata = 0;
+  switch (v.form) {
+    case DW_FORM_data1:
+    case DW_FORM_data2: c.fixed(c.left(), out); return nullptr;
+    case DW_FORM_data4:
+    case DW_FORM_data8:
+      // Before DWARF 4 libdw may take these as section offsets; left to it.
+      if (u.version_ < 4) return "data4/data8 constant before DWARF 4";
+      c.fixed(c.left(), out);
+      return nullptr;
+    case DW_FORM_udata: c.uleb(out); return nullptr;
+    case DW_FORM_sdata:
+      c.sleb(sdata);
+      out = static_cast<uint64_t>(sdata);
+      return nullptr;
+    case DW_FORM_implicit_const: out = static_cast<uint64_t>(v.implicit); return nullptr;
+    default: return "call site in an unusual form";
+  }
+}
+
+DieTextReader::DieTextReader(const DebugInfoSections& sections) : impl_(std::make_unique<Impl>(sections)) {}
+DieTextReader::~DieTextReader() = default;
+
+size_t DieTextReader::memory_bytes() const {
+  return sizeof(Impl) + impl_->bytes + impl_->decoded.bucket_count() * sizeof(void*);
+}
+
+bool DieTextReader::read(uint64_t die_offset, bool call_site, NodeText& out, std::string* why) {
+  out = NodeText{};
+  Impl& d = *impl_;
+  auto fail = [&](const char* reason) {
+    out = NodeText{};
+    if (why != nullptr) *why = reason;
+    return false;
+  };
+  // libdw_find_string's search, once for both attribute groups: the DIEs it visits do not depend
+  // on the attributes looked for (only where it stops), so the first DIE of this sequence with a
+  // linkage name decides, else the first with DW_AT_name; read each DIE once.
+  std::vector<Impl::Visit>& visits = d.visits;
+  visits.clear();
+  uint64_t worklist[2 * kMaxReferenceHops + 1];
+  size_t pending = 0;
+  uint64_t seen[2 * kMaxReferenceHops + 1];
+  size_t seen_count = 0;
+  worklist[pending++] = die_offset;
+  seen[seen_count++] = die_offset;
+  while (pending > 0 && visits.size() < kMaxReferenceHops) {
+    const uint64_t offset = worklist[--pending];
+    Impl::Visit& v = visits.emplace_back();
+    if (const char* reason = d.read_die(offset, v.text, v.unit)) return fail(reason);
+    for (const AttrValue* ref : {&v.text.abstract_origin, &v.text.specification}) {
+      if (ref->at == nullptr) continue;
+      uint64_t target = 0;
+      if (const char* reason = d.reference_of(*v.unit, *ref, target)) return fail(reason);
+      if (std::find(seen, seen + seen_count, target) != seen + seen_count) continue;
+      seen[seen_count++] = target;
+      worklist[pending++] = target;
+    }
+  }
+  const char* reason = nullptr;
+  auto pick = [&](std::initializer_list<AttrValue DieText::*> names) -> bool {
+    for (size_t i = 0; i < visits.size(); ++i) {
+      for (AttrValue DieText::*name : names) {
+        const AttrValue& value = visits[i].text.*name;
+        if (value.at == nullptr) continue;
+        reason = d.string_of(*visits[i].unit, value, out.name);
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!pick({&DieText::linkage_name, &DieText::mips_linkage_name})) pick({&DieText::name});
+  if (reason != nullptr) return fail(reason);
+  if (!call_site) return true;
+  const DieText& self = visits[0].text;
+  const TextUnit& unit = *visits[0].unit;
+  uint64_t value = 0;
+  if (self.call_line.at != nullptr) {
+    if ((reason = d.constant_of(unit, self.call_line, value)) != nullptr) return fail(reason);
+    out.call_line = static_cast<uint32_t>(value);
+  }
+  if (self.call_column.at != nullptr) {
+    if ((reason = d.constant_of(unit, self.call_column, value)) != nullptr) return fail(reason);
+    out.call_column = static_cast<uint32_t>(value);
+  }
+  if (self.call_file.at != nullptr) {
+    if ((reason = d.constant_of(unit, self.call_file, value)) != nullptr) return fail(reason);
+    out.has_call_file = value <= UINT32_MAX;
+    out.call_file = out.has_call_file ? static_cast<uint32_t>(value) : 0;
+  }
+  return true;
 }
 
 }  // namespace hpd

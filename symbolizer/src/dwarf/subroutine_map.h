@@ -3,7 +3,9 @@
 
 #include <elfutils/libdw.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +47,10 @@ struct DebugInfoSections {
   std::span<const uint8_t> addr;      // .debug_addr (DW_FORM_addrx*)
   std::span<const uint8_t> ranges;    // .debug_ranges (DWARF 2-4)
   std::span<const uint8_t> rnglists;  // .debug_rnglists (DWARF 5)
+  // Read only by DieTextReader (names).
+  std::span<const uint8_t> str;          // .debug_str
+  std::span<const uint8_t> line_str;     // .debug_line_str
+  std::span<const uint8_t> str_offsets;  // .debug_str_offsets (DW_FORM_strx*)
 };
 
 // Builds the map of the unit whose header starts at `unit_offset` in .debug_info with one linear
@@ -59,5 +65,49 @@ bool walk_subroutines(const DebugInfoSections& sections, uint64_t unit_offset, S
 // The same map through libdw's DIE tree (dwarf_child/dwarf_siblingof/dwarf_ranges) for the unit
 // whose DIE is at `cu_die_offset`: the reference and the fallback.
 void walk_subroutines_libdw(Dwarf* dwarf, uint64_t cu_die_offset, SubroutineMap& out);
+
+// What a lookup prints of a node besides its ranges.
+struct NodeText {
+  // The raw (mangled) name: DW_AT_linkage_name or DW_AT_MIPS_linkage_name, else DW_AT_name, of
+  // the DIE or of what it refers to, as LLVM's DWARFDie::findRecursively finds it. Points into a
+  // section (the same bytes libdw hands out), nullptr when there is none.
+  const char* name = nullptr;
+  // DW_AT_call_file/line/column of an inlined subroutine (0 when absent or unreadable).
+  bool has_call_file = false;
+  uint32_t call_file = 0;
+  uint32_t call_line = 0;
+  uint32_t call_column = 0;
+
+  bool operator==(const NodeText&) const = default;
+};
+
+// The node's text through libdw (dwarf_offdie, dwarf_attr, dwarf_formstring, dwarf_formref_die):
+// the reference and the fallback. The call site is read only when `call_site` is set.
+void read_node_text_libdw(Dwarf* dwarf, uint64_t die_offset, bool call_site, NodeText& out);
+
+// The same read directly from the sections with the walker's abbreviation and form code: the
+// name forms string/strp/line_strp/strx*/GNU_str_index (with DW_AT_str_offsets_base), references
+// ref1/2/4/8/ref_udata within the unit and ref_addr across units. Unit headers and abbreviation
+// tables are decoded once per unit touched and kept. Returns false, with *why (if given) saying
+// what stopped it, on anything it does not read exactly as libdw would (dwz's alternate-file
+// forms, indirect forms, missing bases, references or strings out of bounds): the caller then
+// uses read_node_text_libdw for that node. Never reads outside the given sections. Not
+// thread-safe: reads fill its caches (DwarfIndex calls it under its lock).
+class DieTextReader {
+ public:
+  explicit DieTextReader(const DebugInfoSections& sections);
+  ~DieTextReader();
+  DieTextReader(const DieTextReader&) = delete;
+  DieTextReader& operator=(const DieTextReader&) = delete;
+
+  bool read(uint64_t die_offset, bool call_site, NodeText& out, std::string* why = nullptr);
+
+  // Heap held by the decoded unit headers and abbreviation tables.
+  size_t memory_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace hpd

@@ -23,7 +23,7 @@ namespace {
 
 // Most mutations of an ELF file break the ELF before its DWARF is read; the walker also gets the
 // bytes as sections directly: two 16-bit lengths, then .debug_info, .debug_abbrev, and the rest
-// serving as .debug_addr, .debug_ranges and .debug_rnglists.
+// serving as .debug_addr, .debug_ranges and .debug_rnglists (and as the name reader's string sections).
 void walk_raw_sections(const uint8_t* data, size_t size) {
   if (size < 4) return;
   const size_t info_size = std::min<size_t>(data[0] | (data[1] << 8), size - 4);
@@ -34,6 +34,13 @@ void walk_raw_sections(const uint8_t* data, size_t size) {
   s.addr = s.ranges = s.rnglists = {data + 4 + info_size + abbrev_size, size - 4 - info_size - abbrev_size};
   hpd::SubroutineMap map;
   for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{11}}) hpd::walk_subroutines(s, offset, map);
+  // The name reader over the same bytes, the rest also serving as the string sections; the
+  // DIE offsets are arbitrary on purpose (references and nodes point anywhere in garbage).
+  s.str = s.line_str = s.str_offsets = s.addr;
+  hpd::DieTextReader reader(s);
+  hpd::NodeText text;
+  for (uint64_t offset : {uint64_t{11}, uint64_t{12}, uint64_t{16}, uint64_t{23}, info_size / 2})
+    reader.read(offset, true, text);
 }
 
 // Raw-section seeds from an ELF file's (uncompressed) sections, in walk_raw_sections' layout.

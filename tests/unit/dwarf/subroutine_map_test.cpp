@@ -52,6 +52,9 @@ class LibdwFile {
       sections_.addr = section(elf_, ".debug_addr", ".zdebug_addr");
       sections_.ranges = section(elf_, ".debug_ranges", ".zdebug_ranges");
       sections_.rnglists = section(elf_, ".debug_rnglists", ".zdebug_rnglists");
+      sections_.str = section(elf_, ".debug_str", ".zdebug_str");
+      sections_.line_str = section(elf_, ".debug_line_str", ".zdebug_line_str");
+      sections_.str_offsets = section(elf_, ".debug_str_offsets", ".zdebug_str_offsets");
     }
   }
   ~LibdwFile() {
@@ -75,7 +78,41 @@ class LibdwFile {
 struct Comparison {
   size_t units = 0, skeletons = 0, nodes = 0, spans = 0, fell_back = 0;
   std::string first_fallback;
+  // Names and call sites of every node: read by DieTextReader, left to libdw, named at all.
+  size_t texts = 0, texts_fell_back = 0, named = 0;
+  std::string first_text_fallback;
 };
+
+std::string show(const NodeText& t) {
+  std::ostringstream out;
+  out << (t.name != nullptr ? t.name : "(null)") << " file "
+      << (t.has_call_file ? std::to_string(t.call_file) : "-") << " line " << t.call_line << " column "
+      << t.call_column;
+  return out.str();
+}
+
+// DieTextReader against libdw on every node of `map`: the same string pointer (so the same bytes,
+// and `names` demangles it once) and the same call site, or a refusal with a reason.
+void compare_texts(const std::string& path, Dwarf* dwarf, DieTextReader& reader, const SubroutineMap& map,
+                   Comparison& result) {
+  size_t failures = 0;
+  for (const SubroutineNode& node : map.nodes) {
+    NodeText want, got;
+    read_node_text_libdw(dwarf, node.die_offset, !node.is_subprogram, want);
+    std::string why;
+    ++result.texts;
+    result.named += want.name != nullptr ? 1 : 0;
+    if (!reader.read(node.die_offset, !node.is_subprogram, got, &why)) {
+      if (result.texts_fell_back++ == 0) result.first_text_fallback = why;
+      EXPECT_FALSE(why.empty());
+      continue;
+    }
+    if (got != want && ++failures <= 10) {
+      ADD_FAILURE() << path << " DIE 0x" << std::hex << node.die_offset << std::dec << ": reader "
+                    << show(got) << ", libdw " << show(want);
+    }
+  }
+}
 
 // Both walks over every compile, partial and skeleton unit of `path`; gtest failures on the first
 // differences. Units the walker refuses are counted (and must then be left to libdw).
@@ -89,12 +126,16 @@ Comparison compare_walks(const std::string& path) {
   Dwarf_Half version = 0;
   uint8_t unit_type = 0;
   Dwarf_Die cudie, subdie;
+  // One reader for the whole file, as DwarfIndex keeps it: units decoded by earlier nodes (and
+  // references across units) are served from its cache.
+  DieTextReader reader(file.sections());
   while (dwarf_get_units(file.dwarf(), cu, &next, &version, &unit_type, &cudie, &subdie) == 0) {
     cu = next;
     if (unit_type != DW_UT_compile && unit_type != DW_UT_partial && unit_type != DW_UT_skeleton) continue;
     const Dwarf_Off die_offset = dwarf_dieoffset(&cudie);
     SubroutineMap reference, walked;
     walk_subroutines_libdw(file.dwarf(), die_offset, reference);
+    compare_texts(path, file.dwarf(), reader, reference, result);
     std::string why;
     ++result.units;
     result.skeletons += unit_type == DW_UT_skeleton ? 1 : 0;
@@ -138,9 +179,12 @@ TEST_P(WalkerEqualsLibdw, SameNodesAndSpansOnEveryUnit) {
   EXPECT_GT(c.units, 0u);
   // Every fixture is in a layout the walker reads: none may quietly take the slow path.
   EXPECT_EQ(c.fell_back, 0u) << "first reason: " << c.first_fallback;
+  EXPECT_EQ(c.texts_fell_back, 0u) << "first reason: " << c.first_text_fallback;
+  EXPECT_EQ(c.texts, c.nodes);
   if (std::string(GetParam()).find("split") == std::string::npos) {
     EXPECT_GT(c.spans, 10u);
     EXPECT_GT(c.nodes, 10u);
+    EXPECT_GT(c.named, c.texts / 2);  // the comparison saw real names, not just nulls
   } else {
     EXPECT_GT(c.skeletons, 0u);  // skeleton units: nothing below the unit DIE, in this file
   }
@@ -162,11 +206,15 @@ TEST(WalkerEqualsLibdwExtra, LinkedProgramOrFilesFromTheEnvironment) {
   std::string path;
   while (std::getline(in, path, ':')) {
     Comparison c = compare_walks(path);
-    std::printf("%s: %zu units (%zu by libdw only: %s), %zu nodes, %zu spans\n", path.c_str(), c.units,
-                c.fell_back, c.first_fallback.c_str(), c.nodes, c.spans);
+    std::printf(
+        "%s: %zu units (%zu by libdw only: %s), %zu nodes, %zu spans; %zu names (%zu by libdw only: %s)\n",
+        path.c_str(), c.units, c.fell_back, c.first_fallback.c_str(), c.nodes, c.spans, c.texts,
+        c.texts_fell_back, c.first_text_fallback.c_str());
     EXPECT_GT(c.units, 0u);
     if (list == nullptr || *list == 0) {
       EXPECT_EQ(c.fell_back, 0u) << c.first_fallback;  // gcc output: the walker reads all of it
+      EXPECT_EQ(c.texts_fell_back, 0u) << c.first_text_fallback;
+      EXPECT_GT(c.named, c.texts / 2);
     }
   }
 }
@@ -444,6 +492,281 @@ TEST(SubroutineWalker, TruncatedAndGarbageInputIsBounded) {
     walk_subroutines(sections_of(noise, abbrevs), 0, map);
     walk_subroutines(sections_of(good, Bytes{.data = noise}), 0, map);
   }
+}
+
+// ---- names and call sites from hand-made DWARF ----
+
+const char* name_of(DieTextReader& reader, uint64_t die, std::string* why = nullptr) {
+  NodeText t;
+  if (!reader.read(die, false, t, why)) return "(refused)";
+  return t.name != nullptr ? t.name : "(null)";
+}
+
+// Every string form, DWARF 5, with DW_AT_str_offsets_base past the .debug_str_offsets header.
+TEST(DieTextReader, StringFormsThroughStrOffsetsBase) {
+  const std::pair<uint64_t, uint64_t> forms[] = {
+      {DW_FORM_strx1, 2}, {DW_FORM_strx2, 3},     {DW_FORM_strx3, 4},
+      {DW_FORM_strx4, 5}, {DW_FORM_strx, 6},      {DW_FORM_GNU_str_index, 7},
+      {DW_FORM_strp, 8},  {DW_FORM_line_strp, 9}, {DW_FORM_string, 10}};
+  Bytes a;
+  abbrev(a, 1, DW_TAG_compile_unit, true,
+         {{DW_AT_str_offsets_base, DW_FORM_sec_offset}, {DW_AT_name, DW_FORM_strx1}});
+  for (auto [form, code] : forms) abbrev(a, code, DW_TAG_subprogram, false, {{DW_AT_name, form}});
+  a.uleb(0);
+  Bytes str;
+  str.str("zero").str("one").str("two");  // at 0, 5, 9
+  Bytes line_str;
+  line_str.u8(0).str("lines");  // at 1
+  Bytes offsets;
+  offsets.u32(4 + 3 * 4).u16(5).u16(0).u32(0).u32(5).u32(9);  // entries from offset 8
+
+  Bytes d;
+  d.uleb(1).u32(8).u8(0);
+  std::vector<size_t> at;
+  auto die = [&](uint64_t code) -> Bytes& {
+    at.push_back(12 + d.size());  // DWARF 5 header: 12 bytes
+    return d.uleb(code);
+  };
+  die(2).u8(1);
+  die(3).u16(2);
+  die(4).fixed(0, 3);
+  die(5).u32(1);
+  die(6).uleb(2);
+  die(7).uleb(0);
+  die(8).u32(5);
+  die(9).u32(1);
+  die(10).str("inline");
+  d.uleb(0);
+  const std::vector<uint8_t> info = unit(d, 5);
+  DebugInfoSections s = sections_of(info, a);
+  s.str = str.data;
+  s.line_str = line_str.data;
+  s.str_offsets = offsets.data;
+  DieTextReader reader(s);
+  const char* want[] = {"one", "two", "zero", "one", "two", "zero", "one", "lines", "inline"};
+  for (size_t i = 0; i < at.size(); ++i) {
+    std::string why;
+    EXPECT_STREQ(name_of(reader, at[i], &why), want[i])
+        << "form 0x" << std::hex << forms[i].first << ": " << why;
+  }
+  // The pointers are into the sections themselves (what DwarfIndex keys its demangled names by).
+  NodeText t;
+  ASSERT_TRUE(reader.read(at[0], false, t));
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(t.name), str.data.data() + 5);
+  ASSERT_TRUE(reader.read(at[8], false, t));
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(t.name), info.data() + at[8] + 1);
+
+  // An index past .debug_str_offsets, and a string offset past .debug_str: refused.
+  std::vector<uint8_t> bad_index = info;
+  bad_index[at[0] + 1] = 3;
+  std::string why;
+  DebugInfoSections s1 = s;
+  s1.info = bad_index;
+  DieTextReader r1(s1);
+  EXPECT_STREQ(name_of(r1, at[0], &why), "(refused)");
+  EXPECT_EQ(why, "string index outside .debug_str_offsets");
+  std::vector<uint8_t> bad_strp = info;
+  bad_strp[at[6] + 1] = 200;  // .debug_str has 13 bytes
+  DebugInfoSections s2 = s;
+  s2.info = bad_strp;
+  DieTextReader r2(s2);
+  EXPECT_STREQ(name_of(r2, at[6], &why), "(refused)");
+  // A string without its NUL inside the section: libdw would hand it out unterminated; refused.
+  Bytes unterminated;
+  unterminated.str("zero").str("one");
+  unterminated.data.resize(7);  // "one" cut to "on"
+  DebugInfoSections s3 = s;
+  s3.str = unterminated.data;
+  DieTextReader r3(s3);
+  EXPECT_STREQ(name_of(r3, at[6], &why), "(refused)");
+  // No DW_AT_str_offsets_base: libdw would guess a base; refused.
+  Bytes no_base = a;
+  no_base.data[3] = static_cast<uint8_t>(DW_AT_producer);  // the unit DIE's first attribute
+  DebugInfoSections s4 = s;
+  s4.abbrev = no_base.data;
+  DieTextReader r4(s4);
+  EXPECT_STREQ(name_of(r4, at[0], &why), "(refused)");
+  EXPECT_EQ(why, "string index without DW_AT_str_offsets_base");
+  EXPECT_STREQ(name_of(r4, at[8], &why), "inline");  // forms without an index still read
+}
+
+// Two units: DWARF 4 with the declarations, DWARF 5 with an inlined instance referring to them
+// by DW_FORM_ref_addr; precedence, cycles and the hop limit as libdw_find_string has them.
+class TwoUnits : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    abbrev(a, 1, DW_TAG_compile_unit, true, {{DW_AT_name, DW_FORM_string}});
+    abbrev(a, 2, DW_TAG_subprogram, false,
+           {{DW_AT_name, DW_FORM_string}, {DW_AT_linkage_name, DW_FORM_string}});
+    abbrev(a, 3, DW_TAG_inlined_subroutine, false,
+           {{DW_AT_abstract_origin, DW_FORM_ref_addr},
+            {DW_AT_call_file, DW_FORM_udata},
+            {DW_AT_call_line, DW_FORM_data2},
+            {DW_AT_call_column, DW_FORM_sdata}});
+    abbrev(a, 4, DW_TAG_subprogram, false,
+           {{DW_AT_abstract_origin, DW_FORM_ref_udata}, {DW_AT_specification, DW_FORM_ref4}});
+    abbrev(a, 5, DW_TAG_subprogram, false, {{DW_AT_name, DW_FORM_string}});
+    abbrev(a, 6, DW_TAG_subprogram, false, {{DW_AT_abstract_origin, DW_FORM_ref4}});
+    abbrev(a, 7, DW_TAG_subprogram, false, {{DW_AT_specification, DW_FORM_ref4}});
+    abbrev(a, 8, DW_TAG_subprogram, false,
+           {{DW_AT_name, DW_FORM_string}, {DW_AT_abstract_origin, DW_FORM_ref4}});
+    // An implicit_const carries its value in the abbreviation: -7, one sleb128 byte.
+    a.uleb(9).uleb(DW_TAG_inlined_subroutine).u8(0);
+    a.uleb(DW_AT_abstract_origin).uleb(DW_FORM_ref_addr);
+    a.uleb(DW_AT_call_file).uleb(DW_FORM_implicit_const).u8(0x79);
+    a.uleb(DW_AT_call_line).uleb(DW_FORM_udata);
+    a.uleb(0).uleb(0);
+    a.uleb(0);
+
+    // Unit 1 (DWARF 4, header 11 bytes); offsets relative to the unit.
+    Bytes d;
+    d.uleb(1).str("u1");
+    auto off = [&] { return 11 + d.size(); };
+    s_die = off();
+    d.uleb(2).str("f").str("_Z1fv");
+    by_spec = off();
+    d.uleb(5).str("by_spec");
+    by_origin = off();
+    d.uleb(5).str("by_origin");
+    both = off();
+    d.uleb(4).uleb(by_origin).u32(by_spec);
+    self_named = off();
+    d.uleb(8).str("self").u32(s_die);
+    cycle_a = off();
+    cycle_b = cycle_a + 5;
+    d.uleb(6).u32(cycle_b);
+    d.uleb(7).u32(cycle_a);
+    chain = off();  // 17 DIEs, each referring to the next, then a named one
+    for (size_t i = 0; i < 17; ++i) d.uleb(6).u32(chain + 5 * (i + 1));
+    d.uleb(5).str("end");
+    into_header = off();
+    d.uleb(6).u32(2);
+    outside = off();
+    d.uleb(6).u32(0x10000);
+    d.uleb(0).uleb(0).uleb(0);
+    info = unit(d, 4);
+
+    // Unit 2 (DWARF 5, header 12 bytes).
+    const size_t base = info.size();
+    Bytes e;
+    e.uleb(1).str("u2");
+    inlined = base + 12 + e.size();
+    e.uleb(3).u32(s_die).uleb(3).u16(0x1234).uleb(0x7f);  // call column -1
+    inlined_implicit = base + 12 + e.size();
+    e.uleb(9).u32(by_spec).uleb(300);
+    far_ref = base + 12 + e.size();
+    e.uleb(3).u32(0x7fffffff).uleb(0).u16(0).uleb(0);
+    e.uleb(0).uleb(0).uleb(0);
+    const std::vector<uint8_t> second = unit(e, 5);
+    info.insert(info.end(), second.begin(), second.end());
+  }
+
+  Bytes a;
+  std::vector<uint8_t> info;
+  uint64_t s_die = 0, by_spec = 0, by_origin = 0, both = 0, self_named = 0, cycle_a = 0, cycle_b = 0,
+           chain = 0;
+  uint64_t into_header = 0, outside = 0, inlined = 0, inlined_implicit = 0, far_ref = 0;
+};
+
+TEST_F(TwoUnits, RefAddrAcrossUnitsWithCallSite) {
+  DieTextReader reader(sections_of(info, a));
+  NodeText t;
+  std::string why;
+  ASSERT_TRUE(reader.read(inlined, true, t, &why)) << why;
+  EXPECT_STREQ(t.name, "_Z1fv");  // the linkage name of the DIE in the other unit
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(t.name), info.data() + s_die + 3);
+  EXPECT_TRUE(t.has_call_file);
+  EXPECT_EQ(t.call_file, 3u);
+  EXPECT_EQ(t.call_line, 0x1234u);
+  EXPECT_EQ(t.call_column, 0xffffffffu);  // sdata -1, truncated as dwarf_formudata's value is
+  ASSERT_TRUE(reader.read(inlined_implicit, true, t, &why)) << why;
+  EXPECT_STREQ(t.name, "by_spec");
+  EXPECT_FALSE(t.has_call_file);  // implicit_const -7 is no file index (above UINT32_MAX as unsigned)
+  EXPECT_EQ(t.call_line, 300u);
+  // Without `call_site` the call attributes are not read.
+  ASSERT_TRUE(reader.read(inlined, false, t, &why)) << why;
+  EXPECT_EQ(t.call_line, 0u);
+  EXPECT_FALSE(t.has_call_file);
+  // ref_addr past every unit: refused.
+  EXPECT_FALSE(reader.read(far_ref, true, t, &why));
+  EXPECT_EQ(why, "DIE offset outside every unit");
+  EXPECT_TRUE(t == NodeText{});
+}
+
+TEST_F(TwoUnits, PrecedenceCyclesAndHopLimit) {
+  DieTextReader reader(sections_of(info, a));
+  std::string why;
+  EXPECT_STREQ(name_of(reader, s_die), "_Z1fv");                  // linkage name before name
+  EXPECT_STREQ(name_of(reader, both), "by_spec");                 // specification before abstract_origin
+  EXPECT_STREQ(name_of(reader, self_named), "_Z1fv");             // a linkage name anywhere before a name
+  EXPECT_STREQ(name_of(reader, cycle_a, &why), "(null)") << why;  // a cycle ends, unnamed
+  EXPECT_STREQ(name_of(reader, cycle_b, &why), "(null)") << why;
+  // 16 DIEs at most: from the third link the named DIE is the 16th, from the second the 17th.
+  EXPECT_STREQ(name_of(reader, chain + 2 * 5, &why), "end") << why;
+  EXPECT_STREQ(name_of(reader, chain + 1 * 5, &why), "(null)") << why;
+  EXPECT_STREQ(name_of(reader, chain, &why), "(null)") << why;
+  // References into the unit header or past the unit: refused, never followed.
+  EXPECT_STREQ(name_of(reader, into_header, &why), "(refused)");
+  EXPECT_EQ(why, "DIE offset inside a unit header");
+  EXPECT_STREQ(name_of(reader, outside, &why), "(refused)");
+  EXPECT_EQ(why, "reference outside its unit");
+  // A reference into a supplementary file (dwz's DWARF 5 form) goes to libdw.
+  Bytes alt = a;
+  for (size_t i = 0; i + 1 < alt.size(); ++i) {
+    if (alt.data[i] == DW_AT_specification && alt.data[i + 1] == DW_FORM_ref4) {
+      alt.data[i + 1] = static_cast<uint8_t>(DW_FORM_ref_sup4);  // the same size as ref4
+      break;
+    }
+  }
+  DieTextReader alt_reader(sections_of(info, alt));
+  EXPECT_STREQ(name_of(alt_reader, both, &why), "(refused)");
+  EXPECT_EQ(why, "reference in another form");
+}
+
+// Every truncation and random corruption: refused or read, never out of bounds; what is read
+// points into the given sections.
+TEST_F(TwoUnits, TruncatedAndGarbageInputIsBounded) {
+  const std::vector<uint64_t> dies = {s_die, both, self_named, cycle_a, chain, inlined, inlined_implicit};
+  auto inside = [](const char* p, const std::vector<uint8_t>& v) {
+    const auto* b = reinterpret_cast<const uint8_t*>(p);
+    return b >= v.data() && b < v.data() + v.size();
+  };
+  size_t read = 0;
+  for (size_t len = 0; len <= info.size(); ++len) {
+    std::vector<uint8_t> cut(info.begin(), info.begin() + static_cast<std::ptrdiff_t>(len));
+    DieTextReader reader(sections_of(cut, a));
+    for (uint64_t die : dies) {
+      NodeText t;
+      if (reader.read(die, true, t)) {
+        ++read;
+        if (t.name != nullptr) {
+          EXPECT_TRUE(inside(t.name, cut));
+        }
+      }
+    }
+  }
+  EXPECT_GE(read, dies.size());  // at least the whole section reads
+  std::mt19937_64 rng(5);
+  size_t accepted = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<uint8_t> noisy = info;
+    Bytes noisy_abbrev = a;
+    for (int k = 0; k < 3; ++k) noisy[rng() % noisy.size()] = static_cast<uint8_t>(rng());
+    if (round % 3 == 0) noisy_abbrev.data[rng() % noisy_abbrev.size()] = static_cast<uint8_t>(rng());
+    DieTextReader reader(sections_of(noisy, noisy_abbrev));
+    for (uint64_t die : dies) {
+      NodeText t;
+      if (reader.read(die, true, t)) {
+        ++accepted;
+        if (t.name != nullptr) {
+          EXPECT_TRUE(inside(t.name, noisy));
+        }
+      } else {
+        EXPECT_TRUE(t == NodeText{});
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0u);
 }
 
 }  // namespace
