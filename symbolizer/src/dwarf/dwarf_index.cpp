@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "debug_sections.h"
 #include "line_table.h"
 #include "subroutine_map.h"
 
@@ -175,24 +176,6 @@ size_t decompressed_debug_bytes(Elf* elf) {
   return total;
 }
 
-// The bytes of a section as libdw sees them (libdw inflates compressed sections in place while
-// opening, so this is the decompressed data); empty when absent.
-std::span<const uint8_t> section_bytes(Elf* elf, const char* wanted, const char* wanted_gnu_compressed) {
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return {};
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type == SHT_NOBITS) continue;
-    const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (name == nullptr || (std::strcmp(name, wanted) != 0 && std::strcmp(name, wanted_gnu_compressed) != 0))
-      continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || data->d_buf == nullptr) return {};
-    return {static_cast<const uint8_t*>(data->d_buf), data->d_size};
-  }
-  return {};
-}
-
 }  // namespace
 
 struct DwarfIndex::Impl {
@@ -250,20 +233,12 @@ std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::strin
   impl->dwarf.reset(dwarf_begin_elf(impl->elf.get(), DWARF_C_READ, nullptr));
   if (!impl->dwarf) return fail(std::string("no usable DWARF: ") + dwarf_errmsg(-1));
   Elf* elf = impl->elf.get();
-  impl->line_sections.line = section_bytes(elf, ".debug_line", ".zdebug_line");
-  impl->line_sections.line_str = section_bytes(elf, ".debug_line_str", ".zdebug_line_str");
-  impl->line_sections.str = section_bytes(elf, ".debug_str", ".zdebug_str");
-  impl->info_sections.info = section_bytes(elf, ".debug_info", ".zdebug_info");
-  impl->info_sections.abbrev = section_bytes(elf, ".debug_abbrev", ".zdebug_abbrev");
-  impl->info_sections.addr = section_bytes(elf, ".debug_addr", ".zdebug_addr");
-  impl->info_sections.ranges = section_bytes(elf, ".debug_ranges", ".zdebug_ranges");
-  impl->info_sections.rnglists = section_bytes(elf, ".debug_rnglists", ".zdebug_rnglists");
+  DebugSections sections = read_debug_sections(elf);
+  impl->line_sections = sections.lines;
+  impl->info_sections = sections.info;
   GElf_Ehdr ehdr;
   impl->walker_usable =
       gelf_getehdr(elf, &ehdr) != nullptr && ehdr.e_ident[EI_DATA] == ELFDATA2LSB && ehdr.e_type != ET_REL;
-  impl->info_sections.str = impl->line_sections.str;
-  impl->info_sections.line_str = impl->line_sections.line_str;
-  impl->info_sections.str_offsets = section_bytes(elf, ".debug_str_offsets", ".zdebug_str_offsets");
   if (impl->walker_usable) impl->text_reader = std::make_unique<DieTextReader>(impl->info_sections);
 
   std::vector<UnitSpan> raw;

@@ -4,18 +4,16 @@
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
-#include <fcntl.h>
-#include <gelf.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "libdw_file.h"
 
 namespace hpd {
 namespace {
@@ -24,58 +22,11 @@ std::string fixture(const std::string& name) {
   return std::string(HPD_DWARF_FIXTURE_DIR) + "/" + name;
 }
 
-std::span<const uint8_t> section(Elf* elf, const char* name, const char* gnu_name) {
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return {};
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-    const char* n = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (n == nullptr || (std::strcmp(n, name) != 0 && std::strcmp(n, gnu_name) != 0)) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || data->d_buf == nullptr) return {};
-    return {static_cast<const uint8_t*>(data->d_buf), data->d_size};
-  }
-  return {};
-}
-
-// libdw's view of one ELF file, closed on destruction.
-class LibdwFile {
- public:
-  explicit LibdwFile(const std::string& path) {
-    elf_version(EV_CURRENT);
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ >= 0) elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
-    if (elf_ != nullptr) dwarf_ = dwarf_begin_elf(elf_, DWARF_C_READ, nullptr);
-    if (dwarf_ != nullptr) {
-      sections_.line = section(elf_, ".debug_line", ".zdebug_line");
-      sections_.line_str = section(elf_, ".debug_line_str", ".zdebug_line_str");
-      sections_.str = section(elf_, ".debug_str", ".zdebug_str");
-    }
-  }
-  ~LibdwFile() {
-    if (dwarf_ != nullptr) dwarf_end(dwarf_);
-    if (elf_ != nullptr) elf_end(elf_);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  LibdwFile(const LibdwFile&) = delete;
-  LibdwFile& operator=(const LibdwFile&) = delete;
-
-  Dwarf* dwarf() const { return dwarf_; }
-  const LineSections& sections() const { return sections_; }
-
- private:
-  int fd_ = -1;
-  Elf* elf_ = nullptr;
-  Dwarf* dwarf_ = nullptr;
-  LineSections sections_;
-};
-
 // Decodes every unit of `path` and compares rows and file names with libdw's.
 void compare_with_libdw(const std::string& path, size_t& units, size_t& rows_compared) {
   LibdwFile file(path);
   ASSERT_NE(file.dwarf(), nullptr) << dwarf_errmsg(-1);
-  ASSERT_FALSE(file.sections().line.empty());
+  ASSERT_FALSE(file.line_sections().line.empty());
   Dwarf_CU* cu = nullptr;
   Dwarf_CU* next = nullptr;
   Dwarf_Half version = 0;
@@ -101,7 +52,7 @@ void compare_with_libdw(const std::string& path, size_t& units, size_t& rows_com
     ASSERT_NE(dwarf_diecu(&cudie, &unit_die, &address_size, &offset_size), nullptr);
 
     LineTable table;
-    ASSERT_TRUE(decode_line_table(file.sections(), offset, comp_dir, address_size, table))
+    ASSERT_TRUE(decode_line_table(file.line_sections(), offset, comp_dir, address_size, table))
         << path << ": unit at 0x" << std::hex << dwarf_dieoffset(&cudie);
     ++units;
     ASSERT_EQ(table.files.size(), file_count);
@@ -188,7 +139,7 @@ TEST(LineTableFind, LastRowAtOrBelowUnlessItEndsASequence) {
 TEST(LineTableBadInput, TruncatedAndRandomProgramsAreRefusedOrBounded) {
   LibdwFile file(fixture("c_clang_dwarf5"));
   ASSERT_NE(file.dwarf(), nullptr);
-  const LineSections& real = file.sections();
+  const LineSections& real = file.line_sections();
   std::vector<uint8_t> bytes(real.line.begin(), real.line.end());
   size_t refused = 0;
   for (size_t len = 0; len < bytes.size(); len += bytes.size() / 211 + 1) {

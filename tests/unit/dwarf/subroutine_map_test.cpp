@@ -4,10 +4,7 @@
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
-#include <fcntl.h>
-#include <gelf.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -16,64 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "libdw_file.h"
+
 namespace hpd {
 namespace {
 
 std::string fixture(const std::string& name) {
   return std::string(HPD_DWARF_FIXTURE_DIR) + "/" + name;
 }
-
-std::span<const uint8_t> section(Elf* elf, const char* name, const char* gnu_name) {
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return {};
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type == SHT_NOBITS) continue;
-    const char* n = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (n == nullptr || (std::strcmp(n, name) != 0 && std::strcmp(n, gnu_name) != 0)) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || data->d_buf == nullptr) return {};
-    return {static_cast<const uint8_t*>(data->d_buf), data->d_size};
-  }
-  return {};
-}
-
-// libdw's view of one ELF file (sections decompressed by dwarf_begin_elf), closed on destruction.
-class LibdwFile {
- public:
-  explicit LibdwFile(const std::string& path) {
-    elf_version(EV_CURRENT);
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ >= 0) elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
-    if (elf_ != nullptr) dwarf_ = dwarf_begin_elf(elf_, DWARF_C_READ, nullptr);
-    if (dwarf_ != nullptr) {
-      sections_.info = section(elf_, ".debug_info", ".zdebug_info");
-      sections_.abbrev = section(elf_, ".debug_abbrev", ".zdebug_abbrev");
-      sections_.addr = section(elf_, ".debug_addr", ".zdebug_addr");
-      sections_.ranges = section(elf_, ".debug_ranges", ".zdebug_ranges");
-      sections_.rnglists = section(elf_, ".debug_rnglists", ".zdebug_rnglists");
-      sections_.str = section(elf_, ".debug_str", ".zdebug_str");
-      sections_.line_str = section(elf_, ".debug_line_str", ".zdebug_line_str");
-      sections_.str_offsets = section(elf_, ".debug_str_offsets", ".zdebug_str_offsets");
-    }
-  }
-  ~LibdwFile() {
-    if (dwarf_ != nullptr) dwarf_end(dwarf_);
-    if (elf_ != nullptr) elf_end(elf_);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  LibdwFile(const LibdwFile&) = delete;
-  LibdwFile& operator=(const LibdwFile&) = delete;
-
-  Dwarf* dwarf() const { return dwarf_; }
-  const DebugInfoSections& sections() const { return sections_; }
-
- private:
-  int fd_ = -1;
-  Elf* elf_ = nullptr;
-  Dwarf* dwarf_ = nullptr;
-  DebugInfoSections sections_;
-};
 
 struct Comparison {
   size_t units = 0, skeletons = 0, nodes = 0, spans = 0, fell_back = 0;
@@ -128,7 +75,7 @@ Comparison compare_walks(const std::string& path) {
   Dwarf_Die cudie, subdie;
   // One reader for the whole file, as DwarfIndex keeps it: units decoded by earlier nodes (and
   // references across units) are served from its cache.
-  DieTextReader reader(file.sections());
+  DieTextReader reader(file.info_sections());
   while (dwarf_get_units(file.dwarf(), cu, &next, &version, &unit_type, &cudie, &subdie) == 0) {
     cu = next;
     if (unit_type != DW_UT_compile && unit_type != DW_UT_partial && unit_type != DW_UT_skeleton) continue;
@@ -139,7 +86,7 @@ Comparison compare_walks(const std::string& path) {
     std::string why;
     ++result.units;
     result.skeletons += unit_type == DW_UT_skeleton ? 1 : 0;
-    if (!walk_subroutines(file.sections(), die_offset - dwarf_cuoffset(&cudie), walked, &why)) {
+    if (!walk_subroutines(file.info_sections(), die_offset - dwarf_cuoffset(&cudie), walked, &why)) {
       if (result.fell_back++ == 0) result.first_fallback = why;
       EXPECT_TRUE(walked.nodes.empty() && walked.spans.empty());
       continue;
