@@ -345,29 +345,67 @@ TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
   EXPECT_EQ(samples_of(p, b, SampleKind::kOffCpu), 0u);
 }
 
+// The churn fixture (a thread a millisecond, each waiting), started and held until 16 threads exist.
+// go() lets every thread burn its CPU time and the fixture exit; wait() reaps it. Killed if the test
+// ends early.
+class Churn {
+ public:
+  Churn(int max_threads, int worker_cpu_ms) {
+    int out[2], in[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      ::dup2(in[0], 0);
+      ::execl(kChurn.c_str(), kChurn.c_str(), std::to_string(max_threads).c_str(),
+              std::to_string(worker_cpu_ms).c_str(), nullptr);
+      _exit(126);
+    }
+    ::close(out[1]);
+    ::close(in[0]);
+    stdout_read_ = UniqueFd(out[0]);
+    stdin_write_ = UniqueFd(in[1]);
+    char line[6] = {};
+    ready_ =
+        pid_ > 0 && ::read(stdout_read_.get(), line, sizeof line) == 6 && std::string(line, 6) == "ready\n";
+  }
+  ~Churn() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Churn(const Churn&) = delete;
+  Churn& operator=(const Churn&) = delete;
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] bool ready() const { return ready_; }
+  bool go() const { return ::write(stdin_write_.get(), "g", 1) == 1; }
+  // The exit status; closes the pipes.
+  int wait() {
+    stdin_write_.reset();
+    int status = -1;
+    if (::waitpid(pid_, &status, 0) == pid_) pid_ = -1;
+    stdout_read_.reset();
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool ready_ = false;
+  UniqueFd stdout_read_;
+  UniqueFd stdin_write_;
+};
+
 // Threads created while the recorder attaches to a running process: each has exactly one sampling
 // event (inherited from its creator, or attached directly), never both, so no thread is sampled at
 // twice the rate. The fixture starts a thread every millisecond until told to run them, so hundreds
 // exist and more are being created while the recorder attaches.
 TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
   const int fds_before = count_open_fds();
-  int out[2], in[2];
-  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
-  constexpr int kMaxThreads = 2000;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::dup2(in[0], 0);
-    ::execl(kChurn.c_str(), kChurn.c_str(), std::to_string(kMaxThreads).c_str(), "6", nullptr);
-    _exit(126);
-  }
-  ::close(out[1]);
-  ::close(in[0]);
-  ASSERT_GT(pid, 0);
-  char ready[6] = {};
-  ASSERT_EQ(::read(out[0], ready, 6), 6);
-  ASSERT_EQ(std::string(ready, 6), "ready\n");
+  Churn churn(2000, 6);
+  ASSERT_TRUE(churn.ready());
+  const pid_t pid = churn.pid();
   RecordOptions options = bpf_options();
   options.pids = {pid};
   options.duration_s = 30;
@@ -375,14 +413,11 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
   // Once attached: every thread burns its CPU time, then the fixture exits.
   options.on_progress = [&, told = false](const RecordProgress&) mutable {
     if (!std::exchange(told, true)) {
-      EXPECT_EQ(::write(in[1], "g", 1), 1);
+      EXPECT_TRUE(churn.go());
     }
   };
   const RecordResult result = record(options);
-  ::close(in[1]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ::close(out[0]);
+  const int status = churn.wait();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_TRUE(result.target_exited);
   const RawProfile& p = result.profile;
@@ -421,22 +456,10 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
 // With too few file descriptors left for two per thread, per-thread events give way to per-CPU ones
 // (hpd holds other sessions' descriptors too): the recording still works, and everything is released.
 TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
-  int out[2], in[2];
-  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
   constexpr int kThreads = 120;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::dup2(in[0], 0);
-    ::execl(kChurn.c_str(), kChurn.c_str(), std::to_string(kThreads).c_str(), "2", nullptr);
-    _exit(126);
-  }
-  ::close(out[1]);
-  ::close(in[0]);
-  ASSERT_GT(pid, 0);
-  char ready[6] = {};
-  ASSERT_EQ(::read(out[0], ready, 6), 6);
+  Churn churn(kThreads, 2);
+  ASSERT_TRUE(churn.ready());
+  const pid_t pid = churn.pid();
   // The fixture starts a thread a millisecond up to kThreads; wait until they all exist.
   for (int i = 0; i < 400 && list_threads(pid).size() < size_t{kThreads}; ++i) usleep(5000);
   ASSERT_GE(list_threads(pid).size(), size_t{kThreads});
@@ -460,7 +483,7 @@ TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
     options.duration_s = 30;
     options.off_cpu = OffCpu::kOff;
     options.on_progress = [&, told = false](const RecordProgress&) mutable {
-      if (!std::exchange(told, true) && ::write(in[1], "g", 1) != 1) _exit(5);
+      if (!std::exchange(told, true) && !churn.go()) _exit(5);
     };
     std::string line;
     try {
@@ -480,10 +503,8 @@ TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
   char buffer[512] = {};
   const ssize_t n = ::read(report[0], buffer, sizeof buffer - 1);
   ::close(report[0]);
-  ::close(in[1]);
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ::close(out[0]);
-  std::string event, error;
+  EXPECT_EQ(churn.wait(), 0);
+  std::string event;
   size_t samples = 0;
   long leaked = -1;
   std::istringstream words(std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0));
