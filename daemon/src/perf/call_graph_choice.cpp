@@ -103,9 +103,16 @@ std::string_view rust_crate(std::string_view name) {
 // frame), and Rust's standard library, which ships precompiled with frame pointers and is most of a
 // small Rust binary's functions (the program's own code would be outvoted).
 bool is_not_the_programs_code(const char* name) {
-  static constexpr std::string_view kCrt[] = {"_start", "_init", "_fini", "deregister_tm_clones",
-                                              "register_tm_clones", "__do_global_dtors_aux", "frame_dummy",
-                                              "_dl_relocate_static_pie", "__libc_csu_init", "__libc_csu_fini"};
+  static constexpr std::string_view kCrt[] = {"_start",
+                                              "_init",
+                                              "_fini",
+                                              "deregister_tm_clones",
+                                              "register_tm_clones",
+                                              "__do_global_dtors_aux",
+                                              "frame_dummy",
+                                              "_dl_relocate_static_pie",
+                                              "__libc_csu_init",
+                                              "__libc_csu_fini"};
   const std::string_view n(name);
   for (const std::string_view crt : kCrt) {
     if (n == crt) return true;
@@ -127,13 +134,20 @@ void starts_from_symbols(Elf* elf, Elf_Scn* scn, const GElf_Shdr& shdr, std::vec
   }
 }
 
-// push %rbp; mov %rsp,%rbp (either encoding of the mov), after an optional endbr64.
+// push %rbp (after an optional endbr64), then mov %rsp,%rbp (either encoding) among the next bytes:
+// gcc -O2 schedules independent instructions between the two (cpu_split's leaves load three
+// constants first, 32 bytes), clang puts the mov right after the push. A function built without
+// frame pointers that saves %rbp as an ordinary register copies some other register into it.
 bool sets_up_frame(const uint8_t* code, size_t n) {
   size_t i = 0;
   if (n >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && code[3] == 0xfa) i = 4;
   if (n < i + 4 || code[i] != 0x55) return false;
-  const uint8_t* mov = code + i + 1;
-  return mov[0] == 0x48 && ((mov[1] == 0x89 && mov[2] == 0xe5) || (mov[1] == 0x8b && mov[2] == 0xec));
+  for (size_t at = i + 1; at + 3 <= n; ++at) {
+    const uint8_t* mov = code + at;
+    if (mov[0] == 0x48 && ((mov[1] == 0x89 && mov[2] == 0xe5) || (mov[1] == 0x8b && mov[2] == 0xec)))
+      return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -217,7 +231,7 @@ FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_funct
   for (size_t i = 0; i < starts.size() && probe.functions_checked < max_functions; i += step) {
     const auto offset = file_offset_of(segments, starts[i]);
     if (!offset) continue;
-    uint8_t code[16];
+    uint8_t code[64];
     const ssize_t n = ::pread(fd.get(), code, sizeof code, static_cast<off_t>(*offset));
     if (n < 8) continue;
     ++probe.functions_checked;

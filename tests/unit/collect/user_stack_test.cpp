@@ -242,6 +242,17 @@ TEST(FramePointerProbe, TellsFramePointerBuildsApart) {
   EXPECT_EQ(choose_call_graph({"/proc/self/exe"}).mode, CallGraph::kDwarf);
 }
 
+TEST(FramePointerProbe, SeesFramesWhoseSetUpGccInterleavedWithOtherInstructions) {
+  // cpu_split (gcc -O2 -fno-omit-frame-pointer): its leaves load three constants between
+  // push %rbp and mov %rsp,%rbp, 32 bytes apart. It was taken for a build without frame pointers.
+  const FramePointerProbe fixture = probe_frame_pointers(HPD_CPU_SPLIT_PATH);
+  ASSERT_TRUE(fixture.readable) << fixture.error;
+  // All but round_done, a true leaf, which gcc leaves without a frame (see cpu_split.c).
+  EXPECT_EQ(fixture.with_frame_setup + 1, fixture.functions_checked);
+  EXPECT_GE(fixture.functions_checked, 8u);
+  EXPECT_EQ(choose_call_graph({HPD_CPU_SPLIT_PATH}).mode, CallGraph::kFp);
+}
+
 TEST(FramePointerProbe, BadFilesAreReportedNotFatal) {
   const FramePointerProbe missing = probe_frame_pointers("/nonexistent/hpd/binary");
   EXPECT_FALSE(missing.readable);
