@@ -7,8 +7,17 @@
 # (clock_gettime around the work), so recorder start-up and post-processing are not counted. Runs are
 # interleaved (unprofiled, bpf, perf backend, perf record) RUNS times per rate; medians are printed.
 # The backends are driven through hpd_record_driver (tests/unit/bpf), which calls hpd::record().
-# Usage: bench/overhead_backends.sh [BUILD_DIR] [RUNS] [ROUNDS] [RATES...]
+# The call graph is named, not left to --call-graph auto: CALL_GRAPH=fp (the default) compares the
+# backends in fp mode with `perf record -g`, CALL_GRAPH=dwarf in dwarf mode with
+# `perf record --call-graph dwarf` (both copy user stack per sample).
+# Usage: [CALL_GRAPH=fp|dwarf] bench/overhead_backends.sh [BUILD_DIR] [RUNS] [ROUNDS] [RATES...]
 set -euo pipefail
+call_graph=${CALL_GRAPH:-fp}
+case "$call_graph" in
+  fp) perf_call_graph=(-g) ;;
+  dwarf) perf_call_graph=(--call-graph dwarf) ;;
+  *) echo "CALL_GRAPH must be fp or dwarf, not '$call_graph'" >&2; exit 2 ;;
+esac
 build=${1:-build}
 runs=${2:-5}
 rounds=${3:-3000}
@@ -36,18 +45,18 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(
 # ran (the sampling, the eBPF program, the kernel's callchain walk) when the kernel is built without
 # CONFIG_IRQ_TIME_ACCOUNTING, as Debian's is: the overhead on the target without the waiting for a CPU
 # that makes wall times noisy on a busy machine.
-printf 'Target overhead: cpu_split --rounds %d, median of %d interleaved runs, load %s\n' \
-  "$rounds" "$runs" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'Target overhead: cpu_split --rounds %d, --call-graph %s, median of %d interleaved runs, load %s\n' \
+  "$rounds" "$call_graph" "$runs" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '(ratio = profiled / unprofiled; wall = the fixture'"'"'s run time, cpu = its CPU time)\n'
-printf '%7s %5s  %10s  %16s  %16s  %16s\n' "rate Hz" "" "unprofiled" "bpf backend" "perf backend" "perf record -g"
+printf '%7s %5s  %10s  %16s  %16s  %16s\n' "rate Hz" "" "unprofiled" "bpf backend" "perf backend" "perf record ${perf_call_graph[*]}"
 for freq in "${rates[@]}"; do
   base=() bpf=() pfb=() prec=()
   for ((i = 0; i < runs; i++)); do
     base+=("$(timeit "$fixture" --rounds "$rounds")")
-    bpf+=("$(timeit "$driver" --quiet --backend bpf -F "$freq" -- "$fixture" --rounds "$rounds")")
-    pfb+=("$(timeit "$driver" --quiet --backend perf -F "$freq" -- "$fixture" --rounds "$rounds")")
+    bpf+=("$(timeit "$driver" --quiet --backend bpf --call-graph "$call_graph" -F "$freq" -- "$fixture" --rounds "$rounds")")
+    pfb+=("$(timeit "$driver" --quiet --backend perf --call-graph "$call_graph" -F "$freq" -- "$fixture" --rounds "$rounds")")
     if ((have_perf)); then
-      prec+=("$(timeit perf record -q -g -F "$freq" -o "$tmp/perf.data" -- "$fixture" --rounds "$rounds")")
+      prec+=("$(timeit perf record -q "${perf_call_graph[@]}" -F "$freq" -o "$tmp/perf.data" -- "$fixture" --rounds "$rounds")")
     fi
   done
   for column in 1 2; do
@@ -79,7 +88,7 @@ printf '%-14s %12s %16s %14s %12s\n' backend samples "us/sample(loop)" "total cp
 for backend in bpf perf; do
   samples=() per=() cpu=() rss=()
   for ((i = 0; i < runs; i++)); do
-    line=$("$driver" --backend "$backend" -F "$top" -- "$two_threads" 3 0 2>&1 >/dev/null | grep '^hpd_record_driver:')
+    line=$("$driver" --backend "$backend" --call-graph "$call_graph" -F "$top" -- "$two_threads" 3 0 2>&1 >/dev/null | grep '^hpd_record_driver:')
     get() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$line"; }
     samples+=("$(get samples)") per+=("$(get collection_us_per_sample)") cpu+=("$(get recorder_cpu_ms)")
     rss+=("$(get peak_rss_kb)")
@@ -93,7 +102,7 @@ if ((have_perf)); then
   for ((i = 0; i < runs; i++)); do
     "$two_threads" 3 0 >/dev/null &
     target=$!
-    out=$(/usr/bin/time -f 'TIME %U %S %M' perf record -q -g -F "$top" -o "$tmp/perf.data" -p "$target" 2>&1 >/dev/null | grep '^TIME' || true)
+    out=$(/usr/bin/time -f 'TIME %U %S %M' perf record -q "${perf_call_graph[@]}" -F "$top" -o "$tmp/perf.data" -p "$target" 2>&1 >/dev/null | grep '^TIME' || true)
     wait "$target" || true
     cpu+=("$(awk '{print ($2 + $3) * 1000}' <<<"$out")") rss+=("$(awk '{print $4}' <<<"$out")")
   done
