@@ -184,6 +184,8 @@ void load_skeleton(profile_bpf* skel, const LibbpfLogCapture& log) {
 // target time: 128 put back as many callers as 256 on the test fixtures and 1% fewer on xz, 64 lost
 // 3% on xz, 32 lost most (docs/performance.md).
 constexpr uint32_t kLeafStackBytes = 128;
+// hpd_warm_ring writes one record per page of this size (its PAGE_BYTES).
+constexpr long kWarmPageBytes = 4096;
 // The verifier bounds the stack copy's offset and its last read's size separately: one page of room.
 constexpr uint32_t kScratchSlackBytes = 4096;
 
@@ -242,6 +244,7 @@ class BpfSession {
 
  private:
   void load();
+  void warm_ring();
   void set_targets();
   void attach_sampling();
   bool attach_per_task();
@@ -268,6 +271,7 @@ class BpfSession {
   uint64_t period_ns_ = 0;
   uint32_t filter_ = HPD_FILTER_PIDS;
   bool per_task_ = false;
+  bool warm_ring_ = false;
 
   LibbpfLogCapture log_;
   Skeleton skel_;
@@ -312,7 +316,26 @@ void BpfSession::load() {
   if (err != 0) throw RecordError("cannot size the eBPF record buffers: " + errno_text(err));
   // Without off-CPU samples the scheduler hook is not even loaded: context switches cost nothing.
   bpf_program__set_autoload(skel_->progs.hpd_sched_switch, off_cpu_);
+  // Writing the ring's pages once before recording (hpd_warm_ring) needs syscall programs and
+  // bpf_loop (Linux 5.17); without them the target pays each page's first write instead.
+  warm_ring_ = ::sysconf(_SC_PAGESIZE) == kWarmPageBytes &&
+               libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SYSCALL, nullptr) == 1 &&
+               libbpf_probe_bpf_helper(BPF_PROG_TYPE_SYSCALL, BPF_FUNC_loop, nullptr) == 1;
+  config->warm_pages = warm_ring_ ? ring_bytes / kWarmPageBytes : 0;
+  bpf_program__set_autoload(skel_->progs.hpd_warm_ring, warm_ring_);
   load_skeleton(skel_.get(), log_);
+}
+
+// Runs hpd_warm_ring, then consumes the discarded records it leaves, so that the ring is empty when
+// the first event is attached. A failed run costs only speed, never data.
+void BpfSession::warm_ring() {
+  if (!warm_ring_) return;
+  bpf_test_run_opts run{};
+  run.sz = sizeof run;
+  if (bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.hpd_warm_ring), &run) == 0)
+    result_.bpf_ring_pages_warmed = run.retval;
+  if (ring_buffer__consume(ring_.get()) < 0)
+    throw RecordError("cannot read the eBPF ring buffer: " + errno_text(errno));
 }
 
 void BpfSession::set_targets() {
@@ -582,6 +605,10 @@ RecordResult BpfSession::run() {
       [this](RawProcess& process) { describe_process(process); });
   builder_->set_unwinder(&unwinder_);
 
+  ring_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_ring_record, this, nullptr));
+  if (!ring_) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(errno));
+  warm_ring();
+
   if (!options_.command.empty()) command_ = std::make_unique<LaunchedCommand>(options_.command);
   set_targets();
   attach_sampling();
@@ -589,9 +616,6 @@ RecordResult BpfSession::run() {
   seed_cpu_baselines();
   if (command_) seed_thread(command_->pid(), command_->pid());
   for (const int32_t pid : options_.pids) describe_initial(pid);
-
-  ring_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_ring_record, this, nullptr));
-  if (!ring_) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(errno));
 
   calls_ = std::make_unique<RecordingCallCounter>(options_);
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());

@@ -294,6 +294,22 @@ TEST(BpfRecord, LossesAreCountedPerThreadAndReported) {
   }
 }
 
+TEST(BpfRecord, EveryRingPageIsWrittenOnceAndTheRingStartsEmpty) {
+  // hpd_warm_ring fills the ring with discarded records, one per page, before any event is attached,
+  // and user space consumes them at once: every page is written, and no sample finds the ring full.
+  RecordOptions options = bpf_options();
+  options.frequency_hz = 999;
+  options.ring_pages = 64;
+  options.command = {spinner_path(), "300"};
+  const RecordResult result = record(options);
+  ASSERT_EQ(result.command_exit_status, 7);
+  EXPECT_EQ(result.bpf_ring_pages_warmed, 64u);
+  EXPECT_EQ(result.profile.lost.lost_records, 0u);
+  ASSERT_EQ(result.profile.processes.size(), 1u);
+  // About 300 samples: the spinner's thread spins for 300 ms at 999 Hz.
+  EXPECT_GT(samples_of(result.profile, result.profile.processes[0].pid), 150u);
+}
+
 TEST(BpfRecord, OffCpuCanBeTurnedOff) {
   RecordOptions options = bpf_options();
   options.command = {kOffCpuFixture, "0.5", "1", "4"};

@@ -138,6 +138,9 @@ struct RecordResult {
   uint64_t bpf_sample_prog_ns = 0;
   uint64_t bpf_switch_prog_runs = 0;
   uint64_t bpf_switch_prog_ns = 0;
+  // eBPF: pages of the ring buffer written once before the recording started (0 when the kernel lacks
+  // syscall programs or bpf_loop), so that the target does not pay each page's first write.
+  uint64_t bpf_ring_pages_warmed = 0;
   // RecordOptions::count_calls: probe hits, their estimated cost, and messages for the user.
   CallCountStats calls;
 };
