@@ -455,11 +455,11 @@ int hpd_exit(__u64* ctx) {
 }
 
 // The first write to each page of the ring through the kernel's mapping is slow on some virtual
-// machines (about 15 us a page on the project's PVM guest): a fresh 64 MiB ring charged one such
-// write to nearly every 4 KiB sample of the target. This program, run once by user space before any
-// event is attached, writes every page's first bytes: one record of a page (with its 8-byte header)
-// is reserved and discarded per page, so the ring ends full of discarded records, which user space
-// consumes before attaching. Returns the pages touched.
+// machines (6-12 us a page on the project's PVM guest, docs/performance.md): a fresh 64 MiB ring
+// charged one such write to nearly every 4 KiB sample of the target. This program, run once by user
+// space before any event is attached, writes every page's first bytes: one record of a page (with
+// its 8-byte header) is reserved and discarded per page, so the ring ends full of discarded records,
+// which user space consumes before attaching. Returns the pages touched.
 static long warm_page(__u32 index, void* ctx) {
   void* record = bpf_ringbuf_reserve(&events, PAGE_BYTES - 8, 0);
   // The ring never holds a whole ring of data, so the last page takes a small record.
