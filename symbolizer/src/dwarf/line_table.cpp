@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dwarf_bytes.h"
+
 namespace hpd {
 namespace {
 
@@ -22,44 +24,24 @@ class Reader {
   const uint8_t* position() const { return p_; }
 
   uint64_t fixed(size_t bytes) {
-    if (bytes > 8 || left() < bytes) return fail();
     uint64_t v = 0;
-    for (size_t i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p_[i]) << (8 * i);
-    p_ += bytes;
-    return v;
+    return dwarf_bytes::read_fixed(p_, end_, bytes, v) ? v : fail();
   }
   uint8_t u8() { return static_cast<uint8_t>(fixed(1)); }
 
   uint64_t uleb() {
     uint64_t v = 0;
-    for (unsigned shift = 0; p_ < end_; shift += 7) {
-      const uint8_t b = *p_++;
-      if (shift < 64) v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) return v;
-    }
-    return fail();
+    return dwarf_bytes::read_uleb(p_, end_, v) ? v : fail();
   }
 
   int64_t sleb() {
-    uint64_t v = 0;
-    unsigned shift = 0;
-    while (p_ < end_) {
-      const uint8_t b = *p_++;
-      if (shift < 64) v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      shift += 7;
-      if ((b & 0x80) == 0) {
-        if (shift < 64 && (b & 0x40) != 0) v |= ~uint64_t{0} << shift;
-        return static_cast<int64_t>(v);
-      }
-    }
-    return static_cast<int64_t>(fail());
+    int64_t v = 0;
+    return dwarf_bytes::read_sleb(p_, end_, v) ? v : static_cast<int64_t>(fail());
   }
 
   const char* cstr() {
-    const void* nul = std::memchr(p_, 0, left());
-    if (nul == nullptr) return fail(), nullptr;
-    const char* s = reinterpret_cast<const char*>(p_);
-    p_ = static_cast<const uint8_t*>(nul) + 1;
+    const char* s = dwarf_bytes::read_cstr(p_, end_);
+    if (s == nullptr) fail();
     return s;
   }
 

@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "dwarf_bytes.h"
+
 namespace hpd {
 namespace {
 
@@ -145,54 +147,21 @@ struct Cursor {
   const uint8_t* end;
 
   size_t left() const { return static_cast<size_t>(end - p); }
-  bool uleb(uint64_t& v) {
-    v = 0;
-    for (unsigned shift = 0; p < end; shift += 7) {
-      const uint8_t b = *p++;
-      if (shift < 64) v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) return true;
-    }
-    return false;
-  }
-  bool sleb(int64_t& out) {
-    uint64_t v = 0;
-    unsigned shift = 0;
-    while (p < end) {
-      const uint8_t b = *p++;
-      if (shift < 64) v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      shift += 7;
-      if ((b & 0x80) == 0) {
-        if (shift < 64 && (b & 0x40) != 0) v |= ~uint64_t{0} << shift;
-        out = static_cast<int64_t>(v);
-        return true;
-      }
-    }
-    return false;
-  }
+  bool uleb(uint64_t& v) { return dwarf_bytes::read_uleb(p, end, v); }
+  bool sleb(int64_t& v) { return dwarf_bytes::read_sleb(p, end, v); }
   bool skip_leb() {
     while (p < end) {
       if ((*p++ & 0x80) == 0) return true;
     }
     return false;
   }
-  bool fixed(size_t bytes, uint64_t& v) {
-    if (left() < bytes) return false;
-    v = 0;
-    for (size_t i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-    p += bytes;
-    return true;
-  }
+  bool fixed(size_t bytes, uint64_t& v) { return dwarf_bytes::read_fixed(p, end, bytes, v); }
   bool skip(uint64_t bytes) {
     if (left() < bytes) return false;
     p += bytes;
     return true;
   }
-  bool skip_cstr() {
-    const void* nul = std::memchr(p, 0, left());
-    if (nul == nullptr) return false;
-    p = static_cast<const uint8_t*>(nul) + 1;
-    return true;
-  }
+  bool skip_cstr() { return dwarf_bytes::read_cstr(p, end) != nullptr; }
 };
 
 // How an attribute value is passed over, decided once per abbreviation.
