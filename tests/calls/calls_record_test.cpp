@@ -2,9 +2,7 @@
 // both backends, threads, a library dlopen'd during the recording, and the targets' code after detach.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +19,7 @@
 #include "hpd/export/firefox.h"
 #include "hpd/export/firefox_reader.h"
 #include "hpd/symbolizer/convert.h"
+#include "subprocess.h"
 
 namespace {
 
@@ -168,33 +167,6 @@ TEST(CallsRecord, UninstrumentedTargetGetsTheAdviceAndASampledProfile) {
   EXPECT_GT(c.result.profile.samples.size(), 0u);
 }
 
-// A process started outside, recorded with --pid, then left running after the recording.
-class HeldProcess {
- public:
-  explicit HeldProcess(const std::vector<std::string>& argv) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-  }
-  ~HeldProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  HeldProcess(const HeldProcess&) = delete;
-  HeldProcess& operator=(const HeldProcess&) = delete;
-  [[nodiscard]] pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-};
-
 std::string read_memory(pid_t pid, uint64_t address, size_t n) {
   std::string out(n, '\0');
   const int fd = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
@@ -213,7 +185,8 @@ uint64_t gcc_nop_callee_site() {
 
 TEST(CallsRecord, DetachRestoresTheCodeBytes) {
   // A long-running target: counted by pid, for a moment, then it keeps running unprobed.
-  HeldProcess target({fixture("gcc_nop"), "1000", "1000", "1000000000"});
+  // Started outside, recorded with --pid, then left running after the recording.
+  hpd::test::Background target({fixture("gcc_nop"), "1000", "1000", "1000000000"});
   ASSERT_GT(target.pid(), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const uint64_t site = gcc_nop_callee_site();
@@ -239,9 +212,8 @@ TEST(CallsRecord, DetachRestoresTheCodeBytes) {
 TEST(CallsRecord, DetachRestoresTheSpeed) {
   const auto run_ns = [](const std::vector<std::string>& argv) {
     const auto t0 = std::chrono::steady_clock::now();
-    HeldProcess p(argv);
-    int status = 0;
-    ::waitpid(p.pid(), &status, 0);
+    hpd::test::Background p(argv);
+    p.wait();
     return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   };
   const std::vector<std::string> work = {fixture("gcc_nop"), "200000", "0", "5"};  // 1M calls

@@ -385,12 +385,7 @@ class Churn {
     ready_ =
         pid_ > 0 && ::read(stdout_read_.get(), line, sizeof line) == 6 && std::string(line, 6) == "ready\n";
   }
-  ~Churn() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
+  ~Churn() { kill_and_reap(pid_); }
   Churn(const Churn&) = delete;
   Churn& operator=(const Churn&) = delete;
 
