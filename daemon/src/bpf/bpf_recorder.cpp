@@ -189,6 +189,16 @@ constexpr long kWarmPageBytes = 4096;
 // The verifier bounds the stack copy's offset and its last read's size separately: one page of room.
 constexpr uint32_t kScratchSlackBytes = 4096;
 
+// Writing the ring's pages once before recording (hpd_warm_ring) needs syscall programs and
+// bpf_loop (Linux 5.17); without them the target pays each page's first write instead. Probed once
+// per process (each probe loads a program), not per recording.
+bool kernel_can_warm_ring() {
+  static const bool can = ::sysconf(_SC_PAGESIZE) == kWarmPageBytes &&
+                          libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SYSCALL, nullptr) == 1 &&
+                          libbpf_probe_bpf_helper(BPF_PROG_TYPE_SYSCALL, BPF_FUNC_loop, nullptr) == 1;
+  return can;
+}
+
 uint32_t stack_copy_bytes(const RecordOptions& options) {
   if (options.call_graph != CallGraph::kDwarf) return kLeafStackBytes;
   return options.stack_copy_bytes == 0 ? kDefaultStackCopyBytes : options.stack_copy_bytes;
@@ -316,11 +326,7 @@ void BpfSession::load() {
   if (err != 0) throw RecordError("cannot size the eBPF record buffers: " + errno_text(err));
   // Without off-CPU samples the scheduler hook is not even loaded: context switches cost nothing.
   bpf_program__set_autoload(skel_->progs.hpd_sched_switch, off_cpu_);
-  // Writing the ring's pages once before recording (hpd_warm_ring) needs syscall programs and
-  // bpf_loop (Linux 5.17); without them the target pays each page's first write instead.
-  warm_ring_ = ::sysconf(_SC_PAGESIZE) == kWarmPageBytes &&
-               libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SYSCALL, nullptr) == 1 &&
-               libbpf_probe_bpf_helper(BPF_PROG_TYPE_SYSCALL, BPF_FUNC_loop, nullptr) == 1;
+  warm_ring_ = kernel_can_warm_ring();
   config->warm_pages = warm_ring_ ? ring_bytes / kWarmPageBytes : 0;
   bpf_program__set_autoload(skel_->progs.hpd_warm_ring, warm_ring_);
   load_skeleton(skel_.get(), log_);
