@@ -100,6 +100,24 @@ std::string normalize_llvm_line(const std::string& line) {
   return std::regex_replace(line, kLegacyHash, "");
 }
 
+// Both runs succeeded and printed the same lines (up to llvm's legacy Rust hashes); the first ten
+// differences are reported.
+void expect_same_lines(const Output& llvm, const Output& hpd) {
+  ASSERT_EQ(llvm.status, 0) << llvm.err;
+  ASSERT_EQ(hpd.status, 0) << hpd.err;
+  const auto expected = lines_of(llvm.out);
+  const auto actual = lines_of(hpd.out);
+  ASSERT_EQ(actual.size(), expected.size());
+  size_t mismatches = 0;
+  for (size_t i = 0; i < expected.size() && mismatches < 10; ++i) {
+    if (normalize_llvm_line(expected[i]) != actual[i]) {
+      ++mismatches;
+      ADD_FAILURE() << "line " << i + 1 << ": llvm-symbolizer '" << expected[i] << "', hpctl '" << actual[i]
+                    << "'";
+    }
+  }
+}
+
 struct GoldenCase {
   const char* fixture;
   uint64_t stride;
@@ -122,19 +140,7 @@ TEST_P(SymbolizeGoldenTest, MatchesLlvmSymbolizerLineByLine) {
                               " --obj=" + quote(path) + " < " + list);
     const Output hpd = shell(kHpctl + " symbolize" + (inlines ? "" : " --no-inlines") + " --exe " +
                              quote(path) + " < " + list);
-    ASSERT_EQ(llvm.status, 0) << llvm.err;
-    ASSERT_EQ(hpd.status, 0) << hpd.err;
-    const auto expected = lines_of(llvm.out);
-    const auto actual = lines_of(hpd.out);
-    ASSERT_EQ(actual.size(), expected.size());
-    size_t mismatches = 0;
-    for (size_t i = 0; i < expected.size() && mismatches < 10; ++i) {
-      if (normalize_llvm_line(expected[i]) != actual[i]) {
-        ++mismatches;
-        ADD_FAILURE() << "line " << i + 1 << ": llvm-symbolizer '" << expected[i] << "', hpctl '" << actual[i]
-                      << "'";
-      }
-    }
+    expect_same_lines(llvm, hpd);
     if (inlines && c.must_contain[0] != '\0') {
       EXPECT_NE(hpd.out.find(std::string("\n") + c.must_contain + "\n"), std::string::npos)
           << "no '" << c.must_contain << "' level: the fixture lost its inline chains";
@@ -150,6 +156,28 @@ INSTANTIATE_TEST_SUITE_P(
                       GoldenCase{"cpp_clang_dwarf5", 3, ""},
                       GoldenCase{"rust_moves", 11, "core::profiling::compiler_move::<moves::Huge, 16384>"}),
     [](const ::testing::TestParamInfo<GoldenCase>& info) { return std::string(info.param.fixture); });
+
+// hpctl symbolize answers an address that comes back from a cache of formatted answers: the
+// repeats must read exactly as the first answer did (and as llvm-symbolizer's, which caches
+// nothing). The list mixes a few hot addresses, repeated back to back and far apart, with many
+// that come once, so that answers are both cached and evicted.
+TEST(SymbolizeCli, RepeatedAddressesReadAsTheirFirstAnswer) {
+  const std::string path = dwarf_fixture("rust_moves");
+  const std::vector<uint64_t> all = code_addresses(path, 7);
+  ASSERT_GT(all.size(), 1000u);
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> addresses;
+  for (int i = 0; i < 6000; ++i) {
+    const uint64_t hot = all[rng() % 40];
+    addresses.push_back(i % 3 == 0 ? all[rng() % all.size()] : hot);
+    if (i % 5 == 0) addresses.push_back(hot);
+  }
+  dwarf_test::TempDir dir;
+  const std::string list = write_addresses(dir, addresses);
+  const Output llvm = shell(kLlvmSymbolizer + " --inlining --obj=" + quote(path) + " < " + list);
+  const Output hpd = shell(kHpctl + " symbolize --exe " + quote(path) + " < " + list);
+  expect_same_lines(llvm, hpd);
+}
 
 TEST(SymbolizeCli, ArgumentsAndStdinGiveTheSameAnswers) {
   const std::string path = dwarf_fixture("c_gcc");
