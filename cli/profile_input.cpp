@@ -12,12 +12,9 @@
 #include <fstream>
 #include <optional>
 
-#ifdef HPD_HAVE_DEBUGINFOD
-#include <elfutils/debuginfod.h>
-#endif
-
 #include "hpd/export/firefox_reader.h"
 #include "hpd/symbolizer/convert.h"
+#include "hpd/symbolizer/debuginfod_client.h"
 #include "hpd/symbolizer/symbolizer.h"
 
 namespace hpd::cli {
@@ -91,26 +88,6 @@ std::optional<std::string> find_in_dirs(const RawModule& m, const std::vector<st
   return std::nullopt;
 }
 
-#ifdef HPD_HAVE_DEBUGINFOD
-std::optional<std::string> find_with_debuginfod(const RawModule& m) {
-  const char* urls = std::getenv("DEBUGINFOD_URLS");
-  if (urls == nullptr || *urls == '\0' || !is_hex(m.build_id)) return std::nullopt;
-  debuginfod_client* client = debuginfod_begin();
-  if (client == nullptr) return std::nullopt;
-  char* path = nullptr;
-  const int fd = debuginfod_find_executable(
-      client, reinterpret_cast<const unsigned char*>(m.build_id.c_str()), 0, &path);
-  std::optional<std::string> result;
-  if (fd >= 0) {
-    ::close(fd);
-    if (path != nullptr) result = std::string(path);
-  }
-  std::free(path);
-  debuginfod_end(client);
-  return result;
-}
-#endif
-
 std::string current_boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
@@ -120,13 +97,17 @@ std::string current_boot_id() {
 
 // Points modules whose recorded file is gone or rebuilt at a matching file found elsewhere.
 void locate_modules(RawProfile& raw, const ModuleSearch& args, std::vector<std::string>& notes) {
+  DebuginfodClient debuginfod;
+  const bool ask_debuginfod = args.debuginfod && DebuginfodClient::configured();
   for (RawModule& m : raw.modules) {
     if (m.is_kernel || m.path.empty() || m.path[0] != '/') continue;  // [vdso] and friends
     if (matches(m.path, m.build_id)) continue;
     std::optional<std::string> found = find_in_dirs(m, args.debug_dirs);
-#ifdef HPD_HAVE_DEBUGINFOD
-    if (!found && args.debuginfod) found = find_with_debuginfod(m);
-#endif
+    if (!found && ask_debuginfod && is_hex(m.build_id)) {
+      std::string error;
+      found = debuginfod.find_executable(m.build_id, &error);
+      if (!found) notes.push_back(m.path + " (build-id " + m.build_id + ") not found: " + error);
+    }
     if (found) {
       notes.push_back("using " + *found + " for " + m.path + " (build-id " + m.build_id + ")");
       m.path = *found;

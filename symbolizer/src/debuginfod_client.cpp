@@ -1,11 +1,14 @@
-// DebuginfodClient over elfutils' libdebuginfod, or a stand-in that finds nothing when built without it.
-#include "debuginfod_client.h"
+// DebuginfodClient over elfutils' libdebuginfod, loaded with dlopen on first use, or a stand-in
+// that finds nothing when built without its header.
+#include "hpd/symbolizer/debuginfod_client.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #ifdef HPD_HAVE_DEBUGINFOD
 #include <elfutils/debuginfod.h>
@@ -13,35 +16,91 @@
 
 namespace hpd {
 
-#ifdef HPD_HAVE_DEBUGINFOD
-
-DebuginfodClient::~DebuginfodClient() {
-  if (client_ != nullptr) debuginfod_end(client_);
-}
-
 bool DebuginfodClient::configured() {
+#ifdef HPD_HAVE_DEBUGINFOD
   const char* urls = std::getenv("DEBUGINFOD_URLS");
   return urls != nullptr && std::strspn(urls, " \t") != std::strlen(urls);
+#else
+  return false;
+#endif
 }
 
 std::optional<std::string> DebuginfodClient::find_debuginfo(const std::string& build_id, std::string* error) {
+  return find(Kind::kDebuginfo, build_id, error);
+}
+
+std::optional<std::string> DebuginfodClient::find_executable(const std::string& build_id,
+                                                             std::string* error) {
+  return find(Kind::kExecutable, build_id, error);
+}
+
+#ifdef HPD_HAVE_DEBUGINFOD
+
+namespace {
+
+// The functions hpd calls, with the header's own signatures, from the library loaded once per
+// process (never unloaded: libcurl does not support being unloaded).
+struct Api {
+  decltype(&debuginfod_begin) begin = nullptr;
+  decltype(&debuginfod_end) end = nullptr;
+  decltype(&debuginfod_find_debuginfo) find_debuginfo = nullptr;
+  decltype(&debuginfod_find_executable) find_executable = nullptr;
+  std::string error;  // why the library could not be used
+};
+
+const Api& api() {
+  static const Api loaded = [] {
+    Api a;
+    void* lib = dlopen("libdebuginfod.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      a.error = std::string("cannot load libdebuginfod.so.1 (Debian package libdebuginfod1): ") +
+                (why != nullptr ? why : "unknown error");
+      return a;
+    }
+    const auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (fn == nullptr && a.error.empty()) a.error = std::string("libdebuginfod.so.1 lacks ") + name;
+    };
+    sym(a.begin, "debuginfod_begin");
+    sym(a.end, "debuginfod_end");
+    sym(a.find_debuginfo, "debuginfod_find_debuginfo");
+    sym(a.find_executable, "debuginfod_find_executable");
+    return a;
+  }();
+  return loaded;
+}
+
+}  // namespace
+
+DebuginfodClient::~DebuginfodClient() {
+  if (client_ != nullptr) api().end(client_);
+}
+
+std::optional<std::string> DebuginfodClient::find(Kind kind, const std::string& build_id,
+                                                  std::string* error) {
   const auto fail = [&](std::string why) -> std::optional<std::string> {
     if (error != nullptr) *error = "debuginfod: " + std::move(why);
     return std::nullopt;
   };
   if (build_id.empty()) return fail("no build-id to ask for");
   if (!configured()) return fail("DEBUGINFOD_URLS is not set");
+  const Api& lib = api();
+  if (!lib.error.empty()) return fail(lib.error);
   if (client_ == nullptr && !failed_) {
-    client_ = debuginfod_begin();
+    client_ = lib.begin();
     failed_ = client_ == nullptr;
   }
   if (client_ == nullptr) return fail("cannot start a libdebuginfod session");
   char* path = nullptr;
   // A build_id_len of 0 means: the id is given as a hex string.
-  const int fd =
-      debuginfod_find_debuginfo(client_, reinterpret_cast<const unsigned char*>(build_id.c_str()), 0, &path);
+  const auto* id = reinterpret_cast<const unsigned char*>(build_id.c_str());
+  const int fd = kind == Kind::kDebuginfo ? lib.find_debuginfo(client_, id, 0, &path)
+                                          : lib.find_executable(client_, id, 0, &path);
   std::unique_ptr<char, decltype(&std::free)> owned(path, &std::free);
-  if (fd < 0) return fail("no debug file for build-id " + build_id + ": " + std::strerror(-fd));
+  const char* what = kind == Kind::kDebuginfo ? "debug file" : "executable";
+  if (fd < 0)
+    return fail(std::string("no ") + what + " for build-id " + build_id + ": " + std::strerror(-fd));
   ::close(fd);  // the caller reopens the cached file by path
   if (path == nullptr) return fail("libdebuginfod returned no path for build-id " + build_id);
   return std::string(path);
@@ -51,12 +110,9 @@ std::optional<std::string> DebuginfodClient::find_debuginfo(const std::string& b
 
 DebuginfodClient::~DebuginfodClient() = default;
 
-bool DebuginfodClient::configured() {
-  return false;
-}
-
-std::optional<std::string> DebuginfodClient::find_debuginfo(const std::string&, std::string* error) {
-  if (error != nullptr) *error = "debuginfod: hpd was built without libdebuginfod";
+std::optional<std::string> DebuginfodClient::find(Kind, const std::string&, std::string* error) {
+  if (error != nullptr)
+    *error = "debuginfod: hpd was built without libdebuginfod's header (libdebuginfod-dev)";
   return std::nullopt;
 }
 

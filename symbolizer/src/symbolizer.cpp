@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "debug_info.h"
-#include "debuginfod_client.h"
+#include "hpd/symbolizer/debuginfod_client.h"
 #include "demangle_internal.h"
 #include "elf_file.h"
 #include "symbol_table.h"

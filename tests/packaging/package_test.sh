@@ -24,6 +24,8 @@ echo "Depends: $depends"
 for lib in libc6 libelf1 libdw1 libzstd1 libbpf1; do
   check "Depends names $lib" grep -q "$lib" <<<"$depends"
 done
+check "Recommends names libdebuginfod1 (loaded with dlopen)" \
+  grep -q libdebuginfod1 <<<"$(dpkg-deb -f "$deb" Recommends)"
 check "package name is hpd" test "$(dpkg-deb -f "$deb" Package)" = hpd
 check "Section is devel, Priority optional" \
   test "$(dpkg-deb -f "$deb" Section) $(dpkg-deb -f "$deb" Priority)" = "devel optional"

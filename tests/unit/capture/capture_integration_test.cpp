@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "debuginfod_server.h"
 #include "pprof_text.h"
 #include "subprocess.h"
 
@@ -168,6 +169,29 @@ TEST_P(CaptureCliTest, BinaryMovedAwayIsFoundWithDebugDir) {
   ASSERT_EQ(found.exit_code, 0) << found.err;
   EXPECT_NE(found.out.find("leaf_c"), std::string::npos) << found.out.substr(0, 2000);
   EXPECT_NE(found.err.find("using " + path("elsewhere/cpu_split")), std::string::npos) << found.err;
+}
+
+// The same module fetched by its build-id from a debuginfod server (the real debuginfod on
+// loopback, in a private network namespace): libdebuginfod is loaded only then (dlopen).
+TEST_P(CaptureCliTest, BinaryMovedAwayIsFetchedFromDebuginfod) {
+  if (const std::string tool = testing::debuginfod_session_missing_tool(); !tool.empty())
+    FAIL() << tool << " is not installed (packaging/install-deps.sh)";
+  fs::create_directories(dir_ / "bin");
+  fs::create_directories(dir_ / "served");
+  fs::copy_file(kFixtures + "/cpu_split", path("bin/cpu_split"));
+  const std::string hpr = path("moved.hpr");
+  ASSERT_EQ(run(record({"-o", hpr, "--no-report", "-q", "--", path("bin/cpu_split"), "1"})).exit_code, 0);
+  fs::rename(path("bin/cpu_split"), path("served/cpu_split"));
+
+  const std::string command = "'" + kHpctl + "' convert '" + hpr + "' -o - --format collapsed";
+  RunResult r = run({"sh", "-c",
+                     testing::debuginfod_session(dir_.string(), path("served"), path("served/cpu_split"),
+                                                 "executable", command)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string& err = r.err;
+  EXPECT_NE(r.out.find("leaf_c"), std::string::npos) << r.out.substr(0, 2000);
+  EXPECT_NE(err.find("using " + path("cache")), std::string::npos) << err;
+  EXPECT_EQ(err.find("modules not found"), std::string::npos) << err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CaptureCliTest, ::testing::Values("perf", "bpf"),

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "debuginfod_server.h"
 #include "dwarf_test_support.h"
 #include "hpd/symbolizer/address_query.h"
 #include "test_util.h"
@@ -457,9 +458,9 @@ TEST(AddressQuery, ParsesHexAndMaps) {
 // fixture is stripped of its DWARF; symbolization must get file:line and inline levels back.
 TEST(SymbolizeCliDebuginfod, FetchesDebugInfoByBuildIdFromALoopbackServer) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root for a private network namespace (unshare --net)";
-  for (const char* tool : {"debuginfod", "unshare", "ip", "curl", "objcopy", "timeout"}) {
-    if (!test::have_tool(tool)) GTEST_SKIP() << tool << " is not installed (packaging/install-deps.sh)";
-  }
+  if (!test::have_tool("objcopy")) GTEST_SKIP() << "objcopy is not installed (packaging/install-deps.sh)";
+  if (const std::string tool = testing::debuginfod_session_missing_tool(); !tool.empty())
+    GTEST_SKIP() << tool << " is not installed (packaging/install-deps.sh)";
   dwarf_test::TempDir dir;
   const std::string d = dir.path();
   fs::create_directories(d + "/srv");
@@ -480,25 +481,8 @@ TEST(SymbolizeCliDebuginfod, FetchesDebugInfoByBuildIdFromALoopbackServer) {
   EXPECT_EQ(before.out.find("inline_c.c"), std::string::npos);
   EXPECT_NE(before.err.find("no debug information"), std::string::npos) << before.err;
 
-  std::mt19937 rng(std::random_device{}());
-  const int port = std::uniform_int_distribution<int>(20000, 60000)(rng);  // the namespace has no other user
-  const std::string script =
-      "set -u; ip link set lo up || exit 90\n"
-      "debuginfod -F -p " +
-      std::to_string(port) + " -d " + d + "/db.sqlite -t 0 -g 0 " + d + "/srv > " + d +
-      "/server.log 2>&1 & server=$!\n"
-      "bid=$(readelf -n " +
-      d +
-      "/stripped | awk '/Build ID/{print $3}')\n"
-      // Ready when the scan has indexed the file (curl does not touch libdebuginfod's cache).
-      "for i in $(seq 1 150); do curl -sf -o /dev/null http://127.0.0.1:" +
-      std::to_string(port) +
-      "/buildid/$bid/debuginfo && break; sleep 0.1; done\n"
-      "DEBUGINFOD_URLS=http://127.0.0.1:" +
-      std::to_string(port) + " DEBUGINFOD_CACHE_PATH=" + d + "/cache DEBUGINFOD_TIMEOUT=10 " + kHpctl +
-      " symbolize --exe " + d + "/stripped < " + list + "; rc=$?\nkill $server; wait $server; exit $rc\n";
-  test::write_file(d + "/run.sh", script);
-  const Output served = shell("timeout 60 unshare --net sh " + d + "/run.sh");
+  const Output served = shell(testing::debuginfod_session(
+      d, d + "/srv", d + "/stripped", "debuginfo", kHpctl + " symbolize --exe " + d + "/stripped < " + list));
   ASSERT_EQ(served.status, 0) << served.err << test::read_file(d + "/server.log");
 
   const Output llvm = shell(kLlvmSymbolizer + " --inlining --obj=" + quote(full) + " < " + list);
