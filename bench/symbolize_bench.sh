@@ -19,28 +19,7 @@ TMP=$(mktemp -d /tmp/hpd-symbench.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
 # Uniformly spread addresses inside the sized function symbols (PLT and data excluded), seeded.
-python3 - "$BIN" "$N" > "$TMP/addrs" <<'EOF'
-import random, subprocess, sys
-path, n = sys.argv[1], int(sys.argv[2])
-out = subprocess.run(["nm", "-S", "--defined-only", path], capture_output=True, text=True).stdout
-spans = []
-for line in out.splitlines():
-    p = line.split()
-    if len(p) == 4 and p[2] in "TtWw" and int(p[1], 16) > 0:
-        spans.append((int(p[0], 16), int(p[1], 16)))
-total = sum(s for _, s in spans)
-rng = random.Random(42)
-cum, acc = [], 0
-for a, s in spans:
-    acc += s
-    cum.append(acc)
-import bisect
-for _ in range(n):
-    x = rng.randrange(total)
-    i = bisect.bisect_right(cum, x)
-    a, s = spans[i]
-    print(hex(a + x - (cum[i] - s)))
-EOF
+python3 "$(dirname "$0")/gen_addresses.py" "$BIN" "$N" > "$TMP/addrs"
 cat "$TMP/addrs" "$TMP/addrs" > "$TMP/addrs2"
 # eu-addr2line (elfutils 0.188) resolves a few hundred addresses per second: it gets the first
 # EU_N of them, and its rates are computed over that many.
