@@ -28,6 +28,7 @@
 #include "hpd/symbolizer/symbolizer.h"
 #include "proc/proc_files.h"
 #include "record_checks.h"
+#include "subprocess.h"
 
 namespace hpd {
 namespace {
@@ -73,12 +74,6 @@ size_t samples_in_function(const RawProfile& profile, int32_t pid, const std::st
     n += offset >= range->begin && offset < range->end;
   }
   return n;
-}
-
-void kill_and_reap(pid_t pid) {
-  if (pid <= 0) return;
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
 }
 
 TEST(BpfRecord, BackendIsAvailableHere) {
@@ -130,33 +125,28 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
 
 TEST(BpfRecord, RunningProcessByPid) {
   const int fds_before = count_open_fds();
-  Spawned spinner = spawn_held_spinner({"--wait-stdin", "1000", "300"});
-  ASSERT_GT(spinner.pid, 0);
-  for (int i = 0;
-       i < 1000 && !(read_exe(spinner.pid) == spinner_path() && read_process_state(spinner.pid) == 'S');
-       ++i) {
+  test::Background spinner = spawn_held_spinner({"--wait-stdin", "1000", "300"});
+  const pid_t pid = spinner.pid();
+  ASSERT_GT(pid, 0);
+  for (int i = 0; i < 1000 && !(read_exe(pid) == spinner_path() && read_process_state(pid) == 'S'); ++i) {
     usleep(5000);
   }
-  ASSERT_EQ(read_exe(spinner.pid), spinner_path());
+  ASSERT_EQ(read_exe(pid), spinner_path());
   RecordOptions options = bpf_options();
-  options.pids = {spinner.pid};
+  options.pids = {spinner.pid()};
   options.duration_s = 20;
-  options.on_progress = [&](const RecordProgress&) {
-    if (spinner.stdin_write) {
-      const char go = 'g';
-      EXPECT_EQ(::write(spinner.stdin_write.get(), &go, 1), 1);
-      spinner.stdin_write.reset();
+  options.on_progress = [&, sent = false](const RecordProgress&) mutable {
+    if (!std::exchange(sent, true)) {
+      EXPECT_TRUE(spinner.send("g"));
     }
   };
   const RecordResult result = record(options);
   EXPECT_TRUE(result.target_exited);
-  int status = 0;
   rusage usage;
-  ASSERT_EQ(::wait4(spinner.pid, &status, 0, &usage), spinner.pid);
-  EXPECT_EQ(WEXITSTATUS(status), 7);
-  expect_spinner_profile(result, spinner.pid, cpu_ns(usage), kBpfExpectations);
+  ASSERT_EQ(spinner.wait(&usage), 7);
+  expect_spinner_profile(result, pid, cpu_ns(usage), kBpfExpectations);
   // Waiting on stdin before the go: an off-CPU interval in read().
-  EXPECT_GE(samples_of(result.profile, spinner.pid, SampleKind::kOffCpu), 1u);
+  EXPECT_GE(samples_of(result.profile, pid, SampleKind::kOffCpu), 1u);
   EXPECT_EQ(count_open_fds(), fds_before);
 }
 
@@ -322,25 +312,16 @@ TEST(BpfRecord, OffCpuCanBeTurnedOff) {
 }
 
 TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
-  const pid_t a = ::fork();
-  if (a == 0) {
-    ::execl(spinner_path().c_str(), spinner_path().c_str(), "1500", nullptr);
-    _exit(126);
-  }
-  const pid_t b = ::fork();
-  if (b == 0) {
-    ::execl(kOffCpuFixture.c_str(), kOffCpuFixture.c_str(), "3", nullptr);
-    _exit(126);
-  }
-  ASSERT_GT(a, 0);
-  ASSERT_GT(b, 0);
+  test::Background spinning({spinner_path(), "1500"});
+  test::Background sleeping({kOffCpuFixture, "3"});
+  const pid_t a = spinning.pid(), b = sleeping.pid();
   RecordOptions options = bpf_options();
   options.all_processes = true;
   options.duration_s = 1.0;
   usleep(100000);  // both have exec'd
   const RecordResult result = record(options);
-  kill_and_reap(a);
-  kill_and_reap(b);
+  spinning.kill();
+  sleeping.kill();
   const RawProfile& p = result.profile;
   EXPECT_EQ(p.info.target, "all processes");
   EXPECT_EQ(p.info.event, "cpu-clock");  // system-wide: per-CPU events
@@ -366,46 +347,23 @@ TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
 // ends early.
 class Churn {
  public:
-  Churn(int max_threads, int worker_cpu_ms) {
-    int out[2], in[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0) return;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::dup2(in[0], 0);
-      ::execl(kChurn.c_str(), kChurn.c_str(), std::to_string(max_threads).c_str(),
-              std::to_string(worker_cpu_ms).c_str(), nullptr);
-      _exit(126);
-    }
-    ::close(out[1]);
-    ::close(in[0]);
-    stdout_read_ = UniqueFd(out[0]);
-    stdin_write_ = UniqueFd(in[1]);
-    char line[6] = {};
-    ready_ =
-        pid_ > 0 && ::read(stdout_read_.get(), line, sizeof line) == 6 && std::string(line, 6) == "ready\n";
-  }
-  ~Churn() { kill_and_reap(pid_); }
-  Churn(const Churn&) = delete;
-  Churn& operator=(const Churn&) = delete;
+  Churn(int max_threads, int worker_cpu_ms)
+      : process_({kChurn, std::to_string(max_threads), std::to_string(worker_cpu_ms)}, options()) {}
 
-  [[nodiscard]] pid_t pid() const { return pid_; }
-  [[nodiscard]] bool ready() const { return ready_; }
-  bool go() const { return ::write(stdin_write_.get(), "g", 1) == 1; }
-  // The exit status; closes the pipes.
-  int wait() {
-    stdin_write_.reset();
-    int status = -1;
-    if (::waitpid(pid_, &status, 0) == pid_) pid_ = -1;
-    stdout_read_.reset();
-    return status;
-  }
+  [[nodiscard]] pid_t pid() const { return process_.pid(); }
+  [[nodiscard]] bool ready() const { return process_.ready(); }
+  bool go() const { return process_.send("g"); }
+  // The exit status (exit code, or 128 + signal).
+  int wait() { return process_.wait(); }
 
  private:
-  pid_t pid_ = -1;
-  bool ready_ = false;
-  UniqueFd stdout_read_;
-  UniqueFd stdin_write_;
+  static test::BackgroundOptions options() {
+    test::BackgroundOptions o;
+    o.ready_line = "ready";
+    o.stdin_pipe = true;
+    return o;
+  }
+  test::Background process_;
 };
 
 // Threads created while the recorder attaches to a running process: each has exactly one sampling
@@ -428,8 +386,7 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
     }
   };
   const RecordResult result = record(options);
-  const int status = churn.wait();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(churn.wait(), 0);
   EXPECT_TRUE(result.target_exited);
   const RawProfile& p = result.profile;
   EXPECT_EQ(p.info.event, "task-clock");
@@ -557,27 +514,24 @@ TEST(BpfRecord, CgroupSeesOnlyItsProcesses) {
   ASSERT_TRUE(cgroup->ok()) << "cannot create a cgroup under the cgroup v2 mount '" << cgroup2_mount()
                             << "': " << std::strerror(errno);
   const std::string path = cgroup->path();
-  Spawned inside = spawn_held_spinner({"--wait-stdin", "1500"});
-  Spawned outside = spawn_held_spinner({"--wait-stdin", "1500"});
-  ASSERT_TRUE(cgroup->add(inside.pid));
-  for (Spawned* s : {&inside, &outside}) {
-    const char go = 'g';
-    ASSERT_EQ(::write(s->stdin_write.get(), &go, 1), 1);
-    s->stdin_write.reset();
-  }
+  test::Background inside = spawn_held_spinner({"--wait-stdin", "1500"});
+  test::Background outside = spawn_held_spinner({"--wait-stdin", "1500"});
+  const pid_t inside_pid = inside.pid(), outside_pid = outside.pid();
+  ASSERT_TRUE(cgroup->add(inside_pid));
+  for (test::Background* s : {&inside, &outside}) ASSERT_TRUE(s->send("g"));
   RecordOptions options = bpf_options();
   options.cgroup = cgroup->name();  // relative to the mount
   options.duration_s = 1.0;
   const RecordResult result = record(options);
-  kill_and_reap(inside.pid);
-  kill_and_reap(outside.pid);
+  inside.kill();
+  outside.kill();
   cgroup.reset();
   EXPECT_FALSE(fs::exists(path));
   const RawProfile& p = result.profile;
   EXPECT_EQ(p.info.target, "cgroup " + path);
-  EXPECT_GT(samples_of(p, inside.pid), 50u);
-  EXPECT_EQ(samples_of(p, outside.pid), 0u);
-  for (const RawSample& s : p.samples) EXPECT_EQ(s.pid, inside.pid);
+  EXPECT_GT(samples_of(p, inside_pid), 50u);
+  EXPECT_EQ(samples_of(p, outside_pid), 0u);
+  for (const RawSample& s : p.samples) EXPECT_EQ(s.pid, inside_pid);
   EXPECT_EQ(count_open_fds(), fds_before);
 }
 
@@ -620,10 +574,10 @@ TEST(BpfRecord, ForkedAndExecedChildIsFollowedWhenAsked) {
 TEST(BpfRecord, StopFlagAndErrorsReleaseEverything) {
   const int fds_before = count_open_fds();
   for (int round = 0; round < 3; ++round) {
-    Spawned spinner = spawn_held_spinner({"20000"});
+    test::Background spinner = spawn_held_spinner({"20000"});
     std::atomic<bool> stop{false};
     RecordOptions options = bpf_options();
-    options.pids = {spinner.pid};
+    options.pids = {spinner.pid()};
     options.stop = &stop;
     options.on_progress = [&](const RecordProgress& p) {
       if (p.elapsed_s > 0.3) stop = true;  // what hpctl's SIGINT handler does
@@ -633,8 +587,7 @@ TEST(BpfRecord, StopFlagAndErrorsReleaseEverything) {
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
     EXPECT_FALSE(result.target_exited);
     EXPECT_GT(result.profile.samples.size(), 10u);
-    kill_and_reap(spinner.pid);
-    spinner.stdin_write.reset();
+    spinner.kill();
     EXPECT_EQ(count_open_fds(), fds_before) << "round " << round;
   }
   // A failure after the programs were loaded and attached.

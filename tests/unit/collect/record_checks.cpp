@@ -13,6 +13,7 @@
 #include <map>
 
 #include "proc/build_id.h"
+#include "util/unique_fd.h"
 
 namespace hpd {
 
@@ -158,22 +159,12 @@ void expect_spinner_profile(const RecordResult& result, int32_t pid, uint64_t re
   EXPECT_TRUE(info.kernel_frames);  // root here
 }
 
-Spawned spawn_held_spinner(const std::vector<std::string>& args) {
-  const std::string& kSpinner = spinner_path();
-  int fds[2];
-  EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(kSpinner.c_str()));
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[0], 0);
-    ::execv(kSpinner.c_str(), argv.data());
-    _exit(126);
-  }
-  ::close(fds[0]);
-  return Spawned{pid, UniqueFd(fds[1])};
+test::Background spawn_held_spinner(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{spinner_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  test::BackgroundOptions options;
+  options.stdin_pipe = true;
+  return test::Background(argv, options);
 }
 
 }  // namespace hpd

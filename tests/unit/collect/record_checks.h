@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "hpd/collect/recorder.h"
-#include "util/unique_fd.h"
+#include "subprocess.h"
 
 namespace hpd {
 
@@ -42,12 +42,8 @@ struct SpinnerExpectations {
 void expect_spinner_profile(const RecordResult& result, int32_t pid, uint64_t real_cpu_ns,
                             const SpinnerExpectations& expected = {});
 
-struct Spawned {
-  pid_t pid = -1;
-  UniqueFd stdin_write;
-};
-
-// Starts the spinner held on its stdin, so that all of its work happens while it is recorded.
-Spawned spawn_held_spinner(const std::vector<std::string>& args);
+// Starts the spinner with its stdin a pipe (send("g") is the go of --wait-stdin), so that all of its
+// work can happen while it is recorded.
+test::Background spawn_held_spinner(const std::vector<std::string>& args);
 
 }  // namespace hpd

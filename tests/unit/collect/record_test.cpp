@@ -55,35 +55,31 @@ TEST(Record, LaunchedCommandWithLateThread) {
 
 TEST(Record, RunningProcessByPid) {
   const int fds_before = count_open_fds();
-  Spawned spinner = spawn_held_spinner({"--wait-stdin", "1000", "300"});
-  ASSERT_GT(spinner.pid, 0);
+  test::Background spinner = spawn_held_spinner({"--wait-stdin", "1000", "300"});
+  const pid_t pid = spinner.pid();
+  ASSERT_GT(pid, 0);
   // Wait until it has exec'd and blocks on stdin, so the attach sees the final image and no startup work.
-  for (int i = 0; i < 1000 && !(read_exe(spinner.pid) == kSpinner && read_process_state(spinner.pid) == 'S');
-       ++i) {
+  for (int i = 0; i < 1000 && !(read_exe(pid) == kSpinner && read_process_state(pid) == 'S'); ++i) {
     usleep(5000);
   }
-  ASSERT_EQ(read_exe(spinner.pid), kSpinner);
+  ASSERT_EQ(read_exe(pid), kSpinner);
   RecordOptions options;
   options.backend = Backend::kPerf;
-  options.pids = {spinner.pid};
+  options.pids = {spinner.pid()};
   options.duration_s = 20;  // a safety net; the recording ends when the spinner exits
-  options.on_progress = [&](const RecordProgress&) {
-    if (spinner.stdin_write) {
-      const char go = 'g';
-      EXPECT_EQ(::write(spinner.stdin_write.get(), &go, 1), 1);
-      spinner.stdin_write.reset();
+  options.on_progress = [&, sent = false](const RecordProgress&) mutable {
+    if (!std::exchange(sent, true)) {
+      EXPECT_TRUE(spinner.send("g"));
     }
   };
   const RecordResult result = record(options);
   EXPECT_TRUE(result.target_exited);
   EXPECT_EQ(result.command_exit_status, -1);
-  int status = 0;
   rusage usage;
-  ASSERT_EQ(::wait4(spinner.pid, &status, 0, &usage), spinner.pid);
-  EXPECT_EQ(WEXITSTATUS(status), 7);
-  expect_spinner_profile(result, spinner.pid, cpu_ns(usage));
+  ASSERT_EQ(spinner.wait(&usage), 7);
+  expect_spinner_profile(result, pid, cpu_ns(usage));
   // Mappings read from /proc at the start keep the vDSO and are marked as pre-existing.
-  const RawProcess* process = result.profile.find_process(spinner.pid);
+  const RawProcess* process = result.profile.find_process(pid);
   ASSERT_NE(process, nullptr);
   bool vdso = false, initial = false;
   for (const RawMapping& m : process->mappings) {
@@ -112,11 +108,11 @@ TEST(Record, DurationEndsRecordingAndStopsCommand) {
 }
 
 TEST(Record, StopFlagEndsRecording) {
-  Spawned spinner = spawn_held_spinner({"20000"});
+  test::Background spinner = spawn_held_spinner({"20000"});
   std::atomic<bool> stop{false};
   RecordOptions options;
   options.backend = Backend::kPerf;
-  options.pids = {spinner.pid};
+  options.pids = {spinner.pid()};
   options.stop = &stop;
   options.on_progress = [&](const RecordProgress& p) {
     if (p.elapsed_s > 0.3) stop = true;
@@ -126,8 +122,7 @@ TEST(Record, StopFlagEndsRecording) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
   EXPECT_FALSE(result.target_exited);
   EXPECT_TRUE(stop.load());
-  ::kill(spinner.pid, SIGKILL);
-  ::waitpid(spinner.pid, nullptr, 0);
+  spinner.kill();
 }
 
 std::string error_of(const RecordOptions& options, bool validate_only = false) {

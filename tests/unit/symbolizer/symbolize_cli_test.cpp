@@ -20,6 +20,7 @@
 #include "debuginfod_server.h"
 #include "dwarf_test_support.h"
 #include "hpd/symbolizer/address_query.h"
+#include "subprocess.h"
 #include "test_util.h"
 
 namespace hpd {
@@ -305,40 +306,12 @@ TEST(SymbolizeCli, JsonLinesCarryTheSameFrames) {
   EXPECT_EQ(json::parse(bad.out).at("error").get<std::string>(), "not a hexadecimal address: 'nope'");
 }
 
-// A fixture process that prints "ready" once running and is killed on destruction.
-class LiveProcess {
- public:
-  explicit LiveProcess(const std::string& path) {
-    int fds[2];
-    if (::pipe(fds) != 0) return;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::execl(path.c_str(), path.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    char buf[16] = {};
-    ready_ = pid_ > 0 && ::read(fds[0], buf, sizeof(buf) - 1) > 0 && std::string(buf) == "ready\n";
-    ::close(fds[0]);
-  }
-  ~LiveProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  LiveProcess(const LiveProcess&) = delete;
-  LiveProcess& operator=(const LiveProcess&) = delete;
-  bool ready() const { return ready_; }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  bool ready_ = false;
-};
+// A fixture process that prints "ready" once running; killed on destruction.
+test::Background live_process(const std::string& path) {
+  test::BackgroundOptions options;
+  options.ready_line = "ready";
+  return test::Background({path}, options);
+}
 
 // The runtime address of ELF vaddr `vaddr` of `file` in process `pid`, computed from the process's
 // maps and the file's program headers (independently of the code under test's mapping logic).
@@ -372,7 +345,7 @@ void expect_pid_answer_matches_llvm(pid_t pid, const std::string& mapped_path, c
 }
 
 TEST(SymbolizeCliPid, ResolvesRuntimeAddressesOfTheExecutableAndLibc) {
-  LiveProcess proc(FIXTURE_WAITER);
+  test::Background proc = live_process(FIXTURE_WAITER);
   ASSERT_TRUE(proc.ready());
   const auto work = test::nm_find(test::nm_functions(FIXTURE_WAITER), "hpd_waiter_work");
   ASSERT_TRUE(work);
@@ -408,7 +381,7 @@ TEST(SymbolizeCliPid, DeletedExecutableStillResolvesThroughMapFiles) {
   const std::string copy = dir.path() + "/waiter-copy";
   fs::copy_file(FIXTURE_WAITER, copy);
   fs::permissions(copy, fs::perms::owner_all);
-  LiveProcess proc(copy);
+  test::Background proc = live_process(copy);
   ASSERT_TRUE(proc.ready());
   const auto work = test::nm_find(test::nm_functions(copy), "hpd_waiter_work");
   ASSERT_TRUE(work);

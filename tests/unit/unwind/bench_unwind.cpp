@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "hpd/unwind/unwinder.h"
+#include "subprocess.h"
 #include "unwind_test_support.h"
 
 using namespace hpd;
@@ -29,7 +30,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void bench(const Workload& w) {
-  ChildProcess child(w.argv);
+  test::Background child(w.argv);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   std::vector<RawModule> modules;
   const RawProcess process = process_from_maps(child.pid(), modules);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "hpd/unwind/unwinder.h"
+#include "subprocess.h"
 #include "unwind_test_support.h"
 
 using namespace hpd;
@@ -31,7 +32,7 @@ struct Recorded {
 // Starts `argv`, lets it settle, reads its maps, samples it.
 Recorded record(const std::vector<std::string>& argv, const CaptureOptions& opts) {
   Recorded r;
-  ChildProcess child(argv);
+  test::Background child(argv);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   r.process = process_from_maps(child.pid(), r.modules);
   r.capture = capture(child.pid(), opts);

@@ -1,14 +1,11 @@
-// Test helpers: perf_event sampling with its own ring reader, fixture processes, maps, symbolization.
+// Test helpers: perf_event sampling with its own ring reader, maps, symbolization.
 #include "unwind_test_support.h"
 
-#include <fcntl.h>
 #include <linux/perf_event.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -192,35 +189,6 @@ CaptureResult capture(pid_t pid, const CaptureOptions& opts) {
   ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
   ring.drain(on_record);
   return result;
-}
-
-ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& stdout_path) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_ = fork();
-  if (pid_ == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out >= 0) dup2(out, 1);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-}
-
-ChildProcess::~ChildProcess() {
-  if (pid_ > 0) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-}
-
-int ChildProcess::wait() {
-  if (pid_ <= 0) return -1;
-  int status = 0;
-  const pid_t r = waitpid(pid_, &status, 0);
-  pid_ = -1;
-  return r < 0 ? -1 : status;
 }
 
 RawProcess process_from_maps(pid_t pid, std::vector<RawModule>& modules) {

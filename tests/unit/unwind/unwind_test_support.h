@@ -45,21 +45,6 @@ struct CaptureResult {
 // Samples `pid` (one thread group, not inherited) with task-clock for opts.seconds.
 CaptureResult capture(pid_t pid, const CaptureOptions& opts);
 
-// A child process running `argv`, killed and reaped on destruction.
-class ChildProcess {
- public:
-  explicit ChildProcess(const std::vector<std::string>& argv, const std::string& stdout_path = "/dev/null");
-  ~ChildProcess();
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-  pid_t pid() const { return pid_; }
-  // Waits for exit; returns the exit status (or -1).
-  int wait();
-
- private:
-  pid_t pid_ = -1;
-};
-
 // The executable mappings of `pid` as a RawProcess; modules are added to `modules` (no build-ids).
 RawProcess process_from_maps(pid_t pid, std::vector<RawModule>& modules);
 

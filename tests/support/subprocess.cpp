@@ -1,4 +1,4 @@
-// Process helpers for the integration tests.
+// Process helpers for the tests (subprocess.h).
 #include "subprocess.h"
 
 #include <fcntl.h>
@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
@@ -29,6 +30,28 @@ int decode_status(int status) {
   return -1;
 }
 
+// Reads `fd` until a line equal to `line` (newline excluded) arrives; false at end of file, on
+// error, or after timeout_s.
+bool read_line_until(int fd, const std::string& line, double timeout_s) {
+  const double deadline = now_s() + timeout_s;
+  std::string pending;
+  char buf[256];
+  for (;;) {
+    for (size_t eol; (eol = pending.find('\n')) != std::string::npos; pending.erase(0, eol + 1)) {
+      if (pending.compare(0, eol, line) == 0 && eol == line.size()) return true;
+    }
+    const double left = deadline - now_s();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int n = poll(&p, 1, static_cast<int>(left * 1000) + 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    const ssize_t got = read(fd, buf, sizeof buf);
+    if (got <= 0) return false;
+    pending.append(buf, static_cast<size_t>(got));
+  }
+}
+
 std::vector<char*> to_argv(const std::vector<std::string>& v) {
   std::vector<char*> out;
   for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
@@ -40,7 +63,8 @@ std::vector<char*> to_argv(const std::vector<std::string>& v) {
 
 RunResult run(const std::vector<std::string>& argv, double timeout_s, const std::vector<std::string>& env) {
   int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)
+    throw std::runtime_error("pipe failed");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
@@ -97,26 +121,75 @@ RunResult run(const std::vector<std::string>& argv, double timeout_s, const std:
   return result;
 }
 
-Background::Background(const std::vector<std::string>& argv) {
+Background::Background(const std::vector<std::string>& argv, const BackgroundOptions& options) {
   auto args = to_argv(argv);
+  int out[2] = {-1, -1}, in[2] = {-1, -1};
+  const bool handshake = !options.ready_line.empty();
+  if ((handshake && pipe2(out, O_CLOEXEC) != 0) || (options.stdin_pipe && pipe2(in, O_CLOEXEC) != 0)) {
+    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  if (handshake) {
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.stdout_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  }
+  if (options.stdin_pipe) {
+    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  }
   const int rc = posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw std::runtime_error(std::string("cannot start ") + argv[0] + ": " + std::strerror(rc));
+  for (int fd : {out[1], in[0]}) {
+    if (fd >= 0) close(fd);
+  }
+  stdout_fd_ = out[0];
+  stdin_fd_ = in[1];
+  if (rc != 0) {
+    pid_ = -1;
+    for (int fd : {stdout_fd_, stdin_fd_}) {
+      if (fd >= 0) close(fd);
+    }
+    throw std::runtime_error(std::string("cannot start ") + argv[0] + ": " + std::strerror(rc));
+  }
+  ready_ = !handshake || read_line_until(stdout_fd_, options.ready_line, options.ready_timeout_s);
 }
 
 Background::~Background() {
+  kill();
+}
+
+void Background::kill() {
   if (pid_ > 0) {
-    kill(pid_, SIGKILL);
+    ::kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  for (int* fd : {&stdout_fd_, &stdin_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
   }
 }
 
-int Background::wait() {
+bool Background::send(const std::string& bytes) const {
+  return stdin_fd_ >= 0 && write(stdin_fd_, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+}
+
+int Background::wait(rusage* usage) {
+  if (stdin_fd_ >= 0) {
+    close(stdin_fd_);
+    stdin_fd_ = -1;
+  }
   int status = 0;
-  if (pid_ <= 0 || waitpid(pid_, &status, 0) != pid_) return -1;
+  const bool reaped = pid_ > 0 && wait4(pid_, &status, 0, usage) == pid_;
+  if (stdout_fd_ >= 0) {
+    close(stdout_fd_);
+    stdout_fd_ = -1;
+  }
+  if (!reaped) return -1;
   pid_ = -1;
   return decode_status(status);
 }
