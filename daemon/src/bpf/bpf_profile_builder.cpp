@@ -83,9 +83,10 @@ RawProcess& BpfProfileBuilder::ensure_process(int32_t pid, uint64_t time_ns) {
     // First seen through a sample: it existed before the recording (or its fork was missed).
     process.start_ns = config_.start_ns;
     if (describe_) describe_(process);
-    read_maps(process, states_[pid], time_ns, 0);
+    apply_pending_mappings(pid);
+    read_maps(profile_.process(pid), states_[pid], time_ns, 0);
   }
-  return process;
+  return profile_.process(pid);
 }
 
 RawThread& BpfProfileBuilder::ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns, const char* comm) {
@@ -149,6 +150,11 @@ bool BpfProfileBuilder::has_user_mapping(RawProcess& process, ProcessState& stat
                                          uint64_t time_ns) {
   if (address >= state.hit_start && address < state.hit_end) return true;
   const RawMapping* m = process.find_mapping(address, time_ns);
+  if (m == nullptr && drain_mmaps_) {
+    // The kernel may have reported the mapping since the last drain (it did before this sample).
+    drain_mmaps_();
+    m = process.find_mapping(address, time_ns);
+  }
   if (m == nullptr && read_maps_ &&
       (!state.maps_read || state.reread_at_once ||
        time_ns >= state.maps_read_at + config_.maps_reread_interval_ns)) {
@@ -296,6 +302,7 @@ void BpfProfileBuilder::on_fork(const hpd_fork_event& e) {
     } else {
       state.maps_read = false;  // nothing to copy from: read /proc when its samples arrive
     }
+    apply_pending_mappings(h.pid);
   }
   const bool known = profile_.find_thread(h.pid, h.tid) != nullptr;
   RawThread& thread = ensure_thread(h.pid, h.tid, time, h.comm);
@@ -304,10 +311,21 @@ void BpfProfileBuilder::on_fork(const hpd_fork_event& e) {
 
 void BpfProfileBuilder::on_exec(const hpd_task_event& e) {
   const hpd_event_header& h = e.header;
+  // The kernel's records of this exec's start and of the new image's mappings were written before
+  // this record: deliver them first.
+  if (drain_mmaps_) drain_mmaps_();
   const bool known = profile_.find_process(h.pid) != nullptr;
   RawProcess& process = profile_.process(h.pid);
   if (!known) process.start_ns = config_.start_ns;
-  end_mappings_at_exec(process, h.time_ns);
+  {
+    // The old image ends where the exec began; this record comes only once the new one is mapped.
+    // Without the start (no mmap records), this record's time stands in.
+    ProcessState& state = states_[h.pid];
+    const bool started = state.exec_ns > state.last_exec_record_ns && state.exec_ns <= h.time_ns;
+    state.exec_ns = started ? state.exec_ns : h.time_ns;
+    state.last_exec_record_ns = h.time_ns;
+    end_mappings_at_exec(process, state.exec_ns);
+  }
   process.name = comm_of(h);
   process.exe.clear();
   process.cmdline.clear();
@@ -316,12 +334,19 @@ void BpfProfileBuilder::on_exec(const hpd_task_event& e) {
   state.hit_start = state.hit_end = 0;
   state.counted_without_maps = false;
   state.reread_at_once = true;
+  apply_pending_mappings(h.pid);
   read_maps(process, state, h.time_ns, h.time_ns);
   ensure_thread(h.pid, h.tid, h.time_ns, h.comm);
 }
 
 void BpfProfileBuilder::on_exit(const hpd_task_event& e) {
   const hpd_event_header& h = e.header;
+  if (h.pid == h.tid && profile_.find_process(h.pid) == nullptr) {
+    if (auto it = pending_.find(h.pid); it != pending_.end()) {
+      pending_count_ -= it->second.size();
+      pending_.erase(it);
+    }
+  }
   if (profile_.find_thread(h.pid, h.tid) == nullptr && e.ringbuf_drops == 0) {
     // A thread that never had a sample: nothing to show; keep the profile free of empty tracks.
     if (h.pid == h.tid && profile_.find_process(h.pid) != nullptr) {
@@ -336,6 +361,52 @@ void BpfProfileBuilder::on_exit(const hpd_task_event& e) {
   RawProcess& process = profile_.process(h.pid);
   // The process ends with its last thread; the leader's exit marks it, later thread exits extend it.
   if (h.pid == h.tid || process.end_ns != 0) process.end_ns = std::max<uint64_t>(process.end_ns, h.time_ns);
+}
+
+void BpfProfileBuilder::on_mmap(int32_t pid, uint64_t start, uint64_t length, uint64_t file_offset,
+                                const std::string& path, const std::string& build_id, uint64_t time_ns) {
+  if (length == 0) return;
+  const RawMapping mapping{start, start + length, file_offset, 0, time_ns};
+  if (profile_.find_process(pid) != nullptr) {
+    const auto state = states_.find(pid);
+    if (state != states_.end() && time_ns < state->second.exec_ns) return;  // of the replaced image
+    add_mmap_mapping(profile_.process(pid), mapping, path, build_id);
+    return;
+  }
+  if (pending_count_ >= kMaxPendingMappings) {
+    ++mmaps_dropped_;
+    return;
+  }
+  pending_[pid].push_back(PendingMapping{mapping, path, build_id});
+  ++pending_count_;
+}
+
+void BpfProfileBuilder::on_exec_start(int32_t pid, uint64_t time_ns) {
+  states_[pid].exec_ns = time_ns;
+  if (profile_.find_process(pid) != nullptr) end_mappings_at_exec(profile_.process(pid), time_ns);
+}
+
+void BpfProfileBuilder::add_mmap_mapping(RawProcess& process, RawMapping mapping, const std::string& path,
+                                         const std::string& build_id) {
+  std::string id = build_id;
+  if (id.empty() && build_ids_ && !path.empty() && path.front() == '/')
+    id = build_ids_(process.pid, mapping.start, mapping.end, path);
+  mapping.module = profile_.intern_module(module_path_for(path), id);
+  add_mapping_once(process, mapping);
+  ++mmaps_recorded_;
+}
+
+void BpfProfileBuilder::apply_pending_mappings(int32_t pid) {
+  const auto it = pending_.find(pid);
+  if (it == pending_.end()) return;
+  const std::vector<PendingMapping> list = std::move(it->second);
+  pending_.erase(it);
+  pending_count_ -= list.size();
+  RawProcess& process = profile_.process(pid);
+  const uint64_t exec_ns = states_[pid].exec_ns;
+  for (const PendingMapping& p : list) {
+    if (p.mapping.time_ns >= exec_ns) add_mmap_mapping(process, p.mapping, p.path, p.build_id);
+  }
 }
 
 void BpfProfileBuilder::on_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns) {

@@ -54,6 +54,19 @@ class BpfProfileBuilder {
   // frames).
   void set_unwinder(Unwinder* unwinder) { unwinder_ = unwinder; }
 
+  // An executable mapping reported by the kernel as it was made (a PERF_RECORD_MMAP2 of the dummy
+  // events that watch mmap; see BpfSession). Processes that exit within milliseconds are gone before
+  // /proc/PID/maps can be read, so these are what resolves their samples. A mapping of a process not
+  // in the profile yet is kept until its first record (bounded: kMaxPendingMappings in all).
+  void on_mmap(int32_t pid, uint64_t start, uint64_t length, uint64_t file_offset, const std::string& path,
+               const std::string& build_id, uint64_t time_ns);
+  // The kernel began an exec in `pid` at `time_ns` (before mapping the new image; the eBPF exec
+  // record comes after it is mapped): mappings made before belong to the old image.
+  void on_exec_start(int32_t pid, uint64_t time_ns);
+  // Called when a sample's address lies in no known mapping, before /proc is read again, and before
+  // an exec record is handled: delivers the mmap records written so far.
+  void set_mmap_source(std::function<void()> drain) { drain_mmaps_ = std::move(drain); }
+
   // A thread still off the CPU when the recording ended: its interval runs until `end_ns`.
   void on_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns);
 
@@ -64,6 +77,11 @@ class BpfProfileBuilder {
   [[nodiscard]] uint64_t malformed_records() const { return malformed_; }
   [[nodiscard]] uint64_t processes_without_maps() const { return processes_without_maps_; }
   [[nodiscard]] uint64_t samples_without_baseline() const { return samples_without_baseline_; }
+  [[nodiscard]] uint64_t mmaps_recorded() const { return mmaps_recorded_; }
+  [[nodiscard]] uint64_t mmaps_dropped() const { return mmaps_dropped_; }
+
+  // About 10 MB of records kept for processes without a record yet; more are dropped and counted.
+  static constexpr size_t kMaxPendingMappings = 1u << 16;
   [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
 
  private:
@@ -77,6 +95,13 @@ class BpfProfileBuilder {
     bool reread_at_once = false;
     // The last mapping a user leaf hit, to skip the search for the next sample.
     uint64_t hit_start = 0, hit_end = 0;
+    uint64_t exec_ns = 0;  // the last exec's start: mmap records from before it are of the old image
+    uint64_t last_exec_record_ns = 0;  // the time of the last eBPF exec record
+  };
+  struct PendingMapping {
+    RawMapping mapping;
+    std::string path;
+    std::string build_id;
   };
 
   void on_sample(const hpd_sample_event& e, size_t frames_present, std::span<const uint8_t> stack);
@@ -91,6 +116,10 @@ class BpfProfileBuilder {
   RawThread& ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns, const char* comm);
   void read_maps(RawProcess& process, ProcessState& state, uint64_t time_ns, uint64_t mapping_time_ns);
   bool has_user_mapping(RawProcess& process, ProcessState& state, uint64_t address, uint64_t time_ns);
+  // Moves the mmap records kept for `pid` into its process (those of a replaced image excepted).
+  void apply_pending_mappings(int32_t pid);
+  void add_mmap_mapping(RawProcess& process, RawMapping mapping, const std::string& path,
+                        const std::string& build_id);
 
   RawProfile& profile_;
   BpfBuilderConfig config_;
@@ -107,6 +136,11 @@ class BpfProfileBuilder {
   uint64_t malformed_ = 0;
   uint64_t processes_without_maps_ = 0;
   uint64_t samples_without_baseline_ = 0;
+  std::function<void()> drain_mmaps_;
+  std::unordered_map<int32_t, std::vector<PendingMapping>> pending_;
+  size_t pending_count_ = 0;
+  uint64_t mmaps_recorded_ = 0;
+  uint64_t mmaps_dropped_ = 0;
 };
 
 // The comm of a record, without the padding.

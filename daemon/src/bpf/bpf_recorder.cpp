@@ -34,6 +34,7 @@
 #include <set>
 
 #include "bpf/bpf_profile_builder.h"
+#include "bpf/mmap_watch.h"
 #include "calls/recording_calls.h"
 #include "proc/build_id.h"
 #include "proc/launched_command.h"
@@ -267,6 +268,8 @@ class BpfSession {
   void describe_process(RawProcess& process);
   void describe_initial(int32_t pid);
   void drain();
+  void open_mmap_watch();
+  void drain_mmaps();
   void collect_leftovers();
   void finish_launched(bool stopped_early);
   static void read_program_stats(const bpf_program* program, uint64_t& runs, uint64_t& ns);
@@ -288,6 +291,7 @@ class BpfSession {
   UniqueFd cgroup_fd_;
   std::vector<Link> sampling_;  // one per CPU or per target thread; each owns its perf_event fd
   RingReader ring_;
+  MmapWatch mmap_watch_;
   std::unique_ptr<LaunchedCommand> command_;
   std::vector<WatchedTarget> targets_;
 
@@ -515,7 +519,36 @@ int BpfSession::on_ring_record(void* ctx, void* data, size_t size) {
   }
 }
 
+// Executable mappings as the kernel makes them (mmap_watch.h): the targets and their future children,
+// the cgroup, or the whole system, as the programs filter.
+void BpfSession::open_mmap_watch() {
+  MmapWatch::Scope scope;
+  if (filter_ == HPD_FILTER_PIDS) {
+    scope.pids = options_.pids;
+    if (command_) scope.pids.push_back(command_->pid());
+    scope.children = options_.follow_children;
+  } else if (filter_ == HPD_FILTER_CGROUP) {
+    scope.cgroup_fd = cgroup_fd_.get();
+  }
+  constexpr size_t kMmapRingPages = 16;
+  mmap_watch_.open(scope, cpus_, kMmapRingPages);
+  builder_->set_mmap_source([this] { drain_mmaps(); });
+}
+
+void BpfSession::drain_mmaps() {
+  mmap_watch_.drain(
+      [this](const Mmap2Record& r) {
+        builder_->on_mmap(r.pid, r.address, r.length, r.page_offset, r.filename, r.build_id,
+                          r.sample_id.present ? r.sample_id.time : 0);
+      },
+      [this](const CommRecord& c) {
+        builder_->on_exec_start(c.pid, c.sample_id.present ? c.sample_id.time : 0);
+      });
+}
+
 void BpfSession::drain() {
+  // Mappings first: a sample in the ring was taken after the mmap that explains it.
+  drain_mmaps();
   const int n = ring_buffer__consume(ring_.get());
   if (callback_error_) std::rethrow_exception(std::exchange(callback_error_, nullptr));
   if (n < 0 && n != -EINTR) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(n));
@@ -617,6 +650,7 @@ RecordResult BpfSession::run() {
 
   if (!options_.command.empty()) command_ = std::make_unique<LaunchedCommand>(options_.command);
   set_targets();
+  open_mmap_watch();
   attach_sampling();
   info.event = per_task_ ? "task-clock" : "cpu-clock";
   seed_cpu_baselines();
@@ -678,6 +712,10 @@ RecordResult BpfSession::run() {
   result_.leaf_callers_added = unwound.leaf_callers;
   result_.sample_bytes = unwound.sample_bytes;
   profile.lost.lost_records += builder_->malformed_records();
+  // Mappings the kernel could not report (a full ring) or that were not kept (too many pending).
+  result_.mmap_records_lost = mmap_watch_.lost() + builder_->mmaps_dropped();
+  result_.mmap_records = builder_->mmaps_recorded();
+  profile.lost.lost_records += result_.mmap_records_lost;
   return std::move(result_);
 }
 

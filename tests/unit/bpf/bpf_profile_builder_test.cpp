@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #define NOINLINE_FOR_TEST __attribute__((noinline))
@@ -349,6 +350,67 @@ TEST(BpfProfileBuilder, UnknownProcessesAreReadOnceAndCountedWhenGone) {
   builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 2, 2, 30, "kthreadd", {0xffffffff81000010}, {}));
   EXPECT_EQ(builder.processes_without_maps(), 1u);
   EXPECT_EQ(profile.samples.back().stack_end, StackEnd::kComplete);
+}
+
+// A process gone before /proc could be read: the kernel's mmap records place its samples. Records of
+// a process not seen yet wait for its first record; the exec's start (the kernel's COMM record, before
+// the new image is mapped) ends the old image even though the eBPF exec record comes after the new
+// image's mappings; a late record of the old image is ignored; a record arriving only when a sample
+// misses is fetched through the mmap source.
+TEST(BpfProfileBuilder, MmapRecordsPlaceSamplesOfProcessesThatAreGone) {
+  RawProfile profile;
+  BpfProfileBuilder builder(profile, {100}, [](int32_t) { return std::vector<MapsEntry>{}; });
+  builder.add_initial_process(50, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  std::vector<std::function<void()>> late;  // records the mmap source has not delivered yet
+  builder.set_mmap_source([&] {
+    for (auto& deliver : late) deliver();
+    late.clear();
+  });
+
+  hpd_fork_event fork{};
+  fork.header = header(HPD_EVENT_FORK, 51, 51, 200, "sh");
+  fork.parent_pid = 50;
+  fork.parent_tid = 50;
+  // The child's records come before its fork record is handled: they wait.
+  builder.on_exec_start(51, 210);
+  builder.on_mmap(51, 0x600000, 0x1000, 0, "/usr/bin/short", "abcd", 220);
+  builder.on_mmap(51, 0x700000, 0x2000, 0x1000, "/usr/lib/libc.so.6", "", 230);
+  builder.on_mmap(51, 0x800000, 0x1000, 0, "/bin/old-image", "", 205);  // before the exec began
+  builder.on_mmap(99, 0x900000, 0x1000, 0, "/usr/bin/unrelated", "", 240);
+  builder.on_record(bytes_of(fork));
+  hpd_task_event exec{};
+  exec.header = header(HPD_EVENT_EXEC, 51, 51, 250, "short");
+  builder.on_record(bytes_of(exec));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 51, 51, 260, "short", {}, {0x600010, 0x700100}));
+  // Mapped by the running program (dlopen); its record is only drained when a sample misses it.
+  late.push_back([&] { builder.on_mmap(51, 0xa00000, 0x1000, 0, "/usr/lib/plugin.so", "", 265); });
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 51, 51, 270, "short", {}, {0xa00010}));
+  hpd_task_event exit{};
+  exit.header = header(HPD_EVENT_EXIT, 99, 99, 280, "unrelated");
+  builder.on_record(bytes_of(exit));
+
+  const RawProcess* c = profile.find_process(51);
+  ASSERT_NE(c, nullptr);
+  const auto module_at = [&](uint64_t address, uint64_t time) -> std::string {
+    const RawMapping* m = c->find_mapping(address, time);
+    return m == nullptr ? "(none)" : profile.modules[m->module].path;
+  };
+  EXPECT_EQ(module_at(0x600010, 260), "/usr/bin/short");
+  EXPECT_EQ(module_at(0x700100, 260), "/usr/lib/libc.so.6");
+  EXPECT_EQ(module_at(0xa00010, 270), "/usr/lib/plugin.so");
+  EXPECT_EQ(module_at(0x400010, 260), "(none)") << "the shell's image survived the exec";
+  EXPECT_EQ(module_at(0x800010, 260), "(none)") << "a mapping of the old image was kept";
+  const RawMapping* shell = c->find_mapping(0x400010, 205);
+  ASSERT_NE(shell, nullptr);
+  EXPECT_EQ(shell->unmapped_ns, 210u);  // ended where the exec began, not at the exec record (250)
+  EXPECT_EQ(builder.processes_without_maps(), 0u);
+  EXPECT_EQ(builder.mmaps_recorded(), 3u);
+  EXPECT_EQ(profile.find_process(99), nullptr);
+  for (const RawModule& m : profile.modules) EXPECT_NE(m.path, "/usr/bin/unrelated");
+  bool build_id_kept = false;
+  for (const RawModule& m : profile.modules)
+    build_id_kept |= m.path == "/usr/bin/short" && m.build_id == "abcd";
+  EXPECT_TRUE(build_id_kept);
 }
 
 TEST(BpfProfileBuilder, ThreadRenamesAndStillOffCpuThreads) {

@@ -123,6 +123,50 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
   EXPECT_EQ(count_open_fds(), fds_before);
 }
 
+// Processes that live a few milliseconds are gone before /proc/PID/maps can be read; the kernel's
+// mmap records (MmapWatch) still place their samples. A shell starts the spinner 40 times, each
+// burning 4 ms: most of their samples must land in spin_work, and each exec'd image must replace the
+// shell's mappings (none of them may explain a spinner sample).
+TEST(BpfRecord, ShortLivedProcessesResolveThroughMmapRecords) {
+  for (const CallGraph graph : {CallGraph::kFp, CallGraph::kDwarf}) {
+    SCOPED_TRACE(graph == CallGraph::kFp ? "fp" : "dwarf");
+    RecordOptions options = bpf_options();
+    options.call_graph = graph;
+    options.command = {"/bin/sh", "-c", "for i in $(seq 40); do '" + spinner_path() + "' 4; done"};
+    const RecordResult result = record(options);
+    const RawProfile& p = result.profile;
+    size_t spinner_samples = 0, in_spin_work = 0, outside_any_mapping = 0, shell_mapping = 0;
+    size_t spinners = 0;
+    // By name: most are gone before /proc/PID/exe could be read.
+    const std::string comm = fs::path(spinner_path()).filename().string().substr(0, 15);
+    for (const RawProcess& process : p.processes) {
+      if (process.name != comm) continue;
+      ++spinners;
+      spinner_samples += samples_of(p, process.pid);
+      in_spin_work += samples_in_function(p, process.pid, spinner_path(), "spin_work");
+      for (const RawSample& s : p.samples) {
+        if (s.pid != process.pid || s.stack == kNoIndex || s.kind != SampleKind::kOnCpu) continue;
+        const auto user = p.stacks.user_frames(s.stack);
+        if (user.empty()) continue;
+        const RawMapping* m = process.find_mapping(user[0], s.time_ns);
+        if (m == nullptr) {
+          ++outside_any_mapping;
+        } else if (p.modules[m->module].path.find("dash") != std::string::npos ||
+                   p.modules[m->module].path == "/bin/sh" || p.modules[m->module].path == "/usr/bin/sh") {
+          ++shell_mapping;
+        }
+      }
+    }
+    EXPECT_GE(spinners, 30u) << "the shell's children were not recorded";
+    ASSERT_GT(spinner_samples, 40u);
+    EXPECT_GT(result.mmap_records, 0u);
+    EXPECT_GE(in_spin_work, spinner_samples / 2)
+        << in_spin_work << " of " << spinner_samples << " samples in spin_work";
+    EXPECT_LE(outside_any_mapping, spinner_samples / 20) << "samples whose leaf lies in no known mapping";
+    EXPECT_EQ(shell_mapping, 0u) << "the shell's image explained samples taken after the exec";
+  }
+}
+
 TEST(BpfRecord, RunningProcessByPid) {
   const int fds_before = count_open_fds();
   test::Background spinner = spawn_held_spinner({"--wait-stdin", "1000", "300"});

@@ -115,6 +115,10 @@ struct RecordResult {
   // eBPF: processes whose memory maps could not be read (they exited first); their user frames have
   // no module.
   uint64_t processes_without_maps = 0;
+  // eBPF: executable mappings learnt from the kernel's mmap records as they were made, and such
+  // records lost (a full ring, or too many kept for processes not seen yet; also in lost_records).
+  uint64_t mmap_records = 0;
+  uint64_t mmap_records_lost = 0;
   // eBPF: samples of threads that had no CPU-time baseline (their delta is one period, a guess).
   uint64_t samples_without_cpu_baseline = 0;
   // eBPF: threads whose baseline could not be stored (the per-thread map was full).
