@@ -415,6 +415,7 @@ static __always_inline struct hpd_task_event* reserve_task_event(__u32 type, __s
   }
   fill_header(&e->header, type, pid, tid, bpf_ktime_get_ns());
   e->ringbuf_drops = 0;
+  e->cpu_tail_ns = 0;
   return e;
 }
 
@@ -447,10 +448,32 @@ int hpd_exit(__u64* ctx) {
   if (!e) return 0;
   struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
   if (state) {
+    // Reported here; the state stays for hpd_free, which reports the thread's last CPU time.
     e->ringbuf_drops = state->ringbuf_drops;
-    bpf_map_delete_elem(&threads, &tid);
+    state->ringbuf_drops = 0;
   }
   bpf_ringbuf_submit(e, submit_flags());
+  return 0;
+}
+
+// tp_btf/sched_process_free(struct task_struct *p); runs when the task is freed (after an RCU grace
+// period, in whatever context), after its last context switch: its sum_exec_runtime is final.
+SEC("tp_btf/sched_process_free")
+int hpd_free(__u64* ctx) {
+  struct task_struct* p = (struct task_struct*)ctx[0];
+  __s32 tid = BPF_CORE_READ(p, pid);
+  struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
+  if (!state) return 0;
+  const __u64 runtime = BPF_CORE_READ(p, se.sum_exec_runtime);
+  if (state->seeded && runtime > state->last_runtime_ns) {
+    struct hpd_task_event* e = reserve_task_event(HPD_EVENT_CPU_TAIL, state->pid, tid);
+    if (e) {
+      e->cpu_tail_ns = runtime - state->last_runtime_ns;
+      BPF_CORE_READ_STR_INTO(&e->header.comm, p, comm);
+      bpf_ringbuf_submit(e, submit_flags());
+    }
+  }
+  bpf_map_delete_elem(&threads, &tid);
   return 0;
 }
 

@@ -23,6 +23,7 @@ enum hpd_event_type {
   HPD_EVENT_FORK = 3,     /* a target created a thread or (followed) process */
   HPD_EVENT_EXEC = 4,     /* a target process exec'd; comm is the new name */
   HPD_EVENT_EXIT = 5,     /* a target thread exited */
+  HPD_EVENT_CPU_TAIL = 6, /* a target thread's task was freed: the CPU time after its last sample */
 };
 
 /* Filter modes, set in the programs' read-only configuration before load. */
@@ -81,10 +82,15 @@ struct hpd_fork_event {
   __s32 parent_tid;
 };
 
-/* HPD_EVENT_EXEC and HPD_EVENT_EXIT. An exit carries what was lost for that thread. */
+/* HPD_EVENT_EXEC, HPD_EVENT_EXIT and HPD_EVENT_CPU_TAIL. An exit carries what was lost for that
+ * thread. A CPU tail carries the CPU time the thread used after its last sample: sum_exec_runtime
+ * when the task is freed (final: it advances only at ticks and context switches, so at the exit
+ * itself it still lacks the last part) minus its value at that sample. Without it a thread's CPU
+ * time ended at its last sample, half of the CPU time of processes that live a few milliseconds. */
 struct hpd_task_event {
   struct hpd_event_header header;
   __u64 ringbuf_drops;
+  __u64 cpu_tail_ns;
 };
 
 /* Per-thread state kept by the programs, keyed by tid. */

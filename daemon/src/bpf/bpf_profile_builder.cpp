@@ -135,10 +135,16 @@ void BpfProfileBuilder::on_record(std::span<const uint8_t> bytes) {
       return;
     }
     case HPD_EVENT_EXEC:
-    case HPD_EVENT_EXIT: {
+    case HPD_EVENT_EXIT:
+    case HPD_EVENT_CPU_TAIL: {
       hpd_task_event e;
       if (!read_record(bytes, e)) break;
-      header.type == HPD_EVENT_EXEC ? on_exec(e) : on_exit(e);
+      if (header.type == HPD_EVENT_EXEC)
+        on_exec(e);
+      else if (header.type == HPD_EVENT_EXIT)
+        on_exit(e);
+      else
+        on_cpu_tail(e);
       return;
     }
     default: break;
@@ -270,6 +276,7 @@ void BpfProfileBuilder::on_sample(const hpd_sample_event& e, size_t frames_prese
     state.counted_without_maps = true;
     ++processes_without_maps_;
   }
+  if (sample.kind == SampleKind::kOnCpu) last_on_cpu_[h.tid] = profile_.samples.size();
   profile_.samples.push_back(sample);
   ++samples_;
 }
@@ -358,6 +365,7 @@ void BpfProfileBuilder::on_exit(const hpd_task_event& e) {
   RawThread& thread = ensure_thread(h.pid, h.tid, h.time_ns, h.comm);
   thread.end_ns = std::max<uint64_t>(thread.end_ns, h.time_ns);
   thread.lost.lost_records += e.ringbuf_drops;
+
   RawProcess& process = profile_.process(h.pid);
   // The process ends with its last thread; the leader's exit marks it, later thread exits extend it.
   if (h.pid == h.tid || process.end_ns != 0) process.end_ns = std::max<uint64_t>(process.end_ns, h.time_ns);
@@ -407,6 +415,22 @@ void BpfProfileBuilder::apply_pending_mappings(int32_t pid) {
   for (const PendingMapping& p : list) {
     if (p.mapping.time_ns >= exec_ns) add_mmap_mapping(process, p.mapping, p.path, p.build_id);
   }
+}
+
+void BpfProfileBuilder::on_cpu_tail(const hpd_task_event& e) {
+  const auto last = last_on_cpu_.find(e.header.tid);
+  if (last == last_on_cpu_.end()) return;  // no sample: the thread is not in the profile
+  // The CPU time the thread used after its last sample becomes a sample of its own, where the last
+  // one was (the task is gone: no stack to take), at the thread's end.
+  if (e.cpu_tail_ns > 0 && last->second < profile_.samples.size()) {
+    RawSample tail = profile_.samples[last->second];
+    if (const RawThread* thread = profile_.find_thread(tail.pid, tail.tid))
+      tail.time_ns = std::max(tail.time_ns, thread->end_ns);
+    tail.cpu_delta_ns = e.cpu_tail_ns;
+    profile_.samples.push_back(tail);
+    ++cpu_tails_;
+  }
+  last_on_cpu_.erase(last);
 }
 
 void BpfProfileBuilder::on_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns) {

@@ -78,6 +78,8 @@ class BpfProfileBuilder {
   [[nodiscard]] uint64_t processes_without_maps() const { return processes_without_maps_; }
   [[nodiscard]] uint64_t samples_without_baseline() const { return samples_without_baseline_; }
   [[nodiscard]] uint64_t mmaps_recorded() const { return mmaps_recorded_; }
+  // Samples added for the CPU time threads used after their last timer sample (HPD_EVENT_CPU_TAIL).
+  [[nodiscard]] uint64_t cpu_tails() const { return cpu_tails_; }
   [[nodiscard]] uint64_t mmaps_dropped() const { return mmaps_dropped_; }
 
   // About 10 MB of records kept for processes without a record yet; more are dropped and counted.
@@ -112,6 +114,7 @@ class BpfProfileBuilder {
   void on_fork(const hpd_fork_event& e);
   void on_exec(const hpd_task_event& e);
   void on_exit(const hpd_task_event& e);
+  void on_cpu_tail(const hpd_task_event& e);
   RawProcess& ensure_process(int32_t pid, uint64_t time_ns);
   RawThread& ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns, const char* comm);
   void read_maps(RawProcess& process, ProcessState& state, uint64_t time_ns, uint64_t mapping_time_ns);
@@ -137,9 +140,12 @@ class BpfProfileBuilder {
   uint64_t processes_without_maps_ = 0;
   uint64_t samples_without_baseline_ = 0;
   std::function<void()> drain_mmaps_;
+  // Per thread, its last on-CPU sample (index into profile_.samples): an exit's CPU tail repeats it.
+  std::unordered_map<int32_t, size_t> last_on_cpu_;
   std::unordered_map<int32_t, std::vector<PendingMapping>> pending_;
   size_t pending_count_ = 0;
   uint64_t mmaps_recorded_ = 0;
+  uint64_t cpu_tails_ = 0;
   uint64_t mmaps_dropped_ = 0;
 };
 

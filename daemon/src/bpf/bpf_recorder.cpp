@@ -715,6 +715,7 @@ RecordResult BpfSession::run() {
   // Mappings the kernel could not report (a full ring) or that were not kept (too many pending).
   result_.mmap_records_lost = mmap_watch_.lost() + builder_->mmaps_dropped();
   result_.mmap_records = builder_->mmaps_recorded();
+  result_.cpu_tail_samples = builder_->cpu_tails();
   profile.lost.lost_records += result_.mmap_records_lost;
   return std::move(result_);
 }

@@ -413,6 +413,35 @@ TEST(BpfProfileBuilder, MmapRecordsPlaceSamplesOfProcessesThatAreGone) {
   EXPECT_TRUE(build_id_kept);
 }
 
+// The CPU time a thread used after its last timer sample comes when its task is freed: a sample of
+// its own at the thread's end, where the last one was. A thread without samples gets none.
+TEST(BpfProfileBuilder, CpuTailAfterTheLastSampleBecomesASample) {
+  RawProfile profile;
+  BpfProfileBuilder builder(profile, {100});
+  builder.add_initial_process(60, maps("00400000-00401000 r-xp 00000000 08:01 5 /usr/bin/short\n"));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 60, 60, 200, "short", {}, {0x400010}, 1'000'000));
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 60, 60, 250, "short", {}, {0x400020}, 0, 5));
+  hpd_task_event exit{};
+  exit.header = header(HPD_EVENT_EXIT, 60, 60, 300, "short");
+  builder.on_record(bytes_of(exit));
+  hpd_task_event tail{};
+  tail.header = header(HPD_EVENT_CPU_TAIL, 60, 60, 400, "short");
+  tail.cpu_tail_ns = 700'000;
+  builder.on_record(bytes_of(tail));
+  tail.header.tid = tail.header.pid = 61;  // never sampled
+  builder.on_record(bytes_of(tail));
+
+  ASSERT_EQ(profile.samples.size(), 3u);
+  const RawSample& last = profile.samples[0];
+  const RawSample& added = profile.samples[2];
+  EXPECT_EQ(added.kind, SampleKind::kOnCpu);
+  EXPECT_EQ(added.cpu_delta_ns, 700'000u);
+  EXPECT_EQ(added.stack, last.stack);  // the last on-CPU stack, not the off-CPU one
+  EXPECT_EQ(added.time_ns, 300u);      // at the thread's end
+  EXPECT_EQ(builder.cpu_tails(), 1u);
+  EXPECT_EQ(profile.find_process(61), nullptr);
+}
+
 TEST(BpfProfileBuilder, ThreadRenamesAndStillOffCpuThreads) {
   RawProfile profile;
   BpfProfileBuilder builder(profile, {0});

@@ -124,19 +124,25 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
 }
 
 // Processes that live a few milliseconds are gone before /proc/PID/maps can be read; the kernel's
-// mmap records (MmapWatch) still place their samples. A shell starts the spinner 40 times, each
-// burning 4 ms: most of their samples must land in spin_work, and each exec'd image must replace the
-// shell's mappings (none of them may explain a spinner sample).
+// mmap records (MmapWatch) still place their samples, and their CPU time is complete. A shell starts the
+// spinner 40 times, each burning 4 ms: most of their samples must land in spin_work, and each exec'd image
+// must replace the shell's mappings (none of them may explain a spinner sample).
 TEST(BpfRecord, ShortLivedProcessesResolveThroughMmapRecords) {
   for (const CallGraph graph : {CallGraph::kFp, CallGraph::kDwarf}) {
     SCOPED_TRACE(graph == CallGraph::kFp ? "fp" : "dwarf");
     RecordOptions options = bpf_options();
     options.call_graph = graph;
     options.command = {"/bin/sh", "-c", "for i in $(seq 40); do '" + spinner_path() + "' 4; done"};
+    rusage before{}, after{};
+    ::getrusage(RUSAGE_CHILDREN, &before);
     const RecordResult result = record(options);
+    ::getrusage(RUSAGE_CHILDREN, &after);  // the shell, reaped by the recorder, and its children
     const RawProfile& p = result.profile;
+    uint64_t profile_cpu_ns = 0;
+    for (const RawSample& s : p.samples) profile_cpu_ns += s.cpu_delta_ns;
     size_t spinner_samples = 0, in_spin_work = 0, outside_any_mapping = 0, shell_mapping = 0;
     size_t spinners = 0;
+    uint64_t spinner_cpu_ns = 0;
     // By name: most are gone before /proc/PID/exe could be read.
     const std::string comm = fs::path(spinner_path()).filename().string().substr(0, 15);
     for (const RawProcess& process : p.processes) {
@@ -146,6 +152,7 @@ TEST(BpfRecord, ShortLivedProcessesResolveThroughMmapRecords) {
       in_spin_work += samples_in_function(p, process.pid, spinner_path(), "spin_work");
       for (const RawSample& s : p.samples) {
         if (s.pid != process.pid || s.stack == kNoIndex || s.kind != SampleKind::kOnCpu) continue;
+        spinner_cpu_ns += s.cpu_delta_ns;
         const auto user = p.stacks.user_frames(s.stack);
         if (user.empty()) continue;
         const RawMapping* m = process.find_mapping(user[0], s.time_ns);
@@ -164,6 +171,15 @@ TEST(BpfRecord, ShortLivedProcessesResolveThroughMmapRecords) {
         << in_spin_work << " of " << spinner_samples << " samples in spin_work";
     EXPECT_LE(outside_any_mapping, spinner_samples / 20) << "samples whose leaf lies in no known mapping";
     EXPECT_EQ(shell_mapping, 0u) << "the shell's image explained samples taken after the exec";
+    // The CPU time in the profile is what the processes used (rusage of the shell and the spinners).
+    // A thread's CPU time after its last sample comes with its freeing (HPD_EVENT_CPU_TAIL); without
+    // it about half of a few-millisecond process's CPU time was missing.
+    const uint64_t used_ns = cpu_ns(after) - cpu_ns(before);
+    std::printf("short-lived: %zu spinners, profile CPU %.1f ms (spinners %.1f), rusage %.1f ms\n", spinners,
+                profile_cpu_ns / 1e6, spinner_cpu_ns / 1e6, used_ns / 1e6);
+    EXPECT_GE(spinner_cpu_ns, spinners * 4'000'000) << "each spinner burns 4 ms";
+    EXPECT_NEAR(double(profile_cpu_ns), double(used_ns), 0.12 * double(used_ns));
+    EXPECT_GT(result.cpu_tail_samples, 0u);
   }
 }
 

@@ -119,6 +119,8 @@ struct RecordResult {
   // records lost (a full ring, or too many kept for processes not seen yet; also in lost_records).
   uint64_t mmap_records = 0;
   uint64_t mmap_records_lost = 0;
+  // eBPF: samples added for the CPU time exited threads used after their last timer sample.
+  uint64_t cpu_tail_samples = 0;
   // eBPF: samples of threads that had no CPU-time baseline (their delta is one period, a guess).
   uint64_t samples_without_cpu_baseline = 0;
   // eBPF: threads whose baseline could not be stored (the per-thread map was full).
