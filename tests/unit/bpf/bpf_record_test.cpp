@@ -469,8 +469,9 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
     cpu_ns += t.cpu_ns;
     const double expected = double(t.cpu_ns) / double(p.info.interval_ns);
     // A doubled event shows as about twice the samples; the first sample of a thread may come from
-    // either event, so one extra is allowed.
-    EXPECT_LE(double(t.samples), 1.3 * expected + 2)
+    // either event, and an exited thread has one more for its CPU time after its last timer sample
+    // (HPD_EVENT_CPU_TAIL), so two extra are allowed.
+    EXPECT_LE(double(t.samples), 1.3 * expected + 3)
         << "thread " << tid << ": " << t.samples << " samples for " << t.cpu_ns / 1000 << " us of CPU";
   }
   const double ratio = double(samples) / (double(cpu_ns) / double(p.info.interval_ns));
