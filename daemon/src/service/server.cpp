@@ -138,12 +138,14 @@ class SessionRegistry {
     sessions_[session->id] = session;
     return true;
   }
+  // Counts the session as finished, once: a recording removes its session before it tells the
+  // client it is done, and the connection removes it again when it ends.
   void remove(const Session& session) {
     std::lock_guard lock(mutex_);
+    if (sessions_.erase(session.id) == 0) return;
     finished_samples_ += session.samples.load();
     finished_lost_ += session.lost.load();
     ++finished_;
-    sessions_.erase(session.id);
   }
   std::shared_ptr<Session> find(uint64_t id) {
     std::lock_guard lock(mutex_);
@@ -653,6 +655,8 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     done["session"] = session->id;
     done["summary"] = cli::record_summary_to_json(summary);
     replied.store(true);
+    // Finished before the client hears it: a status it asks for next must not show it running.
+    daemon_.sessions().remove(*session);
     send(done);
   } catch (const RecordError& e) {
     replied.store(true);
