@@ -126,8 +126,14 @@ Background::Background(const std::vector<std::string>& argv, const BackgroundOpt
   int out[2] = {-1, -1}, in[2] = {-1, -1};
   const bool handshake = !options.ready_line.empty();
   if ((handshake && pipe2(out, O_CLOEXEC) != 0) || (options.stdin_pipe && pipe2(in, O_CLOEXEC) != 0)) {
-    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+    const int err = errno;
+    for (int fd : {out[0], out[1]}) {
+      if (fd >= 0) close(fd);
+    }
+    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(err));
   }
+  // send() to a child that has exited must fail, not kill the test with SIGPIPE.
+  if (options.stdin_pipe) signal(SIGPIPE, SIG_IGN);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (handshake) {

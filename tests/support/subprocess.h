@@ -27,7 +27,8 @@ struct BackgroundOptions {
   // comes, for at most ready_timeout_s; ready() says whether it came.
   std::string ready_line;
   double ready_timeout_s = 30;
-  // When set, stdin is a pipe the test writes with send(); otherwise /dev/null.
+  // When set, stdin is a pipe the test writes with send() (and the test process ignores SIGPIPE
+  // from then on); otherwise /dev/null.
   bool stdin_pipe = false;
 };
 
@@ -45,8 +46,8 @@ class Background {
   // Writes to the child's stdin pipe (BackgroundOptions::stdin_pipe); false when that fails.
   bool send(const std::string& bytes) const;
   // Closes the stdin pipe, waits for the child to exit, closes the stdout pipe and returns the
-  // child's status as in RunResult::exit_code; -1 when it was already reaped. `usage`, when given, receives the child's
-  // resource usage (wait4).
+  // child's status as in RunResult::exit_code; -1 when it was already reaped. `usage`, when given, receives
+  // the child's resource usage (wait4).
   int wait(rusage* usage = nullptr);
   // Kills (SIGKILL) and reaps the child now, and closes the pipes; what the destructor does.
   void kill();

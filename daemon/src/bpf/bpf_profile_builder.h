@@ -54,8 +54,8 @@ class BpfProfileBuilder {
   // frames).
   void set_unwinder(Unwinder* unwinder) { unwinder_ = unwinder; }
 
-  // An executable mapping reported by the kernel as it was made (a PERF_RECORD_MMAP2 of the dummy
-  // events that watch mmap; see BpfSession). Processes that exit within milliseconds are gone before
+  // An executable mapping reported by the kernel as it was made (a PERF_RECORD_MMAP2 read by
+  // MmapWatch, bpf/mmap_watch.h). Processes that exit within milliseconds are gone before
   // /proc/PID/maps can be read, so these are what resolves their samples. A mapping of a process not
   // in the profile yet is kept until its first record (bounded: kMaxPendingMappings in all).
   void on_mmap(int32_t pid, uint64_t start, uint64_t length, uint64_t file_offset, const std::string& path,
@@ -77,14 +77,14 @@ class BpfProfileBuilder {
   [[nodiscard]] uint64_t malformed_records() const { return malformed_; }
   [[nodiscard]] uint64_t processes_without_maps() const { return processes_without_maps_; }
   [[nodiscard]] uint64_t samples_without_baseline() const { return samples_without_baseline_; }
+  [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
   [[nodiscard]] uint64_t mmaps_recorded() const { return mmaps_recorded_; }
+  [[nodiscard]] uint64_t mmaps_dropped() const { return mmaps_dropped_; }
   // Samples added for the CPU time threads used after their last timer sample (HPD_EVENT_CPU_TAIL).
   [[nodiscard]] uint64_t cpu_tails() const { return cpu_tails_; }
-  [[nodiscard]] uint64_t mmaps_dropped() const { return mmaps_dropped_; }
 
   // About 10 MB of records kept for processes without a record yet; more are dropped and counted.
   static constexpr size_t kMaxPendingMappings = 1u << 16;
-  [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
 
  private:
   struct ProcessState {
