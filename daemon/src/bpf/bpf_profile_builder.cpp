@@ -23,16 +23,6 @@ bool read_record(std::span<const uint8_t> bytes, T& out, size_t need = sizeof(T)
   return true;
 }
 
-void add_mapping_once(RawProcess& process, const RawMapping& mapping) {
-  for (const RawMapping& m : process.mappings) {
-    if (m.unmapped_ns == 0 && m.start == mapping.start && m.end == mapping.end &&
-        m.file_offset == mapping.file_offset && m.module == mapping.module) {
-      return;
-    }
-  }
-  process.mappings.push_back(mapping);
-}
-
 }  // namespace
 
 std::string comm_of(const hpd_event_header& header) {
@@ -52,12 +42,14 @@ void BpfProfileBuilder::add_initial_process(int32_t pid, const std::vector<MapsE
   if (process.start_ns == 0) process.start_ns = config_.start_ns;
   ProcessState& state = states_[pid];
   state.maps_read = true;
+  add_maps(process, maps, 0);
+}
+
+void BpfProfileBuilder::add_maps(RawProcess& process, const std::vector<MapsEntry>& maps, uint64_t time_ns) {
   for (const MapsEntry& e : maps) {
-    if (!e.executable) continue;
-    std::string build_id;
-    if (e.is_file() && build_ids_) build_id = build_ids_(pid, e.start, e.end, e.path);
-    add_mapping_once(process, RawMapping{e.start, e.end, e.offset,
-                                         profile_.intern_module(module_path_for(e.path), build_id), 0});
+    if (e.executable)
+      add_module_mapping(profile_, process, RawMapping{e.start, e.end, e.offset, kNoIndex, time_ns}, e.path,
+                         {}, build_ids_);
   }
 }
 
@@ -65,15 +57,7 @@ void BpfProfileBuilder::read_maps(RawProcess& process, ProcessState& state, uint
                                   uint64_t mapping_time_ns) {
   state.maps_read = true;
   state.maps_read_at = time_ns;
-  if (!read_maps_) return;
-  for (const MapsEntry& e : read_maps_(process.pid)) {
-    if (!e.executable) continue;
-    std::string build_id;
-    if (e.is_file() && build_ids_) build_id = build_ids_(process.pid, e.start, e.end, e.path);
-    add_mapping_once(process,
-                     RawMapping{e.start, e.end, e.offset,
-                                profile_.intern_module(module_path_for(e.path), build_id), mapping_time_ns});
-  }
+  if (read_maps_) add_maps(process, read_maps_(process.pid), mapping_time_ns);
 }
 
 RawProcess& BpfProfileBuilder::ensure_process(int32_t pid, uint64_t time_ns) {
@@ -394,13 +378,9 @@ void BpfProfileBuilder::on_exec_start(int32_t pid, uint64_t time_ns) {
   if (profile_.find_process(pid) != nullptr) end_mappings_at_exec(profile_.process(pid), time_ns);
 }
 
-void BpfProfileBuilder::add_mmap_mapping(RawProcess& process, RawMapping mapping, const std::string& path,
-                                         const std::string& build_id) {
-  std::string id = build_id;
-  if (id.empty() && build_ids_ && !path.empty() && path.front() == '/')
-    id = build_ids_(process.pid, mapping.start, mapping.end, path);
-  mapping.module = profile_.intern_module(module_path_for(path), id);
-  add_mapping_once(process, mapping);
+void BpfProfileBuilder::add_mmap_mapping(RawProcess& process, const RawMapping& mapping,
+                                         const std::string& path, const std::string& build_id) {
+  add_module_mapping(profile_, process, mapping, path, build_id, build_ids_);
   ++mmaps_recorded_;
 }
 

@@ -35,8 +35,7 @@ class BpfProfileBuilder {
  public:
   // /proc/PID/maps; an empty vector when the process is gone (or is a kernel thread).
   using MapsReader = std::function<std::vector<MapsEntry>(int32_t pid)>;
-  using BuildIdLookup =
-      std::function<std::string(int32_t pid, uint64_t start, uint64_t end, const std::string& path)>;
+  using BuildIdLookup = hpd::BuildIdLookup;
   // Fills a process's exe and cmdline (and name when empty) from the system.
   using ProcessDescriber = std::function<void(RawProcess&)>;
 
@@ -121,8 +120,10 @@ class BpfProfileBuilder {
   bool has_user_mapping(RawProcess& process, ProcessState& state, uint64_t address, uint64_t time_ns);
   // Moves the mmap records kept for `pid` into its process (those of a replaced image excepted).
   void apply_pending_mappings(int32_t pid);
-  void add_mmap_mapping(RawProcess& process, RawMapping mapping, const std::string& path,
+  void add_mmap_mapping(RawProcess& process, const RawMapping& mapping, const std::string& path,
                         const std::string& build_id);
+  // The executable entries of a maps file, seen at `time_ns` (0: mapped before the recording).
+  void add_maps(RawProcess& process, const std::vector<MapsEntry>& maps, uint64_t time_ns);
 
   RawProfile& profile_;
   BpfBuilderConfig config_;

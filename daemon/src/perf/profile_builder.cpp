@@ -23,12 +23,9 @@ PerfProfileBuilder::PerfProfileBuilder(RawProfile& profile, ProfileBuilderConfig
 void PerfProfileBuilder::add_maps(int32_t pid, const std::vector<MapsEntry>& maps, uint64_t time_ns) {
   RawProcess& process = profile_.process(pid);
   for (const MapsEntry& e : maps) {
-    if (!e.executable) continue;
-    const std::string path = module_path_for(e.path);
-    std::string build_id;
-    if (e.is_file() && build_ids_) build_id = build_ids_(pid, e.start, e.end, e.path);
-    add_mapping(process,
-                RawMapping{e.start, e.end, e.offset, profile_.intern_module(path, build_id), time_ns});
+    if (e.executable)
+      add_module_mapping(profile_, process, RawMapping{e.start, e.end, e.offset, kNoIndex, time_ns}, e.path,
+                         {}, build_ids_);
   }
 }
 
@@ -148,8 +145,9 @@ void PerfProfileBuilder::on_sample(const SampleRecord& s) {
 StackEnd PerfProfileBuilder::apply_user_stack(const SampleRecord& s) {
   if (unwinder_ == nullptr || s.regs_abi == PERF_SAMPLE_REGS_ABI_NONE || s.user_regs.empty()) {
     // dwarf mode without registers: a kernel thread, or the kernel could not read the user state.
-    return config_.dwarf && (s.misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER ? StackEnd::kFailed
-                                                                                            : StackEnd::kUnknown;
+    return config_.dwarf && (s.misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER
+               ? StackEnd::kFailed
+               : StackEnd::kUnknown;
   }
   const RawProcess* process = profile_.find_process(s.pid);
   if (process == nullptr) return StackEnd::kUnknown;
@@ -169,9 +167,7 @@ StackEnd PerfProfileBuilder::apply_user_stack(const SampleRecord& s) {
   return end;
 }
 
-void PerfProfileBuilder::add_mapping(RawProcess& process, RawMapping mapping) {
-  // /proc/PID/maps and MMAP2 records often describe the same mapping; keep one. A mapping ended by
-  // an exec does not count: the new image may map the same file at the same place again.
+void add_mapping_once(RawProcess& process, const RawMapping& mapping) {
   for (const RawMapping& m : process.mappings) {
     if (m.unmapped_ns == 0 && m.start == mapping.start && m.end == mapping.end &&
         m.file_offset == mapping.file_offset && m.module == mapping.module) {
@@ -179,6 +175,15 @@ void PerfProfileBuilder::add_mapping(RawProcess& process, RawMapping mapping) {
     }
   }
   process.mappings.push_back(mapping);
+}
+
+void add_module_mapping(RawProfile& profile, RawProcess& process, RawMapping mapping, const std::string& path,
+                        std::string build_id, const BuildIdLookup& build_ids) {
+  const std::string module = module_path_for(path);
+  if (build_id.empty() && build_ids && module.front() == '/')
+    build_id = build_ids(process.pid, mapping.start, mapping.end, path);
+  mapping.module = profile.intern_module(module, build_id);
+  add_mapping_once(process, mapping);
 }
 
 void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns) {
@@ -191,13 +196,9 @@ void PerfProfileBuilder::on_mmap2(const Mmap2Record& r) {
   if ((r.prot & PROT_EXEC) == 0) return;
   const uint64_t time = r.sample_id.present ? r.sample_id.time : 0;
   RawProcess& process = ensure_process(r.pid, time);
-  const std::string path = module_path_for(r.filename);
-  std::string build_id = r.build_id;
-  if (build_id.empty() && build_ids_ && !r.filename.empty() && r.filename.front() == '/') {
-    build_id = build_ids_(r.pid, r.address, r.address + r.length, r.filename);
-  }
-  add_mapping(process, RawMapping{r.address, r.address + r.length, r.page_offset,
-                                  profile_.intern_module(path, build_id), time});
+  add_module_mapping(profile_, process,
+                     RawMapping{r.address, r.address + r.length, r.page_offset, kNoIndex, time}, r.filename,
+                     r.build_id, build_ids_);
 }
 
 void PerfProfileBuilder::on_comm(const CommRecord& r) {
@@ -226,7 +227,7 @@ void PerfProfileBuilder::on_task(const TaskRecord& r) {
         const std::vector<RawMapping> inherited = parent->mappings;
         const std::string name = parent->name;
         RawProcess& child = profile_.process(r.pid);
-        for (const RawMapping& m : inherited) add_mapping(child, m);
+        for (const RawMapping& m : inherited) add_mapping_once(child, m);
         if (child.name.empty()) child.name = name;
       }
     }

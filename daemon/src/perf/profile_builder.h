@@ -38,11 +38,13 @@ struct UnwindCounters {
   uint64_t sample_bytes = 0;  // bytes of the sample records handled
 };
 
+// Build-id of a mapped file; "" when unknown. Called for mappings without an in-record build-id.
+using BuildIdLookup =
+    std::function<std::string(int32_t pid, uint64_t start, uint64_t end, const std::string& path)>;
+
 class PerfProfileBuilder {
  public:
-  // Build-id of a mapped file; "" when unknown. Called for mappings without an in-record build-id.
-  using BuildIdLookup =
-      std::function<std::string(int32_t pid, uint64_t start, uint64_t end, const std::string& path)>;
+  using BuildIdLookup = hpd::BuildIdLookup;
   // Fills a newly seen process's exe and cmdline (and anything else) from the system.
   using ProcessDescriber = std::function<void(RawProcess&)>;
 
@@ -75,7 +77,6 @@ class PerfProfileBuilder {
   void on_mmap2(const Mmap2Record& r);
   void on_comm(const CommRecord& r);
   void on_task(const TaskRecord& r);
-  void add_mapping(RawProcess& process, RawMapping mapping);
   RawProcess& ensure_process(int32_t pid, uint64_t time_ns);
   RawThread& ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns);
   uint64_t cpu_delta(const SampleRecord& s);
@@ -104,5 +105,16 @@ void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns);
 
 // "[anon]" for anonymous executable memory ("//anon" in MMAP2 records, "" in maps files).
 std::string module_path_for(const std::string& path);
+
+// Adds `mapping` unless the process already has it: /proc/PID/maps and MMAP2 records often describe
+// the same mapping. A mapping an exec ended does not count: the new image may map the same file at
+// the same place again.
+void add_mapping_once(RawProcess& process, const RawMapping& mapping);
+
+// Adds an executable mapping of `path` (as a maps file or an MMAP2 record names it) to `process`,
+// its module interned with `build_id`, or, when that is empty and the mapping is of a file, with the
+// file's own from `build_ids` (when given).
+void add_module_mapping(RawProfile& profile, RawProcess& process, RawMapping mapping, const std::string& path,
+                        std::string build_id, const BuildIdLookup& build_ids);
 
 }  // namespace hpd
