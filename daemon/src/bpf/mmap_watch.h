@@ -42,7 +42,6 @@ class MmapWatch {
              const std::function<void(const CommRecord&)>& on_exec);
   // Records the kernel could not write because a ring was full.
   [[nodiscard]] uint64_t lost() const { return lost_; }
-  [[nodiscard]] size_t events() const { return rings_.size(); }
 
  private:
   struct Ring {

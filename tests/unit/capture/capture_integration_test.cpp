@@ -48,6 +48,15 @@ class CaptureCliTest : public ::testing::TestWithParam<std::string> {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return r.exit_code == 0 ? json::parse(r.out) : json();
   }
+  // Records a copy of cpu_split at bin/cpu_split into `hpr`, then moves the binary to
+  // `to`/cpu_split: the capture's module is no longer where it was recorded.
+  void record_then_move(const std::string& hpr, const std::string& to) {
+    fs::create_directories(dir_ / "bin");
+    fs::create_directories(dir_ / to);
+    fs::copy_file(kFixtures + "/cpu_split", path("bin/cpu_split"));
+    ASSERT_EQ(run(record({"-o", hpr, "--no-report", "-q", "--", path("bin/cpu_split"), "1"})).exit_code, 0);
+    fs::rename(path("bin/cpu_split"), path(to + "/cpu_split"));
+  }
   static uint64_t collapsed_sum(const std::string& file) {
     std::ifstream in(file);
     uint64_t sum = 0;
@@ -150,12 +159,8 @@ TEST_P(CaptureCliTest, SigkillMidRecordingLeavesAReadableCapture) {
 }
 
 TEST_P(CaptureCliTest, BinaryMovedAwayIsFoundWithDebugDir) {
-  fs::create_directories(dir_ / "bin");
-  fs::create_directories(dir_ / "elsewhere");
-  fs::copy_file(kFixtures + "/cpu_split", path("bin/cpu_split"));
   const std::string hpr = path("moved.hpr");
-  ASSERT_EQ(run(record({"-o", hpr, "--no-report", "-q", "--", path("bin/cpu_split"), "1"})).exit_code, 0);
-  fs::rename(path("bin/cpu_split"), path("elsewhere/cpu_split"));
+  ASSERT_NO_FATAL_FAILURE(record_then_move(hpr, "elsewhere"));
 
   RunResult lost = run({kHpctl, "convert", hpr, "-o", "-", "--format", "collapsed", "--no-debuginfod"});
   ASSERT_EQ(lost.exit_code, 0) << lost.err;
@@ -176,27 +181,22 @@ TEST_P(CaptureCliTest, BinaryMovedAwayIsFoundWithDebugDir) {
 TEST_P(CaptureCliTest, BinaryMovedAwayIsFetchedFromDebuginfod) {
   if (const std::string tool = testing::debuginfod_session_missing_tool(); !tool.empty())
     FAIL() << tool << " is not installed (packaging/install-deps.sh)";
-  fs::create_directories(dir_ / "bin");
-  fs::create_directories(dir_ / "served");
-  fs::copy_file(kFixtures + "/cpu_split", path("bin/cpu_split"));
   const std::string hpr = path("moved.hpr");
-  ASSERT_EQ(run(record({"-o", hpr, "--no-report", "-q", "--", path("bin/cpu_split"), "1"})).exit_code, 0);
-  fs::rename(path("bin/cpu_split"), path("served/cpu_split"));
+  ASSERT_NO_FATAL_FAILURE(record_then_move(hpr, "served"));
 
   const std::string command = "'" + kHpctl + "' convert '" + hpr + "' -o - --format collapsed";
   RunResult r = run({"sh", "-c",
                      testing::debuginfod_session(dir_.string(), path("served"), path("served/cpu_split"),
                                                  "executable", command)});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string& err = r.err;
   EXPECT_NE(r.out.find("leaf_c"), std::string::npos) << r.out.substr(0, 2000);
-  EXPECT_NE(err.find("using " + path("cache")), std::string::npos) << err;
+  EXPECT_NE(r.err.find("using " + path("cache")), std::string::npos) << r.err;
   // Other modules may be missing ([vdso] has no file), but not this one.
-  EXPECT_EQ(err.find(") not found: debuginfod"), std::string::npos) << err;
-  const size_t missing = err.find("modules not found");
+  EXPECT_EQ(r.err.find(") not found: debuginfod"), std::string::npos) << r.err;
+  const size_t missing = r.err.find("modules not found");
   if (missing != std::string::npos) {
-    EXPECT_EQ(err.substr(missing, err.find('\n', missing) - missing).find("cpu_split"), std::string::npos)
-        << err;
+    EXPECT_EQ(r.err.substr(missing, r.err.find('\n', missing) - missing).find("cpu_split"), std::string::npos)
+        << r.err;
   }
 }
 
