@@ -1,10 +1,11 @@
 // The loopback debuginfod session script (debuginfod_server.h).
 #include "debuginfod_server.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <stdexcept>
+
+#include "subprocess.h"
 
 namespace hpd::testing {
 
@@ -34,8 +35,7 @@ std::string debuginfod_session(const std::string& work_dir, const std::string& s
 
 std::string debuginfod_session_missing_tool() {
   for (const char* tool : {"debuginfod", "unshare", "ip", "curl", "readelf", "timeout"}) {
-    const std::string probe = std::string("command -v ") + tool + " > /dev/null 2>&1";
-    if (std::system(probe.c_str()) != 0) return tool;
+    if (!test::have_tool(tool)) return tool;
   }
   return "";
 }

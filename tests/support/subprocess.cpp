@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -60,6 +61,10 @@ std::vector<char*> to_argv(const std::vector<std::string>& v) {
 }
 
 }  // namespace
+
+bool have_tool(const std::string& name) {
+  return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
+}
 
 RunResult run(const std::vector<std::string>& argv, double timeout_s, const std::vector<std::string>& env) {
   int out_pipe[2], err_pipe[2];

@@ -16,6 +16,9 @@ struct RunResult {
   std::string err;
 };
 
+// Whether `name` is a command in PATH.
+bool have_tool(const std::string& name);
+
 // Runs argv to completion (killed after timeout_s) with optional extra environment entries.
 RunResult run(const std::vector<std::string>& argv, double timeout_s = 120,
               const std::vector<std::string>& env = {});

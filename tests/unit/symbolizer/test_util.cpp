@@ -26,10 +26,6 @@ std::string run(const std::string& command) {
   return out;
 }
 
-bool have_tool(const std::string& name) {
-  return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
-}
-
 std::vector<NmSymbol> nm_functions(const std::string& path, bool demangled, bool dynamic) {
   std::vector<NmSymbol> out;
   std::istringstream in(run(std::string("nm -S --defined-only ") + (demangled ? "--demangle " : "") +

@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "hpd/symbolizer/symbolizer.h"
+#include "subprocess.h"  // have_tool
 #include "temp_dir.h"
 
 namespace hpd::test {
 
 // Runs a shell command; returns its stdout (empty when it could not run).
 std::string run(const std::string& command);
-bool have_tool(const std::string& name);
 
 struct NmSymbol {
   uint64_t address = 0;
