@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <string_view>
+#include <sstream>
+
+#include "hpd/symbolizer/address_query.h"  // parse_proc_maps
 
 namespace hpd {
 namespace {
@@ -32,19 +34,14 @@ std::string thp_mode() {
 
 // The span of the [heap] mappings (one at first; advising part of it splits it in several).
 bool heap_range(uintptr_t& start, uintptr_t& end) {
-  std::ifstream maps("/proc/self/maps");
+  std::ifstream in("/proc/self/maps");
+  std::ostringstream text;
+  text << in.rdbuf();
   start = end = 0;
-  for (std::string line; std::getline(maps, line);) {
-    constexpr std::string_view kHeap = "[heap]";
-    if (line.size() < kHeap.size() || line.compare(line.size() - kHeap.size(), kHeap.size(), kHeap) != 0)
-      continue;
-    char* rest = nullptr;
-    const uintptr_t s = std::strtoull(line.c_str(), &rest, 16);
-    if (rest == nullptr || *rest != '-') continue;
-    const uintptr_t e = std::strtoull(rest + 1, nullptr, 16);
-    if (e <= s) continue;
-    if (end == 0 || s < start) start = s;
-    end = std::max(end, e);
+  for (const ProcessMapping& m : parse_proc_maps(text.str())) {
+    if (m.path != "[heap]") continue;
+    if (end == 0 || m.start < start) start = m.start;
+    end = std::max<uintptr_t>(end, m.end);
   }
   return end != 0;
 }
