@@ -2,6 +2,7 @@
 #include "hpd/symbolizer/address_query.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -18,21 +19,26 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
+// The value of each hex digit, -1 for every other byte: a table, since hpctl symbolize parses each
+// address it reads three times (batch preparation, answer cache, lookup).
+constexpr std::array<int8_t, 256> kHexDigits = [] {
+  std::array<int8_t, 256> table{};
+  for (int c = 0; c < 256; ++c) {
+    table[c] = c >= '0' && c <= '9'   ? static_cast<int8_t>(c - '0')
+               : c >= 'a' && c <= 'f' ? static_cast<int8_t>(c - 'a' + 10)
+               : c >= 'A' && c <= 'F' ? static_cast<int8_t>(c - 'A' + 10)
+                                      : int8_t{-1};
+  }
+  return table;
+}();
 
 // Reads a hex number at the front of `s` and removes it; nullopt when there is none.
 std::optional<uint64_t> take_hex(std::string_view& s) {
   uint64_t value = 0;
   size_t n = 0;
-  while (n < s.size() && hex_digit(s[n]) >= 0) {
+  for (int digit; n < s.size() && (digit = kHexDigits[static_cast<unsigned char>(s[n])]) >= 0; ++n) {
     if (value >> 60 != 0) return std::nullopt;  // would overflow
-    value = value << 4 | static_cast<uint64_t>(hex_digit(s[n]));
-    ++n;
+    value = value << 4 | static_cast<uint64_t>(digit);
   }
   if (n == 0) return std::nullopt;
   s.remove_prefix(n);
@@ -148,6 +154,56 @@ std::vector<std::string> AddressQuery::take_warnings() {
   return out;
 }
 
+const ProcessMapping* AddressQuery::mapping_of(uint64_t address) const {
+  auto it = std::upper_bound(mappings_.begin(), mappings_.end(), address,
+                             [](uint64_t value, const ProcessMapping& m) { return value < m.start; });
+  if (it == mappings_.begin() || address >= std::prev(it)->end) return nullptr;
+  return &*std::prev(it);
+}
+
+ModuleRef AddressQuery::module_of(const ProcessMapping& m) const {
+  ModuleRef ref;
+  ref.path = m.path;
+  ref.pid = pid_;
+  ref.map_start = m.start;
+  ref.map_end = m.end;
+  return ref;
+}
+
+void AddressQuery::prepare(std::span<const std::string> inputs) {
+  if (pid_ == 0) {
+    std::vector<uint64_t> vaddrs;
+    vaddrs.reserve(inputs.size());
+    for (const std::string& text : inputs) {
+      if (auto address = parse_hex_address(text)) vaddrs.push_back(*address);
+    }
+    if (file_ref_.path.empty()) file_ref_.path = file_;
+    symbolizer_->prepare_vaddrs(file_ref_, vaddrs);
+    return;
+  }
+  // File offsets by mapping; mappings of one file share the module and so its preparation.
+  std::vector<std::pair<const ProcessMapping*, uint64_t>> found;
+  for (const std::string& text : inputs) {
+    const auto address = parse_hex_address(text);
+    const ProcessMapping* m = address ? mapping_of(*address) : nullptr;
+    if (m != nullptr && !m->path.empty() && m->path.front() == '/')
+      found.emplace_back(m, *address - m->start + m->offset);
+  }
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first->path < b.first->path; });
+  std::vector<uint64_t> offsets;
+  for (size_t i = 0; i < found.size();) {
+    size_t j = i;
+    offsets.clear();
+    for (; j < found.size() && found[j].first->path == found[i].first->path; ++j)
+      offsets.push_back(found[j].second);
+    const ModuleRef ref = module_of(*found[i].first);
+    note_module(ref);
+    symbolizer_->prepare(ref, offsets);
+    i = j;
+  }
+}
+
 AddressAnswer AddressQuery::lookup(std::string_view text) {
   AddressAnswer a;
   lookup(text, a);
@@ -178,15 +234,13 @@ void AddressQuery::lookup(std::string_view text, AddressAnswer& a) {
     return;
   }
 
-  ModuleRef ref;
-  auto it = std::upper_bound(mappings_.begin(), mappings_.end(), a.address,
-                             [](uint64_t value, const ProcessMapping& m) { return value < m.start; });
-  if (it == mappings_.begin() || a.address >= std::prev(it)->end) {
+  const ProcessMapping* mapping = mapping_of(a.address);
+  if (mapping == nullptr) {
     a.location = Location{};
     a.error = "not in any mapping of process " + std::to_string(pid_);
     return;
   }
-  const ProcessMapping& m = *std::prev(it);
+  const ProcessMapping& m = *mapping;
   a.module = m.path;
   a.file_offset = a.address - m.start + m.offset;
   if (m.path.empty() || m.path.front() != '/') {
@@ -194,10 +248,7 @@ void AddressQuery::lookup(std::string_view text, AddressAnswer& a) {
     a.error = "in " + (m.path.empty() ? std::string("anonymous memory") : m.path) + ", not a file mapping";
     return;
   }
-  ref.path = m.path;
-  ref.pid = pid_;
-  ref.map_start = m.start;
-  ref.map_end = m.end;
+  const ModuleRef ref = module_of(m);
   note_module(ref);
   a.in_module = true;
   a.location = std::move(symbolizer_->resolve(ref, {&a.file_offset, 1}).front());

@@ -11,6 +11,15 @@
 
 namespace hpd {
 
+// Where an address lies in a DebugInfo's own tables, opaque to callers: what locate() found, for
+// describe() to print without searching again.
+struct DebugPlace {
+  uint32_t part[5] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, 0, 0};
+  // Memory describe() will read (null when none): a caller about to describe this place soon
+  // may prefetch it, since places prepared in address order are described in another order.
+  const void* hot[2] = {nullptr, nullptr};
+};
+
 // Source-level view of one module's debug information. The ELF symbol table still supplies the
 // outer symbol's name, address and size; a DebugInfo supplies Location::frames.
 class DebugInfo {
@@ -20,6 +29,11 @@ class DebugInfo {
   // level with its own function name and the file:line executing in it; empty when not covered.
   // Written into `frames`, whose strings' storage is reused.
   virtual void lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) = 0;
+  // lookup() in two steps: every search in locate(), the printing in describe(). Searching many
+  // addresses in address order and printing them later, in the order asked, keeps the searches
+  // on the tables' memory one part at a time. A place stays valid as long as this DebugInfo.
+  virtual DebugPlace locate(uint64_t vaddr) = 0;
+  virtual void describe(const DebugPlace& place, std::vector<SourceFrame>& frames) = 0;
   // Estimated heap bytes held, for the module cache's memory cap.
   virtual size_t memory_bytes() const = 0;
 };

@@ -59,14 +59,17 @@ struct DwarfDeleter {
 };
 
 // What a lookup prints of a SubroutineNode: its name and call site, read from the DIE on first use
-// and kept, so that repeated lookups in one function touch no DIE and demangle nothing.
+// and kept, so that repeated lookups in one function touch no DIE and demangle nothing. The node's
+// place in the chain is copied here too, so that printing a chain reads one array, not two.
 struct SubroutineDetails {
-  bool details_read = false;
-  bool has_call_file = false;
   const std::string* name = nullptr;  // demangled; owned by DwarfIndex::Impl::names
   uint32_t call_file = 0;             // where this inlined instance is called (its caller's line)
   uint32_t call_line = 0;
   uint32_t call_column = 0;
+  uint32_t parent = kNoSubroutine;  // SubroutineNode::parent
+  bool is_subprogram = false;       // SubroutineNode::is_subprogram
+  bool has_call_file = false;
+  bool details_read = false;
 };
 
 // What a compile unit contributes, built on its first lookup.
@@ -179,6 +182,7 @@ size_t decompressed_debug_bytes(Elf* elf) {
 }  // namespace
 
 struct DwarfIndex::Impl {
+  using Place = DwarfIndex::Place;
   std::unique_ptr<FileDescriptor> fd;
   std::unique_ptr<Elf, ElfDeleter> elf;
   std::unique_ptr<Dwarf, DwarfDeleter> dwarf;
@@ -210,6 +214,9 @@ struct DwarfIndex::Impl {
   void load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const;
   const std::string* demangled(const char* raw) const;
   void read_details(const SubroutineNode& node, SubroutineDetails& details) const;
+  // DwarfIndex::locate and describe, with `mutex` held.
+  Place locate(uint64_t vaddr) const;
+  void describe(const Place& place, std::vector<SourceFrame>& frames) const;
 };
 
 DwarfIndex::DwarfIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -284,6 +291,10 @@ UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index) const {
     walk_subroutines_libdw(dwarf.get(), unit.die_offset, t.map);
   }
   t.details.resize(t.map.nodes.size());
+  for (size_t i = 0; i < t.details.size(); ++i) {
+    t.details[i].parent = t.map.nodes[i].parent;
+    t.details[i].is_subprogram = t.map.nodes[i].is_subprogram;
+  }
   load_lines(t, &cudie, dir != nullptr ? dir : "");
   constexpr size_t kLibdwPerUnitTouched = 2048;  // its abbreviation table, kept by libdw
   table_bytes += kLibdwPerUnitTouched + sizeof(UnitTables) + t.map.nodes.capacity() * sizeof(SubroutineNode) +
@@ -408,43 +419,72 @@ std::vector<SourceFrame> DwarfIndex::lookup(uint64_t vaddr) const {
 }
 
 void DwarfIndex::lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) const {
-  const Impl& d = *impl_;
-  auto cu_it = std::partition_point(d.unit_spans.begin(), d.unit_spans.end(),
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->describe(impl_->locate(vaddr), frames);
+}
+
+DwarfIndex::Place DwarfIndex::locate(uint64_t vaddr) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->locate(vaddr);
+}
+
+void DwarfIndex::describe(const Place& place, std::vector<SourceFrame>& frames) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->describe(place, frames);
+}
+
+DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
+  Place place;
+  auto cu_it = std::partition_point(unit_spans.begin(), unit_spans.end(),
                                     [&](const UnitSpan& s) { return s.high <= vaddr; });
-  std::lock_guard<std::mutex> lock(d.mutex);
-  if (cu_it == d.unit_spans.end() || cu_it->low > vaddr) {
-    d.resize_keeping_storage(frames, 0);
-    return;
+  if (cu_it == unit_spans.end() || cu_it->low > vaddr) return place;
+  place.unit = cu_it->unit;
+  UnitTables& t = *tables_for(cu_it->unit);
+  if (const LineRow* row = t.lines.find(vaddr)) {
+    place.file = row->file;
+    place.line = row->line;
+    place.column = row->column;
   }
 
-  UnitTables& t = *d.tables_for(cu_it->unit);
-
   // Innermost subroutine, as LLVM's DWARFUnit::getSubroutineForAddress finds it.
-  uint32_t leaf = kNoNode;
   const std::vector<SubroutineSpan>& spans = t.map.spans;
-  const std::vector<SubroutineNode>& nodes = t.map.nodes;
   auto span_it = std::upper_bound(spans.begin(), spans.end(), vaddr,
                                   [](uint64_t a, const SubroutineSpan& s) { return a < s.low; });
-  if (span_it != spans.begin() && vaddr < std::prev(span_it)->high) leaf = std::prev(span_it)->node;
+  if (span_it != spans.begin() && vaddr < std::prev(span_it)->high) place.node = std::prev(span_it)->node;
+  if (place.node != kNoNode) place.hot[0] = &t.details[place.node];
+  if (place.file < t.lines.files.size()) place.hot[1] = t.lines.files[place.file].data();
+  // The chain's names and call sites are read now, while this unit's DIEs are at hand.
+  const std::vector<SubroutineNode>& nodes = t.map.nodes;
+  size_t depth = 0;
+  for (uint32_t n = place.node; n != kNoNode && depth < nodes.size(); n = nodes[n].parent, ++depth) {
+    if (!t.details[n].details_read) read_details(nodes[n], t.details[n]);
+    if (nodes[n].is_subprogram) break;
+  }
+  return place;
+}
+
+void DwarfIndex::Impl::describe(const Place& place, std::vector<SourceFrame>& frames) const {
+  if (place.unit >= units.size() || !units[place.unit].tables) {
+    resize_keeping_storage(frames, 0);
+    return;
+  }
+  UnitTables& t = *units[place.unit].tables;
+  const std::vector<SubroutineDetails>& details = t.details;
+  const uint32_t leaf = place.node < details.size() ? place.node : kNoNode;
 
   // Chain length first, so that `frames` is resized once and its strings keep their storage.
   size_t depth = 0;
-  for (uint32_t n = leaf; n != kNoNode && depth < nodes.size(); n = nodes[n].parent) {
+  for (uint32_t n = leaf; n != kNoNode && depth < details.size(); n = details[n].parent) {
     ++depth;
-    if (nodes[n].is_subprogram) break;
+    if (details[n].is_subprogram) break;
   }
-  d.resize_keeping_storage(frames, std::max<size_t>(depth, 1));
+  resize_keeping_storage(frames, std::max<size_t>(depth, 1));
   SourceFrame& innermost = frames.back();
-  if (const LineRow* row = t.lines.find(vaddr)) {
-    innermost.line = row->line;
-    innermost.column = row->column;
-    if (row->file < t.lines.files.size()) {
-      innermost.file.assign(t.lines.files[row->file]);
-    } else {
-      innermost.file.clear();
-    }
+  innermost.line = place.line;
+  innermost.column = place.column;
+  if (place.file < t.lines.files.size()) {
+    innermost.file.assign(t.lines.files[place.file]);
   } else {
-    innermost.line = innermost.column = 0;
     innermost.file.clear();
   }
   if (depth == 0) {
@@ -454,9 +494,9 @@ void DwarfIndex::lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) const 
   // Walk outwards: level i (from the innermost) is named by its node; the level outside it
   // executes the node's call site.
   uint32_t n = leaf;
-  for (size_t i = 0; i < depth; ++i, n = nodes[n].parent) {
+  for (size_t i = 0; i < depth; ++i, n = details[n].parent) {
     SubroutineDetails& node = t.details[n];
-    if (!node.details_read) d.read_details(nodes[n], node);
+    if (!node.details_read) read_details(t.map.nodes[n], node);
     SourceFrame& f = frames[depth - 1 - i];
     assign_name(f.function, node.name);
     if (i + 1 == depth) break;

@@ -38,6 +38,25 @@ class DwarfIndex {
   // across lookups allocates nothing per lookup once the names it sees are long enough.
   void lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) const;
 
+  // lookup() in two steps, for callers that search many addresses in address order (each unit's
+  // tables are then walked once, front to back, instead of once per address in random order) and
+  // print them later in another order. locate() does every search, building the unit's tables
+  // and reading the chain's names; describe() prints what it found without searching. A Place
+  // stays valid as long as this index.
+  struct Place {
+    static constexpr uint32_t kNone = UINT32_MAX;
+    uint32_t unit = kNone;  // index of the compile unit; kNone when none covers the address
+    uint32_t node = kNone;  // innermost subprogram or inlined subroutine in it, or kNone
+    uint32_t file = kNone;  // the line-table row's file, line and column; file kNone: no row
+    uint32_t line = 0;
+    uint32_t column = 0;
+    // What describe() reads first and is least likely to find in cache: the innermost node's
+    // details and file name. Callers describing many places may prefetch them a few places ahead.
+    const void* hot[2] = {nullptr, nullptr};
+  };
+  Place locate(uint64_t vaddr) const;
+  void describe(const Place& place, std::vector<SourceFrame>& frames) const;
+
   // Estimate of the heap this index holds, including what libdw caches on its behalf.
   size_t memory_bytes() const;
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -374,6 +375,51 @@ TEST(SymbolizeCliPid, ResolvesRuntimeAddressesOfTheExecutableAndLibc) {
   const Output o = shell(kHpctl + " symbolize --pid " + std::to_string(proc.pid()) + " 0x10");
   EXPECT_EQ(o.status, 0) << o.err;
   EXPECT_EQ(o.out, "??+0x10\n??\n??:0:0\n\n");
+}
+
+// A batch read from stdin is prepared module by module in address order (AddressQuery::prepare),
+// then answered in input order: it must read exactly as the same addresses asked one per run.
+// The batch mixes the executable and libc, repeats, an unmapped address and a bad line.
+TEST(SymbolizeCliPid, BatchFromStdinAnswersAsSingleAddresses) {
+  test::Background proc = live_process(FIXTURE_WAITER);
+  ASSERT_TRUE(proc.ready());
+  std::vector<std::pair<uint64_t, uint64_t>> executable;  // runtime ranges of r-x file mappings
+  std::ifstream maps("/proc/" + std::to_string(proc.pid()) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    uint64_t start = 0, end = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s", &start, &end, perms) != 3) continue;
+    if (perms[2] == 'x' && line.find('/') != std::string::npos) executable.emplace_back(start, end);
+  }
+  ASSERT_GE(executable.size(), 2u) << "the executable and libc";
+  std::mt19937_64 rng(5);
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 60; ++i) {
+    const auto& [start, end] = executable[i % executable.size()];
+    inputs.push_back(hex(start + rng() % (end - start)));
+    if (i % 9 == 0) inputs.push_back(inputs[rng() % inputs.size()]);
+  }
+  const auto work = test::nm_find(test::nm_functions(FIXTURE_WAITER), "hpd_waiter_work");
+  ASSERT_TRUE(work);
+  const auto work_at = runtime_address(proc.pid(), fs::canonical(FIXTURE_WAITER).string(), FIXTURE_WAITER,
+                                       work->address + work->size / 2);
+  ASSERT_TRUE(work_at);
+  inputs.insert(inputs.end(), 3, hex(*work_at));
+  inputs.push_back("0x10");
+  inputs.push_back("nope");
+  std::shuffle(inputs.begin(), inputs.end(), rng);
+
+  dwarf_test::TempDir dir;
+  std::string list;
+  for (const std::string& in : inputs) list += in + "\n";
+  std::ofstream(dir.file("list")) << list;
+  const std::string pid = std::to_string(proc.pid());
+  const Output batch = shell(kHpctl + " symbolize --pid " + pid + " < " + quote(dir.file("list")));
+  EXPECT_EQ(batch.status, 1) << "one bad line";
+  std::string singles;
+  for (const std::string& in : inputs) singles += shell(kHpctl + " symbolize --pid " + pid + " " + in).out;
+  EXPECT_EQ(batch.out, singles);
+  EXPECT_NE(batch.out.find("\nhpd_waiter_work\n"), std::string::npos) << batch.out;
 }
 
 TEST(SymbolizeCliPid, DeletedExecutableStillResolvesThroughMapFiles) {

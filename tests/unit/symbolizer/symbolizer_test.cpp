@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "elf_file.h"
@@ -201,6 +203,83 @@ TEST(Symbolizer, InlineChainsMatchLlvmSymbolizerRustV0) {
 #ifdef FIXTURE_RUST_LEGACY
 // Legacy Rust: inlined levels (named from DWARF) are spelled like symbol-table names, with the
 // $-escapes decoded and no hash, so one function never appears under two names.
+// Everything a caller can see of a Location, on one line.
+std::string describe(const Location& loc) {
+  std::ostringstream out;
+  out << loc.found << ' ' << loc.symbol << " @" << std::hex << loc.symbol_address << '+' << loc.symbol_size
+      << " rel " << loc.rel_address << std::dec;
+  for (const SourceFrame& f : loc.frames)
+    out << " | " << f.function << ' ' << f.file << ':' << f.line << ':' << f.column;
+  return out.str();
+}
+
+// Symbolizer::prepare searches a batch in address order ahead of the one-at-a-time lookups that
+// follow; resolve and resolve_vaddrs search their batch in address order too. None of it may
+// change an answer: addresses given shuffled and repeated, looked up in the prepared order with
+// some skipped (hpctl symbolize answers repeats from its own cache), then in another order
+// altogether, must read exactly as a plain one-at-a-time lookup in a fresh Symbolizer reads them.
+TEST(Symbolizer, PreparedAndBatchLookupsAnswerAsOneAtATime) {
+  const std::string path = FIXTURE_CPP;
+  const ModuleRef ref = test::module_ref(path);
+  const auto text = test::section_range(path, ".text");
+  ASSERT_TRUE(text.has_value());
+  const auto segments = test::load_segments(path);
+  std::vector<uint64_t> vaddrs;
+  for (uint64_t a = text->first; a < text->second; a += 3) vaddrs.push_back(a);
+  ASSERT_GT(vaddrs.size(), 200u);
+  vaddrs.push_back(text->second + 0x100000);  // outside every unit and symbol
+  const size_t distinct = vaddrs.size();
+  for (size_t i = 0; i < distinct; i += 5) vaddrs.push_back(vaddrs[i]);  // repeats
+  std::mt19937_64 rng(11);
+  std::shuffle(vaddrs.begin(), vaddrs.end(), rng);
+
+  std::vector<std::string> expected;
+  {
+    Symbolizer plain;
+    Location loc;
+    for (uint64_t v : vaddrs) {
+      plain.resolve_vaddr(ref, v, loc);
+      expected.push_back(describe(loc));
+    }
+  }
+  size_t with_inlines = 0;
+  for (const std::string& e : expected) with_inlines += std::count(e.begin(), e.end(), '|') > 1;
+  EXPECT_GT(with_inlines, 10u) << "the fixture lost its inline chains";
+
+  Symbolizer prepared;
+  ASSERT_TRUE(prepared.module_info(ref).readable);
+  const uint64_t bytes_before = prepared.cache_bytes_used();
+  prepared.prepare_vaddrs(ref, vaddrs);
+  // The searches happened in prepare: the unit tables they build are accounted for already.
+  EXPECT_GT(prepared.cache_bytes_used(), bytes_before + vaddrs.size() * 16);
+  Location loc;
+  for (size_t i = 0; i < vaddrs.size(); ++i) {
+    if (i % 7 == 3) continue;  // answered elsewhere: the next lookup is further on in the batch
+    prepared.resolve_vaddr(ref, vaddrs[i], loc);
+    ASSERT_EQ(describe(loc), expected[i]) << "prepared order, index " << i;
+  }
+  prepared.prepare_vaddrs(ref, vaddrs);
+  for (size_t i = vaddrs.size(); i-- > 0;) {
+    prepared.resolve_vaddr(ref, vaddrs[i], loc);
+    ASSERT_EQ(describe(loc), expected[i]) << "reverse order, index " << i;
+  }
+
+  Symbolizer batch;
+  const std::vector<Location> by_vaddr = batch.resolve_vaddrs(ref, vaddrs);
+  std::vector<uint64_t> offsets;
+  for (uint64_t v : vaddrs) offsets.push_back(v < text->second ? test::file_offset_of(segments, v) : v);
+  Symbolizer batch_offsets;
+  const std::vector<Location> by_offset = batch_offsets.resolve(ref, offsets);
+  ASSERT_EQ(by_vaddr.size(), vaddrs.size());
+  ASSERT_EQ(by_offset.size(), vaddrs.size());
+  for (size_t i = 0; i < vaddrs.size(); ++i) {
+    EXPECT_EQ(describe(by_vaddr[i]), expected[i]) << "resolve_vaddrs, index " << i;
+    if (vaddrs[i] < text->second) {
+      EXPECT_EQ(describe(by_offset[i]), expected[i]) << "resolve, index " << i;
+    }
+  }
+}
+
 TEST(Symbolizer, RustLegacyInlineNamesDecoded) {
   Symbolizer symbolizer;
   const ModuleRef ref = test::module_ref(FIXTURE_RUST_LEGACY);
@@ -342,8 +421,8 @@ TEST(Symbolizer, DebugFileFoundByDebugLink) {
     const std::string debug = f.dir.file(sub + "fixture.debug");
     StrippedFixture::run_ok("objcopy --only-keep-debug '" + std::string(FIXTURE_C_PIE) + "' '" + debug + "'");
     // The link's CRC is computed from the file named; objcopy needs it next to the binary.
-    StrippedFixture::run_ok("cd '" + f.dir.path() + "' && objcopy --add-gnu-debuglink='" + debug +
-                            "' '" + f.stripped + "'");
+    StrippedFixture::run_ok("cd '" + f.dir.path() + "' && objcopy --add-gnu-debuglink='" + debug + "' '" +
+                            f.stripped + "'");
     SymbolizerOptions options;
     options.debug_root = f.debug_root;  // empty: no build-id path
     Symbolizer symbolizer(options);

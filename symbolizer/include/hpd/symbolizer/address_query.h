@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,11 @@ class AddressQuery {
   // The same into `out`, reusing its strings' storage (for loops over many inputs).
   void lookup(std::string_view text, AddressAnswer& out);
 
+  // Searches the addresses among `inputs` ahead of their lookup() calls, in address order, module
+  // by module (Symbolizer::prepare): for a batch of inputs that is then looked up in its own
+  // order. Inputs that are not addresses, or in no file mapping, are left to lookup().
+  void prepare(std::span<const std::string> inputs);
+
   // Warnings about the modules looked up so far (no debug information, build-id mismatch), one
   // per module, each returned once.
   std::vector<std::string> take_warnings();
@@ -64,6 +70,8 @@ class AddressQuery {
  private:
   AddressQuery(Symbolizer& symbolizer) : symbolizer_(&symbolizer) {}
   void note_module(const ModuleRef& ref);
+  const ProcessMapping* mapping_of(uint64_t address) const;  // process mode; nullptr when none
+  ModuleRef module_of(const ProcessMapping& m) const;
 
   Symbolizer* symbolizer_;
   int32_t pid_ = 0;
