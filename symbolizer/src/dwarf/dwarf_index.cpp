@@ -348,6 +348,7 @@ void DwarfIndex::Impl::load_lines(UnitTables& t, Dwarf_Die* cudie, const std::st
       t.lines.files.emplace_back(name != nullptr ? name : "");
     }
   }
+  t.lines.compact();
   // libdw (and so the decoder) prefixed each file's directory; a relative result still lacks
   // comp_dir (DWARF 5 directory entries are relative to it).
   for (std::string& name : t.lines.files) {

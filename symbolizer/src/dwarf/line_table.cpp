@@ -215,6 +215,23 @@ const LineRow* LineTable::find(uint64_t address) const {
   return it->end_sequence ? nullptr : &*it;
 }
 
+void LineTable::compact() {
+  size_t kept = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const LineRow& row = rows[i];
+    if (i + 1 < rows.size() && rows[i + 1].address == row.address) continue;  // shadowed
+    if (kept > 0) {
+      const LineRow& last = rows[kept - 1];
+      if (!row.end_sequence && !last.end_sequence && row.line == last.line && row.column == last.column &&
+          row.file == last.file)
+        continue;
+    }
+    rows[kept++] = row;
+  }
+  rows.resize(kept);
+  rows.shrink_to_fit();
+}
+
 bool decode_line_table(const LineSections& s, uint64_t offset, const char* comp_dir, uint8_t address_size,
                        LineTable& out) {
   out.rows.clear();
