@@ -78,6 +78,7 @@ class PreparedAddresses {
   struct Entry {
     uint64_t vaddr;
     const SymbolTable::Symbol* symbol;
+    const std::string* symbol_name;  // SymbolTable::display_name's, which stays put
     DebugPlace place;
   };
 
@@ -95,9 +96,11 @@ class PreparedAddresses {
         // The entries are in the caller's order, their tables' memory in address order: start
         // loading what a later lookup will read, so that its cache misses overlap this one's work.
         if (i + kPrefetchDistance < entries_.size()) {
-          for (const void* p : entries_[i + kPrefetchDistance].place.hot) {
+          const Entry& ahead = entries_[i + kPrefetchDistance];
+          for (const void* p : ahead.place.hot) {
             if (p != nullptr) __builtin_prefetch(p);
           }
+          if (ahead.symbol_name != nullptr) __builtin_prefetch(ahead.symbol_name->data());
         }
         return &entries_[i];
       }
@@ -390,7 +393,10 @@ struct Symbolizer::Impl {
       if (k > 0 && order[k - 1].first == vaddr) {
         entries[i] = entries[order[k - 1].second];
       } else {
-        entries[i] = {vaddr, m.symbols.find(vaddr), m.debug ? m.debug->locate(vaddr) : DebugPlace{}};
+        const SymbolTable::Symbol* symbol = m.symbols.find(vaddr);
+        const std::string* name =
+            symbol != nullptr ? &m.symbols.display_name(*symbol, options.demangle) : nullptr;
+        entries[i] = {vaddr, symbol, name, m.debug ? m.debug->locate(vaddr) : DebugPlace{}};
       }
     }
     m.prepared.assign(std::move(entries));
@@ -423,7 +429,8 @@ struct Symbolizer::Impl {
     }
     if (sym != nullptr) {
       loc.found = true;
-      loc.symbol.assign(m.symbols.display_name(*sym, options.demangle));
+      loc.symbol.assign(prepared != nullptr ? *prepared->symbol_name
+                                            : m.symbols.display_name(*sym, options.demangle));
       loc.symbol_address = sym->address - base;
       loc.symbol_size = sym->size != 0 ? sym->size : sym->end - sym->address;
       // llvm's rule: the outermost frame is named by the symbol table (keeps ".isra.0" etc.).
