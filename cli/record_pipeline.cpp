@@ -225,6 +225,11 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
   s.mip_snapshots_taken = output.mip_snapshots_taken();
   s.command_exit_status = result.command_exit_status < 0 ? 0 : result.command_exit_status;
   s.notes = output.mip_notes();
+  if (!result.mmap_watch_fallback_reason.empty()) {
+    s.notes.push_back("note: new mappings were read from /proc, not from the kernel's mmap records (" +
+                      result.mmap_watch_fallback_reason +
+                      "); frames of processes that lived only milliseconds may have no module");
+  }
   for (std::string& line : describe_call_counts(result.calls)) s.notes.push_back(std::move(line));
   return s;
 }

@@ -531,7 +531,15 @@ void BpfSession::open_mmap_watch() {
     scope.cgroup_fd = cgroup_fd_.get();
   }
   constexpr size_t kMmapRingPages = 16;
-  mmap_watch_.open(scope, cpus_, kMmapRingPages);
+  try {
+    mmap_watch_.open(scope, cpus_, kMmapRingPages);
+  } catch (const RecordError& e) {
+    // The recording does not need the watch: without it, a process's mappings are read from
+    // /proc/PID/maps when its first record is handled, as before the watch existed. Only the
+    // processes that are gone by then lose their modules; the user is told.
+    result_.mmap_watch_fallback_reason = e.what();
+    return;
+  }
   builder_->set_mmap_source([this] { drain_mmaps(); });
 }
 

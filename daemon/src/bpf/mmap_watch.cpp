@@ -58,14 +58,19 @@ bool MmapWatch::open_one(int32_t pid, int cpu, unsigned long flags, bool inherit
 
 void MmapWatch::open(const Scope& scope, const std::vector<int>& cpus, size_t pages_per_ring) {
   layout_ = RecordLayout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, 0, true, 0};
-  for (const int cpu : cpus) {
-    if (!scope.pids.empty()) {
-      for (const int32_t pid : scope.pids) open_one(pid, cpu, 0, scope.children, pages_per_ring);
-    } else if (scope.cgroup_fd >= 0) {
-      open_one(scope.cgroup_fd, cpu, PERF_FLAG_PID_CGROUP, false, pages_per_ring);
-    } else {
-      open_one(-1, cpu, 0, false, pages_per_ring);
+  try {
+    for (const int cpu : cpus) {
+      if (!scope.pids.empty()) {
+        for (const int32_t pid : scope.pids) open_one(pid, cpu, 0, scope.children, pages_per_ring);
+      } else if (scope.cgroup_fd >= 0) {
+        open_one(scope.cgroup_fd, cpu, PERF_FLAG_PID_CGROUP, false, pages_per_ring);
+      } else {
+        open_one(-1, cpu, 0, false, pages_per_ring);
+      }
     }
+  } catch (...) {
+    rings_.clear();  // all or nothing: the caller goes on without the watch
+    throw;
   }
 }
 

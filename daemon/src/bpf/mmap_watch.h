@@ -33,7 +33,8 @@ class MmapWatch {
   };
 
   // Opens and maps one event per CPU and per target (a target gone by now is skipped). Throws
-  // RecordError when an event cannot be opened for another reason.
+  // RecordError, with every event it opened closed again, when an event cannot be opened for
+  // another reason (EMFILE: one descriptor per CPU per target adds up with many --pid targets).
   void open(const Scope& scope, const std::vector<int>& cpus, size_t pages_per_ring);
   // Hands every record written since the last call to its callback, ring by ring: executable
   // mappings to `on_mmap`, and the start of each exec (the kernel's COMM record with the exec flag,

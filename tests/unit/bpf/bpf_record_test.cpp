@@ -17,10 +17,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "hpd/collect/recorder.h"
 #include "hpd/export/report.h"
@@ -541,6 +543,72 @@ TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
   EXPECT_EQ(event, "cpu-clock") << buffer;
   EXPECT_GT(samples, 50u);  // 120 threads x 2 ms of CPU at 999 Hz
   EXPECT_EQ(leaked, 0);     // every descriptor of the abandoned per-thread attach was closed
+}
+
+// The mmap watch opens one event per target per CPU. With many --pid targets and few descriptors
+// left, opening it fails with EMFILE; the recording then goes on without it (each process's
+// mappings read from /proc/PID/maps when it is first seen, as before the watch existed), says why,
+// and closes what the watch had opened. The limit leaves room for everything else: the programs
+// and their maps, one pidfd per target and the per-CPU sampling events.
+TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  ASSERT_GE(cpus, 2) << "with one CPU the watch needs no more descriptors than the pidfds";
+  constexpr int kSleepers = 80;
+  std::vector<std::unique_ptr<test::Background>> sleepers;
+  for (int i = 0; i < kSleepers; ++i)
+    sleepers.push_back(std::make_unique<test::Background>(std::vector<std::string>{"/bin/sleep", "60"}));
+  test::Background spinner({spinner_path(), "4000"});
+  std::vector<int32_t> pids{spinner.pid()};
+  for (const auto& s : sleepers) pids.push_back(s->pid());
+  const rlim_t spare = pids.size() + 2 * static_cast<rlim_t>(cpus) + 64;
+  ASSERT_LT(spare, pids.size() * static_cast<rlim_t>(cpus) + 24) << "no room between the two needs";
+
+  int report[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  const pid_t recorder = ::fork();
+  if (recorder == 0) {
+    // A lowered hard limit cannot be raised again by the recorder: in a child process.
+    const rlim_t limit = static_cast<rlim_t>(count_open_fds()) + spare;
+    const rlimit lowered{limit, limit};
+    if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) _exit(4);
+    const int fds_before = count_open_fds();
+    RecordOptions options = bpf_options();
+    options.pids = pids;
+    options.duration_s = 1;
+    options.off_cpu = OffCpu::kOff;
+    options.call_graph = CallGraph::kFp;
+    std::string line;
+    try {
+      const RecordResult result = record(options);
+      line = std::to_string(samples_of(result.profile, spinner.pid())) + "\t" +
+             std::to_string(samples_in_function(result.profile, spinner.pid(), spinner_path(), "spin_work")) +
+             "\t" + std::to_string(result.mmap_records) + "\t" +
+             std::to_string(count_open_fds() - fds_before) + "\t" + result.mmap_watch_fallback_reason;
+    } catch (const std::exception& e) {
+      line = std::string("error\t") + e.what();
+    }
+    _exit(::write(report[1], line.data(), line.size()) == static_cast<ssize_t>(line.size()) ? 0 : 6);
+  }
+  ::close(report[1]);
+  ASSERT_GT(recorder, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(recorder, &status, 0), recorder);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::string text(4096, '\0');
+  const ssize_t n = ::read(report[0], text.data(), text.size());
+  ::close(report[0]);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  std::vector<std::string> fields;
+  for (std::istringstream in(text); !in.eof();) std::getline(in, fields.emplace_back(), '\t');
+  ASSERT_EQ(fields.size(), 5u) << text;
+  const size_t samples = std::stoul(fields[0]), in_spin_work = std::stoul(fields[1]);
+  EXPECT_GT(samples, 200u);  // a second of a spinning thread at 999 Hz
+  // Resolved through /proc/PID/maps: the spinner lives throughout.
+  EXPECT_GT(in_spin_work, samples * 8 / 10);
+  EXPECT_EQ(fields[2], "0") << "no mmap records: the watch is not running";
+  EXPECT_EQ(fields[3], "0") << "descriptors left open";
+  EXPECT_NE(fields[4].find("new mappings"), std::string::npos) << fields[4];
+  EXPECT_NE(fields[4].find(std::strerror(EMFILE)), std::string::npos) << fields[4];
 }
 
 // A child cgroup for the test's lifetime.

@@ -119,6 +119,11 @@ struct RecordResult {
   // records lost (a full ring, or too many kept for processes not seen yet; also in lost_records).
   uint64_t mmap_records = 0;
   uint64_t mmap_records_lost = 0;
+  // eBPF: why those records could not be watched (the events could not be opened, e.g. out of
+  // descriptors with many targets); mappings were then read from /proc/PID/maps when each process
+  // was first seen, so processes that lived only milliseconds may keep frames without a module.
+  // Empty when the watch ran.
+  std::string mmap_watch_fallback_reason;
   // eBPF: samples added for the CPU time exited threads used after their last timer sample.
   uint64_t cpu_tail_samples = 0;
   // eBPF: samples of threads that had no CPU-time baseline (their delta is one period, a guess).
