@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -484,6 +485,41 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
   EXPECT_EQ(count_open_fds(), fds_before);
 }
 
+// Runs `body` in a forked child and returns the line it produced ("error\t<what>" when it threw):
+// for recordings under a lowered hard descriptor limit, which a process cannot raise again. The
+// child exits with 0 once the line is written; a child that ended otherwise fails the test.
+std::string line_from_child(const std::function<std::string()>& body) {
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+    return {};
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::string line;
+    try {
+      line = body();
+    } catch (const std::exception& e) {
+      line = std::string("error\t") + e.what();
+    }
+    _exit(::write(report[1], line.data(), line.size()) == static_cast<ssize_t>(line.size()) ? 0 : 6);
+  }
+  ::close(report[1]);
+  std::string text;
+  if (child < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+  } else {
+    int status = 0;
+    EXPECT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    char buffer[512];
+    for (ssize_t n; (n = ::read(report[0], buffer, sizeof buffer)) > 0;)
+      text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(report[0]);
+  return text;
+}
+
 // With too few file descriptors left for two per thread, per-thread events give way to per-CPU ones
 // (hpd holds other sessions' descriptors too): the recording still works, and everything is released.
 TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
@@ -498,10 +534,7 @@ TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
   // A descriptor limit that passes the recorder's estimate (two per thread and 256 more) but, with
   // most of it taken, runs out some way into the attach. In a child process: a lowered hard limit
   // cannot be raised again without CAP_SYS_RESOURCE.
-  int report[2];
-  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
-  const pid_t recorder = ::fork();
-  if (recorder == 0) {
+  const std::string line = line_from_child([&] {
     const rlim_t limit = 2 * (kThreads + 1) + 256 + 16;
     while (static_cast<rlim_t>(count_open_fds()) + 80 < limit) {
       if (::open("/dev/null", O_RDONLY | O_CLOEXEC) < 0) _exit(3);
@@ -516,31 +549,17 @@ TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
     options.on_progress = [&, told = false](const RecordProgress&) mutable {
       if (!std::exchange(told, true) && !churn.go()) _exit(5);
     };
-    std::string line;
-    try {
-      const RecordResult result = record(options);
-      line = result.profile.info.event + " " + std::to_string(samples_of(result.profile, pid)) + " " +
-             std::to_string(count_open_fds() - fds_before);
-    } catch (const std::exception& e) {
-      line = std::string("error ") + e.what();
-    }
-    _exit(::write(report[1], line.data(), line.size()) == static_cast<ssize_t>(line.size()) ? 0 : 6);
-  }
-  ::close(report[1]);
-  ASSERT_GT(recorder, 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(recorder, &status, 0), recorder);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  char buffer[512] = {};
-  const ssize_t n = ::read(report[0], buffer, sizeof buffer - 1);
-  ::close(report[0]);
+    const RecordResult result = record(options);
+    return result.profile.info.event + " " + std::to_string(samples_of(result.profile, pid)) + " " +
+           std::to_string(count_open_fds() - fds_before);
+  });
   EXPECT_EQ(churn.wait(), 0);
   std::string event;
   size_t samples = 0;
   long leaked = -1;
-  std::istringstream words(std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0));
+  std::istringstream words(line);
   words >> event >> samples >> leaked;
-  EXPECT_EQ(event, "cpu-clock") << buffer;
+  EXPECT_EQ(event, "cpu-clock") << line;
   EXPECT_GT(samples, 50u);  // 120 threads x 2 ms of CPU at 999 Hz
   EXPECT_EQ(leaked, 0);     // every descriptor of the abandoned per-thread attach was closed
 }
@@ -563,11 +582,7 @@ TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
   const rlim_t spare = pids.size() + 2 * static_cast<rlim_t>(cpus) + 64;
   ASSERT_LT(spare, pids.size() * static_cast<rlim_t>(cpus) + 24) << "no room between the two needs";
 
-  int report[2];
-  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
-  const pid_t recorder = ::fork();
-  if (recorder == 0) {
-    // A lowered hard limit cannot be raised again by the recorder: in a child process.
+  const std::string text = line_from_child([&] {
     const rlim_t limit = static_cast<rlim_t>(count_open_fds()) + spare;
     const rlimit lowered{limit, limit};
     if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) _exit(4);
@@ -577,27 +592,12 @@ TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
     options.duration_s = 1;
     options.off_cpu = OffCpu::kOff;
     options.call_graph = CallGraph::kFp;
-    std::string line;
-    try {
-      const RecordResult result = record(options);
-      line = std::to_string(samples_of(result.profile, spinner.pid())) + "\t" +
-             std::to_string(samples_in_function(result.profile, spinner.pid(), spinner_path(), "spin_work")) +
-             "\t" + std::to_string(result.mmap_records) + "\t" +
-             std::to_string(count_open_fds() - fds_before) + "\t" + result.mmap_watch_fallback_reason;
-    } catch (const std::exception& e) {
-      line = std::string("error\t") + e.what();
-    }
-    _exit(::write(report[1], line.data(), line.size()) == static_cast<ssize_t>(line.size()) ? 0 : 6);
-  }
-  ::close(report[1]);
-  ASSERT_GT(recorder, 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(recorder, &status, 0), recorder);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  std::string text(4096, '\0');
-  const ssize_t n = ::read(report[0], text.data(), text.size());
-  ::close(report[0]);
-  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    const RecordResult result = record(options);
+    return std::to_string(samples_of(result.profile, spinner.pid())) + "\t" +
+           std::to_string(samples_in_function(result.profile, spinner.pid(), spinner_path(), "spin_work")) +
+           "\t" + std::to_string(result.mmap_records) + "\t" + std::to_string(count_open_fds() - fds_before) +
+           "\t" + result.mmap_watch_fallback_reason;
+  });
   std::vector<std::string> fields;
   for (std::istringstream in(text); !in.eof();) std::getline(in, fields.emplace_back(), '\t');
   ASSERT_EQ(fields.size(), 5u) << text;
