@@ -309,13 +309,15 @@ void BpfProfileBuilder::on_exec(const hpd_task_event& e) {
   RawProcess& process = profile_.process(h.pid);
   if (!known) process.start_ns = config_.start_ns;
   {
-    // The old image ends where the exec began; this record comes only once the new one is mapped.
-    // Without the start (no mmap records), this record's time stands in.
+    // The mappings made before the exec began (the kernel's COMM record; without mmap records this
+    // record's time stands in) are the old image's. They serve until this record: it is written
+    // once execve has set the new image's registers, and until then a sample (in the kernel, in
+    // execve) still holds the old image's user registers, although the new image is being mapped.
     ProcessState& state = states_[h.pid];
     const bool started = state.exec_ns > state.last_exec_record_ns && state.exec_ns <= h.time_ns;
     state.exec_ns = started ? state.exec_ns : h.time_ns;
     state.last_exec_record_ns = h.time_ns;
-    end_mappings_at_exec(process, state.exec_ns);
+    end_mappings_at_exec(process, state.exec_ns, h.time_ns);
   }
   process.name = comm_of(h);
   process.exe.clear();
@@ -374,8 +376,8 @@ void BpfProfileBuilder::on_mmap(int32_t pid, uint64_t start, uint64_t length, ui
 }
 
 void BpfProfileBuilder::on_exec_start(int32_t pid, uint64_t time_ns) {
+  // Mappings from now on are the new image's; the old ones end with the eBPF exec record (on_exec).
   states_[pid].exec_ns = time_ns;
-  if (profile_.find_process(pid) != nullptr) end_mappings_at_exec(profile_.process(pid), time_ns);
 }
 
 void BpfProfileBuilder::add_mmap_mapping(RawProcess& process, const RawMapping& mapping,

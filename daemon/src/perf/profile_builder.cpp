@@ -186,9 +186,9 @@ void add_module_mapping(RawProfile& profile, RawProcess& process, RawMapping map
   add_mapping_once(process, mapping);
 }
 
-void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns) {
+void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns, uint64_t ended_ns) {
   for (RawMapping& m : process.mappings) {
-    if (m.unmapped_ns == 0 && m.time_ns <= exec_ns) m.unmapped_ns = exec_ns;
+    if (m.unmapped_ns == 0 && m.time_ns <= exec_ns) m.unmapped_ns = ended_ns != 0 ? ended_ns : exec_ns;
   }
 }
 

@@ -100,8 +100,9 @@ class PerfProfileBuilder {
   uint64_t undecodable_ = 0;
 };
 
-// Marks every mapping the process had before an exec at `exec_ns` as ended then.
-void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns);
+// Marks every mapping the process had before an exec that began at `exec_ns` as ended at
+// `ended_ns` (by default the exec's start).
+void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns, uint64_t ended_ns = 0);
 
 // "[anon]" for anonymous executable memory ("//anon" in MMAP2 records, "" in maps files).
 std::string module_path_for(const std::string& path);

@@ -353,10 +353,11 @@ TEST(BpfProfileBuilder, UnknownProcessesAreReadOnceAndCountedWhenGone) {
 }
 
 // A process gone before /proc could be read: the kernel's mmap records place its samples. Records of
-// a process not seen yet wait for its first record; the exec's start (the kernel's COMM record, before
-// the new image is mapped) ends the old image even though the eBPF exec record comes after the new
-// image's mappings; a late record of the old image is ignored; a record arriving only when a sample
-// misses is fetched through the mmap source.
+// a process not seen yet wait for its first record. The exec's start (the kernel's COMM record,
+// before the new image is mapped) divides the old image's mappings from the new one's; the old ones
+// serve until the eBPF exec record, since a sample taken inside execve until then still holds the
+// old image's user registers. A late record of the old image is ignored; a record arriving only
+// when a sample misses is fetched through the mmap source.
 TEST(BpfProfileBuilder, MmapRecordsPlaceSamplesOfProcessesThatAreGone) {
   RawProfile profile;
   BpfProfileBuilder builder(profile, {100}, [](int32_t) { return std::vector<MapsEntry>{}; });
@@ -402,7 +403,9 @@ TEST(BpfProfileBuilder, MmapRecordsPlaceSamplesOfProcessesThatAreGone) {
   EXPECT_EQ(module_at(0x800010, 260), "(none)") << "a mapping of the old image was kept";
   const RawMapping* shell = c->find_mapping(0x400010, 205);
   ASSERT_NE(shell, nullptr);
-  EXPECT_EQ(shell->unmapped_ns, 210u);  // ended where the exec began, not at the exec record (250)
+  EXPECT_EQ(shell->unmapped_ns, 250u);  // the exec record, not where the exec began (210)
+  EXPECT_EQ(module_at(0x400010, 240), "/bin/sh") << "a sample inside execve, before its registers were set";
+  EXPECT_EQ(module_at(0x600010, 240), "/usr/bin/short") << "the new image, mapped before the exec record";
   EXPECT_EQ(builder.processes_without_maps(), 0u);
   EXPECT_EQ(builder.mmaps_recorded(), 3u);
   EXPECT_EQ(profile.find_process(99), nullptr);
