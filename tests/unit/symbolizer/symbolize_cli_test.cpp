@@ -182,6 +182,40 @@ TEST(SymbolizeCli, RepeatedAddressesReadAsTheirFirstAnswer) {
   expect_same_lines(llvm, hpd);
 }
 
+// Input is read in batches of what is already there: a script that writes one address and waits
+// for its answer (a coprocess) must get each answer before it writes the next address.
+TEST(SymbolizeCli, OneAddressAtATimeIsAnsweredAtOnce) {
+  const std::string path = dwarf_fixture("c_gcc");
+  std::vector<uint64_t> addresses = code_addresses(path, 97);
+  ASSERT_GE(addresses.size(), 3u);
+  addresses.resize(3);
+  dwarf_test::TempDir dir;
+  test::BackgroundOptions options;
+  options.stdin_pipe = true;
+  options.stdout_path = dir.file("answers");
+  test::Background hpctl({kHpctl, "symbolize", "--exe", path}, options);
+  std::string answers;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    ASSERT_TRUE(hpctl.send(hex(addresses[i]) + "\n"));
+    // Each answer ends with a blank line; wait for the i-th, with the pipe left open.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    size_t complete = 0;
+    while (complete <= i && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::ifstream in(dir.file("answers"));
+      answers.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      complete = 0;
+      for (size_t at = answers.find("\n\n"); at != std::string::npos; at = answers.find("\n\n", at + 2))
+        ++complete;
+    }
+    ASSERT_EQ(complete, i + 1) << "no answer to " << hex(addresses[i]) << " while the input stays open";
+  }
+  EXPECT_EQ(hpctl.wait(), 0);
+  const std::string list = write_addresses(dir, addresses);
+  const Output llvm = shell(kLlvmSymbolizer + " --inlining --obj=" + quote(path) + " < " + list);
+  EXPECT_EQ(answers, llvm.out);
+}
+
 TEST(SymbolizeCli, ArgumentsAndStdinGiveTheSameAnswers) {
   const std::string path = dwarf_fixture("c_gcc");
   std::vector<uint64_t> addresses = code_addresses(path, 17);
