@@ -46,10 +46,11 @@ void BpfProfileBuilder::add_initial_process(int32_t pid, const std::vector<MapsE
 }
 
 void BpfProfileBuilder::add_maps(RawProcess& process, const std::vector<MapsEntry>& maps, uint64_t time_ns) {
+  const uint64_t image_since = states_[process.pid].exec_ns;
   for (const MapsEntry& e : maps) {
     if (e.executable)
       add_module_mapping(profile_, process, RawMapping{e.start, e.end, e.offset, kNoIndex, time_ns}, e.path,
-                         {}, build_ids_);
+                         {}, build_ids_, image_since);
   }
 }
 
@@ -382,7 +383,7 @@ void BpfProfileBuilder::on_exec_start(int32_t pid, uint64_t time_ns) {
 
 void BpfProfileBuilder::add_mmap_mapping(RawProcess& process, const RawMapping& mapping,
                                          const std::string& path, const std::string& build_id) {
-  add_module_mapping(profile_, process, mapping, path, build_id, build_ids_);
+  add_module_mapping(profile_, process, mapping, path, build_id, build_ids_, states_[process.pid].exec_ns);
   ++mmaps_recorded_;
 }
 

@@ -167,10 +167,10 @@ StackEnd PerfProfileBuilder::apply_user_stack(const SampleRecord& s) {
   return end;
 }
 
-void add_mapping_once(RawProcess& process, const RawMapping& mapping) {
+void add_mapping_once(RawProcess& process, const RawMapping& mapping, uint64_t image_since_ns) {
   for (const RawMapping& m : process.mappings) {
-    if (m.unmapped_ns == 0 && m.start == mapping.start && m.end == mapping.end &&
-        m.file_offset == mapping.file_offset && m.module == mapping.module) {
+    if (m.unmapped_ns == 0 && m.time_ns >= image_since_ns && m.start == mapping.start &&
+        m.end == mapping.end && m.file_offset == mapping.file_offset && m.module == mapping.module) {
       return;
     }
   }
@@ -178,12 +178,12 @@ void add_mapping_once(RawProcess& process, const RawMapping& mapping) {
 }
 
 void add_module_mapping(RawProfile& profile, RawProcess& process, RawMapping mapping, const std::string& path,
-                        std::string build_id, const BuildIdLookup& build_ids) {
+                        std::string build_id, const BuildIdLookup& build_ids, uint64_t image_since_ns) {
   const std::string module = module_path_for(path);
   if (build_id.empty() && build_ids && module.front() == '/')
     build_id = build_ids(process.pid, mapping.start, mapping.end, path);
   mapping.module = profile.intern_module(module, build_id);
-  add_mapping_once(process, mapping);
+  add_mapping_once(process, mapping, image_since_ns);
 }
 
 void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns, uint64_t ended_ns) {

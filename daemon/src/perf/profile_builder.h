@@ -109,13 +109,15 @@ std::string module_path_for(const std::string& path);
 
 // Adds `mapping` unless the process already has it: /proc/PID/maps and MMAP2 records often describe
 // the same mapping. A mapping an exec ended does not count: the new image may map the same file at
-// the same place again.
-void add_mapping_once(RawProcess& process, const RawMapping& mapping);
+// the same place again (ASLR off, or a non-PIE program executing itself). Neither does one made
+// before `image_since_ns` (the start of the process's last exec), which the old image keeps until
+// execve has finished.
+void add_mapping_once(RawProcess& process, const RawMapping& mapping, uint64_t image_since_ns = 0);
 
 // Adds an executable mapping of `path` (as a maps file or an MMAP2 record names it) to `process`,
 // its module interned with `build_id`, or, when that is empty and the mapping is of a file, with the
 // file's own from `build_ids` (when given).
 void add_module_mapping(RawProfile& profile, RawProcess& process, RawMapping mapping, const std::string& path,
-                        std::string build_id, const BuildIdLookup& build_ids);
+                        std::string build_id, const BuildIdLookup& build_ids, uint64_t image_since_ns = 0);
 
 }  // namespace hpd

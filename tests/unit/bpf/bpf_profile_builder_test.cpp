@@ -352,6 +352,39 @@ TEST(BpfProfileBuilder, UnknownProcessesAreReadOnceAndCountedWhenGone) {
   EXPECT_EQ(profile.samples.back().stack_end, StackEnd::kComplete);
 }
 
+// With ASLR off, or a program executing itself, the new image maps a file where the old image had it.
+// The old image's mapping still serves until the exec record, but it is not the new image's: the new
+// mapping must be kept, or the file's code has no mapping once the old one ends.
+TEST(BpfProfileBuilder, NewImageMappingTheOldImagesFileAtTheSamePlaceKeepsIt) {
+  RawProfile profile;
+  BpfProfileBuilder builder(profile, {100}, [](int32_t) { return std::vector<MapsEntry>{}; });
+  builder.add_initial_process(60,
+                              maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"
+                                   "7f0000000000-7f0000002000 r-xp 00000000 08:01 6 /usr/lib/libc.so.6\n"));
+  builder.set_mmap_source([] {});
+  builder.on_exec_start(60, 210);
+  builder.on_mmap(60, 0x500000, 0x1000, 0, "/usr/bin/new", "", 220);
+  builder.on_mmap(60, 0x7f0000000000, 0x2000, 0, "/usr/lib/libc.so.6", "", 230);
+  hpd_task_event exec{};
+  exec.header = header(HPD_EVENT_EXEC, 60, 60, 250, "new");
+  builder.on_record(bytes_of(exec));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 60, 60, 260, "new", {}, {0x7f0000000100, 0x500010}));
+
+  const RawProcess* p = profile.find_process(60);
+  ASSERT_NE(p, nullptr);
+  const auto module_at = [&](uint64_t address, uint64_t time) -> std::string {
+    const RawMapping* m = p->find_mapping(address, time);
+    return m == nullptr ? "(none)" : profile.modules[m->module].path;
+  };
+  EXPECT_EQ(module_at(0x7f0000000100, 260), "/usr/lib/libc.so.6") << "the new image's libc was dropped";
+  EXPECT_EQ(module_at(0x500010, 260), "/usr/bin/new");
+  EXPECT_EQ(module_at(0x400010, 260), "(none)");
+  EXPECT_EQ(module_at(0x400010, 240), "/bin/sh") << "inside execve, before the exec record";
+  size_t libc_mappings = 0;
+  for (const RawMapping& m : p->mappings) libc_mappings += m.start == 0x7f0000000000;
+  EXPECT_EQ(libc_mappings, 2u);
+}
+
 // A process gone before /proc could be read: the kernel's mmap records place its samples. Records of
 // a process not seen yet wait for its first record. The exec's start (the kernel's COMM record,
 // before the new image is mapped) divides the old image's mappings from the new one's; the old ones
