@@ -25,8 +25,36 @@ void PerfProfileBuilder::add_maps(int32_t pid, const std::vector<MapsEntry>& map
   for (const MapsEntry& e : maps) {
     if (e.executable)
       add_module_mapping(profile_, process, RawMapping{e.start, e.end, e.offset, kNoIndex, time_ns}, e.path,
-                         {}, build_ids_);
+                         {}, build_ids_, last_exec_of(pid));
   }
+}
+
+uint64_t PerfProfileBuilder::last_exec_of(int32_t pid) const {
+  const auto it = last_exec_.find(pid);
+  return it == last_exec_.end() ? 0 : it->second;
+}
+
+void PerfProfileBuilder::end_exec_window(const SampleRecord& s) {
+  const auto it = exec_window_.find(s.pid);
+  if (it == exec_window_.end() || s.time <= it->second) return;
+  RawProcess& process = profile_.process(s.pid);
+  bool running_new = (s.misc & PERF_RECORD_MISC_CPUMODE_MASK) == PERF_RECORD_MISC_USER;
+  if (!running_new && !split_.user.empty()) {
+    // A kernel sample proves it only with a user address that the new image covers and the old
+    // one does not (the new image may map a file where the old one had it).
+    const uint64_t address = split_.user.front();
+    bool in_new = false, in_old = false;
+    for (const RawMapping& m : process.mappings) {
+      if (m.unmapped_ns != 0 || address < m.start || address >= m.end) continue;
+      (m.time_ns > it->second ? in_new : in_old) = true;
+    }
+    running_new = in_new && !in_old;
+  }
+  if (!running_new) return;
+  // Ended at this sample, not at the exec's start: samples from other CPUs' rings that were taken
+  // inside execve may still come, and the old image explains them.
+  end_mappings_at_exec(process, it->second, s.time);
+  exec_window_.erase(it);
 }
 
 void PerfProfileBuilder::set_own_event_ids(int32_t tid, std::vector<uint64_t> ids) {
@@ -109,6 +137,7 @@ void PerfProfileBuilder::on_sample(const SampleRecord& s) {
   sample.cpu_delta_ns = cpu_delta(s);
 
   split_callchain(s.callchain, split_);
+  end_exec_window(s);
   const StackEnd user_end = apply_user_stack(s);
   if (user_end != StackEnd::kUnknown) {
     sample.stack_end = user_end;
@@ -198,7 +227,7 @@ void PerfProfileBuilder::on_mmap2(const Mmap2Record& r) {
   RawProcess& process = ensure_process(r.pid, time);
   add_module_mapping(profile_, process,
                      RawMapping{r.address, r.address + r.length, r.page_offset, kNoIndex, time}, r.filename,
-                     r.build_id, build_ids_);
+                     r.build_id, build_ids_, last_exec_of(r.pid));
 }
 
 void PerfProfileBuilder::on_comm(const CommRecord& r) {
@@ -208,10 +237,15 @@ void PerfProfileBuilder::on_comm(const CommRecord& r) {
   RawProcess& process = profile_.process(r.pid);
   if (r.pid == r.tid || r.exec) process.name = r.comm;
   if (r.exec) {
-    // The old image is gone: its mappings must not explain samples taken after the exec. The kernel
-    // writes the exec's COMM record before the new image's MMAP2 records, so all current mappings
-    // belong to the old image.
-    end_mappings_at_exec(process, time);
+    // The kernel writes the exec's COMM record before the new image's MMAP2 records, so all current
+    // mappings belong to the old image. They must not explain samples of the new image, but until
+    // execve has set the new image's registers a sample (in the kernel, inside execve) still holds
+    // the old image's user registers. So the old mappings end at the first sample that shows the
+    // new image running (end_exec_window), or at the next exec.
+    if (const auto open = exec_window_.find(r.pid); open != exec_window_.end())
+      end_mappings_at_exec(process, open->second, time);
+    exec_window_[r.pid] = time;
+    last_exec_[r.pid] = time;
     // After an exec the process has a new executable and command line.
     if (describe_) describe_(process);
   }

@@ -83,6 +83,10 @@ class PerfProfileBuilder {
   // Replaces or completes split_.user from the sample's registers and stack copy; returns how the user
   // stack ended (kUnknown: not handled here, judge the kernel's chain).
   StackEnd apply_user_stack(const SampleRecord& s);
+  // Ends the mappings of an exec's old image once `s` shows the new image running: taken in user
+  // mode, or with its user address in a mapping made since the exec began (see on_comm).
+  void end_exec_window(const SampleRecord& s);
+  uint64_t last_exec_of(int32_t pid) const;  // start of the process's last exec, 0 = none seen
 
   RawProfile& profile_;
   ProfileBuilderConfig config_;
@@ -95,6 +99,9 @@ class PerfProfileBuilder {
   // Last counter value per thread and CPU: each (thread, CPU) pair has its own inherited event.
   std::unordered_map<int32_t, std::vector<uint64_t>> last_value_;
   std::unordered_map<int32_t, std::unordered_set<uint64_t>> own_ids_;
+  // Processes whose exec began (its COMM record's time) with the old image's mappings still open.
+  std::unordered_map<int32_t, uint64_t> exec_window_;
+  std::unordered_map<int32_t, uint64_t> last_exec_;  // start of each process's last exec
   uint64_t samples_ = 0;
   uint64_t duplicates_ = 0;
   uint64_t undecodable_ = 0;

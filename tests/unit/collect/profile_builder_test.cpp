@@ -132,6 +132,8 @@ TEST(ProfileBuilder, ThreadsProcessesForkExitComm) {
   EXPECT_GE(described, 2);  // the exec'd process and the forked one
 }
 
+// An exec's COMM record divides the old image's mappings from the new one's; the old ones end once a
+// sample shows the new image running, since a sample inside execve still holds the old registers.
 TEST(ProfileBuilder, ExecEndsTheOldImagesMappings) {
   RawProfile profile;
   PerfProfileBuilder builder(profile, {true, 127});
@@ -161,13 +163,23 @@ TEST(ProfileBuilder, ExecEndsTheOldImagesMappings) {
   Mmap2Record again = lib;
   again.sample_id.time = 520;
   builder.on_record(again);
-
+  // Inside execve, before it sets the new registers: a kernel sample with the old image's user address.
+  SampleRecord in_execve =
+      make_sample(40, 40, 0, 530, std::nullopt, {kKernel, 0xffffffff81000000, kUser, 0x7f0000000100});
+  in_execve.misc = PERF_RECORD_MISC_KERNEL;
+  builder.on_record(in_execve);
   const RawProcess* p = profile.find_process(40);
   ASSERT_NE(p, nullptr);
-  EXPECT_EQ(p->name, "target");
   ASSERT_EQ(p->mappings.size(), 4u);  // the re-mapped library is a new mapping, not a duplicate
-  EXPECT_EQ(p->mappings[0].unmapped_ns, 500u);
-  EXPECT_EQ(p->mappings[1].unmapped_ns, 500u);
+  EXPECT_EQ(p->mappings[0].unmapped_ns, 0u) << "the old image ended before the new one ran";
+  // The new image running in user mode ends the old one.
+  SampleRecord running = make_sample(40, 40, 0, 600, std::nullopt, {kUser, 0x400100});
+  running.misc = PERF_RECORD_MISC_USER;
+  builder.on_record(running);
+
+  EXPECT_EQ(p->name, "target");
+  EXPECT_EQ(p->mappings[0].unmapped_ns, 600u);
+  EXPECT_EQ(p->mappings[1].unmapped_ns, 600u);
   EXPECT_EQ(p->mappings[2].unmapped_ns, 0u);
   EXPECT_EQ(p->mappings[3].unmapped_ns, 0u);
   auto module_at = [&](uint64_t address, uint64_t time) -> std::string {
@@ -176,8 +188,9 @@ TEST(ProfileBuilder, ExecEndsTheOldImagesMappings) {
   };
   EXPECT_EQ(module_at(0x400100, 300), "/usr/bin/launcher");
   EXPECT_EQ(module_at(0x400100, 600), "/usr/bin/target");
-  // Between the exec and the new MMAP2 record the old image no longer answers.
-  EXPECT_EQ(module_at(0x400100, 505), "/usr/bin/target");
+  // Inside execve the old image still answers where the new one has no mapping yet.
+  EXPECT_EQ(module_at(0x400100, 505), "/usr/bin/launcher");
+  EXPECT_EQ(module_at(0x7f0000000100, 530), "/usr/lib/libold.so");
   EXPECT_EQ(module_at(0x7f0000000100, 300), "/usr/lib/libold.so");
   EXPECT_EQ(p->find_mapping(0x7f0000000100, 600), &p->mappings[3]);
 }
