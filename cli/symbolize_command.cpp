@@ -211,6 +211,7 @@ int run_symbolize(const SymbolizeArgs& args) {
     // in all on 100,000 random addresses of libpython) and not written one system call per address.
     std::ios::sync_with_stdio(false);
     constexpr size_t kBatch = size_t{1} << 17;
+    constexpr size_t kFlushBytes = size_t{1} << 16;
     std::vector<std::string> batch;
     size_t used = 0;
     std::string line;
@@ -227,7 +228,7 @@ int run_symbolize(const SymbolizeArgs& args) {
       if (used > 1) query.prepare(std::span<const std::string>(batch.data(), used));
       for (size_t i = 0; i < used; ++i) {
         answer(batch[i]);
-        if (text_out.size() >= (size_t{1} << 16)) flush_text();
+        if (text_out.size() >= kFlushBytes) flush_text();
       }
       flush_text();
       std::cout.flush();

@@ -376,7 +376,6 @@ bool decode_line_table(const LineSections& s, uint64_t offset, const char* comp_
 
   if (!std::is_sorted(out.rows.begin(), out.rows.end(), row_before)) sort_rows(out.rows);
   if (!out.rows.empty()) out.rows.back().end_sequence = true;
-  out.rows.shrink_to_fit();
   return true;
 }
 

@@ -46,7 +46,8 @@ struct LineSections {
 
 // Decodes the line program at `offset` in .debug_line. `comp_dir` (may be null) is directory 0
 // before DWARF 5. Returns false, leaving `out` unspecified, on anything malformed or on a form it
-// does not read (the caller then asks libdw); never reads outside the given sections.
+// does not read (the caller then asks libdw); never reads outside the given sections. The rows
+// keep the spare capacity of their first estimate: compact() gives it back with the dropped rows.
 bool decode_line_table(const LineSections& sections, uint64_t offset, const char* comp_dir,
                        uint8_t address_size, LineTable& out);
 
