@@ -30,7 +30,8 @@ void append_number(std::string& out, uint32_t value) {
 // llvm-symbolizer's LLVM output style: per level the function, then file:line:column, innermost
 // level first; "??" for what is unknown. Appended to a string rather than streamed: this runs
 // once per address and iostream formatting was a fifth of hpctl symbolize's instructions.
-void append_text(const AddressAnswer& a, bool inlines, bool process_mode, std::string& out) {
+void append_text(const AddressAnswer& a, const LocationView& where, bool inlines, bool process_mode,
+                 std::string& out) {
   if (!a.parsed) {
     out += a.input;  // llvm-symbolizer echoes what it cannot parse, with no blank line
     out += '\n';
@@ -42,19 +43,19 @@ void append_text(const AddressAnswer& a, bool inlines, bool process_mode, std::s
     out += hex(a.module.empty() ? a.address : a.file_offset);
     out += '\n';
   }
-  const auto& frames = a.location.frames;
-  const auto line = [&](const std::string& function, const SourceFrame& where) {
-    out += function.empty() ? std::string_view("??") : std::string_view(function);
+  const auto& frames = where.frames;
+  const auto line = [&](std::string_view function, const SourceFrameView& at) {
+    out += function.empty() ? std::string_view("??") : function;
     out += '\n';
-    out += where.file.empty() ? std::string_view("??") : std::string_view(where.file);
+    out += at.file.empty() ? std::string_view("??") : at.file;
     out += ':';
-    append_number(out, where.line);
+    append_number(out, at.line);
     out += ':';
-    append_number(out, where.column);
+    append_number(out, at.column);
     out += '\n';
   };
   if (frames.empty()) {
-    line({}, SourceFrame{});
+    line({}, SourceFrameView{});
   } else if (!inlines) {
     // As llvm-symbolizer --no-inlines: the real function, at the innermost level's line.
     line(frames.front().function, frames.back());
@@ -110,7 +111,8 @@ class AnswerCache {
   std::vector<Slot> slots_ = std::vector<Slot>(size_t{1} << kSlotBits);
 };
 
-void print_json(const AddressAnswer& a, bool inlines, bool process_mode, std::ostream& out) {
+void print_json(const AddressAnswer& a, const LocationView& where, bool inlines, bool process_mode,
+                std::ostream& out) {
   using nlohmann::ordered_json;
   ordered_json doc;
   doc["input"] = a.input;
@@ -128,19 +130,19 @@ void print_json(const AddressAnswer& a, bool inlines, bool process_mode, std::os
   }
   if (!a.error.empty()) doc["error"] = a.error;
   if (a.in_module) doc["vaddr"] = hex(a.vaddr);
-  doc["found"] = a.location.found;
-  if (a.location.found) {
-    doc["symbol"] = a.location.symbol;
-    doc["symbol_vaddr"] = hex(a.vaddr - (a.location.rel_address - a.location.symbol_address));
-    if (a.location.symbol_size != 0) doc["symbol_size"] = a.location.symbol_size;
+  doc["found"] = where.found;
+  if (where.found) {
+    doc["symbol"] = where.symbol;
+    doc["symbol_vaddr"] = hex(a.vaddr - (where.rel_address - where.symbol_address));
+    if (where.symbol_size != 0) doc["symbol_size"] = where.symbol_size;
   }
   ordered_json frames = ordered_json::array();
-  const auto& chain = a.location.frames;
-  const auto add = [&](const std::string& function, const SourceFrame& where, bool inlined) {
+  const auto& chain = where.frames;
+  const auto add = [&](std::string_view function, const SourceFrameView& at, bool inlined) {
     frames.push_back({{"function", function},
-                      {"file", where.file},
-                      {"line", where.line},
-                      {"column", where.column},
+                      {"file", at.file},
+                      {"line", at.line},
+                      {"column", at.column},
                       {"inlined", inlined}});
   };
   if (!chain.empty() && !inlines) {
@@ -166,6 +168,7 @@ int run_symbolize(const SymbolizeArgs& args) {
   const bool process_mode = args.pid != 0;
   bool all_parsed = true;
   AddressAnswer a;  // reused: its strings keep their storage from one address to the next
+  LocationView where;
   AnswerCache cache;
   std::string text_out;
   const auto flush_text = [&] {
@@ -182,7 +185,7 @@ int run_symbolize(const SymbolizeArgs& args) {
         }
       }
     }
-    query.lookup(text, a);
+    query.lookup(text, a, where);
     for (const std::string& w : query.take_warnings())
       std::fprintf(stderr, "hpctl symbolize: warning: %s\n", w.c_str());
     if (!a.parsed) {
@@ -190,10 +193,10 @@ int run_symbolize(const SymbolizeArgs& args) {
       std::fprintf(stderr, "hpctl symbolize: %s\n", a.error.c_str());
     }
     if (args.json) {
-      print_json(a, !args.no_inlines, process_mode, std::cout);
+      print_json(a, where, !args.no_inlines, process_mode, std::cout);
     } else {
       const size_t start = text_out.size();
-      append_text(a, !args.no_inlines, process_mode, text_out);
+      append_text(a, where, !args.no_inlines, process_mode, text_out);
       if (a.parsed) cache.add(a.address, std::string_view(text_out).substr(start));
     }
   };

@@ -211,6 +211,41 @@ AddressAnswer AddressQuery::lookup(std::string_view text) {
 }
 
 void AddressQuery::lookup(std::string_view text, AddressAnswer& a) {
+  if (const ProcessMapping* m = start_lookup(text, a)) {
+    finish_in_process(*m, a);
+  } else if (a.in_module) {
+    symbolizer_->resolve_vaddr(file_ref_, a.address, a.location);
+  } else {
+    a.location = Location{};
+  }
+}
+
+void AddressQuery::lookup(std::string_view text, AddressAnswer& a, LocationView& where) {
+  const ProcessMapping* m = start_lookup(text, a);
+  if (m == nullptr && a.in_module) {
+    a.location = Location{};
+    symbolizer_->resolve_vaddr(file_ref_, a.address, where);
+    return;
+  }
+  // Process mode resolves through Symbolizer::resolve: the views point into a.location.
+  if (m != nullptr) {
+    finish_in_process(*m, a);
+  } else {
+    a.location = Location{};
+  }
+  const Location& l = a.location;
+  where.found = l.found;
+  where.symbol = l.symbol;
+  where.symbol_address = l.symbol_address;
+  where.symbol_size = l.symbol_size;
+  where.rel_address = l.rel_address;
+  where.frames.resize(l.frames.size());
+  for (size_t i = 0; i < l.frames.size(); ++i) {
+    where.frames[i] = {l.frames[i].function, l.frames[i].file, l.frames[i].line, l.frames[i].column};
+  }
+}
+
+const ProcessMapping* AddressQuery::start_lookup(std::string_view text, AddressAnswer& a) {
   a.input.assign(trim(text));
   a.parsed = false;
   a.error.clear();
@@ -219,9 +254,8 @@ void AddressQuery::lookup(std::string_view text, AddressAnswer& a) {
   a.in_module = false;
   const auto address = parse_hex_address(a.input);
   if (!address) {
-    a.location = Location{};
     a.error = a.input.empty() ? "empty input" : "not a hexadecimal address: '" + a.input + "'";
-    return;
+    return nullptr;
   }
   a.parsed = true;
   a.address = *address;
@@ -229,25 +263,25 @@ void AddressQuery::lookup(std::string_view text, AddressAnswer& a) {
     if (file_ref_.path.empty()) file_ref_.path = file_;
     a.module.assign(file_);
     a.in_module = true;
-    symbolizer_->resolve_vaddr(file_ref_, a.address, a.location);
     a.vaddr = a.address;
-    return;
+    return nullptr;
   }
-
   const ProcessMapping* mapping = mapping_of(a.address);
   if (mapping == nullptr) {
-    a.location = Location{};
     a.error = "not in any mapping of process " + std::to_string(pid_);
-    return;
+    return nullptr;
   }
   const ProcessMapping& m = *mapping;
   a.module = m.path;
   a.file_offset = a.address - m.start + m.offset;
   if (m.path.empty() || m.path.front() != '/') {
-    a.location = Location{};
     a.error = "in " + (m.path.empty() ? std::string("anonymous memory") : m.path) + ", not a file mapping";
-    return;
+    return nullptr;
   }
+  return mapping;
+}
+
+void AddressQuery::finish_in_process(const ProcessMapping& m, AddressAnswer& a) {
   const ModuleRef ref = module_of(m);
   note_module(ref);
   a.in_module = true;

@@ -13,12 +13,14 @@ namespace {
 class DwarfDebugInfo final : public DebugInfo {
  public:
   explicit DwarfDebugInfo(std::unique_ptr<DwarfIndex> index) : index_(std::move(index)) {}
-  void lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) override { index_->lookup(vaddr, frames); }
+  void lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) override {
+    index_->lookup(vaddr, frames);
+  }
   DebugPlace locate(uint64_t vaddr) override {
     const DwarfIndex::Place p = index_->locate(vaddr);
     return DebugPlace{{p.unit, p.node, p.file, p.line, p.column}, {p.hot[0], p.hot[1]}};
   }
-  void describe(const DebugPlace& place, std::vector<SourceFrame>& frames) override {
+  void describe(const DebugPlace& place, std::vector<SourceFrameView>& frames) override {
     const uint32_t* p = place.part;
     index_->describe(DwarfIndex::Place{p[0], p[1], p[2], p[3], p[4], {}}, frames);
   }

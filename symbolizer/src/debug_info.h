@@ -27,13 +27,13 @@ class DebugInfo {
   virtual ~DebugInfo() = default;
   // The inline chain at ELF virtual address `vaddr`, outermost (the real function) first, each
   // level with its own function name and the file:line executing in it; empty when not covered.
-  // Written into `frames`, whose strings' storage is reused.
-  virtual void lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) = 0;
+  // The views point into this DebugInfo's tables and stay valid as long as it.
+  virtual void lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) = 0;
   // lookup() in two steps: every search in locate(), the printing in describe(). Searching many
   // addresses in address order and printing them later, in the order asked, keeps the searches
   // on the tables' memory one part at a time. A place stays valid as long as this DebugInfo.
   virtual DebugPlace locate(uint64_t vaddr) = 0;
-  virtual void describe(const DebugPlace& place, std::vector<SourceFrame>& frames) = 0;
+  virtual void describe(const DebugPlace& place, std::vector<SourceFrameView>& frames) = 0;
   // Estimated heap bytes held, for the module cache's memory cap.
   virtual size_t memory_bytes() const = 0;
 };

@@ -403,11 +403,11 @@ struct Symbolizer::Impl {
     remeasure(e, vaddrs.size() + 2);  // always: the tables grew by a batch
   }
 
-  // Fills `loc` (reusing its strings' storage) with what `vaddr` resolves to.
-  void locate_vaddr(LoadedModule& m, const ModuleInfo& info, uint64_t vaddr, Location& loc) const {
+  // Fills `loc` with what `vaddr` resolves to, its strings viewing the module's tables.
+  void locate_vaddr(LoadedModule& m, const ModuleInfo& info, uint64_t vaddr, LocationView& loc) const {
     const uint64_t base = info.image_base;
     loc.found = false;
-    loc.symbol.clear();
+    loc.symbol = {};
     loc.symbol_address = loc.symbol_size = 0;
     loc.rel_address = vaddr - base;
     const PreparedAddresses::Entry* prepared = m.prepared.take(vaddr);
@@ -423,21 +423,24 @@ struct Symbolizer::Impl {
     // One spelling per function: inlined levels named from DWARF must read like symbol-table
     // names, or a function shows up twice (inlined and not) in call trees.
     if (options.demangle) {
-      for (SourceFrame& f : loc.frames) {
-        if (f.function.find('$') != std::string::npos) f.function = decode_rust_legacy_escapes(f.function);
+      loc.own_names.clear();
+      loc.own_names.reserve(loc.frames.size());  // never reallocated below: the views stay valid
+      for (SourceFrameView& f : loc.frames) {
+        if (f.function.find('$') == std::string_view::npos) continue;
+        f.function = loc.own_names.emplace_back(decode_rust_legacy_escapes(std::string(f.function)));
       }
     }
     if (sym != nullptr) {
       loc.found = true;
-      loc.symbol.assign(prepared != nullptr ? *prepared->symbol_name
-                                            : m.symbols.display_name(*sym, options.demangle));
+      loc.symbol =
+          prepared != nullptr ? *prepared->symbol_name : m.symbols.display_name(*sym, options.demangle);
       loc.symbol_address = sym->address - base;
       loc.symbol_size = sym->size != 0 ? sym->size : sym->end - sym->address;
       // llvm's rule: the outermost frame is named by the symbol table (keeps ".isra.0" etc.).
       if (loc.frames.empty()) loc.frames.emplace_back();
-      loc.frames.front().function.assign(loc.symbol);
+      loc.frames.front().function = loc.symbol;
       // Also llvm's: with no file from DWARF, a local symbol's STT_FILE name (line 0).
-      if (loc.frames.front().file.empty()) loc.frames.front().file.assign(m.symbols.file(*sym));
+      if (loc.frames.front().file.empty()) loc.frames.front().file = m.symbols.file(*sym);
     } else if (!loc.frames.empty() && loc.frames.front().function.empty()) {
       // A line-table row but neither a symbol nor a function DIE (hand-written assembly, a
       // function whose DIE the compiler dropped): no function, but the line is still worth
@@ -446,10 +449,30 @@ struct Symbolizer::Impl {
     } else if (!loc.frames.empty()) {
       // Debug information without a symbol (a stripped .symtab): name from DWARF, start unknown.
       loc.found = true;
-      loc.symbol.assign(loc.frames.front().function);
+      loc.symbol = loc.frames.front().function;
       loc.symbol_address = loc.rel_address;
     }
   }
+
+  // The same into `loc`, copied (reusing its strings' storage).
+  void locate_vaddr(LoadedModule& m, const ModuleInfo& info, uint64_t vaddr, Location& loc) {
+    locate_vaddr(m, info, vaddr, view_);
+    loc.found = view_.found;
+    loc.symbol.assign(view_.symbol);
+    loc.symbol_address = view_.symbol_address;
+    loc.symbol_size = view_.symbol_size;
+    loc.rel_address = view_.rel_address;
+    loc.frames.resize(view_.frames.size());
+    for (size_t i = 0; i < view_.frames.size(); ++i) {
+      const SourceFrameView& from = view_.frames[i];
+      SourceFrame& to = loc.frames[i];
+      to.function.assign(from.function);
+      to.file.assign(from.file);
+      to.line = from.line;
+      to.column = from.column;
+    }
+  }
+  LocationView view_;  // the copying locate_vaddr's scratch
 };
 
 Symbolizer::Symbolizer(SymbolizerOptions options) : impl_(std::make_unique<Impl>()) {
@@ -501,6 +524,21 @@ void Symbolizer::resolve_vaddr(const ModuleRef& module, uint64_t vaddr, Location
     return;
   }
   impl_->locate_vaddr(*e.loaded, e.info, vaddr, out);
+  impl_->remeasure(e, 1);
+}
+
+void Symbolizer::resolve_vaddr(const ModuleRef& module, uint64_t vaddr, LocationView& out) {
+  Impl::Entry& e = impl_->get(module);
+  if (!e.loaded) {
+    out.found = false;
+    out.symbol = {};
+    out.symbol_address = out.symbol_size = 0;
+    out.rel_address = vaddr - e.info.image_base;
+    out.frames.clear();
+    return;
+  }
+  impl_->locate_vaddr(*e.loaded, e.info, vaddr, out);
+  // Evicts other modules only: the views point into this one's tables.
   impl_->remeasure(e, 1);
 }
 

@@ -203,20 +203,13 @@ struct DwarfIndex::Impl {
   // cheap enough for the module cache to do often.
   mutable size_t table_bytes = 0;
   mutable size_t line_rows_from_libdw = 0;
-  // Strings of frames dropped when a chain was shorter than the previous one, handed to the
-  // next longer chain: chain depths vary from address to address, and without this every
-  // deeper chain would allocate its names and paths anew.
-  mutable std::vector<std::string> spare_strings;
-
-  void resize_keeping_storage(std::vector<SourceFrame>& frames, size_t n) const;
-
   UnitTables* tables_for(uint32_t unit_index) const;
   void load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const;
   const std::string* demangled(const char* raw) const;
   void read_details(const SubroutineNode& node, SubroutineDetails& details) const;
   // DwarfIndex::locate and describe, with `mutex` held.
   Place locate(uint64_t vaddr) const;
-  void describe(const Place& place, std::vector<SourceFrame>& frames) const;
+  void describe(const Place& place, std::vector<SourceFrameView>& frames) const;
 };
 
 DwarfIndex::DwarfIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -381,45 +374,17 @@ void DwarfIndex::Impl::read_details(const SubroutineNode& node, SubroutineDetail
   details.call_column = text.call_column;
 }
 
-void DwarfIndex::Impl::resize_keeping_storage(std::vector<SourceFrame>& frames, size_t n) const {
-  constexpr size_t kMaxSpare = 64;
-  while (frames.size() > n) {
-    if (spare_strings.size() + 2 <= kMaxSpare) {
-      spare_strings.push_back(std::move(frames.back().function));
-      spare_strings.push_back(std::move(frames.back().file));
-    }
-    frames.pop_back();
-  }
-  while (frames.size() < n) {
-    SourceFrame& f = frames.emplace_back();
-    if (spare_strings.size() >= 2) {
-      f.function = std::move(spare_strings.back());
-      spare_strings.pop_back();
-      f.file = std::move(spare_strings.back());
-      spare_strings.pop_back();
-    }
-  }
-}
-
-namespace {
-
-void assign_name(std::string& to, const std::string* name) {
-  if (name == nullptr) {
-    to.clear();
-  } else {
-    to.assign(*name);
-  }
-}
-
-}  // namespace
-
 std::vector<SourceFrame> DwarfIndex::lookup(uint64_t vaddr) const {
-  std::vector<SourceFrame> frames;
-  lookup(vaddr, frames);
+  std::vector<SourceFrameView> views;
+  lookup(vaddr, views);
+  std::vector<SourceFrame> frames(views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    frames[i] = {std::string(views[i].function), std::string(views[i].file), views[i].line, views[i].column};
+  }
   return frames;
 }
 
-void DwarfIndex::lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) const {
+void DwarfIndex::lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->describe(impl_->locate(vaddr), frames);
 }
@@ -429,7 +394,7 @@ DwarfIndex::Place DwarfIndex::locate(uint64_t vaddr) const {
   return impl_->locate(vaddr);
 }
 
-void DwarfIndex::describe(const Place& place, std::vector<SourceFrame>& frames) const {
+void DwarfIndex::describe(const Place& place, std::vector<SourceFrameView>& frames) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->describe(place, frames);
 }
@@ -464,51 +429,41 @@ DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
   return place;
 }
 
-void DwarfIndex::Impl::describe(const Place& place, std::vector<SourceFrame>& frames) const {
-  if (place.unit >= units.size() || !units[place.unit].tables) {
-    resize_keeping_storage(frames, 0);
-    return;
-  }
+void DwarfIndex::Impl::describe(const Place& place, std::vector<SourceFrameView>& frames) const {
+  frames.clear();
+  if (place.unit >= units.size() || !units[place.unit].tables) return;
   UnitTables& t = *units[place.unit].tables;
   const std::vector<SubroutineDetails>& details = t.details;
   const uint32_t leaf = place.node < details.size() ? place.node : kNoNode;
+  const auto file_name = [&](bool known, uint32_t file) {
+    return known && file < t.lines.files.size() ? std::string_view(t.lines.files[file]) : std::string_view();
+  };
 
-  // Chain length first, so that `frames` is resized once and its strings keep their storage.
+  // Chain length first, so that the levels can be written outermost first.
   size_t depth = 0;
   for (uint32_t n = leaf; n != kNoNode && depth < details.size(); n = details[n].parent) {
     ++depth;
     if (details[n].is_subprogram) break;
   }
-  resize_keeping_storage(frames, std::max<size_t>(depth, 1));
-  SourceFrame& innermost = frames.back();
+  frames.resize(std::max<size_t>(depth, 1));
+  SourceFrameView& innermost = frames.back();
   innermost.line = place.line;
   innermost.column = place.column;
-  if (place.file < t.lines.files.size()) {
-    innermost.file.assign(t.lines.files[place.file]);
-  } else {
-    innermost.file.clear();
-  }
-  if (depth == 0) {
-    innermost.function.clear();
-    return;
-  }
+  innermost.file = file_name(true, place.file);
+  if (depth == 0) return;
   // Walk outwards: level i (from the innermost) is named by its node; the level outside it
   // executes the node's call site.
   uint32_t n = leaf;
   for (size_t i = 0; i < depth; ++i, n = details[n].parent) {
     SubroutineDetails& node = t.details[n];
     if (!node.details_read) read_details(t.map.nodes[n], node);
-    SourceFrame& f = frames[depth - 1 - i];
-    assign_name(f.function, node.name);
+    SourceFrameView& f = frames[depth - 1 - i];
+    f.function = node.name != nullptr ? std::string_view(*node.name) : std::string_view();
     if (i + 1 == depth) break;
-    SourceFrame& caller = frames[depth - 2 - i];
+    SourceFrameView& caller = frames[depth - 2 - i];
     caller.line = node.call_line;
     caller.column = node.call_column;
-    if (node.has_call_file && node.call_file < t.lines.files.size()) {
-      caller.file.assign(t.lines.files[node.call_file]);
-    } else {
-      caller.file.clear();
-    }
+    caller.file = file_name(node.has_call_file, node.call_file);
   }
 }
 

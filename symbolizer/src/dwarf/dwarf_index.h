@@ -34,9 +34,9 @@ class DwarfIndex {
   // Empty when no compile unit covers the address. When a compile unit covers it but no
   // function DIE does, one level with an empty function name and the line-table position.
   std::vector<SourceFrame> lookup(uint64_t vaddr) const;
-  // The same into `frames`, reusing its elements' string storage: a caller that keeps one vector
-  // across lookups allocates nothing per lookup once the names it sees are long enough.
-  void lookup(uint64_t vaddr, std::vector<SourceFrame>& frames) const;
+  // The same with the names and files as views into this index's tables (valid as long as it):
+  // a caller that prints them at once copies nothing.
+  void lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) const;
 
   // lookup() in two steps, for callers that search many addresses in address order (each unit's
   // tables are then walked once, front to back, instead of once per address in random order) and
@@ -55,7 +55,7 @@ class DwarfIndex {
     const void* hot[2] = {nullptr, nullptr};
   };
   Place locate(uint64_t vaddr) const;
-  void describe(const Place& place, std::vector<SourceFrame>& frames) const;
+  void describe(const Place& place, std::vector<SourceFrameView>& frames) const;
 
   // Estimate of the heap this index holds, including what libdw caches on its behalf.
   size_t memory_bytes() const;

@@ -204,11 +204,13 @@ TEST(Symbolizer, InlineChainsMatchLlvmSymbolizerRustV0) {
 // Legacy Rust: inlined levels (named from DWARF) are spelled like symbol-table names, with the
 // $-escapes decoded and no hash, so one function never appears under two names.
 // Everything a caller can see of a Location, on one line.
-std::string describe(const Location& loc) {
+// A Location or a LocationView as one line of text.
+template <class AnyLocation>
+std::string describe(const AnyLocation& loc) {
   std::ostringstream out;
   out << loc.found << ' ' << loc.symbol << " @" << std::hex << loc.symbol_address << '+' << loc.symbol_size
       << " rel " << loc.rel_address << std::dec;
-  for (const SourceFrame& f : loc.frames)
+  for (const auto& f : loc.frames)
     out << " | " << f.function << ' ' << f.file << ':' << f.line << ':' << f.column;
   return out.str();
 }
@@ -276,6 +278,42 @@ TEST(Symbolizer, PreparedAndBatchLookupsAnswerAsOneAtATime) {
     EXPECT_EQ(describe(by_vaddr[i]), expected[i]) << "resolve_vaddrs, index " << i;
     if (vaddrs[i] < text->second) {
       EXPECT_EQ(describe(by_offset[i]), expected[i]) << "resolve, index " << i;
+    }
+  }
+}
+
+// resolve_vaddr into a LocationView (hpctl symbolize's path) answers exactly as into a Location,
+// one at a time and prepared; in the legacy-mangled Rust fixture, chains hold several levels whose
+// names are decoded for the answer alone, and each view must point at its own level's name.
+TEST(Symbolizer, ViewLookupsAnswerAsCopyingOnes) {
+  std::vector<std::string> fixtures{FIXTURE_CPP};
+#ifdef FIXTURE_RUST_LEGACY
+  fixtures.push_back(FIXTURE_RUST_LEGACY);
+#endif
+  for (const std::string& path : fixtures) {
+    SCOPED_TRACE(path);
+    const ModuleRef ref = test::module_ref(path);
+    const auto text = test::section_range(path, ".text");
+    ASSERT_TRUE(text.has_value());
+    std::vector<uint64_t> vaddrs;
+    for (uint64_t a = text->first; a < text->second; a += 5) vaddrs.push_back(a);
+    vaddrs.push_back(text->second + 0x100000);
+    Symbolizer copying, viewing, prepared;
+    prepared.prepare_vaddrs(ref, vaddrs);
+    Location loc;
+    LocationView view, prepared_view;
+    size_t decoded_levels = 0;
+    for (uint64_t v : vaddrs) {
+      copying.resolve_vaddr(ref, v, loc);
+      viewing.resolve_vaddr(ref, v, view);
+      prepared.resolve_vaddr(ref, v, prepared_view);
+      const std::string expected = describe(loc);
+      ASSERT_EQ(describe(view), expected) << std::hex << v;
+      ASSERT_EQ(describe(prepared_view), expected) << std::hex << v;
+      decoded_levels += view.own_names.size();
+    }
+    if (path != FIXTURE_CPP) {
+      EXPECT_GT(decoded_levels, 10u) << "no inline level had Rust escapes to decode";
     }
   }
 }

@@ -57,6 +57,9 @@ class AddressQuery {
   AddressAnswer lookup(std::string_view text);
   // The same into `out`, reusing its strings' storage (for loops over many inputs).
   void lookup(std::string_view text, AddressAnswer& out);
+  // The same without copying the answer's names: `out.location` is left empty and `where` holds
+  // the answer, valid until the next call on this query or its symbolizer (see LocationView).
+  void lookup(std::string_view text, AddressAnswer& out, LocationView& where);
 
   // Searches the addresses among `inputs` ahead of their lookup() calls, in address order, module
   // by module (Symbolizer::prepare): for a batch of inputs that is then looked up in its own
@@ -69,6 +72,10 @@ class AddressQuery {
 
  private:
   AddressQuery(Symbolizer& symbolizer) : symbolizer_(&symbolizer) {}
+  // lookup() up to the search: fills `out` but its location. Returns the mapping to resolve the
+  // address in (process mode); nullptr in file mode and for inputs that cannot be resolved.
+  const ProcessMapping* start_lookup(std::string_view text, AddressAnswer& out);
+  void finish_in_process(const ProcessMapping& m, AddressAnswer& out);
   void note_module(const ModuleRef& ref);
   const ProcessMapping* mapping_of(uint64_t address) const;  // process mode; nullptr when none
   ModuleRef module_of(const ProcessMapping& m) const;

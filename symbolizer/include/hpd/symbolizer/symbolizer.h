@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hpd {
@@ -45,6 +46,26 @@ struct Location {
   // no function name but the file:line of a line-table row that covers the address (code that
   // debug information describes but no symbol or function entry names).
   std::vector<SourceFrame> frames;
+};
+
+// A Location whose strings are views into the Symbolizer's tables, for callers that print an
+// answer at once and want no copy of its names (deep C++ inline chains carry kilobytes of them).
+// Valid until the next call on the Symbolizer that produced it.
+struct SourceFrameView {
+  std::string_view function;
+  std::string_view file;
+  uint32_t line = 0;
+  uint32_t column = 0;
+};
+struct LocationView {
+  bool found = false;
+  std::string_view symbol;
+  uint64_t symbol_address = 0;
+  uint64_t symbol_size = 0;
+  uint64_t rel_address = 0;
+  std::vector<SourceFrameView> frames;  // as Location::frames
+  // Names made for this answer alone (Rust escapes decoded), which the views above point into.
+  std::vector<std::string> own_names;
 };
 
 // Identifies a module file to read symbols from.
@@ -119,6 +140,8 @@ class Symbolizer {
   // One ELF virtual address into `out`, whose strings' storage is reused: a loop resolving one
   // address at a time with the same Location allocates nothing per address once warm.
   void resolve_vaddr(const ModuleRef& module, uint64_t vaddr, Location& out);
+  // The same answer without copying its names (see LocationView).
+  void resolve_vaddr(const ModuleRef& module, uint64_t vaddr, LocationView& out);
   // Searches addresses ahead of the one-at-a-time calls (resolve_vaddr, or resolve with one
   // offset) that will ask for them: in address order, which walks each part of the module's
   // tables once instead of once per address in random order. What it finds is kept (64 bytes an
