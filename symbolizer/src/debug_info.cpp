@@ -32,15 +32,17 @@ class DwarfDebugInfo final : public DebugInfo {
 
 }  // namespace
 
-std::unique_ptr<DebugInfo> open_debug_info(const std::string& debug_path, std::string* error) {
-  std::unique_ptr<DwarfIndex> index = DwarfIndex::open(debug_path, error);
+std::unique_ptr<DebugInfo> open_debug_info(const std::string& debug_path, std::string* error,
+                                           std::string (*rewrite_name)(const std::string&)) {
+  std::unique_ptr<DwarfIndex> index = DwarfIndex::open(debug_path, error, rewrite_name);
   if (!index) return nullptr;
   return std::make_unique<DwarfDebugInfo>(std::move(index));
 }
 
 #else
 
-std::unique_ptr<DebugInfo> open_debug_info(const std::string& debug_path, std::string* error) {
+std::unique_ptr<DebugInfo> open_debug_info(const std::string& debug_path, std::string* error,
+                                           std::string (*)(const std::string&)) {
   if (error) *error = "built without a DWARF index; " + debug_path + " is used for its symbol table only";
   return nullptr;
 }

@@ -41,6 +41,8 @@ class DebugInfo {
 // Opens the DWARF in `debug_path` (a file that has .debug_info). Returns nullptr, with a message
 // in *error, when no DWARF reader is built in or the file's DWARF cannot be read; symbolization
 // then falls back to ELF symbols alone.
-std::unique_ptr<DebugInfo> open_debug_info(const std::string& debug_path, std::string* error);
+// `rewrite_name`, when given, is applied once to each function name that holds a '$'.
+std::unique_ptr<DebugInfo> open_debug_info(const std::string& debug_path, std::string* error,
+                                           std::string (*rewrite_name)(const std::string&) = nullptr);
 
 }  // namespace hpd

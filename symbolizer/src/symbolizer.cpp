@@ -355,7 +355,10 @@ struct Symbolizer::Impl {
     if (dwarf_file != nullptr) {
       info.has_debug_info = true;
       info.debug_path = dwarf_file->path();
-      module->debug = open_debug_info(dwarf_file->path(), &info.debug_error);
+      // One spelling per function: inlined levels named from DWARF must read like symbol-table
+      // names, or a function shows up twice (inlined and not) in call trees.
+      module->debug = open_debug_info(dwarf_file->path(), &info.debug_error,
+                                      options.demangle ? decode_rust_legacy_escapes : nullptr);
       info.dwarf_index = module->debug != nullptr;
     } else if (debug) {
       info.debug_path = debug->path();  // symbols only
@@ -420,16 +423,6 @@ struct Symbolizer::Impl {
       loc.frames.clear();
     }
     if (!options.inline_frames && loc.frames.size() > 1) loc.frames.resize(1);
-    // One spelling per function: inlined levels named from DWARF must read like symbol-table
-    // names, or a function shows up twice (inlined and not) in call trees.
-    if (options.demangle) {
-      loc.own_names.clear();
-      loc.own_names.reserve(loc.frames.size());  // never reallocated below: the views stay valid
-      for (SourceFrameView& f : loc.frames) {
-        if (f.function.find('$') == std::string_view::npos) continue;
-        f.function = loc.own_names.emplace_back(decode_rust_legacy_escapes(std::string(f.function)));
-      }
-    }
     if (sym != nullptr) {
       loc.found = true;
       loc.symbol =

@@ -196,6 +196,8 @@ struct DwarfIndex::Impl {
   // The own DIE walker reads little-endian, linked files only (ET_REL needs relocations).
   bool walker_usable = false;
 
+  NameRewrite rewrite_name = nullptr;
+
   mutable std::mutex mutex;
   // Demangled names by the DWARF string they came from (strings live as long as `dwarf`).
   mutable std::unordered_map<const char*, std::string> names;
@@ -215,12 +217,14 @@ struct DwarfIndex::Impl {
 DwarfIndex::DwarfIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DwarfIndex::~DwarfIndex() = default;
 
-std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::string* error) {
+std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::string* error,
+                                             NameRewrite rewrite_name) {
   auto fail = [&](std::string message) -> std::unique_ptr<DwarfIndex> {
     if (error != nullptr) *error = path + ": " + std::move(message);
     return nullptr;
   };
   auto impl = std::make_unique<Impl>();
+  impl->rewrite_name = rewrite_name;
   impl->fd = std::make_unique<FileDescriptor>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (impl->fd->get() < 0) return fail(std::string("cannot open: ") + std::strerror(errno));
   if (elf_version(EV_CURRENT) == EV_NONE) return fail("libelf version mismatch");
@@ -354,6 +358,8 @@ const std::string* DwarfIndex::Impl::demangled(const char* raw) const {
   auto it = names.find(raw);
   if (it != names.end()) return &it->second;
   std::string demangled = demangle_llvm_style(raw);
+  if (rewrite_name != nullptr && demangled.find('$') != std::string::npos)
+    demangled = rewrite_name(demangled);
   table_bytes += demangled.capacity() + 64;
   return &names.emplace(raw, std::move(demangled)).first->second;
 }

@@ -22,7 +22,11 @@ class DwarfIndex {
  public:
   // Opens an ELF file holding DWARF (the binary itself or a separate debug file). Returns nullptr
   // and sets *error (when error != nullptr) if the file cannot be read or has no usable DWARF.
-  static std::unique_ptr<DwarfIndex> open(const std::string& debug_file_path, std::string* error);
+  // `rewrite_name`, when given, is applied once to every demangled name that holds a '$' (the
+  // symbolizer decodes legacy Rust escapes with it).
+  using NameRewrite = std::string (*)(const std::string&);
+  static std::unique_ptr<DwarfIndex> open(const std::string& debug_file_path, std::string* error,
+                                          NameRewrite rewrite_name = nullptr);
 
   ~DwarfIndex();
   DwarfIndex(const DwarfIndex&) = delete;

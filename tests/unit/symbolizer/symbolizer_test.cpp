@@ -283,8 +283,7 @@ TEST(Symbolizer, PreparedAndBatchLookupsAnswerAsOneAtATime) {
 }
 
 // resolve_vaddr into a LocationView (hpctl symbolize's path) answers exactly as into a Location,
-// one at a time and prepared; in the legacy-mangled Rust fixture, chains hold several levels whose
-// names are decoded for the answer alone, and each view must point at its own level's name.
+// one at a time and prepared, in C++ and in legacy-mangled Rust (names with decoded escapes).
 TEST(Symbolizer, ViewLookupsAnswerAsCopyingOnes) {
   std::vector<std::string> fixtures{FIXTURE_CPP};
 #ifdef FIXTURE_RUST_LEGACY
@@ -302,7 +301,6 @@ TEST(Symbolizer, ViewLookupsAnswerAsCopyingOnes) {
     prepared.prepare_vaddrs(ref, vaddrs);
     Location loc;
     LocationView view, prepared_view;
-    size_t decoded_levels = 0;
     for (uint64_t v : vaddrs) {
       copying.resolve_vaddr(ref, v, loc);
       viewing.resolve_vaddr(ref, v, view);
@@ -310,10 +308,6 @@ TEST(Symbolizer, ViewLookupsAnswerAsCopyingOnes) {
       const std::string expected = describe(loc);
       ASSERT_EQ(describe(view), expected) << std::hex << v;
       ASSERT_EQ(describe(prepared_view), expected) << std::hex << v;
-      decoded_levels += view.own_names.size();
-    }
-    if (path != FIXTURE_CPP) {
-      EXPECT_GT(decoded_levels, 10u) << "no inline level had Rust escapes to decode";
     }
   }
 }

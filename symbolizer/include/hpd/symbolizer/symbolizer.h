@@ -64,8 +64,6 @@ struct LocationView {
   uint64_t symbol_size = 0;
   uint64_t rel_address = 0;
   std::vector<SourceFrameView> frames;  // as Location::frames
-  // Names made for this answer alone (Rust escapes decoded), which the views above point into.
-  std::vector<std::string> own_names;
 };
 
 // Identifies a module file to read symbols from.
