@@ -167,12 +167,19 @@ struct Cursor {
 // How an attribute value is passed over, decided once per abbreviation.
 enum class Skip : uint8_t { fixed, leb, cstr, block1, block2, block4, block_leb, indirect, unknown };
 
+// Six bytes: every unit's abbreviations stay decoded for the text reader, and large C++ units have
+// tens of thousands of attribute specifications. Names and forms above 0xffff (none is defined)
+// are kept as 0xffff, which matches no attribute and no form.
 struct AttrSpec {
-  uint32_t name;
-  uint32_t form;
+  uint16_t name;
+  uint16_t form;
   Skip skip;
   uint8_t size;  // for Skip::fixed
 };
+static_assert(sizeof(AttrSpec) == 6);
+constexpr uint16_t clamp16(uint64_t v) {
+  return static_cast<uint16_t>(std::min<uint64_t>(v, 0xffff));
+}
 
 struct Abbrev {
   bool defined = false;
@@ -202,7 +209,13 @@ struct UnitLayout {
   uint64_t unit_end_ = 0;
   std::vector<Abbrev> abbrevs_;  // by code
   std::vector<AttrSpec> specs_;
-  std::vector<int64_t> implicit_;  // by spec: the DW_FORM_implicit_const value (else 0)
+  // (spec index, value) of each DW_FORM_implicit_const spec, by spec index.
+  std::vector<std::pair<uint32_t, int64_t>> implicit_;
+  int64_t implicit_value(uint32_t spec_index) const {
+    auto it = std::lower_bound(implicit_.begin(), implicit_.end(), spec_index,
+                               [](const std::pair<uint32_t, int64_t>& e, uint32_t i) { return e.first < i; });
+    return it != implicit_.end() && it->first == spec_index ? it->second : 0;
+  }
 };
 
 class DieWalker : UnitLayout {
@@ -306,7 +319,7 @@ bool UnitLayout::skip_value(Cursor& c, const AttrSpec& spec, int indirections) c
       AttrSpec inner{spec.name, 0, Skip::unknown, 0};
       if (indirections > 0 || !c.uleb(form) || form == DW_FORM_implicit_const || form > UINT32_MAX)
         return false;
-      inner.form = static_cast<uint32_t>(form);
+      inner.form = clamp16(form);
       return form_size(form, inner.skip, inner.size) && skip_value(c, inner, indirections + 1);
     }
     case Skip::unknown: return false;
@@ -380,16 +393,16 @@ const char* UnitLayout::read_abbrevs(uint64_t offset) {
       if (name == 0 && form == 0) break;
       int64_t implicit = 0;
       if (form == DW_FORM_implicit_const && !c.sleb(implicit)) return "truncated abbreviation table";
-      AttrSpec spec{static_cast<uint32_t>(std::min<uint64_t>(name, UINT32_MAX)),
-                    static_cast<uint32_t>(std::min<uint64_t>(form, UINT32_MAX)), Skip::unknown, 0};
+      AttrSpec spec{clamp16(name), clamp16(form), Skip::unknown, 0};
       // An unknown form fails only a DIE that uses this abbreviation.
       if (form_size(form, spec.skip, spec.size) && spec.skip == Skip::fixed && fixed_size >= 0) {
         fixed_size += spec.size;
       } else {
         fixed_size = -1;
       }
+      if (form == DW_FORM_implicit_const)
+        implicit_.emplace_back(static_cast<uint32_t>(specs_.size()), implicit);
       specs_.push_back(spec);
-      implicit_.push_back(implicit);
     }
     a.attr_count = static_cast<uint32_t>(specs_.size() - a.first_attr);
     a.fixed_size = fixed_size >= 0 && fixed_size < INT32_MAX ? static_cast<int32_t>(fixed_size) : -1;
@@ -921,7 +934,7 @@ const char* DieTextReader::Impl::unit_for(uint64_t die_offset, const TextUnit*& 
       }
     }
     bytes += sizeof(TextUnit) + 64 + u.abbrevs_.capacity() * sizeof(Abbrev) + u.wanted_count.capacity() * 4 +
-             u.specs_.capacity() * sizeof(AttrSpec) + u.implicit_.capacity() * sizeof(int64_t);
+             u.specs_.capacity() * sizeof(AttrSpec) + u.implicit_.capacity() * sizeof(u.implicit_[0]);
   }
   last = slot.get();
   out = last;
@@ -965,7 +978,9 @@ const char* DieTextReader::Impl::read_die(uint64_t die_offset, DieText& out, con
       case DW_AT_call_column: slot = &out.call_column; break;
       default: break;
     }
-    if (slot != nullptr && slot->at == nullptr) *slot = {at, c.p, spec.form, u.implicit_[index]};
+    if (slot != nullptr && slot->at == nullptr) {
+      *slot = {at, c.p, spec.form, spec.form == DW_FORM_implicit_const ? u.implicit_value(index) : 0};
+    }
   }
   return nullptr;
 }
