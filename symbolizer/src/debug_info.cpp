@@ -18,11 +18,15 @@ class DwarfDebugInfo final : public DebugInfo {
   }
   DebugPlace locate(uint64_t vaddr) override {
     const DwarfIndex::Place p = index_->locate(vaddr);
-    return DebugPlace{{p.unit, p.node, p.file, p.line, p.column}, {p.hot[0], p.hot[1]}};
+    return DebugPlace{{p.unit, p.node, p.file, p.line, p.column}};
   }
   void describe(const DebugPlace& place, std::vector<SourceFrameView>& frames) override {
     const uint32_t* p = place.part;
-    index_->describe(DwarfIndex::Place{p[0], p[1], p[2], p[3], p[4], {}}, frames);
+    index_->describe(DwarfIndex::Place{p[0], p[1], p[2], p[3], p[4]}, frames);
+  }
+  void prefetch(const DebugPlace& place) override {
+    const uint32_t* p = place.part;
+    index_->prefetch(DwarfIndex::Place{p[0], p[1], p[2], p[3], p[4]});
   }
   size_t memory_bytes() const override { return index_->memory_bytes(); }
 

@@ -15,9 +15,6 @@ namespace hpd {
 // describe() to print without searching again.
 struct DebugPlace {
   uint32_t part[5] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, 0, 0};
-  // Memory describe() will read (null when none): a caller about to describe this place soon
-  // may prefetch it, since places prepared in address order are described in another order.
-  const void* hot[2] = {nullptr, nullptr};
 };
 
 // Source-level view of one module's debug information. The ELF symbol table still supplies the
@@ -34,6 +31,9 @@ class DebugInfo {
   // on the tables' memory one part at a time. A place stays valid as long as this DebugInfo.
   virtual DebugPlace locate(uint64_t vaddr) = 0;
   virtual void describe(const DebugPlace& place, std::vector<SourceFrameView>& frames) = 0;
+  // Starts loading the memory describe() will read first: places prepared in address order are
+  // described in another order, so a caller about to describe one soon may call this.
+  virtual void prefetch(const DebugPlace& place) = 0;
   // Estimated heap bytes held, for the module cache's memory cap.
   virtual size_t memory_bytes() const = 0;
 };

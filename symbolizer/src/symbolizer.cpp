@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <bit>
 #include <cinttypes>
 #include <cstdio>
 #include <list>
@@ -38,36 +39,64 @@ std::string join_errors(const std::vector<std::string>& errors) {
   return out;
 }
 
-// Sorts (address, index) pairs by address, stably: a least-significant-digit radix sort over just
-// the bytes in which the addresses differ. One module's addresses span a few megabytes, so three
-// passes over the batch usually do, where std::sort makes log2(n) rounds of comparisons (a twentieth
+// Least-significant-digit radix sort of `items` by bits [low_bit, 64) of each, stably: only over
+// the bytes in which those bits differ. One module's addresses span a few megabytes, so three
+// passes over a batch usually do, where std::sort makes log2(n) rounds of comparisons (a twentieth
 // of hpctl symbolize's time on 100,000 addresses).
-void sort_by_address(std::vector<std::pair<uint64_t, uint32_t>>& items) {
-  if (items.size() < 64) {
-    std::stable_sort(items.begin(), items.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    return;
-  }
+template <class T, class KeyOf>
+void radix_sort(std::vector<T>& items, unsigned low_bit, KeyOf key_of) {
   uint64_t all_or = 0, all_and = ~uint64_t{0};
-  for (const auto& item : items) {
-    all_or |= item.first;
-    all_and &= item.first;
+  for (const T& item : items) {
+    all_or |= key_of(item);
+    all_and &= key_of(item);
   }
-  const uint64_t varying = all_or ^ all_and;
-  std::vector<std::pair<uint64_t, uint32_t>> scratch(items.size());
-  for (unsigned shift = 0; shift < 64; shift += 8) {
+  const uint64_t varying = (all_or ^ all_and) >> low_bit << low_bit;
+  std::vector<T> scratch(items.size());
+  for (unsigned shift = low_bit / 8 * 8; shift < 64; shift += 8) {
     if (((varying >> shift) & 0xff) == 0) continue;
     size_t start[256] = {};
-    for (const auto& item : items) ++start[(item.first >> shift) & 0xff];
+    for (const T& item : items) ++start[(key_of(item) >> shift) & 0xff];
     size_t sum = 0;
     for (size_t& c : start) {
       const size_t count = c;
       c = sum;
       sum += count;
     }
-    for (const auto& item : items) scratch[start[(item.first >> shift) & 0xff]++] = item;
+    for (const T& item : items) scratch[start[(key_of(item) >> shift) & 0xff]++] = item;
     items.swap(scratch);
   }
+}
+
+// Calls fn(vaddr, i) for the n addresses vaddr_at(i) in address order, equal addresses in the
+// order given. The batch's order costs 8 bytes an address when the span of the addresses leaves
+// room for the index beside the offset in one word (one module's addresses always do), else 16.
+template <class VaddrAt, class Fn>
+void for_each_in_address_order(size_t n, VaddrAt vaddr_at, Fn fn) {
+  if (n == 0) return;
+  uint64_t low = UINT64_MAX, high = 0;
+  for (size_t i = 0; i < n; ++i) {
+    low = std::min(low, vaddr_at(i));
+    high = std::max(high, vaddr_at(i));
+  }
+  const unsigned index_bits = static_cast<unsigned>(std::bit_width(n - 1));
+  if (index_bits < 64 && ((high - low) >> (63 - index_bits)) == 0) {
+    // (offset << index_bits | i): in the order given, and so already ordered by the index bits
+    // below `index_bits`, which the sort can then leave alone.
+    std::vector<uint64_t> keys(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = (vaddr_at(i) - low) << index_bits | i;
+    if (n < 64) {
+      std::sort(keys.begin(), keys.end());
+    } else {
+      radix_sort(keys, index_bits, [](uint64_t k) { return k; });
+    }
+    const uint64_t mask = (uint64_t{1} << index_bits) - 1;
+    for (uint64_t k : keys) fn(low + (k >> index_bits), static_cast<size_t>(k & mask));
+    return;
+  }
+  std::vector<std::pair<uint64_t, uint32_t>> pairs(n);
+  for (size_t i = 0; i < n; ++i) pairs[i] = {vaddr_at(i), static_cast<uint32_t>(i)};
+  radix_sort(pairs, 0, [](const std::pair<uint64_t, uint32_t>& p) { return p.first; });
+  for (const auto& [vaddr, i] : pairs) fn(vaddr, i);
 }
 
 // What Symbolizer::prepare found for each address, in the order the addresses were given: the
@@ -81,6 +110,7 @@ class PreparedAddresses {
     const std::string* symbol_name;  // SymbolTable::display_name's, which stays put
     DebugPlace place;
   };
+  static_assert(sizeof(Entry) == 48);
 
   void assign(std::vector<Entry> entries) {
     entries_ = std::move(entries);
@@ -88,7 +118,7 @@ class PreparedAddresses {
   }
   // The entry for `vaddr` at the cursor or up to kLookAhead entries after it, moving the cursor
   // past it; nullptr (cursor unmoved) when the caller has left the prepared order.
-  const Entry* take(uint64_t vaddr) {
+  const Entry* take(uint64_t vaddr, DebugInfo* debug) {
     const size_t end = std::min(entries_.size(), next_ + kLookAhead);
     for (size_t i = next_; i < end; ++i) {
       if (entries_[i].vaddr == vaddr) {
@@ -97,9 +127,7 @@ class PreparedAddresses {
         // loading what a later lookup will read, so that its cache misses overlap this one's work.
         if (i + kPrefetchDistance < entries_.size()) {
           const Entry& ahead = entries_[i + kPrefetchDistance];
-          for (const void* p : ahead.place.hot) {
-            if (p != nullptr) __builtin_prefetch(p);
-          }
+          if (debug != nullptr) debug->prefetch(ahead.place);
           if (ahead.symbol_name != nullptr) __builtin_prefetch(ahead.symbol_name->data());
         }
         return &entries_[i];
@@ -372,14 +400,12 @@ struct Symbolizer::Impl {
   template <class VaddrAt>
   std::vector<Location> resolve_in_address_order(Entry& e, size_t n, VaddrAt vaddr_at) {
     std::vector<Location> out(n);
-    std::vector<std::pair<uint64_t, uint32_t>> order(n);
-    for (size_t i = 0; i < n; ++i) order[i] = {vaddr_at(i), static_cast<uint32_t>(i)};
     if (!e.loaded) {
-      for (auto [vaddr, i] : order) out[i].rel_address = vaddr - e.info.image_base;
+      for (size_t i = 0; i < n; ++i) out[i].rel_address = vaddr_at(i) - e.info.image_base;
       return out;
     }
-    sort_by_address(order);
-    for (auto [vaddr, i] : order) locate_vaddr(*e.loaded, e.info, vaddr, out[i]);
+    for_each_in_address_order(
+        n, vaddr_at, [&](uint64_t vaddr, size_t i) { locate_vaddr(*e.loaded, e.info, vaddr, out[i]); });
     remeasure(e, n);
     return out;
   }
@@ -387,21 +413,21 @@ struct Symbolizer::Impl {
   void prepare(Entry& e, std::span<const uint64_t> vaddrs) {
     if (!e.loaded) return;
     LoadedModule& m = *e.loaded;
-    std::vector<std::pair<uint64_t, uint32_t>> order(vaddrs.size());
-    for (size_t i = 0; i < vaddrs.size(); ++i) order[i] = {vaddrs[i], static_cast<uint32_t>(i)};
-    sort_by_address(order);
     std::vector<PreparedAddresses::Entry> entries(vaddrs.size());
-    for (size_t k = 0; k < order.size(); ++k) {
-      auto [vaddr, i] = order[k];
-      if (k > 0 && order[k - 1].first == vaddr) {
-        entries[i] = entries[order[k - 1].second];
-      } else {
-        const SymbolTable::Symbol* symbol = m.symbols.find(vaddr);
-        const std::string* name =
-            symbol != nullptr ? &m.symbols.display_name(*symbol, options.demangle) : nullptr;
-        entries[i] = {vaddr, symbol, name, m.debug ? m.debug->locate(vaddr) : DebugPlace{}};
-      }
-    }
+    size_t previous = SIZE_MAX;
+    for_each_in_address_order(
+        vaddrs.size(), [&](size_t i) { return vaddrs[i]; },
+        [&](uint64_t vaddr, size_t i) {
+          if (previous != SIZE_MAX && entries[previous].vaddr == vaddr) {
+            entries[i] = entries[previous];
+          } else {
+            const SymbolTable::Symbol* symbol = m.symbols.find(vaddr);
+            const std::string* name =
+                symbol != nullptr ? &m.symbols.display_name(*symbol, options.demangle) : nullptr;
+            entries[i] = {vaddr, symbol, name, m.debug ? m.debug->locate(vaddr) : DebugPlace{}};
+          }
+          previous = i;
+        });
     m.prepared.assign(std::move(entries));
     remeasure(e, vaddrs.size() + 2);  // always: the tables grew by a batch
   }
@@ -413,7 +439,7 @@ struct Symbolizer::Impl {
     loc.symbol = {};
     loc.symbol_address = loc.symbol_size = 0;
     loc.rel_address = vaddr - base;
-    const PreparedAddresses::Entry* prepared = m.prepared.take(vaddr);
+    const PreparedAddresses::Entry* prepared = m.prepared.take(vaddr, m.debug.get());
     const SymbolTable::Symbol* sym = prepared != nullptr ? prepared->symbol : m.symbols.find(vaddr);
     if (m.debug && prepared != nullptr) {
       m.debug->describe(prepared->place, loc.frames);

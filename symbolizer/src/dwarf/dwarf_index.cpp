@@ -423,8 +423,6 @@ DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
   auto span_it = std::upper_bound(spans.begin(), spans.end(), vaddr,
                                   [](uint64_t a, const SubroutineSpan& s) { return a < s.low; });
   if (span_it != spans.begin() && vaddr < std::prev(span_it)->high) place.node = std::prev(span_it)->node;
-  if (place.node != kNoNode) place.hot[0] = &t.details[place.node];
-  if (place.file < t.lines.files.size()) place.hot[1] = t.lines.files[place.file].data();
   // The chain's names and call sites are read now, while this unit's DIEs are at hand.
   const std::vector<SubroutineNode>& nodes = t.map.nodes;
   size_t depth = 0;
@@ -471,6 +469,14 @@ void DwarfIndex::Impl::describe(const Place& place, std::vector<SourceFrameView>
     caller.column = node.call_column;
     caller.file = file_name(node.has_call_file, node.call_file);
   }
+}
+
+void DwarfIndex::prefetch(const Place& place) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (place.unit >= impl_->units.size() || !impl_->units[place.unit].tables) return;
+  const UnitTables& t = *impl_->units[place.unit].tables;
+  if (place.node < t.details.size()) __builtin_prefetch(&t.details[place.node]);
+  if (place.file < t.lines.files.size()) __builtin_prefetch(t.lines.files[place.file].data());
 }
 
 size_t DwarfIndex::memory_bytes() const {

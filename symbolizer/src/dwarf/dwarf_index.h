@@ -54,12 +54,12 @@ class DwarfIndex {
     uint32_t file = kNone;  // the line-table row's file, line and column; file kNone: no row
     uint32_t line = 0;
     uint32_t column = 0;
-    // What describe() reads first and is least likely to find in cache: the innermost node's
-    // details and file name. Callers describing many places may prefetch them a few places ahead.
-    const void* hot[2] = {nullptr, nullptr};
   };
   Place locate(uint64_t vaddr) const;
   void describe(const Place& place, std::vector<SourceFrameView>& frames) const;
+  // Starts loading what describe() reads first and is least likely to find in cache (the
+  // innermost node's details and file name): for callers describing many places, a few ahead.
+  void prefetch(const Place& place) const;
 
   // Estimate of the heap this index holds, including what libdw caches on its behalf.
   size_t memory_bytes() const;

@@ -266,6 +266,28 @@ TEST(Symbolizer, PreparedAndBatchLookupsAnswerAsOneAtATime) {
     ASSERT_EQ(describe(loc), expected[i]) << "reverse order, index " << i;
   }
 
+  // Addresses 2^64 - 8 apart: a batch that cannot be ordered by one word per address (the other
+  // path of the sort).
+  std::vector<uint64_t> far = vaddrs;
+  far.push_back(UINT64_MAX - 7);
+  far.push_back(0);
+  std::shuffle(far.begin(), far.end(), rng);
+  {
+    Symbolizer plain;
+    std::vector<std::string> far_expected;
+    for (uint64_t v : far) {
+      plain.resolve_vaddr(ref, v, loc);
+      far_expected.push_back(describe(loc));
+    }
+    prepared.prepare_vaddrs(ref, far);
+    for (size_t i = 0; i < far.size(); ++i) {
+      prepared.resolve_vaddr(ref, far[i], loc);
+      ASSERT_EQ(describe(loc), far_expected[i]) << "far apart, index " << i;
+    }
+    const std::vector<Location> far_batch = Symbolizer().resolve_vaddrs(ref, far);
+    for (size_t i = 0; i < far.size(); ++i) ASSERT_EQ(describe(far_batch[i]), far_expected[i]) << i;
+  }
+
   Symbolizer batch;
   const std::vector<Location> by_vaddr = batch.resolve_vaddrs(ref, vaddrs);
   std::vector<uint64_t> offsets;
