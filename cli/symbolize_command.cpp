@@ -176,7 +176,7 @@ int run_symbolize(const SymbolizeArgs& args) {
     text_out.clear();
   };
 
-  const auto answer = [&](const std::string& text) {
+  const auto answer = [&](std::string_view text) {
     if (!args.json) {
       if (auto address = parse_hex_address(text)) {
         if (const std::string* known = cache.find(*address)) {
@@ -215,22 +215,26 @@ int run_symbolize(const SymbolizeArgs& args) {
     std::ios::sync_with_stdio(false);
     constexpr size_t kBatch = size_t{1} << 17;
     constexpr size_t kFlushBytes = size_t{1} << 16;
-    std::vector<std::string> batch;
+    std::string batch;  // the batch's lines, each ended by '\n': one buffer, not a string each
     size_t used = 0;
     std::string line;
     bool more = true;
     while (more) {
       used = 0;
+      batch.clear();
       while (used < kBatch && (more = static_cast<bool>(std::getline(std::cin, line)))) {
         if (line.find_first_not_of(" \t\r") != std::string::npos) {
-          if (used == batch.size()) batch.emplace_back();
-          batch[used++].swap(line);  // the batch's strings keep their storage from batch to batch
+          batch += line;
+          batch += '\n';
+          ++used;
         }
         if (std::cin.rdbuf()->in_avail() <= 0) break;
       }
-      if (used > 1) query.prepare(std::span<const std::string>(batch.data(), used));
-      for (size_t i = 0; i < used; ++i) {
-        answer(batch[i]);
+      if (used > 1) query.prepare_lines(batch);
+      for (std::string_view rest = batch; !rest.empty();) {
+        const size_t end = rest.find('\n');
+        answer(rest.substr(0, end));
+        rest.remove_prefix(end + 1);
         if (text_out.size() >= kFlushBytes) flush_text();
       }
       flush_text();

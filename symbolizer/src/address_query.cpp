@@ -171,24 +171,40 @@ ModuleRef AddressQuery::module_of(const ProcessMapping& m) const {
 }
 
 void AddressQuery::prepare(std::span<const std::string> inputs) {
+  prepare_inputs([&](auto fn) {
+    for (const std::string& text : inputs) fn(text);
+  });
+}
+
+void AddressQuery::prepare_lines(std::string_view lines) {
+  prepare_inputs([&](auto fn) {
+    while (!lines.empty()) {
+      const size_t end = lines.find('\n');
+      fn(lines.substr(0, end));
+      lines.remove_prefix(end == std::string_view::npos ? lines.size() : end + 1);
+    }
+  });
+}
+
+template <class ForEachInput>
+void AddressQuery::prepare_inputs(ForEachInput for_each_input) {
   if (pid_ == 0) {
     std::vector<uint64_t> vaddrs;
-    vaddrs.reserve(inputs.size());
-    for (const std::string& text : inputs) {
+    for_each_input([&](std::string_view text) {
       if (auto address = parse_hex_address(text)) vaddrs.push_back(*address);
-    }
+    });
     if (file_ref_.path.empty()) file_ref_.path = file_;
     symbolizer_->prepare_vaddrs(file_ref_, vaddrs);
     return;
   }
   // File offsets by mapping; mappings of one file share the module and so its preparation.
   std::vector<std::pair<const ProcessMapping*, uint64_t>> found;
-  for (const std::string& text : inputs) {
+  for_each_input([&](std::string_view text) {
     const auto address = parse_hex_address(text);
     const ProcessMapping* m = address ? mapping_of(*address) : nullptr;
     if (m != nullptr && !m->path.empty() && m->path.front() == '/')
       found.emplace_back(m, *address - m->start + m->offset);
-  }
+  });
   std::stable_sort(found.begin(), found.end(),
                    [](const auto& a, const auto& b) { return a.first->path < b.first->path; });
   std::vector<uint64_t> offsets;

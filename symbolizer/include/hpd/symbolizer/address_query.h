@@ -65,6 +65,8 @@ class AddressQuery {
   // by module (Symbolizer::prepare): for a batch of inputs that is then looked up in its own
   // order. Inputs that are not addresses, or in no file mapping, are left to lookup().
   void prepare(std::span<const std::string> inputs);
+  // The same for the lines of `lines` (each '\n'-terminated or the last), one input per line.
+  void prepare_lines(std::string_view lines);
 
   // Warnings about the modules looked up so far (no debug information, build-id mismatch), one
   // per module, each returned once.
@@ -78,6 +80,9 @@ class AddressQuery {
   void finish_in_process(const ProcessMapping& m, AddressAnswer& out);
   void note_module(const ModuleRef& ref);
   const ProcessMapping* mapping_of(uint64_t address) const;  // process mode; nullptr when none
+  // prepare() over the inputs that for_each_input(fn) passes to fn.
+  template <class ForEachInput>
+  void prepare_inputs(ForEachInput for_each_input);
   ModuleRef module_of(const ProcessMapping& m) const;
 
   Symbolizer* symbolizer_;
