@@ -9,6 +9,10 @@
 #   ms) and page faults, and llvm-symbolizer's CPU time divided by the tool's; then whether each
 #   hpctl's output equals llvm-symbolizer's, address by address. The same for 5 addresses
 #   (start-up cost). CPU time, not wall time: the machine is shared and noisy.
+#   Every hpctl run comes right after an llvm-symbolizer run (which is measured too), so that each
+#   hpctl finds the memory as llvm-symbolizer leaves it: on this VM, memory another process has
+#   just freed is much dearer to touch than memory the same program freed a moment ago, and an
+#   hpctl run right after another hpctl run would measure 10-20% faster.
 set -euo pipefail
 
 BIN=${1:?usage: symbolize_cpu.sh BINARY [ADDRESSES] [RUNS] HPCTL [HPCTL_BEFORE]}
@@ -40,12 +44,14 @@ measure() {
 median() { sort -g | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
 
 dwarf_mb=$(size -A "$BIN" | awk '/^\.debug/{s+=$2} END{printf "%.1f", s/1e6}')
-echo "binary: $BIN ($dwarf_mb MB of DWARF sections); medians of $RUNS interleaved runs"
+echo "binary: $BIN ($dwarf_mb MB of DWARF sections); medians of $RUNS runs, each right after an llvm-symbolizer run"
 for list in addrs addrs5; do
   n=$N
   [ "$list" = addrs5 ] && n=5
   for _ in $(seq "$RUNS"); do
     for tool in "${tools[@]}"; do
+      [ "$tool" = llvm ] && continue
+      measure llvm "$TMP/$list" >> "$TMP/llvm.$list"
       measure "$tool" "$TMP/$list" >> "$TMP/$tool.$list"
     done
   done

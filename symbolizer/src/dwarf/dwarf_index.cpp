@@ -412,7 +412,7 @@ DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
   if (cu_it == unit_spans.end() || cu_it->low > vaddr) return place;
   place.unit = cu_it->unit;
   UnitTables& t = *tables_for(cu_it->unit);
-  if (const LineRow* row = t.lines.find(vaddr)) {
+  if (const std::optional<LineRow> row = t.lines.find(vaddr)) {
     place.file = row->file;
     place.line = row->line;
     place.column = row->column;

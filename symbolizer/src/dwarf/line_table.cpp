@@ -202,17 +202,30 @@ void sort_rows(std::vector<LineRow>& rows) {
 }  // namespace
 
 size_t LineTable::memory_bytes() const {
-  size_t total = rows.capacity() * sizeof(LineRow) + files.capacity() * sizeof(std::string);
+  size_t total = rows.capacity() * sizeof(LineRow) + packed.capacity() * sizeof(PackedRow) +
+                 files.capacity() * sizeof(std::string);
   for (const std::string& f : files) total += f.capacity() > 15 ? f.capacity() + 1 : 0;
   return total;
 }
 
-const LineRow* LineTable::find(uint64_t address) const {
+std::optional<LineRow> LineTable::find(uint64_t address) const {
+  if (!packed.empty()) {
+    if (address < base) return std::nullopt;
+    // Past 4 GiB from the base every row lies below, as UINT32_MAX has them.
+    const auto offset = static_cast<uint32_t>(std::min<uint64_t>(address - base, UINT32_MAX));
+    auto it = std::upper_bound(packed.begin(), packed.end(), offset,
+                               [](uint32_t a, const PackedRow& row) { return a < row.offset; });
+    if (it == packed.begin()) return std::nullopt;
+    --it;
+    if (it->file_and_end >> 31 != 0) return std::nullopt;
+    return LineRow{base + it->offset, it->line, it->column, it->file_and_end, false};
+  }
   auto it = std::upper_bound(rows.begin(), rows.end(), address,
                              [](uint64_t a, const LineRow& row) { return a < row.address; });
-  if (it == rows.begin()) return nullptr;
+  if (it == rows.begin()) return std::nullopt;
   --it;
-  return it->end_sequence ? nullptr : &*it;
+  if (it->end_sequence) return std::nullopt;
+  return *it;
 }
 
 void LineTable::compact() {
@@ -229,7 +242,22 @@ void LineTable::compact() {
     rows[kept++] = row;
   }
   rows.resize(kept);
-  rows.shrink_to_fit();
+  packed.clear();
+  base = 0;
+  const bool packable =
+      !rows.empty() && rows.back().address - rows.front().address <= UINT32_MAX &&
+      std::all_of(rows.begin(), rows.end(), [](const LineRow& r) { return r.file < (uint32_t{1} << 31); });
+  if (!packable) {
+    rows.shrink_to_fit();
+    return;
+  }
+  base = rows.front().address;
+  packed.reserve(rows.size());
+  for (const LineRow& r : rows) {
+    packed.push_back({static_cast<uint32_t>(r.address - base), r.line, r.column,
+                      r.file | static_cast<uint32_t>(r.end_sequence) << 31});
+  }
+  std::vector<LineRow>().swap(rows);  // gives the memory back (assigning {} would keep it)
 }
 
 bool decode_line_table(const LineSections& s, uint64_t offset, const char* comp_dir, uint8_t address_size,

@@ -24,18 +24,21 @@ std::string fixture(const std::string& name) {
 
 // find()'s answer at `address` as text: the row's file, line and column, or "none".
 std::string found_at(const LineTable& t, uint64_t address) {
-  const LineRow* row = t.find(address);
-  if (row == nullptr) return "none";
+  const std::optional<LineRow> row = t.find(address);
+  if (!row) return "none";
   return std::to_string(row->file) + ":" + std::to_string(row->line) + ":" + std::to_string(row->column);
 }
 
 // LineTable::compact keeps every answer: find() can change only at a row's address, so comparing
 // at each row address and the bytes around it covers all addresses.
-void expect_compact_answers_as_full(const LineTable& full, size_t& rows_dropped) {
+void expect_compact_answers_as_full(const LineTable& full, size_t& rows_dropped, size_t& packed_tables) {
   LineTable compacted = full;
   compacted.compact();
-  ASSERT_LE(compacted.rows.size(), full.rows.size());
-  rows_dropped += full.rows.size() - compacted.rows.size();
+  const size_t kept = compacted.rows.size() + compacted.packed.size();
+  ASSERT_LE(kept, full.rows.size());
+  EXPECT_TRUE(compacted.rows.empty() || compacted.packed.empty());
+  packed_tables += !compacted.packed.empty();
+  rows_dropped += full.rows.size() - kept;
   size_t differences = 0;
   for (const LineRow& row : full.rows) {
     for (uint64_t address : {row.address - 1, row.address, row.address + 1}) {
@@ -50,7 +53,8 @@ void expect_compact_answers_as_full(const LineTable& full, size_t& rows_dropped)
 
 // Decodes every unit of `path` and compares rows and file names with libdw's; checks that the
 // compacted table answers as the full one.
-void compare_with_libdw(const std::string& path, size_t& units, size_t& rows_compared, size_t& rows_dropped) {
+void compare_with_libdw(const std::string& path, size_t& units, size_t& rows_compared, size_t& rows_dropped,
+                        size_t& packed_tables) {
   LibdwFile file(path);
   ASSERT_NE(file.dwarf(), nullptr) << dwarf_errmsg(-1);
   ASSERT_FALSE(file.line_sections().line.empty());
@@ -108,19 +112,20 @@ void compare_with_libdw(const std::string& path, size_t& units, size_t& rows_com
       EXPECT_EQ(row.file, file_index) << "row " << i;
       ++rows_compared;
     }
-    expect_compact_answers_as_full(table, rows_dropped);
+    expect_compact_answers_as_full(table, rows_dropped, packed_tables);
   }
 }
 
 class LineTableTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LineTableTest, RowsAndFileNamesEqualLibdws) {
-  size_t units = 0, rows_compared = 0, rows_dropped = 0;
-  compare_with_libdw(fixture(GetParam()), units, rows_compared, rows_dropped);
+  size_t units = 0, rows_compared = 0, rows_dropped = 0, packed_tables = 0;
+  compare_with_libdw(fixture(GetParam()), units, rows_compared, rows_dropped, packed_tables);
   EXPECT_GT(units, 0u);
   EXPECT_GT(rows_compared, 100u);
   // Optimized code repeats positions (is_stmt and view changes): compaction has work to do.
   EXPECT_GT(rows_dropped, 0u);
+  EXPECT_GT(packed_tables, 0u) << "no table was packed: the packed lookups went untested";
 }
 
 // Linked C++ programs have overlapping sequences (discarded COMDAT code at address 0) that small
@@ -132,10 +137,10 @@ TEST(LineTableExtra, LinkedProgramOrFilesFromTheEnvironment) {
   for (size_t start = 0; start <= paths.size();) {
     size_t end = paths.find(':', start);
     if (end == std::string::npos) end = paths.size();
-    size_t units = 0, rows = 0, dropped = 0;
-    compare_with_libdw(paths.substr(start, end - start), units, rows, dropped);
-    std::printf("%s: %zu units, %zu rows equal libdw's, %zu dropped by compact()\n",
-                paths.substr(start, end - start).c_str(), units, rows, dropped);
+    size_t units = 0, rows = 0, dropped = 0, packed = 0;
+    compare_with_libdw(paths.substr(start, end - start), units, rows, dropped, packed);
+    std::printf("%s: %zu units, %zu rows equal libdw's, %zu dropped by compact(), %zu tables packed\n",
+                paths.substr(start, end - start).c_str(), units, rows, dropped, packed);
     EXPECT_GT(units, 0u);
     start = end + 1;
   }
@@ -154,14 +159,43 @@ TEST(LineTableFind, LastRowAtOrBelowUnlessItEndsASequence) {
             {0x20, 0, 0, 1, true},
             {0x40, 9, 0, 1, false},
             {0x48, 0, 0, 1, true}};
-  EXPECT_EQ(t.find(0x0f), nullptr);
-  ASSERT_NE(t.find(0x10), nullptr);
-  EXPECT_EQ(t.find(0x10)->line, 3u);
-  EXPECT_EQ(t.find(0x1f)->line, 4u);
-  EXPECT_EQ(t.find(0x20), nullptr);  // between sequences
-  EXPECT_EQ(t.find(0x3f), nullptr);
-  EXPECT_EQ(t.find(0x47)->line, 9u);
-  EXPECT_EQ(t.find(0x48), nullptr);
+  // As decoded, and packed by compact() (which drops nothing here), the same answers.
+  for (int packed = 0; packed < 2; ++packed) {
+    SCOPED_TRACE(packed ? "packed" : "rows");
+    if (packed) {
+      t.compact();
+      ASSERT_EQ(t.packed.size(), 5u);
+      ASSERT_EQ(t.rows.capacity(), 0u);  // the wide rows' memory is given back
+    }
+    EXPECT_FALSE(t.find(0x0f));
+    ASSERT_TRUE(t.find(0x10));
+    EXPECT_EQ(t.find(0x10)->line, 3u);
+    EXPECT_EQ(t.find(0x10)->column, 1u);
+    EXPECT_EQ(t.find(0x10)->file, 1u);
+    EXPECT_EQ(t.find(0x1f)->line, 4u);
+    EXPECT_FALSE(t.find(0x20));  // between sequences
+    EXPECT_FALSE(t.find(0x3f));
+    EXPECT_EQ(t.find(0x47)->line, 9u);
+    EXPECT_EQ(t.find(0x47)->address, 0x40u);
+    EXPECT_FALSE(t.find(0x48));
+    EXPECT_FALSE(t.find(UINT64_MAX));
+  }
+}
+
+// Rows more than 4 GiB apart (a tombstone sequence at -1) stay unpacked and answer as before.
+TEST(LineTableFind, TablesSpanningMoreThan4GiBStayUnpacked) {
+  LineTable t;
+  t.files = {"???", "/src/a.c"};
+  t.rows = {{0x10, 3, 1, 1, false},
+            {0x20, 0, 0, 1, true},
+            {UINT64_MAX - 8, 7, 0, 1, false},
+            {UINT64_MAX, 0, 0, 1, true}};
+  t.compact();
+  EXPECT_TRUE(t.packed.empty());
+  ASSERT_EQ(t.rows.size(), 4u);
+  EXPECT_EQ(t.find(0x18)->line, 3u);
+  EXPECT_FALSE(t.find(0x100));
+  EXPECT_EQ(t.find(UINT64_MAX - 1)->line, 7u);
 }
 
 // Every truncation of a real line program, and random bytes, are refused or decoded within bounds
