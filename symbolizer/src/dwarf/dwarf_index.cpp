@@ -422,7 +422,8 @@ DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
   const std::vector<SubroutineSpan>& spans = t.map.spans;
   auto span_it = std::upper_bound(spans.begin(), spans.end(), vaddr,
                                   [](uint64_t a, const SubroutineSpan& s) { return a < s.low; });
-  if (span_it != spans.begin() && vaddr < std::prev(span_it)->high) place.node = std::prev(span_it)->node;
+  if (span_it != spans.begin() && vaddr < t.map.high_of(*std::prev(span_it)))
+    place.node = std::prev(span_it)->node;
   // The chain's names and call sites are read now, while this unit's DIEs are at hand.
   const std::vector<SubroutineNode>& nodes = t.map.nodes;
   size_t depth = 0;

@@ -43,8 +43,14 @@ class SubroutineMapBuilder {
   void finish(SubroutineMap& out) {
     out.nodes = std::move(nodes_);
     out.spans.clear();
+    out.long_span_ends.clear();
     out.spans.reserve(map_.size());
-    for (const auto& [low, entry] : map_) out.spans.push_back({low, entry.first, entry.second});
+    for (const auto& [low, entry] : map_) {
+      const uint64_t size = entry.first - low;  // map entries never end below their start
+      if (size >= SubroutineSpan::kLongSpan) out.long_span_ends.emplace_back(low, entry.first);
+      out.spans.push_back(
+          {low, static_cast<uint32_t>(std::min<uint64_t>(size, SubroutineSpan::kLongSpan)), entry.second});
+    }
     out.nodes.shrink_to_fit();
   }
 

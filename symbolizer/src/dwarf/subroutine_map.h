@@ -3,11 +3,13 @@
 
 #include <elfutils/libdw.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hpd {
@@ -24,9 +26,12 @@ struct SubroutineNode {
   bool operator==(const SubroutineNode&) const = default;
 };
 
+// [low, low + size), 16 bytes: a span of 4 GiB - 1 or more has size kLongSpan and its end in
+// SubroutineMap::long_span_ends (real code never has one; garbage DWARF may).
 struct SubroutineSpan {
+  static constexpr uint32_t kLongSpan = UINT32_MAX;
   uint64_t low;
-  uint64_t high;
+  uint32_t size;
   uint32_t node;
 
   bool operator==(const SubroutineSpan&) const = default;
@@ -38,6 +43,16 @@ struct SubroutineSpan {
 struct SubroutineMap {
   std::vector<SubroutineNode> nodes;
   std::vector<SubroutineSpan> spans;
+  std::vector<std::pair<uint64_t, uint64_t>> long_span_ends;  // (low, high) of long spans, by low
+
+  // The end of a span (exclusive).
+  uint64_t high_of(const SubroutineSpan& s) const {
+    if (s.size != SubroutineSpan::kLongSpan) return s.low + s.size;
+    auto it =
+        std::lower_bound(long_span_ends.begin(), long_span_ends.end(), s.low,
+                         [](const std::pair<uint64_t, uint64_t>& e, uint64_t low) { return e.first < low; });
+    return it != long_span_ends.end() && it->first == s.low ? it->second : s.low;
+  }
 };
 
 // The (decompressed) sections the walker reads; empty spans for absent ones.

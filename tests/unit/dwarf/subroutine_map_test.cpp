@@ -11,12 +11,21 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "libdw_file.h"
 
 namespace hpd {
 namespace {
+
+// A span as (low, high, node), whatever its stored form.
+using Span = std::tuple<uint64_t, uint64_t, uint32_t>;
+std::vector<Span> spans_of(const SubroutineMap& map) {
+  std::vector<Span> out;
+  for (const SubroutineSpan& s : map.spans) out.emplace_back(s.low, map.high_of(s), s.node);
+  return out;
+}
 
 std::string fixture(const std::string& name) {
   return std::string(HPD_DWARF_FIXTURE_DIR) + "/" + name;
@@ -104,14 +113,14 @@ Comparison compare_walks(const std::string& path) {
         break;
       }
     }
-    if (walked.spans != reference.spans) {
+    if (walked.spans != reference.spans || walked.long_span_ends != reference.long_span_ends) {
       for (size_t i = 0; i < std::min(walked.spans.size(), reference.spans.size()); ++i) {
         const SubroutineSpan& a = walked.spans[i];
         const SubroutineSpan& b = reference.spans[i];
         if (a == b) continue;
-        ADD_FAILURE() << path << " span " << i << std::hex << ": walker [0x" << a.low << ", 0x" << a.high
-                      << ") node " << std::dec << a.node << std::hex << ", libdw [0x" << b.low << ", 0x"
-                      << b.high << ") node " << std::dec << b.node;
+        ADD_FAILURE() << path << " span " << i << std::hex << ": walker [0x" << a.low << ", 0x"
+                      << walked.high_of(a) << ") node " << std::dec << a.node << std::hex << ", libdw [0x"
+                      << b.low << ", 0x" << reference.high_of(b) << ") node " << std::dec << b.node;
         break;
       }
     }
@@ -283,10 +292,34 @@ TEST(SubroutineWalker, HandMadeUnitGivesNestedSpans) {
     const size_t header = dwarf64 ? 23 : 11;
     EXPECT_EQ(map.nodes[0].die_offset, header + 1 + 8 + 4);  // after the unit DIE
     // LLVM's rule: g splits f's range in three.
-    const std::vector<SubroutineSpan> want = {
+    const std::vector<Span> want = {
         {0x1000, 0x1040, 0}, {0x1040, 0x1060, 1}, {0x1060, 0x1100, 0}, {0x2000, 0x2010, 2}};
-    EXPECT_EQ(map.spans, want);
+    EXPECT_EQ(spans_of(map), want);
   }
+}
+
+// A span of 4 GiB or more keeps its end beside the 16-byte spans. Here an inlined g claims 8 GiB
+// from 0x1040: h splits it, and LLVM's rule leaves g the rest after h.
+TEST(SubroutineWalker, SpansOf4GiBOrMoreKeepTheirEnd) {
+  Bytes d;
+  d.uleb(1).u64(0x1000).str("a.c");
+  d.uleb(2).str("f").u64(0x1000).u32(0xffffffff).uleb(1).u8(DW_OP_call_frame_cfa);
+  d.uleb(3).u32(0x50).u64(0x1040).uleb(uint64_t{1} << 33).u8(7);
+  d.uleb(0);  // end of f
+  d.uleb(2).str("h").u64(0x2000).u32(0x10).uleb(0);
+  d.uleb(0);  // end of h
+  d.uleb(0);  // end of the unit
+  const std::vector<uint8_t> info = unit(d, 4);
+  SubroutineMap map;
+  std::string why;
+  ASSERT_TRUE(walk_subroutines(sections_of(info, standard_abbrevs()), 0, map, &why)) << why;
+  const std::vector<Span> want = {{0x1000, 0x1040, 0},
+                                  {0x1040, 0x2000, 1},
+                                  {0x2000, 0x2010, 2},
+                                  {0x2010, 0x1040 + (uint64_t{1} << 33), 1}};
+  EXPECT_EQ(spans_of(map), want);
+  ASSERT_EQ(map.long_span_ends.size(), 1u);
+  EXPECT_EQ(map.spans.back().size, SubroutineSpan::kLongSpan);
 }
 
 TEST(SubroutineWalker, Dwarf5AddrxAndRnglistx) {
@@ -320,12 +353,12 @@ TEST(SubroutineWalker, Dwarf5AddrxAndRnglistx) {
   SubroutineMap map;
   std::string why;
   ASSERT_TRUE(walk_subroutines(s, 0, map, &why)) << why;
-  const std::vector<SubroutineSpan> want = {{0x5000, 0x5010, 0},
-                                            {0x5010, 0x5020, 1},
-                                            {0x5020, 0x5100, 0},
-                                            {0x5100, 0x5108, 1},
-                                            {0x5108, 0x5200, 0}};
-  EXPECT_EQ(map.spans, want);
+  const std::vector<Span> want = {{0x5000, 0x5010, 0},
+                                  {0x5010, 0x5020, 1},
+                                  {0x5020, 0x5100, 0},
+                                  {0x5100, 0x5108, 1},
+                                  {0x5108, 0x5200, 0}};
+  EXPECT_EQ(spans_of(map), want);
 
   // Without DW_AT_addr_base the index cannot be resolved the way libdw would: refused.
   Bytes no_base;
@@ -423,7 +456,7 @@ TEST(SubroutineWalker, TruncatedAndGarbageInputIsBounded) {
     if (walk_subroutines(sections_of(info, abbrev_noise), 0, map)) {
       ++walked;
       for (const SubroutineSpan& s : map.spans) {
-        EXPECT_LT(s.low, s.high);
+        EXPECT_LT(s.low, map.high_of(s));
         EXPECT_LT(s.node, map.nodes.size());
       }
       for (const SubroutineNode& n : map.nodes)
