@@ -58,19 +58,26 @@ struct DwarfDeleter {
   void operator()(Dwarf* dwarf) const { dwarf_end(dwarf); }
 };
 
+// Marks SubroutineDetails not read yet.
+const std::string kUnread;
+// A call_file that names no file: DWARF's index was absent or unreadable (a real index that large
+// names no file either, so nothing else needs to tell them apart).
+constexpr uint32_t kNoCallFile = UINT32_MAX;
+
 // What a lookup prints of a SubroutineNode: its name and call site, read from the DIE on first use
 // and kept, so that repeated lookups in one function touch no DIE and demangle nothing. The node's
-// place in the chain is copied here too, so that printing a chain reads one array, not two.
+// parent is copied here too, so that printing a chain reads one array, not two (a subprogram's
+// parent is kNoSubroutine: the chain ends there). 24 bytes.
 struct SubroutineDetails {
-  const std::string* name = nullptr;  // demangled; owned by DwarfIndex::Impl::names
-  uint32_t call_file = 0;             // where this inlined instance is called (its caller's line)
+  const std::string* name = &kUnread;  // demangled, owned by DwarfIndex::Impl::names; null: none
+  uint32_t call_file = kNoCallFile;    // where this inlined instance is called (its caller's line)
   uint32_t call_line = 0;
   uint32_t call_column = 0;
   uint32_t parent = kNoSubroutine;  // SubroutineNode::parent
-  bool is_subprogram = false;       // SubroutineNode::is_subprogram
-  bool has_call_file = false;
-  bool details_read = false;
+
+  bool read() const { return name != &kUnread; }
 };
+static_assert(sizeof(SubroutineDetails) == 24);
 
 // What a compile unit contributes, built on its first lookup.
 struct UnitTables {
@@ -290,7 +297,6 @@ UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index) const {
   t.details.resize(t.map.nodes.size());
   for (size_t i = 0; i < t.details.size(); ++i) {
     t.details[i].parent = t.map.nodes[i].parent;
-    t.details[i].is_subprogram = t.map.nodes[i].is_subprogram;
   }
   load_lines(t, &cudie, dir != nullptr ? dir : "");
   constexpr size_t kLibdwPerUnitTouched = 2048;  // its abbreviation table, kept by libdw
@@ -365,7 +371,6 @@ const std::string* DwarfIndex::Impl::demangled(const char* raw) const {
 }
 
 void DwarfIndex::Impl::read_details(const SubroutineNode& node, SubroutineDetails& details) const {
-  details.details_read = true;
   // Only inlined instances have a call site. Both readers hand out pointers into the same
   // section bytes, so `names` demangles each string once whichever read it.
   NodeText text;
@@ -374,8 +379,7 @@ void DwarfIndex::Impl::read_details(const SubroutineNode& node, SubroutineDetail
     read_node_text_libdw(dwarf.get(), node.die_offset, call_site, text);
   }
   details.name = demangled(text.name);
-  details.has_call_file = text.has_call_file;
-  details.call_file = text.call_file;
+  details.call_file = text.has_call_file ? text.call_file : kNoCallFile;
   details.call_line = text.call_line;
   details.call_column = text.call_column;
 }
@@ -428,7 +432,7 @@ DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
   const std::vector<SubroutineNode>& nodes = t.map.nodes;
   size_t depth = 0;
   for (uint32_t n = place.node; n != kNoNode && depth < nodes.size(); n = nodes[n].parent, ++depth) {
-    if (!t.details[n].details_read) read_details(nodes[n], t.details[n]);
+    if (!t.details[n].read()) read_details(nodes[n], t.details[n]);
     if (nodes[n].is_subprogram) break;
   }
   return place;
@@ -440,35 +444,35 @@ void DwarfIndex::Impl::describe(const Place& place, std::vector<SourceFrameView>
   UnitTables& t = *units[place.unit].tables;
   const std::vector<SubroutineDetails>& details = t.details;
   const uint32_t leaf = place.node < details.size() ? place.node : kNoNode;
-  const auto file_name = [&](bool known, uint32_t file) {
-    return known && file < t.lines.files.size() ? std::string_view(t.lines.files[file]) : std::string_view();
+  const auto file_name = [&](uint32_t file) {
+    return file < t.lines.files.size() ? std::string_view(t.lines.files[file]) : std::string_view();
   };
 
   // Chain length first, so that the levels can be written outermost first.
   size_t depth = 0;
   for (uint32_t n = leaf; n != kNoNode && depth < details.size(); n = details[n].parent) {
     ++depth;
-    if (details[n].is_subprogram) break;
+    if (details[n].parent == kNoNode) break;
   }
   frames.resize(std::max<size_t>(depth, 1));
   SourceFrameView& innermost = frames.back();
   innermost.line = place.line;
   innermost.column = place.column;
-  innermost.file = file_name(true, place.file);
+  innermost.file = file_name(place.file);
   if (depth == 0) return;
   // Walk outwards: level i (from the innermost) is named by its node; the level outside it
   // executes the node's call site.
   uint32_t n = leaf;
   for (size_t i = 0; i < depth; ++i, n = details[n].parent) {
     SubroutineDetails& node = t.details[n];
-    if (!node.details_read) read_details(t.map.nodes[n], node);
+    if (!node.read()) read_details(t.map.nodes[n], node);
     SourceFrameView& f = frames[depth - 1 - i];
     f.function = node.name != nullptr ? std::string_view(*node.name) : std::string_view();
     if (i + 1 == depth) break;
     SourceFrameView& caller = frames[depth - 2 - i];
     caller.line = node.call_line;
     caller.column = node.call_column;
-    caller.file = file_name(node.has_call_file, node.call_file);
+    caller.file = file_name(node.call_file);
   }
 }
 
