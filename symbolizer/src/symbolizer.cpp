@@ -415,10 +415,11 @@ struct Symbolizer::Impl {
     LoadedModule& m = *e.loaded;
     std::vector<PreparedAddresses::Entry> entries(vaddrs.size());
     size_t previous = SIZE_MAX;
+    uint64_t previous_vaddr = 0;  // kept here: the entries are written in the caller's order, at random
     for_each_in_address_order(
         vaddrs.size(), [&](size_t i) { return vaddrs[i]; },
         [&](uint64_t vaddr, size_t i) {
-          if (previous != SIZE_MAX && entries[previous].vaddr == vaddr) {
+          if (previous != SIZE_MAX && previous_vaddr == vaddr) {
             entries[i] = entries[previous];
           } else {
             const SymbolTable::Symbol* symbol = m.symbols.find(vaddr);
@@ -427,6 +428,7 @@ struct Symbolizer::Impl {
             entries[i] = {vaddr, symbol, name, m.debug ? m.debug->locate(vaddr) : DebugPlace{}};
           }
           previous = i;
+          previous_vaddr = vaddr;
         });
     m.prepared.assign(std::move(entries));
     remeasure(e, vaddrs.size() + 2);  // always: the tables grew by a batch

@@ -480,8 +480,10 @@ void DwarfIndex::prefetch(const Place& place) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (place.unit >= impl_->units.size() || !impl_->units[place.unit].tables) return;
   const UnitTables& t = *impl_->units[place.unit].tables;
+  // Addresses only: loading the file name's string object here to find its characters would
+  // wait for the very cache miss this is meant to hide.
   if (place.node < t.details.size()) __builtin_prefetch(&t.details[place.node]);
-  if (place.file < t.lines.files.size()) __builtin_prefetch(t.lines.files[place.file].data());
+  if (place.file < t.lines.files.size()) __builtin_prefetch(&t.lines.files[place.file]);
 }
 
 size_t DwarfIndex::memory_bytes() const {
