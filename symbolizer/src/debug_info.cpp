@@ -24,9 +24,9 @@ class DwarfDebugInfo final : public DebugInfo {
     const uint32_t* p = place.part;
     index_->describe(DwarfIndex::Place{p[0], p[1], p[2], p[3], p[4]}, frames);
   }
-  void prefetch(const DebugPlace& place) override {
+  void prefetch(const DebugPlace& place, int step) override {
     const uint32_t* p = place.part;
-    index_->prefetch(DwarfIndex::Place{p[0], p[1], p[2], p[3], p[4]});
+    index_->prefetch(DwarfIndex::Place{p[0], p[1], p[2], p[3], p[4]}, step);
   }
   size_t memory_bytes() const override { return index_->memory_bytes(); }
 

@@ -33,7 +33,9 @@ class DebugInfo {
   virtual void describe(const DebugPlace& place, std::vector<SourceFrameView>& frames) = 0;
   // Starts loading the memory describe() will read first: places prepared in address order are
   // described in another order, so a caller about to describe one soon may call this.
-  virtual void prefetch(const DebugPlace& place) = 0;
+  // `step` 0 asks for what the place points at directly; step 1, issued later for the same place,
+  // follows those pointers one level (they should have arrived by then).
+  virtual void prefetch(const DebugPlace& place, int step) = 0;
   // Estimated heap bytes held, for the module cache's memory cap.
   virtual size_t memory_bytes() const = 0;
 };

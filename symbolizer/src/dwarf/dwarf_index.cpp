@@ -91,6 +91,12 @@ struct Unit {
   Dwarf_Off unit_offset;  // of the unit header in .debug_info
   Dwarf_Off die_offset;
   std::unique_ptr<UnitTables> tables;
+  // Where the tables' details and file names are, for prefetch(): read from this array, which
+  // stays in cache, rather than from each unit's UnitTables, which does not.
+  const SubroutineDetails* details = nullptr;
+  const std::string* files = nullptr;
+  uint32_t detail_count = 0;
+  uint32_t file_count = 0;
 };
 
 struct UnitSpan {
@@ -299,6 +305,10 @@ UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index) const {
     t.details[i].parent = t.map.nodes[i].parent;
   }
   load_lines(t, &cudie, dir != nullptr ? dir : "");
+  unit.details = t.details.data();
+  unit.files = t.lines.files.data();
+  unit.detail_count = static_cast<uint32_t>(std::min<size_t>(t.details.size(), UINT32_MAX));
+  unit.file_count = static_cast<uint32_t>(std::min<size_t>(t.lines.files.size(), UINT32_MAX));
   constexpr size_t kLibdwPerUnitTouched = 2048;  // its abbreviation table, kept by libdw
   table_bytes += kLibdwPerUnitTouched + sizeof(UnitTables) + t.map.nodes.capacity() * sizeof(SubroutineNode) +
                  t.details.capacity() * sizeof(SubroutineDetails) +
@@ -476,14 +486,23 @@ void DwarfIndex::Impl::describe(const Place& place, std::vector<SourceFrameView>
   }
 }
 
-void DwarfIndex::prefetch(const Place& place) const {
+void DwarfIndex::prefetch(const Place& place, int step) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  if (place.unit >= impl_->units.size() || !impl_->units[place.unit].tables) return;
-  const UnitTables& t = *impl_->units[place.unit].tables;
+  if (place.unit >= impl_->units.size()) return;
+  const Unit& u = impl_->units[place.unit];
   // Addresses only: loading the file name's string object here to find its characters would
   // wait for the very cache miss this is meant to hide.
-  if (place.node < t.details.size()) __builtin_prefetch(&t.details[place.node]);
-  if (place.file < t.lines.files.size()) __builtin_prefetch(&t.lines.files[place.file]);
+  if (step == 0) {
+    if (place.node < u.detail_count) __builtin_prefetch(u.details + place.node);
+    if (place.file < u.file_count) __builtin_prefetch(u.files + place.file);
+    return;
+  }
+  if (place.node < u.detail_count) {
+    const SubroutineDetails& leaf = u.details[place.node];
+    if (leaf.parent < u.detail_count) __builtin_prefetch(u.details + leaf.parent);
+    if (leaf.read() && leaf.name != nullptr) __builtin_prefetch(leaf.name);
+  }
+  if (place.file < u.file_count) __builtin_prefetch(u.files[place.file].data());
 }
 
 size_t DwarfIndex::memory_bytes() const {

@@ -57,9 +57,11 @@ class DwarfIndex {
   };
   Place locate(uint64_t vaddr) const;
   void describe(const Place& place, std::vector<SourceFrameView>& frames) const;
-  // Starts loading what describe() reads first and is least likely to find in cache (the
-  // innermost node's details and file name): for callers describing many places, a few ahead.
-  void prefetch(const Place& place) const;
+  // Starts loading what describe() reads and is least likely to find in cache, for callers
+  // describing many places, a few ahead. Step 0: the innermost node's details and the file name's
+  // string. Step 1, a few places later: what those point at (the next node out, the name's
+  // string, the file name's characters).
+  void prefetch(const Place& place, int step) const;
 
   // Estimate of the heap this index holds, including what libdw caches on its behalf.
   size_t memory_bytes() const;
