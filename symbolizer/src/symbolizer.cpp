@@ -68,10 +68,12 @@ void radix_sort(std::vector<T>& items, unsigned low_bit, KeyOf key_of) {
 }
 
 // Calls fn(vaddr, i) for the n addresses vaddr_at(i) in address order, equal addresses in the
-// order given. The batch's order costs 8 bytes an address when the span of the addresses leaves
+// order given, and before each upcoming(j) with the index fn will see kUpcoming calls later (for
+// prefetching). The batch's order costs 8 bytes an address when the span of the addresses leaves
 // room for the index beside the offset in one word (one module's addresses always do), else 16.
-template <class VaddrAt, class Fn>
-void for_each_in_address_order(size_t n, VaddrAt vaddr_at, Fn fn) {
+constexpr size_t kUpcoming = 8;
+template <class VaddrAt, class Fn, class Upcoming>
+void for_each_in_address_order(size_t n, VaddrAt vaddr_at, Fn fn, Upcoming upcoming) {
   if (n == 0) return;
   uint64_t low = UINT64_MAX, high = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -90,13 +92,19 @@ void for_each_in_address_order(size_t n, VaddrAt vaddr_at, Fn fn) {
       radix_sort(keys, index_bits, [](uint64_t k) { return k; });
     }
     const uint64_t mask = (uint64_t{1} << index_bits) - 1;
-    for (uint64_t k : keys) fn(low + (k >> index_bits), static_cast<size_t>(k & mask));
+    for (size_t k = 0; k < n; ++k) {
+      if (k + kUpcoming < n) upcoming(static_cast<size_t>(keys[k + kUpcoming] & mask));
+      fn(low + (keys[k] >> index_bits), static_cast<size_t>(keys[k] & mask));
+    }
     return;
   }
   std::vector<std::pair<uint64_t, uint32_t>> pairs(n);
   for (size_t i = 0; i < n; ++i) pairs[i] = {vaddr_at(i), static_cast<uint32_t>(i)};
   radix_sort(pairs, 0, [](const std::pair<uint64_t, uint32_t>& p) { return p.first; });
-  for (const auto& [vaddr, i] : pairs) fn(vaddr, i);
+  for (size_t k = 0; k < n; ++k) {
+    if (k + kUpcoming < n) upcoming(pairs[k + kUpcoming].second);
+    fn(pairs[k].first, pairs[k].second);
+  }
 }
 
 // What Symbolizer::prepare found for each address, in the order the addresses were given: the
@@ -412,7 +420,8 @@ struct Symbolizer::Impl {
       return out;
     }
     for_each_in_address_order(
-        n, vaddr_at, [&](uint64_t vaddr, size_t i) { locate_vaddr(*e.loaded, e.info, vaddr, out[i]); });
+        n, vaddr_at, [&](uint64_t vaddr, size_t i) { locate_vaddr(*e.loaded, e.info, vaddr, out[i]); },
+        [&](size_t i) { __builtin_prefetch(&out[i], 1); });
     remeasure(e, n);
     return out;
   }
@@ -436,7 +445,9 @@ struct Symbolizer::Impl {
           }
           previous = i;
           previous_vaddr = vaddr;
-        });
+        },
+        // The entries are written in the caller's order, at random: ask for each line ahead.
+        [&](size_t i) { __builtin_prefetch(&entries[i], 1); });
     m.prepared.assign(std::move(entries));
     remeasure(e, vaddrs.size() + 2);  // always: the tables grew by a batch
   }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <memory_resource>
+#include <new>
 #include <unordered_map>
 #include <utility>
 
@@ -28,7 +29,9 @@ class SubroutineMapBuilder {
   using Map = std::pmr::map<uint64_t, std::pair<uint64_t, uint32_t>>;
 
  public:
-  SubroutineMapBuilder() : map_(&arena_) {}
+  SubroutineMapBuilder() : map_(*new (arena_.allocate(sizeof(Map), alignof(Map))) Map(&arena_)) {}
+  SubroutineMapBuilder(const SubroutineMapBuilder&) = delete;
+  SubroutineMapBuilder& operator=(const SubroutineMapBuilder&) = delete;
 
   void enter(uint64_t die_offset, bool is_subprogram) {
     stack_.push_back({die_offset, is_subprogram, kNoSubroutine});
@@ -103,9 +106,11 @@ class SubroutineMapBuilder {
     last_ = map_.insert_or_assign(map_.begin(), low, std::pair<uint64_t, uint32_t>{high, node});
   }
 
-  // Map nodes are never freed one by one: an arena spares malloc a call per range.
+  // Map nodes are never freed one by one: an arena spares malloc a call per range. The map itself
+  // lives in the arena too and is never destroyed: its destructor would only walk every node to
+  // hand it back to the arena, which frees them all at once (the entries are plain integers).
   std::pmr::monotonic_buffer_resource arena_;
-  Map map_;
+  Map& map_;
   Map::iterator last_ = map_.end();  // the entry inserted or updated last
   std::vector<Open> stack_;
   std::vector<SubroutineNode> nodes_;
