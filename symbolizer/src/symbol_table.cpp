@@ -76,20 +76,21 @@ const SymbolTable::Symbol* SymbolTable::find(uint64_t vaddr) const {
 }
 
 const std::string& SymbolTable::display_name(const Symbol& s, bool demangle_names) {
-  const auto index = static_cast<uint32_t>(&s - symbols_.data());
-  auto it = display_.find(index);
-  if (it != display_.end()) return it->second;
+  if (s.display != kNoDisplay) return display_[s.display];
   std::string raw(name(s));
   std::string shown = demangle_names ? demangle(raw) : raw;
-  display_bytes_ += shown.capacity() + 48;  // node + key + string header, roughly
-  return display_.emplace(index, std::move(shown)).first->second;
+  display_bytes_ += shown.capacity() + sizeof(std::string);
+  // At most one name per symbol; past UINT32_MAX - 1 of them (never in practice) the index is not
+  // kept and a later call adds the name again.
+  if (display_.size() < kNoDisplay) s.display = static_cast<uint32_t>(display_.size());
+  return display_.emplace_back(std::move(shown));
 }
 
 size_t SymbolTable::memory_bytes() const {
   size_t files = file_index_.bucket_count() * sizeof(void*);
   for (const std::string& f : files_) files += 2 * (f.capacity() + 48);  // the vector's copy and the key
   return symbols_.capacity() * sizeof(Symbol) + section_ends_.capacity() * sizeof(uint64_t) +
-         pool_.capacity() + display_bytes_ + display_.bucket_count() * sizeof(void*) + files;
+         pool_.capacity() + display_bytes_ + files;
 }
 
 namespace {

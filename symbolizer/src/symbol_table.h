@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -20,7 +21,11 @@ class SymbolTable {
     uint32_t name_offset = 0;
     uint32_t name_length = 0;
     uint32_t file = kNoFile;  // index into files(): the STT_FILE preceding a local symbol
+    // Index of the display name once computed (in what was padding): no hash lookup per address.
+    mutable uint32_t display = kNoDisplay;
   };
+  static constexpr uint32_t kNoDisplay = UINT32_MAX;
+  static_assert(sizeof(Symbol) == 40);
   static constexpr uint32_t kNoFile = UINT32_MAX;
 
   // Adds a symbol. `section_end` bounds a sizeless symbol that turns out to be the last one.
@@ -42,8 +47,13 @@ class SymbolTable {
   // considered (as llvm does): an address past its end is not attributed to an enclosing one.
   const Symbol* find(uint64_t vaddr) const;
   std::string_view name(const Symbol& s) const { return {pool_.data() + s.name_offset, s.name_length}; }
-  // Demangled (when `demangle_names`) name, computed once per symbol.
+  // Demangled (when `demangle_names`) name, computed once per symbol; the reference stays valid
+  // as long as the table.
   const std::string& display_name(const Symbol& s, bool demangle_names);
+  // The display name if already computed, else nullptr (for prefetching).
+  const std::string* display_name_if_known(const Symbol& s) const {
+    return s.display != kNoDisplay ? &display_[s.display] : nullptr;
+  }
 
   size_t size() const { return symbols_.size(); }
   const std::vector<Symbol>& symbols() const { return symbols_; }
@@ -56,7 +66,7 @@ class SymbolTable {
   std::string pool_;
   std::vector<std::string> files_;
   std::unordered_map<std::string, uint32_t> file_index_;
-  std::unordered_map<uint32_t, std::string> display_;  // by symbol index
+  std::deque<std::string> display_;  // by Symbol::display (a deque: references stay valid)
   size_t display_bytes_ = 0;
 };
 

@@ -112,13 +112,13 @@ void for_each_in_address_order(size_t n, VaddrAt vaddr_at, Fn fn, Upcoming upcom
 // entries on, when the caller answered some addresses itself) and reads memory in sequence.
 class PreparedAddresses {
  public:
+  static constexpr uint32_t kNoSymbol = UINT32_MAX;
   struct Entry {
     uint64_t vaddr;
-    const SymbolTable::Symbol* symbol;
-    const std::string* symbol_name;  // SymbolTable::display_name's, which stays put
     DebugPlace place;
+    uint32_t symbol;  // index in the module's SymbolTable (its display name already computed)
   };
-  static_assert(sizeof(Entry) == 48);
+  static_assert(sizeof(Entry) == 32);
 
   void assign(std::vector<Entry> entries) {
     entries_ = std::move(entries);
@@ -126,24 +126,31 @@ class PreparedAddresses {
   }
   // The entry for `vaddr` at the cursor or up to kLookAhead entries after it, moving the cursor
   // past it; nullptr (cursor unmoved) when the caller has left the prepared order.
-  const Entry* take(uint64_t vaddr, DebugInfo* debug) {
+  const Entry* take(uint64_t vaddr, DebugInfo* debug, const SymbolTable& symbols) {
     const size_t end = std::min(entries_.size(), next_ + kLookAhead);
     for (size_t i = next_; i < end; ++i) {
       if (entries_[i].vaddr == vaddr) {
         next_ = i + 1;
         // The entries are in the caller's order, their tables' memory in address order: start
         // loading what a later lookup will read, so that its cache misses overlap this one's work.
-        // Pointers are followed only once what they point to had time to arrive: the name's
-        // string object is asked for 8 entries ahead, its characters 4 ahead.
-        if (i + kPrefetchDistance < entries_.size()) {
-          const Entry& ahead = entries_[i + kPrefetchDistance];
-          if (debug != nullptr) debug->prefetch(ahead.place, 0);
-          if (ahead.symbol_name != nullptr) __builtin_prefetch(ahead.symbol_name);
+        // Pointers are followed only once what they point to had time to arrive: the symbol is
+        // asked for 8 entries ahead, its name's string object 4 ahead, the characters 2 ahead.
+        const Entry* ahead =
+            i + kPrefetchDistance < entries_.size() ? &entries_[i + kPrefetchDistance] : nullptr;
+        if (ahead != nullptr) {
+          if (debug != nullptr) debug->prefetch(ahead->place, 0);
+          if (ahead->symbol != kNoSymbol) __builtin_prefetch(&symbols.symbols()[ahead->symbol]);
         }
-        if (i + kPrefetchDistance / 2 < entries_.size()) {
-          const Entry& ahead = entries_[i + kPrefetchDistance / 2];
-          if (debug != nullptr) debug->prefetch(ahead.place, 1);
-          if (ahead.symbol_name != nullptr) __builtin_prefetch(ahead.symbol_name->data());
+        ahead = i + kPrefetchDistance / 2 < entries_.size() ? &entries_[i + kPrefetchDistance / 2] : nullptr;
+        if (ahead != nullptr) {
+          if (debug != nullptr) debug->prefetch(ahead->place, 1);
+          if (ahead->symbol != kNoSymbol)
+            __builtin_prefetch(symbols.display_name_if_known(symbols.symbols()[ahead->symbol]));
+        }
+        ahead = i + kPrefetchDistance / 4 < entries_.size() ? &entries_[i + kPrefetchDistance / 4] : nullptr;
+        if (ahead != nullptr && ahead->symbol != kNoSymbol) {
+          if (const std::string* name = symbols.display_name_if_known(symbols.symbols()[ahead->symbol]))
+            __builtin_prefetch(name->data());
         }
         return &entries_[i];
       }
@@ -439,9 +446,14 @@ struct Symbolizer::Impl {
             entries[i] = entries[previous];
           } else {
             const SymbolTable::Symbol* symbol = m.symbols.find(vaddr);
-            const std::string* name =
-                symbol != nullptr ? &m.symbols.display_name(*symbol, options.demangle) : nullptr;
-            entries[i] = {vaddr, symbol, name, m.debug ? m.debug->locate(vaddr) : DebugPlace{}};
+            uint32_t index = PreparedAddresses::kNoSymbol;
+            if (symbol != nullptr) {
+              m.symbols.display_name(*symbol, options.demangle);  // now, in address order
+              // A table of 2^32 - 1 symbols or more (which no ELF file holds) would lose the rest.
+              index = static_cast<uint32_t>(
+                  std::min<size_t>(symbol - m.symbols.symbols().data(), PreparedAddresses::kNoSymbol));
+            }
+            entries[i] = {vaddr, m.debug ? m.debug->locate(vaddr) : DebugPlace{}, index};
           }
           previous = i;
           previous_vaddr = vaddr;
@@ -459,8 +471,11 @@ struct Symbolizer::Impl {
     loc.symbol = {};
     loc.symbol_address = loc.symbol_size = 0;
     loc.rel_address = vaddr - base;
-    const PreparedAddresses::Entry* prepared = m.prepared.take(vaddr, m.debug.get());
-    const SymbolTable::Symbol* sym = prepared != nullptr ? prepared->symbol : m.symbols.find(vaddr);
+    const PreparedAddresses::Entry* prepared = m.prepared.take(vaddr, m.debug.get(), m.symbols);
+    const SymbolTable::Symbol* sym = prepared == nullptr ? m.symbols.find(vaddr)
+                                     : prepared->symbol != PreparedAddresses::kNoSymbol
+                                         ? &m.symbols.symbols()[prepared->symbol]
+                                         : nullptr;
     if (m.debug && prepared != nullptr) {
       m.debug->describe(prepared->place, loc.frames);
     } else if (m.debug) {
@@ -471,8 +486,7 @@ struct Symbolizer::Impl {
     if (!options.inline_frames && loc.frames.size() > 1) loc.frames.resize(1);
     if (sym != nullptr) {
       loc.found = true;
-      loc.symbol =
-          prepared != nullptr ? *prepared->symbol_name : m.symbols.display_name(*sym, options.demangle);
+      loc.symbol = m.symbols.display_name(*sym, options.demangle);
       loc.symbol_address = sym->address - base;
       loc.symbol_size = sym->size != 0 ? sym->size : sym->end - sym->address;
       // llvm's rule: the outermost frame is named by the symbol table (keeps ".isra.0" etc.).

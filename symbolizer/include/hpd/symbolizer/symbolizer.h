@@ -142,7 +142,7 @@ class Symbolizer {
   void resolve_vaddr(const ModuleRef& module, uint64_t vaddr, LocationView& out);
   // Searches addresses ahead of the one-at-a-time calls (resolve_vaddr, or resolve with one
   // offset) that will ask for them: in address order, which walks each part of the module's
-  // tables once instead of once per address in random order. What it finds is kept (48 bytes an
+  // tables once instead of once per address in random order. What it finds is kept (32 bytes an
   // address) in the given order until the next prepare for the module; lookups in that order,
   // possibly skipping some, take it from there, and any other lookup searches as usual, so
   // answers are the same with or without it. hpctl symbolize prepares each batch of its input.
