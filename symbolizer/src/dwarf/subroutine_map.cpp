@@ -853,6 +853,7 @@ struct DieTextReader::Impl {
   explicit Impl(const DebugInfoSections& s) : sections(s), str(s.str), line_str(s.line_str) {}
 
   const char* unit_for(uint64_t die_offset, const TextUnit*& out);
+  // Fills `out`, which must be freshly made (every attribute absent).
   const char* read_die(uint64_t die_offset, DieText& out, const TextUnit*& unit);
   const char* string_of(const TextUnit& unit, const AttrValue& v, const char*& out) const;
   const char* reference_of(const TextUnit& unit, const AttrValue& v, uint64_t& target) const;
@@ -953,7 +954,6 @@ const char* DieTextReader::Impl::unit_for(uint64_t die_offset, const TextUnit*& 
 }
 
 const char* DieTextReader::Impl::read_die(uint64_t die_offset, DieText& out, const TextUnit*& unit) {
-  out = DieText{};
   if (const char* why = unit_for(die_offset, unit)) return why;
   const TextUnit& u = *unit;
   // A reference into the unit header would make libdw decode header bytes as a DIE.
