@@ -113,6 +113,7 @@ void for_each_in_address_order(size_t n, VaddrAt vaddr_at, Fn fn, Upcoming upcom
 class PreparedAddresses {
  public:
   static constexpr uint32_t kNoSymbol = UINT32_MAX;
+  static constexpr uint32_t kFindSymbol = UINT32_MAX - 1;  // an index too large to keep: look it up
   struct Entry {
     uint64_t vaddr;
     DebugPlace place;
@@ -139,16 +140,16 @@ class PreparedAddresses {
             i + kPrefetchDistance < entries_.size() ? &entries_[i + kPrefetchDistance] : nullptr;
         if (ahead != nullptr) {
           if (debug != nullptr) debug->prefetch(ahead->place, 0);
-          if (ahead->symbol != kNoSymbol) __builtin_prefetch(&symbols.symbols()[ahead->symbol]);
+          if (ahead->symbol < kFindSymbol) __builtin_prefetch(&symbols.symbols()[ahead->symbol]);
         }
         ahead = i + kPrefetchDistance / 2 < entries_.size() ? &entries_[i + kPrefetchDistance / 2] : nullptr;
         if (ahead != nullptr) {
           if (debug != nullptr) debug->prefetch(ahead->place, 1);
-          if (ahead->symbol != kNoSymbol)
+          if (ahead->symbol < kFindSymbol)
             __builtin_prefetch(symbols.display_name_if_known(symbols.symbols()[ahead->symbol]));
         }
         ahead = i + kPrefetchDistance / 4 < entries_.size() ? &entries_[i + kPrefetchDistance / 4] : nullptr;
-        if (ahead != nullptr && ahead->symbol != kNoSymbol) {
+        if (ahead != nullptr && ahead->symbol < kFindSymbol) {
           if (const std::string* name = symbols.display_name_if_known(symbols.symbols()[ahead->symbol]))
             __builtin_prefetch(name->data());
         }
@@ -449,9 +450,8 @@ struct Symbolizer::Impl {
             uint32_t index = PreparedAddresses::kNoSymbol;
             if (symbol != nullptr) {
               m.symbols.display_name(*symbol, options.demangle);  // now, in address order
-              // A table of 2^32 - 1 symbols or more (which no ELF file holds) would lose the rest.
               index = static_cast<uint32_t>(
-                  std::min<size_t>(symbol - m.symbols.symbols().data(), PreparedAddresses::kNoSymbol));
+                  std::min<size_t>(symbol - m.symbols.symbols().data(), PreparedAddresses::kFindSymbol));
             }
             entries[i] = {vaddr, m.debug ? m.debug->locate(vaddr) : DebugPlace{}, index};
           }
@@ -472,10 +472,12 @@ struct Symbolizer::Impl {
     loc.symbol_address = loc.symbol_size = 0;
     loc.rel_address = vaddr - base;
     const PreparedAddresses::Entry* prepared = m.prepared.take(vaddr, m.debug.get(), m.symbols);
-    const SymbolTable::Symbol* sym = prepared == nullptr ? m.symbols.find(vaddr)
-                                     : prepared->symbol != PreparedAddresses::kNoSymbol
-                                         ? &m.symbols.symbols()[prepared->symbol]
-                                         : nullptr;
+    const SymbolTable::Symbol* sym = nullptr;
+    if (prepared == nullptr || prepared->symbol == PreparedAddresses::kFindSymbol) {
+      sym = m.symbols.find(vaddr);
+    } else if (prepared->symbol != PreparedAddresses::kNoSymbol) {
+      sym = &m.symbols.symbols()[prepared->symbol];
+    }
     if (m.debug && prepared != nullptr) {
       m.debug->describe(prepared->place, loc.frames);
     } else if (m.debug) {
