@@ -117,6 +117,7 @@ AddressQuery AddressQuery::for_file(Symbolizer& symbolizer, const std::string& p
   const ModuleInfo& info = symbolizer.module_info(ref);
   if (!info.readable) throw std::runtime_error("cannot symbolize " + path + ": " + info.error);
   q.note_module(ref);
+  q.file_ref_ = ref;
   return q;
 }
 
@@ -152,6 +153,10 @@ std::vector<std::string> AddressQuery::take_warnings() {
   std::vector<std::string> out;
   out.swap(warnings_);
   return out;
+}
+
+bool AddressQuery::is_file_mapping(const ProcessMapping& m) {
+  return !m.path.empty() && m.path.front() == '/';
 }
 
 const ProcessMapping* AddressQuery::mapping_of(uint64_t address) const {
@@ -193,7 +198,6 @@ void AddressQuery::prepare_inputs(ForEachInput for_each_input) {
     for_each_input([&](std::string_view text) {
       if (auto address = parse_hex_address(text)) vaddrs.push_back(*address);
     });
-    if (file_ref_.path.empty()) file_ref_.path = file_;
     symbolizer_->prepare_vaddrs(file_ref_, vaddrs);
     return;
   }
@@ -202,8 +206,7 @@ void AddressQuery::prepare_inputs(ForEachInput for_each_input) {
   for_each_input([&](std::string_view text) {
     const auto address = parse_hex_address(text);
     const ProcessMapping* m = address ? mapping_of(*address) : nullptr;
-    if (m != nullptr && !m->path.empty() && m->path.front() == '/')
-      found.emplace_back(m, *address - m->start + m->offset);
+    if (m != nullptr && is_file_mapping(*m)) found.emplace_back(m, *address - m->start + m->offset);
   });
   std::stable_sort(found.begin(), found.end(),
                    [](const auto& a, const auto& b) { return a.first->path < b.first->path; });
@@ -276,7 +279,6 @@ const ProcessMapping* AddressQuery::start_lookup(std::string_view text, AddressA
   a.parsed = true;
   a.address = *address;
   if (pid_ == 0) {
-    if (file_ref_.path.empty()) file_ref_.path = file_;
     a.module.assign(file_);
     a.in_module = true;
     a.vaddr = a.address;
@@ -290,7 +292,7 @@ const ProcessMapping* AddressQuery::start_lookup(std::string_view text, AddressA
   const ProcessMapping& m = *mapping;
   a.module = m.path;
   a.file_offset = a.address - m.start + m.offset;
-  if (m.path.empty() || m.path.front() != '/') {
+  if (!is_file_mapping(m)) {
     a.error = "in " + (m.path.empty() ? std::string("anonymous memory") : m.path) + ", not a file mapping";
     return nullptr;
   }

@@ -136,21 +136,18 @@ class PreparedAddresses {
         // loading what a later lookup will read, so that its cache misses overlap this one's work.
         // Pointers are followed only once what they point to had time to arrive: the symbol is
         // asked for 8 entries ahead, its name's string object 4 ahead, the characters 2 ahead.
-        const Entry* ahead =
-            i + kPrefetchDistance < entries_.size() ? &entries_[i + kPrefetchDistance] : nullptr;
-        if (ahead != nullptr) {
+        if (const Entry* ahead = at(i + kPrefetchDistance)) {
           if (debug != nullptr) debug->prefetch(ahead->place, 0);
-          if (ahead->symbol < kFindSymbol) __builtin_prefetch(&symbols.symbols()[ahead->symbol]);
+          if (const SymbolTable::Symbol* s = symbol_of(*ahead, symbols)) __builtin_prefetch(s);
         }
-        ahead = i + kPrefetchDistance / 2 < entries_.size() ? &entries_[i + kPrefetchDistance / 2] : nullptr;
-        if (ahead != nullptr) {
+        if (const Entry* ahead = at(i + kPrefetchDistance / 2)) {
           if (debug != nullptr) debug->prefetch(ahead->place, 1);
-          if (ahead->symbol < kFindSymbol)
-            __builtin_prefetch(symbols.display_name_if_known(symbols.symbols()[ahead->symbol]));
+          if (const SymbolTable::Symbol* s = symbol_of(*ahead, symbols))
+            __builtin_prefetch(symbols.display_name_if_known(*s));
         }
-        ahead = i + kPrefetchDistance / 4 < entries_.size() ? &entries_[i + kPrefetchDistance / 4] : nullptr;
-        if (ahead != nullptr && ahead->symbol < kFindSymbol) {
-          if (const std::string* name = symbols.display_name_if_known(symbols.symbols()[ahead->symbol]))
+        if (const Entry* ahead = at(i + kPrefetchDistance / 4)) {
+          const SymbolTable::Symbol* s = symbol_of(*ahead, symbols);
+          if (const std::string* name = s != nullptr ? symbols.display_name_if_known(*s) : nullptr)
             __builtin_prefetch(name->data());
         }
         return &entries_[i];
@@ -160,9 +157,15 @@ class PreparedAddresses {
   }
   size_t memory_bytes() const { return entries_.capacity() * sizeof(Entry); }
 
+  // The entry's symbol when it holds one (nullptr for kNoSymbol and kFindSymbol).
+  static const SymbolTable::Symbol* symbol_of(const Entry& e, const SymbolTable& symbols) {
+    return e.symbol < kFindSymbol ? &symbols.symbols()[e.symbol] : nullptr;
+  }
+
  private:
   static constexpr size_t kLookAhead = 64;
   static constexpr size_t kPrefetchDistance = 8;
+  const Entry* at(size_t k) const { return k < entries_.size() ? &entries_[k] : nullptr; }
   std::vector<Entry> entries_;
   size_t next_ = 0;
 };
@@ -472,12 +475,9 @@ struct Symbolizer::Impl {
     loc.symbol_address = loc.symbol_size = 0;
     loc.rel_address = vaddr - base;
     const PreparedAddresses::Entry* prepared = m.prepared.take(vaddr, m.debug.get(), m.symbols);
-    const SymbolTable::Symbol* sym = nullptr;
-    if (prepared == nullptr || prepared->symbol == PreparedAddresses::kFindSymbol) {
-      sym = m.symbols.find(vaddr);
-    } else if (prepared->symbol != PreparedAddresses::kNoSymbol) {
-      sym = &m.symbols.symbols()[prepared->symbol];
-    }
+    const SymbolTable::Symbol* sym = prepared == nullptr || prepared->symbol == PreparedAddresses::kFindSymbol
+                                         ? m.symbols.find(vaddr)
+                                         : PreparedAddresses::symbol_of(*prepared, m.symbols);
     if (m.debug && prepared != nullptr) {
       m.debug->describe(prepared->place, loc.frames);
     } else if (m.debug) {

@@ -460,10 +460,7 @@ void DwarfIndex::Impl::describe(const Place& place, std::vector<SourceFrameView>
 
   // Chain length first, so that the levels can be written outermost first.
   size_t depth = 0;
-  for (uint32_t n = leaf; n != kNoNode && depth < details.size(); n = details[n].parent) {
-    ++depth;
-    if (details[n].parent == kNoNode) break;
-  }
+  for (uint32_t n = leaf; n != kNoNode && depth < details.size(); n = details[n].parent) ++depth;
   frames.resize(std::max<size_t>(depth, 1));
   SourceFrameView& innermost = frames.back();
   innermost.line = place.line;

@@ -80,6 +80,8 @@ class AddressQuery {
   void finish_in_process(const ProcessMapping& m, AddressAnswer& out);
   void note_module(const ModuleRef& ref);
   const ProcessMapping* mapping_of(uint64_t address) const;  // process mode; nullptr when none
+  // A mapping of a file by its path (not anonymous memory, [heap], [vdso] and the like).
+  static bool is_file_mapping(const ProcessMapping& m);
   // prepare() over the inputs that for_each_input(fn) passes to fn.
   template <class ForEachInput>
   void prepare_inputs(ForEachInput for_each_input);
@@ -88,7 +90,7 @@ class AddressQuery {
   Symbolizer* symbolizer_;
   int32_t pid_ = 0;
   std::string file_;                      // file mode
-  ModuleRef file_ref_;                    // file mode: the module, built once
+  ModuleRef file_ref_;                    // file mode: the module, built by for_file
   std::vector<ProcessMapping> mappings_;  // process mode, sorted by start
   std::vector<std::string> noted_;        // modules whose warnings were queued
   std::vector<std::string> warnings_;
