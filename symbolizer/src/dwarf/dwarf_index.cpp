@@ -20,6 +20,7 @@
 
 #include "debug_sections.h"
 #include "line_table.h"
+#include "name_store.h"
 #include "subroutine_map.h"
 
 #if __has_include(<llvm/Demangle/Demangle.h>)
@@ -58,31 +59,43 @@ struct DwarfDeleter {
   void operator()(Dwarf* dwarf) const { dwarf_end(dwarf); }
 };
 
-// Marks SubroutineDetails not read yet.
-const std::string kUnread;
 // A call_file that names no file: DWARF's index was absent or unreadable (a real index that large
 // names no file either, so nothing else needs to tell them apart).
 constexpr uint32_t kNoCallFile = UINT32_MAX;
 
 // What a lookup prints of a SubroutineNode: its name and call site, read from the DIE on first use
 // and kept, so that repeated lookups in one function touch no DIE and demangle nothing. The node's
-// parent is copied here too, so that printing a chain reads one array, not two (a subprogram's
-// parent is kNoSubroutine: the chain ends there). 24 bytes.
+// parent is here too, and until the text is read its DIE, so that the unit's SubroutineMap::nodes
+// can be freed once these are built (a subprogram's parent is kNoSubroutine: the chain ends
+// there). 16 bytes: a unit holds one per function and inlined instance, read or not.
 struct SubroutineDetails {
-  const std::string* name = &kUnread;  // demangled, owned by DwarfIndex::Impl::names; null: none
-  uint32_t call_file = kNoCallFile;    // where this inlined instance is called (its caller's line)
-  uint32_t call_line = 0;
-  uint32_t call_column = 0;
-  uint32_t parent = kNoSubroutine;  // SubroutineNode::parent
+  static constexpr uint32_t kUnread = 1u << 31;
+  static constexpr uint32_t kNoName = kUnread - 1;
+  // A DIE too far from its unit's header for 31 bits (a unit over 2 GiB): its unit keeps `nodes`.
+  static constexpr uint32_t kFarDie = kUnread - 1;
+  // call_file values: a file index above these, or a column of 0xffff or more, is in
+  // UnitTables::wide_call_sites.
+  static constexpr uint16_t kNoFile = 0xfffe;
+  static constexpr uint16_t kWide = 0xffff;
 
-  bool read() const { return name != &kUnread; }
+  // Read: the demangled name's index in DwarfIndex::Impl::names, or kNoName. Not read yet:
+  // kUnread | the DIE's offset from its unit's header (or kFarDie).
+  uint32_t text = kUnread | kFarDie;
+  uint32_t parent = kNoSubroutine;
+  uint32_t call_line = 0;  // where this inlined instance is called (its caller's line)
+  uint16_t call_file = kNoFile;
+  uint16_t call_column = 0;
+
+  bool read() const { return (text & kUnread) == 0; }
 };
-static_assert(sizeof(SubroutineDetails) == 24);
+static_assert(sizeof(SubroutineDetails) == 16);
 
 // What a compile unit contributes, built on its first lookup.
 struct UnitTables {
-  SubroutineMap map;
+  SubroutineMap map;  // its nodes freed once `details` hold their DIEs (kept for a unit over 2 GiB)
   std::vector<SubroutineDetails> details;  // by node
+  // Call sites that do not fit SubroutineDetails' 16-bit fields, by node: (file, column).
+  std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> wide_call_sites;
   // Rows and file names; each file name already joined with comp_dir as LLVM prints it.
   LineTable lines;
 };
@@ -213,15 +226,15 @@ struct DwarfIndex::Impl {
 
   mutable std::mutex mutex;
   // Demangled names by the DWARF string they came from (strings live as long as `dwarf`).
-  mutable std::unordered_map<const char*, std::string> names;
+  mutable NameStore names;
   // Heap held by unit tables and names, kept up to date as they are built so that measuring is
   // cheap enough for the module cache to do often.
   mutable size_t table_bytes = 0;
   mutable size_t line_rows_from_libdw = 0;
   UnitTables* tables_for(uint32_t unit_index) const;
   void load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const;
-  const std::string* demangled(const char* raw) const;
-  void read_details(const SubroutineNode& node, SubroutineDetails& details) const;
+  uint32_t demangled(const char* raw) const;
+  void read_details(const Unit& unit, const UnitTables& t, uint32_t node) const;
   // DwarfIndex::locate and describe, with `mutex` held.
   Place locate(uint64_t vaddr) const;
   void describe(const Place& place, std::vector<SourceFrameView>& frames) const;
@@ -300,10 +313,20 @@ UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index) const {
   if (!walker_usable || !walk_subroutines(info_sections, unit.unit_offset, t.map)) {
     walk_subroutines_libdw(dwarf.get(), unit.die_offset, t.map);
   }
+  // The details take over the nodes' parents and DIEs; the nodes go unless a DIE lies too far
+  // from the unit's header for the details' 31 bits.
   t.details.resize(t.map.nodes.size());
+  bool all_near = true;
   for (size_t i = 0; i < t.details.size(); ++i) {
-    t.details[i].parent = t.map.nodes[i].parent;
+    const SubroutineNode& node = t.map.nodes[i];
+    const uint64_t distance = node.die_offset - unit.unit_offset;
+    const bool near = node.die_offset >= unit.unit_offset && distance < SubroutineDetails::kFarDie;
+    all_near = all_near && near;
+    t.details[i].text =
+        SubroutineDetails::kUnread | (near ? static_cast<uint32_t>(distance) : SubroutineDetails::kFarDie);
+    t.details[i].parent = node.parent;
   }
+  if (all_near) std::vector<SubroutineNode>().swap(t.map.nodes);
   load_lines(t, &cudie, dir != nullptr ? dir : "");
   unit.details = t.details.data();
   unit.files = t.lines.files.data();
@@ -369,29 +392,44 @@ void DwarfIndex::Impl::load_lines(UnitTables& t, Dwarf_Die* cudie, const std::st
   }
 }
 
-const std::string* DwarfIndex::Impl::demangled(const char* raw) const {
-  if (raw == nullptr) return nullptr;
-  auto it = names.find(raw);
-  if (it != names.end()) return &it->second;
+uint32_t DwarfIndex::Impl::demangled(const char* raw) const {
+  if (raw == nullptr) return SubroutineDetails::kNoName;
+  if (const uint32_t index = names.find(raw); index != NameStore::kNone) return index;
+  // More names than a 31-bit index holds would take far more memory than any machine has.
+  if (names.size() >= SubroutineDetails::kNoName) return SubroutineDetails::kNoName;
   std::string demangled = demangle_llvm_style(raw);
   if (rewrite_name != nullptr && demangled.find('$') != std::string::npos)
     demangled = rewrite_name(demangled);
-  table_bytes += demangled.capacity() + 64;
-  return &names.emplace(raw, std::move(demangled)).first->second;
+  return names.add(raw, demangled);
 }
 
-void DwarfIndex::Impl::read_details(const SubroutineNode& node, SubroutineDetails& details) const {
+void DwarfIndex::Impl::read_details(const Unit& unit, const UnitTables& t, uint32_t node) const {
+  SubroutineDetails& details = const_cast<SubroutineDetails&>(t.details[node]);
+  const uint32_t distance = details.text & ~SubroutineDetails::kUnread;
+  const uint64_t die_offset =
+      distance != SubroutineDetails::kFarDie ? unit.unit_offset + distance : t.map.nodes[node].die_offset;
   // Only inlined instances have a call site. Both readers hand out pointers into the same
   // section bytes, so `names` demangles each string once whichever read it.
   NodeText text;
-  const bool call_site = !node.is_subprogram;
-  if (!text_reader || !text_reader->read(node.die_offset, call_site, text)) {
-    read_node_text_libdw(dwarf.get(), node.die_offset, call_site, text);
+  const bool call_site = details.parent != kNoNode;
+  if (!text_reader || !text_reader->read(die_offset, call_site, text)) {
+    read_node_text_libdw(dwarf.get(), die_offset, call_site, text);
   }
-  details.name = demangled(text.name);
-  details.call_file = text.has_call_file ? text.call_file : kNoCallFile;
+  details.text = demangled(text.name);
   details.call_line = text.call_line;
-  details.call_column = text.call_column;
+  const uint32_t file = text.has_call_file ? text.call_file : kNoCallFile;
+  if (file < SubroutineDetails::kNoFile && text.call_column < SubroutineDetails::kWide) {
+    details.call_file = static_cast<uint16_t>(file);
+    details.call_column = static_cast<uint16_t>(text.call_column);
+  } else if (file == kNoCallFile && text.call_column < SubroutineDetails::kWide) {
+    details.call_file = SubroutineDetails::kNoFile;
+    details.call_column = static_cast<uint16_t>(text.call_column);
+  } else {
+    details.call_file = SubroutineDetails::kWide;
+    details.call_column = 0;
+    const_cast<UnitTables&>(t).wide_call_sites[node] = {file, text.call_column};
+    table_bytes += 48;  // a hash node
+  }
 }
 
 std::vector<SourceFrame> DwarfIndex::lookup(uint64_t vaddr) const {
@@ -439,11 +477,11 @@ DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
   if (span_it != spans.begin() && vaddr < t.map.high_of(*std::prev(span_it)))
     place.node = std::prev(span_it)->node;
   // The chain's names and call sites are read now, while this unit's DIEs are at hand.
-  const std::vector<SubroutineNode>& nodes = t.map.nodes;
+  const std::vector<SubroutineDetails>& details = t.details;
+  const Unit& unit = units[cu_it->unit];
   size_t depth = 0;
-  for (uint32_t n = place.node; n != kNoNode && depth < nodes.size(); n = nodes[n].parent, ++depth) {
-    if (!t.details[n].read()) read_details(nodes[n], t.details[n]);
-    if (nodes[n].is_subprogram) break;
+  for (uint32_t n = place.node; n != kNoNode && depth < details.size(); n = details[n].parent, ++depth) {
+    if (!details[n].read()) read_details(unit, t, n);
   }
   return place;
 }
@@ -451,7 +489,8 @@ DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
 void DwarfIndex::Impl::describe(const Place& place, std::vector<SourceFrameView>& frames) const {
   frames.clear();
   if (place.unit >= units.size() || !units[place.unit].tables) return;
-  UnitTables& t = *units[place.unit].tables;
+  const Unit& unit = units[place.unit];
+  const UnitTables& t = *unit.tables;
   const std::vector<SubroutineDetails>& details = t.details;
   const uint32_t leaf = place.node < details.size() ? place.node : kNoNode;
   const auto file_name = [&](uint32_t file) {
@@ -471,15 +510,24 @@ void DwarfIndex::Impl::describe(const Place& place, std::vector<SourceFrameView>
   // executes the node's call site.
   uint32_t n = leaf;
   for (size_t i = 0; i < depth; ++i, n = details[n].parent) {
-    SubroutineDetails& node = t.details[n];
-    if (!node.read()) read_details(t.map.nodes[n], node);
+    if (!details[n].read()) read_details(unit, t, n);
+    const SubroutineDetails& node = details[n];
     SourceFrameView& f = frames[depth - 1 - i];
-    f.function = node.name != nullptr ? std::string_view(*node.name) : std::string_view();
+    f.function = names.view(node.text);
     if (i + 1 == depth) break;
     SourceFrameView& caller = frames[depth - 2 - i];
     caller.line = node.call_line;
-    caller.column = node.call_column;
-    caller.file = file_name(node.call_file);
+    if (node.call_file < SubroutineDetails::kNoFile) {
+      caller.column = node.call_column;
+      caller.file = file_name(node.call_file);
+    } else if (node.call_file == SubroutineDetails::kNoFile) {
+      caller.column = node.call_column;
+      caller.file = {};
+    } else {
+      const auto wide = t.wide_call_sites.find(n);
+      caller.column = wide != t.wide_call_sites.end() ? wide->second.second : 0;
+      caller.file = wide != t.wide_call_sites.end() ? file_name(wide->second.first) : std::string_view();
+    }
   }
 }
 
@@ -497,7 +545,7 @@ void DwarfIndex::prefetch(const Place& place, int step) const {
   if (place.node < u.detail_count) {
     const SubroutineDetails& leaf = u.details[place.node];
     if (leaf.parent < u.detail_count) __builtin_prefetch(u.details + leaf.parent);
-    if (leaf.read() && leaf.name != nullptr) __builtin_prefetch(leaf.name);
+    if (leaf.read()) impl_->names.prefetch(leaf.text);
   }
   if (place.file < u.file_count) __builtin_prefetch(u.files[place.file].data());
 }
@@ -507,7 +555,7 @@ size_t DwarfIndex::memory_bytes() const {
   std::lock_guard<std::mutex> lock(d.mutex);
   size_t total =
       sizeof(Impl) + d.units.capacity() * sizeof(Unit) + d.unit_spans.capacity() * sizeof(UnitSpan);
-  total += d.decompressed_bytes + d.table_bytes + d.names.bucket_count() * sizeof(void*);
+  total += d.decompressed_bytes + d.table_bytes + d.names.memory_bytes();
   if (d.text_reader) total += d.text_reader->memory_bytes();
   // libdw keeps, per compile unit, its CU record and unit search tree entry (and per unit touched
   // its abbreviation table); per line row it decoded itself a Dwarf_Line.

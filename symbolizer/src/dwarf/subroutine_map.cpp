@@ -54,7 +54,7 @@ class SubroutineMapBuilder {
       out.spans.push_back(
           {low, static_cast<uint32_t>(std::min<uint64_t>(size, SubroutineSpan::kLongSpan)), entry.second});
     }
-    out.nodes.shrink_to_fit();
+    // The nodes keep their spare capacity: DwarfIndex frees them once it has copied them.
   }
 
  private:

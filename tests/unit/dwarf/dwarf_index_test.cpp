@@ -6,11 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <regex>
 #include <sstream>
 
 #include "dwarf_test_support.h"
+#include "libdw_file.h"
 
 namespace hpd {
 namespace {
@@ -132,6 +134,78 @@ TEST(DwarfIndexRust, AnnotatedMovesAreInlineFrames) {
   }
   EXPECT_TRUE(move);
   EXPECT_TRUE(copy);
+}
+
+// The line table's file names by index (as dwarf_filesrc gives them) of a file's only unit.
+std::vector<std::string> only_unit_files(const std::string& path) {
+  LibdwFile file(path);
+  std::vector<std::string> names;
+  Dwarf_CU* cu = nullptr;
+  Dwarf_Half version = 0;
+  uint8_t unit_type = 0;
+  Dwarf_Die cudie, subdie;
+  Dwarf_Files* files = nullptr;
+  size_t count = 0;
+  if (file.dwarf() == nullptr ||
+      dwarf_get_units(file.dwarf(), nullptr, &cu, &version, &unit_type, &cudie, &subdie) != 0 ||
+      dwarf_getsrcfiles(&cudie, &files, &count) != 0) {
+    return names;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const char* name = dwarf_filesrc(files, i, nullptr, nullptr);
+    names.emplace_back(name != nullptr ? name : "");
+  }
+  return names;
+}
+
+std::string base_name(const std::string& path) {
+  return path.substr(path.rfind('/') + 1);
+}
+
+// File indices past 16 bits, in line rows and in call sites (see fixtures/many_files.sh: 66,002
+// files, the code in the last two). llvm-symbolizer 14 is wrong here: LLVM keeps a line row's file
+// index in 16 bits, so for file i it names file i - 65,536 (one of the f<k>.h that hold no code)
+// where binutils addr2line and the DWARF say many_files_last.c or many_files.c. Its answer is
+// compared after undoing that truncation, which must be needed.
+TEST(DwarfIndexFiles, FileIndicesPast16Bits) {
+  const std::string path = fixture("c_clang_many_files");
+  const std::vector<std::string> files = only_unit_files(path);
+  ASSERT_GT(files.size(), 66000u);
+  // The base name llvm-symbolizer gives -> the file it means (as libdw joins it with its directory;
+  // a relative result is relative to the compilation directory, where the f<k>.h are).
+  std::map<std::string, std::string> untruncate;
+  for (size_t i = 65536; i < files.size(); ++i) untruncate[base_name(files[i - 65536])] = files[i];
+  const std::vector<uint64_t> addresses = function_addresses(path, 1);
+  ASSERT_GT(addresses.size(), 20u);
+  TempDir tmp;
+  const std::string nosym = tmp.path() + "/nosym";
+  ASSERT_TRUE(dwarf_test::copy_without_symbol_table(path, nosym));
+  const auto expected = llvm_symbolize(HPD_LLVM_SYMBOLIZER, nosym, addresses);
+  std::string error;
+  auto index = DwarfIndex::open(path, &error);
+  ASSERT_NE(index, nullptr) << error;
+
+  size_t corrected = 0, far_call_sites = 0;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    std::vector<SourceFrame> want = normalize_llvm(expected[i]);
+    if (!want.empty()) {
+      std::string& file = want.back().file;  // the innermost level's file comes from a line row
+      if (auto it = untruncate.find(base_name(file)); it != untruncate.end()) {
+        file = it->second[0] == '/' ? it->second : file.substr(0, file.rfind('/') + 1) + it->second;
+        ++corrected;
+      }
+    }
+    const std::vector<SourceFrame> got = index->lookup(addresses[i]);
+    EXPECT_TRUE(same(want, got)) << "0x" << std::hex << addresses[i] << "\nllvm-symbolizer, corrected:\n"
+                                 << describe(want) << "DwarfIndex:\n"
+                                 << describe(got);
+    // An outer level's file comes from the inner level's DW_AT_call_file.
+    for (size_t level = 0; level + 1 < got.size(); ++level) {
+      if (got[level].file.ends_with("/many_files_last.c")) ++far_call_sites;
+    }
+  }
+  EXPECT_GT(corrected, 0u) << "llvm-symbolizer no longer truncates file indices: drop the correction";
+  EXPECT_GT(far_call_sites, 0u);
 }
 
 // A separate debug file (--only-keep-debug, .text is NOBITS) answers like the binary itself.
