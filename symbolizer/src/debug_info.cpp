@@ -10,16 +10,19 @@ namespace hpd {
 #ifdef HPD_HAVE_DWARF_INDEX
 namespace {
 
+DebugPlace to_debug_place(const DwarfIndex::Place& p) {
+  return DebugPlace{{p.unit, p.node, p.file, p.line, p.column}};
+}
+
 class DwarfDebugInfo final : public DebugInfo {
  public:
   explicit DwarfDebugInfo(std::unique_ptr<DwarfIndex> index) : index_(std::move(index)) {}
   void lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) override {
     index_->lookup(vaddr, frames);
   }
-  DebugPlace locate(uint64_t vaddr) override {
-    const DwarfIndex::Place p = index_->locate(vaddr);
-    return DebugPlace{{p.unit, p.node, p.file, p.line, p.column}};
-  }
+  DebugPlace locate(uint64_t vaddr) override { return to_debug_place(index_->locate(vaddr)); }
+  std::vector<uint64_t> plan(std::span<const uint64_t> vaddrs) override { return index_->plan(vaddrs); }
+  DebugPlace locate_planned(uint64_t vaddr) override { return to_debug_place(index_->locate_planned(vaddr)); }
   void describe(const DebugPlace& place, std::vector<SourceFrameView>& frames) override {
     const uint32_t* p = place.part;
     index_->describe(DwarfIndex::Place{p[0], p[1], p[2], p[3], p[4]}, frames);

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ class DebugInfo {
   // addresses in address order and printing them later, in the order asked, keeps the searches
   // on the tables' memory one part at a time. A place stays valid as long as this DebugInfo.
   virtual DebugPlace locate(uint64_t vaddr) = 0;
+  // For a batch: plan() announces the addresses (repeats included) that locate_planned() will
+  // then be asked for, once each; the DebugInfo may free search tables it built for the batch as
+  // soon as their last address is located (searching there again later costs a rebuild). It
+  // returns a key per address (equal for equal addresses): asked for in the order of their keys,
+  // the batch is searched fastest and in the least memory.
+  virtual std::vector<uint64_t> plan(std::span<const uint64_t> vaddrs) = 0;
+  virtual DebugPlace locate_planned(uint64_t vaddr) = 0;
   virtual void describe(const DebugPlace& place, std::vector<SourceFrameView>& frames) = 0;
   // Starts loading the memory describe() will read first: places prepared in address order are
   // described in another order, so a caller about to describe one soon may call this.

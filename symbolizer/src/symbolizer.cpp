@@ -67,13 +67,14 @@ void radix_sort(std::vector<T>& items, unsigned low_bit, KeyOf key_of) {
   }
 }
 
-// Calls fn(vaddr, i) for the n addresses vaddr_at(i) in address order, equal addresses in the
-// order given, and before each upcoming(j) with the index fn will see kUpcoming calls later (for
-// prefetching). The batch's order costs 8 bytes an address when the span of the addresses leaves
-// room for the index beside the offset in one word (one module's addresses always do), else 16.
+// Calls fn(key, i) for the n keys key_at(i) (addresses, or a DebugInfo's order keys) in key
+// order, equal keys in the order given, and before each upcoming(j) with the index fn will see
+// kUpcoming calls later (for prefetching); keys_read() once key_at will not be called again. The
+// batch's order costs 8 bytes a key when the span of the keys leaves room for the index beside
+// the offset in one word (one module's addresses always do), else 16.
 constexpr size_t kUpcoming = 8;
-template <class VaddrAt, class Fn, class Upcoming>
-void for_each_in_address_order(size_t n, VaddrAt vaddr_at, Fn fn, Upcoming upcoming) {
+template <class KeyAt, class Fn, class Upcoming, class KeysRead>
+void for_each_in_key_order(size_t n, KeyAt vaddr_at, Fn fn, Upcoming upcoming, KeysRead keys_read) {
   if (n == 0) return;
   uint64_t low = UINT64_MAX, high = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -86,6 +87,7 @@ void for_each_in_address_order(size_t n, VaddrAt vaddr_at, Fn fn, Upcoming upcom
     // below `index_bits`, which the sort can then leave alone.
     std::vector<uint64_t> keys(n);
     for (size_t i = 0; i < n; ++i) keys[i] = (vaddr_at(i) - low) << index_bits | i;
+    keys_read();
     if (n < 64) {
       std::sort(keys.begin(), keys.end());
     } else {
@@ -100,6 +102,7 @@ void for_each_in_address_order(size_t n, VaddrAt vaddr_at, Fn fn, Upcoming upcom
   }
   std::vector<std::pair<uint64_t, uint32_t>> pairs(n);
   for (size_t i = 0; i < n; ++i) pairs[i] = {vaddr_at(i), static_cast<uint32_t>(i)};
+  keys_read();
   radix_sort(pairs, 0, [](const std::pair<uint64_t, uint32_t>& p) { return p.first; });
   for (size_t k = 0; k < n; ++k) {
     if (k + kUpcoming < n) upcoming(pairs[k + kUpcoming].second);
@@ -430,9 +433,9 @@ struct Symbolizer::Impl {
       for (size_t i = 0; i < n; ++i) out[i].rel_address = vaddr_at(i) - e.info.image_base;
       return out;
     }
-    for_each_in_address_order(
+    for_each_in_key_order(
         n, vaddr_at, [&](uint64_t vaddr, size_t i) { locate_vaddr(*e.loaded, e.info, vaddr, out[i]); },
-        [&](size_t i) { __builtin_prefetch(&out[i], 1); });
+        [&](size_t i) { __builtin_prefetch(&out[i], 1); }, [] {});
     remeasure(e, n);
     return out;
   }
@@ -441,13 +444,19 @@ struct Symbolizer::Impl {
     if (!e.loaded) return;
     LoadedModule& m = *e.loaded;
     std::vector<PreparedAddresses::Entry> entries(vaddrs.size());
+    // In the debug information's order (unit by unit) when it has one, else in address order.
+    std::vector<uint64_t> order;
+    if (m.debug) order = m.debug->plan(vaddrs);
+    const bool by_order = order.size() == vaddrs.size();
     size_t previous = SIZE_MAX;
     uint64_t previous_vaddr = 0;  // kept here: the entries are written in the caller's order, at random
-    for_each_in_address_order(
-        vaddrs.size(), [&](size_t i) { return vaddrs[i]; },
-        [&](uint64_t vaddr, size_t i) {
+    for_each_in_key_order(
+        vaddrs.size(), [&](size_t i) { return by_order ? order[i] : vaddrs[i]; },
+        [&](uint64_t, size_t i) {
+          const uint64_t vaddr = vaddrs[i];
           if (previous != SIZE_MAX && previous_vaddr == vaddr) {
             entries[i] = entries[previous];
+            if (m.debug) m.debug->locate_planned(vaddr);  // a repeat still counts against the plan
           } else {
             const SymbolTable::Symbol* symbol = m.symbols.find(vaddr);
             uint32_t index = PreparedAddresses::kNoSymbol;
@@ -456,13 +465,13 @@ struct Symbolizer::Impl {
               index = static_cast<uint32_t>(
                   std::min<size_t>(symbol - m.symbols.symbols().data(), PreparedAddresses::kFindSymbol));
             }
-            entries[i] = {vaddr, m.debug ? m.debug->locate(vaddr) : DebugPlace{}, index};
+            entries[i] = {vaddr, m.debug ? m.debug->locate_planned(vaddr) : DebugPlace{}, index};
           }
           previous = i;
           previous_vaddr = vaddr;
         },
         // The entries are written in the caller's order, at random: ask for each line ahead.
-        [&](size_t i) { __builtin_prefetch(&entries[i], 1); });
+        [&](size_t i) { __builtin_prefetch(&entries[i], 1); }, [&] { std::vector<uint64_t>().swap(order); });
     m.prepared.assign(std::move(entries));
     remeasure(e, vaddrs.size() + 2);  // always: the tables grew by a batch
   }

@@ -104,6 +104,14 @@ struct Unit {
   Dwarf_Off unit_offset;  // of the unit header in .debug_info
   Dwarf_Off die_offset;
   std::unique_ptr<UnitTables> tables;
+  // The tables' search part (tables->map.spans, tables->lines' rows) is present. When a plan
+  // (DwarfIndex::plan) built it, it is freed once the plan's last address in the unit is
+  // located: describe() needs none of it.
+  bool searchable = false;
+  bool built_by_plan = false;
+  // Searched again after a plan freed the search part: it is rebuilt and kept from then on.
+  bool keep = false;
+  uint32_t planned = 0;  // addresses of the current plan in this unit not located yet
   // Where the tables' details and file names are, for prefetch(): read from this array, which
   // stays in cache, rather than from each unit's UnitTables, which does not.
   const SubroutineDetails* details = nullptr;
@@ -214,6 +222,10 @@ struct DwarfIndex::Impl {
   std::unique_ptr<Dwarf, DwarfDeleter> dwarf;
   std::vector<Unit> units;
   std::vector<UnitSpan> unit_spans;  // sorted, disjoint
+  // Where each unit span starts when the covered bytes are laid out unit by unit (plan()'s order
+  // keys), and the bytes covered in all.
+  std::vector<uint64_t> unit_major_low;
+  uint64_t covered_bytes = 0;
   size_t decompressed_bytes = 0;
   LineSections line_sections;
   DebugInfoSections info_sections;
@@ -231,12 +243,20 @@ struct DwarfIndex::Impl {
   // cheap enough for the module cache to do often.
   mutable size_t table_bytes = 0;
   mutable size_t line_rows_from_libdw = 0;
-  UnitTables* tables_for(uint32_t unit_index) const;
+  // The unit's tables, built (or their search part rebuilt) if need be.
+  UnitTables* tables_for(uint32_t unit_index, bool planned) const;
+  void rebuild_search_part(Unit& unit) const;
+  void release_search_part(Unit& unit) const;
+  // The last address locate_planned() answered, for repeats (kNone unit: none yet).
+  mutable uint64_t planned_vaddr = 0;
+  mutable Place planned_place;
+  // The unit covering vaddr, or unit_spans.end().
+  std::vector<UnitSpan>::const_iterator unit_span_of(uint64_t vaddr) const;
   void load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const;
   uint32_t demangled(const char* raw) const;
   void read_details(const Unit& unit, const UnitTables& t, uint32_t node) const;
-  // DwarfIndex::locate and describe, with `mutex` held.
-  Place locate(uint64_t vaddr) const;
+  // DwarfIndex::locate (or locate_planned) and describe, with `mutex` held.
+  Place locate(uint64_t vaddr, bool planned) const;
   void describe(const Place& place, std::vector<SourceFrameView>& frames) const;
 };
 
@@ -298,14 +318,39 @@ std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::strin
   impl->unit_spans = build_unit_spans(raw);
   impl->units.shrink_to_fit();
   impl->unit_spans.shrink_to_fit();
+  {
+    // Spans ordered by unit, then address (stable: unit_spans is in address order).
+    std::vector<uint32_t> by_unit(impl->unit_spans.size());
+    for (size_t i = 0; i < by_unit.size(); ++i) by_unit[i] = static_cast<uint32_t>(i);
+    std::stable_sort(by_unit.begin(), by_unit.end(), [&](uint32_t a, uint32_t b) {
+      return impl->unit_spans[a].unit < impl->unit_spans[b].unit;
+    });
+    impl->unit_major_low.resize(by_unit.size());
+    for (uint32_t i : by_unit) {
+      impl->unit_major_low[i] = impl->covered_bytes;
+      impl->covered_bytes += impl->unit_spans[i].high - impl->unit_spans[i].low;
+    }
+  }
   return std::unique_ptr<DwarfIndex>(new DwarfIndex(std::move(impl)));
 }
 
-UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index) const {
+// Heap held by the search part of a unit's tables.
+size_t search_part_bytes(const UnitTables& t) {
+  return t.map.spans.capacity() * sizeof(SubroutineSpan) +
+         t.map.long_span_ends.capacity() * sizeof(t.map.long_span_ends[0]) +
+         t.lines.rows.capacity() * sizeof(LineRow) + t.lines.packed.capacity() * sizeof(LineTable::PackedRow);
+}
+
+UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index, bool planned) const {
   // The cache is logically const: it only memoizes what the file already says.
   Unit& unit = const_cast<Unit&>(units[unit_index]);
-  if (unit.tables) return unit.tables.get();
+  if (unit.tables) {
+    if (!unit.searchable) rebuild_search_part(unit);
+    return unit.tables.get();
+  }
   unit.tables = std::make_unique<UnitTables>();
+  unit.searchable = true;
+  unit.built_by_plan = planned;
   UnitTables& t = *unit.tables;
   Dwarf_Die cudie;
   if (dwarf_offdie(dwarf.get(), unit.die_offset, &cudie) == nullptr) return &t;
@@ -337,6 +382,41 @@ UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index) const {
                  t.details.capacity() * sizeof(SubroutineDetails) +
                  t.map.spans.capacity() * sizeof(SubroutineSpan) + t.lines.memory_bytes();
   return &t;
+}
+
+void DwarfIndex::Impl::rebuild_search_part(Unit& unit) const {
+  UnitTables& t = *unit.tables;
+  unit.searchable = true;
+  unit.keep = true;
+  Dwarf_Die cudie;
+  if (dwarf_offdie(dwarf.get(), unit.die_offset, &cudie) == nullptr) return;
+  const char* dir = attr_string(&cudie, DW_AT_comp_dir);
+  SubroutineMap map;
+  if (!walker_usable || !walk_subroutines(info_sections, unit.unit_offset, map)) {
+    walk_subroutines_libdw(dwarf.get(), unit.die_offset, map);
+  }
+  // The same DIEs give the same nodes in the same order, which the details still describe.
+  if (map.nodes.size() == t.details.size()) {
+    t.map.spans = std::move(map.spans);
+    t.map.long_span_ends = std::move(map.long_span_ends);
+  }
+  UnitTables fresh;
+  load_lines(fresh, &cudie, dir != nullptr ? dir : "");
+  t.lines.rows = std::move(fresh.lines.rows);
+  t.lines.packed = std::move(fresh.lines.packed);
+  t.lines.base = fresh.lines.base;
+  table_bytes += search_part_bytes(t);
+}
+
+void DwarfIndex::Impl::release_search_part(Unit& unit) const {
+  if (!unit.tables || !unit.searchable || !unit.built_by_plan || unit.keep) return;
+  UnitTables& t = *unit.tables;
+  table_bytes -= std::min(table_bytes, search_part_bytes(t));
+  std::vector<SubroutineSpan>().swap(t.map.spans);
+  std::vector<std::pair<uint64_t, uint64_t>>().swap(t.map.long_span_ends);
+  std::vector<LineRow>().swap(t.lines.rows);
+  std::vector<LineTable::PackedRow>().swap(t.lines.packed);
+  unit.searchable = false;
 }
 
 void DwarfIndex::Impl::load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const {
@@ -444,12 +524,52 @@ std::vector<SourceFrame> DwarfIndex::lookup(uint64_t vaddr) const {
 
 void DwarfIndex::lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->describe(impl_->locate(vaddr), frames);
+  impl_->describe(impl_->locate(vaddr, false), frames);
 }
 
 DwarfIndex::Place DwarfIndex::locate(uint64_t vaddr) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->locate(vaddr);
+  return impl_->locate(vaddr, false);
+}
+
+std::vector<uint64_t> DwarfIndex::plan(std::span<const uint64_t> vaddrs) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& d = *impl_;
+  d.planned_place = Place{};
+  for (Unit& u : d.units) u.planned = 0;
+  std::vector<uint64_t> keys(vaddrs.size());
+  for (size_t i = 0; i < vaddrs.size(); ++i) {
+    auto it = d.unit_span_of(vaddrs[i]);
+    if (it == d.unit_spans.end()) {
+      keys[i] = d.covered_bytes;  // after every unit's addresses
+      continue;
+    }
+    keys[i] = d.unit_major_low[static_cast<size_t>(it - d.unit_spans.begin())] + (vaddrs[i] - it->low);
+    Unit& u = d.units[it->unit];
+    u.planned += u.planned != UINT32_MAX ? 1 : 0;  // a unit asked 2^32 - 1 times is kept
+  }
+  return keys;
+}
+
+DwarfIndex::Place DwarfIndex::locate_planned(uint64_t vaddr) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& d = *impl_;
+  if (d.planned_place.unit != Place::kNone && d.planned_vaddr == vaddr) {
+    // A repeat: counted against the plan, answered without searching (and so without the
+    // search part, which the previous call may have freed).
+    Unit& unit = d.units[d.planned_place.unit];
+    if (unit.planned > 0 && unit.planned != UINT32_MAX && --unit.planned == 0) d.release_search_part(unit);
+    return d.planned_place;
+  }
+  d.planned_vaddr = vaddr;
+  d.planned_place = d.locate(vaddr, true);
+  return d.planned_place;
+}
+
+std::vector<UnitSpan>::const_iterator DwarfIndex::Impl::unit_span_of(uint64_t vaddr) const {
+  auto it = std::partition_point(unit_spans.begin(), unit_spans.end(),
+                                 [&](const UnitSpan& s) { return s.high <= vaddr; });
+  return it != unit_spans.end() && it->low <= vaddr ? it : unit_spans.end();
 }
 
 void DwarfIndex::describe(const Place& place, std::vector<SourceFrameView>& frames) const {
@@ -457,13 +577,13 @@ void DwarfIndex::describe(const Place& place, std::vector<SourceFrameView>& fram
   impl_->describe(place, frames);
 }
 
-DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
+DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr, bool planned) const {
   Place place;
-  auto cu_it = std::partition_point(unit_spans.begin(), unit_spans.end(),
-                                    [&](const UnitSpan& s) { return s.high <= vaddr; });
-  if (cu_it == unit_spans.end() || cu_it->low > vaddr) return place;
+  auto cu_it = unit_span_of(vaddr);
+  if (cu_it == unit_spans.end()) return place;
   place.unit = cu_it->unit;
-  UnitTables& t = *tables_for(cu_it->unit);
+  Unit& unit = const_cast<Unit&>(units[cu_it->unit]);
+  UnitTables& t = *tables_for(cu_it->unit, planned);
   if (const std::optional<LineRow> row = t.lines.find(vaddr)) {
     place.file = row->file;
     place.line = row->line;
@@ -478,11 +598,13 @@ DwarfIndex::Place DwarfIndex::Impl::locate(uint64_t vaddr) const {
     place.node = std::prev(span_it)->node;
   // The chain's names and call sites are read now, while this unit's DIEs are at hand.
   const std::vector<SubroutineDetails>& details = t.details;
-  const Unit& unit = units[cu_it->unit];
   size_t depth = 0;
   for (uint32_t n = place.node; n != kNoNode && depth < details.size(); n = details[n].parent, ++depth) {
     if (!details[n].read()) read_details(unit, t, n);
   }
+  // The plan's last address in this unit: its search part has done its work.
+  if (planned && unit.planned > 0 && unit.planned != UINT32_MAX && --unit.planned == 0)
+    release_search_part(unit);
   return place;
 }
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,17 @@ class DwarfIndex {
     uint32_t column = 0;
   };
   Place locate(uint64_t vaddr) const;
+  // For a batch: plan() announces the addresses (repeats included) that locate_planned() will
+  // then be asked for, once each. When the last of them in a compile unit has been located, the
+  // search part of the unit's tables (function ranges and line rows, most of its memory) is freed
+  // if this plan built it: describe() needs none of it. A unit searched again afterwards rebuilds
+  // that part once and keeps it from then on. A new plan replaces the previous one.
+  // Returns a key per address: asked for in the order of their keys (equal keys in any order),
+  // the addresses are searched unit by unit, each unit's in address order, so that one unit's
+  // tables are alive at a time. (In plain address order, code a linker gathers from every unit,
+  // like .text.startup, would build them all at once.) Equal addresses have equal keys.
+  std::vector<uint64_t> plan(std::span<const uint64_t> vaddrs) const;
+  Place locate_planned(uint64_t vaddr) const;
   void describe(const Place& place, std::vector<SourceFrameView>& frames) const;
   // Starts loading what describe() reads and is least likely to find in cache, for callers
   // describing many places, a few ahead. Step 0: the innermost node's details and the file name's

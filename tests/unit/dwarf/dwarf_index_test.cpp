@@ -4,11 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "dwarf_test_support.h"
@@ -206,6 +208,79 @@ TEST(DwarfIndexFiles, FileIndicesPast16Bits) {
   }
   EXPECT_GT(corrected, 0u) << "llvm-symbolizer no longer truncates file indices: drop the correction";
   EXPECT_GT(far_call_sites, 0u);
+}
+
+// plan() + locate_planned() on a binary of many units (hpctl itself): answers equal plain
+// lookups in every order; in the plan's order the units come one after another and their search
+// tables are freed behind the sweep; a unit searched again afterwards is rebuilt and then kept.
+TEST(DwarfIndexPlan, PlannedSweepsAnswerLikeLookupsAndFreeSearchTables) {
+  const std::string path = HPD_LINKED_PROGRAM;
+  std::vector<uint64_t> addresses = function_addresses(path, 61);
+  ASSERT_GT(addresses.size(), 1000u);
+  // Repeats, as profiles have them, some of them adjacent after sorting.
+  for (size_t i = 0; i < addresses.size(); i += 7) addresses.push_back(addresses[i]);
+  std::shuffle(addresses.begin(), addresses.end(), std::mt19937(5));
+
+  auto plain = DwarfIndex::open(path, nullptr);
+  auto planned = DwarfIndex::open(path, nullptr);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(planned, nullptr);
+  ASSERT_GT(plain->unit_count(), 10u);
+  std::vector<std::vector<SourceFrame>> want(addresses.size());
+  for (size_t i = 0; i < addresses.size(); ++i) want[i] = plain->lookup(addresses[i]);
+
+  const auto describe_place = [&](const DwarfIndex& index, const DwarfIndex::Place& place) {
+    std::vector<SourceFrameView> views;
+    index.describe(place, views);
+    std::vector<SourceFrame> frames;
+    for (const SourceFrameView& v : views)
+      frames.push_back({std::string(v.function), std::string(v.file), v.line, v.column});
+    return frames;
+  };
+  // Sweeps the batch in the order of `keys`, checks every answer, returns the places.
+  const auto sweep = [&](const std::vector<uint64_t>& keys) {
+    std::vector<size_t> order(addresses.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+    std::vector<DwarfIndex::Place> places(addresses.size());
+    for (size_t i : order) places[i] = planned->locate_planned(addresses[i]);
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      EXPECT_TRUE(same(want[i], describe_place(*planned, places[i])))
+          << "0x" << std::hex << addresses[i] << "\nlookup:\n"
+          << describe(want[i]) << "planned:\n"
+          << describe(describe_place(*planned, places[i]));
+    }
+    return std::make_pair(order, places);
+  };
+
+  const std::vector<uint64_t> keys = planned->plan(addresses);
+  ASSERT_EQ(keys.size(), addresses.size());
+  const auto [order, places] = sweep(keys);
+  // Unit by unit: once the sweep leaves a unit it never comes back to it.
+  std::set<uint32_t> left;
+  uint32_t current = DwarfIndex::Place::kNone;
+  for (size_t i : order) {
+    const uint32_t unit = places[i].unit;
+    if (unit == current) continue;
+    EXPECT_EQ(left.count(unit), 0u) << "unit " << unit << " visited twice";
+    if (current != DwarfIndex::Place::kNone) left.insert(current);
+    current = unit;
+  }
+  EXPECT_GT(left.size(), 10u);
+  // Every unit's search part is gone: well under what the plain index, which keeps them, holds.
+  const size_t swept = planned->memory_bytes();
+  EXPECT_LT(swept, plain->memory_bytes() * 3 / 4) << "plain " << plain->memory_bytes();
+
+  // Searched again (plain lookups, then a plan swept in address order): rebuilt, same answers.
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    ASSERT_TRUE(same(want[i], planned->lookup(addresses[i]))) << "0x" << std::hex << addresses[i];
+  }
+  const size_t rebuilt = planned->memory_bytes();
+  EXPECT_GT(rebuilt, swept);
+  planned->plan(addresses);
+  sweep(addresses);
+  // Rebuilt units are kept from then on: that sweep freed nothing.
+  EXPECT_GE(planned->memory_bytes(), rebuilt);
 }
 
 // A separate debug file (--only-keep-debug, .text is NOBITS) answers like the binary itself.
