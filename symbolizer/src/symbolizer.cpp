@@ -461,7 +461,7 @@ struct Symbolizer::Impl {
             const SymbolTable::Symbol* symbol = m.symbols.find(vaddr);
             uint32_t index = PreparedAddresses::kNoSymbol;
             if (symbol != nullptr) {
-              m.symbols.display_name(*symbol, options.demangle);  // now, in address order
+              m.symbols.display_name(*symbol, options.demangle);  // now, in search order
               index = static_cast<uint32_t>(
                   std::min<size_t>(symbol - m.symbols.symbols().data(), PreparedAddresses::kFindSymbol));
             }

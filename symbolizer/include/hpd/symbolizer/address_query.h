@@ -61,9 +61,10 @@ class AddressQuery {
   // the answer, valid until the next call on this query or its symbolizer (see LocationView).
   void lookup(std::string_view text, AddressAnswer& out, LocationView& where);
 
-  // Searches the addresses among `inputs` ahead of their lookup() calls, in address order, module
-  // by module (Symbolizer::prepare): for a batch of inputs that is then looked up in its own
-  // order. Inputs that are not addresses, or in no file mapping, are left to lookup().
+  // Searches the addresses among `inputs` ahead of their lookup() calls, module by module
+  // (Symbolizer::prepare, which searches each module unit by unit in address order): for a batch
+  // of inputs that is then looked up in its own order. Inputs that are not addresses, or in no file mapping,
+  // are left to lookup().
   void prepare(std::span<const std::string> inputs);
   // The same for the lines of `lines` (each '\n'-terminated or the last), one input per line.
   void prepare_lines(std::string_view lines);

@@ -141,11 +141,13 @@ class Symbolizer {
   // The same answer without copying its names (see LocationView).
   void resolve_vaddr(const ModuleRef& module, uint64_t vaddr, LocationView& out);
   // Searches addresses ahead of the one-at-a-time calls (resolve_vaddr, or resolve with one
-  // offset) that will ask for them: in address order, which walks each part of the module's
-  // tables once instead of once per address in random order. What it finds is kept (32 bytes an
-  // address) in the given order until the next prepare for the module; lookups in that order,
-  // possibly skipping some, take it from there, and any other lookup searches as usual, so
-  // answers are the same with or without it. hpctl symbolize prepares each batch of its input.
+  // offset) that will ask for them: compile unit by compile unit, each in address order, which
+  // builds one unit's tables at a time and walks them once instead of once per address in random
+  // order (the search tables of a unit the batch is done with are freed; a later search there
+  // rebuilds them). What it finds is kept (32 bytes an address) in the given order until the
+  // next prepare for the module; lookups in that order, possibly skipping some, take it from
+  // there, and any other lookup searches as usual, so answers are the same with or without it.
+  // hpctl symbolize prepares each batch of its input.
   void prepare(const ModuleRef& module, std::span<const uint64_t> file_offsets);
   void prepare_vaddrs(const ModuleRef& module, std::span<const uint64_t> vaddrs);
 
