@@ -344,6 +344,9 @@ bool decode_line_table(const LineSections& s, uint64_t offset, const char* comp_
   };
   out.rows.reserve(unit_length / 3);
   while (!p.at_end()) {
+    // The program is read once, front to back, from the mapped file: ask for the bytes further on
+    // now (a hint; past the end it does nothing), as the DIE walk does.
+    __builtin_prefetch(p.position() + 1024);
     const uint8_t opcode = p.u8();
     if (opcode >= opcode_base) {
       if (line_range == 0) return false;
