@@ -74,19 +74,19 @@ void radix_sort(std::vector<T>& items, unsigned low_bit, KeyOf key_of) {
 // the offset in one word (one module's addresses always do), else 16.
 constexpr size_t kUpcoming = 8;
 template <class KeyAt, class Fn, class Upcoming, class KeysRead>
-void for_each_in_key_order(size_t n, KeyAt vaddr_at, Fn fn, Upcoming upcoming, KeysRead keys_read) {
+void for_each_in_key_order(size_t n, KeyAt key_at, Fn fn, Upcoming upcoming, KeysRead keys_read) {
   if (n == 0) return;
   uint64_t low = UINT64_MAX, high = 0;
   for (size_t i = 0; i < n; ++i) {
-    low = std::min(low, vaddr_at(i));
-    high = std::max(high, vaddr_at(i));
+    low = std::min(low, key_at(i));
+    high = std::max(high, key_at(i));
   }
   const unsigned index_bits = static_cast<unsigned>(std::bit_width(n - 1));
   if (index_bits < 64 && ((high - low) >> (63 - index_bits)) == 0) {
     // (offset << index_bits | i): in the order given, and so already ordered by the index bits
     // below `index_bits`, which the sort can then leave alone.
     std::vector<uint64_t> keys(n);
-    for (size_t i = 0; i < n; ++i) keys[i] = (vaddr_at(i) - low) << index_bits | i;
+    for (size_t i = 0; i < n; ++i) keys[i] = (key_at(i) - low) << index_bits | i;
     keys_read();
     if (n < 64) {
       std::sort(keys.begin(), keys.end());
@@ -101,7 +101,7 @@ void for_each_in_key_order(size_t n, KeyAt vaddr_at, Fn fn, Upcoming upcoming, K
     return;
   }
   std::vector<std::pair<uint64_t, uint32_t>> pairs(n);
-  for (size_t i = 0; i < n; ++i) pairs[i] = {vaddr_at(i), static_cast<uint32_t>(i)};
+  for (size_t i = 0; i < n; ++i) pairs[i] = {key_at(i), static_cast<uint32_t>(i)};
   keys_read();
   radix_sort(pairs, 0, [](const std::pair<uint64_t, uint32_t>& p) { return p.first; });
   for (size_t k = 0; k < n; ++k) {
