@@ -20,7 +20,6 @@ class DwarfDebugInfo final : public DebugInfo {
   void lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) override {
     index_->lookup(vaddr, frames);
   }
-  DebugPlace locate(uint64_t vaddr) override { return to_debug_place(index_->locate(vaddr)); }
   std::vector<uint64_t> plan(std::span<const uint64_t> vaddrs) override { return index_->plan(vaddrs); }
   DebugPlace locate_planned(uint64_t vaddr) override { return to_debug_place(index_->locate_planned(vaddr)); }
   void describe(const DebugPlace& place, std::vector<SourceFrameView>& frames) override {

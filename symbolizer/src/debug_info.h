@@ -12,8 +12,8 @@
 
 namespace hpd {
 
-// Where an address lies in a DebugInfo's own tables, opaque to callers: what locate() found, for
-// describe() to print without searching again.
+// Where an address lies in a DebugInfo's own tables, opaque to callers: what locate_planned()
+// found, for describe() to print without searching again.
 struct DebugPlace {
   uint32_t part[5] = {UINT32_MAX, UINT32_MAX, UINT32_MAX, 0, 0};
 };
@@ -27,15 +27,15 @@ class DebugInfo {
   // level with its own function name and the file:line executing in it; empty when not covered.
   // The views point into this DebugInfo's tables and stay valid as long as it.
   virtual void lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) = 0;
-  // lookup() in two steps: every search in locate(), the printing in describe(). Searching many
-  // addresses in address order and printing them later, in the order asked, keeps the searches
-  // on the tables' memory one part at a time. A place stays valid as long as this DebugInfo.
-  virtual DebugPlace locate(uint64_t vaddr) = 0;
-  // For a batch: plan() announces the addresses (repeats included) that locate_planned() will
-  // then be asked for, once each; the DebugInfo may free search tables it built for the batch as
-  // soon as their last address is located (searching there again later costs a rebuild). It
-  // returns a key per address (equal for equal addresses): asked for in the order of their keys,
-  // the batch is searched fastest and in the least memory.
+  // lookup() in two steps for a batch: every search in locate_planned(), the printing in
+  // describe(). Searching the batch in plan()'s order and printing it later, in the order asked,
+  // keeps the searches on the tables' memory one part at a time. A place stays valid as long as
+  // this DebugInfo.
+  // plan() announces the addresses (repeats included) that locate_planned() will then be asked
+  // for, once each; the DebugInfo may free search tables it built for the batch as soon as their
+  // last address is located (searching there again later costs a rebuild). It returns a key per
+  // address (equal for equal addresses): asked for in the order of their keys, the batch is
+  // searched fastest and in the least memory.
   virtual std::vector<uint64_t> plan(std::span<const uint64_t> vaddrs) = 0;
   virtual DebugPlace locate_planned(uint64_t vaddr) = 0;
   virtual void describe(const DebugPlace& place, std::vector<SourceFrameView>& frames) = 0;

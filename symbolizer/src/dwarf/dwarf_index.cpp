@@ -245,6 +245,8 @@ struct DwarfIndex::Impl {
   mutable size_t line_rows_from_libdw = 0;
   // The unit's tables, built (or their search part rebuilt) if need be.
   UnitTables* tables_for(uint32_t unit_index, bool planned) const;
+  // The unit's subroutine map: the own DIE walker's, or libdw's where it cannot read the unit.
+  void walk_unit(const Unit& unit, SubroutineMap& map) const;
   void rebuild_search_part(Unit& unit) const;
   void release_search_part(Unit& unit) const;
   // The last address locate_planned() answered, for repeats (kNone unit: none yet).
@@ -255,7 +257,7 @@ struct DwarfIndex::Impl {
   void load_lines(UnitTables& t, Dwarf_Die* cudie, const std::string& comp_dir) const;
   uint32_t demangled(const char* raw) const;
   void read_details(const Unit& unit, const UnitTables& t, uint32_t node) const;
-  // DwarfIndex::locate (or locate_planned) and describe, with `mutex` held.
+  // DwarfIndex::lookup's and locate_planned's search, and describe, with `mutex` held.
   Place locate(uint64_t vaddr, bool planned) const;
   void describe(const Place& place, std::vector<SourceFrameView>& frames) const;
 };
@@ -355,9 +357,7 @@ UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index, bool planned) cons
   Dwarf_Die cudie;
   if (dwarf_offdie(dwarf.get(), unit.die_offset, &cudie) == nullptr) return &t;
   const char* dir = attr_string(&cudie, DW_AT_comp_dir);
-  if (!walker_usable || !walk_subroutines(info_sections, unit.unit_offset, t.map)) {
-    walk_subroutines_libdw(dwarf.get(), unit.die_offset, t.map);
-  }
+  walk_unit(unit, t.map);
   // The details take over the nodes' parents and DIEs; the nodes go unless a DIE lies too far
   // from the unit's header for the details' 31 bits.
   t.details.resize(t.map.nodes.size());
@@ -384,6 +384,12 @@ UnitTables* DwarfIndex::Impl::tables_for(uint32_t unit_index, bool planned) cons
   return &t;
 }
 
+void DwarfIndex::Impl::walk_unit(const Unit& unit, SubroutineMap& map) const {
+  if (!walker_usable || !walk_subroutines(info_sections, unit.unit_offset, map)) {
+    walk_subroutines_libdw(dwarf.get(), unit.die_offset, map);
+  }
+}
+
 void DwarfIndex::Impl::rebuild_search_part(Unit& unit) const {
   UnitTables& t = *unit.tables;
   unit.searchable = true;
@@ -392,9 +398,7 @@ void DwarfIndex::Impl::rebuild_search_part(Unit& unit) const {
   if (dwarf_offdie(dwarf.get(), unit.die_offset, &cudie) == nullptr) return;
   const char* dir = attr_string(&cudie, DW_AT_comp_dir);
   SubroutineMap map;
-  if (!walker_usable || !walk_subroutines(info_sections, unit.unit_offset, map)) {
-    walk_subroutines_libdw(dwarf.get(), unit.die_offset, map);
-  }
+  walk_unit(unit, map);
   // The same DIEs give the same nodes in the same order, which the details still describe.
   if (map.nodes.size() == t.details.size()) {
     t.map.spans = std::move(map.spans);
@@ -525,11 +529,6 @@ std::vector<SourceFrame> DwarfIndex::lookup(uint64_t vaddr) const {
 void DwarfIndex::lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->describe(impl_->locate(vaddr, false), frames);
-}
-
-DwarfIndex::Place DwarfIndex::locate(uint64_t vaddr) const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->locate(vaddr, false);
 }
 
 std::vector<uint64_t> DwarfIndex::plan(std::span<const uint64_t> vaddrs) const {

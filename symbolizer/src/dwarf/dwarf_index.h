@@ -43,11 +43,11 @@ class DwarfIndex {
   // a caller that prints them at once copies nothing.
   void lookup(uint64_t vaddr, std::vector<SourceFrameView>& frames) const;
 
-  // lookup() in two steps, for callers that search many addresses in address order (each unit's
-  // tables are then walked once, front to back, instead of once per address in random order) and
-  // print them later in another order. locate() does every search, building the unit's tables
-  // and reading the chain's names; describe() prints what it found without searching. A Place
-  // stays valid as long as this index.
+  // lookup() in two steps, for callers that search a batch of addresses in plan()'s order (each
+  // unit's tables are then built once and walked front to back, instead of once per address in
+  // random order) and print them later in another order. locate_planned() does every search,
+  // building the unit's tables and reading the chain's names; describe() prints what it found
+  // without searching. A Place stays valid as long as this index.
   struct Place {
     static constexpr uint32_t kNone = UINT32_MAX;
     uint32_t unit = kNone;  // index of the compile unit; kNone when none covers the address
@@ -56,8 +56,7 @@ class DwarfIndex {
     uint32_t line = 0;
     uint32_t column = 0;
   };
-  Place locate(uint64_t vaddr) const;
-  // For a batch: plan() announces the addresses (repeats included) that locate_planned() will
+  // plan() announces the addresses (repeats included) that locate_planned() will
   // then be asked for, once each. When the last of them in a compile unit has been located, the
   // search part of the unit's tables (function ranges and line rows, most of its memory) is freed
   // if this plan built it: describe() needs none of it. A unit searched again afterwards rebuilds

@@ -63,8 +63,8 @@ class AddressQuery {
 
   // Searches the addresses among `inputs` ahead of their lookup() calls, module by module
   // (Symbolizer::prepare, which searches each module unit by unit in address order): for a batch
-  // of inputs that is then looked up in its own order. Inputs that are not addresses, or in no file mapping,
-  // are left to lookup().
+  // of inputs that is then looked up in its own order. Inputs that are not addresses, or in no
+  // file mapping, are left to lookup().
   void prepare(std::span<const std::string> inputs);
   // The same for the lines of `lines` (each '\n'-terminated or the last), one input per line.
   void prepare_lines(std::string_view lines);
