@@ -44,7 +44,7 @@ const std::string kForker = HPD_FORKER_FIXTURE;
 const std::string kChurn = HPD_CHURN_FIXTURE;
 
 // Pid and command targets are sampled with per-thread task-clock events.
-const SpinnerExpectations kBpfExpectations{"bpf", "task-clock", CpuTimeSource::kSchedRuntime};
+const SpinnerExpectations kBpfExpectations{"bpf", "task-clock", CpuTimeSource::kSchedRuntimeAtSample};
 
 RecordOptions bpf_options() {
   RecordOptions options;
@@ -106,8 +106,9 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
   EXPECT_EQ(result.processes_without_maps, 0u);
   EXPECT_EQ(result.profile.lost.lost_records, 0u);
 
-  // How exact sum_exec_runtime makes single deltas: the spinner's threads run all the time, so each
-  // delta should be one sampling interval; the kernel updates the value at ticks and switches only.
+  // Single deltas: the spinner's threads run all the time, so each delta is one sampling interval.
+  // The program brings sum_exec_runtime up to the sample (the kernel updates it only at ticks and
+  // switches: before, 73% of the deltas were 0 and the rest lumps of a tick).
   std::vector<double> ratios;
   for (const RawSample& s : result.profile.samples) {
     if (s.kind == SampleKind::kOnCpu && s.pid == pid)
@@ -122,7 +123,11 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
       "cpu delta / interval: p5 %.3f p25 %.3f p50 %.3f p75 %.3f p95 %.3f; within 10%%: %.1f%% of %zu\n",
       pct(0.05), pct(0.25), pct(0.5), pct(0.75), pct(0.95), 100.0 * double(within_10) / double(ratios.size()),
       ratios.size());
-  EXPECT_NEAR(pct(0.5), 1.0, 0.25);
+  // The timer counts wall time while the thread is on the CPU, its CPU clock does not count the time
+  // the hypervisor ran something else (steal): on a busy host many deltas are rightly below 1.
+  EXPECT_NEAR(pct(0.5), 1.0, 0.1);
+  EXPECT_GT(double(within_10), 0.6 * double(ratios.size()));
+  EXPECT_EQ(result.samples_with_stale_cpu_time, 0u);
   EXPECT_EQ(count_open_fds(), fds_before);
 }
 

@@ -93,10 +93,13 @@ struct RecordOptions {
 
 // Where RawSample::cpu_delta_ns comes from.
 enum class CpuTimeSource {
-  kThreadCounter,  // the thread's own task-clock count read with each sample (PERF_SAMPLE_READ, Linux
-                   // >= 6.12)
-  kSamplePeriod,   // the sampling period (older kernels refuse PERF_SAMPLE_READ with inherit)
-  kSchedRuntime,   // the task's sum_exec_runtime read by the eBPF program at each sample
+  // The thread's own task-clock count read with each sample (PERF_SAMPLE_READ, Linux >= 6.12).
+  kThreadCounter,
+  // The sampling period (older kernels refuse PERF_SAMPLE_READ with inherit).
+  kSamplePeriod,
+  // eBPF: the task's sum_exec_runtime brought up to the sample's instant (plus the time it ran since
+  // the scheduler last updated it).
+  kSchedRuntimeAtSample,
 };
 const char* to_string(CpuTimeSource source);
 
@@ -128,6 +131,10 @@ struct RecordResult {
   uint64_t cpu_tail_samples = 0;
   // eBPF: samples of threads that had no CPU-time baseline (their delta is one period, a guess).
   uint64_t samples_without_cpu_baseline = 0;
+  // eBPF: samples whose thread CPU time could not be brought up to the sample's instant (a kernel
+  // without CONFIG_FAIR_GROUP_SCHED, or clocks that made no sense); their deltas lag by up to a
+  // scheduler tick, and the thread's total stays exact.
+  uint64_t samples_with_stale_cpu_time = 0;
   // eBPF: threads whose baseline could not be stored (the per-thread map was full).
   uint64_t threads_without_cpu_baseline = 0;
   // eBPF: off-CPU intervals not recorded because the map of blocked threads was full.
