@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -29,7 +30,9 @@
 #include "hpd/export/report.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
+#include "proc/build_id.h"
 #include "proc/proc_files.h"
+#include "util/unique_fd.h"
 #include "record_checks.h"
 #include "subprocess.h"
 
@@ -408,6 +411,57 @@ TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
   EXPECT_GT(samples_in_function(p, a, spinner_path(), "spin_work"), samples_of(p, a) / 2);
   // --all takes no off-CPU samples unless asked: every context switch of the system would be one.
   EXPECT_EQ(samples_of(p, b, SampleKind::kOffCpu), 0u);
+}
+
+// hpd leaves what other tools see alone: a `perf record -g` started while hpd records the whole
+// system writes a file `perf report` reads. (hpd's mmap events asked the kernel for build-ids; the
+// kernel then marked the mmap records of every later event, perf's too, as carrying build-ids, and
+// perf aborted on the device numbers it found there.) hpd reads the build-ids from the files.
+TEST(BpfRecord, ConcurrentPerfRecordIsUndisturbed) {
+  ASSERT_TRUE(test::have_tool("perf")) << "the test needs perf (linux-perf)";
+  const fs::path dir = fs::temp_directory_path() / ("hpd-perf-beside-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::atomic<bool> stop{false}, recording{false};
+  RecordOptions options = bpf_options();
+  options.all_processes = true;
+  options.duration_s = 120;
+  options.stop = &stop;
+  options.on_progress = [&](const RecordProgress&) { recording.store(true); };
+  RecordResult result;
+  std::exception_ptr error;
+  std::thread recorder([&] {
+    try {
+      result = record(options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  for (int i = 0; i < 600 && !recording.load() && !error; ++i) usleep(10000);
+  // Programs exec'd and libraries mapped while both record.
+  const std::string data = (dir / "perf.data").string();
+  const test::RunResult perf = test::run({"perf", "record", "-g", "-o", data, "--", "/bin/sh", "-c",
+                                          "ls / >/dev/null; ls /usr >/dev/null; '" + spinner_path() + "' 300"});
+  stop.store(true);
+  recorder.join();
+  if (error) std::rethrow_exception(error);
+  EXPECT_TRUE(recording.load());
+  EXPECT_EQ(perf.exit_code, 7) << perf.err;  // the spinner's exit status, passed on by perf
+  EXPECT_EQ(perf.err.find("assertion failed"), std::string::npos) << perf.err;
+  const test::RunResult report = test::run({"perf", "report", "-i", data, "--stdio"});
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.out.find("spin_work"), std::string::npos) << report.out.substr(0, 2000) << report.err;
+  // hpd's own recording still knows the spinner's build-id.
+  UniqueFd exe(::open(spinner_path().c_str(), O_RDONLY | O_CLOEXEC));
+  const std::string build_id = read_elf_build_id(exe.get());
+  ASSERT_FALSE(build_id.empty());
+  bool spinner_module = false;
+  for (const RawModule& m : result.profile.modules) {
+    if (m.path != spinner_path()) continue;
+    spinner_module = true;
+    EXPECT_EQ(m.build_id, build_id);
+  }
+  EXPECT_TRUE(spinner_module);
+  fs::remove_all(dir);
 }
 
 // The churn fixture (a thread a millisecond, each waiting), started and held until 16 threads exist.

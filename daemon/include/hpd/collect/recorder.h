@@ -108,7 +108,6 @@ struct RecordResult {
   bool target_exited = false;    // every recorded process exited before the end
   int command_exit_status = -1;  // launched command: its wait status decoded (exit code, or 128+signal)
   CpuTimeSource cpu_time_source = CpuTimeSource::kSamplePeriod;
-  bool mmap_build_ids = false;     // the kernel put build-ids into MMAP2 records (attr.build_id)
   uint64_t duplicate_samples = 0;  // dropped: a thread attached twice during the attach race
   // CPU time of the recording thread while samples were coming in (reading and decoding them, from
   // the first poll to the last drain); setup such as loading BPF programs is not included.
