@@ -668,7 +668,12 @@ RecordResult BpfSession::run() {
 
   calls_ = std::make_unique<RecordingCallCounter>(options_);
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
-  for (const int32_t pid : options_.pids) calls_->add_process(pid);
+  for (const int32_t pid : options_.pids) {
+    if (options_.pid_held_at_exec)
+      calls_->add_held_at_exec(pid);
+    else
+      calls_->add_process(pid);
+  }
 
   if (command_) {
     command_->start();
@@ -676,6 +681,7 @@ RecordResult BpfSession::run() {
   } else {
     for (const int32_t pid : options_.pids) targets_.push_back(WatchedTarget{pid, open_pidfd(pid), false});
   }
+  if (options_.on_attached) options_.on_attached();
 
   std::vector<pollfd> pfds;
   pfds.push_back(pollfd{ring_buffer__epoll_fd(ring_.get()), POLLIN, 0});

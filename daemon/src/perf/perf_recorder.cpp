@@ -341,8 +341,14 @@ RecordResult PerfSession::run() {
   }
   calls_ = std::make_unique<RecordingCallCounter>(options_);
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
-  for (const int32_t pid : options_.pids) calls_->add_process(pid);
+  for (const int32_t pid : options_.pids) {
+    if (options_.pid_held_at_exec)
+      calls_->add_held_at_exec(pid);
+    else
+      calls_->add_process(pid);
+  }
   if (command_) command_->start();
+  if (options_.on_attached) options_.on_attached();
 
   std::vector<pollfd> pfds;
   for (const CpuRing& ring : rings_) pfds.push_back(pollfd{ring.owner.get(), POLLIN, 0});

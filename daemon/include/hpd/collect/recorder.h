@@ -89,6 +89,13 @@ struct RecordOptions {
   // into RawProfile::call_edges. A target without instrumentation is still sampled (see
   // RecordResult::calls.messages).
   bool count_calls = false;
+  // pids[0] is a command its launcher (hpctl, recording through hpd) started and holds stopped
+  // right after its exec, before its first instruction: it is recorded as a launched command (its
+  // call probes, libc's mcount hooks included, are set up at once), and on_attached releases it.
+  bool pid_held_at_exec = false;
+  // Called once, when every sampling event and probe is attached and before the first sample is
+  // read: where a launcher lets a held command run.
+  std::function<void()> on_attached;
 };
 
 // Where RawSample::cpu_delta_ns comes from.
