@@ -99,6 +99,68 @@ static __always_inline void count(__u32 index) {
   if (value) *value += 1;
 }
 
+// The perf_event program's context as the kernel passes it (to reach the event that fired).
+extern void* bpf_cast_to_kern_ctx(void* obj) __ksym;
+
+// perf_event_attr configs (UAPI values) of the two software clock events that drive hpd_on_cpu. Their
+// type is not checked: since Linux 6.15 each has a PMU of its own, whose dynamic type replaces
+// PERF_TYPE_SOFTWARE in the event's attr.
+#define SW_CPU_CLOCK 0
+#define SW_TASK_CLOCK 1
+// A thread runs at most a scheduler tick (at HZ=100, 10 ms) between two updates of its runtime, far
+// longer only with nohz_full (up to a second); beyond this the reading is taken for garbage.
+#define MAX_RUNTIME_LAG_NS 2000000000ull
+
+// local_clock() at this sample, which is the scheduler's clock (rq->clock), or 0 when unknown. The
+// clock events' timer handler reads the event right before it runs the program: a cpu-clock event's
+// last value is local_clock() itself; a task-clock event's is its context's time, which is
+// local_clock() minus the context's time offset.
+static __always_inline __u64 sample_clock_ns(struct bpf_perf_event_data* ctx) {
+  struct bpf_perf_event_data_kern* kctx = bpf_cast_to_kern_ctx(ctx);
+  struct perf_event* event = BPF_CORE_READ(kctx, event);
+  if (!event) return 0;
+  const __u64 config = BPF_CORE_READ(event, attr.config);
+  const __u64 value = (__u64)BPF_CORE_READ(event, hw.prev_count.a.a.counter);
+  if (config == SW_CPU_CLOCK) return value;
+  if (config != SW_TASK_CLOCK) return 0;
+  struct perf_event_context* context = BPF_CORE_READ(event, ctx);
+  if (!context) return 0;
+  return value - BPF_CORE_READ(context, time) + BPF_CORE_READ(context, timestamp);
+}
+
+// The current task's sum_exec_runtime brought up to this sample, as the kernel's
+// task_sched_runtime() does: the stored value lags by the time the task ran since the scheduler
+// last updated it (at a tick, 4 ms at HZ=250, or a switch), which is the run queue's task clock now
+// minus the task's exec_start. The task clock is rq->clock less the steal (and IRQ) time the run
+// queue accounted so far; what accrued since its last update is ignored (microseconds). Without a
+// usable clock, the stored value: stale, but the deltas still add up to the thread's CPU time.
+static __always_inline __u64 runtime_at_sample(struct bpf_perf_event_data* ctx, struct task_struct* task) {
+  const __u64 stored = BPF_CORE_READ(task, se.sum_exec_runtime);
+  const __u64 updated_at = BPF_CORE_READ(task, se.exec_start);
+  // The task's run queue, through its CFS run queue (kernels with CONFIG_FAIR_GROUP_SCHED; the
+  // runqueues variable itself is not in kallsyms without CONFIG_KALLSYMS_ALL).
+  if (!bpf_core_field_exists(task->se.cfs_rq) || !bpf_core_field_exists(struct cfs_rq, rq)) {
+    count(HPD_COUNTER_STALE_RUNTIME);
+    return stored;
+  }
+  const struct rq* rq = BPF_CORE_READ(task, se.cfs_rq, rq);
+  const __u64 now = sample_clock_ns(ctx);
+  const __u64 rq_clock = BPF_CORE_READ(rq, clock);
+  const __u64 rq_clock_task = BPF_CORE_READ(rq, clock_task);
+  if (!rq || now == 0 || now < rq_clock || now - rq_clock > MAX_RUNTIME_LAG_NS || rq_clock < rq_clock_task) {
+    count(HPD_COUNTER_STALE_RUNTIME);
+    return stored;
+  }
+  const __u64 task_clock_now = now - (rq_clock - rq_clock_task);
+  // Updated in this very interrupt (the tick came first), or steal accounted since: up to date.
+  if (task_clock_now <= updated_at) return stored;
+  if (task_clock_now - updated_at > MAX_RUNTIME_LAG_NS) {
+    count(HPD_COUNTER_STALE_RUNTIME);
+    return stored;
+  }
+  return stored + (task_clock_now - updated_at);
+}
+
 // Whether the current task belongs to what is recorded. `pid` is its tgid.
 static __always_inline int is_target(__s32 pid) {
   if (pid == 0) return 0;  // the idle task
@@ -290,13 +352,18 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   e->off_cpu_ns = 0;
   e->flags = 0;
 
-  // sum_exec_runtime advances at scheduler ticks and switches, so one delta may be off by up to a
-  // tick; the sum over a thread's samples telescopes to its exact CPU time.
+  // The thread's CPU time up to this sample: each delta is the CPU it used since its previous
+  // sample. The value never goes back (a reading a few microseconds ahead of the kernel's is
+  // absorbed by the next delta), so the deltas telescope to the thread's exact CPU time.
   struct task_struct* task = (struct task_struct*)bpf_get_current_task();
-  const __u64 runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
+  const __u64 runtime = runtime_at_sample(ctx, task);
   if (state && state->seeded) {
-    e->cpu_delta_ns = runtime >= state->last_runtime_ns ? runtime - state->last_runtime_ns : 0;
-    state->last_runtime_ns = runtime;
+    if (runtime > state->last_runtime_ns) {
+      e->cpu_delta_ns = runtime - state->last_runtime_ns;
+      state->last_runtime_ns = runtime;
+    } else {
+      e->cpu_delta_ns = 0;
+    }
   } else {
     // No baseline (a thread that existed before the recording and was not seeded): one period is
     // the best guess for this first sample.

@@ -39,7 +39,8 @@ enum hpd_counter {
   HPD_COUNTER_THREAD_MAP_FULL = 1, /* threads whose CPU-time baseline could not be stored */
   HPD_COUNTER_OFFCPU_MAP_FULL = 2, /* switch-outs whose stack could not be stored */
   HPD_COUNTER_SAMPLES = 3,       /* on-CPU samples taken (before any drop) */
-  HPD_COUNTER_COUNT = 4,
+  HPD_COUNTER_STALE_RUNTIME = 4, /* on-CPU samples whose runtime could not be brought up to date */
+  HPD_COUNTER_COUNT = 5,
 };
 
 /* Every record starts with this header. */
@@ -59,7 +60,7 @@ struct hpd_event_header {
  * frames); off-CPU records carry neither (regs_valid 0, stack_bytes 0). */
 struct hpd_sample_event {
   struct hpd_event_header header;
-  __u64 cpu_delta_ns; /* on-CPU: the thread's sum_exec_runtime growth since its previous sample */
+  __u64 cpu_delta_ns; /* on-CPU: the thread's CPU time since its previous sample */
   __u64 off_cpu_ns;   /* off-CPU: how long the thread stayed off the CPU */
   __s32 kernel_error; /* bpf_get_stack's negative errno for the kernel stack, else 0 */
   __s32 user_error;   /* always 0: the program walks the user frames itself */
@@ -85,7 +86,7 @@ struct hpd_fork_event {
 /* HPD_EVENT_EXEC, HPD_EVENT_EXIT and HPD_EVENT_CPU_TAIL. An exit carries what was lost for that
  * thread. A CPU tail carries the CPU time the thread used after its last sample: sum_exec_runtime
  * when the task is freed (final: it advances only at ticks and context switches, so at the exit
- * itself it still lacks the last part) minus its value at that sample. Without it a thread's CPU
+ * itself it still lacks the last part) minus the CPU time at that sample. Without it a thread's CPU
  * time ended at its last sample, half of the CPU time of processes that live a few milliseconds. */
 struct hpd_task_event {
   struct hpd_event_header header;
@@ -95,7 +96,8 @@ struct hpd_task_event {
 
 /* Per-thread state kept by the programs, keyed by tid. */
 struct hpd_thread_state {
-  __u64 last_runtime_ns; /* sum_exec_runtime at the previous sample (or seeded from /proc at attach) */
+  __u64 last_runtime_ns; /* CPU time (sum_exec_runtime, brought up to date) at the previous sample, or
+                            seeded from /proc at attach */
   __u64 ringbuf_drops;   /* this thread's records that did not fit */
   __s32 pid;
   __u32 seeded;          /* last_runtime_ns is a real baseline */

@@ -1,8 +1,10 @@
 // hpctl's verbs through hpd: record (the daemon records, hpctl opens the file and starts the command),
 // status, sessions, stop.
 #include <fcntl.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -57,39 +59,29 @@ class StopSignals {
   struct sigaction old_term_ {};
 };
 
-// The command to record, forked and held before exec until hpd has attached to it. Runs as the user,
-// with their environment and working directory, because hpctl starts it, not hpd.
+// Whether a program may be held stopped at its exec: not when it gains privileges there (set-user-ID,
+// set-group-ID, file capabilities), which the kernel withholds from a traced exec.
+bool may_hold_at_exec(const std::string& argv0) {
+  const std::string path = resolve_command(argv0);
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return false;
+  if ((st.st_mode & (S_ISUID | S_ISGID)) != 0) return false;
+  // No file capabilities: no such attribute, or a file system without extended attributes.
+  return ::getxattr(path.c_str(), "security.capability", nullptr, 0) < 0 &&
+         (errno == ENODATA || errno == ENOTSUP);
+}
+
+// The command to record, forked and held until hpd has attached to it. Runs as the user, with their
+// environment and working directory, because hpctl starts it, not hpd. Held, when it can be, right
+// after its exec, stopped before its first instruction (PTRACE_TRACEME, released by PTRACE_DETACH):
+// hpd then sees the program's own image and probes it before it runs, as a local recording does.
+// Otherwise (a program that gains privileges at exec, or ptrace refused) it waits on a pipe before
+// the exec.
 class HeldCommand {
  public:
   explicit HeldCommand(const std::vector<std::string>& argv) : name_(argv.front()) {
-    int gate[2];
-    int error[2];
-    if (::pipe2(gate, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    if (::pipe2(error, O_CLOEXEC) != 0) {
-      ::close(gate[0]);
-      ::close(gate[1]);
-      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-    if (pid_ == 0) {
-      ::close(gate[1]);
-      ::close(error[0]);
-      char go = 0;
-      // EOF (hpctl died or gave up) means: do not run.
-      if (::read(gate[0], &go, 1) != 1) ::_exit(127);
-      ::execvp(args[0], args.data());
-      const int err = errno;
-      [[maybe_unused]] ssize_t w = ::write(error[1], &err, sizeof err);
-      ::_exit(127);
-    }
-    ::close(gate[0]);
-    ::close(error[1]);
-    gate_ = gate[1];
-    error_ = error[0];
+    if (may_hold_at_exec(name_) && start(argv, true)) return;
+    start(argv, false);
   }
   ~HeldCommand() {
     if (gate_ >= 0) ::close(gate_);
@@ -103,9 +95,17 @@ class HeldCommand {
   HeldCommand& operator=(const HeldCommand&) = delete;
 
   [[nodiscard]] pid_t pid() const { return pid_; }
+  // Stopped after its exec (else waiting before it).
+  [[nodiscard]] bool held_at_exec() const { return at_exec_; }
 
-  // Lets it exec; throws when the exec failed.
+  // Lets it run (or exec); throws when the exec failed.
   void release() {
+    if (at_exec_) {
+      if (!released_)
+        ::ptrace(PTRACE_DETACH, pid_, nullptr, nullptr);  // no signal: the exec's SIGTRAP is dropped
+      released_ = true;
+      return;
+    }
     const char go = 1;
     [[maybe_unused]] ssize_t w = ::write(gate_, &go, 1);
     ::close(gate_);
@@ -131,11 +131,78 @@ class HeldCommand {
   }
 
  private:
+  // The child exits with this after writing why ptrace refused to trace it.
+  static constexpr int kTraceRefused = 126;
+
+  // Forks the child. at_exec: it asks to be traced and execs at once, and this waits for its stop
+  // after the exec; false when ptrace is refused (the child is reaped). Throws when the exec fails.
+  bool start(const std::vector<std::string>& argv, bool at_exec) {
+    int gate[2] = {-1, -1};
+    int error[2];
+    if (!at_exec && ::pipe2(gate, O_CLOEXEC) != 0)
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    if (::pipe2(error, O_CLOEXEC) != 0) {
+      if (gate[0] >= 0) ::close(gate[0]);
+      if (gate[1] >= 0) ::close(gate[1]);
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid_ == 0) {
+      ::close(error[0]);
+      if (at_exec) {
+        if (::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) {
+          const int err = errno;
+          [[maybe_unused]] ssize_t w = ::write(error[1], &err, sizeof err);
+          ::_exit(kTraceRefused);
+        }
+      } else {
+        ::close(gate[1]);
+        char go = 0;
+        // EOF (hpctl died or gave up) means: do not run.
+        if (::read(gate[0], &go, 1) != 1) ::_exit(127);
+      }
+      ::execvp(args[0], args.data());
+      const int err = errno;
+      [[maybe_unused]] ssize_t w = ::write(error[1], &err, sizeof err);
+      ::_exit(127);
+    }
+    ::close(error[1]);
+    if (!at_exec) {
+      ::close(gate[0]);
+      gate_ = gate[1];
+      error_ = error[0];
+      return true;
+    }
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    int err = 0;
+    const ssize_t n = ::read(error[0], &err, sizeof err);
+    ::close(error[0]);
+    if (WIFSTOPPED(status)) {
+      at_exec_ = true;
+      return true;
+    }
+    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (n == sizeof err && status_ == kTraceRefused) {
+      pid_ = -1;
+      status_ = -1;
+      return false;
+    }
+    throw std::runtime_error("cannot run '" + name_ + "': " + std::strerror(n == sizeof err ? err : ECHILD));
+  }
+
   std::string name_;
   pid_t pid_ = -1;
   int gate_ = -1;
   int error_ = -1;
   int status_ = -1;
+  bool at_exec_ = false;
+  bool released_ = false;
 };
 
 // Whether `name` can be executed as execvp would find it.
@@ -268,6 +335,8 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
   DaemonClient client(socket_path);
   json request = {{"type", "record"}, {"args", record_args_to_json(remote)}, {"fd", true}};
   if (command) request["launched_command"] = args.command;
+  // An older hpd ignores the field, attaches as to any pid and says "started" all the same.
+  if (command && command->held_at_exec()) request["held_at_exec"] = true;
   StopSignals signals;
   client.send(request, output.fd());
 

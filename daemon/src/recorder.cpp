@@ -21,7 +21,7 @@ const char* to_string(CpuTimeSource source) {
   switch (source) {
     case CpuTimeSource::kThreadCounter: return "thread-counter";
     case CpuTimeSource::kSamplePeriod: return "sample-period";
-    case CpuTimeSource::kSchedRuntime: return "sched-runtime";
+    case CpuTimeSource::kSchedRuntimeAtSample: return "sched-runtime-at-sample";
   }
   return "unknown";
 }

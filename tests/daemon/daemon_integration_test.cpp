@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -25,6 +27,9 @@ using nlohmann::json;
 
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kCpuSplit = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
+const std::string kCpuSlices = std::string(HPD_FIXTURE_DIR) + "/cpu_slices";
+// tests/calls: callee() called A times from caller_a() and B times from caller_b(), per round.
+const std::string kCallsFentry = std::string(HPD_CALLS_FIXTURES) + "/gcc_fentry";
 
 std::vector<std::string> hpctl(const Hpd& hpd, std::vector<std::string> args) {
   std::vector<std::string> argv = {kHpctl, "--socket", hpd.socket(), "--daemon"};
@@ -140,6 +145,84 @@ TEST(Hpd, RecordsACommandTheClientStarts) {
   const RunResult missing = run(hpctl(hpd, {"record", "-o", out, "--", "/nonexistent/program"}));
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("cannot run '/nonexistent/program'"), std::string::npos) << missing.err;
+}
+
+// "caller->callee" -> count from `hpctl report --json` of a recording with --calls.
+std::map<std::string, uint64_t> call_edges(const std::string& file) {
+  const RunResult r = run({kHpctl, "report", "--json", "--limit", "0", file});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, uint64_t> edges;
+  if (r.exit_code != 0) return edges;
+  const json report = json::parse(r.out);
+  if (!report.contains("calls")) return edges;
+  for (const json& row : report["calls"]["rows"]) {
+    for (const json& caller : row["callers"])
+      edges[caller["name"].get<std::string>() + "->" + row["name"].get<std::string>()] +=
+          caller["calls"].get<uint64_t>();
+  }
+  return edges;
+}
+
+// hpctl holds the command stopped right after its exec until hpd has attached its probes and events
+// (HeldCommand): every call is counted, as in a local recording. (Held before the exec, the command
+// was hpctl's child to hpd: its probes went on hpctl's image and the program's own came with the
+// next rescan, after 20% of its calls.)
+TEST(Hpd, CallCountsOfACommandAreExactAsLocal) {
+  Hpd hpd;
+  const std::vector<std::string> command = {kCallsFentry, "200", "2000", "100"};
+  const std::string daemon_out = hpd.out_dir() + "/calls-daemon.json.gz";
+  std::vector<std::string> args = {"record", "--calls", "--no-report", "-o", daemon_out, "--"};
+  args.insert(args.end(), command.begin(), command.end());
+  const RunResult through_hpd = run(hpctl(hpd, args));
+  ASSERT_EQ(through_hpd.exit_code, 0) << through_hpd.err << hpd.log();
+  EXPECT_NE(through_hpd.err.find("recorded by hpd"), std::string::npos) << through_hpd.err;
+  const std::string local_out = hpd.out_dir() + "/calls-local.json.gz";
+  std::vector<std::string> local = {kHpctl,        "--local", "record",  "--calls",
+                                    "--no-report", "-o",      local_out, "--"};
+  local.insert(local.end(), command.begin(), command.end());
+  const RunResult locally = run(local);
+  ASSERT_EQ(locally.exit_code, 0) << locally.err;
+
+  const auto edges = call_edges(daemon_out);
+  auto count = [&](const std::string& edge) { return edges.count(edge) ? edges.at(edge) : 0; };
+  EXPECT_EQ(count("caller_a->callee"), 20000u);
+  EXPECT_EQ(count("caller_b->callee"), 200000u);
+  EXPECT_EQ(count("main->caller_a"), 100u);
+  EXPECT_EQ(count("main->caller_b"), 100u);
+  EXPECT_EQ(count("__libc_start_call_main->main"), 1u);
+  EXPECT_EQ(edges, call_edges(local_out));
+}
+
+// The command's first instruction runs under the sampling events: its first sample comes within
+// 10 ms of the time its main() began (it was ~300 ms, the first progress tick of the session).
+TEST(Hpd, FirstSampleOfACommandComesAtOnce) {
+  Hpd hpd;
+  const std::string out = hpd.out_dir() + "/first.json.gz";
+  const RunResult r = run(hpctl(hpd, {"record", "--no-report", "-o", out, "--", kCpuSlices, "0.3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  const auto at = r.out.find("start_unix_ns ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double main_unix_ms = std::stod(r.out.substr(at + 14)) / 1e6;
+  const json profile = testing::load_json_maybe_gzip(out);
+  ASSERT_FALSE(profile["threads"].empty());
+  const json& times = profile["threads"][0]["samples"]["time"];
+  ASSERT_FALSE(times.empty());
+  const double first_sample_unix_ms = profile["meta"]["startTime"].get<double>() + times[0].get<double>();
+  std::printf("first sample %.3f ms after main() began\n", first_sample_unix_ms - main_unix_ms);
+  EXPECT_LT(first_sample_unix_ms - main_unix_ms, 10.0);
+}
+
+// A set-user-ID program would lose its privileges traced at its exec: hpctl holds it before the exec
+// instead, and it runs as it should.
+TEST(Hpd, SetuidCommandIsHeldBeforeItsExec) {
+  Hpd hpd;
+  struct stat su {};
+  ASSERT_EQ(stat("/usr/bin/su", &su), 0);
+  ASSERT_NE(su.st_mode & S_ISUID, 0u) << "the test needs a set-user-ID program";
+  const std::string out = hpd.out_dir() + "/su.json.gz";
+  const RunResult r = run(hpctl(hpd, {"record", "--no-report", "-o", out, "--", "/usr/bin/su", "--version"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_NE(r.out.find("su from util-linux"), std::string::npos) << r.out;
 }
 
 TEST(Hpd, UnprivilegedUserRecordsOnlyOwnProcesses) {

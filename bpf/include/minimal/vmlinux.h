@@ -17,8 +17,57 @@ typedef int pid_t;
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
+struct rq {
+  u64 clock;
+  u64 clock_task;
+};
+
+struct cfs_rq {
+  struct rq* rq;
+};
+
 struct sched_entity {
+  u64 exec_start;
   u64 sum_exec_runtime;
+  struct cfs_rq* cfs_rq;
+};
+
+typedef struct {
+  s64 counter;
+} atomic64_t;
+typedef atomic64_t atomic_long_t;
+typedef struct {
+  atomic_long_t a;
+} local_t;
+typedef struct {
+  local_t a;
+} local64_t;
+
+struct perf_event_attr {
+  u32 type;
+  u64 config;
+};
+
+struct hw_perf_event {
+  local64_t prev_count;
+};
+
+struct perf_event_context {
+  u64 time;
+  u64 timestamp;
+};
+
+struct perf_event {
+  struct perf_event_attr attr;
+  struct hw_perf_event hw;
+  struct perf_event_context* ctx;
+};
+
+/* What a perf_event program's context really points to (bpf_cast_to_kern_ctx). */
+struct bpf_perf_event_data_kern {
+  void* regs;
+  void* data;
+  struct perf_event* event;
 };
 
 struct task_struct {

@@ -603,6 +603,7 @@ void BpfSession::collect_leftovers() {
     result_.profile.lost.lost_records += totals[HPD_COUNTER_RINGBUF_DROPS];
     result_.off_cpu_intervals_lost = totals[HPD_COUNTER_OFFCPU_MAP_FULL];
     result_.threads_without_cpu_baseline = totals[HPD_COUNTER_THREAD_MAP_FULL];
+    result_.samples_with_stale_cpu_time = totals[HPD_COUNTER_STALE_RUNTIME];
   }
 }
 
@@ -640,7 +641,7 @@ RecordResult BpfSession::run() {
   info.kernel_frames = kernel_frames_;
   info.logical_cpus = static_cast<uint32_t>(cpus_.size());
   describe_recording(options_, info);
-  result_.cpu_time_source = CpuTimeSource::kSchedRuntime;
+  result_.cpu_time_source = CpuTimeSource::kSchedRuntimeAtSample;
   if (kernel_frames_) profile.intern_module("[kernel.kallsyms]", kernel_build_id(), true);
 
   builder_ = std::make_unique<BpfProfileBuilder>(
@@ -667,7 +668,12 @@ RecordResult BpfSession::run() {
 
   calls_ = std::make_unique<RecordingCallCounter>(options_);
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
-  for (const int32_t pid : options_.pids) calls_->add_process(pid);
+  for (const int32_t pid : options_.pids) {
+    if (options_.pid_held_at_exec)
+      calls_->add_held_at_exec(pid);
+    else
+      calls_->add_process(pid);
+  }
 
   if (command_) {
     command_->start();
@@ -675,6 +681,7 @@ RecordResult BpfSession::run() {
   } else {
     for (const int32_t pid : options_.pids) targets_.push_back(WatchedTarget{pid, open_pidfd(pid), false});
   }
+  if (options_.on_attached) options_.on_attached();
 
   std::vector<pollfd> pfds;
   pfds.push_back(pollfd{ring_buffer__epoll_fd(ring_.get()), POLLIN, 0});

@@ -30,30 +30,27 @@ bool MmapWatch::open_one(int32_t pid, int cpu, unsigned long flags, bool inherit
   a.clockid = CLOCK_MONOTONIC;  // the clock of the eBPF records (bpf_ktime_get_ns)
   a.exclude_kernel = 1;
   a.exclude_hv = 1;
-  for (;;) {
-    a.build_id = build_id_ ? 1 : 0;
-    UniqueFd fd(
-        static_cast<int>(::syscall(SYS_perf_event_open, &a, pid, cpu, -1, flags | PERF_FLAG_FD_CLOEXEC)));
-    if (!fd && errno == EINVAL && build_id_) {
-      build_id_ = false;  // before 5.12: the build-ids are read from the files instead
-      continue;
-    }
-    if (!fd) {
-      if (errno == ESRCH || errno == ENODEV) return false;
-      throw RecordError(std::string("cannot open the event that reports new mappings: ") +
-                        std::strerror(errno));
-    }
-    Ring ring;
-    try {
-      ring.buffer = PerfRingBuffer::map(fd.get(), pages);
-    } catch (const std::exception& e) {
-      throw RecordError(std::string("cannot map the ring of the event that reports new mappings: ") +
-                        e.what());
-    }
-    ring.fd = std::move(fd);
-    rings_.push_back(std::move(ring));
-    return true;
+  // No attr.build_id: the kernel builds one mmap record and hands it to every event that watches the
+  // task, and an event with build_id set marks it PERF_RECORD_MISC_MMAP_BUILD_ID for the events that
+  // come after it too, whose records then hold the device numbers where the build-id belongs: a
+  // concurrent `perf record -a -g` aborts on them. The builder reads build-ids from the files
+  // (/proc/PID/map_files while the process lives, else its path) instead.
+  UniqueFd fd(
+      static_cast<int>(::syscall(SYS_perf_event_open, &a, pid, cpu, -1, flags | PERF_FLAG_FD_CLOEXEC)));
+  if (!fd) {
+    if (errno == ESRCH || errno == ENODEV) return false;
+    throw RecordError(std::string("cannot open the event that reports new mappings: ") +
+                      std::strerror(errno));
   }
+  Ring ring;
+  try {
+    ring.buffer = PerfRingBuffer::map(fd.get(), pages);
+  } catch (const std::exception& e) {
+    throw RecordError(std::string("cannot map the ring of the event that reports new mappings: ") + e.what());
+  }
+  ring.fd = std::move(fd);
+  rings_.push_back(std::move(ring));
+  return true;
 }
 
 void MmapWatch::open(const Scope& scope, const std::vector<int>& cpus, size_t pages_per_ring) {

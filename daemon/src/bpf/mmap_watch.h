@@ -55,7 +55,6 @@ class MmapWatch {
   std::vector<Ring> rings_;
   RecordLayout layout_;
   std::vector<uint8_t> scratch_;
-  bool build_id_ = true;  // attr.build_id (5.12); dropped after EINVAL
   uint64_t lost_ = 0;
 };
 

@@ -177,18 +177,18 @@ class CallCounter::Impl {
     processes_.insert(pid);
   }
 
-  void add_launched(int32_t pid, const std::string& executable) {
+  void add_launched(int32_t pid, const std::string& executable, const std::string& shown) {
     add_target(pid);
-    const FileState& exe = probe_file(executable, executable);
+    const FileState& exe = probe_file(executable, shown);
     if (!exe.scan.error.empty()) {
       stats_.messages.push_back("call counts: " + exe.scan.error);
     } else if (!exe.scan.instrumented()) {
-      stats_.messages.push_back("call counts: " + executable + " has no mcount/__fentry__ instrumentation; " +
+      stats_.messages.push_back("call counts: " + shown + " has no mcount/__fentry__ instrumentation; " +
                                 kBuildAdvice);
     } else if (exe.scan.counted_in_libc()) {
       // The dynamic loader will map the same libc as ours, almost always; another one is probed
       // when it shows up in the maps.
-      if (const std::string libc = self_libc(); !libc.empty()) probe_libc_hooks(libc, libc, executable);
+      if (const std::string libc = self_libc(); !libc.empty()) probe_libc_hooks(libc, libc, shown);
     }
   }
 
@@ -465,8 +465,8 @@ class CallCounter::Impl {
 CallCounter::CallCounter(CallCounterOptions options) : impl_(std::make_unique<Impl>(options)) {}
 CallCounter::~CallCounter() = default;
 
-void CallCounter::add_launched(int32_t pid, const std::string& executable) {
-  impl_->add_launched(pid, executable);
+void CallCounter::add_launched(int32_t pid, const std::string& executable, const std::string& shown) {
+  impl_->add_launched(pid, executable, shown.empty() ? executable : shown);
 }
 void CallCounter::add_process(int32_t pid) {
   impl_->add_process(pid);

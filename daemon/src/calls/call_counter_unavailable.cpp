@@ -14,7 +14,7 @@ CallCounter::CallCounter(CallCounterOptions) {
   throw CallCountError(kWhy);
 }
 CallCounter::~CallCounter() = default;
-void CallCounter::add_launched(int32_t, const std::string&) {}
+void CallCounter::add_launched(int32_t, const std::string&, const std::string&) {}
 void CallCounter::add_process(int32_t) {}
 void CallCounter::rescan(uint32_t) {}
 CallCountStats CallCounter::finish(RawProfile&) {

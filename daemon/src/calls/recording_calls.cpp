@@ -1,6 +1,8 @@
 // RecordingCallCounter: starts, feeds and finishes a CallCounter from a recording backend's loop.
 #include "calls/recording_calls.h"
 
+#include <unistd.h>
+
 #include "hpd/calls/call_counter.h"
 #include "perf/call_graph_choice.h"
 
@@ -36,6 +38,18 @@ void RecordingCallCounter::add_process(int32_t pid) {
   if (!counter_) return;
   try {
     counter_->add_process(pid);
+  } catch (const calls::CallCountError& e) {
+    fail(e.what());
+  }
+}
+
+void RecordingCallCounter::add_held_at_exec(int32_t pid) {
+  if (!counter_) return;
+  const std::string exe_link = "/proc/" + std::to_string(pid) + "/exe";
+  char target[4096];
+  const ssize_t n = ::readlink(exe_link.c_str(), target, sizeof target - 1);
+  try {
+    counter_->add_launched(pid, exe_link, n > 0 ? std::string(target, size_t(n)) : exe_link);
   } catch (const calls::CallCountError& e) {
     fail(e.what());
   }

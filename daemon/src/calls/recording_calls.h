@@ -25,6 +25,9 @@ class RecordingCallCounter {
   void add_launched(int32_t pid, const std::string& argv0);
   // A running process given with --pid.
   void add_process(int32_t pid);
+  // A command its launcher holds stopped right after its exec (RecordOptions::pid_held_at_exec):
+  // probed as a launched command, through /proc/PID/exe.
+  void add_held_at_exec(int32_t pid);
   // From the poll loop: probes modules mapped since the last call (rate-limited inside).
   void poll();
   // After sampling stopped: detaches, adds the edges to result.profile and fills result.calls.

@@ -151,7 +151,8 @@ void PerfSession::init_attr() {
   a.sample_id_all = 1;
   a.use_clockid = 1;
   a.clockid = CLOCK_MONOTONIC;
-  a.build_id = 1;
+  // No attr.build_id: with it the kernel marks the mmap records of every other session that watches
+  // the same tasks as carrying build-ids (mmap_watch.cpp); build-ids are read from the files.
   a.exclude_hv = 1;
   a.exclude_kernel = kernel_frames_ ? 0 : 1;
   a.exclude_callchain_kernel = kernel_frames_ ? 0 : 1;
@@ -164,16 +165,13 @@ void PerfSession::init_attr() {
   a.wakeup_watermark = static_cast<uint32_t>(ring_pages_ * page / 4);
 }
 
-// Fallbacks for older kernels, tried in order when the first open fails with EINVAL:
-// 0: READ + build_id, 1: build_id only (READ + inherit needs 6.12), 2: READ only, 3: neither.
+// Fallback for older kernels, tried when the first open fails with EINVAL:
+// 0: PERF_SAMPLE_READ, 1: without it (READ + inherit needs 6.12).
 void PerfSession::apply_variant() {
-  const bool read = variant_ == 0 || variant_ == 2;
-  const bool build_id = variant_ <= 1;
-  if (read)
+  if (variant_ == 0)
     attr_.sample_type |= PERF_SAMPLE_READ;
   else
     attr_.sample_type &= ~static_cast<uint64_t>(PERF_SAMPLE_READ);
-  attr_.build_id = build_id ? 1 : 0;
 }
 
 UniqueFd PerfSession::open_event(int32_t pid, int32_t tid, int cpu) {
@@ -185,7 +183,7 @@ UniqueFd PerfSession::open_event(int32_t pid, int32_t tid, int cpu) {
     }
     const int err = errno;
     if (err == EINTR) continue;
-    if (!attr_settled_ && (err == EINVAL || err == E2BIG || err == EOPNOTSUPP) && variant_ < 3) {
+    if (!attr_settled_ && (err == EINVAL || err == E2BIG || err == EOPNOTSUPP) && variant_ < 1) {
       ++variant_;
       apply_variant();
       continue;
@@ -320,7 +318,6 @@ RecordResult PerfSession::run() {
       RecordLayout{attr_.sample_type, attr_.read_format, attr_.sample_id_all != 0, attr_.sample_regs_user};
   result_.cpu_time_source =
       (attr_.sample_type & PERF_SAMPLE_READ) ? CpuTimeSource::kThreadCounter : CpuTimeSource::kSamplePeriod;
-  result_.mmap_build_ids = attr_.build_id != 0;
   builder_ = std::make_unique<PerfProfileBuilder>(
       result_.profile,
       ProfileBuilderConfig{result_.cpu_time_source == CpuTimeSource::kThreadCounter, max_stack_,
@@ -344,8 +341,14 @@ RecordResult PerfSession::run() {
   }
   calls_ = std::make_unique<RecordingCallCounter>(options_);
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
-  for (const int32_t pid : options_.pids) calls_->add_process(pid);
+  for (const int32_t pid : options_.pids) {
+    if (options_.pid_held_at_exec)
+      calls_->add_held_at_exec(pid);
+    else
+      calls_->add_process(pid);
+  }
   if (command_) command_->start();
+  if (options_.on_attached) options_.on_attached();
 
   std::vector<pollfd> pfds;
   for (const CpuRing& ring : rings_) pfds.push_back(pollfd{ring.owner.get(), POLLIN, 0});

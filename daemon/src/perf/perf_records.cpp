@@ -182,7 +182,7 @@ std::optional<PerfRecord> decode_record(std::span<const uint8_t> bytes, const Re
             c.take(id_block) && c.take(r.prot) && c.take(r.flags) && c.take_string(r.filename))) {
         return std::nullopt;
       }
-      if (header.misc & PERF_RECORD_MISC_MMAP_BUILD_ID) {
+      if ((header.misc & PERF_RECORD_MISC_MMAP_BUILD_ID) && layout.build_ids) {
         // Layout: u8 size, u8 + u16 reserved, u8 build_id[20].
         const size_t n = std::min<size_t>(id_block[0], 20);
         r.build_id = to_hex({id_block + 4, n});

@@ -18,6 +18,10 @@ struct RecordLayout {
   uint64_t read_format = 0;
   bool sample_id_all = false;
   uint64_t sample_regs_user = 0;  // perf_event_attr.sample_regs_user: which registers REGS_USER holds
+  // The events set attr.build_id. hpd's do not (mmap_watch.cpp): then an MMAP2 record flagged
+  // PERF_RECORD_MISC_MMAP_BUILD_ID still holds device and inode numbers, the flag left on the kernel's
+  // shared record by another session's event that asked for build-ids.
+  bool build_ids = false;
 };
 
 // The sample_id trailer of non-sample records (sample_id_all), for the fields we request.

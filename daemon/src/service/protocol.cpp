@@ -58,6 +58,11 @@ void parse_record(const json& j, Request& request) {
       request.launched_command.push_back(word.get<std::string>());
     }
   }
+  if (const json* held = find(j, "held_at_exec")) {
+    if (!held->is_boolean())
+      throw ProtocolError(ErrorCode::kBadRequest, "\"held_at_exec\" must be true or false");
+    request.held_at_exec = held->get<bool>();
+  }
 }
 
 }  // namespace

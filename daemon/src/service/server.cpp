@@ -104,6 +104,26 @@ std::string join_words(const std::vector<std::string>& words) {
   return text;
 }
 
+// A record request's held_at_exec claim checked against the kernel: its one pid must be a child of
+// the client, stopped by the client's ptrace (right after its exec, hpctl's HeldCommand). Empty when
+// it holds; else why not. Only then is the process treated as a launched command.
+std::string held_at_exec_problem(const cli::RecordArgs& args, pid_t client_pid) {
+  if (args.pids.size() != 1) return "\"held_at_exec\" needs exactly one pid";
+  const std::string pid = std::to_string(args.pids.front());
+  std::ifstream in("/proc/" + pid + "/status");
+  std::string line;
+  long parent = -1, tracer = -1;
+  char state = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("State:", 0) == 0 && line.size() > 7) state = line[line.find_first_not_of(" \t", 6)];
+    if (line.rfind("PPid:", 0) == 0) parent = std::strtol(line.c_str() + 5, nullptr, 10);
+    if (line.rfind("TracerPid:", 0) == 0) tracer = std::strtol(line.c_str() + 10, nullptr, 10);
+  }
+  if (parent != client_pid || tracer != client_pid || state != 't')
+    return "\"held_at_exec\": pid " + pid + " is not a child the client holds stopped at its exec";
+  return "";
+}
+
 std::string describe_target(const cli::RecordArgs& args, const std::vector<std::string>& launched) {
   if (!launched.empty()) return join_words(launched);
   if (args.all) return "all processes";
@@ -476,6 +496,13 @@ void Connection::handle_record(const Request& request, Frame& frame) {
     send_error(ErrorCode::kBadRequest, e.what());
     return;
   }
+  if (request.held_at_exec) {
+    if (const std::string problem = held_at_exec_problem(args, peer_.pid); !problem.empty()) {
+      send_error(ErrorCode::kBadRequest, problem);
+      return;
+    }
+    options.pid_held_at_exec = true;
+  }
 
   auto session = std::make_shared<Session>();
   session->uid = peer_.uid;
@@ -577,6 +604,8 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     started["session"] = session->id;
     send(started);
   };
+  // Before the first sample is read: the held command runs its first instruction under the events.
+  options.on_attached = announce;
   bool memory_exceeded = false;
   // An unprivileged peer may record only what runs as itself: a target that gains privileges (a
   // set-user-ID exec) ends the session, and nothing recorded is handed over.

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -29,7 +30,9 @@
 #include "hpd/export/report.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
+#include "proc/build_id.h"
 #include "proc/proc_files.h"
+#include "util/unique_fd.h"
 #include "record_checks.h"
 #include "subprocess.h"
 
@@ -44,7 +47,7 @@ const std::string kForker = HPD_FORKER_FIXTURE;
 const std::string kChurn = HPD_CHURN_FIXTURE;
 
 // Pid and command targets are sampled with per-thread task-clock events.
-const SpinnerExpectations kBpfExpectations{"bpf", "task-clock", CpuTimeSource::kSchedRuntime};
+const SpinnerExpectations kBpfExpectations{"bpf", "task-clock", CpuTimeSource::kSchedRuntimeAtSample};
 
 RecordOptions bpf_options() {
   RecordOptions options;
@@ -106,8 +109,9 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
   EXPECT_EQ(result.processes_without_maps, 0u);
   EXPECT_EQ(result.profile.lost.lost_records, 0u);
 
-  // How exact sum_exec_runtime makes single deltas: the spinner's threads run all the time, so each
-  // delta should be one sampling interval; the kernel updates the value at ticks and switches only.
+  // Single deltas: the spinner's threads run all the time, so each delta is one sampling interval.
+  // The program brings sum_exec_runtime up to the sample (the kernel updates it only at ticks and
+  // switches: before, 73% of the deltas were 0 and the rest lumps of a tick).
   std::vector<double> ratios;
   for (const RawSample& s : result.profile.samples) {
     if (s.kind == SampleKind::kOnCpu && s.pid == pid)
@@ -122,7 +126,11 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
       "cpu delta / interval: p5 %.3f p25 %.3f p50 %.3f p75 %.3f p95 %.3f; within 10%%: %.1f%% of %zu\n",
       pct(0.05), pct(0.25), pct(0.5), pct(0.75), pct(0.95), 100.0 * double(within_10) / double(ratios.size()),
       ratios.size());
-  EXPECT_NEAR(pct(0.5), 1.0, 0.25);
+  // The timer counts wall time while the thread is on the CPU, its CPU clock does not count the time
+  // the hypervisor ran something else (steal): on a busy host many deltas are rightly below 1.
+  EXPECT_NEAR(pct(0.5), 1.0, 0.1);
+  EXPECT_GT(double(within_10), 0.6 * double(ratios.size()));
+  EXPECT_EQ(result.samples_with_stale_cpu_time, 0u);
   EXPECT_EQ(count_open_fds(), fds_before);
 }
 
@@ -403,6 +411,57 @@ TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
   EXPECT_GT(samples_in_function(p, a, spinner_path(), "spin_work"), samples_of(p, a) / 2);
   // --all takes no off-CPU samples unless asked: every context switch of the system would be one.
   EXPECT_EQ(samples_of(p, b, SampleKind::kOffCpu), 0u);
+}
+
+// hpd leaves what other tools see alone: a `perf record -g` started while hpd records the whole
+// system writes a file `perf report` reads. (hpd's mmap events asked the kernel for build-ids; the
+// kernel then marked the mmap records of every later event, perf's too, as carrying build-ids, and
+// perf aborted on the device numbers it found there.) hpd reads the build-ids from the files.
+TEST(BpfRecord, ConcurrentPerfRecordIsUndisturbed) {
+  ASSERT_TRUE(test::have_tool("perf")) << "the test needs perf (linux-perf)";
+  const fs::path dir = fs::temp_directory_path() / ("hpd-perf-beside-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::atomic<bool> stop{false}, recording{false};
+  RecordOptions options = bpf_options();
+  options.all_processes = true;
+  options.duration_s = 120;
+  options.stop = &stop;
+  options.on_progress = [&](const RecordProgress&) { recording.store(true); };
+  RecordResult result;
+  std::exception_ptr error;
+  std::thread recorder([&] {
+    try {
+      result = record(options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  for (int i = 0; i < 600 && !recording.load() && !error; ++i) usleep(10000);
+  // Programs exec'd and libraries mapped while both record.
+  const std::string data = (dir / "perf.data").string();
+  const test::RunResult perf = test::run({"perf", "record", "-g", "-o", data, "--", "/bin/sh", "-c",
+                                          "ls / >/dev/null; ls /usr >/dev/null; '" + spinner_path() + "' 300"});
+  stop.store(true);
+  recorder.join();
+  if (error) std::rethrow_exception(error);
+  EXPECT_TRUE(recording.load());
+  EXPECT_EQ(perf.exit_code, 7) << perf.err;  // the spinner's exit status, passed on by perf
+  EXPECT_EQ(perf.err.find("assertion failed"), std::string::npos) << perf.err;
+  const test::RunResult report = test::run({"perf", "report", "-i", data, "--stdio"});
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.out.find("spin_work"), std::string::npos) << report.out.substr(0, 2000) << report.err;
+  // hpd's own recording still knows the spinner's build-id.
+  UniqueFd exe(::open(spinner_path().c_str(), O_RDONLY | O_CLOEXEC));
+  const std::string build_id = read_elf_build_id(exe.get());
+  ASSERT_FALSE(build_id.empty());
+  bool spinner_module = false;
+  for (const RawModule& m : result.profile.modules) {
+    if (m.path != spinner_path()) continue;
+    spinner_module = true;
+    EXPECT_EQ(m.build_id, build_id);
+  }
+  EXPECT_TRUE(spinner_module);
+  fs::remove_all(dir);
 }
 
 // The churn fixture (a thread a millisecond, each waiting), started and held until 16 threads exist.

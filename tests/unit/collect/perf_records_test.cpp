@@ -119,7 +119,9 @@ TEST(PerfRecords, DecodesMmap2WithBuildId) {
                          .str("/usr/lib/x86_64-linux-gnu/libm.so.6")
                          .trailer(200, 201, 9'000, 5, 1)
                          .done();
-  const auto record = decode_record(bytes, kLayout);
+  RecordLayout asked = kLayout;
+  asked.build_ids = true;
+  const auto record = decode_record(bytes, asked);
   ASSERT_TRUE(record);
   const auto* m = std::get_if<Mmap2Record>(&*record);
   ASSERT_NE(m, nullptr);
@@ -133,6 +135,30 @@ TEST(PerfRecords, DecodesMmap2WithBuildId) {
   EXPECT_TRUE(m->sample_id.present);
   EXPECT_EQ(m->sample_id.time, 9'000u);
   EXPECT_EQ(m->sample_id.cpu, 1u);
+}
+
+// Events that did not ask for build-ids get the flag too when another session's event did (the
+// kernel sets it on the record it shares between them); the block then holds device and inode.
+TEST(PerfRecords, Mmap2BuildIdFlagIsIgnoredWhenNotAsked) {
+  const uint8_t inode_block[24] = {8, 0, 0, 0, 1, 0, 0, 0, 0x2a};
+  const auto bytes = RecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER | PERF_RECORD_MISC_MMAP_BUILD_ID)
+                         .u32(1)
+                         .u32(1)
+                         .u64(0x1000)
+                         .u64(0x1000)
+                         .u64(0)
+                         .raw(inode_block, sizeof inode_block)
+                         .u32(PROT_EXEC)
+                         .u32(MAP_PRIVATE)
+                         .str("/bin/x")
+                         .trailer(1, 1, 1, 0, 0)
+                         .done();
+  const auto record = decode_record(bytes, kLayout);
+  ASSERT_TRUE(record);
+  const auto* m = std::get_if<Mmap2Record>(&*record);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->build_id, "");
+  EXPECT_EQ(m->filename, "/bin/x");
 }
 
 TEST(PerfRecords, Mmap2WithoutBuildIdFlagHasNone) {

@@ -33,9 +33,11 @@ class CallCounter {
   CallCounter(const CallCounter&) = delete;
   CallCounter& operator=(const CallCounter&) = delete;
 
-  // A launched command held before its exec: counts process `pid` and probes `executable` (and the
-  // libc hooks it may need) now, so that its first calls after the exec are counted.
-  void add_launched(int32_t pid, const std::string& executable);
+  // A launched command held before its exec (or stopped right after it, before its first
+  // instruction): counts process `pid` and probes `executable` (and the libc hooks it may need) now,
+  // so that its first calls after the exec are counted.
+  // `shown` names the executable in messages when `executable` is a path such as /proc/PID/exe.
+  void add_launched(int32_t pid, const std::string& executable, const std::string& shown = "");
   // Counts this process (and, with follow_children, the processes it forks from now on) and probes
   // every instrumented module it maps now.
   void add_process(int32_t pid);

@@ -89,14 +89,24 @@ struct RecordOptions {
   // into RawProfile::call_edges. A target without instrumentation is still sampled (see
   // RecordResult::calls.messages).
   bool count_calls = false;
+  // pids[0] is a command its launcher (hpctl, recording through hpd) started and holds stopped
+  // right after its exec, before its first instruction: it is recorded as a launched command (its
+  // call probes, libc's mcount hooks included, are set up at once), and on_attached releases it.
+  bool pid_held_at_exec = false;
+  // Called once, when every sampling event and probe is attached and before the first sample is
+  // read: where a launcher lets a held command run.
+  std::function<void()> on_attached;
 };
 
 // Where RawSample::cpu_delta_ns comes from.
 enum class CpuTimeSource {
-  kThreadCounter,  // the thread's own task-clock count read with each sample (PERF_SAMPLE_READ, Linux
-                   // >= 6.12)
-  kSamplePeriod,   // the sampling period (older kernels refuse PERF_SAMPLE_READ with inherit)
-  kSchedRuntime,   // the task's sum_exec_runtime read by the eBPF program at each sample
+  // The thread's own task-clock count read with each sample (PERF_SAMPLE_READ, Linux >= 6.12).
+  kThreadCounter,
+  // The sampling period (older kernels refuse PERF_SAMPLE_READ with inherit).
+  kSamplePeriod,
+  // eBPF: the task's sum_exec_runtime brought up to the sample's instant (plus the time it ran since
+  // the scheduler last updated it).
+  kSchedRuntimeAtSample,
 };
 const char* to_string(CpuTimeSource source);
 
@@ -105,7 +115,6 @@ struct RecordResult {
   bool target_exited = false;    // every recorded process exited before the end
   int command_exit_status = -1;  // launched command: its wait status decoded (exit code, or 128+signal)
   CpuTimeSource cpu_time_source = CpuTimeSource::kSamplePeriod;
-  bool mmap_build_ids = false;     // the kernel put build-ids into MMAP2 records (attr.build_id)
   uint64_t duplicate_samples = 0;  // dropped: a thread attached twice during the attach race
   // CPU time of the recording thread while samples were coming in (reading and decoding them, from
   // the first poll to the last drain); setup such as loading BPF programs is not included.
@@ -128,6 +137,10 @@ struct RecordResult {
   uint64_t cpu_tail_samples = 0;
   // eBPF: samples of threads that had no CPU-time baseline (their delta is one period, a guess).
   uint64_t samples_without_cpu_baseline = 0;
+  // eBPF: samples whose thread CPU time could not be brought up to the sample's instant (a kernel
+  // without CONFIG_FAIR_GROUP_SCHED, or clocks that made no sense); their deltas lag by up to a
+  // scheduler tick, and the thread's total stays exact.
+  uint64_t samples_with_stale_cpu_time = 0;
   // eBPF: threads whose baseline could not be stored (the per-thread map was full).
   uint64_t threads_without_cpu_baseline = 0;
   // eBPF: off-CPU intervals not recorded because the map of blocked threads was full.

@@ -54,7 +54,10 @@ struct Request {
   cli::RecordArgs record;                     // record
   bool record_has_fd = false;                 // record: the output descriptor is attached to this message
   std::vector<std::string> launched_command;  // record: the command the client started, for the title
-  std::string text;                           // the whole message, for requests served elsewhere (export)
+  // record: the one pid is the client's child, stopped (traced) right after its exec, before its first
+  // instruction; it runs once hpd sends "started".
+  bool held_at_exec = false;
+  std::string text;  // the whole message, for requests served elsewhere (export)
 };
 
 // Parses one message payload. Throws ProtocolError (kMalformed, kUnsupportedVersion, kBadRequest,
