@@ -154,7 +154,7 @@ void CfiModule::read_segments() {
   for (size_t i = 0; i < n; ++i) {
     GElf_Phdr ph;
     if (gelf_getphdr(elf_, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD) continue;
-    segments_.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr});
+    segments_.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr, (ph.p_flags & PF_X) != 0});
   }
 }
 

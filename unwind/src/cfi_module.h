@@ -85,8 +85,10 @@ class CfiModule {
   const ModuleSummary& summary() const { return summary_; }
   struct Segment {
     uint64_t offset, filesz, vaddr;
+    bool executable;
   };
   const std::vector<Segment>& segments() const { return segments_; }
+  const std::string& build_id() const { return build_id_; }
   // Looks for .debug_frame now rather than on the first .eh_frame miss.
   void probe_debug_frame() {
     if (!debug_tried_) open_debug_frame();

@@ -156,6 +156,16 @@ const CfiRow* CfiTable::find(uint64_t vaddr) const {
 }
 
 bool CfiTable::vaddr_of(uint64_t file_offset, uint64_t* vaddr) const {
+  constexpr uint64_t kPage = 4096;
+  // An executable segment whose page-aligned start covers the offset: the mapping of that segment.
+  for (const Segment& s : segments) {
+    const uint64_t aligned = s.offset & ~(kPage - 1);
+    if (s.executable && file_offset >= aligned && file_offset < s.offset + s.filesz &&
+        s.vaddr >= s.offset - aligned) {
+      *vaddr = file_offset - aligned + (s.vaddr - (s.offset - aligned));
+      return true;
+    }
+  }
   for (const Segment& s : segments) {
     if (file_offset >= s.offset && file_offset - s.offset < s.filesz) {
       *vaddr = file_offset - s.offset + s.vaddr;
@@ -176,7 +186,9 @@ std::shared_ptr<const CfiTable> compile_cfi_table(const std::vector<std::string>
     return table;
   }
   table->opened_path = module->summary().opened_path;
-  for (const auto& seg : module->segments()) table->segments.push_back({seg.offset, seg.filesz, seg.vaddr});
+  table->build_id = module->build_id();
+  for (const auto& seg : module->segments())
+    table->segments.push_back({seg.offset, seg.filesz, seg.vaddr, seg.executable});
 
   std::vector<Interval> eh;
   std::string eh_error;
@@ -250,6 +262,7 @@ std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, cons
   }
   auto table = compile_cfi_table(candidates, build_id, options_);
   std::lock_guard lock(mutex_);
+  if (build_id.empty() && !table->build_id.empty()) tables_.emplace(table->build_id, table);
   return tables_.emplace(key, std::move(table)).first->second;
 }
 

@@ -14,7 +14,7 @@
 
 namespace hpd {
 
-bool MmapWatch::open_one(int32_t pid, int cpu, unsigned long flags, bool inherit, size_t pages) {
+bool MmapWatch::open_one(int32_t pid, int cpu, unsigned long flags, bool inherit, size_t pages, bool wake) {
   perf_event_attr a{};
   a.size = sizeof a;
   a.type = PERF_TYPE_SOFTWARE;
@@ -30,6 +30,10 @@ bool MmapWatch::open_one(int32_t pid, int cpu, unsigned long flags, bool inherit
   a.clockid = CLOCK_MONOTONIC;  // the clock of the eBPF records (bpf_ktime_get_ns)
   a.exclude_kernel = 1;
   a.exclude_hv = 1;
+  if (wake) {
+    a.watermark = 1;  // wake after every byte written: every record
+    a.wakeup_watermark = 1;
+  }
   for (;;) {
     a.build_id = build_id_ ? 1 : 0;
     UniqueFd fd(
@@ -61,17 +65,24 @@ void MmapWatch::open(const Scope& scope, const std::vector<int>& cpus, size_t pa
   try {
     for (const int cpu : cpus) {
       if (!scope.pids.empty()) {
-        for (const int32_t pid : scope.pids) open_one(pid, cpu, 0, scope.children, pages_per_ring);
+        for (const int32_t pid : scope.pids)
+          open_one(pid, cpu, 0, scope.children, pages_per_ring, scope.wake_per_record);
       } else if (scope.cgroup_fd >= 0) {
-        open_one(scope.cgroup_fd, cpu, PERF_FLAG_PID_CGROUP, false, pages_per_ring);
+        open_one(scope.cgroup_fd, cpu, PERF_FLAG_PID_CGROUP, false, pages_per_ring, scope.wake_per_record);
       } else {
-        open_one(-1, cpu, 0, false, pages_per_ring);
+        open_one(-1, cpu, 0, false, pages_per_ring, scope.wake_per_record);
       }
     }
   } catch (...) {
     rings_.clear();  // all or nothing: the caller goes on without the watch
     throw;
   }
+}
+
+std::vector<int> MmapWatch::fds() const {
+  std::vector<int> out;
+  for (const Ring& r : rings_) out.push_back(r.fd.get());
+  return out;
 }
 
 void MmapWatch::drain(const std::function<void(const Mmap2Record&)>& on_mmap,

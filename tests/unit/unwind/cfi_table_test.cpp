@@ -176,7 +176,12 @@ TEST(CfiTable, CacheCompilesOncePerModule) {
   const auto a = cache.get(kLibc, "", {kLibc});
   const auto b = cache.get(kLibc, "", {kLibc});
   EXPECT_EQ(a.get(), b.get());
-  EXPECT_EQ(cache.size(), 1u);
+  // A table found by path is filed under its build-id too: an mmap record that names the build-id
+  // finds it without compiling again.
+  ASSERT_FALSE(a->build_id.empty());
+  const auto c = cache.get("/some/other/path/libc.so.6", a->build_id, {kLibc});
+  EXPECT_EQ(a.get(), c.get());
+  EXPECT_EQ(cache.size(), 2u);
 }
 
 TEST(CfiTable, BadFilesGiveErrorsNotCrashes) {

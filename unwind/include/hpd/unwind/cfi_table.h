@@ -56,6 +56,7 @@ struct CfiTable {
   std::vector<CfiRow> rows;  // sorted by pc, adjacent rows with the same rule merged
   std::string error;         // why there are no rows (or why .debug_frame could not be read)
   std::string opened_path;
+  std::string build_id;           // of the file compiled (lower-case hex; empty when it has none)
   uint64_t fdes = 0;              // FDEs read (.eh_frame and .debug_frame)
   uint64_t cfi_rows = 0;          // CFI rows before merging
   uint64_t unsupported_rows = 0;  // rows marked kUnsupported (before merging)
@@ -64,10 +65,13 @@ struct CfiTable {
   // The module's PT_LOAD segments, to turn a mapping's file offset into the ELF address the rows use.
   struct Segment {
     uint64_t offset, filesz, vaddr;
+    bool executable;
   };
   std::vector<Segment> segments;
 
-  // ELF virtual address of a file offset; false when no segment holds it.
+  // ELF virtual address of the file offset an executable mapping starts at (page-aligned: with lld's
+  // layout it lies before its segment's first byte, in the previous segment's range); false when no
+  // segment holds it.
   bool vaddr_of(uint64_t file_offset, uint64_t* vaddr) const;
 
   // The row covering `vaddr`, or nullptr (before the first row, or beyond 4 GiB).
@@ -86,7 +90,9 @@ std::shared_ptr<const CfiTable> compile_cfi_table(const std::vector<std::string>
                                                   const std::string& build_id,
                                                   const CfiTableOptions& options);
 
-// Tables compiled once per module (build-id, else path) and kept for the recording. Thread-safe.
+// Tables compiled once per module and kept (the daemon keeps them across recordings). Looked up by
+// build-id when the caller knows it, else by path; a table found by path is also filed under its
+// file's build-id. Thread-safe.
 class CfiTableCache {
  public:
   explicit CfiTableCache(CfiTableOptions options = {}) : options_(std::move(options)) {}
