@@ -112,8 +112,11 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
     return cfi_fp_step(r);
   }
   const __u64 vaddr = pc - m->bias;
-  if (vaddr > 0xffffffffull || cfi_find_row(m->row_first, m->row_count, (__u32)vaddr, &row) != 0)
-    return HPD_USER_END_NO_CFI;
+  // Code no FDE covers (hand-written assembly, objects built without unwind tables): the frame
+  // pointer, as the DWARF unwinder does.
+  if (vaddr > 0xffffffffull || cfi_find_row(m->row_first, m->row_count, (__u32)vaddr, &row) != 0 ||
+      row.cfa_kind == HPD_CFA_NONE)
+    return cfi_fp_step(r);
 
   __u64 cfa = 0;
   __u64 ra = 0;
@@ -133,7 +136,6 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
       exact = 1;  // the interrupted pc, not a return address
       break;
     case HPD_CFA_OUTERMOST: return HPD_USER_END_ROOT;
-    case HPD_CFA_NONE: return HPD_USER_END_NO_CFI;
     default: return HPD_USER_END_UNSUPPORTED;
   }
   if (!exact) {

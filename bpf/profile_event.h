@@ -87,7 +87,7 @@ enum hpd_user_end {
   HPD_USER_END_FP_ZERO = 2,     /* a frame-pointer step met rbp = 0, the start-up code's marker */
   HPD_USER_END_DEPTH = 3,       /* HPD_MAX_USER_FRAMES reached */
   HPD_USER_END_READ_FAULT = 4,  /* the stack slot a rule named could not be read */
-  HPD_USER_END_NO_CFI = 5,      /* a pc in a module with a table, but no FDE covers it */
+  HPD_USER_END_NO_CFI = 5,      /* unused: a pc no FDE covers is stepped by frame pointer */
   HPD_USER_END_UNSUPPORTED = 6, /* the row's rule is one the tables do not express */
   HPD_USER_END_FP_BROKEN = 7,   /* a frame-pointer step met an implausible rbp (no table there) */
   HPD_USER_END_NO_GROWTH = 8,   /* the caller's frame was not above the callee's */

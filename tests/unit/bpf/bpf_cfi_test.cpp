@@ -3,9 +3,16 @@
 // qsort and snprintf under a frame-pointer program, threads blocked in their own wrappers around
 // glibc's blocking calls (with and without frame pointers), a 200-deep recursion, rustc -O output,
 // a library dlopen()ed while recording, and a process started after the recording began.
+#include <elf.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -240,6 +247,78 @@ TEST(BpfCfi, ProcessStartedAfterRecordingBeganIsComplete) {
                                                          double(r.profile.samples.size());
   std::printf("  %.2f%% of samples walked by frame pointer while tables were loading\n", pending);
   EXPECT_LT(pending, 5.0);
+}
+
+// The file offset of a section of a 64-bit ELF image, or 0.
+uint64_t section_offset(const std::string& image, const char* name) {
+  if (image.size() < sizeof(Elf64_Ehdr)) return 0;
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, image.data(), sizeof eh);
+  auto shdr = [&](size_t i) {
+    Elf64_Shdr sh{};
+    const size_t at = eh.e_shoff + i * sizeof(Elf64_Shdr);
+    if (at + sizeof sh <= image.size()) std::memcpy(&sh, image.data() + at, sizeof sh);
+    return sh;
+  };
+  const Elf64_Shdr strings = shdr(eh.e_shstrndx);
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    const Elf64_Shdr sh = shdr(i);
+    if (strings.sh_offset + sh.sh_name < image.size() &&
+        std::strcmp(image.data() + strings.sh_offset + sh.sh_name, name) == 0)
+      return sh.sh_offset;
+  }
+  return 0;
+}
+
+// Bad input: a program whose .eh_frame_hdr is damaged (its version byte) gets no table; the recording
+// goes on, its frames are walked by frame pointer (it has them), and the summary names the module.
+TEST(BpfCfi, ModuleWithDamagedCfiFallsBackToFramePointersAndIsNamed) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("bpf_cfi_test." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ifstream in(kDir + "/sort_format", std::ios::binary);
+  std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const uint64_t hdr = section_offset(image, ".eh_frame_hdr");
+  ASSERT_NE(hdr, 0u);
+  image[hdr] = 7;  // version 1 is the only one
+  // Another build-id too: tables are cached by build-id, and sort_format's may be compiled already.
+  const uint64_t note = section_offset(image, ".note.gnu.build-id");
+  ASSERT_NE(note, 0u);
+  image[note + 16] = static_cast<char>(image[note + 16] ^ 0x5a);  // after namesz, descsz, type and "GNU"
+  const std::string damaged = (dir / "sort_format_damaged").string();
+  {
+    std::ofstream out(damaged, std::ios::binary);
+    out.write(image.data(), static_cast<std::streamsize>(image.size()));
+  }
+  ::chmod(damaged.c_str(), 0755);
+  const Symbolized s = record_and_symbolize({damaged, "1.5"});
+  std::filesystem::remove_all(dir);
+  print_ends(s.result);
+  bool named = false;
+  for (const std::string& m : s.result.cfi.without_table)
+    named = named || (m.find("sort_format_damaged") != std::string::npos &&
+                      m.find("eh_frame_hdr") != std::string::npos);
+  EXPECT_TRUE(named) << "the summary names the module and why";
+  EXPECT_GT(s.result.cfi.samples_with_fp_frames, 0u);
+  size_t on = 0, with_main = 0;
+  for (const Thread& t : s.profile.threads) {
+    for (const Sample& sample : t.samples) {
+      if (sample.kind != SampleKind::kOnCpu || sample.stack == kNoIndex) continue;
+      ++on;
+      with_main += contains(names_leaf_first(s.profile, sample.stack), "main");
+    }
+  }
+  std::printf("  damaged CFI: %zu on-CPU samples, %zu reach main through frame pointers\n", on, with_main);
+  ASSERT_GT(on, 200u);
+  // Frames of the program itself are fp-walked; libc's keep their table, so a chain through qsort
+  // back into the program and on to main holds as long as the program's frames keep rbp.
+  EXPECT_GT(with_main, on / 2);
+}
+
+TEST(BpfCfi, ProgramWithoutUnwindTablesIsWalkedByFramePointer) {
+  // chain_fp_nocfi: frame pointers, no CFI of its own (only crt's FDEs): its pcs lie in no FDE.
+  const Symbolized s = record_and_symbolize({std::string(HPD_UNWIND_FIXTURE_DIR) + "/chain_fp_nocfi", "1.5"});
+  expect_complete(s, "chain_d", {"chain_c", "chain_b", "chain_a", "main"}, 90.0);
 }
 
 }  // namespace

@@ -315,7 +315,7 @@ std::string table_walk(const RawProcess& process, const std::vector<RawModule>& 
     const CfiRow* row = table != nullptr ? table->find(vaddr) : nullptr;
     uint64_t cfa = 0, ra = 0, next_bp = bp;
     bool next_exact = false;
-    if (row == nullptr || table->rows.empty()) {
+    if (row == nullptr || row->cfa_kind == static_cast<uint8_t>(CfaKind::kNone)) {
       if (bp == 0) return "root";
       uint64_t saved = 0;
       if (!read(bp, &saved) || !read(bp + 8, &ra)) return "read";
@@ -324,7 +324,7 @@ std::string table_walk(const RawProcess& process, const std::vector<RawModule>& 
     } else {
       switch (static_cast<CfaKind>(row->cfa_kind)) {
         case CfaKind::kOutermost: return "root";
-        case CfaKind::kNone: return "no-cfi";
+        case CfaKind::kNone: break;  // handled above
         case CfaKind::kUnsupported: return "unsupported";
         case CfaKind::kRsp: cfa = sp + row->cfa_offset; break;
         case CfaKind::kRbp: cfa = bp + row->cfa_offset; break;

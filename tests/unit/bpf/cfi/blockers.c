@@ -90,6 +90,11 @@ int main(int argc, char** argv) {
   if (argc > 1) seconds = atof(argv[1]);
   if (pipe(pipe_read_fds) != 0 || pipe(pipe_poll_fds) != 0) return 1;
   pthread_mutex_lock(&held);
+  /* Start-up work before the threads block: a thread that blocks within the first milliseconds of
+   * its process may do so before the recorder has published the process's tables (on a loaded
+   * machine the recorder can take that long to run), and that interval's stack is then walked by
+   * frame pointer only (counted as tables pending). */
+  usleep(100 * 1000);
   pthread_t threads[6];
   for (long i = 0; i < 6; ++i) pthread_create(&threads[i], NULL, run, (void*)i);
   usleep((useconds_t)(seconds * 1e6));
