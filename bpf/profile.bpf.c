@@ -222,29 +222,57 @@ struct user_frames {
 //
 // A global function, so that the verifier checks it once on its own: inlined, every way out of the
 // loop multiplied the states of the code after it beyond the verifier's limit.
-__attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 ip, __u64 sp, __u64 fp) {
-  if (!out) return 0;
+__attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 ip, __u64 sp, __u64 fp,
+                                                __u32* end) {
+  if (!out || !end) return 0;
   out->ips[0] = ip;
   __u64 n = 1;
+  *end = HPD_USER_END_DEPTH;
   for (int i = 1; i < HPD_MAX_USER_FRAMES; i++) {
-    if ((fp & 7) != 0 || fp < sp || fp - sp > USER_STACK_REACH) break;
+    // rbp = 0 past the leaf: the start-up code's marker of the outermost frame.
+    if (fp == 0 && i > 1) {
+      *end = HPD_USER_END_FP_ZERO;
+      return n;
+    }
+    if ((fp & 7) != 0 || fp < sp || fp - sp > USER_STACK_REACH) {
+      *end = HPD_USER_END_FP_BROKEN;
+      return n;
+    }
     struct user_frame frame;
-    if (bpf_probe_read_user(&frame, sizeof frame, (const void*)fp) != 0 || frame.ret == 0) break;
+    if (bpf_probe_read_user(&frame, sizeof frame, (const void*)fp) != 0) {
+      *end = HPD_USER_END_READ_FAULT;
+      return n;
+    }
+    if (frame.ret == 0) {
+      *end = HPD_USER_END_ROOT;
+      return n;
+    }
     out->ips[i] = frame.ret;
     n = i + 1;
-    if (frame.next <= fp) break;
+    if (frame.next == 0) {
+      *end = HPD_USER_END_FP_ZERO;
+      return n;
+    }
+    if (frame.next <= fp) {
+      *end = HPD_USER_END_FP_BROKEN;
+      return n;
+    }
     fp = frame.next;
   }
   return n;
 }
 
+#include "cfi_walk.bpf.h"
+
 // Kernel stack (when wanted, after skipping its first `kernel_skip` frames), then (when `user` is
-// not NULL) the frame-pointer user stack from those registers, into e->ips.
+// not NULL) the user stack from those registers (by the CFI tables when cfi_unwind is set, else by
+// frame pointers), into e->ips.
 static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e, __u64 kernel_skip,
                                            const struct pt_regs* user) {
   __u64 kernel_frames = 0;
   e->kernel_error = 0;
-  e->user_error = 0;
+  e->user_end = HPD_USER_END_NONE;
+  e->user_fp_frames = 0;
   if (capture_kernel) {
     long bytes =
         bpf_get_stack(ctx, e->ips, HPD_MAX_KERNEL_FRAMES * sizeof(__u64), kernel_skip & BPF_F_SKIP_FIELD_MASK);
@@ -255,8 +283,18 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   }
   if (kernel_frames > HPD_MAX_KERNEL_FRAMES) kernel_frames = HPD_MAX_KERNEL_FRAMES;
   __u64 user_frames = 0;
-  if (user) {
-    user_frames = walk_user_frames((struct user_frames*)&e->ips[kernel_frames], user->ip, user->sp, user->bp);
+  if (user && cfi_unwind) {
+    struct cfi_regs r = {.ip = user->ip, .sp = user->sp, .bp = user->bp, .exact = 1};
+    __u32 end = HPD_USER_END_NONE;
+    user_frames = walk_user_cfi((struct user_frames*)&e->ips[kernel_frames], &r, e->header.pid, &end);
+    e->user_end = (__u16)end;
+    e->user_fp_frames = (__u16)r.fp_frames;
+    if (r.pending) e->flags |= HPD_SAMPLE_TABLES_PENDING;
+  } else if (user) {
+    __u32 end = HPD_USER_END_NONE;
+    user_frames =
+        walk_user_frames((struct user_frames*)&e->ips[kernel_frames], user->ip, user->sp, user->bp, &end);
+    e->user_end = (__u16)end;
   }
   if (user_frames > HPD_MAX_USER_FRAMES) user_frames = HPD_MAX_USER_FRAMES;
   e->kernel_frames = (__u16)kernel_frames;
@@ -431,8 +469,8 @@ int hpd_sched_switch(__u64* ctx) {
   e->flags = ctx[0] ? HPD_SAMPLE_PREEMPTED : 0;
   e->regs_valid = 0;
   e->stack_bytes = 0;
-  // Off-CPU stacks are frame-pointer walks in every mode: the record waits in `blocked` until the
-  // thread runs again, and a stack copy per blocked thread would cost too much map memory.
+  // Off-CPU stacks are walked here (cfi tables or frame pointers), never copied: the record waits in
+  // `blocked` until the thread runs again, and a stack copy per blocked thread would cost too much.
   capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, current_user_regs());
   if (bpf_map_update_elem(&blocked, &tid, e, BPF_ANY) != 0) count(HPD_COUNTER_OFFCPU_MAP_FULL);
   return 0;

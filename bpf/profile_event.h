@@ -9,7 +9,8 @@
 
 #define HPD_COMM_LEN 16
 #define HPD_MAX_KERNEL_FRAMES 48
-#define HPD_MAX_USER_FRAMES 127
+/* User frames per stack: enough for a 200-deep recursion under a runtime's start-up frames. */
+#define HPD_MAX_USER_FRAMES 256
 #define HPD_MAX_FRAMES (HPD_MAX_KERNEL_FRAMES + HPD_MAX_USER_FRAMES)
 /* User registers of a sample, by x86-64 DWARF number (rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
  * r8-r15, rip), as hpd::UserRegs holds them. */
@@ -63,7 +64,8 @@ struct hpd_sample_event {
   __u64 cpu_delta_ns; /* on-CPU: the thread's CPU time since its previous sample */
   __u64 off_cpu_ns;   /* off-CPU: how long the thread stayed off the CPU */
   __s32 kernel_error; /* bpf_get_stack's negative errno for the kernel stack, else 0 */
-  __s32 user_error;   /* always 0: the program walks the user frames itself */
+  __u16 user_end;      /* enum hpd_user_end: how the program's user walk ended */
+  __u16 user_fp_frames; /* cfi walks: frames stepped by frame pointer (modules without a table) */
   __u16 kernel_frames; /* leaf first */
   __u16 user_frames;   /* leaf first, after the kernel frames */
   __u32 flags;         /* HPD_SAMPLE_* */
@@ -75,6 +77,66 @@ struct hpd_sample_event {
 
 #define HPD_SAMPLE_NO_BASELINE 1u /* the thread had no earlier runtime value: cpu_delta_ns is a guess */
 #define HPD_SAMPLE_PREEMPTED 2u   /* off-CPU: switched out while runnable (preempted), not blocked */
+/* cfi walks: the process had no mapping table yet, or the walk met a module whose table was still
+ * being compiled (the frame pointer stood in) */
+#define HPD_SAMPLE_TABLES_PENDING 4u
+
+/* How a user stack walk of the programs ended. */
+enum hpd_user_end {
+  HPD_USER_END_NONE = 0,        /* no walk (no user registers: a kernel thread), or dwarf mode */
+  HPD_USER_END_ROOT = 1,        /* CFI says the return address is undefined (_start, clone3), or it is 0 */
+  HPD_USER_END_FP_ZERO = 2,     /* a frame-pointer step met rbp = 0, the start-up code's marker */
+  HPD_USER_END_DEPTH = 3,       /* HPD_MAX_USER_FRAMES reached */
+  HPD_USER_END_READ_FAULT = 4,  /* the stack slot a rule named could not be read */
+  HPD_USER_END_NO_CFI = 5,      /* unused: a pc no FDE covers is stepped by frame pointer */
+  HPD_USER_END_UNSUPPORTED = 6, /* the row's rule is one the tables do not express */
+  HPD_USER_END_FP_BROKEN = 7,   /* a frame-pointer step met an implausible rbp (no table there) */
+  HPD_USER_END_NO_GROWTH = 8,   /* the caller's frame was not above the callee's */
+  HPD_USER_END_COUNT = 9,
+};
+
+/* CFI tables (see hpd/unwind/cfi_table.h, whose CfiRow has this layout). */
+#define HPD_CFA_NONE 0        /* no CFI covers the pc */
+#define HPD_CFA_RSP 1         /* CFA = rsp + cfa_offset */
+#define HPD_CFA_RBP 2         /* CFA = rbp + cfa_offset */
+#define HPD_CFA_PLT 3         /* CFA = rsp + cfa_offset + ((rip & 15) >= rbp_offset ? 8 : 0) */
+#define HPD_CFA_SIGNAL 4      /* signal trampoline: the interrupted registers are in the ucontext at rsp */
+#define HPD_CFA_OUTERMOST 5   /* the return address is undefined: the thread's first frame */
+#define HPD_CFA_UNSUPPORTED 6 /* a rule the rows do not express */
+#define HPD_RBP_SAME 0        /* the caller's rbp is the callee's */
+#define HPD_RBP_AT_CFA 1      /* saved at CFA + rbp_offset */
+#define HPD_RBP_UNDEFINED 2   /* lost */
+/* The x86-64 rt_sigframe's ucontext: where rbp, rsp and rip were saved, from the trampoline's rsp. */
+#define HPD_SIGFRAME_RBP 120
+#define HPD_SIGFRAME_RSP 160
+#define HPD_SIGFRAME_RIP 168
+
+/* One row, valid from pc (an ELF virtual address of its module) to the next row's pc. */
+struct hpd_cfi_row {
+  __u32 pc;
+  __s32 cfa_offset;
+  __s16 rbp_offset;
+  __u8 cfa_kind;
+  __u8 rbp_kind;
+};
+
+/* Executable mappings of one process for the cfi walk, sorted by start, kept by user space. */
+#define HPD_MAX_PROC_MAPPINGS 256
+#define HPD_MAPPING_PENDING 1u /* the module's table is being compiled: frame pointers meanwhile */
+struct hpd_proc_mapping {
+  __u64 start;
+  __u64 end;
+  __u64 bias;      /* runtime address - ELF virtual address */
+  __u32 row_first; /* into the cfi_rows map */
+  __u32 row_count; /* 0: no table (frame pointers) */
+  __u32 flags;     /* HPD_MAPPING_* */
+  __u32 pad;
+};
+struct hpd_proc_mappings {
+  __u32 count;
+  __u32 pad;
+  struct hpd_proc_mapping mappings[HPD_MAX_PROC_MAPPINGS];
+};
 
 /* HPD_EVENT_FORK */
 struct hpd_fork_event {

@@ -68,6 +68,7 @@ RecordOptions record_options_from_args(const RecordArgs& args) {
   options.follow_children = !args.no_follow_children;
   options.call_graph = args.call_graph == "fp"      ? CallGraph::kFp
                        : args.call_graph == "dwarf" ? CallGraph::kDwarf
+                       : args.call_graph == "cfi"   ? CallGraph::kCfi
                                                     : CallGraph::kAuto;
   options.stack_copy_bytes = args.stack_size;
   options.count_calls = args.calls;
@@ -229,6 +230,33 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
     s.notes.push_back("note: new mappings were read from /proc, not from the kernel's mmap records (" +
                       result.mmap_watch_fallback_reason +
                       "); frames of processes that lived only milliseconds may have no module");
+  }
+  if (result.call_graph == CallGraph::kCfi) {
+    const auto& c = result.cfi;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "cfi: tables of %llu of %llu modules in the eBPF maps (%llu rows, %s; %.0f ms compiling)",
+                  static_cast<unsigned long long>(c.modules_loaded),
+                  static_cast<unsigned long long>(c.modules), static_cast<unsigned long long>(c.rows),
+                  human_bytes(c.map_bytes).c_str(), c.compile_ns / 1e6);
+    s.notes.emplace_back(line);
+    constexpr size_t kShown = 5;
+    for (size_t i = 0; i < c.without_table.size() && i < kShown; ++i)
+      s.notes.push_back("cfi: frame pointers for " + c.without_table[i]);
+    if (c.without_table.size() > kShown)
+      s.notes.push_back("cfi: and " + std::to_string(c.without_table.size() - kShown) +
+                        " more modules without a table (frame pointers)");
+    if (c.samples_tables_pending != 0 && s.samples != 0) {
+      std::snprintf(
+          line, sizeof line,
+          "cfi: %llu samples (%.1f%%) were walked by frame pointer while their tables were compiled",
+          static_cast<unsigned long long>(c.samples_tables_pending),
+          100.0 * double(c.samples_tables_pending) / double(s.samples));
+      s.notes.emplace_back(line);
+    }
+    if (c.mappings_dropped != 0)
+      s.notes.push_back("cfi: " + std::to_string(c.mappings_dropped) +
+                        " executable mappings beyond 256 per process were walked by frame pointer");
   }
   for (std::string& line : describe_call_counts(result.calls)) s.notes.push_back(std::move(line));
   return s;

@@ -77,7 +77,7 @@ struct RecordSummary {
   std::string backend;
   uint64_t lost_records = 0;
   uint64_t throttle_events = 0;
-  std::string call_graph;  // "fp", "dwarf"
+  std::string call_graph;  // "cfi", "fp", "dwarf"
   uint32_t stack_copy_bytes = 0;
   std::string call_graph_reason;
   std::string backend_fallback_reason;

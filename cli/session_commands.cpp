@@ -322,7 +322,8 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
   if (!args.command.empty()) {
     // hpd attaches to the held child before it execs: its /proc/PID/exe is still hpctl, so the
     // program's frame pointers are judged here, where the command is resolved as the user's shell would.
-    if (args.call_graph == "auto" && !args.all && args.cgroup.empty()) {
+    // With the eBPF backend auto means cfi, which needs no look at the program (hpd decides).
+    if (args.call_graph == "auto" && args.backend == "perf" && !args.all && args.cgroup.empty()) {
       const CallGraphChoice choice = choose_call_graph({resolve_command(args.command.front())});
       remote.call_graph = to_string(choice.mode);
       call_graph_reason = choice.reason;

@@ -40,6 +40,7 @@ const char* to_string(CallGraph mode) {
     case CallGraph::kAuto: return "auto";
     case CallGraph::kFp: return "fp";
     case CallGraph::kDwarf: return "dwarf";
+    case CallGraph::kCfi: return "cfi";
   }
   return "unknown";
 }
@@ -196,8 +197,10 @@ void validate_record_options(const RecordOptions& options) {
 
 namespace {
 
-// `options` with call_graph already kFp or kDwarf.
-RecordResult record_resolved(const RecordOptions& options, const PerfPrivileges& privileges) {
+// `options` with call_graph already kFp, kDwarf or kCfi; `perf_call_graph` is the mode for the
+// perf_event backend should the eBPF one be unavailable (auto's choice for it, else the same).
+RecordResult record_resolved(const RecordOptions& options, const PerfPrivileges& privileges,
+                             CallGraph perf_call_graph) {
   switch (options.backend) {
     case Backend::kPerf: return record_with_perf(options, privileges);
     case Backend::kBpf: return record_with_bpf(options, privileges);
@@ -212,8 +215,11 @@ RecordResult record_resolved(const RecordOptions& options, const PerfPrivileges&
       reason = e.what();
     }
   }
-  if (needs_bpf(options)) throw RecordError("the eBPF backend is needed here but unavailable: " + reason);
-  RecordResult result = record_with_perf(options, privileges);
+  if (needs_bpf(options) || perf_call_graph == CallGraph::kCfi)
+    throw RecordError("the eBPF backend is needed here but unavailable: " + reason);
+  RecordOptions perf_options = options;
+  perf_options.call_graph = perf_call_graph;
+  RecordResult result = record_with_perf(perf_options, privileges);
   result.backend_fallback_reason = reason;
   return result;
 }
@@ -225,11 +231,24 @@ RecordResult record(const RecordOptions& options) {
   const PerfPrivileges privileges = probe_perf_privileges();
   RecordOptions resolved = options;
   if (!resolved.cgroup.empty()) resolved.cgroup = cgroup_directory(resolved.cgroup);
-  const CallGraphChoice call_graph = resolve_call_graph(options);
+  if (options.call_graph == CallGraph::kCfi && options.backend == Backend::kPerf) {
+    throw RecordError(
+        "--call-graph cfi unwinds inside the eBPF programs: use it with the eBPF backend, or --call-graph "
+        "dwarf with --backend perf");
+  }
+  const CallGraphChoice perf_choice = resolve_call_graph(options);
+  const CallGraph perf_call_graph = perf_choice.mode;
+  CallGraphChoice call_graph = perf_choice;
+  // auto with the eBPF backend: user stacks unwound in the kernel from the modules' CFI, on and off
+  // the CPU, for every kind of target.
+  if (options.call_graph == CallGraph::kAuto && options.backend != Backend::kPerf &&
+      bpf_unavailable_reason(privileges).empty()) {
+    call_graph = CallGraphChoice{CallGraph::kCfi, "the eBPF programs unwind user stacks with each module's CFI"};
+  }
   resolved.call_graph = call_graph.mode;
-  RecordResult result = record_resolved(resolved, privileges);
+  RecordResult result = record_resolved(resolved, privileges, perf_call_graph);
   if (options.call_graph == CallGraph::kAuto) {
-    result.call_graph_reason = call_graph.reason;
+    result.call_graph_reason = result.call_graph == call_graph.mode ? call_graph.reason : perf_choice.reason;
     result.profile.info.call_graph = std::string("auto:") + to_string(result.call_graph);
   }
   return result;

@@ -79,6 +79,10 @@ inline constexpr const char* kMissingModulePrefix = "Missing module ";  // + 1-b
 // info panel and has no per-thread place of its own for such numbers; the reader parses the label
 // back (the name is only for people: the count's kind is what follows the last ": ").
 inline constexpr const char* kLostByThreadSection = "Lost data by thread";
+// How stacks ended (the hpdStackEnd column summed): for the whole profile and per thread, on-CPU and
+// off-CPU apart, as "N% complete of M (T truncated, F failed)" strings; labels "All threads: on-CPU",
+// "Thread TID (pid PID) NAME: off-CPU"...
+inline constexpr const char* kStacksSection = "Complete stacks";
 
 inline std::string thread_loss_label(int32_t pid, int32_t tid, const std::string& name, const char* what) {
   return "Thread " + std::to_string(tid) + " (pid " + std::to_string(pid) + ") " + name + ": " + what;

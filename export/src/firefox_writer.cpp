@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <ostream>
@@ -541,7 +543,58 @@ class FirefoxWriter {
     w_.end_object();
 
     write_lost_by_thread();
+    write_stack_completeness();
     w_.end_array();
+  }
+
+  // The share of complete stacks per thread, on-CPU and off-CPU apart (the hpdStackEnd column summed).
+  void write_stack_completeness() {
+    struct Ends {
+      uint64_t complete = 0, truncated = 0, failed = 0;
+      void add(StackEnd e) {
+        complete += e == StackEnd::kComplete;
+        truncated += e == StackEnd::kTruncated;
+        failed += e == StackEnd::kFailed;
+      }
+      uint64_t known() const { return complete + truncated + failed; }
+      std::string text() const {
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "%.1f%% complete of %llu (%llu truncated, %llu failed)",
+                      100.0 * double(complete) / double(known()), static_cast<unsigned long long>(known()),
+                      static_cast<unsigned long long>(truncated), static_cast<unsigned long long>(failed));
+        return buf;
+      }
+    };
+    Ends all[2];
+    std::vector<std::array<Ends, 2>> per_thread(p_.threads.size());
+    for (size_t i = 0; i < p_.threads.size(); ++i) {
+      for (const Sample& s : p_.threads[i].samples) {
+        const int kind = s.kind == SampleKind::kOffCpu ? 1 : 0;
+        all[kind].add(s.stack_end);
+        per_thread[i][kind].add(s.stack_end);
+      }
+    }
+    if (all[0].known() + all[1].known() == 0) return;
+    w_.begin_object();
+    w_.key("label");
+    w_.string(firefox::kStacksSection);
+    w_.key("entries");
+    w_.begin_array();
+    const char* const kKinds[2] = {"on-CPU", "off-CPU"};
+    for (int kind = 0; kind < 2; ++kind) {
+      if (all[kind].known() != 0)
+        extra_entry((std::string("All threads: ") + kKinds[kind]).c_str(), "string", all[kind].text());
+    }
+    for (size_t i = 0; i < p_.threads.size(); ++i) {
+      const Thread& t = p_.threads[i];
+      for (int kind = 0; kind < 2; ++kind) {
+        if (per_thread[i][kind].known() == 0) continue;
+        extra_entry(firefox::thread_loss_label(t.pid, t.tid, t.name, kKinds[kind]).c_str(), "string",
+                    per_thread[i][kind].text());
+      }
+    }
+    w_.end_array();
+    w_.end_object();
   }
 
   void write_lost_by_thread() {

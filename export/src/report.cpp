@@ -250,10 +250,33 @@ void print_header(const Report& report, std::ostream& out) {
        std::to_string(t.lost.truncated_stacks) + " truncated, " +
        plural(t.samples_without_stack, "sample", "samples") + " without a stack");
   print_lost_by_thread(t, line);
-  if (const uint64_t known = t.stacks_complete + t.stacks_truncated + t.stacks_failed; known > 0) {
+  const auto completeness = [](uint64_t complete, uint64_t truncated, uint64_t failed, const char* what) {
+    const uint64_t known = complete + truncated + failed;
+    if (known == 0) return std::string();
     const auto share = [known](uint64_t n) { return format("%.1f%%", 100.0 * double(n) / double(known)); };
-    line("Complete stacks: " + share(t.stacks_complete) + " of on-CPU samples (" + share(t.stacks_truncated) +
-         " truncated, " + share(t.stacks_failed) + " failed)");
+    return share(complete) + " of " + what + " samples (" + share(truncated) + " truncated, " +
+           share(failed) + " failed)";
+  };
+  const std::string on = completeness(t.stacks_complete, t.stacks_truncated, t.stacks_failed, "on-CPU");
+  const std::string off =
+      completeness(t.off_stacks_complete, t.off_stacks_truncated, t.off_stacks_failed, "off-CPU");
+  if (!on.empty()) line("Complete stacks: " + on);
+  if (!off.empty()) line((on.empty() ? "Complete stacks: " : "                 ") + off);
+  constexpr size_t kShownStackThreads = 8;
+  if (t.stacks_by_thread.size() > 1) {
+    for (size_t i = 0; i < t.stacks_by_thread.size() && i < kShownStackThreads; ++i) {
+      const ThreadStacks& s = t.stacks_by_thread[i];
+      const auto pct = [](uint64_t c, uint64_t tr, uint64_t f) {
+        const uint64_t n = c + tr + f;
+        return n == 0 ? std::string("-")
+                      : format("%.1f%%", 100.0 * double(c) / double(n)) + " of " + std::to_string(n);
+      };
+      line("  tid " + std::to_string(s.tid) + " " + truncate_right(s.name, 16) + ": on-CPU " +
+           pct(s.on_complete, s.on_truncated, s.on_failed) + ", off-CPU " +
+           pct(s.off_complete, s.off_truncated, s.off_failed));
+    }
+    if (t.stacks_by_thread.size() > kShownStackThreads)
+      line("  and " + std::to_string(t.stacks_by_thread.size() - kShownStackThreads) + " more threads");
   }
   line("Missing modules: " + std::to_string(t.missing_modules.size()) +
        (t.missing_modules.empty() ? "" : " (no symbols for their code)"));
@@ -719,6 +742,10 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     ++totals.threads;
     pids.insert(t.pid);
     if (lost_total(t.lost) != 0) totals.lost_by_thread.push_back(ThreadLoss{t.pid, t.tid, t.name, t.lost});
+    ThreadStacks thread_stacks;
+    thread_stacks.pid = t.pid;
+    thread_stacks.tid = t.tid;
+    thread_stacks.name = t.name;
     for (const Sample& s : t.samples) {
       if (s.stack != kNoIndex && s.stack >= p.stacks.size()) {
         throw std::runtime_error("invalid profile: a sample of thread " + std::to_string(t.tid) +
@@ -730,6 +757,12 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
         one.off_ns = s.off_cpu_ns;
         ++totals.off_cpu_samples;
         totals.off_cpu_ns += s.off_cpu_ns;
+        totals.off_stacks_complete += s.stack_end == StackEnd::kComplete;
+        totals.off_stacks_truncated += s.stack_end == StackEnd::kTruncated;
+        totals.off_stacks_failed += s.stack_end == StackEnd::kFailed;
+        thread_stacks.off_complete += s.stack_end == StackEnd::kComplete;
+        thread_stacks.off_truncated += s.stack_end == StackEnd::kTruncated;
+        thread_stacks.off_failed += s.stack_end == StackEnd::kFailed;
       } else {
         one.on = 1;
         one.cpu_ns = s.cpu_delta_ns;
@@ -739,11 +772,24 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
         totals.stacks_complete += s.stack_end == StackEnd::kComplete;
         totals.stacks_truncated += s.stack_end == StackEnd::kTruncated;
         totals.stacks_failed += s.stack_end == StackEnd::kFailed;
+        thread_stacks.on_complete += s.stack_end == StackEnd::kComplete;
+        thread_stacks.on_truncated += s.stack_end == StackEnd::kTruncated;
+        thread_stacks.on_failed += s.stack_end == StackEnd::kFailed;
       }
       if (s.stack != kNoIndex) per_stack[s.stack] += one;
     }
+    if (thread_stacks.on_complete + thread_stacks.on_truncated + thread_stacks.on_failed +
+            thread_stacks.off_complete + thread_stacks.off_truncated + thread_stacks.off_failed >
+        0)
+      totals.stacks_by_thread.push_back(thread_stacks);
   }
   totals.processes = pids.size();
+  const auto stack_samples = [](const ThreadStacks& s) {
+    return s.on_complete + s.on_truncated + s.on_failed + s.off_complete + s.off_truncated + s.off_failed;
+  };
+  std::stable_sort(
+      totals.stacks_by_thread.begin(), totals.stacks_by_thread.end(),
+      [&](const ThreadStacks& a, const ThreadStacks& b) { return stack_samples(a) > stack_samples(b); });
   totals.wall_ns = totals.samples * totals.interval_ns + totals.off_cpu_ns;
   std::stable_sort(totals.lost_by_thread.begin(), totals.lost_by_thread.end(),
                    [](const ThreadLoss& a, const ThreadLoss& b) {
@@ -844,6 +890,16 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
                               {"stack_failures", l.lost.stack_failures},
                               {"truncated_stacks", l.lost.truncated_stacks}});
   }
+  ordered_json stacks_by_thread = ordered_json::array();
+  for (const ThreadStacks& s : t.stacks_by_thread) {
+    stacks_by_thread.push_back(
+        {{"pid", s.pid},
+         {"tid", s.tid},
+         {"name", s.name},
+         {"on_cpu", {{"complete", s.on_complete}, {"truncated", s.on_truncated}, {"failed", s.on_failed}}},
+         {"off_cpu",
+          {{"complete", s.off_complete}, {"truncated", s.off_truncated}, {"failed", s.off_failed}}}});
+  }
   doc["totals"] = {
       {"samples", t.samples},
       {"samples_without_stack", t.samples_without_stack},
@@ -862,7 +918,14 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
         {"truncated_stacks", t.lost.truncated_stacks}}},
       {"lost_by_thread", lost_by_thread},
       {"stacks",
-       {{"complete", t.stacks_complete}, {"truncated", t.stacks_truncated}, {"failed", t.stacks_failed}}},
+       {{"complete", t.stacks_complete},
+        {"truncated", t.stacks_truncated},
+        {"failed", t.stacks_failed},
+        {"off_cpu",
+         {{"complete", t.off_stacks_complete},
+          {"truncated", t.off_stacks_truncated},
+          {"failed", t.off_stacks_failed}}},
+        {"by_thread", stacks_by_thread}}},
       {"missing_modules", t.missing_modules},
       {"functions", report.rows.size()},
   };

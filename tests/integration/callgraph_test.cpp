@@ -208,10 +208,21 @@ TEST_F(CallGraphTest, DwarfGivesWholeChainsWithoutFramePointersAndNoFewerThanPer
   EXPECT_GE(ours.share(), perf.share() - 0.01);
 }
 
-TEST_F(CallGraphTest, AutoChoosesDwarfForAProgramWithoutFramePointersAndSaysWhy) {
+TEST_F(CallGraphTest, AutoUnwindsInTheKernelWithTheEbpfBackend) {
   json profile;
   std::string err;
   const auto samples = record({}, {kUnwindFixtures + "/chain_gcc", "1"}, &profile, &err);
+  EXPECT_EQ(call_graph_of(profile), "auto:cfi");
+  EXPECT_NE(err.find("call graph: cfi"), std::string::npos) << err;
+  EXPECT_NE(err.find("cfi: tables of"), std::string::npos) << err;
+  std::string example;
+  EXPECT_GE(chain_share(samples, &example).share(), 0.95) << example;
+}
+
+TEST_F(CallGraphTest, AutoChoosesDwarfForAProgramWithoutFramePointersAndSaysWhy) {
+  json profile;
+  std::string err;
+  const auto samples = record({"--backend", "perf"}, {kUnwindFixtures + "/chain_gcc", "1"}, &profile, &err);
   EXPECT_EQ(call_graph_of(profile), "auto:dwarf");
   EXPECT_NE(err.find("call graph: dwarf"), std::string::npos) << err;
   EXPECT_NE(err.find("was built without frame pointers"), std::string::npos) << err;

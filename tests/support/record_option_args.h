@@ -35,7 +35,10 @@ inline RecordOptionArg parse_record_option(int argc, char** argv, int& i, Record
   } else if (arg == "--call-graph") {
     if (!value()) return RecordOptionArg::kMissingValue;
     const std::string g = v;
-    options.call_graph = g == "fp" ? CallGraph::kFp : g == "dwarf" ? CallGraph::kDwarf : CallGraph::kAuto;
+    options.call_graph = g == "fp"      ? CallGraph::kFp
+                         : g == "dwarf" ? CallGraph::kDwarf
+                         : g == "cfi"   ? CallGraph::kCfi
+                                        : CallGraph::kAuto;
   } else if (arg == "--stack-size") {
     if (!value()) return RecordOptionArg::kMissingValue;
     options.stack_copy_bytes = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));

@@ -154,7 +154,7 @@ void CfiModule::read_segments() {
   for (size_t i = 0; i < n; ++i) {
     GElf_Phdr ph;
     if (gelf_getphdr(elf_, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD) continue;
-    segments_.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr});
+    segments_.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr, (ph.p_flags & PF_X) != 0});
   }
 }
 
@@ -342,6 +342,137 @@ const FrameRule* CfiModule::rule_at(uint64_t vaddr, bool* hit) {
   by_row_start_[rule.row_start] = index;
   by_pc_.emplace(vaddr, index);
   return &rules_[index];
+}
+
+namespace {
+
+// A value of .eh_frame_hdr in the encodings GNU ld, gold, lld and mold write: udata4 (the count),
+// datarel|sdata4 (the table) and pcrel|sdata4 (the .eh_frame pointer). `*at` moves past it.
+bool read_hdr_value(const uint8_t* base, size_t size, size_t* at, uint8_t encoding, uint64_t section_vaddr,
+                    uint64_t* value) {
+  if (encoding == 0xff) return false;  // DW_EH_PE_omit
+  if (*at + 4 > size) return false;
+  const uint8_t format = encoding & 0x0f;
+  const uint8_t application = encoding & 0x70;
+  int64_t raw = 0;
+  if (format == DW_EH_PE_udata4) {
+    uint32_t v = 0;
+    std::memcpy(&v, base + *at, 4);
+    raw = v;
+  } else if (format == DW_EH_PE_sdata4) {
+    int32_t v = 0;
+    std::memcpy(&v, base + *at, 4);
+    raw = v;
+  } else {
+    return false;
+  }
+  const uint64_t field = section_vaddr + *at;
+  *at += 4;
+  if (application == 0) {
+    *value = static_cast<uint64_t>(raw);
+  } else if (application == DW_EH_PE_pcrel) {
+    *value = field + static_cast<uint64_t>(raw);
+  } else if (application == DW_EH_PE_datarel) {
+    *value = section_vaddr + static_cast<uint64_t>(raw);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool CfiModule::fde_ranges(bool debug_frame, std::vector<FdeRange>* out, std::string* error) {
+  out->clear();
+  if (elf_ == nullptr) {
+    *error = summary_.error.empty() ? "not opened" : summary_.error;
+    return false;
+  }
+  if (!debug_frame) {
+    Elf_Scn* scn = find_section(elf_, ".eh_frame_hdr");
+    GElf_Shdr shdr;
+    Elf_Data* data =
+        scn != nullptr && gelf_getshdr(scn, &shdr) != nullptr ? elf_getdata(scn, nullptr) : nullptr;
+    if (data == nullptr || data->d_buf == nullptr || data->d_size < 4) {
+      *error = "no .eh_frame_hdr";
+      return false;
+    }
+    const auto* b = static_cast<const uint8_t*>(data->d_buf);
+    const size_t size = data->d_size;
+    if (b[0] != 1) {
+      *error = ".eh_frame_hdr version " + std::to_string(b[0]);
+      return false;
+    }
+    size_t at = 4;
+    uint64_t eh_frame = 0;
+    uint64_t count = 0;
+    if (!read_hdr_value(b, size, &at, b[1], shdr.sh_addr, &eh_frame) ||
+        !read_hdr_value(b, size, &at, b[2], shdr.sh_addr, &count)) {
+      *error = ".eh_frame_hdr without a search table";
+      return false;
+    }
+    if (count > (size - at) / 8) {
+      *error = ".eh_frame_hdr is truncated";
+      return false;
+    }
+    out->reserve(count);
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t start = 0;
+      uint64_t fde = 0;
+      if (!read_hdr_value(b, size, &at, b[3], shdr.sh_addr, &start) ||
+          !read_hdr_value(b, size, &at, b[3], shdr.sh_addr, &fde)) {
+        *error = ".eh_frame_hdr table encoding " + std::to_string(b[3]) + " is not supported";
+        out->clear();
+        return false;
+      }
+      out->push_back({start, 0});
+    }
+    return true;
+  }
+  if (!debug_tried_) open_debug_frame();
+  if (debug_cfi_ == nullptr) {
+    *error = "no .debug_frame";
+    return false;
+  }
+  Elf* elf = debug_elf_ != nullptr ? debug_elf_ : elf_;
+  Elf_Scn* scn = find_section(elf, ".debug_frame");
+  Elf_Data* data = scn != nullptr ? elf_getdata(scn, nullptr) : nullptr;
+  const unsigned char* ident = reinterpret_cast<const unsigned char*>(elf_getident(elf, nullptr));
+  if (data == nullptr || ident == nullptr) {
+    *error = "cannot read .debug_frame";
+    return false;
+  }
+  Dwarf_Off offset = 0;
+  for (;;) {
+    Dwarf_Off next = 0;
+    Dwarf_CFI_Entry entry;
+    const int rc = dwarf_next_cfi(ident, data, false, offset, &next, &entry);
+    if (rc == 1) break;
+    if (rc != 0) {
+      *error = std::string(".debug_frame: ") + dwarf_errmsg(-1);
+      break;  // keep the FDEs read before the damage
+    }
+    offset = next;
+    if (dwarf_cfi_cie_p(&entry)) continue;
+    const uint8_t* p = entry.fde.start;
+    if (p == nullptr || entry.fde.end - p < 16) continue;
+    uint64_t start = 0;
+    uint64_t length = 0;
+    std::memcpy(&start, p, 8);
+    std::memcpy(&length, p + 8, 8);
+    if (length != 0 && start + length > start) out->push_back({start, start + length});
+  }
+  return !out->empty();
+}
+
+bool CfiModule::row_for_table(bool debug_frame, uint64_t vaddr, FrameRule* rule) {
+  ops_.clear();
+  by_pc_.clear();  // rule_at's cached rules point into ops_
+  by_row_start_.clear();
+  rules_.clear();
+  *rule = FrameRule{};
+  Dwarf_CFI* cfi = debug_frame ? debug_cfi_ : eh_cfi_;
+  return cfi != nullptr && compute(cfi, vaddr, rule);
 }
 
 uint64_t CfiModule::memory_bytes() const {

@@ -83,6 +83,12 @@ class CfiModule {
   CfiModule& operator=(const CfiModule&) = delete;
 
   const ModuleSummary& summary() const { return summary_; }
+  struct Segment {
+    uint64_t offset, filesz, vaddr;
+    bool executable;
+  };
+  const std::vector<Segment>& segments() const { return segments_; }
+  const std::string& build_id() const { return build_id_; }
   // Looks for .debug_frame now rather than on the first .eh_frame miss.
   void probe_debug_frame() {
     if (!debug_tried_) open_debug_frame();
@@ -94,6 +100,17 @@ class CfiModule {
   // The rule of the CFI row covering `vaddr`, or nullptr when no FDE covers it or the row uses
   // something this unwinder cannot evaluate. `*hit` tells whether it came from the cache.
   const FrameRule* rule_at(uint64_t vaddr, bool* hit);
+
+  // For the table compiler (cfi_table.h): the pc range [start, end) of every FDE, from .eh_frame
+  // (through .eh_frame_hdr's sorted table) or .debug_frame; false with `*error` when the section
+  // cannot be enumerated.
+  struct FdeRange {
+    uint64_t start, end;  // end = 0: unknown (.eh_frame_hdr gives only starts)
+  };
+  bool fde_ranges(bool debug_frame, std::vector<FdeRange>* out, std::string* error);
+  // The CFI row covering `vaddr`, computed afresh and not cached; its expressions (ops()) stay valid
+  // until the next call of row_for_table or rule_at.
+  bool row_for_table(bool debug_frame, uint64_t vaddr, FrameRule* rule);
 
   std::span<const ExprOp> ops(uint32_t begin, uint16_t len) const {
     return std::span<const ExprOp>(ops_).subspan(begin, len);
@@ -108,10 +125,6 @@ class CfiModule {
   void open_debug_frame();
   bool compute(Dwarf_CFI* cfi, uint64_t vaddr, FrameRule* rule);
   bool store_expr(const Dwarf_Op* ops, size_t n, uint32_t* begin, uint16_t* len);
-
-  struct Segment {
-    uint64_t offset, filesz, vaddr;
-  };
 
   ModuleSummary summary_;
   std::string debug_root_;

@@ -216,7 +216,13 @@ void BpfProfileBuilder::on_sample(const hpd_sample_event& e, size_t frames_prese
   static_assert(sizeof(e.ips[0]) == sizeof(uint64_t));
   std::memcpy(ips_.data(), e.ips, frames_present * sizeof(uint64_t));
   const std::span<const uint64_t> ips(ips_.data(), frames_present);
-  const auto kernel = ips.first(e.kernel_frames);
+  auto kernel = ips.first(e.kernel_frames);
+  if (h.type == HPD_EVENT_OFF_CPU && is_scheduler_frame_) {
+    // The blocking function, not the scheduler, is the leaf of an off-CPU stack.
+    size_t skip = 0;
+    while (skip < kernel.size() && is_scheduler_frame_(kernel[skip])) ++skip;
+    kernel = kernel.subspan(skip);
+  }
   const auto fp_user = ips.subspan(e.kernel_frames, e.user_frames);
   user_.assign(fp_user.begin(), fp_user.end());
   const bool have_regs = (e.regs_valid >> static_cast<unsigned>(DwarfReg::kRip) & 1) &&
@@ -233,17 +239,34 @@ void BpfProfileBuilder::on_sample(const hpd_sample_event& e, size_t frames_prese
   }
   const std::span<const uint64_t> user(user_);
   const bool user_process = !process.mappings.empty();
+  const int kind_index = h.type == HPD_EVENT_OFF_CPU ? 1 : 0;
+  if (e.user_end < HPD_USER_END_COUNT) ++user_ends_[kind_index][e.user_end];
+  if (e.flags & HPD_SAMPLE_TABLES_PENDING) ++tables_pending_;
+  if (e.user_fp_frames > 0) ++with_fp_frames_;
   if (unwound != StackEnd::kUnknown) {
     sample.stack_end = unwound;
     if (sample.stack_end != StackEnd::kFailed && e.kernel_frames >= HPD_MAX_KERNEL_FRAMES)
       sample.stack_end = StackEnd::kTruncated;
-  } else if (e.user_error < 0 || (user.empty() && user_process)) {
+  } else if (user.empty() && user_process) {
     sample.stack_end = StackEnd::kFailed;
+  } else if (e.user_end != HPD_USER_END_NONE) {
+    // The programs' walk says how it ended: complete only when it reached the thread's first frame.
+    switch (e.user_end) {
+      case HPD_USER_END_ROOT:
+      case HPD_USER_END_FP_ZERO: sample.stack_end = StackEnd::kComplete; break;
+      case HPD_USER_END_DEPTH: sample.stack_end = StackEnd::kTruncated; break;
+      default: sample.stack_end = StackEnd::kFailed; break;
+    }
+    if (sample.stack_end == StackEnd::kComplete && e.kernel_frames >= HPD_MAX_KERNEL_FRAMES)
+      sample.stack_end = StackEnd::kTruncated;
   } else if (e.user_frames >= HPD_MAX_USER_FRAMES || e.kernel_frames >= HPD_MAX_KERNEL_FRAMES) {
     sample.stack_end = StackEnd::kTruncated;
-  } else {
-    // Frame-pointer walks cannot tell the outermost frame from code without frame pointers.
+  } else if (user.empty()) {
+    // A kernel thread: its kernel stack is all there is.
     sample.stack_end = StackEnd::kComplete;
+  } else {
+    // A user walk that says nothing of its end (records of older programs): not known complete.
+    sample.stack_end = StackEnd::kUnknown;
   }
   if (e.kernel_error < 0 && sample.stack_end != StackEnd::kFailed) sample.stack_end = StackEnd::kFailed;
   if (sample.stack_end == StackEnd::kFailed) {

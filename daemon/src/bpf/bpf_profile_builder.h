@@ -66,6 +66,21 @@ class BpfProfileBuilder {
   // an exec record is handled: delivers the mmap records written so far.
   void set_mmap_source(std::function<void()> drain) { drain_mmaps_ = std::move(drain); }
 
+  // Off-CPU stacks: the kernel part starts at the function that blocked. Leading kernel frames for
+  // which this returns true (the scheduler's own: __schedule, schedule, schedule_timeout, the
+  // tracepoint's and the program's frames) are dropped.
+  void set_scheduler_frames(std::function<bool(uint64_t)> is_scheduler_frame) {
+    is_scheduler_frame_ = std::move(is_scheduler_frame);
+  }
+
+  // How the programs' user walks ended (enum hpd_user_end), on-CPU [0] and off-CPU [1].
+  using UserEnds = std::array<std::array<uint64_t, HPD_USER_END_COUNT>, 2>;
+  [[nodiscard]] const UserEnds& user_ends() const { return user_ends_; }
+  // cfi walks that stepped by frame pointer because their process's or a module's table was not loaded.
+  [[nodiscard]] uint64_t samples_tables_pending() const { return tables_pending_; }
+  // cfi walks with at least one frame stepped by frame pointer (modules without a table).
+  [[nodiscard]] uint64_t samples_with_fp_frames() const { return with_fp_frames_; }
+
   // A thread still off the CPU when the recording ended: its interval runs until `end_ns`.
   void on_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns);
 
@@ -141,6 +156,10 @@ class BpfProfileBuilder {
   uint64_t processes_without_maps_ = 0;
   uint64_t samples_without_baseline_ = 0;
   std::function<void()> drain_mmaps_;
+  std::function<bool(uint64_t)> is_scheduler_frame_;
+  UserEnds user_ends_{};
+  uint64_t tables_pending_ = 0;
+  uint64_t with_fp_frames_ = 0;
   // Per thread, its last on-CPU sample (index into profile_.samples): an exit's CPU tail repeats it.
   std::unordered_map<int32_t, size_t> last_on_cpu_;
   std::unordered_map<int32_t, std::vector<PendingMapping>> pending_;

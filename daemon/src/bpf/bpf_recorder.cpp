@@ -29,13 +29,18 @@
 #include <algorithm>
 #include <cstdarg>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
 
 #include "bpf/bpf_profile_builder.h"
+#include "bpf/cfi_maps.h"
 #include "bpf/mmap_watch.h"
+#include "bpf/sched_frames.h"
 #include "calls/recording_calls.h"
+#include "perf/call_graph_choice.h"
 #include "proc/build_id.h"
 #include "proc/launched_command.h"
 #include "proc/proc_maps.h"
@@ -51,7 +56,8 @@
 namespace hpd {
 
 bool needs_bpf(const RecordOptions& options) {
-  return options.all_processes || !options.cgroup.empty() || options.off_cpu == OffCpu::kOn;
+  return options.all_processes || !options.cgroup.empty() || options.off_cpu == OffCpu::kOn ||
+         options.call_graph == CallGraph::kCfi;
 }
 
 bool off_cpu_enabled(const RecordOptions& options) {
@@ -200,7 +206,15 @@ bool kernel_can_warm_ring() {
   return can;
 }
 
+// cfi mode: rows the eBPF row map holds (16 bytes each in the kernel: 32 MiB). libc has about 28,000
+// rows and libstdc++ 34,000 (cfi_table_test); a 100 MB C++ program a few hundred thousand.
+constexpr uint32_t kCfiRowCapacity = 1u << 21;
+// How long the recording waits, before sampling starts, for the tables of the modules mapped then.
+constexpr int kInitialTablesWaitMs = 10000;
+
 uint32_t stack_copy_bytes(const RecordOptions& options) {
+  // cfi mode walks the whole stack in the kernel: no copy, no registers.
+  if (options.call_graph == CallGraph::kCfi) return 0;
   if (options.call_graph != CallGraph::kDwarf) return kLeafStackBytes;
   return options.stack_copy_bytes == 0 ? kDefaultStackCopyBytes : options.stack_copy_bytes;
 }
@@ -241,6 +255,7 @@ class BpfSession {
                      (options.kernel == KernelFrames::kAuto && privileges.may_see_kernel());
     off_cpu_ = off_cpu_enabled(options);
     dwarf_ = options.call_graph == CallGraph::kDwarf;
+    cfi_ = options.call_graph == CallGraph::kCfi;
     stack_copy_ = stack_copy_bytes(options);
     period_ns_ = std::max<uint64_t>(1, 1'000'000'000ULL / options.frequency_hz);
     if (options.all_processes)
@@ -268,6 +283,8 @@ class BpfSession {
   void describe_process(RawProcess& process);
   void describe_initial(int32_t pid);
   void drain();
+  void load_initial_tables();
+  void note_task_record(const void* data, size_t size);
   void open_mmap_watch();
   void drain_mmaps();
   void collect_leftovers();
@@ -280,6 +297,7 @@ class BpfSession {
   bool kernel_frames_ = false;
   bool off_cpu_ = false;
   bool dwarf_ = false;
+  bool cfi_ = false;
   uint32_t stack_copy_ = 0;
   uint64_t period_ns_ = 0;
   uint32_t filter_ = HPD_FILTER_PIDS;
@@ -288,6 +306,7 @@ class BpfSession {
 
   LibbpfLogCapture log_;
   Skeleton skel_;
+  std::unique_ptr<CfiMaps> cfi_maps_;  // cfi mode: the tables in skel_'s maps
   UniqueFd cgroup_fd_;
   std::vector<Link> sampling_;  // one per CPU or per target thread; each owns its perf_event fd
   RingReader ring_;
@@ -319,6 +338,11 @@ void BpfSession::load() {
   if (err != 0) throw RecordError("cannot size the eBPF ring buffer: " + errno_text(err));
   config->stack_copy_bytes = stack_copy_;
   config->user_stack_from_copy = dwarf_ ? 1 : 0;
+  config->cfi_unwind = cfi_ ? 1 : 0;
+  // Without cfi mode the table maps take no memory.
+  err = bpf_map__set_max_entries(skel_->maps.cfi_rows, cfi_ ? kCfiRowCapacity : 1);
+  if (err == 0 && !cfi_) err = bpf_map__set_max_entries(skel_->maps.proc_mappings, 1);
+  if (err != 0) throw RecordError("cannot size the eBPF CFI maps: " + errno_text(err));
   // One record buffer per possible CPU: every frame, the copy and a page (see profile.bpf.c).
   const int possible = libbpf_num_possible_cpus();
   if (possible <= 0) throw RecordError("cannot count the possible CPUs: " + errno_text(possible));
@@ -494,6 +518,61 @@ void BpfSession::describe_process(RawProcess& process) {
   if (process.name.empty()) process.name = read_comm(process.pid);
 }
 
+// The processes of a cgroup v2 directory and of the cgroups below it.
+std::vector<int32_t> cgroup_processes(const std::string& directory) {
+  std::vector<int32_t> out;
+  std::error_code ec;
+  std::vector<std::string> dirs = {directory};
+  for (auto it = std::filesystem::recursive_directory_iterator(directory, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec)) dirs.push_back(it->path().string());
+  }
+  for (const std::string& dir : dirs) {
+    std::ifstream procs(dir + "/cgroup.procs");
+    for (int32_t pid = 0; procs >> pid;) out.push_back(pid);
+  }
+  return out;
+}
+
+// cfi mode: the tables of what the targets have mapped now (and, for a command, of what it will map
+// first), in place before sampling starts.
+void BpfSession::load_initial_tables() {
+  if (!cfi_) return;
+  const bool system_wide = filter_ != HPD_FILTER_PIDS;
+  cfi_maps_ = std::make_unique<CfiMaps>(bpf_map__fd(skel_->maps.cfi_rows), kCfiRowCapacity,
+                                        bpf_map__fd(skel_->maps.proc_mappings), system_wide);
+  std::vector<int32_t> pids = options_.pids;
+  if (filter_ == HPD_FILTER_ALL) pids = list_processes();
+  if (filter_ == HPD_FILTER_CGROUP) pids = cgroup_processes(options_.cgroup);
+  const int32_t self = ::getpid();
+  for (const int32_t pid : pids) {
+    if (pid != self) cfi_maps_->add_process_maps(pid, read_proc_maps(pid));
+  }
+  if (command_) cfi_maps_->prewarm(likely_modules(resolve_command(options_.command.front())));
+  // System-wide, tables are compiled while the recording runs, for the processes sampled; samples
+  // taken while their tables are compiled are walked by frame pointer and counted (tables pending).
+  if (system_wide)
+    cfi_maps_->poll();
+  else
+    cfi_maps_->wait_for_tables(kInitialTablesWaitMs);
+}
+
+// Forks and exits seen by the programs keep the per-process mapping tables current.
+void BpfSession::note_task_record(const void* data, size_t size) {
+  if (!cfi_maps_ || size < sizeof(hpd_event_header)) return;
+  hpd_event_header h;
+  std::memcpy(&h, data, sizeof h);
+  if (h.type == HPD_EVENT_FORK && size >= sizeof(hpd_fork_event)) {
+    hpd_fork_event f;
+    std::memcpy(&f, data, sizeof f);
+    if (f.parent_pid != h.pid) cfi_maps_->fork(f.parent_pid, h.pid);
+  } else if (h.type == HPD_EVENT_EXIT && h.pid == h.tid) {
+    cfi_maps_->exit(h.pid);
+  } else if (h.type == HPD_EVENT_ON_CPU || h.type == HPD_EVENT_OFF_CPU) {
+    cfi_maps_->sampled(h.pid);
+  }
+}
+
 void BpfSession::describe_initial(int32_t pid) {
   RawProcess& process = result_.profile.process(pid);
   process.start_ns = result_.profile.info.start_mono_ns;
@@ -510,6 +589,7 @@ void BpfSession::describe_initial(int32_t pid) {
 int BpfSession::on_ring_record(void* ctx, void* data, size_t size) {
   auto* self = static_cast<BpfSession*>(ctx);
   try {
+    self->note_task_record(data, size);
     self->builder_->on_record({static_cast<const uint8_t*>(data), size});
     return 0;
   } catch (...) {
@@ -527,6 +607,7 @@ void BpfSession::open_mmap_watch() {
     scope.pids = options_.pids;
     if (command_) scope.pids.push_back(command_->pid());
     scope.children = options_.follow_children;
+    scope.wake_per_record = cfi_;
   } else if (filter_ == HPD_FILTER_CGROUP) {
     scope.cgroup_fd = cgroup_fd_.get();
   }
@@ -548,9 +629,13 @@ void BpfSession::drain_mmaps() {
       [this](const Mmap2Record& r) {
         builder_->on_mmap(r.pid, r.address, r.length, r.page_offset, r.filename, r.build_id,
                           r.sample_id.present ? r.sample_id.time : 0);
+        if (cfi_maps_)
+          cfi_maps_->add_mapping(r.pid, r.address, r.length, r.page_offset, r.filename, r.build_id,
+                                 r.sample_id.present ? r.sample_id.time : 0);
       },
       [this](const CommRecord& c) {
         builder_->on_exec_start(c.pid, c.sample_id.present ? c.sample_id.time : 0);
+        if (cfi_maps_) cfi_maps_->exec(c.pid, c.sample_id.present ? c.sample_id.time : 0);
       });
 }
 
@@ -560,6 +645,7 @@ void BpfSession::drain() {
   const int n = ring_buffer__consume(ring_.get());
   if (callback_error_) std::rethrow_exception(std::exchange(callback_error_, nullptr));
   if (n < 0 && n != -EINTR) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(n));
+  if (cfi_maps_) cfi_maps_->poll();
 }
 
 // After sampling stopped: threads still off the CPU, per-thread drop counts, global counters.
@@ -637,7 +723,7 @@ RecordResult BpfSession::run() {
   info.interval_ns = period_ns_;
   info.frequency_hz = options_.frequency_hz;
   info.backend = "bpf";
-  info.call_graph = dwarf_ ? "dwarf" : "fp";
+  info.call_graph = dwarf_ ? "dwarf" : cfi_ ? "cfi" : "fp";
   info.kernel_frames = kernel_frames_;
   info.logical_cpus = static_cast<uint32_t>(cpus_.size());
   describe_recording(options_, info);
@@ -652,6 +738,10 @@ RecordResult BpfSession::run() {
       },
       [this](RawProcess& process) { describe_process(process); });
   builder_->set_unwinder(&unwinder_);
+  if (off_cpu_ && kernel_frames_) {
+    auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::load());
+    if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
+  }
 
   ring_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_ring_record, this, nullptr));
   if (!ring_) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(errno));
@@ -660,6 +750,7 @@ RecordResult BpfSession::run() {
   if (!options_.command.empty()) command_ = std::make_unique<LaunchedCommand>(options_.command);
   set_targets();
   open_mmap_watch();
+  load_initial_tables();
   attach_sampling();
   info.event = per_task_ ? "task-clock" : "cpu-clock";
   seed_cpu_baselines();
@@ -687,6 +778,13 @@ RecordResult BpfSession::run() {
   pfds.push_back(pollfd{ring_buffer__epoll_fd(ring_.get()), POLLIN, 0});
   const size_t first_target = pfds.size();
   for (const WatchedTarget& t : targets_) pfds.push_back(pollfd{t.pidfd ? t.pidfd.get() : -1, POLLIN, 0});
+  // cfi mode, pid and command targets: a new mapping wakes the loop, so that the process's tables are
+  // published within milliseconds rather than at the next 100 ms poll.
+  if (cfi_ && filter_ == HPD_FILTER_PIDS) {
+    for (const int fd : mmap_watch_.fds()) pfds.push_back(pollfd{fd, POLLIN, 0});
+  }
+  // cfi mode: a table compiled by the worker is loaded and published at once.
+  if (cfi_maps_) pfds.push_back(pollfd{cfi_maps_->ready_fd(), POLLIN, 0});
 
   const uint64_t loop_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   const uint64_t start = profile.info.start_mono_ns;
@@ -719,7 +817,36 @@ RecordResult BpfSession::run() {
   finish_launched(stopped_early);
   result_.processes_without_maps = builder_->processes_without_maps();
   result_.samples_without_cpu_baseline = builder_->samples_without_baseline();
-  result_.call_graph = dwarf_ ? CallGraph::kDwarf : CallGraph::kFp;
+  result_.call_graph = dwarf_ ? CallGraph::kDwarf : cfi_ ? CallGraph::kCfi : CallGraph::kFp;
+  if (cfi_maps_) {
+    const CfiMapStats t = cfi_maps_->stats();
+    RecordResult::CfiSummary& c = result_.cfi;
+    c.modules = t.modules;
+    c.modules_loaded = t.modules_loaded;
+    c.rows = t.rows;
+    c.map_bytes = t.map_bytes;
+    c.row_capacity = t.row_capacity;
+    c.compile_ns = t.compile_ns;
+    c.mappings_dropped = t.mappings_dropped;
+    c.without_table = t.without_table;
+    c.samples_tables_pending = builder_->samples_tables_pending();
+    c.samples_with_fp_frames = builder_->samples_with_fp_frames();
+  }
+  static const char* const kEndNames[HPD_USER_END_COUNT] = {"no walk",
+                                                            "root",
+                                                            "frame pointer 0",
+                                                            "too deep",
+                                                            "read fault",
+                                                            "no CFI for the pc",
+                                                            "unsupported CFI row",
+                                                            "broken frame pointer",
+                                                            "stack did not grow"};
+  for (int kind = 0; kind < 2; ++kind) {
+    for (int end = 1; end < HPD_USER_END_COUNT; ++end) {
+      const uint64_t n = builder_->user_ends()[static_cast<size_t>(kind)][static_cast<size_t>(end)];
+      if (n != 0) result_.user_stack_ends[kind].emplace_back(kEndNames[end], n);
+    }
+  }
   result_.stack_copy_bytes = stack_copy_;
   const UnwindCounters& unwound = builder_->unwind_counters();
   result_.unwind_ns = unwound.ns;

@@ -14,7 +14,7 @@
 
 namespace hpd {
 
-bool MmapWatch::open_one(int32_t pid, int cpu, unsigned long flags, bool inherit, size_t pages) {
+bool MmapWatch::open_one(int32_t pid, int cpu, unsigned long flags, bool inherit, size_t pages, bool wake) {
   perf_event_attr a{};
   a.size = sizeof a;
   a.type = PERF_TYPE_SOFTWARE;
@@ -35,6 +35,10 @@ bool MmapWatch::open_one(int32_t pid, int cpu, unsigned long flags, bool inherit
   // come after it too, whose records then hold the device numbers where the build-id belongs: a
   // concurrent `perf record -a -g` aborts on them. The builder reads build-ids from the files
   // (/proc/PID/map_files while the process lives, else its path) instead.
+  if (wake) {
+    a.watermark = 1;  // wake after every byte written: every record
+    a.wakeup_watermark = 1;
+  }
   UniqueFd fd(
       static_cast<int>(::syscall(SYS_perf_event_open, &a, pid, cpu, -1, flags | PERF_FLAG_FD_CLOEXEC)));
   if (!fd) {
@@ -58,17 +62,24 @@ void MmapWatch::open(const Scope& scope, const std::vector<int>& cpus, size_t pa
   try {
     for (const int cpu : cpus) {
       if (!scope.pids.empty()) {
-        for (const int32_t pid : scope.pids) open_one(pid, cpu, 0, scope.children, pages_per_ring);
+        for (const int32_t pid : scope.pids)
+          open_one(pid, cpu, 0, scope.children, pages_per_ring, scope.wake_per_record);
       } else if (scope.cgroup_fd >= 0) {
-        open_one(scope.cgroup_fd, cpu, PERF_FLAG_PID_CGROUP, false, pages_per_ring);
+        open_one(scope.cgroup_fd, cpu, PERF_FLAG_PID_CGROUP, false, pages_per_ring, scope.wake_per_record);
       } else {
-        open_one(-1, cpu, 0, false, pages_per_ring);
+        open_one(-1, cpu, 0, false, pages_per_ring, scope.wake_per_record);
       }
     }
   } catch (...) {
     rings_.clear();  // all or nothing: the caller goes on without the watch
     throw;
   }
+}
+
+std::vector<int> MmapWatch::fds() const {
+  std::vector<int> out;
+  for (const Ring& r : rings_) out.push_back(r.fd.get());
+  return out;
 }
 
 void MmapWatch::drain(const std::function<void(const Mmap2Record&)>& on_mmap,

@@ -29,6 +29,9 @@ class MmapWatch {
     std::vector<int32_t> pids;  // these processes (and the children they create from now on)
     bool children = true;       // with pids: also their children
     int cgroup_fd = -1;         // else the tasks of this cgroup (v2 directory fd)
+    // Each record wakes a poll() on fds(): the cfi walk needs a new process's mappings within
+    // milliseconds (its samples are walked by frame pointer until then).
+    bool wake_per_record = false;
     // else (no pids, no cgroup): every task of the system
   };
 
@@ -41,6 +44,8 @@ class MmapWatch {
   // written before the new image is mapped) to `on_exec`.
   void drain(const std::function<void(const Mmap2Record&)>& on_mmap,
              const std::function<void(const CommRecord&)>& on_exec);
+  // The events' descriptors, readable when records wait (with Scope::wake_per_record, after each one).
+  [[nodiscard]] std::vector<int> fds() const;
   // Records the kernel could not write because a ring was full.
   [[nodiscard]] uint64_t lost() const { return lost_; }
 
@@ -50,7 +55,7 @@ class MmapWatch {
     PerfRingBuffer buffer;
   };
   // False when the target or CPU is gone (ESRCH, ENODEV); throws on other errors.
-  bool open_one(int32_t pid, int cpu, unsigned long flags, bool inherit, size_t pages);
+  bool open_one(int32_t pid, int cpu, unsigned long flags, bool inherit, size_t pages, bool wake);
 
   std::vector<Ring> rings_;
   RecordLayout layout_;

@@ -146,7 +146,7 @@ struct ContinuousProfiler::State {
     ro.kernel = o.kernel ? KernelFrames::kAuto : KernelFrames::kOff;
     ro.backend = o.backend;
     ro.off_cpu = o.off_cpu ? OffCpu::kOn : OffCpu::kOff;
-    ro.call_graph = CallGraph::kFp;
+    ro.call_graph = CallGraph::kAuto;  // cfi with the eBPF backend, fp with perf_event (system-wide)
     ro.stop = &stop_requested;
     // The recorder offers the profile every 250 ms; appending that often would make tiny, poorly
     // compressed blocks at 19 Hz, so the chunk goes to disk every flush_seconds.

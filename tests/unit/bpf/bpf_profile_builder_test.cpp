@@ -30,13 +30,13 @@ hpd_event_header header(uint32_t type, int32_t pid, int32_t tid, uint64_t time, 
 // The bytes the program would write: the record cut after its frames.
 std::vector<uint8_t> sample_bytes(uint32_t type, int32_t pid, int32_t tid, uint64_t time, const char* comm,
                                   std::vector<uint64_t> kernel, std::vector<uint64_t> user,
-                                  uint64_t delta = 0, uint64_t off = 0, int32_t user_error = 0,
+                                  uint64_t delta = 0, uint64_t off = 0, uint16_t user_end = HPD_USER_END_ROOT,
                                   uint32_t flags = 0) {
   hpd_sample_event e{};
   e.header = header(type, pid, tid, time, comm);
   e.cpu_delta_ns = delta;
   e.off_cpu_ns = off;
-  e.user_error = user_error;
+  e.user_end = user_end;
   e.flags = flags;
   e.kernel_frames = static_cast<uint16_t>(kernel.size());
   e.user_frames = static_cast<uint16_t>(user.size());
@@ -91,17 +91,59 @@ TEST(BpfProfileBuilder, OnAndOffCpuSamplesWithStacks) {
   EXPECT_EQ(builder.samples(), 2u);
 }
 
+TEST(BpfProfileBuilder, TheWalkEndDecidesCompleteness) {
+  RawProfile profile;
+  BpfProfileBuilder builder(profile, {0});
+  builder.add_initial_process(30, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
+  const uint16_t ends[] = {HPD_USER_END_ROOT,      HPD_USER_END_FP_ZERO,   HPD_USER_END_DEPTH,
+                           HPD_USER_END_NO_CFI,    HPD_USER_END_FP_BROKEN, HPD_USER_END_UNSUPPORTED,
+                           HPD_USER_END_NO_GROWTH, HPD_USER_END_NONE};
+  const StackEnd
+      want[] = {StackEnd::kComplete, StackEnd::kComplete, StackEnd::kTruncated,
+                StackEnd::kFailed,   StackEnd::kFailed,   StackEnd::kFailed,
+                StackEnd::kFailed,   StackEnd::kUnknown};  // a walk that does not say: not known complete
+  for (size_t i = 0; i < std::size(ends); ++i)
+    builder.on_record(
+        sample_bytes(HPD_EVENT_ON_CPU, 30, 30, 10 + i, "app", {}, {0x400100, 0x400200}, 0, 0, ends[i]));
+  builder.on_record(
+      sample_bytes(HPD_EVENT_OFF_CPU, 30, 30, 40, "app", {}, {0x400100}, 0, 5, HPD_USER_END_ROOT));
+  ASSERT_EQ(profile.samples.size(), std::size(ends) + 1);
+  for (size_t i = 0; i < std::size(ends); ++i) EXPECT_EQ(profile.samples[i].stack_end, want[i]) << i;
+  EXPECT_EQ(builder.user_ends()[0][HPD_USER_END_ROOT], 1u);
+  EXPECT_EQ(builder.user_ends()[0][HPD_USER_END_NO_CFI], 1u);
+  EXPECT_EQ(builder.user_ends()[1][HPD_USER_END_ROOT], 1u);
+}
+
+TEST(BpfProfileBuilder, OffCpuKernelStacksStartAtTheBlockingFunction) {
+  RawProfile profile;
+  BpfProfileBuilder builder(profile, {0});
+  // 0x...100 and 0x...200 stand for __schedule and schedule, 0x...300 for the function that blocked.
+  builder.set_scheduler_frames([](uint64_t a) { return a == 0xffffffff81000100 || a == 0xffffffff81000200; });
+  builder.add_initial_process(10, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
+  const std::vector<uint64_t> kernel = {0xffffffff81000100, 0xffffffff81000200, 0xffffffff81000300,
+                                        0xffffffff81000200};
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 10, 10, 50, "app", kernel, {0x400100}, 0, 7));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 10, 10, 60, "app", kernel, {0x400100}, 1));
+  ASSERT_EQ(profile.samples.size(), 2u);
+  const auto off = profile.stacks.kernel_frames(profile.samples[0].stack);
+  // Only the leading scheduler frames go; a later frame of the same function stays.
+  EXPECT_EQ(std::vector<uint64_t>(off.begin(), off.end()),
+            (std::vector<uint64_t>{0xffffffff81000300, 0xffffffff81000200}));
+  EXPECT_EQ(profile.stacks.kernel_frames(profile.samples[1].stack).size(), 4u);  // on-CPU: untouched
+}
+
 TEST(BpfProfileBuilder, StackFailuresAndTruncationAreCountedPerThread) {
   RawProfile profile;
   BpfProfileBuilder builder(profile, {0});
   builder.add_initial_process(20, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
   std::vector<uint64_t> deep(HPD_MAX_USER_FRAMES, 0x400100);
-  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 20, 21, 1, "t", {}, deep));
-  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 20, 21, 2, "t", {0xffffffff81000010}, {}, 0, 0, -14));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 20, 21, 1, "t", {}, deep, 0, 0, HPD_USER_END_DEPTH));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 20, 21, 2, "t", {0xffffffff81000010}, {0x400100}, 0, 0,
+                                 HPD_USER_END_READ_FAULT));
   builder.on_record(
       sample_bytes(HPD_EVENT_ON_CPU, 20, 22, 3, "u", {0xffffffff81000010}, {}));  // no user frames
-  builder.on_record(
-      sample_bytes(HPD_EVENT_ON_CPU, 20, 22, 4, "u", {}, {0x400100}, 5, 0, 0, HPD_SAMPLE_NO_BASELINE));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 20, 22, 4, "u", {}, {0x400100}, 5, 0, HPD_USER_END_ROOT,
+                                 HPD_SAMPLE_NO_BASELINE));
   ASSERT_EQ(profile.samples.size(), 4u);
   EXPECT_EQ(profile.samples[0].stack_end, StackEnd::kTruncated);
   EXPECT_EQ(profile.samples[1].stack_end, StackEnd::kFailed);

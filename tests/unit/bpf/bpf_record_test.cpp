@@ -327,7 +327,9 @@ TEST(BpfRecord, LossesAreCountedPerThreadAndReported) {
     sum.lost_records += t.lost.lost_records;
     sum.stack_failures += t.lost.stack_failures;
     sum.truncated_stacks += t.lost.truncated_stacks;
-    if (t.lost.lost_records != 0) ++threads_with_losses;
+    // The report lists every thread that lost anything: records, or a stack (a cfi walk that failed).
+    if (t.lost.lost_records != 0 || t.lost.stack_failures != 0 || t.lost.truncated_stacks != 0)
+      ++threads_with_losses;
   }
   EXPECT_EQ(sum.lost_records, raw.lost.lost_records);
   EXPECT_EQ(sum.stack_failures, raw.lost.stack_failures);

@@ -148,8 +148,12 @@ void expect_spinner_profile(const RecordResult& result, int32_t pid, uint64_t re
   const RecordingInfo& info = profile.info;
   EXPECT_EQ(info.backend, expected.backend);
   EXPECT_EQ(info.event, expected.event);
-  // The spinner is built with frame pointers: --call-graph auto keeps the frame-pointer walk.
-  EXPECT_TRUE(info.call_graph == "fp" || info.call_graph == "auto:fp") << info.call_graph;
+  // The spinner is built with frame pointers: with perf_event --call-graph auto keeps the frame-pointer
+  // walk; with eBPF auto unwinds with CFI in the kernel.
+  if (expected.backend == "bpf")
+    EXPECT_TRUE(info.call_graph == "fp" || info.call_graph == "auto:cfi") << info.call_graph;
+  else
+    EXPECT_TRUE(info.call_graph == "fp" || info.call_graph == "auto:fp") << info.call_graph;
   EXPECT_EQ(info.frequency_hz, 999u);
   EXPECT_EQ(info.interval_ns, 1'000'000'000ULL / 999);
   EXPECT_GT(info.start_unix_ns, 1'600'000'000'000'000'000ULL);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hpd/calls/call_stats.h"
@@ -25,12 +26,15 @@ enum class KernelFrames { kAuto, kOn, kOff };
 enum class Backend { kAuto, kBpf, kPerf };
 const char* to_string(Backend backend);
 
-// How user call stacks are captured. kFp: the kernel's frame-pointer walk, plus the caller of a
-// frameless leaf (read from a small copy of the stack top). kDwarf: a copy of the top of the user
-// stack and the user registers per on-CPU sample, unwound in user space from DWARF CFI (either
-// backend; the eBPF backend's off-CPU stacks stay frame-pointer walks). kAuto: dwarf when a target's
-// executable was built without frame pointers, else fp (always fp for --all and --cgroup).
-enum class CallGraph { kAuto, kFp, kDwarf };
+// How user call stacks are captured. kCfi (eBPF only): unwound inside the eBPF programs, on and off
+// the CPU, with tables compiled from each module's .eh_frame/.debug_frame (frame pointers for
+// modules without CFI). kFp: a frame-pointer walk, plus the caller of a frameless leaf (read from a
+// small copy of the stack top). kDwarf: a copy of the top of the user stack and the user registers
+// per on-CPU sample, unwound in user space from DWARF CFI (either backend; the eBPF backend's
+// off-CPU stacks are frame-pointer walks then). kAuto: cfi with the eBPF backend; with perf_event,
+// dwarf when a target's executable was built without frame pointers, else fp (always fp for --all
+// and --cgroup).
+enum class CallGraph { kAuto, kFp, kDwarf, kCfi };
 const char* to_string(CallGraph mode);
 
 // Default stack copy in dwarf mode: measured to unwind Rust programs with large stack frames
@@ -165,6 +169,22 @@ struct RecordResult {
   // eBPF: pages of the ring buffer written once before the recording started (0 when the kernel lacks
   // syscall programs or bpf_loop), so that the target does not pay each page's first write.
   uint64_t bpf_ring_pages_warmed = 0;
+  // cfi mode: the tables in the eBPF maps and how the programs' user walks ended.
+  struct CfiSummary {
+    uint64_t modules = 0;         // module files seen mapped
+    uint64_t modules_loaded = 0;  // with a table in the maps
+    uint64_t rows = 0;
+    uint64_t map_bytes = 0;  // kernel memory the rows take
+    uint64_t row_capacity = 0;
+    uint64_t compile_ns = 0;                 // compiling tables that were not cached yet
+    uint64_t samples_tables_pending = 0;     // samples walked by frame pointer while a table was compiled
+    uint64_t samples_with_fp_frames = 0;     // samples with a frame of a module without a table
+    uint64_t mappings_dropped = 0;           // executable mappings beyond the per-process limit
+    std::vector<std::string> without_table;  // "path: reason"; their frames were walked by frame pointer
+  } cfi;
+  // eBPF: how user walks ended, by name ("root", "read fault", ...), for on-CPU [0] and off-CPU [1]
+  // samples (cfi and fp modes; dwarf mode's on-CPU walks are counted by the unwinder).
+  std::vector<std::pair<std::string, uint64_t>> user_stack_ends[2];
   // RecordOptions::count_calls: probe hits, their estimated cost, and messages for the user.
   CallCountStats calls;
 };

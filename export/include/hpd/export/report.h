@@ -61,6 +61,16 @@ struct ThreadLoss {
   LostCounts lost;
 };
 
+// How one thread's stacks ended, on-CPU and off-CPU (a stack is complete when the walk reached the
+// thread's first frame: _start, clone3, or a frame whose CFI leaves no caller).
+struct ThreadStacks {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  std::string name;
+  uint64_t on_complete = 0, on_truncated = 0, on_failed = 0;
+  uint64_t off_complete = 0, off_truncated = 0, off_failed = 0;
+};
+
 struct ReportTotals {
   uint64_t samples = 0;                // on-CPU samples of the selected threads, with or without stack
   uint64_t samples_without_stack = 0;  // on-CPU samples that carry no stack
@@ -77,6 +87,12 @@ struct ReportTotals {
   uint64_t stacks_complete = 0;
   uint64_t stacks_truncated = 0;
   uint64_t stacks_failed = 0;
+  // The same for off-CPU samples.
+  uint64_t off_stacks_complete = 0;
+  uint64_t off_stacks_truncated = 0;
+  uint64_t off_stacks_failed = 0;
+  // Per selected thread with samples whose stack end is known, most samples first.
+  std::vector<ThreadStacks> stacks_by_thread;
   LostCounts lost;  // of the whole recording, whatever the pid/tid filter
   // The selected threads that lost anything, most lost first (then by pid and tid).
   std::vector<ThreadLoss> lost_by_thread;

@@ -1,0 +1,184 @@
+// The cfi walk: user stacks unwound in the kernel with compact tables compiled from each module's CFI
+// (hpd/unwind/cfi_table.h). User space keeps two maps current: the rows of every loaded module in one
+// array, and per process its executable mappings sorted by address, each with its module's row range
+// and load bias. Per frame: find the mapping of the pc, binary-search its module's rows, compute the
+// CFA, read the return address at CFA-8 and restore rbp. Modules without a table are stepped by frame
+// pointer. Included by profile.bpf.c, after its maps and walk_user_frames.
+#ifndef HPD_CFI_WALK_BPF_H
+#define HPD_CFI_WALK_BPF_H
+
+// 1: on-CPU and off-CPU user stacks are walked with the tables (set by user space before load).
+const volatile __u32 cfi_unwind = 0;
+
+// Rows of every loaded module, back to back; user space writes them through a shared mapping before
+// it publishes a process's mappings that refer to them. Sized by user space before load.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(map_flags, BPF_F_MMAPABLE);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct hpd_cfi_row);
+} cfi_rows SEC(".maps");
+
+// Per process (tgid): its executable mappings.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __uint(max_entries, 8192);
+  __type(key, __s32);
+  __type(value, struct hpd_proc_mappings);
+} proc_mappings SEC(".maps");
+
+// The registers of the frame being unwound.
+struct cfi_regs {
+  __u64 ip;
+  __u64 sp;
+  __u64 bp;
+  __u32 exact;      // ip is an interrupted pc (the sample's, or after a signal frame), not a return address
+  __u32 fp_frames;  // frames stepped by frame pointer
+  __u32 pending;    // a module's table was still being compiled
+  __u32 pad;
+};
+
+// Row arrays of up to 16 M rows per module.
+#define CFI_ROW_SEARCH_STEPS 24
+
+// The index of the mapping holding `pc`, or -1. A linear scan: a process maps a few dozen modules,
+// and a binary search over the array made the verifier follow every path of its branches.
+__attribute__((noinline)) int cfi_find_mapping(const struct hpd_proc_mappings* maps, __u64 pc) {
+  if (!maps) return -1;
+  const __u32 count = maps->count;
+  for (int i = 0; i < HPD_MAX_PROC_MAPPINGS; i++) {
+    if (i >= count) break;
+    if (pc >= maps->mappings[i].start && pc < maps->mappings[i].end) return i;
+  }
+  return -1;
+}
+
+// The row covering `vaddr` among rows [first, first + count) into *out; 0 when found.
+__attribute__((noinline)) int cfi_find_row(__u32 first, __u32 count, __u32 vaddr, struct hpd_cfi_row* out) {
+  if (!out || count == 0) return -1;
+  __u32 lo = first;
+  __u32 hi = first + count;
+  for (int i = 0; i < CFI_ROW_SEARCH_STEPS; i++) {
+    if (lo >= hi) break;
+    __u32 mid = lo + (hi - lo) / 2;
+    const struct hpd_cfi_row* row = bpf_map_lookup_elem(&cfi_rows, &mid);
+    if (!row) return -1;
+    if (vaddr < row->pc)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  if (lo == first) return -1;  // below the module's first row
+  __u32 index = lo - 1;
+  const struct hpd_cfi_row* row = bpf_map_lookup_elem(&cfi_rows, &index);
+  if (!row) return -1;
+  *out = *row;
+  return 0;
+}
+
+// One frame-pointer step: [rbp] is the caller's rbp, [rbp + 8] the return address.
+static __always_inline int cfi_fp_step(struct cfi_regs* r) {
+  // rbp = 0 is the start-up code's marker of the outermost frame, but only for a callee's rbp: at the
+  // sampled leaf of code without frame pointers it is just a value.
+  if (r->bp == 0) return r->exact ? HPD_USER_END_FP_BROKEN : HPD_USER_END_FP_ZERO;
+  if ((r->bp & 7) != 0 || r->bp < r->sp || r->bp - r->sp > USER_STACK_REACH) return HPD_USER_END_FP_BROKEN;
+  struct user_frame frame;
+  if (bpf_probe_read_user(&frame, sizeof frame, (const void*)r->bp) != 0) return HPD_USER_END_READ_FAULT;
+  if (frame.ret == 0) return HPD_USER_END_ROOT;
+  r->sp = r->bp + 16;
+  r->bp = frame.next;
+  r->ip = frame.ret;
+  r->exact = 0;
+  r->fp_frames += 1;
+  return 0;
+}
+
+// One step from the frame in *r to its caller; 0 to go on, else how the walk ended (enum hpd_user_end).
+__attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, struct cfi_regs* r) {
+  if (!r) return HPD_USER_END_READ_FAULT;
+  // A return address may follow a call that never returns, at the very end of a function.
+  const __u64 pc = r->exact ? r->ip : r->ip - 1;
+  struct hpd_cfi_row row = {};
+  const int index = cfi_find_mapping(maps, pc);
+  if (!maps || index < 0 || index >= HPD_MAX_PROC_MAPPINGS) {
+    if (!maps) r->pending = 1;
+    return cfi_fp_step(r);
+  }
+  const struct hpd_proc_mapping* m = &maps->mappings[index & (HPD_MAX_PROC_MAPPINGS - 1)];
+  if (m->row_count == 0) {
+    if (m->flags & HPD_MAPPING_PENDING) r->pending = 1;
+    return cfi_fp_step(r);
+  }
+  const __u64 vaddr = pc - m->bias;
+  // Code no FDE covers (hand-written assembly, objects built without unwind tables): the frame
+  // pointer, as the DWARF unwinder does.
+  if (vaddr > 0xffffffffull || cfi_find_row(m->row_first, m->row_count, (__u32)vaddr, &row) != 0 ||
+      row.cfa_kind == HPD_CFA_NONE)
+    return cfi_fp_step(r);
+
+  __u64 cfa = 0;
+  __u64 ra = 0;
+  __u64 bp = r->bp;
+  __u32 exact = 0;
+  switch (row.cfa_kind) {
+    case HPD_CFA_RSP: cfa = r->sp + (__s64)row.cfa_offset; break;
+    case HPD_CFA_RBP: cfa = r->bp + (__s64)row.cfa_offset; break;
+    case HPD_CFA_PLT:
+      cfa = r->sp + (__s64)row.cfa_offset + ((r->ip & 15) >= (__u64)row.rbp_offset ? 8 : 0);
+      break;
+    case HPD_CFA_SIGNAL:
+      if (bpf_probe_read_user(&cfa, sizeof cfa, (const void*)(r->sp + HPD_SIGFRAME_RSP)) != 0 ||
+          bpf_probe_read_user(&ra, sizeof ra, (const void*)(r->sp + HPD_SIGFRAME_RIP)) != 0 ||
+          bpf_probe_read_user(&bp, sizeof bp, (const void*)(r->sp + HPD_SIGFRAME_RBP)) != 0)
+        return HPD_USER_END_READ_FAULT;
+      exact = 1;  // the interrupted pc, not a return address
+      break;
+    case HPD_CFA_OUTERMOST: return HPD_USER_END_ROOT;
+    default: return HPD_USER_END_UNSUPPORTED;
+  }
+  if (!exact) {
+    if (bpf_probe_read_user(&ra, sizeof ra, (const void*)(cfa - 8)) != 0) return HPD_USER_END_READ_FAULT;
+    if (row.rbp_kind == HPD_RBP_AT_CFA) {
+      if (bpf_probe_read_user(&bp, sizeof bp, (const void*)(cfa + (__s64)row.rbp_offset)) != 0)
+        return HPD_USER_END_READ_FAULT;
+    } else if (row.rbp_kind != HPD_RBP_SAME) {
+      bp = 0;
+    }
+    // Each frame lies above its callee (only a signal frame may switch stacks).
+    if (cfa <= r->sp) return HPD_USER_END_NO_GROWTH;
+  }
+  if (ra == 0) return HPD_USER_END_ROOT;
+  r->ip = ra;
+  r->sp = cfa;
+  r->bp = bp;
+  r->exact = exact;
+  return 0;
+}
+
+// The user stack by the tables into out[0..HPD_MAX_USER_FRAMES): the pc, then one return address
+// per frame; returns how many, and how the walk ended in *end.
+__attribute__((noinline)) __u64 walk_user_cfi(struct user_frames* out, struct cfi_regs* r, __s32 pid,
+                                              __u32* end) {
+  if (!out || !r || !end) return 0;
+  const struct hpd_proc_mappings* maps = bpf_map_lookup_elem(&proc_mappings, &pid);
+  out->ips[0] = r->ip;
+  __u64 n = 1;
+  *end = HPD_USER_END_DEPTH;
+  for (int i = 1; i < HPD_MAX_USER_FRAMES; i++) {
+    const int how = cfi_step(maps, r);
+    if (how != 0) {
+      *end = how;
+      return n;
+    }
+    out->ips[i] = r->ip;
+    n = i + 1;
+  }
+  // Full: if the next step would end at the root, the stack is complete all the same.
+  const int how = cfi_step(maps, r);
+  if (how == HPD_USER_END_ROOT || how == HPD_USER_END_FP_ZERO) *end = how;
+  return n;
+}
+
+#endif

@@ -1,0 +1,146 @@
+// CfiMaps: keeps the cfi walk's two BPF maps current (bpf/cfi_walk.bpf.h). Module tables are compiled
+// (hpd/unwind/cfi_table.h) on a worker thread, once per build-id for the life of the daemon, and
+// copied into the row array; each process's executable mappings, from /proc/PID/maps at attach and
+// from the kernel's mmap records afterwards, are published with their module's rows and load bias.
+// Until a module's table is in place its frames are walked by frame pointer, and samples say so.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "hpd/unwind/cfi_table.h"
+#include "proc/build_id.h"
+#include "proc/proc_maps.h"
+
+namespace hpd {
+
+struct CfiMapStats {
+  uint64_t modules = 0;           // module files seen mapped
+  uint64_t modules_loaded = 0;    // with a table in the row map
+  uint64_t rows = 0;              // rows in the map
+  uint64_t row_capacity = 0;      // rows the map holds
+  uint64_t map_bytes = 0;         // kernel memory of the row map (rows * the array's 16-byte stride)
+  uint64_t compile_ns = 0;        // worker time compiling tables not cached before
+  uint64_t processes = 0;         // processes published
+  uint64_t mappings_dropped = 0;  // executable mappings beyond HPD_MAX_PROC_MAPPINGS per process
+  uint64_t publish_failures = 0;  // process entries the map refused (full)
+  // Modules walked by frame pointer, each with the reason: "path: no .eh_frame_hdr", "...: the row map
+  // is full".
+  std::vector<std::string> without_table;
+};
+
+class CfiMaps {
+ public:
+  // `rows_fd`: the BPF_F_MMAPABLE array of hpd_cfi_row with `capacity` entries; `procs_fd`: the hash
+  // of hpd_proc_mappings. `lazy` (system-wide and cgroup recordings): a module's table is compiled
+  // only once a process that maps it has been sampled (sampled()), since the mmap records of a whole
+  // system name every module of every short-lived compiler and shell. (A worker at idle priority
+  // was tried: on a busy machine it never ran.) Throws RecordError when the row map cannot be mapped.
+  CfiMaps(int rows_fd, uint32_t capacity, int procs_fd, bool lazy = false);
+  ~CfiMaps();
+  CfiMaps(const CfiMaps&) = delete;
+  CfiMaps& operator=(const CfiMaps&) = delete;
+
+  // The executable file mappings of a process at attach (other entries are ignored).
+  void add_process_maps(int32_t pid, const std::vector<MapsEntry>& maps);
+  // One executable mapping made while recording (PERF_RECORD_MMAP2).
+  void add_mapping(int32_t pid, uint64_t start, uint64_t length, uint64_t file_offset,
+                   const std::string& path, const std::string& build_id, uint64_t time_ns);
+  // A new process shares its parent's mappings until it execs (unless its exec was seen already).
+  void fork(int32_t parent, int32_t child);
+  // Compiles and loads the tables of these files before any process maps them (a launched command's
+  // executable and the libraries it needs), so that its first samples find them.
+  void prewarm(const std::vector<std::string>& paths);
+  // The process began an exec at `time_ns`: its mappings from before are gone (the new image's come
+  // as mmap records, which may be read before this one: the watch has a ring per CPU).
+  void exec(int32_t pid, uint64_t time_ns);
+  void exit(int32_t pid);
+
+  // A sample of `pid` arrived: in lazy mode, its modules' tables are compiled from now on.
+  void sampled(int32_t pid);
+  // Loads the tables compiled since the last call and publishes the processes that changed.
+  void poll();
+  // Waits until the worker has compiled every table asked for so far (at most `timeout_ms`), then polls.
+  void wait_for_tables(int timeout_ms);
+
+  CfiMapStats stats() const;
+  // Readable when compiled tables wait for poll(): the recorder polls it with its other descriptors.
+  [[nodiscard]] int ready_fd() const { return ready_fd_; }
+
+ private:
+  struct Module {
+    std::string path;
+    std::string build_id;
+    std::shared_ptr<const CfiTable> table;  // set when compiled
+    bool loaded = false;                    // rows in the map
+    bool failed = false;                    // no table (or no room): frame pointers
+    uint32_t row_first = 0;
+    uint32_t row_count = 0;
+    bool queued = false;                  // its compile job was handed to the worker
+    std::vector<std::string> candidates;  // files to compile it from
+  };
+  struct Mapping {
+    uint64_t start, end, file_offset;
+    std::string module;    // key into modules_
+    uint64_t time_ns = 0;  // of its mmap record; 0 = read from /proc or inherited
+  };
+  struct Job {
+    std::string key;
+    std::string path;
+    std::string build_id;
+    std::vector<std::string> candidates;
+  };
+
+  std::string module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
+                         const std::string& build_id);
+  void insert_mapping(int32_t pid, Mapping m);
+  void publish(int32_t pid);
+  void load(Module& module);
+  void worker_loop();
+
+  BuildIdReader build_ids_;
+  void enqueue(const std::string& key, Module& module);
+
+  bool lazy_ = false;
+  std::unordered_map<int32_t, bool> sampled_;  // lazy mode: processes seen in samples
+  int ready_fd_ = -1;                          // eventfd, written by the worker
+  int rows_fd_;
+  int procs_fd_;
+  uint32_t capacity_;
+  uint8_t* rows_ = nullptr;  // the row map, shared with the kernel
+  size_t rows_bytes_ = 0;
+  uint32_t next_row_ = 0;
+
+  std::unordered_map<std::string, Module> modules_;
+  std::map<int32_t, std::vector<Mapping>> processes_;
+  std::unordered_map<int32_t, uint64_t> exec_ns_;  // per process, its last exec's time
+  std::vector<int32_t> dirty_;
+  CfiMapStats stats_;
+
+  // Worker: jobs in, compiled tables out.
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::deque<Job> jobs_;
+  std::vector<std::pair<std::string, std::shared_ptr<const CfiTable>>> done_;
+  size_t busy_ = 0;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+// The files a program will map when it starts: its interpreter and its DT_NEEDED libraries,
+// recursively, found through DT_RUNPATH/DT_RPATH and the default library directories.
+std::vector<std::string> likely_modules(const std::string& executable);
+
+// The process-wide cache of compiled tables (the daemon keeps them across recordings).
+CfiTableCache& shared_cfi_tables();
+
+}  // namespace hpd

@@ -1,0 +1,85 @@
+// SchedulerFrames: scheduler function ranges from kallsyms.
+#include "bpf/sched_frames.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace hpd {
+
+bool SchedulerFrames::is_scheduler_function(const char* name) {
+  // The switch itself and the generic ways to call it. Functions that decide to wait (futex_wait_queue,
+  // do_nanosleep, pipe_read, do_poll, ep_poll...) are not here: they are what an off-CPU stack should show.
+  static const char* const kExact[] = {
+      "__schedule",
+      "schedule",
+      "schedule_idle",
+      "schedule_preempt_disabled",
+      "schedule_timeout",
+      "schedule_hrtimeout",
+      "schedule_hrtimeout_range",
+      "schedule_hrtimeout_range_clock",
+      "io_schedule",
+      "io_schedule_timeout",
+      "preempt_schedule",
+      "preempt_schedule_common",
+      "preempt_schedule_irq",
+      "preempt_schedule_notrace",
+      "__cond_resched",
+      "__traceiter_sched_switch",
+      "__bpf_trace_sched_switch",
+      "schedule_timeout_interruptible",
+      "schedule_timeout_uninterruptible",
+      "schedule_timeout_killable",
+      "schedule_timeout_idle",
+  };
+  for (const char* n : kExact) {
+    if (std::strcmp(name, n) == 0) return true;
+  }
+  // The BPF trampolines and programs in front of the scheduler's frames.
+  return std::strncmp(name, "bpf_trace_run", 13) == 0 || std::strncmp(name, "bpf_prog_", 9) == 0 ||
+         std::strncmp(name, "bpf_trampoline_", 15) == 0;
+}
+
+SchedulerFrames SchedulerFrames::from_kallsyms(std::istream& in) {
+  struct Symbol {
+    uint64_t address;
+    bool scheduler;
+  };
+  std::vector<Symbol> symbols;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string address, type, name;
+    if (!(fields >> address >> type >> name)) continue;
+    const uint64_t a = std::strtoull(address.c_str(), nullptr, 16);
+    if (a == 0 || (type != "t" && type != "T")) continue;
+    symbols.push_back({a, is_scheduler_function(name.c_str())});
+  }
+  std::sort(symbols.begin(), symbols.end(),
+            [](const Symbol& x, const Symbol& y) { return x.address < y.address; });
+  SchedulerFrames out;
+  for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+    // A function ends where the next symbol begins.
+    if (symbols[i].scheduler && symbols[i + 1].address > symbols[i].address)
+      out.ranges_.emplace_back(symbols[i].address, symbols[i + 1].address);
+  }
+  return out;
+}
+
+SchedulerFrames SchedulerFrames::load() {
+  std::ifstream in("/proc/kallsyms");
+  if (!in) return {};
+  return from_kallsyms(in);
+}
+
+bool SchedulerFrames::contains(uint64_t address) const {
+  const auto it =
+      std::upper_bound(ranges_.begin(), ranges_.end(), address,
+                       [](uint64_t a, const std::pair<uint64_t, uint64_t>& r) { return a < r.first; });
+  return it != ranges_.begin() && address < (it - 1)->second;
+}
+
+}  // namespace hpd

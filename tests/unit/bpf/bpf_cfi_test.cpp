@@ -1,0 +1,325 @@
+// Privileged tests of the cfi call graph (user stacks unwound inside the eBPF programs with tables
+// compiled from each module's CFI), with default flags, on programs the test suite builds: glibc's
+// qsort and snprintf under a frame-pointer program, threads blocked in their own wrappers around
+// glibc's blocking calls (with and without frame pointers), a 200-deep recursion, rustc -O output,
+// a library dlopen()ed while recording, and a process started after the recording began.
+#include <elf.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hpd/collect/recorder.h"
+#include "hpd/export/report.h"
+#include "hpd/model/profile.h"
+#include "hpd/symbolizer/convert.h"
+#include "hpd/symbolizer/symbolizer.h"
+
+namespace hpd {
+namespace {
+
+const std::string kDir = HPD_CFI_FIXTURE_DIR;
+
+// Default flags: what `hpctl record -- PROGRAM ARGS` does.
+RecordResult record_default(const std::vector<std::string>& command) {
+  RecordOptions options;
+  options.command = command;
+  return record(options);
+}
+
+struct Symbolized {
+  RecordResult result;
+  Profile profile;
+};
+
+Symbolized record_and_symbolize(const std::vector<std::string>& command) {
+  Symbolized s{record_default(command), {}};
+  Symbolizer symbolizer;
+  s.profile = symbolize_profile(s.result.profile, symbolizer);
+  return s;
+}
+
+// Function names of a sample's stack, leaf first.
+std::vector<std::string> names_leaf_first(const Profile& p, uint32_t stack) {
+  std::vector<std::string> out;
+  if (stack == kNoIndex) return out;
+  const auto frames = p.stack_frames_root_first(stack);
+  for (auto it = frames.rbegin(); it != frames.rend(); ++it) out.push_back(p.func_name(p.frames[*it].func));
+  return out;
+}
+
+// Whether a function named `name` is among `names` (also as a compiler clone: "name.constprop.0").
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  for (const std::string& n : names) {
+    if (n == name || n.rfind(name + ".", 0) == 0) return true;
+  }
+  return false;
+}
+
+// The report's "Complete stacks" share of on-CPU samples, in percent.
+double report_complete_percent(const Profile& p, int32_t tid = 0) {
+  ReportOptions ro;
+  ro.limit = 0;
+  ro.tid = tid;
+  const Report report = compute_report(p, ro);
+  const ReportTotals& t = report.totals;
+  const uint64_t known = t.stacks_complete + t.stacks_truncated + t.stacks_failed;
+  return known == 0 ? 0.0 : 100.0 * double(t.stacks_complete) / double(known);
+}
+
+void print_ends(const RecordResult& r) {
+  const char* const kinds[2] = {"on-CPU", "off-CPU"};
+  for (int k = 0; k < 2; ++k) {
+    std::string text;
+    for (const auto& [name, n] : r.user_stack_ends[k]) text += " " + name + "=" + std::to_string(n);
+    std::printf("  %s walks ended:%s\n", kinds[k], text.c_str());
+  }
+  std::printf(
+      "  tables: %llu of %llu modules, %llu rows (%.1f KiB of map), compiled in %.1f ms; %llu samples "
+      "with tables pending, %llu with frame-pointer frames\n",
+      static_cast<unsigned long long>(r.cfi.modules_loaded), static_cast<unsigned long long>(r.cfi.modules),
+      static_cast<unsigned long long>(r.cfi.rows), r.cfi.map_bytes / 1024.0, r.cfi.compile_ns / 1e6,
+      static_cast<unsigned long long>(r.cfi.samples_tables_pending),
+      static_cast<unsigned long long>(r.cfi.samples_with_fp_frames));
+  for (const std::string& m : r.cfi.without_table) std::printf("  no table: %s\n", m.c_str());
+}
+
+TEST(BpfCfi, QsortAndSnprintfUnderAFramePointerProgramReachMain) {
+  const Symbolized s = record_and_symbolize({kDir + "/sort_format", "3"});
+  const RecordResult& r = s.result;
+  EXPECT_EQ(r.profile.info.backend, "bpf");
+  EXPECT_EQ(r.call_graph, CallGraph::kCfi);
+  EXPECT_EQ(r.profile.info.call_graph, "auto:cfi");
+  EXPECT_EQ(r.stack_copy_bytes, 0u);
+  size_t on = 0, with_main = 0, in_libc_callback = 0, in_snprintf = 0;
+  for (const Thread& t : s.profile.threads) {
+    for (const Sample& sample : t.samples) {
+      if (sample.kind != SampleKind::kOnCpu || sample.stack == kNoIndex) continue;
+      const auto names = names_leaf_first(s.profile, sample.stack);
+      ++on;
+      with_main += contains(names, "main");
+      in_libc_callback += contains(names, "compare_ints") && contains(names, "sort_round");
+      in_snprintf += contains(names, "format_round") && contains(names, "__vsnprintf_internal");
+    }
+  }
+  const double reach = on ? 100.0 * double(with_main) / double(on) : 0.0;
+  const double reported = report_complete_percent(s.profile);
+  std::printf(
+      "cfi qsort/snprintf: %zu on-CPU samples, %.1f%% reach main (comparator under qsort: %zu, "
+      "inside snprintf: %zu); the report says %.1f%% complete; %.0f bytes per sample in the ring\n",
+      on, reach, in_libc_callback, in_snprintf, reported,
+      on ? double(r.sample_bytes) / double(r.profile.samples.size()) : 0.0);
+  print_ends(r);
+  ASSERT_GT(on, 1000u) << "about 3 s at 999 Hz expected";
+  EXPECT_GT(in_libc_callback, on / 20) << "the comparator called back from glibc's qsort";
+  EXPECT_GT(in_snprintf, on / 20);
+  EXPECT_GE(reach, 95.0);
+  EXPECT_NEAR(reported, reach, 3.0);
+  EXPECT_LE(double(r.sample_bytes) / double(r.profile.samples.size()), 1024.0);
+  EXPECT_GE(r.cfi.modules_loaded, 2u);  // the program and libc at least
+}
+
+// Per blocking wrapper: its thread's name (the fixture names them) and what the kernel leaf contains.
+struct Blocker {
+  const char* thread;
+  const char* wrapper;
+  const char* kernel_leaf;
+};
+const Blocker kBlockers[] = {
+    {"mutex_lock", "wait_in_mutex_lock", "futex"},
+    {"pipe_read", "wait_in_pipe_read", "pipe_read"},
+    {"poll", "wait_in_poll", "poll"},
+    {"cond_wait", "wait_in_cond_wait", "futex"},
+    {"nanosleep", "wait_in_nanosleep", "nanosleep"},
+    {"join", "wait_in_join", "futex"},
+};
+
+void expect_blockers(const std::string& fixture) {
+  SCOPED_TRACE(fixture);
+  const Symbolized s = record_and_symbolize({kDir + "/" + fixture, "2"});
+  EXPECT_EQ(s.result.call_graph, CallGraph::kCfi);
+  print_ends(s.result);
+  for (const Blocker& b : kBlockers) {
+    SCOPED_TRACE(b.wrapper);
+    const Thread* thread = nullptr;
+    for (const Thread& t : s.profile.threads) {
+      if (t.name == b.thread) thread = &t;
+    }
+    ASSERT_NE(thread, nullptr) << "no thread named " << b.thread;
+    ReportOptions ro;
+    ro.limit = 0;
+    ro.tid = thread->tid;
+    const Report report = compute_report(s.profile, ro);
+    double wrapper_wall = 0;
+    for (const ReportRow& row : report.rows) {
+      if (row.name == b.wrapper) wrapper_wall = row.total_wall_percent;
+    }
+    // The kernel leaf of the off-CPU time: the function that blocked, not the scheduler.
+    uint64_t off_ns = 0, off_leaf_ns = 0, off_complete_ns = 0;
+    std::map<std::string, uint64_t> leaves;
+    for (const Sample& sample : thread->samples) {
+      if (sample.kind != SampleKind::kOffCpu) continue;
+      off_ns += sample.off_cpu_ns;
+      const auto names = names_leaf_first(s.profile, sample.stack);
+      if (!names.empty()) leaves[names[0]] += sample.off_cpu_ns;
+      if (!names.empty() && names[0].find(b.kernel_leaf) != std::string::npos)
+        off_leaf_ns += sample.off_cpu_ns;
+      if (sample.stack_end == StackEnd::kComplete) off_complete_ns += sample.off_cpu_ns;
+    }
+    std::string top;
+    for (const auto& [name, ns] : leaves) top += " " + name + "=" + std::to_string(ns / 1000000) + "ms";
+    std::printf("  %s: %s holds %.1f%% of the wall; kernel leaves:%s; off-CPU complete %.1f%%\n",
+                fixture.c_str(), b.wrapper, wrapper_wall, top.c_str(),
+                off_ns ? 100.0 * double(off_complete_ns) / double(off_ns) : 0.0);
+    EXPECT_GE(wrapper_wall, 90.0);
+    ASSERT_GT(off_ns, 1'000'000'000u) << "the thread blocked for about 2 s";
+    EXPECT_GE(double(off_leaf_ns), 0.9 * double(off_ns)) << "kernel leaf should contain " << b.kernel_leaf;
+    EXPECT_GE(double(off_complete_ns), 0.9 * double(off_ns));
+    EXPECT_EQ(leaves.count("__schedule") + leaves.count("schedule"), 0u);
+  }
+}
+
+TEST(BpfCfi, BlockedThreadsShowTheirWrappersWithFramePointers) {
+  expect_blockers("blockers_fp");
+}
+TEST(BpfCfi, BlockedThreadsShowTheirWrappersWithoutFramePointers) {
+  expect_blockers("blockers_nofp");
+}
+
+// The share of on-CPU samples of functions named `leaf` whose stack is complete and holds every
+// name of `must`.
+void expect_complete(const Symbolized& s, const std::string& leaf, const std::vector<std::string>& must,
+                     double min_percent, size_t min_depth = 0) {
+  size_t in_leaf = 0, whole = 0, deepest = 0;
+  for (const Thread& t : s.profile.threads) {
+    for (const Sample& sample : t.samples) {
+      if (sample.kind != SampleKind::kOnCpu || sample.stack == kNoIndex) continue;
+      const auto names = names_leaf_first(s.profile, sample.stack);
+      bool hit = false;
+      for (const std::string& n : names) hit = hit || n.find(leaf) != std::string::npos;
+      if (!hit) continue;
+      ++in_leaf;
+      bool ok = sample.stack_end == StackEnd::kComplete && names.size() >= min_depth;
+      for (const std::string& m : must) ok = ok && contains(names, m);
+      whole += ok;
+      deepest = std::max(deepest, names.size());
+    }
+  }
+  const double percent = in_leaf ? 100.0 * double(whole) / double(in_leaf) : 0.0;
+  std::printf("  %zu samples in %s, %.1f%% complete through main, deepest %zu frames\n", in_leaf,
+              leaf.c_str(), percent, deepest);
+  print_ends(s.result);
+  ASSERT_GT(in_leaf, 300u);
+  EXPECT_GE(percent, min_percent);
+}
+
+TEST(BpfCfi, DeepRecursionIsComplete) {
+  const Symbolized s = record_and_symbolize({kDir + "/recursion", "2"});
+  expect_complete(s, "spin_at_bottom", {"descend", "main"}, 95.0, 203);
+}
+
+TEST(BpfCfi, RustProgramIsComplete) {
+  const Symbolized s = record_and_symbolize({kDir + "/rust_loop", "2"});
+  expect_complete(s, "rust_loop::churn", {"main"}, 95.0);
+}
+
+TEST(BpfCfi, LibraryOpenedWhileRecordingIsComplete) {
+  const Symbolized s = record_and_symbolize({kDir + "/late_loader", kDir + "/liblate.so", "0.5", "2"});
+  expect_complete(s, "late_inner", {"late_work", "main"}, 90.0);
+}
+
+TEST(BpfCfi, ProcessStartedAfterRecordingBeganIsComplete) {
+  const Symbolized s = record_and_symbolize({kDir + "/late_starter", "0.5", kDir + "/recursion", "2"});
+  expect_complete(s, "spin_at_bottom", {"descend", "main"}, 90.0, 203);
+  const RecordResult& r = s.result;
+  const double pending = r.profile.samples.empty() ? 0.0
+                                                   : 100.0 * double(r.cfi.samples_tables_pending) /
+                                                         double(r.profile.samples.size());
+  std::printf("  %.2f%% of samples walked by frame pointer while tables were loading\n", pending);
+  EXPECT_LT(pending, 5.0);
+}
+
+// The file offset of a section of a 64-bit ELF image, or 0.
+uint64_t section_offset(const std::string& image, const char* name) {
+  if (image.size() < sizeof(Elf64_Ehdr)) return 0;
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, image.data(), sizeof eh);
+  auto shdr = [&](size_t i) {
+    Elf64_Shdr sh{};
+    const size_t at = eh.e_shoff + i * sizeof(Elf64_Shdr);
+    if (at + sizeof sh <= image.size()) std::memcpy(&sh, image.data() + at, sizeof sh);
+    return sh;
+  };
+  const Elf64_Shdr strings = shdr(eh.e_shstrndx);
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    const Elf64_Shdr sh = shdr(i);
+    if (strings.sh_offset + sh.sh_name < image.size() &&
+        std::strcmp(image.data() + strings.sh_offset + sh.sh_name, name) == 0)
+      return sh.sh_offset;
+  }
+  return 0;
+}
+
+// Bad input: a program whose .eh_frame_hdr is damaged (its version byte) gets no table; the recording
+// goes on, its frames are walked by frame pointer (it has them), and the summary names the module.
+TEST(BpfCfi, ModuleWithDamagedCfiFallsBackToFramePointersAndIsNamed) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("bpf_cfi_test." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ifstream in(kDir + "/sort_format", std::ios::binary);
+  std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const uint64_t hdr = section_offset(image, ".eh_frame_hdr");
+  ASSERT_NE(hdr, 0u);
+  image[hdr] = 7;  // version 1 is the only one
+  // Another build-id too: tables are cached by build-id, and sort_format's may be compiled already.
+  const uint64_t note = section_offset(image, ".note.gnu.build-id");
+  ASSERT_NE(note, 0u);
+  image[note + 16] = static_cast<char>(image[note + 16] ^ 0x5a);  // after namesz, descsz, type and "GNU"
+  const std::string damaged = (dir / "sort_format_damaged").string();
+  {
+    std::ofstream out(damaged, std::ios::binary);
+    out.write(image.data(), static_cast<std::streamsize>(image.size()));
+  }
+  ::chmod(damaged.c_str(), 0755);
+  const Symbolized s = record_and_symbolize({damaged, "1.5"});
+  std::filesystem::remove_all(dir);
+  print_ends(s.result);
+  bool named = false;
+  for (const std::string& m : s.result.cfi.without_table)
+    named = named || (m.find("sort_format_damaged") != std::string::npos &&
+                      m.find("eh_frame_hdr") != std::string::npos);
+  EXPECT_TRUE(named) << "the summary names the module and why";
+  EXPECT_GT(s.result.cfi.samples_with_fp_frames, 0u);
+  size_t on = 0, with_main = 0;
+  for (const Thread& t : s.profile.threads) {
+    for (const Sample& sample : t.samples) {
+      if (sample.kind != SampleKind::kOnCpu || sample.stack == kNoIndex) continue;
+      ++on;
+      with_main += contains(names_leaf_first(s.profile, sample.stack), "main");
+    }
+  }
+  std::printf("  damaged CFI: %zu on-CPU samples, %zu reach main through frame pointers\n", on, with_main);
+  ASSERT_GT(on, 200u);
+  // Frames of the program itself are fp-walked; libc's keep their table, so a chain through qsort
+  // back into the program and on to main holds as long as the program's frames keep rbp.
+  EXPECT_GT(with_main, on / 2);
+}
+
+TEST(BpfCfi, ProgramWithoutUnwindTablesIsWalkedByFramePointer) {
+  // chain_fp_nocfi: frame pointers, no CFI of its own (only crt's FDEs): its pcs lie in no FDE.
+  const Symbolized s = record_and_symbolize({std::string(HPD_UNWIND_FIXTURE_DIR) + "/chain_fp_nocfi", "1.5"});
+  expect_complete(s, "chain_d", {"chain_c", "chain_b", "chain_a", "main"}, 90.0);
+}
+
+}  // namespace
+}  // namespace hpd

@@ -1,0 +1,109 @@
+// Compact CFI tables: a module's .eh_frame (and .debug_frame) compiled into sorted rows that say, per
+// pc range, how to find the caller (CFA from rsp or rbp, saved rbp, return address at CFA-8). The
+// eBPF programs unwind user stacks with these rows in the kernel (bpf/cfi_walk.bpf.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace hpd {
+
+// How a row finds the CFA (the caller's rsp). Same numbers as HPD_CFA_* in bpf/profile_event.h.
+enum class CfaKind : uint8_t {
+  kNone = 0,         // no CFI covers this pc (a gap between FDEs)
+  kRsp = 1,          // rsp + cfa_offset
+  kRbp = 2,          // rbp + cfa_offset
+  kPlt = 3,          // rsp + cfa_offset + ((rip & 15) >= rbp_offset ? 8 : 0): the PLT's expression
+  kSignal = 4,       // a signal trampoline: rsp points at the kernel's ucontext (x86-64 rt_sigframe)
+  kOutermost = 5,    // the return address is undefined: the thread's first frame (_start, clone3)
+  kUnsupported = 6,  // the return address is not at CFA-8, or the CFA is another expression
+};
+
+// Where the caller's rbp is. Same numbers as HPD_RBP_* in bpf/profile_event.h.
+enum class RbpKind : uint8_t {
+  kSame = 0,       // unchanged by this frame
+  kAtCfa = 1,      // saved at CFA + rbp_offset
+  kUndefined = 2,  // not recoverable (or in a form the rows do not express)
+};
+
+// One row, valid from `pc` (an ELF virtual address of the module) up to the next row's pc. The layout
+// is struct hpd_cfi_row's (12 bytes).
+struct CfiRow {
+  uint32_t pc = 0;
+  int32_t cfa_offset = 0;
+  int16_t rbp_offset = 0;  // kAtCfa: the offset; kPlt rows: the (rip & 15) threshold
+  uint8_t cfa_kind = 0;    // CfaKind
+  uint8_t rbp_kind = 0;    // RbpKind
+  bool same_rule(const CfiRow& o) const {
+    return cfa_offset == o.cfa_offset && rbp_offset == o.rbp_offset && cfa_kind == o.cfa_kind &&
+           rbp_kind == o.rbp_kind;
+  }
+};
+static_assert(sizeof(CfiRow) == 12);
+
+// The x86-64 Linux signal frame: when a handler returns into the trampoline (__restore_rt), rsp points at
+// the ucontext; the interrupted registers are at these offsets (uc_mcontext at 40, then r8..r15, rdi,
+// rsi, rbp, rbx, rdx, rax, rcx, rsp, rip).
+inline constexpr int32_t kSigframeRbp = 120;
+inline constexpr int32_t kSigframeRsp = 160;
+inline constexpr int32_t kSigframeRip = 168;
+
+struct CfiTable {
+  std::vector<CfiRow> rows;  // sorted by pc, adjacent rows with the same rule merged
+  std::string error;         // why there are no rows (or why .debug_frame could not be read)
+  std::string opened_path;
+  std::string build_id;           // of the file compiled (lower-case hex; empty when it has none)
+  uint64_t fdes = 0;              // FDEs read (.eh_frame and .debug_frame)
+  uint64_t cfi_rows = 0;          // CFI rows before merging
+  uint64_t unsupported_rows = 0;  // rows marked kUnsupported (before merging)
+  uint64_t debug_frame_fdes = 0;  // FDEs taken from .debug_frame (pcs .eh_frame does not cover)
+  uint64_t build_ns = 0;          // time to compile
+  // The module's PT_LOAD segments, to turn a mapping's file offset into the ELF address the rows use.
+  struct Segment {
+    uint64_t offset, filesz, vaddr;
+    bool executable;
+  };
+  std::vector<Segment> segments;
+
+  // ELF virtual address of the file offset an executable mapping starts at (page-aligned: with lld's
+  // layout it lies before its segment's first byte, in the previous segment's range); false when no
+  // segment holds it.
+  bool vaddr_of(uint64_t file_offset, uint64_t* vaddr) const;
+
+  // The row covering `vaddr`, or nullptr (before the first row, or beyond 4 GiB).
+  const CfiRow* find(uint64_t vaddr) const;
+  uint64_t bytes() const { return rows.size() * sizeof(CfiRow); }
+};
+
+struct CfiTableOptions {
+  bool use_debug_frame = true;
+  std::string debug_root = "/usr/lib/debug";
+};
+
+// Compiles the table of the first candidate file whose build-id is `build_id` (any when empty). Never
+// throws: a file that cannot be read, or has no usable CFI, gives a table without rows and an error.
+std::shared_ptr<const CfiTable> compile_cfi_table(const std::vector<std::string>& candidates,
+                                                  const std::string& build_id,
+                                                  const CfiTableOptions& options);
+
+// Tables compiled once per module and kept (the daemon keeps them across recordings). Looked up by
+// build-id when the caller knows it, else by path; a table found by path is also filed under its
+// file's build-id. Thread-safe.
+class CfiTableCache {
+ public:
+  explicit CfiTableCache(CfiTableOptions options = {}) : options_(std::move(options)) {}
+  std::shared_ptr<const CfiTable> get(const std::string& path, const std::string& build_id,
+                                      const std::vector<std::string>& candidates);
+  size_t size() const;
+
+ private:
+  CfiTableOptions options_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const CfiTable>> tables_;
+};
+
+}  // namespace hpd

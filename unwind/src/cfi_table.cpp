@@ -1,0 +1,274 @@
+// The CFI table compiler: every FDE's rows through libdw (CfiModule), classified into the few rule forms
+// the eBPF walker evaluates, sorted, gaps marked, identical neighbours merged.
+#include "hpd/unwind/cfi_table.h"
+
+#include <dwarf.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "cfi_module.h"
+
+namespace hpd {
+
+using unwind_detail::CfiModule;
+using unwind_detail::ExprOp;
+using unwind_detail::FrameRule;
+using unwind_detail::kBpReg;
+using unwind_detail::kRaReg;
+using unwind_detail::kSpReg;
+using unwind_detail::RuleKind;
+
+namespace {
+
+constexpr uint8_t kOpBreg7 = DW_OP_breg0 + 7;
+constexpr uint8_t kOpBreg6 = DW_OP_breg0 + 6;
+constexpr uint8_t kOpBreg16 = DW_OP_breg0 + 16;
+
+bool is_breg_of(const ExprOp& op, uint8_t breg_atom, unsigned regno) {
+  return op.atom == breg_atom || (op.atom == DW_OP_bregx && op.number == regno);
+}
+int64_t breg_offset(const ExprOp& op) {
+  return static_cast<int64_t>(op.atom == DW_OP_bregx ? op.number2 : op.number);
+}
+
+// The PLT's CFA (GNU ld's lazy-binding PLT: each 16-byte entry pushes once, after its first 11 or 10
+// bytes): DW_OP_breg7 (rsp) K; DW_OP_breg16 (rip) 0; DW_OP_lit15; DW_OP_and; DW_OP_litN; DW_OP_ge;
+// DW_OP_lit3; DW_OP_shl; DW_OP_plus. Gives K and N.
+bool match_plt(std::span<const ExprOp> ops, int64_t* offset, int64_t* threshold) {
+  if (ops.size() != 9) return false;
+  if (!is_breg_of(ops[0], kOpBreg7, 7) || !is_breg_of(ops[1], kOpBreg16, 16) || breg_offset(ops[1]) != 0)
+    return false;
+  if (ops[2].atom != DW_OP_lit15 || ops[3].atom != DW_OP_and || ops[4].atom < DW_OP_lit0 ||
+      ops[4].atom > DW_OP_lit15 || ops[5].atom != DW_OP_ge || ops[6].atom != DW_OP_lit3 ||
+      ops[7].atom != DW_OP_shl || ops[8].atom != DW_OP_plus)
+    return false;
+  *offset = breg_offset(ops[0]);
+  *threshold = ops[4].atom - DW_OP_lit0;
+  return true;
+}
+
+// A register saved at rsp + K in the signal frame: DW_CFA_expression with DW_OP_breg7 K.
+bool is_sigframe_slot(const unwind_detail::RegRule& r, const CfiModule& m, int64_t k) {
+  if (r.kind != RuleKind::kExpression) return false;
+  auto ops = m.ops(r.expr_begin, r.expr_len);
+  // libdw puts the CFA push of DW_CFA_expression in front; the breg replaces it as the result.
+  if (!ops.empty() && ops[0].atom == DW_OP_call_frame_cfa) ops = ops.subspan(1);
+  return ops.size() == 1 && is_breg_of(ops[0], kOpBreg7, 7) && breg_offset(ops[0]) == k;
+}
+
+// glibc's __restore_rt: CFA = *(rsp + 160), rip and rbp read from their slots of the ucontext.
+bool match_signal(const FrameRule& rule, const CfiModule& m) {
+  if (!rule.cfa.is_expr) return false;
+  const auto ops = m.ops(rule.cfa.expr_begin, rule.cfa.expr_len);
+  return ops.size() == 2 && is_breg_of(ops[0], kOpBreg7, 7) && breg_offset(ops[0]) == kSigframeRsp &&
+         ops[1].atom == DW_OP_deref && is_sigframe_slot(rule.regs[kRaReg], m, kSigframeRip) &&
+         is_sigframe_slot(rule.regs[kBpReg], m, kSigframeRbp);
+}
+
+bool fits16(int64_t v) {
+  return v >= INT16_MIN && v <= INT16_MAX;
+}
+bool fits32(int64_t v) {
+  return v >= INT32_MIN && v <= INT32_MAX;
+}
+
+// One CFI row in compact form; `*unsupported` when the row's rule is beyond what the rows express.
+CfiRow classify(const FrameRule& rule, const CfiModule& m) {
+  CfiRow row;
+  const auto& ra = rule.regs[kRaReg];
+  if (ra.kind == RuleKind::kUndefined) {
+    row.cfa_kind = static_cast<uint8_t>(CfaKind::kOutermost);
+    return row;
+  }
+  if (match_signal(rule, m)) {
+    row.cfa_kind = static_cast<uint8_t>(CfaKind::kSignal);
+    return row;
+  }
+  row.cfa_kind = static_cast<uint8_t>(CfaKind::kUnsupported);
+  if (ra.kind != RuleKind::kOffset || ra.offset != -8) return row;
+  if (!rule.cfa.is_expr) {
+    if (!fits32(rule.cfa.offset)) return row;
+    if (rule.cfa.reg == kSpReg)
+      row.cfa_kind = static_cast<uint8_t>(CfaKind::kRsp);
+    else if (rule.cfa.reg == kBpReg)
+      row.cfa_kind = static_cast<uint8_t>(CfaKind::kRbp);
+    else
+      return row;
+    row.cfa_offset = static_cast<int32_t>(rule.cfa.offset);
+  } else {
+    int64_t offset = 0;
+    int64_t threshold = 0;
+    if (!match_plt(m.ops(rule.cfa.expr_begin, rule.cfa.expr_len), &offset, &threshold) || !fits32(offset))
+      return row;
+    row.cfa_kind = static_cast<uint8_t>(CfaKind::kPlt);
+    row.cfa_offset = static_cast<int32_t>(offset);
+    row.rbp_offset = static_cast<int16_t>(threshold);
+    // The PLT does not touch rbp.
+    return row;
+  }
+  const auto& bp = rule.regs[kBpReg];
+  if (bp.kind == RuleKind::kSameValue) {
+    row.rbp_kind = static_cast<uint8_t>(RbpKind::kSame);
+  } else if (bp.kind == RuleKind::kOffset && fits16(bp.offset)) {
+    row.rbp_kind = static_cast<uint8_t>(RbpKind::kAtCfa);
+    row.rbp_offset = static_cast<int16_t>(bp.offset);
+  } else {
+    // The caller's rbp is lost; the walk goes on while nothing needs it (an rbp-based CFA, or the
+    // frame-pointer fallback, then stops).
+    row.rbp_kind = static_cast<uint8_t>(RbpKind::kUndefined);
+  }
+  return row;
+}
+
+struct Interval {
+  uint64_t start, end;
+  CfiRow row;
+};
+
+// Rows of one FDE range from `source` into `out`. `end` = 0: the FDE's own end (the last row's end).
+void rows_of_range(CfiModule& m, bool debug_frame, uint64_t start, uint64_t end, uint64_t next_start,
+                   CfiTable& table, std::vector<Interval>& out) {
+  uint64_t pc = start;
+  const uint64_t limit = end != 0 ? end : next_start;
+  // A bound on rows per FDE, against a malformed one that never advances.
+  for (int guard = 0; guard < 1 << 20 && pc < limit; ++guard) {
+    FrameRule rule;
+    if (!m.row_for_table(debug_frame, pc, &rule)) break;
+    if (rule.row_end <= pc || rule.row_start > pc) break;
+    CfiRow row = classify(rule, m);
+    ++table.cfi_rows;
+    if (row.cfa_kind == static_cast<uint8_t>(CfaKind::kUnsupported)) ++table.unsupported_rows;
+    const uint64_t row_end = std::min<uint64_t>(rule.row_end, limit);
+    out.push_back({pc, row_end, row});
+    pc = row_end;
+  }
+}
+
+}  // namespace
+
+const CfiRow* CfiTable::find(uint64_t vaddr) const {
+  if (vaddr > UINT32_MAX || rows.empty()) return nullptr;
+  const auto it = std::upper_bound(rows.begin(), rows.end(), static_cast<uint32_t>(vaddr),
+                                   [](uint32_t pc, const CfiRow& r) { return pc < r.pc; });
+  if (it == rows.begin()) return nullptr;
+  return &*(it - 1);
+}
+
+bool CfiTable::vaddr_of(uint64_t file_offset, uint64_t* vaddr) const {
+  constexpr uint64_t kPage = 4096;
+  // An executable segment whose page-aligned start covers the offset: the mapping of that segment.
+  for (const Segment& s : segments) {
+    const uint64_t aligned = s.offset & ~(kPage - 1);
+    if (s.executable && file_offset >= aligned && file_offset < s.offset + s.filesz &&
+        s.vaddr >= s.offset - aligned) {
+      *vaddr = file_offset - aligned + (s.vaddr - (s.offset - aligned));
+      return true;
+    }
+  }
+  for (const Segment& s : segments) {
+    if (file_offset >= s.offset && file_offset - s.offset < s.filesz) {
+      *vaddr = file_offset - s.offset + s.vaddr;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::shared_ptr<const CfiTable> compile_cfi_table(const std::vector<std::string>& candidates,
+                                                  const std::string& build_id,
+                                                  const CfiTableOptions& options) {
+  const auto begin = std::chrono::steady_clock::now();
+  auto table = std::make_shared<CfiTable>();
+  auto module = CfiModule::open_file(candidates, build_id, options.debug_root, options.use_debug_frame, 16);
+  if (!module->summary().opened) {
+    table->error = module->summary().error;
+    return table;
+  }
+  table->opened_path = module->summary().opened_path;
+  table->build_id = module->build_id();
+  for (const auto& seg : module->segments())
+    table->segments.push_back({seg.offset, seg.filesz, seg.vaddr, seg.executable});
+
+  std::vector<Interval> eh;
+  std::string eh_error;
+  std::vector<CfiModule::FdeRange> ranges;
+  if (module->fde_ranges(false, &ranges, &eh_error)) {
+    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      if (i > 0 && ranges[i].start == ranges[i - 1].start) continue;
+      const uint64_t next = i + 1 < ranges.size() ? ranges[i + 1].start : UINT64_MAX;
+      ++table->fdes;
+      rows_of_range(*module, false, ranges[i].start, 0, next, *table, eh);
+    }
+  }
+  std::vector<Interval> all = eh;
+  std::string debug_error;
+  if (options.use_debug_frame && module->fde_ranges(true, &ranges, &debug_error)) {
+    // Only what .eh_frame leaves uncovered: the two usually describe the same code alike.
+    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+    for (const auto& r : ranges) {
+      const auto it = std::upper_bound(eh.begin(), eh.end(), r.start,
+                                       [](uint64_t pc, const Interval& iv) { return pc < iv.start; });
+      const bool overlaps_before = it != eh.begin() && (it - 1)->end > r.start;
+      const bool overlaps_after = it != eh.end() && it->start < r.end;
+      if (overlaps_before || overlaps_after) continue;
+      ++table->fdes;
+      ++table->debug_frame_fdes;
+      rows_of_range(*module, true, r.start, r.end, r.end, *table, all);
+    }
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Interval& a, const Interval& b) { return a.start < b.start; });
+
+  std::vector<CfiRow>& rows = table->rows;
+  uint64_t covered_to = 0;
+  auto push = [&rows](uint64_t pc, const CfiRow& rule) {
+    CfiRow r = rule;
+    r.pc = static_cast<uint32_t>(pc);
+    if (!rows.empty() && rows.back().pc == r.pc) rows.pop_back();  // an empty gap before this row
+    if (!rows.empty() && rows.back().same_rule(r)) return;
+    rows.push_back(r);
+  };
+  for (const Interval& iv : all) {
+    if (iv.end > UINT32_MAX) {
+      table->error = "code above 4 GiB of virtual addresses";
+      rows.clear();
+      break;
+    }
+    uint64_t start = iv.start;
+    if (start < covered_to) start = covered_to;  // overlapping FDEs: the first one wins
+    if (start >= iv.end) continue;
+    if (covered_to != 0 && start > covered_to) push(covered_to, CfiRow{});  // a gap without CFI
+    push(start, iv.row);
+    covered_to = iv.end;
+  }
+  if (!rows.empty()) push(covered_to, CfiRow{});
+  if (rows.empty() && table->error.empty()) {
+    table->error = eh_error.empty() ? "no CFI rows" : eh_error;
+    if (!debug_error.empty()) table->error += "; " + debug_error;
+  }
+  table->build_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
+  return table;
+}
+
+std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, const std::string& build_id,
+                                                   const std::vector<std::string>& candidates) {
+  const std::string key = build_id.empty() ? "path:" + path : build_id;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = tables_.find(key); it != tables_.end()) return it->second;
+  }
+  auto table = compile_cfi_table(candidates, build_id, options_);
+  std::lock_guard lock(mutex_);
+  if (build_id.empty() && !table->build_id.empty()) tables_.emplace(table->build_id, table);
+  return tables_.emplace(key, std::move(table)).first->second;
+}
+
+size_t CfiTableCache::size() const {
+  std::lock_guard lock(mutex_);
+  return tables_.size();
+}
+
+}  // namespace hpd
