@@ -282,7 +282,9 @@ class Converter {
       ua.spec_count = 1;
       return;
     }
-    const uint32_t native = out_.intern_native_symbol(lib, loc.symbol_address, loc.symbol_size, loc.symbol);
+    // The native symbol keeps the ELF version the frames leave out (the name as the symbol table has it).
+    const uint32_t native =
+        out_.intern_native_symbol(lib, loc.symbol_address, loc.symbol_size, loc.symbol + loc.symbol_version);
     const size_t levels = std::min<size_t>(loc.frames.size(), 256);  // inline_depth is 8 bits
     for (size_t d = 0; d < levels; ++d) {
       const SourceFrame& sf = loc.frames[d];

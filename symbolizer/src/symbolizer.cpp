@@ -481,6 +481,7 @@ struct Symbolizer::Impl {
     const uint64_t base = info.image_base;
     loc.found = false;
     loc.symbol = {};
+    loc.symbol_version = {};
     loc.symbol_address = loc.symbol_size = 0;
     loc.rel_address = vaddr - base;
     const PreparedAddresses::Entry* prepared = m.prepared.take(vaddr, m.debug.get(), m.symbols);
@@ -498,6 +499,7 @@ struct Symbolizer::Impl {
     if (sym != nullptr) {
       loc.found = true;
       loc.symbol = m.symbols.display_name(*sym, options.demangle);
+      loc.symbol_version = m.symbols.version(*sym);
       loc.symbol_address = sym->address - base;
       loc.symbol_size = sym->size != 0 ? sym->size : sym->end - sym->address;
       // llvm's rule: the outermost frame is named by the symbol table (keeps ".isra.0" etc.).
@@ -523,6 +525,7 @@ struct Symbolizer::Impl {
     locate_vaddr(m, info, vaddr, view_);
     loc.found = view_.found;
     loc.symbol.assign(view_.symbol);
+    loc.symbol_version.assign(view_.symbol_version);
     loc.symbol_address = view_.symbol_address;
     loc.symbol_size = view_.symbol_size;
     loc.rel_address = view_.rel_address;
@@ -596,6 +599,7 @@ void Symbolizer::resolve_vaddr(const ModuleRef& module, uint64_t vaddr, Location
   if (!e.loaded) {
     out.found = false;
     out.symbol = {};
+    out.symbol_version = {};
     out.symbol_address = out.symbol_size = 0;
     out.rel_address = vaddr - e.info.image_base;
     out.frames.clear();

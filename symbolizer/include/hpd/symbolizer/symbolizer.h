@@ -37,8 +37,11 @@ struct SourceFrame {
 
 // What one address resolves to.
 struct Location {
-  bool found = false;           // a symbol or debug information covered the address
-  std::string symbol;           // the outer (real) function, demangled; empty when !found
+  bool found = false;  // a symbol or debug information covered the address
+  std::string symbol;  // the outer (real) function, demangled; empty when !found
+  // The ELF symbol version the symbol-table name carried ("@@GLIBC_2.17"), which `symbol` and the
+  // frames leave out; empty when none.
+  std::string symbol_version;
   uint64_t symbol_address = 0;  // lib-relative start of that function
   uint64_t symbol_size = 0;     // 0 = unknown
   uint64_t rel_address = 0;     // lib-relative address that was looked up
@@ -60,6 +63,7 @@ struct SourceFrameView {
 struct LocationView {
   bool found = false;
   std::string_view symbol;
+  std::string_view symbol_version;
   uint64_t symbol_address = 0;
   uint64_t symbol_size = 0;
   uint64_t rel_address = 0;
@@ -186,7 +190,8 @@ class KernelSymbols {
 
 // Demangles C++ (Itanium) and Rust (legacy and v0) names; legacy Rust hashes are stripped.
 // Returns the input unchanged when it is not a mangled name. A suffix after '@' (symbol
-// versions, "@plt") is kept and appended to the demangled name.
+// versions, "@plt") is kept and appended to the demangled name. Names LLVM's demangler refuses
+// go through libstdc++'s abi::__cxa_demangle (what c++filt reads) before staying mangled.
 std::string demangle(const std::string& name);
 
 }  // namespace hpd
