@@ -272,6 +272,22 @@ struct Symbolizer::Impl {
   std::unique_ptr<ElfFile> open_binary(const ModuleRef& ref, std::vector<std::string>& errors,
                                        std::unique_ptr<ElfFile>& mismatched) {
     std::vector<std::string> candidates;
+    if (!ref.image.empty()) {
+      std::string error;
+      auto file = ElfFile::open_image(ref.image, ref.path, &error);
+      if (file && (ref.build_id.empty() || file->build_id() == ref.build_id)) return file;
+      errors.push_back(file ? ref.path + ": the image's build-id " + file->build_id() +
+                                  " is not the recorded " + ref.build_id
+                            : error);
+      return nullptr;
+    }
+    if (ref.path == "[vdso]") {  // no file anywhere: only the image the process mapped describes it
+      errors.push_back(
+          "[vdso]: its image was not read while the process lived (the process was gone or its memory "
+          "unreadable, or the capture was written by an older hpd)");
+      return nullptr;
+    }
+    if (ref.held_fd >= 0) candidates.push_back("/proc/self/fd/" + std::to_string(ref.held_fd));
     if (ref.pid != 0) {
       if (ref.map_end > ref.map_start) {
         char buf[96];

@@ -206,6 +206,24 @@ TEST_F(ConvertFixture, UserStacksKernelStacksAndFallbacks) {
   EXPECT_EQ(p.call_edges[0].count, 42u);
 }
 
+// An interrupted thread's user IP under kernel frames is exact, though taken for a return address:
+// at a function's first byte, one byte back is the padding before it, in no function. The address
+// itself names the function (and a real return address one byte back still names its caller).
+TEST_F(ConvertFixture, UserIpUnderKernelFramesAtAFunctionStart) {
+  // Only meaningful where the byte before the function is padding after a sized symbol (hpd_leaf).
+  const uint64_t helper = sym("hpd_static_helper").address;
+  const uint64_t leaf_end = sym("hpd_leaf").address + sym("hpd_leaf").size;
+  ASSERT_LT(leaf_end, helper);
+  const std::vector<uint64_t> kernel{0xffffffff81200000ull};
+  const std::vector<uint64_t> user{start("hpd_static_helper"), past_end("main")};
+  add_sample(raw.stacks.intern(kernel, user), 100, kPid, SampleKind::kOffCpu);
+  Symbolizer symbolizer;
+  const Profile p = symbolize_profile(raw, symbolizer, options);
+  ASSERT_EQ(p.threads.size(), 1u);
+  EXPECT_EQ(names_of(p, p.threads[0].samples.at(0).stack),
+            (std::vector<std::string>{"main", "hpd_static_helper", "do_syscall_64"}));
+}
+
 TEST_F(ConvertFixture, KernelFramesCanBeDroppedAndMissingKallsymsIsListed) {
   const uint32_t b =
       raw.stacks.intern(std::vector<uint64_t>{0xffffffff81200000ull}, std::vector<uint64_t>{start("main")});

@@ -77,11 +77,18 @@ struct ModuleRef {
   int32_t pid = 0;         // a live process that maps it (for /proc/PID/root and map_files), 0 = none
   uint64_t map_start = 0;  // with pid: the mapping's start, to reach /proc/PID/map_files
   uint64_t map_end = 0;
+  // A descriptor of the file held open since the recording (RawModule::file), tried first as
+  // /proc/self/fd/FD: the file the process ran, whatever mount namespace this one is. -1 = none.
+  int held_fd = -1;
+  // The module's ELF image in memory (the vDSO, RawModule::image): read instead of any file. The
+  // bytes are copied when the module is first loaded.
+  std::span<const uint8_t> image;
 };
 
 // What the symbolizer found out about a module file.
 //
-// Choice of file: a file whose build-id matches the expected one (tried in the order
+// Choice of file: the module's image when it has one (the vDSO); else a file whose build-id
+// matches the expected one (tried in the order of the held descriptor,
 // /proc/PID/map_files/START-END, /proc/PID/root/PATH, PATH) wins; failing that, a debug file found by
 // the expected build-id under /usr/lib/debug/.build-id (its program headers keep the vaddrs but
 // not the file offsets, so offsets are assumed to be vaddr - image_base, and `error` says so);
