@@ -101,6 +101,14 @@ TEST(BuildId, VdsoImageAndHeldFilesOfALiveProcess) {
   EXPECT_EQ(read_elf_build_id(again.get()), file.build_id);
   // One descriptor per file, however many mappings name it.
   EXPECT_EQ(reader.for_mapping(pid, exe.start, exe.end, exe.path).file, file.file);
+  // A process gone before its mapping was read: the build-id of the path as this process sees it,
+  // and no file held (it might not be the one the process ran; symbolization says if it is missing).
+  const MappedModule gone = reader.for_mapping(child, exe.start, exe.end, exe.path);
+  EXPECT_EQ(gone.build_id, file.build_id);
+  EXPECT_EQ(gone.file, nullptr);
+  const MappedModule nowhere = reader.for_mapping(child, exe.start, exe.end, "/nonexistent/prog");
+  EXPECT_EQ(nowhere.build_id, "");
+  EXPECT_EQ(nowhere.file, nullptr);
 }
 
 TEST(ProcFiles, CpuListsAndOwnProcess) {

@@ -1,5 +1,6 @@
 // Symbolizer: ELF symbol tables of real fixture binaries (PIE, non-PIE, C++), PLT names, debug-file
 // discovery, build-id checks, /proc/PID/map_files, bad files, and the LRU cache.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -711,6 +712,94 @@ TEST(SegmentMap, FileOffsetsToVaddrs) {
   EXPECT_EQ(m.vaddr_of(0x3e20), 0x404e20u);
   EXPECT_EQ(m.vaddr_of(0x9000), 0x409000u);  // outside: extrapolated from the executable segment
   EXPECT_EQ(SegmentMap({{0x1000, 0x100, 0x1123, 0x100, true}}).image_base(), 0x1000u);
+}
+
+}  // namespace
+}  // namespace hpd
+
+namespace hpd {
+namespace {
+
+// This process's vDSO as it is mapped (the image RawModule::image carries).
+std::vector<uint8_t> own_vdso_image() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("[vdso]") == std::string::npos) continue;
+    const uint64_t start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    const uint64_t end = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+    return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(start),
+                                reinterpret_cast<const uint8_t*>(end));
+  }
+  return {};
+}
+
+// The vDSO read from its image: clock_gettime's address names it; a build-id that does not match,
+// a damaged or cut image, and a [vdso] with no image give reasons, never a crash.
+TEST(Symbolizer, VdsoFromItsImageAndBadImages) {
+  const std::vector<uint8_t> image = own_vdso_image();
+  ASSERT_GT(image.size(), 4096u);
+  ModuleRef ref;
+  ref.path = "[vdso]";
+  ref.image = image;
+  Symbolizer symbolizer;
+  const ModuleInfo& info = symbolizer.module_info(ref);
+  ASSERT_TRUE(info.readable) << info.error;
+  EXPECT_EQ(info.build_id.size(), 40u);
+  EXPECT_GE(info.symbol_count, 4u);  // clock_gettime, gettimeofday, time, getcpu, ...
+  // Where clock_gettime lives in this process's vDSO, as the dynamic linker found it.
+  uint64_t vdso_start = 0;
+  {
+    std::ifstream maps("/proc/self/maps");
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find("[vdso]") != std::string::npos)
+        vdso_start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    }
+  }
+  void* handle = ::dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(handle, nullptr) << ::dlerror();
+  const auto fn = reinterpret_cast<uint64_t>(::dlsym(handle, "__vdso_clock_gettime"));
+  ASSERT_NE(fn, 0u);
+  const Location loc = resolve_one(symbolizer, ref, fn - vdso_start + 4);
+  ASSERT_TRUE(loc.found);
+  EXPECT_TRUE(loc.symbol == "__vdso_clock_gettime" || loc.symbol == "clock_gettime") << loc.symbol;
+
+  ModuleRef wrong = ref;
+  wrong.build_id = std::string(40, 'a');
+  const ModuleInfo& wrong_info = symbolizer.module_info(wrong);
+  EXPECT_FALSE(wrong_info.readable);
+  EXPECT_NE(wrong_info.error.find("is not the recorded"), std::string::npos) << wrong_info.error;
+
+  ModuleRef none;
+  none.path = "[vdso]";
+  none.pid = 1;  // not a reason to look anywhere: the vDSO has no file
+  const ModuleInfo& none_info = symbolizer.module_info(none);
+  EXPECT_FALSE(none_info.readable);
+  EXPECT_NE(none_info.error.find("not read while the process lived"), std::string::npos) << none_info.error;
+
+  // Cut and damaged images: an error or a smaller answer, never a crash.
+  for (size_t cut : {size_t{0}, size_t{16}, size_t{64}, size_t{700}, image.size() / 2, image.size() - 1}) {
+    SCOPED_TRACE(cut);
+    std::vector<uint8_t> part(image.begin(), image.begin() + static_cast<std::ptrdiff_t>(cut));
+    if (part.empty()) part.push_back(0);  // an empty span means "no image"
+    Symbolizer s;
+    ModuleRef r;
+    r.path = "[vdso]";
+    r.image = part;
+    const ModuleInfo& i = s.module_info(r);
+    if (!i.readable) {
+      EXPECT_FALSE(i.error.empty());
+    }
+    (void)resolve_one(s, r, fn - vdso_start);
+  }
+  std::vector<uint8_t> damaged = image;
+  std::mt19937 rng(7);
+  for (size_t k = 64; k < damaged.size(); k += 37) damaged[k] = static_cast<uint8_t>(rng());
+  Symbolizer s;
+  ModuleRef r;
+  r.path = "[vdso]";
+  r.image = damaged;
+  (void)s.module_info(r);
+  (void)resolve_one(s, r, fn - vdso_start);
 }
 
 }  // namespace
