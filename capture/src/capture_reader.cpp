@@ -43,6 +43,7 @@ class BlockApplier {
       case BlockType::kCallEdges: edges(d); return true;
       case BlockType::kLost: p_.lost = decode_lost(d); return true;
       case BlockType::kMip: mip(d); return true;
+      case BlockType::kModuleImages: module_images(d); return true;
       case BlockType::kEnd: end(d); return true;
     }
     return false;
@@ -83,6 +84,18 @@ class BlockApplier {
       const bool kernel = d.u8() != 0;
       if (p_.intern_module(path, build_id, kernel) != first + i)
         d.fail("module '" + path + "' appears twice");
+    }
+  }
+
+  void module_images(Decoder& d) {
+    const size_t n = d.count(2);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t module = d.var();
+      if (module >= p_.modules.size())
+        d.fail("image of module " + std::to_string(module) + ", not yet read (" +
+               std::to_string(p_.modules.size()) + " modules)");
+      const std::string image = d.str();
+      p_.modules[module].image.assign(image.begin(), image.end());
     }
   }
 

@@ -87,6 +87,7 @@ struct CaptureWriter::State {
   bool info_written = false;
   RecordingInfo info;
   size_t modules = 0;
+  std::vector<bool> image_written;  // by module index
   struct WrittenProcess {
     RawProcess fields;  // without mappings
     std::vector<RawMapping> mappings;
@@ -190,6 +191,25 @@ struct CaptureWriter::State {
     }
     emit(BlockType::kModules);
     modules = p.modules.size();
+  }
+
+  // Optional: a reader that does not know the block still reads a right profile, with the vDSO's
+  // frames as [vdso]+0xOFFSET.
+  void write_module_images(const RawProfile& p) {
+    image_written.resize(p.modules.size(), false);
+    size_t n = 0;
+    for (size_t i = 0; i < p.modules.size(); ++i)
+      n += !image_written[i] && !p.modules[i].image.empty() ? 1 : 0;
+    if (n == 0) return;
+    enc.var(n);
+    for (size_t i = 0; i < p.modules.size(); ++i) {
+      if (image_written[i] || p.modules[i].image.empty()) continue;
+      enc.var(i);
+      enc.str(std::string_view(reinterpret_cast<const char*>(p.modules[i].image.data()),
+                               p.modules[i].image.size()));
+      image_written[i] = true;
+    }
+    emit(BlockType::kModuleImages, false);
   }
 
   void write_processes(const RawProfile& p) {
@@ -412,6 +432,7 @@ void CaptureWriter::flush(const RawProfile& profile) {
   // Order matters for a file cut short: a sample's stack, thread and process precede it.
   s.write_info(profile);
   s.write_modules(profile);
+  s.write_module_images(profile);
   s.write_processes(profile);
   s.write_threads(profile);
   s.write_stacks(profile);

@@ -1,9 +1,15 @@
 // RawProfile helpers: stack interning, module/process/thread lookup.
 #include "hpd/model/raw_profile.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace hpd {
+
+HeldFile::~HeldFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 const char* to_string(StackEnd end) {
   switch (end) {
@@ -85,7 +91,12 @@ uint32_t RawProfile::intern_module(const std::string& path, const std::string& b
   key.push_back('\0');
   key += build_id;
   auto [it, inserted] = module_index_.emplace(std::move(key), static_cast<uint32_t>(modules.size()));
-  if (inserted) modules.push_back(RawModule{path, build_id, is_kernel});
+  if (inserted) {
+    RawModule& m = modules.emplace_back();
+    m.path = path;
+    m.build_id = build_id;
+    m.is_kernel = is_kernel;
+  }
   return it->second;
 }
 

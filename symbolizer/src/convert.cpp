@@ -30,13 +30,16 @@ struct AddressKey {
   AddressKind kind;
   uint32_t module;
   uint64_t value;
+  bool nudged = false;  // a return address, looked up one byte back (value is already decremented)
   bool operator==(const AddressKey&) const = default;
 };
 
 struct AddressKeyHash {
   size_t operator()(const AddressKey& k) const {
     uint64_t h = k.value * 0x9E3779B97F4A7C15ULL;
-    h ^= (static_cast<uint64_t>(k.module) << 8 | static_cast<uint64_t>(k.kind)) * 0xC2B2AE3D27D4EB4FULL;
+    h ^= (static_cast<uint64_t>(k.module) << 9 | static_cast<uint64_t>(k.nudged) << 8 |
+          static_cast<uint64_t>(k.kind)) *
+         0xC2B2AE3D27D4EB4FULL;
     return static_cast<size_t>(h ^ (h >> 31));
   }
 };
@@ -202,12 +205,15 @@ class Converter {
     }
     uint64_t offset = address - m->start + m->file_offset;
     // Return addresses are looked up (and shown) one byte back, inside the call instruction.
-    if (!exact && address > m->start) offset -= 1;
+    const bool nudged = !exact && address > m->start;
+    if (nudged) offset -= 1;
     if (module_refs_.find(m->module) == module_refs_.end()) {
       const RawModule& rm = raw_.modules[m->module];
       ModuleRef ref;
       ref.path = rm.path;
       ref.build_id = rm.build_id;
+      ref.image = rm.image;
+      if (rm.file) ref.held_fd = rm.file->fd();
       // /proc/PID/... only helps while the process lives; a recycled pid could show another file.
       if (view.process != nullptr && view.process->end_ns == 0) {
         ref.pid = view.process->pid;
@@ -216,7 +222,7 @@ class Converter {
       }
       module_refs_.emplace(m->module, std::move(ref));
     }
-    return intern_address(AddressKey{AddressKind::kModule, m->module, offset});
+    return intern_address(AddressKey{AddressKind::kModule, m->module, offset, nudged});
   }
 
   uint32_t kernel_address(uint64_t address, bool exact) {
@@ -248,6 +254,8 @@ class Converter {
     lib.path = rm.path;
     lib.debug_name = lib.name;
     lib.debug_path = info != nullptr && !info->debug_path.empty() ? info->debug_path : rm.path;
+    // A file reached through /proc (a held descriptor, map_files) is known by its recorded path.
+    if (lib.debug_path.starts_with("/proc/")) lib.debug_path = rm.path;
     lib.build_id = !rm.build_id.empty() || info == nullptr ? rm.build_id : info->build_id;
     lib.is_kernel = rm.is_kernel;
     const uint32_t index = out_.intern_lib(lib);
@@ -282,7 +290,9 @@ class Converter {
       ua.spec_count = 1;
       return;
     }
-    const uint32_t native = out_.intern_native_symbol(lib, loc.symbol_address, loc.symbol_size, loc.symbol);
+    // The native symbol keeps the ELF version the frames leave out (the name as the symbol table has it).
+    const uint32_t native =
+        out_.intern_native_symbol(lib, loc.symbol_address, loc.symbol_size, loc.symbol + loc.symbol_version);
     const size_t levels = std::min<size_t>(loc.frames.size(), 256);  // inline_depth is 8 bits
     for (size_t d = 0; d < levels; ++d) {
       const SourceFrame& sf = loc.frames[d];
@@ -317,7 +327,8 @@ class Converter {
       offsets.reserve(ids.size());
       for (uint32_t id : ids) offsets.push_back(addresses_[id].key.value);
       const ModuleInfo& info = symbolizer_.module_info(ref);
-      const std::vector<Location> locs = symbolizer_.resolve(ref, offsets);
+      std::vector<Location> locs = symbolizer_.resolve(ref, offsets);
+      retry_unfound_return_addresses(ref, ids, locs);
       const uint32_t lib = module_lib(module, &info);
       if (!info.readable) out_.meta.missing_modules.push_back(raw_.modules[module].path);
       const std::string base = basename_of(raw_.modules[module].path);
@@ -344,6 +355,28 @@ class Converter {
         const int64_t rel = address >= kernel_.base() ? static_cast<int64_t>(loc.rel_address) : -1;
         add_location_frames(ua, loc, lib, hex(address), rel);
       }
+    }
+  }
+
+  // The first user address under kernel frames is taken for a return address (the system call's
+  // return point), but a thread interrupted, not calling, has its exact IP there. When that IP was a
+  // function's first byte, one byte back lies in the padding before it (or in no function at all)
+  // and nothing is found: the address itself, found, is then the better answer. A real return
+  // address is never at a function's first byte unless the call ended the function before it, and
+  // that call's byte does lie in a function.
+  void retry_unfound_return_addresses(const ModuleRef& ref, const std::vector<uint32_t>& ids,
+                                      std::vector<Location>& locs) {
+    std::vector<size_t> retry;
+    std::vector<uint64_t> offsets;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (locs[i].found || !addresses_[ids[i]].key.nudged) continue;
+      retry.push_back(i);
+      offsets.push_back(addresses_[ids[i]].key.value + 1);
+    }
+    if (retry.empty()) return;
+    std::vector<Location> exact = symbolizer_.resolve(ref, offsets);
+    for (size_t k = 0; k < retry.size(); ++k) {
+      if (exact[k].found) locs[retry[k]] = std::move(exact[k]);
     }
   }
 

@@ -1,4 +1,5 @@
 // Demangling of C++ (Itanium) and Rust (legacy and v0) symbol names through LLVM's demangler.
+#include <cxxabi.h>
 #include <llvm/Demangle/Demangle.h>
 
 #include <cctype>
@@ -19,6 +20,16 @@ struct FreeDeleter {
 std::optional<std::string> itanium(const std::string& mangled) {
   int status = 0;
   std::unique_ptr<char, FreeDeleter> out(llvm::itaniumDemangle(mangled.c_str(), nullptr, nullptr, &status));
+  if (status != 0 || !out) return std::nullopt;
+  return std::string(out.get());
+}
+
+// libstdc++'s demangler, for the names LLVM 14's refuses (some template arguments of libstdc++'s
+// own headers, e.g. "_ZSteqIcEN9__gnu_cxx11__enable_ifIX..." in hpctl's binary), which c++filt
+// reads. The two format a few names differently, so it is only the fallback.
+std::optional<std::string> itanium_gnu(const std::string& mangled) {
+  int status = 0;
+  std::unique_ptr<char, FreeDeleter> out(abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status));
   if (status != 0 || !out) return std::nullopt;
   return std::string(out.get());
 }
@@ -157,11 +168,20 @@ std::string demangle_core(const std::string& name) {
   if (name.size() > 2 && name[0] == '_' && name[1] == 'Z') {
     if (auto r = rust_legacy(name)) return *r;
     if (auto r = itanium(name)) return *r;
+    if (auto r = itanium_gnu(name)) return *r;
   }
   return name;
 }
 
 }  // namespace
+
+size_t symbol_version_start(std::string_view name) {
+  const size_t at = name.find('@');
+  if (at == std::string_view::npos || at == 0) return std::string_view::npos;
+  // "@plt" is hpd's own suffix for PLT stubs (not a version): it says what the code is.
+  if (name.substr(at) == "@plt") return std::string_view::npos;
+  return at;
+}
 
 std::string decode_rust_legacy_escapes(const std::string& name) {
   // Only names that carry a known $-escape: "(...)" in a C++ signature must stay as it is.

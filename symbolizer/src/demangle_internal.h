@@ -2,8 +2,14 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace hpd {
+
+// Where the ELF symbol version of a symbol-table name begins ("@GLIBC_2.2.5", "@@GLIBC_2.17": the
+// '@' or "@@"), or npos when it has none. Names are shown without it: one function, one name,
+// whichever version a caller linked against. "@plt" (a synthesized PLT stub name) is no version.
+size_t symbol_version_start(std::string_view name);
 
 // Decodes the $-escapes ($LT$, $u20$, "..", ...) of a legacy Rust path that was demangled as
 // Itanium but not decoded, as DWARF-derived names can be. Returns `name` unchanged unless it holds

@@ -96,6 +96,17 @@ std::unique_ptr<ElfFile> ElfFile::open(const std::string& path, std::string* err
   return file;
 }
 
+std::unique_ptr<ElfFile> ElfFile::open_image(std::span<const uint8_t> image, const std::string& name,
+                                             std::string* error) {
+  static std::once_flag version_once;
+  std::call_once(version_once, [] { elf_version(EV_CURRENT); });
+  std::unique_ptr<ElfFile> file(new ElfFile());
+  file->path_ = name;
+  file->image_.assign(image.begin(), image.end());  // libelf reads it in place for the file's life
+  if (!file->init(error)) return nullptr;
+  return file;
+}
+
 bool ElfFile::init(std::string* error) {
   auto fail = [&](const std::string& why) {
     if (error) *error = path_ + ": " + why;
@@ -103,7 +114,7 @@ bool ElfFile::init(std::string* error) {
   };
   // READ (not READ_MMAP): libelf then reads into memory with bounds checks, so a file truncated or
   // rewritten underneath us gives an error rather than SIGBUS.
-  elf_ = elf_begin(fd_, ELF_C_READ, nullptr);
+  elf_ = fd_ >= 0 ? elf_begin(fd_, ELF_C_READ, nullptr) : elf_memory(image_.data(), image_.size());
   if (elf_ == nullptr) return fail(std::string("not readable as ELF: ") + elf_errmsg(-1));
   if (elf_kind(elf_) != ELF_K_ELF) return fail("not an ELF file");
   GElf_Ehdr ehdr;

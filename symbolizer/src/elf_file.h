@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,10 @@ class ElfFile {
   // Opens `path` as an ELF file; nullptr and a message in *error when it is missing, not ELF, or
   // too damaged to read its headers.
   static std::unique_ptr<ElfFile> open(const std::string& path, std::string* error);
+  // The same for an ELF image in memory (the vDSO as a process mapped it), copied; `name` stands
+  // for the path in path() and messages.
+  static std::unique_ptr<ElfFile> open_image(std::span<const uint8_t> image, const std::string& name,
+                                             std::string* error);
   ~ElfFile();
   ElfFile(const ElfFile&) = delete;
   ElfFile& operator=(const ElfFile&) = delete;
@@ -74,6 +79,7 @@ class ElfFile {
   void read_build_id();
 
   int fd_ = -1;
+  std::vector<char> image_;  // open_image's bytes (fd_ is -1 then)
   Elf* elf_ = nullptr;
   std::string path_;
   uint16_t machine_ = 0;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "demangle_internal.h"
 #include "elf_file.h"
 #include "hpd/symbolizer/symbolizer.h"
 
@@ -75,10 +76,19 @@ const SymbolTable::Symbol* SymbolTable::find(uint64_t vaddr) const {
   return vaddr < it->end ? &*it : nullptr;
 }
 
+std::string_view SymbolTable::version(const Symbol& s) const {
+  const std::string_view raw = name(s);
+  const size_t at = symbol_version_start(raw);
+  return at == std::string_view::npos ? std::string_view() : raw.substr(at);
+}
+
 const std::string& SymbolTable::display_name(const Symbol& s, bool demangle_names) {
   if (s.display != kNoDisplay) return display_[s.display];
-  std::string raw(name(s));
-  std::string shown = demangle_names ? demangle(raw) : raw;
+  std::string_view raw = name(s);
+  // Shown without its ELF version ("clock_nanosleep@@GLIBC_2.17" is clock_nanosleep); version()
+  // still has it for the native symbol.
+  if (const size_t at = symbol_version_start(raw); at != std::string_view::npos) raw = raw.substr(0, at);
+  std::string shown = demangle_names ? demangle(std::string(raw)) : std::string(raw);
   display_bytes_ += shown.capacity() + sizeof(std::string);
   // At most one name per symbol; past UINT32_MAX - 1 of them (never in practice) the index is not
   // kept and a later call adds the name again.

@@ -47,8 +47,10 @@ class SymbolTable {
   // considered (as llvm does): an address past its end is not attributed to an enclosing one.
   const Symbol* find(uint64_t vaddr) const;
   std::string_view name(const Symbol& s) const { return {pool_.data() + s.name_offset, s.name_length}; }
-  // Demangled (when `demangle_names`) name, computed once per symbol; the reference stays valid
-  // as long as the table.
+  // The ELF symbol version the name carries ("@@GLIBC_2.17"), or empty.
+  std::string_view version(const Symbol& s) const;
+  // Demangled (when `demangle_names`) name without its ELF version, computed once per symbol; the
+  // reference stays valid as long as the table.
   const std::string& display_name(const Symbol& s, bool demangle_names);
   // The display name if already computed, else nullptr (for prefetching).
   const std::string* display_name_if_known(const Symbol& s) const {

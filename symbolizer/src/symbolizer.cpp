@@ -272,6 +272,22 @@ struct Symbolizer::Impl {
   std::unique_ptr<ElfFile> open_binary(const ModuleRef& ref, std::vector<std::string>& errors,
                                        std::unique_ptr<ElfFile>& mismatched) {
     std::vector<std::string> candidates;
+    if (!ref.image.empty()) {
+      std::string error;
+      auto file = ElfFile::open_image(ref.image, ref.path, &error);
+      if (file && (ref.build_id.empty() || file->build_id() == ref.build_id)) return file;
+      errors.push_back(file ? ref.path + ": the image's build-id " + file->build_id() +
+                                  " is not the recorded " + ref.build_id
+                            : error);
+      return nullptr;
+    }
+    if (ref.path == "[vdso]") {  // no file anywhere: only the image the process mapped describes it
+      errors.push_back(
+          "[vdso]: its image was not read while the process lived (the process was gone or its memory "
+          "unreadable, or the capture was written by an older hpd)");
+      return nullptr;
+    }
+    if (ref.held_fd >= 0) candidates.push_back("/proc/self/fd/" + std::to_string(ref.held_fd));
     if (ref.pid != 0) {
       if (ref.map_end > ref.map_start) {
         char buf[96];
@@ -481,6 +497,7 @@ struct Symbolizer::Impl {
     const uint64_t base = info.image_base;
     loc.found = false;
     loc.symbol = {};
+    loc.symbol_version = {};
     loc.symbol_address = loc.symbol_size = 0;
     loc.rel_address = vaddr - base;
     const PreparedAddresses::Entry* prepared = m.prepared.take(vaddr, m.debug.get(), m.symbols);
@@ -498,6 +515,7 @@ struct Symbolizer::Impl {
     if (sym != nullptr) {
       loc.found = true;
       loc.symbol = m.symbols.display_name(*sym, options.demangle);
+      loc.symbol_version = m.symbols.version(*sym);
       loc.symbol_address = sym->address - base;
       loc.symbol_size = sym->size != 0 ? sym->size : sym->end - sym->address;
       // llvm's rule: the outermost frame is named by the symbol table (keeps ".isra.0" etc.).
@@ -523,6 +541,7 @@ struct Symbolizer::Impl {
     locate_vaddr(m, info, vaddr, view_);
     loc.found = view_.found;
     loc.symbol.assign(view_.symbol);
+    loc.symbol_version.assign(view_.symbol_version);
     loc.symbol_address = view_.symbol_address;
     loc.symbol_size = view_.symbol_size;
     loc.rel_address = view_.rel_address;
@@ -596,6 +615,7 @@ void Symbolizer::resolve_vaddr(const ModuleRef& module, uint64_t vaddr, Location
   if (!e.loaded) {
     out.found = false;
     out.symbol = {};
+    out.symbol_version = {};
     out.symbol_address = out.symbol_size = 0;
     out.rel_address = vaddr - e.info.image_base;
     out.frames.clear();

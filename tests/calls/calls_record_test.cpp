@@ -100,6 +100,34 @@ TEST(CallsRecord, RustInstrumentMcount) {
   if (!HPD_CALLS_HAVE_RUST) GTEST_SKIP() << "rustc not installed";
   expect_fixture_counts("rust_mcount");
 }
+// A tail call leaves no return address of its own: leaf's hook finds the one its caller's caller
+// pushed, so mid->leaf and other->leaf are counted as main->leaf (docs/call-counts.md, "Tail
+// calls"). The fixture's source has 300 mid->leaf and 70 other->leaf calls.
+TEST(CallsRecord, TailCallsAreCreditedToTheCallersCaller) {
+  // The premise: gcc did compile both calls to leaf into jumps.
+  const hpd::test::RunResult dis =
+      hpd::test::run({"objdump", "-d", "--no-show-raw-insn", fixture("gcc_tail")});
+  ASSERT_EQ(dis.exit_code, 0) << dis.err;
+  for (const char* fn : {"<mid>:", "<other>:"}) {
+    const size_t at = dis.out.find(fn);
+    ASSERT_NE(at, std::string::npos) << fn;
+    const std::string body = dis.out.substr(at, dis.out.find("\n\n", at) - at);
+    EXPECT_NE(body.find("jmp"), std::string::npos) << body;
+    size_t calls = 0;
+    for (size_t p = body.find("call"); p != std::string::npos; p = body.find("call", p + 1)) ++calls;
+    EXPECT_EQ(calls, 1u) << "only the call to __fentry__: " << body;
+  }
+  const Counted c = record_calls({fixture("gcc_tail"), "300", "70"});
+  EXPECT_EQ(c.result.command_exit_status, 0);
+  const auto edge = [&](const std::string& e) { return c.edges.count(e) ? c.edges.at(e) : 0; };
+  EXPECT_EQ(edge("main->mid"), 300u) << dump(c);
+  EXPECT_EQ(edge("main->other"), 70u) << dump(c);
+  EXPECT_EQ(edge("main->leaf"), 370u) << dump(c);
+  EXPECT_EQ(edge("mid->leaf"), 0u) << dump(c);
+  EXPECT_EQ(edge("other->leaf"), 0u) << dump(c);
+  EXPECT_EQ(c.calls_to.count("leaf") ? c.calls_to.at("leaf") : 0, 370u) << dump(c);  // the total is exact
+}
+
 TEST(CallsRecord, PerfBackendToo) {
   expect_fixture_counts("gcc_nop", hpd::Backend::kPerf);
   expect_fixture_counts("gcc_fentry", hpd::Backend::kPerf);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -564,6 +565,64 @@ TEST(Hpd, RunsWithOnlyTheUnitsCapabilities) {
   const RunResult perf = run(hpctl(hpd, {"record", "--no-report", "--backend", "perf", "--pid",
                                          std::to_string(target.pid()), "-d", "1", "-o", out}));
   EXPECT_EQ(perf.exit_code, 0) << perf.err;
+}
+
+// Every function name of a Firefox profile.
+std::vector<std::string> profile_function_names(const json& profile) {
+  const auto& strings = profile.at("shared").at("stringArray");
+  std::vector<std::string> out;
+  for (const auto& n : profile.at("shared").at("funcTable").at("name"))
+    out.push_back(strings[n.get<size_t>()]);
+  return out;
+}
+
+// hpd in its own mount namespace, where the directory of the client's program is another (empty)
+// tmpfs: systemd's PrivateTmp=yes does this to /tmp. The modules are taken while the process
+// lives, through /proc/PID/root (map_files needs CAP_SYS_ADMIN, which the unit does not grant),
+// so the program's functions are named as they are when hpd shares the client's view.
+TEST(Hpd, SymbolizesAProgramItsMountNamespaceCannotSee) {
+  char tmpl[] = "/tmp/hpd-private-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  chmod(dir.c_str(), 0755);
+  const std::string program = dir + "/prog";
+  ASSERT_EQ(run({"cp", kCpuSplit, program}).exit_code, 0);
+  HpdStart start;
+  start.wrapper = {"unshare",
+                   "-m",
+                   "--propagation",
+                   "private",
+                   "sh",
+                   "-c",
+                   "mount -t tmpfs tmpfs \"$0\" && exec \"$@\"",
+                   dir,
+                   "setpriv",
+                   "--inh-caps=-all",
+                   "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog"};
+  {
+    Hpd hpd(start);
+    // hpd really does not see the program.
+    const RunResult seen = run({"nsenter", "-t", std::to_string(hpd.pid()), "-m", "ls", program});
+    EXPECT_NE(seen.exit_code, 0) << seen.out;
+    for (const std::string backend : {"bpf", "perf"}) {
+      SCOPED_TRACE(backend);
+      const std::string out = hpd.out_dir() + "/private-" + backend + ".json.gz";
+      const RunResult r =
+          run(hpctl(hpd, {"record", "--no-report", "--backend", backend, "-o", out, "--", program, "1"}));
+      ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+      EXPECT_EQ(r.err.find("Missing"), std::string::npos) << r.err;
+      const json profile = testing::load_json_maybe_gzip(out);
+      bool leaf = false;
+      for (const std::string& name : profile_function_names(profile)) {
+        EXPECT_EQ(name.rfind("prog+0x", 0), std::string::npos) << name;
+        leaf = leaf || name == "leaf_c";
+      }
+      EXPECT_TRUE(leaf) << "cpu_split's leaf_c is not named";
+      const RunResult rep = run({kHpctl, "report", out});
+      EXPECT_NE(rep.out.find("Missing modules: 0"), std::string::npos) << rep.out;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Hpctl, FallsBackToLocalWithoutADaemonAndSaysSo) {

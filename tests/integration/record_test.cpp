@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -29,8 +30,7 @@ const std::string kFixtures = HPD_FIXTURE_DIR;
 class RecordTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("hpd-it-" + std::to_string(getpid()) + "-" + test_name());
+    dir_ = fs::temp_directory_path() / ("hpd-it-" + std::to_string(getpid()) + "-" + test_name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     fs::permissions(dir_, fs::perms::all);  // the unprivileged-user test writes here too
@@ -123,7 +123,8 @@ bool thread_has_function(const json& profile, const std::string& thread, const s
 TEST_P(RecordTest, LaunchedCommandHasTheKnownCpuSplit) {
   const std::string out = path("cpu.json.gz");
   // Fixed work (about 2.5 s of CPU), so the sample count does not depend on how busy the machine is.
-  RunResult r = run(record({"-F", "999", "-o", out, "--no-report", "-q", "--", kFixtures + "/cpu_split", "--rounds", "10000"}));
+  RunResult r = run(record(
+      {"-F", "999", "-o", out, "--no-report", "-q", "--", kFixtures + "/cpu_split", "--rounds", "10000"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_TRUE(fs::exists(out));
   json profile = load_profile(out);
@@ -156,8 +157,8 @@ TEST_P(RecordTest, AttachByPidSeesAThreadStartedLater) {
   Background target({kFixtures + "/threads", "4", "1.5"});
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const std::string out = path("threads.json");
-  RunResult r = run(record({"--pid", std::to_string(target.pid()), "--duration", "3", "-o", out,
-                     "--no-report", "-q"}));
+  RunResult r =
+      run(record({"--pid", std::to_string(target.pid()), "--duration", "3", "-o", out, "--no-report", "-q"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json profile = load_profile(out);
   EXPECT_GT(thread_samples(profile, "late-worker"), 300u);
@@ -170,8 +171,8 @@ TEST_P(RecordTest, TargetExitingMidRecordingStillGivesACompleteProfile) {
   Background target({kFixtures + "/cpu_split", "--rounds", "6000"});  // about 1.5 s of CPU
   const std::string out = path("exit.json.gz");
   const auto start = std::chrono::steady_clock::now();
-  RunResult r = run(record({"--pid", std::to_string(target.pid()), "--duration", "120", "-o", out, "-q",
-                     "--no-report"}));
+  RunResult r = run(
+      record({"--pid", std::to_string(target.pid()), "--duration", "120", "-o", out, "-q", "--no-report"}));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LT(took, 90) << "the recording should end when the target exits, not at --duration";
@@ -207,6 +208,55 @@ TEST_P(RecordTest, RecordPrintsTheReport) {
     EXPECT_LE(columns, 80u) << "report line wider than 80 columns: " << line;
   }
   EXPECT_NE(r.err.find("wrote"), std::string::npos) << r.err;
+}
+
+// Every function name of a Firefox profile.
+std::vector<std::string> function_names(const json& profile) {
+  const auto& strings = profile.at("shared").at("stringArray");
+  std::vector<std::string> out;
+  for (const auto& n : profile.at("shared").at("funcTable").at("name"))
+    out.push_back(strings[n.get<size_t>()]);
+  return out;
+}
+
+// The vDSO named from the image the process mapped: a clock-reading loop spends most of its CPU
+// time in clock_gettime, which must show by name (no "[vdso]+0x..." frames) in the Firefox
+// profile, in the report, and in a .hpr capture converted afterwards. Names carry no ELF versions.
+TEST_P(RecordTest, VdsoFunctionsAreNamed) {
+  const std::string fixture = kFixtures + "/clock_reader";
+  const auto check = [&](const std::string& firefox, const std::string& what) {
+    SCOPED_TRACE(what);
+    const json profile = load_profile(firefox);
+    bool named = false;
+    for (const std::string& name : function_names(profile)) {
+      EXPECT_EQ(name.find("[vdso]+0x"), std::string::npos) << name;
+      EXPECT_EQ(name.find("@GLIBC"), std::string::npos) << name;
+      named = named || name == "__vdso_clock_gettime" || name == "clock_gettime";
+    }
+    EXPECT_TRUE(named);
+    const json rep = report(firefox);
+    const double self =
+        std::max(self_percent(rep, "__vdso_clock_gettime"), self_percent(rep, "clock_gettime"));
+    // The loop does nothing but read the clock: most of its on-CPU samples are in the vDSO (93% here).
+    EXPECT_GT(self, 40.0) << rep.dump();
+    for (const auto& f : rep.at("functions")) {
+      EXPECT_EQ(f.at("name").get<std::string>().find("[vdso]"), std::string::npos) << f.dump();
+    }
+  };
+  const std::string direct = path("clock.json.gz");
+  RunResult r = run(record({"-o", direct, "--", fixture}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  check(direct, "recorded to Firefox");
+  const std::string capture = path("clock.hpr");
+  r = run(record({"-o", capture, "--", fixture}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string converted = path("converted.json");
+  r = run({kHpctl, "convert", capture, "-o", converted});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("[vdso]"), std::string::npos) << r.err;  // not among the missing modules
+  check(converted, "captured, then converted");
+  const json rep = report(capture);
+  EXPECT_GT(std::max(self_percent(rep, "__vdso_clock_gettime"), self_percent(rep, "clock_gettime")), 40.0);
 }
 
 TEST_P(RecordTest, MissingPidIsAClearError) {
@@ -257,9 +307,9 @@ TEST_P(RecordTest, UnprivilegedUserIsToldWhatIsMissing) {
   ASSERT_GE(paranoid, 2) << "this test needs the default perf_event_paranoid (2 or more)";
   Background target({kFixtures + "/cpu_split", "10"});  // root's process: not the user's to record
   const std::string out = path("unpriv.json.gz");
-  RunResult r = run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", kHpctl,
-                     "record", "--backend", GetParam(), "--pid", std::to_string(target.pid()), "-o", out,
-                     "--duration", "1"});
+  RunResult r =
+      run({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", kHpctl, "record",
+           "--backend", GetParam(), "--pid", std::to_string(target.pid()), "-o", out, "--duration", "1"});
   EXPECT_NE(r.exit_code, 0);
   if (GetParam() == "bpf") {
     EXPECT_NE(r.err.find("CAP_BPF"), std::string::npos) << r.err;

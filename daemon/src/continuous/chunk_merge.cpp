@@ -213,7 +213,9 @@ class ChunkMerger {
   uint32_t module(const RawProfile& in, uint32_t index) {
     if (index >= in.modules.size()) return kNoIndex;
     const RawModule& m = in.modules[index];
-    return out_.intern_module(m.path, m.build_id, m.is_kernel);
+    const uint32_t merged = out_.intern_module(m.path, m.build_id, m.is_kernel);
+    if (out_.modules[merged].image.empty()) out_.modules[merged].image = m.image;  // the vDSO's
+    return merged;
   }
 
   // Adds (or extends) the merged process with this chunk's name, mappings and times.

@@ -73,19 +73,23 @@ bool is_std_crate(std::string_view crate) {
   return crate == "std" || crate == "core" || crate == "alloc" || crate == "hashbrown" ||
          crate == "rustc_demangle" || crate == "std_detect" || crate == "panic_unwind" || crate == "gimli" ||
          crate == "addr2line" || crate == "miniz_oxide" || crate == "object" || crate == "memchr" ||
-         crate == "adler" || crate == "adler2" || crate == "___rustc" || crate == "unwind" || crate == "libc";
+         crate == "adler" || crate == "adler2" || crate == "___rustc" || crate == "__rustc" ||
+         crate == "unwind" || crate == "libc";
 }
 
 // The crate of a Rust symbol: legacy _ZN<len><crate>..., or v0 _R... whose first crate root is
-// C[s<base62>_]<len><crate>.
+// C[s<base62>_]<len>[_]<crate> (v0 puts a '_' between the length and a name that starts with a
+// digit or '_': rustc's allocator shims are crate "__rustc", spelled "7___rustc").
 std::string_view rust_crate(std::string_view name) {
-  auto length_prefixed = [](std::string_view s) -> std::string_view {
+  auto length_prefixed = [](std::string_view s, bool v0) -> std::string_view {
     size_t len = 0, i = 0;
     while (i < s.size() && s[i] >= '0' && s[i] <= '9' && len < 1000) len = len * 10 + size_t(s[i++] - '0');
-    if (i == 0 || i + len > s.size()) return {};
+    if (i == 0) return {};
+    if (v0 && i < s.size() && s[i] == '_') ++i;
+    if (i + len > s.size()) return {};
     return s.substr(i, len);
   };
-  if (name.starts_with("_ZN")) return length_prefixed(name.substr(3));
+  if (name.starts_with("_ZN")) return length_prefixed(name.substr(3), false);
   if (!name.starts_with("_R")) return {};
   for (size_t at = name.find('C', 2); at != std::string_view::npos; at = name.find('C', at + 1)) {
     std::string_view rest = name.substr(at + 1);
@@ -94,7 +98,7 @@ std::string_view rust_crate(std::string_view name) {
       if (underscore == std::string_view::npos) return {};
       rest = rest.substr(underscore + 1);
     }
-    if (!rest.empty() && rest[0] >= '0' && rest[0] <= '9') return length_prefixed(rest);
+    if (!rest.empty() && rest[0] >= '0' && rest[0] <= '9') return length_prefixed(rest, true);
   }
   return {};
 }
@@ -117,6 +121,11 @@ bool is_not_the_programs_code(const char* name) {
   for (const std::string_view crt : kCrt) {
     if (n == crt) return true;
   }
+  // Rust's standard library also exports a few unmangled functions (its personality routine, the
+  // allocator and panic entry points of older releases).
+  if (n == "rust_eh_personality" || n == "rust_begin_unwind" || n == "rust_panic" ||
+      n.starts_with("__rust_") || n.starts_with("__rdl_") || n.starts_with("__rg_"))
+    return true;
   return is_std_crate(rust_crate(n));
 }
 
@@ -134,13 +143,26 @@ void starts_from_symbols(Elf* elf, Elf_Scn* scn, const GElf_Shdr& shdr, std::vec
   }
 }
 
-// push %rbp (after an optional endbr64), then mov %rsp,%rbp (either encoding) among the next bytes:
-// gcc -O2 schedules independent instructions between the two (cpu_split's leaves load three
-// constants first, 32 bytes), clang puts the mov right after the push. A function built without
-// frame pointers that saves %rbp as an ordinary register copies some other register into it.
+// The length of a profiling hook at `code` that -pg -mfentry (or -fpatchable-function-entry) puts
+// before the prologue, or 0: call __fentry__ (e8 rel32; ff 15 disp32 through the GOT in PIE
+// code), or the 5-byte nop it is built or patched into (-mnop-mcount, ftrace-style patching).
+size_t entry_hook_length(const uint8_t* code, size_t n) {
+  if (n >= 5 && code[0] == 0xe8) return 5;
+  if (n >= 6 && code[0] == 0xff && code[1] == 0x15) return 6;
+  if (n >= 5 && code[0] == 0x0f && code[1] == 0x1f && code[2] == 0x44 && code[3] == 0x00 && code[4] == 0x00)
+    return 5;
+  return 0;
+}
+
+// push %rbp (after an optional endbr64 and profiling hook), then mov %rsp,%rbp (either encoding)
+// among the next bytes: gcc -O2 schedules independent instructions between the two (cpu_split's
+// leaves load three constants first, 32 bytes), clang puts the mov right after the push. A function
+// built without frame pointers that saves %rbp as an ordinary register (rustc -O pushes it first
+// of the callee-saved ones) copies some other register into it, or nothing.
 bool sets_up_frame(const uint8_t* code, size_t n) {
   size_t i = 0;
   if (n >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && code[3] == 0xfa) i = 4;
+  i += entry_hook_length(code + i, n - i);
   if (n < i + 4 || code[i] != 0x55) return false;
   for (size_t at = i + 1; at + 3 <= n; ++at) {
     const uint8_t* mov = code + at;

@@ -15,7 +15,7 @@ struct FramePointerProbe {
   std::string error;  // why the file could not be inspected, when !readable
   bool has_eh_frame = false;
   size_t functions_checked = 0;
-  size_t with_frame_setup = 0;  // start with push %rbp; mov %rsp,%rbp (after an endbr64)
+  size_t with_frame_setup = 0;  // start with push %rbp; mov %rsp,%rbp (after an endbr64, call __fentry__)
 
   // Most functions set up a frame: the frame-pointer walk gives whole stacks through this code.
   [[nodiscard]] bool built_with_frame_pointers() const;

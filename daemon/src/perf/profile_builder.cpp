@@ -209,9 +209,16 @@ void add_mapping_once(RawProcess& process, const RawMapping& mapping, uint64_t i
 void add_module_mapping(RawProfile& profile, RawProcess& process, RawMapping mapping, const std::string& path,
                         std::string build_id, const BuildIdLookup& build_ids, uint64_t image_since_ns) {
   const std::string module = module_path_for(path);
-  if (build_id.empty() && build_ids && module.front() == '/')
-    build_id = build_ids(process.pid, mapping.start, mapping.end, path);
+  // Asked even when the record carries the build-id: the file is held open from here on, while
+  // the process lives (see HeldFile).
+  MappedModule found;
+  if (build_ids && (module.front() == '/' || module == "[vdso]"))
+    found = build_ids(process.pid, mapping.start, mapping.end, path);
+  if (build_id.empty()) build_id = std::move(found.build_id);
   mapping.module = profile.intern_module(module, build_id);
+  RawModule& m = profile.modules[mapping.module];
+  if (!m.file && found.file) m.file = std::move(found.file);
+  if (m.image.empty() && !found.image.empty()) m.image = std::move(found.image);
   add_mapping_once(process, mapping, image_since_ns);
 }
 

@@ -13,6 +13,7 @@
 #include "hpd/model/raw_profile.h"
 #include "hpd/unwind/unwinder.h"
 #include "perf/perf_records.h"
+#include "proc/build_id.h"
 #include "proc/proc_maps.h"
 
 namespace hpd {
@@ -38,9 +39,10 @@ struct UnwindCounters {
   uint64_t sample_bytes = 0;  // bytes of the sample records handled
 };
 
-// Build-id of a mapped file; "" when unknown. Called for mappings without an in-record build-id.
+// What the live process tells about a mapping of a file or of the vDSO (BuildIdReader::for_mapping):
+// its build-id, the file held open, the vDSO's image.
 using BuildIdLookup =
-    std::function<std::string(int32_t pid, uint64_t start, uint64_t end, const std::string& path)>;
+    std::function<MappedModule(int32_t pid, uint64_t start, uint64_t end, const std::string& path)>;
 
 class PerfProfileBuilder {
  public:
@@ -123,7 +125,8 @@ void add_mapping_once(RawProcess& process, const RawMapping& mapping, uint64_t i
 
 // Adds an executable mapping of `path` (as a maps file or an MMAP2 record names it) to `process`,
 // its module interned with `build_id`, or, when that is empty and the mapping is of a file, with the
-// file's own from `build_ids` (when given).
+// file's own from `build_ids` (when given). A new module also gets what `build_ids` found: the
+// file held open, or the vDSO's image (then interned by the image's build-id).
 void add_module_mapping(RawProfile& profile, RawProcess& process, RawMapping mapping, const std::string& path,
                         std::string build_id, const BuildIdLookup& build_ids, uint64_t image_since_ns = 0);
 

@@ -8,10 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 
+#include "proc/proc_maps.h"
 #include "util/unique_fd.h"
 
 namespace hpd {
@@ -117,24 +119,122 @@ std::string kernel_build_id() {
   return build_id_from_raw_notes({buf, got});
 }
 
-std::string BuildIdReader::read_cached(int fd) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "";
-  const auto key = std::make_tuple(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                                   static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtime));
-  if (auto it = by_inode_.find(key); it != by_inode_.end()) return it->second;
-  std::string id = read_elf_build_id(fd);
-  by_inode_.emplace(key, id);
+std::string build_id_of_image(std::span<const uint8_t> image) {
+  static std::once_flag init;
+  std::call_once(init, [] { elf_version(EV_CURRENT); });
+  // libelf reads (and with ELF_C_READ_MMAP may convert) the buffer in place: give it a copy.
+  std::vector<char> copy(image.begin(), image.end());
+  Elf* elf = elf_memory(copy.data(), copy.size());
+  if (elf == nullptr) return "";
+  std::string id;
+  size_t phnum = 0;
+  if (elf_kind(elf) == ELF_K_ELF && elf_getphdrnum(elf, &phnum) == 0) {
+    for (size_t i = 0; i < phnum && id.empty(); ++i) {
+      GElf_Phdr phdr;
+      if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_NOTE) continue;
+      if (phdr.p_offset > copy.size() || phdr.p_filesz > copy.size() - phdr.p_offset) continue;
+      id = build_id_from_raw_notes(image.subspan(phdr.p_offset, phdr.p_filesz));
+    }
+  }
+  elf_end(elf);
   return id;
 }
 
-std::string BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
+std::vector<uint8_t> read_process_memory(int32_t pid, uint64_t start, uint64_t end, std::string* error) {
+  // The vDSO is two to four pages; a range far larger is not one.
+  constexpr uint64_t kMaxBytes = 1u << 20;
+  std::vector<uint8_t> bytes;
+  const std::string path = "/proc/" + std::to_string(pid) + "/mem";
+  if (end <= start || end - start > kMaxBytes) {
+    if (error != nullptr) *error = path + ": range of " + std::to_string(end - start) + " bytes not read";
+    return bytes;
+  }
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    if (error != nullptr) *error = path + ": " + std::strerror(errno);
+    return bytes;
+  }
+  bytes.resize(end - start);
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n =
+        ::pread(fd.get(), bytes.data() + got, bytes.size() - got, static_cast<off_t>(start + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (error != nullptr)
+        *error = path + ": " + (n < 0 ? std::string(std::strerror(errno)) : "the process exited") +
+                 " (read " + std::to_string(got) + " of " + std::to_string(bytes.size()) + " bytes)";
+      bytes.clear();
+      return bytes;
+    }
+    got += static_cast<size_t>(n);
+  }
+  return bytes;
+}
+
+BuildIdReader::Known BuildIdReader::read_cached(UniqueFd fd, bool hold) {
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  const auto key = std::make_tuple(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                                   static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtime));
+  auto it = by_inode_.find(key);
+  if (it == by_inode_.end()) it = by_inode_.emplace(key, Known{read_elf_build_id(fd.get()), nullptr}).first;
+  if (hold && !it->second.file) it->second.file = std::make_shared<const HeldFile>(fd.release());
+  return it->second;
+}
+
+namespace {
+
+// This process's own vDSO image (empty if it has none).
+const std::vector<uint8_t>& own_vdso() {
+  static const std::vector<uint8_t> image = [] {
+    std::vector<uint8_t> bytes;
+    for (const MapsEntry& e : read_proc_maps(::getpid())) {
+      if (e.path == "[vdso]" && e.end > e.start && e.end - e.start <= (1u << 20)) {
+        bytes.assign(reinterpret_cast<const uint8_t*>(e.start), reinterpret_cast<const uint8_t*>(e.end));
+        break;
+      }
+    }
+    return bytes;
+  }();
+  return image;
+}
+
+}  // namespace
+
+MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
+  MappedModule out;
+  if (path == "[vdso]") {
+    out.image = read_process_memory(pid, start, end, &out.error);
+    if (out.image.empty() && !own_vdso().empty() && own_vdso().size() == end - start) {
+      // The process is gone (or exec'ing) before its vDSO could be read. The kernel maps one image
+      // per ABI into every process, and a mapping of the size of hpd's own (x86-64) is that one.
+      out.image = own_vdso();
+      out.error.clear();
+    }
+    if (out.image.empty()) return out;
+    if (out.image.size() < SELFMAG || std::memcmp(out.image.data(), ELFMAG, SELFMAG) != 0) {
+      out.error = "the [vdso] of process " + std::to_string(pid) + " is not an ELF image";
+      out.image.clear();
+      return out;
+    }
+    out.build_id = build_id_of_image(out.image);
+    return out;
+  }
   char name[96];
   std::snprintf(name, sizeof name, "/proc/%d/map_files/%llx-%llx", pid,
                 static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
   UniqueFd fd(::open(name, O_RDONLY | O_CLOEXEC));
-  if (fd) return read_cached(fd.get());
-  return for_path(pid, path);
+  if (!fd && !path.empty() && path.front() == '/')
+    fd.reset(::open(("/proc/" + std::to_string(pid) + "/root" + path).c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd) {
+    Known known = read_cached(std::move(fd), true);
+    out.build_id = std::move(known.build_id);
+    out.file = std::move(known.file);
+    return out;
+  }
+  out.build_id = for_path(pid, path);
+  return out;
 }
 
 std::string BuildIdReader::for_path(int32_t pid, const std::string& path) {
@@ -142,7 +242,7 @@ std::string BuildIdReader::for_path(int32_t pid, const std::string& path) {
   UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/root" + path).c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return "";
-  return read_cached(fd.get());
+  return read_cached(std::move(fd), false).build_id;
 }
 
 }  // namespace hpd

@@ -3,9 +3,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
+#include <vector>
+
+#include "hpd/model/raw_profile.h"
+#include "util/unique_fd.h"
 
 namespace hpd {
 
@@ -21,18 +26,43 @@ std::string build_id_from_raw_notes(std::span<const uint8_t> notes);
 // The running kernel's build-id, from /sys/kernel/notes.
 std::string kernel_build_id();
 
+// What a live process tells about one of its executable mappings.
+struct MappedModule {
+  std::string build_id;                  // "" when the module has none or could not be read
+  std::shared_ptr<const HeldFile> file;  // the file as the process reached it, held open; null if not
+  std::vector<uint8_t> image;            // for "[vdso]": its ELF image, read from /proc/PID/mem
+  std::string error;                     // why the vDSO image could not be read (else empty)
+};
+
+// The GNU build-id of an ELF image in memory (the vDSO); "" if it has none or is not ELF.
+std::string build_id_of_image(std::span<const uint8_t> image);
+
+// The bytes of [start, end) of a live process's memory (/proc/PID/mem; needs ptrace access, so
+// CAP_SYS_PTRACE for other users' processes); empty and a reason in *error when it cannot be read.
+std::vector<uint8_t> read_process_memory(int32_t pid, uint64_t start, uint64_t end, std::string* error);
+
 // Reads build-ids of mapped files while their process is alive and remembers them per inode,
 // so a library mapped into many processes is read once.
 class BuildIdReader {
  public:
-  // Tries /proc/PID/map_files/START-END (works for deleted files), then /proc/PID/root/PATH, then PATH.
-  std::string for_mapping(int32_t pid, uint64_t start, uint64_t end, const std::string& path);
+  // Tries /proc/PID/map_files/START-END (works for deleted files; needs CAP_SYS_ADMIN or
+  // CAP_CHECKPOINT_RESTORE), then /proc/PID/root/PATH (the process's mount namespace), then PATH
+  // (only the build-id: that file is this process's view, maybe not the target's). For "[vdso]",
+  // the image the process mapped; when it can no longer be read, this process's own vDSO if the
+  // mapping has its size (the kernel maps the same image into every process of one ABI).
+  MappedModule for_mapping(int32_t pid, uint64_t start, uint64_t end, const std::string& path);
   // Reads PATH as seen from the process's root, then PATH itself.
   std::string for_path(int32_t pid, const std::string& path);
 
  private:
-  std::string read_cached(int fd);
-  std::map<std::tuple<uint64_t, uint64_t, int64_t, int64_t>, std::string> by_inode_;
+  struct Known {
+    std::string build_id;
+    std::shared_ptr<const HeldFile> file;
+  };
+  // The build-id of the file open on `fd`, read once per inode; `hold` keeps the descriptor (taken
+  // over) as the inode's HeldFile when it has none yet, else it is closed.
+  Known read_cached(UniqueFd fd, bool hold);
+  std::map<std::tuple<uint64_t, uint64_t, int64_t, int64_t>, Known> by_inode_;
 };
 
 }  // namespace hpd

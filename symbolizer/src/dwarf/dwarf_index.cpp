@@ -1,6 +1,7 @@
 // DwarfIndex: LLVM-compatible compile-unit and subroutine range tables built over libdw.
 #include "dwarf_index.h"
 
+#include <cxxabi.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -693,7 +695,20 @@ size_t DwarfIndex::unit_count() const {
 std::string demangle_llvm_style(const char* name) {
   if (name == nullptr) return {};
   std::string out;
-  if (!llvm::nonMicrosoftDemangle(name, out)) return name;
+  if (!llvm::nonMicrosoftDemangle(name, out)) {
+    // LLVM 14 refuses some libstdc++ template names that libstdc++'s own demangler (c++filt's)
+    // reads; those are better shown demangled than mangled.
+    if (std::strncmp(name, "_Z", 2) != 0) return name;
+    int status = 0;
+    char* gnu = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    if (status != 0 || gnu == nullptr) {
+      std::free(gnu);
+      return name;
+    }
+    out = gnu;
+    std::free(gnu);
+    return out;
+  }
   // Legacy Rust symbols are Itanium names ending in a 17h<16 hex>E hash component.
   size_t len = std::strlen(name);
   if (len > 20 && std::strncmp(name, "_ZN", 3) == 0 && name[len - 1] == 'E' &&

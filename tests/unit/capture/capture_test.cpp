@@ -247,7 +247,7 @@ TEST_F(CaptureTest, UnknownBlocksAreSkippedUnlessRequired) {
   const size_t end_block = block_offsets(bytes).back();
   auto with_block = [&](uint16_t flags) {
     std::vector<uint8_t> out(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(end_block));
-    const auto block = make_block(10, flags, "a block type of some later version");
+    const auto block = make_block(100, flags, "a block type of some later version");
     out.insert(out.end(), block.begin(), block.end());
     out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(end_block), bytes.end());
     return out;
@@ -298,6 +298,41 @@ TEST_F(CaptureTest, InconsistentBlocksWithValidChecksumsAreRefused) {
   e.var(0), e.var(2), e.str("/a"), e.str(""), e.u8(0), e.str("/a"), e.str(""), e.u8(0);
   expect_error(2, e.bytes(), "appears twice");
   expect_error(6, std::string("\xff\xff\xff", 3), "truncated payload");
+  e.clear();
+  e.var(1), e.var(7),
+      e.str(
+          "\x7f"
+          "ELF");  // the image of a module not yet read
+  expect_error(10, e.bytes(), "image of module 7, not yet read");
+}
+
+// The vDSO's image travels in its own optional block: a reader that does not know it (hpd before
+// it) skips it and reads everything else; this one reads the image back.
+TEST_F(CaptureTest, ModuleImagesAreAnOptionalBlock) {
+  RawProfile final_profile;
+  const std::vector<uint8_t> bytes = streamed_capture(100, &final_profile);
+  size_t images = 0;
+  std::vector<uint8_t> without;  // the file as if the writer had no such block
+  without.assign(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
+  const std::vector<size_t> offsets = block_offsets(bytes);
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const size_t end = i + 1 < offsets.size() ? offsets[i + 1] : bytes.size();
+    if (capture::get_le16(bytes.data() + offsets[i]) == 10) {
+      ++images;
+      EXPECT_EQ(capture::get_le16(bytes.data() + offsets[i] + 2) & capture::kFlagRequired, 0);
+      continue;
+    }
+    without.insert(without.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  EXPECT_EQ(images, 1u);  // written once, with the module, however many flushes follow
+  const CaptureContents read = read_capture(bytes);
+  EXPECT_EQ(diff_raw_profiles(final_profile, read.profile), "");
+  const CaptureContents old_style = read_capture(without);
+  EXPECT_TRUE(old_style.info.complete);
+  RawProfile expected = final_profile;
+  for (RawModule& m : expected.modules) m.image.clear();
+  EXPECT_EQ(diff_raw_profiles(expected, old_style.profile), "");
 }
 
 TEST_F(CaptureTest, GarbageAndDamagedHeadersAreClearErrors) {

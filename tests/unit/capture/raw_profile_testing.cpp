@@ -28,6 +28,9 @@ RawProfile make_raw_profile(size_t samples) {
   const uint32_t app = p.intern_module("/usr/bin/app", "0123456789abcdef0123456789abcdef01234567");
   const uint32_t libc = p.intern_module("/lib/x86_64-linux-gnu/libc.so.6", "");
   const uint32_t sh = p.intern_module("/bin/sh", "feedface");
+  // A module known only by its image (the vDSO), bytes of every value.
+  const uint32_t vdso = p.intern_module("[vdso]", "0badc0de");
+  for (int b = 0; b < 600; ++b) p.modules[vdso].image.push_back(static_cast<uint8_t>(b * 7));
   (void)kernel;
 
   RawProcess& a = p.process(1000);
@@ -38,6 +41,7 @@ RawProfile make_raw_profile(size_t samples) {
   a.mappings.push_back(RawMapping{0x555500001000, 0x555500005000, 0x1000, app, 0, 0});
   a.mappings.push_back(RawMapping{0x7f0000020000, 0x7f0000190000, 0x28000, libc, 0, 0});
   a.mappings.push_back(RawMapping{0x7ffff7fc1000, 0x7ffff7fc3000, 0, kNoIndex, 0, 0});  // vdso-like
+  a.mappings.push_back(RawMapping{0x7ffff7fc5000, 0x7ffff7fc7000, 0, vdso, 0, 0});
   RawProcess& b = p.process(1001);
   b.name = "sh";
   b.exe = "/bin/sh";
@@ -131,7 +135,7 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
   if (a.modules.size() != b.modules.size()) return "module count differs";
   for (size_t i = 0; i < a.modules.size(); ++i) {
     if (a.modules[i].path != b.modules[i].path || a.modules[i].build_id != b.modules[i].build_id ||
-        a.modules[i].is_kernel != b.modules[i].is_kernel)
+        a.modules[i].is_kernel != b.modules[i].is_kernel || a.modules[i].image != b.modules[i].image)
       return "module " + std::to_string(i) + " differs";
   }
   if (a.processes.size() != b.processes.size()) return "process count differs";

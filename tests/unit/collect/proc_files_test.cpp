@@ -1,9 +1,14 @@
 // Tests for the small /proc and ELF-note readers.
 #include "proc/proc_files.h"
 #include "proc/build_id.h"
+#include "proc/proc_maps.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstring>
 
 namespace hpd {
 namespace {
@@ -47,6 +52,63 @@ TEST(BuildId, ReadsOwnExecutableAndRejectsNonElf) {
   EXPECT_EQ(reader.for_path(::getpid(), "/proc/self/status"), "");
   EXPECT_EQ(reader.for_path(::getpid(), "/no/such/file"), "");
   EXPECT_EQ(reader.for_path(::getpid(), "relative"), "");
+}
+
+// The vDSO as this process mapped it, from /proc/self/mem: an ELF image with a build-id. A process
+// that is gone gives a reason; a range of the vDSO's size falls back to hpd's own image. A file
+// mapping is held open, and that descriptor reads the file.
+TEST(BuildId, VdsoImageAndHeldFilesOfALiveProcess) {
+  const int32_t pid = ::getpid();
+  MapsEntry vdso, exe;
+  for (const MapsEntry& e : read_proc_maps(pid)) {
+    if (e.path == "[vdso]") vdso = e;
+    if (e.executable && e.path == read_exe(pid)) exe = e;
+  }
+  ASSERT_GT(vdso.end, vdso.start);
+  ASSERT_GT(exe.end, exe.start);
+  BuildIdReader reader;
+  const MappedModule mine = reader.for_mapping(pid, vdso.start, vdso.end, "[vdso]");
+  ASSERT_EQ(mine.image.size(), vdso.end - vdso.start) << mine.error;
+  EXPECT_EQ(std::memcmp(mine.image.data(), reinterpret_cast<const void*>(vdso.start), mine.image.size()), 0);
+  EXPECT_EQ(mine.build_id.size(), 40u);
+  EXPECT_EQ(mine.build_id, build_id_of_image(mine.image));
+  EXPECT_EQ(mine.file, nullptr);
+
+  // A reaped child: nothing to read.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  std::string error;
+  EXPECT_TRUE(read_process_memory(child, vdso.start, vdso.end, &error).empty());
+  EXPECT_NE(error.find("/proc/" + std::to_string(child) + "/mem"), std::string::npos) << error;
+  const MappedModule odd =
+      reader.for_mapping(child, vdso.start, vdso.start + 3 * 4096 + vdso.end - vdso.start, "[vdso]");
+  EXPECT_TRUE(odd.image.empty());
+  EXPECT_FALSE(odd.error.empty());
+  const MappedModule fallback = reader.for_mapping(child, vdso.start, vdso.end, "[vdso]");
+  EXPECT_EQ(fallback.image, mine.image);
+  EXPECT_EQ(fallback.build_id, mine.build_id);
+  EXPECT_TRUE(read_process_memory(pid, 10, 5, &error).empty());  // a reversed range
+  EXPECT_TRUE(build_id_of_image(std::vector<uint8_t>(64, 0x7f)).empty());
+
+  const MappedModule file = reader.for_mapping(pid, exe.start, exe.end, exe.path);
+  ASSERT_NE(file.file, nullptr);
+  EXPECT_EQ(file.build_id.size(), 40u);
+  const std::string held = "/proc/self/fd/" + std::to_string(file.file->fd());
+  UniqueFd again(::open(held.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(read_elf_build_id(again.get()), file.build_id);
+  // One descriptor per file, however many mappings name it.
+  EXPECT_EQ(reader.for_mapping(pid, exe.start, exe.end, exe.path).file, file.file);
+  // A process gone before its mapping was read: the build-id of the path as this process sees it,
+  // and no file held (it might not be the one the process ran; symbolization says if it is missing).
+  const MappedModule gone = reader.for_mapping(child, exe.start, exe.end, exe.path);
+  EXPECT_EQ(gone.build_id, file.build_id);
+  EXPECT_EQ(gone.file, nullptr);
+  const MappedModule nowhere = reader.for_mapping(child, exe.start, exe.end, "/nonexistent/prog");
+  EXPECT_EQ(nowhere.build_id, "");
+  EXPECT_EQ(nowhere.file, nullptr);
 }
 
 TEST(ProcFiles, CpuListsAndOwnProcess) {

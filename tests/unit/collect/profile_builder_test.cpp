@@ -200,7 +200,9 @@ TEST(ProfileBuilder, MapsAndBuildIdLookup) {
   std::vector<std::string> looked_up;
   PerfProfileBuilder builder(profile, {true, 127}, [&](int32_t, uint64_t, uint64_t, const std::string& path) {
     looked_up.push_back(path);
-    return std::string("feed");
+    MappedModule found;
+    found.build_id = path == "[vdso]" ? "" : "feed";
+    return found;
   });
   std::vector<MapsEntry> maps(4);
   maps[0] = MapsEntry{0x1000, 0x2000, 0, true, false, true, false, 8, 1, 5, "/bin/app", false};
@@ -215,7 +217,7 @@ TEST(ProfileBuilder, MapsAndBuildIdLookup) {
   EXPECT_EQ(profile.modules[p->mappings[1].module].path, "[vdso]");
   EXPECT_EQ(profile.modules[p->mappings[1].module].build_id, "");
   EXPECT_EQ(profile.modules[p->mappings[2].module].path, "[anon]");
-  EXPECT_EQ(looked_up, std::vector<std::string>{"/bin/app"});
+  EXPECT_EQ(looked_up, (std::vector<std::string>{"/bin/app", "[vdso]"}));
   EXPECT_NE(p->find_mapping(0x1800, 100), nullptr);
 }
 

@@ -253,6 +253,34 @@ TEST(FramePointerProbe, SeesFramesWhoseSetUpGccInterleavedWithOtherInstructions)
   EXPECT_EQ(choose_call_graph({HPD_CPU_SPLIT_PATH}).mode, CallGraph::kFp);
 }
 
+// gcc -pg -mfentry puts call __fentry__ (or, with -mnop-mcount, a 5-byte nop) before the
+// prologue: the frame is set up behind it. rustc -O (v0 symbols) pushes %rbp without a frame, and
+// its allocator shims (crate "__rustc", precompiled with frame pointers) must not outvote it.
+TEST(FramePointerProbe, LooksPastTheFentryHookAndWantsTheFrameSetUp) {
+  const std::string dir = HPD_FP_PROBE_DIR;
+  struct Case {
+    const char* fixture;
+    bool frame_pointers;
+  };
+  for (const Case& c : {Case{"fentry_fp", true}, Case{"nop_fp", true}, Case{"fentry_nofp", false},
+                        Case{"rust_nofp", false}, Case{"rust_fp", true}}) {
+    SCOPED_TRACE(c.fixture);
+    const FramePointerProbe probe = probe_frame_pointers(dir + "/" + c.fixture);
+    ASSERT_TRUE(probe.readable) << probe.error;
+    ASSERT_GE(probe.functions_checked, 3u);
+    EXPECT_EQ(probe.built_with_frame_pointers(), c.frame_pointers)
+        << probe.with_frame_setup << " of " << probe.functions_checked;
+    if (c.frame_pointers && c.fixture[0] != 'r') {
+      // cpu_split's functions all set up a frame but the leaf round_done (see cpu_split.c).
+      EXPECT_GE(probe.with_frame_setup + 1, probe.functions_checked);
+    } else if (!c.frame_pointers) {
+      EXPECT_EQ(probe.with_frame_setup, 0u);
+    }
+    EXPECT_EQ(choose_call_graph({dir + "/" + c.fixture}).mode,
+              c.frame_pointers ? CallGraph::kFp : CallGraph::kDwarf);
+  }
+}
+
 TEST(FramePointerProbe, BadFilesAreReportedNotFatal) {
   const FramePointerProbe missing = probe_frame_pointers("/nonexistent/hpd/binary");
   EXPECT_FALSE(missing.readable);

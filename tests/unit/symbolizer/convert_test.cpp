@@ -1,7 +1,10 @@
 // symbolize_profile: a synthetic RawProfile over the real C fixture mapped at a fake address.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <algorithm>
+#include <fstream>
 #include <sstream>
 
 #include "hpd/symbolizer/convert.h"
@@ -203,6 +206,24 @@ TEST_F(ConvertFixture, UserStacksKernelStacksAndFallbacks) {
   EXPECT_EQ(p.call_edges[0].count, 42u);
 }
 
+// An interrupted thread's user IP under kernel frames is exact, though taken for a return address:
+// at a function's first byte, one byte back is the padding before it, in no function. The address
+// itself names the function (and a real return address one byte back still names its caller).
+TEST_F(ConvertFixture, UserIpUnderKernelFramesAtAFunctionStart) {
+  // Only meaningful where the byte before the function is padding after a sized symbol (hpd_leaf).
+  const uint64_t helper = sym("hpd_static_helper").address;
+  const uint64_t leaf_end = sym("hpd_leaf").address + sym("hpd_leaf").size;
+  ASSERT_LT(leaf_end, helper);
+  const std::vector<uint64_t> kernel{0xffffffff81200000ull};
+  const std::vector<uint64_t> user{start("hpd_static_helper"), past_end("main")};
+  add_sample(raw.stacks.intern(kernel, user), 100, kPid, SampleKind::kOffCpu);
+  Symbolizer symbolizer;
+  const Profile p = symbolize_profile(raw, symbolizer, options);
+  ASSERT_EQ(p.threads.size(), 1u);
+  EXPECT_EQ(names_of(p, p.threads[0].samples.at(0).stack),
+            (std::vector<std::string>{"main", "hpd_static_helper", "do_syscall_64"}));
+}
+
 TEST_F(ConvertFixture, KernelFramesCanBeDroppedAndMissingKallsymsIsListed) {
   const uint32_t b =
       raw.stacks.intern(std::vector<uint64_t>{0xffffffff81200000ull}, std::vector<uint64_t>{start("main")});
@@ -285,6 +306,66 @@ TEST_F(ConvertFixture, InlineChainsBecomeFramesPerLevel) {
   EXPECT_EQ(all[1]->native_symbol, all[0]->native_symbol);
   EXPECT_GT(all[1]->line, 0u);
   EXPECT_NE(p.funcs[all[1]->func].file, kNoIndex);
+}
+
+}  // namespace
+}  // namespace hpd
+
+namespace hpd {
+namespace {
+
+// Real glibc frames, as this process maps libc: the functions are named without their ELF
+// versions, and the profile's native symbols keep the versioned names.
+TEST(ConvertGlibc, FramesWithoutVersionsNativeSymbolsWithThem) {
+  std::ifstream maps("/proc/self/maps");
+  RawProfile raw;
+  RawProcess& p = raw.process(kPid);
+  p.end_ns = 1;
+  std::string libc;
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos || line.find("/libc.so") == std::string::npos) continue;
+    std::istringstream f(line);
+    std::string range, perms, offset;
+    f >> range >> perms >> offset;
+    if (perms.find('x') == std::string::npos) continue;
+    libc = line.substr(slash);
+    RawMapping m;
+    m.start = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    m.end = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    m.file_offset = std::stoull(offset, nullptr, 16);
+    m.module = raw.intern_module(libc, "");
+    p.mappings.push_back(m);
+  }
+  ASSERT_FALSE(libc.empty());
+  // Leaf clock_nanosleep (as a sleeping thread's IP) called from __libc_start_main.
+  const auto sleep_fn = reinterpret_cast<uint64_t>(&::clock_nanosleep);
+  const uint64_t start_main = reinterpret_cast<uint64_t>(::dlsym(RTLD_DEFAULT, "__libc_start_main"));
+  ASSERT_NE(start_main, 0u);
+  const uint64_t user[] = {sleep_fn + 4, start_main + 17};
+  RawSample s;
+  s.pid = s.tid = kPid;
+  s.stack = raw.stacks.intern({}, user);
+  raw.samples.push_back(s);
+  Symbolizer symbolizer;
+  const Profile profile = symbolize_profile(raw, symbolizer, ConvertOptions{});
+  ASSERT_TRUE(profile.meta.missing_modules.empty());
+  std::vector<std::string> names, native_names;
+  for (uint32_t f : profile.stack_frames_root_first(profile.threads.at(0).samples.at(0).stack)) {
+    if (profile.frames[f].inline_depth != 0) continue;
+    names.push_back(profile.func_name(profile.frames[f].func));
+    native_names.push_back(profile.strings[profile.native_symbols.at(profile.frames[f].native_symbol).name]);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"__libc_start_main", "clock_nanosleep"}));
+  ASSERT_EQ(native_names.size(), 2u);
+  EXPECT_EQ(native_names[0].rfind("__libc_start_main@", 0), 0u) << native_names[0];
+  EXPECT_EQ(native_names[1].rfind("clock_nanosleep@", 0), 0u) << native_names[1];
+  for (const std::string& name : profile.strings.strings()) {
+    if (name.find("@GLIBC") == std::string::npos) continue;
+    const bool native = std::any_of(profile.native_symbols.begin(), profile.native_symbols.end(),
+                                    [&](const NativeSymbol& n) { return profile.strings[n.name] == name; });
+    EXPECT_TRUE(native) << name << " is shown somewhere other than a native symbol";
+  }
 }
 
 }  // namespace

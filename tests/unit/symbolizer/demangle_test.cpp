@@ -39,6 +39,29 @@ TEST(Demangle, SuffixAfterAtIsKept) {
   EXPECT_EQ(demangle("memcpy@@GLIBC_2.14"), "memcpy@@GLIBC_2.14");
 }
 
+TEST(Demangle, SymbolVersionsAreFoundButPltIsNoVersion) {
+  EXPECT_EQ(symbol_version_start("clock_nanosleep@@GLIBC_2.17"), 15u);
+  EXPECT_EQ(symbol_version_start("__libc_start_main@GLIBC_2.2.5"), 17u);
+  EXPECT_EQ(symbol_version_start("puts@plt"), std::string::npos);
+  EXPECT_EQ(symbol_version_start("main"), std::string::npos);
+  EXPECT_EQ(symbol_version_start("@odd"), std::string::npos);
+}
+
+// LLVM 14's demangler refuses this libstdc++ operator== (found in hpctl's own binary); libstdc++'s
+// abi::__cxa_demangle, what c++filt uses, reads it.
+TEST(Demangle, NamesLlvmRefusesGoThroughCxaDemangle) {
+  const std::string name =
+      "_ZSteqIcEN9__gnu_cxx11__enable_ifIXsrSt9__is_charIT_E7__valueEbE6__typeERKNSt7__cxx1112basic_"
+      "stringIS3_St11char_traitsIS3_ESaIS3_EEESE_";
+  // c++filt's answer, verbatim.
+  const std::string expected =
+      "__gnu_cxx::__enable_if<std::__is_char<char>::__value, bool>::__type std::operator==<char>("
+      "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&, "
+      "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)";
+  EXPECT_EQ(demangle(name), expected);
+  EXPECT_EQ(demangle(name + ".isra.0"), expected + " [clone .isra.0]");
+}
+
 TEST(Demangle, RustLegacyStripsHashAndDecodesEscapes) {
   EXPECT_EQ(demangle(rust_legacy({"core", "fmt", "Formatter", "pad"})), "core::fmt::Formatter::pad");
   EXPECT_EQ(demangle(rust_legacy(

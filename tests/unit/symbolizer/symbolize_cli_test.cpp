@@ -11,10 +11,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -103,14 +105,40 @@ std::string normalize_llvm_line(const std::string& line) {
   return std::regex_replace(line, kLegacyHash, "");
 }
 
-// Both runs succeeded and printed the same lines (up to llvm's legacy Rust hashes); the first ten
-// differences are reported.
+// c++filt's reading of each mangled name among `lines` (those LLVM's demangler refused, which hpd
+// shows demangled by libstdc++'s demangler, as c++filt does).
+std::map<std::string, std::string> cxxfilt_names(const std::vector<std::string>& lines) {
+  std::set<std::string> mangled;
+  for (const std::string& line : lines) {
+    if (line.rfind("_Z", 0) == 0) mangled.insert(line);
+  }
+  std::map<std::string, std::string> out;
+  if (mangled.empty()) return out;
+  dwarf_test::TempDir dir;
+  std::string text;
+  for (const std::string& name : mangled) text += name + "\n";
+  test::write_file(dir.path() + "/names", text);
+  std::istringstream demangled(shell("c++filt < " + dir.path() + "/names").out);
+  for (const std::string& name : mangled) {
+    std::string line;
+    if (!std::getline(demangled, line)) break;
+    out.emplace(name, line);
+  }
+  return out;
+}
+
+// Both runs succeeded and printed the same lines (up to llvm's legacy Rust hashes, and names llvm
+// leaves mangled that hpd demangles as c++filt does); the first ten differences are reported.
 void expect_same_lines(const Output& llvm, const Output& hpd) {
   ASSERT_EQ(llvm.status, 0) << llvm.err;
   ASSERT_EQ(hpd.status, 0) << hpd.err;
-  const auto expected = lines_of(llvm.out);
+  auto expected = lines_of(llvm.out);
   const auto actual = lines_of(hpd.out);
   ASSERT_EQ(actual.size(), expected.size());
+  const std::map<std::string, std::string> cxxfilt = cxxfilt_names(expected);
+  for (std::string& line : expected) {
+    if (auto it = cxxfilt.find(line); it != cxxfilt.end()) line = it->second;
+  }
   size_t mismatches = 0;
   for (size_t i = 0; i < expected.size() && mismatches < 10; ++i) {
     if (normalize_llvm_line(expected[i]) != actual[i]) {
@@ -164,6 +192,55 @@ INSTANTIATE_TEST_SUITE_P(
 // repeats must read exactly as the first answer did (and as llvm-symbolizer's, which caches
 // nothing). The list mixes a few hot addresses, repeated back to back and far apart, with many
 // that come once, so that answers are both cached and evicted.
+// Every answer the symbolizer gives for hpctl's own functions (a large C++ binary with libstdc++
+// templates that LLVM 14's demangler refuses), compared with c++filt: no name may stay mangled
+// where c++filt demangles it.
+TEST(SymbolizeHpctlBinary, NoAnswerStaysMangledThatCxxfiltDemangles) {
+  ASSERT_TRUE(test::have_tool("c++filt"));
+  const std::vector<test::NmSymbol> functions = test::nm_functions(kHpctl);
+  ASSERT_GT(functions.size(), 2000u);
+  std::vector<uint64_t> vaddrs;
+  size_t mangled_symbols = 0;
+  for (const auto& f : functions) {
+    vaddrs.push_back(f.address);
+    if (f.name.rfind("_Z", 0) == 0) ++mangled_symbols;
+  }
+  ASSERT_GT(mangled_symbols, 1500u);
+  Symbolizer symbolizer;
+  const std::vector<Location> locs = symbolizer.resolve_vaddrs(test::module_ref(kHpctl), vaddrs);
+  std::set<std::string> still_mangled;  // answers that look mangled: the outer symbol and every inline level
+  size_t answers = 0, found = 0;
+  for (const Location& loc : locs) {
+    found += loc.found ? 1 : 0;
+    for (const SourceFrame& f : loc.frames) {
+      ++answers;
+      if (f.function.rfind("_Z", 0) == 0) still_mangled.insert(f.function);
+    }
+  }
+  EXPECT_GT(found, functions.size() * 9 / 10);
+  ASSERT_GT(answers, functions.size());
+  dwarf_test::TempDir dir;
+  const std::string list = dir.path() + "/names";
+  std::string text;
+  for (const std::string& name : still_mangled) text += name + "\n";
+  test::write_file(list, text);
+  const Output filtered = shell("c++filt < " + list);
+  ASSERT_EQ(filtered.status, 0) << filtered.err;
+  std::istringstream lines(filtered.out);
+  size_t demangled_by_cxxfilt = 0;
+  std::string examples;
+  for (const std::string& name : still_mangled) {
+    std::string line;
+    ASSERT_TRUE(std::getline(lines, line));
+    if (line != name) {
+      ++demangled_by_cxxfilt;
+      if (demangled_by_cxxfilt <= 3) examples += "\n  " + name + " -> " + line;
+    }
+  }
+  EXPECT_EQ(demangled_by_cxxfilt, 0u) << "of " << answers << " answers, " << still_mangled.size()
+                                      << " distinct ones stay mangled; c++filt demangles:" << examples;
+}
+
 TEST(SymbolizeCli, RepeatedAddressesReadAsTheirFirstAnswer) {
   const std::string path = dwarf_fixture("rust_moves");
   const std::vector<uint64_t> all = code_addresses(path, 7);

@@ -1,5 +1,6 @@
 // Symbolizer: ELF symbol tables of real fixture binaries (PIE, non-PIE, C++), PLT names, debug-file
 // discovery, build-id checks, /proc/PID/map_files, bad files, and the LRU cache.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -592,6 +593,60 @@ TEST(Symbolizer, ProcMapFilesForMovedBinaries) {
   EXPECT_EQ(hpd_test_probe_function(1), 6);
 }
 
+// The libc this test runs on (Debian's, its debug file from libc6-dbg when installed), as mapped.
+std::string own_libc() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.find('/');
+    if (slash != std::string::npos && line.find("/libc.so") != std::string::npos) return line.substr(slash);
+  }
+  return {};
+}
+
+// glibc's exported functions carry ELF versions in their symbol names (clock_nanosleep@@GLIBC_2.17,
+// __libc_start_main@GLIBC_2.2.5): shown without them, the version kept for the native symbol.
+TEST(Symbolizer, GlibcNamesShownWithoutVersions) {
+  const std::string libc = own_libc();
+  ASSERT_FALSE(libc.empty());
+  Symbolizer symbolizer;
+  const ModuleRef ref = test::module_ref(libc);
+  ASSERT_TRUE(symbolizer.module_info(ref).readable) << symbolizer.module_info(ref).error;
+  size_t versioned = 0, with_version = 0;
+  std::vector<uint64_t> vaddrs;
+  std::vector<std::string> plain_names;
+  for (const auto& sym : test::nm_functions(libc, false, true)) {
+    const size_t at = sym.name.find('@');
+    if (at == std::string::npos) continue;
+    ++versioned;
+    vaddrs.push_back(sym.address);
+    plain_names.push_back(sym.name.substr(0, at));
+  }
+  ASSERT_GT(versioned, 500u);  // glibc exports well over a thousand versioned functions
+  const std::vector<Location> locs = symbolizer.resolve_vaddrs(ref, vaddrs);
+  for (size_t i = 0; i < locs.size(); ++i) {
+    SCOPED_TRACE(plain_names[i]);
+    ASSERT_TRUE(locs[i].found);
+    EXPECT_EQ(locs[i].symbol.find('@'), std::string::npos) << locs[i].symbol;
+    for (const SourceFrame& f : locs[i].frames)
+      EXPECT_EQ(f.function.find('@'), std::string::npos) << f.function;
+    if (!locs[i].symbol_version.empty()) {
+      ++with_version;
+      EXPECT_EQ(locs[i].symbol_version[0], '@');
+      EXPECT_NE(locs[i].symbol_version.find("GLIBC_"), std::string::npos) << locs[i].symbol_version;
+    }
+  }
+  EXPECT_GT(with_version, 0u);  // the versioned names were the ones chosen, and their version kept
+  // The two of the issue, by name.
+  for (const char* name : {"clock_nanosleep", "__libc_start_main"}) {
+    SCOPED_TRACE(name);
+    const auto it = std::find(plain_names.begin(), plain_names.end(), name);
+    ASSERT_NE(it, plain_names.end());
+    const Location& loc = locs[static_cast<size_t>(it - plain_names.begin())];
+    EXPECT_EQ(loc.symbol, name);
+    EXPECT_EQ(loc.frames.front().function, name);
+  }
+}
+
 TEST(Symbolizer, LruCacheHonoursItsCap) {
   const auto pie_sym = test::nm_find(test::nm_functions(FIXTURE_C_PIE), "hpd_leaf");
   const uint64_t pie_offset = test::file_offset_of(test::load_segments(FIXTURE_C_PIE), pie_sym->address);
@@ -657,6 +712,94 @@ TEST(SegmentMap, FileOffsetsToVaddrs) {
   EXPECT_EQ(m.vaddr_of(0x3e20), 0x404e20u);
   EXPECT_EQ(m.vaddr_of(0x9000), 0x409000u);  // outside: extrapolated from the executable segment
   EXPECT_EQ(SegmentMap({{0x1000, 0x100, 0x1123, 0x100, true}}).image_base(), 0x1000u);
+}
+
+}  // namespace
+}  // namespace hpd
+
+namespace hpd {
+namespace {
+
+// This process's vDSO as it is mapped (the image RawModule::image carries).
+std::vector<uint8_t> own_vdso_image() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("[vdso]") == std::string::npos) continue;
+    const uint64_t start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    const uint64_t end = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+    return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(start),
+                                reinterpret_cast<const uint8_t*>(end));
+  }
+  return {};
+}
+
+// The vDSO read from its image: clock_gettime's address names it; a build-id that does not match,
+// a damaged or cut image, and a [vdso] with no image give reasons, never a crash.
+TEST(Symbolizer, VdsoFromItsImageAndBadImages) {
+  const std::vector<uint8_t> image = own_vdso_image();
+  ASSERT_GT(image.size(), 4096u);
+  ModuleRef ref;
+  ref.path = "[vdso]";
+  ref.image = image;
+  Symbolizer symbolizer;
+  const ModuleInfo& info = symbolizer.module_info(ref);
+  ASSERT_TRUE(info.readable) << info.error;
+  EXPECT_EQ(info.build_id.size(), 40u);
+  EXPECT_GE(info.symbol_count, 4u);  // clock_gettime, gettimeofday, time, getcpu, ...
+  // Where clock_gettime lives in this process's vDSO, as the dynamic linker found it.
+  uint64_t vdso_start = 0;
+  {
+    std::ifstream maps("/proc/self/maps");
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find("[vdso]") != std::string::npos)
+        vdso_start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    }
+  }
+  void* handle = ::dlopen("linux-vdso.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(handle, nullptr) << ::dlerror();
+  const auto fn = reinterpret_cast<uint64_t>(::dlsym(handle, "__vdso_clock_gettime"));
+  ASSERT_NE(fn, 0u);
+  const Location loc = resolve_one(symbolizer, ref, fn - vdso_start + 4);
+  ASSERT_TRUE(loc.found);
+  EXPECT_TRUE(loc.symbol == "__vdso_clock_gettime" || loc.symbol == "clock_gettime") << loc.symbol;
+
+  ModuleRef wrong = ref;
+  wrong.build_id = std::string(40, 'a');
+  const ModuleInfo& wrong_info = symbolizer.module_info(wrong);
+  EXPECT_FALSE(wrong_info.readable);
+  EXPECT_NE(wrong_info.error.find("is not the recorded"), std::string::npos) << wrong_info.error;
+
+  ModuleRef none;
+  none.path = "[vdso]";
+  none.pid = 1;  // not a reason to look anywhere: the vDSO has no file
+  const ModuleInfo& none_info = symbolizer.module_info(none);
+  EXPECT_FALSE(none_info.readable);
+  EXPECT_NE(none_info.error.find("not read while the process lived"), std::string::npos) << none_info.error;
+
+  // Cut and damaged images: an error or a smaller answer, never a crash.
+  for (size_t cut : {size_t{0}, size_t{16}, size_t{64}, size_t{700}, image.size() / 2, image.size() - 1}) {
+    SCOPED_TRACE(cut);
+    std::vector<uint8_t> part(image.begin(), image.begin() + static_cast<std::ptrdiff_t>(cut));
+    if (part.empty()) part.push_back(0);  // an empty span means "no image"
+    Symbolizer s;
+    ModuleRef r;
+    r.path = "[vdso]";
+    r.image = part;
+    const ModuleInfo& i = s.module_info(r);
+    if (!i.readable) {
+      EXPECT_FALSE(i.error.empty());
+    }
+    (void)resolve_one(s, r, fn - vdso_start);
+  }
+  std::vector<uint8_t> damaged = image;
+  std::mt19937 rng(7);
+  for (size_t k = 64; k < damaged.size(); k += 37) damaged[k] = static_cast<uint8_t>(rng());
+  Symbolizer s;
+  ModuleRef r;
+  r.path = "[vdso]";
+  r.image = damaged;
+  (void)s.module_info(r);
+  (void)resolve_one(s, r, fn - vdso_start);
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ World& world() {
         continue;
       }
       std::string path = pos > 0 && static_cast<size_t>(pos) <= line.size() ? line.substr(pos) : "[anon]";
-      w->modules.push_back(hpd::RawModule{path, "", false});
+      w->modules.emplace_back().path = path;
       w->process.mappings.push_back(
           hpd::RawMapping{start, end, offset, static_cast<uint32_t>(w->modules.size() - 1), 0, 0});
     }

@@ -216,7 +216,7 @@ RawProcess process_from_maps(pid_t pid, std::vector<RawModule>& modules) {
     }
     if (index == kNoIndex) {
       index = static_cast<uint32_t>(modules.size());
-      modules.push_back(RawModule{path, "", false});
+      modules.emplace_back().path = path;
     }
     process.mappings.push_back(RawMapping{start, end, offset, index, 0, 0});
   }

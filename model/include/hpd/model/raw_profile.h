@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -26,16 +27,37 @@ enum class StackEnd : uint8_t {
 
 const char* to_string(StackEnd end);
 
+// A module file held open (read-only) since a live process mapped it: opened through
+// /proc/PID/map_files, it is the very file the process ran, readable after the process exited and
+// whatever mount namespace (PrivateTmp, a container) the reader runs in. Closed with its last owner.
+class HeldFile {
+ public:
+  explicit HeldFile(int fd) : fd_(fd) {}
+  ~HeldFile();
+  HeldFile(const HeldFile&) = delete;
+  HeldFile& operator=(const HeldFile&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 // One file seen mapped executable in some process (or the kernel image).
 struct RawModule {
   std::string path;      // as the process saw it (/proc/PID/maps); "[kernel.kallsyms]" for the kernel
   std::string build_id;  // lower-case hex, empty when the file has none or could not be read
   bool is_kernel = false;
+  // The ELF image of a module that has no file, as a process mapped it: the vDSO ("[vdso]"), read
+  // from /proc/PID/mem while the process lived. Empty for files. Kept in .hpr captures.
+  std::vector<uint8_t> image;
+  // The file, held open while recording (see HeldFile); null when it could not be opened. Only
+  // meaningful inside the recording process: not kept in captures.
+  std::shared_ptr<const HeldFile> file;
 };
 
 // An executable mapping of a module into a process's address space.
 struct RawMapping {
-  uint64_t start = 0;        // runtime address range [start, end)
+  uint64_t start = 0;  // runtime address range [start, end)
   uint64_t end = 0;
   uint64_t file_offset = 0;  // file offset mapped at `start`
   uint32_t module = kNoIndex;
@@ -121,11 +143,11 @@ struct RawCallEdge {
 
 // One function of a MIP (Machine IR Profile) snapshot: exact counts the instrumented program kept.
 struct RawMipFunction {
-  std::string name;         // mangled, as in the module's __llvm_mipmap
-  uint64_t address = 0;     // link-time address (ELF vaddr) of the entry; 0 = unknown
+  std::string name;      // mangled, as in the module's __llvm_mipmap
+  uint64_t address = 0;  // link-time address (ELF vaddr) of the entry; 0 = unknown
   uint32_t size = 0;
-  uint64_t call_count = 0;  // exact with call counting; 1 = "called" in coverage mode
-  uint64_t first_call = 0;  // first-call order (1 = the first function called); 0 = never / untimed
+  uint64_t call_count = 0;      // exact with call counting; 1 = "called" in coverage mode
+  uint64_t first_call = 0;      // first-call order (1 = the first function called); 0 = never / untimed
   uint32_t blocks_covered = 0;  // including the entry block; 0/0 without block coverage
   uint32_t blocks_total = 0;
 };
@@ -133,10 +155,10 @@ struct RawMipFunction {
 // The MIP counts of one module of one process at one moment.
 struct RawMipSnapshot {
   int32_t pid = 0;
-  uint64_t time_ns = 0;         // monotonic, when the read began
-  uint32_t module = kNoIndex;   // into RawProfile::modules
+  uint64_t time_ns = 0;        // monotonic, when the read began
+  uint32_t module = kNoIndex;  // into RawProfile::modules
   uint32_t module_hash = 0;
-  bool counts_calls = false;    // call counts are exact (else call_count is 0/1 coverage)
+  bool counts_calls = false;  // call counts are exact (else call_count is 0/1 coverage)
   std::vector<RawMipFunction> functions;
 };
 
@@ -146,10 +168,10 @@ struct RecordingInfo {
   uint64_t end_mono_ns = 0;
   uint64_t interval_ns = 0;  // the sampling period
   uint32_t frequency_hz = 0;
-  std::string backend;        // "perf", "bpf"
-  std::string event;          // "task-clock", "cpu-clock"
-  std::string call_graph;     // "fp", "dwarf"
-  std::string target;         // what was recorded, for the profile's title
+  std::string backend;                 // "perf", "bpf"
+  std::string event;                   // "task-clock", "cpu-clock"
+  std::string call_graph;              // "fp", "dwarf"
+  std::string target;                  // what was recorded, for the profile's title
   std::vector<std::string> arguments;  // the hpctl command line
   std::string hostname;
   std::string kernel_release;

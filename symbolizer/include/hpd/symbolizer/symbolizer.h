@@ -37,8 +37,11 @@ struct SourceFrame {
 
 // What one address resolves to.
 struct Location {
-  bool found = false;           // a symbol or debug information covered the address
-  std::string symbol;           // the outer (real) function, demangled; empty when !found
+  bool found = false;  // a symbol or debug information covered the address
+  std::string symbol;  // the outer (real) function, demangled; empty when !found
+  // The ELF symbol version the symbol-table name carried ("@@GLIBC_2.17"), which `symbol` and the
+  // frames leave out; empty when none.
+  std::string symbol_version;
   uint64_t symbol_address = 0;  // lib-relative start of that function
   uint64_t symbol_size = 0;     // 0 = unknown
   uint64_t rel_address = 0;     // lib-relative address that was looked up
@@ -60,6 +63,7 @@ struct SourceFrameView {
 struct LocationView {
   bool found = false;
   std::string_view symbol;
+  std::string_view symbol_version;
   uint64_t symbol_address = 0;
   uint64_t symbol_size = 0;
   uint64_t rel_address = 0;
@@ -73,11 +77,18 @@ struct ModuleRef {
   int32_t pid = 0;         // a live process that maps it (for /proc/PID/root and map_files), 0 = none
   uint64_t map_start = 0;  // with pid: the mapping's start, to reach /proc/PID/map_files
   uint64_t map_end = 0;
+  // A descriptor of the file held open since the recording (RawModule::file), tried first as
+  // /proc/self/fd/FD: the file the process ran, whatever mount namespace this one is. -1 = none.
+  int held_fd = -1;
+  // The module's ELF image in memory (the vDSO, RawModule::image): read instead of any file. The
+  // bytes are copied when the module is first loaded.
+  std::span<const uint8_t> image;
 };
 
 // What the symbolizer found out about a module file.
 //
-// Choice of file: a file whose build-id matches the expected one (tried in the order
+// Choice of file: the module's image when it has one (the vDSO); else a file whose build-id
+// matches the expected one (tried in the order of the held descriptor,
 // /proc/PID/map_files/START-END, /proc/PID/root/PATH, PATH) wins; failing that, a debug file found by
 // the expected build-id under /usr/lib/debug/.build-id (its program headers keep the vaddrs but
 // not the file offsets, so offsets are assumed to be vaddr - image_base, and `error` says so);
@@ -186,7 +197,8 @@ class KernelSymbols {
 
 // Demangles C++ (Itanium) and Rust (legacy and v0) names; legacy Rust hashes are stripped.
 // Returns the input unchanged when it is not a mangled name. A suffix after '@' (symbol
-// versions, "@plt") is kept and appended to the demangled name.
+// versions, "@plt") is kept and appended to the demangled name. Names LLVM's demangler refuses
+// go through libstdc++'s abi::__cxa_demangle (what c++filt reads) before staying mangled.
 std::string demangle(const std::string& name);
 
 }  // namespace hpd
