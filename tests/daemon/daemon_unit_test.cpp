@@ -267,8 +267,11 @@ TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   d = check_record_access(nobody, false, "hpd", args);
   EXPECT_FALSE(d.allowed);
   EXPECT_NE(d.reason.find("may only record your own processes"), std::string::npos) << d.reason;
-  const PeerCredentials me{getpid(), getuid(), getgid()};
-  EXPECT_TRUE(check_record_access(me, false, "hpd", args).allowed);
+  PeerCredentials me{getpid(), getuid(), getgid()};
+  // This test's own capabilities, not CAP_SYS_PTRACE in effect: the uid, gid and dumpable rules decide.
+  me.cap_permitted = ~0ull;
+  EXPECT_TRUE(check_record_access(me, false, "hpd", args).allowed)
+      << check_record_access(me, false, "hpd", args).reason;
   args.pids = {0x7ffffff0};
   EXPECT_NE(check_record_access(me, false, "hpd", args).reason.find("no process"), std::string::npos);
   args = {};
@@ -276,6 +279,21 @@ TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   EXPECT_TRUE(check_record_access(nobody, true, "hpd", args).allowed);
   EXPECT_TRUE(is_privileged_peer(PeerCredentials{getpid(), 0, 0}, "no-such-group-hpd-test"));
   EXPECT_FALSE(is_privileged_peer(PeerCredentials{0, 65534, 65534}, "no-such-group-hpd-test"));
+}
+
+TEST(Access, KernelFramesAsTheKernelWouldShowThem) {
+  PeerCredentials user{1, 1000, 1000};
+  EXPECT_NE(kernel_frames_refusal(user, 2, 0).find("perf_event_paranoid is 2"), std::string::npos);
+  EXPECT_EQ(kernel_frames_refusal(user, 1, 0), "");
+  EXPECT_NE(kernel_frames_refusal(user, 1, 1).find("kptr_restrict is 1 and you lack CAP_SYSLOG"),
+            std::string::npos);
+  EXPECT_NE(kernel_frames_refusal(user, -1, 2).find("kptr_restrict is 2"), std::string::npos);
+  user.cap_effective = 1ull << kCapPerfmon;
+  EXPECT_NE(kernel_frames_refusal(user, 2, 0).find("kptr_restrict is 0"), std::string::npos)
+      << "CAP_PERFMON gives samples, but kallsyms shows addresses only with paranoid <= 1 or CAP_SYSLOG";
+  user.cap_effective |= 1ull << kCapSyslog;
+  EXPECT_EQ(kernel_frames_refusal(user, 2, 1), "");
+  EXPECT_NE(kernel_frames_refusal(user, 2, 2).find("kptr_restrict is 2"), std::string::npos);
 }
 
 class SocketPair : public ::testing::Test {

@@ -1,0 +1,289 @@
+// Privileged tests of what hpd gives a local user, with two real users the suite creates (useradd)
+// and removes: kernel frames and addresses, the kernel's PTRACE_MODE_READ rules, set-user-ID children.
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "firefox_lint.h"
+#include "hpd/capture/capture.h"
+#include "hpd/service/protocol.h"
+#include "hpd_harness.h"
+#include "subprocess.h"
+
+namespace hpd::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kCredsTarget = std::string(HPD_FIXTURE_DIR) + "/creds_target";
+
+// A real login user made for the suite: its own uid and user-private group, no home directory.
+struct TestUser {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+
+  // argv run as this user: real, effective and saved ids, its groups from /etc/group.
+  [[nodiscard]] std::vector<std::string> run_as(std::vector<std::string> argv) const {
+    std::vector<std::string> full = {"setpriv", "--reuid=" + name, "--regid=" + name, "--init-groups"};
+    full.insert(full.end(), argv.begin(), argv.end());
+    return full;
+  }
+};
+
+TestUser make_user(const std::string& name) {
+  run({"userdel", name}, 30);  // a leftover of an interrupted run
+  const RunResult made = run({"useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", name}, 30);
+  if (made.exit_code != 0) throw std::runtime_error("useradd " + name + ": " + made.err);
+  const passwd* entry = getpwnam(name.c_str());
+  if (entry == nullptr) throw std::runtime_error("useradd made no user " + name);
+  return TestUser{name, entry->pw_uid, entry->pw_gid};
+}
+
+class RealUsers : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    alice_ = make_user("hpdtest-alice");
+    bob_ = make_user("hpdtest-bob");
+  }
+  static void TearDownTestSuite() {
+    run({"userdel", alice_.name}, 30);
+    run({"userdel", bob_.name}, 30);
+  }
+
+  std::vector<std::string> hpctl(const Hpd& hpd, std::vector<std::string> args) const {
+    std::vector<std::string> argv = {kHpctl, "--socket", hpd.socket(), "--daemon"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  static TestUser alice_;
+  static TestUser bob_;
+};
+
+TestUser RealUsers::alice_;
+TestUser RealUsers::bob_;
+
+// Sets a sysctl for the scope of a test and puts the old value back.
+class ScopedSysctl {
+ public:
+  ScopedSysctl(std::string path, const std::string& value) : path_(std::move(path)) {
+    std::ifstream(path_) >> old_;
+    std::ofstream(path_) << value;
+  }
+  ~ScopedSysctl() { std::ofstream(path_) << old_; }
+  ScopedSysctl(const ScopedSysctl&) = delete;
+  ScopedSysctl& operator=(const ScopedSysctl&) = delete;
+
+ private:
+  std::string path_;
+  std::string old_;
+};
+
+constexpr uint64_t kKernelSpaceStart = 0xffff800000000000ull;
+
+// Kernel frames of a capture file: frames counted as kernel, and any address in kernel space.
+struct KernelContent {
+  size_t kernel_frames = 0;
+  size_t kernel_addresses = 0;
+  size_t samples = 0;
+};
+
+KernelContent kernel_content(const std::string& hpr) {
+  const CaptureContents capture = read_capture_file(hpr);
+  KernelContent c;
+  c.samples = capture.profile.samples.size();
+  for (size_t i = 0; i < capture.profile.stacks.size(); ++i)
+    c.kernel_frames += capture.profile.stacks[static_cast<uint32_t>(i)].kernel_depth;
+  for (const uint64_t address : capture.profile.stacks.addresses())
+    if (address >= kKernelSpaceStart) ++c.kernel_addresses;
+  return c;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A process that spends most of its time in the kernel (one-byte reads and writes), as `user`.
+std::vector<std::string> syscall_heavy(const std::vector<std::string>& prefix) {
+  std::vector<std::string> argv = prefix;
+  for (const char* a : {"dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=2000000000"}) argv.push_back(a);
+  return argv;
+}
+
+TEST_F(RealUsers, UnprivilegedClientGetsNoKernelFramesOrAddresses) {
+  ScopedSysctl paranoid("/proc/sys/kernel/perf_event_paranoid", "2");
+  Hpd hpd;
+  Background own(syscall_heavy(alice_.run_as({})));
+  const std::string pid = std::to_string(own.pid());
+
+  // As the user: a capture (raw addresses) and a Firefox profile.
+  const std::string hpr = hpd.out_dir() + "/alice.hpr";
+  const RunResult capture =
+      run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "2", "-o", hpr})));
+  ASSERT_EQ(capture.exit_code, 0) << capture.err << hpd.log();
+  EXPECT_NE(capture.err.find("no kernel frames: perf_event_paranoid is 2 and you lack CAP_PERFMON"),
+            std::string::npos)
+      << capture.err;
+  const KernelContent mine = kernel_content(hpr);
+  EXPECT_GT(mine.samples, 50u);
+  EXPECT_EQ(mine.kernel_frames, 0u);
+  EXPECT_EQ(mine.kernel_addresses, 0u) << "a raw kernel address in the user's .hpr";
+  const std::string ff = hpd.out_dir() + "/alice.json";
+  const RunResult firefox =
+      run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "1", "-o", ff})));
+  ASSERT_EQ(firefox.exit_code, 0) << firefox.err;
+  const std::string text = read_text(ff);
+  EXPECT_EQ(text.find("kallsyms"), std::string::npos) << "a kernel library in the user's profile";
+
+  // Asking for them explicitly is refused, and says why.
+  const RunResult asked = run(alice_.run_as(
+      hpctl(hpd, {"record", "--kernel", "--pid", pid, "-d", "1", "-o", hpd.out_dir() + "/k.hpr"})));
+  EXPECT_NE(asked.exit_code, 0);
+  EXPECT_NE(asked.err.find("kernel call stacks are not yours to have"), std::string::npos) << asked.err;
+  EXPECT_TRUE(hpd.wait_log("refused kernel frames (--kernel) for uid " + std::to_string(alice_.uid), 5))
+      << hpd.log();
+
+  // Root keeps them: the same process recorded by root has kernel frames with kernel addresses.
+  const std::string root_hpr = hpd.out_dir() + "/root.hpr";
+  const RunResult root = run(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "2", "-o", root_hpr}));
+  ASSERT_EQ(root.exit_code, 0) << root.err;
+  const KernelContent roots = kernel_content(root_hpr);
+  EXPECT_GT(roots.kernel_frames, 50u);
+  EXPECT_GT(roots.kernel_addresses, 50u);
+}
+
+TEST_F(RealUsers, KernelFramesFollowParanoidForUnprivilegedClients) {
+  // With perf_event_paranoid 1 and kptr_restrict 0 the kernel shows every user kernel samples and
+  // kallsyms addresses: hpd gives them too.
+  ScopedSysctl paranoid("/proc/sys/kernel/perf_event_paranoid", "1");
+  ScopedSysctl kptr("/proc/sys/kernel/kptr_restrict", "0");
+  Hpd hpd;
+  Background own(syscall_heavy(alice_.run_as({})));
+  const std::string hpr = hpd.out_dir() + "/alice1.hpr";
+  const RunResult r = run(alice_.run_as(
+      hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(own.pid()), "-d", "2", "-o", hpr})));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_GT(kernel_content(hpr).kernel_frames, 50u);
+  // kptr_restrict 1 hides addresses from those without CAP_SYSLOG: no kernel frames then.
+  std::ofstream("/proc/sys/kernel/kptr_restrict") << "1";
+  const RunResult hidden = run(alice_.run_as(
+      hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(own.pid()), "-d", "1", "-o", hpr})));
+  ASSERT_EQ(hidden.exit_code, 0) << hidden.err;
+  EXPECT_EQ(kernel_content(hpr).kernel_addresses, 0u);
+  EXPECT_NE(hidden.err.find("kptr_restrict is 1"), std::string::npos) << hidden.err;
+}
+
+TEST_F(RealUsers, AccessFollowsPtraceModeRead) {
+  Hpd hpd;
+  BackgroundOptions wait_ready;
+  wait_ready.ready_line = "ready";
+  // Started by root, then real, effective and filesystem ids the user's; the saved uid stays 0.
+  Background saved_root(
+      {kCredsTarget, "saved-root", std::to_string(alice_.uid), std::to_string(alice_.gid), "60"}, wait_ready);
+  ASSERT_TRUE(saved_root.ready());
+  Background nondumpable(alice_.run_as({kCredsTarget, "nondumpable", "60"}), wait_ready);
+  ASSERT_TRUE(nondumpable.ready());
+  Background plain(alice_.run_as({kCredsTarget, "plain", "60"}), wait_ready);
+  ASSERT_TRUE(plain.ready());
+  Background bobs(bob_.run_as({kCredsTarget, "plain", "60"}), wait_ready);
+  ASSERT_TRUE(bobs.ready());
+
+  auto record = [&](pid_t pid, const std::string& name) {
+    return run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(pid), "-d", "1",
+                                         "-o", hpd.out_dir() + "/" + name})));
+  };
+  const RunResult saved = record(saved_root.pid(), "saved.json");
+  EXPECT_NE(saved.exit_code, 0);
+  EXPECT_NE(saved.err.find("runs with saved uid 0"), std::string::npos) << saved.err;
+  EXPECT_FALSE(std::filesystem::exists(hpd.out_dir() + "/saved.json"));
+  const RunResult dump = record(nondumpable.pid(), "nondumpable.json");
+  EXPECT_NE(dump.exit_code, 0);
+  EXPECT_NE(dump.err.find("is not dumpable"), std::string::npos) << dump.err;
+  const RunResult other = record(bobs.pid(), "bob.json");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("runs with real uid " + std::to_string(bob_.uid)), std::string::npos) << other.err;
+  // Each refusal is logged with the uid and pid of the client and the reason.
+  EXPECT_TRUE(hpd.wait_log("refused a recording for uid " + std::to_string(alice_.uid) + " (pid ", 5));
+  EXPECT_NE(hpd.log().find("is not dumpable"), std::string::npos) << hpd.log();
+  // The user's own ordinary process is recorded.
+  const RunResult own = record(plain.pid(), "plain.json");
+  ASSERT_EQ(own.exit_code, 0) << own.err << hpd.log();
+  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/plain.json")), 100u);
+  // A process of the user that becomes non-dumpable mid-recording ends the session, nothing handed over.
+  const std::string late = hpd.out_dir() + "/late.json";
+  const RunResult later =
+      run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "-o", late, "--", "sh", "-c",
+                                    "\"$0\" plain 0.5; exec \"$0\" nondumpable 3", kCredsTarget})));
+  EXPECT_NE(later.exit_code, 0);
+  EXPECT_NE(later.err.find("the recording was stopped and discarded"), std::string::npos) << later.err;
+  EXPECT_NE(later.err.find("is not dumpable"), std::string::npos) << later.err;
+  EXPECT_FALSE(std::filesystem::exists(late));
+  // Root may record all of them.
+  const RunResult root = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(saved_root.pid()),
+                                         "-d", "1", "-o", hpd.out_dir() + "/root.json"}));
+  EXPECT_EQ(root.exit_code, 0) << root.err;
+}
+
+TEST_F(RealUsers, ShortLivedSetuidChildLeavesNoSample) {
+  Hpd hpd;
+  // A set-user-ID root copy of the fixture, where the user can run it; as root it spins in
+  // spin_privileged, a name no other part of the command has.
+  const std::string privileged = hpd.dir() + "/creds_target_suid";
+  std::filesystem::copy_file(kCredsTarget, privileged);
+  ASSERT_EQ(chown(privileged.c_str(), 0, 0), 0);
+  ASSERT_EQ(chmod(privileged.c_str(), 04755), 0);
+  const std::string script = "\"$0\" plain 1; \"$1\" privileged 0.3; \"$0\" plain 0.5";
+  auto record = [&](bool as_alice, const std::string& out) {
+    std::vector<std::string> argv =
+        hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script, kCredsTarget, privileged});
+    return run(as_alice ? alice_.run_as(argv) : argv);
+  };
+  for (const char* name : {"/suid.json.gz", "/suid.hpr"}) {
+    const std::string out = hpd.out_dir() + name;
+    const RunResult r = record(true, out);
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err << hpd.log();
+    EXPECT_NE(r.err.find("executed a program that runs with credentials other than yours"), std::string::npos)
+        << r.err;
+    std::string text;
+    if (std::string(name).ends_with(".hpr")) {
+      const RunResult converted = run({kHpctl, "convert", out, "-o", out + ".json"});
+      ASSERT_EQ(converted.exit_code, 0) << converted.err;
+      text = read_text(out + ".json");
+      EXPECT_EQ(kernel_content(out).kernel_addresses, 0u);
+    } else {
+      const json profile = testing::load_json_maybe_gzip(out);
+      EXPECT_GT(count_samples(profile), 500u) << "the user's own 1.5 s of CPU are there";
+      text = profile.dump();
+    }
+    EXPECT_NE(text.find("spin_plain"), std::string::npos) << name;
+    EXPECT_EQ(text.find("spin_privileged"), std::string::npos)
+        << name << ": a sample of the set-user-ID child";
+  }
+  // Root keeps the child: the check above can see it.
+  const std::string out = hpd.out_dir() + "/root.json.gz";
+  const RunResult root = record(false, out);
+  ASSERT_EQ(root.exit_code, 0) << root.err;
+  EXPECT_NE(testing::load_json_maybe_gzip(out).dump().find("spin_privileged"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hpd::test
