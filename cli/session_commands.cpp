@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "daemon_client.h"
 #include "hpd/export/report.h"
+#include "hpd/model/output_write.h"
 #include "perf/call_graph_choice.h"
 #include "profile_input.h"
 #include "progress.h"
@@ -167,9 +168,13 @@ bool command_runnable(const std::string& name, std::string& why) {
 class ClientOutput {
  public:
   explicit ClientOutput(const std::string& output) : output_(output) {
-    if (is_capture_output(output)) {
+    // A device or FIFO (-o /dev/null) is written in place, never replaced by a renamed file; in a
+    // directory others may write, a symbolic link is not followed.
+    const OutputPlace place = inspect_output(output);
+    if (is_capture_output(output) || place.special) {
       path_ = output;
-      fd_ = ::open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+      fd_ = open_output(output, O_CREAT | O_TRUNC, place);
+      in_place_ = place.special;
     } else {
       namespace fs = std::filesystem;
       fs::path dir = fs::path(output).parent_path();
@@ -188,7 +193,7 @@ class ClientOutput {
   }
   ~ClientOutput() {
     if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
+    if (!committed_ && !in_place_) ::unlink(path_.c_str());
   }
   ClientOutput(const ClientOutput&) = delete;
   ClientOutput& operator=(const ClientOutput&) = delete;
@@ -208,6 +213,7 @@ class ClientOutput {
   std::string path_;
   int fd_ = -1;
   bool committed_ = false;
+  bool in_place_ = false;  // an existing device or FIFO: never unlinked
 };
 
 std::string json_text(const json& j, const char* key) {

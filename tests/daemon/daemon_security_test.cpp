@@ -285,5 +285,201 @@ TEST_F(RealUsers, ShortLivedSetuidChildLeavesNoSample) {
   EXPECT_NE(testing::load_json_maybe_gzip(out).dump().find("spin_privileged"), std::string::npos);
 }
 
+// A process of `user` holding `count` connections to hpd that send nothing; killed on destruction.
+class IdleConnections {
+ public:
+  IdleConnections(const TestUser& user, const std::string& socket, int count) {
+    int ready[2];
+    if (pipe(ready) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(ready[0]);
+      if (setgroups(0, nullptr) != 0 || setresgid(user.gid, user.gid, user.gid) != 0 ||
+          setresuid(user.uid, user.uid, user.uid) != 0)
+        _exit(1);
+      int opened = 0;
+      for (int i = 0; i < count; ++i) opened += connect_unix(socket) >= 0 ? 1 : 0;
+      [[maybe_unused]] const ssize_t n = write(ready[1], &opened, sizeof opened);
+      for (;;) pause();
+    }
+    close(ready[1]);
+    if (read(ready[0], &opened_, sizeof opened_) != sizeof opened_) opened_ = -1;
+    close(ready[0]);
+  }
+  ~IdleConnections() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  IdleConnections(const IdleConnections&) = delete;
+  IdleConnections& operator=(const IdleConnections&) = delete;
+  [[nodiscard]] int opened() const { return opened_; }
+
+ private:
+  pid_t pid_ = -1;
+  int opened_ = 0;
+};
+
+TEST_F(RealUsers, RootServedBeside300IdleConnectionsOfAnotherUser) {
+  HpdStart start;
+  start.config = "idle_timeout = 4\n";
+  Hpd hpd(start);
+  const int before = hpd.fd_counts().total;
+  IdleConnections idle(bob_, hpd.socket(), 300);
+  ASSERT_EQ(idle.opened(), 300) << "connect() itself succeeds; hpd answers the extra ones with an error";
+  const RunResult root = run({kHpctl, "--socket", hpd.socket(), "status"}, 20);
+  EXPECT_EQ(root.exit_code, 0) << root.err << hpd.log();
+  EXPECT_NE(root.out.find("backend"), std::string::npos) << root.out;
+  // Another user is not locked out either; bob is, past his share.
+  const RunResult alice = run(alice_.run_as({kHpctl, "--socket", hpd.socket(), "status"}), 20);
+  EXPECT_EQ(alice.exit_code, 0) << alice.err;
+  const RunResult bob = run(bob_.run_as({kHpctl, "--socket", hpd.socket(), "status"}), 20);
+  EXPECT_NE(bob.exit_code, 0);
+  EXPECT_NE(bob.err.find("max_connections_per_user"), std::string::npos) << bob.err;
+  EXPECT_TRUE(hpd.wait_log("refused a connection of uid " + std::to_string(bob_.uid), 5));
+  EXPECT_LE(hpd.fd_counts().total, before + 40) << "at most max_connections_per_user (32) held for bob";
+  // Idle connections are closed after idle_timeout: hpd's descriptors come back down.
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    closed = hpd.fd_counts().total <= before + 1;
+  }
+  EXPECT_TRUE(closed) << hpd.fd_counts().total << " descriptors, " << before << " before";
+  EXPECT_EQ(hpd.terminate(10), 0);
+}
+
+uint64_t rss_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
+}
+
+TEST_F(RealUsers, AnnouncedFramesCostNoMemoryBeforeTheirBytes) {
+  Hpd hpd;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const uint64_t before = rss_bytes(hpd.pid());
+  // 30 connections (a user's share), each announcing a 1 MiB frame and sending 1 byte of it.
+  std::vector<int> fds;
+  for (int i = 0; i < 30; ++i) {
+    const int fd = connect_unix(hpd.socket());
+    ASSERT_GE(fd, 0);
+    const char header[5] = {0, 0, 0x10, 0, '{'};
+    ASSERT_EQ(send(fd, header, sizeof header, MSG_NOSIGNAL), 5);
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const uint64_t during = rss_bytes(hpd.pid());
+  for (const int fd : fds) close(fd);
+  // Before: 30 MiB allocated and zeroed at once. Now a 64 KiB piece per connection and its thread.
+  EXPECT_LT(during, before + (12u << 20))
+      << "RSS " << (before >> 20) << " MiB -> " << (during >> 20) << " MiB";
+  EXPECT_EQ(hpd.status()["type"], "status");
+}
+
+// A record request on a fresh connection, its output a pipe of one page that nobody reads.
+struct StalledClient {
+  int socket = -1;
+  int pipe_read = -1;
+  ~StalledClient() {
+    if (socket >= 0) close(socket);
+    if (pipe_read >= 0) close(pipe_read);
+  }
+};
+
+std::unique_ptr<StalledClient> start_unread_recording(const Hpd& hpd, pid_t target, double seconds) {
+  auto client = std::make_unique<StalledClient>();
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+  fcntl(fds[1], F_SETPIPE_SZ, 4096);
+  client->pipe_read = fds[0];
+  client->socket = connect_unix(hpd.socket());
+  const json request = {{"version", 1},
+                        {"type", "record"},
+                        {"fd", true},
+                        {"args", {{"pids", {target}}, {"duration_s", seconds}, {"output", "out.json"}}}};
+  service::send_frame(client->socket, request.dump(), fds[1]);
+  close(fds[1]);
+  return client;
+}
+
+TEST_F(RealUsers, ClientThatDoesNotReadLosesItsSessionAndSigtermStillEndsHpd) {
+  HpdStart start;
+  start.config = "client_timeout = 2\n";
+  Hpd hpd(start);
+  Background target({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "60"});
+  const auto client = start_unread_recording(hpd, target.pid(), 1);
+  // The profile does not fit the pipe: its writer gives up after client_timeout and tells the client.
+  json last;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    do last = read_reply(client->socket, 30000);
+    while (last["type"] != "error" && last["type"] != "done");
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what() << hpd.log();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(last["type"], "error") << last.dump();
+  EXPECT_NE(last.value("message", "").find("took no data for 2 s"), std::string::npos) << last.dump();
+  EXPECT_LT(waited, 20);
+  EXPECT_EQ(hpd.status()["sessions"], 0) << "the slot is free";
+
+  // With a long client_timeout, SIGTERM still ends hpd within stop_timeout while a client does not read.
+  HpdStart patient;
+  patient.config = "client_timeout = 300\nstop_timeout = 3\n";
+  Hpd hpd2(patient);
+  const auto stuck = start_unread_recording(hpd2, target.pid(), 60);
+  for (int i = 0; i < 100 && hpd2.status()["samples"].get<uint64_t>() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(hpd2.terminate(10), 0) << hpd2.log();
+  const double stopped = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  EXPECT_LT(stopped, 5) << hpd2.log();
+  EXPECT_NE(hpd2.log().find("still busy after stop_timeout"), std::string::npos) << hpd2.log();
+}
+
+TEST_F(RealUsers, OutputsOntoDevicesAndPlantedLinks) {
+  Hpd hpd;
+  // A device node made by the test, like /dev/null (1:3), outside /dev.
+  const std::string device = hpd.dir() + "/null";
+  ASSERT_EQ(mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+  const std::string cpu_split = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
+  for (const char* name : {"null", "null.hpr"}) {
+    const std::string out = hpd.dir() + "/" + name;
+    if (out != device) {
+      ASSERT_EQ(mknod(out.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+    }
+    const RunResult r = run(hpctl(hpd, {"record", "--no-report", "-o", out, "--", cpu_split, "0.3"}));
+    EXPECT_EQ(r.exit_code, 0) << r.err << hpd.log();
+    struct stat st {};
+    ASSERT_EQ(lstat(out.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << out << " was replaced by a file of mode " << std::oct << st.st_mode;
+    EXPECT_EQ(st.st_rdev, makedev(1, 3));
+    // Recorded without hpd too.
+    const RunResult local = run({kHpctl, "--socket", hpd.dir() + "/none.sock", "record", "--no-report", "-o",
+                                 out, "--", cpu_split, "0.2"});
+    EXPECT_EQ(local.exit_code, 0) << local.err;
+    ASSERT_EQ(lstat(out.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << out << " (local) was replaced";
+  }
+  // In a directory others may write, a link another user planted is not followed. Not sticky: in a
+  // sticky one (/tmp) the kernel's protected_symlinks already refuses such links.
+  const std::string victim = hpd.dir() + "/victim";
+  std::ofstream(victim) << "root's data\n";
+  const std::string shared = hpd.dir() + "/shared";
+  ASSERT_EQ(mkdir(shared.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 0777), 0);
+  const std::string planted = shared + "/profile.hpr";
+  ASSERT_EQ(run(alice_.run_as({"ln", "-s", victim, planted})).exit_code, 0);
+  const RunResult r = run(hpctl(hpd, {"record", "--no-report", "-o", planted, "--", cpu_split, "0.2"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("symbolic link in a directory others may write"), std::string::npos) << r.err;
+  EXPECT_TRUE(read_text(victim) == "root's data\n") << "the planted link's target was written";
+  const RunResult local = run({kHpctl, "--socket", hpd.dir() + "/none.sock", "record", "--no-report", "-o",
+                               planted, "--", cpu_split, "0.2"});
+  EXPECT_NE(local.exit_code, 0);
+  EXPECT_TRUE(read_text(victim) == "root's data\n") << "the planted link's target was written";
+}
+
 }  // namespace
 }  // namespace hpd::test

@@ -211,13 +211,17 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "max_sessions = 3\nmax_duration_s = 1.5\nmax_frequency_hz = 500\nmax_session_memory_mb = 64\n"
       "continuous = on\ncontinuous_frequency = 49\ncontinuous_chunk_seconds = 30\ncontinuous_max_age = 2d\n"
       "continuous_max_bytes = 512M\nstate_directory = /var/lib/x\ngroup = wheel\nlog_level = debug\n"
-      "socket = /tmp/s.sock\n",
+      "socket = /tmp/s.sock\nmax_connections_per_user = 7\nmax_sessions_per_user = 2\nidle_timeout = 2m\n"
+      "client_timeout = 2.5\nstop_timeout = 4\n",
       "t.conf");
   const std::string text = format_config(c);
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (13 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 13) << text;
+  // One line per key: every key of the parser, none twice (18 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 18) << text;
+  EXPECT_NE(text.find("idle_timeout = 120\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("client_timeout = 2.5\n"), std::string::npos) << text;
+  EXPECT_THROW(parse_config("stop_timeout = 0\n", "t.conf"), ConfigError);
   EXPECT_NE(text.find("continuous_max_age = 172800\n"), std::string::npos) << text;
   EXPECT_NE(text.find("log_level = debug\n"), std::string::npos) << text;
 }

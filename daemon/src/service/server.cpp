@@ -1,5 +1,4 @@
-// The hpd service: accept loop, one thread per connection, one recording thread
-// per session, signals.
+// The hpd service: accept loop, one thread per connection, one recording thread per session, signals.
 #include "hpd/service/server.h"
 
 #include <fcntl.h>
@@ -30,6 +29,7 @@
 #include <thread>
 
 #include "hpd/collect/recorder.h"
+#include "hpd/model/output_write.h"
 #include "hpd/service/access.h"
 #include "hpd/service/config.h"
 #include "hpd/service/protocol.h"
@@ -55,24 +55,21 @@ namespace {
 
 using nlohmann::json;
 
-// More connections than this are answered with an error and closed (each costs
-// a thread).
+// More connections of users other than root than this are answered with an error and closed (each
+// costs a thread); max_connections_per_user bounds each user's share.
 constexpr size_t kMaxConnections = 256;
-// A client that does not read its socket for this long is treated as gone.
-constexpr int kSendTimeoutS = 10;
 
 uint64_t now_ns(clockid_t clock) {
   timespec ts{};
   clock_gettime(clock, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
-         static_cast<uint64_t>(ts.tv_nsec);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-std::string dump(const json &j) {
+std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-json message(const char *type) {
+json message(const char* type) {
   return json{{"version", kProtocolVersion}, {"type", type}};
 }
 
@@ -80,21 +77,19 @@ uint64_t read_rss_bytes() {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0)
-      return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
   }
   return 0;
 }
 
-bool perf_events_available(std::string *why) {
+bool perf_events_available(std::string* why) {
   perf_event_attr attr{};
   attr.size = sizeof attr;
   attr.type = PERF_TYPE_SOFTWARE;
   attr.config = PERF_COUNT_SW_TASK_CLOCK;
   attr.disabled = 1;
   attr.exclude_kernel = 1;
-  const long fd =
-      ::syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  const long fd = ::syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
   if (fd < 0) {
     *why = std::string("perf_event_open: ") + std::strerror(errno);
     return false;
@@ -103,29 +98,22 @@ bool perf_events_available(std::string *why) {
   return true;
 }
 
-std::string join_words(const std::vector<std::string> &words) {
+std::string join_words(const std::vector<std::string>& words) {
   std::string text;
-  for (const std::string &w : words)
-    text += (text.empty() ? "" : " ") + w;
+  for (const std::string& w : words) text += (text.empty() ? "" : " ") + w;
   return text;
 }
 
-std::string describe_target(const cli::RecordArgs &args,
-                            const std::vector<std::string> &launched) {
-  if (!launched.empty())
-    return join_words(launched);
-  if (args.all)
-    return "all processes";
-  if (!args.cgroup.empty())
-    return "cgroup " + args.cgroup;
+std::string describe_target(const cli::RecordArgs& args, const std::vector<std::string>& launched) {
+  if (!launched.empty()) return join_words(launched);
+  if (args.all) return "all processes";
+  if (!args.cgroup.empty()) return "cgroup " + args.cgroup;
   std::string text = "pid";
-  for (const int32_t pid : args.pids)
-    text += " " + std::to_string(pid);
+  for (const int32_t pid : args.pids) text += " " + std::to_string(pid);
   return text;
 }
 
-// One recording in progress; shared by its connection, its recording thread and
-// the registry.
+// One recording in progress; shared by its connection, its recording thread and the registry.
 struct Session {
   uint64_t id = 0;
   uid_t uid = 0;
@@ -141,23 +129,32 @@ struct Session {
 };
 
 class SessionRegistry {
-public:
-  // False when `max` sessions already run.
-  bool add(const std::shared_ptr<Session> &session, uint32_t max) {
+ public:
+  // "" when added; otherwise which limit refused it: `max` sessions in all, or `max_per_user` of the
+  // session's uid (root has no per-user limit).
+  std::string add(const std::shared_ptr<Session>& session, uint32_t max, uint32_t max_per_user) {
     std::lock_guard lock(mutex_);
-    if (sessions_.size() >= max)
-      return false;
+    if (sessions_.size() >= max) {
+      return "hpd already runs its maximum of " + std::to_string(max) +
+             " sessions (max_sessions in hpd.conf); try again later";
+    }
+    if (session->uid != 0) {
+      uint32_t mine = 0;
+      for (const auto& [id, s] : sessions_) mine += s->uid == session->uid ? 1 : 0;
+      if (mine >= max_per_user) {
+        return "you (uid " + std::to_string(session->uid) + ") already run " + std::to_string(mine) +
+               " sessions, the most one user may (max_sessions_per_user in hpd.conf); try again later";
+      }
+    }
     session->id = next_id_++;
     sessions_[session->id] = session;
-    return true;
+    return "";
   }
-  // Counts the session as finished, once: a recording removes its session
-  // before it tells the client it is done, and the connection removes it again
-  // when it ends.
-  void remove(const Session &session) {
+  // Counts the session as finished, once: a recording removes its session before it tells the
+  // client it is done, and the connection removes it again when it ends.
+  void remove(const Session& session) {
     std::lock_guard lock(mutex_);
-    if (sessions_.erase(session.id) == 0)
-      return;
+    if (sessions_.erase(session.id) == 0) return;
     finished_samples_ += session.samples.load();
     finished_lost_ += session.lost.load();
     ++finished_;
@@ -170,14 +167,12 @@ public:
   std::vector<std::shared_ptr<Session>> list() {
     std::lock_guard lock(mutex_);
     std::vector<std::shared_ptr<Session>> out;
-    for (const auto &[id, s] : sessions_)
-      out.push_back(s);
+    for (const auto& [id, s] : sessions_) out.push_back(s);
     return out;
   }
   void stop_all() {
     std::lock_guard lock(mutex_);
-    for (const auto &[id, s] : sessions_)
-      s->stop.store(true);
+    for (const auto& [id, s] : sessions_) s->stop.store(true);
   }
   struct Totals {
     size_t active = 0;
@@ -188,14 +183,14 @@ public:
   Totals totals() {
     std::lock_guard lock(mutex_);
     Totals t{sessions_.size(), finished_, finished_samples_, finished_lost_};
-    for (const auto &[id, s] : sessions_) {
+    for (const auto& [id, s] : sessions_) {
       t.samples += s->samples.load();
       t.lost += s->lost.load();
     }
     return t;
   }
 
-private:
+ private:
   std::mutex mutex_;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;
   uint64_t next_id_ = 1;
@@ -208,15 +203,14 @@ class Daemon;
 
 // One client connection, served by its own thread.
 class Connection {
-public:
-  Connection(Daemon &daemon, UniqueFd socket, PeerCredentials peer)
+ public:
+  Connection(Daemon& daemon, UniqueFd socket, PeerCredentials peer)
       : daemon_(daemon), socket_(std::move(socket)), peer_(peer) {}
   ~Connection() {
-    if (thread_.joinable())
-      thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
-  Connection(const Connection &) = delete;
-  Connection &operator=(const Connection &) = delete;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
 
   void start() {
     thread_ = std::thread([this] {
@@ -225,67 +219,59 @@ public:
     });
   }
   [[nodiscard]] bool done() const { return done_.load(); }
+  [[nodiscard]] uid_t uid() const { return peer_.uid; }
 
-private:
+ private:
   void serve();
   // Sends one message; false when the client is gone (or does not read).
-  bool send(const json &j) {
+  // A client whose socket takes nothing for client_timeout (SO_SNDTIMEO) is gone: lost_ ends its session.
+  bool send(const json& j) { return send_text(dump(j)); }
+  bool send_error(ErrorCode code, const std::string& text) { return send_text(error_message(code, text)); }
+  bool send_text(const std::string& text) {
     std::lock_guard lock(send_mutex_);
-    if (gone_)
-      return false;
+    if (gone_) return false;
     try {
-      send_frame(socket_.get(), dump(j));
+      send_frame(socket_.get(), text);
       return true;
-    } catch (const std::exception &e) {
+    } catch (const std::exception& e) {
       gone_ = true;
-      return false;
-    }
-  }
-  bool send_error(ErrorCode code, const std::string &text) {
-    std::lock_guard lock(send_mutex_);
-    if (gone_)
-      return false;
-    try {
-      send_frame(socket_.get(), error_message(code, text));
-      return true;
-    } catch (const std::exception &) {
-      gone_ = true;
+      lost_.store(true);
+      log_info("connection of uid " + std::to_string(peer_.uid) + " (pid " + std::to_string(peer_.pid) +
+               "): the client takes no replies (" + e.what() + "); dropping it");
       return false;
     }
   }
   // Every refusal is logged with who asked (uid, pid) and why.
-  void log_refusal(const std::string &what, const std::string &reason) const {
-    log_info("refused " + what + " for uid " + std::to_string(peer_.uid) +
-             " (pid " + std::to_string(peer_.pid) + "): " + reason);
+  void log_refusal(const std::string& what, const std::string& reason) const {
+    log_info("refused " + what + " for uid " + std::to_string(peer_.uid) + " (pid " +
+             std::to_string(peer_.pid) + "): " + reason);
   }
-  void handle(const Request &request, Frame &frame);
-  void handle_hello(const Request &request);
+  void handle(const Request& request, Frame& frame);
+  void handle_hello(const Request& request);
   void handle_status();
   void handle_sessions();
-  void handle_stop(const Request &request);
-  void handle_record(const Request &request, Frame &frame);
-  void handle_export(const Request &request, Frame &frame);
-  void record_in_thread(const std::shared_ptr<Session> &session,
-                        cli::RecordArgs args, RecordOptions options, int fd,
-                        std::vector<std::string> launched,
-                        std::vector<std::string> notes, uint64_t memory_limit,
-                        std::atomic<bool> &client_gone,
-                        std::atomic<bool> &replied);
+  void handle_stop(const Request& request);
+  void handle_record(const Request& request, Frame& frame);
+  void handle_export(const Request& request, Frame& frame);
+  void record_in_thread(const std::shared_ptr<Session>& session, cli::RecordArgs args, RecordOptions options,
+                        int fd, std::vector<std::string> launched, std::vector<std::string> notes,
+                        uint64_t memory_limit, std::atomic<bool>& client_gone, std::atomic<bool>& replied);
 
-  Daemon &daemon_;
+  Daemon& daemon_;
   UniqueFd socket_;
   PeerCredentials peer_;
   bool privileged_ = false;
   std::string group_;
   std::mutex send_mutex_;
-  bool gone_ = false; // guarded by send_mutex_
+  bool gone_ = false;              // guarded by send_mutex_
+  std::atomic<bool> lost_{false};  // a send failed: the client does not read, or left
   std::thread thread_;
   std::atomic<bool> done_{false};
 };
 
 class Daemon {
-public:
-  explicit Daemon(const DaemonOptions &options) : options_(options) {}
+ public:
+  explicit Daemon(const DaemonOptions& options) : options_(options) {}
 
   int run();
 
@@ -293,42 +279,41 @@ public:
     std::lock_guard lock(config_mutex_);
     return config_;
   }
-  SessionRegistry &sessions() { return sessions_; }
+  SessionRegistry& sessions() { return sessions_; }
   [[nodiscard]] bool stopping() const { return stopping_.load(); }
   json status_message(bool privileged);
 #ifdef HPD_HAVE_CONTINUOUS
-  // The running continuous profiler's directory, or "" when continuous mode is
-  // off.
+  // The running continuous profiler's directory, or "" when continuous mode is off.
   std::string continuous_directory() {
     std::lock_guard lock(continuous_mutex_);
     return continuous_ ? continuous_->options().dir.string() : std::string();
   }
 #endif
 
-private:
-  bool load(Config &into, std::string &why);
+ private:
+  bool load(Config& into, std::string& why);
   bool open_listener();
   void begin_shutdown();
   void reload();
   void accept_one();
   void reap_connections(bool all);
+  // "" when a connection of `uid` may be served; else why not (per-user and global limits).
+  std::string connection_refusal(uid_t uid);
   void update_status_line();
-  void configure_continuous(const Config &config);
+  void configure_continuous(const Config& config);
 
   DaemonOptions options_;
   std::mutex config_mutex_;
   Config config_;
   SystemdNotifier notifier_;
   UniqueFd listener_;
-  std::string
-      created_socket_; // unlinked at exit; empty under socket activation
+  std::string created_socket_;  // unlinked at exit; empty under socket activation
   std::atomic<bool> stopping_{false};
+  uint64_t stop_began_ns_ = 0;  // monotonic; the main thread's
   SessionRegistry sessions_;
-  std::list<std::unique_ptr<Connection>>
-      connections_; // the main thread's alone
+  std::list<std::unique_ptr<Connection>> connections_;  // the main thread's alone
   uint64_t started_mono_ns_ = now_ns(CLOCK_MONOTONIC);
-  // Probed once before READY=1: loading the BPF programs to check them takes a
-  // while on a busy machine.
+  // Probed once before READY=1: loading the BPF programs to check them takes a while on a busy machine.
   bool bpf_available_ = false;
   std::string bpf_reason_;
   bool perf_available_ = false;
@@ -339,81 +324,75 @@ private:
 #endif
 };
 
-// Connection
-// -------------------------------------------------------------------------------------
+// Connection -------------------------------------------------------------------------------------
 
 void Connection::serve() {
   const Config config = daemon_.config();
   group_ = config.group;
   privileged_ = is_privileged_peer(peer_, group_);
-  timeval timeout{kSendTimeoutS, 0};
-  ::setsockopt(socket_.get(), SOL_SOCKET, SO_SNDTIMEO, &timeout,
-               sizeof timeout);
-  log_debug("connection from pid " + std::to_string(peer_.pid) + " uid " +
-            std::to_string(peer_.uid) + (privileged_ ? " (privileged)" : ""));
+  timeval timeout{static_cast<time_t>(config.client_timeout_s),
+                  static_cast<suseconds_t>(
+                      (config.client_timeout_s - static_cast<time_t>(config.client_timeout_s)) * 1e6)};
+  ::setsockopt(socket_.get(), SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  log_debug("connection from pid " + std::to_string(peer_.pid) + " uid " + std::to_string(peer_.uid) +
+            (privileged_ ? " (privileged)" : ""));
+  uint64_t last_request_ns = now_ns(CLOCK_MONOTONIC);
   while (!daemon_.stopping()) {
     pollfd p{socket_.get(), POLLIN, 0};
     const int ready = ::poll(&p, 1, 250);
-    if (ready < 0 && errno != EINTR)
-      break;
-    if (ready <= 0)
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) {
+      // Idle connections cost a thread each: one that asks nothing for idle_timeout is closed.
+      if (static_cast<double>(now_ns(CLOCK_MONOTONIC) - last_request_ns) / 1e9 >= config.idle_timeout_s) {
+        log_debug("closing the idle connection of uid " + std::to_string(peer_.uid));
+        send_error(ErrorCode::kLimit, "closed after " +
+                                          std::to_string(static_cast<int>(config.idle_timeout_s)) +
+                                          " s without a request (idle_timeout in hpd.conf)");
+        break;
+      }
       continue;
+    }
+    last_request_ns = now_ns(CLOCK_MONOTONIC);
     Frame frame;
     try {
-      if (read_frame(socket_.get(), frame) == ReadResult::kClosed)
-        break;
-    } catch (const ProtocolError &e) {
+      if (read_frame(socket_.get(), frame) == ReadResult::kClosed) break;
+    } catch (const ProtocolError& e) {
       // The stream cannot be trusted past a bad frame: reply, then close.
       send_error(e.code(), e.what());
       break;
-    } catch (const std::exception &) {
+    } catch (const std::exception&) {
       break;
     }
     Request request;
     try {
       request = parse_request(frame.payload);
-    } catch (const ProtocolError &e) {
-      if (!send_error(e.code(), e.what()))
-        break;
+    } catch (const ProtocolError& e) {
+      if (!send_error(e.code(), e.what())) break;
       continue;
     }
     handle(request, frame);
     std::lock_guard lock(send_mutex_);
-    if (gone_)
-      break;
+    if (gone_) break;
   }
 }
 
-void Connection::handle(const Request &request, Frame &frame) {
+void Connection::handle(const Request& request, Frame& frame) {
   try {
     switch (request.type) {
-    case RequestType::kHello:
-      handle_hello(request);
-      break;
-    case RequestType::kStatus:
-      handle_status();
-      break;
-    case RequestType::kSessions:
-      handle_sessions();
-      break;
-    case RequestType::kStop:
-      handle_stop(request);
-      break;
-    case RequestType::kRecord:
-      handle_record(request, frame);
-      break;
-    case RequestType::kExport:
-      handle_export(request, frame);
-      break;
+      case RequestType::kHello: handle_hello(request); break;
+      case RequestType::kStatus: handle_status(); break;
+      case RequestType::kSessions: handle_sessions(); break;
+      case RequestType::kStop: handle_stop(request); break;
+      case RequestType::kRecord: handle_record(request, frame); break;
+      case RequestType::kExport: handle_export(request, frame); break;
     }
-  } catch (const std::exception &e) {
-    log_error(std::string("request ") + to_string(request.type) +
-              " failed: " + e.what());
+  } catch (const std::exception& e) {
+    log_error(std::string("request ") + to_string(request.type) + " failed: " + e.what());
     send_error(ErrorCode::kInternal, e.what());
   }
 }
 
-void Connection::handle_hello(const Request &request) {
+void Connection::handle_hello(const Request& request) {
   json reply = message("hello");
   reply["daemon"] = std::string("hpd ") + HPD_VERSION;
   reply["protocol"] = kProtocolVersion;
@@ -423,16 +402,16 @@ void Connection::handle_hello(const Request &request) {
   send(reply);
 }
 
-void Connection::handle_status() { send(daemon_.status_message(privileged_)); }
+void Connection::handle_status() {
+  send(daemon_.status_message(privileged_));
+}
 
 void Connection::handle_sessions() {
   json list = json::array();
   const uint64_t now = now_ns(CLOCK_MONOTONIC);
-  for (const auto &s : daemon_.sessions().list()) {
-    // Other users' targets and file names are theirs to know, unless one may
-    // stop any session.
-    if (!privileged_ && s->uid != peer_.uid)
-      continue;
+  for (const auto& s : daemon_.sessions().list()) {
+    // Other users' targets and file names are theirs to know, unless one may stop any session.
+    if (!privileged_ && s->uid != peer_.uid) continue;
     list.push_back({{"id", s->id},
                     {"uid", s->uid},
                     {"client_pid", s->client_pid},
@@ -449,96 +428,86 @@ void Connection::handle_sessions() {
   send(reply);
 }
 
-void Connection::handle_stop(const Request &request) {
+void Connection::handle_stop(const Request& request) {
   if (request.session == 0) {
-    send_error(
-        ErrorCode::kBadRequest,
-        "no session is recording on this connection; give \"session\": ID");
+    send_error(ErrorCode::kBadRequest, "no session is recording on this connection; give \"session\": ID");
     return;
   }
   const auto session = daemon_.sessions().find(request.session);
   if (!session) {
-    send_error(ErrorCode::kNotFound, "no session " +
-                                         std::to_string(request.session) +
-                                         " (see hpctl sessions)");
+    send_error(ErrorCode::kNotFound,
+               "no session " + std::to_string(request.session) + " (see hpctl sessions)");
     return;
   }
   if (!privileged_ && session->uid != peer_.uid) {
     log_refusal("stopping session " + std::to_string(session->id),
                 "it belongs to uid " + std::to_string(session->uid));
     send_error(ErrorCode::kPermissionDenied,
-               "session " + std::to_string(session->id) + " belongs to uid " +
-                   std::to_string(session->uid) +
-                   "; only its owner, root and the '" + group_ +
-                   "' group may stop it");
+               "session " + std::to_string(session->id) + " belongs to uid " + std::to_string(session->uid) +
+                   "; only its owner, root and the '" + group_ + "' group may stop it");
     return;
   }
   session->stop.store(true);
-  log_info("session " + std::to_string(session->id) + " stopped by uid " +
-           std::to_string(peer_.uid));
+  log_info("session " + std::to_string(session->id) + " stopped by uid " + std::to_string(peer_.uid));
   json reply = message("stopped");
   reply["session"] = session->id;
   send(reply);
 }
 
-void Connection::handle_record(const Request &request, Frame &frame) {
+void Connection::handle_record(const Request& request, Frame& frame) {
   UniqueFd output(frame.take_fd());
   if (daemon_.stopping()) {
-    send_error(ErrorCode::kShuttingDown,
-               "hpd is stopping; try again when it is back");
+    send_error(ErrorCode::kShuttingDown, "hpd is stopping; try again when it is back");
     return;
   }
   if (!request.record_has_fd || !output) {
-    send_error(ErrorCode::kBadRequest,
-               "no output descriptor came with the record request: open the "
-               "output file and send its descriptor "
-               "with the request (SCM_RIGHTS), with \"fd\": true");
+    send_error(
+        ErrorCode::kBadRequest,
+        "no output descriptor came with the record request: open the output file and send its descriptor "
+        "with the request (SCM_RIGHTS), with \"fd\": true");
     return;
   }
   const int flags = ::fcntl(output.get(), F_GETFL);
-  if (flags < 0 ||
-      ((flags & O_ACCMODE) != O_WRONLY && (flags & O_ACCMODE) != O_RDWR)) {
-    send_error(ErrorCode::kBadRequest,
-               "the output descriptor is not open for writing");
+  if (flags < 0 || ((flags & O_ACCMODE) != O_WRONLY && (flags & O_ACCMODE) != O_RDWR)) {
+    send_error(ErrorCode::kBadRequest, "the output descriptor is not open for writing");
     return;
+  }
+  // An output that is not a regular file (a pipe, a FIFO, a socket) may have a reader that stops
+  // reading: written without blocking, a write waits for it only client_timeout (write_output_fully).
+  if (struct stat st{}; ::fstat(output.get(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::fcntl(output.get(), F_SETFL, flags | O_NONBLOCK);
   }
   const Config config = daemon_.config();
   cli::RecordArgs args = request.record;
-  const AccessDecision access =
-      check_record_access(peer_, privileged_, config.group, args);
+  const AccessDecision access = check_record_access(peer_, privileged_, config.group, args);
   if (!access.allowed) {
     log_refusal("a recording", access.reason);
     send_error(ErrorCode::kPermissionDenied, access.reason);
     return;
   }
   if (args.frequency_hz > config.max_frequency_hz) {
-    log_refusal("a recording", "-F " + std::to_string(args.frequency_hz) +
-                                   " is above max_frequency_hz");
-    send_error(ErrorCode::kLimit,
-               "-F " + std::to_string(args.frequency_hz) +
-                   " is above this hpd's limit of " +
-                   std::to_string(config.max_frequency_hz) +
-                   " Hz (max_frequency_hz in hpd.conf); ask for less");
+    log_refusal("a recording", "-F " + std::to_string(args.frequency_hz) + " is above max_frequency_hz");
+    send_error(ErrorCode::kLimit, "-F " + std::to_string(args.frequency_hz) +
+                                      " is above this hpd's limit of " +
+                                      std::to_string(config.max_frequency_hz) +
+                                      " Hz (max_frequency_hz in hpd.conf); ask for less");
     return;
   }
   std::vector<std::string> notes;
   if (!privileged_) {
-    const std::string no_kernel = kernel_frames_refusal(
-        peer_, read_kernel_sysctl("kernel/perf_event_paranoid", 2),
-        read_kernel_sysctl("kernel/kptr_restrict", 2));
+    const std::string no_kernel =
+        kernel_frames_refusal(peer_, read_kernel_sysctl("kernel/perf_event_paranoid", 2),
+                              read_kernel_sysctl("kernel/kptr_restrict", 2));
     if (!no_kernel.empty()) {
       if (args.kernel == "on") {
         log_refusal("kernel frames (--kernel)", no_kernel);
-        send_error(ErrorCode::kPermissionDenied,
-                   "kernel call stacks are not yours to have: " + no_kernel +
-                       "; record without --kernel, or " +
-                       "ask an administrator to add you to the '" +
-                       config.group + "' group");
+        send_error(ErrorCode::kPermissionDenied, "kernel call stacks are not yours to have: " + no_kernel +
+                                                     "; record without --kernel, or " +
+                                                     "ask an administrator to add you to the '" +
+                                                     config.group + "' group");
         return;
       }
-      if (args.kernel != "off")
-        notes.push_back("note: no kernel frames: " + no_kernel +
-                        " (as perf would)");
+      if (args.kernel != "off") notes.push_back("note: no kernel frames: " + no_kernel + " (as perf would)");
       args.kernel = "off";
     }
   }
@@ -546,8 +515,7 @@ void Connection::handle_record(const Request &request, Frame &frame) {
     if (args.duration_s > 0) {
       char text[160];
       std::snprintf(text, sizeof text,
-                    "note: hpd records at most %.0f s (max_duration_s in "
-                    "hpd.conf); asked for %.0f s",
+                    "note: hpd records at most %.0f s (max_duration_s in hpd.conf); asked for %.0f s",
                     config.max_duration_s, args.duration_s);
       notes.push_back(text);
     }
@@ -562,10 +530,10 @@ void Connection::handle_record(const Request &request, Frame &frame) {
       options.client_gid = peer_.gid;
     }
     validate_record_options(options);
-  } catch (const RecordError &e) {
+  } catch (const RecordError& e) {
     send_error(ErrorCode::kRecordFailed, e.what());
     return;
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     send_error(ErrorCode::kBadRequest, e.what());
     return;
   }
@@ -577,46 +545,46 @@ void Connection::handle_record(const Request &request, Frame &frame) {
   session->output = args.output;
   session->started_unix_ns = now_ns(CLOCK_REALTIME);
   session->started_mono_ns = now_ns(CLOCK_MONOTONIC);
-  if (!daemon_.sessions().add(session, config.max_sessions)) {
-    log_refusal("a recording", "max_sessions (" +
-                                   std::to_string(config.max_sessions) +
-                                   ") sessions run");
-    send_error(ErrorCode::kLimit,
-               "hpd already runs its maximum of " +
-                   std::to_string(config.max_sessions) +
-                   " sessions (max_sessions in hpd.conf); try again later");
+  if (const std::string full =
+          daemon_.sessions().add(session, config.max_sessions, config.max_sessions_per_user);
+      !full.empty()) {
+    log_refusal("a recording", full);
+    send_error(ErrorCode::kLimit, full);
     return;
   }
-  log_info("session " + std::to_string(session->id) + " for uid " +
-           std::to_string(peer_.uid) + ": " + session->target);
+  log_info("session " + std::to_string(session->id) + " for uid " + std::to_string(peer_.uid) + ": " +
+           session->target);
   json accepted = message("accepted");
   accepted["session"] = session->id;
   send(accepted);
 
-  // The recording runs in its own thread; this one watches the client for a
-  // stop or a disconnect.
+  // The recording runs in its own thread; this one watches the client for a stop or a disconnect.
   std::atomic<bool> client_gone{false};
   std::atomic<bool> finished{false};
-  std::atomic<bool> replied{false}; // the final reply (done or error) went out:
-                                    // EOF is no longer a loss
+  std::atomic<bool> replied{false};  // the final reply (done or error) went out: EOF is no longer a loss
   const uint64_t memory_limit = config.max_session_memory_mb << 20;
   std::thread recorder([&, fd = output.release()]() mutable {
-    record_in_thread(session, args, std::move(options), fd,
-                     request.launched_command, std::move(notes), memory_limit,
-                     client_gone, replied);
+    record_in_thread(session, args, std::move(options), fd, request.launched_command, std::move(notes),
+                     memory_limit, client_gone, replied);
     finished.store(true);
   });
   bool reading = true;
   while (!finished.load()) {
-    if (daemon_.stopping())
+    if (daemon_.stopping()) session->stop.store(true);
+    if (lost_.load() && !client_gone.load()) {
+      // The client takes none of its replies: it is gone, and its session ends now.
+      log_info("session " + std::to_string(session->id) +
+               ": the client does not read its replies; ending it");
+      client_gone.store(true);
       session->stop.store(true);
+      reading = false;
+    }
     if (!reading) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
     pollfd p{socket_.get(), POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0)
-      continue;
+    if (::poll(&p, 1, 100) <= 0) continue;
     Frame next;
     Request inner;
     try {
@@ -629,30 +597,27 @@ void Connection::handle_record(const Request &request, Frame &frame) {
       } else {
         inner = parse_request(next.payload);
       }
-    } catch (const ProtocolError &e) {
+    } catch (const ProtocolError& e) {
       send_error(e.code(), e.what());
       if (e.code() == ErrorCode::kTruncated || e.code() == ErrorCode::kTooLarge)
         client_gone.store(true);
       else
         continue;
-    } catch (const std::exception &) {
+    } catch (const std::exception&) {
       client_gone.store(true);
     }
     if (client_gone.load()) {
-      log_info("session " + std::to_string(session->id) +
-               ": the client went away; ending it");
+      log_info("session " + std::to_string(session->id) + ": the client went away; ending it");
       session->stop.store(true);
       reading = false;
       continue;
     }
-    if (inner.type == RequestType::kStop &&
-        (inner.session == 0 || inner.session == session->id)) {
+    if (inner.type == RequestType::kStop && (inner.session == 0 || inner.session == session->id)) {
       session->stop.store(true);
     } else if (inner.type == RequestType::kRecord) {
-      send_error(ErrorCode::kBadRequest,
-                 "this connection is recording session " +
-                     std::to_string(session->id) +
-                     "; open another connection for another recording");
+      send_error(ErrorCode::kBadRequest, "this connection is recording session " +
+                                             std::to_string(session->id) +
+                                             "; open another connection for another recording");
     } else {
       handle(inner, next);
     }
@@ -665,45 +630,37 @@ void Connection::handle_record(const Request &request, Frame &frame) {
   }
   // Recording threads leave freed memory in their malloc arenas; give it back.
   ::malloc_trim(0);
-  log_info("session " + std::to_string(session->id) +
-           " ended: " + std::to_string(session->samples.load()) + " samples, " +
-           std::to_string(session->lost.load()) + " lost");
+  log_info("session " + std::to_string(session->id) + " ended: " + std::to_string(session->samples.load()) +
+           " samples, " + std::to_string(session->lost.load()) + " lost");
 }
 
-void Connection::record_in_thread(const std::shared_ptr<Session> &session,
-                                  cli::RecordArgs args, RecordOptions options,
-                                  int fd, std::vector<std::string> launched,
-                                  std::vector<std::string> notes,
-                                  uint64_t memory_limit,
-                                  std::atomic<bool> &client_gone,
-                                  std::atomic<bool> &replied) {
+void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::RecordArgs args,
+                                  RecordOptions options, int fd, std::vector<std::string> launched,
+                                  std::vector<std::string> notes, uint64_t memory_limit,
+                                  std::atomic<bool>& client_gone, std::atomic<bool>& replied) {
   bool announced = false;
-  // The client releases a command it holds once the events are attached: the
-  // recorder's first callback comes from its sampling loop.
+  // The client releases a command it holds once the events are attached: the recorder's first
+  // callback comes from its sampling loop.
   auto announce = [&] {
-    if (announced)
-      return;
+    if (announced) return;
     announced = true;
     json started = message("started");
     started["session"] = session->id;
     send(started);
   };
   bool memory_exceeded = false;
-  // An unprivileged peer may record only what runs as itself: a target that
-  // gains privileges (a set-user-ID exec) ends the session, and nothing
-  // recorded is handed over.
+  // An unprivileged peer may record only what runs as itself: a target that gains privileges (a
+  // set-user-ID exec) ends the session, and nothing recorded is handed over.
   std::string privilege_reason;
-  auto check_privileges = [&](const RawProfile &raw) {
-    if (privileged_ || !privilege_reason.empty())
-      return;
+  auto check_privileges = [&](const RawProfile& raw) {
+    if (privileged_ || !privilege_reason.empty()) return;
     privilege_reason = privilege_gained(peer_, raw);
-    if (!privilege_reason.empty())
-      session->stop.store(true);
+    if (!privilege_reason.empty()) session->stop.store(true);
   };
   try {
     cli::RecordingOutput output(args, fd);
     options.stop = &session->stop;
-    options.on_flush = [&](const RawProfile &raw) {
+    options.on_flush = [&](const RawProfile& raw) {
       const uint64_t bytes = estimate_profile_bytes(raw);
       session->memory_bytes.store(bytes);
       if (bytes > memory_limit && !memory_exceeded) {
@@ -713,15 +670,14 @@ void Connection::record_in_thread(const std::shared_ptr<Session> &session,
       announce();
     };
     output.attach(options);
-    // Checked before the output's own flush (a streamed .hpr): once a target
-    // gained privileges, nothing more reaches the client's file.
+    // Checked before the output's own flush (a streamed .hpr): once a target gained privileges,
+    // nothing more reaches the client's file.
     options.on_flush = [inner = std::move(options.on_flush), &check_privileges,
-                        &privilege_reason](const RawProfile &raw) {
+                        &privilege_reason](const RawProfile& raw) {
       check_privileges(raw);
-      if (privilege_reason.empty())
-        inner(raw);
+      if (privilege_reason.empty()) inner(raw);
     };
-    options.on_progress = [&](const RecordProgress &p) {
+    options.on_progress = [&](const RecordProgress& p) {
       announce();
       session->samples.store(p.samples);
       session->lost.store(p.lost);
@@ -743,27 +699,20 @@ void Connection::record_in_thread(const std::shared_ptr<Session> &session,
     check_privileges(result.profile);
     if (!privilege_reason.empty()) {
       output.abandon();
-      log_warning("session " + std::to_string(session->id) + " of uid " +
-                  std::to_string(peer_.uid) + " (pid " +
-                  std::to_string(peer_.pid) +
-                  ") discarded: " + privilege_reason);
+      log_warning("session " + std::to_string(session->id) + " of uid " + std::to_string(peer_.uid) +
+                  " (pid " + std::to_string(peer_.pid) + ") discarded: " + privilege_reason);
       replied.store(true);
-      send_error(
-          ErrorCode::kPermissionDenied,
-          "the recording was stopped and discarded: " + privilege_reason +
-              "; you (uid " + std::to_string(peer_.uid) +
-              ") may record only processes that run as you; ask an "
-              "administrator to add you to the '" +
-              group_ + "' group");
+      send_error(ErrorCode::kPermissionDenied,
+                 "the recording was stopped and discarded: " + privilege_reason + "; you (uid " +
+                     std::to_string(peer_.uid) +
+                     ") may record only processes that run as you; ask an administrator to add you to the '" +
+                     group_ + "' group");
       return;
     }
-    for (const RawProcess &process : result.profile.processes) {
-      if (process.unfollowed_ns == 0)
-        continue;
-      notes.push_back("note: process " + std::to_string(process.pid) + " (" +
-                      process.name +
-                      ") executed a program that runs with credentials other "
-                      "than yours; it was not recorded "
+    for (const RawProcess& process : result.profile.processes) {
+      if (process.unfollowed_ns == 0) continue;
+      notes.push_back("note: process " + std::to_string(process.pid) + " (" + process.name +
+                      ") executed a program that runs with credentials other than yours; it was not recorded "
                       "from then on (the kernel does the same for perf)");
     }
     if (!launched.empty()) {
@@ -772,14 +721,11 @@ void Connection::record_in_thread(const std::shared_ptr<Session> &session,
     }
     send(message("writing"));
     const Profile profile = output.finish(result);
-    cli::RecordSummary summary =
-        cli::summarize_recording(result, profile, output);
+    cli::RecordSummary summary = cli::summarize_recording(result, profile, output);
     summary.mode = "daemon";
-    if (!launched.empty())
-      summary.command_exit_status = 0; // the client reaps its command and knows
+    if (!launched.empty()) summary.command_exit_status = 0;  // the client reaps its command and knows
     if (memory_exceeded) {
-      notes.push_back("note: the session ended early: its profile outgrew "
-                      "max_session_memory_mb (" +
+      notes.push_back("note: the session ended early: its profile outgrew max_session_memory_mb (" +
                       std::to_string(memory_limit >> 20) + " MiB) of hpd.conf");
     }
     summary.notes.insert(summary.notes.begin(), notes.begin(), notes.end());
@@ -787,49 +733,47 @@ void Connection::record_in_thread(const std::shared_ptr<Session> &session,
     done["session"] = session->id;
     done["summary"] = cli::record_summary_to_json(summary);
     replied.store(true);
-    // Finished before the client hears it: a status it asks for next must not
-    // show it running.
+    // Finished before the client hears it: a status it asks for next must not show it running.
     daemon_.sessions().remove(*session);
     send(done);
-  } catch (const RecordError &e) {
-    replied.store(true);
-    send_error(ErrorCode::kRecordFailed, e.what());
-  } catch (const std::exception &e) {
-    log_warning("session " + std::to_string(session->id) +
+  } catch (const RecordError& e) {
+    log_warning("session " + std::to_string(session->id) + " of uid " + std::to_string(peer_.uid) +
                 " failed: " + e.what());
     replied.store(true);
+    daemon_.sessions().remove(*session);  // its slot is free before the client hears of it
+    send_error(ErrorCode::kRecordFailed, e.what());
+  } catch (const std::exception& e) {
+    // A failed write (a full disk, an output nobody reads) is logged too.
+    log_warning("session " + std::to_string(session->id) + " of uid " + std::to_string(peer_.uid) +
+                " failed: " + e.what());
+    replied.store(true);
+    daemon_.sessions().remove(*session);
     send_error(ErrorCode::kRecordFailed, e.what());
   }
 }
 
-void Connection::handle_export(const Request &request, Frame &frame) {
+void Connection::handle_export(const Request& request, Frame& frame) {
   UniqueFd output(frame.take_fd());
 #ifdef HPD_HAVE_CONTINUOUS
   const std::string dir = daemon_.continuous_directory();
   if (dir.empty()) {
     send_error(ErrorCode::kUnavailable,
-               "continuous mode is off in this hpd (set continuous = on in "
-               "hpd.conf and reload with SIGHUP)");
+               "continuous mode is off in this hpd (set continuous = on in hpd.conf and reload with SIGHUP)");
     return;
   }
   if (!privileged_) {
-    log_refusal(
-        "an export",
-        "exporting the continuous profile is reserved to root and the group");
-    send_error(
-        ErrorCode::kPermissionDenied,
-        "the continuous profile holds every process of the system; exporting "
-        "it is reserved to root and the '" +
-            group_ +
-            "' group; ask an "
-            "administrator to add you to the '" +
-            group_ + "' group");
+    log_refusal("an export", "exporting the continuous profile is reserved to root and the group");
+    send_error(ErrorCode::kPermissionDenied,
+               "the continuous profile holds every process of the system; exporting "
+               "it is reserved to root and the '" +
+                   group_ +
+                   "' group; ask an "
+                   "administrator to add you to the '" +
+                   group_ + "' group");
     return;
   }
   if (!output) {
-    send_error(
-        ErrorCode::kBadRequest,
-        "no output descriptor came with the export request (SCM_RIGHTS)");
+    send_error(ErrorCode::kBadRequest, "no output descriptor came with the export request (SCM_RIGHTS)");
     return;
   }
   const json j = json::parse(request.text, nullptr, false);
@@ -838,42 +782,35 @@ void Connection::handle_export(const Request &request, Frame &frame) {
   try {
     const uint64_t now = continuous::unix_now_ns();
     if (j.contains("since") && j["since"].is_string()) {
-      filter.since_unix_ns =
-          continuous::parse_time_spec(j["since"].get<std::string>(), now);
+      filter.since_unix_ns = continuous::parse_time_spec(j["since"].get<std::string>(), now);
     }
     if (j.contains("until") && j["until"].is_string()) {
-      filter.until_unix_ns =
-          continuous::parse_time_spec(j["until"].get<std::string>(), now);
+      filter.until_unix_ns = continuous::parse_time_spec(j["until"].get<std::string>(), now);
     }
     if (j.contains("pids") && j["pids"].is_array()) {
-      for (const json &pid : j["pids"]) {
-        if (!pid.is_number_integer())
-          throw std::invalid_argument("\"pids\" must hold integers");
+      for (const json& pid : j["pids"]) {
+        if (!pid.is_number_integer()) throw std::invalid_argument("\"pids\" must hold integers");
         filter.pids.push_back(pid.get<int32_t>());
       }
     }
     if (j.contains("comms") && j["comms"].is_array()) {
-      for (const json &comm : j["comms"]) {
-        if (!comm.is_string())
-          throw std::invalid_argument("\"comms\" must hold strings");
+      for (const json& comm : j["comms"]) {
+        if (!comm.is_string()) throw std::invalid_argument("\"comms\" must hold strings");
         filter.comms.push_back(comm.get<std::string>());
       }
     }
-    if (j.contains("output") && j["output"].is_string())
-      name = j["output"].get<std::string>();
-  } catch (const std::exception &e) {
+    if (j.contains("output") && j["output"].is_string()) name = j["output"].get<std::string>();
+  } catch (const std::exception& e) {
     send_error(ErrorCode::kBadRequest, e.what());
     return;
   }
   std::vector<std::string> notes;
   try {
-    continuous::LoadedChunks loaded =
-        continuous::load_chunk_window(dir, filter, &notes);
+    continuous::LoadedChunks loaded = continuous::load_chunk_window(dir, filter, &notes);
     Symbolizer symbolizer;
     ConvertOptions convert_options;
     convert_options.kernel_frames = loaded.profile.info.kernel_frames;
-    const Profile profile =
-        symbolize_profile(loaded.profile, symbolizer, convert_options);
+    const Profile profile = symbolize_profile(loaded.profile, symbolizer, convert_options);
     write_firefox_fd(profile, output.get(), cli::is_gzip_output(name));
     json done = message("done");
     done["samples"] = loaded.profile.samples.size();
@@ -881,20 +818,16 @@ void Connection::handle_export(const Request &request, Frame &frame) {
     done["chunks_skipped"] = loaded.chunks_skipped;
     done["notes"] = notes;
     send(done);
-  } catch (const std::exception &e) {
-    send_error(ErrorCode::kRecordFailed,
-               std::string("export failed: ") + e.what());
+  } catch (const std::exception& e) {
+    send_error(ErrorCode::kRecordFailed, std::string("export failed: ") + e.what());
   }
 #else
   (void)request;
-  send_error(
-      ErrorCode::kUnavailable,
-      "this hpd was built without continuous mode; export is not available");
+  send_error(ErrorCode::kUnavailable, "this hpd was built without continuous mode; export is not available");
 #endif
 }
 
-// Daemon
-// -----------------------------------------------------------------------------------------
+// Daemon -----------------------------------------------------------------------------------------
 
 json Daemon::status_message(bool privileged) {
   const Config cfg = config();
@@ -904,9 +837,8 @@ json Daemon::status_message(bool privileged) {
   reply["protocol"] = kProtocolVersion;
   reply["pid"] = ::getpid();
   reply["uptime_s"] = (now_ns(CLOCK_MONOTONIC) - started_mono_ns_) / 1e9;
-  reply["backends"] = {
-      {"bpf", {{"available", bpf_available_}, {"reason", bpf_reason_}}},
-      {"perf", {{"available", perf_available_}, {"reason", perf_reason_}}}};
+  reply["backends"] = {{"bpf", {{"available", bpf_available_}, {"reason", bpf_reason_}}},
+                       {"perf", {{"available", perf_available_}, {"reason", perf_reason_}}}};
   reply["sessions"] = totals.active;
   reply["max_sessions"] = cfg.max_sessions;
   reply["sessions_finished"] = totals.finished;
@@ -929,8 +861,7 @@ json Daemon::status_message(bool privileged) {
       continuous["samples"] = stats.samples;
       continuous["lost"] = stats.lost;
       continuous["last_error"] = stats.last_error;
-      if (privileged)
-        continuous["directory"] = continuous_->options().dir.string();
+      if (privileged) continuous["directory"] = continuous_->options().dir.string();
     }
   }
 #endif
@@ -938,23 +869,21 @@ json Daemon::status_message(bool privileged) {
   return reply;
 }
 
-bool Daemon::load(Config &into, std::string &why) {
+bool Daemon::load(Config& into, std::string& why) {
   if (options_.config_path.empty()) {
     into = Config{};
-  } else if (!options_.config_required &&
-             !std::filesystem::exists(options_.config_path)) {
+  } else if (!options_.config_required && !std::filesystem::exists(options_.config_path)) {
     into = Config{};
     log_info(options_.config_path + " does not exist; using the defaults");
   } else {
     try {
       into = load_config(options_.config_path);
-    } catch (const ConfigError &e) {
+    } catch (const ConfigError& e) {
       why = e.what();
       return false;
     }
   }
-  if (!options_.socket_path.empty())
-    into.socket = options_.socket_path;
+  if (!options_.socket_path.empty()) into.socket = options_.socket_path;
   return true;
 }
 
@@ -965,7 +894,7 @@ bool Daemon::open_listener() {
     log_info("listening on the socket passed by systemd");
     return true;
   }
-  const std::string &path = config_.socket;
+  const std::string& path = config_.socket;
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
     log_error("socket path too long: " + path);
     return false;
@@ -983,25 +912,21 @@ bool Daemon::open_listener() {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  // A socket file left by a crashed hpd is replaced; one that answers belongs
-  // to a running hpd.
+  // A socket file left by a crashed hpd is replaced; one that answers belongs to a running hpd.
   if (std::filesystem::exists(path, ec)) {
     UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (::connect(probe.get(), reinterpret_cast<sockaddr *>(&addr),
-                  sizeof addr) == 0) {
+    if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
       log_error("another hpd already listens on " + path);
       return false;
     }
     ::unlink(path.c_str());
   }
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd ||
-      ::bind(fd.get(), reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) {
+  if (!fd || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     log_error("cannot bind " + path + ": " + std::strerror(errno));
     return false;
   }
-  // Everyone may connect: access is decided per request from the peer's
-  // credentials.
+  // Everyone may connect: access is decided per request from the peer's credentials.
   ::chmod(path.c_str(), 0666);
   if (::listen(fd.get(), 128) != 0) {
     log_error("cannot listen on " + path + ": " + std::strerror(errno));
@@ -1014,7 +939,7 @@ bool Daemon::open_listener() {
   return true;
 }
 
-void Daemon::configure_continuous(const Config &config) {
+void Daemon::configure_continuous(const Config& config) {
 #ifdef HPD_HAVE_CONTINUOUS
   std::lock_guard lock(continuous_mutex_);
   if (!config.continuous) {
@@ -1039,17 +964,14 @@ void Daemon::configure_continuous(const Config &config) {
       auto profiler = std::make_unique<continuous::ContinuousProfiler>(options);
       profiler->start();
       continuous_ = std::move(profiler);
-      log_info("continuous profiling at " +
-               std::to_string(options.frequency_hz) + " Hz into " +
+      log_info("continuous profiling at " + std::to_string(options.frequency_hz) + " Hz into " +
                options.dir.string());
     }
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     log_error(std::string("continuous profiling could not start: ") + e.what());
   }
 #else
-  if (config.continuous)
-    log_warning(
-        "continuous = on, but this hpd was built without continuous mode");
+  if (config.continuous) log_warning("continuous = on, but this hpd was built without continuous mode");
 #endif
 }
 
@@ -1060,70 +982,83 @@ void Daemon::update_status_line() {
 }
 
 void Daemon::begin_shutdown() {
-  if (stopping_.exchange(true))
-    return;
-  log_info("stopping: ending " + std::to_string(sessions_.totals().active) +
-           " session(s)");
-  notifier_.notify(
-      "STOPPING=1\nSTATUS=stopping, finishing the sessions' profiles");
+  if (stopping_.exchange(true)) return;
+  stop_began_ns_ = now_ns(CLOCK_MONOTONIC);
+  log_info("stopping: ending " + std::to_string(sessions_.totals().active) + " session(s)");
+  notifier_.notify("STOPPING=1\nSTATUS=stopping, finishing the sessions' profiles");
   sessions_.stop_all();
   listener_.reset();
-  if (!created_socket_.empty())
-    ::unlink(created_socket_.c_str());
-  configure_continuous(
-      Config{}); // continuous off: the chunk in progress is kept
+  if (!created_socket_.empty()) ::unlink(created_socket_.c_str());
+  configure_continuous(Config{});  // continuous off: the chunk in progress is kept
 }
 
 void Daemon::reload() {
   Config fresh;
   std::string why;
   if (!load(fresh, why)) {
-    log_error(
-        "SIGHUP: keeping the old configuration, the new one has problems:\n" +
-        why);
+    log_error("SIGHUP: keeping the old configuration, the new one has problems:\n" + why);
     return;
   }
   Config old = config();
   if (fresh.socket != old.socket)
-    log_warning(
-        "SIGHUP: a new socket path takes effect at the next start of hpd");
+    log_warning("SIGHUP: a new socket path takes effect at the next start of hpd");
   fresh.socket = old.socket;
   {
     std::lock_guard lock(config_mutex_);
     config_ = fresh;
   }
   set_log_level(fresh.log_level);
+  set_output_stall_timeout_ms(static_cast<int>(fresh.client_timeout_s * 1000));
   configure_continuous(fresh);
-  log_info("configuration reloaded (max_sessions " +
-           std::to_string(fresh.max_sessions) + ")");
+  log_info("configuration reloaded (max_sessions " + std::to_string(fresh.max_sessions) + ")");
 }
 
 void Daemon::accept_one() {
   UniqueFd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-  if (!client)
-    return;
+  if (!client) return;
   const auto peer = peer_credentials(client.get());
-  if (!peer)
-    return;
-  if (connections_.size() >= kMaxConnections) {
-    try {
-      send_frame(
-          client.get(),
-          error_message(ErrorCode::kLimit,
-                        "hpd has too many connections; try again later"));
-    } catch (const std::exception &) {
-    }
+  if (!peer) return;
+  const std::string refusal = connection_refusal(peer->uid);
+  if (!refusal.empty()) {
+    log_info("refused a connection of uid " + std::to_string(peer->uid) + " (pid " +
+             std::to_string(peer->pid) + "): " + refusal);
+    // Best effort: a client that does not read gets nothing, but costs no wait either.
+    const std::string text = error_message(ErrorCode::kLimit, refusal + "; try again later");
+    std::string frame(4, '\0');
+    for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    frame += text;
+    [[maybe_unused]] const ssize_t sent =
+        ::send(client.get(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     return;
   }
-  connections_.push_back(
-      std::make_unique<Connection>(*this, std::move(client), *peer));
+  connections_.push_back(std::make_unique<Connection>(*this, std::move(client), *peer));
   connections_.back()->start();
+}
+
+std::string Daemon::connection_refusal(uid_t uid) {
+  // Root is always served: no user can lock the administrator out.
+  if (uid == 0) return "";
+  reap_connections(false);
+  size_t others = 0;
+  size_t mine = 0;
+  for (const auto& c : connections_) {
+    if (c->uid() == 0) continue;
+    ++others;
+    mine += c->uid() == uid ? 1 : 0;
+  }
+  const Config cfg = config();
+  if (mine >= cfg.max_connections_per_user) {
+    return "you (uid " + std::to_string(uid) + ") already hold " + std::to_string(mine) +
+           " connections, the most one user may (max_connections_per_user in hpd.conf)";
+  }
+  if (others >= kMaxConnections) return "hpd has too many connections";
+  return "";
 }
 
 void Daemon::reap_connections(bool all) {
   for (auto it = connections_.begin(); it != connections_.end();) {
     if (all || (*it)->done()) {
-      it = connections_.erase(it); // joins
+      it = connections_.erase(it);  // joins
     } else {
       ++it;
     }
@@ -1137,9 +1072,9 @@ int Daemon::run() {
     return 1;
   }
   set_log_level(config_.log_level);
+  set_output_stall_timeout_ms(static_cast<int>(config_.client_timeout_s * 1000));
 
-  // Signals arrive through a signalfd; every thread inherits the mask, so none
-  // is interrupted.
+  // Signals arrive through a signalfd; every thread inherits the mask, so none is interrupted.
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
@@ -1152,13 +1087,11 @@ int Daemon::run() {
     log_error(std::string("signalfd: ") + std::strerror(errno));
     return 1;
   }
-  if (!open_listener())
-    return 1;
+  if (!open_listener()) return 1;
   bpf_available_ = bpf_backend_available(&bpf_reason_);
   perf_available_ = perf_events_available(&perf_reason_);
   if (!bpf_available_)
-    log_warning("the eBPF backend is unavailable (" + bpf_reason_ +
-                "); recording with perf_event");
+    log_warning("the eBPF backend is unavailable (" + bpf_reason_ + "); recording with perf_event");
   configure_continuous(config_);
 
   notifier_.notify("READY=1\nSTATUS=ready, no sessions");
@@ -1184,8 +1117,7 @@ int Daemon::run() {
         }
       }
     }
-    if (ready > 0 && count == 2 && (fds[1].revents & POLLIN) != 0)
-      accept_one();
+    if (ready > 0 && count == 2 && (fds[1].revents & POLLIN) != 0) accept_one();
     reap_connections(false);
     const uint64_t now = now_ns(CLOCK_MONOTONIC);
     if (watchdog_ns != 0 && now - last_ping >= watchdog_ns) {
@@ -1193,46 +1125,49 @@ int Daemon::run() {
       last_ping = now;
     }
     if (now - last_status >= 5000000000ull) {
-      if (!stopping_)
-        update_status_line();
+      if (!stopping_) update_status_line();
       last_status = now;
     }
-    if (stopping_ && connections_.empty())
-      break;
+    if (stopping_ && connections_.empty()) break;
+    if (stopping_ && static_cast<double>(now - stop_began_ns_) / 1e9 >= config().stop_timeout_s) {
+      // Clients that did not take their profiles in time do not hold the service: their threads
+      // cannot be joined, so the process ends here (the continuous chunk was finished already).
+      log_warning("stopped with " + std::to_string(connections_.size()) +
+                  " connection(s) still busy after stop_timeout (" +
+                  std::to_string(static_cast<int>(config().stop_timeout_s)) + " s)");
+      std::fflush(nullptr);
+      ::_exit(0);
+    }
   }
   reap_connections(true);
   log_info("stopped");
   return 0;
 }
 
-} // namespace
+}  // namespace
 
-uint64_t estimate_profile_bytes(const RawProfile &p) {
+uint64_t estimate_profile_bytes(const RawProfile& p) {
   uint64_t bytes = p.samples.capacity() * sizeof(RawSample);
   bytes += p.stacks.addresses().capacity() * sizeof(uint64_t);
   // Each stack: its entry and about three words of the interning hash map.
   bytes += p.stacks.size() * (sizeof(RawStack) + 48);
-  for (const RawProcess &process : p.processes) {
-    bytes += sizeof(RawProcess) +
-             process.mappings.capacity() * sizeof(RawMapping) +
-             process.exe.size();
-    for (const std::string &arg : process.cmdline)
-      bytes += arg.size() + sizeof arg;
+  for (const RawProcess& process : p.processes) {
+    bytes += sizeof(RawProcess) + process.mappings.capacity() * sizeof(RawMapping) + process.exe.size();
+    for (const std::string& arg : process.cmdline) bytes += arg.size() + sizeof arg;
   }
   bytes += p.threads.capacity() * (sizeof(RawThread) + 32);
-  for (const RawModule &module : p.modules)
+  for (const RawModule& module : p.modules)
     bytes += sizeof module + module.path.size() + module.build_id.size();
   bytes += p.call_edges.capacity() * sizeof(RawCallEdge);
-  for (const RawMipSnapshot &snapshot : p.mip_snapshots) {
-    bytes += sizeof snapshot +
-             snapshot.functions.capacity() * (sizeof(RawMipFunction) + 32);
+  for (const RawMipSnapshot& snapshot : p.mip_snapshots) {
+    bytes += sizeof snapshot + snapshot.functions.capacity() * (sizeof(RawMipFunction) + 32);
   }
   return bytes;
 }
 
-int run_daemon(const DaemonOptions &options) {
+int run_daemon(const DaemonOptions& options) {
   Daemon daemon(options);
   return daemon.run();
 }
 
-} // namespace hpd::service
+}  // namespace hpd::service
