@@ -199,6 +199,19 @@ class ClientOutput {
   ClientOutput& operator=(const ClientOutput&) = delete;
 
   [[nodiscard]] int fd() const { return fd_; }
+  // hpd went away mid-recording (`why`): a capture streamed so far is kept, incomplete (it has no end
+  // block, which its readers report), and the error says so. Anything else is removed as before.
+  [[noreturn]] void fail_keeping_partial_capture(const std::string& why) {
+    struct stat st {};
+    if (path_ == output_ && !in_place_ && is_capture_output(output_) && fd_ >= 0 && ::fstat(fd_, &st) == 0 &&
+        st.st_size > 0) {
+      committed_ = true;
+      throw std::runtime_error(
+          why + "; the capture '" + output_ +
+          "' is kept as far as it was written, marked incomplete (hpctl convert reads it)");
+    }
+    throw std::runtime_error(why);
+  }
   void commit() {
     ::close(fd_);
     fd_ = -1;
@@ -307,6 +320,9 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
       }
       // "accepted" and messages of newer daemons need nothing here.
     }
+  } catch (const DaemonUnavailable& e) {
+    progress.clear();
+    output.fail_keeping_partial_capture(e.what());
   } catch (...) {
     progress.clear();
     throw;

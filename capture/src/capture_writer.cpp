@@ -363,7 +363,7 @@ CaptureWriter::CaptureWriter(const std::string& path, CaptureWriterOptions optio
   s.boot_id = read_boot_id();
   // Never through a link planted in a shared directory; a device or FIFO is written, not truncated.
   try {
-    s.fd = open_output(path, O_CREAT | O_TRUNC, inspect_output(path), 0644);
+    s.fd = open_output(path, O_CREAT | O_TRUNC, inspect_output(path), s.options.file_mode);
   } catch (const std::runtime_error& e) {
     throw CaptureError(e.what());
   }

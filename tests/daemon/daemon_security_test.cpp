@@ -481,5 +481,75 @@ TEST_F(RealUsers, OutputsOntoDevicesAndPlantedLinks) {
   EXPECT_TRUE(read_text(victim) == "root's data\n") << "the planted link's target was written";
 }
 
+TEST_F(RealUsers, CaptureOfAKilledHpdIsKeptIncompleteAndReadable) {
+  Hpd hpd;
+  const std::string out = hpd.out_dir() + "/partial.hpr";
+  const std::string err = hpd.out_dir() + "/partial.err";
+  Background client({"sh", "-c", "exec \"$@\" 2>" + err, "sh", "setpriv", "--reuid=" + alice_.name,
+                     "--regid=" + alice_.name, "--init-groups", kHpctl, "--socket", hpd.socket(), "--daemon",
+                     "record", "--no-report", "-o", out, "--", std::string(HPD_FIXTURE_DIR) + "/cpu_split",
+                     "30"});
+  // Until a few flushes are in the file.
+  for (int i = 0; i < 300; ++i) {
+    std::error_code ec;
+    if (std::filesystem::file_size(out, ec) > 4096 && !ec) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  hpd.signal(SIGKILL);
+  EXPECT_NE(client.wait(), 0);
+  const std::string message = read_text(err);
+  EXPECT_NE(message.find("is kept as far as it was written, marked incomplete"), std::string::npos)
+      << message;
+  ASSERT_TRUE(std::filesystem::exists(out)) << message;
+  const CaptureContents capture = read_capture_file(out);
+  EXPECT_FALSE(capture.info.complete);
+  EXPECT_GT(capture.profile.samples.size(), 50u);
+  const RunResult converted =
+      run(alice_.run_as({kHpctl, "convert", out, "-o", hpd.out_dir() + "/partial.json"}));
+  EXPECT_EQ(converted.exit_code, 0) << converted.err;
+  EXPECT_NE(converted.err.find("the recording did not finish"), std::string::npos) << converted.err;
+  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/partial.json")), 50u);
+}
+
+TEST_F(RealUsers, FailedWritesAndBadInputsAreSaidAndLogged) {
+  Hpd hpd;
+  // A full disk: an 8 KiB file system for a profile that needs more. hpd logs it, the client hears it.
+  const std::string small = hpd.dir() + "/small";
+  ASSERT_EQ(mkdir(small.c_str(), 0755), 0);
+  ASSERT_EQ(run({"mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", small}).exit_code, 0);
+  const RunResult full = run(hpctl(hpd, {"record", "--no-report", "-o", small + "/big.json", "--",
+                                         std::string(HPD_FIXTURE_DIR) + "/cpu_split", "3"}));
+  run({"umount", small});
+  EXPECT_NE(full.exit_code, 0);
+  EXPECT_NE(full.err.find("No space left on device"), std::string::npos) << full.err;
+  EXPECT_TRUE(hpd.wait_log("No space left on device", 5)) << hpd.log();
+  EXPECT_NE(hpd.log().find("session 1 of uid 0 failed"), std::string::npos) << hpd.log();
+
+  // A configuration path that is a directory is an error, for --check-config and at start.
+  const RunResult check = run({HPD_HPD_PATH, "--check-config", "--config", hpd.dir()});
+  EXPECT_EQ(check.exit_code, 1);
+  EXPECT_NE(check.err.find(hpd.dir() + ": is a directory"), std::string::npos) << check.err;
+  const RunResult start =
+      run({HPD_HPD_PATH, "--config", hpd.dir(), "--socket", hpd.dir() + "/other.sock"}, 20);
+  EXPECT_EQ(start.exit_code, 1);
+  EXPECT_NE(start.err.find("is a directory"), std::string::npos) << start.err;
+
+  // A negative duration says what is expected.
+  const RunResult negative = run({kHpctl, "record", "-d", "-1", "-o", hpd.dir() + "/x.json", "--", "true"});
+  EXPECT_NE(negative.exit_code, 0) << negative.err;
+  EXPECT_NE(negative.err.find("expected seconds, 0 or more"), std::string::npos) << negative.err;
+  EXPECT_LT(negative.err.size(), 300u) << negative.err;
+
+  // A corrupt profile names its file, also for a number no double holds.
+  for (const char* text : {"{\"meta\": 1e999}", "{\"meta\": {\"interval\": \"x\"}"}) {
+    const std::string path = hpd.dir() + "/corrupt.json";
+    std::ofstream(path) << text;
+    ASSERT_EQ(run({"gzip", "-f", path}).exit_code, 0);
+    const RunResult r = run({kHpctl, "convert", path + ".gz", "-o", hpd.dir() + "/c.collapsed"});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find(path + ".gz"), std::string::npos) << text << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace hpd::test

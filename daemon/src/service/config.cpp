@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -313,6 +314,11 @@ std::string format_config(const Config& config) {
 }
 
 Config load_config(const std::string& path) {
+  // A directory opens and reads as empty on some systems: it must not pass for a file of defaults.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError({path + ": is a directory, not a configuration file"});
+  }
   std::ifstream in(path);
   if (!in) throw ConfigError({path + ": cannot read: " + std::strerror(errno)});
   std::stringstream text;
