@@ -30,6 +30,11 @@ const volatile __u32 stack_copy_bytes = 0;
 const volatile __u32 user_stack_from_copy = 0;
 // Pages of the ring hpd_warm_ring touches before the recording starts (0: none).
 const volatile __u32 warm_pages = 0;
+// For an unprivileged client (HPD_FILTER_PIDS only): the uid and gid every followed process must run
+// with; a process whose exec gives it others stops being followed at that exec (see hpd_exec).
+const volatile __u32 restrict_creds = 0;
+const volatile __u32 client_uid = 0;
+const volatile __u32 client_gid = 0;
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -521,7 +526,19 @@ static __always_inline struct hpd_task_event* reserve_task_event(__u32 type, __s
   fill_header(&e->header, type, pid, tid, bpf_ktime_get_ns());
   e->ringbuf_drops = 0;
   e->cpu_tail_ns = 0;
+  e->task_flags = 0;
+  e->reserved = 0;
   return e;
+}
+
+// Whether every real, effective, saved and filesystem id of `p` is the client's: the credentials the
+// kernel's PTRACE_MODE_READ check compares (a set-user-ID exec changes the effective and saved ones).
+static __always_inline int runs_as_client(struct task_struct* p) {
+  const struct cred* c = BPF_CORE_READ(p, cred);
+  return BPF_CORE_READ(c, uid.val) == client_uid && BPF_CORE_READ(c, euid.val) == client_uid &&
+         BPF_CORE_READ(c, suid.val) == client_uid && BPF_CORE_READ(c, fsuid.val) == client_uid &&
+         BPF_CORE_READ(c, gid.val) == client_gid && BPF_CORE_READ(c, egid.val) == client_gid &&
+         BPF_CORE_READ(c, sgid.val) == client_gid && BPF_CORE_READ(c, fsgid.val) == client_gid;
 }
 
 // tp_btf/sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm); the comm
@@ -531,8 +548,19 @@ int hpd_exec(__u64* ctx) {
   const __u64 id = bpf_get_current_pid_tgid();
   const __s32 pid = (__s32)(id >> 32);
   if (!is_target(pid)) return 0;
+  // The new credentials are committed before this tracepoint: a process the client may not trace
+  // leaves the targets here, so that none of its samples (on or off the CPU) is taken from now on.
+  __u32 task_flags = 0;
+  if (restrict_creds && filter_mode == HPD_FILTER_PIDS && !runs_as_client((struct task_struct*)ctx[0])) {
+    bpf_map_delete_elem(&targets, &pid);
+    __s32 tid = (__s32)id;
+    bpf_map_delete_elem(&blocked, &tid);
+    task_flags = HPD_TASK_UNFOLLOWED;
+  }
   struct hpd_task_event* e = reserve_task_event(HPD_EVENT_EXEC, pid, (__s32)id);
-  if (e) bpf_ringbuf_submit(e, submit_flags());
+  if (!e) return 0;
+  e->task_flags = task_flags;
+  bpf_ringbuf_submit(e, submit_flags());
   return 0;
 }
 

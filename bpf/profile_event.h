@@ -154,7 +154,13 @@ struct hpd_task_event {
   struct hpd_event_header header;
   __u64 ringbuf_drops;
   __u64 cpu_tail_ns;
+  __u32 task_flags; /* HPD_TASK_* */
+  __u32 reserved;
 };
+
+/* HPD_EVENT_EXEC: the exec gave the process credentials the client may not trace (restrict_creds);
+ * it is no longer followed from this record on. */
+#define HPD_TASK_UNFOLLOWED 1u
 
 /* Per-thread state kept by the programs, keyed by tid. */
 struct hpd_thread_state {

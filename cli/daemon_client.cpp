@@ -50,6 +50,9 @@ void DaemonClient::send(nlohmann::json request, int fd) {
   try {
     service::send_frame(fd_, request.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), fd);
   } catch (const std::system_error& e) {
+    // hpd may have answered and closed before the request went out (a connection it refuses at
+    // accept): its error waits in the socket and says why.
+    if (receive(0)) throw DaemonUnavailable(std::string("hpd closed the connection: ") + e.what());
     throw DaemonUnavailable(std::string("hpd closed the connection: ") + e.what());
   }
 }

@@ -1,5 +1,6 @@
 // hpctl: the command line of the hpd profiler.
 #include <CLI/CLI.hpp>
+#include <cmath>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,26 @@
 #ifndef HPD_VERSION
 #define HPD_VERSION "unknown"
 #endif
+
+namespace {
+
+// A duration in seconds, 0 or more; the message names the value and what is meant (CLI11's own range
+// check printed the largest double).
+CLI::Validator seconds_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          size_t used = 0;
+          const double value = std::stod(text, &used);
+          if (used == text.size() && value >= 0 && std::isfinite(value)) return "";
+        } catch (const std::exception&) {
+        }
+        return "expected seconds, 0 or more (none: until the target exits or Ctrl-C), not '" + text + "'";
+      },
+      "SECONDS");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"hpctl: record and inspect profiles of native programs (C, C++, Rust) on Linux"};
@@ -33,7 +54,7 @@ int main(int argc, char** argv) {
   record
       ->add_option("-d,--duration", rec.duration_s,
                    "Seconds to record; default: until the target exits or Ctrl-C")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds_validator());
   record->add_option("-F,--frequency", rec.frequency_hz, "Samples per second per thread (1..100000)")
       ->capture_default_str();
   record

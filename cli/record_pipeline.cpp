@@ -1,6 +1,8 @@
 // The recording pipeline hpctl and hpd share: options from RecordArgs, output to a path or a descriptor.
 #include "record_pipeline.h"
 
+#include "hpd/model/output_write.h"
+
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -83,6 +85,12 @@ void check_output_writable(const std::string& output) {
   std::error_code ec;
   if (fs::is_directory(output, ec)) {
     throw std::runtime_error("cannot write '" + output + "': it is a directory; give a file name with -o");
+  }
+  // A device or FIFO is written in place: it needs no room for a new file beside it.
+  if (inspect_output(output).special) {
+    if (access(output.c_str(), W_OK) != 0)
+      throw std::runtime_error("cannot write '" + output + "': " + std::strerror(errno));
+    return;
   }
   fs::path dir = fs::path(output).parent_path();
   if (dir.empty()) dir = ".";

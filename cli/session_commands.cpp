@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "daemon_client.h"
 #include "hpd/export/report.h"
+#include "hpd/model/output_write.h"
 #include "perf/call_graph_choice.h"
 #include "profile_input.h"
 #include "progress.h"
@@ -234,9 +235,13 @@ bool command_runnable(const std::string& name, std::string& why) {
 class ClientOutput {
  public:
   explicit ClientOutput(const std::string& output) : output_(output) {
-    if (is_capture_output(output)) {
+    // A device or FIFO (-o /dev/null) is written in place, never replaced by a renamed file; in a
+    // directory others may write, a symbolic link is not followed.
+    const OutputPlace place = inspect_output(output);
+    if (is_capture_output(output) || place.special) {
       path_ = output;
-      fd_ = ::open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+      fd_ = open_output(output, O_CREAT | O_TRUNC, place);
+      in_place_ = place.special;
     } else {
       namespace fs = std::filesystem;
       fs::path dir = fs::path(output).parent_path();
@@ -255,12 +260,25 @@ class ClientOutput {
   }
   ~ClientOutput() {
     if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
+    if (!committed_ && !in_place_) ::unlink(path_.c_str());
   }
   ClientOutput(const ClientOutput&) = delete;
   ClientOutput& operator=(const ClientOutput&) = delete;
 
   [[nodiscard]] int fd() const { return fd_; }
+  // hpd went away mid-recording (`why`): a capture streamed so far is kept, incomplete (it has no end
+  // block, which its readers report), and the error says so. Anything else is removed as before.
+  [[noreturn]] void fail_keeping_partial_capture(const std::string& why) {
+    struct stat st {};
+    if (path_ == output_ && !in_place_ && is_capture_output(output_) && fd_ >= 0 && ::fstat(fd_, &st) == 0 &&
+        st.st_size > 0) {
+      committed_ = true;
+      throw std::runtime_error(
+          why + "; the capture '" + output_ +
+          "' is kept as far as it was written, marked incomplete (hpctl convert reads it)");
+    }
+    throw std::runtime_error(why);
+  }
   void commit() {
     ::close(fd_);
     fd_ = -1;
@@ -275,6 +293,7 @@ class ClientOutput {
   std::string path_;
   int fd_ = -1;
   bool committed_ = false;
+  bool in_place_ = false;  // an existing device or FIFO: never unlinked
 };
 
 std::string json_text(const json& j, const char* key) {
@@ -371,6 +390,9 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
       }
       // "accepted" and messages of newer daemons need nothing here.
     }
+  } catch (const DaemonUnavailable& e) {
+    progress.clear();
+    output.fail_keeping_partial_capture(e.what());
   } catch (...) {
     progress.clear();
     throw;

@@ -10,6 +10,7 @@
 
 #include "capture_codec.h"
 #include "hpd/capture/capture.h"
+#include "hpd/model/output_write.h"
 
 namespace hpd {
 
@@ -108,15 +109,10 @@ struct CaptureWriter::State {
   }
 
   void write_all(const uint8_t* data, size_t size) {
-    while (size > 0) {
-      const ssize_t n = ::write(fd, data, size);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        fail("write", errno);
-      }
-      data += n;
-      size -= static_cast<size_t>(n);
-      bytes += static_cast<uint64_t>(n);
+    try {
+      bytes += write_output_fully(fd, data, size, "write");
+    } catch (const std::runtime_error& e) {
+      throw CaptureError("cannot write capture file '" + path + "': " + e.what());
     }
   }
 
@@ -385,8 +381,12 @@ CaptureWriter::CaptureWriter(const std::string& path, CaptureWriterOptions optio
   s.path = path;
   s.options = std::move(options);
   s.boot_id = read_boot_id();
-  s.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (s.fd < 0) s.fail("open", errno);
+  // Never through a link planted in a shared directory; a device or FIFO is written, not truncated.
+  try {
+    s.fd = open_output(path, O_CREAT | O_TRUNC, inspect_output(path), s.options.file_mode);
+  } catch (const std::runtime_error& e) {
+    throw CaptureError(e.what());
+  }
   start();
 }
 

@@ -685,7 +685,8 @@ Profile parse_firefox_json(std::string_view json_text, const std::string& source
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number beyond a double (1e999): both name the file.
     throw std::runtime_error(source + ": not a JSON document (" + e.what() + ")");
   }
   try {

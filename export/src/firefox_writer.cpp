@@ -18,6 +18,7 @@
 
 #include "firefox_format.h"
 #include "hpd/export/firefox.h"
+#include "hpd/model/output_write.h"
 #include "json_writer.h"
 #include "output_file.h"
 
@@ -1052,15 +1053,7 @@ class FdSink : public json::ByteSink {
  public:
   explicit FdSink(int fd) : fd_(fd) {}
   void write(const char* data, size_t size) override {
-    while (size > 0) {
-      const ssize_t n = ::write(fd_, data, size);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw std::runtime_error(std::string("writing the profile failed: ") + std::strerror(errno));
-      }
-      data += n;
-      size -= static_cast<size_t>(n);
-    }
+    write_output_fully(fd_, data, size, "writing the profile failed");
   }
 
  private:

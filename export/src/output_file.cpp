@@ -1,6 +1,8 @@
 // Output sinks: ostream, atomically replaced file, gzip compression through zlib's deflate.
 #include "output_file.h"
 
+#include "hpd/model/output_write.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,6 +46,12 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   }
   const std::string dir = directory_of(path_);
   const std::string base = base_name_of(path_);
+  // A device or FIFO (-o /dev/null) is written in place: renaming a file over it would replace it.
+  if (const OutputPlace place = inspect_output(path_); place.special) {
+    fd_ = open_output(path_, 0, place);
+    in_place_ = true;
+    return;
+  }
   // O_EXCL with a fresh name instead of mkstemp: the file then gets the usual 0666 & ~umask mode.
   for (int attempt = 0; attempt < 100; ++attempt) {
     temp_path_ = dir + "/." + base + ".tmp-" + std::to_string(::getpid()) + "-" +
@@ -80,6 +88,13 @@ void AtomicFile::write(const char* data, size_t size) {
 }
 
 void AtomicFile::commit() {
+  if (in_place_) {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("close failed", errno);
+    committed_ = true;
+    return;
+  }
   // fsync before rename: otherwise a crash soon after could leave the new name on an empty file.
   if (::fsync(fd_) != 0 && errno != EINVAL) fail("fsync failed", errno);
   const int fd = fd_;

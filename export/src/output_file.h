@@ -22,7 +22,7 @@ class OstreamSink : public json::ByteSink {
 
 // Writes to a temporary file beside `path` and renames it over `path` on commit(). Destroyed without
 // commit (an exception on the way), it removes the temporary file, so `path` is either the old file or
-// the complete new one.
+// the complete new one. An existing device or FIFO is written in place instead, never replaced.
 class AtomicFile : public json::ByteSink {
  public:
   explicit AtomicFile(std::string path);
@@ -41,6 +41,7 @@ class AtomicFile : public json::ByteSink {
   std::string temp_path_;
   int fd_ = -1;
   bool committed_ = false;
+  bool in_place_ = false;  // a device or FIFO, written directly (no temporary file, no rename)
 };
 
 // Compresses into gzip format (RFC 1952, readable by the Firefox Profiler and gunzip) and passes the

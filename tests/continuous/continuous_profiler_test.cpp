@@ -1,6 +1,7 @@
 // Privileged tests: the ContinuousProfiler records the real system while a fixture burns CPU; chunks
 // rotate and expire, a SIGKILLed profiler is recovered, and `hpctl export` gives a valid profile.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -240,6 +241,55 @@ TEST_F(ContinuousTest, AProfilerKilledHardLosesAtMostTheChunkInProgress) {
     ASSERT_TRUE(fs::exists(c.path));
     EXPECT_EQ(fs::file_size(c.path), c.bytes);
   }
+}
+
+TEST_F(ContinuousTest, StoreFilesAre0640AndTheDirectory0750) {
+  const mode_t old_umask = ::umask(022);
+  test::Background fixture({kCpuSplit, "60"});
+  const fs::path store = dir_ / "store";
+  // A crashed run's store: one finished chunk and the chunk in progress (salvaged at the next start).
+  test::Background driver({kDriver, store.string(), "3", "99", "0.5"});
+  ASSERT_TRUE(wait_for([&] {
+    std::error_code ec;
+    if (!fs::exists(store, ec)) return false;
+    const StoreScan scan = scan_store(store);
+    return !scan.chunks.empty() && scan.temporaries.size() == 1 &&
+           fs::file_size(scan.temporaries[0], ec) > 1000;
+  }));
+  ASSERT_EQ(kill(driver.pid(), SIGKILL), 0);
+  driver.wait();
+  // Modes an older hpd, or a hand, may have left: a store anyone can list and read.
+  ASSERT_EQ(::chmod(store.c_str(), 0755), 0);
+  for (const auto& entry : fs::directory_iterator(store))
+    ASSERT_EQ(::chmod(entry.path().c_str(), 0644), 0) << entry.path();
+
+  ContinuousProfiler profiler(options(2));
+  profiler.start();
+  // The next chunk's .tmp, streamed into while recording.
+  fs::path in_progress;
+  ASSERT_TRUE(wait_for([&] {
+    const StoreScan scan = scan_store(store);
+    if (scan.temporaries.empty()) return false;
+    in_progress = scan.temporaries[0];
+    return true;
+  }));
+  auto mode_of = [](const fs::path& path) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 07777u;
+  };
+  EXPECT_EQ(mode_of(in_progress), 0640u) << in_progress;
+  ASSERT_TRUE(wait_for([&] { return scan_store(store).chunks.size() >= 3; }));
+  profiler.stop();
+  ::umask(old_umask);
+  EXPECT_EQ(profiler.stats().chunks_salvaged, 1u);
+  EXPECT_EQ(mode_of(store), 0750u);
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(store)) {
+    if (entry.path().filename() == ".hpd-continuous.lock") continue;  // 0600
+    ++files;
+    EXPECT_EQ(mode_of(entry.path()), 0640u) << entry.path();
+  }
+  EXPECT_GE(files, 3u) << "the old chunk, the salvaged one and a new one";
 }
 
 TEST_F(ContinuousTest, HpctlExportWritesAValidProfileWithTheFixturesFunctions) {

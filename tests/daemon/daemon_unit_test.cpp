@@ -211,13 +211,17 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "max_sessions = 3\nmax_duration_s = 1.5\nmax_frequency_hz = 500\nmax_session_memory_mb = 64\n"
       "continuous = on\ncontinuous_frequency = 49\ncontinuous_chunk_seconds = 30\ncontinuous_max_age = 2d\n"
       "continuous_max_bytes = 512M\nstate_directory = /var/lib/x\ngroup = wheel\nlog_level = debug\n"
-      "socket = /tmp/s.sock\n",
+      "socket = /tmp/s.sock\nmax_connections_per_user = 7\nmax_sessions_per_user = 2\nidle_timeout = 2m\n"
+      "client_timeout = 2.5\nstop_timeout = 4\n",
       "t.conf");
   const std::string text = format_config(c);
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (13 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 13) << text;
+  // One line per key: every key of the parser, none twice (18 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 18) << text;
+  EXPECT_NE(text.find("idle_timeout = 120\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("client_timeout = 2.5\n"), std::string::npos) << text;
+  EXPECT_THROW(parse_config("stop_timeout = 0\n", "t.conf"), ConfigError);
   EXPECT_NE(text.find("continuous_max_age = 172800\n"), std::string::npos) << text;
   EXPECT_NE(text.find("log_level = debug\n"), std::string::npos) << text;
 }
@@ -267,8 +271,11 @@ TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   d = check_record_access(nobody, false, "hpd", args);
   EXPECT_FALSE(d.allowed);
   EXPECT_NE(d.reason.find("may only record your own processes"), std::string::npos) << d.reason;
-  const PeerCredentials me{getpid(), getuid(), getgid()};
-  EXPECT_TRUE(check_record_access(me, false, "hpd", args).allowed);
+  PeerCredentials me{getpid(), getuid(), getgid()};
+  // This test's own capabilities, not CAP_SYS_PTRACE in effect: the uid, gid and dumpable rules decide.
+  me.cap_permitted = ~0ull;
+  EXPECT_TRUE(check_record_access(me, false, "hpd", args).allowed)
+      << check_record_access(me, false, "hpd", args).reason;
   args.pids = {0x7ffffff0};
   EXPECT_NE(check_record_access(me, false, "hpd", args).reason.find("no process"), std::string::npos);
   args = {};
@@ -276,6 +283,21 @@ TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   EXPECT_TRUE(check_record_access(nobody, true, "hpd", args).allowed);
   EXPECT_TRUE(is_privileged_peer(PeerCredentials{getpid(), 0, 0}, "no-such-group-hpd-test"));
   EXPECT_FALSE(is_privileged_peer(PeerCredentials{0, 65534, 65534}, "no-such-group-hpd-test"));
+}
+
+TEST(Access, KernelFramesAsTheKernelWouldShowThem) {
+  PeerCredentials user{1, 1000, 1000};
+  EXPECT_NE(kernel_frames_refusal(user, 2, 0).find("perf_event_paranoid is 2"), std::string::npos);
+  EXPECT_EQ(kernel_frames_refusal(user, 1, 0), "");
+  EXPECT_NE(kernel_frames_refusal(user, 1, 1).find("kptr_restrict is 1 and you lack CAP_SYSLOG"),
+            std::string::npos);
+  EXPECT_NE(kernel_frames_refusal(user, -1, 2).find("kptr_restrict is 2"), std::string::npos);
+  user.cap_effective = 1ull << kCapPerfmon;
+  EXPECT_NE(kernel_frames_refusal(user, 2, 0).find("kptr_restrict is 0"), std::string::npos)
+      << "CAP_PERFMON gives samples, but kallsyms shows addresses only with paranoid <= 1 or CAP_SYSLOG";
+  user.cap_effective |= 1ull << kCapSyslog;
+  EXPECT_EQ(kernel_frames_refusal(user, 2, 1), "");
+  EXPECT_NE(kernel_frames_refusal(user, 2, 2).find("kptr_restrict is 2"), std::string::npos);
 }
 
 class SocketPair : public ::testing::Test {

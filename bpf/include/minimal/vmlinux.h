@@ -70,12 +70,32 @@ struct bpf_perf_event_data_kern {
   struct perf_event* event;
 };
 
+typedef struct {
+  u32 val;
+} kuid_t;
+
+typedef struct {
+  u32 val;
+} kgid_t;
+
+struct cred {
+  kuid_t uid;
+  kgid_t gid;
+  kuid_t suid;
+  kgid_t sgid;
+  kuid_t euid;
+  kgid_t egid;
+  kuid_t fsuid;
+  kgid_t fsgid;
+};
+
 struct task_struct {
   unsigned int flags;
   struct sched_entity se;
   pid_t pid;
   pid_t tgid;
   char comm[16];
+  const struct cred* cred;
 };
 
 /* x86-64 */

@@ -194,6 +194,13 @@ StackEnd BpfProfileBuilder::apply_user_state(const hpd_sample_event& e, const Ra
 void BpfProfileBuilder::on_sample(const hpd_sample_event& e, size_t frames_present,
                                   std::span<const uint8_t> stack) {
   const hpd_event_header& h = e.header;
+  // A sample of a process no longer followed (one the ring held before its exec record): not the
+  // client's to have.
+  if (const RawProcess* gone = profile_.find_process(h.pid);
+      gone != nullptr && gone->unfollowed_ns != 0 && h.time_ns >= gone->unfollowed_ns) {
+    ++unfollowed_samples_;
+    return;
+  }
   RawThread& thread = ensure_thread(h.pid, h.tid, h.time_ns, h.comm);
   RawProcess& process = profile_.process(h.pid);
   ProcessState& state = states_[h.pid];
@@ -332,6 +339,13 @@ void BpfProfileBuilder::on_exec(const hpd_task_event& e) {
   const bool known = profile_.find_process(h.pid) != nullptr;
   RawProcess& process = profile_.process(h.pid);
   if (!known) process.start_ns = config_.start_ns;
+  if ((e.task_flags & HPD_TASK_UNFOLLOWED) != 0) {
+    // Not followed from here on (hpd_exec): the old image's mappings end, and nothing of the new
+    // image (its name, path, arguments, mappings) is read for a client that may not see it.
+    process.unfollowed_ns = h.time_ns;
+    end_mappings_at_exec(process, h.time_ns, h.time_ns);
+    return;
+  }
   {
     // The mappings made before the exec began (the kernel's COMM record; without mmap records this
     // record's time stands in) are the old image's. They serve until this record: it is written

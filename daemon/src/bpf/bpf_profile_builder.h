@@ -91,6 +91,8 @@ class BpfProfileBuilder {
   [[nodiscard]] uint64_t malformed_records() const { return malformed_; }
   [[nodiscard]] uint64_t processes_without_maps() const { return processes_without_maps_; }
   [[nodiscard]] uint64_t samples_without_baseline() const { return samples_without_baseline_; }
+  // Samples dropped because their process was no longer followed (HPD_TASK_UNFOLLOWED).
+  [[nodiscard]] uint64_t unfollowed_samples() const { return unfollowed_samples_; }
   [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
   [[nodiscard]] uint64_t mmaps_recorded() const { return mmaps_recorded_; }
   [[nodiscard]] uint64_t mmaps_dropped() const { return mmaps_dropped_; }
@@ -155,6 +157,7 @@ class BpfProfileBuilder {
   uint64_t malformed_ = 0;
   uint64_t processes_without_maps_ = 0;
   uint64_t samples_without_baseline_ = 0;
+  uint64_t unfollowed_samples_ = 0;
   std::function<void()> drain_mmaps_;
   std::function<bool(uint64_t)> is_scheduler_frame_;
   UserEnds user_ends_{};

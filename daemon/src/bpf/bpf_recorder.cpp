@@ -330,6 +330,9 @@ void BpfSession::load() {
   config->self_pid = ::getpid();
   config->follow_children = options_.follow_children ? 1 : 0;
   config->capture_kernel = kernel_frames_ ? 1 : 0;
+  config->restrict_creds = options_.restrict_to_client ? 1 : 0;
+  config->client_uid = options_.client_uid;
+  config->client_gid = options_.client_gid;
   config->off_cpu_min_ns = uint64_t{options_.off_cpu_min_us} * 1000;
   config->sample_period_ns = period_ns_;
   const uint32_t ring_bytes = choose_ring_bytes(options_, cpus_.size());

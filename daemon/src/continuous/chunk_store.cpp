@@ -270,6 +270,7 @@ size_t recover_temporaries(const fs::path& dir, std::vector<std::string>* notes)
       const fs::path staging = dir / (final_path.filename().string() + kSalvageSuffix);
       CaptureWriterOptions options;
       options.writer = "hpd continuous (salvaged after a crash)";
+      options.file_mode = 0640;  // as every chunk: it holds every process's command line
       write_capture_file(profile, staging.string(), options);
       rename_durably(staging, final_path);
     } catch (const std::exception& e) {

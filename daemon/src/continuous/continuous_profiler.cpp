@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -80,9 +83,10 @@ struct ContinuousProfiler::State {
     if (!fs::exists(o.dir, ec)) {
       fs::create_directories(o.dir, ec);
       if (ec) throw std::runtime_error("cannot create " + o.dir.string() + ": " + ec.message());
-      // Chunks hold every process's command line: not for everyone's eyes.
-      ::chmod(o.dir.c_str(), 0750);
     }
+    // Chunks hold every process's command line: not for everyone's eyes, also when the directory or
+    // files in it were made with other modes (by an older hpd, or by hand).
+    restrict_modes(o.dir);
     lock.reset();
     lock = std::make_unique<DirectoryLock>(o.dir);
     locked_dir = o.dir;
@@ -95,6 +99,29 @@ struct ContinuousProfiler::State {
     }
     for (std::string& n : notes) note(std::move(n));
     retain(o);
+  }
+
+  // The store directory 0750 and its files at most 0640, each change noted.
+  void restrict_modes(const fs::path& dir) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & 07777) != 0750) {
+      if (::chmod(dir.c_str(), 0750) != 0)
+        throw std::runtime_error("cannot make " + dir.string() + " mode 0750: " + std::strerror(errno));
+      note("made " + dir.string() + " mode 0750 (it was " + octal(st.st_mode & 07777) + ")");
+    }
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if ((st.st_mode & 07777 & ~0640u) == 0) continue;
+      if (::chmod(entry.path().c_str(), st.st_mode & 0640) == 0)
+        note("made " + entry.path().filename().string() + " mode " + octal(st.st_mode & 0640));
+    }
+  }
+
+  static std::string octal(unsigned mode) {
+    char text[8];
+    std::snprintf(text, sizeof text, "%04o", mode);
+    return text;
   }
 
   void retain(const ContinuousOptions& o) {
@@ -130,8 +157,8 @@ struct ContinuousProfiler::State {
     CaptureWriterOptions writer_options;
     writer_options.zstd_level = o.zstd_level;
     writer_options.writer = "hpd continuous";
+    writer_options.file_mode = 0640;  // from its creation on: it is streamed into while recording
     auto writer = std::make_unique<CaptureWriter>(tmp_path.string(), writer_options);
-    ::chmod(tmp_path.c_str(), 0640);
     auto discard = [&] {
       writer.reset();
       std::error_code ec;

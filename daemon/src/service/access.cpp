@@ -1,15 +1,25 @@
-// Access control of hpd's requests from SO_PEERCRED and /proc/PID/status.
+// Access control of hpd's requests: SO_PEERCRED and the kernel's PTRACE_MODE_READ rules through pidfds.
 #include "hpd/service/access.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+
+#include "util/unique_fd.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77  // Linux 6.5; older headers lack it
+#endif
 
 namespace hpd::service {
 namespace {
@@ -40,6 +50,55 @@ std::string join_group_advice(const std::string& group) {
          "' group (then log in again), or run hpctl as root";
 }
 
+// The hexadecimal value after `key` in a /proc/PID/status text; 0 when absent.
+uint64_t status_hex(std::string_view status, std::string_view key) {
+  const size_t at = status.find(key);
+  if (at == std::string_view::npos) return 0;
+  return std::strtoull(std::string(status.substr(at + key.size(), 32)).c_str(), nullptr, 16);
+}
+
+// Through syscall(): glibc 2.36's <sys/pidfd.h> declares these without C linkage for C++.
+int open_pidfd(pid_t pid) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
+bool pidfd_alive(int pidfd) {
+  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0;
+}
+
+// What /proc/PID says of one process, read through a directory descriptor opened while `pidfd` named
+// the same process: checked after the reads, a live pidfd proves the pid was not reused meanwhile.
+struct ProcessView {
+  std::string status;    // /proc/PID/status
+  uid_t dump_owner = 0;  // owner of /proc/PID/status: the euid when dumpable, root when not
+  bool dump_owner_known = false;
+};
+
+std::optional<ProcessView> read_process_view(int pidfd, pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dirfd) return std::nullopt;
+  ProcessView view;
+  UniqueFd status(::openat(dirfd.get(), "status", O_RDONLY | O_CLOEXEC));
+  if (!status) return std::nullopt;
+  // Files under /proc/PID (not the directory itself, which keeps the euid for ps) belong to root
+  // while the process is not dumpable (task_dump_owner).
+  struct stat st {};
+  if (::fstat(status.get(), &st) == 0) {
+    view.dump_owner = st.st_uid;
+    view.dump_owner_known = true;
+  }
+  char buffer[4096];
+  ssize_t n = 0;
+  while ((n = ::read(status.get(), buffer, sizeof buffer)) > 0)
+    view.status.append(buffer, static_cast<size_t>(n));
+  // The directory was opened after the pidfd; if the pidfd's process is still alive, both are the same
+  // process. A dead one may have left its pid to another.
+  if (!pidfd_alive(pidfd)) return std::nullopt;
+  return view;
+}
+
+const char* kIdNames[4] = {"real", "effective", "saved", "filesystem"};
+
 }  // namespace
 
 std::optional<PeerCredentials> peer_credentials(int socket) {
@@ -47,7 +106,79 @@ std::optional<PeerCredentials> peer_credentials(int socket) {
   socklen_t size = sizeof cred;
   if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &size) != 0 || size != sizeof cred)
     return std::nullopt;
-  return PeerCredentials{cred.pid, cred.uid, cred.gid};
+  PeerCredentials peer{cred.pid, cred.uid, cred.gid};
+  // The peer's capabilities, from the very process that connected (a pidfd the kernel took at
+  // connect); without one, none are assumed.
+  int pidfd = -1;
+  socklen_t pidfd_size = sizeof pidfd;
+  if (getsockopt(socket, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &pidfd_size) == 0 && pidfd >= 0) {
+    UniqueFd owned(pidfd);
+    if (const auto view = read_process_view(owned.get(), cred.pid)) {
+      peer.cap_effective = status_hex(view->status, "CapEff:");
+      peer.cap_permitted = status_hex(view->status, "CapPrm:");
+    }
+  }
+  return peer;
+}
+
+AccessDecision may_read_process(const PeerCredentials& peer, pid_t pid, int* pidfd_out) {
+  const std::string who = "pid " + std::to_string(pid);
+  if (pid <= 0) return {false, "no process with pid " + std::to_string(pid)};
+  UniqueFd pidfd(open_pidfd(pid));
+  if (!pidfd) return {false, "no process with pid " + std::to_string(pid)};
+  const auto view = read_process_view(pidfd.get(), pid);
+  if (!view) return {false, "no process with pid " + std::to_string(pid) + " (it exited)"};
+  if (pidfd_out != nullptr) *pidfd_out = pidfd.release();
+  // CAP_SYS_PTRACE overrides every rule below, as in the kernel.
+  if (has_capability(peer.cap_effective, kCapSysPtrace)) return {true, ""};
+  const StatusIds ids = parse_proc_status_ids(view->status);
+  if (ids.uids.size() < 4 || ids.gids.size() < 4) return {false, "cannot read the credentials of " + who};
+  for (size_t i = 0; i < 4; ++i) {
+    if (ids.uids[i] != peer.uid) {
+      return {false, who + " runs with " + kIdNames[i] + " uid " + std::to_string(ids.uids[i]) +
+                         ", not yours (" + std::to_string(peer.uid) + ")"};
+    }
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    if (ids.gids[i] != peer.gid) {
+      return {false, who + " runs with " + kIdNames[i] + " gid " + std::to_string(ids.gids[i]) +
+                         ", not your primary group (" + std::to_string(peer.gid) + ")"};
+    }
+  }
+  if (!view->dump_owner_known || view->dump_owner != peer.uid) {
+    return {false, who +
+                       " is not dumpable (it called prctl(PR_SET_DUMPABLE, 0) or changed its credentials), "
+                       "so the kernel lets no other process of yours read it either"};
+  }
+  const uint64_t target_caps = status_hex(view->status, "CapPrm:");
+  if ((target_caps & ~peer.cap_permitted) != 0) {
+    return {false, who + " holds capabilities you do not have"};
+  }
+  return {true, ""};
+}
+
+int read_kernel_sysctl(const char* name, int fallback) {
+  std::ifstream in(std::string("/proc/sys/") + name);
+  int value = 0;
+  if (!(in >> value)) return fallback;
+  return value;
+}
+
+std::string kernel_frames_refusal(const PeerCredentials& peer, int paranoid, int kptr_restrict) {
+  const bool perfmon =
+      has_capability(peer.cap_effective, kCapPerfmon) || has_capability(peer.cap_effective, kCapSysAdmin);
+  if (!perfmon && paranoid > 1) {
+    return "perf_event_paranoid is " + std::to_string(paranoid) +
+           " and you lack CAP_PERFMON, so the kernel would give you no kernel samples";
+  }
+  // As /proc/kallsyms decides whether to show a reader real addresses (kallsyms_show_value).
+  const bool syslog = has_capability(peer.cap_effective, kCapSyslog);
+  const bool addresses = (kptr_restrict == 0 && paranoid <= 1) || (kptr_restrict <= 1 && syslog);
+  if (!addresses) {
+    return "kptr_restrict is " + std::to_string(kptr_restrict) + (syslog ? "" : " and you lack CAP_SYSLOG") +
+           ", so the kernel would show you no kernel addresses";
+  }
+  return "";
 }
 
 StatusIds parse_proc_status_ids(std::string_view status) {
@@ -120,17 +251,12 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
             "record its pid (update hpctl)"};
   }
   for (const int32_t pid : args.pids) {
-    const auto ids = pid > 0 ? read_proc_status_ids(pid) : std::nullopt;
-    if (!ids) return {false, "no process with pid " + std::to_string(pid)};
-    const unsigned real = ids->uids[0];
-    const unsigned effective = ids->uids[1];
-    if (real != peer.uid || effective != peer.uid) {
-      return {false, "you (uid " + std::to_string(peer.uid) +
-                         ") may only record your own processes, and pid " + std::to_string(pid) +
-                         " runs as uid " + std::to_string(real) +
-                         (effective != real ? " (effective uid " + std::to_string(effective) + ")" : "") +
-                         "; " + join_group_advice(group)};
-    }
+    const AccessDecision target = may_read_process(peer, pid);
+    if (target.allowed) continue;
+    if (target.reason.starts_with("no process")) return target;
+    return {false, "you (uid " + std::to_string(peer.uid) +
+                       ") may only record your own processes, as the kernel would let you trace them: " +
+                       target.reason + "; " + join_group_advice(group)};
   }
   return {true, ""};
 }
@@ -138,12 +264,12 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
 std::string privilege_gained(const PeerCredentials& peer, const RawProfile& profile) {
   for (const RawProcess& process : profile.processes) {
     const std::string who = "process " + std::to_string(process.pid) + " (" + process.name + ")";
+    // The recorder stopped following it where its credentials changed; nothing after that is kept.
+    if (process.unfollowed_ns != 0) continue;
     if (process.end_ns == 0) {
-      if (const auto ids = read_proc_status_ids(process.pid);
-          ids && ids->uids.size() >= 2 && (ids->uids[0] != peer.uid || ids->uids[1] != peer.uid)) {
-        return who + " now runs as uid " + std::to_string(ids->uids[1]) + " (real uid " +
-               std::to_string(ids->uids[0]) + ")";
-      }
+      const AccessDecision now = may_read_process(peer, process.pid);
+      // A process that exited since is judged by its mappings below.
+      if (!now.allowed && !now.reason.starts_with("no process")) return who + ": " + now.reason;
     }
     for (const RawMapping& mapping : process.mappings) {
       if (mapping.module >= profile.modules.size()) continue;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -104,6 +105,26 @@ Getter string_getter(std::string Config::*field) {
   return [=](const Config& c) { return c.*field; };
 }
 
+// A duration in seconds from `min` to `max` ("90", "90s", "2m").
+Key duration_key(double Config::*field, double min, double max) {
+  return {[=](Config& c, std::string_view v) -> std::string {
+            double s = 0;
+            if (!parse_duration_s(v, s) || s < min || s > max) {
+              char text[96];
+              std::snprintf(text, sizeof text, "expected a duration from %g s to %g s (e.g. 30, 2m)", min,
+                            max);
+              return text;
+            }
+            c.*field = s;
+            return "";
+          },
+          [=](const Config& c) {
+            char text[32];
+            std::snprintf(text, sizeof text, "%.17g", c.*field);
+            return std::string(text);
+          }};
+}
+
 const std::map<std::string, Key, std::less<>>& keys() {
   static const std::map<std::string, Key, std::less<>> table = {
       {"socket", {string_setter(&Config::socket, true), string_getter(&Config::socket)}},
@@ -147,6 +168,14 @@ const std::map<std::string, Key, std::less<>>& keys() {
           return "";
         },
         number_getter(&Config::max_session_memory_mb)}},
+      {"max_connections_per_user",
+       {uint_setter(&Config::max_connections_per_user, 1, 4096),
+        number_getter(&Config::max_connections_per_user)}},
+      {"max_sessions_per_user",
+       {uint_setter(&Config::max_sessions_per_user, 1, 1024), number_getter(&Config::max_sessions_per_user)}},
+      {"idle_timeout", duration_key(&Config::idle_timeout_s, 1, 86400)},
+      {"client_timeout", duration_key(&Config::client_timeout_s, 1, 3600)},
+      {"stop_timeout", duration_key(&Config::stop_timeout_s, 1, 3600)},
       {"continuous", {bool_setter(&Config::continuous), bool_getter(&Config::continuous)}},
       {"continuous_frequency",
        {uint_setter(&Config::continuous_frequency, 1, 1000), number_getter(&Config::continuous_frequency)}},
@@ -285,6 +314,11 @@ std::string format_config(const Config& config) {
 }
 
 Config load_config(const std::string& path) {
+  // A directory opens and reads as empty on some systems: it must not pass for a file of defaults.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError({path + ": is a directory, not a configuration file"});
+  }
   std::ifstream in(path);
   if (!in) throw ConfigError({path + ": cannot read: " + std::strerror(errno)});
   std::stringstream text;

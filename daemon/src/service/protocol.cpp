@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -284,8 +285,15 @@ ReadResult read_frame(int socket, Frame& frame, int timeout_ms) {
                         "message of " + std::to_string(size) + " bytes announced; at most " +
                             std::to_string(kMaxMessageBytes) + " are accepted (the connection is closed)");
   }
-  frame.payload.resize(size);
-  read_exact(socket, frame.payload.data(), size, frame, timeout_ms, false, 4);
+  // Memory follows the bytes that arrive, not the announced size: a peer that announces 1 MiB and
+  // sends nothing costs one piece, not 1 MiB.
+  constexpr size_t kPiece = 64 * 1024;
+  while (frame.payload.size() < size) {
+    const size_t at = frame.payload.size();
+    const size_t piece = std::min<size_t>(kPiece, size - at);
+    frame.payload.resize(at + piece);
+    read_exact(socket, frame.payload.data() + at, piece, frame, timeout_ms, false, 4 + at);
+  }
   return ReadResult::kFrame;
 }
 

@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "hpd/collect/recorder.h"
+#include "hpd/model/output_write.h"
 #include "hpd/service/access.h"
 #include "hpd/service/config.h"
 #include "hpd/service/protocol.h"
@@ -54,10 +55,9 @@ namespace {
 
 using nlohmann::json;
 
-// More connections than this are answered with an error and closed (each costs a thread).
+// More connections of users other than root than this are answered with an error and closed (each
+// costs a thread); max_connections_per_user bounds each user's share.
 constexpr size_t kMaxConnections = 256;
-// A client that does not read its socket for this long is treated as gone.
-constexpr int kSendTimeoutS = 10;
 
 uint64_t now_ns(clockid_t clock) {
   timespec ts{};
@@ -150,13 +150,25 @@ struct Session {
 
 class SessionRegistry {
  public:
-  // False when `max` sessions already run.
-  bool add(const std::shared_ptr<Session>& session, uint32_t max) {
+  // "" when added; otherwise which limit refused it: `max` sessions in all, or `max_per_user` of the
+  // session's uid (root has no per-user limit).
+  std::string add(const std::shared_ptr<Session>& session, uint32_t max, uint32_t max_per_user) {
     std::lock_guard lock(mutex_);
-    if (sessions_.size() >= max) return false;
+    if (sessions_.size() >= max) {
+      return "hpd already runs its maximum of " + std::to_string(max) +
+             " sessions (max_sessions in hpd.conf); try again later";
+    }
+    if (session->uid != 0) {
+      uint32_t mine = 0;
+      for (const auto& [id, s] : sessions_) mine += s->uid == session->uid ? 1 : 0;
+      if (mine >= max_per_user) {
+        return "you (uid " + std::to_string(session->uid) + ") already run " + std::to_string(mine) +
+               " sessions, the most one user may (max_sessions_per_user in hpd.conf); try again later";
+      }
+    }
     session->id = next_id_++;
     sessions_[session->id] = session;
-    return true;
+    return "";
   }
   // Counts the session as finished, once: a recording removes its session before it tells the
   // client it is done, and the connection removes it again when it ends.
@@ -227,31 +239,32 @@ class Connection {
     });
   }
   [[nodiscard]] bool done() const { return done_.load(); }
+  [[nodiscard]] uid_t uid() const { return peer_.uid; }
 
  private:
   void serve();
   // Sends one message; false when the client is gone (or does not read).
-  bool send(const json& j) {
+  // A client whose socket takes nothing for client_timeout (SO_SNDTIMEO) is gone: lost_ ends its session.
+  bool send(const json& j) { return send_text(dump(j)); }
+  bool send_error(ErrorCode code, const std::string& text) { return send_text(error_message(code, text)); }
+  bool send_text(const std::string& text) {
     std::lock_guard lock(send_mutex_);
     if (gone_) return false;
     try {
-      send_frame(socket_.get(), dump(j));
+      send_frame(socket_.get(), text);
       return true;
     } catch (const std::exception& e) {
       gone_ = true;
+      lost_.store(true);
+      log_info("connection of uid " + std::to_string(peer_.uid) + " (pid " + std::to_string(peer_.pid) +
+               "): the client takes no replies (" + e.what() + "); dropping it");
       return false;
     }
   }
-  bool send_error(ErrorCode code, const std::string& text) {
-    std::lock_guard lock(send_mutex_);
-    if (gone_) return false;
-    try {
-      send_frame(socket_.get(), error_message(code, text));
-      return true;
-    } catch (const std::exception&) {
-      gone_ = true;
-      return false;
-    }
+  // Every refusal is logged with who asked (uid, pid) and why.
+  void log_refusal(const std::string& what, const std::string& reason) const {
+    log_info("refused " + what + " for uid " + std::to_string(peer_.uid) + " (pid " +
+             std::to_string(peer_.pid) + "): " + reason);
   }
   void handle(const Request& request, Frame& frame);
   void handle_hello(const Request& request);
@@ -270,7 +283,8 @@ class Connection {
   bool privileged_ = false;
   std::string group_;
   std::mutex send_mutex_;
-  bool gone_ = false;  // guarded by send_mutex_
+  bool gone_ = false;              // guarded by send_mutex_
+  std::atomic<bool> lost_{false};  // a send failed: the client does not read, or left
   std::thread thread_;
   std::atomic<bool> done_{false};
 };
@@ -303,6 +317,8 @@ class Daemon {
   void reload();
   void accept_one();
   void reap_connections(bool all);
+  // "" when a connection of `uid` may be served; else why not (per-user and global limits).
+  std::string connection_refusal(uid_t uid);
   void update_status_line();
   void configure_continuous(const Config& config);
 
@@ -313,6 +329,7 @@ class Daemon {
   UniqueFd listener_;
   std::string created_socket_;  // unlinked at exit; empty under socket activation
   std::atomic<bool> stopping_{false};
+  uint64_t stop_began_ns_ = 0;  // monotonic; the main thread's
   SessionRegistry sessions_;
   std::list<std::unique_ptr<Connection>> connections_;  // the main thread's alone
   uint64_t started_mono_ns_ = now_ns(CLOCK_MONOTONIC);
@@ -333,15 +350,29 @@ void Connection::serve() {
   const Config config = daemon_.config();
   group_ = config.group;
   privileged_ = is_privileged_peer(peer_, group_);
-  timeval timeout{kSendTimeoutS, 0};
+  timeval timeout{static_cast<time_t>(config.client_timeout_s),
+                  static_cast<suseconds_t>(
+                      (config.client_timeout_s - static_cast<time_t>(config.client_timeout_s)) * 1e6)};
   ::setsockopt(socket_.get(), SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
   log_debug("connection from pid " + std::to_string(peer_.pid) + " uid " + std::to_string(peer_.uid) +
             (privileged_ ? " (privileged)" : ""));
+  uint64_t last_request_ns = now_ns(CLOCK_MONOTONIC);
   while (!daemon_.stopping()) {
     pollfd p{socket_.get(), POLLIN, 0};
     const int ready = ::poll(&p, 1, 250);
     if (ready < 0 && errno != EINTR) break;
-    if (ready <= 0) continue;
+    if (ready <= 0) {
+      // Idle connections cost a thread each: one that asks nothing for idle_timeout is closed.
+      if (static_cast<double>(now_ns(CLOCK_MONOTONIC) - last_request_ns) / 1e9 >= config.idle_timeout_s) {
+        log_debug("closing the idle connection of uid " + std::to_string(peer_.uid));
+        send_error(ErrorCode::kLimit, "closed after " +
+                                          std::to_string(static_cast<int>(config.idle_timeout_s)) +
+                                          " s without a request (idle_timeout in hpd.conf)");
+        break;
+      }
+      continue;
+    }
+    last_request_ns = now_ns(CLOCK_MONOTONIC);
     Frame frame;
     try {
       if (read_frame(socket_.get(), frame) == ReadResult::kClosed) break;
@@ -429,6 +460,8 @@ void Connection::handle_stop(const Request& request) {
     return;
   }
   if (!privileged_ && session->uid != peer_.uid) {
+    log_refusal("stopping session " + std::to_string(session->id),
+                "it belongs to uid " + std::to_string(session->uid));
     send_error(ErrorCode::kPermissionDenied,
                "session " + std::to_string(session->id) + " belongs to uid " + std::to_string(session->uid) +
                    "; only its owner, root and the '" + group_ + "' group may stop it");
@@ -459,15 +492,21 @@ void Connection::handle_record(const Request& request, Frame& frame) {
     send_error(ErrorCode::kBadRequest, "the output descriptor is not open for writing");
     return;
   }
+  // An output that is not a regular file (a pipe, a FIFO, a socket) may have a reader that stops
+  // reading: written without blocking, a write waits for it only client_timeout (write_output_fully).
+  if (struct stat st{}; ::fstat(output.get(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::fcntl(output.get(), F_SETFL, flags | O_NONBLOCK);
+  }
   const Config config = daemon_.config();
   cli::RecordArgs args = request.record;
   const AccessDecision access = check_record_access(peer_, privileged_, config.group, args);
   if (!access.allowed) {
-    log_info("refused a recording for uid " + std::to_string(peer_.uid) + ": " + access.reason);
+    log_refusal("a recording", access.reason);
     send_error(ErrorCode::kPermissionDenied, access.reason);
     return;
   }
   if (args.frequency_hz > config.max_frequency_hz) {
+    log_refusal("a recording", "-F " + std::to_string(args.frequency_hz) + " is above max_frequency_hz");
     send_error(ErrorCode::kLimit, "-F " + std::to_string(args.frequency_hz) +
                                       " is above this hpd's limit of " +
                                       std::to_string(config.max_frequency_hz) +
@@ -475,6 +514,23 @@ void Connection::handle_record(const Request& request, Frame& frame) {
     return;
   }
   std::vector<std::string> notes;
+  if (!privileged_) {
+    const std::string no_kernel =
+        kernel_frames_refusal(peer_, read_kernel_sysctl("kernel/perf_event_paranoid", 2),
+                              read_kernel_sysctl("kernel/kptr_restrict", 2));
+    if (!no_kernel.empty()) {
+      if (args.kernel == "on") {
+        log_refusal("kernel frames (--kernel)", no_kernel);
+        send_error(ErrorCode::kPermissionDenied, "kernel call stacks are not yours to have: " + no_kernel +
+                                                     "; record without --kernel, or " +
+                                                     "ask an administrator to add you to the '" +
+                                                     config.group + "' group");
+        return;
+      }
+      if (args.kernel != "off") notes.push_back("note: no kernel frames: " + no_kernel + " (as perf would)");
+      args.kernel = "off";
+    }
+  }
   if (args.duration_s <= 0 || args.duration_s > config.max_duration_s) {
     if (args.duration_s > 0) {
       char text[160];
@@ -488,6 +544,11 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   RecordOptions options;
   try {
     options = cli::record_options_from_args(args);
+    if (!privileged_) {
+      options.restrict_to_client = true;
+      options.client_uid = peer_.uid;
+      options.client_gid = peer_.gid;
+    }
     validate_record_options(options);
   } catch (const RecordError& e) {
     send_error(ErrorCode::kRecordFailed, e.what());
@@ -511,9 +572,11 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   session->output = args.output;
   session->started_unix_ns = now_ns(CLOCK_REALTIME);
   session->started_mono_ns = now_ns(CLOCK_MONOTONIC);
-  if (!daemon_.sessions().add(session, config.max_sessions)) {
-    send_error(ErrorCode::kLimit, "hpd already runs its maximum of " + std::to_string(config.max_sessions) +
-                                      " sessions (max_sessions in hpd.conf); try again later");
+  if (const std::string full =
+          daemon_.sessions().add(session, config.max_sessions, config.max_sessions_per_user);
+      !full.empty()) {
+    log_refusal("a recording", full);
+    send_error(ErrorCode::kLimit, full);
     return;
   }
   log_info("session " + std::to_string(session->id) + " for uid " + std::to_string(peer_.uid) + ": " +
@@ -535,6 +598,14 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   bool reading = true;
   while (!finished.load()) {
     if (daemon_.stopping()) session->stop.store(true);
+    if (lost_.load() && !client_gone.load()) {
+      // The client takes none of its replies: it is gone, and its session ends now.
+      log_info("session " + std::to_string(session->id) +
+               ": the client does not read its replies; ending it");
+      client_gone.store(true);
+      session->stop.store(true);
+      reading = false;
+    }
     if (!reading) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
@@ -657,7 +728,8 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     check_privileges(result.profile);
     if (!privilege_reason.empty()) {
       output.abandon();
-      log_warning("session " + std::to_string(session->id) + " discarded: " + privilege_reason);
+      log_warning("session " + std::to_string(session->id) + " of uid " + std::to_string(peer_.uid) +
+                  " (pid " + std::to_string(peer_.pid) + ") discarded: " + privilege_reason);
       replied.store(true);
       send_error(ErrorCode::kPermissionDenied,
                  "the recording was stopped and discarded: " + privilege_reason + "; you (uid " +
@@ -665,6 +737,12 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
                      ") may record only processes that run as you; ask an administrator to add you to the '" +
                      group_ + "' group");
       return;
+    }
+    for (const RawProcess& process : result.profile.processes) {
+      if (process.unfollowed_ns == 0) continue;
+      notes.push_back("note: process " + std::to_string(process.pid) + " (" + process.name +
+                      ") executed a program that runs with credentials other than yours; it was not recorded "
+                      "from then on (the kernel does the same for perf)");
     }
     if (!launched.empty()) {
       result.profile.info.target = join_words(launched);
@@ -688,11 +766,17 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     daemon_.sessions().remove(*session);
     send(done);
   } catch (const RecordError& e) {
+    log_warning("session " + std::to_string(session->id) + " of uid " + std::to_string(peer_.uid) +
+                " failed: " + e.what());
     replied.store(true);
+    daemon_.sessions().remove(*session);  // its slot is free before the client hears of it
     send_error(ErrorCode::kRecordFailed, e.what());
   } catch (const std::exception& e) {
-    log_warning("session " + std::to_string(session->id) + " failed: " + e.what());
+    // A failed write (a full disk, an output nobody reads) is logged too.
+    log_warning("session " + std::to_string(session->id) + " of uid " + std::to_string(peer_.uid) +
+                " failed: " + e.what());
     replied.store(true);
+    daemon_.sessions().remove(*session);
     send_error(ErrorCode::kRecordFailed, e.what());
   }
 }
@@ -707,6 +791,7 @@ void Connection::handle_export(const Request& request, Frame& frame) {
     return;
   }
   if (!privileged_) {
+    log_refusal("an export", "exporting the continuous profile is reserved to root and the group");
     send_error(ErrorCode::kPermissionDenied,
                "the continuous profile holds every process of the system; exporting "
                "it is reserved to root and the '" +
@@ -927,6 +1012,7 @@ void Daemon::update_status_line() {
 
 void Daemon::begin_shutdown() {
   if (stopping_.exchange(true)) return;
+  stop_began_ns_ = now_ns(CLOCK_MONOTONIC);
   log_info("stopping: ending " + std::to_string(sessions_.totals().active) + " session(s)");
   notifier_.notify("STOPPING=1\nSTATUS=stopping, finishing the sessions' profiles");
   sessions_.stop_all();
@@ -951,6 +1037,7 @@ void Daemon::reload() {
     config_ = fresh;
   }
   set_log_level(fresh.log_level);
+  set_output_stall_timeout_ms(static_cast<int>(fresh.client_timeout_s * 1000));
   configure_continuous(fresh);
   log_info("configuration reloaded (max_sessions " + std::to_string(fresh.max_sessions) + ")");
 }
@@ -960,16 +1047,41 @@ void Daemon::accept_one() {
   if (!client) return;
   const auto peer = peer_credentials(client.get());
   if (!peer) return;
-  if (connections_.size() >= kMaxConnections) {
-    try {
-      send_frame(client.get(),
-                 error_message(ErrorCode::kLimit, "hpd has too many connections; try again later"));
-    } catch (const std::exception&) {
-    }
+  const std::string refusal = connection_refusal(peer->uid);
+  if (!refusal.empty()) {
+    log_info("refused a connection of uid " + std::to_string(peer->uid) + " (pid " +
+             std::to_string(peer->pid) + "): " + refusal);
+    // Best effort: a client that does not read gets nothing, but costs no wait either.
+    const std::string text = error_message(ErrorCode::kLimit, refusal + "; try again later");
+    std::string frame(4, '\0');
+    for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    frame += text;
+    [[maybe_unused]] const ssize_t sent =
+        ::send(client.get(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     return;
   }
   connections_.push_back(std::make_unique<Connection>(*this, std::move(client), *peer));
   connections_.back()->start();
+}
+
+std::string Daemon::connection_refusal(uid_t uid) {
+  // Root is always served: no user can lock the administrator out.
+  if (uid == 0) return "";
+  reap_connections(false);
+  size_t others = 0;
+  size_t mine = 0;
+  for (const auto& c : connections_) {
+    if (c->uid() == 0) continue;
+    ++others;
+    mine += c->uid() == uid ? 1 : 0;
+  }
+  const Config cfg = config();
+  if (mine >= cfg.max_connections_per_user) {
+    return "you (uid " + std::to_string(uid) + ") already hold " + std::to_string(mine) +
+           " connections, the most one user may (max_connections_per_user in hpd.conf)";
+  }
+  if (others >= kMaxConnections) return "hpd has too many connections";
+  return "";
 }
 
 void Daemon::reap_connections(bool all) {
@@ -989,6 +1101,7 @@ int Daemon::run() {
     return 1;
   }
   set_log_level(config_.log_level);
+  set_output_stall_timeout_ms(static_cast<int>(config_.client_timeout_s * 1000));
 
   // Signals arrive through a signalfd; every thread inherits the mask, so none is interrupted.
   sigset_t mask;
@@ -1045,6 +1158,15 @@ int Daemon::run() {
       last_status = now;
     }
     if (stopping_ && connections_.empty()) break;
+    if (stopping_ && static_cast<double>(now - stop_began_ns_) / 1e9 >= config().stop_timeout_s) {
+      // Clients that did not take their profiles in time do not hold the service: their threads
+      // cannot be joined, so the process ends here (the continuous chunk was finished already).
+      log_warning("stopped with " + std::to_string(connections_.size()) +
+                  " connection(s) still busy after stop_timeout (" +
+                  std::to_string(static_cast<int>(config().stop_timeout_s)) + " s)");
+      std::fflush(nullptr);
+      ::_exit(0);
+    }
   }
   reap_connections(true);
   log_info("stopped");

@@ -26,6 +26,8 @@ struct CaptureWriterOptions {
   int zstd_level = 3;
   // Written into the recording-info block: who wrote the file ("hpd 0.1.0").
   std::string writer = "hpd";
+  // The mode (before the umask) of a file the writer creates: set at creation, never loosened later.
+  unsigned file_mode = 0644;
 };
 
 // Streams a RawProfile that is still growing into a capture file. Each flush() appends blocks with

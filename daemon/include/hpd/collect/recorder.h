@@ -85,6 +85,13 @@ struct RecordOptions {
   uint32_t off_cpu_min_us = 0;
   // Processes the targets fork are recorded too (eBPF; perf_event always follows them).
   bool follow_children = true;
+  // For an unprivileged client: the uid and gid every followed process must keep (all of its real,
+  // effective, saved and filesystem ids). A process whose exec gives it others (a set-user-ID program)
+  // stops being followed at that exec and keeps no sample from then on (eBPF, in the exec hook;
+  // perf_event: the kernel itself ends the events of a task whose exec made it non-dumpable).
+  bool restrict_to_client = false;
+  uint32_t client_uid = 0;
+  uint32_t client_gid = 0;
   CallGraph call_graph = CallGraph::kAuto;
   // Bytes of user stack copied per sample in dwarf mode, a multiple of 8 up to kMaxStackCopyBytes;
   // 0 = kDefaultStackCopyBytes.

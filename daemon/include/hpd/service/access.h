@@ -3,6 +3,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,10 +19,24 @@ struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  // The connecting process's capability sets (CapEff, CapPrm of /proc/PID/status), read once through
+  // a pidfd of that very process; 0 when it could not be read (it exited, or a recycled pid).
+  uint64_t cap_effective = 0;
+  uint64_t cap_permitted = 0;
 };
 
-// The credentials of the process at the other end of a connected Unix socket, as of connect().
+// The credentials of the process at the other end of a connected Unix socket: ids as of connect(),
+// capabilities read at once through a pidfd of the peer (SO_PEERPIDFD).
 std::optional<PeerCredentials> peer_credentials(int socket);
+
+// Capability numbers of <linux/capability.h> that decide what a client may see.
+inline constexpr int kCapSysPtrace = 19;
+inline constexpr int kCapSysAdmin = 21;
+inline constexpr int kCapSyslog = 34;
+inline constexpr int kCapPerfmon = 38;
+[[nodiscard]] inline bool has_capability(uint64_t set, int cap) {
+  return ((set >> cap) & 1) != 0;
+}
 
 // "Uid:" / "Gid:" of /proc/PID/status: real, effective, saved, filesystem.
 struct StatusIds {
@@ -42,16 +58,35 @@ struct AccessDecision {
   std::string reason;  // for a refusal: why, and what to do
 };
 
+// The kernel's PTRACE_MODE_READ decision (__ptrace_may_access, perf_event_open's check) for `peer`
+// reading process `pid`: allowed with CAP_SYS_PTRACE; otherwise every one of the target's real,
+// effective, saved and filesystem uids must be the peer's uid and every gid the peer's gid, the target
+// must be dumpable (not prctl(PR_SET_DUMPABLE, 0), not a set-user-ID image), and its permitted
+// capabilities a subset of the peer's. Judged through a pidfd: the answer is about the process that
+// had `pid` when the pidfd was opened, and a process that exits meanwhile (its pid maybe reused) is
+// refused. `pidfd`, when given, receives that descriptor (owned by the caller) for a later re-check.
+AccessDecision may_read_process(const PeerCredentials& peer, pid_t pid, int* pidfd = nullptr);
+
 // Whether `peer` may record what `args` names. Privileged peers may record anything; others only
-// processes whose real and effective uid are the peer's, never --all or --cgroup.
+// processes may_read_process() allows, never --all or --cgroup.
 AccessDecision check_record_access(const PeerCredentials& peer, bool privileged, const std::string& group,
                                    const cli::RecordArgs& args);
 
 // For a session of an unprivileged peer: why a recorded process is no longer the peer's to record,
-// or "" when every one still is. A process that executed a set-user-ID or set-group-ID program, or one
-// with file capabilities, gains privileges the peer lacks: it is caught while alive by its real and
-// effective uid, and afterwards by the executable files it mapped (so one that ran briefly and exited
-// between two checks is caught too).
+// or "" when every one still is. Every live process the recording follows (except those the recorder
+// stopped following at an exec that changed their credentials) gets may_read_process() again. A
+// process that executed a set-user-ID or set-group-ID program, or one with file capabilities, is also
+// caught afterwards by the executable files it mapped (one that ran briefly and exited between two
+// checks).
 std::string privilege_gained(const PeerCredentials& peer, const RawProfile& profile);
+
+// Kernel call stacks and kernel addresses as the kernel would let `peer` have them: kernel samples
+// need perf_event_paranoid <= 1 or CAP_PERFMON (or CAP_SYS_ADMIN); kernel addresses need what
+// /proc/kallsyms asks (kptr_restrict 0 with perf_event_paranoid <= 1, or kptr_restrict <= 1 with
+// CAP_SYSLOG). Kernel frames are given only when both hold. `paranoid` and `kptr_restrict` are the
+// sysctl values (read_kernel_sysctl). Returns "" when allowed, else why not.
+std::string kernel_frames_refusal(const PeerCredentials& peer, int paranoid, int kptr_restrict);
+// An integer of /proc/sys (e.g. "kernel/perf_event_paranoid"); `fallback` when unreadable.
+int read_kernel_sysctl(const char* name, int fallback);
 
 }  // namespace hpd::service

@@ -24,6 +24,17 @@ struct Config {
   double max_duration_s = 3600;           // an open-ended request ends after this
   uint32_t max_frequency_hz = 10000;      // requests above are refused
   uint64_t max_session_memory_mb = 1024;  // a session whose profile grows past this ends with a note
+  // No user but root holds more connections or sessions than these at once (each connection costs a
+  // thread), so that no user can lock others out.
+  uint32_t max_connections_per_user = 32;
+  uint32_t max_sessions_per_user = 4;
+  // A connection that sends no request for this long is closed (a recording's connection is exempt).
+  double idle_timeout_s = 60;
+  // A client that takes none of what hpd writes to it (its socket, or its output) for this long is
+  // gone: its session ends and its slot is freed.
+  double client_timeout_s = 10;
+  // SIGTERM ends hpd within this time, even when clients do not take their profiles.
+  double stop_timeout_s = 30;
 
   // Continuous mode (served by the continuous library when it is built in).
   bool continuous = false;

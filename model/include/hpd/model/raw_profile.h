@@ -72,6 +72,10 @@ struct RawProcess {
   std::vector<std::string> cmdline;
   uint64_t start_ns = 0;  // first time seen (monotonic ns)
   uint64_t end_ns = 0;    // exit time; 0 = still alive when recording ended
+  // When set (monotonic ns): the recorder stopped following the process at this exec, which gave it
+  // credentials the client may not trace (a set-user-ID program run for an unprivileged client); it
+  // has no samples from then on.
+  uint64_t unfollowed_ns = 0;
   // In the order seen; a later mapping over the same range replaces an earlier one from its time on.
   std::vector<RawMapping> mappings;
 

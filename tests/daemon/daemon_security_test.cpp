@@ -1,0 +1,555 @@
+// Privileged tests of what hpd gives a local user, with two real users the suite creates (useradd)
+// and removes: kernel frames and addresses, the kernel's PTRACE_MODE_READ rules, set-user-ID children.
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "firefox_lint.h"
+#include "hpd/capture/capture.h"
+#include "hpd/service/protocol.h"
+#include "hpd_harness.h"
+#include "subprocess.h"
+
+namespace hpd::test {
+namespace {
+
+using nlohmann::json;
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kCredsTarget = std::string(HPD_FIXTURE_DIR) + "/creds_target";
+
+// A real login user made for the suite: its own uid and user-private group, no home directory.
+struct TestUser {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+
+  // argv run as this user: real, effective and saved ids, its groups from /etc/group.
+  [[nodiscard]] std::vector<std::string> run_as(std::vector<std::string> argv) const {
+    std::vector<std::string> full = {"setpriv", "--reuid=" + name, "--regid=" + name, "--init-groups"};
+    full.insert(full.end(), argv.begin(), argv.end());
+    return full;
+  }
+};
+
+TestUser make_user(const std::string& name) {
+  run({"userdel", name}, 30);  // a leftover of an interrupted run
+  const RunResult made = run({"useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", name}, 30);
+  if (made.exit_code != 0) throw std::runtime_error("useradd " + name + ": " + made.err);
+  const passwd* entry = getpwnam(name.c_str());
+  if (entry == nullptr) throw std::runtime_error("useradd made no user " + name);
+  return TestUser{name, entry->pw_uid, entry->pw_gid};
+}
+
+class RealUsers : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    alice_ = make_user("hpdtest-alice");
+    bob_ = make_user("hpdtest-bob");
+  }
+  static void TearDownTestSuite() {
+    run({"userdel", alice_.name}, 30);
+    run({"userdel", bob_.name}, 30);
+  }
+
+  std::vector<std::string> hpctl(const Hpd& hpd, std::vector<std::string> args) const {
+    std::vector<std::string> argv = {kHpctl, "--socket", hpd.socket(), "--daemon"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  static TestUser alice_;
+  static TestUser bob_;
+};
+
+TestUser RealUsers::alice_;
+TestUser RealUsers::bob_;
+
+// Sets a sysctl for the scope of a test and puts the old value back.
+class ScopedSysctl {
+ public:
+  ScopedSysctl(std::string path, const std::string& value) : path_(std::move(path)) {
+    std::ifstream(path_) >> old_;
+    std::ofstream(path_) << value;
+  }
+  ~ScopedSysctl() { std::ofstream(path_) << old_; }
+  ScopedSysctl(const ScopedSysctl&) = delete;
+  ScopedSysctl& operator=(const ScopedSysctl&) = delete;
+
+ private:
+  std::string path_;
+  std::string old_;
+};
+
+constexpr uint64_t kKernelSpaceStart = 0xffff800000000000ull;
+
+// Kernel frames of a capture file: frames counted as kernel, and any address in kernel space.
+struct KernelContent {
+  size_t kernel_frames = 0;
+  size_t kernel_addresses = 0;
+  size_t samples = 0;
+};
+
+KernelContent kernel_content(const std::string& hpr) {
+  const CaptureContents capture = read_capture_file(hpr);
+  KernelContent c;
+  c.samples = capture.profile.samples.size();
+  for (size_t i = 0; i < capture.profile.stacks.size(); ++i)
+    c.kernel_frames += capture.profile.stacks[static_cast<uint32_t>(i)].kernel_depth;
+  for (const uint64_t address : capture.profile.stacks.addresses())
+    if (address >= kKernelSpaceStart) ++c.kernel_addresses;
+  return c;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A process that spends most of its time in the kernel (one-byte reads and writes), as `user`.
+std::vector<std::string> syscall_heavy(const std::vector<std::string>& prefix) {
+  std::vector<std::string> argv = prefix;
+  for (const char* a : {"dd", "if=/dev/zero", "of=/dev/null", "bs=1", "count=2000000000"}) argv.push_back(a);
+  return argv;
+}
+
+TEST_F(RealUsers, UnprivilegedClientGetsNoKernelFramesOrAddresses) {
+  ScopedSysctl paranoid("/proc/sys/kernel/perf_event_paranoid", "2");
+  Hpd hpd;
+  Background own(syscall_heavy(alice_.run_as({})));
+  const std::string pid = std::to_string(own.pid());
+
+  // As the user: a capture (raw addresses) and a Firefox profile.
+  const std::string hpr = hpd.out_dir() + "/alice.hpr";
+  const RunResult capture =
+      run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "2", "-o", hpr})));
+  ASSERT_EQ(capture.exit_code, 0) << capture.err << hpd.log();
+  EXPECT_NE(capture.err.find("no kernel frames: perf_event_paranoid is 2 and you lack CAP_PERFMON"),
+            std::string::npos)
+      << capture.err;
+  const KernelContent mine = kernel_content(hpr);
+  EXPECT_GT(mine.samples, 20u);
+  EXPECT_EQ(mine.kernel_frames, 0u);
+  EXPECT_EQ(mine.kernel_addresses, 0u) << "a raw kernel address in the user's .hpr";
+  const std::string ff = hpd.out_dir() + "/alice.json";
+  const RunResult firefox =
+      run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "1", "-o", ff})));
+  ASSERT_EQ(firefox.exit_code, 0) << firefox.err;
+  const std::string text = read_text(ff);
+  EXPECT_EQ(text.find("kallsyms"), std::string::npos) << "a kernel library in the user's profile";
+
+  // Asking for them explicitly is refused, and says why.
+  const RunResult asked = run(alice_.run_as(
+      hpctl(hpd, {"record", "--kernel", "--pid", pid, "-d", "1", "-o", hpd.out_dir() + "/k.hpr"})));
+  EXPECT_NE(asked.exit_code, 0);
+  EXPECT_NE(asked.err.find("kernel call stacks are not yours to have"), std::string::npos) << asked.err;
+  EXPECT_TRUE(hpd.wait_log("refused kernel frames (--kernel) for uid " + std::to_string(alice_.uid), 5))
+      << hpd.log();
+
+  // Root keeps them: the same process recorded by root has kernel frames with kernel addresses.
+  const std::string root_hpr = hpd.out_dir() + "/root.hpr";
+  const RunResult root = run(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "2", "-o", root_hpr}));
+  ASSERT_EQ(root.exit_code, 0) << root.err;
+  const KernelContent roots = kernel_content(root_hpr);
+  EXPECT_GT(roots.kernel_frames, 5u);
+  EXPECT_GT(roots.kernel_addresses, 5u);
+}
+
+TEST_F(RealUsers, KernelFramesFollowParanoidForUnprivilegedClients) {
+  // With perf_event_paranoid 1 and kptr_restrict 0 the kernel shows every user kernel samples and
+  // kallsyms addresses: hpd gives them too.
+  ScopedSysctl paranoid("/proc/sys/kernel/perf_event_paranoid", "1");
+  ScopedSysctl kptr("/proc/sys/kernel/kptr_restrict", "0");
+  Hpd hpd;
+  Background own(syscall_heavy(alice_.run_as({})));
+  const std::string hpr = hpd.out_dir() + "/alice1.hpr";
+  const RunResult r = run(alice_.run_as(
+      hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(own.pid()), "-d", "2", "-o", hpr})));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_GT(kernel_content(hpr).kernel_frames, 5u);
+  // kptr_restrict 1 hides addresses from those without CAP_SYSLOG: no kernel frames then.
+  std::ofstream("/proc/sys/kernel/kptr_restrict") << "1";
+  const RunResult hidden = run(alice_.run_as(
+      hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(own.pid()), "-d", "1", "-o", hpr})));
+  ASSERT_EQ(hidden.exit_code, 0) << hidden.err;
+  EXPECT_EQ(kernel_content(hpr).kernel_addresses, 0u);
+  EXPECT_NE(hidden.err.find("kptr_restrict is 1"), std::string::npos) << hidden.err;
+}
+
+TEST_F(RealUsers, AccessFollowsPtraceModeRead) {
+  Hpd hpd;
+  BackgroundOptions wait_ready;
+  wait_ready.ready_line = "ready";
+  // Started by root, then real, effective and filesystem ids the user's; the saved uid stays 0.
+  Background saved_root(
+      {kCredsTarget, "saved-root", std::to_string(alice_.uid), std::to_string(alice_.gid), "60"}, wait_ready);
+  ASSERT_TRUE(saved_root.ready());
+  Background nondumpable(alice_.run_as({kCredsTarget, "nondumpable", "60"}), wait_ready);
+  ASSERT_TRUE(nondumpable.ready());
+  Background plain(alice_.run_as({kCredsTarget, "plain", "60"}), wait_ready);
+  ASSERT_TRUE(plain.ready());
+  Background bobs(bob_.run_as({kCredsTarget, "plain", "60"}), wait_ready);
+  ASSERT_TRUE(bobs.ready());
+
+  auto record = [&](pid_t pid, const std::string& name) {
+    return run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(pid), "-d", "1",
+                                         "-o", hpd.out_dir() + "/" + name})));
+  };
+  const RunResult saved = record(saved_root.pid(), "saved.json");
+  EXPECT_NE(saved.exit_code, 0);
+  EXPECT_NE(saved.err.find("runs with saved uid 0"), std::string::npos) << saved.err;
+  EXPECT_FALSE(std::filesystem::exists(hpd.out_dir() + "/saved.json"));
+  const RunResult dump = record(nondumpable.pid(), "nondumpable.json");
+  EXPECT_NE(dump.exit_code, 0);
+  EXPECT_NE(dump.err.find("is not dumpable"), std::string::npos) << dump.err;
+  const RunResult other = record(bobs.pid(), "bob.json");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("runs with real uid " + std::to_string(bob_.uid)), std::string::npos) << other.err;
+  // Each refusal is logged with the uid and pid of the client and the reason.
+  EXPECT_TRUE(hpd.wait_log("refused a recording for uid " + std::to_string(alice_.uid) + " (pid ", 5));
+  EXPECT_NE(hpd.log().find("is not dumpable"), std::string::npos) << hpd.log();
+  // The user's own ordinary process is recorded.
+  const RunResult own = record(plain.pid(), "plain.json");
+  ASSERT_EQ(own.exit_code, 0) << own.err << hpd.log();
+  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/plain.json")), 20u);
+  // A process of the user that becomes non-dumpable mid-recording ends the session, nothing handed over.
+  const std::string late = hpd.out_dir() + "/late.json";
+  const RunResult later =
+      run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "-o", late, "--", "sh", "-c",
+                                    "\"$0\" plain 0.5; exec \"$0\" nondumpable 3", kCredsTarget})));
+  EXPECT_NE(later.exit_code, 0);
+  EXPECT_NE(later.err.find("the recording was stopped and discarded"), std::string::npos) << later.err;
+  EXPECT_NE(later.err.find("is not dumpable"), std::string::npos) << later.err;
+  EXPECT_FALSE(std::filesystem::exists(late));
+  // Root may record all of them.
+  const RunResult root = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(saved_root.pid()),
+                                         "-d", "1", "-o", hpd.out_dir() + "/root.json"}));
+  EXPECT_EQ(root.exit_code, 0) << root.err;
+}
+
+TEST_F(RealUsers, ShortLivedSetuidChildLeavesNoSample) {
+  Hpd hpd;
+  // A set-user-ID root copy of the fixture, where the user can run it; as root it spins in
+  // spin_privileged, a name no other part of the command has.
+  const std::string privileged = hpd.dir() + "/creds_target_suid";
+  std::filesystem::copy_file(kCredsTarget, privileged);
+  ASSERT_EQ(chown(privileged.c_str(), 0, 0), 0);
+  ASSERT_EQ(chmod(privileged.c_str(), 04755), 0);
+  const std::string script = "\"$0\" plain 1; \"$1\" privileged 0.3; \"$0\" plain 0.5";
+  auto record = [&](bool as_alice, const std::string& out) {
+    std::vector<std::string> argv =
+        hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script, kCredsTarget, privileged});
+    return run(as_alice ? alice_.run_as(argv) : argv);
+  };
+  for (const char* name : {"/suid.json.gz", "/suid.hpr"}) {
+    const std::string out = hpd.out_dir() + name;
+    const RunResult r = record(true, out);
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err << hpd.log();
+    EXPECT_NE(r.err.find("executed a program that runs with credentials other than yours"), std::string::npos)
+        << r.err;
+    std::string text;
+    if (std::string(name).ends_with(".hpr")) {
+      const RunResult converted = run({kHpctl, "convert", out, "-o", out + ".json"});
+      ASSERT_EQ(converted.exit_code, 0) << converted.err;
+      text = read_text(out + ".json");
+      EXPECT_EQ(kernel_content(out).kernel_addresses, 0u);
+    } else {
+      const json profile = testing::load_json_maybe_gzip(out);
+      EXPECT_GT(count_samples(profile), 50u) << "the user's own 1.5 s of spinning are there";
+      text = profile.dump();
+    }
+    EXPECT_NE(text.find("spin_plain"), std::string::npos) << name;
+    EXPECT_EQ(text.find("spin_privileged"), std::string::npos)
+        << name << ": a sample of the set-user-ID child";
+  }
+  // Root keeps the child: the check above can see it.
+  const std::string out = hpd.out_dir() + "/root.json.gz";
+  const RunResult root = record(false, out);
+  ASSERT_EQ(root.exit_code, 0) << root.err;
+  EXPECT_NE(testing::load_json_maybe_gzip(out).dump().find("spin_privileged"), std::string::npos);
+}
+
+// A process of `user` holding `count` connections to hpd that send nothing; killed on destruction.
+class IdleConnections {
+ public:
+  IdleConnections(const TestUser& user, const std::string& socket, int count) {
+    int ready[2];
+    if (pipe(ready) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(ready[0]);
+      if (setgroups(0, nullptr) != 0 || setresgid(user.gid, user.gid, user.gid) != 0 ||
+          setresuid(user.uid, user.uid, user.uid) != 0)
+        _exit(1);
+      int opened = 0;
+      for (int i = 0; i < count; ++i) opened += connect_unix(socket) >= 0 ? 1 : 0;
+      [[maybe_unused]] const ssize_t n = write(ready[1], &opened, sizeof opened);
+      for (;;) pause();
+    }
+    close(ready[1]);
+    if (read(ready[0], &opened_, sizeof opened_) != sizeof opened_) opened_ = -1;
+    close(ready[0]);
+  }
+  ~IdleConnections() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  IdleConnections(const IdleConnections&) = delete;
+  IdleConnections& operator=(const IdleConnections&) = delete;
+  [[nodiscard]] int opened() const { return opened_; }
+
+ private:
+  pid_t pid_ = -1;
+  int opened_ = 0;
+};
+
+TEST_F(RealUsers, RootServedBeside300IdleConnectionsOfAnotherUser) {
+  HpdStart start;
+  start.config = "idle_timeout = 4\n";
+  Hpd hpd(start);
+  const int before = hpd.fd_counts().total;
+  IdleConnections idle(bob_, hpd.socket(), 300);
+  ASSERT_EQ(idle.opened(), 300) << "connect() itself succeeds; hpd answers the extra ones with an error";
+  const RunResult root = run({kHpctl, "--socket", hpd.socket(), "status"}, 20);
+  EXPECT_EQ(root.exit_code, 0) << root.err << hpd.log();
+  EXPECT_NE(root.out.find("backend"), std::string::npos) << root.out;
+  // Another user is not locked out either; bob is, past his share.
+  const RunResult alice = run(alice_.run_as({kHpctl, "--socket", hpd.socket(), "status"}), 20);
+  EXPECT_EQ(alice.exit_code, 0) << alice.err;
+  const RunResult bob = run(bob_.run_as({kHpctl, "--socket", hpd.socket(), "status"}), 20);
+  EXPECT_NE(bob.exit_code, 0);
+  EXPECT_NE(bob.err.find("max_connections_per_user"), std::string::npos) << bob.err;
+  EXPECT_TRUE(hpd.wait_log("refused a connection of uid " + std::to_string(bob_.uid), 5));
+  EXPECT_LE(hpd.fd_counts().total, before + 40) << "at most max_connections_per_user (32) held for bob";
+  // Idle connections are closed after idle_timeout: hpd's descriptors come back down.
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    closed = hpd.fd_counts().total <= before + 1;
+  }
+  EXPECT_TRUE(closed) << hpd.fd_counts().total << " descriptors, " << before << " before";
+  EXPECT_EQ(hpd.terminate(10), 0);
+}
+
+uint64_t rss_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
+}
+
+TEST_F(RealUsers, AnnouncedFramesCostNoMemoryBeforeTheirBytes) {
+  Hpd hpd;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const uint64_t before = rss_bytes(hpd.pid());
+  // 30 connections (a user's share), each announcing a 1 MiB frame and sending 1 byte of it.
+  std::vector<int> fds;
+  for (int i = 0; i < 30; ++i) {
+    const int fd = connect_unix(hpd.socket());
+    ASSERT_GE(fd, 0);
+    const char header[5] = {0, 0, 0x10, 0, '{'};
+    ASSERT_EQ(send(fd, header, sizeof header, MSG_NOSIGNAL), 5);
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const uint64_t during = rss_bytes(hpd.pid());
+  for (const int fd : fds) close(fd);
+  // Before: 30 MiB allocated and zeroed at once. Now a 64 KiB piece per connection and its thread.
+  EXPECT_LT(during, before + (12u << 20))
+      << "RSS " << (before >> 20) << " MiB -> " << (during >> 20) << " MiB";
+  EXPECT_EQ(hpd.status()["type"], "status");
+}
+
+// A record request on a fresh connection, its output a pipe of one page that nobody reads.
+struct StalledClient {
+  int socket = -1;
+  int pipe_read = -1;
+  ~StalledClient() {
+    if (socket >= 0) close(socket);
+    if (pipe_read >= 0) close(pipe_read);
+  }
+};
+
+std::unique_ptr<StalledClient> start_unread_recording(const Hpd& hpd, pid_t target, double seconds) {
+  auto client = std::make_unique<StalledClient>();
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+  fcntl(fds[1], F_SETPIPE_SZ, 4096);
+  client->pipe_read = fds[0];
+  client->socket = connect_unix(hpd.socket());
+  const json request = {{"version", 1},
+                        {"type", "record"},
+                        {"fd", true},
+                        {"args", {{"pids", {target}}, {"duration_s", seconds}, {"output", "out.json"}}}};
+  service::send_frame(client->socket, request.dump(), fds[1]);
+  close(fds[1]);
+  return client;
+}
+
+TEST_F(RealUsers, ClientThatDoesNotReadLosesItsSessionAndSigtermStillEndsHpd) {
+  HpdStart start;
+  start.config = "client_timeout = 2\n";
+  Hpd hpd(start);
+  Background target({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "60"});
+  const auto client = start_unread_recording(hpd, target.pid(), 1);
+  // The profile does not fit the pipe: its writer gives up after client_timeout and tells the client.
+  json last;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    do last = read_reply(client->socket, 30000);
+    while (last["type"] != "error" && last["type"] != "done");
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what() << hpd.log();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(last["type"], "error") << last.dump();
+  EXPECT_NE(last.value("message", "").find("took no data for 2 s"), std::string::npos) << last.dump();
+  EXPECT_LT(waited, 20);
+  EXPECT_EQ(hpd.status()["sessions"], 0) << "the slot is free";
+
+  // With a long client_timeout, SIGTERM still ends hpd within stop_timeout while a client does not read.
+  HpdStart patient;
+  patient.config = "client_timeout = 300\nstop_timeout = 3\n";
+  Hpd hpd2(patient);
+  const auto stuck = start_unread_recording(hpd2, target.pid(), 60);
+  for (int i = 0; i < 100 && hpd2.status()["samples"].get<uint64_t>() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(hpd2.terminate(10), 0) << hpd2.log();
+  const double stopped = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  EXPECT_LT(stopped, 5) << hpd2.log();
+  EXPECT_NE(hpd2.log().find("still busy after stop_timeout"), std::string::npos) << hpd2.log();
+}
+
+TEST_F(RealUsers, OutputsOntoDevicesAndPlantedLinks) {
+  Hpd hpd;
+  // A device node made by the test, like /dev/null (1:3), outside /dev.
+  const std::string device = hpd.dir() + "/null";
+  ASSERT_EQ(mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+  const std::string cpu_split = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
+  for (const char* name : {"null", "null.hpr"}) {
+    const std::string out = hpd.dir() + "/" + name;
+    if (out != device) {
+      ASSERT_EQ(mknod(out.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+    }
+    const RunResult r = run(hpctl(hpd, {"record", "--no-report", "-o", out, "--", cpu_split, "0.3"}));
+    EXPECT_EQ(r.exit_code, 0) << r.err << hpd.log();
+    struct stat st {};
+    ASSERT_EQ(lstat(out.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << out << " was replaced by a file of mode " << std::oct << st.st_mode;
+    EXPECT_EQ(st.st_rdev, makedev(1, 3));
+    // Recorded without hpd too.
+    const RunResult local = run({kHpctl, "--socket", hpd.dir() + "/none.sock", "record", "--no-report", "-o",
+                                 out, "--", cpu_split, "0.2"});
+    EXPECT_EQ(local.exit_code, 0) << local.err;
+    ASSERT_EQ(lstat(out.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << out << " (local) was replaced";
+  }
+  // In a directory others may write, a link another user planted is not followed. Not sticky: in a
+  // sticky one (/tmp) the kernel's protected_symlinks already refuses such links.
+  const std::string victim = hpd.dir() + "/victim";
+  std::ofstream(victim) << "root's data\n";
+  const std::string shared = hpd.dir() + "/shared";
+  ASSERT_EQ(mkdir(shared.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 0777), 0);
+  const std::string planted = shared + "/profile.hpr";
+  ASSERT_EQ(run(alice_.run_as({"ln", "-s", victim, planted})).exit_code, 0);
+  const RunResult r = run(hpctl(hpd, {"record", "--no-report", "-o", planted, "--", cpu_split, "0.2"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("symbolic link in a directory others may write"), std::string::npos) << r.err;
+  EXPECT_TRUE(read_text(victim) == "root's data\n") << "the planted link's target was written";
+  const RunResult local = run({kHpctl, "--socket", hpd.dir() + "/none.sock", "record", "--no-report", "-o",
+                               planted, "--", cpu_split, "0.2"});
+  EXPECT_NE(local.exit_code, 0);
+  EXPECT_TRUE(read_text(victim) == "root's data\n") << "the planted link's target was written";
+}
+
+TEST_F(RealUsers, CaptureOfAKilledHpdIsKeptIncompleteAndReadable) {
+  Hpd hpd;
+  const std::string out = hpd.out_dir() + "/partial.hpr";
+  const std::string err = hpd.out_dir() + "/partial.err";
+  Background client({"sh", "-c", "exec \"$@\" 2>" + err, "sh", "setpriv", "--reuid=" + alice_.name,
+                     "--regid=" + alice_.name, "--init-groups", kHpctl, "--socket", hpd.socket(), "--daemon",
+                     "record", "--no-report", "-o", out, "--", std::string(HPD_FIXTURE_DIR) + "/cpu_split",
+                     "30"});
+  // Until a few flushes are in the file.
+  for (int i = 0; i < 300; ++i) {
+    std::error_code ec;
+    if (std::filesystem::file_size(out, ec) > 4096 && !ec) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  hpd.signal(SIGKILL);
+  EXPECT_NE(client.wait(), 0);
+  const std::string message = read_text(err);
+  EXPECT_NE(message.find("is kept as far as it was written, marked incomplete"), std::string::npos)
+      << message;
+  ASSERT_TRUE(std::filesystem::exists(out)) << message;
+  const CaptureContents capture = read_capture_file(out);
+  EXPECT_FALSE(capture.info.complete);
+  EXPECT_GT(capture.profile.samples.size(), 10u);
+  const RunResult converted =
+      run(alice_.run_as({kHpctl, "convert", out, "-o", hpd.out_dir() + "/partial.json"}));
+  EXPECT_EQ(converted.exit_code, 0) << converted.err;
+  EXPECT_NE(converted.err.find("the recording did not finish"), std::string::npos) << converted.err;
+  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/partial.json")), 10u);
+}
+
+TEST_F(RealUsers, FailedWritesAndBadInputsAreSaidAndLogged) {
+  Hpd hpd;
+  // A full disk: an 8 KiB file system for a profile that needs more. hpd logs it, the client hears it.
+  const std::string small = hpd.dir() + "/small";
+  ASSERT_EQ(mkdir(small.c_str(), 0755), 0);
+  ASSERT_EQ(run({"mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", small}).exit_code, 0);
+  const RunResult full = run(hpctl(hpd, {"record", "--no-report", "-o", small + "/big.json", "--",
+                                         std::string(HPD_FIXTURE_DIR) + "/cpu_split", "3"}));
+  run({"umount", small});
+  EXPECT_NE(full.exit_code, 0);
+  EXPECT_NE(full.err.find("No space left on device"), std::string::npos) << full.err;
+  EXPECT_TRUE(hpd.wait_log("No space left on device", 5)) << hpd.log();
+  EXPECT_NE(hpd.log().find("session 1 of uid 0 failed"), std::string::npos) << hpd.log();
+
+  // A configuration path that is a directory is an error, for --check-config and at start.
+  const RunResult check = run({HPD_HPD_PATH, "--check-config", "--config", hpd.dir()});
+  EXPECT_EQ(check.exit_code, 1);
+  EXPECT_NE(check.err.find(hpd.dir() + ": is a directory"), std::string::npos) << check.err;
+  const RunResult start =
+      run({HPD_HPD_PATH, "--config", hpd.dir(), "--socket", hpd.dir() + "/other.sock"}, 20);
+  EXPECT_EQ(start.exit_code, 1);
+  EXPECT_NE(start.err.find("is a directory"), std::string::npos) << start.err;
+
+  // A negative duration says what is expected.
+  const RunResult negative = run({kHpctl, "record", "-d", "-1", "-o", hpd.dir() + "/x.json", "--", "true"});
+  EXPECT_NE(negative.exit_code, 0) << negative.err;
+  EXPECT_NE(negative.err.find("expected seconds, 0 or more"), std::string::npos) << negative.err;
+  EXPECT_LT(negative.err.size(), 300u) << negative.err;
+
+  // A corrupt profile names its file, also for a number no double holds.
+  for (const char* text : {"{\"meta\": 1e999}", "{\"meta\": {\"interval\": \"x\"}"}) {
+    const std::string path = hpd.dir() + "/corrupt.json";
+    std::ofstream(path) << text;
+    ASSERT_EQ(run({"gzip", "-f", path}).exit_code, 0);
+    const RunResult r = run({kHpctl, "convert", path + ".gz", "-o", hpd.dir() + "/c.collapsed"});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find(path + ".gz"), std::string::npos) << text << ": " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace hpd::test
