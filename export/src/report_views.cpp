@@ -71,6 +71,12 @@ std::string pad_left(const std::string& s, size_t w) {
   return s.size() < w ? std::string(w - s.size(), ' ') + s : s;
 }
 
+// "  [libfoo.so]" after a name; the kernel's lib is already named "[kernel.kallsyms]".
+std::string library_suffix(const std::string& library) {
+  if (library.empty()) return "";
+  return library.front() == '[' ? "  " + library : "  [" + library + "]";
+}
+
 double percent(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0.0 : 100.0 * double(part) / double(whole);
 }
@@ -98,8 +104,7 @@ void print_tree_node(const CallTreeNode& node, const CallTreeView& view, std::os
       << pad_left(fmt("%.1f%%", percent(node.samples, view.all_samples)), 7) << ' '
       << pad_left(std::to_string(node.samples), 9) << ' '
       << pad_left(fmt("%.1f", double(node.cpu_ns) / 1e6), 10) << "  " << std::string(2 * depth, ' ')
-      << (depth == 0 ? "" : arrow) << node.name << (node.library.empty() ? "" : "  [" + node.library + "]")
-      << '\n';
+      << (depth == 0 ? "" : arrow) << node.name << library_suffix(node.library) << '\n';
   if (max_depth != 0 && depth + 1 > max_depth) {
     if (!node.children.empty()) ++*hidden;
     return;
@@ -341,8 +346,8 @@ Annotation annotate_function(const Profile& p, const ReportOptions& options, con
 }
 
 void print_annotation(const Annotation& a, std::ostream& out) {
-  out << "Annotate " << a.function << (a.library.empty() ? "" : "  [" + a.library + "]") << ": "
-      << a.self_samples << " self, " << a.total_samples << " total on-CPU samples\n";
+  out << "Annotate " << a.function << library_suffix(a.library) << ": " << a.self_samples << " self, "
+      << a.total_samples << " total on-CPU samples\n";
   if (a.total_samples == 0) {
     out << "No sample has " << a.function << " on its stack.\n";
     return;
@@ -459,8 +464,8 @@ void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& option
     out << pad_left(ms(double(r.self_cpu_ns[0])), 9) << ' ' << pad_left(ms(double(r.self_cpu_ns[1])), 9)
         << ' ' << pad_left(signed_ms(r.self_cpu_change_ns()), 9) << ' ' << pad_left(relative, 7) << ' '
         << pad_left(signed_ms(r.total_cpu_change_ns()), 10) << ' '
-        << pad_left(signed_ms(r.self_wall_change_ns()), 10) << "  " << r.name
-        << (r.library.empty() ? "" : "  [" + r.library + "]") << '\n';
+        << pad_left(signed_ms(r.self_wall_change_ns()), 10) << "  " << r.name << library_suffix(r.library)
+        << '\n';
   }
 }
 
