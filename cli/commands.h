@@ -29,15 +29,52 @@ struct RecordArgs {
   bool print_report = true;
   size_t report_limit = 20;
   bool quiet = false;
+  bool open = false;  // --open: `hpctl open` the written profile once recorded
+};
+
+// `hpctl open FILE`: the profile in the Firefox Profiler, served from this machine (open_command.cpp).
+struct OpenArgs {
+  std::string input;
+  bool no_browser = false;  // only print the URL
+  uint16_t port = 0;        // 0 = a free port the kernel picks
+  std::string profiler_url = "https://profiler.firefox.com";
+};
+
+// Which threads the report views read, and how wide their text is.
+struct ReportFilter {
+  int32_t pid = 0;     // 0 = all
+  int32_t tid = 0;     // 0 = all
+  std::string thread;  // thread name; "" = all
+  int64_t width = -1;  // text columns; -1 = the terminal's (0 = no limit when not a TTY)
 };
 
 struct ReportArgs {
   std::string input;
   bool json = false;
   size_t limit = 20;
-  std::string sort = "self";  // self|total
-  int32_t pid = 0;            // 0 = all
-  int32_t tid = 0;            // 0 = all
+  bool limit_given = false;   // --limit on the command line (a tree's depth, else unlimited)
+  std::string sort = "self";  // self|total|cpu|wall|calls
+  ReportFilter filter;
+  std::string function;  // --function REGEX: only these rows
+  std::string callers;   // --callers F: the tree of F's callers instead of the table
+  std::string callees;   // --callees F: the tree of what F calls
+};
+
+// `hpctl annotate FUNCTION [FILE]`: samples per source line of one function.
+struct AnnotateArgs {
+  std::string function;
+  std::string input = "profile.json.gz";
+  bool json = false;
+  ReportFilter filter;
+};
+
+// `hpctl diff A B`: per-function change from profile A to profile B.
+struct DiffArgs {
+  std::string before;
+  std::string after;
+  bool json = false;
+  size_t limit = 20;
+  ReportFilter filter;
 };
 
 struct MipArgs {
@@ -98,6 +135,11 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args);
 int run_sessions(const DaemonArgs& daemon, const StatusArgs& args);
 int run_stop(const DaemonArgs& daemon, uint64_t session);
 int run_report(const ReportArgs& args);
+int run_open(const OpenArgs& args);
+int run_annotate(const AnnotateArgs& args);
+int run_diff(const DiffArgs& args);
+// Columns for the text report on stdout: the terminal's width, or 0 (no limit) when not a TTY.
+size_t report_width_for_stdout();
 int run_mip_show(const MipArgs& args);
 int run_mip_merge(const MipArgs& args);
 int run_convert(const ConvertArgs& args);

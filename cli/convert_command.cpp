@@ -77,6 +77,8 @@ void write_converted(const Profile& profile, const ConvertArgs& args, const std:
   } else if (format == "report") {
     ReportOptions options;
     options.limit = args.limit;
+    // Whole names in a file; the terminal's width on one.
+    options.width = args.output == "-" ? report_width_for_stdout() : 0;
     const Report report = compute_report(profile, options);
     const bool json = ends_with(args.output, ".json");
     std::ofstream file;

@@ -4,7 +4,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <stdexcept>
 
 #include "commands.h"
 #include "hpd/symbolizer/heap_pages.h"
@@ -98,20 +100,74 @@ int main(int argc, char** argv) {
       "Do not print the report after recording");
   record->add_option("--limit", rec.report_limit, "Rows in the printed report")->capture_default_str();
   record->add_flag("-q,--quiet", rec.quiet, "No progress or summary on stderr");
+  record->add_flag("--open", rec.open,
+                   "Then open the profile in the Firefox Profiler, as hpctl open does (not with .hpr)");
   record->add_option("command", rec.command, "Command to launch and record (after --)");
   record->positionals_at_end();
 
+  // The thread filters and width every report view takes.
+  auto add_filter = [](CLI::App* cmd, hpd::cli::ReportFilter& f) {
+    cmd->add_option("--pid", f.pid, "Only this process");
+    cmd->add_option("--tid", f.tid, "Only this thread");
+    cmd->add_option("--thread", f.thread, "Only threads with this name");
+    cmd->add_option(
+        "--width", f.width,
+        "Columns of the table (default: the terminal's; whole names when not a terminal; 0 = no limit)");
+  };
   hpd::cli::ReportArgs rep;
-  CLI::App* report = app.add_subcommand("report", "Print the functions that used the most CPU in a profile");
+  CLI::App* report = app.add_subcommand(
+      "report", "Print the functions that used the most CPU in a profile, or the callers or callees of one");
   report->add_option("file", rep.input, "A capture (.hpr) or a profile written by hpctl (.json or .json.gz)")
       ->required();
   report->add_flag("--json", rep.json, "Machine-readable JSON instead of a table");
-  report->add_option("--limit", rep.limit, "Rows to print (0 = all)")->capture_default_str();
-  report->add_option("--sort", rep.sort, "Order by self (exclusive) or total (inclusive)")
-      ->check(CLI::IsMember({"self", "total"}))
+  auto* report_limit =
+      report->add_option("--limit", rep.limit, "Rows to print (0 = all); with --callers/--callees: depth")
+          ->capture_default_str();
+  report
+      ->add_option("--sort", rep.sort,
+                   "Order by self or total samples, self cpu time, self wall time, or calls (--calls, MIP)")
+      ->check(CLI::IsMember({"self", "total", "cpu", "wall", "calls"}))
       ->capture_default_str();
-  report->add_option("--pid", rep.pid, "Only this process");
-  report->add_option("--tid", rep.tid, "Only this thread");
+  add_filter(report, rep.filter);
+  report->add_option("--function", rep.function, "Only functions whose name matches this regular expression");
+  auto* callers_opt =
+      report->add_option("--callers", rep.callers, "The tree of this function's callers, with percentages");
+  auto* callees_opt =
+      report->add_option("--callees", rep.callees, "The tree of what this function calls, with percentages");
+  callers_opt->excludes(callees_opt);
+
+  hpd::cli::AnnotateArgs ann;
+  CLI::App* annotate = app.add_subcommand(
+      "annotate", "Samples per source line of one function (per instruction when the source is not found)");
+  annotate
+      ->add_option("function", ann.function,
+                   "The function: its name, or a regular expression matching one name")
+      ->required();
+  annotate->add_option("file", ann.input, "The profile")->capture_default_str();
+  annotate->add_flag("--json", ann.json, "Machine-readable JSON instead of text");
+  add_filter(annotate, ann.filter);
+
+  hpd::cli::DiffArgs dif;
+  CLI::App* diff = app.add_subcommand(
+      "diff", "Compare two profiles: per function, the change of self and total CPU time and wall time");
+  diff->add_option("before", dif.before, "Profile A (before)")->required();
+  diff->add_option("after", dif.after, "Profile B (after)")->required();
+  diff->add_flag("--json", dif.json, "Machine-readable JSON instead of a table");
+  diff->add_option("--limit", dif.limit, "Rows to print (0 = all)")->capture_default_str();
+  add_filter(diff, dif.filter);
+
+  hpd::cli::OpenArgs open_args;
+  CLI::App* open = app.add_subcommand(
+      "open",
+      "Open a profile in the Firefox Profiler, served from this machine with its sources and assembly");
+  open->add_option("file", open_args.input,
+                   "A capture (.hpr) or a profile written by hpctl (.json or .json.gz)")
+      ->required();
+  open->add_flag("--no-browser", open_args.no_browser, "Only print the URL to open");
+  open->add_option("--port", open_args.port, "Port on 127.0.0.1 (default: a free one)");
+  open->add_option("--profiler-url", open_args.profiler_url,
+                   "The Firefox Profiler to open (e.g. one run locally)")
+      ->capture_default_str();
 
   CLI::App* mip = app.add_subcommand("mip", "Read MIP (Machine IR Profile) call counts and coverage");
   mip->require_subcommand(1);
@@ -233,12 +289,27 @@ int main(int argc, char** argv) {
 
   // Commands that symbolize build indexes of tens of megabytes: huge pages spare them a page
   // fault per 4 KiB (heap_pages.h). Nothing of it reaches the commands record starts.
-  const bool symbolizes = record->parsed() || report->parsed() || convert->parsed() || export_cmd->parsed() ||
-                          symbolize->parsed();
+  rep.limit_given = report_limit->count() > 0;
+  const bool symbolizes = record->parsed() || report->parsed() || open->parsed() || annotate->parsed() ||
+                          diff->parsed() || convert->parsed() || export_cmd->parsed() || symbolize->parsed();
   if (symbolizes && std::getenv("HPCTL_NO_HUGE_PAGES") == nullptr) hpd::prefer_huge_pages_for_heap();
 
   try {
-    if (record->parsed()) return hpd::cli::run_record_auto(rec, daemon);
+    if (record->parsed()) {
+      if (rec.open && rec.output.size() >= 4 && rec.output.compare(rec.output.size() - 4, 4, ".hpr") == 0) {
+        // Opening needs the symbolized profile; a capture is kept for later conversion.
+        throw std::runtime_error("--open needs a Firefox profile output (.json or .json.gz), not a capture");
+      }
+      const int status = hpd::cli::run_record_auto(rec, daemon);
+      if (!rec.open || !std::filesystem::exists(rec.output)) return status;
+      hpd::cli::OpenArgs after_record;
+      after_record.input = rec.output;
+      hpd::cli::run_open(after_record);
+      return status;
+    }
+    if (open->parsed()) return hpd::cli::run_open(open_args);
+    if (annotate->parsed()) return hpd::cli::run_annotate(ann);
+    if (diff->parsed()) return hpd::cli::run_diff(dif);
     if (status->parsed()) return hpd::cli::run_status(daemon, status_args);
     if (sessions->parsed()) return hpd::cli::run_sessions(daemon, status_args);
     if (stop->parsed()) return hpd::cli::run_stop(daemon, stop_id);

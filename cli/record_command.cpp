@@ -77,6 +77,7 @@ int run_record(const RecordArgs& args) {
   if (args.print_report) {
     ReportOptions report_options;
     report_options.limit = args.report_limit;
+    report_options.width = report_width_for_stdout();
     print_report(compute_report(profile, report_options), std::cout, report_options);
     std::cout.flush();
   }

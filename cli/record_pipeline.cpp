@@ -19,6 +19,7 @@
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "mip_recording.h"
+#include "perf_map.h"
 
 namespace hpd::cli {
 namespace {
@@ -180,6 +181,9 @@ Profile RecordingOutput::finish(RecordResult& result) {
     if (!capture_error_.empty()) throw std::runtime_error(capture_error_);
     capture_->finish(result.profile);
   }
+  // JIT runtimes name their generated code in /tmp/perf-PID.map; read now, while the processes
+  // (and their /tmp through /proc/PID/root) may still be there.
+  jit_notes_ = read_perf_maps(result.profile);
   Symbolizer symbolizer;
   ConvertOptions convert_options;
   convert_options.kernel_frames = result.profile.info.kernel_frames;
@@ -234,6 +238,7 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
   s.mip_snapshots_taken = output.mip_snapshots_taken();
   s.command_exit_status = result.command_exit_status < 0 ? 0 : result.command_exit_status;
   s.notes = output.mip_notes();
+  for (const std::string& note : output.jit_notes()) s.notes.push_back("note: " + note);
   if (!result.mmap_watch_fallback_reason.empty()) {
     s.notes.push_back("note: new mappings were read from /proc, not from the kernel's mmap records (" +
                       result.mmap_watch_fallback_reason +

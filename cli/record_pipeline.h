@@ -58,6 +58,8 @@ class RecordingOutput {
   [[nodiscard]] const std::vector<std::string>& mip_notes() const;
   [[nodiscard]] size_t mip_snapshots_taken() const;
   [[nodiscard]] bool mip_enabled() const { return mip_ != nullptr; }
+  // One line per process whose /tmp/perf-PID.map named JIT code (finish() reads them).
+  [[nodiscard]] const std::vector<std::string>& jit_notes() const { return jit_notes_; }
 
  private:
   RecordArgs args_;
@@ -66,6 +68,7 @@ class RecordingOutput {
   std::unique_ptr<CaptureWriter> capture_;
   std::string capture_error_;
   std::unique_ptr<MipRecording> mip_;
+  std::vector<std::string> jit_notes_;
 };
 
 // What the user is told after a recording, the same whether hpctl or hpd recorded.

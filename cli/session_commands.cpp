@@ -408,6 +408,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
     LoadedProfile loaded = load_profile(args.output, ModuleSearch{});
     ReportOptions report_options;
     report_options.limit = args.report_limit;
+    report_options.width = report_width_for_stdout();
     print_report(compute_report(loaded.profile, report_options), std::cout, report_options);
     std::cout.flush();
   }

@@ -8,12 +8,14 @@ PACKAGES=(
   cmake ninja-build pkg-config g++ ccache clang llvm llvm-14-dev libclang-rt-14-dev bpftool
   # libraries
   libelf-dev libdw-dev libdebuginfod-dev libbpf-dev libzstd-dev zlib1g-dev
-  libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+  libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcapstone-dev
   # tools the tests compare against or drive
   linux-perf binutils elfutils procps util-linux bc xz-utils libc6-dbg debuginfod
   protobuf-compiler mandoc
   # bench/calls_bench.sh compares the call counter with uftrace and the uprobe floor (bpftrace)
   uftrace bpftrace
+  # JIT frames from /tmp/perf-PID.map: tests/integration/jit_test.cpp records node --perf-basic-prof
+  nodejs
   # the Debian package: dpkg-shlibdeps for its Depends, lintian to check it
   lintian dpkg-dev
 )

@@ -410,6 +410,26 @@ class FirefoxWriter {
     w_.string("ns");
     w_.end_object();
 
+    // Which tracks the profiler shows and selects first (thread_hints.cpp). The calls tracks come
+    // after p_.threads, so these indices are the written threads' too; a process's calls track is
+    // shown with the process.
+    const InitialThreads initial = choose_initial_threads(p_);
+    if (!initial.visible.empty()) {
+      w_.key("initialVisibleThreads");
+      w_.begin_array();
+      for (uint32_t i : initial.visible) w_.uint(i);
+      for (size_t k = 0; k < calls_tracks_.size(); ++k) {
+        const bool shown = std::any_of(initial.visible.begin(), initial.visible.end(),
+                                       [&](uint32_t i) { return p_.threads[i].pid == calls_tracks_[k].pid; });
+        if (shown) w_.uint(p_.threads.size() + k);
+      }
+      w_.end_array();
+      w_.key("initialSelectedThreads");
+      w_.begin_array();
+      for (uint32_t i : initial.selected) w_.uint(i);
+      w_.end_array();
+    }
+
     write_marker_schema();
     write_extra();
     w_.end_object();

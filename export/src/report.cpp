@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <regex>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -34,8 +35,14 @@ struct Tally {
   }
 };
 
+// Linux keeps 15 bytes of a thread's name: a longer --thread matches the name it was cut to.
+bool thread_name_matches(const std::string& name, const std::string& wanted) {
+  if (wanted.empty() || name == wanted) return true;
+  return name.size() == 15 && wanted.size() > 15 && wanted.compare(0, 15, name) == 0;
+}
+
 bool selected(const Thread& t, const ReportOptions& options) {
-  return (options.pid == 0 || t.pid == options.pid) && (options.tid == 0 || t.tid == options.tid);
+  return report_selects_thread(t, options);
 }
 
 void check_indices(const Profile& p) {
@@ -76,6 +83,8 @@ uint64_t sort_key(const ReportRow& r, ReportSort sort) {
     case ReportSort::kTotal: return r.total_samples;
     case ReportSort::kSelfWall: return r.self_wall_ns;
     case ReportSort::kTotalWall: return r.total_wall_ns;
+    case ReportSort::kSelfCpu: return r.self_cpu_ns;
+    case ReportSort::kCalls: return r.calls;
   }
   return r.self_samples;
 }
@@ -87,6 +96,8 @@ ReportSort tie_breaker(ReportSort sort) {
     case ReportSort::kTotal: return ReportSort::kSelf;
     case ReportSort::kSelfWall: return ReportSort::kTotalWall;
     case ReportSort::kTotalWall: return ReportSort::kSelfWall;
+    case ReportSort::kSelfCpu: return ReportSort::kSelf;
+    case ReportSort::kCalls: return ReportSort::kSelf;
   }
   return ReportSort::kTotal;
 }
@@ -109,17 +120,21 @@ const char* sort_name(ReportSort sort) {
     case ReportSort::kTotal: return "total";
     case ReportSort::kSelfWall: return "self-wall";
     case ReportSort::kTotalWall: return "total-wall";
+    case ReportSort::kSelfCpu: return "cpu";
+    case ReportSort::kCalls: return "calls";
   }
   return "self";
 }
 
 // ---- text layout -------------------------------------------------------------------------------
 
-constexpr size_t kWidth = 80;
+// ReportOptions::width 0 (not a terminal): lines as long as their content; names are never cut.
+constexpr size_t kUnlimitedWidth = size_t{1} << 30;
+// The library column in 80 columns; wider terminals give it a quarter of what they add.
 constexpr size_t kLibraryWidth = 14;
-// What the numeric columns leave of 80 columns: 80 - numbers - 2 - 1 - kLibraryWidth.
-constexpr size_t kCpuFunctionWidth = 31;   // numbers: 6 1 6 1 8 1 9 = 32
-constexpr size_t kWallFunctionWidth = 30;  // numbers: 6 1 6 1 9 1 9 = 33
+// Columns of the numbers before the function: 6 1 6 1 8 1 9 (CPU view), 6 1 6 1 9 1 9 (wall view).
+constexpr size_t kCpuNumbersWidth = 32;
+constexpr size_t kWallNumbersWidth = 33;
 
 // Display width is approximated by code points: right for the Latin, Greek and symbol characters of
 // demangled names, not for wide East Asian characters.
@@ -204,8 +219,30 @@ std::string function_cell(const ReportRow& row, size_t width) {
   return pad_right(truncate_right(row.name, width), width);
 }
 
-std::string library_cell(const ReportRow& row) {
-  return truncate_right(row.library.empty() ? "?" : row.library, kLibraryWidth);
+std::string library_name(const ReportRow& row) {
+  return row.library.empty() ? "?" : row.library;
+}
+
+// Widths of the function and library columns of a table whose numbers take `numbers` columns.
+// Limited: the library gets kLibraryWidth (plus a quarter of the columns beyond 80) or its longest
+// name if shorter, the function the rest. Unlimited: each as wide as its longest entry.
+struct NameColumns {
+  size_t function = 8;
+  size_t library = 7;
+};
+NameColumns name_columns(const std::vector<const ReportRow*>& rows, size_t numbers, size_t width) {
+  NameColumns c;
+  size_t longest_function = code_points("Function"), longest_library = code_points("Library");
+  for (const ReportRow* r : rows) {
+    longest_function = std::max(longest_function, code_points(r->name));
+    longest_library = std::max(longest_library, code_points(library_name(*r)));
+  }
+  if (width >= kUnlimitedWidth) return NameColumns{longest_function, longest_library};
+  const size_t library_cap = kLibraryWidth + (width > 80 ? (width - 80) / 4 : 0);
+  c.library = std::min(longest_library, library_cap);
+  const size_t used = numbers + 3 + c.library;
+  c.function = width > used + 8 ? width - used : 8;
+  return c;
 }
 
 // One line per thread that lost something, naming only the kinds it lost; the worst first.
@@ -233,12 +270,12 @@ void print_lost_by_thread(const ReportTotals& t, const Line& line) {
     line("  and " + std::to_string(t.lost_by_thread.size() - kShownThreads) + " more threads");
 }
 
-void print_header(const Report& report, std::ostream& out) {
+void print_header(const Report& report, std::ostream& out, size_t width) {
   const ReportTotals& t = report.totals;
   const auto plural = [](uint64_t n, const char* one, const char* many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };
-  const auto line = [&](const std::string& text) { out << truncate_right(text, kWidth) << '\n'; };
+  const auto line = [&](const std::string& text) { out << truncate_right(text, width) << '\n'; };
   line("hpd report: " + plural(t.samples, "sample", "samples") + ", " +
        plural(t.threads, "thread", "threads") + " in " + plural(t.processes, "process", "processes") +
        ", duration " + format_duration(t.duration_ns));
@@ -282,31 +319,47 @@ void print_header(const Report& report, std::ostream& out) {
        (t.missing_modules.empty() ? "" : " (no symbols for their code)"));
   constexpr size_t kShownModules = 5;
   for (size_t i = 0; i < t.missing_modules.size() && i < kShownModules; ++i) {
-    line("  " + truncate_left(t.missing_modules[i], kWidth - 2));
+    line("  " + truncate_left(t.missing_modules[i], width - 2));
   }
   if (t.missing_modules.size() > kShownModules) {
     line("  and " + std::to_string(t.missing_modules.size() - kShownModules) + " more");
   }
 }
 
-void print_cpu_view(std::ostream& out, bool by_total, const std::vector<const ReportRow*>& rows, size_t of) {
+const char* cpu_view_order(ReportSort sort) {
+  switch (sort) {
+    case ReportSort::kTotal: return "total (inclusive)";
+    case ReportSort::kSelfCpu: return "self CPU time";
+    case ReportSort::kCalls: return "calls";
+    default: return "self (exclusive)";
+  }
+}
+
+void print_cpu_view(std::ostream& out, ReportSort sort, const std::vector<const ReportRow*>& rows, size_t of,
+                    size_t width) {
   uint64_t max_ns = 0;
   for (const ReportRow* r : rows) max_ns = std::max(max_ns, r->self_cpu_ns);
   const TimeColumn cpu = time_column(max_ns, 9);
-  out << "\nOn-CPU samples by " << (by_total ? "total (inclusive)" : "self (exclusive)") << ", top "
-      << rows.size() << " of " << of << " functions\n";
+  const bool calls = sort == ReportSort::kCalls;  // the counts the rows are ordered by, in a column
+  const NameColumns names = name_columns(rows, kCpuNumbersWidth + (calls ? 12 : 0), width);
+  out << "\nOn-CPU samples by " << cpu_view_order(sort) << ", top " << rows.size() << " of " << of
+      << " functions\n";
   out << pad_left("Self%", 6) << ' ' << pad_left("Total%", 6) << ' ' << pad_left("Samples", 8) << ' '
-      << pad_left(std::string("CPU ") + cpu.unit, 9) << "  " << pad_right("Function", kCpuFunctionWidth)
-      << ' ' << "Library\n";
+      << pad_left(std::string("CPU ") + cpu.unit, 9) << (calls ? pad_left("Calls", 12) : "") << "  "
+      << pad_right("Function", names.function) << ' ' << "Library\n";
   for (const ReportRow* r : rows) {
     out << pad_left(format_percent(r->self_percent), 6) << ' '
         << pad_left(format_percent(r->total_percent), 6) << ' '
         << pad_left(std::to_string(r->self_samples), 8) << ' ' << pad_left(cpu.cell(r->self_cpu_ns), 9)
-        << "  " << function_cell(*r, kCpuFunctionWidth) << ' ' << library_cell(*r) << '\n';
+        << (calls ? pad_left(r->calls != 0 ? std::to_string(r->calls) : "-", 12) : "") << "  "
+        << function_cell(*r, names.function) << ' ' << truncate_right(library_name(*r), names.library)
+        << '\n';
   }
 }
 
-void print_wall_view(std::ostream& out, bool by_total, const std::vector<const ReportRow*>& rows, size_t of) {
+void print_wall_view(std::ostream& out, bool by_total, const std::vector<const ReportRow*>& rows, size_t of,
+                     size_t width) {
+  const NameColumns names = name_columns(rows, kWallNumbersWidth, width);
   uint64_t max_ns = 0;
   for (const ReportRow* r : rows) max_ns = std::max(max_ns, r->total_wall_ns);
   const TimeColumn wall = time_column(max_ns, 9);
@@ -314,13 +367,14 @@ void print_wall_view(std::ostream& out, bool by_total, const std::vector<const R
       << " of " << of << " functions\n";
   out << pad_left("Self%", 6) << ' ' << pad_left("Total%", 6) << ' '
       << pad_left(std::string("Self ") + wall.unit, 9) << ' '
-      << pad_left(std::string("Total ") + wall.unit, 9) << "  " << pad_right("Function", kWallFunctionWidth)
+      << pad_left(std::string("Total ") + wall.unit, 9) << "  " << pad_right("Function", names.function)
       << ' ' << "Library\n";
   for (const ReportRow* r : rows) {
     out << pad_left(format_percent(r->self_wall_percent), 6) << ' '
         << pad_left(format_percent(r->total_wall_percent), 6) << ' '
         << pad_left(wall.cell(r->self_wall_ns), 9) << ' ' << pad_left(wall.cell(r->total_wall_ns), 9) << "  "
-        << function_cell(*r, kWallFunctionWidth) << ' ' << library_cell(*r) << '\n';
+        << function_cell(*r, names.function) << ' ' << truncate_right(library_name(*r), names.library)
+        << '\n';
   }
 }
 
@@ -445,7 +499,7 @@ void compute_moves(const Profile& p, const std::vector<Tally>& per_stack, Report
 // At most this many callers are printed under each move in the text report.
 constexpr size_t kMoveCallersShown = 5;
 
-void print_moves_view(const Report& report, std::ostream& out, size_t limit) {
+void print_moves_view(const Report& report, std::ostream& out, size_t limit, size_t width) {
   const size_t shown = limit != 0 ? std::min(limit, report.moves.size()) : report.moves.size();
   uint64_t max_ns = 0;
   for (const MoveRow& m : report.moves) max_ns = std::max(max_ns, m.cpu_ns);
@@ -455,10 +509,10 @@ void print_moves_view(const Report& report, std::ostream& out, size_t limit) {
                             format_percent(percent(report.move_samples, report.totals.samples)) +
                             " of samples, top " + std::to_string(shown) + " of " +
                             std::to_string(report.moves.size()),
-                        kWidth)
+                        width)
       << '\n';
   // 6 1 8 1 9 2 4 1 7 2 = 41 columns of numbers; the type or caller gets the other 39.
-  constexpr size_t kNameWidth = kWidth - 41;
+  const size_t name_width = width - 41;
   out << pad_left("Self%", 6) << ' ' << pad_left("Samples", 8) << ' '
       << pad_left(std::string("CPU ") + cpu.unit, 9) << "  " << pad_right("Kind", 4) << ' '
       << pad_left("Bytes", 7) << "  "
@@ -468,12 +522,12 @@ void print_moves_view(const Report& report, std::ostream& out, size_t limit) {
     out << pad_left(format_percent(m.percent), 6) << ' ' << pad_left(std::to_string(m.samples), 8) << ' '
         << pad_left(cpu.cell(m.cpu_ns), 9) << "  " << pad_right(m.move.copy ? "copy" : "move", 4) << ' '
         << pad_left(m.move.size != 0 ? std::to_string(m.move.size) : std::string("?"), 7) << "  "
-        << truncate_right(m.move.type, kNameWidth) << '\n';
+        << truncate_right(m.move.type, name_width) << '\n';
     for (size_t c = 0; c < m.callers.size() && c < kMoveCallersShown; ++c) {
       const MoveCaller& caller = m.callers[c];
       out << pad_left(format_percent(percent(caller.samples, report.totals.samples)), 6) << ' '
           << pad_left(std::to_string(caller.samples), 8) << ' ' << pad_left(cpu.cell(caller.cpu_ns), 9)
-          << std::string(2 + 4 + 1 + 7 + 2, ' ') << "  " << truncate_right(caller.name, kNameWidth - 2)
+          << std::string(2 + 4 + 1 + 7 + 2, ' ') << "  " << truncate_right(caller.name, name_width - 2)
           << '\n';
     }
     if (m.callers.size() > kMoveCallersShown) {
@@ -535,7 +589,7 @@ std::string format_per_call(uint64_t ns) {
   return format("%.2f s", double(ns) / 1e9);
 }
 
-void print_mip_view(const Report& report, std::ostream& out, size_t limit) {
+void print_mip_view(const Report& report, std::ostream& out, size_t limit, size_t width) {
   const size_t called = report.mip_called.size();
   const size_t never = report.mip_never_called.size();
   const size_t shown = limit != 0 ? std::min(limit, called) : called;
@@ -545,13 +599,13 @@ void print_mip_view(const Report& report, std::ostream& out, size_t limit) {
       << truncate_right("Calls (MIP): " + std::to_string(called) + " of " + std::to_string(called + never) +
                             " functions called" + (counted ? "" : " (coverage only: calls are 0/1)") +
                             ", top " + std::to_string(shown) + " by first call",
-                        kWidth)
+                        width)
       << '\n';
   uint64_t max_ns = 0;
   for (const MipRow& r : report.mip_called) max_ns = std::max(max_ns, r.self_cpu_ns);
   const TimeColumn cpu = time_column(max_ns, 9);
   // 11 1 6 1 9 1 9 1 9 2 = 50 columns of numbers; the function gets the other 30.
-  constexpr size_t kNameWidth = kWidth - 50;
+  const size_t name_width = width - 50;
   out << pad_left("Calls", 11) << ' ' << pad_left("First", 6) << ' ' << pad_left("Blocks", 9) << ' '
       << pad_left(std::string("Self ") + cpu.unit, 9) << ' ' << pad_left("CPU/call", 9) << "  Function\n";
   for (size_t i = 0; i < shown; ++i) {
@@ -562,7 +616,7 @@ void print_mip_view(const Report& report, std::ostream& out, size_t limit) {
         << pad_left(r.first_call != 0 ? std::to_string(r.first_call) : std::string("-"), 6) << ' '
         << pad_left(blocks, 9) << ' ' << pad_left(r.self_samples != 0 ? cpu.cell(r.self_cpu_ns) : "-", 9)
         << ' ' << pad_left(r.cpu_per_call_ns != 0 ? format_per_call(r.cpu_per_call_ns) : std::string("-"), 9)
-        << "  " << truncate_right(r.name, kNameWidth) << '\n';
+        << "  " << truncate_right(r.name, name_width) << '\n';
   }
   if (never == 0) return;
   // As many names as fit on one line after the count.
@@ -572,12 +626,12 @@ void print_mip_view(const Report& report, std::ostream& out, size_t limit) {
     const std::string more =
         listed + 1 < never ? ", and " + std::to_string(never - listed - 1) + " more" : "";
     const std::string piece = (listed != 0 ? ", " : "") + r.name;
-    if (code_points(line) + code_points(piece) + code_points(more) > kWidth && listed != 0) break;
+    if (code_points(line) + code_points(piece) + code_points(more) > width && listed != 0) break;
     line += piece;
     ++listed;
   }
   if (listed < never) line += ", and " + std::to_string(never - listed) + " more";
-  out << truncate_right(line, kWidth) << '\n';
+  out << truncate_right(line, width) << '\n';
 }
 
 void compute_calls(const Profile& p, const ReportOptions& options, Report& report) {
@@ -632,19 +686,19 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
 // At most this many callers are printed under each function of the calls table.
 constexpr size_t kCallersShown = 3;
 
-void print_calls_view(const Report& report, std::ostream& out, size_t limit) {
+void print_calls_view(const Report& report, std::ostream& out, size_t limit, size_t width) {
   const size_t shown = limit != 0 ? std::min(limit, report.calls.size()) : report.calls.size();
   out << '\n'
       << truncate_right("Calls (mcount/__fentry__, exact): " + std::to_string(report.calls_total) +
                             " calls of " + std::to_string(report.calls.size()) + " functions, top " +
                             std::to_string(shown) + " by calls",
-                        kWidth)
+                        width)
       << '\n';
   uint64_t max_ns = 0;
   for (const CallRow& r : report.calls) max_ns = std::max({max_ns, r.total_cpu_ns, r.total_wall_ns});
   const TimeColumn t = time_column(max_ns, 9);
   // 11 1 9 1 9 1 9 1 9 2 = 53 columns of numbers; the function gets the other 27.
-  constexpr size_t kNameWidth = kWidth - 53;
+  const size_t name_width = width - 53;
   out << pad_left("Calls", 11) << ' ' << pad_left(std::string("Self ") + t.unit, 9) << ' '
       << pad_left(std::string("Total ") + t.unit, 9) << ' ' << pad_left(std::string("Wall ") + t.unit, 9)
       << ' ' << pad_left("CPU/call", 9) << "  Function, then callers\n";
@@ -655,10 +709,10 @@ void print_calls_view(const Report& report, std::ostream& out, size_t limit) {
         << ' ' << pad_left(sampled ? t.cell(r.total_cpu_ns) : "-", 9) << ' '
         << pad_left(sampled ? t.cell(r.total_wall_ns) : "-", 9) << ' '
         << pad_left(r.cpu_per_call_ns != 0 ? format_per_call(r.cpu_per_call_ns) : std::string("-"), 9) << "  "
-        << truncate_right(r.name, kNameWidth) << '\n';
+        << truncate_right(r.name, name_width) << '\n';
     for (size_t c = 0; c < r.callers.size() && c < kCallersShown; ++c) {
       out << pad_left(std::to_string(r.callers[c].calls), 11) << std::string(53 - 11, ' ') << "  <- "
-          << truncate_right(r.callers[c].name, kNameWidth - 5) << '\n';
+          << truncate_right(r.callers[c].name, name_width - 5) << '\n';
     }
     if (r.callers.size() > kCallersShown)
       out << std::string(53 + 2, ' ') << "and " << (r.callers.size() - kCallersShown) << " more callers\n";
@@ -666,6 +720,11 @@ void print_calls_view(const Report& report, std::ostream& out, size_t limit) {
 }
 
 }  // namespace
+
+bool report_selects_thread(const Thread& t, const ReportOptions& options) {
+  return (options.pid == 0 || t.pid == options.pid) && (options.tid == 0 || t.tid == options.tid) &&
+         thread_name_matches(t.name, options.thread);
+}
 
 std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
   std::string_view rest;
@@ -841,36 +900,62 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   compute_moves(p, per_stack, report);
   compute_mip(p, options, report);
   compute_calls(p, options, report);
+  // Calls per function for --sort calls: exact counts where there are any, else MIP's.
+  std::map<uint32_t, uint64_t> calls_of;
+  for (const CallRow& c : report.calls) calls_of[c.func] = c.calls;
+  if (calls_of.empty()) {
+    for (const MipRow& m : report.mip_called) {
+      if (m.counts_calls) calls_of[m.func] = m.calls;
+    }
+  }
+  for (ReportRow& row : report.rows) {
+    if (auto it = calls_of.find(row.func); it != calls_of.end()) row.calls = it->second;
+  }
+  if (options.sort == ReportSort::kCalls) sort_rows(report.rows, options.sort);
+  if (!options.function.empty()) {
+    std::regex pattern;
+    try {
+      pattern = std::regex(options.function, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw std::runtime_error("--function " + options.function +
+                               " is not a valid regular expression: " + e.what());
+    }
+    std::erase_if(report.rows, [&](const ReportRow& r) { return !std::regex_search(r.name, pattern); });
+  }
   return report;
 }
 
 void print_report(const Report& report, std::ostream& out, const ReportOptions& options) {
-  print_header(report, out);
+  // Narrower than 60 columns the numbers leave no room for names: lines then wrap instead.
+  const size_t width = options.width == 0 ? kUnlimitedWidth : std::max<size_t>(options.width, 60);
+  print_header(report, out, width);
   if (report.rows.empty()) {
     out << "\nNo samples with a stack"
         << (options.pid != 0 || options.tid != 0 ? " in the selected threads" : "") << ".\n";
     if (!report.mip_called.empty() || !report.mip_never_called.empty())
-      print_mip_view(report, out, options.limit);
-    if (!report.calls.empty()) print_calls_view(report, out, options.limit);
+      print_mip_view(report, out, options.limit, width);
+    if (!report.calls.empty()) print_calls_view(report, out, options.limit, width);
     return;
   }
   // Each view is ordered by its own self or total column, as options.sort chooses.
   const bool by_total = options.sort == ReportSort::kTotal || options.sort == ReportSort::kTotalWall;
+  // The CPU view follows --sort where it has the column (cpu, calls); the wall view its self/total.
+  ReportSort cpu_sort = by_total ? ReportSort::kTotal : ReportSort::kSelf;
+  if (options.sort == ReportSort::kSelfCpu || options.sort == ReportSort::kCalls) cpu_sort = options.sort;
   size_t of = 0;
   if (report.totals.samples > 0) {
-    const auto rows =
-        top_rows(report.rows, by_total ? ReportSort::kTotal : ReportSort::kSelf, options.limit, &of);
-    print_cpu_view(out, by_total, rows, of);
+    const auto rows = top_rows(report.rows, cpu_sort, options.limit, &of);
+    print_cpu_view(out, cpu_sort, rows, of, width);
   }
   if (report.totals.off_cpu_samples > 0) {
     const auto rows =
         top_rows(report.rows, by_total ? ReportSort::kTotalWall : ReportSort::kSelfWall, options.limit, &of);
-    print_wall_view(out, by_total, rows, of);
+    print_wall_view(out, by_total, rows, of, width);
   }
-  if (report.move_samples > 0) print_moves_view(report, out, options.limit);
+  if (report.move_samples > 0) print_moves_view(report, out, options.limit, width);
   if (!report.mip_called.empty() || !report.mip_never_called.empty())
-    print_mip_view(report, out, options.limit);
-  if (!report.calls.empty()) print_calls_view(report, out, options.limit);
+    print_mip_view(report, out, options.limit, width);
+  if (!report.calls.empty()) print_calls_view(report, out, options.limit, width);
 }
 
 void print_report_json(const Report& report, std::ostream& out, const ReportOptions& options) {
@@ -879,7 +964,8 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
   ordered_json doc;
   doc["sort"] = sort_name(options.sort);
   doc["limit"] = options.limit;
-  doc["filter"] = {{"pid", options.pid}, {"tid", options.tid}};
+  doc["filter"] = {
+      {"pid", options.pid}, {"tid", options.tid}, {"thread", options.thread}, {"function", options.function}};
   ordered_json lost_by_thread = ordered_json::array();
   for (const ThreadLoss& l : t.lost_by_thread) {
     lost_by_thread.push_back({{"pid", l.pid},
@@ -948,6 +1034,7 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
         {"total_wall_ns", r->total_wall_ns},
         {"self_wall_percent", r->self_wall_percent},
         {"total_wall_percent", r->total_wall_percent},
+        {"calls", r->calls},
     });
   }
   doc["functions"] = std::move(functions);

@@ -24,7 +24,8 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
-enum class AddressKind : uint8_t { kModule, kUnmapped, kKernel };
+// kJit: code a JIT runtime named in its perf map (module = index into RawProfile::jit_symbols).
+enum class AddressKind : uint8_t { kModule, kUnmapped, kKernel, kJit };
 
 struct AddressKey {
   AddressKind kind;
@@ -91,6 +92,7 @@ struct InstanceKeyHash {
 struct ProcessView {
   const RawProcess* process = nullptr;
   std::vector<uint64_t> mapping_times;  // sorted, distinct, non-zero
+  std::vector<uint32_t> jit;            // into RawProfile::jit_symbols, by start; the later of equal starts
   uint32_t epoch(uint64_t time_ns) const {
     if (mapping_times.empty()) return 0;
     return static_cast<uint32_t>(std::upper_bound(mapping_times.begin(), mapping_times.end(), time_ns) -
@@ -129,6 +131,38 @@ class Converter {
       view.mapping_times.erase(std::unique(view.mapping_times.begin(), view.mapping_times.end()),
                                view.mapping_times.end());
     }
+    for (uint32_t i = 0; i < raw_.jit_symbols.size(); ++i) {
+      auto it = processes_.find(raw_.jit_symbols[i].pid);
+      if (it != processes_.end()) it->second.jit.push_back(i);
+    }
+    for (auto& [pid, view] : processes_) {
+      // A runtime that moves code writes a new line for the same address: the last one is current.
+      std::stable_sort(view.jit.begin(), view.jit.end(), [&](uint32_t a, uint32_t b) {
+        return raw_.jit_symbols[a].start < raw_.jit_symbols[b].start;
+      });
+      std::vector<uint32_t> kept;
+      for (uint32_t i : view.jit) {
+        if (!kept.empty() && raw_.jit_symbols[kept.back()].start == raw_.jit_symbols[i].start) {
+          kept.back() = i;
+        } else {
+          kept.push_back(i);
+        }
+      }
+      view.jit = std::move(kept);
+    }
+  }
+
+  // The perf-map symbol of the process that covers `address`, or kNoIndex.
+  uint32_t jit_symbol(const ProcessView& view, uint64_t address) const {
+    auto it = std::upper_bound(view.jit.begin(), view.jit.end(), address,
+                               [&](uint64_t a, uint32_t i) { return a < raw_.jit_symbols[i].start; });
+    // Blobs may overlap (one written over another's memory): look back a few for one that covers.
+    for (int back = 0; back < 8 && it != view.jit.begin(); ++back) {
+      --it;
+      const RawJitSymbol& s = raw_.jit_symbols[*it];
+      if (address - s.start < s.size) return *it;
+    }
+    return kNoIndex;
   }
 
   const ProcessView* view_of(int32_t pid) {
@@ -200,6 +234,12 @@ class Converter {
 
   uint32_t user_address(const ProcessView& view, uint64_t address, bool exact, uint64_t time_ns) {
     const RawMapping* m = view.process != nullptr ? view.process->find_mapping(address, time_ns) : nullptr;
+    // JIT code lives in anonymous memory (or memory no record described): its perf map names it.
+    if (!view.jit.empty() &&
+        (m == nullptr || m->module >= raw_.modules.size() || raw_.modules[m->module].path == "[anon]")) {
+      const uint32_t jit = jit_symbol(view, exact || address == 0 ? address : address - 1);
+      if (jit != kNoIndex) return intern_address(AddressKey{AddressKind::kJit, jit, 0});
+    }
     if (m == nullptr || m->module >= raw_.modules.size()) {
       return intern_address(AddressKey{AddressKind::kUnmapped, 0, address});
     }
@@ -260,6 +300,18 @@ class Converter {
     lib.is_kernel = rm.is_kernel;
     const uint32_t index = out_.intern_lib(lib);
     module_libs_.emplace(module, index);
+    return index;
+  }
+
+  // The "library" of a process's JIT code: its perf map, named like perf names it.
+  uint32_t jit_lib(int32_t pid) {
+    auto it = jit_libs_.find(pid);
+    if (it != jit_libs_.end()) return it->second;
+    Lib lib;
+    lib.name = lib.debug_name = "perf-" + std::to_string(pid) + ".map";
+    lib.path = lib.debug_path = "/tmp/" + lib.name;
+    const uint32_t index = out_.intern_lib(lib);
+    jit_libs_.emplace(pid, index);
     return index;
   }
 
@@ -342,6 +394,9 @@ class Converter {
     for (UniqueAddress& ua : addresses_) {
       if (ua.key.kind == AddressKind::kUnmapped) {
         add_location_frames(ua, Location{}, kNoIndex, hex(ua.key.value), -1);
+      } else if (ua.key.kind == AddressKind::kJit) {
+        const RawJitSymbol& symbol = raw_.jit_symbols[ua.key.module];
+        add_location_frames(ua, Location{}, jit_lib(symbol.pid), symbol.name, -1);
       } else if (ua.key.kind == AddressKind::kKernel) {
         const uint32_t lib = kernel_lib();
         const uint64_t address = ua.key.value;
@@ -590,6 +645,7 @@ class Converter {
 
   std::unordered_map<uint32_t, ModuleRef> module_refs_;  // raw module -> how to open it
   std::unordered_map<uint32_t, uint32_t> module_libs_;   // raw module -> Profile lib
+  std::unordered_map<int32_t, uint32_t> jit_libs_;       // pid -> Profile lib of its perf map
   KernelSymbols kernel_;
   bool kernel_loaded_ = false;
   bool kernel_ok_ = false;

@@ -56,7 +56,8 @@ TEST(MovesReport, AnnotatedRustMovesGetTheirOwnSection) {
   EXPECT_EQ(small->at("callers")[0].at("name"), "moves_hot::move_small");
   EXPECT_LE(moves.at("samples").get<double>(), samples);
 
-  RunResult text = run({kHpctl, "report", out});
+  // A terminal of 80 columns (piped, names would never be cut).
+  RunResult text = run({kHpctl, "report", "--width", "80", out});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("Compiler moves and copies (Rust -Zannotate-moves)"), std::string::npos)
       << text.out;

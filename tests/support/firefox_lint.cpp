@@ -122,6 +122,22 @@ class Linter {
       }
       has_cpu_unit_ = true;
     }
+    // The profiler asserts that every listed thread exists (tracks.ts, computeDefaultVisibleThreads).
+    const auto threads = root_.find("threads");
+    const size_t thread_count = threads != root_.end() && threads->is_array() ? threads->size() : 0;
+    for (const char* key : {"initialVisibleThreads", "initialSelectedThreads"}) {
+      const auto it = meta->find(key);
+      if (it == meta->end()) continue;
+      if (!it->is_array() || it->empty()) {
+        problem(std::string("meta.") + key + " is not a non-empty array");
+        continue;
+      }
+      for (const json& index : *it) {
+        if (!index.is_number_unsigned() || index.get<size_t>() >= thread_count) {
+          problem(std::string("meta.") + key + " holds " + index.dump() + ", not a thread index");
+        }
+      }
+    }
   }
 
   void check_marker_schema(const json& meta) {

@@ -4,6 +4,7 @@
 #include <iosfwd>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hpd/model/profile.h"
 
@@ -25,6 +26,24 @@ void write_firefox_file(const Profile& profile, const std::string& path);
 // descriptor stays open. For a file opened by someone else (hpd writes into the descriptor a client
 // passed it). Throws std::runtime_error with the OS error.
 void write_firefox_fd(const Profile& profile, int fd, bool gzip);
+
+// Which threads the Firefox Profiler shows and selects when it opens the profile
+// (meta.initialVisibleThreads / initialSelectedThreads): without them it picks by its own activity
+// rules, which with --all hide most of the threads that matter (it showed 12 of 113 tracks).
+// Targets are the recorded processes unless the recording was system-wide (--all) or a cgroup; then
+// the process of a command launched with it ("all processes while running CMD") is the target.
+// Visible: the targets' threads (the kMaxTargetThreads busiest when there are more), the
+// kMaxBusiestThreads busiest threads of the whole profile that used at least 5% of the busiest one's
+// CPU time, and the main thread of each process with a visible thread, so that its track shows.
+// Selected: the busiest target thread, else the busiest thread. Busy = CPU time of on-CPU samples
+// (their count when the profile has no CPU times). Indices into Profile::threads, ascending.
+struct InitialThreads {
+  std::vector<uint32_t> visible;
+  std::vector<uint32_t> selected;
+};
+inline constexpr size_t kMaxTargetThreads = 32;
+inline constexpr size_t kMaxBusiestThreads = 8;
+InitialThreads choose_initial_threads(const Profile& profile);
 
 // The Breakpad debug id of an ELF file from its GNU build-id (hex): the first 16 bytes read as a
 // little-endian GUID, upper-case hex, followed by the age "0" (33 characters). Build-ids shorter than

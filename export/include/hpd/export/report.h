@@ -18,14 +18,25 @@ enum class ReportSort : uint8_t {
   kTotal = 1,      // on-CPU samples with the function anywhere on the stack
   kSelfWall = 2,   // wall-clock time (on-CPU samples x interval + off-CPU time), self
   kTotalWall = 3,  // the same, total
+  kSelfCpu = 4,    // CPU time (the samples' thread CPU deltas), self
+  kCalls = 5,      // exact or MIP call counts (ReportRow::calls), then self samples
 };
 
 struct ReportOptions {
   size_t limit = 20;  // rows printed; 0 = all
   ReportSort sort = ReportSort::kSelf;
-  int32_t pid = 0;  // only threads of this process; 0 = all
-  int32_t tid = 0;  // only this thread; 0 = all
+  int32_t pid = 0;     // only threads of this process; 0 = all
+  int32_t tid = 0;     // only this thread; 0 = all
+  std::string thread;  // only threads with this name (Linux cuts names at 15 bytes); "" = all
+  // Only rows whose function name matches this ECMAScript regular expression (searched anywhere in
+  // the name); the totals stay those of the selected threads. "" = all.
+  std::string function;
+  // Text: columns of the table (a terminal's width); 0 = no limit, names never cut (not a TTY).
+  size_t width = 80;
 };
+
+// Whether the pid, tid and thread-name filters of `options` select the thread.
+bool report_selects_thread(const Thread& thread, const ReportOptions& options);
 
 // One function. "self" counts samples whose deepest frame (innermost inline level) is the function;
 // "total" counts samples whose stack contains it at least once (recursion counted once).
@@ -51,6 +62,10 @@ struct ReportRow {
   uint64_t total_wall_ns = 0;
   double self_wall_percent = 0;  // of ReportTotals::wall_ns
   double total_wall_percent = 0;
+
+  // Calls of the function: exact counts (--calls) when the profile has them, else MIP call counts;
+  // 0 when neither counted it.
+  uint64_t calls = 0;
 };
 
 // What one thread lost: its share of ProfileMeta::lost, as far as the backend could attribute it.
@@ -178,7 +193,8 @@ struct Report {
   uint64_t calls_total = 0;
 };
 
-// Throws std::runtime_error when the profile's indices are inconsistent.
+// Throws std::runtime_error when the profile's indices are inconsistent, or when options.function is
+// not a valid regular expression.
 Report compute_report(const Profile& profile, const ReportOptions& options);
 
 // A table that fits 80 columns: a header with the totals, the CPU view, the wall-clock view when

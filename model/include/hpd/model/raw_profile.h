@@ -183,6 +183,16 @@ struct RecordingInfo {
   uint32_t logical_cpus = 0;
 };
 
+// A symbol of JIT-generated code, from the process's /tmp/perf-PID.map (perf's convention: one
+// "START SIZE NAME" line per code blob, hex, written by the runtime: node --perf-basic-prof, the JVM
+// with perf-map-agent, LuaJIT, ...). Read when the recording ends; not stored in .hpr captures.
+struct RawJitSymbol {
+  int32_t pid = 0;
+  uint64_t start = 0;  // runtime address
+  uint64_t size = 0;
+  std::string name;
+};
+
 struct RawProfile {
   RecordingInfo info;
   std::vector<RawModule> modules;
@@ -193,6 +203,7 @@ struct RawProfile {
   std::vector<RawCallEdge> call_edges;
   // Oldest first; several per (pid, module) may be kept, the last one is what the process reached.
   std::vector<RawMipSnapshot> mip_snapshots;
+  std::vector<RawJitSymbol> jit_symbols;  // of all processes; for one address the last line wins
   LostCounts lost;
 
   // Index of the module (path, build_id), added if new.

@@ -1,0 +1,21 @@
+// JIT symbols from /tmp/perf-PID.map, read for every recorded process when a recording ends.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hpd/model/raw_profile.h"
+
+namespace hpd::cli {
+
+// Parses perf-map text ("START SIZE NAME" per line, hex without 0x, as perf reads it) into symbols of
+// `pid`, in file order. Lines that do not parse are skipped; their number goes to *bad_lines.
+std::vector<RawJitSymbol> parse_perf_map(const std::string& text, int32_t pid, size_t* bad_lines = nullptr);
+
+// Appends the perf-map symbols of every process of `profile` to profile.jit_symbols. The file is
+// looked for through /proc/PID/root/tmp while the process lives (its own /tmp, also when hpd runs
+// with PrivateTmp or the process in a container), then at /tmp. Only regular files are read (no
+// symlinks), at most 256 MiB each. Returns one note per process whose map was read.
+std::vector<std::string> read_perf_maps(RawProfile& profile);
+
+}  // namespace hpd::cli

@@ -1,0 +1,108 @@
+// Report views of one function or two profiles: callers/callees trees (perf report -G / --children),
+// per-line samples (perf annotate) and a per-function comparison (perf diff); text or JSON.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "hpd/export/report.h"
+#include "hpd/model/profile.h"
+
+namespace hpd {
+
+// The functions `name` designates: those with exactly this name, else those whose name the
+// ECMAScript regular expression `name` matches, provided they all have one name. Throws
+// std::runtime_error naming the candidates when none or several different names match.
+std::vector<uint32_t> find_functions(const Profile& profile, const std::string& name);
+
+enum class CallTreeDirection : uint8_t { kCallers, kCallees };
+
+// A node counts the samples whose stack passes through its path from the root. Callees: the root is
+// the function's outermost frame in each stack and children are what it called, down to the leaf.
+// Callers: the root is its innermost frame and children are its callers, up to the thread's root.
+// Each sample counts once, so a node's children add up to at most its own count.
+struct CallTreeNode {
+  uint32_t func = 0;
+  std::string name;
+  std::string library;
+  uint64_t samples = 0;       // on-CPU samples
+  uint64_t self_samples = 0;  // on-CPU samples whose path ends here (callees: the leaf; callers: the root)
+  uint64_t cpu_ns = 0;
+  uint64_t off_cpu_ns = 0;
+  uint64_t wall_ns = 0;                // samples x interval + off-CPU time
+  std::vector<CallTreeNode> children;  // most samples first, then by name
+};
+
+struct CallTreeView {
+  CallTreeDirection direction = CallTreeDirection::kCallees;
+  CallTreeNode root;
+  uint64_t all_samples = 0;  // on-CPU samples of the selected threads (the flat report's total)
+  uint64_t interval_ns = 0;
+};
+
+CallTreeView compute_call_tree(const Profile& profile, const ReportOptions& options,
+                               const std::string& function, CallTreeDirection direction);
+// Text: one line per node with its share of the root and of all samples; nodes under
+// kCallTreeMinPercent of the root are left out (and counted in a last line); options.limit = depth.
+inline constexpr double kCallTreeMinPercent = 0.5;
+void print_call_tree(const CallTreeView& view, std::ostream& out, const ReportOptions& options);
+// JSON: the whole tree, nothing left out.
+void print_call_tree_json(const CallTreeView& view, std::ostream& out);
+
+// Samples of one function per source line: self = samples executing in it at that line (its frame
+// is the leaf), total = samples with it on the stack, counted at the line of its innermost frame
+// (the call in progress when it is not the leaf).
+struct AnnotatedLine {
+  uint32_t line = 0;
+  uint64_t self_samples = 0;
+  uint64_t total_samples = 0;
+  uint64_t self_cpu_ns = 0;
+  std::string text;  // the source line, when the file was found
+};
+// Self samples per instruction address (lib-relative), for a function without line information.
+struct AnnotatedAddress {
+  int64_t address = -1;
+  uint64_t self_samples = 0;
+  std::string instruction;  // filled by the caller that can disassemble; "" = not decoded
+};
+struct Annotation {
+  std::string function;
+  std::string file;  // "" = no line information
+  std::string library;
+  uint64_t self_samples = 0;
+  uint64_t total_samples = 0;
+  uint64_t unknown_line_samples = 0;  // self samples whose frame has no line
+  bool source_found = false;
+  std::string source_error;                 // why the file could not be read
+  std::vector<AnnotatedLine> lines;         // with source: a window of the file around the sampled lines
+  std::vector<AnnotatedAddress> addresses;  // sampled addresses, ascending
+};
+Annotation annotate_function(const Profile& profile, const ReportOptions& options,
+                             const std::string& function);
+void print_annotation(const Annotation& annotation, std::ostream& out);
+void print_annotation_json(const Annotation& annotation, std::ostream& out);
+
+// Per function (by name and library): the change from profile A to profile B.
+struct DiffRow {
+  std::string name;
+  std::string library;
+  uint64_t self_cpu_ns[2] = {0, 0};  // [A, B]
+  uint64_t total_cpu_ns[2] = {0, 0};
+  uint64_t self_wall_ns[2] = {0, 0};
+  uint64_t total_wall_ns[2] = {0, 0};
+  int64_t self_cpu_change_ns() const { return int64_t(self_cpu_ns[1]) - int64_t(self_cpu_ns[0]); }
+  int64_t total_cpu_change_ns() const { return int64_t(total_cpu_ns[1]) - int64_t(total_cpu_ns[0]); }
+  int64_t self_wall_change_ns() const { return int64_t(self_wall_ns[1]) - int64_t(self_wall_ns[0]); }
+  int64_t total_wall_change_ns() const { return int64_t(total_wall_ns[1]) - int64_t(total_wall_ns[0]); }
+};
+struct Diff {
+  ReportTotals totals[2];
+  std::vector<DiffRow> rows;  // by the size of the self CPU change, then of the total CPU change
+};
+Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& options);
+void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& options);
+void print_diff_json(const Diff& diff, std::ostream& out, const ReportOptions& options);
+
+}  // namespace hpd

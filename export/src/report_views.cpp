@@ -1,0 +1,499 @@
+// Callers/callees trees, per-line annotation and two-profile comparison over the symbolized Profile,
+// each from the samples summed once per unique stack (as the flat report does).
+#include "hpd/export/report_views.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+namespace hpd {
+namespace {
+
+using nlohmann::ordered_json;
+
+struct StackTally {
+  uint64_t on = 0;
+  uint64_t cpu_ns = 0;
+  uint64_t off = 0;
+  uint64_t off_ns = 0;
+};
+
+uint64_t interval_of(const Profile& p) {
+  const RecordingInfo& info = p.meta.recording;
+  if (info.interval_ns != 0) return info.interval_ns;
+  if (info.frequency_hz != 0) return 1000000000ull / info.frequency_hz;
+  return 1000000;
+}
+
+// Samples of the selected threads summed per stack; `all_on` gets their on-CPU count.
+std::vector<StackTally> tally_stacks(const Profile& p, const ReportOptions& options, uint64_t* all_on) {
+  std::vector<StackTally> per_stack(p.stacks.size());
+  uint64_t on = 0;
+  for (const Thread& t : p.threads) {
+    if (!report_selects_thread(t, options)) continue;
+    for (const Sample& s : t.samples) {
+      if (s.kind == SampleKind::kOnCpu) ++on;
+      if (s.stack == kNoIndex) continue;
+      if (s.stack >= p.stacks.size())
+        throw std::runtime_error("invalid profile: a sample refers to a missing stack");
+      StackTally& st = per_stack[s.stack];
+      if (s.kind == SampleKind::kOffCpu) {
+        ++st.off;
+        st.off_ns += s.off_cpu_ns;
+      } else {
+        ++st.on;
+        st.cpu_ns += s.cpu_delta_ns;
+      }
+    }
+  }
+  if (all_on != nullptr) *all_on = on;
+  return per_stack;
+}
+
+std::string library_of(const Profile& p, uint32_t func) {
+  const uint32_t lib = p.funcs[func].lib;
+  return lib != kNoIndex && lib < p.libs.size() ? p.libs[lib].name : std::string();
+}
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string pad_left(const std::string& s, size_t w) {
+  return s.size() < w ? std::string(w - s.size(), ' ') + s : s;
+}
+
+// "  [libfoo.so]" after a name; the kernel's lib is already named "[kernel.kallsyms]".
+std::string library_suffix(const std::string& library) {
+  if (library.empty()) return "";
+  return library.front() == '[' ? "  " + library : "  [" + library + "]";
+}
+
+double percent(uint64_t part, uint64_t whole) {
+  return whole == 0 ? 0.0 : 100.0 * double(part) / double(whole);
+}
+
+void add(CallTreeNode& node, const StackTally& t, uint64_t interval_ns) {
+  node.samples += t.on;
+  node.cpu_ns += t.cpu_ns;
+  node.off_cpu_ns += t.off_ns;
+  node.wall_ns += t.on * interval_ns + t.off_ns;
+}
+
+void sort_tree(CallTreeNode& node) {
+  std::sort(node.children.begin(), node.children.end(), [](const CallTreeNode& a, const CallTreeNode& b) {
+    if (a.samples != b.samples) return a.samples > b.samples;
+    if (a.wall_ns != b.wall_ns) return a.wall_ns > b.wall_ns;
+    return a.name < b.name;
+  });
+  for (CallTreeNode& c : node.children) sort_tree(c);
+}
+
+void print_tree_node(const CallTreeNode& node, const CallTreeView& view, std::ostream& out, size_t depth,
+                     size_t max_depth, uint64_t* hidden) {
+  const char* arrow = view.direction == CallTreeDirection::kCallers ? "<- " : "-> ";
+  out << pad_left(fmt("%.1f%%", percent(node.samples, view.root.samples)), 7) << ' '
+      << pad_left(fmt("%.1f%%", percent(node.samples, view.all_samples)), 7) << ' '
+      << pad_left(std::to_string(node.samples), 9) << ' '
+      << pad_left(fmt("%.1f", double(node.cpu_ns) / 1e6), 10) << "  " << std::string(2 * depth, ' ')
+      << (depth == 0 ? "" : arrow) << node.name << library_suffix(node.library) << '\n';
+  if (max_depth != 0 && depth + 1 > max_depth) {
+    if (!node.children.empty()) ++*hidden;
+    return;
+  }
+  for (const CallTreeNode& c : node.children) {
+    if (percent(c.samples, view.root.samples) < kCallTreeMinPercent) {
+      ++*hidden;
+      continue;
+    }
+    print_tree_node(c, view, out, depth + 1, max_depth, hidden);
+  }
+}
+
+ordered_json tree_json(const CallTreeNode& node, const CallTreeView& view) {
+  ordered_json children = ordered_json::array();
+  for (const CallTreeNode& c : node.children) children.push_back(tree_json(c, view));
+  return ordered_json{{"name", node.name},
+                      {"library", node.library},
+                      {"samples", node.samples},
+                      {"self_samples", node.self_samples},
+                      {"percent_of_root", percent(node.samples, view.root.samples)},
+                      {"percent_of_all", percent(node.samples, view.all_samples)},
+                      {"cpu_ns", node.cpu_ns},
+                      {"off_cpu_ns", node.off_cpu_ns},
+                      {"wall_ns", node.wall_ns},
+                      {"children", std::move(children)}};
+}
+
+std::vector<std::string> read_lines(const std::string& path, std::string& error) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  if (!in) {
+    error = "cannot read " + path;
+    return lines;
+  }
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+std::vector<uint32_t> find_functions(const Profile& p, const std::string& name) {
+  std::vector<uint32_t> exact;
+  for (uint32_t f = 0; f < p.funcs.size(); ++f) {
+    if (p.func_name(f) == name) exact.push_back(f);
+  }
+  if (!exact.empty()) return exact;
+  std::regex pattern;
+  try {
+    pattern = std::regex(name, std::regex::ECMAScript);
+  } catch (const std::regex_error&) {
+    throw std::runtime_error("no function is named " + name + " (and it is not a valid regular expression)");
+  }
+  std::vector<uint32_t> matched;
+  std::set<std::string> names;
+  for (uint32_t f = 0; f < p.funcs.size(); ++f) {
+    if (std::regex_search(p.func_name(f), pattern)) {
+      matched.push_back(f);
+      names.insert(p.func_name(f));
+    }
+  }
+  if (matched.empty()) throw std::runtime_error("no function of the profile matches " + name);
+  if (names.size() > 1) {
+    std::string list;
+    size_t shown = 0;
+    for (const std::string& n : names) {
+      if (shown++ == 8) {
+        list += ", ...";
+        break;
+      }
+      list += (list.empty() ? "" : ", ") + n;
+    }
+    throw std::runtime_error(std::to_string(names.size()) + " functions match " + name + ": " + list +
+                             "; give one exact name");
+  }
+  return matched;
+}
+
+CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, const std::string& function,
+                               CallTreeDirection direction) {
+  const std::vector<uint32_t> funcs = find_functions(p, function);
+  std::vector<bool> is_target(p.funcs.size(), false);
+  for (uint32_t f : funcs) is_target[f] = true;
+  CallTreeView view;
+  view.direction = direction;
+  view.interval_ns = interval_of(p);
+  const std::vector<StackTally> per_stack = tally_stacks(p, options, &view.all_samples);
+  view.root.func = funcs.front();
+  view.root.name = p.func_name(funcs.front());
+  view.root.library = library_of(p, funcs.front());
+
+  std::vector<uint32_t> path;  // funcs root-first
+  for (uint32_t s = 0; s < per_stack.size(); ++s) {
+    const StackTally& t = per_stack[s];
+    if (t.on == 0 && t.off == 0) continue;
+    path.clear();
+    for (uint32_t node = s; node != kNoIndex; node = p.stacks[node].prefix)
+      path.push_back(p.frames[p.stacks[node].frame].func);
+    std::reverse(path.begin(), path.end());
+    std::vector<uint32_t> branch;  // from the function towards the leaf (callees) or the root (callers)
+    bool found = false;
+    if (direction == CallTreeDirection::kCallees) {
+      for (size_t i = 0; i < path.size(); ++i) {
+        if (is_target[path[i]]) {
+          branch.assign(path.begin() + static_cast<ptrdiff_t>(i) + 1, path.end());
+          found = true;
+          break;
+        }
+      }
+    } else {
+      for (size_t i = path.size(); i-- > 0;) {
+        if (is_target[path[i]]) {
+          for (size_t j = i; j-- > 0;) branch.push_back(path[j]);
+          found = true;
+          break;
+        }
+      }
+    }
+    if (!found) continue;
+    CallTreeNode* node = &view.root;
+    add(*node, t, view.interval_ns);
+    for (uint32_t f : branch) {
+      auto it = std::find_if(node->children.begin(), node->children.end(),
+                             [f](const CallTreeNode& c) { return c.func == f; });
+      if (it == node->children.end()) {
+        CallTreeNode child;
+        child.func = f;
+        child.name = p.func_name(f);
+        child.library = library_of(p, f);
+        node->children.push_back(std::move(child));
+        it = node->children.end() - 1;
+      }
+      node = &*it;
+      add(*node, t, view.interval_ns);
+    }
+    node->self_samples += t.on;
+  }
+  sort_tree(view.root);
+  return view;
+}
+
+void print_call_tree(const CallTreeView& view, std::ostream& out, const ReportOptions& options) {
+  const bool callers = view.direction == CallTreeDirection::kCallers;
+  out << (callers ? "Callers of " : "Callees of ") << view.root.name << ": " << view.root.samples
+      << " on-CPU samples (" << fmt("%.1f%%", percent(view.root.samples, view.all_samples)) << " of "
+      << view.all_samples << "), CPU " << fmt("%.1f ms", double(view.root.cpu_ns) / 1e6) << '\n';
+  if (view.root.samples == 0 && view.root.wall_ns == 0) {
+    out << "No sample has " << view.root.name << " on its stack.\n";
+    return;
+  }
+  out << pad_left("Of fn", 7) << ' ' << pad_left("Of all", 7) << ' ' << pad_left("Samples", 9) << ' '
+      << pad_left("CPU ms", 10) << "  " << (callers ? "Function <- its callers" : "Function -> its callees")
+      << '\n';
+  uint64_t hidden = 0;
+  print_tree_node(view.root, view, out, 0, options.limit, &hidden);
+  if (hidden > 0) {
+    out << hidden << " branches not shown (under " << kCallTreeMinPercent << "% of " << view.root.name
+        << (options.limit != 0 ? ", or deeper than --limit" : "") << "; --json has all)\n";
+  }
+}
+
+void print_call_tree_json(const CallTreeView& view, std::ostream& out) {
+  ordered_json doc{{"direction", view.direction == CallTreeDirection::kCallers ? "callers" : "callees"},
+                   {"function", view.root.name},
+                   {"all_samples", view.all_samples},
+                   {"interval_ns", view.interval_ns},
+                   {"tree", tree_json(view.root, view)}};
+  out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
+}
+
+Annotation annotate_function(const Profile& p, const ReportOptions& options, const std::string& function) {
+  const std::vector<uint32_t> funcs = find_functions(p, function);
+  std::vector<bool> is_target(p.funcs.size(), false);
+  for (uint32_t f : funcs) is_target[f] = true;
+  Annotation a;
+  a.function = p.func_name(funcs.front());
+  a.library = library_of(p, funcs.front());
+  for (uint32_t f : funcs) {
+    if (p.funcs[f].file != kNoIndex) {
+      a.file = p.strings[p.funcs[f].file];
+      break;
+    }
+  }
+  const std::vector<StackTally> per_stack = tally_stacks(p, options, nullptr);
+  std::map<uint32_t, AnnotatedLine> by_line;
+  std::map<int64_t, uint64_t> by_address;
+  for (uint32_t s = 0; s < per_stack.size(); ++s) {
+    const StackTally& t = per_stack[s];
+    if (t.on == 0) continue;
+    // The innermost frame of the function: the leaf (self) or the call it is making.
+    for (uint32_t node = s; node != kNoIndex; node = p.stacks[node].prefix) {
+      const Frame& frame = p.frames[p.stacks[node].frame];
+      if (!is_target[frame.func]) continue;
+      const bool self = node == s;
+      a.total_samples += t.on;
+      if (self) a.self_samples += t.on;
+      if (frame.line == 0) {
+        if (self) a.unknown_line_samples += t.on;
+      } else {
+        AnnotatedLine& line = by_line[frame.line];
+        line.line = frame.line;
+        line.total_samples += t.on;
+        if (self) {
+          line.self_samples += t.on;
+          line.self_cpu_ns += t.cpu_ns;
+        }
+      }
+      if (self && frame.address >= 0) by_address[frame.address] += t.on;
+      break;
+    }
+  }
+  for (const auto& [address, n] : by_address) a.addresses.push_back(AnnotatedAddress{address, n, {}});
+  if (!a.file.empty() && !by_line.empty()) {
+    const std::vector<std::string> source = read_lines(a.file, a.source_error);
+    a.source_found = !source.empty();
+    if (a.source_found) {
+      // The sampled lines with a few lines of context, as one window of the file.
+      constexpr uint32_t kContext = 3;
+      const uint32_t first = by_line.begin()->first > kContext ? by_line.begin()->first - kContext : 1;
+      const uint32_t last = std::min<uint32_t>(by_line.rbegin()->first + kContext, uint32_t(source.size()));
+      for (uint32_t l = first; l <= last; ++l) {
+        AnnotatedLine line;
+        if (auto it = by_line.find(l); it != by_line.end()) line = it->second;
+        line.line = l;
+        line.text = source[l - 1];
+        a.lines.push_back(std::move(line));
+      }
+      // Lines past the file's end (a file changed since the build) are kept without text.
+      for (const auto& [l, line] : by_line) {
+        if (l > last) a.lines.push_back(line);
+      }
+    }
+  }
+  if (!a.source_found) {
+    for (const auto& [l, line] : by_line) a.lines.push_back(line);
+  }
+  return a;
+}
+
+void print_annotation(const Annotation& a, std::ostream& out) {
+  out << "Annotate " << a.function << library_suffix(a.library) << ": " << a.self_samples << " self, "
+      << a.total_samples << " total on-CPU samples\n";
+  if (a.total_samples == 0) {
+    out << "No sample has " << a.function << " on its stack.\n";
+    return;
+  }
+  if (a.file.empty()) {
+    out << "No line information for this function.\n";
+  } else {
+    out << "Source: " << a.file << (a.source_found ? "" : " (" + a.source_error + "; line numbers only)")
+        << '\n';
+  }
+  if (!a.lines.empty()) {
+    out << pad_left("Self%", 7) << ' ' << pad_left("Self", 8) << ' ' << pad_left("Total", 8) << ' '
+        << pad_left("Line", 6) << "  Source\n";
+    for (const AnnotatedLine& l : a.lines) {
+      const bool any = l.self_samples != 0 || l.total_samples != 0;
+      out << pad_left(l.self_samples != 0 ? fmt("%.1f%%", percent(l.self_samples, a.self_samples)) : "", 7)
+          << ' ' << pad_left(any ? std::to_string(l.self_samples) : "", 8) << ' '
+          << pad_left(any ? std::to_string(l.total_samples) : "", 8) << ' '
+          << pad_left(std::to_string(l.line), 6) << "  " << l.text << '\n';
+    }
+  }
+  if (a.unknown_line_samples != 0)
+    out << a.unknown_line_samples << " self samples at addresses without a line\n";
+  if (a.source_found || a.addresses.empty()) return;
+  out << "Self samples by address:\n";
+  for (const AnnotatedAddress& ad : a.addresses) {
+    char address[32];
+    std::snprintf(address, sizeof address, "0x%llx", static_cast<unsigned long long>(ad.address));
+    out << pad_left(fmt("%.1f%%", percent(ad.self_samples, a.self_samples)), 7) << ' '
+        << pad_left(std::to_string(ad.self_samples), 8) << "  " << pad_left(address, 12) << "  "
+        << ad.instruction << '\n';
+  }
+}
+
+void print_annotation_json(const Annotation& a, std::ostream& out) {
+  ordered_json lines = ordered_json::array();
+  for (const AnnotatedLine& l : a.lines) {
+    ordered_json line{{"line", l.line},
+                      {"self_samples", l.self_samples},
+                      {"total_samples", l.total_samples},
+                      {"self_cpu_ns", l.self_cpu_ns}};
+    if (a.source_found) line["text"] = l.text;
+    lines.push_back(std::move(line));
+  }
+  ordered_json addresses = ordered_json::array();
+  for (const AnnotatedAddress& ad : a.addresses) {
+    addresses.push_back(
+        {{"address", ad.address}, {"self_samples", ad.self_samples}, {"instruction", ad.instruction}});
+  }
+  ordered_json doc{{"function", a.function},
+                   {"library", a.library},
+                   {"file", a.file},
+                   {"source_found", a.source_found},
+                   {"self_samples", a.self_samples},
+                   {"total_samples", a.total_samples},
+                   {"unknown_line_samples", a.unknown_line_samples},
+                   {"lines", std::move(lines)},
+                   {"addresses", std::move(addresses)}};
+  if (!a.source_error.empty()) doc["source_error"] = a.source_error;
+  out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
+}
+
+Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& options) {
+  Diff diff;
+  ReportOptions all = options;
+  all.limit = 0;
+  std::map<std::pair<std::string, std::string>, DiffRow> rows;
+  const Profile* profiles[2] = {&a, &b};
+  for (int side = 0; side < 2; ++side) {
+    const Report report = compute_report(*profiles[side], all);
+    diff.totals[side] = report.totals;
+    for (const ReportRow& r : report.rows) {
+      // Functions of the same name in the same library are one, whatever their index in each file.
+      DiffRow& row = rows[{r.name, r.library}];
+      row.name = r.name;
+      row.library = r.library;
+      row.self_cpu_ns[side] += r.self_cpu_ns;
+      row.total_cpu_ns[side] += r.total_cpu_ns;
+      row.self_wall_ns[side] += r.self_wall_ns;
+      row.total_wall_ns[side] += r.total_wall_ns;
+    }
+  }
+  for (auto& [key, row] : rows) diff.rows.push_back(std::move(row));
+  const auto magnitude = [](int64_t v) { return v < 0 ? uint64_t(-v) : uint64_t(v); };
+  std::stable_sort(diff.rows.begin(), diff.rows.end(), [&](const DiffRow& x, const DiffRow& y) {
+    const uint64_t sx = magnitude(x.self_cpu_change_ns()), sy = magnitude(y.self_cpu_change_ns());
+    if (sx != sy) return sx > sy;
+    const uint64_t tx = magnitude(x.total_cpu_change_ns()), ty = magnitude(y.total_cpu_change_ns());
+    if (tx != ty) return tx > ty;
+    return x.name < y.name;
+  });
+  return diff;
+}
+
+void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& options) {
+  const auto ms = [](double ns) { return fmt("%.1f", ns / 1e6); };
+  const auto signed_ms = [](int64_t ns) { return fmt("%+.1f", double(ns) / 1e6); };
+  out << "hpd diff: A " << diff.totals[0].samples << " on-CPU samples, CPU "
+      << ms(double(diff.totals[0].cpu_ns)) << " ms; B " << diff.totals[1].samples << " on-CPU samples, CPU "
+      << ms(double(diff.totals[1].cpu_ns)) << " ms ("
+      << signed_ms(int64_t(diff.totals[1].cpu_ns) - int64_t(diff.totals[0].cpu_ns)) << " ms)\n";
+  const size_t shown = options.limit != 0 ? std::min(options.limit, diff.rows.size()) : diff.rows.size();
+  out << "Functions by the change of their self CPU time (B - A), top " << shown << " of " << diff.rows.size()
+      << '\n';
+  out << pad_left("Self A", 9) << ' ' << pad_left("Self B", 9) << ' ' << pad_left("Change", 9) << ' '
+      << pad_left("%", 7) << ' ' << pad_left("Total chg", 10) << ' ' << pad_left("Wall chg", 10)
+      << "  Function (CPU and wall time in ms)\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const DiffRow& r = diff.rows[i];
+    const std::string relative =
+        r.self_cpu_ns[0] == 0
+            ? (r.self_cpu_ns[1] == 0 ? "" : "new")
+            : fmt("%+.0f%%", 100.0 * double(r.self_cpu_change_ns()) / double(r.self_cpu_ns[0]));
+    out << pad_left(ms(double(r.self_cpu_ns[0])), 9) << ' ' << pad_left(ms(double(r.self_cpu_ns[1])), 9)
+        << ' ' << pad_left(signed_ms(r.self_cpu_change_ns()), 9) << ' ' << pad_left(relative, 7) << ' '
+        << pad_left(signed_ms(r.total_cpu_change_ns()), 10) << ' '
+        << pad_left(signed_ms(r.self_wall_change_ns()), 10) << "  " << r.name << library_suffix(r.library)
+        << '\n';
+  }
+}
+
+void print_diff_json(const Diff& diff, std::ostream& out, const ReportOptions& options) {
+  const size_t shown = options.limit != 0 ? std::min(options.limit, diff.rows.size()) : diff.rows.size();
+  ordered_json rows = ordered_json::array();
+  for (size_t i = 0; i < shown; ++i) {
+    const DiffRow& r = diff.rows[i];
+    rows.push_back({{"name", r.name},
+                    {"library", r.library},
+                    {"self_cpu_ns", {r.self_cpu_ns[0], r.self_cpu_ns[1]}},
+                    {"total_cpu_ns", {r.total_cpu_ns[0], r.total_cpu_ns[1]}},
+                    {"self_wall_ns", {r.self_wall_ns[0], r.self_wall_ns[1]}},
+                    {"total_wall_ns", {r.total_wall_ns[0], r.total_wall_ns[1]}},
+                    {"self_cpu_change_ns", r.self_cpu_change_ns()},
+                    {"total_cpu_change_ns", r.total_cpu_change_ns()},
+                    {"self_wall_change_ns", r.self_wall_change_ns()},
+                    {"total_wall_change_ns", r.total_wall_change_ns()}});
+  }
+  ordered_json totals = ordered_json::array();
+  for (const ReportTotals& t : diff.totals) {
+    totals.push_back({{"samples", t.samples},
+                      {"cpu_ns", t.cpu_ns},
+                      {"wall_ns", t.wall_ns},
+                      {"duration_ns", t.duration_ns}});
+  }
+  ordered_json doc{{"totals", std::move(totals)}, {"functions", diff.rows.size()}, {"rows", std::move(rows)}};
+  out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
+}
+
+}  // namespace hpd

@@ -1,0 +1,117 @@
+// Privileged integration test of JIT frames: code generated at run time is named from the process's
+// /tmp/perf-PID.map in the report and in the Firefox export (a C fixture that writes its own map,
+// and node --perf-basic prof when Debian's nodejs is installed, as install-deps.sh does).
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "firefox_lint.h"
+#include "subprocess.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace hpd::test {
+namespace {
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kFixture = HPD_FIXTURE_DIR "/jit_perf_map";
+
+class JitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("hpd-jit-" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    // The maps the recorded processes left in /tmp.
+    for (const std::string& map : maps_) fs::remove(map);
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Records `command` with default flags; returns the Firefox profile, and the JSON report in `report`.
+  json record(const std::vector<std::string>& command, json& report, std::string* summary = nullptr) {
+    const std::string out = path("jit.json.gz");
+    std::vector<std::string> argv{kHpctl, "--local", "record", "-o", out, "--no-report", "--"};
+    argv.insert(argv.end(), command.begin(), command.end());
+    RunResult r = run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    if (summary != nullptr) *summary = r.err;
+    json profile = testing::load_json_maybe_gzip(out);
+    for (const auto& problem : testing::lint_firefox_profile(profile)) ADD_FAILURE() << problem;
+    for (const auto& t : profile.at("threads")) {
+      maps_.push_back("/tmp/perf-" + t.at("pid").get<std::string>() + ".map");
+    }
+    RunResult rep = run({kHpctl, "report", "--json", "--limit", "0", out});
+    EXPECT_EQ(rep.exit_code, 0) << rep.err;
+    report = json::parse(rep.out);
+    return profile;
+  }
+
+  static const json* row_containing(const json& report, const std::string& part) {
+    for (const auto& f : report.at("functions")) {
+      if (f.at("name").get<std::string>().find(part) != std::string::npos) return &f;
+    }
+    return nullptr;
+  }
+
+  static bool export_has_function(const json& profile, const std::string& name) {
+    const auto& strings = profile.at("shared").at("stringArray");
+    for (const auto& n : profile.at("shared").at("funcTable").at("name")) {
+      if (strings.at(n.get<size_t>()).get<std::string>().find(name) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  fs::path dir_;
+  std::vector<std::string> maps_;
+};
+
+TEST_F(JitTest, GeneratedCodeIsNamedFromThePerfMap) {
+  json report;
+  std::string summary;
+  const json profile = record({kFixture, "1.0"}, report, &summary);
+  const json* jit = row_containing(report, "jit_hot_loop");
+  ASSERT_NE(jit, nullptr) << report.dump(1);
+  // The fixture spends its CPU time in the generated loop.
+  EXPECT_GT(jit->at("self_percent").get<double>(), 80);
+  EXPECT_EQ(jit->at("library").get<std::string>().rfind("perf-", 0), 0u) << jit->dump();
+  EXPECT_TRUE(export_has_function(profile, "jit_hot_loop"));
+  EXPECT_NE(summary.find("JIT symbols of pid"), std::string::npos) << summary;
+}
+
+TEST_F(JitTest, WithoutAMapTheCodeStaysUnnamed) {
+  json report;
+  record({kFixture, "0.5", "--no-map"}, report);
+  EXPECT_EQ(row_containing(report, "jit_hot_loop"), nullptr);
+  // The hot code is still there, as an anonymous address.
+  const json& top = report.at("functions").at(0);
+  EXPECT_GT(top.at("self_percent").get<double>(), 80) << top.dump();
+}
+
+TEST_F(JitTest, NodeWithPerfBasicProfNamesTheHotJavaScriptFunction) {
+  ASSERT_TRUE(have_tool("node")) << "nodejs is installed by packaging/install-deps.sh";
+  const std::string script = path("hot.js");
+  std::ofstream(script)
+      << "function hotFibonacci(n) { return n < 2 ? n : hotFibonacci(n - 1) + hotFibonacci(n - 2); }\n"
+         "const end = Date.now() + 1500;\n"
+         "let total = 0;\n"
+         "while (Date.now() < end) total += hotFibonacci(25);\n"
+         "console.log(total);\n";
+  json report;
+  const json profile = record({"node", "--perf-basic-prof", script}, report);
+  const json* hot = row_containing(report, "hotFibonacci");
+  ASSERT_NE(hot, nullptr) << report.dump(1);
+  EXPECT_GT(hot->at("total_percent").get<double>(), 50) << hot->dump();
+  EXPECT_TRUE(export_has_function(profile, "hotFibonacci"));
+}
+
+}  // namespace
+}  // namespace hpd::test
