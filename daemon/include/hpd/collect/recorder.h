@@ -50,6 +50,9 @@ struct RecordProgress {
   uint64_t lost = 0;
 };
 
+// What counts the calls of RecordOptions::count_calls.
+enum class CallCounterKind : uint8_t { kAuto = 0, kRuntime = 1, kUprobes = 2 };
+
 struct RecordOptions {
   std::vector<int32_t> pids;         // record these running processes (all their threads) ...
   std::vector<std::string> command;  // ... or launch this command and record it
@@ -89,6 +92,12 @@ struct RecordOptions {
   // into RawProfile::call_edges. A target without instrumentation is still sampled (see
   // RecordResult::calls.messages).
   bool count_calls = false;
+  // How calls are counted. kAuto: a launched command gets hpd's in-process runtime (libhpdcalls.so,
+  // preloaded: cheaper, and it times each call), unless it cannot take it (static, its own mcount),
+  // then uprobes, as --pid targets always get.
+  CallCounterKind call_counter = CallCounterKind::kAuto;
+  // The runtime library; empty = hpd::calls::find_preload_runtime().
+  std::string call_runtime;
 };
 
 // Where RawSample::cpu_delta_ns comes from.
