@@ -16,6 +16,7 @@ const char* block_name(uint16_t type) {
     case BlockType::kCallEdges: return "call-edges";
     case BlockType::kLost: return "lost";
     case BlockType::kMip: return "mip";
+    case BlockType::kCallLatency: return "call-latency";
     case BlockType::kEnd: return "end";
   }
   return "unknown";

@@ -31,6 +31,7 @@ enum class BlockType : uint16_t {
   kCallEdges = 7,  // every call edge; the last one wins
   kLost = 8,       // profile-wide lost counts; the last one wins
   kMip = 9,        // every MIP snapshot; optional (written without the required flag); the last one wins
+  kCallLatency = 10,  // every call latency of hpd's runtime; optional; the last one wins
   kEnd = 15,  // the recording finished; totals for a consistency check
 };
 

@@ -137,6 +137,14 @@ uint64_t LatencyHistogram::bucket_low_ticks(uint32_t bucket) {
   return (uint64_t{1} << e) + (uint64_t{bucket % kSub} << (e - kSubBits));
 }
 
+uint32_t LatencyHistogram::bucket_of_ticks(uint64_t ticks) {
+  constexpr uint32_t kSubBits = 4, kSub = 1u << kSubBits, kMaxExp = 47;
+  if (ticks < kSub) return static_cast<uint32_t>(ticks);
+  const uint32_t e = 63u - static_cast<uint32_t>(__builtin_clzll(ticks));
+  if (e > kMaxExp) return (kMaxExp - kSubBits + 2) * kSub - 1;
+  return (e - kSubBits + 1) * kSub + static_cast<uint32_t>((ticks >> (e - kSubBits)) & (kSub - 1));
+}
+
 uint64_t LatencyHistogram::count() const {
   uint64_t n = 0;
   for (const auto& [bucket, calls] : buckets) n += calls;

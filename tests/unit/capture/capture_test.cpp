@@ -247,7 +247,7 @@ TEST_F(CaptureTest, UnknownBlocksAreSkippedUnlessRequired) {
   const size_t end_block = block_offsets(bytes).back();
   auto with_block = [&](uint16_t flags) {
     std::vector<uint8_t> out(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(end_block));
-    const auto block = make_block(10, flags, "a block type of some later version");
+    const auto block = make_block(14, flags, "a block type of some later version");
     out.insert(out.end(), block.begin(), block.end());
     out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(end_block), bytes.end());
     return out;

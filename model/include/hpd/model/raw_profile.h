@@ -132,8 +132,9 @@ struct LatencyHistogram {
   [[nodiscard]] uint64_t quantile_ns(double q, uint64_t max_ns) const;
   // Adds `other`'s counts (same scale: both from one recording's machine).
   void merge(const LatencyHistogram& other);
-  // The smallest tick value of a bucket.
+  // The smallest tick value of a bucket, and the bucket of a tick value.
   static uint64_t bucket_low_ticks(uint32_t bucket);
+  static uint32_t bucket_of_ticks(uint64_t ticks);
 };
 
 // The latency of the calls of one function of one process, timed by hpd's in-process runtime (each
