@@ -640,7 +640,8 @@ class FirefoxReader {
     const int64_t func = integer(firefox::kLatencyFuncField), calls = integer(firefox::kLatencyCallsField);
     const int64_t sum = integer(firefox::kLatencySumField), total = integer(firefox::kLatencyTotalField);
     const int64_t max = integer(firefox::kLatencyMaxField);
-    if (func < 0 || static_cast<uint64_t>(func) >= p_.funcs.size() || calls <= 0 || sum < 0 || total < 0 || max < 0)
+    if (func < 0 || static_cast<uint64_t>(func) >= p_.funcs.size() || calls <= 0 || sum < 0 || total < 0 ||
+        max < 0)
       throw FormatError(markers.element("data", i) + " is a call-latency marker without valid fields");
     CallLatency l;
     l.pid = pid;
@@ -663,7 +664,8 @@ class FirefoxReader {
           throw FormatError(markers.element("data", i) + " has a malformed latency histogram");
         char* next = nullptr;
         const unsigned long long count = std::strtoull(colon + 1, &next, 10);
-        if (next == colon + 1) throw FormatError(markers.element("data", i) + " has a malformed latency histogram");
+        if (next == colon + 1)
+          throw FormatError(markers.element("data", i) + " has a malformed latency histogram");
         l.histogram.buckets.emplace_back(static_cast<uint32_t>(bucket), count);
         at = next;
       }

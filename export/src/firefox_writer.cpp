@@ -469,7 +469,8 @@ class FirefoxWriter {
     w_.end_array();
     w_.key("tableLabel");
     w_.string(
-        "{marker.data.calls} calls, avg {marker.data.avgNs}, p95 {marker.data.p95Ns}, total {marker.data.totalNs}");
+        "{marker.data.calls} calls, avg {marker.data.avgNs}, p95 {marker.data.p95Ns}, total "
+        "{marker.data.totalNs}");
     w_.key("tooltipLabel");
     w_.string("{marker.data.calls} calls, avg {marker.data.avgNs}");
     w_.key("description");
@@ -496,7 +497,8 @@ class FirefoxWriter {
     std::snprintf(scale, sizeof scale, "%.17g", h.ns_per_tick);
     std::string out = scale;
     for (const auto& [bucket, count] : h.buckets)
-      out += (out.size() == std::strlen(scale) ? " " : ",") + std::to_string(bucket) + ":" + std::to_string(count);
+      out += (out.size() == std::strlen(scale) ? " " : ",") + std::to_string(bucket) + ":" +
+             std::to_string(count);
     return out;
   }
 
@@ -828,7 +830,8 @@ class FirefoxWriter {
   void write_latency_markers(int32_t pid, int64_t start) {
     std::vector<uint32_t> timed;
     for (size_t i = 0; i < p_.call_latency.size(); ++i)
-      if (p_.call_latency[i].pid == pid && p_.call_latency[i].calls != 0) timed.push_back(static_cast<uint32_t>(i));
+      if (p_.call_latency[i].pid == pid && p_.call_latency[i].calls != 0)
+        timed.push_back(static_cast<uint32_t>(i));
     const size_t m = timed.size();
     w_.key("markers");
     w_.begin_object();

@@ -651,17 +651,18 @@ std::string calls_title(const Report& report) {
 
 // With the runtime's latency: per function the calls, the latency of a call (average, 95th
 // percentile), the time inside it (outermost calls) and its share of the recording's duration, then
-// the sampled CPU (inclusive), for the user to compare.
+// its sampled self CPU: the runtime replaces return addresses, so sampled stacks stop at its hook
+// and inclusive CPU would be short by the callees' share.
 void print_timed_calls_view(const Report& report, std::ostream& out, size_t shown) {
   uint64_t max_ns = 0;
-  for (const CallRow& r : report.calls) max_ns = std::max({max_ns, r.latency_total_ns, r.total_cpu_ns});
+  for (const CallRow& r : report.calls) max_ns = std::max({max_ns, r.latency_total_ns, r.self_cpu_ns});
   const TimeColumn t = time_column(max_ns, 9);
   // 11 1 9 1 9 1 9 1 6 1 9 2 = 60 columns of numbers; the function gets the other 20.
   constexpr size_t kNumbers = 60;
   constexpr size_t kNameWidth = kWidth - kNumbers;
   out << pad_left("Calls", 11) << ' ' << pad_left("Avg", 9) << ' ' << pad_left("P95", 9) << ' '
       << pad_left(std::string("Total ") + t.unit, 9) << ' ' << pad_left("%Wall", 6) << ' '
-      << pad_left(std::string("CPU ") + t.unit, 9) << "  Function\n";
+      << pad_left(std::string("Self ") + t.unit, 9) << "  Function\n";
   for (size_t i = 0; i < shown; ++i) {
     const CallRow& r = report.calls[i];
     const bool timed = r.timed_calls != 0;
@@ -670,7 +671,7 @@ void print_timed_calls_view(const Report& report, std::ostream& out, size_t show
         << pad_left(timed && r.p95_ns != 0 ? format_per_call(r.p95_ns) : "-", 9) << ' '
         << pad_left(timed ? t.cell(r.latency_total_ns) : "-", 9) << ' '
         << pad_left(timed ? format("%.1f", r.latency_wall_percent) : "-", 6) << ' '
-        << pad_left(r.total_wall_ns != 0 ? t.cell(r.total_cpu_ns) : "-", 9) << "  "
+        << pad_left(r.self_cpu_ns != 0 ? t.cell(r.self_cpu_ns) : "-", 9) << "  "
         << truncate_right(r.name, kNameWidth) << '\n';
     for (size_t c = 0; c < r.callers.size() && c < kCallersShown; ++c) {
       out << pad_left(std::to_string(r.callers[c].calls), 11) << std::string(kNumbers - 11, ' ') << "<- "
@@ -679,8 +680,9 @@ void print_timed_calls_view(const Report& report, std::ostream& out, size_t show
     if (r.callers.size() > kCallersShown)
       out << std::string(kNumbers, ' ') << "and " << (r.callers.size() - kCallersShown) << " more callers\n";
   }
-  out << "Avg and P95: one call, entry to return, callees included; Total: time inside the outermost calls\n"
-         "(all threads; %Wall of the recording's duration); CPU: sampled, inclusive.\n";
+  out << "Avg, P95: one call, entry to return, callees included. Total: inside the outermost calls, all\n"
+         "threads (%Wall: of the recording). Self: sampled CPU in the function itself (stacks end at the\n"
+         "runtime's return hook, so inclusive CPU is not known here).\n";
 }
 
 void print_calls_view(const Report& report, std::ostream& out, size_t limit) {

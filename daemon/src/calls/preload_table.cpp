@@ -61,6 +61,11 @@ std::string find_preload_runtime() {
   const std::filesystem::path installed = std::filesystem::path(HPD_CALLS_RUNTIME_INSTALL_DIR) / kRuntimeName;
   if (is_file(installed)) return installed.string();
 #endif
+#ifdef HPD_CALLS_RUNTIME_BUILD_DIR
+  // The build tree's copy, for a daemon run from it (hpd is not next to hpctl there).
+  const std::filesystem::path built = std::filesystem::path(HPD_CALLS_RUNTIME_BUILD_DIR) / kRuntimeName;
+  if (is_file(built)) return built.string();
+#endif
   return "";
 }
 

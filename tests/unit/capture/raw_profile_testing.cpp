@@ -129,9 +129,10 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
   const RecordingInfo &x = a.info, &y = b.info;
   if (x.start_unix_ns != y.start_unix_ns || x.start_mono_ns != y.start_mono_ns ||
       x.end_mono_ns != y.end_mono_ns || x.interval_ns != y.interval_ns || x.frequency_hz != y.frequency_hz ||
-      x.backend != y.backend || x.event != y.event || x.call_graph != y.call_graph || x.target != y.target || x.call_counter != y.call_counter ||
-      x.arguments != y.arguments || x.hostname != y.hostname || x.kernel_release != y.kernel_release ||
-      x.kernel_frames != y.kernel_frames || x.logical_cpus != y.logical_cpus)
+      x.backend != y.backend || x.event != y.event || x.call_graph != y.call_graph || x.target != y.target ||
+      x.call_counter != y.call_counter || x.arguments != y.arguments || x.hostname != y.hostname ||
+      x.kernel_release != y.kernel_release || x.kernel_frames != y.kernel_frames ||
+      x.logical_cpus != y.logical_cpus)
     return "recording info differs";
   if (a.modules.size() != b.modules.size()) return "module count differs";
   for (size_t i = 0; i < a.modules.size(); ++i) {
@@ -186,9 +187,9 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
   if (a.call_latency.size() != b.call_latency.size()) return "call latency count differs";
   for (size_t i = 0; i < a.call_latency.size(); ++i) {
     const RawCallLatency &l = a.call_latency[i], &m = b.call_latency[i];
-    if (l.pid != m.pid || l.callee_address != m.callee_address || l.calls != m.calls || l.sum_ns != m.sum_ns ||
-        l.outer_ns != m.outer_ns || l.max_ns != m.max_ns || l.histogram.ns_per_tick != m.histogram.ns_per_tick ||
-        l.histogram.buckets != m.histogram.buckets)
+    if (l.pid != m.pid || l.callee_address != m.callee_address || l.calls != m.calls ||
+        l.sum_ns != m.sum_ns || l.outer_ns != m.outer_ns || l.max_ns != m.max_ns ||
+        l.histogram.ns_per_tick != m.histogram.ns_per_tick || l.histogram.buckets != m.histogram.buckets)
       return "call latency " + std::to_string(i) + " differs";
   }
   return lost_diff(a.lost, b.lost, "profile");

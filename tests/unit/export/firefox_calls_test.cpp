@@ -279,7 +279,8 @@ Profile profile_with_latency() {
   l.outer_ns = l.sum_ns - 7 * 1000;
   l.max_ns = 9500;
   l.histogram.ns_per_tick = 0.5;  // 2 ticks per ns: 1 us = 2000 ticks, 9 us = 18000 ticks
-  l.histogram.buckets = {{LatencyHistogram::bucket_of_ticks(2000), 1000}, {LatencyHistogram::bucket_of_ticks(18000), 250}};
+  l.histogram.buckets = {{LatencyHistogram::bucket_of_ticks(2000), 1000},
+                         {LatencyHistogram::bucket_of_ticks(18000), 250}};
   p.call_latency.push_back(l);
   p.meta.recording.call_counter = "runtime";
   p.meta.recording.start_mono_ns = 1'000'000'000;

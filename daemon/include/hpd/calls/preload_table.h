@@ -12,8 +12,8 @@
 namespace hpd::calls {
 
 // The runtime library: $HPD_CALLS_RUNTIME when set, else libhpdcalls.so next to the running binary
-// (a build tree), in ../lib/hpd or ../lib/<multiarch>/hpd beside it (an install), or in the
-// configured install directory. Empty when none exists.
+// (a build tree), in ../lib/hpd or ../lib/<multiarch>/hpd beside it (an install), in the
+// configured install directory, or in the build tree it was built in. Empty when none exists.
 std::string find_preload_runtime();
 
 // Why the runtime cannot count `executable`'s calls, or "" when it can: a static executable (no
