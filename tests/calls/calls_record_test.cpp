@@ -452,4 +452,19 @@ TEST(CallsRuntime, ProgramLinkedWithGprof) {
   EXPECT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
 }
 
+// Arguments in every register (integers, doubles, a variadic call's al, the static chain of a gcc
+// nested function, which gcc saves with a push around __fentry__), x87 and two-register results, and a
+// signal handler calling instrumented code at 2 kHz: every result right (the fixture checks), every
+// call of the main loop counted, and no frame left without its return.
+TEST(CallsRuntime, HooksPreserveTheAbi) {
+  for (const char* name : {"abi_fentry", "abi_pg", "abi_nop", "abi_clang_pg"}) {
+    SCOPED_TRACE(name);
+    const Counted c = record_with_runtime({fixture(name), "100000"});
+    ASSERT_EQ(c.result.command_exit_status, 0) << dump(c);
+    for (const char* f : {"ints", "doubles", "variadic", "extended", "two"})
+      EXPECT_EQ(c.calls_to.count(f) ? c.calls_to.at(f) : 0, 100000u) << f << "\n" << dump(c);
+    EXPECT_EQ(c.result.calls.runtime.frames_abandoned, 0u);
+  }
+}
+
 }  // namespace

@@ -64,8 +64,9 @@ __fentry__:
         SAVE_ARGS
         .cfi_def_cfa rbx, 16
         .cfi_offset rbx, -16
-        lea     16(%rbx), %rdi          /* the caller's return-address slot */
+        lea     16(%rbx), %rdi          /* the caller's return-address slot (see hpd_calls_enter) */
         mov     8(%rbx), %rsi           /* selfpc, in the callee */
+        mov     $1, %edx                /* __fentry__ */
         call    hpd_calls_enter
         RESTORE_ARGS
         .cfi_def_cfa rsp, 8
@@ -89,6 +90,7 @@ _mcount:
         .cfi_offset rbx, -16
         lea     8(%rbp), %rdi
         mov     8(%rbx), %rsi
+        xor     %edx, %edx              /* mcount */
         call    hpd_calls_enter
         RESTORE_ARGS
         .cfi_def_cfa rsp, 8

@@ -24,7 +24,7 @@
 
 extern void hpd_calls_return_trampoline(void) HIDDEN;
 uint64_t hpd_calls_exit(uint64_t* after_slot) HIDDEN;
-void hpd_calls_enter(uint64_t* parent_slot, uint64_t selfpc) HIDDEN;
+void hpd_calls_enter(uint64_t* parent_slot, uint64_t selfpc, int fentry) HIDDEN;
 
 /* A timed call in progress: where its return address lives and what it was. */
 struct shadow_frame {
@@ -444,7 +444,20 @@ static void abandon_top(struct thread_state* t) {
   }
 }
 
-void hpd_calls_enter(uint64_t* parent_slot, uint64_t selfpc) {
+/* gcc saves the static chain of a nested function around its entry hook (`push %r10; call
+ * __fentry__; pop %r10`): the caller's return address is then one word further up. The bytes are
+ * read only within selfpc's page (a function starting right at a page boundary is taken as plain). */
+static inline uint64_t* fentry_parent_slot(uint64_t* slot, uint64_t selfpc) {
+  if (((selfpc - 8) >> 12) != ((selfpc - 1) >> 12)) return slot;
+  const uint8_t* p = (const uint8_t*)selfpc;
+  if ((p[-6] == 0xff && p[-5] == 0x15 && p[-8] == 0x41 && p[-7] == 0x52) ||
+      (p[-5] == 0xe8 && p[-7] == 0x41 && p[-6] == 0x52))
+    return slot + 1;
+  return slot;
+}
+
+void hpd_calls_enter(uint64_t* parent_slot, uint64_t selfpc, int fentry) {
+  if (fentry) parent_slot = fentry_parent_slot(parent_slot, selfpc);
   struct thread_state* t = t_state;
   if (UNLIKELY(t == NULL || t->slot == NULL)) {
     if (t != NULL) return; /* a forked child that found no slot */
