@@ -80,6 +80,7 @@ inline constexpr const char* kFrequencyLabel = "Frequency (Hz)";
 inline constexpr const char* kKernelFramesLabel = "Kernel stacks";
 inline constexpr const char* kHostnameLabel = "Hostname";
 inline constexpr const char* kKernelReleaseLabel = "Kernel release";
+inline constexpr const char* kCallCounterLabel = "Calls counted by";  // only with --calls
 
 inline constexpr const char* kLostSection = "Lost data";
 inline constexpr const char* kLostRecordsLabel = "Lost records";

@@ -565,6 +565,7 @@ class FirefoxWriter {
     extra_entry(firefox::kKernelFramesLabel, "string", std::string(info.kernel_frames ? "yes" : "no"));
     extra_entry(firefox::kHostnameLabel, "string", info.hostname);
     extra_entry(firefox::kKernelReleaseLabel, "string", info.kernel_release);
+    if (!info.call_counter.empty()) extra_entry(firefox::kCallCounterLabel, "string", info.call_counter);
     w_.end_array();
     w_.end_object();
 

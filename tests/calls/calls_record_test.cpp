@@ -25,6 +25,8 @@
 #include "hpd/symbolizer/convert.h"
 #include "subprocess.h"
 
+#include <nlohmann/json.hpp>
+
 namespace {
 
 std::string fixture(const std::string& name) {
@@ -465,6 +467,46 @@ TEST(CallsRuntime, HooksPreserveTheAbi) {
       EXPECT_EQ(c.calls_to.count(f) ? c.calls_to.at(f) : 0, 100000u) << f << "\n" << dump(c);
     EXPECT_EQ(c.result.calls.runtime.frames_abandoned, 0u);
   }
+}
+
+// hpctl end to end: it finds the runtime next to itself (no HPD_CALLS_RUNTIME), says which way
+// counted, prints the timed calls table, and the Firefox file it wrote gives the same latency back
+// through `hpctl report --json`; --calls-counter uprobes counts from outside instead.
+TEST(CallsRuntime, HpctlRecordAndReport) {
+  std::string dir = (std::filesystem::temp_directory_path() / "hpd-hpctl-calls-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string out = dir + "/calls.json.gz";
+  const hpd::test::RunResult r = hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--calls", "-o", out,
+                                                 "--", fixture("latency_fentry"), dir + "/truth.txt"},
+                                                300, {"HPD_CALLS_RUNTIME="});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("call counts (hpd's runtime, in-process): "), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("Calls (exact, counted and timed by hpd's runtime)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("spin_for"), std::string::npos) << r.out;
+  const std::map<std::string, Truth> truth = read_truth(dir + "/truth.txt");
+  ASSERT_EQ(truth.count("sleep_for"), 1u);
+
+  const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const nlohmann::json doc = nlohmann::json::parse(rep.out);
+  EXPECT_EQ(doc["calls"]["counter"], "runtime");
+  bool found = false;
+  for (const nlohmann::json& row : doc["calls"]["rows"]) {
+    if (row["name"] != "sleep_for") continue;
+    found = true;
+    const double avg = row["latency"]["avg_ns"].get<double>();
+    EXPECT_EQ(row["latency"]["timed_calls"], truth.at("sleep_for").calls);
+    EXPECT_NEAR(avg, double(truth.at("sleep_for").avg_ns), 0.05 * double(truth.at("sleep_for").avg_ns));
+  }
+  EXPECT_TRUE(found) << rep.out;
+
+  const hpd::test::RunResult up =
+      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--calls", "--calls-counter", "uprobes", "-o", out,
+                      "--", fixture("gcc_fentry"), "1000", "250"});
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+  EXPECT_NE(up.err.find("call counts (uprobes): "), std::string::npos) << up.err;
+  EXPECT_NE(up.out.find("counted by uprobes"), std::string::npos) << up.out;
 }
 
 }  // namespace

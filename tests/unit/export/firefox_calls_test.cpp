@@ -310,6 +310,7 @@ TEST(FirefoxCalls, LatencyIsAMarkerOfTheCallsTrackAndSurvivesTheRoundTrip) {
   const std::string path = dir.file("latency.json.gz");
   write_firefox_file(a, path);
   const Profile b = read_firefox_file(path);
+  EXPECT_EQ(b.meta.recording.call_counter, "runtime");
   ASSERT_EQ(b.call_latency.size(), 1u);
   const CallLatency &x = a.call_latency[0], &y = b.call_latency[0];
   EXPECT_EQ(b.func_name(y.func), "compute(int)");
