@@ -365,15 +365,25 @@ TEST(CallsRuntime, ExceptionsAndLongjmp) {
   ASSERT_EQ(c.result.command_exit_status, 0) << dump(c);
   const auto edge = [&](const std::string& e) { return c.edges.count(e) ? c.edges.at(e) : 0; };
   EXPECT_EQ(edge("middle(unsigned long)->thrower(unsigned long)"), 1000u) << dump(c);
-  EXPECT_EQ(edge("thrower(unsigned long)->leaf(unsigned long)"), 1000u) << dump(c);
+  EXPECT_EQ(edge("thrower(unsigned long)->leaf(unsigned long)"), 2000u) << dump(c);
   EXPECT_EQ(edge("main->jump_middle(unsigned long)"), 1000u) << dump(c);
   EXPECT_EQ(edge("jumper(unsigned long)->leaf(unsigned long)"), 1000u) << dump(c);
   EXPECT_EQ(edge("after(unsigned long)->leaf(unsigned long)"), 1000u) << dump(c);
-  EXPECT_GE(c.result.calls.runtime.frames_abandoned, 2000u);  // jumper + jump_middle per longjmp
-  // The calls after all that are timed again.
+  // jumper + jump_middle per longjmp, thrower + middle or rethrower per exception
+  EXPECT_EQ(c.result.calls.runtime.frames_abandoned, 2000u + 2 * 1000u) << dump(c);
+  EXPECT_EQ(edge("main->rethrower(unsigned long)"), 1000u) << dump(c);
+  // The calls after all that are timed again, and so is main, whose frame every exception passed
+  // over (its return hook was put back when it caught them).
   const hpd::CallLatency* after = latency_of(c.profile, "after(unsigned long)");
   ASSERT_NE(after, nullptr);
   EXPECT_EQ(after->calls, 1u);
+  const hpd::CallLatency* main_latency = latency_of(c.profile, "main");
+  ASSERT_NE(main_latency, nullptr);
+  EXPECT_EQ(main_latency->calls, 1u);
+  // Of the calls that threw (thrower, middle, rethrower: 500 each) none was timed, the others were.
+  const hpd::CallLatency* middle = latency_of(c.profile, "middle(unsigned long)");
+  ASSERT_NE(middle, nullptr);
+  EXPECT_EQ(middle->calls, 500u);
 }
 
 // A crash: the counts made before it are in shared memory and survive the process.

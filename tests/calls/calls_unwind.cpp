@@ -1,6 +1,6 @@
 // Control flow that bypasses returns, under call counting: C++ exceptions thrown through instrumented
-// frames and caught, longjmp out of instrumented frames, then ordinary calls again. `calls_unwind N`
-// does each N times and exits 0 when every result was right.
+// frames and caught (and caught, rethrown and caught again), longjmp out of instrumented frames, then
+// ordinary calls again. `calls_unwind N` does each N times and exits 0 when every result was right.
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +27,16 @@ NOINLINE int middle(unsigned long i) {
   return 1;
 }
 
+// Catches and rethrows (`throw;` unwinds again from the catch block).
+NOINLINE int rethrower(unsigned long i) {
+  try {
+    thrower(i);
+  } catch (...) {
+    throw;
+  }
+  return 1;
+}
+
 NOINLINE void jumper(unsigned long i) {
   leaf(i);
   longjmp(jump_back, 1);
@@ -48,12 +58,17 @@ NOINLINE unsigned long after(unsigned long n) {
 
 int main(int argc, char** argv) {
   const unsigned long n = argc > 1 ? strtoul(argv[1], NULL, 10) : 100;
-  unsigned long caught = 0, returned = 0, jumped = 0;
+  unsigned long caught = 0, returned = 0, jumped = 0, rethrown = 0;
   for (unsigned long i = 0; i < n; ++i) {
     try {
       returned += middle(i);
     } catch (const std::runtime_error&) {
       ++caught;
+    }
+    try {
+      returned += rethrower(i);
+    } catch (const std::runtime_error&) {
+      ++rethrown;
     }
   }
   for (volatile unsigned long i = 0; i < n; ++i) {
@@ -63,7 +78,8 @@ int main(int argc, char** argv) {
       ++jumped;
   }
   const unsigned long s = after(n);
-  const bool ok = caught == (n + 1) / 2 && returned == n / 2 && jumped == n && s == n * (n - 1) / 2;
-  printf("caught %lu returned %lu jumped %lu sum %lu\n", caught, returned, jumped, s);
+  const bool ok = caught == (n + 1) / 2 && rethrown == (n + 1) / 2 && returned == 2 * (n / 2) &&
+                  jumped == n && s == n * (n - 1) / 2;
+  printf("caught %lu rethrown %lu returned %lu jumped %lu sum %lu\n", caught, rethrown, returned, jumped, s);
   return ok ? 0 : 1;
 }

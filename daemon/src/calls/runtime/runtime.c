@@ -561,8 +561,8 @@ uint64_t hpd_calls_exit(uint64_t* after_slot) {
 /* ---- exceptions ---- */
 
 /* The unwinder cannot step through the trampoline: before an exception (or pthread_exit's forced
- * unwind) walks the stack, every hooked frame gets its return address back. Those calls stay counted
- * but are not timed. */
+ * unwind) walks the stack, every hooked frame gets its return address back. The frames the exception
+ * leaves stay counted but are not timed; a C++ catch hooks the surviving ones again. */
 static void restore_return_addresses(void) {
   struct thread_state* t = t_state;
   if (t == NULL) return;
@@ -574,10 +574,48 @@ static void restore_return_addresses(void) {
   }
 }
 
+/* In a catch block (the catching frame called __cxa_begin_catch): the frames the exception went
+ * through are gone (their slots lie at or below the slot of this call's return address), the others
+ * get their return hook back, so that they are timed when they return. */
+static void rehook_live_frames(uint64_t* catch_slot) {
+  struct thread_state* t = t_state;
+  if (t == NULL) return;
+  while (t->depth != 0) {
+    const struct shadow_frame* top = &t->shadow[t->depth - 1];
+    const uint64_t s = (uint64_t)top->slot, c = (uint64_t)catch_slot;
+    if (s > c || c - s > SAME_STACK_SPAN) break;
+    abandon_top(t);
+  }
+  for (uint32_t i = 0; i < t->depth; ++i) {
+    struct shadow_frame* f = &t->shadow[i];
+    if (!f->restored || (uint64_t)f->slot - (uint64_t)catch_slot > SAME_STACK_SPAN) continue;
+    if (*f->slot != f->original) continue; /* not the frame it was: leave it */
+    *f->slot = (uint64_t)hpd_calls_return_trampoline;
+    f->restored = 0;
+  }
+}
+
+typedef void* (*begin_catch_fn)(void*);
+__attribute__((noinline)) void* __cxa_begin_catch(void* exception) {
+  static begin_catch_fn real;
+  if (real == NULL) real = (begin_catch_fn)dlsym(RTLD_NEXT, "__cxa_begin_catch");
+  /* This function's own return-address slot: the catching frame's stack pointer minus 8. */
+  rehook_live_frames((uint64_t*)__builtin_frame_address(0) + 1);
+  return real(exception);
+}
+
 typedef int (*raise_fn)(void*);
 int _Unwind_RaiseException(void* exception) {
   static raise_fn real;
   if (real == NULL) real = (raise_fn)dlsym(RTLD_NEXT, "_Unwind_RaiseException");
+  restore_return_addresses();
+  return real(exception);
+}
+
+/* A rethrow (`throw;`) unwinds again from the catch block. */
+int _Unwind_Resume_or_Rethrow(void* exception) {
+  static raise_fn real;
+  if (real == NULL) real = (raise_fn)dlsym(RTLD_NEXT, "_Unwind_Resume_or_Rethrow");
   restore_return_addresses();
   return real(exception);
 }
