@@ -519,4 +519,24 @@ TEST(CallsRuntime, HpctlRecordAndReport) {
   EXPECT_NE(up.out.find("counted by uprobes"), std::string::npos) << up.out;
 }
 
+// With hpd answering, root's `hpctl record --calls -- CMD` records locally, where the runtime can be
+// preloaded (hpd would get the pid of a command hpctl started, countable only by uprobes).
+TEST(CallsRuntime, HpctlRecordsCommandsLocallyForTheRuntime) {
+  std::string dir = (std::filesystem::temp_directory_path() / "hpd-daemon-calls-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  std::ofstream(dir + "/hpd.conf").close();
+  const std::string socket = dir + "/hpd.sock";
+  hpd::test::Background daemon({HPD_HPD_PATH, "--config", dir + "/hpd.conf", "--socket", socket});
+  for (int i = 0; i < 200 && !std::filesystem::exists(socket); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(std::filesystem::exists(socket));
+  const hpd::test::RunResult r =
+      hpd::test::run({HPD_HPCTL_PATH, "--socket", socket, "record", "--calls", "--no-report", "-o",
+                      dir + "/p.json.gz", "--", fixture("gcc_fentry"), "1000", "250"});
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("recorded locally"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("call counts (hpd's runtime, in-process): 1253 calls"), std::string::npos) << r.err;
+}
+
 }  // namespace
