@@ -93,8 +93,8 @@ PreloadTable::PreloadTable() {
     ::unlink(path_.c_str());
     throw CallCountError("cannot map " + path_ + ": " + std::strerror(err));
   }
-  // The runtime runs as whatever user the command runs as (hpctl may drop privileges for it).
-  ::chmod(path_.c_str(), 0666);
+  // 0600: the command runs as the recording user; one that switches to another user (su, sudo -u)
+  // cannot open the table, and its runtime says so on stderr.
   map_ = map;
   auto* h = static_cast<hpd_calls_header*>(map_);
   h->version = HPD_CALLS_VERSION;
