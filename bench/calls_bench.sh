@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Nanoseconds added per instrumented call by `hpctl record --calls`, per probe point, against the
-# unprobed run, uftrace (record) and the kernel's uprobe floor (bpftrace, an empty program on the
-# nop5 of `callee`). Each fixture calls callee() N times; the fixture itself times its calls
+# Nanoseconds added per instrumented call by `hpctl record --calls`, with hpd's in-process runtime
+# (counts and times every call) and with uprobes (counts only), against the unprobed run, uftrace
+# (record) and the kernel's uprobe floor (bpftrace, an empty program on the nop5 of `callee`). Each fixture calls callee() N times; the fixture itself times its calls
 # (HPD_CALLS_TIME=1 prints calls_ns), so start-up, attach and exit are not in the figures.
 # Usage: bench/calls_bench.sh [BUILD_DIR] [RUNS] [N]     (as root; medians of RUNS runs)
 set -euo pipefail
@@ -19,8 +19,9 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : int((a[
 per_call() { awk -v t="$1" -v b="$2" -v n="$N" 'BEGIN {printf "%.0f", (t - b) / n}'; }
 
 run_plain() { "$FIX/$1" "$N" 0 1 >/dev/null 2>"$TMP/err"; calls_ns "$TMP/err"; }
-run_hpd() {
-  "$HPCTL" record --calls --no-report -q -F 10 -o "$TMP/p.json.gz" -- "$FIX/$1" "$N" 0 1 >/dev/null 2>"$TMP/err"
+run_hpd() {  # FIXTURE COUNTER
+  "$HPCTL" record --calls --calls-counter "$2" --no-report -q -F 10 -o "$TMP/p.json.gz" -- "$FIX/$1" "$N" 0 1 \
+    >/dev/null 2>"$TMP/err"
   calls_ns "$TMP/err"
 }
 run_uftrace() {
@@ -41,8 +42,10 @@ for fx in gcc_nop gcc_fentry gcc_pg clang_fentry clang_pg rust_mcount; do
   [ -x "$FIX/$fx" ] || continue
   base=$(for _ in $(seq "$RUNS"); do run_plain "$fx"; done | median)
   printf "%-14s %-26s %10s %10s\n" "$fx" "none" "$base" "-"
-  probe=$([ "$fx" = gcc_nop ] && echo "hpd nop5" || echo "hpd call __mcount_internal")
-  t=$(for _ in $(seq "$RUNS"); do run_hpd "$fx"; done | median)
+  t=$(for _ in $(seq "$RUNS"); do run_hpd "$fx" runtime; done | median)
+  printf "%-14s %-26s %10s %10s\n" "$fx" "hpd runtime (in-process)" "$t" "$(per_call "$t" "$base")"
+  probe=$([ "$fx" = gcc_nop ] && echo "hpd uprobes nop5" || echo "hpd uprobes __mcount_int.")
+  t=$(for _ in $(seq "$RUNS"); do run_hpd "$fx" uprobes; done | median)
   printf "%-14s %-26s %10s %10s\n" "$fx" "$probe" "$t" "$(per_call "$t" "$base")"
   if [ "$fx" != gcc_nop ] && command -v uftrace >/dev/null; then
     t=$(for _ in $(seq "$RUNS"); do run_uftrace "$fx"; done | median)

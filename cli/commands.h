@@ -22,10 +22,11 @@ struct RecordArgs {
   std::string off_cpu = "auto";  // auto|on|off (--off-cpu / --no-off-cpu)
   uint32_t off_cpu_min_us = 0;
   bool no_follow_children = false;
-  std::string call_graph = "auto";  // auto|cfi|fp|dwarf
-  uint32_t stack_size = 0;          // dwarf: bytes of user stack copied per sample (0 = default)
-  std::string mip = "auto";         // auto|on|off (--mip / --no-mip): MIP call counts
-  bool calls = false;               // --calls: exact call counts through mcount/__fentry__ uprobes
+  std::string call_graph = "auto";     // auto|cfi|fp|dwarf
+  uint32_t stack_size = 0;             // dwarf: bytes of user stack copied per sample (0 = default)
+  std::string mip = "auto";            // auto|on|off (--mip / --no-mip): MIP call counts
+  bool calls = false;                  // --calls: exact call counts through mcount/__fentry__
+  std::string calls_counter = "auto";  // --calls-counter: auto|runtime|uprobes
   bool print_report = true;
   size_t report_limit = 20;
   bool quiet = false;

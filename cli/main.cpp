@@ -94,7 +94,14 @@ int main(int argc, char** argv) {
                    "Read MIP call counts of every target (default: of targets with a __llvm_mipraw section)");
   record->add_flag("--calls", rec.calls,
                    "Count every call exactly through the targets' mcount/__fentry__ instrumentation "
-                   "(-pg, -mfentry, -Zinstrument-mcount; eBPF uprobes)");
+                   "(-pg, -mfentry, -Zinstrument-mcount), and time each call of a launched command");
+  record
+      ->add_option("--calls-counter", rec.calls_counter,
+                   "With --calls: runtime (hpd's mcount/__fentry__ preloaded into the command; counts and "
+                   "times calls), uprobes (eBPF, from outside; counts only), or auto (the runtime for a "
+                   "command that can take it, uprobes for --pid and static programs)")
+      ->check(CLI::IsMember({"auto", "runtime", "uprobes"}))
+      ->capture_default_str();
   record->add_flag(
       "--no-report", [&rec](int64_t) { rec.print_report = false; },
       "Do not print the report after recording");

@@ -33,6 +33,7 @@ using nlohmann::json;
   X(stack_size)                   \
   X(mip)                          \
   X(calls)                        \
+  X(calls_counter)                 \
   X(print_report)                 \
   X(report_limit)                 \
   X(quiet)

@@ -75,6 +75,9 @@ RecordOptions record_options_from_args(const RecordArgs& args) {
                                                     : CallGraph::kAuto;
   options.stack_copy_bytes = args.stack_size;
   options.count_calls = args.calls;
+  options.call_counter = args.calls_counter == "runtime"   ? CallCounterKind::kRuntime
+                         : args.calls_counter == "uprobes" ? CallCounterKind::kUprobes
+                                                           : CallCounterKind::kAuto;
   return options;
 }
 

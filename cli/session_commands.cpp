@@ -426,6 +426,10 @@ int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon) {
   const std::string path = daemon_socket_path(daemon.socket);
   if (daemon.mode == "local") return run_record(args);
   if (daemon.mode == "daemon") return record_through_daemon(args, path);
+  // hpd is handed the pid of a command hpctl started, so it can only count calls with uprobes; root
+  // records the command here, where hpd's call runtime is preloaded into it and times every call.
+  if (args.calls && !args.command.empty() && args.calls_counter != "uprobes" && ::geteuid() == 0)
+    return run_record(args);
   if (!daemon_answers(path)) return run_record(args);
   return record_through_daemon(args, path);
 }

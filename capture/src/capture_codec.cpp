@@ -17,6 +17,7 @@ const char* block_name(uint16_t type) {
     case BlockType::kLost: return "lost";
     case BlockType::kMip: return "mip";
     case BlockType::kModuleImages: return "module-images";
+    case BlockType::kCallLatency: return "call-latency";
     case BlockType::kEnd: return "end";
   }
   return "unknown";

@@ -44,6 +44,7 @@ class BlockApplier {
       case BlockType::kLost: p_.lost = decode_lost(d); return true;
       case BlockType::kMip: mip(d); return true;
       case BlockType::kModuleImages: module_images(d); return true;
+      case BlockType::kCallLatency: latency(d); return true;
       case BlockType::kEnd: end(d); return true;
     }
     return false;
@@ -71,6 +72,31 @@ class BlockApplier {
     i.logical_cpus = d.u32();
     if (!d.at_end()) out_.info.writer = d.str();
     if (!d.at_end()) out_.info.boot_id = d.str();
+    if (!d.at_end()) i.call_counter = d.str();
+  }
+
+  void latency(Decoder& d) {
+    const size_t n = d.count(8);
+    std::vector<RawCallLatency> out(n);
+    for (RawCallLatency& l : out) {
+      l.pid = d.s32();
+      l.callee_address = d.var();
+      l.calls = d.var();
+      l.sum_ns = d.var();
+      l.outer_ns = d.var();
+      l.max_ns = d.var();
+      const uint64_t scale = d.var();
+      std::memcpy(&l.histogram.ns_per_tick, &scale, sizeof scale);
+      l.histogram.buckets.resize(d.count(2));
+      uint64_t bucket = 0;
+      for (auto& [b, count] : l.histogram.buckets) {
+        bucket += d.var();
+        if (bucket > UINT32_MAX) d.fail("latency bucket out of range");
+        b = static_cast<uint32_t>(bucket);
+        count = d.var();
+      }
+    }
+    p_.call_latency = std::move(out);
   }
 
   void modules(Decoder& d) {

@@ -52,7 +52,18 @@ bool same_info(const RecordingInfo& a, const RecordingInfo& b) {
          a.frequency_hz == b.frequency_hz && a.backend == b.backend && a.event == b.event &&
          a.call_graph == b.call_graph && a.target == b.target && a.arguments == b.arguments &&
          a.hostname == b.hostname && a.kernel_release == b.kernel_release &&
-         a.kernel_frames == b.kernel_frames && a.logical_cpus == b.logical_cpus;
+         a.kernel_frames == b.kernel_frames && a.logical_cpus == b.logical_cpus &&
+         a.call_counter == b.call_counter;
+}
+
+bool same_latency(const std::vector<RawCallLatency>& a, const std::vector<RawCallLatency>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].pid != b[i].pid || a[i].callee_address != b[i].callee_address || a[i].calls != b[i].calls ||
+        a[i].sum_ns != b[i].sum_ns || a[i].max_ns != b[i].max_ns)
+      return false;
+  }
+  return true;
 }
 
 bool same_edges(const std::vector<RawCallEdge>& a, const std::vector<RawCallEdge>& b) {
@@ -98,6 +109,7 @@ struct CaptureWriter::State {
   size_t stacks = 0;
   size_t samples = 0;
   std::vector<RawCallEdge> edges;
+  std::vector<RawCallLatency> latency;
   // MIP snapshots are only ever appended, so their count says whether a new block is due.
   size_t mip_snapshots = 0;
   LostCounts lost;
@@ -171,6 +183,7 @@ struct CaptureWriter::State {
     enc.var(i.logical_cpus);
     enc.str(options.writer);
     enc.str(boot_id);
+    enc.str(i.call_counter);
     emit(BlockType::kInfo);
     info = i;
     info_written = true;
@@ -342,6 +355,33 @@ struct CaptureWriter::State {
     edges = p.call_edges;
   }
 
+  // Optional: a reader that skips it still has the call counts, only without their latency.
+  void write_latency(const RawProfile& p) {
+    if (same_latency(latency, p.call_latency)) return;
+    enc.var(p.call_latency.size());
+    for (const RawCallLatency& l : p.call_latency) {
+      enc.svar(l.pid);
+      enc.var(l.callee_address);
+      enc.var(l.calls);
+      enc.var(l.sum_ns);
+      enc.var(l.outer_ns);
+      enc.var(l.max_ns);
+      uint64_t scale = 0;
+      static_assert(sizeof scale == sizeof l.histogram.ns_per_tick);
+      std::memcpy(&scale, &l.histogram.ns_per_tick, sizeof scale);
+      enc.var(scale);
+      enc.var(l.histogram.buckets.size());
+      uint32_t previous = 0;
+      for (const auto& [bucket, count] : l.histogram.buckets) {
+        enc.var(bucket - previous);  // ascending
+        enc.var(count);
+        previous = bucket;
+      }
+    }
+    emit(BlockType::kCallLatency, false);
+    latency = p.call_latency;
+  }
+
   // Optional: a reader that skips it still has a right profile, only without MIP counts.
   void write_mip(const RawProfile& p) {
     if (p.mip_snapshots.size() == mip_snapshots) return;
@@ -438,6 +478,7 @@ void CaptureWriter::flush(const RawProfile& profile) {
   s.write_stacks(profile);
   s.write_samples(profile);
   s.write_edges(profile);
+  s.write_latency(profile);
   s.write_mip(profile);
   s.write_lost(profile);
 }

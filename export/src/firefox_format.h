@@ -55,6 +55,21 @@ inline std::string calls_thread_tid(int32_t pid) {
   return std::to_string(pid) + "-calls";
 }
 
+// Call latency (hpd's runtime): one instant marker per timed function on its process's calls track,
+// at the process's start (the figures cover the whole recording), named by the function. The visible
+// fields are what the report shows; the hidden ones carry the exact sums and the histogram ("scale
+// bucket:count,bucket:count...", ticks scaled by ns_per_tick) so that the reader restores them.
+inline constexpr const char* kLatencySchema = "HpdCallLatency";
+inline constexpr const char* kLatencyFunctionField = "function";
+inline constexpr const char* kLatencyCallsField = "calls";
+inline constexpr const char* kLatencyAvgField = "avgNs";
+inline constexpr const char* kLatencyP95Field = "p95Ns";
+inline constexpr const char* kLatencyMaxField = "maxNs";
+inline constexpr const char* kLatencyTotalField = "totalNs";
+inline constexpr const char* kLatencySumField = "sumNs";
+inline constexpr const char* kLatencyHistogramField = "histogram";
+inline constexpr const char* kLatencyFuncField = "funcIndex";
+
 // meta.extra sections (shown under "Show More" in the profile info panel) and their entry labels.
 inline constexpr const char* kRecordingSection = "Recording";
 inline constexpr const char* kTargetLabel = "Target";
@@ -65,6 +80,7 @@ inline constexpr const char* kFrequencyLabel = "Frequency (Hz)";
 inline constexpr const char* kKernelFramesLabel = "Kernel stacks";
 inline constexpr const char* kHostnameLabel = "Hostname";
 inline constexpr const char* kKernelReleaseLabel = "Kernel release";
+inline constexpr const char* kCallCounterLabel = "Calls counted by";  // only with --calls
 
 inline constexpr const char* kLostSection = "Lost data";
 inline constexpr const char* kLostRecordsLabel = "Lost records";

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -300,6 +301,7 @@ class FirefoxReader {
         if (label == firefox::kKernelFramesLabel) info.kernel_frames = text == "yes";
         if (label == firefox::kHostnameLabel) info.hostname = text;
         if (label == firefox::kKernelReleaseLabel) info.kernel_release = text;
+        if (label == firefox::kCallCounterLabel) info.call_counter = text;
         if (label == firefox::kLostRecordsLabel) lost.lost_records = count;
         if (label == firefox::kThrottleLabel) lost.throttle_events = count;
         if (label == firefox::kStackFailuresLabel) lost.stack_failures = count;
@@ -619,6 +621,57 @@ class FirefoxReader {
       e.count = static_cast<uint64_t>(count);
       p_.call_edges.push_back(e);
     }
+    if (optional_member(t, "markers") == nullptr) return;
+    const Table markers(t, "markers", where);
+    const json& data = markers.column("data");
+    for (size_t i = 0; i < markers.length(); ++i) {
+      if (data[i].is_object() && optional_string(data[i], "type") == firefox::kLatencySchema)
+        read_latency_marker(markers, i, pid);
+    }
+  }
+
+  // A call-latency marker of the calls track: the function its hidden index names, the exact sums
+  // and the histogram.
+  void read_latency_marker(const Table& markers, size_t i, int32_t pid) {
+    const json& d = markers.column("data")[i];
+    const auto integer = [&](const char* key) -> int64_t {
+      const json* v = optional_member(d, key);
+      return v != nullptr ? as_integer(*v).value_or(-1) : -1;
+    };
+    const int64_t func = integer(firefox::kLatencyFuncField), calls = integer(firefox::kLatencyCallsField);
+    const int64_t sum = integer(firefox::kLatencySumField), total = integer(firefox::kLatencyTotalField);
+    const int64_t max = integer(firefox::kLatencyMaxField);
+    if (func < 0 || static_cast<uint64_t>(func) >= p_.funcs.size() || calls <= 0 || sum < 0 || total < 0 ||
+        max < 0)
+      throw FormatError(markers.element("data", i) + " is a call-latency marker without valid fields");
+    CallLatency l;
+    l.pid = pid;
+    l.func = static_cast<uint32_t>(func);
+    l.calls = static_cast<uint64_t>(calls);
+    l.sum_ns = static_cast<uint64_t>(sum);
+    l.outer_ns = static_cast<uint64_t>(total);
+    l.max_ns = static_cast<uint64_t>(max);
+    // "scale bucket:count,bucket:count..."
+    const std::string text = optional_string(d, firefox::kLatencyHistogramField);
+    if (!text.empty()) {
+      char* end = nullptr;
+      l.histogram.ns_per_tick = std::strtod(text.c_str(), &end);
+      const char* at = end;
+      while (at != nullptr && *at != '\0') {
+        if (*at == ' ' || *at == ',') ++at;
+        char* colon = nullptr;
+        const unsigned long long bucket = std::strtoull(at, &colon, 10);
+        if (colon == at || *colon != ':' || bucket > UINT32_MAX)
+          throw FormatError(markers.element("data", i) + " has a malformed latency histogram");
+        char* next = nullptr;
+        const unsigned long long count = std::strtoull(colon + 1, &next, 10);
+        if (next == colon + 1)
+          throw FormatError(markers.element("data", i) + " has a malformed latency histogram");
+        l.histogram.buckets.emplace_back(static_cast<uint32_t>(bucket), count);
+        at = next;
+      }
+    }
+    p_.call_latency.push_back(std::move(l));
   }
 
   // A MIP marker becomes a MipCount of the thread's process. The function is the one "funcIndex"

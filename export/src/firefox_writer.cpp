@@ -477,7 +477,51 @@ class FirefoxWriter {
     w_.end_array();
     w_.end_object();
     if (!p_.mip_counts.empty()) write_mip_schema();
+    if (!p_.call_latency.empty()) write_latency_schema();
     w_.end_array();
+  }
+
+  void write_latency_schema() {
+    w_.begin_object();
+    w_.key("name");
+    w_.string(firefox::kLatencySchema);
+    w_.key("display");
+    w_.begin_array();
+    w_.string("marker-table");
+    w_.end_array();
+    w_.key("tableLabel");
+    w_.string(
+        "{marker.data.calls} calls, avg {marker.data.avgNs}, p95 {marker.data.p95Ns}, total "
+        "{marker.data.totalNs}");
+    w_.key("tooltipLabel");
+    w_.string("{marker.data.calls} calls, avg {marker.data.avgNs}");
+    w_.key("description");
+    w_.string(
+        "Latency of each call (entry to return, callees included) timed by hpd's in-process runtime over "
+        "the whole recording; total: time inside the outermost calls, summed over threads.");
+    w_.key("fields");
+    w_.begin_array();
+    schema_field(firefox::kLatencyFunctionField, "Function", "unique-string");
+    schema_field(firefox::kLatencyCallsField, "Calls timed", "integer");
+    schema_field(firefox::kLatencyAvgField, "Average", "nanoseconds");
+    schema_field(firefox::kLatencyP95Field, "95th percentile", "nanoseconds");
+    schema_field(firefox::kLatencyMaxField, "Maximum", "nanoseconds");
+    schema_field(firefox::kLatencyTotalField, "Total", "nanoseconds");
+    schema_field(firefox::kLatencySumField, "Sum of all calls", "nanoseconds", true);
+    schema_field(firefox::kLatencyHistogramField, "Histogram", "string", true);
+    schema_field(firefox::kLatencyFuncField, "Function index", "integer", true);
+    w_.end_array();
+    w_.end_object();
+  }
+
+  static std::string histogram_text(const LatencyHistogram& h) {
+    char scale[40];
+    std::snprintf(scale, sizeof scale, "%.17g", h.ns_per_tick);
+    std::string out = scale;
+    for (const auto& [bucket, count] : h.buckets)
+      out += (out.size() == std::strlen(scale) ? " " : ",") + std::to_string(bucket) + ":" +
+             std::to_string(count);
+    return out;
   }
 
   void schema_field(const char* key, const char* label, const char* format, bool hidden = false) {
@@ -543,6 +587,7 @@ class FirefoxWriter {
     extra_entry(firefox::kKernelFramesLabel, "string", std::string(info.kernel_frames ? "yes" : "no"));
     extra_entry(firefox::kHostnameLabel, "string", info.hostname);
     extra_entry(firefox::kKernelReleaseLabel, "string", info.kernel_release);
+    if (!info.call_counter.empty()) extra_entry(firefox::kCallCounterLabel, "string", info.call_counter);
     w_.end_array();
     w_.end_object();
 
@@ -851,13 +896,51 @@ class FirefoxWriter {
     column("time", n, [&](size_t) { w_.ns_as_ms(start); });
     w_.end_object();
 
+    write_latency_markers(track.pid, start);
+    w_.end_object();
+  }
+
+  // One instant marker per timed function of the process (see firefox_format.h).
+  void write_latency_markers(int32_t pid, int64_t start) {
+    std::vector<uint32_t> timed;
+    for (size_t i = 0; i < p_.call_latency.size(); ++i)
+      if (p_.call_latency[i].pid == pid && p_.call_latency[i].calls != 0)
+        timed.push_back(static_cast<uint32_t>(i));
+    const size_t m = timed.size();
     w_.key("markers");
     w_.begin_object();
     w_.key("length");
-    w_.uint(0);
-    for (const char* name : {"data", "name", "startTime", "endTime", "phase", "category"})
-      repeated(name, 0, "");
-    w_.end_object();
+    w_.uint(m);
+    column("data", m, [&](size_t k) {
+      const CallLatency& l = p_.call_latency[timed[k]];
+      w_.begin_object();
+      w_.key("type");
+      w_.string(firefox::kLatencySchema);
+      w_.key(firefox::kLatencyFunctionField);
+      w_.uint(p_.funcs[l.func].name);
+      w_.key(firefox::kLatencyCallsField);
+      w_.uint(l.calls);
+      w_.key(firefox::kLatencyAvgField);
+      w_.uint(l.sum_ns / l.calls);
+      w_.key(firefox::kLatencyP95Field);
+      w_.uint(l.histogram.quantile_ns(0.95, l.max_ns));
+      w_.key(firefox::kLatencyMaxField);
+      w_.uint(l.max_ns);
+      w_.key(firefox::kLatencyTotalField);
+      w_.uint(l.outer_ns);
+      w_.key(firefox::kLatencySumField);
+      w_.uint(l.sum_ns);
+      w_.key(firefox::kLatencyHistogramField);
+      w_.string(histogram_text(l.histogram));
+      w_.key(firefox::kLatencyFuncField);
+      w_.uint(l.func);
+      w_.end_object();
+    });
+    column("name", m, [&](size_t k) { w_.uint(p_.funcs[p_.call_latency[timed[k]].func].name); });
+    column("startTime", m, [&](size_t) { w_.ns_as_ms(start); });
+    column("endTime", m, [&](size_t) { w_.null(); });
+    column("phase", m, [&](size_t) { w_.uint(0); });  // Instant
+    column("category", m, [&](size_t) { w_.uint(static_cast<int>(Category::kUser)); });
     w_.end_object();
   }
 

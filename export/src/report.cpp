@@ -634,6 +634,39 @@ void print_mip_view(const Report& report, std::ostream& out, size_t limit, size_
   out << truncate_right(line, width) << '\n';
 }
 
+// The runtime's latency per function (merged over processes unless one is chosen), beside the
+// counts of the rows compute_calls made.
+void add_call_latency(const Profile& p, const ReportOptions& options, Report& report) {
+  report.calls_counter = p.meta.recording.call_counter;
+  if (p.call_latency.empty()) return;
+  std::map<uint32_t, CallLatency> by_func;
+  for (const CallLatency& l : p.call_latency) {
+    if (options.pid != 0 && l.pid != options.pid) continue;
+    if (l.func >= p.funcs.size())
+      throw std::runtime_error("a call latency names a function that does not exist");
+    CallLatency& m = by_func[l.func];
+    m.func = l.func;
+    m.calls += l.calls;
+    m.sum_ns += l.sum_ns;
+    m.outer_ns += l.outer_ns;
+    m.max_ns = std::max(m.max_ns, l.max_ns);
+    m.histogram.merge(l.histogram);
+  }
+  const uint64_t duration = report.totals.duration_ns;
+  for (CallRow& row : report.calls) {
+    auto it = by_func.find(row.func);
+    if (it == by_func.end() || it->second.calls == 0) continue;
+    const CallLatency& l = it->second;
+    row.timed_calls = l.calls;
+    row.avg_ns = l.sum_ns / l.calls;
+    row.p95_ns = l.histogram.quantile_ns(0.95, l.max_ns);
+    row.max_ns = l.max_ns;
+    row.latency_total_ns = l.outer_ns;
+    row.latency_wall_percent = duration != 0 ? 100.0 * double(l.outer_ns) / double(duration) : 0;
+    report.calls_timed = true;
+  }
+}
+
 void compute_calls(const Profile& p, const ReportOptions& options, Report& report) {
   if (p.call_edges.empty()) return;
   std::vector<const ReportRow*> sampled(p.funcs.size(), nullptr);
@@ -677,6 +710,7 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
     if (auto c = callees.find(func); c != callees.end()) row.callees = peers(c->second);
     report.calls.push_back(std::move(row));
   }
+  add_call_latency(p, options, report);
   std::stable_sort(report.calls.begin(), report.calls.end(), [](const CallRow& a, const CallRow& b) {
     if (a.calls != b.calls) return a.calls > b.calls;
     return a.name < b.name;
@@ -686,14 +720,60 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
 // At most this many callers are printed under each function of the calls table.
 constexpr size_t kCallersShown = 3;
 
+std::string calls_title(const Report& report) {
+  if (report.calls_counter == "runtime") return "Calls (exact, counted and timed by hpd's runtime): ";
+  if (report.calls_counter == "uprobes") return "Calls (mcount/__fentry__, exact, counted by uprobes): ";
+  return "Calls (mcount/__fentry__, exact): ";
+}
+
+// With the runtime's latency: per function the calls, the latency of a call (average, 95th
+// percentile), the time inside it (outermost calls) and its share of the recording's duration, then
+// its sampled self CPU: the runtime replaces return addresses, so sampled stacks stop at its hook
+// and inclusive CPU would be short by the callees' share.
+void print_timed_calls_view(const Report& report, std::ostream& out, size_t shown, size_t width) {
+  uint64_t max_ns = 0;
+  for (const CallRow& r : report.calls) max_ns = std::max({max_ns, r.latency_total_ns, r.self_cpu_ns});
+  const TimeColumn t = time_column(max_ns, 9);
+  // 11 1 9 1 9 1 9 1 6 1 9 2 = 60 columns of numbers; the function gets the other 20.
+  constexpr size_t kNumbers = 60;
+  const size_t name_width = width > kNumbers + 20 ? width - kNumbers : 20;
+  out << pad_left("Calls", 11) << ' ' << pad_left("Avg", 9) << ' ' << pad_left("P95", 9) << ' '
+      << pad_left(std::string("Total ") + t.unit, 9) << ' ' << pad_left("%Wall", 6) << ' '
+      << pad_left(std::string("Self ") + t.unit, 9) << "  Function\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const CallRow& r = report.calls[i];
+    const bool timed = r.timed_calls != 0;
+    out << pad_left(std::to_string(r.calls), 11) << ' '
+        << pad_left(timed ? format_per_call(r.avg_ns) : "-", 9) << ' '
+        << pad_left(timed && r.p95_ns != 0 ? format_per_call(r.p95_ns) : "-", 9) << ' '
+        << pad_left(timed ? t.cell(r.latency_total_ns) : "-", 9) << ' '
+        << pad_left(timed ? format("%.1f", r.latency_wall_percent) : "-", 6) << ' '
+        << pad_left(r.self_cpu_ns != 0 ? t.cell(r.self_cpu_ns) : "-", 9) << "  "
+        << truncate_right(r.name, name_width) << '\n';
+    for (size_t c = 0; c < r.callers.size() && c < kCallersShown; ++c) {
+      out << pad_left(std::to_string(r.callers[c].calls), 11) << std::string(kNumbers - 11, ' ') << "<- "
+          << truncate_right(r.callers[c].name, name_width - 3) << '\n';
+    }
+    if (r.callers.size() > kCallersShown)
+      out << std::string(kNumbers, ' ') << "and " << (r.callers.size() - kCallersShown) << " more callers\n";
+  }
+  out << "Avg, P95: one call, entry to return, callees included. Total: inside the outermost calls, all\n"
+         "threads (%Wall: of the recording). Self: sampled CPU in the function itself (stacks end at the\n"
+         "runtime's return hook, so inclusive CPU is not known here).\n";
+}
+
 void print_calls_view(const Report& report, std::ostream& out, size_t limit, size_t width) {
   const size_t shown = limit != 0 ? std::min(limit, report.calls.size()) : report.calls.size();
   out << '\n'
-      << truncate_right("Calls (mcount/__fentry__, exact): " + std::to_string(report.calls_total) +
-                            " calls of " + std::to_string(report.calls.size()) + " functions, top " +
-                            std::to_string(shown) + " by calls",
+      << truncate_right(calls_title(report) + std::to_string(report.calls_total) + " calls of " +
+                            std::to_string(report.calls.size()) + " functions, top " + std::to_string(shown) +
+                            " by calls",
                         width)
       << '\n';
+  if (report.calls_timed) {
+    print_timed_calls_view(report, out, shown, width);
+    return;
+  }
   uint64_t max_ns = 0;
   for (const CallRow& r : report.calls) max_ns = std::max({max_ns, r.total_cpu_ns, r.total_wall_ns});
   const TimeColumn t = time_column(max_ns, 9);
@@ -1108,8 +1188,17 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
                                   {"cpu_per_call_ns", r.cpu_per_call_ns},
                                   {"callers", peers(r.callers)},
                                   {"callees", peers(r.callees)}});
+      if (r.timed_calls != 0) {
+        functions_called.back()["latency"] = {{"timed_calls", r.timed_calls},
+                                              {"avg_ns", r.avg_ns},
+                                              {"p95_ns", r.p95_ns},
+                                              {"max_ns", r.max_ns},
+                                              {"total_ns", r.latency_total_ns},
+                                              {"wall_percent", r.latency_wall_percent}};
+      }
     }
     doc["calls"] = {{"total", report.calls_total},
+                    {"counter", report.calls_counter},
                     {"functions", report.calls.size()},
                     {"rows", std::move(functions_called)}};
   }

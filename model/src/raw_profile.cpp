@@ -136,3 +136,68 @@ const RawThread* RawProfile::find_thread(int32_t pid, int32_t tid) const {
 }
 
 }  // namespace hpd
+
+namespace hpd {
+
+uint64_t LatencyHistogram::bucket_low_ticks(uint32_t bucket) {
+  // 16 sub-buckets per power of two above 16, one bucket per value below (preload_abi.h).
+  constexpr uint32_t kSubBits = 4, kSub = 1u << kSubBits;
+  if (bucket < kSub) return bucket;
+  const uint32_t e = bucket / kSub + kSubBits - 1;
+  if (e >= 63) return UINT64_MAX;
+  return (uint64_t{1} << e) + (uint64_t{bucket % kSub} << (e - kSubBits));
+}
+
+uint32_t LatencyHistogram::bucket_of_ticks(uint64_t ticks) {
+  constexpr uint32_t kSubBits = 4, kSub = 1u << kSubBits, kMaxExp = 47;
+  if (ticks < kSub) return static_cast<uint32_t>(ticks);
+  const uint32_t e = 63u - static_cast<uint32_t>(__builtin_clzll(ticks));
+  if (e > kMaxExp) return (kMaxExp - kSubBits + 2) * kSub - 1;
+  return (e - kSubBits + 1) * kSub + static_cast<uint32_t>((ticks >> (e - kSubBits)) & (kSub - 1));
+}
+
+uint64_t LatencyHistogram::count() const {
+  uint64_t n = 0;
+  for (const auto& [bucket, calls] : buckets) n += calls;
+  return n;
+}
+
+uint64_t LatencyHistogram::quantile_ns(double q, uint64_t max_ns) const {
+  const uint64_t n = count();
+  if (n == 0 || ns_per_tick <= 0) return 0;
+  // The rank of the quantile among the sorted calls (1-based), then where it falls in its bucket.
+  const double rank = std::max(1.0, q * static_cast<double>(n));
+  uint64_t below = 0;
+  for (const auto& [bucket, calls] : buckets) {
+    if (static_cast<double>(below + calls) >= rank) {
+      const double low = static_cast<double>(bucket_low_ticks(bucket));
+      const double high = static_cast<double>(bucket_low_ticks(bucket + 1));
+      const double within = (rank - static_cast<double>(below)) / static_cast<double>(calls);
+      const double ns = (low + (high - low) * within) * ns_per_tick;
+      return std::min(max_ns, static_cast<uint64_t>(ns + 0.5));
+    }
+    below += calls;
+  }
+  return max_ns;
+}
+
+void LatencyHistogram::merge(const LatencyHistogram& other) {
+  if (other.buckets.empty()) return;
+  if (ns_per_tick <= 0) ns_per_tick = other.ns_per_tick;
+  std::vector<std::pair<uint32_t, uint64_t>> out;
+  out.reserve(buckets.size() + other.buckets.size());
+  size_t i = 0, j = 0;
+  while (i < buckets.size() || j < other.buckets.size()) {
+    if (j == other.buckets.size() || (i < buckets.size() && buckets[i].first < other.buckets[j].first)) {
+      out.push_back(buckets[i++]);
+    } else if (i == buckets.size() || other.buckets[j].first < buckets[i].first) {
+      out.push_back(other.buckets[j++]);
+    } else {
+      out.emplace_back(buckets[i].first, buckets[i].second + other.buckets[j].second);
+      ++i, ++j;
+    }
+  }
+  buckets = std::move(out);
+}
+
+}  // namespace hpd

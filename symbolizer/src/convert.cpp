@@ -111,10 +111,12 @@ class Converter {
     index_processes();
     std::vector<uint32_t> sample_instance = collect_instances();
     std::vector<std::pair<uint32_t, uint32_t>> edge_addresses = collect_call_edges();
+    std::vector<uint32_t> latency_addresses = collect_call_latency();
     resolve_all();
     for (StackInstance& inst : instances_) build_stack(inst);
     build_threads(sample_instance);
     build_call_edges(edge_addresses);
+    build_call_latency(latency_addresses);
     build_mip_counts();
     return std::move(out_);
   }
@@ -282,6 +284,15 @@ class Converter {
       out.emplace_back(user_address(*view, e.caller_address, false, UINT64_MAX),
                        user_address(*view, e.callee_address, true, UINT64_MAX));
     }
+    return out;
+  }
+
+  // Call latency: keyed by the callee address, as the edges' callee side.
+  std::vector<uint32_t> collect_call_latency() {
+    std::vector<uint32_t> out;
+    out.reserve(raw_.call_latency.size());
+    for (const RawCallLatency& l : raw_.call_latency)
+      out.push_back(user_address(*view_of(l.pid), l.callee_address, true, UINT64_MAX));
     return out;
   }
 
@@ -533,6 +544,27 @@ class Converter {
       edge.callee_func = specs_[callee.first_spec].frame.func;
       edge.count = e.count;
       out_.call_edges.push_back(edge);
+    }
+  }
+
+  // One entry per (process, function): addresses of one function (several call sites of mcount in
+  // an inlined copy, say) are summed.
+  void build_call_latency(const std::vector<uint32_t>& latency_addresses) {
+    std::map<std::pair<int32_t, uint32_t>, size_t> index;
+    for (size_t i = 0; i < raw_.call_latency.size(); ++i) {
+      const RawCallLatency& l = raw_.call_latency[i];
+      const UniqueAddress& callee = addresses_[latency_addresses[i]];
+      const uint32_t func = specs_[callee.first_spec].frame.func;
+      auto [it, inserted] = index.try_emplace({l.pid, func}, out_.call_latency.size());
+      if (inserted) {
+        out_.call_latency.push_back(CallLatency{l.pid, func, 0, 0, 0, 0, {}});
+      }
+      CallLatency& c = out_.call_latency[it->second];
+      c.calls += l.calls;
+      c.sum_ns += l.sum_ns;
+      c.outer_ns += l.outer_ns;
+      c.max_ns = std::max(c.max_ns, l.max_ns);
+      c.histogram.merge(l.histogram);
     }
   }
 

@@ -1,6 +1,7 @@
-// dlopen fixture (itself uninstrumented): `calls_dso_main LIB N` waits a moment, dlopens LIB (built
-// with NOP entries), waits until a probe is attached to lib_run's entry (its first byte becomes the
-// int3 the kernel writes; at most 30 s), then calls lib_run(N) once. Exits 3 when no probe came.
+// dlopen fixture (itself uninstrumented): `calls_dso_main LIB N` waits a moment, dlopens LIB, and
+// when lib_run's entry is a NOP site waits until it is hooked (its first byte becomes the int3 of a
+// uprobe, or the call hpd's runtime patches in; at most 30 s), then calls lib_run(N) once. Exits 3
+// when the NOP stayed.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +25,12 @@ int main(int argc, char** argv) {
   if (run == NULL) return 2;
   const volatile unsigned char* entry = (const volatile unsigned char*)run;
   int waited = 0;
-  while (*entry != 0xcc && waited < 3000) {
+  // 0x0f: nop5 (clang), 0x90: nop1 (gcc); anything else is hooked or an instrumentation call.
+  while ((*entry == 0x0f || *entry == 0x90) && waited < 3000) {
     sleep_ms(10);
     ++waited;
   }
-  if (*entry != 0xcc) return 3;
+  if (*entry == 0x0f || *entry == 0x90) return 3;
   run(n);
   return 0;
 }

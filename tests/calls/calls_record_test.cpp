@@ -1,7 +1,10 @@
 // Privileged: exact call counts of the fixtures, recorded for real through hpd::record(--calls), with
-// both backends, threads, a library dlopen'd during the recording, and the targets' code after detach.
+// both backends, threads, a library dlopen'd during the recording, and the targets' code after detach;
+// hpd's in-process runtime against the uprobes on the same fixtures, its latencies against what the
+// programs measure themselves, and the targets that cannot take it or misbehave.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -9,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +24,8 @@
 #include "hpd/export/firefox_reader.h"
 #include "hpd/symbolizer/convert.h"
 #include "subprocess.h"
+
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -46,10 +52,13 @@ void count_edges(const hpd::Profile& profile, std::map<std::string, uint64_t>& e
   }
 }
 
-Counted record_calls(std::vector<std::string> command, hpd::Backend backend = hpd::Backend::kBpf) {
+Counted record_calls(std::vector<std::string> command, hpd::Backend backend = hpd::Backend::kBpf,
+                     hpd::CallCounterKind counter = hpd::CallCounterKind::kUprobes) {
   hpd::RecordOptions options;
   options.command = std::move(command);
   options.count_calls = true;
+  options.call_counter = counter;
+  options.call_runtime = HPD_CALLS_RUNTIME_PATH;
   options.backend = backend;
   options.frequency_hz = 499;
   options.off_cpu = backend == hpd::Backend::kPerf ? hpd::OffCpu::kOff : hpd::OffCpu::kAuto;
@@ -68,16 +77,28 @@ std::string dump(const Counted& c) {
   return s;
 }
 
-void expect_fixture_counts(const std::string& name, hpd::Backend backend = hpd::Backend::kBpf) {
+Counted record_with_runtime(std::vector<std::string> command, hpd::Backend backend = hpd::Backend::kBpf) {
+  return record_calls(std::move(command), backend, hpd::CallCounterKind::kRuntime);
+}
+
+void expect_fixture_counts(const std::string& name, hpd::Backend backend = hpd::Backend::kBpf,
+                           hpd::CallCounterKind counter = hpd::CallCounterKind::kUprobes) {
   SCOPED_TRACE(name);
-  const Counted c = record_calls({fixture(name), "1000", "250"}, backend);
+  const Counted c = record_calls({fixture(name), "1000", "250"}, backend, counter);
   EXPECT_EQ(c.result.command_exit_status, 0);
   EXPECT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
   EXPECT_EQ(c.edges.count("caller_b->callee") ? c.edges.at("caller_b->callee") : 0, 250u) << dump(c);
   EXPECT_EQ(c.calls_to.count("caller_a") ? c.calls_to.at("caller_a") : 0, 1u) << dump(c);
   EXPECT_EQ(c.calls_to.count("caller_b") ? c.calls_to.at("caller_b") : 0, 1u) << dump(c);
   EXPECT_TRUE(c.result.calls.enabled);
-  EXPECT_GE(c.result.calls.hits(), 1252u);
+  if (counter == hpd::CallCounterKind::kUprobes) {
+    EXPECT_EQ(c.result.calls.counter, "uprobes");
+    EXPECT_GE(c.result.calls.hits(), 1252u);
+  } else {
+    EXPECT_EQ(c.result.calls.counter, "runtime") << dump(c);
+    EXPECT_EQ(c.result.profile.info.call_counter, "runtime");
+    EXPECT_GE(c.result.calls.runtime.calls, 1253u);
+  }
   EXPECT_EQ(c.result.calls.calls_not_counted, 0u);
 }
 
@@ -257,6 +278,293 @@ TEST(CallsRecord, DetachRestoresTheSpeed) {
   const double after = run_ns(work);
   // Generous: probed runs cost >= 300 ns x 1M = 0.3 s more; require only half of the difference.
   EXPECT_LT(after, probed * 0.5) << "probed " << probed / 1e6 << " ms, after detach " << after / 1e6 << " ms";
+}
+
+// ---- hpd's in-process runtime (libhpdcalls.so) ----
+
+// Every edge the uprobes count, the runtime counts the same number of times (and no other edge).
+TEST(CallsRuntime, CountsEqualTheUprobeCounts) {
+  std::vector<std::string> names = {"gcc_pg", "gcc_fentry", "gcc_nop", "clang_pg", "clang_fentry"};
+  if (HPD_CALLS_HAVE_RUST) names.push_back("rust_mcount");
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    expect_fixture_counts(name, hpd::Backend::kBpf, hpd::CallCounterKind::kRuntime);
+    const Counted runtime = record_with_runtime({fixture(name), "1000", "250"});
+    const Counted uprobes = record_calls({fixture(name), "1000", "250"});
+    EXPECT_EQ(runtime.edges, uprobes.edges) << "runtime:\n" << dump(runtime) << "uprobes:\n" << dump(uprobes);
+    EXPECT_FALSE(runtime.profile.call_latency.empty());
+  }
+}
+
+TEST(CallsRuntime, PerfBackendToo) {
+  expect_fixture_counts("gcc_fentry", hpd::Backend::kPerf, hpd::CallCounterKind::kRuntime);
+}
+
+// The default (kAuto) for a launched command is the runtime.
+TEST(CallsRuntime, IsTheDefaultForACommand) {
+  const Counted c =
+      record_calls({fixture("gcc_fentry"), "1000", "250"}, hpd::Backend::kBpf, hpd::CallCounterKind::kAuto);
+  EXPECT_EQ(c.result.calls.counter, "runtime") << dump(c);
+  EXPECT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
+}
+
+TEST(CallsRuntime, EveryThreadIsCounted) {
+  for (const char* name : {"threads_fentry", "threads_nop"}) {
+    SCOPED_TRACE(name);
+    const Counted c = record_with_runtime({fixture(name), "4", "20000"});
+    EXPECT_EQ(c.result.command_exit_status, 0);
+    EXPECT_EQ(c.edges.count("worker->callee") ? c.edges.at("worker->callee") : 0, 80000u) << dump(c);
+    EXPECT_GE(c.result.calls.runtime.threads, 5u);
+  }
+}
+
+// A library dlopened while the program runs: NOP entries (patched when dlopen returns) and calls to
+// __fentry__ (bound to the runtime's by the loader).
+TEST(CallsRuntime, LibraryDlopenedDuringTheRecording) {
+  for (const char* lib : {"libcalls_dso.so", "libcalls_dso_fentry.so"}) {
+    SCOPED_TRACE(lib);
+    const Counted c = record_with_runtime({fixture("dso_main"), fixture(lib), "5000"});
+    ASSERT_EQ(c.result.command_exit_status, 0) << dump(c);
+    EXPECT_EQ(c.edges.count("lib_run->lib_callee") ? c.edges.at("lib_run->lib_callee") : 0, 5000u) << dump(c);
+    EXPECT_EQ(c.calls_to.count("lib_run") ? c.calls_to.at("lib_run") : 0, 1u) << dump(c);
+  }
+}
+
+struct Truth {
+  uint64_t calls = 0, avg_ns = 0, p95_ns = 0, total_ns = 0;
+};
+
+// What calls_latency measured itself, by function.
+std::map<std::string, Truth> read_truth(const std::string& path) {
+  std::map<std::string, Truth> out;
+  std::ifstream in(path);
+  std::string name;
+  Truth t;
+  while (in >> name >> t.calls >> t.avg_ns >> t.p95_ns >> t.total_ns) out[name] = t;
+  return out;
+}
+
+const hpd::CallLatency* latency_of(const hpd::Profile& p, const std::string& name) {
+  for (const hpd::CallLatency& l : p.call_latency)
+    if (p.func_name(l.func) == name) return &l;
+  return nullptr;
+}
+
+// Average within 5% and 95th percentile within 10% of the program's own measurement; the total of a
+// recursive function counts each outermost call once.
+TEST(CallsRuntime, LatencyMatchesWhatTheProgramMeasured) {
+  for (const char* name : {"latency_fentry", "latency_clang_pg"}) {
+    SCOPED_TRACE(name);
+    std::string dir = (std::filesystem::temp_directory_path() / "hpd-latency-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+    const std::string out = dir + "/truth.txt";
+    const Counted c = record_with_runtime({fixture(name), out});
+    ASSERT_EQ(c.result.command_exit_status, 0) << dump(c);
+    const std::map<std::string, Truth> truth = read_truth(out);
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(truth.size(), 3u);
+    for (const char* f : {"spin_for", "sleep_for"}) {
+      SCOPED_TRACE(f);
+      const hpd::CallLatency* l = latency_of(c.profile, f);
+      ASSERT_NE(l, nullptr) << dump(c);
+      const Truth& t = truth.at(f);
+      ASSERT_EQ(l->calls, t.calls);
+      const double avg = double(l->sum_ns) / double(l->calls);
+      const double p95 = double(l->histogram.quantile_ns(0.95, l->max_ns));
+      EXPECT_NEAR(avg, double(t.avg_ns), 0.05 * double(t.avg_ns))
+          << "truth p95 " << t.p95_ns << " hpd " << p95;
+      EXPECT_NEAR(p95, double(t.p95_ns), 0.10 * double(t.p95_ns))
+          << "truth avg " << t.avg_ns << " hpd " << avg;
+      EXPECT_EQ(l->outer_ns, l->sum_ns);  // not recursive
+    }
+    const hpd::CallLatency* rec = latency_of(c.profile, "rec");
+    ASSERT_NE(rec, nullptr);
+    const Truth& t = truth.at("rec");
+    EXPECT_EQ(rec->calls, 10 * t.calls);  // 20 outer calls, 10 deep
+    EXPECT_NEAR(double(rec->outer_ns), double(t.total_ns), 0.05 * double(t.total_ns));
+    EXPECT_GT(rec->sum_ns, 5 * rec->outer_ns);  // every level's time counted in the average
+  }
+}
+
+// Exceptions thrown through hooked frames and longjmp out of them: the program's results stay right,
+// every call is still counted, and the frames left without a return are dropped, not crashed on.
+TEST(CallsRuntime, ExceptionsAndLongjmp) {
+  const Counted c = record_with_runtime({fixture("unwind_fentry"), "1000"});
+  ASSERT_EQ(c.result.command_exit_status, 0) << dump(c);
+  const auto edge = [&](const std::string& e) { return c.edges.count(e) ? c.edges.at(e) : 0; };
+  EXPECT_EQ(edge("middle(unsigned long)->thrower(unsigned long)"), 1000u) << dump(c);
+  EXPECT_EQ(edge("thrower(unsigned long)->leaf(unsigned long)"), 2000u) << dump(c);
+  EXPECT_EQ(edge("main->jump_middle(unsigned long)"), 1000u) << dump(c);
+  EXPECT_EQ(edge("jumper(unsigned long)->leaf(unsigned long)"), 1000u) << dump(c);
+  EXPECT_EQ(edge("after(unsigned long)->leaf(unsigned long)"), 1000u) << dump(c);
+  // jumper + jump_middle per longjmp, thrower + middle or rethrower per exception
+  EXPECT_EQ(c.result.calls.runtime.frames_abandoned, 2000u + 2 * 1000u) << dump(c);
+  EXPECT_EQ(edge("main->rethrower(unsigned long)"), 1000u) << dump(c);
+  // The calls after all that are timed again, and so is main, whose frame every exception passed
+  // over (its return hook was put back when it caught them).
+  const hpd::CallLatency* after = latency_of(c.profile, "after(unsigned long)");
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->calls, 1u);
+  const hpd::CallLatency* main_latency = latency_of(c.profile, "main");
+  ASSERT_NE(main_latency, nullptr);
+  EXPECT_EQ(main_latency->calls, 1u);
+  // Of the calls that threw (thrower, middle, rethrower: 500 each) none was timed, the others were.
+  const hpd::CallLatency* middle = latency_of(c.profile, "middle(unsigned long)");
+  ASSERT_NE(middle, nullptr);
+  EXPECT_EQ(middle->calls, 500u);
+}
+
+// A crash: the counts made before it are in shared memory and survive the process.
+TEST(CallsRuntime, CountsSurviveACrash) {
+  const Counted c = record_with_runtime({fixture("crash_fentry"), "1000"});
+  EXPECT_EQ(c.result.command_exit_status, 128 + SIGSEGV);
+  EXPECT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
+}
+
+// A forked child counts under its own pid; an exec'd program starts the runtime again.
+TEST(CallsRuntime, ForkAndExec) {
+  const Counted c = record_with_runtime({fixture("fork_exec"), fixture("gcc_fentry"), "500", "300"});
+  ASSERT_EQ(c.result.command_exit_status, 0) << dump(c);
+  std::map<std::string, std::set<int32_t>> pids;
+  for (const hpd::CallEdge& e : c.profile.call_edges)
+    if (e.caller_func != hpd::kNoIndex)
+      pids[c.profile.func_name(e.caller_func) + "->" + c.profile.func_name(e.callee_func)].insert(e.pid);
+  EXPECT_EQ(c.edges.count("parent_work->callee") ? c.edges.at("parent_work->callee") : 0, 500u) << dump(c);
+  EXPECT_EQ(c.edges.count("child_work->callee") ? c.edges.at("child_work->callee") : 0, 300u) << dump(c);
+  EXPECT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
+  EXPECT_EQ(c.edges.count("caller_b->callee") ? c.edges.at("caller_b->callee") : 0, 250u) << dump(c);
+  ASSERT_EQ(pids["parent_work->callee"].size(), 1u);
+  ASSERT_EQ(pids["child_work->callee"].size(), 1u);
+  ASSERT_EQ(pids["caller_a->callee"].size(), 1u);
+  const std::set<int32_t> all = {*pids["parent_work->callee"].begin(), *pids["child_work->callee"].begin(),
+                                 *pids["caller_a->callee"].begin()};
+  EXPECT_EQ(all.size(), 3u);  // three processes
+  EXPECT_GE(c.result.calls.runtime.processes, 3u);
+}
+
+// A program with its own __fentry__: the runtime would never be called, so hpd says so and falls back
+// to uprobes; the program's hook keeps every call.
+TEST(CallsRuntime, ProgramWithItsOwnHook) {
+  const Counted c =
+      record_calls({fixture("own_mcount"), "1000"}, hpd::Backend::kBpf, hpd::CallCounterKind::kAuto);
+  EXPECT_EQ(c.result.command_exit_status, 0) << dump(c);
+  bool said = false;
+  for (const std::string& m : c.result.calls.messages)
+    said = said || (m.find("defines mcount/__fentry__ itself") != std::string::npos &&
+                    m.find("counting with uprobes instead") != std::string::npos);
+  EXPECT_TRUE(said) << dump(c);
+  EXPECT_NE(c.result.calls.counter, "runtime");
+}
+
+// A static program cannot be preloaded: uprobes count it (at its NOP sites), and hpd says why.
+TEST(CallsRuntime, StaticProgramFallsBackToUprobes) {
+  const Counted c =
+      record_calls({fixture("static_nop"), "1000", "250"}, hpd::Backend::kBpf, hpd::CallCounterKind::kAuto);
+  EXPECT_EQ(c.result.command_exit_status, 0);
+  EXPECT_EQ(c.result.calls.counter, "uprobes");
+  EXPECT_EQ(c.result.profile.info.call_counter, "uprobes");
+  bool said = false;
+  for (const std::string& m : c.result.calls.messages)
+    said = said || (m.find("statically linked") != std::string::npos &&
+                    m.find("counting with uprobes instead") != std::string::npos);
+  EXPECT_TRUE(said) << dump(c);
+  EXPECT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
+  EXPECT_EQ(c.edges.count("caller_b->callee") ? c.edges.at("caller_b->callee") : 0, 250u) << dump(c);
+}
+
+// Linked with -pg (glibc's gprof on): unrecorded it runs as before and writes gmon.out; recorded, the
+// runtime's mcount takes the calls and the program still exits normally.
+TEST(CallsRuntime, ProgramLinkedWithGprof) {
+  std::string dir = (std::filesystem::temp_directory_path() / "hpd-gmon-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::filesystem::path old_cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  {
+    hpd::test::Background plain({fixture("gcc_pg_gmon"), "1000", "250"});
+    plain.wait();
+  }
+  const bool wrote_gmon = std::filesystem::exists(dir + "/gmon.out");
+  const Counted c = record_with_runtime({fixture("gcc_pg_gmon"), "1000", "250"});
+  std::filesystem::current_path(old_cwd);
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(wrote_gmon);
+  EXPECT_EQ(c.result.command_exit_status, 0);
+  EXPECT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
+}
+
+// Arguments in every register (integers, doubles, a variadic call's al, the static chain of a gcc
+// nested function, which gcc saves with a push around __fentry__), x87 and two-register results, and a
+// signal handler calling instrumented code at 2 kHz: every result right (the fixture checks), every
+// call of the main loop counted, and no frame left without its return.
+TEST(CallsRuntime, HooksPreserveTheAbi) {
+  for (const char* name : {"abi_fentry", "abi_pg", "abi_nop", "abi_clang_pg"}) {
+    SCOPED_TRACE(name);
+    const Counted c = record_with_runtime({fixture(name), "100000"});
+    ASSERT_EQ(c.result.command_exit_status, 0) << dump(c);
+    for (const char* f : {"ints", "doubles", "variadic", "extended", "two"})
+      EXPECT_EQ(c.calls_to.count(f) ? c.calls_to.at(f) : 0, 100000u) << f << "\n" << dump(c);
+    EXPECT_EQ(c.result.calls.runtime.frames_abandoned, 0u);
+  }
+}
+
+// hpctl end to end: it finds the runtime next to itself (no HPD_CALLS_RUNTIME), says which way
+// counted, prints the timed calls table, and the Firefox file it wrote gives the same latency back
+// through `hpctl report --json`; --calls-counter uprobes counts from outside instead.
+TEST(CallsRuntime, HpctlRecordAndReport) {
+  std::string dir = (std::filesystem::temp_directory_path() / "hpd-hpctl-calls-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string out = dir + "/calls.json.gz";
+  const hpd::test::RunResult r = hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--calls", "-o", out,
+                                                 "--", fixture("latency_fentry"), dir + "/truth.txt"},
+                                                300, {"HPD_CALLS_RUNTIME="});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("call counts (hpd's runtime, in-process): "), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("Calls (exact, counted and timed by hpd's runtime)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("spin_for"), std::string::npos) << r.out;
+  const std::map<std::string, Truth> truth = read_truth(dir + "/truth.txt");
+  ASSERT_EQ(truth.count("sleep_for"), 1u);
+
+  const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const nlohmann::json doc = nlohmann::json::parse(rep.out);
+  EXPECT_EQ(doc["calls"]["counter"], "runtime");
+  bool found = false;
+  for (const nlohmann::json& row : doc["calls"]["rows"]) {
+    if (row["name"] != "sleep_for") continue;
+    found = true;
+    const double avg = row["latency"]["avg_ns"].get<double>();
+    EXPECT_EQ(row["latency"]["timed_calls"], truth.at("sleep_for").calls);
+    EXPECT_NEAR(avg, double(truth.at("sleep_for").avg_ns), 0.05 * double(truth.at("sleep_for").avg_ns));
+  }
+  EXPECT_TRUE(found) << rep.out;
+
+  const hpd::test::RunResult up =
+      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--calls", "--calls-counter", "uprobes", "-o", out,
+                      "--", fixture("gcc_fentry"), "1000", "250"});
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+  EXPECT_NE(up.err.find("call counts (uprobes): "), std::string::npos) << up.err;
+  EXPECT_NE(up.out.find("counted by uprobes"), std::string::npos) << up.out;
+}
+
+// With hpd answering, root's `hpctl record --calls -- CMD` records locally, where the runtime can be
+// preloaded (hpd would get the pid of a command hpctl started, countable only by uprobes).
+TEST(CallsRuntime, HpctlRecordsCommandsLocallyForTheRuntime) {
+  std::string dir = (std::filesystem::temp_directory_path() / "hpd-daemon-calls-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  std::ofstream(dir + "/hpd.conf").close();
+  const std::string socket = dir + "/hpd.sock";
+  hpd::test::Background daemon({HPD_HPD_PATH, "--config", dir + "/hpd.conf", "--socket", socket});
+  for (int i = 0; i < 200 && !std::filesystem::exists(socket); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(std::filesystem::exists(socket));
+  const hpd::test::RunResult r =
+      hpd::test::run({HPD_HPCTL_PATH, "--socket", socket, "record", "--calls", "--no-report", "-o",
+                      dir + "/p.json.gz", "--", fixture("gcc_fentry"), "1000", "250"});
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("recorded locally"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("call counts (hpd's runtime, in-process): 1253 calls"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "hpd/calls/discovery.h"
+#include "hpd/calls/preload_abi.h"
+#include "hpd/model/raw_profile.h"
 
 namespace {
 
@@ -135,3 +137,27 @@ TEST(CallsDiscovery, BadInputGivesAnErrorNotACrash) {
 }
 
 }  // namespace
+
+// The model's histogram (hpd_model, which reads the runtime's buckets) and the runtime's own bucket
+// function (preload_abi.h) agree on every bucket boundary, and a quantile lands in its bucket.
+TEST(CallsRuntimeHistogram, ModelAndRuntimeAgreeOnTheBuckets) {
+  for (uint32_t b = 0; b + 1 < HPD_CALLS_HIST_BUCKETS; ++b) {
+    const uint64_t low = hpd_calls_hist_low(b);
+    ASSERT_EQ(hpd::LatencyHistogram::bucket_low_ticks(b), low) << b;
+    ASSERT_EQ(hpd_calls_hist_bucket(low), b) << b;
+    ASSERT_EQ(hpd::LatencyHistogram::bucket_of_ticks(low), b) << b;
+    ASSERT_EQ(hpd_calls_hist_bucket(hpd_calls_hist_low(b + 1) - 1), b) << b;
+    // At most 1/16 wide relative to its start (above the exact buckets).
+    if (b >= HPD_CALLS_HIST_SUB) {
+      ASSERT_LE((hpd_calls_hist_low(b + 1) - low) * 16, low) << b;
+    }
+  }
+  EXPECT_EQ(hpd_calls_hist_bucket(UINT64_MAX), HPD_CALLS_HIST_BUCKETS - 1);
+  hpd::LatencyHistogram h;
+  h.ns_per_tick = 1;
+  h.buckets = {{hpd_calls_hist_bucket(1000), 90}, {hpd_calls_hist_bucket(5000), 10}};
+  const uint64_t p95 = h.quantile_ns(0.95, 5100);
+  EXPECT_GE(p95, hpd_calls_hist_low(hpd_calls_hist_bucket(5000)));
+  EXPECT_LT(p95, hpd_calls_hist_low(hpd_calls_hist_bucket(5000) + 1));
+  EXPECT_LE(h.quantile_ns(0.5, 5100), 1024u);
+}

@@ -120,6 +120,8 @@ TEST(RecordArgsJson, RoundTripsEveryField) {
   args.call_graph = "dwarf";
   args.stack_size = 4096;
   args.mip = "off";
+  args.calls = true;
+  args.calls_counter = "uprobes";
   args.print_report = false;
   args.report_limit = 3;
   args.quiet = true;
@@ -138,6 +140,8 @@ TEST(RecordArgsJson, RoundTripsEveryField) {
   EXPECT_EQ(back.off_cpu_min_us, 7u);
   EXPECT_TRUE(back.no_follow_children);
   EXPECT_EQ(back.call_graph, "dwarf");
+  EXPECT_TRUE(back.calls);
+  EXPECT_EQ(back.calls_counter, "uprobes");
   EXPECT_EQ(back.stack_size, 4096u);
   EXPECT_EQ(back.mip, "off");
   EXPECT_FALSE(back.print_report);

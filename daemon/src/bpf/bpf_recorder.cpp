@@ -750,7 +750,10 @@ RecordResult BpfSession::run() {
   if (!ring_) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(errno));
   warm_ring();
 
-  if (!options_.command.empty()) command_ = std::make_unique<LaunchedCommand>(options_.command);
+  // Before the fork: the counter decides whether the command starts with hpd's runtime preloaded.
+  calls_ = std::make_unique<RecordingCallCounter>(options_);
+  if (!options_.command.empty())
+    command_ = std::make_unique<LaunchedCommand>(options_.command, calls_->launch_environment());
   set_targets();
   open_mmap_watch();
   load_initial_tables();
@@ -760,7 +763,6 @@ RecordResult BpfSession::run() {
   if (command_) seed_thread(command_->pid(), command_->pid());
   for (const int32_t pid : options_.pids) describe_initial(pid);
 
-  calls_ = std::make_unique<RecordingCallCounter>(options_);
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
   for (const int32_t pid : options_.pids) {
     if (options_.pid_held_at_exec)

@@ -18,6 +18,34 @@ std::string duration(uint64_t ns) {
   return buf;
 }
 
+// The in-process runtime: calls counted and timed, what it could not, and where it ran.
+void describe_runtime(const CallCountStats& stats, std::vector<std::string>& out) {
+  const RuntimeCallStats& r = stats.runtime;
+  std::string line = "call counts (hpd's runtime, in-process): " + std::to_string(r.calls) + " calls, " +
+                     std::to_string(stats.edges) + " caller->callee edges, " + std::to_string(r.calls_timed) +
+                     " calls timed; " + std::to_string(r.processes) + " process start(s), " +
+                     std::to_string(r.threads) + " thread(s)";
+  if (r.sites_patched != 0) line += ", " + std::to_string(r.sites_patched) + " NOP sites patched into calls";
+  out.push_back(line);
+  if (r.calls_untimed != 0 || r.frames_abandoned != 0) {
+    out.push_back("call counts: " + std::to_string(r.calls_untimed) +
+                  " calls counted but not timed (tail calls, too deep, too many functions), " +
+                  std::to_string(r.frames_abandoned) +
+                  " left without a return (longjmp, exceptions, still running at the end)");
+  }
+  if (r.sites_unpatched != 0)
+    out.push_back("call counts: " + std::to_string(r.sites_unpatched) +
+                  " NOP sites could not be patched (their calls are not counted)");
+  if (r.threads_refused != 0)
+    out.push_back("call counts: " + std::to_string(r.threads_refused) +
+                  " threads found no free slot in the call table; their calls are not counted");
+  if (stats.calls_not_counted != 0)
+    out.push_back(
+        "call counts: " + std::to_string(stats.calls_not_counted) +
+        " calls were not counted (a thread's edge table was full, or a signal handler ran inside the hook)");
+  for (const std::string& m : stats.messages) out.push_back(m);
+}
+
 }  // namespace
 
 std::vector<std::string> describe_call_counts(const CallCountStats& stats) {
@@ -26,7 +54,11 @@ std::vector<std::string> describe_call_counts(const CallCountStats& stats) {
     for (const std::string& m : stats.messages) out.push_back(m);
     return out;
   }
-  std::string line = "call counts: " + std::to_string(stats.hits()) + " probe hits, " +
+  if (stats.counter == "runtime") {
+    describe_runtime(stats, out);
+    return out;
+  }
+  std::string line = "call counts (uprobes): " + std::to_string(stats.hits()) + " probe hits, " +
                      std::to_string(stats.edges) + " caller->callee edges, " +
                      std::to_string(stats.modules_instrumented) + " instrumented module(s)";
   std::string by_point;

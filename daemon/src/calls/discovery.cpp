@@ -78,8 +78,10 @@ class ElfImage {
     if (elf_getphdrnum(elf_, &phnum) == 0) {
       for (size_t i = 0; i < phnum; ++i) {
         GElf_Phdr ph;
-        if (gelf_getphdr(elf_, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD)
-          segments_.push_back(Segment{ph.p_vaddr, ph.p_filesz, ph.p_offset});
+        if (gelf_getphdr(elf_, static_cast<int>(i), &ph) == nullptr) continue;
+        if (ph.p_type == PT_LOAD) segments_.push_back(Segment{ph.p_vaddr, ph.p_filesz, ph.p_offset});
+        if (ph.p_type == PT_INTERP) has_interpreter_ = true;
+        if (ph.p_type == PT_DYNAMIC) has_dynamic_ = true;
       }
     }
     size_t shstrndx = 0;
@@ -137,8 +139,12 @@ class ElfImage {
   }
 
   Elf* elf() const { return elf_; }
+  bool has_interpreter() const { return has_interpreter_; }
+  bool has_dynamic() const { return has_dynamic_; }
 
  private:
+  bool has_interpreter_ = false;
+  bool has_dynamic_ = false;
   Elf* elf_;
   std::vector<Segment> segments_;
   std::vector<Section> sections_;
@@ -388,6 +394,10 @@ ModuleInstrumentation scan_module(const std::string& path) {
   Relocations rel;
   read_relocations(img, rel);
   out.imports_hook = !rel.hook_slots.empty();
+  out.has_interpreter = img.has_interpreter();
+  out.has_dynamic = img.has_dynamic();
+  for (const char* hook : {"mcount", "_mcount", "__fentry__"})
+    if (syms.defined.count(hook) != 0) out.defines_hook = true;
 
   std::set<uint64_t> seen;
   for (const char* table : {"__mcount_loc", "__patchable_function_entries"}) {

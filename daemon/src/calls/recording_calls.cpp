@@ -1,32 +1,73 @@
-// RecordingCallCounter: starts, feeds and finishes a CallCounter from a recording backend's loop.
+// RecordingCallCounter: chooses the runtime or uprobes, then starts, feeds and finishes the counter
+// from a recording backend's loop.
 #include "calls/recording_calls.h"
 
 #include <unistd.h>
 
 #include "hpd/calls/call_counter.h"
+#include "hpd/calls/discovery.h"
+#include "hpd/calls/preload_table.h"
 #include "perf/call_graph_choice.h"
 
 namespace hpd {
 
 RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
   if (!options.count_calls) return;
+  if (!options.command.empty() && options.call_counter != CallCounterKind::kUprobes) {
+    // The runtime, when the command can take it; else uprobes, saying why.
+    std::string why;
+    runtime_ = options.call_runtime.empty() ? calls::find_preload_runtime() : options.call_runtime;
+    if (runtime_.empty()) {
+      why =
+          "hpd's call-counting runtime (libhpdcalls.so) was not found next to this program, in "
+          "../lib/hpd, or in the install directory (set HPD_CALLS_RUNTIME to its path)";
+    } else {
+      why = calls::preload_unusable_reason(resolve_command(options.command.front()));
+    }
+    if (why.empty()) {
+      try {
+        table_ = std::make_unique<calls::PreloadTable>();
+        stats_.enabled = true;
+        stats_.counter = "runtime";
+        return;
+      } catch (const calls::CallCountError& e) {
+        why = e.what();
+      }
+    }
+    if (options.call_counter == CallCounterKind::kRuntime) {
+      stats_.messages.push_back("call counts unavailable: " + why);
+      return;
+    }
+    stats_.messages.push_back("call counts: " + why + "; counting with uprobes instead");
+  }
+  start_uprobes(options.follow_children);
+}
+
+RecordingCallCounter::~RecordingCallCounter() = default;
+
+void RecordingCallCounter::start_uprobes(bool follow_children) {
   try {
-    counter_ = std::make_unique<calls::CallCounter>(calls::CallCounterOptions{options.follow_children});
+    counter_ = std::make_unique<calls::CallCounter>(calls::CallCounterOptions{follow_children});
+    stats_.counter = "uprobes";
   } catch (const calls::CallCountError& e) {
     stats_.messages.push_back(std::string("call counts unavailable: ") + e.what());
   }
 }
 
-RecordingCallCounter::~RecordingCallCounter() = default;
+std::vector<std::string> RecordingCallCounter::launch_environment() const {
+  return table_ ? table_->environment(runtime_) : std::vector<std::string>{};
+}
 
 void RecordingCallCounter::fail(const std::string& what) {
+  std::vector<std::string> messages = std::move(stats_.messages);
   stats_ = counter_->stats();
+  stats_.messages.insert(stats_.messages.begin(), messages.begin(), messages.end());
   stats_.messages.push_back("call counts stopped: " + what);
   counter_.reset();
 }
 
 void RecordingCallCounter::add_launched(int32_t pid, const std::string& argv0) {
-  if (!counter_) return;
+  if (!counter_) return;  // the runtime needs nothing more
   try {
     counter_->add_launched(pid, resolve_command(argv0));
   } catch (const calls::CallCountError& e) {
@@ -61,9 +102,30 @@ void RecordingCallCounter::poll() {
 
 void RecordingCallCounter::finish(RecordResult& result) {
   if (counter_) {
+    std::vector<std::string> messages = std::move(stats_.messages);
     stats_ = counter_->finish(result.profile);
+    stats_.counter = "uprobes";
+    stats_.messages.insert(stats_.messages.begin(), messages.begin(), messages.end());
     counter_.reset();
   }
+  if (table_) {
+    table_->read(result.profile, stats_);
+    if (stats_.runtime.processes == 0)
+      stats_.messages.push_back(
+          "call counts: hpd's runtime never started in the command (it cleared LD_PRELOAD, or it is a "
+          "script whose interpreter is static); nothing was counted");
+    else if (stats_.runtime.calls_timed != 0)
+      stats_.messages.push_back(
+          "call counts: while the runtime times a call, its return address points to the runtime's hook, "
+          "so sampled stacks show hpd_calls_return_trampoline in place of the callers: self CPU is exact, "
+          "inclusive CPU of instrumented callers is not (--calls-counter uprobes keeps whole stacks, "
+          "without latency)");
+    else if (stats_.runtime.calls == 0)
+      stats_.messages.push_back(std::string("call counts: the command made no calls to mcount/__fentry__: ") +
+                                calls::kBuildAdvice);
+    table_.reset();
+  }
+  result.profile.info.call_counter = stats_.enabled ? stats_.counter : std::string();
   result.calls = std::move(stats_);
 }
 

@@ -1,9 +1,11 @@
-// The call counter as both recording backends run it beside sampling (RecordOptions::count_calls).
+// The call counter as both recording backends run it beside sampling (RecordOptions::count_calls):
+// hpd's in-process runtime for a launched command, eBPF uprobes otherwise.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hpd/collect/recorder.h"
 
@@ -11,15 +13,20 @@ namespace hpd {
 
 namespace calls {
 class CallCounter;
-}
+class PreloadTable;
+}  // namespace calls
 
 // Never throws for a counter that cannot run: the reason becomes a message and sampling goes on.
+// Made before the command is launched: it decides whether the command gets the runtime.
 class RecordingCallCounter {
  public:
   explicit RecordingCallCounter(const RecordOptions& options);
   ~RecordingCallCounter();
   RecordingCallCounter(const RecordingCallCounter&) = delete;
   RecordingCallCounter& operator=(const RecordingCallCounter&) = delete;
+
+  // "NAME=VALUE" entries to launch the command with (the runtime's preload), or none.
+  [[nodiscard]] std::vector<std::string> launch_environment() const;
 
   // A launched command, before it is released to exec `argv0` (resolved through PATH).
   void add_launched(int32_t pid, const std::string& argv0);
@@ -30,13 +37,17 @@ class RecordingCallCounter {
   void add_held_at_exec(int32_t pid);
   // From the poll loop: probes modules mapped since the last call (rate-limited inside).
   void poll();
-  // After sampling stopped: detaches, adds the edges to result.profile and fills result.calls.
+  // After sampling stopped: detaches, adds the edges (and the runtime's latencies) to
+  // result.profile and fills result.calls.
   void finish(RecordResult& result);
 
  private:
   void fail(const std::string& what);
+  void start_uprobes(bool follow_children);
 
   std::unique_ptr<calls::CallCounter> counter_;
+  std::unique_ptr<calls::PreloadTable> table_;
+  std::string runtime_;
   CallCountStats stats_;
 };
 

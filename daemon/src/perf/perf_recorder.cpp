@@ -303,8 +303,10 @@ RecordResult PerfSession::run() {
   take_clock_pair(result_.profile.info.start_mono_ns, result_.profile.info.start_unix_ns);
   fill_info();
 
+  // Before the fork: the counter decides whether the command starts with hpd's runtime preloaded.
+  calls_ = std::make_unique<RecordingCallCounter>(options_);
   if (!options_.command.empty()) {
-    command_ = std::make_unique<LaunchedCommand>(options_.command);
+    command_ = std::make_unique<LaunchedCommand>(options_.command, calls_->launch_environment());
     attach_thread(command_->pid(), command_->pid(), nullptr);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
@@ -339,7 +341,6 @@ RecordResult PerfSession::run() {
     describe_threads(pid);
     builder_->add_maps(pid, read_proc_maps(pid), 0);
   }
-  calls_ = std::make_unique<RecordingCallCounter>(options_);
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
   for (const int32_t pid : options_.pids) {
     if (options_.pid_held_at_exec)

@@ -24,7 +24,8 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
 }
 }  // namespace
 
-LaunchedCommand::LaunchedCommand(const std::vector<std::string>& argv) {
+LaunchedCommand::LaunchedCommand(const std::vector<std::string>& argv,
+                                 const std::vector<std::string>& environment) {
   if (argv.empty() || argv.front().empty()) throw RecordError("no command given to run");
   name_ = argv.front();
   // Everything the child needs is prepared before fork: after it only async-signal-safe calls are allowed.
@@ -32,6 +33,20 @@ LaunchedCommand::LaunchedCommand(const std::vector<std::string>& argv) {
   args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The child's environment: ours, each entry of `environment` replacing one of the same name.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const std::string& add : environment) replaced = replaced || add.substr(0, add.find('=')) == name;
+    if (!replaced) env_strings.push_back(entry);
+  }
+  env_strings.insert(env_strings.end(), environment.begin(), environment.end());
+  std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
 
   UniqueFd go_read, error_write;
   make_pipe(go_read, go_);
@@ -49,7 +64,7 @@ LaunchedCommand::LaunchedCommand(const std::vector<std::string>& argv) {
       n = ::read(go_read.get(), &byte, 1);
     } while (n < 0 && errno == EINTR);
     if (n != 1) _exit(127);  // the recorder gave up before releasing us
-    ::execvp(args[0], args.data());
+    ::execvpe(args[0], args.data(), envp.data());
     const int err = errno;
     [[maybe_unused]] ssize_t w = ::write(error_write.get(), &err, sizeof err);
     _exit(127);

@@ -13,8 +13,10 @@ namespace hpd {
 
 class LaunchedCommand {
  public:
-  // Forks a child that waits on a pipe before exec'ing `argv` (searched in PATH).
-  explicit LaunchedCommand(const std::vector<std::string>& argv);
+  // Forks a child that waits on a pipe before exec'ing `argv` (searched in PATH), with the
+  // "NAME=VALUE" entries of `environment` set on top of the recorder's own environment.
+  explicit LaunchedCommand(const std::vector<std::string>& argv,
+                           const std::vector<std::string>& environment = {});
   LaunchedCommand(const LaunchedCommand&) = delete;
   LaunchedCommand& operator=(const LaunchedCommand&) = delete;
   // A child that is still running is killed and reaped, so an error path leaves no stray process.

@@ -17,6 +17,7 @@ RawProfile make_raw_profile(size_t samples) {
   i.backend = "perf";
   i.event = "task-clock";
   i.call_graph = "fp";
+  i.call_counter = "runtime";
   i.target = "./app --flag";
   i.arguments = {"hpctl", "record", "-F", "4999", "--", "./app", "--flag"};
   i.hostname = "builder";
@@ -106,6 +107,10 @@ RawProfile make_raw_profile(size_t samples) {
   }
   p.call_edges.push_back(RawCallEdge{1000, 0x555500002345, 0x555500001200, 123456});
   p.call_edges.push_back(RawCallEdge{1000, 0x7f0000030000, 0x555500002300, 1});
+  RawCallLatency latency{1000, 0x555500001200, 123456, 9'876'543'210, 9'000'000'000, 2'000'000, {}};
+  latency.histogram.ns_per_tick = 0.4347826;
+  latency.histogram.buckets = {{3, 5}, {300, 123000}, {301, 450}, {719, 1}};
+  p.call_latency.push_back(latency);
   p.lost.lost_records = 7;
   p.lost.throttle_events = 2;
   p.lost.stack_failures = 1;
@@ -129,8 +134,9 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
   if (x.start_unix_ns != y.start_unix_ns || x.start_mono_ns != y.start_mono_ns ||
       x.end_mono_ns != y.end_mono_ns || x.interval_ns != y.interval_ns || x.frequency_hz != y.frequency_hz ||
       x.backend != y.backend || x.event != y.event || x.call_graph != y.call_graph || x.target != y.target ||
-      x.arguments != y.arguments || x.hostname != y.hostname || x.kernel_release != y.kernel_release ||
-      x.kernel_frames != y.kernel_frames || x.logical_cpus != y.logical_cpus)
+      x.call_counter != y.call_counter || x.arguments != y.arguments || x.hostname != y.hostname ||
+      x.kernel_release != y.kernel_release || x.kernel_frames != y.kernel_frames ||
+      x.logical_cpus != y.logical_cpus)
     return "recording info differs";
   if (a.modules.size() != b.modules.size()) return "module count differs";
   for (size_t i = 0; i < a.modules.size(); ++i) {
@@ -181,6 +187,14 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
     if (e.pid != f.pid || e.caller_address != f.caller_address || e.callee_address != f.callee_address ||
         e.count != f.count)
       return "call edge " + std::to_string(i) + " differs";
+  }
+  if (a.call_latency.size() != b.call_latency.size()) return "call latency count differs";
+  for (size_t i = 0; i < a.call_latency.size(); ++i) {
+    const RawCallLatency &l = a.call_latency[i], &m = b.call_latency[i];
+    if (l.pid != m.pid || l.callee_address != m.callee_address || l.calls != m.calls ||
+        l.sum_ns != m.sum_ns || l.outer_ns != m.outer_ns || l.max_ns != m.max_ns ||
+        l.histogram.ns_per_tick != m.histogram.ns_per_tick || l.histogram.buckets != m.histogram.buckets)
+      return "call latency " + std::to_string(i) + " differs";
   }
   return lost_diff(a.lost, b.lost, "profile");
 }

@@ -267,3 +267,99 @@ TEST(FirefoxCalls, ReaderChecksTheCallsTrack) {
 
 }  // namespace
 }  // namespace hpd
+
+namespace hpd {
+namespace {
+
+// profile_with_calls() plus the latency hpd's runtime would have timed: compute(int) in process 100
+// with 1000 calls of 1 us and 250 of 9 us (its p95 is in the 9 us tail), recursion counted once.
+Profile profile_with_latency() {
+  Profile p = profile_with_calls();
+  CallLatency l;
+  l.pid = 100;
+  l.func = func_named(p, "compute(int)");
+  l.calls = 1250;
+  l.sum_ns = 1000 * 1000 + 250 * 9000;
+  l.outer_ns = l.sum_ns - 7 * 1000;
+  l.max_ns = 9500;
+  l.histogram.ns_per_tick = 0.5;  // 2 ticks per ns: 1 us = 2000 ticks, 9 us = 18000 ticks
+  l.histogram.buckets = {{LatencyHistogram::bucket_of_ticks(2000), 1000},
+                         {LatencyHistogram::bucket_of_ticks(18000), 250}};
+  p.call_latency.push_back(l);
+  p.meta.recording.call_counter = "runtime";
+  p.meta.recording.start_mono_ns = 1'000'000'000;
+  p.meta.recording.end_mono_ns = 1'010'000'000;  // 10 ms
+  return p;
+}
+
+TEST(FirefoxCalls, LatencyIsAMarkerOfTheCallsTrackAndSurvivesTheRoundTrip) {
+  const Profile a = profile_with_latency();
+  const json doc = to_json(a);
+  const auto problems = testing::lint_firefox_profile(doc);
+  EXPECT_TRUE(problems.empty()) << joined(problems);
+  const auto calls = calls_threads(doc);
+  ASSERT_EQ(calls.size(), 2u);
+  const json& markers = (*calls[0])["markers"];
+  ASSERT_EQ(markers["length"], 1u);
+  const json& data = markers["data"][0];
+  EXPECT_EQ(data["type"], "HpdCallLatency");
+  EXPECT_EQ(data["calls"], 1250u);
+  EXPECT_EQ(data["avgNs"], (1000u * 1000 + 250 * 9000) / 1250);
+  const uint64_t p95 = data["p95Ns"].get<uint64_t>();
+  EXPECT_GE(p95, 9000u * 15 / 16);  // in the 9 us bucket (1/16 wide)
+  EXPECT_LE(p95, 9500u);
+  EXPECT_EQ((*calls[1])["markers"]["length"], 0u);  // process 200 has no latency
+
+  TempDir dir;
+  const std::string path = dir.file("latency.json.gz");
+  write_firefox_file(a, path);
+  const Profile b = read_firefox_file(path);
+  EXPECT_EQ(b.meta.recording.call_counter, "runtime");
+  ASSERT_EQ(b.call_latency.size(), 1u);
+  const CallLatency &x = a.call_latency[0], &y = b.call_latency[0];
+  EXPECT_EQ(b.func_name(y.func), "compute(int)");
+  EXPECT_EQ(y.pid, x.pid);
+  EXPECT_EQ(y.calls, x.calls);
+  EXPECT_EQ(y.sum_ns, x.sum_ns);
+  EXPECT_EQ(y.outer_ns, x.outer_ns);
+  EXPECT_EQ(y.max_ns, x.max_ns);
+  EXPECT_EQ(y.histogram.ns_per_tick, x.histogram.ns_per_tick);
+  EXPECT_EQ(y.histogram.buckets, x.histogram.buckets);
+}
+
+// The calls table with latency: Avg (exact), P95 (from the histogram), Total and its share of the
+// recording; the JSON has the same under "latency".
+TEST(FirefoxCalls, ReportShowsTheLatencyBesideTheCalls) {
+  const Profile p = profile_with_latency();
+  std::ostringstream text;
+  print_report(compute_report(p, ReportOptions{}), text, ReportOptions{});
+  const std::string t = text.str();
+  EXPECT_NE(t.find("counted and timed by hpd's runtime"), std::string::npos) << t;
+  EXPECT_NE(t.find("Avg"), std::string::npos) << t;
+  EXPECT_NE(t.find("P95"), std::string::npos) << t;
+  EXPECT_NE(t.find("%Wall"), std::string::npos) << t;
+  // compute(int): 1262 calls, avg 2.6 us; total 3.243 ms of 10 ms = 32.4%.
+  const size_t row = t.find("compute(int)", t.find("counted and timed by"));
+  ASSERT_NE(row, std::string::npos);
+  const std::string line = t.substr(t.rfind('\n', row) + 1, row - t.rfind('\n', row) - 1);
+  EXPECT_NE(line.find("1262"), std::string::npos) << line;
+  EXPECT_NE(line.find("2.60 us"), std::string::npos) << line;
+  EXPECT_NE(line.find("32.4"), std::string::npos) << line;
+
+  const json doc = json::parse(report_json(p));
+  EXPECT_EQ(doc["calls"]["counter"], "runtime");
+  bool found = false;
+  for (const json& r : doc["calls"]["rows"]) {
+    if (r["name"] != "compute(int)") continue;
+    found = true;
+    EXPECT_EQ(r["latency"]["timed_calls"], 1250u);
+    EXPECT_EQ(r["latency"]["avg_ns"], 2600u);
+    EXPECT_EQ(r["latency"]["total_ns"], 3243000u);
+    EXPECT_GE(r["latency"]["p95_ns"].get<uint64_t>(), 9000u * 15 / 16);
+    EXPECT_EQ(r["latency"]["max_ns"], 9500u);
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace hpd

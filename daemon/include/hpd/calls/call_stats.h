@@ -16,8 +16,25 @@ struct CallProbeHits {
   uint64_t ns_per_hit = 0;  // the benchmark's median added cost of one hit
 };
 
+// What hpd's in-process runtime (libhpdcalls.so) counted and could not.
+struct RuntimeCallStats {
+  uint64_t processes = 0;         // processes that counted into the table (each exec counts again)
+  uint64_t threads = 0;           // thread slots used
+  uint64_t calls = 0;             // calls counted
+  uint64_t calls_timed = 0;       // of those, timed (returned through the hook)
+  uint64_t calls_untimed = 0;     // counted but not timed: tail calls, shadow stack or table full
+  uint64_t frames_abandoned = 0;  // timed calls left without a return (longjmp, exception, still running)
+  uint64_t threads_refused = 0;   // threads that found no slot (their calls are not counted)
+  uint64_t sites_patched = 0;     // NOP sites turned into calls at start-up or dlopen
+  uint64_t sites_unpatched = 0;
+  double ns_per_tick = 0;  // the TSC's scale, measured over the recording
+};
+
 struct CallCountStats {
   bool enabled = false;  // --calls was asked for and the counter was started
+  // What counted: "runtime" (hpd's preloaded mcount/__fentry__), "uprobes", or both.
+  std::string counter;
+  RuntimeCallStats runtime;
   std::vector<CallProbeHits> probe_points;
   uint64_t other_process_hits = 0;  // hits of processes that run the same files but are not targets
   uint64_t calls_not_counted = 0;   // the edge map was full, or the caller could not be read

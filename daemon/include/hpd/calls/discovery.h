@@ -47,6 +47,13 @@ struct ModuleInstrumentation {
   // This file is a libc: the `call __mcount_internal` inside its _mcount and __fentry__, where
   // frompc and selfpc are in rdi and rsi. Empty when not found (not a glibc, or an unknown build).
   std::vector<ProbeSite> hook_internal_sites;
+  // Program headers: PT_INTERP (an executable the dynamic loader starts, so LD_PRELOAD works) and
+  // PT_DYNAMIC (linked dynamically). A static executable has neither.
+  bool has_interpreter = false;
+  bool has_dynamic = false;
+  // The file defines mcount, _mcount or __fentry__ itself (a libc, or a program with its own hook,
+  // whose calls then never reach a preloaded one).
+  bool defines_hook = false;
 
   [[nodiscard]] bool instrumented() const {
     return !nop_sites.empty() || mcount_calls != 0 || fentry_calls != 0 || imports_hook;

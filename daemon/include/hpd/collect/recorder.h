@@ -54,6 +54,9 @@ struct RecordProgress {
   uint64_t lost = 0;
 };
 
+// What counts the calls of RecordOptions::count_calls.
+enum class CallCounterKind : uint8_t { kAuto = 0, kRuntime = 1, kUprobes = 2 };
+
 struct RecordOptions {
   std::vector<int32_t> pids;         // record these running processes (all their threads) ...
   std::vector<std::string> command;  // ... or launch this command and record it
@@ -107,6 +110,12 @@ struct RecordOptions {
   // Called once, when every sampling event and probe is attached and before the first sample is
   // read: where a launcher lets a held command run.
   std::function<void()> on_attached;
+  // How calls are counted. kAuto: a launched command gets hpd's in-process runtime (libhpdcalls.so,
+  // preloaded: cheaper, and it times each call), unless it cannot take it (static, its own mcount),
+  // then uprobes, as --pid targets always get.
+  CallCounterKind call_counter = CallCounterKind::kAuto;
+  // The runtime library; empty = hpd::calls::find_preload_runtime().
+  std::string call_runtime;
 };
 
 // Where RawSample::cpu_delta_ns comes from.

@@ -174,6 +174,13 @@ struct CallRow {
   uint64_t total_cpu_ns = 0;
   uint64_t total_wall_ns = 0;    // on-CPU samples x interval + off-CPU time, inclusive
   uint64_t cpu_per_call_ns = 0;  // total_cpu_ns / calls (inclusive CPU per call)
+  // Latency of each call from entry to return (hpd's in-process runtime only; 0 = not timed).
+  uint64_t timed_calls = 0;  // calls that returned through the hook
+  uint64_t avg_ns = 0;       // exact: the sum of the timed calls over their number
+  uint64_t p95_ns = 0;       // from a log-linear histogram (buckets 1/16 of a power of two wide)
+  uint64_t max_ns = 0;
+  uint64_t latency_total_ns = 0;    // outermost calls only (recursion once), summed over threads
+  double latency_wall_percent = 0;  // latency_total_ns / the recording's duration (may pass 100 with threads)
   std::vector<CallPeer> callers;
   std::vector<CallPeer> callees;
 };
@@ -191,6 +198,8 @@ struct Report {
   // Exact call counts (empty without call edges): most calls first.
   std::vector<CallRow> calls;
   uint64_t calls_total = 0;
+  std::string calls_counter;  // what counted: "runtime", "uprobes", or "" (unknown: an older file)
+  bool calls_timed = false;   // some rows have latency
 };
 
 // Throws std::runtime_error when the profile's indices are inconsistent, or when options.function is

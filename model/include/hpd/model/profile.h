@@ -100,6 +100,17 @@ struct CallEdge {
   uint64_t count = 0;
 };
 
+// The latency of one function's calls in one process (see RawCallLatency).
+struct CallLatency {
+  int32_t pid = 0;
+  uint32_t func = 0;
+  uint64_t calls = 0;
+  uint64_t sum_ns = 0;
+  uint64_t outer_ns = 0;
+  uint64_t max_ns = 0;
+  LatencyHistogram histogram;
+};
+
 // A function's MIP counts in one process: the last snapshot of its module taken while recording.
 struct MipCount {
   int32_t pid = 0;
@@ -131,6 +142,7 @@ class Profile {
   std::vector<Stack> stacks;
   std::vector<Thread> threads;
   std::vector<CallEdge> call_edges;
+  std::vector<CallLatency> call_latency;
   std::vector<MipCount> mip_counts;
 
   // Interning helpers: each returns the existing index for an equal entry, else appends.

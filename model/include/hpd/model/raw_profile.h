@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace hpd {
@@ -145,6 +146,35 @@ struct RawCallEdge {
   uint64_t count = 0;
 };
 
+// A latency histogram of hpd's in-process call counter: log-linear buckets over clock ticks (16 per
+// power of two, the layout of hpd/calls/preload_abi.h), with the scale that turns ticks into ns.
+struct LatencyHistogram {
+  double ns_per_tick = 0;                              // 0 = no histogram
+  std::vector<std::pair<uint32_t, uint64_t>> buckets;  // (bucket, calls), sorted by bucket
+
+  [[nodiscard]] bool empty() const { return buckets.empty() || ns_per_tick <= 0; }
+  [[nodiscard]] uint64_t count() const;
+  // The q-quantile (0 < q <= 1) in ns: linear within the bucket it falls in, at most `max_ns`.
+  [[nodiscard]] uint64_t quantile_ns(double q, uint64_t max_ns) const;
+  // Adds `other`'s counts (same scale: both from one recording's machine).
+  void merge(const LatencyHistogram& other);
+  // The smallest tick value of a bucket, and the bucket of a tick value.
+  static uint64_t bucket_low_ticks(uint32_t bucket);
+  static uint32_t bucket_of_ticks(uint64_t ticks);
+};
+
+// The latency of the calls of one function of one process, timed by hpd's in-process runtime (each
+// call from its entry to its return, callees included).
+struct RawCallLatency {
+  int32_t pid = 0;
+  uint64_t callee_address = 0;  // as RawCallEdge::callee_address
+  uint64_t calls = 0;           // calls timed (those that returned through the hook)
+  uint64_t sum_ns = 0;          // all timed calls: sum_ns / calls is the average
+  uint64_t outer_ns = 0;        // outermost activations only, so recursion counts once
+  uint64_t max_ns = 0;
+  LatencyHistogram histogram;
+};
+
 // One function of a MIP (Machine IR Profile) snapshot: exact counts the instrumented program kept.
 struct RawMipFunction {
   std::string name;      // mangled, as in the module's __llvm_mipmap
@@ -181,6 +211,9 @@ struct RecordingInfo {
   std::string kernel_release;
   bool kernel_frames = false;  // whether kernel callchains were captured
   uint32_t logical_cpus = 0;
+  // What counted the call edges: "runtime" (hpd's preloaded mcount/__fentry__), "uprobes", both
+  // ("runtime+uprobes"), or "" (no call counting).
+  std::string call_counter;
 };
 
 // A symbol of JIT-generated code, from the process's /tmp/perf-PID.map (perf's convention: one
@@ -201,6 +234,8 @@ struct RawProfile {
   RawStackTable stacks;
   std::vector<RawSample> samples;  // in the order recorded; not necessarily sorted by time
   std::vector<RawCallEdge> call_edges;
+  // Per (process, function) call latency; only from the in-process counter (empty with uprobes).
+  std::vector<RawCallLatency> call_latency;
   // Oldest first; several per (pid, module) may be kept, the last one is what the process reached.
   std::vector<RawMipSnapshot> mip_snapshots;
   std::vector<RawJitSymbol> jit_symbols;  // of all processes; for one address the last line wins
