@@ -31,6 +31,8 @@ const std::string kCpuSplit = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
 const std::string kCpuSlices = std::string(HPD_FIXTURE_DIR) + "/cpu_slices";
 // tests/calls: callee() called A times from caller_a() and B times from caller_b(), per round.
 const std::string kCallsFentry = std::string(HPD_CALLS_FIXTURES) + "/gcc_fentry";
+// tests/unit/mip: main, setup, mid x16000, leaf x32000, late, in that first-call order.
+const std::string kMipFixture = std::string(HPD_MIP_FIXTURES) + "/mip_calls_gcc";
 
 std::vector<std::string> hpctl(const Hpd& hpd, std::vector<std::string> args) {
   std::vector<std::string> argv = {kHpctl, "--socket", hpd.socket(), "--daemon"};
@@ -197,6 +199,38 @@ TEST(Hpd, CallCountsOfACommandAreExactAsLocal) {
   EXPECT_EQ(count("main->caller_b"), 100u);
   EXPECT_EQ(count("__libc_start_call_main->main"), 1u);
   EXPECT_EQ(edges, call_edges(local_out));
+}
+
+// MIP counts (tests/unit/mip's fixture: known calls and first-call order) through hpd, as locally.
+TEST(Hpd, MipCountsOfACommandAreAsLocal) {
+  Hpd hpd;
+  auto mip_functions = [](const std::string& file) {
+    const RunResult r = run({kHpctl, "report", "--json", "--limit", "0", file});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::string> rows;
+    if (r.exit_code != 0) return rows;
+    const json report = json::parse(r.out);
+    if (!report.contains("mip")) return rows;
+    for (const json& f : report["mip"]["functions"])
+      rows.push_back(f["name"].get<std::string>() + " " + std::to_string(f["calls"].get<uint64_t>()) + " " +
+                     std::to_string(f["first_call"].get<uint64_t>()));
+    return rows;
+  };
+  const std::vector<std::string> env = {"LLVM_MIP_PROFILE_FILENAME=/dev/null"};
+  const std::string daemon_out = hpd.out_dir() + "/mip-daemon.json.gz";
+  const RunResult through_hpd =
+      run(hpctl(hpd, {"record", "--no-report", "-o", daemon_out, "--", kMipFixture, "--linger", "800"}), 120,
+          env);
+  ASSERT_EQ(through_hpd.exit_code, 0) << through_hpd.err << hpd.log();
+  const std::string local_out = hpd.out_dir() + "/mip-local.json.gz";
+  const RunResult locally =
+      run({kHpctl, "--local", "record", "--no-report", "-o", local_out, "--", kMipFixture, "--linger", "800"},
+          120, env);
+  ASSERT_EQ(locally.exit_code, 0) << locally.err;
+  const std::vector<std::string> expected = {"main 1 1", "setup 1 2", "mid 16000 3", "leaf 32000 4",
+                                             "late 1 5"};
+  EXPECT_EQ(mip_functions(daemon_out), expected);
+  EXPECT_EQ(mip_functions(local_out), expected);
 }
 
 // The command's first instruction runs under the sampling events: its first sample comes within
