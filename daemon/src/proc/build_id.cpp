@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -179,7 +180,13 @@ BuildIdReader::Known BuildIdReader::read_cached(UniqueFd fd, bool hold) {
                                    static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtime));
   auto it = by_inode_.find(key);
   if (it == by_inode_.end()) it = by_inode_.emplace(key, Known{read_elf_build_id(fd.get()), nullptr}).first;
-  if (hold && !it->second.file) it->second.file = std::make_shared<const HeldFile>(fd.release());
+  // Descriptors are numbered lowest first, so this one's number is about how many are open: a held
+  // file must never take one the recording itself needs (perf events, rings). Near the limit the
+  // file is not held, and is looked up by path at the end as before.
+  rlimit limit{};
+  const bool room = ::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+                    static_cast<rlim_t>(fd.get()) + kSpareDescriptors < limit.rlim_cur;
+  if (hold && room && !it->second.file) it->second.file = std::make_shared<const HeldFile>(fd.release());
   return it->second;
 }
 

@@ -1,6 +1,8 @@
 // ELF build-id (NT_GNU_BUILD_ID) reading, for files mapped into live processes.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -53,6 +55,8 @@ class BuildIdReader {
   MappedModule for_mapping(int32_t pid, uint64_t start, uint64_t end, const std::string& path);
   // Reads PATH as seen from the process's root, then PATH itself.
   std::string for_path(int32_t pid, const std::string& path);
+  // Files are held open only while at least this many descriptors stay free below RLIMIT_NOFILE.
+  static constexpr rlim_t kSpareDescriptors = 512;
 
  private:
   struct Known {

@@ -131,7 +131,7 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
   EXPECT_NEAR(pct(0.5), 1.0, 0.1);
   EXPECT_GT(double(within_10), 0.6 * double(ratios.size()));
   EXPECT_EQ(result.samples_with_stale_cpu_time, 0u);
-  EXPECT_EQ(count_open_fds(), fds_before);
+  EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 
 // Processes that live a few milliseconds are gone before /proc/PID/maps can be read; the kernel's
@@ -218,7 +218,7 @@ TEST(BpfRecord, RunningProcessByPid) {
   expect_spinner_profile(result, pid, cpu_ns(usage), kBpfExpectations);
   // Waiting on stdin before the go: an off-CPU interval in read().
   EXPECT_GE(samples_of(result.profile, pid, SampleKind::kOffCpu), 1u);
-  EXPECT_EQ(count_open_fds(), fds_before);
+  EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 
 // The share (0..1) the fixture measured itself: "sleeper: waited W of T s".
@@ -543,7 +543,7 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
               threads.size(), samples, double(cpu_ns) / 1e6, ratio);
   EXPECT_GT(ratio, 0.7);
   EXPECT_LT(ratio, 1.2);
-  EXPECT_EQ(count_open_fds(), fds_before);
+  EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 
 // Runs `body` in a forked child and returns the line it produced ("error\t<what>" when it threw):
@@ -612,7 +612,7 @@ TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
     };
     const RecordResult result = record(options);
     return result.profile.info.event + " " + std::to_string(samples_of(result.profile, pid)) + " " +
-           std::to_string(count_open_fds() - fds_before);
+           std::to_string(count_open_fds() - fds_before - held_module_files(result.profile));
   });
   EXPECT_EQ(churn.wait(), 0);
   std::string event;
@@ -656,8 +656,9 @@ TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
     const RecordResult result = record(options);
     return std::to_string(samples_of(result.profile, spinner.pid())) + "\t" +
            std::to_string(samples_in_function(result.profile, spinner.pid(), spinner_path(), "spin_work")) +
-           "\t" + std::to_string(result.mmap_records) + "\t" + std::to_string(count_open_fds() - fds_before) +
-           "\t" + result.mmap_watch_fallback_reason;
+           "\t" + std::to_string(result.mmap_records) + "\t" +
+           std::to_string(count_open_fds() - fds_before - held_module_files(result.profile)) + "\t" +
+           result.mmap_watch_fallback_reason;
   });
   std::vector<std::string> fields;
   for (std::istringstream in(text); !in.eof();) std::getline(in, fields.emplace_back(), '\t');
@@ -722,7 +723,7 @@ TEST(BpfRecord, CgroupSeesOnlyItsProcesses) {
   EXPECT_GT(samples_of(p, inside_pid), 50u);
   EXPECT_EQ(samples_of(p, outside_pid), 0u);
   for (const RawSample& s : p.samples) EXPECT_EQ(s.pid, inside_pid);
-  EXPECT_EQ(count_open_fds(), fds_before);
+  EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 
 TEST(BpfRecord, ForkedAndExecedChildIsFollowedWhenAsked) {
@@ -778,7 +779,7 @@ TEST(BpfRecord, StopFlagAndErrorsReleaseEverything) {
     EXPECT_FALSE(result.target_exited);
     EXPECT_GT(result.profile.samples.size(), 10u);
     spinner.kill();
-    EXPECT_EQ(count_open_fds(), fds_before) << "round " << round;
+    EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile)) << "round " << round;
   }
   // A failure after the programs were loaded and attached.
   RecordOptions missing = bpf_options();

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,6 +110,35 @@ TEST(BuildId, VdsoImageAndHeldFilesOfALiveProcess) {
   const MappedModule nowhere = reader.for_mapping(child, exe.start, exe.end, "/nonexistent/prog");
   EXPECT_EQ(nowhere.build_id, "");
   EXPECT_EQ(nowhere.file, nullptr);
+}
+
+// Near RLIMIT_NOFILE no file is held (the recording's own descriptors come first); the build-id
+// is still read. Checked in a child, whose limit can be lowered without touching this process.
+TEST(BuildId, NoFileHeldNearTheDescriptorLimit) {
+  const int32_t pid = ::getpid();
+  MapsEntry exe;
+  for (const MapsEntry& e : read_proc_maps(pid)) {
+    if (e.executable && e.path == read_exe(pid)) exe = e;
+  }
+  ASSERT_GT(exe.end, exe.start);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // Room for a few more descriptors, but less than the spare the reader keeps.
+    const int probe = ::open("/dev/null", O_RDONLY);
+    rlimit tight{static_cast<rlim_t>(probe) + 16, static_cast<rlim_t>(probe) + 16};
+    ::close(probe);
+    if (::setrlimit(RLIMIT_NOFILE, &tight) != 0) ::_exit(10);
+    BuildIdReader reader;
+    const MappedModule m = reader.for_mapping(pid, exe.start, exe.end, exe.path);
+    if (m.build_id.size() != 40) ::_exit(11);
+    if (m.file != nullptr) ::_exit(12);
+    ::_exit(0);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setrlimit failed, 11: no build-id, 12: a file held at the limit";
 }
 
 TEST(ProcFiles, CpuListsAndOwnProcess) {

@@ -31,6 +31,12 @@ int count_open_fds() {
   return n - 1;  // the directory's own fd
 }
 
+int held_module_files(const RawProfile& profile) {
+  int n = 0;
+  for (const RawModule& m : profile.modules) n += m.file != nullptr ? 1 : 0;
+  return n;
+}
+
 uint64_t cpu_ns(const rusage& r) {
   auto ns = [](const timeval& t) {
     return uint64_t(t.tv_sec) * 1'000'000'000ULL + uint64_t(t.tv_usec) * 1000ULL;

@@ -19,6 +19,9 @@ const std::string& spinner_path();
 
 // Open file descriptors of this process.
 int count_open_fds();
+// Descriptors a recording's result holds on purpose: one per module file held open (RawModule::file)
+// so that it is symbolized from the file the process mapped. They close with the result.
+int held_module_files(const RawProfile& profile);
 
 // User + system time of a rusage, in ns.
 uint64_t cpu_ns(const rusage& r);

@@ -50,7 +50,7 @@ TEST(Record, LaunchedCommandWithLateThread) {
   ASSERT_EQ(result.profile.processes.size(), 1u);
   const int32_t pid = result.profile.processes[0].pid;
   expect_spinner_profile(result, pid, cpu_ns(after) - cpu_ns(before));
-  EXPECT_EQ(count_open_fds(), fds_before);
+  EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 
 TEST(Record, RunningProcessByPid) {
@@ -88,7 +88,7 @@ TEST(Record, RunningProcessByPid) {
   }
   EXPECT_TRUE(vdso);
   EXPECT_TRUE(initial);
-  EXPECT_EQ(count_open_fds(), fds_before);
+  EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 
 TEST(Record, DurationEndsRecordingAndStopsCommand) {
