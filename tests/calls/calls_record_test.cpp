@@ -445,6 +445,20 @@ TEST(CallsRuntime, StaticProgramFallsBackToUprobes) {
   EXPECT_EQ(c.edges.count("caller_b->callee") ? c.edges.at("caller_b->callee") : 0, 250u) << dump(c);
 }
 
+// --calls-counter runtime never falls back: a static program is then not counted, and hpd says why.
+TEST(CallsRuntime, RuntimeOnlyRefusesAStaticProgram) {
+  const Counted c = record_calls({fixture("static_nop"), "1000", "250"}, hpd::Backend::kBpf,
+                                 hpd::CallCounterKind::kRuntime);
+  EXPECT_EQ(c.result.command_exit_status, 0);
+  EXPECT_FALSE(c.result.calls.enabled);
+  EXPECT_TRUE(c.result.profile.call_edges.empty());
+  bool said = false;
+  for (const std::string& m : c.result.calls.messages)
+    said = said || (m.find("call counts unavailable") != std::string::npos &&
+                    m.find("statically linked") != std::string::npos);
+  EXPECT_TRUE(said) << dump(c);
+}
+
 // Linked with -pg (glibc's gprof on): unrecorded it runs as before and writes gmon.out; recorded, the
 // runtime's mcount takes the calls and the program still exits normally.
 TEST(CallsRuntime, ProgramLinkedWithGprof) {
