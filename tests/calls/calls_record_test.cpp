@@ -284,7 +284,8 @@ TEST(CallsRecord, DetachRestoresTheSpeed) {
 
 // Every edge the uprobes count, the runtime counts the same number of times (and no other edge).
 TEST(CallsRuntime, CountsEqualTheUprobeCounts) {
-  std::vector<std::string> names = {"gcc_pg", "gcc_fentry", "gcc_nop", "clang_pg", "clang_fentry"};
+  std::vector<std::string> names = {"gcc_pg",         "gcc_fentry", "gcc_nop",
+                                    "gcc_nop_mcount", "clang_pg",   "clang_fentry"};
   if (HPD_CALLS_HAVE_RUST) names.push_back("rust_mcount");
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
@@ -470,6 +471,20 @@ TEST(CallsRuntime, StaticProgramFallsBackToUprobes) {
   EXPECT_TRUE(said) << dump(c);
   EXPECT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
   EXPECT_EQ(c.edges.count("caller_b->callee") ? c.edges.at("caller_b->callee") : 0, 250u) << dump(c);
+}
+
+// --calls-counter runtime never falls back: a static program is then not counted, and hpd says why.
+TEST(CallsRuntime, RuntimeOnlyRefusesAStaticProgram) {
+  const Counted c = record_calls({fixture("static_nop"), "1000", "250"}, hpd::Backend::kBpf,
+                                 hpd::CallCounterKind::kRuntime);
+  EXPECT_EQ(c.result.command_exit_status, 0);
+  EXPECT_FALSE(c.result.calls.enabled);
+  EXPECT_TRUE(c.result.profile.call_edges.empty());
+  bool said = false;
+  for (const std::string& m : c.result.calls.messages)
+    said = said || (m.find("call counts unavailable") != std::string::npos &&
+                    m.find("statically linked") != std::string::npos);
+  EXPECT_TRUE(said) << dump(c);
 }
 
 // Linked with -pg (glibc's gprof on): unrecorded it runs as before and writes gmon.out; recorded, the

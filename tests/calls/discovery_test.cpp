@@ -6,6 +6,7 @@
 
 #include "hpd/calls/discovery.h"
 #include "hpd/calls/preload_abi.h"
+#include "hpd/calls/preload_table.h"
 #include "hpd/model/raw_profile.h"
 
 namespace {
@@ -160,4 +161,17 @@ TEST(CallsRuntimeHistogram, ModelAndRuntimeAgreeOnTheBuckets) {
   EXPECT_GE(p95, hpd_calls_hist_low(hpd_calls_hist_bucket(5000)));
   EXPECT_LT(p95, hpd_calls_hist_low(hpd_calls_hist_bucket(5000) + 1));
   EXPECT_LE(h.quantile_ns(0.5, 5100), 1024u);
+}
+
+// Which targets hpd's runtime can count: dynamic programs that leave mcount/__fentry__ to libc (or to
+// the runtime); not a static program, not one that defines its own hook.
+TEST(CallsRuntimeChoice, StaticAndOwnHookProgramsAreRefusedWithTheReason) {
+  const std::string dir = HPD_CALLS_FIXTURES;
+  EXPECT_EQ(hpd::calls::preload_unusable_reason(dir + "/gcc_fentry"), "");
+  EXPECT_EQ(hpd::calls::preload_unusable_reason(dir + "/gcc_nop"), "");
+  EXPECT_NE(hpd::calls::preload_unusable_reason(dir + "/static_nop").find("statically linked"),
+            std::string::npos);
+  EXPECT_NE(hpd::calls::preload_unusable_reason(dir + "/own_mcount").find("defines mcount/__fentry__ itself"),
+            std::string::npos);
+  EXPECT_NE(hpd::calls::preload_unusable_reason(dir + "/no_such_program"), "");
 }

@@ -141,9 +141,77 @@ static int is_nop_site(const uint8_t* p) {
   return memcmp(p, kNop5, 5) == 0 || memcmp(p, kNop5Clang, 5) == 0 || memcmp(p, kNop1x5, 5) == 0;
 }
 
+/* The start addresses (link-time) of the functions of an ELF file, from .symtab (else .dynsym),
+ * sorted, in an anonymous mapping the caller unmaps; NULL when the file has none. */
+struct func_starts {
+  uint64_t* at;
+  size_t n;
+  size_t bytes;
+};
+
+static int by_address(const void* a, const void* b) {
+  const uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+static struct func_starts read_func_starts(const uint8_t* file, size_t size, const Elf64_Shdr* sh,
+                                           unsigned shnum) {
+  struct func_starts out = {NULL, 0, 0};
+  for (uint32_t want = SHT_SYMTAB; out.at == NULL; want = SHT_DYNSYM) {
+    for (unsigned i = 0; i < shnum; ++i) {
+      if (sh[i].sh_type != want || sh[i].sh_entsize != sizeof(Elf64_Sym) ||
+          sh[i].sh_offset + sh[i].sh_size > size)
+        continue;
+      const Elf64_Sym* syms = (const Elf64_Sym*)(file + sh[i].sh_offset);
+      const size_t count = sh[i].sh_size / sizeof(Elf64_Sym);
+      out.bytes = (count * 8 + 4095) & ~(size_t)4095;
+      if (out.bytes == 0) continue;
+      void* mem = mmap(NULL, out.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (mem == MAP_FAILED) return out;
+      out.at = (uint64_t*)mem;
+      for (size_t k = 0; k < count; ++k)
+        if (ELF64_ST_TYPE(syms[k].st_info) == STT_FUNC && syms[k].st_shndx != SHN_UNDEF &&
+            syms[k].st_value != 0)
+          out.at[out.n++] = syms[k].st_value;
+      qsort(out.at, out.n, 8, by_address);
+      break;
+    }
+    if (want == SHT_DYNSYM) break;
+  }
+  return out;
+}
+
+static int is_function_start(const struct func_starts* f, uint64_t vaddr) {
+  size_t lo = 0, hi = f->n;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (f->at[mid] < vaddr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < f->n && f->at[lo] == vaddr;
+}
+
+static const uint8_t kEndbr64[] = {0xf3, 0x0f, 0x1e, 0xfa};
+static const uint8_t kPushR10[] = {0x41, 0x52};
+
+/* Whether the NOP site `p` (link-time address `link`, `room` bytes into the text) is at its function's
+ * entry: the function's first instruction, possibly after endbr64, and after `push %r10` in a gcc
+ * nested function (which saves its static chain around the hook). */
+static int is_entry_site(const struct func_starts* funcs, const uint8_t* p, uint64_t link, uint64_t room) {
+  uint64_t back = 0;
+  if (room >= 2 && memcmp(p - 2, kPushR10, 2) == 0) back = 2;
+  if (is_function_start(funcs, link - back)) return 1;
+  return room >= back + 4 && memcmp(p - back - 4, kEndbr64, 4) == 0 &&
+         is_function_start(funcs, link - back - 4);
+}
+
 /* Reads the site tables of the ELF file `path` loaded at `bias` and turns each NOP site into a call
- * of __fentry__ (at a function's entry) or of mcount (after `push rbp; mov rsp,rbp`, -mnop-mcount
- * without -mfentry). */
+ * of __fentry__ (at a function's entry, -mfentry, -fpatchable-function-entry) or of mcount (after the
+ * prologue: -mnop-mcount without -mfentry). Which one comes from the symbols: a site at a function's
+ * start (or right after its endbr64) is an entry. Without symbols, a module where some site follows
+ * `push rbp; mov rsp,rbp` is taken as mcount-style throughout (no function ends that way). */
 static void patch_module(const char* path, uint64_t bias, const ElfW(Phdr) * phdr, int phnum) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
@@ -172,6 +240,8 @@ static void patch_module(const char* path, uint64_t bias, const ElfW(Phdr) * phd
     if (lo < text_low) text_low = lo;
     if (hi > text_high) text_high = hi;
   }
+  struct func_starts funcs = read_func_starts(file, size, sh, eh->e_shnum);
+  int mcount_module = 0; /* without symbols: decided below */
   struct stub_page stubs = {0, 0};
   int have_stubs = 0;
   for (unsigned i = 0; i < eh->e_shnum && text_high != 0; ++i) {
@@ -198,6 +268,15 @@ static void patch_module(const char* path, uint64_t bias, const ElfW(Phdr) * phd
       continue;
     }
     uint64_t patched = 0, skipped = 0;
+    if (funcs.n == 0) {
+      for (size_t k = 0; k < n && !mcount_module; ++k) {
+        uint64_t site = sites[k];
+        if (site != 0 && site < text_low) site += bias;
+        if (site >= text_low + 4 && site + 5 <= text_high &&
+            memcmp((const uint8_t*)site - 4, kFramePrologue, 4) == 0)
+          mcount_module = 1;
+      }
+    }
     for (size_t k = 0; k < n; ++k) {
       uint64_t site = sites[k];
       if (site != 0 && site < text_low) site += bias; /* an unrelocated link-time address */
@@ -207,7 +286,8 @@ static void patch_module(const char* path, uint64_t bias, const ElfW(Phdr) * phd
       }
       uint8_t* p = (uint8_t*)site;
       if (!is_nop_site(p)) continue; /* already a call (-mrecord-mcount without -mnop-mcount) */
-      const int after_prologue = site >= text_low + 4 && memcmp(p - 4, kFramePrologue, 4) == 0;
+      int after_prologue = mcount_module;
+      if (funcs.n != 0) after_prologue = !is_entry_site(&funcs, p, site - bias, site - text_low);
       const uint8_t* target = after_prologue ? stubs.mcount : stubs.fentry;
       const int32_t rel = (int32_t)((int64_t)target - (int64_t)(site + 5));
       uint8_t call[5] = {0xe8};
@@ -219,6 +299,7 @@ static void patch_module(const char* path, uint64_t bias, const ElfW(Phdr) * phd
     __atomic_fetch_add(&g_table->sites_patched, patched, __ATOMIC_RELAXED);
     if (skipped != 0) __atomic_fetch_add(&g_table->sites_unpatched, skipped, __ATOMIC_RELAXED);
   }
+  if (funcs.at != NULL) munmap(funcs.at, funcs.bytes);
   munmap((void*)file, size);
 }
 
