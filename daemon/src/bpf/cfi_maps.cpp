@@ -105,7 +105,7 @@ void CfiMaps::worker_loop() {
 std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
                                 const std::string& build_id) {
   const std::string id =
-      !build_id.empty() ? build_id : build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path);
+      !build_id.empty() ? build_id : build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path).build_id;
   std::string key = id.empty() ? "path:" + path : id;
   auto [it, inserted] = modules_.try_emplace(key);
   if (!inserted) return key;
