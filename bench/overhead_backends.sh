@@ -9,14 +9,16 @@
 # The backends are driven through hpd_record_driver (tests/unit/bpf), which calls hpd::record().
 # The call graph is named, not left to --call-graph auto: CALL_GRAPH=fp (the default) compares the
 # backends in fp mode with `perf record -g`, CALL_GRAPH=dwarf in dwarf mode with
-# `perf record --call-graph dwarf` (both copy user stack per sample).
-# Usage: [CALL_GRAPH=fp|dwarf] bench/overhead_backends.sh [BUILD_DIR] [RUNS] [ROUNDS] [RATES...]
+# `perf record --call-graph dwarf` (both copy user stack per sample), CALL_GRAPH=cfi the eBPF backend's
+# in-kernel CFI walk with `perf record -g` (the perf backend, which has no cfi mode, runs dwarf then).
+# Usage: [CALL_GRAPH=fp|dwarf|cfi] bench/overhead_backends.sh [BUILD_DIR] [RUNS] [ROUNDS] [RATES...]
 set -euo pipefail
 call_graph=${CALL_GRAPH:-fp}
 case "$call_graph" in
   fp) perf_call_graph=(-g) ;;
   dwarf) perf_call_graph=(--call-graph dwarf) ;;
-  *) echo "CALL_GRAPH must be fp or dwarf, not '$call_graph'" >&2; exit 2 ;;
+  cfi) perf_call_graph=(-g) ;;
+  *) echo "CALL_GRAPH must be fp, dwarf or cfi, not '$call_graph'" >&2; exit 2 ;;
 esac
 build=${1:-build}
 runs=${2:-5}
@@ -54,7 +56,7 @@ for freq in "${rates[@]}"; do
   for ((i = 0; i < runs; i++)); do
     base+=("$(timeit "$fixture" --rounds "$rounds")")
     bpf+=("$(timeit "$driver" --quiet --backend bpf --call-graph "$call_graph" -F "$freq" -- "$fixture" --rounds "$rounds")")
-    pfb+=("$(timeit "$driver" --quiet --backend perf --call-graph "$call_graph" -F "$freq" -- "$fixture" --rounds "$rounds")")
+    pfb+=("$(timeit "$driver" --quiet --backend perf --call-graph "${call_graph/cfi/dwarf}" -F "$freq" -- "$fixture" --rounds "$rounds")")
     if ((have_perf)); then
       prec+=("$(timeit perf record -q "${perf_call_graph[@]}" -F "$freq" -o "$tmp/perf.data" -- "$fixture" --rounds "$rounds")")
     fi
@@ -88,7 +90,8 @@ printf '%-14s %12s %16s %14s %12s\n' backend samples "us/sample(loop)" "total cp
 for backend in bpf perf; do
   samples=() per=() cpu=() rss=()
   for ((i = 0; i < runs; i++)); do
-    line=$("$driver" --backend "$backend" --call-graph "$call_graph" -F "$top" -- "$two_threads" 3 0 2>&1 >/dev/null | grep '^hpd_record_driver:')
+    cg=$call_graph; [ "$backend" = perf ] && cg=${cg/cfi/dwarf}
+    line=$("$driver" --backend "$backend" --call-graph "$cg" -F "$top" -- "$two_threads" 3 0 2>&1 >/dev/null | grep '^hpd_record_driver:')
     get() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$line"; }
     samples+=("$(get samples)") per+=("$(get collection_us_per_sample)") cpu+=("$(get recorder_cpu_ms)")
     rss+=("$(get peak_rss_kb)")

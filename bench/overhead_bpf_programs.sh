@@ -12,6 +12,11 @@
 #
 # Variants are passed as hpd_record_driver options; runs are interleaved; medians and minimums of
 # ns per run are printed. The sysctl is restored on exit.
+# FIXTURE=path runs another program (argument: seconds) instead of cpu_split, e.g. the cfi tests'
+# sort_format (glibc's qsort and snprintf under a frame-pointer program) to compare call graphs:
+#   FIXTURE=build/tests/unit/bpf/cfi/sort_format bench/overhead_bpf_programs.sh build 5 999 2 \
+#     -- --call-graph fp -- --call-graph cfi -- --call-graph dwarf
+# "bytes/sample" is the ring bytes per on-CPU sample (records read over samples).
 # Usage: bench/overhead_bpf_programs.sh [BUILD_DIR] [RUNS] [RATE] [SECONDS] [-- OPTIONS ...]...
 #   e.g. bench/overhead_bpf_programs.sh build 5 4999 2 -- -- --no-kernel -- --ring-pages 2048
 set -euo pipefail
@@ -33,7 +38,7 @@ for arg in "$@"; do
 done
 ((started)) && variants+=("$current")
 [ ${#variants[@]} -eq 0 ] && variants=("")
-fixture="$build/fixtures/cpu_split"
+fixture="${FIXTURE:-$build/fixtures/cpu_split}"
 driver="$build/tests/unit/bpf/hpd_record_driver"
 for f in "$fixture" "$driver"; do
   [ -x "$f" ] || { echo "missing $f: build the cpu_split and hpd_record_driver targets" >&2; exit 1; }
@@ -43,7 +48,7 @@ old_stats=$(sysctl -n kernel.bpf_stats_enabled)
 trap 'sysctl -qw kernel.bpf_stats_enabled="$old_stats"' EXIT
 sysctl -qw kernel.bpf_stats_enabled=1
 
-per_run=() samples_of=() runs_of=()
+per_run=() samples_of=() runs_of=() bytes_of=()
 for ((i = 0; i < runs; i++)); do
   for k in "${!variants[@]}"; do
     v=${variants[$k]}
@@ -54,16 +59,19 @@ for ((i = 0; i < runs; i++)); do
     per_run[$k]+="$(get bpf_sample_ns_per_run) "
     samples_of[$k]+="$(get samples) "
     runs_of[$k]+="$(get bpf_sample_runs) "
+    bytes_of[$k]+="$(get bytes_per_sample) "
   done
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-printf 'hpd_on_cpu at %d Hz, cpu_split pinned to CPU 1 (SCHED_FIFO), %d interleaved runs, load: %s\n' \
-  "$rate" "$runs" "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-36s %10s %10s %10s %10s %10s\n' options "ns/run med" "ns/run min" samples runs ns/sample
+printf 'hpd_on_cpu at %d Hz, %s pinned to CPU 1 (SCHED_FIFO), %d interleaved runs, load: %s\n' \
+  "$rate" "$(basename "$fixture")" "$runs" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-36s %10s %10s %10s %10s %10s %12s\n' options "ns/run med" "ns/run min" samples runs ns/sample \
+  bytes/sample
 for k in "${!variants[@]}"; do
   v=${variants[$k]}
   # shellcheck disable=SC2086
   ns=$(median ${per_run[$k]}) n=$(median ${samples_of[$k]}) r=$(median ${runs_of[$k]})
-  printf '%-36s %10.1f %10.1f %10s %10s %10.0f\n' "${v:-(default)}" "$ns" \
-    "$(printf '%s\n' ${per_run[$k]} | sort -g | head -1)" "$n" "$r" "$(echo "$ns * $r / $n" | bc -l)"
+  printf '%-36s %10.1f %10.1f %10s %10s %10.0f %12.0f\n' "${v:-(default)}" "$ns" \
+    "$(printf '%s\n' ${per_run[$k]} | sort -g | head -1)" "$n" "$r" "$(echo "$ns * $r / $n" | bc -l)" \
+    "$(median ${bytes_of[$k]})"
 done

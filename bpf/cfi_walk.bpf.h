@@ -138,7 +138,15 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
     case HPD_CFA_OUTERMOST: return HPD_USER_END_ROOT;
     default: return HPD_USER_END_UNSUPPORTED;
   }
-  if (!exact) {
+  if (!exact && row.rbp_kind == HPD_RBP_AT_CFA && row.rbp_offset == -16) {
+    // rbp pushed right below the return address (every frame-pointer prologue): one read for both.
+    struct user_frame saved;
+    if (bpf_probe_read_user(&saved, sizeof saved, (const void*)(cfa - 16)) != 0)
+      return HPD_USER_END_READ_FAULT;
+    bp = saved.next;
+    ra = saved.ret;
+    if (cfa <= r->sp) return HPD_USER_END_NO_GROWTH;
+  } else if (!exact) {
     if (bpf_probe_read_user(&ra, sizeof ra, (const void*)(cfa - 8)) != 0) return HPD_USER_END_READ_FAULT;
     if (row.rbp_kind == HPD_RBP_AT_CFA) {
       if (bpf_probe_read_user(&bp, sizeof bp, (const void*)(cfa + (__s64)row.rbp_offset)) != 0)

@@ -1,6 +1,6 @@
-// Per-thread lost data on its way from a RawProfile to the reader's view: symbolization keeps each
-// thread's counts, the report lists the threads that lost something (text and JSON), and the Firefox
-// profile carries them in meta.extra and gives them back when read.
+// Per-thread lost data and stack completeness on their way from a RawProfile to the reader's view:
+// symbolization keeps each thread's counts, the report lists the threads that lost something (text and
+// JSON), and the Firefox profile carries them in meta.extra and gives them back when read.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -116,6 +116,71 @@ TEST(LostByThread, NoLossesNoSection) {
   std::ostringstream out;
   write_firefox_json(p, out);
   EXPECT_EQ(out.str().find("Lost data by thread"), std::string::npos);
+}
+
+// How stacks ended, on-CPU and off-CPU apart and per thread: the report (text and JSON) and the Firefox
+// meta give the same counts as the samples' stack_end.
+TEST(StackCompleteness, OnAndOffCpuPerThreadInTheReportJsonAndFirefoxMeta) {
+  Profile p = testing::make_synthetic_profile();
+  uint64_t want[2][2][3] = {};  // [thread 100/101][on/off][complete/truncated/failed]
+  int i = 0;
+  for (Thread& t : p.threads) {
+    for (Sample& s : t.samples) {
+      // A fixed pattern: every third sample failed, every fifth (not third) truncated.
+      s.stack_end = i % 3 == 0 ? StackEnd::kFailed : i % 5 == 0 ? StackEnd::kTruncated : StackEnd::kComplete;
+      ++i;
+      const int th = t.tid == 100 ? 0 : 1;
+      const int kind = s.kind == SampleKind::kOffCpu ? 1 : 0;
+      ++want[th][kind][s.stack_end == StackEnd::kComplete ? 0 : s.stack_end == StackEnd::kTruncated ? 1 : 2];
+    }
+  }
+  ASSERT_GT(want[1][1][0] + want[1][1][1] + want[1][1][2], 0u) << "the worker has an off-CPU sample";
+  const Report r = compute_report(p, ReportOptions{});
+  EXPECT_EQ(r.totals.stacks_complete, want[0][0][0] + want[1][0][0]);
+  EXPECT_EQ(r.totals.stacks_failed, want[0][0][2] + want[1][0][2]);
+  EXPECT_EQ(r.totals.off_stacks_complete + r.totals.off_stacks_truncated + r.totals.off_stacks_failed,
+            want[0][1][0] + want[0][1][1] + want[0][1][2] + want[1][1][0] + want[1][1][1] + want[1][1][2]);
+  ASSERT_EQ(r.totals.stacks_by_thread.size(), 2u);
+  for (const ThreadStacks& ts : r.totals.stacks_by_thread) {
+    const int th = ts.tid == 100 ? 0 : 1;
+    EXPECT_EQ(ts.on_complete, want[th][0][0]);
+    EXPECT_EQ(ts.on_truncated, want[th][0][1]);
+    EXPECT_EQ(ts.on_failed, want[th][0][2]);
+    EXPECT_EQ(ts.off_complete, want[th][1][0]);
+    EXPECT_EQ(ts.off_failed, want[th][1][2]);
+  }
+  const std::string text = text_report(p);
+  EXPECT_NE(text.find("Complete stacks: "), std::string::npos) << text;
+  EXPECT_NE(text.find("of off-CPU samples"), std::string::npos) << text;
+  EXPECT_NE(text.find("  tid 101 "), std::string::npos) << text;
+
+  const json j = json_report(p);
+  const json& by_thread = j.at("totals").at("stacks").at("by_thread");
+  ASSERT_EQ(by_thread.size(), 2u);
+  for (const json& t : by_thread) {
+    const int th = t.at("tid") == 100 ? 0 : 1;
+    EXPECT_EQ(t.at("on_cpu").at("complete"), want[th][0][0]);
+    EXPECT_EQ(t.at("off_cpu").at("failed"), want[th][1][2]);
+  }
+
+  std::ostringstream out;
+  write_firefox_json(p, out);
+  const json firefox = json::parse(out.str());
+  bool found = false;
+  for (const json& section : firefox.at("meta").at("extra")) {
+    if (section.at("label") != "Complete stacks") continue;
+    found = true;
+    for (const json& e : section.at("entries")) {
+      const std::string label = e.at("label");
+      if (label.find("Thread 100 ") != 0 || label.find(": on-CPU") == std::string::npos) continue;
+      const uint64_t n = want[0][0][0] + want[0][0][1] + want[0][0][2];
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.1f%% complete of %llu", 100.0 * double(want[0][0][0]) / double(n),
+                    static_cast<unsigned long long>(n));
+      EXPECT_EQ(e.at("value").get<std::string>().rfind(buf, 0), 0u) << e.dump();
+    }
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST(LostByThread, ReportCutsTheListAfterTenThreads) {
