@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # build
   cmake ninja-build pkg-config g++ ccache clang llvm llvm-14-dev libclang-rt-14-dev bpftool
+  # the sanitizer runtimes of gcc 12 for the ASan+UBSan test pass (libclang-rt-14-dev: libFuzzer's)
+  libasan8 libubsan1
   # libraries
   libelf-dev libdw-dev libdebuginfod-dev libbpf-dev libzstd-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcapstone-dev
