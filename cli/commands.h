@@ -131,6 +131,9 @@ struct StatusArgs {
 int run_record(const RecordArgs& args);  // in this process
 // Through hpd or in this process, as `daemon` says (the summary line says which).
 int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon);
+// Renames an existing output file to OUTPUT.old (as perf does with perf.data), saying so unless
+// quiet, so that a recording never silently replaces the last one.
+void keep_previous_output(const RecordArgs& args);
 int run_status(const DaemonArgs& daemon, const StatusArgs& args);
 int run_sessions(const DaemonArgs& daemon, const StatusArgs& args);
 int run_stop(const DaemonArgs& daemon, uint64_t session);
