@@ -101,6 +101,7 @@ struct ConvertArgs {
   std::string format;              // firefox|pprof|collapsed|report; "" = from the output's suffix
   std::string weight = "samples";  // collapsed: samples|cpu|wall
   bool per_thread = false;         // collapsed: a process;thread root per stack
+  bool per_process = false;        // collapsed: a process root per stack, its threads merged
   std::vector<std::string> debug_dirs;
   bool no_debuginfod = false;
   size_t limit = 20;  // report rows

@@ -222,6 +222,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   convert->add_flag("--per-thread", conv.per_thread,
                     "Collapsed stacks: start each stack with process;thread");
+  convert->add_flag("--per-process", conv.per_process,
+                    "Collapsed stacks: start each stack with the process (pid), its threads merged");
   convert->add_option("--debug-dir", conv.debug_dirs,
                       "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
   convert->add_flag("--no-debuginfod", conv.no_debuginfod,
@@ -256,6 +258,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   export_cmd->add_flag("--per-thread", exp.output.per_thread,
                        "Collapsed stacks: start each stack with process;thread");
+  export_cmd->add_flag("--per-process", exp.output.per_process,
+                       "Collapsed stacks: start each stack with the process (pid), its threads merged");
   export_cmd->add_option(
       "--debug-dir", exp.output.debug_dirs,
       "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");

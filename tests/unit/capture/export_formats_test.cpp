@@ -215,6 +215,19 @@ TEST(Collapsed, WeightsAddUpToTheTotals) {
   }
 }
 
+TEST(Collapsed, PerProcessPrefixesTheProcessAndMergesItsThreads) {
+  const Profile p = testing::make_synthetic_profile();
+  const std::string prefix = "myapp (" + std::to_string(p.threads.at(0).pid) + ");";
+  CollapsedOptions options;
+  options.per_process = true;
+  const auto lines = collapsed(p, options);
+  const auto plain = collapsed(p, {});
+  EXPECT_EQ(sum(lines), sum(plain));
+  // The same stacks as without a prefix: both threads' samples in one process root.
+  ASSERT_EQ(lines.size(), plain.size());
+  for (const auto& [stack, w] : plain) EXPECT_EQ(lines.at(prefix + stack), w) << stack;
+}
+
 TEST(Collapsed, SeparatorsInNamesAreReplaced) {
   Profile p = testing::make_synthetic_profile();
   p.strings.intern("unused");
