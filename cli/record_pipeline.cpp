@@ -185,9 +185,10 @@ Profile RecordingOutput::finish(RecordResult& result) {
     if (!capture_error_.empty()) throw std::runtime_error(capture_error_);
     capture_->finish(result.profile);
   }
-  // JIT runtimes name their generated code in /tmp/perf-PID.map; read now, while the processes
-  // (and their /tmp through /proc/PID/root) may still be there.
+  // JIT runtimes name their generated code in /tmp/perf-PID.map or jit-PID.dump; read now, while the
+  // processes (and their /tmp through /proc/PID/root) may still be there.
   jit_notes_ = read_perf_maps(result.profile);
+  for (std::string& note : read_jitdumps(result.profile)) jit_notes_.push_back(std::move(note));
   Symbolizer symbolizer;
   ConvertOptions convert_options;
   convert_options.kernel_frames = result.profile.info.kernel_frames;
