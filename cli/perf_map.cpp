@@ -107,7 +107,8 @@ std::vector<std::string> read_perf_maps(RawProfile& profile) {
 
 bool parse_jitdump(const std::string& bytes, int32_t pid, std::vector<RawJitSymbol>& out) {
   uint32_t magic = 0, header_size = 0;
-  if (!load(bytes, 0, magic) || magic != kJitdumpMagic || !load(bytes, 8, header_size) || header_size < 40) {
+  if (!load(bytes, 0, magic) || magic != kJitdumpMagic || !load(bytes, 8, header_size) || header_size < 40 ||
+      header_size > bytes.size()) {
     return false;
   }
   // Code moves refer to a blob by its code_index; the symbol it had keeps its name.
