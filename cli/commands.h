@@ -102,6 +102,7 @@ struct ConvertArgs {
   std::string format;              // firefox|pprof|collapsed|report; "" = from the output's suffix
   std::string weight = "samples";  // collapsed: samples|cpu|wall
   bool per_thread = false;         // collapsed: a process;thread root per stack
+  bool per_process = false;        // collapsed: a process root per stack, its threads merged
   std::vector<std::string> debug_dirs;
   bool no_debuginfod = false;
   size_t limit = 20;  // report rows
@@ -132,6 +133,9 @@ struct StatusArgs {
 int run_record(const RecordArgs& args);  // in this process
 // Through hpd or in this process, as `daemon` says (the summary line says which).
 int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon);
+// Renames an existing output file to OUTPUT.old (as perf does with perf.data), saying so unless
+// quiet, so that a recording never silently replaces the last one.
+void keep_previous_output(const RecordArgs& args);
 int run_status(const DaemonArgs& daemon, const StatusArgs& args);
 int run_sessions(const DaemonArgs& daemon, const StatusArgs& args);
 int run_stop(const DaemonArgs& daemon, uint64_t session);

@@ -67,7 +67,12 @@ void write_converted(const Profile& profile, const ConvertArgs& args, const std:
     options.weight = args.weight == "cpu"    ? CollapsedWeight::kCpu
                      : args.weight == "wall" ? CollapsedWeight::kWall
                                              : CollapsedWeight::kSamples;
+    if (args.per_thread && args.per_process) {
+      throw std::runtime_error(
+          "--per-thread and --per-process exclude each other (per-thread stacks start with the process)");
+    }
     options.per_thread = args.per_thread;
+    options.per_process = args.per_process;
     if (args.output == "-") {
       write_collapsed(profile, std::cout, options);
       std::cout.flush();

@@ -10,6 +10,8 @@
 
 #include "commands.h"
 #include "hpd/symbolizer/heap_pages.h"
+#include "record_pipeline.h"
+#include "suggest.h"
 
 #ifndef HPD_VERSION
 #define HPD_VERSION "unknown"
@@ -43,10 +45,25 @@ int main(int argc, char** argv) {
 
   hpd::cli::DaemonArgs daemon;
   app.add_option("--socket", daemon.socket, "The hpd socket (default: $HPD_SOCKET or /run/hpd/hpd.sock)");
-  auto* use_daemon =
-      app.add_flag("--daemon{daemon}", daemon.mode, "Record through hpd; fail when it does not answer");
-  auto* use_local = app.add_flag("--local{local}", daemon.mode, "Record in this process, not through hpd");
-  use_daemon->excludes(use_local);
+  // --daemon and --local: before the verb or after `record`; the last one given wins, both is an error.
+  int daemon_flags = 0, local_flags = 0;
+  const auto add_mode_flags = [&](CLI::App* cmd) {
+    cmd->add_flag_callback(
+        "--daemon",
+        [&] {
+          daemon.mode = "daemon";
+          ++daemon_flags;
+        },
+        "Record through hpd; fail when it does not answer");
+    cmd->add_flag_callback(
+        "--local",
+        [&] {
+          daemon.mode = "local";
+          ++local_flags;
+        },
+        "Record in this process, not through hpd");
+  };
+  add_mode_flags(&app);
 
   hpd::cli::RecordArgs rec;
   CLI::App* record = app.add_subcommand(
@@ -109,6 +126,7 @@ int main(int argc, char** argv) {
   record->add_flag("-q,--quiet", rec.quiet, "No progress or summary on stderr");
   record->add_flag("--open", rec.open,
                    "Then open the profile in the Firefox Profiler, as hpctl open does (not with .hpr)");
+  add_mode_flags(record);
   record->add_option("command", rec.command, "Command to launch and record (after --)");
   record->positionals_at_end();
 
@@ -234,6 +252,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   convert->add_flag("--per-thread", conv.per_thread,
                     "Collapsed stacks: start each stack with process;thread");
+  convert->add_flag("--per-process", conv.per_process,
+                    "Collapsed stacks: start each stack with the process (pid), its threads merged");
   convert->add_option("--debug-dir", conv.debug_dirs,
                       "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
   convert->add_flag("--no-debuginfod", conv.no_debuginfod,
@@ -268,6 +288,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   export_cmd->add_flag("--per-thread", exp.output.per_thread,
                        "Collapsed stacks: start each stack with process;thread");
+  export_cmd->add_flag("--per-process", exp.output.per_process,
+                       "Collapsed stacks: start each stack with the process (pid), its threads merged");
   export_cmd->add_option(
       "--debug-dir", exp.output.debug_dirs,
       "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
@@ -290,7 +312,14 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    if (daemon_flags > 0 && local_flags > 0)
+      throw CLI::ValidationError("--daemon and --local exclude each other");
   } catch (const CLI::ParseError& e) {
+    // A mistyped verb or flag: name the nearest one before CLI11's own message.
+    if (e.get_exit_code() != 0) {
+      const std::string hint = hpd::cli::suggest_for_arguments(app, argc, argv);
+      if (!hint.empty()) std::fprintf(stderr, "hpctl: %s\n", hint.c_str());
+    }
     return app.exit(e);
   }
 
@@ -307,6 +336,8 @@ int main(int argc, char** argv) {
         // Opening needs the symbolized profile; a capture is kept for later conversion.
         throw std::runtime_error("--open needs a Firefox profile output (.json or .json.gz), not a capture");
       }
+      hpd::cli::record_options_from_args(rec);  // a recording that cannot start keeps the old file
+      hpd::cli::keep_previous_output(rec);
       const int status = hpd::cli::run_record_auto(rec, daemon);
       if (!rec.open || !std::filesystem::exists(rec.output)) return status;
       hpd::cli::OpenArgs after_record;

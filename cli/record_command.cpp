@@ -35,6 +35,18 @@ void on_stop_signal(int) {
 
 }  // namespace
 
+void keep_previous_output(const RecordArgs& args) {
+  struct stat st {};
+  if (::stat(args.output.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  const std::string old = args.output + ".old";
+  if (std::rename(args.output.c_str(), old.c_str()) != 0) {
+    throw std::runtime_error("cannot keep the previous " + args.output + " as " + old + ": " +
+                             std::strerror(errno));
+  }
+  if (!args.quiet)
+    std::fprintf(stderr, "hpctl: the previous %s is now %s\n", args.output.c_str(), old.c_str());
+}
+
 int run_record(const RecordArgs& args) {
   // Everything that can be checked is checked before the target is touched or a file is created.
   RecordOptions options = record_options_from_args(args);
@@ -81,8 +93,10 @@ int run_record(const RecordArgs& args) {
     print_report(compute_report(profile, report_options), std::cout, report_options);
     std::cout.flush();
   }
-  if (!args.quiet) print_record_summary(args, summarize_recording(result, profile, output));
-  return 0;
+  const RecordSummary summary = summarize_recording(result, profile, output);
+  if (!args.quiet) print_record_summary(args, summary);
+  // Like the command itself (and perf record): scripts see its failure, also after a Ctrl-C.
+  return args.command.empty() ? 0 : summary.command_exit_status;
 }
 
 }  // namespace hpd::cli

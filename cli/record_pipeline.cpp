@@ -43,6 +43,19 @@ CaptureWriterOptions capture_options() {
   return options;
 }
 
+// --cgroup as /proc/PID/cgroup prints it ("0::/system.slice/app.service") or as that path alone: both
+// name a directory under the cgroup v2 mount, which the recorder adds to a relative path. A path that
+// exists as it is (/sys/fs/cgroup/...) stays absolute.
+std::string cgroup_option(std::string cgroup) {
+  if (cgroup.rfind("0::", 0) == 0) cgroup.erase(0, 3);
+  if (cgroup == "/") return ".";  // the root cgroup: the mount itself, not the file system's root
+  if (cgroup.size() > 1 && cgroup.front() == '/') {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(cgroup, ec)) cgroup.erase(0, cgroup.find_first_not_of('/'));
+  }
+  return cgroup;
+}
+
 }  // namespace
 
 RecordOptions record_options_from_args(const RecordArgs& args) {
@@ -65,7 +78,7 @@ RecordOptions record_options_from_args(const RecordArgs& args) {
                     : args.backend == "perf" ? Backend::kPerf
                                              : Backend::kAuto;
   options.all_processes = args.all;
-  options.cgroup = args.cgroup;
+  options.cgroup = cgroup_option(args.cgroup);
   options.off_cpu = args.off_cpu == "on" ? OffCpu::kOn : args.off_cpu == "off" ? OffCpu::kOff : OffCpu::kAuto;
   options.off_cpu_min_us = args.off_cpu_min_us;
   options.follow_children = !args.no_follow_children;
@@ -184,9 +197,10 @@ Profile RecordingOutput::finish(RecordResult& result) {
     if (!capture_error_.empty()) throw std::runtime_error(capture_error_);
     capture_->finish(result.profile);
   }
-  // JIT runtimes name their generated code in /tmp/perf-PID.map; read now, while the processes
-  // (and their /tmp through /proc/PID/root) may still be there.
+  // JIT runtimes name their generated code in /tmp/perf-PID.map or jit-PID.dump; read now, while the
+  // processes (and their /tmp through /proc/PID/root) may still be there.
   jit_notes_ = read_perf_maps(result.profile);
+  for (std::string& note : read_jitdumps(result.profile)) jit_notes_.push_back(std::move(note));
   Symbolizer symbolizer;
   ConvertOptions convert_options;
   convert_options.kernel_frames = result.profile.info.kernel_frames;
@@ -293,7 +307,7 @@ std::string human_bytes(uint64_t n) {
 void print_record_summary(const RecordArgs& args, const RecordSummary& s) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(args.output, ec);
-  std::fprintf(stderr, "hpctl: %llu samples from %llu threads in %.2f s (%s backend, %s)",
+  std::fprintf(stderr, "hpctl: %llu samples (on- and off-CPU) from %llu threads in %.2f s (%s backend, %s)",
                static_cast<unsigned long long>(s.samples), static_cast<unsigned long long>(s.threads),
                s.seconds, s.backend.c_str(), s.mode == "daemon" ? "recorded by hpd" : "recorded locally");
   if (s.lost_records != 0 || s.throttle_events != 0) {
@@ -305,9 +319,8 @@ void print_record_summary(const RecordArgs& args, const RecordSummary& s) {
     std::fprintf(stderr, "\nhpctl: wrote %s (%s). Convert it with `hpctl convert %s -o profile.json.gz`.\n",
                  args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
   } else {
-    std::fprintf(
-        stderr, "\nhpctl: wrote %s (%s). Open it at https://profiler.firefox.com or with `samply load %s`.\n",
-        args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
+    std::fprintf(stderr, "\nhpctl: wrote %s (%s). Open it in the Firefox Profiler with `hpctl open %s`.\n",
+                 args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
   }
   std::fprintf(stderr, "hpctl: call graph: %s", s.call_graph.c_str());
   if (s.call_graph == "dwarf") std::fprintf(stderr, " (%u-byte stack copies)", s.stack_copy_bytes);

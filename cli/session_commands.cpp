@@ -413,7 +413,8 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
     std::cout.flush();
   }
   if (!args.quiet) print_record_summary(args, summary);
-  return 0;
+  // Like the command itself (and perf record): scripts see its failure, also after a Ctrl-C.
+  return args.command.empty() ? 0 : summary.command_exit_status;
 }
 
 std::string format_bytes(uint64_t n) {

@@ -34,8 +34,13 @@ void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions
   }
   // (thread or 0) << 32 | (stack + 1) -> weight; aggregated before any string is built.
   std::unordered_map<uint64_t, uint64_t> weights;
+  // --per-process: every thread of a process is keyed by the process's first thread.
+  std::unordered_map<int32_t, uint32_t> first_thread_of_pid;
   for (uint32_t ti = 0; ti < p.threads.size(); ++ti) {
-    const uint64_t thread_key = options.per_thread ? uint64_t{ti} << 32 : 0;
+    const uint32_t key_thread = options.per_process && !options.per_thread
+                                    ? first_thread_of_pid.emplace(p.threads[ti].pid, ti).first->second
+                                    : ti;
+    const uint64_t thread_key = options.per_thread || options.per_process ? uint64_t{key_thread} << 32 : 0;
     for (const Sample& s : p.threads[ti].samples) {
       if (s.stack != kNoIndex && s.stack >= p.stacks.size())
         throw std::runtime_error("invalid profile: a sample refers to a missing stack");
@@ -60,6 +65,10 @@ void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions
       line += ';';
       append_name(line, t.name.empty() ? "[unknown]" : t.name);
       line += " (" + std::to_string(t.tid) + ")";
+    } else if (options.per_process) {
+      const Thread& t = p.threads[key >> 32];
+      append_name(line, t.process_name.empty() ? "[unknown]" : t.process_name);
+      line += " (" + std::to_string(t.pid) + ")";
     }
     const uint32_t stack = static_cast<uint32_t>(key & 0xffffffffu) - 1;
     if (stack == kNoIndex) {

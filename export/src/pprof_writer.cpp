@@ -71,6 +71,7 @@ class PprofBuilder {
       for (const Sample& s : t.samples) has_off_cpu_ |= s.kind == SampleKind::kOffCpu;
     }
     has_calls_ = !p_.call_edges.empty();
+    lay_out_mappings();
 
     std::vector<std::pair<std::string, std::string>> types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
     if (has_off_cpu_) types.emplace_back("wall", "nanoseconds");
@@ -246,7 +247,10 @@ class PprofBuilder {
         use.filenames |= p_.funcs[p_.frames[f].func].file != kNoIndex;
       }
     }
-    if (head.address >= 0) loc.uint_field(3, static_cast<uint64_t>(head.address));
+    if (head.address >= 0) {
+      const uint64_t base = head.lib != kNoIndex ? mapping_start_[head.lib] : 0;
+      loc.uint_field(3, base + static_cast<uint64_t>(head.address));
+    }
     for (size_t i = group.size(); i-- > 0;) {  // innermost first
       const Frame& f = p_.frames[group[i]];
       ProtoWriter line;
@@ -291,12 +295,70 @@ class PprofBuilder {
     }
   }
 
+  // Each library gets its own address range, laid end to end from 4 MiB, the main executable's
+  // first: pprof takes the first mapping for the program, and tools that look locations up by
+  // address need ranges that do not overlap. A location's address minus its mapping's start is the
+  // lib-relative address (ELF vaddr - image base) the Profile keeps.
+  void lay_out_mappings() {
+    const size_t n = p_.libs.size();
+    std::vector<uint64_t> extent(n, 0);
+    for (const Frame& f : p_.frames) {
+      if (f.lib != kNoIndex && f.lib < n && f.address >= 0) {
+        extent[f.lib] = std::max(extent[f.lib], static_cast<uint64_t>(f.address) + 1);
+      }
+    }
+    for (const NativeSymbol& sym : p_.native_symbols) {
+      if (sym.lib != kNoIndex && sym.lib < n)
+        extent[sym.lib] = std::max(extent[sym.lib], sym.address + sym.size);
+    }
+    mapping_order_.clear();
+    const uint32_t main = main_executable();
+    if (main != kNoIndex) mapping_order_.push_back(main);
+    for (uint32_t i = 0; i < n; ++i) {
+      if (i != main) mapping_order_.push_back(i);
+    }
+    mapping_start_.assign(n, 0);
+    mapping_limit_.assign(n, 0);
+    uint64_t next = 0x400000;
+    for (const uint32_t i : mapping_order_) {
+      mapping_start_[i] = next;
+      mapping_limit_[i] = next + ((std::max<uint64_t>(extent[i], 1) + 0xfff) & ~uint64_t{0xfff});
+      next = mapping_limit_[i] + 0x1000;
+    }
+  }
+
+  // The library that is the recorded program: not a shared object, the kernel or JIT code, and
+  // named like the process with the most samples when several are (Linux cuts names at 15 bytes).
+  uint32_t main_executable() const {
+    std::unordered_map<std::string, uint64_t> samples_of_process;
+    for (const Thread& t : p_.threads) samples_of_process[t.process_name.substr(0, 15)] += t.samples.size();
+    uint32_t best = kNoIndex;
+    uint64_t best_samples = 0;
+    for (uint32_t i = 0; i < p_.libs.size(); ++i) {
+      const Lib& lib = p_.libs[i];
+      if (lib.is_kernel || lib.name.empty() || lib.name.front() == '[' ||
+          lib.name.find(".so") != std::string::npos || lib.name.rfind("perf-", 0) == 0) {
+        continue;
+      }
+      const auto it = samples_of_process.find(lib.name.substr(0, 15));
+      const uint64_t samples = it != samples_of_process.end() ? it->second + 1 : 0;
+      if (best == kNoIndex || samples > best_samples) {
+        best = i;
+        best_samples = samples;
+      }
+    }
+    return best;
+  }
+
   void write_mappings() {
-    for (uint32_t i = 0; i < used_libs_.size(); ++i) {
+    used_libs_.resize(p_.libs.size());
+    for (const uint32_t i : mapping_order_) {
       if (!used_libs_[i].used) continue;
       const Lib& lib = p_.libs[i];
       ProtoWriter m;
       m.uint_field(1, uint64_t{i} + 1);
+      m.uint_field(2, mapping_start_[i]);
+      m.uint_field(3, mapping_limit_[i]);
       m.uint_field(5, str(lib.path.empty() ? lib.name : lib.path));
       m.uint_field(6, str(lib.build_id));
       m.bool_field(7, true);
@@ -323,6 +385,9 @@ class PprofBuilder {
   std::unordered_map<uint32_t, uint64_t> func_location_;
   std::vector<bool> used_funcs_;
   std::vector<LibUse> used_libs_;
+  std::vector<uint32_t> mapping_order_;  // the main executable first
+  std::vector<uint64_t> mapping_start_;  // per lib
+  std::vector<uint64_t> mapping_limit_;
   uint64_t interval_ns_ = kDefaultIntervalNs;
   size_t value_count_ = 2;
   bool has_off_cpu_ = false;

@@ -276,11 +276,13 @@ void print_header(const Report& report, std::ostream& out, size_t width) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };
   const auto line = [&](const std::string& text) { out << truncate_right(text, width) << '\n'; };
-  line("hpd report: " + plural(t.samples, "sample", "samples") + ", " +
+  // "on-CPU" here and "off-CPU ... samples" below: the record summary counts both kinds together.
+  line("hpd report: " + plural(t.samples, "on-CPU sample", "on-CPU samples") + ", " +
        plural(t.threads, "thread", "threads") + " in " + plural(t.processes, "process", "processes") +
        ", duration " + format_duration(t.duration_ns));
   line("CPU time " + format_duration(t.cpu_ns) + ", interval " + format_ms(t.interval_ns) + ", off-CPU " +
-       format_duration(t.off_cpu_ns) + " in " + plural(t.off_cpu_samples, "sample", "samples"));
+       format_duration(t.off_cpu_ns) + " in " +
+       plural(t.off_cpu_samples, "off-CPU sample", "off-CPU samples"));
   line("Lost: " + plural(t.lost.lost_records, "record", "records") + ", " +
        plural(t.lost.throttle_events, "throttle event", "throttle events"));
   line("Stacks: " + std::to_string(t.lost.stack_failures) + " failed, " +

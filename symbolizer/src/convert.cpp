@@ -314,13 +314,14 @@ class Converter {
     return index;
   }
 
-  // The "library" of a process's JIT code: its perf map, named like perf names it.
+  // The "library" of a process's JIT code (named from its perf map or jitdump): "[jit]", one per
+  // process so that each keeps its own path.
   uint32_t jit_lib(int32_t pid) {
     auto it = jit_libs_.find(pid);
     if (it != jit_libs_.end()) return it->second;
     Lib lib;
-    lib.name = lib.debug_name = "perf-" + std::to_string(pid) + ".map";
-    lib.path = lib.debug_path = "/tmp/" + lib.name;
+    lib.name = lib.debug_name = "[jit]";
+    lib.path = lib.debug_path = "[jit pid " + std::to_string(pid) + "]";
     const uint32_t index = out_.intern_lib(lib);
     jit_libs_.emplace(pid, index);
     return index;

@@ -85,6 +85,30 @@ TEST_F(PprofTest, DecodesWithTheExpectedTypesAndTotals) {
   EXPECT_LT(root_.all("sample").size(), t.on + t.off);
 }
 
+TEST_F(PprofTest, TheProgramIsTheFirstMappingAndEveryMappingHasItsOwnRange) {
+  decode(testing::make_synthetic_profile());
+  const auto mappings = root_.all("mapping");
+  ASSERT_GE(mappings.size(), 2u);
+  // pprof takes the first mapping for the program: the executable, not a library or the kernel.
+  EXPECT_EQ(str(*mappings[0], "filename"), "/usr/bin/myapp");
+  std::map<int64_t, std::pair<int64_t, int64_t>> ranges;
+  for (const TextNode* m : mappings) {
+    const int64_t start = m->num("memory_start"), limit = m->num("memory_limit");
+    EXPECT_LT(start, limit) << str(*m, "filename");
+    for (const auto& [id, other] : ranges) EXPECT_TRUE(limit <= other.first || start >= other.second) << id;
+    ranges[m->num("id")] = {start, limit};
+  }
+  size_t with_address = 0;
+  for (const TextNode* loc : root_.all("location")) {
+    if (loc->num("address", -1) < 0 || loc->num("mapping_id") == 0) continue;
+    const auto& [start, limit] = ranges.at(loc->num("mapping_id"));
+    EXPECT_GE(loc->num("address"), start);
+    EXPECT_LT(loc->num("address"), limit);
+    ++with_address;
+  }
+  EXPECT_GT(with_address, 0u);
+}
+
 TEST_F(PprofTest, LocationsCarryInlineLinesInnermostFirstAndMappingsBuildIds) {
   decode(testing::make_synthetic_profile());
   std::map<int64_t, std::string> function_names;
@@ -189,6 +213,19 @@ TEST(Collapsed, WeightsAddUpToTheTotals) {
   for (const auto& [stack, w] : collapsed(p, {CollapsedWeight::kSamples, true})) {
     EXPECT_TRUE(stack.rfind("myapp;", 0) == 0) << stack;
   }
+}
+
+TEST(Collapsed, PerProcessPrefixesTheProcessAndMergesItsThreads) {
+  const Profile p = testing::make_synthetic_profile();
+  const std::string prefix = "myapp (" + std::to_string(p.threads.at(0).pid) + ");";
+  CollapsedOptions options;
+  options.per_process = true;
+  const auto lines = collapsed(p, options);
+  const auto plain = collapsed(p, {});
+  EXPECT_EQ(sum(lines), sum(plain));
+  // The same stacks as without a prefix: both threads' samples in one process root.
+  ASSERT_EQ(lines.size(), plain.size());
+  for (const auto& [stack, w] : plain) EXPECT_EQ(lines.at(prefix + stack), w) << stack;
 }
 
 TEST(Collapsed, SeparatorsInNamesAreReplaced) {

@@ -209,7 +209,8 @@ TEST(Report, TextFitsEightyColumns) {
     EXPECT_LE(display_width(line), 80u) << line;
   }
   EXPECT_GT(count, 20u);
-  EXPECT_NE(text.find("hpd report: 12 samples, 2 threads in 1 process, duration 20.0 ms"), std::string::npos)
+  EXPECT_NE(text.find("hpd report: 12 on-CPU samples, 2 threads in 1 process, duration 20.0 ms"),
+            std::string::npos)
       << text;
   EXPECT_NE(
       text.find(

@@ -19,6 +19,8 @@ enum class CollapsedWeight : uint8_t {
 struct CollapsedOptions {
   CollapsedWeight weight = CollapsedWeight::kSamples;
   bool per_thread = false;  // start every stack with "process;thread (tid)"
+  bool per_process =
+      false;  // start every stack with "process (pid)", the threads merged (not with per_thread)
 };
 
 // One line per unique stack, root first, function names of every inline level joined by ';', then a

@@ -19,8 +19,10 @@ struct PprofOptions {
 //    calls/count when the profile has call edges; default_sample_type is cpu.
 //  - Identical (stack, thread) samples are merged into one Sample with summed values.
 //  - One Location per native address, with one Line per inline level, innermost first.
-//  - One Mapping per library: filename, build_id; addresses are library-relative (the Profile keeps
-//    no runtime ranges), so memory_start/limit are 0 and has_functions tells pprof not to resymbolize.
+//  - One Mapping per library: filename, build_id, and a range of its own (the Profile keeps no runtime
+//    ranges: the libraries are laid end to end from 4 MiB, the main executable's first, as pprof
+//    expects its program to be), so a location's address minus its mapping's memory_start is the
+//    library-relative address; has_functions tells pprof not to resymbolize.
 //  - A call edge becomes a sample [callee, caller] carrying only the calls value.
 // Throws std::runtime_error when the profile's indices are inconsistent.
 std::string encode_pprof(const Profile& profile, const PprofOptions& options = {});

@@ -218,7 +218,8 @@ struct RecordingInfo {
 
 // A symbol of JIT-generated code, from the process's /tmp/perf-PID.map (perf's convention: one
 // "START SIZE NAME" line per code blob, hex, written by the runtime: node --perf-basic-prof, the JVM
-// with perf-map-agent, LuaJIT, ...). Read when the recording ends; not stored in .hpr captures.
+// with perf-map-agent, LuaJIT, ...) or its jit-PID.dump (perf's jitdump: node --perf-prof). Read
+// when the recording ends; not stored in .hpr captures.
 struct RawJitSymbol {
   int32_t pid = 0;
   uint64_t start = 0;  // runtime address
