@@ -37,7 +37,9 @@ void on_stop_signal(int) {
 
 void keep_previous_output(const RecordArgs& args) {
   struct stat st {};
-  if (::stat(args.output.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  // lstat: only a regular file is rotated. A symbolic link is left in place for the output check
+  // (refused in a directory others may write), a device or FIFO is written in place.
+  if (::lstat(args.output.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
   const std::string old = args.output + ".old";
   if (std::rename(args.output.c_str(), old.c_str()) != 0) {
     throw std::runtime_error("cannot keep the previous " + args.output + " as " + old + ": " +
