@@ -7,5 +7,5 @@ build=${HPD_BUILD_DIR:-$root/build}
 "$root/packaging/build.sh"
 "$build/cli/hpctl" record --frequency 999 -o "$root/example.json.gz" -- "$build/examples/example" 3
 echo
-echo "Profile written to $root/example.json.gz: open it at https://profiler.firefox.com (Load a profile from file)"
-echo "or run: samply load $root/example.json.gz"
+echo "Profile written to $root/example.json.gz: open it with $build/cli/hpctl open $root/example.json.gz"
+echo "(the Firefox Profiler, with source and assembly), or load the file at https://profiler.firefox.com"
