@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   # build
   cmake ninja-build pkg-config g++ ccache clang llvm llvm-14-dev libclang-rt-14-dev bpftool
-  # the sanitizer runtimes of gcc 12 for the ASan+UBSan test pass (libclang-rt-14-dev: libFuzzer's)
+  # gcc 12 sanitizer runtimes for -DHPD_ENABLE_ASAN=ON builds (target hpd_unit_tests); libclang-rt-14-dev: libFuzzer
   libasan8 libubsan1
   # libraries
   libelf-dev libdw-dev libdebuginfod-dev libbpf-dev libzstd-dev zlib1g-dev
