@@ -36,6 +36,18 @@ class JitTest : public ::testing::Test {
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
+  // hot.js: 1.5 s of one recursive JavaScript function, hotFibonacci, that node compiles.
+  std::string write_hot_script() const {
+    const std::string script = path("hot.js");
+    std::ofstream(script)
+        << "function hotFibonacci(n) { return n < 2 ? n : hotFibonacci(n - 1) + hotFibonacci(n - 2); }\n"
+           "const end = Date.now() + 1500;\n"
+           "let total = 0;\n"
+           "while (Date.now() < end) total += hotFibonacci(25);\n"
+           "console.log(total);\n";
+    return script;
+  }
+
   // Records `command` with default flags; returns the Firefox profile, and the JSON report in `report`.
   json record(const std::vector<std::string>& command, json& report, std::string* summary = nullptr) {
     const std::string out = path("jit.json.gz");
@@ -99,13 +111,7 @@ TEST_F(JitTest, WithoutAMapTheCodeStaysUnnamed) {
 // node --perf-prof writes jit-PID.dump in its directory and maps it; no perf map.
 TEST_F(JitTest, NodeWithPerfProfNamesTheHotJavaScriptFunctionFromItsJitdump) {
   ASSERT_TRUE(have_tool("node")) << "nodejs is installed by packaging/install-deps.sh";
-  const std::string script = path("hot.js");
-  std::ofstream(script)
-      << "function hotFibonacci(n) { return n < 2 ? n : hotFibonacci(n - 1) + hotFibonacci(n - 2); }\n"
-         "const end = Date.now() + 1500;\n"
-         "let total = 0;\n"
-         "while (Date.now() < end) total += hotFibonacci(25);\n"
-         "console.log(total);\n";
+  write_hot_script();  // run by its name in dir_, where node writes the jitdump
   json report;
   std::string summary;
   const json profile =
@@ -119,13 +125,7 @@ TEST_F(JitTest, NodeWithPerfProfNamesTheHotJavaScriptFunctionFromItsJitdump) {
 
 TEST_F(JitTest, NodeWithPerfBasicProfNamesTheHotJavaScriptFunction) {
   ASSERT_TRUE(have_tool("node")) << "nodejs is installed by packaging/install-deps.sh";
-  const std::string script = path("hot.js");
-  std::ofstream(script)
-      << "function hotFibonacci(n) { return n < 2 ? n : hotFibonacci(n - 1) + hotFibonacci(n - 2); }\n"
-         "const end = Date.now() + 1500;\n"
-         "let total = 0;\n"
-         "while (Date.now() < end) total += hotFibonacci(25);\n"
-         "console.log(total);\n";
+  const std::string script = write_hot_script();
   json report;
   const json profile = record({"node", "--perf-basic-prof", script}, report);
   const json* hot = row_containing(report, "hotFibonacci");
