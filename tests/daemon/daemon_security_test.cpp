@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -283,6 +284,73 @@ TEST_F(RealUsers, ShortLivedSetuidChildLeavesNoSample) {
   const RunResult root = record(false, out);
   ASSERT_EQ(root.exit_code, 0) << root.err;
   EXPECT_NE(testing::load_json_maybe_gzip(out).dump().find("spin_privileged"), std::string::npos);
+}
+
+// The kernel gives root the /proc files of a thread that has exited, dumpable or not: a process whose
+// main thread called pthread_exit is still the user's to record (its other thread holds its memory),
+// and a zombie is an exited process, not a non-dumpable one.
+TEST_F(RealUsers, ExitedMainThreadAndZombieAreNotTakenForNonDumpable) {
+  Hpd hpd;
+  auto wait_ready = BackgroundOptions{.ready_line = "ready"};
+  Background leader_gone(alice_.run_as({kCredsTarget, "leader-exits", "60"}), wait_ready);
+  ASSERT_TRUE(leader_gone.ready());
+  const std::string out = hpd.out_dir() + "/leader.json";
+  const RunResult r = run(alice_.run_as(hpctl(
+      hpd, {"record", "--no-report", "--pid", std::to_string(leader_gone.pid()), "-d", "1", "-o", out})));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  const json profile = testing::load_json_maybe_gzip(out);
+  EXPECT_GT(count_samples(profile), 20u);
+  EXPECT_NE(profile.dump().find("spin_plain"), std::string::npos);
+  // A child that exited, never reaped: its parent exec'd a program that does not wait.
+  Background zombie_parent(alice_.run_as({"sh", "-c", "sh -c 'sleep 0.3' & echo ready; exec sleep 60"}),
+                           wait_ready);
+  ASSERT_TRUE(zombie_parent.ready());
+  pid_t zombie = 0;
+  for (int attempt = 0; attempt < 200 && zombie == 0; ++attempt) {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(entry.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t paren = line.rfind(')');
+      if (paren == std::string::npos) continue;
+      std::istringstream fields(line.substr(paren + 1));
+      std::string state;
+      pid_t ppid = 0;
+      fields >> state >> ppid;
+      if (state == "Z" && ppid == zombie_parent.pid()) zombie = std::stoi(name);
+    }
+    if (zombie == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_NE(zombie, 0) << "no zombie child of " << zombie_parent.pid();
+  const RunResult z = run(alice_.run_as(
+      hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(zombie), "-d", "1", "-o", out + ".z"})));
+  EXPECT_NE(z.exit_code, 0);
+  EXPECT_NE(z.err.find("(it exited)"), std::string::npos) << z.err;
+  EXPECT_EQ(z.err.find("not dumpable"), std::string::npos) << z.err;
+}
+
+// Many short set-user-ID children: each is not dumpable (and then runs as root) a moment before the
+// recorder reads the record that stops following it. A check that falls in that moment must not take
+// the user's own process for one that gained privileges (CI once failed so).
+TEST_F(RealUsers, SetuidExecsInQuickSuccessionAreUnfollowedNotRefused) {
+  Hpd hpd;
+  const std::string privileged = hpd.dir() + "/creds_target_suid";
+  std::filesystem::copy_file(kCredsTarget, privileged);
+  ASSERT_EQ(chown(privileged.c_str(), 0, 0), 0);
+  ASSERT_EQ(chmod(privileged.c_str(), 04755), 0);
+  const std::string script =
+      "i=0; while [ $i -lt 300 ]; do \"$1\" privileged 0.002 >/dev/null; i=$((i+1)); done; \"$0\" plain 0.3";
+  const std::string out = hpd.out_dir() + "/many.json.gz";
+  const RunResult r = run(alice_.run_as(
+      hpctl(hpd, {"record", "--no-report", "-o", out, "--", "sh", "-c", script, kCredsTarget, privileged})));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_NE(r.err.find("executed a program that runs with credentials other than yours"), std::string::npos)
+      << r.err;
+  const std::string text = testing::load_json_maybe_gzip(out).dump();
+  EXPECT_NE(text.find("spin_plain"), std::string::npos);
+  EXPECT_EQ(text.find("spin_privileged"), std::string::npos) << "a sample of a set-user-ID child";
 }
 
 // A process of `user` holding `count` connections to hpd that send nothing; killed on destruction.

@@ -2,6 +2,7 @@
 #include "proc/proc_maps.h"
 
 #include <charconv>
+#include <filesystem>
 
 #include "proc/proc_files.h"
 
@@ -79,7 +80,20 @@ std::vector<MapsEntry> parse_maps(std::string_view text) {
 }
 
 std::vector<MapsEntry> read_proc_maps(int32_t pid) {
-  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/maps");
+  const std::string dir = "/proc/" + std::to_string(pid);
+  auto text = read_small_file(dir + "/maps");
+  if (text && text->empty()) {
+    // Empty once the main thread has exited (pthread_exit) while others run on: the memory is
+    // theirs to show.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir + "/task", ec)) {
+      auto other = read_small_file(entry.path().string() + "/maps");
+      if (other && !other->empty()) {
+        text = std::move(other);
+        break;
+      }
+    }
+  }
   if (!text) return {};
   return parse_maps(*text);
 }

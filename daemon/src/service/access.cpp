@@ -1,6 +1,7 @@
 // Access control of hpd's requests: SO_PEERCRED and the kernel's PTRACE_MODE_READ rules through pidfds.
 #include "hpd/service/access.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
@@ -68,29 +69,90 @@ bool pidfd_alive(int pidfd) {
 // What /proc/PID says of one process, read through a directory descriptor opened while `pidfd` named
 // the same process: checked after the reads, a live pidfd proves the pid was not reused meanwhile.
 struct ProcessView {
-  std::string status;    // /proc/PID/status
-  uid_t dump_owner = 0;  // owner of /proc/PID/status: the euid when dumpable, root when not
+  std::string status;    // /proc/PID/status (of a live thread, when the main thread has exited)
+  uid_t dump_owner = 0;  // owner of that status file: the euid when dumpable, root when not
   bool dump_owner_known = false;
+  // Every thread is exiting or a zombie: its memory is gone, so its /proc files belong to root
+  // whatever it was, and it has nothing left to read.
+  bool exited = false;
 };
 
-std::optional<ProcessView> read_process_view(int pidfd, pid_t pid) {
-  const std::string dir = "/proc/" + std::to_string(pid);
-  UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dirfd) return std::nullopt;
-  ProcessView view;
-  UniqueFd status(::openat(dirfd.get(), "status", O_RDONLY | O_CLOEXEC));
+constexpr unsigned long kPfExiting = 0x4;  // PF_EXITING in /proc/PID/stat's flags
+
+// One task's status file, its owner, and whether it is exiting, from the task's /proc directory.
+struct TaskView {
+  std::string status;
+  uid_t owner = 0;
+  bool owner_known = false;
+  bool exiting = false;
+};
+
+std::optional<TaskView> read_task_view(int dirfd) {
+  TaskView view;
+  UniqueFd stat_fd(::openat(dirfd, "stat", O_RDONLY | O_CLOEXEC));
+  if (!stat_fd) return std::nullopt;
+  char buffer[4096];
+  const ssize_t got = ::read(stat_fd.get(), buffer, sizeof buffer - 1);
+  if (got <= 0) return std::nullopt;
+  const std::string_view stat(buffer, static_cast<size_t>(got));
+  // After the command's closing parenthesis: state ppid pgrp session tty_nr tpgid flags.
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string_view::npos) return std::nullopt;
+  std::istringstream fields{std::string(stat.substr(paren + 1))};
+  std::string state;
+  std::string skip;
+  fields >> state;
+  for (int i = 0; i < 5; ++i) fields >> skip;
+  unsigned long flags = 0;
+  if (!(fields >> flags)) return std::nullopt;
+  // A thread that has begun to exit has dropped, or is about to drop, its memory: the kernel then
+  // gives its /proc files to root as if it were not dumpable (task_dump_owner).
+  view.exiting = (flags & kPfExiting) != 0 || state == "Z" || state == "X";
+  UniqueFd status(::openat(dirfd, "status", O_RDONLY | O_CLOEXEC));
   if (!status) return std::nullopt;
   // Files under /proc/PID (not the directory itself, which keeps the euid for ps) belong to root
   // while the process is not dumpable (task_dump_owner).
   struct stat st {};
   if (::fstat(status.get(), &st) == 0) {
-    view.dump_owner = st.st_uid;
-    view.dump_owner_known = true;
+    view.owner = st.st_uid;
+    view.owner_known = true;
   }
-  char buffer[4096];
   ssize_t n = 0;
   while ((n = ::read(status.get(), buffer, sizeof buffer)) > 0)
     view.status.append(buffer, static_cast<size_t>(n));
+  return view;
+}
+
+std::optional<ProcessView> read_process_view(int pidfd, pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dirfd) return std::nullopt;
+  std::optional<TaskView> task = read_task_view(dirfd.get());
+  if (!task) return std::nullopt;
+  if (task->exiting) {
+    // The main thread is gone; another thread may still run the process and hold its memory.
+    task.reset();
+    UniqueFd tasks_fd(::openat(dirfd.get(), "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    DIR* tasks = tasks_fd ? ::fdopendir(tasks_fd.release()) : nullptr;
+    while (tasks != nullptr && !task) {
+      const dirent* entry = ::readdir(tasks);
+      if (entry == nullptr) break;
+      if (entry->d_name[0] < '1' || entry->d_name[0] > '9' || std::to_string(pid) == entry->d_name) continue;
+      UniqueFd thread_dir(::openat(::dirfd(tasks), entry->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!thread_dir) continue;
+      std::optional<TaskView> thread = read_task_view(thread_dir.get());
+      if (thread && !thread->exiting) task = std::move(thread);
+    }
+    if (tasks != nullptr) ::closedir(tasks);
+  }
+  ProcessView view;
+  if (task) {
+    view.status = std::move(task->status);
+    view.dump_owner = task->owner;
+    view.dump_owner_known = task->owner_known;
+  } else {
+    view.exited = true;
+  }
   // The directory was opened after the pidfd; if the pidfd's process is still alive, both are the same
   // process. A dead one may have left its pid to another.
   if (!pidfd_alive(pidfd)) return std::nullopt;
@@ -127,7 +189,7 @@ AccessDecision may_read_process(const PeerCredentials& peer, pid_t pid, int* pid
   UniqueFd pidfd(open_pidfd(pid));
   if (!pidfd) return {false, "no process with pid " + std::to_string(pid)};
   const auto view = read_process_view(pidfd.get(), pid);
-  if (!view) return {false, "no process with pid " + std::to_string(pid) + " (it exited)"};
+  if (!view || view->exited) return {false, "no process with pid " + std::to_string(pid) + " (it exited)"};
   if (pidfd_out != nullptr) *pidfd_out = pidfd.release();
   // CAP_SYS_PTRACE overrides every rule below, as in the kernel.
   if (has_capability(peer.cap_effective, kCapSysPtrace)) return {true, ""};
@@ -261,7 +323,7 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
   return {true, ""};
 }
 
-std::string privilege_gained(const PeerCredentials& peer, const RawProfile& profile) {
+PrivilegeFinding privilege_gained(const PeerCredentials& peer, const RawProfile& profile) {
   for (const RawProcess& process : profile.processes) {
     const std::string who = "process " + std::to_string(process.pid) + " (" + process.name + ")";
     // The recorder stopped following it where its credentials changed; nothing after that is kept.
@@ -269,7 +331,8 @@ std::string privilege_gained(const PeerCredentials& peer, const RawProfile& prof
     if (process.end_ns == 0) {
       const AccessDecision now = may_read_process(peer, process.pid);
       // A process that exited since is judged by its mappings below.
-      if (!now.allowed && !now.reason.starts_with("no process")) return who + ": " + now.reason;
+      if (!now.allowed && !now.reason.starts_with("no process"))
+        return {who + ": " + now.reason, process.pid};
     }
     for (const RawMapping& mapping : process.mappings) {
       if (mapping.module >= profile.modules.size()) continue;
@@ -278,19 +341,19 @@ std::string privilege_gained(const PeerCredentials& peer, const RawProfile& prof
       struct stat st {};
       if (::stat(module.path.c_str(), &st) != 0) continue;
       if ((st.st_mode & S_ISUID) != 0 && st.st_uid != peer.uid) {
-        return who + " executed " + module.path + ", a set-user-ID program of uid " +
-               std::to_string(st.st_uid);
+        return {who + " executed " + module.path + ", a set-user-ID program of uid " +
+                std::to_string(st.st_uid)};
       }
       if ((st.st_mode & S_ISGID) != 0 && (st.st_mode & S_IXGRP) != 0 && st.st_gid != peer.gid) {
-        return who + " executed " + module.path + ", a set-group-ID program of gid " +
-               std::to_string(st.st_gid);
+        return {who + " executed " + module.path + ", a set-group-ID program of gid " +
+                std::to_string(st.st_gid)};
       }
       if (::getxattr(module.path.c_str(), "security.capability", nullptr, 0) > 0) {
-        return who + " executed " + module.path + ", a program with file capabilities";
+        return {who + " executed " + module.path + ", a program with file capabilities"};
       }
     }
   }
-  return "";
+  return {};
 }
 
 }  // namespace hpd::service

@@ -681,10 +681,29 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
   // An unprivileged peer may record only what runs as itself: a target that gains privileges (a
   // set-user-ID exec) ends the session, and nothing recorded is handed over.
   std::string privilege_reason;
-  auto check_privileges = [&](const RawProfile& raw) {
+  // A live process found unreadable in one snapshot is judged on the next (250 ms on, or the final
+  // one): refused unless by then the recorder has read its exec record and stopped following it,
+  // whether or not it still lives. Until then nothing more reaches the client's file.
+  PrivilegeFinding unconfirmed;
+  auto check_privileges = [&](const RawProfile& raw, bool final) {
     if (privileged_ || !privilege_reason.empty()) return;
-    privilege_reason = privilege_gained(peer_, raw);
-    if (!privilege_reason.empty()) session->stop.store(true);
+    if (unconfirmed.live_pid != 0) {
+      const RawProcess* process = raw.find_process(unconfirmed.live_pid);
+      if (process == nullptr || process->unfollowed_ns == 0) {
+        privilege_reason = std::move(unconfirmed.reason);
+        session->stop.store(true);
+        return;
+      }
+      unconfirmed = {};
+    }
+    PrivilegeFinding finding = privilege_gained(peer_, raw);
+    if (finding.reason.empty()) return;
+    if (finding.live_pid != 0 && !final) {
+      unconfirmed = std::move(finding);
+      return;
+    }
+    privilege_reason = std::move(finding.reason);
+    session->stop.store(true);
   };
   try {
     cli::RecordingOutput output(args, fd);
@@ -701,10 +720,10 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     output.attach(options);
     // Checked before the output's own flush (a streamed .hpr): once a target gained privileges,
     // nothing more reaches the client's file.
-    options.on_flush = [inner = std::move(options.on_flush), &check_privileges,
-                        &privilege_reason](const RawProfile& raw) {
-      check_privileges(raw);
-      if (privilege_reason.empty()) inner(raw);
+    options.on_flush = [inner = std::move(options.on_flush), &check_privileges, &privilege_reason,
+                        &unconfirmed](const RawProfile& raw) {
+      check_privileges(raw, false);
+      if (privilege_reason.empty() && unconfirmed.live_pid == 0) inner(raw);
     };
     options.on_progress = [&](const RecordProgress& p) {
       announce();
@@ -725,7 +744,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
       output.abandon();
       return;
     }
-    check_privileges(result.profile);
+    check_privileges(result.profile, true);
     if (!privilege_reason.empty()) {
       output.abandon();
       log_warning("session " + std::to_string(session->id) + " of uid " + std::to_string(peer_.uid) +

@@ -78,7 +78,15 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
 // process that executed a set-user-ID or set-group-ID program, or one with file capabilities, is also
 // caught afterwards by the executable files it mapped (one that ran briefly and exited between two
 // checks).
-std::string privilege_gained(const PeerCredentials& peer, const RawProfile& profile);
+struct PrivilegeFinding {
+  std::string reason;  // "" when every process is still the peer's
+  // Nonzero when the finding is a live process's state, not something the recording holds: a process
+  // in the middle of a set-user-ID execve is already not dumpable (and a moment later runs as another
+  // uid) before the recorder has read the record that stops following it, so the caller confirms such
+  // a finding on a later snapshot, or on the final one, before it acts.
+  pid_t live_pid = 0;
+};
+PrivilegeFinding privilege_gained(const PeerCredentials& peer, const RawProfile& profile);
 
 // Kernel call stacks and kernel addresses as the kernel would let `peer` have them: kernel samples
 // need perf_event_paranoid <= 1 or CAP_PERFMON (or CAP_SYS_ADMIN); kernel addresses need what
