@@ -222,7 +222,9 @@ std::string SymbolApi::asm_v1(const std::string& request_json) {
 
 std::string SymbolApi::read_lib_code(const Lib& lib, uint64_t start, uint64_t size, bool to_function_end,
                                      std::string& error) {
-  const ModuleRef ref{lib.path, lib.build_id, 0, 0, 0};
+  ModuleRef ref;
+  ref.path = lib.path;
+  ref.build_id = lib.build_id;
   const ModuleInfo& info = symbolizer_->module_info(ref);
   if (!info.readable) {
     error = "cannot read " + lib.path + ": " + info.error;
