@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "commands.h"
+#include "hpd/base/hex.h"
 #include "hpd/capture/capture.h"
 #include "hpd/export/firefox.h"
 #include "local_http_server.h"
@@ -46,19 +47,12 @@ std::string random_token() {
     if (n <= 0) throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
     got += static_cast<size_t>(n);
   }
-  static const char kHex[] = "0123456789abcdef";
-  std::string token;
-  for (unsigned char b : bytes) {
-    token.push_back(kHex[b >> 4]);
-    token.push_back(kHex[b & 15]);
-  }
-  return token;
+  return to_hex(bytes);
 }
 
 // Percent-encodes everything but unreserved characters (RFC 3986), so a URL can be a path segment
 // or a query value of another URL.
 std::string url_encode(const std::string& s) {
-  static const char kHex[] = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
     if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
@@ -66,8 +60,7 @@ std::string url_encode(const std::string& s) {
       out.push_back(static_cast<char>(c));
     } else {
       out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
+      append_hex_byte(out, c, HexCase::kUpper);
     }
   }
   return out;

@@ -1,17 +1,14 @@
 // Loading .hpr captures (locating their modules, symbolizing) and Firefox profiles for hpctl's verbs.
 #include "profile_input.h"
 
-#include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 
+#include "hpd/base/elf.h"
+#include "hpd/base/hex.h"
 #include "hpd/export/firefox_reader.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/debuginfod_client.h"
@@ -21,46 +18,6 @@ namespace hpd::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The GNU build-id of an ELF file as lower-case hex; nullopt when the file cannot be read as ELF.
-std::optional<std::string> file_build_id(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  elf_version(EV_CURRENT);
-  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
-  std::optional<std::string> result;
-  if (elf != nullptr && elf_kind(elf) == ELF_K_ELF) {
-    result = std::string();
-    Elf_Scn* scn = nullptr;
-    while (result->empty() && (scn = elf_nextscn(elf, scn)) != nullptr) {
-      GElf_Shdr shdr;
-      if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
-      Elf_Data* data = elf_getdata(scn, nullptr);
-      if (data == nullptr) continue;
-      GElf_Nhdr nhdr;
-      size_t offset = 0, name_off = 0, desc_off = 0;
-      while ((offset = gelf_getnote(data, offset, &nhdr, &name_off, &desc_off)) > 0) {
-        if (nhdr.n_type != NT_GNU_BUILD_ID || nhdr.n_namesz != 4 ||
-            std::string_view(static_cast<const char*>(data->d_buf) + name_off, 3) != "GNU")
-          continue;
-        static const char kHex[] = "0123456789abcdef";
-        const auto* bytes = static_cast<const unsigned char*>(data->d_buf) + desc_off;
-        for (size_t i = 0; i < nhdr.n_descsz; ++i) {
-          result->push_back(kHex[bytes[i] >> 4]);
-          result->push_back(kHex[bytes[i] & 15]);
-        }
-        break;
-      }
-    }
-  }
-  if (elf != nullptr) elf_end(elf);
-  ::close(fd);
-  return result;
-}
-
-bool is_hex(const std::string& s) {
-  return !s.empty() && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
 
 // Whether `path` is an ELF file that carries `build_id` (any ELF file when build_id is empty).
 bool matches(const std::string& path, const std::string& build_id) {
@@ -74,7 +31,7 @@ std::optional<std::string> find_in_dirs(const RawModule& m, const std::vector<st
   const std::string name = fs::path(m.path).filename().string();
   for (const std::string& dir : dirs) {
     std::vector<std::string> candidates;
-    if (is_hex(m.build_id) && m.build_id.size() > 2) {
+    if (is_lower_hex(m.build_id) && m.build_id.size() > 2) {
       const std::string id = dir + "/.build-id/" + m.build_id.substr(0, 2) + "/" + m.build_id.substr(2);
       candidates.push_back(id);
       candidates.push_back(id + ".debug");
@@ -103,7 +60,7 @@ void locate_modules(RawProfile& raw, const ModuleSearch& args, std::vector<std::
     if (m.is_kernel || m.path.empty() || m.path[0] != '/') continue;  // [vdso] and friends
     if (matches(m.path, m.build_id)) continue;
     std::optional<std::string> found = find_in_dirs(m, args.debug_dirs);
-    if (!found && ask_debuginfod && is_hex(m.build_id)) {
+    if (!found && ask_debuginfod && is_lower_hex(m.build_id)) {
       std::string error;
       found = debuginfod.find_executable(m.build_id, &error);
       if (!found) notes.push_back(m.path + " (build-id " + m.build_id + ") not found: " + error);

@@ -20,9 +20,9 @@
 
 #include "commands.h"
 #include "daemon_client.h"
+#include "hpd/collect/call_graph_choice.h"
 #include "hpd/export/report.h"
 #include "hpd/model/output_write.h"
-#include "perf/call_graph_choice.h"
 #include "profile_input.h"
 #include "progress.h"
 #include "record_args_json.h"

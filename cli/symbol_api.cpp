@@ -18,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "hpd/base/elf.h"
 #include "hpd/export/firefox.h"
 #include "hpd/symbolizer/symbolizer.h"
 
@@ -80,16 +81,14 @@ const Lib* find_lib(const Profile& profile, const json& request) {
 // cut at the section's end. Empty with `error` set when no such section has bytes in the file
 // (a separate debug file keeps .text as SHT_NOBITS).
 std::string read_code(const std::string& path, uint64_t start, uint64_t size, std::string& error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    error = "cannot open " + path + ": " + std::strerror(errno);
+  const OpenedElf file = OpenedElf::open(path);
+  if (file.open_errno() != 0) {
+    error = file.error();
     return {};
   }
-  elf_version(EV_CURRENT);
-  Elf* elf = elf_begin(fd, ELF_C_READ, nullptr);
   std::string bytes;
   error = "no machine code at " + hex(start) + " in " + path;
-  if (elf != nullptr && elf_kind(elf) == ELF_K_ELF) {
+  if (Elf* elf = file.get(); elf != nullptr) {
     Elf_Scn* scn = nullptr;
     while ((scn = elf_nextscn(elf, scn)) != nullptr) {
       GElf_Shdr shdr;
@@ -99,7 +98,7 @@ std::string read_code(const std::string& path, uint64_t start, uint64_t size, st
       const uint64_t n = std::min(size, shdr.sh_addr + shdr.sh_size - start);
       bytes.resize(n);
       const ssize_t got =
-          ::pread(fd, bytes.data(), n, static_cast<off_t>(shdr.sh_offset + (start - shdr.sh_addr)));
+          ::pread(file.fd(), bytes.data(), n, static_cast<off_t>(shdr.sh_offset + (start - shdr.sh_addr)));
       if (got != static_cast<ssize_t>(n)) {
         error = "cannot read " + path + ": " + (got < 0 ? std::strerror(errno) : "short read");
         bytes.clear();
@@ -111,8 +110,6 @@ std::string read_code(const std::string& path, uint64_t start, uint64_t size, st
   } else {
     error = path + " is not an ELF file";
   }
-  if (elf != nullptr) elf_end(elf);
-  ::close(fd);
   return bytes;
 }
 

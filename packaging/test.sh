@@ -12,6 +12,8 @@ fi
 if [ -d /sys/kernel/tracing ] && [ -z "$(ls -A /sys/kernel/tracing 2>/dev/null)" ]; then
   mount -t tracefs nodev /sys/kernel/tracing || true
 fi
+# Layers only point down (docs/architecture.md): checked on the sources, before spending a build.
+python3 "$root/packaging/check-layers.py" "$root"
 "$root/packaging/build.sh"
 cd "$build"
 ctest --output-on-failure -j2 --timeout 900

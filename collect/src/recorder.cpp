@@ -10,7 +10,7 @@
 #include <string>
 
 #include "bpf/bpf_recorder.h"
-#include "perf/call_graph_choice.h"
+#include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_privileges.h"
 #include "perf/perf_recorder.h"
 #include "proc/proc_files.h"

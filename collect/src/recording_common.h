@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/unwind/unwinder.h"
-#include "util/unique_fd.h"
 
 namespace hpd {
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "firefox_format.h"
+#include "hpd/base/hex.h"
 #include "hpd/export/firefox.h"
 #include "hpd/model/output_write.h"
 #include "json_writer.h"
@@ -31,25 +32,9 @@ constexpr uint64_t kDefaultIntervalNs = 1000000;  // 1 ms, when the recording do
 // 2.2 s / 11.3 MB at the default 6 and 0.44 s / 12.4 MB at 1.
 constexpr int kGzipLevel = 4;
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // Bytes of a hex string; empty when it is empty, of odd length or not hex.
 std::vector<uint8_t> hex_bytes(std::string_view hex) {
-  std::vector<uint8_t> bytes;
-  if (hex.size() % 2 != 0) return bytes;
-  bytes.reserve(hex.size() / 2);
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    const int hi = hex_value(hex[i]);
-    const int lo = hex_value(hex[i + 1]);
-    if (hi < 0 || lo < 0) return {};
-    bytes.push_back(static_cast<uint8_t>(hi << 4 | lo));
-  }
-  return bytes;
+  return from_hex(hex).value_or(std::vector<uint8_t>{});
 }
 
 // Two vectors read as one: the profile's rows followed by rows the writer adds.
@@ -1175,12 +1160,10 @@ std::string breakpad_id_from_build_id(std::string_view build_id_hex) {
   bytes.resize(16, 0);
   // A GUID's first three fields are little-endian u32, u16, u16; printed as numbers they reverse.
   static constexpr int kOrder[16] = {3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15};
-  static constexpr char kHex[] = "0123456789ABCDEF";
   std::string id;
   id.reserve(33);
   for (int index : kOrder) {
-    id.push_back(kHex[bytes[index] >> 4]);
-    id.push_back(kHex[bytes[index] & 0xF]);
+    append_hex_byte(id, bytes[index], HexCase::kUpper);
   }
   id.push_back('0');  // age
   return id;

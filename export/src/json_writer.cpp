@@ -3,6 +3,8 @@
 
 #include <charconv>
 
+#include "hpd/base/hex.h"
+
 namespace hpd::json {
 namespace {
 
@@ -47,7 +49,6 @@ void append_uint(std::string& out, uint64_t v) {
 }  // namespace
 
 void append_string_literal(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
   size_t i = 0;
   const size_t n = s.size();
@@ -69,10 +70,7 @@ void append_string_literal(std::string& out, std::string_view s) {
         case '\t': out.append("\\t"); break;
         case '\b': out.append("\\b"); break;
         case '\f': out.append("\\f"); break;
-        default:
-          out.append("\\u00");
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 0xF]);
+        default: out.append("\\u00"); append_hex_byte(out, c);
       }
       ++i;
       continue;

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "hpd/base/elf.h"
+#include "hpd/base/unique_fd.h"
+
 namespace hpd {
 
 // A PT_LOAD program header.
@@ -57,7 +60,7 @@ class ElfFile {
   ElfFile(const ElfFile&) = delete;
   ElfFile& operator=(const ElfFile&) = delete;
 
-  Elf* elf() const { return elf_; }
+  Elf* elf() const { return elf_.get(); }
   const std::string& path() const { return path_; }
   uint16_t machine() const { return machine_; }
   const SegmentMap& segments() const { return segments_; }
@@ -78,9 +81,9 @@ class ElfFile {
   bool init(std::string* error);
   void read_build_id();
 
-  int fd_ = -1;
-  std::vector<char> image_;  // open_image's bytes (fd_ is -1 then)
-  Elf* elf_ = nullptr;
+  UniqueFd fd_;              // declared before elf_: closed after it
+  std::vector<char> image_;  // open_image's bytes (fd_ is empty then)
+  ElfHandle elf_;
   std::string path_;
   uint16_t machine_ = 0;
   size_t shstrndx_ = 0;

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "demangle_internal.h"
 #include "elf_file.h"
+#include "hpd/base/demangle.h"
 #include "hpd/symbolizer/symbolizer.h"
 
 namespace hpd {

@@ -11,8 +11,8 @@
 #include <unordered_map>
 
 #include "debug_info.h"
-#include "demangle_internal.h"
 #include "elf_file.h"
+#include "hpd/base/demangle.h"
 #include "hpd/symbolizer/debuginfod_client.h"
 #include "symbol_table.h"
 

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "hpd/base/elf.h"
+
 namespace hpd::unwind_detail {
 
 namespace {
@@ -159,30 +161,8 @@ void CfiModule::read_segments() {
 }
 
 std::string CfiModule::read_build_id() const {
-  for (Elf_Scn* scn = elf_nextscn(elf_, nullptr); scn != nullptr; scn = elf_nextscn(elf_, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr) continue;
-    size_t offset = 0;
-    GElf_Nhdr nhdr;
-    size_t name_off = 0;
-    size_t desc_off = 0;
-    while (offset < data->d_size && (offset = gelf_getnote(data, offset, &nhdr, &name_off, &desc_off)) > 0) {
-      if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
-          std::memcmp(static_cast<const char*>(data->d_buf) + name_off, "GNU", 4) == 0) {
-        static const char kHex[] = "0123456789abcdef";
-        const auto* d = static_cast<const uint8_t*>(data->d_buf) + desc_off;
-        std::string hex;
-        for (size_t i = 0; i < nhdr.n_descsz; ++i) {
-          hex += kHex[d[i] >> 4];
-          hex += kHex[d[i] & 15];
-        }
-        return hex;
-      }
-    }
-  }
-  return {};
+  // Sections first: a debug file found by build-id is checked against the same note.
+  return elf_build_id(elf_, BuildIdSearch::kSectionsFirst);
 }
 
 void CfiModule::open_debug_frame() {

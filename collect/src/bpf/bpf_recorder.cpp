@@ -39,13 +39,13 @@
 #include "bpf/cfi_maps.h"
 #include "bpf/mmap_watch.h"
 #include "bpf/sched_frames.h"
-#include "calls/recording_calls.h"
-#include "perf/call_graph_choice.h"
+#include "hpd/base/unique_fd.h"
+#include "hpd/collect/call_graph_choice.h"
 #include "proc/build_id.h"
 #include "proc/launched_command.h"
 #include "proc/proc_maps.h"
+#include "recording_calls.h"
 #include "recording_common.h"
-#include "util/unique_fd.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <set>
 
+#include "hpd/base/elf.h"
 #include "hpd/collect/recorder.h"
 #include "profile_event.h"
 
@@ -104,8 +105,9 @@ void CfiMaps::worker_loop() {
 
 std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
                                 const std::string& build_id) {
-  const std::string id =
-      !build_id.empty() ? build_id : build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path).build_id;
+  const std::string id = !build_id.empty()
+                             ? build_id
+                             : build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path).build_id;
   std::string key = id.empty() ? "path:" + path : id;
   auto [it, inserted] = modules_.try_emplace(key);
   if (!inserted) return key;
@@ -311,11 +313,8 @@ struct DynamicInfo {
 
 DynamicInfo read_dynamic(const std::string& path) {
   DynamicInfo info;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return info;
-  elf_version(EV_CURRENT);
-  Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-  if (elf != nullptr && elf_kind(elf) == ELF_K_ELF) {
+  const OpenedElf file = OpenedElf::open(path, ELF_C_READ_MMAP);
+  if (Elf* elf = file.get(); elf != nullptr) {
     size_t phnum = 0;
     if (elf_getphdrnum(elf, &phnum) == 0) {
       for (size_t i = 0; i < phnum; ++i) {
@@ -355,8 +354,6 @@ DynamicInfo read_dynamic(const std::string& path) {
       }
     }
   }
-  if (elf != nullptr) elf_end(elf);
-  ::close(fd);
   return info;
 }
 

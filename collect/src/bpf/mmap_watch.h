@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "hpd/base/unique_fd.h"
 #include "perf/perf_records.h"
 #include "perf/ring_buffer.h"
-#include "util/unique_fd.h"
 
 namespace hpd {
 

@@ -15,6 +15,8 @@
 #include <span>
 #include <unordered_map>
 
+#include "hpd/base/elf.h"
+
 namespace hpd::calls {
 
 const char* const kBuildAdvice =
@@ -40,10 +42,6 @@ constexpr size_t kPrologueScanBytes = 64;
 constexpr size_t kHookScanBytes = 128;
 
 constexpr uint8_t kEndbr64[] = {0xf3, 0x0f, 0x1e, 0xfa};
-
-struct ElfCloser {
-  void operator()(Elf* e) const { elf_end(e); }
-};
 
 struct Section {
   uint64_t addr = 0;
@@ -335,55 +333,22 @@ std::vector<ProbeSite> find_hook_internal_calls(const ElfImage& img, const Symbo
   return out;
 }
 
-std::string read_build_id(const ElfImage& img) {
-  for (const Section& s : img.sections()) {
-    if (s.type != SHT_NOTE) continue;
-    Elf_Data* d = elf_getdata(s.scn, nullptr);
-    if (d == nullptr) continue;
-    GElf_Nhdr note;
-    size_t name_at = 0, desc_at = 0;
-    for (size_t at = 0; (at = gelf_getnote(d, at, &note, &name_at, &desc_at)) != 0;) {
-      if (note.n_type != NT_GNU_BUILD_ID || note.n_namesz != 4 ||
-          std::memcmp(static_cast<const char*>(d->d_buf) + name_at, "GNU", 4) != 0)
-        continue;
-      static constexpr char kHex[] = "0123456789abcdef";
-      std::string hex;
-      const auto* desc = static_cast<const uint8_t*>(d->d_buf) + desc_at;
-      for (size_t i = 0; i < note.n_descsz; ++i) {
-        hex += kHex[desc[i] >> 4];
-        hex += kHex[desc[i] & 15];
-      }
-      return hex;
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 ModuleInstrumentation scan_module(const std::string& path) {
   ModuleInstrumentation out;
   out.path = path;
-  elf_version(EV_CURRENT);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    out.error = "cannot open " + path + ": " + std::strerror(errno);
-    return out;
-  }
-  std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
-    ::close(fd);
-    out.error = path + " is not an ELF file";
+  const OpenedElf elf = OpenedElf::open(path, ELF_C_READ_MMAP);
+  if (!elf) {
+    out.error = elf.error();
     return out;
   }
   ElfImage img(elf.get());
   if (!img.load(out.error)) {
     out.error = path + ": " + out.error;
-    elf.reset();
-    ::close(fd);
     return out;
   }
-  out.build_id = read_build_id(img);
+  out.build_id = elf_build_id(elf.get(), BuildIdSearch::kSectionsFirst);
   Symbols syms;
   read_symbols(img, syms, SHT_SYMTAB);
   read_symbols(img, syms, SHT_DYNSYM);
@@ -424,8 +389,6 @@ ModuleInstrumentation scan_module(const std::string& path) {
     }
   }
   out.hook_internal_sites = find_hook_internal_calls(img, syms);
-  elf.reset();
-  ::close(fd);
   return out;
 }
 

@@ -8,67 +8,13 @@
 #include <cerrno>
 #include <cstring>
 
-#include "hpd/symbolizer/symbolizer.h"
+#include "hpd/base/demangle.h"
+#include "hpd/base/elf.h"
+#include "hpd/base/unique_fd.h"
 #include "mip_internal.h"
 
 namespace hpd::mip {
 namespace {
-
-// Sole owner of an open file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Sole owner of a libelf descriptor.
-class ElfHandle {
- public:
-  explicit ElfHandle(int fd) {
-    elf_version(EV_CURRENT);
-    elf_ = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-  }
-  ElfHandle(const ElfHandle&) = delete;
-  ElfHandle& operator=(const ElfHandle&) = delete;
-  ~ElfHandle() {
-    if (elf_) elf_end(elf_);
-  }
-  [[nodiscard]] Elf* get() const { return elf_; }
-
- private:
-  Elf* elf_ = nullptr;
-};
-
-std::string to_hex(const uint8_t* p, size_t n) {
-  static const char digits[] = "0123456789abcdef";
-  std::string s;
-  s.reserve(n * 2);
-  for (size_t i = 0; i < n; i++) {
-    s += digits[p[i] >> 4];
-    s += digits[p[i] & 15];
-  }
-  return s;
-}
-
-std::string build_id_from_notes(Elf_Data* data) {
-  GElf_Nhdr nhdr;
-  size_t offset = 0, name_off = 0, desc_off = 0;
-  while ((offset = gelf_getnote(data, offset, &nhdr, &name_off, &desc_off)) > 0) {
-    if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
-        std::memcmp(static_cast<const char*>(data->d_buf) + name_off, "GNU", 4) == 0) {
-      return to_hex(static_cast<const uint8_t*>(data->d_buf) + desc_off, nhdr.n_descsz);
-    }
-  }
-  return {};
-}
 
 void apply_demangling(Module& m) {
   for (Function& f : m.functions) f.demangled = hpd::demangle(f.name);
@@ -77,7 +23,7 @@ void apply_demangling(Module& m) {
 }  // namespace
 
 ElfInfo read_elf_info(int fd, const std::string& name, bool want_map) {
-  ElfHandle elf(fd);
+  const ElfHandle elf = ElfHandle::open_fd(fd, ELF_C_READ_MMAP);
   if (!elf.get() || elf_kind(elf.get()) != ELF_K_ELF) {
     throw MipError(ErrorCode::kNotElf, name + " is not an ELF file");
   }
@@ -112,10 +58,9 @@ ElfInfo read_elf_info(int fd, const std::string& name, bool want_map) {
         info.map_bytes.assign(p, p + d->d_size);
         info.has_map = true;
       }
-    } else if (sh.sh_type == SHT_NOTE && info.build_id.empty()) {
-      if (Elf_Data* d = elf_getdata(scn, nullptr)) info.build_id = build_id_from_notes(d);
     }
   }
+  info.build_id = elf_build_id(elf.get(), BuildIdSearch::kSectionsFirst);
   return info;
 }
 
@@ -133,7 +78,7 @@ bool load_bias_for(const std::vector<LoadSegment>& loads, uint64_t map_start, ui
 }
 
 std::vector<uint8_t> read_file(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw MipError(ErrorCode::kIo, "cannot open " + path + ": " + std::strerror(errno));
   std::vector<uint8_t> data;
   struct stat st {};
@@ -150,7 +95,7 @@ std::vector<uint8_t> read_file(const std::string& path) {
 }
 
 Map load_map(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw MipError(ErrorCode::kIo, "cannot open " + path + ": " + std::strerror(errno));
   char magic[4] = {};
   if (::pread(fd.get(), magic, 4, 0) == 4 && std::memcmp(magic, ELFMAG, SELFMAG) == 0) {

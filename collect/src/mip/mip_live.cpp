@@ -15,7 +15,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "hpd/symbolizer/symbolizer.h"
+#include "hpd/base/demangle.h"
 #include "mip_internal.h"
 
 namespace hpd::mip {

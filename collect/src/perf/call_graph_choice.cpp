@@ -1,5 +1,5 @@
 // Frame-pointer detection from function prologues, and the --call-graph auto decision.
-#include "perf/call_graph_choice.h"
+#include "hpd/collect/call_graph_choice.h"
 
 #include <fcntl.h>
 #include <gelf.h>
@@ -14,16 +14,11 @@
 #include <optional>
 #include <string_view>
 
-#include "util/unique_fd.h"
+#include "hpd/base/elf.h"
 
 namespace hpd {
 
 namespace {
-
-struct ElfDeleter {
-  void operator()(Elf* elf) const { elf_end(elf); }
-};
-using ElfHandle = std::unique_ptr<Elf, ElfDeleter>;
 
 struct LoadSegment {
   uint64_t vaddr = 0;
@@ -184,15 +179,13 @@ bool FramePointerProbe::built_with_frame_pointers() const {
 
 FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_functions) {
   FramePointerProbe probe;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    probe.error = std::string("cannot open it: ") + std::strerror(errno);
+  const OpenedElf elf = OpenedElf::open(path, ELF_C_READ_MMAP);
+  if (elf.open_errno() != 0) {
+    probe.error = std::string("cannot open it: ") + std::strerror(elf.open_errno());
     return probe;
   }
-  elf_version(EV_CURRENT);
-  ElfHandle elf(elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr));
   GElf_Ehdr ehdr;
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF || gelf_getehdr(elf.get(), &ehdr) == nullptr) {
+  if (!elf || gelf_getehdr(elf.get(), &ehdr) == nullptr) {
     probe.error = "not an ELF file";
     return probe;
   }
@@ -254,7 +247,7 @@ FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_funct
     const auto offset = file_offset_of(segments, starts[i]);
     if (!offset) continue;
     uint8_t code[64];
-    const ssize_t n = ::pread(fd.get(), code, sizeof code, static_cast<off_t>(*offset));
+    const ssize_t n = ::pread(elf.fd(), code, sizeof code, static_cast<off_t>(*offset));
     if (n < 8) continue;
     ++probe.functions_checked;
     probe.with_frame_setup += sets_up_frame(code, static_cast<size_t>(n)) ? 1 : 0;

@@ -21,7 +21,7 @@
 #include <set>
 #include <system_error>
 
-#include "calls/recording_calls.h"
+#include "hpd/base/unique_fd.h"
 #include "perf/perf_records.h"
 #include "perf/profile_builder.h"
 #include "perf/ring_buffer.h"
@@ -29,8 +29,8 @@
 #include "proc/launched_command.h"
 #include "proc/proc_files.h"
 #include "proc/proc_maps.h"
+#include "recording_calls.h"
 #include "recording_common.h"
-#include "util/unique_fd.h"
 
 namespace hpd {
 

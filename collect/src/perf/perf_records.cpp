@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "proc/build_id.h"
+#include "hpd/base/hex.h"
 
 namespace hpd {
 

@@ -1,10 +1,8 @@
-// Build-id reading through libelf.
+// Build-ids of files mapped into live processes (the parsing itself: hpd/base/elf.h).
 #include "proc/build_id.h"
 
 #include <elf.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,99 +10,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 
+#include "hpd/base/elf.h"
+#include "hpd/base/unique_fd.h"
 #include "proc/proc_maps.h"
-#include "util/unique_fd.h"
 
 namespace hpd {
-
-std::string to_hex(std::span<const uint8_t> bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(bytes.size() * 2);
-  for (const uint8_t b : bytes) {
-    hex.push_back(kDigits[b >> 4]);
-    hex.push_back(kDigits[b & 15]);
-  }
-  return hex;
-}
-
-namespace {
-
-// Scans one block of notes for the GNU build-id.
-std::string build_id_in_notes(Elf_Data* data) {
-  if (data == nullptr) return "";
-  size_t offset = 0;
-  GElf_Nhdr nhdr;
-  size_t name_offset = 0, desc_offset = 0;
-  while (offset < data->d_size) {
-    const size_t next = gelf_getnote(data, offset, &nhdr, &name_offset, &desc_offset);
-    if (next == 0) break;
-    const auto* base = static_cast<const uint8_t*>(data->d_buf);
-    if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
-        std::memcmp(base + name_offset, "GNU", 4) == 0 && nhdr.n_descsz > 0 &&
-        desc_offset + nhdr.n_descsz <= data->d_size) {
-      return to_hex({base + desc_offset, nhdr.n_descsz});
-    }
-    offset = next;
-  }
-  return "";
-}
-
-}  // namespace
-
-std::string read_elf_build_id(int fd) {
-  static std::once_flag init;
-  std::call_once(init, [] { elf_version(EV_CURRENT); });
-  Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-  if (elf == nullptr) return "";
-  std::string id;
-  if (elf_kind(elf) == ELF_K_ELF) {
-    // Program headers first: they are what the loader sees and survive stripping of section headers.
-    size_t phnum = 0;
-    if (elf_getphdrnum(elf, &phnum) == 0) {
-      for (size_t i = 0; i < phnum && id.empty(); ++i) {
-        GElf_Phdr phdr;
-        if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_NOTE) continue;
-        id = build_id_in_notes(
-            elf_getdata_rawchunk(elf, static_cast<int64_t>(phdr.p_offset), phdr.p_filesz, ELF_T_NHDR));
-      }
-    }
-    for (Elf_Scn* scn = nullptr; id.empty() && (scn = elf_nextscn(elf, scn)) != nullptr;) {
-      GElf_Shdr shdr;
-      if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
-      id = build_id_in_notes(elf_getdata(scn, nullptr));
-    }
-  }
-  elf_end(elf);
-  return id;
-}
-
-std::string build_id_from_raw_notes(std::span<const uint8_t> notes) {
-  // Each note: u32 namesz, u32 descsz, u32 type, name and desc each padded to 4 bytes.
-  size_t pos = 0;
-  auto align4 = [](size_t n) { return (n + 3) & ~size_t{3}; };
-  while (notes.size() - pos >= 12) {
-    uint32_t namesz = 0, descsz = 0, type = 0;
-    std::memcpy(&namesz, notes.data() + pos, 4);
-    std::memcpy(&descsz, notes.data() + pos + 4, 4);
-    std::memcpy(&type, notes.data() + pos + 8, 4);
-    pos += 12;
-    const size_t name_pos = pos;
-    if (namesz > notes.size() - pos) break;
-    pos += align4(namesz);
-    if (pos > notes.size() || descsz > notes.size() - pos) break;
-    const size_t desc_pos = pos;
-    pos += align4(descsz);
-    if (type == NT_GNU_BUILD_ID && namesz == 4 && std::memcmp(notes.data() + name_pos, "GNU", 4) == 0 &&
-        descsz > 0) {
-      return to_hex(notes.subspan(desc_pos, descsz));
-    }
-    if (pos > notes.size()) break;
-  }
-  return "";
-}
 
 std::string kernel_build_id() {
   UniqueFd fd(::open("/sys/kernel/notes", O_RDONLY | O_CLOEXEC));
@@ -118,27 +29,6 @@ std::string kernel_build_id() {
     if (got == sizeof buf) break;
   }
   return build_id_from_raw_notes({buf, got});
-}
-
-std::string build_id_of_image(std::span<const uint8_t> image) {
-  static std::once_flag init;
-  std::call_once(init, [] { elf_version(EV_CURRENT); });
-  // libelf reads (and with ELF_C_READ_MMAP may convert) the buffer in place: give it a copy.
-  std::vector<char> copy(image.begin(), image.end());
-  Elf* elf = elf_memory(copy.data(), copy.size());
-  if (elf == nullptr) return "";
-  std::string id;
-  size_t phnum = 0;
-  if (elf_kind(elf) == ELF_K_ELF && elf_getphdrnum(elf, &phnum) == 0) {
-    for (size_t i = 0; i < phnum && id.empty(); ++i) {
-      GElf_Phdr phdr;
-      if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_NOTE) continue;
-      if (phdr.p_offset > copy.size() || phdr.p_filesz > copy.size() - phdr.p_offset) continue;
-      id = build_id_from_raw_notes(image.subspan(phdr.p_offset, phdr.p_filesz));
-    }
-  }
-  elf_end(elf);
-  return id;
 }
 
 std::vector<uint8_t> read_process_memory(int32_t pid, uint64_t start, uint64_t end, std::string* error) {

@@ -11,19 +11,13 @@
 #include <tuple>
 #include <vector>
 
+#include "hpd/base/elf.h"
+#include "hpd/base/unique_fd.h"
 #include "hpd/model/raw_profile.h"
-#include "util/unique_fd.h"
 
 namespace hpd {
 
-// Lower-case hex of the bytes.
-std::string to_hex(std::span<const uint8_t> bytes);
-
-// The build-id of the ELF file open on `fd` as lower-case hex; "" if it has none or is not ELF.
-std::string read_elf_build_id(int fd);
-
-// The GNU build-id in a raw block of ELF notes (such as /sys/kernel/notes); "" if absent or malformed.
-std::string build_id_from_raw_notes(std::span<const uint8_t> notes);
+// read_elf_build_id, build_id_from_raw_notes and build_id_of_image are in hpd/base/elf.h.
 
 // The running kernel's build-id, from /sys/kernel/notes.
 std::string kernel_build_id();
@@ -35,9 +29,6 @@ struct MappedModule {
   std::vector<uint8_t> image;            // for "[vdso]": its ELF image, read from /proc/PID/mem
   std::string error;                     // why the vDSO image could not be read (else empty)
 };
-
-// The GNU build-id of an ELF image in memory (the vDSO); "" if it has none or is not ELF.
-std::string build_id_of_image(std::span<const uint8_t> image);
 
 // The bytes of [start, end) of a live process's memory (/proc/PID/mem; needs ptrace access, so
 // CAP_SYS_PTRACE for other users' processes); empty and a reason in *error when it cannot be read.

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "util/unique_fd.h"
+#include "hpd/base/unique_fd.h"
 
 namespace hpd {
 

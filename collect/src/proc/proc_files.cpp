@@ -10,7 +10,7 @@
 #include <charconv>
 #include <climits>
 
-#include "util/unique_fd.h"
+#include "hpd/base/unique_fd.h"
 
 namespace hpd {
 

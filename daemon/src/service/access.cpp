@@ -16,7 +16,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "util/unique_fd.h"
+#include "hpd/base/unique_fd.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77  // Linux 6.5; older headers lack it

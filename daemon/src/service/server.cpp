@@ -28,6 +28,7 @@
 #include <system_error>
 #include <thread>
 
+#include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/model/output_write.h"
 #include "hpd/service/access.h"
@@ -37,7 +38,6 @@
 #include "log.h"
 #include "record_args_json.h"
 #include "record_pipeline.h"
-#include "util/unique_fd.h"
 
 #ifdef HPD_HAVE_CONTINUOUS
 #include "hpd/continuous/continuous.h"

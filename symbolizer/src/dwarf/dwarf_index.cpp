@@ -21,6 +21,8 @@
 #include <utility>
 
 #include "debug_sections.h"
+#include "hpd/base/elf.h"
+#include "hpd/base/unique_fd.h"
 #include "line_table.h"
 #include "name_store.h"
 #include "subroutine_map.h"
@@ -40,23 +42,6 @@ namespace {
 constexpr uint32_t kNoNode = kNoSubroutine;
 constexpr size_t kMaxRangesPerDie = 1u << 16;
 
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-struct ElfDeleter {
-  void operator()(Elf* elf) const { elf_end(elf); }
-};
 struct DwarfDeleter {
   void operator()(Dwarf* dwarf) const { dwarf_end(dwarf); }
 };
@@ -219,8 +204,8 @@ size_t decompressed_debug_bytes(Elf* elf) {
 
 struct DwarfIndex::Impl {
   using Place = DwarfIndex::Place;
-  std::unique_ptr<FileDescriptor> fd;
-  std::unique_ptr<Elf, ElfDeleter> elf;
+  UniqueFd fd;  // declared before elf and dwarf: closed after them
+  ElfHandle elf;
   std::unique_ptr<Dwarf, DwarfDeleter> dwarf;
   std::vector<Unit> units;
   std::vector<UnitSpan> unit_spans;  // sorted, disjoint
@@ -275,11 +260,10 @@ std::unique_ptr<DwarfIndex> DwarfIndex::open(const std::string& path, std::strin
   };
   auto impl = std::make_unique<Impl>();
   impl->rewrite_name = rewrite_name;
-  impl->fd = std::make_unique<FileDescriptor>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (impl->fd->get() < 0) return fail(std::string("cannot open: ") + std::strerror(errno));
-  if (elf_version(EV_CURRENT) == EV_NONE) return fail("libelf version mismatch");
-  impl->elf.reset(elf_begin(impl->fd->get(), ELF_C_READ_MMAP, nullptr));
-  if (!impl->elf || elf_kind(impl->elf.get()) != ELF_K_ELF) {
+  impl->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!impl->fd) return fail(std::string("cannot open: ") + std::strerror(errno));
+  impl->elf = ElfHandle::open_fd(impl->fd.get(), ELF_C_READ_MMAP);
+  if (!impl->elf.is_elf()) {
     return fail(std::string("not an ELF file: ") + elf_errmsg(-1));
   }
   impl->decompressed_bytes = decompressed_debug_bytes(impl->elf.get());

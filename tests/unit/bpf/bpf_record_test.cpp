@@ -32,7 +32,7 @@
 #include "hpd/symbolizer/symbolizer.h"
 #include "proc/build_id.h"
 #include "proc/proc_files.h"
-#include "util/unique_fd.h"
+#include "hpd/base/unique_fd.h"
 #include "record_checks.h"
 #include "subprocess.h"
 

@@ -1,5 +1,6 @@
 // Tests for the small /proc and ELF-note readers.
 #include "proc/proc_files.h"
+#include "hpd/base/hex.h"
 #include "proc/build_id.h"
 #include "proc/proc_maps.h"
 

@@ -12,8 +12,8 @@
 #include <cstdio>
 #include <map>
 
+#include "hpd/base/unique_fd.h"
 #include "proc/build_id.h"
-#include "util/unique_fd.h"
 
 namespace hpd {
 

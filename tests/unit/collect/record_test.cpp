@@ -18,11 +18,11 @@
 #include <optional>
 #include <thread>
 
+#include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "proc/build_id.h"
 #include "proc/proc_files.h"
 #include "record_checks.h"
-#include "util/unique_fd.h"
 
 namespace hpd {
 namespace {

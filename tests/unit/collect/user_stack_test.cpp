@@ -8,7 +8,7 @@
 #include <fstream>
 #include <random>
 
-#include "perf/call_graph_choice.h"
+#include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_records.h"
 #include "perf/profile_builder.h"
 #include "proc/proc_maps.h"

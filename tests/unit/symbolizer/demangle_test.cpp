@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "demangle_internal.h"
+#include "hpd/base/demangle.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "test_util.h"
 

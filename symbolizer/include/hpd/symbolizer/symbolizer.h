@@ -8,6 +8,9 @@
 #include <string_view>
 #include <vector>
 
+// demangle(), which the symbolizer applies to every name, is in the base layer.
+#include "hpd/base/demangle.h"
+
 namespace hpd {
 
 // Address conventions used throughout the symbolizer:
@@ -194,11 +197,5 @@ class KernelSymbols {
   };
   std::vector<Symbol> symbols_;  // sorted by address
 };
-
-// Demangles C++ (Itanium) and Rust (legacy and v0) names; legacy Rust hashes are stripped.
-// Returns the input unchanged when it is not a mangled name. A suffix after '@' (symbol
-// versions, "@plt") is kept and appended to the demangled name. Names LLVM's demangler refuses
-// go through libstdc++'s abi::__cxa_demangle (what c++filt reads) before staying mangled.
-std::string demangle(const std::string& name);
 
 }  // namespace hpd

@@ -4,11 +4,11 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string_view>
 
-#include "demangle_internal.h"
-#include "hpd/symbolizer/symbolizer.h"
+#include "hpd/base/demangle.h"
 
 namespace hpd {
 namespace {

@@ -1,4 +1,5 @@
-// --call-graph auto: whether a target's executable was built with frame pointers, and the mode chosen.
+// --call-graph auto: whether a target's executable was built with frame pointers, and the mode chosen
+// (public: hpctl chooses for a command it starts through hpd).
 #pragma once
 
 #include <cstddef>

@@ -1,13 +1,13 @@
 // RecordingCallCounter: chooses the runtime or uprobes, then starts, feeds and finishes the counter
 // from a recording backend's loop.
-#include "calls/recording_calls.h"
+#include "recording_calls.h"
 
 #include <unistd.h>
 
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/discovery.h"
 #include "hpd/calls/preload_table.h"
-#include "perf/call_graph_choice.h"
+#include "hpd/collect/call_graph_choice.h"
 
 namespace hpd {
 

@@ -1,4 +1,4 @@
-// UniqueFd: sole owner of a file descriptor, closed on destruction.
+// UniqueFd: sole owner of a file descriptor, closed on destruction; the one fd wrapper of hpd.
 #pragma once
 
 #include <unistd.h>
@@ -7,6 +7,8 @@
 
 namespace hpd {
 
+// Move-only: a moved-from UniqueFd holds -1 and closes nothing. reset() closes the old descriptor
+// before taking the new one; release() gives the descriptor back without closing it.
 class UniqueFd {
  public:
   UniqueFd() = default;

@@ -1,0 +1,175 @@
+// ELF opening and GNU build-id note parsing through libelf.
+#include "hpd/base/elf.h"
+
+#include <elf.h>
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "hpd/base/hex.h"
+
+namespace hpd {
+
+void init_libelf() {
+  static std::once_flag once;
+  std::call_once(once, [] { elf_version(EV_CURRENT); });
+}
+
+ElfHandle::ElfHandle(ElfHandle&& other) noexcept : elf_(std::exchange(other.elf_, nullptr)) {}
+
+ElfHandle& ElfHandle::operator=(ElfHandle&& other) noexcept {
+  if (this != &other) {
+    if (elf_ != nullptr) elf_end(elf_);
+    elf_ = std::exchange(other.elf_, nullptr);
+  }
+  return *this;
+}
+
+ElfHandle::~ElfHandle() {
+  if (elf_ != nullptr) elf_end(elf_);
+}
+
+ElfHandle ElfHandle::open_fd(int fd, Elf_Cmd cmd) {
+  init_libelf();
+  return ElfHandle(elf_begin(fd, cmd, nullptr));
+}
+
+ElfHandle ElfHandle::open_memory(char* image, size_t size) {
+  init_libelf();
+  return ElfHandle(elf_memory(image, size));
+}
+
+OpenedElf OpenedElf::open(const std::string& path, Elf_Cmd cmd) {
+  OpenedElf out;
+  out.fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!out.fd_) {
+    out.open_errno_ = errno;
+    out.error_ = "cannot open " + path + ": " + std::strerror(out.open_errno_);
+    return out;
+  }
+  out.elf_ = ElfHandle::open_fd(out.fd_.get(), cmd);
+  if (!out.elf_) {
+    out.error_ = path + ": not readable as ELF: " + elf_errmsg(-1);
+  } else if (!out.elf_.is_elf()) {
+    out.elf_ = ElfHandle();
+    out.error_ = path + ": not an ELF file";
+  }
+  return out;
+}
+
+std::string build_id_in_note_data(const Elf_Data* data) {
+  if (data == nullptr || data->d_buf == nullptr) return "";
+  const auto* bytes = static_cast<const uint8_t*>(data->d_buf);
+  GElf_Nhdr nhdr;
+  size_t offset = 0, name_offset = 0, desc_offset = 0;
+  while (offset < data->d_size) {
+    // gelf_getnote takes a non-const Elf_Data but only reads it.
+    const size_t next = gelf_getnote(const_cast<Elf_Data*>(data), offset, &nhdr, &name_offset, &desc_offset);
+    if (next == 0 || next <= offset) break;
+    if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
+        std::memcmp(bytes + name_offset, "GNU", 4) == 0 && nhdr.n_descsz > 0 &&
+        desc_offset + nhdr.n_descsz <= data->d_size) {
+      return to_hex({bytes + desc_offset, nhdr.n_descsz});
+    }
+    offset = next;
+  }
+  return "";
+}
+
+std::string build_id_from_raw_notes(std::span<const uint8_t> notes) {
+  // Each note: u32 namesz, u32 descsz, u32 type, then name and desc, each padded to 4 bytes.
+  auto align4 = [](size_t n) { return (n + 3) & ~size_t{3}; };
+  size_t pos = 0;
+  while (notes.size() - pos >= 12) {
+    uint32_t namesz = 0, descsz = 0, type = 0;
+    std::memcpy(&namesz, notes.data() + pos, 4);
+    std::memcpy(&descsz, notes.data() + pos + 4, 4);
+    std::memcpy(&type, notes.data() + pos + 8, 4);
+    pos += 12;
+    const size_t name_pos = pos;
+    if (namesz > notes.size() - pos) break;
+    pos += align4(namesz);
+    if (pos > notes.size() || descsz > notes.size() - pos) break;
+    const size_t desc_pos = pos;
+    pos += align4(descsz);
+    if (type == NT_GNU_BUILD_ID && namesz == 4 && std::memcmp(notes.data() + name_pos, "GNU", 4) == 0 &&
+        descsz > 0) {
+      return to_hex(notes.subspan(desc_pos, descsz));
+    }
+    if (pos > notes.size()) break;
+  }
+  return "";
+}
+
+namespace {
+
+std::string build_id_in_segments(Elf* elf) {
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) != 0) return "";
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_NOTE) continue;
+    // 8-byte aligned note segments (PT_NOTE of .note.gnu.property) use the 8-byte note layout.
+    const Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(phdr.p_offset), phdr.p_filesz,
+                                                phdr.p_align == 8 ? ELF_T_NHDR8 : ELF_T_NHDR);
+    std::string id = build_id_in_note_data(data);
+    if (!id.empty()) return id;
+  }
+  return "";
+}
+
+std::string build_id_in_sections(Elf* elf) {
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
+    std::string id = build_id_in_note_data(elf_getdata(scn, nullptr));
+    if (!id.empty()) return id;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string elf_build_id(Elf* elf, BuildIdSearch order) {
+  if (elf == nullptr || elf_kind(elf) != ELF_K_ELF) return "";
+  std::string id =
+      order == BuildIdSearch::kSegmentsFirst ? build_id_in_segments(elf) : build_id_in_sections(elf);
+  if (id.empty())
+    id = order == BuildIdSearch::kSegmentsFirst ? build_id_in_sections(elf) : build_id_in_segments(elf);
+  return id;
+}
+
+std::string read_elf_build_id(int fd, BuildIdSearch order) {
+  // Mapped, not read: only the note pages are touched, and files here may be large libraries.
+  const ElfHandle elf = ElfHandle::open_fd(fd, ELF_C_READ_MMAP);
+  return elf_build_id(elf.get(), order);
+}
+
+std::optional<std::string> file_build_id(const std::string& path, BuildIdSearch order) {
+  const OpenedElf file = OpenedElf::open(path);
+  if (!file) return std::nullopt;
+  return elf_build_id(file.get(), order);
+}
+
+std::string build_id_of_image(std::span<const uint8_t> image) {
+  // libelf reads (and may convert) the buffer in place: give it a copy.
+  std::vector<char> copy(image.begin(), image.end());
+  const ElfHandle elf = ElfHandle::open_memory(copy.data(), copy.size());
+  if (!elf.is_elf()) return "";
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf.get(), &phnum) != 0) return "";
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_NOTE) continue;
+    if (phdr.p_offset > image.size() || phdr.p_filesz > image.size() - phdr.p_offset) continue;
+    std::string id = build_id_from_raw_notes(image.subspan(phdr.p_offset, phdr.p_filesz));
+    if (!id.empty()) return id;
+  }
+  return "";
+}
+
+}  // namespace hpd
