@@ -19,6 +19,7 @@
 #include "firefox_format.h"
 #include "hpd/export/firefox.h"
 #include "hpd/model/output_write.h"
+#include "hpd/model/validate.h"
 #include "json_writer.h"
 #include "output_file.h"
 
@@ -60,16 +61,12 @@ struct ConcatRows {
   const T& operator[](size_t i) const { return i < first.size() ? first[i] : second[i - first.size()]; }
 };
 
-std::string invalid(const std::string& what) {
-  return "invalid profile: " + what;
-}
-
 class FirefoxWriter {
  public:
   FirefoxWriter(const Profile& profile, json::ByteSink& sink) : p_(profile), w_(sink) {}
 
   void write() {
-    validate();
+    hpd::validate(p_);
     prepare();
     w_.begin_object();
     write_meta();
@@ -84,74 +81,6 @@ class FirefoxWriter {
   // Nanoseconds relative to meta.startTime, from a monotonic timestamp. Unsigned wrap-around then
   // the cast gives the right negative value for times before the start.
   int64_t relative_ns(uint64_t mono_ns) const { return static_cast<int64_t>(mono_ns - start_mono_ns_); }
-
-  void validate() const {
-    const size_t strings = p_.strings.size();
-    const size_t libs = p_.libs.size();
-    for (size_t i = 0; i < p_.mip_counts.size(); ++i) {
-      if (p_.mip_counts[i].func >= p_.funcs.size())
-        throw std::runtime_error(invalid("MIP count " + std::to_string(i) + " refers to a missing func"));
-    }
-    for (size_t i = 0; i < p_.call_edges.size(); ++i) {
-      const CallEdge& e = p_.call_edges[i];
-      if (e.callee_func >= p_.funcs.size() || (e.caller_func != kNoIndex && e.caller_func >= p_.funcs.size()))
-        throw std::runtime_error(invalid("call edge " + std::to_string(i) + " refers to a missing func"));
-    }
-    for (size_t i = 0; i < p_.funcs.size(); ++i) {
-      const Func& f = p_.funcs[i];
-      if (f.name >= strings)
-        throw std::runtime_error(invalid("func " + std::to_string(i) + " has no name string"));
-      if (f.file != kNoIndex && f.file >= strings) {
-        throw std::runtime_error(invalid("func " + std::to_string(i) + " refers to a missing file string"));
-      }
-      if (f.lib != kNoIndex && f.lib >= libs) {
-        throw std::runtime_error(invalid("func " + std::to_string(i) + " refers to lib " +
-                                         std::to_string(f.lib) + " of " + std::to_string(libs)));
-      }
-    }
-    for (size_t i = 0; i < p_.native_symbols.size(); ++i) {
-      const NativeSymbol& s = p_.native_symbols[i];
-      if (s.name >= strings || (s.lib != kNoIndex && s.lib >= libs)) {
-        throw std::runtime_error(
-            invalid("native symbol " + std::to_string(i) + " refers to a missing string or lib"));
-      }
-    }
-    for (size_t i = 0; i < p_.frames.size(); ++i) {
-      const Frame& f = p_.frames[i];
-      if (f.func >= p_.funcs.size()) {
-        throw std::runtime_error(invalid("frame " + std::to_string(i) + " refers to func " +
-                                         std::to_string(f.func) + " of " + std::to_string(p_.funcs.size())));
-      }
-      if (f.native_symbol != kNoIndex && f.native_symbol >= p_.native_symbols.size()) {
-        throw std::runtime_error(
-            invalid("frame " + std::to_string(i) + " refers to a missing native symbol"));
-      }
-      if (static_cast<int>(f.category) >= kCategoryCount) {
-        throw std::runtime_error(invalid("frame " + std::to_string(i) + " has an unknown category"));
-      }
-    }
-    for (size_t i = 0; i < p_.stacks.size(); ++i) {
-      const Stack& s = p_.stacks[i];
-      if (s.frame >= p_.frames.size()) {
-        throw std::runtime_error(invalid("stack " + std::to_string(i) + " refers to frame " +
-                                         std::to_string(s.frame) + " of " +
-                                         std::to_string(p_.frames.size())));
-      }
-      if (s.prefix != kNoIndex && s.prefix >= i) {
-        throw std::runtime_error(invalid("stack " + std::to_string(i) + " has prefix " +
-                                         std::to_string(s.prefix) + ", which does not precede it"));
-      }
-    }
-    for (const Thread& t : p_.threads) {
-      for (const Sample& s : t.samples) {
-        if (s.stack != kNoIndex && s.stack >= p_.stacks.size()) {
-          throw std::runtime_error(invalid("a sample of thread " + std::to_string(t.tid) +
-                                           " refers to stack " + std::to_string(s.stack) + " of " +
-                                           std::to_string(p_.stacks.size())));
-        }
-      }
-    }
-  }
 
   void prepare() {
     const RecordingInfo& info = p_.meta.recording;
@@ -832,7 +761,7 @@ class FirefoxWriter {
     w_.key("length");
     w_.uint(stacks);
     column("frame", stacks, [&](size_t i) { w_.uint(st[i].frame); });
-    // 0 = root; otherwise the prefix is that many entries back (validate() and prepare_calls()
+    // 0 = root; otherwise the prefix is that many entries back (hpd::validate() and prepare_calls()
     // ensured prefix < i).
     column("prefixOffset", stacks, [&](size_t i) {
       const uint32_t prefix = st[i].prefix;

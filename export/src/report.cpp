@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "hpd/model/validate.h"
+
 namespace hpd {
 
 namespace {
@@ -43,30 +45,6 @@ bool thread_name_matches(const std::string& name, const std::string& wanted) {
 
 bool selected(const Thread& t, const ReportOptions& options) {
   return report_selects_thread(t, options);
-}
-
-void check_indices(const Profile& p) {
-  for (size_t i = 0; i < p.frames.size(); ++i) {
-    if (p.frames[i].func >= p.funcs.size()) {
-      throw std::runtime_error("invalid profile: frame " + std::to_string(i) + " refers to a missing func");
-    }
-  }
-  for (size_t i = 0; i < p.funcs.size(); ++i) {
-    if (p.funcs[i].name >= p.strings.size() ||
-        (p.funcs[i].lib != kNoIndex && p.funcs[i].lib >= p.libs.size())) {
-      throw std::runtime_error("invalid profile: func " + std::to_string(i) +
-                               " refers to a missing name or lib");
-    }
-  }
-  for (size_t i = 0; i < p.stacks.size(); ++i) {
-    const Stack& s = p.stacks[i];
-    // prefix < i also guarantees that walking prefixes terminates.
-    if (s.frame >= p.frames.size() || (s.prefix != kNoIndex && s.prefix >= i)) {
-      throw std::runtime_error("invalid profile: stack " + std::to_string(i) +
-                               " refers to a missing frame or a "
-                               "prefix that does not precede it");
-    }
-  }
 }
 
 uint64_t lost_total(const LostCounts& l) {
@@ -546,8 +524,6 @@ void compute_mip(const Profile& p, const ReportOptions& options, Report& report)
   std::map<uint32_t, MipRow> by_func;  // several processes of one binary add up
   for (const MipCount& c : p.mip_counts) {
     if (options.pid != 0 && c.pid != options.pid) continue;
-    if (c.func >= p.funcs.size())
-      throw std::runtime_error("a MIP count names a function that does not exist");
     auto [it, inserted] = by_func.try_emplace(c.func);
     MipRow& row = it->second;
     if (inserted) {
@@ -644,8 +620,6 @@ void add_call_latency(const Profile& p, const ReportOptions& options, Report& re
   std::map<uint32_t, CallLatency> by_func;
   for (const CallLatency& l : p.call_latency) {
     if (options.pid != 0 && l.pid != options.pid) continue;
-    if (l.func >= p.funcs.size())
-      throw std::runtime_error("a call latency names a function that does not exist");
     CallLatency& m = by_func[l.func];
     m.func = l.func;
     m.calls += l.calls;
@@ -680,8 +654,6 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
   };
   for (const CallEdge& e : p.call_edges) {
     if (options.pid != 0 && e.pid != options.pid) continue;
-    if (e.callee_func >= p.funcs.size() || (e.caller_func != kNoIndex && e.caller_func >= p.funcs.size()))
-      throw std::runtime_error("a call edge names a function that does not exist");
     auto [it, inserted] = by_func.try_emplace(e.callee_func);
     if (inserted) {
       it->second.func = e.callee_func;
@@ -854,7 +826,7 @@ std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
 }
 
 Report compute_report(const Profile& p, const ReportOptions& options) {
-  check_indices(p);
+  validate(p);
   Report report;
   ReportTotals& totals = report.totals;
   const RecordingInfo& info = p.meta.recording;
@@ -888,10 +860,6 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     thread_stacks.tid = t.tid;
     thread_stacks.name = t.name;
     for (const Sample& s : t.samples) {
-      if (s.stack != kNoIndex && s.stack >= p.stacks.size()) {
-        throw std::runtime_error("invalid profile: a sample of thread " + std::to_string(t.tid) +
-                                 " refers to a missing stack");
-      }
       Tally one;
       if (s.kind == SampleKind::kOffCpu) {
         one.off = 1;

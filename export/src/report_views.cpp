@@ -12,6 +12,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "hpd/model/validate.h"
+
 namespace hpd {
 namespace {
 
@@ -40,8 +42,6 @@ std::vector<StackTally> tally_stacks(const Profile& p, const ReportOptions& opti
     for (const Sample& s : t.samples) {
       if (s.kind == SampleKind::kOnCpu) ++on;
       if (s.stack == kNoIndex) continue;
-      if (s.stack >= p.stacks.size())
-        throw std::runtime_error("invalid profile: a sample refers to a missing stack");
       StackTally& st = per_stack[s.stack];
       if (s.kind == SampleKind::kOffCpu) {
         ++st.off;
@@ -186,6 +186,7 @@ std::vector<uint32_t> find_functions(const Profile& p, const std::string& name) 
 
 CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, const std::string& function,
                                CallTreeDirection direction) {
+  validate(p);
   const std::vector<uint32_t> funcs = find_functions(p, function);
   std::vector<bool> is_target(p.funcs.size(), false);
   for (uint32_t f : funcs) is_target[f] = true;
@@ -277,6 +278,7 @@ void print_call_tree_json(const CallTreeView& view, std::ostream& out) {
 }
 
 Annotation annotate_function(const Profile& p, const ReportOptions& options, const std::string& function) {
+  validate(p);
   const std::vector<uint32_t> funcs = find_functions(p, function);
   std::vector<bool> is_target(p.funcs.size(), false);
   for (uint32_t f : funcs) is_target[f] = true;
