@@ -77,7 +77,7 @@ void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions
     lines[line] += weight;
   }
   for (const auto& [stack, weight] : lines) out << stack << ' ' << weight << '\n';
-  if (!out) throw std::runtime_error("writing collapsed stacks failed");
+  if (!out) throw ExportError("writing collapsed stacks failed");
 }
 
 void write_collapsed_file(const Profile& profile, const std::string& path, const CollapsedOptions& options) {

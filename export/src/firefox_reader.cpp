@@ -27,18 +27,18 @@ namespace {
 using nlohmann::json;
 
 // Thrown inside the reader; read_firefox_file adds the source name.
-struct FormatError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct FormatError : ExportError {
+  using ExportError::ExportError;
 };
 
 std::string read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw std::runtime_error("cannot read profile '" + path + "': " + std::strerror(errno));
+    throw ExportError("cannot read profile '" + path + "': " + std::strerror(errno));
   }
   std::ostringstream buffer;
   buffer << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("cannot read profile '" + path + "': read error");
+  if (in.bad()) throw ExportError("cannot read profile '" + path + "': read error");
   return std::move(buffer).str();
 }
 
@@ -740,15 +740,15 @@ Profile parse_firefox_json(std::string_view json_text, const std::string& source
     root = json::parse(json_text.begin(), json_text.end());
   } catch (const json::exception& e) {
     // parse_error, and out_of_range for a number beyond a double (1e999): both name the file.
-    throw std::runtime_error(source + ": not a JSON document (" + e.what() + ")");
+    throw ExportError(source + ": not a JSON document (" + e.what() + ")");
   }
   try {
     return FirefoxReader(root).read();
   } catch (const FormatError& e) {
-    throw std::runtime_error(source + ": " + e.what());
+    throw ExportError(source + ": " + e.what());
   } catch (const json::exception& e) {
     // A value of an unexpected type deep inside; the checks above should have caught it first.
-    throw std::runtime_error(source + ": malformed profile (" + e.what() + ")");
+    throw ExportError(source + ": malformed profile (" + e.what() + ")");
   }
 }
 
@@ -758,7 +758,7 @@ Profile read_firefox_file(const std::string& path) {
     try {
       data = gunzip(data);
     } catch (const FormatError& e) {
-      throw std::runtime_error(path + ": " + e.what());
+      throw ExportError(path + ": " + e.what());
     }
   }
   return parse_firefox_json(data, path);

@@ -1085,7 +1085,11 @@ class FdSink : public json::ByteSink {
  public:
   explicit FdSink(int fd) : fd_(fd) {}
   void write(const char* data, size_t size) override {
-    write_output_fully(fd_, data, size, "writing the profile failed");
+    try {
+      write_output_fully(fd_, data, size, "writing the profile failed");
+    } catch (const std::runtime_error& e) {
+      throw ExportError(e.what());  // model's write helper throws plain runtime_error
+    }
   }
 
  private:
@@ -1128,7 +1132,7 @@ void write_firefox_json(const Profile& profile, std::ostream& out) {
   OstreamSink sink(out);
   FirefoxWriter(profile, sink).write();
   out.flush();
-  if (!out) throw std::runtime_error("writing the profile to the output stream failed");
+  if (!out) throw ExportError("writing the profile to the output stream failed");
 }
 
 void write_firefox_file(const Profile& profile, const std::string& path) {

@@ -967,8 +967,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     try {
       pattern = std::regex(options.function, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
-      throw std::runtime_error("--function " + options.function +
-                               " is not a valid regular expression: " + e.what());
+      throw ExportError("--function " + options.function + " is not a valid regular expression: " + e.what());
     }
     std::erase_if(report.rows, [&](const ReportRow& r) { return !std::regex_search(r.name, pattern); });
   }

@@ -157,7 +157,7 @@ std::vector<uint32_t> find_functions(const Profile& p, const std::string& name) 
   try {
     pattern = std::regex(name, std::regex::ECMAScript);
   } catch (const std::regex_error&) {
-    throw std::runtime_error("no function is named " + name + " (and it is not a valid regular expression)");
+    throw ExportError("no function is named " + name + " (and it is not a valid regular expression)");
   }
   std::vector<uint32_t> matched;
   std::set<std::string> names;
@@ -167,7 +167,7 @@ std::vector<uint32_t> find_functions(const Profile& p, const std::string& name) 
       names.insert(p.func_name(f));
     }
   }
-  if (matched.empty()) throw std::runtime_error("no function of the profile matches " + name);
+  if (matched.empty()) throw ExportError("no function of the profile matches " + name);
   if (names.size() > 1) {
     std::string list;
     size_t shown = 0;
@@ -178,8 +178,8 @@ std::vector<uint32_t> find_functions(const Profile& p, const std::string& name) 
       }
       list += (list.empty() ? "" : ", ") + n;
     }
-    throw std::runtime_error(std::to_string(names.size()) + " functions match " + name + ": " + list +
-                             "; give one exact name");
+    throw ExportError(std::to_string(names.size()) + " functions match " + name + ": " + list +
+                      "; give one exact name");
   }
   return matched;
 }
