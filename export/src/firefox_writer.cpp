@@ -18,6 +18,7 @@
 
 #include "firefox_format.h"
 #include "hpd/export/firefox.h"
+#include "hpd/export/firefox/schema.h"
 #include "hpd/model/output_write.h"
 #include "hpd/model/validate.h"
 #include "json_writer.h"
@@ -242,22 +243,22 @@ class FirefoxWriter {
   void extra_entry(const char* label, const char* format, const std::string& value) {
     if (value.empty()) return;
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(label);
-    w_.key("format");
+    w_.key(firefox::extra::kFormat);
     w_.string(format);
-    w_.key("value");
+    w_.key(firefox::extra::kValue);
     w_.string(value);
     w_.end_object();
   }
 
   void extra_entry(const char* label, uint64_t value) {
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(label);
-    w_.key("format");
+    w_.key(firefox::extra::kFormat);
     w_.string("integer");
-    w_.key("value");
+    w_.key(firefox::extra::kValue);
     w_.uint(value);
     w_.end_object();
   }
@@ -265,62 +266,62 @@ class FirefoxWriter {
   void write_meta() {
     const ProfileMeta& meta = p_.meta;
     const RecordingInfo& info = meta.recording;
-    w_.key("meta");
+    w_.key(firefox::profile::kMeta);
     w_.begin_object();
-    w_.key("version");
+    w_.key(firefox::meta::kVersion);
     w_.int64(firefox::kGeckoVersion);
-    w_.key("preprocessedProfileVersion");
+    w_.key(firefox::meta::kPreprocessedProfileVersion);
     w_.int64(kFirefoxProfileVersion);
-    w_.key("interval");
+    w_.key(firefox::meta::kInterval);
     w_.ns_as_ms(static_cast<int64_t>(interval_ns_));
-    w_.key("startTime");
+    w_.key(firefox::meta::kStartTime);
     w_.ns_as_ms(static_cast<int64_t>(info.start_unix_ns));
     // The monotonic clock reading at startTime, so that sample times map back to CLOCK_MONOTONIC.
-    w_.key("startTimeAsClockMonotonicNanosecondsSinceBoot");
+    w_.key(firefox::meta::kStartTimeAsClockMonotonicNs);
     w_.uint(info.start_mono_ns);
-    w_.key("processType");
+    w_.key(firefox::meta::kProcessType);
     w_.int64(0);
-    w_.key("product");
+    w_.key(firefox::meta::kProduct);
     w_.string(meta.product);
-    w_.key("stackwalk");
+    w_.key(firefox::meta::kStackwalk);
     w_.int64(1);
-    w_.key("debug");
+    w_.key(firefox::meta::kDebug);
     w_.boolean(false);
-    w_.key("symbolicated");
+    w_.key(firefox::meta::kSymbolicated);
     w_.boolean(true);
-    w_.key("platform");
+    w_.key(firefox::meta::kPlatform);
     w_.string("Linux");
-    w_.key("oscpu");
+    w_.key(firefox::meta::kOscpu);
     w_.string(info.kernel_release.empty() ? std::string("Linux") : "Linux " + info.kernel_release);
-    w_.key("usesOnlyOneStackType");
+    w_.key(firefox::meta::kUsesOnlyOneStackType);
     w_.boolean(true);
-    w_.key("sourceCodeIsNotOnSearchfox");
+    w_.key(firefox::meta::kSourceCodeIsNotOnSearchfox);
     w_.boolean(true);
     if (info.logical_cpus > 0) {
-      w_.key("logicalCPUs");
+      w_.key(firefox::meta::kLogicalCpus);
       w_.uint(info.logical_cpus);
     }
     if (!info.arguments.empty()) {
-      w_.key("arguments");
+      w_.key(firefox::meta::kArguments);
       w_.string(firefox::join_shell_words(info.arguments));
     }
     const int64_t end = profiling_end_ns();
     if (end > 0) {
-      w_.key("profilingStartTime");
+      w_.key(firefox::meta::kProfilingStartTime);
       w_.int64(0);
-      w_.key("profilingEndTime");
+      w_.key(firefox::meta::kProfilingEndTime);
       w_.ns_as_ms(end);
     }
 
-    w_.key("categories");
+    w_.key(firefox::meta::kCategories);
     w_.begin_array();
     for (const auto& category : firefox::kCategories) {
       w_.begin_object();
-      w_.key("name");
+      w_.key(firefox::category::kName);
       w_.string(category.name);
-      w_.key("color");
+      w_.key(firefox::category::kColor);
       w_.string(category.color);
-      w_.key("subcategories");
+      w_.key(firefox::category::kSubcategories);
       w_.begin_array();
       w_.string("Other");
       w_.end_array();
@@ -328,14 +329,14 @@ class FirefoxWriter {
     }
     w_.end_array();
 
-    w_.key("sampleUnits");
+    w_.key(firefox::meta::kSampleUnits);
     w_.begin_object();
-    w_.key("time");
+    w_.key(firefox::sample_units::kTime);
     w_.string("ms");
-    w_.key("eventDelay");
+    w_.key(firefox::sample_units::kEventDelay);
     w_.string("ms");
     // Nanoseconds rather than samply's microseconds: the exact CPU deltas survive a round trip.
-    w_.key("threadCPUDelta");
+    w_.key(firefox::sample_units::kThreadCpuDelta);
     w_.string("ns");
     w_.end_object();
 
@@ -344,7 +345,7 @@ class FirefoxWriter {
     // shown with the process.
     const InitialThreads initial = choose_initial_threads(p_);
     if (!initial.visible.empty()) {
-      w_.key("initialVisibleThreads");
+      w_.key(firefox::meta::kInitialVisibleThreads);
       w_.begin_array();
       for (uint32_t i : initial.visible) w_.uint(i);
       for (size_t k = 0; k < calls_tracks_.size(); ++k) {
@@ -353,7 +354,7 @@ class FirefoxWriter {
         if (shown) w_.uint(p_.threads.size() + k);
       }
       w_.end_array();
-      w_.key("initialSelectedThreads");
+      w_.key(firefox::meta::kInitialSelectedThreads);
       w_.begin_array();
       for (uint32_t i : initial.selected) w_.uint(i);
       w_.end_array();
@@ -365,80 +366,49 @@ class FirefoxWriter {
   }
 
   void write_marker_schema() {
-    w_.key("markerSchema");
+    w_.key(firefox::meta::kMarkerSchema);
     w_.begin_array();
-    w_.begin_object();
-    w_.key("name");
-    w_.string(firefox::kOffCpuSchema);
-    w_.key("display");
-    w_.begin_array();
-    w_.string("marker-chart");
-    w_.string("marker-table");
-    w_.end_array();
-    w_.key("chartLabel");
-    w_.string("Off-CPU");
-    w_.key("tableLabel");
-    w_.string("Off-CPU {marker.data.offCpuNs}");
-    w_.key("tooltipLabel");
-    w_.string("Off-CPU");
-    w_.key("description");
-    w_.string("The thread was blocked or preempted; its stack is the sample's, in the Idle category.");
-    w_.key("fields");
-    w_.begin_array();
-    w_.begin_object();
-    w_.key("key");
-    w_.string(firefox::kOffCpuNsField);
-    w_.key("label");
-    w_.string("Off-CPU time");
-    w_.key("format");
-    w_.string("nanoseconds");
-    w_.end_object();
-    w_.begin_object();
-    w_.key("key");
-    w_.string(firefox::kOffCpuSampleField);
-    w_.key("label");
-    w_.string("Sample index");
-    w_.key("format");
-    w_.string("integer");
-    w_.key("hidden");
-    w_.boolean(true);
-    w_.end_object();
-    w_.end_array();
-    w_.end_object();
-    if (!p_.mip_counts.empty()) write_mip_schema();
-    if (!p_.call_latency.empty()) write_latency_schema();
+    write_schema(firefox::kOffCpuMarkerSchema);
+    if (!p_.mip_counts.empty()) write_schema(firefox::kMipMarkerSchema);
+    if (!p_.call_latency.empty()) write_schema(firefox::kLatencyMarkerSchema);
     w_.end_array();
   }
 
-  void write_latency_schema() {
+  void write_schema(const firefox::MarkerSchema& schema) {
+    namespace key = firefox::marker_schema;
     w_.begin_object();
-    w_.key("name");
-    w_.string(firefox::kLatencySchema);
-    w_.key("display");
+    w_.key(key::kName);
+    w_.string(schema.name);
+    w_.key(key::kDisplay);
     w_.begin_array();
-    w_.string("marker-table");
+    for (const char* place : schema.display) w_.string(place);
     w_.end_array();
-    w_.key("tableLabel");
-    w_.string(
-        "{marker.data.calls} calls, avg {marker.data.avgNs}, p95 {marker.data.p95Ns}, total "
-        "{marker.data.totalNs}");
-    w_.key("tooltipLabel");
-    w_.string("{marker.data.calls} calls, avg {marker.data.avgNs}");
-    w_.key("description");
-    w_.string(
-        "Latency of each call (entry to return, callees included) timed by hpd's in-process runtime over "
-        "the whole recording; total: time inside the outermost calls, summed over threads.");
-    w_.key("fields");
+    if (schema.chart_label != nullptr) {
+      w_.key(key::kChartLabel);
+      w_.string(schema.chart_label);
+    }
+    w_.key(key::kTableLabel);
+    w_.string(schema.table_label);
+    w_.key(key::kTooltipLabel);
+    w_.string(schema.tooltip_label);
+    w_.key(key::kDescription);
+    w_.string(schema.description);
+    w_.key(key::kFields);
     w_.begin_array();
-    schema_field(firefox::kLatencyFunctionField, "Function", "unique-string");
-    schema_field(firefox::kLatencyCallsField, "Calls timed", "integer");
-    schema_field(firefox::kLatencyAvgField, "Average", "nanoseconds");
-    schema_field(firefox::kLatencyP95Field, "95th percentile", "nanoseconds");
-    schema_field(firefox::kLatencyMaxField, "Maximum", "nanoseconds");
-    schema_field(firefox::kLatencyTotalField, "Total", "nanoseconds");
-    schema_field(firefox::kLatencySumField, "Sum of all calls", "nanoseconds", true);
-    schema_field(firefox::kLatencyHistogramField, "Histogram", "string", true);
-    schema_field(firefox::kLatencyFuncField, "Function index", "integer", true);
+    for (const firefox::MarkerField& field : schema.fields) {
+      w_.begin_object();
+      w_.key(key::kFieldKey);
+      w_.string(field.key);
+      w_.key(key::kFieldLabel);
+      w_.string(field.label);
+      w_.key(key::kFieldFormat);
+      w_.string(field.format);
+      if (field.hidden) {
+        w_.key(key::kFieldHidden);
+        w_.boolean(true);
+      }
+      w_.end_object();
+    }
     w_.end_array();
     w_.end_object();
   }
@@ -453,60 +423,16 @@ class FirefoxWriter {
     return out;
   }
 
-  void schema_field(const char* key, const char* label, const char* format, bool hidden = false) {
-    w_.begin_object();
-    w_.key("key");
-    w_.string(key);
-    w_.key("label");
-    w_.string(label);
-    w_.key("format");
-    w_.string(format);
-    if (hidden) {
-      w_.key("hidden");
-      w_.boolean(true);
-    }
-    w_.end_object();
-  }
-
-  void write_mip_schema() {
-    w_.begin_object();
-    w_.key("name");
-    w_.string(firefox::kMipSchema);
-    w_.key("display");
-    w_.begin_array();
-    w_.string("marker-table");
-    w_.end_array();
-    w_.key("tableLabel");
-    w_.string("{marker.data.calls} calls, first call {marker.data.firstCall}, blocks {marker.data.blocks}");
-    w_.key("tooltipLabel");
-    w_.string("{marker.data.calls} calls");
-    w_.key("description");
-    w_.string(
-        "Exact call counts from the program's MIP (Machine IR Profile) instrumentation, read at the "
-        "last snapshot before the process exited or the recording ended.");
-    w_.key("fields");
-    w_.begin_array();
-    schema_field(firefox::kMipFunctionField, "Function", "unique-string");
-    schema_field(firefox::kMipModuleField, "Module", "file-path");
-    schema_field(firefox::kMipCallsField, "Calls", "integer");
-    schema_field(firefox::kMipFirstCallField, "First call", "integer");
-    schema_field(firefox::kMipBlocksField, "Blocks covered", "string");
-    schema_field(firefox::kMipFuncField, "Function index", "integer", true);
-    schema_field(firefox::kMipCountsCallsField, "Exact counts", "integer", true);
-    w_.end_array();
-    w_.end_object();
-  }
-
   void write_extra() {
     const ProfileMeta& meta = p_.meta;
     const RecordingInfo& info = meta.recording;
-    w_.key("extra");
+    w_.key(firefox::meta::kExtra);
     w_.begin_array();
 
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(firefox::kRecordingSection);
-    w_.key("entries");
+    w_.key(firefox::extra::kEntries);
     w_.begin_array();
     extra_entry(firefox::kTargetLabel, "string", info.target);
     extra_entry(firefox::kBackendLabel, "string", info.backend);
@@ -521,9 +447,9 @@ class FirefoxWriter {
     w_.end_object();
 
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(firefox::kLostSection);
-    w_.key("entries");
+    w_.key(firefox::extra::kEntries);
     w_.begin_array();
     extra_entry(firefox::kLostRecordsLabel, meta.lost.lost_records);
     extra_entry(firefox::kThrottleLabel, meta.lost.throttle_events);
@@ -571,9 +497,9 @@ class FirefoxWriter {
     }
     if (all[0].known() + all[1].known() == 0) return;
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(firefox::kStacksSection);
-    w_.key("entries");
+    w_.key(firefox::extra::kEntries);
     w_.begin_array();
     const char* const kKinds[2] = {"on-CPU", "off-CPU"};
     for (int kind = 0; kind < 2; ++kind) {
@@ -599,9 +525,9 @@ class FirefoxWriter {
     };
     if (std::none_of(p_.threads.begin(), p_.threads.end(), lost_any)) return;
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(firefox::kLostByThreadSection);
-    w_.key("entries");
+    w_.key(firefox::extra::kEntries);
     w_.begin_array();
     for (const Thread& t : p_.threads) {
       const auto entry = [&](const char* what, uint64_t count) {
@@ -617,27 +543,27 @@ class FirefoxWriter {
   }
 
   void write_libs() {
-    w_.key("libs");
+    w_.key(firefox::profile::kLibs);
     w_.begin_array();
     for (const Lib& lib : p_.libs) {
       w_.begin_object();
-      w_.key("arch");
+      w_.key(firefox::lib::kArch);
       w_.string(lib.arch);
-      w_.key("name");
+      w_.key(firefox::lib::kName);
       w_.string(lib.name);
-      w_.key("path");
+      w_.key(firefox::lib::kPath);
       w_.string(lib.path);
-      w_.key("debugName");
+      w_.key(firefox::lib::kDebugName);
       w_.string(lib.debug_name.empty() ? lib.name : lib.debug_name);
-      w_.key("debugPath");
+      w_.key(firefox::lib::kDebugPath);
       w_.string(lib.debug_path.empty() ? lib.path : lib.debug_path);
       // Without a build-id there is no real debug id; the nil id keeps `samply load`, which parses
       // every breakpadId, working. The names are already symbolicated, so nothing is looked up.
       const std::string breakpad = breakpad_id_from_build_id(lib.build_id);
-      w_.key("breakpadId");
+      w_.key(firefox::lib::kBreakpadId);
       w_.string(breakpad.empty() ? std::string(33, '0') : breakpad);
       const std::string code_id = code_id_from_build_id(lib.build_id);
-      w_.key("codeId");
+      w_.key(firefox::lib::kCodeId);
       if (code_id.empty()) {
         w_.null();
       } else {
@@ -649,61 +575,61 @@ class FirefoxWriter {
   }
 
   void write_shared() {
-    w_.key("shared");
+    w_.key(firefox::profile::kShared);
     w_.begin_object();
 
-    w_.key("stringArray");
+    w_.key(firefox::shared::kStringArray);
     w_.begin_array();
     for (const std::string& s : p_.strings.strings()) w_.string(s);
     for (std::string_view s : extra_strings_) w_.string(s);
     w_.end_array();
 
     const size_t sources = source_files_.size();
-    w_.key("sources");
+    w_.key(firefox::shared::kSources);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(sources);
-    repeated("id", sources, "null");
-    column("filename", sources, [&](size_t i) { w_.uint(source_files_[i]); });
-    repeated("startLine", sources, "1");
-    repeated("startColumn", sources, "1");
-    repeated("sourceMapURL", sources, "null");
-    repeated("content", sources, "null");
+    repeated(firefox::sources::kId, sources, "null");
+    column(firefox::sources::kFilename, sources, [&](size_t i) { w_.uint(source_files_[i]); });
+    repeated(firefox::sources::kStartLine, sources, "1");
+    repeated(firefox::sources::kStartColumn, sources, "1");
+    repeated(firefox::sources::kSourceMapUrl, sources, "null");
+    repeated(firefox::sources::kContent, sources, "null");
     w_.end_object();
 
-    w_.key("sourceLocationTable");
+    w_.key(firefox::shared::kSourceLocationTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(0);
-    repeated("source", 0, "");
-    repeated("line", 0, "");
-    repeated("column", 0, "");
+    repeated(firefox::source_locations::kSource, 0, "");
+    repeated(firefox::source_locations::kLine, 0, "");
+    repeated(firefox::source_locations::kColumn, 0, "");
     w_.end_object();
 
     // One resource per lib, at the lib's index.
     const size_t libs = p_.libs.size();
-    w_.key("resourceTable");
+    w_.key(firefox::shared::kResourceTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(libs);
-    column("lib", libs, [&](size_t i) { w_.uint(i); });
-    column("name", libs, [&](size_t i) { w_.uint(lib_name_string_[i]); });
-    repeated("host", libs, "null");
-    repeated("type", libs, "1");  // 1 = Library
+    column(firefox::resources::kLib, libs, [&](size_t i) { w_.uint(i); });
+    column(firefox::resources::kName, libs, [&](size_t i) { w_.uint(lib_name_string_[i]); });
+    repeated(firefox::resources::kHost, libs, "null");
+    repeated(firefox::resources::kType, libs, "1");  // 1 = Library
     w_.end_object();
 
     const size_t symbols = native_symbols_written_.size();
     const auto symbol = [&](size_t i) -> const NativeSymbol& {
       return p_.native_symbols[native_symbols_written_[i]];
     };
-    w_.key("nativeSymbols");
+    w_.key(firefox::shared::kNativeSymbols);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(symbols);
-    column("libIndex", symbols, [&](size_t i) { w_.uint(symbol(i).lib); });
-    column("address", symbols, [&](size_t i) { w_.uint(symbol(i).address); });
-    column("name", symbols, [&](size_t i) { w_.uint(symbol(i).name); });
-    column("functionSize", symbols, [&](size_t i) {
+    column(firefox::native_symbols::kLibIndex, symbols, [&](size_t i) { w_.uint(symbol(i).lib); });
+    column(firefox::native_symbols::kAddress, symbols, [&](size_t i) { w_.uint(symbol(i).address); });
+    column(firefox::native_symbols::kName, symbols, [&](size_t i) { w_.uint(symbol(i).name); });
+    column(firefox::native_symbols::kFunctionSize, symbols, [&](size_t i) {
       if (symbol(i).size == 0) {
         w_.null();
       } else {
@@ -713,14 +639,14 @@ class FirefoxWriter {
     w_.end_object();
 
     const size_t funcs = p_.funcs.size();
-    w_.key("funcTable");
+    w_.key(firefox::shared::kFuncTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(funcs);
-    column("name", funcs, [&](size_t i) { w_.uint(p_.funcs[i].name); });
-    repeated("isJS", funcs, "false");
-    repeated("relevantForJS", funcs, "false");
-    column("resource", funcs, [&](size_t i) {
+    column(firefox::funcs::kName, funcs, [&](size_t i) { w_.uint(p_.funcs[i].name); });
+    repeated(firefox::funcs::kIsJs, funcs, "false");
+    repeated(firefox::funcs::kRelevantForJs, funcs, "false");
+    column(firefox::funcs::kResource, funcs, [&](size_t i) {
       const uint32_t lib = p_.funcs[i].lib;
       if (lib == kNoIndex) {
         w_.int64(-1);
@@ -728,42 +654,46 @@ class FirefoxWriter {
         w_.uint(lib);
       }
     });
-    column("source", funcs, [&](size_t i) { index_or_null(source_of_func_[i]); });
-    repeated("lineNumber", funcs, "null");
-    repeated("columnNumber", funcs, "null");
-    repeated("originalLocation", funcs, "null");
+    column(firefox::funcs::kSource, funcs, [&](size_t i) { index_or_null(source_of_func_[i]); });
+    repeated(firefox::funcs::kLineNumber, funcs, "null");
+    repeated(firefox::funcs::kColumnNumber, funcs, "null");
+    repeated(firefox::funcs::kOriginalLocation, funcs, "null");
     w_.end_object();
 
     const size_t frames = p_.frames.size() + calls_frames_.size();
     const ConcatRows<Frame> fr{p_.frames, calls_frames_};
-    w_.key("frameTable");
+    w_.key(firefox::shared::kFrameTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(frames);
-    column("address", frames, [&](size_t i) { w_.int64(fr[i].address < 0 ? -1 : fr[i].address); });
-    column("inlineDepth", frames, [&](size_t i) { w_.uint(fr[i].inline_depth); });
-    column("category", frames, [&](size_t i) { w_.uint(static_cast<uint32_t>(fr[i].category)); });
-    repeated("subcategory", frames, "0");
-    column("func", frames, [&](size_t i) { w_.uint(fr[i].func); });
-    column("nativeSymbol", frames, [&](size_t i) {
+    column(firefox::frames::kAddress, frames,
+           [&](size_t i) { w_.int64(fr[i].address < 0 ? -1 : fr[i].address); });
+    column(firefox::frames::kInlineDepth, frames, [&](size_t i) { w_.uint(fr[i].inline_depth); });
+    column(firefox::frames::kCategory, frames,
+           [&](size_t i) { w_.uint(static_cast<uint32_t>(fr[i].category)); });
+    repeated(firefox::frames::kSubcategory, frames, "0");
+    column(firefox::frames::kFunc, frames, [&](size_t i) { w_.uint(fr[i].func); });
+    column(firefox::frames::kNativeSymbol, frames, [&](size_t i) {
       index_or_null(fr[i].native_symbol == kNoIndex ? kNoIndex : native_symbol_out_[fr[i].native_symbol]);
     });
-    repeated("innerWindowID", frames, "0");
-    column("line", frames, [&](size_t i) { index_or_null(fr[i].line == 0 ? kNoIndex : fr[i].line); });
-    column("column", frames, [&](size_t i) { index_or_null(fr[i].column == 0 ? kNoIndex : fr[i].column); });
-    repeated("originalLocation", frames, "null");
+    repeated(firefox::frames::kInnerWindowId, frames, "0");
+    column(firefox::frames::kLine, frames,
+           [&](size_t i) { index_or_null(fr[i].line == 0 ? kNoIndex : fr[i].line); });
+    column(firefox::frames::kColumn, frames,
+           [&](size_t i) { index_or_null(fr[i].column == 0 ? kNoIndex : fr[i].column); });
+    repeated(firefox::frames::kOriginalLocation, frames, "null");
     w_.end_object();
 
     const size_t stacks = p_.stacks.size() + calls_stacks_.size();
     const ConcatRows<Stack> st{p_.stacks, calls_stacks_};
-    w_.key("stackTable");
+    w_.key(firefox::shared::kStackTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(stacks);
-    column("frame", stacks, [&](size_t i) { w_.uint(st[i].frame); });
+    column(firefox::stacks::kFrame, stacks, [&](size_t i) { w_.uint(st[i].frame); });
     // 0 = root; otherwise the prefix is that many entries back (hpd::validate() and prepare_calls()
     // ensured prefix < i).
-    column("prefixOffset", stacks, [&](size_t i) {
+    column(firefox::stacks::kPrefixOffset, stacks, [&](size_t i) {
       const uint32_t prefix = st[i].prefix;
       w_.uint(prefix == kNoIndex ? 0 : i - prefix);
     });
@@ -773,7 +703,7 @@ class FirefoxWriter {
   }
 
   void write_threads() {
-    w_.key("threads");
+    w_.key(firefox::profile::kThreads);
     w_.begin_array();
     for (size_t i = 0; i < p_.threads.size(); ++i) {
       auto it = mip_of_thread_.find(i);
@@ -796,33 +726,33 @@ class FirefoxWriter {
     const size_t n = track.edges.size();
 
     w_.begin_object();
-    w_.key("name");
+    w_.key(firefox::thread::kName);
     w_.string(firefox::kCallsThreadName);
-    w_.key("processName");
+    w_.key(firefox::thread::kProcessName);
     w_.string(process_name);
-    w_.key("processType");
+    w_.key(firefox::thread::kProcessType);
     w_.string("default");
-    w_.key("isMainThread");
+    w_.key(firefox::thread::kIsMainThread);
     w_.boolean(false);
-    w_.key("pid");
+    w_.key(firefox::thread::kPid);
     w_.string(std::to_string(track.pid));
-    w_.key("tid");
+    w_.key(firefox::thread::kTid);
     w_.string(firefox::calls_thread_tid(track.pid));
     w_.key(firefox::kCallsThreadField);
     w_.boolean(true);
     write_lifetimes(process != processes_.end() ? &process->second : nullptr, start, std::nullopt);
 
-    w_.key("samples");
+    w_.key(firefox::thread::kSamples);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(n);
     // "samples" with a weight column: the call tree sums the weights as counts (its Float64 sums are
     // exact up to 2^53); "tracing-ms" would show them as milliseconds.
-    w_.key("weightType");
+    w_.key(firefox::samples::kWeightType);
     w_.string("samples");
-    column("weight", n, [&](size_t i) { w_.uint(p_.call_edges[track.edges[i]].count); });
-    column("stack", n, [&](size_t i) { w_.uint(track.stacks[i]); });
-    column("time", n, [&](size_t) { w_.ns_as_ms(start); });
+    column(firefox::samples::kWeight, n, [&](size_t i) { w_.uint(p_.call_edges[track.edges[i]].count); });
+    column(firefox::samples::kStack, n, [&](size_t i) { w_.uint(track.stacks[i]); });
+    column(firefox::samples::kTime, n, [&](size_t) { w_.ns_as_ms(start); });
     w_.end_object();
 
     write_latency_markers(track.pid, start);
@@ -836,14 +766,14 @@ class FirefoxWriter {
       if (p_.call_latency[i].pid == pid && p_.call_latency[i].calls != 0)
         timed.push_back(static_cast<uint32_t>(i));
     const size_t m = timed.size();
-    w_.key("markers");
+    w_.key(firefox::thread::kMarkers);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(m);
-    column("data", m, [&](size_t k) {
+    column(firefox::markers::kData, m, [&](size_t k) {
       const CallLatency& l = p_.call_latency[timed[k]];
       w_.begin_object();
-      w_.key("type");
+      w_.key(firefox::markers::kDataType);
       w_.string(firefox::kLatencySchema);
       w_.key(firefox::kLatencyFunctionField);
       w_.uint(p_.funcs[l.func].name);
@@ -865,11 +795,12 @@ class FirefoxWriter {
       w_.uint(l.func);
       w_.end_object();
     });
-    column("name", m, [&](size_t k) { w_.uint(p_.funcs[p_.call_latency[timed[k]].func].name); });
-    column("startTime", m, [&](size_t) { w_.ns_as_ms(start); });
-    column("endTime", m, [&](size_t) { w_.null(); });
-    column("phase", m, [&](size_t) { w_.uint(0); });  // Instant
-    column("category", m, [&](size_t) { w_.uint(static_cast<int>(Category::kUser)); });
+    column(firefox::markers::kName, m,
+           [&](size_t k) { w_.uint(p_.funcs[p_.call_latency[timed[k]].func].name); });
+    column(firefox::markers::kStartTime, m, [&](size_t) { w_.ns_as_ms(start); });
+    column(firefox::markers::kEndTime, m, [&](size_t) { w_.null(); });
+    column(firefox::markers::kPhase, m, [&](size_t) { w_.uint(0); });  // Instant
+    column(firefox::markers::kCategory, m, [&](size_t) { w_.uint(static_cast<int>(Category::kUser)); });
     w_.end_object();
   }
 
@@ -894,38 +825,38 @@ class FirefoxWriter {
                                          [](const Sample& s) { return s.kind == SampleKind::kOffCpu; });
 
     w_.begin_object();
-    w_.key("name");
+    w_.key(firefox::thread::kName);
     w_.string(!t.name.empty()           ? t.name
               : !t.process_name.empty() ? t.process_name
                                         : "thread " + std::to_string(t.tid));
-    w_.key("processName");
+    w_.key(firefox::thread::kProcessName);
     w_.string(t.process_name);
-    w_.key("processType");
+    w_.key(firefox::thread::kProcessType);
     w_.string("default");
-    w_.key("isMainThread");
+    w_.key(firefox::thread::kIsMainThread);
     w_.boolean(t.is_main);
-    w_.key("pid");
+    w_.key(firefox::thread::kPid);
     w_.string(std::to_string(t.pid));
-    w_.key("tid");
+    w_.key(firefox::thread::kTid);
     w_.int64(t.tid);
     write_lifetimes(&processes_.at(t.pid), thread_start(t),
                     t.end_ns != 0 ? std::optional<int64_t>(relative_ns(t.end_ns)) : std::nullopt);
 
-    w_.key("samples");
+    w_.key(firefox::thread::kSamples);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(n);
-    w_.key("weightType");
+    w_.key(firefox::samples::kWeightType);
     w_.string("samples");
     if (has_off_cpu) {
       write_weights(n, sample);
     } else {
-      w_.key("weight");
+      w_.key(firefox::samples::kWeight);
       w_.null();
     }
-    column("stack", n, [&](size_t i) { index_or_null(sample(i).stack); });
-    column("time", n, [&](size_t i) { w_.ns_as_ms(relative_ns(sample(i).time_ns)); });
-    column("threadCPUDelta", n, [&](size_t i) {
+    column(firefox::samples::kStack, n, [&](size_t i) { index_or_null(sample(i).stack); });
+    column(firefox::samples::kTime, n, [&](size_t i) { w_.ns_as_ms(relative_ns(sample(i).time_ns)); });
+    column(firefox::samples::kThreadCpuDelta, n, [&](size_t i) {
       const Sample& s = sample(i);
       w_.uint(s.kind == SampleKind::kOffCpu ? 0 : s.cpu_delta_ns);
     });
@@ -946,7 +877,7 @@ class FirefoxWriter {
   void write_weights(size_t n, const SampleAt& sample) {
     const auto interval = static_cast<int64_t>(interval_ns_);
     int64_t carry = 0;  // stays within [-interval/2, interval/2)
-    column("weight", n, [&](size_t i) {
+    column(firefox::samples::kWeight, n, [&](size_t i) {
       const Sample& s = sample(i);
       if (s.kind != SampleKind::kOffCpu) {
         w_.uint(1);
@@ -970,13 +901,13 @@ class FirefoxWriter {
     const size_t o = off_cpu.size();
     const size_t m = o + mip.size();
     const auto count = [&](size_t k) -> const MipCount& { return p_.mip_counts[mip[k - o]]; };
-    w_.key("markers");
+    w_.key(firefox::thread::kMarkers);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(m);
-    column("data", m, [&](size_t k) {
+    column(firefox::markers::kData, m, [&](size_t k) {
       w_.begin_object();
-      w_.key("type");
+      w_.key(firefox::markers::kDataType);
       if (k < o) {
         w_.string(firefox::kOffCpuSchema);
         w_.key(firefox::kOffCpuNsField);
@@ -988,13 +919,13 @@ class FirefoxWriter {
       }
       w_.end_object();
     });
-    column("name", m,
+    column(firefox::markers::kName, m,
            [&](size_t k) { w_.uint(k < o ? off_cpu_name_string_ : p_.funcs[count(k).func].name); });
     // The interval assumes the sample is stamped when the thread left the CPU (samply's convention).
-    column("startTime", m, [&](size_t k) {
+    column(firefox::markers::kStartTime, m, [&](size_t k) {
       w_.ns_as_ms(relative_ns(k < o ? sample(off_cpu[k]).time_ns : count(k).time_ns));
     });
-    column("endTime", m, [&](size_t k) {
+    column(firefox::markers::kEndTime, m, [&](size_t k) {
       if (k >= o) {
         w_.null();  // an instant
         return;
@@ -1003,8 +934,8 @@ class FirefoxWriter {
       w_.ns_as_ms(relative_ns(s.time_ns) +
                   static_cast<int64_t>(std::min<uint64_t>(s.off_cpu_ns, uint64_t{1} << 62)));
     });
-    column("phase", m, [&](size_t k) { w_.uint(k < o ? 1 : 0); });  // Interval, Instant
-    column("category", m,
+    column(firefox::markers::kPhase, m, [&](size_t k) { w_.uint(k < o ? 1 : 0); });  // Interval, Instant
+    column(firefox::markers::kCategory, m,
            [&](size_t k) { w_.uint(static_cast<int>(k < o ? Category::kIdle : Category::kUser)); });
     w_.end_object();
   }
@@ -1039,23 +970,23 @@ class FirefoxWriter {
   // process's (a null process: started at 0, still running) and its own (unregister: none = alive).
   void write_lifetimes(const ProcessTimes* process, int64_t register_ns,
                        std::optional<int64_t> unregister_ns) {
-    w_.key("processStartupTime");
+    w_.key(firefox::thread::kProcessStartupTime);
     w_.ns_as_ms(process != nullptr ? process->startup : 0);
-    w_.key("processShutdownTime");
+    w_.key(firefox::thread::kProcessShutdownTime);
     if (process != nullptr && process->ended) {
       w_.ns_as_ms(process->shutdown);
     } else {
       w_.null();
     }
-    w_.key("registerTime");
+    w_.key(firefox::thread::kRegisterTime);
     w_.ns_as_ms(register_ns);
-    w_.key("unregisterTime");
+    w_.key(firefox::thread::kUnregisterTime);
     if (unregister_ns) {
       w_.ns_as_ms(*unregister_ns);
     } else {
       w_.null();
     }
-    w_.key("pausedRanges");
+    w_.key(firefox::thread::kPausedRanges);
     w_.begin_array();
     w_.end_array();
   }
