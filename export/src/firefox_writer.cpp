@@ -1,4 +1,5 @@
-// Firefox Profiler processed-format writer (version 66): the Profile's tables streamed as columns.
+// Firefox Profiler processed-format writer (version 66): the Profile and the tables derived from it
+// (firefox_tables.h) streamed as JSON columns.
 //
 // Version 66 because it is what samply emits and what the deployed profiler.firefox.com accepts
 // unchanged; the newer 70 is refused by the production build (see the format reference).
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "firefox_format.h"
+#include "firefox_tables.h"
 #include "hpd/export/firefox.h"
 #include "hpd/export/firefox/schema.h"
 #include "hpd/model/output_write.h"
@@ -28,7 +30,6 @@ namespace hpd {
 
 namespace {
 
-constexpr uint64_t kDefaultIntervalNs = 1000000;  // 1 ms, when the recording does not say
 // zlib level 4: on bench/export_bench.cpp's 30 MB of JSON it took 0.69 s for 11.6 MB, against
 // 2.2 s / 11.3 MB at the default 6 and 0.44 s / 12.4 MB at 1.
 constexpr int kGzipLevel = 4;
@@ -64,11 +65,10 @@ struct ConcatRows {
 
 class FirefoxWriter {
  public:
-  FirefoxWriter(const Profile& profile, json::ByteSink& sink) : p_(profile), w_(sink) {}
+  FirefoxWriter(const Profile& profile, const firefox::Tables& tables, json::ByteSink& sink)
+      : p_(profile), w_(sink), t_(tables) {}
 
   void write() {
-    hpd::validate(p_);
-    prepare();
     w_.begin_object();
     write_meta();
     write_libs();
@@ -79,147 +79,6 @@ class FirefoxWriter {
   }
 
  private:
-  // Nanoseconds relative to meta.startTime, from a monotonic timestamp. Unsigned wrap-around then
-  // the cast gives the right negative value for times before the start.
-  int64_t relative_ns(uint64_t mono_ns) const { return static_cast<int64_t>(mono_ns - start_mono_ns_); }
-
-  void prepare() {
-    const RecordingInfo& info = p_.meta.recording;
-    start_mono_ns_ = info.start_mono_ns;
-    interval_ns_ = info.interval_ns;
-    if (interval_ns_ == 0 && info.frequency_hz > 0) interval_ns_ = 1000000000ull / info.frequency_hz;
-    if (interval_ns_ == 0) interval_ns_ = kDefaultIntervalNs;
-    prepare_calls();
-
-    // One source per distinct file name, in order of first use.
-    std::unordered_map<uint32_t, uint32_t> source_of_file;
-    source_of_func_.assign(p_.funcs.size(), kNoIndex);
-    for (size_t i = 0; i < p_.funcs.size(); ++i) {
-      const uint32_t file = p_.funcs[i].file;
-      if (file == kNoIndex) continue;
-      auto [it, inserted] = source_of_file.emplace(file, static_cast<uint32_t>(source_files_.size()));
-      if (inserted) source_files_.push_back(file);
-      source_of_func_[i] = it->second;
-    }
-
-    // nativeSymbols.libIndex cannot be null: a symbol without a lib is left out, and frames
-    // pointing at it get a null nativeSymbol.
-    native_symbol_out_.assign(p_.native_symbols.size(), kNoIndex);
-    for (size_t i = 0; i < p_.native_symbols.size(); ++i) {
-      if (p_.native_symbols[i].lib == kNoIndex) continue;
-      native_symbol_out_[i] = static_cast<uint32_t>(native_symbols_written_.size());
-      native_symbols_written_.push_back(static_cast<uint32_t>(i));
-    }
-
-    // Strings the Profile does not hold go after its own, so its indices stay valid as they are.
-    const auto base = static_cast<uint32_t>(p_.strings.size());
-    for (const Lib& lib : p_.libs) {
-      lib_name_string_.push_back(base + static_cast<uint32_t>(extra_strings_.size()));
-      extra_strings_.push_back(lib.name);
-    }
-    off_cpu_name_string_ = base + static_cast<uint32_t>(extra_strings_.size());
-    extra_strings_.push_back(firefox::kOffCpuMarkerName);
-
-    // MIP markers go to each process's main thread (else its first thread).
-    for (size_t i = 0; i < p_.threads.size(); ++i) {
-      const Thread& t = p_.threads[i];
-      auto [it, inserted] = mip_thread_.emplace(t.pid, i);
-      if (!inserted && t.is_main && !p_.threads[it->second].is_main) it->second = i;
-    }
-    for (size_t i = 0; i < p_.mip_counts.size(); ++i) {
-      if (auto it = mip_thread_.find(p_.mip_counts[i].pid); it != mip_thread_.end())
-        mip_of_thread_[it->second].push_back(static_cast<uint32_t>(i));
-    }
-
-    // Where each process starts and ends, for the tracks' process times.
-    for (const Thread& t : p_.threads) {
-      const int64_t start = thread_start(t);
-      auto [it, inserted] = processes_.emplace(t.pid, ProcessTimes{start, 0, true});
-      ProcessTimes& times = it->second;
-      times.startup = std::min(times.startup, start);
-      if (t.end_ns == 0) {
-        times.ended = false;
-      } else {
-        times.shutdown = std::max(times.shutdown, relative_ns(t.end_ns));
-      }
-    }
-  }
-
-  // The calls track of one process (see prepare_calls).
-  struct CallsTrack {
-    int32_t pid = 0;
-    std::vector<uint32_t> edges;   // into p_.call_edges, in the profile's order
-    std::vector<uint32_t> stacks;  // the written stack of each edge
-  };
-
-  // A function-level frame: no address, line or native symbol. The calls track uses these rather than
-  // some sampled frame of the function, so that no sampled line or instruction is credited with
-  // calls; the call tree groups frames by function, so they are the same nodes as the sampled ones.
-  static bool is_bare_frame(const Frame& f) {
-    return f.address < 0 && f.native_symbol == kNoIndex && f.line == 0 && f.column == 0 &&
-           f.inline_depth == 0 && f.category == Category::kUser;
-  }
-
-  // Frames and stacks of the calls track (caller -> callee, or the callee alone when the caller is
-  // unknown), appended after the profile's own. Equal ones already in the profile are reused, so a
-  // profile read back from such a file is written again without growing.
-  void prepare_calls() {
-    if (p_.call_edges.empty()) return;
-    std::unordered_map<uint32_t, uint32_t> frame_of_func;
-    for (size_t i = 0; i < p_.frames.size(); ++i) {
-      if (is_bare_frame(p_.frames[i])) frame_of_func.emplace(p_.frames[i].func, static_cast<uint32_t>(i));
-    }
-    const auto stack_key = [](uint32_t prefix, uint32_t frame) { return uint64_t{prefix} << 32 | frame; };
-    std::unordered_map<uint64_t, uint32_t> stack_of;
-    for (size_t i = 0; i < p_.stacks.size(); ++i) {
-      const Stack& s = p_.stacks[i];
-      if (is_bare_frame(p_.frames[s.frame]))
-        stack_of.emplace(stack_key(s.prefix, s.frame), static_cast<uint32_t>(i));
-    }
-    const auto frame = [&](uint32_t func) {
-      auto [it, inserted] =
-          frame_of_func.emplace(func, static_cast<uint32_t>(p_.frames.size() + calls_frames_.size()));
-      if (inserted) {
-        Frame f;
-        f.func = func;
-        f.lib = p_.funcs[func].lib;
-        calls_frames_.push_back(f);
-      }
-      return it->second;
-    };
-    const auto stack = [&](uint32_t prefix, uint32_t frame_index) {
-      auto [it, inserted] = stack_of.emplace(stack_key(prefix, frame_index),
-                                             static_cast<uint32_t>(p_.stacks.size() + calls_stacks_.size()));
-      if (inserted) calls_stacks_.push_back(Stack{prefix, frame_index});
-      return it->second;
-    };
-    std::unordered_map<int32_t, size_t> track_of_pid;
-    for (size_t i = 0; i < p_.call_edges.size(); ++i) {
-      const CallEdge& e = p_.call_edges[i];
-      auto [it, inserted] = track_of_pid.emplace(e.pid, calls_tracks_.size());
-      if (inserted) calls_tracks_.push_back(CallsTrack{e.pid, {}, {}});
-      CallsTrack& track = calls_tracks_[it->second];
-      const uint32_t caller = e.caller_func == kNoIndex ? kNoIndex : stack(kNoIndex, frame(e.caller_func));
-      track.edges.push_back(static_cast<uint32_t>(i));
-      track.stacks.push_back(stack(caller, frame(e.callee_func)));
-    }
-  }
-
-  int64_t thread_start(const Thread& t) const {
-    // 0 = already running when the recording began.
-    return t.start_ns == 0 ? 0 : relative_ns(t.start_ns);
-  }
-
-  int64_t profiling_end_ns() const {
-    const RecordingInfo& info = p_.meta.recording;
-    if (info.end_mono_ns > info.start_mono_ns) return relative_ns(info.end_mono_ns);
-    int64_t end = 0;
-    for (const Thread& t : p_.threads) {
-      for (const Sample& s : t.samples) end = std::max(end, relative_ns(s.time_ns));
-    }
-    return end;
-  }
-
   template <typename F>
   void column(const char* name, size_t n, F&& each) {
     w_.key(name);
@@ -273,7 +132,7 @@ class FirefoxWriter {
     w_.key(firefox::meta::kPreprocessedProfileVersion);
     w_.int64(kFirefoxProfileVersion);
     w_.key(firefox::meta::kInterval);
-    w_.ns_as_ms(static_cast<int64_t>(interval_ns_));
+    w_.ns_as_ms(static_cast<int64_t>(t_.interval_ns));
     w_.key(firefox::meta::kStartTime);
     w_.ns_as_ms(static_cast<int64_t>(info.start_unix_ns));
     // The monotonic clock reading at startTime, so that sample times map back to CLOCK_MONOTONIC.
@@ -305,7 +164,7 @@ class FirefoxWriter {
       w_.key(firefox::meta::kArguments);
       w_.string(firefox::join_shell_words(info.arguments));
     }
-    const int64_t end = profiling_end_ns();
+    const int64_t end = t_.profiling_end_ns(p_);
     if (end > 0) {
       w_.key(firefox::meta::kProfilingStartTime);
       w_.int64(0);
@@ -348,9 +207,10 @@ class FirefoxWriter {
       w_.key(firefox::meta::kInitialVisibleThreads);
       w_.begin_array();
       for (uint32_t i : initial.visible) w_.uint(i);
-      for (size_t k = 0; k < calls_tracks_.size(); ++k) {
-        const bool shown = std::any_of(initial.visible.begin(), initial.visible.end(),
-                                       [&](uint32_t i) { return p_.threads[i].pid == calls_tracks_[k].pid; });
+      for (size_t k = 0; k < t_.calls_tracks.size(); ++k) {
+        const bool shown = std::any_of(initial.visible.begin(), initial.visible.end(), [&](uint32_t i) {
+          return p_.threads[i].pid == t_.calls_tracks[k].pid;
+        });
         if (shown) w_.uint(p_.threads.size() + k);
       }
       w_.end_array();
@@ -581,16 +441,16 @@ class FirefoxWriter {
     w_.key(firefox::shared::kStringArray);
     w_.begin_array();
     for (const std::string& s : p_.strings.strings()) w_.string(s);
-    for (std::string_view s : extra_strings_) w_.string(s);
+    for (std::string_view s : t_.extra_strings) w_.string(s);
     w_.end_array();
 
-    const size_t sources = source_files_.size();
+    const size_t sources = t_.source_files.size();
     w_.key(firefox::shared::kSources);
     w_.begin_object();
     w_.key(firefox::kLength);
     w_.uint(sources);
     repeated(firefox::sources::kId, sources, "null");
-    column(firefox::sources::kFilename, sources, [&](size_t i) { w_.uint(source_files_[i]); });
+    column(firefox::sources::kFilename, sources, [&](size_t i) { w_.uint(t_.source_files[i]); });
     repeated(firefox::sources::kStartLine, sources, "1");
     repeated(firefox::sources::kStartColumn, sources, "1");
     repeated(firefox::sources::kSourceMapUrl, sources, "null");
@@ -613,14 +473,14 @@ class FirefoxWriter {
     w_.key(firefox::kLength);
     w_.uint(libs);
     column(firefox::resources::kLib, libs, [&](size_t i) { w_.uint(i); });
-    column(firefox::resources::kName, libs, [&](size_t i) { w_.uint(lib_name_string_[i]); });
+    column(firefox::resources::kName, libs, [&](size_t i) { w_.uint(t_.lib_name_string[i]); });
     repeated(firefox::resources::kHost, libs, "null");
     repeated(firefox::resources::kType, libs, "1");  // 1 = Library
     w_.end_object();
 
-    const size_t symbols = native_symbols_written_.size();
+    const size_t symbols = t_.native_symbols_written.size();
     const auto symbol = [&](size_t i) -> const NativeSymbol& {
-      return p_.native_symbols[native_symbols_written_[i]];
+      return p_.native_symbols[t_.native_symbols_written[i]];
     };
     w_.key(firefox::shared::kNativeSymbols);
     w_.begin_object();
@@ -654,14 +514,14 @@ class FirefoxWriter {
         w_.uint(lib);
       }
     });
-    column(firefox::funcs::kSource, funcs, [&](size_t i) { index_or_null(source_of_func_[i]); });
+    column(firefox::funcs::kSource, funcs, [&](size_t i) { index_or_null(t_.source_of_func[i]); });
     repeated(firefox::funcs::kLineNumber, funcs, "null");
     repeated(firefox::funcs::kColumnNumber, funcs, "null");
     repeated(firefox::funcs::kOriginalLocation, funcs, "null");
     w_.end_object();
 
-    const size_t frames = p_.frames.size() + calls_frames_.size();
-    const ConcatRows<Frame> fr{p_.frames, calls_frames_};
+    const size_t frames = p_.frames.size() + t_.calls_frames.size();
+    const ConcatRows<Frame> fr{p_.frames, t_.calls_frames};
     w_.key(firefox::shared::kFrameTable);
     w_.begin_object();
     w_.key(firefox::kLength);
@@ -674,7 +534,7 @@ class FirefoxWriter {
     repeated(firefox::frames::kSubcategory, frames, "0");
     column(firefox::frames::kFunc, frames, [&](size_t i) { w_.uint(fr[i].func); });
     column(firefox::frames::kNativeSymbol, frames, [&](size_t i) {
-      index_or_null(fr[i].native_symbol == kNoIndex ? kNoIndex : native_symbol_out_[fr[i].native_symbol]);
+      index_or_null(fr[i].native_symbol == kNoIndex ? kNoIndex : t_.native_symbol_out[fr[i].native_symbol]);
     });
     repeated(firefox::frames::kInnerWindowId, frames, "0");
     column(firefox::frames::kLine, frames,
@@ -684,8 +544,8 @@ class FirefoxWriter {
     repeated(firefox::frames::kOriginalLocation, frames, "null");
     w_.end_object();
 
-    const size_t stacks = p_.stacks.size() + calls_stacks_.size();
-    const ConcatRows<Stack> st{p_.stacks, calls_stacks_};
+    const size_t stacks = p_.stacks.size() + t_.calls_stacks.size();
+    const ConcatRows<Stack> st{p_.stacks, t_.calls_stacks};
     w_.key(firefox::shared::kStackTable);
     w_.begin_object();
     w_.key(firefox::kLength);
@@ -706,23 +566,23 @@ class FirefoxWriter {
     w_.key(firefox::profile::kThreads);
     w_.begin_array();
     for (size_t i = 0; i < p_.threads.size(); ++i) {
-      auto it = mip_of_thread_.find(i);
-      write_thread(p_.threads[i], it != mip_of_thread_.end() ? &it->second : nullptr);
+      auto it = t_.mip_of_thread.find(i);
+      write_thread(p_.threads[i], it != t_.mip_of_thread.end() ? &it->second : nullptr);
     }
-    for (const CallsTrack& track : calls_tracks_) write_calls_thread(track);
+    for (const firefox::CallsTrack& track : t_.calls_tracks) write_calls_thread(track);
     w_.end_array();
   }
 
   // The calls track of one process: a sample per edge, weighted by its count. The samples all sit at
   // the process's start: the counts cover the whole recording and have no time of their own. There is
   // no threadCPUDelta column, so the track adds nothing to any CPU figure.
-  void write_calls_thread(const CallsTrack& track) {
+  void write_calls_thread(const firefox::CallsTrack& track) {
     std::string process_name;
     for (const Thread& t : p_.threads) {
       if (t.pid == track.pid && (process_name.empty() || t.is_main)) process_name = t.process_name;
     }
-    const auto process = processes_.find(track.pid);
-    const int64_t start = process != processes_.end() ? process->second.startup : 0;
+    const auto process = t_.processes.find(track.pid);
+    const int64_t start = process != t_.processes.end() ? process->second.startup : 0;
     const size_t n = track.edges.size();
 
     w_.begin_object();
@@ -740,7 +600,7 @@ class FirefoxWriter {
     w_.string(firefox::calls_thread_tid(track.pid));
     w_.key(firefox::kCallsThreadField);
     w_.boolean(true);
-    write_lifetimes(process != processes_.end() ? &process->second : nullptr, start, std::nullopt);
+    write_lifetimes(process != t_.processes.end() ? &process->second : nullptr, start, std::nullopt);
 
     w_.key(firefox::thread::kSamples);
     w_.begin_object();
@@ -839,8 +699,8 @@ class FirefoxWriter {
     w_.string(std::to_string(t.pid));
     w_.key(firefox::thread::kTid);
     w_.int64(t.tid);
-    write_lifetimes(&processes_.at(t.pid), thread_start(t),
-                    t.end_ns != 0 ? std::optional<int64_t>(relative_ns(t.end_ns)) : std::nullopt);
+    write_lifetimes(&t_.processes.at(t.pid), t_.thread_start(t),
+                    t.end_ns != 0 ? std::optional<int64_t>(t_.relative_ns(t.end_ns)) : std::nullopt);
 
     w_.key(firefox::thread::kSamples);
     w_.begin_object();
@@ -855,7 +715,7 @@ class FirefoxWriter {
       w_.null();
     }
     column(firefox::samples::kStack, n, [&](size_t i) { index_or_null(sample(i).stack); });
-    column(firefox::samples::kTime, n, [&](size_t i) { w_.ns_as_ms(relative_ns(sample(i).time_ns)); });
+    column(firefox::samples::kTime, n, [&](size_t i) { w_.ns_as_ms(t_.relative_ns(sample(i).time_ns)); });
     column(firefox::samples::kThreadCpuDelta, n, [&](size_t i) {
       const Sample& s = sample(i);
       w_.uint(s.kind == SampleKind::kOffCpu ? 0 : s.cpu_delta_ns);
@@ -875,7 +735,7 @@ class FirefoxWriter {
   // where "at least 1" would inflate many short waits to many whole intervals.
   template <typename SampleAt>
   void write_weights(size_t n, const SampleAt& sample) {
-    const auto interval = static_cast<int64_t>(interval_ns_);
+    const auto interval = static_cast<int64_t>(t_.interval_ns);
     int64_t carry = 0;  // stays within [-interval/2, interval/2)
     column(firefox::samples::kWeight, n, [&](size_t i) {
       const Sample& s = sample(i);
@@ -920,10 +780,10 @@ class FirefoxWriter {
       w_.end_object();
     });
     column(firefox::markers::kName, m,
-           [&](size_t k) { w_.uint(k < o ? off_cpu_name_string_ : p_.funcs[count(k).func].name); });
+           [&](size_t k) { w_.uint(k < o ? t_.off_cpu_name_string : p_.funcs[count(k).func].name); });
     // The interval assumes the sample is stamped when the thread left the CPU (samply's convention).
     column(firefox::markers::kStartTime, m, [&](size_t k) {
-      w_.ns_as_ms(relative_ns(k < o ? sample(off_cpu[k]).time_ns : count(k).time_ns));
+      w_.ns_as_ms(t_.relative_ns(k < o ? sample(off_cpu[k]).time_ns : count(k).time_ns));
     });
     column(firefox::markers::kEndTime, m, [&](size_t k) {
       if (k >= o) {
@@ -931,7 +791,7 @@ class FirefoxWriter {
         return;
       }
       const Sample& s = sample(off_cpu[k]);
-      w_.ns_as_ms(relative_ns(s.time_ns) +
+      w_.ns_as_ms(t_.relative_ns(s.time_ns) +
                   static_cast<int64_t>(std::min<uint64_t>(s.off_cpu_ns, uint64_t{1} << 62)));
     });
     column(firefox::markers::kPhase, m, [&](size_t k) { w_.uint(k < o ? 1 : 0); });  // Interval, Instant
@@ -960,15 +820,9 @@ class FirefoxWriter {
     w_.uint(c.counts_calls ? 1 : 0);
   }
 
-  struct ProcessTimes {
-    int64_t startup = 0;
-    int64_t shutdown = 0;
-    bool ended = true;  // every thread of the process has an end time
-  };
-
   // The lifetime fields of a thread object, for sampled threads and calls tracks alike: its
   // process's (a null process: started at 0, still running) and its own (unregister: none = alive).
-  void write_lifetimes(const ProcessTimes* process, int64_t register_ns,
+  void write_lifetimes(const firefox::ProcessTimes* process, int64_t register_ns,
                        std::optional<int64_t> unregister_ns) {
     w_.key(firefox::thread::kProcessStartupTime);
     w_.ns_as_ms(process != nullptr ? process->startup : 0);
@@ -993,23 +847,15 @@ class FirefoxWriter {
 
   const Profile& p_;
   json::Writer w_;
-  uint64_t start_mono_ns_ = 0;
-  uint64_t interval_ns_ = kDefaultIntervalNs;
-  std::vector<uint32_t> source_of_func_;          // func -> source row, kNoIndex = none
-  std::vector<uint32_t> source_files_;            // source row -> string index
-  std::vector<uint32_t> native_symbol_out_;       // profile symbol -> written row, kNoIndex = left out
-  std::vector<uint32_t> native_symbols_written_;  // written row -> profile symbol
-  std::vector<std::string_view> extra_strings_;   // appended to the string array after the profile's
-  std::vector<uint32_t> lib_name_string_;
-  uint32_t off_cpu_name_string_ = 0;
-  std::unordered_map<int32_t, ProcessTimes> processes_;
-  std::unordered_map<int32_t, size_t> mip_thread_;                   // pid -> thread holding its MIP markers
-  std::unordered_map<size_t, std::vector<uint32_t>> mip_of_thread_;  // thread -> MIP counts
-
-  std::vector<Frame> calls_frames_;  // written after the profile's frames
-  std::vector<Stack> calls_stacks_;  // written after the profile's stacks
-  std::vector<CallsTrack> calls_tracks_;
+  const firefox::Tables& t_;
 };
+
+// The one path of every entry point: validate, derive the tables, then stream them.
+void write_profile(const Profile& profile, json::ByteSink& sink) {
+  validate(profile);
+  const firefox::Tables tables = firefox::derive_tables(profile);
+  FirefoxWriter(profile, tables, sink).write();
+}
 
 // Writes through to a descriptor it does not own.
 class FdSink : public json::ByteSink {
@@ -1061,7 +907,7 @@ std::string code_id_from_build_id(std::string_view build_id_hex) {
 
 void write_firefox_json(const Profile& profile, std::ostream& out) {
   OstreamSink sink(out);
-  FirefoxWriter(profile, sink).write();
+  write_profile(profile, sink);
   out.flush();
   if (!out) throw ExportError("writing the profile to the output stream failed");
 }
@@ -1070,10 +916,10 @@ void write_firefox_file(const Profile& profile, const std::string& path) {
   AtomicFile file(path);
   if (ends_with(path, ".gz")) {
     GzipSink gzip(file, kGzipLevel);
-    FirefoxWriter(profile, gzip).write();
+    write_profile(profile, gzip);
     gzip.finish();
   } else {
-    FirefoxWriter(profile, file).write();
+    write_profile(profile, file);
   }
   file.commit();
 }
@@ -1082,10 +928,10 @@ void write_firefox_fd(const Profile& profile, int fd, bool gzip) {
   FdSink sink(fd);
   if (gzip) {
     GzipSink compressed(sink, kGzipLevel);
-    FirefoxWriter(profile, compressed).write();
+    write_profile(profile, compressed);
     compressed.finish();
   } else {
-    FirefoxWriter(profile, sink).write();
+    write_profile(profile, sink);
   }
 }
 
