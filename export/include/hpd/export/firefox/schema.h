@@ -1,5 +1,5 @@
 // The Firefox Profiler's processed format (version 66): its table, column and meta key names, spelled
-// once for the writer, the reader and the tests' linter (see docs/firefox-export.md and the format reference).
+// once for the writer, the reader and the tests' linter (see docs/firefox-export.md).
 #pragma once
 
 namespace hpd::firefox {
