@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "hpd/export/collapsed.h"
+#include "hpd/model/validate.h"
 #include "output_file.h"
 
 namespace hpd {
@@ -26,12 +27,7 @@ void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions
   const uint64_t interval_ns = info.interval_ns != 0    ? info.interval_ns
                                : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
                                                         : kDefaultIntervalNs;
-  for (size_t i = 0; i < p.stacks.size(); ++i) {
-    // prefix < i also guarantees that walking prefixes terminates.
-    const Stack& s = p.stacks[i];
-    if (s.frame >= p.frames.size() || (s.prefix != kNoIndex && s.prefix >= i))
-      throw std::runtime_error("invalid profile: stack " + std::to_string(i) + " is inconsistent");
-  }
+  validate(p);
   // (thread or 0) << 32 | (stack + 1) -> weight; aggregated before any string is built.
   std::unordered_map<uint64_t, uint64_t> weights;
   // --per-process: every thread of a process is keyed by the process's first thread.
@@ -42,8 +38,6 @@ void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions
                                     : ti;
     const uint64_t thread_key = options.per_thread || options.per_process ? uint64_t{key_thread} << 32 : 0;
     for (const Sample& s : p.threads[ti].samples) {
-      if (s.stack != kNoIndex && s.stack >= p.stacks.size())
-        throw std::runtime_error("invalid profile: a sample refers to a missing stack");
       uint64_t w = 0;
       if (s.kind == SampleKind::kOnCpu) {
         w = options.weight == CollapsedWeight::kSamples ? 1
@@ -76,9 +70,6 @@ void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions
       line += "[unknown]";
     } else {
       for (const uint32_t f : p.stack_frames_root_first(stack)) {
-        if (f >= p.frames.size() || p.frames[f].func >= p.funcs.size() ||
-            p.funcs[p.frames[f].func].name >= p.strings.size())
-          throw std::runtime_error("invalid profile: a stack refers to a missing frame, func or name");
         if (!line.empty()) line += ';';
         append_name(line, p.func_name(p.frames[f].func));
       }
@@ -86,7 +77,7 @@ void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions
     lines[line] += weight;
   }
   for (const auto& [stack, weight] : lines) out << stack << ' ' << weight << '\n';
-  if (!out) throw std::runtime_error("writing collapsed stacks failed");
+  if (!out) throw ExportError("writing collapsed stacks failed");
 }
 
 void write_collapsed_file(const Profile& profile, const std::string& path, const CollapsedOptions& options) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,77 @@ inline constexpr const char* kLatencyTotalField = "totalNs";
 inline constexpr const char* kLatencySumField = "sumNs";
 inline constexpr const char* kLatencyHistogramField = "histogram";
 inline constexpr const char* kLatencyFuncField = "funcIndex";
+
+// hpd's marker schemas (meta.markerSchema entries), written by one function from these tables.
+struct MarkerField {
+  const char* key;
+  const char* label;
+  const char* format;
+  bool hidden = false;  // carried for the reader, not shown in the profiler's tooltip or sidebar
+};
+
+struct MarkerSchema {
+  const char* name;
+  std::span<const char* const> display;
+  const char* chart_label;  // nullptr: none (the marker is not drawn in the marker chart)
+  const char* table_label;
+  const char* tooltip_label;
+  const char* description;
+  std::span<const MarkerField> fields;
+};
+
+inline constexpr const char* kOffCpuDisplay[] = {"marker-chart", "marker-table"};
+inline constexpr MarkerField kOffCpuFields[] = {
+    {kOffCpuNsField, "Off-CPU time", "nanoseconds"},
+    {kOffCpuSampleField, "Sample index", "integer", true},
+};
+inline constexpr MarkerSchema kOffCpuMarkerSchema{
+    kOffCpuSchema, kOffCpuDisplay,
+    "Off-CPU",     "Off-CPU {marker.data.offCpuNs}",
+    "Off-CPU",     "The thread was blocked or preempted; its stack is the sample's, in the Idle category.",
+    kOffCpuFields};
+
+inline constexpr const char* kTableOnlyDisplay[] = {"marker-table"};
+inline constexpr MarkerField kMipFields[] = {
+    {kMipFunctionField, "Function", "unique-string"},
+    {kMipModuleField, "Module", "file-path"},
+    {kMipCallsField, "Calls", "integer"},
+    {kMipFirstCallField, "First call", "integer"},
+    {kMipBlocksField, "Blocks covered", "string"},
+    {kMipFuncField, "Function index", "integer", true},
+    {kMipCountsCallsField, "Exact counts", "integer", true},
+};
+inline constexpr MarkerSchema kMipMarkerSchema{
+    kMipSchema,
+    kTableOnlyDisplay,
+    nullptr,
+    "{marker.data.calls} calls, first call {marker.data.firstCall}, blocks {marker.data.blocks}",
+    "{marker.data.calls} calls",
+    "Exact call counts from the program's MIP (Machine IR Profile) instrumentation, read at the last "
+    "snapshot before the process exited or the recording ended.",
+    kMipFields};
+
+inline constexpr MarkerField kLatencyFields[] = {
+    {kLatencyFunctionField, "Function", "unique-string"},
+    {kLatencyCallsField, "Calls timed", "integer"},
+    {kLatencyAvgField, "Average", "nanoseconds"},
+    {kLatencyP95Field, "95th percentile", "nanoseconds"},
+    {kLatencyMaxField, "Maximum", "nanoseconds"},
+    {kLatencyTotalField, "Total", "nanoseconds"},
+    {kLatencySumField, "Sum of all calls", "nanoseconds", true},
+    {kLatencyHistogramField, "Histogram", "string", true},
+    {kLatencyFuncField, "Function index", "integer", true},
+};
+inline constexpr MarkerSchema kLatencyMarkerSchema{
+    kLatencySchema,
+    kTableOnlyDisplay,
+    nullptr,
+    "{marker.data.calls} calls, avg {marker.data.avgNs}, p95 {marker.data.p95Ns}, total "
+    "{marker.data.totalNs}",
+    "{marker.data.calls} calls, avg {marker.data.avgNs}",
+    "Latency of each call (entry to return, callees included) timed by hpd's in-process runtime over the "
+    "whole recording; total: time inside the outermost calls, summed over threads.",
+    kLatencyFields};
 
 // meta.extra sections (shown under "Show More" in the profile info panel) and their entry labels.
 inline constexpr const char* kRecordingSection = "Recording";

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "firefox_format.h"
+#include "hpd/export/firefox/schema.h"
 #include "hpd/export/firefox_reader.h"
 
 namespace hpd {
@@ -27,18 +28,18 @@ namespace {
 using nlohmann::json;
 
 // Thrown inside the reader; read_firefox_file adds the source name.
-struct FormatError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct FormatError : ExportError {
+  using ExportError::ExportError;
 };
 
 std::string read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw std::runtime_error("cannot read profile '" + path + "': " + std::strerror(errno));
+    throw ExportError("cannot read profile '" + path + "': " + std::strerror(errno));
   }
   std::ostringstream buffer;
   buffer << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("cannot read profile '" + path + "': read error");
+  if (in.bad()) throw ExportError("cannot read profile '" + path + "': read error");
   return std::move(buffer).str();
 }
 
@@ -147,7 +148,7 @@ class Table {
  public:
   Table(const json& parent, const char* key, const std::string& where)
       : table_(member(parent, key, where)), where_(at_path(where, key)) {
-    const json& length = member(table_, "length", where_);
+    const json& length = member(table_, firefox::kLength, where_);
     const auto n = as_integer(length);
     if (!n || *n < 0) throw FormatError(where_ + ".length is not a count");
     length_ = static_cast<size_t>(*n);
@@ -212,8 +213,8 @@ class FirefoxReader {
 
   Profile read() {
     if (!root_.is_object()) throw FormatError("not a Firefox profile: the JSON document is not an object");
-    const json& meta = member(root_, "meta", "profile");
-    const json* version = optional_member(meta, "preprocessedProfileVersion");
+    const json& meta = member(root_, firefox::profile::kMeta, "profile");
+    const json* version = optional_member(meta, firefox::meta::kPreprocessedProfileVersion);
     if (version == nullptr || !version->is_number()) {
       throw FormatError(
           "not a Firefox processed profile (meta.preprocessedProfileVersion is missing; Gecko or other "
@@ -238,31 +239,35 @@ class FirefoxReader {
   void read_meta(const json& meta) {
     ProfileMeta& out = p_.meta;
     RecordingInfo& info = out.recording;
-    out.product = optional_string(meta, "product");
-    interval_ns_ = ms_to_ns(as_number(member(meta, "interval", "meta"), "meta.interval"), "meta.interval");
+    out.product = optional_string(meta, firefox::meta::kProduct);
+    interval_ns_ =
+        ms_to_ns(as_number(member(meta, firefox::meta::kInterval, "meta"), "meta.interval"), "meta.interval");
     if (interval_ns_ <= 0) throw FormatError("meta.interval must be positive");
     info.interval_ns = static_cast<uint64_t>(interval_ns_);
-    if (const json* start = optional_member(meta, "startTime"); start != nullptr && start->is_number()) {
+    if (const json* start = optional_member(meta, firefox::meta::kStartTime);
+        start != nullptr && start->is_number()) {
       info.start_unix_ns =
           static_cast<uint64_t>(std::max<int64_t>(0, ms_to_ns(start->get<double>(), "meta.startTime")));
     }
-    if (const json* mono = optional_member(meta, "startTimeAsClockMonotonicNanosecondsSinceBoot");
+    if (const json* mono = optional_member(meta, firefox::meta::kStartTimeAsClockMonotonicNs);
         mono != nullptr) {
       const auto n = as_integer(*mono);
       if (n && *n >= 0) info.start_mono_ns = static_cast<uint64_t>(*n);
     }
-    if (const json* end = optional_member(meta, "profilingEndTime"); end != nullptr && end->is_number()) {
+    if (const json* end = optional_member(meta, firefox::meta::kProfilingEndTime);
+        end != nullptr && end->is_number()) {
       info.end_mono_ns = to_mono(end->get<double>(), "meta.profilingEndTime");
     }
-    if (const json* cpus = optional_member(meta, "logicalCPUs"); cpus != nullptr) {
+    if (const json* cpus = optional_member(meta, firefox::meta::kLogicalCpus); cpus != nullptr) {
       const auto n = as_integer(*cpus);
       if (n && *n > 0 && *n <= std::numeric_limits<uint32_t>::max())
         info.logical_cpus = static_cast<uint32_t>(*n);
     }
-    info.arguments = firefox::split_shell_words(optional_string(meta, "arguments"));
+    info.arguments = firefox::split_shell_words(optional_string(meta, firefox::meta::kArguments));
 
-    const json& units = meta.contains("sampleUnits") ? meta["sampleUnits"] : json();
-    const std::string cpu_unit = optional_string(units, "threadCPUDelta");
+    const json& units =
+        meta.contains(firefox::meta::kSampleUnits) ? meta[firefox::meta::kSampleUnits] : json();
+    const std::string cpu_unit = optional_string(units, firefox::sample_units::kThreadCpuDelta);
     if (cpu_unit == "ns") {
       cpu_delta_scale_ = 1;
     } else if (cpu_unit == "\xC2\xB5s") {  // MICRO SIGN
@@ -271,12 +276,14 @@ class FirefoxReader {
       cpu_delta_scale_ = 0;  // cycles or unknown: no CPU time to recover
     }
 
-    const json& categories = member(meta, "categories", "meta");
+    const json& categories = member(meta, firefox::meta::kCategories, "meta");
     if (!categories.is_array() || categories.empty())
       throw FormatError("meta.categories is not a non-empty array");
-    for (const json& c : categories) category_map_.push_back(category_from_name(optional_string(c, "name")));
+    for (const json& c : categories)
+      category_map_.push_back(category_from_name(optional_string(c, firefox::category::kName)));
 
-    if (const json* extra = optional_member(meta, "extra"); extra != nullptr && extra->is_array())
+    if (const json* extra = optional_member(meta, firefox::meta::kExtra);
+        extra != nullptr && extra->is_array())
       read_extra(*extra);
   }
 
@@ -284,11 +291,11 @@ class FirefoxReader {
     RecordingInfo& info = p_.meta.recording;
     LostCounts& lost = p_.meta.lost;
     for (const json& section : sections) {
-      const json* entries = optional_member(section, "entries");
+      const json* entries = optional_member(section, firefox::extra::kEntries);
       if (entries == nullptr || !entries->is_array()) continue;
       for (const json& entry : *entries) {
-        const std::string label = optional_string(entry, "label");
-        const json* value = optional_member(entry, "value");
+        const std::string label = optional_string(entry, firefox::extra::kLabel);
+        const json* value = optional_member(entry, firefox::extra::kValue);
         if (value == nullptr) continue;
         const std::string text = value->is_string() ? value->get<std::string>() : std::string();
         const uint64_t count = static_cast<uint64_t>(std::max<int64_t>(0, as_integer(*value).value_or(0)));
@@ -343,18 +350,18 @@ class FirefoxReader {
   }
 
   void read_libs() {
-    const json& libs = member(root_, "libs", "profile");
+    const json& libs = member(root_, firefox::profile::kLibs, "profile");
     if (!libs.is_array()) throw FormatError("profile.libs is not an array");
     for (size_t i = 0; i < libs.size(); ++i) {
       const json& l = libs[i];
       const std::string where = "libs[" + std::to_string(i) + "]";
       Lib lib;
-      lib.name = string_member(l, "name", where);
-      lib.path = optional_string(l, "path");
-      lib.debug_name = optional_string(l, "debugName");
-      lib.debug_path = optional_string(l, "debugPath");
-      lib.build_id = optional_string(l, "codeId");
-      lib.arch = optional_string(l, "arch");
+      lib.name = string_member(l, firefox::lib::kName, where);
+      lib.path = optional_string(l, firefox::lib::kPath);
+      lib.debug_name = optional_string(l, firefox::lib::kDebugName);
+      lib.debug_path = optional_string(l, firefox::lib::kDebugPath);
+      lib.build_id = optional_string(l, firefox::lib::kCodeId);
+      lib.arch = optional_string(l, firefox::lib::kArch);
       // The format has no kernel flag; hpd names the kernel image "[kernel.kallsyms]" (perf's name).
       lib.is_kernel = !lib.name.empty() && lib.name.front() == '[';
       lib_map_.push_back(p_.intern_lib(lib));
@@ -362,8 +369,8 @@ class FirefoxReader {
   }
 
   void read_shared() {
-    const json& shared = member(root_, "shared", "profile");
-    const json& strings = member(shared, "stringArray", "shared");
+    const json& shared = member(root_, firefox::profile::kShared, "profile");
+    const json& strings = member(shared, firefox::shared::kStringArray, "shared");
     if (!strings.is_array()) throw FormatError("shared.stringArray is not an array");
     string_values_.reserve(strings.size());
     for (size_t i = 0; i < strings.size(); ++i) {
@@ -375,52 +382,58 @@ class FirefoxReader {
 
     // sources: file names of functions.
     std::vector<uint32_t> source_file;
-    if (optional_member(shared, "sources") != nullptr) {
-      const Table sources(shared, "sources", "shared");
-      const json& filename = sources.column("filename");
+    if (optional_member(shared, firefox::shared::kSources) != nullptr) {
+      const Table sources(shared, firefox::shared::kSources, "shared");
+      const json& filename = sources.column(firefox::sources::kFilename);
       for (size_t i = 0; i < sources.length(); ++i) {
-        source_file.push_back(sources.index(filename, "filename", i, n_strings, "shared.stringArray"));
+        source_file.push_back(
+            sources.index(filename, firefox::sources::kFilename, i, n_strings, "shared.stringArray"));
       }
     }
 
-    const Table resources(shared, "resourceTable", "shared");
+    const Table resources(shared, firefox::shared::kResourceTable, "shared");
     std::vector<uint32_t> resource_lib;
     {
       // The column check comes first: a bogus length must not size an allocation.
-      const json& lib = resources.column("lib");
+      const json& lib = resources.column(firefox::resources::kLib);
       for (size_t i = 0; i < resources.length(); ++i) {
-        resource_lib.push_back(resources.index(lib, "lib", i, lib_map_.size(), "libs", true));
+        resource_lib.push_back(
+            resources.index(lib, firefox::resources::kLib, i, lib_map_.size(), "libs", true));
       }
     }
 
-    const Table symbols(shared, "nativeSymbols", "shared");
+    const Table symbols(shared, firefox::shared::kNativeSymbols, "shared");
     {
-      const json& lib = symbols.column("libIndex");
-      const json& address = symbols.column("address");
-      const json& name = symbols.column("name");
-      const json& size = symbols.column("functionSize");
+      const json& lib = symbols.column(firefox::native_symbols::kLibIndex);
+      const json& address = symbols.column(firefox::native_symbols::kAddress);
+      const json& name = symbols.column(firefox::native_symbols::kName);
+      const json& size = symbols.column(firefox::native_symbols::kFunctionSize);
       for (size_t i = 0; i < symbols.length(); ++i) {
-        const uint32_t l = symbols.index(lib, "libIndex", i, lib_map_.size(), "libs");
-        const int64_t a = symbols.integer(address, "address", i, 0);
-        const uint32_t s = symbols.index(name, "name", i, n_strings, "shared.stringArray");
-        const int64_t sz = symbols.integer(size, "functionSize", i, 0);
-        if (a < 0 || sz < 0) throw FormatError(symbols.element("address", i) + " or its size is negative");
+        const uint32_t l = symbols.index(lib, firefox::native_symbols::kLibIndex, i, lib_map_.size(), "libs");
+        const int64_t a = symbols.integer(address, firefox::native_symbols::kAddress, i, 0);
+        const uint32_t s =
+            symbols.index(name, firefox::native_symbols::kName, i, n_strings, "shared.stringArray");
+        const int64_t sz = symbols.integer(size, firefox::native_symbols::kFunctionSize, i, 0);
+        if (a < 0 || sz < 0)
+          throw FormatError(symbols.element(firefox::native_symbols::kAddress, i) +
+                            " or its size is negative");
         symbol_map_.push_back(p_.intern_native_symbol(lib_map_[l], static_cast<uint64_t>(a),
                                                       static_cast<uint64_t>(sz), *string_values_[s]));
         symbol_lib_.push_back(lib_map_[l]);
       }
     }
 
-    const Table funcs(shared, "funcTable", "shared");
+    const Table funcs(shared, firefox::shared::kFuncTable, "shared");
     {
-      const json& name = funcs.column("name");
-      const json& resource = funcs.column("resource");
-      const json& source = funcs.column("source");
+      const json& name = funcs.column(firefox::funcs::kName);
+      const json& resource = funcs.column(firefox::funcs::kResource);
+      const json& source = funcs.column(firefox::funcs::kSource);
       for (size_t i = 0; i < funcs.length(); ++i) {
-        const uint32_t s = funcs.index(name, "name", i, n_strings, "shared.stringArray");
-        const uint32_t r =
-            funcs.index(resource, "resource", i, resources.length(), "shared.resourceTable", true, true);
-        const uint32_t src = funcs.index(source, "source", i, source_file.size(), "shared.sources", true);
+        const uint32_t s = funcs.index(name, firefox::funcs::kName, i, n_strings, "shared.stringArray");
+        const uint32_t r = funcs.index(resource, firefox::funcs::kResource, i, resources.length(),
+                                       "shared.resourceTable", true, true);
+        const uint32_t src =
+            funcs.index(source, firefox::funcs::kSource, i, source_file.size(), "shared.sources", true);
         const uint32_t lib = r == kNoIndex ? kNoIndex : resource_lib[r];
         const std::string_view file =
             src == kNoIndex ? std::string_view() : *string_values_[source_file[src]];
@@ -429,37 +442,38 @@ class FirefoxReader {
       }
     }
 
-    const Table frames(shared, "frameTable", "shared");
+    const Table frames(shared, firefox::shared::kFrameTable, "shared");
     {
-      const json& address = frames.column("address");
-      const json& inline_depth = frames.column("inlineDepth");
-      const json& category = frames.column("category");
-      const json& func = frames.column("func");
-      const json& symbol = frames.column("nativeSymbol");
-      const json& line = frames.column("line");
-      const json& column = frames.column("column");
+      const json& address = frames.column(firefox::frames::kAddress);
+      const json& inline_depth = frames.column(firefox::frames::kInlineDepth);
+      const json& category = frames.column(firefox::frames::kCategory);
+      const json& func = frames.column(firefox::frames::kFunc);
+      const json& symbol = frames.column(firefox::frames::kNativeSymbol);
+      const json& line = frames.column(firefox::frames::kLine);
+      const json& column = frames.column(firefox::frames::kColumn);
       for (size_t i = 0; i < frames.length(); ++i) {
         Frame f;
-        const uint32_t fn = frames.index(func, "func", i, func_map_.size(), "shared.funcTable");
+        const uint32_t fn =
+            frames.index(func, firefox::frames::kFunc, i, func_map_.size(), "shared.funcTable");
         f.func = func_map_[fn];
-        const uint32_t sym =
-            frames.index(symbol, "nativeSymbol", i, symbol_map_.size(), "shared.nativeSymbols", true);
+        const uint32_t sym = frames.index(symbol, firefox::frames::kNativeSymbol, i, symbol_map_.size(),
+                                          "shared.nativeSymbols", true);
         f.native_symbol = sym == kNoIndex ? kNoIndex : symbol_map_[sym];
         f.lib = sym != kNoIndex ? symbol_lib_[sym] : p_.funcs[f.func].lib;
-        const int64_t a = frames.integer(address, "address", i, -1);
-        if (a < -1) throw FormatError(frames.element("address", i) + " is negative");
+        const int64_t a = frames.integer(address, firefox::frames::kAddress, i, -1);
+        if (a < -1) throw FormatError(frames.element(firefox::frames::kAddress, i) + " is negative");
         f.address = a;
-        const int64_t depth = frames.integer(inline_depth, "inlineDepth", i, 0);
+        const int64_t depth = frames.integer(inline_depth, firefox::frames::kInlineDepth, i, 0);
         if (depth < 0 || depth > 255)
-          throw FormatError(frames.element("inlineDepth", i) + " is not in 0..255");
+          throw FormatError(frames.element(firefox::frames::kInlineDepth, i) + " is not in 0..255");
         f.inline_depth = static_cast<uint8_t>(depth);
-        const uint32_t c =
-            frames.index(category, "category", i, category_map_.size(), "meta.categories", true);
+        const uint32_t c = frames.index(category, firefox::frames::kCategory, i, category_map_.size(),
+                                        "meta.categories", true);
         f.category = c == kNoIndex ? Category::kOther : category_map_[c];
-        const int64_t ln = frames.integer(line, "line", i, 0);
-        const int64_t col = frames.integer(column, "column", i, 0);
+        const int64_t ln = frames.integer(line, firefox::frames::kLine, i, 0);
+        const int64_t col = frames.integer(column, firefox::frames::kColumn, i, 0);
         if (ln < 0 || col < 0 || ln > UINT32_MAX || col > UINT32_MAX) {
-          throw FormatError(frames.element("line", i) + " or its column is out of range");
+          throw FormatError(frames.element(firefox::frames::kLine, i) + " or its column is out of range");
         }
         f.line = static_cast<uint32_t>(ln);
         f.column = static_cast<uint32_t>(col);
@@ -468,18 +482,19 @@ class FirefoxReader {
       }
     }
 
-    const Table stacks(shared, "stackTable", "shared");
+    const Table stacks(shared, firefox::shared::kStackTable, "shared");
     {
-      const json& frame = stacks.column("frame");
-      if (!stacks.has("prefixOffset")) {
+      const json& frame = stacks.column(firefox::stacks::kFrame);
+      if (!stacks.has(firefox::stacks::kPrefixOffset)) {
         throw FormatError("shared.stackTable has no prefixOffset column (a layout older than version 66)");
       }
-      const json& offset = stacks.column("prefixOffset");
+      const json& offset = stacks.column(firefox::stacks::kPrefixOffset);
       for (size_t i = 0; i < stacks.length(); ++i) {
-        const uint32_t fr = stacks.index(frame, "frame", i, frame_map_.size(), "shared.frameTable");
-        const int64_t off = stacks.integer(offset, "prefixOffset", i, -1);
+        const uint32_t fr =
+            stacks.index(frame, firefox::stacks::kFrame, i, frame_map_.size(), "shared.frameTable");
+        const int64_t off = stacks.integer(offset, firefox::stacks::kPrefixOffset, i, -1);
         if (off < 0 || static_cast<uint64_t>(off) > i) {
-          throw FormatError(stacks.element("prefixOffset", i) + " = " + std::to_string(off) +
+          throw FormatError(stacks.element(firefox::stacks::kPrefixOffset, i) + " = " + std::to_string(off) +
                             " does not point at an earlier stack");
         }
         const uint32_t prefix = off == 0 ? kNoIndex : stack_map_[i - static_cast<size_t>(off)];
@@ -489,7 +504,7 @@ class FirefoxReader {
   }
 
   void read_threads() {
-    const json& threads = member(root_, "threads", "profile");
+    const json& threads = member(root_, firefox::profile::kThreads, "profile");
     if (!threads.is_array()) throw FormatError("profile.threads is not an array");
     for (size_t i = 0; i < threads.size(); ++i) read_thread(threads[i], "threads[" + std::to_string(i) + "]");
   }
@@ -517,71 +532,75 @@ class FirefoxReader {
       return;
     }
     Thread thread;
-    thread.name = optional_string(t, "name");
-    thread.process_name = optional_string(t, "processName");
-    thread.pid = parse_id(member(t, "pid", where), where + ".pid");
-    thread.tid = parse_id(member(t, "tid", where), where + ".tid");
-    const json* is_main = optional_member(t, "isMainThread");
+    thread.name = optional_string(t, firefox::thread::kName);
+    thread.process_name = optional_string(t, firefox::thread::kProcessName);
+    thread.pid = parse_id(member(t, firefox::thread::kPid, where), where + ".pid");
+    thread.tid = parse_id(member(t, firefox::thread::kTid, where), where + ".tid");
+    const json* is_main = optional_member(t, firefox::thread::kIsMainThread);
     thread.is_main = is_main != nullptr && is_main->is_boolean() && is_main->get<bool>();
-    const json& reg = member(t, "registerTime", where);
+    const json& reg = member(t, firefox::thread::kRegisterTime, where);
     if (reg.is_number()) thread.start_ns = to_mono(reg.get<double>(), where + ".registerTime");
-    const json& unreg = member(t, "unregisterTime", where);
+    const json& unreg = member(t, firefox::thread::kUnregisterTime, where);
     if (unreg.is_number()) thread.end_ns = to_mono(unreg.get<double>(), where + ".unregisterTime");
 
-    const Table samples(t, "samples", where);
+    const Table samples(t, firefox::thread::kSamples, where);
     const size_t n = samples.length();
-    const json& stack = samples.column("stack");
+    const json& stack = samples.column(firefox::samples::kStack);
     thread.samples.resize(n);
-    if (samples.has("time")) {
-      const json& time = samples.column("time");
+    if (samples.has(firefox::samples::kTime)) {
+      const json& time = samples.column(firefox::samples::kTime);
       for (size_t i = 0; i < n; ++i) {
-        thread.samples[i].time_ns =
-            to_mono(as_number(time[i], samples.element("time", i)), samples.element("time", i));
+        thread.samples[i].time_ns = to_mono(as_number(time[i], samples.element(firefox::samples::kTime, i)),
+                                            samples.element(firefox::samples::kTime, i));
       }
     } else {
-      const json& deltas = samples.column("timeDeltas");
+      const json& deltas = samples.column(firefox::samples::kTimeDeltas);
       double ms = 0;
       for (size_t i = 0; i < n; ++i) {
-        ms += as_number(deltas[i], samples.element("timeDeltas", i));
-        thread.samples[i].time_ns = to_mono(ms, samples.element("timeDeltas", i));
+        ms += as_number(deltas[i], samples.element(firefox::samples::kTimeDeltas, i));
+        thread.samples[i].time_ns = to_mono(ms, samples.element(firefox::samples::kTimeDeltas, i));
       }
     }
-    const json* cpu = samples.has("threadCPUDelta") ? &samples.column("threadCPUDelta") : nullptr;
+    const json* cpu = samples.has(firefox::samples::kThreadCpuDelta)
+                          ? &samples.column(firefox::samples::kThreadCpuDelta)
+                          : nullptr;
     const json* ends =
         samples.has(firefox::kStackEndColumn) ? &samples.column(firefox::kStackEndColumn) : nullptr;
     for (size_t i = 0; i < n; ++i) {
       Sample& s = thread.samples[i];
       if (ends != nullptr && (*ends)[i].is_number_unsigned() && (*ends)[i].get<uint64_t>() <= 3)
         s.stack_end = static_cast<StackEnd>((*ends)[i].get<uint64_t>());
-      const uint32_t st = samples.index(stack, "stack", i, stack_map_.size(), "shared.stackTable", true);
+      const uint32_t st =
+          samples.index(stack, firefox::samples::kStack, i, stack_map_.size(), "shared.stackTable", true);
       s.stack = st == kNoIndex ? kNoIndex : stack_map_[st];
       if (cpu != nullptr && !(*cpu)[i].is_null()) {
-        const double d = as_number((*cpu)[i], samples.element("threadCPUDelta", i)) *
+        const double d = as_number((*cpu)[i], samples.element(firefox::samples::kThreadCpuDelta, i)) *
                          static_cast<double>(cpu_delta_scale_);
         if (!(d >= 0) || d > 9.0e18)
-          throw FormatError(samples.element("threadCPUDelta", i) + " is out of range");
+          throw FormatError(samples.element(firefox::samples::kThreadCpuDelta, i) + " is out of range");
         s.cpu_delta_ns = static_cast<uint64_t>(std::llround(d));
       }
     }
 
     // Off-CPU samples are named by their markers (see the writer).
-    if (optional_member(t, "markers") != nullptr) {
-      const Table markers(t, "markers", where);
-      const json& data = markers.column("data");
+    if (optional_member(t, firefox::thread::kMarkers) != nullptr) {
+      const Table markers(t, firefox::thread::kMarkers, where);
+      const json& data = markers.column(firefox::markers::kData);
       for (size_t i = 0; i < markers.length(); ++i) {
         const json& d = data[i];
-        if (d.is_object() && optional_string(d, "type") == firefox::kMipSchema) {
+        if (d.is_object() && optional_string(d, firefox::markers::kDataType) == firefox::kMipSchema) {
           read_mip_marker(markers, i, thread.pid);
           continue;
         }
-        if (!d.is_object() || optional_string(d, "type") != firefox::kOffCpuSchema) continue;
+        if (!d.is_object() || optional_string(d, firefox::markers::kDataType) != firefox::kOffCpuSchema)
+          continue;
         const json* index = optional_member(d, firefox::kOffCpuSampleField);
         const json* off = optional_member(d, firefox::kOffCpuNsField);
         // -1 stands for "absent or not an integer".
         const int64_t k = index != nullptr ? as_integer(*index).value_or(-1) : -1;
         const int64_t ns = off != nullptr ? as_integer(*off).value_or(-1) : -1;
         if (k < 0 || static_cast<uint64_t>(k) >= n || ns < 0) {
-          throw FormatError(markers.element("data", i) +
+          throw FormatError(markers.element(firefox::markers::kData, i) +
                             " is an off-CPU marker with an invalid sample or time");
         }
         Sample& s = thread.samples[static_cast<size_t>(k)];
@@ -599,19 +618,23 @@ class FirefoxReader {
   // callee, the function of the frame before it the caller (none: unknown caller), its weight the
   // count. Deeper frames, which hpd never writes, are ignored; a sample without a stack is no edge.
   void read_calls_thread(const json& t, const std::string& where) {
-    const int32_t pid = parse_id(member(t, "pid", where), where + ".pid");
-    const Table samples(t, "samples", where);
-    const json& stack = samples.column("stack");
+    const int32_t pid = parse_id(member(t, firefox::thread::kPid, where), where + ".pid");
+    const Table samples(t, firefox::thread::kSamples, where);
+    const json& stack = samples.column(firefox::samples::kStack);
     const json* weight = nullptr;
-    if (const json* w = optional_member(member(t, "samples", where), "weight"); w != nullptr && !w->is_null())
-      weight = &samples.column("weight");
+    if (const json* w =
+            optional_member(member(t, firefox::thread::kSamples, where), firefox::samples::kWeight);
+        w != nullptr && !w->is_null())
+      weight = &samples.column(firefox::samples::kWeight);
     for (size_t i = 0; i < samples.length(); ++i) {
-      const uint32_t st = samples.index(stack, "stack", i, stack_map_.size(), "shared.stackTable", true);
+      const uint32_t st =
+          samples.index(stack, firefox::samples::kStack, i, stack_map_.size(), "shared.stackTable", true);
       if (st == kNoIndex) continue;
       int64_t count = 1;
       if (weight != nullptr) {
-        count = samples.integer(*weight, "weight", i, -1);
-        if (count < 0) throw FormatError(samples.element("weight", i) + " is not a call count");
+        count = samples.integer(*weight, firefox::samples::kWeight, i, -1);
+        if (count < 0)
+          throw FormatError(samples.element(firefox::samples::kWeight, i) + " is not a call count");
       }
       const Stack& leaf = p_.stacks[stack_map_[st]];
       CallEdge e;
@@ -621,11 +644,12 @@ class FirefoxReader {
       e.count = static_cast<uint64_t>(count);
       p_.call_edges.push_back(e);
     }
-    if (optional_member(t, "markers") == nullptr) return;
-    const Table markers(t, "markers", where);
-    const json& data = markers.column("data");
+    if (optional_member(t, firefox::thread::kMarkers) == nullptr) return;
+    const Table markers(t, firefox::thread::kMarkers, where);
+    const json& data = markers.column(firefox::markers::kData);
     for (size_t i = 0; i < markers.length(); ++i) {
-      if (data[i].is_object() && optional_string(data[i], "type") == firefox::kLatencySchema)
+      if (data[i].is_object() &&
+          optional_string(data[i], firefox::markers::kDataType) == firefox::kLatencySchema)
         read_latency_marker(markers, i, pid);
     }
   }
@@ -633,7 +657,7 @@ class FirefoxReader {
   // A call-latency marker of the calls track: the function its hidden index names, the exact sums
   // and the histogram.
   void read_latency_marker(const Table& markers, size_t i, int32_t pid) {
-    const json& d = markers.column("data")[i];
+    const json& d = markers.column(firefox::markers::kData)[i];
     const auto integer = [&](const char* key) -> int64_t {
       const json* v = optional_member(d, key);
       return v != nullptr ? as_integer(*v).value_or(-1) : -1;
@@ -643,7 +667,8 @@ class FirefoxReader {
     const int64_t max = integer(firefox::kLatencyMaxField);
     if (func < 0 || static_cast<uint64_t>(func) >= p_.funcs.size() || calls <= 0 || sum < 0 || total < 0 ||
         max < 0)
-      throw FormatError(markers.element("data", i) + " is a call-latency marker without valid fields");
+      throw FormatError(markers.element(firefox::markers::kData, i) +
+                        " is a call-latency marker without valid fields");
     CallLatency l;
     l.pid = pid;
     l.func = static_cast<uint32_t>(func);
@@ -662,11 +687,13 @@ class FirefoxReader {
         char* colon = nullptr;
         const unsigned long long bucket = std::strtoull(at, &colon, 10);
         if (colon == at || *colon != ':' || bucket > UINT32_MAX)
-          throw FormatError(markers.element("data", i) + " has a malformed latency histogram");
+          throw FormatError(markers.element(firefox::markers::kData, i) +
+                            " has a malformed latency histogram");
         char* next = nullptr;
         const unsigned long long count = std::strtoull(colon + 1, &next, 10);
         if (next == colon + 1)
-          throw FormatError(markers.element("data", i) + " has a malformed latency histogram");
+          throw FormatError(markers.element(firefox::markers::kData, i) +
+                            " has a malformed latency histogram");
         l.histogram.buckets.emplace_back(static_cast<uint32_t>(bucket), count);
         at = next;
       }
@@ -677,7 +704,7 @@ class FirefoxReader {
   // A MIP marker becomes a MipCount of the thread's process. The function is the one "funcIndex"
   // names; a profile written by something else gets the marker's function name in its module's lib.
   void read_mip_marker(const Table& markers, size_t i, int32_t pid) {
-    const json& d = markers.column("data")[i];
+    const json& d = markers.column(firefox::markers::kData)[i];
     const auto integer = [&](const char* key) -> int64_t {
       const json* v = optional_member(d, key);
       return v != nullptr ? as_integer(*v).value_or(-1) : -1;
@@ -685,7 +712,8 @@ class FirefoxReader {
     const int64_t calls = integer(firefox::kMipCallsField);
     const int64_t first = integer(firefox::kMipFirstCallField);
     if (calls < 0 || first < 0)
-      throw FormatError(markers.element("data", i) + " is a MIP marker without valid calls or firstCall");
+      throw FormatError(markers.element(firefox::markers::kData, i) +
+                        " is a MIP marker without valid calls or firstCall");
     MipCount c;
     c.pid = pid;
     c.calls = static_cast<uint64_t>(calls);
@@ -698,7 +726,8 @@ class FirefoxReader {
     } else {
       const int64_t name = integer(firefox::kMipFunctionField);
       if (name < 0 || static_cast<uint64_t>(name) >= string_values_.size())
-        throw FormatError(markers.element("data", i) + " is a MIP marker without a valid function");
+        throw FormatError(markers.element(firefox::markers::kData, i) +
+                          " is a MIP marker without a valid function");
       const std::string module = optional_string(d, firefox::kMipModuleField);
       uint32_t lib = kNoIndex;
       for (uint32_t l = 0; l < p_.libs.size(); ++l) {
@@ -712,8 +741,9 @@ class FirefoxReader {
       c.blocks_covered = covered;
       c.blocks_total = total;
     }
-    const json& start = markers.column("startTime")[i];
-    if (start.is_number()) c.time_ns = to_mono(start.get<double>(), markers.element("startTime", i));
+    const json& start = markers.column(firefox::markers::kStartTime)[i];
+    if (start.is_number())
+      c.time_ns = to_mono(start.get<double>(), markers.element(firefox::markers::kStartTime, i));
     p_.mip_counts.push_back(c);
   }
 
@@ -740,15 +770,15 @@ Profile parse_firefox_json(std::string_view json_text, const std::string& source
     root = json::parse(json_text.begin(), json_text.end());
   } catch (const json::exception& e) {
     // parse_error, and out_of_range for a number beyond a double (1e999): both name the file.
-    throw std::runtime_error(source + ": not a JSON document (" + e.what() + ")");
+    throw ExportError(source + ": not a JSON document (" + e.what() + ")");
   }
   try {
     return FirefoxReader(root).read();
   } catch (const FormatError& e) {
-    throw std::runtime_error(source + ": " + e.what());
+    throw ExportError(source + ": " + e.what());
   } catch (const json::exception& e) {
     // A value of an unexpected type deep inside; the checks above should have caught it first.
-    throw std::runtime_error(source + ": malformed profile (" + e.what() + ")");
+    throw ExportError(source + ": malformed profile (" + e.what() + ")");
   }
 }
 
@@ -758,7 +788,7 @@ Profile read_firefox_file(const std::string& path) {
     try {
       data = gunzip(data);
     } catch (const FormatError& e) {
-      throw std::runtime_error(path + ": " + e.what());
+      throw ExportError(path + ": " + e.what());
     }
   }
   return parse_firefox_json(data, path);

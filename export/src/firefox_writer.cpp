@@ -1,4 +1,5 @@
-// Firefox Profiler processed-format writer (version 66): the Profile's tables streamed as columns.
+// Firefox Profiler processed-format writer (version 66): the Profile and the tables derived from it
+// (firefox_tables.h) streamed as JSON columns.
 //
 // Version 66 because it is what samply emits and what the deployed profiler.firefox.com accepts
 // unchanged; the newer 70 is refused by the production build (see the format reference).
@@ -17,9 +18,12 @@
 #include <vector>
 
 #include "firefox_format.h"
+#include "firefox_tables.h"
 #include "hpd/base/hex.h"
 #include "hpd/export/firefox.h"
+#include "hpd/export/firefox/schema.h"
 #include "hpd/model/output_write.h"
+#include "hpd/model/validate.h"
 #include "json_writer.h"
 #include "output_file.h"
 
@@ -27,7 +31,6 @@ namespace hpd {
 
 namespace {
 
-constexpr uint64_t kDefaultIntervalNs = 1000000;  // 1 ms, when the recording does not say
 // zlib level 4: on bench/export_bench.cpp's 30 MB of JSON it took 0.69 s for 11.6 MB, against
 // 2.2 s / 11.3 MB at the default 6 and 0.44 s / 12.4 MB at 1.
 constexpr int kGzipLevel = 4;
@@ -45,17 +48,12 @@ struct ConcatRows {
   const T& operator[](size_t i) const { return i < first.size() ? first[i] : second[i - first.size()]; }
 };
 
-std::string invalid(const std::string& what) {
-  return "invalid profile: " + what;
-}
-
 class FirefoxWriter {
  public:
-  FirefoxWriter(const Profile& profile, json::ByteSink& sink) : p_(profile), w_(sink) {}
+  FirefoxWriter(const Profile& profile, const firefox::Tables& tables, json::ByteSink& sink)
+      : p_(profile), w_(sink), t_(tables) {}
 
   void write() {
-    validate();
-    prepare();
     w_.begin_object();
     write_meta();
     write_libs();
@@ -66,215 +64,6 @@ class FirefoxWriter {
   }
 
  private:
-  // Nanoseconds relative to meta.startTime, from a monotonic timestamp. Unsigned wrap-around then
-  // the cast gives the right negative value for times before the start.
-  int64_t relative_ns(uint64_t mono_ns) const { return static_cast<int64_t>(mono_ns - start_mono_ns_); }
-
-  void validate() const {
-    const size_t strings = p_.strings.size();
-    const size_t libs = p_.libs.size();
-    for (size_t i = 0; i < p_.mip_counts.size(); ++i) {
-      if (p_.mip_counts[i].func >= p_.funcs.size())
-        throw std::runtime_error(invalid("MIP count " + std::to_string(i) + " refers to a missing func"));
-    }
-    for (size_t i = 0; i < p_.call_edges.size(); ++i) {
-      const CallEdge& e = p_.call_edges[i];
-      if (e.callee_func >= p_.funcs.size() || (e.caller_func != kNoIndex && e.caller_func >= p_.funcs.size()))
-        throw std::runtime_error(invalid("call edge " + std::to_string(i) + " refers to a missing func"));
-    }
-    for (size_t i = 0; i < p_.funcs.size(); ++i) {
-      const Func& f = p_.funcs[i];
-      if (f.name >= strings)
-        throw std::runtime_error(invalid("func " + std::to_string(i) + " has no name string"));
-      if (f.file != kNoIndex && f.file >= strings) {
-        throw std::runtime_error(invalid("func " + std::to_string(i) + " refers to a missing file string"));
-      }
-      if (f.lib != kNoIndex && f.lib >= libs) {
-        throw std::runtime_error(invalid("func " + std::to_string(i) + " refers to lib " +
-                                         std::to_string(f.lib) + " of " + std::to_string(libs)));
-      }
-    }
-    for (size_t i = 0; i < p_.native_symbols.size(); ++i) {
-      const NativeSymbol& s = p_.native_symbols[i];
-      if (s.name >= strings || (s.lib != kNoIndex && s.lib >= libs)) {
-        throw std::runtime_error(
-            invalid("native symbol " + std::to_string(i) + " refers to a missing string or lib"));
-      }
-    }
-    for (size_t i = 0; i < p_.frames.size(); ++i) {
-      const Frame& f = p_.frames[i];
-      if (f.func >= p_.funcs.size()) {
-        throw std::runtime_error(invalid("frame " + std::to_string(i) + " refers to func " +
-                                         std::to_string(f.func) + " of " + std::to_string(p_.funcs.size())));
-      }
-      if (f.native_symbol != kNoIndex && f.native_symbol >= p_.native_symbols.size()) {
-        throw std::runtime_error(
-            invalid("frame " + std::to_string(i) + " refers to a missing native symbol"));
-      }
-      if (static_cast<int>(f.category) >= kCategoryCount) {
-        throw std::runtime_error(invalid("frame " + std::to_string(i) + " has an unknown category"));
-      }
-    }
-    for (size_t i = 0; i < p_.stacks.size(); ++i) {
-      const Stack& s = p_.stacks[i];
-      if (s.frame >= p_.frames.size()) {
-        throw std::runtime_error(invalid("stack " + std::to_string(i) + " refers to frame " +
-                                         std::to_string(s.frame) + " of " +
-                                         std::to_string(p_.frames.size())));
-      }
-      if (s.prefix != kNoIndex && s.prefix >= i) {
-        throw std::runtime_error(invalid("stack " + std::to_string(i) + " has prefix " +
-                                         std::to_string(s.prefix) + ", which does not precede it"));
-      }
-    }
-    for (const Thread& t : p_.threads) {
-      for (const Sample& s : t.samples) {
-        if (s.stack != kNoIndex && s.stack >= p_.stacks.size()) {
-          throw std::runtime_error(invalid("a sample of thread " + std::to_string(t.tid) +
-                                           " refers to stack " + std::to_string(s.stack) + " of " +
-                                           std::to_string(p_.stacks.size())));
-        }
-      }
-    }
-  }
-
-  void prepare() {
-    const RecordingInfo& info = p_.meta.recording;
-    start_mono_ns_ = info.start_mono_ns;
-    interval_ns_ = info.interval_ns;
-    if (interval_ns_ == 0 && info.frequency_hz > 0) interval_ns_ = 1000000000ull / info.frequency_hz;
-    if (interval_ns_ == 0) interval_ns_ = kDefaultIntervalNs;
-    prepare_calls();
-
-    // One source per distinct file name, in order of first use.
-    std::unordered_map<uint32_t, uint32_t> source_of_file;
-    source_of_func_.assign(p_.funcs.size(), kNoIndex);
-    for (size_t i = 0; i < p_.funcs.size(); ++i) {
-      const uint32_t file = p_.funcs[i].file;
-      if (file == kNoIndex) continue;
-      auto [it, inserted] = source_of_file.emplace(file, static_cast<uint32_t>(source_files_.size()));
-      if (inserted) source_files_.push_back(file);
-      source_of_func_[i] = it->second;
-    }
-
-    // nativeSymbols.libIndex cannot be null: a symbol without a lib is left out, and frames
-    // pointing at it get a null nativeSymbol.
-    native_symbol_out_.assign(p_.native_symbols.size(), kNoIndex);
-    for (size_t i = 0; i < p_.native_symbols.size(); ++i) {
-      if (p_.native_symbols[i].lib == kNoIndex) continue;
-      native_symbol_out_[i] = static_cast<uint32_t>(native_symbols_written_.size());
-      native_symbols_written_.push_back(static_cast<uint32_t>(i));
-    }
-
-    // Strings the Profile does not hold go after its own, so its indices stay valid as they are.
-    const auto base = static_cast<uint32_t>(p_.strings.size());
-    for (const Lib& lib : p_.libs) {
-      lib_name_string_.push_back(base + static_cast<uint32_t>(extra_strings_.size()));
-      extra_strings_.push_back(lib.name);
-    }
-    off_cpu_name_string_ = base + static_cast<uint32_t>(extra_strings_.size());
-    extra_strings_.push_back(firefox::kOffCpuMarkerName);
-
-    // MIP markers go to each process's main thread (else its first thread).
-    for (size_t i = 0; i < p_.threads.size(); ++i) {
-      const Thread& t = p_.threads[i];
-      auto [it, inserted] = mip_thread_.emplace(t.pid, i);
-      if (!inserted && t.is_main && !p_.threads[it->second].is_main) it->second = i;
-    }
-    for (size_t i = 0; i < p_.mip_counts.size(); ++i) {
-      if (auto it = mip_thread_.find(p_.mip_counts[i].pid); it != mip_thread_.end())
-        mip_of_thread_[it->second].push_back(static_cast<uint32_t>(i));
-    }
-
-    // Where each process starts and ends, for the tracks' process times.
-    for (const Thread& t : p_.threads) {
-      const int64_t start = thread_start(t);
-      auto [it, inserted] = processes_.emplace(t.pid, ProcessTimes{start, 0, true});
-      ProcessTimes& times = it->second;
-      times.startup = std::min(times.startup, start);
-      if (t.end_ns == 0) {
-        times.ended = false;
-      } else {
-        times.shutdown = std::max(times.shutdown, relative_ns(t.end_ns));
-      }
-    }
-  }
-
-  // The calls track of one process (see prepare_calls).
-  struct CallsTrack {
-    int32_t pid = 0;
-    std::vector<uint32_t> edges;   // into p_.call_edges, in the profile's order
-    std::vector<uint32_t> stacks;  // the written stack of each edge
-  };
-
-  // A function-level frame: no address, line or native symbol. The calls track uses these rather than
-  // some sampled frame of the function, so that no sampled line or instruction is credited with
-  // calls; the call tree groups frames by function, so they are the same nodes as the sampled ones.
-  static bool is_bare_frame(const Frame& f) {
-    return f.address < 0 && f.native_symbol == kNoIndex && f.line == 0 && f.column == 0 &&
-           f.inline_depth == 0 && f.category == Category::kUser;
-  }
-
-  // Frames and stacks of the calls track (caller -> callee, or the callee alone when the caller is
-  // unknown), appended after the profile's own. Equal ones already in the profile are reused, so a
-  // profile read back from such a file is written again without growing.
-  void prepare_calls() {
-    if (p_.call_edges.empty()) return;
-    std::unordered_map<uint32_t, uint32_t> frame_of_func;
-    for (size_t i = 0; i < p_.frames.size(); ++i) {
-      if (is_bare_frame(p_.frames[i])) frame_of_func.emplace(p_.frames[i].func, static_cast<uint32_t>(i));
-    }
-    const auto stack_key = [](uint32_t prefix, uint32_t frame) { return uint64_t{prefix} << 32 | frame; };
-    std::unordered_map<uint64_t, uint32_t> stack_of;
-    for (size_t i = 0; i < p_.stacks.size(); ++i) {
-      const Stack& s = p_.stacks[i];
-      if (is_bare_frame(p_.frames[s.frame]))
-        stack_of.emplace(stack_key(s.prefix, s.frame), static_cast<uint32_t>(i));
-    }
-    const auto frame = [&](uint32_t func) {
-      auto [it, inserted] =
-          frame_of_func.emplace(func, static_cast<uint32_t>(p_.frames.size() + calls_frames_.size()));
-      if (inserted) {
-        Frame f;
-        f.func = func;
-        f.lib = p_.funcs[func].lib;
-        calls_frames_.push_back(f);
-      }
-      return it->second;
-    };
-    const auto stack = [&](uint32_t prefix, uint32_t frame_index) {
-      auto [it, inserted] = stack_of.emplace(stack_key(prefix, frame_index),
-                                             static_cast<uint32_t>(p_.stacks.size() + calls_stacks_.size()));
-      if (inserted) calls_stacks_.push_back(Stack{prefix, frame_index});
-      return it->second;
-    };
-    std::unordered_map<int32_t, size_t> track_of_pid;
-    for (size_t i = 0; i < p_.call_edges.size(); ++i) {
-      const CallEdge& e = p_.call_edges[i];
-      auto [it, inserted] = track_of_pid.emplace(e.pid, calls_tracks_.size());
-      if (inserted) calls_tracks_.push_back(CallsTrack{e.pid, {}, {}});
-      CallsTrack& track = calls_tracks_[it->second];
-      const uint32_t caller = e.caller_func == kNoIndex ? kNoIndex : stack(kNoIndex, frame(e.caller_func));
-      track.edges.push_back(static_cast<uint32_t>(i));
-      track.stacks.push_back(stack(caller, frame(e.callee_func)));
-    }
-  }
-
-  int64_t thread_start(const Thread& t) const {
-    // 0 = already running when the recording began.
-    return t.start_ns == 0 ? 0 : relative_ns(t.start_ns);
-  }
-
-  int64_t profiling_end_ns() const {
-    const RecordingInfo& info = p_.meta.recording;
-    if (info.end_mono_ns > info.start_mono_ns) return relative_ns(info.end_mono_ns);
-    int64_t end = 0;
-    for (const Thread& t : p_.threads) {
-      for (const Sample& s : t.samples) end = std::max(end, relative_ns(s.time_ns));
-    }
-    return end;
-  }
-
   template <typename F>
   void column(const char* name, size_t n, F&& each) {
     w_.key(name);
@@ -298,22 +87,22 @@ class FirefoxWriter {
   void extra_entry(const char* label, const char* format, const std::string& value) {
     if (value.empty()) return;
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(label);
-    w_.key("format");
+    w_.key(firefox::extra::kFormat);
     w_.string(format);
-    w_.key("value");
+    w_.key(firefox::extra::kValue);
     w_.string(value);
     w_.end_object();
   }
 
   void extra_entry(const char* label, uint64_t value) {
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(label);
-    w_.key("format");
+    w_.key(firefox::extra::kFormat);
     w_.string("integer");
-    w_.key("value");
+    w_.key(firefox::extra::kValue);
     w_.uint(value);
     w_.end_object();
   }
@@ -321,62 +110,62 @@ class FirefoxWriter {
   void write_meta() {
     const ProfileMeta& meta = p_.meta;
     const RecordingInfo& info = meta.recording;
-    w_.key("meta");
+    w_.key(firefox::profile::kMeta);
     w_.begin_object();
-    w_.key("version");
+    w_.key(firefox::meta::kVersion);
     w_.int64(firefox::kGeckoVersion);
-    w_.key("preprocessedProfileVersion");
+    w_.key(firefox::meta::kPreprocessedProfileVersion);
     w_.int64(kFirefoxProfileVersion);
-    w_.key("interval");
-    w_.ns_as_ms(static_cast<int64_t>(interval_ns_));
-    w_.key("startTime");
+    w_.key(firefox::meta::kInterval);
+    w_.ns_as_ms(static_cast<int64_t>(t_.interval_ns));
+    w_.key(firefox::meta::kStartTime);
     w_.ns_as_ms(static_cast<int64_t>(info.start_unix_ns));
     // The monotonic clock reading at startTime, so that sample times map back to CLOCK_MONOTONIC.
-    w_.key("startTimeAsClockMonotonicNanosecondsSinceBoot");
+    w_.key(firefox::meta::kStartTimeAsClockMonotonicNs);
     w_.uint(info.start_mono_ns);
-    w_.key("processType");
+    w_.key(firefox::meta::kProcessType);
     w_.int64(0);
-    w_.key("product");
+    w_.key(firefox::meta::kProduct);
     w_.string(meta.product);
-    w_.key("stackwalk");
+    w_.key(firefox::meta::kStackwalk);
     w_.int64(1);
-    w_.key("debug");
+    w_.key(firefox::meta::kDebug);
     w_.boolean(false);
-    w_.key("symbolicated");
+    w_.key(firefox::meta::kSymbolicated);
     w_.boolean(true);
-    w_.key("platform");
+    w_.key(firefox::meta::kPlatform);
     w_.string("Linux");
-    w_.key("oscpu");
+    w_.key(firefox::meta::kOscpu);
     w_.string(info.kernel_release.empty() ? std::string("Linux") : "Linux " + info.kernel_release);
-    w_.key("usesOnlyOneStackType");
+    w_.key(firefox::meta::kUsesOnlyOneStackType);
     w_.boolean(true);
-    w_.key("sourceCodeIsNotOnSearchfox");
+    w_.key(firefox::meta::kSourceCodeIsNotOnSearchfox);
     w_.boolean(true);
     if (info.logical_cpus > 0) {
-      w_.key("logicalCPUs");
+      w_.key(firefox::meta::kLogicalCpus);
       w_.uint(info.logical_cpus);
     }
     if (!info.arguments.empty()) {
-      w_.key("arguments");
+      w_.key(firefox::meta::kArguments);
       w_.string(firefox::join_shell_words(info.arguments));
     }
-    const int64_t end = profiling_end_ns();
+    const int64_t end = t_.profiling_end_ns(p_);
     if (end > 0) {
-      w_.key("profilingStartTime");
+      w_.key(firefox::meta::kProfilingStartTime);
       w_.int64(0);
-      w_.key("profilingEndTime");
+      w_.key(firefox::meta::kProfilingEndTime);
       w_.ns_as_ms(end);
     }
 
-    w_.key("categories");
+    w_.key(firefox::meta::kCategories);
     w_.begin_array();
     for (const auto& category : firefox::kCategories) {
       w_.begin_object();
-      w_.key("name");
+      w_.key(firefox::category::kName);
       w_.string(category.name);
-      w_.key("color");
+      w_.key(firefox::category::kColor);
       w_.string(category.color);
-      w_.key("subcategories");
+      w_.key(firefox::category::kSubcategories);
       w_.begin_array();
       w_.string("Other");
       w_.end_array();
@@ -384,14 +173,14 @@ class FirefoxWriter {
     }
     w_.end_array();
 
-    w_.key("sampleUnits");
+    w_.key(firefox::meta::kSampleUnits);
     w_.begin_object();
-    w_.key("time");
+    w_.key(firefox::sample_units::kTime);
     w_.string("ms");
-    w_.key("eventDelay");
+    w_.key(firefox::sample_units::kEventDelay);
     w_.string("ms");
     // Nanoseconds rather than samply's microseconds: the exact CPU deltas survive a round trip.
-    w_.key("threadCPUDelta");
+    w_.key(firefox::sample_units::kThreadCpuDelta);
     w_.string("ns");
     w_.end_object();
 
@@ -400,16 +189,17 @@ class FirefoxWriter {
     // shown with the process.
     const InitialThreads initial = choose_initial_threads(p_);
     if (!initial.visible.empty()) {
-      w_.key("initialVisibleThreads");
+      w_.key(firefox::meta::kInitialVisibleThreads);
       w_.begin_array();
       for (uint32_t i : initial.visible) w_.uint(i);
-      for (size_t k = 0; k < calls_tracks_.size(); ++k) {
-        const bool shown = std::any_of(initial.visible.begin(), initial.visible.end(),
-                                       [&](uint32_t i) { return p_.threads[i].pid == calls_tracks_[k].pid; });
+      for (size_t k = 0; k < t_.calls_tracks.size(); ++k) {
+        const bool shown = std::any_of(initial.visible.begin(), initial.visible.end(), [&](uint32_t i) {
+          return p_.threads[i].pid == t_.calls_tracks[k].pid;
+        });
         if (shown) w_.uint(p_.threads.size() + k);
       }
       w_.end_array();
-      w_.key("initialSelectedThreads");
+      w_.key(firefox::meta::kInitialSelectedThreads);
       w_.begin_array();
       for (uint32_t i : initial.selected) w_.uint(i);
       w_.end_array();
@@ -421,80 +211,49 @@ class FirefoxWriter {
   }
 
   void write_marker_schema() {
-    w_.key("markerSchema");
+    w_.key(firefox::meta::kMarkerSchema);
     w_.begin_array();
-    w_.begin_object();
-    w_.key("name");
-    w_.string(firefox::kOffCpuSchema);
-    w_.key("display");
-    w_.begin_array();
-    w_.string("marker-chart");
-    w_.string("marker-table");
-    w_.end_array();
-    w_.key("chartLabel");
-    w_.string("Off-CPU");
-    w_.key("tableLabel");
-    w_.string("Off-CPU {marker.data.offCpuNs}");
-    w_.key("tooltipLabel");
-    w_.string("Off-CPU");
-    w_.key("description");
-    w_.string("The thread was blocked or preempted; its stack is the sample's, in the Idle category.");
-    w_.key("fields");
-    w_.begin_array();
-    w_.begin_object();
-    w_.key("key");
-    w_.string(firefox::kOffCpuNsField);
-    w_.key("label");
-    w_.string("Off-CPU time");
-    w_.key("format");
-    w_.string("nanoseconds");
-    w_.end_object();
-    w_.begin_object();
-    w_.key("key");
-    w_.string(firefox::kOffCpuSampleField);
-    w_.key("label");
-    w_.string("Sample index");
-    w_.key("format");
-    w_.string("integer");
-    w_.key("hidden");
-    w_.boolean(true);
-    w_.end_object();
-    w_.end_array();
-    w_.end_object();
-    if (!p_.mip_counts.empty()) write_mip_schema();
-    if (!p_.call_latency.empty()) write_latency_schema();
+    write_schema(firefox::kOffCpuMarkerSchema);
+    if (!p_.mip_counts.empty()) write_schema(firefox::kMipMarkerSchema);
+    if (!p_.call_latency.empty()) write_schema(firefox::kLatencyMarkerSchema);
     w_.end_array();
   }
 
-  void write_latency_schema() {
+  void write_schema(const firefox::MarkerSchema& schema) {
+    namespace key = firefox::marker_schema;
     w_.begin_object();
-    w_.key("name");
-    w_.string(firefox::kLatencySchema);
-    w_.key("display");
+    w_.key(key::kName);
+    w_.string(schema.name);
+    w_.key(key::kDisplay);
     w_.begin_array();
-    w_.string("marker-table");
+    for (const char* place : schema.display) w_.string(place);
     w_.end_array();
-    w_.key("tableLabel");
-    w_.string(
-        "{marker.data.calls} calls, avg {marker.data.avgNs}, p95 {marker.data.p95Ns}, total "
-        "{marker.data.totalNs}");
-    w_.key("tooltipLabel");
-    w_.string("{marker.data.calls} calls, avg {marker.data.avgNs}");
-    w_.key("description");
-    w_.string(
-        "Latency of each call (entry to return, callees included) timed by hpd's in-process runtime over "
-        "the whole recording; total: time inside the outermost calls, summed over threads.");
-    w_.key("fields");
+    if (schema.chart_label != nullptr) {
+      w_.key(key::kChartLabel);
+      w_.string(schema.chart_label);
+    }
+    w_.key(key::kTableLabel);
+    w_.string(schema.table_label);
+    w_.key(key::kTooltipLabel);
+    w_.string(schema.tooltip_label);
+    w_.key(key::kDescription);
+    w_.string(schema.description);
+    w_.key(key::kFields);
     w_.begin_array();
-    schema_field(firefox::kLatencyFunctionField, "Function", "unique-string");
-    schema_field(firefox::kLatencyCallsField, "Calls timed", "integer");
-    schema_field(firefox::kLatencyAvgField, "Average", "nanoseconds");
-    schema_field(firefox::kLatencyP95Field, "95th percentile", "nanoseconds");
-    schema_field(firefox::kLatencyMaxField, "Maximum", "nanoseconds");
-    schema_field(firefox::kLatencyTotalField, "Total", "nanoseconds");
-    schema_field(firefox::kLatencySumField, "Sum of all calls", "nanoseconds", true);
-    schema_field(firefox::kLatencyHistogramField, "Histogram", "string", true);
-    schema_field(firefox::kLatencyFuncField, "Function index", "integer", true);
+    for (const firefox::MarkerField& field : schema.fields) {
+      w_.begin_object();
+      w_.key(key::kFieldKey);
+      w_.string(field.key);
+      w_.key(key::kFieldLabel);
+      w_.string(field.label);
+      w_.key(key::kFieldFormat);
+      w_.string(field.format);
+      if (field.hidden) {
+        w_.key(key::kFieldHidden);
+        w_.boolean(true);
+      }
+      w_.end_object();
+    }
     w_.end_array();
     w_.end_object();
   }
@@ -509,60 +268,16 @@ class FirefoxWriter {
     return out;
   }
 
-  void schema_field(const char* key, const char* label, const char* format, bool hidden = false) {
-    w_.begin_object();
-    w_.key("key");
-    w_.string(key);
-    w_.key("label");
-    w_.string(label);
-    w_.key("format");
-    w_.string(format);
-    if (hidden) {
-      w_.key("hidden");
-      w_.boolean(true);
-    }
-    w_.end_object();
-  }
-
-  void write_mip_schema() {
-    w_.begin_object();
-    w_.key("name");
-    w_.string(firefox::kMipSchema);
-    w_.key("display");
-    w_.begin_array();
-    w_.string("marker-table");
-    w_.end_array();
-    w_.key("tableLabel");
-    w_.string("{marker.data.calls} calls, first call {marker.data.firstCall}, blocks {marker.data.blocks}");
-    w_.key("tooltipLabel");
-    w_.string("{marker.data.calls} calls");
-    w_.key("description");
-    w_.string(
-        "Exact call counts from the program's MIP (Machine IR Profile) instrumentation, read at the "
-        "last snapshot before the process exited or the recording ended.");
-    w_.key("fields");
-    w_.begin_array();
-    schema_field(firefox::kMipFunctionField, "Function", "unique-string");
-    schema_field(firefox::kMipModuleField, "Module", "file-path");
-    schema_field(firefox::kMipCallsField, "Calls", "integer");
-    schema_field(firefox::kMipFirstCallField, "First call", "integer");
-    schema_field(firefox::kMipBlocksField, "Blocks covered", "string");
-    schema_field(firefox::kMipFuncField, "Function index", "integer", true);
-    schema_field(firefox::kMipCountsCallsField, "Exact counts", "integer", true);
-    w_.end_array();
-    w_.end_object();
-  }
-
   void write_extra() {
     const ProfileMeta& meta = p_.meta;
     const RecordingInfo& info = meta.recording;
-    w_.key("extra");
+    w_.key(firefox::meta::kExtra);
     w_.begin_array();
 
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(firefox::kRecordingSection);
-    w_.key("entries");
+    w_.key(firefox::extra::kEntries);
     w_.begin_array();
     extra_entry(firefox::kTargetLabel, "string", info.target);
     extra_entry(firefox::kBackendLabel, "string", info.backend);
@@ -577,9 +292,9 @@ class FirefoxWriter {
     w_.end_object();
 
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(firefox::kLostSection);
-    w_.key("entries");
+    w_.key(firefox::extra::kEntries);
     w_.begin_array();
     extra_entry(firefox::kLostRecordsLabel, meta.lost.lost_records);
     extra_entry(firefox::kThrottleLabel, meta.lost.throttle_events);
@@ -627,9 +342,9 @@ class FirefoxWriter {
     }
     if (all[0].known() + all[1].known() == 0) return;
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(firefox::kStacksSection);
-    w_.key("entries");
+    w_.key(firefox::extra::kEntries);
     w_.begin_array();
     const char* const kKinds[2] = {"on-CPU", "off-CPU"};
     for (int kind = 0; kind < 2; ++kind) {
@@ -655,9 +370,9 @@ class FirefoxWriter {
     };
     if (std::none_of(p_.threads.begin(), p_.threads.end(), lost_any)) return;
     w_.begin_object();
-    w_.key("label");
+    w_.key(firefox::extra::kLabel);
     w_.string(firefox::kLostByThreadSection);
-    w_.key("entries");
+    w_.key(firefox::extra::kEntries);
     w_.begin_array();
     for (const Thread& t : p_.threads) {
       const auto entry = [&](const char* what, uint64_t count) {
@@ -673,27 +388,27 @@ class FirefoxWriter {
   }
 
   void write_libs() {
-    w_.key("libs");
+    w_.key(firefox::profile::kLibs);
     w_.begin_array();
     for (const Lib& lib : p_.libs) {
       w_.begin_object();
-      w_.key("arch");
+      w_.key(firefox::lib::kArch);
       w_.string(lib.arch);
-      w_.key("name");
+      w_.key(firefox::lib::kName);
       w_.string(lib.name);
-      w_.key("path");
+      w_.key(firefox::lib::kPath);
       w_.string(lib.path);
-      w_.key("debugName");
+      w_.key(firefox::lib::kDebugName);
       w_.string(lib.debug_name.empty() ? lib.name : lib.debug_name);
-      w_.key("debugPath");
+      w_.key(firefox::lib::kDebugPath);
       w_.string(lib.debug_path.empty() ? lib.path : lib.debug_path);
       // Without a build-id there is no real debug id; the nil id keeps `samply load`, which parses
       // every breakpadId, working. The names are already symbolicated, so nothing is looked up.
       const std::string breakpad = breakpad_id_from_build_id(lib.build_id);
-      w_.key("breakpadId");
+      w_.key(firefox::lib::kBreakpadId);
       w_.string(breakpad.empty() ? std::string(33, '0') : breakpad);
       const std::string code_id = code_id_from_build_id(lib.build_id);
-      w_.key("codeId");
+      w_.key(firefox::lib::kCodeId);
       if (code_id.empty()) {
         w_.null();
       } else {
@@ -705,61 +420,61 @@ class FirefoxWriter {
   }
 
   void write_shared() {
-    w_.key("shared");
+    w_.key(firefox::profile::kShared);
     w_.begin_object();
 
-    w_.key("stringArray");
+    w_.key(firefox::shared::kStringArray);
     w_.begin_array();
     for (const std::string& s : p_.strings.strings()) w_.string(s);
-    for (std::string_view s : extra_strings_) w_.string(s);
+    for (std::string_view s : t_.extra_strings) w_.string(s);
     w_.end_array();
 
-    const size_t sources = source_files_.size();
-    w_.key("sources");
+    const size_t sources = t_.source_files.size();
+    w_.key(firefox::shared::kSources);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(sources);
-    repeated("id", sources, "null");
-    column("filename", sources, [&](size_t i) { w_.uint(source_files_[i]); });
-    repeated("startLine", sources, "1");
-    repeated("startColumn", sources, "1");
-    repeated("sourceMapURL", sources, "null");
-    repeated("content", sources, "null");
+    repeated(firefox::sources::kId, sources, "null");
+    column(firefox::sources::kFilename, sources, [&](size_t i) { w_.uint(t_.source_files[i]); });
+    repeated(firefox::sources::kStartLine, sources, "1");
+    repeated(firefox::sources::kStartColumn, sources, "1");
+    repeated(firefox::sources::kSourceMapUrl, sources, "null");
+    repeated(firefox::sources::kContent, sources, "null");
     w_.end_object();
 
-    w_.key("sourceLocationTable");
+    w_.key(firefox::shared::kSourceLocationTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(0);
-    repeated("source", 0, "");
-    repeated("line", 0, "");
-    repeated("column", 0, "");
+    repeated(firefox::source_locations::kSource, 0, "");
+    repeated(firefox::source_locations::kLine, 0, "");
+    repeated(firefox::source_locations::kColumn, 0, "");
     w_.end_object();
 
     // One resource per lib, at the lib's index.
     const size_t libs = p_.libs.size();
-    w_.key("resourceTable");
+    w_.key(firefox::shared::kResourceTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(libs);
-    column("lib", libs, [&](size_t i) { w_.uint(i); });
-    column("name", libs, [&](size_t i) { w_.uint(lib_name_string_[i]); });
-    repeated("host", libs, "null");
-    repeated("type", libs, "1");  // 1 = Library
+    column(firefox::resources::kLib, libs, [&](size_t i) { w_.uint(i); });
+    column(firefox::resources::kName, libs, [&](size_t i) { w_.uint(t_.lib_name_string[i]); });
+    repeated(firefox::resources::kHost, libs, "null");
+    repeated(firefox::resources::kType, libs, "1");  // 1 = Library
     w_.end_object();
 
-    const size_t symbols = native_symbols_written_.size();
+    const size_t symbols = t_.native_symbols_written.size();
     const auto symbol = [&](size_t i) -> const NativeSymbol& {
-      return p_.native_symbols[native_symbols_written_[i]];
+      return p_.native_symbols[t_.native_symbols_written[i]];
     };
-    w_.key("nativeSymbols");
+    w_.key(firefox::shared::kNativeSymbols);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(symbols);
-    column("libIndex", symbols, [&](size_t i) { w_.uint(symbol(i).lib); });
-    column("address", symbols, [&](size_t i) { w_.uint(symbol(i).address); });
-    column("name", symbols, [&](size_t i) { w_.uint(symbol(i).name); });
-    column("functionSize", symbols, [&](size_t i) {
+    column(firefox::native_symbols::kLibIndex, symbols, [&](size_t i) { w_.uint(symbol(i).lib); });
+    column(firefox::native_symbols::kAddress, symbols, [&](size_t i) { w_.uint(symbol(i).address); });
+    column(firefox::native_symbols::kName, symbols, [&](size_t i) { w_.uint(symbol(i).name); });
+    column(firefox::native_symbols::kFunctionSize, symbols, [&](size_t i) {
       if (symbol(i).size == 0) {
         w_.null();
       } else {
@@ -769,14 +484,14 @@ class FirefoxWriter {
     w_.end_object();
 
     const size_t funcs = p_.funcs.size();
-    w_.key("funcTable");
+    w_.key(firefox::shared::kFuncTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(funcs);
-    column("name", funcs, [&](size_t i) { w_.uint(p_.funcs[i].name); });
-    repeated("isJS", funcs, "false");
-    repeated("relevantForJS", funcs, "false");
-    column("resource", funcs, [&](size_t i) {
+    column(firefox::funcs::kName, funcs, [&](size_t i) { w_.uint(p_.funcs[i].name); });
+    repeated(firefox::funcs::kIsJs, funcs, "false");
+    repeated(firefox::funcs::kRelevantForJs, funcs, "false");
+    column(firefox::funcs::kResource, funcs, [&](size_t i) {
       const uint32_t lib = p_.funcs[i].lib;
       if (lib == kNoIndex) {
         w_.int64(-1);
@@ -784,42 +499,46 @@ class FirefoxWriter {
         w_.uint(lib);
       }
     });
-    column("source", funcs, [&](size_t i) { index_or_null(source_of_func_[i]); });
-    repeated("lineNumber", funcs, "null");
-    repeated("columnNumber", funcs, "null");
-    repeated("originalLocation", funcs, "null");
+    column(firefox::funcs::kSource, funcs, [&](size_t i) { index_or_null(t_.source_of_func[i]); });
+    repeated(firefox::funcs::kLineNumber, funcs, "null");
+    repeated(firefox::funcs::kColumnNumber, funcs, "null");
+    repeated(firefox::funcs::kOriginalLocation, funcs, "null");
     w_.end_object();
 
-    const size_t frames = p_.frames.size() + calls_frames_.size();
-    const ConcatRows<Frame> fr{p_.frames, calls_frames_};
-    w_.key("frameTable");
+    const size_t frames = p_.frames.size() + t_.calls_frames.size();
+    const ConcatRows<Frame> fr{p_.frames, t_.calls_frames};
+    w_.key(firefox::shared::kFrameTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(frames);
-    column("address", frames, [&](size_t i) { w_.int64(fr[i].address < 0 ? -1 : fr[i].address); });
-    column("inlineDepth", frames, [&](size_t i) { w_.uint(fr[i].inline_depth); });
-    column("category", frames, [&](size_t i) { w_.uint(static_cast<uint32_t>(fr[i].category)); });
-    repeated("subcategory", frames, "0");
-    column("func", frames, [&](size_t i) { w_.uint(fr[i].func); });
-    column("nativeSymbol", frames, [&](size_t i) {
-      index_or_null(fr[i].native_symbol == kNoIndex ? kNoIndex : native_symbol_out_[fr[i].native_symbol]);
+    column(firefox::frames::kAddress, frames,
+           [&](size_t i) { w_.int64(fr[i].address < 0 ? -1 : fr[i].address); });
+    column(firefox::frames::kInlineDepth, frames, [&](size_t i) { w_.uint(fr[i].inline_depth); });
+    column(firefox::frames::kCategory, frames,
+           [&](size_t i) { w_.uint(static_cast<uint32_t>(fr[i].category)); });
+    repeated(firefox::frames::kSubcategory, frames, "0");
+    column(firefox::frames::kFunc, frames, [&](size_t i) { w_.uint(fr[i].func); });
+    column(firefox::frames::kNativeSymbol, frames, [&](size_t i) {
+      index_or_null(fr[i].native_symbol == kNoIndex ? kNoIndex : t_.native_symbol_out[fr[i].native_symbol]);
     });
-    repeated("innerWindowID", frames, "0");
-    column("line", frames, [&](size_t i) { index_or_null(fr[i].line == 0 ? kNoIndex : fr[i].line); });
-    column("column", frames, [&](size_t i) { index_or_null(fr[i].column == 0 ? kNoIndex : fr[i].column); });
-    repeated("originalLocation", frames, "null");
+    repeated(firefox::frames::kInnerWindowId, frames, "0");
+    column(firefox::frames::kLine, frames,
+           [&](size_t i) { index_or_null(fr[i].line == 0 ? kNoIndex : fr[i].line); });
+    column(firefox::frames::kColumn, frames,
+           [&](size_t i) { index_or_null(fr[i].column == 0 ? kNoIndex : fr[i].column); });
+    repeated(firefox::frames::kOriginalLocation, frames, "null");
     w_.end_object();
 
-    const size_t stacks = p_.stacks.size() + calls_stacks_.size();
-    const ConcatRows<Stack> st{p_.stacks, calls_stacks_};
-    w_.key("stackTable");
+    const size_t stacks = p_.stacks.size() + t_.calls_stacks.size();
+    const ConcatRows<Stack> st{p_.stacks, t_.calls_stacks};
+    w_.key(firefox::shared::kStackTable);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(stacks);
-    column("frame", stacks, [&](size_t i) { w_.uint(st[i].frame); });
-    // 0 = root; otherwise the prefix is that many entries back (validate() and prepare_calls()
+    column(firefox::stacks::kFrame, stacks, [&](size_t i) { w_.uint(st[i].frame); });
+    // 0 = root; otherwise the prefix is that many entries back (hpd::validate() and prepare_calls()
     // ensured prefix < i).
-    column("prefixOffset", stacks, [&](size_t i) {
+    column(firefox::stacks::kPrefixOffset, stacks, [&](size_t i) {
       const uint32_t prefix = st[i].prefix;
       w_.uint(prefix == kNoIndex ? 0 : i - prefix);
     });
@@ -829,56 +548,56 @@ class FirefoxWriter {
   }
 
   void write_threads() {
-    w_.key("threads");
+    w_.key(firefox::profile::kThreads);
     w_.begin_array();
     for (size_t i = 0; i < p_.threads.size(); ++i) {
-      auto it = mip_of_thread_.find(i);
-      write_thread(p_.threads[i], it != mip_of_thread_.end() ? &it->second : nullptr);
+      auto it = t_.mip_of_thread.find(i);
+      write_thread(p_.threads[i], it != t_.mip_of_thread.end() ? &it->second : nullptr);
     }
-    for (const CallsTrack& track : calls_tracks_) write_calls_thread(track);
+    for (const firefox::CallsTrack& track : t_.calls_tracks) write_calls_thread(track);
     w_.end_array();
   }
 
   // The calls track of one process: a sample per edge, weighted by its count. The samples all sit at
   // the process's start: the counts cover the whole recording and have no time of their own. There is
   // no threadCPUDelta column, so the track adds nothing to any CPU figure.
-  void write_calls_thread(const CallsTrack& track) {
+  void write_calls_thread(const firefox::CallsTrack& track) {
     std::string process_name;
     for (const Thread& t : p_.threads) {
       if (t.pid == track.pid && (process_name.empty() || t.is_main)) process_name = t.process_name;
     }
-    const auto process = processes_.find(track.pid);
-    const int64_t start = process != processes_.end() ? process->second.startup : 0;
+    const auto process = t_.processes.find(track.pid);
+    const int64_t start = process != t_.processes.end() ? process->second.startup : 0;
     const size_t n = track.edges.size();
 
     w_.begin_object();
-    w_.key("name");
+    w_.key(firefox::thread::kName);
     w_.string(firefox::kCallsThreadName);
-    w_.key("processName");
+    w_.key(firefox::thread::kProcessName);
     w_.string(process_name);
-    w_.key("processType");
+    w_.key(firefox::thread::kProcessType);
     w_.string("default");
-    w_.key("isMainThread");
+    w_.key(firefox::thread::kIsMainThread);
     w_.boolean(false);
-    w_.key("pid");
+    w_.key(firefox::thread::kPid);
     w_.string(std::to_string(track.pid));
-    w_.key("tid");
+    w_.key(firefox::thread::kTid);
     w_.string(firefox::calls_thread_tid(track.pid));
     w_.key(firefox::kCallsThreadField);
     w_.boolean(true);
-    write_lifetimes(process != processes_.end() ? &process->second : nullptr, start, std::nullopt);
+    write_lifetimes(process != t_.processes.end() ? &process->second : nullptr, start, std::nullopt);
 
-    w_.key("samples");
+    w_.key(firefox::thread::kSamples);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(n);
     // "samples" with a weight column: the call tree sums the weights as counts (its Float64 sums are
     // exact up to 2^53); "tracing-ms" would show them as milliseconds.
-    w_.key("weightType");
+    w_.key(firefox::samples::kWeightType);
     w_.string("samples");
-    column("weight", n, [&](size_t i) { w_.uint(p_.call_edges[track.edges[i]].count); });
-    column("stack", n, [&](size_t i) { w_.uint(track.stacks[i]); });
-    column("time", n, [&](size_t) { w_.ns_as_ms(start); });
+    column(firefox::samples::kWeight, n, [&](size_t i) { w_.uint(p_.call_edges[track.edges[i]].count); });
+    column(firefox::samples::kStack, n, [&](size_t i) { w_.uint(track.stacks[i]); });
+    column(firefox::samples::kTime, n, [&](size_t) { w_.ns_as_ms(start); });
     w_.end_object();
 
     write_latency_markers(track.pid, start);
@@ -892,14 +611,14 @@ class FirefoxWriter {
       if (p_.call_latency[i].pid == pid && p_.call_latency[i].calls != 0)
         timed.push_back(static_cast<uint32_t>(i));
     const size_t m = timed.size();
-    w_.key("markers");
+    w_.key(firefox::thread::kMarkers);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(m);
-    column("data", m, [&](size_t k) {
+    column(firefox::markers::kData, m, [&](size_t k) {
       const CallLatency& l = p_.call_latency[timed[k]];
       w_.begin_object();
-      w_.key("type");
+      w_.key(firefox::markers::kDataType);
       w_.string(firefox::kLatencySchema);
       w_.key(firefox::kLatencyFunctionField);
       w_.uint(p_.funcs[l.func].name);
@@ -921,11 +640,12 @@ class FirefoxWriter {
       w_.uint(l.func);
       w_.end_object();
     });
-    column("name", m, [&](size_t k) { w_.uint(p_.funcs[p_.call_latency[timed[k]].func].name); });
-    column("startTime", m, [&](size_t) { w_.ns_as_ms(start); });
-    column("endTime", m, [&](size_t) { w_.null(); });
-    column("phase", m, [&](size_t) { w_.uint(0); });  // Instant
-    column("category", m, [&](size_t) { w_.uint(static_cast<int>(Category::kUser)); });
+    column(firefox::markers::kName, m,
+           [&](size_t k) { w_.uint(p_.funcs[p_.call_latency[timed[k]].func].name); });
+    column(firefox::markers::kStartTime, m, [&](size_t) { w_.ns_as_ms(start); });
+    column(firefox::markers::kEndTime, m, [&](size_t) { w_.null(); });
+    column(firefox::markers::kPhase, m, [&](size_t) { w_.uint(0); });  // Instant
+    column(firefox::markers::kCategory, m, [&](size_t) { w_.uint(static_cast<int>(Category::kUser)); });
     w_.end_object();
   }
 
@@ -950,38 +670,38 @@ class FirefoxWriter {
                                          [](const Sample& s) { return s.kind == SampleKind::kOffCpu; });
 
     w_.begin_object();
-    w_.key("name");
+    w_.key(firefox::thread::kName);
     w_.string(!t.name.empty()           ? t.name
               : !t.process_name.empty() ? t.process_name
                                         : "thread " + std::to_string(t.tid));
-    w_.key("processName");
+    w_.key(firefox::thread::kProcessName);
     w_.string(t.process_name);
-    w_.key("processType");
+    w_.key(firefox::thread::kProcessType);
     w_.string("default");
-    w_.key("isMainThread");
+    w_.key(firefox::thread::kIsMainThread);
     w_.boolean(t.is_main);
-    w_.key("pid");
+    w_.key(firefox::thread::kPid);
     w_.string(std::to_string(t.pid));
-    w_.key("tid");
+    w_.key(firefox::thread::kTid);
     w_.int64(t.tid);
-    write_lifetimes(&processes_.at(t.pid), thread_start(t),
-                    t.end_ns != 0 ? std::optional<int64_t>(relative_ns(t.end_ns)) : std::nullopt);
+    write_lifetimes(&t_.processes.at(t.pid), t_.thread_start(t),
+                    t.end_ns != 0 ? std::optional<int64_t>(t_.relative_ns(t.end_ns)) : std::nullopt);
 
-    w_.key("samples");
+    w_.key(firefox::thread::kSamples);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(n);
-    w_.key("weightType");
+    w_.key(firefox::samples::kWeightType);
     w_.string("samples");
     if (has_off_cpu) {
       write_weights(n, sample);
     } else {
-      w_.key("weight");
+      w_.key(firefox::samples::kWeight);
       w_.null();
     }
-    column("stack", n, [&](size_t i) { index_or_null(sample(i).stack); });
-    column("time", n, [&](size_t i) { w_.ns_as_ms(relative_ns(sample(i).time_ns)); });
-    column("threadCPUDelta", n, [&](size_t i) {
+    column(firefox::samples::kStack, n, [&](size_t i) { index_or_null(sample(i).stack); });
+    column(firefox::samples::kTime, n, [&](size_t i) { w_.ns_as_ms(t_.relative_ns(sample(i).time_ns)); });
+    column(firefox::samples::kThreadCpuDelta, n, [&](size_t i) {
       const Sample& s = sample(i);
       w_.uint(s.kind == SampleKind::kOffCpu ? 0 : s.cpu_delta_ns);
     });
@@ -1000,9 +720,9 @@ class FirefoxWriter {
   // where "at least 1" would inflate many short waits to many whole intervals.
   template <typename SampleAt>
   void write_weights(size_t n, const SampleAt& sample) {
-    const auto interval = static_cast<int64_t>(interval_ns_);
+    const auto interval = static_cast<int64_t>(t_.interval_ns);
     int64_t carry = 0;  // stays within [-interval/2, interval/2)
-    column("weight", n, [&](size_t i) {
+    column(firefox::samples::kWeight, n, [&](size_t i) {
       const Sample& s = sample(i);
       if (s.kind != SampleKind::kOffCpu) {
         w_.uint(1);
@@ -1026,13 +746,13 @@ class FirefoxWriter {
     const size_t o = off_cpu.size();
     const size_t m = o + mip.size();
     const auto count = [&](size_t k) -> const MipCount& { return p_.mip_counts[mip[k - o]]; };
-    w_.key("markers");
+    w_.key(firefox::thread::kMarkers);
     w_.begin_object();
-    w_.key("length");
+    w_.key(firefox::kLength);
     w_.uint(m);
-    column("data", m, [&](size_t k) {
+    column(firefox::markers::kData, m, [&](size_t k) {
       w_.begin_object();
-      w_.key("type");
+      w_.key(firefox::markers::kDataType);
       if (k < o) {
         w_.string(firefox::kOffCpuSchema);
         w_.key(firefox::kOffCpuNsField);
@@ -1044,23 +764,23 @@ class FirefoxWriter {
       }
       w_.end_object();
     });
-    column("name", m,
-           [&](size_t k) { w_.uint(k < o ? off_cpu_name_string_ : p_.funcs[count(k).func].name); });
+    column(firefox::markers::kName, m,
+           [&](size_t k) { w_.uint(k < o ? t_.off_cpu_name_string : p_.funcs[count(k).func].name); });
     // The interval assumes the sample is stamped when the thread left the CPU (samply's convention).
-    column("startTime", m, [&](size_t k) {
-      w_.ns_as_ms(relative_ns(k < o ? sample(off_cpu[k]).time_ns : count(k).time_ns));
+    column(firefox::markers::kStartTime, m, [&](size_t k) {
+      w_.ns_as_ms(t_.relative_ns(k < o ? sample(off_cpu[k]).time_ns : count(k).time_ns));
     });
-    column("endTime", m, [&](size_t k) {
+    column(firefox::markers::kEndTime, m, [&](size_t k) {
       if (k >= o) {
         w_.null();  // an instant
         return;
       }
       const Sample& s = sample(off_cpu[k]);
-      w_.ns_as_ms(relative_ns(s.time_ns) +
+      w_.ns_as_ms(t_.relative_ns(s.time_ns) +
                   static_cast<int64_t>(std::min<uint64_t>(s.off_cpu_ns, uint64_t{1} << 62)));
     });
-    column("phase", m, [&](size_t k) { w_.uint(k < o ? 1 : 0); });  // Interval, Instant
-    column("category", m,
+    column(firefox::markers::kPhase, m, [&](size_t k) { w_.uint(k < o ? 1 : 0); });  // Interval, Instant
+    column(firefox::markers::kCategory, m,
            [&](size_t k) { w_.uint(static_cast<int>(k < o ? Category::kIdle : Category::kUser)); });
     w_.end_object();
   }
@@ -1085,63 +805,53 @@ class FirefoxWriter {
     w_.uint(c.counts_calls ? 1 : 0);
   }
 
-  struct ProcessTimes {
-    int64_t startup = 0;
-    int64_t shutdown = 0;
-    bool ended = true;  // every thread of the process has an end time
-  };
-
   // The lifetime fields of a thread object, for sampled threads and calls tracks alike: its
   // process's (a null process: started at 0, still running) and its own (unregister: none = alive).
-  void write_lifetimes(const ProcessTimes* process, int64_t register_ns,
+  void write_lifetimes(const firefox::ProcessTimes* process, int64_t register_ns,
                        std::optional<int64_t> unregister_ns) {
-    w_.key("processStartupTime");
+    w_.key(firefox::thread::kProcessStartupTime);
     w_.ns_as_ms(process != nullptr ? process->startup : 0);
-    w_.key("processShutdownTime");
+    w_.key(firefox::thread::kProcessShutdownTime);
     if (process != nullptr && process->ended) {
       w_.ns_as_ms(process->shutdown);
     } else {
       w_.null();
     }
-    w_.key("registerTime");
+    w_.key(firefox::thread::kRegisterTime);
     w_.ns_as_ms(register_ns);
-    w_.key("unregisterTime");
+    w_.key(firefox::thread::kUnregisterTime);
     if (unregister_ns) {
       w_.ns_as_ms(*unregister_ns);
     } else {
       w_.null();
     }
-    w_.key("pausedRanges");
+    w_.key(firefox::thread::kPausedRanges);
     w_.begin_array();
     w_.end_array();
   }
 
   const Profile& p_;
   json::Writer w_;
-  uint64_t start_mono_ns_ = 0;
-  uint64_t interval_ns_ = kDefaultIntervalNs;
-  std::vector<uint32_t> source_of_func_;          // func -> source row, kNoIndex = none
-  std::vector<uint32_t> source_files_;            // source row -> string index
-  std::vector<uint32_t> native_symbol_out_;       // profile symbol -> written row, kNoIndex = left out
-  std::vector<uint32_t> native_symbols_written_;  // written row -> profile symbol
-  std::vector<std::string_view> extra_strings_;   // appended to the string array after the profile's
-  std::vector<uint32_t> lib_name_string_;
-  uint32_t off_cpu_name_string_ = 0;
-  std::unordered_map<int32_t, ProcessTimes> processes_;
-  std::unordered_map<int32_t, size_t> mip_thread_;                   // pid -> thread holding its MIP markers
-  std::unordered_map<size_t, std::vector<uint32_t>> mip_of_thread_;  // thread -> MIP counts
-
-  std::vector<Frame> calls_frames_;  // written after the profile's frames
-  std::vector<Stack> calls_stacks_;  // written after the profile's stacks
-  std::vector<CallsTrack> calls_tracks_;
+  const firefox::Tables& t_;
 };
+
+// The one path of every entry point: validate, derive the tables, then stream them.
+void write_profile(const Profile& profile, json::ByteSink& sink) {
+  validate(profile);
+  const firefox::Tables tables = firefox::derive_tables(profile);
+  FirefoxWriter(profile, tables, sink).write();
+}
 
 // Writes through to a descriptor it does not own.
 class FdSink : public json::ByteSink {
  public:
   explicit FdSink(int fd) : fd_(fd) {}
   void write(const char* data, size_t size) override {
-    write_output_fully(fd_, data, size, "writing the profile failed");
+    try {
+      write_output_fully(fd_, data, size, "writing the profile failed");
+    } catch (const std::runtime_error& e) {
+      throw ExportError(e.what());  // model's write helper throws plain runtime_error
+    }
   }
 
  private:
@@ -1180,19 +890,19 @@ std::string code_id_from_build_id(std::string_view build_id_hex) {
 
 void write_firefox_json(const Profile& profile, std::ostream& out) {
   OstreamSink sink(out);
-  FirefoxWriter(profile, sink).write();
+  write_profile(profile, sink);
   out.flush();
-  if (!out) throw std::runtime_error("writing the profile to the output stream failed");
+  if (!out) throw ExportError("writing the profile to the output stream failed");
 }
 
 void write_firefox_file(const Profile& profile, const std::string& path) {
   AtomicFile file(path);
   if (ends_with(path, ".gz")) {
     GzipSink gzip(file, kGzipLevel);
-    FirefoxWriter(profile, gzip).write();
+    write_profile(profile, gzip);
     gzip.finish();
   } else {
-    FirefoxWriter(profile, file).write();
+    write_profile(profile, file);
   }
   file.commit();
 }
@@ -1201,10 +911,10 @@ void write_firefox_fd(const Profile& profile, int fd, bool gzip) {
   FdSink sink(fd);
   if (gzip) {
     GzipSink compressed(sink, kGzipLevel);
-    FirefoxWriter(profile, compressed).write();
+    write_profile(profile, compressed);
     compressed.finish();
   } else {
-    FirefoxWriter(profile, sink).write();
+    write_profile(profile, sink);
   }
 }
 

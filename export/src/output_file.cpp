@@ -18,7 +18,7 @@ namespace hpd {
 
 void OstreamSink::write(const char* data, size_t size) {
   out_.write(data, static_cast<std::streamsize>(size));
-  if (!out_) throw std::runtime_error("writing the profile to the output stream failed");
+  if (!out_) throw ExportError("writing the profile to the output stream failed");
 }
 
 namespace {
@@ -40,9 +40,9 @@ std::string base_name_of(const std::string& path) {
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
-  if (path_.empty()) throw std::runtime_error("cannot write profile: empty output path");
+  if (path_.empty()) throw ExportError("cannot write profile: empty output path");
   if (path_.back() == '/') {
-    throw std::runtime_error("cannot write profile to '" + path_ + "': the path names a directory");
+    throw ExportError("cannot write profile to '" + path_ + "': the path names a directory");
   }
   const std::string dir = directory_of(path_);
   const std::string base = base_name_of(path_);
@@ -62,8 +62,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   }
   const int err = errno;
   temp_path_.clear();
-  throw std::runtime_error("cannot write profile to '" + path_ + "': cannot create a file in '" + dir +
-                           "': " + std::strerror(err));
+  throw ExportError("cannot write profile to '" + path_ + "': cannot create a file in '" + dir +
+                    "': " + std::strerror(err));
 }
 
 AtomicFile::~AtomicFile() {
@@ -72,7 +72,7 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::fail(const char* what, int err) {
-  throw std::runtime_error("cannot write profile to '" + path_ + "': " + what + ": " + std::strerror(err));
+  throw ExportError("cannot write profile to '" + path_ + "': " + what + ": " + std::strerror(err));
 }
 
 void AtomicFile::write(const char* data, size_t size) {
@@ -107,7 +107,7 @@ void AtomicFile::commit() {
 GzipSink::GzipSink(json::ByteSink& next, int level) : next_(next), out_(size_t{1} << 18) {
   // windowBits 15 + 16 selects the gzip wrapper instead of zlib's.
   if (deflateInit2(&stream_, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-    throw std::runtime_error("cannot initialize gzip compression");
+    throw ExportError("cannot initialize gzip compression");
   }
 }
 
@@ -140,7 +140,7 @@ void GzipSink::pump(int flush) {
     stream_.next_out = out_.data();
     stream_.avail_out = static_cast<uInt>(out_.size());
     const int rc = deflate(&stream_, flush);
-    if (rc == Z_STREAM_ERROR) throw std::runtime_error("gzip compression failed");
+    if (rc == Z_STREAM_ERROR) throw ExportError("gzip compression failed");
     const size_t produced = out_.size() - stream_.avail_out;
     if (produced > 0) next_.write(reinterpret_cast<const char*>(out_.data()), produced);
     if (flush == Z_FINISH) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hpd/export/error.h"
 #include "json_writer.h"
 
 namespace hpd {

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "hpd/export/pprof.h"
+#include "hpd/model/validate.h"
 #include "output_file.h"
 
 namespace hpd {
@@ -62,7 +63,7 @@ class PprofBuilder {
   }
 
   std::string build() {
-    check();
+    validate(p_);
     const RecordingInfo& info = p_.meta.recording;
     interval_ns_ = info.interval_ns != 0    ? info.interval_ns
                    : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
@@ -129,36 +130,6 @@ class PprofBuilder {
     uint32_t thread = kNoIndex;
     std::vector<int64_t> values;
   };
-
-  void check() const {
-    for (size_t i = 0; i < p_.frames.size(); ++i) {
-      const Frame& f = p_.frames[i];
-      if (f.func >= p_.funcs.size() || (f.lib != kNoIndex && f.lib >= p_.libs.size()))
-        throw std::runtime_error("invalid profile: frame " + std::to_string(i) +
-                                 " refers to a missing func or lib");
-    }
-    for (size_t i = 0; i < p_.funcs.size(); ++i) {
-      const Func& f = p_.funcs[i];
-      if (f.name >= p_.strings.size() || (f.file != kNoIndex && f.file >= p_.strings.size()))
-        throw std::runtime_error("invalid profile: func " + std::to_string(i) +
-                                 " refers to a missing string");
-    }
-    for (size_t i = 0; i < p_.stacks.size(); ++i) {
-      const Stack& s = p_.stacks[i];
-      if (s.frame >= p_.frames.size() || (s.prefix != kNoIndex && s.prefix >= i))
-        throw std::runtime_error("invalid profile: stack " + std::to_string(i) + " is inconsistent");
-    }
-    for (const Thread& t : p_.threads) {
-      for (const Sample& s : t.samples) {
-        if (s.stack != kNoIndex && s.stack >= p_.stacks.size())
-          throw std::runtime_error("invalid profile: a sample refers to a missing stack");
-      }
-    }
-    for (const CallEdge& e : p_.call_edges) {
-      if (e.callee_func >= p_.funcs.size() || (e.caller_func != kNoIndex && e.caller_func >= p_.funcs.size()))
-        throw std::runtime_error("invalid profile: a call edge refers to a missing func");
-    }
-  }
 
   uint64_t str(const std::string& s) {
     auto [it, added] = string_index_.emplace(s, strings_.size());

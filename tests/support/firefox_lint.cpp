@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "hpd/export/firefox/schema.h"
+
 namespace hpd::testing {
 
 namespace {
@@ -94,26 +96,26 @@ class Linter {
   // ---- meta ----
 
   void check_meta() {
-    const json* meta = get(root_, "meta", "profile");
+    const json* meta = get(root_, firefox::profile::kMeta, "profile");
     if (meta == nullptr || !meta->is_object()) {
       if (meta != nullptr) problem("meta is not an object");
       return;
     }
-    if (const json* v = get(*meta, "preprocessedProfileVersion", "meta")) {
+    if (const json* v = get(*meta, firefox::meta::kPreprocessedProfileVersion, "meta")) {
       if (integer(*v) != 66) problem("meta.preprocessedProfileVersion is " + v->dump() + ", expected 66");
     }
-    if (const json* v = get(*meta, "interval", "meta")) {
+    if (const json* v = get(*meta, firefox::meta::kInterval, "meta")) {
       if (!v->is_number() || v->get<double>() <= 0) problem("meta.interval is not a positive number");
     }
-    expect_number(*meta, "startTime", "meta");
-    expect_number(*meta, "version", "meta");
-    expect_number(*meta, "processType", "meta");
-    expect_string(*meta, "product", "meta");
-    expect_number(*meta, "stackwalk", "meta");
+    expect_number(*meta, firefox::meta::kStartTime, "meta");
+    expect_number(*meta, firefox::meta::kVersion, "meta");
+    expect_number(*meta, firefox::meta::kProcessType, "meta");
+    expect_string(*meta, firefox::meta::kProduct, "meta");
+    expect_number(*meta, firefox::meta::kStackwalk, "meta");
     check_marker_schema(*meta);
     check_categories(*meta);
-    if (const auto it = meta->find("sampleUnits"); it != meta->end()) {
-      if (const json* unit = get(*it, "threadCPUDelta", "meta.sampleUnits")) {
+    if (const auto it = meta->find(firefox::meta::kSampleUnits); it != meta->end()) {
+      if (const json* unit = get(*it, firefox::sample_units::kThreadCpuDelta, "meta.sampleUnits")) {
         if (!unit->is_string() ||
             (unit->get<std::string>() != kMicroSecond && unit->get<std::string>() != "ns")) {
           problem("meta.sampleUnits.threadCPUDelta is " + unit->dump() +
@@ -123,9 +125,9 @@ class Linter {
       has_cpu_unit_ = true;
     }
     // The profiler asserts that every listed thread exists (tracks.ts, computeDefaultVisibleThreads).
-    const auto threads = root_.find("threads");
+    const auto threads = root_.find(firefox::profile::kThreads);
     const size_t thread_count = threads != root_.end() && threads->is_array() ? threads->size() : 0;
-    for (const char* key : {"initialVisibleThreads", "initialSelectedThreads"}) {
+    for (const char* key : {firefox::meta::kInitialVisibleThreads, firefox::meta::kInitialSelectedThreads}) {
       const auto it = meta->find(key);
       if (it == meta->end()) continue;
       if (!it->is_array() || it->empty()) {
@@ -141,7 +143,7 @@ class Linter {
   }
 
   void check_marker_schema(const json& meta) {
-    const json* schema = get(meta, "markerSchema", "meta");
+    const json* schema = get(meta, firefox::meta::kMarkerSchema, "meta");
     if (schema == nullptr) return;
     if (!schema->is_array()) {
       problem("meta.markerSchema is not an array");
@@ -150,10 +152,10 @@ class Linter {
     for (size_t i = 0; i < schema->size(); ++i) {
       const json& s = (*schema)[i];
       const std::string where = "meta.markerSchema[" + std::to_string(i) + "]";
-      expect_string(s, "name", where);
-      const json* display = get(s, "display", where);
+      expect_string(s, firefox::marker_schema::kName, where);
+      const json* display = get(s, firefox::marker_schema::kDisplay, where);
       if (display != nullptr && !display->is_array()) problem(where + ".display is not an array");
-      const json* fields = get(s, "fields", where);
+      const json* fields = get(s, firefox::marker_schema::kFields, where);
       if (fields == nullptr) continue;
       if (!fields->is_array()) {
         problem(where + ".fields is not an array");
@@ -161,8 +163,8 @@ class Linter {
       }
       for (size_t k = 0; k < fields->size(); ++k) {
         const std::string field = where + ".fields[" + std::to_string(k) + "]";
-        expect_string((*fields)[k], "key", field);
-        if (const json* format = get((*fields)[k], "format", field)) {
+        expect_string((*fields)[k], firefox::marker_schema::kFieldKey, field);
+        if (const json* format = get((*fields)[k], firefox::marker_schema::kFieldFormat, field)) {
           if (!format->is_string() && !format->is_object())
             problem(field + ".format is not a string or object");
         }
@@ -171,7 +173,7 @@ class Linter {
   }
 
   void check_categories(const json& meta) {
-    const json* categories = get(meta, "categories", "meta");
+    const json* categories = get(meta, firefox::meta::kCategories, "meta");
     if (categories == nullptr) return;
     if (!categories->is_array() || categories->empty()) {
       problem("meta.categories is not a non-empty array");
@@ -181,9 +183,9 @@ class Linter {
     for (size_t i = 0; i < categories->size(); ++i) {
       const json& c = (*categories)[i];
       const std::string where = "meta.categories[" + std::to_string(i) + "]";
-      const json* name = get(c, "name", where);
-      const json* color = get(c, "color", where);
-      const json* subcategories = get(c, "subcategories", where);
+      const json* name = get(c, firefox::category::kName, where);
+      const json* color = get(c, firefox::category::kColor, where);
+      const json* subcategories = get(c, firefox::category::kSubcategories, where);
       if (name != nullptr && name->is_string() && name->get<std::string>() == "Idle") idle = true;
       if (color != nullptr) {
         bool known = false;
@@ -208,7 +210,7 @@ class Linter {
   // ---- libs ----
 
   void check_libs() {
-    const json* libs = get(root_, "libs", "profile");
+    const json* libs = get(root_, firefox::profile::kLibs, "profile");
     if (libs == nullptr) return;
     if (!libs->is_array()) {
       problem("libs is not an array");
@@ -218,15 +220,16 @@ class Linter {
     for (size_t i = 0; i < libs->size(); ++i) {
       const json& lib = (*libs)[i];
       const std::string where = "libs[" + std::to_string(i) + "]";
-      for (const char* key : {"arch", "name", "path", "debugName", "debugPath"})
+      for (const char* key : {firefox::lib::kArch, firefox::lib::kName, firefox::lib::kPath,
+                              firefox::lib::kDebugName, firefox::lib::kDebugPath})
         expect_string(lib, key, where);
-      if (const json* id = get(lib, "breakpadId", where); id != nullptr && !id->is_null()) {
+      if (const json* id = get(lib, firefox::lib::kBreakpadId, where); id != nullptr && !id->is_null()) {
         if (!id->is_string() || id->get<std::string>().size() != 33 ||
             !is_hex(id->get<std::string>(), true)) {
           problem(where + ".breakpadId " + id->dump() + " is not 33 upper-case hex digits");
         }
       }
-      if (const json* id = get(lib, "codeId", where); id != nullptr && !id->is_null()) {
+      if (const json* id = get(lib, firefox::lib::kCodeId, where); id != nullptr && !id->is_null()) {
         if (!id->is_string() || id->get<std::string>().empty() || id->get<std::string>().size() % 2 != 0 ||
             !is_hex(id->get<std::string>(), false)) {
           problem(where + ".codeId " + id->dump() + " is not lower-case hex bytes");
@@ -255,7 +258,7 @@ class Linter {
       return t;
     }
     t.object = object;
-    const json* length = get(*object, "length", t.where);
+    const json* length = get(*object, firefox::kLength, t.where);
     if (length == nullptr) return t;
     const auto n = integer(*length);
     if (!n || *n < 0) {
@@ -349,12 +352,12 @@ class Linter {
   }
 
   void check_shared() {
-    const json* shared = get(root_, "shared", "profile");
+    const json* shared = get(root_, firefox::profile::kShared, "profile");
     if (shared == nullptr) return;
     const std::string where = "shared";
     constexpr int64_t kMax = INT64_MAX;
 
-    if (const json* strings = get(*shared, "stringArray", where)) {
+    if (const json* strings = get(*shared, firefox::shared::kStringArray, where)) {
       if (!strings->is_array()) {
         problem("shared.stringArray is not an array");
       } else {
@@ -367,53 +370,54 @@ class Linter {
     }
     const std::string strings = "shared.stringArray";
 
-    const Table sources = table(*shared, "sources", where);
-    nulls_or_strings(sources, "id");
-    indices(sources, "filename", string_count_, strings);
-    integers(sources, "startLine", 1, kMax, false);
-    integers(sources, "startColumn", 1, kMax, false);
-    indices(sources, "sourceMapURL", string_count_, strings, kNullable);
-    nulls_or_strings(sources, "content");
+    const Table sources = table(*shared, firefox::shared::kSources, where);
+    nulls_or_strings(sources, firefox::sources::kId);
+    indices(sources, firefox::sources::kFilename, string_count_, strings);
+    integers(sources, firefox::sources::kStartLine, 1, kMax, false);
+    integers(sources, firefox::sources::kStartColumn, 1, kMax, false);
+    indices(sources, firefox::sources::kSourceMapUrl, string_count_, strings, kNullable);
+    nulls_or_strings(sources, firefox::sources::kContent);
 
-    const Table locations = table(*shared, "sourceLocationTable", where);
-    indices(locations, "source", sources.length, sources.where);
-    integers(locations, "line", 0, kMax, true);
-    integers(locations, "column", 0, kMax, true);
+    const Table locations = table(*shared, firefox::shared::kSourceLocationTable, where);
+    indices(locations, firefox::source_locations::kSource, sources.length, sources.where);
+    integers(locations, firefox::source_locations::kLine, 0, kMax, true);
+    integers(locations, firefox::source_locations::kColumn, 0, kMax, true);
 
-    const Table resources = table(*shared, "resourceTable", where);
-    indices(resources, "lib", lib_count_, "libs", kNullable);
-    indices(resources, "name", string_count_, strings);
-    indices(resources, "host", string_count_, strings, kNullable);
-    integers(resources, "type", 0, 5, false);
+    const Table resources = table(*shared, firefox::shared::kResourceTable, where);
+    indices(resources, firefox::resources::kLib, lib_count_, "libs", kNullable);
+    indices(resources, firefox::resources::kName, string_count_, strings);
+    indices(resources, firefox::resources::kHost, string_count_, strings, kNullable);
+    integers(resources, firefox::resources::kType, 0, 5, false);
 
-    const Table symbols = table(*shared, "nativeSymbols", where);
-    indices(symbols, "libIndex", lib_count_, "libs");
-    integers(symbols, "address", 0, kMax, false);
-    indices(symbols, "name", string_count_, strings);
-    integers(symbols, "functionSize", 0, kMax, true);
+    const Table symbols = table(*shared, firefox::shared::kNativeSymbols, where);
+    indices(symbols, firefox::native_symbols::kLibIndex, lib_count_, "libs");
+    integers(symbols, firefox::native_symbols::kAddress, 0, kMax, false);
+    indices(symbols, firefox::native_symbols::kName, string_count_, strings);
+    integers(symbols, firefox::native_symbols::kFunctionSize, 0, kMax, true);
 
-    const Table funcs = table(*shared, "funcTable", where);
-    indices(funcs, "name", string_count_, strings);
-    booleans(funcs, "isJS");
-    booleans(funcs, "relevantForJS");
-    indices(funcs, "resource", resources.length, resources.where, kMinusOne);
-    indices(funcs, "source", sources.length, sources.where, kNullable);
-    integers(funcs, "lineNumber", 0, kMax, true);
-    integers(funcs, "columnNumber", 0, kMax, true);
-    indices(funcs, "originalLocation", locations.length, locations.where, kNullable);
+    const Table funcs = table(*shared, firefox::shared::kFuncTable, where);
+    indices(funcs, firefox::funcs::kName, string_count_, strings);
+    booleans(funcs, firefox::funcs::kIsJs);
+    booleans(funcs, firefox::funcs::kRelevantForJs);
+    indices(funcs, firefox::funcs::kResource, resources.length, resources.where, kMinusOne);
+    indices(funcs, firefox::funcs::kSource, sources.length, sources.where, kNullable);
+    integers(funcs, firefox::funcs::kLineNumber, 0, kMax, true);
+    integers(funcs, firefox::funcs::kColumnNumber, 0, kMax, true);
+    indices(funcs, firefox::funcs::kOriginalLocation, locations.length, locations.where, kNullable);
 
-    const Table frames = table(*shared, "frameTable", where);
-    const auto address = integers(frames, "address", -1, kMax, false);
-    const auto depth = integers(frames, "inlineDepth", 0, 255, false);
+    const Table frames = table(*shared, firefox::shared::kFrameTable, where);
+    const auto address = integers(frames, firefox::frames::kAddress, -1, kMax, false);
+    const auto depth = integers(frames, firefox::frames::kInlineDepth, 0, 255, false);
     const auto category =
-        indices(frames, "category", subcategory_counts_.size(), "meta.categories", kNullable);
-    const auto subcategory = integers(frames, "subcategory", 0, kMax, true);
-    indices(frames, "func", funcs.length, funcs.where);
-    const auto native_symbol = indices(frames, "nativeSymbol", symbols.length, symbols.where, kNullable);
-    integers(frames, "innerWindowID", 0, kMax, true);
-    integers(frames, "line", 0, kMax, true);
-    integers(frames, "column", 0, kMax, true);
-    indices(frames, "originalLocation", locations.length, locations.where, kNullable);
+        indices(frames, firefox::frames::kCategory, subcategory_counts_.size(), "meta.categories", kNullable);
+    const auto subcategory = integers(frames, firefox::frames::kSubcategory, 0, kMax, true);
+    indices(frames, firefox::frames::kFunc, funcs.length, funcs.where);
+    const auto native_symbol =
+        indices(frames, firefox::frames::kNativeSymbol, symbols.length, symbols.where, kNullable);
+    integers(frames, firefox::frames::kInnerWindowId, 0, kMax, true);
+    integers(frames, firefox::frames::kLine, 0, kMax, true);
+    integers(frames, firefox::frames::kColumn, 0, kMax, true);
+    indices(frames, firefox::frames::kOriginalLocation, locations.length, locations.where, kNullable);
     if (category && subcategory) {
       for (size_t i = 0; i < frames.length; ++i) {
         const int64_t c = (*category)[i];
@@ -428,13 +432,13 @@ class Linter {
       }
     }
 
-    const Table stacks = table(*shared, "stackTable", where);
+    const Table stacks = table(*shared, firefox::shared::kStackTable, where);
     stack_count_ = stacks.length;
-    const auto stack_frame = indices(stacks, "frame", frames.length, frames.where);
-    if (stacks.ok && stacks.object->contains("prefix")) {
+    const auto stack_frame = indices(stacks, firefox::stacks::kFrame, frames.length, frames.where);
+    if (stacks.ok && stacks.object->contains(firefox::stacks::kPrefixBefore66)) {
       problem("shared.stackTable has a 'prefix' column: version 66 uses prefixOffset");
     }
-    const auto offset = integers(stacks, "prefixOffset", 0, kMax, false);
+    const auto offset = integers(stacks, firefox::stacks::kPrefixOffset, 0, kMax, false);
     if (!offset) return;
     std::vector<int64_t> parent(stacks.length, -1);
     for (size_t i = 0; i < stacks.length; ++i) {
@@ -482,7 +486,7 @@ class Linter {
   // ---- threads ----
 
   void check_threads() {
-    const json* threads = get(root_, "threads", "profile");
+    const json* threads = get(root_, firefox::profile::kThreads, "profile");
     if (threads == nullptr) return;
     if (!threads->is_array()) {
       problem("threads is not an array");
@@ -493,34 +497,38 @@ class Linter {
   }
 
   void check_thread(const json& t, const std::string& where) {
-    expect_string(t, "name", where);
-    if (const json* pid = get(t, "pid", where); pid != nullptr && !pid->is_string()) {
+    expect_string(t, firefox::thread::kName, where);
+    if (const json* pid = get(t, firefox::thread::kPid, where); pid != nullptr && !pid->is_string()) {
       problem(where + ".pid is " + pid->dump() + ", not a string (required since version 47)");
     }
-    if (const json* tid = get(t, "tid", where); tid != nullptr && !tid->is_number() && !tid->is_string()) {
+    if (const json* tid = get(t, firefox::thread::kTid, where);
+        tid != nullptr && !tid->is_number() && !tid->is_string()) {
       problem(where + ".tid is neither a number nor a string");
     }
-    if (const json* main = get(t, "isMainThread", where); main != nullptr && !main->is_boolean()) {
+    if (const json* main = get(t, firefox::thread::kIsMainThread, where);
+        main != nullptr && !main->is_boolean()) {
       problem(where + ".isMainThread is not a boolean");
     }
-    expect_number(t, "processStartupTime", where);
-    expect_number(t, "processShutdownTime", where, true);
-    expect_number(t, "registerTime", where);
-    expect_number(t, "unregisterTime", where, true);
-    if (const json* paused = get(t, "pausedRanges", where); paused != nullptr && !paused->is_array()) {
+    expect_number(t, firefox::thread::kProcessStartupTime, where);
+    expect_number(t, firefox::thread::kProcessShutdownTime, where, true);
+    expect_number(t, firefox::thread::kRegisterTime, where);
+    expect_number(t, firefox::thread::kUnregisterTime, where, true);
+    if (const json* paused = get(t, firefox::thread::kPausedRanges, where);
+        paused != nullptr && !paused->is_array()) {
       problem(where + ".pausedRanges is not an array");
     }
 
-    const Table samples = table(t, "samples", where);
-    indices(samples, "stack", stack_count_, "shared.stackTable", kNullable);
+    const Table samples = table(t, firefox::thread::kSamples, where);
+    indices(samples, firefox::samples::kStack, stack_count_, "shared.stackTable", kNullable);
     if (samples.ok) {
-      const bool has_time = samples.object->contains("time");
-      const bool has_deltas = samples.object->contains("timeDeltas");
+      const bool has_time = samples.object->contains(firefox::samples::kTime);
+      const bool has_deltas = samples.object->contains(firefox::samples::kTimeDeltas);
       if (!has_time && !has_deltas) problem(samples.where + " has neither time nor timeDeltas");
-      if (has_time) check_ascending(samples, "time", false);
-      if (has_deltas) check_ascending(samples, "timeDeltas", true);
-      if (const auto it = samples.object->find("weight"); it != samples.object->end() && !it->is_null()) {
-        if (const json* weight = column(samples, "weight")) {
+      if (has_time) check_ascending(samples, firefox::samples::kTime, false);
+      if (has_deltas) check_ascending(samples, firefox::samples::kTimeDeltas, true);
+      if (const auto it = samples.object->find(firefox::samples::kWeight);
+          it != samples.object->end() && !it->is_null()) {
+        if (const json* weight = column(samples, firefox::samples::kWeight)) {
           for (size_t i = 0; i < weight->size(); ++i) {
             if (!(*weight)[i].is_number() || (*weight)[i].get<double>() < 0) {
               problem(samples.where + ".weight[" + std::to_string(i) + "] is not a non-negative number");
@@ -528,15 +536,15 @@ class Linter {
           }
         }
       }
-      if (const auto it = samples.object->find("weightType"); it != samples.object->end()) {
+      if (const auto it = samples.object->find(firefox::samples::kWeightType); it != samples.object->end()) {
         const std::string type = it->is_string() ? it->get<std::string>() : "";
         if (type != "samples" && type != "tracing-ms" && type != "bytes") {
           problem(samples.where + ".weightType " + it->dump() + " is not samples, tracing-ms or bytes");
         }
       }
-      if (samples.object->contains("threadCPUDelta")) {
+      if (samples.object->contains(firefox::samples::kThreadCpuDelta)) {
         if (!has_cpu_unit_) problem(samples.where + ".threadCPUDelta is present but meta.sampleUnits is not");
-        if (const json* cpu = column(samples, "threadCPUDelta")) {
+        if (const json* cpu = column(samples, firefox::samples::kThreadCpuDelta)) {
           for (size_t i = 0; i < cpu->size(); ++i) {
             const json& v = (*cpu)[i];
             if (!v.is_null() && (!v.is_number() || v.get<double>() < 0)) {
@@ -548,22 +556,24 @@ class Linter {
       }
     }
 
-    const Table markers = table(t, "markers", where);
-    const json* data = column(markers, "data");
-    indices(markers, "name", string_count_, "shared.stringArray");
-    const json* start = column(markers, "startTime");
-    const json* end = column(markers, "endTime");
-    integers(markers, "phase", 0, 3, false);
-    indices(markers, "category", subcategory_counts_.size(), "meta.categories");
+    const Table markers = table(t, firefox::thread::kMarkers, where);
+    const json* data = column(markers, firefox::markers::kData);
+    indices(markers, firefox::markers::kName, string_count_, "shared.stringArray");
+    const json* start = column(markers, firefox::markers::kStartTime);
+    const json* end = column(markers, firefox::markers::kEndTime);
+    integers(markers, firefox::markers::kPhase, 0, 3, false);
+    indices(markers, firefox::markers::kCategory, subcategory_counts_.size(), "meta.categories");
     // Loops run over the columns' real sizes: a bogus length must not drive them.
     const auto at = [&](size_t i) { return markers.where + "[" + std::to_string(i) + "]"; };
     for (size_t i = 0; data != nullptr && i < data->size(); ++i) {
       const json& d = (*data)[i];
-      if (!d.is_null() && !(d.is_object() && d.contains("type") && d["type"].is_string())) {
+      if (!d.is_null() && !(d.is_object() && d.contains(firefox::markers::kDataType) &&
+                            d[firefox::markers::kDataType].is_string())) {
         problem(at(i) + ".data is neither null nor an object with a string type");
       }
     }
-    for (const auto& [c, key] : {std::pair{start, "startTime"}, std::pair{end, "endTime"}}) {
+    for (const auto& [c, key] :
+         {std::pair{start, firefox::markers::kStartTime}, std::pair{end, firefox::markers::kEndTime}}) {
       for (size_t i = 0; c != nullptr && i < c->size(); ++i) {
         if (!(*c)[i].is_null() && !(*c)[i].is_number())
           problem(at(i) + "." + key + " is neither a number nor null");

@@ -6,7 +6,9 @@
 #include <iosfwd>
 #include <string>
 
+#include "hpd/export/error.h"
 #include "hpd/model/profile.h"
+#include "hpd/model/validate.h"
 
 namespace hpd {
 

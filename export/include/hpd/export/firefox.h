@@ -6,25 +6,27 @@
 #include <string_view>
 #include <vector>
 
+#include "hpd/export/error.h"
 #include "hpd/model/profile.h"
+#include "hpd/model/validate.h"
 
 namespace hpd {
 
 // The processed-profile version written; see docs in firefox_writer.cpp for why 66.
 inline constexpr int kFirefoxProfileVersion = 66;
 
-// Writes the profile as JSON to `out`. Throws std::runtime_error when the profile is inconsistent
-// (an index out of range) or the stream fails.
+// Writes the profile as JSON to `out`. Throws InvalidProfileError (hpd/model/validate.h) when the
+// profile is inconsistent (an index out of range), ExportError when the stream fails.
 void write_firefox_json(const Profile& profile, std::ostream& out);
 
 // Writes the profile to `path`, gzip-compressed when the path ends in ".gz". The data goes to a
 // temporary file in the same directory that is renamed over `path` only once complete, so a failure
-// never leaves a partial file behind. Throws std::runtime_error naming the path and the OS error.
+// never leaves a partial file behind. Throws ExportError naming the path and the OS error.
 void write_firefox_file(const Profile& profile, const std::string& path);
 
 // Writes the profile to an open descriptor, gzip-compressed when `gzip`, at its current offset; the
 // descriptor stays open. For a file opened by someone else (hpd writes into the descriptor a client
-// passed it). Throws std::runtime_error with the OS error.
+// passed it). Throws ExportError with the OS error.
 void write_firefox_fd(const Profile& profile, int fd, bool gzip);
 
 // Which threads the Firefox Profiler shows and selects when it opens the profile

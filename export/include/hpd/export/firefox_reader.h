@@ -4,13 +4,15 @@
 #include <string>
 #include <string_view>
 
+#include "hpd/export/error.h"
 #include "hpd/model/profile.h"
+#include "hpd/model/validate.h"
 
 namespace hpd {
 
 // Reads `path` (gzip is detected by its magic bytes 1f 8b). Accepts processed-profile versions
 // kFirefoxReaderMinVersion..kFirefoxReaderMaxVersion, whose JSON layout is identical. Throws
-// std::runtime_error with the path and the reason for unreadable, non-JSON, foreign, unsupported or
+// ExportError with the path and the reason for unreadable, non-JSON, foreign, unsupported or
 // inconsistent input.
 Profile read_firefox_file(const std::string& path);
 

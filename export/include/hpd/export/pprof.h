@@ -3,7 +3,9 @@
 
 #include <string>
 
+#include "hpd/export/error.h"
 #include "hpd/model/profile.h"
+#include "hpd/model/validate.h"
 
 namespace hpd {
 
@@ -24,7 +26,7 @@ struct PprofOptions {
 //    expects its program to be), so a location's address minus its mapping's memory_start is the
 //    library-relative address; has_functions tells pprof not to resymbolize.
 //  - A call edge becomes a sample [callee, caller] carrying only the calls value.
-// Throws std::runtime_error when the profile's indices are inconsistent.
+// Throws InvalidProfileError when the profile's indices are inconsistent.
 std::string encode_pprof(const Profile& profile, const PprofOptions& options = {});
 
 // Writes encode_pprof() gzip-compressed (as pprof expects on disk) to `path`, atomically.

@@ -9,7 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include "hpd/export/error.h"
 #include "hpd/model/profile.h"
+#include "hpd/model/validate.h"
 
 namespace hpd {
 
@@ -202,8 +204,8 @@ struct Report {
   bool calls_timed = false;   // some rows have latency
 };
 
-// Throws std::runtime_error when the profile's indices are inconsistent, or when options.function is
-// not a valid regular expression.
+// Throws InvalidProfileError when the profile's indices are inconsistent, ExportError when
+// options.function is not a valid regular expression.
 Report compute_report(const Profile& profile, const ReportOptions& options);
 
 // A table that fits 80 columns: a header with the totals, the CPU view, the wall-clock view when

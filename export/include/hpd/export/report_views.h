@@ -7,14 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "hpd/export/error.h"
 #include "hpd/export/report.h"
 #include "hpd/model/profile.h"
+#include "hpd/model/validate.h"
 
 namespace hpd {
 
 // The functions `name` designates: those with exactly this name, else those whose name the
 // ECMAScript regular expression `name` matches, provided they all have one name. Throws
-// std::runtime_error naming the candidates when none or several different names match.
+// ExportError naming the candidates when none or several different names match.
 std::vector<uint32_t> find_functions(const Profile& profile, const std::string& name);
 
 enum class CallTreeDirection : uint8_t { kCallers, kCallees };

@@ -12,6 +12,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "hpd/model/validate.h"
+
 namespace hpd {
 namespace {
 
@@ -40,8 +42,6 @@ std::vector<StackTally> tally_stacks(const Profile& p, const ReportOptions& opti
     for (const Sample& s : t.samples) {
       if (s.kind == SampleKind::kOnCpu) ++on;
       if (s.stack == kNoIndex) continue;
-      if (s.stack >= p.stacks.size())
-        throw std::runtime_error("invalid profile: a sample refers to a missing stack");
       StackTally& st = per_stack[s.stack];
       if (s.kind == SampleKind::kOffCpu) {
         ++st.off;
@@ -157,7 +157,7 @@ std::vector<uint32_t> find_functions(const Profile& p, const std::string& name) 
   try {
     pattern = std::regex(name, std::regex::ECMAScript);
   } catch (const std::regex_error&) {
-    throw std::runtime_error("no function is named " + name + " (and it is not a valid regular expression)");
+    throw ExportError("no function is named " + name + " (and it is not a valid regular expression)");
   }
   std::vector<uint32_t> matched;
   std::set<std::string> names;
@@ -167,7 +167,7 @@ std::vector<uint32_t> find_functions(const Profile& p, const std::string& name) 
       names.insert(p.func_name(f));
     }
   }
-  if (matched.empty()) throw std::runtime_error("no function of the profile matches " + name);
+  if (matched.empty()) throw ExportError("no function of the profile matches " + name);
   if (names.size() > 1) {
     std::string list;
     size_t shown = 0;
@@ -178,14 +178,15 @@ std::vector<uint32_t> find_functions(const Profile& p, const std::string& name) 
       }
       list += (list.empty() ? "" : ", ") + n;
     }
-    throw std::runtime_error(std::to_string(names.size()) + " functions match " + name + ": " + list +
-                             "; give one exact name");
+    throw ExportError(std::to_string(names.size()) + " functions match " + name + ": " + list +
+                      "; give one exact name");
   }
   return matched;
 }
 
 CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, const std::string& function,
                                CallTreeDirection direction) {
+  validate(p);
   const std::vector<uint32_t> funcs = find_functions(p, function);
   std::vector<bool> is_target(p.funcs.size(), false);
   for (uint32_t f : funcs) is_target[f] = true;
@@ -277,6 +278,7 @@ void print_call_tree_json(const CallTreeView& view, std::ostream& out) {
 }
 
 Annotation annotate_function(const Profile& p, const ReportOptions& options, const std::string& function) {
+  validate(p);
   const std::vector<uint32_t> funcs = find_functions(p, function);
   std::vector<bool> is_target(p.funcs.size(), false);
   for (uint32_t f : funcs) is_target[f] = true;

@@ -1,0 +1,467 @@
+// The report's computation: per-function exclusive/inclusive attribution of on-CPU samples, CPU time
+// and wall time, summed once per unique stack; moves, MIP counts and exact calls beside them.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "hpd/export/report.h"
+#include "hpd/model/validate.h"
+#include "rows.h"
+
+namespace hpd {
+
+using namespace report_rows;
+
+namespace {
+
+constexpr uint64_t kDefaultIntervalNs = 1000000;
+
+struct Tally {
+  uint64_t on = 0;  // on-CPU samples
+  uint64_t cpu_ns = 0;
+  uint64_t off = 0;  // off-CPU samples
+  uint64_t off_ns = 0;
+
+  bool empty() const { return on == 0 && off == 0; }
+  Tally& operator+=(const Tally& o) {
+    on += o.on;
+    cpu_ns += o.cpu_ns;
+    off += o.off;
+    off_ns += o.off_ns;
+    return *this;
+  }
+};
+
+// Linux keeps 15 bytes of a thread's name: a longer --thread matches the name it was cut to.
+bool thread_name_matches(const std::string& name, const std::string& wanted) {
+  if (wanted.empty() || name == wanted) return true;
+  return name.size() == 15 && wanted.size() > 15 && wanted.compare(0, 15, name) == 0;
+}
+
+bool selected(const Thread& t, const ReportOptions& options) {
+  return report_selects_thread(t, options);
+}
+
+// The position of the last top-level ", " in generic arguments: T itself may hold commas inside
+// <>, (), or [].
+size_t last_top_level_comma(std::string_view args) {
+  int depth = 0;
+  size_t found = std::string_view::npos;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const char c = args[i];
+    if (c == '<' || c == '(' || c == '[') ++depth;
+    if (c == '>' || c == ')' || c == ']') --depth;
+    if (c == ',' && depth == 0) found = i;
+  }
+  return found;
+}
+
+struct MoveKey {
+  bool copy;
+  std::string type;
+  uint64_t size;
+  bool operator<(const MoveKey& o) const {
+    if (copy != o.copy) return copy < o.copy;
+    if (size != o.size) return size < o.size;
+    return type < o.type;
+  }
+};
+
+// Attributes each stack's on-CPU samples to its innermost compiler_move/compiler_copy frame, if any.
+void compute_moves(const Profile& p, const std::vector<Tally>& per_stack, Report& report) {
+  // Parsed once per function: most profiles have no move frames at all.
+  std::vector<int32_t> key_of_func(p.funcs.size(), -1);
+  std::vector<MoveKey> keys;
+  std::map<MoveKey, int32_t> key_index;
+  for (uint32_t f = 0; f < p.funcs.size(); ++f) {
+    const std::string& name = p.func_name(f);
+    if (name.find("compiler_") == std::string::npos) continue;
+    auto move = parse_compiler_move(name);
+    if (!move) continue;
+    MoveKey key{move->copy, std::move(move->type), move->size};
+    auto [it, inserted] = key_index.try_emplace(key, static_cast<int32_t>(keys.size()));
+    if (inserted) keys.push_back(key);
+    key_of_func[f] = it->second;
+  }
+  if (keys.empty()) return;
+
+  struct Acc {
+    Tally tally;
+    std::map<uint32_t, Tally> callers;  // by func
+  };
+  std::vector<Acc> acc(keys.size());
+  for (uint32_t s = 0; s < per_stack.size(); ++s) {
+    const Tally& tally = per_stack[s];
+    if (tally.on == 0) continue;
+    uint32_t node = s;
+    while (node != kNoIndex && key_of_func[p.frames[p.stacks[node].frame].func] < 0)
+      node = p.stacks[node].prefix;
+    if (node == kNoIndex) continue;
+    const Frame& move_frame = p.frames[p.stacks[node].frame];
+    // The caller is the real (depth 0) function at the move's address; a move frame that is itself
+    // a real frame (no inline information) is credited to the frame that called it.
+    uint32_t caller = p.stacks[node].prefix;
+    if (move_frame.inline_depth != 0) {
+      while (caller != kNoIndex && p.frames[p.stacks[caller].frame].inline_depth != 0) {
+        caller = p.stacks[caller].prefix;
+      }
+    }
+    Tally on = tally;
+    on.off = 0;
+    on.off_ns = 0;
+    Acc& a = acc[static_cast<size_t>(key_of_func[move_frame.func])];
+    a.tally += on;
+    if (caller != kNoIndex) a.callers[p.frames[p.stacks[caller].frame].func] += on;
+    report.move_samples += on.on;
+    report.move_cpu_ns += on.cpu_ns;
+  }
+
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (acc[k].tally.on == 0) continue;
+    MoveRow row;
+    row.move = CompilerMoveName{keys[k].copy, keys[k].type, keys[k].size};
+    row.samples = acc[k].tally.on;
+    row.cpu_ns = acc[k].tally.cpu_ns;
+    row.percent = percent(row.samples, report.totals.samples);
+    for (const auto& [func, t] : acc[k].callers) row.callers.push_back({p.func_name(func), t.on, t.cpu_ns});
+    std::sort(row.callers.begin(), row.callers.end(), [](const MoveCaller& a, const MoveCaller& b) {
+      return a.samples != b.samples ? a.samples > b.samples : a.name < b.name;
+    });
+    report.moves.push_back(std::move(row));
+  }
+  std::sort(report.moves.begin(), report.moves.end(), [](const MoveRow& a, const MoveRow& b) {
+    if (a.samples != b.samples) return a.samples > b.samples;
+    if (a.move.size != b.move.size) return a.move.size > b.move.size;
+    if (a.move.type != b.move.type) return a.move.type < b.move.type;
+    return a.move.copy < b.move.copy;
+  });
+}
+
+void compute_mip(const Profile& p, const ReportOptions& options, Report& report) {
+  if (p.mip_counts.empty()) return;
+  std::vector<const ReportRow*> sampled(p.funcs.size(), nullptr);
+  for (const ReportRow& r : report.rows) sampled[r.func] = &r;
+  std::map<uint32_t, MipRow> by_func;  // several processes of one binary add up
+  for (const MipCount& c : p.mip_counts) {
+    if (options.pid != 0 && c.pid != options.pid) continue;
+    auto [it, inserted] = by_func.try_emplace(c.func);
+    MipRow& row = it->second;
+    if (inserted) {
+      row.func = c.func;
+      row.name = p.func_name(c.func);
+      const uint32_t lib = p.funcs[c.func].lib;
+      if (lib != kNoIndex && lib < p.libs.size()) row.library = p.libs[lib].name;
+      row.counts_calls = c.counts_calls;
+    }
+    row.calls += c.calls;
+    if (c.first_call != 0 && (row.first_call == 0 || c.first_call < row.first_call))
+      row.first_call = c.first_call;
+    row.blocks_covered = std::max(row.blocks_covered, c.blocks_covered);
+    row.blocks_total = std::max(row.blocks_total, c.blocks_total);
+    row.counts_calls = row.counts_calls && c.counts_calls;
+  }
+  for (auto& [func, row] : by_func) {
+    if (const ReportRow* r = sampled[func]; r != nullptr) {
+      row.self_samples = r->self_samples;
+      row.self_cpu_ns = r->self_cpu_ns;
+    }
+    if (row.counts_calls && row.calls != 0) row.cpu_per_call_ns = row.self_cpu_ns / row.calls;
+    (row.calls != 0 ? report.mip_called : report.mip_never_called).push_back(std::move(row));
+  }
+  std::stable_sort(report.mip_called.begin(), report.mip_called.end(), [](const MipRow& a, const MipRow& b) {
+    const uint64_t fa = a.first_call != 0 ? a.first_call : UINT64_MAX;
+    const uint64_t fb = b.first_call != 0 ? b.first_call : UINT64_MAX;
+    if (fa != fb) return fa < fb;
+    if (a.calls != b.calls) return a.calls > b.calls;
+    return a.name < b.name;
+  });
+  std::stable_sort(report.mip_never_called.begin(), report.mip_never_called.end(),
+                   [](const MipRow& a, const MipRow& b) { return a.name < b.name; });
+}
+
+// The runtime's latency per function (merged over processes unless one is chosen), beside the
+// counts of the rows compute_calls made.
+void add_call_latency(const Profile& p, const ReportOptions& options, Report& report) {
+  report.calls_counter = p.meta.recording.call_counter;
+  if (p.call_latency.empty()) return;
+  std::map<uint32_t, CallLatency> by_func;
+  for (const CallLatency& l : p.call_latency) {
+    if (options.pid != 0 && l.pid != options.pid) continue;
+    CallLatency& m = by_func[l.func];
+    m.func = l.func;
+    m.calls += l.calls;
+    m.sum_ns += l.sum_ns;
+    m.outer_ns += l.outer_ns;
+    m.max_ns = std::max(m.max_ns, l.max_ns);
+    m.histogram.merge(l.histogram);
+  }
+  const uint64_t duration = report.totals.duration_ns;
+  for (CallRow& row : report.calls) {
+    auto it = by_func.find(row.func);
+    if (it == by_func.end() || it->second.calls == 0) continue;
+    const CallLatency& l = it->second;
+    row.timed_calls = l.calls;
+    row.avg_ns = l.sum_ns / l.calls;
+    row.p95_ns = l.histogram.quantile_ns(0.95, l.max_ns);
+    row.max_ns = l.max_ns;
+    row.latency_total_ns = l.outer_ns;
+    row.latency_wall_percent = duration != 0 ? 100.0 * double(l.outer_ns) / double(duration) : 0;
+    report.calls_timed = true;
+  }
+}
+
+void compute_calls(const Profile& p, const ReportOptions& options, Report& report) {
+  if (p.call_edges.empty()) return;
+  std::vector<const ReportRow*> sampled(p.funcs.size(), nullptr);
+  for (const ReportRow& r : report.rows) sampled[r.func] = &r;
+  std::map<uint32_t, CallRow> by_func;
+  std::map<uint32_t, std::map<uint32_t, uint64_t>> callers, callees;  // func -> peer -> calls
+  const auto name_of = [&](uint32_t f) {
+    return f == kNoIndex ? std::string("(unknown caller)") : p.func_name(f);
+  };
+  for (const CallEdge& e : p.call_edges) {
+    if (options.pid != 0 && e.pid != options.pid) continue;
+    auto [it, inserted] = by_func.try_emplace(e.callee_func);
+    if (inserted) {
+      it->second.func = e.callee_func;
+      it->second.name = p.func_name(e.callee_func);
+      const uint32_t lib = p.funcs[e.callee_func].lib;
+      if (lib != kNoIndex && lib < p.libs.size()) it->second.library = p.libs[lib].name;
+    }
+    it->second.calls += e.count;
+    report.calls_total += e.count;
+    callers[e.callee_func][e.caller_func] += e.count;
+    if (e.caller_func != kNoIndex) callees[e.caller_func][e.callee_func] += e.count;
+  }
+  const auto peers = [&](const std::map<uint32_t, uint64_t>& m) {
+    std::vector<CallPeer> out;
+    for (const auto& [f, n] : m) out.push_back(CallPeer{name_of(f), n});
+    std::stable_sort(out.begin(), out.end(),
+                     [](const CallPeer& a, const CallPeer& b) { return a.calls > b.calls; });
+    return out;
+  };
+  for (auto& [func, row] : by_func) {
+    if (const ReportRow* r = sampled[func]; r != nullptr) {
+      row.self_cpu_ns = r->self_cpu_ns;
+      row.total_cpu_ns = r->total_cpu_ns;
+      row.total_wall_ns = r->total_wall_ns;
+    }
+    if (row.calls != 0) row.cpu_per_call_ns = row.total_cpu_ns / row.calls;
+    row.callers = peers(callers[func]);
+    if (auto c = callees.find(func); c != callees.end()) row.callees = peers(c->second);
+    report.calls.push_back(std::move(row));
+  }
+  add_call_latency(p, options, report);
+  std::stable_sort(report.calls.begin(), report.calls.end(), [](const CallRow& a, const CallRow& b) {
+    if (a.calls != b.calls) return a.calls > b.calls;
+    return a.name < b.name;
+  });
+}
+
+}  // namespace
+
+bool report_selects_thread(const Thread& t, const ReportOptions& options) {
+  return (options.pid == 0 || t.pid == options.pid) && (options.tid == 0 || t.tid == options.tid) &&
+         thread_name_matches(t.name, options.thread);
+}
+
+std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
+  std::string_view rest;
+  bool copy = false;
+  for (const std::string_view marker :
+       {std::string_view("compiler_move"), std::string_view("compiler_copy")}) {
+    const size_t at = name.find(marker);
+    if (at == std::string_view::npos) continue;
+    // Either the whole name, or the item core::profiling::<marker> (a path ending right there).
+    const std::string_view before = name.substr(0, at);
+    if (!before.empty() && before != "core::profiling::") continue;
+    copy = marker == "compiler_copy";
+    rest = name.substr(at + marker.size());
+    CompilerMoveName out;
+    out.copy = copy;
+    out.type = "?";
+    if (rest.empty()) return out;  // legacy mangling: no generic arguments in the name
+    if (rest.substr(0, 2) == "::") rest.remove_prefix(2);
+    if (rest.size() < 2 || rest.front() != '<' || rest.back() != '>') return std::nullopt;
+    const std::string_view args = rest.substr(1, rest.size() - 2);
+    const size_t comma = last_top_level_comma(args);
+    if (comma == std::string_view::npos) {
+      out.type = std::string(args);
+      return out;
+    }
+    out.type = std::string(args.substr(0, comma));
+    std::string_view size = args.substr(comma + 1);
+    while (!size.empty() && size.front() == ' ') size.remove_prefix(1);
+    uint64_t value = 0;
+    size_t digits = 0;
+    while (digits < size.size() && std::isdigit(static_cast<unsigned char>(size[digits])) &&
+           value < (1ull << 59)) {
+      value = value * 10 + static_cast<uint64_t>(size[digits] - '0');
+      ++digits;
+    }
+    // A type suffix (16usize) may follow the digits; anything else is not a size.
+    if (digits == 0 || (digits < size.size() && size.substr(digits) != "usize")) {
+      out.type = std::string(args);
+      return out;
+    }
+    out.size = value;
+    return out;
+  }
+  return std::nullopt;
+}
+
+Report compute_report(const Profile& p, const ReportOptions& options) {
+  validate(p);
+  Report report;
+  ReportTotals& totals = report.totals;
+  const RecordingInfo& info = p.meta.recording;
+  totals.interval_ns = info.interval_ns != 0    ? info.interval_ns
+                       : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
+                                                : kDefaultIntervalNs;
+  totals.lost = p.meta.lost;
+  totals.missing_modules = p.meta.missing_modules;
+
+  // Recording length; without an end time, up to the last sample (as the Firefox writer does).
+  if (info.end_mono_ns > info.start_mono_ns) {
+    totals.duration_ns = info.end_mono_ns - info.start_mono_ns;
+  } else {
+    uint64_t last = info.start_mono_ns;
+    for (const Thread& t : p.threads) {
+      for (const Sample& s : t.samples) last = std::max(last, s.time_ns);
+    }
+    totals.duration_ns = last - info.start_mono_ns;
+  }
+
+  // Samples are summed per unique stack first: stacks are far fewer than samples.
+  std::vector<Tally> per_stack(p.stacks.size());
+  std::set<int32_t> pids;
+  for (const Thread& t : p.threads) {
+    if (!selected(t, options)) continue;
+    ++totals.threads;
+    pids.insert(t.pid);
+    if (lost_total(t.lost) != 0) totals.lost_by_thread.push_back(ThreadLoss{t.pid, t.tid, t.name, t.lost});
+    ThreadStacks thread_stacks;
+    thread_stacks.pid = t.pid;
+    thread_stacks.tid = t.tid;
+    thread_stacks.name = t.name;
+    for (const Sample& s : t.samples) {
+      Tally one;
+      if (s.kind == SampleKind::kOffCpu) {
+        one.off = 1;
+        one.off_ns = s.off_cpu_ns;
+        ++totals.off_cpu_samples;
+        totals.off_cpu_ns += s.off_cpu_ns;
+        totals.off_stacks_complete += s.stack_end == StackEnd::kComplete;
+        totals.off_stacks_truncated += s.stack_end == StackEnd::kTruncated;
+        totals.off_stacks_failed += s.stack_end == StackEnd::kFailed;
+        thread_stacks.off_complete += s.stack_end == StackEnd::kComplete;
+        thread_stacks.off_truncated += s.stack_end == StackEnd::kTruncated;
+        thread_stacks.off_failed += s.stack_end == StackEnd::kFailed;
+      } else {
+        one.on = 1;
+        one.cpu_ns = s.cpu_delta_ns;
+        ++totals.samples;
+        totals.cpu_ns += s.cpu_delta_ns;
+        if (s.stack == kNoIndex) ++totals.samples_without_stack;
+        totals.stacks_complete += s.stack_end == StackEnd::kComplete;
+        totals.stacks_truncated += s.stack_end == StackEnd::kTruncated;
+        totals.stacks_failed += s.stack_end == StackEnd::kFailed;
+        thread_stacks.on_complete += s.stack_end == StackEnd::kComplete;
+        thread_stacks.on_truncated += s.stack_end == StackEnd::kTruncated;
+        thread_stacks.on_failed += s.stack_end == StackEnd::kFailed;
+      }
+      if (s.stack != kNoIndex) per_stack[s.stack] += one;
+    }
+    if (thread_stacks.on_complete + thread_stacks.on_truncated + thread_stacks.on_failed +
+            thread_stacks.off_complete + thread_stacks.off_truncated + thread_stacks.off_failed >
+        0)
+      totals.stacks_by_thread.push_back(thread_stacks);
+  }
+  totals.processes = pids.size();
+  const auto stack_samples = [](const ThreadStacks& s) {
+    return s.on_complete + s.on_truncated + s.on_failed + s.off_complete + s.off_truncated + s.off_failed;
+  };
+  std::stable_sort(
+      totals.stacks_by_thread.begin(), totals.stacks_by_thread.end(),
+      [&](const ThreadStacks& a, const ThreadStacks& b) { return stack_samples(a) > stack_samples(b); });
+  totals.wall_ns = totals.samples * totals.interval_ns + totals.off_cpu_ns;
+  std::stable_sort(totals.lost_by_thread.begin(), totals.lost_by_thread.end(),
+                   [](const ThreadLoss& a, const ThreadLoss& b) {
+                     const uint64_t la = lost_total(a.lost), lb = lost_total(b.lost);
+                     if (la != lb) return la > lb;
+                     return a.pid != b.pid ? a.pid < b.pid : a.tid < b.tid;
+                   });
+
+  std::vector<Tally> self(p.funcs.size());
+  std::vector<Tally> total(p.funcs.size());
+  std::vector<uint32_t> seen_in(p.funcs.size(), kNoIndex);  // last stack that counted the func
+  for (uint32_t s = 0; s < per_stack.size(); ++s) {
+    const Tally& tally = per_stack[s];
+    if (tally.empty()) continue;
+    // The stack node is the deepest frame, the innermost inline level at the sampled address.
+    self[p.frames[p.stacks[s].frame].func] += tally;
+    for (uint32_t node = s; node != kNoIndex; node = p.stacks[node].prefix) {
+      const uint32_t func = p.frames[p.stacks[node].frame].func;
+      if (seen_in[func] == s) continue;  // recursion: once per sample
+      seen_in[func] = s;
+      total[func] += tally;
+    }
+  }
+
+  for (uint32_t f = 0; f < p.funcs.size(); ++f) {
+    if (total[f].empty()) continue;
+    ReportRow row;
+    row.func = f;
+    row.name = p.func_name(f);
+    const uint32_t lib = p.funcs[f].lib;
+    if (lib != kNoIndex) row.library = p.libs[lib].name;
+    row.self_samples = self[f].on;
+    row.total_samples = total[f].on;
+    row.self_percent = percent(row.self_samples, totals.samples);
+    row.total_percent = percent(row.total_samples, totals.samples);
+    row.self_cpu_ns = self[f].cpu_ns;
+    row.total_cpu_ns = total[f].cpu_ns;
+    row.self_off_cpu_samples = self[f].off;
+    row.total_off_cpu_samples = total[f].off;
+    row.self_off_cpu_ns = self[f].off_ns;
+    row.total_off_cpu_ns = total[f].off_ns;
+    row.self_wall_ns = self[f].on * totals.interval_ns + self[f].off_ns;
+    row.total_wall_ns = total[f].on * totals.interval_ns + total[f].off_ns;
+    row.self_wall_percent = percent(row.self_wall_ns, totals.wall_ns);
+    row.total_wall_percent = percent(row.total_wall_ns, totals.wall_ns);
+    report.rows.push_back(std::move(row));
+  }
+  sort_rows(report.rows, options.sort);
+  compute_moves(p, per_stack, report);
+  compute_mip(p, options, report);
+  compute_calls(p, options, report);
+  // Calls per function for --sort calls: exact counts where there are any, else MIP's.
+  std::map<uint32_t, uint64_t> calls_of;
+  for (const CallRow& c : report.calls) calls_of[c.func] = c.calls;
+  if (calls_of.empty()) {
+    for (const MipRow& m : report.mip_called) {
+      if (m.counts_calls) calls_of[m.func] = m.calls;
+    }
+  }
+  for (ReportRow& row : report.rows) {
+    if (auto it = calls_of.find(row.func); it != calls_of.end()) row.calls = it->second;
+  }
+  if (options.sort == ReportSort::kCalls) sort_rows(report.rows, options.sort);
+  if (!options.function.empty()) {
+    std::regex pattern;
+    try {
+      pattern = std::regex(options.function, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw ExportError("--function " + options.function + " is not a valid regular expression: " + e.what());
+    }
+    std::erase_if(report.rows, [&](const ReportRow& r) { return !std::regex_search(r.name, pattern); });
+  }
+  return report;
+}
+
+}  // namespace hpd
