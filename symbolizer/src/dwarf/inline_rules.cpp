@@ -1,9 +1,8 @@
-// SubroutineMapBuilder: LLVM's DWARFUnit::updateAddressDieMap rules (a later, inner range wins
-// inside itself, the outer one keeps both sides) over an arena-allocated ordered map.
+// SubroutineMapBuilder's out-of-line parts: the nodes of a range's subroutine and of the inlined
+// ones around it (made when first needed), and the finished map turned into sorted spans.
 #include "inline_rules.h"
 
 #include <algorithm>
-#include <iterator>
 
 namespace hpd {
 
@@ -28,36 +27,6 @@ uint32_t SubroutineMapBuilder::materialize(size_t index) {
   a.node = static_cast<uint32_t>(nodes_.size());
   nodes_.push_back({a.offset, parent, a.is_subprogram});
   return a.node;
-}
-
-SubroutineMapBuilder::Map::iterator SubroutineMapBuilder::predecessor(uint64_t low) {
-  if (last_ != map_.end() && last_->first <= low) {
-    for (int step = 0; step < 2; ++step) {
-      auto next = std::next(last_);
-      if (next == map_.end() || next->first > low) return last_;
-      last_ = next;
-    }
-  }
-  auto it = map_.upper_bound(low);
-  return it == map_.begin() ? map_.end() : std::prev(it);
-}
-
-void SubroutineMapBuilder::insert(uint64_t low, uint64_t high, uint32_t node) {
-  auto it = predecessor(low);
-  if (it != map_.end()) {
-    if (low < it->second.first) {
-      if (high < it->second.first) map_.insert_or_assign(std::next(it), high, it->second);
-      if (low > it->first) it->second.first = low;
-    }
-    if (it->first == low) {
-      it->second = {high, node};
-      last_ = it;
-      return;
-    }
-    last_ = map_.insert_or_assign(std::next(it), low, std::pair<uint64_t, uint32_t>{high, node});
-    return;
-  }
-  last_ = map_.insert_or_assign(map_.begin(), low, std::pair<uint64_t, uint32_t>{high, node});
 }
 
 }  // namespace hpd

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory_resource>
 #include <new>
@@ -65,5 +66,36 @@ class SubroutineMapBuilder {
   std::vector<Open> stack_;
   std::vector<SubroutineNode> nodes_;
 };
+
+// Inline: called for every range of every subroutine.
+inline SubroutineMapBuilder::Map::iterator SubroutineMapBuilder::predecessor(uint64_t low) {
+  if (last_ != map_.end() && last_->first <= low) {
+    for (int step = 0; step < 2; ++step) {
+      auto next = std::next(last_);
+      if (next == map_.end() || next->first > low) return last_;
+      last_ = next;
+    }
+  }
+  auto it = map_.upper_bound(low);
+  return it == map_.begin() ? map_.end() : std::prev(it);
+}
+
+inline void SubroutineMapBuilder::insert(uint64_t low, uint64_t high, uint32_t node) {
+  auto it = predecessor(low);
+  if (it != map_.end()) {
+    if (low < it->second.first) {
+      if (high < it->second.first) map_.insert_or_assign(std::next(it), high, it->second);
+      if (low > it->first) it->second.first = low;
+    }
+    if (it->first == low) {
+      it->second = {high, node};
+      last_ = it;
+      return;
+    }
+    last_ = map_.insert_or_assign(std::next(it), low, std::pair<uint64_t, uint32_t>{high, node});
+    return;
+  }
+  last_ = map_.insert_or_assign(map_.begin(), low, std::pair<uint64_t, uint32_t>{high, node});
+}
 
 }  // namespace hpd
