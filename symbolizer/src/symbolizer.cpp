@@ -1,43 +1,20 @@
-// Symbolizer: finds module and debug files, caches their symbol tables (LRU), resolves offsets.
+// Symbolizer: the lookup. Resolves addresses in a module's tables (symbols, then DWARF inline
+// chains) in address or compile-unit order; files come from DebugFileFinder, tables from ModuleCache.
 #include "hpd/symbolizer/symbolizer.h"
-
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <bit>
-#include <cinttypes>
-#include <cstdio>
-#include <list>
-#include <unordered_map>
+#include <cstdint>
+#include <utility>
+#include <vector>
 
-#include "debug_info.h"
-#include "elf_file.h"
-#include "hpd/base/demangle.h"
-#include "hpd/symbolizer/debuginfod_client.h"
-#include "symbol_table.h"
+#include "debug_file_finder.h"
+#include "loaded_module.h"
+#include "module_cache.h"
+#include "prepared_addresses.h"
 
 namespace hpd {
 namespace {
-
-std::string dir_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-bool is_regular_file(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string join_errors(const std::vector<std::string>& errors) {
-  std::string out;
-  for (const auto& e : errors) {
-    if (!out.empty()) out += "; ";
-    out += e;
-  }
-  return out;
-}
 
 // Least-significant-digit radix sort of `items` by bits [low_bit, 64) of each, stably: only over
 // the bytes in which those bits differ. One module's addresses span a few megabytes, so three
@@ -110,340 +87,25 @@ void for_each_in_key_order(size_t n, KeyAt key_at, Fn fn, Upcoming upcoming, Key
   }
 }
 
-// What Symbolizer::prepare found for each address, in the order the addresses were given: the
-// lookups that follow ask for them in that order, so each finds its entry at the cursor (or a few
-// entries on, when the caller answered some addresses itself) and reads memory in sequence.
-class PreparedAddresses {
- public:
-  static constexpr uint32_t kNoSymbol = UINT32_MAX;
-  static constexpr uint32_t kFindSymbol = UINT32_MAX - 1;  // an index too large to keep: look it up
-  struct Entry {
-    uint64_t vaddr;
-    DebugPlace place;
-    uint32_t symbol;  // index in the module's SymbolTable (its display name already computed)
-  };
-  static_assert(sizeof(Entry) == 32);
-
-  void assign(std::vector<Entry> entries) {
-    entries_ = std::move(entries);
-    next_ = 0;
-  }
-  // The entry for `vaddr` at the cursor or up to kLookAhead entries after it, moving the cursor
-  // past it; nullptr (cursor unmoved) when the caller has left the prepared order.
-  const Entry* take(uint64_t vaddr, DebugInfo* debug, const SymbolTable& symbols) {
-    const size_t end = std::min(entries_.size(), next_ + kLookAhead);
-    for (size_t i = next_; i < end; ++i) {
-      if (entries_[i].vaddr == vaddr) {
-        next_ = i + 1;
-        // The entries are in the caller's order, their tables' memory in address order: start
-        // loading what a later lookup will read, so that its cache misses overlap this one's work.
-        // Pointers are followed only once what they point to had time to arrive: the symbol is
-        // asked for 8 entries ahead, its name's string object 4 ahead, the characters 2 ahead.
-        if (const Entry* ahead = at(i + kPrefetchDistance)) {
-          if (debug != nullptr) debug->prefetch(ahead->place, 0);
-          if (const SymbolTable::Symbol* s = symbol_of(*ahead, symbols)) __builtin_prefetch(s);
-        }
-        if (const Entry* ahead = at(i + kPrefetchDistance / 2)) {
-          if (debug != nullptr) debug->prefetch(ahead->place, 1);
-          if (const SymbolTable::Symbol* s = symbol_of(*ahead, symbols))
-            __builtin_prefetch(symbols.display_name_if_known(*s));
-        }
-        if (const Entry* ahead = at(i + kPrefetchDistance / 4)) {
-          const SymbolTable::Symbol* s = symbol_of(*ahead, symbols);
-          if (const std::string* name = s != nullptr ? symbols.display_name_if_known(*s) : nullptr)
-            __builtin_prefetch(name->data());
-        }
-        return &entries_[i];
-      }
-    }
-    return nullptr;
-  }
-  size_t memory_bytes() const { return entries_.capacity() * sizeof(Entry); }
-
-  // The entry's symbol when it holds one (nullptr for kNoSymbol and kFindSymbol).
-  static const SymbolTable::Symbol* symbol_of(const Entry& e, const SymbolTable& symbols) {
-    return e.symbol < kFindSymbol ? &symbols.symbols()[e.symbol] : nullptr;
-  }
-
- private:
-  static constexpr size_t kLookAhead = 64;
-  static constexpr size_t kPrefetchDistance = 8;
-  const Entry* at(size_t k) const { return k < entries_.size() ? &entries_[k] : nullptr; }
-  std::vector<Entry> entries_;
-  size_t next_ = 0;
-};
-
-// The tables of one loaded module; everything the LRU cache can drop and rebuild.
-struct LoadedModule {
-  SegmentMap segments;
-  SymbolTable symbols;
-  std::unique_ptr<DebugInfo> debug;
-  PreparedAddresses prepared;  // the last Symbolizer::prepare's addresses
-
-  size_t memory_bytes() const {
-    return sizeof(*this) + segments.memory_bytes() + symbols.memory_bytes() +
-           (debug ? debug->memory_bytes() : 0) + prepared.memory_bytes();
-  }
-};
-
 }  // namespace
 
 struct Symbolizer::Impl {
-  struct Entry {
-    ModuleInfo info;
-    std::unique_ptr<LoadedModule> loaded;  // null when unreadable or evicted
-    bool attempted = false;
-    size_t bytes = 0;
-    size_t lookups_since_measure = 0;
-    std::list<std::string>::iterator lru;  // valid while loaded
-  };
+  explicit Impl(SymbolizerOptions opts)
+      : options(std::move(opts)),
+        finder(options.debug_root, options.debuginfod),
+        cache(options.cache_bytes, [this](const ModuleRef& ref, ModuleInfo& info) {
+          return load_module(finder, ref, options.demangle, info);
+        }) {}
 
   SymbolizerOptions options;
-  DebuginfodClient debuginfod;
-  std::unordered_map<std::string, Entry> entries;
-  std::list<std::string> lru;  // most recently used first
-  uint64_t bytes_used = 0;
-
-  static std::string key_of(const ModuleRef& ref) {
-    // Files without a build-id are told apart by path, and by process (a container's /usr/lib/x
-    // is not the host's).
-    if (!ref.build_id.empty()) return "b:" + ref.build_id;
-    return "p:" + ref.path + "#" + std::to_string(ref.pid);
-  }
-
-  // The entry of the previous get(): callers resolving one address at a time ask for the same
-  // module again and again, and building its key string each time shows in profiles.
-  Entry* last_entry = nullptr;
-  ModuleRef last_ref;
-
-  Entry& get(const ModuleRef& ref) {
-    const bool same_as_last =
-        last_entry != nullptr && ref.build_id == last_ref.build_id &&
-        (!ref.build_id.empty() || (ref.pid == last_ref.pid && ref.path == last_ref.path));
-    Entry& e = same_as_last ? *last_entry : entries.try_emplace(key_of(ref)).first->second;
-    if (!same_as_last) {
-      last_entry = &e;  // entries are never erased, so the pointer stays valid
-      last_ref = ref;
-    }
-    if (e.loaded) {
-      lru.splice(lru.begin(), lru, e.lru);  // touch
-      return e;
-    }
-    if (e.attempted && !e.info.readable) return e;  // a known failure; do not retry every call
-    e.attempted = true;
-    e.loaded = load(ref, e.info);
-    if (e.loaded) {
-      lru.push_front(key_of(ref));
-      e.lru = lru.begin();
-      e.bytes = e.loaded->memory_bytes();
-      bytes_used += e.bytes;
-      evict_over_cap(&e);
-    }
-    return e;
-  }
-
-  // Re-measures an entry whose tables grew (demangled names and DWARF units are cached lazily).
-  // Measuring walks the module's tables, so callers that resolve one address at a time (hpctl
-  // symbolize reading stdin) re-measure only every kLookupsPerMeasure lookups; batches always.
-  static constexpr size_t kLookupsPerMeasure = 256;
-  void remeasure(Entry& e, size_t lookups) {
-    if (!e.loaded) return;
-    e.lookups_since_measure += lookups;
-    if (lookups <= 1 && e.lookups_since_measure < kLookupsPerMeasure) return;
-    e.lookups_since_measure = 0;
-    const size_t now = e.loaded->memory_bytes();
-    bytes_used = bytes_used - e.bytes + now;
-    e.bytes = now;
-    evict_over_cap(&e);
-  }
-
-  void evict_over_cap(const Entry* keep) {
-    while (bytes_used > options.cache_bytes && !lru.empty()) {
-      Entry& victim = entries.at(lru.back());
-      if (&victim == keep) break;  // the module in use stays, even alone over the cap
-      bytes_used -= victim.bytes;
-      victim.bytes = 0;
-      victim.loaded.reset();
-      lru.pop_back();
-    }
-  }
-
-  // Opens the first candidate whose build-id matches; remembers the first mismatching one.
-  std::unique_ptr<ElfFile> open_binary(const ModuleRef& ref, std::vector<std::string>& errors,
-                                       std::unique_ptr<ElfFile>& mismatched) {
-    std::vector<std::string> candidates;
-    if (!ref.image.empty()) {
-      std::string error;
-      auto file = ElfFile::open_image(ref.image, ref.path, &error);
-      if (file && (ref.build_id.empty() || file->build_id() == ref.build_id)) return file;
-      errors.push_back(file ? ref.path + ": the image's build-id " + file->build_id() +
-                                  " is not the recorded " + ref.build_id
-                            : error);
-      return nullptr;
-    }
-    if (ref.path == "[vdso]") {  // no file anywhere: only the image the process mapped describes it
-      errors.push_back(
-          "[vdso]: its image was not read while the process lived (the process was gone or its memory "
-          "unreadable, or the capture was written by an older hpd)");
-      return nullptr;
-    }
-    if (ref.held_fd >= 0) candidates.push_back("/proc/self/fd/" + std::to_string(ref.held_fd));
-    if (ref.pid != 0) {
-      if (ref.map_end > ref.map_start) {
-        char buf[96];
-        std::snprintf(buf, sizeof(buf), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, ref.pid, ref.map_start,
-                      ref.map_end);
-        candidates.emplace_back(buf);
-      }
-      if (!ref.path.empty() && ref.path[0] == '/') {
-        candidates.push_back("/proc/" + std::to_string(ref.pid) + "/root" + ref.path);
-      }
-    }
-    if (!ref.path.empty()) candidates.push_back(ref.path);
-    for (const auto& path : candidates) {
-      std::string error;
-      auto file = ElfFile::open(path, &error);
-      if (!file) {
-        // /proc candidates fail routinely (exited process, no permission); report only the path.
-        if (path == ref.path) errors.push_back(error);
-        continue;
-      }
-      if (ref.build_id.empty() || file->build_id() == ref.build_id) return file;
-      if (!mismatched) mismatched = std::move(file);
-    }
-    if (candidates.empty()) errors.push_back("no path to open");
-    return nullptr;
-  }
-
-  std::string build_id_path(const std::string& build_id) const {
-    if (build_id.size() < 3) return {};
-    return options.debug_root + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
-  }
-
-  // A debug file from the debuginfod servers (DEBUGINFOD_URLS), checked against the build-id.
-  std::unique_ptr<ElfFile> fetch_debug_file(const std::string& build_id, ModuleInfo& info) {
-    if (!options.debuginfod || build_id.empty() || !DebuginfodClient::configured()) return nullptr;
-    std::string error;
-    auto path = debuginfod.find_debuginfo(build_id, &error);
-    if (!path) {
-      info.debuginfod_error = error;
-      return nullptr;
-    }
-    auto file = ElfFile::open(*path, &error);
-    if (!file || file->build_id() != build_id) {
-      info.debuginfod_error = "debuginfod: " + *path + (file ? ": build-id differs" : ": " + error);
-      return nullptr;
-    }
-    info.from_debuginfod = true;
-    return file;
-  }
-
-  // A separate debug file for `binary`: by build-id, then by .gnu_debuglink, then from debuginfod.
-  // Its build-id must match the binary's when both have one (a stale debug file gives confidently
-  // wrong lines).
-  std::unique_ptr<ElfFile> find_debug_file(const ElfFile& binary, const ModuleRef& ref, ModuleInfo& info) {
-    std::vector<std::string> candidates;
-    const std::string& bid = binary.build_id().empty() ? ref.build_id : binary.build_id();
-    if (auto p = build_id_path(bid); !p.empty()) candidates.push_back(p);
-    if (auto link = binary.debuglink()) {
-      std::vector<std::string> dirs{dir_of(binary.path())};
-      if (!ref.path.empty() && dir_of(ref.path) != dirs[0]) dirs.push_back(dir_of(ref.path));
-      for (const auto& dir : dirs) {
-        if (dir.rfind("/proc/", 0) == 0 && dir.find("/map_files") != std::string::npos) continue;
-        candidates.push_back(dir + "/" + *link);
-        candidates.push_back(dir + "/.debug/" + *link);
-        candidates.push_back(options.debug_root + dir + "/" + *link);
-      }
-    }
-    for (const auto& path : candidates) {
-      if (path == binary.path() || !is_regular_file(path)) continue;
-      auto file = ElfFile::open(path, nullptr);
-      if (!file) continue;
-      if (!bid.empty() && !file->build_id().empty() && file->build_id() != bid) continue;
-      if (file->has_debug_info() || file->section(".symtab") != nullptr) return file;
-    }
-    return fetch_debug_file(bid, info);
-  }
-
-  std::unique_ptr<LoadedModule> load(const ModuleRef& ref, ModuleInfo& info) {
-    info = ModuleInfo{};
-    std::vector<std::string> errors;
-    std::unique_ptr<ElfFile> mismatched;
-    std::unique_ptr<ElfFile> binary = open_binary(ref, errors, mismatched);
-    std::unique_ptr<ElfFile> debug;
-    if (!binary && !ref.build_id.empty()) {
-      // The binary is gone or rebuilt, but a debug file with the expected build-id beats a
-      // mismatching binary: it carries the same program headers and a full .symtab.
-      if (auto p = build_id_path(ref.build_id); !p.empty() && is_regular_file(p)) {
-        auto file = ElfFile::open(p, nullptr);
-        if (file && file->build_id() == ref.build_id && !file->segments().empty()) debug = std::move(file);
-      }
-      if (!debug) {  // a debug file with the right build-id also beats a mismatching binary
-        auto file = fetch_debug_file(ref.build_id, info);
-        if (file && !file->segments().empty()) debug = std::move(file);
-      }
-    }
-    if (!binary && !debug && mismatched) {
-      binary = std::move(mismatched);
-      info.build_id_mismatch = true;
-      info.error = "build-id mismatch: expected " + ref.build_id + ", " + binary->path() + " has " +
-                   (binary->build_id().empty() ? std::string("none") : binary->build_id()) +
-                   "; symbols may be wrong";
-    }
-    if (!binary && !debug) {
-      info.error = join_errors(errors);
-      if (info.error.empty()) info.error = "cannot read " + ref.path;
-      return nullptr;
-    }
-    if (binary && !binary->has_debug_info()) debug = find_debug_file(*binary, ref, info);
-
-    auto module = std::make_unique<LoadedModule>();
-    const ElfFile& primary = binary ? *binary : *debug;
-    if (binary && !binary->segments().empty()) {
-      module->segments = binary->segments();
-    } else if (debug && !debug->segments().empty()) {
-      module->segments = debug->segments().with_linear_offsets();
-      info.error = "no binary with build-id " + ref.build_id + " at " + ref.path + "; using " +
-                   debug->path() + " alone, assuming file offsets = vaddr - image base (GNU ld layout)";
-    }
-    if (module->segments.empty()) {
-      info.error = primary.path() + ": no PT_LOAD program headers; not a loadable module";
-      return nullptr;
-    }
-    if (binary) {
-      add_plt_symbols(*binary, module->symbols);
-      add_elf_symbols(*binary, module->symbols);
-    }
-    if (debug) add_elf_symbols(*debug, module->symbols);
-    module->symbols.finalize();
-
-    info.readable = true;
-    info.opened_path = primary.path();
-    info.build_id = primary.build_id();
-    info.image_base = module->segments.image_base();
-    info.symbol_count = module->symbols.size();
-    const ElfFile* dwarf_file = binary && binary->has_debug_info() ? binary.get()
-                                : debug && debug->has_debug_info() ? debug.get()
-                                                                   : nullptr;
-    if (dwarf_file != nullptr) {
-      info.has_debug_info = true;
-      info.debug_path = dwarf_file->path();
-      // One spelling per function: inlined levels named from DWARF must read like symbol-table
-      // names, or a function shows up twice (inlined and not) in call trees.
-      module->debug = open_debug_info(dwarf_file->path(), &info.debug_error,
-                                      options.demangle ? decode_rust_legacy_escapes : nullptr);
-      info.dwarf_index = module->debug != nullptr;
-    } else if (debug) {
-      info.debug_path = debug->path();  // symbols only
-    }
-    return module;
-  }
+  DebugFileFinder finder;
+  ModuleCache cache;
 
   // Resolves n addresses, the i-th at vaddr_at(i), into out[i], searching them in address order:
   // each compile unit's tables and each stretch of the symbol table are then walked once, in
   // order, rather than once per address in whatever order the caller has them.
   template <class VaddrAt>
-  std::vector<Location> resolve_in_address_order(Entry& e, size_t n, VaddrAt vaddr_at) {
+  std::vector<Location> resolve_in_address_order(ModuleCache::Entry& e, size_t n, VaddrAt vaddr_at) {
     std::vector<Location> out(n);
     if (!e.loaded) {
       for (size_t i = 0; i < n; ++i) out[i].rel_address = vaddr_at(i) - e.info.image_base;
@@ -452,11 +114,11 @@ struct Symbolizer::Impl {
     for_each_in_key_order(
         n, vaddr_at, [&](uint64_t vaddr, size_t i) { locate_vaddr(*e.loaded, e.info, vaddr, out[i]); },
         [&](size_t i) { __builtin_prefetch(&out[i], 1); }, [] {});
-    remeasure(e, n);
+    cache.remeasure(e, n);
     return out;
   }
 
-  void prepare(Entry& e, std::span<const uint64_t> vaddrs) {
+  void prepare(ModuleCache::Entry& e, std::span<const uint64_t> vaddrs) {
     if (!e.loaded) return;
     LoadedModule& m = *e.loaded;
     std::vector<PreparedAddresses::Entry> entries(vaddrs.size());
@@ -489,7 +151,7 @@ struct Symbolizer::Impl {
         // The entries are written in the caller's order, at random: ask for each line ahead.
         [&](size_t i) { __builtin_prefetch(&entries[i], 1); }, [&] { std::vector<uint64_t>().swap(order); });
     m.prepared.assign(std::move(entries));
-    remeasure(e, vaddrs.size() + 2);  // always: the tables grew by a batch
+    cache.remeasure(e, vaddrs.size() + 2);  // always: the tables grew by a batch
   }
 
   // Fills `loc` with what `vaddr` resolves to, its strings viewing the module's tables.
@@ -558,18 +220,16 @@ struct Symbolizer::Impl {
   LocationView view_;  // the copying locate_vaddr's scratch
 };
 
-Symbolizer::Symbolizer(SymbolizerOptions options) : impl_(std::make_unique<Impl>()) {
-  impl_->options = std::move(options);
-}
+Symbolizer::Symbolizer(SymbolizerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 Symbolizer::~Symbolizer() = default;
 
 const ModuleInfo& Symbolizer::module_info(const ModuleRef& module) {
-  return impl_->get(module).info;
+  return impl_->cache.get(module).info;
 }
 
 std::vector<Location> Symbolizer::resolve(const ModuleRef& module, std::span<const uint64_t> file_offsets) {
-  Impl::Entry& e = impl_->get(module);
+  ModuleCache::Entry& e = impl_->cache.get(module);
   if (!e.loaded) {
     // No program headers: the offsets themselves are the best relative addresses there are.
     std::vector<Location> out(file_offsets.size());
@@ -582,12 +242,12 @@ std::vector<Location> Symbolizer::resolve(const ModuleRef& module, std::span<con
 }
 
 std::vector<Location> Symbolizer::resolve_vaddrs(const ModuleRef& module, std::span<const uint64_t> vaddrs) {
-  Impl::Entry& e = impl_->get(module);
+  ModuleCache::Entry& e = impl_->cache.get(module);
   return impl_->resolve_in_address_order(e, vaddrs.size(), [&](size_t i) { return vaddrs[i]; });
 }
 
 void Symbolizer::prepare(const ModuleRef& module, std::span<const uint64_t> file_offsets) {
-  Impl::Entry& e = impl_->get(module);
+  ModuleCache::Entry& e = impl_->cache.get(module);
   if (!e.loaded) return;
   std::vector<uint64_t> vaddrs(file_offsets.size());
   for (size_t i = 0; i < vaddrs.size(); ++i) vaddrs[i] = e.loaded->segments.vaddr_of(file_offsets[i]);
@@ -595,23 +255,23 @@ void Symbolizer::prepare(const ModuleRef& module, std::span<const uint64_t> file
 }
 
 void Symbolizer::prepare_vaddrs(const ModuleRef& module, std::span<const uint64_t> vaddrs) {
-  Impl::Entry& e = impl_->get(module);
+  ModuleCache::Entry& e = impl_->cache.get(module);
   impl_->prepare(e, vaddrs);
 }
 
 void Symbolizer::resolve_vaddr(const ModuleRef& module, uint64_t vaddr, Location& out) {
-  Impl::Entry& e = impl_->get(module);
+  ModuleCache::Entry& e = impl_->cache.get(module);
   if (!e.loaded) {
     out = Location{};
     out.rel_address = vaddr - e.info.image_base;
     return;
   }
   impl_->locate_vaddr(*e.loaded, e.info, vaddr, out);
-  impl_->remeasure(e, 1);
+  impl_->cache.remeasure(e, 1);
 }
 
 void Symbolizer::resolve_vaddr(const ModuleRef& module, uint64_t vaddr, LocationView& out) {
-  Impl::Entry& e = impl_->get(module);
+  ModuleCache::Entry& e = impl_->cache.get(module);
   if (!e.loaded) {
     out.found = false;
     out.symbol = {};
@@ -623,15 +283,15 @@ void Symbolizer::resolve_vaddr(const ModuleRef& module, uint64_t vaddr, Location
   }
   impl_->locate_vaddr(*e.loaded, e.info, vaddr, out);
   // Evicts other modules only: the views point into this one's tables.
-  impl_->remeasure(e, 1);
+  impl_->cache.remeasure(e, 1);
 }
 
 uint64_t Symbolizer::cache_bytes_used() const {
-  return impl_->bytes_used;
+  return impl_->cache.bytes_used();
 }
 
 size_t Symbolizer::cached_modules() const {
-  return impl_->lru.size();
+  return impl_->cache.cached_modules();
 }
 
 }  // namespace hpd

@@ -1,4 +1,6 @@
-// SubroutineMap: one compile unit's address -> innermost subprogram/inlined-subroutine table.
+// SubroutineMap: one compile unit's address -> innermost subprogram/inlined-subroutine table, and
+// the name and call site of its nodes. Built by subroutine_walk.cpp (one pass, no libdw) or
+// libdw_fallback.cpp, both through inline_rules.h; names read by die_text.cpp or libdw_fallback.cpp.
 #pragma once
 
 #include <elfutils/libdw.h>
@@ -80,6 +82,10 @@ bool walk_subroutines(const DebugInfoSections& sections, uint64_t unit_offset, S
 // The same map through libdw's DIE tree (dwarf_child/dwarf_siblingof/dwarf_ranges) for the unit
 // whose DIE is at `cu_die_offset`: the reference and the fallback.
 void walk_subroutines_libdw(Dwarf* dwarf, uint64_t cu_die_offset, SubroutineMap& out);
+
+// How many DIEs both name readers visit for one node, following DW_AT_specification and
+// DW_AT_abstract_origin (LLVM sets no limit; garbage DWARF can make the references loop).
+inline constexpr size_t kMaxReferenceHops = 16;
 
 // What a lookup prints of a node besides its ranges.
 struct NodeText {
