@@ -1,7 +1,8 @@
 // The cfi walk: user stacks unwound in the kernel with compact tables compiled from each module's CFI
-// (hpd/unwind/cfi_table.h). User space keeps two maps current: the rows of every loaded module in one
-// array, and per process its executable mappings sorted by address, each with its module's row range
-// and load bias. Per frame: find the mapping of the pc, binary-search its module's rows, compute the
+// (hpd/unwind/cfi_table.h). User space keeps three maps current: the rows of every loaded module in one
+// array, their indexes in another, and per process its executable mappings sorted by address, each with
+// its module's row and index ranges and load bias. Per frame: find the mapping of the pc, look up the
+// pc's bucket in the module's index, binary-search the few rows it names, compute the
 // CFA, read the return address at CFA-8 and restore rbp. Modules without a table are stepped by frame
 // pointer. Included by profile.bpf.c, after its maps and walk_user_frames.
 #ifndef HPD_CFI_WALK_BPF_H
@@ -19,6 +20,16 @@ struct {
   __type(key, __u32);
   __type(value, struct hpd_cfi_row);
 } cfi_rows SEC(".maps");
+
+// Each module's row index (struct hpd_cfi_bucket), back to back like the rows: per frame, one lookup
+// here narrows the binary search to the few rows of the pc's bucket. Sized by user space before load.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(map_flags, BPF_F_MMAPABLE);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct hpd_cfi_bucket);
+} cfi_index SEC(".maps");
 
 // Per process (tgid): its executable mappings.
 struct {
@@ -112,10 +123,23 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
     return cfi_fp_step(r);
   }
   const __u64 vaddr = pc - m->bias;
+  if (vaddr > 0xffffffffull) return cfi_fp_step(r);
+  __u32 first = m->row_first;
+  __u32 count = m->row_count;
+  if (m->index_count != 0) {
+    // Below the first row there is no CFI; past the last bucket, the last one (it runs to the end).
+    if ((__u32)vaddr < m->index_base) return cfi_fp_step(r);
+    __u32 bucket = ((__u32)vaddr - m->index_base) >> (m->index_shift & 31);
+    if (bucket >= m->index_count) bucket = m->index_count - 1;
+    bucket += m->index_first;
+    const struct hpd_cfi_bucket* b = bpf_map_lookup_elem(&cfi_index, &bucket);
+    if (!b || b->first >= count || b->count > count - b->first) return cfi_fp_step(r);
+    first += b->first;
+    count = b->count;
+  }
   // Code no FDE covers (hand-written assembly, objects built without unwind tables): the frame
   // pointer, as the DWARF unwinder does.
-  if (vaddr > 0xffffffffull || cfi_find_row(m->row_first, m->row_count, (__u32)vaddr, &row) != 0 ||
-      row.cfa_kind == HPD_CFA_NONE)
+  if (cfi_find_row(first, count, (__u32)vaddr, &row) != 0 || row.cfa_kind == HPD_CFA_NONE)
     return cfi_fp_step(r);
 
   __u64 cfa = 0;
