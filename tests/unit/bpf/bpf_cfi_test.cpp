@@ -476,6 +476,13 @@ TEST(BpfCfi, VdsoFramesAreUnwoundToMain) {
   expect_complete(s, "__vdso_clock_gettime", {"read_clock_until", "main"}, 95.0);
 }
 
+// A signal handler's samples are unwound through the kernel's signal frame (glibc's __restore_rt,
+// whose CFI says where the interrupted registers are) into the interrupted loop and on to main.
+TEST(BpfCfi, SignalHandlerFramesReachTheInterruptedCodeAndMain) {
+  const Symbolized s = record_and_symbolize({kDir + "/signal_spin", "2"});
+  expect_complete(s, "spin_in_signal_handler", {"on_alarm", "interrupted_loop", "main"}, 90.0);
+}
+
 TEST(BpfCfi, ProgramWithoutUnwindTablesIsWalkedByFramePointer) {
   // chain_fp_nocfi: frame pointers, no CFI of its own (only crt's FDEs): its pcs lie in no FDE.
   const Symbolized s = record_and_symbolize({std::string(HPD_UNWIND_FIXTURE_DIR) + "/chain_fp_nocfi", "1.5"});
