@@ -2,7 +2,8 @@
 // compiled from each module's CFI), with default flags, on programs the test suite builds: glibc's
 // qsort and snprintf under a frame-pointer program, threads blocked in their own wrappers around
 // glibc's blocking calls (with and without frame pointers), a 200-deep recursion, rustc -O output,
-// a library dlopen()ed while recording, and a process started after the recording began.
+// a library dlopen()ed while recording, a process started after the recording began, C++ exceptions and
+// PLT calls, a signal handler, the vDSO, and row maps too small for every table.
 #include <elf.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
