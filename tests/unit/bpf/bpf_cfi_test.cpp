@@ -27,6 +27,7 @@
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "hpd/unwind/cfi_table.h"
+#include "record_pipeline.h"
 
 namespace hpd {
 namespace {
@@ -355,8 +356,31 @@ TEST(BpfCfi, ModuleRefusedForLackOfRoomIsNamed) {
   // The program's rows and a little more; libc has tens of thousands.
   options.cfi_row_capacity = static_cast<uint32_t>(rows_of(program) + 500);
   ASSERT_LT(options.cfi_row_capacity, rows_of("/lib/x86_64-linux-gnu/libc.so.6"));
-  const RecordResult r = record(options);
+  // Through what `hpctl record` does with the result: the summary's notes.
+  cli::RecordArgs args;
+  args.output = (std::filesystem::temp_directory_path() /
+                 ("bpf_cfi_refused." + std::to_string(::getpid()) + ".json.gz"))
+                    .string();
+  cli::RecordingOutput output(args);
+  output.attach(options);
+  RecordResult r = record(options);
+  const Profile profile = output.finish(r);
+  const cli::RecordSummary summary = cli::summarize_recording(r, profile, output);
+  std::filesystem::remove(args.output);
   print_ends(r);
+  std::vector<std::string> cfi_notes;
+  for (const std::string& note : summary.notes) {
+    if (note.rfind("cfi:", 0) == 0) cfi_notes.push_back(note);
+    if (note.rfind("cfi:", 0) == 0) std::printf("  summary: %s\n", note.c_str());
+  }
+  // The table line with the capacity, the line saying the map was full, then the refused modules first.
+  ASSERT_GE(cfi_notes.size(), 3u);
+  EXPECT_NE(cfi_notes[0].find(" of " + std::to_string(options.cfi_row_capacity) + " rows"), std::string::npos)
+      << cfi_notes[0];
+  EXPECT_NE(cfi_notes[1].find("the row map was full"), std::string::npos) << cfi_notes[1];
+  EXPECT_NE(cfi_notes[1].find("modules refused"), std::string::npos) << cfi_notes[1];
+  EXPECT_NE(cfi_notes[2].find("frame pointers for"), std::string::npos) << cfi_notes[2];
+  EXPECT_NE(cfi_notes[2].find("the CFI row map is full"), std::string::npos) << cfi_notes[2];
   bool libc_named = false;
   for (const std::string& m : r.cfi.without_table)
     libc_named = libc_named || (m.find("libc.so.6") != std::string::npos &&
