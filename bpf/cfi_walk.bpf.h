@@ -1,7 +1,8 @@
 // The cfi walk: user stacks unwound in the kernel with compact tables compiled from each module's CFI
-// (hpd/unwind/cfi_table.h). User space keeps two maps current: the rows of every loaded module in one
-// array, and per process its executable mappings sorted by address, each with its module's row range
-// and load bias. Per frame: find the mapping of the pc, binary-search its module's rows, compute the
+// (hpd/unwind/cfi_table.h). User space keeps three maps current: the rows of every loaded module in one
+// array, their indexes in another, and per process its executable mappings sorted by address, each with
+// its module's row and index ranges and load bias. Per frame: find the mapping of the pc, look up the
+// pc's bucket in the module's index, binary-search the few rows it names, compute the
 // CFA, read the return address at CFA-8 and restore rbp. Modules without a table are stepped by frame
 // pointer. Included by profile.bpf.c, after its maps and walk_user_frames.
 #ifndef HPD_CFI_WALK_BPF_H
@@ -20,6 +21,16 @@ struct {
   __type(value, struct hpd_cfi_row);
 } cfi_rows SEC(".maps");
 
+// Each module's row index (struct hpd_cfi_bucket), back to back like the rows: per frame, one lookup
+// here narrows the binary search to the few rows of the pc's bucket. Sized by user space before load.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(map_flags, BPF_F_MMAPABLE);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct hpd_cfi_bucket);
+} cfi_index SEC(".maps");
+
 // Per process (tgid): its executable mappings.
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -37,17 +48,78 @@ struct cfi_regs {
   __u32 exact;      // ip is an interrupted pc (the sample's, or after a signal frame), not a return address
   __u32 fp_frames;  // frames stepped by frame pointer
   __u32 pending;    // a module's table was still being compiled
-  __u32 pad;
+  __u32 mapping;    // the mapping of the previous frame: most callers are in the same module
 };
+
+// The stack above the sampled sp, copied once per walk: most frames' return addresses and saved rbp
+// lie within it, and one read of a few KiB costs less than a user read per frame. Per CPU; the
+// sampling program and the sched_switch program never run nested on one CPU (sched_switch runs with
+// interrupts off), but each has its own entry all the same.
+#define CFI_WINDOW_BYTES 4096
+struct cfi_window {
+  __u64 base;  // user address of bytes[0]
+  __u64 len;   // bytes valid
+  __u8 bytes[CFI_WINDOW_BYTES];
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 2);
+  __type(key, __u32);
+  __type(value, struct cfi_window);
+} cfi_windows SEC(".maps");
+
+// Copies the stack from `sp` up: a whole window, else up to the end of sp's page (the top of a
+// stack mapping may lie within the window's reach).
+static __always_inline void cfi_fill_window(struct cfi_window* w, __u64 sp) {
+  w->base = sp;
+  w->len = 0;
+  if (bpf_probe_read_user(w->bytes, CFI_WINDOW_BYTES, (const void*)sp) == 0) {
+    w->len = CFI_WINDOW_BYTES;
+    return;
+  }
+  __u64 n = 4096 - (sp & 4095);
+  if (n == 0 || n > CFI_WINDOW_BYTES) return;
+  if (bpf_probe_read_user(w->bytes, n, (const void*)sp) == 0) w->len = n;
+}
+
+// Reads 8 bytes of the user stack at `addr`: from the window when it holds them, else from the stack.
+static __always_inline int cfi_read8(const struct cfi_window* w, __u64* out, __u64 addr) {
+  if (w && addr >= w->base && w->len >= 8) {
+    __u64 off = addr - w->base;
+    if (off <= w->len - 8 && off <= CFI_WINDOW_BYTES - 8) {
+      __builtin_memcpy(out, &w->bytes[off], 8);
+      return 0;
+    }
+  }
+  return bpf_probe_read_user(out, 8, (const void*)addr);
+}
+
+// Reads a saved rbp and return address pair (16 bytes) at `addr`, the same way.
+static __always_inline int cfi_read16(const struct cfi_window* w, struct user_frame* out, __u64 addr) {
+  if (w && addr >= w->base && w->len >= 16) {
+    __u64 off = addr - w->base;
+    if (off <= w->len - 16 && off <= CFI_WINDOW_BYTES - 16) {
+      __builtin_memcpy(out, &w->bytes[off], 16);
+      return 0;
+    }
+  }
+  return bpf_probe_read_user(out, 16, (const void*)addr);
+}
 
 // Row arrays of up to 16 M rows per module.
 #define CFI_ROW_SEARCH_STEPS 24
 
 // The index of the mapping holding `pc`, or -1. A linear scan: a process maps a few dozen modules,
 // and a binary search over the array made the verifier follow every path of its branches.
-__attribute__((noinline)) int cfi_find_mapping(const struct hpd_proc_mappings* maps, __u64 pc) {
+__attribute__((noinline)) int cfi_find_mapping(const struct hpd_proc_mappings* maps, __u64 pc, __u32 hint) {
   if (!maps) return -1;
   const __u32 count = maps->count;
+  // Masked, not compared: the verifier needs the bound on the very register that indexes.
+  const __u32 h = hint & (HPD_MAX_PROC_MAPPINGS - 1);
+  if (h < count) {
+    const struct hpd_proc_mapping* m = &maps->mappings[h];
+    if (pc >= m->start && pc < m->end) return (int)h;
+  }
   for (int i = 0; i < HPD_MAX_PROC_MAPPINGS; i++) {
     if (i >= count) break;
     if (pc >= maps->mappings[i].start && pc < maps->mappings[i].end) return i;
@@ -79,13 +151,13 @@ __attribute__((noinline)) int cfi_find_row(__u32 first, __u32 count, __u32 vaddr
 }
 
 // One frame-pointer step: [rbp] is the caller's rbp, [rbp + 8] the return address.
-static __always_inline int cfi_fp_step(struct cfi_regs* r) {
+static __always_inline int cfi_fp_step(struct cfi_regs* r, const struct cfi_window* w) {
   // rbp = 0 is the start-up code's marker of the outermost frame, but only for a callee's rbp: at the
   // sampled leaf of code without frame pointers it is just a value.
   if (r->bp == 0) return r->exact ? HPD_USER_END_FP_BROKEN : HPD_USER_END_FP_ZERO;
   if ((r->bp & 7) != 0 || r->bp < r->sp || r->bp - r->sp > USER_STACK_REACH) return HPD_USER_END_FP_BROKEN;
   struct user_frame frame;
-  if (bpf_probe_read_user(&frame, sizeof frame, (const void*)r->bp) != 0) return HPD_USER_END_READ_FAULT;
+  if (cfi_read16(w, &frame, r->bp) != 0) return HPD_USER_END_READ_FAULT;
   if (frame.ret == 0) return HPD_USER_END_ROOT;
   r->sp = r->bp + 16;
   r->bp = frame.next;
@@ -96,27 +168,42 @@ static __always_inline int cfi_fp_step(struct cfi_regs* r) {
 }
 
 // One step from the frame in *r to its caller; 0 to go on, else how the walk ended (enum hpd_user_end).
-__attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, struct cfi_regs* r) {
+__attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, struct cfi_regs* r,
+                                       const struct cfi_window* w) {
   if (!r) return HPD_USER_END_READ_FAULT;
   // A return address may follow a call that never returns, at the very end of a function.
   const __u64 pc = r->exact ? r->ip : r->ip - 1;
   struct hpd_cfi_row row = {};
-  const int index = cfi_find_mapping(maps, pc);
+  const int index = cfi_find_mapping(maps, pc, r->mapping);
   if (!maps || index < 0 || index >= HPD_MAX_PROC_MAPPINGS) {
     if (!maps) r->pending = 1;
-    return cfi_fp_step(r);
+    return cfi_fp_step(r, w);
   }
+  r->mapping = (__u32)index;
   const struct hpd_proc_mapping* m = &maps->mappings[index & (HPD_MAX_PROC_MAPPINGS - 1)];
   if (m->row_count == 0) {
     if (m->flags & HPD_MAPPING_PENDING) r->pending = 1;
-    return cfi_fp_step(r);
+    return cfi_fp_step(r, w);
   }
   const __u64 vaddr = pc - m->bias;
+  if (vaddr > 0xffffffffull) return cfi_fp_step(r, w);
+  __u32 first = m->row_first;
+  __u32 count = m->row_count;
+  if (m->index_count != 0) {
+    // Below the first row there is no CFI; past the last bucket, the last one (it runs to the end).
+    if ((__u32)vaddr < m->index_base) return cfi_fp_step(r, w);
+    __u32 bucket = ((__u32)vaddr - m->index_base) >> (m->index_shift & 31);
+    if (bucket >= m->index_count) bucket = m->index_count - 1;
+    bucket += m->index_first;
+    const struct hpd_cfi_bucket* b = bpf_map_lookup_elem(&cfi_index, &bucket);
+    if (!b || b->first >= count || b->count > count - b->first) return cfi_fp_step(r, w);
+    first += b->first;
+    count = b->count;
+  }
   // Code no FDE covers (hand-written assembly, objects built without unwind tables): the frame
   // pointer, as the DWARF unwinder does.
-  if (vaddr > 0xffffffffull || cfi_find_row(m->row_first, m->row_count, (__u32)vaddr, &row) != 0 ||
-      row.cfa_kind == HPD_CFA_NONE)
-    return cfi_fp_step(r);
+  if (cfi_find_row(first, count, (__u32)vaddr, &row) != 0 || row.cfa_kind == HPD_CFA_NONE)
+    return cfi_fp_step(r, w);
 
   __u64 cfa = 0;
   __u64 ra = 0;
@@ -129,9 +216,9 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
       cfa = r->sp + (__s64)row.cfa_offset + ((r->ip & 15) >= (__u64)row.rbp_offset ? 8 : 0);
       break;
     case HPD_CFA_SIGNAL:
-      if (bpf_probe_read_user(&cfa, sizeof cfa, (const void*)(r->sp + HPD_SIGFRAME_RSP)) != 0 ||
-          bpf_probe_read_user(&ra, sizeof ra, (const void*)(r->sp + HPD_SIGFRAME_RIP)) != 0 ||
-          bpf_probe_read_user(&bp, sizeof bp, (const void*)(r->sp + HPD_SIGFRAME_RBP)) != 0)
+      if (cfi_read8(w, &cfa, r->sp + HPD_SIGFRAME_RSP) != 0 ||
+          cfi_read8(w, &ra, r->sp + HPD_SIGFRAME_RIP) != 0 ||
+          cfi_read8(w, &bp, r->sp + HPD_SIGFRAME_RBP) != 0)
         return HPD_USER_END_READ_FAULT;
       exact = 1;  // the interrupted pc, not a return address
       break;
@@ -141,16 +228,14 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   if (!exact && row.rbp_kind == HPD_RBP_AT_CFA && row.rbp_offset == -16) {
     // rbp pushed right below the return address (every frame-pointer prologue): one read for both.
     struct user_frame saved;
-    if (bpf_probe_read_user(&saved, sizeof saved, (const void*)(cfa - 16)) != 0)
-      return HPD_USER_END_READ_FAULT;
+    if (cfi_read16(w, &saved, cfa - 16) != 0) return HPD_USER_END_READ_FAULT;
     bp = saved.next;
     ra = saved.ret;
     if (cfa <= r->sp) return HPD_USER_END_NO_GROWTH;
   } else if (!exact) {
-    if (bpf_probe_read_user(&ra, sizeof ra, (const void*)(cfa - 8)) != 0) return HPD_USER_END_READ_FAULT;
+    if (cfi_read8(w, &ra, cfa - 8) != 0) return HPD_USER_END_READ_FAULT;
     if (row.rbp_kind == HPD_RBP_AT_CFA) {
-      if (bpf_probe_read_user(&bp, sizeof bp, (const void*)(cfa + (__s64)row.rbp_offset)) != 0)
-        return HPD_USER_END_READ_FAULT;
+      if (cfi_read8(w, &bp, cfa + (__s64)row.rbp_offset) != 0) return HPD_USER_END_READ_FAULT;
     } else if (row.rbp_kind != HPD_RBP_SAME) {
       bp = 0;
     }
@@ -168,14 +253,16 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
 // The user stack by the tables into out[0..HPD_MAX_USER_FRAMES): the pc, then one return address
 // per frame; returns how many, and how the walk ended in *end.
 __attribute__((noinline)) __u64 walk_user_cfi(struct user_frames* out, struct cfi_regs* r, __s32 pid,
-                                              __u32* end) {
+                                              __u32* end, __u32 window_slot) {
   if (!out || !r || !end) return 0;
   const struct hpd_proc_mappings* maps = bpf_map_lookup_elem(&proc_mappings, &pid);
+  struct cfi_window* w = bpf_map_lookup_elem(&cfi_windows, &window_slot);
+  if (w) cfi_fill_window(w, r->sp);
   out->ips[0] = r->ip;
   __u64 n = 1;
   *end = HPD_USER_END_DEPTH;
   for (int i = 1; i < HPD_MAX_USER_FRAMES; i++) {
-    const int how = cfi_step(maps, r);
+    const int how = cfi_step(maps, r, w);
     if (how != 0) {
       *end = how;
       return n;
@@ -184,7 +271,7 @@ __attribute__((noinline)) __u64 walk_user_cfi(struct user_frames* out, struct cf
     n = i + 1;
   }
   // Full: if the next step would end at the root, the stack is complete all the same.
-  const int how = cfi_step(maps, r);
+  const int how = cfi_step(maps, r, w);
   if (how == HPD_USER_END_ROOT || how == HPD_USER_END_FP_ZERO) *end = how;
   return n;
 }

@@ -228,7 +228,7 @@ struct user_frames {
 // A global function, so that the verifier checks it once on its own: inlined, every way out of the
 // loop multiplied the states of the code after it beyond the verifier's limit.
 __attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 ip, __u64 sp, __u64 fp,
-                                                __u32* end) {
+                                                 __u32* end) {
   if (!out || !end) return 0;
   out->ips[0] = ip;
   __u64 n = 1;
@@ -273,14 +273,14 @@ __attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 
 // not NULL) the user stack from those registers (by the CFI tables when cfi_unwind is set, else by
 // frame pointers), into e->ips.
 static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e, __u64 kernel_skip,
-                                           const struct pt_regs* user) {
+                                           const struct pt_regs* user, __u32 window_slot) {
   __u64 kernel_frames = 0;
   e->kernel_error = 0;
   e->user_end = HPD_USER_END_NONE;
   e->user_fp_frames = 0;
   if (capture_kernel) {
-    long bytes =
-        bpf_get_stack(ctx, e->ips, HPD_MAX_KERNEL_FRAMES * sizeof(__u64), kernel_skip & BPF_F_SKIP_FIELD_MASK);
+    long bytes = bpf_get_stack(ctx, e->ips, HPD_MAX_KERNEL_FRAMES * sizeof(__u64),
+                               kernel_skip & BPF_F_SKIP_FIELD_MASK);
     if (bytes < 0)
       e->kernel_error = (__s32)bytes;
     else
@@ -291,7 +291,8 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   if (user && cfi_unwind) {
     struct cfi_regs r = {.ip = user->ip, .sp = user->sp, .bp = user->bp, .exact = 1};
     __u32 end = HPD_USER_END_NONE;
-    user_frames = walk_user_cfi((struct user_frames*)&e->ips[kernel_frames], &r, e->header.pid, &end);
+    user_frames =
+        walk_user_cfi((struct user_frames*)&e->ips[kernel_frames], &r, e->header.pid, &end, window_slot);
     e->user_end = (__u16)end;
     e->user_fp_frames = (__u16)r.fp_frames;
     if (r.pending) e->flags |= HPD_SAMPLE_TABLES_PENDING;
@@ -427,7 +428,7 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   const struct pt_regs* regs = current_user_regs();
   const int have_regs = stack_copy_bytes != 0 && regs != 0;
   if (have_regs) copy_user_regs(e, regs);
-  capture_stacks(ctx, e, 0, have_regs && user_stack_from_copy ? 0 : regs);
+  capture_stacks(ctx, e, 0, have_regs && user_stack_from_copy ? 0 : regs, 0);
   __u64 size = sample_size(e);
   if (have_regs) {
     // The copy goes right after the last frame; sample_size() is at most the offset of the end of ips.
@@ -476,7 +477,7 @@ int hpd_sched_switch(__u64* ctx) {
   e->stack_bytes = 0;
   // Off-CPU stacks are walked here (cfi tables or frame pointers), never copied: the record waits in
   // `blocked` until the thread runs again, and a stack copy per blocked thread would cost too much.
-  capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, current_user_regs());
+  capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, current_user_regs(), 1);
   if (bpf_map_update_elem(&blocked, &tid, e, BPF_ANY) != 0) count(HPD_COUNTER_OFFCPU_MAP_FULL);
   return 0;
 }

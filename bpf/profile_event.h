@@ -120,6 +120,13 @@ struct hpd_cfi_row {
   __u8 rbp_kind;
 };
 
+/* A bucket of a module's row index (hpd/unwind/cfi_table.h's CfiBucket): the rows covering any address
+ * of the bucket are [first, first + count), counted from the module's first row. */
+struct hpd_cfi_bucket {
+  __u32 first;
+  __u32 count;
+};
+
 /* Executable mappings of one process for the cfi walk, sorted by start, kept by user space. */
 #define HPD_MAX_PROC_MAPPINGS 256
 #define HPD_MAPPING_PENDING 1u /* the module's table is being compiled: frame pointers meanwhile */
@@ -130,6 +137,10 @@ struct hpd_proc_mapping {
   __u32 row_first; /* into the cfi_rows map */
   __u32 row_count; /* 0: no table (frame pointers) */
   __u32 flags;     /* HPD_MAPPING_* */
+  __u32 index_shift;  /* log2 of the module's bucket size */
+  __u32 index_first;  /* into the cfi_index map */
+  __u32 index_count;  /* buckets; 0: search all rows */
+  __u32 index_base;   /* ELF virtual address of bucket 0 (the first row's pc) */
   __u32 pad;
 };
 struct hpd_proc_mappings {

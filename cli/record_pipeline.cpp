@@ -265,16 +265,31 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
     const auto& c = result.cfi;
     char line[256];
     std::snprintf(line, sizeof line,
-                  "cfi: tables of %llu of %llu modules in the eBPF maps (%llu rows, %s; %.0f ms compiling)",
+                  "cfi: tables of %llu of %llu modules in the eBPF maps (%llu of %llu rows, %s; %.0f ms "
+                  "compiling)",
                   static_cast<unsigned long long>(c.modules_loaded),
                   static_cast<unsigned long long>(c.modules), static_cast<unsigned long long>(c.rows),
-                  human_bytes(c.map_bytes).c_str(), c.compile_ns / 1e6);
+                  static_cast<unsigned long long>(c.row_capacity), human_bytes(c.map_bytes).c_str(),
+                  c.compile_ns / 1e6);
     s.notes.emplace_back(line);
+    if (c.modules_evicted != 0 || c.modules_refused != 0) {
+      std::snprintf(line, sizeof line,
+                    "cfi: the row map was full: %llu tables of unmapped modules evicted, %llu modules "
+                    "refused (walked by frame pointer)",
+                    static_cast<unsigned long long>(c.modules_evicted),
+                    static_cast<unsigned long long>(c.modules_refused));
+      s.notes.emplace_back(line);
+    }
+    // Modules refused for lack of room first: the other reasons (no CFI) are the modules' own.
+    std::vector<std::string> without = c.without_table;
+    std::stable_partition(without.begin(), without.end(), [](const std::string& m) {
+      return m.find("the CFI row map is full") != std::string::npos;
+    });
     constexpr size_t kShown = 5;
-    for (size_t i = 0; i < c.without_table.size() && i < kShown; ++i)
-      s.notes.push_back("cfi: frame pointers for " + c.without_table[i]);
-    if (c.without_table.size() > kShown)
-      s.notes.push_back("cfi: and " + std::to_string(c.without_table.size() - kShown) +
+    for (size_t i = 0; i < without.size() && i < kShown; ++i)
+      s.notes.push_back("cfi: frame pointers for " + without[i]);
+    if (without.size() > kShown)
+      s.notes.push_back("cfi: and " + std::to_string(without.size() - kShown) +
                         " more modules without a table (frame pointers)");
     if (c.samples_tables_pending != 0 && s.samples != 0) {
       std::snprintf(

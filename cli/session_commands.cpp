@@ -462,6 +462,23 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
               static_cast<unsigned long long>(json_uint(status, "samples")),
               static_cast<unsigned long long>(json_uint(status, "lost")));
   std::printf("memory:     %s resident\n", format_bytes(json_uint(status, "rss_bytes")).c_str());
+  if (status.contains("cfi") && status["cfi"].is_object()) {
+    const json& c = status["cfi"];
+    if (json_uint(c, "recordings") == 0) {
+      std::printf("cfi tables: no recording unwinding with CFI now\n");
+    } else {
+      std::printf(
+          "cfi tables: %llu recordings: %llu of %llu rows used (%s), %llu modules loaded, %llu "
+          "evicted, %llu refused for lack of room\n",
+          static_cast<unsigned long long>(json_uint(c, "recordings")),
+          static_cast<unsigned long long>(json_uint(c, "rows")),
+          static_cast<unsigned long long>(json_uint(c, "row_capacity")),
+          format_bytes(json_uint(c, "map_bytes")).c_str(),
+          static_cast<unsigned long long>(json_uint(c, "modules_loaded")),
+          static_cast<unsigned long long>(json_uint(c, "modules_evicted")),
+          static_cast<unsigned long long>(json_uint(c, "modules_refused")));
+    }
+  }
   if (status.contains("continuous") && status["continuous"].is_object()) {
     const json& c = status["continuous"];
     if (!c.value("enabled", false)) {

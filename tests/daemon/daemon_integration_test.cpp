@@ -132,6 +132,32 @@ TEST(Hpd, RootRecordsAPidAndStatusCountsIt) {
   EXPECT_TRUE(status.contains("lost"));
 }
 
+// While a session unwinds with CFI tables, `hpctl status` counts them: rows used of the row map's
+// capacity, modules loaded, none refused; once it has ended, no recording holds tables.
+TEST(Hpd, StatusCountsTheCfiTablesOfRunningSessions) {
+  Hpd hpd;
+  Background target({kCpuSplit, "30"});
+  const std::string out = hpd.out_dir() + "/cfi.json.gz";
+  Background record(
+      hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-d", "4", "-o", out}));
+  wait_samples(hpd);
+  const json status = hpd.status();
+  ASSERT_TRUE(status.contains("cfi")) << status.dump();
+  const json& cfi = status["cfi"];
+  EXPECT_EQ(cfi["recordings"], 1);
+  EXPECT_EQ(cfi["row_capacity"].get<uint64_t>(), 1u << 21);
+  // cpu_split's own table, libc's (about 28,000 rows) and the loader's at least.
+  EXPECT_GE(cfi["modules_loaded"].get<uint64_t>(), 3u);
+  EXPECT_GT(cfi["rows"].get<uint64_t>(), 20000u);
+  EXPECT_LE(cfi["rows"].get<uint64_t>(), cfi["row_capacity"].get<uint64_t>());
+  EXPECT_EQ(cfi["modules_refused"], 0);
+  const RunResult text = run({kHpctl, "--socket", hpd.socket(), "status"});
+  EXPECT_NE(text.out.find("cfi tables: 1 recordings: "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("of 2097152 rows used"), std::string::npos) << text.out;
+  EXPECT_EQ(record.wait(), 0);
+  EXPECT_EQ(hpd.status()["cfi"]["recordings"], 0);
+}
+
 TEST(Hpd, RecordsACommandTheClientStarts) {
   Hpd hpd;
   const std::string out = hpd.out_dir() + "/cmd.json.gz";

@@ -155,6 +155,51 @@ const CfiRow* CfiTable::find(uint64_t vaddr) const {
   return &*(it - 1);
 }
 
+CfiBucket CfiIndex::bucket_of(uint64_t vaddr) const {
+  if (buckets.empty() || vaddr < base) return CfiBucket{};
+  const uint64_t b = std::min<uint64_t>((vaddr - base) >> shift, buckets.size() - 1);
+  return buckets[b];
+}
+
+CfiIndex build_cfi_index(const std::vector<CfiRow>& rows) {
+  CfiIndex index;
+  if (rows.empty()) return index;
+  index.base = rows.front().pc;
+  const uint64_t span = uint64_t{rows.back().pc} - index.base + 1;
+  const uint64_t max_buckets = std::max<uint64_t>(1, rows.size() / 4);
+  index.shift = 4;
+  while (index.shift < 32 && ((span - 1) >> index.shift) + 1 > max_buckets) ++index.shift;
+  const uint64_t count = ((span - 1) >> index.shift) + 1;
+  index.buckets.resize(count);
+  // One pass: `first` is the last row starting at or before the bucket's start, `last` the last row
+  // starting within the bucket.
+  size_t row = 0;
+  for (uint64_t b = 0; b < count; ++b) {
+    const uint64_t start = index.base + (b << index.shift);
+    const uint64_t end = start + (uint64_t{1} << index.shift);  // exclusive
+    while (row + 1 < rows.size() && rows[row + 1].pc <= start) ++row;
+    size_t last = row;
+    if (b + 1 == count) {
+      last = rows.size() - 1;
+    } else {
+      while (last + 1 < rows.size() && rows[last + 1].pc < end) ++last;
+    }
+    index.buckets[b] = CfiBucket{static_cast<uint32_t>(row), static_cast<uint32_t>(last - row + 1)};
+  }
+  return index;
+}
+
+const CfiRow* CfiTable::find_indexed(uint64_t vaddr) const {
+  if (vaddr > UINT32_MAX || rows.empty()) return nullptr;
+  const CfiBucket b = index.bucket_of(vaddr);
+  if (b.count == 0 || uint64_t{b.first} + b.count > rows.size()) return nullptr;
+  const auto begin = rows.begin() + b.first;
+  const auto it = std::upper_bound(begin, begin + b.count, static_cast<uint32_t>(vaddr),
+                                   [](uint32_t pc, const CfiRow& r) { return pc < r.pc; });
+  if (it == begin) return nullptr;
+  return &*(it - 1);
+}
+
 bool CfiTable::vaddr_of(uint64_t file_offset, uint64_t* vaddr) const {
   constexpr uint64_t kPage = 4096;
   // An executable segment whose page-aligned start covers the offset: the mapping of that segment.
@@ -175,12 +220,12 @@ bool CfiTable::vaddr_of(uint64_t file_offset, uint64_t* vaddr) const {
   return false;
 }
 
-std::shared_ptr<const CfiTable> compile_cfi_table(const std::vector<std::string>& candidates,
-                                                  const std::string& build_id,
-                                                  const CfiTableOptions& options) {
-  const auto begin = std::chrono::steady_clock::now();
+namespace {
+
+std::shared_ptr<const CfiTable> compile_module(std::unique_ptr<CfiModule> module,
+                                               const CfiTableOptions& options,
+                                               std::chrono::steady_clock::time_point begin) {
   auto table = std::make_shared<CfiTable>();
-  auto module = CfiModule::open_file(candidates, build_id, options.debug_root, options.use_debug_frame, 16);
   if (!module->summary().opened) {
     table->error = module->summary().error;
     return table;
@@ -248,9 +293,29 @@ std::shared_ptr<const CfiTable> compile_cfi_table(const std::vector<std::string>
     table->error = eh_error.empty() ? "no CFI rows" : eh_error;
     if (!debug_error.empty()) table->error += "; " + debug_error;
   }
+  table->index = build_cfi_index(rows);
   table->build_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
   return table;
+}
+
+}  // namespace
+
+std::shared_ptr<const CfiTable> compile_cfi_table(const std::vector<std::string>& candidates,
+                                                  const std::string& build_id,
+                                                  const CfiTableOptions& options) {
+  const auto begin = std::chrono::steady_clock::now();
+  return compile_module(
+      CfiModule::open_file(candidates, build_id, options.debug_root, options.use_debug_frame, 16), options,
+      begin);
+}
+
+std::shared_ptr<const CfiTable> compile_cfi_table_image(std::span<const uint8_t> image,
+                                                        const std::string& name) {
+  const auto begin = std::chrono::steady_clock::now();
+  CfiTableOptions options;
+  options.use_debug_frame = false;  // an image in memory has no separate debug file
+  return compile_module(CfiModule::open_image(image, name, 16), options, begin);
 }
 
 std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, const std::string& build_id,

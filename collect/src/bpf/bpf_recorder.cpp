@@ -92,6 +92,11 @@ RecordResult record_with_bpf(const RecordOptions&, const PerfPrivileges& privile
   throw BpfUnavailable("the eBPF backend cannot be used: " + bpf_unavailable_reason(privileges));
 }
 
+// Without the eBPF backend no recording has CFI maps.
+CfiMapsStatus cfi_maps_status() {
+  return {};
+}
+
 #else
 
 namespace {
@@ -206,9 +211,6 @@ bool kernel_can_warm_ring() {
   return can;
 }
 
-// cfi mode: rows the eBPF row map holds (16 bytes each in the kernel: 32 MiB). libc has about 28,000
-// rows and libstdc++ 34,000 (cfi_table_test); a 100 MB C++ program a few hundred thousand.
-constexpr uint32_t kCfiRowCapacity = 1u << 21;
 // How long the recording waits, before sampling starts, for the tables of the modules mapped then.
 constexpr int kInitialTablesWaitMs = 10000;
 
@@ -284,6 +286,12 @@ class BpfSession {
   void describe_initial(int32_t pid);
   void drain();
   void load_initial_tables();
+  uint32_t cfi_row_capacity() const {
+    return options_.cfi_row_capacity != 0 ? options_.cfi_row_capacity : kDefaultCfiRowCapacity;
+  }
+  // Each module's index has at most a quarter as many buckets as the module has rows, and at least
+  // one: room for as many tiny modules again.
+  uint32_t cfi_index_capacity() const { return cfi_row_capacity() / 4 + 16384; }
   void note_task_record(const void* data, size_t size);
   void open_mmap_watch();
   void drain_mmaps();
@@ -343,7 +351,8 @@ void BpfSession::load() {
   config->user_stack_from_copy = dwarf_ ? 1 : 0;
   config->cfi_unwind = cfi_ ? 1 : 0;
   // Without cfi mode the table maps take no memory.
-  err = bpf_map__set_max_entries(skel_->maps.cfi_rows, cfi_ ? kCfiRowCapacity : 1);
+  err = bpf_map__set_max_entries(skel_->maps.cfi_rows, cfi_ ? cfi_row_capacity() : 1);
+  if (err == 0) err = bpf_map__set_max_entries(skel_->maps.cfi_index, cfi_ ? cfi_index_capacity() : 1);
   if (err == 0 && !cfi_) err = bpf_map__set_max_entries(skel_->maps.proc_mappings, 1);
   if (err != 0) throw RecordError("cannot size the eBPF CFI maps: " + errno_text(err));
   // One record buffer per possible CPU: every frame, the copy and a page (see profile.bpf.c).
@@ -542,8 +551,9 @@ std::vector<int32_t> cgroup_processes(const std::string& directory) {
 void BpfSession::load_initial_tables() {
   if (!cfi_) return;
   const bool system_wide = filter_ != HPD_FILTER_PIDS;
-  cfi_maps_ = std::make_unique<CfiMaps>(bpf_map__fd(skel_->maps.cfi_rows), kCfiRowCapacity,
-                                        bpf_map__fd(skel_->maps.proc_mappings), system_wide);
+  cfi_maps_ = std::make_unique<CfiMaps>(
+      bpf_map__fd(skel_->maps.cfi_rows), cfi_row_capacity(), bpf_map__fd(skel_->maps.cfi_index),
+      cfi_index_capacity(), bpf_map__fd(skel_->maps.proc_mappings), system_wide, options_.cfi_row_index);
   std::vector<int32_t> pids = options_.pids;
   if (filter_ == HPD_FILTER_ALL) pids = list_processes();
   if (filter_ == HPD_FILTER_CGROUP) pids = cgroup_processes(options_.cgroup);
@@ -831,6 +841,8 @@ RecordResult BpfSession::run() {
     c.rows = t.rows;
     c.map_bytes = t.map_bytes;
     c.row_capacity = t.row_capacity;
+    c.modules_evicted = t.modules_evicted;
+    c.modules_refused = t.modules_refused;
     c.compile_ns = t.compile_ns;
     c.mappings_dropped = t.mappings_dropped;
     c.without_table = t.without_table;

@@ -26,6 +26,8 @@ namespace {
 
 // A BPF array stores each value at an 8-byte-aligned stride; its shared mapping has the same layout.
 constexpr size_t kRowStride = (sizeof(hpd_cfi_row) + 7) / 8 * 8;
+constexpr size_t kBucketStride = (sizeof(hpd_cfi_bucket) + 7) / 8 * 8;
+static_assert(sizeof(hpd_cfi_bucket) == sizeof(CfiBucket));
 static_assert(sizeof(hpd_cfi_row) == sizeof(CfiRow));
 static_assert(offsetof(hpd_cfi_row, cfa_kind) == offsetof(CfiRow, cfa_kind));
 static_assert(offsetof(hpd_cfi_row, rbp_offset) == offsetof(CfiRow, rbp_offset));
@@ -38,8 +40,11 @@ static_assert(HPD_RBP_AT_CFA == static_cast<int>(RbpKind::kAtCfa) &&
 static_assert(HPD_SIGFRAME_RIP == kSigframeRip && HPD_SIGFRAME_RSP == kSigframeRsp &&
               HPD_SIGFRAME_RBP == kSigframeRbp);
 
-bool is_file_path(const std::string& path) {
-  return !path.empty() && path.front() == '/';
+constexpr const char* kVdso = "[vdso]";
+
+// A module the walk has a table for: a file, or the vDSO.
+bool may_have_table(const std::string& path) {
+  return (!path.empty() && path.front() == '/') || path == kVdso;
 }
 
 }  // namespace
@@ -49,24 +54,120 @@ CfiTableCache& shared_cfi_tables() {
   return cache;
 }
 
-CfiMaps::CfiMaps(int rows_fd, uint32_t capacity, int procs_fd, bool lazy)
-    : lazy_(lazy), rows_fd_(rows_fd), procs_fd_(procs_fd), capacity_(capacity) {
+namespace {
+
+// The CfiMaps of the recordings running in this process, for cfi_maps_status().
+std::mutex& live_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::set<const CfiMaps*>& live_maps() {
+  static std::set<const CfiMaps*> maps;
+  return maps;
+}
+
+uint8_t* map_shared(int fd, size_t entries, size_t stride, size_t* bytes, const char* what) {
   const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  rows_bytes_ = (static_cast<size_t>(capacity) * kRowStride + page - 1) / page * page;
-  void* p = ::mmap(nullptr, rows_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, rows_fd_, 0);
+  *bytes = (entries * stride + page - 1) / page * page;
+  void* p = ::mmap(nullptr, *bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
-    throw RecordError(std::string("cannot map the eBPF CFI row table: ") + std::strerror(errno));
-  rows_ = static_cast<uint8_t*>(p);
+    throw RecordError(std::string("cannot map the eBPF CFI ") + what + ": " + std::strerror(errno));
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace
+
+CfiMapsStatus cfi_maps_status() {
+  CfiMapsStatus out;
+  std::lock_guard lock(live_mutex());
+  for (const CfiMaps* maps : live_maps()) {
+    const CfiMapStats s = maps->stats();
+    ++out.recordings;
+    out.rows += s.rows;
+    out.row_capacity += s.row_capacity;
+    out.modules_loaded += s.modules_loaded;
+    out.modules_evicted += s.modules_evicted;
+    out.modules_refused += s.modules_refused;
+    out.map_bytes += s.map_bytes;
+  }
+  return out;
+}
+
+CfiMaps::SlotRanges::SlotRanges(uint32_t capacity) {
+  if (capacity != 0) free_.emplace(0, capacity);
+}
+
+bool CfiMaps::SlotRanges::take(uint32_t count, uint32_t* first) {
+  if (count == 0) {
+    *first = 0;
+    return true;
+  }
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < count) continue;
+    *first = it->first;
+    const uint32_t rest = it->second - count;
+    const uint32_t rest_first = it->first + count;
+    free_.erase(it);
+    if (rest != 0) free_.emplace(rest_first, rest);
+    used_ += count;
+    return true;
+  }
+  return false;
+}
+
+void CfiMaps::SlotRanges::give_back(uint32_t first, uint32_t count) {
+  if (count == 0) return;
+  used_ -= count;
+  auto it = free_.emplace(first, count).first;
+  // Merge with the free range after, then with the one before.
+  if (auto next = std::next(it); next != free_.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    free_.erase(next);
+  }
+  if (it != free_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      free_.erase(it);
+    }
+  }
+}
+
+CfiMaps::CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_capacity, int procs_fd,
+                 bool lazy, bool use_index)
+    : lazy_(lazy),
+      use_index_(use_index),
+      rows_fd_(rows_fd),
+      index_fd_(index_fd),
+      procs_fd_(procs_fd),
+      capacity_(capacity),
+      index_capacity_(index_capacity),
+      row_slots_(capacity),
+      index_slots_(index_capacity) {
+  rows_ = map_shared(rows_fd_, capacity, kRowStride, &rows_bytes_, "row table");
+  try {
+    index_ = map_shared(index_fd_, index_capacity, kBucketStride, &index_bytes_, "row index");
+  } catch (...) {
+    ::munmap(rows_, rows_bytes_);
+    throw;
+  }
   ready_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (ready_fd_ < 0) {
     ::munmap(rows_, rows_bytes_);
+    ::munmap(index_, index_bytes_);
     throw RecordError(std::string("cannot create an eventfd: ") + std::strerror(errno));
   }
   stats_.row_capacity = capacity;
   worker_ = std::thread([this] { worker_loop(); });
+  std::lock_guard lock(live_mutex());
+  live_maps().insert(this);
 }
 
 CfiMaps::~CfiMaps() {
+  {
+    std::lock_guard lock(live_mutex());
+    live_maps().erase(this);
+  }
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
@@ -75,6 +176,7 @@ CfiMaps::~CfiMaps() {
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
   if (rows_ != nullptr) ::munmap(rows_, rows_bytes_);
+  if (index_ != nullptr) ::munmap(index_, index_bytes_);
   if (ready_fd_ >= 0) ::close(ready_fd_);
 }
 
@@ -105,15 +207,50 @@ void CfiMaps::worker_loop() {
 
 std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
                                 const std::string& build_id) {
-  const std::string id = !build_id.empty()
-                             ? build_id
-                             : build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path).build_id;
+  std::string id;
+  MappedModule vdso;
+  if (path == kVdso) {
+    // No file: the image the process mapped, read from its memory (the same for every process of one
+    // kernel and ABI, so one table serves them all).
+    vdso = build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path);
+    id = vdso.build_id;
+  } else {
+    id = !build_id.empty() ? build_id
+                           : build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path).build_id;
+  }
   std::string key = id.empty() ? "path:" + path : id;
+  if (path == kVdso && id.empty()) key += ":" + std::to_string(end - start);
   auto [it, inserted] = modules_.try_emplace(key);
-  if (!inserted) return key;
+  if (!inserted) {
+    // Mapped again after its table was evicted, or refused for lack of room: another try.
+    Module& module = it->second;
+    if (module.table && !module.loaded && !module.failed) {
+      load(key, module);
+      if (module.loaded) mark_users_dirty(key);
+    }
+    return key;
+  }
   Module& module = it->second;
   module.path = path;
   module.build_id = id;
+  if (path == kVdso) {
+    // A few dozen FDEs: compiled here, at once.
+    module.queued = true;
+    {
+      std::lock_guard lock(mutex_);
+      ++stats_.modules;
+    }
+    if (vdso.image.empty()) {
+      module.failed = true;
+      std::lock_guard lock(mutex_);
+      stats_.without_table.push_back(std::string(kVdso) + ": " +
+                                     (vdso.error.empty() ? "its image could not be read" : vdso.error));
+      return key;
+    }
+    module.table = compile_cfi_table_image(vdso.image, kVdso);
+    load(key, module);
+    return key;
+  }
   if (pid > 0) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, start, end);
@@ -153,7 +290,7 @@ void CfiMaps::insert_mapping(int32_t pid, Mapping m) {
 
 void CfiMaps::add_process_maps(int32_t pid, const std::vector<MapsEntry>& maps) {
   for (const MapsEntry& e : maps) {
-    if (!e.executable || !is_file_path(e.path) || e.end <= e.start) continue;
+    if (!e.executable || !may_have_table(e.path) || e.end <= e.start) continue;
     insert_mapping(pid, Mapping{e.start, e.end, e.offset, module_for(pid, e.start, e.end, e.path, "")});
   }
   dirty_.push_back(pid);
@@ -161,7 +298,7 @@ void CfiMaps::add_process_maps(int32_t pid, const std::vector<MapsEntry>& maps) 
 
 void CfiMaps::add_mapping(int32_t pid, uint64_t start, uint64_t length, uint64_t file_offset,
                           const std::string& path, const std::string& build_id, uint64_t time_ns) {
-  if (!is_file_path(path) || length == 0) return;
+  if (!may_have_table(path) || length == 0) return;
   if (const auto e = exec_ns_.find(pid); e != exec_ns_.end() && time_ns != 0 && time_ns < e->second)
     return;  // the old image's, read after the exec's record
   insert_mapping(pid, Mapping{start, start + length, file_offset,
@@ -170,7 +307,7 @@ void CfiMaps::add_mapping(int32_t pid, uint64_t start, uint64_t length, uint64_t
 
 void CfiMaps::prewarm(const std::vector<std::string>& paths) {
   for (const std::string& path : paths) {
-    if (is_file_path(path)) module_for(0, 0, 0, path, "");
+    if (may_have_table(path)) module_for(0, 0, 0, path, "");
   }
 }
 
@@ -192,13 +329,65 @@ void CfiMaps::exec(int32_t pid, uint64_t time_ns) {
 }
 
 void CfiMaps::exit(int32_t pid) {
+  // Its modules were in use until now.
+  if (const auto it = processes_.find(pid); it != processes_.end()) {
+    ++tick_;
+    for (const Mapping& m : it->second) modules_.at(m.module).last_used = tick_;
+  }
   processes_.erase(pid);
   sampled_.erase(pid);
   exec_ns_.erase(pid);
   bpf_map_delete_elem(procs_fd_, &pid);
 }
 
-void CfiMaps::load(Module& module) {
+bool CfiMaps::place(Module& module) {
+  const CfiTable& t = *module.table;
+  const auto rows = static_cast<uint32_t>(t.rows.size());
+  const auto buckets = static_cast<uint32_t>(t.index.buckets.size());
+  uint32_t row_first = 0;
+  uint32_t index_first = 0;
+  if (!row_slots_.take(rows, &row_first)) return false;
+  if (!index_slots_.take(buckets, &index_first)) {
+    row_slots_.give_back(row_first, rows);
+    return false;
+  }
+  for (uint32_t i = 0; i < rows; ++i)
+    std::memcpy(rows_ + (static_cast<size_t>(row_first) + i) * kRowStride, &t.rows[i], sizeof(CfiRow));
+  for (uint32_t i = 0; i < buckets; ++i)
+    std::memcpy(index_ + (static_cast<size_t>(index_first) + i) * kBucketStride, &t.index.buckets[i],
+                sizeof(CfiBucket));
+  module.row_first = row_first;
+  module.row_count = rows;
+  module.index_first = index_first;
+  module.index_count = buckets;
+  return true;
+}
+
+// Takes the least recently used table that no followed process maps out of the maps; false when
+// every loaded table is in use.
+bool CfiMaps::evict_one() {
+  std::set<std::string> in_use;
+  for (const auto& [pid, list] : processes_) {
+    for (const Mapping& m : list) in_use.insert(m.module);
+  }
+  Module* oldest = nullptr;
+  for (auto& [key, module] : modules_) {
+    if (!module.loaded || in_use.count(key) != 0) continue;
+    if (oldest == nullptr || module.last_used < oldest->last_used) oldest = &module;
+  }
+  if (oldest == nullptr) return false;
+  row_slots_.give_back(oldest->row_first, oldest->row_count);
+  index_slots_.give_back(oldest->index_first, oldest->index_count);
+  oldest->loaded = false;
+  oldest->row_count = 0;
+  oldest->index_count = 0;
+  std::lock_guard lock(mutex_);
+  ++stats_.modules_evicted;
+  --stats_.modules_loaded;
+  return true;
+}
+
+void CfiMaps::load(const std::string& key, Module& module) {
   const CfiTable& t = *module.table;
   if (t.rows.empty()) {
     module.failed = true;
@@ -206,28 +395,61 @@ void CfiMaps::load(Module& module) {
     stats_.without_table.push_back(module.path + ": " + (t.error.empty() ? "no CFI" : t.error));
     return;
   }
-  if (t.rows.size() > capacity_ - next_row_) {
-    module.failed = true;
-    std::lock_guard lock(mutex_);
-    stats_.without_table.push_back(module.path + ": the CFI row map is full (" + std::to_string(capacity_) +
-                                   " rows)");
+  bool placed = t.rows.size() <= capacity_ && t.index.buckets.size() <= index_capacity_;
+  if (placed) {
+    while (!(placed = place(module))) {
+      if (!evict_one()) break;
+    }
+  }
+  if (!placed) {
+    module.no_room = true;
+    if (refused_noted_.insert(key).second) {
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    ": the CFI row map is full (%zu rows needed, %" PRIu64
+                    " of %u in use by tables of mapped "
+                    "modules)",
+                    t.rows.size(), row_slots_.used(), capacity_);
+      std::lock_guard lock(mutex_);
+      ++stats_.modules_refused;
+      stats_.without_table.push_back(module.path + text);
+    }
     return;
   }
-  for (size_t i = 0; i < t.rows.size(); ++i)
-    std::memcpy(rows_ + (static_cast<size_t>(next_row_) + i) * kRowStride, &t.rows[i], sizeof(CfiRow));
-  module.row_first = next_row_;
-  module.row_count = static_cast<uint32_t>(t.rows.size());
-  next_row_ += module.row_count;
   module.loaded = true;
+  module.last_used = ++tick_;
+  if (module.no_room) {
+    // Refused earlier: say that the refusal was for part of the recording only.
+    module.no_room = false;
+    std::lock_guard lock(mutex_);
+    for (std::string& line : stats_.without_table) {
+      if (line.rfind(module.path + ": the CFI row map is full", 0) == 0 &&
+          line.find("loaded later") == std::string::npos)
+        line += "; loaded later, when room was made";
+    }
+  }
   std::lock_guard lock(mutex_);
   ++stats_.modules_loaded;
-  stats_.rows = next_row_;
-  stats_.map_bytes = static_cast<uint64_t>(next_row_) * kRowStride;
+  stats_.rows = row_slots_.used();
+  stats_.buckets = index_slots_.used();
+  stats_.map_bytes = row_slots_.used() * kRowStride + index_slots_.used() * kBucketStride;
+}
+
+void CfiMaps::mark_users_dirty(const std::string& key) {
+  for (const auto& [pid, list] : processes_) {
+    for (const Mapping& m : list) {
+      if (m.module == key) {
+        dirty_.push_back(pid);
+        break;
+      }
+    }
+  }
 }
 
 void CfiMaps::publish(int32_t pid) {
   const auto it = processes_.find(pid);
   if (it == processes_.end()) return;
+  ++tick_;
   auto& list = it->second;
   std::sort(list.begin(), list.end(), [](const Mapping& a, const Mapping& b) { return a.start < b.start; });
   auto value = std::make_unique<hpd_proc_mappings>();
@@ -242,13 +464,18 @@ void CfiMaps::publish(int32_t pid) {
     hpd_proc_mapping& out = value->mappings[n++];
     out.start = m.start;
     out.end = m.end;
-    const Module& module = modules_.at(m.module);
+    Module& module = modules_.at(m.module);
+    module.last_used = tick_;
     uint64_t vaddr = 0;
     if (module.loaded && module.table->vaddr_of(m.file_offset, &vaddr)) {
       out.bias = m.start - vaddr;
       out.row_first = module.row_first;
       out.row_count = module.row_count;
-    } else if (!module.loaded && !module.failed) {
+      out.index_first = module.index_first;
+      out.index_count = use_index_ ? module.index_count : 0;
+      out.index_base = module.table->index.base;
+      out.index_shift = module.table->index.shift;
+    } else if (!module.loaded && !module.failed && !module.no_room) {
       out.flags = HPD_MAPPING_PENDING;
     }
   }
@@ -270,15 +497,8 @@ void CfiMaps::poll() {
   for (auto& [key, table] : done) {
     Module& module = modules_[key];
     module.table = std::move(table);
-    load(module);
-    for (const auto& [pid, list] : processes_) {
-      for (const Mapping& m : list) {
-        if (m.module == key) {
-          dirty_.push_back(pid);
-          break;
-        }
-      }
-    }
+    load(key, module);
+    mark_users_dirty(key);
   }
   std::sort(dirty_.begin(), dirty_.end());
   dirty_.erase(std::unique(dirty_.begin(), dirty_.end()), dirty_.end());

@@ -2,7 +2,9 @@
 // (hpd/unwind/cfi_table.h) on a worker thread, once per build-id for the life of the daemon, and
 // copied into the row array; each process's executable mappings, from /proc/PID/maps at attach and
 // from the kernel's mmap records afterwards, are published with their module's rows and load bias.
-// Until a module's table is in place its frames are walked by frame pointer, and samples say so.
+// Until a module's table is in place its frames are walked by frame pointer, and samples say so. When
+// the maps are full, the least recently used tables of modules no followed process maps are evicted;
+// a module that still does not fit is walked by frame pointer and named in the summary.
 #pragma once
 
 #include <condition_variable>
@@ -11,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -27,7 +30,10 @@ struct CfiMapStats {
   uint64_t modules_loaded = 0;    // with a table in the row map
   uint64_t rows = 0;              // rows in the map
   uint64_t row_capacity = 0;      // rows the map holds
-  uint64_t map_bytes = 0;         // kernel memory of the row map (rows * the array's 16-byte stride)
+  uint64_t buckets = 0;           // index buckets in the index map
+  uint64_t map_bytes = 0;         // kernel memory of the rows and buckets in use (16 and 8 bytes each)
+  uint64_t modules_evicted = 0;   // tables taken out to make room
+  uint64_t modules_refused = 0;   // tables that did not fit even after evicting: frame pointers
   uint64_t compile_ns = 0;        // worker time compiling tables not cached before
   uint64_t processes = 0;         // processes published
   uint64_t mappings_dropped = 0;  // executable mappings beyond HPD_MAX_PROC_MAPPINGS per process
@@ -39,12 +45,15 @@ struct CfiMapStats {
 
 class CfiMaps {
  public:
-  // `rows_fd`: the BPF_F_MMAPABLE array of hpd_cfi_row with `capacity` entries; `procs_fd`: the hash
-  // of hpd_proc_mappings. `lazy` (system-wide and cgroup recordings): a module's table is compiled
-  // only once a process that maps it has been sampled (sampled()), since the mmap records of a whole
-  // system name every module of every short-lived compiler and shell. (A worker at idle priority
-  // was tried: on a busy machine it never ran.) Throws RecordError when the row map cannot be mapped.
-  CfiMaps(int rows_fd, uint32_t capacity, int procs_fd, bool lazy = false);
+  // `rows_fd`: the BPF_F_MMAPABLE array of hpd_cfi_row with `capacity` entries; `index_fd`: the one
+  // of hpd_cfi_bucket with `index_capacity`; `procs_fd`: the hash of hpd_proc_mappings. `use_index`
+  // false: the walker binary-searches all of a module's rows (to measure what the index saves). `lazy`
+  // (system-wide and cgroup recordings): a module's table is compiled only once a process that maps it has
+  // been sampled (sampled()), since the mmap records of a whole system name every module of every short-lived
+  // compiler and shell. (A worker at idle priority was tried: on a busy machine it never ran.) Throws
+  // RecordError when the row map cannot be mapped.
+  CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_capacity, int procs_fd,
+          bool lazy = false, bool use_index = true);
   ~CfiMaps();
   CfiMaps(const CfiMaps&) = delete;
   CfiMaps& operator=(const CfiMaps&) = delete;
@@ -76,14 +85,30 @@ class CfiMaps {
   [[nodiscard]] int ready_fd() const { return ready_fd_; }
 
  private:
+  // First-fit ranges of one of the BPF arrays (rows or index buckets).
+  class SlotRanges {
+   public:
+    explicit SlotRanges(uint32_t capacity);
+    bool take(uint32_t count, uint32_t* first);
+    void give_back(uint32_t first, uint32_t count);
+    uint64_t used() const { return used_; }
+
+   private:
+    std::map<uint32_t, uint32_t> free_;  // first -> count
+    uint64_t used_ = 0;
+  };
   struct Module {
     std::string path;
     std::string build_id;
     std::shared_ptr<const CfiTable> table;  // set when compiled
     bool loaded = false;                    // rows in the map
-    bool failed = false;                    // no table (or no room): frame pointers
+    bool failed = false;                    // no table: frame pointers
+    bool no_room = false;                   // refused for lack of room: tried again when mapped again
     uint32_t row_first = 0;
     uint32_t row_count = 0;
+    uint32_t index_first = 0;
+    uint32_t index_count = 0;
+    uint64_t last_used = 0;               // tick of the last publication of a process that maps it
     bool queued = false;                  // its compile job was handed to the worker
     std::vector<std::string> candidates;  // files to compile it from
   };
@@ -103,21 +128,32 @@ class CfiMaps {
                          const std::string& build_id);
   void insert_mapping(int32_t pid, Mapping m);
   void publish(int32_t pid);
-  void load(Module& module);
+  void load(const std::string& key, Module& module);
+  bool place(Module& module);
+  bool evict_one();
+  void mark_users_dirty(const std::string& key);
   void worker_loop();
 
   BuildIdReader build_ids_;
   void enqueue(const std::string& key, Module& module);
 
   bool lazy_ = false;
+  bool use_index_ = true;  // publish each module's index (else the walker searches all its rows)
   std::unordered_map<int32_t, bool> sampled_;  // lazy mode: processes seen in samples
   int ready_fd_ = -1;                          // eventfd, written by the worker
   int rows_fd_;
+  int index_fd_;
   int procs_fd_;
   uint32_t capacity_;
+  uint32_t index_capacity_;
   uint8_t* rows_ = nullptr;  // the row map, shared with the kernel
   size_t rows_bytes_ = 0;
-  uint32_t next_row_ = 0;
+  uint8_t* index_ = nullptr;  // the index map, shared with the kernel
+  size_t index_bytes_ = 0;
+  SlotRanges row_slots_;
+  SlotRanges index_slots_;
+  uint64_t tick_ = 0;                    // publications so far: the modules' use clock
+  std::set<std::string> refused_noted_;  // modules already named in without_table for lack of room
 
   std::unordered_map<std::string, Module> modules_;
   std::map<int32_t, std::vector<Mapping>> processes_;

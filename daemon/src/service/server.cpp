@@ -893,6 +893,15 @@ json Daemon::status_message(bool privileged) {
   reply["samples"] = totals.samples;
   reply["lost"] = totals.lost;
   reply["rss_bytes"] = read_rss_bytes();
+  // The eBPF CFI tables of the recordings running now (sessions and continuous mode).
+  const CfiMapsStatus cfi = cfi_maps_status();
+  reply["cfi"] = {{"recordings", cfi.recordings},
+                  {"rows", cfi.rows},
+                  {"row_capacity", cfi.row_capacity},
+                  {"modules_loaded", cfi.modules_loaded},
+                  {"modules_evicted", cfi.modules_evicted},
+                  {"modules_refused", cfi.modules_refused},
+                  {"map_bytes", cfi.map_bytes}};
   reply["limits"] = {{"max_duration_s", cfg.max_duration_s},
                      {"max_frequency_hz", cfg.max_frequency_hz},
                      {"max_session_memory_mb", cfg.max_session_memory_mb}};

@@ -2,8 +2,8 @@
 // the recording cost the recorder (CPU per sample, peak memory). For the overhead benchmark
 // (bench/overhead_backends.sh) and for trying the backends before hpctl has their flags.
 // Usage: hpd_record_driver [--backend auto|bpf|perf] [-F HZ] [--off-cpu|--no-off-cpu] [--no-kernel]
-//                          [--call-graph auto|fp|dwarf] [--ring-pages N] [--all] [--cgroup PATH]
-//                          [--duration S] [--quiet] -- COMMAND ARGS...
+//                          [--call-graph auto|cfi|fp|dwarf] [--ring-pages N] [--all] [--cgroup PATH]
+//                          [--cfi-rows N] [--no-cfi-index] [--duration S] [--quiet] -- COMMAND ARGS...
 // With kernel.bpf_stats_enabled=1 the eBPF programs' run counts and ns per run are printed too.
 #include <sys/resource.h>
 
@@ -29,8 +29,8 @@ double per_run(uint64_t ns, uint64_t runs) {
 int usage() {
   std::fprintf(stderr,
                "usage: hpd_record_driver [--backend auto|bpf|perf] [-F HZ] [--off-cpu|--no-off-cpu] "
-               "[--no-kernel] [--call-graph auto|fp|dwarf] [--stack-size BYTES] [--ring-pages N] [--all] "
-               "[--cgroup PATH] "
+               "[--no-kernel] [--call-graph auto|cfi|fp|dwarf] [--stack-size BYTES] [--ring-pages N] [--all] "
+               "[--cgroup PATH] [--cfi-rows N] [--no-cfi-index] "
                "[--duration S] [--quiet] -- COMMAND ARGS...\n");
   return 2;
 }

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -182,6 +183,45 @@ TEST(CfiTable, CacheCompilesOncePerModule) {
   const auto c = cache.get("/some/other/path/libc.so.6", a->build_id, {kLibc});
   EXPECT_EQ(a.get(), c.get());
   EXPECT_EQ(cache.size(), 2u);
+}
+
+// The index gives the row the full search gives, for every byte from below the first row to past the
+// last, and keeps its promises: at most a quarter as many buckets as rows, a few rows per bucket.
+void expect_index_agrees(const std::string& path) {
+  const auto table = compile_cfi_table({path}, "", {});
+  ASSERT_FALSE(table->rows.empty()) << path << ": " << table->error;
+  const CfiIndex& index = table->index;
+  ASSERT_FALSE(index.buckets.empty());
+  EXPECT_EQ(index.base, table->rows.front().pc);
+  EXPECT_LE(index.buckets.size(), std::max<size_t>(1, table->rows.size() / 4));
+  uint64_t mismatches = 0, pcs = 0, searched = 0, widest = 0;
+  const uint64_t end = uint64_t{table->rows.back().pc} + 64;
+  for (uint64_t pc = index.base >= 64 ? index.base - 64 : 0; pc < end; ++pc, ++pcs) {
+    if (table->find(pc) != table->find_indexed(pc)) ++mismatches;
+    const CfiBucket b = index.bucket_of(pc);
+    searched += b.count;
+    widest = std::max<uint64_t>(widest, b.count);
+  }
+  std::printf("%s: %zu rows, %zu buckets of %u bytes, %.2f rows searched per pc on average (widest %" PRIu64
+              "), %" PRIu64 " pcs\n",
+              path.c_str(), table->rows.size(), index.buckets.size(), 1u << index.shift,
+              double(searched) / double(pcs), widest, pcs);
+  EXPECT_EQ(mismatches, 0u) << path;
+  EXPECT_LT(double(searched) / double(pcs), 16.0) << path;  // the full search covers thousands of rows
+}
+
+TEST(CfiTable, IndexFindsTheRowsTheFullSearchFinds) {
+  expect_index_agrees(kLibc);
+  expect_index_agrees(kLibstdcxx);
+  expect_index_agrees(fixture("chain_gcc"));
+  expect_index_agrees(fixture("memcpy_fp"));
+  // Tiny tables: one bucket.
+  std::vector<CfiRow> one = {CfiRow{0x1000, 8, 0, 1, 0}, CfiRow{0x1010, 0, 0, 0, 0}};
+  const CfiIndex small = build_cfi_index(one);
+  ASSERT_EQ(small.buckets.size(), 1u);
+  EXPECT_EQ(small.buckets[0].first, 0u);
+  EXPECT_EQ(small.buckets[0].count, 2u);
+  EXPECT_TRUE(build_cfi_index({}).buckets.empty());
 }
 
 TEST(CfiTable, BadFilesGiveErrorsNotCrashes) {

@@ -99,6 +99,13 @@ struct RecordOptions {
   // Bytes of user stack copied per sample in dwarf mode, a multiple of 8 up to kMaxStackCopyBytes;
   // 0 = kDefaultStackCopyBytes.
   uint32_t stack_copy_bytes = 0;
+  // cfi mode: rows the eBPF row map holds (0 = kDefaultCfiRowCapacity). When the tables of the modules
+  // the targets map do not fit, the least recently used modules no followed process maps are evicted;
+  // a module that still does not fit is walked by frame pointer and named in the summary.
+  uint32_t cfi_row_capacity = 0;
+  // cfi mode: false = each frame's row found by a binary search over all of its module's rows instead
+  // of the rows of its bucket in the module's index (to measure what the index saves).
+  bool cfi_row_index = true;
   // Count every call exactly through the targets' mcount/__fentry__ instrumentation (eBPF uprobes),
   // into RawProfile::call_edges. A target without instrumentation is still sampled (see
   // RecordResult::calls.messages).
@@ -192,10 +199,12 @@ struct RecordResult {
     uint64_t rows = 0;
     uint64_t map_bytes = 0;  // kernel memory the rows take
     uint64_t row_capacity = 0;
-    uint64_t compile_ns = 0;                 // compiling tables that were not cached yet
-    uint64_t samples_tables_pending = 0;     // samples walked by frame pointer while a table was compiled
-    uint64_t samples_with_fp_frames = 0;     // samples with a frame of a module without a table
-    uint64_t mappings_dropped = 0;           // executable mappings beyond the per-process limit
+    uint64_t modules_evicted = 0;         // tables taken out of the maps to make room (LRU, unmapped modules)
+    uint64_t modules_refused = 0;         // tables that did not fit even then: walked by frame pointer
+    uint64_t compile_ns = 0;              // compiling tables that were not cached yet
+    uint64_t samples_tables_pending = 0;  // samples walked by frame pointer while a table was compiled
+    uint64_t samples_with_fp_frames = 0;  // samples with a frame of a module without a table
+    uint64_t mappings_dropped = 0;        // executable mappings beyond the per-process limit
     std::vector<std::string> without_table;  // "path: reason"; their frames were walked by frame pointer
   } cfi;
   // eBPF: how user walks ended, by name ("root", "read fault", ...), for on-CPU [0] and off-CPU [1]
@@ -206,6 +215,23 @@ struct RecordResult {
 };
 
 inline constexpr uint32_t kMaxFrequencyHz = 100000;
+// cfi mode: default capacity of the eBPF row map (16 bytes a row in the kernel: 32 MiB, and 4 MiB
+// more for the rows' index). libc has about 28,000 rows, libstdc++ 34,000, a 100 MB C++ program about
+// a million.
+inline constexpr uint32_t kDefaultCfiRowCapacity = 1u << 21;
+
+// The eBPF CFI maps of every recording running in this process now (the daemon's sessions and its
+// continuous mode), for `hpctl status`.
+struct CfiMapsStatus {
+  uint64_t recordings = 0;  // recordings in cfi mode
+  uint64_t rows = 0;        // rows in their maps
+  uint64_t row_capacity = 0;
+  uint64_t modules_loaded = 0;
+  uint64_t modules_evicted = 0;
+  uint64_t modules_refused = 0;
+  uint64_t map_bytes = 0;  // kernel memory the rows and their indexes take
+};
+CfiMapsStatus cfi_maps_status();
 
 // Checks the options without touching any process: frequency range, a target given, and the
 // privileges perf_event needs. Throws RecordError with an actionable message.
