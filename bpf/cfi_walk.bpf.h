@@ -159,6 +159,7 @@ static __always_inline int cfi_fp_step(struct cfi_regs* r, const struct cfi_wind
   struct user_frame frame;
   if (cfi_read16(w, &frame, r->bp) != 0) return HPD_USER_END_READ_FAULT;
   if (frame.ret == 0) return HPD_USER_END_ROOT;
+  if (calls_runtime_active) frame.ret = calls_real_return(frame.ret, r->bp + 8);
   r->sp = r->bp + 16;
   r->bp = frame.next;
   r->ip = frame.ret;
@@ -243,6 +244,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
     if (cfa <= r->sp) return HPD_USER_END_NO_GROWTH;
   }
   if (ra == 0) return HPD_USER_END_ROOT;
+  if (!exact && calls_runtime_active) ra = calls_real_return(ra, cfa - 8);
   r->ip = ra;
   r->sp = cfa;
   r->bp = bp;

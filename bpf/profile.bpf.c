@@ -5,6 +5,7 @@
 
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 
 #include "profile_event.h"
 
@@ -216,6 +217,8 @@ struct user_frames {
   __u64 ips[HPD_MAX_USER_FRAMES];
 };
 
+#include "calls_unwind.bpf.h"
+
 // The user stack by frame pointers into out[0..HPD_MAX_USER_FRAMES): the instruction pointer, then
 // one return address per frame; returns how many. This is the walk bpf_get_stack(BPF_F_USER_STACK)
 // does, with one difference that matters for its cost: it stops where the chain stops climbing the
@@ -252,6 +255,7 @@ __attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 
       *end = HPD_USER_END_ROOT;
       return n;
     }
+    if (calls_runtime_active) frame.ret = calls_real_return(frame.ret, fp + 8);
     out->ips[i] = frame.ret;
     n = i + 1;
     if (frame.next == 0) {
@@ -288,6 +292,7 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   }
   if (kernel_frames > HPD_MAX_KERNEL_FRAMES) kernel_frames = HPD_MAX_KERNEL_FRAMES;
   __u64 user_frames = 0;
+  if (user) calls_walk_begin(e->header.pid);
   if (user && cfi_unwind) {
     struct cfi_regs r = {.ip = user->ip, .sp = user->sp, .bp = user->bp, .exact = 1};
     __u32 end = HPD_USER_END_NONE;

@@ -149,6 +149,21 @@ struct hpd_proc_mappings {
   struct hpd_proc_mapping mappings[HPD_MAX_PROC_MAPPINGS];
 };
 
+/* A process that runs hpd's call-counting runtime (libhpdcalls.so): while a call is timed, its return
+ * address on the stack is the runtime's hook and the original is on the thread's shadow stack. The
+ * walkers replace the hook's address by the shadow frame's original whose slot is where they read it.
+ * The layout is the runtime's (hpd/calls/preload_abi.h, HPD_CALLS_STATE_* and hpd_calls_shadow_frame);
+ * bpf_recorder.cpp checks that both agree. */
+#define HPD_CALLS_RT_STATE_SHADOW 24u
+#define HPD_CALLS_RT_STATE_DEPTH 32u
+#define HPD_CALLS_RT_FRAME_SIZE 32u
+#define HPD_CALLS_RT_FRAME_RESTORED 28u
+#define HPD_CALLS_RT_MAX_DEPTH 65536u
+struct hpd_calls_runtime_process {
+  __u64 trampoline;       /* the hook's address in this process */
+  __s64 tls_state_offset; /* thread pointer + this: the thread's state pointer */
+};
+
 /* HPD_EVENT_FORK */
 struct hpd_fork_event {
   struct hpd_event_header header; /* the new task: pid, tid, comm */

@@ -114,12 +114,13 @@ void RecordingCallCounter::finish(RecordResult& result) {
       stats_.messages.push_back(
           "call counts: hpd's runtime never started in the command (it cleared LD_PRELOAD, or it is a "
           "script whose interpreter is static); nothing was counted");
-    else if (stats_.runtime.calls_timed != 0)
+    else if (stats_.runtime.calls_timed != 0 && !stacks_through_hook_)
       stats_.messages.push_back(
           "call counts: while the runtime times a call, its return address points to the runtime's hook, "
-          "so sampled stacks show hpd_calls_return_trampoline in place of the callers: self CPU is exact, "
-          "inclusive CPU of instrumented callers is not (--calls-counter uprobes keeps whole stacks, "
-          "without latency)");
+          "and this recording's stack walks do not put the original back (only the eBPF backend's cfi and "
+          "fp walks do), so sampled stacks show hpd_calls_return_trampoline in place of the callers: self "
+          "CPU is exact, inclusive CPU of instrumented callers is not (--calls-counter uprobes keeps whole "
+          "stacks, without latency)");
     else if (stats_.runtime.calls == 0)
       stats_.messages.push_back(std::string("call counts: the command made no calls to mcount/__fentry__: ") +
                                 calls::kBuildAdvice);

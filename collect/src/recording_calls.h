@@ -27,6 +27,13 @@ class RecordingCallCounter {
 
   // "NAME=VALUE" entries to launch the command with (the runtime's preload), or none.
   [[nodiscard]] std::vector<std::string> launch_environment() const;
+  // The runtime library the command is launched with, or "" (uprobes, or no counting).
+  [[nodiscard]] std::string runtime_in_use() const { return table_ ? runtime_ : std::string(); }
+  // A message for the user among the call counter's.
+  void note(const std::string& message) { stats_.messages.push_back(message); }
+  // The recording's stack walks put back the return addresses the runtime's hook replaced (the eBPF
+  // backend's cfi and fp walks, calls_unwind.bpf.h), so sampled stacks of timed calls are whole.
+  void set_stacks_through_hook() { stacks_through_hook_ = true; }
 
   // A launched command, before it is released to exec `argv0` (resolved through PATH).
   void add_launched(int32_t pid, const std::string& argv0);
@@ -49,6 +56,7 @@ class RecordingCallCounter {
   std::unique_ptr<calls::PreloadTable> table_;
   std::string runtime_;
   CallCountStats stats_;
+  bool stacks_through_hook_ = false;
 };
 
 }  // namespace hpd

@@ -562,6 +562,60 @@ TEST(CallsRuntime, HpctlRecordAndReport) {
   EXPECT_NE(up.out.find("counted by uprobes"), std::string::npos) << up.out;
 }
 
+// While a call is timed its return address is the runtime's hook: the eBPF walkers put the original
+// back from the thread's shadow stack, so sampled stacks of instrumented code reach main and the
+// callers' inclusive CPU is whole. Checked against the CPU time the program measured around outer()
+// (its thread CPU clock), with the default flags (the cfi walk; gcc -pg -mfentry -O2 keeps no frame
+// pointers) and with --call-graph fp on a build that keeps them (gcc -pg without -mfentry).
+TEST(CallsRuntime, SampledStacksGoThroughTheHook) {
+  const std::vector<std::pair<std::string, std::string>> cases = {{"nested_fentry", "auto"},
+                                                                  {"nested_clang_pg", "auto"},
+                                                                  {"nested_gcc_pg", "auto"},
+                                                                  {"nested_gcc_pg", "fp"}};
+  for (const auto& [name, call_graph] : cases) {
+    {
+      SCOPED_TRACE(name + " --call-graph " + call_graph);
+      std::string dir = (std::filesystem::temp_directory_path() / "hpd-calls-hook-XXXXXX").string();
+      ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+      const std::string out = dir + "/p.json.gz";
+      const hpd::test::RunResult r =
+          hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--calls", "--no-report", "--call-graph",
+                          call_graph, "-o", out, "--", fixture(name), dir + "/truth.txt", "400"},
+                         300, {"HPD_CALLS_RUNTIME="});
+      ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+      std::ifstream truth_file(dir + "/truth.txt");
+      std::string key;
+      uint64_t outer_cpu_ns = 0;
+      truth_file >> key >> outer_cpu_ns;
+      ASSERT_EQ(key, "outer_cpu_ns");
+      const hpd::test::RunResult rep =
+          hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
+      std::filesystem::remove_all(dir);
+      ASSERT_EQ(rep.exit_code, 0) << rep.err;
+      const nlohmann::json doc = nlohmann::json::parse(rep.out);
+      EXPECT_EQ(doc["calls"]["counter"], "runtime");
+      EXPECT_EQ(doc["calls"]["stacks_through_hook"], true);
+      std::map<std::string, uint64_t> total_cpu;
+      for (const nlohmann::json& row : doc["calls"]["rows"])
+        total_cpu[row["name"].get<std::string>()] = row["total_cpu_ns"].get<uint64_t>();
+      // The samples carry the program's CPU time within a few intervals; each caller on the way
+      // to main holds all of leaf_spin's.
+      for (const char* f : {"leaf_spin", "middle", "outer", "main"}) {
+        SCOPED_TRACE(f);
+        EXPECT_NEAR(double(total_cpu[f]), double(outer_cpu_ns), 0.08 * double(outer_cpu_ns)) << rep.out;
+      }
+      // The fp walk ends in glibc's start-up code, which keeps no frame pointers: only the cfi walk
+      // reaches the thread's first frame.
+      if (call_graph == "auto") {
+        const nlohmann::json& stacks = doc["totals"]["stacks"];
+        const double complete = stacks["complete"].get<double>();
+        const double all = complete + stacks["truncated"].get<double>() + stacks["failed"].get<double>();
+        EXPECT_GE(complete, 0.95 * all) << stacks.dump();
+      }
+    }
+  }
+}
+
 // With hpd answering, root's `hpctl record --calls -- CMD` records locally, where the runtime can be
 // preloaded (hpd would get the pid of a command hpctl started, countable only by uprobes).
 TEST(CallsRuntime, HpctlRecordsCommandsLocallyForTheRuntime) {

@@ -40,6 +40,7 @@
 #include "bpf/mmap_watch.h"
 #include "bpf/sched_frames.h"
 #include "hpd/base/unique_fd.h"
+#include "hpd/calls/preload_abi.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "proc/build_id.h"
 #include "proc/launched_command.h"
@@ -275,6 +276,7 @@ class BpfSession {
   void warm_ring();
   void set_targets();
   void attach_sampling();
+  void attach_calls_unwind(const std::string& runtime);
   bool attach_per_task();
   void attach_per_cpu();
   bool attach_clock(uint64_t config, uint64_t period_ns, int pid, int cpu, const std::string& what);
@@ -317,6 +319,7 @@ class BpfSession {
   std::unique_ptr<CfiMaps> cfi_maps_;  // cfi mode: the tables in skel_'s maps
   UniqueFd cgroup_fd_;
   std::vector<Link> sampling_;  // one per CPU or per target thread; each owns its perf_event fd
+  Link calls_announce_;         // the uprobe on the call-counting runtime's hpd_calls_announce
   RingReader ring_;
   MmapWatch mmap_watch_;
   std::unique_ptr<LaunchedCommand> command_;
@@ -404,6 +407,30 @@ void BpfSession::set_targets() {
       throw RecordError("cannot add pid " + std::to_string(pid) +
                         " to the eBPF targets: " + std::strerror(errno));
   }
+}
+
+// A command that runs hpd's call-counting runtime: each of its processes announces where it keeps the
+// return addresses its hook replaced, and the walkers put them back (calls_unwind.bpf.h). Without the
+// uprobe, stacks of instrumented code end at the hook; the recording goes on and says so.
+// The walkers read the runtime's shadow stacks with the layout preload_abi.h gives.
+static_assert(HPD_CALLS_RT_STATE_SHADOW == HPD_CALLS_STATE_SHADOW_OFFSET);
+static_assert(HPD_CALLS_RT_STATE_DEPTH == HPD_CALLS_STATE_DEPTH_OFFSET);
+static_assert(HPD_CALLS_RT_FRAME_SIZE == sizeof(hpd_calls_shadow_frame));
+static_assert(HPD_CALLS_RT_FRAME_RESTORED == offsetof(hpd_calls_shadow_frame, restored));
+
+void BpfSession::attach_calls_unwind(const std::string& runtime) {
+  if (runtime.empty()) return;
+  LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = HPD_CALLS_ANNOUNCE_SYMBOL);
+  calls_announce_.reset(
+      bpf_program__attach_uprobe_opts(skel_->progs.hpd_calls_announced, -1, runtime.c_str(), 0, &opts));
+  if (!calls_announce_) {
+    calls_->note("call counts: stacks of instrumented code end at the runtime's return hook (cannot probe " +
+                 runtime + ": " + errno_text(errno) + ")");
+    return;
+  }
+  skel_->bss->calls_runtime_active = 1;
+  // dwarf mode unwinds on-CPU stacks in user space, from a copy, where the shadow stack is out of reach.
+  if (!dwarf_) calls_->set_stacks_through_hook();
 }
 
 void BpfSession::attach_sampling() {
@@ -762,6 +789,7 @@ RecordResult BpfSession::run() {
 
   // Before the fork: the counter decides whether the command starts with hpd's runtime preloaded.
   calls_ = std::make_unique<RecordingCallCounter>(options_);
+  attach_calls_unwind(calls_->runtime_in_use());
   if (!options_.command.empty())
     command_ = std::make_unique<LaunchedCommand>(options_.command, calls_->launch_environment());
   set_targets();

@@ -188,6 +188,11 @@ void compute_mip(const Profile& p, const ReportOptions& options, Report& report)
 // counts of the rows compute_calls made.
 void add_call_latency(const Profile& p, const ReportOptions& options, Report& report) {
   report.calls_counter = p.meta.recording.call_counter;
+  const RecordingInfo& rec = p.meta.recording;
+  // The call graph as recorded: "cfi", "fp", "dwarf", or "auto:<the one chosen>".
+  const std::string walk = rec.call_graph.substr(rec.call_graph.find(':') + 1);
+  report.calls_stacks_through_hook =
+      rec.call_counter == "runtime" && rec.backend == "bpf" && (walk == "cfi" || walk == "fp");
   if (p.call_latency.empty()) return;
   std::map<uint32_t, CallLatency> by_func;
   for (const CallLatency& l : p.call_latency) {

@@ -171,6 +171,7 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
     }
     doc["calls"] = {{"total", report.calls_total},
                     {"counter", report.calls_counter},
+                    {"stacks_through_hook", report.calls_stacks_through_hook},
                     {"functions", report.calls.size()},
                     {"rows", std::move(functions_called)}};
   }

@@ -374,18 +374,24 @@ std::string calls_title(const Report& report) {
 
 // With the runtime's latency: per function the calls, the latency of a call (average, 95th
 // percentile), the time inside it (outermost calls) and its share of the recording's duration, then
-// its sampled self CPU: the runtime replaces return addresses, so sampled stacks stop at its hook
-// and inclusive CPU would be short by the callees' share.
+// its sampled CPU: self, and inclusive when the stack walks put back the return addresses the
+// runtime's hook replaced (else sampled stacks stop at the hook and inclusive CPU would be short by
+// the callees' share, so it is not shown).
 void print_timed_calls_view(const Report& report, std::ostream& out, size_t shown, size_t width) {
+  const bool inclusive = report.calls_stacks_through_hook;
   uint64_t max_ns = 0;
-  for (const CallRow& r : report.calls) max_ns = std::max({max_ns, r.latency_total_ns, r.self_cpu_ns});
+  for (const CallRow& r : report.calls)
+    max_ns = std::max({max_ns, r.latency_total_ns, r.self_cpu_ns, inclusive ? r.total_cpu_ns : 0});
   const TimeColumn t = time_column(max_ns, 9);
-  // 11 1 9 1 9 1 9 1 6 1 9 2 = 60 columns of numbers; the function gets the other 20.
-  constexpr size_t kNumbers = 60;
-  const size_t name_width = width > kNumbers + 20 ? width - kNumbers : 20;
+  // 11 1 9 1 9 1 9 1 6 1 9 2 = 60 columns of numbers (70 with the inclusive CPU); the function gets
+  // the rest, at least 20.
+  const size_t numbers = inclusive ? 70 : 60;
+  const size_t name_width = width > numbers + 20 ? width - numbers : 20;
   out << pad_left("Calls", 11) << ' ' << pad_left("Avg", 9) << ' ' << pad_left("P95", 9) << ' '
       << pad_left(std::string("Total ") + t.unit, 9) << ' ' << pad_left("%Wall", 6) << ' '
-      << pad_left(std::string("Self ") + t.unit, 9) << "  Function\n";
+      << pad_left(std::string("Self ") + t.unit, 9) << ' ';
+  if (inclusive) out << pad_left(std::string("CPU ") + t.unit, 9) << ' ';
+  out << " Function\n";
   for (size_t i = 0; i < shown; ++i) {
     const CallRow& r = report.calls[i];
     const bool timed = r.timed_calls != 0;
@@ -394,18 +400,27 @@ void print_timed_calls_view(const Report& report, std::ostream& out, size_t show
         << pad_left(timed && r.p95_ns != 0 ? format_per_call(r.p95_ns) : "-", 9) << ' '
         << pad_left(timed ? t.cell(r.latency_total_ns) : "-", 9) << ' '
         << pad_left(timed ? format("%.1f", r.latency_wall_percent) : "-", 6) << ' '
-        << pad_left(r.self_cpu_ns != 0 ? t.cell(r.self_cpu_ns) : "-", 9) << "  "
-        << truncate_right(r.name, name_width) << '\n';
+        << pad_left(r.self_cpu_ns != 0 ? t.cell(r.self_cpu_ns) : "-", 9) << ' ';
+    if (inclusive) out << pad_left(r.total_cpu_ns != 0 ? t.cell(r.total_cpu_ns) : "-", 9) << ' ';
+    out << ' ' << truncate_right(r.name, name_width) << '\n';
     for (size_t c = 0; c < r.callers.size() && c < kCallersShown; ++c) {
-      out << pad_left(std::to_string(r.callers[c].calls), 11) << std::string(kNumbers - 11, ' ') << "<- "
+      out << pad_left(std::to_string(r.callers[c].calls), 11) << std::string(numbers - 11, ' ') << "<- "
           << truncate_right(r.callers[c].name, name_width - 3) << '\n';
     }
     if (r.callers.size() > kCallersShown)
-      out << std::string(kNumbers, ' ') << "and " << (r.callers.size() - kCallersShown) << " more callers\n";
+      out << std::string(numbers, ' ') << "and " << (r.callers.size() - kCallersShown) << " more callers\n";
   }
   out << "Avg, P95: one call, entry to return, callees included. Total: inside the outermost calls, all\n"
-         "threads (%Wall: of the recording). Self: sampled CPU in the function itself (stacks end at the\n"
-         "runtime's return hook, so inclusive CPU is not known here).\n";
+         "threads (%Wall: of the recording). Self: sampled CPU in the function itself.";
+  if (inclusive) {
+    out << " CPU: sampled CPU\n"
+           "in the function and its callees (the stack walks put back the return addresses the runtime's\n"
+           "hook replaced; see Complete stacks).\n";
+  } else {
+    out << " Stacks\n"
+           "ended at the runtime's return hook (this backend or call graph does not unwind through it), so\n"
+           "inclusive CPU is not known here.\n";
+  }
 }
 
 void print_calls_view(const Report& report, std::ostream& out, size_t limit, size_t width) {

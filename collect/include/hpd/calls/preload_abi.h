@@ -96,6 +96,24 @@ struct hpd_calls_func {
   uint32_t active; /* activations on the thread's stack now (the runtime's own bookkeeping) */
 };
 
+/* Unwinding through hooked frames. While a call is timed, its return address on the stack is the
+ * runtime's return hook; the original is on the thread's shadow stack. Each process that counts calls
+ * HPD_CALLS_ANNOUNCE_SYMBOL(trampoline, tls_state_offset) once (and again in each forked child): hpd's
+ * eBPF programs take a uprobe there and, walking a stack of that process, replace the hook's address
+ * by the original found on the shadow stack. The shadow stack is reached from the thread pointer (the
+ * FS base): at thread pointer + tls_state_offset is a pointer to the thread's state, which holds the
+ * shadow frames' address and how many are in use at the offsets below. */
+#define HPD_CALLS_ANNOUNCE_SYMBOL "hpd_calls_announce"
+#define HPD_CALLS_STATE_SHADOW_OFFSET 24u /* struct thread_state: struct hpd_calls_shadow_frame* */
+#define HPD_CALLS_STATE_DEPTH_OFFSET 32u  /* struct thread_state: uint32_t frames in use */
+struct hpd_calls_shadow_frame {
+  uint64_t slot;     /* where the return address lives on the stack */
+  uint64_t original; /* the return address the hook replaced */
+  uint64_t start;    /* TSC at entry */
+  uint32_t func;     /* HPD_CALLS_NO_FUNC: only the return address is kept (e.g. after fork) */
+  uint32_t restored; /* the original return address was put back (an exception unwinds through it) */
+};
+
 static inline uint64_t hpd_calls_threads_offset(void) {
   return (sizeof(struct hpd_calls_header) + 63u) & ~63ull;
 }

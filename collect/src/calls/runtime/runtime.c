@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,8 @@ extern void hpd_calls_return_trampoline(void) HIDDEN;
 uint64_t hpd_calls_exit(uint64_t* after_slot) HIDDEN;
 void hpd_calls_enter(uint64_t* parent_slot, uint64_t selfpc, int fentry) HIDDEN;
 
-/* A timed call in progress: where its return address lives and what it was. */
+/* A timed call in progress: where its return address lives and what it was (preload_abi.h spells
+ * the same layout for hpd's unwinder). */
 struct shadow_frame {
   uint64_t* slot;
   uint64_t original;
@@ -34,6 +36,11 @@ struct shadow_frame {
   uint32_t func;     /* HPD_CALLS_NO_FUNC: only the return address is kept (e.g. after fork) */
   uint32_t restored; /* the original return address was put back (an exception unwinds through it) */
 };
+_Static_assert(sizeof(struct shadow_frame) == sizeof(struct hpd_calls_shadow_frame), "shadow frame layout");
+_Static_assert(offsetof(struct shadow_frame, original) == offsetof(struct hpd_calls_shadow_frame, original),
+               "shadow frame layout");
+_Static_assert(offsetof(struct shadow_frame, restored) == offsetof(struct hpd_calls_shadow_frame, restored),
+               "shadow frame layout");
 
 /* 64 Ki frames (2 MiB of address space, touched only as deep as the program goes). */
 #define SHADOW_CAPACITY 65536u
@@ -48,6 +55,8 @@ struct thread_state {
   uint32_t depth;
   uint32_t in_hook;
 };
+_Static_assert(offsetof(struct thread_state, shadow) == HPD_CALLS_STATE_SHADOW_OFFSET, "thread state layout");
+_Static_assert(offsetof(struct thread_state, depth) == HPD_CALLS_STATE_DEPTH_OFFSET, "thread state layout");
 
 static struct hpd_calls_header* g_table;
 static int g_state; /* 0: not initialized, 1: counting, 2: off (no table) */
@@ -411,6 +420,20 @@ static void release_thread(void* arg) {
   munmap(t, sizeof *t);
 }
 
+/* hpd's eBPF programs take a uprobe here (preload_abi.h): what they need to unwind through this
+ * process's hooked frames arrives in the argument registers. Does nothing itself. */
+__attribute__((noinline, used, visibility("default"))) void hpd_calls_announce(uint64_t trampoline,
+                                                                               int64_t tls_state_offset) {
+  __asm__ volatile("" : : "r"(trampoline), "r"(tls_state_offset) : "memory");
+}
+
+static void announce(void) {
+  uintptr_t thread_pointer;
+  __asm__("mov %%fs:0, %0" : "=r"(thread_pointer));
+  hpd_calls_announce((uint64_t)(uintptr_t)&hpd_calls_return_trampoline,
+                     (int64_t)((uintptr_t)&t_state - thread_pointer));
+}
+
 /* In a forked child: its thread gets a slot of its own (the parent's stays the parent's); the frames
  * inherited on the shadow stack keep only their return addresses. */
 static void after_fork_in_child(void) {
@@ -423,6 +446,7 @@ static void after_fork_in_child(void) {
     t_off = 1;
   }
   __atomic_fetch_add(&g_table->processes, 1, __ATOMIC_RELAXED);
+  announce(); /* a new process: its frames inherited on the shadow stack still return through the hook */
 }
 
 static void init_once(void) {
@@ -452,6 +476,7 @@ static void init_once(void) {
   g_table = h;
   __atomic_fetch_add(&h->processes, 1, __ATOMIC_RELAXED);
   g_state = 1;
+  announce();
   patch_loaded_modules();
 }
 

@@ -202,6 +202,10 @@ struct Report {
   uint64_t calls_total = 0;
   std::string calls_counter;  // what counted: "runtime", "uprobes", or "" (unknown: an older file)
   bool calls_timed = false;   // some rows have latency
+  // The runtime's hook replaced return addresses while calls were timed: true when the recording's
+  // stack walks put the originals back (the eBPF backend's cfi and fp walkers), so that inclusive CPU
+  // of instrumented callers is whole; false when sampled stacks ended at the hook.
+  bool calls_stacks_through_hook = false;
 };
 
 // Throws InvalidProfileError when the profile's indices are inconsistent, ExportError when

@@ -1,0 +1,102 @@
+// Unwinding through the frames hpd's call-counting runtime (libhpdcalls.so) hooked: while a call is
+// timed, its return address on the stack is the runtime's return hook, and the original waits on the
+// thread's shadow stack (profile_event.h, struct hpd_calls_runtime_process). Without this every stack
+// of instrumented code ended at the hook, and the callers of timed calls lost their inclusive time.
+// Included by profile.bpf.c before its stack walkers.
+#ifndef HPD_CALLS_UNWIND_BPF_H
+#define HPD_CALLS_UNWIND_BPF_H
+
+// Per process (tgid) that announced the runtime through the uprobe below.
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 4096);
+  __type(key, __s32);
+  __type(value, struct hpd_calls_runtime_process);
+} calls_runtime_procs SEC(".maps");
+
+// Set by user space once it attached the uprobe; until then no walk looks for hooked frames.
+__u32 calls_runtime_active = 0;
+
+// The user stack walk in progress on this CPU: the hook's address in its process (0: nothing to
+// replace), the thread's shadow frames, and how many of them are still candidates.
+struct calls_walk {
+  __u64 trampoline;
+  __u64 frames;
+  __u32 next;
+  __u32 pad;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct calls_walk);
+} calls_walks SEC(".maps");
+
+// The runtime's hpd_calls_announce(trampoline, tls_state_offset), once per process that counts.
+SEC("uprobe")
+int hpd_calls_announced(struct pt_regs* ctx) {
+  const __s32 pid = (__s32)(bpf_get_current_pid_tgid() >> 32);
+  struct hpd_calls_runtime_process p = {
+      .trampoline = PT_REGS_PARM1(ctx),
+      .tls_state_offset = (__s64)PT_REGS_PARM2(ctx),
+  };
+  bpf_map_update_elem(&calls_runtime_procs, &pid, &p, BPF_ANY);
+  return 0;
+}
+
+// Before a user stack walk of the current task, of process `pid`.
+static __always_inline void calls_walk_begin(__s32 pid) {
+  const __u32 zero = 0;
+  struct calls_walk* w = bpf_map_lookup_elem(&calls_walks, &zero);
+  if (!w) return;
+  w->trampoline = 0;
+  if (!calls_runtime_active) return;
+  const struct hpd_calls_runtime_process* p = bpf_map_lookup_elem(&calls_runtime_procs, &pid);
+  if (!p) return;
+  struct task_struct* task = bpf_get_current_task_btf();
+  const __u64 fsbase = task->thread.fsbase;
+  __u64 state = 0;
+  __u64 frames = 0;
+  __u32 depth = 0;
+  if (bpf_probe_read_user(&state, sizeof state, (const void*)(fsbase + p->tls_state_offset)) != 0 ||
+      state == 0)
+    return;
+  if (bpf_probe_read_user(&frames, sizeof frames, (const void*)(state + HPD_CALLS_RT_STATE_SHADOW)) != 0 ||
+      bpf_probe_read_user(&depth, sizeof depth, (const void*)(state + HPD_CALLS_RT_STATE_DEPTH)) != 0)
+    return;
+  if (frames == 0 || depth == 0 || depth > HPD_CALLS_RT_MAX_DEPTH) return;
+  w->trampoline = p->trampoline;
+  w->frames = frames;
+  w->next = depth;
+}
+
+// Shadow frames looked at per hooked return address: the one that matches is nearly always the next
+// (a frame is pushed before the hook replaces its return address, so one may not be hooked yet).
+#define CALLS_SHADOW_SEARCH 8
+
+// The return address the walker read at `slot`: the original when it is the runtime's hook. Walking
+// from the leaf, hooked frames come in the shadow stack's order from its top.
+__attribute__((noinline)) __u64 calls_real_return(__u64 ra, __u64 slot) {
+  const __u32 zero = 0;
+  struct calls_walk* w = bpf_map_lookup_elem(&calls_walks, &zero);
+  if (!w || w->trampoline == 0 || ra != w->trampoline) return ra;
+  for (int i = 0; i < CALLS_SHADOW_SEARCH; i++) {
+    if (w->next == 0) break;
+    const __u32 index = w->next - 1;
+    struct {
+      __u64 slot;
+      __u64 original;
+      __u64 start;
+      __u32 func;
+      __u32 restored;
+    } frame;
+    if (bpf_probe_read_user(&frame, sizeof frame,
+                            (const void*)(w->frames + (__u64)index * HPD_CALLS_RT_FRAME_SIZE)) != 0)
+      return ra;
+    w->next = index;
+    if (frame.slot == slot && !frame.restored) return frame.original;
+  }
+  return ra;
+}
+
+#endif
