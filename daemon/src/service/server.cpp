@@ -34,9 +34,9 @@
 #include "hpd/service/config.h"
 #include "hpd/service/protocol.h"
 #include "hpd/service/systemd.h"
+#include "hpd/session/record_json.h"
+#include "hpd/session/record_pipeline.h"
 #include "log.h"
-#include "record_args_json.h"
-#include "record_pipeline.h"
 #include "util/unique_fd.h"
 
 #ifdef HPD_HAVE_CONTINUOUS
@@ -107,7 +107,7 @@ std::string join_words(const std::vector<std::string>& words) {
 // A record request's held_at_exec claim checked against the kernel: its one pid must be a child of
 // the client, stopped by the client's ptrace (right after its exec, hpctl's HeldCommand). Empty when
 // it holds; else why not. Only then is the process treated as a launched command.
-std::string held_at_exec_problem(const cli::RecordArgs& args, pid_t client_pid) {
+std::string held_at_exec_problem(const session::RecordRequest& args, pid_t client_pid) {
   if (args.pids.size() != 1) return "\"held_at_exec\" needs exactly one pid";
   const std::string pid = std::to_string(args.pids.front());
   std::ifstream in("/proc/" + pid + "/status");
@@ -124,7 +124,7 @@ std::string held_at_exec_problem(const cli::RecordArgs& args, pid_t client_pid) 
   return "";
 }
 
-std::string describe_target(const cli::RecordArgs& args, const std::vector<std::string>& launched) {
+std::string describe_target(const session::RecordRequest& args, const std::vector<std::string>& launched) {
   if (!launched.empty()) return join_words(launched);
   if (args.all) return "all processes";
   if (!args.cgroup.empty()) return "cgroup " + args.cgroup;
@@ -273,7 +273,7 @@ class Connection {
   void handle_stop(const Request& request);
   void handle_record(const Request& request, Frame& frame);
   void handle_export(const Request& request, Frame& frame);
-  void record_in_thread(const std::shared_ptr<Session>& session, cli::RecordArgs args, RecordOptions options,
+  void record_in_thread(const std::shared_ptr<Session>& session, session::RecordRequest args, RecordOptions options,
                         int fd, std::vector<std::string> launched, std::vector<std::string> notes,
                         uint64_t memory_limit, std::atomic<bool>& client_gone, std::atomic<bool>& replied);
 
@@ -498,7 +498,7 @@ void Connection::handle_record(const Request& request, Frame& frame) {
     ::fcntl(output.get(), F_SETFL, flags | O_NONBLOCK);
   }
   const Config config = daemon_.config();
-  cli::RecordArgs args = request.record;
+  session::RecordRequest args = request.record;
   const AccessDecision access = check_record_access(peer_, privileged_, config.group, args);
   if (!access.allowed) {
     log_refusal("a recording", access.reason);
@@ -519,7 +519,7 @@ void Connection::handle_record(const Request& request, Frame& frame) {
         kernel_frames_refusal(peer_, read_kernel_sysctl("kernel/perf_event_paranoid", 2),
                               read_kernel_sysctl("kernel/kptr_restrict", 2));
     if (!no_kernel.empty()) {
-      if (args.kernel == "on") {
+      if (args.kernel == session::Switch::kOn) {
         log_refusal("kernel frames (--kernel)", no_kernel);
         send_error(ErrorCode::kPermissionDenied, "kernel call stacks are not yours to have: " + no_kernel +
                                                      "; record without --kernel, or " +
@@ -527,8 +527,8 @@ void Connection::handle_record(const Request& request, Frame& frame) {
                                                      config.group + "' group");
         return;
       }
-      if (args.kernel != "off") notes.push_back("note: no kernel frames: " + no_kernel + " (as perf would)");
-      args.kernel = "off";
+      if (args.kernel != session::Switch::kOff) notes.push_back("note: no kernel frames: " + no_kernel + " (as perf would)");
+      args.kernel = session::Switch::kOff;
     }
   }
   if (args.duration_s <= 0 || args.duration_s > config.max_duration_s) {
@@ -543,7 +543,7 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   }
   RecordOptions options;
   try {
-    options = cli::record_options_from_args(args);
+    options = session::record_options_from_request(args);
     if (!privileged_) {
       options.restrict_to_client = true;
       options.client_uid = peer_.uid;
@@ -661,7 +661,7 @@ void Connection::handle_record(const Request& request, Frame& frame) {
            " samples, " + std::to_string(session->lost.load()) + " lost");
 }
 
-void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::RecordArgs args,
+void Connection::record_in_thread(const std::shared_ptr<Session>& session, session::RecordRequest args,
                                   RecordOptions options, int fd, std::vector<std::string> launched,
                                   std::vector<std::string> notes, uint64_t memory_limit,
                                   std::atomic<bool>& client_gone, std::atomic<bool>& replied) {
@@ -706,7 +706,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     session->stop.store(true);
   };
   try {
-    cli::RecordingOutput output(args, fd);
+    session::RecordingOutput output(args, fd);
     options.stop = &session->stop;
     options.on_flush = [&](const RawProfile& raw) {
       const uint64_t bytes = estimate_profile_bytes(raw);
@@ -769,7 +769,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     }
     send(message("writing"));
     const Profile profile = output.finish(result);
-    cli::RecordSummary summary = cli::summarize_recording(result, profile, output);
+    session::RecordSummary summary = session::summarize_recording(result, profile, output);
     summary.mode = "daemon";
     if (!launched.empty()) summary.command_exit_status = 0;  // the client reaps its command and knows
     if (memory_exceeded) {
@@ -779,7 +779,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, cli::
     summary.notes.insert(summary.notes.begin(), notes.begin(), notes.end());
     json done = message("done");
     done["session"] = session->id;
-    done["summary"] = cli::record_summary_to_json(summary);
+    done["summary"] = session::record_summary_to_json(summary);
     replied.store(true);
     // Finished before the client hears it: a status it asks for next must not show it running.
     daemon_.sessions().remove(*session);
@@ -859,7 +859,7 @@ void Connection::handle_export(const Request& request, Frame& frame) {
     ConvertOptions convert_options;
     convert_options.kernel_frames = loaded.profile.info.kernel_frames;
     const Profile profile = symbolize_profile(loaded.profile, symbolizer, convert_options);
-    write_firefox_fd(profile, output.get(), cli::is_gzip_output(name));
+    write_firefox_fd(profile, output.get(), session::is_gzip_output(name));
     json done = message("done");
     done["samples"] = loaded.profile.samples.size();
     done["chunks_read"] = loaded.chunks_read;
