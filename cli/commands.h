@@ -1,5 +1,5 @@
 // hpctl's verbs: each is a plain function over a plain options struct, so that main.cpp alone
-// includes CLI11 and the verbs can be tested or reused by the daemon.
+// includes CLI11; what hpd shares with hpctl is in session/ (RecordRequest and the record pipeline).
 #pragma once
 
 #include <cstdint>
