@@ -1,13 +1,17 @@
 // hpctl's verbs: each is a plain function over a plain options struct, so that main.cpp alone
-// includes CLI11 and the verbs can be tested or reused by the daemon.
+// includes CLI11; what hpd shares with hpctl is in session/ (RecordRequest and the record pipeline).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "hpd/session/record_request.h"
+
 namespace hpd::cli {
 
+// `hpctl record` as CLI11 fills it in: the choices as the words typed. to_record_request() makes the
+// typed request the record pipeline and hpd take; the rest is how hpctl presents the result.
 struct RecordArgs {
   std::vector<int32_t> pids;
   std::vector<std::string> command;
@@ -128,6 +132,10 @@ struct DaemonArgs {
 struct StatusArgs {
   bool json = false;
 };
+
+// The recording `args` asks for. Throws std::runtime_error naming the option when a choice is not one of
+// its words (CLI11 checks them first; this is the check of last resort).
+session::RecordRequest to_record_request(const RecordArgs& args);
 
 // Each returns the process exit code.
 int run_record(const RecordArgs& args);  // in this process

@@ -9,8 +9,8 @@
 #include <stdexcept>
 
 #include "commands.h"
+#include "hpd/session/record_pipeline.h"
 #include "hpd/symbolizer/heap_pages.h"
-#include "record_pipeline.h"
 #include "suggest.h"
 
 #ifndef HPD_VERSION
@@ -336,7 +336,8 @@ int main(int argc, char** argv) {
         // Opening needs the symbolized profile; a capture is kept for later conversion.
         throw std::runtime_error("--open needs a Firefox profile output (.json or .json.gz), not a capture");
       }
-      hpd::cli::record_options_from_args(rec);  // a recording that cannot start keeps the old file
+      // A recording that cannot start keeps the old file.
+      hpd::session::record_options_from_request(hpd::cli::to_record_request(rec));
       hpd::cli::keep_previous_output(rec);
       const int status = hpd::cli::run_record_auto(rec, daemon);
       if (!rec.open || !std::filesystem::exists(rec.output)) return status;

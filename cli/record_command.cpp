@@ -11,18 +11,21 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "commands.h"
 #include "hpd/capture/capture.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/export/firefox.h"
 #include "hpd/export/report.h"
+#include "hpd/session/record_pipeline.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "progress.h"
-#include "record_pipeline.h"
+#include "record_text.h"
 
 namespace hpd::cli {
 namespace {
@@ -33,7 +36,40 @@ void on_stop_signal(int) {
   g_stop.store(true);
 }
 
+// One choice's word as typed, or an error naming the option and the words it takes.
+template <typename Choice>
+Choice choice_of(const std::string& word, std::optional<Choice> (*parse)(std::string_view),
+                 std::string (*words)(), const char* option) {
+  if (const std::optional<Choice> choice = parse(word)) return *choice;
+  throw std::runtime_error(std::string(option) + " must be " + words() + ", not '" + word + "'");
+}
+
 }  // namespace
+
+session::RecordRequest to_record_request(const RecordArgs& args) {
+  session::RecordRequest r;
+  r.pids = args.pids;
+  r.command = args.command;
+  r.duration_s = args.duration_s;
+  r.frequency_hz = args.frequency_hz;
+  r.output = args.output;
+  r.event = choice_of(args.event, session::parse_sampling_event, session::sampling_event_words, "--event");
+  r.kernel = choice_of(args.kernel, session::parse_switch, session::switch_words, "--kernel");
+  r.backend = choice_of(args.backend, session::parse_backend, session::backend_words, "--backend");
+  r.all = args.all;
+  r.cgroup = args.cgroup;
+  r.off_cpu = choice_of(args.off_cpu, session::parse_switch, session::switch_words, "--off-cpu");
+  r.off_cpu_min_us = args.off_cpu_min_us;
+  r.follow_children = !args.no_follow_children;
+  r.call_graph =
+      choice_of(args.call_graph, session::parse_call_graph, session::call_graph_words, "--call-graph");
+  r.stack_size = args.stack_size;
+  r.mip = choice_of(args.mip, session::parse_switch, session::switch_words, "--mip");
+  r.calls = args.calls;
+  r.calls_counter = choice_of(args.calls_counter, session::parse_call_counter, session::call_counter_words,
+                              "--calls-counter");
+  return r;
+}
 
 void keep_previous_output(const RecordArgs& args) {
   struct stat st {};
@@ -51,17 +87,18 @@ void keep_previous_output(const RecordArgs& args) {
 
 int run_record(const RecordArgs& args) {
   // Everything that can be checked is checked before the target is touched or a file is created.
-  RecordOptions options = record_options_from_args(args);
+  const session::RecordRequest request = to_record_request(args);
+  RecordOptions options = session::record_options_from_request(request);
   options.stop = &g_stop;
   validate_record_options(options);
-  check_output_writable(args.output);
+  session::check_output_writable(request.output);
 
   ProgressLine progress(!args.quiet);
   const bool open_ended = args.duration_s <= 0;
   options.on_progress = [&progress, open_ended](const RecordProgress& p) {
-    progress.update(format_record_progress(p, open_ended));
+    progress.update(session::format_record_progress(p, open_ended));
   };
-  RecordingOutput output(args);
+  session::RecordingOutput output(request);
   output.attach(options);
 
   struct sigaction sa {};
@@ -95,8 +132,8 @@ int run_record(const RecordArgs& args) {
     print_report(compute_report(profile, report_options), std::cout, report_options);
     std::cout.flush();
   }
-  const RecordSummary summary = summarize_recording(result, profile, output);
-  if (!args.quiet) print_record_summary(args, summary);
+  const session::RecordSummary summary = session::summarize_recording(result, profile, output);
+  if (!args.quiet) print_record_summary(request, summary);
   // Like the command itself (and perf record): scripts see its failure, also after a Ctrl-C.
   return args.command.empty() ? 0 : summary.command_exit_status;
 }

@@ -23,10 +23,11 @@
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/export/report.h"
 #include "hpd/model/output_write.h"
+#include "hpd/session/record_json.h"
+#include "hpd/session/record_pipeline.h"
 #include "profile_input.h"
 #include "progress.h"
-#include "record_args_json.h"
-#include "record_pipeline.h"
+#include "record_text.h"
 
 namespace hpd::cli {
 namespace {
@@ -238,7 +239,7 @@ class ClientOutput {
     // A device or FIFO (-o /dev/null) is written in place, never replaced by a renamed file; in a
     // directory others may write, a symbolic link is not followed.
     const OutputPlace place = inspect_output(output);
-    if (is_capture_output(output) || place.special) {
+    if (session::is_capture_output(output) || place.special) {
       path_ = output;
       fd_ = open_output(output, O_CREAT | O_TRUNC, place);
       in_place_ = place.special;
@@ -270,8 +271,8 @@ class ClientOutput {
   // block, which its readers report), and the error says so. Anything else is removed as before.
   [[noreturn]] void fail_keeping_partial_capture(const std::string& why) {
     struct stat st {};
-    if (path_ == output_ && !in_place_ && is_capture_output(output_) && fd_ >= 0 && ::fstat(fd_, &st) == 0 &&
-        st.st_size > 0) {
+    if (path_ == output_ && !in_place_ && session::is_capture_output(output_) && fd_ >= 0 &&
+        ::fstat(fd_, &st) == 0 && st.st_size > 0) {
       committed_ = true;
       throw std::runtime_error(
           why + "; the capture '" + output_ +
@@ -325,40 +326,41 @@ bool daemon_answers(const std::string& path) {
 }
 
 int record_through_daemon(const RecordArgs& args, const std::string& socket_path) {
-  if (!args.pids.empty() && !args.command.empty()) {
-    throw std::runtime_error("give either --pid or a command after --, not both");
-  }
-  record_options_from_args(args);  // the same "nothing to record" checks as locally
-  check_output_writable(args.output);
+  const session::RecordRequest request = to_record_request(args);
+  session::record_options_from_request(request);  // the same "nothing to record" checks as locally
+  session::check_output_writable(request.output);
   std::string why;
-  if (!args.command.empty() && !command_runnable(args.command.front(), why)) {
-    throw std::runtime_error("cannot run '" + args.command.front() + "': " + why);
+  if (!request.command.empty() && !command_runnable(request.command.front(), why)) {
+    throw std::runtime_error("cannot run '" + request.command.front() + "': " + why);
   }
 
   std::unique_ptr<HeldCommand> command;
-  RecordArgs remote = args;
+  session::RecordRequest remote = request;
   std::string call_graph_reason;
-  if (!args.command.empty()) {
+  if (!request.command.empty()) {
     // hpd attaches to the held child before it execs: its /proc/PID/exe is still hpctl, so the
     // program's frame pointers are judged here, where the command is resolved as the user's shell would.
     // With the eBPF backend auto means cfi, which needs no look at the program (hpd decides).
-    if (args.call_graph == "auto" && args.backend == "perf" && !args.all && args.cgroup.empty()) {
-      const CallGraphChoice choice = choose_call_graph({resolve_command(args.command.front())});
-      remote.call_graph = to_string(choice.mode);
+    if (request.call_graph == session::CallGraphMode::kAuto &&
+        request.backend == session::BackendChoice::kPerf && !request.all && request.cgroup.empty()) {
+      const CallGraphChoice choice = choose_call_graph({resolve_command(request.command.front())});
+      remote.call_graph = choice.mode == CallGraph::kDwarf ? session::CallGraphMode::kDwarf
+                          : choice.mode == CallGraph::kCfi ? session::CallGraphMode::kCfi
+                                                           : session::CallGraphMode::kFp;
       call_graph_reason = choice.reason;
     }
-    command = std::make_unique<HeldCommand>(args.command);
+    command = std::make_unique<HeldCommand>(request.command);
     remote.command.clear();
     remote.pids = {command->pid()};
   }
   ClientOutput output(args.output);
   DaemonClient client(socket_path);
-  json request = {{"type", "record"}, {"args", record_args_to_json(remote)}, {"fd", true}};
-  if (command) request["launched_command"] = args.command;
+  json record_message = {{"type", "record"}, {"args", session::record_request_to_json(remote)}, {"fd", true}};
+  if (command) record_message["launched_command"] = request.command;
   // An older hpd ignores the field, attaches as to any pid and says "started" all the same.
-  if (command && command->held_at_exec()) request["held_at_exec"] = true;
+  if (command && command->held_at_exec()) record_message["held_at_exec"] = true;
   StopSignals signals;
-  client.send(request, output.fd());
+  client.send(record_message, output.fd());
 
   ProgressLine progress(!args.quiet);
   const bool open_ended = args.duration_s <= 0;
@@ -382,7 +384,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
         p.duration_s = json_double(*message, "duration_s");
         p.samples = json_uint(*message, "samples");
         p.lost = json_uint(*message, "lost");
-        progress.update(format_record_progress(p, open_ended));
+        progress.update(session::format_record_progress(p, open_ended));
       } else if (type == "writing") {
         progress.update("hpd is symbolizing and writing " + args.output + "...");
       } else if (type == "done") {
@@ -400,8 +402,8 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
   progress.clear();
   output.commit();
 
-  RecordSummary summary =
-      record_summary_from_json(done->contains("summary") ? (*done)["summary"] : json::object());
+  session::RecordSummary summary =
+      session::record_summary_from_json(done->contains("summary") ? (*done)["summary"] : json::object());
   if (command) summary.command_exit_status = command->wait();
   if (!call_graph_reason.empty()) summary.call_graph_reason = call_graph_reason;
   if (args.print_report) {
@@ -412,13 +414,13 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
     print_report(compute_report(loaded.profile, report_options), std::cout, report_options);
     std::cout.flush();
   }
-  if (!args.quiet) print_record_summary(args, summary);
+  if (!args.quiet) print_record_summary(request, summary);
   // Like the command itself (and perf record): scripts see its failure, also after a Ctrl-C.
   return args.command.empty() ? 0 : summary.command_exit_status;
 }
 
 std::string format_bytes(uint64_t n) {
-  return human_bytes(n);
+  return session::human_bytes(n);
 }
 
 }  // namespace

@@ -19,8 +19,7 @@ import sys
 # The layer order, lowest first: THE one place it is written down (docs/architecture.md shows it).
 # A file may use its own layer and layers of a lower rank. Layers of one rank are siblings and must
 # not use each other. A path belongs to the layer of its longest matching prefix, so single files
-# can sit in a layer other than their folder's (hpctl and hpd's shared record pipeline still lives
-# in cli/ until it moves to session/).
+# could sit in a layer other than their folder's.
 LAYERS = [
     # rank, name, path prefixes (relative to the source root)
     (0, "base", ["base/"]),  # UniqueFd, hex, ELF + build-id, demangling
@@ -31,26 +30,15 @@ LAYERS = [
     (2, "symbolizer", ["symbolizer/"]),  # ELF/DWARF symbols, RawProfile -> Profile
     (3, "collect", ["collect/"]),  # the collection engine, MIP, call counts
     (4, "export", ["export/"]),  # Firefox, pprof, collapsed, report
-    (5, "session", ["session/", "cli/record_pipeline.", "cli/record_args_json.", "cli/mip_recording.",
-                    "cli/perf_map."]),  # what hpctl and hpd share
+    (5, "session", ["session/"]),  # what hpctl and hpd share: RecordRequest, the record pipeline
     (6, "daemon", ["daemon/"]),  # hpd: protocol, service, continuous profiling
     (7, "cli", ["cli/"]),  # hpctl
 ]
 
-# Known upward uses, each to be removed by the part of issue 20 that fixes it. Keys are
-# (using file, used file) for includes and (using target, used target) for links.
-ALLOWED = {
-    # The wire protocol is the command line's argument struct (RecordArgs, options as strings):
-    # the typed protocol of issue 20 (session/ + daemon protocol split) removes these.
-    ("daemon/include/hpd/service/protocol.h", "cli/commands.h"):
-        "issue 20: typed protocol, no CLI types in the daemon",
-    ("daemon/include/hpd/service/access.h", "cli/commands.h"):
-        "issue 20: typed protocol, no CLI types in the daemon",
-    ("cli/record_pipeline.h", "cli/commands.h"):
-        "issue 20: the record pipeline takes a typed RecordRequest, not hpctl's RecordArgs",
-    ("cli/record_args_json.h", "cli/commands.h"):
-        "issue 20: the record pipeline takes a typed RecordRequest, not hpctl's RecordArgs",
-}
+# Known upward uses, each with the reason it is allowed until removed. Keys are (using file, used
+# file) for includes and (using target, used target) for links. Empty since the typed RecordRequest
+# (session/) replaced hpctl's RecordArgs in the protocol.
+ALLOWED = {}
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".S")
 TARGET_COMMANDS = ("target_sources", "target_link_libraries", "target_include_directories",
@@ -158,8 +146,7 @@ def check_cmake(root, files, report):
             if command not in ("add_library", "add_executable", "add_custom_target") or not args:
                 continue
             layer = layer_of(f)
-            # A target is in the layer of its first source file (hpd_record_pipeline is defined in
-            # cli/CMakeLists.txt and made of session files), else of its folder.
+            # A target is in the layer of its first source file, else of its folder.
             for arg in args[1:]:
                 if arg.endswith(SOURCE_SUFFIXES):
                     src = arg.replace("${CMAKE_CURRENT_SOURCE_DIR}/", "")

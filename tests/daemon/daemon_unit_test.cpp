@@ -1,4 +1,4 @@
-// Unit tests of the hpd service's parts: protocol parsing and frames, RecordArgs as JSON, the
+// Unit tests of the hpd service's parts: protocol parsing and frames, RecordRequest as JSON, the
 // configuration file, access rules, systemd notification and socket activation.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@
 #include "hpd/service/protocol.h"
 #include "hpd/service/server.h"
 #include "hpd/service/systemd.h"
-#include "record_args_json.h"
+#include "hpd/session/record_json.h"
 
 namespace hpd::service {
 namespace {
@@ -53,7 +53,7 @@ TEST(Protocol, ParsesEveryRequestType) {
   EXPECT_EQ(record.record.pids[0], 42);
   EXPECT_EQ(record.record.frequency_hz, 99u);
   EXPECT_EQ(record.record.output, "x.hpr");
-  EXPECT_EQ(record.record.event, "task-clock");  // absent: the default
+  EXPECT_EQ(record.record.event, session::SamplingEvent::kTaskClock);  // absent: the default
   EXPECT_EQ(record.launched_command, (std::vector<std::string>{"./a", "b"}));
 }
 
@@ -102,62 +102,94 @@ TEST(Protocol, ErrorMessagesCarryCodeAndText) {
   EXPECT_TRUE(j["message"].get<std::string>().starts_with("no "));
 }
 
-TEST(RecordArgsJson, RoundTripsEveryField) {
-  cli::RecordArgs args;
+TEST(RecordRequestJson, RoundTripsEveryField) {
+  session::RecordRequest args;
   args.pids = {1, 2};
   args.command = {"a", "b c"};
   args.duration_s = 2.5;
   args.frequency_hz = 123;
   args.output = "o.json";
-  args.event = "cpu-clock";
-  args.kernel = "off";
-  args.backend = "perf";
+  args.event = session::SamplingEvent::kCpuClock;
+  args.kernel = session::Switch::kOff;
+  args.backend = session::BackendChoice::kPerf;
   args.all = true;
   args.cgroup = "x";
-  args.off_cpu = "on";
+  args.off_cpu = session::Switch::kOn;
   args.off_cpu_min_us = 7;
-  args.no_follow_children = true;
-  args.call_graph = "dwarf";
+  args.follow_children = false;
+  args.call_graph = session::CallGraphMode::kDwarf;
   args.stack_size = 4096;
-  args.mip = "off";
+  args.mip = session::Switch::kOff;
   args.calls = true;
-  args.calls_counter = "uprobes";
-  args.print_report = false;
-  args.report_limit = 3;
-  args.quiet = true;
-  const cli::RecordArgs back = cli::record_args_from_json(json::parse(cli::record_args_to_json(args).dump()));
+  args.calls_counter = session::CallCounterChoice::kUprobes;
+  const json wire = session::record_request_to_json(args);
+  const session::RecordRequest back = session::record_request_from_json(json::parse(wire.dump()));
   EXPECT_EQ(back.pids, args.pids);
   EXPECT_EQ(back.command, args.command);
   EXPECT_DOUBLE_EQ(back.duration_s, 2.5);
   EXPECT_EQ(back.frequency_hz, 123u);
   EXPECT_EQ(back.output, "o.json");
-  EXPECT_EQ(back.event, "cpu-clock");
-  EXPECT_EQ(back.kernel, "off");
-  EXPECT_EQ(back.backend, "perf");
+  EXPECT_EQ(back.event, session::SamplingEvent::kCpuClock);
+  EXPECT_EQ(back.kernel, session::Switch::kOff);
+  EXPECT_EQ(back.backend, session::BackendChoice::kPerf);
   EXPECT_TRUE(back.all);
   EXPECT_EQ(back.cgroup, "x");
-  EXPECT_EQ(back.off_cpu, "on");
+  EXPECT_EQ(back.off_cpu, session::Switch::kOn);
   EXPECT_EQ(back.off_cpu_min_us, 7u);
-  EXPECT_TRUE(back.no_follow_children);
-  EXPECT_EQ(back.call_graph, "dwarf");
+  EXPECT_FALSE(back.follow_children);
+  EXPECT_EQ(back.call_graph, session::CallGraphMode::kDwarf);
   EXPECT_TRUE(back.calls);
-  EXPECT_EQ(back.calls_counter, "uprobes");
+  EXPECT_EQ(back.calls_counter, session::CallCounterChoice::kUprobes);
   EXPECT_EQ(back.stack_size, 4096u);
-  EXPECT_EQ(back.mip, "off");
-  EXPECT_FALSE(back.print_report);
-  EXPECT_EQ(back.report_limit, 3u);
-  EXPECT_TRUE(back.quiet);
+  EXPECT_EQ(back.mip, session::Switch::kOff);
+  // The words on the wire are the command line's, as docs/protocol.md lists them.
+  EXPECT_EQ(wire["event"], "cpu-clock");
+  EXPECT_EQ(wire["kernel"], "off");
+  EXPECT_EQ(wire["backend"], "perf");
+  EXPECT_EQ(wire["off_cpu"], "on");
+  EXPECT_EQ(wire["no_follow_children"], true);
+  EXPECT_EQ(wire["call_graph"], "dwarf");
+  EXPECT_EQ(wire["mip"], "off");
+  EXPECT_EQ(wire["calls_counter"], "uprobes");
+  // Absent fields keep the defaults; follow_children stays on when "no_follow_children" is absent.
+  const session::RecordRequest empty = session::record_request_from_json(json::object());
+  EXPECT_TRUE(empty.follow_children);
+  EXPECT_EQ(empty.kernel, session::Switch::kAuto);
+  EXPECT_EQ(empty.call_graph, session::CallGraphMode::kAuto);
 }
 
-TEST(RecordArgsJson, SummaryRoundTrips) {
-  cli::RecordSummary s;
+TEST(RecordRequestJson, RefusesWordsNoChoiceHasNamingTheField) {
+  for (const char* field : {"event", "kernel", "backend", "off_cpu", "call_graph", "mip", "calls_counter"}) {
+    for (const json& value : {json("maybe"), json(1), json("ON")}) {
+      json args = json::object();
+      args[field] = value;
+      const json request = {{"version", 1}, {"type", "record"}, {"args", args}};
+      try {
+        parse_request(request.dump());
+        ADD_FAILURE() << field << " = " << value.dump() << " was accepted";
+      } catch (const ProtocolError& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
+        EXPECT_NE(std::string(e.what()).find(std::string("'") + field + "'"), std::string::npos) << e.what();
+      }
+    }
+  }
+  try {
+    session::record_request_from_json(json{{"call_graph", "lbr"}});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "field 'call_graph' must be auto, cfi, fp or dwarf");
+  }
+}
+
+TEST(RecordRequestJson, SummaryRoundTrips) {
+  session::RecordSummary s;
   s.mode = "daemon";
   s.samples = 77;
   s.seconds = 1.5;
   s.lost_records = 3;
   s.notes = {"a note"};
-  const cli::RecordSummary back =
-      cli::record_summary_from_json(json::parse(cli::record_summary_to_json(s).dump()));
+  const session::RecordSummary back =
+      session::record_summary_from_json(json::parse(session::record_summary_to_json(s).dump()));
   EXPECT_EQ(back.mode, "daemon");
   EXPECT_EQ(back.samples, 77u);
   EXPECT_DOUBLE_EQ(back.seconds, 1.5);
@@ -261,7 +293,7 @@ TEST(Access, ParsesProcStatus) {
 
 TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   const PeerCredentials nobody{1, 65534, 65534};
-  cli::RecordArgs args;
+  session::RecordRequest args;
   args.all = true;
   AccessDecision d = check_record_access(nobody, false, "hpd", args);
   EXPECT_FALSE(d.allowed);

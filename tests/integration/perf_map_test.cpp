@@ -4,9 +4,9 @@
 #include <cstring>
 #include <string>
 
-#include "perf_map.h"
+#include "hpd/session/perf_map.h"
 
-namespace hpd::cli {
+namespace hpd::session {
 namespace {
 
 TEST(PerfMap, ParsesLinesAndSkipsWhatIsNotOne) {
@@ -110,4 +110,4 @@ TEST(Jitdump, TruncatedOrForeignInputNeverCrashes) {
 }
 
 }  // namespace
-}  // namespace hpd::cli
+}  // namespace hpd::session

@@ -297,22 +297,22 @@ bool is_privileged_peer(const PeerCredentials& peer, const std::string& group) {
 }
 
 AccessDecision check_record_access(const PeerCredentials& peer, bool privileged, const std::string& group,
-                                   const cli::RecordArgs& args) {
+                                   const session::RecordRequest& request) {
   if (privileged) return {true, ""};
-  if (args.all) {
+  if (request.all) {
     return {false, "recording every process (--all) is reserved to root and the '" + group + "' group; " +
                        join_group_advice(group)};
   }
-  if (!args.cgroup.empty()) {
+  if (!request.cgroup.empty()) {
     return {false, "recording a cgroup (--cgroup) is reserved to root and the '" + group + "' group; " +
                        join_group_advice(group)};
   }
-  if (!args.command.empty()) {
+  if (!request.command.empty()) {
     return {false,
             "hpd does not start commands for a client: hpctl starts the command itself and asks hpd to "
             "record its pid (update hpctl)"};
   }
-  for (const int32_t pid : args.pids) {
+  for (const int32_t pid : request.pids) {
     const AccessDecision target = may_read_process(peer, pid);
     if (target.allowed) continue;
     if (target.reason.starts_with("no process")) return target;

@@ -12,7 +12,7 @@
 #include <system_error>
 #include <utility>
 
-#include "record_args_json.h"
+#include "hpd/session/record_json.h"
 
 namespace hpd::service {
 namespace {
@@ -41,7 +41,7 @@ void parse_record(const json& j, Request& request) {
   if (args == nullptr) throw ProtocolError(ErrorCode::kBadRequest, "a record request needs \"args\"");
   if (!args->is_object()) throw ProtocolError(ErrorCode::kBadRequest, "\"args\" must be a JSON object");
   try {
-    request.record = cli::record_args_from_json(*args);
+    request.record = session::record_request_from_json(*args);
   } catch (const std::invalid_argument& e) {
     throw ProtocolError(ErrorCode::kBadRequest, std::string("record args: ") + e.what());
   }

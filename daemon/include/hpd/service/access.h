@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "commands.h"
 #include "hpd/model/raw_profile.h"
+#include "hpd/session/record_request.h"
 
 namespace hpd::service {
 
@@ -67,10 +67,10 @@ struct AccessDecision {
 // refused. `pidfd`, when given, receives that descriptor (owned by the caller) for a later re-check.
 AccessDecision may_read_process(const PeerCredentials& peer, pid_t pid, int* pidfd = nullptr);
 
-// Whether `peer` may record what `args` names. Privileged peers may record anything; others only
+// Whether `peer` may record what `request` names. Privileged peers may record anything; others only
 // processes may_read_process() allows, never --all or --cgroup.
 AccessDecision check_record_access(const PeerCredentials& peer, bool privileged, const std::string& group,
-                                   const cli::RecordArgs& args);
+                                   const session::RecordRequest& request);
 
 // For a session of an unprivileged peer: why a recorded process is no longer the peer's to record,
 // or "" when every one still is. Every live process the recording follows (except those the recorder

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "commands.h"
+#include "hpd/session/record_request.h"
 
 namespace hpd::service {
 
@@ -51,7 +51,7 @@ struct Request {
   RequestType type = RequestType::kHello;
   std::string client;                         // hello: "hpctl 0.1.0"
   uint64_t session = 0;                       // stop: the session id; 0 = the session of this connection
-  cli::RecordArgs record;                     // record
+  session::RecordRequest record;              // record
   bool record_has_fd = false;                 // record: the output descriptor is attached to this message
   std::vector<std::string> launched_command;  // record: the command the client started, for the title
   // record: the one pid is the client's child, stopped (traced) right after its exec, before its first

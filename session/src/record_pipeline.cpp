@@ -1,7 +1,5 @@
-// The recording pipeline hpctl and hpd share: options from RecordArgs, output to a path or a descriptor.
-#include "record_pipeline.h"
-
-#include "hpd/model/output_write.h"
+// The record pipeline hpctl and hpd share: options from a RecordRequest, output to a path or a descriptor.
+#include "hpd/session/record_pipeline.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -16,12 +14,13 @@
 
 #include "hpd/capture/capture.h"
 #include "hpd/export/firefox.h"
+#include "hpd/model/output_write.h"
+#include "hpd/session/perf_map.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "mip_recording.h"
-#include "perf_map.h"
 
-namespace hpd::cli {
+namespace hpd::session {
 namespace {
 
 bool ends_with(const std::string& s, const char* suffix) {
@@ -29,10 +28,51 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-KernelFrames parse_kernel(const std::string& s) {
-  if (s == "on") return KernelFrames::kOn;
-  if (s == "off") return KernelFrames::kOff;
+// The request's words mapped onto the recorder's own choices (the recorder does not know the request).
+KernelFrames kernel_frames(Switch kernel) {
+  switch (kernel) {
+    case Switch::kOn: return KernelFrames::kOn;
+    case Switch::kOff: return KernelFrames::kOff;
+    case Switch::kAuto: break;
+  }
   return KernelFrames::kAuto;
+}
+
+OffCpu off_cpu(Switch off_cpu) {
+  switch (off_cpu) {
+    case Switch::kOn: return OffCpu::kOn;
+    case Switch::kOff: return OffCpu::kOff;
+    case Switch::kAuto: break;
+  }
+  return OffCpu::kAuto;
+}
+
+Backend backend(BackendChoice backend) {
+  switch (backend) {
+    case BackendChoice::kBpf: return Backend::kBpf;
+    case BackendChoice::kPerf: return Backend::kPerf;
+    case BackendChoice::kAuto: break;
+  }
+  return Backend::kAuto;
+}
+
+CallGraph call_graph(CallGraphMode mode) {
+  switch (mode) {
+    case CallGraphMode::kCfi: return CallGraph::kCfi;
+    case CallGraphMode::kFp: return CallGraph::kFp;
+    case CallGraphMode::kDwarf: return CallGraph::kDwarf;
+    case CallGraphMode::kAuto: break;
+  }
+  return CallGraph::kAuto;
+}
+
+CallCounterKind call_counter(CallCounterChoice counter) {
+  switch (counter) {
+    case CallCounterChoice::kRuntime: return CallCounterKind::kRuntime;
+    case CallCounterChoice::kUprobes: return CallCounterKind::kUprobes;
+    case CallCounterChoice::kAuto: break;
+  }
+  return CallCounterKind::kAuto;
 }
 
 CaptureWriterOptions capture_options() {
@@ -58,39 +98,32 @@ std::string cgroup_option(std::string cgroup) {
 
 }  // namespace
 
-RecordOptions record_options_from_args(const RecordArgs& args) {
-  if (!args.pids.empty() && !args.command.empty()) {
+RecordOptions record_options_from_request(const RecordRequest& request) {
+  if (!request.pids.empty() && !request.command.empty()) {
     throw std::runtime_error("give either --pid or a command after --, not both");
   }
-  if (args.pids.empty() && args.command.empty() && !args.all && args.cgroup.empty()) {
+  if (request.pids.empty() && request.command.empty() && !request.all && request.cgroup.empty()) {
     throw std::runtime_error(
         "nothing to record: give --pid PID, --all, --cgroup PATH, or a command after -- (hpctl record -- "
         "./app)");
   }
   RecordOptions options;
-  options.pids = args.pids;
-  options.command = args.command;
-  options.duration_s = args.duration_s;
-  options.frequency_hz = args.frequency_hz;
-  options.event = args.event;
-  options.kernel = parse_kernel(args.kernel);
-  options.backend = args.backend == "bpf"    ? Backend::kBpf
-                    : args.backend == "perf" ? Backend::kPerf
-                                             : Backend::kAuto;
-  options.all_processes = args.all;
-  options.cgroup = cgroup_option(args.cgroup);
-  options.off_cpu = args.off_cpu == "on" ? OffCpu::kOn : args.off_cpu == "off" ? OffCpu::kOff : OffCpu::kAuto;
-  options.off_cpu_min_us = args.off_cpu_min_us;
-  options.follow_children = !args.no_follow_children;
-  options.call_graph = args.call_graph == "fp"      ? CallGraph::kFp
-                       : args.call_graph == "dwarf" ? CallGraph::kDwarf
-                       : args.call_graph == "cfi"   ? CallGraph::kCfi
-                                                    : CallGraph::kAuto;
-  options.stack_copy_bytes = args.stack_size;
-  options.count_calls = args.calls;
-  options.call_counter = args.calls_counter == "runtime"   ? CallCounterKind::kRuntime
-                         : args.calls_counter == "uprobes" ? CallCounterKind::kUprobes
-                                                           : CallCounterKind::kAuto;
+  options.pids = request.pids;
+  options.command = request.command;
+  options.duration_s = request.duration_s;
+  options.frequency_hz = request.frequency_hz;
+  options.event = to_string(request.event);
+  options.kernel = kernel_frames(request.kernel);
+  options.backend = backend(request.backend);
+  options.all_processes = request.all;
+  options.cgroup = cgroup_option(request.cgroup);
+  options.off_cpu = off_cpu(request.off_cpu);
+  options.off_cpu_min_us = request.off_cpu_min_us;
+  options.follow_children = request.follow_children;
+  options.call_graph = call_graph(request.call_graph);
+  options.stack_copy_bytes = request.stack_size;
+  options.count_calls = request.calls;
+  options.call_counter = call_counter(request.calls_counter);
   return options;
 }
 
@@ -152,15 +185,16 @@ bool is_gzip_output(const std::string& name) {
   return ends_with(name, ".gz");
 }
 
-RecordingOutput::RecordingOutput(const RecordArgs& args) : args_(args) {
+RecordingOutput::RecordingOutput(const RecordRequest& request) : request_(request) {
   // A capture file (.hpr) is streamed while recording: a crash loses at most the last quarter second.
-  if (is_capture_output(args.output))
-    capture_ = std::make_unique<CaptureWriter>(args.output, capture_options());
+  if (is_capture_output(request.output))
+    capture_ = std::make_unique<CaptureWriter>(request.output, capture_options());
 }
 
-RecordingOutput::RecordingOutput(const RecordArgs& args, int fd) : args_(args), fd_(fd), from_fd_(true) {
-  if (is_capture_output(args.output)) {
-    capture_ = std::make_unique<CaptureWriter>(std::exchange(fd_, -1), args.output, capture_options());
+RecordingOutput::RecordingOutput(const RecordRequest& request, int fd)
+    : request_(request), fd_(fd), from_fd_(true) {
+  if (is_capture_output(request.output)) {
+    capture_ = std::make_unique<CaptureWriter>(std::exchange(fd_, -1), request.output, capture_options());
   }
 }
 
@@ -181,8 +215,9 @@ void RecordingOutput::attach(RecordOptions& options) {
     };
   }
   // MIP counts: by default of targets that carry a MIP section; with --all or --cgroup only when asked.
-  if (args_.mip == "on" || (args_.mip == "auto" && !args_.all && args_.cgroup.empty())) {
-    mip_ = std::make_unique<MipRecording>(args_.mip == "on");
+  if (request_.mip == Switch::kOn ||
+      (request_.mip == Switch::kAuto && !request_.all && request_.cgroup.empty())) {
+    mip_ = std::make_unique<MipRecording>(request_.mip == Switch::kOn);
     options.on_flush = [previous = std::move(options.on_flush), this](const RawProfile& raw) {
       if (previous) previous(raw);
       mip_->on_flush(raw);
@@ -207,11 +242,11 @@ Profile RecordingOutput::finish(RecordResult& result) {
   Profile profile = symbolize_profile(result.profile, symbolizer, convert_options);
   if (!capture_) {
     if (fd_ >= 0) {
-      write_firefox_fd(profile, fd_, is_gzip_output(args_.output));
+      write_firefox_fd(profile, fd_, is_gzip_output(request_.output));
       const int fd = std::exchange(fd_, -1);
-      if (::close(fd) != 0) throw std::runtime_error("closing '" + args_.output + "' failed");
+      if (::close(fd) != 0) throw std::runtime_error("closing '" + request_.output + "' failed");
     } else {
-      write_firefox_file(profile, args_.output);
+      write_firefox_file(profile, request_.output);
     }
   }
   return profile;
@@ -223,7 +258,7 @@ void RecordingOutput::abandon() {
   // A client's descriptor: the client removes its own file.
   if (from_fd_) return;
   std::error_code ec;
-  std::filesystem::remove(args_.output, ec);
+  std::filesystem::remove(request_.output, ec);
 }
 
 const std::vector<std::string>& RecordingOutput::mip_notes() const {
@@ -319,48 +354,4 @@ std::string human_bytes(uint64_t n) {
   return buf;
 }
 
-void print_record_summary(const RecordArgs& args, const RecordSummary& s) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(args.output, ec);
-  std::fprintf(stderr, "hpctl: %llu samples (on- and off-CPU) from %llu threads in %.2f s (%s backend, %s)",
-               static_cast<unsigned long long>(s.samples), static_cast<unsigned long long>(s.threads),
-               s.seconds, s.backend.c_str(), s.mode == "daemon" ? "recorded by hpd" : "recorded locally");
-  if (s.lost_records != 0 || s.throttle_events != 0) {
-    std::fprintf(stderr, " (lost %llu records, %llu throttles)",
-                 static_cast<unsigned long long>(s.lost_records),
-                 static_cast<unsigned long long>(s.throttle_events));
-  }
-  if (s.capture) {
-    std::fprintf(stderr, "\nhpctl: wrote %s (%s). Convert it with `hpctl convert %s -o profile.json.gz`.\n",
-                 args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
-  } else {
-    std::fprintf(stderr, "\nhpctl: wrote %s (%s). Open it in the Firefox Profiler with `hpctl open %s`.\n",
-                 args.output.c_str(), human_bytes(ec ? 0 : size).c_str(), args.output.c_str());
-  }
-  std::fprintf(stderr, "hpctl: call graph: %s", s.call_graph.c_str());
-  if (s.call_graph == "dwarf") std::fprintf(stderr, " (%u-byte stack copies)", s.stack_copy_bytes);
-  if (!s.call_graph_reason.empty()) std::fprintf(stderr, "; auto: %s", s.call_graph_reason.c_str());
-  std::fprintf(stderr, "\n");
-  if (!s.backend_fallback_reason.empty() && args.backend == "auto") {
-    std::fprintf(stderr, "hpctl: note: used perf_event, not eBPF: %s\n", s.backend_fallback_reason.c_str());
-  }
-  for (const std::string& note : s.notes) std::fprintf(stderr, "hpctl: %s\n", note.c_str());
-  if (s.mip_enabled) {
-    if (s.mip_snapshots_kept != 0) {
-      std::fprintf(stderr,
-                   "hpctl: MIP: %llu snapshot(s) kept of %llu taken; counts are the last taken before exit\n",
-                   static_cast<unsigned long long>(s.mip_snapshots_kept),
-                   static_cast<unsigned long long>(s.mip_snapshots_taken));
-    } else if (args.mip == "on") {
-      std::fprintf(stderr, "hpctl: MIP: no target had a readable __llvm_mipraw section\n");
-    }
-  }
-  if (s.samples == 0) {
-    std::fprintf(stderr, "hpctl: warning: no samples were taken; the target used no CPU while recorded\n");
-  }
-  if (!args.command.empty() && s.command_exit_status != 0) {
-    std::fprintf(stderr, "hpctl: note: the command exited with status %d\n", s.command_exit_status);
-  }
-}
-
-}  // namespace hpd::cli
+}  // namespace hpd::session

@@ -6,7 +6,7 @@
 
 #include "hpd/mip/mip.h"
 
-namespace hpd::cli {
+namespace hpd::session {
 namespace {
 
 RawMipSnapshot to_raw(const mip::Module& m, int32_t pid, uint64_t time_ns) {
@@ -110,4 +110,4 @@ void MipRecording::finish(RawProfile& raw) {
   kept_.clear();
 }
 
-}  // namespace hpd::cli
+}  // namespace hpd::session

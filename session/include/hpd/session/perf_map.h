@@ -7,7 +7,7 @@
 
 #include "hpd/model/raw_profile.h"
 
-namespace hpd::cli {
+namespace hpd::session {
 
 // Parses perf-map text ("START SIZE NAME" per line, hex without 0x, as perf reads it) into symbols of
 // `pid`, in file order. Lines that do not parse are skipped; their number goes to *bad_lines.
@@ -29,4 +29,4 @@ bool parse_jitdump(const std::string& bytes, int32_t pid, std::vector<RawJitSymb
 // directory while it lives. Returns one note per process whose dump was read.
 std::vector<std::string> read_jitdumps(RawProfile& profile);
 
-}  // namespace hpd::cli
+}  // namespace hpd::session

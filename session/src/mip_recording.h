@@ -14,7 +14,7 @@ namespace hpd::mip {
 class LiveReader;
 }
 
-namespace hpd::cli {
+namespace hpd::session {
 
 class MipRecording {
  public:
@@ -55,4 +55,4 @@ class MipRecording {
   size_t taken_ = 0;
 };
 
-}  // namespace hpd::cli
+}  // namespace hpd::session

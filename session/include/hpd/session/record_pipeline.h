@@ -1,5 +1,6 @@
-// What `hpctl record` and hpd share: RecordArgs to RecordOptions, the output (a capture streamed while
-// recording, or a Firefox profile written at the end, into a path or a client's descriptor), the summary.
+// The record pipeline hpctl and hpd share: RecordRequest to RecordOptions, the output (a capture streamed
+// while recording, or a Firefox profile written at the end, into a path or a client's descriptor), the
+// summary.
 #pragma once
 
 #include <cstdint>
@@ -7,22 +8,23 @@
 #include <string>
 #include <vector>
 
-#include "commands.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/model/profile.h"
+#include "hpd/session/record_request.h"
+#include "hpd/session/record_summary.h"
 
 namespace hpd {
 class CaptureWriter;
 }
 
-namespace hpd::cli {
+namespace hpd::session {
 
 class MipRecording;
 
-// The recorder's options for `args`, without stop flag or callbacks. Throws std::runtime_error for
+// The recorder's options for `request`, without stop flag or callbacks. Throws std::runtime_error for
 // contradictory or missing targets ("nothing to record: ..."); the recorder's own checks
 // (validate_record_options) come on top.
-RecordOptions record_options_from_args(const RecordArgs& args);
+RecordOptions record_options_from_request(const RecordRequest& request);
 
 // Refuses an output path that cannot be written, before anything is recorded (std::runtime_error).
 void check_output_writable(const std::string& output);
@@ -38,10 +40,10 @@ bool is_gzip_output(const std::string& name);
 // finish() with the result.
 class RecordingOutput {
  public:
-  // Writes `args.output` (a path; the Firefox profile is replaced atomically).
-  explicit RecordingOutput(const RecordArgs& args);
-  // Writes into `fd`, which it owns; `args.output` only names the format.
-  RecordingOutput(const RecordArgs& args, int fd);
+  // Writes `request.output` (a path; the Firefox profile is replaced atomically).
+  explicit RecordingOutput(const RecordRequest& request);
+  // Writes into `fd`, which it owns; `request.output` only names the format.
+  RecordingOutput(const RecordRequest& request, int fd);
   ~RecordingOutput();
   RecordingOutput(const RecordingOutput&) = delete;
   RecordingOutput& operator=(const RecordingOutput&) = delete;
@@ -62,7 +64,7 @@ class RecordingOutput {
   [[nodiscard]] const std::vector<std::string>& jit_notes() const { return jit_notes_; }
 
  private:
-  RecordArgs args_;
+  RecordRequest request_;
   int fd_ = -1;  // owned until handed to the capture writer or closed after the Firefox profile
   bool from_fd_ = false;
   std::unique_ptr<CaptureWriter> capture_;
@@ -71,35 +73,10 @@ class RecordingOutput {
   std::vector<std::string> jit_notes_;
 };
 
-// What the user is told after a recording, the same whether hpctl or hpd recorded.
-struct RecordSummary {
-  std::string mode = "local";  // "local" or "daemon": who recorded
-  uint64_t samples = 0;
-  uint64_t threads = 0;
-  double seconds = 0;
-  std::string backend;
-  uint64_t lost_records = 0;
-  uint64_t throttle_events = 0;
-  std::string call_graph;  // "cfi", "fp", "dwarf"
-  uint32_t stack_copy_bytes = 0;
-  std::string call_graph_reason;
-  std::string backend_fallback_reason;
-  bool capture = false;
-  bool mip_enabled = false;
-  uint64_t mip_snapshots_kept = 0;
-  uint64_t mip_snapshots_taken = 0;
-  int command_exit_status = 0;
-  // Lines for the user beyond the fixed ones (MIP notes, a limit that ended the session).
-  std::vector<std::string> notes;
-};
-
 RecordSummary summarize_recording(const RecordResult& result, const Profile& profile,
                                   const RecordingOutput& output);
-
-// Prints the summary lines ("hpctl: N samples ...") on stderr, as `hpctl record` always has.
-void print_record_summary(const RecordArgs& args, const RecordSummary& summary);
 
 // "12.3 MiB"
 std::string human_bytes(uint64_t n);
 
-}  // namespace hpd::cli
+}  // namespace hpd::session

@@ -1,6 +1,6 @@
 // Reading the files JIT runtimes write for profilers (/tmp/perf-PID.map, jit-PID.dump) into
 // RawProfile::jit_symbols.
-#include "perf_map.h"
+#include "hpd/session/perf_map.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <unordered_map>
 
-namespace hpd::cli {
+namespace hpd::session {
 namespace {
 
 constexpr off_t kMaxMapBytes = off_t{256} << 20;
@@ -185,4 +185,4 @@ std::vector<std::string> read_jitdumps(RawProfile& profile) {
   return notes;
 }
 
-}  // namespace hpd::cli
+}  // namespace hpd::session

@@ -1,0 +1,455 @@
+// hpd's record request: checks and limits, the session, the recording thread and the watch on the client.
+#include <fcntl.h>
+#include <malloc.h>
+#include <poll.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "connection.h"
+#include "daemon.h"
+#include "hpd/service/server.h"
+#include "hpd/session/record_json.h"
+#include "hpd/session/record_pipeline.h"
+
+namespace hpd::service {
+namespace {
+
+using nlohmann::json;
+
+std::string join_words(const std::vector<std::string>& words) {
+  std::string text;
+  for (const std::string& w : words) text += (text.empty() ? "" : " ") + w;
+  return text;
+}
+
+// A record request's held_at_exec claim checked against the kernel: its one pid must be a child of
+// the client, stopped by the client's ptrace (right after its exec, hpctl's HeldCommand). Empty when
+// it holds; else why not. Only then is the process treated as a launched command.
+std::string held_at_exec_problem(const session::RecordRequest& args, pid_t client_pid) {
+  if (args.pids.size() != 1) return "\"held_at_exec\" needs exactly one pid";
+  const std::string pid = std::to_string(args.pids.front());
+  std::ifstream in("/proc/" + pid + "/status");
+  std::string line;
+  long parent = -1, tracer = -1;
+  char state = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("State:", 0) == 0 && line.size() > 7) state = line[line.find_first_not_of(" \t", 6)];
+    if (line.rfind("PPid:", 0) == 0) parent = std::strtol(line.c_str() + 5, nullptr, 10);
+    if (line.rfind("TracerPid:", 0) == 0) tracer = std::strtol(line.c_str() + 10, nullptr, 10);
+  }
+  if (parent != client_pid || tracer != client_pid || state != 't')
+    return "\"held_at_exec\": pid " + pid + " is not a child the client holds stopped at its exec";
+  return "";
+}
+
+std::string describe_target(const session::RecordRequest& args, const std::vector<std::string>& launched) {
+  if (!launched.empty()) return join_words(launched);
+  if (args.all) return "all processes";
+  if (!args.cgroup.empty()) return "cgroup " + args.cgroup;
+  std::string text = "pid";
+  for (const int32_t pid : args.pids) text += " " + std::to_string(pid);
+  return text;
+}
+
+// A duration of 0 (until the targets exit) or above max_duration_s becomes max_duration_s; a note says
+// so when one was asked for.
+void apply_duration_limit(session::RecordRequest& args, const Config& config,
+                          std::vector<std::string>& notes) {
+  if (args.duration_s <= 0 || args.duration_s > config.max_duration_s) {
+    if (args.duration_s > 0) {
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    "note: hpd records at most %.0f s (max_duration_s in hpd.conf); asked for %.0f s",
+                    config.max_duration_s, args.duration_s);
+      notes.push_back(text);
+    }
+    args.duration_s = config.max_duration_s;
+  }
+}
+
+}  // namespace
+
+// The steps, in order: the output descriptor, access and limits, the recorder's options, the session,
+// then the recording in its own thread while this one watches the client.
+void Connection::handle_record(const Request& request, Frame& frame) {
+  UniqueFd output = take_record_output(request, frame);
+  if (!output) return;
+  const Config config = daemon_.config();
+  session::RecordRequest args = request.record;
+  std::vector<std::string> notes;
+  if (!authorize_recording(args, config, notes)) return;
+  apply_duration_limit(args, config, notes);
+  std::optional<RecordOptions> options = recorder_options(request, args);
+  if (!options) return;
+  const std::shared_ptr<Session> session = open_session(request, args, config);
+  if (!session) return;
+
+  // The recording runs in its own thread; this one watches the client for a stop or a disconnect.
+  std::atomic<bool> client_gone{false};
+  std::atomic<bool> finished{false};
+  std::atomic<bool> replied{false};  // the final reply (done or error) went out: EOF is no longer a loss
+  const uint64_t memory_limit = config.max_session_memory_mb << 20;
+  std::thread recorder([&, fd = output.release()]() mutable {
+    record_in_thread(session, args, std::move(*options), fd, request.launched_command, std::move(notes),
+                     memory_limit, client_gone, replied);
+    finished.store(true);
+  });
+  watch_client_while_recording(*session, finished, client_gone, replied);
+  recorder.join();
+  end_session(*session, client_gone.load());
+}
+
+UniqueFd Connection::take_record_output(const Request& request, Frame& frame) {
+  UniqueFd output(frame.take_fd());
+  if (daemon_.stopping()) {
+    send_error(ErrorCode::kShuttingDown, "hpd is stopping; try again when it is back");
+    return {};
+  }
+  if (!request.record_has_fd || !output) {
+    send_error(
+        ErrorCode::kBadRequest,
+        "no output descriptor came with the record request: open the output file and send its descriptor "
+        "with the request (SCM_RIGHTS), with \"fd\": true");
+    return {};
+  }
+  const int flags = ::fcntl(output.get(), F_GETFL);
+  if (flags < 0 || ((flags & O_ACCMODE) != O_WRONLY && (flags & O_ACCMODE) != O_RDWR)) {
+    send_error(ErrorCode::kBadRequest, "the output descriptor is not open for writing");
+    return {};
+  }
+  // An output that is not a regular file (a pipe, a FIFO, a socket) may have a reader that stops
+  // reading: written without blocking, a write waits for it only client_timeout (write_output_fully).
+  if (struct stat st{}; ::fstat(output.get(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::fcntl(output.get(), F_SETFL, flags | O_NONBLOCK);
+  }
+  return output;
+}
+
+bool Connection::authorize_recording(session::RecordRequest& args, const Config& config,
+                                     std::vector<std::string>& notes) {
+  const AccessDecision access = check_record_access(peer_, privileged_, config.group, args);
+  if (!access.allowed) {
+    log_refusal("a recording", access.reason);
+    send_error(ErrorCode::kPermissionDenied, access.reason);
+    return false;
+  }
+  if (args.frequency_hz > config.max_frequency_hz) {
+    log_refusal("a recording", "-F " + std::to_string(args.frequency_hz) + " is above max_frequency_hz");
+    send_error(ErrorCode::kLimit, "-F " + std::to_string(args.frequency_hz) +
+                                      " is above this hpd's limit of " +
+                                      std::to_string(config.max_frequency_hz) +
+                                      " Hz (max_frequency_hz in hpd.conf); ask for less");
+    return false;
+  }
+  if (!privileged_) {
+    const std::string no_kernel =
+        kernel_frames_refusal(peer_, read_kernel_sysctl("kernel/perf_event_paranoid", 2),
+                              read_kernel_sysctl("kernel/kptr_restrict", 2));
+    if (!no_kernel.empty()) {
+      if (args.kernel == session::Switch::kOn) {
+        log_refusal("kernel frames (--kernel)", no_kernel);
+        send_error(ErrorCode::kPermissionDenied, "kernel call stacks are not yours to have: " + no_kernel +
+                                                     "; record without --kernel, or " +
+                                                     "ask an administrator to add you to the '" +
+                                                     config.group + "' group");
+        return false;
+      }
+      if (args.kernel != session::Switch::kOff)
+        notes.push_back("note: no kernel frames: " + no_kernel + " (as perf would)");
+      args.kernel = session::Switch::kOff;
+    }
+  }
+  return true;
+}
+
+std::optional<RecordOptions> Connection::recorder_options(const Request& request,
+                                                          const session::RecordRequest& args) {
+  RecordOptions options;
+  try {
+    options = session::record_options_from_request(args);
+    if (!privileged_) {
+      options.restrict_to_client = true;
+      options.client_uid = peer_.uid;
+      options.client_gid = peer_.gid;
+    }
+    validate_record_options(options);
+  } catch (const RecordError& e) {
+    send_error(ErrorCode::kRecordFailed, e.what());
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    send_error(ErrorCode::kBadRequest, e.what());
+    return std::nullopt;
+  }
+  if (request.held_at_exec) {
+    if (const std::string problem = held_at_exec_problem(args, peer_.pid); !problem.empty()) {
+      send_error(ErrorCode::kBadRequest, problem);
+      return std::nullopt;
+    }
+    options.pid_held_at_exec = true;
+  }
+
+  return options;
+}
+
+std::shared_ptr<Session> Connection::open_session(const Request& request, const session::RecordRequest& args,
+                                                  const Config& config) {
+  auto session = std::make_shared<Session>();
+  session->uid = peer_.uid;
+  session->client_pid = peer_.pid;
+  session->target = describe_target(args, request.launched_command);
+  session->output = args.output;
+  session->started_unix_ns = now_ns(CLOCK_REALTIME);
+  session->started_mono_ns = now_ns(CLOCK_MONOTONIC);
+  if (const std::string full =
+          daemon_.sessions().add(session, config.max_sessions, config.max_sessions_per_user);
+      !full.empty()) {
+    log_refusal("a recording", full);
+    send_error(ErrorCode::kLimit, full);
+    return nullptr;
+  }
+  log_info("session " + std::to_string(session->id) + " for uid " + std::to_string(peer_.uid) + ": " +
+           session->target);
+  json accepted = reply_message("accepted");
+  accepted["session"] = session->id;
+  send(accepted);
+  return session;
+}
+
+// Until the recording thread ends: a stop from the client or from hpd's shutdown stops the session; a
+// client gone (closed, or taking none of its replies) ends it and gets nothing. Other requests on this
+// connection are served meanwhile, except another record.
+void Connection::watch_client_while_recording(Session& session, const std::atomic<bool>& finished,
+                                              std::atomic<bool>& client_gone,
+                                              const std::atomic<bool>& replied) {
+  bool reading = true;
+  while (!finished.load()) {
+    if (daemon_.stopping()) session.stop.store(true);
+    if (lost_.load() && !client_gone.load()) {
+      // The client takes none of its replies: it is gone, and its session ends now.
+      log_info("session " + std::to_string(session.id) + ": the client does not read its replies; ending it");
+      client_gone.store(true);
+      session.stop.store(true);
+      reading = false;
+    }
+    if (!reading) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    pollfd p{socket_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    Frame next;
+    Request inner;
+    try {
+      if (read_frame(socket_.get(), next) == ReadResult::kClosed) {
+        if (replied.load()) {
+          reading = false;
+          continue;
+        }
+        client_gone.store(true);
+      } else {
+        inner = parse_request(next.payload);
+      }
+    } catch (const ProtocolError& e) {
+      send_error(e.code(), e.what());
+      if (e.code() == ErrorCode::kTruncated || e.code() == ErrorCode::kTooLarge)
+        client_gone.store(true);
+      else
+        continue;
+    } catch (const std::exception&) {
+      client_gone.store(true);
+    }
+    if (client_gone.load()) {
+      log_info("session " + std::to_string(session.id) + ": the client went away; ending it");
+      session.stop.store(true);
+      reading = false;
+      continue;
+    }
+    if (inner.type == RequestType::kStop && (inner.session == 0 || inner.session == session.id)) {
+      session.stop.store(true);
+    } else if (inner.type == RequestType::kRecord) {
+      send_error(ErrorCode::kBadRequest, "this connection is recording session " +
+                                             std::to_string(session.id) +
+                                             "; open another connection for another recording");
+    } else {
+      handle(inner, next);
+    }
+  }
+}
+
+void Connection::end_session(Session& session, bool client_gone) {
+  daemon_.sessions().remove(session);
+  if (client_gone) {
+    std::lock_guard lock(send_mutex_);
+    gone_ = true;
+  }
+  // Recording threads leave freed memory in their malloc arenas; give it back.
+  ::malloc_trim(0);
+  log_info("session " + std::to_string(session.id) + " ended: " + std::to_string(session.samples.load()) +
+           " samples, " + std::to_string(session.lost.load()) + " lost");
+}
+
+// The recording thread: the recorder's callbacks (the "started" and "progress" replies, the memory
+// limit, the privilege watch), record(), then the profile delivered or discarded.
+void Connection::record_in_thread(const std::shared_ptr<Session>& session, session::RecordRequest args,
+                                  RecordOptions options, int fd, std::vector<std::string> launched,
+                                  std::vector<std::string> notes, uint64_t memory_limit,
+                                  std::atomic<bool>& client_gone, std::atomic<bool>& replied) {
+  bool announced = false;
+  // The client releases a command it holds once the events are attached: the recorder's first
+  // callback comes from its sampling loop.
+  auto announce = [&] {
+    if (announced) return;
+    announced = true;
+    json started = reply_message("started");
+    started["session"] = session->id;
+    send(started);
+  };
+  // Before the first sample is read: the held command runs its first instruction under the events.
+  options.on_attached = announce;
+  bool memory_exceeded = false;
+  // An unprivileged peer may record only what runs as itself: a target that gains privileges (a
+  // set-user-ID exec) ends the session, and nothing recorded is handed over.
+  std::string privilege_reason;
+  // A live process found unreadable in one snapshot is judged on the next (250 ms on, or the final
+  // one): refused unless by then the recorder has read its exec record and stopped following it,
+  // whether or not it still lives. Until then nothing more reaches the client's file.
+  PrivilegeFinding unconfirmed;
+  auto check_privileges = [&](const RawProfile& raw, bool final) {
+    if (privileged_ || !privilege_reason.empty()) return;
+    if (unconfirmed.live_pid != 0) {
+      const RawProcess* process = raw.find_process(unconfirmed.live_pid);
+      if (process == nullptr || process->unfollowed_ns == 0) {
+        privilege_reason = std::move(unconfirmed.reason);
+        session->stop.store(true);
+        return;
+      }
+      unconfirmed = {};
+    }
+    PrivilegeFinding finding = privilege_gained(peer_, raw);
+    if (finding.reason.empty()) return;
+    if (finding.live_pid != 0 && !final) {
+      unconfirmed = std::move(finding);
+      return;
+    }
+    privilege_reason = std::move(finding.reason);
+    session->stop.store(true);
+  };
+  try {
+    session::RecordingOutput output(args, fd);
+    options.stop = &session->stop;
+    options.on_flush = [&](const RawProfile& raw) {
+      const uint64_t bytes = estimate_profile_bytes(raw);
+      session->memory_bytes.store(bytes);
+      if (bytes > memory_limit && !memory_exceeded) {
+        memory_exceeded = true;
+        session->stop.store(true);
+      }
+      announce();
+    };
+    output.attach(options);
+    // Checked before the output's own flush (a streamed .hpr): once a target gained privileges,
+    // nothing more reaches the client's file.
+    options.on_flush = [inner = std::move(options.on_flush), &check_privileges, &privilege_reason,
+                        &unconfirmed](const RawProfile& raw) {
+      check_privileges(raw, false);
+      if (privilege_reason.empty() && unconfirmed.live_pid == 0) inner(raw);
+    };
+    options.on_progress = [&](const RecordProgress& p) {
+      announce();
+      session->samples.store(p.samples);
+      session->lost.store(p.lost);
+      json progress = reply_message("progress");
+      progress["elapsed_s"] = p.elapsed_s;
+      progress["duration_s"] = p.duration_s;
+      progress["samples"] = p.samples;
+      progress["lost"] = p.lost;
+      send(progress);
+    };
+    RecordResult result = record(options);
+    announce();
+    session->samples.store(result.profile.samples.size());
+    session->lost.store(result.profile.lost.lost_records);
+    if (client_gone.load()) {
+      output.abandon();
+      return;
+    }
+    check_privileges(result.profile, true);
+    if (!privilege_reason.empty()) {
+      output.abandon();
+      discard_recording(*session, privilege_reason, replied);
+      return;
+    }
+    std::string ended_early;
+    if (memory_exceeded) {
+      ended_early = "note: the session ended early: its profile outgrew max_session_memory_mb (" +
+                    std::to_string(memory_limit >> 20) + " MiB) of hpd.conf";
+    }
+    deliver_recording(*session, result, output, launched, std::move(notes), ended_early, replied);
+  } catch (const std::exception& e) {
+    // A recorder's refusal (RecordError) or a failed write (a full disk, an output nobody reads).
+    fail_recording(*session, e.what(), replied);
+  }
+}
+
+// A target gained privileges: nothing recorded reaches the client, and the log says whose session it was.
+void Connection::discard_recording(const Session& session, const std::string& reason,
+                                   std::atomic<bool>& replied) {
+  log_warning("session " + std::to_string(session.id) + " of uid " + std::to_string(peer_.uid) + " (pid " +
+              std::to_string(peer_.pid) + ") discarded: " + reason);
+  replied.store(true);
+  send_error(ErrorCode::kPermissionDenied,
+             "the recording was stopped and discarded: " + reason + "; you (uid " +
+                 std::to_string(peer_.uid) +
+                 ") may record only processes that run as you; ask an administrator to add you to the '" +
+                 group_ + "' group");
+}
+
+// The profile symbolized and written into the client's descriptor ("writing"), then "done" with the
+// summary; hpd's own notes (limits, processes not followed, `ended_early`) come first in it.
+void Connection::deliver_recording(Session& session, RecordResult& result, session::RecordingOutput& output,
+                                   const std::vector<std::string>& launched, std::vector<std::string> notes,
+                                   const std::string& ended_early, std::atomic<bool>& replied) {
+  for (const RawProcess& process : result.profile.processes) {
+    if (process.unfollowed_ns == 0) continue;
+    notes.push_back("note: process " + std::to_string(process.pid) + " (" + process.name +
+                    ") executed a program that runs with credentials other than yours; it was not recorded "
+                    "from then on (the kernel does the same for perf)");
+  }
+  if (!launched.empty()) {
+    result.profile.info.target = join_words(launched);
+    result.profile.info.arguments = launched;
+  }
+  send(reply_message("writing"));
+  const Profile profile = output.finish(result);
+  session::RecordSummary summary = session::summarize_recording(result, profile, output);
+  summary.mode = "daemon";
+  if (!launched.empty()) summary.command_exit_status = 0;  // the client reaps its command and knows
+  if (!ended_early.empty()) notes.push_back(ended_early);
+  summary.notes.insert(summary.notes.begin(), notes.begin(), notes.end());
+  json done = reply_message("done");
+  done["session"] = session.id;
+  done["summary"] = session::record_summary_to_json(summary);
+  replied.store(true);
+  // Finished before the client hears it: a status it asks for next must not show it running.
+  daemon_.sessions().remove(session);
+  send(done);
+}
+
+void Connection::fail_recording(Session& session, const std::string& why, std::atomic<bool>& replied) {
+  log_warning("session " + std::to_string(session.id) + " of uid " + std::to_string(peer_.uid) +
+              " failed: " + why);
+  replied.store(true);
+  daemon_.sessions().remove(session);  // its slot is free before the client hears of it
+  send_error(ErrorCode::kRecordFailed, why);
+}
+
+}  // namespace hpd::service

@@ -1,0 +1,77 @@
+// hpd's short requests: hello, status, sessions (the list a peer may see), stop (by its owner or the group).
+#include <string>
+
+#include "connection.h"
+#include "daemon.h"
+
+#ifndef HPD_VERSION
+#define HPD_VERSION "unknown"
+#endif
+
+namespace hpd::service {
+
+using nlohmann::json;
+
+void Connection::handle_hello(const Request& request) {
+  json reply = reply_message("hello");
+  reply["daemon"] = std::string("hpd ") + HPD_VERSION;
+  reply["protocol"] = kProtocolVersion;
+  reply["uid"] = peer_.uid;
+  reply["privileged"] = privileged_;
+  reply["group"] = group_;
+  send(reply);
+}
+
+void Connection::handle_status() {
+  send(daemon_.status_message(privileged_));
+}
+
+void Connection::handle_sessions() {
+  json list = json::array();
+  const uint64_t now = now_ns(CLOCK_MONOTONIC);
+  for (const auto& s : daemon_.sessions().list()) {
+    // Other users' targets and file names are theirs to know, unless one may stop any session.
+    if (!privileged_ && s->uid != peer_.uid) continue;
+    list.push_back({{"id", s->id},
+                    {"uid", s->uid},
+                    {"client_pid", s->client_pid},
+                    {"target", s->target},
+                    {"output", s->output},
+                    {"started_unix_ms", s->started_unix_ns / 1000000},
+                    {"elapsed_s", (now - s->started_mono_ns) / 1e9},
+                    {"samples", s->samples.load()},
+                    {"lost", s->lost.load()},
+                    {"memory_bytes", s->memory_bytes.load()}});
+  }
+  json reply = reply_message("sessions");
+  reply["sessions"] = list;
+  send(reply);
+}
+
+void Connection::handle_stop(const Request& request) {
+  if (request.session == 0) {
+    send_error(ErrorCode::kBadRequest, "no session is recording on this connection; give \"session\": ID");
+    return;
+  }
+  const auto session = daemon_.sessions().find(request.session);
+  if (!session) {
+    send_error(ErrorCode::kNotFound,
+               "no session " + std::to_string(request.session) + " (see hpctl sessions)");
+    return;
+  }
+  if (!privileged_ && session->uid != peer_.uid) {
+    log_refusal("stopping session " + std::to_string(session->id),
+                "it belongs to uid " + std::to_string(session->uid));
+    send_error(ErrorCode::kPermissionDenied,
+               "session " + std::to_string(session->id) + " belongs to uid " + std::to_string(session->uid) +
+                   "; only its owner, root and the '" + group_ + "' group may stop it");
+    return;
+  }
+  session->stop.store(true);
+  log_info("session " + std::to_string(session->id) + " stopped by uid " + std::to_string(peer_.uid));
+  json reply = reply_message("stopped");
+  reply["session"] = session->id;
+  send(reply);
+}
+
+}  // namespace hpd::service

@@ -1,0 +1,31 @@
+// RecordSummary: what the user is told after a recording, the same whether hpctl or hpd recorded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hpd::session {
+
+struct RecordSummary {
+  std::string mode = "local";  // "local" or "daemon": who recorded
+  uint64_t samples = 0;
+  uint64_t threads = 0;
+  double seconds = 0;
+  std::string backend;
+  uint64_t lost_records = 0;
+  uint64_t throttle_events = 0;
+  std::string call_graph;  // "cfi", "fp", "dwarf"
+  uint32_t stack_copy_bytes = 0;
+  std::string call_graph_reason;
+  std::string backend_fallback_reason;
+  bool capture = false;
+  bool mip_enabled = false;
+  uint64_t mip_snapshots_kept = 0;
+  uint64_t mip_snapshots_taken = 0;
+  int command_exit_status = 0;
+  // Lines for the user beyond the fixed ones (MIP notes, a limit that ended the session).
+  std::vector<std::string> notes;
+};
+
+}  // namespace hpd::session

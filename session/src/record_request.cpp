@@ -1,0 +1,101 @@
+// The words of RecordRequest's choices: one table per choice, read both ways.
+#include "hpd/session/record_request.h"
+
+#include <array>
+#include <utility>
+
+namespace hpd::session {
+namespace {
+
+template <typename E, size_t N>
+using Words = std::array<std::pair<E, const char*>, N>;
+
+constexpr Words<Switch, 3> kSwitchWords{
+    {{Switch::kAuto, "auto"}, {Switch::kOn, "on"}, {Switch::kOff, "off"}}};
+constexpr Words<SamplingEvent, 2> kEventWords{
+    {{SamplingEvent::kTaskClock, "task-clock"}, {SamplingEvent::kCpuClock, "cpu-clock"}}};
+constexpr Words<BackendChoice, 3> kBackendWords{
+    {{BackendChoice::kAuto, "auto"}, {BackendChoice::kBpf, "bpf"}, {BackendChoice::kPerf, "perf"}}};
+constexpr Words<CallGraphMode, 4> kCallGraphWords{{{CallGraphMode::kAuto, "auto"},
+                                                   {CallGraphMode::kCfi, "cfi"},
+                                                   {CallGraphMode::kFp, "fp"},
+                                                   {CallGraphMode::kDwarf, "dwarf"}}};
+constexpr Words<CallCounterChoice, 3> kCallCounterWords{{{CallCounterChoice::kAuto, "auto"},
+                                                         {CallCounterChoice::kRuntime, "runtime"},
+                                                         {CallCounterChoice::kUprobes, "uprobes"}}};
+
+template <typename E, size_t N>
+const char* word_of(const Words<E, N>& words, E value) {
+  for (const auto& [e, word] : words)
+    if (e == value) return word;
+  return "?";  // not reached: every enumerator has its word
+}
+
+template <typename E, size_t N>
+std::optional<E> value_of(const Words<E, N>& words, std::string_view word) {
+  for (const auto& [e, w] : words)
+    if (word == w) return e;
+  return std::nullopt;
+}
+
+template <typename E, size_t N>
+std::string list_of(const Words<E, N>& words) {
+  std::string text;
+  for (size_t i = 0; i < N; ++i) {
+    if (i != 0) text += i + 1 == N ? " or " : ", ";
+    text += words[i].second;
+  }
+  return text;
+}
+
+}  // namespace
+
+const char* to_string(Switch value) {
+  return word_of(kSwitchWords, value);
+}
+const char* to_string(SamplingEvent value) {
+  return word_of(kEventWords, value);
+}
+const char* to_string(BackendChoice value) {
+  return word_of(kBackendWords, value);
+}
+const char* to_string(CallGraphMode value) {
+  return word_of(kCallGraphWords, value);
+}
+const char* to_string(CallCounterChoice value) {
+  return word_of(kCallCounterWords, value);
+}
+
+std::optional<Switch> parse_switch(std::string_view word) {
+  return value_of(kSwitchWords, word);
+}
+std::optional<SamplingEvent> parse_sampling_event(std::string_view word) {
+  return value_of(kEventWords, word);
+}
+std::optional<BackendChoice> parse_backend(std::string_view word) {
+  return value_of(kBackendWords, word);
+}
+std::optional<CallGraphMode> parse_call_graph(std::string_view word) {
+  return value_of(kCallGraphWords, word);
+}
+std::optional<CallCounterChoice> parse_call_counter(std::string_view word) {
+  return value_of(kCallCounterWords, word);
+}
+
+std::string switch_words() {
+  return list_of(kSwitchWords);
+}
+std::string sampling_event_words() {
+  return list_of(kEventWords);
+}
+std::string backend_words() {
+  return list_of(kBackendWords);
+}
+std::string call_graph_words() {
+  return list_of(kCallGraphWords);
+}
+std::string call_counter_words() {
+  return list_of(kCallCounterWords);
+}
+
+}  // namespace hpd::session
