@@ -184,7 +184,10 @@ int main(int argc, char** argv) {
   }
   const Workload w = backend == "perf" ? perf_workload(samples) : bpf_workload(samples);
   RawProfile profile;
-  RawProfileBuilder builder(profile, BuilderConfig{TrackerConfig{kStart}, false});
+  // eBPF: the maps are read again on an unknown address, as bpf_recorder.cpp wires it.
+  SystemLookups lookups;
+  if (backend == "bpf") lookups.read_maps = [](int32_t) { return parse_maps(kMaps); };
+  RawProfileBuilder builder(profile, BuilderConfig{TrackerConfig{kStart}, false}, lookups);
   builder.processes().add_initial_process(kPid, parse_maps(kMaps));
   const EventSink to_builder = [&](const Event& e) { builder.on_event(e); };
   const double start = process_cpu_s();
