@@ -285,7 +285,7 @@ class BpfSession {
   void describe_initial(int32_t pid);
   void drain();
   void load_initial_tables();
-  void note_task_record(const void* data, size_t size);
+  void note_for_cfi(const Event& event);
   void open_mmap_watch();
   void drain_mmaps();
   void collect_leftovers();
@@ -565,18 +565,13 @@ void BpfSession::load_initial_tables() {
 }
 
 // Forks and exits seen by the programs keep the per-process mapping tables current.
-void BpfSession::note_task_record(const void* data, size_t size) {
-  if (!cfi_maps_ || size < sizeof(hpd_event_header)) return;
-  hpd_event_header h;
-  std::memcpy(&h, data, sizeof h);
-  if (h.type == HPD_EVENT_FORK && size >= sizeof(hpd_fork_event)) {
-    hpd_fork_event f;
-    std::memcpy(&f, data, sizeof f);
-    if (f.parent_pid != h.pid) cfi_maps_->fork(f.parent_pid, h.pid);
-  } else if (h.type == HPD_EVENT_EXIT && h.pid == h.tid) {
-    cfi_maps_->exit(h.pid);
-  } else if (h.type == HPD_EVENT_ON_CPU || h.type == HPD_EVENT_OFF_CPU) {
-    cfi_maps_->sampled(h.pid);
+void BpfSession::note_for_cfi(const Event& event) {
+  if (const auto* f = std::get_if<ForkEvent>(&event)) {
+    if (f->parent_pid != f->pid) cfi_maps_->fork(f->parent_pid, f->pid);
+  } else if (const auto* x = std::get_if<ExitEvent>(&event)) {
+    if (x->pid == x->tid) cfi_maps_->exit(x->pid);
+  } else if (const auto* s = std::get_if<SampleEvent>(&event)) {
+    cfi_maps_->sampled(s->pid);
   }
 }
 
@@ -596,7 +591,6 @@ void BpfSession::describe_initial(int32_t pid) {
 int BpfSession::on_ring_record(void* ctx, void* data, size_t size) {
   auto* self = static_cast<BpfSession*>(ctx);
   try {
-    self->note_task_record(data, size);
     self->decoder_->decode({static_cast<const uint8_t*>(data), size}, self->to_builder_);
     return 0;
   } catch (...) {
@@ -667,7 +661,8 @@ void BpfSession::collect_leftovers() {
       first = false;
       key = next;
       if (bpf_map_lookup_elem(fd, &key, value.get()) == 0)
-        decoder_->decode_still_off_cpu(*value, end, to_builder_);
+        decoder_->decode_still_off_cpu(*value, end,
+                                       [this](const Event& event) { builder_->on_event(event); });
     }
   }
   {
@@ -746,7 +741,11 @@ RecordResult BpfSession::run() {
                     },
                     [this](RawProcess& process) { describe_process(process); }});
   builder_->set_unwinder(&unwinder_);
-  to_builder_ = [this](const Event& event) { builder_->on_event(event); };
+  // The ring's events also keep cfi mode's per-process tables current (forks, exits, sampled processes).
+  to_builder_ = [this](const Event& event) {
+    if (cfi_maps_) note_for_cfi(event);
+    builder_->on_event(event);
+  };
   if (off_cpu_ && kernel_frames_) {
     auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::load());
     if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
