@@ -35,7 +35,7 @@
 #include <mutex>
 #include <set>
 
-#include "bpf/bpf_profile_builder.h"
+#include "bpf/bpf_event_decoder.h"
 #include "bpf/cfi_maps.h"
 #include "bpf/mmap_watch.h"
 #include "bpf/sched_frames.h"
@@ -45,6 +45,7 @@
 #include "proc/build_id.h"
 #include "proc/launched_command.h"
 #include "proc/proc_maps.h"
+#include "raw_profile_builder.h"
 #include "recording_calls.h"
 #include "recording_common.h"
 
@@ -294,7 +295,7 @@ class BpfSession {
   // Each module's index has at most a quarter as many buckets as the module has rows, and at least
   // one: room for as many tiny modules again.
   uint32_t cfi_index_capacity() const { return cfi_row_capacity() / 4 + 16384; }
-  void note_task_record(const void* data, size_t size);
+  void note_for_cfi(const Event& event);
   void open_mmap_watch();
   void drain_mmaps();
   void collect_leftovers();
@@ -329,7 +330,10 @@ class BpfSession {
   BuildIdReader build_ids_;
   // One per recording: its CFI and rule caches serve every process of the recording.
   Unwinder unwinder_;
-  std::unique_ptr<BpfProfileBuilder> builder_;
+  // The ring's records become events (decoder_), which the one builder turns into the profile.
+  std::unique_ptr<BpfEventDecoder> decoder_;
+  std::unique_ptr<RawProfileBuilder> builder_;
+  EventSink to_builder_;
   std::exception_ptr callback_error_;
   std::unique_ptr<RecordingCallCounter> calls_;  // detached (destroyed) before the skeleton
 };
@@ -598,18 +602,13 @@ void BpfSession::load_initial_tables() {
 }
 
 // Forks and exits seen by the programs keep the per-process mapping tables current.
-void BpfSession::note_task_record(const void* data, size_t size) {
-  if (!cfi_maps_ || size < sizeof(hpd_event_header)) return;
-  hpd_event_header h;
-  std::memcpy(&h, data, sizeof h);
-  if (h.type == HPD_EVENT_FORK && size >= sizeof(hpd_fork_event)) {
-    hpd_fork_event f;
-    std::memcpy(&f, data, sizeof f);
-    if (f.parent_pid != h.pid) cfi_maps_->fork(f.parent_pid, h.pid);
-  } else if (h.type == HPD_EVENT_EXIT && h.pid == h.tid) {
-    cfi_maps_->exit(h.pid);
-  } else if (h.type == HPD_EVENT_ON_CPU || h.type == HPD_EVENT_OFF_CPU) {
-    cfi_maps_->sampled(h.pid);
+void BpfSession::note_for_cfi(const Event& event) {
+  if (const auto* f = std::get_if<ForkEvent>(&event)) {
+    if (f->parent_pid != f->pid) cfi_maps_->fork(f->parent_pid, f->pid);
+  } else if (const auto* x = std::get_if<ExitEvent>(&event)) {
+    if (x->pid == x->tid) cfi_maps_->exit(x->pid);
+  } else if (const auto* s = std::get_if<SampleEvent>(&event)) {
+    cfi_maps_->sampled(s->pid);
   }
 }
 
@@ -623,14 +622,13 @@ void BpfSession::describe_initial(int32_t pid) {
     thread.start_ns = result_.profile.info.start_mono_ns;
     thread.name = read_thread_comm(pid, tid);
   }
-  builder_->add_initial_process(pid, read_proc_maps(pid));
+  builder_->processes().add_initial_process(pid, read_proc_maps(pid));
 }
 
 int BpfSession::on_ring_record(void* ctx, void* data, size_t size) {
   auto* self = static_cast<BpfSession*>(ctx);
   try {
-    self->note_task_record(data, size);
-    self->builder_->on_record({static_cast<const uint8_t*>(data), size});
+    self->decoder_->decode({static_cast<const uint8_t*>(data), size}, self->to_builder_);
     return 0;
   } catch (...) {
     // Nothing may unwind through libbpf's C frames; stop the drain and rethrow outside.
@@ -661,20 +659,19 @@ void BpfSession::open_mmap_watch() {
     result_.mmap_watch_fallback_reason = e.what();
     return;
   }
-  builder_->set_mmap_source([this] { drain_mmaps(); });
+  builder_->processes().set_mmap_source([this] { drain_mmaps(); });
 }
 
 void BpfSession::drain_mmaps() {
   mmap_watch_.drain(
       [this](const Mmap2Record& r) {
-        builder_->on_mmap(r.pid, r.address, r.length, r.page_offset, r.filename, r.build_id,
-                          r.sample_id.present ? r.sample_id.time : 0);
+        if (auto event = mmap_event_of(r)) builder_->on_event(*event);
         if (cfi_maps_)
           cfi_maps_->add_mapping(r.pid, r.address, r.length, r.page_offset, r.filename, r.build_id,
                                  r.sample_id.present ? r.sample_id.time : 0);
       },
       [this](const CommRecord& c) {
-        builder_->on_exec_start(c.pid, c.sample_id.present ? c.sample_id.time : 0);
+        builder_->on_event(ExecStartEvent{c.pid, time_of(c.sample_id)});
         if (cfi_maps_) cfi_maps_->exec(c.pid, c.sample_id.present ? c.sample_id.time : 0);
       });
 }
@@ -700,7 +697,9 @@ void BpfSession::collect_leftovers() {
     while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
       first = false;
       key = next;
-      if (bpf_map_lookup_elem(fd, &key, value.get()) == 0) builder_->on_still_off_cpu(*value, end);
+      if (bpf_map_lookup_elem(fd, &key, value.get()) == 0)
+        decoder_->decode_still_off_cpu(*value, end,
+                                       [this](const Event& event) { builder_->on_event(event); });
     }
   }
   {
@@ -713,7 +712,7 @@ void BpfSession::collect_leftovers() {
       key = next;
       // Every drop belongs to a target thread, even one none of whose records arrived.
       if (bpf_map_lookup_elem(fd, &key, &state) == 0 && state.ringbuf_drops > 0)
-        builder_->add_thread_drops(state.pid, key, state.ringbuf_drops);
+        builder_->on_event(ThreadLostEvent{state.pid, key, state.ringbuf_drops});
     }
   }
   read_program_stats(skel_->progs.hpd_on_cpu, result_.bpf_sample_prog_runs, result_.bpf_sample_prog_ns);
@@ -770,14 +769,20 @@ RecordResult BpfSession::run() {
   result_.cpu_time_source = CpuTimeSource::kSchedRuntimeAtSample;
   if (kernel_frames_) profile.intern_module("[kernel.kallsyms]", kernel_build_id(), true);
 
-  builder_ = std::make_unique<BpfProfileBuilder>(
-      profile, BpfBuilderConfig{profile.info.start_mono_ns, 200'000'000, dwarf_, stack_copy_},
-      [](int32_t pid) { return read_proc_maps(pid); },
-      [this](int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
-        return build_ids_.for_mapping(pid, start, end, path);
-      },
-      [this](RawProcess& process) { describe_process(process); });
+  decoder_ = std::make_unique<BpfEventDecoder>(stack_copy_);
+  builder_ = std::make_unique<RawProfileBuilder>(
+      profile, BuilderConfig{TrackerConfig{profile.info.start_mono_ns}, dwarf_},
+      SystemLookups{[](int32_t pid) { return read_proc_maps(pid); },
+                    [this](int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
+                      return build_ids_.for_mapping(pid, start, end, path);
+                    },
+                    [this](RawProcess& process) { describe_process(process); }});
   builder_->set_unwinder(&unwinder_);
+  // The ring's events also keep cfi mode's per-process tables current (forks, exits, sampled processes).
+  to_builder_ = [this](const Event& event) {
+    if (cfi_maps_) note_for_cfi(event);
+    builder_->on_event(event);
+  };
   if (off_cpu_ && kernel_frames_) {
     auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::load());
     if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
@@ -858,8 +863,8 @@ RecordResult BpfSession::run() {
   calls_->finish(result_);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
   finish_launched(stopped_early);
-  result_.processes_without_maps = builder_->processes_without_maps();
-  result_.samples_without_cpu_baseline = builder_->samples_without_baseline();
+  result_.processes_without_maps = builder_->processes().processes_without_maps();
+  result_.samples_without_cpu_baseline = decoder_->samples_without_baseline();
   result_.call_graph = dwarf_ ? CallGraph::kDwarf : cfi_ ? CallGraph::kCfi : CallGraph::kFp;
   if (cfi_maps_) {
     const CfiMapStats t = cfi_maps_->stats();
@@ -874,8 +879,8 @@ RecordResult BpfSession::run() {
     c.compile_ns = t.compile_ns;
     c.mappings_dropped = t.mappings_dropped;
     c.without_table = t.without_table;
-    c.samples_tables_pending = builder_->samples_tables_pending();
-    c.samples_with_fp_frames = builder_->samples_with_fp_frames();
+    c.samples_tables_pending = decoder_->samples_tables_pending();
+    c.samples_with_fp_frames = decoder_->samples_with_fp_frames();
   }
   static const char* const kEndNames[HPD_USER_END_COUNT] = {"no walk",
                                                             "root",
@@ -888,7 +893,7 @@ RecordResult BpfSession::run() {
                                                             "stack did not grow"};
   for (int kind = 0; kind < 2; ++kind) {
     for (int end = 1; end < HPD_USER_END_COUNT; ++end) {
-      const uint64_t n = builder_->user_ends()[static_cast<size_t>(kind)][static_cast<size_t>(end)];
+      const uint64_t n = decoder_->user_ends()[static_cast<size_t>(kind)][static_cast<size_t>(end)];
       if (n != 0) result_.user_stack_ends[kind].emplace_back(kEndNames[end], n);
     }
   }
@@ -898,10 +903,10 @@ RecordResult BpfSession::run() {
   result_.unwound_samples = unwound.unwound;
   result_.leaf_callers_added = unwound.leaf_callers;
   result_.sample_bytes = unwound.sample_bytes;
-  profile.lost.lost_records += builder_->malformed_records();
+  profile.lost.lost_records += decoder_->malformed_records();
   // Mappings the kernel could not report (a full ring) or that were not kept (too many pending).
-  result_.mmap_records_lost = mmap_watch_.lost() + builder_->mmaps_dropped();
-  result_.mmap_records = builder_->mmaps_recorded();
+  result_.mmap_records_lost = mmap_watch_.lost() + builder_->processes().mmaps_dropped();
+  result_.mmap_records = builder_->processes().mmaps_recorded();
   result_.cpu_tail_samples = builder_->cpu_tails();
   profile.lost.lost_records += result_.mmap_records_lost;
   return std::move(result_);

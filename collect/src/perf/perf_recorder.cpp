@@ -22,13 +22,14 @@
 #include <system_error>
 
 #include "hpd/base/unique_fd.h"
+#include "perf/perf_event_decoder.h"
 #include "perf/perf_records.h"
-#include "perf/profile_builder.h"
 #include "perf/ring_buffer.h"
 #include "proc/build_id.h"
 #include "proc/launched_command.h"
 #include "proc/proc_files.h"
 #include "proc/proc_maps.h"
+#include "raw_profile_builder.h"
 #include "recording_calls.h"
 #include "recording_common.h"
 
@@ -115,7 +116,10 @@ class PerfSession {
   std::vector<std::pair<int32_t, std::vector<uint64_t>>> own_ids_;
   RecordResult result_;
   BuildIdReader build_ids_;
-  std::unique_ptr<PerfProfileBuilder> builder_;
+  // The ring's records become events (decoder_), which the one builder turns into the profile.
+  std::unique_ptr<PerfEventDecoder> decoder_;
+  std::unique_ptr<RawProfileBuilder> builder_;
+  EventSink to_builder_;
   // One per recording: its CFI and rule caches serve every process of the recording.
   Unwinder unwinder_;
   RecordLayout layout_;
@@ -278,9 +282,9 @@ void PerfSession::drain_all() {
     if (!ring.ring.mapped()) continue;
     const DrainStats stats = drain_ring(ring.ring.view(), scratch_, [this](std::span<const uint8_t> bytes) {
       if (auto record = decode_record(bytes, layout_))
-        builder_->on_record(*record, bytes.size());
+        decoder_->decode(*record, bytes.size(), to_builder_);
       else
-        builder_->count_undecodable();
+        ++result_.profile.lost.lost_records;  // a record shorter than its layout: lost, as on eBPF
     });
     if (stats.corrupt) ++result_.profile.lost.lost_records;
   }
@@ -320,16 +324,20 @@ RecordResult PerfSession::run() {
       RecordLayout{attr_.sample_type, attr_.read_format, attr_.sample_id_all != 0, attr_.sample_regs_user};
   result_.cpu_time_source =
       (attr_.sample_type & PERF_SAMPLE_READ) ? CpuTimeSource::kThreadCounter : CpuTimeSource::kSamplePeriod;
-  builder_ = std::make_unique<PerfProfileBuilder>(
-      result_.profile,
-      ProfileBuilderConfig{result_.cpu_time_source == CpuTimeSource::kThreadCounter, max_stack_,
-                           options_.call_graph == CallGraph::kDwarf, attr_.sample_regs_user},
-      [this](int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
-        return build_ids_.for_mapping(pid, start, end, path);
-      },
-      [this](RawProcess& process) { describe_process(process); });
+  const bool dwarf = options_.call_graph == CallGraph::kDwarf;
+  decoder_ = std::make_unique<PerfEventDecoder>(PerfDecoderConfig{
+      result_.cpu_time_source == CpuTimeSource::kThreadCounter, max_stack_, dwarf, attr_.sample_regs_user});
+  for (auto& [tid, ids] : own_ids_) decoder_->set_own_event_ids(tid, std::move(ids));
+  // No maps reader: the MMAP2 records and the maps read below cover every mapping of the targets.
+  builder_ = std::make_unique<RawProfileBuilder>(
+      result_.profile, BuilderConfig{TrackerConfig{result_.profile.info.start_mono_ns}, dwarf},
+      SystemLookups{{},
+                    [this](int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
+                      return build_ids_.for_mapping(pid, start, end, path);
+                    },
+                    [this](RawProcess& process) { describe_process(process); }});
   builder_->set_unwinder(&unwinder_);
-  for (auto& [tid, ids] : own_ids_) builder_->set_own_event_ids(tid, std::move(ids));
+  to_builder_ = [this](const Event& event) { builder_->on_event(event); };
   if (kernel_frames_) result_.profile.intern_module("[kernel.kallsyms]", kernel_build_id(), true);
 
   // Maps are read after the events exist, so a library loaded in between is seen at least once.
@@ -339,7 +347,7 @@ RecordResult PerfSession::run() {
     process.name = read_comm(pid);
     describe_process(process);
     describe_threads(pid);
-    builder_->add_maps(pid, read_proc_maps(pid), 0);
+    builder_->processes().add_initial_process(pid, read_proc_maps(pid));
   }
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
   for (const int32_t pid : options_.pids) {
@@ -377,7 +385,7 @@ RecordResult PerfSession::run() {
       if (process.start_ns == 0) process.start_ns = start;
       describe_process(process);
       describe_threads(pid);
-      builder_->add_maps(pid, read_proc_maps(pid), mono_now());
+      builder_->processes().add_maps(pid, read_proc_maps(pid), mono_now());
     }
     const auto outcome = ticker.tick(update_targets_exited(targets_, pfds, first_target, command_.get()),
                                      builder_->samples(), result_.profile);
@@ -400,7 +408,8 @@ RecordResult PerfSession::run() {
   calls_->finish(result_);
   finish_launched(stopped_early);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
-  result_.duplicate_samples = builder_->duplicate_samples();
+  result_.duplicate_samples = decoder_->duplicate_samples();
+  result_.processes_without_maps = builder_->processes().processes_without_maps();
   result_.call_graph = options_.call_graph == CallGraph::kDwarf ? CallGraph::kDwarf : CallGraph::kFp;
   result_.stack_copy_bytes = static_cast<uint32_t>(attr_.sample_stack_user);
   const UnwindCounters& unwound = builder_->unwind_counters();

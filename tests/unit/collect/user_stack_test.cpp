@@ -8,9 +8,9 @@
 #include <fstream>
 #include <random>
 
+#include "builder_feeds.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_records.h"
-#include "perf/profile_builder.h"
 #include "proc/proc_maps.h"
 
 namespace hpd {
@@ -161,7 +161,7 @@ SampleRecord garbage_sample(uint64_t ip, std::vector<uint8_t>& stack_bytes, uint
 
 TEST(UserStackBuilder, GarbageStackCopiesEndFailedOrTruncated) {
   RawProfile profile;
-  PerfProfileBuilder builder(profile, ProfileBuilderConfig{false, 127, true, kRegsMask});
+  PerfFeed builder(profile, PerfDecoderConfig{false, 127, true, kRegsMask});
   Unwinder unwinder;
   builder.set_unwinder(&unwinder);
   builder.add_maps(::getpid(), read_proc_maps(::getpid()), 0);
@@ -186,7 +186,7 @@ TEST(UserStackBuilder, GarbageStackCopiesEndFailedOrTruncated) {
 
 TEST(UserStackBuilder, DwarfSampleWithoutRegistersIsFailedWithItsIp) {
   RawProfile profile;
-  PerfProfileBuilder builder(profile, ProfileBuilderConfig{false, 127, true, kRegsMask});
+  PerfFeed builder(profile, PerfDecoderConfig{false, 127, true, kRegsMask});
   Unwinder unwinder;
   builder.set_unwinder(&unwinder);
   SampleRecord s;
@@ -204,7 +204,7 @@ TEST(UserStackBuilder, DwarfSampleWithoutRegistersIsFailedWithItsIp) {
 TEST(UserStackBuilder, FramePointerChainKeepsItsFramesWhenTheLeafHasAFrame) {
   // fp mode: the unwinder is only asked about the leaf; an ip outside every mapping adds nothing.
   RawProfile profile;
-  PerfProfileBuilder builder(profile, ProfileBuilderConfig{false, 127, false, kRegsMask});
+  PerfFeed builder(profile, PerfDecoderConfig{false, 127, false, kRegsMask});
   Unwinder unwinder;
   builder.set_unwinder(&unwinder);
   std::vector<uint8_t> stack(256, 0);

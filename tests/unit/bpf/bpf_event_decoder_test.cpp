@@ -1,5 +1,5 @@
-// Tests for turning synthetic BPF ring-buffer records into a RawProfile.
-#include "bpf/bpf_profile_builder.h"
+// Synthetic eBPF ring-buffer records through the eBPF decoder into the one builder (builder_feeds.h).
+#include "builder_feeds.h"
 
 #include <gtest/gtest.h>
 
@@ -60,9 +60,9 @@ std::vector<MapsEntry> maps(const char* text) {
   return parse_maps(text);
 }
 
-TEST(BpfProfileBuilder, OnAndOffCpuSamplesWithStacks) {
+TEST(BpfEventDecoder, OnAndOffCpuSamplesWithStacks) {
   RawProfile profile;
-  BpfProfileBuilder builder(profile, {1000});
+  BpfFeed builder(profile, {1000});
   builder.add_initial_process(10, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
   builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 10, 10, 2000, "app", {0xffffffff81000010},
                                  {0x400100, 0x400200}, 1'000'000));
@@ -91,9 +91,9 @@ TEST(BpfProfileBuilder, OnAndOffCpuSamplesWithStacks) {
   EXPECT_EQ(builder.samples(), 2u);
 }
 
-TEST(BpfProfileBuilder, TheWalkEndDecidesCompleteness) {
+TEST(BpfEventDecoder, TheWalkEndDecidesCompleteness) {
   RawProfile profile;
-  BpfProfileBuilder builder(profile, {0});
+  BpfFeed builder(profile, {0});
   builder.add_initial_process(30, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
   const uint16_t ends[] = {HPD_USER_END_ROOT,      HPD_USER_END_FP_ZERO,   HPD_USER_END_DEPTH,
                            HPD_USER_END_NO_CFI,    HPD_USER_END_FP_BROKEN, HPD_USER_END_UNSUPPORTED,
@@ -114,9 +114,9 @@ TEST(BpfProfileBuilder, TheWalkEndDecidesCompleteness) {
   EXPECT_EQ(builder.user_ends()[1][HPD_USER_END_ROOT], 1u);
 }
 
-TEST(BpfProfileBuilder, OffCpuKernelStacksStartAtTheBlockingFunction) {
+TEST(BpfEventDecoder, OffCpuKernelStacksStartAtTheBlockingFunction) {
   RawProfile profile;
-  BpfProfileBuilder builder(profile, {0});
+  BpfFeed builder(profile, {0});
   // 0x...100 and 0x...200 stand for __schedule and schedule, 0x...300 for the function that blocked.
   builder.set_scheduler_frames([](uint64_t a) { return a == 0xffffffff81000100 || a == 0xffffffff81000200; });
   builder.add_initial_process(10, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
@@ -132,9 +132,9 @@ TEST(BpfProfileBuilder, OffCpuKernelStacksStartAtTheBlockingFunction) {
   EXPECT_EQ(profile.stacks.kernel_frames(profile.samples[1].stack).size(), 4u);  // on-CPU: untouched
 }
 
-TEST(BpfProfileBuilder, StackFailuresAndTruncationAreCountedPerThread) {
+TEST(BpfEventDecoder, StackFailuresAndTruncationAreCountedPerThread) {
   RawProfile profile;
-  BpfProfileBuilder builder(profile, {0});
+  BpfFeed builder(profile, {0});
   builder.add_initial_process(20, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
   std::vector<uint64_t> deep(HPD_MAX_USER_FRAMES, 0x400100);
   builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 20, 21, 1, "t", {}, deep, 0, 0, HPD_USER_END_DEPTH));
@@ -166,9 +166,9 @@ TEST(BpfProfileBuilder, StackFailuresAndTruncationAreCountedPerThread) {
   EXPECT_EQ(profile.find_thread(20, 22)->lost.lost_records, 2u);
 }
 
-TEST(BpfProfileBuilder, MalformedRecordsAreCountedNotUsed) {
+TEST(BpfEventDecoder, MalformedRecordsAreCountedNotUsed) {
   RawProfile profile;
-  BpfProfileBuilder builder(profile, {0});
+  BpfFeed builder(profile, {0});
   builder.on_record({});
   std::vector<uint8_t> sample = sample_bytes(HPD_EVENT_ON_CPU, 1, 1, 1, "x", {}, {0x1000, 0x2000});
   sample.resize(sample.size() - 4);  // cut inside the frames
@@ -206,7 +206,7 @@ NOINLINE_FOR_TEST int leaf_of_this_test(int x) {
   return x * 3 + 1;
 }
 
-TEST(BpfProfileBuilder, StackCopiesAreCheckedAndGarbageStacksDoNotCrash) {
+TEST(BpfEventDecoder, StackCopiesAreCheckedAndGarbageStacksDoNotCrash) {
   const int32_t self = ::getpid();
   const auto ip = reinterpret_cast<uint64_t>(&leaf_of_this_test);
   std::vector<uint8_t> garbage(512);
@@ -214,10 +214,10 @@ TEST(BpfProfileBuilder, StackCopiesAreCheckedAndGarbageStacksDoNotCrash) {
 
   for (const bool dwarf : {false, true}) {
     RawProfile profile;
-    BpfBuilderConfig config{0};
+    BpfFeedConfig config{0};
     config.dwarf = dwarf;
     config.stack_copy_bytes = 512;
-    BpfProfileBuilder builder(profile, config);
+    BpfFeed builder(profile, config);
     Unwinder unwinder;
     builder.set_unwinder(&unwinder);
     builder.add_initial_process(self, read_proc_maps(self));
@@ -254,7 +254,7 @@ TEST(BpfProfileBuilder, StackCopiesAreCheckedAndGarbageStacksDoNotCrash) {
 // exec record may lack libc: a sample in libc soon after must read them again at once, not 200 ms
 // later (every libc sample in between would fail to unwind). A read that finds nothing still makes
 // the next one wait.
-TEST(BpfProfileBuilder, MapsAreReadAgainAtOnceAfterAnExecWhenASampleMissesThem) {
+TEST(BpfEventDecoder, MapsAreReadAgainAtOnceAfterAnExecWhenASampleMissesThem) {
   const int32_t self = ::getpid();
   const auto in_libc = reinterpret_cast<uint64_t>(::dlsym(RTLD_DEFAULT, "getpid"));
   ASSERT_NE(in_libc, 0u);
@@ -265,11 +265,11 @@ TEST(BpfProfileBuilder, MapsAreReadAgainAtOnceAfterAnExecWhenASampleMissesThem) 
   }
   ASSERT_LT(before_libc.size(), all.size());
   RawProfile profile;
-  BpfBuilderConfig config{0};
+  BpfFeedConfig config{0};
   config.dwarf = true;
   config.stack_copy_bytes = 512;
   int reads = 0;
-  BpfProfileBuilder builder(profile, config, [&](int32_t) { return ++reads == 1 ? before_libc : all; });
+  BpfFeed builder(profile, config, [&](int32_t) { return ++reads == 1 ? before_libc : all; });
   Unwinder unwinder;
   builder.set_unwinder(&unwinder);
   builder.add_initial_process(self, before_libc);
@@ -296,11 +296,11 @@ TEST(BpfProfileBuilder, MapsAreReadAgainAtOnceAfterAnExecWhenASampleMissesThem) 
   EXPECT_EQ(reads, 3);
 }
 
-TEST(BpfProfileBuilder, OffCpuRecordsKeepTheirFramePointerChainInDwarfMode) {
+TEST(BpfEventDecoder, OffCpuRecordsKeepTheirFramePointerChainInDwarfMode) {
   RawProfile profile;
-  BpfBuilderConfig config{0};
+  BpfFeedConfig config{0};
   config.dwarf = true;
-  BpfProfileBuilder builder(profile, config);
+  BpfFeed builder(profile, config);
   Unwinder unwinder;
   builder.set_unwinder(&unwinder);
   builder.add_initial_process(10, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
@@ -312,12 +312,12 @@ TEST(BpfProfileBuilder, OffCpuRecordsKeepTheirFramePointerChainInDwarfMode) {
   EXPECT_EQ(builder.unwind_counters().unwound, 0u);
 }
 
-TEST(BpfProfileBuilder, ForkCopiesMappingsAndExecEndsThem) {
+TEST(BpfEventDecoder, ForkCopiesMappingsAndExecEndsThem) {
   RawProfile profile;
   std::vector<int32_t> maps_read;
   std::vector<MapsEntry> child_maps = maps("00500000-00501000 r-xp 00000000 08:01 9 /usr/bin/child\n");
   int described = 0;
-  BpfProfileBuilder builder(
+  BpfFeed builder(
       profile, {100},
       [&](int32_t pid) {
         maps_read.push_back(pid);
@@ -373,10 +373,10 @@ TEST(BpfProfileBuilder, ForkCopiesMappingsAndExecEndsThem) {
   EXPECT_EQ(builder.processes_without_maps(), 0u);
 }
 
-TEST(BpfProfileBuilder, UnknownProcessesAreReadOnceAndCountedWhenGone) {
+TEST(BpfEventDecoder, UnknownProcessesAreReadOnceAndCountedWhenGone) {
   RawProfile profile;
   int reads = 0;
-  BpfProfileBuilder builder(profile, {0, 1000}, [&](int32_t) {
+  BpfFeed builder(profile, {0, 1000}, [&](int32_t) {
     ++reads;
     return std::vector<MapsEntry>{};  // exited before its maps could be read
   });
@@ -397,9 +397,9 @@ TEST(BpfProfileBuilder, UnknownProcessesAreReadOnceAndCountedWhenGone) {
 // With ASLR off, or a program executing itself, the new image maps a file where the old image had it.
 // The old image's mapping still serves until the exec record, but it is not the new image's: the new
 // mapping must be kept, or the file's code has no mapping once the old one ends.
-TEST(BpfProfileBuilder, NewImageMappingTheOldImagesFileAtTheSamePlaceKeepsIt) {
+TEST(BpfEventDecoder, NewImageMappingTheOldImagesFileAtTheSamePlaceKeepsIt) {
   RawProfile profile;
-  BpfProfileBuilder builder(profile, {100}, [](int32_t) { return std::vector<MapsEntry>{}; });
+  BpfFeed builder(profile, {100}, [](int32_t) { return std::vector<MapsEntry>{}; });
   builder.add_initial_process(60,
                               maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"
                                    "7f0000000000-7f0000002000 r-xp 00000000 08:01 6 /usr/lib/libc.so.6\n"));
@@ -431,11 +431,11 @@ TEST(BpfProfileBuilder, NewImageMappingTheOldImagesFileAtTheSamePlaceKeepsIt) {
 // a process not seen yet wait for its first record. The exec's start (the kernel's COMM record,
 // before the new image is mapped) divides the old image's mappings from the new one's; the old ones
 // serve until the eBPF exec record, since a sample taken inside execve until then still holds the
-// old image's user registers. A late record of the old image is ignored; a record arriving only
+// old image's user registers. A late record of the old image ends with it; a record arriving only
 // when a sample misses is fetched through the mmap source.
-TEST(BpfProfileBuilder, MmapRecordsPlaceSamplesOfProcessesThatAreGone) {
+TEST(BpfEventDecoder, MmapRecordsPlaceSamplesOfProcessesThatAreGone) {
   RawProfile profile;
-  BpfProfileBuilder builder(profile, {100}, [](int32_t) { return std::vector<MapsEntry>{}; });
+  BpfFeed builder(profile, {100}, [](int32_t) { return std::vector<MapsEntry>{}; });
   builder.add_initial_process(50, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
   std::vector<std::function<void()>> late;  // records the mmap source has not delivered yet
   builder.set_mmap_source([&] {
@@ -482,7 +482,9 @@ TEST(BpfProfileBuilder, MmapRecordsPlaceSamplesOfProcessesThatAreGone) {
   EXPECT_EQ(module_at(0x400010, 240), "/bin/sh") << "a sample inside execve, before its registers were set";
   EXPECT_EQ(module_at(0x600010, 240), "/usr/bin/short") << "the new image, mapped before the exec record";
   EXPECT_EQ(builder.processes_without_maps(), 0u);
-  EXPECT_EQ(builder.mmaps_recorded(), 3u);
+  // The old image's record that came late still explains that image's samples, and ended with it.
+  EXPECT_EQ(module_at(0x800010, 240), "/bin/old-image");
+  EXPECT_EQ(builder.mmaps_recorded(), 4u);
   EXPECT_EQ(profile.find_process(99), nullptr);
   for (const RawModule& m : profile.modules) EXPECT_NE(m.path, "/usr/bin/unrelated");
   bool build_id_kept = false;
@@ -493,9 +495,9 @@ TEST(BpfProfileBuilder, MmapRecordsPlaceSamplesOfProcessesThatAreGone) {
 
 // The CPU time a thread used after its last timer sample comes when its task is freed: a sample of
 // its own at the thread's end, where the last one was. A thread without samples gets none.
-TEST(BpfProfileBuilder, CpuTailAfterTheLastSampleBecomesASample) {
+TEST(BpfEventDecoder, CpuTailAfterTheLastSampleBecomesASample) {
   RawProfile profile;
-  BpfProfileBuilder builder(profile, {100});
+  BpfFeed builder(profile, {100});
   builder.add_initial_process(60, maps("00400000-00401000 r-xp 00000000 08:01 5 /usr/bin/short\n"));
   builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 60, 60, 200, "short", {}, {0x400010}, 1'000'000));
   builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 60, 60, 250, "short", {}, {0x400020}, 0, 5));
@@ -520,9 +522,9 @@ TEST(BpfProfileBuilder, CpuTailAfterTheLastSampleBecomesASample) {
   EXPECT_EQ(profile.find_process(61), nullptr);
 }
 
-TEST(BpfProfileBuilder, ThreadRenamesAndStillOffCpuThreads) {
+TEST(BpfEventDecoder, ThreadRenamesAndStillOffCpuThreads) {
   RawProfile profile;
-  BpfProfileBuilder builder(profile, {0});
+  BpfFeed builder(profile, {0});
   builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 50, 51, 10, "threads", {}, {}));
   builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 50, 51, 20, "late-worker", {}, {}));
   EXPECT_EQ(profile.find_thread(50, 51)->name, "late-worker");

@@ -1,0 +1,96 @@
+// perf_event records to builder events (perf_event_decoder.h).
+#include "perf/perf_event_decoder.h"
+
+#include <sys/mman.h>
+
+namespace hpd {
+
+void PerfEventDecoder::set_own_event_ids(int32_t tid, std::vector<uint64_t> ids) {
+  own_ids_[tid] = std::unordered_set<uint64_t>(ids.begin(), ids.end());
+}
+
+std::optional<MmapEvent> mmap_event_of(const Mmap2Record& r) {
+  if ((r.prot & PROT_EXEC) == 0) return std::nullopt;
+  return MmapEvent{r.pid, time_of(r.sample_id), r.address, r.length, r.page_offset, r.filename, r.build_id};
+}
+
+uint64_t PerfEventDecoder::cpu_delta(const SampleRecord& s) {
+  if (!config_.read_values || !s.read_value) return s.period;
+  auto& per_cpu = last_value_[s.tid];
+  if (per_cpu.size() <= s.cpu) per_cpu.resize(s.cpu + 1, 0);
+  uint64_t& last = per_cpu[s.cpu];
+  // A smaller value means a new event behind a reused tid: its count started from zero.
+  const uint64_t delta = *s.read_value >= last ? *s.read_value - last : *s.read_value;
+  last = *s.read_value;
+  return delta;
+}
+
+void PerfEventDecoder::decode_sample(const SampleRecord& s, size_t bytes, const EventSink& sink) {
+  if (auto it = own_ids_.find(s.tid); it != own_ids_.end() && !it->second.contains(s.id)) {
+    ++duplicates_;
+    return;
+  }
+  // Filled in place: a SampleEvent is a few hundred bytes, not worth a copy per sample.
+  SampleEvent& e = event_.emplace<SampleEvent>();
+  e.time_ns = s.time;
+  e.pid = s.pid;
+  e.tid = s.tid;
+  e.cpu = s.cpu;
+  e.kind = SampleKind::kOnCpu;
+  e.cpu_delta_ns = cpu_delta(s);
+  e.record_bytes = bytes;
+  const uint16_t mode = s.misc & PERF_RECORD_MISC_CPUMODE_MASK;
+  e.user_mode = mode == PERF_RECORD_MISC_USER;
+  split_callchain(s.callchain, split_);
+  if (split_.kernel.empty() && split_.user.empty() && s.ip != 0) {
+    // No callchain at all: keep at least the sampled instruction.
+    (mode == PERF_RECORD_MISC_KERNEL ? split_.kernel : split_.user).push_back(s.ip);
+    e.walk_end = StackEnd::kFailed;
+  } else if (split_.address_count >= config_.max_stack) {
+    e.walk_end = StackEnd::kTruncated;
+  } else {
+    // The walk stopped on its own (null or invalid frame pointer). Frame-pointer walking cannot tell
+    // "reached the outermost frame" from "hit code built without frame pointers".
+    e.walk_end = StackEnd::kComplete;
+  }
+  e.kernel = split_.kernel;
+  e.user = split_.user;
+  if (s.regs_abi != PERF_SAMPLE_REGS_ABI_NONE && !s.user_regs.empty()) {
+    e.regs = UserRegs::from_perf(config_.regs_mask, s.user_regs);
+    e.stack = s.user_stack;
+    e.stack_size = s.stack_size;
+  } else {
+    // dwarf mode without registers: a kernel thread, or the kernel could not read the user state.
+    e.user_state_lost = config_.dwarf && e.user_mode;
+  }
+  sink(event_);
+}
+
+void PerfEventDecoder::decode(const PerfRecord& record, size_t bytes, const EventSink& sink) {
+  if (const auto* s = std::get_if<SampleRecord>(&record)) {
+    decode_sample(*s, bytes, sink);
+  } else if (const auto* m = std::get_if<Mmap2Record>(&record)) {
+    if (auto e = mmap_event_of(*m)) sink(*e);
+  } else if (const auto* c = std::get_if<CommRecord>(&record)) {
+    const uint64_t time = time_of(c->sample_id);
+    if (c->exec) {
+      // The kernel writes the exec's COMM record before the new image's MMAP2 records, and before
+      // execve has set the new registers: the old image still runs until a sample shows otherwise.
+      sink(ExecStartEvent{c->pid, time});
+      sink(ExecEvent{c->pid, c->tid, time, c->comm, false, false});
+    } else {
+      sink(CommEvent{c->pid, c->tid, time, c->comm});
+    }
+  } else if (const auto* t = std::get_if<TaskRecord>(&record)) {
+    if (t->fork)
+      sink(ForkEvent{t->pid, t->tid, t->ppid, t->ptid, t->time, {}});
+    else
+      sink(ExitEvent{t->pid, t->tid, t->time, 0});
+  } else if (const auto* l = std::get_if<LostRecord>(&record)) {
+    sink(LostEvent{l->lost, 0});
+  } else if (const auto* th = std::get_if<ThrottleRecord>(&record)) {
+    if (!th->unthrottle) sink(LostEvent{0, 1});
+  }
+}
+
+}  // namespace hpd

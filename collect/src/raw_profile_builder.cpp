@@ -1,0 +1,171 @@
+// Events to RawProfile: the sample rules shared by both backends (raw_profile_builder.h).
+#include "raw_profile_builder.h"
+
+#include <algorithm>
+
+#include "recording_common.h"
+
+namespace hpd {
+
+RawProfileBuilder::RawProfileBuilder(RawProfile& profile, BuilderConfig config, SystemLookups lookups)
+    : profile_(profile), config_(config), tracker_(profile, config.tracker, std::move(lookups)) {}
+
+void RawProfileBuilder::on_event(const Event& event) {
+  std::visit(
+      [this](const auto& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, SampleEvent>) {
+          on_sample(e);
+        } else if constexpr (std::is_same_v<T, MmapEvent>) {
+          tracker_.on_mmap(e);
+        } else if constexpr (std::is_same_v<T, CommEvent>) {
+          tracker_.on_comm(e);
+        } else if constexpr (std::is_same_v<T, ExecStartEvent>) {
+          tracker_.on_exec_start(e);
+        } else if constexpr (std::is_same_v<T, ExecEvent>) {
+          tracker_.on_exec(e);
+        } else if constexpr (std::is_same_v<T, ForkEvent>) {
+          tracker_.on_fork(e);
+        } else if constexpr (std::is_same_v<T, ExitEvent>) {
+          tracker_.on_exit(e);
+        } else if constexpr (std::is_same_v<T, CpuTailEvent>) {
+          on_cpu_tail(e);
+        } else if constexpr (std::is_same_v<T, LostEvent>) {
+          profile_.lost.lost_records += e.records;
+          profile_.lost.throttle_events += e.throttles;
+        } else if constexpr (std::is_same_v<T, ThreadLostEvent>) {
+          // A thread (or process) known only from its drops is described like one first seen in a sample.
+          if (e.records > 0)
+            tracker_.thread_for(e.pid, e.tid, config_.tracker.start_ns).lost.lost_records += e.records;
+        }
+      },
+      event);
+}
+
+StackEnd RawProfileBuilder::apply_user_state(const SampleEvent& e, const RawProcess& process) {
+  const UserRegs& regs = *e.regs;
+  const StackCopy copy{regs.sp(), e.stack, e.stack_size};
+  const UnwindContext context{&process, &profile_.modules, e.time_ns};
+  const uint64_t start = mono_now();
+  StackEnd end = StackEnd::kUnknown;
+  if (config_.dwarf) {
+    end = unwinder_->unwind(context, regs, copy, unwound_);
+    std::swap(user_, unwound_);
+    ++unwind_.unwound;
+  } else if (insert_frameless_leaf_caller(*unwinder_, context, regs, copy, user_)) {
+    ++unwind_.leaf_callers;
+  }
+  unwind_.ns += mono_now() - start;
+  return end;
+}
+
+void RawProfileBuilder::on_sample(const SampleEvent& e) {
+  // A sample of a process no longer followed (one the ring held before its exec record): not the
+  // client's to have.
+  if (tracker_.unfollowed(e.pid, e.time_ns)) {
+    ++unfollowed_samples_;
+    return;
+  }
+  unwind_.sample_bytes += e.record_bytes;
+  // An index: it stays valid when later calls add threads (or processes).
+  const auto thread_index =
+      static_cast<size_t>(&tracker_.thread_for(e.pid, e.tid, e.time_ns, e.comm) - profile_.threads.data());
+
+  RawSample sample;
+  sample.time_ns = e.time_ns;
+  sample.pid = e.pid;
+  sample.tid = e.tid;
+  sample.cpu = static_cast<uint16_t>(e.cpu);
+  sample.kind = e.kind;
+  if (e.kind == SampleKind::kOffCpu)
+    sample.off_cpu_ns = e.off_cpu_ns;
+  else
+    sample.cpu_delta_ns = e.cpu_delta_ns;
+
+  std::span<const uint64_t> kernel = e.kernel;
+  if (e.kind == SampleKind::kOffCpu && is_scheduler_frame_) {
+    // The blocking function, not the scheduler, is the leaf of an off-CPU stack.
+    size_t skip = 0;
+    while (skip < kernel.size() && is_scheduler_frame_(kernel[skip])) ++skip;
+    kernel = kernel.subspan(skip);
+  }
+  std::span<const uint64_t> user = e.user;
+  tracker_.note_sample(e.pid, e.time_ns, e.user_mode, user);
+
+  // Only on-CPU samples carry a user state of the moment they were taken.
+  const bool unwind_here = unwinder_ != nullptr && e.regs.has_value() && e.kind == SampleKind::kOnCpu;
+  StackEnd unwound = StackEnd::kUnknown;
+  if (unwind_here) {
+    user_.assign(e.user.begin(), e.user.end());
+    // The walk needs the mapping of the leaf: read the maps again if it is new (dlopen, JIT).
+    if (config_.dwarf) tracker_.has_user_mapping(e.pid, e.regs->ip(), e.time_ns);
+    unwound = apply_user_state(e, profile_.process(e.pid));
+    // The walk met a return address in no known mapping (a library mapped after the last read): if a
+    // new read of the maps shows it, walk again.
+    if (config_.dwarf && unwinder_->last_unmapped_pc() != 0 &&
+        tracker_.has_user_mapping(e.pid, unwinder_->last_unmapped_pc(), e.time_ns)) {
+      user_.assign(e.user.begin(), e.user.end());
+      unwound = apply_user_state(e, profile_.process(e.pid));
+    }
+    // Nothing unwound and no kernel frames: keep at least the sampled instruction.
+    if (user_.empty() && kernel.empty() && e.regs->ip() != 0) user_.push_back(e.regs->ip());
+    user = user_;
+  }
+
+  // How the stack ended, one rule for both backends. The collector's own word (walk_end) decides
+  // when the user part is its walk; an unwinding done here replaces it. A sample without user frames
+  // failed in a process with user mappings; a kernel thread has none, and its kernel stack is all
+  // there is (the perf builder called every such sample failed, the eBPF one only in processes with
+  // mappings). A kernel part that filled its limit truncates a stack that was otherwise complete.
+  if (unwound != StackEnd::kUnknown) {
+    sample.stack_end = unwound;
+  } else if (e.user_state_lost || e.walk_end == StackEnd::kFailed) {
+    sample.stack_end = StackEnd::kFailed;
+  } else if (e.walk_end == StackEnd::kTruncated) {
+    sample.stack_end = StackEnd::kTruncated;
+  } else if (user.empty()) {
+    sample.stack_end = profile_.process(e.pid).mappings.empty() ? StackEnd::kComplete : StackEnd::kFailed;
+  } else {
+    sample.stack_end = e.walk_end;
+  }
+  if (e.kernel_truncated && sample.stack_end != StackEnd::kFailed && sample.stack_end != StackEnd::kUnknown)
+    sample.stack_end = StackEnd::kTruncated;
+  if (e.kernel_failed) sample.stack_end = StackEnd::kFailed;
+
+  RawThread& thread = profile_.threads[thread_index];
+  if (sample.stack_end == StackEnd::kFailed) {
+    ++profile_.lost.stack_failures;
+    ++thread.lost.stack_failures;
+  } else if (sample.stack_end == StackEnd::kTruncated) {
+    ++profile_.lost.truncated_stacks;
+    ++thread.lost.truncated_stacks;
+  }
+  if (!kernel.empty() || !user.empty()) sample.stack = profile_.stacks.intern(kernel, user);
+  tracker_.note_unplaced(e.pid, user, e.time_ns);
+  if (sample.kind == SampleKind::kOnCpu) {
+    if (last_on_cpu_.size() <= thread_index) last_on_cpu_.resize(thread_index + 1);
+    last_on_cpu_[thread_index] = LastOnCpu{sample, true};
+  }
+  profile_.samples.push_back(sample);
+  ++samples_;
+}
+
+// The CPU time the thread used after its last sample becomes a sample of its own, where the last one
+// was (the task is gone: no stack to take), at the thread's end. A thread without samples gets none.
+void RawProfileBuilder::on_cpu_tail(const CpuTailEvent& e) {
+  const RawThread* thread = profile_.find_thread(e.pid, e.tid);
+  if (thread == nullptr) return;
+  const auto index = static_cast<size_t>(thread - profile_.threads.data());
+  if (index >= last_on_cpu_.size() || !last_on_cpu_[index].set) return;
+  LastOnCpu& last = last_on_cpu_[index];
+  if (e.cpu_ns > 0) {
+    RawSample tail = last.sample;
+    tail.time_ns = std::max(tail.time_ns, thread->end_ns);
+    tail.cpu_delta_ns = e.cpu_ns;
+    profile_.samples.push_back(tail);
+    ++cpu_tails_;
+  }
+  last.set = false;
+}
+
+}  // namespace hpd

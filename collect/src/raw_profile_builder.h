@@ -1,0 +1,86 @@
+// The one RawProfile builder: turns the events of either backend (events.h) into samples with their
+// stacks, CPU times and how each stack ended, and, through its ProcessTracker, into processes,
+// threads and mappings. Free of system calls except through the injected lookups, so tests feed it
+// synthetic events.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "events.h"
+#include "hpd/model/raw_profile.h"
+#include "hpd/unwind/unwinder.h"
+#include "process_tracker.h"
+
+namespace hpd {
+
+struct BuilderConfig {
+  TrackerConfig tracker;
+  // dwarf mode: user stacks are unwound here from the samples' registers and stack copies. Otherwise
+  // the copies only put back the callers of frameless leaves into the frame-pointer chains.
+  bool dwarf = false;
+};
+
+// What the unwinder did, for RecordResult.
+struct UnwindCounters {
+  uint64_t unwound = 0;       // dwarf: samples unwound in user space
+  uint64_t leaf_callers = 0;  // fp: callers of frameless leaves inserted
+  uint64_t ns = 0;            // monotonic time inside the unwinder
+  uint64_t sample_bytes = 0;  // bytes of the sample records handled
+};
+
+class RawProfileBuilder {
+ public:
+  RawProfileBuilder(RawProfile& profile, BuilderConfig config, SystemLookups lookups = {});
+
+  void on_event(const Event& event);
+
+  ProcessTracker& processes() { return tracker_; }
+  [[nodiscard]] const ProcessTracker& processes() const { return tracker_; }
+
+  // The unwinder for samples with registers and a stack copy (owned by the caller, one per recording).
+  // Without one, such samples keep the collector's chain as it is.
+  void set_unwinder(Unwinder* unwinder) { unwinder_ = unwinder; }
+  // Off-CPU stacks: the kernel part starts at the function that blocked. Leading kernel frames for
+  // which this returns true (the scheduler's own: __schedule, schedule, schedule_timeout, the
+  // tracepoint's and the program's frames) are dropped.
+  void set_scheduler_frames(std::function<bool(uint64_t)> is_scheduler_frame) {
+    is_scheduler_frame_ = std::move(is_scheduler_frame);
+  }
+
+  [[nodiscard]] uint64_t samples() const { return samples_; }
+  // Samples dropped because their process was no longer followed (ExecEvent::unfollowed).
+  [[nodiscard]] uint64_t unfollowed_samples() const { return unfollowed_samples_; }
+  [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
+  // Samples added for the CPU time threads used after their last timer sample (CpuTailEvent).
+  [[nodiscard]] uint64_t cpu_tails() const { return cpu_tails_; }
+
+ private:
+  void on_sample(const SampleEvent& e);
+  void on_cpu_tail(const CpuTailEvent& e);
+  // Unwinds (dwarf) or completes (fp) user_ from the sample's registers and stack copy; returns how a
+  // dwarf walk ended, kUnknown when none was done.
+  StackEnd apply_user_state(const SampleEvent& e, const RawProcess& process);
+
+  RawProfile& profile_;
+  BuilderConfig config_;
+  ProcessTracker tracker_;
+  Unwinder* unwinder_ = nullptr;
+  std::function<bool(uint64_t)> is_scheduler_frame_;
+  std::vector<uint64_t> user_;
+  std::vector<uint64_t> unwound_;
+  UnwindCounters unwind_;
+  // Per thread (by its index in RawProfile::threads), its last on-CPU sample: a CPU tail repeats it.
+  // A copy, not an index into the samples, so that samples already written out may leave memory.
+  struct LastOnCpu {
+    RawSample sample;
+    bool set = false;
+  };
+  std::vector<LastOnCpu> last_on_cpu_;
+  uint64_t samples_ = 0;
+  uint64_t unfollowed_samples_ = 0;
+  uint64_t cpu_tails_ = 0;
+};
+
+}  // namespace hpd

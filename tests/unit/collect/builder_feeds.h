@@ -1,0 +1,102 @@
+// Test helpers that feed one backend's records through its decoder into the one RawProfileBuilder,
+// the way each recorder does: the record-level tests of both backends are written against these.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bpf/bpf_event_decoder.h"
+#include "perf/perf_event_decoder.h"
+#include "raw_profile_builder.h"
+
+namespace hpd {
+
+// perf_event records -> PerfEventDecoder -> RawProfileBuilder (as perf_recorder.cpp wires them).
+class PerfFeed {
+ public:
+  PerfFeed(RawProfile& profile, PerfDecoderConfig config, BuildIdLookup build_ids = {},
+           std::function<void(RawProcess&)> describe = {}, uint64_t start_ns = 0)
+      : decoder_(config),
+        builder_(profile, BuilderConfig{TrackerConfig{start_ns}, config.dwarf},
+                 SystemLookups{{}, std::move(build_ids), std::move(describe)}) {}
+
+  void on_record(const PerfRecord& record) {
+    decoder_.decode(record, 0, [this](const Event& e) { builder_.on_event(e); });
+  }
+  void add_maps(int32_t pid, const std::vector<MapsEntry>& maps, uint64_t time_ns) {
+    builder_.processes().add_maps(pid, maps, time_ns);
+  }
+  void set_own_event_ids(int32_t tid, std::vector<uint64_t> ids) {
+    decoder_.set_own_event_ids(tid, std::move(ids));
+  }
+  void set_unwinder(Unwinder* unwinder) { builder_.set_unwinder(unwinder); }
+  uint64_t samples() const { return builder_.samples(); }
+  uint64_t duplicate_samples() const { return decoder_.duplicate_samples(); }
+  const UnwindCounters& unwind_counters() const { return builder_.unwind_counters(); }
+  RawProfileBuilder& builder() { return builder_; }
+
+ private:
+  PerfEventDecoder decoder_;
+  RawProfileBuilder builder_;
+};
+
+struct BpfFeedConfig {
+  uint64_t start_ns = 0;
+  uint64_t maps_reread_interval_ns = 200'000'000;
+  bool dwarf = false;
+  uint32_t stack_copy_bytes = 0;
+};
+
+// eBPF ring records -> BpfEventDecoder -> RawProfileBuilder (as bpf_recorder.cpp wires them), with the
+// mmap watch's records as events.
+class BpfFeed {
+ public:
+  BpfFeed(RawProfile& profile, BpfFeedConfig config,
+          std::function<std::vector<MapsEntry>(int32_t)> read_maps = {}, BuildIdLookup build_ids = {},
+          std::function<void(RawProcess&)> describe = {})
+      : decoder_(config.stack_copy_bytes),
+        builder_(profile,
+                 BuilderConfig{TrackerConfig{config.start_ns, config.maps_reread_interval_ns}, config.dwarf},
+                 SystemLookups{std::move(read_maps), std::move(build_ids), std::move(describe)}) {}
+
+  void on_record(std::span<const uint8_t> bytes) {
+    decoder_.decode(bytes, [this](const Event& e) { builder_.on_event(e); });
+  }
+  void add_initial_process(int32_t pid, const std::vector<MapsEntry>& maps) {
+    builder_.processes().add_initial_process(pid, maps);
+  }
+  void on_mmap(int32_t pid, uint64_t start, uint64_t length, uint64_t offset, const std::string& path,
+               const std::string& build_id, uint64_t time_ns) {
+    builder_.on_event(MmapEvent{pid, time_ns, start, length, offset, path, build_id});
+  }
+  void on_exec_start(int32_t pid, uint64_t time_ns) { builder_.on_event(ExecStartEvent{pid, time_ns}); }
+  void on_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns) {
+    decoder_.decode_still_off_cpu(event, end_ns, [this](const Event& e) { builder_.on_event(e); });
+  }
+  void add_thread_drops(int32_t pid, int32_t tid, uint64_t drops) {
+    builder_.on_event(ThreadLostEvent{pid, tid, drops});
+  }
+  void set_mmap_source(std::function<void()> drain) {
+    builder_.processes().set_mmap_source(std::move(drain));
+  }
+  void set_unwinder(Unwinder* unwinder) { builder_.set_unwinder(unwinder); }
+  void set_scheduler_frames(std::function<bool(uint64_t)> f) { builder_.set_scheduler_frames(std::move(f)); }
+
+  const BpfEventDecoder::UserEnds& user_ends() const { return decoder_.user_ends(); }
+  uint64_t samples() const { return builder_.samples(); }
+  uint64_t malformed_records() const { return decoder_.malformed_records(); }
+  uint64_t samples_without_baseline() const { return decoder_.samples_without_baseline(); }
+  uint64_t processes_without_maps() const { return builder_.processes().processes_without_maps(); }
+  uint64_t mmaps_recorded() const { return builder_.processes().mmaps_recorded(); }
+  uint64_t cpu_tails() const { return builder_.cpu_tails(); }
+  const UnwindCounters& unwind_counters() const { return builder_.unwind_counters(); }
+
+ private:
+  BpfEventDecoder decoder_;
+  RawProfileBuilder builder_;
+};
+
+}  // namespace hpd
