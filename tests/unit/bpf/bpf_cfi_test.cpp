@@ -27,7 +27,7 @@
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "hpd/unwind/cfi_table.h"
-#include "record_pipeline.h"
+#include "hpd/session/record_pipeline.h"
 
 namespace hpd {
 namespace {
@@ -357,15 +357,15 @@ TEST(BpfCfi, ModuleRefusedForLackOfRoomIsNamed) {
   options.cfi_row_capacity = static_cast<uint32_t>(rows_of(program) + 500);
   ASSERT_LT(options.cfi_row_capacity, rows_of("/lib/x86_64-linux-gnu/libc.so.6"));
   // Through what `hpctl record` does with the result: the summary's notes.
-  cli::RecordArgs args;
+  session::RecordRequest args;
   args.output = (std::filesystem::temp_directory_path() /
                  ("bpf_cfi_refused." + std::to_string(::getpid()) + ".json.gz"))
                     .string();
-  cli::RecordingOutput output(args);
+  session::RecordingOutput output(args);
   output.attach(options);
   RecordResult r = record(options);
   const Profile profile = output.finish(r);
-  const cli::RecordSummary summary = cli::summarize_recording(r, profile, output);
+  const session::RecordSummary summary = session::summarize_recording(r, profile, output);
   std::filesystem::remove(args.output);
   print_ends(r);
   std::vector<std::string> cfi_notes;
