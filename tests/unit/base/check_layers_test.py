@@ -73,7 +73,7 @@ def main():
                 f.write(original)
 
         # A downward include and a same-layer include stay allowed.
-        plant(root, "export/src/report.cpp", '#include "hpd/model/profile.h"\n#include "json_writer.h"', "start")
+        plant(root, "export/src/report/compute.cpp", '#include "hpd/model/profile.h"\n#include "json_writer.h"', "start")
         code, out = run(script, root)
         expect(code == 0, "downward and same-layer includes pass", out)
     if failures:
