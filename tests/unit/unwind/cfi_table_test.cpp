@@ -255,24 +255,13 @@ uint64_t stack_end_of(uint64_t sp) {
   return sp;
 }
 
-// A raw copy of the live stack, as the kernel makes for a sample. It reads every frame whole, the
-// AddressSanitizer redzones between a frame's variables included, which is the point: so the copy is
-// not instrumented, and is made byte by byte (memcpy would be ASan's checked interceptor).
-__attribute__((noinline, no_sanitize("address"))) void copy_raw_stack(const uint8_t* p, size_t n,
-                                                                      std::vector<uint8_t>& out) {
-  out.resize(n);
-  const volatile uint8_t* from = p;  // volatile: the loop stays a loop, not a call to memcpy
-  uint8_t* to = out.data();
-  for (size_t i = 0; i < n; ++i) to[i] = from[i];
-}
-
 __attribute__((noinline)) void keep_stack(const uint64_t* r, SelfStack* out) {
   out->regs = UserRegs{};
   const DwarfReg order[] = {DwarfReg::kRip, DwarfReg::kRsp, DwarfReg::kRbp, DwarfReg::kRbx,
                             DwarfReg::kR12, DwarfReg::kR13, DwarfReg::kR14, DwarfReg::kR15};
   for (size_t i = 0; i < 8; ++i) out->regs.set(order[i], r[i]);
   const uint64_t n = std::min<uint64_t>(stack_end_of(r[1]) - r[1], 1u << 20);
-  copy_raw_stack(reinterpret_cast<const uint8_t*>(r[1]), n, out->stack);
+  copy_raw_stack(r[1], n, out->stack);
 }
 
 SelfStack g_in_qsort;
