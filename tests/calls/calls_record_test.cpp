@@ -24,6 +24,7 @@
 #include "hpd/export/firefox_reader.h"
 #include "hpd/symbolizer/convert.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 #include <nlohmann/json.hpp>
 
@@ -159,12 +160,10 @@ TEST(CallsRecord, PerfBackendToo) {
 TEST(CallsRecord, FirefoxFileKeepsTheExactCounts) {
   const Counted c = record_calls({fixture("gcc_nop"), "1000", "250"});
   ASSERT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
-  std::string dir = (std::filesystem::temp_directory_path() / "hpd-calls-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-  const std::string path = dir + "/calls.json.gz";
+  const hpd::testing::TempDir dir("hpd-calls");
+  const std::string path = dir.file("calls.json.gz");
   hpd::write_firefox_file(c.profile, path);
   const hpd::Profile read = hpd::read_firefox_file(path);
-  std::filesystem::remove_all(dir);
   std::map<std::string, uint64_t> edges, calls_to;
   count_edges(read, edges, calls_to);
   EXPECT_EQ(edges.count("caller_a->callee") ? edges.at("caller_a->callee") : 0, 1000u);
@@ -356,13 +355,11 @@ const hpd::CallLatency* latency_of(const hpd::Profile& p, const std::string& nam
 TEST(CallsRuntime, LatencyMatchesWhatTheProgramMeasured) {
   for (const char* name : {"latency_fentry", "latency_clang_pg"}) {
     SCOPED_TRACE(name);
-    std::string dir = (std::filesystem::temp_directory_path() / "hpd-latency-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-    const std::string out = dir + "/truth.txt";
+    const hpd::testing::TempDir dir("hpd-latency");
+    const std::string out = dir.file("truth.txt");
     const Counted c = record_with_runtime({fixture(name), out});
     ASSERT_EQ(c.result.command_exit_status, 0) << dump(c);
     const std::map<std::string, Truth> truth = read_truth(out);
-    std::filesystem::remove_all(dir);
     ASSERT_EQ(truth.size(), 3u);
     for (const char* f : {"spin_for", "sleep_for"}) {
       SCOPED_TRACE(f);
@@ -490,18 +487,16 @@ TEST(CallsRuntime, RuntimeOnlyRefusesAStaticProgram) {
 // Linked with -pg (glibc's gprof on): unrecorded it runs as before and writes gmon.out; recorded, the
 // runtime's mcount takes the calls and the program still exits normally.
 TEST(CallsRuntime, ProgramLinkedWithGprof) {
-  std::string dir = (std::filesystem::temp_directory_path() / "hpd-gmon-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const hpd::testing::TempDir dir("hpd-gmon");
   const std::filesystem::path old_cwd = std::filesystem::current_path();
-  std::filesystem::current_path(dir);
+  std::filesystem::current_path(dir.path());
   {
     hpd::test::Background plain({fixture("gcc_pg_gmon"), "1000", "250"});
     plain.wait();
   }
-  const bool wrote_gmon = std::filesystem::exists(dir + "/gmon.out");
+  const bool wrote_gmon = std::filesystem::exists(dir.file("gmon.out"));
   const Counted c = record_with_runtime({fixture("gcc_pg_gmon"), "1000", "250"});
   std::filesystem::current_path(old_cwd);
-  std::filesystem::remove_all(dir);
   EXPECT_TRUE(wrote_gmon);
   EXPECT_EQ(c.result.command_exit_status, 0);
   EXPECT_EQ(c.edges.count("caller_a->callee") ? c.edges.at("caller_a->callee") : 0, 1000u) << dump(c);
@@ -526,17 +521,16 @@ TEST(CallsRuntime, HooksPreserveTheAbi) {
 // counted, prints the timed calls table, and the Firefox file it wrote gives the same latency back
 // through `hpctl report --json`; --calls-counter uprobes counts from outside instead.
 TEST(CallsRuntime, HpctlRecordAndReport) {
-  std::string dir = (std::filesystem::temp_directory_path() / "hpd-hpctl-calls-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-  const std::string out = dir + "/calls.json.gz";
+  const hpd::testing::TempDir dir("hpd-hpctl-calls");
+  const std::string out = dir.file("calls.json.gz");
   const hpd::test::RunResult r = hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--calls", "-o", out,
-                                                 "--", fixture("latency_fentry"), dir + "/truth.txt"},
+                                                 "--", fixture("latency_fentry"), dir.file("truth.txt")},
                                                 300, {"HPD_CALLS_RUNTIME="});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("call counts (hpd's runtime, in-process): "), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("Calls (exact, counted and timed by hpd's runtime)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("spin_for"), std::string::npos) << r.out;
-  const std::map<std::string, Truth> truth = read_truth(dir + "/truth.txt");
+  const std::map<std::string, Truth> truth = read_truth(dir.file("truth.txt"));
   ASSERT_EQ(truth.count("sleep_for"), 1u);
 
   const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
@@ -556,7 +550,6 @@ TEST(CallsRuntime, HpctlRecordAndReport) {
   const hpd::test::RunResult up =
       hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--calls", "--calls-counter", "uprobes", "-o", out,
                       "--", fixture("gcc_fentry"), "1000", "250"});
-  std::filesystem::remove_all(dir);
   ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
   EXPECT_NE(up.err.find("call counts (uprobes): "), std::string::npos) << up.err;
   EXPECT_NE(up.out.find("counted by uprobes"), std::string::npos) << up.out;
@@ -619,18 +612,16 @@ TEST(CallsRuntime, SampledStacksGoThroughTheHook) {
 // With hpd answering, root's `hpctl record --calls -- CMD` records locally, where the runtime can be
 // preloaded (hpd would get the pid of a command hpctl started, countable only by uprobes).
 TEST(CallsRuntime, HpctlRecordsCommandsLocallyForTheRuntime) {
-  std::string dir = (std::filesystem::temp_directory_path() / "hpd-daemon-calls-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-  std::ofstream(dir + "/hpd.conf").close();
-  const std::string socket = dir + "/hpd.sock";
-  hpd::test::Background daemon({HPD_HPD_PATH, "--config", dir + "/hpd.conf", "--socket", socket});
+  const hpd::testing::TempDir dir("hpd-daemon-calls");
+  std::ofstream(dir.file("hpd.conf")).close();
+  const std::string socket = dir.file("hpd.sock");
+  hpd::test::Background daemon({HPD_HPD_PATH, "--config", dir.file("hpd.conf"), "--socket", socket});
   for (int i = 0; i < 200 && !std::filesystem::exists(socket); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(std::filesystem::exists(socket));
   const hpd::test::RunResult r =
       hpd::test::run({HPD_HPCTL_PATH, "--socket", socket, "record", "--calls", "--no-report", "-o",
-                      dir + "/p.json.gz", "--", fixture("gcc_fentry"), "1000", "250"});
-  std::filesystem::remove_all(dir);
+                      dir.file("p.json.gz"), "--", fixture("gcc_fentry"), "1000", "250"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("recorded locally"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("call counts (hpd's runtime, in-process): 1253 calls"), std::string::npos) << r.err;

@@ -17,6 +17,7 @@
 #include "hpd/capture/capture.h"
 #include "hpd/continuous/continuous.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace hpd::continuous {
 namespace {
@@ -40,16 +41,6 @@ bool wait_for(const std::function<bool()>& done, double timeout_s = 90) {
 
 class ContinuousTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char name[] = "/tmp/hpd-continuous-it-XXXXXX";
-    ASSERT_NE(::mkdtemp(name), nullptr);
-    dir_ = name;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    if (!HasFailure()) fs::remove_all(dir_, ec);
-  }
-
   ContinuousOptions options(double chunk_seconds) const {
     ContinuousOptions o;
     o.dir = dir_ / "store";  // created by start()
@@ -60,7 +51,9 @@ class ContinuousTest : public ::testing::Test {
     return o;
   }
 
-  fs::path dir_;
+  // Kept when the test fails: its recordings and logs are what to look at.
+  hpd::testing::TempDir tmp_{"hpd-continuous-it", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {

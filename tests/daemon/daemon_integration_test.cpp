@@ -20,6 +20,7 @@
 #include "hpd/service/protocol.h"
 #include "hpd_harness.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace hpd::test {
 namespace {
@@ -95,14 +96,12 @@ TEST(Hpd, VersionAndHelp) {
 }
 
 TEST(Hpd, BadConfigurationRefusesToStartWithFileAndLine) {
-  char tmpl[] = "/tmp/hpd-conf-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string conf = std::string(tmpl) + "/hpd.conf";
+  const testing::TempDir tmp("hpd-conf");
+  const std::string conf = tmp.file("hpd.conf");
   std::ofstream(conf) << "max_sessions = 4\nmax_sesions = 5\n";
-  const RunResult r = run({HPD_HPD_PATH, "--config", conf, "--socket", std::string(tmpl) + "/s"}, 20);
+  const RunResult r = run({HPD_HPD_PATH, "--config", conf, "--socket", tmp.file("s")}, 20);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find(conf + ":2: unknown key 'max_sesions'"), std::string::npos) << r.err;
-  std::filesystem::remove_all(tmpl);
 }
 
 TEST(Hpd, SocketActivation) {
@@ -643,9 +642,8 @@ std::vector<std::string> profile_function_names(const json& profile) {
 // lives, through /proc/PID/root (map_files needs CAP_SYS_ADMIN, which the unit does not grant),
 // so the program's functions are named as they are when hpd shares the client's view.
 TEST(Hpd, SymbolizesAProgramItsMountNamespaceCannotSee) {
-  char tmpl[] = "/tmp/hpd-private-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const testing::TempDir tmp("hpd-private");
+  const std::string dir = tmp.path();
   chmod(dir.c_str(), 0755);
   const std::string program = dir + "/prog";
   ASSERT_EQ(run({"cp", kCpuSplit, program}).exit_code, 0);
@@ -684,22 +682,19 @@ TEST(Hpd, SymbolizesAProgramItsMountNamespaceCannotSee) {
       EXPECT_NE(rep.out.find("Missing modules: 0"), std::string::npos) << rep.out;
     }
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Hpctl, FallsBackToLocalWithoutADaemonAndSaysSo) {
-  char tmpl[] = "/tmp/hpctl-local-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string out = std::string(tmpl) + "/l.json.gz";
-  const RunResult r = run({kHpctl, "--socket", std::string(tmpl) + "/none.sock", "record", "--no-report",
-                           "-o", out, "--", kCpuSplit, "1"});
+  const testing::TempDir tmp("hpctl-local");
+  const std::string out = tmp.file("l.json.gz");
+  const RunResult r = run(
+      {kHpctl, "--socket", tmp.file("none.sock"), "record", "--no-report", "-o", out, "--", kCpuSplit, "1"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("recorded locally"), std::string::npos) << r.err;
-  const RunResult forced = run({kHpctl, "--socket", std::string(tmpl) + "/none.sock", "--daemon", "record",
-                                "-o", out, "--", kCpuSplit, "1"});
+  const RunResult forced =
+      run({kHpctl, "--socket", tmp.file("none.sock"), "--daemon", "record", "-o", out, "--", kCpuSplit, "1"});
   EXPECT_NE(forced.exit_code, 0);
   EXPECT_NE(forced.err.find("cannot reach hpd at"), std::string::npos) << forced.err;
-  std::filesystem::remove_all(tmpl);
 }
 
 }  // namespace

@@ -38,9 +38,6 @@ sockaddr_un unix_address(const std::string& path) {
 }  // namespace
 
 Hpd::Hpd(const HpdStart& start) {
-  char tmpl[] = "/tmp/hpd-test-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  dir_ = tmpl;
   chmod(dir_.c_str(), 0755);
   out_dir_ = dir_ + "/out";
   mkdir(out_dir_.c_str(), 0777);
@@ -111,8 +108,7 @@ Hpd::~Hpd() {
     waitpid(pid_, nullptr, 0);
   }
   if (notify_fd_ >= 0) close(notify_fd_);
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
+  // tmp_ removes the directory.
 }
 
 bool Hpd::wait_notify(const std::string& want, double timeout_s) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace hpd::test {
 
 struct HpdStart {
@@ -56,7 +58,8 @@ class Hpd {
 
  private:
   pid_t pid_ = -1;
-  std::string dir_;
+  testing::TempDir tmp_{"hpd-test"};
+  std::string dir_ = tmp_.path();
   std::string out_dir_;
   std::string socket_;
   std::string config_path_;

@@ -13,6 +13,7 @@
 
 #include "firefox_lint.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -82,20 +83,12 @@ std::string describe(const SampleStack& s) {
 
 class CallGraphTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hpd-cg-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Records `command` with the extra hpctl options; returns the profile's samples.
-  std::vector<SampleStack> record(const std::vector<std::string>& options, const std::vector<std::string>& command,
-                                  json* profile_out = nullptr, std::string* stderr_out = nullptr) {
+  std::vector<SampleStack> record(const std::vector<std::string>& options,
+                                  const std::vector<std::string>& command, json* profile_out = nullptr,
+                                  std::string* stderr_out = nullptr) {
     const std::string out = path("profile.json");
     std::vector<std::string> argv{kHpctl, "record", "-F", "999", "-o", out, "--no-report"};
     argv.insert(argv.end(), options.begin(), options.end());
@@ -111,7 +104,11 @@ class CallGraphTest : public ::testing::Test {
     return sample_stacks(profile);
   }
 
-  fs::path dir_;
+  // Kept when the test fails: its recordings and logs are what to look at.
+  hpd::testing::TempDir tmp_{
+      std::string("hpd-cg-") + ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+      hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const fs::path dir_{tmp_.path()};
 };
 
 std::string call_graph_of(const json& profile) {
@@ -151,8 +148,9 @@ ChainShare chain_share(const std::vector<SampleStack>& samples, std::string* exa
 ChainShare perf_dwarf_chain_share(const std::string& dir, const std::string& fixture) {
   const std::string data = dir + "/perf.data";
   const std::string script = dir + "/perf.txt";
-  const std::string cmd = std::string(HPD_PERF) + " record -q -e task-clock -c 1001001 --call-graph dwarf,32768 -o " +
-                          data + " -- " + fixture + " 2 >/dev/null 2>&1 && " + HPD_PERF + " script -i " + data +
+  const std::string cmd = std::string(HPD_PERF) +
+                          " record -q -e task-clock -c 1001001 --call-graph dwarf,32768 -o " + data + " -- " +
+                          fixture + " 2 >/dev/null 2>&1 && " + HPD_PERF + " script -i " + data +
                           " -F comm,ip,sym > " + script + " 2>/dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(script);
@@ -162,7 +160,8 @@ ChainShare perf_dwarf_chain_share(const std::string& dir, const std::string& fix
   auto finish = [&] {
     if (!frames.empty() && frames[0] == "chain_d") {
       ++perf.in_d;
-      perf.whole += frames.size() >= kChain.size() && std::equal(kChain.begin(), kChain.end(), frames.begin());
+      perf.whole +=
+          frames.size() >= kChain.size() && std::equal(kChain.begin(), kChain.end(), frames.begin());
     }
     frames.clear();
   };
@@ -195,15 +194,16 @@ TEST_F(CallGraphTest, DwarfGivesWholeChainsWithoutFramePointersAndNoFewerThanPer
 
   // The frame-pointer walk cannot see past chain_d here: the difference dwarf makes.
   std::string fp_example;
-  const ChainShare fp = chain_share(record({"--call-graph", "fp", "--backend", "perf"}, {fixture, "1"}), &fp_example);
+  const ChainShare fp =
+      chain_share(record({"--call-graph", "fp", "--backend", "perf"}, {fixture, "1"}), &fp_example);
   EXPECT_LT(fp.share(), 0.05);
 
   ASSERT_FALSE(std::string(HPD_PERF).empty()) << "perf is not installed (Debian package linux-perf)";
   const ChainShare perf = perf_dwarf_chain_share(dir_.string(), fixture);
-  std::printf("whole chains in chain_d: hpctl dwarf %.1f%% (%zu/%zu), perf --call-graph dwarf %.1f%% (%zu/%zu), "
-              "hpctl fp %.1f%%\n",
-              100 * ours.share(), ours.whole, ours.in_d, 100 * perf.share(), perf.whole, perf.in_d,
-              100 * fp.share());
+  std::printf(
+      "whole chains in chain_d: hpctl dwarf %.1f%% (%zu/%zu), perf --call-graph dwarf %.1f%% (%zu/%zu), "
+      "hpctl fp %.1f%%\n",
+      100 * ours.share(), ours.whole, ours.in_d, 100 * perf.share(), perf.whole, perf.in_d, 100 * fp.share());
   ASSERT_GT(perf.in_d, 500u);
   EXPECT_GE(ours.share(), perf.share() - 0.01);
 }
@@ -248,7 +248,8 @@ void expect_compiler_moves(const std::vector<SampleStack>& samples, const std::s
     bool ok = s.frames.size() >= 2 &&
               (mentions(s.frames[1], "compiler_move") || mentions(s.frames[1], "compiler_copy"));
     bool caller = false;
-    for (size_t i = 2; ok && i < s.frames.size(); ++i) caller = caller || mentions(s.frames[i], "moves_loop::");
+    for (size_t i = 2; ok && i < s.frames.size(); ++i)
+      caller = caller || mentions(s.frames[i], "moves_loop::");
     if (ok && caller)
       ++annotated;
     else if (example.empty())
@@ -302,8 +303,8 @@ TEST_F(CallGraphTest, XzStacksReachMainThroughLiblzma) {
       example = describe(s);
     }
   }
-  std::printf("xz: %zu samples, %zu in liblzma, %zu through xz's main, %zu of them complete\n", samples.size(),
-              in_lzma, to_main, complete);
+  std::printf("xz: %zu samples, %zu in liblzma, %zu through xz's main, %zu of them complete\n",
+              samples.size(), in_lzma, to_main, complete);
   ASSERT_GT(in_lzma, 300u);  // about 3 s of compression
   // What the issue asks: stacks reach main through liblzma.
   EXPECT_GE(to_main, in_lzma * 90 / 100) << "first miss: " << example;
@@ -319,8 +320,9 @@ TEST_F(CallGraphTest, CorruptEhFrameEndsStacksFailedWithoutCrashing) {
   const std::string original = kUnwindFixtures + "/chain_gcc";
   const std::string copy = path("chain_corrupt");
   const std::string section = path("eh_frame.bin");
-  ASSERT_EQ(run({HPD_OBJCOPY, "--strip-debug", "--dump-section", ".eh_frame=" + section, original, copy}).exit_code,
-            0);
+  ASSERT_EQ(
+      run({HPD_OBJCOPY, "--strip-debug", "--dump-section", ".eh_frame=" + section, original, copy}).exit_code,
+      0);
   const auto size = fs::file_size(section);
   ASSERT_GT(size, 64u);
   {

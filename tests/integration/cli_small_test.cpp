@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -32,16 +33,10 @@ std::string read_text(const std::string& path) {
 
 class CliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hpd-cli-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  // Kept when the test fails: its recordings and logs are what to look at.
+  hpd::testing::TempDir tmp_{"hpd-cli", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(CliTest, TyposGetTheNearestVerbOrFlag) {

@@ -20,6 +20,7 @@
 
 #include "firefox_lint.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -166,14 +167,6 @@ ThreadFigures figures_of(const json& profile, int64_t tid) {
 
 class CpuTruthTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hpd-cpu-truth-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   json load_profile(const std::string& file) {
@@ -209,7 +202,9 @@ class CpuTruthTest : public ::testing::Test {
     EXPECT_NEAR(f.graph_area_percent, truth.busy_percent(), 5.0) << what;
   }
 
-  fs::path dir_;
+  // Kept when the test fails: its recordings and logs are what to look at.
+  hpd::testing::TempDir tmp_{"hpd-cpu-truth", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const fs::path dir_{tmp_.path()};
 };
 
 // A launched command, default flags (eBPF, per-thread task-clock events), on the fixture built with

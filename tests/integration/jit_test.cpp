@@ -12,6 +12,7 @@
 
 #include "firefox_lint.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -24,15 +25,9 @@ const std::string kFixture = HPD_FIXTURE_DIR "/jit_perf_map";
 
 class JitTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hpd-jit-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
   void TearDown() override {
     // The maps the recorded processes left in /tmp.
     for (const std::string& map : maps_) fs::remove(map);
-    if (!HasFailure()) fs::remove_all(dir_);
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
@@ -82,7 +77,9 @@ class JitTest : public ::testing::Test {
     return false;
   }
 
-  fs::path dir_;
+  // Kept when the test fails: its recordings and logs are what to look at.
+  hpd::testing::TempDir tmp_{"hpd-jit", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const fs::path dir_{tmp_.path()};
   std::vector<std::string> maps_;
 };
 

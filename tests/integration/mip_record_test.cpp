@@ -12,6 +12,7 @@
 
 #include "firefox_lint.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -39,14 +40,6 @@ const std::set<std::string> kNeverCalled = {"never_called", "wait_for_input"};
 
 class MipRecord : public ::testing::TestWithParam<const char*> {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hpd-mip-it-" + std::to_string(getpid()) + "-" + GetParam());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Records the fixture (alive for 800 ms after its work, so flushes read its final counts).
@@ -64,7 +57,10 @@ class MipRecord : public ::testing::TestWithParam<const char*> {
     return json::parse(r.out);
   }
 
-  fs::path dir_;
+  // Kept when the test fails: its recordings and logs are what to look at.
+  hpd::testing::TempDir tmp_{std::string("hpd-mip-it-") + GetParam(),
+                             hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const fs::path dir_{tmp_.path()};
 };
 
 // Checks the report's "mip" section against the fixture's known counts.

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -30,8 +31,9 @@ const std::string kMovesFixture = HPD_MOVES_FIXTURE;
 
 TEST(MovesReport, AnnotatedRustMovesGetTheirOwnSection) {
   if (!fs::exists(kMovesFixture)) GTEST_SKIP() << "rustc was not found when configuring; no Rust fixture";
-  const fs::path dir = fs::temp_directory_path() / ("hpd-moves-" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  // Kept when the test fails: the recording is what to look at.
+  const hpd::testing::TempDir tmp("hpd-moves", hpd::testing::TempDir::Cleanup::kKeepOnFailure);
+  const fs::path dir = tmp.path();
   const std::string out = (dir / "moves.json.gz").string();
   RunResult rec =
       run({kHpctl, "record", "-q", "--no-report", "-F", "999", "-o", out, "--", kMovesFixture, "1.5"});
@@ -68,7 +70,6 @@ TEST(MovesReport, AnnotatedRustMovesGetTheirOwnSection) {
     for (char c : line) width += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
     EXPECT_LE(width, 80u) << line;
   }
-  if (!HasFailure()) fs::remove_all(dir);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include "firefox_lint.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -115,14 +116,6 @@ std::vector<std::string> listeners_on_port(uint16_t port) {
 
 class OpenTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hpd-open-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Records the cpu_split fixture with default flags into `out`.
@@ -145,7 +138,9 @@ class OpenTest : public ::testing::Test {
     return {};
   }
 
-  fs::path dir_;
+  // Kept when the test fails: its recordings and logs are what to look at.
+  hpd::testing::TempDir tmp_{"hpd-open", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(OpenTest, ServesTheProfileWithSourceAndAssemblyAsTheProfilerAsks) {

@@ -16,6 +16,7 @@
 
 #include "firefox_lint.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -30,18 +31,12 @@ const std::string kFixtures = HPD_FIXTURE_DIR;
 class RecordTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hpd-it-" + std::to_string(getpid()) + "-" + test_name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     fs::permissions(dir_, fs::perms::all);  // the unprivileged-user test writes here too
   }
   static std::string test_name() {
     std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     for (char& c : name) c = c == '/' ? '-' : c;
     return name;
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
@@ -67,7 +62,9 @@ class RecordTest : public ::testing::TestWithParam<std::string> {
     return json::parse(r.out);
   }
 
-  fs::path dir_;
+  // Kept when the test fails: its recordings and logs are what to look at.
+  hpd::testing::TempDir tmp_{"hpd-it-" + test_name(), hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const fs::path dir_{tmp_.path()};
 };
 
 // One function's row in the JSON report, or a null json when absent.

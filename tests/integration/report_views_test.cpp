@@ -7,9 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -24,9 +26,8 @@ const std::string kFixtureSource = HPD_REPORT_TREE_SOURCE;
 class ReportViewsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("hpd-views-" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    tmp_.emplace("hpd-views");
+    dir_ = tmp_->path();
     // Fixed work, default flags: A as built, B with beta twice as slow.
     for (const auto& [name, slowdown] : {std::pair{"a.json.gz", "1"}, std::pair{"b.json.gz", "2"}}) {
       RunResult r = run({kHpctl, "--local", "record", "-o", (dir_ / name).string(), "--no-report", "-q", "--",
@@ -34,7 +35,7 @@ class ReportViewsTest : public ::testing::Test {
       ASSERT_EQ(r.exit_code, 0) << r.err;
     }
   }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static void TearDownTestSuite() { tmp_.reset(); }
   static std::string a() { return (dir_ / "a.json.gz").string(); }
   static std::string b() { return (dir_ / "b.json.gz").string(); }
 
@@ -60,6 +61,8 @@ class ReportViewsTest : public ::testing::Test {
     return nullptr;
   }
 
+  // The two recordings every test reads, made once for the suite.
+  static inline std::optional<hpd::testing::TempDir> tmp_;
   static inline fs::path dir_;
 };
 

@@ -1,22 +1,26 @@
-// TempDir: mkdtemp on the way in, remove_all on the way out.
+// TempDir: mkdtemp on the way in, remove_all on the way out (unless a failed test wants it kept).
 #include "temp_dir.h"
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <stdexcept>
 #include <system_error>
 
 namespace hpd::testing {
 
-TempDir::TempDir() {
+TempDir::TempDir() : TempDir("hpd-test") {}
+
+TempDir::TempDir(const std::string& prefix, Cleanup cleanup) : cleanup_(cleanup) {
   std::error_code ec;
   std::filesystem::path base = std::filesystem::temp_directory_path(ec);
   if (ec) base = "/tmp";  // $TMPDIR names no directory
-  std::string pattern = (base / "hpd-test-XXXXXX").string();
+  std::string pattern = (base / (prefix + "-XXXXXX")).string();
   if (::mkdtemp(pattern.data()) == nullptr) {
     throw std::runtime_error("cannot create a temporary directory " + pattern + ": " + std::strerror(errno));
   }
@@ -24,6 +28,12 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
+  // A fixture's members are destroyed while GoogleTest still counts the test as running, so
+  // HasFailure() here is the verdict of the test that used the directory.
+  if (cleanup_ == Cleanup::kKeepOnFailure && ::testing::Test::HasFailure()) {
+    std::cerr << "kept for inspection: " << path_ << "\n";
+    return;
+  }
   // Best effort: a destructor must not throw, and a leftover directory fails no test.
   std::error_code ignored;
   std::filesystem::remove_all(path_, ignored);

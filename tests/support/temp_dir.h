@@ -8,9 +8,18 @@ namespace hpd::testing {
 
 class TempDir {
  public:
+  // What happens to the directory when the TempDir goes away.
+  enum class Cleanup {
+    kAlways,         // removed
+    kKeepOnFailure,  // kept (and its path printed) when the running GoogleTest test has failed, so
+                     // that the recordings and logs an integration test left there can be inspected
+  };
+
   // Creates hpd-test-XXXXXX under the system's temporary directory ($TMPDIR, else /tmp); throws
   // std::runtime_error when it cannot.
   TempDir();
+  // The same with the name PREFIX-XXXXXX (PREFIX says which test left a kept directory behind).
+  explicit TempDir(const std::string& prefix, Cleanup cleanup = Cleanup::kAlways);
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
@@ -23,6 +32,7 @@ class TempDir {
 
  private:
   std::string path_;
+  Cleanup cleanup_;
 };
 
 }  // namespace hpd::testing

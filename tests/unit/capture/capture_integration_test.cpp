@@ -15,6 +15,7 @@
 #include "debuginfod_server.h"
 #include "pprof_text.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -27,15 +28,10 @@ const std::string kFixtures = HPD_FIXTURE_DIR;
 
 class CaptureCliTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override {
+  static std::string test_name() {
     std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     for (char& c : name) c = c == '/' ? '-' : c;
-    dir_ = fs::temp_directory_path() / ("hpd-capture-it-" + std::to_string(getpid()) + "-" + name);
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
+    return name;
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::vector<std::string> record(std::vector<std::string> args) const {
@@ -64,7 +60,9 @@ class CaptureCliTest : public ::testing::TestWithParam<std::string> {
     while (std::getline(in, line)) sum += std::stoull(line.substr(line.rfind(' ') + 1));
     return sum;
   }
-  fs::path dir_;
+  // Kept when the test fails: its recordings and logs are what to look at.
+  hpd::testing::TempDir tmp_{"hpd-capture-it-" + test_name(), hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const fs::path dir_{tmp_.path()};
 };
 
 // The report `hpctl record -o run.hpr` prints is computed from the in-memory RawProfile; `hpctl
@@ -206,12 +204,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, CaptureCliTest, ::testing::Values("perf", "bp
 // Damaged captures through hpctl: a clear one-line error and exit status 1, never a crash.
 class CaptureCliErrors : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hpd-capture-err-" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-    ASSERT_EQ(run({HPD_CAPTURE_SEEDS, dir_.string()}).exit_code, 0);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { ASSERT_EQ(run({HPD_CAPTURE_SEEDS, dir_.string()}).exit_code, 0); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::vector<char> bytes(const std::string& name) const {
     std::ifstream in(path(name), std::ios::binary);
@@ -221,7 +214,8 @@ class CaptureCliErrors : public ::testing::Test {
     std::ofstream out(path(name), std::ios::binary);
     out.write(data.data(), static_cast<std::streamsize>(data.size()));
   }
-  fs::path dir_;
+  hpd::testing::TempDir tmp_{"hpd-capture-err"};
+  const fs::path dir_{tmp_.path()};
 };
 
 TEST_F(CaptureCliErrors, FutureCorruptAndTruncatedFiles) {

@@ -65,8 +65,7 @@ __attribute__((noinline)) void finish_capture(const uint64_t* r, SelfSample* out
   out->regs.set(DwarfReg::kR15, r[7]);
   const uint64_t top = stack_top_of(r[1]);
   const uint64_t n = std::min<uint64_t>(top - r[1], 1u << 20);
-  const auto* p = reinterpret_cast<const uint8_t*>(r[1]);
-  out->stack.assign(p, p + n);
+  copy_raw_stack(r[1], n, out->stack);
 }
 
 }  // namespace

@@ -276,4 +276,14 @@ std::string describe(const std::vector<SymFrame>& frames) {
   return s;
 }
 
+// Made byte by byte through a volatile pointer, so that the loop stays a loop: memcpy would be ASan's
+// checked interceptor.
+__attribute__((noinline, no_sanitize("address"))) void copy_raw_stack(uint64_t sp, size_t n,
+                                                                      std::vector<uint8_t>& out) {
+  out.resize(n);
+  const volatile uint8_t* from = reinterpret_cast<const uint8_t*>(sp);
+  uint8_t* to = out.data();
+  for (size_t i = 0; i < n; ++i) to[i] = from[i];
+}
+
 }  // namespace hpd::unwind_test

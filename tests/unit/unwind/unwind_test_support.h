@@ -73,4 +73,9 @@ class StackSymbolizer {
 // Chain of function names of a symbolized stack, for messages.
 std::string describe(const std::vector<SymFrame>& frames);
 
+// A raw copy of n bytes of the live stack from sp, as the kernel makes for a sample. It reads whole
+// frames, AddressSanitizer's redzones between variables included, which is the point: so the copy
+// is not instrumented (see the definition).
+void copy_raw_stack(uint64_t sp, size_t n, std::vector<uint8_t>& out);
+
 }  // namespace hpd::unwind_test
