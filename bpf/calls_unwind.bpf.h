@@ -44,13 +44,14 @@ int hpd_calls_announced(struct pt_regs* ctx) {
   return 0;
 }
 
-// Before a user stack walk of the current task, of process `pid`.
+// Before a user stack walk of the current task, of process `pid`. Without the uprobe no walk calls
+// calls_real_return, so a recording without the runtime pays one load of a global here.
 static __always_inline void calls_walk_begin(__s32 pid) {
+  if (!calls_runtime_active) return;
   const __u32 zero = 0;
   struct calls_walk* w = bpf_map_lookup_elem(&calls_walks, &zero);
   if (!w) return;
   w->trampoline = 0;
-  if (!calls_runtime_active) return;
   const struct hpd_calls_runtime_process* p = bpf_map_lookup_elem(&calls_runtime_procs, &pid);
   if (!p) return;
   struct task_struct* task = bpf_get_current_task_btf();
@@ -83,15 +84,9 @@ __attribute__((noinline)) __u64 calls_real_return(__u64 ra, __u64 slot) {
   for (int i = 0; i < CALLS_SHADOW_SEARCH; i++) {
     if (w->next == 0) break;
     const __u32 index = w->next - 1;
-    struct {
-      __u64 slot;
-      __u64 original;
-      __u64 start;
-      __u32 func;
-      __u32 restored;
-    } frame;
-    if (bpf_probe_read_user(&frame, sizeof frame,
-                            (const void*)(w->frames + (__u64)index * HPD_CALLS_RT_FRAME_SIZE)) != 0)
+    struct hpd_calls_rt_frame frame;
+    if (bpf_probe_read_user(&frame, sizeof frame, (const void*)(w->frames + (__u64)index * sizeof frame)) !=
+        0)
       return ra;
     w->next = index;
     if (frame.slot == slot && !frame.restored) return frame.original;

@@ -156,9 +156,14 @@ struct hpd_proc_mappings {
  * bpf_recorder.cpp checks that both agree. */
 #define HPD_CALLS_RT_STATE_SHADOW 24u
 #define HPD_CALLS_RT_STATE_DEPTH 32u
-#define HPD_CALLS_RT_FRAME_SIZE 32u
-#define HPD_CALLS_RT_FRAME_RESTORED 28u
 #define HPD_CALLS_RT_MAX_DEPTH 65536u
+struct hpd_calls_rt_frame {
+  __u64 slot;     /* where the return address lives on the stack */
+  __u64 original; /* the return address the hook replaced */
+  __u64 start;
+  __u32 func;
+  __u32 restored; /* the original was put back (an exception unwinds through it) */
+};
 struct hpd_calls_runtime_process {
   __u64 trampoline;       /* the hook's address in this process */
   __s64 tls_state_offset; /* thread pointer + this: the thread's state pointer */

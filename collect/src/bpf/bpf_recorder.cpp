@@ -419,8 +419,10 @@ void BpfSession::set_targets() {
 // The walkers read the runtime's shadow stacks with the layout preload_abi.h gives.
 static_assert(HPD_CALLS_RT_STATE_SHADOW == HPD_CALLS_STATE_SHADOW_OFFSET);
 static_assert(HPD_CALLS_RT_STATE_DEPTH == HPD_CALLS_STATE_DEPTH_OFFSET);
-static_assert(HPD_CALLS_RT_FRAME_SIZE == sizeof(hpd_calls_shadow_frame));
-static_assert(HPD_CALLS_RT_FRAME_RESTORED == offsetof(hpd_calls_shadow_frame, restored));
+static_assert(sizeof(hpd_calls_rt_frame) == sizeof(hpd_calls_shadow_frame));
+static_assert(offsetof(hpd_calls_rt_frame, slot) == offsetof(hpd_calls_shadow_frame, slot));
+static_assert(offsetof(hpd_calls_rt_frame, original) == offsetof(hpd_calls_shadow_frame, original));
+static_assert(offsetof(hpd_calls_rt_frame, restored) == offsetof(hpd_calls_shadow_frame, restored));
 
 void BpfSession::attach_calls_unwind(const std::string& runtime) {
   if (runtime.empty()) return;
