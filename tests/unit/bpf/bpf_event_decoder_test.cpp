@@ -49,13 +49,6 @@ std::vector<uint8_t> sample_bytes(uint32_t type, int32_t pid, int32_t tid, uint6
   return bytes;
 }
 
-template <typename T>
-std::vector<uint8_t> bytes_of(const T& record) {
-  std::vector<uint8_t> bytes(sizeof record);
-  std::memcpy(bytes.data(), &record, sizeof record);
-  return bytes;
-}
-
 std::vector<MapsEntry> maps(const char* text) {
   return parse_maps(text);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <span>
 #include <string>
@@ -13,6 +14,14 @@
 #include "raw_profile_builder.h"
 
 namespace hpd {
+
+// A record as the ring holds it: its bytes.
+template <typename T>
+std::vector<uint8_t> bytes_of(const T& record) {
+  std::vector<uint8_t> bytes(sizeof record);
+  std::memcpy(bytes.data(), &record, sizeof record);
+  return bytes;
+}
 
 // perf_event records -> PerfEventDecoder -> RawProfileBuilder (as perf_recorder.cpp wires them).
 class PerfFeed {

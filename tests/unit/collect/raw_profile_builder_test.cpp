@@ -366,12 +366,6 @@ std::vector<uint8_t> bpf_sample(int32_t pid, int32_t tid, uint64_t time, const c
   std::memcpy(bytes.data(), &e, size);
   return bytes;
 }
-template <typename T>
-std::vector<uint8_t> bytes_of(const T& record) {
-  std::vector<uint8_t> bytes(sizeof record);
-  std::memcpy(bytes.data(), &record, sizeof record);
-  return bytes;
-}
 std::vector<uint8_t> bpf_fork(int32_t pid, int32_t tid, int32_t ppid, int32_t ptid, uint64_t time,
                               const char* comm) {
   hpd_fork_event e{};
