@@ -8,7 +8,7 @@ set -euo pipefail
 BUILD=${1:-build}
 RUNS=${2:-5}
 N=${3:-200000}
-FIX=$BUILD/tests/calls/fixtures
+FIX=$BUILD/tests/collect/calls/fixtures
 HPCTL=$BUILD/cli/hpctl
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

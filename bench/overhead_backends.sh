@@ -6,7 +6,7 @@
 # The target is the cpu_split fixture doing fixed work (--rounds N); its time is its own
 # (clock_gettime around the work), so recorder start-up and post-processing are not counted. Runs are
 # interleaved (unprofiled, bpf, perf backend, perf record) RUNS times per rate; medians are printed.
-# The backends are driven through hpd_record_driver (tests/unit/bpf), which calls hpd::record().
+# The backends are driven through hpd_record_driver (tests/bpf), which calls hpd::record().
 # The call graph is named, not left to --call-graph auto: CALL_GRAPH=fp (the default) compares the
 # backends in fp mode with `perf record -g`, CALL_GRAPH=dwarf in dwarf mode with
 # `perf record --call-graph dwarf` (both copy user stack per sample), CALL_GRAPH=cfi the eBPF backend's
@@ -28,7 +28,7 @@ rates=("$@")
 [ ${#rates[@]} -eq 0 ] && rates=(99 999 4999)
 fixture="$build/fixtures/cpu_split"
 two_threads="$build/fixtures/threads"
-driver="$build/tests/unit/bpf/hpd_record_driver"
+driver="$build/tests/bpf/hpd_record_driver"
 floor="$build/bench/timer_floor"
 for f in "$fixture" "$two_threads" "$driver" "$floor"; do
   [ -x "$f" ] || { echo "missing $f: build the cpu_split, threads, hpd_record_driver and timer_floor targets" >&2; exit 1; }

@@ -14,7 +14,7 @@
 # ns per run are printed. The sysctl is restored on exit.
 # FIXTURE=path runs another program (argument: seconds) instead of cpu_split, e.g. the cfi tests'
 # sort_format (glibc's qsort and snprintf under a frame-pointer program) to compare call graphs:
-#   FIXTURE=build/tests/unit/bpf/cfi/sort_format bench/overhead_bpf_programs.sh build 5 999 2 \
+#   FIXTURE=build/tests/bpf/cfi/sort_format bench/overhead_bpf_programs.sh build 5 999 2 \
 #     -- --call-graph fp -- --call-graph cfi -- --call-graph dwarf
 # "bytes/sample" is the ring bytes per on-CPU sample (records read over samples).
 # Usage: bench/overhead_bpf_programs.sh [BUILD_DIR] [RUNS] [RATE] [SECONDS] [-- OPTIONS ...]...
@@ -39,7 +39,7 @@ done
 ((started)) && variants+=("$current")
 [ ${#variants[@]} -eq 0 ] && variants=("")
 fixture="${FIXTURE:-$build/fixtures/cpu_split}"
-driver="$build/tests/unit/bpf/hpd_record_driver"
+driver="$build/tests/bpf/hpd_record_driver"
 for f in "$fixture" "$driver"; do
   [ -x "$f" ] || { echo "missing $f: build the cpu_split and hpd_record_driver targets" >&2; exit 1; }
 done

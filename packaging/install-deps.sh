@@ -16,7 +16,7 @@ PACKAGES=(
   protobuf-compiler mandoc
   # bench/calls_bench.sh compares the call counter with uftrace and the uprobe floor (bpftrace)
   uftrace bpftrace
-  # JIT frames from /tmp/perf-PID.map: tests/integration/jit_test.cpp records node --perf-basic-prof
+  # JIT frames from /tmp/perf-PID.map: tests/cli/jit_test.cpp records node --perf-basic-prof
   nodejs
   # the Debian package: dpkg-shlibdeps for its Depends, lintian to check it
   lintian dpkg-dev

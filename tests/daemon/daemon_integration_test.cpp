@@ -30,9 +30,9 @@ using nlohmann::json;
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kCpuSplit = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
 const std::string kCpuSlices = std::string(HPD_FIXTURE_DIR) + "/cpu_slices";
-// tests/calls: callee() called A times from caller_a() and B times from caller_b(), per round.
+// tests/collect/calls: callee() called A times from caller_a() and B times from caller_b(), per round.
 const std::string kCallsFentry = std::string(HPD_CALLS_FIXTURES) + "/gcc_fentry";
-// tests/unit/mip: main, setup, mid x16000, leaf x32000, late, in that first-call order.
+// tests/collect/mip: main, setup, mid x16000, leaf x32000, late, in that first-call order.
 const std::string kMipFixture = std::string(HPD_MIP_FIXTURES) + "/mip_calls_gcc";
 
 std::vector<std::string> hpctl(const Hpd& hpd, std::vector<std::string> args) {
@@ -226,7 +226,7 @@ TEST(Hpd, CallCountsOfACommandAreExactAsLocal) {
   EXPECT_EQ(edges, call_edges(local_out));
 }
 
-// MIP counts (tests/unit/mip's fixture: known calls and first-call order) through hpd, as locally.
+// MIP counts (tests/collect/mip's fixture: known calls and first-call order) through hpd, as locally.
 TEST(Hpd, MipCountsOfACommandAreAsLocal) {
   Hpd hpd;
   auto mip_functions = [](const std::string& file) {

@@ -33,7 +33,7 @@ std::string check_calls_fixture(const Module& m, bool after_late);
 // (file_address when `runtime` is false, runtime_address - load_bias when true). "" or the first mismatch.
 std::string check_against_symbols(const Module& m, const std::string& binary, bool runtime);
 
-// Path of a fixture built by tests/unit/mip/CMakeLists.txt.
+// Path of a fixture built by tests/collect/mip/CMakeLists.txt.
 std::string fixture(const std::string& name);
 
 struct ElfSymbol {

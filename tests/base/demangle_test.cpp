@@ -1,5 +1,5 @@
 // hpd_demangle on its own (what hpd_mip links instead of the symbolizer). The full demangling
-// cases are in tests/unit/symbolizer/demangle_test.cpp.
+// cases are in tests/symbolizer/demangle_test.cpp.
 #include "hpd/base/demangle.h"
 
 #include <gtest/gtest.h>

@@ -14,7 +14,7 @@
 
 namespace hpd {
 
-// The spinner fixture (tests/unit/collect/spinner.c) as built.
+// The spinner fixture (tests/collect/spinner.c) as built.
 const std::string& spinner_path();
 
 // Open file descriptors of this process.

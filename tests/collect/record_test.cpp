@@ -1,5 +1,5 @@
 // Privileged tests: real recordings of a CPU-burning fixture through perf_event on this kernel.
-// (The same fixture through the eBPF backend: tests/unit/bpf/bpf_record_test.cpp.)
+// (The same fixture through the eBPF backend: tests/bpf/bpf_record_test.cpp.)
 #include <dirent.h>
 #include <fcntl.h>
 #include <gelf.h>
