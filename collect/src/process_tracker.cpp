@@ -9,6 +9,12 @@
 
 namespace hpd {
 
+namespace {
+// Exits of never-seen threads remembered for a fork that may follow (perf's per-CPU rings): a fork
+// comes within one drain of its exit, so a few thousand cover any burst; past that, start over.
+constexpr size_t kMaxExitsBeforeFork = 4096;
+}  // namespace
+
 std::string module_path_for(std::string_view path) {
   if (path.empty() || path == "//anon" || path.starts_with("/anon_hugepage") || path == "[anon]")
     return "[anon]";
@@ -247,6 +253,12 @@ void ProcessTracker::on_fork(const ForkEvent& e) {
   RawThread& thread = ensure_thread(e.pid, e.tid, e.time_ns);
   if (!known || started_unseen_.erase(e.tid) > 0) thread.start_ns = e.time_ns;
   started_unseen_.erase(e.tid);
+  // Its exit came first (another CPU's ring was read first). An exit older than the fork belongs to
+  // an earlier thread that had this tid.
+  if (auto exited = exited_before_fork_.find(e.tid); exited != exited_before_fork_.end()) {
+    if (exited->second >= e.time_ns) end_thread(thread, e.pid, e.tid, exited->second);
+    exited_before_fork_.erase(exited);
+  }
   // The new task's name is its creator's until it renames itself.
   if (!e.name.empty())
     thread.name.assign(e.name);
@@ -269,13 +281,19 @@ void ProcessTracker::on_exit(const ExitEvent& e) {
       RawProcess& process = profile_.process(e.pid);
       process.end_ns = std::max(process.end_ns, e.time_ns);
     }
+    if (exited_before_fork_.size() >= kMaxExitsBeforeFork) exited_before_fork_.clear();
+    exited_before_fork_[e.tid] = e.time_ns;
     return;
   }
   RawThread& thread = ensure_thread(e.pid, e.tid, e.time_ns);
-  thread.end_ns = std::max(thread.end_ns, e.time_ns);
   thread.lost.lost_records += e.records_lost;
-  RawProcess& process = profile_.process(e.pid);
-  if (e.pid == e.tid || process.end_ns != 0) process.end_ns = std::max(process.end_ns, e.time_ns);
+  end_thread(thread, e.pid, e.tid, e.time_ns);
+}
+
+void ProcessTracker::end_thread(RawThread& thread, int32_t pid, int32_t tid, uint64_t time_ns) {
+  thread.end_ns = std::max(thread.end_ns, time_ns);
+  RawProcess& process = profile_.process(pid);
+  if (pid == tid || process.end_ns != 0) process.end_ns = std::max(process.end_ns, time_ns);
 }
 
 // One rule: the mappings of a process not in the profile yet wait for its first record (bounded),

@@ -115,6 +115,8 @@ class ProcessTracker {
                         std::string_view build_id);
   // Ends the old image's mappings (made up to the exec's start) at `ended_ns`.
   void close_exec_window(RawProcess& process, ProcessState& state, uint64_t ended_ns);
+  // A thread's exit at `time_ns`: its end, and its process's (the leader's exit, or any later one).
+  void end_thread(RawThread& thread, int32_t pid, int32_t tid, uint64_t time_ns);
 
   RawProfile& profile_;
   TrackerConfig config_;
@@ -124,6 +126,10 @@ class ProcessTracker {
   // Threads created by a record before their fork record came (perf reads its per-CPU rings one after
   // another, so a new thread's first sample may come first): the fork gives their real start.
   std::unordered_set<int32_t> started_unseen_;
+  // The other way round: a thread's exit read before its fork record (nothing to end yet), by tid,
+  // with its time. The fork that creates the thread then ends it too. Bounded: kept per exit of a
+  // thread never seen, which --all has thousands of.
+  std::unordered_map<int32_t, uint64_t> exited_before_fork_;
   std::unordered_map<int32_t, std::vector<PendingMapping>> pending_;
   size_t pending_count_ = 0;
   uint64_t processes_without_maps_ = 0;

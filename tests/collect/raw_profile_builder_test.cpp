@@ -169,6 +169,34 @@ TEST_F(RawProfileBuilderRules, MappingsWaitForTheirProcessAndUnseenExitsAddNothi
   EXPECT_EQ(profile.find_thread(60, 60)->end_ns, 3000u);
 }
 
+// perf reads its per-CPU rings one after another: a thread's exit (on one CPU's ring) can come before
+// its fork (on another's). The fork then ends the thread it creates; an exit older than the fork was
+// an earlier thread's with the same tid and ends nothing.
+TEST_F(RawProfileBuilderRules, AnExitReadBeforeItsForkStillEndsTheThread) {
+  builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  builder.on_event(ExitEvent{10, 11, 3000, 0});
+  EXPECT_EQ(profile.find_thread(10, 11), nullptr);  // nothing to end yet, and no track of its own
+  builder.on_event(ForkEvent{10, 11, 10, 10, 2000, {}});
+  ASSERT_NE(profile.find_thread(10, 11), nullptr);
+  EXPECT_EQ(profile.find_thread(10, 11)->start_ns, 2000u);
+  EXPECT_EQ(profile.find_thread(10, 11)->end_ns, 3000u);
+  EXPECT_EQ(profile.find_process(10)->end_ns, 0u);  // a thread's exit does not end a live process
+
+  // A child process whose leader's exit came first ends with it.
+  builder.on_event(ExitEvent{20, 20, 4000, 0});
+  builder.on_event(ForkEvent{20, 20, 10, 10, 3500, {}});
+  EXPECT_EQ(profile.find_thread(20, 20)->end_ns, 4000u);
+  EXPECT_EQ(profile.find_process(20)->end_ns, 4000u);
+
+  // tid 12 exited at 1500 (an earlier thread); the thread forked at 5000 with that tid still runs.
+  builder.on_event(ExitEvent{10, 12, 1500, 0});
+  builder.on_event(ForkEvent{10, 12, 10, 10, 5000, {}});
+  EXPECT_EQ(profile.find_thread(10, 12)->end_ns, 0u);
+  // and the remembered exit was used up: a later fork with the tid is not ended by it either.
+  builder.on_event(ForkEvent{10, 12, 10, 10, 6000, {}});
+  EXPECT_EQ(profile.find_thread(10, 12)->end_ns, 0u);
+}
+
 // Names: the latest a record shows wins; the main thread's names the process.
 TEST_F(RawProfileBuilderRules, ThreadNamesFollowTheirRecords) {
   builder.on_event(ForkEvent{10, 11, 10, 10, 2000, {}});
