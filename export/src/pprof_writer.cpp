@@ -72,11 +72,13 @@ class PprofBuilder {
       for (const Sample& s : t.samples) has_off_cpu_ |= s.kind == SampleKind::kOffCpu;
     }
     has_calls_ = !p_.call_edges.empty();
+    has_latency_ = !p_.call_latency.empty();
     lay_out_mappings();
 
     std::vector<std::pair<std::string, std::string>> types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
     if (has_off_cpu_) types.emplace_back("wall", "nanoseconds");
     if (has_calls_) types.emplace_back("calls", "count");
+    if (has_latency_) types.emplace_back("latency", "nanoseconds");
     value_count_ = types.size();
     for (const auto& [type, unit] : types) {
       ProtoWriter vt;
@@ -87,6 +89,7 @@ class PprofBuilder {
 
     add_samples();
     add_call_edges();
+    add_call_latency();
 
     for (const AggregatedSample& s : samples_) {
       ProtoWriter m;
@@ -100,7 +103,7 @@ class PprofBuilder {
       }
       out_.message_field(2, m);
     }
-    for (const ProtoWriter& m : edge_samples_) out_.message_field(2, m);
+    for (const ProtoWriter& m : exact_samples_) out_.message_field(2, m);
 
     write_mappings();
     for (const ProtoWriter& loc : locations_) out_.message_field(4, loc);
@@ -137,11 +140,13 @@ class PprofBuilder {
     return it->second;
   }
 
-  void label(ProtoWriter& sample, const char* key, uint64_t str_value, int64_t num) {
+  void label(ProtoWriter& sample, const char* key, uint64_t str_value, int64_t num,
+             const char* num_unit = nullptr) {
     ProtoWriter l;
     l.uint_field(1, str(key));
     l.uint_field(2, str_value);
     l.uint_field(3, static_cast<uint64_t>(num));
+    if (num_unit != nullptr) l.uint_field(4, str(num_unit));
     sample.message_field(3, l);
   }
 
@@ -167,16 +172,38 @@ class PprofBuilder {
   }
 
   void add_call_edges() {
+    const size_t calls_column = 2 + (has_off_cpu_ ? 1 : 0);
     for (const CallEdge& e : p_.call_edges) {
       std::vector<uint64_t> locs{function_location(e.callee_func)};
       if (e.caller_func != kNoIndex) locs.push_back(function_location(e.caller_func));
       std::vector<int64_t> values(value_count_, 0);
-      values.back() = static_cast<int64_t>(e.count);
+      values[calls_column] = static_cast<int64_t>(e.count);
       ProtoWriter m;
       m.packed_field(1, locs);
       m.packed_field(2, values);
       label(m, "pid", 0, e.pid);
-      edge_samples_.push_back(std::move(m));
+      exact_samples_.push_back(std::move(m));
+    }
+  }
+
+  // The in-process runtime's latency: one sample per (process, function) whose `latency` value is
+  // the function's total time, recursion counted once (so `top` ranks functions by it), labelled
+  // with the calls timed and the average, p95 and maximum per call (`pprof -tags` lists them).
+  void add_call_latency() {
+    for (const CallLatency& l : p_.call_latency) {
+      std::vector<int64_t> values(value_count_, 0);
+      values.back() = static_cast<int64_t>(l.outer_ns);
+      ProtoWriter m;
+      m.packed_field(1, std::vector<uint64_t>{function_location(l.func)});
+      m.packed_field(2, values);
+      label(m, "pid", 0, l.pid);
+      label(m, "timed_calls", 0, static_cast<int64_t>(l.calls), "count");
+      if (l.calls != 0) {
+        label(m, "avg", 0, static_cast<int64_t>(l.sum_ns / l.calls), "nanoseconds");
+        label(m, "p95", 0, static_cast<int64_t>(l.histogram.quantile_ns(0.95, l.max_ns)), "nanoseconds");
+        label(m, "max", 0, static_cast<int64_t>(l.max_ns), "nanoseconds");
+      }
+      exact_samples_.push_back(std::move(m));
     }
   }
 
@@ -350,7 +377,7 @@ class PprofBuilder {
   std::vector<std::string> strings_;
   std::unordered_map<std::string, uint64_t> string_index_;
   std::vector<AggregatedSample> samples_;
-  std::vector<ProtoWriter> edge_samples_;
+  std::vector<ProtoWriter> exact_samples_;  // call edges and latency: counted, not sampled
   std::vector<ProtoWriter> locations_;
   std::unordered_map<std::string, uint64_t> location_index_;
   std::unordered_map<uint32_t, uint64_t> func_location_;
@@ -363,6 +390,7 @@ class PprofBuilder {
   size_t value_count_ = 2;
   bool has_off_cpu_ = false;
   bool has_calls_ = false;
+  bool has_latency_ = false;
 };
 
 }  // namespace

@@ -161,6 +161,44 @@ TEST_F(PprofTest, CallEdgesAddACallsColumn) {
   EXPECT_EQ(sums[0], static_cast<int64_t>(totals_of(p).on));  // edges add no samples
 }
 
+// The runtime's latency: a `latency` column holding each function's total (outermost) time, and the
+// per-call figures as labels; the calls column stays the edges' exact counts.
+TEST_F(PprofTest, CallLatencyAddsALatencyColumnAndPerCallLabels) {
+  Profile p = testing::make_synthetic_profile();
+  p.call_edges.push_back(CallEdge{1, 1, 2, 1234});
+  CallLatency l;
+  l.pid = 1;
+  l.func = 2;
+  l.calls = 1234;
+  l.sum_ns = 1234 * 5'000'000ull;
+  l.outer_ns = 1000 * 5'000'000ull;
+  l.max_ns = 9'000'000;
+  l.histogram.ns_per_tick = 1.0;
+  l.histogram.buckets = {{LatencyHistogram::bucket_of_ticks(5'000'000), 1234}};
+  p.call_latency.push_back(l);
+  decode(p);
+  const auto types = root_.all("sample_type");
+  ASSERT_EQ(types.size(), 5u);
+  EXPECT_EQ(str(*types[3], "type"), "calls");
+  EXPECT_EQ(str(*types[4], "type"), "latency");
+  EXPECT_EQ(str(*types[4], "unit"), "nanoseconds");
+  const auto sums = value_sums();
+  EXPECT_EQ(sums[3], 1234);
+  EXPECT_EQ(sums[4], 5'000'000'000);
+  std::map<std::string, std::pair<int64_t, std::string>> labels;
+  for (const TextNode* s : root_.all("sample")) {
+    if (std::stoll(s->all("value")[4]->value) == 0) continue;
+    for (const TextNode* lab : s->all("label"))
+      labels[str(*lab, "key")] = {lab->num("num"), lab->first("num_unit") ? str(*lab, "num_unit") : ""};
+  }
+  EXPECT_EQ(labels["timed_calls"].first, 1234);
+  EXPECT_EQ(labels["avg"], (std::pair<int64_t, std::string>{5'000'000, "nanoseconds"}));
+  // p95 falls in 5 ms's bucket (16 per power of two: within 1/16 of it), at most the maximum.
+  EXPECT_GE(labels["p95"].first, 5'000'000 - 5'000'000 / 16);
+  EXPECT_LE(labels["p95"].first, 5'000'000 + 5'000'000 / 16);
+  EXPECT_EQ(labels["max"].first, 9'000'000);
+}
+
 TEST_F(PprofTest, WithoutOffCpuSamplesThereIsNoWallColumn) {
   Profile p = testing::make_synthetic_profile();
   for (Thread& t : p.threads) {
