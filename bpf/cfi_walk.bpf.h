@@ -240,8 +240,10 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
     } else if (row.rbp_kind != HPD_RBP_SAME) {
       bp = 0;
     }
-    // Each frame lies above its callee (only a signal frame may switch stacks).
-    if (cfa <= r->sp) return HPD_USER_END_NO_GROWTH;
+    // Each frame lies above its callee (only a signal frame may switch stacks). The interrupted
+    // frame may have CFA = sp: the first instruction of code entered by a `ret`, such as the calls
+    // runtime's return trampoline (its return address is then just below sp).
+    if (cfa < r->sp || (cfa == r->sp && !r->exact)) return HPD_USER_END_NO_GROWTH;
   }
   if (ra == 0) return HPD_USER_END_ROOT;
   if (!exact && calls_runtime_active) ra = calls_real_return(ra, cfa - 8);

@@ -24,7 +24,7 @@
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 extern void hpd_calls_return_trampoline(void) HIDDEN;
-uint64_t hpd_calls_exit(uint64_t* after_slot) HIDDEN;
+void hpd_calls_exit(uint64_t* after_slot) HIDDEN;
 void hpd_calls_enter(uint64_t* parent_slot, uint64_t selfpc, int fentry) HIDDEN;
 
 /* A timed call in progress: where its return address lives and what it was (preload_abi.h spells
@@ -638,7 +638,9 @@ static void record_latency(struct thread_state* t, uint32_t func, uint64_t d) {
   }
 }
 
-uint64_t hpd_calls_exit(uint64_t* after_slot) {
+/* The trampoline's (hooks.S): a hooked call returned. Its latency is recorded and the original
+ * return address written back into the slot the trampoline returns through. */
+void hpd_calls_exit(uint64_t* after_slot) {
   const uint64_t now = ticks();
   struct thread_state* t = t_state;
   uint64_t* slot = after_slot - 1;
@@ -648,11 +650,15 @@ uint64_t hpd_calls_exit(uint64_t* after_slot) {
     while (t->depth != 0) {
       struct shadow_frame* f = &t->shadow[t->depth - 1];
       if (f->slot == slot && !f->restored) {
-        const uint64_t original = f->original;
+        /* The trampoline's frame returns through the slot (hooks.S): give it the original before the
+         * shadow frame goes, so that a sample in between finds one or the other (a compiler barrier
+         * is enough: the sampling interrupt runs on this thread's CPU, between its instructions). */
+        *slot = f->original;
+        __asm__ volatile("" ::: "memory");
         t->depth--;
         if (f->func != HPD_CALLS_NO_FUNC && t->slot != NULL) record_latency(t, f->func, now - f->start);
         t->in_hook = saved_in_hook;
-        return original;
+        return;
       }
       /* A frame above the one returning now never returned itself (longjmp). */
       abandon_top(t);
