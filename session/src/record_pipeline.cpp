@@ -122,6 +122,7 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.follow_children = request.follow_children;
   options.call_graph = call_graph(request.call_graph);
   options.stack_copy_bytes = request.stack_size;
+  options.cfi_row_capacity = request.cfi_rows;
   options.count_calls = request.calls;
   options.call_counter = call_counter(request.calls_counter);
   return options;
