@@ -366,6 +366,10 @@ bool CfiMaps::place(Module& module) {
 // Takes the least recently used table that no followed process maps out of the maps; false when
 // every loaded table is in use.
 bool CfiMaps::evict_one() {
+  // A process that exec'd has lost its old mappings here, but its entry in the kernel still names
+  // their rows until it is published again: publish first, so that no new walk is sent into rows
+  // about to be reused (a walk already under way may still read them: rows are bounds-checked).
+  publish_dirty();
   std::set<std::string> in_use;
   for (const auto& [pid, list] : processes_) {
     for (const Mapping& m : list) in_use.insert(m.module);
@@ -500,12 +504,16 @@ void CfiMaps::poll() {
     load(key, module);
     mark_users_dirty(key);
   }
+  publish_dirty();
+  std::lock_guard lock(mutex_);
+  stats_.processes = processes_.size();
+}
+
+void CfiMaps::publish_dirty() {
   std::sort(dirty_.begin(), dirty_.end());
   dirty_.erase(std::unique(dirty_.begin(), dirty_.end()), dirty_.end());
   for (const int32_t pid : dirty_) publish(pid);
   dirty_.clear();
-  std::lock_guard lock(mutex_);
-  stats_.processes = processes_.size();
 }
 
 void CfiMaps::wait_for_tables(int timeout_ms) {

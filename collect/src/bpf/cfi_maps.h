@@ -128,6 +128,7 @@ class CfiMaps {
                          const std::string& build_id);
   void insert_mapping(int32_t pid, Mapping m);
   void publish(int32_t pid);
+  void publish_dirty();  // the processes whose mappings changed since they were last published
   void load(const std::string& key, Module& module);
   bool place(Module& module);
   bool evict_one();
