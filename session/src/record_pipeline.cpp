@@ -335,6 +335,10 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
           100.0 * double(c.samples_tables_pending) / double(s.samples));
       s.notes.emplace_back(line);
     }
+    if (c.off_cpu_rewalked != 0)
+      s.notes.push_back("cfi: " + std::to_string(c.off_cpu_rewalked) +
+                        " off-CPU stacks of threads that blocked while their tables were compiled were "
+                        "walked again with the tables, before the threads ran again");
     if (c.mappings_dropped != 0)
       s.notes.push_back("cfi: " + std::to_string(c.mappings_dropped) +
                         " executable mappings beyond 256 per process were walked by frame pointer");

@@ -24,9 +24,8 @@ namespace hpd {
 
 namespace {
 
-// A BPF array stores each value at an 8-byte-aligned stride; its shared mapping has the same layout.
-constexpr size_t kRowStride = (sizeof(hpd_cfi_row) + 7) / 8 * 8;
-constexpr size_t kBucketStride = (sizeof(hpd_cfi_bucket) + 7) / 8 * 8;
+// Rows and buckets are copied byte for byte into the maps (at kRowStride and kBucketStride, the BPF
+// arrays' 8-byte-aligned strides, which their shared mappings keep): the layouts must agree.
 static_assert(sizeof(hpd_cfi_bucket) == sizeof(CfiBucket));
 static_assert(sizeof(hpd_cfi_row) == sizeof(CfiRow));
 static_assert(offsetof(hpd_cfi_row, cfa_kind) == offsetof(CfiRow, cfa_kind));

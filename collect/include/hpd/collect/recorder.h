@@ -203,6 +203,9 @@ struct RecordResult {
     uint64_t modules_refused = 0;         // tables that did not fit even then: walked by frame pointer
     uint64_t compile_ns = 0;              // compiling tables that were not cached yet
     uint64_t samples_tables_pending = 0;  // samples walked by frame pointer while a table was compiled
+    // Off-CPU samples of threads that blocked while their tables were compiled, walked again with the
+    // tables while the thread was still off the CPU (not in samples_tables_pending).
+    uint64_t off_cpu_rewalked = 0;
     uint64_t samples_with_fp_frames = 0;  // samples with a frame of a module without a table
     uint64_t mappings_dropped = 0;        // executable mappings beyond the per-process limit
     std::vector<std::string> without_table;  // "path: reason"; their frames were walked by frame pointer
