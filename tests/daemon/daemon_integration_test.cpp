@@ -157,6 +157,22 @@ TEST(Hpd, StatusCountsTheCfiTablesOfRunningSessions) {
   EXPECT_EQ(hpd.status()["cfi"]["recordings"], 0);
 }
 
+// --cfi-rows travels to the recording hpd runs: its row map has the capacity asked for, and libc's table
+// (about 28,000 rows) does not fit in 5000.
+TEST(Hpd, CfiRowsOfARequestSizeTheRecordingsRowMap) {
+  Hpd hpd;
+  Background target({kCpuSplit, "30"});
+  const std::string out = hpd.out_dir() + "/rows.json.gz";
+  Background record(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "--cfi-rows",
+                                "5000", "-d", "3", "-o", out}));
+  wait_samples(hpd);
+  const json cfi = hpd.status()["cfi"];
+  EXPECT_EQ(cfi["recordings"], 1) << cfi.dump();
+  EXPECT_EQ(cfi["row_capacity"].get<uint64_t>(), 5000u) << cfi.dump();
+  EXPECT_GE(cfi["modules_refused"].get<uint64_t>(), 1u) << cfi.dump();
+  EXPECT_EQ(record.wait(), 0);
+}
+
 TEST(Hpd, RecordsACommandTheClientStarts) {
   Hpd hpd;
   const std::string out = hpd.out_dir() + "/cmd.json.gz";
