@@ -336,6 +336,7 @@ void CfiMaps::exit(int32_t pid) {
   processes_.erase(pid);
   sampled_.erase(pid);
   exec_ns_.erase(pid);
+  published_.erase(pid);
   bpf_map_delete_elem(procs_fd_, &pid);
 }
 
@@ -483,6 +484,11 @@ void CfiMaps::publish(int32_t pid) {
     }
   }
   value->count = n;
+  Published& published = published_[pid];
+  published.at = tick_;
+  published.tables_pending = false;
+  for (uint32_t i = 0; i < n; ++i)
+    published.tables_pending |= (value->mappings[i].flags & HPD_MAPPING_PENDING) != 0;
   if (bpf_map_update_elem(procs_fd_, &pid, value.get(), BPF_ANY) != 0) {
     std::lock_guard lock(mutex_);
     ++stats_.publish_failures;
@@ -513,6 +519,11 @@ void CfiMaps::publish_dirty() {
   dirty_.erase(std::unique(dirty_.begin(), dirty_.end()), dirty_.end());
   for (const int32_t pid : dirty_) publish(pid);
   dirty_.clear();
+}
+
+CfiMaps::Published CfiMaps::published(int32_t pid) const {
+  const auto it = published_.find(pid);
+  return it == published_.end() ? Published{} : it->second;
 }
 
 void CfiMaps::wait_for_tables(int timeout_ms) {

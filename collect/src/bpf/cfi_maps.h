@@ -100,6 +100,13 @@ class CfiMaps {
                        std::span<const uint8_t> stack) const;
   // Publications since the start: a walk_stack that was pending may do better once this changed.
   [[nodiscard]] uint64_t publications() const { return tick_; }
+  // The publication that last published `pid` (0: never), and whether it left any of its mappings
+  // waiting for a table: a walk_stack of it now would still be pending.
+  struct Published {
+    uint64_t at = 0;
+    bool tables_pending = true;
+  };
+  [[nodiscard]] Published published(int32_t pid) const;
 
   CfiMapStats stats() const;
   // Readable when compiled tables wait for poll(): the recorder polls it with its other descriptors.
@@ -180,6 +187,7 @@ class CfiMaps {
   std::unordered_map<std::string, Module> modules_;
   std::map<int32_t, std::vector<Mapping>> processes_;
   std::unordered_map<int32_t, uint64_t> exec_ns_;  // per process, its last exec's time
+  std::unordered_map<int32_t, Published> published_;  // per process, its last publication
   std::vector<int32_t> dirty_;
   CfiMapStats stats_;
 
