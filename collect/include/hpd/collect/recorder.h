@@ -222,7 +222,7 @@ inline constexpr uint32_t kMaxFrequencyHz = 100000;
 // more for the rows' index). libc has about 28,000 rows, libstdc++ 34,000, a 100 MB C++ program about
 // a million.
 inline constexpr uint32_t kDefaultCfiRowCapacity = 1u << 21;
-// The largest row map a recording may ask for (512 MiB of rows, 128 MiB of index).
+// The largest row map a recording may ask for (512 MiB of rows, 64 MiB of index).
 inline constexpr uint32_t kMaxCfiRowCapacity = 1u << 25;
 
 // The eBPF CFI maps of every recording running in this process now (the daemon's sessions and its
