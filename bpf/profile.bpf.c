@@ -74,6 +74,16 @@ struct {
   __type(value, struct hpd_sample_event);
 } blocked SEC(".maps");
 
+// cfi mode: the user state of target threads that are off the CPU and whose stack was walked by frame
+// pointer because their process's tables were not published yet (profile_event.h), keyed by tid.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __uint(max_entries, 4096);
+  __type(key, __s32);
+  __type(value, struct hpd_pending_walk);
+} pending_walks SEC(".maps");
+
 // A record too large for the BPF stack is built here first.
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -461,6 +471,9 @@ int hpd_sched_switch(__u64* ctx) {
         if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0)
           count_drop(b->header.pid, next_tid);
       }
+      // Before the thread runs: user space takes an entry that is still here once it has read the
+      // stack for a stack that did not change meanwhile.
+      if (b->flags & HPD_SAMPLE_TABLES_PENDING) bpf_map_delete_elem(&pending_walks, &next_tid);
       bpf_map_delete_elem(&blocked, &next_tid);
     }
   }
@@ -482,8 +495,17 @@ int hpd_sched_switch(__u64* ctx) {
   e->stack_bytes = 0;
   // Off-CPU stacks are walked here (cfi tables or frame pointers), never copied: the record waits in
   // `blocked` until the thread runs again, and a stack copy per blocked thread would cost too much.
-  capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, current_user_regs(), 1);
-  if (bpf_map_update_elem(&blocked, &tid, e, BPF_ANY) != 0) count(HPD_COUNTER_OFFCPU_MAP_FULL);
+  const struct pt_regs* user = current_user_regs();
+  capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, user, 1);
+  if (bpf_map_update_elem(&blocked, &tid, e, BPF_ANY) != 0) {
+    count(HPD_COUNTER_OFFCPU_MAP_FULL);
+    return 0;
+  }
+  if (user && (e->flags & HPD_SAMPLE_TABLES_PENDING)) {
+    struct hpd_pending_walk walk = {
+        .time_ns = e->header.time_ns, .ip = user->ip, .sp = user->sp, .bp = user->bp, .pid = pid};
+    bpf_map_update_elem(&pending_walks, &tid, &walk, BPF_ANY);
+  }
   return 0;
 }
 

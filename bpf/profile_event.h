@@ -81,6 +81,18 @@ struct hpd_sample_event {
  * being compiled (the frame pointer stood in) */
 #define HPD_SAMPLE_TABLES_PENDING 4u
 
+/* cfi mode: a target thread switched out while its walk stood in frame pointers for tables not yet
+ * published (HPD_SAMPLE_TABLES_PENDING): where its user state was, kept in the programs' pending_walks
+ * map by tid until the thread is switched in again. Its stack cannot change before then, so user space
+ * may read it and walk it again once the tables are published (and, system-wide, asks for them). */
+struct hpd_pending_walk {
+  __u64 time_ns; /* the switch-out's: its off-CPU record's header.time_ns */
+  __u64 ip;
+  __u64 sp;
+  __u64 bp;
+  __s32 pid;
+  __u32 pad;
+};
 /* How a user stack walk of the programs ended. */
 enum hpd_user_end {
   HPD_USER_END_NONE = 0,        /* no walk (no user registers: a kernel thread), or dwarf mode */

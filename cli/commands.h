@@ -28,6 +28,7 @@ struct RecordArgs {
   bool no_follow_children = false;
   std::string call_graph = "auto";     // auto|cfi|fp|dwarf
   uint32_t stack_size = 0;             // dwarf: bytes of user stack copied per sample (0 = default)
+  uint32_t cfi_rows = 0;               // cfi: rows of the eBPF CFI row map (0 = default)
   std::string mip = "auto";            // auto|on|off (--mip / --no-mip): MIP call counts
   bool calls = false;                  // --calls: exact call counts through mcount/__fentry__
   std::string calls_counter = "auto";  // --calls-counter: auto|runtime|uprobes

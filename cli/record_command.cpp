@@ -64,6 +64,7 @@ session::RecordRequest to_record_request(const RecordArgs& args) {
   r.call_graph =
       choice_of(args.call_graph, session::parse_call_graph, session::call_graph_words, "--call-graph");
   r.stack_size = args.stack_size;
+  r.cfi_rows = args.cfi_rows;
   r.mip = choice_of(args.mip, session::parse_switch, session::switch_words, "--mip");
   r.calls = args.calls;
   r.calls_counter = choice_of(args.calls_counter, session::parse_call_counter, session::call_counter_words,

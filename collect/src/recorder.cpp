@@ -174,6 +174,10 @@ void validate_record_options(const RecordOptions& options) {
                       std::to_string(kMaxStackCopyBytes) + " (got " + std::to_string(options.stack_copy_bytes) +
                       ")");
   }
+  if (options.cfi_row_capacity > kMaxCfiRowCapacity) {
+    throw RecordError("the CFI row map can hold at most " + std::to_string(kMaxCfiRowCapacity) +
+                      " rows (got " + std::to_string(options.cfi_row_capacity) + ")");
+  }
   if (options.ring_pages != 0 && (options.ring_pages & (options.ring_pages - 1)) != 0) {
     throw RecordError("ring buffer pages must be a power of two (got " + std::to_string(options.ring_pages) +
                       ")");

@@ -39,6 +39,7 @@ void for_each_request_field(Request& r, Field&& field) {
         Inverted<std::remove_reference_t<decltype((r.follow_children))>>{r.follow_children});
   field("call_graph", r.call_graph);
   field("stack_size", r.stack_size);
+  field("cfi_rows", r.cfi_rows);
   field("mip", r.mip);
   field("calls", r.calls);
   field("calls_counter", r.calls_counter);

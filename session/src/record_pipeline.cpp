@@ -122,6 +122,7 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.follow_children = request.follow_children;
   options.call_graph = call_graph(request.call_graph);
   options.stack_copy_bytes = request.stack_size;
+  options.cfi_row_capacity = request.cfi_rows;
   options.count_calls = request.calls;
   options.call_counter = call_counter(request.calls_counter);
   return options;
@@ -334,6 +335,10 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
           100.0 * double(c.samples_tables_pending) / double(s.samples));
       s.notes.emplace_back(line);
     }
+    if (c.off_cpu_rewalked != 0)
+      s.notes.push_back("cfi: " + std::to_string(c.off_cpu_rewalked) +
+                        " off-CPU stacks of threads that blocked while their tables were compiled were "
+                        "walked again with the tables, before the threads ran again");
     if (c.mappings_dropped != 0)
       s.notes.push_back("cfi: " + std::to_string(c.mappings_dropped) +
                         " executable mappings beyond 256 per process were walked by frame pointer");

@@ -24,10 +24,11 @@
 #include "hpd/collect/recorder.h"
 #include "hpd/export/report.h"
 #include "hpd/model/profile.h"
+#include "hpd/session/record_pipeline.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "hpd/unwind/cfi_table.h"
-#include "hpd/session/record_pipeline.h"
+#include "temp_cgroup.h"
 
 namespace hpd {
 namespace {
@@ -152,9 +153,8 @@ const Blocker kBlockers[] = {
     {"join", "wait_in_join", "futex"},
 };
 
-void expect_blockers(const std::string& fixture) {
+void expect_blockers(const Symbolized& s, const std::string& fixture) {
   SCOPED_TRACE(fixture);
-  const Symbolized s = record_and_symbolize({kDir + "/" + fixture, "2"});
   EXPECT_EQ(s.result.call_graph, CallGraph::kCfi);
   print_ends(s.result);
   for (const Blocker& b : kBlockers) {
@@ -198,10 +198,45 @@ void expect_blockers(const std::string& fixture) {
 }
 
 TEST(BpfCfi, BlockedThreadsShowTheirWrappersWithFramePointers) {
-  expect_blockers("blockers_fp");
+  expect_blockers(record_and_symbolize({kDir + "/blockers_fp", "2"}), "blockers_fp");
 }
 TEST(BpfCfi, BlockedThreadsShowTheirWrappersWithoutFramePointers) {
-  expect_blockers("blockers_nofp");
+  expect_blockers(record_and_symbolize({kDir + "/blockers_nofp", "2"}), "blockers_nofp");
+}
+
+// The cgroup v2 mount, from /proc/self/mounts ("" when there is none).
+std::string cgroup2_mount_point() {
+  std::ifstream mounts("/proc/self/mounts");
+  std::string device, dir, type, rest;
+  while (mounts >> device >> dir >> type && std::getline(mounts, rest)) {
+    if (type == "cgroup2") return dir;
+  }
+  return "";
+}
+
+// A thread that blocks before its process's tables are published is walked by frame pointer at its
+// switch-out; its stack cannot change until it runs again, so the recorder reads it and walks it again
+// once the tables are published, while the thread still waits. In a cgroup recording a process's tables
+// are compiled only once it was sampled, so the threads of blockers_nofp started inside the cgroup
+// after the recording began, with no start-up pause, block before their tables exist: without the
+// second walk, each wrapper's 2 s would end in frame-pointer junk (the program has no frame pointers).
+TEST(BpfCfi, ThreadsThatBlockedBeforeTheirTablesAreWalkedAgainWhileTheyWait) {
+  testing::TempCgroup cgroup(cgroup2_mount_point());
+  ASSERT_TRUE(cgroup.ok()) << "cannot create a cgroup under '" << cgroup2_mount_point() << "'";
+  RecordOptions options;
+  options.cgroup = cgroup.name();
+  // The shell moves itself into the cgroup, then becomes the program.
+  options.command = {"/bin/sh", "-c",
+                     "echo $$ > " + cgroup.path() + "/cgroup.procs && exec " + kDir + "/blockers_nofp 2 0"};
+  Symbolized s{record(options), {}};
+  Symbolizer symbolizer;
+  s.profile = symbolize_profile(s.result.profile, symbolizer);
+  std::printf("  %llu off-CPU stacks walked again, %llu samples with tables pending\n",
+              static_cast<unsigned long long>(s.result.cfi.off_cpu_rewalked),
+              static_cast<unsigned long long>(s.result.cfi.samples_tables_pending));
+  expect_blockers(s, "blockers_nofp in a cgroup, blocking at once");
+  // At least the five threads that block once for the whole run (the nanosleep one wakes every 50 ms).
+  EXPECT_GE(s.result.cfi.off_cpu_rewalked, 5u);
 }
 
 // The share of on-CPU samples of functions named `leaf` whose stack is complete and holds every

@@ -26,15 +26,16 @@
 #include <thread>
 #include <vector>
 
+#include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/export/report.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "proc/build_id.h"
 #include "proc/proc_files.h"
-#include "hpd/base/unique_fd.h"
 #include "record_checks.h"
 #include "subprocess.h"
+#include "temp_cgroup.h"
 
 namespace hpd {
 namespace {
@@ -673,35 +674,9 @@ TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
   EXPECT_NE(fields[4].find(std::strerror(EMFILE)), std::string::npos) << fields[4];
 }
 
-// A child cgroup for the test's lifetime.
-class TempCgroup {
- public:
-  TempCgroup() : name_("hpd-test-" + std::to_string(::getpid())), path_(cgroup2_mount() + "/" + name_) {
-    ok_ = !cgroup2_mount().empty() && ::mkdir(path_.c_str(), 0755) == 0;
-  }
-  ~TempCgroup() {
-    if (ok_) ::rmdir(path_.c_str());
-  }
-  TempCgroup(const TempCgroup&) = delete;
-  TempCgroup& operator=(const TempCgroup&) = delete;
-  [[nodiscard]] bool ok() const { return ok_; }
-  [[nodiscard]] const std::string& path() const { return path_; }
-  [[nodiscard]] const std::string& name() const { return name_; }
-  bool add(pid_t pid) const {
-    std::ofstream procs(path_ + "/cgroup.procs");
-    procs << pid << std::endl;
-    return procs.good();
-  }
-
- private:
-  std::string name_;
-  std::string path_;
-  bool ok_ = false;
-};
-
 TEST(BpfRecord, CgroupSeesOnlyItsProcesses) {
   const int fds_before = count_open_fds();
-  std::optional<TempCgroup> cgroup(std::in_place);
+  std::optional<testing::TempCgroup> cgroup(std::in_place, cgroup2_mount());
   ASSERT_TRUE(cgroup->ok()) << "cannot create a cgroup under the cgroup v2 mount '" << cgroup2_mount()
                             << "': " << std::strerror(errno);
   const std::string path = cgroup->path();

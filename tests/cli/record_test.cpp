@@ -312,6 +312,39 @@ TEST_P(RecordTest, UnprivilegedUserIsToldWhatIsMissing) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// --cfi-rows reaches the eBPF row map: with room for the program's own table but not for libc's
+// (about 28,000 rows), libc is refused and named, the summary gives the capacity asked for, and the
+// stacks still reach the program's functions (by frame pointer through libc). Default flags otherwise.
+TEST(RecordCfiRows, SmallRowMapRefusesLibcAndSaysSo) {
+  hpd::testing::TempDir tmp{"hpd-it-cfi-rows", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const std::string out = tmp.path() + "/small.json.gz";
+  RunResult r = run({kHpctl, "record", "--backend", "bpf", "--cfi-rows", "3000", "--no-report", "-o", out,
+                     "--", kFixtures + "/cpu_split_nofp", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(" of 3000 rows"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("modules refused"), std::string::npos) << r.err;
+  const size_t refused = r.err.find("the CFI row map is full");
+  ASSERT_NE(refused, std::string::npos) << r.err;
+  const size_t line_start = r.err.rfind('\n', refused);
+  EXPECT_NE(r.err.substr(line_start, refused - line_start).find("libc.so"), std::string::npos) << r.err;
+
+  // The default map holds libc: nothing refused.
+  RunResult d = run({kHpctl, "record", "--backend", "bpf", "--no-report", "-o", out, "--",
+                     kFixtures + "/cpu_split_nofp", "1"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.err.find(" of 2097152 rows"), std::string::npos) << d.err;
+  EXPECT_EQ(d.err.find("the CFI row map is full"), std::string::npos) << d.err;
+}
+
+TEST(RecordCfiRows, RowMapsOutOfRangeAreRefusedBeforeRecording) {
+  for (const char* rows : {"0", "33554433", "-5"}) {
+    RunResult r = run({kHpctl, "record", "--cfi-rows", rows, "-o", "/tmp/hpd-never-written.json", "--",
+                       kFixtures + "/cpu_split", "1"});
+    EXPECT_NE(r.exit_code, 0) << rows;
+    EXPECT_NE(r.err.find("--cfi-rows"), std::string::npos) << rows << ": " << r.err;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, RecordTest, ::testing::Values("perf", "bpf"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

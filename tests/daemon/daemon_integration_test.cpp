@@ -157,6 +157,22 @@ TEST(Hpd, StatusCountsTheCfiTablesOfRunningSessions) {
   EXPECT_EQ(hpd.status()["cfi"]["recordings"], 0);
 }
 
+// --cfi-rows travels to the recording hpd runs: its row map has the capacity asked for, and libc's table
+// (about 28,000 rows) does not fit in 5000.
+TEST(Hpd, CfiRowsOfARequestSizeTheRecordingsRowMap) {
+  Hpd hpd;
+  Background target({kCpuSplit, "30"});
+  const std::string out = hpd.out_dir() + "/rows.json.gz";
+  Background record(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "--cfi-rows",
+                                "5000", "-d", "3", "-o", out}));
+  wait_samples(hpd);
+  const json cfi = hpd.status()["cfi"];
+  EXPECT_EQ(cfi["recordings"], 1) << cfi.dump();
+  EXPECT_EQ(cfi["row_capacity"].get<uint64_t>(), 5000u) << cfi.dump();
+  EXPECT_GE(cfi["modules_refused"].get<uint64_t>(), 1u) << cfi.dump();
+  EXPECT_EQ(record.wait(), 0);
+}
+
 TEST(Hpd, RecordsACommandTheClientStarts) {
   Hpd hpd;
   const std::string out = hpd.out_dir() + "/cmd.json.gz";
@@ -585,7 +601,8 @@ TEST(Hpd, SighupAppliesMaxSessionsAndKeepsOldConfigOnErrors) {
 
 TEST(Hpd, LimitsOfFrequencyDurationAndMemory) {
   HpdStart start;
-  start.config = "max_frequency_hz = 2000\nmax_duration_s = 2\nmax_session_memory_mb = 1\n";
+  start.config =
+      "max_frequency_hz = 2000\nmax_duration_s = 2\nmax_session_memory_mb = 1\nmax_cfi_rows = 100000\n";
   Hpd hpd(start);
   Background target({kCpuSplit, "60"});
   const std::string pid = std::to_string(target.pid());
@@ -593,6 +610,12 @@ TEST(Hpd, LimitsOfFrequencyDurationAndMemory) {
       run(hpctl(hpd, {"record", "--pid", pid, "-F", "5000", "-o", hpd.out_dir() + "/f.json"}));
   EXPECT_NE(fast.exit_code, 0);
   EXPECT_NE(fast.err.find("above this hpd's limit of 2000 Hz"), std::string::npos) << fast.err;
+  const RunResult rows =
+      run(hpctl(hpd, {"record", "--pid", pid, "--cfi-rows", "100001", "-o", hpd.out_dir() + "/r.json"}));
+  EXPECT_NE(rows.exit_code, 0);
+  EXPECT_NE(rows.err.find("above this hpd's limit of 100000 rows (max_cfi_rows"), std::string::npos)
+      << rows.err;
+  EXPECT_EQ(hpd.status()["limits"]["max_cfi_rows"], 100000) << hpd.status().dump();
   // Open-ended: cut to max_duration_s.
   const auto t0 = std::chrono::steady_clock::now();
   const RunResult open =

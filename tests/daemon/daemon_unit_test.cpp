@@ -119,6 +119,7 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   args.follow_children = false;
   args.call_graph = session::CallGraphMode::kDwarf;
   args.stack_size = 4096;
+  args.cfi_rows = 70000;
   args.mip = session::Switch::kOff;
   args.calls = true;
   args.calls_counter = session::CallCounterChoice::kUprobes;
@@ -141,6 +142,7 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   EXPECT_TRUE(back.calls);
   EXPECT_EQ(back.calls_counter, session::CallCounterChoice::kUprobes);
   EXPECT_EQ(back.stack_size, 4096u);
+  EXPECT_EQ(back.cfi_rows, 70000u);
   EXPECT_EQ(back.mip, session::Switch::kOff);
   // The words on the wire are the command line's, as docs/protocol.md lists them.
   EXPECT_EQ(wire["event"], "cpu-clock");
@@ -203,9 +205,12 @@ TEST(Config, ParsesKeysCommentsAndUnits) {
       "max_session_memory_mb = 64\ncontinuous = on\ncontinuous_frequency = 49\ncontinuous_chunk_seconds = "
       "30\n"
       "continuous_max_age = 2d\ncontinuous_max_bytes = 512M\nstate_directory = /var/lib/x\n"
-      "group = wheel\nlog_level = debug\nsocket = /tmp/s.sock\r\n",
+      "group = wheel\nlog_level = debug\nsocket = /tmp/s.sock\r\nmax_cfi_rows = 100000\n"
+      "continuous_cfi_rows = 65536\n",
       "t.conf");
   EXPECT_EQ(c.max_sessions, 3u);
+  EXPECT_EQ(c.max_cfi_rows, 100000u);
+  EXPECT_EQ(c.continuous_cfi_rows, 65536u);
   EXPECT_DOUBLE_EQ(c.max_duration_s, 600);
   EXPECT_EQ(c.max_frequency_hz, 500u);
   EXPECT_EQ(c.max_session_memory_mb, 64u);
@@ -248,13 +253,16 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "continuous = on\ncontinuous_frequency = 49\ncontinuous_chunk_seconds = 30\ncontinuous_max_age = 2d\n"
       "continuous_max_bytes = 512M\nstate_directory = /var/lib/x\ngroup = wheel\nlog_level = debug\n"
       "socket = /tmp/s.sock\nmax_connections_per_user = 7\nmax_sessions_per_user = 2\nidle_timeout = 2m\n"
-      "client_timeout = 2.5\nstop_timeout = 4\n",
+      "client_timeout = 2.5\nstop_timeout = 4\nmax_cfi_rows = 1000\ncontinuous_cfi_rows = 5000\n",
       "t.conf");
   const std::string text = format_config(c);
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (18 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 18) << text;
+  // One line per key: every key of the parser, none twice (20 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 20) << text;
+  // The rows of the CFI maps: 1 to the recorder's limit, 2^25.
+  EXPECT_THROW(parse_config("max_cfi_rows = 0\n", "t.conf"), ConfigError);
+  EXPECT_THROW(parse_config("continuous_cfi_rows = 33554433\n", "t.conf"), ConfigError);
   EXPECT_NE(text.find("idle_timeout = 120\n"), std::string::npos) << text;
   EXPECT_NE(text.find("client_timeout = 2.5\n"), std::string::npos) << text;
   EXPECT_THROW(parse_config("stop_timeout = 0\n", "t.conf"), ConfigError);

@@ -108,18 +108,36 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
   // __u64 is unsigned long long, uint64_t unsigned long: copy rather than alias.
   static_assert(sizeof(e.ips[0]) == sizeof(uint64_t));
   std::memcpy(ips_.data(), e.ips, frames_present * sizeof(uint64_t));
+  size_t user_frames = e.user_frames;
+  uint32_t user_end = e.user_end;
+  uint32_t user_fp_frames = e.user_fp_frames;
+  bool tables_pending = (e.flags & HPD_SAMPLE_TABLES_PENDING) != 0;
+  if (off_cpu && tables_pending) {
+    // Walked again from user space while the thread was still off the CPU, with the tables published.
+    if (const auto it = rewalks_.find(h.tid); it != rewalks_.end() && it->second.time_ns == h.time_ns) {
+      const Rewalk& w = it->second;
+      user_frames = std::min<size_t>(w.ips.size(), HPD_MAX_USER_FRAMES);
+      std::copy_n(w.ips.begin(), user_frames, ips_.begin() + e.kernel_frames);
+      frames_present = size_t{e.kernel_frames} + user_frames;
+      user_end = w.end;
+      user_fp_frames = w.fp_frames;
+      tables_pending = false;
+      ++rewalked_;
+      rewalks_.erase(it);
+    }
+  }
   const std::span<const uint64_t> ips(ips_.data(), frames_present);
   s.kernel = ips.first(e.kernel_frames);
-  s.user = ips.subspan(e.kernel_frames, e.user_frames);
+  s.user = ips.subspan(e.kernel_frames, user_frames);
 
-  if (e.user_end < HPD_USER_END_COUNT) ++user_ends_[off_cpu ? 1 : 0][e.user_end];
-  if (e.flags & HPD_SAMPLE_TABLES_PENDING) ++tables_pending_;
-  if (e.user_fp_frames > 0) ++with_fp_frames_;
+  if (user_end < HPD_USER_END_COUNT) ++user_ends_[off_cpu ? 1 : 0][user_end];
+  if (tables_pending) ++tables_pending_;
+  if (user_fp_frames > 0) ++with_fp_frames_;
   // The programs' walk says how it ended: complete only when it reached the thread's first frame.
-  switch (e.user_end) {
+  switch (user_end) {
     case HPD_USER_END_NONE:
       // No word (no walk: a kernel thread; or records of older programs): only the limits tell.
-      s.walk_end = e.user_frames >= HPD_MAX_USER_FRAMES || e.kernel_frames >= HPD_MAX_KERNEL_FRAMES
+      s.walk_end = user_frames >= HPD_MAX_USER_FRAMES || e.kernel_frames >= HPD_MAX_KERNEL_FRAMES
                        ? StackEnd::kTruncated
                        : StackEnd::kUnknown;
       break;
@@ -143,6 +161,11 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
     s.stack_size = stack_copy_bytes_;
   }
   sink(event_);
+}
+
+void BpfEventDecoder::replace_off_cpu_user_stack(int32_t tid, uint64_t time_ns, std::vector<uint64_t> ips,
+                                                 uint32_t end, uint32_t fp_frames) {
+  rewalks_[tid] = Rewalk{time_ns, std::move(ips), end, fp_frames};
 }
 
 void BpfEventDecoder::decode_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns,

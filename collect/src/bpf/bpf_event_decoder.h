@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "events.h"
 #include "perf/perf_event_decoder.h"
@@ -25,12 +27,21 @@ class BpfEventDecoder {
   // interval runs until `end_ns`.
   void decode_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns, const EventSink& sink);
 
+  // cfi mode: the user stack of thread `tid`'s off-CPU record of the switch-out at `time_ns`, walked
+  // again once its process's tables were published (off_cpu_rewalk.h). It replaces the frame-pointer
+  // walk the record carries when that record is decoded.
+  void replace_off_cpu_user_stack(int32_t tid, uint64_t time_ns, std::vector<uint64_t> ips, uint32_t end,
+                                  uint32_t fp_frames);
+
   [[nodiscard]] uint64_t malformed_records() const { return malformed_; }
   // How the programs' user walks ended (enum hpd_user_end), on-CPU [0] and off-CPU [1].
   using UserEnds = std::array<std::array<uint64_t, HPD_USER_END_COUNT>, 2>;
   [[nodiscard]] const UserEnds& user_ends() const { return user_ends_; }
   // cfi walks that stepped by frame pointer because their process's or a module's table was not loaded.
   [[nodiscard]] uint64_t samples_tables_pending() const { return tables_pending_; }
+  // Off-CPU records whose user stack was replaced by a walk made once the tables were published (not
+  // counted in samples_tables_pending()).
+  [[nodiscard]] uint64_t off_cpu_rewalked() const { return rewalked_; }
   // cfi walks with at least one frame stepped by frame pointer (modules without a table).
   [[nodiscard]] uint64_t samples_with_fp_frames() const { return with_fp_frames_; }
   // On-CPU samples whose thread had no earlier runtime value (cpu_delta_ns is a guess).
@@ -45,6 +56,14 @@ class BpfEventDecoder {
   UserEnds user_ends_{};
   uint64_t malformed_ = 0;
   uint64_t tables_pending_ = 0;
+  uint64_t rewalked_ = 0;
+  struct Rewalk {
+    uint64_t time_ns;
+    std::vector<uint64_t> ips;
+    uint32_t end;
+    uint32_t fp_frames;
+  };
+  std::unordered_map<int32_t, Rewalk> rewalks_;  // by tid: at most one switch-out waits per thread
   uint64_t with_fp_frames_ = 0;
   uint64_t samples_without_baseline_ = 0;
   Event event_;  // the sample being decoded

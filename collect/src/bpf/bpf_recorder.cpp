@@ -38,6 +38,7 @@
 #include "bpf/bpf_event_decoder.h"
 #include "bpf/cfi_maps.h"
 #include "bpf/mmap_watch.h"
+#include "bpf/off_cpu_rewalk.h"
 #include "bpf/sched_frames.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/preload_abi.h"
@@ -287,7 +288,9 @@ class BpfSession {
   void seed_thread(int32_t pid, int32_t tid);
   void describe_process(RawProcess& process);
   void describe_initial(int32_t pid);
-  void drain();
+  // `rewalk`: also walk again the waiting off-CPU stacks (OffCpuRewalk), which is sound only while the
+  // programs are attached (they take a thread's entry away when it runs again).
+  void drain(bool rewalk = true);
   void load_initial_tables();
   uint32_t cfi_row_capacity() const {
     return options_.cfi_row_capacity != 0 ? options_.cfi_row_capacity : kDefaultCfiRowCapacity;
@@ -318,6 +321,7 @@ class BpfSession {
   LibbpfLogCapture log_;
   Skeleton skel_;
   std::unique_ptr<CfiMaps> cfi_maps_;  // cfi mode: the tables in skel_'s maps
+  std::unique_ptr<OffCpuRewalk> rewalk_;  // cfi mode with off-CPU samples
   UniqueFd cgroup_fd_;
   std::vector<Link> sampling_;  // one per CPU or per target thread; each owns its perf_event fd
   Link calls_announce_;         // the uprobe on the call-counting runtime's hpd_calls_announce
@@ -594,6 +598,7 @@ void BpfSession::load_initial_tables() {
   for (const int32_t pid : pids) {
     if (pid != self) cfi_maps_->add_process_maps(pid, read_proc_maps(pid));
   }
+  if (off_cpu_) rewalk_ = std::make_unique<OffCpuRewalk>(bpf_map__fd(skel_->maps.pending_walks), system_wide);
   if (command_) cfi_maps_->prewarm(likely_modules(resolve_command(options_.command.front())));
   // System-wide, tables are compiled while the recording runs, for the processes sampled; samples
   // taken while their tables are compiled are walked by frame pointer and counted (tables pending).
@@ -678,13 +683,16 @@ void BpfSession::drain_mmaps() {
       });
 }
 
-void BpfSession::drain() {
+void BpfSession::drain(bool rewalk) {
   // Mappings first: a sample in the ring was taken after the mmap that explains it.
   drain_mmaps();
   const int n = ring_buffer__consume(ring_.get());
   if (callback_error_) std::rethrow_exception(std::exchange(callback_error_, nullptr));
   if (n < 0 && n != -EINTR) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(n));
   if (cfi_maps_) cfi_maps_->poll();
+  // Not with the call-counting runtime, whose return hooks on the stack only the programs replace.
+  if (rewalk && rewalk_ && !skel_->bss->calls_runtime_active)
+    rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
 }
 
 // After sampling stopped: threads still off the CPU, per-thread drop counts, global counters.
@@ -860,7 +868,7 @@ RecordResult BpfSession::run() {
   // Stop every source before the last drain, so the ring holds everything that will ever come.
   sampling_.clear();
   profile_bpf__detach(skel_.get());
-  drain();
+  drain(false);
   collect_leftovers();
   calls_->finish(result_);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
@@ -882,6 +890,7 @@ RecordResult BpfSession::run() {
     c.mappings_dropped = t.mappings_dropped;
     c.without_table = t.without_table;
     c.samples_tables_pending = decoder_->samples_tables_pending();
+    c.off_cpu_rewalked = decoder_->off_cpu_rewalked();
     c.samples_with_fp_frames = decoder_->samples_with_fp_frames();
   }
   static const char* const kEndNames[HPD_USER_END_COUNT] = {"no walk",

@@ -24,9 +24,8 @@ namespace hpd {
 
 namespace {
 
-// A BPF array stores each value at an 8-byte-aligned stride; its shared mapping has the same layout.
-constexpr size_t kRowStride = (sizeof(hpd_cfi_row) + 7) / 8 * 8;
-constexpr size_t kBucketStride = (sizeof(hpd_cfi_bucket) + 7) / 8 * 8;
+// Rows and buckets are copied byte for byte into the maps (at kRowStride and kBucketStride, the BPF
+// arrays' 8-byte-aligned strides, which their shared mappings keep): the layouts must agree.
 static_assert(sizeof(hpd_cfi_bucket) == sizeof(CfiBucket));
 static_assert(sizeof(hpd_cfi_row) == sizeof(CfiRow));
 static_assert(offsetof(hpd_cfi_row, cfa_kind) == offsetof(CfiRow, cfa_kind));
@@ -337,6 +336,7 @@ void CfiMaps::exit(int32_t pid) {
   processes_.erase(pid);
   sampled_.erase(pid);
   exec_ns_.erase(pid);
+  published_.erase(pid);
   bpf_map_delete_elem(procs_fd_, &pid);
 }
 
@@ -366,6 +366,10 @@ bool CfiMaps::place(Module& module) {
 // Takes the least recently used table that no followed process maps out of the maps; false when
 // every loaded table is in use.
 bool CfiMaps::evict_one() {
+  // A process that exec'd has lost its old mappings here, but its entry in the kernel still names
+  // their rows until it is published again: publish first, so that no new walk is sent into rows
+  // about to be reused (a walk already under way may still read them: rows are bounds-checked).
+  publish_dirty();
   std::set<std::string> in_use;
   for (const auto& [pid, list] : processes_) {
     for (const Mapping& m : list) in_use.insert(m.module);
@@ -480,6 +484,11 @@ void CfiMaps::publish(int32_t pid) {
     }
   }
   value->count = n;
+  Published& published = published_[pid];
+  published.at = tick_;
+  published.tables_pending = false;
+  for (uint32_t i = 0; i < n; ++i)
+    published.tables_pending |= (value->mappings[i].flags & HPD_MAPPING_PENDING) != 0;
   if (bpf_map_update_elem(procs_fd_, &pid, value.get(), BPF_ANY) != 0) {
     std::lock_guard lock(mutex_);
     ++stats_.publish_failures;
@@ -500,12 +509,21 @@ void CfiMaps::poll() {
     load(key, module);
     mark_users_dirty(key);
   }
+  publish_dirty();
+  std::lock_guard lock(mutex_);
+  stats_.processes = processes_.size();
+}
+
+void CfiMaps::publish_dirty() {
   std::sort(dirty_.begin(), dirty_.end());
   dirty_.erase(std::unique(dirty_.begin(), dirty_.end()), dirty_.end());
   for (const int32_t pid : dirty_) publish(pid);
   dirty_.clear();
-  std::lock_guard lock(mutex_);
-  stats_.processes = processes_.size();
+}
+
+CfiMaps::Published CfiMaps::published(int32_t pid) const {
+  const auto it = published_.find(pid);
+  return it == published_.end() ? Published{} : it->second;
 }
 
 void CfiMaps::wait_for_tables(int timeout_ms) {

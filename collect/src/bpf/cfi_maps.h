@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -22,8 +23,13 @@
 #include "hpd/unwind/cfi_table.h"
 #include "proc/build_id.h"
 #include "proc/proc_maps.h"
+#include "profile_event.h"
 
 namespace hpd {
+
+// Bytes between entries of the row and index maps (BPF array values are 8-byte aligned).
+inline constexpr size_t kRowStride = (sizeof(hpd_cfi_row) + 7) / 8 * 8;
+inline constexpr size_t kBucketStride = (sizeof(hpd_cfi_bucket) + 7) / 8 * 8;
 
 struct CfiMapStats {
   uint64_t modules = 0;           // module files seen mapped
@@ -80,6 +86,28 @@ class CfiMaps {
   // Waits until the worker has compiled every table asked for so far (at most `timeout_ms`), then polls.
   void wait_for_tables(int timeout_ms);
 
+  // The programs' cfi walk done again here (cfi_user_walk.cpp), from registers `ip`, `sp`, `bp` of
+  // process `pid`, with the tables as published now, over `stack`, a copy of the stack from `sp` up (a
+  // slot outside it ends the walk with a read fault). For the stacks of threads that blocked while
+  // their tables were not published yet: their stack does not change until they run again.
+  struct StackWalk {
+    std::vector<uint64_t> ips;  // the pc, then one return address per frame
+    uint32_t end = HPD_USER_END_NONE;
+    uint32_t fp_frames = 0;  // frames stepped by frame pointer
+    bool pending = false;    // a table was still missing: a later walk may do better
+  };
+  StackWalk walk_stack(int32_t pid, uint64_t ip, uint64_t sp, uint64_t bp,
+                       std::span<const uint8_t> stack) const;
+  // Publications since the start: a walk_stack that was pending may do better once this changed.
+  [[nodiscard]] uint64_t publications() const { return tick_; }
+  // The publication that last published `pid` (0: never), and whether it left any of its mappings
+  // waiting for a table: a walk_stack of it now would still be pending.
+  struct Published {
+    uint64_t at = 0;
+    bool tables_pending = true;
+  };
+  [[nodiscard]] Published published(int32_t pid) const;
+
   CfiMapStats stats() const;
   // Readable when compiled tables wait for poll(): the recorder polls it with its other descriptors.
   [[nodiscard]] int ready_fd() const { return ready_fd_; }
@@ -128,6 +156,7 @@ class CfiMaps {
                          const std::string& build_id);
   void insert_mapping(int32_t pid, Mapping m);
   void publish(int32_t pid);
+  void publish_dirty();  // the processes whose mappings changed since they were last published
   void load(const std::string& key, Module& module);
   bool place(Module& module);
   bool evict_one();
@@ -158,6 +187,7 @@ class CfiMaps {
   std::unordered_map<std::string, Module> modules_;
   std::map<int32_t, std::vector<Mapping>> processes_;
   std::unordered_map<int32_t, uint64_t> exec_ns_;  // per process, its last exec's time
+  std::unordered_map<int32_t, Published> published_;  // per process, its last publication
   std::vector<int32_t> dirty_;
   CfiMapStats stats_;
 

@@ -39,6 +39,10 @@ void validate(const ContinuousOptions& o) {
     throw std::invalid_argument("continuous mode: the frequency must be between 1 and " +
                                 std::to_string(kMaxFrequencyHz) + " Hz (got " +
                                 std::to_string(o.frequency_hz) + ")");
+  if (o.cfi_rows > kMaxCfiRowCapacity)
+    throw std::invalid_argument("continuous mode: the CFI row map can hold at most " +
+                                std::to_string(kMaxCfiRowCapacity) + " rows (got " +
+                                std::to_string(o.cfi_rows) + ")");
   // A chunk costs a recording's setup (loading the eBPF programs, reading maps): not worth it below 1 s.
   if (!std::isfinite(o.chunk_seconds) || o.chunk_seconds < 1 || o.chunk_seconds > 86400)
     throw std::invalid_argument("continuous mode: a chunk must last between 1 s and 1 day");
@@ -174,6 +178,7 @@ struct ContinuousProfiler::State {
     ro.backend = o.backend;
     ro.off_cpu = o.off_cpu ? OffCpu::kOn : OffCpu::kOff;
     ro.call_graph = CallGraph::kAuto;  // cfi with the eBPF backend, fp with perf_event (system-wide)
+    ro.cfi_row_capacity = o.cfi_rows;
     ro.stop = &stop_requested;
     // The recorder offers the profile every 250 ms; appending that often would make tiny, poorly
     // compressed blocks at 19 Hz, so the chunk goes to disk every flush_seconds.

@@ -160,6 +160,8 @@ const std::map<std::string, Key, std::less<>>& keys() {
         }}},
       {"max_frequency_hz",
        {uint_setter(&Config::max_frequency_hz, 1, 100000), number_getter(&Config::max_frequency_hz)}},
+      {"max_cfi_rows",
+       {uint_setter(&Config::max_cfi_rows, 1, 1u << 25), number_getter(&Config::max_cfi_rows)}},
       {"max_session_memory_mb",
        {[](Config& c, std::string_view v) -> std::string {
           uint64_t n = 0;
@@ -179,6 +181,8 @@ const std::map<std::string, Key, std::less<>>& keys() {
       {"continuous", {bool_setter(&Config::continuous), bool_getter(&Config::continuous)}},
       {"continuous_frequency",
        {uint_setter(&Config::continuous_frequency, 1, 1000), number_getter(&Config::continuous_frequency)}},
+      {"continuous_cfi_rows",
+       {uint_setter(&Config::continuous_cfi_rows, 1, 1u << 25), number_getter(&Config::continuous_cfi_rows)}},
       {"continuous_chunk_seconds",
        {uint_setter(&Config::continuous_chunk_seconds, 1, 86400),
         number_getter(&Config::continuous_chunk_seconds)}},

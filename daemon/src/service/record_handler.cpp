@@ -150,6 +150,13 @@ bool Connection::authorize_recording(session::RecordRequest& args, const Config&
                                       " Hz (max_frequency_hz in hpd.conf); ask for less");
     return false;
   }
+  if (args.cfi_rows > config.max_cfi_rows) {
+    log_refusal("a recording", "--cfi-rows " + std::to_string(args.cfi_rows) + " is above max_cfi_rows");
+    send_error(ErrorCode::kLimit, "--cfi-rows " + std::to_string(args.cfi_rows) +
+                                      " is above this hpd's limit of " + std::to_string(config.max_cfi_rows) +
+                                      " rows (max_cfi_rows in hpd.conf); ask for less");
+    return false;
+  }
   if (!privileged_) {
     const std::string no_kernel =
         kernel_frames_refusal(peer_, read_kernel_sysctl("kernel/perf_event_paranoid", 2),

@@ -91,6 +91,7 @@ json Daemon::status_message(bool privileged) {
                   {"map_bytes", cfi.map_bytes}};
   reply["limits"] = {{"max_duration_s", cfg.max_duration_s},
                      {"max_frequency_hz", cfg.max_frequency_hz},
+                     {"max_cfi_rows", cfg.max_cfi_rows},
                      {"max_session_memory_mb", cfg.max_session_memory_mb}};
   json continuous = {{"enabled", cfg.continuous}, {"available", false}};
 #ifdef HPD_HAVE_CONTINUOUS
@@ -197,6 +198,7 @@ void Daemon::configure_continuous(const Config& config) {
   continuous::ContinuousOptions options;
   options.dir = config.state_directory;
   options.frequency_hz = config.continuous_frequency;
+  options.cfi_rows = config.continuous_cfi_rows;
   options.chunk_seconds = config.continuous_chunk_seconds;
   options.max_age_s = config.continuous_max_age_s;
   options.max_bytes = config.continuous_max_bytes;

@@ -1,6 +1,7 @@
 /* cfi fixture: one thread per way of blocking, each inside its own wrapper function around the libc
  * call (pthread_mutex_lock, read on a pipe, poll, pthread_cond_wait, nanosleep, pthread_join), for
- * argv[1] seconds. Threads are named after their wrapper. Built with and without frame pointers. */
+ * argv[1] seconds, after argv[2] milliseconds of start-up (default 100). Threads are named after their
+ * wrapper. Built with and without frame pointers. */
 #define _GNU_SOURCE
 #include <poll.h>
 #include <pthread.h>
@@ -88,13 +89,15 @@ static void* run(void* arg) {
 
 int main(int argc, char** argv) {
   if (argc > 1) seconds = atof(argv[1]);
+  const double startup_ms = argc > 2 ? atof(argv[2]) : 100;
   if (pipe(pipe_read_fds) != 0 || pipe(pipe_poll_fds) != 0) return 1;
   pthread_mutex_lock(&held);
   /* Start-up work before the threads block: a thread that blocks within the first milliseconds of
    * its process may do so before the recorder has published the process's tables (on a loaded
    * machine the recorder can take that long to run), and that interval's stack is then walked by
-   * frame pointer only (counted as tables pending). */
-  usleep(100 * 1000);
+   * frame pointer first (counted as tables pending), and walked again once they are published while
+   * the thread still waits. argv[2] = 0 blocks at once, to test that second walk. */
+  usleep((useconds_t)(startup_ms * 1000));
   pthread_t threads[6];
   for (long i = 0; i < 6; ++i) pthread_create(&threads[i], NULL, run, (void*)i);
   usleep((useconds_t)(seconds * 1e6));

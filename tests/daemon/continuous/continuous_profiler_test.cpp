@@ -123,6 +123,25 @@ TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
   EXPECT_EQ(merged.processes[0].pid, fixture.pid());
 }
 
+// continuous_cfi_rows reaches the chunks' recordings: while one runs, the process's CFI maps have the
+// capacity asked for, and with room for 5000 rows libc's table (about 28,000) is refused.
+TEST_F(ContinuousTest, ChunksUseTheCfiRowMapSizeAskedFor) {
+  test::Background fixture({kCpuSplit, "30"});
+  ContinuousOptions o = options(3);
+  o.cfi_rows = 5000;
+  ContinuousProfiler profiler(o);
+  profiler.start();
+  CfiMapsStatus seen;
+  ASSERT_TRUE(wait_for([&] {
+    seen = cfi_maps_status();
+    return seen.recordings == 1 && seen.modules_refused > 0;
+  })) << "recordings "
+      << seen.recordings << ", refused " << seen.modules_refused << "; " << profiler.stats().last_error;
+  EXPECT_EQ(seen.row_capacity, 5000u);
+  EXPECT_LE(seen.rows, 5000u);
+  profiler.stop();
+}
+
 TEST_F(ContinuousTest, ChunksExpireBySizeThenByAge) {
   test::Background fixture({kCpuSplit, "60"});
   ContinuousOptions o = options(1);

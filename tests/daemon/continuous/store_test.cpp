@@ -281,6 +281,14 @@ TEST(Options, ValidateNamesTheBadField) {
   o = ContinuousOptions{};
   o.flush_seconds = std::nan("");
   EXPECT_THROW(validate(o), std::invalid_argument);
+  o = ContinuousOptions{};
+  o.cfi_rows = kMaxCfiRowCapacity + 1;
+  try {
+    validate(o);
+    ADD_FAILURE() << "accepted a CFI row map of " << o.cfi_rows << " rows";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("CFI row map"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -99,9 +99,9 @@ struct RecordOptions {
   // Bytes of user stack copied per sample in dwarf mode, a multiple of 8 up to kMaxStackCopyBytes;
   // 0 = kDefaultStackCopyBytes.
   uint32_t stack_copy_bytes = 0;
-  // cfi mode: rows the eBPF row map holds (0 = kDefaultCfiRowCapacity). When the tables of the modules
-  // the targets map do not fit, the least recently used modules no followed process maps are evicted;
-  // a module that still does not fit is walked by frame pointer and named in the summary.
+  // cfi mode: rows the eBPF row map holds, up to kMaxCfiRowCapacity (0 = kDefaultCfiRowCapacity). When the
+  // tables of the modules the targets map do not fit, the least recently used modules no followed process
+  // maps are evicted; a module that still does not fit is walked by frame pointer and named in the summary.
   uint32_t cfi_row_capacity = 0;
   // cfi mode: false = each frame's row found by a binary search over all of its module's rows instead
   // of the rows of its bucket in the module's index (to measure what the index saves).
@@ -203,6 +203,9 @@ struct RecordResult {
     uint64_t modules_refused = 0;         // tables that did not fit even then: walked by frame pointer
     uint64_t compile_ns = 0;              // compiling tables that were not cached yet
     uint64_t samples_tables_pending = 0;  // samples walked by frame pointer while a table was compiled
+    // Off-CPU samples of threads that blocked while their tables were compiled, walked again with the
+    // tables while the thread was still off the CPU (not in samples_tables_pending).
+    uint64_t off_cpu_rewalked = 0;
     uint64_t samples_with_fp_frames = 0;  // samples with a frame of a module without a table
     uint64_t mappings_dropped = 0;        // executable mappings beyond the per-process limit
     std::vector<std::string> without_table;  // "path: reason"; their frames were walked by frame pointer
@@ -219,6 +222,8 @@ inline constexpr uint32_t kMaxFrequencyHz = 100000;
 // more for the rows' index). libc has about 28,000 rows, libstdc++ 34,000, a 100 MB C++ program about
 // a million.
 inline constexpr uint32_t kDefaultCfiRowCapacity = 1u << 21;
+// The largest row map a recording may ask for (512 MiB of rows, 64 MiB of index).
+inline constexpr uint32_t kMaxCfiRowCapacity = 1u << 25;
 
 // The eBPF CFI maps of every recording running in this process now (the daemon's sessions and its
 // continuous mode), for `hpctl status`.

@@ -17,6 +17,7 @@ namespace hpd::continuous {
 struct ContinuousOptions {
   std::filesystem::path dir = "/var/lib/hpd";
   uint32_t frequency_hz = 19;
+  uint32_t cfi_rows = 0;               // rows of the eBPF CFI row map (0 = the recorder's default)
   double chunk_seconds = 60;           // one capture file (.hpr) per chunk
   uint64_t max_age_s = 7 * 24 * 3600;  // chunks that ended longer ago are removed; 0 = no limit
   uint64_t max_bytes = 1ull << 30;     // the oldest chunks go until the rest fit; 0 = no limit

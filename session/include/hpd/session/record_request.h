@@ -38,6 +38,7 @@ struct RecordRequest {
   bool follow_children = true;
   CallGraphMode call_graph = CallGraphMode::kAuto;
   uint32_t stack_size = 0;  // dwarf: bytes of user stack copied per sample (0 = the recorder's default)
+  uint32_t cfi_rows = 0;    // cfi: rows of the eBPF CFI row map (0 = the recorder's default)
   Switch mip = Switch::kAuto;
   bool calls = false;  // exact call counts through mcount/__fentry__
   CallCounterChoice calls_counter = CallCounterChoice::kAuto;
