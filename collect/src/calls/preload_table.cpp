@@ -237,7 +237,7 @@ bool PreloadTable::read(RawProfile& profile, CallCountStats& stats, const std::s
     ++clamped;
     return limit;
   };
-  for (uint32_t t = 0; t < threads && !over_budget; ++t) {
+  for (uint32_t t = 0; t < threads; ++t) {
     const hpd_calls_thread& slot = slots[t];
     if (slot.state == 0) continue;
     const int32_t pid = slot.pid;
@@ -246,6 +246,7 @@ bool PreloadTable::read(RawProfile& profile, CallCountStats& stats, const std::s
       foreign_pid = pid;
       continue;
     }
+    if (over_budget) continue;  // the slots are still checked for foreign processes (in memory already)
     ++rs.threads;
     stats.calls_not_counted = add_saturating(stats.calls_not_counted, clamp(slot.calls_lost, kMaxCount));
     rs.calls_untimed = add_saturating(rs.calls_untimed, clamp(slot.calls_untimed, kMaxCount));
