@@ -4,6 +4,8 @@
 # (record) and the kernel's uprobe floor (bpftrace, an empty program on the nop5 of `callee`). Each fixture calls callee() N times; the fixture itself times its calls
 # (HPD_CALLS_TIME=1 prints calls_ns), so start-up, attach and exit are not in the figures.
 # Usage: bench/calls_bench.sh [BUILD_DIR] [RUNS] [N]     (as root; medians of RUNS runs)
+# With HPD_BENCH_SOCKET=PATH (a running hpd) and HPD_BENCH_USER=NAME, a row more: the runtime through
+# hpd, recorded by that user (hpctl --daemon, which preloads the runtime and hands hpd its table).
 set -euo pipefail
 BUILD=${1:-build}
 RUNS=${2:-5}
@@ -11,6 +13,7 @@ N=${3:-200000}
 FIX=$BUILD/tests/collect/calls/fixtures
 HPCTL=$BUILD/cli/hpctl
 TMP=$(mktemp -d)
+chmod 1777 "$TMP"  # the HPD_BENCH_USER row writes there
 trap 'rm -rf "$TMP"' EXIT
 export HPD_CALLS_TIME=1
 
@@ -20,8 +23,14 @@ per_call() { awk -v t="$1" -v b="$2" -v n="$N" 'BEGIN {printf "%.0f", (t - b) / 
 
 run_plain() { "$FIX/$1" "$N" 0 1 >/dev/null 2>"$TMP/err"; calls_ns "$TMP/err"; }
 run_hpd() {  # FIXTURE COUNTER
-  "$HPCTL" record --calls --calls-counter "$2" --no-report -q -F 10 -o "$TMP/p.json.gz" -- "$FIX/$1" "$N" 0 1 \
+  "$HPCTL" --local record --calls --calls-counter "$2" --no-report -q -F 10 -o "$TMP/p.json.gz" -- "$FIX/$1" "$N" 0 1 \
     >/dev/null 2>"$TMP/err"
+  calls_ns "$TMP/err"
+}
+run_via_hpd() {  # FIXTURE: as $HPD_BENCH_USER through the hpd at $HPD_BENCH_SOCKET
+  setpriv --reuid="$HPD_BENCH_USER" --regid="$HPD_BENCH_USER" --init-groups env HPD_CALLS_TIME=1 \
+    "$HPCTL" --socket "$HPD_BENCH_SOCKET" --daemon record --calls --no-report -q -F 10 -o "$TMP/d.json.gz" \
+    -- "$FIX/$1" "$N" 0 1 >/dev/null 2>"$TMP/err"
   calls_ns "$TMP/err"
 }
 run_uftrace() {
@@ -44,6 +53,10 @@ for fx in gcc_nop gcc_fentry gcc_pg clang_fentry clang_pg rust_mcount; do
   printf "%-14s %-26s %10s %10s\n" "$fx" "none" "$base" "-"
   t=$(for _ in $(seq "$RUNS"); do run_hpd "$fx" runtime; done | median)
   printf "%-14s %-26s %10s %10s\n" "$fx" "hpd runtime (in-process)" "$t" "$(per_call "$t" "$base")"
+  if [ -n "${HPD_BENCH_SOCKET:-}" ] && [ -n "${HPD_BENCH_USER:-}" ]; then
+    t=$(for _ in $(seq "$RUNS"); do run_via_hpd "$fx"; done | median)
+    printf "%-14s %-26s %10s %10s\n" "$fx" "hpd runtime, user via hpd" "$t" "$(per_call "$t" "$base")"
+  fi
   probe=$([ "$fx" = gcc_nop ] && echo "hpd uprobes nop5" || echo "hpd uprobes __mcount_int.")
   t=$(for _ in $(seq "$RUNS"); do run_hpd "$fx" uprobes; done | median)
   printf "%-14s %-26s %10s %10s\n" "$fx" "$probe" "$t" "$(per_call "$t" "$base")"

@@ -46,9 +46,13 @@ DaemonClient::~DaemonClient() {
 }
 
 void DaemonClient::send(nlohmann::json request, int fd) {
+  send(std::move(request), fd >= 0 ? std::vector<int>{fd} : std::vector<int>{});
+}
+
+void DaemonClient::send(nlohmann::json request, const std::vector<int>& fds) {
   request["version"] = service::kProtocolVersion;
   try {
-    service::send_frame(fd_, request.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), fd);
+    service::send_frame(fd_, request.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), fds);
   } catch (const std::system_error& e) {
     // hpd may have answered and closed before the request went out (a connection it refuses at
     // accept): its error waits in the socket and says why.

@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace hpd::cli {
 
@@ -39,6 +40,8 @@ class DaemonClient {
   // Sends a request; "version" is filled in. `fd` (>= 0) travels with it. Throws DaemonUnavailable
   // when hpd is gone.
   void send(nlohmann::json request, int fd = -1);
+  // The same with several descriptors, in order.
+  void send(nlohmann::json request, const std::vector<int>& fds);
   // The next message within `timeout_ms` (-1 = no limit); nullopt on timeout. Error replies are
   // thrown as DaemonError; a closed connection as DaemonUnavailable.
   std::optional<nlohmann::json> receive(int timeout_ms);

@@ -20,6 +20,8 @@
 
 #include "commands.h"
 #include "daemon_client.h"
+#include "hpd/calls/call_counter.h"
+#include "hpd/calls/preload_table.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/export/report.h"
 #include "hpd/model/output_write.h"
@@ -81,7 +83,17 @@ bool may_hold_at_exec(const std::string& argv0) {
 // the exec.
 class HeldCommand {
  public:
-  explicit HeldCommand(const std::vector<std::string>& argv) : name_(argv.front()) {
+  // `environment`: "NAME=VALUE" entries that replace or join hpctl's own for the command.
+  HeldCommand(const std::vector<std::string>& argv, const std::vector<std::string>& environment)
+      : name_(argv.front()) {
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const std::string name = entry.substr(0, entry.find('='));
+      bool replaced = false;
+      for (const std::string& add : environment) replaced = replaced || add.substr(0, add.find('=')) == name;
+      if (!replaced) env_.push_back(entry);
+    }
+    env_.insert(env_.end(), environment.begin(), environment.end());
     if (may_hold_at_exec(name_) && start(argv, true)) return;
     start(argv, false);
   }
@@ -151,6 +163,9 @@ class HeldCommand {
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    std::vector<char*> envp;
+    for (const std::string& e : env_) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid_ == 0) {
@@ -167,7 +182,7 @@ class HeldCommand {
         // EOF (hpctl died or gave up) means: do not run.
         if (::read(gate[0], &go, 1) != 1) ::_exit(127);
       }
-      ::execvp(args[0], args.data());
+      ::execvpe(args[0], args.data(), envp.data());
       const int err = errno;
       [[maybe_unused]] ssize_t w = ::write(error[1], &err, sizeof err);
       ::_exit(127);
@@ -199,6 +214,7 @@ class HeldCommand {
   }
 
   std::string name_;
+  std::vector<std::string> env_;
   pid_t pid_ = -1;
   int gate_ = -1;
   int error_ = -1;
@@ -325,6 +341,40 @@ bool daemon_answers(const std::string& path) {
   }
 }
 
+// The table of hpd's call runtime for a command hpctl starts and hpd records (--calls): hpctl makes it,
+// as the user, preloads into the command the runtime hpd names (the one hpd probes), and hands hpd the
+// table's descriptor with the record request. Null when the runtime cannot be used; then `why` says
+// so, and hpd counts with uprobes (or, with --calls-counter runtime, not at all).
+std::unique_ptr<calls::PreloadTable> calls_table_for_daemon(const session::RecordRequest& request,
+                                                            const std::string& socket_path,
+                                                            std::string& runtime, std::string& why) {
+  try {
+    DaemonClient client(socket_path);
+    const json hello =
+        client.request({{"type", "hello"}, {"client", std::string("hpctl ") + HPD_VERSION}}, 5000);
+    runtime = json_text(hello, "calls_runtime");
+  } catch (const std::exception& e) {
+    why = std::string("cannot ask hpd for its call runtime: ") + e.what();
+    return nullptr;
+  }
+  if (runtime.empty()) {
+    why = "hpd names no call runtime (libhpdcalls.so is not installed beside it, or hpd is older)";
+    return nullptr;
+  }
+  if (::access(runtime.c_str(), R_OK) != 0) {
+    why = "cannot read hpd's call runtime " + runtime + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  why = calls::preload_unusable_reason(resolve_command(request.command.front()));
+  if (!why.empty()) return nullptr;
+  try {
+    return std::make_unique<calls::PreloadTable>();
+  } catch (const calls::CallCountError& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
 int record_through_daemon(const RecordArgs& args, const std::string& socket_path) {
   const session::RecordRequest request = to_record_request(args);
   session::record_options_from_request(request);  // the same "nothing to record" checks as locally
@@ -334,6 +384,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
     throw std::runtime_error("cannot run '" + request.command.front() + "': " + why);
   }
 
+  std::unique_ptr<calls::PreloadTable> calls_table;  // outlives the command and the recording
   std::unique_ptr<HeldCommand> command;
   session::RecordRequest remote = request;
   std::string call_graph_reason;
@@ -349,7 +400,20 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
                                                            : session::CallGraphMode::kFp;
       call_graph_reason = choice.reason;
     }
-    command = std::make_unique<HeldCommand>(request.command);
+    std::vector<std::string> environment;
+    if (request.calls && request.calls_counter != session::CallCounterChoice::kUprobes) {
+      std::string runtime, why;
+      calls_table = calls_table_for_daemon(request, socket_path, runtime, why);
+      if (calls_table) {
+        environment = calls_table->environment(runtime);
+      } else if (request.calls_counter == session::CallCounterChoice::kRuntime) {
+        std::fprintf(stderr, "hpctl: call counts unavailable: %s\n", why.c_str());
+        remote.calls = false;
+      } else {
+        std::fprintf(stderr, "hpctl: call counts: %s; counting with uprobes instead\n", why.c_str());
+      }
+    }
+    command = std::make_unique<HeldCommand>(request.command, environment);
     remote.command.clear();
     remote.pids = {command->pid()};
   }
@@ -359,8 +423,13 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
   if (command) record_message["launched_command"] = request.command;
   // An older hpd ignores the field, attaches as to any pid and says "started" all the same.
   if (command && command->held_at_exec()) record_message["held_at_exec"] = true;
+  std::vector<int> descriptors = {output.fd()};
+  if (calls_table) {
+    record_message["calls_table"] = true;
+    descriptors.push_back(calls_table->fd());
+  }
   StopSignals signals;
-  client.send(record_message, output.fd());
+  client.send(record_message, descriptors);
 
   ProgressLine progress(!args.quiet);
   const bool open_ended = args.duration_s <= 0;
@@ -429,10 +498,6 @@ int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon) {
   const std::string path = daemon_socket_path(daemon.socket);
   if (daemon.mode == "local") return run_record(args);
   if (daemon.mode == "daemon") return record_through_daemon(args, path);
-  // hpd is handed the pid of a command hpctl started, so it can only count calls with uprobes; root
-  // records the command here, where hpd's call runtime is preloaded into it and times every call.
-  if (args.calls && !args.command.empty() && args.calls_counter != "uprobes" && ::geteuid() == 0)
-    return run_record(args);
   if (!daemon_answers(path)) return run_record(args);
   return record_through_daemon(args, path);
 }

@@ -2,7 +2,10 @@
 // from a recording backend's loop.
 #include "recording_calls.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <set>
 
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/discovery.h"
@@ -13,6 +16,22 @@ namespace hpd {
 
 RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
   if (!options.count_calls) return;
+  if (options.call_table_fd >= 0) {
+    // The launcher preloaded the runtime already: read its table, whatever happens (uprobes would find
+    // no glibc hook to count at, the runtime's mcount takes the calls). The runtime probed for sampled
+    // stacks is this program's own, never a path the launcher names.
+    runtime_ = options.call_runtime.empty() ? calls::find_preload_runtime() : options.call_runtime;
+    try {
+      table_ =
+          std::make_unique<calls::PreloadTable>(UniqueFd(::fcntl(options.call_table_fd, F_DUPFD_CLOEXEC, 0)));
+      table_handed_over_ = true;
+      stats_.enabled = true;
+      stats_.counter = "runtime";
+    } catch (const calls::CallCountError& e) {
+      stats_.messages.push_back(std::string("call counts unavailable: ") + e.what());
+    }
+    return;
+  }
   if (!options.command.empty() && options.call_counter != CallCounterKind::kUprobes) {
     // The runtime, when the command can take it; else uprobes, saying why.
     std::string why;
@@ -109,8 +128,16 @@ void RecordingCallCounter::finish(RecordResult& result) {
     counter_.reset();
   }
   if (table_) {
-    table_->read(result.profile, stats_);
-    if (stats_.runtime.processes == 0)
+    // A table handed over by the client is read for the processes this recording follows only (those
+    // its access checks admitted); a slot naming another pid was written by someone else.
+    std::set<int32_t> followed;
+    for (const RawProcess& process : result.profile.processes) followed.insert(process.pid);
+    const bool usable = table_handed_over_ ? table_->read(result.profile, stats_, &followed,
+                                                          calls::PreloadTable::kClientLimits)
+                                           : table_->read(result.profile, stats_);
+    if (!usable) {
+      // stats_.messages says why; nothing below applies to a table that was not read.
+    } else if (stats_.runtime.processes == 0)
       stats_.messages.push_back(
           "call counts: hpd's runtime never started in the command (it cleared LD_PRELOAD, or it is a "
           "script whose interpreter is static); nothing was counted");

@@ -57,6 +57,7 @@ class RecordingCallCounter {
   std::string runtime_;
   CallCountStats stats_;
   bool stacks_through_hook_ = false;
+  bool table_handed_over_ = false;  // RecordOptions::call_table_fd: the client's, untrusted
 };
 
 }  // namespace hpd

@@ -1,5 +1,6 @@
 // Privileged tests of what hpd gives a local user, with two real users the suite creates (useradd)
-// and removes: kernel frames and addresses, the kernel's PTRACE_MODE_READ rules, set-user-ID children.
+// and removes: kernel frames and addresses, the kernel's PTRACE_MODE_READ rules, set-user-ID children,
+// and the call runtime's table a user's program can write while hpd reads it.
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -617,6 +619,172 @@ TEST_F(RealUsers, FailedWritesAndBadInputsAreSaidAndLogged) {
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find(path + ".gz"), std::string::npos) << text << ": " << r.err;
   }
+}
+
+// The calls table of a profile, from `hpctl report --json`: function -> (calls, its callers' calls).
+struct CallsRow {
+  uint64_t calls = 0;
+  std::map<std::string, uint64_t> callers;
+  json latency;
+  bool operator==(const CallsRow& o) const { return calls == o.calls && callers == o.callers; }
+};
+
+std::map<std::string, CallsRow> calls_rows(const std::string& profile, std::string& counter) {
+  const RunResult r = run({kHpctl, "report", "--json", "--limit", "0", profile});
+  if (r.exit_code != 0) throw std::runtime_error("hpctl report " + profile + ": " + r.err);
+  const json doc = json::parse(r.out);
+  counter = doc["calls"].value("counter", "");
+  std::map<std::string, CallsRow> rows;
+  for (const json& row : doc["calls"]["rows"]) {
+    CallsRow& out = rows[row["name"].get<std::string>()];
+    out.calls = row["calls"].get<uint64_t>();
+    for (const json& c : row["callers"])
+      out.callers[c["name"].get<std::string>()] = c["calls"].get<uint64_t>();
+    if (row.contains("latency")) out.latency = row["latency"];
+  }
+  return rows;
+}
+
+std::string describe(const std::map<std::string, CallsRow>& rows) {
+  std::string text;
+  for (const auto& [name, row] : rows) {
+    text += name + " " + std::to_string(row.calls) + " <-";
+    for (const auto& [caller, n] : row.callers) text += " " + caller + ":" + std::to_string(n);
+    text += "\n";
+  }
+  return text;
+}
+
+// A user's `hpctl record --calls -- CMD` through hpd: hpctl preloads hpd's runtime into the command it
+// starts and hands hpd the table, so the calls are counted in-process, exactly as root's local
+// recording counts them, and timed: the latency matches what the program measured itself, with the
+// tolerances of CallsRuntime.LatencyMatchesWhatTheProgramMeasured (avg 5%, p95 10%).
+TEST_F(RealUsers, UsersCallsThroughHpdAreCountedAndTimedInProcess) {
+  Hpd hpd;
+  for (const char* fixture : {"gcc_fentry", "gcc_pg", "clang_pg"}) {
+    SCOPED_TRACE(fixture);
+    const std::string program = std::string(HPD_CALLS_FIXTURES) + "/" + fixture;
+    const std::string mine = hpd.out_dir() + "/" + fixture + "-alice.json.gz";
+    const std::string local = hpd.out_dir() + "/" + fixture + "-local.json.gz";
+    const RunResult a = run(alice_.run_as(
+        hpctl(hpd, {"record", "--calls", "--no-report", "-o", mine, "--", program, "1000", "250"})));
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    EXPECT_NE(a.err.find("recorded by hpd"), std::string::npos) << a.err;
+    EXPECT_NE(a.err.find("call counts (hpd's runtime, in-process): 1253 calls"), std::string::npos) << a.err;
+    const RunResult l = run(
+        {kHpctl, "--local", "record", "--calls", "--no-report", "-o", local, "--", program, "1000", "250"});
+    ASSERT_EQ(l.exit_code, 0) << l.err;
+    std::string counter_mine, counter_local;
+    const std::map<std::string, CallsRow> rows_mine = calls_rows(mine, counter_mine);
+    const std::map<std::string, CallsRow> rows_local = calls_rows(local, counter_local);
+    EXPECT_EQ(counter_mine, "runtime");
+    EXPECT_EQ(counter_local, "runtime");
+    EXPECT_EQ(rows_mine, rows_local) << "through hpd:\n"
+                                     << describe(rows_mine) << "local:\n"
+                                     << describe(rows_local);
+    ASSERT_EQ(rows_mine.count("callee"), 1u) << describe(rows_mine);
+    EXPECT_EQ(rows_mine.at("callee").callers.at("caller_a"), 1000u);
+    EXPECT_EQ(rows_mine.at("callee").callers.at("caller_b"), 250u);
+    EXPECT_EQ(rows_mine.at("callee").latency.value("timed_calls", 0u), 1250u);
+  }
+  // The tables hpctl made (as alice) are gone with the recordings.
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) == 0 && st.st_uid == alice_.uid) {
+      EXPECT_EQ(entry.path().filename().string().rfind("hpd-calls-", 0), std::string::npos) << entry.path();
+    }
+  }
+
+  const std::string truth = hpd.out_dir() + "/truth.txt";
+  const std::string timed = hpd.out_dir() + "/latency.json.gz";
+  const RunResult t =
+      run(alice_.run_as(hpctl(hpd, {"record", "--calls", "--no-report", "-o", timed, "--",
+                                    std::string(HPD_CALLS_FIXTURES) + "/latency_fentry", truth})));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  std::string counter;
+  const std::map<std::string, CallsRow> rows = calls_rows(timed, counter);
+  EXPECT_EQ(counter, "runtime");
+  std::ifstream in(truth);
+  std::string name;
+  uint64_t calls = 0, avg_ns = 0, p95_ns = 0, total_ns = 0;
+  int checked = 0;
+  while (in >> name >> calls >> avg_ns >> p95_ns >> total_ns) {
+    if (name != "spin_for" && name != "sleep_for") continue;
+    SCOPED_TRACE(name);
+    ++checked;
+    ASSERT_EQ(rows.count(name), 1u) << describe(rows);
+    const json& latency = rows.at(name).latency;
+    ASSERT_TRUE(latency.is_object()) << describe(rows);
+    EXPECT_EQ(rows.at(name).calls, calls);
+    EXPECT_EQ(latency["timed_calls"].get<uint64_t>(), calls);
+    EXPECT_NEAR(latency["avg_ns"].get<double>(), double(avg_ns), 0.05 * double(avg_ns)) << latency.dump();
+    EXPECT_NEAR(latency["p95_ns"].get<double>(), double(p95_ns), 0.10 * double(p95_ns)) << latency.dump();
+  }
+  EXPECT_EQ(checked, 2);
+}
+
+// The runtime's table lives in memory the user's program writes: a program that overwrites it while
+// hpd records (its header, values no runtime writes, every slot and entry filled, the file truncated)
+// gets a recording with a message saying so, never a crash, a hang or unbounded memory of hpd; another
+// user's session running meanwhile counts and times its calls exactly.
+TEST_F(RealUsers, HostileCallTableIsReadSafely) {
+  Hpd hpd;
+  const std::string bobs_truth = hpd.out_dir() + "/bob-truth.txt";
+  const std::string bobs = hpd.out_dir() + "/bob.json.gz";
+  RunResult bob;
+  std::thread bob_thread([&] {
+    bob = run(bob_.run_as(hpctl(hpd, {"record", "--calls", "--no-report", "-o", bobs, "--",
+                                      std::string(HPD_CALLS_FIXTURES) + "/latency_fentry", bobs_truth})));
+  });
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"header", {"the runtime's table was overwritten (its header no longer holds hpd's layout"}},
+      {"truncate", {"the runtime's table was truncated while recording"}},
+      {"values",
+       {"thread slot(s) of the runtime's table name processes this recording does not follow (pid 1)",
+        "the runtime's table held values no runtime writes",
+        "the runtime's table holds more than hpd keeps"}},
+      {"edges", {"65536 caller->callee edges", "the runtime's table holds more than hpd keeps"}}};
+  for (const auto& [mode, messages] : cases) {
+    SCOPED_TRACE(mode);
+    const std::string out = hpd.out_dir() + "/scribble-" + mode + ".json.gz";
+    const auto started = std::chrono::steady_clock::now();
+    const RunResult r =
+        run(alice_.run_as(hpctl(hpd, {"record", "--calls", "--no-report", "-o", out, "--",
+                                      std::string(HPD_CALLS_FIXTURES) + "/scribble_fentry", mode, "300"})),
+            120);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("scribbled " + mode), std::string::npos) << r.out;
+    for (const std::string& m : messages) EXPECT_NE(r.err.find(m), std::string::npos) << m << "\n" << r.err;
+    EXPECT_LT(seconds, 30.0) << r.err;  // 2 s here for the biggest table hpd keeps
+    // The sampled profile is delivered and readable.
+    EXPECT_EQ(run({kHpctl, "report", "--limit", "1", out}).exit_code, 0);
+    ASSERT_EQ(::kill(hpd.pid(), 0), 0);
+    EXPECT_EQ(hpd.status()["type"], "status");
+  }
+  bob_thread.join();
+  // What a table can make hpd hold is bounded (kClientLimits: 65536 edges and functions): about
+  // 130 MiB at its peak here; keeping 1 Mi edges of the 'edges' table instead took 870 MiB.
+  std::ifstream status("/proc/" + std::to_string(hpd.pid()) + "/status");
+  std::string line;
+  uint64_t peak_kib = 0;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) peak_kib = std::stoull(line.substr(6));
+  EXPECT_GT(peak_kib, 0u);
+  EXPECT_LT(peak_kib, 400u * 1024) << "hpd's peak resident memory";
+
+  ASSERT_EQ(bob.exit_code, 0) << bob.err;
+  EXPECT_EQ(bob.err.find("wrote into"), std::string::npos) << bob.err;
+  std::string counter;
+  const std::map<std::string, CallsRow> rows = calls_rows(bobs, counter);
+  EXPECT_EQ(counter, "runtime");
+  ASSERT_EQ(rows.count("spin_for"), 1u) << describe(rows);
+  ASSERT_EQ(rows.count("sleep_for"), 1u) << describe(rows);
+  EXPECT_EQ(rows.at("spin_for").calls, 200u);
+  EXPECT_EQ(rows.at("spin_for").latency.value("timed_calls", 0u), 200u);
+  EXPECT_EQ(rows.at("sleep_for").calls, 100u);
+  EXPECT_EQ(rows.at("sleep_for").callers.at("main"), 100u);
+  EXPECT_EQ(hpd.log().find("terminate"), std::string::npos) << hpd.log();
 }
 
 }  // namespace

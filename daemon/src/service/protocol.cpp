@@ -64,6 +64,11 @@ void parse_record(const json& j, Request& request) {
       throw ProtocolError(ErrorCode::kBadRequest, "\"held_at_exec\" must be true or false");
     request.held_at_exec = held->get<bool>();
   }
+  if (const json* table = find(j, "calls_table")) {
+    if (!table->is_boolean())
+      throw ProtocolError(ErrorCode::kBadRequest, "\"calls_table\" must be true or false");
+    request.record_has_calls_table = table->get<bool>();
+  }
 }
 
 }  // namespace
@@ -155,6 +160,12 @@ std::string error_message(ErrorCode code, const std::string& message) {
 // Frames -------------------------------------------------------------------------------------------
 
 void send_frame(int socket, std::string_view payload, int fd) {
+  send_frame(socket, payload, fd >= 0 ? std::vector<int>{fd} : std::vector<int>{});
+}
+
+void send_frame(int socket, std::string_view payload, const std::vector<int>& fds) {
+  constexpr size_t kMaxFds = 8;  // what read_frame takes per message
+  if (fds.size() > kMaxFds) throw std::system_error(EINVAL, std::generic_category(), "too many descriptors");
   if (payload.size() > kMaxMessageBytes) {
     throw std::system_error(EMSGSIZE, std::generic_category(), "message larger than the protocol allows");
   }
@@ -164,21 +175,21 @@ void send_frame(int socket, std::string_view payload, int fd) {
   std::memcpy(frame.data() + 4, payload.data(), payload.size());
 
   size_t sent = 0;
-  bool fd_pending = fd >= 0;
+  bool fd_pending = !fds.empty();
   while (sent < frame.size()) {
     iovec iov{frame.data() + sent, frame.size() - sent};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
     if (fd_pending) {
       msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
       cmsghdr* c = CMSG_FIRSTHDR(&msg);
       c->cmsg_level = SOL_SOCKET;
       c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
     }
     const ssize_t w = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
     if (w < 0) {

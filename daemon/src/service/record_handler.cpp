@@ -83,6 +83,16 @@ void apply_duration_limit(session::RecordRequest& args, const Config& config,
 void Connection::handle_record(const Request& request, Frame& frame) {
   UniqueFd output = take_record_output(request, frame);
   if (!output) return;
+  // The client's call table: only ever read through this descriptor, as untrusted data.
+  UniqueFd calls_table;
+  if (request.record_has_calls_table) {
+    calls_table.reset(frame.take_fd());
+    if (!calls_table) {
+      send_error(ErrorCode::kBadRequest,
+                 "\"calls_table\": true, but no second descriptor (the call table) came with the request");
+      return;
+    }
+  }
   const Config config = daemon_.config();
   session::RecordRequest args = request.record;
   std::vector<std::string> notes;
@@ -90,6 +100,7 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   apply_duration_limit(args, config, notes);
   std::optional<RecordOptions> options = recorder_options(request, args);
   if (!options) return;
+  if (options->count_calls && calls_table) options->call_table_fd = calls_table.get();
   const std::shared_ptr<Session> session = open_session(request, args, config);
   if (!session) return;
 

@@ -3,6 +3,7 @@
 
 #include "connection.h"
 #include "daemon.h"
+#include "hpd/calls/preload_table.h"
 
 #ifndef HPD_VERSION
 #define HPD_VERSION "unknown"
@@ -19,6 +20,10 @@ void Connection::handle_hello(const Request& request) {
   reply["uid"] = peer_.uid;
   reply["privileged"] = privileged_;
   reply["group"] = group_;
+  // The call runtime hpd probes for sampled stacks of timed calls: hpctl preloads this one into a
+  // command it records through hpd with --calls (the client's table, RecordOptions::call_table_fd).
+  if (const std::string runtime = calls::find_preload_runtime(); !runtime.empty())
+    reply["calls_runtime"] = runtime;
   send(reply);
 }
 

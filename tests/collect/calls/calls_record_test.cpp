@@ -638,9 +638,10 @@ TEST(CallsRuntime, SamplesInTheRuntimesReturnPathReachMain) {
   EXPECT_GE(complete, 0.95 * all) << stacks.dump();
 }
 
-// With hpd answering, root's `hpctl record --calls -- CMD` records locally, where the runtime can be
-// preloaded (hpd would get the pid of a command hpctl started, countable only by uprobes).
-TEST(CallsRuntime, HpctlRecordsCommandsLocallyForTheRuntime) {
+// With hpd answering, root's `hpctl record --calls -- CMD` goes through hpd, as other users' do: hpctl
+// preloads the runtime hpd names into the command it starts and hands hpd the table, so the calls are
+// counted (and timed) in-process there too. --calls-counter uprobes keeps the uprobes through hpd.
+TEST(CallsRuntime, HpctlRecordsCommandsThroughHpdWithTheRuntime) {
   const hpd::testing::TempDir dir("hpd-daemon-calls");
   std::ofstream(dir.file("hpd.conf")).close();
   const std::string socket = dir.file("hpd.sock");
@@ -652,8 +653,18 @@ TEST(CallsRuntime, HpctlRecordsCommandsLocallyForTheRuntime) {
       hpd::test::run({HPD_HPCTL_PATH, "--socket", socket, "record", "--calls", "--no-report", "-o",
                       dir.file("p.json.gz"), "--", fixture("gcc_fentry"), "1000", "250"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("recorded locally"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("call counts (hpd's runtime, in-process): 1253 calls"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
+  EXPECT_NE(
+      r.err.find(
+          "call counts (hpd's runtime, in-process): 1253 calls, 5 caller->callee edges, 1253 calls timed"),
+      std::string::npos)
+      << r.err;
+  const hpd::test::RunResult up = hpd::test::run(
+      {HPD_HPCTL_PATH, "--socket", socket, "record", "--calls", "--calls-counter", "uprobes", "--no-report",
+       "-o", dir.file("u.json.gz"), "--", fixture("gcc_fentry"), "1000", "250"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  EXPECT_NE(up.err.find("recorded by hpd"), std::string::npos) << up.err;
+  EXPECT_NE(up.err.find("call counts (uprobes): "), std::string::npos) << up.err;
 }
 
 }  // namespace

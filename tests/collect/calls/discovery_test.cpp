@@ -1,9 +1,16 @@
-// Discovery of mcount / __fentry__ instrumentation on the fixture ELF files: sites found, probe point chosen.
+// Discovery of mcount / __fentry__ instrumentation on the fixture ELF files: sites found, probe point chosen;
+// the runtime's table as hpd adopts and reads it from a client.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <set>
 #include <string>
 
+#include "hpd/calls/call_counter.h"
 #include "hpd/calls/discovery.h"
 #include "hpd/calls/preload_abi.h"
 #include "hpd/calls/preload_table.h"
@@ -175,3 +182,119 @@ TEST(CallsRuntimeChoice, StaticAndOwnHookProgramsAreRefusedWithTheReason) {
             std::string::npos);
   EXPECT_NE(hpd::calls::preload_unusable_reason(dir + "/no_such_program"), "");
 }
+
+namespace table_checks {
+
+using hpd::UniqueFd;
+using hpd::calls::CallCountError;
+using hpd::calls::PreloadTable;
+
+// Why adopting `fd` as a handed-over table fails ("" when it succeeds).
+std::string adoption_error(int fd) {
+  try {
+    PreloadTable adopted{UniqueFd(fd)};
+    return "";
+  } catch (const CallCountError& e) {
+    return e.what();
+  }
+}
+
+// A file under /dev/shm (tmpfs) of `size` bytes, unlinked at once; its descriptor.
+int shm_file(uint64_t size) {
+  char path[] = "/dev/shm/hpd-table-test-XXXXXX";
+  const int fd = ::mkostemp(path, O_CLOEXEC);
+  ::unlink(path);
+  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(size)) != 0) return -1;
+  return fd;
+}
+
+// hpd adopts a client's table only from its descriptor, and only a regular file on tmpfs (a read of
+// it cannot block) with this layout's size and header; anything else is refused with the reason.
+TEST(CallsTableAdoption, OnlyATmpfsFileWithThisLayoutIsTaken) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+  ::close(pipe_fds[1]);
+  EXPECT_NE(adoption_error(pipe_fds[0]).find("not a regular file"), std::string::npos);
+  EXPECT_NE(adoption_error(::open("/dev/zero", O_RDONLY | O_CLOEXEC)).find("not a regular file"),
+            std::string::npos);
+  // A regular file elsewhere (the build tree's file system): a FUSE file would be one too.
+  char on_disk[] = "hpd-table-test-XXXXXX";
+  const int disk_fd = ::mkostemp(on_disk, O_CLOEXEC);
+  ASSERT_GE(disk_fd, 0);
+  ::unlink(on_disk);
+  ASSERT_EQ(::ftruncate(disk_fd, static_cast<off_t>(hpd_calls_file_size())), 0);
+  struct statfs fs {};
+  ASSERT_EQ(::fstatfs(disk_fd, &fs), 0);
+  if (fs.f_type != TMPFS_MAGIC) {
+    EXPECT_NE(adoption_error(disk_fd).find("not on tmpfs"), std::string::npos);
+  } else {
+    ::close(disk_fd);
+  }
+  EXPECT_NE(adoption_error(shm_file(4096)).find("has 4096 bytes"), std::string::npos);
+  EXPECT_NE(adoption_error(shm_file(hpd_calls_file_size())).find("does not hold this hpd's layout"),
+            std::string::npos);
+
+  // A table as hpctl makes it is taken, and reads back as nothing counted yet.
+  PreloadTable made;
+  EXPECT_EQ(adoption_error(::fcntl(made.fd(), F_DUPFD_CLOEXEC, 0)), "");
+  PreloadTable adopted{UniqueFd(::fcntl(made.fd(), F_DUPFD_CLOEXEC, 0))};
+  hpd::RawProfile profile;
+  hpd::CallCountStats stats;
+  const std::set<int32_t> followed = {::getpid()};
+  EXPECT_TRUE(adopted.read(profile, stats, &followed, PreloadTable::kClientLimits));
+  EXPECT_TRUE(profile.call_edges.empty());
+  EXPECT_TRUE(stats.messages.empty());
+}
+
+// Slots the table gives to processes outside the recording, and edges past the limits, are dropped
+// and said; the rest is kept.
+TEST(CallsTableAdoption, ForeignSlotsAndEdgesPastTheLimitAreDropped) {
+  PreloadTable made;
+  const int fd = made.fd();
+  hpd_calls_header h{};
+  ASSERT_EQ(::pread(fd, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+  h.threads_used = 2;
+  ASSERT_EQ(::pwrite(fd, &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+  for (uint32_t t = 0; t < 2; ++t) {
+    hpd_calls_thread slot{};
+    slot.pid = t == 0 ? 4242 : 1;
+    slot.state = 1;
+    ASSERT_EQ(
+        ::pwrite(fd, &slot, sizeof slot, static_cast<off_t>(hpd_calls_threads_offset() + t * sizeof slot)),
+        static_cast<ssize_t>(sizeof slot));
+    for (uint32_t i = 0; i < 3; ++i) {
+      const hpd_calls_edge e{0x1000u + i, 0x2000u + i, 7, HPD_CALLS_NO_FUNC, 0};
+      ASSERT_EQ(::pwrite(fd, &e, sizeof e, static_cast<off_t>(hpd_calls_edges_offset(t) + i * sizeof e)),
+                static_cast<ssize_t>(sizeof e));
+    }
+  }
+  hpd::RawProfile profile;
+  hpd::CallCountStats stats;
+  const std::set<int32_t> followed = {4242};
+  ASSERT_TRUE(made.read(profile, stats, &followed, hpd::calls::PreloadTableLimits{2, 2, 2}));
+  ASSERT_EQ(profile.call_edges.size(), 2u);  // pid 4242's first two edges
+  for (const hpd::RawCallEdge& e : profile.call_edges) {
+    EXPECT_EQ(e.pid, 4242);
+    EXPECT_EQ(e.count, 7u);
+  }
+  std::string all;
+  for (const std::string& m : stats.messages) all += m + "\n";
+  EXPECT_NE(
+      all.find(
+          "1 thread slot(s) of the runtime's table name processes this recording does not follow (pid 1)"),
+      std::string::npos)
+      << all;
+  EXPECT_NE(all.find("holds more than hpd keeps of it (2 caller->callee edges"), std::string::npos) << all;
+
+  // Truncated by its program: reads short, says so, never faults.
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  hpd::RawProfile cut;
+  hpd::CallCountStats cut_stats;
+  EXPECT_TRUE(made.read(cut, cut_stats, &followed));
+  EXPECT_TRUE(cut.call_edges.empty());
+  std::string cut_messages;
+  for (const std::string& m : cut_stats.messages) cut_messages += m + "\n";
+  EXPECT_NE(cut_messages.find("the runtime's table was truncated"), std::string::npos) << cut_messages;
+}
+
+}  // namespace table_checks

@@ -123,6 +123,10 @@ struct RecordOptions {
   CallCounterKind call_counter = CallCounterKind::kAuto;
   // The runtime library; empty = hpd::calls::find_preload_runtime().
   std::string call_runtime;
+  // The runtime's table, made by the launcher of pids[0] (hpctl, recording through hpd), whose
+  // command was started with the runtime preloaded and counting into it: its calls are read from
+  // there, as untrusted data (calls::PreloadTable), and no uprobes are set. Borrowed (dup'ed); -1: none.
+  int call_table_fd = -1;
 };
 
 // Where RawSample::cpu_delta_ns comes from.

@@ -57,6 +57,9 @@ struct Request {
   // record: the one pid is the client's child, stopped (traced) right after its exec, before its first
   // instruction; it runs once hpd sends "started".
   bool held_at_exec = false;
+  // record: a second descriptor follows the output's: the table of hpd's call runtime, which the
+  // client preloaded into the command it started (docs/call-counts.md); read as untrusted data.
+  bool record_has_calls_table = false;
   std::string text;  // the whole message, for requests served elsewhere (export)
 };
 
@@ -72,6 +75,8 @@ std::string error_message(ErrorCode code, const std::string& message);
 // Sends one frame; `fd` (when >= 0) travels with it as SCM_RIGHTS. Never raises SIGPIPE. Throws
 // std::system_error (EPIPE when the peer is gone).
 void send_frame(int socket, std::string_view payload, int fd = -1);
+// The same with several descriptors (at most 8), in order, in one SCM_RIGHTS message.
+void send_frame(int socket, std::string_view payload, const std::vector<int>& fds);
 
 // One received frame and the descriptors that came with it (closed with the Frame unless taken).
 class Frame {
