@@ -10,6 +10,13 @@
 namespace hpd {
 namespace {
 
+// A mapping the kernel makes that is no file: "[uprobes]" (the slots where uprobes single-step the
+// instructions they displaced, and the uretprobe trampoline), "[vsyscall]", "[uprobes-trampoline]".
+// Not "[vdso]" (an ELF image the recorder reads) nor "[anon]" (the process's own memory, e.g. JIT code).
+bool is_kernel_special_mapping(const std::string& path) {
+  return path.size() > 2 && path.front() == '[' && path.back() == ']' && path != "[vdso]" && path != "[anon]";
+}
+
 // perf marks context switches inside callchains with values from PERF_CONTEXT_MAX (-4095) up.
 constexpr uint64_t kPerfContextMax = static_cast<uint64_t>(-4095);
 
@@ -387,6 +394,14 @@ class Converter {
     std::sort(modules.begin(), modules.end());
     for (uint32_t module : modules) {
       const std::vector<uint32_t>& ids = by_module[module];
+      if (is_kernel_special_mapping(raw_.modules[module].path)) {
+        // No file and no symbols to miss: each of its addresses is one frame named by the mapping.
+        const uint32_t lib = module_lib(module, nullptr);
+        for (const uint32_t id : ids)
+          add_location_frames(addresses_[id], Location{}, lib, raw_.modules[module].path,
+                              static_cast<int64_t>(addresses_[id].key.value));
+        continue;
+      }
       const ModuleRef& ref = module_refs_.at(module);
       std::vector<uint64_t> offsets;
       offsets.reserve(ids.size());
