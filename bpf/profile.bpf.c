@@ -451,8 +451,11 @@ struct task_struct___pre_5_14 {
 } __attribute__((preserve_access_index));
 
 // Whether `prev`, being switched out, stays runnable (TASK_RUNNING, 0): it waits for a CPU rather than
-// for an event. `preempt` alone misses a task that gave the CPU up itself while runnable (sched_yield,
-// cond_resched); a task that meant to sleep but had a signal pending is set back to TASK_RUNNING too.
+// for an event. `preempt` alone misses most of it: a task preempted in user mode is switched out by
+// the plain schedule() of the return to user mode (exit_to_user_mode_loop), with preempt false (seen
+// on 6.18: a CPU-bound thread sharing its CPU had every switch-out unflagged); so does a task that
+// gives the CPU up itself while runnable (sched_yield, cond_resched), or that meant to sleep but had a
+// signal pending.
 static __always_inline int task_is_running(struct task_struct* prev) {
   if (bpf_core_field_exists(prev->__state)) return BPF_CORE_READ(prev, __state) == 0;
   const struct task_struct___pre_5_14* old = (const void*)prev;
