@@ -455,6 +455,23 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   return 0;
 }
 
+// Kernels before 5.14 named the task state `state` (a long); the flavor lets CO-RE read either.
+struct task_struct___pre_5_14 {
+  long state;
+} __attribute__((preserve_access_index));
+
+// Whether `prev`, being switched out, stays runnable (TASK_RUNNING, 0): it waits for a CPU rather than
+// for an event. `preempt` alone misses most of it: a task preempted in user mode is switched out by
+// the plain schedule() of the return to user mode (exit_to_user_mode_loop), with preempt false (seen
+// on 6.18: a CPU-bound thread sharing its CPU had every switch-out unflagged); so does a task that
+// gives the CPU up itself while runnable (sched_yield, cond_resched), or that meant to sleep but had a
+// signal pending.
+static __always_inline int task_is_running(struct task_struct* prev) {
+  if (bpf_core_field_exists(prev->__state)) return BPF_CORE_READ(prev, __state) == 0;
+  const struct task_struct___pre_5_14* old = (const void*)prev;
+  return BPF_CORE_READ(old, state) == 0;
+}
+
 // tp_btf/sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...).
 // It runs in the context of `prev`, so the current task's stack is the one that is being switched out.
 SEC("tp_btf/sched_switch")
@@ -490,7 +507,7 @@ int hpd_sched_switch(__u64* ctx) {
   fill_header(&e->header, HPD_EVENT_OFF_CPU, pid, tid, bpf_ktime_get_ns());
   e->cpu_delta_ns = 0;
   e->off_cpu_ns = 0;
-  e->flags = ctx[0] ? HPD_SAMPLE_PREEMPTED : 0;
+  e->flags = ctx[0] || task_is_running(prev) ? HPD_SAMPLE_PREEMPTED : 0;
   e->regs_valid = 0;
   e->stack_bytes = 0;
   // Off-CPU stacks are walked here (cfi tables or frame pointers), never copied: the record waits in

@@ -62,7 +62,7 @@ struct hpd_event_header {
 struct hpd_sample_event {
   struct hpd_event_header header;
   __u64 cpu_delta_ns; /* on-CPU: the thread's CPU time since its previous sample */
-  __u64 off_cpu_ns;   /* off-CPU: how long the thread stayed off the CPU */
+  __u64 off_cpu_ns;   /* off-CPU: how long the thread stayed off the CPU; flags: blocked or runnable */
   __s32 kernel_error; /* bpf_get_stack's negative errno for the kernel stack, else 0 */
   __u16 user_end;      /* enum hpd_user_end: how the program's user walk ended */
   __u16 user_fp_frames; /* cfi walks: frames stepped by frame pointer (modules without a table) */
@@ -76,7 +76,9 @@ struct hpd_sample_event {
 };
 
 #define HPD_SAMPLE_NO_BASELINE 1u /* the thread had no earlier runtime value: cpu_delta_ns is a guess */
-#define HPD_SAMPLE_PREEMPTED 2u   /* off-CPU: switched out while runnable (preempted), not blocked */
+/* off-CPU: switched out while runnable (preempted, or yielding in TASK_RUNNING), not blocked: the
+ * interval is time spent waiting for a CPU */
+#define HPD_SAMPLE_PREEMPTED 2u
 /* cfi walks: the process had no mapping table yet, or the walk met a module whose table was still
  * being compiled (the frame pointer stood in) */
 #define HPD_SAMPLE_TABLES_PENDING 4u

@@ -236,6 +236,18 @@ class BlockApplier {
       s[i].kind = static_cast<SampleKind>(b & 3);
       s[i].stack_end = static_cast<StackEnd>(b >> 2);
     }
+    // The full kind (appended later: absent in older files, whose off-CPU samples stay kOffCpu). It
+    // may only tell a kind of off-CPU interval that the byte above called off-CPU.
+    if (d.at_end()) return;
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t kind = d.u8();
+      const bool consistent = kind < kSampleKindCount && is_off_cpu_interval(static_cast<SampleKind>(kind)) ==
+                                                             is_off_cpu_interval(s[i].kind);
+      if (!consistent)
+        d.fail("sample kind " + std::to_string(kind) + " out of range or contradicting kind byte " +
+               std::to_string(static_cast<int>(s[i].kind)));
+      s[i].kind = static_cast<SampleKind>(kind);
+    }
   }
 
   void edges(Decoder& d) {

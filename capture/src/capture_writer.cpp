@@ -334,9 +334,14 @@ struct CaptureWriter::State {
       for (size_t i = 0; i < n; ++i) enc.var(s[i].cpu_delta_ns);
       for (size_t i = 0; i < n; ++i) enc.var(s[i].off_cpu_ns);
       for (size_t i = 0; i < n; ++i) enc.var(s[i].cpu);
-      for (size_t i = 0; i < n; ++i)
-        enc.u8(static_cast<uint8_t>(static_cast<uint8_t>(s[i].kind) | static_cast<uint8_t>(s[i].stack_end)
-                                                                          << 2));
+      // The kind byte keeps the two kinds of the first format (a wait for a CPU is written as off-CPU,
+      // which is what a reader older than the kind column makes of it); the full kind follows.
+      for (size_t i = 0; i < n; ++i) {
+        const auto kind =
+            static_cast<uint8_t>(is_off_cpu_interval(s[i].kind) ? SampleKind::kOffCpu : s[i].kind);
+        enc.u8(static_cast<uint8_t>(kind | static_cast<uint8_t>(s[i].stack_end) << 2));
+      }
+      for (size_t i = 0; i < n; ++i) enc.u8(static_cast<uint8_t>(s[i].kind));
       emit(BlockType::kSamples);
       samples += n;
     }

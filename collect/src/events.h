@@ -16,7 +16,8 @@
 
 namespace hpd {
 
-// A timer sample of a running thread, or an interval a thread spent off the CPU.
+// A timer sample of a running thread (kOnCpu), or an interval a thread spent off the CPU: blocked
+// (kOffCpu) or runnable, waiting for a CPU (kWaitCpu).
 struct SampleEvent {
   uint64_t time_ns = 0;  // CLOCK_MONOTONIC
   int32_t pid = 0;
@@ -27,7 +28,7 @@ struct SampleEvent {
   std::string_view comm;
   SampleKind kind = SampleKind::kOnCpu;
   uint64_t cpu_delta_ns = 0;         // on-CPU: the thread's CPU time since its previous sample
-  uint64_t off_cpu_ns = 0;           // off-CPU: how long the thread stayed off the CPU
+  uint64_t off_cpu_ns = 0;           // kOffCpu, kWaitCpu: how long the thread stayed off the CPU
   std::span<const uint64_t> kernel;  // leaf first
   std::span<const uint64_t> user;    // leaf first, as the collector walked it
   // How the collector's walk of these frames ended, as its record says (kUnknown: it does not say).
@@ -43,6 +44,9 @@ struct SampleEvent {
   uint64_t stack_size = 0;
   // dwarf mode, no user registers although the sample was taken in user mode: the user stack is lost.
   bool user_state_lost = false;
+  // The collector takes no stack for this sample by design (perf_event's off-CPU intervals come from
+  // switch records): no stack, and no failed one.
+  bool no_stack_taken = false;
   size_t record_bytes = 0;  // the record's size, for the bytes-per-sample statistics
 };
 

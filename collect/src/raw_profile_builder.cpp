@@ -77,14 +77,15 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
   sample.tid = e.tid;
   sample.cpu = static_cast<uint16_t>(e.cpu);
   sample.kind = e.kind;
-  if (e.kind == SampleKind::kOffCpu)
+  if (is_off_cpu_interval(e.kind))
     sample.off_cpu_ns = e.off_cpu_ns;
   else
     sample.cpu_delta_ns = e.cpu_delta_ns;
 
   std::span<const uint64_t> kernel = e.kernel;
-  if (e.kind == SampleKind::kOffCpu && is_scheduler_frame_) {
-    // The blocking function, not the scheduler, is the leaf of an off-CPU stack.
+  if (is_off_cpu_interval(e.kind) && is_scheduler_frame_) {
+    // The blocking function, not the scheduler, is the leaf of an off-CPU stack; of a thread waiting
+    // for a CPU, the point where it was preempted (an interrupt's return, a cond_resched) or yielded.
     size_t skip = 0;
     while (skip < kernel.size() && is_scheduler_frame_(kernel[skip])) ++skip;
     kernel = kernel.subspan(skip);
@@ -117,7 +118,9 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
   // failed in a process with user mappings; a kernel thread has none, and its kernel stack is all
   // there is (the perf builder called every such sample failed, the eBPF one only in processes with
   // mappings). A kernel part that filled its limit truncates a stack that was otherwise complete.
-  if (unwound != StackEnd::kUnknown) {
+  if (e.no_stack_taken) {
+    sample.stack_end = StackEnd::kUnknown;
+  } else if (unwound != StackEnd::kUnknown) {
     sample.stack_end = unwound;
   } else if (e.user_state_lost || e.walk_end == StackEnd::kFailed) {
     sample.stack_end = StackEnd::kFailed;
@@ -130,7 +133,7 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
   }
   if (e.kernel_truncated && sample.stack_end != StackEnd::kFailed && sample.stack_end != StackEnd::kUnknown)
     sample.stack_end = StackEnd::kTruncated;
-  if (e.kernel_failed) sample.stack_end = StackEnd::kFailed;
+  if (e.kernel_failed && !e.no_stack_taken) sample.stack_end = StackEnd::kFailed;
 
   RawThread& thread = profile_.threads[thread_index];
   if (sample.stack_end == StackEnd::kFailed) {

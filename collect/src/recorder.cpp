@@ -150,10 +150,13 @@ void validate_record_options(const RecordOptions& options) {
   if (system_target && !options.pids.empty())
     throw RecordError("--pid cannot be combined with --all or --cgroup");
   if (!options.cgroup.empty()) check_cgroup(cgroup_directory(options.cgroup));
+  if (options.call_graph == CallGraph::kCfi && options.backend == Backend::kPerf) {
+    throw RecordError(
+        "--call-graph cfi unwinds inside the eBPF programs: use it with the eBPF backend, or --call-graph "
+        "dwarf with --backend perf");
+  }
   if (options.backend == Backend::kPerf && needs_bpf(options)) {
-    throw RecordError(std::string(options.all_processes     ? "--all"
-                                  : !options.cgroup.empty() ? "--cgroup"
-                                                            : "off-CPU samples") +
+    throw RecordError(std::string(options.all_processes ? "--all" : "--cgroup") +
                       " needs the eBPF backend; drop --backend perf");
   }
   if (!options.command.empty() && options.command.front().empty())

@@ -73,6 +73,9 @@ void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions
         if (!line.empty()) line += ';';
         append_name(line, p.func_name(p.frames[f].func));
       }
+      // The wall weight mixes time on the CPU, blocked and runnable: a stack that waited for a CPU
+      // (its frames are in that category) says so in a last frame, since its leaf is no cause.
+      if (p.frames[p.stacks[stack].frame].category == Category::kWaitCpu) line += ";[waiting for CPU]";
     }
     lines[line] += weight;
   }

@@ -17,9 +17,13 @@ struct CategoryStyle {
 };
 
 // Indexed by hpd::Category. The first grey category is the profiler's default; "Idle" is the name
-// the profiler treats specially (hidden by default, "Include idle samples" checkbox).
-inline constexpr CategoryStyle kCategories[kCategoryCount] = {
-    {"Other", "grey"}, {"Idle", "transparent"}, {"User", "yellow"}, {"Kernel", "orange"}};
+// the profiler treats specially (hidden by default, "Include idle samples" checkbox): blocked off-CPU
+// samples. "Waiting for CPU" holds the samples of threads that were runnable but not running.
+inline constexpr CategoryStyle kCategories[kCategoryCount] = {{"Other", "grey"},
+                                                              {"Idle", "transparent"},
+                                                              {"User", "yellow"},
+                                                              {"Kernel", "orange"},
+                                                              {"Waiting for CPU", "purple"}};
 
 // Gecko format version written to meta.version; the profiler only displays it (samply writes 24).
 inline constexpr int kGeckoVersion = 24;
@@ -33,6 +37,10 @@ inline constexpr const char* kOffCpuNsField = "offCpuNs";
 // ignores columns it does not know; the reader restores Sample::stack_end from it.
 inline constexpr const char* kStackEndColumn = "hpdStackEnd";
 inline constexpr const char* kOffCpuSampleField = "sample";
+// Samples waiting for a CPU (runnable, preempted) carry a marker of their own schema, with the same
+// fields as the off-CPU one.
+inline constexpr const char* kWaitCpuSchema = "HpdWaitCpu";
+inline constexpr const char* kWaitCpuMarkerName = "Waiting for CPU";
 
 // MIP call counts: one instant marker per function on its process's main thread, at the snapshot's
 // time, named by the function. "funcIndex" (hidden) lets the reader restore the exact function.
@@ -97,8 +105,21 @@ inline constexpr MarkerField kOffCpuFields[] = {
 inline constexpr MarkerSchema kOffCpuMarkerSchema{
     kOffCpuSchema, kOffCpuDisplay,
     "Off-CPU",     "Off-CPU {marker.data.offCpuNs}",
-    "Off-CPU",     "The thread was blocked or preempted; its stack is the sample's, in the Idle category.",
+    "Off-CPU",     "The thread was blocked; its stack is the sample's, in the Idle category.",
     kOffCpuFields};
+inline constexpr MarkerField kWaitCpuFields[] = {
+    {kOffCpuNsField, "Waiting time", "nanoseconds"},
+    {kOffCpuSampleField, "Sample index", "integer", true},
+};
+inline constexpr MarkerSchema kWaitCpuMarkerSchema{
+    kWaitCpuSchema,
+    kOffCpuDisplay,
+    "Waiting for CPU",
+    "Waiting for CPU {marker.data.offCpuNs}",
+    "Waiting for CPU",
+    "The thread was runnable but not running (preempted, or it yielded): it waited for a CPU. Its stack "
+    "is where it was switched out, in the Waiting for CPU category.",
+    kWaitCpuFields};
 
 inline constexpr const char* kTableOnlyDisplay[] = {"marker-table"};
 inline constexpr MarkerField kMipFields[] = {

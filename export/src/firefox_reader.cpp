@@ -592,8 +592,9 @@ class FirefoxReader {
           read_mip_marker(markers, i, thread.pid);
           continue;
         }
-        if (!d.is_object() || optional_string(d, firefox::markers::kDataType) != firefox::kOffCpuSchema)
-          continue;
+        if (!d.is_object()) continue;
+        const std::string type = optional_string(d, firefox::markers::kDataType);
+        if (type != firefox::kOffCpuSchema && type != firefox::kWaitCpuSchema) continue;
         const json* index = optional_member(d, firefox::kOffCpuSampleField);
         const json* off = optional_member(d, firefox::kOffCpuNsField);
         // -1 stands for "absent or not an integer".
@@ -604,7 +605,7 @@ class FirefoxReader {
                             " is an off-CPU marker with an invalid sample or time");
         }
         Sample& s = thread.samples[static_cast<size_t>(k)];
-        s.kind = SampleKind::kOffCpu;
+        s.kind = type == firefox::kWaitCpuSchema ? SampleKind::kWaitCpu : SampleKind::kOffCpu;
         s.off_cpu_ns = static_cast<uint64_t>(ns);
         s.cpu_delta_ns = 0;
       }

@@ -114,6 +114,8 @@ Tables derive_tables(const Profile& p) {
   }
   t.off_cpu_name_string = base + static_cast<uint32_t>(t.extra_strings.size());
   t.extra_strings.push_back(kOffCpuMarkerName);
+  t.wait_cpu_name_string = base + static_cast<uint32_t>(t.extra_strings.size());
+  t.extra_strings.push_back(kWaitCpuMarkerName);
 
   // MIP markers go to each process's main thread (else its first thread).
   std::unordered_map<int32_t, size_t> mip_thread;  // pid -> thread holding its MIP markers

@@ -36,6 +36,7 @@ struct Tables {
   std::vector<std::string_view> extra_strings;   // appended to the string array after the profile's
   std::vector<uint32_t> lib_name_string;         // lib -> string index of its name
   uint32_t off_cpu_name_string = 0;
+  uint32_t wait_cpu_name_string = 0;
   std::unordered_map<int32_t, ProcessTimes> processes;
   std::unordered_map<size_t, std::vector<uint32_t>> mip_of_thread;  // thread -> MIP counts it carries
 

@@ -214,6 +214,7 @@ class FirefoxWriter {
     w_.key(firefox::meta::kMarkerSchema);
     w_.begin_array();
     write_schema(firefox::kOffCpuMarkerSchema);
+    write_schema(firefox::kWaitCpuMarkerSchema);
     if (!p_.mip_counts.empty()) write_schema(firefox::kMipMarkerSchema);
     if (!p_.call_latency.empty()) write_schema(firefox::kLatencyMarkerSchema);
     w_.end_array();
@@ -335,7 +336,7 @@ class FirefoxWriter {
     std::vector<std::array<Ends, 2>> per_thread(p_.threads.size());
     for (size_t i = 0; i < p_.threads.size(); ++i) {
       for (const Sample& s : p_.threads[i].samples) {
-        const int kind = s.kind == SampleKind::kOffCpu ? 1 : 0;
+        const int kind = is_off_cpu_interval(s.kind) ? 1 : 0;
         all[kind].add(s.stack_end);
         per_thread[i][kind].add(s.stack_end);
       }
@@ -667,7 +668,7 @@ class FirefoxWriter {
       return sorted ? t.samples[i] : t.samples[order[i]];
     };
     const bool has_off_cpu = std::any_of(t.samples.begin(), t.samples.end(),
-                                         [](const Sample& s) { return s.kind == SampleKind::kOffCpu; });
+                                         [](const Sample& s) { return is_off_cpu_interval(s.kind); });
 
     w_.begin_object();
     w_.key(firefox::thread::kName);
@@ -703,7 +704,7 @@ class FirefoxWriter {
     column(firefox::samples::kTime, n, [&](size_t i) { w_.ns_as_ms(t_.relative_ns(sample(i).time_ns)); });
     column(firefox::samples::kThreadCpuDelta, n, [&](size_t i) {
       const Sample& s = sample(i);
-      w_.uint(s.kind == SampleKind::kOffCpu ? 0 : s.cpu_delta_ns);
+      w_.uint(is_off_cpu_interval(s.kind) ? 0 : s.cpu_delta_ns);
     });
     column(firefox::kStackEndColumn, n,
            [&](size_t i) { w_.uint(static_cast<uint8_t>(sample(i).stack_end)); });
@@ -724,7 +725,7 @@ class FirefoxWriter {
     int64_t carry = 0;  // stays within [-interval/2, interval/2)
     column(firefox::samples::kWeight, n, [&](size_t i) {
       const Sample& s = sample(i);
-      if (s.kind != SampleKind::kOffCpu) {
+      if (!is_off_cpu_interval(s.kind)) {
         w_.uint(1);
         return;
       }
@@ -736,16 +737,18 @@ class FirefoxWriter {
     });
   }
 
-  // Off-CPU interval markers first, then one MIP instant marker per count in `mip`.
+  // Off-CPU interval markers first (blocked or waiting for a CPU, each its own schema), then one MIP
+  // instant marker per count in `mip`.
   template <typename SampleAt>
   void write_markers(size_t n, const SampleAt& sample, const std::vector<uint32_t>& mip) {
     std::vector<uint32_t> off_cpu;
     for (size_t i = 0; i < n; ++i) {
-      if (sample(i).kind == SampleKind::kOffCpu) off_cpu.push_back(static_cast<uint32_t>(i));
+      if (is_off_cpu_interval(sample(i).kind)) off_cpu.push_back(static_cast<uint32_t>(i));
     }
     const size_t o = off_cpu.size();
     const size_t m = o + mip.size();
     const auto count = [&](size_t k) -> const MipCount& { return p_.mip_counts[mip[k - o]]; };
+    const auto waits = [&](size_t k) { return sample(off_cpu[k]).kind == SampleKind::kWaitCpu; };
     w_.key(firefox::thread::kMarkers);
     w_.begin_object();
     w_.key(firefox::kLength);
@@ -754,7 +757,7 @@ class FirefoxWriter {
       w_.begin_object();
       w_.key(firefox::markers::kDataType);
       if (k < o) {
-        w_.string(firefox::kOffCpuSchema);
+        w_.string(waits(k) ? firefox::kWaitCpuSchema : firefox::kOffCpuSchema);
         w_.key(firefox::kOffCpuNsField);
         w_.uint(sample(off_cpu[k]).off_cpu_ns);
         w_.key(firefox::kOffCpuSampleField);
@@ -764,8 +767,11 @@ class FirefoxWriter {
       }
       w_.end_object();
     });
-    column(firefox::markers::kName, m,
-           [&](size_t k) { w_.uint(k < o ? t_.off_cpu_name_string : p_.funcs[count(k).func].name); });
+    column(firefox::markers::kName, m, [&](size_t k) {
+      w_.uint(k >= o     ? p_.funcs[count(k).func].name
+              : waits(k) ? t_.wait_cpu_name_string
+                         : t_.off_cpu_name_string);
+    });
     // The interval assumes the sample is stamped when the thread left the CPU (samply's convention).
     column(firefox::markers::kStartTime, m, [&](size_t k) {
       w_.ns_as_ms(t_.relative_ns(k < o ? sample(off_cpu[k]).time_ns : count(k).time_ns));
@@ -780,8 +786,9 @@ class FirefoxWriter {
                   static_cast<int64_t>(std::min<uint64_t>(s.off_cpu_ns, uint64_t{1} << 62)));
     });
     column(firefox::markers::kPhase, m, [&](size_t k) { w_.uint(k < o ? 1 : 0); });  // Interval, Instant
-    column(firefox::markers::kCategory, m,
-           [&](size_t k) { w_.uint(static_cast<int>(k < o ? Category::kIdle : Category::kUser)); });
+    column(firefox::markers::kCategory, m, [&](size_t k) {
+      w_.uint(static_cast<int>(k >= o ? Category::kUser : waits(k) ? Category::kWaitCpu : Category::kIdle));
+    });
     w_.end_object();
   }
 

@@ -69,7 +69,7 @@ class PprofBuilder {
                    : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
                                             : kDefaultIntervalNs;
     for (const Thread& t : p_.threads) {
-      for (const Sample& s : t.samples) has_off_cpu_ |= s.kind == SampleKind::kOffCpu;
+      for (const Sample& s : t.samples) has_off_cpu_ |= is_off_cpu_interval(s.kind);
     }
     has_calls_ = !p_.call_edges.empty();
     has_latency_ = !p_.call_latency.empty();
@@ -101,6 +101,9 @@ class PprofBuilder {
         label(m, "thread_id", 0, t.tid);
         label(m, "pid", 0, t.pid);
       }
+      // Off-CPU time says why the thread was not running: blocked, or runnable waiting for a CPU.
+      if (s.kind == SampleKind::kOffCpu) label(m, "off_cpu", str("blocked"), 0);
+      if (s.kind == SampleKind::kWaitCpu) label(m, "off_cpu", str("waiting for CPU"), 0);
       out_.message_field(2, m);
     }
     for (const ProtoWriter& m : exact_samples_) out_.message_field(2, m);
@@ -131,6 +134,7 @@ class PprofBuilder {
   struct AggregatedSample {
     uint32_t stack = kNoIndex;
     uint32_t thread = kNoIndex;
+    SampleKind kind = SampleKind::kOnCpu;
     std::vector<int64_t> values;
   };
 
@@ -151,14 +155,17 @@ class PprofBuilder {
   }
 
   void add_samples() {
-    std::unordered_map<uint64_t, size_t> index;  // (stack + 1) << 32 | thread -> samples_
+    // Per kind: (stack + 1) << 32 | thread -> samples_.
+    std::unordered_map<uint64_t, size_t> index[kSampleKindCount];
     for (uint32_t ti = 0; ti < p_.threads.size(); ++ti) {
       const uint32_t thread = options_.thread_labels ? ti : kNoIndex;
       for (const Sample& s : p_.threads[ti].samples) {
         const uint64_t key = (uint64_t{s.stack} + 1) << 32 | thread;
-        auto [it, added] = index.emplace(key, samples_.size());
+        auto [it, added] =
+            index[static_cast<size_t>(s.kind) % kSampleKindCount].emplace(key, samples_.size());
         if (added)
-          samples_.push_back(AggregatedSample{s.stack, thread, std::vector<int64_t>(value_count_, 0)});
+          samples_.push_back(
+              AggregatedSample{s.stack, thread, s.kind, std::vector<int64_t>(value_count_, 0)});
         std::vector<int64_t>& v = samples_[it->second].values;
         if (s.kind == SampleKind::kOnCpu) {
           v[0] += 1;

@@ -12,6 +12,7 @@ const char* to_string(Category c) {
     case Category::kIdle: return "Idle";
     case Category::kUser: return "User";
     case Category::kKernel: return "Kernel";
+    case Category::kWaitCpu: return "Waiting for CPU";
   }
   return "Other";
 }

@@ -64,6 +64,9 @@ std::optional<std::string> find_profile_violation(const Profile& p) {
       if (bad_optional(stack, p.stacks.size()))
         return "sample " + std::to_string(i) + " of thread " + std::to_string(t.tid) +
                refers("stack", stack, p.stacks.size());
+      if (static_cast<int>(t.samples[i].kind) >= kSampleKindCount)
+        return "sample " + std::to_string(i) + " of thread " + std::to_string(t.tid) +
+               " has the unknown kind " + std::to_string(static_cast<int>(t.samples[i].kind));
     }
   }
   for (size_t i = 0; i < p.call_edges.size(); ++i) {

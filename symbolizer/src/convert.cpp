@@ -10,6 +10,13 @@
 namespace hpd {
 namespace {
 
+// A mapping the kernel makes that is no file: "[uprobes]" (the slots where uprobes single-step the
+// instructions they displaced, and the uretprobe trampoline), "[vsyscall]", "[uprobes-trampoline]".
+// Not "[vdso]" (an ELF image the recorder reads) nor "[anon]" (the process's own memory, e.g. JIT code).
+bool is_kernel_special_mapping(const std::string& path) {
+  return path.size() > 2 && path.front() == '[' && path.back() == ']' && path != "[vdso]" && path != "[anon]";
+}
+
 // perf marks context switches inside callchains with values from PERF_CONTEXT_MAX (-4095) up.
 constexpr uint64_t kPerfContextMax = static_cast<uint64_t>(-4095);
 
@@ -49,7 +56,7 @@ struct AddressKeyHash {
 // interned on first use.
 struct FrameSpec {
   Frame frame;
-  uint32_t interned[kCategoryCount] = {kNoIndex, kNoIndex, kNoIndex, kNoIndex};
+  uint32_t interned[kCategoryCount] = {kNoIndex, kNoIndex, kNoIndex, kNoIndex, kNoIndex};
 };
 
 // One unique address: what to look up, then which frames it became (outermost inline level first).
@@ -59,11 +66,12 @@ struct UniqueAddress {
   uint32_t spec_count = 0;
 };
 
-// A raw stack as seen by one process in one mapping epoch, with or without the Idle category.
+// A raw stack as seen by one process in one mapping epoch, for one kind of sample: the frames of
+// off-CPU samples are in the Idle category, those of samples waiting for a CPU in Waiting for CPU.
 struct StackInstance {
   uint32_t raw_stack;
   int32_t pid;
-  bool idle;
+  SampleKind kind;
   uint32_t epoch;
   uint32_t addresses_begin;  // into Converter::instance_addresses_, root first
   uint32_t user_count;       // the first user_count are user addresses, the rest kernel
@@ -74,7 +82,7 @@ struct StackInstance {
 struct InstanceKey {
   uint32_t raw_stack;
   int32_t pid;
-  uint32_t epoch_idle;
+  uint32_t epoch_kind;  // epoch << 2 | kind
   bool operator==(const InstanceKey&) const = default;
 };
 
@@ -82,7 +90,7 @@ struct InstanceKeyHash {
   size_t operator()(const InstanceKey& k) const {
     uint64_t h =
         (static_cast<uint64_t>(k.raw_stack) << 32 | static_cast<uint32_t>(k.pid)) * 0x9E3779B97F4A7C15ULL;
-    h ^= k.epoch_idle * 0xC2B2AE3D27D4EB4FULL;
+    h ^= k.epoch_kind * 0xC2B2AE3D27D4EB4FULL;
     return static_cast<size_t>(h ^ (h >> 29));
   }
 };
@@ -184,21 +192,21 @@ class Converter {
       const RawSample& s = raw_.samples[i];
       if (s.stack == kNoIndex || s.stack >= raw_.stacks.size()) continue;
       const ProcessView* view = view_of(s.pid);
-      const bool idle = s.kind == SampleKind::kOffCpu;
+      const SampleKind kind = s.kind;
       const uint32_t epoch = view->epoch(s.time_ns);
       // Fast path: the common case is one process and one epoch per raw stack.
       const uint32_t first = first_by_stack[s.stack];
       if (first != kNoIndex) {
         const StackInstance& f = instances_[first];
-        if (f.pid == s.pid && f.idle == idle && f.epoch == epoch) {
+        if (f.pid == s.pid && f.kind == kind && f.epoch == epoch) {
           sample_instance[i] = first;
           continue;
         }
       }
-      const InstanceKey key{s.stack, s.pid, epoch << 1 | (idle ? 1u : 0u)};
+      const InstanceKey key{s.stack, s.pid, epoch << 2 | static_cast<uint32_t>(kind)};
       auto [it, inserted] = by_key.try_emplace(key, static_cast<uint32_t>(instances_.size()));
       if (inserted) {
-        add_instance(s, *view, idle, epoch);
+        add_instance(s, *view, kind, epoch);
         if (first == kNoIndex) first_by_stack[s.stack] = it->second;
       }
       sample_instance[i] = it->second;
@@ -206,8 +214,8 @@ class Converter {
     return sample_instance;
   }
 
-  void add_instance(const RawSample& s, const ProcessView& view, bool idle, uint32_t epoch) {
-    StackInstance inst{s.stack, s.pid, idle, epoch, static_cast<uint32_t>(instance_addresses_.size()), 0, 0};
+  void add_instance(const RawSample& s, const ProcessView& view, SampleKind kind, uint32_t epoch) {
+    StackInstance inst{s.stack, s.pid, kind, epoch, static_cast<uint32_t>(instance_addresses_.size()), 0, 0};
     const auto kernel = raw_.stacks.kernel_frames(s.stack);
     const auto user = raw_.stacks.user_frames(s.stack);
     // Only the very first address of the whole stack is an exact instruction pointer. A user
@@ -386,6 +394,14 @@ class Converter {
     std::sort(modules.begin(), modules.end());
     for (uint32_t module : modules) {
       const std::vector<uint32_t>& ids = by_module[module];
+      if (is_kernel_special_mapping(raw_.modules[module].path)) {
+        // No file and no symbols to miss: each of its addresses is one frame named by the mapping.
+        const uint32_t lib = module_lib(module, nullptr);
+        for (const uint32_t id : ids)
+          add_location_frames(addresses_[id], Location{}, lib, raw_.modules[module].path,
+                              static_cast<int64_t>(addresses_[id].key.value));
+        continue;
+      }
       const ModuleRef& ref = module_refs_.at(module);
       std::vector<uint64_t> offsets;
       offsets.reserve(ids.size());
@@ -461,7 +477,10 @@ class Converter {
     uint32_t prefix = kNoIndex;
     for (uint32_t i = inst.addresses_begin; i < inst.addresses_end; ++i) {
       const bool user = i - inst.addresses_begin < inst.user_count;
-      const Category category = inst.idle ? Category::kIdle : user ? Category::kUser : Category::kKernel;
+      const Category category = inst.kind == SampleKind::kOffCpu    ? Category::kIdle
+                                : inst.kind == SampleKind::kWaitCpu ? Category::kWaitCpu
+                                : user                              ? Category::kUser
+                                                                    : Category::kKernel;
       const UniqueAddress& ua = addresses_[instance_addresses_[i]];
       for (uint32_t s = 0; s < ua.spec_count; ++s) {
         prefix = out_.intern_stack(prefix, frame_of(specs_[ua.first_spec + s], category));

@@ -125,6 +125,41 @@ TEST(BpfEventDecoder, OffCpuKernelStacksStartAtTheBlockingFunction) {
   EXPECT_EQ(profile.stacks.kernel_frames(profile.samples[1].stack).size(), 4u);  // on-CPU: untouched
 }
 
+// A switch-out of a runnable thread (preempted, or yielding in TASK_RUNNING: the program sets
+// HPD_SAMPLE_PREEMPTED for both) is time spent waiting for a CPU, not blocked; its kernel stack loses
+// the scheduler frames too, leaving the preemption point. The flag means nothing on an on-CPU record.
+TEST(BpfEventDecoder, RunnableSwitchOutsAreWaitsForTheCpu) {
+  RawProfile profile;
+  BpfFeed builder(profile, {0});
+  builder.set_scheduler_frames([](uint64_t a) { return a == 0xffffffff81000100; });
+  builder.add_initial_process(10, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
+  const std::vector<uint64_t> preempted = {0xffffffff81000100, 0xffffffff81000400};  // __schedule, irq exit
+  const std::vector<uint64_t> blocked = {0xffffffff81000100, 0xffffffff81000300};    // __schedule, futex
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 10, 10, 50, "app", preempted, {0x400100}, 0, 3'000'000,
+                                 HPD_USER_END_ROOT, HPD_SAMPLE_PREEMPTED));
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 10, 10, 60, "app", blocked, {0x400200}, 0, 9'000'000));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 10, 10, 70, "app", {}, {0x400100}, 1'000'000, 0,
+                                 HPD_USER_END_ROOT, HPD_SAMPLE_PREEMPTED));
+  hpd_sample_event still{};  // runnable when the recording ended
+  still.header = header(HPD_EVENT_OFF_CPU, 10, 10, 80, "app");
+  still.flags = HPD_SAMPLE_PREEMPTED;
+  still.user_frames = 1;
+  still.ips[0] = 0x400100;
+  builder.on_still_off_cpu(still, 580);
+  ASSERT_EQ(profile.samples.size(), 4u);
+  EXPECT_EQ(profile.samples[0].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(profile.samples[0].off_cpu_ns, 3'000'000u);
+  EXPECT_EQ(profile.samples[0].cpu_delta_ns, 0u);
+  const auto leaf = profile.stacks.kernel_frames(profile.samples[0].stack);
+  EXPECT_EQ(std::vector<uint64_t>(leaf.begin(), leaf.end()), std::vector<uint64_t>{0xffffffff81000400});
+  EXPECT_EQ(profile.samples[1].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(profile.samples[1].off_cpu_ns, 9'000'000u);
+  EXPECT_EQ(profile.samples[2].kind, SampleKind::kOnCpu);
+  EXPECT_EQ(profile.samples[2].cpu_delta_ns, 1'000'000u);
+  EXPECT_EQ(profile.samples[3].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(profile.samples[3].off_cpu_ns, 500u);
+}
+
 TEST(BpfEventDecoder, StackFailuresAndTruncationAreCountedPerThread) {
   RawProfile profile;
   BpfFeed builder(profile, {0});

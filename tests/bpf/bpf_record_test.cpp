@@ -782,11 +782,6 @@ TEST(BpfRecord, OptionErrorsAreActionable) {
   all_perf.all_processes = true;
   all_perf.backend = Backend::kPerf;
   EXPECT_EQ(error_of(all_perf), "--all needs the eBPF backend; drop --backend perf");
-  RecordOptions off_perf;
-  off_perf.pids = {::getpid()};
-  off_perf.off_cpu = OffCpu::kOn;
-  off_perf.backend = Backend::kPerf;
-  EXPECT_EQ(error_of(off_perf), "off-CPU samples needs the eBPF backend; drop --backend perf");
   RecordOptions no_cgroup;
   no_cgroup.cgroup = "hpd-no-such-cgroup";
   EXPECT_EQ(error_of(no_cgroup),

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   const auto& p = result.profile;
   uint64_t on = 0, off = 0, cpu_ns = 0, off_ns = 0;
   for (const auto& s : p.samples) {
-    if (s.kind == hpd::SampleKind::kOffCpu) {
+    if (hpd::is_off_cpu_interval(s.kind)) {  // blocked or waiting for a CPU
       ++off;
       off_ns += s.off_cpu_ns;
     } else {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -304,6 +305,55 @@ TEST_F(CaptureTest, InconsistentBlocksWithValidChecksumsAreRefused) {
           "\x7f"
           "ELF");  // the image of a module not yet read
   expect_error(10, e.bytes(), "image of module 7, not yet read");
+}
+
+// A sample that waited for a CPU keeps its kind through a capture. Its kind byte says off-CPU, which
+// is what a reader without the appended kind column makes of it; a file without the column (written
+// before it) reads as off-CPU; a column that contradicts the byte is refused.
+TEST_F(CaptureTest, WaitsForTheCpuKeepTheirKindAndOlderFilesReadAsOffCpu) {
+  RawProfile original = make_raw_profile(300);
+  size_t waits = 0;
+  for (RawSample& s : original.samples) {
+    if (s.kind == SampleKind::kOffCpu && (waits++ % 2 == 0)) s.kind = SampleKind::kWaitCpu;
+  }
+  ASSERT_GE(waits, 4u);
+  write_capture_file(original, path("waits.hpr"));
+  const CaptureContents read = read_capture_file(path("waits.hpr"));
+  EXPECT_EQ(diff_raw_profiles(original, read.profile), "");
+  const auto kinds = [](const RawProfile& p, SampleKind kind) {
+    return std::count_if(p.samples.begin(), p.samples.end(),
+                         [&](const RawSample& s) { return s.kind == kind; });
+  };
+  EXPECT_EQ(kinds(read.profile, SampleKind::kWaitCpu), kinds(original, SampleKind::kWaitCpu));
+  EXPECT_GT(kinds(read.profile, SampleKind::kWaitCpu), 0);
+
+  const std::vector<uint8_t> bytes = read_bytes(path("waits.hpr"));
+  const std::vector<uint8_t> header(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
+  // One off-CPU sample (kind byte 1, no stack), with the given trailing bytes.
+  const auto one_sample = [&](const std::string& trailing) {
+    capture::Encoder e;
+    e.var(0), e.var(1), e.svar(5), e.svar(1), e.svar(0), e.index(kNoIndex), e.var(0), e.var(7), e.var(0),
+        e.u8(1);
+    std::vector<uint8_t> file = header;
+    const auto block = make_block(6, capture::kFlagRequired, e.bytes() + trailing);
+    file.insert(file.end(), block.begin(), block.end());
+    return file;
+  };
+  const CaptureContents old_file = read_capture(one_sample(""));
+  ASSERT_EQ(old_file.profile.samples.size(), 1u);
+  EXPECT_EQ(old_file.profile.samples[0].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(old_file.profile.samples[0].off_cpu_ns, 7u);
+  const CaptureContents new_file = read_capture(one_sample(std::string(1, '\x02')));
+  ASSERT_EQ(new_file.profile.samples.size(), 1u);
+  EXPECT_EQ(new_file.profile.samples[0].kind, SampleKind::kWaitCpu);
+  for (const char bad : {'\x00', '\x03'}) {
+    try {
+      read_capture(one_sample(std::string(1, bad)));
+      ADD_FAILURE() << "accepted kind " << int(bad);
+    } catch (const CaptureError& e) {
+      EXPECT_NE(std::string(e.what()).find("sample kind"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // The vDSO's image travels in its own optional block: a reader that does not know it (hpd before

@@ -4,6 +4,8 @@
 
 #include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "hpd/export/collapsed.h"
 #include "hpd/export/pprof.h"
@@ -34,6 +36,28 @@ Totals totals_of(const Profile& p) {
     }
   }
   return t;
+}
+
+// The synthetic profile plus a sample of its worker that waited 3 ms for a CPU, on the stack of its
+// blocked sample, with the frames in the Waiting for CPU category (as the converter makes them).
+Profile with_a_wait() {
+  Profile p = testing::make_synthetic_profile();
+  Thread& worker = p.threads[1];
+  Sample wait = worker.samples[2];  // the blocked one
+  std::vector<uint32_t> frames;
+  for (const uint32_t f : p.stack_frames_root_first(wait.stack)) frames.push_back(f);
+  uint32_t stack = kNoIndex;
+  for (const uint32_t f : frames) {
+    Frame waiting = p.frames[f];
+    waiting.category = Category::kWaitCpu;
+    stack = p.intern_stack(stack, p.intern_frame(waiting));
+  }
+  wait.stack = stack;
+  wait.kind = SampleKind::kWaitCpu;
+  wait.off_cpu_ns = 3'000'000;
+  wait.time_ns += 6'000'000;
+  worker.samples.push_back(wait);
+  return p;
 }
 
 class PprofTest : public ::testing::Test {
@@ -209,6 +233,24 @@ TEST_F(PprofTest, WithoutOffCpuSamplesThereIsNoWallColumn) {
   for (const TextNode* s : root_.all("sample")) EXPECT_TRUE(s->all("label").empty());
 }
 
+// Off-CPU samples say why the thread was off the CPU in an off_cpu label; wall counts both kinds.
+TEST_F(PprofTest, OffCpuSamplesAreLabelledBlockedOrWaitingForCpu) {
+  const Profile p = with_a_wait();
+  decode(p, PprofOptions{false});
+  std::map<std::string, int64_t> wall_by_label;  // "" = no off_cpu label
+  const size_t wall = 2;
+  for (const TextNode* s : root_.all("sample")) {
+    std::string why;
+    for (const TextNode* l : s->all("label")) {
+      if (str(*l, "key") == "off_cpu") why = str(*l, "str");
+    }
+    wall_by_label[why] += std::stoll(s->all("value").at(wall)->value);
+  }
+  EXPECT_EQ(wall_by_label["blocked"], 5'000'000);
+  EXPECT_EQ(wall_by_label["waiting for CPU"], 3'000'000);
+  EXPECT_EQ(value_sums()[wall], static_cast<int64_t>(totals_of(p).wall));
+}
+
 TEST(PprofErrors, InconsistentProfileThrows) {
   Profile p = testing::make_synthetic_profile();
   p.stacks.push_back(Stack{kNoIndex, 99999});
@@ -251,6 +293,17 @@ TEST(Collapsed, WeightsAddUpToTheTotals) {
   for (const auto& [stack, w] : collapsed(p, {CollapsedWeight::kSamples, true})) {
     EXPECT_TRUE(stack.rfind("myapp;", 0) == 0) << stack;
   }
+}
+
+// With wall weights, a stack that waited for a CPU ends in a [waiting for CPU] frame: its leaf is where
+// the thread was preempted, no cause; the same stack blocked keeps its own line.
+TEST(Collapsed, StacksThatWaitedForTheCpuSaySo) {
+  const Profile p = with_a_wait();
+  const auto wall = collapsed(p, {CollapsedWeight::kWall, false});
+  EXPECT_EQ(wall.at("worker_loop;futex_wait"), 5'000'000u);
+  EXPECT_EQ(wall.at("worker_loop;futex_wait;[waiting for CPU]"), 3'000'000u);
+  EXPECT_EQ(sum(wall), totals_of(p).wall);
+  EXPECT_EQ(sum(collapsed(p, {})), totals_of(p).on);  // sample weights: on-CPU only
 }
 
 TEST(Collapsed, PerProcessPrefixesTheProcessAndMergesItsThreads) {

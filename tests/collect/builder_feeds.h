@@ -41,6 +41,12 @@ class PerfFeed {
   void set_own_event_ids(int32_t tid, std::vector<uint64_t> ids) {
     decoder_.set_own_event_ids(tid, std::move(ids));
   }
+  void end_of_pass() {
+    decoder_.end_of_pass([this](const Event& e) { builder_.on_event(e); });
+  }
+  void finish_off_cpu(uint64_t end_ns) {
+    decoder_.finish_off_cpu(end_ns, [this](const Event& e) { builder_.on_event(e); });
+  }
   void set_unwinder(Unwinder* unwinder) { builder_.set_unwinder(unwinder); }
   uint64_t samples() const { return builder_.samples(); }
   uint64_t duplicate_samples() const { return decoder_.duplicate_samples(); }

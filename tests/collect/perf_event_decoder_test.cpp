@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+
 namespace hpd {
 namespace {
 
@@ -41,6 +43,64 @@ TEST(PerfEventDecoder, CpuDeltaFromPerThreadPerCpuCounter) {
   builder.on_record(make_sample(10, 10, 0, 140, 500));
   EXPECT_EQ(profile.samples[4].cpu_delta_ns, 500u);
   EXPECT_EQ(builder.samples(), 5u);
+}
+
+SwitchRecord make_switch(int32_t tid, uint64_t time, bool out, bool preempt = false, uint32_t cpu = 0,
+                         uint64_t id = 1) {
+  SwitchRecord r;
+  r.out = out;
+  r.preempt = preempt;
+  r.sample_id.pid = 10;
+  r.sample_id.tid = tid;
+  r.sample_id.time = time;
+  r.sample_id.cpu = cpu;
+  r.sample_id.id = id;
+  r.sample_id.present = true;
+  return r;
+}
+
+// Switch records become off-CPU samples from a switch-out to the thread's next switch-in: blocked, or
+// waiting for a CPU when the kernel flagged the switch-out PREEMPT. The rings are per CPU, so a
+// switch-in may be read before its switch-out (in the same pass, or one pass earlier); a switch-in
+// with no switch-out before it (the thread was off the CPU when recording began) makes nothing. No
+// stack is taken, and that is no failed stack. Threads still off the CPU at the end get an interval
+// up to it.
+TEST(PerfEventDecoder, ContextSwitchesBecomeBlockedAndWaitingIntervals) {
+  RawProfile profile;
+  PerfFeed builder(profile, {false, 127});
+  builder.add_maps(10, parse_maps("00001000-00005000 r-xp 00000000 08:01 11 /usr/bin/app\n"), 0);
+  builder.set_own_event_ids(11, {1});
+  builder.on_record(make_switch(11, 50, false));  // in, nothing before it
+  builder.on_record(make_switch(11, 100, true, true, 0));
+  builder.on_record(make_switch(11, 400, false, false, 1));
+  builder.on_record(make_switch(12, 900, false, false, 1));  // read before its switch-out at 200
+  builder.on_record(make_switch(12, 200, true, false, 0));
+  builder.on_record(make_switch(13, 1000, false, false, 1));  // its switch-out comes in the next pass
+  builder.end_of_pass();
+  ASSERT_EQ(profile.samples.size(), 2u);
+  builder.on_record(make_switch(13, 700, true, true, 0));
+  builder.on_record(make_switch(11, 2000, true, false, 1));      // still blocked at the end
+  builder.on_record(make_switch(11, 2000, true, false, 1, 99));  // the copy from an inherited event
+  builder.end_of_pass();
+  builder.finish_off_cpu(2500);
+  ASSERT_EQ(profile.samples.size(), 4u);
+  std::sort(profile.samples.begin(), profile.samples.end(),
+            [](const RawSample& a, const RawSample& b) { return a.time_ns < b.time_ns; });
+  const auto expect = [&](size_t i, int32_t tid, uint64_t time, uint64_t off, SampleKind kind) {
+    const RawSample& s = profile.samples[i];
+    EXPECT_EQ(s.tid, tid) << i;
+    EXPECT_EQ(s.time_ns, time) << i;
+    EXPECT_EQ(s.off_cpu_ns, off) << i;
+    EXPECT_EQ(s.kind, kind) << i;
+    EXPECT_EQ(s.cpu_delta_ns, 0u) << i;
+    EXPECT_EQ(s.stack, kNoIndex) << i;
+    EXPECT_EQ(s.stack_end, StackEnd::kUnknown) << i;
+  };
+  expect(0, 11, 100, 300, SampleKind::kWaitCpu);
+  expect(1, 12, 200, 700, SampleKind::kOffCpu);
+  expect(2, 13, 700, 300, SampleKind::kWaitCpu);
+  expect(3, 11, 2000, 500, SampleKind::kOffCpu);
+  EXPECT_EQ(profile.lost.stack_failures, 0u);
 }
 
 TEST(PerfEventDecoder, CpuDeltaFallsBackToPeriod) {

@@ -183,6 +183,34 @@ TEST(PerfRecords, Mmap2WithoutBuildIdFlagHasNone) {
   EXPECT_EQ(m->filename, "//anon");
 }
 
+// attr.context_switch: a switch-in, a switch-out that blocked, one that left the task runnable.
+TEST(PerfRecords, DecodesContextSwitches) {
+  const auto in =
+      decode_record(RecordBytes(PERF_RECORD_SWITCH, 0).trailer(300, 301, 10, 1, 0).done(), kLayout);
+  const auto out = decode_record(
+      RecordBytes(PERF_RECORD_SWITCH, PERF_RECORD_MISC_SWITCH_OUT).trailer(300, 301, 20, 1, 1).done(),
+      kLayout);
+  const auto preempted = decode_record(
+      RecordBytes(PERF_RECORD_SWITCH, PERF_RECORD_MISC_SWITCH_OUT | PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)
+          .trailer(300, 301, 30, 1, 1)
+          .done(),
+      kLayout);
+  ASSERT_TRUE(in && out && preempted);
+  const auto* i = std::get_if<SwitchRecord>(&*in);
+  const auto* o = std::get_if<SwitchRecord>(&*out);
+  const auto* p = std::get_if<SwitchRecord>(&*preempted);
+  ASSERT_TRUE(i != nullptr && o != nullptr && p != nullptr);
+  EXPECT_FALSE(i->out);
+  EXPECT_FALSE(i->preempt);
+  EXPECT_EQ(i->sample_id.tid, 301);
+  EXPECT_EQ(i->sample_id.time, 10u);
+  EXPECT_TRUE(o->out);
+  EXPECT_FALSE(o->preempt);
+  EXPECT_EQ(o->sample_id.cpu, 1u);
+  EXPECT_TRUE(p->out);
+  EXPECT_TRUE(p->preempt);
+}
+
 TEST(PerfRecords, DecodesCommForkExitLostThrottle) {
   const auto comm = decode_record(RecordBytes(PERF_RECORD_COMM, PERF_RECORD_MISC_COMM_EXEC)
                                       .u32(300)

@@ -9,6 +9,7 @@
 
 #include "firefox_lint.h"
 #include "hpd/export/firefox.h"
+#include "hpd/export/firefox_reader.h"
 #include "synthetic_profile.h"
 #include "temp_dir.h"
 
@@ -56,8 +57,11 @@ TEST(FirefoxWriter, SyntheticProfileIsWellFormed) {
   EXPECT_EQ(meta["profilingEndTime"], 20);
   EXPECT_EQ(meta["logicalCPUs"], 2);
   EXPECT_EQ(meta["arguments"], "hpctl record -- ./myapp 'it'\\''s here'");
-  const std::vector<std::pair<std::string, std::string>> categories = {
-      {"Other", "grey"}, {"Idle", "transparent"}, {"User", "yellow"}, {"Kernel", "orange"}};
+  const std::vector<std::pair<std::string, std::string>> categories = {{"Other", "grey"},
+                                                                       {"Idle", "transparent"},
+                                                                       {"User", "yellow"},
+                                                                       {"Kernel", "orange"},
+                                                                       {"Waiting for CPU", "purple"}};
   ASSERT_EQ(meta["categories"].size(), categories.size());
   for (size_t i = 0; i < categories.size(); ++i) {
     EXPECT_EQ(meta["categories"][i]["name"], categories[i].first);
@@ -120,6 +124,59 @@ TEST(FirefoxWriter, SyntheticProfileIsWellFormed) {
   EXPECT_EQ(worker["markers"]["startTime"][0], 5);
   EXPECT_EQ(worker["markers"]["endTime"][0], 10);
   EXPECT_EQ(worker["markers"]["category"][0], 1);  // Idle
+}
+
+// A sample of a thread that waited for a CPU: its frames in the "Waiting for CPU" category (as the
+// converter makes them), weighted by its time like an off-CPU one, no CPU, and its own marker; the
+// reader gives it back as a wait. The profile still passes the linter.
+TEST(FirefoxWriter, WaitsForTheCpuHaveTheirCategoryAndMarker) {
+  Profile p = make_synthetic_profile();
+  Thread& worker = p.threads[1];
+  const Sample blocked = worker.samples[2];
+  Frame waiting_frame = p.frames[p.stacks[blocked.stack].frame];
+  waiting_frame.category = Category::kWaitCpu;
+  Sample wait = blocked;
+  wait.time_ns += 6'000'000;  // 11 ms, after the sample at 10.5 ms
+  wait.kind = SampleKind::kWaitCpu;
+  wait.off_cpu_ns = 3'000'000;
+  wait.stack = p.intern_stack(kNoIndex, p.intern_frame(waiting_frame));
+  worker.samples.push_back(wait);
+
+  const json doc = to_json(p);
+  const auto problems = testing::lint_firefox_profile(doc);
+  EXPECT_TRUE(problems.empty()) << joined(problems);
+  EXPECT_EQ(doc["meta"]["categories"][4]["name"], "Waiting for CPU");
+  const json& samples = doc["threads"][1]["samples"];
+  EXPECT_EQ(samples["weight"], json::parse("[1, 1, 5, 1, 3]"));
+  EXPECT_EQ(samples["threadCPUDelta"][4], 0);
+  const auto stack = samples["stack"][4].get<size_t>();
+  const auto frame = doc["shared"]["stackTable"]["frame"][stack].get<size_t>();
+  EXPECT_EQ(doc["shared"]["frameTable"]["category"][frame], 4);
+  const json& markers = doc["threads"][1]["markers"];
+  ASSERT_EQ(markers["length"], 2);
+  EXPECT_EQ(markers["data"][0]["type"], "HpdOffCpu");
+  EXPECT_EQ(markers["category"][0], 1);  // Idle
+  EXPECT_EQ(markers["data"][1]["type"], "HpdWaitCpu");
+  EXPECT_EQ(markers["data"][1]["offCpuNs"], 3000000);
+  EXPECT_EQ(markers["data"][1]["sample"], 4);
+  EXPECT_EQ(markers["category"][1], 4);
+  const auto& strings = doc["shared"]["stringArray"];
+  EXPECT_EQ(strings[markers["name"][1].get<size_t>()], "Waiting for CPU");
+  bool schema = false;
+  for (const json& s : doc["meta"]["markerSchema"]) schema = schema || s["name"] == "HpdWaitCpu";
+  EXPECT_TRUE(schema);
+
+  TempDir dir;
+  const std::string path = dir.file("waits.json");
+  write_firefox_file(p, path);
+  const Profile back = read_firefox_file(path);
+  ASSERT_EQ(back.threads.size(), 2u);
+  const auto& read = back.threads[1].samples;
+  ASSERT_EQ(read.size(), 5u);
+  EXPECT_EQ(read[2].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(read[4].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(read[4].off_cpu_ns, 3'000'000u);
+  EXPECT_EQ(back.frames[back.stacks[read[4].stack].frame].category, Category::kWaitCpu);
 }
 
 TEST(FirefoxWriter, BreakpadIdOfKnownBuildIds) {

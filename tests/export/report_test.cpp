@@ -226,6 +226,97 @@ TEST(Report, TextFitsEightyColumns) {
   EXPECT_NE(text.find("\xCE\xB1\xCE\xB2\xCE\xB3::"), std::string::npos);
 }
 
+// One thread ran, blocked and waited for a CPU: the three are kept apart in the totals, per thread
+// and per function, in the text and in JSON; wall time is their sum.
+TEST(Report, BlockedAndWaitingForTheCpuAreApart) {
+  Profile p = make_split_profile();  // 10 on-CPU samples of 1 ms interval, 9 ms CPU
+  Thread& t = p.threads[0];
+  const uint32_t b = t.samples[4].stack;  // main->B
+  const auto off = [&](SampleKind kind, uint64_t ns) {
+    Sample s;
+    s.time_ns = 20'000'000 + t.samples.size();
+    s.stack = b;
+    s.kind = kind;
+    s.off_cpu_ns = ns;
+    t.samples.push_back(s);
+  };
+  off(SampleKind::kOffCpu, 7'000'000);
+  off(SampleKind::kWaitCpu, 2'000'000);
+  off(SampleKind::kWaitCpu, 3'000'000);
+  Thread other;  // only waits
+  other.pid = 7;
+  other.tid = 8;
+  other.name = "waiter";
+  Sample w;
+  w.time_ns = 30'000'000;
+  w.stack = b;
+  w.kind = SampleKind::kWaitCpu;
+  w.off_cpu_ns = 40'000'000;
+  other.samples.push_back(w);
+  p.threads.push_back(other);
+
+  ReportOptions options;
+  options.limit = 0;
+  const Report r = compute_report(p, options);
+  EXPECT_EQ(r.totals.samples, 10u);
+  EXPECT_EQ(r.totals.off_cpu_samples, 1u);
+  EXPECT_EQ(r.totals.off_cpu_ns, 7'000'000u);
+  EXPECT_EQ(r.totals.wait_cpu_samples, 3u);
+  EXPECT_EQ(r.totals.wait_cpu_ns, 45'000'000u);
+  EXPECT_EQ(r.totals.wall_ns, 10'000'000u + 7'000'000u + 45'000'000u);
+  ASSERT_EQ(r.totals.time_by_thread.size(), 2u);
+  const ThreadTime& waiter = r.totals.time_by_thread[0];  // most wall time first
+  EXPECT_EQ(waiter.tid, 8);
+  EXPECT_EQ(waiter.wait_cpu_ns, 40'000'000u);
+  EXPECT_EQ(waiter.off_cpu_ns, 0u);
+  EXPECT_EQ(waiter.cpu_ns, 0u);
+  const ThreadTime& app = r.totals.time_by_thread[1];
+  EXPECT_EQ(app.tid, 7);
+  EXPECT_EQ(app.samples, 10u);
+  EXPECT_EQ(app.cpu_ns, 9'000'000u);
+  EXPECT_EQ(app.off_cpu_ns, 7'000'000u);
+  EXPECT_EQ(app.wait_cpu_ns, 5'000'000u);
+  EXPECT_EQ(app.wall_ns, 10'000'000u + 12'000'000u);
+  const ReportRow& row_b = row(r, "B");
+  EXPECT_EQ(row_b.self_off_cpu_ns, 7'000'000u);
+  EXPECT_EQ(row_b.self_wait_cpu_ns, 45'000'000u);
+  EXPECT_EQ(row_b.self_wait_cpu_samples, 3u);
+  EXPECT_EQ(row_b.self_wall_ns, 4'000'000u + 7'000'000u + 45'000'000u);  // B is the leaf of 4 on-CPU samples
+  EXPECT_EQ(row(r, "main").total_wait_cpu_ns, 45'000'000u);
+  EXPECT_EQ(row(r, "C").total_wait_cpu_ns, 0u);
+
+  std::ostringstream text;
+  print_report(r, text, options);
+  EXPECT_NE(text.str().find("blocked 7.0 ms (1 sample), waiting for a CPU 45.0 ms (3 samples)"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("Wait CPU"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("     9.0       7.0       5.0  tid 7 app (pid 7)"), std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("     0.0       0.0      40.0  tid 8 waiter (pid 7)"), std::string::npos)
+      << text.str();
+
+  std::ostringstream out;
+  print_report_json(r, out, options);
+  const json doc = json::parse(out.str());
+  EXPECT_EQ(doc["totals"]["wait_cpu_ns"], 45'000'000u);
+  EXPECT_EQ(doc["totals"]["off_cpu_ns"], 7'000'000u);
+  const json& by_thread = doc["totals"]["time_by_thread"];
+  ASSERT_EQ(by_thread.size(), 2u);
+  EXPECT_EQ(by_thread[1]["tid"], 7);
+  EXPECT_EQ(by_thread[1]["cpu_ns"], 9'000'000u);
+  EXPECT_EQ(by_thread[1]["off_cpu_ns"], 7'000'000u);
+  EXPECT_EQ(by_thread[1]["wait_cpu_ns"], 5'000'000u);
+  bool b_seen = false;
+  for (const json& f : doc["functions"]) {
+    if (f["name"] != "B") continue;
+    b_seen = true;
+    EXPECT_EQ(f["self_wait_cpu_ns"], 45'000'000u);
+    EXPECT_EQ(f["self_off_cpu_ns"], 7'000'000u);
+  }
+  EXPECT_TRUE(b_seen);
+}
+
 TEST(Report, LimitBoundsTheRows) {
   ReportOptions options;
   options.limit = 2;

@@ -209,6 +209,39 @@ TEST_F(ConvertFixture, UserStacksKernelStacksAndFallbacks) {
 // An interrupted thread's user IP under kernel frames is exact, though taken for a return address:
 // at a function's first byte, one byte back is the padding before it, in no function. The address
 // itself names the function (and a real return address one byte back still names its caller).
+// Mappings the kernel makes without a file ([uprobes]: where uprobes single-step the instructions
+// they displaced; [vsyscall]) are no missing module: their addresses become one frame named by the
+// mapping. A sample that waited for a CPU has its frames in that category, apart from a blocked one's
+// (Idle) and an on-CPU one's, even for the same raw stack.
+TEST_F(ConvertFixture, KernelSpecialMappingsAreNotMissingAndWaitsHaveTheirCategory) {
+  const uint32_t uprobes = raw.intern_module("[uprobes]", "");
+  const uint32_t vsyscall = raw.intern_module("[vsyscall]", "");
+  constexpr uint64_t kXol = 0x7fff00000000, kVsyscall = 0xffffffffff600000;
+  raw.process(kPid).mappings.push_back(RawMapping{kXol, kXol + 0x1000, 0, uprobes, 0});
+  raw.process(kPid).mappings.push_back(RawMapping{kVsyscall, kVsyscall + 0x1000, 0, vsyscall, 0});
+  const uint32_t a = raw.stacks.intern({}, std::vector<uint64_t>{kXol + 0x80, past_end("main")});
+  const uint32_t b = raw.stacks.intern({}, std::vector<uint64_t>{kVsyscall + 0x400, past_end("main")});
+  add_sample(a, 100, kPid);
+  add_sample(b, 110, kPid);
+  add_sample(a, 120, kPid, SampleKind::kWaitCpu);
+  add_sample(a, 130, kPid, SampleKind::kOffCpu);
+
+  Symbolizer symbolizer;
+  const Profile p = symbolize_profile(raw, symbolizer, options);
+  EXPECT_TRUE(p.meta.missing_modules.empty()) << p.meta.missing_modules.front();
+  const Thread& t = thread(p, kPid);
+  ASSERT_EQ(t.samples.size(), 4u);
+  EXPECT_EQ(names_of(p, t.samples[0].stack), (std::vector<std::string>{"main", "[uprobes]"}));
+  EXPECT_EQ(names_of(p, t.samples[1].stack), (std::vector<std::string>{"main", "[vsyscall]"}));
+  const auto leaf_category = [&](size_t i) { return p.frames[p.stacks[t.samples[i].stack].frame].category; };
+  EXPECT_EQ(leaf_category(0), Category::kUser);
+  EXPECT_EQ(t.samples[2].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(leaf_category(2), Category::kWaitCpu);
+  for (const Frame* f : frames_of(p, t.samples[2].stack)) EXPECT_EQ(f->category, Category::kWaitCpu);
+  EXPECT_EQ(leaf_category(3), Category::kIdle);
+  EXPECT_NE(t.samples[2].stack, t.samples[3].stack);
+}
+
 TEST_F(ConvertFixture, UserIpUnderKernelFramesAtAFunctionStart) {
   // Only meaningful where the byte before the function is padding after a sized symbol (hpd_leaf).
   const uint64_t helper = sym("hpd_static_helper").address;

@@ -98,7 +98,8 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
   s.comm = comm_view(h);
   s.record_bytes = record_bytes;
   if (off_cpu) {
-    s.kind = SampleKind::kOffCpu;
+    // Switched out runnable (preempted, or yielding): the interval was spent waiting for a CPU.
+    s.kind = e.flags & HPD_SAMPLE_PREEMPTED ? SampleKind::kWaitCpu : SampleKind::kOffCpu;
     s.off_cpu_ns = e.off_cpu_ns;
   } else {
     s.kind = SampleKind::kOnCpu;

@@ -59,8 +59,7 @@
 namespace hpd {
 
 bool needs_bpf(const RecordOptions& options) {
-  return options.all_processes || !options.cgroup.empty() || options.off_cpu == OffCpu::kOn ||
-         options.call_graph == CallGraph::kCfi;
+  return options.all_processes || !options.cgroup.empty() || options.call_graph == CallGraph::kCfi;
 }
 
 bool off_cpu_enabled(const RecordOptions& options) {

@@ -25,8 +25,13 @@ uint64_t PerfEventDecoder::cpu_delta(const SampleRecord& s) {
   return delta;
 }
 
+bool PerfEventDecoder::from_own_event(int32_t tid, uint64_t id) {
+  auto it = own_ids_.find(tid);
+  return it == own_ids_.end() || it->second.contains(id);
+}
+
 void PerfEventDecoder::decode_sample(const SampleRecord& s, size_t bytes, const EventSink& sink) {
-  if (auto it = own_ids_.find(s.tid); it != own_ids_.end() && !it->second.contains(s.id)) {
+  if (!from_own_event(s.tid, s.id)) {
     ++duplicates_;
     return;
   }
@@ -90,6 +95,62 @@ void PerfEventDecoder::decode(const PerfRecord& record, size_t bytes, const Even
     sink(LostEvent{l->lost, 0});
   } else if (const auto* th = std::get_if<ThrottleRecord>(&record)) {
     if (!th->unthrottle) sink(LostEvent{0, 1});
+  } else if (const auto* sw = std::get_if<SwitchRecord>(&record)) {
+    // A thread with an inherited and a direct event has its switches written twice: keep one.
+    if (from_own_event(sw->sample_id.tid, sw->sample_id.id)) switches_.push_back(*sw);
+  }
+}
+
+void PerfEventDecoder::emit_off_cpu(int32_t pid, int32_t tid, uint32_t cpu, uint64_t out_ns, uint64_t in_ns,
+                                    bool runnable, const EventSink& sink) {
+  if (in_ns - out_ns < config_.off_cpu_min_ns) return;
+  SampleEvent& e = event_.emplace<SampleEvent>();
+  e.time_ns = out_ns;
+  e.pid = pid;
+  e.tid = tid;
+  e.cpu = cpu;
+  e.kind = runnable ? SampleKind::kWaitCpu : SampleKind::kOffCpu;
+  e.off_cpu_ns = in_ns - out_ns;
+  e.no_stack_taken = true;  // a switch record carries no stack
+  sink(event_);
+}
+
+void PerfEventDecoder::end_of_pass(const EventSink& sink) {
+  std::stable_sort(switches_.begin(), switches_.end(), [](const SwitchRecord& a, const SwitchRecord& b) {
+    if (a.sample_id.tid != b.sample_id.tid) return a.sample_id.tid < b.sample_id.tid;
+    return a.sample_id.time < b.sample_id.time;
+  });
+  for (const SwitchRecord& r : switches_) {
+    const SampleId& id = r.sample_id;
+    SwitchState& state = switch_state_[id.tid];
+    state.pid = id.pid;
+    if (r.out) {
+      if (state.in_ns != 0 && state.in_ns >= id.time) {
+        // Its switch-in was read in an earlier pass, from another CPU's ring.
+        emit_off_cpu(id.pid, id.tid, id.cpu, id.time, state.in_ns, r.preempt, sink);
+        state.in_ns = 0;
+        continue;
+      }
+      state.in_ns = 0;  // older than this switch-out: the switch-in of an interval not seen whole
+      state.out_ns = id.time;
+      state.out_cpu = id.cpu;
+      state.out_runnable = r.preempt;
+    } else if (state.out_ns != 0 && state.out_ns <= id.time) {
+      emit_off_cpu(id.pid, id.tid, state.out_cpu, state.out_ns, id.time, state.out_runnable, sink);
+      state.out_ns = 0;
+    } else {
+      state.in_ns = id.time;
+    }
+  }
+  switches_.clear();
+}
+
+void PerfEventDecoder::finish_off_cpu(uint64_t end_ns, const EventSink& sink) {
+  end_of_pass(sink);
+  for (auto& [tid, state] : switch_state_) {
+    if (state.out_ns != 0 && state.out_ns < end_ns)
+      emit_off_cpu(state.pid, tid, state.out_cpu, state.out_ns, end_ns, state.out_runnable, sink);
+    state.out_ns = 0;
   }
 }
 

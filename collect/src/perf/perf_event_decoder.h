@@ -26,6 +26,8 @@ struct PerfDecoderConfig {
   // dwarf mode the callchain holds only kernel frames and the user stack comes from them.
   bool dwarf = false;
   uint64_t regs_mask = 0;
+  // Off-CPU intervals shorter than this are not kept (--off-cpu-min-us).
+  uint64_t off_cpu_min_ns = 0;
 };
 
 class PerfEventDecoder {
@@ -36,14 +38,36 @@ class PerfEventDecoder {
   // events from its creator; only samples from its own events (these ids) are kept.
   void set_own_event_ids(int32_t tid, std::vector<uint64_t> ids);
 
-  // Hands the events of `record` (of `bytes` bytes in the ring) to `sink`, in order.
+  // Hands the events of `record` (of `bytes` bytes in the ring) to `sink`, in order. Switch records
+  // are held until end_of_pass().
   void decode(const PerfRecord& record, size_t bytes, const EventSink& sink);
+
+  // After every ring has been read once: pairs the switch records read so far into off-CPU intervals,
+  // each a sample (blocked, or waiting for a CPU when the switch-out left the thread runnable) from
+  // the switch-out to the next switch-in of its thread. The rings are per CPU, so a thread's switch-in
+  // (on one CPU) may be read before its switch-out (on another): the records of a pass are sorted by
+  // time, and a switch-in without its switch-out waits for the next pass.
+  void end_of_pass(const EventSink& sink);
+  // When the recording ends: threads still off the CPU get an interval up to `end_ns`.
+  void finish_off_cpu(uint64_t end_ns, const EventSink& sink);
 
   [[nodiscard]] uint64_t duplicate_samples() const { return duplicates_; }
 
  private:
   void decode_sample(const SampleRecord& s, size_t bytes, const EventSink& sink);
   uint64_t cpu_delta(const SampleRecord& s);
+  bool from_own_event(int32_t tid, uint64_t id);
+  void emit_off_cpu(int32_t pid, int32_t tid, uint32_t cpu, uint64_t out_ns, uint64_t in_ns, bool runnable,
+                    const EventSink& sink);
+
+  // Per thread, what the switch records left unpaired.
+  struct SwitchState {
+    int32_t pid = 0;
+    uint64_t out_ns = 0;  // a switch-out waiting for its switch-in (0: none)
+    uint32_t out_cpu = 0;
+    bool out_runnable = false;
+    uint64_t in_ns = 0;  // a switch-in read before any switch-out it could end (0: none)
+  };
 
   PerfDecoderConfig config_;
   SplitCallchain split_;
@@ -51,7 +75,9 @@ class PerfEventDecoder {
   std::unordered_map<int32_t, std::vector<uint64_t>> last_value_;
   std::unordered_map<int32_t, std::unordered_set<uint64_t>> own_ids_;
   uint64_t duplicates_ = 0;
-  Event event_;  // the sample being decoded
+  Event event_;                         // the sample being decoded
+  std::vector<SwitchRecord> switches_;  // of the current pass
+  std::unordered_map<int32_t, SwitchState> switch_state_;
 };
 
 // The event of an MMAP2 record of an executable mapping (also the eBPF backend's mmap watch);

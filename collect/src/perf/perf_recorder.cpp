@@ -157,6 +157,9 @@ void PerfSession::init_attr() {
   a.clockid = CLOCK_MONOTONIC;
   // No attr.build_id: with it the kernel marks the mmap records of every other session that watches
   // the same tasks as carrying build-ids (mmap_watch.cpp); build-ids are read from the files.
+  // --off-cpu: a record at each context switch of a target thread, paired into off-CPU intervals by
+  // the decoder (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT tells a thread left runnable from a blocked one).
+  a.context_switch = options_.off_cpu == OffCpu::kOn ? 1 : 0;
   a.exclude_hv = 1;
   a.exclude_kernel = kernel_frames_ ? 0 : 1;
   a.exclude_callchain_kernel = kernel_frames_ ? 0 : 1;
@@ -288,6 +291,7 @@ void PerfSession::drain_all() {
     });
     if (stats.corrupt) ++result_.profile.lost.lost_records;
   }
+  decoder_->end_of_pass(to_builder_);
 }
 
 void PerfSession::fill_info() {
@@ -325,8 +329,9 @@ RecordResult PerfSession::run() {
   result_.cpu_time_source =
       (attr_.sample_type & PERF_SAMPLE_READ) ? CpuTimeSource::kThreadCounter : CpuTimeSource::kSamplePeriod;
   const bool dwarf = options_.call_graph == CallGraph::kDwarf;
-  decoder_ = std::make_unique<PerfEventDecoder>(PerfDecoderConfig{
-      result_.cpu_time_source == CpuTimeSource::kThreadCounter, max_stack_, dwarf, attr_.sample_regs_user});
+  decoder_ = std::make_unique<PerfEventDecoder>(
+      PerfDecoderConfig{result_.cpu_time_source == CpuTimeSource::kThreadCounter, max_stack_, dwarf,
+                        attr_.sample_regs_user, uint64_t{options_.off_cpu_min_us} * 1000});
   for (auto& [tid, ids] : own_ids_) decoder_->set_own_event_ids(tid, std::move(ids));
   // No maps reader: the MMAP2 records and the maps read below cover every mapping of the targets.
   builder_ = std::make_unique<RawProfileBuilder>(
@@ -405,6 +410,7 @@ RecordResult PerfSession::run() {
   }
   for (const UniqueFd& fd : redirected_) ::ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
   drain_all();
+  decoder_->finish_off_cpu(result_.profile.info.end_mono_ns, to_builder_);
   calls_->finish(result_);
   finish_launched(stopped_early);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;

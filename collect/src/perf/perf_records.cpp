@@ -229,6 +229,14 @@ std::optional<PerfRecord> decode_record(std::span<const uint8_t> bytes, const Re
       r.sample_id = sample_id;
       return r;
     }
+    case PERF_RECORD_SWITCH: {
+      if (!sample_id.present) return OtherRecord{header.type};  // no thread or time to pair it by
+      SwitchRecord r;
+      r.out = (header.misc & PERF_RECORD_MISC_SWITCH_OUT) != 0;
+      r.preempt = r.out && (header.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT) != 0;
+      r.sample_id = sample_id;
+      return r;
+    }
     default: return OtherRecord{header.type};
   }
 }

@@ -102,13 +102,21 @@ struct ThrottleRecord {
   SampleId sample_id;
 };
 
+// PERF_RECORD_SWITCH (attr.context_switch on a per-task event): the task of sample_id came onto a CPU
+// or left it; a switch-out the kernel flags PREEMPT left the task runnable (preempted, or yielding).
+struct SwitchRecord {
+  bool out = false;
+  bool preempt = false;
+  SampleId sample_id;
+};
+
 // A record type we do not use; its type number, for statistics.
 struct OtherRecord {
   uint32_t type = 0;
 };
 
-using PerfRecord =
-    std::variant<OtherRecord, SampleRecord, Mmap2Record, CommRecord, TaskRecord, LostRecord, ThrottleRecord>;
+using PerfRecord = std::variant<OtherRecord, SampleRecord, Mmap2Record, CommRecord, TaskRecord, LostRecord,
+                                ThrottleRecord, SwitchRecord>;
 
 // Decodes one record (header included). nullopt when the bytes are shorter than the layout demands.
 // A SampleRecord's user_stack refers into `bytes`.

@@ -24,15 +24,19 @@ constexpr uint64_t kDefaultIntervalNs = 1000000;
 struct Tally {
   uint64_t on = 0;  // on-CPU samples
   uint64_t cpu_ns = 0;
-  uint64_t off = 0;  // off-CPU samples
+  uint64_t off = 0;  // off-CPU samples, blocked
   uint64_t off_ns = 0;
+  uint64_t wait = 0;  // off-CPU samples runnable, waiting for a CPU
+  uint64_t wait_ns = 0;
 
-  bool empty() const { return on == 0 && off == 0; }
+  bool empty() const { return on == 0 && off == 0 && wait == 0; }
   Tally& operator+=(const Tally& o) {
     on += o.on;
     cpu_ns += o.cpu_ns;
     off += o.off;
     off_ns += o.off_ns;
+    wait += o.wait;
+    wait_ns += o.wait_ns;
     return *this;
   }
 };
@@ -114,6 +118,8 @@ void compute_moves(const Profile& p, const std::vector<Tally>& per_stack, Report
     Tally on = tally;
     on.off = 0;
     on.off_ns = 0;
+    on.wait = 0;
+    on.wait_ns = 0;
     Acc& a = acc[static_cast<size_t>(key_of_func[move_frame.func])];
     a.tally += on;
     if (caller != kNoIndex) a.callers[p.frames[p.stacks[caller].frame].func] += on;
@@ -354,13 +360,26 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     thread_stacks.pid = t.pid;
     thread_stacks.tid = t.tid;
     thread_stacks.name = t.name;
+    ThreadTime time{t.pid, t.tid, t.name};
     for (const Sample& s : t.samples) {
       Tally one;
-      if (s.kind == SampleKind::kOffCpu) {
-        one.off = 1;
-        one.off_ns = s.off_cpu_ns;
-        ++totals.off_cpu_samples;
-        totals.off_cpu_ns += s.off_cpu_ns;
+      if (is_off_cpu_interval(s.kind)) {
+        if (s.stack == kNoIndex) totals.off_cpu_without_stack_ns += s.off_cpu_ns;
+        if (s.kind == SampleKind::kWaitCpu) {
+          one.wait = 1;
+          one.wait_ns = s.off_cpu_ns;
+          ++totals.wait_cpu_samples;
+          totals.wait_cpu_ns += s.off_cpu_ns;
+          ++time.wait_cpu_samples;
+          time.wait_cpu_ns += s.off_cpu_ns;
+        } else {
+          one.off = 1;
+          one.off_ns = s.off_cpu_ns;
+          ++totals.off_cpu_samples;
+          totals.off_cpu_ns += s.off_cpu_ns;
+          ++time.off_cpu_samples;
+          time.off_cpu_ns += s.off_cpu_ns;
+        }
         totals.off_stacks_complete += s.stack_end == StackEnd::kComplete;
         totals.off_stacks_truncated += s.stack_end == StackEnd::kTruncated;
         totals.off_stacks_failed += s.stack_end == StackEnd::kFailed;
@@ -372,6 +391,8 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
         one.cpu_ns = s.cpu_delta_ns;
         ++totals.samples;
         totals.cpu_ns += s.cpu_delta_ns;
+        ++time.samples;
+        time.cpu_ns += s.cpu_delta_ns;
         if (s.stack == kNoIndex) ++totals.samples_without_stack;
         totals.stacks_complete += s.stack_end == StackEnd::kComplete;
         totals.stacks_truncated += s.stack_end == StackEnd::kTruncated;
@@ -386,7 +407,13 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
             thread_stacks.off_complete + thread_stacks.off_truncated + thread_stacks.off_failed >
         0)
       totals.stacks_by_thread.push_back(thread_stacks);
+    if (time.samples + time.off_cpu_samples + time.wait_cpu_samples > 0) {
+      time.wall_ns = time.samples * totals.interval_ns + time.off_cpu_ns + time.wait_cpu_ns;
+      totals.time_by_thread.push_back(std::move(time));
+    }
   }
+  std::stable_sort(totals.time_by_thread.begin(), totals.time_by_thread.end(),
+                   [](const ThreadTime& a, const ThreadTime& b) { return a.wall_ns > b.wall_ns; });
   totals.processes = pids.size();
   const auto stack_samples = [](const ThreadStacks& s) {
     return s.on_complete + s.on_truncated + s.on_failed + s.off_complete + s.off_truncated + s.off_failed;
@@ -394,7 +421,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   std::stable_sort(
       totals.stacks_by_thread.begin(), totals.stacks_by_thread.end(),
       [&](const ThreadStacks& a, const ThreadStacks& b) { return stack_samples(a) > stack_samples(b); });
-  totals.wall_ns = totals.samples * totals.interval_ns + totals.off_cpu_ns;
+  totals.wall_ns = totals.samples * totals.interval_ns + totals.off_cpu_ns + totals.wait_cpu_ns;
   std::stable_sort(totals.lost_by_thread.begin(), totals.lost_by_thread.end(),
                    [](const ThreadLoss& a, const ThreadLoss& b) {
                      const uint64_t la = lost_total(a.lost), lb = lost_total(b.lost);
@@ -435,8 +462,12 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     row.total_off_cpu_samples = total[f].off;
     row.self_off_cpu_ns = self[f].off_ns;
     row.total_off_cpu_ns = total[f].off_ns;
-    row.self_wall_ns = self[f].on * totals.interval_ns + self[f].off_ns;
-    row.total_wall_ns = total[f].on * totals.interval_ns + total[f].off_ns;
+    row.self_wait_cpu_samples = self[f].wait;
+    row.total_wait_cpu_samples = total[f].wait;
+    row.self_wait_cpu_ns = self[f].wait_ns;
+    row.total_wait_cpu_ns = total[f].wait_ns;
+    row.self_wall_ns = self[f].on * totals.interval_ns + self[f].off_ns + self[f].wait_ns;
+    row.total_wall_ns = total[f].on * totals.interval_ns + total[f].off_ns + total[f].wait_ns;
     row.self_wall_percent = percent(row.self_wall_ns, totals.wall_ns);
     row.total_wall_percent = percent(row.total_wall_ns, totals.wall_ns);
     report.rows.push_back(std::move(row));

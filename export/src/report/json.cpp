@@ -38,17 +38,34 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
          {"off_cpu",
           {{"complete", s.off_complete}, {"truncated", s.off_truncated}, {"failed", s.off_failed}}}});
   }
+  ordered_json time_by_thread = ordered_json::array();
+  for (const ThreadTime& tt : t.time_by_thread) {
+    time_by_thread.push_back({{"pid", tt.pid},
+                              {"tid", tt.tid},
+                              {"name", tt.name},
+                              {"samples", tt.samples},
+                              {"cpu_ns", tt.cpu_ns},
+                              {"off_cpu_samples", tt.off_cpu_samples},
+                              {"off_cpu_ns", tt.off_cpu_ns},
+                              {"wait_cpu_samples", tt.wait_cpu_samples},
+                              {"wait_cpu_ns", tt.wait_cpu_ns},
+                              {"wall_ns", tt.wall_ns}});
+  }
   doc["totals"] = {
       {"samples", t.samples},
       {"samples_without_stack", t.samples_without_stack},
       {"off_cpu_samples", t.off_cpu_samples},
+      {"wait_cpu_samples", t.wait_cpu_samples},
       {"threads", t.threads},
       {"processes", t.processes},
       {"duration_ns", t.duration_ns},
       {"interval_ns", t.interval_ns},
       {"cpu_ns", t.cpu_ns},
       {"off_cpu_ns", t.off_cpu_ns},
+      {"wait_cpu_ns", t.wait_cpu_ns},
+      {"off_cpu_without_stack_ns", t.off_cpu_without_stack_ns},
       {"wall_ns", t.wall_ns},
+      {"time_by_thread", time_by_thread},
       {"lost",
        {{"lost_records", t.lost.lost_records},
         {"throttle_events", t.lost.throttle_events},
@@ -82,6 +99,10 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
         {"total_off_cpu_samples", r->total_off_cpu_samples},
         {"self_off_cpu_ns", r->self_off_cpu_ns},
         {"total_off_cpu_ns", r->total_off_cpu_ns},
+        {"self_wait_cpu_samples", r->self_wait_cpu_samples},
+        {"total_wait_cpu_samples", r->total_wait_cpu_samples},
+        {"self_wait_cpu_ns", r->self_wait_cpu_ns},
+        {"total_wait_cpu_ns", r->total_wait_cpu_ns},
         {"self_wall_ns", r->self_wall_ns},
         {"total_wall_ns", r->total_wall_ns},
         {"self_wall_percent", r->self_wall_percent},

@@ -170,8 +170,15 @@ void print_header(const Report& report, std::ostream& out, size_t width) {
        plural(t.threads, "thread", "threads") + " in " + plural(t.processes, "process", "processes") +
        ", duration " + format_duration(t.duration_ns));
   line("CPU time " + format_duration(t.cpu_ns) + ", interval " + format_ms(t.interval_ns) + ", off-CPU " +
-       format_duration(t.off_cpu_ns) + " in " +
-       plural(t.off_cpu_samples, "off-CPU sample", "off-CPU samples"));
+       format_duration(t.off_cpu_ns + t.wait_cpu_ns) + " in " +
+       plural(t.off_cpu_samples + t.wait_cpu_samples, "off-CPU sample", "off-CPU samples"));
+  if (t.off_cpu_samples + t.wait_cpu_samples > 0)
+    line("  blocked " + format_duration(t.off_cpu_ns) + " (" +
+         plural(t.off_cpu_samples, "sample", "samples") + "), waiting for a CPU " +
+         format_duration(t.wait_cpu_ns) + " (" + plural(t.wait_cpu_samples, "sample", "samples") + ")");
+  if (t.off_cpu_without_stack_ns > 0)
+    line("  " + format_duration(t.off_cpu_without_stack_ns) +
+         " of it without a stack, in no function's row (perf_event's switch records carry none)");
   line("Lost: " + plural(t.lost.lost_records, "record", "records") + ", " +
        plural(t.lost.throttle_events, "throttle event", "throttle events"));
   line("Stacks: " + std::to_string(t.lost.stack_failures) + " failed, " +
@@ -248,25 +255,58 @@ void print_cpu_view(std::ostream& out, ReportSort sort, const std::vector<const 
   }
 }
 
-void print_wall_view(std::ostream& out, bool by_total, const std::vector<const ReportRow*>& rows, size_t of,
-                     size_t width) {
-  const NameColumns names = name_columns(rows, kWallNumbersWidth, width);
+// With samples waiting for a CPU, two more columns split the off-CPU part of the view's own column
+// (self or total): blocked, and waiting for a CPU (runnable; the leaf is where it was preempted).
+void print_wall_view(std::ostream& out, bool by_total, bool waits, const std::vector<const ReportRow*>& rows,
+                     size_t of, size_t width) {
+  const NameColumns names = name_columns(rows, kWallNumbersWidth + (waits ? 20 : 0), width);
   uint64_t max_ns = 0;
   for (const ReportRow* r : rows) max_ns = std::max(max_ns, r->total_wall_ns);
   const TimeColumn wall = time_column(max_ns, 9);
   out << "\nWall clock (on-CPU + off-CPU) by " << (by_total ? "total" : "self") << ", top " << rows.size()
       << " of " << of << " functions\n";
+  if (waits) {
+    out << truncate_right(std::string("Blocked: ") + (by_total ? "total" : "self") +
+                              " off-CPU time blocked. Wait CPU: runnable, waiting for a CPU;",
+                          width)
+        << '\n'
+        << truncate_right("its kernel leaf is where the thread was preempted, not a cause.", width) << '\n';
+  }
   out << pad_left("Self%", 6) << ' ' << pad_left("Total%", 6) << ' '
       << pad_left(std::string("Self ") + wall.unit, 9) << ' '
-      << pad_left(std::string("Total ") + wall.unit, 9) << "  " << pad_right("Function", names.function)
-      << ' ' << "Library\n";
+      << pad_left(std::string("Total ") + wall.unit, 9);
+  if (waits) out << ' ' << pad_left("Blocked", 9) << ' ' << pad_left("Wait CPU", 9);
+  out << "  " << pad_right("Function", names.function) << ' ' << "Library\n";
   for (const ReportRow* r : rows) {
     out << pad_left(format_percent(r->self_wall_percent), 6) << ' '
         << pad_left(format_percent(r->total_wall_percent), 6) << ' '
-        << pad_left(wall.cell(r->self_wall_ns), 9) << ' ' << pad_left(wall.cell(r->total_wall_ns), 9) << "  "
-        << function_cell(*r, names.function) << ' ' << truncate_right(library_name(*r), names.library)
+        << pad_left(wall.cell(r->self_wall_ns), 9) << ' ' << pad_left(wall.cell(r->total_wall_ns), 9);
+    if (waits)
+      out << ' ' << pad_left(wall.cell(by_total ? r->total_off_cpu_ns : r->self_off_cpu_ns), 9) << ' '
+          << pad_left(wall.cell(by_total ? r->total_wait_cpu_ns : r->self_wait_cpu_ns), 9);
+    out << "  " << function_cell(*r, names.function) << ' ' << truncate_right(library_name(*r), names.library)
         << '\n';
   }
+}
+
+// Where each thread's time went: CPU, blocked, waiting for a CPU; most wall time first.
+void print_thread_times(const ReportTotals& t, std::ostream& out, size_t width) {
+  constexpr size_t kShownThreads = 16;
+  uint64_t max_ns = 0;
+  for (const ThreadTime& tt : t.time_by_thread) max_ns = std::max(max_ns, tt.wall_ns);
+  const TimeColumn time = time_column(max_ns, 9);
+  out << "\nTime by thread (CPU: the samples' CPU time; Blocked and Wait CPU: off-CPU time)\n";
+  out << pad_left(std::string("CPU ") + time.unit, 9) << ' ' << pad_left(std::string("Blocked"), 9) << ' '
+      << pad_left("Wait CPU", 9) << "  Thread\n";
+  for (size_t i = 0; i < t.time_by_thread.size() && i < kShownThreads; ++i) {
+    const ThreadTime& tt = t.time_by_thread[i];
+    const std::string row = pad_left(time.cell(tt.cpu_ns), 9) + ' ' + pad_left(time.cell(tt.off_cpu_ns), 9) +
+                            ' ' + pad_left(time.cell(tt.wait_cpu_ns), 9) + "  tid " + std::to_string(tt.tid) +
+                            ' ' + tt.name + " (pid " + std::to_string(tt.pid) + ")";
+    out << truncate_right(row, width) << '\n';
+  }
+  if (t.time_by_thread.size() > kShownThreads)
+    out << "  and " << t.time_by_thread.size() - kShownThreads << " more threads\n";
 }
 
 // At most this many callers are printed under each move in the text report.
@@ -484,10 +524,11 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
     const auto rows = top_rows(report.rows, cpu_sort, options.limit, &of);
     print_cpu_view(out, cpu_sort, rows, of, width);
   }
-  if (report.totals.off_cpu_samples > 0) {
+  if (report.totals.off_cpu_samples + report.totals.wait_cpu_samples > 0) {
     const auto rows =
         top_rows(report.rows, by_total ? ReportSort::kTotalWall : ReportSort::kSelfWall, options.limit, &of);
-    print_wall_view(out, by_total, rows, of, width);
+    print_wall_view(out, by_total, report.totals.wait_cpu_samples > 0, rows, of, width);
+    print_thread_times(report.totals, out, width);
   }
   if (report.move_samples > 0) print_moves_view(report, out, options.limit, width);
   if (!report.mip_called.empty() || !report.mip_never_called.empty())

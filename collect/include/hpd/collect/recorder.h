@@ -44,7 +44,9 @@ inline constexpr uint32_t kDefaultStackCopyBytes = 32768;
 inline constexpr uint32_t kMaxStackCopyBytes = 65528;
 
 // kAuto: off-CPU samples for pid, command and cgroup targets with the eBPF backend; none for --all
-// (every context switch of the system would be recorded) and none with perf_event.
+// (every context switch of the system would be recorded) and none with perf_event. kOn with
+// perf_event: intervals from its context-switch records, blocked or waiting for a CPU, without a
+// stack (a switch record carries none).
 enum class OffCpu { kAuto, kOn, kOff };
 
 struct RecordProgress {
@@ -84,7 +86,7 @@ struct RecordOptions {
   // command, until the command exits (the command is not moved into it).
   std::string cgroup;
   OffCpu off_cpu = OffCpu::kAuto;
-  // Off-CPU intervals shorter than this are not recorded (eBPF; 0 = all).
+  // Off-CPU intervals shorter than this are not recorded (0 = all).
   uint32_t off_cpu_min_us = 0;
   // Processes the targets fork are recorded too (eBPF; perf_event always follows them).
   bool follow_children = true;

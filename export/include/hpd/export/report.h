@@ -18,7 +18,7 @@ namespace hpd {
 enum class ReportSort : uint8_t {
   kSelf = 0,       // on-CPU samples whose leaf is the function
   kTotal = 1,      // on-CPU samples with the function anywhere on the stack
-  kSelfWall = 2,   // wall-clock time (on-CPU samples x interval + off-CPU time), self
+  kSelfWall = 2,   // wall-clock time (on-CPU samples x interval + off-CPU time, blocked or waiting), self
   kTotalWall = 3,  // the same, total
   kSelfCpu = 4,    // CPU time (the samples' thread CPU deltas), self
   kCalls = 5,      // exact or MIP call counts (ReportRow::calls), then self samples
@@ -56,10 +56,15 @@ struct ReportRow {
   uint64_t total_cpu_ns = 0;
 
   // Wall-clock view: on-CPU samples count one interval each, off-CPU samples their off-CPU time.
+  // off_cpu: blocked (SampleKind::kOffCpu); wait_cpu: runnable, waiting for a CPU (kWaitCpu).
   uint64_t self_off_cpu_samples = 0;
   uint64_t total_off_cpu_samples = 0;
   uint64_t self_off_cpu_ns = 0;
   uint64_t total_off_cpu_ns = 0;
+  uint64_t self_wait_cpu_samples = 0;
+  uint64_t total_wait_cpu_samples = 0;
+  uint64_t self_wait_cpu_ns = 0;
+  uint64_t total_wait_cpu_ns = 0;
   uint64_t self_wall_ns = 0;
   uint64_t total_wall_ns = 0;
   double self_wall_percent = 0;  // of ReportTotals::wall_ns
@@ -88,28 +93,49 @@ struct ThreadStacks {
   uint64_t off_complete = 0, off_truncated = 0, off_failed = 0;
 };
 
+// Where one thread's time went: on the CPU, blocked off it, or runnable waiting for a CPU.
+struct ThreadTime {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  std::string name;
+  uint64_t samples = 0;  // on-CPU
+  uint64_t cpu_ns = 0;
+  uint64_t off_cpu_samples = 0;  // blocked
+  uint64_t off_cpu_ns = 0;
+  uint64_t wait_cpu_samples = 0;  // waiting for a CPU
+  uint64_t wait_cpu_ns = 0;
+  uint64_t wall_ns = 0;  // samples x interval + off_cpu_ns + wait_cpu_ns
+};
+
 struct ReportTotals {
   uint64_t samples = 0;                // on-CPU samples of the selected threads, with or without stack
   uint64_t samples_without_stack = 0;  // on-CPU samples that carry no stack
-  uint64_t off_cpu_samples = 0;
-  uint64_t threads = 0;  // threads selected by the pid/tid filter
+  uint64_t off_cpu_samples = 0;        // blocked off the CPU
+  uint64_t wait_cpu_samples = 0;       // runnable, waiting for a CPU
+  uint64_t threads = 0;                // threads selected by the pid/tid filter
   uint64_t processes = 0;
   uint64_t duration_ns = 0;  // recording length (or the span of the samples when unknown)
   uint64_t interval_ns = 0;  // sampling interval used for the wall-clock view
   uint64_t cpu_ns = 0;       // sum of on-CPU samples' cpu_delta_ns
-  uint64_t off_cpu_ns = 0;
-  uint64_t wall_ns = 0;  // samples x interval_ns + off_cpu_ns
+  uint64_t off_cpu_ns = 0;   // blocked
+  uint64_t wait_cpu_ns = 0;  // waiting for a CPU
+  // Off-CPU time (blocked or waiting) of samples without a stack, in no function's row (perf_event's
+  // off-CPU intervals come from switch records, which carry none).
+  uint64_t off_cpu_without_stack_ns = 0;
+  uint64_t wall_ns = 0;  // samples x interval_ns + off_cpu_ns + wait_cpu_ns
   // How the on-CPU samples' stacks ended (Sample::stack_end); all zero when the profile does not say
   // (e.g. read back from a Firefox profile).
   uint64_t stacks_complete = 0;
   uint64_t stacks_truncated = 0;
   uint64_t stacks_failed = 0;
-  // The same for off-CPU samples.
+  // The same for off-CPU samples (blocked and waiting for a CPU: both stacks are taken at the switch-out).
   uint64_t off_stacks_complete = 0;
   uint64_t off_stacks_truncated = 0;
   uint64_t off_stacks_failed = 0;
   // Per selected thread with samples whose stack end is known, most samples first.
   std::vector<ThreadStacks> stacks_by_thread;
+  // Per selected thread with samples: CPU, blocked and waiting-for-CPU time, most wall time first.
+  std::vector<ThreadTime> time_by_thread;
   LostCounts lost;  // of the whole recording, whatever the pid/tid filter
   // The selected threads that lost anything, most lost first (then by pid and tid).
   std::vector<ThreadLoss> lost_by_thread;

@@ -32,7 +32,7 @@ struct CallTreeNode {
   uint64_t samples = 0;       // on-CPU samples
   uint64_t self_samples = 0;  // on-CPU samples whose path ends here (callees: the leaf; callers: the root)
   uint64_t cpu_ns = 0;
-  uint64_t off_cpu_ns = 0;
+  uint64_t off_cpu_ns = 0;             // blocked and waiting for a CPU together
   uint64_t wall_ns = 0;                // samples x interval + off-CPU time
   std::vector<CallTreeNode> children;  // most samples first, then by name
 };

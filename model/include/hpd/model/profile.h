@@ -26,8 +26,9 @@ class StringTable {
 };
 
 // Order and names match the categories the Firefox exporter declares.
-enum class Category : uint8_t { kOther = 0, kIdle = 1, kUser = 2, kKernel = 3 };
-inline constexpr int kCategoryCount = 4;
+// kIdle: frames of blocked off-CPU samples; kWaitCpu: frames of samples waiting for a CPU (runnable).
+enum class Category : uint8_t { kOther = 0, kIdle = 1, kUser = 2, kKernel = 3, kWaitCpu = 4 };
+inline constexpr int kCategoryCount = 5;
 const char* to_string(Category c);
 
 struct Lib {
@@ -75,7 +76,7 @@ struct Sample {
   uint64_t time_ns = 0;  // monotonic clock, same base as ProfileMeta::start_mono_ns
   uint32_t stack = kNoIndex;
   uint64_t cpu_delta_ns = 0;
-  uint64_t off_cpu_ns = 0;  // kOffCpu: the interval's length
+  uint64_t off_cpu_ns = 0;  // kOffCpu, kWaitCpu: the interval's length
   SampleKind kind = SampleKind::kOnCpu;
   StackEnd stack_end = StackEnd::kUnknown;
 };

@@ -15,8 +15,19 @@ inline constexpr uint32_t kNoIndex = UINT32_MAX;
 
 enum class SampleKind : uint8_t {
   kOnCpu = 0,   // a timer sample taken while the thread ran
-  kOffCpu = 1,  // an interval the thread spent off the CPU (blocked or preempted)
+  kOffCpu = 1,  // an interval the thread spent blocked off the CPU (sleeping, waiting for I/O or a lock)
+  // An interval the thread spent runnable but not running: preempted or yielding, waiting for a CPU
+  // (the scheduler ran something else). Its stack is where it was switched out (the preemption point),
+  // not something that blocked it.
+  kWaitCpu = 2,
 };
+inline constexpr int kSampleKindCount = 3;
+
+// Whether a sample stands for an interval off the CPU (blocked or waiting for a CPU), weighted by its
+// off_cpu_ns, rather than a timer sample of a running thread.
+constexpr bool is_off_cpu_interval(SampleKind kind) {
+  return kind != SampleKind::kOnCpu;
+}
 
 // How the capture of a sample's user stack ended.
 enum class StackEnd : uint8_t {
@@ -132,7 +143,7 @@ struct RawSample {
   int32_t tid = 0;
   uint32_t stack = kNoIndex;  // into RawProfile::stacks; kNoIndex = no stack captured
   uint64_t cpu_delta_ns = 0;  // CPU time the thread used since its previous sample
-  uint64_t off_cpu_ns = 0;    // for kOffCpu: how long the thread was off the CPU
+  uint64_t off_cpu_ns = 0;    // kOffCpu, kWaitCpu: how long the thread was off the CPU
   uint16_t cpu = 0;
   SampleKind kind = SampleKind::kOnCpu;
   StackEnd stack_end = StackEnd::kUnknown;
