@@ -1,7 +1,8 @@
-// Derives the Firefox writer's tables from a Profile (see firefox_tables.h); no JSON here.
-#include "firefox_tables.h"
+// Derives the Firefox writer's tables from a Profile (see tables.h); no JSON here.
+#include "firefox/tables.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "firefox_format.h"
@@ -21,36 +22,37 @@ bool is_bare_frame(const Frame& f) {
 }
 
 // Frames and stacks of the calls track (caller -> callee, or the callee alone when the caller is
-// unknown), appended after the profile's own. Equal ones already in the profile are reused, so a
+// unknown), added after the profile's own. Equal ones already in the profile are reused, so a
 // profile read back from such a file is written again without growing.
 void derive_calls(const Profile& p, Tables& t) {
   if (p.call_edges.empty()) return;
-  std::unordered_map<uint32_t, uint32_t> frame_of_func;
+  std::unordered_map<uint32_t, FrameIndex> frame_of_func;
   for (size_t i = 0; i < p.frames.size(); ++i) {
-    if (is_bare_frame(p.frames[i])) frame_of_func.emplace(p.frames[i].func, static_cast<uint32_t>(i));
+    if (is_bare_frame(p.frames[i]))
+      frame_of_func.emplace(p.frames[i].func, FrameIndex{static_cast<uint32_t>(i)});
   }
-  const auto stack_key = [](uint32_t prefix, uint32_t frame) { return uint64_t{prefix} << 32 | frame; };
-  std::unordered_map<uint64_t, uint32_t> stack_of;
+  const auto stack_key = [](std::optional<StackIndex> prefix, FrameIndex frame) {
+    return uint64_t{prefix ? prefix->v : kNoIndex} << 32 | frame.v;
+  };
+  std::unordered_map<uint64_t, StackIndex> stack_of;
   for (size_t i = 0; i < p.stacks.size(); ++i) {
     const Stack& s = p.stacks[i];
     if (is_bare_frame(p.frames[s.frame]))
-      stack_of.emplace(stack_key(s.prefix, s.frame), static_cast<uint32_t>(i));
+      stack_of.emplace(uint64_t{s.prefix} << 32 | s.frame, stack_row(static_cast<uint32_t>(i)));
   }
   const auto frame = [&](uint32_t func) {
-    auto [it, inserted] =
-        frame_of_func.emplace(func, static_cast<uint32_t>(p.frames.size() + t.calls_frames.size()));
-    if (inserted) {
-      Frame f;
-      f.func = func;
-      f.lib = p.funcs[func].lib;
-      t.calls_frames.push_back(f);
+    auto it = frame_of_func.find(func);
+    if (it == frame_of_func.end()) {
+      FrameRow bare;
+      bare.func = func_row(func);
+      it = frame_of_func.emplace(func, t.frames.add(bare)).first;
     }
     return it->second;
   };
-  const auto stack = [&](uint32_t prefix, uint32_t frame_index) {
-    auto [it, inserted] = stack_of.emplace(stack_key(prefix, frame_index),
-                                           static_cast<uint32_t>(p.stacks.size() + t.calls_stacks.size()));
-    if (inserted) t.calls_stacks.push_back(Stack{prefix, frame_index});
+  const auto stack = [&](std::optional<StackIndex> prefix, FrameIndex frame_index) {
+    auto it = stack_of.find(stack_key(prefix, frame_index));
+    if (it == stack_of.end())
+      it = stack_of.emplace(stack_key(prefix, frame_index), t.stacks.add(prefix, frame_index)).first;
     return it->second;
   };
   std::unordered_map<int32_t, size_t> track_of_pid;
@@ -59,9 +61,72 @@ void derive_calls(const Profile& p, Tables& t) {
     auto [it, inserted] = track_of_pid.emplace(e.pid, t.calls_tracks.size());
     if (inserted) t.calls_tracks.push_back(CallsTrack{e.pid, {}, {}});
     CallsTrack& track = t.calls_tracks[it->second];
-    const uint32_t caller = e.caller_func == kNoIndex ? kNoIndex : stack(kNoIndex, frame(e.caller_func));
+    std::optional<StackIndex> caller;
+    if (e.caller_func != kNoIndex) caller = stack(std::nullopt, frame(e.caller_func));
     track.edges.push_back(static_cast<uint32_t>(i));
     track.stacks.push_back(stack(caller, frame(e.callee_func)));
+  }
+}
+
+// The shared tables' rows for the Profile's own, in its order (tables.h relies on that for funcs,
+// stacks and strings).
+void derive_shared(const Profile& p, Tables& t) {
+  // Strings the Profile does not hold go after its own, so its indices stay valid as they are.
+  for (const std::string& s : p.strings.strings()) t.strings.add(s);
+
+  // One source per distinct file name, in order of first use.
+  std::unordered_map<uint32_t, SourceIndex> source_of_file;
+  std::vector<std::optional<SourceIndex>> source_of_func(p.funcs.size());
+  for (size_t i = 0; i < p.funcs.size(); ++i) {
+    const uint32_t file = p.funcs[i].file;
+    if (file == kNoIndex) continue;
+    auto it = source_of_file.find(file);
+    if (it == source_of_file.end()) it = source_of_file.emplace(file, t.sources.add(string_row(file))).first;
+    source_of_func[i] = it->second;
+  }
+
+  // One resource per lib, at the lib's index, named by the lib's name.
+  std::vector<ResourceIndex> resource_of_lib;
+  for (size_t i = 0; i < p.libs.size(); ++i)
+    resource_of_lib.push_back(
+        t.resources.add({LibIndex{static_cast<uint32_t>(i)}, t.strings.add(p.libs[i].name)}));
+  t.off_cpu_name = t.strings.add(kOffCpuMarkerName);
+
+  // nativeSymbols.libIndex cannot be null: a symbol without a lib is left out, and frames
+  // pointing at it get a null nativeSymbol.
+  std::vector<std::optional<NativeSymbolIndex>> symbol_row(p.native_symbols.size());
+  for (size_t i = 0; i < p.native_symbols.size(); ++i) {
+    const NativeSymbol& s = p.native_symbols[i];
+    if (s.lib == kNoIndex) continue;
+    symbol_row[i] = t.native_symbols.add({LibIndex{s.lib}, s.address, string_row(s.name), s.size});
+  }
+
+  for (size_t i = 0; i < p.funcs.size(); ++i) {
+    const Func& f = p.funcs[i];
+    FuncRow row{string_row(f.name), std::nullopt, source_of_func[i]};
+    if (f.lib != kNoIndex) row.resource = resource_of_lib[f.lib];
+    t.funcs.add(row);
+  }
+
+  t.frames.reserve(p.frames.size());
+  for (const Frame& f : p.frames) {
+    FrameRow row;
+    row.address = f.address;
+    row.inline_depth = f.inline_depth;
+    row.category = f.category;
+    row.func = func_row(f.func);
+    if (f.native_symbol != kNoIndex) row.native_symbol = symbol_row[f.native_symbol];
+    row.line = f.line;
+    row.column = f.column;
+    t.frames.add(row);
+  }
+
+  // validate() ensured that each prefix precedes its stack, which the stack table requires.
+  t.stacks.reserve(p.stacks.size());
+  for (const Stack& s : p.stacks) {
+    std::optional<StackIndex> prefix;
+    if (s.prefix != kNoIndex) prefix = stack_row(s.prefix);
+    t.stacks.add(prefix, FrameIndex{s.frame});
   }
 }
 
@@ -84,36 +149,8 @@ Tables derive_tables(const Profile& p) {
   t.interval_ns = info.interval_ns;
   if (t.interval_ns == 0 && info.frequency_hz > 0) t.interval_ns = 1000000000ull / info.frequency_hz;
   if (t.interval_ns == 0) t.interval_ns = kDefaultIntervalNs;
+  derive_shared(p, t);
   derive_calls(p, t);
-
-  // One source per distinct file name, in order of first use.
-  std::unordered_map<uint32_t, uint32_t> source_of_file;
-  t.source_of_func.assign(p.funcs.size(), kNoIndex);
-  for (size_t i = 0; i < p.funcs.size(); ++i) {
-    const uint32_t file = p.funcs[i].file;
-    if (file == kNoIndex) continue;
-    auto [it, inserted] = source_of_file.emplace(file, static_cast<uint32_t>(t.source_files.size()));
-    if (inserted) t.source_files.push_back(file);
-    t.source_of_func[i] = it->second;
-  }
-
-  // nativeSymbols.libIndex cannot be null: a symbol without a lib is left out, and frames
-  // pointing at it get a null nativeSymbol.
-  t.native_symbol_out.assign(p.native_symbols.size(), kNoIndex);
-  for (size_t i = 0; i < p.native_symbols.size(); ++i) {
-    if (p.native_symbols[i].lib == kNoIndex) continue;
-    t.native_symbol_out[i] = static_cast<uint32_t>(t.native_symbols_written.size());
-    t.native_symbols_written.push_back(static_cast<uint32_t>(i));
-  }
-
-  // Strings the Profile does not hold go after its own, so its indices stay valid as they are.
-  const auto base = static_cast<uint32_t>(p.strings.size());
-  for (const Lib& lib : p.libs) {
-    t.lib_name_string.push_back(base + static_cast<uint32_t>(t.extra_strings.size()));
-    t.extra_strings.push_back(lib.name);
-  }
-  t.off_cpu_name_string = base + static_cast<uint32_t>(t.extra_strings.size());
-  t.extra_strings.push_back(kOffCpuMarkerName);
 
   // MIP markers go to each process's main thread (else its first thread).
   std::unordered_map<int32_t, size_t> mip_thread;  // pid -> thread holding its MIP markers

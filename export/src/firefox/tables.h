@@ -1,13 +1,21 @@
-// What the Firefox writer derives from a Profile before it writes a byte: the rows it adds (the
-// calls tracks' frames and stacks, strings the Profile lacks), how the Profile's rows map onto the
-// written ones (sources, native symbols), where markers go and each process's lifetime.
+// What the Firefox writer derives from a Profile before it writes a byte: the shared tables, each
+// a typed builder of its own (string array, sources, resources, native symbols, funcs, frames,
+// stacks), filled with the Profile's rows and those the writer adds (the calls tracks' frames and
+// stacks, strings the Profile lacks), where markers go and each process's lifetime.
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "firefox/frame_table.h"
+#include "firefox/func_table.h"
+#include "firefox/native_symbol_table.h"
+#include "firefox/resource_table.h"
+#include "firefox/source_location_table.h"
+#include "firefox/source_table.h"
+#include "firefox/stack_table.h"
+#include "firefox/string_array.h"
 #include "hpd/model/profile.h"
 
 namespace hpd::firefox {
@@ -21,26 +29,38 @@ struct ProcessTimes {
 // The calls track of one process: a sample per call edge.
 struct CallsTrack {
   int32_t pid = 0;
-  std::vector<uint32_t> edges;   // into Profile::call_edges, in the profile's order
-  std::vector<uint32_t> stacks;  // the written stack of each edge
+  std::vector<uint32_t> edges;     // into Profile::call_edges, in the profile's order
+  std::vector<StackIndex> stacks;  // the written stack of each edge
 };
+
+// The Profile's strings, funcs and stacks are the first rows of the string array, func table and
+// stack table, in the Profile's order: its indices name the same rows, typed by these.
+inline StringIndex string_row(uint32_t profile_string) {
+  return StringIndex{profile_string};
+}
+inline FuncIndex func_row(uint32_t profile_func) {
+  return FuncIndex{profile_func};
+}
+inline StackIndex stack_row(uint32_t profile_stack) {
+  return StackIndex{profile_stack};
+}
 
 struct Tables {
   uint64_t start_mono_ns = 0;
   uint64_t interval_ns = 0;  // the recording's, else 1 / frequency, else 1 ms
 
-  std::vector<uint32_t> source_of_func;          // func -> source row, kNoIndex = none
-  std::vector<uint32_t> source_files;            // source row -> string index
-  std::vector<uint32_t> native_symbol_out;       // profile symbol -> written row, kNoIndex = left out
-  std::vector<uint32_t> native_symbols_written;  // written row -> profile symbol
-  std::vector<std::string_view> extra_strings;   // appended to the string array after the profile's
-  std::vector<uint32_t> lib_name_string;         // lib -> string index of its name
-  uint32_t off_cpu_name_string = 0;
+  StringArray strings;
+  SourceTable sources;
+  SourceLocationTable source_locations;
+  ResourceTable resources;
+  NativeSymbolTable native_symbols;
+  FuncTable funcs;
+  FrameTable frames;
+  StackTable stacks;
+
+  StringIndex off_cpu_name;
   std::unordered_map<int32_t, ProcessTimes> processes;
   std::unordered_map<size_t, std::vector<uint32_t>> mip_of_thread;  // thread -> MIP counts it carries
-
-  std::vector<Frame> calls_frames;  // written after the profile's frames
-  std::vector<Stack> calls_stacks;  // written after the profile's stacks
   std::vector<CallsTrack> calls_tracks;
 
   // Nanoseconds relative to meta.startTime, from a monotonic timestamp. Unsigned wrap-around then
@@ -52,8 +72,8 @@ struct Tables {
   int64_t profiling_end_ns(const Profile& profile) const;
 };
 
-// The tables of a Profile that validate() accepted. extra_strings views the Profile's lib names: the
-// Profile must outlive the Tables.
+// The tables of a Profile that validate() accepted. The string array views the Profile's strings
+// and lib names: the Profile must outlive the Tables.
 Tables derive_tables(const Profile& profile);
 
 }  // namespace hpd::firefox
