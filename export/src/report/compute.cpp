@@ -321,7 +321,9 @@ std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
 }
 
 Report compute_report(const Profile& p, const ReportOptions& options) {
-  validate(p);
+  // validate() without its pass over the samples: the loop below checks each sample's stack as it
+  // reads it (see validate.h), so that the samples, most of a profile, are read once.
+  validate_tables(p);
   Report report;
   ReportTotals& totals = report.totals;
   const RecordingInfo& info = p.meta.recording;
@@ -346,7 +348,12 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   std::vector<Tally> per_stack(p.stacks.size());
   std::set<int32_t> pids;
   for (const Thread& t : p.threads) {
-    if (!selected(t, options)) continue;
+    if (!selected(t, options)) {
+      for (size_t i = 0; i < t.samples.size(); ++i) {
+        if (!valid_sample_stack(p, t.samples[i])) throw_sample_violation(p, t, i);
+      }
+      continue;
+    }
     ++totals.threads;
     pids.insert(t.pid);
     if (lost_total(t.lost) != 0) totals.lost_by_thread.push_back(ThreadLoss{t.pid, t.tid, t.name, t.lost});
@@ -354,7 +361,9 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     thread_stacks.pid = t.pid;
     thread_stacks.tid = t.tid;
     thread_stacks.name = t.name;
-    for (const Sample& s : t.samples) {
+    for (size_t i = 0; i < t.samples.size(); ++i) {
+      const Sample& s = t.samples[i];
+      if (!valid_sample_stack(p, s)) throw_sample_violation(p, t, i);
       Tally one;
       if (s.kind == SampleKind::kOffCpu) {
         one.off = 1;
