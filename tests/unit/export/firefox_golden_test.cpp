@@ -16,23 +16,18 @@ namespace {
 
 const char* const kGoldenPath = HPD_EXPORT_TEST_DATA "/firefox-golden-v66.json";
 
-uint32_t func_named(const Profile& p, const std::string& name) {
-  for (uint32_t i = 0; i < p.funcs.size(); ++i) {
-    if (p.func_name(i) == name) return i;
-  }
-  ADD_FAILURE() << "no function " << name;
-  return 0;
-}
-
 // The synthetic profile plus what it lacks: call edges (recursive, without caller, of a second
 // process), a call latency, MIP counts (with and without coverage), per-thread losses, a thread whose
 // samples are out of order, a function and a native symbol without a library, a frame without an
 // address but with a column, and a sample without a stack.
 Profile golden_profile() {
   Profile p = testing::make_synthetic_profile();
-  const uint32_t main = func_named(p, "main");
-  const uint32_t compute = func_named(p, "compute(int)");
-  const uint32_t worker = func_named(p, "worker_loop");
+  // Interning returns the synthetic profile's own functions (lib 0 is its executable).
+  const size_t funcs = p.funcs.size();
+  const uint32_t main = p.intern_func("main", "/src/app.cpp", 0);
+  const uint32_t compute = p.intern_func("compute(int)", "/src/app.cpp", 0);
+  const uint32_t worker = p.intern_func("worker_loop", "/src/worker.cpp", 0);
+  EXPECT_EQ(p.funcs.size(), funcs);
   const uint32_t orphan = p.intern_func("jit_stub", "", kNoIndex);
   const uint32_t orphan_symbol = p.intern_native_symbol(kNoIndex, 0x40, 0, "jit_stub");
   Frame jit;
