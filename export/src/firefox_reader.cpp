@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "firefox/json_path.h"
 #include "firefox_format.h"
 #include "hpd/export/firefox/schema.h"
 #include "hpd/export/firefox_reader.h"
@@ -88,14 +89,13 @@ std::string gunzip(std::string_view data) {
   return out;
 }
 
-std::string at_path(const std::string& where, const char* key) {
-  return where + "." + key;
-}
+using firefox::JsonPath;
+namespace path = firefox::path;
 
-const json& member(const json& object, const char* key, const std::string& where) {
-  if (!object.is_object()) throw FormatError(where + " is not an object");
+const json& member(const json& object, const char* key, const JsonPath& where) {
+  if (!object.is_object()) throw FormatError(where.str() + " is not an object");
   const auto it = object.find(key);
-  if (it == object.end()) throw FormatError("missing " + at_path(where, key));
+  if (it == object.end()) throw FormatError("missing " + where.key(key).str());
   return *it;
 }
 
@@ -105,9 +105,9 @@ const json* optional_member(const json& object, const char* key) {
   return it == object.end() ? nullptr : &*it;
 }
 
-std::string string_member(const json& object, const char* key, const std::string& where) {
+std::string string_member(const json& object, const char* key, const JsonPath& where) {
   const json& v = member(object, key, where);
-  if (!v.is_string()) throw FormatError(at_path(where, key) + " is not a string");
+  if (!v.is_string()) throw FormatError(where.key(key).str() + " is not a string");
   return v.get<std::string>();
 }
 
@@ -131,53 +131,55 @@ std::optional<int64_t> as_integer(const json& v) {
   return std::nullopt;
 }
 
-double as_number(const json& v, const std::string& where) {
-  if (!v.is_number()) throw FormatError(where + " is not a number");
+// `where` is a JsonPath or a JsonColumnElement: anything spelled by str().
+template <typename Where>
+double as_number(const json& v, const Where& where) {
+  if (!v.is_number()) throw FormatError(where.str() + " is not a number");
   return v.get<double>();
 }
 
 // Milliseconds (as written) to whole nanoseconds, refusing values no profile can hold.
-int64_t ms_to_ns(double ms, const std::string& where) {
+template <typename Where>
+int64_t ms_to_ns(double ms, const Where& where) {
   const double ns = std::round(ms * 1e6);
-  if (!std::isfinite(ns) || std::fabs(ns) > 9.0e18) throw FormatError(where + " is out of range");
+  if (!std::isfinite(ns) || std::fabs(ns) > 9.0e18) throw FormatError(where.str() + " is out of range");
   return static_cast<int64_t>(ns);
 }
 
 // One column table: {length, col: [...]} with every column checked against the length.
 class Table {
  public:
-  Table(const json& parent, const char* key, const std::string& where)
-      : table_(member(parent, key, where)), where_(at_path(where, key)) {
+  Table(const json& parent, const char* key, const JsonPath& where)
+      : table_(member(parent, key, where)), where_(where.key(key)) {
     const json& length = member(table_, firefox::kLength, where_);
     const auto n = as_integer(length);
-    if (!n || *n < 0) throw FormatError(where_ + ".length is not a count");
+    if (!n || *n < 0) throw FormatError(where_.key(firefox::kLength).str() + " is not a count");
     length_ = static_cast<size_t>(*n);
   }
 
   size_t length() const { return length_; }
-  const std::string& where() const { return where_; }
   bool has(const char* key) const { return optional_member(table_, key) != nullptr; }
 
   const json& column(const char* key) const {
     const json& c = member(table_, key, where_);
-    if (!c.is_array()) throw FormatError(at_path(where_, key) + " is not an array");
+    if (!c.is_array()) throw FormatError(where_.key(key).str() + " is not an array");
     if (c.size() != length_) {
-      throw FormatError(at_path(where_, key) + " has " + std::to_string(c.size()) + " entries, but " +
-                        where_ + ".length is " + std::to_string(length_));
+      throw FormatError(where_.key(key).str() + " has " + std::to_string(c.size()) + " entries, but " +
+                        where_.key(firefox::kLength).str() + " is " + std::to_string(length_));
     }
     return c;
   }
 
   // An index < limit; `nullable` admits null (returned as kNoIndex), `minus_one` admits -1 likewise.
-  uint32_t index(const json& col, const char* key, size_t i, size_t limit, const char* target,
+  uint32_t index(const json& col, const char* key, size_t i, size_t limit, const JsonPath& target,
                  bool nullable = false, bool minus_one = false) const {
     const json& v = col[i];
     if (nullable && v.is_null()) return kNoIndex;
     const auto n = as_integer(v);
     if (minus_one && n && *n == -1) return kNoIndex;
     if (!n || *n < 0 || static_cast<uint64_t>(*n) >= limit) {
-      throw FormatError(element(key, i) + " = " + v.dump() + " is not a valid index into " + target +
-                        " (length " + std::to_string(limit) + ")");
+      throw FormatError(element(key, i).str() + " = " + v.dump() + " is not a valid index into " +
+                        target.str() + " (length " + std::to_string(limit) + ")");
     }
     return static_cast<uint32_t>(*n);
   }
@@ -186,17 +188,15 @@ class Table {
     const json& v = col[i];
     if (v.is_null()) return if_null;
     const auto n = as_integer(v);
-    if (!n) throw FormatError(element(key, i) + " = " + v.dump() + " is not an integer");
+    if (!n) throw FormatError(element(key, i).str() + " = " + v.dump() + " is not an integer");
     return *n;
   }
 
-  std::string element(const char* key, size_t i) const {
-    return where_ + "." + key + "[" + std::to_string(i) + "]";
-  }
+  firefox::JsonColumnElement element(const char* key, size_t i) const { return {where_, key, i}; }
 
  private:
   const json& table_;
-  std::string where_;
+  JsonPath where_;
   size_t length_ = 0;
 };
 
@@ -213,13 +213,12 @@ class FirefoxReader {
 
   Profile read() {
     if (!root_.is_object()) throw FormatError("not a Firefox profile: the JSON document is not an object");
-    const json& meta = member(root_, firefox::profile::kMeta, "profile");
+    const json& meta = member(root_, firefox::profile::kMeta, JsonPath());
     const json* version = optional_member(meta, firefox::meta::kPreprocessedProfileVersion);
     if (version == nullptr || !version->is_number()) {
-      throw FormatError(
-          "not a Firefox processed profile (meta.preprocessedProfileVersion is missing; Gecko or other "
-          "formats are not "
-          "read)");
+      throw FormatError("not a Firefox processed profile (" +
+                        path::meta(firefox::meta::kPreprocessedProfileVersion).str() +
+                        " is missing; Gecko or other formats are not read)");
     }
     const auto v = as_integer(*version);
     if (!v || *v < kFirefoxReaderMinVersion || *v > kFirefoxReaderMaxVersion) {
@@ -240,14 +239,16 @@ class FirefoxReader {
     ProfileMeta& out = p_.meta;
     RecordingInfo& info = out.recording;
     out.product = optional_string(meta, firefox::meta::kProduct);
-    interval_ns_ =
-        ms_to_ns(as_number(member(meta, firefox::meta::kInterval, "meta"), "meta.interval"), "meta.interval");
-    if (interval_ns_ <= 0) throw FormatError("meta.interval must be positive");
+    const JsonPath interval = path::meta(firefox::meta::kInterval);
+    interval_ns_ = ms_to_ns(
+        as_number(member(meta, firefox::meta::kInterval, JsonPath().key(firefox::profile::kMeta)), interval),
+        interval);
+    if (interval_ns_ <= 0) throw FormatError(interval.str() + " must be positive");
     info.interval_ns = static_cast<uint64_t>(interval_ns_);
     if (const json* start = optional_member(meta, firefox::meta::kStartTime);
         start != nullptr && start->is_number()) {
-      info.start_unix_ns =
-          static_cast<uint64_t>(std::max<int64_t>(0, ms_to_ns(start->get<double>(), "meta.startTime")));
+      info.start_unix_ns = static_cast<uint64_t>(
+          std::max<int64_t>(0, ms_to_ns(start->get<double>(), path::meta(firefox::meta::kStartTime))));
     }
     if (const json* mono = optional_member(meta, firefox::meta::kStartTimeAsClockMonotonicNs);
         mono != nullptr) {
@@ -256,7 +257,7 @@ class FirefoxReader {
     }
     if (const json* end = optional_member(meta, firefox::meta::kProfilingEndTime);
         end != nullptr && end->is_number()) {
-      info.end_mono_ns = to_mono(end->get<double>(), "meta.profilingEndTime");
+      info.end_mono_ns = to_mono(end->get<double>(), path::meta(firefox::meta::kProfilingEndTime));
     }
     if (const json* cpus = optional_member(meta, firefox::meta::kLogicalCpus); cpus != nullptr) {
       const auto n = as_integer(*cpus);
@@ -276,9 +277,10 @@ class FirefoxReader {
       cpu_delta_scale_ = 0;  // cycles or unknown: no CPU time to recover
     }
 
-    const json& categories = member(meta, firefox::meta::kCategories, "meta");
+    const json& categories =
+        member(meta, firefox::meta::kCategories, JsonPath().key(firefox::profile::kMeta));
     if (!categories.is_array() || categories.empty())
-      throw FormatError("meta.categories is not a non-empty array");
+      throw FormatError(path::meta(firefox::meta::kCategories).str() + " is not a non-empty array");
     for (const json& c : categories)
       category_map_.push_back(category_from_name(optional_string(c, firefox::category::kName)));
 
@@ -342,7 +344,8 @@ class FirefoxReader {
   }
 
   // A time in ms relative to meta.startTime as a monotonic timestamp (clamped at 0).
-  uint64_t to_mono(double ms, const std::string& where) const {
+  template <typename Where>
+  uint64_t to_mono(double ms, const Where& where) const {
     const int64_t rel = ms_to_ns(ms, where);
     const auto start =
         static_cast<int64_t>(std::min<uint64_t>(p_.meta.recording.start_mono_ns, INT64_MAX / 2));
@@ -350,11 +353,12 @@ class FirefoxReader {
   }
 
   void read_libs() {
-    const json& libs = member(root_, firefox::profile::kLibs, "profile");
-    if (!libs.is_array()) throw FormatError("profile.libs is not an array");
+    const json& libs = member(root_, firefox::profile::kLibs, JsonPath());
+    if (!libs.is_array())
+      throw FormatError(JsonPath().key(firefox::profile::kLibs).str() + " is not an array");
     for (size_t i = 0; i < libs.size(); ++i) {
       const json& l = libs[i];
-      const std::string where = "libs[" + std::to_string(i) + "]";
+      const JsonPath where = path::lib(i);
       Lib lib;
       lib.name = string_member(l, firefox::lib::kName, where);
       lib.path = optional_string(l, firefox::lib::kPath);
@@ -369,13 +373,14 @@ class FirefoxReader {
   }
 
   void read_shared() {
-    const json& shared = member(root_, firefox::profile::kShared, "profile");
-    const json& strings = member(shared, firefox::shared::kStringArray, "shared");
-    if (!strings.is_array()) throw FormatError("shared.stringArray is not an array");
+    const JsonPath shared_path = JsonPath().key(firefox::profile::kShared);
+    const JsonPath string_array = path::shared(firefox::shared::kStringArray);
+    const json& shared = member(root_, firefox::profile::kShared, JsonPath());
+    const json& strings = member(shared, firefox::shared::kStringArray, shared_path);
+    if (!strings.is_array()) throw FormatError(string_array.str() + " is not an array");
     string_values_.reserve(strings.size());
     for (size_t i = 0; i < strings.size(); ++i) {
-      if (!strings[i].is_string())
-        throw FormatError("shared.stringArray[" + std::to_string(i) + "] is not a string");
+      if (!strings[i].is_string()) throw FormatError(string_array.at(i).str() + " is not a string");
       string_values_.push_back(&strings[i].get_ref<const std::string&>());
     }
     const size_t n_strings = string_values_.size();
@@ -383,39 +388,39 @@ class FirefoxReader {
     // sources: file names of functions.
     std::vector<uint32_t> source_file;
     if (optional_member(shared, firefox::shared::kSources) != nullptr) {
-      const Table sources(shared, firefox::shared::kSources, "shared");
+      const Table sources(shared, firefox::shared::kSources, shared_path);
       const json& filename = sources.column(firefox::sources::kFilename);
       for (size_t i = 0; i < sources.length(); ++i) {
         source_file.push_back(
-            sources.index(filename, firefox::sources::kFilename, i, n_strings, "shared.stringArray"));
+            sources.index(filename, firefox::sources::kFilename, i, n_strings, string_array));
       }
     }
 
-    const Table resources(shared, firefox::shared::kResourceTable, "shared");
+    const Table resources(shared, firefox::shared::kResourceTable, shared_path);
     std::vector<uint32_t> resource_lib;
     {
       // The column check comes first: a bogus length must not size an allocation.
       const json& lib = resources.column(firefox::resources::kLib);
       for (size_t i = 0; i < resources.length(); ++i) {
-        resource_lib.push_back(
-            resources.index(lib, firefox::resources::kLib, i, lib_map_.size(), "libs", true));
+        resource_lib.push_back(resources.index(lib, firefox::resources::kLib, i, lib_map_.size(),
+                                               JsonPath().key(firefox::profile::kLibs), true));
       }
     }
 
-    const Table symbols(shared, firefox::shared::kNativeSymbols, "shared");
+    const Table symbols(shared, firefox::shared::kNativeSymbols, shared_path);
     {
       const json& lib = symbols.column(firefox::native_symbols::kLibIndex);
       const json& address = symbols.column(firefox::native_symbols::kAddress);
       const json& name = symbols.column(firefox::native_symbols::kName);
       const json& size = symbols.column(firefox::native_symbols::kFunctionSize);
       for (size_t i = 0; i < symbols.length(); ++i) {
-        const uint32_t l = symbols.index(lib, firefox::native_symbols::kLibIndex, i, lib_map_.size(), "libs");
+        const uint32_t l = symbols.index(lib, firefox::native_symbols::kLibIndex, i, lib_map_.size(),
+                                         JsonPath().key(firefox::profile::kLibs));
         const int64_t a = symbols.integer(address, firefox::native_symbols::kAddress, i, 0);
-        const uint32_t s =
-            symbols.index(name, firefox::native_symbols::kName, i, n_strings, "shared.stringArray");
+        const uint32_t s = symbols.index(name, firefox::native_symbols::kName, i, n_strings, string_array);
         const int64_t sz = symbols.integer(size, firefox::native_symbols::kFunctionSize, i, 0);
         if (a < 0 || sz < 0)
-          throw FormatError(symbols.element(firefox::native_symbols::kAddress, i) +
+          throw FormatError(symbols.element(firefox::native_symbols::kAddress, i).str() +
                             " or its size is negative");
         symbol_map_.push_back(p_.intern_native_symbol(lib_map_[l], static_cast<uint64_t>(a),
                                                       static_cast<uint64_t>(sz), *string_values_[s]));
@@ -423,17 +428,17 @@ class FirefoxReader {
       }
     }
 
-    const Table funcs(shared, firefox::shared::kFuncTable, "shared");
+    const Table funcs(shared, firefox::shared::kFuncTable, shared_path);
     {
       const json& name = funcs.column(firefox::funcs::kName);
       const json& resource = funcs.column(firefox::funcs::kResource);
       const json& source = funcs.column(firefox::funcs::kSource);
       for (size_t i = 0; i < funcs.length(); ++i) {
-        const uint32_t s = funcs.index(name, firefox::funcs::kName, i, n_strings, "shared.stringArray");
+        const uint32_t s = funcs.index(name, firefox::funcs::kName, i, n_strings, string_array);
         const uint32_t r = funcs.index(resource, firefox::funcs::kResource, i, resources.length(),
-                                       "shared.resourceTable", true, true);
-        const uint32_t src =
-            funcs.index(source, firefox::funcs::kSource, i, source_file.size(), "shared.sources", true);
+                                       path::shared(firefox::shared::kResourceTable), true, true);
+        const uint32_t src = funcs.index(source, firefox::funcs::kSource, i, source_file.size(),
+                                         path::shared(firefox::shared::kSources), true);
         const uint32_t lib = r == kNoIndex ? kNoIndex : resource_lib[r];
         const std::string_view file =
             src == kNoIndex ? std::string_view() : *string_values_[source_file[src]];
@@ -442,7 +447,7 @@ class FirefoxReader {
       }
     }
 
-    const Table frames(shared, firefox::shared::kFrameTable, "shared");
+    const Table frames(shared, firefox::shared::kFrameTable, shared_path);
     {
       const json& address = frames.column(firefox::frames::kAddress);
       const json& inline_depth = frames.column(firefox::frames::kInlineDepth);
@@ -453,27 +458,28 @@ class FirefoxReader {
       const json& column = frames.column(firefox::frames::kColumn);
       for (size_t i = 0; i < frames.length(); ++i) {
         Frame f;
-        const uint32_t fn =
-            frames.index(func, firefox::frames::kFunc, i, func_map_.size(), "shared.funcTable");
+        const uint32_t fn = frames.index(func, firefox::frames::kFunc, i, func_map_.size(),
+                                         path::shared(firefox::shared::kFuncTable));
         f.func = func_map_[fn];
         const uint32_t sym = frames.index(symbol, firefox::frames::kNativeSymbol, i, symbol_map_.size(),
-                                          "shared.nativeSymbols", true);
+                                          path::shared(firefox::shared::kNativeSymbols), true);
         f.native_symbol = sym == kNoIndex ? kNoIndex : symbol_map_[sym];
         f.lib = sym != kNoIndex ? symbol_lib_[sym] : p_.funcs[f.func].lib;
         const int64_t a = frames.integer(address, firefox::frames::kAddress, i, -1);
-        if (a < -1) throw FormatError(frames.element(firefox::frames::kAddress, i) + " is negative");
+        if (a < -1) throw FormatError(frames.element(firefox::frames::kAddress, i).str() + " is negative");
         f.address = a;
         const int64_t depth = frames.integer(inline_depth, firefox::frames::kInlineDepth, i, 0);
         if (depth < 0 || depth > 255)
-          throw FormatError(frames.element(firefox::frames::kInlineDepth, i) + " is not in 0..255");
+          throw FormatError(frames.element(firefox::frames::kInlineDepth, i).str() + " is not in 0..255");
         f.inline_depth = static_cast<uint8_t>(depth);
         const uint32_t c = frames.index(category, firefox::frames::kCategory, i, category_map_.size(),
-                                        "meta.categories", true);
+                                        path::meta(firefox::meta::kCategories), true);
         f.category = c == kNoIndex ? Category::kOther : category_map_[c];
         const int64_t ln = frames.integer(line, firefox::frames::kLine, i, 0);
         const int64_t col = frames.integer(column, firefox::frames::kColumn, i, 0);
         if (ln < 0 || col < 0 || ln > UINT32_MAX || col > UINT32_MAX) {
-          throw FormatError(frames.element(firefox::frames::kLine, i) + " or its column is out of range");
+          throw FormatError(frames.element(firefox::frames::kLine, i).str() +
+                            " or its column is out of range");
         }
         f.line = static_cast<uint32_t>(ln);
         f.column = static_cast<uint32_t>(col);
@@ -482,20 +488,21 @@ class FirefoxReader {
       }
     }
 
-    const Table stacks(shared, firefox::shared::kStackTable, "shared");
+    const Table stacks(shared, firefox::shared::kStackTable, shared_path);
     {
       const json& frame = stacks.column(firefox::stacks::kFrame);
       if (!stacks.has(firefox::stacks::kPrefixOffset)) {
-        throw FormatError("shared.stackTable has no prefixOffset column (a layout older than version 66)");
+        throw FormatError(path::shared(firefox::shared::kStackTable).str() + " has no " +
+                          firefox::stacks::kPrefixOffset + " column (a layout older than version 66)");
       }
       const json& offset = stacks.column(firefox::stacks::kPrefixOffset);
       for (size_t i = 0; i < stacks.length(); ++i) {
-        const uint32_t fr =
-            stacks.index(frame, firefox::stacks::kFrame, i, frame_map_.size(), "shared.frameTable");
+        const uint32_t fr = stacks.index(frame, firefox::stacks::kFrame, i, frame_map_.size(),
+                                         path::shared(firefox::shared::kFrameTable));
         const int64_t off = stacks.integer(offset, firefox::stacks::kPrefixOffset, i, -1);
         if (off < 0 || static_cast<uint64_t>(off) > i) {
-          throw FormatError(stacks.element(firefox::stacks::kPrefixOffset, i) + " = " + std::to_string(off) +
-                            " does not point at an earlier stack");
+          throw FormatError(stacks.element(firefox::stacks::kPrefixOffset, i).str() + " = " +
+                            std::to_string(off) + " does not point at an earlier stack");
         }
         const uint32_t prefix = off == 0 ? kNoIndex : stack_map_[i - static_cast<size_t>(off)];
         stack_map_.push_back(p_.intern_stack(prefix, frame_map_[fr]));
@@ -504,28 +511,29 @@ class FirefoxReader {
   }
 
   void read_threads() {
-    const json& threads = member(root_, firefox::profile::kThreads, "profile");
-    if (!threads.is_array()) throw FormatError("profile.threads is not an array");
-    for (size_t i = 0; i < threads.size(); ++i) read_thread(threads[i], "threads[" + std::to_string(i) + "]");
+    const json& threads = member(root_, firefox::profile::kThreads, JsonPath());
+    if (!threads.is_array())
+      throw FormatError(JsonPath().key(firefox::profile::kThreads).str() + " is not an array");
+    for (size_t i = 0; i < threads.size(); ++i) read_thread(threads[i], path::thread(i));
   }
 
-  static int32_t parse_id(const json& v, const std::string& where) {
+  static int32_t parse_id(const json& v, const JsonPath& where) {
     if (v.is_string()) {
       const std::string& s = v.get_ref<const std::string&>();
       char* end = nullptr;
       errno = 0;
       const long n = std::strtol(s.c_str(), &end, 10);
       if (s.empty() || *end != '\0' || errno != 0 || n < INT32_MIN || n > INT32_MAX) {
-        throw FormatError(where + " = \"" + s + "\" is not a number");
+        throw FormatError(where.str() + " = \"" + s + "\" is not a number");
       }
       return static_cast<int32_t>(n);
     }
     const auto n = as_integer(v);
-    if (!n || *n < INT32_MIN || *n > INT32_MAX) throw FormatError(where + " is not a number");
+    if (!n || *n < INT32_MIN || *n > INT32_MAX) throw FormatError(where.str() + " is not a number");
     return static_cast<int32_t>(*n);
   }
 
-  void read_thread(const json& t, const std::string& where) {
+  void read_thread(const json& t, const JsonPath& where) {
     if (const json* calls = optional_member(t, firefox::kCallsThreadField);
         calls != nullptr && calls->is_boolean() && calls->get<bool>()) {
       read_calls_thread(t, where);
@@ -534,14 +542,16 @@ class FirefoxReader {
     Thread thread;
     thread.name = optional_string(t, firefox::thread::kName);
     thread.process_name = optional_string(t, firefox::thread::kProcessName);
-    thread.pid = parse_id(member(t, firefox::thread::kPid, where), where + ".pid");
-    thread.tid = parse_id(member(t, firefox::thread::kTid, where), where + ".tid");
+    thread.pid = parse_id(member(t, firefox::thread::kPid, where), where.key(firefox::thread::kPid));
+    thread.tid = parse_id(member(t, firefox::thread::kTid, where), where.key(firefox::thread::kTid));
     const json* is_main = optional_member(t, firefox::thread::kIsMainThread);
     thread.is_main = is_main != nullptr && is_main->is_boolean() && is_main->get<bool>();
     const json& reg = member(t, firefox::thread::kRegisterTime, where);
-    if (reg.is_number()) thread.start_ns = to_mono(reg.get<double>(), where + ".registerTime");
+    if (reg.is_number())
+      thread.start_ns = to_mono(reg.get<double>(), where.key(firefox::thread::kRegisterTime));
     const json& unreg = member(t, firefox::thread::kUnregisterTime, where);
-    if (unreg.is_number()) thread.end_ns = to_mono(unreg.get<double>(), where + ".unregisterTime");
+    if (unreg.is_number())
+      thread.end_ns = to_mono(unreg.get<double>(), where.key(firefox::thread::kUnregisterTime));
 
     const Table samples(t, firefox::thread::kSamples, where);
     const size_t n = samples.length();
@@ -570,14 +580,14 @@ class FirefoxReader {
       Sample& s = thread.samples[i];
       if (ends != nullptr && (*ends)[i].is_number_unsigned() && (*ends)[i].get<uint64_t>() <= 3)
         s.stack_end = static_cast<StackEnd>((*ends)[i].get<uint64_t>());
-      const uint32_t st =
-          samples.index(stack, firefox::samples::kStack, i, stack_map_.size(), "shared.stackTable", true);
+      const uint32_t st = samples.index(stack, firefox::samples::kStack, i, stack_map_.size(),
+                                        path::shared(firefox::shared::kStackTable), true);
       s.stack = st == kNoIndex ? kNoIndex : stack_map_[st];
       if (cpu != nullptr && !(*cpu)[i].is_null()) {
         const double d = as_number((*cpu)[i], samples.element(firefox::samples::kThreadCpuDelta, i)) *
                          static_cast<double>(cpu_delta_scale_);
         if (!(d >= 0) || d > 9.0e18)
-          throw FormatError(samples.element(firefox::samples::kThreadCpuDelta, i) + " is out of range");
+          throw FormatError(samples.element(firefox::samples::kThreadCpuDelta, i).str() + " is out of range");
         s.cpu_delta_ns = static_cast<uint64_t>(std::llround(d));
       }
     }
@@ -601,7 +611,7 @@ class FirefoxReader {
         const int64_t k = index != nullptr ? as_integer(*index).value_or(-1) : -1;
         const int64_t ns = off != nullptr ? as_integer(*off).value_or(-1) : -1;
         if (k < 0 || static_cast<uint64_t>(k) >= n || ns < 0) {
-          throw FormatError(markers.element(firefox::markers::kData, i) +
+          throw FormatError(markers.element(firefox::markers::kData, i).str() +
                             " is an off-CPU marker with an invalid sample or time");
         }
         Sample& s = thread.samples[static_cast<size_t>(k)];
@@ -618,8 +628,8 @@ class FirefoxReader {
   // The calls track (see firefox_format.h): each sample is one edge, its leaf frame's function the
   // callee, the function of the frame before it the caller (none: unknown caller), its weight the
   // count. Deeper frames, which hpd never writes, are ignored; a sample without a stack is no edge.
-  void read_calls_thread(const json& t, const std::string& where) {
-    const int32_t pid = parse_id(member(t, firefox::thread::kPid, where), where + ".pid");
+  void read_calls_thread(const json& t, const JsonPath& where) {
+    const int32_t pid = parse_id(member(t, firefox::thread::kPid, where), where.key(firefox::thread::kPid));
     const Table samples(t, firefox::thread::kSamples, where);
     const json& stack = samples.column(firefox::samples::kStack);
     const json* weight = nullptr;
@@ -628,14 +638,14 @@ class FirefoxReader {
         w != nullptr && !w->is_null())
       weight = &samples.column(firefox::samples::kWeight);
     for (size_t i = 0; i < samples.length(); ++i) {
-      const uint32_t st =
-          samples.index(stack, firefox::samples::kStack, i, stack_map_.size(), "shared.stackTable", true);
+      const uint32_t st = samples.index(stack, firefox::samples::kStack, i, stack_map_.size(),
+                                        path::shared(firefox::shared::kStackTable), true);
       if (st == kNoIndex) continue;
       int64_t count = 1;
       if (weight != nullptr) {
         count = samples.integer(*weight, firefox::samples::kWeight, i, -1);
         if (count < 0)
-          throw FormatError(samples.element(firefox::samples::kWeight, i) + " is not a call count");
+          throw FormatError(samples.element(firefox::samples::kWeight, i).str() + " is not a call count");
       }
       const Stack& leaf = p_.stacks[stack_map_[st]];
       CallEdge e;
@@ -668,7 +678,7 @@ class FirefoxReader {
     const int64_t max = integer(firefox::kLatencyMaxField);
     if (func < 0 || static_cast<uint64_t>(func) >= p_.funcs.size() || calls <= 0 || sum < 0 || total < 0 ||
         max < 0)
-      throw FormatError(markers.element(firefox::markers::kData, i) +
+      throw FormatError(markers.element(firefox::markers::kData, i).str() +
                         " is a call-latency marker without valid fields");
     CallLatency l;
     l.pid = pid;
@@ -688,12 +698,12 @@ class FirefoxReader {
         char* colon = nullptr;
         const unsigned long long bucket = std::strtoull(at, &colon, 10);
         if (colon == at || *colon != ':' || bucket > UINT32_MAX)
-          throw FormatError(markers.element(firefox::markers::kData, i) +
+          throw FormatError(markers.element(firefox::markers::kData, i).str() +
                             " has a malformed latency histogram");
         char* next = nullptr;
         const unsigned long long count = std::strtoull(colon + 1, &next, 10);
         if (next == colon + 1)
-          throw FormatError(markers.element(firefox::markers::kData, i) +
+          throw FormatError(markers.element(firefox::markers::kData, i).str() +
                             " has a malformed latency histogram");
         l.histogram.buckets.emplace_back(static_cast<uint32_t>(bucket), count);
         at = next;
@@ -713,7 +723,7 @@ class FirefoxReader {
     const int64_t calls = integer(firefox::kMipCallsField);
     const int64_t first = integer(firefox::kMipFirstCallField);
     if (calls < 0 || first < 0)
-      throw FormatError(markers.element(firefox::markers::kData, i) +
+      throw FormatError(markers.element(firefox::markers::kData, i).str() +
                         " is a MIP marker without valid calls or firstCall");
     MipCount c;
     c.pid = pid;
@@ -727,7 +737,7 @@ class FirefoxReader {
     } else {
       const int64_t name = integer(firefox::kMipFunctionField);
       if (name < 0 || static_cast<uint64_t>(name) >= string_values_.size())
-        throw FormatError(markers.element(firefox::markers::kData, i) +
+        throw FormatError(markers.element(firefox::markers::kData, i).str() +
                           " is a MIP marker without a valid function");
       const std::string module = optional_string(d, firefox::kMipModuleField);
       uint32_t lib = kNoIndex;

@@ -1,5 +1,6 @@
-// Firefox Profiler processed-format writer (version 66): the Profile and the tables derived from it
-// (firefox_tables.h) streamed as JSON columns.
+// Firefox Profiler processed-format writer (version 66): derives the rows of each table from the
+// Profile (firefox/tables.h for the shared ones, the threads' samples and markers here) and has the
+// tables (firefox/*_table.h) serialize themselves; the meta, libs and thread objects are written here.
 //
 // Version 66 because it is what samply emits and what the deployed profiler.firefox.com accepts
 // unchanged; the newer 70 is refused by the production build (see the format reference).
@@ -7,18 +8,18 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <ostream>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "firefox/marker_table.h"
+#include "firefox/samples_table.h"
+#include "firefox/tables.h"
 #include "firefox_format.h"
-#include "firefox_tables.h"
 #include "hpd/base/hex.h"
 #include "hpd/export/firefox.h"
 #include "hpd/export/firefox/schema.h"
@@ -40,14 +41,6 @@ std::vector<uint8_t> hex_bytes(std::string_view hex) {
   return from_hex(hex).value_or(std::vector<uint8_t>{});
 }
 
-// Two vectors read as one: the profile's rows followed by rows the writer adds.
-template <typename T>
-struct ConcatRows {
-  const std::vector<T>& first;
-  const std::vector<T>& second;
-  const T& operator[](size_t i) const { return i < first.size() ? first[i] : second[i - first.size()]; }
-};
-
 class FirefoxWriter {
  public:
   FirefoxWriter(const Profile& profile, const firefox::Tables& tables, json::ByteSink& sink)
@@ -64,26 +57,6 @@ class FirefoxWriter {
   }
 
  private:
-  template <typename F>
-  void column(const char* name, size_t n, F&& each) {
-    w_.key(name);
-    w_.begin_array();
-    for (size_t i = 0; i < n; ++i) each(i);
-    w_.end_array();
-  }
-
-  void repeated(const char* name, size_t n, std::string_view token) {
-    column(name, n, [&](size_t) { w_.raw(token); });
-  }
-
-  void index_or_null(uint32_t index) {
-    if (index == kNoIndex) {
-      w_.null();
-    } else {
-      w_.uint(index);
-    }
-  }
-
   void extra_entry(const char* label, const char* format, const std::string& value) {
     if (value.empty()) return;
     w_.begin_object();
@@ -423,128 +396,22 @@ class FirefoxWriter {
   void write_shared() {
     w_.key(firefox::profile::kShared);
     w_.begin_object();
-
     w_.key(firefox::shared::kStringArray);
-    w_.begin_array();
-    for (const std::string& s : p_.strings.strings()) w_.string(s);
-    for (std::string_view s : t_.extra_strings) w_.string(s);
-    w_.end_array();
-
-    const size_t sources = t_.source_files.size();
+    t_.strings.serialize(w_);
     w_.key(firefox::shared::kSources);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(sources);
-    repeated(firefox::sources::kId, sources, "null");
-    column(firefox::sources::kFilename, sources, [&](size_t i) { w_.uint(t_.source_files[i]); });
-    repeated(firefox::sources::kStartLine, sources, "1");
-    repeated(firefox::sources::kStartColumn, sources, "1");
-    repeated(firefox::sources::kSourceMapUrl, sources, "null");
-    repeated(firefox::sources::kContent, sources, "null");
-    w_.end_object();
-
+    t_.sources.serialize(w_);
     w_.key(firefox::shared::kSourceLocationTable);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(0);
-    repeated(firefox::source_locations::kSource, 0, "");
-    repeated(firefox::source_locations::kLine, 0, "");
-    repeated(firefox::source_locations::kColumn, 0, "");
-    w_.end_object();
-
-    // One resource per lib, at the lib's index.
-    const size_t libs = p_.libs.size();
+    t_.source_locations.serialize(w_);
     w_.key(firefox::shared::kResourceTable);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(libs);
-    column(firefox::resources::kLib, libs, [&](size_t i) { w_.uint(i); });
-    column(firefox::resources::kName, libs, [&](size_t i) { w_.uint(t_.lib_name_string[i]); });
-    repeated(firefox::resources::kHost, libs, "null");
-    repeated(firefox::resources::kType, libs, "1");  // 1 = Library
-    w_.end_object();
-
-    const size_t symbols = t_.native_symbols_written.size();
-    const auto symbol = [&](size_t i) -> const NativeSymbol& {
-      return p_.native_symbols[t_.native_symbols_written[i]];
-    };
+    t_.resources.serialize(w_);
     w_.key(firefox::shared::kNativeSymbols);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(symbols);
-    column(firefox::native_symbols::kLibIndex, symbols, [&](size_t i) { w_.uint(symbol(i).lib); });
-    column(firefox::native_symbols::kAddress, symbols, [&](size_t i) { w_.uint(symbol(i).address); });
-    column(firefox::native_symbols::kName, symbols, [&](size_t i) { w_.uint(symbol(i).name); });
-    column(firefox::native_symbols::kFunctionSize, symbols, [&](size_t i) {
-      if (symbol(i).size == 0) {
-        w_.null();
-      } else {
-        w_.uint(symbol(i).size);
-      }
-    });
-    w_.end_object();
-
-    const size_t funcs = p_.funcs.size();
+    t_.native_symbols.serialize(w_);
     w_.key(firefox::shared::kFuncTable);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(funcs);
-    column(firefox::funcs::kName, funcs, [&](size_t i) { w_.uint(p_.funcs[i].name); });
-    repeated(firefox::funcs::kIsJs, funcs, "false");
-    repeated(firefox::funcs::kRelevantForJs, funcs, "false");
-    column(firefox::funcs::kResource, funcs, [&](size_t i) {
-      const uint32_t lib = p_.funcs[i].lib;
-      if (lib == kNoIndex) {
-        w_.int64(-1);
-      } else {
-        w_.uint(lib);
-      }
-    });
-    column(firefox::funcs::kSource, funcs, [&](size_t i) { index_or_null(t_.source_of_func[i]); });
-    repeated(firefox::funcs::kLineNumber, funcs, "null");
-    repeated(firefox::funcs::kColumnNumber, funcs, "null");
-    repeated(firefox::funcs::kOriginalLocation, funcs, "null");
-    w_.end_object();
-
-    const size_t frames = p_.frames.size() + t_.calls_frames.size();
-    const ConcatRows<Frame> fr{p_.frames, t_.calls_frames};
+    t_.funcs.serialize(w_);
     w_.key(firefox::shared::kFrameTable);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(frames);
-    column(firefox::frames::kAddress, frames,
-           [&](size_t i) { w_.int64(fr[i].address < 0 ? -1 : fr[i].address); });
-    column(firefox::frames::kInlineDepth, frames, [&](size_t i) { w_.uint(fr[i].inline_depth); });
-    column(firefox::frames::kCategory, frames,
-           [&](size_t i) { w_.uint(static_cast<uint32_t>(fr[i].category)); });
-    repeated(firefox::frames::kSubcategory, frames, "0");
-    column(firefox::frames::kFunc, frames, [&](size_t i) { w_.uint(fr[i].func); });
-    column(firefox::frames::kNativeSymbol, frames, [&](size_t i) {
-      index_or_null(fr[i].native_symbol == kNoIndex ? kNoIndex : t_.native_symbol_out[fr[i].native_symbol]);
-    });
-    repeated(firefox::frames::kInnerWindowId, frames, "0");
-    column(firefox::frames::kLine, frames,
-           [&](size_t i) { index_or_null(fr[i].line == 0 ? kNoIndex : fr[i].line); });
-    column(firefox::frames::kColumn, frames,
-           [&](size_t i) { index_or_null(fr[i].column == 0 ? kNoIndex : fr[i].column); });
-    repeated(firefox::frames::kOriginalLocation, frames, "null");
-    w_.end_object();
-
-    const size_t stacks = p_.stacks.size() + t_.calls_stacks.size();
-    const ConcatRows<Stack> st{p_.stacks, t_.calls_stacks};
+    t_.frames.serialize(w_);
     w_.key(firefox::shared::kStackTable);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(stacks);
-    column(firefox::stacks::kFrame, stacks, [&](size_t i) { w_.uint(st[i].frame); });
-    // 0 = root; otherwise the prefix is that many entries back (hpd::validate() and prepare_calls()
-    // ensured prefix < i).
-    column(firefox::stacks::kPrefixOffset, stacks, [&](size_t i) {
-      const uint32_t prefix = st[i].prefix;
-      w_.uint(prefix == kNoIndex ? 0 : i - prefix);
-    });
-    w_.end_object();
-
+    t_.stacks.serialize(w_);
     w_.end_object();
   }
 
@@ -569,7 +436,6 @@ class FirefoxWriter {
     }
     const auto process = t_.processes.find(track.pid);
     const int64_t start = process != t_.processes.end() ? process->second.startup : 0;
-    const size_t n = track.edges.size();
 
     w_.begin_object();
     w_.key(firefox::thread::kName);
@@ -588,66 +454,42 @@ class FirefoxWriter {
     w_.boolean(true);
     write_lifetimes(process != t_.processes.end() ? &process->second : nullptr, start, std::nullopt);
 
+    firefox::SamplesTable samples({.weight = true, .cpu = false});
+    samples.reserve(track.edges.size());
+    for (size_t i = 0; i < track.edges.size(); ++i) {
+      firefox::SamplesTable::Row row;
+      row.stack = track.stacks[i];
+      row.time_ns = start;
+      row.weight = p_.call_edges[track.edges[i]].count;
+      samples.add(row);
+    }
     w_.key(firefox::thread::kSamples);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(n);
-    // "samples" with a weight column: the call tree sums the weights as counts (its Float64 sums are
-    // exact up to 2^53); "tracing-ms" would show them as milliseconds.
-    w_.key(firefox::samples::kWeightType);
-    w_.string("samples");
-    column(firefox::samples::kWeight, n, [&](size_t i) { w_.uint(p_.call_edges[track.edges[i]].count); });
-    column(firefox::samples::kStack, n, [&](size_t i) { w_.uint(track.stacks[i]); });
-    column(firefox::samples::kTime, n, [&](size_t) { w_.ns_as_ms(start); });
-    w_.end_object();
+    samples.serialize(w_);
 
-    write_latency_markers(track.pid, start);
+    w_.key(firefox::thread::kMarkers);
+    latency_markers(track.pid, start).serialize(w_);
     w_.end_object();
   }
 
   // One instant marker per timed function of the process (see firefox_format.h).
-  void write_latency_markers(int32_t pid, int64_t start) {
-    std::vector<uint32_t> timed;
-    for (size_t i = 0; i < p_.call_latency.size(); ++i)
-      if (p_.call_latency[i].pid == pid && p_.call_latency[i].calls != 0)
-        timed.push_back(static_cast<uint32_t>(i));
-    const size_t m = timed.size();
-    w_.key(firefox::thread::kMarkers);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(m);
-    column(firefox::markers::kData, m, [&](size_t k) {
-      const CallLatency& l = p_.call_latency[timed[k]];
-      w_.begin_object();
-      w_.key(firefox::markers::kDataType);
-      w_.string(firefox::kLatencySchema);
-      w_.key(firefox::kLatencyFunctionField);
-      w_.uint(p_.funcs[l.func].name);
-      w_.key(firefox::kLatencyCallsField);
-      w_.uint(l.calls);
-      w_.key(firefox::kLatencyAvgField);
-      w_.uint(l.sum_ns / l.calls);
-      w_.key(firefox::kLatencyP95Field);
-      w_.uint(l.histogram.quantile_ns(0.95, l.max_ns));
-      w_.key(firefox::kLatencyMaxField);
-      w_.uint(l.max_ns);
-      w_.key(firefox::kLatencyTotalField);
-      w_.uint(l.outer_ns);
-      w_.key(firefox::kLatencySumField);
-      w_.uint(l.sum_ns);
-      w_.key(firefox::kLatencyHistogramField);
-      w_.string(histogram_text(l.histogram));
-      w_.key(firefox::kLatencyFuncField);
-      w_.uint(l.func);
-      w_.end_object();
-    });
-    column(firefox::markers::kName, m,
-           [&](size_t k) { w_.uint(p_.funcs[p_.call_latency[timed[k]].func].name); });
-    column(firefox::markers::kStartTime, m, [&](size_t) { w_.ns_as_ms(start); });
-    column(firefox::markers::kEndTime, m, [&](size_t) { w_.null(); });
-    column(firefox::markers::kPhase, m, [&](size_t) { w_.uint(0); });  // Instant
-    column(firefox::markers::kCategory, m, [&](size_t) { w_.uint(static_cast<int>(Category::kUser)); });
-    w_.end_object();
+  firefox::MarkerTable latency_markers(int32_t pid, int64_t start) const {
+    firefox::MarkerTable markers;
+    for (const CallLatency& l : p_.call_latency) {
+      if (l.pid != pid || l.calls == 0) continue;
+      const firefox::StringIndex name = firefox::string_row(p_.funcs[l.func].name);
+      firefox::LatencyMarkerData data;
+      data.function = name;
+      data.calls = l.calls;
+      data.avg_ns = l.sum_ns / l.calls;
+      data.p95_ns = l.histogram.quantile_ns(0.95, l.max_ns);
+      data.max_ns = l.max_ns;
+      data.total_ns = l.outer_ns;
+      data.sum_ns = l.sum_ns;
+      data.histogram = histogram_text(l.histogram);
+      data.func = firefox::func_row(l.func);
+      markers.add({std::move(data), name, start, std::nullopt, Category::kUser});
+    }
+    return markers;
   }
 
   void write_thread(const Thread& t, const std::vector<uint32_t>* mip) {
@@ -688,30 +530,43 @@ class FirefoxWriter {
     write_lifetimes(&t_.processes.at(t.pid), t_.thread_start(t),
                     t.end_ns != 0 ? std::optional<int64_t>(t_.relative_ns(t.end_ns)) : std::nullopt);
 
-    w_.key(firefox::thread::kSamples);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(n);
-    w_.key(firefox::samples::kWeightType);
-    w_.string("samples");
-    if (has_off_cpu) {
-      write_weights(n, sample);
-    } else {
-      w_.key(firefox::samples::kWeight);
-      w_.null();
-    }
-    column(firefox::samples::kStack, n, [&](size_t i) { index_or_null(sample(i).stack); });
-    column(firefox::samples::kTime, n, [&](size_t i) { w_.ns_as_ms(t_.relative_ns(sample(i).time_ns)); });
-    column(firefox::samples::kThreadCpuDelta, n, [&](size_t i) {
+    // Off-CPU interval markers first, then one MIP instant marker per count in `mip`.
+    firefox::SamplesTable samples({.weight = has_off_cpu, .cpu = true});
+    firefox::MarkerTable markers;
+    samples.reserve(n);
+    OffCpuWeights weights(t_.interval_ns);
+    for (size_t i = 0; i < n; ++i) {
       const Sample& s = sample(i);
-      w_.uint(is_off_cpu_interval(s.kind) ? 0 : s.cpu_delta_ns);
-    });
-    column(firefox::kStackEndColumn, n,
-           [&](size_t i) { w_.uint(static_cast<uint8_t>(sample(i).stack_end)); });
+      firefox::SamplesTable::Row row;
+      if (s.stack != kNoIndex) row.stack = firefox::stack_row(s.stack);
+      row.time_ns = t_.relative_ns(s.time_ns);
+      row.stack_end = s.stack_end;
+      if (is_off_cpu_interval(s.kind)) {
+        row.weight = weights.next(s.off_cpu_ns);
+        // Blocked or waiting for a CPU, each its own schema. The interval assumes the sample is
+        // stamped when the thread left the CPU (samply's convention).
+        const bool waits = s.kind == SampleKind::kWaitCpu;
+        markers.add({firefox::OffCpuMarkerData{s.off_cpu_ns, static_cast<uint32_t>(i), waits},
+                     waits ? t_.wait_cpu_name : t_.off_cpu_name, row.time_ns,
+                     row.time_ns + capped_off_cpu_ns(s), waits ? Category::kWaitCpu : Category::kIdle});
+      } else {
+        row.cpu_delta_ns = s.cpu_delta_ns;
+      }
+      samples.add(row);
+    }
+    if (mip != nullptr) {
+      for (uint32_t k : *mip) add_mip_marker(p_.mip_counts[k], markers);
+    }
+    w_.key(firefox::thread::kSamples);
+    samples.serialize(w_);
+    w_.key(firefox::thread::kMarkers);
+    markers.serialize(w_);
     w_.end_object();
+  }
 
-    write_markers(n, sample, mip != nullptr ? *mip : std::vector<uint32_t>{});
-    w_.end_object();
+  // An off-CPU time that cannot overflow the signed nanosecond arithmetic of the times.
+  static int64_t capped_off_cpu_ns(const Sample& s) {
+    return static_cast<int64_t>(std::min<uint64_t>(s.off_cpu_ns, uint64_t{1} << 62));
   }
 
   // The call tree sums weights, so an off-CPU sample weighs the number of sampling intervals it
@@ -719,97 +574,34 @@ class FirefoxWriter {
   // the thread's next off-CPU sample. A thread's off-CPU weights thus add up to its total off-CPU
   // time in intervals, and a short block may weigh 0 (visible in the timeline, not in the tree),
   // where "at least 1" would inflate many short waits to many whole intervals.
-  template <typename SampleAt>
-  void write_weights(size_t n, const SampleAt& sample) {
-    const auto interval = static_cast<int64_t>(t_.interval_ns);
-    int64_t carry = 0;  // stays within [-interval/2, interval/2)
-    column(firefox::samples::kWeight, n, [&](size_t i) {
-      const Sample& s = sample(i);
-      if (!is_off_cpu_interval(s.kind)) {
-        w_.uint(1);
-        return;
-      }
-      const int64_t off = static_cast<int64_t>(std::min<uint64_t>(s.off_cpu_ns, uint64_t{1} << 62));
-      carry += off;
-      const int64_t weight = std::max<int64_t>(0, (carry + interval / 2) / interval);
-      carry -= weight * interval;
-      w_.int64(weight);
-    });
-  }
-
-  // Off-CPU interval markers first (blocked or waiting for a CPU, each its own schema), then one MIP
-  // instant marker per count in `mip`.
-  template <typename SampleAt>
-  void write_markers(size_t n, const SampleAt& sample, const std::vector<uint32_t>& mip) {
-    std::vector<uint32_t> off_cpu;
-    for (size_t i = 0; i < n; ++i) {
-      if (is_off_cpu_interval(sample(i).kind)) off_cpu.push_back(static_cast<uint32_t>(i));
+  class OffCpuWeights {
+   public:
+    explicit OffCpuWeights(uint64_t interval_ns) : interval_(static_cast<int64_t>(interval_ns)) {}
+    uint64_t next(uint64_t off_cpu_ns) {
+      carry_ += static_cast<int64_t>(std::min<uint64_t>(off_cpu_ns, uint64_t{1} << 62));
+      const int64_t weight = std::max<int64_t>(0, (carry_ + interval_ / 2) / interval_);
+      carry_ -= weight * interval_;
+      return static_cast<uint64_t>(weight);
     }
-    const size_t o = off_cpu.size();
-    const size_t m = o + mip.size();
-    const auto count = [&](size_t k) -> const MipCount& { return p_.mip_counts[mip[k - o]]; };
-    const auto waits = [&](size_t k) { return sample(off_cpu[k]).kind == SampleKind::kWaitCpu; };
-    w_.key(firefox::thread::kMarkers);
-    w_.begin_object();
-    w_.key(firefox::kLength);
-    w_.uint(m);
-    column(firefox::markers::kData, m, [&](size_t k) {
-      w_.begin_object();
-      w_.key(firefox::markers::kDataType);
-      if (k < o) {
-        w_.string(waits(k) ? firefox::kWaitCpuSchema : firefox::kOffCpuSchema);
-        w_.key(firefox::kOffCpuNsField);
-        w_.uint(sample(off_cpu[k]).off_cpu_ns);
-        w_.key(firefox::kOffCpuSampleField);
-        w_.uint(off_cpu[k]);
-      } else {
-        write_mip_data(count(k));
-      }
-      w_.end_object();
-    });
-    column(firefox::markers::kName, m, [&](size_t k) {
-      w_.uint(k >= o     ? p_.funcs[count(k).func].name
-              : waits(k) ? t_.wait_cpu_name_string
-                         : t_.off_cpu_name_string);
-    });
-    // The interval assumes the sample is stamped when the thread left the CPU (samply's convention).
-    column(firefox::markers::kStartTime, m, [&](size_t k) {
-      w_.ns_as_ms(t_.relative_ns(k < o ? sample(off_cpu[k]).time_ns : count(k).time_ns));
-    });
-    column(firefox::markers::kEndTime, m, [&](size_t k) {
-      if (k >= o) {
-        w_.null();  // an instant
-        return;
-      }
-      const Sample& s = sample(off_cpu[k]);
-      w_.ns_as_ms(t_.relative_ns(s.time_ns) +
-                  static_cast<int64_t>(std::min<uint64_t>(s.off_cpu_ns, uint64_t{1} << 62)));
-    });
-    column(firefox::markers::kPhase, m, [&](size_t k) { w_.uint(k < o ? 1 : 0); });  // Interval, Instant
-    column(firefox::markers::kCategory, m, [&](size_t k) {
-      w_.uint(static_cast<int>(k >= o ? Category::kUser : waits(k) ? Category::kWaitCpu : Category::kIdle));
-    });
-    w_.end_object();
-  }
 
-  void write_mip_data(const MipCount& c) {
+   private:
+    int64_t interval_;
+    int64_t carry_ = 0;  // stays within [-interval/2, interval/2)
+  };
+
+  void add_mip_marker(const MipCount& c, firefox::MarkerTable& markers) const {
     const Func& f = p_.funcs[c.func];
-    w_.string(firefox::kMipSchema);
-    w_.key(firefox::kMipFunctionField);
-    w_.uint(f.name);
-    w_.key(firefox::kMipModuleField);
-    w_.string(f.lib != kNoIndex ? p_.libs[f.lib].path : std::string());
-    w_.key(firefox::kMipCallsField);
-    w_.uint(c.calls);
-    w_.key(firefox::kMipFirstCallField);
-    w_.uint(c.first_call);
-    w_.key(firefox::kMipBlocksField);
-    w_.string(c.blocks_total != 0 ? std::to_string(c.blocks_covered) + "/" + std::to_string(c.blocks_total)
-                                  : std::string());
-    w_.key(firefox::kMipFuncField);
-    w_.uint(c.func);
-    w_.key(firefox::kMipCountsCallsField);
-    w_.uint(c.counts_calls ? 1 : 0);
+    firefox::MipMarkerData data;
+    data.function = firefox::string_row(f.name);
+    data.module = f.lib != kNoIndex ? p_.libs[f.lib].path : std::string();
+    data.calls = c.calls;
+    data.first_call = c.first_call;
+    if (c.blocks_total != 0)
+      data.blocks = std::to_string(c.blocks_covered) + "/" + std::to_string(c.blocks_total);
+    data.func = firefox::func_row(c.func);
+    data.counts_calls = c.counts_calls;
+    markers.add({std::move(data), firefox::string_row(f.name), t_.relative_ns(c.time_ns), std::nullopt,
+                 Category::kUser});
   }
 
   // The lifetime fields of a thread object, for sampled threads and calls tracks alike: its

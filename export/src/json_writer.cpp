@@ -40,10 +40,12 @@ bool plain_ascii(unsigned char c) {
   return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
 }
 
+// append(pointer, count) rather than append(first, last): the iterator pair goes through
+// std::string's general replace path, which took 8% of writing a profile.
 void append_uint(std::string& out, uint64_t v) {
   char tmp[24];
   const auto result = std::to_chars(tmp, tmp + sizeof(tmp), v);
-  out.append(tmp, result.ptr);
+  out.append(tmp, static_cast<size_t>(result.ptr - tmp));
 }
 
 }  // namespace
@@ -147,7 +149,7 @@ void Writer::int64(int64_t v) {
   before_value();
   char tmp[24];
   const auto result = std::to_chars(tmp, tmp + sizeof(tmp), v);
-  buf_.append(tmp, result.ptr);
+  buf_.append(tmp, static_cast<size_t>(result.ptr - tmp));
   maybe_flush();
 }
 

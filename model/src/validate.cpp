@@ -24,9 +24,8 @@ bool bad_optional(uint32_t index, size_t size) {
   return index != kNoIndex && index >= size;
 }
 
-}  // namespace
-
-std::optional<std::string> find_profile_violation(const Profile& p) {
+// Everything but the samples, in find_profile_violation's order.
+std::optional<std::string> find_table_violation(const Profile& p) {
   const size_t strings = p.strings.size();
   const size_t libs = p.libs.size();
   const size_t funcs = p.funcs.size();
@@ -58,17 +57,6 @@ std::optional<std::string> find_profile_violation(const Profile& p) {
     if (s.prefix != kNoIndex && s.prefix >= i)
       return row_of("stack", i) + " has prefix " + std::to_string(s.prefix) + ", which does not precede it";
   }
-  for (const Thread& t : p.threads) {
-    for (size_t i = 0; i < t.samples.size(); ++i) {
-      const uint32_t stack = t.samples[i].stack;
-      if (bad_optional(stack, p.stacks.size()))
-        return "sample " + std::to_string(i) + " of thread " + std::to_string(t.tid) +
-               refers("stack", stack, p.stacks.size());
-      if (static_cast<int>(t.samples[i].kind) >= kSampleKindCount)
-        return "sample " + std::to_string(i) + " of thread " + std::to_string(t.tid) +
-               " has the unknown kind " + std::to_string(static_cast<int>(t.samples[i].kind));
-    }
-  }
   for (size_t i = 0; i < p.call_edges.size(); ++i) {
     const CallEdge& e = p.call_edges[i];
     if (bad(e.callee_func, funcs))
@@ -85,6 +73,35 @@ std::optional<std::string> find_profile_violation(const Profile& p) {
       return row_of("MIP count", i) + refers("func", p.mip_counts[i].func, funcs);
   }
   return std::nullopt;
+}
+
+std::string sample_violation(const Profile& p, const Thread& t, size_t i) {
+  const Sample& s = t.samples[i];
+  const std::string which = "sample " + std::to_string(i) + " of thread " + std::to_string(t.tid);
+  if (static_cast<int>(s.kind) >= kSampleKindCount)
+    return which + " has the unknown kind " + std::to_string(static_cast<int>(s.kind));
+  return which + refers("stack", s.stack, p.stacks.size());
+}
+
+}  // namespace
+
+std::optional<std::string> find_profile_violation(const Profile& p) {
+  if (auto violation = find_table_violation(p)) return violation;
+  for (const Thread& t : p.threads) {
+    for (size_t i = 0; i < t.samples.size(); ++i) {
+      if (!valid_sample(p, t.samples[i])) return sample_violation(p, t, i);
+    }
+  }
+  return std::nullopt;
+}
+
+void validate_tables(const Profile& profile) {
+  if (auto violation = find_table_violation(profile))
+    throw InvalidProfileError("invalid profile: " + *violation);
+}
+
+void throw_sample_violation(const Profile& profile, const Thread& thread, size_t sample) {
+  throw InvalidProfileError("invalid profile: " + sample_violation(profile, thread, sample));
 }
 
 void validate(const Profile& profile) {

@@ -1,10 +1,13 @@
 // Tests of the report: exact exclusive/inclusive attribution, wall-clock view, layout, JSON.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
 
 #include "hpd/export/report.h"
+#include "hpd/model/validate.h"
 #include "synthetic_profile.h"
 
 namespace hpd {
@@ -365,6 +368,52 @@ TEST(Report, RejectsInconsistentProfiles) {
   Profile q = make_split_profile();
   q.threads[0].samples[0].stack = 99;
   EXPECT_THROW(compute_report(q, ReportOptions{}), std::runtime_error);
+}
+
+// compute_report checks the samples in its own pass rather than through validate() (validate.h):
+// it must still refuse every profile validate() refuses, with the same message, whether or not the
+// broken sample's thread is selected, and when a table and a sample are both broken.
+TEST(Report, RefusesExactlyWhatValidateRefuses) {
+  const auto message = [](const std::function<void()>& call) -> std::string {
+    try {
+      call();
+      return "accepted";
+    } catch (const InvalidProfileError& e) {
+      return e.what();
+    }
+  };
+  ReportOptions only_main;
+  only_main.tid = 100;
+  ReportOptions only_worker;
+  only_worker.tid = 101;
+  const std::function<void(Profile&)> breaks[] = {
+      [](Profile& p) { p.funcs[1].name = 500; },
+      [](Profile& p) { p.frames[0].func = 99; },
+      [](Profile& p) { p.stacks[3].frame = 999; },
+      [](Profile& p) { p.stacks[1].prefix = 7; },
+      [](Profile& p) { p.threads[0].samples[2].stack = 99; },            // main thread
+      [](Profile& p) { p.threads[1].samples.back().stack = 77; },        // worker, last sample
+      [](Profile& p) { p.threads[1].samples[0].stack = kNoIndex - 1; },  // worker, first sample
+      [](Profile& p) {
+        p.call_edges.push_back(CallEdge{100, 0, 1000, 1});
+      },  // after the samples' check
+      [](Profile& p) {
+        p.threads[0].samples[0].stack = 99;
+        p.mip_counts.push_back(MipCount{100, 4000});
+      },
+  };
+  for (size_t k = 0; k < std::size(breaks); ++k) {
+    SCOPED_TRACE("case " + std::to_string(k));
+    Profile p = testing::make_synthetic_profile();
+    breaks[k](p);
+    const std::string expected = message([&] { validate(p); });
+    ASSERT_EQ(expected.rfind("invalid profile: ", 0), 0u) << expected;
+    for (const ReportOptions* options : {&only_main, &only_worker}) {
+      EXPECT_EQ(message([&] { compute_report(p, *options); }), expected) << "tid " << options->tid;
+    }
+    EXPECT_EQ(message([&] { compute_report(p, ReportOptions{}); }), expected);
+  }
+  EXPECT_EQ(message([&] { compute_report(testing::make_synthetic_profile(), only_worker); }), "accepted");
 }
 
 }  // namespace

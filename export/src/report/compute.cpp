@@ -327,7 +327,9 @@ std::optional<CompilerMoveName> parse_compiler_move(std::string_view name) {
 }
 
 Report compute_report(const Profile& p, const ReportOptions& options) {
-  validate(p);
+  // validate() without its pass over the samples: the loop below checks each sample's stack as it
+  // reads it (see validate.h), so that the samples, most of a profile, are read once.
+  validate_tables(p);
   Report report;
   ReportTotals& totals = report.totals;
   const RecordingInfo& info = p.meta.recording;
@@ -352,7 +354,12 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   std::vector<Tally> per_stack(p.stacks.size());
   std::set<int32_t> pids;
   for (const Thread& t : p.threads) {
-    if (!selected(t, options)) continue;
+    if (!selected(t, options)) {
+      for (size_t i = 0; i < t.samples.size(); ++i) {
+        if (!valid_sample(p, t.samples[i])) throw_sample_violation(p, t, i);
+      }
+      continue;
+    }
     ++totals.threads;
     pids.insert(t.pid);
     if (lost_total(t.lost) != 0) totals.lost_by_thread.push_back(ThreadLoss{t.pid, t.tid, t.name, t.lost});
@@ -361,7 +368,9 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     thread_stacks.tid = t.tid;
     thread_stacks.name = t.name;
     ThreadTime time{t.pid, t.tid, t.name};
-    for (const Sample& s : t.samples) {
+    for (size_t i = 0; i < t.samples.size(); ++i) {
+      const Sample& s = t.samples[i];
+      if (!valid_sample(p, s)) throw_sample_violation(p, t, i);
       Tally one;
       if (is_off_cpu_interval(s.kind)) {
         if (s.stack == kNoIndex) totals.off_cpu_without_stack_ns += s.off_cpu_ns;

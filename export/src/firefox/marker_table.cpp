@@ -1,0 +1,77 @@
+// Serializes threads[i].markers (marker_table.h); the data objects' keys are hpd's marker schemas'.
+#include "firefox/marker_table.h"
+
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "firefox/columns.h"
+#include "firefox_format.h"
+
+namespace hpd::firefox {
+
+namespace {
+
+using FieldValue = std::variant<uint64_t, std::string_view>;
+
+// A marker's data object: its schema's name as "type", then one value per field of the schema, in
+// the schema's order, so that the keys cannot drift from what meta.markerSchema declares.
+void write_data(json::Writer& w, const MarkerSchema& schema, std::initializer_list<FieldValue> values) {
+  if (values.size() != schema.fields.size())
+    throw std::logic_error(std::string("marker data for ") + schema.name + " does not match its schema");
+  w.key(markers::kDataType);
+  w.string(schema.name);
+  const FieldValue* value = values.begin();
+  for (const MarkerField& field : schema.fields) {
+    w.key(field.key);
+    if (const auto* number = std::get_if<uint64_t>(value)) {
+      w.uint(*number);
+    } else {
+      w.string(std::get<std::string_view>(*value));
+    }
+    ++value;
+  }
+}
+
+void write_data(json::Writer& w, const OffCpuMarkerData& d) {
+  write_data(w, d.waiting ? kWaitCpuMarkerSchema : kOffCpuMarkerSchema, {d.off_cpu_ns, uint64_t{d.sample}});
+}
+
+void write_data(json::Writer& w, const MipMarkerData& d) {
+  write_data(w, kMipMarkerSchema,
+             {uint64_t{d.function.v}, d.module, d.calls, d.first_call, d.blocks, uint64_t{d.func.v},
+              uint64_t{d.counts_calls ? 1u : 0u}});
+}
+
+void write_data(json::Writer& w, const LatencyMarkerData& d) {
+  write_data(w, kLatencyMarkerSchema,
+             {uint64_t{d.function.v}, d.calls, d.avg_ns, d.p95_ns, d.max_ns, d.total_ns, d.sum_ns,
+              d.histogram, uint64_t{d.func.v}});
+}
+
+}  // namespace
+
+void MarkerTable::serialize(json::Writer& w) const {
+  ColumnTableWriter t(w, rows_.size());
+  t.column(markers::kData, [&](size_t i) {
+    w.begin_object();
+    std::visit([&](const auto& data) { write_data(w, data); }, rows_[i].data);
+    w.end_object();
+  });
+  t.column(markers::kName, [&](size_t i) { w.uint(rows_[i].name.v); });
+  t.column(markers::kStartTime, [&](size_t i) { w.ns_as_ms(rows_[i].start_ns); });
+  t.column(markers::kEndTime, [&](size_t i) {
+    if (rows_[i].end_ns) {
+      w.ns_as_ms(*rows_[i].end_ns);
+    } else {
+      w.null();
+    }
+  });
+  // The phase follows from the end: 1 = Interval, 0 = Instant.
+  t.column(markers::kPhase, [&](size_t i) { w.uint(rows_[i].end_ns ? 1 : 0); });
+  t.column(markers::kCategory, [&](size_t i) { w.uint(static_cast<uint32_t>(rows_[i].category)); });
+  t.end();
+}
+
+}  // namespace hpd::firefox

@@ -1,0 +1,68 @@
+// threads[i].markers: hpd's markers of a thread (off-CPU intervals, blocked or waiting for a CPU;
+// MIP counts; call latency), each with the data its meta.markerSchema entry describes (firefox_format.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "firefox/table_index.h"
+#include "hpd/model/profile.h"
+#include "json_writer.h"
+
+namespace hpd::firefox {
+
+// The data of an off-CPU interval: its exact length and the sample (row of the thread's samples
+// table) it belongs to; `waiting`: runnable, waiting for a CPU (its own schema), else blocked.
+struct OffCpuMarkerData {
+  uint64_t off_cpu_ns = 0;
+  uint32_t sample = 0;
+  bool waiting = false;
+};
+
+struct MipMarkerData {
+  StringIndex function;
+  std::string module;  // the library's path, "" when unknown
+  uint64_t calls = 0;
+  uint64_t first_call = 0;
+  std::string blocks;  // "covered/total", "" without coverage
+  FuncIndex func;
+  bool counts_calls = true;
+};
+
+struct LatencyMarkerData {
+  StringIndex function;
+  uint64_t calls = 0;
+  uint64_t avg_ns = 0;
+  uint64_t p95_ns = 0;
+  uint64_t max_ns = 0;
+  uint64_t total_ns = 0;
+  uint64_t sum_ns = 0;
+  std::string histogram;  // "scale bucket:count,..."
+  FuncIndex func;
+};
+
+using MarkerData = std::variant<OffCpuMarkerData, MipMarkerData, LatencyMarkerData>;
+
+class MarkerTable {
+ public:
+  struct Row {
+    MarkerData data;
+    StringIndex name;
+    int64_t start_ns = 0;           // relative to meta.startTime
+    std::optional<int64_t> end_ns;  // an interval marker; none = an instant
+    Category category = Category::kUser;
+  };
+
+  void add(Row row) { rows_.push_back(std::move(row)); }
+  size_t size() const { return rows_.size(); }
+
+  void serialize(json::Writer& w) const;
+
+ private:
+  std::vector<Row> rows_;
+};
+
+}  // namespace hpd::firefox
