@@ -65,6 +65,12 @@ std::optional<std::string> find_profile_violation(const Profile& p) {
         return "sample " + std::to_string(i) + " of thread " + std::to_string(t.tid) +
                refers("stack", stack, p.stacks.size());
     }
+    for (size_t i = 0; i < t.sample_sums.size(); ++i) {
+      const uint32_t stack = t.sample_sums[i].stack;
+      if (bad_optional(stack, p.stacks.size()))
+        return "sample sum " + std::to_string(i) + " of thread " + std::to_string(t.tid) +
+               refers("stack", stack, p.stacks.size());
+    }
   }
   for (size_t i = 0; i < p.call_edges.size(); ++i) {
     const CallEdge& e = p.call_edges[i];
