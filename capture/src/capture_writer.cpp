@@ -107,7 +107,7 @@ struct CaptureWriter::State {
   std::unordered_map<int32_t, WrittenProcess> processes;
   std::vector<RawThread> threads;  // same order as RawProfile::threads
   size_t stacks = 0;
-  size_t samples = 0;
+  uint64_t samples = 0;  // written so far, in the whole recording
   std::vector<RawCallEdge> edges;
   std::vector<RawCallLatency> latency;
   // MIP snapshots are only ever appended, so their count says whether a new block is due.
@@ -316,10 +316,16 @@ struct CaptureWriter::State {
     }
   }
 
+  // `samples` counts every sample written: the profile's samples[0] is sample p.sample_offset.
   void write_samples(const RawProfile& p) {
-    while (samples < p.samples.size()) {
-      const size_t n = std::min(p.samples.size() - samples, capture::kSamplesPerBlock);
-      const RawSample* s = p.samples.data() + samples;
+    if (samples < p.sample_offset) {
+      throw CaptureError("cannot write capture file '" + path + "': samples " + std::to_string(samples) +
+                         " to " + std::to_string(p.sample_offset) + " were released before being written");
+    }
+    const uint64_t end = p.sample_count();
+    while (samples < end) {
+      const size_t n = std::min<uint64_t>(end - samples, capture::kSamplesPerBlock);
+      const RawSample* s = p.samples.data() + (samples - p.sample_offset);
       enc.var(samples);
       enc.var(n);
       // One column per field: zstd finds far more repetition in a column of tids than in rows.

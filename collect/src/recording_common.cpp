@@ -72,7 +72,7 @@ RecordingTicker::RecordingTicker(const RecordOptions& options, uint64_t start_ns
       last_progress_(start_ns),
       last_flush_(start_ns) {}
 
-RecordingTicker::Outcome RecordingTicker::tick(bool all_exited, uint64_t samples, const RawProfile& profile) {
+RecordingTicker::Outcome RecordingTicker::tick(bool all_exited, uint64_t samples, RawProfile& profile) {
   const uint64_t now = mono_now();
   if (all_exited) return Outcome::kTargetsExited;
   if ((options_.stop != nullptr && options_.stop->load()) || (duration_ns_ != 0 && now - start_ns_ >= duration_ns_)) {

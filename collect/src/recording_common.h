@@ -52,7 +52,7 @@ class RecordingTicker {
   enum class Outcome { kContinue, kTargetsExited, kStopped };
   RecordingTicker(const RecordOptions& options, uint64_t start_ns);
   // Called after each poll round and drain; `all_exited` comes from update_targets_exited().
-  Outcome tick(bool all_exited, uint64_t samples, const RawProfile& profile);
+  Outcome tick(bool all_exited, uint64_t samples, RawProfile& profile);
 
  private:
   const RecordOptions& options_;

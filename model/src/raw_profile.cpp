@@ -135,6 +135,66 @@ const RawThread* RawProfile::find_thread(int32_t pid, int32_t tid) const {
   return it == thread_index_.end() ? nullptr : &threads[it->second];
 }
 
+size_t RawProfile::SumKeyHash::operator()(const RawSampleSum& s) const {
+  uint64_t h = thread_key(s.pid, s.tid) * 0x9E3779B97F4A7C15ULL;
+  h ^= (static_cast<uint64_t>(s.stack) << 32 | static_cast<uint64_t>(s.epoch) << 4 |
+        static_cast<uint64_t>(s.kind) << 2 | static_cast<uint64_t>(s.stack_end)) *
+       0xC2B2AE3D27D4EB4FULL;
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+bool RawProfile::SumKeyEqual::operator()(const RawSampleSum& a, const RawSampleSum& b) const {
+  return a.pid == b.pid && a.tid == b.tid && a.stack == b.stack && a.kind == b.kind &&
+         a.stack_end == b.stack_end && a.epoch == b.epoch;
+}
+
+void RawProfile::release_samples() {
+  // Per process seen in these samples: its distinct mapping times so far, sorted (the epochs the
+  // symbolizer tells apart).
+  std::unordered_map<int32_t, std::vector<uint64_t>> mapping_times;
+  for (const RawSample& s : samples) {
+    auto [times, added] = mapping_times.try_emplace(s.pid);
+    if (added) {
+      if (const RawProcess* process = find_process(s.pid); process != nullptr) {
+        for (const RawMapping& m : process->mappings)
+          if (m.time_ns != 0) times->second.push_back(m.time_ns);
+      }
+      std::sort(times->second.begin(), times->second.end());
+      times->second.erase(std::unique(times->second.begin(), times->second.end()), times->second.end());
+    }
+    RawSampleSum key;
+    key.pid = s.pid;
+    key.tid = s.tid;
+    key.stack = s.stack;
+    key.kind = s.kind;
+    key.stack_end = s.stack_end;
+    key.epoch = static_cast<uint32_t>(
+        std::upper_bound(times->second.begin(), times->second.end(), s.time_ns) - times->second.begin());
+    auto [it, inserted] = released_index_.try_emplace(key, static_cast<uint32_t>(released.size()));
+    if (inserted) {
+      key.first_ns = key.last_ns = s.time_ns;
+      released.push_back(key);
+    }
+    RawSampleSum& sum = released[it->second];
+    ++sum.samples;
+    sum.cpu_delta_ns += s.cpu_delta_ns;
+    sum.off_cpu_ns += s.off_cpu_ns;
+    sum.first_ns = std::min(sum.first_ns, s.time_ns);
+    sum.last_ns = std::max(sum.last_ns, s.time_ns);
+  }
+  sample_offset += samples.size();
+  samples.clear();
+}
+
+void RawProfile::restore_samples(std::vector<RawSample> released_samples) {
+  released_samples.insert(released_samples.end(), samples.begin(), samples.end());
+  samples = std::move(released_samples);
+  sample_offset = 0;
+  released.clear();
+  released.shrink_to_fit();
+  released_index_.clear();
+}
+
 }  // namespace hpd
 
 namespace hpd {

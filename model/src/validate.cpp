@@ -24,7 +24,7 @@ bool bad_optional(uint32_t index, size_t size) {
   return index != kNoIndex && index >= size;
 }
 
-// Everything but the samples, in find_profile_violation's order.
+// Everything but the samples one by one (their sums included), in find_profile_violation's order.
 std::optional<std::string> find_table_violation(const Profile& p) {
   const size_t strings = p.strings.size();
   const size_t libs = p.libs.size();
@@ -71,6 +71,17 @@ std::optional<std::string> find_table_violation(const Profile& p) {
   for (size_t i = 0; i < p.mip_counts.size(); ++i) {
     if (bad(p.mip_counts[i].func, funcs))
       return row_of("MIP count", i) + refers("func", p.mip_counts[i].func, funcs);
+  }
+  // Sums of samples not kept one by one are few (per stack, not per sample): checked with the tables.
+  for (const Thread& t : p.threads) {
+    for (size_t i = 0; i < t.sample_sums.size(); ++i) {
+      const SampleSum& sum = t.sample_sums[i];
+      const std::string which = "sample sum " + std::to_string(i) + " of thread " + std::to_string(t.tid);
+      if (bad_optional(sum.stack, p.stacks.size()))
+        return which + refers("stack", sum.stack, p.stacks.size());
+      if (static_cast<int>(sum.kind) >= kSampleKindCount)
+        return which + " has the unknown kind " + std::to_string(static_cast<int>(sum.kind));
+    }
   }
   return std::nullopt;
 }

@@ -1,6 +1,7 @@
 // The record pipeline hpctl and hpd share: options from a RecordRequest, output to a path or a descriptor.
 #include "hpd/session/record_pipeline.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -186,44 +187,122 @@ bool is_gzip_output(const std::string& name) {
   return ends_with(name, ".gz");
 }
 
+namespace {
+
+// An unnamed file in the temporary directory ($TMPDIR, else /tmp), gone when closed; -1 when none can be
+// made (errno set).
+int open_temporary_file() {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  if (ec) dir = "/tmp";
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  // A file system without O_TMPFILE: a named file, unlinked at once.
+  std::string name = (dir / "hpd-samples-XXXXXX").string();
+  fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd >= 0) ::unlink(name.c_str());
+  return fd;
+}
+
+// The whole content of the file open at `fd`, from its start.
+std::vector<uint8_t> read_whole_file(int fd, const std::string& name) {
+  std::vector<uint8_t> bytes;
+  uint8_t buffer[1 << 16];
+  for (off_t offset = 0;;) {
+    const ssize_t n = ::pread(fd, buffer, sizeof buffer, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error("cannot read back " + name + ": " + std::strerror(errno));
+    if (n == 0) break;
+    bytes.insert(bytes.end(), buffer, buffer + n);
+    offset += n;
+  }
+  return bytes;
+}
+
+}  // namespace
+
 RecordingOutput::RecordingOutput(const RecordRequest& request) : request_(request) {
   // A capture file (.hpr) is streamed while recording: a crash loses at most the last quarter second.
   if (is_capture_output(request.output))
     capture_ = std::make_unique<CaptureWriter>(request.output, capture_options());
+  else
+    open_spill();
 }
 
 RecordingOutput::RecordingOutput(const RecordRequest& request, int fd)
     : request_(request), fd_(fd), from_fd_(true) {
   if (is_capture_output(request.output)) {
     capture_ = std::make_unique<CaptureWriter>(std::exchange(fd_, -1), request.output, capture_options());
+  } else {
+    open_spill();
   }
 }
 
 RecordingOutput::~RecordingOutput() {
   if (fd_ >= 0) ::close(fd_);
+  if (spill_read_fd_ >= 0) ::close(spill_read_fd_);
+}
+
+// A Firefox profile needs every sample at the end: they go to a temporary capture while recording
+// and are read back then, so that the recording's memory does not grow with its length. Without a
+// temporary file the samples simply stay in memory.
+void RecordingOutput::open_spill() {
+  const int fd = open_temporary_file();
+  if (fd < 0) return;
+  spill_read_fd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (spill_read_fd_ < 0) {
+    ::close(fd);
+    return;
+  }
+  CaptureWriterOptions options = capture_options();
+  options.zstd_level = 1;  // read back once, by this process: speed over size
+  try {
+    spill_ = std::make_unique<CaptureWriter>(fd, "the temporary capture of the samples", options);
+  } catch (const std::exception&) {
+    ::close(spill_read_fd_);
+    spill_read_fd_ = -1;
+  }
 }
 
 void RecordingOutput::attach(RecordOptions& options) {
-  if (capture_) {
-    options.on_flush = [previous = std::move(options.on_flush), this](const RawProfile& raw) {
+  // Each flush streams what is new to the capture (or the temporary one), then lets go of the samples
+  // written. After a failed write they stay in memory.
+  if (capture_ || spill_) {
+    options.on_flush = [previous = std::move(options.on_flush), this](RawProfile& raw) {
       if (previous) previous(raw);
       if (!capture_error_.empty()) return;
       try {
-        capture_->flush(raw);
+        (capture_ ? *capture_ : *spill_).flush(raw);
       } catch (const std::exception& e) {
-        capture_error_ = e.what();  // reported after the recording; the in-memory profile is still whole
+        capture_error_ = e.what();  // reported after the recording (.hpr), or the samples kept (spill)
+        return;
       }
+      raw.release_samples();
     };
   }
   // MIP counts: by default of targets that carry a MIP section; with --all or --cgroup only when asked.
   if (request_.mip == Switch::kOn ||
       (request_.mip == Switch::kAuto && !request_.all && request_.cgroup.empty())) {
     mip_ = std::make_unique<MipRecording>(request_.mip == Switch::kOn);
-    options.on_flush = [previous = std::move(options.on_flush), this](const RawProfile& raw) {
+    options.on_flush = [previous = std::move(options.on_flush), this](RawProfile& raw) {
       if (previous) previous(raw);
       mip_->on_flush(raw);
     };
   }
+}
+
+// Puts the samples released into the temporary capture back in front of those still held.
+void RecordingOutput::read_back_spill(RawProfile& raw) {
+  if (raw.sample_offset == 0) return;
+  const std::string name = "the temporary capture of the samples";
+  CaptureContents spilled = read_capture(read_whole_file(spill_read_fd_, name), name);
+  // Written up to the last complete block (no end block: it was never finished).
+  if (spilled.profile.samples.size() < raw.sample_offset) {
+    throw std::runtime_error(name + " holds " + std::to_string(spilled.profile.samples.size()) +
+                             " samples, " + std::to_string(raw.sample_offset) + " were written to it");
+  }
+  spilled.profile.samples.resize(raw.sample_offset);
+  raw.restore_samples(std::move(spilled.profile.samples));
 }
 
 Profile RecordingOutput::finish(RecordResult& result) {
@@ -232,6 +311,12 @@ Profile RecordingOutput::finish(RecordResult& result) {
     // Finished before symbolizing, so the capture is complete even if symbolization fails.
     if (!capture_error_.empty()) throw std::runtime_error(capture_error_);
     capture_->finish(result.profile);
+    // Every sample is in the file now: the summary and the report need only their sums.
+    result.profile.release_samples();
+  } else if (spill_) {
+    read_back_spill(result.profile);
+    spill_.reset();
+    ::close(std::exchange(spill_read_fd_, -1));
   }
   // JIT runtimes name their generated code in /tmp/perf-PID.map or jit-PID.dump; read now, while the
   // processes (and their /tmp through /proc/PID/root) may still be there.
@@ -275,7 +360,7 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
                                   const RecordingOutput& output) {
   RecordSummary s;
   const auto& info = result.profile.info;
-  s.samples = result.profile.samples.size();
+  s.samples = result.profile.sample_count();
   s.threads = profile.threads.size();
   s.seconds = (info.end_mono_ns - info.start_mono_ns) / 1e9;
   s.backend = info.backend;

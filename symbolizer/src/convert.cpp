@@ -117,12 +117,13 @@ class Converter {
     out_.meta.recording = raw_.info;
     out_.meta.lost = raw_.lost;
     index_processes();
-    std::vector<uint32_t> sample_instance = collect_instances();
+    std::vector<uint32_t> sum_instance;
+    std::vector<uint32_t> sample_instance = collect_instances(sum_instance);
     std::vector<std::pair<uint32_t, uint32_t>> edge_addresses = collect_call_edges();
     std::vector<uint32_t> latency_addresses = collect_call_latency();
     resolve_all();
     for (StackInstance& inst : instances_) build_stack(inst);
-    build_threads(sample_instance);
+    build_threads(sample_instance, sum_instance);
     build_call_edges(edge_addresses);
     build_call_latency(latency_addresses);
     build_mip_counts();
@@ -183,47 +184,55 @@ class Converter {
     return last_view_;
   }
 
-  // Maps every sample to a stack instance; addresses of new instances are collected on the way.
-  std::vector<uint32_t> collect_instances() {
+  // The stack instance of a sample (or of a sum of samples, at its first sample's time); new
+  // instances' addresses are collected on the way. kNoIndex for a sample without a stack.
+  uint32_t instance_of(uint32_t stack, int32_t pid, SampleKind kind, uint64_t time_ns) {
+    if (stack == kNoIndex || stack >= raw_.stacks.size()) return kNoIndex;
+    const ProcessView* view = view_of(pid);
+    const uint32_t epoch = view->epoch(time_ns);
+    // Fast path: the common case is one process and one epoch per raw stack.
+    const uint32_t first = first_by_stack_[stack];
+    if (first != kNoIndex) {
+      const StackInstance& f = instances_[first];
+      if (f.pid == pid && f.kind == kind && f.epoch == epoch) return first;
+    }
+    const InstanceKey key{stack, pid, epoch << 2 | static_cast<uint32_t>(kind)};
+    auto [it, inserted] = instance_index_.try_emplace(key, static_cast<uint32_t>(instances_.size()));
+    if (inserted) {
+      add_instance(stack, pid, time_ns, *view, kind, epoch);
+      if (first == kNoIndex) first_by_stack_[stack] = it->second;
+    }
+    return it->second;
+  }
+
+  // Maps every sample, and every sum of released samples, to a stack instance (first the sums: they
+  // are the earlier samples).
+  std::vector<uint32_t> collect_instances(std::vector<uint32_t>& sum_instance) {
+    first_by_stack_.assign(raw_.stacks.size(), kNoIndex);
+    sum_instance.resize(raw_.released.size());
+    for (size_t i = 0; i < raw_.released.size(); ++i) {
+      const RawSampleSum& s = raw_.released[i];
+      sum_instance[i] = instance_of(s.stack, s.pid, s.kind, s.first_ns);
+    }
     std::vector<uint32_t> sample_instance(raw_.samples.size(), kNoIndex);
-    std::vector<uint32_t> first_by_stack(raw_.stacks.size(), kNoIndex);
-    std::unordered_map<InstanceKey, uint32_t, InstanceKeyHash> by_key;
     for (size_t i = 0; i < raw_.samples.size(); ++i) {
       const RawSample& s = raw_.samples[i];
-      if (s.stack == kNoIndex || s.stack >= raw_.stacks.size()) continue;
-      const ProcessView* view = view_of(s.pid);
-      const SampleKind kind = s.kind;
-      const uint32_t epoch = view->epoch(s.time_ns);
-      // Fast path: the common case is one process and one epoch per raw stack.
-      const uint32_t first = first_by_stack[s.stack];
-      if (first != kNoIndex) {
-        const StackInstance& f = instances_[first];
-        if (f.pid == s.pid && f.kind == kind && f.epoch == epoch) {
-          sample_instance[i] = first;
-          continue;
-        }
-      }
-      const InstanceKey key{s.stack, s.pid, epoch << 2 | static_cast<uint32_t>(kind)};
-      auto [it, inserted] = by_key.try_emplace(key, static_cast<uint32_t>(instances_.size()));
-      if (inserted) {
-        add_instance(s, *view, kind, epoch);
-        if (first == kNoIndex) first_by_stack[s.stack] = it->second;
-      }
-      sample_instance[i] = it->second;
+      sample_instance[i] = instance_of(s.stack, s.pid, s.kind, s.time_ns);
     }
     return sample_instance;
   }
 
-  void add_instance(const RawSample& s, const ProcessView& view, SampleKind kind, uint32_t epoch) {
-    StackInstance inst{s.stack, s.pid, kind, epoch, static_cast<uint32_t>(instance_addresses_.size()), 0, 0};
-    const auto kernel = raw_.stacks.kernel_frames(s.stack);
-    const auto user = raw_.stacks.user_frames(s.stack);
+  void add_instance(uint32_t stack, int32_t pid, uint64_t time_ns, const ProcessView& view, SampleKind kind,
+                    uint32_t epoch) {
+    StackInstance inst{stack, pid, kind, epoch, static_cast<uint32_t>(instance_addresses_.size()), 0, 0};
+    const auto kernel = raw_.stacks.kernel_frames(stack);
+    const auto user = raw_.stacks.user_frames(stack);
     // Only the very first address of the whole stack is an exact instruction pointer. A user
     // stack under kernel frames starts at the syscall's return point, a return address too.
     const bool kernel_leads = !kernel.empty();
     for (size_t k = user.size(); k-- > 0;) {
       const bool exact = k == 0 && !kernel_leads;
-      instance_addresses_.push_back(user_address(view, user[k], exact, s.time_ns));
+      instance_addresses_.push_back(user_address(view, user[k], exact, time_ns));
     }
     inst.user_count = static_cast<uint32_t>(instance_addresses_.size() - inst.addresses_begin);
     if (options_.kernel_frames) {
@@ -496,9 +505,12 @@ class Converter {
   // One Thread per RawThread that has samples or lost data (in RawProfile order), then one per
   // (pid, tid) that has samples but no RawThread. Other threads without samples are left out: they
   // would only add empty tracks; one whose records were all lost stays, so the loss is not hidden.
-  void build_threads(const std::vector<uint32_t>& sample_instance) {
+  void build_threads(const std::vector<uint32_t>& sample_instance,
+                     const std::vector<uint32_t>& sum_instance) {
     std::unordered_map<uint64_t, uint32_t> sample_counts;
     for (const RawSample& s : raw_.samples) ++sample_counts[thread_key(s.pid, s.tid)];
+    std::unordered_map<uint64_t, uint32_t> sum_counts;
+    for (const RawSampleSum& s : raw_.released) ++sum_counts[thread_key(s.pid, s.tid)];
     std::unordered_map<uint64_t, uint32_t> thread_index;
     auto add_thread = [&](int32_t pid, int32_t tid, const RawThread* rt) {
       Thread t;
@@ -516,6 +528,7 @@ class Converter {
         t.lost = rt->lost;
       }
       t.samples.reserve(sample_counts[thread_key(pid, tid)]);
+      t.sample_sums.reserve(sum_counts[thread_key(pid, tid)]);
       thread_index.emplace(thread_key(pid, tid), static_cast<uint32_t>(out_.threads.size()));
       out_.threads.push_back(std::move(t));
     };
@@ -523,16 +536,34 @@ class Converter {
       const uint64_t key = thread_key(rt.pid, rt.tid);
       const bool lost_any = rt.lost.lost_records != 0 || rt.lost.throttle_events != 0 ||
                             rt.lost.stack_failures != 0 || rt.lost.truncated_stacks != 0;
-      if ((sample_counts.count(key) != 0 || lost_any) && thread_index.count(key) == 0)
+      if ((sample_counts.count(key) != 0 || sum_counts.count(key) != 0 || lost_any) &&
+          thread_index.count(key) == 0)
         add_thread(rt.pid, rt.tid, &rt);
+    }
+    const auto thread_of = [&](int32_t pid, int32_t tid) {
+      auto it = thread_index.find(thread_key(pid, tid));
+      if (it == thread_index.end()) {
+        add_thread(pid, tid, nullptr);
+        it = thread_index.find(thread_key(pid, tid));
+      }
+      return it->second;
+    };
+    for (size_t i = 0; i < raw_.released.size(); ++i) {
+      const RawSampleSum& s = raw_.released[i];
+      SampleSum out;
+      out.stack = sum_instance[i] == kNoIndex ? kNoIndex : instances_[sum_instance[i]].profile_stack;
+      out.kind = s.kind;
+      out.stack_end = s.stack_end;
+      out.samples = s.samples;
+      out.cpu_delta_ns = s.cpu_delta_ns;
+      out.off_cpu_ns = s.off_cpu_ns;
+      out.first_ns = s.first_ns;
+      out.last_ns = s.last_ns;
+      out_.threads[thread_of(s.pid, s.tid)].sample_sums.push_back(out);
     }
     for (size_t i = 0; i < raw_.samples.size(); ++i) {
       const RawSample& s = raw_.samples[i];
-      auto it = thread_index.find(thread_key(s.pid, s.tid));
-      if (it == thread_index.end()) {
-        add_thread(s.pid, s.tid, nullptr);
-        it = thread_index.find(thread_key(s.pid, s.tid));
-      }
+      const uint32_t thread = thread_of(s.pid, s.tid);
       Sample out;
       out.time_ns = s.time_ns;
       out.stack = sample_instance[i] == kNoIndex ? kNoIndex : instances_[sample_instance[i]].profile_stack;
@@ -540,7 +571,7 @@ class Converter {
       out.off_cpu_ns = s.off_cpu_ns;
       out.kind = s.kind;
       out.stack_end = s.stack_end;
-      out_.threads[it->second].samples.push_back(out);
+      out_.threads[thread].samples.push_back(out);
     }
     for (Thread& t : out_.threads) {
       if (!std::is_sorted(t.samples.begin(), t.samples.end(),
@@ -690,6 +721,8 @@ class Converter {
   const ProcessView* last_view_ = nullptr;
 
   std::vector<StackInstance> instances_;
+  std::unordered_map<InstanceKey, uint32_t, InstanceKeyHash> instance_index_;
+  std::vector<uint32_t> first_by_stack_;      // raw stack -> its first instance
   std::vector<uint32_t> instance_addresses_;  // unique address ids, per instance root first
   std::vector<UniqueAddress> addresses_;
   std::unordered_map<AddressKey, uint32_t, AddressKeyHash> address_index_;

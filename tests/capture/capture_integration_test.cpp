@@ -65,11 +65,12 @@ class CaptureCliTest : public ::testing::TestWithParam<std::string> {
   const fs::path dir_{tmp_.path()};
 };
 
-// The report `hpctl record -o run.hpr` prints is computed from the in-memory RawProfile; `hpctl
-// report run.hpr` computes it from the capture read back. Both symbolize with the same binaries on
-// the same machine, so identical text means the capture lost nothing the report uses. Converting
-// the capture to Firefox JSON and reporting that must then agree as well (the same numbers through
-// the exporter and its reader), and so must `convert --format report`.
+// The report `hpctl record -o run.hpr` prints is computed from the sums of the samples the recording
+// released once written (it keeps no samples); `hpctl report run.hpr` computes it from every sample
+// of the capture read back. Both symbolize with the same binaries on the same machine, so identical
+// text means the capture lost nothing the report uses, and the sums gave the numbers of the samples.
+// Converting the capture to Firefox JSON and reporting that must then agree as well (the same
+// numbers through the exporter and its reader), and so must `convert --format report`.
 TEST_P(CaptureCliTest, CaptureGivesTheSameReportAsTheRecording) {
   const std::string hpr = path("run.hpr");
   RunResult rec = run(record({"-o", hpr, "--limit", "0", "--", kFixtures + "/cpu_split", "1.5"}));

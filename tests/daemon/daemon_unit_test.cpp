@@ -466,16 +466,40 @@ TEST(Systemd, ActivationSocketOnlyForThisProcess) {
 
 TEST(Memory, EstimateGrowsWithTheProfile) {
   RawProfile p;
-  const uint64_t empty = estimate_profile_bytes(p);
+  const uint64_t empty = estimate_profile_bytes(p, false);
   for (int i = 0; i < 10000; ++i) {
     const uint64_t user[3] = {uint64_t(i), uint64_t(i) + 1, 7};
     RawSample s;
     s.stack = p.stacks.intern({}, user);
     p.samples.push_back(s);
   }
-  const uint64_t full = estimate_profile_bytes(p);
+  const uint64_t full = estimate_profile_bytes(p, false);
   EXPECT_GT(full, empty + 10000 * (sizeof(RawSample) + 3 * 8));
   EXPECT_LT(full, 10000u * 400);
+}
+
+// Released samples: gone for a capture (only their sums stay), still to come for a Firefox output.
+TEST(Memory, EstimateCountsReleasedSamplesOnlyWhenTheyComeBack) {
+  RawProfile p;
+  const uint64_t user[2] = {1, 2};
+  const uint32_t stack = p.stacks.intern({}, user);
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < 10000; ++i) {
+      RawSample s;
+      s.pid = s.tid = 7;
+      s.stack = stack;
+      s.time_ns = uint64_t(round) * 10000 + uint64_t(i);
+      p.samples.push_back(s);
+    }
+    p.release_samples();
+  }
+  EXPECT_EQ(p.sample_count(), 100000u);
+  EXPECT_EQ(p.released.size(), 1u);
+  const uint64_t capture = estimate_profile_bytes(p, false);
+  // One round's worth: the vector keeps its capacity for the next samples; the 100,000 are gone.
+  EXPECT_LT(capture, p.samples.capacity() * sizeof(RawSample) + 4096);
+  EXPECT_LT(capture, 100000u * sizeof(RawSample) / 4);
+  EXPECT_GE(estimate_profile_bytes(p, true), capture + 100000u * sizeof(RawSample));
 }
 
 }  // namespace

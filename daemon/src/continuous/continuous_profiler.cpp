@@ -185,7 +185,7 @@ struct ContinuousProfiler::State {
     const uint64_t flush_interval_ns = static_cast<uint64_t>(o.flush_seconds * 1e9);
     uint64_t last_flush = mono_now_ns();
     std::string flush_error;
-    ro.on_flush = [&](const RawProfile& profile) {
+    ro.on_flush = [&](RawProfile& profile) {
       const uint64_t now = mono_now_ns();
       if (!flush_error.empty() || now - last_flush < flush_interval_ns) return;
       last_flush = now;
@@ -193,7 +193,9 @@ struct ContinuousProfiler::State {
         writer->flush(profile);
       } catch (const std::exception& e) {
         flush_error = e.what();
+        return;
       }
+      profile.release_samples();  // written: a chunk's memory does not grow with its length
     };
     {
       std::lock_guard<std::mutex> guard(mutex);
@@ -217,7 +219,7 @@ struct ContinuousProfiler::State {
       discard();
       throw std::runtime_error("writing " + tmp_path.string() + " failed: " + flush_error);
     }
-    if (profile.samples.empty()) {
+    if (profile.sample_count() == 0) {
       discard();  // an idle system, or stopped at once: nothing worth a file
     } else {
       writer->finish(profile);  // fsyncs
@@ -225,8 +227,8 @@ struct ContinuousProfiler::State {
       rename_durably(tmp_path, final_path);
     }
     std::lock_guard<std::mutex> guard(mutex);
-    if (!profile.samples.empty()) ++stats.chunks_written;
-    stats.samples += profile.samples.size();
+    if (profile.sample_count() != 0) ++stats.chunks_written;
+    stats.samples += profile.sample_count();
     stats.lost += profile.lost.lost_records + profile.lost.stack_failures;
     if (previous_end_mono != 0 && profile.info.start_mono_ns > previous_end_mono) {
       stats.last_gap_ns = profile.info.start_mono_ns - previous_end_mono;

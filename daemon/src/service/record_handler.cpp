@@ -365,7 +365,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, sessi
     session::RecordingOutput output(args, fd);
     options.stop = &session->stop;
     options.on_flush = [&](const RawProfile& raw) {
-      const uint64_t bytes = estimate_profile_bytes(raw);
+      const uint64_t bytes = estimate_profile_bytes(raw, !output.is_capture());
       session->memory_bytes.store(bytes);
       if (bytes > memory_limit && !memory_exceeded) {
         memory_exceeded = true;
@@ -377,7 +377,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, sessi
     // Checked before the output's own flush (a streamed .hpr): once a target gained privileges,
     // nothing more reaches the client's file.
     options.on_flush = [inner = std::move(options.on_flush), &check_privileges, &privilege_reason,
-                        &unconfirmed](const RawProfile& raw) {
+                        &unconfirmed](RawProfile& raw) {
       check_privileges(raw, false);
       if (privilege_reason.empty() && unconfirmed.live_pid == 0) inner(raw);
     };
@@ -394,7 +394,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, sessi
     };
     RecordResult result = record(options);
     announce();
-    session->samples.store(result.profile.samples.size());
+    session->samples.store(result.profile.sample_count());
     session->lost.store(result.profile.lost.lost_records);
     if (client_gone.load()) {
       output.abandon();

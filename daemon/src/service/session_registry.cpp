@@ -62,8 +62,13 @@ SessionRegistry::Totals SessionRegistry::totals() {
   return t;
 }
 
-uint64_t estimate_profile_bytes(const RawProfile& p) {
+uint64_t estimate_profile_bytes(const RawProfile& p, bool released_come_back) {
+  // Samples written out are released (a capture streamed while recording): only their sums stay, about
+  // three words more each for their index.
   uint64_t bytes = p.samples.capacity() * sizeof(RawSample);
+  if (released_come_back) bytes += p.sample_offset * sizeof(RawSample);
+  bytes +=
+      p.released.capacity() * (sizeof(RawSampleSum) + 24) + p.released.size() * (sizeof(RawSampleSum) + 16);
   bytes += p.stacks.addresses().capacity() * sizeof(uint64_t);
   // Each stack: its entry and about three words of the interning hash map.
   bytes += p.stacks.size() * (sizeof(RawStack) + 48);

@@ -47,6 +47,18 @@ bool thread_name_matches(const std::string& name, const std::string& wanted) {
   return name.size() == 15 && wanted.size() > 15 && wanted.compare(0, 15, name) == 0;
 }
 
+// Adds `n` stacks that ended as `end` to the totals' and the thread's counters: {complete, truncated,
+// failed} of each.
+void add_stack_end(StackEnd end, uint64_t n, uint64_t* (&counters)[6]) {
+  const int column = end == StackEnd::kComplete    ? 0
+                     : end == StackEnd::kTruncated ? 1
+                     : end == StackEnd::kFailed    ? 2
+                                                   : -1;
+  if (column < 0) return;
+  *counters[column] += n;
+  *counters[column + 3] += n;
+}
+
 bool selected(const Thread& t, const ReportOptions& options) {
   return report_selects_thread(t, options);
 }
@@ -346,6 +358,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     uint64_t last = info.start_mono_ns;
     for (const Thread& t : p.threads) {
       for (const Sample& s : t.samples) last = std::max(last, s.time_ns);
+      for (const SampleSum& s : t.sample_sums) last = std::max(last, s.last_ns);
     }
     totals.duration_ns = last - info.start_mono_ns;
   }
@@ -368,50 +381,54 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     thread_stacks.tid = t.tid;
     thread_stacks.name = t.name;
     ThreadTime time{t.pid, t.tid, t.name};
+    // `n` samples of one stack, kind and stack end, adding up to `cpu_ns` (on-CPU) or `off_ns`
+    // (blocked or waiting for a CPU).
+    const auto count = [&](uint32_t stack, SampleKind kind, StackEnd end, uint64_t n, uint64_t cpu_ns,
+                           uint64_t off_ns) {
+      Tally tally;
+      if (is_off_cpu_interval(kind)) {
+        if (stack == kNoIndex) totals.off_cpu_without_stack_ns += off_ns;
+        if (kind == SampleKind::kWaitCpu) {
+          tally.wait = n;
+          tally.wait_ns = off_ns;
+          totals.wait_cpu_samples += n;
+          totals.wait_cpu_ns += off_ns;
+          time.wait_cpu_samples += n;
+          time.wait_cpu_ns += off_ns;
+        } else {
+          tally.off = n;
+          tally.off_ns = off_ns;
+          totals.off_cpu_samples += n;
+          totals.off_cpu_ns += off_ns;
+          time.off_cpu_samples += n;
+          time.off_cpu_ns += off_ns;
+        }
+        uint64_t* ends[] = {&totals.off_stacks_complete,  &totals.off_stacks_truncated,
+                            &totals.off_stacks_failed,    &thread_stacks.off_complete,
+                            &thread_stacks.off_truncated, &thread_stacks.off_failed};
+        add_stack_end(end, n, ends);
+      } else {
+        tally.on = n;
+        tally.cpu_ns = cpu_ns;
+        totals.samples += n;
+        totals.cpu_ns += cpu_ns;
+        time.samples += n;
+        time.cpu_ns += cpu_ns;
+        if (stack == kNoIndex) totals.samples_without_stack += n;
+        uint64_t* ends[] = {&totals.stacks_complete,     &totals.stacks_truncated,
+                            &totals.stacks_failed,       &thread_stacks.on_complete,
+                            &thread_stacks.on_truncated, &thread_stacks.on_failed};
+        add_stack_end(end, n, ends);
+      }
+      if (stack != kNoIndex) per_stack[stack] += tally;
+    };
     for (size_t i = 0; i < t.samples.size(); ++i) {
       const Sample& s = t.samples[i];
       if (!valid_sample(p, s)) throw_sample_violation(p, t, i);
-      Tally one;
-      if (is_off_cpu_interval(s.kind)) {
-        if (s.stack == kNoIndex) totals.off_cpu_without_stack_ns += s.off_cpu_ns;
-        if (s.kind == SampleKind::kWaitCpu) {
-          one.wait = 1;
-          one.wait_ns = s.off_cpu_ns;
-          ++totals.wait_cpu_samples;
-          totals.wait_cpu_ns += s.off_cpu_ns;
-          ++time.wait_cpu_samples;
-          time.wait_cpu_ns += s.off_cpu_ns;
-        } else {
-          one.off = 1;
-          one.off_ns = s.off_cpu_ns;
-          ++totals.off_cpu_samples;
-          totals.off_cpu_ns += s.off_cpu_ns;
-          ++time.off_cpu_samples;
-          time.off_cpu_ns += s.off_cpu_ns;
-        }
-        totals.off_stacks_complete += s.stack_end == StackEnd::kComplete;
-        totals.off_stacks_truncated += s.stack_end == StackEnd::kTruncated;
-        totals.off_stacks_failed += s.stack_end == StackEnd::kFailed;
-        thread_stacks.off_complete += s.stack_end == StackEnd::kComplete;
-        thread_stacks.off_truncated += s.stack_end == StackEnd::kTruncated;
-        thread_stacks.off_failed += s.stack_end == StackEnd::kFailed;
-      } else {
-        one.on = 1;
-        one.cpu_ns = s.cpu_delta_ns;
-        ++totals.samples;
-        totals.cpu_ns += s.cpu_delta_ns;
-        ++time.samples;
-        time.cpu_ns += s.cpu_delta_ns;
-        if (s.stack == kNoIndex) ++totals.samples_without_stack;
-        totals.stacks_complete += s.stack_end == StackEnd::kComplete;
-        totals.stacks_truncated += s.stack_end == StackEnd::kTruncated;
-        totals.stacks_failed += s.stack_end == StackEnd::kFailed;
-        thread_stacks.on_complete += s.stack_end == StackEnd::kComplete;
-        thread_stacks.on_truncated += s.stack_end == StackEnd::kTruncated;
-        thread_stacks.on_failed += s.stack_end == StackEnd::kFailed;
-      }
-      if (s.stack != kNoIndex) per_stack[s.stack] += one;
+      count(s.stack, s.kind, s.stack_end, 1, s.cpu_delta_ns, s.off_cpu_ns);
     }
+    for (const SampleSum& s : t.sample_sums)
+      count(s.stack, s.kind, s.stack_end, s.samples, s.cpu_delta_ns, s.off_cpu_ns);
     if (thread_stacks.on_complete + thread_stacks.on_truncated + thread_stacks.on_failed +
             thread_stacks.off_complete + thread_stacks.off_truncated + thread_stacks.off_failed >
         0)

@@ -34,6 +34,8 @@ struct CaptureWriterOptions {
 // what is new or changed since the previous flush (new modules, stacks and samples; processes,
 // threads and lost counts whose fields changed), so a crash loses at most what came after the
 // last flush. Every block is handed to the kernel with one write() as soon as it is encoded.
+// Samples are written by their number in the recording, so that the profile may release those
+// written (RawProfile::release_samples) between flushes; releasing one not yet written is an error.
 // Not thread-safe; call it from the thread that mutates the RawProfile.
 class CaptureWriter {
  public:

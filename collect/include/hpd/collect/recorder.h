@@ -76,7 +76,9 @@ struct RecordOptions {
   // Called about every 250 ms from the recording loop with the profile so far, on the thread that
   // mutates it (no locking needed), e.g. to stream it into a capture file. The profile is not final:
   // the last samples, exit times and lost counts arrive after the loop, in RecordResult::profile.
-  std::function<void(const RawProfile&)> on_flush;
+  // The callee may release the samples it wrote out (RawProfile::release_samples); the recorder
+  // keeps no reference to them, so memory then stays flat however long the recording.
+  std::function<void(RawProfile&)> on_flush;
 
   Backend backend = Backend::kAuto;
   // Record every process of the system (eBPF only). With a command, until the command exits.

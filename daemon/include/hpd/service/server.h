@@ -19,7 +19,9 @@ struct DaemonOptions {
 int run_daemon(const DaemonOptions& options);
 
 // An estimate of the heap memory a RawProfile holds (samples, stacks, processes, mappings, threads),
-// for max_session_memory_mb.
-uint64_t estimate_profile_bytes(const RawProfile& profile);
+// for max_session_memory_mb. `released_come_back`: the samples released so far (RawProfile::
+// sample_offset) are read back at the end (a Firefox output spills them to a temporary capture), so
+// they count as held; a capture's released samples are only in the file.
+uint64_t estimate_profile_bytes(const RawProfile& profile, bool released_come_back);
 
 }  // namespace hpd::service

@@ -81,15 +81,30 @@ struct Sample {
   StackEnd stack_end = StackEnd::kUnknown;
 };
 
+// Samples summed per stack, kind and stack end (from RawSampleSum): in the profile `hpctl record`
+// symbolizes for its summary and report after streaming the samples themselves to a capture file.
+// Enough for the report, not for a timeline: exporters that need each sample read Thread::samples.
+struct SampleSum {
+  uint32_t stack = kNoIndex;
+  SampleKind kind = SampleKind::kOnCpu;
+  StackEnd stack_end = StackEnd::kUnknown;
+  uint64_t samples = 0;
+  uint64_t cpu_delta_ns = 0;
+  uint64_t off_cpu_ns = 0;
+  uint64_t first_ns = 0;
+  uint64_t last_ns = 0;
+};
+
 struct Thread {
   int32_t pid = 0;
   int32_t tid = 0;
   std::string name;
   std::string process_name;
   bool is_main = false;
-  uint64_t start_ns = 0;        // monotonic
-  uint64_t end_ns = 0;          // 0 = alive at the end of the recording
-  std::vector<Sample> samples;  // sorted by time
+  uint64_t start_ns = 0;               // monotonic
+  uint64_t end_ns = 0;                 // 0 = alive at the end of the recording
+  std::vector<Sample> samples;         // sorted by time
+  std::vector<SampleSum> sample_sums;  // samples not kept one by one (see SampleSum)
   LostCounts lost;  // this thread's share of ProfileMeta::lost, where the backend could attribute it
 };
 

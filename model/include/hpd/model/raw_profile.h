@@ -149,6 +149,25 @@ struct RawSample {
   StackEnd stack_end = StackEnd::kUnknown;
 };
 
+// Samples a recording released once they were written out (RawProfile::release_samples), summed per
+// thread, stack, kind, stack end and mapping epoch: what the summary and the report need, not a
+// timeline.
+struct RawSampleSum {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  uint32_t stack = kNoIndex;  // into RawProfile::stacks; kNoIndex = no stack captured
+  SampleKind kind = SampleKind::kOnCpu;
+  StackEnd stack_end = StackEnd::kUnknown;
+  // How many of the process's distinct mapping times (RawMapping::time_ns) preceded the samples when
+  // they were released: samples of one stack on either side of a new mapping may resolve differently.
+  uint32_t epoch = 0;
+  uint64_t samples = 0;
+  uint64_t cpu_delta_ns = 0;  // sums of the samples' fields
+  uint64_t off_cpu_ns = 0;
+  uint64_t first_ns = 0;  // the earliest and the latest sample's time
+  uint64_t last_ns = 0;
+};
+
 // An exact count of calls from one call site to one function (mcount/__fentry__ instrumentation).
 struct RawCallEdge {
   int32_t pid = 0;
@@ -244,7 +263,11 @@ struct RawProfile {
   std::vector<RawProcess> processes;
   std::vector<RawThread> threads;
   RawStackTable stacks;
-  std::vector<RawSample> samples;  // in the order recorded; not necessarily sorted by time
+  // In the order recorded; not necessarily sorted by time. samples[0] is sample number sample_offset
+  // of the recording: the earlier ones were written out and released (release_samples).
+  std::vector<RawSample> samples;
+  uint64_t sample_offset = 0;
+  std::vector<RawSampleSum> released;  // the released samples, summed; in the order first released
   std::vector<RawCallEdge> call_edges;
   // Per (process, function) call latency; only from the in-process counter (empty with uprobes).
   std::vector<RawCallLatency> call_latency;
@@ -252,6 +275,16 @@ struct RawProfile {
   std::vector<RawMipSnapshot> mip_snapshots;
   std::vector<RawJitSymbol> jit_symbols;  // of all processes; for one address the last line wins
   LostCounts lost;
+
+  // Every sample of the recording: those released and those still held.
+  [[nodiscard]] uint64_t sample_count() const { return sample_offset + samples.size(); }
+  // Drops the samples held (after they were written out, e.g. streamed to a capture file), adding
+  // them into `released`, so that a recording's memory grows with its distinct stacks and threads,
+  // not with its length. The vector keeps its capacity for the next ones.
+  void release_samples();
+  // Undoes the releases: `released_samples` (the first sample_offset samples, as written out and read
+  // back) go in front of the samples held, and the sums are dropped.
+  void restore_samples(std::vector<RawSample> released_samples);
 
   // Index of the module (path, build_id), added if new.
   uint32_t intern_module(const std::string& path, const std::string& build_id, bool is_kernel = false);
@@ -266,6 +299,14 @@ struct RawProfile {
   std::unordered_map<std::string, uint32_t> module_index_;
   std::unordered_map<int32_t, size_t> process_index_;
   std::unordered_map<uint64_t, size_t> thread_index_;  // key: pid << 32 | tid
+  struct SumKeyHash {
+    size_t operator()(const RawSampleSum& s) const;
+  };
+  struct SumKeyEqual {
+    bool operator()(const RawSampleSum& a, const RawSampleSum& b) const;
+  };
+  // RawSampleSum's key fields (pid, tid, stack, kind, stack_end, epoch) -> index into `released`.
+  std::unordered_map<RawSampleSum, uint32_t, SumKeyHash, SumKeyEqual> released_index_;
 };
 
 }  // namespace hpd

@@ -48,10 +48,14 @@ class RecordingOutput {
   RecordingOutput(const RecordingOutput&) = delete;
   RecordingOutput& operator=(const RecordingOutput&) = delete;
 
-  // Chains into options.on_flush: the capture streamed every flush, MIP counts read.
+  // Chains into options.on_flush: the capture (or, for a Firefox profile, a temporary capture)
+  // streamed every flush and the samples written released from memory, MIP counts read.
   void attach(RecordOptions& options);
   // Joins the MIP snapshots into the result, completes the capture, symbolizes and (unless a capture
   // was asked for) writes the Firefox profile. Returns the symbolized profile. Throws on write errors.
+  // With a capture, result.profile keeps only the sums of its samples (RawProfile::released) and the
+  // profile returned their per-thread sums (Thread::sample_sums): enough for the summary and report.
+  // For a Firefox profile, result.profile holds every sample again.
   Profile finish(RecordResult& result);
   // After a failed record(): drops a capture file begun at a path (nothing was recorded).
   void abandon();
@@ -67,7 +71,13 @@ class RecordingOutput {
   RecordRequest request_;
   int fd_ = -1;  // owned until handed to the capture writer or closed after the Firefox profile
   bool from_fd_ = false;
+  void open_spill();
+  void read_back_spill(RawProfile& raw);
+
   std::unique_ptr<CaptureWriter> capture_;
+  // A Firefox output: the samples streamed to a temporary capture while recording (see open_spill).
+  std::unique_ptr<CaptureWriter> spill_;
+  int spill_read_fd_ = -1;
   std::string capture_error_;
   std::unique_ptr<MipRecording> mip_;
   std::vector<std::string> jit_notes_;

@@ -23,7 +23,9 @@ struct ConvertOptions {
 // - Addresses outside every mapping become "0x<address>" frames (no lib); modules whose file cannot
 //   be read give "<basename>+0x<file offset>" frames and are listed in meta.missing_modules (as is
 //   "[kernel.kallsyms]" when kernel addresses exist but kallsyms cannot be read).
-// - One Thread per (pid, tid) that has samples or lost data; other threads are omitted.
+// - One Thread per (pid, tid) that has samples or lost data; other threads are omitted. Released
+//   samples (RawProfile::released) become the threads' sample_sums, each resolved as its stack was
+//   at the sum's first sample.
 // - Call edges are resolved too: caller = innermost inlined function at the call site.
 // - MIP snapshots become Profile::mip_counts from the last snapshot per (pid, module), never-called
 //   functions included; each function is the Func its sampled frames use (the symbolizer's outer
