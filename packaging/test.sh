@@ -19,10 +19,23 @@ python3 "$root/packaging/check-layers.py" "$root"
 "$root/packaging/build.sh"
 cd "$build"
 # The sanitizer pass below runs even when a test failed here, so that one run shows both.
+# Its output is kept in $build/ctest.log: a failure is summed up again at the very end, where a CI
+# page that shows only the last lines still names the test and its first assertion.
 status=0
-ctest --output-on-failure -j2 --timeout 900 || status=$?
+ctest --output-on-failure -j2 --timeout 900 2>&1 | tee "$build/ctest.log" || status=$?
 
 echo
 echo "=== Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_build) ==="
 "$root/packaging/asan-unit-tests.sh" || status=$?
+
+if [ "$status" -ne 0 ] && [ -s "$build/Testing/Temporary/LastTestsFailed.log" ]; then
+  echo
+  echo "=== test.sh: failed in the main suite ($build/ctest.log has their whole output) ==="
+  cat "$build/Testing/Temporary/LastTestsFailed.log"
+  # For each failed test, its first assertion lines: gtest's "Failure" line and what follows it.
+  awk '/Test +#[0-9]+: .*(\*\*\*|Timeout|Not Run)/ { on = 1; n = 0; print; next }
+       /^ +Start +[0-9]+:/ || /^ *[0-9]+\/[0-9]+ Test +#/ { on = 0 }
+       on && /Failure|error|Error|Expected|Which is|Value of|Actual|timed out|what\(\)/ && n < 8 { print "  " $0; n++ }' \
+    "$build/ctest.log" | head -n 60
+fi
 exit "$status"
