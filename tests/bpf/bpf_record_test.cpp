@@ -442,8 +442,9 @@ TEST(BpfRecord, ConcurrentPerfRecordIsUndisturbed) {
   for (int i = 0; i < 600 && !recording.load() && !error; ++i) usleep(10000);
   // Programs exec'd and libraries mapped while both record.
   const std::string data = (dir / "perf.data").string();
-  const test::RunResult perf = test::run({"perf", "record", "-g", "-o", data, "--", "/bin/sh", "-c",
-                                          "ls / >/dev/null; ls /usr >/dev/null; '" + spinner_path() + "' 300"});
+  const test::RunResult perf =
+      test::run({"perf", "record", "-g", "-o", data, "--", "/bin/sh", "-c",
+                 "ls / >/dev/null; ls /usr >/dev/null; '" + spinner_path() + "' 300"});
   stop.store(true);
   recorder.join();
   if (error) std::rethrow_exception(error);
@@ -538,6 +539,21 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
     // (HPD_EVENT_CPU_TAIL), so two extra are allowed.
     EXPECT_LE(double(t.samples), 1.3 * expected + 3)
         << "thread " << tid << ": " << t.samples << " samples for " << t.cpu_ns / 1000 << " us of CPU";
+  }
+  {
+    int32_t worst = 0;
+    double worst_excess = -1e9;
+    for (const auto& [tid, t] : threads) {
+      const double excess = double(t.samples) - double(t.cpu_ns) / double(p.info.interval_ns);
+      if (excess > worst_excess) worst_excess = excess, worst = tid;
+    }
+    std::printf("worst thread %d: %zu samples, %.2f expected; deltas(us):", worst, threads[worst].samples,
+                double(threads[worst].cpu_ns) / double(p.info.interval_ns));
+    for (const RawSample& s : p.samples)
+      if (s.tid == worst)
+        std::printf(" %lu%s", (unsigned long)(s.cpu_delta_ns / 1000),
+                    s.kind == SampleKind::kOnCpu ? "" : "x");
+    std::printf("\n");
   }
   const double ratio = double(samples) / (double(cpu_ns) / double(p.info.interval_ns));
   std::printf("churn: %zu threads, %zu samples, %.1f ms CPU, samples per interval of CPU %.3f\n",

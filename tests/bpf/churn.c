@@ -2,10 +2,14 @@
 // start signal, so that threads are being created whenever a recorder attaches to the process, and
 // many exist while it does. Writes "ready\n" to stdout once 16 exist; when a byte arrives on stdin it
 // stops creating, lets every thread burn WORKER_CPU_MS of its own CPU time, joins them and exits.
+// The threads burn as many at a time as there are CPUs: hundreds burning at once preempt each other
+// every slice, and the kernel's task-clock timer, restarted at each switch-in, then fires a few
+// early samples per thread, which would blur the doubled sampling the test looks for.
 // Usage: churn MAX_THREADS WORKER_CPU_MS
 #define _GNU_SOURCE
 #include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +21,7 @@ static double worker_cpu_s;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t started = PTHREAD_COND_INITIALIZER;
 static int go;
+static sem_t burners;
 
 static double thread_cpu_s(void) {
   struct timespec ts;
@@ -41,7 +46,10 @@ static void* worker(void* arg) {
   pthread_mutex_lock(&lock);
   while (!go) pthread_cond_wait(&started, &lock);
   pthread_mutex_unlock(&lock);
+  while (sem_wait(&burners) != 0) {
+  }
   churn_work();
+  sem_post(&burners);
   return NULL;
 }
 
@@ -52,6 +60,8 @@ int main(int argc, char** argv) {
   }
   const long max_threads = atol(argv[1]);
   worker_cpu_s = atof(argv[2]) / 1000.0;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (sem_init(&burners, 0, cpus > 0 ? (unsigned)cpus : 1u) != 0) return 3;
   pthread_t* threads = calloc((size_t)max_threads, sizeof *threads);
   if (threads == NULL) return 3;
   long count = 0;
