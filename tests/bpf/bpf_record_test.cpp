@@ -197,7 +197,7 @@ TEST(BpfRecord, ShortLivedProcessesResolveThroughMmapRecords) {
 
 TEST(BpfRecord, RunningProcessByPid) {
   const int fds_before = count_open_fds();
-  test::Background spinner = spawn_held_spinner({"--wait-stdin", "1000", "300"});
+  test::Background spinner = spawn_held_spinner({"--wait-stdin", "--nap-ms", "150", "1000", "300"});
   const pid_t pid = spinner.pid();
   ASSERT_GT(pid, 0);
   for (int i = 0; i < 1000 && !(read_exe(pid) == spinner_path() && read_process_state(pid) == 'S'); ++i) {
@@ -217,8 +217,15 @@ TEST(BpfRecord, RunningProcessByPid) {
   rusage usage;
   ASSERT_EQ(spinner.wait(&usage), 7);
   expect_spinner_profile(result, pid, cpu_ns(usage), kBpfExpectations);
-  // Waiting on stdin before the go: an off-CPU interval in read().
-  EXPECT_GE(samples_of(result.profile, pid, SampleKind::kOffCpu), 1u);
+  // The spinner's 150 ms nap at its end: a blocked interval of (at least) that length. (Its wait on
+  // stdin began before the recording, whose programs never saw that switch-out; the main thread's
+  // join of the late worker blocks only when it finishes first.)
+  uint64_t longest_blocked_ns = 0;
+  for (const RawSample& s : result.profile.samples)
+    if (s.pid == pid && s.kind == SampleKind::kOffCpu)
+      longest_blocked_ns = std::max(longest_blocked_ns, s.off_cpu_ns);
+  EXPECT_GE(longest_blocked_ns, 150'000'000u);
+  EXPECT_LT(longest_blocked_ns, 5'000'000'000u);
   EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 

@@ -1,8 +1,9 @@
 /* Test target for the recorder: burns CPU in spin_work(), optionally starting a second thread late.
- * Usage: hpd_collect_spinner [--wait-stdin] SPIN_MS [LATE_THREAD_DELAY_MS]
+ * Usage: hpd_collect_spinner [--wait-stdin] [--nap-ms NAP_MS] SPIN_MS [LATE_THREAD_DELAY_MS]
  * Times are CPU time of the spinning thread, not wall time, so a loaded machine stretches the run
  * but does not change how much work is done: the main thread burns SPIN_MS; after LATE_THREAD_DELAY_MS
- * of it a thread "late-worker" starts and burns SPIN_MS - LATE_THREAD_DELAY_MS. */
+ * of it a thread "late-worker" starts and burns SPIN_MS - LATE_THREAD_DELAY_MS. With --nap-ms, the
+ * main thread then sleeps NAP_MS in nap() before it exits: a blocked interval of known length. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -41,6 +42,12 @@ static void* late_thread(void* arg) {
   return NULL;
 }
 
+__attribute__((noinline)) static void nap(uint64_t ms) {
+  struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
 int main(int argc, char** argv) {
   int arg = 1;
   if (arg < argc && strcmp(argv[arg], "--wait-stdin") == 0) {
@@ -48,8 +55,13 @@ int main(int argc, char** argv) {
     if (read(0, &c, 1) != 1) return 2;
     ++arg;
   }
+  uint64_t nap_ms = 0;
+  if (arg + 1 < argc && strcmp(argv[arg], "--nap-ms") == 0) {
+    nap_ms = strtoull(argv[arg + 1], NULL, 10);
+    arg += 2;
+  }
   if (arg >= argc) {
-    fprintf(stderr, "usage: %s [--wait-stdin] SPIN_MS [LATE_THREAD_DELAY_MS]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--wait-stdin] [--nap-ms NAP_MS] SPIN_MS [LATE_THREAD_DELAY_MS]\n", argv[0]);
     return 2;
   }
   const uint64_t start = now_ms();
@@ -66,5 +78,6 @@ int main(int argc, char** argv) {
   } else {
     spin_until(end_ms);
   }
+  if (nap_ms != 0) nap(nap_ms);
   return 7; /* a distinctive exit code for the test */
 }
