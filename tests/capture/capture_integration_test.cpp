@@ -73,7 +73,7 @@ class CaptureCliTest : public ::testing::TestWithParam<std::string> {
 // numbers through the exporter and its reader), and so must `convert --format report`.
 TEST_P(CaptureCliTest, CaptureGivesTheSameReportAsTheRecording) {
   const std::string hpr = path("run.hpr");
-  RunResult rec = run(record({"-o", hpr, "--limit", "0", "--", kFixtures + "/cpu_split", "1.5"}));
+  RunResult rec = run(record({"-o", hpr, "--limit", "0", "--", kFixtures + "/cpu_split", "--cpu", "1.5"}));
   ASSERT_EQ(rec.exit_code, 0) << rec.err;
   EXPECT_NE(rec.err.find("hpctl convert"), std::string::npos) << rec.err;
   const size_t at = rec.out.find("hpd report:");
@@ -101,7 +101,9 @@ TEST_P(CaptureCliTest, CaptureGivesTheSameReportAsTheRecording) {
 
 TEST_P(CaptureCliTest, PprofAndCollapsedHoldTheReportTotals) {
   const std::string hpr = path("run.hpr");
-  ASSERT_EQ(run(record({"-o", hpr, "--no-report", "-q", "--", kFixtures + "/cpu_split", "1"})).exit_code, 0);
+  ASSERT_EQ(
+      run(record({"-o", hpr, "--no-report", "-q", "--", kFixtures + "/cpu_split", "--cpu", "1"})).exit_code,
+      0);
   const json rep = report_json(hpr);
   const uint64_t samples = rep.at("totals").at("samples").get<uint64_t>();
   const uint64_t cpu_ns = rep.at("totals").at("cpu_ns").get<uint64_t>();

@@ -189,7 +189,7 @@ TEST_F(CallGraphTest, DwarfGivesWholeChainsWithoutFramePointersAndNoFewerThanPer
   EXPECT_NE(err.find("call graph: dwarf (32768-byte stack copies)"), std::string::npos) << err;
   std::string example;
   const ChainShare ours = chain_share(samples, &example);
-  ASSERT_GT(ours.in_d, 1000u) << "about 2 s in chain_d at 999 Hz expected";
+  ASSERT_GT(ours.in_d, 1000u) << "about 2 s of CPU in chain_d at 999 Hz expected";
   EXPECT_GE(ours.share(), 0.95) << "first incomplete: " << example;
 
   // The frame-pointer walk cannot see past chain_d here: the difference dwarf makes.
