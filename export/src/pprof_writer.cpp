@@ -206,8 +206,8 @@ class PprofBuilder {
       label(m, "pid", 0, l.pid);
       label(m, "timed_calls", 0, static_cast<int64_t>(l.calls), "count");
       if (l.calls != 0) {
-        label(m, "avg", 0, static_cast<int64_t>(l.sum_ns / l.calls), "nanoseconds");
-        label(m, "p95", 0, static_cast<int64_t>(l.histogram.quantile_ns(0.95, l.max_ns)), "nanoseconds");
+        label(m, "avg", 0, static_cast<int64_t>(l.avg_ns()), "nanoseconds");
+        label(m, "p95", 0, static_cast<int64_t>(l.p95_ns()), "nanoseconds");
         label(m, "max", 0, static_cast<int64_t>(l.max_ns), "nanoseconds");
       }
       exact_samples_.push_back(std::move(m));
