@@ -480,8 +480,8 @@ class FirefoxWriter {
       firefox::LatencyMarkerData data;
       data.function = name;
       data.calls = l.calls;
-      data.avg_ns = l.sum_ns / l.calls;
-      data.p95_ns = l.histogram.quantile_ns(0.95, l.max_ns);
+      data.avg_ns = l.avg_ns();
+      data.p95_ns = l.p95_ns();
       data.max_ns = l.max_ns;
       data.total_ns = l.outer_ns;
       data.sum_ns = l.sum_ns;

@@ -1,5 +1,6 @@
 // pprof writer: a hand-written protobuf encoder for perftools.profiles.Profile (proto3, profile.proto).
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
@@ -68,17 +69,23 @@ class PprofBuilder {
     interval_ns_ = info.interval_ns != 0    ? info.interval_ns
                    : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
                                             : kDefaultIntervalNs;
+    bool has_off_cpu = false;
     for (const Thread& t : p_.threads) {
-      for (const Sample& s : t.samples) has_off_cpu_ |= is_off_cpu_interval(s.kind);
+      for (const Sample& s : t.samples) has_off_cpu |= is_off_cpu_interval(s.kind);
     }
-    has_calls_ = !p_.call_edges.empty();
-    has_latency_ = !p_.call_latency.empty();
     lay_out_mappings();
 
-    std::vector<std::pair<std::string, std::string>> types = {{"samples", "count"}, {"cpu", "nanoseconds"}};
-    if (has_off_cpu_) types.emplace_back("wall", "nanoseconds");
-    if (has_calls_) types.emplace_back("calls", "count");
-    if (has_latency_) types.emplace_back("latency", "nanoseconds");
+    // Each column's index is the one its type gets here, whichever optional columns come before it.
+    std::vector<std::pair<std::string, std::string>> types;
+    const auto column = [&types](const char* type, const char* unit) {
+      types.emplace_back(type, unit);
+      return types.size() - 1;
+    };
+    samples_column_ = column("samples", "count");
+    cpu_column_ = column("cpu", "nanoseconds");
+    if (has_off_cpu) wall_column_ = column("wall", "nanoseconds");
+    if (!p_.call_edges.empty()) calls_column_ = column("calls", "count");
+    if (!p_.call_latency.empty()) latency_column_ = column("latency", "nanoseconds");
     value_count_ = types.size();
     for (const auto& [type, unit] : types) {
       ProtoWriter vt;
@@ -168,23 +175,22 @@ class PprofBuilder {
               AggregatedSample{s.stack, thread, s.kind, std::vector<int64_t>(value_count_, 0)});
         std::vector<int64_t>& v = samples_[it->second].values;
         if (s.kind == SampleKind::kOnCpu) {
-          v[0] += 1;
-          v[1] += static_cast<int64_t>(s.cpu_delta_ns);
-          if (has_off_cpu_) v[2] += static_cast<int64_t>(interval_ns_);
-        } else if (has_off_cpu_) {
-          v[2] += static_cast<int64_t>(s.off_cpu_ns);
+          v[samples_column_] += 1;
+          v[cpu_column_] += static_cast<int64_t>(s.cpu_delta_ns);
+          if (wall_column_ != kNoColumn) v[wall_column_] += static_cast<int64_t>(interval_ns_);
+        } else if (wall_column_ != kNoColumn) {
+          v[wall_column_] += static_cast<int64_t>(s.off_cpu_ns);
         }
       }
     }
   }
 
   void add_call_edges() {
-    const size_t calls_column = 2 + (has_off_cpu_ ? 1 : 0);
     for (const CallEdge& e : p_.call_edges) {
       std::vector<uint64_t> locs{function_location(e.callee_func)};
       if (e.caller_func != kNoIndex) locs.push_back(function_location(e.caller_func));
       std::vector<int64_t> values(value_count_, 0);
-      values[calls_column] = static_cast<int64_t>(e.count);
+      values[calls_column_] = static_cast<int64_t>(e.count);
       ProtoWriter m;
       m.packed_field(1, locs);
       m.packed_field(2, values);
@@ -199,15 +205,15 @@ class PprofBuilder {
   void add_call_latency() {
     for (const CallLatency& l : p_.call_latency) {
       std::vector<int64_t> values(value_count_, 0);
-      values.back() = static_cast<int64_t>(l.outer_ns);
+      values[latency_column_] = static_cast<int64_t>(l.outer_ns);
       ProtoWriter m;
       m.packed_field(1, std::vector<uint64_t>{function_location(l.func)});
       m.packed_field(2, values);
       label(m, "pid", 0, l.pid);
       label(m, "timed_calls", 0, static_cast<int64_t>(l.calls), "count");
       if (l.calls != 0) {
-        label(m, "avg", 0, static_cast<int64_t>(l.sum_ns / l.calls), "nanoseconds");
-        label(m, "p95", 0, static_cast<int64_t>(l.histogram.quantile_ns(0.95, l.max_ns)), "nanoseconds");
+        label(m, "avg", 0, static_cast<int64_t>(l.avg_ns()), "nanoseconds");
+        label(m, "p95", 0, static_cast<int64_t>(l.p95_ns()), "nanoseconds");
         label(m, "max", 0, static_cast<int64_t>(l.max_ns), "nanoseconds");
       }
       exact_samples_.push_back(std::move(m));
@@ -394,10 +400,15 @@ class PprofBuilder {
   std::vector<uint64_t> mapping_start_;  // per lib
   std::vector<uint64_t> mapping_limit_;
   uint64_t interval_ns_ = kDefaultIntervalNs;
-  size_t value_count_ = 2;
-  bool has_off_cpu_ = false;
-  bool has_calls_ = false;
-  bool has_latency_ = false;
+  // Indices into a sample's values, set as build() lists the sample types; kNoColumn = not listed
+  // (wall only with off-CPU samples, calls only with call edges, latency only with call latency).
+  static constexpr size_t kNoColumn = SIZE_MAX;
+  size_t value_count_ = 0;
+  size_t samples_column_ = kNoColumn;
+  size_t cpu_column_ = kNoColumn;
+  size_t wall_column_ = kNoColumn;
+  size_t calls_column_ = kNoColumn;
+  size_t latency_column_ = kNoColumn;
 };
 
 }  // namespace

@@ -26,6 +26,14 @@ uint32_t StringTable::intern(std::string_view s) {
   return index;
 }
 
+void CallLatency::merge(const CallLatency& other) {
+  calls += other.calls;
+  sum_ns += other.sum_ns;
+  outer_ns += other.outer_ns;
+  max_ns = std::max(max_ns, other.max_ns);
+  histogram.merge(other.histogram);
+}
+
 namespace {
 // Appends the raw bytes of trivially copyable values to an interning key.
 template <typename... T>
@@ -64,10 +72,9 @@ uint32_t Profile::intern_native_symbol(uint32_t lib, uint64_t address, uint64_t 
 }
 
 uint32_t Profile::intern_frame(const Frame& f) {
-  auto [it, inserted] =
-      frame_index_.emplace(pack_key(f.func, f.native_symbol, f.lib, f.address, f.line, f.column,
-                                    f.inline_depth, f.category),
-                           static_cast<uint32_t>(frames.size()));
+  auto [it, inserted] = frame_index_.emplace(
+      pack_key(f.func, f.native_symbol, f.lib, f.address, f.line, f.column, f.inline_depth, f.category),
+      static_cast<uint32_t>(frames.size()));
   if (inserted) frames.push_back(f);
   return it->second;
 }

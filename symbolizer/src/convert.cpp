@@ -607,15 +607,9 @@ class Converter {
       const UniqueAddress& callee = addresses_[latency_addresses[i]];
       const uint32_t func = specs_[callee.first_spec].frame.func;
       auto [it, inserted] = index.try_emplace({l.pid, func}, out_.call_latency.size());
-      if (inserted) {
-        out_.call_latency.push_back(CallLatency{l.pid, func, 0, 0, 0, 0, {}});
-      }
-      CallLatency& c = out_.call_latency[it->second];
-      c.calls += l.calls;
-      c.sum_ns += l.sum_ns;
-      c.outer_ns += l.outer_ns;
-      c.max_ns = std::max(c.max_ns, l.max_ns);
-      c.histogram.merge(l.histogram);
+      if (inserted) out_.call_latency.push_back(CallLatency{l.pid, func, 0, 0, 0, 0, {}});
+      out_.call_latency[it->second].merge(
+          CallLatency{l.pid, func, l.calls, l.sum_ns, l.outer_ns, l.max_ns, l.histogram});
     }
   }
 

@@ -82,6 +82,18 @@ class PprofTest : public ::testing::Test {
     }
     return sums;
   }
+  // The columns add_timed_calls fills: calls at `calls_column`, latency (its outermost 5 s) last.
+  void expect_timed_calls_columns(size_t calls_column) const {
+    const auto types = root_.all("sample_type");
+    ASSERT_EQ(types.size(), calls_column + 2);
+    EXPECT_EQ(str(*types[calls_column], "type"), "calls");
+    EXPECT_EQ(str(*types[calls_column], "unit"), "count");
+    EXPECT_EQ(str(*types[calls_column + 1], "type"), "latency");
+    EXPECT_EQ(str(*types[calls_column + 1], "unit"), "nanoseconds");
+    const auto sums = value_sums();
+    EXPECT_EQ(sums[calls_column], 1234);
+    EXPECT_EQ(sums[calls_column + 1], 5'000'000'000);
+  }
   TextNode root_;
   std::vector<std::string> strings_;
 };
@@ -185,10 +197,9 @@ TEST_F(PprofTest, CallEdgesAddACallsColumn) {
   EXPECT_EQ(sums[0], static_cast<int64_t>(totals_of(p).on));  // edges add no samples
 }
 
-// The runtime's latency: a `latency` column holding each function's total (outermost) time, and the
-// per-call figures as labels; the calls column stays the edges' exact counts.
-TEST_F(PprofTest, CallLatencyAddsALatencyColumnAndPerCallLabels) {
-  Profile p = testing::make_synthetic_profile();
+// 1234 calls of func 2 from func 1, all timed at 5 ms, 1000 of them outermost (5 s in all), the
+// longest 9 ms.
+void add_timed_calls(Profile& p) {
   p.call_edges.push_back(CallEdge{1, 1, 2, 1234});
   CallLatency l;
   l.pid = 1;
@@ -200,15 +211,15 @@ TEST_F(PprofTest, CallLatencyAddsALatencyColumnAndPerCallLabels) {
   l.histogram.ns_per_tick = 1.0;
   l.histogram.buckets = {{LatencyHistogram::bucket_of_ticks(5'000'000), 1234}};
   p.call_latency.push_back(l);
+}
+
+// The runtime's latency: a `latency` column holding each function's total (outermost) time, and the
+// per-call figures as labels; the calls column stays the edges' exact counts.
+TEST_F(PprofTest, CallLatencyAddsALatencyColumnAndPerCallLabels) {
+  Profile p = testing::make_synthetic_profile();
+  add_timed_calls(p);
   decode(p);
-  const auto types = root_.all("sample_type");
-  ASSERT_EQ(types.size(), 5u);
-  EXPECT_EQ(str(*types[3], "type"), "calls");
-  EXPECT_EQ(str(*types[4], "type"), "latency");
-  EXPECT_EQ(str(*types[4], "unit"), "nanoseconds");
-  const auto sums = value_sums();
-  EXPECT_EQ(sums[3], 1234);
-  EXPECT_EQ(sums[4], 5'000'000'000);
+  expect_timed_calls_columns(3);
   std::map<std::string, std::pair<int64_t, std::string>> labels;
   for (const TextNode* s : root_.all("sample")) {
     if (std::stoll(s->all("value")[4]->value) == 0) continue;
@@ -221,6 +232,20 @@ TEST_F(PprofTest, CallLatencyAddsALatencyColumnAndPerCallLabels) {
   EXPECT_GE(labels["p95"].first, 5'000'000 - 5'000'000 / 16);
   EXPECT_LE(labels["p95"].first, 5'000'000 + 5'000'000 / 16);
   EXPECT_EQ(labels["max"].first, 9'000'000);
+}
+
+// Without off-CPU samples there is no wall column: calls and latency move up one, and each value
+// still lands under its own type.
+TEST_F(PprofTest, WithoutOffCpuSamplesCallsAndLatencyMoveUpAColumn) {
+  Profile p = testing::make_synthetic_profile();
+  for (Thread& t : p.threads)
+    std::erase_if(t.samples, [](const Sample& s) { return is_off_cpu_interval(s.kind); });
+  add_timed_calls(p);
+  decode(p);
+  expect_timed_calls_columns(2);
+  const auto sums = value_sums();
+  EXPECT_EQ(sums[0], static_cast<int64_t>(totals_of(p).on));
+  EXPECT_EQ(sums[1], static_cast<int64_t>(totals_of(p).cpu));
 }
 
 TEST_F(PprofTest, WithoutOffCpuSamplesThereIsNoWallColumn) {

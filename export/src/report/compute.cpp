@@ -217,11 +217,7 @@ void add_call_latency(const Profile& p, const ReportOptions& options, Report& re
     if (options.pid != 0 && l.pid != options.pid) continue;
     CallLatency& m = by_func[l.func];
     m.func = l.func;
-    m.calls += l.calls;
-    m.sum_ns += l.sum_ns;
-    m.outer_ns += l.outer_ns;
-    m.max_ns = std::max(m.max_ns, l.max_ns);
-    m.histogram.merge(l.histogram);
+    m.merge(l);
   }
   const uint64_t duration = report.totals.duration_ns;
   for (CallRow& row : report.calls) {
@@ -229,8 +225,8 @@ void add_call_latency(const Profile& p, const ReportOptions& options, Report& re
     if (it == by_func.end() || it->second.calls == 0) continue;
     const CallLatency& l = it->second;
     row.timed_calls = l.calls;
-    row.avg_ns = l.sum_ns / l.calls;
-    row.p95_ns = l.histogram.quantile_ns(0.95, l.max_ns);
+    row.avg_ns = l.avg_ns();
+    row.p95_ns = l.p95_ns();
     row.max_ns = l.max_ns;
     row.latency_total_ns = l.outer_ns;
     row.latency_wall_percent = duration != 0 ? 100.0 * double(l.outer_ns) / double(duration) : 0;

@@ -117,6 +117,7 @@ struct CallEdge {
 };
 
 // The latency of one function's calls in one process (see RawCallLatency).
+// The exports and the report print its figures through these members, so they agree.
 struct CallLatency {
   int32_t pid = 0;
   uint32_t func = 0;
@@ -125,6 +126,14 @@ struct CallLatency {
   uint64_t outer_ns = 0;
   uint64_t max_ns = 0;
   LatencyHistogram histogram;
+
+  // The mean time per timed call, rounded down; 0 when no call was timed.
+  [[nodiscard]] uint64_t avg_ns() const { return calls != 0 ? sum_ns / calls : 0; }
+  // The 95th percentile per call from the histogram, at most max_ns; 0 without a histogram.
+  [[nodiscard]] uint64_t p95_ns() const { return histogram.quantile_ns(0.95, max_ns); }
+  // Adds the calls `other` timed (the same function: another process, or another address of it).
+  // pid and func stay this one's.
+  void merge(const CallLatency& other);
 };
 
 // A function's MIP counts in one process: the last snapshot of its module taken while recording.
