@@ -130,7 +130,12 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
   // The timer counts wall time while the thread is on the CPU, its CPU clock does not count the time
   // the hypervisor ran something else (steal): on a busy host many deltas are rightly below 1.
   EXPECT_NEAR(pct(0.5), 1.0, 0.1);
-  EXPECT_GT(double(within_10), 0.6 * double(ratios.size()));
+  // Lumps (73% zeros, the rest a tick's worth) put the first quartile at 0 and the third at 0 or 4.
+  // A loaded machine spreads single deltas (the timer restarts at each switch-in, so samples come
+  // early and late: within 10% only 52-56% of them in some runs) but keeps the middle half near one
+  // interval (p25 0.986-0.998, p75 1.001-1.293 at load 7-14).
+  EXPECT_GT(pct(0.25), 0.75);
+  EXPECT_LT(pct(0.75), 1.5);
   EXPECT_EQ(result.samples_with_stale_cpu_time, 0u);
   EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
