@@ -52,9 +52,10 @@ struct cfi_regs {
 };
 
 // The stack above the sampled sp, copied at most once per walk: most frames' return addresses and
-// saved rbp lie within it, and one read of a few KiB costs less than a user read per frame. Per CPU;
-// the sampling program and the sched_switch program never run nested on one CPU (sched_switch runs
-// with interrupts off), but each has its own entry all the same.
+// saved rbp lie within it, and one read of a few KiB costs less than a user read per frame. One
+// window per CPU and program (key: CPU * 2 + slot); the sampling program and the sched_switch
+// program never run nested on one CPU (sched_switch runs with interrupts off), but each has its
+// own window all the same.
 //
 // The window is [sp, sp + CFI_WINDOW_BYTES), read in two parts: the rest of sp's page at once, the
 // part in the next page only when a frame lies there. The next page is often not readable: past
@@ -65,18 +66,28 @@ struct cfi_regs {
 // about 1 us on the paravirtualized guest we measured, as much as the rest of the walk. Read in one
 // piece, the window made whole recordings twice as slow, depending on where ASLR had put the stack
 // (docs/performance.md).
+//
+// The bytes are copied to the same offset within a 64-byte line as they have on the stack: the
+// kernel's copy (rep movsb) is slower between differently aligned addresses, and with a per-CPU
+// array (values aligned to 8 bytes, wherever the allocator put them) the cost of a walk changed
+// from one recording to the next. An mmapable array's values start on a page, and the window's
+// size is a multiple of 64 bytes, so every window's bytes start on a 64-byte line.
 #define CFI_WINDOW_BYTES 4096
 #define CFI_PAGE_BYTES 4096
 struct cfi_window {
-  __u64 page;   // user address of bytes[0]: the start of sp's page
-  __u32 first;  // offset of sp in bytes (the window's start)
-  __u32 valid;  // bytes[first, valid) hold the stack; first == valid: the window is empty
-  __u32 end;    // the window's end offset, first + CFI_WINDOW_BYTES
-  __u32 upper;  // the part in the next page: 0 not read yet, 1 read, 2 unreadable
-  __u8 bytes[2 * CFI_PAGE_BYTES];
+  __u8 bytes[2 * CFI_PAGE_BYTES];  // sp's page, then the next one
+  __u64 page;                      // user address of bytes[0]: the start of sp's page
+  __u32 first;                     // offset of sp in bytes (the window's start)
+  __u32 valid;                     // bytes[first, valid) hold the stack; first == valid: the window is empty
+  __u32 end;                       // the window's end offset, first + CFI_WINDOW_BYTES
+  __u32 upper;                     // the part in the next page: 0 not read yet, 1 read, 2 unreadable
+  __u8 line_padding[40];           // to a multiple of 64 bytes
 };
+_Static_assert(sizeof(struct cfi_window) % 64 == 0, "each window must start on a 64-byte line");
+// Sized by user space before load: 2 per possible CPU.
 struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(map_flags, BPF_F_MMAPABLE);
   __uint(max_entries, 2);
   __type(key, __u32);
   __type(value, struct cfi_window);
@@ -301,7 +312,8 @@ __attribute__((noinline)) __u64 walk_user_cfi(struct user_frames* out, struct cf
                                               __u32* end, __u32 window_slot) {
   if (!out || !r || !end) return 0;
   const struct hpd_proc_mappings* maps = bpf_map_lookup_elem(&proc_mappings, &pid);
-  struct cfi_window* w = bpf_map_lookup_elem(&cfi_windows, &window_slot);
+  const __u32 window_key = bpf_get_smp_processor_id() * 2 + window_slot;
+  struct cfi_window* w = bpf_map_lookup_elem(&cfi_windows, &window_key);
   if (w) cfi_fill_window(w, r->sp);
   out->ips[0] = r->ip;
   __u64 n = 1;
