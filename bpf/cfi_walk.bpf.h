@@ -51,59 +51,111 @@ struct cfi_regs {
   __u32 mapping;    // the mapping of the previous frame: most callers are in the same module
 };
 
-// The stack above the sampled sp, copied once per walk: most frames' return addresses and saved rbp
-// lie within it, and one read of a few KiB costs less than a user read per frame. Per CPU; the
-// sampling program and the sched_switch program never run nested on one CPU (sched_switch runs with
-// interrupts off), but each has its own entry all the same.
+// The stack above the sampled sp, copied at most once per walk: most frames' return addresses and
+// saved rbp lie within it, and one read of a few KiB costs less than a user read per frame. One
+// window per CPU and program (key: CPU * 2 + slot); the sampling program and the sched_switch
+// program never run nested on one CPU (sched_switch runs with interrupts off), but each has its
+// own window all the same.
+//
+// The window is [sp, sp + CFI_WINDOW_BYTES), read in two parts: the rest of sp's page at once, the
+// part in the next page only when a frame lies there. The next page is often not readable: past
+// the top of the main thread's stack when sp is near it, or a page that was never touched (exec
+// leaves a random gap of up to 8 KiB between the argument strings and the initial stack pointer,
+// and when it spans a whole page that page is never faulted in). A read that meets such a page
+// fails (page faults are disabled in the program), but only after the fault was taken and refused:
+// about 1 us on the paravirtualized guest we measured, as much as the rest of the walk. Read in one
+// piece, the window made whole recordings twice as slow, depending on where ASLR had put the stack
+// (docs/performance.md).
+//
+// The bytes are copied to the same offset within a 64-byte line as they have on the stack: the
+// kernel's copy (rep movsb) is slower between differently aligned addresses, and with a per-CPU
+// array (values aligned to 8 bytes, wherever the allocator put them) the cost of a walk changed
+// from one recording to the next. An mmapable array's values start on a page, and the window's
+// size is a multiple of 64 bytes, so every window's bytes start on a 64-byte line.
 #define CFI_WINDOW_BYTES 4096
+#define CFI_PAGE_BYTES 4096
 struct cfi_window {
-  __u64 base;  // user address of bytes[0]
-  __u64 len;   // bytes valid
-  __u8 bytes[CFI_WINDOW_BYTES];
+  __u8 bytes[2 * CFI_PAGE_BYTES];  // sp's page, then the next one
+  __u64 page;                      // user address of bytes[0]: the start of sp's page
+  __u32 first;                     // offset of sp in bytes (the window's start)
+  __u32 valid;                     // bytes[first, valid) hold the stack; first == valid: the window is empty
+  __u32 end;                       // the window's end offset, first + CFI_WINDOW_BYTES
+  __u32 upper;                     // the part in the next page: 0 not read yet, 1 read, 2 unreadable
+  __u8 line_padding[40];           // to a multiple of 64 bytes
 };
+_Static_assert(sizeof(struct cfi_window) % 64 == 0, "each window must start on a 64-byte line");
+// Sized by user space before load: 2 per possible CPU.
 struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(map_flags, BPF_F_MMAPABLE);
   __uint(max_entries, 2);
   __type(key, __u32);
   __type(value, struct cfi_window);
 } cfi_windows SEC(".maps");
 
-// Copies the stack from `sp` up: a whole window, else up to the end of sp's page (the top of a
-// stack mapping may lie within the window's reach).
+// Reads the part of the window in sp's page.
 static __always_inline void cfi_fill_window(struct cfi_window* w, __u64 sp) {
-  w->base = sp;
-  w->len = 0;
-  if (bpf_probe_read_user(w->bytes, CFI_WINDOW_BYTES, (const void*)sp) == 0) {
-    w->len = CFI_WINDOW_BYTES;
-    return;
-  }
-  __u64 n = 4096 - (sp & 4095);
-  if (n == 0 || n > CFI_WINDOW_BYTES) return;
-  if (bpf_probe_read_user(w->bytes, n, (const void*)sp) == 0) w->len = n;
+  const __u32 first = (__u32)(sp & (CFI_PAGE_BYTES - 1));
+  w->page = sp - first;
+  w->first = first;
+  w->valid = first;
+  w->end = first + CFI_WINDOW_BYTES;
+  w->upper = first == 0 ? 1 : 0;  // a page-aligned sp: the window is all in its page
+  const __u32 n = CFI_PAGE_BYTES - first;
+  if (first < CFI_PAGE_BYTES && bpf_probe_read_user(&w->bytes[first], n, (const void*)sp) == 0)
+    w->valid = CFI_PAGE_BYTES;
+  else
+    w->end = first;  // sp's page unreadable: no window, every read goes to the stack
 }
 
-// Reads 8 bytes of the user stack at `addr`: from the window when it holds them, else from the stack.
-static __always_inline int cfi_read8(const struct cfi_window* w, __u64* out, __u64 addr) {
-  if (w && addr >= w->base && w->len >= 8) {
-    __u64 off = addr - w->base;
-    if (off <= w->len - 8 && off <= CFI_WINDOW_BYTES - 8) {
-      __builtin_memcpy(out, &w->bytes[off], 8);
+// Makes bytes [off, off + size) of the window valid, reading the part in the next page if need
+// be; 0 when they are.
+static __always_inline int cfi_window_need(struct cfi_window* w, __u32 off, __u32 size) {
+  if (off + size <= w->valid) return 0;
+  if (w->upper == 0) {
+    // The window's part in the next page: its first `first` bytes (masked, not compared: the
+    // verifier needs the bound on the very register that holds the size).
+    const __u32 n = w->first & (CFI_PAGE_BYTES - 1);
+    w->upper = 2;
+    if (n > 0 && w->valid == CFI_PAGE_BYTES &&
+        bpf_probe_read_user(&w->bytes[CFI_PAGE_BYTES], n, (const void*)(w->page + CFI_PAGE_BYTES)) == 0) {
+      w->upper = 1;
+      w->valid = CFI_PAGE_BYTES + n;
+    }
+  }
+  return off + size <= w->valid ? 0 : -1;
+}
+
+// Reads `size` (8 or 16) bytes of the user stack at `addr`: from the window when it covers them
+// (-1 when they lie in its unreadable part), else from the stack.
+static __always_inline int cfi_read(struct cfi_window* w, void* out, __u64 addr, __u32 size) {
+  if (w && addr >= w->page + w->first && addr < w->page + w->end) {
+    const __u64 off = addr - w->page;
+    if (off + size <= w->end) {
+      if (cfi_window_need(w, (__u32)off, size) != 0) return -1;
+      // Bounds the verifier can see on the register that indexes (always true here: off + size is
+      // at most the window's end, below 2 pages).
+      if (size == 16) {
+        if (off > 2 * CFI_PAGE_BYTES - 16) return -1;
+        __builtin_memcpy(out, &w->bytes[off], 16);
+      } else {
+        if (off > 2 * CFI_PAGE_BYTES - 8) return -1;
+        __builtin_memcpy(out, &w->bytes[off], 8);
+      }
       return 0;
     }
   }
-  return bpf_probe_read_user(out, 8, (const void*)addr);
+  return bpf_probe_read_user(out, size == 16 ? 16 : 8, (const void*)addr);
 }
 
-// Reads a saved rbp and return address pair (16 bytes) at `addr`, the same way.
-static __always_inline int cfi_read16(const struct cfi_window* w, struct user_frame* out, __u64 addr) {
-  if (w && addr >= w->base && w->len >= 16) {
-    __u64 off = addr - w->base;
-    if (off <= w->len - 16 && off <= CFI_WINDOW_BYTES - 16) {
-      __builtin_memcpy(out, &w->bytes[off], 16);
-      return 0;
-    }
-  }
-  return bpf_probe_read_user(out, 16, (const void*)addr);
+// Reads 8 bytes (a return address or a saved register) at `addr`.
+static __always_inline int cfi_read8(struct cfi_window* w, __u64* out, __u64 addr) {
+  return cfi_read(w, out, addr, 8);
+}
+
+// Reads a saved rbp and return address pair (16 bytes) at `addr`.
+static __always_inline int cfi_read16(struct cfi_window* w, struct user_frame* out, __u64 addr) {
+  return cfi_read(w, out, addr, 16);
 }
 
 // Row arrays of up to 16 M rows per module.
@@ -151,7 +203,7 @@ __attribute__((noinline)) int cfi_find_row(__u32 first, __u32 count, __u32 vaddr
 }
 
 // One frame-pointer step: [rbp] is the caller's rbp, [rbp + 8] the return address.
-static __always_inline int cfi_fp_step(struct cfi_regs* r, const struct cfi_window* w) {
+static __always_inline int cfi_fp_step(struct cfi_regs* r, struct cfi_window* w) {
   // rbp = 0 is the start-up code's marker of the outermost frame, but only for a callee's rbp: at the
   // sampled leaf of code without frame pointers it is just a value.
   if (r->bp == 0) return r->exact ? HPD_USER_END_FP_BROKEN : HPD_USER_END_FP_ZERO;
@@ -170,7 +222,7 @@ static __always_inline int cfi_fp_step(struct cfi_regs* r, const struct cfi_wind
 
 // One step from the frame in *r to its caller; 0 to go on, else how the walk ended (enum hpd_user_end).
 __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, struct cfi_regs* r,
-                                       const struct cfi_window* w) {
+                                       struct cfi_window* w) {
   if (!r) return HPD_USER_END_READ_FAULT;
   // A return address may follow a call that never returns, at the very end of a function.
   const __u64 pc = r->exact ? r->ip : r->ip - 1;
@@ -260,7 +312,8 @@ __attribute__((noinline)) __u64 walk_user_cfi(struct user_frames* out, struct cf
                                               __u32* end, __u32 window_slot) {
   if (!out || !r || !end) return 0;
   const struct hpd_proc_mappings* maps = bpf_map_lookup_elem(&proc_mappings, &pid);
-  struct cfi_window* w = bpf_map_lookup_elem(&cfi_windows, &window_slot);
+  const __u32 window_key = bpf_get_smp_processor_id() * 2 + window_slot;
+  struct cfi_window* w = bpf_map_lookup_elem(&cfi_windows, &window_key);
   if (w) cfi_fill_window(w, r->sp);
   out->ips[0] = r->ip;
   __u64 n = 1;

@@ -319,7 +319,7 @@ class BpfSession {
 
   LibbpfLogCapture log_;
   Skeleton skel_;
-  std::unique_ptr<CfiMaps> cfi_maps_;  // cfi mode: the tables in skel_'s maps
+  std::unique_ptr<CfiMaps> cfi_maps_;     // cfi mode: the tables in skel_'s maps
   std::unique_ptr<OffCpuRewalk> rewalk_;  // cfi mode with off-CPU samples
   UniqueFd cgroup_fd_;
   std::vector<Link> sampling_;  // one per CPU or per target thread; each owns its perf_event fd
@@ -374,6 +374,8 @@ void BpfSession::load() {
         skel_->maps.sample_scratch,
         static_cast<uint32_t>(sizeof(hpd_sample_event) + stack_copy_ + kScratchSlackBytes));
   if (err != 0) throw RecordError("cannot size the eBPF record buffers: " + errno_text(err));
+  err = bpf_map__set_max_entries(skel_->maps.cfi_windows, static_cast<uint32_t>(2 * possible));
+  if (err != 0) throw RecordError("cannot size the eBPF stack windows: " + errno_text(err));
   // Without off-CPU samples the scheduler hook is not even loaded: context switches cost nothing.
   bpf_program__set_autoload(skel_->progs.hpd_sched_switch, off_cpu_);
   warm_ring_ = kernel_can_warm_ring();
