@@ -538,7 +538,8 @@ int hpd_sched_switch(__u64* ctx) {
 SEC("tp_btf/sched_wakeup")
 int hpd_sched_wakeup(__u64* ctx) {
   struct task_struct* p = (struct task_struct*)ctx[0];
-  __s32 tid = BPF_CORE_READ(p, pid);
+  // A tp_btf argument is a trusted pointer: a plain load, not a helper call, on every wakeup.
+  __s32 tid = p->pid;
   if (tid == 0) return 0;
   struct hpd_sample_event* b = bpf_map_lookup_elem(&blocked, &tid);
   // A runnable switch-out waits for a CPU from its start; its record keeps woken_ns 0.
