@@ -65,7 +65,9 @@ struct {
   __type(value, struct hpd_thread_state);
 } threads SEC(".maps");
 
-// Target threads that are off the CPU: the record to emit when they run again, keyed by tid.
+// Target threads that are off the CPU: the record to emit when they run again, keyed by tid. The
+// sched_wakeup program writes the wakeup's time of a blocked one into its record (woken_ns): only
+// threads recorded here are looked at, so waking the rest of the system costs one failed lookup.
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(map_flags, BPF_F_NO_PREALLOC);
@@ -482,6 +484,8 @@ int hpd_sched_switch(__u64* ctx) {
   if (next_tid != 0) {
     struct hpd_sample_event* b = bpf_map_lookup_elem(&blocked, &next_tid);
     if (b) {
+      // The threshold applies to the whole interval; user space splits a blocked one at woken_ns
+      // (set by hpd_sched_wakeup) into its blocked part and its wait for a CPU.
       const __u64 away = bpf_ktime_get_ns() - b->header.time_ns;
       if (away >= off_cpu_min_ns) {
         b->off_cpu_ns = away;
@@ -505,7 +509,7 @@ int hpd_sched_switch(__u64* ctx) {
   struct hpd_sample_event* e = bpf_map_lookup_elem(&scratch, &zero);
   if (!e) return 0;
   fill_header(&e->header, HPD_EVENT_OFF_CPU, pid, tid, bpf_ktime_get_ns());
-  e->cpu_delta_ns = 0;
+  e->woken_ns = 0;
   e->off_cpu_ns = 0;
   e->flags = ctx[0] || task_is_running(prev) ? HPD_SAMPLE_PREEMPTED : 0;
   e->regs_valid = 0;
@@ -523,6 +527,23 @@ int hpd_sched_switch(__u64* ctx) {
         .time_ns = e->header.time_ns, .ip = user->ip, .sp = user->sp, .bp = user->bp, .pid = pid};
     bpf_map_update_elem(&pending_walks, &tid, &walk, BPF_ANY);
   }
+  return 0;
+}
+
+// tp_btf/sched_wakeup(struct task_struct *p): p, which blocked, is runnable again and queued for a
+// CPU (after the switch-out's record is in `blocked`: a waker waits until p is off its CPU). Runs in
+// whatever task woke p (or in an interrupt), on any CPU, for every wakeup of the system. Only the
+// first wakeup of a blocked interval counts: p cannot be woken again before it runs. New tasks
+// (sched_wakeup_new) never have a blocked record, so that tracepoint is not traced.
+SEC("tp_btf/sched_wakeup")
+int hpd_sched_wakeup(__u64* ctx) {
+  struct task_struct* p = (struct task_struct*)ctx[0];
+  // A tp_btf argument is a trusted pointer: a plain load, not a helper call, on every wakeup.
+  __s32 tid = p->pid;
+  if (tid == 0) return 0;
+  struct hpd_sample_event* b = bpf_map_lookup_elem(&blocked, &tid);
+  // A runnable switch-out waits for a CPU from its start; its record keeps woken_ns 0.
+  if (b && !(b->flags & HPD_SAMPLE_PREEMPTED) && b->woken_ns == 0) b->woken_ns = bpf_ktime_get_ns();
   return 0;
 }
 

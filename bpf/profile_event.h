@@ -61,7 +61,13 @@ struct hpd_event_header {
  * frames); off-CPU records carry neither (regs_valid 0, stack_bytes 0). */
 struct hpd_sample_event {
   struct hpd_event_header header;
-  __u64 cpu_delta_ns; /* on-CPU: the thread's CPU time since its previous sample */
+  union {
+    __u64 cpu_delta_ns; /* on-CPU: the thread's CPU time since its previous sample */
+    /* off-CPU, blocked (no HPD_SAMPLE_PREEMPTED): when sched_wakeup made the thread runnable again
+     * (CLOCK_MONOTONIC), 0 when no wakeup was seen. From then to the switch-in it waited for a CPU.
+     * Never in an on-CPU record, so the two share their place: records did not grow. */
+    __u64 woken_ns;
+  };
   __u64 off_cpu_ns;   /* off-CPU: how long the thread stayed off the CPU; flags: blocked or runnable */
   __s32 kernel_error; /* bpf_get_stack's negative errno for the kernel stack, else 0 */
   __u16 user_end;      /* enum hpd_user_end: how the program's user walk ended */

@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   record->add_option("--cgroup", rec.cgroup, "Record the processes of this cgroup v2 (path, eBPF)");
   record->add_flag("--off-cpu{on},--no-off-cpu{off}", rec.off_cpu,
                    "Record where threads wait off the CPU, blocked or for a CPU (default: on with eBPF, "
-                   "except with --all; off with --backend perf)");
+                   "except with --all; off with --backend perf, which counts a woken thread's wait for "
+                   "a CPU as blocked)");
   record->add_option("--off-cpu-min-us", rec.off_cpu_min_us, "Ignore off-CPU intervals shorter than this");
   record->add_flag("--no-follow-children", rec.no_follow_children,
                    "Do not record processes the targets fork");

@@ -544,7 +544,8 @@ class FirefoxWriter {
       if (is_off_cpu_interval(s.kind)) {
         row.weight = weights.next(s.off_cpu_ns);
         // Blocked or waiting for a CPU, each its own schema. The interval assumes the sample is
-        // stamped when the thread left the CPU (samply's convention).
+        // stamped when it began: when the thread left the CPU (samply's convention), or, for the wait
+        // of a woken thread (eBPF), at its wakeup.
         const bool waits = s.kind == SampleKind::kWaitCpu;
         markers.add({firefox::OffCpuMarkerData{s.off_cpu_ns, static_cast<uint32_t>(i), waits},
                      waits ? t_.wait_cpu_name : t_.off_cpu_name, row.time_ns,

@@ -382,6 +382,11 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
                       result.mmap_watch_fallback_reason +
                       "); frames of processes that lived only milliseconds may have no module");
   }
+  if (result.blocked_without_wakeup != 0) {
+    s.notes.push_back("note: " + std::to_string(result.blocked_without_wakeup) +
+                      " blocked intervals ended with no wakeup seen (woken before the wakeup hook was "
+                      "attached): any wait for a CPU after their wakeup is counted as blocked");
+  }
   if (result.call_graph == CallGraph::kCfi) {
     const auto& c = result.cfi;
     char line[256];

@@ -160,6 +160,72 @@ TEST(BpfEventDecoder, RunnableSwitchOutsAreWaitsForTheCpu) {
   EXPECT_EQ(profile.samples[3].off_cpu_ns, 500u);
 }
 
+// A blocked switch-out whose wakeup the sched_wakeup program saw (woken_ns) becomes two samples with
+// the switch-out's stack: blocked up to the wakeup, then waiting for a CPU from the wakeup on. Without
+// a wakeup inside the interval, all of it stays blocked; a runnable switch-out waits all along.
+TEST(BpfEventDecoder, BlockedIntervalsSplitAtTheirWakeup) {
+  RawProfile profile;
+  BpfFeed builder(profile, {0});
+  builder.set_scheduler_frames([](uint64_t a) { return a == 0xffffffff81000100; });
+  builder.add_initial_process(10, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
+  const std::vector<uint64_t> blocked = {0xffffffff81000100, 0xffffffff81000300};  // __schedule, futex
+  // On an off-CPU record the on-CPU delta's place holds woken_ns.
+  const std::vector<uint8_t> woken = sample_bytes(HPD_EVENT_OFF_CPU, 10, 10, 1000, "app", blocked,
+                                                  {0x400200, 0x400100}, 6'001'000, 9'000'000);
+  builder.on_record(woken);
+  EXPECT_EQ(builder.unwind_counters().sample_bytes, woken.size());  // one record, counted once
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 10, 10, 20'000'000, "app", blocked, {0x400200}, 0,
+                                 4'000'000));  // no wakeup seen
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 10, 10, 30'000'000, "app", blocked, {0x400200},
+                                 34'000'000, 4'000'000));  // woken at the switch-in: nothing to split
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 10, 10, 40'000'000, "app", blocked, {0x400200},
+                                 41'000'000, 3'000'000, HPD_USER_END_ROOT, HPD_SAMPLE_PREEMPTED));
+  hpd_sample_event still{};  // blocked when the recording ended, woken before its end
+  still.header = header(HPD_EVENT_OFF_CPU, 10, 10, 50'000'000, "app");
+  still.woken_ns = 50'000'700;
+  still.user_frames = 1;
+  still.ips[0] = 0x400200;
+  builder.on_still_off_cpu(still, 50'001'500);
+  still.woken_ns = 50'002'000;  // woken after the end: blocked until then
+  builder.on_still_off_cpu(still, 50'001'500);
+  still.woken_ns = 0;  // still blocked: no wakeup is missing
+  builder.on_still_off_cpu(still, 50'001'500);
+
+  ASSERT_EQ(profile.samples.size(), 9u);
+  const auto& s = profile.samples;
+  EXPECT_EQ(s[0].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(s[0].time_ns, 1000u);
+  EXPECT_EQ(s[0].off_cpu_ns, 6'000'000u);
+  EXPECT_EQ(s[0].cpu_delta_ns, 0u);
+  EXPECT_EQ(s[1].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(s[1].time_ns, 6'001'000u);
+  EXPECT_EQ(s[1].off_cpu_ns, 3'000'000u);
+  EXPECT_EQ(s[1].cpu_delta_ns, 0u);
+  EXPECT_EQ(s[1].stack, s[0].stack);  // where it blocked, the scheduler's frames dropped
+  const auto leaf = profile.stacks.kernel_frames(s[1].stack);
+  EXPECT_EQ(std::vector<uint64_t>(leaf.begin(), leaf.end()), std::vector<uint64_t>{0xffffffff81000300});
+  EXPECT_EQ(s[1].stack_end, s[0].stack_end);
+  EXPECT_EQ(s[2].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(s[2].off_cpu_ns, 4'000'000u);
+  EXPECT_EQ(s[3].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(s[3].off_cpu_ns, 4'000'000u);
+  EXPECT_EQ(s[4].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(s[4].time_ns, 40'000'000u);
+  EXPECT_EQ(s[4].off_cpu_ns, 3'000'000u);
+  EXPECT_EQ(s[5].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(s[5].off_cpu_ns, 700u);
+  EXPECT_EQ(s[6].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(s[6].time_ns, 50'000'700u);
+  EXPECT_EQ(s[6].off_cpu_ns, 800u);
+  EXPECT_EQ(s[7].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(s[7].off_cpu_ns, 1500u);
+  EXPECT_EQ(s[8].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(s[8].off_cpu_ns, 1500u);
+  EXPECT_EQ(builder.blocked_split_at_wakeup(), 2u);
+  // Only the interval that ended without one: the one woken at its switch-in had its wakeup.
+  EXPECT_EQ(builder.blocked_without_wakeup(), 1u);
+}
+
 TEST(BpfEventDecoder, StackFailuresAndTruncationAreCountedPerThread) {
   RawProfile profile;
   BpfFeed builder(profile, {0});

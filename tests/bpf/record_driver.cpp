@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
         "threads=%zu processes=%zu lost=%llu stack_failures=%llu truncated=%llu "
         "recorder_cpu_ms=%.1f collection_cpu_ms=%.1f collection_us_per_sample=%.2f peak_rss_kb=%ld "
         "leaf_callers=%llu bpf_sample_runs=%llu bpf_sample_ns_per_run=%.1f bpf_switch_runs=%llu "
-        "bpf_switch_ns_per_run=%.1f ring_pages_warmed=%llu bytes_per_sample=%.0f "
+        "bpf_switch_ns_per_run=%.1f bpf_wakeup_runs=%llu bpf_wakeup_ns_per_run=%.1f blocked_split=%llu "
+        "blocked_without_wakeup=%llu ring_pages_warmed=%llu bytes_per_sample=%.0f "
         "fallback='%s'\n",
         p.info.backend.c_str(), (unsigned long long)on, (unsigned long long)off, double(cpu_ns) / 1e6,
         double(off_ns) / 1e6, p.threads.size(), p.processes.size(), (unsigned long long)p.lost.lost_records,
@@ -98,6 +99,9 @@ int main(int argc, char** argv) {
         per_run(result.bpf_sample_prog_ns, result.bpf_sample_prog_runs),
         (unsigned long long)result.bpf_switch_prog_runs,
         per_run(result.bpf_switch_prog_ns, result.bpf_switch_prog_runs),
+        (unsigned long long)result.bpf_wakeup_prog_runs,
+        per_run(result.bpf_wakeup_prog_ns, result.bpf_wakeup_prog_runs),
+        (unsigned long long)result.blocked_split_at_wakeup, (unsigned long long)result.blocked_without_wakeup,
         (unsigned long long)result.bpf_ring_pages_warmed,
         p.samples.empty() ? 0.0 : double(result.sample_bytes) / double(p.samples.size()),
         result.backend_fallback_reason.c_str());

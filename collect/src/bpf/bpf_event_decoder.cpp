@@ -86,7 +86,7 @@ void BpfEventDecoder::decode(std::span<const uint8_t> bytes, const EventSink& si
 
 void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_present,
                                     std::span<const uint8_t> stack, size_t record_bytes,
-                                    const EventSink& sink) {
+                                    const EventSink& sink, bool still_off_cpu) {
   const hpd_event_header& h = e.header;
   const bool off_cpu = h.type == HPD_EVENT_OFF_CPU;
   // Filled in place: a SampleEvent is a few hundred bytes, not worth a copy per sample.
@@ -161,6 +161,24 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
     s.stack = stack;
     s.stack_size = stack_copy_bytes_;
   }
+  // A blocked interval whose wakeup was seen: blocked up to the wakeup, then runnable and waiting for
+  // a CPU until the switch-in. Two samples with the switch-out's stack, the second at the wakeup.
+  // Without a wakeup inside the interval (not seen, or after the recording's end) all of it stays
+  // blocked: when the wait began is not known.
+  const uint64_t end_ns = h.time_ns + e.off_cpu_ns;
+  if (off_cpu && s.kind == SampleKind::kOffCpu && e.woken_ns > h.time_ns && e.woken_ns < end_ns) {
+    ++split_at_wakeup_;
+    s.off_cpu_ns = e.woken_ns - h.time_ns;
+    sink(event_);
+    // The sink only reads the event: the same frames serve the second sample.
+    s.kind = SampleKind::kWaitCpu;
+    s.time_ns = e.woken_ns;
+    s.off_cpu_ns = end_ns - e.woken_ns;
+    s.record_bytes = 0;  // the record was counted with the first sample
+    sink(event_);
+    return;
+  }
+  if (off_cpu && s.kind == SampleKind::kOffCpu && e.woken_ns == 0 && !still_off_cpu) ++without_wakeup_;
   sink(event_);
 }
 
@@ -179,7 +197,7 @@ void BpfEventDecoder::decode_still_off_cpu(const hpd_sample_event& event, uint64
   e.header.type = HPD_EVENT_OFF_CPU;
   e.off_cpu_ns = end_ns > e.header.time_ns ? end_ns - e.header.time_ns : 0;
   e.stack_bytes = 0;  // a map value carries no stack copy
-  decode_sample(e, size_t{e.kernel_frames} + e.user_frames, {}, 0, sink);
+  decode_sample(e, size_t{e.kernel_frames} + e.user_frames, {}, 0, sink, true);
 }
 
 }  // namespace hpd

@@ -46,10 +46,16 @@ class BpfEventDecoder {
   [[nodiscard]] uint64_t samples_with_fp_frames() const { return with_fp_frames_; }
   // On-CPU samples whose thread had no earlier runtime value (cpu_delta_ns is a guess).
   [[nodiscard]] uint64_t samples_without_baseline() const { return samples_without_baseline_; }
+  // Blocked intervals split at their wakeup into a blocked and a waiting-for-CPU sample.
+  [[nodiscard]] uint64_t blocked_split_at_wakeup() const { return split_at_wakeup_; }
+  // Blocked intervals that ended (the thread ran again) with no wakeup seen: all of it counted as
+  // blocked, including any wait for a CPU after the wakeup (woken before the hook was attached).
+  [[nodiscard]] uint64_t blocked_without_wakeup() const { return without_wakeup_; }
 
  private:
+  // `still_off_cpu`: the interval did not end with a switch-in (the recording ended first).
   void decode_sample(const hpd_sample_event& e, size_t frames_present, std::span<const uint8_t> stack,
-                     size_t record_bytes, const EventSink& sink);
+                     size_t record_bytes, const EventSink& sink, bool still_off_cpu = false);
 
   uint32_t stack_copy_bytes_;
   std::array<uint64_t, HPD_MAX_FRAMES> ips_{};
@@ -66,6 +72,8 @@ class BpfEventDecoder {
   std::unordered_map<int32_t, Rewalk> rewalks_;  // by tid: at most one switch-out waits per thread
   uint64_t with_fp_frames_ = 0;
   uint64_t samples_without_baseline_ = 0;
+  uint64_t split_at_wakeup_ = 0;
+  uint64_t without_wakeup_ = 0;
   Event event_;  // the sample being decoded
 };
 

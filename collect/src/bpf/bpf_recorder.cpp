@@ -376,8 +376,10 @@ void BpfSession::load() {
   if (err != 0) throw RecordError("cannot size the eBPF record buffers: " + errno_text(err));
   err = bpf_map__set_max_entries(skel_->maps.cfi_windows, static_cast<uint32_t>(2 * possible));
   if (err != 0) throw RecordError("cannot size the eBPF stack windows: " + errno_text(err));
-  // Without off-CPU samples the scheduler hook is not even loaded: context switches cost nothing.
+  // Without off-CPU samples the scheduler hooks are not even loaded: context switches and wakeups cost
+  // nothing.
   bpf_program__set_autoload(skel_->progs.hpd_sched_switch, off_cpu_);
+  bpf_program__set_autoload(skel_->progs.hpd_sched_wakeup, off_cpu_);
   warm_ring_ = kernel_can_warm_ring();
   config->warm_pages = warm_ring_ ? ring_bytes / kWarmPageBytes : 0;
   bpf_program__set_autoload(skel_->progs.hpd_warm_ring, warm_ring_);
@@ -728,6 +730,7 @@ void BpfSession::collect_leftovers() {
   }
   read_program_stats(skel_->progs.hpd_on_cpu, result_.bpf_sample_prog_runs, result_.bpf_sample_prog_ns);
   read_program_stats(skel_->progs.hpd_sched_switch, result_.bpf_switch_prog_runs, result_.bpf_switch_prog_ns);
+  read_program_stats(skel_->progs.hpd_sched_wakeup, result_.bpf_wakeup_prog_runs, result_.bpf_wakeup_prog_ns);
   const int possible = libbpf_num_possible_cpus();
   if (possible > 0) {
     std::vector<uint64_t> per_cpu(static_cast<size_t>(possible));
@@ -746,7 +749,7 @@ void BpfSession::collect_leftovers() {
 // The kernel counts these only while kernel.bpf_stats_enabled is 1; they stay 0 otherwise.
 void BpfSession::read_program_stats(const bpf_program* program, uint64_t& runs, uint64_t& ns) {
   const int fd = bpf_program__fd(program);
-  if (fd < 0) return;  // not loaded (the sched_switch hook without off-CPU samples)
+  if (fd < 0) return;  // not loaded (the scheduler hooks without off-CPU samples)
   bpf_prog_info info{};
   uint32_t length = sizeof info;
   if (bpf_obj_get_info_by_fd(fd, &info, &length) != 0) return;
@@ -876,6 +879,8 @@ RecordResult BpfSession::run() {
   finish_launched(stopped_early);
   result_.processes_without_maps = builder_->processes().processes_without_maps();
   result_.samples_without_cpu_baseline = decoder_->samples_without_baseline();
+  result_.blocked_split_at_wakeup = decoder_->blocked_split_at_wakeup();
+  result_.blocked_without_wakeup = decoder_->blocked_without_wakeup();
   result_.call_graph = dwarf_ ? CallGraph::kDwarf : cfi_ ? CallGraph::kCfi : CallGraph::kFp;
   if (cfi_maps_) {
     const CfiMapStats t = cfi_maps_->stats();

@@ -270,7 +270,9 @@ void print_wall_view(std::ostream& out, bool by_total, bool waits, const std::ve
                               " off-CPU time blocked. Wait CPU: runnable, waiting for a CPU;",
                           width)
         << '\n'
-        << truncate_right("its kernel leaf is where the thread was preempted, not a cause.", width) << '\n';
+        << truncate_right("its kernel leaf is where it was preempted, or blocked until woken: not a cause.",
+                          width)
+        << '\n';
   }
   out << pad_left("Self%", 6) << ' ' << pad_left("Total%", 6) << ' '
       << pad_left(std::string("Self ") + wall.unit, 9) << ' '

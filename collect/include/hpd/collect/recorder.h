@@ -180,6 +180,11 @@ struct RecordResult {
   uint64_t threads_without_cpu_baseline = 0;
   // eBPF: off-CPU intervals not recorded because the map of blocked threads was full.
   uint64_t off_cpu_intervals_lost = 0;
+  // eBPF: blocked intervals split at the thread's wakeup (sched_wakeup) into blocked time and the
+  // wait for a CPU that followed, and those that ended with no wakeup seen (woken before the hook was
+  // attached), whose wait for a CPU after the wakeup, if any, is counted as blocked.
+  uint64_t blocked_split_at_wakeup = 0;
+  uint64_t blocked_without_wakeup = 0;
   // The call-graph mode used (kFp or kDwarf) and, for CallGraph::kAuto, why, in words for the user
   // (also in profile.info.call_graph as "fp", "dwarf", "auto:fp" or "auto:dwarf").
   CallGraph call_graph = CallGraph::kFp;
@@ -191,12 +196,15 @@ struct RecordResult {
   uint64_t leaf_callers_added = 0;  // fp: callers of frameless leaves put back into the chain
   uint64_t sample_bytes = 0;        // bytes of sample records read from the kernel
   // eBPF, with kernel.bpf_stats_enabled=1 (else 0): the kernel's count of runs of the sampling
-  // program (one per timer tick of every CPU, targets or not) and of the sched_switch program, and
-  // the time they took, measured around each run by the kernel itself.
+  // program (one per timer tick of every CPU, targets or not), of the sched_switch program and of the
+  // sched_wakeup program (one per wakeup of the system), and the time they took, measured around each
+  // run by the kernel itself.
   uint64_t bpf_sample_prog_runs = 0;
   uint64_t bpf_sample_prog_ns = 0;
   uint64_t bpf_switch_prog_runs = 0;
   uint64_t bpf_switch_prog_ns = 0;
+  uint64_t bpf_wakeup_prog_runs = 0;
+  uint64_t bpf_wakeup_prog_ns = 0;
   // eBPF: pages of the ring buffer written once before the recording started (0 when the kernel lacks
   // syscall programs or bpf_loop), so that the target does not pay each page's first write.
   uint64_t bpf_ring_pages_warmed = 0;
