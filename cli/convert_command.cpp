@@ -1,13 +1,15 @@
 // `hpctl convert IN -o OUT`: a capture (.hpr) or an hpctl Firefox profile into Firefox JSON, pprof,
 // collapsed stacks or the report, symbolizing captures on this machine.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
+#include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "commands.h"
 #include "convert_output.h"
+#include "hpd/base/output_file.h"
 #include "hpd/export/collapsed.h"
 #include "hpd/export/firefox.h"
 #include "hpd/export/pprof.h"
@@ -86,18 +88,22 @@ void write_converted(const Profile& profile, const ConvertArgs& args, const std:
     options.width = args.output == "-" ? report_width_for_stdout() : 0;
     const Report report = compute_report(profile, options);
     const bool json = ends_with(args.output, ".json");
-    std::ofstream file;
-    if (args.output != "-") {
-      file.open(args.output, std::ios::binary | std::ios::trunc);
-      if (!file) throw std::runtime_error("cannot write '" + args.output + "'");
-    }
-    std::ostream& out = args.output == "-" ? std::cout : file;
+    // A file is opened as every output is (hpd::OutputFile) and replaced when the report is complete.
+    std::unique_ptr<OutputFile> file;
+    if (args.output != "-") file = std::make_unique<OutputFile>(args.output, OutputWrite::kReplace);
+    std::ostringstream text;
+    std::ostream& out = file ? text : std::cout;
     if (json)
       print_report_json(report, out, options);
     else
       print_report(report, out, options);
     out.flush();
     if (!out) throw std::runtime_error("writing '" + args.output + "' failed");
+    if (file) {
+      const std::string bytes = text.str();
+      file->write(bytes.data(), bytes.size());
+      file->commit();
+    }
   } else {
     throw std::runtime_error("unknown format '" + format + "'");
   }

@@ -20,11 +20,11 @@
 
 #include "commands.h"
 #include "daemon_client.h"
+#include "hpd/base/output_file.h"
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/preload_table.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/export/report.h"
-#include "hpd/model/output_write.h"
 #include "hpd/session/record_json.h"
 #include "hpd/session/record_pipeline.h"
 #include "profile_input.h"
@@ -247,70 +247,35 @@ bool command_runnable(const std::string& name, std::string& why) {
   return false;
 }
 
-// The file the daemon writes into: a capture at its final path (streamed, as locally), a Firefox
-// profile in a temporary file beside it that replaces the output only when complete.
+// The file the daemon writes into, opened here as the user by hpd::OutputFile's rules (links,
+// FIFOs and devices others could have planted are refused; a FIFO nobody reads fails at once): a
+// capture at its final path (streamed, as locally), a Firefox profile in a temporary file beside it
+// that replaces the output only when complete.
 class ClientOutput {
  public:
-  explicit ClientOutput(const std::string& output) : output_(output) {
-    // A device or FIFO (-o /dev/null) is written in place, never replaced by a renamed file; in a
-    // directory others may write, a symbolic link is not followed.
-    const OutputPlace place = inspect_output(output);
-    if (session::is_capture_output(output) || place.special) {
-      path_ = output;
-      fd_ = open_output(output, O_CREAT | O_TRUNC, place);
-      in_place_ = place.special;
-    } else {
-      namespace fs = std::filesystem;
-      fs::path dir = fs::path(output).parent_path();
-      path_ = ((dir.empty() ? fs::path(".") : dir) /
-               (".hpctl-" + fs::path(output).filename().string() + "-XXXXXX"))
-                  .string();
-      fd_ = ::mkostemp(path_.data(), O_CLOEXEC);
-      if (fd_ >= 0) {
-        // mkostemp makes it 0600; give it the mode a plain create would.
-        const mode_t mask = ::umask(0);
-        ::umask(mask);
-        ::fchmod(fd_, 0666 & ~mask);
-      }
-    }
-    if (fd_ < 0) throw std::runtime_error("cannot write '" + output + "': " + std::strerror(errno));
-  }
-  ~ClientOutput() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_ && !in_place_) ::unlink(path_.c_str());
-  }
-  ClientOutput(const ClientOutput&) = delete;
-  ClientOutput& operator=(const ClientOutput&) = delete;
+  explicit ClientOutput(const std::string& output)
+      : output_(output),
+        file_(output, session::is_capture_output(output) ? OutputWrite::kInPlace : OutputWrite::kReplace) {}
 
-  [[nodiscard]] int fd() const { return fd_; }
+  [[nodiscard]] int fd() const { return file_.fd(); }
   // hpd went away mid-recording (`why`): a capture streamed so far is kept, incomplete (it has no end
   // block, which its readers report), and the error says so. Anything else is removed as before.
   [[noreturn]] void fail_keeping_partial_capture(const std::string& why) {
     struct stat st {};
-    if (path_ == output_ && !in_place_ && session::is_capture_output(output_) && fd_ >= 0 &&
-        ::fstat(fd_, &st) == 0 && st.st_size > 0) {
-      committed_ = true;
+    if (file_.in_place() && !file_.special() && session::is_capture_output(output_) && file_.fd() >= 0 &&
+        ::fstat(file_.fd(), &st) == 0 && st.st_size > 0) {
+      file_.keep();
       throw std::runtime_error(
           why + "; the capture '" + output_ +
           "' is kept as far as it was written, marked incomplete (hpctl convert reads it)");
     }
     throw std::runtime_error(why);
   }
-  void commit() {
-    ::close(fd_);
-    fd_ = -1;
-    if (path_ != output_ && ::rename(path_.c_str(), output_.c_str()) != 0) {
-      throw std::runtime_error("cannot rename to '" + output_ + "': " + std::strerror(errno));
-    }
-    committed_ = true;
-  }
+  void commit() { file_.commit(); }
 
  private:
   std::string output_;
-  std::string path_;
-  int fd_ = -1;
-  bool committed_ = false;
-  bool in_place_ = false;  // an existing device or FIFO: never unlinked
+  OutputFile file_;
 };
 
 std::string json_text(const json& j, const char* key) {

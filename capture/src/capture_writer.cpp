@@ -9,8 +9,8 @@
 #include <unordered_map>
 
 #include "capture_codec.h"
+#include "hpd/base/output_file.h"
 #include "hpd/capture/capture.h"
-#include "hpd/model/output_write.h"
 
 namespace hpd {
 
@@ -432,9 +432,12 @@ CaptureWriter::CaptureWriter(const std::string& path, CaptureWriterOptions optio
   s.path = path;
   s.options = std::move(options);
   s.boot_id = read_boot_id();
-  // Never through a link planted in a shared directory; a device or FIFO is written, not truncated.
+  // Opened by the rules of OutputFile (never through a link, FIFO or device another user could have
+  // planted; a device of the writer's written, not truncated); the file stays if writing fails later.
   try {
-    s.fd = open_output(path, O_CREAT | O_TRUNC, inspect_output(path), s.options.file_mode);
+    OutputFile file(path, OutputWrite::kInPlace, s.options.file_mode);
+    s.fd = file.release_fd();
+    file.keep();
   } catch (const std::runtime_error& e) {
     throw CaptureError(e.what());
   }

@@ -21,9 +21,9 @@
 #include "firefox/tables.h"
 #include "firefox_format.h"
 #include "hpd/base/hex.h"
+#include "hpd/base/output_file.h"
 #include "hpd/export/firefox.h"
 #include "hpd/export/firefox/schema.h"
-#include "hpd/model/output_write.h"
 #include "hpd/model/validate.h"
 #include "json_writer.h"
 #include "output_file.h"
@@ -650,7 +650,7 @@ class FdSink : public json::ByteSink {
     try {
       write_output_fully(fd_, data, size, "writing the profile failed");
     } catch (const std::runtime_error& e) {
-      throw ExportError(e.what());  // model's write helper throws plain runtime_error
+      throw ExportError(e.what());  // the base write helper throws plain runtime_error
     }
   }
 

@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "json_writer.h"
 
 namespace hpd {
+
+class OutputFile;
 
 class OstreamSink : public json::ByteSink {
  public:
@@ -21,28 +24,25 @@ class OstreamSink : public json::ByteSink {
   std::ostream& out_;
 };
 
-// Writes to a temporary file beside `path` and renames it over `path` on commit(). Destroyed without
-// commit (an exception on the way), it removes the temporary file, so `path` is either the old file or
-// the complete new one. An existing device or FIFO is written in place instead, never replaced.
+// The exporters' file output: hpd::OutputFile (hpd/base/output_file.h, the one way an output path is
+// opened) with kReplace, as a ByteSink. The profile goes to a temporary file beside `path`, renamed
+// over it on commit(); destroyed without commit (an exception on the way), the temporary file is
+// removed, so `path` is either the old file or the complete new one. An existing device or FIFO of
+// the writer's is written in place; links, FIFOs and devices others could have planted are refused.
+// Errors are ExportError.
 class AtomicFile : public json::ByteSink {
  public:
-  explicit AtomicFile(std::string path);
+  explicit AtomicFile(const std::string& path);
   ~AtomicFile() override;
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const char* data, size_t size) override;
   void commit();
-  const std::string& path() const { return path_; }
+  const std::string& path() const;
 
  private:
-  [[noreturn]] void fail(const char* what, int err);
-
-  std::string path_;
-  std::string temp_path_;
-  int fd_ = -1;
-  bool committed_ = false;
-  bool in_place_ = false;  // a device or FIFO, written directly (no temporary file, no rename)
+  std::unique_ptr<OutputFile> file_;
 };
 
 // Compresses into gzip format (RFC 1952, readable by the Firefox Profiler and gunzip) and passes the

@@ -13,9 +13,9 @@
 #include <stdexcept>
 #include <utility>
 
+#include "hpd/base/output_file.h"
 #include "hpd/capture/capture.h"
 #include "hpd/export/firefox.h"
-#include "hpd/model/output_write.h"
 #include "hpd/session/perf_map.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
@@ -129,38 +129,9 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   return options;
 }
 
-// Probes by creating (and removing) a file beside it, which also catches read-only file systems where
-// access() would not.
+// The checks of the output's opening (hpd/base/output_file.h), made before anything is recorded.
 void check_output_writable(const std::string& output) {
-  namespace fs = std::filesystem;
-  if (output.empty()) throw std::runtime_error("the output path is empty");
-  std::error_code ec;
-  if (fs::is_directory(output, ec)) {
-    throw std::runtime_error("cannot write '" + output + "': it is a directory; give a file name with -o");
-  }
-  // A device or FIFO is written in place: it needs no room for a new file beside it.
-  if (inspect_output(output).special) {
-    if (access(output.c_str(), W_OK) != 0)
-      throw std::runtime_error("cannot write '" + output + "': " + std::strerror(errno));
-    return;
-  }
-  fs::path dir = fs::path(output).parent_path();
-  if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec)) {
-    throw std::runtime_error("cannot write '" + output + "': directory '" + dir.string() +
-                             "' does not exist");
-  }
-  std::string probe = (dir / (".hpctl-probe-XXXXXX")).string();
-  int fd = mkstemp(probe.data());
-  if (fd < 0) {
-    throw std::runtime_error("cannot write '" + output + "': " + std::strerror(errno) + " (in directory '" +
-                             dir.string() + "')");
-  }
-  close(fd);
-  unlink(probe.c_str());
-  if (access(output.c_str(), F_OK) == 0 && access(output.c_str(), W_OK) != 0) {
-    throw std::runtime_error("cannot write '" + output + "': " + std::strerror(errno));
-  }
+  check_output_path(output, is_capture_output(output) ? OutputWrite::kInPlace : OutputWrite::kReplace);
 }
 
 std::string format_record_progress(const RecordProgress& p, bool open_ended) {
@@ -222,15 +193,20 @@ std::vector<uint8_t> read_whole_file(int fd, const std::string& name) {
 }  // namespace
 
 RecordingOutput::RecordingOutput(const RecordRequest& request) : request_(request) {
+  // Opened now, before anything is recorded, so that an output that cannot be written loses nothing.
   // A capture file (.hpr) is streamed while recording: a crash loses at most the last quarter second.
-  if (is_capture_output(request.output))
-    capture_ = std::make_unique<CaptureWriter>(request.output, capture_options());
-  else
+  // A Firefox profile goes to a temporary file beside the output, renamed over it when complete.
+  if (is_capture_output(request.output)) {
+    const CaptureWriterOptions options = capture_options();
+    file_ = std::make_unique<OutputFile>(request.output, OutputWrite::kInPlace, options.file_mode);
+    capture_ = std::make_unique<CaptureWriter>(file_->release_fd(), request.output, options);
+  } else {
+    file_ = std::make_unique<OutputFile>(request.output, OutputWrite::kReplace);
     open_spill();
+  }
 }
 
-RecordingOutput::RecordingOutput(const RecordRequest& request, int fd)
-    : request_(request), fd_(fd), from_fd_(true) {
+RecordingOutput::RecordingOutput(const RecordRequest& request, int fd) : request_(request), fd_(fd) {
   if (is_capture_output(request.output)) {
     capture_ = std::make_unique<CaptureWriter>(std::exchange(fd_, -1), request.output, capture_options());
   } else {
@@ -239,6 +215,8 @@ RecordingOutput::RecordingOutput(const RecordRequest& request, int fd)
 }
 
 RecordingOutput::~RecordingOutput() {
+  // A capture begun stays, also incomplete (its readers say so); abandon() removes it.
+  if (file_ && capture_) file_->keep();
   if (fd_ >= 0) ::close(fd_);
   if (spill_read_fd_ >= 0) ::close(spill_read_fd_);
 }
@@ -332,19 +310,18 @@ Profile RecordingOutput::finish(RecordResult& result) {
       const int fd = std::exchange(fd_, -1);
       if (::close(fd) != 0) throw std::runtime_error("closing '" + request_.output + "' failed");
     } else {
-      write_firefox_file(profile, request_.output);
+      write_firefox_fd(profile, file_->fd(), is_gzip_output(request_.output));
+      file_->commit();
     }
   }
   return profile;
 }
 
 void RecordingOutput::abandon() {
-  if (!capture_) return;
   capture_.reset();
-  // A client's descriptor: the client removes its own file.
-  if (from_fd_) return;
-  std::error_code ec;
-  std::filesystem::remove(request_.output, ec);
+  // A path: the capture begun, or the temporary file, is removed (if the path still names it). A
+  // client's descriptor: the client removes its own file.
+  file_.reset();
 }
 
 const std::vector<std::string>& RecordingOutput::mip_notes() const {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,9 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -61,8 +66,10 @@ TestUser make_user(const std::string& name) {
 class RealUsers : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    alice_ = make_user("hpdtest-alice");
-    bob_ = make_user("hpdtest-bob");
+    // Named per run: a run beside another (another checkout's) neither takes nor deletes its users.
+    const std::string run_id = std::to_string(getpid());
+    alice_ = make_user("hpdtest-alice-" + run_id);
+    bob_ = make_user("hpdtest-bob-" + run_id);
   }
   static void TearDownTestSuite() {
     run({"userdel", alice_.name}, 30);
@@ -494,9 +501,10 @@ TEST_F(RealUsers, ClientThatDoesNotReadLosesItsSessionAndSigtermStillEndsHpd) {
   EXPECT_LT(waited, 20);
   EXPECT_EQ(hpd.status()["sessions"], 0) << "the slot is free";
 
-  // With a long client_timeout, SIGTERM still ends hpd within stop_timeout while a client does not read.
+  // With a long client_timeout, SIGTERM still ends hpd at once while a client does not read: its
+  // output is given half a second once hpd stops, so stop_timeout (long here) is not what ends it.
   HpdStart patient;
-  patient.config = "client_timeout = 300\nstop_timeout = 3\n";
+  patient.config = "client_timeout = 300\nstop_timeout = 30\n";
   Hpd hpd2(patient);
   const auto stuck = start_unread_recording(hpd2, target.pid(), 60);
   for (int i = 0; i < 100 && hpd2.status()["samples"].get<uint64_t>() == 0; ++i)
@@ -505,7 +513,9 @@ TEST_F(RealUsers, ClientThatDoesNotReadLosesItsSessionAndSigtermStillEndsHpd) {
   EXPECT_EQ(hpd2.terminate(10), 0) << hpd2.log();
   const double stopped = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   EXPECT_LT(stopped, 5) << hpd2.log();
-  EXPECT_NE(hpd2.log().find("still busy after stop_timeout"), std::string::npos) << hpd2.log();
+  EXPECT_EQ(hpd2.log().find("still busy after stop_timeout"), std::string::npos) << hpd2.log();
+  EXPECT_TRUE(hpd2.log().find("the reader of the output took no data for 500 ms") != std::string::npos)
+      << hpd2.log();
 }
 
 TEST_F(RealUsers, OutputsOntoDevicesAndPlantedLinks) {
@@ -543,12 +553,420 @@ TEST_F(RealUsers, OutputsOntoDevicesAndPlantedLinks) {
   ASSERT_EQ(run(alice_.run_as({"ln", "-s", victim, planted})).exit_code, 0);
   const RunResult r = run(hpctl(hpd, {"record", "--no-report", "-o", planted, "--", cpu_split, "0.2"}));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("symbolic link in a directory others may write"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is a symbolic link in directory '" + shared + "', which others may write"),
+            std::string::npos)
+      << r.err;
   EXPECT_TRUE(read_text(victim) == "root's data\n") << "the planted link's target was written";
   const RunResult local = run({kHpctl, "--socket", hpd.dir() + "/none.sock", "record", "--no-report", "-o",
                                planted, "--", cpu_split, "0.2"});
   EXPECT_NE(local.exit_code, 0);
   EXPECT_TRUE(read_text(victim) == "root's data\n") << "the planted link's target was written";
+}
+
+// What a file holds, byte for byte (empty when it cannot be read).
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A loop block device over a file of known bytes, detached on destruction.
+class LoopDevice {
+ public:
+  explicit LoopDevice(const std::string& backing) : backing_(backing) {
+    std::string bytes(1 << 20, '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>('a' + i % 26);
+    std::ofstream(backing_, std::ios::binary) << bytes;
+    const RunResult r = run({"losetup", "--find", "--show", backing_}, 30);
+    if (r.exit_code == 0) device_ = r.out.substr(0, r.out.find('\n'));
+  }
+  ~LoopDevice() {
+    if (!device_.empty()) run({"losetup", "--detach", device_}, 30);
+  }
+  LoopDevice(const LoopDevice&) = delete;
+  LoopDevice& operator=(const LoopDevice&) = delete;
+  [[nodiscard]] const std::string& device() const { return device_; }
+  // The device's bytes as read through it (not the page cache of the backing file).
+  [[nodiscard]] std::string bytes() const { return file_bytes(device_); }
+
+ private:
+  std::string backing_;
+  std::string device_;
+};
+
+// Root records, through hpd and without it (hpctl record -o as root), and converts (hpctl convert -o)
+// into a directory a user owns, where that user planted a link to a root-only file, a link to a block
+// device, and a FIFO nobody reads: each output is refused before anything is recorded, with the path
+// and the reason, and the target is untouched.
+TEST_F(RealUsers, RootsOutputsRefuseWhatAUserPlantedInHerDirectory) {
+  Hpd hpd;
+  const std::string home = hpd.dir() + "/alice-home";
+  ASSERT_EQ(mkdir(home.c_str(), 0755), 0);
+  ASSERT_EQ(chown(home.c_str(), alice_.uid, alice_.gid), 0);
+  const std::string victim = hpd.dir() + "/root-only";
+  std::ofstream(victim) << "root's data\n";
+  ASSERT_EQ(chmod(victim.c_str(), 0600), 0);
+  LoopDevice loop(hpd.dir() + "/loop-backing");
+  ASSERT_FALSE(loop.device().empty()) << "losetup could not attach a loop device";
+  const std::string device_bytes = loop.bytes();
+  ASSERT_EQ(device_bytes.size(), 1u << 20);
+
+  struct Planted {
+    std::string name;
+    std::vector<std::string> plant;  // run as alice
+    std::string reason;              // in the error
+  };
+  const std::vector<Planted> planted = {
+      {"to-root.json.gz", {"ln", "-s", victim, home + "/to-root.json.gz"}, "is a symbolic link"},
+      {"to-root.hpr", {"ln", "-s", victim, home + "/to-root.hpr"}, "is a symbolic link"},
+      {"to-device.json.gz", {"ln", "-s", loop.device(), home + "/to-device.json.gz"}, "is a symbolic link"},
+      {"to-device.hpr", {"ln", "-s", loop.device(), home + "/to-device.hpr"}, "is a symbolic link"},
+      {"fifo.json", {"mkfifo", home + "/fifo.json"}, "is a FIFO"},
+      {"fifo.hpr", {"mkfifo", home + "/fifo.hpr"}, "is a FIFO"},
+  };
+  const std::string marker = hpd.dir() + "/recorded";
+  // The command leaves a mark when it runs: an output refused before recording leaves none.
+  const std::vector<std::string> command = {"sh", "-c", "touch " + marker + "; exec \"$0\" 0.3",
+                                            std::string(HPD_FIXTURE_DIR) + "/cpu_split"};
+  for (const Planted& p : planted) {
+    ASSERT_EQ(run(alice_.run_as(p.plant)).exit_code, 0) << p.name;
+    const std::string out = home + "/" + p.name;
+    for (const bool through_hpd : {true, false}) {
+      std::vector<std::string> argv = {kHpctl, "--socket",
+                                       through_hpd ? hpd.socket() : hpd.dir() + "/none.sock"};
+      if (through_hpd) argv.push_back("--daemon");
+      for (const char* a : {"record", "--no-report", "-o"}) argv.push_back(a);
+      argv.push_back(out);
+      argv.push_back("--");
+      argv.insert(argv.end(), command.begin(), command.end());
+      std::filesystem::remove(marker);
+      const auto t0 = std::chrono::steady_clock::now();
+      const RunResult r = run(argv, 60);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string what = p.name + (through_hpd ? " (through hpd)" : " (local)");
+      EXPECT_NE(r.exit_code, 0) << what;
+      EXPECT_NE(r.err.find("cannot write '" + out + "': it " + p.reason), std::string::npos)
+          << what << ": " << r.err;
+      EXPECT_NE(r.err.find("which belongs to another user"), std::string::npos) << what << ": " << r.err;
+      EXPECT_FALSE(std::filesystem::exists(marker)) << what
+                                                    << ": the command ran, the output was not "
+                                                       "refused before recording";
+      EXPECT_LT(took, 30) << what << ": a FIFO nobody reads must not hold hpctl";
+      EXPECT_EQ(read_text(victim), "root's data\n") << what;
+      EXPECT_TRUE(loop.bytes() == device_bytes) << what << ": the block device was written";
+    }
+    struct stat st {};
+    ASSERT_EQ(lstat(out.c_str(), &st), 0) << p.name;
+    EXPECT_EQ(st.st_uid, alice_.uid) << p.name << " was replaced";
+  }
+  // hpctl convert -o as root: the same rules.
+  const std::string profile = hpd.dir() + "/p.json.gz";
+  ASSERT_EQ(run({kHpctl, "--socket", hpd.dir() + "/none.sock", "record", "--no-report", "-o", profile, "--",
+                 std::string(HPD_FIXTURE_DIR) + "/cpu_split", "0.2"})
+                .exit_code,
+            0);
+  for (const char* name : {"to-root.json.gz", "to-device.json.gz", "fifo.json"}) {
+    const std::string out = home + "/" + name;
+    const RunResult r = run({kHpctl, "convert", profile, "-o", out}, 60);
+    EXPECT_NE(r.exit_code, 0) << name;
+    EXPECT_NE(r.err.find("cannot write '" + out + "'"), std::string::npos) << r.err;
+    EXPECT_EQ(read_text(victim), "root's data\n") << name;
+    EXPECT_TRUE(loop.bytes() == device_bytes) << name;
+  }
+  // Alice's own links in her own directory are hers to follow: she records through one.
+  const std::string own_target = home + "/own-target.json";
+  ASSERT_EQ(run(alice_.run_as({"ln", "-s", own_target, home + "/own.json"})).exit_code, 0);
+  const RunResult own = run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "-o", home + "/own.json", "--",
+                                                      std::string(HPD_FIXTURE_DIR) + "/cpu_split", "0.2"})));
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+}
+
+// A FIFO of root's own in root's directory: with no reader, hpctl fails at once and says why (through
+// hpd, locally, and convert); with a reader, the profile goes through it.
+TEST_F(RealUsers, FifoWithoutReaderFailsAtOnceAndWithOneIsWritten) {
+  Hpd hpd;
+  const std::string fifo = hpd.dir() + "/profile.json";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string cpu_split = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
+  for (const bool through_hpd : {true, false}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const RunResult r =
+        run(through_hpd ? hpctl(hpd, {"record", "--no-report", "-o", fifo, "--", cpu_split, "0.2"})
+                        : std::vector<std::string>{kHpctl, "--socket", hpd.dir() + "/none.sock", "record",
+                                                   "--no-report", "-o", fifo, "--", cpu_split, "0.2"},
+            60);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("cannot write '" + fifo + "': it is a FIFO that no process reads"),
+              std::string::npos)
+        << r.err;
+    EXPECT_LT(took, 20) << "hpctl waited for a reader";
+  }
+  const std::string profile = hpd.dir() + "/p.json.gz";
+  ASSERT_EQ(run({kHpctl, "--socket", hpd.dir() + "/none.sock", "record", "--no-report", "-o", profile, "--",
+                 cpu_split, "0.2"})
+                .exit_code,
+            0);
+  const RunResult convert = run({kHpctl, "convert", profile, "-o", fifo}, 60);
+  EXPECT_NE(convert.exit_code, 0);
+  EXPECT_NE(convert.err.find("cannot write '" + fifo + "': it is a FIFO that no process reads"),
+            std::string::npos)
+      << convert.err;
+  // With a reader (this test; O_RDWR opens at once and never sees an end of file): the profile goes
+  // through the FIFO.
+  const int reader = open(fifo.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  std::atomic<bool> written{false};
+  std::string got;
+  std::thread drain([&] {
+    char buffer[65536];
+    for (;;) {
+      const ssize_t n = read(reader, buffer, sizeof buffer);
+      if (n > 0) {
+        got.append(buffer, static_cast<size_t>(n));
+        continue;
+      }
+      if (written.load()) break;
+      pollfd p{reader, POLLIN, 0};
+      poll(&p, 1, 100);
+    }
+  });
+  const RunResult r = run({kHpctl, "--socket", hpd.dir() + "/none.sock", "record", "--no-report", "-o", fifo,
+                           "--", cpu_split, "0.2"},
+                          60);
+  written.store(true);
+  drain.join();
+  close(reader);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(count_samples(json::parse(got, nullptr, false)), 0u) << got.substr(0, 200);
+}
+
+// A process of `user` running `body` (given a descriptor to report on); killed on destruction.
+class UserProcess {
+ public:
+  UserProcess(const TestUser& user, const std::function<void(int)>& body) {
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(report[0]);
+      if (setgroups(0, nullptr) != 0 || setresgid(user.gid, user.gid, user.gid) != 0 ||
+          setresuid(user.uid, user.uid, user.uid) != 0)
+        _exit(1);
+      body(report[1]);
+      for (;;) pause();
+    }
+    close(report[1]);
+    report_ = report[0];
+  }
+  ~UserProcess() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    close(report_);
+  }
+  UserProcess(const UserProcess&) = delete;
+  UserProcess& operator=(const UserProcess&) = delete;
+
+  // One line the body wrote, waited for up to timeout_s ("" when none came).
+  std::string report_line(double timeout_s) const {
+    std::string line;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < end) {
+      pollfd p{report_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char c;
+      if (read(report_, &c, 1) != 1) break;
+      if (c == '\n') return line;
+      line += c;
+    }
+    return line;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int report_ = -1;
+};
+
+void say(int fd, const std::string& line) {
+  const std::string text = line + "\n";
+  [[maybe_unused]] const ssize_t n = write(fd, text.data(), text.size());
+}
+
+// Announces a 200-byte request and sends one byte of it every `interval_ms`; reports "closed MS TEXT"
+// when hpd closes the connection (MS since the first byte, TEXT its last reply), or "open" after 100 bytes.
+std::function<void(int)> trickle(const std::string& socket, int interval_ms) {
+  return [socket, interval_ms](int report) {
+    const int fd = connect_unix(socket);
+    const char header[4] = {static_cast<char>(200), 0, 0, 0};
+    if (fd < 0 || send(fd, header, 4, MSG_NOSIGNAL) != 4) {
+      say(report, "cannot connect");
+      return;
+    }
+    say(report, "connected");
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string received;
+    for (int i = 0; i < 100; ++i) {
+      if (send(fd, "{", 1, MSG_NOSIGNAL) != 1) break;
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, interval_ms) <= 0) continue;
+      char buffer[4096];
+      ssize_t n;
+      while ((n = recv(fd, buffer, sizeof buffer, 0)) > 0) received.append(buffer, static_cast<size_t>(n));
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+      say(report,
+          "closed " + std::to_string(ms.count()) + " " + (received.size() > 4 ? received.substr(4) : ""));
+      return;
+    }
+    say(report, "open");
+  };
+}
+
+TEST_F(RealUsers, TricklingConnectionIsClosedAtTheIdleLimit) {
+  HpdStart start;
+  start.config = "idle_timeout = 3\n";
+  Hpd hpd(start);
+  const UserProcess bob(bob_, trickle(hpd.socket(), 500));
+  ASSERT_EQ(bob.report_line(20), "connected");
+  // One byte every half second: whole requests count, so the connection is closed at the idle limit.
+  const std::string line = bob.report_line(30);
+  ASSERT_EQ(line.rfind("closed ", 0), 0u) << line << hpd.log();
+  const double ms = std::stod(line.substr(7));
+  EXPECT_GE(ms, 2500) << line;
+  EXPECT_LT(ms, 10000) << line;
+  EXPECT_NE(line.find("without a complete request (idle_timeout in hpd.conf)"), std::string::npos) << line;
+  EXPECT_NE(line.find("\"code\":\"limit\""), std::string::npos) << line;
+}
+
+// As `user`: a record request of `pid` for `seconds` into `output`, a file of its own (or, when empty, a
+// pipe of one page nobody reads), then nothing is ever read from the socket. Reports "sent".
+std::function<void(int)> record_without_reading(const std::string& socket, const std::string& output,
+                                                pid_t pid, double seconds) {
+  return [=](int report) {
+    int out = -1;
+    if (!output.empty()) {
+      out = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    } else if (int fds[2]; pipe2(fds, O_CLOEXEC) == 0) {
+      fcntl(fds[1], F_SETPIPE_SZ, 4096);
+      out = fds[1];  // the read end stays open, unread
+    }
+    const json request = {{"version", 1},
+                          {"type", "record"},
+                          {"fd", true},
+                          {"args", {{"pids", {pid}}, {"duration_s", seconds}, {"output", "out.json"}}}};
+    try {
+      service::send_frame(connect_unix(socket), request.dump(), out);
+      say(report, "sent");
+    } catch (const std::exception&) {
+      say(report, "cannot send");
+    }
+  };
+}
+
+TEST_F(RealUsers, ClientThatNeverReadsItsRepliesLosesItsSession) {
+  HpdStart start;
+  start.config = "client_timeout = 2\n";
+  Hpd hpd(start);
+  Background target(alice_.run_as({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "120"}));
+  const UserProcess alice(
+      alice_, record_without_reading(hpd.socket(), hpd.out_dir() + "/unread.json", target.pid(), 120));
+  ASSERT_EQ(alice.report_line(20), "sent");
+  bool recording = false;
+  for (int i = 0; i < 300 && !recording; ++i) {
+    recording = hpd.status()["sessions"] == 1;
+    if (!recording) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(recording) << hpd.log();
+  const auto t0 = std::chrono::steady_clock::now();
+  bool ended = false;
+  while (!ended && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ended = hpd.status()["sessions"] == 0;
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(ended) << "the session of a client that reads nothing still runs after 60 s" << hpd.log();
+  EXPECT_LT(took, 20) << hpd.log();
+  EXPECT_TRUE(hpd.wait_log("its replies stayed unread for client_timeout", 5)) << hpd.log();
+}
+
+// SIGTERM with hostile connections open: one trickling a byte every 2 s, one recording whose client
+// reads neither its replies nor its output (a pipe of one page nobody reads). hpd stops within 2 s;
+// the bound asserted leaves room for a loaded machine, and the figure is printed.
+TEST_F(RealUsers, SigtermIsPromptBesideHostileConnections) {
+  HpdStart start;
+  start.config = "client_timeout = 300\n";  // idle_timeout and stop_timeout: the defaults, 60 s and 30 s
+  Hpd hpd(start);
+  Background target(alice_.run_as({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "120"}));
+  const UserProcess bob(bob_, trickle(hpd.socket(), 2000));
+  ASSERT_EQ(bob.report_line(20), "connected");
+  const UserProcess alice(alice_, record_without_reading(hpd.socket(), "", target.pid(), 120));
+  ASSERT_EQ(alice.report_line(20), "sent");
+  for (int i = 0; i < 300 && hpd.status()["samples"].get<uint64_t>() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GT(hpd.status()["samples"].get<uint64_t>(), 0u) << hpd.log();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // a few more bytes trickled
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(hpd.terminate(60), 0) << hpd.log();
+  const double stopped = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("hpd stopped %.2f s after SIGTERM beside a trickling and a non-reading client\n", stopped);
+  EXPECT_LT(stopped, 5) << hpd.log();
+  EXPECT_EQ(hpd.log().find("still busy after stop_timeout"), std::string::npos) << hpd.log();
+}
+
+// Bob asks to stop alice's session: the answer is the one for a session that does not exist, and names
+// neither alice nor her uid; his sessions and status answers do not either.
+TEST_F(RealUsers, StopOfAnotherUsersSessionSaysNothingOfHer) {
+  Hpd hpd;
+  Background target(alice_.run_as({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "60"}));
+  const std::string out = hpd.out_dir() + "/alice.json.gz";
+  Background client(
+      alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-o", out})));
+  json sessions;
+  for (int i = 0; i < 300; ++i) {
+    sessions = hpd.request({{"version", 1}, {"type", "sessions"}})["sessions"];
+    if (sessions.size() == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(sessions.size(), 1u) << hpd.log();
+  const uint64_t id = sessions[0]["id"].get<uint64_t>();
+  const std::string alice_uid = std::to_string(alice_.uid);
+  auto says_nothing_of_alice = [&](const std::string& text) {
+    return text.find(alice_uid) == std::string::npos && text.find(alice_.name) == std::string::npos &&
+           text.find(std::to_string(target.pid())) == std::string::npos &&
+           text.find(out) == std::string::npos;
+  };
+  const RunResult stop = run(bob_.run_as({kHpctl, "--socket", hpd.socket(), "stop", std::to_string(id)}));
+  EXPECT_NE(stop.exit_code, 0);
+  EXPECT_TRUE(says_nothing_of_alice(stop.out + stop.err)) << stop.out << stop.err;
+  const RunResult missing = run(bob_.run_as({kHpctl, "--socket", hpd.socket(), "stop", "999"}));
+  std::string expected = missing.err;
+  for (size_t at; (at = expected.find("999")) != std::string::npos;)
+    expected.replace(at, 3, std::to_string(id));
+  EXPECT_EQ(stop.err, expected) << "the answer differs from that for a session that does not exist";
+  // The raw answer too: not_found, the same words.
+  const UserProcess raw(bob_, [&](int report) {
+    const int fd = connect_unix(hpd.socket());
+    service::send_frame(fd, json({{"version", 1}, {"type", "stop"}, {"session", id}}).dump());
+    say(report, read_reply(fd, 10000).dump());
+    service::send_frame(fd, json({{"version", 1}, {"type", "sessions"}}).dump());
+    say(report, read_reply(fd, 10000).dump());
+    service::send_frame(fd, json({{"version", 1}, {"type", "status"}}).dump());
+    say(report, read_reply(fd, 10000).dump());
+  });
+  const std::string stop_reply = raw.report_line(20);
+  EXPECT_NE(stop_reply.find("\"code\":\"not_found\""), std::string::npos) << stop_reply;
+  EXPECT_TRUE(says_nothing_of_alice(stop_reply)) << stop_reply;
+  const std::string sessions_reply = raw.report_line(20);
+  EXPECT_NE(sessions_reply.find("\"sessions\":[]"), std::string::npos) << sessions_reply;
+  const std::string status_reply = raw.report_line(20);
+  EXPECT_NE(status_reply.find("\"type\":\"status\""), std::string::npos) << status_reply;
+  EXPECT_TRUE(says_nothing_of_alice(status_reply)) << status_reply;
+  EXPECT_EQ(hpd.status()["sessions"], 1) << "bob's stop stopped alice's session";
+  EXPECT_TRUE(hpd.wait_log(
+      "refused stopping session " + std::to_string(id) + " for uid " + std::to_string(bob_.uid), 5))
+      << hpd.log();
+  const RunResult own = run(alice_.run_as({kHpctl, "--socket", hpd.socket(), "stop", std::to_string(id)}));
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_EQ(client.wait(), 0);
 }
 
 TEST_F(RealUsers, CaptureOfAKilledHpdIsKeptIncompleteAndReadable) {

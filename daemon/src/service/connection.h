@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/service/access.h"
 #include "hpd/service/config.h"
@@ -20,7 +21,6 @@
 #include "log.h"
 #include "service_util.h"
 #include "session_registry.h"
-#include "hpd/base/unique_fd.h"
 
 namespace hpd::service {
 
@@ -49,23 +49,14 @@ class Connection {
  private:
   void serve();
   // Sends one message; false when the client is gone (or does not read).
-  // A client whose socket takes nothing for client_timeout (SO_SNDTIMEO) is gone: lost_ ends its session.
+  // A client whose socket takes nothing for client_timeout (half a second once hpd stops) is gone:
+  // lost_ ends its session.
   bool send(const nlohmann::json& j) { return send_text(json_text(j)); }
   bool send_error(ErrorCode code, const std::string& text) { return send_text(error_message(code, text)); }
-  bool send_text(const std::string& text) {
-    std::lock_guard lock(send_mutex_);
-    if (gone_) return false;
-    try {
-      send_frame(socket_.get(), text);
-      return true;
-    } catch (const std::exception& e) {
-      gone_ = true;
-      lost_.store(true);
-      log_info("connection of uid " + std::to_string(peer_.uid) + " (pid " + std::to_string(peer_.pid) +
-               "): the client takes no replies (" + e.what() + "); dropping it");
-      return false;
-    }
-  }
+  bool send_text(const std::string& text);
+  // Whether the client leaves its replies unread: bytes stay queued on its socket, none taken, for
+  // client_timeout. Called every 100 ms or so while a session records.
+  bool replies_unread_too_long();
   // Every refusal is logged with who asked (uid, pid) and why.
   void log_refusal(const std::string& what, const std::string& reason) const {
     log_info("refused " + what + " for uid " + std::to_string(peer_.uid) + " (pid " +
@@ -114,6 +105,9 @@ class Connection {
   std::mutex send_mutex_;
   bool gone_ = false;              // guarded by send_mutex_
   std::atomic<bool> lost_{false};  // a send failed: the client does not read, or left
+  double client_timeout_s_ = 10;
+  int unread_bytes_ = 0;          // replies queued on the socket at the last look
+  uint64_t unread_since_ns_ = 0;  // since when they were not taken (0: all taken)
   std::thread thread_;
   std::atomic<bool> done_{false};
 };

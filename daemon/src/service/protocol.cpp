@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -164,6 +165,11 @@ void send_frame(int socket, std::string_view payload, int fd) {
 }
 
 void send_frame(int socket, std::string_view payload, const std::vector<int>& fds) {
+  send_frame(socket, payload, fds, nullptr);
+}
+
+void send_frame(int socket, std::string_view payload, const std::vector<int>& fds,
+                const std::function<bool()>& wait_for_room) {
   constexpr size_t kMaxFds = 8;  // what read_frame takes per message
   if (fds.size() > kMaxFds) throw std::system_error(EINVAL, std::generic_category(), "too many descriptors");
   if (payload.size() > kMaxMessageBytes) {
@@ -195,6 +201,7 @@ void send_frame(int socket, std::string_view payload, const std::vector<int>& fd
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (wait_for_room && wait_for_room()) continue;
         throw std::system_error(ETIMEDOUT, std::generic_category(), "the peer does not read its socket");
       }
       throw std::system_error(errno, std::generic_category(), "sending a message");
@@ -236,22 +243,42 @@ void Frame::close_all() {
 
 namespace {
 
+uint64_t now_mono_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 // Reads exactly `size` bytes into `out`, keeping descriptors that arrive. Returns false on EOF before
 // the first byte when `eof_ok`.
-bool read_exact(int socket, char* out, size_t size, Frame& frame, int timeout_ms, bool eof_ok,
+bool read_exact(int socket, char* out, size_t size, Frame& frame, const FrameLimits& limits, bool eof_ok,
                 size_t frame_bytes) {
   size_t got = 0;
+  uint64_t last_progress = now_mono_ns();
   while (got < size) {
+    if (limits.stop && limits.stop()) throw ProtocolError(ErrorCode::kShuttingDown, "hpd is stopping");
+    const uint64_t now = now_mono_ns();
+    if (limits.deadline_mono_ns != 0 && now >= limits.deadline_mono_ns)
+      throw ProtocolError(ErrorCode::kLimit, limits.deadline_message);
+    const uint64_t quiet_ms = (now - last_progress) / 1000000;
+    if (quiet_ms >= static_cast<uint64_t>(limits.progress_timeout_ms)) {
+      throw ProtocolError(ErrorCode::kTruncated, "incomplete message: the rest did not arrive within " +
+                                                     std::to_string(limits.progress_timeout_ms / 1000) +
+                                                     " s");
+    }
+    // Waits in slices, so that the stop and the deadline are seen while a peer sends nothing.
+    int slice = limits.progress_timeout_ms - static_cast<int>(quiet_ms);
+    if (limits.stop) slice = std::min(slice, 100);
+    if (limits.deadline_mono_ns != 0)
+      slice = static_cast<int>(
+          std::min<uint64_t>(static_cast<uint64_t>(slice), (limits.deadline_mono_ns - now) / 1000000 + 1));
     pollfd p{socket, POLLIN, 0};
-    const int ready = ::poll(&p, 1, timeout_ms);
+    const int ready = ::poll(&p, 1, std::max(slice, 1));
     if (ready < 0) {
       if (errno == EINTR) continue;
       throw std::system_error(errno, std::generic_category(), "waiting for a message");
     }
-    if (ready == 0) {
-      throw ProtocolError(ErrorCode::kTruncated, "incomplete message: the rest did not arrive within " +
-                                                     std::to_string(timeout_ms / 1000) + " s");
-    }
+    if (ready == 0) continue;
     iovec iov{out + got, size - got};
     msghdr msg{};
     msg.msg_iov = &iov;
@@ -279,6 +306,7 @@ bool read_exact(int socket, char* out, size_t size, Frame& frame, int timeout_ms
                                                      std::to_string(frame_bytes + got) + " bytes of it");
     }
     got += static_cast<size_t>(r);
+    last_progress = now_mono_ns();
   }
   return true;
 }
@@ -286,9 +314,15 @@ bool read_exact(int socket, char* out, size_t size, Frame& frame, int timeout_ms
 }  // namespace
 
 ReadResult read_frame(int socket, Frame& frame, int timeout_ms) {
+  FrameLimits limits;
+  limits.progress_timeout_ms = timeout_ms;
+  return read_frame(socket, frame, limits);
+}
+
+ReadResult read_frame(int socket, Frame& frame, const FrameLimits& limits) {
   frame = Frame();
   unsigned char header[4];
-  if (!read_exact(socket, reinterpret_cast<char*>(header), 4, frame, timeout_ms, true, 0))
+  if (!read_exact(socket, reinterpret_cast<char*>(header), 4, frame, limits, true, 0))
     return ReadResult::kClosed;
   const uint32_t size = header[0] | header[1] << 8 | header[2] << 16 | static_cast<uint32_t>(header[3]) << 24;
   if (size > kMaxMessageBytes) {
@@ -303,7 +337,7 @@ ReadResult read_frame(int socket, Frame& frame, int timeout_ms) {
     const size_t at = frame.payload.size();
     const size_t piece = std::min<size_t>(kPiece, size - at);
     frame.payload.resize(at + piece);
-    read_exact(socket, frame.payload.data() + at, piece, frame, timeout_ms, false, 4 + at);
+    read_exact(socket, frame.payload.data() + at, piece, frame, limits, false, 4 + at);
   }
   return ReadResult::kFrame;
 }

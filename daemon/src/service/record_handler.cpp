@@ -251,6 +251,15 @@ void Connection::watch_client_while_recording(Session& session, const std::atomi
   bool reading = true;
   while (!finished.load()) {
     if (daemon_.stopping()) session.stop.store(true);
+    // A client that leaves its replies unread for client_timeout is gone, long before its socket's
+    // buffer would fill and a send would fail.
+    if (!replied.load() && !lost_.load() && replies_unread_too_long()) {
+      log_info("connection of uid " + std::to_string(peer_.uid) + " (pid " + std::to_string(peer_.pid) +
+               "): its replies stayed unread for client_timeout; dropping it");
+      std::lock_guard lock(send_mutex_);
+      gone_ = true;
+      lost_.store(true);
+    }
     if (lost_.load() && !client_gone.load()) {
       // The client takes none of its replies: it is gone, and its session ends now.
       log_info("session " + std::to_string(session.id) + ": the client does not read its replies; ending it");
@@ -266,8 +275,14 @@ void Connection::watch_client_while_recording(Session& session, const std::atomi
     if (::poll(&p, 1, 100) <= 0) continue;
     Frame next;
     Request inner;
+    // A request begun must arrive whole within 10 s; the end of the recording or hpd's stop ends the
+    // wait for it, so that a client trickling bytes holds neither.
+    FrameLimits limits;
+    limits.deadline_mono_ns = now_ns(CLOCK_MONOTONIC) + 10000000000ull;
+    limits.deadline_message = "a request did not arrive whole within 10 s (the connection is closed)";
+    limits.stop = [&] { return finished.load() || daemon_.stopping(); };
     try {
-      if (read_frame(socket_.get(), next) == ReadResult::kClosed) {
+      if (read_frame(socket_.get(), next, limits) == ReadResult::kClosed) {
         if (replied.load()) {
           reading = false;
           continue;
@@ -277,8 +292,14 @@ void Connection::watch_client_while_recording(Session& session, const std::atomi
         inner = parse_request(next.payload);
       }
     } catch (const ProtocolError& e) {
+      if (e.code() == ErrorCode::kShuttingDown) {
+        // The recording ended or hpd stops: the loop's top sees which; a part of a frame is dropped.
+        reading = false;
+        continue;
+      }
       send_error(e.code(), e.what());
-      if (e.code() == ErrorCode::kTruncated || e.code() == ErrorCode::kTooLarge)
+      if (e.code() == ErrorCode::kTruncated || e.code() == ErrorCode::kTooLarge ||
+          e.code() == ErrorCode::kLimit)
         client_gone.store(true);
       else
         continue;

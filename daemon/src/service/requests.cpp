@@ -59,17 +59,17 @@ void Connection::handle_stop(const Request& request) {
     return;
   }
   const auto session = daemon_.sessions().find(request.session);
-  if (!session) {
-    send_error(ErrorCode::kNotFound,
-               "no session " + std::to_string(request.session) + " (see hpctl sessions)");
-    return;
-  }
-  if (!privileged_ && session->uid != peer_.uid) {
+  // Another user's session is answered as one that does not exist: the answer says nothing of it
+  // (not its owner, not that it runs), as `sessions` does not list it. The log keeps who asked.
+  const bool others = session && !privileged_ && session->uid != peer_.uid;
+  if (others) {
     log_refusal("stopping session " + std::to_string(session->id),
                 "it belongs to uid " + std::to_string(session->uid));
-    send_error(ErrorCode::kPermissionDenied,
-               "session " + std::to_string(session->id) + " belongs to uid " + std::to_string(session->uid) +
-                   "; only its owner, root and the '" + group_ + "' group may stop it");
+  }
+  if (!session || others) {
+    send_error(ErrorCode::kNotFound, "no session " + std::to_string(request.session) +
+                                         " of yours (see hpctl sessions); root and the '" + group_ +
+                                         "' group may stop any session");
     return;
   }
   session->stop.store(true);

@@ -20,8 +20,8 @@
 #include <system_error>
 
 #include "daemon.h"
+#include "hpd/base/output_file.h"
 #include "hpd/collect/recorder.h"
-#include "hpd/model/output_write.h"
 #include "log.h"
 
 #ifndef HPD_VERSION
@@ -233,6 +233,10 @@ void Daemon::begin_shutdown() {
   log_info("stopping: ending " + std::to_string(sessions_.totals().active) + " session(s)");
   notifier_.notify("STOPPING=1\nSTATUS=stopping, finishing the sessions' profiles");
   sessions_.stop_all();
+  // Outputs whose readers take nothing are given up after half a second from now on (write_output_fully
+  // reads the limit again while it waits), replies too (Connection::send_text): a stop is prompt
+  // whatever the clients do. An honest client's profile is still delivered, within stop_timeout.
+  set_output_stall_timeout_ms(500);
   listener_.reset();
   if (!created_socket_.empty()) ::unlink(created_socket_.c_str());
   configure_continuous(Config{});  // continuous off: the chunk in progress is kept

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -77,6 +78,10 @@ std::string error_message(ErrorCode code, const std::string& message);
 void send_frame(int socket, std::string_view payload, int fd = -1);
 // The same with several descriptors (at most 8), in order, in one SCM_RIGHTS message.
 void send_frame(int socket, std::string_view payload, const std::vector<int>& fds);
+// The same on a non-blocking socket: when it takes nothing, `wait_for_room` is called; it waits (a
+// slice, with poll) and returns false to give up, which throws std::system_error ETIMEDOUT.
+void send_frame(int socket, std::string_view payload, const std::vector<int>& fds,
+                const std::function<bool()>& wait_for_room);
 
 // One received frame and the descriptors that came with it (closed with the Frame unless taken).
 class Frame {
@@ -105,5 +110,17 @@ enum class ReadResult { kFrame, kClosed };
 // kTruncated (closed inside a frame, or no progress for `timeout_ms` inside one), kTooLarge (the
 // stream cannot be resynchronized: close it after replying), std::system_error on socket errors.
 ReadResult read_frame(int socket, Frame& frame, int timeout_ms = 10000);
+
+// What ends the read of one frame besides its bytes, for hpd's side of a connection.
+struct FrameLimits {
+  int progress_timeout_ms = 10000;  // no byte for this long inside a frame: kTruncated
+  // The whole frame must be complete by then (CLOCK_MONOTONIC, ns; 0: no such limit), else
+  // ProtocolError kLimit with `deadline_message`: a peer that trickles bytes does not hold a thread.
+  uint64_t deadline_mono_ns = 0;
+  std::string deadline_message;
+  // Asked every 100 ms at most; true ends the read with ProtocolError kShuttingDown.
+  std::function<bool()> stop;
+};
+ReadResult read_frame(int socket, Frame& frame, const FrameLimits& limits);
 
 }  // namespace hpd::service

@@ -15,7 +15,8 @@
 
 namespace hpd {
 class CaptureWriter;
-}
+class OutputFile;
+}  // namespace hpd
 
 namespace hpd::session {
 
@@ -26,7 +27,9 @@ class MipRecording;
 // (validate_record_options) come on top.
 RecordOptions record_options_from_request(const RecordRequest& request);
 
-// Refuses an output path that cannot be written, before anything is recorded (std::runtime_error).
+// Refuses an output path that cannot be written, before anything is recorded (std::runtime_error): the
+// checks of hpd::OutputFile (hpd/base/output_file.h: links, FIFOs and devices others could have
+// planted; a missing directory; a directory where no file can be created).
 void check_output_writable(const std::string& output);
 
 // The progress line: "recording: 1.5 s of 10.0 s, 1200 samples".
@@ -40,7 +43,8 @@ bool is_gzip_output(const std::string& name);
 // finish() with the result.
 class RecordingOutput {
  public:
-  // Writes `request.output` (a path; the Firefox profile is replaced atomically).
+  // Writes `request.output` (a path, opened at once by hpd::OutputFile's rules; the Firefox profile
+  // replaces it atomically at the end). Throws std::runtime_error naming the path and why.
   explicit RecordingOutput(const RecordRequest& request);
   // Writes into `fd`, which it owns; `request.output` only names the format.
   RecordingOutput(const RecordRequest& request, int fd);
@@ -70,7 +74,7 @@ class RecordingOutput {
  private:
   RecordRequest request_;
   int fd_ = -1;  // owned until handed to the capture writer or closed after the Firefox profile
-  bool from_fd_ = false;
+  std::unique_ptr<OutputFile> file_;  // the output of a path
   void open_spill();
   void read_back_spill(RawProfile& raw);
 
