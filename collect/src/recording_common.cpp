@@ -7,6 +7,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -70,9 +71,11 @@ bool has_running_thread(int32_t pid) {
   return false;
 }
 
+// Signal 0 through the pidfd: ESRCH once the process is reaped. EPERM (hpd without CAP_KILL, as its
+// unit runs, probing another user's process) means it is there.
 bool pidfd_alive(int pidfd) {
 #ifdef SYS_pidfd_send_signal
-  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0;
+  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
 #else
   (void)pidfd;
   return true;

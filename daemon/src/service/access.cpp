@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
@@ -64,8 +65,10 @@ uint64_t status_hex(std::string_view status, std::string_view key) {
 int open_pidfd(pid_t pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
+// ESRCH once the process is reaped; EPERM (hpd without CAP_KILL, as its unit runs, probing another
+// user's process) means it is there.
 bool pidfd_alive(int pidfd) {
-  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0;
+  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
 }
 
 // What /proc/PID says of one process, read through a directory descriptor opened while `pidfd` named
