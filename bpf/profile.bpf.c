@@ -639,10 +639,24 @@ int hpd_exit(__u64* ctx) {
   const __s32 pid = (__s32)(id >> 32);
   __s32 tid = (__s32)id;
   bpf_map_delete_elem(&blocked, &tid);
-  if (!is_target(pid)) {
+  // Every thread of the process has begun to exit (signal->live is decremented before this
+  // tracepoint): its pid leaves the targets now, before it can be reaped and given to another
+  // process, which would otherwise be sampled as this one.
+  struct task_struct* task = (struct task_struct*)ctx[0];
+  const int group_dead =
+      filter_mode == HPD_FILTER_PIDS && BPF_CORE_READ(task, signal, live.counter) == 0;
+  int target = is_target(pid);
+  if (!target && group_dead) {
+    // A sibling thread, exiting at the same time, took the pid out a moment ago: this thread is still
+    // the target's (in pid mode only targets' threads have a state).
+    struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
+    target = state && state->pid == pid;
+  }
+  if (!target) {
     bpf_map_delete_elem(&threads, &tid);
     return 0;
   }
+  if (group_dead) bpf_map_delete_elem(&targets, &pid);
   struct hpd_task_event* e = reserve_task_event(HPD_EVENT_EXIT, pid, tid);
   if (!e) return 0;
   struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);

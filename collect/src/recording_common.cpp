@@ -1,12 +1,17 @@
 // Clocks, liveness checks, the recording description and the frameless-leaf fix shared by the backends.
 #include "recording_common.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
-
-#include <cmath>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "proc/launched_command.h"
 #include "proc/proc_files.h"
@@ -42,6 +47,65 @@ UniqueFd open_pidfd(int32_t pid) {
 #endif
 }
 
+namespace {
+
+// Whether some thread of `pid` has not begun to exit (PF_EXITING, or a zombie): the kernel's
+// sched_process_exit of its last thread, which takes the pid out of the eBPF targets, is yet to come.
+bool has_running_thread(int32_t pid) {
+  for (const int32_t tid : list_threads(pid)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
+    std::string stat;
+    std::getline(in, stat);
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 1));
+    std::string state;
+    std::string skip;
+    fields >> state;
+    for (int i = 0; i < 5; ++i) fields >> skip;
+    unsigned long flags = 0;
+    if (!(fields >> flags)) continue;
+    constexpr unsigned long kPfExiting = 0x4;
+    if ((flags & kPfExiting) == 0 && state != "Z" && state != "X") return true;
+  }
+  return false;
+}
+
+// Signal 0 through the pidfd: ESRCH once the process is reaped. EPERM (hpd without CAP_KILL, as its
+// unit runs, probing another user's process) means it is there.
+bool pidfd_alive(int pidfd) {
+#ifdef SYS_pidfd_send_signal
+  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
+#else
+  (void)pidfd;
+  return true;
+#endif
+}
+
+}  // namespace
+
+std::vector<UniqueFd> bind_targets(const RecordOptions& options) {
+  std::vector<UniqueFd> bound;
+  for (size_t i = 0; i < options.pids.size(); ++i) {
+    const int lent = i < options.pid_fds.size() ? options.pid_fds[i] : -1;
+    bound.push_back(lent >= 0 ? UniqueFd(::fcntl(lent, F_DUPFD_CLOEXEC, 0)) : open_pidfd(options.pids[i]));
+  }
+  return bound;
+}
+
+void check_targets_running(const std::vector<int32_t>& pids, const std::vector<UniqueFd>& pidfds) {
+  for (size_t i = 0; i < pids.size(); ++i) {
+    // /proc read first, the pidfd after: alive then, the pid was the bound process's during the read.
+    const bool running = has_running_thread(pids[i]);
+    const bool same = i >= pidfds.size() || !pidfds[i] || pidfd_alive(pidfds[i].get());
+    if (!running || !same) {
+      throw RecordError("pid " + std::to_string(pids[i]) +
+                        " exited before the recording started; nothing was recorded (another process may "
+                        "have its pid now)");
+    }
+  }
+}
+
 bool update_targets_exited(std::vector<WatchedTarget>& targets, const std::vector<pollfd>& pfds,
                            size_t first_target, LaunchedCommand* command) {
   if (targets.empty()) return false;
@@ -68,20 +132,22 @@ constexpr uint64_t kTickIntervalNs = 250'000'000;
 RecordingTicker::RecordingTicker(const RecordOptions& options, uint64_t start_ns)
     : options_(options),
       start_ns_(start_ns),
-      duration_ns_(options.duration_s > 0 ? static_cast<uint64_t>(std::llround(options.duration_s * 1e9)) : 0),
+      duration_ns_(options.duration_s > 0 ? static_cast<uint64_t>(std::llround(options.duration_s * 1e9))
+                                          : 0),
       last_progress_(start_ns),
       last_flush_(start_ns) {}
 
 RecordingTicker::Outcome RecordingTicker::tick(bool all_exited, uint64_t samples, RawProfile& profile) {
   const uint64_t now = mono_now();
   if (all_exited) return Outcome::kTargetsExited;
-  if ((options_.stop != nullptr && options_.stop->load()) || (duration_ns_ != 0 && now - start_ns_ >= duration_ns_)) {
+  if ((options_.stop != nullptr && options_.stop->load()) ||
+      (duration_ns_ != 0 && now - start_ns_ >= duration_ns_)) {
     return Outcome::kStopped;
   }
   if (options_.on_progress && now - last_progress_ >= kTickIntervalNs) {
     last_progress_ = now;
-    options_.on_progress(RecordProgress{static_cast<double>(now - start_ns_) / 1e9, options_.duration_s, samples,
-                                        profile.lost.lost_records});
+    options_.on_progress(RecordProgress{static_cast<double>(now - start_ns_) / 1e9, options_.duration_s,
+                                        samples, profile.lost.lost_records});
   }
   if (options_.on_flush && now - last_flush_ >= kTickIntervalNs) {
     last_flush_ = now;

@@ -28,6 +28,16 @@ UniqueFd open_pidfd(int32_t pid);
 // Whether the process is gone, for kernels without pidfd: no /proc entry, or a zombie without live threads.
 bool process_gone(int32_t pid);
 
+// The pidfds the targets (options.pids) are bound to, in order: those options.pid_fds lends,
+// duplicated, else opened now (invalid on kernels without pidfd_open).
+std::vector<UniqueFd> bind_targets(const RecordOptions& options);
+
+// Throws RecordError unless every target is still the process it was bound to and still running (a
+// thread of it has not begun to exit): called once the events are attached and /proc was read by
+// number, it proves that all of that reached the bound processes, not another that got a pid, and that
+// the kernel-side exit hooks will see each target leave.
+void check_targets_running(const std::vector<int32_t>& pids, const std::vector<UniqueFd>& pidfds);
+
 class LaunchedCommand;
 
 // A recorded process and how its exit is noticed: its pidfd is polled beside the rings; without

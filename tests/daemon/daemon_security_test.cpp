@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -16,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -360,6 +362,206 @@ TEST_F(RealUsers, SetuidExecsInQuickSuccessionAreUnfollowedNotRefused) {
   const std::string text = testing::load_json_maybe_gzip(out).dump();
   EXPECT_NE(text.find("spin_plain"), std::string::npos);
   EXPECT_EQ(text.find("spin_privileged"), std::string::npos) << "a sample of a set-user-ID child";
+}
+
+// A client in a user namespace of its own (`unshare -U -r`) looks like root there and holds every
+// capability, but only in that namespace: the kernel (cap_ptrace_access_check, perfmon_capable) gives
+// it nothing outside, not even its own processes there, and hpd gives it what the kernel would. For
+// each target, the kernel's own answer (reading /proc/PID/environ needs PTRACE_MODE_READ) is asked
+// from the same namespace and hpd's must be the same.
+TEST_F(RealUsers, UserNamespaceClientGetsWhatTheKernelWouldGiveIt) {
+  ScopedSysctl paranoid("/proc/sys/kernel/perf_event_paranoid", "2");
+  ScopedSysctl kptr("/proc/sys/kernel/kptr_restrict", "0");
+  Hpd hpd;
+  auto wait_ready = BackgroundOptions{.ready_line = "ready"};
+  Background roots({kCredsTarget, "plain", "60"}, wait_ready);
+  ASSERT_TRUE(roots.ready());
+  Background bobs(bob_.run_as({kCredsTarget, "plain", "60"}), wait_ready);
+  ASSERT_TRUE(bobs.ready());
+  Background alices(alice_.run_as({kCredsTarget, "plain", "60"}), wait_ready);
+  ASSERT_TRUE(alices.ready());
+  auto in_userns = [&](const std::vector<std::string>& argv) {
+    std::vector<std::string> full = {"unshare", "--user", "--map-root-user"};
+    full.insert(full.end(), argv.begin(), argv.end());
+    return alice_.run_as(full);
+  };
+  // Inside, the client is uid 0 with every capability.
+  const RunResult id = run(in_userns({"sh", "-c", "id -u; grep CapEff /proc/self/status"}));
+  ASSERT_EQ(id.exit_code, 0) << id.err;
+  ASSERT_EQ(id.out.rfind("0\n", 0), 0u) << id.out;
+  ASSERT_NE(id.out.find("ffffffff"), std::string::npos) << id.out;
+
+  const std::vector<std::pair<std::string, pid_t>> outside = {
+      {"root's", roots.pid()}, {"bob's", bobs.pid()}, {"alice's own, outside her namespace", alices.pid()}};
+  for (const auto& [whose, pid] : outside) {
+    SCOPED_TRACE(whose);
+    const std::string p = std::to_string(pid);
+    const RunResult kernel = run(in_userns({"head", "-c", "1", "/proc/" + p + "/environ"}));
+    EXPECT_NE(kernel.exit_code, 0) << "the kernel lets the namespace's root read " << whose << " process";
+    const std::string out = hpd.out_dir() + "/userns-" + p + ".hpr";
+    const RunResult r =
+        run(in_userns(hpctl(hpd, {"record", "--no-report", "--pid", p, "-d", "1", "-o", out})));
+    EXPECT_NE(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("may only record your own processes"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out) && std::filesystem::file_size(out) > 0) << out;
+  }
+  // Every process, or a cgroup: reserved to the initial namespace's root (and the group).
+  const RunResult all = run(in_userns(
+      hpctl(hpd, {"record", "--no-report", "--all", "-d", "1", "-o", hpd.out_dir() + "/userns-all.hpr"})));
+  EXPECT_NE(all.exit_code, 0);
+  EXPECT_NE(all.err.find("reserved to root"), std::string::npos) << all.err;
+  // So is root's own: root in a namespace of its own is not root outside it.
+  const RunResult root_all =
+      run({"unshare", "--user", "--map-root-user", kHpctl, "--socket", hpd.socket(), "--daemon", "record",
+           "--no-report", "--all", "-d", "1", "-o", hpd.out_dir() + "/root-userns-all.hpr"});
+  EXPECT_NE(root_all.exit_code, 0);
+  EXPECT_NE(root_all.err.find("reserved to root"), std::string::npos) << root_all.err;
+
+  // A process inside its namespace is the client's (the kernel agrees), without kernel frames: the
+  // namespace's CAP_PERFMON and CAP_SYSLOG do not count for the kernel's samples and addresses.
+  const std::string script =
+      "\"$0\" plain 30 >/dev/null & t=$!; head -c 1 /proc/$t/environ >/dev/null || exit 99; "
+      "\"$@\" --pid $t; r=$?; kill $t; exit $r";
+  auto record_inside = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"sh", "-c", script, kCredsTarget};
+    const std::vector<std::string> command = hpctl(hpd, args);
+    argv.insert(argv.end(), command.begin(), command.end());
+    return run(in_userns(argv));
+  };
+  const std::string inside = hpd.out_dir() + "/userns-inside.hpr";
+  const RunResult kernel_asked =
+      record_inside({"record", "--no-report", "--kernel", "-d", "1", "-o", hpd.out_dir() + "/k.hpr"});
+  EXPECT_NE(kernel_asked.exit_code, 0);
+  EXPECT_NE(kernel_asked.err.find("kernel call stacks are not yours to have"), std::string::npos)
+      << kernel_asked.err;
+  const RunResult own = record_inside({"record", "--no-report", "-d", "2", "-o", inside});
+  ASSERT_EQ(own.exit_code, 0) << own.err << hpd.log();
+  const KernelContent content = kernel_content(inside);
+  EXPECT_GT(content.samples, 20u);
+  EXPECT_EQ(content.kernel_frames, 0u);
+  EXPECT_EQ(content.kernel_addresses, 0u);
+}
+
+// A child of the test at pid `want` (made so through ns_last_pid) running as `user`, named `name`,
+// that spins for `cpu_s` seconds of its own CPU time and exits. 0 when another process took the pid.
+pid_t fork_at_pid(pid_t want, const TestUser& user, const char* name, double cpu_s) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    std::ofstream("/proc/sys/kernel/ns_last_pid") << want - 1;
+    const pid_t child = fork();
+    if (child == 0) {
+      if (setgroups(0, nullptr) != 0 || setresgid(user.gid, user.gid, user.gid) != 0 ||
+          setresuid(user.uid, user.uid, user.uid) != 0)
+        _exit(1);
+      prctl(PR_SET_NAME, name);
+      timespec ts{};
+      volatile uint64_t x = 1;
+      do {
+        for (int i = 0; i < 100000; ++i) x = x * 6364136223846793005ULL + 1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      } while (double(ts.tv_sec) + double(ts.tv_nsec) / 1e9 < cpu_s);
+      _exit(0);
+    }
+    if (child == want) return child;
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // another process holds it for now
+  }
+  return 0;
+}
+
+// Pid reuse during a recording, with either backend: one of alice's two targets exits, and bob's
+// process that then gets its pid (a fork at that very pid) is not recorded into her profile, neither
+// its samples nor its name; her other target still is.
+TEST_F(RealUsers, PidReusedDuringARecordingIsNotRecorded) {
+  Hpd hpd;
+  auto wait_ready = BackgroundOptions{.ready_line = "ready"};
+  for (const char* backend : {"bpf", "perf"}) {
+    SCOPED_TRACE(backend);
+    Background staying(alice_.run_as({kCredsTarget, "plain", "60"}), wait_ready);
+    ASSERT_TRUE(staying.ready());
+    Background leaving(alice_.run_as({kCredsTarget, "plain", "60"}), wait_ready);
+    ASSERT_TRUE(leaving.ready());
+    const pid_t reused = leaving.pid();
+    const std::string out = hpd.out_dir() + "/reuse-" + backend + ".json";
+    const uint64_t samples_before = hpd.status().value("samples", uint64_t{0});  // of earlier sessions too
+    RunResult client;
+    std::thread recording([&] {
+      client = run(alice_.run_as(
+          hpctl(hpd, {"record", "--no-report", "--backend", backend, "--pid", std::to_string(staying.pid()),
+                      "--pid", std::to_string(reused), "-d", "60", "-o", out})));
+    });
+    // Until this session samples.
+    for (int i = 0; i < 600; ++i) {
+      const json status = hpd.status();
+      if (status.value("sessions", 0) > 0 && status.value("samples", uint64_t{0}) >= samples_before + 50)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    leaving.kill();
+    const pid_t bobs = fork_at_pid(reused, bob_, "bobsecret", 1.0);
+    int status = 0;
+    if (bobs != 0) waitpid(bobs, &status, 0);
+    staying.kill();  // the last target: the recording ends
+    recording.join();
+    ASSERT_EQ(bobs, reused) << "could not fork at pid " << reused;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ASSERT_EQ(client.exit_code, 0) << client.err << hpd.log();
+    const std::string text = testing::load_json_maybe_gzip(out).dump();
+    EXPECT_NE(text.find("spin_plain"), std::string::npos);
+    EXPECT_EQ(text.find("bobsecret"), std::string::npos) << "bob's process at the reused pid was recorded";
+  }
+}
+
+// Pid reuse between hpd's check and its attach, with either backend: hpd is stopped (SIGSTOP) once it
+// has accepted the request and before it attached anything, the target is replaced by bob's process
+// at the same pid, and hpd is let go. The recording fails, saying the target exited, and holds
+// nothing of bob's.
+TEST_F(RealUsers, PidReusedBetweenCheckAndAttachIsNotRecorded) {
+  Hpd hpd;
+  auto wait_ready = BackgroundOptions{.ready_line = "ready"};
+  int session = 0;
+  for (const char* backend : {"bpf", "perf"}) {
+    SCOPED_TRACE(backend);
+    bool caught = false;
+    // perf_event attaches within milliseconds of the check: more tries to stop hpd in between.
+    const int attempts = std::string(backend) == "bpf" ? 5 : 40;
+    for (int attempt = 1; attempt <= attempts && !caught; ++attempt) {
+      Background target(alice_.run_as({kCredsTarget, "plain", "60"}), wait_ready);
+      ASSERT_TRUE(target.ready());
+      const pid_t reused = target.pid();
+      const std::string out = hpd.out_dir() + "/between-" + std::to_string(++session) + ".json";
+      RunResult client;
+      std::thread recording([&] {
+        client = run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--backend", backend, "--pid",
+                                               std::to_string(reused), "-d", "3", "-o", out})));
+      });
+      const std::string accepted =
+          "session " + std::to_string(session) + " for uid " + std::to_string(alice_.uid);
+      bool seen = false;
+      for (int i = 0; i < 60000 && !seen; ++i) {
+        seen = hpd.log().find(accepted) != std::string::npos;
+        if (!seen) std::this_thread::sleep_for(std::chrono::microseconds(250));
+      }
+      if (seen) hpd.signal(SIGSTOP);
+      // Nothing attached yet: no perf event (sampling, or the mapping watch) is open in hpd.
+      const bool window = seen && hpd.fd_counts().perf_event == 0;
+      target.kill();
+      const pid_t bobs = fork_at_pid(reused, bob_, "bobsecret", 1.5);
+      hpd.signal(SIGCONT);
+      recording.join();
+      if (bobs != 0) waitpid(bobs, nullptr, 0);
+      ASSERT_TRUE(seen) << hpd.log();
+      ASSERT_EQ(bobs, reused) << "could not fork at pid " << reused;
+      if (!window) continue;  // hpd had attached before it was stopped: try again
+      caught = true;
+      EXPECT_NE(client.exit_code, 0) << client.err;
+      EXPECT_NE(client.err.find("exited before the recording started"), std::string::npos) << client.err;
+      EXPECT_EQ(client.err.find("bobsecret"), std::string::npos) << client.err;
+      const std::string text = std::filesystem::exists(out) ? read_text(out) : "";
+      EXPECT_EQ(text.find("bobsecret"), std::string::npos) << "bob's process at the reused pid was recorded";
+    }
+    EXPECT_TRUE(caught) << "hpd was never stopped between its check and its attach";
+  }
 }
 
 // A process of `user` holding `count` connections to hpd that send nothing; killed on destruction.

@@ -2,8 +2,11 @@
 // configuration file, access rules, systemd notification and socket activation.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -299,6 +302,13 @@ TEST(Access, ParsesProcStatus) {
   EXPECT_FALSE(read_proc_status_ids(-5).has_value());
 }
 
+// The inode of /proc/WHO/ns/user ("self" or a pid): a user namespace as PeerCredentials names it.
+uint64_t user_ns_of(const std::string& who) {
+  struct stat st {};
+  if (stat(("/proc/" + who + "/ns/user").c_str(), &st) != 0) return 0;
+  return st.st_ino;
+}
+
 TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   const PeerCredentials nobody{1, 65534, 65534};
   session::RecordRequest args;
@@ -318,6 +328,7 @@ TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   PeerCredentials me{getpid(), getuid(), getgid()};
   // This test's own capabilities, not CAP_SYS_PTRACE in effect: the uid, gid and dumpable rules decide.
   me.cap_permitted = ~0ull;
+  me.user_ns = user_ns_of("self");
   EXPECT_TRUE(check_record_access(me, false, "hpd", args).allowed)
       << check_record_access(me, false, "hpd", args).reason;
   args.pids = {0x7ffffff0};
@@ -325,8 +336,64 @@ TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   args = {};
   args.all = true;
   EXPECT_TRUE(check_record_access(nobody, true, "hpd", args).allowed);
-  EXPECT_TRUE(is_privileged_peer(PeerCredentials{getpid(), 0, 0}, "no-such-group-hpd-test"));
+  PeerCredentials root{getpid(), 0, 0};
+  root.initial_user_ns = true;
+  EXPECT_TRUE(is_privileged_peer(root, "no-such-group-hpd-test"));
+  root.initial_user_ns = false;  // root of a user namespace of its own
+  EXPECT_FALSE(is_privileged_peer(root, "no-such-group-hpd-test"));
   EXPECT_FALSE(is_privileged_peer(PeerCredentials{0, 65534, 65534}, "no-such-group-hpd-test"));
+}
+
+// ns_capable() as the kernel decides it, with a real child user namespace made by a child of the test:
+// the initial namespace's capabilities reach into the child, the child's own stay inside it, and the
+// owner of the child holds every capability in it (from the parent namespace only).
+TEST(Access, CapabilitiesCountOnlyWhereTheirNamespaceReaches) {
+  int ready[2];
+  int hold[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(ready[0]);
+    close(hold[1]);
+    // Owned by uid 1234 as the initial namespace sees it.
+    if (setresuid(1234, 1234, 1234) != 0 || unshare(CLONE_NEWUSER) != 0) _exit(1);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    [[maybe_unused]] const ssize_t n = read(hold[0], &c, 1);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(hold[0]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  const std::string pid = std::to_string(child);
+  const UniqueFd child_ns(open(("/proc/" + pid + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+  const UniqueFd own_ns(open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(child_ns && own_ns);
+  PeerCredentials outside{1, 1000, 1000};
+  outside.user_ns = user_ns_of("self");
+  outside.initial_user_ns = true;
+  outside.cap_effective = 1ull << kCapSysPtrace;
+  EXPECT_TRUE(peer_capable_in(outside, own_ns.get(), kCapSysPtrace));
+  EXPECT_TRUE(peer_capable_in(outside, child_ns.get(), kCapSysPtrace)) << "an ancestor's capability";
+  EXPECT_FALSE(peer_capable_in(outside, own_ns.get(), kCapSysAdmin));
+  outside.cap_effective = 0;
+  EXPECT_FALSE(peer_capable_in(outside, child_ns.get(), kCapSysPtrace));
+  outside.uid = 1234;  // the child namespace's owner
+  EXPECT_TRUE(peer_capable_in(outside, child_ns.get(), kCapSysPtrace)) << "the owner of a child namespace";
+  EXPECT_FALSE(peer_capable_in(outside, own_ns.get(), kCapSysPtrace));
+  PeerCredentials inside{child, 1234, 1234};
+  inside.user_ns = user_ns_of(pid);
+  inside.cap_effective = ~0ull;
+  EXPECT_TRUE(peer_capable_in(inside, child_ns.get(), kCapSysPtrace));
+  EXPECT_FALSE(peer_capable_in(inside, own_ns.get(), kCapSysPtrace)) << "a child's capability outside it";
+  EXPECT_EQ(initial_namespace_caps(inside), 0u);
+  inside.user_ns = 0;  // unknown: nothing
+  EXPECT_FALSE(peer_capable_in(inside, child_ns.get(), kCapSysPtrace));
+  close(hold[1]);
+  close(ready[0]);
+  waitpid(child, nullptr, 0);
 }
 
 TEST(Access, KernelFramesAsTheKernelWouldShowThem) {
@@ -336,6 +403,10 @@ TEST(Access, KernelFramesAsTheKernelWouldShowThem) {
   EXPECT_NE(kernel_frames_refusal(user, 1, 1).find("kptr_restrict is 1 and you lack CAP_SYSLOG"),
             std::string::npos);
   EXPECT_NE(kernel_frames_refusal(user, -1, 2).find("kptr_restrict is 2"), std::string::npos);
+  user.cap_effective = (1ull << kCapPerfmon) | (1ull << kCapSyslog);
+  // In a user namespace of its own: those are the namespace's, not the kernel's.
+  EXPECT_NE(kernel_frames_refusal(user, 2, 0).find("perf_event_paranoid is 2"), std::string::npos);
+  user.initial_user_ns = true;
   user.cap_effective = 1ull << kCapPerfmon;
   EXPECT_NE(kernel_frames_refusal(user, 2, 0).find("kptr_restrict is 0"), std::string::npos)
       << "CAP_PERFMON gives samples, but kallsyms shows addresses only with paranoid <= 1 or CAP_SYSLOG";

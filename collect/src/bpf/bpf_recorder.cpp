@@ -769,6 +769,9 @@ void BpfSession::finish_launched(bool stopped_early) {
 
 RecordResult BpfSession::run() {
   load();  // the only step that throws BpfUnavailable: nothing has been started yet
+  // Before anything reads or attaches by pid: the processes the targets are now (or were at the caller's
+  // check).
+  std::vector<UniqueFd> bound = bind_targets(options_);
 
   RawProfile& profile = result_.profile;
   take_clock_pair(profile.info.start_mono_ns, profile.info.start_unix_ns);
@@ -828,11 +831,15 @@ RecordResult BpfSession::run() {
       calls_->add_process(pid);
   }
 
+  // Everything keyed by pid is in place: each target must still be the bound process, and running, so
+  // that its exit hook (which takes it out of the targets) is yet to come.
+  check_targets_running(options_.pids, bound);
   if (command_) {
     command_->start();
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
-    for (const int32_t pid : options_.pids) targets_.push_back(WatchedTarget{pid, open_pidfd(pid), false});
+    for (size_t i = 0; i < options_.pids.size(); ++i)
+      targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
   if (options_.on_attached) options_.on_attached();
 

@@ -313,15 +313,14 @@ RecordResult PerfSession::run() {
 
   // Before the fork: the counter decides whether the command starts with hpd's runtime preloaded.
   calls_ = std::make_unique<RecordingCallCounter>(options_);
+  // Before anything is attached by pid: the processes the targets are now (or were at the caller's check).
+  std::vector<UniqueFd> bound = bind_targets(options_);
   if (!options_.command.empty()) {
     command_ = std::make_unique<LaunchedCommand>(options_.command, calls_->launch_environment());
     attach_thread(command_->pid(), command_->pid(), nullptr);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
-    for (const int32_t pid : options_.pids) {
-      attach_process(pid);
-      targets_.push_back(WatchedTarget{pid, open_pidfd(pid), false});
-    }
+    for (const int32_t pid : options_.pids) attach_process(pid);
   }
 
   layout_ =
@@ -360,6 +359,14 @@ RecordResult PerfSession::run() {
       calls_->add_held_at_exec(pid);
     else
       calls_->add_process(pid);
+  }
+  // The events and /proc were reached by pid: each target must still be the bound process (a thread's
+  // event is the kernel's own to end with the thread, but one opened after the pid changed hands is not
+  // the target's).
+  check_targets_running(options_.pids, bound);
+  if (!command_) {
+    for (size_t i = 0; i < options_.pids.size(); ++i)
+      targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
   if (command_) command_->start();
   if (options_.on_attached) options_.on_attached();

@@ -4,8 +4,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/nsfs.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
@@ -62,8 +65,10 @@ uint64_t status_hex(std::string_view status, std::string_view key) {
 int open_pidfd(pid_t pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
+// ESRCH once the process is reaped; EPERM (hpd without CAP_KILL, as its unit runs, probing another
+// user's process) means it is there.
 bool pidfd_alive(int pidfd) {
-  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0;
+  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
 }
 
 // What /proc/PID says of one process, read through a directory descriptor opened while `pidfd` named
@@ -75,6 +80,9 @@ struct ProcessView {
   // Every thread is exiting or a zombie: its memory is gone, so its /proc files belong to root
   // whatever it was, and it has nothing left to read.
   bool exited = false;
+  // Its user namespace (/proc/PID/ns/user), opened after the status was read; invalid when it could
+  // not be.
+  UniqueFd user_ns;
 };
 
 constexpr unsigned long kPfExiting = 0x4;  // PF_EXITING in /proc/PID/stat's flags
@@ -146,6 +154,10 @@ std::optional<ProcessView> read_process_view(int pidfd, pid_t pid) {
     if (tasks != nullptr) ::closedir(tasks);
   }
   ProcessView view;
+  // After the status: a process that enters a new user namespace between the two reads is judged with
+  // the capabilities it had before and the namespace it has now, never with a new namespace's
+  // capabilities taken for the old one's.
+  view.user_ns.reset(::openat(dirfd.get(), "ns/user", O_RDONLY | O_CLOEXEC));
   if (task) {
     view.status = std::move(task->status);
     view.dump_owner = task->owner;
@@ -161,7 +173,48 @@ std::optional<ProcessView> read_process_view(int pidfd, pid_t pid) {
 
 const char* kIdNames[4] = {"real", "effective", "saved", "filesystem"};
 
+uint64_t inode_of(int fd) {
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+// hpd's own user namespace: the one whose capabilities are the system's for hpd's decisions.
+uint64_t own_user_ns() {
+  static const uint64_t ns = [] {
+    UniqueFd fd(::open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC));
+    return inode_of(fd.get());
+  }();
+  return ns;
+}
+
+// Namespaces nest at most 32 deep (the kernel's limit); a few more for safety.
+constexpr int kMaxUserNsDepth = 40;
+
 }  // namespace
+
+uint64_t initial_namespace_caps(const PeerCredentials& peer) {
+  return peer.initial_user_ns ? peer.cap_effective : 0;
+}
+
+bool peer_capable_in(const PeerCredentials& peer, int ns_fd, int cap) {
+  if (peer.user_ns == 0 || ns_fd < 0) return false;
+  UniqueFd ns(::fcntl(ns_fd, F_DUPFD_CLOEXEC, 0));
+  for (int depth = 0; ns && depth < kMaxUserNsDepth; ++depth) {
+    if (inode_of(ns.get()) == peer.user_ns) return has_capability(peer.cap_effective, cap);
+    // Up one level; EPERM at the initial namespace (or above hpd's own): the peer's is no ancestor.
+    UniqueFd parent(::ioctl(ns.get(), NS_GET_PARENT));
+    if (!parent) return false;
+    if (inode_of(parent.get()) == peer.user_ns) {
+      // The namespace's creator (by effective uid, as hpd's namespace sees it) holds every capability
+      // in it when the peer is in its parent: the kernel's cap_capable().
+      uid_t owner = 0;
+      if (::ioctl(ns.get(), NS_GET_OWNER_UID, &owner) == 0 && owner == peer.uid) return true;
+    }
+    ns = std::move(parent);
+  }
+  return false;
+}
 
 std::optional<PeerCredentials> peer_credentials(int socket) {
   ucred cred{};
@@ -169,15 +222,24 @@ std::optional<PeerCredentials> peer_credentials(int socket) {
   if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &size) != 0 || size != sizeof cred)
     return std::nullopt;
   PeerCredentials peer{cred.pid, cred.uid, cred.gid};
-  // The peer's capabilities, from the very process that connected (a pidfd the kernel took at
-  // connect); without one, none are assumed.
+  // The peer's capabilities and user namespace, from the very process that connected (a pidfd the
+  // kernel took at connect); without one, none are assumed.
   int pidfd = -1;
   socklen_t pidfd_size = sizeof pidfd;
   if (getsockopt(socket, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &pidfd_size) == 0 && pidfd >= 0) {
     UniqueFd owned(pidfd);
     if (const auto view = read_process_view(owned.get(), cred.pid)) {
-      peer.cap_effective = status_hex(view->status, "CapEff:");
-      peer.cap_permitted = status_hex(view->status, "CapPrm:");
+      const StatusIds ids = parse_proc_status_ids(view->status);
+      // SO_PEERCRED's ids are the effective ones at connect(): a process that executed another program
+      // since (a set-user-ID one) has capabilities that are not the connecting program's.
+      const bool same_ids =
+          ids.uids.size() >= 2 && ids.gids.size() >= 2 && ids.uids[1] == cred.uid && ids.gids[1] == cred.gid;
+      if (same_ids) {
+        peer.cap_effective = status_hex(view->status, "CapEff:");
+        peer.cap_permitted = status_hex(view->status, "CapPrm:");
+      }
+      peer.user_ns = inode_of(view->user_ns.get());
+      peer.initial_user_ns = peer.user_ns != 0 && peer.user_ns == own_user_ns();
     }
   }
   return peer;
@@ -191,8 +253,9 @@ AccessDecision may_read_process(const PeerCredentials& peer, pid_t pid, int* pid
   const auto view = read_process_view(pidfd.get(), pid);
   if (!view || view->exited) return {false, "no process with pid " + std::to_string(pid) + " (it exited)"};
   if (pidfd_out != nullptr) *pidfd_out = pidfd.release();
-  // CAP_SYS_PTRACE overrides every rule below, as in the kernel.
-  if (has_capability(peer.cap_effective, kCapSysPtrace)) return {true, ""};
+  // CAP_SYS_PTRACE in the target's user namespace overrides every rule below, as in the kernel: a
+  // peer in a child namespace holds none over processes outside it.
+  if (peer_capable_in(peer, view->user_ns.get(), kCapSysPtrace)) return {true, ""};
   const StatusIds ids = parse_proc_status_ids(view->status);
   if (ids.uids.size() < 4 || ids.gids.size() < 4) return {false, "cannot read the credentials of " + who};
   for (size_t i = 0; i < 4; ++i) {
@@ -212,6 +275,14 @@ AccessDecision may_read_process(const PeerCredentials& peer, pid_t pid, int* pid
                        " is not dumpable (it called prctl(PR_SET_DUMPABLE, 0) or changed its credentials), "
                        "so the kernel lets no other process of yours read it either"};
   }
+  // cap_ptrace_access_check: the subset rule holds only between processes of one user namespace; a
+  // process outside the peer's (its own, if the peer made a namespace) needs CAP_SYS_PTRACE there.
+  const uint64_t target_ns = inode_of(view->user_ns.get());
+  if (target_ns == 0 || target_ns != peer.user_ns) {
+    return {false, who +
+                       " is in another user namespace than yours, and you lack CAP_SYS_PTRACE in its "
+                       "namespace, so the kernel would not let you trace it either"};
+  }
   const uint64_t target_caps = status_hex(view->status, "CapPrm:");
   if ((target_caps & ~peer.cap_permitted) != 0) {
     return {false, who + " holds capabilities you do not have"};
@@ -227,14 +298,14 @@ int read_kernel_sysctl(const char* name, int fallback) {
 }
 
 std::string kernel_frames_refusal(const PeerCredentials& peer, int paranoid, int kptr_restrict) {
-  const bool perfmon =
-      has_capability(peer.cap_effective, kCapPerfmon) || has_capability(peer.cap_effective, kCapSysAdmin);
+  const uint64_t caps = initial_namespace_caps(peer);
+  const bool perfmon = has_capability(caps, kCapPerfmon) || has_capability(caps, kCapSysAdmin);
   if (!perfmon && paranoid > 1) {
     return "perf_event_paranoid is " + std::to_string(paranoid) +
            " and you lack CAP_PERFMON, so the kernel would give you no kernel samples";
   }
   // As /proc/kallsyms decides whether to show a reader real addresses (kallsyms_show_value).
-  const bool syslog = has_capability(peer.cap_effective, kCapSyslog);
+  const bool syslog = has_capability(caps, kCapSyslog);
   const bool addresses = (kptr_restrict == 0 && paranoid <= 1) || (kptr_restrict <= 1 && syslog);
   if (!addresses) {
     return "kptr_restrict is " + std::to_string(kptr_restrict) + (syslog ? "" : " and you lack CAP_SYSLOG") +
@@ -270,7 +341,8 @@ std::optional<StatusIds> read_proc_status_ids(pid_t pid) {
 }
 
 bool is_privileged_peer(const PeerCredentials& peer, const std::string& group) {
-  if (peer.uid == 0) return true;
+  // Root of a user namespace of its own (even one root made) is not root here.
+  if (peer.uid == 0 && peer.initial_user_ns) return true;
   const std::optional<gid_t> gid = group_id(group);
   if (!gid) return false;
   if (peer.gid == *gid) return true;
@@ -297,8 +369,15 @@ bool is_privileged_peer(const PeerCredentials& peer, const std::string& group) {
 }
 
 AccessDecision check_record_access(const PeerCredentials& peer, bool privileged, const std::string& group,
-                                   const session::RecordRequest& request) {
-  if (privileged) return {true, ""};
+                                   const session::RecordRequest& request, std::vector<UniqueFd>* pidfds) {
+  if (pidfds != nullptr) pidfds->clear();
+  if (privileged) {
+    // Bound to the processes that have these pids now, as for anyone.
+    if (pidfds != nullptr) {
+      for (const int32_t pid : request.pids) pidfds->emplace_back(pid > 0 ? open_pidfd(pid) : -1);
+    }
+    return {true, ""};
+  }
   if (request.all) {
     return {false, "recording every process (--all) is reserved to root and the '" + group + "' group; " +
                        join_group_advice(group)};
@@ -313,8 +392,14 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
             "record its pid (update hpctl)"};
   }
   for (const int32_t pid : request.pids) {
-    const AccessDecision target = may_read_process(peer, pid);
-    if (target.allowed) continue;
+    int pidfd = -1;
+    const AccessDecision target = may_read_process(peer, pid, &pidfd);
+    UniqueFd checked(pidfd);
+    if (target.allowed) {
+      if (pidfds != nullptr) pidfds->push_back(std::move(checked));
+      continue;
+    }
+    if (pidfds != nullptr) pidfds->clear();
     if (target.reason.starts_with("no process")) return target;
     return {false, "you (uid " + std::to_string(peer.uid) +
                        ") may only record your own processes, as the kernel would let you trace them: " +

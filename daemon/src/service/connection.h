@@ -75,9 +75,9 @@ class Connection {
   // The client's output descriptor, checked (writable; not a regular file: made non-blocking).
   UniqueFd take_record_output(const Request& request, Frame& frame);
   // Access (access.h), max_frequency_hz, and kernel frames for an unprivileged peer (off, with a note,
-  // when the kernel would not show them to it).
+  // when the kernel would not show them to it). `pidfds`: the checked targets' (check_record_access).
   bool authorize_recording(session::RecordRequest& args, const Config& config,
-                           std::vector<std::string>& notes);
+                           std::vector<std::string>& notes, std::vector<UniqueFd>& pidfds);
   // The recorder's options: the request's, held to the peer's own processes unless privileged, and
   // the held_at_exec claim checked.
   std::optional<RecordOptions> recorder_options(const Request& request, const session::RecordRequest& args);

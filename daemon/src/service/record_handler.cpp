@@ -96,10 +96,13 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   const Config config = daemon_.config();
   session::RecordRequest args = request.record;
   std::vector<std::string> notes;
-  if (!authorize_recording(args, config, notes)) return;
+  // Pidfds of the checked targets: the recording follows those processes, not their pids.
+  std::vector<UniqueFd> target_pidfds;
+  if (!authorize_recording(args, config, notes, target_pidfds)) return;
   apply_duration_limit(args, config, notes);
   std::optional<RecordOptions> options = recorder_options(request, args);
   if (!options) return;
+  for (const UniqueFd& pidfd : target_pidfds) options->pid_fds.push_back(pidfd.get());
   if (options->count_calls && calls_table) options->call_table_fd = calls_table.get();
   const std::shared_ptr<Session> session = open_session(request, args, config);
   if (!session) return;
@@ -146,8 +149,8 @@ UniqueFd Connection::take_record_output(const Request& request, Frame& frame) {
 }
 
 bool Connection::authorize_recording(session::RecordRequest& args, const Config& config,
-                                     std::vector<std::string>& notes) {
-  const AccessDecision access = check_record_access(peer_, privileged_, config.group, args);
+                                     std::vector<std::string>& notes, std::vector<UniqueFd>& pidfds) {
+  const AccessDecision access = check_record_access(peer_, privileged_, config.group, args, &pidfds);
   if (!access.allowed) {
     log_refusal("a recording", access.reason);
     send_error(ErrorCode::kPermissionDenied, access.reason);

@@ -64,6 +64,12 @@ struct RecordOptions {
   std::vector<std::string> command;  // ... or launch this command and record it
   double duration_s = 0;             // 0 = until the target exits or a stop is requested
   uint32_t frequency_hz = 999;
+  // The pids' processes as pidfds (borrowed, in pids order; -1 or missing: one is opened when the
+  // recording starts): the processes the caller checked, not whatever has their numbers by the time
+  // the events are attached. A target that is no longer running once everything is attached fails the
+  // recording ("exited before the recording started"), and nothing of another process that got its pid
+  // is kept.
+  std::vector<int> pid_fds;
   // "task-clock" or "cpu-clock" (perf_event backend; the eBPF backend uses task-clock per thread for
   // pid and command targets, cpu-clock per CPU for --all and --cgroup).
   std::string event = "task-clock";
