@@ -34,6 +34,7 @@
 #include "proc/build_id.h"
 #include "proc/proc_files.h"
 #include "record_checks.h"
+#include "record_until.h"
 #include "subprocess.h"
 #include "temp_cgroup.h"
 
@@ -398,21 +399,27 @@ TEST(BpfRecord, OffCpuCanBeTurnedOff) {
 }
 
 TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
-  test::Background spinning({spinner_path(), "1500"});
-  test::Background sleeping({kOffCpuFixture, "3"});
+  // Both run until killed; the recording lasts until each has used 300 ms of CPU since the attach.
+  test::Background spinning({spinner_path(), "600000"});
+  test::Background sleeping({kOffCpuFixture, "600"});
   const pid_t a = spinning.pid(), b = sleeping.pid();
+  ASSERT_TRUE(test::wait_until([&] {
+    return read_exe(a) == spinner_path() && read_exe(b) == kOffCpuFixture;
+  })) << "the fixtures did not exec";
   RecordOptions options = bpf_options();
   options.all_processes = true;
-  options.duration_s = 1.0;
-  usleep(100000);  // both have exec'd
+  test::RecordUntil until(options);
+  until.cpu_of(a, 0.3).cpu_of(b, 0.3);
   const RecordResult result = record(options);
   spinning.kill();
   sleeping.kill();
+  ASSERT_TRUE(until.met()) << "the fixtures did not get 300 ms of CPU in two minutes";
   const RawProfile& p = result.profile;
   EXPECT_EQ(p.info.target, "all processes");
   EXPECT_EQ(p.info.event, "cpu-clock");  // system-wide: per-CPU events
-  EXPECT_GT(samples_of(p, a), 50u);
-  EXPECT_GT(samples_of(p, b), 50u);
+  // At 999 Hz, about one sample per ms of CPU the process used while recorded.
+  EXPECT_GT(samples_of(p, a), size_t(until.cpu_at_stop(a) * 999 / 2));
+  EXPECT_GT(samples_of(p, b), size_t(until.cpu_at_stop(b) * 999 / 2));
   EXPECT_EQ(samples_of(p, ::getpid()), 0u);  // the recorder leaves itself out
   // One track per thread: the fixture's three threads are told apart.
   std::set<int32_t> tids;
@@ -666,7 +673,7 @@ TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
   std::vector<std::unique_ptr<test::Background>> sleepers;
   for (int i = 0; i < kSleepers; ++i)
     sleepers.push_back(std::make_unique<test::Background>(std::vector<std::string>{"/bin/sleep", "60"}));
-  test::Background spinner({spinner_path(), "4000"});
+  test::Background spinner({spinner_path(), "600000"});  // killed at the end
   std::vector<int32_t> pids{spinner.pid()};
   for (const auto& s : sleepers) pids.push_back(s->pid());
   const rlim_t spare = pids.size() + 2 * static_cast<rlim_t>(cpus) + 64;
@@ -679,11 +686,15 @@ TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
     const int fds_before = count_open_fds();
     RecordOptions options = bpf_options();
     options.pids = pids;
-    options.duration_s = 1;
     options.off_cpu = OffCpu::kOff;
     options.call_graph = CallGraph::kFp;
+    test::RecordUntil until(options);
+    until.cpu_of(spinner.pid(), 0.3);
     const RecordResult result = record(options);
-    return std::to_string(samples_of(result.profile, spinner.pid())) + "\t" +
+    if (!until.met()) return std::string("the spinner did not get 300 ms of CPU in two minutes");
+    // At 999 Hz, about one sample per ms of the spinner's CPU while recorded: at least half of them.
+    const size_t floor = static_cast<size_t>(until.cpu_at_stop(spinner.pid()) * 999 / 2);
+    return std::to_string(samples_of(result.profile, spinner.pid())) + "\t" + std::to_string(floor) + "\t" +
            std::to_string(samples_in_function(result.profile, spinner.pid(), spinner_path(), "spin_work")) +
            "\t" + std::to_string(result.mmap_records) + "\t" +
            std::to_string(count_open_fds() - fds_before - held_module_files(result.profile)) + "\t" +
@@ -691,15 +702,16 @@ TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
   });
   std::vector<std::string> fields;
   for (std::istringstream in(text); !in.eof();) std::getline(in, fields.emplace_back(), '\t');
-  ASSERT_EQ(fields.size(), 5u) << text;
-  const size_t samples = std::stoul(fields[0]), in_spin_work = std::stoul(fields[1]);
-  EXPECT_GT(samples, 200u);  // a second of a spinning thread at 999 Hz
+  ASSERT_EQ(fields.size(), 6u) << text;
+  const size_t samples = std::stoul(fields[0]), floor = std::stoul(fields[1]),
+               in_spin_work = std::stoul(fields[2]);
+  EXPECT_GT(samples, floor);
   // Resolved through /proc/PID/maps: the spinner lives throughout.
   EXPECT_GT(in_spin_work, samples * 8 / 10);
-  EXPECT_EQ(fields[2], "0") << "no mmap records: the watch is not running";
-  EXPECT_EQ(fields[3], "0") << "descriptors left open";
-  EXPECT_NE(fields[4].find("new mappings"), std::string::npos) << fields[4];
-  EXPECT_NE(fields[4].find(std::strerror(EMFILE)), std::string::npos) << fields[4];
+  EXPECT_EQ(fields[3], "0") << "no mmap records: the watch is not running";
+  EXPECT_EQ(fields[4], "0") << "descriptors left open";
+  EXPECT_NE(fields[5].find("new mappings"), std::string::npos) << fields[5];
+  EXPECT_NE(fields[5].find(std::strerror(EMFILE)), std::string::npos) << fields[5];
 }
 
 TEST(BpfRecord, CgroupSeesOnlyItsProcesses) {
@@ -708,22 +720,27 @@ TEST(BpfRecord, CgroupSeesOnlyItsProcesses) {
   ASSERT_TRUE(cgroup->ok()) << "cannot create a cgroup under the cgroup v2 mount '" << cgroup2_mount()
                             << "': " << std::strerror(errno);
   const std::string path = cgroup->path();
-  test::Background inside = spawn_held_spinner({"--wait-stdin", "1500"});
-  test::Background outside = spawn_held_spinner({"--wait-stdin", "1500"});
+  // Both spin until killed; the recording lasts until each has used 300 ms of CPU since the attach,
+  // so that the one outside had every chance to be (wrongly) sampled.
+  test::Background inside = spawn_held_spinner({"--wait-stdin", "600000"});
+  test::Background outside = spawn_held_spinner({"--wait-stdin", "600000"});
   const pid_t inside_pid = inside.pid(), outside_pid = outside.pid();
   ASSERT_TRUE(cgroup->add(inside_pid));
   for (test::Background* s : {&inside, &outside}) ASSERT_TRUE(s->send("g"));
   RecordOptions options = bpf_options();
   options.cgroup = cgroup->name();  // relative to the mount
-  options.duration_s = 1.0;
+  test::RecordUntil until(options);
+  until.cpu_of(inside_pid, 0.3).cpu_of(outside_pid, 0.3);
   const RecordResult result = record(options);
   inside.kill();
   outside.kill();
   cgroup.reset();
   EXPECT_FALSE(fs::exists(path));
+  ASSERT_TRUE(until.met()) << "the spinners did not get 300 ms of CPU in two minutes";
   const RawProfile& p = result.profile;
   EXPECT_EQ(p.info.target, "cgroup " + path);
-  EXPECT_GT(samples_of(p, inside_pid), 50u);
+  // At 999 Hz, about one sample per ms of CPU the spinner used while recorded.
+  EXPECT_GT(samples_of(p, inside_pid), size_t(until.cpu_at_stop(inside_pid) * 999 / 2));
   EXPECT_EQ(samples_of(p, outside_pid), 0u);
   for (const RawSample& s : p.samples) EXPECT_EQ(s.pid, inside_pid);
   EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));

@@ -3,6 +3,7 @@
 // run in slices near the scheduler tick, the CPU per sample of a busy thread, and the CPU graph the
 // Firefox Profiler draws from the export. For a launched command (per-thread task-clock events) and
 // for --all (per-CPU cpu-clock events).
+#include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_clock.h"
 #include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -245,16 +247,28 @@ TEST_F(CpuTruthTest, AllProcessesSharesFollowTheThreadCpuClock) {
   BackgroundOptions held;
   held.stdin_pipe = true;
   held.stdout_path = path("fixture.out");
-  Background fixture({kFixtures + "/cpu_slices", "3", "--wait-stdin"}, held);
+  // Three seconds, and on until the rounds had 500 ms of CPU (a loaded machine may leave it a few
+  // percent of a CPU).
+  Background fixture({kFixtures + "/cpu_slices", "3", "--wait-stdin", "--min-cpu-ms", "500"}, held);
   const pid_t fixture_pid = fixture.pid();  // wait() forgets it
-  const std::string out = path("all.json.gz");
-  Background recorder({kHpctl, "record", "--all", "--duration", "8", "-o", out, "--no-report", "-q"});
-  // hpctl needs well under a second to load and attach; the fixture's work then lies inside the
-  // recording (3 s of it from here, 8 s of recording).
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // A streamed capture, open-ended: recording once it holds samples, stopped (SIGINT) once the
+  // fixture is done, so that the fixture's work lies inside it however slow the machine.
+  const std::string hpr = path("all.hpr"), out = path("all.json.gz");
+  Background recorder({kHpctl, "record", "--all", "-o", hpr, "--no-report", "-q"});
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const RunResult partial = run({kHpctl, "report", "--json", "--limit", "0", hpr});
+        const json so_far = json::parse(partial.out, nullptr, false);
+        return partial.exit_code == 0 && !so_far.is_discarded() &&
+               so_far.at("totals").at("samples").get<uint64_t>() > 0;
+      },
+      120, 0.25))
+      << "the recording never started";
   ASSERT_TRUE(fixture.send("go\n"));
   ASSERT_EQ(fixture.wait(), 0);
+  kill(recorder.pid(), SIGINT);
   ASSERT_EQ(recorder.wait(), 0);
+  ASSERT_EQ(run({kHpctl, "convert", hpr, "-o", out, "-q"}).exit_code, 0);
   std::ifstream fixture_out(path("fixture.out"));
   const std::string text((std::istreambuf_iterator<char>(fixture_out)), std::istreambuf_iterator<char>());
   const Truth truth = parse_truth(text);

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "cpu_clock.h"
 #include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -151,11 +152,15 @@ TEST_P(RecordTest, LaunchedCommandHasTheKnownCpuSplit) {
 }
 
 TEST_P(RecordTest, AttachByPidSeesAThreadStartedLater) {
-  Background target({kFixtures + "/threads", "4", "1.5"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // In CPU time: the late worker starts once the main thread used 1 s (hpctl attaches with a fraction
+  // of that CPU, and the machine shares its CPUs alike), then spins 1 s of its own. The recording
+  // ends when the target exits (--duration is only a cap).
+  Background target({kFixtures + "/threads", "2", "1"});
+  ASSERT_TRUE(wait_for_cpu(target.pid(), 0.02)) << "the fixture did not start";
   const std::string out = path("threads.json");
-  RunResult r =
-      run(record({"--pid", std::to_string(target.pid()), "--duration", "3", "-o", out, "--no-report", "-q"}));
+  RunResult r = run(
+      record({"--pid", std::to_string(target.pid()), "--duration", "120", "-o", out, "--no-report", "-q"}),
+      180);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   json profile = load_profile(out);
   EXPECT_GT(thread_samples(profile, "late-worker"), 300u);
@@ -180,14 +185,17 @@ TEST_P(RecordTest, TargetExitingMidRecordingStillGivesACompleteProfile) {
 }
 
 TEST_P(RecordTest, CtrlCEndsTheRecordingAndWritesTheProfile) {
-  Background target({kFixtures + "/cpu_split", "30"});
+  Background target({kFixtures + "/cpu_split", "600"});  // killed at the end
   const std::string out = path("sigint.json.gz");
   Background recorder(record({"--pid", std::to_string(target.pid()), "-o", out, "-q", "--no-report"}));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // The recorder is attaching once it holds perf_event descriptors (the eBPF backend opens its mmap
+  // watch before its sampling events): then 1 s of the target's CPU time, most of it sampled.
+  ASSERT_TRUE(wait_until([&] { return holds_perf_event(recorder.pid()); })) << "the recorder never attached";
+  const double attaching_cpu = process_cpu_seconds(target.pid());
+  ASSERT_TRUE(wait_for_cpu(target.pid(), attaching_cpu + 1.0));
   kill(recorder.pid(), SIGINT);
   EXPECT_EQ(recorder.wait(), 0);
   json profile = load_profile(out);
-  // 1.5 s of wall time; on a busy machine the target may get a fraction of a CPU.
   EXPECT_GT(thread_samples(profile, "cpu_split"), 100u);
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cpu_clock.h"
 #include "hpd/unwind/unwinder.h"
 #include "subprocess.h"
 #include "unwind_test_support.h"
@@ -29,11 +30,11 @@ struct Recorded {
   CaptureResult capture;
 };
 
-// Starts `argv`, lets it settle, reads its maps, samples it.
+// Starts `argv`, lets it get past its start-up (20 ms of its CPU time), reads its maps, samples it.
 Recorded record(const std::vector<std::string>& argv, const CaptureOptions& opts) {
   Recorded r;
   test::Background child(argv);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(test::wait_for_cpu(child.pid(), 0.02)) << argv[0] << " exited before it used 20 ms of CPU";
   r.process = process_from_maps(child.pid(), r.modules);
   r.capture = capture(child.pid(), opts);
   return r;
@@ -98,7 +99,7 @@ ChainShare chain_share(const Recorded& r, const std::vector<Unwound>& unwound, s
 void expect_whole_chains(const std::string& fixture, uint32_t stack_bytes, bool expect_fp_steps) {
   CaptureOptions opts;
   opts.stack_bytes = stack_bytes;
-  opts.seconds = 1.0;
+  opts.cpu_seconds = 1.0;  // of the fixture's CPU time
   const Recorded r = record({kFixtures + "/" + fixture, "3"}, opts);
   ASSERT_TRUE(r.capture.error.empty()) << r.capture.error;
   ASSERT_GT(r.capture.samples.size(), 300u);
@@ -168,7 +169,7 @@ TEST(UnwindPerf, NoFewerWholeChainsThanPerfDwarf) {
 
   CaptureOptions opts;
   opts.stack_bytes = 16384;
-  opts.seconds = 1.0;
+  opts.cpu_seconds = 1.0;  // of the fixture's CPU time
   const Recorded r = record({kFixtures + "/chain_gcc", "3"}, opts);
   ASSERT_TRUE(r.capture.error.empty()) << r.capture.error;
   Unwinder unwinder;
@@ -187,8 +188,8 @@ TEST(UnwindPerf, FramelessLeafCallerInFramePointerMode) {
   CaptureOptions opts;
   opts.callchain = true;
   opts.stack_bytes = 256;
-  opts.seconds = 1.0;
-  const Recorded r = record({kFixtures + "/memcpy_fp", "3"}, opts);
+  opts.cpu_seconds = 1.0;                                              // of the fixture's CPU time
+  const Recorded r = record({kFixtures + "/memcpy_fp", "120"}, opts);  // killed once sampled
   ASSERT_TRUE(r.capture.error.empty()) << r.capture.error;
   Unwinder unwinder;
   StackSymbolizer sym;
@@ -223,8 +224,8 @@ TEST(UnwindPerf, RustCompilerMoveFramesInBothModes) {
   CaptureOptions opts;
   opts.callchain = true;
   opts.stack_bytes = 65528;
-  opts.seconds = 1.0;
-  const Recorded r = record({fixture, "3"}, opts);
+  opts.cpu_seconds = 1.0;                             // of the fixture's CPU time
+  const Recorded r = record({fixture, "120"}, opts);  // killed once sampled
   ASSERT_TRUE(r.capture.error.empty()) << r.capture.error;
   Unwinder unwinder;
   StackSymbolizer sym;
@@ -293,7 +294,7 @@ TEST(UnwindPerf, XzStacksReachMainThroughLiblzma) {
   }
   CaptureOptions opts;
   opts.stack_bytes = 16384;
-  opts.seconds = 1.5;
+  opts.cpu_seconds = 1.5;  // of xz's CPU time
   const Recorded r = record({HPD_XZ, "-T1", "-6", "-c", "-k", input}, opts);
   ASSERT_TRUE(r.capture.error.empty()) << r.capture.error;
   Unwinder unwinder;

@@ -18,6 +18,7 @@
 #include <map>
 #include <thread>
 
+#include "cpu_clock.h"
 #include "hpd/symbolizer/symbolizer.h"
 
 namespace hpd::unwind_test {
@@ -180,11 +181,14 @@ CaptureResult capture(pid_t pid, const CaptureOptions& opts) {
     result.samples.push_back(std::move(s));
   };
   ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts.seconds);
+  const double cpu_at_enable = test::process_cpu_seconds(pid);
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::duration<double>(opts.cpu_seconds > 0 ? opts.cap_seconds : opts.seconds);
   while (std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     ring.drain(on_record);
-    if (kill(pid, 0) != 0) break;
+    if (!test::process_running(pid)) break;
+    if (opts.cpu_seconds > 0 && test::process_cpu_seconds(pid) - cpu_at_enable >= opts.cpu_seconds) break;
   }
   ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
   ring.drain(on_record);

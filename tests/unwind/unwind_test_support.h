@@ -20,6 +20,11 @@ struct CaptureOptions {
   uint64_t regs_mask = kPerfRegsUnwind;
   bool callchain = false;  // PERF_SAMPLE_CALLCHAIN (user part, frame-pointer walk by the kernel)
   double seconds = 1.0;
+  // When > 0, instead of `seconds`: sample until the target has used this much CPU time since the
+  // event was enabled (a loaded machine stretches the capture instead of starving it), or until
+  // cap_seconds of wall time passed, which only a break reaches.
+  double cpu_seconds = 0;
+  double cap_seconds = 120;
 };
 
 struct CapturedSample {
@@ -42,7 +47,8 @@ struct CaptureResult {
   std::string error;   // non-empty when the event could not be opened
 };
 
-// Samples `pid` (one thread group, not inherited) with task-clock for opts.seconds.
+// Samples `pid` (one thread group, not inherited) with task-clock for opts.seconds, or until it has
+// used opts.cpu_seconds of CPU.
 CaptureResult capture(pid_t pid, const CaptureOptions& opts);
 
 // The executable mappings of `pid` as a RawProcess; modules are added to `modules` (no build-ids).

@@ -1,8 +1,9 @@
 // cfi fixture (C++, -O2 -g, no frame pointers): two phases, each measured by the thread's own CPU clock.
 // Phase 1 throws through a few frames and catches, and spins inside the catch handler; phase 2 calls
 // a shared library's function through the PLT, whose leaf spins, in short calls so that samples also
-// land in the PLT stubs. Usage: exc_plt SECONDS_PER_PHASE TRUTH_FILE. The truth file gets the CPU time
-// of each phase and of the handler's spin, in ns.
+// land in the PLT stubs. Usage: exc_plt SECONDS_PER_PHASE TRUTH_FILE, seconds of the thread's CPU time
+// (a loaded machine stretches the run, the samples stay as many). The truth file gets the CPU time of
+// each phase and of the handler's spin, in ns.
 #include <time.h>
 
 #include <cstdio>
@@ -35,9 +36,9 @@ __attribute__((noinline)) void raise_from(int depth) {
 
 // Returns the thread CPU time spent in the handler's spin.
 __attribute__((noinline)) long long exception_phase(double seconds) {
-  const long long end = now_ns(CLOCK_MONOTONIC) + static_cast<long long>(seconds * 1e9);
+  const long long end = now_ns(CLOCK_THREAD_CPUTIME_ID) + static_cast<long long>(seconds * 1e9);
   long long in_handler = 0;
-  while (now_ns(CLOCK_MONOTONIC) < end) {
+  while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end) {
     try {
       raise_from(6);
     } catch (const std::runtime_error& e) {
@@ -50,8 +51,8 @@ __attribute__((noinline)) long long exception_phase(double seconds) {
 }
 
 __attribute__((noinline)) void plt_phase(double seconds) {
-  const long long end = now_ns(CLOCK_MONOTONIC) + static_cast<long long>(seconds * 1e9);
-  while (now_ns(CLOCK_MONOTONIC) < end) {
+  const long long end = now_ns(CLOCK_THREAD_CPUTIME_ID) + static_cast<long long>(seconds * 1e9);
+  while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end) {
     for (int i = 0; i < 1000; ++i) sink = sink + lib_spin(40);
   }
 }

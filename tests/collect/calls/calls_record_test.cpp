@@ -23,6 +23,7 @@
 #include "hpd/export/firefox.h"
 #include "hpd/export/firefox_reader.h"
 #include "hpd/symbolizer/convert.h"
+#include "record_until.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -236,7 +237,7 @@ TEST(CallsRecord, DetachRestoresTheCodeBytes) {
   // Started outside, recorded with --pid, then left running after the recording.
   hpd::test::Background target({fixture("gcc_nop"), "1000", "1000", "1000000000"});
   ASSERT_GT(target.pid(), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(hpd::test::wait_for_cpu(target.pid(), 0.02)) << "the target did not start calling";
   const uint64_t site = gcc_nop_callee_site();
   ASSERT_NE(site, 0u);
   const std::string before = read_memory(target.pid(), site, 5);
@@ -245,8 +246,11 @@ TEST(CallsRecord, DetachRestoresTheCodeBytes) {
   hpd::RecordOptions options;
   options.pids = {target.pid()};
   options.count_calls = true;
-  options.duration_s = 1.0;
+  // Until the target has called for 200 ms of its CPU time under the probes (each call a few µs).
+  hpd::test::RecordUntil until(options);
+  until.cpu_of(target.pid(), 0.2);
   const hpd::RecordResult r = hpd::record(options);
+  ASSERT_TRUE(until.met()) << "the target did not get 200 ms of CPU in two minutes";
   uint64_t callee_calls = 0;
   for (const hpd::RawCallEdge& e : r.profile.call_edges) callee_calls += e.count;
   EXPECT_GT(callee_calls, 1000u);

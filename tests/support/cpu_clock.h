@@ -1,0 +1,30 @@
+// Waiting on a process's CPU time instead of the wall clock: a loaded machine gives a program a
+// fraction of a CPU, so "a second of recording" can hold a tenth of the work a test counts on,
+// while "until it has used 300 ms of CPU" holds the same work however busy the machine is.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+
+namespace hpd::test {
+
+// CPU time (user + system) that all threads of process `pid` have used, exited threads included,
+// in seconds (from /proc/PID/stat, 1/100 s resolution); -1 when there is no such process.
+double process_cpu_seconds(pid_t pid);
+
+// Whether `pid` exists and is not a zombie (an exited child its parent has not reaped yet).
+bool process_running(pid_t pid);
+
+// Whether `pid` holds a perf_event descriptor: a recorder that opened its sampling events.
+bool holds_perf_event(pid_t pid);
+
+// Asks done() every `interval_s` until it holds (true) or `cap_s` of wall time passed (false). The cap
+// is for a real break only: choose it far beyond what the slowest machine needs.
+bool wait_until(const std::function<bool()>& done, double cap_s = 120, double interval_s = 0.01);
+
+// Waits until `pid` has used `cpu_s` seconds of CPU in all (e.g. it has exec'd and is past its
+// start-up); false when it exited first or the cap passed.
+bool wait_for_cpu(pid_t pid, double cpu_s, double cap_s = 120);
+
+}  // namespace hpd::test
