@@ -285,6 +285,16 @@ __attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 
 
 #include "cfi_walk.bpf.h"
 
+// The kernel frames a stack helper returned `bytes` of (its negative errno is kept in the record).
+static __always_inline __u64 kernel_frames_of(struct hpd_sample_event* e, long bytes) {
+  if (bytes < 0) {
+    e->kernel_error = (__s32)bytes;
+    return 0;
+  }
+  const __u64 frames = (__u64)bytes / sizeof(__u64);
+  return frames > HPD_MAX_KERNEL_FRAMES ? HPD_MAX_KERNEL_FRAMES : frames;
+}
+
 // Kernel stack (when wanted, after skipping its first `kernel_skip` frames), then (when `user` is
 // not NULL) the user stack from those registers (by the CFI tables when cfi_unwind is set, else by
 // frame pointers), into e->ips.
@@ -294,14 +304,9 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   e->kernel_error = 0;
   e->user_end = HPD_USER_END_NONE;
   e->user_fp_frames = 0;
-  if (capture_kernel) {
-    long bytes = bpf_get_stack(ctx, e->ips, HPD_MAX_KERNEL_FRAMES * sizeof(__u64),
-                               kernel_skip & BPF_F_SKIP_FIELD_MASK);
-    if (bytes < 0)
-      e->kernel_error = (__s32)bytes;
-    else
-      kernel_frames = (__u64)bytes / sizeof(__u64);
-  }
+  if (capture_kernel)
+    kernel_frames = kernel_frames_of(e, bpf_get_stack(ctx, e->ips, HPD_MAX_KERNEL_FRAMES * sizeof(__u64),
+                                                      kernel_skip & BPF_F_SKIP_FIELD_MASK));
   if (kernel_frames > HPD_MAX_KERNEL_FRAMES) kernel_frames = HPD_MAX_KERNEL_FRAMES;
   __u64 user_frames = 0;
   if (user) calls_walk_begin(e->header.pid);
@@ -713,3 +718,5 @@ int hpd_warm_ring(void* ctx) {
   bpf_loop(warm_pages, warm_page, &touched, 0);
   return (int)touched;
 }
+
+#include "attach_state.bpf.h"

@@ -88,6 +88,9 @@ struct hpd_sample_event {
 /* cfi walks: the process had no mapping table yet, or the walk met a module whose table was still
  * being compiled (the frame pointer stood in) */
 #define HPD_SAMPLE_TABLES_PENDING 4u
+/* off-CPU: written by hpd_attach_state for a thread that was already off the CPU when the recording
+ * began (attach_state.bpf.h); its interval starts at the recording's start */
+#define HPD_SAMPLE_AT_ATTACH 8u
 
 /* cfi mode: a target thread switched out while its walk stood in frame pointers for tables not yet
  * published (HPD_SAMPLE_TABLES_PENDING): where its user state was, kept in the programs' pending_walks

@@ -291,10 +291,15 @@ class FirefoxWriter {
   void write_stack_completeness() {
     struct Ends {
       uint64_t complete = 0, truncated = 0, failed = 0;
-      void add(StackEnd e) {
+      // Off-CPU: the time of the samples whose stack end is known, and of the complete ones.
+      uint64_t known_ns = 0, complete_ns = 0;
+      void add(StackEnd e, uint64_t off_cpu_ns) {
         complete += e == StackEnd::kComplete;
         truncated += e == StackEnd::kTruncated;
         failed += e == StackEnd::kFailed;
+        if (e == StackEnd::kComplete || e == StackEnd::kTruncated || e == StackEnd::kFailed)
+          known_ns += off_cpu_ns;
+        if (e == StackEnd::kComplete) complete_ns += off_cpu_ns;
       }
       uint64_t known() const { return complete + truncated + failed; }
       std::string text() const {
@@ -302,7 +307,13 @@ class FirefoxWriter {
         std::snprintf(buf, sizeof buf, "%.1f%% complete of %llu (%llu truncated, %llu failed)",
                       100.0 * double(complete) / double(known()), static_cast<unsigned long long>(known()),
                       static_cast<unsigned long long>(truncated), static_cast<unsigned long long>(failed));
-        return buf;
+        std::string out = buf;
+        if (known_ns != 0) {
+          std::snprintf(buf, sizeof buf, "; %.1f%% of the time",
+                        100.0 * double(complete_ns) / double(known_ns));
+          out += buf;
+        }
+        return out;
       }
     };
     Ends all[2];
@@ -310,8 +321,9 @@ class FirefoxWriter {
     for (size_t i = 0; i < p_.threads.size(); ++i) {
       for (const Sample& s : p_.threads[i].samples) {
         const int kind = is_off_cpu_interval(s.kind) ? 1 : 0;
-        all[kind].add(s.stack_end);
-        per_thread[i][kind].add(s.stack_end);
+        const uint64_t off_cpu_ns = kind == 1 ? s.off_cpu_ns : 0;
+        all[kind].add(s.stack_end, off_cpu_ns);
+        per_thread[i][kind].add(s.stack_end, off_cpu_ns);
       }
     }
     if (all[0].known() + all[1].known() == 0) return;

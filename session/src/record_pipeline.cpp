@@ -364,6 +364,15 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
                       " blocked intervals ended with no wakeup seen (woken before the wakeup hook was "
                       "attached): any wait for a CPU after their wakeup is counted as blocked");
   }
+  if (result.off_cpu_at_attach != 0) {
+    s.notes.push_back("note: " + std::to_string(result.off_cpu_at_attach) +
+                      " threads were already off the CPU when the recording began: their time from its "
+                      "start is counted where they wait");
+  }
+  if (!result.attach_state_error.empty()) {
+    s.notes.push_back("note: threads blocked before the recording began are not seen until they run (" +
+                      result.attach_state_error + ")");
+  }
   if (result.call_graph == CallGraph::kCfi) {
     const auto& c = result.cfi;
     char line[256];

@@ -163,3 +163,27 @@ TEST(ProcFiles, CpuListsAndOwnProcess) {
 
 }  // namespace
 }  // namespace hpd
+
+namespace hpd {
+namespace {
+
+// The thread's context switches from /proc are the kernel's nvcsw + nivcsw, which getrusage gives too.
+TEST(ProcFiles, ThreadContextSwitchesAreTheKernelsCounts) {
+  const int32_t tid = static_cast<int32_t>(::gettid());
+  for (int round = 0; round < 3; ++round) {
+    ::usleep(1000);  // one voluntary switch at least
+    rusage before{}, after{};
+    ::getrusage(RUSAGE_THREAD, &before);
+    const auto read = read_thread_context_switches(::getpid(), tid);
+    ::getrusage(RUSAGE_THREAD, &after);
+    ASSERT_TRUE(read.has_value());
+    const auto count = [](const rusage& u) { return static_cast<uint64_t>(u.ru_nvcsw + u.ru_nivcsw); };
+    EXPECT_GE(*read, count(before));
+    EXPECT_LE(*read, count(after));
+    EXPECT_GT(*read, 0u);
+  }
+  EXPECT_FALSE(read_thread_context_switches(::getpid(), -1).has_value());
+}
+
+}  // namespace
+}  // namespace hpd

@@ -3,6 +3,7 @@
 // JSON), and the Firefox profile carries them in meta.extra and gives them back when read.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -181,6 +182,66 @@ TEST(StackCompleteness, OnAndOffCpuPerThreadInTheReportJsonAndFirefoxMeta) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// Off-CPU completeness by time as well as by samples: nine short complete intervals and one long
+// failed one are 90% of the samples complete but 0.9% of the time. The report (text and JSON) and the
+// Firefox meta state both, from the same samples.
+TEST(StackCompleteness, OffCpuByTimeBesideBySamples) {
+  Profile p = testing::make_synthetic_profile();
+  Thread* worker = nullptr;
+  for (Thread& t : p.threads)
+    if (t.tid == 101) worker = &t;
+  ASSERT_NE(worker, nullptr);
+  for (Thread& t : p.threads)  // only the worker's ten intervals are off the CPU
+    std::erase_if(t.samples, [](const Sample& s) { return is_off_cpu_interval(s.kind); });
+  ASSERT_FALSE(worker->samples.empty());
+  const Sample model = worker->samples.front();
+  for (int i = 0; i < 10; ++i) {
+    Sample s = model;
+    s.kind = SampleKind::kOffCpu;
+    s.cpu_delta_ns = 0;
+    s.time_ns = model.time_ns + static_cast<uint64_t>(i) * 1000;
+    s.off_cpu_ns = i < 9 ? 1'000'000 : 999'000'000;  // 9 x 1 ms complete, then 999 ms failed
+    s.stack_end = i < 9 ? StackEnd::kComplete : StackEnd::kFailed;
+    worker->samples.push_back(s);
+  }
+  std::stable_sort(worker->samples.begin(), worker->samples.end(),
+                   [](const Sample& a, const Sample& b) { return a.time_ns < b.time_ns; });
+  const Report r = compute_report(p, ReportOptions{});
+  EXPECT_EQ(r.totals.off_stacks_complete, 9u);
+  EXPECT_EQ(r.totals.off_stacks_failed, 1u);
+  EXPECT_EQ(r.totals.off_stacks_complete_ns, 9'000'000u);
+  EXPECT_EQ(r.totals.off_stacks_failed_ns, 999'000'000u);
+  EXPECT_EQ(r.totals.off_stacks_unknown_ns, 0u);
+  const std::string text = text_report(p);
+  EXPECT_NE(text.find("90.0% of off-CPU samples (0.0% truncated, 10.0% failed)\n                 0.9% of "
+                      "off-CPU time\n"),
+            std::string::npos)
+      << text;
+  const json j = json_report(p);
+  const json& off = j.at("totals").at("stacks").at("off_cpu");
+  EXPECT_EQ(off.at("complete_ns"), 9'000'000u);
+  EXPECT_EQ(off.at("failed_ns"), 999'000'000u);
+  for (const json& t : j.at("totals").at("stacks").at("by_thread")) {
+    if (t.at("tid") == 101) {
+      EXPECT_EQ(t.at("off_cpu").at("complete_ns"), 9'000'000u);
+    }
+  }
+
+  std::ostringstream out;
+  write_firefox_json(p, out);
+  const json firefox = json::parse(out.str());
+  size_t said = 0;
+  for (const json& section : firefox.at("meta").at("extra")) {
+    if (section.at("label") != "Complete stacks") continue;
+    for (const json& e : section.at("entries")) {
+      if (e.at("label").get<std::string>().find("off-CPU") == std::string::npos) continue;
+      EXPECT_EQ(e.at("value"), "90.0% complete of 10 (0 truncated, 1 failed); 0.9% of the time") << e.dump();
+      ++said;
+    }
+  }
+  EXPECT_EQ(said, 2u) << "all threads and the worker";
 }
 
 TEST(LostByThread, ReportCutsTheListAfterTenThreads) {

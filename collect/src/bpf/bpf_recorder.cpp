@@ -301,6 +301,8 @@ class BpfSession {
   void open_mmap_watch();
   void drain_mmaps();
   void collect_leftovers();
+  void snapshot_switches();
+  void read_attach_state();
   void finish_launched(bool stopped_early);
   static void read_program_stats(const bpf_program* program, uint64_t& runs, uint64_t& ns);
   static int on_ring_record(void* ctx, void* data, size_t size);
@@ -316,6 +318,9 @@ class BpfSession {
   uint32_t filter_ = HPD_FILTER_PIDS;
   bool per_task_ = false;
   bool warm_ring_ = false;
+  bool attach_state_ = false;  // hpd_attach_state runs once after the scheduler hooks are attached
+  // The target threads' context switches before the recording's start (attach_switches).
+  std::vector<std::pair<int32_t, uint64_t> > switches_before_start_;
 
   LibbpfLogCapture log_;
   Skeleton skel_;
@@ -380,6 +385,11 @@ void BpfSession::load() {
   // nothing.
   bpf_program__set_autoload(skel_->progs.hpd_sched_switch, off_cpu_);
   bpf_program__set_autoload(skel_->progs.hpd_sched_wakeup, off_cpu_);
+  // Attach-time state (attach_state.bpf.h): the threads of pid targets that are off the CPU when the
+  // recording begins. A launched command has none; system-wide recordings are not covered.
+  attach_state_ = off_cpu_ && filter_ == HPD_FILTER_PIDS && !options_.pids.empty();
+  bpf_program__set_autoload(skel_->progs.hpd_attach_state, attach_state_);
+  bpf_program__set_autoattach(skel_->progs.hpd_attach_state, false);  // run, not attached, by user space
   warm_ring_ = kernel_can_warm_ring();
   config->warm_pages = warm_ring_ ? ring_bytes / kWarmPageBytes : 0;
   bpf_program__set_autoload(skel_->progs.hpd_warm_ring, warm_ring_);
@@ -548,6 +558,48 @@ void BpfSession::seed_thread(int32_t pid, int32_t tid) {
   state.seeded = 1;
   // BPF_NOEXIST: a sample or fork that got there first has the better baseline.
   bpf_map_update_elem(bpf_map__fd(skel_->maps.threads), &tid, &state, BPF_NOEXIST);
+}
+
+// Before the recording's start: each target thread's context switches so far. A thread that is off
+// the CPU when hpd_attach_state runs and has not switched since was off the CPU since before the start.
+void BpfSession::snapshot_switches() {
+  if (!attach_state_) return;
+  for (const int32_t pid : options_.pids) {
+    for (const int32_t tid : list_threads(pid)) {
+      if (const auto n = read_thread_context_switches(pid, tid)) switches_before_start_.emplace_back(tid, *n);
+    }
+  }
+}
+
+// Once the scheduler hooks are attached: the record of each target thread that is off the CPU, in the
+// `blocked` map its switch-in consumes (attach_state.bpf.h), so that a thread blocked before the
+// recording began and all through it is seen where it waits. Without it (a kernel that refuses the
+// iterator) the recording goes on, and its summary says what is missing.
+void BpfSession::read_attach_state() {
+  if (!attach_state_) return;
+  const int fd = bpf_map__fd(skel_->maps.attach_switches);
+  for (auto [tid, switches] : switches_before_start_) bpf_map_update_elem(fd, &tid, &switches, BPF_ANY);
+  skel_->bss->attach_start_ns = result_.profile.info.start_mono_ns;
+  Link link(bpf_program__attach_iter(skel_->progs.hpd_attach_state, nullptr));
+  if (!link) {
+    result_.attach_state_error = "cannot attach the task iterator: " + errno_text(errno);
+    return;
+  }
+  const UniqueFd iter(bpf_iter_create(bpf_link__fd(link.get())));
+  if (!iter) {
+    result_.attach_state_error = "cannot run the task iterator: " + errno_text(errno);
+    return;
+  }
+  // The program writes nothing: reading to the end runs it over every task.
+  char buffer[64];
+  ssize_t n = 0;
+  while ((n = ::read(iter.get(), buffer, sizeof buffer)) > 0) {
+  }
+  if (n < 0) result_.attach_state_error = "the task iterator failed: " + errno_text(errno);
+  const auto* bss = skel_->bss;
+  result_.off_cpu_at_attach = bss->attach_blocked_records + bss->attach_runnable_records - bss->attach_raced;
+  // Their user stacks are walked now, while they are still off the CPU (most stay so).
+  if (rewalk_ && !skel_->bss->calls_runtime_active) rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
 }
 
 // Threads that exist before sampling starts get their current sum_exec_runtime as the baseline, so
@@ -773,6 +825,7 @@ RecordResult BpfSession::run() {
   // check).
   std::vector<UniqueFd> bound = bind_targets(options_);
 
+  snapshot_switches();
   RawProfile& profile = result_.profile;
   take_clock_pair(profile.info.start_mono_ns, profile.info.start_unix_ns);
   RecordingInfo& info = profile.info;
@@ -822,6 +875,7 @@ RecordResult BpfSession::run() {
   seed_cpu_baselines();
   if (command_) seed_thread(command_->pid(), command_->pid());
   for (const int32_t pid : options_.pids) describe_initial(pid);
+  read_attach_state();
 
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
   for (const int32_t pid : options_.pids) {

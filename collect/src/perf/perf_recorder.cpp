@@ -418,6 +418,11 @@ RecordResult PerfSession::run() {
   for (const UniqueFd& fd : redirected_) ::ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
   drain_all();
   decoder_->finish_off_cpu(result_.profile.info.end_mono_ns, to_builder_);
+  // perf_event reports context switches as they happen, and nothing about where a thread already was.
+  if (attr_.context_switch && !options_.pids.empty())
+    result_.attach_state_error =
+        "perf_event reports only the switches it sees: a thread blocked since before the recording shows "
+        "nothing until it runs (the eBPF backend reads where each one waits)";
   calls_->finish(result_);
   finish_launched(stopped_early);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;

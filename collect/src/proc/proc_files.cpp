@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <climits>
+#include <string_view>
 
 #include "hpd/base/unique_fd.h"
 
@@ -80,6 +81,27 @@ std::optional<uint64_t> read_thread_runtime_ns(int32_t pid, int32_t tid) {
   const auto [ptr, ec] = std::from_chars(begin, begin + line->size(), value);
   if (ec != std::errc() || ptr == begin) return std::nullopt;
   return value;
+}
+
+std::optional<uint64_t> read_thread_context_switches(int32_t pid, int32_t tid) {
+  const auto status =
+      read_small_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status");
+  if (!status) return std::nullopt;
+  uint64_t total = 0;
+  int found = 0;
+  for (const std::string_view key : {"\nvoluntary_ctxt_switches:", "\nnonvoluntary_ctxt_switches:"}) {
+    const size_t at = status->find(key);
+    if (at == std::string::npos) return std::nullopt;
+    size_t pos = at + key.size();
+    while (pos < status->size() && ((*status)[pos] == ' ' || (*status)[pos] == '\t')) ++pos;
+    uint64_t value = 0;
+    const char* begin = status->data() + pos;
+    const auto [ptr, ec] = std::from_chars(begin, status->data() + status->size(), value);
+    if (ec != std::errc() || ptr == begin) return std::nullopt;
+    total += value;
+    ++found;
+  }
+  return found == 2 ? std::optional<uint64_t>(total) : std::nullopt;
 }
 
 std::vector<int32_t> list_threads(int32_t pid) {

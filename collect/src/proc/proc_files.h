@@ -24,6 +24,10 @@ std::vector<int32_t> list_processes();
 // /proc/PID/task/TID/schedstat; nullopt when the thread is gone or schedstats are not built in.
 std::optional<uint64_t> read_thread_runtime_ns(int32_t pid, int32_t tid);
 
+// The thread's context switches so far (voluntary_ctxt_switches + nonvoluntary_ctxt_switches of
+// /proc/PID/task/TID/status: the kernel's nvcsw + nivcsw); nullopt when the thread is gone.
+std::optional<uint64_t> read_thread_context_switches(int32_t pid, int32_t tid);
+
 std::string read_comm(int32_t pid);                      // /proc/PID/comm
 std::string read_thread_comm(int32_t pid, int32_t tid);  // /proc/PID/task/TID/comm
 std::string read_exe(int32_t pid);                       // /proc/PID/exe target, "" if unreadable

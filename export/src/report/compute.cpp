@@ -403,6 +403,12 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
                             &totals.off_stacks_failed,    &thread_stacks.off_complete,
                             &thread_stacks.off_truncated, &thread_stacks.off_failed};
         add_stack_end(end, n, ends);
+        uint64_t* times[] = {&totals.off_stacks_complete_ns,  &totals.off_stacks_truncated_ns,
+                             &totals.off_stacks_failed_ns,    &thread_stacks.off_complete_ns,
+                             &thread_stacks.off_truncated_ns, &thread_stacks.off_failed_ns};
+        add_stack_end(end, off_ns, times);
+        if (end != StackEnd::kComplete && end != StackEnd::kTruncated && end != StackEnd::kFailed)
+          totals.off_stacks_unknown_ns += off_ns;
       } else {
         tally.on = n;
         tally.cpu_ns = cpu_ns;

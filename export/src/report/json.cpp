@@ -36,7 +36,12 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
          {"name", s.name},
          {"on_cpu", {{"complete", s.on_complete}, {"truncated", s.on_truncated}, {"failed", s.on_failed}}},
          {"off_cpu",
-          {{"complete", s.off_complete}, {"truncated", s.off_truncated}, {"failed", s.off_failed}}}});
+          {{"complete", s.off_complete},
+           {"truncated", s.off_truncated},
+           {"failed", s.off_failed},
+           {"complete_ns", s.off_complete_ns},
+           {"truncated_ns", s.off_truncated_ns},
+           {"failed_ns", s.off_failed_ns}}}});
   }
   ordered_json time_by_thread = ordered_json::array();
   for (const ThreadTime& tt : t.time_by_thread) {
@@ -79,7 +84,11 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
         {"off_cpu",
          {{"complete", t.off_stacks_complete},
           {"truncated", t.off_stacks_truncated},
-          {"failed", t.off_stacks_failed}}},
+          {"failed", t.off_stacks_failed},
+          {"complete_ns", t.off_stacks_complete_ns},
+          {"truncated_ns", t.off_stacks_truncated_ns},
+          {"failed_ns", t.off_stacks_failed_ns},
+          {"unknown_ns", t.off_stacks_unknown_ns}}},
         {"by_thread", stacks_by_thread}}},
       {"missing_modules", t.missing_modules},
       {"functions", report.rows.size()},

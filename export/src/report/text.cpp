@@ -197,6 +197,11 @@ void print_header(const Report& report, std::ostream& out, size_t width) {
       completeness(t.off_stacks_complete, t.off_stacks_truncated, t.off_stacks_failed, "off-CPU");
   if (!on.empty()) line("Complete stacks: " + on);
   if (!off.empty()) line((on.empty() ? "Complete stacks: " : "                 ") + off);
+  // By time as well: one blocked interval may stand for seconds and another for microseconds.
+  if (const uint64_t known_ns = t.off_stacks_complete_ns + t.off_stacks_truncated_ns + t.off_stacks_failed_ns;
+      !off.empty() && known_ns != 0)
+    line("                 " +
+         format("%.1f%% of off-CPU time", 100.0 * double(t.off_stacks_complete_ns) / double(known_ns)));
   constexpr size_t kShownStackThreads = 8;
   if (t.stacks_by_thread.size() > 1) {
     for (size_t i = 0; i < t.stacks_by_thread.size() && i < kShownStackThreads; ++i) {
@@ -206,9 +211,13 @@ void print_header(const Report& report, std::ostream& out, size_t width) {
         return n == 0 ? std::string("-")
                       : format("%.1f%%", 100.0 * double(c) / double(n)) + " of " + std::to_string(n);
       };
+      const uint64_t off_ns = s.off_complete_ns + s.off_truncated_ns + s.off_failed_ns;
       line("  tid " + std::to_string(s.tid) + " " + truncate_right(s.name, 16) + ": on-CPU " +
            pct(s.on_complete, s.on_truncated, s.on_failed) + ", off-CPU " +
-           pct(s.off_complete, s.off_truncated, s.off_failed));
+           pct(s.off_complete, s.off_truncated, s.off_failed) +
+           (off_ns == 0
+                ? std::string()
+                : format(" (%.1f%% of its time)", 100.0 * double(s.off_complete_ns) / double(off_ns))));
     }
     if (t.stacks_by_thread.size() > kShownStackThreads)
       line("  and " + std::to_string(t.stacks_by_thread.size() - kShownStackThreads) + " more threads");

@@ -191,6 +191,11 @@ struct RecordResult {
   // attached), whose wait for a CPU after the wakeup, if any, is counted as blocked.
   uint64_t blocked_split_at_wakeup = 0;
   uint64_t blocked_without_wakeup = 0;
+  // eBPF, pid targets with off-CPU samples: threads found off the CPU when the recording began (blocked,
+  // or runnable and waiting for a CPU), whose time from then on is counted with the stack where they
+  // waited; why such threads could not be looked for ("" when they were).
+  uint64_t off_cpu_at_attach = 0;
+  std::string attach_state_error;
   // The call-graph mode used (kFp or kDwarf) and, for CallGraph::kAuto, why, in words for the user
   // (also in profile.info.call_graph as "fp", "dwarf", "auto:fp" or "auto:dwarf").
   CallGraph call_graph = CallGraph::kFp;

@@ -91,6 +91,8 @@ struct ThreadStacks {
   std::string name;
   uint64_t on_complete = 0, on_truncated = 0, on_failed = 0;
   uint64_t off_complete = 0, off_truncated = 0, off_failed = 0;
+  // The off-CPU time (blocked and waiting) of those samples: one interval may stand for seconds.
+  uint64_t off_complete_ns = 0, off_truncated_ns = 0, off_failed_ns = 0;
 };
 
 // Where one thread's time went: on the CPU, blocked off it, or runnable waiting for a CPU.
@@ -132,6 +134,12 @@ struct ReportTotals {
   uint64_t off_stacks_complete = 0;
   uint64_t off_stacks_truncated = 0;
   uint64_t off_stacks_failed = 0;
+  // Their off-CPU time: completeness by time, since one blocked interval may stand for seconds and
+  // another for microseconds. unknown: off-CPU time whose stack end is not known.
+  uint64_t off_stacks_complete_ns = 0;
+  uint64_t off_stacks_truncated_ns = 0;
+  uint64_t off_stacks_failed_ns = 0;
+  uint64_t off_stacks_unknown_ns = 0;
   // Per selected thread with samples whose stack end is known, most samples first.
   std::vector<ThreadStacks> stacks_by_thread;
   // Per selected thread with samples: CPU, blocked and waiting-for-CPU time, most wall time first.
