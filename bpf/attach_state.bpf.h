@@ -108,6 +108,8 @@ int hpd_attach_state(struct bpf_iter__task* ctx) {
     e->ips[kernel_frames] = walk.ip;
     user_frames = 1;
     if (cfi_unwind) e->flags |= HPD_SAMPLE_TABLES_PENDING;
+    // Blocked in a system call (orig_ax holds its number): the user pc is a return address.
+    if ((long)BPF_CORE_READ(regs, orig_ax) >= 0) e->flags |= HPD_SAMPLE_IN_SYSCALL;
   }
   e->kernel_frames = (__u16)kernel_frames;
   e->user_frames = (__u16)user_frames;

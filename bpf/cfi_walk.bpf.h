@@ -53,9 +53,10 @@ struct cfi_regs {
 
 // The stack above the sampled sp, copied at most once per walk: most frames' return addresses and
 // saved rbp lie within it, and one read of a few KiB costs less than a user read per frame. One
-// window per CPU and program (key: CPU * 2 + slot); the sampling program and the sched_switch
-// program never run nested on one CPU (sched_switch runs with interrupts off), but each has its
-// own window all the same.
+// window per CPU and program (key: CPU * CFI_WINDOW_SLOTS + slot); the sampling program and the
+// sched_switch program never run nested on one CPU (sched_switch runs with interrupts off), but each
+// has its own window all the same. The exit program (slot 2) may be preempted or interrupted: it has
+// its own window, and takes it only when no other exit program of its CPU holds it.
 //
 // The window is [sp, sp + CFI_WINDOW_BYTES), read in two parts: the rest of sp's page at once, the
 // part in the next page only when a frame lies there. The next page is often not readable: past
@@ -84,7 +85,8 @@ struct cfi_window {
   __u8 line_padding[40];           // to a multiple of 64 bytes
 };
 _Static_assert(sizeof(struct cfi_window) % 64 == 0, "each window must start on a 64-byte line");
-// Sized by user space before load: 2 per possible CPU.
+#define CFI_WINDOW_SLOTS 3
+// Sized by user space before load: CFI_WINDOW_SLOTS per possible CPU.
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(map_flags, BPF_F_MMAPABLE);
@@ -312,7 +314,7 @@ __attribute__((noinline)) __u64 walk_user_cfi(struct user_frames* out, struct cf
                                               __u32* end, __u32 window_slot) {
   if (!out || !r || !end) return 0;
   const struct hpd_proc_mappings* maps = bpf_map_lookup_elem(&proc_mappings, &pid);
-  const __u32 window_key = bpf_get_smp_processor_id() * 2 + window_slot;
+  const __u32 window_key = bpf_get_smp_processor_id() * CFI_WINDOW_SLOTS + window_slot;
   struct cfi_window* w = bpf_map_lookup_elem(&cfi_windows, &window_key);
   if (w) cfi_fill_window(w, r->sp);
   out->ips[0] = r->ip;

@@ -217,6 +217,12 @@ static __always_inline struct pt_regs* current_user_regs(void) {
   return regs;
 }
 
+// Whether the thread whose user registers these are is in a system call: the entry stores the call's
+// number in orig_ax, every interrupt and exception entry -1 (syscall_get_nr() reads it the same way).
+static __always_inline __u32 in_syscall_flag(const struct pt_regs* user) {
+  return user && (long)user->orig_ax >= 0 ? HPD_SAMPLE_IN_SYSCALL : 0;
+}
+
 // A frame pointer farther than this above the stack pointer is taken for garbage, not a frame.
 #define USER_STACK_REACH (1ull << 30)
 
@@ -448,6 +454,7 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   e->regs_valid = 0;
   e->stack_bytes = 0;
   const struct pt_regs* regs = current_user_regs();
+  e->flags |= in_syscall_flag(regs);
   const int have_regs = stack_copy_bytes != 0 && regs != 0;
   if (have_regs) copy_user_regs(e, regs);
   capture_stacks(ctx, e, 0, have_regs && user_stack_from_copy ? 0 : regs, 0);
@@ -522,6 +529,7 @@ int hpd_sched_switch(__u64* ctx) {
   // Off-CPU stacks are walked here (cfi tables or frame pointers), never copied: the record waits in
   // `blocked` until the thread runs again, and a stack copy per blocked thread would cost too much.
   const struct pt_regs* user = current_user_regs();
+  e->flags |= in_syscall_flag(user);
   capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, user, 1);
   if (bpf_map_update_elem(&blocked, &tid, e, BPF_ANY) != 0) {
     count(HPD_COUNTER_OFFCPU_MAP_FULL);
@@ -635,6 +643,46 @@ int hpd_exec(__u64* ctx) {
   return 0;
 }
 
+// The exit program's record buffer, and whether an exit program of this CPU is building one: unlike
+// the scheduler's programs it may be preempted (by another exiting thread of this CPU, which then
+// takes no exit stack), and the timer's program may interrupt it (it has a buffer of its own).
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct hpd_sample_event);
+} exit_scratch SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u32);
+} exit_busy SEC(".maps");
+
+// Where the exiting thread is (its kernel stack from do_exit, its user stack from the call that made
+// it exit): the CPU time after its last timer sample, which hpd_free reports once the task is freed,
+// is spent here and on the rest of the exit, not where that sample was.
+static __always_inline void emit_exit_stack(void* ctx, __s32 pid, __s32 tid) {
+  const __u32 zero = 0;
+  __u32* busy = bpf_map_lookup_elem(&exit_busy, &zero);
+  if (!busy || *busy) return;
+  *busy = 1;
+  struct hpd_sample_event* e = bpf_map_lookup_elem(&exit_scratch, &zero);
+  if (e) {
+    fill_header(&e->header, HPD_EVENT_EXIT_STACK, pid, tid, bpf_ktime_get_ns());
+    e->cpu_delta_ns = 0;
+    e->off_cpu_ns = 0;
+    e->regs_valid = 0;
+    e->stack_bytes = 0;
+    const struct pt_regs* user = current_user_regs();
+    e->flags = in_syscall_flag(user);
+    capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, user, 2);
+    if (bpf_ringbuf_output(&events, e, sample_size(e), submit_flags()) != 0) count_drop(pid, tid);
+  }
+  *busy = 0;
+}
+
 // tp_btf/sched_process_exit(struct task_struct *p, ...); runs in the exiting thread. The thread's
 // record of drops leaves the map with its exit record; when that record itself does not fit, the
 // state stays (with one more drop) for user space to collect when the recording ends.
@@ -661,6 +709,7 @@ int hpd_exit(__u64* ctx) {
     bpf_map_delete_elem(&threads, &tid);
     return 0;
   }
+  emit_exit_stack(ctx, pid, tid);
   if (group_dead) bpf_map_delete_elem(&targets, &pid);
   struct hpd_task_event* e = reserve_task_event(HPD_EVENT_EXIT, pid, tid);
   if (!e) return 0;

@@ -25,6 +25,9 @@ enum hpd_event_type {
   HPD_EVENT_EXEC = 4,     /* a target process exec'd; comm is the new name */
   HPD_EVENT_EXIT = 5,     /* a target thread exited */
   HPD_EVENT_CPU_TAIL = 6, /* a target thread's task was freed: the CPU time after its last sample */
+  /* where a target thread exits (an hpd_sample_event with no CPU time): the stack the CPU time after
+   * its last sample (HPD_EVENT_CPU_TAIL) is attributed to */
+  HPD_EVENT_EXIT_STACK = 7,
 };
 
 /* Filter modes, set in the programs' read-only configuration before load. */
@@ -91,6 +94,10 @@ struct hpd_sample_event {
 /* off-CPU: written by hpd_attach_state for a thread that was already off the CPU when the recording
  * began (attach_state.bpf.h); its interval starts at the recording's start */
 #define HPD_SAMPLE_AT_ATTACH 8u
+/* The thread is in a system call (its saved user registers' orig_ax, the system call's number, is not
+ * -1, which every interrupt and exception entry stores): its user pc is the instruction after the
+ * `syscall`, a return address. Otherwise it is the instruction the thread was interrupted at. */
+#define HPD_SAMPLE_IN_SYSCALL 16u
 
 /* cfi mode: a target thread switched out while its walk stood in frame pointers for tables not yet
  * published (HPD_SAMPLE_TABLES_PENDING): where its user state was, kept in the programs' pending_walks

@@ -182,15 +182,34 @@ class BlockApplier {
     std::vector<uint16_t> kernel_depth(n), user_depth(n);
     for (auto& k : kernel_depth) k = depth(d);
     for (auto& u : user_depth) u = depth(d);
-    std::vector<uint64_t> kernel, user;
+    std::vector<uint64_t> addresses;
     uint64_t prev = 0;
     for (size_t i = 0; i < n; ++i) {
       if (size_t{kernel_depth[i]} + user_depth[i] > d.remaining()) d.fail("stack addresses exceed the block");
-      kernel.resize(kernel_depth[i]);
-      user.resize(user_depth[i]);
-      for (auto& a : kernel) a = prev += static_cast<uint64_t>(d.svar());
-      for (auto& a : user) a = prev += static_cast<uint64_t>(d.svar());
-      if (p_.stacks.intern(kernel, user) != first + i)
+      for (size_t k = size_t{kernel_depth[i]} + user_depth[i]; k > 0; --k)
+        addresses.push_back(prev += static_cast<uint64_t>(d.svar()));
+    }
+    // Each stack's user leaf (appended later: absent in older files, whose rule it presumes).
+    std::vector<UserLeaf> leaves(n);
+    const bool leaves_written = !d.at_end();
+    for (size_t i = 0; i < n; ++i) {
+      if (!leaves_written) {
+        leaves[i] = presumed_user_leaf(kernel_depth[i]);
+        continue;
+      }
+      const uint8_t leaf = d.u8();
+      if (leaf > static_cast<uint8_t>(UserLeaf::kAfterSyscall))
+        d.fail("user leaf " + std::to_string(leaf) + " of stack " + std::to_string(first + i) +
+               " out of range");
+      leaves[i] = static_cast<UserLeaf>(leaf);
+    }
+    const std::span<const uint64_t> all(addresses);
+    size_t at = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const auto kernel = all.subspan(at, kernel_depth[i]);
+      const auto user = all.subspan(at + kernel_depth[i], user_depth[i]);
+      at += size_t{kernel_depth[i]} + user_depth[i];
+      if (p_.stacks.intern(kernel, user, leaves[i]) != first + i)
         d.fail("stack " + std::to_string(first + i) + " appears twice");
     }
   }

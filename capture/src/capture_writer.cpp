@@ -311,6 +311,9 @@ struct CaptureWriter::State {
           prev = a;
         }
       }
+      // Appended later: what each stack's user leaf is (absent in older files).
+      for (size_t i = stacks; i < stacks + n; ++i)
+        enc.u8(static_cast<uint8_t>(table[static_cast<uint32_t>(i)].user_leaf));
       emit(BlockType::kStacks);
       stacks += n;
     }

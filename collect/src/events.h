@@ -37,6 +37,10 @@ struct SampleEvent {
   bool kernel_truncated = false;  // the kernel part filled the collector's limit
   bool kernel_failed = false;  // the kernel part could not be read: the stack failed, whatever the user part
   bool user_mode = false;      // known to be taken in user mode (perf's cpumode); false: unknown
+  // What the user leaf (the thread's user pc) is: the instruction it was interrupted at (user mode,
+  // an interrupt, an exception, a preemption) or the one after `syscall`. Unset: the collector does
+  // not know, and the builder presumes it from the kernel part (presumed_user_leaf).
+  std::optional<UserLeaf> user_leaf;
   // The user registers and the copied top of the user stack, for unwinding in user space (dwarf) or
   // for the frameless leaf's caller (fp). `stack_size` is the copy that was asked for (0 = unknown).
   std::optional<UserRegs> regs;
@@ -47,6 +51,9 @@ struct SampleEvent {
   // The collector takes no stack for this sample by design (perf_event's off-CPU intervals come from
   // switch records): no stack, and no failed one.
   bool no_stack_taken = false;
+  // Not a sample: the stack where the thread exits (eBPF), kept for the CPU time it used after its
+  // last sample (CpuTailEvent). It carries no CPU time of its own.
+  bool at_exit = false;
   size_t record_bytes = 0;  // the record's size, for the bytes-per-sample statistics
 };
 

@@ -83,9 +83,10 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
     sample.cpu_delta_ns = e.cpu_delta_ns;
 
   std::span<const uint64_t> kernel = e.kernel;
-  if (is_off_cpu_interval(e.kind) && is_scheduler_frame_) {
+  if ((is_off_cpu_interval(e.kind) || e.at_exit) && is_scheduler_frame_) {
     // The blocking function, not the scheduler, is the leaf of an off-CPU stack; of a thread waiting
-    // for a CPU, the point where it was preempted (an interrupt's return, a cond_resched) or yielded.
+    // for a CPU, the point where it was preempted (an interrupt's return, a cond_resched) or yielded;
+    // of an exit stack, do_exit, not the tracepoint's frames.
     size_t skip = 0;
     while (skip < kernel.size() && is_scheduler_frame_(kernel[skip])) ++skip;
     kernel = kernel.subspan(skip);
@@ -135,40 +136,70 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
     sample.stack_end = StackEnd::kTruncated;
   if (e.kernel_failed && !e.no_stack_taken) sample.stack_end = StackEnd::kFailed;
 
-  RawThread& thread = profile_.threads[thread_index];
-  if (sample.stack_end == StackEnd::kFailed) {
-    ++profile_.lost.stack_failures;
-    ++thread.lost.stack_failures;
-  } else if (sample.stack_end == StackEnd::kTruncated) {
-    ++profile_.lost.truncated_stacks;
-    ++thread.lost.truncated_stacks;
-  }
-  if (!kernel.empty() || !user.empty()) sample.stack = profile_.stacks.intern(kernel, user);
+  if (!kernel.empty() || !user.empty())
+    sample.stack =
+        profile_.stacks.intern(kernel, user, e.user_leaf.value_or(presumed_user_leaf(e.kernel.size())));
   tracker_.note_unplaced(e.pid, user, e.time_ns);
+  if (ends_.size() <= thread_index) ends_.resize(thread_index + 1);
+  ThreadEnd& end = ends_[thread_index];
+  if (e.at_exit) {
+    // Not a sample yet: the CPU time after the thread's last sample will be, with this stack.
+    end.exit = sample;
+    end.exit_stack = true;
+    return;
+  }
+  count_stack_end(thread_index, sample.stack_end);
   if (sample.kind == SampleKind::kOnCpu) {
-    if (last_on_cpu_.size() <= thread_index) last_on_cpu_.resize(thread_index + 1);
-    last_on_cpu_[thread_index] = LastOnCpu{sample, true};
+    end.sampled = true;
+    end.last_ns = std::max(end.last_ns, sample.time_ns);
+    end.cpu = sample.cpu;
   }
   profile_.samples.push_back(sample);
   ++samples_;
 }
 
-// The CPU time the thread used after its last sample becomes a sample of its own, where the last one
-// was (the task is gone: no stack to take), at the thread's end. A thread without samples gets none.
+void RawProfileBuilder::count_stack_end(size_t thread_index, StackEnd stack_end) {
+  RawThread& thread = profile_.threads[thread_index];
+  if (stack_end == StackEnd::kFailed) {
+    ++profile_.lost.stack_failures;
+    ++thread.lost.stack_failures;
+  } else if (stack_end == StackEnd::kTruncated) {
+    ++profile_.lost.truncated_stacks;
+    ++thread.lost.truncated_stacks;
+  }
+}
+
+// The CPU time the thread used after its last sample becomes a sample of its own at the thread's end,
+// with the stack where the thread exited (the task is gone by now: no stack to take). Without one
+// (its record lost, or a backend that takes none) the sample has no stack: unattributed time, not a
+// repeat of an older stack, which would give the function of the last sample the rest of the thread's
+// run and its whole exit. A thread with neither samples nor an exit stack gets none.
 void RawProfileBuilder::on_cpu_tail(const CpuTailEvent& e) {
   const RawThread* thread = profile_.find_thread(e.pid, e.tid);
   if (thread == nullptr) return;
   const auto index = static_cast<size_t>(thread - profile_.threads.data());
-  if (index >= last_on_cpu_.size() || !last_on_cpu_[index].set) return;
-  LastOnCpu& last = last_on_cpu_[index];
-  if (e.cpu_ns > 0) {
-    RawSample tail = last.sample;
-    tail.time_ns = std::max(tail.time_ns, thread->end_ns);
-    tail.cpu_delta_ns = e.cpu_ns;
-    profile_.samples.push_back(tail);
-    ++cpu_tails_;
+  if (index >= ends_.size()) return;
+  ThreadEnd& end = ends_[index];
+  if (!end.sampled && !end.exit_stack) return;
+  // Once: a thread id used again starts over.
+  const ThreadEnd taken = end;
+  end = ThreadEnd{};
+  if (e.cpu_ns == 0) return;
+  RawSample tail;
+  if (taken.exit_stack) {
+    tail = taken.exit;
+  } else {
+    tail.pid = e.pid;
+    tail.tid = e.tid;
+    tail.cpu = taken.cpu;
+    tail.stack_end = StackEnd::kUnknown;
   }
-  last.set = false;
+  tail.kind = SampleKind::kOnCpu;
+  tail.time_ns = std::max({tail.time_ns, taken.last_ns, thread->end_ns});
+  tail.cpu_delta_ns = e.cpu_ns;
+  count_stack_end(index, tail.stack_end);
+  profile_.samples.push_back(tail);
+  ++cpu_tails_;
 }
 
 }  // namespace hpd

@@ -71,13 +71,19 @@ class RawProfileBuilder {
   std::vector<uint64_t> user_;
   std::vector<uint64_t> unwound_;
   UnwindCounters unwind_;
-  // Per thread (by its index in RawProfile::threads), its last on-CPU sample: a CPU tail repeats it.
-  // A copy, not an index into the samples, so that samples already written out may leave memory.
-  struct LastOnCpu {
-    RawSample sample;
-    bool set = false;
+  // A stack that failed or was truncated counts among the recording's and the thread's losses.
+  void count_stack_end(size_t thread_index, StackEnd stack_end);
+
+  // Per thread (by its index in RawProfile::threads): what its CPU tail needs. Copies, not indices into
+  // the samples, so that samples already written out may leave memory.
+  struct ThreadEnd {
+    RawSample exit;           // where it exited (SampleEvent::at_exit): its stack and how it ended
+    bool exit_stack = false;  // `exit` is set
+    bool sampled = false;     // it had an on-CPU sample
+    uint64_t last_ns = 0;     // its last on-CPU sample's time
+    uint16_t cpu = 0;         // and CPU
   };
-  std::vector<LastOnCpu> last_on_cpu_;
+  std::vector<ThreadEnd> ends_;
   uint64_t samples_ = 0;
   uint64_t unfollowed_samples_ = 0;
   uint64_t cpu_tails_ = 0;

@@ -50,15 +50,16 @@ uint64_t hash_frames(std::span<const uint64_t> kernel, std::span<const uint64_t>
 }
 }  // namespace
 
-uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const uint64_t> user) {
+uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const uint64_t> user,
+                               UserLeaf user_leaf) {
   const size_t kMaxDepth = UINT16_MAX;
   if (kernel.size() > kMaxDepth) kernel = kernel.first(kMaxDepth);
   if (user.size() > kMaxDepth) user = user.first(kMaxDepth);
-  const uint64_t h = hash_frames(kernel, user);
+  const uint64_t h = hash_frames(kernel, user) ^ static_cast<uint64_t>(user_leaf);
   auto [lo, hi] = by_hash_.equal_range(h);
   for (auto it = lo; it != hi; ++it) {
     const RawStack& s = stacks_[it->second];
-    if (s.kernel_depth == kernel.size() && s.user_depth == user.size() &&
+    if (s.kernel_depth == kernel.size() && s.user_depth == user.size() && s.user_leaf == user_leaf &&
         std::equal(kernel.begin(), kernel.end(), addresses_.begin() + s.offset) &&
         std::equal(user.begin(), user.end(), addresses_.begin() + s.offset + s.kernel_depth)) {
       return it->second;
@@ -68,6 +69,7 @@ uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const
   s.offset = static_cast<uint32_t>(addresses_.size());
   s.kernel_depth = static_cast<uint16_t>(kernel.size());
   s.user_depth = static_cast<uint16_t>(user.size());
+  s.user_leaf = user_leaf;
   addresses_.insert(addresses_.end(), kernel.begin(), kernel.end());
   addresses_.insert(addresses_.end(), user.begin(), user.end());
   const auto index = static_cast<uint32_t>(stacks_.size());

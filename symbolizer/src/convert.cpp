@@ -227,18 +227,21 @@ class Converter {
     StackInstance inst{stack, pid, kind, epoch, static_cast<uint32_t>(instance_addresses_.size()), 0, 0};
     const auto kernel = raw_.stacks.kernel_frames(stack);
     const auto user = raw_.stacks.user_frames(stack);
-    // Only the very first address of the whole stack is an exact instruction pointer. A user
-    // stack under kernel frames starts at the syscall's return point, a return address too.
-    const bool kernel_leads = !kernel.empty();
+    // Return addresses are looked up one byte back, exact instruction pointers as they are. The user
+    // leaf is the interrupted instruction, or after a system call the instruction after `syscall`,
+    // a return address (the stack says which). The kernel leaf of an on-CPU sample is the
+    // interrupted kernel instruction; an off-CPU stack's kernel frames are all return addresses.
+    const bool user_leaf_exact = raw_.stacks[stack].user_leaf == UserLeaf::kInterrupted;
+    const bool kernel_leaf_exact = !is_off_cpu_interval(kind);
     for (size_t k = user.size(); k-- > 0;) {
-      const bool exact = k == 0 && !kernel_leads;
+      const bool exact = k == 0 && user_leaf_exact;
       instance_addresses_.push_back(user_address(view, user[k], exact, time_ns));
     }
     inst.user_count = static_cast<uint32_t>(instance_addresses_.size() - inst.addresses_begin);
     if (options_.kernel_frames) {
       for (size_t k = kernel.size(); k-- > 0;) {
         if (kernel[k] >= kPerfContextMax) continue;
-        instance_addresses_.push_back(kernel_address(kernel[k], k == 0));
+        instance_addresses_.push_back(kernel_address(kernel[k], k == 0 && kernel_leaf_exact));
       }
     }
     inst.addresses_end = static_cast<uint32_t>(instance_addresses_.size());
@@ -450,8 +453,8 @@ class Converter {
     }
   }
 
-  // The first user address under kernel frames is taken for a return address (the system call's
-  // return point), but a thread interrupted, not calling, has its exact IP there. When that IP was a
+  // A user leaf taken for a return address (after a system call; in captures that do not say, every
+  // user leaf under kernel frames) may still be an interrupted instruction. When that was a
   // function's first byte, one byte back lies in the padding before it (or in no function at all)
   // and nothing is found: the address itself, found, is then the better answer. A real return
   // address is never at a function's first byte unless the call ended the function before it, and

@@ -587,33 +587,62 @@ TEST(BpfEventDecoder, MmapRecordsPlaceSamplesOfProcessesThatAreGone) {
   EXPECT_TRUE(build_id_kept);
 }
 
+// The exit record of process `pid` (one thread) at `exit_ns`, then its CPU tail at `free_ns`.
+void exit_and_tail(BpfFeed& builder, int32_t pid, uint64_t exit_ns, uint64_t free_ns, uint64_t cpu_ns) {
+  hpd_task_event exit{};
+  exit.header = header(HPD_EVENT_EXIT, pid, pid, exit_ns, "short");
+  builder.on_record(bytes_of(exit));
+  hpd_task_event tail{};
+  tail.header = header(HPD_EVENT_CPU_TAIL, pid, pid, free_ns, "short");
+  tail.cpu_tail_ns = cpu_ns;
+  builder.on_record(bytes_of(tail));
+}
+
 // The CPU time a thread used after its last timer sample comes when its task is freed: a sample of
-// its own at the thread's end, where the last one was. A thread without samples gets none.
+// its own at the thread's end, with no stack when no exit stack came (never the last sample's). A
+// thread without samples gets none.
 TEST(BpfEventDecoder, CpuTailAfterTheLastSampleBecomesASample) {
   RawProfile profile;
   BpfFeed builder(profile, {100});
   builder.add_initial_process(60, maps("00400000-00401000 r-xp 00000000 08:01 5 /usr/bin/short\n"));
   builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 60, 60, 200, "short", {}, {0x400010}, 1'000'000));
   builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 60, 60, 250, "short", {}, {0x400020}, 0, 5));
-  hpd_task_event exit{};
-  exit.header = header(HPD_EVENT_EXIT, 60, 60, 300, "short");
-  builder.on_record(bytes_of(exit));
-  hpd_task_event tail{};
-  tail.header = header(HPD_EVENT_CPU_TAIL, 60, 60, 400, "short");
-  tail.cpu_tail_ns = 700'000;
-  builder.on_record(bytes_of(tail));
-  tail.header.tid = tail.header.pid = 61;  // never sampled
-  builder.on_record(bytes_of(tail));
+  exit_and_tail(builder, 60, 300, 400, 700'000);
+  exit_and_tail(builder, 61, 300, 400, 700'000);  // never sampled: no tail
 
   ASSERT_EQ(profile.samples.size(), 3u);
-  const RawSample& last = profile.samples[0];
   const RawSample& added = profile.samples[2];
   EXPECT_EQ(added.kind, SampleKind::kOnCpu);
   EXPECT_EQ(added.cpu_delta_ns, 700'000u);
-  EXPECT_EQ(added.stack, last.stack);  // the last on-CPU stack, not the off-CPU one
-  EXPECT_EQ(added.time_ns, 300u);      // at the thread's end
+  EXPECT_EQ(added.stack, kNoIndex);  // no exit stack came: unattributed, not the last sample's stack
+  EXPECT_EQ(added.time_ns, 300u);    // at the thread's end
   EXPECT_EQ(builder.cpu_tails(), 1u);
   EXPECT_EQ(profile.find_process(61), nullptr);
+}
+
+// The exit record's stack is where the tail goes; the in-syscall flag says the user leaf is after a
+// `syscall`, its absence that the thread was interrupted there (preempted, here, under kernel frames).
+TEST(BpfEventDecoder, ExitStackTakesTheTailAndTheLeafKindComesFromTheRecord) {
+  RawProfile profile;
+  BpfFeed builder(profile, {100});
+  builder.add_initial_process(60, maps("00400000-00401000 r-xp 00000000 08:01 5 /usr/bin/short\n"));
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 60, 60, 200, "short", {}, {0x400010}, 1'000'000));
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, 60, 60, 250, "short", {0xffffffff81000020},
+                                 {0x400020, 0x400100}, 0, 5, HPD_USER_END_ROOT, HPD_SAMPLE_PREEMPTED));
+  builder.on_record(sample_bytes(HPD_EVENT_EXIT_STACK, 60, 60, 290, "short", {0xffffffff81000030},
+                                 {0x400040, 0x400100}, 0, 0, HPD_USER_END_ROOT, HPD_SAMPLE_IN_SYSCALL));
+  exit_and_tail(builder, 60, 300, 400, 700'000);
+
+  ASSERT_EQ(profile.samples.size(), 3u);
+  const RawSample& waited = profile.samples[1];
+  EXPECT_EQ(waited.kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(profile.stacks[waited.stack].user_leaf, UserLeaf::kInterrupted);
+  const RawSample& added = profile.samples[2];
+  EXPECT_EQ(added.cpu_delta_ns, 700'000u);
+  ASSERT_NE(added.stack, kNoIndex);
+  EXPECT_EQ(profile.stacks.user_frames(added.stack)[0], 0x400040u);
+  EXPECT_EQ(profile.stacks[added.stack].user_leaf, UserLeaf::kAfterSyscall);
+  EXPECT_EQ(builder.cpu_tails(), 1u);
 }
 
 TEST(BpfEventDecoder, ThreadRenamesAndStillOffCpuThreads) {

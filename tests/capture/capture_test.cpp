@@ -356,6 +356,52 @@ TEST_F(CaptureTest, WaitsForTheCpuKeepTheirKindAndOlderFilesReadAsOffCpu) {
   }
 }
 
+// Each stack's user leaf (interrupted, or after a system call) travels in a column appended to the
+// stacks block; a file without it (written before it) reads with the rule of its time: the user leaf
+// under kernel frames after a system call, without them interrupted. A value out of range is refused.
+TEST_F(CaptureTest, UserLeavesRoundTripAndOlderFilesPresumeThem) {
+  RawProfile original = make_raw_profile(100);
+  const std::vector<uint64_t> kernel = {0xffffffff81000100};
+  const std::vector<uint64_t> user = {0x555500001234, 0x7f0000030000};
+  const uint32_t preempted = original.stacks.intern(kernel, user, UserLeaf::kInterrupted);
+  const uint32_t in_syscall = original.stacks.intern(kernel, user, UserLeaf::kAfterSyscall);
+  ASSERT_NE(preempted, in_syscall);
+  original.samples[0].stack = preempted;
+  original.samples[1].stack = in_syscall;
+  write_capture_file(original, path("leaves.hpr"));
+  const CaptureContents read = read_capture_file(path("leaves.hpr"));
+  EXPECT_EQ(diff_raw_profiles(original, read.profile), "");
+  EXPECT_EQ(read.profile.stacks[preempted].user_leaf, UserLeaf::kInterrupted);
+  EXPECT_EQ(read.profile.stacks[in_syscall].user_leaf, UserLeaf::kAfterSyscall);
+
+  const std::vector<uint8_t> bytes = read_bytes(path("leaves.hpr"));
+  const std::vector<uint8_t> header(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
+  // Two stacks: one under a kernel frame, one without, with the given trailing bytes.
+  const auto two_stacks = [&](const std::string& trailing) {
+    capture::Encoder e;
+    e.var(0), e.var(2), e.var(1), e.var(0), e.var(1), e.var(1);
+    e.svar(static_cast<int64_t>(0xffffffff81000100)), e.svar(-0x7fff00000000), e.svar(0x10);
+    std::vector<uint8_t> file = header;
+    const auto block = make_block(5, capture::kFlagRequired, e.bytes() + trailing);
+    file.insert(file.end(), block.begin(), block.end());
+    return file;
+  };
+  const CaptureContents old_file = read_capture(two_stacks(""));
+  ASSERT_EQ(old_file.profile.stacks.size(), 2u);
+  EXPECT_EQ(old_file.profile.stacks[0].user_leaf, UserLeaf::kAfterSyscall);
+  EXPECT_EQ(old_file.profile.stacks[1].user_leaf, UserLeaf::kInterrupted);
+  const CaptureContents new_file = read_capture(two_stacks(std::string("\x00\x01", 2)));
+  ASSERT_EQ(new_file.profile.stacks.size(), 2u);
+  EXPECT_EQ(new_file.profile.stacks[0].user_leaf, UserLeaf::kInterrupted);
+  EXPECT_EQ(new_file.profile.stacks[1].user_leaf, UserLeaf::kAfterSyscall);
+  try {
+    read_capture(two_stacks(std::string("\x00\x02", 2)));
+    ADD_FAILURE() << "accepted user leaf 2";
+  } catch (const CaptureError& e) {
+    EXPECT_NE(std::string(e.what()).find("user leaf"), std::string::npos) << e.what();
+  }
+}
+
 // The vDSO's image travels in its own optional block: a reader that does not know it (hpd before
 // it) skips it and reads everything else; this one reads the image back.
 TEST_F(CaptureTest, ModuleImagesAreAnOptionalBlock) {

@@ -172,6 +172,8 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
     if (!std::equal(ak.begin(), ak.end(), bk.begin(), bk.end()) ||
         !std::equal(au.begin(), au.end(), bu.begin(), bu.end()))
       return "stack " + std::to_string(i) + " differs";
+    if (a.stacks[i].user_leaf != b.stacks[i].user_leaf)
+      return "stack " + std::to_string(i) + "'s user leaf differs";
   }
   if (a.samples.size() != b.samples.size()) return "sample count differs";
   for (size_t i = 0; i < a.samples.size(); ++i) {

@@ -41,6 +41,9 @@ class PerfFeed {
   void set_own_event_ids(int32_t tid, std::vector<uint64_t> ids) {
     decoder_.set_own_event_ids(tid, std::move(ids));
   }
+  void set_syscall_entries(std::function<bool(uint64_t)> is_syscall_entry) {
+    decoder_.set_syscall_entries(std::move(is_syscall_entry));
+  }
   void end_of_pass() {
     decoder_.end_of_pass([this](const Event& e) { builder_.on_event(e); });
   }

@@ -137,6 +137,41 @@ TEST(PerfEventDecoder, StacksAreSplitInternedAndClassified) {
   EXPECT_EQ(profile.lost.stack_failures, 1u);
 }
 
+// The user leaf of a sample in user mode is the interrupted instruction; of one taken in the kernel,
+// the outermost kernel frame says how the thread entered: a system call's entry (the leaf is after the
+// `syscall`) or an interrupt's (the interrupted instruction). Without kallsyms, or with a chain cut
+// by the depth limit, it is left to the builder's presumption.
+TEST(PerfEventDecoder, UserLeafFromTheModeAndTheKernelEntry) {
+  RawProfile profile;
+  PerfFeed builder(profile, {true, 8});
+  builder.add_maps(1, parse_maps("00001000-00005000 r-xp 00000000 08:01 11 /usr/bin/app\n"), 0);
+  constexpr uint64_t kSyscallEntry = 0xffffffff81e00080, kIrqEntry = 0xffffffff81e01000;
+  const auto user_mode = [](SampleRecord s) {
+    s.misc = PERF_RECORD_MISC_USER;
+    return s;
+  };
+  const auto kernel_mode = [](SampleRecord s) {
+    s.misc = PERF_RECORD_MISC_KERNEL;
+    return s;
+  };
+  builder.on_record(kernel_mode(
+      make_sample(1, 1, 0, 1, 10, {kKernel, 0xffffffff81000001, kSyscallEntry, kUser, 0x1000, 0x2000})));
+  builder.set_syscall_entries([](uint64_t a) { return a == kSyscallEntry; });
+  builder.on_record(user_mode(make_sample(1, 1, 0, 2, 20, {kUser, 0x1000, 0x2000})));
+  builder.on_record(kernel_mode(
+      make_sample(1, 1, 0, 3, 30, {kKernel, 0xffffffff81000001, kSyscallEntry, kUser, 0x1000, 0x2000})));
+  builder.on_record(kernel_mode(
+      make_sample(1, 1, 0, 4, 40, {kKernel, 0xffffffff81000001, kIrqEntry, kUser, 0x1000, 0x2000})));
+  ASSERT_EQ(profile.samples.size(), 4u);
+  const auto leaf = [&](size_t i) { return profile.stacks[profile.samples[i].stack].user_leaf; };
+  EXPECT_EQ(leaf(0), UserLeaf::kAfterSyscall);  // presumed: no entries known yet
+  EXPECT_EQ(leaf(1), UserLeaf::kInterrupted);
+  EXPECT_EQ(leaf(2), UserLeaf::kAfterSyscall);
+  EXPECT_EQ(leaf(3), UserLeaf::kInterrupted);
+  EXPECT_EQ(profile.samples[0].stack, profile.samples[2].stack);
+  EXPECT_NE(profile.samples[2].stack, profile.samples[3].stack);
+}
+
 TEST(PerfEventDecoder, ThreadsProcessesForkExitComm) {
   RawProfile profile;
   int described = 0;

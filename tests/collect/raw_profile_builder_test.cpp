@@ -260,21 +260,72 @@ TEST_F(RawProfileBuilderRules, StackEnds) {
   EXPECT_EQ(builder.processes().processes_without_maps(), 1u);
 }
 
-TEST_F(RawProfileBuilderRules, CpuTailRepeatsTheLastOnCpuSampleAtTheThreadsEnd) {
+// The CPU after a thread's last sample goes to the stack where it exited, never to an older stack;
+// without one, to no stack at all (unattributed).
+TEST_F(RawProfileBuilderRules, CpuTailGoesToTheExitStackOrToNoStack) {
+  builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
   builder.on_event(sample_event(10, 10, 2000, shell_stack));
   SampleEvent off = sample_event(10, 10, 2100, {});
   off.kind = SampleKind::kOffCpu;
   off.off_cpu_ns = 50;
   builder.on_event(off);
+  const std::vector<uint64_t> exit_user = {0x400300, 0x400200};
+  const std::vector<uint64_t> exit_kernel = {0xffffffff81000100};
+  SampleEvent at_exit = sample_event(10, 10, 2400, exit_user, exit_kernel);
+  at_exit.at_exit = true;
+  at_exit.cpu_delta_ns = 0;
+  at_exit.user_leaf = UserLeaf::kAfterSyscall;
+  builder.on_event(at_exit);
+  EXPECT_EQ(profile.samples.size(), 2u);  // not a sample of its own
   builder.on_event(ExitEvent{10, 10, 2500, 0});
   builder.on_event(CpuTailEvent{10, 10, 2600, 700});
   builder.on_event(CpuTailEvent{10, 10, 2600, 700});  // once
   builder.on_event(CpuTailEvent{11, 11, 2600, 700});  // never sampled
   ASSERT_EQ(profile.samples.size(), 3u);
-  EXPECT_EQ(profile.samples[2].cpu_delta_ns, 700u);
-  EXPECT_EQ(profile.samples[2].time_ns, 2500u);
-  EXPECT_EQ(profile.samples[2].stack, profile.samples[0].stack);
+  const RawSample& tail = profile.samples[2];
+  EXPECT_EQ(tail.kind, SampleKind::kOnCpu);
+  EXPECT_EQ(tail.cpu_delta_ns, 700u);
+  EXPECT_EQ(tail.time_ns, 2500u);
+  ASSERT_NE(tail.stack, kNoIndex);
+  EXPECT_NE(tail.stack, profile.samples[0].stack);
+  EXPECT_EQ(std::vector<uint64_t>(profile.stacks.user_frames(tail.stack).begin(),
+                                  profile.stacks.user_frames(tail.stack).end()),
+            exit_user);
+  EXPECT_EQ(profile.stacks[tail.stack].user_leaf, UserLeaf::kAfterSyscall);
+  EXPECT_EQ(builder.samples(), 2u);
   EXPECT_EQ(builder.cpu_tails(), 1u);
+
+  // No exit stack came (its record was lost): the tail is the thread's, with no stack.
+  builder.on_event(sample_event(10, 12, 3000, shell_stack));
+  builder.on_event(ExitEvent{10, 12, 3100, 0});
+  builder.on_event(CpuTailEvent{10, 12, 3200, 900});
+  ASSERT_EQ(profile.samples.size(), 5u);
+  EXPECT_EQ(profile.samples[4].stack, kNoIndex);
+  EXPECT_EQ(profile.samples[4].tid, 12);
+  EXPECT_EQ(profile.samples[4].cpu_delta_ns, 900u);
+  EXPECT_EQ(profile.samples[4].time_ns, 3100u);
+  EXPECT_EQ(builder.cpu_tails(), 2u);
+}
+
+// What a sample's user leaf is, as the collector says, or presumed from its kernel part when it does
+// not say; two stacks of the same addresses with different leaves are two stacks.
+TEST_F(RawProfileBuilderRules, UserLeafAsTheCollectorSaysOrPresumed) {
+  builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  const std::vector<uint64_t> kernel = {0xffffffff81000100};
+  SampleEvent interrupted = sample_event(10, 10, 2000, shell_stack, kernel);
+  interrupted.user_leaf = UserLeaf::kInterrupted;
+  builder.on_event(interrupted);
+  SampleEvent after_syscall = sample_event(10, 10, 2001, shell_stack, kernel);
+  after_syscall.user_leaf = UserLeaf::kAfterSyscall;
+  builder.on_event(after_syscall);
+  builder.on_event(sample_event(10, 10, 2002, shell_stack, kernel));  // unsaid, under kernel frames
+  builder.on_event(sample_event(10, 10, 2003, shell_stack));          // unsaid, no kernel frames
+  ASSERT_EQ(profile.samples.size(), 4u);
+  EXPECT_EQ(profile.stacks[profile.samples[0].stack].user_leaf, UserLeaf::kInterrupted);
+  EXPECT_EQ(profile.stacks[profile.samples[1].stack].user_leaf, UserLeaf::kAfterSyscall);
+  EXPECT_NE(profile.samples[0].stack, profile.samples[1].stack);
+  EXPECT_EQ(profile.samples[2].stack, profile.samples[1].stack);
+  EXPECT_EQ(profile.stacks[profile.samples[3].stack].user_leaf, UserLeaf::kInterrupted);
 }
 
 TEST_F(RawProfileBuilderRules, LostRecordsAndThrottles) {

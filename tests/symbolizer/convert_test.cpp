@@ -178,10 +178,13 @@ TEST_F(ConvertFixture, UserStacksKernelStacksAndFallbacks) {
   EXPECT_TRUE(p.libs[fb[3]->lib].is_kernel);
   EXPECT_EQ(p.libs[fb[3]->lib].name, "[kernel.kallsyms]");
 
-  // The same raw stack off-CPU: same functions, every frame Idle, a different Profile stack.
+  // The same raw stack off-CPU: every frame Idle, a different Profile stack, the same user functions.
+  // Its kernel leaf is a return address there (a call into the scheduler), looked up one byte back:
+  // at do_syscall_64's first byte, that is the function before it.
   const uint32_t stack_b_idle = worker.samples[1].stack;
   EXPECT_NE(stack_b_idle, stack_b);
-  EXPECT_EQ(names_of(p, stack_b_idle), names_of(p, stack_b));
+  EXPECT_EQ(names_of(p, stack_b_idle),
+            (std::vector<std::string>{"main", "hpd_leaf", "entry_SYSCALL_64", "entry_SYSCALL_64"}));
   for (const Frame* f : frames_of(p, stack_b_idle, false)) EXPECT_EQ(f->category, Category::kIdle);
 
   // Stack C: an unmapped address and a module that cannot be read.
@@ -247,7 +250,7 @@ TEST_F(ConvertFixture, UserIpUnderKernelFramesAtAFunctionStart) {
   const uint64_t helper = sym("hpd_static_helper").address;
   const uint64_t leaf_end = sym("hpd_leaf").address + sym("hpd_leaf").size;
   ASSERT_LT(leaf_end, helper);
-  const std::vector<uint64_t> kernel{0xffffffff81200000ull};
+  const std::vector<uint64_t> kernel{0xffffffff81200001ull};  // a return address inside do_syscall_64
   const std::vector<uint64_t> user{start("hpd_static_helper"), past_end("main")};
   add_sample(raw.stacks.intern(kernel, user), 100, kPid, SampleKind::kOffCpu);
   Symbolizer symbolizer;
@@ -255,6 +258,33 @@ TEST_F(ConvertFixture, UserIpUnderKernelFramesAtAFunctionStart) {
   ASSERT_EQ(p.threads.size(), 1u);
   EXPECT_EQ(names_of(p, p.threads[0].samples.at(0).stack),
             (std::vector<std::string>{"main", "hpd_static_helper", "do_syscall_64"}));
+}
+
+// The user leaf is looked up as what the stack says it is: an interrupted instruction as it is (also
+// under kernel frames: a thread preempted in user code), the instruction after a `syscall` one byte
+// back, as a return address.
+TEST_F(ConvertFixture, UserLeafIsLookedUpAsWhatItIs) {
+  ASSERT_GT(sym("hpd_leaf").size, 4u);
+  const std::vector<uint64_t> kernel{0xffffffff81200000ull};
+  const std::vector<uint64_t> user{start("hpd_leaf") + 4, past_end("main")};
+  add_sample(raw.stacks.intern(kernel, user, UserLeaf::kInterrupted), 100, kPid, SampleKind::kWaitCpu);
+  add_sample(raw.stacks.intern(kernel, user, UserLeaf::kAfterSyscall), 200, kPid, SampleKind::kWaitCpu);
+  add_sample(raw.stacks.intern({}, user, UserLeaf::kInterrupted), 300, kPid);
+  Symbolizer symbolizer;
+  const Profile p = symbolize_profile(raw, symbolizer, options);
+  const Thread& t = thread(p, kPid);
+  ASSERT_EQ(t.samples.size(), 3u);
+  const auto leaf = [&](size_t i) {
+    const auto frames = frames_of(p, t.samples[i].stack);
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+      if (p.func_name((*it)->func) == "hpd_leaf") return (*it)->address;
+    }
+    ADD_FAILURE() << "no hpd_leaf frame in sample " << i;
+    return int64_t{-1};
+  };
+  EXPECT_EQ(leaf(0), static_cast<int64_t>(sym("hpd_leaf").address + 4));
+  EXPECT_EQ(leaf(1), static_cast<int64_t>(sym("hpd_leaf").address + 3));
+  EXPECT_EQ(leaf(2), leaf(0));
 }
 
 TEST_F(ConvertFixture, KernelFramesCanBeDroppedAndMissingKallsymsIsListed) {

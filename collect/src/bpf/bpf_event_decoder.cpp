@@ -39,7 +39,8 @@ void BpfEventDecoder::decode(std::span<const uint8_t> bytes, const EventSink& si
   }
   switch (header.type) {
     case HPD_EVENT_ON_CPU:
-    case HPD_EVENT_OFF_CPU: {
+    case HPD_EVENT_OFF_CPU:
+    case HPD_EVENT_EXIT_STACK: {
       hpd_sample_event e;
       if (!read_record(bytes, e, kSampleHeaderBytes) || e.kernel_frames > HPD_MAX_KERNEL_FRAMES ||
           e.user_frames > HPD_MAX_USER_FRAMES || e.stack_bytes > HPD_MAX_STACK_COPY) {
@@ -101,6 +102,9 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
     // Switched out runnable (preempted, or yielding): the interval was spent waiting for a CPU.
     s.kind = e.flags & HPD_SAMPLE_PREEMPTED ? SampleKind::kWaitCpu : SampleKind::kOffCpu;
     s.off_cpu_ns = e.off_cpu_ns;
+  } else if (h.type == HPD_EVENT_EXIT_STACK) {
+    s.kind = SampleKind::kOnCpu;
+    s.at_exit = true;
   } else {
     s.kind = SampleKind::kOnCpu;
     s.cpu_delta_ns = e.cpu_delta_ns;
@@ -130,6 +134,8 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
   const std::span<const uint64_t> ips(ips_.data(), frames_present);
   s.kernel = ips.first(e.kernel_frames);
   s.user = ips.subspan(e.kernel_frames, user_frames);
+  // The programs read whether the thread is in a system call from its user registers (orig_ax).
+  s.user_leaf = e.flags & HPD_SAMPLE_IN_SYSCALL ? UserLeaf::kAfterSyscall : UserLeaf::kInterrupted;
 
   if (user_end < HPD_USER_END_COUNT) ++user_ends_[off_cpu ? 1 : 0][user_end];
   if (tables_pending) ++tables_pending_;

@@ -379,7 +379,8 @@ void BpfSession::load() {
         skel_->maps.sample_scratch,
         static_cast<uint32_t>(sizeof(hpd_sample_event) + stack_copy_ + kScratchSlackBytes));
   if (err != 0) throw RecordError("cannot size the eBPF record buffers: " + errno_text(err));
-  err = bpf_map__set_max_entries(skel_->maps.cfi_windows, static_cast<uint32_t>(2 * possible));
+  // One per program that walks (on-CPU, sched_switch, exit): CFI_WINDOW_SLOTS in cfi_walk.bpf.h.
+  err = bpf_map__set_max_entries(skel_->maps.cfi_windows, static_cast<uint32_t>(3 * possible));
   if (err != 0) throw RecordError("cannot size the eBPF stack windows: " + errno_text(err));
   // Without off-CPU samples the scheduler hooks are not even loaded: context switches and wakeups cost
   // nothing.

@@ -30,6 +30,9 @@ bool SchedulerFrames::is_scheduler_function(const char* name) {
       "__cond_resched",
       "__traceiter_sched_switch",
       "__bpf_trace_sched_switch",
+      // The exit tracepoint's, in front of do_exit in an exit stack.
+      "__traceiter_sched_process_exit",
+      "__bpf_trace_sched_process_exit",
       "schedule_timeout_interruptible",
       "schedule_timeout_uninterruptible",
       "schedule_timeout_killable",
@@ -43,7 +46,12 @@ bool SchedulerFrames::is_scheduler_function(const char* name) {
          std::strncmp(name, "bpf_trampoline_", 15) == 0;
 }
 
-SchedulerFrames SchedulerFrames::from_kallsyms(std::istream& in) {
+bool SchedulerFrames::is_syscall_entry(const char* name) {
+  return std::strncmp(name, "entry_SYSCALL", 13) == 0 || std::strncmp(name, "entry_SYSENTER", 14) == 0 ||
+         std::strncmp(name, "entry_INT80", 11) == 0 || std::strncmp(name, "ret_from_fork", 13) == 0;
+}
+
+SchedulerFrames SchedulerFrames::from_kallsyms(std::istream& in, bool (*pick)(const char*)) {
   struct Symbol {
     uint64_t address;
     bool scheduler;
@@ -56,7 +64,7 @@ SchedulerFrames SchedulerFrames::from_kallsyms(std::istream& in) {
     if (!(fields >> address >> type >> name)) continue;
     const uint64_t a = std::strtoull(address.c_str(), nullptr, 16);
     if (a == 0 || (type != "t" && type != "T")) continue;
-    symbols.push_back({a, is_scheduler_function(name.c_str())});
+    symbols.push_back({a, pick(name.c_str())});
   }
   std::sort(symbols.begin(), symbols.end(),
             [](const Symbol& x, const Symbol& y) { return x.address < y.address; });
@@ -69,10 +77,10 @@ SchedulerFrames SchedulerFrames::from_kallsyms(std::istream& in) {
   return out;
 }
 
-SchedulerFrames SchedulerFrames::load() {
+SchedulerFrames SchedulerFrames::load(bool (*pick)(const char*)) {
   std::ifstream in("/proc/kallsyms");
   if (!in) return {};
-  return from_kallsyms(in);
+  return from_kallsyms(in, pick);
 }
 
 bool SchedulerFrames::contains(uint64_t address) const {

@@ -60,6 +60,15 @@ void PerfEventDecoder::decode_sample(const SampleRecord& s, size_t bytes, const 
   }
   e.kernel = split_.kernel;
   e.user = split_.user;
+  // The user pc of a sample taken in user mode is the interrupted instruction. In the kernel (perf
+  // samples there only with kernel frames), the outermost kernel frame says how the thread entered:
+  // by a system call (its pc is after the `syscall`) or by an interrupt or exception (its pc is the
+  // interrupted instruction). A chain cut by the depth limit does not reach the entry.
+  if (e.user_mode) {
+    e.user_leaf = UserLeaf::kInterrupted;
+  } else if (is_syscall_entry_ && !split_.kernel.empty() && split_.address_count < config_.max_stack) {
+    e.user_leaf = is_syscall_entry_(split_.kernel.back()) ? UserLeaf::kAfterSyscall : UserLeaf::kInterrupted;
+  }
   if (s.regs_abi != PERF_SAMPLE_REGS_ABI_NONE && !s.user_regs.empty()) {
     e.regs = UserRegs::from_perf(config_.regs_mask, s.user_regs);
     e.stack = s.user_stack;

@@ -38,6 +38,13 @@ class PerfEventDecoder {
   // events from its creator; only samples from its own events (these ids) are kept.
   void set_own_event_ids(int32_t tid, std::vector<uint64_t> ids);
 
+  // Whether a kernel address lies in a system-call entry (SchedulerFrames::is_syscall_entry), to tell
+  // what the user leaf of a sample taken in the kernel is: the outermost frame of its kernel chain is
+  // where the thread entered. Without it (kallsyms unreadable) such leaves are left to the builder.
+  void set_syscall_entries(std::function<bool(uint64_t)> is_syscall_entry) {
+    is_syscall_entry_ = std::move(is_syscall_entry);
+  }
+
   // Hands the events of `record` (of `bytes` bytes in the ring) to `sink`, in order. Switch records
   // are held until end_of_pass().
   void decode(const PerfRecord& record, size_t bytes, const EventSink& sink);
@@ -70,6 +77,7 @@ class PerfEventDecoder {
   };
 
   PerfDecoderConfig config_;
+  std::function<bool(uint64_t)> is_syscall_entry_;
   SplitCallchain split_;
   // Last counter value per thread and CPU: each (thread, CPU) pair has its own inherited event.
   std::unordered_map<int32_t, std::vector<uint64_t>> last_value_;

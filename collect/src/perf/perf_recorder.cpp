@@ -21,6 +21,7 @@
 #include <set>
 #include <system_error>
 
+#include "bpf/sched_frames.h"
 #include "hpd/base/unique_fd.h"
 #include "perf/perf_event_decoder.h"
 #include "perf/perf_records.h"
@@ -332,6 +333,12 @@ RecordResult PerfSession::run() {
       PerfDecoderConfig{result_.cpu_time_source == CpuTimeSource::kThreadCounter, max_stack_, dwarf,
                         attr_.sample_regs_user, uint64_t{options_.off_cpu_min_us} * 1000});
   for (auto& [tid, ids] : own_ids_) decoder_->set_own_event_ids(tid, std::move(ids));
+  if (kernel_frames_) {
+    auto entries =
+        std::make_shared<SchedulerFrames>(SchedulerFrames::load(SchedulerFrames::is_syscall_entry));
+    if (entries->size() > 0)
+      decoder_->set_syscall_entries([entries](uint64_t a) { return entries->contains(a); });
+  }
   // No maps reader: the MMAP2 records and the maps read below cover every mapping of the targets.
   builder_ = std::make_unique<RawProfileBuilder>(
       result_.profile, BuilderConfig{TrackerConfig{result_.profile.info.start_mono_ns}, dwarf},

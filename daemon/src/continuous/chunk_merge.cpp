@@ -103,7 +103,8 @@ class ChunkMerger {
       if (s.stack != kNoIndex && s.stack < in.stacks.size()) {
         uint32_t& mapped = stack_map_[s.stack];
         if (mapped == kNoIndex)
-          mapped = out_.stacks.intern(in.stacks.kernel_frames(s.stack), in.stacks.user_frames(s.stack));
+          mapped = out_.stacks.intern(in.stacks.kernel_frames(s.stack), in.stacks.user_frames(s.stack),
+                                      in.stacks[s.stack].user_leaf);
         copy.stack = mapped;
       } else {
         copy.stack = kNoIndex;

@@ -112,18 +112,43 @@ struct RawThread {
   LostCounts lost;        // this thread's share of RawProfile::lost, where the backend knows it
 };
 
+// What the first user address of a stack is: the thread's user pc when the stack was taken.
+enum class UserLeaf : uint8_t {
+  // The instruction the thread was interrupted at and will run next: a timer sample of user code, an
+  // interrupt or an exception (a page fault), a preemption of user code. Looked up as it is.
+  kInterrupted = 0,
+  // The thread entered the kernel by a system call: its user pc is the instruction after `syscall`,
+  // which behaves as a return address and is looked up one byte back, as every caller frame is.
+  kAfterSyscall = 1,
+};
+
+// The user leaf of a stack recorded before hpd said which it was (captures without the column): the
+// rule of those recordings, interrupted without kernel frames, after a system call under them.
+constexpr UserLeaf presumed_user_leaf(size_t kernel_depth) {
+  return kernel_depth == 0 ? UserLeaf::kInterrupted : UserLeaf::kAfterSyscall;
+}
+
 // A unique captured stack, leaf first: `kernel_depth` kernel addresses, then `user_depth` user ones.
-// addresses[0] is the sampled instruction pointer; every later entry is a return address.
+// The first user address is the thread's user pc (`user_leaf` says what it is); every later user
+// entry is a return address. The first kernel address is the interrupted kernel instruction of an
+// on-CPU sample, and a return address (a call into the scheduler) in an off-CPU stack.
 struct RawStack {
   uint32_t offset = 0;  // into RawStackTable::addresses
   uint16_t kernel_depth = 0;
   uint16_t user_depth = 0;
+  UserLeaf user_leaf = UserLeaf::kInterrupted;
 };
 
-// Interns captured stacks: samples refer to a stack by index, identical stacks are stored once.
+// Interns captured stacks: samples refer to a stack by index, identical stacks are stored once. Two
+// stacks with the same addresses but different user leaves are different stacks.
 class RawStackTable {
  public:
-  uint32_t intern(std::span<const uint64_t> kernel_leaf_first, std::span<const uint64_t> user_leaf_first);
+  uint32_t intern(std::span<const uint64_t> kernel_leaf_first, std::span<const uint64_t> user_leaf_first,
+                  UserLeaf user_leaf);
+  // With the user leaf presumed from the kernel part (presumed_user_leaf).
+  uint32_t intern(std::span<const uint64_t> kernel_leaf_first, std::span<const uint64_t> user_leaf_first) {
+    return intern(kernel_leaf_first, user_leaf_first, presumed_user_leaf(kernel_leaf_first.size()));
+  }
 
   size_t size() const { return stacks_.size(); }
   const RawStack& operator[](uint32_t index) const { return stacks_[index]; }

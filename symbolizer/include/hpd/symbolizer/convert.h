@@ -15,8 +15,11 @@ struct ConvertOptions {
 // Builds the symbolized Profile.
 // - Each unique (module, file offset) is resolved once, in one Symbolizer::resolve batch per module;
 //   each unique raw stack (per process, mapping epoch and on/off-CPU) is built into the prefix tree once.
-// - Only the first address of a stack (the sampled instruction pointer) is exact; every other
-//   address is a return address, looked up at address - 1 and stored so ("nudged") in Frame::address.
+// - Return addresses are looked up at address - 1 and stored so ("nudged") in Frame::address; exact
+//   instruction pointers as they are. Exact: the user leaf when RawStack::user_leaf says the thread
+//   was interrupted there (not after a system call, whose user pc is a return address), and the
+//   kernel leaf of an on-CPU sample. Every caller frame, and every kernel frame of an off-CPU
+//   sample (the kernel leaf is a call into the scheduler), is a return address.
 // - Stacks run root first: user frames from the outermost to the user leaf, then kernel frames from
 //   the syscall entry to the kernel leaf; one Frame per inline level (inline_depth 0..n, outer first).
 // - Categories: kUser / kKernel; every frame of an off-CPU sample is kIdle.
