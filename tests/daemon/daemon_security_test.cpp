@@ -794,9 +794,8 @@ TEST_F(RealUsers, HostileCallTableIsReadSafely) {
 // (as her own local recording would not), the summary says which files she cannot read; root's
 // recording of the same processes has the names.
 TEST_F(RealUsers, ClientGetsNoNamesFromFilesItCannotRead) {
-  Hpd hpd;
-  const std::string dir = hpd.out_dir() + "/secret";
-  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const testing::TempDir tmp("hpd-unreadable");
+  const std::string dir = tmp.path();
   ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
   std::ofstream(dir + "/app.c") << R"(
 __attribute__((noinline)) void TOPSECRET_root_only_function(volatile unsigned long* x) {
@@ -823,8 +822,16 @@ int main(void) {
   ASSERT_NE(run(alice_.run_as({"cat", dir + "/app"})).exit_code, 0) << "alice can read the 0711 binary";
   ASSERT_NE(run(alice_.run_as({"cat", dir + "/app2.debug"})).exit_code, 0);
 
-  for (const std::string name : {"app", "app2"}) {
-    SCOPED_TRACE(name);
+  // As root with every capability (held files reached through /proc/PID/map_files), and with
+  // only the bounding set of packaging/systemd/hpd.service (through /proc/PID/root).
+  HpdStart unit_caps;
+  unit_caps.wrapper = {
+      "setpriv", "--inh-caps=-all",
+      "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog,+setuid,+setgid"};
+  for (const std::string name : {"app", "app2"})
+  for (const HpdStart& start : {HpdStart{}, unit_caps}) {
+    SCOPED_TRACE(name + (start.wrapper.empty() ? " (all capabilities)" : " (the unit's capabilities)"));
+    Hpd hpd(start);
     Background spinning(alice_.run_as({dir + "/" + name}));
     const std::string pid = std::to_string(spinning.pid());
     const std::string mine = hpd.out_dir() + "/alice-" + name + ".json";
