@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
@@ -62,8 +63,10 @@ uint64_t status_hex(std::string_view status, std::string_view key) {
 int open_pidfd(pid_t pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
+// EPERM is an answer from a live process too: signalling another user's process needs CAP_KILL,
+// which the unit's bounding set does not hold (a dead one answers ESRCH).
 bool pidfd_alive(int pidfd) {
-  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0;
+  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
 }
 
 // What /proc/PID says of one process, read through a directory descriptor opened while `pidfd` named
