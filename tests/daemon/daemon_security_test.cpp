@@ -787,7 +787,6 @@ TEST_F(RealUsers, HostileCallTableIsReadSafely) {
   EXPECT_EQ(hpd.log().find("terminate"), std::string::npos) << hpd.log();
 }
 
-
 // Issue #29: a client's recording is symbolized only from files the client could read itself.
 // An execute-only binary (0711) with a debug file only root may read, and a readable stripped
 // binary whose debug file only root may read: alice's profile through hpd names neither function
@@ -829,34 +828,34 @@ int main(void) {
       "setpriv", "--inh-caps=-all",
       "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog,+setuid,+setgid"};
   for (const std::string name : {"app", "app2"})
-  for (const HpdStart& start : {HpdStart{}, unit_caps}) {
-    SCOPED_TRACE(name + (start.wrapper.empty() ? " (all capabilities)" : " (the unit's capabilities)"));
-    Hpd hpd(start);
-    Background spinning(alice_.run_as({dir + "/" + name}));
-    const std::string pid = std::to_string(spinning.pid());
-    // Until setpriv has executed the program.
-    for (int i = 0; i < 200; ++i) {
-      std::error_code ec;
-      if (std::filesystem::read_symlink("/proc/" + pid + "/exe", ec) == dir + "/" + name) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    const std::string mine = hpd.out_dir() + "/alice-" + name + ".json";
-    const RunResult r =
-        run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "1", "-o", mine})));
-    ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
-    const std::string text = read_text(mine);
-    EXPECT_EQ(text.find("TOPSECRET"), std::string::npos) << "a name from a file alice cannot read";
-    EXPECT_NE(text.find("\"" + name + "+0x"), std::string::npos) << "no " << name << "+0x... frame";
-    const std::string unreadable = dir + "/" + (name == "app" ? "app" : "app2.debug");
-    EXPECT_NE(r.err.find("not symbolized: you cannot read " + unreadable), std::string::npos) << r.err;
+    for (const HpdStart& start : {HpdStart{}, unit_caps}) {
+      SCOPED_TRACE(name + (start.wrapper.empty() ? " (all capabilities)" : " (the unit's capabilities)"));
+      Hpd hpd(start);
+      Background spinning(alice_.run_as({dir + "/" + name}));
+      const std::string pid = std::to_string(spinning.pid());
+      // Until setpriv has executed the program.
+      for (int i = 0; i < 200; ++i) {
+        std::error_code ec;
+        if (std::filesystem::read_symlink("/proc/" + pid + "/exe", ec) == dir + "/" + name) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      const std::string mine = hpd.out_dir() + "/alice-" + name + ".json";
+      const RunResult r =
+          run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "1", "-o", mine})));
+      ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+      const std::string text = read_text(mine);
+      EXPECT_EQ(text.find("TOPSECRET"), std::string::npos) << "a name from a file alice cannot read";
+      EXPECT_NE(text.find("\"" + name + "+0x"), std::string::npos) << "no " << name << "+0x... frame";
+      const std::string unreadable = dir + "/" + (name == "app" ? "app" : "app2.debug");
+      EXPECT_NE(r.err.find("not symbolized: you cannot read " + unreadable), std::string::npos) << r.err;
 
-    const std::string roots = hpd.out_dir() + "/root-" + name + ".json";
-    const RunResult root = run(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "1", "-o", roots}));
-    ASSERT_EQ(root.exit_code, 0) << root.err;
-    EXPECT_NE(read_text(roots).find("TOPSECRET_root_only_function"), std::string::npos)
-        << "root's recording lacks the name";
-    EXPECT_EQ(root.err.find("you cannot read"), std::string::npos) << root.err;
-  }
+      const std::string roots = hpd.out_dir() + "/root-" + name + ".json";
+      const RunResult root = run(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "1", "-o", roots}));
+      ASSERT_EQ(root.exit_code, 0) << root.err;
+      EXPECT_NE(read_text(roots).find("TOPSECRET_root_only_function"), std::string::npos)
+          << "root's recording lacks the name";
+      EXPECT_EQ(root.err.find("you cannot read"), std::string::npos) << root.err;
+    }
 }
 
 uint64_t peak_rss_bytes(pid_t pid) {
@@ -920,9 +919,10 @@ int main(void) {
     char line[128];
     const uint64_t base = 0x200000000000ull;
     for (uint64_t i = 0; i < 4100000; ++i) {
-      const int n = std::snprintf(line, sizeof line, "%llx %llx jit_function_%08llu_of_a_generated_module\n",
-                                  static_cast<unsigned long long>(base - 16 * i),
-                                  static_cast<unsigned long long>(16 * i + 64), static_cast<unsigned long long>(i));
+      const int n =
+          std::snprintf(line, sizeof line, "%llx %llx jit_function_%08llu_of_a_generated_module\n",
+                        static_cast<unsigned long long>(base - 16 * i),
+                        static_cast<unsigned long long>(16 * i + 64), static_cast<unsigned long long>(i));
       text.write(line, n);
     }
   }
@@ -944,9 +944,10 @@ int main(void) {
   const RunResult r = record();
   ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
   const uint64_t peak = peak_rss_bytes(hpd.pid());
-  std::printf("hpd peak RSS: %.1f MiB without the map, %.1f MiB with its %.1f MiB map\n", baseline / 1048576.0,
-              peak / 1048576.0, map_bytes / 1048576.0);
-  EXPECT_LT(peak, baseline + (64ull << 20)) << "hpd's peak RSS grew by " << ((peak - baseline) >> 20) << " MiB";
+  std::printf("hpd peak RSS: %.1f MiB without the map, %.1f MiB with its %.1f MiB map\n",
+              baseline / 1048576.0, peak / 1048576.0, map_bytes / 1048576.0);
+  EXPECT_LT(peak, baseline + (64ull << 20))
+      << "hpd's peak RSS grew by " << ((peak - baseline) >> 20) << " MiB";
   // Named from the map all the same, and the summary says how much was left out.
   EXPECT_NE(read_text(out).find("jit_function_"), std::string::npos) << "no JIT name in the profile";
   EXPECT_NE(r.err.find("JIT symbols of pid " + pid), std::string::npos) << r.err;
