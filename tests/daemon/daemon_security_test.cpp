@@ -958,5 +958,33 @@ int main(void) {
   EXPECT_TRUE(status["limits"].contains("max_user_memory_mb")) << status.dump();
 }
 
+// Issue #29: a user's sessions together are bounded by max_user_memory_mb (root is not). Two
+// sessions of alice at once, each far below max_session_memory_mb: they end early, saying why,
+// and alice still gets what was recorded.
+TEST_F(RealUsers, UsersSessionsTogetherStayWithinMaxUserMemory) {
+  HpdStart start;
+  start.config = "max_user_memory_mb = 2\n";
+  Hpd hpd(start);
+  Background target(alice_.run_as({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "60"}));
+  const std::string pid = std::to_string(target.pid());
+  auto args = [&](const std::string& out) {
+    return hpctl(hpd, {"record", "--no-report", "--pid", pid, "-F", "10000", "--call-graph", "dwarf", "-d",
+                       "60", "-o", hpd.out_dir() + "/" + out});
+  };
+  const std::string first_err = hpd.out_dir() + "/first.err";
+  std::vector<std::string> first = {"sh", "-c", "exec \"$@\" 2>" + first_err, "sh"};
+  for (const std::string& a : alice_.run_as(args("first.json"))) first.push_back(a);
+  Background one(first);
+  const RunResult two = run(alice_.run_as(args("second.json")), 120);
+  EXPECT_EQ(one.wait(), 0);
+  ASSERT_EQ(two.exit_code, 0) << two.err << hpd.log();
+  const std::string said = "outgrew max_user_memory_mb (2 MiB)";
+  EXPECT_NE(two.err.find(said), std::string::npos) << two.err;
+  EXPECT_NE(read_text(first_err).find(said), std::string::npos) << read_text(first_err);
+  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/second.json")), 0u);
+  const json status = hpd.status();
+  EXPECT_EQ(status["limits"]["max_user_memory_mb"], 2) << status.dump();
+}
+
 }  // namespace
 }  // namespace hpd::test
