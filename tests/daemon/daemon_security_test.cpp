@@ -417,12 +417,17 @@ TEST_F(RealUsers, RootServedBeside300IdleConnectionsOfAnotherUser) {
   EXPECT_EQ(hpd.terminate(10), 0);
 }
 
-uint64_t rss_bytes(pid_t pid) {
+// A "Vm...:  N kB" line of /proc/PID/status in bytes: VmRSS now, VmHWM the peak.
+uint64_t status_bytes(pid_t pid, const std::string& key) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+    if (line.rfind(key, 0) == 0) return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024;
   return 0;
+}
+
+uint64_t rss_bytes(pid_t pid) {
+  return status_bytes(pid, "VmRSS:");
 }
 
 TEST_F(RealUsers, AnnouncedFramesCostNoMemoryBeforeTheirBytes) {
@@ -859,11 +864,7 @@ int main(void) {
 }
 
 uint64_t peak_rss_bytes(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-  return 0;
+  return status_bytes(pid, "VmHWM:");
 }
 
 // Issue #29: a 250 MiB /tmp/perf-PID.map of a user's process made hpd grow by hundreds of MiB. It
