@@ -493,7 +493,21 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
   std::printf("samples:    %llu taken, %llu lost\n",
               static_cast<unsigned long long>(json_uint(status, "samples")),
               static_cast<unsigned long long>(json_uint(status, "lost")));
-  std::printf("memory:     %s resident\n", format_bytes(json_uint(status, "rss_bytes")).c_str());
+  std::printf("memory:     %s resident", format_bytes(json_uint(status, "rss_bytes")).c_str());
+  if (status.contains("memory") && status["memory"].is_object()) {
+    const json& m = status["memory"];
+    const json limits = status.value("limits", json::object());
+    std::printf(", %s held by sessions (at most %llu MiB a session, %llu MiB a user)",
+                format_bytes(json_uint(m, "sessions_bytes")).c_str(),
+                static_cast<unsigned long long>(json_uint(limits, "max_session_memory_mb")),
+                static_cast<unsigned long long>(json_uint(limits, "max_user_memory_mb")));
+    if (m.contains("users") && m["users"].is_array())
+      for (const json& u : m["users"])
+        if (u.is_object())
+          std::printf("\n            uid %llu: %s", static_cast<unsigned long long>(json_uint(u, "uid")),
+                      format_bytes(json_uint(u, "bytes")).c_str());
+  }
+  std::printf("\n");
   if (status.contains("cfi") && status["cfi"].is_object()) {
     const json& c = status["cfi"];
     if (json_uint(c, "recordings") == 0) {

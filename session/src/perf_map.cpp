@@ -1,51 +1,276 @@
 // Reading the files JIT runtimes write for profilers (/tmp/perf-PID.map, jit-PID.dump) into
-// RawProfile::jit_symbols.
+// RawProfile::jit_symbols: streamed, keeping only what covers sampled code, within a byte bound.
 #include "hpd/session/perf_map.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
+
+#include "hpd/base/unique_fd.h"
 
 namespace hpd::session {
 namespace {
 
 constexpr off_t kMaxMapBytes = off_t{256} << 20;
 constexpr off_t kMaxJitdumpBytes = off_t{1} << 30;  // code bytes included
+constexpr size_t kReadBytes = 64 << 10;
+// A perf-map line longer than this is not one (and is not kept in memory while it lasts).
+constexpr size_t kMaxLineBytes = 16 << 10;
+// What one kept symbol's entry in the by-start index costs (node, bucket, allocation).
+constexpr uint64_t kIndexEntryBytes = 48;
+// Code blobs of a jitdump whose loads are remembered for a later move: their record's offset.
+constexpr size_t kMaxJitdumpLoadsIndexed = size_t{1} << 18;
 
 // jitdump (tools/perf/Documentation/jitdump-specification.txt): "JiTD" in the writer's byte order.
 constexpr uint32_t kJitdumpMagic = 0x4A695444;
 constexpr uint32_t kJitCodeLoad = 0;
 constexpr uint32_t kJitCodeMove = 1;
+constexpr size_t kMaxJitName = 4096;
 
-template <typename T>
-bool load(const std::string& bytes, size_t offset, T& out) {
-  if (offset > bytes.size() || bytes.size() - offset < sizeof(T)) return false;
-  std::memcpy(&out, bytes.data() + offset, sizeof(T));
+// "START SIZE NAME" (hex without 0x); false when the line is not one.
+bool parse_map_line(std::string_view line, uint64_t& start, uint64_t& size, std::string_view& name) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  auto hex_field = [&](uint64_t& out) {
+    if (line.size() > 2 && line[0] == '0' && (line[1] == 'x' || line[1] == 'X')) line.remove_prefix(2);
+    size_t i = 0;
+    out = 0;
+    for (; i < line.size() && i < 17; ++i) {
+      const char c = line[i];
+      const int digit = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
+      if (digit < 0) break;
+      if (i == 16) return false;  // more than 64 bits
+      out = out << 4 | static_cast<uint64_t>(digit);
+    }
+    if (i == 0 || i >= line.size() || line[i] != ' ') return false;
+    line.remove_prefix(i + 1);
+    return true;
+  };
+  if (!hex_field(start) || !hex_field(size) || size == 0) return false;
+  // perf keeps the rest of the line, spaces included; the '\r' of a CRLF file is not part of it.
+  name = line;
+  return !name.empty();
+}
+
+// Symbols of one recording offered one at a time: kept when they cover a sampled address, one per
+// (process, start), within the byte bound.
+class Collector {
+ public:
+  Collector(RawProfile& profile, uint64_t max_bytes) : profile_(profile), max_bytes_(max_bytes) {
+    for (const uint64_t a : profile.stacks.addresses()) sampled_.push_back(a);
+    for (const RawCallEdge& e : profile.call_edges) {
+      sampled_.push_back(e.caller_address);
+      sampled_.push_back(e.callee_address);
+    }
+    std::sort(sampled_.begin(), sampled_.end());
+    sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
+    // Symbols read before (none, unless a caller added some) count against the bound too.
+    for (const RawJitSymbol& s : profile.jit_symbols) result.bytes_kept += cost(s.name.size());
+  }
+
+  // The symbols offered next are `pid`'s, until the next call.
+  void begin_process(int32_t pid) {
+    if (pid == pid_) return;
+    pid_ = pid;
+    by_start_ = {};
+  }
+
+  // Per file: counts since the last call.
+  struct FileCounts {
+    uint64_t read = 0, kept = 0, superseded = 0, unsampled = 0, dropped = 0;
+  };
+  FileCounts take_file_counts() { return std::exchange(file_, {}); }
+
+  void offer(uint64_t start, uint64_t size, std::string_view name) {
+    ++file_.read;
+    ++result.symbols_read;
+    if (!covers_sample(start, size)) {
+      ++file_.unsampled;
+      ++result.symbols_unsampled;
+      return;
+    }
+    if (const auto it = by_start_.find(start); it != by_start_.end()) {
+      // The runtime wrote a new blob over the old one: the later line is current.
+      RawJitSymbol& s = profile_.jit_symbols[it->second];
+      result.bytes_kept = result.bytes_kept - s.name.size() + name.size();
+      s.size = size;
+      s.name.assign(name);
+      ++file_.superseded;
+      return;
+    }
+    if (result.bytes_kept + cost(name.size()) > max_bytes_) {
+      ++file_.dropped;
+      ++result.symbols_dropped;
+      return;
+    }
+    by_start_.emplace(start, profile_.jit_symbols.size());
+    profile_.jit_symbols.push_back(RawJitSymbol{pid_, start, size, std::string(name)});
+    result.bytes_kept += cost(name.size());
+    ++file_.kept;
+    ++result.symbols_kept;
+  }
+
+  JitReadResult result;
+
+ private:
+  static uint64_t cost(size_t name_bytes) { return sizeof(RawJitSymbol) + name_bytes + kIndexEntryBytes; }
+
+  // A sampled address in [start, start + size]: the sampled instruction itself, or a return
+  // address just past the blob's end (looked up one below).
+  bool covers_sample(uint64_t start, uint64_t size) const {
+    const auto it = std::lower_bound(sampled_.begin(), sampled_.end(), start);
+    return it != sampled_.end() && *it - start <= size;
+  }
+
+  RawProfile& profile_;
+  uint64_t max_bytes_;
+  std::vector<uint64_t> sampled_;
+  int32_t pid_ = 0;
+  std::unordered_map<uint64_t, size_t> by_start_;  // of pid_: start -> index in jit_symbols
+  FileCounts file_;
+};
+
+// A regular file (no symlink followed, a FIFO not waited on) of at most max_bytes, opened as the
+// options say; invalid otherwise.
+UniqueFd open_regular(const JitReadOptions& options, const std::string& path, off_t max_bytes) {
+  const int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  UniqueFd fd(options.open_file ? options.open_file(path, flags) : ::open(path.c_str(), flags));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) return {};
+  return fd;
+}
+
+ssize_t read_some(int fd, char* buffer, size_t size, off_t offset) {
+  ssize_t n;
+  do {
+    n = ::pread(fd, buffer, size, offset);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+// Streams the perf map at `fd` into the collector; the number of lines not understood.
+size_t stream_perf_map(int fd, Collector& collector) {
+  std::string buffer(kReadBytes, '\0');
+  std::string line;  // a line cut by the end of the buffer
+  bool overlong = false;
+  size_t bad = 0;
+  auto take = [&](std::string_view text) {
+    if (text.empty()) return;
+    uint64_t start = 0, size = 0;
+    std::string_view name;
+    if (parse_map_line(text, start, size, name))
+      collector.offer(start, size, name);
+    else
+      ++bad;
+  };
+  off_t offset = 0;
+  for (;;) {
+    const ssize_t n = read_some(fd, buffer.data(), buffer.size(), offset);
+    if (n <= 0) break;
+    offset += n;
+    std::string_view chunk(buffer.data(), static_cast<size_t>(n));
+    for (size_t newline; (newline = chunk.find('\n')) != std::string_view::npos;) {
+      if (overlong) {
+        ++bad;
+        overlong = false;
+      } else if (line.empty()) {
+        take(chunk.substr(0, newline));
+      } else {
+        line.append(chunk.substr(0, newline));
+        take(line);
+        line.clear();
+      }
+      chunk.remove_prefix(newline + 1);
+    }
+    if (!overlong) line.append(chunk);
+    if (line.size() > kMaxLineBytes) {
+      overlong = true;
+      line = std::string();
+    }
+  }
+  if (overlong)
+    ++bad;
+  else
+    take(line);
+  return bad;
+}
+
+// The jitdump records of `read_at` (a file, or bytes in memory), streamed into `offer`.
+template <class ReadAt, class Offer>
+bool stream_jitdump(uint64_t total, ReadAt read_at, Offer offer, uint64_t* moves_lost) {
+  uint32_t header[3];
+  if (total < 40 || !read_at(0, header, sizeof header) || header[0] != kJitdumpMagic || header[2] < 40 ||
+      header[2] > total)
+    return false;
+  // Code moves refer to a blob by its code_index; the record that loaded it names it.
+  std::unordered_map<uint64_t, uint64_t> load_of_index;
+  std::string name;
+  auto read_name = [&](uint64_t at, uint64_t end) {
+    name.resize(std::min<uint64_t>(end - at, kMaxJitName + 1));
+    if (!read_at(at, name.data(), name.size())) return false;
+    const size_t length = strnlen(name.data(), name.size());
+    if (length == 0 || length == name.size()) return false;
+    name.resize(length);
+    return true;
+  };
+  for (uint64_t offset = header[2];;) {
+    uint32_t head[2];  // id, total_size
+    if (total - offset < 16 || !read_at(offset, head, sizeof head) || head[1] < 16 ||
+        head[1] > total - offset)
+      break;
+    const uint64_t body = offset + 16, end = offset + head[1];
+    uint64_t fields[5];
+    if (head[0] == kJitCodeLoad && body + 40 < end && read_at(body, fields, sizeof fields)) {
+      // pid u32, tid u32, vma u64, code_addr u64, code_size u64, code_index u64, name\0, code
+      const uint64_t code_addr = fields[2], code_size = fields[3], code_index = fields[4];
+      if (code_size > 0 && read_name(body + 40, end)) {
+        if (load_of_index.size() < kMaxJitdumpLoadsIndexed || load_of_index.count(code_index) != 0)
+          load_of_index[code_index] = offset;
+        offer(code_addr, code_size, name);
+      }
+    } else if (head[0] == kJitCodeMove && body + 48 <= end) {
+      // pid u32, tid u32, vma u64, old_code_addr u64, new_code_addr u64, code_size u64, code_index u64
+      uint64_t move[6];
+      if (read_at(body, move, sizeof move) && move[4] > 0) {
+        const auto it = load_of_index.find(move[5]);
+        if (it == load_of_index.end()) {
+          ++*moves_lost;
+        } else if (const uint64_t at = it->second + 16 + 40;
+                   read_name(at, std::min(total, at + kMaxJitName + 1))) {
+          offer(move[3], move[4], name);
+        }
+      }
+    }
+    offset = end;
+  }
   return true;
 }
 
-// The whole file, or nothing when it is missing, not a regular file, a symlink or too large.
-bool read_regular_file(const std::string& path, std::string& out, off_t max_bytes = kMaxMapBytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return false;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) {
-    ::close(fd);
-    return false;
-  }
-  out.clear();
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
-    if (n > 0) out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return n == 0;
+std::string file_note(int32_t pid, const std::string& path, const Collector::FileCounts& c, size_t bad,
+                      uint64_t moves_lost, const JitReadOptions& options) {
+  std::string note = "JIT symbols of pid " + std::to_string(pid) + ": " + std::to_string(c.kept) + " of " +
+                     std::to_string(c.read) + " from " + path;
+  if (c.unsampled != 0) note += " (" + std::to_string(c.unsampled) + " cover no sampled address)";
+  if (c.superseded != 0)
+    note += " (" + std::to_string(c.superseded) + " written over an earlier one at the same address)";
+  if (bad != 0) note += " (" + std::to_string(bad) + " lines not understood)";
+  if (moves_lost != 0)
+    note += " (" + std::to_string(moves_lost) + " code moves of blobs loaded beyond the first " +
+            std::to_string(kMaxJitdumpLoadsIndexed) + " not followed)";
+  if (c.dropped != 0)
+    note += "; " + std::to_string(c.dropped) + " dropped: the recording's JIT symbols reached " +
+            options.bound_name + " (" + std::to_string(options.max_bytes >> 20) + " MiB)";
+  return note;
 }
 
 }  // namespace
@@ -53,136 +278,92 @@ bool read_regular_file(const std::string& path, std::string& out, off_t max_byte
 std::vector<RawJitSymbol> parse_perf_map(const std::string& text, int32_t pid, size_t* bad_lines) {
   std::vector<RawJitSymbol> out;
   size_t bad = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
+  std::string_view rest(text);
+  while (!rest.empty()) {
+    const size_t newline = rest.find('\n');
+    const std::string_view line = rest.substr(0, newline);
+    rest.remove_prefix(newline == std::string_view::npos ? rest.size() : newline + 1);
     if (line.empty()) continue;
-    const char* p = line.c_str();
-    char* after = nullptr;
-    errno = 0;
-    const unsigned long long start = std::strtoull(p, &after, 16);
-    if (errno != 0 || after == p || *after != ' ') {
+    uint64_t start = 0, size = 0;
+    std::string_view name;
+    if (parse_map_line(line, start, size, name))
+      out.push_back(RawJitSymbol{pid, start, size, std::string(name)});
+    else
       ++bad;
-      continue;
-    }
-    p = after + 1;
-    const unsigned long long size = std::strtoull(p, &after, 16);
-    if (errno != 0 || after == p || *after != ' ' || size == 0) {
-      ++bad;
-      continue;
-    }
-    std::string name(after + 1);
-    if (!name.empty() && name.back() == '\r') name.pop_back();
-    if (name.empty()) {
-      ++bad;
-      continue;
-    }
-    out.push_back(RawJitSymbol{pid, start, size, std::move(name)});
   }
   if (bad_lines != nullptr) *bad_lines = bad;
   return out;
 }
 
-std::vector<std::string> read_perf_maps(RawProfile& profile) {
-  std::vector<std::string> notes;
-  std::string text;
-  for (const RawProcess& process : profile.processes) {
-    const std::string name = "perf-" + std::to_string(process.pid) + ".map";
-    const std::string own_tmp = "/proc/" + std::to_string(process.pid) + "/root/tmp/" + name;
-    const bool read =
-        (process.end_ns == 0 && read_regular_file(own_tmp, text)) || read_regular_file("/tmp/" + name, text);
-    if (!read) continue;
-    size_t bad = 0;
-    std::vector<RawJitSymbol> symbols = parse_perf_map(text, process.pid, &bad);
-    notes.push_back("JIT symbols of pid " + std::to_string(process.pid) + ": " +
-                    std::to_string(symbols.size()) + " from /tmp/" + name +
-                    (bad != 0 ? " (" + std::to_string(bad) + " lines not understood)" : ""));
-    for (RawJitSymbol& s : symbols) profile.jit_symbols.push_back(std::move(s));
-  }
-  return notes;
-}
-
 bool parse_jitdump(const std::string& bytes, int32_t pid, std::vector<RawJitSymbol>& out) {
-  uint32_t magic = 0, header_size = 0;
-  if (!load(bytes, 0, magic) || magic != kJitdumpMagic || !load(bytes, 8, header_size) || header_size < 40 ||
-      header_size > bytes.size()) {
-    return false;
-  }
-  // Code moves refer to a blob by its code_index; the symbol it had keeps its name.
-  std::unordered_map<uint64_t, size_t> by_index;
-  size_t offset = header_size;
-  while (true) {
-    uint32_t id = 0, size = 0;
-    if (!load(bytes, offset, id) || !load(bytes, offset + 4, size) || size < 16 ||
-        size > bytes.size() - offset)
-      break;
-    const size_t body = offset + 16;  // after id, total_size, timestamp
-    if (id == kJitCodeLoad) {
-      // pid u32, tid u32, vma u64, code_addr u64, code_size u64, code_index u64, name\0, code
-      uint64_t code_addr = 0, code_size = 0, code_index = 0;
-      if (load(bytes, body + 16, code_addr) && load(bytes, body + 24, code_size) &&
-          load(bytes, body + 32, code_index) && body + 40 < offset + size && code_size > 0) {
-        const char* name = bytes.data() + body + 40;
-        const size_t max_name = offset + size - (body + 40);
-        const size_t length = strnlen(name, max_name);
-        if (length > 0 && length < max_name) {
-          by_index[code_index] = out.size();
-          out.push_back(RawJitSymbol{pid, code_addr, code_size, std::string(name, length)});
-        }
-      }
-    } else if (id == kJitCodeMove) {
-      // pid u32, tid u32, vma u64, old_code_addr u64, new_code_addr u64, code_size u64, code_index u64
-      uint64_t new_addr = 0, code_size = 0, code_index = 0;
-      if (load(bytes, body + 24, new_addr) && load(bytes, body + 32, code_size) &&
-          load(bytes, body + 40, code_index)) {
-        auto it = by_index.find(code_index);
-        if (it != by_index.end() && code_size > 0) {
-          RawJitSymbol moved = out[it->second];
-          moved.start = new_addr;
-          moved.size = code_size;
-          it->second = out.size();
-          out.push_back(std::move(moved));
-        }
-      }
-    }
-    offset += size;
-  }
-  return true;
+  auto read_at = [&](uint64_t offset, void* into, size_t size) {
+    if (offset > bytes.size() || bytes.size() - offset < size) return false;
+    std::memcpy(into, bytes.data() + offset, size);
+    return true;
+  };
+  uint64_t moves_lost = 0;
+  return stream_jitdump(
+      bytes.size(), read_at,
+      [&](uint64_t start, uint64_t size, const std::string& name) {
+        out.push_back(RawJitSymbol{pid, start, size, name});
+      },
+      &moves_lost);
 }
 
-std::vector<std::string> read_jitdumps(RawProfile& profile) {
-  std::vector<std::string> notes;
-  std::string bytes;
-  for (const RawProcess& process : profile.processes) {
-    const std::string name = "jit-" + std::to_string(process.pid) + ".dump";
+JitReadResult read_jit_symbols(RawProfile& profile, const JitReadOptions& options) {
+  Collector collector(profile, options.max_bytes);
+  // Copied: jit_symbols grows while the processes are walked, and processes do not.
+  for (size_t p = 0; p < profile.processes.size(); ++p) {
+    const RawProcess& process = profile.processes[p];
+    const int32_t pid = process.pid;
+    const bool live = process.end_ns == 0;
+    collector.begin_process(pid);
+    // The perf map: in the process's own /tmp while it lives, else ours.
+    const std::string map_name = "perf-" + std::to_string(pid) + ".map";
+    UniqueFd map;
+    if (live)
+      map = open_regular(options, "/proc/" + std::to_string(pid) + "/root/tmp/" + map_name, kMaxMapBytes);
+    if (!map) map = open_regular(options, "/tmp/" + map_name, kMaxMapBytes);
+    if (map) {
+      const size_t bad = stream_perf_map(map.get(), collector);
+      collector.result.notes.push_back(
+          file_note(pid, "/tmp/" + map_name, collector.take_file_counts(), bad, 0, options));
+    }
+    // The jitdump: the one it mapped, else one in its current directory.
+    const std::string dump_name = "jit-" + std::to_string(pid) + ".dump";
     std::vector<std::string> candidates;
     for (const RawMapping& m : process.mappings) {
       if (m.module >= profile.modules.size()) continue;
       const std::string& path = profile.modules[m.module].path;
-      if (path.size() >= name.size() + 1 &&
-          path.compare(path.size() - name.size() - 1, std::string::npos, "/" + name) == 0) {
+      if (path.size() >= dump_name.size() + 1 &&
+          path.compare(path.size() - dump_name.size() - 1, std::string::npos, "/" + dump_name) == 0) {
         // Through the process's root while it lives: its mount namespace may differ from ours.
-        if (process.end_ns == 0)
-          candidates.push_back("/proc/" + std::to_string(process.pid) + "/root" + path);
+        if (live) candidates.push_back("/proc/" + std::to_string(pid) + "/root" + path);
         candidates.push_back(path);
         break;
       }
     }
-    if (process.end_ns == 0) candidates.push_back("/proc/" + std::to_string(process.pid) + "/cwd/" + name);
+    if (live) candidates.push_back("/proc/" + std::to_string(pid) + "/cwd/" + dump_name);
     for (const std::string& path : candidates) {
-      if (!read_regular_file(path, bytes, kMaxJitdumpBytes)) continue;
-      std::vector<RawJitSymbol> symbols;
-      if (!parse_jitdump(bytes, process.pid, symbols)) continue;
-      notes.push_back("JIT symbols of pid " + std::to_string(process.pid) + ": " +
-                      std::to_string(symbols.size()) + " from " + path);
-      for (RawJitSymbol& s : symbols) profile.jit_symbols.push_back(std::move(s));
+      UniqueFd dump = open_regular(options, path, kMaxJitdumpBytes);
+      struct stat st {};
+      if (!dump || ::fstat(dump.get(), &st) != 0) continue;
+      auto read_at = [fd = dump.get()](uint64_t offset, void* into, size_t size) {
+        return read_some(fd, static_cast<char*>(into), size, static_cast<off_t>(offset)) ==
+               static_cast<ssize_t>(size);
+      };
+      uint64_t moves_lost = 0;
+      const bool is_jitdump = stream_jitdump(
+          static_cast<uint64_t>(st.st_size), read_at,
+          [&](uint64_t start, uint64_t size, const std::string& name) { collector.offer(start, size, name); },
+          &moves_lost);
+      const Collector::FileCounts counts = collector.take_file_counts();
+      if (!is_jitdump) continue;
+      collector.result.notes.push_back(file_note(pid, path, counts, 0, moves_lost, options));
       break;
     }
   }
-  return notes;
+  return std::move(collector.result);
 }
 
 }  // namespace hpd::session

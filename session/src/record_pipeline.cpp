@@ -192,6 +192,29 @@ std::vector<uint8_t> read_whole_file(int fd, const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// The modules whose names were left out because open_file refused their files.
+std::string describe_unreadable(const std::vector<ModuleInfo>& modules) {
+  size_t count = 0;
+  std::vector<std::string> files;
+  for (const ModuleInfo& info : modules) {
+    if (info.denied.empty()) continue;
+    ++count;
+    for (const std::string& file : info.denied)
+      if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
+  }
+  if (count == 0) return "";
+  constexpr size_t kShown = 5;
+  std::string text =
+      std::to_string(count) + (count == 1 ? " module" : " modules") + " not symbolized: you cannot read ";
+  for (size_t i = 0; i < files.size() && i < kShown; ++i) text += (i == 0 ? "" : ", ") + files[i];
+  if (files.size() > kShown) text += " and " + std::to_string(files.size() - kShown) + " more files";
+  return text + " (hpd reads only the files you could read yourself)";
+}
+
+}  // namespace
+
 RecordingOutput::RecordingOutput(const RecordRequest& request) : request_(request) {
   // Opened now, before anything is recorded, so that an output that cannot be written loses nothing.
   // A capture file (.hpr) is streamed while recording: a crash loses at most the last quarter second.
@@ -298,12 +321,22 @@ Profile RecordingOutput::finish(RecordResult& result) {
   }
   // JIT runtimes name their generated code in /tmp/perf-PID.map or jit-PID.dump; read now, while the
   // processes (and their /tmp through /proc/PID/root) may still be there.
-  jit_notes_ = read_perf_maps(result.profile);
-  for (std::string& note : read_jitdumps(result.profile)) jit_notes_.push_back(std::move(note));
-  Symbolizer symbolizer;
+  JitReadOptions jit;
+  jit.open_file = sources_.open_file;
+  jit.max_bytes = sources_.max_jit_bytes;
+  jit.bound_name = sources_.jit_bound_name;
+  JitReadResult jit_read = read_jit_symbols(result.profile, jit);
+  jit_notes_ = std::move(jit_read.notes);
+  jit_bytes_ = jit_read.bytes_kept;
+  SymbolizerOptions symbolizer_options;
+  symbolizer_options.cache_bytes = sources_.symbol_cache_bytes;
+  symbolizer_options.open_file = sources_.open_file;
+  Symbolizer symbolizer(symbolizer_options);
   ConvertOptions convert_options;
   convert_options.kernel_frames = result.profile.info.kernel_frames;
   Profile profile = symbolize_profile(result.profile, symbolizer, convert_options);
+  symbol_cache_bytes_ = symbolizer.cache_bytes_used();
+  unreadable_note_ = describe_unreadable(symbolizer.module_infos());
   if (!capture_) {
     if (fd_ >= 0) {
       write_firefox_fd(profile, fd_, is_gzip_output(request_.output));
@@ -354,6 +387,7 @@ RecordSummary summarize_recording(const RecordResult& result, const Profile& pro
   s.command_exit_status = result.command_exit_status < 0 ? 0 : result.command_exit_status;
   s.notes = output.mip_notes();
   for (const std::string& note : output.jit_notes()) s.notes.push_back("note: " + note);
+  if (!output.unreadable_note().empty()) s.notes.push_back("note: " + output.unreadable_note());
   if (!result.mmap_watch_fallback_reason.empty()) {
     s.notes.push_back("note: new mappings were read from /proc, not from the kernel's mmap records (" +
                       result.mmap_watch_fallback_reason +

@@ -2,10 +2,14 @@
 // and its path; its debug file through the build-id tree, .gnu_debuglink directories and debuginfod.
 #include "debug_file_finder.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 namespace hpd {
@@ -33,26 +37,59 @@ std::string join_errors(const std::vector<std::string>& errors) {
 
 }  // namespace
 
-DebugFileFinder::DebugFileFinder(std::string debug_root, bool use_debuginfod)
-    : debug_root_(std::move(debug_root)), use_debuginfod_(use_debuginfod) {}
+DebugFileFinder::DebugFileFinder(std::string debug_root, bool use_debuginfod,
+                                 std::function<int(const std::string&, int)> open_file)
+    : debug_root_(std::move(debug_root)), use_debuginfod_(use_debuginfod), open_file_(std::move(open_file)) {}
+
+std::unique_ptr<ElfFile> DebugFileFinder::open_elf(const std::string& path, std::string* error,
+                                                   bool* denied) {
+  if (!open_file_) return ElfFile::open(path, error);
+  // Without blocking: a FIFO planted where a file is looked for must not hold the symbolizer.
+  UniqueFd fd(open_file_(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd) {
+    const int e = errno;
+    if (denied != nullptr) *denied = e == EACCES || e == EPERM;
+    if (error != nullptr) *error = "cannot open " + path + ": " + std::strerror(e);
+    return nullptr;
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (error != nullptr) *error = path + ": not a regular file";
+    return nullptr;
+  }
+  return ElfFile::open_fd(std::move(fd), path, error);
+}
+
+std::unique_ptr<ElfFile> DebugFileFinder::open_debug_candidate(const std::string& path,
+                                                               std::vector<std::string>& denied) {
+  if (!open_file_ && !is_regular_file(path)) return nullptr;
+  bool refused = false;
+  auto file = open_elf(path, nullptr, &refused);
+  if (refused && std::find(denied.begin(), denied.end(), path) == denied.end()) denied.push_back(path);
+  return file;
+}
 
 ModuleFiles DebugFileFinder::find(const ModuleRef& ref, ModuleInfo& info) {
   std::vector<std::string> errors;
   std::unique_ptr<ElfFile> mismatched;
-  std::unique_ptr<ElfFile> binary = open_binary(ref, errors, mismatched);
+  bool binary_denied = false;
+  std::vector<std::string> debug_denied;
+  std::unique_ptr<ElfFile> binary = open_binary(ref, errors, mismatched, binary_denied);
   std::unique_ptr<ElfFile> debug;
   if (!binary && !ref.build_id.empty()) {
     // The binary is gone or rebuilt, but a debug file with the expected build-id beats a
     // mismatching binary: it carries the same program headers and a full .symtab.
-    if (auto p = build_id_path(ref.build_id); !p.empty() && is_regular_file(p)) {
-      auto file = ElfFile::open(p, nullptr);
+    if (auto p = build_id_path(ref.build_id); !p.empty()) {
+      auto file = open_debug_candidate(p, debug_denied);
       if (file && file->build_id() == ref.build_id && !file->segments().empty()) debug = std::move(file);
     }
     if (!debug) {  // a debug file with the right build-id also beats a mismatching binary
-      auto file = fetch_debug_file(ref.build_id, info);
+      auto file = fetch_debug_file(ref.build_id, info, debug_denied);
       if (file && !file->segments().empty()) debug = std::move(file);
     }
   }
+  // What the client could not read and nothing stood in for.
+  if (binary_denied && !binary && !debug && !mismatched) info.denied.push_back(ref.path);
   if (!binary && !debug && mismatched) {
     binary = std::move(mismatched);
     info.build_id_mismatch = true;
@@ -61,16 +98,22 @@ ModuleFiles DebugFileFinder::find(const ModuleRef& ref, ModuleInfo& info) {
                  "; symbols may be wrong";
   }
   if (!binary && !debug) {
+    for (const std::string& path : debug_denied) info.denied.push_back(path);
     info.error = join_errors(errors);
     if (info.error.empty()) info.error = "cannot read " + ref.path;
     return {};
   }
-  if (binary && !binary->has_debug_info()) debug = find_debug_file(*binary, ref, info);
+  if (binary && !binary->has_debug_info()) {
+    debug_denied.clear();
+    debug = find_debug_file(*binary, ref, info, debug_denied);
+    if (!debug)
+      for (const std::string& path : debug_denied) info.denied.push_back(path);
+  }
   return {std::move(binary), std::move(debug)};
 }
 
 std::unique_ptr<ElfFile> DebugFileFinder::open_binary(const ModuleRef& ref, std::vector<std::string>& errors,
-                                                      std::unique_ptr<ElfFile>& mismatched) {
+                                                      std::unique_ptr<ElfFile>& mismatched, bool& denied) {
   std::vector<std::string> candidates;
   if (!ref.image.empty()) {
     std::string error;
@@ -102,7 +145,9 @@ std::unique_ptr<ElfFile> DebugFileFinder::open_binary(const ModuleRef& ref, std:
   if (!ref.path.empty()) candidates.push_back(ref.path);
   for (const auto& path : candidates) {
     std::string error;
-    auto file = ElfFile::open(path, &error);
+    bool refused = false;
+    auto file = open_elf(path, &error, &refused);
+    denied = denied || refused;
     if (!file) {
       // /proc candidates fail routinely (exited process, no permission); report only the path.
       if (path == ref.path) errors.push_back(error);
@@ -120,7 +165,8 @@ std::string DebugFileFinder::build_id_path(const std::string& build_id) const {
   return debug_root_ + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
 }
 
-std::unique_ptr<ElfFile> DebugFileFinder::fetch_debug_file(const std::string& build_id, ModuleInfo& info) {
+std::unique_ptr<ElfFile> DebugFileFinder::fetch_debug_file(const std::string& build_id, ModuleInfo& info,
+                                                           std::vector<std::string>& denied) {
   if (!use_debuginfod_ || build_id.empty() || !DebuginfodClient::configured()) return nullptr;
   std::string error;
   auto path = debuginfod_.find_debuginfo(build_id, &error);
@@ -128,7 +174,9 @@ std::unique_ptr<ElfFile> DebugFileFinder::fetch_debug_file(const std::string& bu
     info.debuginfod_error = error;
     return nullptr;
   }
-  auto file = ElfFile::open(*path, &error);
+  bool refused = false;
+  auto file = open_elf(*path, &error, &refused);
+  if (refused) denied.push_back(*path);
   if (!file || file->build_id() != build_id) {
     info.debuginfod_error = "debuginfod: " + *path + (file ? ": build-id differs" : ": " + error);
     return nullptr;
@@ -138,7 +186,8 @@ std::unique_ptr<ElfFile> DebugFileFinder::fetch_debug_file(const std::string& bu
 }
 
 std::unique_ptr<ElfFile> DebugFileFinder::find_debug_file(const ElfFile& binary, const ModuleRef& ref,
-                                                          ModuleInfo& info) {
+                                                          ModuleInfo& info,
+                                                          std::vector<std::string>& denied) {
   std::vector<std::string> candidates;
   const std::string& bid = binary.build_id().empty() ? ref.build_id : binary.build_id();
   if (auto p = build_id_path(bid); !p.empty()) candidates.push_back(p);
@@ -153,13 +202,13 @@ std::unique_ptr<ElfFile> DebugFileFinder::find_debug_file(const ElfFile& binary,
     }
   }
   for (const auto& path : candidates) {
-    if (path == binary.path() || !is_regular_file(path)) continue;
-    auto file = ElfFile::open(path, nullptr);
+    if (path == binary.path()) continue;
+    auto file = open_debug_candidate(path, denied);
     if (!file) continue;
     if (!bid.empty() && !file->build_id().empty() && file->build_id() != bid) continue;
     if (file->has_debug_info() || file->section(".symtab") != nullptr) return file;
   }
-  return fetch_debug_file(bid, info);
+  return fetch_debug_file(bid, info, denied);
 }
 
 }  // namespace hpd

@@ -66,6 +66,19 @@ std::unique_ptr<ElfFile> ElfFile::open(const std::string& path, std::string* err
   return file;
 }
 
+std::unique_ptr<ElfFile> ElfFile::open_fd(UniqueFd fd, const std::string& path, std::string* error) {
+  std::unique_ptr<ElfFile> file(new ElfFile());
+  file->path_ = path;
+  file->fd_ = std::move(fd);
+  file->from_fd_ = true;
+  if (!file->init(error)) return nullptr;
+  return file;
+}
+
+std::string ElfFile::reopen_path() const {
+  return from_fd_ && fd_ ? "/proc/self/fd/" + std::to_string(fd_.get()) : path_;
+}
+
 std::unique_ptr<ElfFile> ElfFile::open_image(std::span<const uint8_t> image, const std::string& name,
                                              std::string* error) {
   std::unique_ptr<ElfFile> file(new ElfFile());

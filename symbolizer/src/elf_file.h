@@ -52,6 +52,8 @@ class ElfFile {
   // Opens `path` as an ELF file; nullptr and a message in *error when it is missing, not ELF, or
   // too damaged to read its headers.
   static std::unique_ptr<ElfFile> open(const std::string& path, std::string* error);
+  // The same for a file already open at `fd` (taken over); `path` names it.
+  static std::unique_ptr<ElfFile> open_fd(UniqueFd fd, const std::string& path, std::string* error);
   // The same for an ELF image in memory (the vDSO as a process mapped it), copied; `name` stands
   // for the path in path() and messages.
   static std::unique_ptr<ElfFile> open_image(std::span<const uint8_t> image, const std::string& name,
@@ -62,6 +64,10 @@ class ElfFile {
 
   Elf* elf() const { return elf_.get(); }
   const std::string& path() const { return path_; }
+  // A path that opens this very file again while it is open: /proc/self/fd/N for a file opened
+  // from a descriptor (its path may name another file by now, or one this process should not
+  // open), else path().
+  std::string reopen_path() const;
   uint16_t machine() const { return machine_; }
   const SegmentMap& segments() const { return segments_; }
   // The GNU build-id note as lower-case hex; empty when there is none.
@@ -90,6 +96,7 @@ class ElfFile {
   bool have_shstrndx_ = false;
   SegmentMap segments_;
   std::string build_id_;
+  bool from_fd_ = false;
 };
 
 }  // namespace hpd

@@ -50,7 +50,7 @@ std::unique_ptr<LoadedModule> load_module(DebugFileFinder& finder, const ModuleR
     info.debug_path = dwarf_file->path();
     // One spelling per function: inlined levels named from DWARF must read like symbol-table
     // names, or a function shows up twice (inlined and not) in call trees.
-    module->debug = open_debug_info(dwarf_file->path(), &info.debug_error,
+    module->debug = open_debug_info(dwarf_file->reopen_path(), &info.debug_error,
                                     demangle ? decode_rust_legacy_escapes : nullptr);
     info.dwarf_index = module->debug != nullptr;
   } else if (debug) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "hpd/symbolizer/symbolizer.h"
 #include "loaded_module.h"
@@ -55,6 +56,13 @@ class ModuleCache {
   }
 
   uint64_t bytes_used() const { return bytes_used_; }
+  // The facts of every module asked for.
+  std::vector<ModuleInfo> infos() const {
+    std::vector<ModuleInfo> out;
+    out.reserve(entries_.size());
+    for (const auto& [key, e] : entries_) out.push_back(e.info);
+    return out;
+  }
   size_t cached_modules() const { return lru_.size(); }
 
  private:

@@ -92,7 +92,7 @@ void for_each_in_key_order(size_t n, KeyAt key_at, Fn fn, Upcoming upcoming, Key
 struct Symbolizer::Impl {
   explicit Impl(SymbolizerOptions opts)
       : options(std::move(opts)),
-        finder(options.debug_root, options.debuginfod),
+        finder(options.debug_root, options.debuginfod, options.open_file),
         cache(options.cache_bytes, [this](const ModuleRef& ref, ModuleInfo& info) {
           return load_module(finder, ref, options.demangle, info);
         }) {}
@@ -292,6 +292,10 @@ uint64_t Symbolizer::cache_bytes_used() const {
 
 size_t Symbolizer::cached_modules() const {
   return impl_->cache.cached_modules();
+}
+
+std::vector<ModuleInfo> Symbolizer::module_infos() const {
+  return impl_->cache.infos();
 }
 
 }  // namespace hpd

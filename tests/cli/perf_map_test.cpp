@@ -1,8 +1,14 @@
 // Unit tests of the JIT symbol readers: perf-map text and jitdump records, well formed and broken.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "hpd/session/perf_map.h"
 
@@ -107,6 +113,91 @@ TEST(Jitdump, TruncatedOrForeignInputNeverCrashes) {
   std::memcpy(lying.bytes.data() + 40 + 4, &huge, sizeof huge);
   EXPECT_TRUE(parse_jitdump(lying.bytes, 1, out));
   EXPECT_TRUE(out.empty());
+}
+
+// read_jit_symbols against a perf map of this process (live: read through /proc/PID/root/tmp):
+// only symbols covering a sampled address are kept, one per start (the last line), within the
+// byte bound; the notes count what was left out.
+struct OwnPerfMap {
+  std::string path = "/tmp/perf-" + std::to_string(::getpid()) + ".map";
+  explicit OwnPerfMap(const std::string& text) { std::ofstream(path) << text; }
+  ~OwnPerfMap() { std::remove(path.c_str()); }
+};
+
+RawProfile profile_sampling(std::initializer_list<uint64_t> user_addresses) {
+  RawProfile p;
+  p.process(::getpid());
+  const std::vector<uint64_t> user(user_addresses);
+  p.stacks.intern({}, user);
+  return p;
+}
+
+TEST(ReadJitSymbols, KeepsOnlyWhatCoversSampledCodeOncePerStart) {
+  const OwnPerfMap map(
+      "1000 100 cold\n"
+      "2000 100 hot_old\n"
+      "2000 100 hot\n"  // rewritten at the same start: the later line is current
+      "3000 10 ends_where_a_return_address_is\n"
+      "zz not a line\n");
+  RawProfile p = profile_sampling({0x2050, 0x3010});
+  const JitReadResult r = read_jit_symbols(p);
+  ASSERT_EQ(p.jit_symbols.size(), 2u);
+  EXPECT_EQ(p.jit_symbols[0].name, "hot");
+  EXPECT_EQ(p.jit_symbols[0].pid, ::getpid());
+  EXPECT_EQ(p.jit_symbols[1].name, "ends_where_a_return_address_is");
+  EXPECT_EQ(r.symbols_read, 4u);
+  EXPECT_EQ(r.symbols_unsampled, 1u);
+  EXPECT_EQ(r.symbols_dropped, 0u);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("2 of 4 from /tmp/perf-"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[0].find("1 cover no sampled address"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[0].find("1 written over an earlier one at the same address"), std::string::npos)
+      << r.notes[0];
+  EXPECT_NE(r.notes[0].find("1 lines not understood"), std::string::npos) << r.notes[0];
+}
+
+TEST(ReadJitSymbols, DropsWhatIsBeyondTheBoundAndSaysSo) {
+  std::string text;
+  for (int i = 0; i < 1000; ++i) {
+    char line[64];
+    std::snprintf(line, sizeof line, "%x %x covering_%04d\n", 0x10000 - 16 * i, 16 * i + 32, i);
+    text += line;
+  }
+  // An overlong line is not kept in memory: it is one line not understood.
+  text += std::string(100000, 'x') + "\n";
+  const OwnPerfMap map(text);
+  RawProfile p = profile_sampling({0x10000});
+  JitReadOptions options;
+  const uint64_t each = sizeof(RawJitSymbol) + 13 + 48;  // as read_jit_symbols counts one
+  options.max_bytes = 100 * each;
+  options.bound_name = "the test's bound";
+  const JitReadResult r = read_jit_symbols(p, options);
+  EXPECT_EQ(p.jit_symbols.size(), 100u);
+  EXPECT_EQ(r.symbols_kept, 100u);
+  EXPECT_EQ(r.symbols_dropped, 900u);
+  EXPECT_LE(r.bytes_kept, options.max_bytes);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("1 lines not understood"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[0].find("900 dropped: the recording's JIT symbols reached the test's bound"),
+            std::string::npos)
+      << r.notes[0];
+}
+
+TEST(ReadJitSymbols, ReadsFilesThroughTheGivenOpener) {
+  const OwnPerfMap map("2000 100 hot\n");
+  RawProfile p = profile_sampling({0x2050});
+  std::vector<std::string> asked;
+  JitReadOptions options;
+  options.open_file = [&](const std::string& path, int) {
+    asked.push_back(path);
+    errno = EACCES;
+    return -1;
+  };
+  const JitReadResult r = read_jit_symbols(p, options);
+  EXPECT_TRUE(p.jit_symbols.empty());
+  EXPECT_TRUE(r.notes.empty());
+  ASSERT_FALSE(asked.empty());
+  EXPECT_EQ(asked[0], "/proc/" + std::to_string(::getpid()) + "/root" + map.path);
 }
 
 }  // namespace

@@ -636,8 +636,9 @@ TEST(Hpd, LimitsOfFrequencyDurationAndMemory) {
 TEST(Hpd, RunsWithOnlyTheUnitsCapabilities) {
   HpdStart start;
   // The bounding set of packaging/systemd/hpd.service.
-  start.wrapper = {"setpriv", "--inh-caps=-all",
-                   "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog"};
+  start.wrapper = {
+      "setpriv", "--inh-caps=-all",
+      "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog,+setuid,+setgid"};
   Hpd hpd(start);
   const json status = hpd.status();
   EXPECT_TRUE(status["backends"]["bpf"]["available"].get<bool>()) << status.dump();
@@ -672,17 +673,18 @@ TEST(Hpd, SymbolizesAProgramItsMountNamespaceCannotSee) {
   const std::string program = dir + "/prog";
   ASSERT_EQ(run({"cp", kCpuSplit, program}).exit_code, 0);
   HpdStart start;
-  start.wrapper = {"unshare",
-                   "-m",
-                   "--propagation",
-                   "private",
-                   "sh",
-                   "-c",
-                   "mount -t tmpfs tmpfs \"$0\" && exec \"$@\"",
-                   dir,
-                   "setpriv",
-                   "--inh-caps=-all",
-                   "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog"};
+  start.wrapper = {
+      "unshare",
+      "-m",
+      "--propagation",
+      "private",
+      "sh",
+      "-c",
+      "mount -t tmpfs tmpfs \"$0\" && exec \"$@\"",
+      dir,
+      "setpriv",
+      "--inh-caps=-all",
+      "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog,+setuid,+setgid"};
   {
     Hpd hpd(start);
     // hpd really does not see the program.

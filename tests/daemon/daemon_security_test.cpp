@@ -626,12 +626,17 @@ TEST_F(RealUsers, RootServedBeside300IdleConnectionsOfAnotherUser) {
   EXPECT_EQ(hpd.terminate(10), 0);
 }
 
-uint64_t rss_bytes(pid_t pid) {
+// A "Vm...:  N kB" line of /proc/PID/status in bytes: VmRSS now, VmHWM the peak.
+uint64_t status_bytes(pid_t pid, const std::string& key) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+    if (line.rfind(key, 0) == 0) return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024;
   return 0;
+}
+
+uint64_t rss_bytes(pid_t pid) {
+  return status_bytes(pid, "VmRSS:");
 }
 
 TEST_F(RealUsers, AnnouncedFramesCostNoMemoryBeforeTheirBytes) {
@@ -1405,6 +1410,201 @@ TEST_F(RealUsers, HostileCallTableIsReadSafely) {
   EXPECT_EQ(rows.at("sleep_for").calls, 100u);
   EXPECT_EQ(rows.at("sleep_for").callers.at("main"), 100u);
   EXPECT_EQ(hpd.log().find("terminate"), std::string::npos) << hpd.log();
+}
+
+// Issue #29: a client's recording is symbolized only from files the client could read itself.
+// An execute-only binary (0711) with a debug file only root may read, and a readable stripped
+// binary whose debug file only root may read: alice's profile through hpd names neither function
+// (as her own local recording would not), the summary says which files she cannot read; root's
+// recording of the same processes has the names.
+TEST_F(RealUsers, ClientGetsNoNamesFromFilesItCannotRead) {
+  const testing::TempDir tmp("hpd-unreadable");
+  const std::string dir = tmp.path();
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  std::ofstream(dir + "/app.c") << R"(
+__attribute__((noinline)) void TOPSECRET_root_only_function(volatile unsigned long* x) {
+  for (;;) *x += 1;
+}
+int main(void) {
+  volatile unsigned long x = 0;
+  TOPSECRET_root_only_function(&x);
+  return 0;
+}
+)";
+  // app: execute-only; app2: readable. Both stripped, their names only in a debug file
+  // (.gnu_debuglink) that only root may read.
+  for (const std::string name : {"app", "app2"}) {
+    const std::string bin = dir + "/" + name;
+    ASSERT_EQ(run({"gcc", "-O2", "-g", "-o", bin, dir + "/app.c"}).exit_code, 0);
+    ASSERT_EQ(run({"objcopy", "--only-keep-debug", bin, bin + ".debug"}).exit_code, 0);
+    ASSERT_EQ(run({"objcopy", "--strip-all", "--add-gnu-debuglink=" + bin + ".debug", bin}).exit_code, 0);
+    ASSERT_EQ(chmod((bin + ".debug").c_str(), 0600), 0);
+    ASSERT_EQ(chmod(bin.c_str(), name == "app" ? 0711 : 0755), 0);
+    ASSERT_EQ(run({"sh", "-c", "! nm " + bin + " 2>/dev/null | grep -q TOPSECRET"}).exit_code, 0)
+        << bin << " still names the function";
+  }
+  ASSERT_NE(run(alice_.run_as({"cat", dir + "/app"})).exit_code, 0) << "alice can read the 0711 binary";
+  ASSERT_NE(run(alice_.run_as({"cat", dir + "/app2.debug"})).exit_code, 0);
+
+  // As root with every capability (held files reached through /proc/PID/map_files), and with
+  // only the bounding set of packaging/systemd/hpd.service (through /proc/PID/root).
+  HpdStart unit_caps;
+  unit_caps.wrapper = {
+      "setpriv", "--inh-caps=-all",
+      "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog,+setuid,+setgid"};
+  for (const std::string name : {"app", "app2"})
+    for (const HpdStart& start : {HpdStart{}, unit_caps}) {
+      SCOPED_TRACE(name + (start.wrapper.empty() ? " (all capabilities)" : " (the unit's capabilities)"));
+      Hpd hpd(start);
+      Background spinning(alice_.run_as({dir + "/" + name}));
+      const std::string pid = std::to_string(spinning.pid());
+      // Until setpriv has executed the program.
+      for (int i = 0; i < 200; ++i) {
+        std::error_code ec;
+        if (std::filesystem::read_symlink("/proc/" + pid + "/exe", ec) == dir + "/" + name) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      const std::string mine = hpd.out_dir() + "/alice-" + name + ".json";
+      const RunResult r =
+          run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "1", "-o", mine})));
+      ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+      const std::string text = read_text(mine);
+      EXPECT_EQ(text.find("TOPSECRET"), std::string::npos) << "a name from a file alice cannot read";
+      EXPECT_NE(text.find("\"" + name + "+0x"), std::string::npos) << "no " << name << "+0x... frame";
+      const std::string unreadable = dir + "/" + (name == "app" ? "app" : "app2.debug");
+      EXPECT_NE(r.err.find("not symbolized: you cannot read " + unreadable), std::string::npos) << r.err;
+
+      const std::string roots = hpd.out_dir() + "/root-" + name + ".json";
+      const RunResult root = run(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "1", "-o", roots}));
+      ASSERT_EQ(root.exit_code, 0) << root.err;
+      EXPECT_NE(read_text(roots).find("TOPSECRET_root_only_function"), std::string::npos)
+          << "root's recording lacks the name";
+      EXPECT_EQ(root.err.find("you cannot read"), std::string::npos) << root.err;
+    }
+}
+
+uint64_t peak_rss_bytes(pid_t pid) {
+  return status_bytes(pid, "VmHWM:");
+}
+
+// Issue #29: a 250 MiB /tmp/perf-PID.map of a user's process made hpd grow by hundreds of MiB. It
+// is read streaming now, keeping per session at most max_jit_symbols_mb (16 MiB by default) of
+// symbols that cover sampled code: hpd's peak resident memory grows by less than 64 MiB over the
+// same recording without the map, and the summary counts what was dropped.
+TEST_F(RealUsers, HugeJitMapKeepsHpdWithinItsMemoryBound) {
+  Hpd hpd;
+  const std::string dir = hpd.out_dir() + "/jit";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  // A tiny JIT: one page of anonymous executable memory at a fixed address holding `jmp .`.
+  std::ofstream(dir + "/jit_spin.c") << R"(
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+int main(void) {
+  unsigned char* code = mmap((void*)0x200000000000ul, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (code == MAP_FAILED) return 1;
+  code[0] = 0xeb; code[1] = 0xfe;
+  printf("ready\n");
+  fflush(stdout);
+  ((void (*)(void))code)();
+  return 0;
+}
+)";
+  ASSERT_EQ(run({"gcc", "-O2", "-o", dir + "/jit_spin", dir + "/jit_spin.c"}).exit_code, 0);
+  BackgroundOptions ready;
+  ready.ready_line = "ready";
+  Background jit(alice_.run_as({dir + "/jit_spin"}), ready);
+  ASSERT_TRUE(jit.ready());
+  const std::string pid = std::to_string(jit.pid());
+  const std::string out = hpd.out_dir() + "/jit.json";
+  auto record = [&] {
+    return run(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "2", "-o", out})));
+  };
+  // The same recording without a map first: its peak is the baseline.
+  const RunResult plain = record();
+  ASSERT_EQ(plain.exit_code, 0) << plain.err << hpd.log();
+  const uint64_t baseline = peak_rss_bytes(hpd.pid());
+
+  // 4.1 million symbols of distinct starts, every one covering the sampled instruction: nothing
+  // to skip, all of it would be kept but for the bound.
+  const std::string map = "/tmp/perf-" + pid + ".map";
+  struct RemoveMap {
+    std::string path;
+    ~RemoveMap() { std::filesystem::remove(path); }
+  } remove_map{map};
+  {
+    std::ofstream text(map);
+    char line[128];
+    const uint64_t base = 0x200000000000ull;
+    for (uint64_t i = 0; i < 4100000; ++i) {
+      const int n =
+          std::snprintf(line, sizeof line, "%llx %llx jit_function_%08llu_of_a_generated_module\n",
+                        static_cast<unsigned long long>(base - 16 * i),
+                        static_cast<unsigned long long>(16 * i + 64), static_cast<unsigned long long>(i));
+      text.write(line, n);
+    }
+  }
+  ASSERT_EQ(chown(map.c_str(), alice_.uid, alice_.gid), 0);
+  const uint64_t map_bytes = std::filesystem::file_size(map);
+  ASSERT_GT(map_bytes, 250ull << 20);
+  ASSERT_LT(map_bytes, 256ull << 20);
+
+  // While it records, status shows the memory hpd holds for the session and for alice.
+  Background client(alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", pid, "-d", "3", "-o", out})));
+  bool shown = false;
+  for (int i = 0; i < 100 && !shown; ++i) {
+    const json status = hpd.status();
+    if (status.contains("memory") && status["memory"].value("sessions_bytes", 0ull) > 0) shown = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(shown) << hpd.status().dump();
+  EXPECT_EQ(client.wait(), 0);
+  const RunResult r = record();
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  const uint64_t peak = peak_rss_bytes(hpd.pid());
+  std::printf("hpd peak RSS: %.1f MiB without the map, %.1f MiB with its %.1f MiB map\n",
+              baseline / 1048576.0, peak / 1048576.0, map_bytes / 1048576.0);
+  EXPECT_LT(peak, baseline + (64ull << 20))
+      << "hpd's peak RSS grew by " << ((peak - baseline) >> 20) << " MiB";
+  // Named from the map all the same, and the summary says how much was left out.
+  EXPECT_NE(read_text(out).find("jit_function_"), std::string::npos) << "no JIT name in the profile";
+  EXPECT_NE(r.err.find("JIT symbols of pid " + pid), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("dropped"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("max_jit_symbols_mb"), std::string::npos) << r.err;
+  const json status = hpd.status();
+  EXPECT_TRUE(status["limits"].contains("max_jit_symbols_mb")) << status.dump();
+  EXPECT_TRUE(status["limits"].contains("max_user_memory_mb")) << status.dump();
+}
+
+// Issue #29: a user's sessions together are bounded by max_user_memory_mb (root is not). Two
+// sessions of alice at once, each far below max_session_memory_mb: they end early, saying why,
+// and alice still gets what was recorded.
+TEST_F(RealUsers, UsersSessionsTogetherStayWithinMaxUserMemory) {
+  HpdStart start;
+  start.config = "max_user_memory_mb = 2\n";
+  Hpd hpd(start);
+  Background target(alice_.run_as({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "60"}));
+  const std::string pid = std::to_string(target.pid());
+  auto args = [&](const std::string& out) {
+    return hpctl(hpd, {"record", "--no-report", "--pid", pid, "-F", "10000", "--call-graph", "dwarf", "-d",
+                       "60", "-o", hpd.out_dir() + "/" + out});
+  };
+  const std::string first_err = hpd.out_dir() + "/first.err";
+  std::vector<std::string> first = {"sh", "-c", "exec \"$@\" 2>" + first_err, "sh"};
+  for (const std::string& a : alice_.run_as(args("first.json"))) first.push_back(a);
+  Background one(first);
+  const RunResult two = run(alice_.run_as(args("second.json")), 120);
+  EXPECT_EQ(one.wait(), 0);
+  ASSERT_EQ(two.exit_code, 0) << two.err << hpd.log();
+  const std::string said = "outgrew max_user_memory_mb (2 MiB)";
+  EXPECT_NE(two.err.find(said), std::string::npos) << two.err;
+  EXPECT_NE(read_text(first_err).find(said), std::string::npos) << read_text(first_err);
+  EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/second.json")), 0u);
+  const json status = hpd.status();
+  EXPECT_EQ(status["limits"]["max_user_memory_mb"], 2) << status.dump();
 }
 
 }  // namespace

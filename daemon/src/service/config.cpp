@@ -125,6 +125,17 @@ Key duration_key(double Config::*field, double min, double max) {
           }};
 }
 
+// A number of MiB from 1 to 1048576, as max_session_memory_mb.
+Key mib_key(uint64_t Config::*field) {
+  return {[=](Config& c, std::string_view v) -> std::string {
+            uint64_t n = 0;
+            if (!parse_uint(v, 1u << 20, n) || n < 1) return "expected a number of MiB from 1 to 1048576";
+            c.*field = n;
+            return "";
+          },
+          number_getter(field)};
+}
+
 const std::map<std::string, Key, std::less<>>& keys() {
   static const std::map<std::string, Key, std::less<>> table = {
       {"socket", {string_setter(&Config::socket, true), string_getter(&Config::socket)}},
@@ -162,14 +173,10 @@ const std::map<std::string, Key, std::less<>>& keys() {
        {uint_setter(&Config::max_frequency_hz, 1, 100000), number_getter(&Config::max_frequency_hz)}},
       {"max_cfi_rows",
        {uint_setter(&Config::max_cfi_rows, 1, 1u << 25), number_getter(&Config::max_cfi_rows)}},
-      {"max_session_memory_mb",
-       {[](Config& c, std::string_view v) -> std::string {
-          uint64_t n = 0;
-          if (!parse_uint(v, 1u << 20, n) || n < 1) return "expected a number of MiB from 1 to 1048576";
-          c.max_session_memory_mb = n;
-          return "";
-        },
-        number_getter(&Config::max_session_memory_mb)}},
+      {"max_session_memory_mb", mib_key(&Config::max_session_memory_mb)},
+      {"max_user_memory_mb", mib_key(&Config::max_user_memory_mb)},
+      {"max_jit_symbols_mb", mib_key(&Config::max_jit_symbols_mb)},
+      {"max_symbol_cache_mb", mib_key(&Config::max_symbol_cache_mb)},
       {"max_connections_per_user",
        {uint_setter(&Config::max_connections_per_user, 1, 4096),
         number_getter(&Config::max_connections_per_user)}},

@@ -2,11 +2,16 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -16,6 +21,7 @@
 
 #include "connection.h"
 #include "daemon.h"
+#include "hpd/base/open_as.h"
 #include "hpd/service/server.h"
 #include "hpd/session/record_json.h"
 #include "hpd/session/record_pipeline.h"
@@ -74,6 +80,48 @@ void apply_duration_limit(session::RecordRequest& args, const Config& config,
     }
     args.duration_s = config.max_duration_s;
   }
+}
+
+// The client's credentials for opening files: SO_PEERCRED's uid and gid and SO_PEERGROUPS's
+// supplementary groups, as of its connect(). Without the groups (an old kernel) it gets none:
+// fewer files, never more.
+FsCredentials client_fs_credentials(int socket, const PeerCredentials& peer) {
+  FsCredentials who{peer.uid, peer.gid, {}};
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    socklen_t size = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(socket, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &size) == 0) {
+      groups.resize(size / sizeof(gid_t));
+      who.groups = std::move(groups);
+      break;
+    }
+    if (errno != ERANGE) break;
+    groups.resize(size / sizeof(gid_t) + 1);
+  }
+  return who;
+}
+
+// Where an unprivileged client's names come from (only files it could open itself) and what its
+// JIT symbols and symbol tables may take: the per-session bounds of hpd.conf, within what its
+// user's other sessions leave of max_user_memory_mb (root and the group: the session bounds only).
+session::SymbolSources symbol_sources(const Config& config, const FsCredentials* client,
+                                      uint64_t user_memory_left) {
+  session::SymbolSources sources;
+  sources.max_jit_bytes = config.max_jit_symbols_mb << 20;
+  sources.jit_bound_name = "max_jit_symbols_mb in hpd.conf";
+  sources.symbol_cache_bytes = config.max_symbol_cache_mb << 20;
+  if (sources.max_jit_bytes + sources.symbol_cache_bytes > user_memory_left) {
+    sources.max_jit_bytes = std::min(sources.max_jit_bytes, user_memory_left / 4);
+    sources.symbol_cache_bytes =
+        std::min(sources.symbol_cache_bytes, user_memory_left - user_memory_left / 4);
+    sources.jit_bound_name = "what your sessions leave of max_user_memory_mb in hpd.conf";
+  }
+  if (client != nullptr) {
+    sources.open_file = [who = *client](const std::string& path, int flags) {
+      return open_as(who, path.c_str(), flags);
+    };
+  }
+  return sources;
 }
 
 }  // namespace
@@ -358,6 +406,9 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, sessi
   // Before the first sample is read: the held command runs its first instruction under the events.
   options.on_attached = announce;
   bool memory_exceeded = false;
+  bool user_memory_exceeded = false;
+  const Config config = daemon_.config();
+  const uint64_t user_limit = peer_.uid == 0 ? UINT64_MAX : config.max_user_memory_mb << 20;
   // An unprivileged peer may record only what runs as itself: a target that gains privileges (a
   // set-user-ID exec) ends the session, and nothing recorded is handed over.
   std::string privilege_reason;
@@ -393,6 +444,10 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, sessi
       session->memory_bytes.store(bytes);
       if (bytes > memory_limit && !memory_exceeded) {
         memory_exceeded = true;
+        session->stop.store(true);
+      } else if (!memory_exceeded && !user_memory_exceeded &&
+                 daemon_.sessions().user_memory(peer_.uid) > user_limit) {
+        user_memory_exceeded = true;
         session->stop.store(true);
       }
       announce();
@@ -434,6 +489,26 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, sessi
     if (memory_exceeded) {
       ended_early = "note: the session ended early: its profile outgrew max_session_memory_mb (" +
                     std::to_string(memory_limit >> 20) + " MiB) of hpd.conf";
+    } else if (user_memory_exceeded) {
+      ended_early = "note: the session ended early: your sessions together outgrew max_user_memory_mb (" +
+                    std::to_string(user_limit >> 20) + " MiB) of hpd.conf";
+    }
+    // The JIT symbols and symbol tables come next: reserved in the session's memory, so that the
+    // user's other sessions see them taken.
+    const uint64_t user_used = daemon_.sessions().user_memory(peer_.uid);
+    const FsCredentials client = client_fs_credentials(socket_.get(), peer_);
+    session::SymbolSources sources = symbol_sources(config, privileged_ ? nullptr : &client,
+                                                    user_used >= user_limit ? 0 : user_limit - user_used);
+    session->memory_bytes.fetch_add(sources.max_jit_bytes + sources.symbol_cache_bytes);
+    output.set_symbol_sources(std::move(sources));
+    if (!privileged_) {
+      // "/" opens for everyone: failing, hpd cannot take the client's credentials, and the client
+      // gets no names from files (nothing is opened as hpd instead).
+      UniqueFd root(open_as(client, "/", O_RDONLY | O_DIRECTORY));
+      if (!root)
+        notes.push_back(
+            std::string("note: no names from files: hpd cannot open files with your permissions (") +
+            std::strerror(errno) + "; it needs CAP_SETUID and CAP_SETGID)");
     }
     deliver_recording(*session, result, output, launched, std::move(notes), ended_early, replied);
   } catch (const std::exception& e) {

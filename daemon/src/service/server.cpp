@@ -92,7 +92,19 @@ json Daemon::status_message(bool privileged) {
   reply["limits"] = {{"max_duration_s", cfg.max_duration_s},
                      {"max_frequency_hz", cfg.max_frequency_hz},
                      {"max_cfi_rows", cfg.max_cfi_rows},
-                     {"max_session_memory_mb", cfg.max_session_memory_mb}};
+                     {"max_session_memory_mb", cfg.max_session_memory_mb},
+                     {"max_user_memory_mb", cfg.max_user_memory_mb},
+                     {"max_jit_symbols_mb", cfg.max_jit_symbols_mb},
+                     {"max_symbol_cache_mb", cfg.max_symbol_cache_mb}};
+  // What the running sessions hold (their Session::memory_bytes): in all, and per user for those
+  // who may see every session.
+  const SessionRegistry::Memory memory = sessions_.memory();
+  reply["memory"] = {{"sessions_bytes", memory.bytes}};
+  if (privileged) {
+    json users = json::array();
+    for (const auto& [uid, bytes] : memory.by_user) users.push_back({{"uid", uid}, {"bytes", bytes}});
+    reply["memory"]["users"] = users;
+  }
   json continuous = {{"enabled", cfg.continuous}, {"available", false}};
 #ifdef HPD_HAVE_CONTINUOUS
   continuous["available"] = true;

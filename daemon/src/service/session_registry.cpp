@@ -62,6 +62,25 @@ SessionRegistry::Totals SessionRegistry::totals() {
   return t;
 }
 
+uint64_t SessionRegistry::user_memory(uid_t uid) {
+  std::lock_guard lock(mutex_);
+  uint64_t bytes = 0;
+  for (const auto& [id, s] : sessions_)
+    if (s->uid == uid) bytes += s->memory_bytes.load();
+  return bytes;
+}
+
+SessionRegistry::Memory SessionRegistry::memory() {
+  std::lock_guard lock(mutex_);
+  Memory m;
+  for (const auto& [id, s] : sessions_) {
+    const uint64_t bytes = s->memory_bytes.load();
+    m.bytes += bytes;
+    m.by_user[s->uid] += bytes;
+  }
+  return m;
+}
+
 uint64_t estimate_profile_bytes(const RawProfile& p, bool released_come_back) {
   // Samples written out are released (a capture streamed while recording): only their sums stay, about
   // three words more each for their index.

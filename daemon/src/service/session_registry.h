@@ -25,6 +25,8 @@ struct Session {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> samples{0};
   std::atomic<uint64_t> lost{0};
+  // The profile's estimate while recording (estimate_profile_bytes); from the end of the
+  // recording on, plus what its JIT symbols and symbol tables may take.
   std::atomic<uint64_t> memory_bytes{0};
 };
 
@@ -47,6 +49,14 @@ class SessionRegistry {
     uint64_t lost = 0;
   };
   Totals totals();
+  // The memory the running sessions of `uid` hold (Session::memory_bytes, summed).
+  uint64_t user_memory(uid_t uid);
+  // The memory every running session holds, in all and per user.
+  struct Memory {
+    uint64_t bytes = 0;
+    std::map<uid_t, uint64_t> by_user;
+  };
+  Memory memory();
 
  private:
   std::mutex mutex_;

@@ -21,11 +21,20 @@ struct Config {
 
   // Limits of recording sessions.
   uint32_t max_sessions = 16;
-  double max_duration_s = 3600;           // an open-ended request ends after this
-  uint32_t max_frequency_hz = 10000;      // requests above are refused
+  double max_duration_s = 3600;       // an open-ended request ends after this
+  uint32_t max_frequency_hz = 10000;  // requests above are refused
   // Requests for a larger CFI row map (--cfi-rows, 16 bytes of kernel memory a row) are refused.
   uint32_t max_cfi_rows = 1u << 23;
   uint64_t max_session_memory_mb = 1024;  // a session whose profile grows past this ends with a note
+  // The memory of one user's sessions together (their profiles, and at the end their JIT symbols
+  // and symbol tables): a session that takes its user past it ends with a note, and the JIT
+  // symbols and symbol tables of a session get at most what is left. Root is not bounded.
+  uint64_t max_user_memory_mb = 1024;
+  // Per session: the JIT symbols kept from /tmp/perf-PID.map and jitdumps (only those that cover
+  // sampled code are kept; beyond this they are dropped and counted), and the symbolizer's cache
+  // of module tables (symbol tables, DWARF indexes; least recently used evicted).
+  uint64_t max_jit_symbols_mb = 16;
+  uint64_t max_symbol_cache_mb = 256;
   // No user but root holds more connections or sessions than these at once (each connection costs a
   // thread), so that no user can lock others out.
   uint32_t max_connections_per_user = 32;

@@ -2,6 +2,8 @@
 // recording ends.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,20 +15,43 @@ namespace hpd::session {
 // `pid`, in file order. Lines that do not parse are skipped; their number goes to *bad_lines.
 std::vector<RawJitSymbol> parse_perf_map(const std::string& text, int32_t pid, size_t* bad_lines = nullptr);
 
-// Appends the perf-map symbols of every process of `profile` to profile.jit_symbols. The file is
-// looked for through /proc/PID/root/tmp while the process lives (its own /tmp, also when hpd runs
-// with PrivateTmp or the process in a container), then at /tmp. Only regular files are read (no
-// symlinks), at most 256 MiB each. Returns one note per process whose map was read.
-std::vector<std::string> read_perf_maps(RawProfile& profile);
-
 // Parses a jitdump file (perf's binary format: a header, then records; JIT_CODE_LOAD names a code
 // blob, JIT_CODE_MOVE moves one) into symbols of `pid`, in file order. Returns false when the header
 // is not a jitdump's of this byte order; a truncated last record ends the list.
 bool parse_jitdump(const std::string& bytes, int32_t pid, std::vector<RawJitSymbol>& out);
 
-// Appends the jitdump symbols of every process of `profile`: the jit-PID.dump the process mapped
-// (runtimes map it executable so that profilers find it: node --perf-prof), else one in its current
-// directory while it lives. Returns one note per process whose dump was read.
-std::vector<std::string> read_jitdumps(RawProfile& profile);
+// How the JIT files of a recording are read. Both readers stream their files (a 64 KiB buffer),
+// and keep only symbols that cover a sampled address (RawProfile's stacks and call edges): a
+// runtime's map may name millions of blobs, of which a profile needs the few it sampled. Of those,
+// one per start address is kept (the last: the runtime wrote over the blob there), up to
+// `max_bytes` for the whole recording; the rest are dropped and counted in the notes.
+struct JitReadOptions {
+  // Opens a file as open(2) would (flags included); unset: open(2) as this process. hpd opens a
+  // client's files with the client's permissions (open_as).
+  std::function<int(const std::string& path, int flags)> open_file;
+  // The memory the symbols kept may take, counted as sizeof(RawJitSymbol), the name and an index
+  // entry each.
+  uint64_t max_bytes = uint64_t{16} << 20;
+  // Names that bound in the notes ("max_jit_symbols_mb in hpd.conf").
+  std::string bound_name = "hpctl's bound of 16 MiB of JIT symbols per recording";
+};
+
+// What reading the JIT files of a recording kept and left out.
+struct JitReadResult {
+  std::vector<std::string> notes;  // one per file read, and what was left out
+  uint64_t symbols_read = 0;       // well-formed symbols in the files
+  uint64_t symbols_kept = 0;       // added to RawProfile::jit_symbols
+  uint64_t symbols_unsampled = 0;  // covering no sampled address
+  uint64_t symbols_dropped = 0;    // covering one, but beyond max_bytes
+  uint64_t bytes_kept = 0;         // as counted against max_bytes
+};
+
+// Appends the perf-map and jitdump symbols of every process of `profile` to profile.jit_symbols.
+// The perf map is looked for through /proc/PID/root/tmp while the process lives (its own /tmp, also
+// when hpd runs with PrivateTmp or the process in a container), then at /tmp; the jitdump is the
+// jit-PID.dump the process mapped (runtimes map it executable so that profilers find it: node
+// --perf-prof), else one in its current directory while it lives. Only regular files are read (no
+// symlinks, no FIFOs), a perf map of at most 256 MiB, a jitdump of at most 1 GiB.
+JitReadResult read_jit_symbols(RawProfile& profile, const JitReadOptions& options = {});
 
 }  // namespace hpd::session

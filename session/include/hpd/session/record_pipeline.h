@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,21 @@ std::string format_record_progress(const RecordProgress& progress, bool open_end
 bool is_capture_output(const std::string& name);
 bool is_gzip_output(const std::string& name);
 
+// Where the symbols of a recording come from, and the memory they may take.
+struct SymbolSources {
+  // Opens a file the names may come from (a module's binary or debug file, a JIT map or jitdump)
+  // as open(2) would, flags included. Unset: open(2) as this process (hpctl). hpd opens the files
+  // of a client's recording with the client's permissions (open_as), so that the client gets names
+  // only from files it could read itself; the summary names those it could not.
+  std::function<int(const std::string& path, int flags)> open_file;
+  // The JIT symbols kept for the recording (JitReadOptions::max_bytes) and what the notes call
+  // that bound.
+  uint64_t max_jit_bytes = uint64_t{16} << 20;
+  std::string jit_bound_name = "hpctl's bound of 16 MiB of JIT symbols per recording";
+  // The symbolizer's cache of module tables (SymbolizerOptions::cache_bytes).
+  uint64_t symbol_cache_bytes = uint64_t{512} << 20;
+};
+
 // The output of one recording. Construct it before record(), attach() it to the options, and call
 // finish() with the result.
 class RecordingOutput {
@@ -63,6 +79,8 @@ class RecordingOutput {
   Profile finish(RecordResult& result);
   // After a failed record(): drops a capture file begun at a path (nothing was recorded).
   void abandon();
+  // Before finish(): where its symbols come from (the default: any file this process can open).
+  void set_symbol_sources(SymbolSources sources) { sources_ = std::move(sources); }
 
   [[nodiscard]] bool is_capture() const { return capture_ != nullptr; }
   [[nodiscard]] const std::vector<std::string>& mip_notes() const;
@@ -70,6 +88,12 @@ class RecordingOutput {
   [[nodiscard]] bool mip_enabled() const { return mip_ != nullptr; }
   // One line per process whose /tmp/perf-PID.map named JIT code (finish() reads them).
   [[nodiscard]] const std::vector<std::string>& jit_notes() const { return jit_notes_; }
+  // After finish(): what the JIT symbols kept took (JitReadResult::bytes_kept), and the most the
+  // symbolizer's module tables took.
+  [[nodiscard]] uint64_t jit_bytes() const { return jit_bytes_; }
+  [[nodiscard]] uint64_t symbol_cache_bytes() const { return symbol_cache_bytes_; }
+  // After finish(): "2 modules not symbolized: you cannot read A; B", or empty.
+  [[nodiscard]] const std::string& unreadable_note() const { return unreadable_note_; }
 
  private:
   RecordRequest request_;
@@ -85,6 +109,10 @@ class RecordingOutput {
   std::string capture_error_;
   std::unique_ptr<MipRecording> mip_;
   std::vector<std::string> jit_notes_;
+  SymbolSources sources_;
+  uint64_t jit_bytes_ = 0;
+  uint64_t symbol_cache_bytes_ = 0;
+  std::string unreadable_note_;
 };
 
 RecordSummary summarize_recording(const RecordResult& result, const Profile& profile,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -113,6 +114,10 @@ struct ModuleInfo {
   size_t symbol_count = 0;         // function symbols in the sorted table (incl. synthesized @plt)
   bool from_debuginfod = false;    // debug_path is a file fetched through debuginfod
   std::string debuginfod_error;    // why debuginfod was asked and gave nothing (else empty)
+  // Files that would have been read but SymbolizerOptions::open_file refused (EACCES, EPERM): the
+  // binary (named by the module's path) when no file stood in for it, a debug file when none was
+  // found. Empty when none.
+  std::vector<std::string> denied;
 };
 
 struct SymbolizerOptions {
@@ -125,6 +130,11 @@ struct SymbolizerOptions {
   // servers through libdebuginfod (downloads are cached in $DEBUGINFOD_CACHE_PATH or
   // ~/.cache/debuginfod_client; misses are remembered there too).
   bool debuginfod = true;
+  // Opens a file symbols may come from (a module's binary through any of its paths, a separate
+  // debug file, a debuginfod download): open(2)'s answer, a descriptor or -1 with errno set.
+  // Unset: open(2) as this process. hpd sets it to open_as(client) for a client's recording, so
+  // that the client gets names only from files it could read itself (ModuleInfo::denied).
+  std::function<int(const std::string& path, int flags)> open_file;
 };
 
 // Not thread-safe: one Symbolizer per thread, or external locking.
@@ -169,6 +179,8 @@ class Symbolizer {
   uint64_t cache_bytes_used() const;
   // Number of modules whose tables are currently cached.
   size_t cached_modules() const;
+  // The facts of every module asked for so far.
+  std::vector<ModuleInfo> module_infos() const;
 
  private:
   struct Impl;
