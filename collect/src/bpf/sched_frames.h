@@ -3,20 +3,21 @@
 // do_nanosleep, pipe_read...) rather than at __schedule.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <istream>
 #include <utility>
 #include <vector>
 
 namespace hpd {
 
+class KernelSymbols;
+
 class SchedulerFrames {
  public:
-  // From a kallsyms listing ("address type name [module]" lines, sorted or not). Addresses that read
-  // as 0 (kptr_restrict) give no ranges.
-  static SchedulerFrames from_kallsyms(std::istream& in);
-  // /proc/kallsyms; empty when it cannot be read.
-  static SchedulerFrames load();
+  // From the kernel's symbols as the symbolizer reads them (/proc/kallsyms, once per recording): a
+  // scheduler function (t or T) ends where the next t or T symbol begins. An empty table (kallsyms
+  // unreadable, or its addresses 0 under kptr_restrict) gives no ranges.
+  static SchedulerFrames from_symbols(const KernelSymbols& symbols);
 
   [[nodiscard]] bool contains(uint64_t address) const;
   [[nodiscard]] size_t size() const { return ranges_.size(); }
