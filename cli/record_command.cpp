@@ -123,14 +123,15 @@ int run_record(const RecordArgs& args) {
   sigaction(SIGTERM, &old_term, nullptr);
   progress.update(output.is_capture() ? "finishing " + args.output + "..."
                                       : "symbolizing and writing " + args.output + "...");
-  const Profile profile = output.finish(result);
+  // A capture is symbolized only for the report printed here (hpctl report reads it later otherwise).
+  const std::optional<Profile> profile = output.finish(result, args.print_report);
   progress.clear();
 
   if (args.print_report) {
     ReportOptions report_options;
     report_options.limit = args.report_limit;
     report_options.width = report_width_for_stdout();
-    print_report(compute_report(profile, report_options), std::cout, report_options);
+    print_report(compute_report(*profile, report_options), std::cout, report_options);
     std::cout.flush();
   }
   const session::RecordSummary summary = session::summarize_recording(result, profile, output);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command (and CI's): set up, build, and run the whole test suite, privileged
 # tests included (they need root: perf_event, BPF, uprobes and ptrace run for real); then the unit
-# tests again, built with AddressSanitizer and UBSan (packaging/asan-unit-tests.sh).
+# tests and hpd's integration and security tests again, with hpd, hpctl and the tests built with
+# AddressSanitizer and UBSan (packaging/asan-tests.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HPD_BUILD_DIR:-$root/build}
@@ -25,8 +26,8 @@ status=0
 ctest --output-on-failure -j2 --timeout 900 2>&1 | tee "$build/ctest.log" || status=$?
 
 echo
-echo "=== Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_build) ==="
-"$root/packaging/asan-unit-tests.sh" || status=$?
+echo "=== Unit tests and hpd's tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_build) ==="
+"$root/packaging/asan-tests.sh" || status=$?
 
 if [ "$status" -ne 0 ] && [ -s "$build/Testing/Temporary/LastTestsFailed.log" ]; then
   echo

@@ -306,7 +306,7 @@ void RecordingOutput::read_back_spill(RawProfile& raw) {
   raw.restore_samples(std::move(spilled.profile.samples));
 }
 
-Profile RecordingOutput::finish(RecordResult& result) {
+std::optional<Profile> RecordingOutput::finish(RecordResult& result, bool names_wanted) {
   if (mip_) mip_->finish(result.profile);
   if (capture_) {
     // Finished before symbolizing, so the capture is complete even if symbolization fails.
@@ -331,9 +331,12 @@ Profile RecordingOutput::finish(RecordResult& result) {
   SymbolizerOptions symbolizer_options;
   symbolizer_options.cache_bytes = sources_.symbol_cache_bytes;
   symbolizer_options.open_file = sources_.open_file;
+  // A capture is symbolized when it is read (hpctl report, convert): here only for a report printed now.
+  if (capture_ && !names_wanted) return std::nullopt;
   Symbolizer symbolizer(symbolizer_options);
   ConvertOptions convert_options;
   convert_options.kernel_frames = result.profile.info.kernel_frames;
+  convert_options.kernel_symbols = result.kernel_symbols;  // kallsyms, when the recording read it
   Profile profile = symbolize_profile(result.profile, symbolizer, convert_options);
   symbol_cache_bytes_ = symbolizer.cache_bytes_used();
   unreadable_note_ = describe_unreadable(symbolizer.module_infos());
@@ -366,12 +369,12 @@ size_t RecordingOutput::mip_snapshots_taken() const {
   return mip_ ? mip_->snapshots_taken() : 0;
 }
 
-RecordSummary summarize_recording(const RecordResult& result, const Profile& profile,
+RecordSummary summarize_recording(const RecordResult& result, const std::optional<Profile>& profile,
                                   const RecordingOutput& output) {
   RecordSummary s;
   const auto& info = result.profile.info;
   s.samples = result.profile.sample_count();
-  s.threads = profile.threads.size();
+  s.threads = profile ? profile->threads.size() : profile_thread_count(result.profile);
   s.seconds = (info.end_mono_ns - info.start_mono_ns) / 1e9;
   s.backend = info.backend;
   s.lost_records = result.profile.lost.lost_records;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace hpd {
 namespace {
@@ -290,7 +291,14 @@ class Converter {
   uint32_t kernel_address(uint64_t address, bool exact) {
     if (!kernel_loaded_) {
       kernel_loaded_ = true;
-      kernel_ok_ = kernel_.load(options_.kallsyms_path);
+      if (options_.kernel_symbols) {
+        kernel_ = options_.kernel_symbols;
+      } else {
+        auto loaded = std::make_shared<KernelSymbols>();
+        loaded->load(options_.kallsyms_path);
+        kernel_ = std::move(loaded);
+      }
+      kernel_ok_ = !kernel_->empty();
     }
     return intern_address(AddressKey{AddressKind::kKernel, 0, exact || address == 0 ? address : address - 1});
   }
@@ -446,8 +454,8 @@ class Converter {
           add_location_frames(ua, Location{}, lib, hex(address), -1);
           continue;
         }
-        const Location loc = kernel_.resolve(address);
-        const int64_t rel = address >= kernel_.base() ? static_cast<int64_t>(loc.rel_address) : -1;
+        const Location loc = kernel_->resolve(address);
+        const int64_t rel = address >= kernel_->base() ? static_cast<int64_t>(loc.rel_address) : -1;
         add_location_frames(ua, loc, lib, hex(address), rel);
       }
     }
@@ -728,7 +736,7 @@ class Converter {
   std::unordered_map<uint32_t, ModuleRef> module_refs_;  // raw module -> how to open it
   std::unordered_map<uint32_t, uint32_t> module_libs_;   // raw module -> Profile lib
   std::unordered_map<int32_t, uint32_t> jit_libs_;       // pid -> Profile lib of its perf map
-  KernelSymbols kernel_;
+  std::shared_ptr<const KernelSymbols> kernel_;          // read when the first kernel address is met
   bool kernel_loaded_ = false;
   bool kernel_ok_ = false;
   uint32_t kernel_lib_ = kNoIndex;
@@ -738,6 +746,30 @@ class Converter {
 
 Profile symbolize_profile(const RawProfile& raw, Symbolizer& symbolizer, const ConvertOptions& options) {
   return Converter(raw, symbolizer, options).run();
+}
+
+size_t profile_thread_count(const RawProfile& raw) {
+  // As build_threads and build_mip_counts decide: every (pid, tid) with samples, sums of released
+  // samples or (for a RawThread) lost data, then a main thread for each process with MIP counts and
+  // none of those.
+  std::unordered_set<uint64_t> threads;
+  std::unordered_set<int32_t> pids;
+  const auto add = [&](int32_t pid, int32_t tid) {
+    threads.insert(static_cast<uint64_t>(static_cast<uint32_t>(pid)) << 32 | static_cast<uint32_t>(tid));
+    pids.insert(pid);
+  };
+  for (const RawSample& s : raw.samples) add(s.pid, s.tid);
+  for (const RawSampleSum& s : raw.released) add(s.pid, s.tid);
+  for (const RawThread& t : raw.threads) {
+    if (t.lost.lost_records != 0 || t.lost.throttle_events != 0 || t.lost.stack_failures != 0 ||
+        t.lost.truncated_stacks != 0)
+      add(t.pid, t.tid);
+  }
+  size_t count = threads.size();
+  for (const RawMipSnapshot& s : raw.mip_snapshots) {
+    if (s.module < raw.modules.size() && pids.insert(s.pid).second) ++count;
+  }
+  return count;
 }
 
 }  // namespace hpd

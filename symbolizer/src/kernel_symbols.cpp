@@ -1,7 +1,10 @@
 // KernelSymbols: the kernel's text symbols from /proc/kallsyms, sorted for binary search.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
-#include <fstream>
 #include <string_view>
 
 #include "hpd/symbolizer/symbolizer.h"
@@ -19,46 +22,106 @@ bool is_text_type(char t) {
 
 }  // namespace
 
-bool KernelSymbols::load(const std::string& path) {
-  symbols_.clear();
-  std::ifstream in(path);
-  if (!in) return false;
-  std::vector<Symbol> symbols;
-  bool any_nonzero = false;
-  std::string line;
-  while (std::getline(in, line)) {
-    // "ffffffff81000000 T _stext" or "ffffffffc0a01000 t func\t[module]"
-    std::string_view s = line;
-    const size_t sp1 = s.find(' ');
-    if (sp1 == std::string_view::npos || sp1 + 3 > s.size() || s[sp1 + 2] != ' ') continue;
-    uint64_t address = 0;
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + sp1, address, 16);
-    if (ec != std::errc() || ptr != s.data() + sp1) continue;
-    if (!is_text_type(s[sp1 + 1])) continue;
-    std::string_view rest = s.substr(sp1 + 3);
-    std::string_view module;
-    if (const size_t tab = rest.find('\t'); tab != std::string_view::npos) {
-      module = rest.substr(tab + 1);
-      rest = rest.substr(0, tab);
-    }
-    if (rest.empty()) continue;
-    if (address != 0) any_nonzero = true;
-    std::string name(rest);
-    if (!module.empty()) {
-      name += ' ';
-      name += module;  // already "[module]"
-    }
-    symbols.push_back(Symbol{address, std::move(name)});
+bool parse_kallsyms_line(std::string_view s, KallsymsLine& out) {
+  // "ADDRESS T NAME" then, for a module's symbol, "\t[MODULE]"; one space between the first fields.
+  const size_t sp1 = s.find(' ');
+  if (sp1 == 0 || sp1 == std::string_view::npos || sp1 + 3 > s.size() || s[sp1 + 2] != ' ') return false;
+  uint64_t address = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + sp1, address, 16);
+  if (ec != std::errc() || ptr != s.data() + sp1) return false;
+  std::string_view name = s.substr(sp1 + 3);
+  std::string_view module;
+  if (const size_t tab = name.find('\t'); tab != std::string_view::npos) {
+    module = name.substr(tab + 1);
+    name = name.substr(0, tab);
   }
-  if (!any_nonzero) return false;  // kptr_restrict hides the addresses: the table is useless
-  std::stable_sort(symbols.begin(), symbols.end(),
+  if (name.empty()) return false;
+  out.address = address;
+  out.type = s[sp1 + 1];
+  out.name = name;
+  out.module = module;
+  return true;
+}
+
+void KernelSymbols::add_line(std::string_view text) {
+  KallsymsLine line;
+  if (!parse_kallsyms_line(text, line) || !is_text_type(line.type)) return;
+  if (line.address != 0) any_nonzero_ = true;
+  symbols_.push_back(Symbol{line.address, static_cast<uint32_t>(names_.size()), line.type});
+  names_ += line.name;
+  if (!line.module.empty()) {
+    names_ += ' ';
+    names_ += line.module;  // already "[module]"
+  }
+  names_ += '\0';
+}
+
+bool KernelSymbols::finish() {
+  if (!any_nonzero_) {  // kptr_restrict hides the addresses: the table is useless
+    symbols_.clear();
+    names_.clear();
+    return false;
+  }
+  std::stable_sort(symbols_.begin(), symbols_.end(),
                    [](const Symbol& a, const Symbol& b) { return a.address < b.address; });
   // Zero addresses (a few per-cpu and absolute symbols) would swallow every low address.
-  symbols.erase(
-      std::remove_if(symbols.begin(), symbols.end(), [](const Symbol& x) { return x.address == 0; }),
-      symbols.end());
-  symbols_ = std::move(symbols);
+  symbols_.erase(
+      std::remove_if(symbols_.begin(), symbols_.end(), [](const Symbol& x) { return x.address == 0; }),
+      symbols_.end());
+  symbols_.shrink_to_fit();
+  names_.shrink_to_fit();
   return true;
+}
+
+bool KernelSymbols::load(const std::string& path) {
+  symbols_.clear();
+  names_.clear();
+  any_nonzero_ = false;
+  // Read in blocks and split as it comes: /proc/kallsyms has no size, and the whole text (several MiB)
+  // need not be held at once.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string pending;
+  char block[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, block, sizeof block);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      symbols_.clear();
+      names_.clear();
+      return false;
+    }
+    if (n == 0) break;
+    std::string_view data(block, static_cast<size_t>(n));
+    // A line cut by the previous block: complete it first.
+    if (!pending.empty()) {
+      const size_t end = data.find('\n');
+      pending.append(data.substr(0, end));
+      if (end == std::string_view::npos) continue;
+      add_line(pending);
+      pending.clear();
+      data.remove_prefix(end + 1);
+    }
+    for (size_t end; (end = data.find('\n')) != std::string_view::npos; data.remove_prefix(end + 1))
+      add_line(data.substr(0, end));
+    pending.assign(data);
+  }
+  ::close(fd);
+  if (!pending.empty()) add_line(pending);
+  return finish();
+}
+
+bool KernelSymbols::load_text(std::string_view text) {
+  symbols_.clear();
+  names_.clear();
+  any_nonzero_ = false;
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    add_line(text.substr(0, end));
+    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
+  }
+  return finish();
 }
 
 Location KernelSymbols::resolve(uint64_t address) const {
@@ -80,10 +143,10 @@ Location KernelSymbols::resolve(uint64_t address) const {
     return loc;
   }
   loc.found = true;
-  loc.symbol = first->name;
+  loc.symbol = name(*first);
   loc.symbol_address = first->address - base();
   loc.symbol_size = size;
-  loc.frames.push_back(SourceFrame{first->name, {}, 0, 0});
+  loc.frames.push_back(SourceFrame{loc.symbol, {}, 0, 0});
   return loc;
 }
 

@@ -399,7 +399,7 @@ TEST(BpfCfi, ModuleRefusedForLackOfRoomIsNamed) {
   session::RecordingOutput output(args);
   output.attach(options);
   RecordResult r = record(options);
-  const Profile profile = output.finish(r);
+  const std::optional<Profile> profile = output.finish(r, false);
   const session::RecordSummary summary = session::summarize_recording(r, profile, output);
   std::filesystem::remove(args.output);
   print_ends(r);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -133,15 +134,16 @@ Profile symbolized(const RawProfile& raw) {
 
 struct PipelineRun {
   RecordResult result;
-  Profile profile;
+  std::optional<Profile> profile;  // what finish() returned
   session::RecordSummary summary;
   size_t most_samples_held = 0;   // after any flush
   size_t most_capacity_held = 0;  // of RawProfile::samples, after any flush
   size_t most_sums_held = 0;      // RawProfile::released
 };
 
-// The recording through RecordingOutput's flushes (as attach() chains them) into `output_path`.
-PipelineRun record_through_pipeline(const std::string& output_path) {
+// The recording through RecordingOutput's flushes (as attach() chains them) into `output_path`;
+// `names_wanted` as hpctl record passes it (a report is printed).
+PipelineRun record_through_pipeline(const std::string& output_path, bool names_wanted = true) {
   PipelineRun run;
   session::RecordRequest request;
   request.output = output_path;
@@ -161,7 +163,7 @@ PipelineRun record_through_pipeline(const std::string& output_path) {
   profile.info.end_mono_ns = kStart + kSamples / 4 * kInterval + 2'000'000;
   profile.info.interval_ns = kInterval;
   profile.info.frequency_hz = 4999;
-  run.profile = output.finish(run.result);
+  run.profile = output.finish(run.result, names_wanted);
   run.summary = session::summarize_recording(run.result, run.profile, output);
   return run;
 }
@@ -205,13 +207,31 @@ TEST(FlatMemory, CaptureRecordingHoldsOnlyWhatCameSinceTheLastFlushAndWritesEver
   EXPECT_EQ(run.summary.samples, reference.samples.size());
   EXPECT_EQ(run.summary.threads, whole.threads.size());
   EXPECT_EQ(run.summary.threads, 4u);
-  for (const Thread& t : run.profile.threads) EXPECT_TRUE(t.samples.empty()) << t.tid;
+  ASSERT_TRUE(run.profile.has_value());
+  for (const Thread& t : run.profile->threads) EXPECT_TRUE(t.samples.empty()) << t.tid;
   const std::string want = report_text(whole);
   // Both modules of the remapped range are in it, each with its own half.
   EXPECT_NE(want.find("prog+0x110"), std::string::npos) << want;
   EXPECT_NE(want.find("other+0x110"), std::string::npos) << want;
-  EXPECT_EQ(report_text(run.profile), want);  // what `hpctl record` prints
+  EXPECT_EQ(report_text(*run.profile), want);  // what `hpctl record` prints
   EXPECT_EQ(report_text(symbolized(run.result.profile)), want);
+}
+
+// A capture with no report printed (hpctl record --no-report, or hpd, whose client reads the file back
+// for its report) is symbolized later, when it is read: finish() symbolizes nothing, and the summary
+// still counts the threads the symbolized profile has.
+TEST(FlatMemory, CaptureWithoutAReportIsNotSymbolizedAndTheSummaryCountsItsThreads) {
+  const RawProfile reference = reference_recording();
+  const std::string path = temp_path("hpr");
+  PipelineRun run = record_through_pipeline(path, false);
+  const CaptureContents read = read_capture_file(path);
+  std::filesystem::remove(path);
+  EXPECT_TRUE(read.info.complete);
+  EXPECT_EQ(compare_samples(read.profile.samples, reference.samples), "");
+  EXPECT_FALSE(run.profile.has_value());
+  EXPECT_EQ(run.summary.samples, reference.samples.size());
+  EXPECT_EQ(run.summary.threads, symbolized(reference).threads.size());
+  EXPECT_EQ(run.summary.threads, 4u);
 }
 
 TEST(FlatMemory, FirefoxRecordingSpillsItsSamplesAndGetsThemAllBack) {
@@ -228,7 +248,8 @@ TEST(FlatMemory, FirefoxRecordingSpillsItsSamplesAndGetsThemAllBack) {
   EXPECT_EQ(compare_samples(run.result.profile.samples, reference.samples), "");
   EXPECT_EQ(run.summary.samples, reference.samples.size());
   size_t profile_samples = 0;
-  for (const Thread& t : run.profile.threads) {
+  ASSERT_TRUE(run.profile.has_value());
+  for (const Thread& t : run.profile->threads) {
     EXPECT_TRUE(t.sample_sums.empty()) << t.tid;
     profile_samples += t.samples.size();
   }

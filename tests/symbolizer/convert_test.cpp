@@ -309,6 +309,61 @@ TEST_F(ConvertFixture, KernelFramesCanBeDroppedAndMissingKallsymsIsListed) {
   EXPECT_EQ(p.meta.missing_modules, std::vector<std::string>{"[kernel.kallsyms]"});
 }
 
+// Kernel symbols the recording already read (ConvertOptions::kernel_symbols) are used instead of the
+// file: the same frames as from the file, and none read from kallsyms_path.
+TEST_F(ConvertFixture, KernelSymbolsReadByTheRecordingAreUsedInsteadOfTheFile) {
+  const uint32_t b =
+      raw.stacks.intern(std::vector<uint64_t>{0xffffffff81200010ull}, std::vector<uint64_t>{start("main")});
+  add_sample(b, 10, kPid);
+  Symbolizer from_file;
+  const Profile want = symbolize_profile(raw, from_file, options);
+  auto symbols = std::make_shared<KernelSymbols>();
+  ASSERT_TRUE(symbols->load(options.kallsyms_path));
+  ConvertOptions preloaded = options;
+  preloaded.kallsyms_path = dir.file("no-such-kallsyms");
+  preloaded.kernel_symbols = symbols;
+  Symbolizer symbolizer;
+  const Profile p = symbolize_profile(raw, symbolizer, preloaded);
+  const auto frames = frames_of(p, p.threads.at(0).samples.at(0).stack);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(p.func_name(frames[1]->func), "do_syscall_64");
+  EXPECT_EQ(names_of(p, p.threads.at(0).samples.at(0).stack),
+            names_of(want, want.threads.at(0).samples.at(0).stack));
+  EXPECT_TRUE(p.meta.missing_modules.empty());
+}
+
+// profile_thread_count (the summary of a capture, not symbolized) against the Threads the symbolized
+// profile has: threads with samples, with released sums only, with lost records only, a thread the
+// recorder never named, and a process with MIP counts but no samples (its main thread is added).
+TEST_F(ConvertFixture, ThreadCountWithoutSymbolizingIsThatOfTheProfile) {
+  const uint32_t a = raw.stacks.intern({}, std::vector<uint64_t>{start("main")});
+  EXPECT_EQ(profile_thread_count(raw), 0u);
+  add_sample(a, 100, kPid);
+  add_sample(a, 110, kPid + 99);  // no RawThread
+  raw.thread(kPid, kPid + 2).lost.stack_failures = 3;
+  RawSampleSum sum;
+  sum.pid = kPid;
+  sum.tid = kPid + 3;
+  sum.stack = a;
+  sum.samples = 2;
+  raw.released.push_back(sum);
+  raw.process(5151).name = "counted only";
+  RawMipSnapshot mip;
+  mip.pid = 5151;
+  mip.module = 0;
+  mip.functions.push_back(RawMipFunction{});
+  raw.mip_snapshots.push_back(mip);
+  raw.mip_snapshots.push_back(mip);  // a second snapshot of the same process: still one main thread
+  RawMipSnapshot bad = mip;
+  bad.pid = 6161;
+  bad.module = 99;  // no such module: skipped by the symbolizer, so no thread
+  raw.mip_snapshots.push_back(bad);
+  Symbolizer symbolizer;
+  const Profile p = symbolize_profile(raw, symbolizer, options);
+  EXPECT_EQ(p.threads.size(), 5u);
+  EXPECT_EQ(profile_thread_count(raw), p.threads.size());
+}
+
 // A library replaced at the same address mid-recording: samples before and after resolve differently.
 TEST_F(ConvertFixture, MappingEpochsSeparateReusedAddresses) {
   const uint32_t other = raw.intern_module(FIXTURE_C_NOPIE, "");

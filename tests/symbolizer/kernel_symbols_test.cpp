@@ -1,6 +1,8 @@
 // KernelSymbols: kallsyms parsing on synthetic files, and on the live /proc/kallsyms when readable.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "hpd/symbolizer/symbolizer.h"
 #include "test_util.h"
 
@@ -40,6 +42,94 @@ TEST(KernelSymbols, ParsesTextSymbolsWithModules) {
   // Below the first symbol, or far past the last: not found.
   EXPECT_FALSE(k.resolve(0xffffffff80000000ull).found);
   EXPECT_FALSE(k.resolve(0xffffffffc0a00000ull + (2 << 20)).found);
+}
+
+// The line parser on lines as /proc/kallsyms prints them: addresses of 16 hex digits, nm's type
+// letters, a module's name in brackets after a tab, and the kernel image's lines without one.
+TEST(KallsymsLine, SplitsAddressTypeNameAndModule) {
+  KallsymsLine l;
+  ASSERT_TRUE(parse_kallsyms_line("ffffffff81000000 T _stext", l));
+  EXPECT_EQ(l.address, 0xffffffff81000000ull);
+  EXPECT_EQ(l.type, 'T');
+  EXPECT_EQ(l.name, "_stext");
+  EXPECT_EQ(l.module, "");
+
+  ASSERT_TRUE(parse_kallsyms_line("ffffffffc0a01230 t nf_conntrack_in\t[nf_conntrack]", l));
+  EXPECT_EQ(l.address, 0xffffffffc0a01230ull);
+  EXPECT_EQ(l.type, 't');
+  EXPECT_EQ(l.name, "nf_conntrack_in");
+  EXPECT_EQ(l.module, "[nf_conntrack]");
+
+  ASSERT_TRUE(parse_kallsyms_line("ffffffffc0002000 t bpf_prog_6deef7357e7b4530_sd_fw_ingress\t[bpf]", l));
+  EXPECT_EQ(l.name, "bpf_prog_6deef7357e7b4530_sd_fw_ingress");
+  EXPECT_EQ(l.module, "[bpf]");
+
+  // kptr_restrict: the addresses read as zero; data, bss and weak types pass through as letters.
+  ASSERT_TRUE(parse_kallsyms_line("0000000000000000 D jiffies", l));
+  EXPECT_EQ(l.address, 0u);
+  EXPECT_EQ(l.type, 'D');
+  ASSERT_TRUE(parse_kallsyms_line("ffffffff81001000 W arch_cpu_idle", l));
+  EXPECT_EQ(l.type, 'W');
+  EXPECT_EQ(l.name, "arch_cpu_idle");
+
+  // Not in that form: nothing is taken from it, and `l` keeps what it held.
+  for (const char* bad : {"", "garbage line", "ffffffff81000000", "ffffffff81000000 T", "ffffffff81000000 T ",
+                          "xyz0 T name", " ffffffff81000000 T name", "ffffffff81000000  T name",
+                          "ffffffff81000000 TT name", "ffffffff81000000 T \t[mod]"}) {
+    EXPECT_FALSE(parse_kallsyms_line(bad, l)) << "'" << bad << "'";
+    EXPECT_EQ(l.name, "arch_cpu_idle");
+  }
+}
+
+// A whole text, as load() reads it: the last line without its newline still counts.
+TEST(KernelSymbols, LoadTextTakesTextSymbolsInAddressOrder) {
+  KernelSymbols k;
+  ASSERT_TRUE(
+      k.load_text("ffffffff81002000 t b\n"
+                  "ffffffff81000000 T a\n"
+                  "ffffffff81003000 d data\n"
+                  "ffffffffc0a00000 t m\t[mod]\n"
+                  "ffffffff81001000 w weak"));
+  ASSERT_EQ(k.size(), 4u);
+  const auto& s = k.symbols();
+  EXPECT_STREQ(k.name(s[0]), "a");
+  EXPECT_EQ(s[0].type, 'T');
+  EXPECT_STREQ(k.name(s[1]), "weak");
+  EXPECT_EQ(s[1].type, 'w');
+  EXPECT_STREQ(k.name(s[2]), "b");
+  EXPECT_STREQ(k.name(s[3]), "m [mod]");
+  EXPECT_EQ(s[3].address, 0xffffffffc0a00000ull);
+}
+
+// load() reads the file in 64 KiB blocks: lines cut between two blocks, and a last line without its
+// newline, give what the whole text gives.
+TEST(KernelSymbols, FileReadInBlocksGivesWhatTheWholeTextGives) {
+  test::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 6000; ++i) {
+    char line[96];
+    std::snprintf(line, sizeof line, "ffffffff8%07x %c function_number_%d%s\n", i * 16, "tTdW"[i % 4], i,
+                  i % 7 == 0 ? "\t[some_module]" : "");
+    text += line;
+  }
+  text += "ffffffff8fffffff T last_without_newline";
+  ASSERT_GT(text.size(), 3u << 16);
+  test::write_file(dir.file("kallsyms"), text);
+  KernelSymbols from_file, from_text;
+  ASSERT_TRUE(from_file.load(dir.file("kallsyms")));
+  ASSERT_TRUE(from_text.load_text(text));
+  ASSERT_EQ(from_file.size(), 4501u);  // 't', 'T' and 'W' of 6000, and the last
+  ASSERT_EQ(from_file.size(), from_text.size());
+  for (size_t i = 0; i < from_file.size(); ++i) {
+    const auto& a = from_file.symbols()[i];
+    const auto& b = from_text.symbols()[i];
+    ASSERT_EQ(a.address, b.address) << i;
+    ASSERT_EQ(a.type, b.type) << i;
+    ASSERT_STREQ(from_file.name(a), from_text.name(b)) << i;
+  }
+  EXPECT_STREQ(from_file.name(from_file.symbols().back()), "last_without_newline");
+  EXPECT_STREQ(from_file.name(from_file.symbols()[7]), "function_number_9");
+  EXPECT_EQ(from_file.resolve(0xffffffff80000070ull + 1).symbol, "function_number_7 [some_module]");
 }
 
 TEST(KernelSymbols, ZeroAddressesMeanRestricted) {

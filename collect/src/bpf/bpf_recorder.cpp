@@ -43,6 +43,7 @@
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/preload_abi.h"
 #include "hpd/collect/call_graph_choice.h"
+#include "hpd/symbolizer/symbolizer.h"
 #include "proc/build_id.h"
 #include "proc/launched_command.h"
 #include "proc/proc_maps.h"
@@ -855,7 +856,12 @@ RecordResult BpfSession::run() {
     builder_->on_event(event);
   };
   if (off_cpu_ && kernel_frames_) {
-    auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::load());
+    // /proc/kallsyms, read once for the recording: the symbolization of its kernel frames uses the same
+    // table (RecordResult::kernel_symbols), rather than reading and parsing it again.
+    auto symbols = std::make_shared<KernelSymbols>();
+    symbols->load();
+    result_.kernel_symbols = symbols;
+    auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(*symbols));
     if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
   }
 

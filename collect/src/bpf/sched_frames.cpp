@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "hpd/symbolizer/symbolizer.h"
 
 namespace hpd {
 
@@ -51,36 +51,19 @@ bool SchedulerFrames::is_syscall_entry(const char* name) {
          std::strncmp(name, "entry_INT80", 11) == 0 || std::strncmp(name, "ret_from_fork", 13) == 0;
 }
 
-SchedulerFrames SchedulerFrames::from_kallsyms(std::istream& in, bool (*pick)(const char*)) {
-  struct Symbol {
-    uint64_t address;
-    bool scheduler;
-  };
-  std::vector<Symbol> symbols;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string address, type, name;
-    if (!(fields >> address >> type >> name)) continue;
-    const uint64_t a = std::strtoull(address.c_str(), nullptr, 16);
-    if (a == 0 || (type != "t" && type != "T")) continue;
-    symbols.push_back({a, pick(name.c_str())});
-  }
-  std::sort(symbols.begin(), symbols.end(),
-            [](const Symbol& x, const Symbol& y) { return x.address < y.address; });
+SchedulerFrames SchedulerFrames::from_symbols(const KernelSymbols& symbols, bool (*pick)(const char*)) {
+  // Sorted by address already; weak symbols (w, W) neither start nor end a range.
+  const KernelSymbols::Symbol* previous = nullptr;
   SchedulerFrames out;
-  for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+  for (const KernelSymbols::Symbol& s : symbols.symbols()) {
+    if (s.type != 't' && s.type != 'T') continue;
     // A function ends where the next symbol begins.
-    if (symbols[i].scheduler && symbols[i + 1].address > symbols[i].address)
-      out.ranges_.emplace_back(symbols[i].address, symbols[i + 1].address);
+    if (previous != nullptr && s.address > previous->address &&
+        pick(symbols.name(*previous)))
+      out.ranges_.emplace_back(previous->address, s.address);
+    previous = &s;
   }
   return out;
-}
-
-SchedulerFrames SchedulerFrames::load(bool (*pick)(const char*)) {
-  std::ifstream in("/proc/kallsyms");
-  if (!in) return {};
-  return from_kallsyms(in, pick);
 }
 
 bool SchedulerFrames::contains(uint64_t address) const {

@@ -4,23 +4,23 @@
 // entries, which tell perf_event's samples taken in a system call from those taken in an interrupt.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <istream>
 #include <utility>
 #include <vector>
 
 namespace hpd {
 
+class KernelSymbols;
+
 class SchedulerFrames {
  public:
-  // From a kallsyms listing ("address type name [module]" lines, sorted or not). Addresses that read
-  // as 0 (kptr_restrict) give no ranges.
-  static SchedulerFrames from_kallsyms(std::istream& in) { return from_kallsyms(in, is_scheduler_function); }
-  // /proc/kallsyms; empty when it cannot be read.
-  static SchedulerFrames load() { return load(is_scheduler_function); }
-  // The same for the functions `pick` chooses by name (is_syscall_entry: the system-call entries).
-  static SchedulerFrames from_kallsyms(std::istream& in, bool (*pick)(const char*));
-  static SchedulerFrames load(bool (*pick)(const char*));
+  // From the kernel's symbols as the symbolizer reads them (/proc/kallsyms, once per recording): a
+  // function that `pick` chooses by name (t or T; by default the scheduler's, is_syscall_entry: the
+  // system-call entries) ends where the next t or T symbol begins. An empty table (kallsyms
+  // unreadable, or its addresses 0 under kptr_restrict) gives no ranges.
+  static SchedulerFrames from_symbols(const KernelSymbols& symbols,
+                                      bool (*pick)(const char*) = is_scheduler_function);
 
   [[nodiscard]] bool contains(uint64_t address) const;
   [[nodiscard]] size_t size() const { return ranges_.size(); }

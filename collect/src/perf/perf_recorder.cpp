@@ -23,6 +23,7 @@
 
 #include "bpf/sched_frames.h"
 #include "hpd/base/unique_fd.h"
+#include "hpd/symbolizer/symbolizer.h"
 #include "perf/perf_event_decoder.h"
 #include "perf/perf_records.h"
 #include "perf/ring_buffer.h"
@@ -334,8 +335,13 @@ RecordResult PerfSession::run() {
                         attr_.sample_regs_user, uint64_t{options_.off_cpu_min_us} * 1000});
   for (auto& [tid, ids] : own_ids_) decoder_->set_own_event_ids(tid, std::move(ids));
   if (kernel_frames_) {
-    auto entries =
-        std::make_shared<SchedulerFrames>(SchedulerFrames::load(SchedulerFrames::is_syscall_entry));
+    // /proc/kallsyms, read once for the recording; the symbolization of its kernel frames uses the same
+    // table (RecordResult::kernel_symbols).
+    auto symbols = std::make_shared<KernelSymbols>();
+    symbols->load();
+    result_.kernel_symbols = symbols;
+    auto entries = std::make_shared<SchedulerFrames>(
+        SchedulerFrames::from_symbols(*symbols, SchedulerFrames::is_syscall_entry));
     if (entries->size() > 0)
       decoder_->set_syscall_entries([entries](uint64_t a) { return entries->contains(a); });
   }

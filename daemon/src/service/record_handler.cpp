@@ -546,7 +546,8 @@ void Connection::deliver_recording(Session& session, RecordResult& result, sessi
     result.profile.info.arguments = launched;
   }
   send(reply_message("writing"));
-  const Profile profile = output.finish(result);
+  // A capture is not symbolized here: the client symbolizes what it reads back for its report.
+  const std::optional<Profile> profile = output.finish(result, false);
   session::RecordSummary summary = session::summarize_recording(result, profile, output);
   summary.mode = "daemon";
   if (!launched.empty()) summary.command_exit_status = 0;  // the client reaps its command and knows

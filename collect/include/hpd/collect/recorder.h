@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -13,6 +14,8 @@
 #include "hpd/model/raw_profile.h"
 
 namespace hpd {
+
+class KernelSymbols;  // hpd/symbolizer/symbolizer.h
 
 // A failure the user can act on; what() says what happened and what to do.
 class RecordError : public std::runtime_error {
@@ -153,6 +156,10 @@ const char* to_string(CpuTimeSource source);
 
 struct RecordResult {
   RawProfile profile;
+  // The kernel's symbols when the recording read them (eBPF off-CPU with kernel frames: its scheduler
+  // frames), for symbolize_profile (ConvertOptions::kernel_symbols) so that /proc/kallsyms is read once
+  // per recording; null when the recording did not need them (symbolization then reads the file).
+  std::shared_ptr<const KernelSymbols> kernel_symbols;
   bool target_exited = false;    // every recorded process exited before the end
   int command_exit_status = -1;  // launched command: its wait status decoded (exit code, or 128+signal)
   CpuTimeSource cpu_time_source = CpuTimeSource::kSamplePeriod;
@@ -233,8 +240,8 @@ struct RecordResult {
     // Off-CPU samples of threads that blocked while their tables were compiled, walked again with the
     // tables while the thread was still off the CPU (not in samples_tables_pending).
     uint64_t off_cpu_rewalked = 0;
-    uint64_t samples_with_fp_frames = 0;  // samples with a frame of a module without a table
-    uint64_t mappings_dropped = 0;        // executable mappings beyond the per-process limit
+    uint64_t samples_with_fp_frames = 0;     // samples with a frame of a module without a table
+    uint64_t mappings_dropped = 0;           // executable mappings beyond the per-process limit
     std::vector<std::string> without_table;  // "path: reason"; their frames were walked by frame pointer
   } cfi;
   // eBPF: how user walks ended, by name ("root", "read fault", ...), for on-CPU [0] and off-CPU [1]

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,8 +76,11 @@ class RecordingOutput {
   // was asked for) writes the Firefox profile. Returns the symbolized profile. Throws on write errors.
   // With a capture, result.profile keeps only the sums of its samples (RawProfile::released) and the
   // profile returned their per-thread sums (Thread::sample_sums): enough for the summary and report.
+  // A capture is symbolized later (hpctl report, convert), so here only when `names_wanted` (the caller
+  // prints a report of it); otherwise nothing is symbolized, neither user nor kernel frames, and the
+  // result is nullopt (summarize_recording counts the threads from result.profile).
   // For a Firefox profile, result.profile holds every sample again.
-  Profile finish(RecordResult& result);
+  std::optional<Profile> finish(RecordResult& result, bool names_wanted);
   // After a failed record(): drops a capture file begun at a path (nothing was recorded).
   void abandon();
   // Before finish(): where its symbols come from (the default: any file this process can open).
@@ -115,7 +119,8 @@ class RecordingOutput {
   std::string unreadable_note_;
 };
 
-RecordSummary summarize_recording(const RecordResult& result, const Profile& profile,
+// `profile`: what finish() returned (nullopt: a capture, not symbolized).
+RecordSummary summarize_recording(const RecordResult& result, const std::optional<Profile>& profile,
                                   const RecordingOutput& output);
 
 // "12.3 MiB"

@@ -1,6 +1,8 @@
 // Symbolizes a RawProfile into a Profile: unique addresses per module, resolved once.
 #pragma once
 
+#include <memory>
+
 #include "hpd/model/profile.h"
 #include "hpd/model/raw_profile.h"
 #include "hpd/symbolizer/symbolizer.h"
@@ -10,6 +12,9 @@ namespace hpd {
 struct ConvertOptions {
   bool kernel_frames = true;  // keep kernel frames (resolved from kallsyms)
   std::string kallsyms_path = "/proc/kallsyms";
+  // Kernel symbols already read (by the recording, RecordResult::kernel_symbols): used instead of
+  // reading kallsyms_path.
+  std::shared_ptr<const KernelSymbols> kernel_symbols;
 };
 
 // Builds the symbolized Profile.
@@ -35,5 +40,9 @@ struct ConvertOptions {
 //   function at its entry address), else its demangled MIP name in the module's lib. A process with
 //   counts but no samples gets an empty main thread.
 Profile symbolize_profile(const RawProfile& raw, Symbolizer& symbolizer, const ConvertOptions& options = {});
+
+// The number of Threads symbolize_profile(raw, ...) gives, found without symbolizing anything (the
+// summary of a recording written to a capture, whose names nothing printed needs).
+size_t profile_thread_count(const RawProfile& raw);
 
 }  // namespace hpd

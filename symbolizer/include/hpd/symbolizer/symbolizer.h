@@ -187,14 +187,36 @@ class Symbolizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// One line of /proc/kallsyms: "ffffffff81000000 T _stext", or "ffffffffc0a01000 t func\t[module]".
+struct KallsymsLine {
+  uint64_t address = 0;
+  char type = 0;            // 'T', 't', 'W', 'D'... as nm prints it
+  std::string_view name;    // "func"
+  std::string_view module;  // "[module]" with its brackets; empty for the kernel image itself
+};
+// Splits one line (without its '\n'); false for a line not in that form (no address, no type, no name).
+bool parse_kallsyms_line(std::string_view line, KallsymsLine& out);
+
 // Kernel symbols from /proc/kallsyms (or a file in its format).
 class KernelSymbols {
  public:
-  // Loads `path`; returns false (and leaves the table empty) when it cannot be read or holds
-  // only zero addresses (kptr_restrict).
+  struct Symbol {
+    uint64_t address;
+    uint32_t name;  // into the table's names: "func", or "func [module]" (name() gives it)
+    char type;      // 't', 'T', 'w' or 'W': text symbols only
+  };
+
+  // Loads `path` (read in one pass, split as it is read); returns false (and leaves the table empty)
+  // when it cannot be read or holds only zero addresses (kptr_restrict).
   bool load(const std::string& path = "/proc/kallsyms");
+  // The same from the text of such a file.
+  bool load_text(std::string_view text);
   bool empty() const { return symbols_.empty(); }
   size_t size() const { return symbols_.size(); }
+  // The text symbols, sorted by address (equal addresses in kallsyms order), zero addresses left out.
+  const std::vector<Symbol>& symbols() const { return symbols_; }
+  // A symbol's name, NUL-terminated.
+  const char* name(const Symbol& symbol) const { return names_.c_str() + symbol.name; }
   // Lowest symbol address: the base kernel lib-relative addresses are measured from.
   uint64_t base() const { return symbols_.empty() ? 0 : symbols_.front().address; }
   // Name ("func" or "func [module]") of the symbol containing `address`, or !found. A symbol
@@ -203,11 +225,12 @@ class KernelSymbols {
   Location resolve(uint64_t address) const;
 
  private:
-  struct Symbol {
-    uint64_t address;
-    std::string name;
-  };
+  void add_line(std::string_view line);
+  bool finish();  // sorts; false (and empty) when every address was zero
+
   std::vector<Symbol> symbols_;  // sorted by address
+  std::string names_;            // every name, each followed by a NUL (about 3 MiB for 120,000)
+  bool any_nonzero_ = false;
 };
 
 }  // namespace hpd

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The unit tests, and hpd's own integration and security tests, built with AddressSanitizer + UBSan
+# (gcc's, -DHPD_ENABLE_ASAN=ON) into ./build-asan (or $HPD_ASAN_BUILD_DIR), then run; a sanitizer
+# report anywhere (a test, hpd, hpctl, or a program either started) fails the run. packaging/test.sh
+# runs this after the normal suite (the daemon tests need root, as there); see docs/testing.md.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${HPD_ASAN_BUILD_DIR:-$root/build-asan}
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPD_ENABLE_ASAN=ON -DHPD_BUILD_BENCH=OFF
+# Only what is run below: the unit tests, and the daemon's tests with the hpd, hpctl and fixture
+# programs they start (their dependencies), all instrumented.
+cmake --build "$build" -j"$(nproc)" --target hpd_unit_tests daemon_integration_test daemon_security_test
+
+# Reports go to files (printed below), so that one from a child process whose exit status no test
+# checks still fails the run: hpd, and hpctl run by the daemon tests as other users (the directory is
+# writable by all, sticky). abort_on_error: a report ends the process with SIGABRT; UBSan halts at the
+# first report (the build also says -fno-sanitize-recover=undefined).
+logs=$build/sanitizer-reports
+rm -rf "$logs"
+mkdir -p "$logs"
+chmod 1777 "$logs"
+supp=$root/packaging/sanitizer
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:check_initialization_order=1:log_path=$logs/asan:log_exe_name=1"
+export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp:log_path=$logs/ubsan:log_exe_name=1"
+
+# Unit tests not run here: the libFuzzer targets (*_fuzz_bounded: clang-built with their own ASan+UBSan,
+# and run by the normal suite), libfuzzer_runtime_required (a configuration check), and the checks of
+# man pages, bash completion, the Debian package and the systemd units, which read hpctl's and hpd's
+# --help or the package and test no code of ours. Nor the tests whose subject the instrumented build
+# itself changes (they run in the normal suite): FramePointerProbe.* and SelfUnwindTest.FramelessLeaf*
+# need a test binary built without frame pointers (ASan adds -fno-omit-frame-pointer); HeapPages.* test
+# glibc's brk heap, which ASan's allocator replaces; SelfUnwindTest.LibcPc* needs glibc's memmove,
+# which ASan intercepts.
+instrumented='FramePointerProbe\.|HeapPages\.|SelfUnwindTest\.FramelessLeaf|SelfUnwindTest\.LibcPc'
+cd "$build"
+status=0
+echo "--- unit tests"
+ctest -L unit -E "_fuzz_bounded\$|libfuzzer_runtime_required|_cover|debian_package|hpd_units_verify|$instrumented" \
+  --output-on-failure -j2 --timeout 900 || status=$?
+
+# hpd and hpctl under the sanitizers: tests/daemon's integration and security tests (real users, other
+# uids, malformed requests, signals), hpd started by the tests with this environment. Not run here
+# (they run in the normal suite), each because the instrumented build changes what it measures:
+# Hpd.FirstSampleOfACommandComesAtOnce asks for the first sample within 10 ms of the launched
+# fixture's main(), which the instrumented fixture's slower start (ASan maps its shadow memory) would
+# decide; RealUsers.AnnouncedFramesCost... bounds hpd's RSS, which ASan's shadow memory and quarantine
+# of freed blocks inflate; daemon_load_test (HpdLoad.*, not built here) bounds hpd's RSS under load
+# likewise, and runs for over a minute.
+daemon_timing='Hpd\.FirstSampleOfACommandComesAtOnce$|RealUsers\.AnnouncedFramesCostNoMemoryBeforeTheirBytes$'
+echo "--- hpd and hpctl: tests/daemon"
+ctest -L privileged -R '^(Hpd|Hpctl|RealUsers)\.' -E "$daemon_timing" --output-on-failure --timeout 900 ||
+  status=$?
+
+if [ -n "$(ls -A "$logs")" ]; then
+  echo "asan-tests: sanitizer reports:" >&2
+  for report in "$logs"/*; do
+    echo "--- $report" >&2
+    cat "$report" >&2
+  done
+  status=1
+fi
+exit "$status"
