@@ -247,6 +247,18 @@ double measured_wait_share(const std::string& output_file) {
   return -1;
 }
 
+// The share of the sleeper's CPU time that it used inside sleeper_wait, as offcpu.c measured it.
+double measured_wait_cpu_share(const std::string& output_file) {
+  std::ifstream in(output_file);
+  std::string line;
+  while (std::getline(in, line)) {
+    double cpu = 0, total = 0;
+    if (std::sscanf(line.c_str(), "sleeper: wait cpu %lf of %lf s", &cpu, &total) == 2 && total > 0)
+      return cpu / total;
+  }
+  return -1;
+}
+
 const ReportRow* row_named(const Report& report, const std::string& name) {
   for (const ReportRow& r : report.rows) {
     if (r.name == name) return &r;
@@ -262,7 +274,9 @@ TEST(BpfRecord, OffCpuSamplesGiveTheWallClockView) {
   const RecordResult result = record(options);
   ASSERT_EQ(result.command_exit_status, 0);
   const double real_share = measured_wait_share(out);
+  const double wait_cpu_share = measured_wait_cpu_share(out);
   fs::remove(out);
+  ASSERT_GE(wait_cpu_share, 0.0);
   ASSERT_GT(real_share, 0.2);
 
   const RawProfile& raw = result.profile;
@@ -298,9 +312,13 @@ TEST(BpfRecord, OffCpuSamplesGiveTheWallClockView) {
   ASSERT_NE(spin, nullptr);
   std::printf("sleeper_wait: wall %.1f%% (measured by the fixture %.1f%%), cpu %.2f%%\n",
               wait->total_wall_percent, 100 * real_share, wait->total_percent);
-  // Wall clock: near its real share. CPU: near zero, as it only sleeps.
+  // Wall clock: near its real share. CPU: what the thread used entering and leaving its sleeps, as its
+  // own clock measured (a few percent: the kernel's sleep and switch paths, hpd's sched_switch program).
+  std::printf("sleeper_wait: cpu %.2f%% (measured by the fixture %.2f%%)\n", wait->total_percent,
+              100 * wait_cpu_share);
   EXPECT_NEAR(wait->total_wall_percent, 100 * real_share, 12.0);
-  EXPECT_LT(wait->total_percent, 3.0);
+  EXPECT_NEAR(wait->total_percent, 100 * wait_cpu_share, 2.0);
+  EXPECT_LT(wait->total_percent, 10.0);
   EXPECT_GT(spin->total_percent, 80.0);
   EXPECT_GT(wait->total_off_cpu_ns, 0u);
 
