@@ -58,8 +58,7 @@ SchedulerFrames SchedulerFrames::from_symbols(const KernelSymbols& symbols, bool
   for (const KernelSymbols::Symbol& s : symbols.symbols()) {
     if (s.type != 't' && s.type != 'T') continue;
     // A function ends where the next symbol begins.
-    if (previous != nullptr && s.address > previous->address &&
-        pick(symbols.name(*previous)))
+    if (previous != nullptr && s.address > previous->address && pick(symbols.name(*previous)))
       out.ranges_.emplace_back(previous->address, s.address);
     previous = &s;
   }
