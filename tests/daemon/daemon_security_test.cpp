@@ -1396,7 +1396,11 @@ TEST_F(RealUsers, HostileCallTableIsReadSafely) {
   while (std::getline(status, line))
     if (line.rfind("VmHWM:", 0) == 0) peak_kib = std::stoull(line.substr(6));
   EXPECT_GT(peak_kib, 0u);
+#ifndef __SANITIZE_ADDRESS__
+  // Not in the ASan pass (packaging/asan-tests.sh), whose shadow memory and quarantine of freed blocks
+  // inflate hpd's resident memory (482 MiB there); the tables are still read there, under ASan.
   EXPECT_LT(peak_kib, 400u * 1024) << "hpd's peak resident memory";
+#endif
 
   ASSERT_EQ(bob.exit_code, 0) << bob.err;
   EXPECT_EQ(bob.err.find("wrote into"), std::string::npos) << bob.err;
