@@ -235,26 +235,15 @@ TEST(BpfRecord, RunningProcessByPid) {
   EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 
-// The share (0..1) the fixture measured itself: "sleeper: waited W of T s".
-double measured_wait_share(const std::string& output_file) {
+// A share (0..1) offcpu.c measured itself, from its line `format` ("... %lf of %lf s"): -1 when absent.
+// "sleeper: waited W of T s": the sleeper's wall time in sleeper_wait; "sleeper: wait cpu C of T s":
+// the CPU time it used inside sleeper_wait, of all it used.
+double measured_share(const std::string& output_file, const char* format) {
   std::ifstream in(output_file);
   std::string line;
   while (std::getline(in, line)) {
-    double waited = 0, total = 0;
-    if (std::sscanf(line.c_str(), "sleeper: waited %lf of %lf s", &waited, &total) == 2 && total > 0)
-      return waited / total;
-  }
-  return -1;
-}
-
-// The share of the sleeper's CPU time that it used inside sleeper_wait, as offcpu.c measured it.
-double measured_wait_cpu_share(const std::string& output_file) {
-  std::ifstream in(output_file);
-  std::string line;
-  while (std::getline(in, line)) {
-    double cpu = 0, total = 0;
-    if (std::sscanf(line.c_str(), "sleeper: wait cpu %lf of %lf s", &cpu, &total) == 2 && total > 0)
-      return cpu / total;
+    double part = 0, total = 0;
+    if (std::sscanf(line.c_str(), format, &part, &total) == 2 && total > 0) return part / total;
   }
   return -1;
 }
@@ -273,8 +262,8 @@ TEST(BpfRecord, OffCpuSamplesGiveTheWallClockView) {
   options.command = {"/bin/sh", "-c", "exec " + kOffCpuFixture + " 3 2 6 > " + out};
   const RecordResult result = record(options);
   ASSERT_EQ(result.command_exit_status, 0);
-  const double real_share = measured_wait_share(out);
-  const double wait_cpu_share = measured_wait_cpu_share(out);
+  const double real_share = measured_share(out, "sleeper: waited %lf of %lf s");
+  const double wait_cpu_share = measured_share(out, "sleeper: wait cpu %lf of %lf s");
   fs::remove(out);
   ASSERT_GE(wait_cpu_share, 0.0);
   ASSERT_GT(real_share, 0.2);
