@@ -309,6 +309,7 @@ TEST(Hpd, SetuidCommandIsHeldBeforeItsExec) {
 TEST(Hpd, UnprivilegedUserRecordsOnlyOwnProcesses) {
   Hpd hpd;
   Background own(as_nobody({kCpuSplit, "30"}));
+  ASSERT_TRUE(runs_executable(own.pid(), kCpuSplit));
   Background roots({kCpuSplit, "30"});
   const std::string out = hpd.out_dir() + "/own.json.gz";
   const RunResult ok =
@@ -544,6 +545,7 @@ TEST(Hpd, CtrlCInTheClientStopsAndStillWritesTheProfile) {
 TEST(Hpd, StopByIdOwnerAndOthers) {
   Hpd hpd;
   Background target(as_nobody({kCpuSplit, "60"}));
+  ASSERT_TRUE(runs_executable(target.pid(), kCpuSplit));
   const std::string out = hpd.out_dir() + "/stop.json.gz";
   Background client(
       as_nobody(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-o", out})));
@@ -643,6 +645,7 @@ TEST(Hpd, RunsWithOnlyTheUnitsCapabilities) {
   const json status = hpd.status();
   EXPECT_TRUE(status["backends"]["bpf"]["available"].get<bool>()) << status.dump();
   Background target(as_nobody({kCpuSplit, "30"}));
+  ASSERT_TRUE(runs_executable(target.pid(), kCpuSplit));
   const std::string out = hpd.out_dir() + "/caps.json.gz";
   const RunResult r = run(hpctl(hpd, {"record", "--no-report", "--backend", "bpf", "--pid",
                                       std::to_string(target.pid()), "-d", "2", "-o", out}));

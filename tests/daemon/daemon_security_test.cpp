@@ -145,6 +145,7 @@ TEST_F(RealUsers, UnprivilegedClientGetsNoKernelFramesOrAddresses) {
   ScopedSysctl paranoid("/proc/sys/kernel/perf_event_paranoid", "2");
   Hpd hpd;
   Background own(syscall_heavy(alice_.run_as({})));
+  ASSERT_TRUE(runs_executable(own.pid(), "/bin/dd"));
   const std::string pid = std::to_string(own.pid());
 
   // As the user: a capture (raw addresses) and a Firefox profile.
@@ -190,6 +191,7 @@ TEST_F(RealUsers, KernelFramesFollowParanoidForUnprivilegedClients) {
   ScopedSysctl kptr("/proc/sys/kernel/kptr_restrict", "0");
   Hpd hpd;
   Background own(syscall_heavy(alice_.run_as({})));
+  ASSERT_TRUE(runs_executable(own.pid(), "/bin/dd"));
   const std::string hpr = hpd.out_dir() + "/alice1.hpr";
   const RunResult r = run(alice_.run_as(
       hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(own.pid()), "-d", "2", "-o", hpr})));
@@ -1074,6 +1076,7 @@ TEST_F(RealUsers, ClientThatNeverReadsItsRepliesLosesItsSession) {
   start.config = "client_timeout = 2\n";
   Hpd hpd(start);
   Background target(alice_.run_as({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "120"}));
+  ASSERT_TRUE(runs_executable(target.pid(), std::string(HPD_FIXTURE_DIR) + "/cpu_split"));
   const UserProcess alice(
       alice_, record_without_reading(hpd.socket(), hpd.out_dir() + "/unread.json", target.pid(), 120));
   ASSERT_EQ(alice.report_line(20), "sent");
@@ -1103,6 +1106,7 @@ TEST_F(RealUsers, SigtermIsPromptBesideHostileConnections) {
   start.config = "client_timeout = 300\n";  // idle_timeout and stop_timeout: the defaults, 60 s and 30 s
   Hpd hpd(start);
   Background target(alice_.run_as({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "120"}));
+  ASSERT_TRUE(runs_executable(target.pid(), std::string(HPD_FIXTURE_DIR) + "/cpu_split"));
   const UserProcess bob(bob_, trickle(hpd.socket(), 2000));
   ASSERT_EQ(bob.report_line(20), "connected");
   const UserProcess alice(alice_, record_without_reading(hpd.socket(), "", target.pid(), 120));
@@ -1124,6 +1128,7 @@ TEST_F(RealUsers, SigtermIsPromptBesideHostileConnections) {
 TEST_F(RealUsers, StopOfAnotherUsersSessionSaysNothingOfHer) {
   Hpd hpd;
   Background target(alice_.run_as({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "60"}));
+  ASSERT_TRUE(runs_executable(target.pid(), std::string(HPD_FIXTURE_DIR) + "/cpu_split"));
   const std::string out = hpd.out_dir() + "/alice.json.gz";
   Background client(
       alice_.run_as(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-o", out})));
@@ -1591,6 +1596,7 @@ TEST_F(RealUsers, UsersSessionsTogetherStayWithinMaxUserMemory) {
   start.config = "max_user_memory_mb = 2\n";
   Hpd hpd(start);
   Background target(alice_.run_as({std::string(HPD_FIXTURE_DIR) + "/cpu_split", "60"}));
+  ASSERT_TRUE(runs_executable(target.pid(), std::string(HPD_FIXTURE_DIR) + "/cpu_split"));
   const std::string pid = std::to_string(target.pid());
   auto args = [&](const std::string& out) {
     return hpctl(hpd, {"record", "--no-report", "--pid", pid, "-F", "10000", "--call-graph", "dwarf", "-d",

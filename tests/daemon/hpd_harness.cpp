@@ -227,4 +227,16 @@ size_t count_samples(const nlohmann::json& profile) {
   return n;
 }
 
+bool runs_executable(pid_t pid, const std::string& exe, int timeout_s) {
+  const std::string want = std::filesystem::canonical(exe).string();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::error_code error;
+    const auto now = std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", error);
+    if (!error && now.string() == want) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 }  // namespace hpd::test

@@ -79,4 +79,9 @@ std::vector<std::string> as_nobody(std::vector<std::string> argv, const std::str
 // Sum of the samples of every thread of a Firefox profile.
 size_t count_samples(const nlohmann::json& profile);
 
+// Waits until `pid` runs `exe` (true), or `timeout_s` passed (false). A target started through setpriv
+// is not dumpable between its setuid and its exec, so a request sent before the exec is refused, as the
+// kernel would refuse a ptrace then.
+bool runs_executable(pid_t pid, const std::string& exe, int timeout_s = 20);
+
 }  // namespace hpd::test
