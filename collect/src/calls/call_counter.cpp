@@ -27,18 +27,50 @@
 #include "calls.skel.h"
 #pragma GCC diagnostic pop
 
+extern "C" {
+void hpd_calls_calibration_nop5();
+void hpd_calls_calibration_nop1();
+void hpd_calls_calibration_call(uint64_t caller, uint64_t callee);
+}
+
 namespace hpd::calls {
 
 namespace {
 
-// Added cost of one probe hit by kind of site, medians measured by bench/calls_bench.sh on a quiet
-// machine of the project's kind (docs/performance.md, "Call counts"); used for the overhead estimate
-// only. nop1 was not measured by the bench: the facts file's nop1/nop5 ratio (850/700) is applied.
-constexpr uint64_t kNsPerHit[kSiteKindCount] = {
-    /* nop5 */ 1400,
-    /* nop1 */ 1700,
-    /* call */ 5500,
-};
+// Functions whose first instruction is each kind of probe site (nop5, nop1, a call), for measuring
+// what one probe hit adds on this machine (measure_ns_per_hit): the kernel's uprobe path differs by
+// kernel and CPU by several times (a nop5 site is turned into a call to a trampoline from Linux 6.17).
+// The call site's arguments stand for __mcount_internal's (caller, callee).
+asm(R"(
+  .pushsection .text.hpd_calls_calibration,"ax",@progbits
+  .p2align 4
+  .globl hpd_calls_calibration_nop5
+  .hidden hpd_calls_calibration_nop5
+  .type hpd_calls_calibration_nop5,@function
+hpd_calls_calibration_nop5:
+  .byte 0x0f, 0x1f, 0x44, 0x00, 0x00
+  ret
+  .size hpd_calls_calibration_nop5, .-hpd_calls_calibration_nop5
+  .p2align 4
+  .globl hpd_calls_calibration_nop1
+  .hidden hpd_calls_calibration_nop1
+  .type hpd_calls_calibration_nop1,@function
+hpd_calls_calibration_nop1:
+  nop
+  ret
+  .size hpd_calls_calibration_nop1, .-hpd_calls_calibration_nop1
+  .p2align 4
+  .globl hpd_calls_calibration_call
+  .hidden hpd_calls_calibration_call
+  .type hpd_calls_calibration_call,@function
+hpd_calls_calibration_call:
+  call hpd_calls_calibration_return
+  ret
+hpd_calls_calibration_return:
+  ret
+  .size hpd_calls_calibration_call, .-hpd_calls_calibration_call
+  .popsection
+)");
 
 // Linux 6.6 uapi values; Debian 12's headers and libbpf 1.1 predate uprobe_multi links.
 constexpr int kBpfLinkCreate = 28;
@@ -166,7 +198,7 @@ class CallCounter::Impl {
                            std::strerror(errno));
     stats_.enabled = true;
     for (size_t k = 0; k < kSiteKindCount; ++k)
-      stats_.probe_points.push_back(CallProbeHits{to_string(static_cast<SiteKind>(k)), 0, 0, kNsPerHit[k]});
+      stats_.probe_points.push_back(CallProbeHits{to_string(static_cast<SiteKind>(k)), 0, 0, 0});
   }
 
   void add_target(int32_t pid) {
@@ -237,6 +269,16 @@ class CallCounter::Impl {
     read_counters();
     read_edges(profile);
     add_missing_mappings(profile);
+    for (CallProbeHits& p : stats_.probe_points) {
+      if (p.hits == 0) continue;
+      std::string why;
+      p.ns_per_hit = measure_ns_per_hit(static_cast<SiteKind>(&p - stats_.probe_points.data()), why);
+      if (p.ns_per_hit == 0)
+        note_once("cost",
+                  "call counts: the probes' added cost is not stated: it could not be measured on "
+                  "this machine (" +
+                      why + ")");
+    }
     return stats_;
   }
 
@@ -345,15 +387,8 @@ class CallCounter::Impl {
       offsets.push_back(s.file_offset);
       cookies.push_back(HPD_CALLS_COOKIE(static_cast<uint64_t>(s.mode), static_cast<uint64_t>(s.kind)));
     }
-    UprobeMultiAttr attr{};
-    attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(skel_->progs.hpd_count_call));
-    attr.attach_type = kBpfTraceUprobeMulti;
-    attr.path = reinterpret_cast<uint64_t>(path.c_str());
-    attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
-    attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
-    attr.cnt = static_cast<uint32_t>(offsets.size());
     const uint64_t begin = mono_ns();
-    const int fd = static_cast<int>(::syscall(SYS_bpf, kBpfLinkCreate, &attr, sizeof attr));
+    const int fd = link_sites(path, offsets, cookies);
     stats_.attach_ns += mono_ns() - begin;
     if (fd < 0) {
       stats_.messages.push_back("call counts: cannot attach " + std::to_string(sites.size()) + " probes to " +
@@ -362,6 +397,88 @@ class CallCounter::Impl {
     }
     links_.emplace_back(fd);
     for (const ProbeSite& s : sites) ++stats_.probe_points[static_cast<size_t>(s.kind)].sites;
+  }
+
+  // One uprobe_multi link of the counting program on `offsets` of `path`; its fd, or -1 (errno set).
+  int link_sites(const std::string& path, const std::vector<uint64_t>& offsets,
+                 const std::vector<uint64_t>& cookies) {
+    UprobeMultiAttr attr{};
+    attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(skel_->progs.hpd_count_call));
+    attr.attach_type = kBpfTraceUprobeMulti;
+    attr.path = reinterpret_cast<uint64_t>(path.c_str());
+    attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
+    attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
+    attr.cnt = static_cast<uint32_t>(offsets.size());
+    return static_cast<int>(::syscall(SYS_bpf, kBpfLinkCreate, &attr, sizeof attr));
+  }
+
+  // What one hit of a probe on a site of `kind` adds to a target's CPU time on this machine, in ns:
+  // this program attached to a function of hpd's own executable whose first instruction is such a
+  // site, hpd's pid a target meanwhile, the median over rounds of (CPU of N probed calls - CPU of N
+  // unprobed calls) / N on this thread's CPU clock (the kernel's uprobe work is charged to it). Runs
+  // after the targets' counts were read. 0, with `why`, when it could not be measured.
+  uint64_t measure_ns_per_hit(SiteKind kind, std::string& why) {
+    const auto address = reinterpret_cast<uint64_t>(
+        kind == SiteKind::kNop5   ? reinterpret_cast<void*>(&hpd_calls_calibration_nop5)
+        : kind == SiteKind::kNop1 ? reinterpret_cast<void*>(&hpd_calls_calibration_nop1)
+                                  : reinterpret_cast<void*>(&hpd_calls_calibration_call));
+    std::string path;
+    uint64_t file_offset = 0;
+    for (const MapsLine& m : read_executable_maps(static_cast<int32_t>(::getpid()))) {
+      if (address < m.start || address >= m.end) continue;
+      path = m.path;
+      file_offset = address - m.start + m.offset;
+      break;
+    }
+    if (path.empty()) {
+      why = "hpd's own code is not mapped from a file";
+      return 0;
+    }
+    auto call = [kind](int n) {
+      for (int i = 0; i < n; ++i) {
+        if (kind == SiteKind::kNop5)
+          hpd_calls_calibration_nop5();
+        else if (kind == SiteKind::kNop1)
+          hpd_calls_calibration_nop1();
+        else
+          hpd_calls_calibration_call(0x1000, 0x2000);
+      }
+    };
+    constexpr int kCalls = 1000;
+    constexpr int kRounds = 11;
+    auto median_round_ns = [&] {
+      std::vector<uint64_t> rounds;
+      for (int r = 0; r < kRounds; ++r) {
+        timespec a{}, b{};
+        ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        call(kCalls);
+        ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        rounds.push_back(uint64_t((b.tv_sec - a.tv_sec) * 1000000000ll + (b.tv_nsec - a.tv_nsec)));
+      }
+      std::sort(rounds.begin(), rounds.end());
+      return rounds[kRounds / 2];
+    };
+    const uint64_t plain = median_round_ns();
+    const SiteMode mode = kind == SiteKind::kCall ? SiteMode::kMcountInternal : SiteMode::kAtEntry;
+    const int fd = link_sites(path, {file_offset},
+                              {HPD_CALLS_COOKIE(static_cast<uint64_t>(mode), static_cast<uint64_t>(kind))});
+    if (fd < 0) {
+      why = std::string("cannot probe hpd's own ") + to_string(kind) + " site: " + std::strerror(errno);
+      return 0;
+    }
+    const UprobeLink link(fd);
+    const int32_t self = static_cast<int32_t>(::getpid());
+    const uint8_t yes = 1;
+    const int targets = bpf_map__fd(skel_->maps.call_targets);
+    const bool targeted = bpf_map_update_elem(targets, &self, &yes, BPF_ANY) == 0;
+    call(1);  // the first hit may set the site up (a nop5 becomes a call to the kernel's trampoline)
+    const uint64_t probed = median_round_ns();
+    if (targeted) bpf_map_delete_elem(targets, &self);
+    if (!targeted || probed <= plain) {
+      why = !targeted ? "cannot make hpd a target of its own probe" : "the probed calls were not slower";
+      return 0;
+    }
+    return (probed - plain) / kCalls;
   }
 
   void remember_file(const struct stat& st, const std::string& path, const std::string& build_id) {

@@ -65,14 +65,17 @@ std::vector<std::string> describe_call_counts(const CallCountStats& stats) {
   for (const CallProbeHits& p : stats.probe_points) {
     if (p.sites == 0) continue;
     by_point += (by_point.empty() ? "" : ", ") + p.probe_point + ": " + std::to_string(p.sites) + " sites, " +
-                std::to_string(p.hits) + " hits x ~" + std::to_string(p.ns_per_hit) + " ns";
+                std::to_string(p.hits) + " hits" +
+                (p.ns_per_hit != 0 ? " x ~" + std::to_string(p.ns_per_hit) + " ns" : "");
   }
   if (!by_point.empty()) line += " (" + by_point + ")";
   out.push_back(line);
-  if (stats.hits() != 0) {
+  if (stats.hits() != 0 && stats.overhead_measured()) {
     out.push_back("call counts: the probes added about " + duration(stats.estimated_overhead_ns()) +
-                  " to the targets (hits x measured cost per hit); attaching took " +
+                  " to the targets (hits x cost per hit, measured on this machine); attaching took " +
                   duration(stats.attach_ns));
+  } else if (stats.hits() != 0) {
+    out.push_back("call counts: attaching took " + duration(stats.attach_ns));
   }
   if (stats.other_process_hits != 0) {
     out.push_back("call counts: " + std::to_string(stats.other_process_hits) +

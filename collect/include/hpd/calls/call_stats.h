@@ -8,12 +8,13 @@
 namespace hpd {
 
 // Probe hits of the target processes by what was probed (see hpd::calls::SiteKind), with the added
-// cost per hit measured by bench/calls_bench.sh on the project's machine (docs/performance.md).
+// CPU per hit measured at the end of the recording on the machine it ran on (a probe of the same kind
+// on hpd's own code, timed on hpd's thread CPU clock).
 struct CallProbeHits {
   std::string probe_point;  // "nop5", "nop1", "call"
   uint64_t sites = 0;       // probe sites attached
   uint64_t hits = 0;
-  uint64_t ns_per_hit = 0;  // the benchmark's median added cost of one hit
+  uint64_t ns_per_hit = 0;  // measured added CPU of one hit; 0: not measured (no hits, or it failed)
 };
 
 // What hpd's in-process runtime (libhpdcalls.so) counted and could not.
@@ -49,6 +50,12 @@ struct CallCountStats {
     uint64_t n = 0;
     for (const CallProbeHits& p : probe_points) n += p.hits;
     return n;
+  }
+  // Whether each kind of site that was hit has its cost measured.
+  [[nodiscard]] bool overhead_measured() const {
+    for (const CallProbeHits& p : probe_points)
+      if (p.hits != 0 && p.ns_per_hit == 0) return false;
+    return true;
   }
   // hits x measured cost per hit: the time the probes added to the targets.
   [[nodiscard]] uint64_t estimated_overhead_ns() const {
