@@ -114,6 +114,9 @@ class ElfHandle {
   // Whether libelf read an ELF file (not an archive or unknown bytes).
   [[nodiscard]] bool is_elf() const { return elf_ != nullptr && elf_kind(elf_) == ELF_K_ELF; }
   [[nodiscard]] ElfView view() const { return ElfView(elf_); }
+  // Makes libelf read now all it will need of the file (elf_cntl ELF_C_FDREAD), so that the
+  // descriptor may be closed while the handle lives on; false when it cannot.
+  bool release_fd() { return elf_ != nullptr && elf_cntl(elf_, ELF_C_FDREAD) == 0; }
 
  private:
   Elf* elf_ = nullptr;
