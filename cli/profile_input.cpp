@@ -32,7 +32,7 @@ std::optional<std::string> find_in_dirs(const RawModule& m, const std::vector<st
   for (const std::string& dir : dirs) {
     std::vector<std::string> candidates;
     if (is_lower_hex(m.build_id) && m.build_id.size() > 2) {
-      const std::string id = dir + "/.build-id/" + m.build_id.substr(0, 2) + "/" + m.build_id.substr(2);
+      const std::string id = build_id_path(dir, m.build_id, "");
       candidates.push_back(id);
       candidates.push_back(id + ".debug");
     }

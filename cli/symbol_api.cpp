@@ -88,11 +88,9 @@ std::string read_code(const std::string& path, uint64_t start, uint64_t size, st
   }
   std::string bytes;
   error = "no machine code at " + hex(start) + " in " + path;
-  if (Elf* elf = file.get(); elf != nullptr) {
-    Elf_Scn* scn = nullptr;
-    while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-      GElf_Shdr shdr;
-      if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+  if (file) {
+    for (const ElfSection& section : file.view().sections()) {
+      const GElf_Shdr& shdr = section.header;
       if (shdr.sh_type != SHT_PROGBITS || (shdr.sh_flags & SHF_EXECINSTR) == 0) continue;
       if (start < shdr.sh_addr || start >= shdr.sh_addr + shdr.sh_size) continue;
       const uint64_t n = std::min(size, shdr.sh_addr + shdr.sh_size - start);

@@ -6,7 +6,8 @@ Reads the tree (no build needed) and reports, as FILE:LINE, every
   - target_link_libraries() from a target to a target of such a layer, or to another layer's
     NAME_internal target (private headers, for that library's own tests);
   - target_sources()/target_link_libraries()/... on a target from a CMakeLists.txt other than the
-    one that defines it (a folder adding files to its parent's library).
+    one that defines it (a folder adding files to its parent's library);
+  - a call that has one home (OWNED_CALLS: elf_begin( in base/) made outside that home.
 Usage: packaging/check-layers.py [SOURCE_ROOT]   (default: the tree this script is in)
 Exit status: 0 when clean (allow-listed uses are printed, not counted), 1 on a violation.
 Python 3 standard library only; run by packaging/test.sh before the build.
@@ -39,6 +40,12 @@ LAYERS = [
 # file) for includes and (using target, used target) for links. Empty since the typed RecordRequest
 # (session/) replaced hpctl's RecordArgs in the protocol.
 ALLOWED = {}
+
+# Calls with one home: (the call, the layer that alone may make it, what to use instead). The rest
+# of the tree goes through that layer's wrapper, so that the rule is written once.
+OWNED_CALLS = [
+    ("elf_begin(", "base", "ELF files are opened in base/ only: use ElfHandle or OpenedElf (hpd/base/elf.h)"),
+]
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".S")
 TARGET_COMMANDS = ("target_sources", "target_link_libraries", "target_include_directories",
@@ -90,32 +97,49 @@ def resolve_include(root, includer, name, by_suffix):
     return by_suffix.get(name.lstrip("./"), [])
 
 
-def check_includes(root, files, report):
-    by_suffix = {}
-    for f in files:
-        parts = f.split("/")
-        for i in range(1, len(parts)):
-            by_suffix.setdefault("/".join(parts[i:]), []).append(f)
+def source_lines(root, files):
+    """(file, its layer, line number, line) for every line of the layered source files."""
     for f in files:
         if not f.endswith(SOURCE_SUFFIXES):
             continue
         user = layer_of(f)
         with open(os.path.join(root, f), encoding="utf-8", errors="replace") as src:
             for lineno, line in enumerate(src, 1):
-                m = INCLUDE_RE.match(line)
-                if not m or (m.group(1) == "<" and not m.group(2).startswith("hpd/")):
-                    continue
-                candidates = resolve_include(root, f, m.group(2), by_suffix)
-                if not candidates:
-                    continue
-                # Of several same-named headers, the compiler may reach the most permissive one:
-                # an include is upward only when every candidate is.
-                if any(not is_upward(user, layer_of(c)) for c in candidates):
-                    continue
-                used = candidates[0]
-                report(f, lineno, (f, used),
-                       "upward #include \"%s\" (%s, layer %s) from layer %s" %
-                       (m.group(2), used, describe(layer_of(used)), describe(user)))
+                yield f, user, lineno, line
+
+
+def check_includes(root, files, report):
+    by_suffix = {}
+    for f in files:
+        parts = f.split("/")
+        for i in range(1, len(parts)):
+            by_suffix.setdefault("/".join(parts[i:]), []).append(f)
+    for f, user, lineno, line in source_lines(root, files):
+        m = INCLUDE_RE.match(line)
+        if not m or (m.group(1) == "<" and not m.group(2).startswith("hpd/")):
+            continue
+        candidates = resolve_include(root, f, m.group(2), by_suffix)
+        if not candidates:
+            continue
+        # Of several same-named headers, the compiler may reach the most permissive one:
+        # an include is upward only when every candidate is.
+        if any(not is_upward(user, layer_of(c)) for c in candidates):
+            continue
+        used = candidates[0]
+        report(f, lineno, (f, used),
+               "upward #include \"%s\" (%s, layer %s) from layer %s" %
+               (m.group(2), used, describe(layer_of(used)), describe(user)))
+
+
+def check_owned_calls(root, files, report):
+    # "name(" matches name, optional blanks, "(", not preceded by a letter, digit or underscore.
+    calls = [(call, re.compile(r"(?<!\w)" + re.escape(call[:-1]) + r"\s*\("), home, advice)
+             for call, home, advice in OWNED_CALLS]
+    for f, user, lineno, line in source_lines(root, files):
+        code = line.split("//", 1)[0]  # a comment may name the call
+        for call, pattern, home, advice in calls:
+            if user[1] != home and pattern.search(code):
+                report(f, lineno, (f, call), "%s outside %s/ (layer %s): %s" % (call, home, describe(user), advice))
 
 
 def cmake_commands(text):
@@ -198,13 +222,14 @@ def main(argv):
     files = layered_files(root)
     check_includes(root, files, report)
     check_cmake(root, files, report)
+    check_owned_calls(root, files, report)
     for key in sorted(set(ALLOWED) - used_allowances):
         print("check-layers: note: allow-list entry %s -> %s matched nothing; remove it" % key)
     for v in violations:
         print(v, file=sys.stderr)
     if violations:
-        print("check-layers: %d upward use(s); the layer order is in %s" % (len(violations), __file__),
-              file=sys.stderr)
+        print("check-layers: %d upward use(s) or calls out of their home; the layer order and the "
+              "calls' homes are in %s" % (len(violations), __file__), file=sys.stderr)
         return 1
     print("check-layers: %d files, layers only point down" % len(files))
     return 0

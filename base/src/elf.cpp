@@ -1,4 +1,4 @@
-// ELF opening and GNU build-id note parsing through libelf.
+// ELF opening and reading through libelf: sections, segments, dynamic entries, build-id notes.
 #include "hpd/base/elf.h"
 
 #include <elf.h>
@@ -17,6 +17,125 @@ namespace hpd {
 void init_libelf() {
   static std::once_flag once;
   std::call_once(once, [] { elf_version(EV_CURRENT); });
+}
+
+Elf_Data* ElfSection::data() const {
+  if (!has_bytes()) return nullptr;
+  Elf_Data* data = elf_getdata(scn, nullptr);
+  return data != nullptr && data->d_buf != nullptr ? data : nullptr;
+}
+
+std::span<const uint8_t> ElfSection::bytes() const {
+  const Elf_Data* d = data();
+  if (d == nullptr) return {};
+  return {static_cast<const uint8_t*>(d->d_buf), d->d_size};
+}
+
+std::optional<uint64_t> vaddr_of_offset(std::span<const ElfSegment> segments, uint64_t offset) {
+  for (const ElfSegment& s : segments) {
+    if (offset >= s.offset && offset - s.offset < s.filesz) return offset - s.offset + s.vaddr;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint64_t> offset_of_vaddr(std::span<const ElfSegment> segments, uint64_t vaddr) {
+  for (const ElfSegment& s : segments) {
+    if (vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz) return vaddr - s.vaddr + s.offset;
+  }
+  return std::nullopt;
+}
+
+std::optional<GElf_Ehdr> ElfView::header() const {
+  GElf_Ehdr ehdr;
+  if (!is_elf() || gelf_getehdr(elf_, &ehdr) == nullptr) return std::nullopt;
+  return ehdr;
+}
+
+bool ElfView::has_section_names() const {
+  size_t shstrndx = 0;
+  return elf_ != nullptr && elf_getshdrstrndx(elf_, &shstrndx) == 0;
+}
+
+std::vector<ElfSection> ElfView::sections() const {
+  std::vector<ElfSection> out;
+  if (elf_ == nullptr) return out;
+  size_t shstrndx = 0;
+  const bool names = elf_getshdrstrndx(elf_, &shstrndx) == 0;
+  for (Elf_Scn* scn = elf_nextscn(elf_, nullptr); scn != nullptr; scn = elf_nextscn(elf_, scn)) {
+    ElfSection s;
+    s.scn = scn;
+    if (gelf_getshdr(scn, &s.header) == nullptr) continue;
+    if (names) s.name = elf_strptr(elf_, shstrndx, s.header.sh_name);
+    out.push_back(s);
+  }
+  return out;
+}
+
+ElfSection ElfView::section(std::string_view name) const {
+  for (const ElfSection& s : sections()) {
+    if (s.named(name)) return s;
+  }
+  return {};
+}
+
+namespace {
+
+// Calls `f(phdr)` for each readable program header.
+template <typename F>
+void for_each_program_header(Elf* elf, F&& f) {
+  size_t phnum = 0;
+  if (elf == nullptr || elf_getphdrnum(elf, &phnum) != 0) return;
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) != nullptr) f(phdr);
+  }
+}
+
+}  // namespace
+
+bool ElfView::has_program_header(uint32_t type) const {
+  bool found = false;
+  for_each_program_header(elf_, [&](const GElf_Phdr& ph) { found = found || ph.p_type == type; });
+  return found;
+}
+
+std::vector<ElfSegment> ElfView::load_segments() const {
+  std::vector<ElfSegment> out;
+  for_each_program_header(elf_, [&](const GElf_Phdr& ph) {
+    if (ph.p_type == PT_LOAD)
+      out.push_back(ElfSegment{ph.p_offset, ph.p_filesz, ph.p_vaddr, ph.p_memsz, (ph.p_flags & PF_X) != 0});
+  });
+  return out;
+}
+
+std::string ElfView::interpreter() const {
+  std::string out;
+  for_each_program_header(elf_, [&](const GElf_Phdr& ph) {
+    if (ph.p_type != PT_INTERP) return;
+    size_t size = 0;
+    const char* raw = elf_rawfile(elf_, &size);
+    if (raw != nullptr && ph.p_offset < size && ph.p_filesz > 1 && ph.p_filesz <= size - ph.p_offset)
+      out.assign(raw + ph.p_offset, strnlen(raw + ph.p_offset, ph.p_filesz));
+  });
+  return out;
+}
+
+ElfDynamic ElfView::dynamic() const {
+  ElfDynamic out;
+  for (const ElfSection& s : sections()) {
+    if (s.header.sh_type != SHT_DYNAMIC) continue;
+    Elf_Data* data = elf_getdata(s.scn, nullptr);
+    if (data == nullptr || s.header.sh_entsize == 0) continue;
+    for (size_t i = 0; i < s.header.sh_size / s.header.sh_entsize; ++i) {
+      GElf_Dyn dyn;
+      if (gelf_getdyn(data, static_cast<int>(i), &dyn) == nullptr) break;
+      if (dyn.d_tag != DT_NEEDED && dyn.d_tag != DT_RUNPATH && dyn.d_tag != DT_RPATH) continue;
+      const char* text = elf_strptr(elf_, s.header.sh_link, dyn.d_un.d_val);
+      if (text == nullptr) continue;
+      (dyn.d_tag == DT_NEEDED ? out.needed : out.search_paths).emplace_back(text);
+    }
+  }
+  return out;
 }
 
 ElfHandle::ElfHandle(ElfHandle&& other) noexcept : elf_(std::exchange(other.elf_, nullptr)) {}
@@ -108,25 +227,21 @@ std::string build_id_from_raw_notes(std::span<const uint8_t> notes) {
 namespace {
 
 std::string build_id_in_segments(Elf* elf) {
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf, &phnum) != 0) return "";
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_NOTE) continue;
+  std::string id;
+  for_each_program_header(elf, [&](const GElf_Phdr& phdr) {
+    if (!id.empty() || phdr.p_type != PT_NOTE) return;
     // 8-byte aligned note segments (PT_NOTE of .note.gnu.property) use the 8-byte note layout.
     const Elf_Data* data = elf_getdata_rawchunk(elf, static_cast<int64_t>(phdr.p_offset), phdr.p_filesz,
                                                 phdr.p_align == 8 ? ELF_T_NHDR8 : ELF_T_NHDR);
-    std::string id = build_id_in_note_data(data);
-    if (!id.empty()) return id;
-  }
-  return "";
+    id = build_id_in_note_data(data);
+  });
+  return id;
 }
 
 std::string build_id_in_sections(Elf* elf) {
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
-    std::string id = build_id_in_note_data(elf_getdata(scn, nullptr));
+  for (const ElfSection& s : ElfView(elf).sections()) {
+    if (s.header.sh_type != SHT_NOTE) continue;
+    std::string id = build_id_in_note_data(elf_getdata(s.scn, nullptr));
     if (!id.empty()) return id;
   }
   return "";
@@ -155,21 +270,23 @@ std::optional<std::string> file_build_id(const std::string& path, BuildIdSearch 
   return elf_build_id(file.get(), order);
 }
 
+std::string build_id_path(const std::string& root, const std::string& build_id, std::string_view suffix) {
+  if (build_id.size() < 3) return "";
+  return root + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + std::string(suffix);
+}
+
 std::string build_id_of_image(std::span<const uint8_t> image) {
   // libelf reads (and may convert) the buffer in place: give it a copy.
   std::vector<char> copy(image.begin(), image.end());
   const ElfHandle elf = ElfHandle::open_memory(copy.data(), copy.size());
   if (!elf.is_elf()) return "";
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) != 0) return "";
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr || phdr.p_type != PT_NOTE) continue;
-    if (phdr.p_offset > image.size() || phdr.p_filesz > image.size() - phdr.p_offset) continue;
-    std::string id = build_id_from_raw_notes(image.subspan(phdr.p_offset, phdr.p_filesz));
-    if (!id.empty()) return id;
-  }
-  return "";
+  std::string id;
+  for_each_program_header(elf.get(), [&](const GElf_Phdr& phdr) {
+    if (!id.empty() || phdr.p_type != PT_NOTE) return;
+    if (phdr.p_offset > image.size() || phdr.p_filesz > image.size() - phdr.p_offset) return;
+    id = build_id_from_raw_notes(image.subspan(phdr.p_offset, phdr.p_filesz));
+  });
+  return id;
 }
 
 }  // namespace hpd

@@ -161,8 +161,7 @@ std::unique_ptr<ElfFile> DebugFileFinder::open_binary(const ModuleRef& ref, std:
 }
 
 std::string DebugFileFinder::build_id_path(const std::string& build_id) const {
-  if (build_id.size() < 3) return {};
-  return debug_root_ + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+  return hpd::build_id_path(debug_root_, build_id);
 }
 
 std::unique_ptr<ElfFile> DebugFileFinder::fetch_debug_file(const std::string& build_id, ModuleInfo& info,
@@ -206,7 +205,7 @@ std::unique_ptr<ElfFile> DebugFileFinder::find_debug_file(const ElfFile& binary,
     auto file = open_debug_candidate(path, denied);
     if (!file) continue;
     if (!bid.empty() && !file->build_id().empty() && file->build_id() != bid) continue;
-    if (file->has_debug_info() || file->section(".symtab") != nullptr) return file;
+    if (file->has_debug_info() || file->section(".symtab")) return file;
   }
   return fetch_debug_file(bid, info, denied);
 }

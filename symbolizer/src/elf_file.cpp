@@ -17,7 +17,7 @@ constexpr uint64_t kPageSize = 4096;
 
 }  // namespace
 
-SegmentMap::SegmentMap(std::vector<LoadSegment> loads) : loads_(std::move(loads)) {
+SegmentMap::SegmentMap(std::vector<ElfSegment> loads) : loads_(std::move(loads)) {
   if (loads_.empty()) return;
   uint64_t lowest = UINT64_MAX;
   for (const auto& s : loads_) lowest = std::min(lowest, s.vaddr);
@@ -35,7 +35,7 @@ uint64_t SegmentMap::vaddr_of(uint64_t file_offset) const {
     }
   }
   // Outside every segment's file range (a stale mapping offset, a damaged header): extrapolate.
-  const LoadSegment* base = &loads_.front();
+  const ElfSegment* base = &loads_.front();
   for (const auto& s : loads_) {
     if (s.executable) {
       base = &s;
@@ -46,7 +46,7 @@ uint64_t SegmentMap::vaddr_of(uint64_t file_offset) const {
 }
 
 SegmentMap SegmentMap::with_linear_offsets() const {
-  std::vector<LoadSegment> loads = loads_;
+  std::vector<ElfSegment> loads = loads_;
   for (auto& s : loads) {
     s.offset = s.vaddr - image_base_;
     s.filesz = s.memsz;
@@ -103,22 +103,10 @@ bool ElfFile::init(std::string* error) {
   if (gelf_getehdr(elf_.get(), &ehdr) == nullptr)
     return fail(std::string("bad ELF header: ") + elf_errmsg(-1));
   machine_ = ehdr.e_machine;
-  have_shstrndx_ = elf_getshdrstrndx(elf_.get(), &shstrndx_) == 0;
-
-  size_t phnum = 0;
-  std::vector<LoadSegment> loads;
-  if (elf_getphdrnum(elf_.get(), &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr phdr;
-      if (gelf_getphdr(elf_.get(), static_cast<int>(i), &phdr) == nullptr) continue;
-      if (phdr.p_type != PT_LOAD) continue;
-      loads.push_back(
-          LoadSegment{phdr.p_offset, phdr.p_filesz, phdr.p_vaddr, phdr.p_memsz, (phdr.p_flags & PF_X) != 0});
-    }
-  }
-  segments_ = SegmentMap(std::move(loads));
+  segments_ = SegmentMap(view().load_segments());
   read_build_id();
-  if (segments_.empty() && !have_shstrndx_) return fail("no program headers and no section headers");
+  if (segments_.empty() && !view().has_section_names())
+    return fail("no program headers and no section headers");
   return true;
 }
 
@@ -129,36 +117,14 @@ void ElfFile::read_build_id() {
   build_id_ = elf_build_id(elf_.get(), BuildIdSearch::kSectionsFirst);
 }
 
-Elf_Scn* ElfFile::section(const char* name) const {
-  if (!have_shstrndx_) return nullptr;
-  for (Elf_Scn* scn = elf_nextscn(elf_.get(), nullptr); scn != nullptr; scn = elf_nextscn(elf_.get(), scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-    const char* n = elf_strptr(elf_.get(), shstrndx_, shdr.sh_name);
-    if (n != nullptr && std::strcmp(n, name) == 0) return scn;
-  }
-  return nullptr;
-}
-
-Elf_Data* ElfFile::data_of(Elf_Scn* scn) {
-  if (scn == nullptr) return nullptr;
-  GElf_Shdr shdr;
-  if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type == SHT_NOBITS) return nullptr;
-  Elf_Data* data = elf_getdata(scn, nullptr);
-  if (data == nullptr || data->d_buf == nullptr) return nullptr;
-  return data;
-}
-
 bool ElfFile::has_debug_info() const {
-  Elf_Scn* scn = section(".debug_info");
-  if (scn == nullptr) scn = section(".zdebug_info");
-  if (scn == nullptr) return false;
-  GElf_Shdr shdr;
-  return gelf_getshdr(scn, &shdr) != nullptr && shdr.sh_type != SHT_NOBITS && shdr.sh_size > 0;
+  ElfSection s = section(".debug_info");
+  if (!s) s = section(".zdebug_info");
+  return s.has_bytes() && s.header.sh_size > 0;
 }
 
 std::optional<std::string> ElfFile::debuglink() const {
-  Elf_Data* data = data_of(section(".gnu_debuglink"));
+  Elf_Data* data = section(".gnu_debuglink").data();
   if (data == nullptr || data->d_size == 0) return std::nullopt;
   const char* p = static_cast<const char*>(data->d_buf);
   const size_t len = strnlen(p, data->d_size);

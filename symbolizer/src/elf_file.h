@@ -16,34 +16,25 @@
 
 namespace hpd {
 
-// A PT_LOAD program header.
-struct LoadSegment {
-  uint64_t offset = 0;
-  uint64_t filesz = 0;
-  uint64_t vaddr = 0;
-  uint64_t memsz = 0;
-  bool executable = false;
-};
-
 // The program headers that turn file offsets into ELF virtual addresses.
 class SegmentMap {
  public:
   SegmentMap() = default;
-  explicit SegmentMap(std::vector<LoadSegment> loads);
+  explicit SegmentMap(std::vector<ElfSegment> loads);
   bool empty() const { return loads_.empty(); }
   // Lowest PT_LOAD p_vaddr rounded down to 4 KiB (see symbolizer.h).
   uint64_t image_base() const { return image_base_; }
   // ELF vaddr of a file offset: executable segments first, then any segment, then extrapolated
   // from the first executable (else first) segment. Never fails once segments exist.
   uint64_t vaddr_of(uint64_t file_offset) const;
-  size_t memory_bytes() const { return loads_.capacity() * sizeof(LoadSegment); }
+  size_t memory_bytes() const { return loads_.capacity() * sizeof(ElfSegment); }
   // The same segments with file offsets assumed to be vaddr - image_base (GNU ld's layout). For
   // separate debug files: objcopy --only-keep-debug keeps the vaddrs but zeroes or shifts the
   // file offsets and sizes, so the original binary's offsets have to be guessed.
   SegmentMap with_linear_offsets() const;
 
  private:
-  std::vector<LoadSegment> loads_;
+  std::vector<ElfSegment> loads_;
   uint64_t image_base_ = 0;
 };
 
@@ -63,6 +54,7 @@ class ElfFile {
   ElfFile& operator=(const ElfFile&) = delete;
 
   Elf* elf() const { return elf_.get(); }
+  ElfView view() const { return elf_.view(); }
   const std::string& path() const { return path_; }
   // A path that opens this very file again while it is open: /proc/self/fd/N for a file opened
   // from a descriptor (its path may name another file by now, or one this process should not
@@ -77,10 +69,8 @@ class ElfFile {
   // The file name recorded in .gnu_debuglink, if any.
   std::optional<std::string> debuglink() const;
 
-  // The first section named `name`, or nullptr.
-  Elf_Scn* section(const char* name) const;
-  // Section data with its bounds checked by libelf; nullptr for NOBITS or damaged sections.
-  static Elf_Data* data_of(Elf_Scn* scn);
+  // The first section named `name`; empty when there is none (ElfSection::data() has its bytes).
+  ElfSection section(std::string_view name) const { return view().section(name); }
 
  private:
   ElfFile() = default;
@@ -92,8 +82,6 @@ class ElfFile {
   ElfHandle elf_;
   std::string path_;
   uint16_t machine_ = 0;
-  size_t shstrndx_ = 0;
-  bool have_shstrndx_ = false;
   SegmentMap segments_;
   std::string build_id_;
   bool from_fd_ = false;

@@ -123,10 +123,10 @@ std::vector<uint64_t> section_ends(Elf* elf) {
 
 void add_symbols_of_type(Elf* elf, uint32_t section_type, const std::vector<uint64_t>& ends,
                          SymbolTable& table) {
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != section_type) continue;
-    Elf_Data* data = ElfFile::data_of(scn);
+  for (const ElfSection& section : ElfView(elf).sections()) {
+    const GElf_Shdr& shdr = section.header;
+    if (shdr.sh_type != section_type) continue;
+    Elf_Data* data = section.data();
     if (data == nullptr || shdr.sh_entsize == 0) continue;
     const size_t count = data->d_size / shdr.sh_entsize;
     uint32_t file = SymbolTable::kNoFile;  // the latest STT_FILE: local symbols after it are its
@@ -158,22 +158,18 @@ struct PltRelocations {
 PltRelocations read_plt_relocations(const ElfFile& file) {
   PltRelocations out;
   Elf* elf = file.elf();
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return out;
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+  if (!file.view().has_section_names()) return out;
+  for (const ElfSection& section : file.view().sections()) {
+    const GElf_Shdr& shdr = section.header;
     if (shdr.sh_type != SHT_RELA && shdr.sh_type != SHT_REL) continue;
-    Elf_Scn* symscn = elf_getscn(elf, shdr.sh_link);
-    GElf_Shdr symshdr;
-    if (symscn == nullptr || gelf_getshdr(symscn, &symshdr) == nullptr || symshdr.sh_type != SHT_DYNSYM)
+    ElfSection symbols{elf_getscn(elf, shdr.sh_link)};
+    const GElf_Shdr& symshdr = symbols.header;
+    if (!symbols || gelf_getshdr(symbols.scn, &symbols.header) == nullptr || symshdr.sh_type != SHT_DYNSYM)
       continue;
-    Elf_Data* rel_data = ElfFile::data_of(scn);
-    Elf_Data* sym_data = ElfFile::data_of(symscn);
+    Elf_Data* rel_data = section.data();
+    Elf_Data* sym_data = symbols.data();
     if (rel_data == nullptr || sym_data == nullptr || shdr.sh_entsize == 0) continue;
-    const char* sec_name = elf_strptr(elf, shstrndx, shdr.sh_name);
-    const bool is_plt = sec_name != nullptr &&
-                        (std::strcmp(sec_name, ".rela.plt") == 0 || std::strcmp(sec_name, ".rel.plt") == 0);
+    const bool is_plt = section.named(".rela.plt") || section.named(".rel.plt");
     const size_t count = rel_data->d_size / shdr.sh_entsize;
     for (size_t i = 0; i < count; ++i) {
       uint64_t offset = 0, info = 0;
@@ -215,21 +211,21 @@ void add_elf_symbols(const ElfFile& file, SymbolTable& table) {
 
 void add_plt_symbols(const ElfFile& file, SymbolTable& table) {
   const char* kPltSections[] = {".plt", ".plt.sec", ".plt.got"};
-  Elf_Scn* scns[3];
+  ElfSection scns[3];
   bool any = false;
   for (int i = 0; i < 3; ++i) {
     scns[i] = file.section(kPltSections[i]);
-    any = any || ElfFile::data_of(scns[i]) != nullptr;
+    any = any || scns[i].data() != nullptr;
   }
   if (!any) return;
   const PltRelocations relocs = read_plt_relocations(file);
   const bool x86_64 = file.machine() == EM_X86_64;
-  const bool have_plt_sec = ElfFile::data_of(scns[1]) != nullptr;
+  const bool have_plt_sec = scns[1].data() != nullptr;
 
   for (int which = 0; which < 3; ++which) {
-    Elf_Data* data = ElfFile::data_of(scns[which]);
-    GElf_Shdr shdr;
-    if (data == nullptr || gelf_getshdr(scns[which], &shdr) == nullptr) continue;
+    Elf_Data* data = scns[which].data();
+    const GElf_Shdr& shdr = scns[which].header;
+    if (data == nullptr) continue;
     const uint64_t size = std::min<uint64_t>(shdr.sh_size, data->d_size);
     uint64_t entsize = shdr.sh_entsize;
     if (entsize == 0 || entsize > 64) entsize = which == 2 ? 8 : 16;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Proves packaging/check-layers.py can fail: on a copy of the tree it must pass, then fail, naming
 file:line, on each planted upward use (include, sibling include, link, internal link, a folder
-adding to its parent's target), and pass again once the plant is removed.
+adding to its parent's target) and on a call made outside its home (elf_begin( outside base/), and
+pass again once the plant is removed.
 Usage: check_layers_test.py CHECK_SCRIPT SOURCE_ROOT"""
 
 import os
@@ -64,6 +65,9 @@ def main():
              "export linking collect's private headers"),
             ("collect/src/mip/CMakeLists.txt", "target_sources(hpd_collect PRIVATE extra.cpp)", "end",
              "a folder adding a file to its parent's library"),
+            ("unwind/src/cfi_module.cpp",
+             "Elf* planted_open(int fd) { return elf_begin (fd, ELF_C_READ, nullptr); }", "end",
+             "unwind opening an ELF file with elf_begin( instead of base's ElfHandle"),
         ]
         for path, text, where, what in cases:
             line, original = plant(root, path, text, where)
@@ -71,6 +75,11 @@ def main():
             expect(code == 1 and ("%s:%d:" % (path, line)) in out, what + ": fails naming %s:%d" % (path, line), out)
             with open(os.path.join(root, path), "w", encoding="utf-8") as f:
                 f.write(original)
+
+        # base/ calls elf_begin( (the unmodified copy passed); a comment elsewhere may name it.
+        plant(root, "symbolizer/src/elf_file.cpp", "// not elf_begin(fd, ...): ElfHandle::open_fd", "end")
+        code, out = run(script, root)
+        expect(code == 0, "a comment outside base/ that names elf_begin( passes", out)
 
         # A downward include and a same-layer include stay allowed.
         plant(root, "export/src/report/compute.cpp", '#include "hpd/model/profile.h"\n#include "json_writer.h"', "start")

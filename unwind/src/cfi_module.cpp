@@ -4,36 +4,22 @@
 #include <dwarf.h>
 #include <fcntl.h>
 #include <gelf.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include "hpd/base/elf.h"
+#include "hpd/base/unique_fd.h"
 
 namespace hpd::unwind_detail {
 
 namespace {
 
-bool libelf_ready() {
-  static const bool ready = elf_version(EV_CURRENT) != EV_NONE;
-  return ready;
-}
-
 // The section called `name` with contents in the file (not NOBITS, as in a stripped debug file).
-Elf_Scn* find_section(Elf* elf, const char* name) {
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return nullptr;
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-    const char* n = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (n != nullptr && std::strcmp(n, name) == 0) {
-      return shdr.sh_type == SHT_NOBITS || shdr.sh_size == 0 ? nullptr : scn;
-    }
-  }
-  return nullptr;
+ElfSection find_section(const ElfHandle& elf, const char* name) {
+  const ElfSection s = elf.view().section(name);
+  return s.has_bytes() && s.header.sh_size != 0 ? s : ElfSection{};
 }
 
 bool is_breg(uint8_t atom) {
@@ -47,9 +33,8 @@ bool is_reg(uint8_t atom) {
 
 CfiModule::~CfiModule() {
   if (debug_dwarf_ != nullptr) dwarf_end(debug_dwarf_);  // owns debug_cfi_
-  if (debug_elf_ != nullptr && debug_elf_ != elf_) elf_end(debug_elf_);
   if (eh_cfi_ != nullptr) dwarf_cfi_end(eh_cfi_);
-  if (elf_ != nullptr) elf_end(elf_);
+  // Then the members: debug_elf_, then elf_.
 }
 
 std::unique_ptr<CfiModule> CfiModule::open_file(const std::vector<std::string>& candidates,
@@ -62,14 +47,14 @@ std::unique_ptr<CfiModule> CfiModule::open_file(const std::vector<std::string>& 
   m->debug_tried_ = !use_debug_frame;
   std::string errors;
   for (const std::string& path : candidates) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
       errors += (errors.empty() ? "" : "; ") + path + ": " + std::strerror(errno);
       continue;
     }
     std::string error;
-    const bool loaded = m->load_elf(fd, &error);
-    ::close(fd);  // ELF_C_FDREAD: libelf has it all mapped and no longer needs the descriptor
+    // Closed at the end of this iteration: after release_fd, libelf no longer needs the descriptor.
+    const bool loaded = m->load_elf(fd.get(), &error);
     if (loaded) {
       m->build_id_ = m->read_build_id();
       if (expected_build_id.empty() || m->build_id_ == expected_build_id) {
@@ -79,8 +64,7 @@ std::unique_ptr<CfiModule> CfiModule::open_file(const std::vector<std::string>& 
       }
       error = "build-id " + (m->build_id_.empty() ? std::string("missing") : m->build_id_) + ", expected " +
               expected_build_id;
-      elf_end(m->elf_);
-      m->elf_ = nullptr;
+      m->elf_ = ElfHandle();
       m->build_id_.clear();
     }
     errors += (errors.empty() ? "" : "; ") + path + ": " + error;
@@ -90,9 +74,9 @@ std::unique_ptr<CfiModule> CfiModule::open_file(const std::vector<std::string>& 
     m->debug_tried_ = true;
     return m;
   }
-  m->read_segments();
-  m->summary_.has_eh_frame = find_section(m->elf_, ".eh_frame") != nullptr;
-  if (m->summary_.has_eh_frame) m->eh_cfi_ = dwarf_getcfi_elf(m->elf_);
+  m->segments_ = m->elf_.view().load_segments();
+  m->summary_.has_eh_frame = static_cast<bool>(find_section(m->elf_, ".eh_frame"));
+  if (m->summary_.has_eh_frame) m->eh_cfi_ = dwarf_getcfi_elf(m->elf_.get());
   return m;
 }
 
@@ -101,107 +85,84 @@ std::unique_ptr<CfiModule> CfiModule::open_image(std::span<const uint8_t> image,
   std::unique_ptr<CfiModule> m(new CfiModule());
   m->max_rules_ = max_rules;
   m->debug_tried_ = true;
-  if (!libelf_ready() || image.empty()) {
+  if (image.empty()) {
     m->summary_.error = name + ": no image";
     return m;
   }
   // libelf only reads the image (no ELF_C_RDWR), so the const_cast never leads to a write.
-  m->elf_ = elf_memory(const_cast<char*>(reinterpret_cast<const char*>(image.data())), image.size());
-  if (m->elf_ == nullptr || elf_kind(m->elf_) != ELF_K_ELF) {
+  m->elf_ =
+      ElfHandle::open_memory(const_cast<char*>(reinterpret_cast<const char*>(image.data())), image.size());
+  if (!m->elf_.is_elf()) {
     m->summary_.error = name + ": not an ELF image";
-    if (m->elf_ != nullptr) elf_end(m->elf_);
-    m->elf_ = nullptr;
+    m->elf_ = ElfHandle();
     return m;
   }
   m->summary_.opened = true;
   m->summary_.opened_path = name;
   m->build_id_ = m->read_build_id();
-  m->read_segments();
-  m->summary_.has_eh_frame = find_section(m->elf_, ".eh_frame") != nullptr;
-  if (m->summary_.has_eh_frame) m->eh_cfi_ = dwarf_getcfi_elf(m->elf_);
+  m->segments_ = m->elf_.view().load_segments();
+  m->summary_.has_eh_frame = static_cast<bool>(find_section(m->elf_, ".eh_frame"));
+  if (m->summary_.has_eh_frame) m->eh_cfi_ = dwarf_getcfi_elf(m->elf_.get());
   return m;
 }
 
 bool CfiModule::load_elf(int fd, std::string* error) {
-  if (!libelf_ready()) {
-    *error = "libelf version mismatch";
-    return false;
-  }
-  elf_ = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-  if (elf_ == nullptr) {
+  elf_ = ElfHandle::open_fd(fd, ELF_C_READ_MMAP);
+  if (!elf_) {
     *error = elf_errmsg(-1);
     return false;
   }
-  GElf_Ehdr ehdr;
+  const std::optional<GElf_Ehdr> ehdr = elf_.view().header();
   const char* why = nullptr;
-  if (elf_kind(elf_) != ELF_K_ELF || gelf_getehdr(elf_, &ehdr) == nullptr) {
+  if (!ehdr) {
     why = "not an ELF file";
-  } else if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_machine != EM_X86_64) {
+  } else if (ehdr->e_ident[EI_CLASS] != ELFCLASS64 || ehdr->e_machine != EM_X86_64) {
     why = "not an x86-64 ELF file";
-  } else if (elf_cntl(elf_, ELF_C_FDREAD) != 0) {
+  } else if (!elf_.release_fd()) {
     why = "cannot read the file";
   }
   if (why != nullptr) {
     *error = why;
-    elf_end(elf_);
-    elf_ = nullptr;
+    elf_ = ElfHandle();
     return false;
   }
   return true;
 }
 
-void CfiModule::read_segments() {
-  size_t n = 0;
-  if (elf_getphdrnum(elf_, &n) != 0) return;
-  for (size_t i = 0; i < n; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(elf_, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD) continue;
-    segments_.push_back({ph.p_offset, ph.p_filesz, ph.p_vaddr, (ph.p_flags & PF_X) != 0});
-  }
-}
-
 std::string CfiModule::read_build_id() const {
   // Sections first: a debug file found by build-id is checked against the same note.
-  return elf_build_id(elf_, BuildIdSearch::kSectionsFirst);
+  return elf_build_id(elf_.get(), BuildIdSearch::kSectionsFirst);
 }
 
 void CfiModule::open_debug_frame() {
   debug_tried_ = true;
-  if (elf_ == nullptr) return;
-  if (find_section(elf_, ".debug_frame") != nullptr) {
-    debug_dwarf_ = dwarf_begin_elf(elf_, DWARF_C_READ, nullptr);
+  if (!elf_) return;
+  if (find_section(elf_, ".debug_frame")) {
+    debug_dwarf_ = dwarf_begin_elf(elf_.get(), DWARF_C_READ, nullptr);
     if (debug_dwarf_ != nullptr) debug_cfi_ = dwarf_getcfi(debug_dwarf_);
     if (debug_cfi_ != nullptr) {
       summary_.has_debug_frame = true;
       return;
     }
   }
-  if (build_id_.size() < 4 || debug_root_.empty()) return;
-  const std::string path =
-      debug_root_ + "/.build-id/" + build_id_.substr(0, 2) + "/" + build_id_.substr(2) + ".debug";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  debug_elf_ = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
-  if (debug_elf_ != nullptr && elf_cntl(debug_elf_, ELF_C_FDREAD) != 0) {
-    elf_end(debug_elf_);
-    debug_elf_ = nullptr;
-  }
-  ::close(fd);
-  if (debug_elf_ == nullptr || find_section(debug_elf_, ".debug_frame") == nullptr) return;
+  if (debug_root_.empty()) return;
+  const std::string path = build_id_path(debug_root_, build_id_);
+  if (path.empty()) return;
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return;
+  debug_elf_ = ElfHandle::open_fd(fd.get(), ELF_C_READ_MMAP);
+  if (debug_elf_ && !debug_elf_.release_fd()) debug_elf_ = ElfHandle();
+  if (!debug_elf_ || !find_section(debug_elf_, ".debug_frame")) return;
   if (debug_dwarf_ != nullptr) dwarf_end(debug_dwarf_);
-  debug_dwarf_ = dwarf_begin_elf(debug_elf_, DWARF_C_READ, nullptr);
+  debug_dwarf_ = dwarf_begin_elf(debug_elf_.get(), DWARF_C_READ, nullptr);
   debug_cfi_ = debug_dwarf_ != nullptr ? dwarf_getcfi(debug_dwarf_) : nullptr;
   summary_.has_debug_frame = debug_cfi_ != nullptr;
 }
 
 bool CfiModule::vaddr_of(uint64_t file_offset, uint64_t* vaddr) const {
-  for (const Segment& s : segments_) {
-    if (file_offset >= s.offset && file_offset - s.offset < s.filesz) {
-      *vaddr = file_offset - s.offset + s.vaddr;
-      return true;
-    }
-  }
-  return false;
+  const std::optional<uint64_t> found = vaddr_of_offset(segments_, file_offset);
+  if (found) *vaddr = *found;
+  return found.has_value();
 }
 
 bool CfiModule::store_expr(const Dwarf_Op* ops, size_t n, uint32_t* begin, uint16_t* len) {
@@ -364,15 +325,14 @@ bool read_hdr_value(const uint8_t* base, size_t size, size_t* at, uint8_t encodi
 
 bool CfiModule::fde_ranges(bool debug_frame, std::vector<FdeRange>* out, std::string* error) {
   out->clear();
-  if (elf_ == nullptr) {
+  if (!elf_) {
     *error = summary_.error.empty() ? "not opened" : summary_.error;
     return false;
   }
   if (!debug_frame) {
-    Elf_Scn* scn = find_section(elf_, ".eh_frame_hdr");
-    GElf_Shdr shdr;
-    Elf_Data* data =
-        scn != nullptr && gelf_getshdr(scn, &shdr) != nullptr ? elf_getdata(scn, nullptr) : nullptr;
+    const ElfSection hdr = find_section(elf_, ".eh_frame_hdr");
+    const GElf_Shdr& shdr = hdr.header;
+    Elf_Data* data = hdr ? elf_getdata(hdr.scn, nullptr) : nullptr;
     if (data == nullptr || data->d_buf == nullptr || data->d_size < 4) {
       *error = "no .eh_frame_hdr";
       return false;
@@ -414,10 +374,10 @@ bool CfiModule::fde_ranges(bool debug_frame, std::vector<FdeRange>* out, std::st
     *error = "no .debug_frame";
     return false;
   }
-  Elf* elf = debug_elf_ != nullptr ? debug_elf_ : elf_;
-  Elf_Scn* scn = find_section(elf, ".debug_frame");
-  Elf_Data* data = scn != nullptr ? elf_getdata(scn, nullptr) : nullptr;
-  const unsigned char* ident = reinterpret_cast<const unsigned char*>(elf_getident(elf, nullptr));
+  const ElfHandle& elf = debug_elf_ ? debug_elf_ : elf_;
+  const ElfSection scn = find_section(elf, ".debug_frame");
+  Elf_Data* data = scn ? elf_getdata(scn.scn, nullptr) : nullptr;
+  const unsigned char* ident = reinterpret_cast<const unsigned char*>(elf_getident(elf.get(), nullptr));
   if (data == nullptr || ident == nullptr) {
     *error = "cannot read .debug_frame";
     return false;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dwarf_expr.h"
+#include "hpd/base/elf.h"
 
 namespace hpd::unwind_detail {
 
@@ -83,10 +84,7 @@ class CfiModule {
   CfiModule& operator=(const CfiModule&) = delete;
 
   const ModuleSummary& summary() const { return summary_; }
-  struct Segment {
-    uint64_t offset, filesz, vaddr;
-    bool executable;
-  };
+  using Segment = ElfSegment;
   const std::vector<Segment>& segments() const { return segments_; }
   const std::string& build_id() const { return build_id_; }
   // Looks for .debug_frame now rather than on the first .eh_frame miss.
@@ -120,7 +118,6 @@ class CfiModule {
  private:
   CfiModule() = default;
   bool load_elf(int fd, std::string* error);
-  void read_segments();
   std::string read_build_id() const;
   void open_debug_frame();
   bool compute(Dwarf_CFI* cfi, uint64_t vaddr, FrameRule* rule);
@@ -129,11 +126,11 @@ class CfiModule {
   ModuleSummary summary_;
   std::string debug_root_;
   size_t max_rules_ = 0;
-  Elf* elf_ = nullptr;
+  ElfHandle elf_;
   Dwarf_CFI* eh_cfi_ = nullptr;
   // .debug_frame, opened on the first .eh_frame miss (from the file or its build-id debug file).
   bool debug_tried_ = true;
-  Elf* debug_elf_ = nullptr;
+  ElfHandle debug_elf_;  // declared after elf_: ended before it
   Dwarf* debug_dwarf_ = nullptr;
   Dwarf_CFI* debug_cfi_ = nullptr;
   std::vector<Segment> segments_;

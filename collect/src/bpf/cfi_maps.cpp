@@ -552,44 +552,18 @@ struct DynamicInfo {
 DynamicInfo read_dynamic(const std::string& path) {
   DynamicInfo info;
   const OpenedElf file = OpenedElf::open(path, ELF_C_READ_MMAP);
-  if (Elf* elf = file.get(); elf != nullptr) {
-    size_t phnum = 0;
-    if (elf_getphdrnum(elf, &phnum) == 0) {
-      for (size_t i = 0; i < phnum; ++i) {
-        GElf_Phdr ph;
-        if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_INTERP) continue;
-        size_t size = 0;
-        const char* raw = elf_rawfile(elf, &size);
-        if (raw != nullptr && ph.p_offset < size && ph.p_filesz > 1 && ph.p_filesz <= size - ph.p_offset)
-          info.interpreter.assign(raw + ph.p_offset, strnlen(raw + ph.p_offset, ph.p_filesz));
-      }
-    }
-    for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-      GElf_Shdr shdr;
-      if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_DYNAMIC) continue;
-      Elf_Data* data = elf_getdata(scn, nullptr);
-      if (data == nullptr || shdr.sh_entsize == 0) continue;
-      for (size_t i = 0; i < shdr.sh_size / shdr.sh_entsize; ++i) {
-        GElf_Dyn dyn;
-        if (gelf_getdyn(data, static_cast<int>(i), &dyn) == nullptr) break;
-        const char* text = nullptr;
-        if (dyn.d_tag == DT_NEEDED || dyn.d_tag == DT_RUNPATH || dyn.d_tag == DT_RPATH)
-          text = elf_strptr(elf, shdr.sh_link, dyn.d_un.d_val);
-        if (text == nullptr) continue;
-        if (dyn.d_tag == DT_NEEDED) {
-          info.needed.emplace_back(text);
-        } else {
-          std::string list = text;
-          const std::string origin = path.substr(0, path.rfind('/'));
-          for (size_t at = list.find("$ORIGIN"); at != std::string::npos; at = list.find("$ORIGIN"))
-            list.replace(at, 7, origin);
-          for (size_t begin = 0; begin <= list.size();) {
-            const size_t end = std::min(list.find(':', begin), list.size());
-            if (end > begin) info.search.push_back(list.substr(begin, end - begin));
-            begin = end + 1;
-          }
-        }
-      }
+  if (!file) return info;
+  info.interpreter = file.view().interpreter();
+  ElfDynamic dynamic = file.view().dynamic();
+  info.needed = std::move(dynamic.needed);
+  const std::string origin = path.substr(0, path.rfind('/'));
+  for (std::string list : dynamic.search_paths) {
+    for (size_t at = list.find("$ORIGIN"); at != std::string::npos; at = list.find("$ORIGIN"))
+      list.replace(at, 7, origin);
+    for (size_t begin = 0; begin <= list.size();) {
+      const size_t end = std::min(list.find(':', begin), list.size());
+      if (end > begin) info.search.push_back(list.substr(begin, end - begin));
+      begin = end + 1;
     }
   }
   return info;

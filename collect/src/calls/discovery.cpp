@@ -52,46 +52,32 @@ struct Section {
   std::string name;
 };
 
-struct Segment {
-  uint64_t vaddr = 0;
-  uint64_t filesz = 0;
-  uint64_t offset = 0;
-};
-
 class ElfImage {
  public:
   explicit ElfImage(Elf* elf) : elf_(elf) {}
 
   bool load(std::string& error) {
-    GElf_Ehdr ehdr;
-    if (gelf_getehdr(elf_, &ehdr) == nullptr) {
+    const ElfView view(elf_);
+    const std::optional<GElf_Ehdr> ehdr = view.header();
+    if (!ehdr) {
       error = "not an ELF file";
       return false;
     }
-    if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_machine != EM_X86_64) {
+    if (ehdr->e_ident[EI_CLASS] != ELFCLASS64 || ehdr->e_machine != EM_X86_64) {
       error = "not an x86-64 ELF file";
       return false;
     }
-    size_t phnum = 0;
-    if (elf_getphdrnum(elf_, &phnum) == 0) {
-      for (size_t i = 0; i < phnum; ++i) {
-        GElf_Phdr ph;
-        if (gelf_getphdr(elf_, static_cast<int>(i), &ph) == nullptr) continue;
-        if (ph.p_type == PT_LOAD) segments_.push_back(Segment{ph.p_vaddr, ph.p_filesz, ph.p_offset});
-        if (ph.p_type == PT_INTERP) has_interpreter_ = true;
-        if (ph.p_type == PT_DYNAMIC) has_dynamic_ = true;
-      }
-    }
-    size_t shstrndx = 0;
-    if (elf_getshdrstrndx(elf_, &shstrndx) != 0) {
+    segments_ = view.load_segments();
+    has_interpreter_ = view.has_program_header(PT_INTERP);
+    has_dynamic_ = view.has_program_header(PT_DYNAMIC);
+    if (!view.has_section_names()) {
       error = "no section header string table";
       return false;
     }
-    for (Elf_Scn* scn = elf_nextscn(elf_, nullptr); scn != nullptr; scn = elf_nextscn(elf_, scn)) {
-      GElf_Shdr sh;
-      if (gelf_getshdr(scn, &sh) == nullptr) continue;
-      const char* name = elf_strptr(elf_, shstrndx, sh.sh_name);
-      sections_.push_back(Section{sh.sh_addr, sh.sh_size, sh.sh_type, sh.sh_flags, scn, name ? name : ""});
+    for (const ElfSection& s : view.sections()) {
+      const GElf_Shdr& sh = s.header;
+      sections_.push_back(
+          Section{sh.sh_addr, sh.sh_size, sh.sh_type, sh.sh_flags, s.scn, s.name ? s.name : ""});
     }
     return true;
   }
@@ -129,12 +115,7 @@ class ElfImage {
     return false;
   }
 
-  std::optional<uint64_t> file_offset(uint64_t vaddr) const {
-    for (const Segment& seg : segments_) {
-      if (vaddr >= seg.vaddr && vaddr < seg.vaddr + seg.filesz) return vaddr - seg.vaddr + seg.offset;
-    }
-    return std::nullopt;
-  }
+  std::optional<uint64_t> file_offset(uint64_t vaddr) const { return offset_of_vaddr(segments_, vaddr); }
 
   Elf* elf() const { return elf_; }
   bool has_interpreter() const { return has_interpreter_; }
@@ -144,7 +125,7 @@ class ElfImage {
   bool has_interpreter_ = false;
   bool has_dynamic_ = false;
   Elf* elf_;
-  std::vector<Segment> segments_;
+  std::vector<ElfSegment> segments_;
   std::vector<Section> sections_;
 };
 

@@ -28,23 +28,14 @@ ElfInfo read_elf_info(int fd, const std::string& name, bool want_map) {
     throw MipError(ErrorCode::kNotElf, name + " is not an ELF file");
   }
   ElfInfo info;
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) == 0) {
-    for (size_t i = 0; i < phnum; i++) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) && ph.p_type == PT_LOAD) {
-        info.loads.push_back({ph.p_vaddr, ph.p_offset, ph.p_filesz});
-      }
-    }
-  }
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) {
+  for (const ElfSegment& s : elf.view().load_segments()) info.loads.push_back({s.vaddr, s.offset, s.filesz});
+  if (!elf.view().has_section_names()) {
     throw MipError(ErrorCode::kNotElf, name + ": unreadable ELF section headers: " + elf_errmsg(-1));
   }
-  for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn; scn = elf_nextscn(elf.get(), scn)) {
-    GElf_Shdr sh;
-    if (!gelf_getshdr(scn, &sh)) continue;
-    const char* sname = elf_strptr(elf.get(), shstrndx, sh.sh_name);
+  for (const ElfSection& section : elf.view().sections()) {
+    Elf_Scn* scn = section.scn;
+    const GElf_Shdr& sh = section.header;
+    const char* sname = section.name;
     if (!sname) continue;
     if (std::strcmp(sname, kRawSectionName) == 0 && !info.has_raw) {
       info.has_raw = true;

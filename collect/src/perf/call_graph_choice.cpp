@@ -20,19 +20,6 @@ namespace hpd {
 
 namespace {
 
-struct LoadSegment {
-  uint64_t vaddr = 0;
-  uint64_t filesz = 0;
-  uint64_t offset = 0;
-};
-
-std::optional<uint64_t> file_offset_of(const std::vector<LoadSegment>& segments, uint64_t vaddr) {
-  for (const LoadSegment& s : segments) {
-    if (vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz) return s.offset + (vaddr - s.vaddr);
-  }
-  return std::nullopt;
-}
-
 int32_t read_s32(const uint8_t* p) {
   int32_t v = 0;
   std::memcpy(&v, p, sizeof v);
@@ -193,19 +180,10 @@ FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_funct
     probe.error = "not an x86-64 executable";
     return probe;
   }
-  std::vector<LoadSegment> segments;
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD &&
-          (ph.p_flags & PF_X) != 0) {
-        segments.push_back(LoadSegment{ph.p_vaddr, ph.p_filesz, ph.p_offset});
-      }
-    }
-  }
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf.get(), &shstrndx) != 0) {
+  // Code is read from the executable segments only.
+  std::vector<ElfSegment> segments = elf.view().load_segments();
+  std::erase_if(segments, [](const ElfSegment& s) { return !s.executable; });
+  if (!elf.view().has_section_names()) {
     probe.error = "no section name table";
     return probe;
   }
@@ -213,10 +191,10 @@ FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_funct
   std::vector<uint64_t> symbol_starts;
   std::vector<uint64_t> excluded;
   uint64_t text_begin = 0, text_end = 0;
-  for (Elf_Scn* scn = elf_nextscn(elf.get(), nullptr); scn != nullptr; scn = elf_nextscn(elf.get(), scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-    const char* name = elf_strptr(elf.get(), shstrndx, shdr.sh_name);
+  for (const ElfSection& section : elf.view().sections()) {
+    Elf_Scn* scn = section.scn;
+    const GElf_Shdr& shdr = section.header;
+    const char* name = section.name;
     if (name == nullptr) continue;
     if (std::strcmp(name, ".eh_frame") == 0 && shdr.sh_type != SHT_NOBITS && shdr.sh_size > 0) {
       probe.has_eh_frame = true;
@@ -244,7 +222,7 @@ FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_funct
   // Evenly spread over the file, so that one library statically linked in does not decide alone.
   const size_t step = std::max<size_t>(1, starts.size() / max_functions);
   for (size_t i = 0; i < starts.size() && probe.functions_checked < max_functions; i += step) {
-    const auto offset = file_offset_of(segments, starts[i]);
+    const auto offset = offset_of_vaddr(segments, starts[i]);
     if (!offset) continue;
     uint8_t code[64];
     const ssize_t n = ::pread(elf.fd(), code, sizeof code, static_cast<off_t>(*offset));

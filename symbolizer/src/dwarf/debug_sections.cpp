@@ -1,25 +1,19 @@
 // read_debug_sections: the .debug_* section bytes the own decoders read, found by name.
 #include "debug_sections.h"
 
-#include <gelf.h>
+#include <string_view>
+#include <vector>
 
-#include <cstring>
+#include "hpd/base/elf.h"
 
 namespace hpd {
 namespace {
 
-std::span<const uint8_t> section_bytes(Elf* elf, const char* wanted, const char* wanted_gnu_compressed) {
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return {};
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type == SHT_NOBITS) continue;
-    const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (name == nullptr || (std::strcmp(name, wanted) != 0 && std::strcmp(name, wanted_gnu_compressed) != 0))
-      continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || data->d_buf == nullptr) return {};
-    return {static_cast<const uint8_t*>(data->d_buf), data->d_size};
+// The bytes of the first section with contents called `wanted` or `wanted_gnu_compressed`.
+std::span<const uint8_t> section_bytes(const std::vector<ElfSection>& sections, std::string_view wanted,
+                                       std::string_view wanted_gnu_compressed) {
+  for (const ElfSection& s : sections) {
+    if (s.has_bytes() && (s.named(wanted) || s.named(wanted_gnu_compressed))) return s.bytes();
   }
   return {};
 }
@@ -27,18 +21,19 @@ std::span<const uint8_t> section_bytes(Elf* elf, const char* wanted, const char*
 }  // namespace
 
 DebugSections read_debug_sections(Elf* elf) {
+  const std::vector<ElfSection> sections = ElfView(elf).sections();
   DebugSections s;
-  s.lines.line = section_bytes(elf, ".debug_line", ".zdebug_line");
-  s.lines.line_str = section_bytes(elf, ".debug_line_str", ".zdebug_line_str");
-  s.lines.str = section_bytes(elf, ".debug_str", ".zdebug_str");
-  s.info.info = section_bytes(elf, ".debug_info", ".zdebug_info");
-  s.info.abbrev = section_bytes(elf, ".debug_abbrev", ".zdebug_abbrev");
-  s.info.addr = section_bytes(elf, ".debug_addr", ".zdebug_addr");
-  s.info.ranges = section_bytes(elf, ".debug_ranges", ".zdebug_ranges");
-  s.info.rnglists = section_bytes(elf, ".debug_rnglists", ".zdebug_rnglists");
+  s.lines.line = section_bytes(sections, ".debug_line", ".zdebug_line");
+  s.lines.line_str = section_bytes(sections, ".debug_line_str", ".zdebug_line_str");
+  s.lines.str = section_bytes(sections, ".debug_str", ".zdebug_str");
+  s.info.info = section_bytes(sections, ".debug_info", ".zdebug_info");
+  s.info.abbrev = section_bytes(sections, ".debug_abbrev", ".zdebug_abbrev");
+  s.info.addr = section_bytes(sections, ".debug_addr", ".zdebug_addr");
+  s.info.ranges = section_bytes(sections, ".debug_ranges", ".zdebug_ranges");
+  s.info.rnglists = section_bytes(sections, ".debug_rnglists", ".zdebug_rnglists");
   s.info.str = s.lines.str;
   s.info.line_str = s.lines.line_str;
-  s.info.str_offsets = section_bytes(elf, ".debug_str_offsets", ".zdebug_str_offsets");
+  s.info.str_offsets = section_bytes(sections, ".debug_str_offsets", ".zdebug_str_offsets");
   return s;
 }
 

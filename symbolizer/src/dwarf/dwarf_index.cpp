@@ -182,19 +182,14 @@ std::vector<UnitSpan> build_unit_spans(const std::vector<UnitSpan>& raw) {
 
 // Heap that libdw holds for decompressed sections: they are inflated into malloc'd buffers.
 size_t decompressed_debug_bytes(Elf* elf) {
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return 0;
   size_t total = 0;
-  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-    const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (name == nullptr) continue;
-    if ((shdr.sh_flags & SHF_COMPRESSED) != 0) {
+  for (const ElfSection& s : ElfView(elf).sections()) {
+    if (s.name == nullptr) continue;
+    if ((s.header.sh_flags & SHF_COMPRESSED) != 0) {
       GElf_Chdr chdr;
-      if (gelf_getchdr(scn, &chdr) != nullptr) total += chdr.ch_size;
-    } else if (std::strncmp(name, ".zdebug", 7) == 0) {
-      total += shdr.sh_size * 4;  // the real size sits in the section data; a rough ratio is enough here
+      if (gelf_getchdr(s.scn, &chdr) != nullptr) total += chdr.ch_size;
+    } else if (std::strncmp(s.name, ".zdebug", 7) == 0) {
+      total += s.header.sh_size * 4;  // the real size sits in the section data; a rough ratio is enough here
     }
   }
   return total;

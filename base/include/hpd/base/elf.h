@@ -1,4 +1,6 @@
-// ELF files through libelf, opened one way, and the GNU build-id note read one way.
+// ELF files through libelf, opened one way and read one way: sections by name (header and data),
+// loadable segments and file offset <-> address, dynamic dependencies, the GNU build-id note and
+// where a build-id's separate debug file lives. Every layer reads ELF through this header.
 #pragma once
 
 #include <gelf.h>
@@ -8,6 +10,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "hpd/base/unique_fd.h"
 
@@ -15,6 +19,77 @@ namespace hpd {
 
 // elf_version(EV_CURRENT), once per process: libelf refuses every other call until it is made.
 void init_libelf();
+
+// One section: its header and its name (nullptr when the section name table lacks it; it points
+// into libelf's copy of the table and lives as long as the Elf).
+struct ElfSection {
+  Elf_Scn* scn = nullptr;
+  GElf_Shdr header{};
+  const char* name = nullptr;
+
+  explicit operator bool() const { return scn != nullptr; }
+  [[nodiscard]] bool named(std::string_view wanted) const { return name != nullptr && wanted == name; }
+  // Whether the section has bytes in the file: not SHT_NOBITS (.bss, or the .text a separate debug
+  // file keeps only as a header).
+  [[nodiscard]] bool has_bytes() const { return scn != nullptr && header.sh_type != SHT_NOBITS; }
+  // Its contents as libelf translates them to the host's byte order (elf_getdata); nullptr for a
+  // NOBITS or damaged section. The bytes live as long as the Elf.
+  [[nodiscard]] Elf_Data* data() const;
+  // The same as bytes; empty when data() is nullptr.
+  [[nodiscard]] std::span<const uint8_t> bytes() const;
+};
+
+// A loadable segment (PT_LOAD program header).
+struct ElfSegment {
+  uint64_t offset = 0;
+  uint64_t filesz = 0;
+  uint64_t vaddr = 0;
+  uint64_t memsz = 0;
+  bool executable = false;  // PF_X
+};
+
+// The ELF virtual address of a file offset: through the first segment whose file bytes hold it.
+std::optional<uint64_t> vaddr_of_offset(std::span<const ElfSegment> segments, uint64_t offset);
+// The file offset of an ELF virtual address: through the first segment whose file bytes hold it
+// (an address in a segment's zero-filled tail has none).
+std::optional<uint64_t> offset_of_vaddr(std::span<const ElfSegment> segments, uint64_t vaddr);
+
+// The dynamic section's dependencies, each list in file order: DT_NEEDED names, and the
+// directories of DT_RUNPATH and DT_RPATH entries as written (colon-separated, $ORIGIN unexpanded).
+struct ElfDynamic {
+  std::vector<std::string> needed;
+  std::vector<std::string> search_paths;
+};
+
+// Reading an ELF file that libelf has open (not owned: the Elf must outlive the view and what it
+// returns). Every call checks what it reads; on a damaged file it returns less, never throws.
+class ElfView {
+ public:
+  explicit ElfView(Elf* elf) : elf_(elf) {}
+  [[nodiscard]] Elf* get() const { return elf_; }
+  [[nodiscard]] bool is_elf() const { return elf_ != nullptr && elf_kind(elf_) == ELF_K_ELF; }
+  // The ELF header; nullopt when it cannot be read.
+  [[nodiscard]] std::optional<GElf_Ehdr> header() const;
+
+  // Whether the section name table can be read (else every section's name is nullptr).
+  [[nodiscard]] bool has_section_names() const;
+  // Every section with a readable header, in file order.
+  [[nodiscard]] std::vector<ElfSection> sections() const;
+  // The first section called `name`; empty when there is none.
+  [[nodiscard]] ElfSection section(std::string_view name) const;
+
+  // Whether a program header of this type (PT_INTERP, PT_DYNAMIC, ...) exists.
+  [[nodiscard]] bool has_program_header(uint32_t type) const;
+  // The PT_LOAD segments, in file order.
+  [[nodiscard]] std::vector<ElfSegment> load_segments() const;
+  // The program interpreter PT_INTERP names; "" when none.
+  [[nodiscard]] std::string interpreter() const;
+  // DT_NEEDED, DT_RUNPATH and DT_RPATH of the SHT_DYNAMIC sections.
+  [[nodiscard]] ElfDynamic dynamic() const;
+
+ private:
+  Elf* elf_ = nullptr;
+};
 
 // Sole owner of a libelf descriptor (elf_end on destruction). Move-only.
 class ElfHandle {
@@ -38,6 +113,10 @@ class ElfHandle {
   explicit operator bool() const { return elf_ != nullptr; }
   // Whether libelf read an ELF file (not an archive or unknown bytes).
   [[nodiscard]] bool is_elf() const { return elf_ != nullptr && elf_kind(elf_) == ELF_K_ELF; }
+  [[nodiscard]] ElfView view() const { return ElfView(elf_); }
+  // Makes libelf read now all it will need of the file (elf_cntl ELF_C_FDREAD), so that the
+  // descriptor may be closed while the handle lives on; false when it cannot.
+  bool release_fd() { return elf_ != nullptr && elf_cntl(elf_, ELF_C_FDREAD) == 0; }
 
  private:
   Elf* elf_ = nullptr;
@@ -50,6 +129,7 @@ class OpenedElf {
   static OpenedElf open(const std::string& path, Elf_Cmd cmd = ELF_C_READ);
   [[nodiscard]] Elf* get() const { return elf_.get(); }
   [[nodiscard]] int fd() const { return fd_.get(); }
+  [[nodiscard]] ElfView view() const { return ElfView(elf_.get()); }
   explicit operator bool() const { return elf_.get() != nullptr; }
   [[nodiscard]] const std::string& error() const { return error_; }
   // The open(2) errno when the file itself could not be opened; 0 when it was (then error() is
@@ -88,6 +168,12 @@ std::string read_elf_build_id(int fd, BuildIdSearch order = BuildIdSearch::kSegm
 // is ELF without a build-id.
 std::optional<std::string> file_build_id(const std::string& path,
                                          BuildIdSearch order = BuildIdSearch::kSectionsFirst);
+
+// Where the separate debug file of `build_id` lies in the build-id tree under `root` (as in
+// /usr/lib/debug): ROOT/.build-id/XX/REST`suffix` with XX the first two hex digits; "" when the
+// build-id is too short to split.
+std::string build_id_path(const std::string& root, const std::string& build_id,
+                          std::string_view suffix = ".debug");
 
 // The GNU build-id of an ELF image in memory (the vDSO as a process maps it), from its PT_NOTE
 // segments; "" if it has none or is not ELF.
