@@ -272,7 +272,7 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
       if (!module.table) enqueue(key, module);
     }
     if (module.table && !module.loaded && !module.failed) {
-      load(key, module);
+      load(key, module, module.wanted);
       if (module.loaded) mark_users_dirty(key);
     }
     return key;
@@ -444,10 +444,21 @@ bool CfiMaps::evict_one() {
   for (const auto& [pid, list] : processes_) {
     for (const Mapping& m : list) in_use.insert(m.module);
   }
+  // Tables loaded before they were wanted (lazy mode: found in the cache on disk, their processes
+  // not sampled yet) go first, then the least recently used of modules no followed process maps.
   Module* oldest = nullptr;
+  std::string oldest_key;
+  auto older = [&](const Module& m) {
+    if (oldest == nullptr) return true;
+    if (m.wanted != oldest->wanted) return !m.wanted;
+    return m.last_used < oldest->last_used;
+  };
   for (auto& [key, module] : modules_) {
-    if (!module.loaded || in_use.count(key) != 0) continue;
-    if (oldest == nullptr || module.last_used < oldest->last_used) oldest = &module;
+    if (!module.loaded || (module.wanted && in_use.count(key) != 0)) continue;
+    if (older(module)) {
+      oldest = &module;
+      oldest_key = key;
+    }
   }
   if (oldest == nullptr) return false;
   row_slots_.give_back(oldest->row_first, oldest->row_count);
@@ -455,8 +466,13 @@ bool CfiMaps::evict_one() {
   oldest->loaded = false;
   oldest->row_count = 0;
   oldest->index_count = 0;
+  if (in_use.count(oldest_key) != 0) {
+    // Its processes' entries name the rows about to be reused: published again first (pending).
+    mark_users_dirty(oldest_key);
+    publish_dirty();
+  }
   std::lock_guard lock(mutex_);
-  ++stats_.modules_evicted;
+  if (oldest->wanted) ++stats_.modules_evicted;
   --stats_.modules_loaded;
   return true;
 }
