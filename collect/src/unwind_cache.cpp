@@ -131,6 +131,8 @@ bool UnwindCache::source_of_file(const std::string& path, const std::string& bui
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   CfiTableSource s;
   s.build_id = build_id;
+  s.device = static_cast<uint64_t>(st.st_dev);
+  s.inode = static_cast<uint64_t>(st.st_ino);
   s.size = static_cast<uint64_t>(st.st_size);
   s.mtime_ns = static_cast<uint64_t>(ns_of(st.st_mtim));
   // The separate debug file CfiModule looks for (its .debug_frame may add rows).

@@ -156,7 +156,11 @@ TEST_F(UnwindCacheTest, FileOfAnotherBinaryAtTheSamePathIsRefused) {
   CfiTableSource touched = first.source;
   touched.mtime_ns += 1;
   expect_refused_then_rebuilt(cache, cache_file(first), touched, *first.table, "compiled from another file");
-  CfiTableSource grown = touched;
+  // The same build-id, size and time, another file (a copy, or one made to pass for it).
+  CfiTableSource copy = touched;
+  copy.inode += 1;
+  expect_refused_then_rebuilt(cache, cache_file(first), copy, *first.table, "compiled from another file");
+  CfiTableSource grown = copy;
   grown.size += 4096;
   expect_refused_then_rebuilt(cache, cache_file(first), grown, *first.table, "compiled from another file");
   // A separate debug file installed since (its .debug_frame may add rows).

@@ -6,6 +6,7 @@
 //    24  u64 file size              32  u64 file mtime (ns)       40  u64 debug file size
 //    48  u64 debug file mtime (ns)  56  u64 payload length        64  u64 payload checksum
 //    72  u64 header checksum (of the header with this field zero)  80  build-id, zero-padded
+//   208  u64 file's device         216  u64 file's inode
 //   payload
 //     u64 rows, segments, fdes, cfi rows, unsupported rows, .debug_frame fdes, compile ns;
 //     u32 error length, opened path length; error, path, zero-padded to 8;
@@ -21,7 +22,9 @@ namespace {
 constexpr char kMagic[8] = {'H', 'P', 'D', 'C', 'F', 'I', '\x1a', '\n'};
 constexpr size_t kHeaderSize = 256;
 constexpr size_t kBuildIdAt = 80;
-static_assert(kBuildIdAt + kCfiTableFileMaxBuildId <= kHeaderSize);
+constexpr size_t kDeviceAt = kBuildIdAt + kCfiTableFileMaxBuildId;
+constexpr size_t kInodeAt = kDeviceAt + 8;
+static_assert(kInodeAt + 8 <= kHeaderSize);
 constexpr size_t kHeaderChecksumAt = 72;
 constexpr size_t kSegmentBytes = 32;
 
@@ -103,7 +106,8 @@ class Cursor {
 };
 
 std::string describe(const CfiTableSource& s) {
-  std::string text = "build-id " + (s.build_id.empty() ? std::string("none") : s.build_id) + ", " +
+  std::string text = "build-id " + (s.build_id.empty() ? std::string("none") : s.build_id) + ", inode " +
+                     std::to_string(s.device) + ":" + std::to_string(s.inode) + ", " +
                      std::to_string(s.size) + " bytes, mtime " + std::to_string(s.mtime_ns) + " ns";
   if (s.has_debug_file)
     text +=
@@ -159,6 +163,8 @@ std::vector<uint8_t> serialize_cfi_table(const CfiTable& table, const CfiTableSo
   put<uint64_t>(out, 56, payload.size());
   put<uint64_t>(out, 64, checksum(payload, 0x524f5753u));
   std::memcpy(out.data() + kBuildIdAt, source.build_id.data(), id_len);
+  put<uint64_t>(out, kDeviceAt, source.device);
+  put<uint64_t>(out, kInodeAt, source.inode);
   put<uint64_t>(out, kHeaderChecksumAt, header_checksum(out));
   return out;
 }
@@ -192,6 +198,8 @@ CfiTableFileRead read_cfi_table_file(std::span<const uint8_t> bytes, const CfiTa
   source.mtime_ns = u64(32);
   source.debug_size = u64(40);
   source.debug_mtime_ns = u64(48);
+  source.device = u64(kDeviceAt);
+  source.inode = u64(kInodeAt);
   if (!(source == expected))
     return refuse("compiled from another file (" + describe(source) +
                   "; the file now: " + describe(expected) + ")");

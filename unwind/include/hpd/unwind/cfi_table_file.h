@@ -19,11 +19,14 @@ namespace hpd {
 // refused and compiled again.
 inline constexpr uint32_t kCfiTableFileVersion = 1;
 
-// What a table was compiled from: the module's build-id and the size and modification time of the
-// file opened, and of its separate debug file (whose .debug_frame rows the table may hold) when there
-// is one. Two files with the same build-id but another size or time are taken for different files.
+// What a table was compiled from: the module's build-id and the file opened (its device, inode, size
+// and modification time), and its separate debug file's size and time (its .debug_frame rows may be in
+// the table) when there is one. Two files with the same build-id but another inode, size or time are
+// taken for different files (a copy, a rebuild, a file made to look like another).
 struct CfiTableSource {
   std::string build_id;  // lower-case hex, as CfiTable::build_id
+  uint64_t device = 0;
+  uint64_t inode = 0;
   uint64_t size = 0;
   uint64_t mtime_ns = 0;
   bool has_debug_file = false;
