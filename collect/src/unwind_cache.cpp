@@ -223,16 +223,16 @@ void UnwindCache::fail_store(const std::string& what, int error) {
   }
 }
 
-void UnwindCache::store(const CfiTable& table, const CfiTableSource& source) {
-  if (settings_.directory.empty() || settings_.max_bytes == 0 || !plain_hex(source.build_id)) return;
+bool UnwindCache::store(const CfiTable& table, const CfiTableSource& source) {
+  if (settings_.directory.empty() || settings_.max_bytes == 0 || !plain_hex(source.build_id)) return false;
   const std::vector<uint8_t> bytes = serialize_cfi_table(table, source);
-  if (bytes.size() > settings_.max_bytes) return;
+  if (bytes.size() > settings_.max_bytes) return false;
   std::lock_guard lock(mutex_);
-  if (no_store_until_ns_ != 0 && mono_ns() < no_store_until_ns_) return;
+  if (no_store_until_ns_ != 0 && mono_ns() < no_store_until_ns_) return false;
   UniqueFd dir(open_directory(true));
   if (!dir) {
     fail_store("cannot be opened or created", errno);
-    return;
+    return false;
   }
   const std::string name = source.build_id + kSuffix;
   const std::string temp = std::string(kTempPrefix) + source.build_id + "." + std::to_string(::getpid()) +
@@ -240,20 +240,20 @@ void UnwindCache::store(const CfiTable& table, const CfiTableSource& source) {
   UniqueFd fd(::openat(dir.get(), temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) {
     fail_store("cannot be written", errno);
-    return;
+    return false;
   }
   int error = 0;
   if (!write_all(fd.get(), bytes, &error) || ::close(fd.release()) != 0) {
     if (error == 0) error = errno;
     ::unlinkat(dir.get(), temp.c_str(), 0);
     fail_store("cannot be written", error);
-    return;
+    return false;
   }
   if (::renameat(dir.get(), temp.c_str(), dir.get(), name.c_str()) != 0) {
     error = errno;
     ::unlinkat(dir.get(), temp.c_str(), 0);
     fail_store("cannot be written", error);
-    return;
+    return false;
   }
   ++stats_.stored;
   if (total_bytes_ < 0) {
@@ -263,6 +263,7 @@ void UnwindCache::store(const CfiTable& table, const CfiTableSource& source) {
     total_bytes_ += static_cast<int64_t>(bytes.size());
   }
   if (static_cast<uint64_t>(total_bytes_) > settings_.max_bytes) evict_locked(dir.get());
+  return true;
 }
 
 void UnwindCache::evict_locked(int dir_fd) {

@@ -34,8 +34,8 @@ class UnwindCache {
   // so that the table is compiled and stored again; `*refused` (when given) then says "FILE: why".
   std::shared_ptr<const CfiTable> load(const CfiTableSource& source, std::string* refused = nullptr);
   // Writes the table (compiled from `source`); a failure is said once through the settings' warn and
-  // the recording goes on.
-  void store(const CfiTable& table, const CfiTableSource& source);
+  // the recording goes on. True when the file was written.
+  bool store(const CfiTable& table, const CfiTableSource& source);
 
   struct Stats {
     uint64_t hits = 0;

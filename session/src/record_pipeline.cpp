@@ -423,10 +423,11 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
     s.notes.emplace_back(line);
     if (!c.disk_cache.empty()) {
       std::snprintf(line, sizeof line,
-                    "cfi: %llu tables loaded from the unwind-table cache (%.0f ms), %llu compiled and stored "
-                    "in it (%s)",
+                    "cfi: %llu tables loaded from the unwind-table cache (%.0f ms), %llu compiled, %llu "
+                    "stored in it (%s)",
                     static_cast<unsigned long long>(c.tables_from_disk), c.disk_load_ns / 1e6,
-                    static_cast<unsigned long long>(c.tables_compiled), c.disk_cache.c_str());
+                    static_cast<unsigned long long>(c.tables_compiled),
+                    static_cast<unsigned long long>(c.tables_stored), c.disk_cache.c_str());
       s.notes.emplace_back(line);
     }
     if (c.disk_refused != 0)

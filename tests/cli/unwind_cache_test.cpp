@@ -137,6 +137,13 @@ void expect_said_once_and_recorded(const std::string& cache_home, const std::str
     ++warnings;
   EXPECT_EQ(warnings, 1u) << what << ": " << r.err;
   EXPECT_NE(r.err.find("recording goes on without it"), std::string::npos) << what << ": " << r.err;
+  // Compiled, and the summary does not claim they were all stored (a full one may take a small table).
+  const long long compiled = summary_number(
+      r.err, R"(cfi: \d+ tables loaded from the unwind-table cache \(\d+ ms\), (\d+) compiled)");
+  const long long stored = summary_number(r.err, R"(cfi: .* compiled, (\d+) stored in it)");
+  EXPECT_GE(compiled, 3) << r.err;
+  EXPECT_GE(stored, 0) << r.err;
+  EXPECT_LT(stored, compiled) << r.err;
   // The program's tables were compiled all the same: its stacks reach main.
   const MainShare share = main_share(out);
   EXPECT_GT(share.samples, 0u) << what;

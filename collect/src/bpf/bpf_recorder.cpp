@@ -963,6 +963,7 @@ RecordResult BpfSession::run() {
     c.modules_refused = t.modules_refused;
     c.compile_ns = t.compile_ns;
     c.tables_compiled = t.tables_compiled;
+    c.tables_stored = t.tables_stored;
     c.disk_cache = t.disk_cache;
     c.tables_from_disk = t.tables_from_disk;
     c.disk_load_ns = t.disk_load_ns;

@@ -242,8 +242,11 @@ std::shared_ptr<const CfiTable> CfiMaps::table_for(const Job& job) {
     // size and time of the file it was compiled from.
     if (cacheable && !table->opened_path.empty() && table->build_id == job.build_id &&
         (table->opened_path == source_path ||
-         UnwindCache::source_of_file(table->opened_path, job.build_id, options.debug_root, &source)))
-      disk->store(*table, source);
+         UnwindCache::source_of_file(table->opened_path, job.build_id, options.debug_root, &source)) &&
+        disk->store(*table, source)) {
+      std::lock_guard lock(mutex_);
+      ++stats_.tables_stored;
+    }
     return table;
   });
 }
