@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -19,6 +20,7 @@
 #include "commands.h"
 #include "hpd/capture/capture.h"
 #include "hpd/collect/recorder.h"
+#include "hpd/collect/unwind_cache.h"
 #include "hpd/export/firefox.h"
 #include "hpd/export/report.h"
 #include "hpd/session/record_pipeline.h"
@@ -86,6 +88,26 @@ void keep_previous_output(const RecordArgs& args) {
     std::fprintf(stderr, "hpctl: the previous %s is now %s\n", args.output.c_str(), old.c_str());
 }
 
+namespace {
+
+// The unwind-table cache of local recordings: the user's cache directory (hpd/collect/unwind_cache.h),
+// bounded by $HPD_UNWIND_CACHE_MB (MiB, 0: none; default 256).
+void configure_local_unwind_cache() {
+  UnwindCacheSettings settings;
+  settings.directory = user_unwind_cache_directory();
+  if (const char* mb = std::getenv("HPD_UNWIND_CACHE_MB"); mb != nullptr && *mb != '\0') {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(mb, &end, 10);
+    if (*end == '\0' && n <= (1ull << 20)) settings.max_bytes = n << 20;
+  }
+  settings.warn = [](const std::string& text) {
+    std::fprintf(stderr, "\nhpctl: warning: %s\n", text.c_str());
+  };
+  configure_unwind_cache(settings);
+}
+
+}  // namespace
+
 int run_record(const RecordArgs& args) {
   // Everything that can be checked is checked before the target is touched or a file is created.
   const session::RecordRequest request = to_record_request(args);
@@ -101,6 +123,7 @@ int run_record(const RecordArgs& args) {
   };
   session::RecordingOutput output(request);
   output.attach(options);
+  configure_local_unwind_cache();
 
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;

@@ -421,6 +421,18 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                   static_cast<unsigned long long>(c.row_capacity), human_bytes(c.map_bytes).c_str(),
                   c.compile_ns / 1e6);
     s.notes.emplace_back(line);
+    if (!c.disk_cache.empty()) {
+      std::snprintf(line, sizeof line,
+                    "cfi: %llu tables loaded from the unwind-table cache (%.0f ms), %llu compiled, %llu "
+                    "stored in it (%s)",
+                    static_cast<unsigned long long>(c.tables_from_disk), c.disk_load_ns / 1e6,
+                    static_cast<unsigned long long>(c.tables_compiled),
+                    static_cast<unsigned long long>(c.tables_stored), c.disk_cache.c_str());
+      s.notes.emplace_back(line);
+    }
+    if (c.disk_refused != 0)
+      s.notes.push_back("cfi: " + std::to_string(c.disk_refused) +
+                        " cached tables were not trusted and compiled again (first: " + c.disk_refusal + ")");
     if (c.modules_evicted != 0 || c.modules_refused != 0) {
       std::snprintf(line, sizeof line,
                     "cfi: the row map was full: %llu tables of unmapped modules evicted, %llu modules "

@@ -3,16 +3,20 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -39,6 +43,12 @@ std::vector<std::string> hpctl(const Hpd& hpd, std::vector<std::string> args) {
   std::vector<std::string> argv = {kHpctl, "--socket", hpd.socket(), "--daemon"};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
+}
+
+// A short recording of `pid` through hpd (its tables are compiled before sampling starts).
+RunResult run_record(const Hpd& hpd, pid_t pid) {
+  return run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(pid), "-d", "0.3", "-o",
+                         hpd.out_dir() + "/unwind.hpr"}));
 }
 
 // Lints a written profile and returns its sample count.
@@ -171,6 +181,59 @@ TEST(Hpd, CfiRowsOfARequestSizeTheRecordingsRowMap) {
   EXPECT_EQ(cfi["row_capacity"].get<uint64_t>(), 5000u) << cfi.dump();
   EXPECT_GE(cfi["modules_refused"].get<uint64_t>(), 1u) << cfi.dump();
   EXPECT_EQ(record.wait(), 0);
+}
+
+// The unwind tables hpd compiles are kept in its state directory (unwind-cache/): a restarted hpd loads
+// them instead of compiling them again. A state directory hpd cannot write is said once in its log,
+// and the recordings go on.
+TEST(Hpd, UnwindTablesAreKeptAcrossRestartsAndAnUnwritableCacheIsLoggedOnce) {
+  testing::TempDir state("hpd-state");
+  Background target({kCpuSplit, "60"});
+  auto tables_loaded = [](const std::string& err) {
+    std::smatch m;
+    return std::regex_search(err, m, std::regex(R"(cfi: (\d+) tables loaded from the unwind-table cache)"))
+               ? std::stoi(m[1].str())
+               : -1;
+  };
+  for (int run = 0; run < 2; ++run) {
+    HpdStart start;
+    start.config = "state_directory = " + state.path() + "\n";
+    Hpd hpd(start);
+    const RunResult r = run_record(hpd, target.pid());
+    ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+    if (run == 0) {
+      EXPECT_EQ(tables_loaded(r.err), 0) << r.err;
+      EXPECT_GE(std::distance(std::filesystem::directory_iterator(state.file("unwind-cache")),
+                              std::filesystem::directory_iterator()),
+                3)
+          << "cpu_split's table, libc's and the loader's";
+    } else {
+      // cpu_split, libc and the loader: from the files the first hpd wrote.
+      EXPECT_GE(tables_loaded(r.err), 3) << r.err;
+    }
+    EXPECT_EQ(hpd.terminate(), 0);
+  }
+
+  // A read-only state directory (a read-only mount: root may write anything else).
+  const std::string ro = state.file("ro");
+  std::filesystem::create_directories(ro);
+  ASSERT_EQ(::mount("tmpfs", ro.c_str(), "tmpfs", MS_RDONLY, "size=1m"), 0) << std::strerror(errno);
+  HpdStart start;
+  start.config = "state_directory = " + ro + "\n";
+  Hpd hpd(start);
+  for (int i = 0; i < 2; ++i) {
+    const RunResult r = run_record(hpd, target.pid());
+    EXPECT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  }
+  const std::string log = hpd.log();
+  size_t said = 0;
+  for (size_t at = log.find("the unwind-table cache"); at != std::string::npos;
+       at = log.find("the unwind-table cache", at + 1))
+    ++said;
+  EXPECT_EQ(said, 1u) << log;
+  EXPECT_NE(log.find("recording goes on without it"), std::string::npos) << log;
+  EXPECT_EQ(hpd.terminate(), 0);
+  ::umount2(ro.c_str(), MNT_DETACH);
 }
 
 TEST(Hpd, RecordsACommandTheClientStarts) {

@@ -257,13 +257,19 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "continuous_max_bytes = 512M\nstate_directory = /var/lib/x\ngroup = wheel\nlog_level = debug\n"
       "socket = /tmp/s.sock\nmax_connections_per_user = 7\nmax_sessions_per_user = 2\nidle_timeout = 2m\n"
       "client_timeout = 2.5\nstop_timeout = 4\nmax_cfi_rows = 1000\ncontinuous_cfi_rows = 5000\n"
-      "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\n",
+      "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\nmax_unwind_cache_mb = "
+      "0\n",
       "t.conf");
   const std::string text = format_config(c);
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (23 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 23) << text;
+  // One line per key: every key of the parser, none twice (24 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 24) << text;
+  // 0: no unwind-table cache on disk; the bound is in MiB.
+  EXPECT_EQ(c.max_unwind_cache_mb, 0u);
+  EXPECT_EQ(Config{}.max_unwind_cache_mb, 256u);
+  EXPECT_THROW(parse_config("max_unwind_cache_mb = -1\n", "t.conf"), ConfigError);
+  EXPECT_THROW(parse_config("max_unwind_cache_mb = 1048577\n", "t.conf"), ConfigError);
   EXPECT_EQ(c.max_user_memory_mb, 300u);
   EXPECT_EQ(c.max_jit_symbols_mb, 8u);
   EXPECT_EQ(c.max_symbol_cache_mb, 100u);

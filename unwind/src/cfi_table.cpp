@@ -320,15 +320,26 @@ std::shared_ptr<const CfiTable> compile_cfi_table_image(std::span<const uint8_t>
 
 std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, const std::string& build_id,
                                                    const std::vector<std::string>& candidates) {
+  return get(path, build_id, [&] { return compile_cfi_table(candidates, build_id, options_); });
+}
+
+std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, const std::string& build_id,
+                                                   const Make& make) {
   const std::string key = build_id.empty() ? "path:" + path : build_id;
-  {
-    std::lock_guard lock(mutex_);
-    if (auto it = tables_.find(key); it != tables_.end()) return it->second;
-  }
-  auto table = compile_cfi_table(candidates, build_id, options_);
+  if (auto table = find(path, build_id)) return table;
+  auto table = make();
+  if (!table) return nullptr;
   std::lock_guard lock(mutex_);
   if (build_id.empty() && !table->build_id.empty()) tables_.emplace(table->build_id, table);
   return tables_.emplace(key, std::move(table)).first->second;
+}
+
+std::shared_ptr<const CfiTable> CfiTableCache::find(const std::string& path,
+                                                    const std::string& build_id) const {
+  const std::string key = build_id.empty() ? "path:" + path : build_id;
+  std::lock_guard lock(mutex_);
+  const auto it = tables_.find(key);
+  return it == tables_.end() ? nullptr : it->second;
 }
 
 size_t CfiTableCache::size() const {

@@ -659,8 +659,9 @@ void BpfSession::load_initial_tables() {
   if (command_) cfi_maps_->prewarm(likely_modules(resolve_command(options_.command.front())));
   // System-wide, tables are compiled while the recording runs, for the processes sampled; samples
   // taken while their tables are compiled are walked by frame pointer and counted (tables pending).
+  // Those in the cache on disk are loaded before sampling starts.
   if (system_wide)
-    cfi_maps_->poll();
+    cfi_maps_->wait_for_cached_tables(kInitialTablesWaitMs);
   else
     cfi_maps_->wait_for_tables(kInitialTablesWaitMs);
 }
@@ -961,6 +962,13 @@ RecordResult BpfSession::run() {
     c.modules_evicted = t.modules_evicted;
     c.modules_refused = t.modules_refused;
     c.compile_ns = t.compile_ns;
+    c.tables_compiled = t.tables_compiled;
+    c.tables_stored = t.tables_stored;
+    c.disk_cache = t.disk_cache;
+    c.tables_from_disk = t.tables_from_disk;
+    c.disk_load_ns = t.disk_load_ns;
+    c.disk_refused = t.disk_refused;
+    c.disk_refusal = t.disk_refusal;
     c.mappings_dropped = t.mappings_dropped;
     c.without_table = t.without_table;
     c.samples_tables_pending = decoder_->samples_tables_pending();

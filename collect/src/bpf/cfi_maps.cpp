@@ -19,6 +19,7 @@
 #include "hpd/base/elf.h"
 #include "hpd/collect/recorder.h"
 #include "profile_event.h"
+#include "unwind_cache.h"
 
 namespace hpd {
 
@@ -157,6 +158,7 @@ CfiMaps::CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_ca
     throw RecordError(std::string("cannot create an eventfd: ") + std::strerror(errno));
   }
   stats_.row_capacity = capacity;
+  if (const auto cache = current_unwind_cache()) stats_.disk_cache = cache->directory();
   worker_ = std::thread([this] { worker_loop(); });
   std::lock_guard lock(live_mutex());
   live_maps().insert(this);
@@ -188,20 +190,65 @@ void CfiMaps::worker_loop() {
     jobs_.pop_front();
     ++busy_;
     lock.unlock();
-    const auto begin = std::chrono::steady_clock::now();
-    auto table = shared_cfi_tables().get(job.path, job.build_id, job.candidates);
-    const auto ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin);
+    auto table = table_for(job);
     lock.lock();
-    stats_.compile_ns += static_cast<uint64_t>(ns.count());
-    done_.emplace_back(job.key, std::move(table));
+    if (job.lookup_only) --lookups_;
+    done_.push_back(Done{job.key, std::move(table), job.lookup_only});
     --busy_;
     const uint64_t one = 1;
     if (::write(ready_fd_, &one, sizeof one) < 0) {
       // The counter is full (never in practice): the recorder's poll timeout still comes.
     }
-    if (jobs_.empty() && busy_ == 0) idle_.notify_all();
+    if (lookups_ == 0 || (jobs_.empty() && busy_ == 0)) idle_.notify_all();
   }
+}
+
+// The module's table: kept in this process already, else from the cache on disk when it was compiled
+// from the same file, else compiled (and stored there); a lookup_only job compiles nothing.
+std::shared_ptr<const CfiTable> CfiMaps::table_for(const Job& job) {
+  auto elapsed_ns = [](std::chrono::steady_clock::time_point since) {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
+            .count());
+  };
+  return shared_cfi_tables().get(job.path, job.build_id, [&]() -> std::shared_ptr<const CfiTable> {
+    const auto begin = std::chrono::steady_clock::now();
+    const CfiTableOptions& options = shared_cfi_tables().options();
+    const std::shared_ptr<UnwindCache> disk = current_unwind_cache();
+    CfiTableSource source;
+    std::string source_path;
+    const bool cacheable = disk && UnwindCache::source_of(job.candidates, job.build_id, options.debug_root,
+                                                          &source, &source_path);
+    if (cacheable) {
+      std::string refused;
+      auto table = disk->load(source, &refused);
+      std::lock_guard lock(mutex_);
+      if (table) {
+        ++stats_.tables_from_disk;
+        stats_.disk_load_ns += elapsed_ns(begin);
+        return table;
+      }
+      if (!refused.empty() && stats_.disk_refused++ == 0) stats_.disk_refusal = refused;
+    }
+    if (job.lookup_only) return nullptr;
+    const auto compile_begin = std::chrono::steady_clock::now();
+    auto table = compile_cfi_table(job.candidates, job.build_id, options);
+    {
+      std::lock_guard lock(mutex_);
+      ++stats_.tables_compiled;
+      stats_.compile_ns += elapsed_ns(compile_begin);
+    }
+    // Stored when it came from a file (not a failure to open one) with the build-id asked for, with the
+    // size and time of the file it was compiled from.
+    if (cacheable && !table->opened_path.empty() && table->build_id == job.build_id &&
+        (table->opened_path == source_path ||
+         UnwindCache::source_of_file(table->opened_path, job.build_id, options.debug_root, &source)) &&
+        disk->store(*table, source)) {
+      std::lock_guard lock(mutex_);
+      ++stats_.tables_stored;
+    }
+    return table;
+  });
 }
 
 std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
@@ -223,8 +270,12 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
   if (!inserted) {
     // Mapped again after its table was evicted, or refused for lack of room: another try.
     Module& module = it->second;
+    if (!module.wanted && pid > 0 && sampled_.count(pid) != 0) {
+      module.wanted = true;  // lazy mode: mapped by a process sampled already
+      if (!module.table) enqueue(key, module);
+    }
     if (module.table && !module.loaded && !module.failed) {
-      load(key, module);
+      load(key, module, module.wanted);
       if (module.loaded) mark_users_dirty(key);
     }
     return key;
@@ -235,10 +286,8 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
   if (path == kVdso) {
     // A few dozen FDEs: compiled here, at once.
     module.queued = true;
-    {
-      std::lock_guard lock(mutex_);
-      ++stats_.modules;
-    }
+    module.wanted = true;
+    count(module);
     if (vdso.image.empty()) {
       module.failed = true;
       std::lock_guard lock(mutex_);
@@ -257,26 +306,50 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
     module.candidates.push_back("/proc/" + std::to_string(pid) + "/root" + path);
   }
   module.candidates.push_back(path);
-  if (!lazy_ || pid <= 0 || sampled_.count(pid) != 0) enqueue(key, module);
+  module.wanted = !lazy_ || pid <= 0 || sampled_.count(pid) != 0;
+  // Lazy mode: a module not wanted yet is still looked up in the cache on disk at once (cheap), so that
+  // with a warm cache its process's first samples find the table; it is compiled only once wanted.
+  if (module.wanted)
+    enqueue(key, module);
+  else if (!module.build_id.empty() && current_unwind_cache())
+    enqueue(key, module, true);
   return key;
 }
 
-void CfiMaps::enqueue(const std::string& key, Module& module) {
+void CfiMaps::enqueue(const std::string& key, Module& module, bool lookup_only) {
   if (module.queued) return;
   module.queued = true;
+  if (!lookup_only) count(module);
   {
     std::lock_guard lock(mutex_);
-    ++stats_.modules;
-    jobs_.push_back(Job{key, module.path, module.build_id, module.candidates});
+    jobs_.push_back(Job{key, module.path, module.build_id, module.candidates, lookup_only});
+    if (lookup_only) ++lookups_;
   }
   wake_.notify_one();
+}
+
+void CfiMaps::count(Module& module) {
+  if (module.counted) return;
+  module.counted = true;
+  std::lock_guard lock(mutex_);
+  ++stats_.modules;
 }
 
 void CfiMaps::sampled(int32_t pid) {
   if (!lazy_ || !sampled_.emplace(pid, true).second) return;
   const auto it = processes_.find(pid);
   if (it == processes_.end()) return;
-  for (const Mapping& m : it->second) enqueue(m.module, modules_.at(m.module));
+  for (const Mapping& m : it->second) {
+    Module& module = modules_.at(m.module);
+    module.wanted = true;
+    if (module.table && !module.loaded && !module.failed) {
+      // Found in the cache on disk before it was wanted, and not loaded then: now, making room.
+      load(m.module, module);
+      if (module.loaded) mark_users_dirty(m.module);
+    } else {
+      enqueue(m.module, module);
+    }
+  }
 }
 
 void CfiMaps::insert_mapping(int32_t pid, Mapping m) {
@@ -374,10 +447,21 @@ bool CfiMaps::evict_one() {
   for (const auto& [pid, list] : processes_) {
     for (const Mapping& m : list) in_use.insert(m.module);
   }
+  // Tables loaded before they were wanted (lazy mode: found in the cache on disk, their processes
+  // not sampled yet) go first, then the least recently used of modules no followed process maps.
   Module* oldest = nullptr;
+  std::string oldest_key;
+  auto older = [&](const Module& m) {
+    if (oldest == nullptr) return true;
+    if (m.wanted != oldest->wanted) return !m.wanted;
+    return m.last_used < oldest->last_used;
+  };
   for (auto& [key, module] : modules_) {
-    if (!module.loaded || in_use.count(key) != 0) continue;
-    if (oldest == nullptr || module.last_used < oldest->last_used) oldest = &module;
+    if (!module.loaded || (module.wanted && in_use.count(key) != 0)) continue;
+    if (older(module)) {
+      oldest = &module;
+      oldest_key = key;
+    }
   }
   if (oldest == nullptr) return false;
   row_slots_.give_back(oldest->row_first, oldest->row_count);
@@ -385,14 +469,35 @@ bool CfiMaps::evict_one() {
   oldest->loaded = false;
   oldest->row_count = 0;
   oldest->index_count = 0;
+  if (in_use.count(oldest_key) != 0) {
+    // Its processes' entries name the rows about to be reused: published again first (pending).
+    mark_users_dirty(oldest_key);
+    publish_dirty();
+  }
   std::lock_guard lock(mutex_);
-  ++stats_.modules_evicted;
+  if (oldest->wanted) ++stats_.modules_evicted;
   --stats_.modules_loaded;
   return true;
 }
 
-void CfiMaps::load(const std::string& key, Module& module) {
+void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
   const CfiTable& t = *module.table;
+  if (!may_evict) {
+    // Not wanted yet: loaded only when it fits as things are, and nothing is said about it otherwise.
+    if (t.rows.empty() || t.rows.size() > capacity_ || t.index.buckets.size() > index_capacity_ ||
+        !place(module))
+      return;
+    count(module);
+    module.loaded = true;
+    module.last_used = ++tick_;
+    std::lock_guard lock(mutex_);
+    ++stats_.modules_loaded;
+    stats_.rows = row_slots_.used();
+    stats_.buckets = index_slots_.used();
+    stats_.map_bytes = row_slots_.used() * kRowStride + index_slots_.used() * kBucketStride;
+    return;
+  }
+  count(module);
   if (t.rows.empty()) {
     module.failed = true;
     std::lock_guard lock(mutex_);
@@ -498,16 +603,22 @@ void CfiMaps::publish(int32_t pid) {
 void CfiMaps::poll() {
   uint64_t count = 0;
   if (::read(ready_fd_, &count, sizeof count) < 0) count = 0;  // EAGAIN: nothing new
-  std::vector<std::pair<std::string, std::shared_ptr<const CfiTable>>> done;
+  std::vector<Done> done;
   {
     std::lock_guard lock(mutex_);
     done.swap(done_);
   }
-  for (auto& [key, table] : done) {
-    Module& module = modules_[key];
-    module.table = std::move(table);
-    load(key, module);
-    mark_users_dirty(key);
+  for (Done& d : done) {
+    Module& module = modules_[d.key];
+    if (!d.table) {
+      // Not in the cache on disk: compiled once wanted (now, if it was wanted meanwhile).
+      module.queued = false;
+      if (module.wanted) enqueue(d.key, module);
+      continue;
+    }
+    module.table = std::move(d.table);
+    load(d.key, module, module.wanted);
+    mark_users_dirty(d.key);
   }
   publish_dirty();
   std::lock_guard lock(mutex_);
@@ -531,6 +642,14 @@ void CfiMaps::wait_for_tables(int timeout_ms) {
     std::unique_lock lock(mutex_);
     idle_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                    [this] { return jobs_.empty() && busy_ == 0; });
+  }
+  poll();
+}
+
+void CfiMaps::wait_for_cached_tables(int timeout_ms) {
+  {
+    std::unique_lock lock(mutex_);
+    idle_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return lookups_ == 0; });
   }
   poll();
 }

@@ -1,10 +1,11 @@
 // CfiMaps: keeps the cfi walk's two BPF maps current (bpf/cfi_walk.bpf.h). Module tables are compiled
 // (hpd/unwind/cfi_table.h) on a worker thread, once per build-id for the life of the daemon, and
-// copied into the row array; each process's executable mappings, from /proc/PID/maps at attach and
-// from the kernel's mmap records afterwards, are published with their module's rows and load bias.
-// Until a module's table is in place its frames are walked by frame pointer, and samples say so. When
-// the maps are full, the least recently used tables of modules no followed process maps are evicted;
-// a module that still does not fit is walked by frame pointer and named in the summary.
+// copied into the row array (a table compiled before, by this or another recording, is loaded from the
+// unwind-table cache on disk, hpd/collect/unwind_cache.h); each process's executable mappings, from
+// /proc/PID/maps at attach and from the kernel's mmap records afterwards, are published with their module's
+// rows and load bias. Until a module's table is in place its frames are walked by frame pointer, and samples
+// say so. When the maps are full, the least recently used tables of modules no followed process maps are
+// evicted; a module that still does not fit is walked by frame pointer and named in the summary.
 #pragma once
 
 #include <condition_variable>
@@ -41,6 +42,13 @@ struct CfiMapStats {
   uint64_t modules_evicted = 0;   // tables taken out to make room
   uint64_t modules_refused = 0;   // tables that did not fit even after evicting: frame pointers
   uint64_t compile_ns = 0;        // worker time compiling tables not cached before
+  uint64_t tables_compiled = 0;   // tables compiled by this recording
+  uint64_t tables_stored = 0;     // of those, written to the cache on disk
+  uint64_t tables_from_disk = 0;  // tables loaded from the cache on disk
+  uint64_t disk_load_ns = 0;      // worker time loading them
+  uint64_t disk_refused = 0;      // cache files refused (damaged, stale, another version): compiled again
+  std::string disk_refusal;       // the first refusal, "FILE: why"
+  std::string disk_cache;         // the cache's directory ("" when none)
   uint64_t processes = 0;         // processes published
   uint64_t mappings_dropped = 0;  // executable mappings beyond HPD_MAX_PROC_MAPPINGS per process
   uint64_t publish_failures = 0;  // process entries the map refused (full)
@@ -85,6 +93,9 @@ class CfiMaps {
   void poll();
   // Waits until the worker has compiled every table asked for so far (at most `timeout_ms`), then polls.
   void wait_for_tables(int timeout_ms);
+  // Lazy mode: waits until the worker has looked up, in the cache on disk, the tables of every module
+  // mapped so far (at most `timeout_ms`), then polls: with a warm cache, the first samples find them.
+  void wait_for_cached_tables(int timeout_ms);
 
   // The programs' cfi walk done again here (cfi_user_walk.cpp), from registers `ip`, `sp`, `bp` of
   // process `pid`, with the tables as published now, over `stack`, a copy of the stack from `sp` up (a
@@ -137,7 +148,9 @@ class CfiMaps {
     uint32_t index_first = 0;
     uint32_t index_count = 0;
     uint64_t last_used = 0;               // tick of the last publication of a process that maps it
-    bool queued = false;                  // its compile job was handed to the worker
+    bool queued = false;                  // its compile (or cache lookup) job was handed to the worker
+    bool wanted = false;                  // needed now (lazy mode: a process that maps it was sampled)
+    bool counted = false;                 // in stats_.modules
     std::vector<std::string> candidates;  // files to compile it from
   };
   struct Mapping {
@@ -150,6 +163,12 @@ class CfiMaps {
     std::string path;
     std::string build_id;
     std::vector<std::string> candidates;
+    bool lookup_only = false;  // lazy mode: from the cache on disk, or nothing (compiled once wanted)
+  };
+  struct Done {
+    std::string key;
+    std::shared_ptr<const CfiTable> table;  // null: a lookup_only job found nothing
+    bool lookup_only = false;
   };
 
   std::string module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
@@ -157,14 +176,17 @@ class CfiMaps {
   void insert_mapping(int32_t pid, Mapping m);
   void publish(int32_t pid);
   void publish_dirty();  // the processes whose mappings changed since they were last published
-  void load(const std::string& key, Module& module);
+  // `may_evict` false: only when it fits as things are (a table loaded before it is wanted).
+  void load(const std::string& key, Module& module, bool may_evict = true);
+  void count(Module& module);
+  std::shared_ptr<const CfiTable> table_for(const Job& job);
   bool place(Module& module);
   bool evict_one();
   void mark_users_dirty(const std::string& key);
   void worker_loop();
 
   BuildIdReader build_ids_;
-  void enqueue(const std::string& key, Module& module);
+  void enqueue(const std::string& key, Module& module, bool lookup_only = false);
 
   bool lazy_ = false;
   bool use_index_ = true;  // publish each module's index (else the walker searches all its rows)
@@ -186,7 +208,7 @@ class CfiMaps {
 
   std::unordered_map<std::string, Module> modules_;
   std::map<int32_t, std::vector<Mapping>> processes_;
-  std::unordered_map<int32_t, uint64_t> exec_ns_;  // per process, its last exec's time
+  std::unordered_map<int32_t, uint64_t> exec_ns_;     // per process, its last exec's time
   std::unordered_map<int32_t, Published> published_;  // per process, its last publication
   std::vector<int32_t> dirty_;
   CfiMapStats stats_;
@@ -196,8 +218,9 @@ class CfiMaps {
   std::condition_variable wake_;
   std::condition_variable idle_;
   std::deque<Job> jobs_;
-  std::vector<std::pair<std::string, std::shared_ptr<const CfiTable>>> done_;
+  std::vector<Done> done_;
   size_t busy_ = 0;
+  size_t lookups_ = 0;  // lookup_only jobs queued or running
   bool stop_ = false;
   std::thread worker_;
 };

@@ -211,6 +211,14 @@ const std::map<std::string, Key, std::less<>>& keys() {
         number_getter(&Config::continuous_max_bytes)}},
       {"state_directory",
        {string_setter(&Config::state_directory, true), string_getter(&Config::state_directory)}},
+      {"max_unwind_cache_mb",
+       {[](Config& c, std::string_view v) -> std::string {
+          uint64_t n = 0;
+          if (!parse_uint(v, 1u << 20, n)) return "expected a number of MiB from 0 (no cache) to 1048576";
+          c.max_unwind_cache_mb = n;
+          return "";
+        },
+        number_getter(&Config::max_unwind_cache_mb)}},
   };
   return table;
 }

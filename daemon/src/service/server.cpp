@@ -22,6 +22,7 @@
 #include "daemon.h"
 #include "hpd/base/output_file.h"
 #include "hpd/collect/recorder.h"
+#include "hpd/collect/unwind_cache.h"
 #include "log.h"
 
 #ifndef HPD_VERSION
@@ -30,6 +31,16 @@
 
 namespace hpd::service {
 namespace {
+
+// The unwind-table cache of every recording of hpd (its sessions and continuous mode), in its state
+// directory; a directory it cannot write is said once in the log.
+void configure_unwind_cache_of(const Config& config) {
+  UnwindCacheSettings settings;
+  settings.directory = config.state_directory + "/unwind-cache";
+  settings.max_bytes = config.max_unwind_cache_mb << 20;
+  settings.warn = [](const std::string& text) { log_warning(text); };
+  configure_unwind_cache(settings);
+}
 
 using nlohmann::json;
 
@@ -271,6 +282,7 @@ void Daemon::reload() {
   }
   set_log_level(fresh.log_level);
   set_output_stall_timeout_ms(static_cast<int>(fresh.client_timeout_s * 1000));
+  configure_unwind_cache_of(fresh);
   configure_continuous(fresh);
   log_info("configuration reloaded (max_sessions " + std::to_string(fresh.max_sessions) + ")");
 }
@@ -354,6 +366,7 @@ int Daemon::run() {
   perf_available_ = perf_events_available(&perf_reason_);
   if (!bpf_available_)
     log_warning("the eBPF backend is unavailable (" + bpf_reason_ + "); recording with perf_event");
+  configure_unwind_cache_of(config_);
   configure_continuous(config_);
 
   notifier_.notify("READY=1\nSTATUS=ready, no sessions");

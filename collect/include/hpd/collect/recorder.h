@@ -233,9 +233,18 @@ struct RecordResult {
     uint64_t rows = 0;
     uint64_t map_bytes = 0;  // kernel memory the rows take
     uint64_t row_capacity = 0;
-    uint64_t modules_evicted = 0;         // tables taken out of the maps to make room (LRU, unmapped modules)
-    uint64_t modules_refused = 0;         // tables that did not fit even then: walked by frame pointer
-    uint64_t compile_ns = 0;              // compiling tables that were not cached yet
+    uint64_t modules_evicted = 0;  // tables taken out of the maps to make room (LRU, unmapped modules)
+    uint64_t modules_refused = 0;  // tables that did not fit even then: walked by frame pointer
+    uint64_t compile_ns = 0;       // compiling tables that were not cached yet
+    uint64_t tables_compiled = 0;  // tables this recording compiled
+    uint64_t tables_stored = 0;    // of those, written to the unwind-table cache on disk
+    // The unwind-table cache on disk (hpd/collect/unwind_cache.h): its directory ("" when none), the
+    // tables loaded from it, and its files refused (damaged, stale, another version) and compiled again.
+    std::string disk_cache;
+    uint64_t tables_from_disk = 0;
+    uint64_t disk_load_ns = 0;
+    uint64_t disk_refused = 0;
+    std::string disk_refusal;             // the first one, "FILE: why"
     uint64_t samples_tables_pending = 0;  // samples walked by frame pointer while a table was compiled
     // Off-CPU samples of threads that blocked while their tables were compiled, walked again with the
     // tables while the thread was still off the CPU (not in samples_tables_pending).

@@ -55,6 +55,10 @@ struct Config {
   uint64_t continuous_max_age_s = 7 * 24 * 3600;
   uint64_t continuous_max_bytes = 1ull << 30;
   std::string state_directory = "/var/lib/hpd";
+  // The unwind-table cache on disk (hpd/collect/unwind_cache.h), in state_directory/unwind-cache: the
+  // compiled CFI tables of the binaries recorded, one file per build-id, least recently used removed
+  // past this bound. 0: no cache on disk (tables are compiled once per run of hpd).
+  uint64_t max_unwind_cache_mb = 256;
 
   bool operator==(const Config&) const = default;
 };

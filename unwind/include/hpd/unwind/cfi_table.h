@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -128,7 +129,14 @@ class CfiTableCache {
   explicit CfiTableCache(CfiTableOptions options = {}) : options_(std::move(options)) {}
   std::shared_ptr<const CfiTable> get(const std::string& path, const std::string& build_id,
                                       const std::vector<std::string>& candidates);
+  // The same, with `make` instead of the compiler for a table not kept yet (the cache on disk, then the
+  // compiler); a null from `make` is returned and not kept.
+  using Make = std::function<std::shared_ptr<const CfiTable>()>;
+  std::shared_ptr<const CfiTable> get(const std::string& path, const std::string& build_id, const Make& make);
+  // The table kept for this module, or null (nothing is compiled).
+  std::shared_ptr<const CfiTable> find(const std::string& path, const std::string& build_id) const;
   size_t size() const;
+  const CfiTableOptions& options() const { return options_; }
 
  private:
   CfiTableOptions options_;
