@@ -191,11 +191,15 @@ TEST(AllocRecord, ThreadsForkAndExecRunUnharmed) {
   EXPECT_EQ((*producer)["live_total_bytes"].get<double>(), 0.0);
 }
 
-TEST(AllocRecord, PidIsRefusedWithAClearMessage) {
+TEST(AllocRecord, PidDaemonAndAMeanAloneAreRefusedWithAClearMessage) {
   const hpd::test::RunResult r = hpd::test::run(
       {HPD_HPCTL_PATH, "--local", "record", "--alloc", "--pid", "1", "-d", "1", "-o", "/tmp/x.hpr"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--alloc is not supported for --pid yet"), std::string::npos) << r.err;
+  const hpd::test::RunResult m =
+      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc-mean", "4096", "--", "true"});
+  EXPECT_NE(m.exit_code, 0);
+  EXPECT_NE(m.err.find("--alloc-mean goes with --alloc"), std::string::npos) << m.err;
   const hpd::test::RunResult d =
       hpd::test::run({HPD_HPCTL_PATH, "--daemon", "record", "--alloc", "--", "true"});
   EXPECT_NE(d.exit_code, 0);
