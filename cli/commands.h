@@ -32,6 +32,8 @@ struct RecordArgs {
   std::string mip = "auto";            // auto|on|off (--mip / --no-mip): MIP call counts
   bool calls = false;                  // --calls: exact call counts through mcount/__fentry__
   std::string calls_counter = "auto";  // --calls-counter: auto|runtime|uprobes
+  bool alloc = false;                  // --alloc: sampled allocations of the launched command
+  uint64_t alloc_mean = 0;             // --alloc-mean BYTES (0 = 512 KiB)
   bool print_report = true;
   size_t report_limit = 20;
   bool quiet = false;

@@ -126,6 +126,15 @@ int main(int argc, char** argv) {
                    "command that can take it, uprobes for --pid and static programs)")
       ->check(CLI::IsMember({"auto", "runtime", "uprobes"}))
       ->capture_default_str();
+  record->add_flag("--alloc", rec.alloc,
+                   "Sample the allocations of the launched command (malloc, calloc, realloc, free, the "
+                   "aligned ones, C++ new/delete) in hpd's preloaded runtime: allocated and still-live "
+                   "bytes per call stack (a local recording; not for --pid yet)");
+  record
+      ->add_option("--alloc-mean", rec.alloc_mean,
+                   "With --alloc: one sample per this many bytes allocated on average (a Poisson "
+                   "process over the bytes; default 524288)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   record->add_flag(
       "--no-report", [&rec](int64_t) { rec.print_report = false; },
       "Do not print the report after recording");

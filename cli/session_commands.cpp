@@ -462,6 +462,10 @@ std::string format_bytes(uint64_t n) {
 int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon) {
   const std::string path = daemon_socket_path(daemon.socket);
   if (daemon.mode == "local") return run_record(args);
+  // The allocation log is read by the recording process itself: hpd does not take it yet.
+  if (args.alloc && daemon.mode == "daemon")
+    throw std::runtime_error("--alloc is not supported through hpd yet; record with --local (as root)");
+  if (args.alloc) return run_record(args);
   if (daemon.mode == "daemon") return record_through_daemon(args, path);
   if (!daemon_answers(path)) return run_record(args);
   return record_through_daemon(args, path);

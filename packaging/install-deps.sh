@@ -18,6 +18,8 @@ PACKAGES=(
   uftrace bpftrace
   # JIT frames from /tmp/perf-PID.map: tests/cli/jit_test.cpp records node --perf-basic-prof
   nodejs
+  # `go tool pprof` reads hpd's pprof heap columns in tests/collect/calls/alloc_record_test.cpp
+  golang-go
   # the Debian package: dpkg-shlibdeps for its Depends, lintian to check it
   lintian dpkg-dev
 )

@@ -18,6 +18,7 @@ const char* block_name(uint16_t type) {
     case BlockType::kMip: return "mip";
     case BlockType::kModuleImages: return "module-images";
     case BlockType::kCallLatency: return "call-latency";
+    case BlockType::kAllocations: return "allocations";
     case BlockType::kEnd: return "end";
   }
   return "unknown";

@@ -33,6 +33,7 @@ enum class BlockType : uint16_t {
   kMip = 9,            // every MIP snapshot; optional (written without the required flag); the last one wins
   kModuleImages = 10,  // ELF images of modules without a file (the vDSO); optional
   kCallLatency = 11,   // every call latency of hpd's runtime; optional; the last one wins
+  kAllocations = 12,   // the sampled allocations of hpd's runtime (--alloc); optional; the last one wins
   kEnd = 15,           // the recording finished; totals for a consistency check
 };
 

@@ -45,6 +45,7 @@ class BlockApplier {
       case BlockType::kMip: mip(d); return true;
       case BlockType::kModuleImages: module_images(d); return true;
       case BlockType::kCallLatency: latency(d); return true;
+      case BlockType::kAllocations: allocations(d); return true;
       case BlockType::kEnd: end(d); return true;
     }
     return false;
@@ -97,6 +98,36 @@ class BlockApplier {
       }
     }
     p_.call_latency = std::move(out);
+  }
+
+  void allocations(Decoder& d) {
+    RawAllocStats stats;
+    stats.mean_bytes = d.var();
+    stats.processes = d.var();
+    stats.dropped = d.var();
+    stats.untracked = d.var();
+    stats.frees_unmatched = d.var();
+    if (stats.mean_bytes == 0) d.fail("allocations with a sampling mean of 0 bytes");
+    const size_t n = d.count(6);
+    std::vector<RawAllocation> out(n);
+    for (RawAllocation& a : out) {
+      a.pid = d.s32();
+      const int64_t tid = int64_t{a.pid} + d.svar();
+      if (tid < INT32_MIN || tid > INT32_MAX) d.fail("allocation tid out of range");
+      a.tid = static_cast<int32_t>(tid);
+      a.address = d.var();
+      a.size = d.var();
+      a.stack = d.index();
+      if (a.stack != kNoIndex && a.stack >= p_.stacks.size())
+        d.fail("allocation names stack " + std::to_string(a.stack) + " of " +
+               std::to_string(p_.stacks.size()));
+      const uint8_t flags = d.u8();
+      if (flags > 3) d.fail("allocation flags " + std::to_string(flags));
+      a.freed = (flags & 1) != 0;
+      a.tracked = (flags & 2) == 0;
+    }
+    p_.alloc = stats;
+    p_.allocations = std::move(out);
   }
 
   void modules(Decoder& d) {

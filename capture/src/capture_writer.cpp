@@ -110,6 +110,8 @@ struct CaptureWriter::State {
   uint64_t samples = 0;  // written so far, in the whole recording
   std::vector<RawCallEdge> edges;
   std::vector<RawCallLatency> latency;
+  size_t allocations = 0;  // written in the last allocations block, with alloc_mean
+  uint64_t alloc_mean = 0;
   // MIP snapshots are only ever appended, so their count says whether a new block is due.
   size_t mip_snapshots = 0;
   LostCounts lost;
@@ -396,6 +398,30 @@ struct CaptureWriter::State {
     latency = p.call_latency;
   }
 
+  // Optional: a reader that skips it still has a right profile, only without the allocations. Read
+  // only when the recording ends, so written (whole) once, after the stacks it refers to.
+  void write_allocations(const RawProfile& p) {
+    if (p.alloc.mean_bytes == 0 || (p.allocations.size() == allocations && p.alloc.mean_bytes == alloc_mean))
+      return;
+    enc.var(p.alloc.mean_bytes);
+    enc.var(p.alloc.processes);
+    enc.var(p.alloc.dropped);
+    enc.var(p.alloc.untracked);
+    enc.var(p.alloc.frees_unmatched);
+    enc.var(p.allocations.size());
+    for (const RawAllocation& a : p.allocations) {
+      enc.svar(a.pid);
+      enc.svar(int64_t{a.tid} - a.pid);
+      enc.var(a.address);
+      enc.var(a.size);
+      enc.index(a.stack);
+      enc.u8(static_cast<uint8_t>((a.freed ? 1 : 0) | (a.tracked ? 0 : 2)));
+    }
+    emit(BlockType::kAllocations, false);
+    allocations = p.allocations.size();
+    alloc_mean = p.alloc.mean_bytes;
+  }
+
   // Optional: a reader that skips it still has a right profile, only without MIP counts.
   void write_mip(const RawProfile& p) {
     if (p.mip_snapshots.size() == mip_snapshots) return;
@@ -496,6 +522,7 @@ void CaptureWriter::flush(const RawProfile& profile) {
   s.write_samples(profile);
   s.write_edges(profile);
   s.write_latency(profile);
+  s.write_allocations(profile);
   s.write_mip(profile);
   s.write_lost(profile);
 }

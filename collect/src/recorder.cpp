@@ -161,6 +161,11 @@ void validate_record_options(const RecordOptions& options) {
   }
   if (!options.command.empty() && options.command.front().empty())
     throw RecordError("the command to run is empty");
+  if (options.sample_allocations && options.command.empty()) {
+    throw RecordError(
+        "--alloc is not supported for --pid, --all or --cgroup yet: it samples the allocations of a command "
+        "hpctl launches (hpctl record --alloc -- CMD)");
+  }
   if (options.frequency_hz == 0 || options.frequency_hz > kMaxFrequencyHz) {
     throw RecordError("sampling frequency must be between 1 and " + std::to_string(kMaxFrequencyHz) +
                       " Hz (got " + std::to_string(options.frequency_hz) + ")");
@@ -174,8 +179,8 @@ void validate_record_options(const RecordOptions& options) {
   if (options.stack_copy_bytes != 0 &&
       (options.stack_copy_bytes % 8 != 0 || options.stack_copy_bytes > kMaxStackCopyBytes)) {
     throw RecordError("the stack copy size must be a multiple of 8 bytes up to " +
-                      std::to_string(kMaxStackCopyBytes) + " (got " + std::to_string(options.stack_copy_bytes) +
-                      ")");
+                      std::to_string(kMaxStackCopyBytes) + " (got " +
+                      std::to_string(options.stack_copy_bytes) + ")");
   }
   if (options.cfi_row_capacity > kMaxCfiRowCapacity) {
     throw RecordError("the CFI row map can hold at most " + std::to_string(kMaxCfiRowCapacity) +
@@ -250,7 +255,8 @@ RecordResult record(const RecordOptions& options) {
   // the CPU, for every kind of target.
   if (options.call_graph == CallGraph::kAuto && options.backend != Backend::kPerf &&
       bpf_unavailable_reason(privileges).empty()) {
-    call_graph = CallGraphChoice{CallGraph::kCfi, "the eBPF programs unwind user stacks with each module's CFI"};
+    call_graph =
+        CallGraphChoice{CallGraph::kCfi, "the eBPF programs unwind user stacks with each module's CFI"};
   }
   resolved.call_graph = call_graph.mode;
   RecordResult result = record_resolved(resolved, privileges, perf_call_graph);

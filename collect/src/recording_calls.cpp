@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <set>
 
+#include "hpd/calls/alloc_log.h"
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/discovery.h"
 #include "hpd/calls/preload_table.h"
@@ -15,6 +17,26 @@
 namespace hpd {
 
 RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
+  if (options.sample_allocations && !options.command.empty()) {
+    alloc_runtime_ = options.call_runtime.empty() ? calls::find_preload_runtime() : options.call_runtime;
+    std::string why;
+    if (alloc_runtime_.empty())
+      why =
+          "hpd's runtime (libhpdcalls.so) was not found next to this program, in ../lib/hpd, or in the "
+          "install directory (set HPD_CALLS_RUNTIME to its path)";
+    else
+      why = calls::preload_unusable_reason(resolve_command(options.command.front()));
+    // A program with its own mcount still takes the allocation hooks: only a static one cannot.
+    if (why.find("defines mcount") != std::string::npos) why.clear();
+    if (why.empty()) {
+      try {
+        alloc_ = std::make_unique<calls::AllocLog>(options.alloc_mean_bytes);
+      } catch (const calls::CallCountError& e) {
+        why = e.what();
+      }
+    }
+    if (!why.empty()) alloc_messages_.push_back("allocations not sampled: " + why);
+  }
   if (!options.count_calls) return;
   if (options.call_table_fd >= 0) {
     // The launcher preloaded the runtime already: read its table, whatever happens (uprobes would find
@@ -74,7 +96,16 @@ void RecordingCallCounter::start_uprobes(bool follow_children) {
 }
 
 std::vector<std::string> RecordingCallCounter::launch_environment() const {
-  return table_ ? table_->environment(runtime_) : std::vector<std::string>{};
+  std::vector<std::string> env = table_ ? table_->environment(runtime_) : std::vector<std::string>{};
+  if (alloc_) {
+    // One LD_PRELOAD: the runtime once, whether it counts calls, samples allocations, or both.
+    std::vector<std::string> more = alloc_->environment(alloc_runtime_);
+    const bool preloaded = std::any_of(env.begin(), env.end(),
+                                       [](const std::string& e) { return e.rfind("LD_PRELOAD=", 0) == 0; });
+    for (std::string& e : more)
+      if (!preloaded || e.rfind("LD_PRELOAD=", 0) != 0) env.push_back(std::move(e));
+  }
+  return env;
 }
 
 void RecordingCallCounter::fail(const std::string& what) {
@@ -153,6 +184,11 @@ void RecordingCallCounter::finish(RecordResult& result) {
                                 calls::kBuildAdvice);
     table_.reset();
   }
+  if (alloc_) {
+    for (std::string& m : alloc_->read(result.profile)) alloc_messages_.push_back(std::move(m));
+    alloc_.reset();
+  }
+  result.alloc_messages = std::move(alloc_messages_);
   result.profile.info.call_counter = stats_.enabled ? stats_.counter : std::string();
   result.calls = std::move(stats_);
 }

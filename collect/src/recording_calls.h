@@ -1,5 +1,7 @@
 // The call counter as both recording backends run it beside sampling (RecordOptions::count_calls):
-// hpd's in-process runtime for a launched command, eBPF uprobes otherwise.
+// hpd's in-process runtime for a launched command, eBPF uprobes otherwise. It also holds the runtime's
+// allocation log (RecordOptions::sample_allocations), which travels the same way: the runtime preloaded
+// into the launched command, its log read when the recording ends.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 namespace hpd {
 
 namespace calls {
+class AllocLog;
 class CallCounter;
 class PreloadTable;
 }  // namespace calls
@@ -45,7 +48,7 @@ class RecordingCallCounter {
   // From the poll loop: probes modules mapped since the last call (rate-limited inside).
   void poll();
   // After sampling stopped: detaches, adds the edges (and the runtime's latencies) to
-  // result.profile and fills result.calls.
+  // result.profile and fills result.calls; reads the sampled allocations into result.profile.
   void finish(RecordResult& result);
 
  private:
@@ -54,6 +57,9 @@ class RecordingCallCounter {
 
   std::unique_ptr<calls::CallCounter> counter_;
   std::unique_ptr<calls::PreloadTable> table_;
+  std::unique_ptr<calls::AllocLog> alloc_;
+  std::string alloc_runtime_;
+  std::vector<std::string> alloc_messages_;
   std::string runtime_;
   CallCountStats stats_;
   bool stacks_through_hook_ = false;

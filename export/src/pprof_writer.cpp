@@ -1,7 +1,9 @@
 // pprof writer: a hand-written protobuf encoder for perftools.profiles.Profile (proto3, profile.proto).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string_view>
 #include <unordered_map>
@@ -86,6 +88,13 @@ class PprofBuilder {
     if (has_off_cpu) wall_column_ = column("wall", "nanoseconds");
     if (!p_.call_edges.empty()) calls_column_ = column("calls", "count");
     if (!p_.call_latency.empty()) latency_column_ = column("latency", "nanoseconds");
+    if (p_.meta.alloc.mean_bytes != 0) {
+      // Go's heap profile columns, so that `go tool pprof -sample_index=inuse_space` reads them.
+      alloc_objects_column_ = column("alloc_objects", "count");
+      alloc_space_column_ = column("alloc_space", "bytes");
+      inuse_objects_column_ = column("inuse_objects", "count");
+      inuse_space_column_ = column("inuse_space", "bytes");
+    }
     value_count_ = types.size();
     for (const auto& [type, unit] : types) {
       ProtoWriter vt;
@@ -97,6 +106,7 @@ class PprofBuilder {
     add_samples();
     add_call_edges();
     add_call_latency();
+    add_allocations();
 
     for (const AggregatedSample& s : samples_) {
       ProtoWriter m;
@@ -216,6 +226,38 @@ class PprofBuilder {
         label(m, "p95", 0, static_cast<int64_t>(l.p95_ns()), "nanoseconds");
         label(m, "max", 0, static_cast<int64_t>(l.max_ns), "nanoseconds");
       }
+      exact_samples_.push_back(std::move(m));
+    }
+  }
+
+  // Sampled allocations, summed per stack and weighted for the sampling (alloc_sample_scale): what
+  // was allocated, and what was still live when the recording ended.
+  void add_allocations() {
+    if (alloc_objects_column_ == kNoColumn) return;
+    struct Sums {
+      double alloc_objects = 0, alloc_space = 0, inuse_objects = 0, inuse_space = 0;
+    };
+    std::map<std::pair<int32_t, uint32_t>, Sums> by_stack;
+    for (const Allocation& a : p_.allocations) {
+      const double scale = alloc_sample_scale(a.size, p_.meta.alloc.mean_bytes);
+      Sums& s = by_stack[{a.pid, a.stack}];
+      s.alloc_objects += scale;
+      s.alloc_space += scale * double(a.size);
+      if (!a.freed && a.tracked) {
+        s.inuse_objects += scale;
+        s.inuse_space += scale * double(a.size);
+      }
+    }
+    for (const auto& [key, s] : by_stack) {
+      std::vector<int64_t> values(value_count_, 0);
+      values[alloc_objects_column_] = std::llround(s.alloc_objects);
+      values[alloc_space_column_] = std::llround(s.alloc_space);
+      values[inuse_objects_column_] = std::llround(s.inuse_objects);
+      values[inuse_space_column_] = std::llround(s.inuse_space);
+      ProtoWriter m;
+      m.packed_field(1, locations_of_stack(key.second));
+      m.packed_field(2, values);
+      label(m, "pid", 0, key.first);
       exact_samples_.push_back(std::move(m));
     }
   }
@@ -407,6 +449,10 @@ class PprofBuilder {
   size_t samples_column_ = kNoColumn;
   size_t cpu_column_ = kNoColumn;
   size_t wall_column_ = kNoColumn;
+  size_t alloc_objects_column_ = kNoColumn;
+  size_t alloc_space_column_ = kNoColumn;
+  size_t inuse_objects_column_ = kNoColumn;
+  size_t inuse_space_column_ = kNoColumn;
   size_t calls_column_ = kNoColumn;
   size_t latency_column_ = kNoColumn;
 };

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace hpd {
 
@@ -216,6 +217,13 @@ uint32_t LatencyHistogram::bucket_of_ticks(uint64_t ticks) {
   const uint32_t e = 63u - static_cast<uint32_t>(__builtin_clzll(ticks));
   if (e > kMaxExp) return (kMaxExp - kSubBits + 2) * kSub - 1;
   return (e - kSubBits + 1) * kSub + static_cast<uint32_t>((ticks >> (e - kSubBits)) & (kSub - 1));
+}
+
+double alloc_sample_scale(uint64_t size, uint64_t mean_bytes) {
+  if (size == 0 || mean_bytes == 0) return 0;
+  // -expm1(-x) = 1 - exp(-x), exact also for the small x of small blocks.
+  const double p = -std::expm1(-double(size) / double(mean_bytes));
+  return p > 0 ? 1.0 / p : 0;
 }
 
 uint64_t LatencyHistogram::count() const {

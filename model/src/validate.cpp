@@ -68,6 +68,10 @@ std::optional<std::string> find_table_violation(const Profile& p) {
     if (bad(p.call_latency[i].func, funcs))
       return row_of("call latency", i) + refers("func", p.call_latency[i].func, funcs);
   }
+  for (size_t i = 0; i < p.allocations.size(); ++i) {
+    if (bad_optional(p.allocations[i].stack, p.stacks.size()))
+      return row_of("allocation", i) + refers("stack", p.allocations[i].stack, p.stacks.size());
+  }
   for (size_t i = 0; i < p.mip_counts.size(); ++i) {
     if (bad(p.mip_counts[i].func, funcs))
       return row_of("MIP count", i) + refers("func", p.mip_counts[i].func, funcs);

@@ -126,6 +126,12 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.cfi_row_capacity = request.cfi_rows;
   options.count_calls = request.calls;
   options.call_counter = call_counter(request.calls_counter);
+  if (request.alloc && !request.pids.empty())
+    throw std::runtime_error(
+        "--alloc is not supported for --pid yet: it samples the allocations of a command hpctl launches "
+        "(hpctl record --alloc -- CMD)");
+  options.sample_allocations = request.alloc;
+  options.alloc_mean_bytes = request.alloc_mean;
   return options;
 }
 
@@ -469,6 +475,20 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                         " executable mappings beyond 256 per process were walked by frame pointer");
   }
   for (std::string& line : describe_call_counts(result.calls)) s.notes.push_back(std::move(line));
+  if (result.profile.alloc.mean_bytes != 0) {
+    const RawAllocStats& a = result.profile.alloc;
+    uint64_t freed = 0;
+    for (const RawAllocation& x : result.profile.allocations) freed += x.freed ? 1 : 0;
+    s.notes.push_back("allocations (hpd's runtime, in-process): " +
+                      std::to_string(result.profile.allocations.size()) + " sampled (one per " +
+                      human_bytes(a.mean_bytes) + " allocated on average), " + std::to_string(freed) +
+                      " of them freed while recording; " + std::to_string(a.processes) + " process start(s)");
+  }
+  for (const std::string& line : result.alloc_messages) s.notes.push_back(line);
+  if (profile && !result.profile.allocations.empty())
+    s.notes.push_back(
+        "allocations: the Firefox export does not carry them yet (the report has them); record to a .hpr "
+        "capture to keep them (hpctl report, hpctl convert to pprof)");
   return s;
 }
 

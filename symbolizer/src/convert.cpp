@@ -122,11 +122,13 @@ class Converter {
     std::vector<uint32_t> sample_instance = collect_instances(sum_instance);
     std::vector<std::pair<uint32_t, uint32_t>> edge_addresses = collect_call_edges();
     std::vector<uint32_t> latency_addresses = collect_call_latency();
+    std::vector<uint32_t> allocation_instance = collect_allocations();
     resolve_all();
     for (StackInstance& inst : instances_) build_stack(inst);
     build_threads(sample_instance, sum_instance);
     build_call_edges(edge_addresses);
     build_call_latency(latency_addresses);
+    build_allocations(allocation_instance);
     build_mip_counts();
     return std::move(out_);
   }
@@ -322,6 +324,28 @@ class Converter {
     for (const RawCallLatency& l : raw_.call_latency)
       out.push_back(user_address(*view_of(l.pid), l.callee_address, true, UINT64_MAX));
     return out;
+  }
+
+  // Sampled allocations: their stacks are all return addresses (kAfterSyscall leaves), resolved with
+  // the process's mappings as they were at the end (the log has no times).
+  std::vector<uint32_t> collect_allocations() {
+    out_.meta.alloc = raw_.alloc;
+    std::vector<uint32_t> out;
+    out.reserve(raw_.allocations.size());
+    for (const RawAllocation& a : raw_.allocations)
+      out.push_back(instance_of(a.stack, a.pid, SampleKind::kOnCpu, UINT64_MAX));
+    return out;
+  }
+
+  void build_allocations(const std::vector<uint32_t>& allocation_instance) {
+    out_.allocations.reserve(raw_.allocations.size());
+    for (size_t i = 0; i < raw_.allocations.size(); ++i) {
+      const RawAllocation& a = raw_.allocations[i];
+      const uint32_t inst = allocation_instance[i];
+      out_.allocations.push_back(Allocation{a.pid, a.tid,
+                                            inst == kNoIndex ? kNoIndex : instances_[inst].profile_stack,
+                                            a.address, a.size, a.freed, a.tracked});
+    }
   }
 
   uint32_t module_lib(uint32_t module, const ModuleInfo* info) {

@@ -111,6 +111,12 @@ RawProfile make_raw_profile(size_t samples) {
   latency.histogram.ns_per_tick = 0.4347826;
   latency.histogram.buckets = {{3, 5}, {300, 123000}, {301, 450}, {719, 1}};
   p.call_latency.push_back(latency);
+  // Sampled allocations (--alloc): freed, live, untracked, without a stack, in another thread.
+  p.alloc = RawAllocStats{4096, 3, 5, 1, 2};
+  p.allocations.push_back(RawAllocation{1000, 1000, 0x7f1200001000, 64, stacks[0], true, true});
+  p.allocations.push_back(RawAllocation{1000, 1002, 0x7f1200002000, 1 << 20, stacks[1], false, true});
+  p.allocations.push_back(RawAllocation{1000, 1001, 0x7f1200003000, 4096, stacks[0], false, false});
+  p.allocations.push_back(RawAllocation{1000, 1000, 0x7f1200004000, 17, kNoIndex, false, true});
   p.lost.lost_records = 7;
   p.lost.throttle_events = 2;
   p.lost.stack_failures = 1;
@@ -197,6 +203,17 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
         l.sum_ns != m.sum_ns || l.outer_ns != m.outer_ns || l.max_ns != m.max_ns ||
         l.histogram.ns_per_tick != m.histogram.ns_per_tick || l.histogram.buckets != m.histogram.buckets)
       return "call latency " + std::to_string(i) + " differs";
+  }
+  if (a.alloc.mean_bytes != b.alloc.mean_bytes || a.alloc.processes != b.alloc.processes ||
+      a.alloc.dropped != b.alloc.dropped || a.alloc.untracked != b.alloc.untracked ||
+      a.alloc.frees_unmatched != b.alloc.frees_unmatched)
+    return "allocation statistics differ";
+  if (a.allocations.size() != b.allocations.size()) return "allocation count differs";
+  for (size_t i = 0; i < a.allocations.size(); ++i) {
+    const RawAllocation &l = a.allocations[i], &m = b.allocations[i];
+    if (l.pid != m.pid || l.tid != m.tid || l.address != m.address || l.size != m.size ||
+        l.stack != m.stack || l.freed != m.freed || l.tracked != m.tracked)
+      return "allocation " + std::to_string(i) + " differs";
   }
   return lost_diff(a.lost, b.lost, "profile");
 }

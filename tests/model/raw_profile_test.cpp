@@ -106,5 +106,17 @@ TEST(StackEnd, Names) {
   EXPECT_STREQ(to_string(StackEnd::kUnknown), "unknown");
 }
 
+// A block of `size` bytes is sampled with probability 1 - exp(-size/mean): its weight is the inverse.
+TEST(AllocSampleScale, IsTheInverseOfTheSamplingProbability) {
+  EXPECT_EQ(alloc_sample_scale(0, 4096), 0.0);
+  EXPECT_EQ(alloc_sample_scale(64, 0), 0.0);
+  // size = mean: 1 / (1 - 1/e).
+  EXPECT_NEAR(alloc_sample_scale(4096, 4096), 1.0 / (1.0 - 0.36787944117144233), 1e-12);
+  // Much larger than the mean: always sampled, weight 1.
+  EXPECT_DOUBLE_EQ(alloc_sample_scale(uint64_t{1} << 30, 4096), 1.0);
+  // Much smaller: about mean/size + 1/2 (the series of x / (1 - exp(-x))), not mean/size.
+  EXPECT_NEAR(alloc_sample_scale(1, 524288), 524288.5, 1e-3);
+}
+
 }  // namespace
 }  // namespace hpd

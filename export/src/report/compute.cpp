@@ -282,6 +282,63 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
   });
 }
 
+// Sampled allocations per function, weighted by alloc_sample_scale so that every sum estimates what
+// the program did.
+void compute_allocations(const Profile& p, const ReportOptions& options, Report& report) {
+  report.alloc_mean_bytes = p.meta.alloc.mean_bytes;
+  if (report.alloc_mean_bytes == 0) return;
+  std::map<uint32_t, AllocRow> by_func;
+  std::set<uint32_t> seen;
+  for (const Allocation& a : p.allocations) {
+    if (options.pid != 0 && a.pid != options.pid) continue;
+    if (options.tid != 0 && a.tid != options.tid) continue;
+    const double scale = alloc_sample_scale(a.size, report.alloc_mean_bytes);
+    const double bytes = scale * double(a.size);
+    const bool live = !a.freed && a.tracked;
+    ++report.alloc_samples;
+    report.alloc_frees_matched += a.freed ? 1 : 0;
+    report.alloc_bytes += bytes;
+    report.alloc_objects += scale;
+    if (live) {
+      report.live_bytes += bytes;
+      report.live_objects += scale;
+    }
+    if (a.stack == kNoIndex) continue;
+    const std::vector<uint32_t> frames = p.stack_frames_root_first(a.stack);
+    seen.clear();
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const uint32_t func = p.frames[frames[i]].func;
+      auto [it, inserted] = by_func.try_emplace(func);
+      AllocRow& row = it->second;
+      if (inserted) {
+        row.func = func;
+        row.name = p.func_name(func);
+        const uint32_t lib = p.funcs[func].lib;
+        if (lib != kNoIndex && lib < p.libs.size()) row.library = p.libs[lib].name;
+      }
+      if (i + 1 == frames.size()) {
+        row.self_bytes += bytes;
+        row.self_objects += scale;
+        if (live) row.live_self_bytes += bytes;
+      }
+      if (!seen.insert(func).second) continue;  // recursion: once per stack
+      ++row.samples;
+      row.total_bytes += bytes;
+      row.total_objects += scale;
+      if (live) {
+        row.live_total_bytes += bytes;
+        row.live_total_objects += scale;
+      }
+    }
+  }
+  for (auto& [func, row] : by_func) report.allocations.push_back(std::move(row));
+  std::stable_sort(report.allocations.begin(), report.allocations.end(),
+                   [](const AllocRow& a, const AllocRow& b) {
+                     if (a.total_bytes != b.total_bytes) return a.total_bytes > b.total_bytes;
+                     return a.name < b.name;
+                   });
+}
+
 }  // namespace
 
 bool report_selects_thread(const Thread& t, const ReportOptions& options) {
@@ -504,6 +561,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   compute_moves(p, per_stack, report);
   compute_mip(p, options, report);
   compute_calls(p, options, report);
+  compute_allocations(p, options, report);
   // Calls per function for --sort calls: exact counts where there are any, else MIP's.
   std::map<uint32_t, uint64_t> calls_of;
   for (const CallRow& c : report.calls) calls_of[c.func] = c.calls;

@@ -205,6 +205,33 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
                     {"functions", report.calls.size()},
                     {"rows", std::move(functions_called)}};
   }
+  if (report.alloc_mean_bytes != 0) {
+    const size_t shown =
+        options.limit != 0 ? std::min(options.limit, report.allocations.size()) : report.allocations.size();
+    ordered_json rows = ordered_json::array();
+    for (size_t i = 0; i < shown; ++i) {
+      const AllocRow& r = report.allocations[i];
+      rows.push_back({{"name", r.name},
+                      {"library", r.library},
+                      {"self_bytes", r.self_bytes},
+                      {"total_bytes", r.total_bytes},
+                      {"self_objects", r.self_objects},
+                      {"total_objects", r.total_objects},
+                      {"live_self_bytes", r.live_self_bytes},
+                      {"live_total_bytes", r.live_total_bytes},
+                      {"live_total_objects", r.live_total_objects},
+                      {"samples", r.samples}});
+    }
+    doc["allocations"] = {{"mean_bytes", report.alloc_mean_bytes},
+                          {"samples", report.alloc_samples},
+                          {"frees_matched", report.alloc_frees_matched},
+                          {"bytes", report.alloc_bytes},
+                          {"objects", report.alloc_objects},
+                          {"live_bytes", report.live_bytes},
+                          {"live_objects", report.live_objects},
+                          {"functions", report.allocations.size()},
+                          {"rows", std::move(rows)}};
+  }
   // Names are not guaranteed to be UTF-8; replace bad bytes instead of throwing.
   out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
 }

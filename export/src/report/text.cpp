@@ -511,6 +511,62 @@ void print_calls_view(const Report& report, std::ostream& out, size_t limit, siz
   }
 }
 
+std::string format_bytes_estimate(double bytes) {
+  if (bytes >= 1024.0 * 1024.0) return format("%.1f MiB", bytes / (1024.0 * 1024.0));
+  if (bytes >= 1024.0) return format("%.1f KiB", bytes / 1024.0);
+  return format("%.0f B", bytes);
+}
+
+std::string alloc_function_cell(const AllocRow& r) {
+  return r.library.empty() ? r.name : r.name + " (" + r.library + ")";
+}
+
+// Sampled allocations: the functions by bytes allocated (their callees included), then by bytes still
+// live at the end. Every figure is an estimate weighted for the sampling.
+void print_alloc_view(const Report& report, std::ostream& out, size_t limit, size_t width) {
+  out << '\n'
+      << truncate_right("Allocations (sampled by hpd's runtime, one per " +
+                            format_bytes_estimate(double(report.alloc_mean_bytes)) +
+                            " allocated on average): ~" + format_bytes_estimate(report.alloc_bytes) +
+                            " in ~" + format("%.0f", report.alloc_objects) + " allocations, ~" +
+                            format_bytes_estimate(report.live_bytes) + " live at the end (" +
+                            std::to_string(report.alloc_samples) + " samples, " +
+                            std::to_string(report.alloc_frees_matched) + " of them freed)",
+                        width)
+      << '\n';
+  if (report.allocations.empty()) return;
+  const auto mib = [](double b) { return format("%.2f", b / (1024.0 * 1024.0)); };
+  // 11 1 11 1 11 1 11 2 = 49 columns of numbers.
+  const size_t name_width = width > 49 ? width - 49 : 20;
+  size_t shown = limit != 0 ? std::min(limit, report.allocations.size()) : report.allocations.size();
+  out << "By bytes allocated:\n"
+      << pad_left("Total MiB", 11) << ' ' << pad_left("Self MiB", 11) << ' ' << pad_left("Allocs", 11) << ' '
+      << pad_left("Live MiB", 11) << "  Function\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const AllocRow& r = report.allocations[i];
+    out << pad_left(mib(r.total_bytes), 11) << ' ' << pad_left(mib(r.self_bytes), 11) << ' '
+        << pad_left(format("%.0f", r.total_objects), 11) << ' ' << pad_left(mib(r.live_total_bytes), 11)
+        << "  " << truncate_right(alloc_function_cell(r), name_width) << '\n';
+  }
+  std::vector<const AllocRow*> live;
+  for (const AllocRow& r : report.allocations)
+    if (r.live_total_bytes > 0) live.push_back(&r);
+  if (live.empty()) return;
+  std::stable_sort(live.begin(), live.end(), [](const AllocRow* a, const AllocRow* b) {
+    return a->live_total_bytes > b->live_total_bytes;
+  });
+  shown = limit != 0 ? std::min(limit, live.size()) : live.size();
+  out << "Live at the end (not freed while recording), by bytes:\n"
+      << pad_left("Live MiB", 11) << ' ' << pad_left("Self MiB", 11) << ' ' << pad_left("Objects", 11) << ' '
+      << pad_left("Alloc MiB", 11) << "  Function\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const AllocRow& r = *live[i];
+    out << pad_left(mib(r.live_total_bytes), 11) << ' ' << pad_left(mib(r.live_self_bytes), 11) << ' '
+        << pad_left(format("%.0f", r.live_total_objects), 11) << ' ' << pad_left(mib(r.total_bytes), 11)
+        << "  " << truncate_right(alloc_function_cell(r), name_width) << '\n';
+  }
+}
+
 }  // namespace
 
 void print_report(const Report& report, std::ostream& out, const ReportOptions& options) {
@@ -523,6 +579,7 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
     if (!report.mip_called.empty() || !report.mip_never_called.empty())
       print_mip_view(report, out, options.limit, width);
     if (!report.calls.empty()) print_calls_view(report, out, options.limit, width);
+    if (report.alloc_mean_bytes != 0) print_alloc_view(report, out, options.limit, width);
     return;
   }
   // Each view is ordered by its own self or total column, as options.sort chooses.
@@ -545,6 +602,7 @@ void print_report(const Report& report, std::ostream& out, const ReportOptions& 
   if (!report.mip_called.empty() || !report.mip_never_called.empty())
     print_mip_view(report, out, options.limit, width);
   if (!report.calls.empty()) print_calls_view(report, out, options.limit, width);
+  if (report.alloc_mean_bytes != 0) print_alloc_view(report, out, options.limit, width);
 }
 
 }  // namespace hpd

@@ -140,6 +140,11 @@ struct RecordOptions {
   // command was started with the runtime preloaded and counting into it: its calls are read from
   // there, as untrusted data (calls::PreloadTable), and no uprobes are set. Borrowed (dup'ed); -1: none.
   int call_table_fd = -1;
+  // Sample the allocations of a launched command (hpctl record --alloc -- CMD) in hpd's preloaded
+  // runtime, one sample per `alloc_mean_bytes` allocated on average (0 = 512 KiB), into
+  // RawProfile::allocations. Not for --pid targets yet (validate_record_options refuses it).
+  bool sample_allocations = false;
+  uint64_t alloc_mean_bytes = 0;
 };
 
 // Where RawSample::cpu_delta_ns comes from.
@@ -258,6 +263,8 @@ struct RecordResult {
   std::vector<std::pair<std::string, uint64_t>> user_stack_ends[2];
   // RecordOptions::count_calls: probe hits, their estimated cost, and messages for the user.
   CallCountStats calls;
+  // RecordOptions::sample_allocations: what went wrong or was lost, for the user.
+  std::vector<std::string> alloc_messages;
 };
 
 inline constexpr uint32_t kMaxFrequencyHz = 100000;

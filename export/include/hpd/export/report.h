@@ -221,6 +221,23 @@ struct CallRow {
   std::vector<CallPeer> callees;
 };
 
+// A function's sampled allocations (hpctl record --alloc), weighted for the sampling: estimates of
+// what it allocated and of what was still live when the recording ended. Self: the allocations it
+// made itself (its frame is the caller of malloc); total: those made in it and in its callees.
+struct AllocRow {
+  uint32_t func = 0;
+  std::string name;
+  std::string library;
+  double self_bytes = 0;
+  double total_bytes = 0;
+  double self_objects = 0;
+  double total_objects = 0;
+  double live_self_bytes = 0;
+  double live_total_bytes = 0;
+  double live_total_objects = 0;
+  uint64_t samples = 0;  // sampled allocations with the function on their stack
+};
+
 struct Report {
   ReportTotals totals;
   std::vector<ReportRow> rows;  // every function with a sample, ordered by ReportOptions::sort
@@ -240,6 +257,16 @@ struct Report {
   // stack walks put the originals back (the eBPF backend's cfi and fp walkers), so that inclusive CPU
   // of instrumented callers is whole; false when sampled stacks ended at the hook.
   bool calls_stacks_through_hook = false;
+  // Sampled allocations (empty without --alloc): every function on a sampled stack, most bytes
+  // allocated (total) first; the estimates of the whole recording beside them.
+  std::vector<AllocRow> allocations;
+  uint64_t alloc_mean_bytes = 0;  // 0 = allocations were not sampled
+  uint64_t alloc_samples = 0;
+  uint64_t alloc_frees_matched = 0;  // sampled allocations whose free was seen
+  double alloc_bytes = 0;
+  double alloc_objects = 0;
+  double live_bytes = 0;
+  double live_objects = 0;
 };
 
 // Throws InvalidProfileError when the profile's indices are inconsistent, ExportError when

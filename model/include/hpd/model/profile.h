@@ -149,11 +149,24 @@ struct MipCount {
   uint64_t time_ns = 0;      // monotonic time of the snapshot
 };
 
+// A sampled allocation (RawAllocation) with its symbolized stack. Its estimate of what it stands for:
+// alloc_sample_scale(size, ProfileMeta::alloc.mean_bytes) allocations, size times that in bytes.
+struct Allocation {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  uint32_t stack = kNoIndex;  // into Profile::stacks
+  uint64_t address = 0;
+  uint64_t size = 0;
+  bool freed = false;
+  bool tracked = true;
+};
+
 struct ProfileMeta {
   std::string product = "hpd";
   RecordingInfo recording;
   LostCounts lost;
   std::vector<std::string> missing_modules;  // modules whose file could not be read for symbols
+  RawAllocStats alloc;                       // allocation sampling (--alloc); mean_bytes 0 = none
 };
 
 class Profile {
@@ -169,6 +182,7 @@ class Profile {
   std::vector<CallEdge> call_edges;
   std::vector<CallLatency> call_latency;
   std::vector<MipCount> mip_counts;
+  std::vector<Allocation> allocations;  // sampled allocations (--alloc)
 
   // Interning helpers: each returns the existing index for an equal entry, else appends.
   uint32_t intern_lib(const Lib& lib);

@@ -230,6 +230,32 @@ struct RawCallLatency {
   LatencyHistogram histogram;
 };
 
+// One allocation sampled by hpd's in-process runtime (`hpctl record --alloc -- CMD`): allocations are
+// sampled by bytes, each with probability 1 - exp(-size/mean) (see alloc_sample_scale).
+struct RawAllocation {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  uint64_t address = 0;       // what the allocator returned
+  uint64_t size = 0;          // bytes asked for
+  uint32_t stack = kNoIndex;  // into RawProfile::stacks: user return addresses, innermost first
+  bool freed = false;         // its free was seen; else still live when the recording ended
+  bool tracked = true;        // false: its free could not be watched (counted allocated, never live)
+};
+
+// How the allocation sampling went (RawProfile::alloc).
+struct RawAllocStats {
+  uint64_t mean_bytes = 0;       // the sampling's mean distance in bytes; 0 = allocations not sampled
+  uint64_t processes = 0;        // process starts of the runtime with the log
+  uint64_t dropped = 0;          // samples and frees lost because the log was full
+  uint64_t untracked = 0;        // sampled allocations whose free could not be watched
+  uint64_t frees_unmatched = 0;  // frees logged without their allocation
+};
+
+// The factor that makes a sampled allocation of `size` bytes stand for what it was sampled from: it
+// was sampled with probability 1 - exp(-size/mean), so it weighs size / (1 - exp(-size/mean)) bytes
+// and 1 / (1 - exp(-size/mean)) allocations, which keeps every sum unbiased. 0 when size or mean is 0.
+double alloc_sample_scale(uint64_t size, uint64_t mean_bytes);
+
 // One function of a MIP (Machine IR Profile) snapshot: exact counts the instrumented program kept.
 struct RawMipFunction {
   std::string name;      // mangled, as in the module's __llvm_mipmap
@@ -299,6 +325,9 @@ struct RawProfile {
   // Oldest first; several per (pid, module) may be kept, the last one is what the process reached.
   std::vector<RawMipSnapshot> mip_snapshots;
   std::vector<RawJitSymbol> jit_symbols;  // of all processes; for one address the last line wins
+  // Allocations sampled by hpd's runtime (--alloc), in the order logged, and how the sampling went.
+  std::vector<RawAllocation> allocations;
+  RawAllocStats alloc;
   LostCounts lost;
 
   // Every sample of the recording: those released and those still held.

@@ -42,6 +42,10 @@ struct RecordRequest {
   Switch mip = Switch::kAuto;
   bool calls = false;  // exact call counts through mcount/__fentry__
   CallCounterChoice calls_counter = CallCounterChoice::kAuto;
+  // Sampled allocations of a launched command (--alloc, --alloc-mean BYTES; 0 = the default mean). A
+  // local recording only for now: not in the protocol (hpctl records --alloc itself).
+  bool alloc = false;
+  uint64_t alloc_mean = 0;
 };
 
 // The words of the command line and of the protocol for each choice ("auto", "on", "cfi", ...).

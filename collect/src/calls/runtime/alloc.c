@@ -1,0 +1,441 @@
+/* libhpdcalls.so, the allocation side (`hpctl record --alloc -- CMD`): interposes malloc, calloc,
+ * realloc, free, posix_memalign, aligned_alloc, memalign, valloc and pvalloc (C++ new and delete reach
+ * malloc and free through libstdc++) and samples them by bytes, as tcmalloc does: the bytes between
+ * two samples are drawn from an exponential distribution (a Poisson process over the bytes allocated),
+ * so an allocation of `size` bytes is sampled with probability 1 - exp(-size/mean). The path that does
+ * not sample subtracts from a thread-local countdown and returns: no lock, no system call. A sampled
+ * allocation is unwound (_Unwind_Backtrace: the CFI unwinder, so stacks are whole without frame
+ * pointers) and appended to the log hpd reads (alloc_abi.h); its address goes into a lock-free set,
+ * so that its free is logged too and what is still live at the end is known per stack. Without
+ * HPD_ALLOC_LOG in the environment everything passes straight through.
+ *
+ * Unlike runtime.c this file is not built with -mgeneral-regs-only: nothing here runs inside the
+ * mcount hooks, and the exponential draw needs log(). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include "hpd/calls/alloc_abi.h"
+
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+typedef void* (*malloc_fn)(size_t);
+typedef void (*free_fn)(void*);
+typedef void* (*calloc_fn)(size_t, size_t);
+typedef void* (*realloc_fn)(void*, size_t);
+typedef int (*posix_memalign_fn)(void**, size_t, size_t);
+typedef void* (*memalign_fn)(size_t, size_t);
+typedef void* (*valloc_fn)(size_t);
+
+static malloc_fn real_malloc;
+static free_fn real_free;
+static calloc_fn real_calloc;
+static realloc_fn real_realloc;
+static posix_memalign_fn real_posix_memalign;
+static memalign_fn real_aligned_alloc;
+static memalign_fn real_memalign;
+static valloc_fn real_valloc;
+static valloc_fn real_pvalloc;
+
+/* ---- bootstrap: dlsym itself may call calloc/malloc before the real ones are known ---- */
+
+#define BOOT_ARENA 65536u
+static unsigned char g_boot[BOOT_ARENA] __attribute__((aligned(64)));
+static size_t g_boot_used;
+static int g_resolving;
+
+static int in_boot_arena(const void* p) {
+  return (const unsigned char*)p >= g_boot && (const unsigned char*)p < g_boot + BOOT_ARENA;
+}
+
+/* 16 bytes of header (the size) before each block, zeroed memory (calloc's promise). */
+static void* boot_alloc(size_t n) {
+  const size_t need = (n + 15u) / 16u * 16u + 16u;
+  size_t at = __atomic_fetch_add(&g_boot_used, need, __ATOMIC_RELAXED);
+  if (at + need > BOOT_ARENA) return NULL;
+  memcpy(g_boot + at, &n, sizeof n);
+  return g_boot + at + 16;
+}
+
+static size_t boot_size(const void* p) {
+  size_t n;
+  memcpy(&n, (const unsigned char*)p - 16, sizeof n);
+  return n;
+}
+
+static void resolve(void) {
+  if (real_malloc != NULL) return;
+  g_resolving = 1;
+  real_calloc = (calloc_fn)dlsym(RTLD_NEXT, "calloc");
+  real_free = (free_fn)dlsym(RTLD_NEXT, "free");
+  real_realloc = (realloc_fn)dlsym(RTLD_NEXT, "realloc");
+  real_posix_memalign = (posix_memalign_fn)dlsym(RTLD_NEXT, "posix_memalign");
+  real_aligned_alloc = (memalign_fn)dlsym(RTLD_NEXT, "aligned_alloc");
+  real_memalign = (memalign_fn)dlsym(RTLD_NEXT, "memalign");
+  real_valloc = (valloc_fn)dlsym(RTLD_NEXT, "valloc");
+  real_pvalloc = (valloc_fn)dlsym(RTLD_NEXT, "pvalloc");
+  malloc_fn m = (malloc_fn)dlsym(RTLD_NEXT, "malloc");
+  g_resolving = 0;
+  __atomic_store_n(&real_malloc, m, __ATOMIC_RELEASE);
+}
+
+/* ---- the log and the set of sampled addresses still live ---- */
+
+static struct hpd_alloc_header* g_log;
+static int g_on; /* 1: sampling into g_log */
+static double g_mean = (double)HPD_ALLOC_DEFAULT_MEAN;
+static int32_t g_pid;
+static uintptr_t g_self_low, g_self_high; /* this library's text: its frames are not the program's */
+
+/* Open addressing over addresses: 0 empty, 1 a removed entry. Lookups stop at an empty slot or after
+ * LIVE_PROBES slots; inserts take the first empty or removed slot. */
+#define LIVE_SLOTS (1u << 18)
+#define LIVE_PROBES 64u
+static uint64_t* g_live;
+/* In front of the set, for the frees: a count of the live sampled addresses per hash bucket (64 KiB,
+ * cache-resident), so that almost every free sees a 0 there and never touches the 2 MiB set. A count
+ * that reached 255 stays there (the bucket is then always looked up in the set). */
+#define FILTER_BUCKETS (1u << 16)
+static uint8_t* g_filter;
+
+static inline uint32_t filter_index(uint64_t p) {
+  return (uint32_t)(((p >> 4) * 0xff51afd7ed558ccdull) >> 48);
+}
+
+static void filter_add(uint64_t p) {
+  uint8_t* c = &g_filter[filter_index(p)];
+  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
+  while (v != 255 &&
+         !__atomic_compare_exchange_n(c, &v, (uint8_t)(v + 1), 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+static void filter_drop(uint64_t p) {
+  uint8_t* c = &g_filter[filter_index(p)];
+  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
+  while (v != 255 && v != 0 &&
+         !__atomic_compare_exchange_n(c, &v, (uint8_t)(v - 1), 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+static inline uint32_t live_hash(uint64_t p) {
+  return (uint32_t)(((p >> 4) * 0x9e3779b97f4a7c15ull) >> 46) & (LIVE_SLOTS - 1u);
+}
+
+static int live_insert(uint64_t p) {
+  uint32_t i = live_hash(p);
+  /* Counted before the address is in the set: a free of it (after malloc returned) sees the count. */
+  filter_add(p);
+  for (uint32_t n = 0; n < LIVE_PROBES; ++n, i = (i + 1) & (LIVE_SLOTS - 1u)) {
+    uint64_t v = __atomic_load_n(&g_live[i], __ATOMIC_RELAXED);
+    if (v == p) { /* freed unseen (e.g. inside libc) and handed out again: counted once */
+      filter_drop(p);
+      return 1;
+    }
+    if ((v == 0 || v == 1) &&
+        __atomic_compare_exchange_n(&g_live[i], &v, p, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+      return 1;
+  }
+  filter_drop(p);
+  return 0;
+}
+
+static inline int live_remove(uint64_t p) {
+  if (LIKELY(__atomic_load_n(&g_filter[filter_index(p)], __ATOMIC_RELAXED) == 0)) return 0;
+  uint32_t i = live_hash(p);
+  for (uint32_t n = 0; n < LIVE_PROBES; ++n, i = (i + 1) & (LIVE_SLOTS - 1u)) {
+    uint64_t v = __atomic_load_n(&g_live[i], __ATOMIC_RELAXED);
+    if (v == 0) return 0;
+    if (v == p && __atomic_compare_exchange_n(&g_live[i], &v, 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      filter_drop(p);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static struct hpd_alloc_record* reserve(uint32_t frames) {
+  const uint64_t size = hpd_alloc_record_size(frames);
+  const uint64_t at = __atomic_fetch_add(&g_log->cursor, size, __ATOMIC_RELAXED);
+  if (at + size > HPD_ALLOC_FILE_SIZE - sizeof(struct hpd_alloc_header)) {
+    __atomic_fetch_add(&g_log->dropped, 1, __ATOMIC_RELAXED);
+    return NULL;
+  }
+  return (struct hpd_alloc_record*)((char*)g_log + sizeof(struct hpd_alloc_header) + at);
+}
+
+static void log_free(void* p) {
+  struct hpd_alloc_record* r = reserve(0);
+  if (r == NULL) return;
+  r->frames = 0;
+  r->pid = g_pid;
+  r->tid = 0;
+  r->address = (uint64_t)(uintptr_t)p;
+  r->size = 0;
+  __atomic_store_n(&r->kind, HPD_ALLOC_RECORD_FREE, __ATOMIC_RELEASE);
+}
+
+/* ---- per thread: the countdown, the generator, and a guard against reentry ---- */
+
+static __thread int64_t t_countdown __attribute__((tls_model("initial-exec")));
+static __thread uint64_t t_rng __attribute__((tls_model("initial-exec")));
+static __thread int t_busy __attribute__((tls_model("initial-exec")));
+
+static uint64_t next_random(void) {
+  if (UNLIKELY(t_rng == 0)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t_rng = ((uint64_t)syscall(SYS_gettid) << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
+            (uint64_t)(uintptr_t)&t_rng;
+    if (t_rng == 0) t_rng = 0x2545f4914f6cdd1dull;
+  }
+  /* xorshift64* */
+  t_rng ^= t_rng >> 12;
+  t_rng ^= t_rng << 25;
+  t_rng ^= t_rng >> 27;
+  return t_rng * 0x2545f4914f6cdd1dull;
+}
+
+/* Bytes until the next sample: exponential with mean g_mean, at least 1. */
+static int64_t draw_distance(void) {
+  const double u = (double)((next_random() >> 11) + 1) * (1.0 / 9007199254740992.0); /* (0, 1] */
+  const double d = -log(u) * g_mean;
+  if (d < 1.0) return 1;
+  if (d > 4.0e18) return INT64_C(4000000000000000000);
+  return (int64_t)d;
+}
+
+struct unwind_state {
+  uint64_t* frames;
+  uint32_t n;
+};
+
+static _Unwind_Reason_Code collect_frame(struct _Unwind_Context* context, void* arg) {
+  struct unwind_state* s = (struct unwind_state*)arg;
+  const uintptr_t ip = _Unwind_GetIP(context);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (s->n == 0 && ip >= g_self_low && ip < g_self_high) return _URC_NO_REASON; /* the runtime's frames */
+  if (s->n == HPD_ALLOC_MAX_FRAMES) return _URC_END_OF_STACK;
+  s->frames[s->n++] = ip;
+  return _URC_NO_REASON;
+}
+
+static __attribute__((noinline)) void record_alloc(void* p, size_t size) {
+  uint64_t frames[HPD_ALLOC_MAX_FRAMES];
+  struct unwind_state s = {frames, 0};
+  _Unwind_Backtrace(collect_frame, &s);
+  uint32_t kind = HPD_ALLOC_RECORD_ALLOC;
+  if (!live_insert((uint64_t)(uintptr_t)p)) {
+    __atomic_fetch_add(&g_log->untracked, 1, __ATOMIC_RELAXED);
+    kind = HPD_ALLOC_RECORD_ALLOC_UNTRACKED;
+  }
+  struct hpd_alloc_record* r = reserve(s.n);
+  if (r == NULL) return;
+  r->frames = s.n;
+  r->pid = g_pid;
+  r->tid = (int32_t)syscall(SYS_gettid);
+  r->address = (uint64_t)(uintptr_t)p;
+  r->size = size;
+  memcpy(r + 1, frames, 8ull * s.n);
+  __atomic_store_n(&r->kind, kind, __ATOMIC_RELEASE);
+}
+
+/* The countdown reached zero or below: `p` (of `size` bytes) is sampled when the runtime logs. */
+static __attribute__((noinline)) void countdown_expired(void* p, size_t size) {
+  if (!g_on) {
+    /* Before the constructor (the loader's own allocations) the countdown stays at 0; without a log it
+     * never expires again. */
+    if (g_pid == -1) t_countdown = INT64_MAX;
+    return;
+  }
+  if (t_busy) return; /* the runtime's own allocations (the unwinder's), or a signal handler's */
+  if (t_rng == 0) {
+    /* The thread's first allocation: its distance is drawn now, this allocation counted against it. */
+    t_countdown = draw_distance() - (int64_t)size;
+    if (t_countdown > 0) return;
+  }
+  t_countdown = draw_distance();
+  if (p == NULL || size == 0) return;
+  t_busy = 1;
+  record_alloc(p, size);
+  t_busy = 0;
+}
+
+static inline void account(void* p, size_t size) {
+  if (LIKELY((t_countdown -= (int64_t)(size & (SIZE_MAX >> 1))) > 0)) return;
+  countdown_expired(p, size);
+}
+
+static inline void forget(void* p) {
+  if (g_live != NULL && live_remove((uint64_t)(uintptr_t)p)) log_free(p);
+}
+
+/* ---- the interposed functions ---- */
+
+void* malloc(size_t size) {
+  if (UNLIKELY(__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == NULL)) {
+    if (g_resolving) return boot_alloc(size);
+    resolve();
+  }
+  void* p = real_malloc(size);
+  account(p, size);
+  return p;
+}
+
+void* calloc(size_t n, size_t size) {
+  if (UNLIKELY(__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == NULL)) {
+    if (g_resolving) {
+      if (size != 0 && n > SIZE_MAX / size) return NULL;
+      return boot_alloc(n * size);
+    }
+    resolve();
+  }
+  void* p = real_calloc(n, size);
+  if (size == 0 || n <= SIZE_MAX / size) account(p, n * size);
+  return p;
+}
+
+void free(void* p) {
+  if (p == NULL || UNLIKELY(in_boot_arena(p))) return;
+  forget(p);
+  if (UNLIKELY(real_free == NULL)) resolve();
+  real_free(p);
+}
+
+void* realloc(void* p, size_t size) {
+  if (UNLIKELY(__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == NULL)) {
+    if (g_resolving) return NULL;
+    resolve();
+  }
+  if (UNLIKELY(p != NULL && in_boot_arena(p))) {
+    void* q = malloc(size);
+    if (q != NULL) {
+      const size_t old = boot_size(p);
+      memcpy(q, p, old < size ? old : size);
+    }
+    return q;
+  }
+  /* A realloc is a free of the old block and an allocation of the new one (the block may move). The
+   * free is logged before the old address can be handed out again. */
+  if (p != NULL) forget(p);
+  void* q = real_realloc(p, size);
+  if (q != NULL) account(q, size);
+  return q;
+}
+
+int posix_memalign(void** out, size_t alignment, size_t size) {
+  if (UNLIKELY(__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == NULL)) resolve();
+  const int r = real_posix_memalign(out, alignment, size);
+  if (r == 0) account(*out, size);
+  return r;
+}
+
+void* aligned_alloc(size_t alignment, size_t size) {
+  if (UNLIKELY(__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == NULL)) resolve();
+  void* p = real_aligned_alloc(alignment, size);
+  account(p, size);
+  return p;
+}
+
+void* memalign(size_t alignment, size_t size) {
+  if (UNLIKELY(__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == NULL)) resolve();
+  void* p = real_memalign(alignment, size);
+  account(p, size);
+  return p;
+}
+
+void* valloc(size_t size) {
+  if (UNLIKELY(__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == NULL)) resolve();
+  void* p = real_valloc(size);
+  account(p, size);
+  return p;
+}
+
+void* pvalloc(size_t size) {
+  if (UNLIKELY(__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == NULL)) resolve();
+  void* p = real_pvalloc(size);
+  account(p, size);
+  return p;
+}
+
+/* ---- start-up ---- */
+
+static int find_self(struct dl_phdr_info* info, size_t size, void* data) {
+  (void)size;
+  if ((uintptr_t)info->dlpi_addr != (uintptr_t)data) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    g_self_low = info->dlpi_addr + ph->p_vaddr;
+    g_self_high = g_self_low + ph->p_memsz;
+  }
+  return 1;
+}
+
+static void after_fork_in_child(void) {
+  if (!g_on) return;
+  g_pid = (int32_t)getpid();
+  __atomic_fetch_add(&g_log->processes, 1, __ATOMIC_RELAXED);
+}
+
+static void write_err(const char* s) {
+  ssize_t r = write(2, s, strlen(s));
+  (void)r;
+}
+
+__attribute__((constructor(101))) static void hpd_alloc_constructor(void) {
+  if (real_malloc == NULL) resolve();
+  const char* path = getenv(HPD_ALLOC_ENV_LOG);
+  if (path == NULL || path[0] == '\0') {
+    g_pid = -1; /* no log: countdowns that expire are set never to expire again */
+    return;
+  }
+  g_pid = (int32_t)getpid();
+  const int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    write_err("hpd runtime: cannot open the allocation log named by " HPD_ALLOC_ENV_LOG
+              "; allocations are not sampled\n");
+    g_pid = -1;
+    return;
+  }
+  struct stat st;
+  void* p = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == HPD_ALLOC_FILE_SIZE)
+    p = mmap(NULL, HPD_ALLOC_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  void* live = mmap(NULL, LIVE_SLOTS * sizeof(uint64_t) + FILTER_BUCKETS, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  struct hpd_alloc_header* h = (struct hpd_alloc_header*)p;
+  if (p == MAP_FAILED || live == MAP_FAILED || h->magic != HPD_ALLOC_MAGIC ||
+      h->version != HPD_ALLOC_VERSION || h->mean_bytes == 0) {
+    write_err("hpd runtime: the allocation log is not of this hpd's layout; allocations are not sampled\n");
+    if (p != MAP_FAILED) munmap(p, HPD_ALLOC_FILE_SIZE);
+    if (live != MAP_FAILED) munmap(live, LIVE_SLOTS * sizeof(uint64_t) + FILTER_BUCKETS);
+    g_pid = -1;
+    return;
+  }
+  Dl_info self;
+  if (dladdr((void*)&hpd_alloc_constructor, &self) != 0) dl_iterate_phdr(find_self, self.dli_fbase);
+  g_mean = (double)h->mean_bytes;
+  g_filter = (uint8_t*)live + LIVE_SLOTS * sizeof(uint64_t);
+  g_live = (uint64_t*)live;
+  g_log = h;
+  pthread_atfork(NULL, NULL, after_fork_in_child);
+  __atomic_fetch_add(&h->processes, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_on, 1, __ATOMIC_RELEASE);
+}
