@@ -126,6 +126,17 @@ struct ExportArgs {
   ConvertArgs output;  // output, format, symbolization and report options; `input` is unused
 };
 
+// `hpctl push FILE`: a saved recording sent to a profile store (push_command.cpp).
+struct PushArgs {
+  std::string input;                // .hpr capture or Firefox JSON written by hpctl
+  std::string otlp_endpoint;        // http(s)://HOST:PORT[/PATH] of an OTLP/HTTP receiver
+  std::vector<std::string> labels;  // KEY=VALUE resource attributes added to every process
+  double timeout_s = 30;
+  std::vector<std::string> debug_dirs;
+  bool no_debuginfod = false;
+  bool quiet = false;
+};
+
 // Global options: the hpd socket and whether to record through hpd (session_commands.cpp).
 struct DaemonArgs {
   std::string socket;         // --socket; "" = $HPD_SOCKET or /run/hpd/hpd.sock
@@ -163,5 +174,6 @@ int run_export(const ExportArgs& args);
 // The format `hpctl convert` writes for this output name, or "" when the suffix does not say.
 std::string guess_output_format(const std::string& output);
 int run_symbolize(const SymbolizeArgs& args);
+int run_push(const PushArgs& args);
 
 }  // namespace hpd::cli

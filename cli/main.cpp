@@ -315,6 +315,24 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   export_cmd->add_flag("-q,--quiet", exp.output.quiet, "No notes or summary on stderr");
 
+  hpd::cli::PushArgs push_args;
+  CLI::App* push = app.add_subcommand(
+      "push", "Send a saved recording (.hpr or Firefox JSON) to a profile store: OTLP profiles over HTTP");
+  push->add_option("input", push_args.input, "A capture (.hpr) or a Firefox profile written by hpctl")
+      ->required();
+  push->add_option("--otlp-endpoint", push_args.otlp_endpoint,
+                   "OTLP/HTTP receiver: http(s)://HOST:PORT (POSTs to /v1development/profiles) or a full URL")
+      ->required();
+  push->add_option("--label", push_args.labels, "KEY=VALUE resource attribute on every process (repeatable)");
+  push->add_option("--timeout", push_args.timeout_s, "Seconds to wait for the endpoint")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  push->add_option("--debug-dir", push_args.debug_dirs,
+                   "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
+  push->add_flag("--no-debuginfod", push_args.no_debuginfod,
+                 "Do not ask $DEBUGINFOD_URLS for missing binaries");
+  push->add_flag("-q,--quiet", push_args.quiet, "No notes or summary on stderr");
+
   hpd::cli::StatusArgs status_args;
   CLI::App* status =
       app.add_subcommand("status", "Show hpd: version, backends, sessions, samples, lost, memory");
@@ -343,7 +361,8 @@ int main(int argc, char** argv) {
   // fault per 4 KiB (heap_pages.h). Nothing of it reaches the commands record starts.
   rep.limit_given = report_limit->count() > 0;
   const bool symbolizes = record->parsed() || report->parsed() || open->parsed() || annotate->parsed() ||
-                          diff->parsed() || convert->parsed() || export_cmd->parsed() || symbolize->parsed();
+                          diff->parsed() || convert->parsed() || export_cmd->parsed() ||
+                          symbolize->parsed() || push->parsed();
   if (symbolizes && std::getenv("HPCTL_NO_HUGE_PAGES") == nullptr) hpd::prefer_huge_pages_for_heap();
 
   try {
@@ -374,6 +393,7 @@ int main(int argc, char** argv) {
     if (convert->parsed()) return hpd::cli::run_convert(conv);
     if (export_cmd->parsed()) return hpd::cli::run_export(exp);
     if (symbolize->parsed()) return hpd::cli::run_symbolize(sym);
+    if (push->parsed()) return hpd::cli::run_push(push_args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hpctl: error: %s\n", e.what());
     return 1;

@@ -11,6 +11,8 @@ PACKAGES=(
   # libraries
   libelf-dev libdw-dev libdebuginfod-dev libbpf-dev libzstd-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcapstone-dev
+  # hpctl push: OTLP/HTTP to a collector
+  libcurl4-openssl-dev
   # tools the tests compare against or drive
   linux-perf binutils elfutils procps util-linux bc xz-utils libc6-dbg debuginfod
   protobuf-compiler mandoc
@@ -30,6 +32,15 @@ else
   SUDO=
 fi
 
+# Go is not a Debian package here: Debian 12's golang-go (1.19) is too old for the OpenTelemetry
+# Collector the OTLP tests build from its modules (packaging/build-otelcol.sh); this machine kind ships
+# Go 1.26 in /usr/local/go.
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+  echo "install-deps: error: 'go' is missing (not in PATH nor /usr/local/go/bin); the OTLP tests need Go" \
+    ">= 1.26 to build the OpenTelemetry Collector (packaging/otelcol/go.mod)" >&2
+  exit 1
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,3 +55,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+

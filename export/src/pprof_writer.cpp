@@ -11,52 +11,13 @@
 #include "hpd/export/pprof.h"
 #include "hpd/model/validate.h"
 #include "output_file.h"
+#include "proto_writer.h"
 
 namespace hpd {
 namespace {
 
 constexpr int kGzipLevel = 6;
 constexpr uint64_t kDefaultIntervalNs = 1000000;
-
-// Protobuf wire format: field key = number << 3 | wire type; 0 = varint, 2 = length-delimited.
-// Negative int64 values would take ten bytes; every value written here is non-negative.
-class ProtoWriter {
- public:
-  void varint(uint64_t v) {
-    while (v >= 0x80) {
-      out_.push_back(static_cast<char>(v | 0x80));
-      v >>= 7;
-    }
-    out_.push_back(static_cast<char>(v));
-  }
-  // proto3 leaves fields at their default value out.
-  void uint_field(uint32_t field, uint64_t v) {
-    if (v == 0) return;
-    varint(uint64_t{field} << 3);
-    varint(v);
-  }
-  void bool_field(uint32_t field, bool v) { uint_field(field, v ? 1 : 0); }
-  void bytes_field(uint32_t field, std::string_view bytes) {
-    varint(uint64_t{field} << 3 | 2);
-    varint(bytes.size());
-    out_.append(bytes);
-  }
-  void message_field(uint32_t field, const ProtoWriter& m) { bytes_field(field, m.out_); }
-  // Packed repeated varints (the proto3 default for repeated scalars).
-  template <typename Range>
-  void packed_field(uint32_t field, const Range& values) {
-    if (values.empty()) return;
-    ProtoWriter body;
-    for (const auto v : values) body.varint(static_cast<uint64_t>(v));
-    message_field(field, body);
-  }
-  const std::string& bytes() const { return out_; }
-  std::string take() { return std::move(out_); }
-  void clear() { out_.clear(); }
-
- private:
-  std::string out_;
-};
 
 class PprofBuilder {
  public:

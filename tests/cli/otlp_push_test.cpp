@@ -1,0 +1,506 @@
+// Privileged integration tests of `hpctl push`: a recording of a fixture that knows its own truth
+// (tests/fixtures/cpu_split.c) sent as OTLP profiles to a real OpenTelemetry Collector, built by the
+// test setup from its Go modules (packaging/otelcol) and started here on loopback with its file
+// exporter; what the collector wrote must match hpctl's own local export of the same recording.
+// Then the endpoints a push can meet that are not a working collector: nothing listening, garbage,
+// 503, an HTML 200, plain HTTP where TLS is asked for: a clear error, exit 1, no crash.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hpd/base/elf.h"
+#include "subprocess.h"
+#include "temp_dir.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace hpd::test {
+namespace {
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kFixtures = HPD_FIXTURE_DIR;
+const std::string kOtelcol = HPD_OTELCOL_PATH;
+
+// A loopback TCP socket bound to a port the kernel picks; listening or not.
+class LoopbackSocket {
+ public:
+  explicit LoopbackSocket(bool listening) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        (listening && ::listen(fd_, 4) != 0)) {
+      throw std::runtime_error("cannot bind a loopback socket");
+    }
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~LoopbackSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+bool can_connect(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A port nothing listens on now (bound, then released); the collector takes it a moment later.
+uint16_t free_port() {
+  return LoopbackSocket(false).port();
+}
+
+// A server that answers each connection with `answer` after reading the request (headers, and a
+// body of Content-Length bytes), or after the first bytes when `read_all` is false (a TLS hello).
+class CannedServer {
+ public:
+  CannedServer(std::string answer, bool read_all) : socket_(true), answer_(std::move(answer)) {
+    thread_ = std::thread([this, read_all] { serve(read_all); });
+  }
+  ~CannedServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint16_t port() const { return socket_.port(); }
+  int connections() const { return connections_; }
+
+ private:
+  void serve(bool read_all) {
+    while (!stop_) {
+      pollfd p{socket_.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const int c = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      ++connections_;
+      std::string request;
+      char buf[65536];
+      for (;;) {
+        pollfd q{c, POLLIN, 0};
+        if (::poll(&q, 1, 10000) <= 0) break;
+        const ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) break;
+        request.append(buf, static_cast<size_t>(n));
+        if (!read_all) break;
+        const size_t end = request.find("\r\n\r\n");
+        if (end == std::string::npos) continue;
+        size_t length = 0;
+        const size_t cl = request.find("Content-Length: ");
+        if (cl != std::string::npos && cl < end) length = std::stoul(request.substr(cl + 16));
+        if (request.size() >= end + 4 + length) break;
+      }
+      (void)!::write(c, answer_.data(), answer_.size());
+      ::shutdown(c, SHUT_WR);
+      ::close(c);
+    }
+  }
+
+  LoopbackSocket socket_;
+  std::string answer_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The real collector on a loopback port, writing what it receives to `output` as OTLP JSON lines.
+class Collector {
+ public:
+  Collector(const std::string& dir, const std::string& output) : port_(free_port()) {
+    const std::string config = dir + "/otelcol.yaml";
+    std::ofstream(config) << "receivers:\n"
+                             "  otlp:\n"
+                             "    protocols:\n"
+                             "      http:\n"
+                             "        endpoint: 127.0.0.1:"
+                          << port_
+                          << "\n"
+                             "exporters:\n"
+                             "  file:\n"
+                             "    path: "
+                          << output
+                          << "\n"
+                             "service:\n"
+                             "  telemetry:\n"
+                             "    metrics:\n"
+                             "      level: none\n"
+                             "  pipelines:\n"
+                             "    profiles:\n"
+                             "      receivers: [otlp]\n"
+                             "      exporters: [file]\n";
+    BackgroundOptions options;
+    options.stdout_path = dir + "/otelcol.log";
+    process_ = std::make_unique<Background>(
+        std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" --config \"$1\" 2>&1", kOtelcol, config},
+        options);
+    // Ready when its receiver accepts connections (or it exited: then the test fails, with its log).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!can_connect(port_) && running() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  uint16_t port() const { return port_; }
+  // Not exited (a zombie until the Background reaps it).
+  bool running() const {
+    const std::string stat = read_file("/proc/" + std::to_string(process_->pid()) + "/stat");
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+  }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  uint16_t port_;
+  std::unique_ptr<Background> process_;
+};
+
+// The first complete JSON line of `path` holding resourceProfiles, waiting for the file exporter
+// to flush it (it writes each batch as one line).
+json wait_for_profiles(const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::istringstream lines(read_file(path));
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.find("resourceProfiles") == std::string::npos) continue;
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_discarded()) return j;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return json();
+}
+
+// OTLP JSON writes 64-bit integers as strings and leaves zero values out.
+int64_t num(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key)) return 0;
+  const json& v = j.at(key);
+  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+}
+
+// What the collector received, reduced to what the checks compare.
+struct Received {
+  std::map<std::string, int64_t> self_samples;  // leaf function -> on-CPU samples
+  std::map<std::string, int64_t> self_cpu_ns;   // leaf function -> CPU time
+  std::set<std::string> functions;              // every function on a stack of any sample type
+  std::set<std::string> on_cpu_functions;       // every function on a stack sampled on the CPU
+  std::map<std::string, std::string> resource;  // the fixture's process's resource attributes
+  std::set<std::string> sample_attribute_keys;
+  std::map<std::string, std::string> build_ids;  // mapping file name -> build-id attribute
+  std::set<std::string> sample_types;
+  int64_t off_cpu_ns = 0;  // off_cpu_blocked + off_cpu_waiting
+  int64_t period_ns = 0;
+};
+
+Received parse_received(const json& request, const std::string& fixture_name) {
+  Received r;
+  const json& dict = request.at("dictionary");
+  const json& strings = dict.at("stringTable");
+  const auto string_at = [&](int64_t i) { return strings.at(static_cast<size_t>(i)).get<std::string>(); };
+  const json& functions = dict.at("functionTable");
+  const json& locations = dict.at("locationTable");
+  const json& stacks = dict.at("stackTable");
+  const json& attributes = dict.at("attributeTable");
+  const json& mappings = dict.at("mappingTable");
+  // A value as the collector writes it: inline, or (pdata moves resource attributes into the
+  // dictionary) as an index into the string table.
+  const auto any_value = [&](const json& v) -> std::string {
+    if (v.contains("stringValue")) return v.at("stringValue").get<std::string>();
+    if (v.contains("stringValueStrindex")) return string_at(num(v, "stringValueStrindex"));
+    if (v.contains("intValue")) return std::to_string(num(v, "intValue"));
+    return "";
+  };
+  const auto attribute = [&](int64_t i) {
+    const json& a = attributes.at(static_cast<size_t>(i));
+    return std::make_pair(string_at(num(a, "keyStrindex")),
+                          a.contains("value") ? any_value(a.at("value")) : "");
+  };
+  for (const json& m : mappings) {
+    if (!m.contains("attributeIndices")) continue;
+    for (const json& i : m.at("attributeIndices")) {
+      const auto [key, value] = attribute(i.get<int64_t>());
+      if (key == "process.executable.build_id.gnu")
+        r.build_ids[fs::path(string_at(num(m, "filenameStrindex"))).filename().string()] = value;
+    }
+  }
+  const auto function_name = [&](const json& line) {
+    return string_at(num(functions.at(static_cast<size_t>(num(line, "functionIndex"))), "nameStrindex"));
+  };
+  for (const json& rp : request.at("resourceProfiles")) {
+    std::map<std::string, std::string> resource;
+    for (const json& kv : rp.at("resource").at("attributes"))
+      resource[kv.contains("key") ? kv.at("key").get<std::string>() : string_at(num(kv, "keyStrindex"))] =
+          any_value(kv.at("value"));
+    if (resource["process.executable.name"] != fixture_name) continue;
+    r.resource = resource;
+    for (const json& sp : rp.at("scopeProfiles")) {
+      for (const json& p : sp.at("profiles")) {
+        const std::string type = string_at(num(p.at("sampleType"), "typeStrindex"));
+        r.sample_types.insert(type);
+        r.period_ns = num(p, "period");
+        if (!p.contains("samples")) continue;
+        for (const json& s : p.at("samples")) {
+          int64_t value = 0;
+          for (const json& v : s.at("values"))
+            value += v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+          if (s.contains("attributeIndices")) {
+            for (const json& i : s.at("attributeIndices"))
+              r.sample_attribute_keys.insert(attribute(i.get<int64_t>()).first);
+          }
+          if (type == "off_cpu_blocked" || type == "off_cpu_waiting") r.off_cpu_ns += value;
+          const json& stack = stacks.at(static_cast<size_t>(num(s, "stackIndex")));
+          if (!stack.contains("locationIndices")) continue;
+          const json& ids = stack.at("locationIndices");
+          for (size_t k = 0; k < ids.size(); ++k) {
+            const json& loc = locations.at(ids[k].get<size_t>());
+            if (!loc.contains("lines")) continue;
+            for (const json& line : loc.at("lines")) {
+              r.functions.insert(function_name(line));
+              if (type == "samples") r.on_cpu_functions.insert(function_name(line));
+            }
+            if (k == 0) {
+              const std::string leaf = function_name(loc.at("lines").at(0));
+              if (type == "samples") r.self_samples[leaf] += value;
+              if (type == "cpu") r.self_cpu_ns[leaf] += value;
+            }
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// hpctl's own collapsed stacks of the capture: leaf function -> weight, for the fixture's process.
+std::map<std::string, int64_t> local_self(const std::string& capture, const std::string& weight,
+                                          const std::string& fixture_name, std::set<std::string>* functions) {
+  const RunResult r = run({kHpctl, "convert", capture, "--format", "collapsed", "--per-process", "--weight",
+                           weight, "-q", "-o", "-"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, int64_t> self;
+  std::istringstream lines(r.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    const std::string stack = line.substr(0, space);
+    if (stack.rfind(fixture_name, 0) != 0) continue;  // "cpu_split (PID);..."
+    std::vector<std::string> frames;
+    std::istringstream parts(stack);
+    std::string frame;
+    while (std::getline(parts, frame, ';')) frames.push_back(frame);
+    if (frames.size() < 2) continue;
+    self[frames.back()] += std::stoll(line.substr(space + 1));
+    // Collapsed stacks end a stack that waited for a CPU in a frame of that name.
+    if (functions != nullptr) {
+      for (size_t i = 1; i < frames.size(); ++i) {
+        if (frames[i] != "[waiting for CPU]") functions->insert(frames[i]);
+      }
+    }
+  }
+  return self;
+}
+
+class OtlpPushTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir("otlp-push");
+    capture_ = dir_->file("cpu_split.hpr");
+    const RunResult r = run(
+        {kHpctl, "record", "--no-report", "-q", "-o", capture_, "--", kFixtures + "/cpu_split", "--cpu", "2"},
+        300);
+    fixture_out_ = r.out + r.err;
+    ASSERT_EQ(r.exit_code, 0) << fixture_out_;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  // Pushes the capture to `endpoint`, which must fail with a message containing each of `expect`.
+  static void expect_push_fails(const std::string& endpoint, const std::vector<std::string>& expect) {
+    const RunResult r =
+        run({kHpctl, "push", capture_, "-q", "--timeout", "20", "--otlp-endpoint", endpoint}, 120);
+    EXPECT_EQ(r.exit_code, 1) << endpoint << ": " << r.err;
+    EXPECT_NE(r.err.find("hpctl: error: "), std::string::npos) << r.err;
+    for (const std::string& e : expect)
+      EXPECT_NE(r.err.find(e), std::string::npos) << "want '" << e << "' in: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  }
+
+  static testing::TempDir* dir_;
+  static std::string capture_;
+  static std::string fixture_out_;
+};
+
+testing::TempDir* OtlpPushTest::dir_ = nullptr;
+std::string OtlpPushTest::capture_;
+std::string OtlpPushTest::fixture_out_;
+
+TEST_F(OtlpPushTest, CollectorReceivesWhatTheLocalExportHas) {
+  testing::TempDir dir("otlp-collector", testing::TempDir::Cleanup::kKeepOnFailure);
+  const std::string received_path = dir.file("received.json");
+  Collector collector(dir.path(), received_path);
+  ASSERT_TRUE(can_connect(collector.port()))
+      << "the collector did not start: " << read_file(dir.file("otelcol.log"));
+
+  const RunResult push = run({kHpctl, "push", capture_, "--otlp-endpoint", collector.endpoint(), "--label",
+                              "deployment.environment=test"},
+                             120);
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  EXPECT_NE(push.err.find("hpctl: pushed "), std::string::npos) << push.err;
+  const json request = wait_for_profiles(received_path);
+  ASSERT_FALSE(request.is_null()) << "nothing written by the collector; its log: "
+                                  << read_file(dir.file("otelcol.log"));
+
+  const Received got = parse_received(request, "cpu_split");
+  std::set<std::string> local_on_cpu_functions, local_functions;
+  const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
+  const auto local_cpu = local_self(capture_, "cpu", "cpu_split", nullptr);
+  const auto local_wall = local_self(capture_, "wall", "cpu_split", &local_functions);  // on and off the CPU
+  ASSERT_FALSE(local_samples.empty());
+
+  // Functions and sample counts: what the collector received is hpctl's local export, within 1%.
+  EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions);
+  EXPECT_EQ(got.functions, local_functions);
+  int64_t local_total = 0, got_total = 0;
+  for (const auto& [f, n] : local_samples) {
+    local_total += n;
+    const auto it = got.self_samples.find(f);
+    const int64_t received = it != got.self_samples.end() ? it->second : 0;
+    EXPECT_NEAR(double(received), double(n), 0.01 * double(n) + 0.5) << f << " samples";
+  }
+  for (const auto& [f, n] : got.self_samples) got_total += n;
+  EXPECT_NEAR(double(got_total), double(local_total), 0.01 * double(local_total));
+  for (const auto& [f, ns] : local_cpu) {
+    const auto it = got.self_cpu_ns.find(f);
+    const int64_t received = it != got.self_cpu_ns.end() ? it->second : 0;
+    EXPECT_NEAR(double(received), double(ns), 0.01 * double(ns) + 0.5) << f << " CPU ns";
+  }
+
+  // Off-CPU time: the local wall weight is the on-CPU samples times the interval plus it.
+  int64_t local_wall_total = 0;
+  for (const auto& [f, ns] : local_wall) local_wall_total += ns;
+  const int64_t local_off_cpu = local_wall_total - local_total * got.period_ns;
+  EXPECT_GT(got.period_ns, 0);
+  EXPECT_NEAR(double(got.off_cpu_ns), double(local_off_cpu), 0.01 * double(local_off_cpu) + 0.5);
+
+  // The fixture's truth: its leaves split the CPU 30/20/40/10.
+  int64_t leaves = 0;
+  for (const char* leaf : {"leaf_a", "leaf_b", "leaf_c", "leaf_d"})
+    leaves += got.self_cpu_ns.count(leaf) ? got.self_cpu_ns.at(leaf) : 0;
+  ASSERT_GT(leaves, 0);
+  const std::map<std::string, double> truth{{"leaf_a", 30}, {"leaf_b", 20}, {"leaf_c", 40}, {"leaf_d", 10}};
+  for (const auto& [leaf, percent] : truth) {
+    const double share =
+        100.0 * double(got.self_cpu_ns.count(leaf) ? got.self_cpu_ns.at(leaf) : 0) / double(leaves);
+    EXPECT_NEAR(share, percent, 3.0) << leaf << " share of CPU received";
+  }
+  std::printf(
+      "collector received %lld on-CPU samples of cpu_split (local export %lld), leaf CPU %.1f ms, off-CPU "
+      "%.3f ms "
+      "(local %.3f ms)\n",
+      static_cast<long long>(got_total), static_cast<long long>(local_total), double(leaves) / 1e6,
+      double(got.off_cpu_ns) / 1e6, double(local_off_cpu) / 1e6);
+
+  // Labels: host, process, thread, and the one given on the command line.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  EXPECT_EQ(got.resource.count("host.name") ? got.resource.at("host.name") : "", host);
+  EXPECT_EQ(got.resource.count("process.executable.name") ? got.resource.at("process.executable.name") : "",
+            "cpu_split");
+  EXPECT_GT(std::stoll(got.resource.count("process.pid") ? got.resource.at("process.pid") : "0"), 0);
+  EXPECT_EQ(got.resource.count("deployment.environment") ? got.resource.at("deployment.environment") : "",
+            "test");
+  EXPECT_TRUE(got.sample_attribute_keys.count("thread.name"));
+  EXPECT_TRUE(got.sample_attribute_keys.count("thread.id"));
+  EXPECT_TRUE(got.sample_types.count("samples"));
+  EXPECT_TRUE(got.sample_types.count("cpu"));
+
+  // Build-ids: the fixture's mapping carries the build-id of the file itself.
+  const auto id = file_build_id(kFixtures + "/cpu_split");
+  ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(got.build_ids.count("cpu_split") ? got.build_ids.at("cpu_split") : "", *id);
+  EXPECT_GE(got.build_ids.size(), 2u) << "the fixture and libc at least";
+}
+
+TEST_F(OtlpPushTest, NothingListeningIsAClearError) {
+  LoopbackSocket closed(false);  // bound, not listening: connections are refused
+  expect_push_fails("http://127.0.0.1:" + std::to_string(closed.port()),
+                    {"cannot connect to", "is the collector running"});
+}
+
+TEST_F(OtlpPushTest, GarbageAnswerIsAClearError) {
+  CannedServer server("\x16\x03\x01 this is not HTTP\n", true);
+  expect_push_fails("http://127.0.0.1:" + std::to_string(server.port()),
+                    {"did not answer as an HTTP server"});
+  EXPECT_GE(server.connections(), 1);
+}
+
+TEST_F(OtlpPushTest, RetryLaterStatusIsAClearErrorWithTheBodysFirstLine) {
+  const std::string body = "queue full, retry later\nsecond line\n";
+  CannedServer server("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body,
+                      true);
+  expect_push_fails("http://127.0.0.1:" + std::to_string(server.port()),
+                    {"answered HTTP 503: queue full, retry later"});
+}
+
+TEST_F(OtlpPushTest, NonOtlpSuccessBodyIsAClearError) {
+  const std::string body = "<html>welcome</html>\n";
+  CannedServer server("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body,
+                      true);
+  expect_push_fails("http://127.0.0.1:" + std::to_string(server.port()),
+                    {"not an OTLP export response: <html>welcome</html>"});
+}
+
+TEST_F(OtlpPushTest, TlsToAPlainServerIsATlsError) {
+  CannedServer server("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", false);
+  expect_push_fails("https://127.0.0.1:" + std::to_string(server.port()),
+                    {"TLS error with https://127.0.0.1:"});
+}
+
+TEST_F(OtlpPushTest, EndpointThatIsNotAUrlIsRefusedBeforeReading) {
+  const RunResult r = run({kHpctl, "push", "/nonexistent.hpr", "--otlp-endpoint", "127.0.0.1:4318"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is not a URL"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace hpd::test
