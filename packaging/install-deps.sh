@@ -20,8 +20,6 @@ PACKAGES=(
   uftrace bpftrace
   # JIT frames from /tmp/perf-PID.map: tests/cli/jit_test.cpp records node --perf-basic-prof
   nodejs
-  # `go tool pprof` reads hpd's pprof heap columns in tests/collect/calls/alloc_record_test.cpp
-  golang-go
   # the Debian package: dpkg-shlibdeps for its Depends, lintian to check it
   lintian dpkg-dev
 )
@@ -34,7 +32,8 @@ fi
 
 # Go is not a Debian package here: Debian 12's golang-go (1.19) is too old for the OpenTelemetry
 # Collector the OTLP tests build from its modules (packaging/build-otelcol.sh); this machine kind ships
-# Go 1.26 in /usr/local/go.
+# Go 1.26 in /usr/local/go, whose `go tool pprof` also reads hpd's pprof heap columns
+# (tests/collect/calls/alloc_record_test.cpp).
 if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
   echo "install-deps: error: 'go' is missing (not in PATH nor /usr/local/go/bin); the OTLP tests need Go" \
     ">= 1.26 to build the OpenTelemetry Collector (packaging/otelcol/go.mod)" >&2
