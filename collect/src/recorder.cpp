@@ -10,6 +10,7 @@
 #include <string>
 
 #include "bpf/bpf_recorder.h"
+#include "hpd/base/process.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_privileges.h"
 #include "perf/perf_recorder.h"

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "proc/launched_command.h"
+#include "hpd/base/process.h"
 #include "proc/proc_files.h"
 
 namespace hpd {
@@ -103,6 +103,23 @@ void check_targets_running(const std::vector<int32_t>& pids, const std::vector<U
                         " exited before the recording started; nothing was recorded (another process may "
                         "have its pid now)");
     }
+  }
+}
+
+std::unique_ptr<LaunchedCommand> launch_command(const std::vector<std::string>& argv,
+                                                const std::vector<std::string>& environment) {
+  try {
+    return std::make_unique<LaunchedCommand>(argv, environment, HoldAt::kBeforeExec);
+  } catch (const std::runtime_error& e) {
+    throw RecordError(e.what());
+  }
+}
+
+void start_command(LaunchedCommand& command) {
+  try {
+    command.start();
+  } catch (const std::runtime_error& e) {
+    throw RecordError(e.what());
   }
 }
 

@@ -6,8 +6,11 @@
 #include <time.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/unwind/unwinder.h"
@@ -38,7 +41,11 @@ std::vector<UniqueFd> bind_targets(const RecordOptions& options);
 // the kernel-side exit hooks will see each target leave.
 void check_targets_running(const std::vector<int32_t>& pids, const std::vector<UniqueFd>& pidfds);
 
-class LaunchedCommand;
+// The recording's command (RecordOptions::command): base's LaunchedCommand, forked and held before its
+// exec so that the events attached to its pid see the exec, then let run; their errors as RecordError.
+std::unique_ptr<LaunchedCommand> launch_command(const std::vector<std::string>& argv,
+                                                const std::vector<std::string>& environment);
+void start_command(LaunchedCommand& command);
 
 // A recorded process and how its exit is noticed: its pidfd is polled beside the rings; without
 // one (old kernels) /proc is checked, or the launched command reaped.

@@ -213,7 +213,7 @@ std::map<std::string, uint64_t> call_edges(const std::string& file) {
 }
 
 // hpctl holds the command stopped right after its exec until hpd has attached its probes and events
-// (HeldCommand): every call is counted, as in a local recording. (Held before the exec, the command
+// (LaunchedCommand, HoldAt::kAfterExec): every call is counted, as in a local recording. (Held before the exec, the command
 // was hpctl's child to hpd: its probes went on hpctl's image and the program's own came with the
 // next rescan, after 20% of its calls.)
 TEST(Hpd, CallCountsOfACommandAreExactAsLocal) {
