@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -55,6 +57,33 @@ bool may_hold_at_exec(const std::string& argv0) {
 }
 
 }  // namespace
+
+// Through syscall(): glibc 2.36's <sys/pidfd.h> declares these without C linkage for C++.
+UniqueFd open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return UniqueFd();
+#endif
+}
+
+bool pidfd_alive(int pidfd) {
+#ifdef SYS_pidfd_send_signal
+  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
+#else
+  (void)pidfd;
+  return true;
+#endif
+}
+
+std::string current_boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
 
 std::string resolve_command(const std::string& argv0) {
   if (argv0.empty() || argv0.find('/') != std::string::npos) return argv0;

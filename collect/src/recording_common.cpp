@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -38,15 +37,6 @@ void take_clock_pair(uint64_t& mono, uint64_t& unix_ns) {
   }
 }
 
-UniqueFd open_pidfd(int32_t pid) {
-#ifdef SYS_pidfd_open
-  return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-#else
-  (void)pid;
-  return UniqueFd();
-#endif
-}
-
 namespace {
 
 // Whether some thread of `pid` has not begun to exit (PF_EXITING, or a zombie): the kernel's
@@ -69,17 +59,6 @@ bool has_running_thread(int32_t pid) {
     if ((flags & kPfExiting) == 0 && state != "Z" && state != "X") return true;
   }
   return false;
-}
-
-// Signal 0 through the pidfd: ESRCH once the process is reaped. EPERM (hpd without CAP_KILL, as its
-// unit runs, probing another user's process) means it is there.
-bool pidfd_alive(int pidfd) {
-#ifdef SYS_pidfd_send_signal
-  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
-#else
-  (void)pidfd;
-  return true;
-#endif
 }
 
 }  // namespace

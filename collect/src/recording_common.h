@@ -25,9 +25,6 @@ inline uint64_t mono_now() {
 // The wall clock at a monotonic instant: the tightest of a few mono/real/mono brackets.
 void take_clock_pair(uint64_t& mono, uint64_t& unix_ns);
 
-// A pidfd that becomes readable when the process exits; invalid on kernels without pidfd_open.
-UniqueFd open_pidfd(int32_t pid);
-
 // Whether the process is gone, for kernels without pidfd: no /proc entry, or a zombie without live threads.
 bool process_gone(int32_t pid);
 

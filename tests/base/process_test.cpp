@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -132,6 +134,32 @@ TEST(LaunchedCommand, TerminateEndsARunningCommandAndReportsTheSignal) {
   command.terminate(std::chrono::milliseconds(5000));
   EXPECT_TRUE(command.reaped());
   EXPECT_EQ(command.exit_status(), 128 + SIGTERM);
+}
+
+TEST(Pidfd, NamesTheProcessUntilItIsReapedAndNoOtherAfter) {
+  LaunchedCommand command({"sleep", "100"});
+  const UniqueFd pidfd = open_pidfd(command.pid());
+  ASSERT_TRUE(pidfd.valid()) << std::strerror(errno);
+  EXPECT_TRUE(pidfd_alive(pidfd.get()));
+  const pid_t pid = command.pid();
+  command.terminate(std::chrono::milliseconds(5000));
+  EXPECT_FALSE(pidfd_alive(pidfd.get()));
+  // The pid is free now: no pidfd for it, and the reason is that the process is gone.
+  errno = 0;
+  EXPECT_FALSE(open_pidfd(pid).valid());
+  EXPECT_EQ(errno, ESRCH);
+}
+
+TEST(BootId, IsTheKernelsUuidOfThisBoot) {
+  const std::string id = current_boot_id();
+  ASSERT_EQ(id.size(), 36u) << id;
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (i == 8 || i == 13 || i == 18 || i == 23)
+      EXPECT_EQ(id[i], '-') << id;
+    else
+      EXPECT_TRUE(std::isxdigit(static_cast<unsigned char>(id[i]))) << id;
+  }
+  EXPECT_EQ(current_boot_id(), id);  // the same for the whole boot
 }
 
 TEST(ResolveCommand, FindsTheProgramInPathAndKeepsAPath) {

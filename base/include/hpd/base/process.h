@@ -1,5 +1,6 @@
 // Processes: the one way hpd and hpctl start a command to record (forked, held until the recorder is
-// attached, then released, reaped) and find the program a command names.
+// attached, then released, reaped), find the program a command names, hold a process by pidfd, and
+// read the boot's id.
 #pragma once
 
 #include <sys/types.h>
@@ -11,6 +12,19 @@
 #include "hpd/base/unique_fd.h"
 
 namespace hpd {
+
+// A pidfd of `pid` (pidfd_open): it names that process whatever later gets its pid, and becomes
+// readable when the process exits. Invalid when there is no such process (errno ESRCH) or the
+// kernel has no pidfd_open.
+UniqueFd open_pidfd(pid_t pid);
+
+// Whether the process a pidfd names is still there (not reaped): signal 0 through the pidfd. EPERM
+// (hpd without CAP_KILL probing another user's process) means it is there; so does a kernel without
+// pidfd_send_signal.
+bool pidfd_alive(int pidfd);
+
+// This boot's id (/proc/sys/kernel/random/boot_id, one line); "" when it cannot be read.
+std::string current_boot_id();
 
 // The program a command runs: argv[0] itself when it has a '/', else its first match in $PATH.
 std::string resolve_command(const std::string& argv0);
