@@ -45,9 +45,6 @@ TEST(Protocol, ParsesEveryRequestType) {
   const Request stop = parse_request(R"({"version":1,"type":"stop","session":12})");
   EXPECT_EQ(stop.type, RequestType::kStop);
   EXPECT_EQ(stop.session, 12u);
-  const Request exp = parse_request(R"({"version":1,"type":"export","since":"10m"})");
-  EXPECT_EQ(exp.type, RequestType::kExport);
-  EXPECT_NE(exp.text.find("10m"), std::string::npos);
   const Request record = parse_request(
       R"({"version":1,"type":"record","fd":true,"launched_command":["./a","b"],
           "args":{"pids":[42],"frequency_hz":99,"output":"x.hpr","all":false,"future_field":[1,2]}})");
