@@ -7,9 +7,9 @@
 
 #include <set>
 
+#include "hpd/base/process.h"
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/discovery.h"
-#include "hpd/base/process.h"
 #include "hpd/calls/preload_table.h"
 #include "hpd/collect/call_graph_choice.h"
 

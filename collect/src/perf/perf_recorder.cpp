@@ -22,13 +22,13 @@
 #include <system_error>
 
 #include "bpf/sched_frames.h"
+#include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "perf/perf_event_decoder.h"
 #include "perf/perf_records.h"
 #include "perf/ring_buffer.h"
 #include "proc/build_id.h"
-#include "hpd/base/process.h"
 #include "proc/proc_files.h"
 #include "proc/proc_maps.h"
 #include "raw_profile_builder.h"
