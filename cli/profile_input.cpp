@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "hpd/base/elf.h"
 #include "hpd/base/hex.h"
+#include "hpd/base/process.h"
 #include "hpd/export/firefox_reader.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/debuginfod_client.h"
@@ -43,13 +43,6 @@ std::optional<std::string> find_in_dirs(const RawModule& m, const std::vector<st
     }
   }
   return std::nullopt;
-}
-
-std::string current_boot_id() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
 }
 
 // Points modules whose recorded file is gone or rebuilt at a matching file found elsewhere.

@@ -1,12 +1,10 @@
 // hpctl's verbs through hpd: record (the daemon records, hpctl opens the file and starts the command),
 // status, sessions, stop.
 #include <fcntl.h>
-#include <sys/ptrace.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -21,6 +19,7 @@
 #include "commands.h"
 #include "daemon_client.h"
 #include "hpd/base/output_file.h"
+#include "hpd/base/process.h"
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/preload_table.h"
 #include "hpd/collect/call_graph_choice.h"
@@ -61,166 +60,6 @@ class StopSignals {
  private:
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
-};
-
-// Whether a program may be held stopped at its exec: not when it gains privileges there (set-user-ID,
-// set-group-ID, file capabilities), which the kernel withholds from a traced exec.
-bool may_hold_at_exec(const std::string& argv0) {
-  const std::string path = resolve_command(argv0);
-  struct stat st {};
-  if (path.empty() || ::stat(path.c_str(), &st) != 0) return false;
-  if ((st.st_mode & (S_ISUID | S_ISGID)) != 0) return false;
-  // No file capabilities: no such attribute, or a file system without extended attributes.
-  return ::getxattr(path.c_str(), "security.capability", nullptr, 0) < 0 &&
-         (errno == ENODATA || errno == ENOTSUP);
-}
-
-// The command to record, forked and held until hpd has attached to it. Runs as the user, with their
-// environment and working directory, because hpctl starts it, not hpd. Held, when it can be, right
-// after its exec, stopped before its first instruction (PTRACE_TRACEME, released by PTRACE_DETACH):
-// hpd then sees the program's own image and probes it before it runs, as a local recording does.
-// Otherwise (a program that gains privileges at exec, or ptrace refused) it waits on a pipe before
-// the exec.
-class HeldCommand {
- public:
-  // `environment`: "NAME=VALUE" entries that replace or join hpctl's own for the command.
-  HeldCommand(const std::vector<std::string>& argv, const std::vector<std::string>& environment)
-      : name_(argv.front()) {
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-      const std::string entry = *e;
-      const std::string name = entry.substr(0, entry.find('='));
-      bool replaced = false;
-      for (const std::string& add : environment) replaced = replaced || add.substr(0, add.find('=')) == name;
-      if (!replaced) env_.push_back(entry);
-    }
-    env_.insert(env_.end(), environment.begin(), environment.end());
-    if (may_hold_at_exec(name_) && start(argv, true)) return;
-    start(argv, false);
-  }
-  ~HeldCommand() {
-    if (gate_ >= 0) ::close(gate_);
-    if (error_ >= 0) ::close(error_);
-    if (pid_ > 0 && status_ < 0) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
-  }
-  HeldCommand(const HeldCommand&) = delete;
-  HeldCommand& operator=(const HeldCommand&) = delete;
-
-  [[nodiscard]] pid_t pid() const { return pid_; }
-  // Stopped after its exec (else waiting before it).
-  [[nodiscard]] bool held_at_exec() const { return at_exec_; }
-
-  // Lets it run (or exec); throws when the exec failed.
-  void release() {
-    if (at_exec_) {
-      if (!released_)
-        ::ptrace(PTRACE_DETACH, pid_, nullptr, nullptr);  // no signal: the exec's SIGTRAP is dropped
-      released_ = true;
-      return;
-    }
-    const char go = 1;
-    [[maybe_unused]] ssize_t w = ::write(gate_, &go, 1);
-    ::close(gate_);
-    gate_ = -1;
-    int err = 0;
-    const ssize_t n = ::read(error_, &err, sizeof err);
-    ::close(error_);
-    error_ = -1;
-    if (n == sizeof err) {
-      wait();
-      throw std::runtime_error("cannot run '" + name_ + "': " + std::strerror(err));
-    }
-  }
-  // Reaps it; its exit code, or 128 + signal.
-  int wait() {
-    if (status_ >= 0) return status_;
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0) {
-      if (errno != EINTR) return status_ = 0;
-    }
-    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return status_;
-  }
-
- private:
-  // The child exits with this after writing why ptrace refused to trace it.
-  static constexpr int kTraceRefused = 126;
-
-  // Forks the child. at_exec: it asks to be traced and execs at once, and this waits for its stop
-  // after the exec; false when ptrace is refused (the child is reaped). Throws when the exec fails.
-  bool start(const std::vector<std::string>& argv, bool at_exec) {
-    int gate[2] = {-1, -1};
-    int error[2];
-    if (!at_exec && ::pipe2(gate, O_CLOEXEC) != 0)
-      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    if (::pipe2(error, O_CLOEXEC) != 0) {
-      if (gate[0] >= 0) ::close(gate[0]);
-      if (gate[1] >= 0) ::close(gate[1]);
-      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    std::vector<char*> envp;
-    for (const std::string& e : env_) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-    if (pid_ == 0) {
-      ::close(error[0]);
-      if (at_exec) {
-        if (::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) != 0) {
-          const int err = errno;
-          [[maybe_unused]] ssize_t w = ::write(error[1], &err, sizeof err);
-          ::_exit(kTraceRefused);
-        }
-      } else {
-        ::close(gate[1]);
-        char go = 0;
-        // EOF (hpctl died or gave up) means: do not run.
-        if (::read(gate[0], &go, 1) != 1) ::_exit(127);
-      }
-      ::execvpe(args[0], args.data(), envp.data());
-      const int err = errno;
-      [[maybe_unused]] ssize_t w = ::write(error[1], &err, sizeof err);
-      ::_exit(127);
-    }
-    ::close(error[1]);
-    if (!at_exec) {
-      ::close(gate[0]);
-      gate_ = gate[1];
-      error_ = error[0];
-      return true;
-    }
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    int err = 0;
-    const ssize_t n = ::read(error[0], &err, sizeof err);
-    ::close(error[0]);
-    if (WIFSTOPPED(status)) {
-      at_exec_ = true;
-      return true;
-    }
-    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (n == sizeof err && status_ == kTraceRefused) {
-      pid_ = -1;
-      status_ = -1;
-      return false;
-    }
-    throw std::runtime_error("cannot run '" + name_ + "': " + std::strerror(n == sizeof err ? err : ECHILD));
-  }
-
-  std::string name_;
-  std::vector<std::string> env_;
-  pid_t pid_ = -1;
-  int gate_ = -1;
-  int error_ = -1;
-  int status_ = -1;
-  bool at_exec_ = false;
-  bool released_ = false;
 };
 
 // Whether `name` can be executed as execvp would find it.
@@ -350,7 +189,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
   }
 
   std::unique_ptr<calls::PreloadTable> calls_table;  // outlives the command and the recording
-  std::unique_ptr<HeldCommand> command;
+  std::unique_ptr<LaunchedCommand> command;
   session::RecordRequest remote = request;
   std::string call_graph_reason;
   if (!request.command.empty()) {
@@ -378,7 +217,10 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
         std::fprintf(stderr, "hpctl: call counts: %s; counting with uprobes instead\n", why.c_str());
       }
     }
-    command = std::make_unique<HeldCommand>(request.command, environment);
+    // Held, when it can be, right after its exec (HoldAt::kAfterExec): hpd then sees the program's own
+    // image and probes it before it runs, as a local recording does. It runs as the user, with their
+    // environment and working directory, because hpctl starts it, not hpd.
+    command = std::make_unique<LaunchedCommand>(request.command, environment, HoldAt::kAfterExec);
     remote.command.clear();
     remote.pids = {command->pid()};
   }
@@ -411,7 +253,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
       if (!message) continue;
       const std::string type = json_text(*message, "type");
       if (type == "started") {
-        if (command) command->release();
+        if (command) command->start();
       } else if (type == "progress") {
         RecordProgress p;
         p.elapsed_s = json_double(*message, "elapsed_s");
@@ -438,7 +280,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
 
   session::RecordSummary summary =
       session::record_summary_from_json(done->contains("summary") ? (*done)["summary"] : json::object());
-  if (command) summary.command_exit_status = command->wait();
+  if (command) summary.command_exit_status = std::max(0, command->wait());  // unknown: 0, as locally
   if (!call_graph_reason.empty()) summary.call_graph_reason = call_graph_reason;
   if (args.print_report) {
     LoadedProfile loaded = load_profile(args.output, ModuleSearch{});

@@ -5,11 +5,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <unordered_map>
 
 #include "capture_codec.h"
 #include "hpd/base/output_file.h"
+#include "hpd/base/process.h"
 #include "hpd/capture/capture.h"
 
 namespace hpd {
@@ -18,13 +18,6 @@ using capture::BlockType;
 using capture::Encoder;
 
 namespace {
-
-std::string read_boot_id() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
-}
 
 bool same_lost(const LostCounts& a, const LostCounts& b) {
   return a.lost_records == b.lost_records && a.throttle_events == b.throttle_events &&
@@ -460,7 +453,7 @@ CaptureWriter::CaptureWriter(const std::string& path, CaptureWriterOptions optio
   State& s = *state_;
   s.path = path;
   s.options = std::move(options);
-  s.boot_id = read_boot_id();
+  s.boot_id = current_boot_id();
   // Opened by the rules of OutputFile (never through a link, FIFO or device another user could have
   // planted; a device of the writer's written, not truncated); the file stays if writing fails later.
   try {
@@ -478,7 +471,7 @@ CaptureWriter::CaptureWriter(int fd, const std::string& name, CaptureWriterOptio
   State& s = *state_;
   s.path = name;
   s.options = std::move(options);
-  s.boot_id = read_boot_id();
+  s.boot_id = current_boot_id();
   s.fd = fd;
   if (s.fd < 0) s.fail("open", EBADF);
   start();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "bpf/bpf_recorder.h"
+#include "hpd/base/process.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_privileges.h"
 #include "perf/perf_recorder.h"
@@ -136,19 +137,37 @@ bool bpf_backend_available(std::string* why) {
   return reason.empty();
 }
 
-void validate_record_options(const RecordOptions& options) {
+TargetProblem record_target_problem(const RecordOptions& options) {
   const bool system_target = options.all_processes || !options.cgroup.empty();
-  if (options.pids.empty() && options.command.empty() && !system_target) {
-    throw RecordError(
-        "nothing to record: give a process with --pid PID, a command to run, --all or --cgroup");
+  if (options.pids.empty() && options.command.empty() && !system_target) return TargetProblem::kNoTarget;
+  if (!options.pids.empty() && !options.command.empty()) return TargetProblem::kPidsAndCommand;
+  if (options.all_processes && !options.cgroup.empty()) return TargetProblem::kAllAndCgroup;
+  if (system_target && !options.pids.empty()) return TargetProblem::kPidsAndSystemWide;
+  if (!options.command.empty() && options.command.front().empty()) return TargetProblem::kEmptyCommand;
+  return TargetProblem::kNone;
+}
+
+namespace {
+
+// The engine's own wording, for callers of record() that did not word the problem themselves.
+std::string target_problem_text(TargetProblem problem) {
+  switch (problem) {
+    case TargetProblem::kNone: break;
+    case TargetProblem::kNoTarget:
+      return "nothing to record: give a process with --pid PID, a command to run, --all or --cgroup";
+    case TargetProblem::kPidsAndCommand: return "give either --pid or a command to run, not both";
+    case TargetProblem::kAllAndCgroup: return "give either --all or --cgroup, not both";
+    case TargetProblem::kPidsAndSystemWide: return "--pid cannot be combined with --all or --cgroup";
+    case TargetProblem::kEmptyCommand: return "the command to run is empty";
   }
-  if (!options.pids.empty() && !options.command.empty()) {
-    throw RecordError("give either --pid or a command to run, not both");
-  }
-  if (options.all_processes && !options.cgroup.empty())
-    throw RecordError("give either --all or --cgroup, not both");
-  if (system_target && !options.pids.empty())
-    throw RecordError("--pid cannot be combined with --all or --cgroup");
+  return "";
+}
+
+}  // namespace
+
+void validate_record_options(const RecordOptions& options) {
+  if (const TargetProblem problem = record_target_problem(options); problem != TargetProblem::kNone)
+    throw RecordTargetError(problem, target_problem_text(problem));
   if (!options.cgroup.empty()) check_cgroup(cgroup_directory(options.cgroup));
   if (options.call_graph == CallGraph::kCfi && options.backend == Backend::kPerf) {
     throw RecordError(
@@ -159,8 +178,6 @@ void validate_record_options(const RecordOptions& options) {
     throw RecordError(std::string(options.all_processes ? "--all" : "--cgroup") +
                       " needs the eBPF backend; drop --backend perf");
   }
-  if (!options.command.empty() && options.command.front().empty())
-    throw RecordError("the command to run is empty");
   if (options.sample_allocations && options.command.empty()) {
     throw RecordError(
         "--alloc is not supported for --pid, --all or --cgroup yet: it samples the allocations of a command "

@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -13,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "proc/launched_command.h"
+#include "hpd/base/process.h"
 #include "proc/proc_files.h"
 
 namespace hpd {
@@ -36,15 +35,6 @@ void take_clock_pair(uint64_t& mono, uint64_t& unix_ns) {
       unix_ns = real;
     }
   }
-}
-
-UniqueFd open_pidfd(int32_t pid) {
-#ifdef SYS_pidfd_open
-  return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-#else
-  (void)pid;
-  return UniqueFd();
-#endif
 }
 
 namespace {
@@ -71,17 +61,6 @@ bool has_running_thread(int32_t pid) {
   return false;
 }
 
-// Signal 0 through the pidfd: ESRCH once the process is reaped. EPERM (hpd without CAP_KILL, as its
-// unit runs, probing another user's process) means it is there.
-bool pidfd_alive(int pidfd) {
-#ifdef SYS_pidfd_send_signal
-  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
-#else
-  (void)pidfd;
-  return true;
-#endif
-}
-
 }  // namespace
 
 std::vector<UniqueFd> bind_targets(const RecordOptions& options) {
@@ -103,6 +82,23 @@ void check_targets_running(const std::vector<int32_t>& pids, const std::vector<U
                         " exited before the recording started; nothing was recorded (another process may "
                         "have its pid now)");
     }
+  }
+}
+
+std::unique_ptr<LaunchedCommand> launch_command(const std::vector<std::string>& argv,
+                                                const std::vector<std::string>& environment) {
+  try {
+    return std::make_unique<LaunchedCommand>(argv, environment, HoldAt::kBeforeExec);
+  } catch (const std::runtime_error& e) {
+    throw RecordError(e.what());
+  }
+}
+
+void start_command(LaunchedCommand& command) {
+  try {
+    command.start();
+  } catch (const std::runtime_error& e) {
+    throw RecordError(e.what());
   }
 }
 

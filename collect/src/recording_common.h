@@ -6,8 +6,11 @@
 #include <time.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/unwind/unwinder.h"
@@ -22,9 +25,6 @@ inline uint64_t mono_now() {
 // The wall clock at a monotonic instant: the tightest of a few mono/real/mono brackets.
 void take_clock_pair(uint64_t& mono, uint64_t& unix_ns);
 
-// A pidfd that becomes readable when the process exits; invalid on kernels without pidfd_open.
-UniqueFd open_pidfd(int32_t pid);
-
 // Whether the process is gone, for kernels without pidfd: no /proc entry, or a zombie without live threads.
 bool process_gone(int32_t pid);
 
@@ -38,7 +38,11 @@ std::vector<UniqueFd> bind_targets(const RecordOptions& options);
 // the kernel-side exit hooks will see each target leave.
 void check_targets_running(const std::vector<int32_t>& pids, const std::vector<UniqueFd>& pidfds);
 
-class LaunchedCommand;
+// The recording's command (RecordOptions::command): base's LaunchedCommand, forked and held before its
+// exec so that the events attached to its pid see the exec, then let run; their errors as RecordError.
+std::unique_ptr<LaunchedCommand> launch_command(const std::vector<std::string>& argv,
+                                                const std::vector<std::string>& environment);
+void start_command(LaunchedCommand& command);
 
 // A recorded process and how its exit is noticed: its pidfd is polled beside the rings; without
 // one (old kernels) /proc is checked, or the launched command reaped.

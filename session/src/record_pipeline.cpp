@@ -99,15 +99,22 @@ std::string cgroup_option(std::string cgroup) {
 
 }  // namespace
 
+std::string describe_target_problem(TargetProblem problem) {
+  switch (problem) {
+    case TargetProblem::kNone: break;
+    case TargetProblem::kNoTarget:
+      return "nothing to record: give --pid PID, --all, --cgroup PATH, or a command after -- (hpctl record "
+             "-- "
+             "./app)";
+    case TargetProblem::kPidsAndCommand: return "give either --pid or a command after --, not both";
+    case TargetProblem::kAllAndCgroup: return "give either --all or --cgroup, not both";
+    case TargetProblem::kPidsAndSystemWide: return "--pid cannot be combined with --all or --cgroup";
+    case TargetProblem::kEmptyCommand: return "the command to run is empty";
+  }
+  return "";
+}
+
 RecordOptions record_options_from_request(const RecordRequest& request) {
-  if (!request.pids.empty() && !request.command.empty()) {
-    throw std::runtime_error("give either --pid or a command after --, not both");
-  }
-  if (request.pids.empty() && request.command.empty() && !request.all && request.cgroup.empty()) {
-    throw std::runtime_error(
-        "nothing to record: give --pid PID, --all, --cgroup PATH, or a command after -- (hpctl record -- "
-        "./app)");
-  }
   RecordOptions options;
   options.pids = request.pids;
   options.command = request.command;
@@ -132,6 +139,9 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
         "(hpctl record --alloc -- CMD)");
   options.sample_allocations = request.alloc;
   options.alloc_mean_bytes = request.alloc_mean;
+  // The targets are checked as the recorder checks them, and worded here for hpctl and hpd alike.
+  if (const TargetProblem problem = record_target_problem(options); problem != TargetProblem::kNone)
+    throw RecordRequestError(problem, describe_target_problem(problem));
   return options;
 }
 

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "builder_feeds.h"
+#include "hpd/base/process.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_records.h"
 #include "proc/proc_maps.h"

@@ -1,5 +1,6 @@
 // Privileged tests of hpd, the real daemon on a temporary socket: access control with real other uids,
 // malformed requests, sessions that lose their client or target, signals, sd_notify, socket activation.
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -276,9 +277,9 @@ std::map<std::string, uint64_t> call_edges(const std::string& file) {
 }
 
 // hpctl holds the command stopped right after its exec until hpd has attached its probes and events
-// (HeldCommand): every call is counted, as in a local recording. (Held before the exec, the command
-// was hpctl's child to hpd: its probes went on hpctl's image and the program's own came with the
-// next rescan, after 20% of its calls.)
+// (LaunchedCommand, HoldAt::kAfterExec): every call is counted, as in a local recording. (Held before the
+// exec, the command was hpctl's child to hpd: its probes went on hpctl's image and the program's own came
+// with the next rescan, after 20% of its calls.)
 TEST(Hpd, CallCountsOfACommandAreExactAsLocal) {
   Hpd hpd;
   const std::vector<std::string> command = {kCallsFentry, "200", "2000", "100"};
@@ -486,7 +487,8 @@ TEST(Hpd, MalformedRequestsGetErrorsAndHpdKeepsServing) {
       {frame("{\"version\":1,\"type\":\"reboot\"}"), "unknown_type", false},
       {frame("{\"version\":1,\"type\":\"record\",\"args\":{\"pids\":[1]}}"), "bad_request", false},  // no fd
       {frame("{\"version\":1,\"type\":\"stop\",\"session\":999}"), "not_found", false},
-      {frame("{\"version\":1,\"type\":\"export\"}"), "unavailable", false},
+      // The continuous profile is read by `hpctl export` from its chunk files; hpd serves no export.
+      {frame("{\"version\":1,\"type\":\"export\"}"), "unknown_type", false},
   };
   for (const Case& c : cases) {
     const int fd = send_raw(c.bytes, c.half_close);
@@ -512,6 +514,49 @@ TEST(Hpd, MalformedRequestsGetErrorsAndHpdKeepsServing) {
   for (const int fd : fds) close(fd);
   EXPECT_EQ(hpd.status()["type"], "status");
   EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+// Targets that make no recording are refused by hpd as a bad request, in the words hpctl uses for the
+// same options when it records by itself (one check, session::record_options_from_request).
+TEST(Hpd, BadRecordTargetsAreRefusedInHpctlsWords) {
+  Hpd hpd;
+  struct Case {
+    json args;
+    std::vector<std::string> flags;    // hpctl's for the same targets
+    std::vector<std::string> command;  // after --
+  };
+  const std::vector<Case> cases = {
+      {{{"all", true}, {"cgroup", "system.slice"}}, {"--all", "--cgroup", "system.slice"}, {}},
+      {{{"all", true}, {"pids", {1}}}, {"--all", "--pid", "1"}, {}},
+      {{{"pids", {1}}, {"command", {"true"}}}, {"--pid", "1"}, {"true"}},
+      {json::object(), {}, {}},
+  };
+  for (const Case& c : cases) {
+    json args = c.args;
+    args["output"] = "out.json";
+    const std::string out = hpd.out_dir() + "/targets.json";
+    const int output = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ASSERT_GE(output, 0);
+    const int fd = connect_unix(hpd.socket());
+    service::send_frame(fd, json{{"version", 1}, {"type", "record"}, {"fd", true}, {"args", args}}.dump(),
+                        output);
+    close(output);
+    const json reply = read_reply(fd);
+    close(fd);
+    EXPECT_EQ(reply["type"], "error") << reply.dump();
+    EXPECT_EQ(reply["code"], "bad_request") << reply.dump();
+    const std::string message = reply.value("message", "");
+    std::vector<std::string> local = {kHpctl, "--local", "record", "-q", "-o", hpd.out_dir() + "/local.json"};
+    local.insert(local.end(), c.flags.begin(), c.flags.end());
+    if (!c.command.empty()) {
+      local.push_back("--");
+      local.insert(local.end(), c.command.begin(), c.command.end());
+    }
+    const RunResult r = run(local);
+    EXPECT_NE(r.exit_code, 0) << args.dump();
+    EXPECT_FALSE(message.empty());
+    EXPECT_NE(r.err.find(message), std::string::npos) << "hpd: " << message << "\nhpctl: " << r.err;
+  }
 }
 
 TEST(Hpd, KilledClientEndsItsSessionAndFreesEverything) {

@@ -21,6 +21,7 @@
 #include "hpd/service/server.h"
 #include "hpd/service/systemd.h"
 #include "hpd/session/record_json.h"
+#include "hpd/session/record_pipeline.h"
 
 namespace hpd::service {
 namespace {
@@ -44,9 +45,6 @@ TEST(Protocol, ParsesEveryRequestType) {
   const Request stop = parse_request(R"({"version":1,"type":"stop","session":12})");
   EXPECT_EQ(stop.type, RequestType::kStop);
   EXPECT_EQ(stop.session, 12u);
-  const Request exp = parse_request(R"({"version":1,"type":"export","since":"10m"})");
-  EXPECT_EQ(exp.type, RequestType::kExport);
-  EXPECT_NE(exp.text.find("10m"), std::string::npos);
   const Request record = parse_request(
       R"({"version":1,"type":"record","fd":true,"launched_command":["./a","b"],
           "args":{"pids":[42],"frequency_hz":99,"output":"x.hpr","all":false,"future_field":[1,2]}})");
@@ -184,6 +182,65 @@ TEST(RecordRequestJson, RefusesWordsNoChoiceHasNamingTheField) {
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "field 'call_graph' must be auto, cfi, fp or dwarf");
   }
+}
+
+// Record targets are checked once (the recorder's record_target_problem): a request hpctl or hpd turns
+// into options fails with the reason the recorder's own check gives for those options, worded for the
+// command line.
+TEST(RecordTargets, OneCheckForRequestsAndTheRecorder) {
+  struct Case {
+    session::RecordRequest request;
+    TargetProblem problem;
+    const char* words;
+  };
+  auto request = [](std::vector<int32_t> pids, std::vector<std::string> command, bool all,
+                    std::string cgroup) {
+    session::RecordRequest r;
+    r.pids = std::move(pids);
+    r.command = std::move(command);
+    r.all = all;
+    r.cgroup = std::move(cgroup);
+    return r;
+  };
+  const std::vector<Case> cases = {
+      {request({}, {}, false, ""), TargetProblem::kNoTarget, "nothing to record: give --pid PID, --all"},
+      {request({1}, {"true"}, false, ""), TargetProblem::kPidsAndCommand,
+       "give either --pid or a command after --, not both"},
+      {request({}, {}, true, "system.slice"), TargetProblem::kAllAndCgroup,
+       "give either --all or --cgroup, not both"},
+      {request({1}, {}, true, ""), TargetProblem::kPidsAndSystemWide,
+       "--pid cannot be combined with --all or --cgroup"},
+      {request({1}, {}, false, "system.slice"), TargetProblem::kPidsAndSystemWide,
+       "--pid cannot be combined with --all or --cgroup"},
+      {request({}, {""}, false, ""), TargetProblem::kEmptyCommand, "the command to run is empty"},
+  };
+  for (const Case& c : cases) {
+    try {
+      session::record_options_from_request(c.request);
+      ADD_FAILURE() << "accepted: " << c.words;
+    } catch (const session::RecordRequestError& e) {
+      EXPECT_EQ(e.problem(), c.problem) << c.words;
+      EXPECT_EQ(std::string(e.what()).rfind(c.words, 0), 0u) << e.what();
+      EXPECT_EQ(e.what(), session::describe_target_problem(c.problem));
+    }
+    // The recorder, given the same targets directly, finds the same problem.
+    RecordOptions options;
+    options.pids = c.request.pids;
+    options.command = c.request.command;
+    options.all_processes = c.request.all;
+    options.cgroup = c.request.cgroup;
+    EXPECT_EQ(record_target_problem(options), c.problem) << c.words;
+    try {
+      validate_record_options(options);
+      ADD_FAILURE() << "the recorder accepted: " << c.words;
+    } catch (const RecordTargetError& e) {
+      EXPECT_EQ(e.problem(), c.problem) << c.words;
+    }
+  }
+  // Good targets pass.
+  EXPECT_NO_THROW(session::record_options_from_request(request({1, 2}, {}, false, "")));
+  EXPECT_NO_THROW(session::record_options_from_request(request({}, {"true"}, true, "")));
+  EXPECT_NO_THROW(session::record_options_from_request(request({}, {}, false, "system.slice")));
 }
 
 TEST(RecordRequestJson, SummaryRoundTrips) {

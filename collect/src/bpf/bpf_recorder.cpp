@@ -40,12 +40,12 @@
 #include "bpf/mmap_watch.h"
 #include "bpf/off_cpu_rewalk.h"
 #include "bpf/sched_frames.h"
+#include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/preload_abi.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "proc/build_id.h"
-#include "proc/launched_command.h"
 #include "proc/proc_maps.h"
 #include "raw_profile_builder.h"
 #include "recording_calls.h"
@@ -873,8 +873,7 @@ RecordResult BpfSession::run() {
   // Before the fork: the counter decides whether the command starts with hpd's runtime preloaded.
   calls_ = std::make_unique<RecordingCallCounter>(options_);
   attach_calls_unwind(calls_->runtime_in_use());
-  if (!options_.command.empty())
-    command_ = std::make_unique<LaunchedCommand>(options_.command, calls_->launch_environment());
+  if (!options_.command.empty()) command_ = launch_command(options_.command, calls_->launch_environment());
   set_targets();
   open_mmap_watch();
   load_initial_tables();
@@ -897,7 +896,7 @@ RecordResult BpfSession::run() {
   // that its exit hook (which takes it out of the targets) is yet to come.
   check_targets_running(options_.pids, bound);
   if (command_) {
-    command_->start();
+    start_command(*command_);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
     for (size_t i = 0; i < options_.pids.size(); ++i)

@@ -233,23 +233,6 @@ FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_funct
   return probe;
 }
 
-std::string resolve_command(const std::string& argv0) {
-  if (argv0.empty() || argv0.find('/') != std::string::npos) return argv0;
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t begin = 0;
-  while (begin <= dirs.size()) {
-    size_t end = dirs.find(':', begin);
-    if (end == std::string::npos) end = dirs.size();
-    std::string dir = dirs.substr(begin, end - begin);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + argv0;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    begin = end + 1;
-  }
-  return argv0;
-}
-
 CallGraphChoice choose_call_graph(const std::vector<std::string>& executables) {
   CallGraphChoice choice;
   std::string fp_notes;

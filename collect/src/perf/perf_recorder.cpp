@@ -22,13 +22,13 @@
 #include <system_error>
 
 #include "bpf/sched_frames.h"
+#include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "perf/perf_event_decoder.h"
 #include "perf/perf_records.h"
 #include "perf/ring_buffer.h"
 #include "proc/build_id.h"
-#include "proc/launched_command.h"
 #include "proc/proc_files.h"
 #include "proc/proc_maps.h"
 #include "raw_profile_builder.h"
@@ -318,7 +318,7 @@ RecordResult PerfSession::run() {
   // Before anything is attached by pid: the processes the targets are now (or were at the caller's check).
   std::vector<UniqueFd> bound = bind_targets(options_);
   if (!options_.command.empty()) {
-    command_ = std::make_unique<LaunchedCommand>(options_.command, calls_->launch_environment());
+    command_ = launch_command(options_.command, calls_->launch_environment());
     attach_thread(command_->pid(), command_->pid(), nullptr);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
@@ -381,7 +381,7 @@ RecordResult PerfSession::run() {
     for (size_t i = 0; i < options_.pids.size(); ++i)
       targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
-  if (command_) command_->start();
+  if (command_) start_command(*command_);
   if (options_.on_attached) options_.on_attached();
 
   std::vector<pollfd> pfds;

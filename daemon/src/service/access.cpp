@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 
 #ifndef SO_PEERPIDFD
@@ -59,16 +60,6 @@ uint64_t status_hex(std::string_view status, std::string_view key) {
   const size_t at = status.find(key);
   if (at == std::string_view::npos) return 0;
   return std::strtoull(std::string(status.substr(at + key.size(), 32)).c_str(), nullptr, 16);
-}
-
-// Through syscall(): glibc 2.36's <sys/pidfd.h> declares these without C linkage for C++.
-int open_pidfd(pid_t pid) {
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-}
-// ESRCH once the process is reaped; EPERM (hpd without CAP_KILL, as its unit runs, probing another
-// user's process) means it is there.
-bool pidfd_alive(int pidfd) {
-  return ::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
 }
 
 // What /proc/PID says of one process, read through a directory descriptor opened while `pidfd` named
@@ -248,7 +239,7 @@ std::optional<PeerCredentials> peer_credentials(int socket) {
 AccessDecision may_read_process(const PeerCredentials& peer, pid_t pid, int* pidfd_out) {
   const std::string who = "pid " + std::to_string(pid);
   if (pid <= 0) return {false, "no process with pid " + std::to_string(pid)};
-  UniqueFd pidfd(open_pidfd(pid));
+  UniqueFd pidfd = open_pidfd(pid);
   if (!pidfd) return {false, "no process with pid " + std::to_string(pid)};
   const auto view = read_process_view(pidfd.get(), pid);
   if (!view || view->exited) return {false, "no process with pid " + std::to_string(pid) + " (it exited)"};
@@ -374,7 +365,7 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
   if (privileged) {
     // Bound to the processes that have these pids now, as for anyone.
     if (pidfds != nullptr) {
-      for (const int32_t pid : request.pids) pidfds->emplace_back(pid > 0 ? open_pidfd(pid) : -1);
+      for (const int32_t pid : request.pids) pidfds->push_back(pid > 0 ? open_pidfd(pid) : UniqueFd());
     }
     return {true, ""};
   }

@@ -131,7 +131,6 @@ void Connection::handle(const Request& request, Frame& frame) {
       case RequestType::kSessions: handle_sessions(); break;
       case RequestType::kStop: handle_stop(request); break;
       case RequestType::kRecord: handle_record(request, frame); break;
-      case RequestType::kExport: handle_export(request, frame); break;
     }
   } catch (const std::exception& e) {
     log_error(std::string("request ") + to_string(request.type) + " failed: " + e.what());

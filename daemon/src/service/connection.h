@@ -67,7 +67,6 @@ class Connection {
   void handle_status();
   void handle_sessions();
   void handle_stop(const Request& request);
-  void handle_export(const Request& request, Frame& frame);
 
   // A record request, in steps (record_handler.cpp). Each step that refuses sends the error reply and
   // returns an empty result.

@@ -10,12 +10,12 @@
 #include <string>
 
 #include "connection.h"
+#include "hpd/base/unique_fd.h"
 #include "hpd/service/config.h"
 #include "hpd/service/server.h"
 #include "hpd/service/systemd.h"
 #include "service_util.h"
 #include "session_registry.h"
-#include "hpd/base/unique_fd.h"
 
 #ifdef HPD_HAVE_CONTINUOUS
 #include "hpd/continuous/continuous.h"
@@ -36,13 +36,6 @@ class Daemon {
   SessionRegistry& sessions() { return sessions_; }
   [[nodiscard]] bool stopping() const { return stopping_.load(); }
   nlohmann::json status_message(bool privileged);
-#ifdef HPD_HAVE_CONTINUOUS
-  // The running continuous profiler's directory, or "" when continuous mode is off.
-  std::string continuous_directory() {
-    std::lock_guard lock(continuous_mutex_);
-    return continuous_ ? continuous_->options().dir.string() : std::string();
-  }
-#endif
 
  private:
   bool load(Config& into, std::string& why);

@@ -31,10 +31,9 @@ RequestType parse_type(const std::string& type) {
   if (type == "record") return RequestType::kRecord;
   if (type == "stop") return RequestType::kStop;
   if (type == "sessions") return RequestType::kSessions;
-  if (type == "export") return RequestType::kExport;
   std::string shown = type.size() > 40 ? type.substr(0, 40) + "..." : type;
-  throw ProtocolError(ErrorCode::kUnknownType, "unknown request type '" + shown +
-                                                   "'; known: hello, status, record, stop, sessions, export");
+  throw ProtocolError(ErrorCode::kUnknownType,
+                      "unknown request type '" + shown + "'; known: hello, status, record, stop, sessions");
 }
 
 void parse_record(const json& j, Request& request) {
@@ -86,7 +85,6 @@ const char* to_string(ErrorCode code) {
     case ErrorCode::kLimit: return "limit";
     case ErrorCode::kNotFound: return "not_found";
     case ErrorCode::kRecordFailed: return "record_failed";
-    case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kShuttingDown: return "shutting_down";
     case ErrorCode::kInternal: return "internal";
   }
@@ -100,7 +98,6 @@ const char* to_string(RequestType type) {
     case RequestType::kRecord: return "record";
     case RequestType::kStop: return "stop";
     case RequestType::kSessions: return "sessions";
-    case RequestType::kExport: return "export";
   }
   return "unknown";
 }
@@ -145,7 +142,6 @@ Request parse_request(std::string_view payload) {
       }
       break;
     case RequestType::kRecord: parse_record(j, request); break;
-    case RequestType::kExport: request.text = std::string(payload); break;
     case RequestType::kStatus:
     case RequestType::kSessions: break;
   }

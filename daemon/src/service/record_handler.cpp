@@ -38,8 +38,9 @@ std::string join_words(const std::vector<std::string>& words) {
 }
 
 // A record request's held_at_exec claim checked against the kernel: its one pid must be a child of
-// the client, stopped by the client's ptrace (right after its exec, hpctl's HeldCommand). Empty when
-// it holds; else why not. Only then is the process treated as a launched command.
+// the client, stopped by the client's ptrace (right after its exec: hpctl launches it with
+// HoldAt::kAfterExec, hpd/base/process.h). Empty when it holds; else why not. Only then is the process
+// treated as a launched command.
 std::string held_at_exec_problem(const session::RecordRequest& args, pid_t client_pid) {
   if (args.pids.size() != 1) return "\"held_at_exec\" needs exactly one pid";
   const std::string pid = std::to_string(args.pids.front());

@@ -27,9 +27,6 @@ struct FramePointerProbe {
 // precompiled standard library are left out.
 FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_functions = 256);
 
-// The program a command runs: argv[0] itself when it has a '/', else its first match in $PATH.
-std::string resolve_command(const std::string& argv0);
-
 struct CallGraphChoice {
   CallGraph mode = CallGraph::kFp;
   std::string reason;  // for the user: what was inspected and what it showed

@@ -288,8 +288,33 @@ struct CfiMapsStatus {
 };
 CfiMapsStatus cfi_maps_status();
 
-// Checks the options without touching any process: frequency range, a target given, and the
-// privileges perf_event needs. Throws RecordError with an actionable message.
+// What keeps a recording's targets (pids, command, all_processes, cgroup) from making one recording.
+enum class TargetProblem {
+  kNone,
+  kNoTarget,           // no pid, no command, neither all processes nor a cgroup
+  kPidsAndCommand,     // pids and a command to launch
+  kAllAndCgroup,       // all processes and a cgroup
+  kPidsAndSystemWide,  // pids with all processes or a cgroup
+  kEmptyCommand,       // a command whose program name is empty
+};
+
+// The one check of a recording's targets: validate_record_options throws RecordTargetError with it,
+// and hpctl's and hpd's record requests are checked with it (session::record_options_from_request,
+// which words the reason in the command line's words, the same for both).
+TargetProblem record_target_problem(const RecordOptions& options);
+
+// A RecordError about the targets, carrying the reason.
+class RecordTargetError : public RecordError {
+ public:
+  RecordTargetError(TargetProblem problem, const std::string& what) : RecordError(what), problem_(problem) {}
+  [[nodiscard]] TargetProblem problem() const { return problem_; }
+
+ private:
+  TargetProblem problem_;
+};
+
+// Checks the options without touching any process: the targets (record_target_problem), frequency
+// range, and the privileges perf_event needs. Throws RecordError with an actionable message.
 void validate_record_options(const RecordOptions& options);
 
 // Whether the eBPF backend can record here: built in, kernel BTF present, CAP_BPF and CAP_PERFMON

@@ -29,7 +29,6 @@ enum class ErrorCode {
   kLimit,               // a configured limit (sessions, frequency) refuses the request
   kNotFound,            // no such session
   kRecordFailed,        // the recorder could not record (no such process, ...)
-  kUnavailable,         // the daemon does not serve this request (export without continuous mode)
   kShuttingDown,        // the daemon is stopping
   kInternal,            // anything else; the message says what
 };
@@ -45,7 +44,7 @@ class ProtocolError : public std::runtime_error {
   ErrorCode code_;
 };
 
-enum class RequestType { kHello, kStatus, kRecord, kStop, kSessions, kExport };
+enum class RequestType { kHello, kStatus, kRecord, kStop, kSessions };
 const char* to_string(RequestType type);
 
 struct Request {
@@ -61,7 +60,6 @@ struct Request {
   // record: a second descriptor follows the output's: the table of hpd's call runtime, which the
   // client preloaded into the command it started (docs/call-counts.md); read as untrusted data.
   bool record_has_calls_table = false;
-  std::string text;  // the whole message, for requests served elsewhere (export)
 };
 
 // Parses one message payload. Throws ProtocolError (kMalformed, kUnsupportedVersion, kBadRequest,

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,24 @@ namespace hpd::session {
 
 class MipRecording;
 
-// The recorder's options for `request`, without stop flag or callbacks. Throws std::runtime_error for
-// contradictory or missing targets ("nothing to record: ..."); the recorder's own checks
-// (validate_record_options) come on top.
+// A record request whose targets make no one recording (the recorder's record_target_problem), worded
+// in the command line's words: the same text from hpctl, locally or before it asks hpd, and from hpd
+// (its `bad_request` error).
+class RecordRequestError : public std::invalid_argument {
+ public:
+  RecordRequestError(TargetProblem problem, const std::string& what)
+      : std::invalid_argument(what), problem_(problem) {}
+  [[nodiscard]] TargetProblem problem() const { return problem_; }
+
+ private:
+  TargetProblem problem_;
+};
+
+// The user's words for a target problem ("nothing to record: give --pid PID, ...").
+std::string describe_target_problem(TargetProblem problem);
+
+// The recorder's options for `request`, without stop flag or callbacks. Throws RecordRequestError for
+// contradictory or missing targets; the recorder's other checks (validate_record_options) come on top.
 RecordOptions record_options_from_request(const RecordRequest& request);
 
 // Refuses an output path that cannot be written, before anything is recorded (std::runtime_error): the

@@ -1,0 +1,172 @@
+// LaunchedCommand, the one way a command is started for recording: where it waits (before or after its
+// exec, read from the kernel: /proc/PID/exe and the process state), what it runs with, how it ends.
+#include "hpd/base/process.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "temp_dir.h"
+
+namespace hpd {
+namespace {
+
+std::string exe_of(pid_t pid) {
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).string();
+}
+
+// The state letter of /proc/PID/stat: 't' = stopped by a tracer.
+char state_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
+}
+
+bool alive(pid_t pid) {
+  return ::kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+std::string self_exe() {
+  return std::filesystem::read_symlink("/proc/self/exe").string();
+}
+
+TEST(LaunchedCommand, HeldBeforeExecRunsOnlyWhenStarted) {
+  testing::TempDir dir;
+  const std::string mark = dir.file("ran");
+  LaunchedCommand command({"sh", "-c", "touch " + mark + "; exit 7"});
+  EXPECT_FALSE(command.held_at_exec());
+  // Still this program: forked, not exec'd.
+  EXPECT_EQ(exe_of(command.pid()), self_exe());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(std::filesystem::exists(mark));
+  command.start();
+  EXPECT_EQ(command.wait(), 7);
+  EXPECT_TRUE(command.reaped());
+  EXPECT_TRUE(std::filesystem::exists(mark));
+}
+
+TEST(LaunchedCommand, HeldAfterExecIsStoppedInTheProgramsOwnImage) {
+  testing::TempDir dir;
+  const std::string mark = dir.file("ran");
+  LaunchedCommand command({"sh", "-c", "touch " + mark + "; exit 3"}, {}, HoldAt::kAfterExec);
+  ASSERT_TRUE(command.held_at_exec());
+  EXPECT_EQ(exe_of(command.pid()), std::filesystem::canonical(resolve_command("sh")).string());
+  EXPECT_EQ(state_of(command.pid()), 't');
+  EXPECT_FALSE(std::filesystem::exists(mark));
+  command.start();
+  EXPECT_EQ(command.wait(), 3);
+  EXPECT_TRUE(std::filesystem::exists(mark));
+}
+
+TEST(LaunchedCommand, AProgramThatGainsPrivilegesIsHeldBeforeItsExec) {
+  // A traced exec would not get the set-user-ID bit: such a program waits before its exec instead.
+  testing::TempDir dir;
+  const std::string program = dir.file("setuid-true");
+  std::filesystem::copy_file(resolve_command("true"), program);
+  ASSERT_EQ(::chmod(program.c_str(), 04755), 0);
+  LaunchedCommand command({program}, {}, HoldAt::kAfterExec);
+  EXPECT_FALSE(command.held_at_exec());
+  EXPECT_EQ(exe_of(command.pid()), self_exe());
+  command.start();
+  EXPECT_EQ(command.wait(), 0);
+}
+
+TEST(LaunchedCommand, TheEnvironmentIsTheLaunchersWithTheGivenEntriesOnTop) {
+  ASSERT_EQ(::setenv("HPD_PROCESS_TEST_KEPT", "kept", 1), 0);
+  ASSERT_EQ(::setenv("HPD_PROCESS_TEST_REPLACED", "old", 1), 0);
+  for (const HoldAt hold : {HoldAt::kBeforeExec, HoldAt::kAfterExec}) {
+    LaunchedCommand command(
+        {"sh", "-c",
+         "test \"$HPD_PROCESS_TEST_KEPT\" = kept && test \"$HPD_PROCESS_TEST_REPLACED\" = new "
+         "&& test \"$HPD_PROCESS_TEST_ADDED\" = added"},
+        {"HPD_PROCESS_TEST_REPLACED=new", "HPD_PROCESS_TEST_ADDED=added"}, hold);
+    command.start();
+    EXPECT_EQ(command.wait(), 0) << "hold " << static_cast<int>(hold);
+  }
+  ::unsetenv("HPD_PROCESS_TEST_KEPT");
+  ::unsetenv("HPD_PROCESS_TEST_REPLACED");
+}
+
+TEST(LaunchedCommand, AFailedExecSaysWhichCommandAndWhy) {
+  for (const HoldAt hold : {HoldAt::kBeforeExec, HoldAt::kAfterExec}) {
+    try {
+      LaunchedCommand command({"hpd-no-such-command-xyz", "arg"}, {}, hold);
+      command.start();
+      ADD_FAILURE() << "expected an error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "cannot run 'hpd-no-such-command-xyz': No such file or directory");
+    }
+  }
+  EXPECT_THROW(LaunchedCommand({}), std::runtime_error);
+}
+
+TEST(LaunchedCommand, AnUnreleasedCommandIsKilledAndReapedWithItsObject) {
+  for (const HoldAt hold : {HoldAt::kBeforeExec, HoldAt::kAfterExec}) {
+    pid_t pid = -1;
+    {
+      LaunchedCommand command({"sleep", "100"}, {}, hold);
+      pid = command.pid();
+      ASSERT_GT(pid, 0);
+      EXPECT_TRUE(alive(pid));
+    }
+    // Reaped, not a zombie: the pid is gone.
+    EXPECT_FALSE(alive(pid)) << "hold " << static_cast<int>(hold);
+  }
+}
+
+TEST(LaunchedCommand, TerminateEndsARunningCommandAndReportsTheSignal) {
+  LaunchedCommand command({"sleep", "100"});
+  command.start();
+  EXPECT_FALSE(command.try_reap());
+  command.terminate(std::chrono::milliseconds(5000));
+  EXPECT_TRUE(command.reaped());
+  EXPECT_EQ(command.exit_status(), 128 + SIGTERM);
+}
+
+TEST(Pidfd, NamesTheProcessUntilItIsReapedAndNoOtherAfter) {
+  LaunchedCommand command({"sleep", "100"});
+  const UniqueFd pidfd = open_pidfd(command.pid());
+  ASSERT_TRUE(pidfd.valid()) << std::strerror(errno);
+  EXPECT_TRUE(pidfd_alive(pidfd.get()));
+  const pid_t pid = command.pid();
+  command.terminate(std::chrono::milliseconds(5000));
+  EXPECT_FALSE(pidfd_alive(pidfd.get()));
+  // The pid is free now: no pidfd for it, and the reason is that the process is gone.
+  errno = 0;
+  EXPECT_FALSE(open_pidfd(pid).valid());
+  EXPECT_EQ(errno, ESRCH);
+}
+
+TEST(BootId, IsTheKernelsUuidOfThisBoot) {
+  const std::string id = current_boot_id();
+  ASSERT_EQ(id.size(), 36u) << id;
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (i == 8 || i == 13 || i == 18 || i == 23)
+      EXPECT_EQ(id[i], '-') << id;
+    else
+      EXPECT_TRUE(std::isxdigit(static_cast<unsigned char>(id[i]))) << id;
+  }
+  EXPECT_EQ(current_boot_id(), id);  // the same for the whole boot
+}
+
+TEST(ResolveCommand, FindsTheProgramInPathAndKeepsAPath) {
+  EXPECT_EQ(resolve_command("sh").front(), '/');
+  EXPECT_EQ(resolve_command("./x/y"), "./x/y");
+  EXPECT_EQ(resolve_command("hpd-no-such-command-xyz"), "hpd-no-such-command-xyz");
+}
+
+}  // namespace
+}  // namespace hpd
