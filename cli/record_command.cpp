@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -86,11 +87,26 @@ void keep_previous_output(const RecordArgs& args) {
     std::fprintf(stderr, "hpctl: the previous %s is now %s\n", args.output.c_str(), old.c_str());
 }
 
+namespace {
+
+uint64_t monotonic_now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// When hpctl started (its static objects are made before main): the request, for a local recording's
+// "first sample N ms after the request".
+const uint64_t g_started_mono_ns = monotonic_now_ns();
+
+}  // namespace
+
 int run_record(const RecordArgs& args) {
   // Everything that can be checked is checked before the target is touched or a file is created.
   const session::RecordRequest request = to_record_request(args);
   RecordOptions options = session::record_options_from_request(request);
   options.stop = &g_stop;
+  options.requested_mono_ns = g_started_mono_ns;
   validate_record_options(options);
   session::check_output_writable(request.output);
 
