@@ -419,11 +419,12 @@ TEST(Hpd, WarmRecordingsInARowTakeTheLoadedProgramsAndSampleAllTheCpu) {
     ASSERT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << hpd.log();
     expect_same_fds(settled_fd_counts(hpd), level, "after recording " + n);
   }
-  kill(target.pid(), SIGTERM);
+  const pid_t pid = target.pid();  // wait() forgets it
+  kill(pid, SIGTERM);
   ASSERT_EQ(target.wait(), 0);
   const CpuLog log(log_path);
   for (size_t i = 0; i < profiles.size(); ++i)
-    expect_samples_cover_the_cpu(profiles[i], target.pid(), log, "recording " + std::to_string(i));
+    expect_samples_cover_the_cpu(profiles[i], pid, log, "recording " + std::to_string(i));
   EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
