@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -109,6 +110,16 @@ void configure_local_unwind_cache() {
   configure_unwind_cache(settings);
 }
 
+uint64_t monotonic_now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// When hpctl started (its static objects are made before main): the request, for a local recording's
+// "first sample N ms after the request".
+const uint64_t g_started_mono_ns = monotonic_now_ns();
+
 }  // namespace
 
 int run_record(const RecordArgs& args) {
@@ -116,6 +127,7 @@ int run_record(const RecordArgs& args) {
   const session::RecordRequest request = to_record_request(args);
   RecordOptions options = session::record_options_from_request(request);
   options.stop = &g_stop;
+  options.requested_mono_ns = g_started_mono_ns;
   validate_record_options(options);
   session::check_output_writable(request.output);
 

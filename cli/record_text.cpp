@@ -21,6 +21,9 @@ void print_record_summary(const session::RecordRequest& request, const session::
                  static_cast<unsigned long long>(s.lost_records),
                  static_cast<unsigned long long>(s.throttle_events));
   }
+  if (s.unsampled_start_s >= 0)
+    std::fprintf(stderr, "\nhpctl: first sample %.1f ms after the request (not sampled before it)",
+                 s.unsampled_start_s * 1e3);
   if (s.capture) {
     std::fprintf(stderr, "\nhpctl: wrote %s (%s). Convert it with `hpctl convert %s -o profile.json.gz`.\n",
                  request.output.c_str(), session::human_bytes(ec ? 0 : size).c_str(), request.output.c_str());

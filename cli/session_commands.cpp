@@ -23,6 +23,7 @@
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/preload_table.h"
 #include "hpd/collect/call_graph_choice.h"
+#include "hpd/collect/recorder.h"
 #include "hpd/export/report.h"
 #include "hpd/session/record_json.h"
 #include "hpd/session/record_pipeline.h"
@@ -236,6 +237,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
     descriptors.push_back(calls_table->fd());
   }
   StopSignals signals;
+  timing_mark("hpctl-request");
   client.send(record_message, descriptors);
 
   ProgressLine progress(!args.quiet);

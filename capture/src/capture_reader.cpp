@@ -74,6 +74,8 @@ class BlockApplier {
     if (!d.at_end()) out_.info.writer = d.str();
     if (!d.at_end()) out_.info.boot_id = d.str();
     if (!d.at_end()) i.call_counter = d.str();
+    if (!d.at_end()) i.requested_mono_ns = d.var();
+    if (!d.at_end()) i.first_sample_mono_ns = d.var();
   }
 
   void latency(Decoder& d) {

@@ -46,7 +46,8 @@ bool same_info(const RecordingInfo& a, const RecordingInfo& b) {
          a.call_graph == b.call_graph && a.target == b.target && a.arguments == b.arguments &&
          a.hostname == b.hostname && a.kernel_release == b.kernel_release &&
          a.kernel_frames == b.kernel_frames && a.logical_cpus == b.logical_cpus &&
-         a.call_counter == b.call_counter;
+         a.call_counter == b.call_counter && a.requested_mono_ns == b.requested_mono_ns &&
+         a.first_sample_mono_ns == b.first_sample_mono_ns;
 }
 
 bool same_latency(const std::vector<RawCallLatency>& a, const std::vector<RawCallLatency>& b) {
@@ -179,6 +180,8 @@ struct CaptureWriter::State {
     enc.str(options.writer);
     enc.str(boot_id);
     enc.str(i.call_counter);
+    enc.var(i.requested_mono_ns);
+    enc.var(i.first_sample_mono_ns);
     emit(BlockType::kInfo);
     info = i;
     info_written = true;

@@ -6,7 +6,10 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 
 #include "bpf/bpf_recorder.h"
@@ -129,6 +132,25 @@ void check_cgroup(const std::string& path) {
 }
 
 }  // namespace
+
+namespace {
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+void timing_mark(const char* step) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("HPD_TIMING");
+    return env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
+  }();
+  if (!enabled) return;
+  std::fprintf(stderr, "hpd-timing %s %llu\n", step, static_cast<unsigned long long>(monotonic_ns()));
+}
 
 bool bpf_backend_available(std::string* why) {
   std::string reason = bpf_unavailable_reason(probe_perf_privileges());
@@ -255,7 +277,44 @@ RecordResult record_resolved(const RecordOptions& options, const PerfPrivileges&
 
 }  // namespace
 
+void prepare_recording(const RecordOptions& options) {
+  if (options.backend == Backend::kPerf) return;
+  const PerfPrivileges privileges = probe_perf_privileges();
+  RecordOptions resolved = options;
+  if (!resolved.cgroup.empty()) resolved.cgroup = cgroup_directory(resolved.cgroup);
+  // As record() resolves it for the eBPF backend.
+  if (resolved.call_graph == CallGraph::kAuto) resolved.call_graph = CallGraph::kCfi;
+  bpf_prepare(resolved, privileges);
+}
+
+PreparedRecordingStatus prepared_recording_status() {
+  return bpf_prepared_status();
+}
+
+void release_prepared_recording() {
+  bpf_release_prepared();
+}
+
+namespace {
+
+// The earliest on-CPU sample's time, of the samples still held and of those released (0 when none).
+uint64_t first_on_cpu_sample(const RawProfile& profile) {
+  uint64_t first = 0;
+  auto take = [&first](uint64_t t) {
+    if (t != 0 && (first == 0 || t < first)) first = t;
+  };
+  for (const RawSample& s : profile.samples)
+    if (s.kind == SampleKind::kOnCpu) take(s.time_ns);
+  for (const RawSampleSum& s : profile.released)
+    if (s.kind == SampleKind::kOnCpu && s.samples != 0) take(s.first_ns);
+  return first;
+}
+
+}  // namespace
+
 RecordResult record(const RecordOptions& options) {
+  timing_mark("record");
+  const uint64_t requested = options.requested_mono_ns != 0 ? options.requested_mono_ns : monotonic_ns();
   validate_record_options(options);
   const PerfPrivileges privileges = probe_perf_privileges();
   RecordOptions resolved = options;
@@ -281,6 +340,8 @@ RecordResult record(const RecordOptions& options) {
     result.call_graph_reason = result.call_graph == call_graph.mode ? call_graph.reason : perf_choice.reason;
     result.profile.info.call_graph = std::string("auto:") + to_string(result.call_graph);
   }
+  result.profile.info.requested_mono_ns = requested;
+  result.profile.info.first_sample_mono_ns = first_on_cpu_sample(result.profile);
   return result;
 }
 

@@ -174,6 +174,11 @@ inline constexpr const char* kKernelFramesLabel = "Kernel stacks";
 inline constexpr const char* kHostnameLabel = "Hostname";
 inline constexpr const char* kKernelReleaseLabel = "Kernel release";
 inline constexpr const char* kCallCounterLabel = "Calls counted by";  // only with --calls
+// When the recording was asked for and when its first on-CPU sample came (CLOCK_MONOTONIC ns), and
+// the time between them, which was not sampled; only when known.
+inline constexpr const char* kRequestedLabel = "Requested at (monotonic ns)";
+inline constexpr const char* kFirstSampleLabel = "First sample at (monotonic ns)";
+inline constexpr const char* kUnsampledStartLabel = "Not sampled after the request";
 
 inline constexpr const char* kLostSection = "Lost data";
 inline constexpr const char* kLostRecordsLabel = "Lost records";

@@ -311,6 +311,8 @@ class FirefoxReader {
         if (label == firefox::kHostnameLabel) info.hostname = text;
         if (label == firefox::kKernelReleaseLabel) info.kernel_release = text;
         if (label == firefox::kCallCounterLabel) info.call_counter = text;
+        if (label == firefox::kRequestedLabel) info.requested_mono_ns = count;
+        if (label == firefox::kFirstSampleLabel) info.first_sample_mono_ns = count;
         if (label == firefox::kLostRecordsLabel) lost.lost_records = count;
         if (label == firefox::kThrottleLabel) lost.throttle_events = count;
         if (label == firefox::kStackFailuresLabel) lost.stack_failures = count;

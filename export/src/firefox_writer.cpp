@@ -262,6 +262,14 @@ class FirefoxWriter {
     extra_entry(firefox::kHostnameLabel, "string", info.hostname);
     extra_entry(firefox::kKernelReleaseLabel, "string", info.kernel_release);
     if (!info.call_counter.empty()) extra_entry(firefox::kCallCounterLabel, "string", info.call_counter);
+    if (info.requested_mono_ns != 0 && info.first_sample_mono_ns >= info.requested_mono_ns) {
+      extra_entry(firefox::kRequestedLabel, info.requested_mono_ns);
+      extra_entry(firefox::kFirstSampleLabel, info.first_sample_mono_ns);
+      char text[64];
+      std::snprintf(text, sizeof text, "%.1f ms (from the request to the first sample)",
+                    static_cast<double>(info.first_sample_mono_ns - info.requested_mono_ns) / 1e6);
+      extra_entry(firefox::kUnsampledStartLabel, "string", std::string(text));
+    }
     w_.end_array();
     w_.end_object();
 

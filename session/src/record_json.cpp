@@ -51,6 +51,7 @@ void for_each_summary_field(Summary& s, Field&& field) {
   field("samples", s.samples);
   field("threads", s.threads);
   field("seconds", s.seconds);
+  field("unsampled_start_s", s.unsampled_start_s);
   field("backend", s.backend);
   field("lost_records", s.lost_records);
   field("throttle_events", s.throttle_events);

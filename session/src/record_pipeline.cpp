@@ -391,7 +391,13 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
   const auto& info = result.profile.info;
   s.samples = result.profile.sample_count();
   s.threads = profile ? profile->threads.size() : profile_thread_count(result.profile);
-  s.seconds = (info.end_mono_ns - info.start_mono_ns) / 1e9;
+  // Durations count from the first sample; what came before it, from the request on, is said apart.
+  const uint64_t from = info.first_sample_mono_ns != 0 && info.first_sample_mono_ns <= info.end_mono_ns
+                            ? info.first_sample_mono_ns
+                            : info.start_mono_ns;
+  s.seconds = (info.end_mono_ns - from) / 1e9;
+  if (info.requested_mono_ns != 0 && info.first_sample_mono_ns >= info.requested_mono_ns)
+    s.unsampled_start_s = (info.first_sample_mono_ns - info.requested_mono_ns) / 1e9;
   s.backend = info.backend;
   s.lost_records = result.profile.lost.lost_records;
   s.throttle_events = result.profile.lost.throttle_events;

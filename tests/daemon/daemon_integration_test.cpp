@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -17,11 +18,15 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
+#include "cpu_clock.h"
 #include "firefox_lint.h"
+#include "hpd/capture/capture.h"
 #include "hpd/service/protocol.h"
 #include "hpd_harness.h"
 #include "subprocess.h"
@@ -35,6 +40,8 @@ using nlohmann::json;
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kCpuSplit = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
 const std::string kCpuSlices = std::string(HPD_FIXTURE_DIR) + "/cpu_slices";
+// On the CPU until SIGTERM, then writes its own CPU clock against the monotonic clock.
+const std::string kCpuClockLog = std::string(HPD_FIXTURE_DIR) + "/cpu_clock_log";
 // tests/collect/calls: callee() called A times from caller_a() and B times from caller_b(), per round.
 const std::string kCallsFentry = std::string(HPD_CALLS_FIXTURES) + "/gcc_fentry";
 // tests/collect/mip: main, setup, mid x16000, leaf x32000, late, in that first-call order.
@@ -80,6 +87,27 @@ void wait_samples(const Hpd& hpd) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ADD_FAILURE() << "no session took samples";
+}
+
+// hpd's descriptors once they stop changing: connections just closed (a status request's) and a
+// session's end take a moment to be reaped.
+Hpd::FdCounts settled_fd_counts(const Hpd& hpd) {
+  Hpd::FdCounts last = hpd.fd_counts();
+  for (int stable = 0, i = 0; stable < 10 && i < 150; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const Hpd::FdCounts now = hpd.fd_counts();
+    stable = now.total == last.total ? stable + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
+void expect_same_fds(const Hpd::FdCounts& after, const Hpd::FdCounts& before, const std::string& when) {
+  EXPECT_EQ(after.total, before.total) << when;
+  EXPECT_EQ(after.bpf_prog, before.bpf_prog) << when;
+  EXPECT_EQ(after.bpf_map, before.bpf_map) << when;
+  EXPECT_EQ(after.bpf_link, before.bpf_link) << when;
+  EXPECT_EQ(after.perf_event, before.perf_event) << when;
 }
 
 TEST(Hpd, NotifiesReadyWatchdogAndStopping) {
@@ -357,6 +385,113 @@ TEST(Hpd, FirstSampleOfACommandComesAtOnce) {
   EXPECT_LT(first_sample_unix_ms - main_unix_ms, 10.0);
 }
 
+// cpu_clock_log's log: its CPU time against the monotonic clock, pairs 100 us apart.
+class CpuLog {
+ public:
+  explicit CpuLog(const std::string& path) {
+    std::ifstream in(path);
+    uint64_t mono = 0, cpu = 0;
+    while (in >> mono >> cpu) pairs_.emplace_back(mono, cpu);
+  }
+  size_t size() const { return pairs_.size(); }
+  // The CPU time (ns) the process had used at monotonic instant `t`, interpolated between the pairs
+  // around it; nothing when `t` is outside the log.
+  std::optional<double> cpu_at(uint64_t t) const {
+    const auto after = std::lower_bound(pairs_.begin(), pairs_.end(), std::make_pair(t, uint64_t{0}));
+    if (after == pairs_.begin() || after == pairs_.end()) return std::nullopt;
+    const auto before = std::prev(after);
+    const double f =
+        static_cast<double>(t - before->first) / static_cast<double>(after->first - before->first);
+    return static_cast<double>(before->second) + f * static_cast<double>(after->second - before->second);
+  }
+
+ private:
+  std::vector<std::pair<uint64_t, uint64_t>> pairs_;
+};
+
+// Records `pid` through hpd into a capture until it has used `cpu_s` more seconds of CPU, then stops
+// as Ctrl-C does; hpctl's summary lines go to `err`.
+RawProfile record_until_cpu(const Hpd& hpd, pid_t pid, const std::string& out, const std::string& err,
+                            double cpu_s) {
+  Background client(
+      {"sh", "-c",
+       "exec \"$0\" --socket \"$1\" --daemon record --no-report --pid \"$2\" -d 600 -o \"$3\" 2>\"$4\"",
+       kHpctl, hpd.socket(), std::to_string(pid), out, err});
+  EXPECT_EQ(wait_sessions(hpd, 1).size(), 1u) << hpd.log();
+  wait_samples(hpd);
+  const double cpu_at_start = process_cpu_seconds(pid);
+  EXPECT_TRUE(wait_until([&] { return process_cpu_seconds(pid) >= cpu_at_start + cpu_s; }));
+  kill(client.pid(), SIGINT);
+  EXPECT_EQ(client.wait(), 0) << std::ifstream(err).rdbuf() << hpd.log();
+  return read_capture_file(out).profile;
+}
+
+// From a recording's first on-CPU sample of `pid` to its last, the samples (one per interval of the
+// thread's CPU time) stand for what the process's own clock says it used: no time at the start went
+// unsampled once sampling began, none was lost on the way.
+void expect_samples_cover_the_cpu(const RawProfile& profile, pid_t pid, const CpuLog& log,
+                                  const std::string& what) {
+  std::vector<uint64_t> times;
+  for (const RawSample& s : profile.samples)
+    if (s.pid == pid && s.kind == SampleKind::kOnCpu) times.push_back(s.time_ns);
+  ASSERT_GE(times.size(), 100u) << what;
+  std::sort(times.begin(), times.end());
+  const auto cpu_first = log.cpu_at(times.front());
+  const auto cpu_last = log.cpu_at(times.back());
+  ASSERT_TRUE(cpu_first && cpu_last) << what << ": the fixture's log (" << log.size()
+                                     << " pairs) does not span the samples";
+  const double used_ns = *cpu_last - *cpu_first;
+  const double sampled_ns =
+      static_cast<double>(times.size() - 1) * static_cast<double>(profile.info.interval_ns);
+  std::printf("%s: %zu samples, %.1f ms of CPU sampled of %.1f ms used (%.1f%%)\n", what.c_str(),
+              times.size(), sampled_ns / 1e6, used_ns / 1e6, 100 * sampled_ns / used_ns);
+  EXPECT_GE(sampled_ns, 0.95 * used_ns) << what;
+  EXPECT_LE(sampled_ns, 1.05 * used_ns) << what;
+  // The profile says when sampling began, after the request.
+  EXPECT_EQ(profile.info.first_sample_mono_ns, times.front()) << what;
+  EXPECT_NE(profile.info.requested_mono_ns, 0u) << what;
+  EXPECT_LT(profile.info.requested_mono_ns, times.front()) << what;
+}
+
+// A warm hpd: each of three recordings in a row takes the programs and maps loaded ahead, and the next
+// set is loaded in their place; hpd's descriptors come back to their level after each; every
+// recording's samples cover its target's CPU from the first sample to the last; the summary says how
+// long the target ran unsampled after the request. Then hpd, holding the next set, stops cleanly.
+TEST(Hpd, WarmRecordingsInARowTakeTheLoadedProgramsAndSampleAllTheCpu) {
+  Hpd hpd;
+  const auto prepared = [&hpd] { return hpd.status()["prepared"]; };
+  ASSERT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << hpd.log();
+  const Hpd::FdCounts level = settled_fd_counts(hpd);
+  const std::string log_path = hpd.out_dir() + "/cpu.log";
+  Background target({kCpuClockLog, log_path});
+  ASSERT_TRUE(wait_for_cpu(target.pid(), 0.05));
+  std::vector<RawProfile> profiles;
+  for (int i = 0; i < 3; ++i) {
+    const std::string n = std::to_string(i);
+    const uint64_t taken = prepared()["taken"].get<uint64_t>();
+    const std::string err = hpd.out_dir() + "/warm" + n + ".err";
+    profiles.push_back(record_until_cpu(hpd, target.pid(), hpd.out_dir() + "/warm" + n + ".hpr", err, 0.5));
+    EXPECT_EQ(prepared()["taken"].get<uint64_t>(), taken + 1)
+        << "recording " << n << " loaded its own programs";
+    std::stringstream summary;
+    summary << std::ifstream(err).rdbuf();
+    const double unsampled_ms =
+        (profiles.back().info.first_sample_mono_ns - profiles.back().info.requested_mono_ns) / 1e6;
+    char line[96];
+    std::snprintf(line, sizeof line, "first sample %.1f ms after the request", unsampled_ms);
+    EXPECT_NE(summary.str().find(line), std::string::npos) << summary.str();
+    ASSERT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << hpd.log();
+    expect_same_fds(settled_fd_counts(hpd), level, "after recording " + n);
+  }
+  const pid_t pid = target.pid();  // wait() forgets it
+  kill(pid, SIGTERM);
+  ASSERT_EQ(target.wait(), 0);
+  const CpuLog log(log_path);
+  for (size_t i = 0; i < profiles.size(); ++i)
+    expect_samples_cover_the_cpu(profiles[i], pid, log, "recording " + std::to_string(i));
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
 // A set-user-ID program would lose its privileges traced at its exec: hpctl holds it before the exec
 // instead, and it runs as it should.
 TEST(Hpd, SetuidCommandIsHeldBeforeItsExec) {
@@ -567,18 +702,24 @@ TEST(Hpd, KilledClientEndsItsSessionAndFreesEverything) {
                             "-o", hpd.out_dir() + "/warm.json.gz"}))
                 .exit_code,
             0);
-  // Connections just closed (the warm-up's, a status request's) take a moment to be reaped.
-  auto settled = [&hpd] {
-    Hpd::FdCounts last = hpd.fd_counts();
-    for (int stable = 0, i = 0; stable < 10 && i < 150; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const Hpd::FdCounts now = hpd.fd_counts();
-      stable = now.total == last.total ? stable + 1 : 0;
-      last = now;
+  // The programs loaded ahead for the next session are part of the level.
+  ASSERT_TRUE(wait_until([&hpd] { return hpd.status()["prepared"]["ready"].get<bool>(); }, 120, 0.05))
+      << hpd.log();
+  const Hpd::FdCounts before = settled_fd_counts(hpd);
+  const auto owned_by_hpd = [&hpd] {
+    size_t owned = 0;
+    for (const char* kind : {"prog", "map"}) {
+      const RunResult r = run({"bpftool", "-j", kind, "show"});
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      if (r.exit_code != 0) continue;
+      for (const json& object : json::parse(r.out)) {
+        if (!object.contains("pids")) continue;
+        for (const json& owner : object["pids"]) owned += owner["pid"].get<int>() == hpd.pid() ? 1 : 0;
+      }
     }
-    return last;
+    return owned;
   };
-  const Hpd::FdCounts before = settled();
+  const size_t owned_before = owned_by_hpd();
   {
     Background client(
         hpctl(hpd, {"record", "--pid", std::to_string(target.pid()), "-o", hpd.out_dir() + "/k.json.gz"}));
@@ -592,23 +733,13 @@ TEST(Hpd, KilledClientEndsItsSessionAndFreesEverything) {
   }
   EXPECT_EQ(wait_sessions(hpd, 0).size(), 0u) << hpd.log();
   EXPECT_TRUE(hpd.wait_log("the client went away", 10)) << hpd.log();
-  // The connection thread closes its socket right after the session is removed.
-  const Hpd::FdCounts after = settled();
-  EXPECT_EQ(after.total, before.total);
-  EXPECT_EQ(after.bpf_prog, before.bpf_prog);
-  EXPECT_EQ(after.bpf_map, before.bpf_map);
-  EXPECT_EQ(after.bpf_link, before.bpf_link);
-  EXPECT_EQ(after.perf_event, before.perf_event);
-  // bpftool sees no program or map owned by hpd any more.
-  const RunResult progs = run({"bpftool", "-j", "prog", "show"});
-  const RunResult maps = run({"bpftool", "-j", "map", "show"});
-  for (const RunResult* r : {&progs, &maps}) {
-    ASSERT_EQ(r->exit_code, 0) << r->err;
-    for (const json& object : json::parse(r->out)) {
-      if (!object.contains("pids")) continue;
-      for (const json& owner : object["pids"]) EXPECT_NE(owner["pid"].get<int>(), hpd.pid()) << object.dump();
-    }
-  }
+  // The connection thread closes its socket right after the session is removed; the session's programs
+  // were the ones loaded ahead, and the next set is loaded in their place.
+  ASSERT_TRUE(wait_until([&hpd] { return hpd.status()["prepared"]["ready"].get<bool>(); }, 120, 0.05))
+      << hpd.log();
+  expect_same_fds(settled_fd_counts(hpd), before, "after the killed client's session");
+  // bpftool sees as many programs and maps owned by hpd as before the session: the next session's.
+  EXPECT_EQ(owned_by_hpd(), owned_before);
 }
 
 TEST(Hpd, TargetExitingMidSessionStillGivesAProfile) {

@@ -28,6 +28,7 @@
 #include <string>
 #include <thread>
 
+#include "cpu_clock.h"
 #include "firefox_lint.h"
 #include "hpd/capture/capture.h"
 #include "hpd/service/protocol.h"
@@ -604,6 +605,14 @@ TEST_F(RealUsers, RootServedBeside300IdleConnectionsOfAnotherUser) {
   HpdStart start;
   start.config = "idle_timeout = 4\n";
   Hpd hpd(start);
+  // The programs hpd loads ahead for the first session are part of its level once loaded.
+  ASSERT_TRUE(wait_until([&hpd] {
+    const json status = hpd.status();
+    const json& prepared = status["prepared"];
+    return !status["backends"]["bpf"]["available"].get<bool>() ||
+           (!prepared["loading"].get<bool>() &&
+            (prepared["ready"].get<bool>() || !prepared["error"].get<std::string>().empty()));
+  })) << hpd.log();
   const int before = hpd.fd_counts().total;
   IdleConnections idle(bob_, hpd.socket(), 300);
   ASSERT_EQ(idle.opened(), 300) << "connect() itself succeeds; hpd answers the extra ones with an error";

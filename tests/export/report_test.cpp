@@ -119,6 +119,34 @@ TEST(Report, ExactExclusiveAndInclusiveSplit) {
   EXPECT_EQ(t.rows[3].name, "D");
 }
 
+// A recording's duration counts from its first on-CPU sample; the time from the request to it, when
+// known, is stated apart (text and JSON), and nothing is stated when it is not.
+TEST(Report, DurationCountsFromTheFirstSampleAndTheUnsampledStartIsStated) {
+  Profile p = testing::make_synthetic_profile();
+  RecordingInfo& info = p.meta.recording;
+  info.first_sample_mono_ns = info.start_mono_ns + 123457;  // the first sample of make_synthetic_profile
+  info.requested_mono_ns = info.start_mono_ns - 3000000;
+  ReportOptions options;
+  const Report r = compute_report(p, options);
+  EXPECT_EQ(r.totals.duration_ns, 20000000u - 123457u);
+  EXPECT_TRUE(r.totals.unsampled_start_known);
+  EXPECT_EQ(r.totals.unsampled_start_ns, 3123457u);
+  std::ostringstream text;
+  print_report(r, text, options);
+  EXPECT_NE(text.str().find("duration 19.9 ms"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("First sample 3.1 ms after the request"), std::string::npos) << text.str();
+  std::ostringstream doc;
+  print_report_json(r, doc, options);
+  EXPECT_EQ(json::parse(doc.str())["totals"]["unsampled_start_ns"], 3123457u) << doc.str();
+
+  info.requested_mono_ns = 0;  // unknown (an older file)
+  const Report unknown = compute_report(p, options);
+  EXPECT_FALSE(unknown.totals.unsampled_start_known);
+  std::ostringstream unknown_text;
+  print_report(unknown, unknown_text, options);
+  EXPECT_EQ(unknown_text.str().find("First sample"), std::string::npos) << unknown_text.str();
+}
+
 TEST(Report, InlinedKernelAndOffCpuAttribution) {
   ReportOptions options;
   options.limit = 0;

@@ -27,13 +27,16 @@
 #include <sys/syscall.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdarg>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
 
 #include "bpf/bpf_event_decoder.h"
 #include "bpf/cfi_maps.h"
@@ -94,6 +97,14 @@ std::string bpf_load_check() {
 RecordResult record_with_bpf(const RecordOptions&, const PerfPrivileges& privileges) {
   throw BpfUnavailable("the eBPF backend cannot be used: " + bpf_unavailable_reason(privileges));
 }
+
+void bpf_prepare(const RecordOptions&, const PerfPrivileges&) {}
+
+PreparedRecordingStatus bpf_prepared_status() {
+  return {};
+}
+
+void bpf_release_prepared() {}
 
 // Without the eBPF backend no recording has CFI maps.
 CfiMapsStatus cfi_maps_status() {
@@ -252,23 +263,235 @@ class OutOfDescriptors : public RecordError {
   using RecordError::RecordError;
 };
 
+// Everything a loaded skeleton is fixed to: its read-only configuration, the sizes of its maps, the
+// programs loaded. Recordings with equal LoadConfigs can use programs loaded alike, ahead of time.
+// The client's uid and gid are not in it: they are written after the load (.bss).
+struct LoadConfig {
+  uint32_t filter_mode = HPD_FILTER_PIDS;
+  bool follow_children = false;
+  bool capture_kernel = false;
+  bool restrict_creds = false;
+  uint64_t off_cpu_min_ns = 0;
+  uint64_t sample_period_ns = 0;
+  uint32_t ring_bytes = 0;
+  uint32_t stack_copy = 0;
+  bool dwarf = false;
+  bool cfi = false;
+  uint32_t cfi_rows = 0;
+  uint32_t cfi_index = 0;
+  bool off_cpu = false;
+  bool attach_state = false;  // hpd_attach_state loaded (pid targets with off-CPU samples)
+  bool warm_ring = false;
+  bool operator==(const LoadConfig&) const = default;
+};
+
+LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& privileges, size_t cpus) {
+  LoadConfig c;
+  if (options.all_processes)
+    c.filter_mode = HPD_FILTER_ALL;
+  else if (!options.cgroup.empty())
+    c.filter_mode = HPD_FILTER_CGROUP;
+  c.follow_children = options.follow_children;
+  c.capture_kernel = options.kernel == KernelFrames::kOn ||
+                     (options.kernel == KernelFrames::kAuto && privileges.may_see_kernel());
+  c.restrict_creds = options.restrict_to_client;
+  c.off_cpu_min_ns = uint64_t{options.off_cpu_min_us} * 1000;
+  c.sample_period_ns = std::max<uint64_t>(1, 1'000'000'000ULL / options.frequency_hz);
+  c.ring_bytes = choose_ring_bytes(options, cpus);
+  c.stack_copy = stack_copy_bytes(options);
+  c.dwarf = options.call_graph == CallGraph::kDwarf;
+  c.cfi = options.call_graph == CallGraph::kCfi;
+  const uint32_t rows = options.cfi_row_capacity != 0 ? options.cfi_row_capacity : kDefaultCfiRowCapacity;
+  // Each module's index has at most a quarter as many buckets as the module has rows, and at least
+  // one: room for as many tiny modules again.
+  c.cfi_rows = c.cfi ? rows : 1;
+  c.cfi_index = c.cfi ? rows / 4 + 16384 : 1;
+  c.off_cpu = off_cpu_enabled(options);
+  // Attach-time state (attach_state.bpf.h): the threads of pid targets that are off the CPU when the
+  // recording begins. A launched command has none; system-wide recordings are not covered. (A command
+  // hpctl launches through hpd is a pid target held at its exec: it has the program, which finds none.)
+  c.attach_state = c.off_cpu && c.filter_mode == HPD_FILTER_PIDS && !options.pids.empty();
+  c.warm_ring = kernel_can_warm_ring();
+  return c;
+}
+
+// Opens and loads the programs and maps for `c`. Throws BpfUnavailable when the object cannot be
+// parsed or the kernel refuses it, RecordError for a map that cannot be sized.
+Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
+  Skeleton skel = open_skeleton(log);
+  auto* config = skel->rodata;
+  config->filter_mode = c.filter_mode;
+  config->self_pid = ::getpid();
+  config->follow_children = c.follow_children ? 1 : 0;
+  config->capture_kernel = c.capture_kernel ? 1 : 0;
+  config->restrict_creds = c.restrict_creds ? 1 : 0;
+  config->off_cpu_min_ns = c.off_cpu_min_ns;
+  config->sample_period_ns = c.sample_period_ns;
+  config->wakeup_bytes = c.ring_bytes / 4;
+  int err = bpf_map__set_max_entries(skel->maps.events, c.ring_bytes);
+  if (err != 0) throw RecordError("cannot size the eBPF ring buffer: " + errno_text(err));
+  config->stack_copy_bytes = c.stack_copy;
+  config->user_stack_from_copy = c.dwarf ? 1 : 0;
+  config->cfi_unwind = c.cfi ? 1 : 0;
+  // Without cfi mode the table maps take no memory.
+  err = bpf_map__set_max_entries(skel->maps.cfi_rows, c.cfi_rows);
+  if (err == 0) err = bpf_map__set_max_entries(skel->maps.cfi_index, c.cfi_index);
+  if (err == 0 && !c.cfi) err = bpf_map__set_max_entries(skel->maps.proc_mappings, 1);
+  if (err != 0) throw RecordError("cannot size the eBPF CFI maps: " + errno_text(err));
+  // One record buffer per possible CPU: every frame, the copy and a page (see profile.bpf.c).
+  const int possible = libbpf_num_possible_cpus();
+  if (possible <= 0) throw RecordError("cannot count the possible CPUs: " + errno_text(possible));
+  err = bpf_map__set_max_entries(skel->maps.sample_scratch, static_cast<uint32_t>(possible));
+  if (err == 0)
+    err = bpf_map__set_value_size(
+        skel->maps.sample_scratch,
+        static_cast<uint32_t>(sizeof(hpd_sample_event) + c.stack_copy + kScratchSlackBytes));
+  if (err != 0) throw RecordError("cannot size the eBPF record buffers: " + errno_text(err));
+  // One per program that walks (on-CPU, sched_switch, exit): CFI_WINDOW_SLOTS in cfi_walk.bpf.h.
+  err = bpf_map__set_max_entries(skel->maps.cfi_windows, static_cast<uint32_t>(3 * possible));
+  if (err != 0) throw RecordError("cannot size the eBPF stack windows: " + errno_text(err));
+  // Without off-CPU samples the scheduler hooks are not even loaded: context switches and wakeups cost
+  // nothing.
+  bpf_program__set_autoload(skel->progs.hpd_sched_switch, c.off_cpu);
+  bpf_program__set_autoload(skel->progs.hpd_sched_wakeup, c.off_cpu);
+  bpf_program__set_autoload(skel->progs.hpd_attach_state, c.attach_state);
+  bpf_program__set_autoattach(skel->progs.hpd_attach_state, false);  // run, not attached, by user space
+  config->warm_pages = c.warm_ring ? c.ring_bytes / kWarmPageBytes : 0;
+  bpf_program__set_autoload(skel->progs.hpd_warm_ring, c.warm_ring);
+  load_skeleton(skel.get(), log);
+  return skel;
+}
+
+// hpd's programs loaded ahead (RecordOptions::load_next_ahead, prepare_recording): one worker thread
+// keeps one skeleton loaded for the LoadConfig wanted, and a recording with that LoadConfig takes it
+// instead of loading its own, then only fills its maps and attaches. The skeleton taken is the
+// session's, destroyed with it as a cold one is; the next is loaded once the session has attached,
+// so that the load does not compete with the attach for the CPU.
+class Preloader {
+ public:
+  static Preloader& instance() {
+    static Preloader preloader;
+    return preloader;
+  }
+  ~Preloader() { stop(); }
+
+  // Keeps a skeleton like `c` loaded from now on (a ready one of another LoadConfig is dropped).
+  void want(const LoadConfig& c) {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    wanted_ = c;
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    changed_.notify_all();
+  }
+
+  // The ready skeleton when its LoadConfig is `c` (one being loaded for `c` is waited for); nothing
+  // otherwise. The next is loaded when want() is called again.
+  Skeleton take(const LoadConfig& c) {
+    std::unique_lock lock(mutex_);
+    if (loading_ && loading_config_ == c) changed_.wait(lock, [&] { return !loading_; });
+    if (!ready_ || !(ready_config_ == c)) return {};
+    wanted_.reset();
+    ++taken_;
+    return std::move(ready_);
+  }
+
+  // Drops the ready skeleton and ends the worker (hpd's stop); want() does nothing afterwards.
+  void stop() {
+    std::thread worker;
+    Skeleton dropped;
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+      wanted_.reset();
+      dropped = std::move(ready_);
+      worker = std::move(thread_);
+      changed_.notify_all();
+    }
+    if (worker.joinable()) worker.join();
+  }
+
+  PreparedRecordingStatus status() {
+    std::lock_guard lock(mutex_);
+    PreparedRecordingStatus s;
+    s.ready = ready_ != nullptr;
+    s.loading = loading_;
+    s.loads = loads_;
+    s.taken = taken_;
+    s.error = error_;
+    return s;
+  }
+
+ private:
+  Preloader() = default;
+
+  bool needs_load() const {
+    if (!wanted_) return false;
+    if (ready_ && ready_config_ == *wanted_) return false;
+    return !(failed_config_ && *failed_config_ == *wanted_);
+  }
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stopping_ || needs_load(); });
+      if (stopping_) return;
+      const LoadConfig c = *wanted_;
+      Skeleton old = std::move(ready_);  // of another LoadConfig
+      loading_ = true;
+      loading_config_ = c;
+      lock.unlock();
+      old.reset();
+      Skeleton skel;
+      std::string error;
+      try {
+        LibbpfLogCapture log;
+        skel = load_skeleton_for(c, log);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      lock.lock();
+      loading_ = false;
+      if (skel) {
+        ++loads_;
+        ready_ = std::move(skel);
+        ready_config_ = c;
+        error_.clear();
+      } else {
+        failed_config_ = c;  // not tried again for it: the session's own load reports the error
+        error_ = error;
+      }
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<LoadConfig> wanted_;
+  Skeleton ready_;
+  LoadConfig ready_config_;
+  bool loading_ = false;
+  LoadConfig loading_config_;
+  std::optional<LoadConfig> failed_config_;
+  std::string error_;
+  uint64_t loads_ = 0;
+  uint64_t taken_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 class BpfSession {
  public:
   BpfSession(const RecordOptions& options, const PerfPrivileges& privileges)
-      : options_(options), cpus_(online_cpus()) {
-    kernel_frames_ = options.kernel == KernelFrames::kOn ||
-                     (options.kernel == KernelFrames::kAuto && privileges.may_see_kernel());
-    off_cpu_ = off_cpu_enabled(options);
-    dwarf_ = options.call_graph == CallGraph::kDwarf;
-    cfi_ = options.call_graph == CallGraph::kCfi;
-    stack_copy_ = stack_copy_bytes(options);
-    period_ns_ = std::max<uint64_t>(1, 1'000'000'000ULL / options.frequency_hz);
-    if (options.all_processes)
-      filter_ = HPD_FILTER_ALL;
-    else if (!options.cgroup.empty())
-      filter_ = HPD_FILTER_CGROUP;
-    else
-      filter_ = HPD_FILTER_PIDS;
+      : options_(options), cpus_(online_cpus()), config_(load_config_of(options, privileges, cpus_.size())) {
+    kernel_frames_ = config_.capture_kernel;
+    off_cpu_ = config_.off_cpu;
+    dwarf_ = config_.dwarf;
+    cfi_ = config_.cfi;
+    stack_copy_ = config_.stack_copy;
+    period_ns_ = config_.sample_period_ns;
+    filter_ = config_.filter_mode;
+    attach_state_ = config_.attach_state;
+    warm_ring_ = config_.warm_ring;
   }
 
   RecordResult run();
@@ -292,12 +515,8 @@ class BpfSession {
   // programs are attached (they take a thread's entry away when it runs again).
   void drain(bool rewalk = true);
   void load_initial_tables();
-  uint32_t cfi_row_capacity() const {
-    return options_.cfi_row_capacity != 0 ? options_.cfi_row_capacity : kDefaultCfiRowCapacity;
-  }
-  // Each module's index has at most a quarter as many buckets as the module has rows, and at least
-  // one: room for as many tiny modules again.
-  uint32_t cfi_index_capacity() const { return cfi_row_capacity() / 4 + 16384; }
+  uint32_t cfi_row_capacity() const { return config_.cfi_rows; }
+  uint32_t cfi_index_capacity() const { return config_.cfi_index; }
   void note_for_cfi(const Event& event);
   void open_mmap_watch();
   void drain_mmaps();
@@ -310,6 +529,7 @@ class BpfSession {
 
   const RecordOptions& options_;
   std::vector<int> cpus_;
+  const LoadConfig config_;
   bool kernel_frames_ = false;
   bool off_cpu_ = false;
   bool dwarf_ = false;
@@ -347,55 +567,14 @@ class BpfSession {
   std::unique_ptr<RecordingCallCounter> calls_;  // detached (destroyed) before the skeleton
 };
 
+// The programs and maps: the ones hpd loaded ahead when they were loaded alike, else loaded now.
 void BpfSession::load() {
-  skel_ = open_skeleton(log_);
-  auto* config = skel_->rodata;
-  config->filter_mode = filter_;
-  config->self_pid = ::getpid();
-  config->follow_children = options_.follow_children ? 1 : 0;
-  config->capture_kernel = kernel_frames_ ? 1 : 0;
-  config->restrict_creds = options_.restrict_to_client ? 1 : 0;
-  config->client_uid = options_.client_uid;
-  config->client_gid = options_.client_gid;
-  config->off_cpu_min_ns = uint64_t{options_.off_cpu_min_us} * 1000;
-  config->sample_period_ns = period_ns_;
-  const uint32_t ring_bytes = choose_ring_bytes(options_, cpus_.size());
-  config->wakeup_bytes = ring_bytes / 4;
-  int err = bpf_map__set_max_entries(skel_->maps.events, ring_bytes);
-  if (err != 0) throw RecordError("cannot size the eBPF ring buffer: " + errno_text(err));
-  config->stack_copy_bytes = stack_copy_;
-  config->user_stack_from_copy = dwarf_ ? 1 : 0;
-  config->cfi_unwind = cfi_ ? 1 : 0;
-  // Without cfi mode the table maps take no memory.
-  err = bpf_map__set_max_entries(skel_->maps.cfi_rows, cfi_ ? cfi_row_capacity() : 1);
-  if (err == 0) err = bpf_map__set_max_entries(skel_->maps.cfi_index, cfi_ ? cfi_index_capacity() : 1);
-  if (err == 0 && !cfi_) err = bpf_map__set_max_entries(skel_->maps.proc_mappings, 1);
-  if (err != 0) throw RecordError("cannot size the eBPF CFI maps: " + errno_text(err));
-  // One record buffer per possible CPU: every frame, the copy and a page (see profile.bpf.c).
-  const int possible = libbpf_num_possible_cpus();
-  if (possible <= 0) throw RecordError("cannot count the possible CPUs: " + errno_text(possible));
-  err = bpf_map__set_max_entries(skel_->maps.sample_scratch, static_cast<uint32_t>(possible));
-  if (err == 0)
-    err = bpf_map__set_value_size(
-        skel_->maps.sample_scratch,
-        static_cast<uint32_t>(sizeof(hpd_sample_event) + stack_copy_ + kScratchSlackBytes));
-  if (err != 0) throw RecordError("cannot size the eBPF record buffers: " + errno_text(err));
-  // One per program that walks (on-CPU, sched_switch, exit): CFI_WINDOW_SLOTS in cfi_walk.bpf.h.
-  err = bpf_map__set_max_entries(skel_->maps.cfi_windows, static_cast<uint32_t>(3 * possible));
-  if (err != 0) throw RecordError("cannot size the eBPF stack windows: " + errno_text(err));
-  // Without off-CPU samples the scheduler hooks are not even loaded: context switches and wakeups cost
-  // nothing.
-  bpf_program__set_autoload(skel_->progs.hpd_sched_switch, off_cpu_);
-  bpf_program__set_autoload(skel_->progs.hpd_sched_wakeup, off_cpu_);
-  // Attach-time state (attach_state.bpf.h): the threads of pid targets that are off the CPU when the
-  // recording begins. A launched command has none; system-wide recordings are not covered.
-  attach_state_ = off_cpu_ && filter_ == HPD_FILTER_PIDS && !options_.pids.empty();
-  bpf_program__set_autoload(skel_->progs.hpd_attach_state, attach_state_);
-  bpf_program__set_autoattach(skel_->progs.hpd_attach_state, false);  // run, not attached, by user space
-  warm_ring_ = kernel_can_warm_ring();
-  config->warm_pages = warm_ring_ ? ring_bytes / kWarmPageBytes : 0;
-  bpf_program__set_autoload(skel_->progs.hpd_warm_ring, warm_ring_);
-  load_skeleton(skel_.get(), log_);
+  skel_ = Preloader::instance().take(config_);
+  result_.bpf_loaded_ahead = skel_ != nullptr;
+  if (!skel_) skel_ = load_skeleton_for(config_, log_);
+  // Not part of the load: the same loaded programs serve any client.
+  skel_->bss->client_uid = options_.client_uid;
+  skel_->bss->client_gid = options_.client_gid;
 }
 
 // Runs hpd_warm_ring, then consumes the discarded records it leaves, so that the ring is empty when
@@ -823,7 +1002,9 @@ void BpfSession::finish_launched(bool stopped_early) {
 }
 
 RecordResult BpfSession::run() {
+  timing_mark("bpf-session");
   load();  // the only step that throws BpfUnavailable: nothing has been started yet
+  timing_mark("bpf-loaded");
   // Before anything reads or attaches by pid: the processes the targets are now (or were at the caller's
   // check).
   std::vector<UniqueFd> bound = bind_targets(options_);
@@ -856,19 +1037,11 @@ RecordResult BpfSession::run() {
     if (cfi_maps_) note_for_cfi(event);
     builder_->on_event(event);
   };
-  if (off_cpu_ && kernel_frames_) {
-    // /proc/kallsyms, read once for the recording: the symbolization of its kernel frames uses the same
-    // table (RecordResult::kernel_symbols), rather than reading and parsing it again.
-    auto symbols = std::make_shared<KernelSymbols>();
-    symbols->load();
-    result_.kernel_symbols = symbols;
-    auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(*symbols));
-    if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
-  }
 
   ring_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_ring_record, this, nullptr));
   if (!ring_) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(errno));
   warm_ring();
+  timing_mark("ring-ready");
 
   // Before the fork: the counter decides whether the command starts with hpd's runtime preloaded.
   calls_ = std::make_unique<RecordingCallCounter>(options_);
@@ -876,13 +1049,17 @@ RecordResult BpfSession::run() {
   if (!options_.command.empty()) command_ = launch_command(options_.command, calls_->launch_environment());
   set_targets();
   open_mmap_watch();
+  timing_mark("mmap-watch-open");
   load_initial_tables();
+  timing_mark("tables-ready");
   attach_sampling();
+  timing_mark("sampling-attached");
   info.event = per_task_ ? "task-clock" : "cpu-clock";
   seed_cpu_baselines();
   if (command_) seed_thread(command_->pid(), command_->pid());
   for (const int32_t pid : options_.pids) describe_initial(pid);
   read_attach_state();
+  timing_mark("attach-state-read");
 
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
   for (const int32_t pid : options_.pids) {
@@ -903,6 +1080,21 @@ RecordResult BpfSession::run() {
       targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
   if (options_.on_attached) options_.on_attached();
+  timing_mark("started");
+  // Sampling runs: what follows is needed only once the first records are read. The next session's
+  // programs are loaded now, not while this one attached.
+  if (options_.load_next_ahead) Preloader::instance().want(config_);
+  if (off_cpu_ && kernel_frames_) {
+    // /proc/kallsyms, read once for the recording: the symbolization of its kernel frames uses the same
+    // table (RecordResult::kernel_symbols), rather than reading and parsing it again. Only the builder
+    // needs it, for the off-CPU samples' scheduler frames, when it reads the first records.
+    auto symbols = std::make_shared<KernelSymbols>();
+    symbols->load();
+    timing_mark("kallsyms-read");
+    result_.kernel_symbols = symbols;
+    auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(*symbols));
+    if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
+  }
 
   std::vector<pollfd> pfds;
   pfds.push_back(pollfd{ring_buffer__epoll_fd(ring_.get()), POLLIN, 0});
@@ -1022,6 +1214,19 @@ RecordResult record_with_bpf(const RecordOptions& options, const PerfPrivileges&
     throw BpfUnavailable("the eBPF backend cannot be used: " + why);
   BpfSession session(options, privileges);
   return session.run();
+}
+
+void bpf_prepare(const RecordOptions& options, const PerfPrivileges& privileges) {
+  if (!bpf_unavailable_reason(privileges).empty()) return;
+  Preloader::instance().want(load_config_of(options, privileges, online_cpus().size()));
+}
+
+PreparedRecordingStatus bpf_prepared_status() {
+  return Preloader::instance().status();
+}
+
+void bpf_release_prepared() {
+  Preloader::instance().stop();
 }
 
 #endif  // HPD_HAVE_BPF

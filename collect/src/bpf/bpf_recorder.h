@@ -26,6 +26,12 @@ std::string bpf_load_check();
 // Expects options already checked by validate_record_options().
 RecordResult record_with_bpf(const RecordOptions& options, const PerfPrivileges& privileges);
 
+// Keeps the programs and maps of a recording like `options` (call graph resolved) loaded ahead, in a
+// thread of hpd's own; a recording loaded alike takes them (prepare_recording in recorder.h).
+void bpf_prepare(const RecordOptions& options, const PerfPrivileges& privileges);
+PreparedRecordingStatus bpf_prepared_status();
+void bpf_release_prepared();
+
 // Whether the options ask for something only the eBPF backend does.
 bool needs_bpf(const RecordOptions& options);
 

@@ -39,6 +39,7 @@ class Daemon {
 
  private:
   bool load(Config& into, std::string& why);
+  void prepare_first_recording();
   bool open_listener();
   void begin_shutdown();
   void reload();

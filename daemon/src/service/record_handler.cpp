@@ -130,6 +130,9 @@ session::SymbolSources symbol_sources(const Config& config, const FsCredentials*
 // The steps, in order: the output descriptor, access and limits, the recorder's options, the session,
 // then the recording in its own thread while this one watches the client.
 void Connection::handle_record(const Request& request, Frame& frame) {
+  timing_mark("hpd-request");
+  // The request as hpd received it: its profile says how long the target ran unsampled after it.
+  const uint64_t received_mono_ns = now_ns(CLOCK_MONOTONIC);
   UniqueFd output = take_record_output(request, frame);
   if (!output) return;
   // The client's call table: only ever read through this descriptor, as untrusted data.
@@ -152,6 +155,9 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   std::optional<RecordOptions> options = recorder_options(request, args);
   if (!options) return;
   for (const UniqueFd& pidfd : target_pidfds) options->pid_fds.push_back(pidfd.get());
+  // Once it samples, the next session's programs are loaded like this one's.
+  options->load_next_ahead = true;
+  options->requested_mono_ns = received_mono_ns;
   if (options->count_calls && calls_table) options->call_table_fd = calls_table.get();
   const std::shared_ptr<Session> session = open_session(request, args, config);
   if (!session) return;

@@ -23,6 +23,7 @@
 #include "hpd/base/output_file.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/collect/unwind_cache.h"
+#include "hpd/session/record_pipeline.h"
 #include "log.h"
 
 #ifndef HPD_VERSION
@@ -100,6 +101,13 @@ json Daemon::status_message(bool privileged) {
                   {"modules_evicted", cfi.modules_evicted},
                   {"modules_refused", cfi.modules_refused},
                   {"map_bytes", cfi.map_bytes}};
+  // The eBPF programs and maps loaded ahead for the next session (prepare_recording).
+  const PreparedRecordingStatus prepared = prepared_recording_status();
+  reply["prepared"] = {{"ready", prepared.ready},
+                       {"loading", prepared.loading},
+                       {"loads", prepared.loads},
+                       {"taken", prepared.taken},
+                       {"error", prepared.error}};
   reply["limits"] = {{"max_duration_s", cfg.max_duration_s},
                      {"max_frequency_hz", cfg.max_frequency_hz},
                      {"max_cfi_rows", cfg.max_cfi_rows},
@@ -135,6 +143,19 @@ json Daemon::status_message(bool privileged) {
 #endif
   reply["continuous"] = continuous;
   return reply;
+}
+
+// The programs and maps of the likeliest first request, `hpctl record --pid P` with the defaults by a
+// client that may see everything, loaded ahead in a thread of their own; each session then loads the
+// next like its own (RecordOptions::load_next_ahead).
+void Daemon::prepare_first_recording() {
+  session::RecordRequest request;
+  request.pids = {static_cast<int32_t>(::getpid())};
+  try {
+    prepare_recording(session::record_options_from_request(request));
+  } catch (const std::exception& e) {
+    log_warning(std::string("cannot load a recording's programs ahead: ") + e.what());
+  }
 }
 
 bool Daemon::load(Config& into, std::string& why) {
@@ -364,9 +385,11 @@ int Daemon::run() {
   if (!open_listener()) return 1;
   bpf_available_ = bpf_backend_available(&bpf_reason_);
   perf_available_ = perf_events_available(&perf_reason_);
+  configure_unwind_cache_of(config_);
   if (!bpf_available_)
     log_warning("the eBPF backend is unavailable (" + bpf_reason_ + "); recording with perf_event");
-  configure_unwind_cache_of(config_);
+  else
+    prepare_first_recording();
   configure_continuous(config_);
 
   notifier_.notify("READY=1\nSTATUS=ready, no sessions");
@@ -415,6 +438,7 @@ int Daemon::run() {
     }
   }
   reap_connections(true);
+  release_prepared_recording();
   log_info("stopped");
   return 0;
 }

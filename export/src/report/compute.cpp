@@ -404,9 +404,16 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   totals.lost = p.meta.lost;
   totals.missing_modules = p.meta.missing_modules;
 
-  // Recording length; without an end time, up to the last sample (as the Firefox writer does).
+  // Recording length from the first on-CPU sample (the time before it is said apart); without an end
+  // time, up to the last sample (as the Firefox writer does).
+  const bool first_known = info.first_sample_mono_ns >= info.start_mono_ns &&
+                           info.first_sample_mono_ns != 0 && info.first_sample_mono_ns <= info.end_mono_ns;
+  if (info.requested_mono_ns != 0 && first_known && info.first_sample_mono_ns >= info.requested_mono_ns) {
+    totals.unsampled_start_known = true;
+    totals.unsampled_start_ns = info.first_sample_mono_ns - info.requested_mono_ns;
+  }
   if (info.end_mono_ns > info.start_mono_ns) {
-    totals.duration_ns = info.end_mono_ns - info.start_mono_ns;
+    totals.duration_ns = info.end_mono_ns - (first_known ? info.first_sample_mono_ns : info.start_mono_ns);
   } else {
     uint64_t last = info.start_mono_ns;
     for (const Thread& t : p.threads) {

@@ -169,6 +169,9 @@ void print_header(const Report& report, std::ostream& out, size_t width) {
   line("hpd report: " + plural(t.samples, "on-CPU sample", "on-CPU samples") + ", " +
        plural(t.threads, "thread", "threads") + " in " + plural(t.processes, "process", "processes") +
        ", duration " + format_duration(t.duration_ns));
+  if (t.unsampled_start_known)
+    line("First sample " + format_duration(t.unsampled_start_ns) +
+         " after the request (not sampled before it)");
   line("CPU time " + format_duration(t.cpu_ns) + ", interval " + format_ms(t.interval_ns) + ", off-CPU " +
        format_duration(t.off_cpu_ns + t.wait_cpu_ns) + " in " +
        plural(t.off_cpu_samples + t.wait_cpu_samples, "off-CPU sample", "off-CPU samples"));

@@ -130,6 +130,12 @@ struct RecordOptions {
   // Called once, when every sampling event and probe is attached and before the first sample is
   // read: where a launcher lets a held command run.
   std::function<void()> on_attached;
+  // hpd's sessions: once this recording's sampling runs, load the programs and maps of the next
+  // recording like it in the background, so that it need not (prepare_recording).
+  bool load_next_ahead = false;
+  // When the recording was asked for (CLOCK_MONOTONIC): hpctl's start, or hpd's receipt of the request.
+  // 0: when record() is called. The profile's info carries it (RecordingInfo::requested_mono_ns).
+  uint64_t requested_mono_ns = 0;
   // How calls are counted. kAuto: a launched command gets hpd's in-process runtime (libhpdcalls.so,
   // preloaded: cheaper, and it times each call), unless it cannot take it (static, its own mcount),
   // then uprobes, as --pid targets always get.
@@ -231,6 +237,8 @@ struct RecordResult {
   // eBPF: pages of the ring buffer written once before the recording started (0 when the kernel lacks
   // syscall programs or bpf_loop), so that the target does not pay each page's first write.
   uint64_t bpf_ring_pages_warmed = 0;
+  // The eBPF programs and maps were loaded ahead (prepare_recording), not by this recording.
+  bool bpf_loaded_ahead = false;
   // cfi mode: the tables in the eBPF maps and how the programs' user walks ended.
   struct CfiSummary {
     uint64_t modules = 0;         // module files seen mapped
@@ -321,6 +329,30 @@ void validate_record_options(const RecordOptions& options);
 // (or root), and the programs pass the verifier (they are loaded once to find out). When not, *why
 // (if given) says what is missing.
 bool bpf_backend_available(std::string* why);
+
+// hpd: keeps the eBPF programs and maps of a recording like `options` loaded ahead of it, in a thread
+// of its own, so that a recording loaded alike (same targets' kind, frequency, call graph, off-CPU
+// and kernel choices, maps' sizes) only fills its maps and attaches its events; the recording itself
+// then loads the next (RecordOptions::load_next_ahead). One set is kept: asked for another kind, the
+// set ready is replaced. Returns at once; does nothing when the eBPF backend cannot be used.
+void prepare_recording(const RecordOptions& options);
+
+struct PreparedRecordingStatus {
+  bool ready = false;    // a set is loaded and waits for a recording
+  bool loading = false;  // one is being loaded
+  uint64_t loads = 0;    // sets loaded ahead so far
+  uint64_t taken = 0;    // recordings that took one
+  std::string error;     // why the last load ahead failed ("" when it did not)
+};
+PreparedRecordingStatus prepared_recording_status();
+
+// Drops the set loaded ahead and ends its thread (hpd's stop); prepare_recording does nothing after.
+void release_prepared_recording();
+
+// With HPD_TIMING set in the environment (to anything but "" or "0"): prints
+// "hpd-timing STEP MONOTONIC_NS" on stderr, for the steps of a recording's start (the recorder's and
+// hpd's), so that where the time to the first sample goes can be read (bench/first_sample.sh).
+void timing_mark(const char* step);
 
 // Records until the duration ends, *stop becomes true, or every target process exits.
 // Throws RecordError for a missing process, lacking privileges, or a command that cannot start.

@@ -116,7 +116,12 @@ struct ReportTotals {
   uint64_t wait_cpu_samples = 0;       // runnable, waiting for a CPU
   uint64_t threads = 0;                // threads selected by the pid/tid filter
   uint64_t processes = 0;
-  uint64_t duration_ns = 0;  // recording length (or the span of the samples when unknown)
+  // Recording length: from the first on-CPU sample to the end (from the start when the first sample's
+  // time is unknown; the span of the samples when the end is).
+  uint64_t duration_ns = 0;
+  // From the request to the first on-CPU sample, when both are known: the targets ran unsampled.
+  bool unsampled_start_known = false;
+  uint64_t unsampled_start_ns = 0;
   uint64_t interval_ns = 0;  // sampling interval used for the wall-clock view
   uint64_t cpu_ns = 0;       // sum of on-CPU samples' cpu_delta_ns
   uint64_t off_cpu_ns = 0;   // blocked

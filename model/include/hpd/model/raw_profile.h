@@ -295,6 +295,12 @@ struct RecordingInfo {
   // What counted the call edges: "runtime" (hpd's preloaded mcount/__fentry__), "uprobes", both
   // ("runtime+uprobes"), or "" (no call counting).
   std::string call_counter;
+  // When the recording was asked for (hpctl started it, or hpd received the request) and when its
+  // first on-CPU sample was taken, both CLOCK_MONOTONIC; 0 = unknown (no on-CPU sample, an older
+  // file). Between them the targets ran unsampled: the report, the summary and the Firefox profile
+  // say how long, and count the recording's duration from the first sample.
+  uint64_t requested_mono_ns = 0;
+  uint64_t first_sample_mono_ns = 0;
 };
 
 // A symbol of JIT-generated code, from the process's /tmp/perf-PID.map (perf's convention: one

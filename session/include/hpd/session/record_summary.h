@@ -11,7 +11,9 @@ struct RecordSummary {
   std::string mode = "local";  // "local" or "daemon": who recorded
   uint64_t samples = 0;
   uint64_t threads = 0;
-  double seconds = 0;
+  double seconds = 0;  // from the first on-CPU sample to the end (from the start when there was none)
+  // From the request to the first on-CPU sample: time the targets ran unsampled; -1 when unknown.
+  double unsampled_start_s = -1;
   std::string backend;
   uint64_t lost_records = 0;
   uint64_t throttle_events = 0;
