@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <set>
 
-#include "hpd/calls/alloc_log.h"
 #include "hpd/base/process.h"
+#include "hpd/calls/alloc_log.h"
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/discovery.h"
 #include "hpd/calls/preload_table.h"

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "address_groups.h"
 #include "hpd/export/otlp_profiles.h"
 #include "hpd/model/validate.h"
 #include "proto_writer.h"
@@ -255,18 +256,8 @@ class OtlpBuilder {
     auto [it, added] = stack_index_.emplace(s, stack_count_ + 1);
     if (!added) return it->second;
     ++stack_count_;
-    const std::vector<uint32_t> frames = p_.stack_frames_root_first(s);
     std::vector<uint32_t> ids;
-    size_t begin = 0;
-    for (size_t i = 1; i <= frames.size(); ++i) {
-      if (i < frames.size()) {
-        const Frame& f = p_.frames[frames[i]];
-        const Frame& head = p_.frames[frames[begin]];
-        if (f.inline_depth > 0 && f.lib == head.lib && f.address == head.address) continue;
-      }
-      ids.push_back(location(std::span<const uint32_t>(frames.data() + begin, i - begin)));
-      begin = i;
-    }
+    for_each_address_group(p_, s, [&](std::span<const uint32_t> group) { ids.push_back(location(group)); });
     std::reverse(ids.begin(), ids.end());
     ProtoWriter m;
     m.packed_field(1, ids);

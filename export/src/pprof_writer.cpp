@@ -8,6 +8,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "address_groups.h"
 #include "hpd/export/pprof.h"
 #include "hpd/model/validate.h"
 #include "output_file.h"
@@ -228,17 +229,8 @@ class PprofBuilder {
   std::vector<uint64_t> locations_of_stack(uint32_t stack) {
     std::vector<uint64_t> ids;
     if (stack == kNoIndex) return ids;
-    const std::vector<uint32_t> frames = p_.stack_frames_root_first(stack);
-    size_t begin = 0;
-    for (size_t i = 1; i <= frames.size(); ++i) {
-      if (i < frames.size()) {
-        const Frame& f = p_.frames[frames[i]];
-        const Frame& head = p_.frames[frames[begin]];
-        if (f.inline_depth > 0 && f.lib == head.lib && f.address == head.address) continue;
-      }
-      ids.push_back(location(std::span<const uint32_t>(frames.data() + begin, i - begin)));
-      begin = i;
-    }
+    for_each_address_group(p_, stack,
+                           [&](std::span<const uint32_t> group) { ids.push_back(location(group)); });
     std::reverse(ids.begin(), ids.end());
     return ids;
   }

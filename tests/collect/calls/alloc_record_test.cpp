@@ -138,7 +138,8 @@ TEST(AllocRecord, PprofHasTheHeapColumns) {
   const hpd::test::RunResult c = hpd::test::run({HPD_HPCTL_PATH, "convert", hpr, "-o", pb});
   ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
   const std::string go = go_tool();
-  ASSERT_TRUE(go != "go" || hpd::test::have_tool("go")) << "go is needed to read pprof files (PATH or /usr/local/go/bin)";
+  ASSERT_TRUE(go != "go" || hpd::test::have_tool("go"))
+      << "go is needed to read pprof files (PATH or /usr/local/go/bin)";
   const hpd::test::RunResult inuse = hpd::test::run(
       {go, "tool", "pprof", "-sample_index=inuse_space", "-top", pb}, 300, {"HOME=" + dir.path()});
   ASSERT_EQ(inuse.exit_code, 0) << inuse.out << inuse.err;
