@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "hpd/base/elf.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/export/report.h"
 #include "hpd/model/profile.h"
@@ -269,6 +270,33 @@ void expect_complete(const Symbolized& s, const std::string& leaf, const std::ve
 TEST(BpfCfi, DeepRecursionIsComplete) {
   const Symbolized s = record_and_symbolize({kDir + "/recursion", "2"});
   expect_complete(s, "spin_at_bottom", {"descend", "main"}, 95.0, 203);
+}
+
+// Bad input: another program carrying the build-id of `recursion` (anyone can link one with
+// -Wl,--build-id=0x...) is recorded first; its table must not serve `recursion` afterwards, nor in the
+// same recording: tables are keyed by the file they were compiled from, not by its build-id alone.
+// (Through hpd, one user's program would otherwise unwind the stacks of everyone's.)
+TEST(BpfCfi, ProgramCarryingAnotherProgramsBuildIdDoesNotLendItsTable) {
+  const std::string genuine = kDir + "/recursion";
+  const std::optional<std::string> id = file_build_id(genuine);
+  ASSERT_TRUE(id && !id->empty());
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("bpf_cfi_impostor." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string impostor = (dir / "impostor").string();
+  const std::string build = "gcc -O2 -g -fomit-frame-pointer -Wl,--build-id=0x" + *id + " " +
+                            std::string(HPD_CFI_SOURCE_DIR) + "/sort_format.c -o " + impostor;
+  ASSERT_EQ(std::system(build.c_str()), 0) << build;
+  ASSERT_EQ(file_build_id(impostor).value_or(""), *id);
+  const Symbolized first = record_and_symbolize({impostor, "0.5"});
+  ASSERT_GT(first.result.profile.sample_count(), 0u);
+  const Symbolized s = record_and_symbolize({genuine, "1"});
+  expect_complete(s, "spin_at_bottom", {"descend", "main"}, 95.0, 203);
+  // Both in one recording (started together: their tables are compiled while they run, hence 90%).
+  const Symbolized both =
+      record_and_symbolize({"/bin/sh", "-c", impostor + " 0.5 & " + genuine + " 1; wait"});
+  expect_complete(both, "spin_at_bottom", {"descend", "main"}, 90.0, 203);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(BpfCfi, RustProgramIsComplete) {

@@ -323,20 +323,29 @@ std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, cons
   return get(path, build_id, [&] { return compile_cfi_table(candidates, build_id, options_); });
 }
 
+namespace {
+
+std::string table_key(const std::string& path, const std::string& build_id, const std::string& identity) {
+  return (build_id.empty() ? "path:" + path : build_id) + (identity.empty() ? "" : "@" + identity);
+}
+
+}  // namespace
+
 std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, const std::string& build_id,
-                                                   const Make& make) {
-  const std::string key = build_id.empty() ? "path:" + path : build_id;
-  if (auto table = find(path, build_id)) return table;
+                                                   const Make& make, const std::string& identity) {
+  const std::string key = table_key(path, build_id, identity);
+  if (auto table = find(path, build_id, identity)) return table;
   auto table = make();
   if (!table) return nullptr;
   std::lock_guard lock(mutex_);
-  if (build_id.empty() && !table->build_id.empty()) tables_.emplace(table->build_id, table);
+  if (build_id.empty() && !table->build_id.empty())
+    tables_.emplace(table_key(path, table->build_id, identity), table);
   return tables_.emplace(key, std::move(table)).first->second;
 }
 
-std::shared_ptr<const CfiTable> CfiTableCache::find(const std::string& path,
-                                                    const std::string& build_id) const {
-  const std::string key = build_id.empty() ? "path:" + path : build_id;
+std::shared_ptr<const CfiTable> CfiTableCache::find(const std::string& path, const std::string& build_id,
+                                                    const std::string& identity) const {
+  const std::string key = table_key(path, build_id, identity);
   std::lock_guard lock(mutex_);
   const auto it = tables_.find(key);
   return it == tables_.end() ? nullptr : it->second;

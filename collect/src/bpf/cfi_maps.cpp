@@ -7,6 +7,7 @@
 #include <libelf.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -211,44 +212,47 @@ std::shared_ptr<const CfiTable> CfiMaps::table_for(const Job& job) {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
             .count());
   };
-  return shared_cfi_tables().get(job.path, job.build_id, [&]() -> std::shared_ptr<const CfiTable> {
-    const auto begin = std::chrono::steady_clock::now();
-    const CfiTableOptions& options = shared_cfi_tables().options();
-    const std::shared_ptr<UnwindCache> disk = current_unwind_cache();
-    CfiTableSource source;
-    std::string source_path;
-    const bool cacheable = disk && UnwindCache::source_of(job.candidates, job.build_id, options.debug_root,
-                                                          &source, &source_path);
-    if (cacheable) {
-      std::string refused;
-      auto table = disk->load(source, &refused);
-      std::lock_guard lock(mutex_);
-      if (table) {
-        ++stats_.tables_from_disk;
-        stats_.disk_load_ns += elapsed_ns(begin);
+  return shared_cfi_tables().get(
+      job.path, job.build_id,
+      [&]() -> std::shared_ptr<const CfiTable> {
+        const auto begin = std::chrono::steady_clock::now();
+        const CfiTableOptions& options = shared_cfi_tables().options();
+        const std::shared_ptr<UnwindCache> disk = current_unwind_cache();
+        CfiTableSource source;
+        std::string source_path;
+        const bool cacheable = disk && UnwindCache::source_of(job.candidates, job.build_id,
+                                                              options.debug_root, &source, &source_path);
+        if (cacheable) {
+          std::string refused;
+          auto table = disk->load(source, &refused);
+          std::lock_guard lock(mutex_);
+          if (table) {
+            ++stats_.tables_from_disk;
+            stats_.disk_load_ns += elapsed_ns(begin);
+            return table;
+          }
+          if (!refused.empty() && stats_.disk_refused++ == 0) stats_.disk_refusal = refused;
+        }
+        if (job.lookup_only) return nullptr;
+        const auto compile_begin = std::chrono::steady_clock::now();
+        auto table = compile_cfi_table(job.candidates, job.build_id, options);
+        {
+          std::lock_guard lock(mutex_);
+          ++stats_.tables_compiled;
+          stats_.compile_ns += elapsed_ns(compile_begin);
+        }
+        // Stored when it came from a file (not a failure to open one) with the build-id asked for, with the
+        // size and time of the file it was compiled from.
+        if (cacheable && !table->opened_path.empty() && table->build_id == job.build_id &&
+            (table->opened_path == source_path ||
+             UnwindCache::source_of_file(table->opened_path, job.build_id, options.debug_root, &source)) &&
+            disk->store(*table, source)) {
+          std::lock_guard lock(mutex_);
+          ++stats_.tables_stored;
+        }
         return table;
-      }
-      if (!refused.empty() && stats_.disk_refused++ == 0) stats_.disk_refusal = refused;
-    }
-    if (job.lookup_only) return nullptr;
-    const auto compile_begin = std::chrono::steady_clock::now();
-    auto table = compile_cfi_table(job.candidates, job.build_id, options);
-    {
-      std::lock_guard lock(mutex_);
-      ++stats_.tables_compiled;
-      stats_.compile_ns += elapsed_ns(compile_begin);
-    }
-    // Stored when it came from a file (not a failure to open one) with the build-id asked for, with the
-    // size and time of the file it was compiled from.
-    if (cacheable && !table->opened_path.empty() && table->build_id == job.build_id &&
-        (table->opened_path == source_path ||
-         UnwindCache::source_of_file(table->opened_path, job.build_id, options.debug_root, &source)) &&
-        disk->store(*table, source)) {
-      std::lock_guard lock(mutex_);
-      ++stats_.tables_stored;
-    }
-    return table;
-  });
+      },
+      job.identity);
 }
 
 std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
@@ -264,8 +268,29 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
     id = !build_id.empty() ? build_id
                            : build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path).build_id;
   }
+  // The files the module's table is compiled from, and which file that is (device and inode): modules
+  // are told apart by it too, not by build-id alone, as anyone can link a program with another's
+  // build-id (-Wl,--build-id=0x...), and its table must not unwind the other's stacks.
+  std::vector<std::string> candidates;
+  std::string identity;
+  if (path != kVdso) {
+    if (pid > 0) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, start, end);
+      candidates.emplace_back(buf);
+      candidates.push_back("/proc/" + std::to_string(pid) + "/root" + path);
+    }
+    candidates.push_back(path);
+    for (const std::string& c : candidates) {
+      struct stat st {};
+      if (::stat(c.c_str(), &st) != 0) continue;
+      identity = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+      break;
+    }
+  }
   std::string key = id.empty() ? "path:" + path : id;
   if (path == kVdso && id.empty()) key += ":" + std::to_string(end - start);
+  if (!identity.empty()) key += "@" + identity;
   auto [it, inserted] = modules_.try_emplace(key);
   if (!inserted) {
     // Mapped again after its table was evicted, or refused for lack of room: another try.
@@ -299,13 +324,8 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
     load(key, module);
     return key;
   }
-  if (pid > 0) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, pid, start, end);
-    module.candidates.emplace_back(buf);
-    module.candidates.push_back("/proc/" + std::to_string(pid) + "/root" + path);
-  }
-  module.candidates.push_back(path);
+  module.candidates = std::move(candidates);
+  module.identity = std::move(identity);
   module.wanted = !lazy_ || pid <= 0 || sampled_.count(pid) != 0;
   // Lazy mode: a module not wanted yet is still looked up in the cache on disk at once (cheap), so that
   // with a warm cache its process's first samples find the table; it is compiled only once wanted.
@@ -322,7 +342,7 @@ void CfiMaps::enqueue(const std::string& key, Module& module, bool lookup_only) 
   if (!lookup_only) count(module);
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back(Job{key, module.path, module.build_id, module.candidates, lookup_only});
+    jobs_.push_back(Job{key, module.path, module.build_id, module.candidates, lookup_only, module.identity});
     if (lookup_only) ++lookups_;
   }
   wake_.notify_one();

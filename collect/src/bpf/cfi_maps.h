@@ -152,6 +152,7 @@ class CfiMaps {
     bool wanted = false;                  // needed now (lazy mode: a process that maps it was sampled)
     bool counted = false;                 // in stats_.modules
     std::vector<std::string> candidates;  // files to compile it from
+    std::string identity;                 // device:inode of the file mapped ("" when unknown)
   };
   struct Mapping {
     uint64_t start, end, file_offset;
@@ -164,6 +165,7 @@ class CfiMaps {
     std::string build_id;
     std::vector<std::string> candidates;
     bool lookup_only = false;  // lazy mode: from the cache on disk, or nothing (compiled once wanted)
+    std::string identity;      // Module::identity
   };
   struct Done {
     std::string key;

@@ -131,10 +131,14 @@ class CfiTableCache {
                                       const std::vector<std::string>& candidates);
   // The same, with `make` instead of the compiler for a table not kept yet (the cache on disk, then the
   // compiler); a null from `make` is returned and not kept.
+  // `identity` names the file the table is made from (device and inode): a table is shared by build-id
+  // only between mappings of one file, as anyone can link a file with another file's build-id.
   using Make = std::function<std::shared_ptr<const CfiTable>()>;
-  std::shared_ptr<const CfiTable> get(const std::string& path, const std::string& build_id, const Make& make);
+  std::shared_ptr<const CfiTable> get(const std::string& path, const std::string& build_id, const Make& make,
+                                      const std::string& identity = "");
   // The table kept for this module, or null (nothing is compiled).
-  std::shared_ptr<const CfiTable> find(const std::string& path, const std::string& build_id) const;
+  std::shared_ptr<const CfiTable> find(const std::string& path, const std::string& build_id,
+                                       const std::string& identity = "") const;
   size_t size() const;
   const CfiTableOptions& options() const { return options_; }
 
