@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hpd/model/profile.h"
+#include "proto_writer.h"
 
 namespace hpd {
 
@@ -24,6 +25,21 @@ void for_each_address_group(const Profile& p, uint32_t stack, Each&& each) {
     }
     each(std::span<const uint32_t>(frames.data() + begin, i - begin));
     begin = i;
+  }
+}
+
+// Writes the group's frames, innermost first, as Line messages (function id, line, column: the same
+// layout in pprof and OTLP) into field `field` of `location`; `function_id(func)` gives each id.
+template <typename FunctionId>
+void write_inline_lines(ProtoWriter& location, uint32_t field, const Profile& p,
+                        std::span<const uint32_t> group, FunctionId&& function_id) {
+  for (size_t i = group.size(); i-- > 0;) {
+    const Frame& f = p.frames[group[i]];
+    ProtoWriter line;
+    line.uint_field(1, function_id(f.func));
+    line.uint_field(2, f.line);
+    line.uint_field(3, f.column);
+    location.message_field(field, line);
   }
 }
 

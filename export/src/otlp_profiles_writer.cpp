@@ -274,14 +274,7 @@ class OtlpBuilder {
     ProtoWriter loc;
     if (head.lib != kNoIndex) loc.uint_field(1, mapping(head.lib));
     if (head.address >= 0) loc.uint_field(2, static_cast<uint64_t>(head.address));
-    for (size_t i = group.size(); i-- > 0;) {  // innermost first
-      const Frame& f = p_.frames[group[i]];
-      ProtoWriter line;
-      line.uint_field(1, function(f.func));
-      line.uint_field(2, f.line);
-      line.uint_field(3, f.column);
-      loc.message_field(3, line);
-    }
+    write_inline_lines(loc, 3, p_, group, [&](uint32_t func) { return function(func); });  // innermost first
     dict_.message_field(dictionary::kLocation, loc);
     return it->second;
   }

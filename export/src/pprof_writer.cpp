@@ -257,14 +257,8 @@ class PprofBuilder {
       const uint64_t base = head.lib != kNoIndex ? mapping_start_[head.lib] : 0;
       loc.uint_field(3, base + static_cast<uint64_t>(head.address));
     }
-    for (size_t i = group.size(); i-- > 0;) {  // innermost first
-      const Frame& f = p_.frames[group[i]];
-      ProtoWriter line;
-      line.uint_field(1, function_id(f.func));
-      line.uint_field(2, f.line);
-      line.uint_field(3, f.column);
-      loc.message_field(4, line);
-    }
+    write_inline_lines(loc, 4, p_, group,
+                       [&](uint32_t func) { return function_id(func); });  // innermost first
     locations_.push_back(std::move(loc));
     return it->second;
   }
