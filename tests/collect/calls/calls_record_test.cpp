@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 #include <thread>
@@ -32,6 +33,15 @@
 #include <nlohmann/json.hpp>
 
 namespace {
+
+// The samples hpctl says it walked by frame pointer because their modules' tables were not in the
+// eBPF maps yet (the start of a launched command: ld.so, the runtime's set-up; more of them on a
+// loaded machine). Those are the start-up window's, not the hook's: a test of the hook leaves them out.
+uint64_t samples_before_tables(const std::string& record_output) {
+  static const std::regex line(R"(cfi: (\d+) samples \([0-9.]+%\) were walked by frame pointer)");
+  std::smatch m;
+  return std::regex_search(record_output, m, line) ? std::stoull(m[1].str()) : 0;
+}
 
 std::string fixture(const std::string& name) {
   return std::string(HPD_CALLS_FIXTURES) + "/" + name;
@@ -647,8 +657,9 @@ TEST(CallsRuntime, SampledStacksGoThroughTheHook) {
       if (call_graph == "auto") {
         const nlohmann::json& stacks = doc["totals"]["stacks"];
         const double complete = stacks["complete"].get<double>();
-        const double all = complete + stacks["truncated"].get<double>() + stacks["failed"].get<double>();
-        EXPECT_GE(complete, 0.95 * all) << stacks.dump();
+        const double all = complete + stacks["truncated"].get<double>() + stacks["failed"].get<double>() -
+                           double(samples_before_tables(r.out + r.err));
+        EXPECT_GE(complete, 0.95 * all) << stacks.dump() << r.err;
       }
     }
   }
@@ -679,8 +690,11 @@ TEST(CallsRuntime, SamplesInTheRuntimesReturnPathReachMain) {
   EXPECT_GE(in_runtime * 5, on_cpu) << rep.out;
   const nlohmann::json& stacks = doc["totals"]["stacks"];
   const double complete = stacks["complete"].get<double>();
-  const double all = complete + stacks["truncated"].get<double>() + stacks["failed"].get<double>();
-  EXPECT_GE(complete, 0.95 * all) << stacks.dump();
+  // Less the start-up window's samples, which hpctl states (seen: 5 of 264 on a quiet machine; a CI run
+  // under load had 23 of 308 stacks incomplete).
+  const double all = complete + stacks["truncated"].get<double>() + stacks["failed"].get<double>() -
+                     double(samples_before_tables(r.out + r.err));
+  EXPECT_GE(complete, 0.95 * all) << stacks.dump() << r.err;
 }
 
 // With hpd answering, root's `hpctl record --calls -- CMD` goes through hpd, as other users' do: hpctl
