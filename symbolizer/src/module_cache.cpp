@@ -1,4 +1,4 @@
-// ModuleCache: modules keyed by build-id (or path and process), tables loaded on first use and
+// ModuleCache: modules keyed by build-id and path (or path and process), tables loaded on first use and
 // evicted least recently used first once their measured bytes pass the cap.
 #include "module_cache.h"
 
@@ -6,8 +6,9 @@ namespace hpd {
 
 std::string ModuleCache::key_of(const ModuleRef& ref) {
   // Files without a build-id are told apart by path, and by process (a container's /usr/lib/x
-  // is not the host's).
-  if (!ref.build_id.empty()) return "b:" + ref.build_id;
+  // is not the host's). Files with one by build-id and path: anyone can link a program with another's
+  // build-id (-Wl,--build-id=0x...), and the first one loaded would name the other's addresses.
+  if (!ref.build_id.empty()) return "b:" + ref.build_id + "#" + ref.path;
   return "p:" + ref.path + "#" + std::to_string(ref.pid);
 }
 

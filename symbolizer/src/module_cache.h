@@ -1,4 +1,4 @@
-// ModuleCache: every module asked for, by build-id (or path and process): its facts (ModuleInfo)
+// ModuleCache: every module asked for, by build-id and path (or path and process): its facts (ModuleInfo)
 // kept for good, its tables (LoadedModule) in a least-recently-used cache under a byte cap.
 #pragma once
 
@@ -68,8 +68,8 @@ class ModuleCache {
  private:
   static std::string key_of(const ModuleRef& ref);
   bool is_last(const ModuleRef& ref) const {
-    return ref.build_id == last_ref_.build_id &&
-           (!ref.build_id.empty() || (ref.pid == last_ref_.pid && ref.path == last_ref_.path));
+    return ref.build_id == last_ref_.build_id && ref.path == last_ref_.path &&
+           (!ref.build_id.empty() || ref.pid == last_ref_.pid);
   }
   Entry& find_or_load(const ModuleRef& ref);
   void measure(Entry& e);
