@@ -29,21 +29,18 @@ DaemonClient::DaemonClient(const std::string& socket_path) : path_(socket_path) 
   }
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
-  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw DaemonUnavailable(std::string("socket: ") + std::strerror(errno));
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd_) throw DaemonUnavailable(std::string("socket: ") + std::strerror(errno));
+  if (::connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
+    fd_.reset();
     throw DaemonUnavailable(
         "cannot reach hpd at " + path_ + ": " + std::strerror(err) +
         (err == ENOENT || err == ECONNREFUSED ? " (is hpd running? systemctl start hpd)" : ""));
   }
 }
 
-DaemonClient::~DaemonClient() {
-  if (fd_ >= 0) ::close(fd_);
-}
+DaemonClient::~DaemonClient() = default;
 
 void DaemonClient::send(nlohmann::json request, int fd) {
   send(std::move(request), fd >= 0 ? std::vector<int>{fd} : std::vector<int>{});
@@ -52,7 +49,8 @@ void DaemonClient::send(nlohmann::json request, int fd) {
 void DaemonClient::send(nlohmann::json request, const std::vector<int>& fds) {
   request["version"] = service::kProtocolVersion;
   try {
-    service::send_frame(fd_, request.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), fds);
+    service::send_frame(fd_.get(), request.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                        fds);
   } catch (const std::system_error& e) {
     // hpd may have answered and closed before the request went out (a connection it refuses at
     // accept): its error waits in the socket and says why.
@@ -62,7 +60,7 @@ void DaemonClient::send(nlohmann::json request, const std::vector<int>& fds) {
 }
 
 std::optional<nlohmann::json> DaemonClient::receive(int timeout_ms) {
-  pollfd p{fd_, POLLIN, 0};
+  pollfd p{fd_.get(), POLLIN, 0};
   int ready;
   do {
     ready = ::poll(&p, 1, timeout_ms);
@@ -72,7 +70,7 @@ std::optional<nlohmann::json> DaemonClient::receive(int timeout_ms) {
   if (ready == 0) return std::nullopt;
   service::Frame frame;
   try {
-    if (service::read_frame(fd_, frame) == service::ReadResult::kClosed) {
+    if (service::read_frame(fd_.get(), frame) == service::ReadResult::kClosed) {
       throw DaemonUnavailable("hpd closed the connection");
     }
   } catch (const service::ProtocolError& e) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "hpd/base/unique_fd.h"
+
 namespace hpd::cli {
 
 // hpd cannot be reached (no socket, nobody listening, not hpd).
@@ -52,7 +54,7 @@ class DaemonClient {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 }  // namespace hpd::cli

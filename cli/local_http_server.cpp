@@ -23,7 +23,7 @@ constexpr size_t kMaxBodyBytes = 4 * 1024 * 1024;
 constexpr auto kIdleTimeout = std::chrono::seconds(60);
 
 struct Connection {
-  int fd = -1;
+  UniqueFd fd;
   std::string buffer;
   std::chrono::steady_clock::time_point last_activity;
 };
@@ -127,29 +127,25 @@ std::string HttpRequest::header(const std::string& name) const {
 }
 
 LocalHttpServer::LocalHttpServer(uint16_t port) {
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listen_fd_ < 0)
-    throw std::runtime_error(std::string("cannot create a socket: ") + std::strerror(errno));
+  listen_fd_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listen_fd_) throw std::runtime_error(std::string("cannot create a socket: ") + std::strerror(errno));
   const int one = 1;
-  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(listen_fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // never reachable from another machine
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::listen(listen_fd_, 64) != 0) {
+  if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listen_fd_.get(), 64) != 0) {
     const int e = errno;
-    ::close(listen_fd_);
     throw std::runtime_error("cannot listen on 127.0.0.1:" + std::to_string(port) + ": " + std::strerror(e));
   }
   socklen_t len = sizeof addr;
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = ntohs(addr.sin_port);
 }
 
-LocalHttpServer::~LocalHttpServer() {
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-}
+LocalHttpServer::~LocalHttpServer() = default;
 
 void LocalHttpServer::serve(const std::function<HttpResponse(const HttpRequest&)>& handler,
                             const std::atomic<bool>& stop) {
@@ -157,16 +153,16 @@ void LocalHttpServer::serve(const std::function<HttpResponse(const HttpRequest&)
   std::vector<pollfd> fds;
   while (!stop.load()) {
     fds.clear();
-    fds.push_back({listen_fd_, POLLIN, 0});
-    for (const Connection& c : connections) fds.push_back({c.fd, POLLIN, 0});
+    fds.push_back({listen_fd_.get(), POLLIN, 0});
+    for (const Connection& c : connections) fds.push_back({c.fd.get(), POLLIN, 0});
     const int ready = ::poll(fds.data(), fds.size(), 200);
     if (ready < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
     const auto now = std::chrono::steady_clock::now();
     if (ready > 0 && (fds[0].revents & POLLIN)) {
       while (true) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) break;
-        connections.push_back({fd, {}, now});
+        connections.push_back({UniqueFd(fd), {}, now});
       }
     }
     std::vector<Connection> still_open;
@@ -176,19 +172,19 @@ void LocalHttpServer::serve(const std::function<HttpResponse(const HttpRequest&)
       bool done = false;
       if (revents & (POLLIN | POLLHUP | POLLERR)) {
         char chunk[16384];
-        const ssize_t n = ::recv(c.fd, chunk, sizeof chunk, 0);
+        const ssize_t n = ::recv(c.fd.get(), chunk, sizeof chunk, 0);
         if (n > 0) {
           c.buffer.append(chunk, static_cast<size_t>(n));
           c.last_activity = now;
           HttpRequest request;
           const int parsed = parse_request(c.buffer, request);
           if (parsed == 0) {
-            send_response(c.fd, handler(request));
+            send_response(c.fd.get(), handler(request));
             done = true;
           } else if (parsed > 0) {
             HttpResponse refusal;
             refusal.status = parsed;
-            send_response(c.fd, refusal);
+            send_response(c.fd.get(), refusal);
             done = true;
           }
         } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -196,15 +192,10 @@ void LocalHttpServer::serve(const std::function<HttpResponse(const HttpRequest&)
         }
       }
       if (!done && now - c.last_activity > kIdleTimeout) done = true;
-      if (done) {
-        ::close(c.fd);
-      } else {
-        still_open.push_back(std::move(c));
-      }
+      if (!done) still_open.push_back(std::move(c));
     }
     connections = std::move(still_open);
   }
-  for (const Connection& c : connections) ::close(c.fd);
 }
 
 }  // namespace hpd::cli

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "hpd/base/unique_fd.h"
+
 namespace hpd::cli {
 
 struct HttpRequest {
@@ -41,7 +43,7 @@ class LocalHttpServer {
   void serve(const std::function<HttpResponse(const HttpRequest&)>& handler, const std::atomic<bool>& stop);
 
  private:
-  int listen_fd_ = -1;
+  UniqueFd listen_fd_;
   uint16_t port_ = 0;
 };
 

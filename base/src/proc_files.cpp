@@ -1,5 +1,5 @@
 // Readers for /proc and /sys files.
-#include "proc/proc_files.h"
+#include "hpd/base/proc_files.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,10 +1,10 @@
 // /proc/PID/maps parsing.
-#include "proc/proc_maps.h"
+#include "hpd/base/proc_maps.h"
 
 #include <charconv>
 #include <filesystem>
 
-#include "proc/proc_files.h"
+#include "hpd/base/proc_files.h"
 
 namespace hpd {
 

@@ -16,7 +16,7 @@
 #include "events.h"
 #include "hpd/model/raw_profile.h"
 #include "proc/build_id.h"
-#include "proc/proc_maps.h"
+#include "hpd/base/proc_maps.h"
 
 namespace hpd {
 

@@ -17,7 +17,7 @@
 #include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_privileges.h"
 #include "perf/perf_recorder.h"
-#include "proc/proc_files.h"
+#include "hpd/base/proc_files.h"
 
 namespace hpd {
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "hpd/base/process.h"
-#include "proc/proc_files.h"
+#include "hpd/base/proc_files.h"
 
 namespace hpd {
 

@@ -85,13 +85,11 @@ struct Entry {
 // The cache's files (and stale temporary files, which are removed) in the open directory.
 std::vector<Entry> list_entries(int dir_fd, bool remove_stale_temps) {
   std::vector<Entry> out;
-  const int fd = ::dup(dir_fd);
-  if (fd < 0) return out;
-  DIR* dir = ::fdopendir(fd);
-  if (dir == nullptr) {
-    ::close(fd);
-    return out;
-  }
+  UniqueFd fd(::dup(dir_fd));
+  if (!fd) return out;
+  DIR* dir = ::fdopendir(fd.get());
+  if (dir == nullptr) return out;
+  fd.release();  // the DIR owns it now
   ::rewinddir(dir);
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);

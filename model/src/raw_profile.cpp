@@ -1,16 +1,10 @@
 // RawProfile helpers: stack interning, module/process/thread lookup.
 #include "hpd/model/raw_profile.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 
 namespace hpd {
-
-HeldFile::~HeldFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
 
 const char* to_string(StackEnd end) {
   switch (end) {

@@ -10,6 +10,8 @@
 #include <memory>
 #include <type_traits>
 
+#include "hpd/base/unique_fd.h"
+
 #ifdef HPD_HAVE_DEBUGINFOD
 #include <elfutils/debuginfod.h>
 #endif
@@ -95,13 +97,13 @@ std::optional<std::string> DebuginfodClient::find(Kind kind, const std::string& 
   char* path = nullptr;
   // A build_id_len of 0 means: the id is given as a hex string.
   const auto* id = reinterpret_cast<const unsigned char*>(build_id.c_str());
-  const int fd = kind == Kind::kDebuginfo ? lib.find_debuginfo(client_, id, 0, &path)
-                                          : lib.find_executable(client_, id, 0, &path);
+  const int found = kind == Kind::kDebuginfo ? lib.find_debuginfo(client_, id, 0, &path)
+                                             : lib.find_executable(client_, id, 0, &path);
   std::unique_ptr<char, decltype(&std::free)> owned(path, &std::free);
   const char* what = kind == Kind::kDebuginfo ? "debug file" : "executable";
-  if (fd < 0)
-    return fail(std::string("no ") + what + " for build-id " + build_id + ": " + std::strerror(-fd));
-  ::close(fd);  // the caller reopens the cached file by path
+  if (found < 0)
+    return fail(std::string("no ") + what + " for build-id " + build_id + ": " + std::strerror(-found));
+  const UniqueFd unused(found);  // the caller reopens the cached file by path
   if (path == nullptr) return fail("libdebuginfod returned no path for build-id " + build_id);
   return std::string(path);
 }

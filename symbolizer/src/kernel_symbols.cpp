@@ -7,6 +7,7 @@
 #include <charconv>
 #include <string_view>
 
+#include "hpd/base/unique_fd.h"
 #include "hpd/symbolizer/symbolizer.h"
 
 namespace hpd {
@@ -79,15 +80,14 @@ bool KernelSymbols::load(const std::string& path) {
   any_nonzero_ = false;
   // Read in blocks and split as it comes: /proc/kallsyms has no size, and the whole text (several MiB)
   // need not be held at once.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
   std::string pending;
   char block[1 << 16];
   for (;;) {
-    const ssize_t n = ::read(fd, block, sizeof block);
+    const ssize_t n = ::read(fd.get(), block, sizeof block);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      ::close(fd);
       symbols_.clear();
       names_.clear();
       return false;
@@ -107,7 +107,6 @@ bool KernelSymbols::load(const std::string& path) {
       add_line(data.substr(0, end));
     pending.assign(data);
   }
-  ::close(fd);
   if (!pending.empty()) add_line(pending);
   return finish();
 }

@@ -1,5 +1,5 @@
 // Tests for the /proc/PID/maps parser on literal lines.
-#include "proc/proc_maps.h"
+#include "hpd/base/proc_maps.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

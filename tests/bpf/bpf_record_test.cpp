@@ -32,7 +32,7 @@
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "proc/build_id.h"
-#include "proc/proc_files.h"
+#include "hpd/base/proc_files.h"
 #include "record_checks.h"
 #include "record_until.h"
 #include "subprocess.h"

@@ -21,7 +21,7 @@
 #include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "proc/build_id.h"
-#include "proc/proc_files.h"
+#include "hpd/base/proc_files.h"
 #include "record_checks.h"
 
 namespace hpd {

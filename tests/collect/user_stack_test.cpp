@@ -12,7 +12,7 @@
 #include "hpd/base/process.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_records.h"
-#include "proc/proc_maps.h"
+#include "hpd/base/proc_maps.h"
 
 namespace hpd {
 namespace {

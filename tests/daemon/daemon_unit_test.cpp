@@ -502,18 +502,18 @@ TEST_F(SocketPair, FramesCarryPayloadAndDescriptor) {
   Frame frame;
   ASSERT_EQ(read_frame(fds_[1], frame, 1000), ReadResult::kFrame);
   EXPECT_EQ(frame.payload, "{\"a\":1}");
-  ASSERT_EQ(frame.fd_count(), 1u);
-  const int received = frame.take_fd();
-  ASSERT_GE(received, 0);
-  ASSERT_EQ(write(received, "x", 1), 1);  // the received descriptor is the pipe's write end
-  close(received);
+  ASSERT_EQ(frame.fds.size(), 1u);
+  UniqueFd received = frame.take_fd();
+  ASSERT_TRUE(received);
+  ASSERT_EQ(write(received.get(), "x", 1), 1);  // the received descriptor is the pipe's write end
+  received.reset();
   char c = 0;
   ASSERT_EQ(read(pipe_fds[0], &c, 1), 1);
   EXPECT_EQ(c, 'x');
   close(pipe_fds[0]);
   ASSERT_EQ(read_frame(fds_[1], frame, 1000), ReadResult::kFrame);
   EXPECT_EQ(frame.payload, "second");
-  EXPECT_EQ(frame.fd_count(), 0u);
+  EXPECT_TRUE(frame.fds.empty());
   close(fds_[0]);
   fds_[0] = -1;
   EXPECT_EQ(read_frame(fds_[1], frame, 1000), ReadResult::kClosed);

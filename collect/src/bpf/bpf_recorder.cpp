@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "proc/proc_files.h"
+#include "hpd/base/proc_files.h"
 
 #ifdef HPD_HAVE_BPF
 #include <bpf/bpf.h>
@@ -49,7 +49,7 @@
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "proc/build_id.h"
-#include "proc/proc_maps.h"
+#include "hpd/base/proc_maps.h"
 #include "raw_profile_builder.h"
 #include "recording_calls.h"
 #include "recording_common.h"

@@ -23,7 +23,7 @@
 
 #include "hpd/unwind/cfi_table.h"
 #include "proc/build_id.h"
-#include "proc/proc_maps.h"
+#include "hpd/base/proc_maps.h"
 #include "profile_event.h"
 
 namespace hpd {

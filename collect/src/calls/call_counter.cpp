@@ -12,14 +12,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <tuple>
 #include <utility>
 
 #include "calls_event.h"
+#include "hpd/base/proc_maps.h"
+#include "hpd/base/unique_fd.h"
 #include "hpd/calls/discovery.h"
 
 #pragma GCC diagnostic push
@@ -109,19 +109,7 @@ struct LinkDeleter {
 using TracepointLink = std::unique_ptr<bpf_link, LinkDeleter>;
 
 // One uprobe_multi link: closing its fd detaches every site of it.
-class UprobeLink {
- public:
-  explicit UprobeLink(int fd) : fd_(fd) {}
-  UprobeLink(UprobeLink&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UprobeLink& operator=(UprobeLink&&) = delete;
-  UprobeLink(const UprobeLink&) = delete;
-  ~UprobeLink() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
- private:
-  int fd_;
-};
+using UprobeLink = UniqueFd;
 
 Skeleton load_program(bool follow_children) {
   Skeleton skel(calls_bpf__open());
@@ -138,39 +126,11 @@ Skeleton load_program(bool follow_children) {
   return skel;
 }
 
-struct MapsLine {
-  uint64_t start = 0, end = 0, offset = 0;
-  std::string path;
-};
-
-// Executable file mappings of /proc/PID/maps; empty when the process is gone.
-std::vector<MapsLine> read_executable_maps(int32_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-  std::vector<MapsLine> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string range, perms, offset, dev, inode;
-    if (!(fields >> range >> perms >> offset >> dev >> inode)) continue;
-    if (perms.size() < 3 || perms[2] != 'x') continue;
-    std::string path;
-    std::getline(fields >> std::ws, path);
-    if (path.empty() || path.front() != '/') continue;
-    if (const std::string deleted = " (deleted)"; path.ends_with(deleted))
-      path.resize(path.size() - deleted.size());
-    MapsLine m;
-    const size_t dash = range.find('-');
-    if (dash == std::string::npos) continue;
-    try {
-      m.start = std::stoull(range.substr(0, dash), nullptr, 16);
-      m.end = std::stoull(range.substr(dash + 1), nullptr, 16);
-      m.offset = std::stoull(offset, nullptr, 16);
-    } catch (const std::exception&) {
-      continue;
-    }
-    m.path = std::move(path);
-    out.push_back(std::move(m));
-  }
+// The executable file mappings of /proc/PID/maps; empty when the process is gone.
+std::vector<MapsEntry> read_executable_maps(int32_t pid) {
+  std::vector<MapsEntry> out = read_proc_maps(pid);
+  std::erase_if(out,
+                [](const MapsEntry& m) { return !m.executable || m.path.empty() || m.path.front() != '/'; });
   return out;
 }
 
@@ -180,7 +140,7 @@ bool is_libc(const std::string& path) {
 }
 
 std::string self_libc() {
-  for (const MapsLine& m : read_executable_maps(static_cast<int32_t>(::getpid())))
+  for (const MapsEntry& m : read_executable_maps(static_cast<int32_t>(::getpid())))
     if (is_libc(m.path)) return m.path;
   return "";
 }
@@ -293,19 +253,19 @@ class CallCounter::Impl {
   // A module a process maps, at which address (for the profile's mappings).
   struct SeenMapping {
     int32_t pid;
-    MapsLine line;
+    MapsEntry line;
     const FileState* file;
     uint64_t time_ns;
   };
 
   // Scans and probes the modules `pid` maps; whether any of them is instrumented.
   bool scan_process(int32_t pid) {
-    const std::vector<MapsLine> maps = read_executable_maps(pid);
+    const std::vector<MapsEntry> maps = read_executable_maps(pid);
     bool instrumented = false;
     bool needs_libc = false;
     std::string libc;
     std::string libc_user;
-    for (const MapsLine& m : maps) {
+    for (const MapsEntry& m : maps) {
       const std::string openable = openable_path(pid, m);
       const FileState& f = probe_file(openable, m.path);
       if (seen_ranges_.insert({pid, m.start}).second) seen_.push_back(SeenMapping{pid, m, &f, mono_ns()});
@@ -329,7 +289,7 @@ class CallCounter::Impl {
   }
 
   // The mapped file, reached through the process's root when it lives in another mount namespace.
-  static std::string openable_path(int32_t pid, const MapsLine& m) {
+  static std::string openable_path(int32_t pid, const MapsEntry& m) {
     const std::string rooted = "/proc/" + std::to_string(pid) + "/root" + m.path;
     struct stat a, b;
     if (::stat(m.path.c_str(), &a) == 0 && ::stat(rooted.c_str(), &b) == 0 &&
@@ -424,7 +384,7 @@ class CallCounter::Impl {
                                   : reinterpret_cast<void*>(&hpd_calls_calibration_call));
     std::string path;
     uint64_t file_offset = 0;
-    for (const MapsLine& m : read_executable_maps(static_cast<int32_t>(::getpid()))) {
+    for (const MapsEntry& m : read_executable_maps(static_cast<int32_t>(::getpid()))) {
       if (address < m.start || address >= m.end) continue;
       path = m.path;
       file_offset = address - m.start + m.offset;

@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <fstream>
+#include <optional>
 #include <set>
-#include <sstream>
 #include <tuple>
 
 #include "hpd/base/demangle.h"
+#include "hpd/base/proc_files.h"
+#include "hpd/base/proc_maps.h"
+#include "hpd/base/unique_fd.h"
 #include "mip_internal.h"
 
 namespace hpd::mip {
@@ -27,36 +29,13 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-struct Mapping {
-  uint64_t start = 0, end = 0, offset = 0;
-  std::string dev;
-  uint64_t inode = 0;
-  std::string path;
-};
-
-// File-backed mappings of /proc/PID/maps ("[heap]" and anonymous memory are skipped).
-std::vector<Mapping> read_maps(int32_t pid, bool* readable) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-  *readable = static_cast<bool>(in);
-  std::vector<Mapping> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    Mapping m;
-    char perms[8] = {}, dev[32] = {};
-    int path_pos = -1;
-    if (std::sscanf(line.c_str(), "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %31s %" SCNu64 " %n", &m.start,
-                    &m.end, perms, &m.offset, dev, &m.inode, &path_pos) < 6 ||
-        path_pos < 0) {
-      continue;
-    }
-    m.dev = dev;
-    m.path = line.substr(static_cast<size_t>(path_pos));
-    if (m.inode == 0 || m.path.empty() || m.path[0] != '/') continue;
-    static const std::string kDeleted = " (deleted)";
-    if (m.path.size() > kDeleted.size() && m.path.ends_with(kDeleted))
-      m.path.resize(m.path.size() - kDeleted.size());
-    out.push_back(std::move(m));
-  }
+// File-backed mappings of /proc/PID/maps ("[heap]" and anonymous memory are skipped); nullopt when
+// the maps file cannot be read.
+std::optional<std::vector<MapsEntry>> read_file_maps(int32_t pid) {
+  const std::optional<std::string> text = read_small_file("/proc/" + std::to_string(pid) + "/maps");
+  if (!text) return std::nullopt;
+  std::vector<MapsEntry> out = parse_maps(*text);
+  std::erase_if(out, [](const MapsEntry& m) { return m.inode == 0 || m.path.empty() || m.path[0] != '/'; });
   return out;
 }
 
@@ -89,8 +68,8 @@ struct LiveReader::State {
   LiveOptions options;
   bool discovered = false;
   std::vector<LiveModule> modules;
-  std::set<std::tuple<std::string, uint64_t, std::string>> seen;  // (dev, inode, path) already examined
-  std::vector<ModuleError> errors;                                // from discovery, repeated in snapshots
+  std::set<std::tuple<uint32_t, uint32_t, uint64_t, std::string>> seen;  // (dev, inode, path) examined
+  std::vector<ModuleError> errors;  // from discovery, repeated in snapshots
 };
 
 LiveReader::LiveReader(int32_t pid, LiveOptions options) : state_(std::make_unique<State>()) {
@@ -110,35 +89,33 @@ size_t LiveReader::module_count() const {
 
 size_t LiveReader::discover() {
   State& s = *state_;
-  bool readable = false;
-  const std::vector<Mapping> maps = read_maps(s.pid, &readable);
-  if (!readable) throw_gone(s.pid, "no /proc/" + std::to_string(s.pid) + "/maps");
-  if (maps.empty()) throw_gone(s.pid, "it has no file mappings left");
+  const std::optional<std::vector<MapsEntry>> maps = read_file_maps(s.pid);
+  if (!maps) throw_gone(s.pid, "no /proc/" + std::to_string(s.pid) + "/maps");
+  if (maps->empty()) throw_gone(s.pid, "it has no file mappings left");
   s.discovered = true;
-  for (const Mapping& m : maps) {
-    auto key = std::make_tuple(m.dev, m.inode, m.path);
+  for (const MapsEntry& m : *maps) {
+    auto key = std::make_tuple(m.dev_major, m.dev_minor, m.inode, m.path);
     if (s.seen.count(key)) continue;
     s.seen.insert(key);
     // map_files works for deleted files and other mount namespaces; the path is the fallback.
     char range[64];
     std::snprintf(range, sizeof range, "%" PRIx64 "-%" PRIx64, m.start, m.end);
     const std::string proc = "/proc/" + std::to_string(s.pid);
-    int fd = ::open((proc + "/map_files/" + range).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fd = ::open((proc + "/root" + m.path).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fd = ::open(m.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;  // unreadable files cannot be decoded; a missing map would be reported below
+    UniqueFd fd(::open((proc + "/map_files/" + range).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) fd.reset(::open((proc + "/root" + m.path).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) fd.reset(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) continue;  // unreadable files cannot be decoded; a missing map would be reported below
     const auto& overrides = s.options.mipmap_files;
     auto override_it = overrides.find(m.path);
     if (override_it == overrides.end()) override_it = overrides.find(file_name(m.path));
     const bool own_map = override_it == overrides.end();
     ElfInfo info;
     try {
-      info = read_elf_info(fd, m.path, own_map);
+      info = read_elf_info(fd.get(), m.path, own_map);
     } catch (const MipError&) {
-      ::close(fd);
       continue;  // not ELF (fonts, locale archives, ...)
     }
-    ::close(fd);
+    fd.reset();
     if (!info.has_raw) continue;
     try {
       LiveModule lm;
@@ -159,9 +136,9 @@ size_t LiveReader::discover() {
       lm.map.raw_section_address = info.raw_address;
       lm.map.raw_section_size = info.raw_size;
       bool found = false;
-      for (const Mapping& other : maps) {
-        if (other.dev == m.dev && other.inode == m.inode && other.path == m.path &&
-            load_bias_for(info.loads, other.start, other.offset, &lm.bias)) {
+      for (const MapsEntry& other : *maps) {
+        if (other.dev_major == m.dev_major && other.dev_minor == m.dev_minor && other.inode == m.inode &&
+            other.path == m.path && load_bias_for(info.loads, other.start, other.offset, &lm.bias)) {
           found = true;
           break;
         }

@@ -5,7 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "proc/proc_files.h"
+#include "hpd/base/proc_files.h"
 
 namespace hpd {
 

@@ -13,7 +13,7 @@
 
 #include "hpd/base/elf.h"
 #include "hpd/base/unique_fd.h"
-#include "proc/proc_maps.h"
+#include "hpd/base/proc_maps.h"
 
 namespace hpd {
 

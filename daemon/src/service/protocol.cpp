@@ -207,34 +207,11 @@ void send_frame(int socket, std::string_view payload, const std::vector<int>& fd
   }
 }
 
-Frame::~Frame() {
-  close_all();
-}
-
-Frame::Frame(Frame&& other) noexcept : payload(std::move(other.payload)), fds_(std::move(other.fds_)) {
-  other.fds_.clear();
-}
-
-Frame& Frame::operator=(Frame&& other) noexcept {
-  if (this != &other) {
-    close_all();
-    payload = std::move(other.payload);
-    fds_ = std::move(other.fds_);
-    other.fds_.clear();
-  }
-  return *this;
-}
-
-int Frame::take_fd() {
-  if (fds_.empty()) return -1;
-  const int fd = fds_.front();
-  fds_.erase(fds_.begin());
+UniqueFd Frame::take_fd() {
+  if (fds.empty()) return UniqueFd();
+  UniqueFd fd = std::move(fds.front());
+  fds.erase(fds.begin());
   return fd;
-}
-
-void Frame::close_all() {
-  for (const int fd : fds_) ::close(fd);
-  fds_.clear();
 }
 
 namespace {
@@ -293,7 +270,7 @@ bool read_exact(int socket, char* out, size_t size, Frame& frame, const FrameLim
       for (size_t i = 0; i < count; ++i) {
         int fd;
         std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        frame.add_fd(fd);
+        frame.fds.emplace_back(fd);
       }
     }
     if (r == 0) {

@@ -138,7 +138,7 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   // The client's call table: only ever read through this descriptor, as untrusted data.
   UniqueFd calls_table;
   if (request.record_has_calls_table) {
-    calls_table.reset(frame.take_fd());
+    calls_table = frame.take_fd();
     if (!calls_table) {
       send_error(ErrorCode::kBadRequest,
                  "\"calls_table\": true, but no second descriptor (the call table) came with the request");
@@ -178,7 +178,7 @@ void Connection::handle_record(const Request& request, Frame& frame) {
 }
 
 UniqueFd Connection::take_record_output(const Request& request, Frame& frame) {
-  UniqueFd output(frame.take_fd());
+  UniqueFd output = frame.take_fd();
   if (daemon_.stopping()) {
     send_error(ErrorCode::kShuttingDown, "hpd is stopping; try again when it is back");
     return {};

@@ -21,6 +21,7 @@
 
 #include "daemon.h"
 #include "hpd/base/output_file.h"
+#include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/collect/unwind_cache.h"
 #include "hpd/session/record_pipeline.h"
@@ -65,12 +66,11 @@ bool perf_events_available(std::string* why) {
   attr.config = PERF_COUNT_SW_TASK_CLOCK;
   attr.disabled = 1;
   attr.exclude_kernel = 1;
-  const long fd = ::syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-  if (fd < 0) {
+  const UniqueFd fd(static_cast<int>(::syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC)));
+  if (!fd) {
     *why = std::string("perf_event_open: ") + std::strerror(errno);
     return false;
   }
-  ::close(static_cast<int>(fd));
   return true;
 }
 

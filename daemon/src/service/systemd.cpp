@@ -32,7 +32,7 @@ SystemdNotifier::SystemdNotifier() {
     const std::string path(socket);
     if ((path.front() == '/' || path.front() == '@') && path.size() < sizeof(sockaddr_un::sun_path)) {
       address_ = path;
-      fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     }
   }
   uint64_t usec = 0;
@@ -47,12 +47,10 @@ SystemdNotifier::SystemdNotifier() {
   }
 }
 
-SystemdNotifier::~SystemdNotifier() {
-  if (fd_ >= 0) ::close(fd_);
-}
+SystemdNotifier::~SystemdNotifier() = default;
 
 bool SystemdNotifier::notify(std::string_view state) {
-  if (fd_ < 0) return false;
+  if (!fd_) return false;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, address_.data(), address_.size());
@@ -63,7 +61,7 @@ bool SystemdNotifier::notify(std::string_view state) {
     length += 1;
   }
   // Never blocks: a notify socket nobody reads (its queue full) must not stall the main loop.
-  const ssize_t sent = ::sendto(fd_, state.data(), state.size(), MSG_NOSIGNAL | MSG_DONTWAIT,
+  const ssize_t sent = ::sendto(fd_.get(), state.data(), state.size(), MSG_NOSIGNAL | MSG_DONTWAIT,
                                 reinterpret_cast<sockaddr*>(&addr), length);
   return sent == static_cast<ssize_t>(state.size());
 }

@@ -10,6 +10,8 @@
 
 #include "hpd/session/record_request.h"
 
+#include "hpd/base/unique_fd.h"
+
 namespace hpd::service {
 
 // Bumped on an incompatible change; fields may be added without a bump (receivers ignore unknown ones).
@@ -82,24 +84,12 @@ void send_frame(int socket, std::string_view payload, const std::vector<int>& fd
                 const std::function<bool()>& wait_for_room);
 
 // One received frame and the descriptors that came with it (closed with the Frame unless taken).
-class Frame {
- public:
-  Frame() = default;
-  ~Frame();
-  Frame(Frame&& other) noexcept;
-  Frame& operator=(Frame&& other) noexcept;
-  Frame(const Frame&) = delete;
-  Frame& operator=(const Frame&) = delete;
-
+struct Frame {
   std::string payload;
-  // The first descriptor received, now owned by the caller; -1 when none came.
-  int take_fd();
-  [[nodiscard]] size_t fd_count() const { return fds_.size(); }
-  void add_fd(int fd) { fds_.push_back(fd); }
+  std::vector<UniqueFd> fds;
 
- private:
-  void close_all();
-  std::vector<int> fds_;
+  // The first descriptor received, now owned by the caller; an empty one when none came.
+  UniqueFd take_fd();
 };
 
 enum class ReadResult { kFrame, kClosed };

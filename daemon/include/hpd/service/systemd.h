@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "hpd/base/unique_fd.h"
+
 namespace hpd::service {
 
 // Sends state lines ("READY=1", "STATUS=...", "WATCHDOG=1") to $NOTIFY_SOCKET, a path or an abstract
@@ -28,7 +30,7 @@ class SystemdNotifier {
 
  private:
   std::string address_;
-  int fd_ = -1;
+  UniqueFd fd_;
   uint64_t watchdog_usec_ = 0;
 };
 

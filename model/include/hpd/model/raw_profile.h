@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "hpd/base/unique_fd.h"
+
 namespace hpd {
 
 inline constexpr uint32_t kNoIndex = UINT32_MAX;
@@ -45,13 +47,10 @@ const char* to_string(StackEnd end);
 class HeldFile {
  public:
   explicit HeldFile(int fd) : fd_(fd) {}
-  ~HeldFile();
-  HeldFile(const HeldFile&) = delete;
-  HeldFile& operator=(const HeldFile&) = delete;
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
  private:
-  int fd_;
+  UniqueFd fd_;
 };
 
 // One file seen mapped executable in some process (or the kernel image).
