@@ -474,18 +474,27 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
     if (without.size() > kShown)
       s.notes.push_back("cfi: and " + std::to_string(without.size() - kShown) +
                         " more modules without a table (frame pointers)");
+    // Tables loaded from the cache on disk were not compiled: what such samples lacked is a table in
+    // the eBPF maps when they were taken (a process's first milliseconds, a library just loaded).
     if (c.samples_tables_pending != 0 && s.samples != 0) {
-      std::snprintf(
-          line, sizeof line,
-          "cfi: %llu samples (%.1f%%) were walked by frame pointer while their tables were compiled",
-          static_cast<unsigned long long>(c.samples_tables_pending),
-          100.0 * double(c.samples_tables_pending) / double(s.samples));
+      std::snprintf(line, sizeof line,
+                    "cfi: %llu samples (%.1f%%) were walked by frame pointer: a table they needed was not "
+                    "in the eBPF maps yet (its module just mapped, the table being read from the disk "
+                    "cache or compiled)",
+                    static_cast<unsigned long long>(c.samples_tables_pending),
+                    100.0 * double(c.samples_tables_pending) / double(s.samples));
       s.notes.emplace_back(line);
     }
-    if (c.off_cpu_rewalked != 0)
-      s.notes.push_back("cfi: " + std::to_string(c.off_cpu_rewalked) +
-                        " off-CPU stacks of threads that blocked while their tables were compiled were "
-                        "walked again with the tables, before the threads ran again");
+    if (c.on_cpu_rewalked + c.off_cpu_rewalked != 0) {
+      std::snprintf(line, sizeof line,
+                    "cfi: %llu samples taken before the tables they needed were in the eBPF maps were "
+                    "walked again with the tables (%llu on-CPU, from a copy of their stack; %llu off-CPU, "
+                    "before their thread ran again)",
+                    static_cast<unsigned long long>(c.on_cpu_rewalked + c.off_cpu_rewalked),
+                    static_cast<unsigned long long>(c.on_cpu_rewalked),
+                    static_cast<unsigned long long>(c.off_cpu_rewalked));
+      s.notes.emplace_back(line);
+    }
     if (c.mappings_dropped != 0)
       s.notes.push_back("cfi: " + std::to_string(c.mappings_dropped) +
                         " executable mappings beyond 256 per process were walked by frame pointer");

@@ -257,11 +257,17 @@ struct RecordResult {
     uint64_t tables_from_disk = 0;
     uint64_t disk_load_ns = 0;
     uint64_t disk_refused = 0;
-    std::string disk_refusal;             // the first one, "FILE: why"
-    uint64_t samples_tables_pending = 0;  // samples walked by frame pointer while a table was compiled
-    // Off-CPU samples of threads that blocked while their tables were compiled, walked again with the
-    // tables while the thread was still off the CPU (not in samples_tables_pending).
+    std::string disk_refusal;  // the first one, "FILE: why"
+    // Samples walked by frame pointer (and not again) because a table they needed was not in the eBPF
+    // maps when they were taken: its module just mapped, its table being read from the disk cache or
+    // compiled.
+    uint64_t samples_tables_pending = 0;
+    // Off-CPU samples of threads that blocked before their tables were in the maps, walked again with
+    // the tables while the thread was still off the CPU (not in samples_tables_pending).
     uint64_t off_cpu_rewalked = 0;
+    // On-CPU samples taken before their tables were in the maps, held with a copy of their stack and
+    // walked again once the tables were (not in samples_tables_pending).
+    uint64_t on_cpu_rewalked = 0;
     uint64_t samples_with_fp_frames = 0;     // samples with a frame of a module without a table
     uint64_t mappings_dropped = 0;           // executable mappings beyond the per-process limit
     std::vector<std::string> without_table;  // "path: reason"; their frames were walked by frame pointer
