@@ -58,6 +58,26 @@ Symbolized record_and_symbolize(const std::vector<std::string>& command) {
   return s;
 }
 
+// A recording through what `hpctl record` does with its result, for the summary's notes.
+struct Summarized {
+  RecordResult result;
+  session::RecordSummary summary;
+};
+
+Summarized record_with_summary(RecordOptions& options, const std::string& name) {
+  session::RecordRequest args;
+  args.output = (std::filesystem::temp_directory_path() /
+                 ("bpf_cfi_" + name + "." + std::to_string(::getpid()) + ".json.gz"))
+                    .string();
+  session::RecordingOutput output(args);
+  output.attach(options);
+  Summarized s{record(options), {}};
+  const std::optional<Profile> profile = output.finish(s.result, false);
+  s.summary = session::summarize_recording(s.result, profile, output);
+  std::filesystem::remove(args.output);
+  return s;
+}
+
 // Function names of a sample's stack, leaf first.
 std::vector<std::string> names_leaf_first(const Profile& p, uint32_t stack) {
   std::vector<std::string> out;
@@ -364,8 +384,7 @@ bool in_lib(const Profile& p, uint32_t stack, const std::string& lib) {
 // walked again with the tables once they are published, so that they reach main (and call_opened)
 // like the others, with the tables warm (not compiled) and CPU hogs beside the program.
 TEST(BpfCfi, SamplesTakenBeforeTheTablesArePublishedAreWalkedAgain) {
-  const std::vector<std::string> command = {kDir + "/early_start", kDir + "/libearly_opened.so", "0.15",
-                                            "0.15"};
+  const std::vector<std::string> command = {kDir + "/early_start", kDir + "/liblate.so", "0.15", "0.15"};
   // Its tables are compiled here, kept in the process (and on disk when a cache is configured): the
   // recording that counts finds them ready.
   ASSERT_GT(record_default(command).profile.sample_count(), 0u);
@@ -373,16 +392,7 @@ TEST(BpfCfi, SamplesTakenBeforeTheTablesArePublishedAreWalkedAgain) {
   ASSERT_EQ(hogs.count(), 4u);
   RecordOptions options;
   options.command = command;
-  session::RecordRequest args;
-  args.output =
-      (std::filesystem::temp_directory_path() / ("bpf_cfi_early." + std::to_string(::getpid()) + ".json.gz"))
-          .string();
-  session::RecordingOutput output(args);
-  output.attach(options);
-  RecordResult r = record(options);
-  const std::optional<Profile> written = output.finish(r, false);
-  const session::RecordSummary summary = session::summarize_recording(r, written, output);
-  std::filesystem::remove(args.output);
+  const auto [r, summary] = record_with_summary(options, "early");
   Symbolizer symbolizer;
   const Profile p = symbolize_profile(r.profile, symbolizer);
 
@@ -396,10 +406,10 @@ TEST(BpfCfi, SamplesTakenBeforeTheTablesArePublishedAreWalkedAgain) {
       const auto names = names_leaf_first(p, sample.stack);
       if (in_lib(p, sample.stack, "libearly.so")) {
         ++linked;
-        linked_main += whole && contains(names, "early_work") && contains(names, "main");
-      } else if (in_lib(p, sample.stack, "libearly_opened.so")) {
+        linked_main += whole && contains(names, "late_work") && contains(names, "main");
+      } else if (in_lib(p, sample.stack, "liblate.so")) {
         ++opened;
-        opened_caller += whole && contains(names, "early_work") && contains(names, "call_opened") &&
+        opened_caller += whole && contains(names, "late_work") && contains(names, "call_opened") &&
                          contains(names, "main");
       }
     }
@@ -547,16 +557,7 @@ TEST(BpfCfi, ModuleRefusedForLackOfRoomIsNamed) {
   options.cfi_row_capacity = static_cast<uint32_t>(rows_of(program) + 500);
   ASSERT_LT(options.cfi_row_capacity, rows_of("/lib/x86_64-linux-gnu/libc.so.6"));
   // Through what `hpctl record` does with the result: the summary's notes.
-  session::RecordRequest args;
-  args.output = (std::filesystem::temp_directory_path() /
-                 ("bpf_cfi_refused." + std::to_string(::getpid()) + ".json.gz"))
-                    .string();
-  session::RecordingOutput output(args);
-  output.attach(options);
-  RecordResult r = record(options);
-  const std::optional<Profile> profile = output.finish(r, false);
-  const session::RecordSummary summary = session::summarize_recording(r, profile, output);
-  std::filesystem::remove(args.output);
+  const auto [r, summary] = record_with_summary(options, "refused");
   print_ends(r);
   std::vector<std::string> cfi_notes;
   for (const std::string& note : summary.notes) {
