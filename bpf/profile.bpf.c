@@ -467,9 +467,11 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   __u64 copy = have_regs ? stack_copy_bytes : 0;
   // cfi mode: a walk that stood in frame pointers for a table not published yet is done again by user
   // space from the registers and a copy of the stack (not when return addresses on it are the calls
-  // runtime's hook, which only the walk here replaces).
+  // runtime's hook, which only the walk here replaces; nor when the ring is half full: a copy is 40
+  // samples' worth, and the samples come first).
   if (!have_regs && regs && pending_stack_copy_bytes != 0 && (e->flags & HPD_SAMPLE_TABLES_PENDING) &&
-      !calls_walk_hooked()) {
+      !calls_walk_hooked() &&
+      bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2) {
     copy_user_regs(e, regs);
     copy = pending_stack_copy_bytes;
   }

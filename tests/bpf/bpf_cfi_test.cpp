@@ -404,6 +404,11 @@ TEST(BpfCfi, SamplesTakenBeforeTheTablesArePublishedAreWalkedAgain) {
       const bool whole = sample.stack_end == StackEnd::kComplete;
       complete += whole;
       const auto names = names_leaf_first(p, sample.stack);
+      if (!whole) {
+        std::string text;
+        for (const std::string& n : names) text += " " + n;
+        std::printf("  incomplete (%d):%s\n", static_cast<int>(sample.stack_end), text.c_str());
+      }
       if (in_lib(p, sample.stack, "libearly.so")) {
         ++linked;
         linked_main += whole && contains(names, "late_work") && contains(names, "main");
@@ -430,8 +435,8 @@ TEST(BpfCfi, SamplesTakenBeforeTheTablesArePublishedAreWalkedAgain) {
   EXPECT_GE(percent(complete, on), 95.0);
   EXPECT_GE(percent(linked_main, linked), 95.0);
   EXPECT_GE(percent(opened_caller, opened), 95.0);
-  // What the summary says is what was counted, and it accounts for every incomplete stack: this
-  // program's stacks are all walkable with the tables, so only a walk that lacked them may fail.
+  // What the summary says is what was counted, and it accounts for the incomplete stacks: a walk that
+  // lacked its tables is the only way this program's stacks fail, but one.
   static const std::regex kept_line(
       R"(cfi: (\d+) samples \([0-9.]+%\) were walked by frame pointer: a table)");
   static const std::regex again_line(
@@ -451,7 +456,11 @@ TEST(BpfCfi, SamplesTakenBeforeTheTablesArePublishedAreWalkedAgain) {
   EXPECT_EQ(stated_on, r.cfi.on_cpu_rewalked);
   EXPECT_EQ(stated_off, r.cfi.off_cpu_rewalked);
   EXPECT_EQ(stated_again, stated_on + stated_off);
-  EXPECT_LE(on - complete, stated_kept) << "incomplete stacks the summary does not account for";
+  // Besides those, ld.so's lazy binding (_dl_runtime_resolve realigns the stack and keeps the CFA in
+  // rbx, a rule the tables do not express) ends a walk as unsupported, which the recording counts.
+  uint64_t unsupported = 0;
+  for (const auto& [name, n] : r.user_stack_ends[0]) unsupported += name == "unsupported CFI row" ? n : 0;
+  EXPECT_LE(on - complete, stated_kept + unsupported) << "incomplete stacks the summary does not account for";
   // The program's first samples came before its libraries' mappings were published: a window this test
   // is about, which the programs' walks noticed.
   EXPECT_GT(stated_kept + stated_again, 0u);

@@ -311,7 +311,9 @@ LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& pr
   c.stack_copy = stack_copy_bytes(options);
   c.dwarf = options.call_graph == CallGraph::kDwarf;
   c.cfi = options.call_graph == CallGraph::kCfi;
-  c.pending_copy = c.cfi ? kPendingStackBytes : 0;
+  // Pid targets and commands only: system-wide, a cold cache leaves most samples waiting for tables for
+  // seconds (docs/performance.md), and copying each would multiply the ring's traffic by 40.
+  c.pending_copy = c.cfi && c.filter_mode == HPD_FILTER_PIDS ? kPendingStackBytes : 0;
   const uint32_t rows = options.cfi_row_capacity != 0 ? options.cfi_row_capacity : kDefaultCfiRowCapacity;
   // Each module's index has at most a quarter as many buckets as the module has rows, and at least
   // one: room for as many tiny modules again.
