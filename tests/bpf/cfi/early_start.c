@@ -20,12 +20,11 @@ int main(int argc, char** argv) {
   if (argc < 4) return 2;
   const unsigned long linked = late_work(atof(argv[2]));
   void* lib = dlopen(argv[1], RTLD_NOW);
-  if (lib == NULL) {
+  unsigned long (*work)(double) = lib ? (unsigned long (*)(double))dlsym(lib, "late_work") : NULL;
+  if (work == NULL) {
     fprintf(stderr, "%s\n", dlerror());
     return 1;
   }
-  unsigned long (*work)(double) = (unsigned long (*)(double))dlsym(lib, "late_work");
-  if (work == NULL) return 1;
   printf("%lu %lu\n", linked, call_opened(work, atof(argv[3])));
   return 0;
 }
