@@ -122,6 +122,9 @@ LoadedProfile symbolize_perf_data(PerfDataContents contents, const ModuleSearch&
 }
 
 LoadedProfile load_profile(const std::string& path, const ModuleSearch& args) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == 0 && !ec)
+    throw std::runtime_error(path + ": the file is empty (no profile, capture or perf.data)");
   if (is_capture_file(path)) return symbolize_capture(read_capture_file(path), args);
   if (is_perf_data_file(path)) return symbolize_perf_data(read_perf_data_file(path), args);
   LoadedProfile out;

@@ -92,6 +92,7 @@ std::string string_at(std::span<const uint8_t> bytes, uint64_t offset, uint64_t 
 
 struct Attr {
   perf_event_attr attr{};
+  RecordLayout layout;
   std::vector<uint64_t> ids;
   std::string name;  // from EVENT_DESC, else made from type and config
   uint64_t samples = 0;
@@ -186,6 +187,9 @@ class PerfDataReader {
   void walk_data();
   void check_layouts();
   Attr* attr_of(uint64_t id);
+  // The layout of the event that wrote `record`: the one all events share, or (events of different
+  // layouts, which then all carry PERF_SAMPLE_IDENTIFIER) the one its identifier names.
+  const RecordLayout* layout_for(std::span<const uint8_t> record);
   uint64_t time_of(const PerfRecord& record) const;
   void feed();
   void describe();
@@ -200,6 +204,8 @@ class PerfDataReader {
   std::vector<Attr> attrs_;
   std::unordered_map<uint64_t, size_t> attr_by_id_;
   RecordLayout layout_;
+  bool one_layout_ = true;
+  bool one_trailer_ = true;  // every event writes the same sample_id trailer (non-sample records)
   std::unordered_map<std::string, std::string> build_ids_;  // by file name, as perf wrote them
   std::string hostname_, os_release_, perf_version_;
   std::vector<std::string> cmdline_;
@@ -244,7 +250,7 @@ void PerfDataReader::read_file_header() {
   read_at(bytes_, 72, features);
   const uint64_t n = bytes_.size();
   if (attr_size <= 16 || attr_size > 4096)
-    fail("corrupt header: an event attribute of " + std::to_string(attr_size) + " bytes");
+    fail("corrupt perf.data header: an event attribute of " + std::to_string(attr_size) + " bytes");
   if (attrs_offset > n || attrs_size > n - attrs_offset)
     fail("truncated: the event attributes end at byte " + std::to_string(attrs_offset + attrs_size) + " of " +
          std::to_string(n));
@@ -444,20 +450,49 @@ void PerfDataReader::check_layouts() {
   if (attrs_.empty())
     fail(pipe_ ? "no event attribute record before the end of the stream" : "the file lists no event");
   const perf_event_attr& first = attrs_.front().attr;
-  for (const Attr& a : attrs_) {
+  bool identified = true;
+  for (Attr& a : attrs_) {
+    a.layout = RecordLayout{a.attr.sample_type, a.attr.read_format, a.attr.sample_id_all != 0,
+                            a.attr.sample_regs_user, a.attr.build_id != 0};
+    identified = identified && (a.attr.sample_type & PERF_SAMPLE_IDENTIFIER) != 0;
+    constexpr uint64_t kTrailerBits = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ID |
+                                      PERF_SAMPLE_STREAM_ID | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER;
+    if ((a.attr.sample_type & kTrailerBits) != (first.sample_type & kTrailerBits) ||
+        a.attr.sample_id_all != first.sample_id_all)
+      one_trailer_ = false;
     if (a.attr.sample_type != first.sample_type || a.attr.read_format != first.read_format ||
         a.attr.sample_id_all != first.sample_id_all || a.attr.sample_regs_user != first.sample_regs_user)
-      fail("its events " + attrs_.front().name + " and " + a.name +
-           " write samples of different layouts, which hpd does not read");
+      one_layout_ = false;
   }
+  if (!one_layout_ && !identified)
+    fail(
+        "its events write samples of different layouts without saying which event wrote each "
+        "(PERF_SAMPLE_IDENTIFIER), which hpd does not read");
   if (attrs_.size() > 1 && (first.sample_type & (PERF_SAMPLE_ID | PERF_SAMPLE_IDENTIFIER)) == 0)
     fail("its samples do not say which of its " + std::to_string(attrs_.size()) + " events they are of");
-  bool any_usable = false;
-  for (const Attr& a : attrs_) any_usable = any_usable || counts_cpu_time(a.attr);
-  if (any_usable && (first.sample_type & PERF_SAMPLE_BRANCH_STACK) != 0)
-    fail("its samples carry branch stacks (perf record -b, --call-graph lbr), which hpd does not read");
-  layout_ = RecordLayout{first.sample_type, first.read_format, first.sample_id_all != 0,
-                         first.sample_regs_user, first.build_id != 0};
+  for (const Attr& a : attrs_) {
+    if (counts_cpu_time(a.attr) && (a.attr.sample_type & PERF_SAMPLE_BRANCH_STACK) != 0)
+      fail("its samples carry branch stacks (perf record -b, --call-graph lbr), which hpd does not read");
+  }
+  layout_ = attrs_.front().layout;
+}
+
+const RecordLayout* PerfDataReader::layout_for(std::span<const uint8_t> record) {
+  if (one_layout_) return &layout_;
+  perf_event_header h{};
+  read_at(record, 0, h);
+  // The trailer of other records, when every event writes the same one.
+  if (h.type != PERF_RECORD_SAMPLE && one_trailer_) return &layout_;
+  uint64_t id = 0;
+  // PERF_SAMPLE_IDENTIFIER: a sample's first word, the last of another record's sample_id trailer.
+  const bool found = h.type == PERF_RECORD_SAMPLE
+                         ? read_at(record, sizeof h, id)
+                         : h.size >= sizeof h + 8 && read_at(record, h.size - 8u, id);
+  // Id 0 is perf's: the records it synthesizes carry a zero trailer, in the first event's layout.
+  const Attr* attr = !found ? nullptr : id == 0 ? &attrs_.front() : attr_of(id);
+  if (attr == nullptr) return nullptr;
+  if (h.type != PERF_RECORD_SAMPLE && !attr->layout.sample_id_all) return nullptr;
+  return &attr->layout;
 }
 
 uint64_t PerfDataReader::time_of(const PerfRecord& record) const {
@@ -482,7 +517,9 @@ void PerfDataReader::feed() {
   // does, with the records perf synthesized for what existed before (time 0) first.
   for (Slot& slot : slots_) {
     const auto bytes = bytes_.subspan(slot.offset);
-    auto record = decode_record(bytes, layout_);
+    const RecordLayout* layout = layout_for(bytes);
+    if (layout == nullptr) continue;  // counted below
+    auto record = decode_record(bytes, *layout);
     perf_event_header h{};
     read_at(bytes_, slot.offset, h);
     if (!record)
@@ -494,7 +531,10 @@ void PerfDataReader::feed() {
                    [](const Slot& a, const Slot& b) { return a.time < b.time; });
 
   RawProfile& profile = out_.profile;
-  const perf_event_attr& first = attrs_.front().attr;
+  // The decoder's configuration is that of the events it decodes samples of: those counting CPU time.
+  const auto main_attr =
+      std::find_if(attrs_.begin(), attrs_.end(), [](const Attr& a) { return counts_cpu_time(a.attr); });
+  const perf_event_attr& first = main_attr != attrs_.end() ? main_attr->attr : attrs_.front().attr;
   const bool dwarf = (first.sample_type & PERF_SAMPLE_REGS_USER) != 0 &&
                      (first.sample_type & PERF_SAMPLE_STACK_USER) != 0 && first.sample_stack_user != 0;
   const uint32_t max_stack = first.sample_max_stack != 0 ? first.sample_max_stack : 127;
@@ -511,12 +551,14 @@ void PerfDataReader::feed() {
 
   // Modules are matched by the file's build-ids; nothing is read from the live system.
   SystemLookups lookups;
-  lookups.build_ids = [this](int32_t, uint64_t, uint64_t, const std::string& path) {
+  lookups.build_ids = [this](int32_t, uint64_t start, uint64_t end, const std::string& path) {
     MappedModule m;
     auto it = build_ids_.find(path);
     if (it != build_ids_.end()) m.build_id = it->second;
     // The vDSO has no file: this process's own image is the recorded one if their build-ids agree.
-    if (path == "[vdso]" && !m.build_id.empty() && build_id_of_image(own_vdso()) == m.build_id)
+    // Without a build-id (a pipe-mode file), the kernel's one image of this ABI, by its size.
+    if (path == "[vdso]" &&
+        (m.build_id.empty() ? own_vdso().size() == end - start : build_id_of_image(own_vdso()) == m.build_id))
       m.image = own_vdso();
     return m;
   };
@@ -531,13 +573,18 @@ void PerfDataReader::feed() {
 
   for (const Slot& slot : slots_) {
     const auto bytes = bytes_.subspan(slot.offset);
-    auto record = decode_record(bytes, layout_);
     perf_event_header h{};
     read_at(bytes_, slot.offset, h);
+    const RecordLayout* layout = layout_for(bytes);
+    if (layout == nullptr) {
+      ++unread_[h.type == PERF_RECORD_SAMPLE ? "SAMPLE of an unknown event" : "records of an unknown event"];
+      continue;
+    }
+    auto record = decode_record(bytes, *layout);
     if (auto* s = std::get_if<SampleRecord>(&*record)) {
       Attr* attr = attr_of(s->id);
       if (attr == nullptr) {
-        ++unread_["SAMPLE of an unknown event id"];
+        ++unread_["SAMPLE of an unknown event"];
         continue;
       }
       ++attr->samples;
@@ -569,7 +616,9 @@ void PerfDataReader::feed() {
     if (!entries && samples_with_kernel_ > 0) {
       // Before the first kernel sample: whether this boot's kernel symbols are the file's, and so which
       // kernel frames are system-call entries (what the user leaf of a sample in the kernel is).
-      out_.kernel_is_running_one = !file_kernel_id.empty() && file_kernel_id == running_kernel_build_id_ &&
+      // KASLR places _text anew at every boot: the same address (and build-id, when the file has one: a
+      // pipe-mode file has none) is this boot's kernel.
+      out_.kernel_is_running_one = (file_kernel_id.empty() || file_kernel_id == running_kernel_build_id_) &&
                                    kernel_text_ != 0 && kernel_text_ == running_kernel_text_;
       entries = std::make_shared<SchedulerFrames>();
       if (out_.kernel_is_running_one) {
