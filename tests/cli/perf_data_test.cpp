@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fixture_truth.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -34,20 +35,9 @@ struct Truth {
 };
 
 Truth parse_truth(const std::string& out) {
-  Truth t;
-  const auto at = out.find("cpu_slices:");
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no truth line in the fixture's output: " << out;
-    return t;
-  }
-  std::istringstream in(out.substr(at + 11));
-  std::string key;
-  double value = 0;
-  while (in >> key >> value) {
-    if (key == "seven_ns") t.seven_ns = value;
-    if (key == "three_ns") t.three_ns = value;
-  }
-  EXPECT_GT(t.seven_ns, 0) << out;
+  auto values = fixture_truth(out, "cpu_slices");
+  const Truth t{values["seven_ns"], values["three_ns"]};
+  EXPECT_GT(t.seven_ns, 0) << "no truth in the fixture's output: " << out;
   EXPECT_GT(t.three_ns, 0) << out;
   return t;
 }
@@ -129,6 +119,8 @@ class PerfDataTest : public ::testing::Test {
         what.c_str(), truth.seven_percent(), share, totals.at("samples").get<unsigned long long>(),
         totals.at("cpu_ns").get<double>(), static_cast<unsigned long long>(perf.samples),
         static_cast<unsigned long long>(perf.period));
+    // The fixture ran for seconds of its own CPU time: enough samples for the share to mean something.
+    ASSERT_GT(totals.at("samples").get<uint64_t>(), 1000u) << what;
     EXPECT_NEAR(share, truth.seven_percent(), 2.0) << what;
     // The phases' samples are nearly all there is: the stacks reached them.
     EXPECT_GT(seven + three, 0.95 * totals.at("cpu_ns").get<double>()) << what;

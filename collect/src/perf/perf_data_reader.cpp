@@ -742,23 +742,14 @@ PerfDataContents PerfDataReader::read() {
   return std::move(out_);
 }
 
-// The running kernel's _text, from /proc/kallsyms (0 when it is hidden).
+// The running kernel's _text, from /proc/kallsyms as the symbolizer reads it (0 when it is hidden).
 uint64_t running_kernel_text() {
-  FILE* f = std::fopen("/proc/kallsyms", "re");
-  if (f == nullptr) return 0;
-  char line[512];
-  uint64_t address = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    char type = 0;
-    char name[256];
-    uint64_t a = 0;
-    if (std::sscanf(line, "%" SCNx64 " %c %255s", &a, &type, name) == 3 && std::strcmp(name, "_text") == 0) {
-      address = a;
-      break;
-    }
+  KernelSymbols symbols;
+  if (!symbols.load()) return 0;
+  for (const KernelSymbols::Symbol& symbol : symbols.symbols()) {
+    if (std::strcmp(symbols.name(symbol), "_text") == 0) return symbol.address;
   }
-  std::fclose(f);
-  return address;
+  return 0;
 }
 
 }  // namespace
