@@ -376,6 +376,82 @@ TEST(PerfData, EventsHpdCannotMapAreSkippedAndSaidSo) {
       << notes;
 }
 
+TEST(PerfData, EventsOfDifferentLayoutsAreToldApartByTheirIdentifier) {
+  // As perf writes cpu-clock beside a tracepoint: the tracepoint's samples add CPU and RAW, so every
+  // record starts (samples) or ends (the sample_id trailer) with PERF_SAMPLE_IDENTIFIER.
+  perf_event_attr clock = make_attr(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK);
+  clock.sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME |
+                      PERF_SAMPLE_PERIOD | PERF_SAMPLE_CALLCHAIN;
+  perf_event_attr tracepoint = make_attr(PERF_TYPE_TRACEPOINT, 312);
+  tracepoint.sample_type = clock.sample_type | PERF_SAMPLE_CPU | PERF_SAMPLE_RAW;
+  RecordWriter w;
+  auto add = [&w](uint32_t type, uint16_t misc, Bytes body) {
+    w.boundaries.push_back(w.out.b.size());
+    w.out.put(
+        perf_event_header{type, misc, static_cast<uint16_t>(sizeof(perf_event_header) + body.b.size())});
+    w.out.b.insert(w.out.b.end(), body.b.begin(), body.b.end());
+  };
+  {
+    // perf's synthesized mapping: a zero trailer (TID, TIME, IDENTIFIER of the first event's layout).
+    Bytes body;
+    body.put(kPid);
+    body.put(kPid);
+    body.put(uint64_t{0x400000});
+    body.put(uint64_t{0x10000});
+    body.put(uint64_t{0});
+    body.put_string("/bin/prog", 8);
+    body.b.insert(body.b.end(), 24, 0);
+    add(PERF_RECORD_MMAP, PERF_RECORD_MISC_USER, body);
+  }
+  for (int i = 0; i < 5; ++i) {
+    const bool tp = i % 2 == 1;
+    Bytes body;
+    body.put(uint64_t{tp ? 8u : 7u});  // identifier
+    body.put(uint64_t{0x400100});
+    body.put(kPid);
+    body.put(kPid);
+    body.put(uint64_t{1000} + static_cast<uint64_t>(i));
+    if (tp) {
+      body.put(uint32_t{1});  // cpu
+      body.put(uint32_t{0});
+    }
+    body.put(kPeriod);
+    body.put(uint64_t{2});
+    body.put(static_cast<uint64_t>(PERF_CONTEXT_USER));
+    body.put(uint64_t{0x400100});
+    if (tp) {
+      body.put(uint32_t{4});  // raw: size, then the bytes
+      body.put(uint32_t{0xabcd});
+    }
+    add(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER, body);
+  }
+  {
+    // The thread's exit, in the tracepoint's trailer: TID, TIME, CPU, IDENTIFIER.
+    Bytes body;
+    for (int32_t v : {kPid, kPid, kPid, kPid}) body.put(v);
+    body.put(uint64_t{5000});
+    body.put(kPid);
+    body.put(kPid);
+    body.put(uint64_t{5000});
+    body.put(uint64_t{1});
+    body.put(uint64_t{8});
+    add(PERF_RECORD_EXIT, 0, body);
+  }
+  const File file = write_file({clock, tracepoint}, w, typical_features());
+  const PerfDataContents c = read_perf_data(file.bytes, "f.data");
+  EXPECT_EQ(c.profile.sample_count(), 3u);
+  const RawProcess* process = c.profile.find_process(kPid);
+  ASSERT_NE(process, nullptr);
+  ASSERT_EQ(process->mappings.size(), 1u);
+  EXPECT_EQ(c.profile.modules[process->mappings[0].module].build_id, kBuildId);
+  const RawThread* thread = c.profile.find_thread(kPid, kPid);
+  ASSERT_NE(thread, nullptr);
+  EXPECT_EQ(thread->end_ns, 5000u);
+  const std::string notes = all_notes(c);
+  EXPECT_NE(notes.find("skipped 2 samples of event tracepoint 312"), std::string::npos) << notes;
+  EXPECT_EQ(notes.find("not read"), std::string::npos) << notes;
+}
+
 TEST(PerfData, PipeModeFileCarriesItsAttributesAsRecords) {
   // perf record -o -: a 16-byte header, then an ATTR record (attribute and ids) before the records.
   Bytes f;
