@@ -158,7 +158,10 @@ int main(int argc, char** argv) {
   hpd::cli::ReportArgs rep;
   CLI::App* report = app.add_subcommand(
       "report", "Print the functions that used the most CPU in a profile, or the callers or callees of one");
-  report->add_option("file", rep.input, "A capture (.hpr) or a profile written by hpctl (.json or .json.gz)")
+  report
+      ->add_option("file", rep.input,
+                   "A capture (.hpr), perf's perf.data (cpu-clock or task-clock samples) or a profile "
+                   "written by hpctl (.json or .json.gz)")
       ->required();
   report->add_flag("--json", rep.json, "Machine-readable JSON instead of a table");
   auto* report_limit =
@@ -250,10 +253,13 @@ int main(int argc, char** argv) {
   symbolize->add_flag("--no-inlines", sym.no_inlines, "Only the real function, at the innermost line");
 
   hpd::cli::ConvertArgs conv;
-  CLI::App* convert = app.add_subcommand(
-      "convert",
-      "Symbolize a capture (.hpr) or re-export a profile: Firefox JSON, pprof, collapsed stacks, report");
-  convert->add_option("input", conv.input, "A capture (.hpr) or a Firefox profile written by hpctl")
+  CLI::App* convert = app.add_subcommand("convert",
+                                         "Symbolize a capture (.hpr) or perf.data, or re-export a profile: "
+                                         "Firefox JSON, pprof, collapsed stacks, "
+                                         "report");
+  convert
+      ->add_option("input", conv.input,
+                   "A capture (.hpr), perf's perf.data, or a Firefox profile written by hpctl")
       ->required();
   convert
       ->add_option("-o,--output", conv.output,

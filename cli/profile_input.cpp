@@ -74,22 +74,23 @@ bool has_kernel_addresses(const RawProfile& raw) {
 
 }  // namespace
 
-LoadedProfile symbolize_capture(CaptureContents capture, const ModuleSearch& args) {
+namespace {
+
+// Symbolizes a RawProfile read from a file (a capture, a perf.data file) on this machine; the kernel's
+// symbols only when `same_kernel` says this boot's kallsyms holds the recording's kernel addresses.
+LoadedProfile symbolize_recording(RawProfile& raw, std::vector<std::string> notes, bool same_kernel,
+                                  const std::string& other_kernel_note, const ModuleSearch& args) {
   LoadedProfile out;
   out.from_capture = true;
-  out.notes = std::move(capture.info.notes);
-  RawProfile& raw = capture.profile;
+  out.notes = std::move(notes);
   locate_modules(raw, args, out.notes);
 
   ConvertOptions options;
   options.kernel_frames = raw.info.kernel_frames;
-  if (options.kernel_frames && has_kernel_addresses(raw) &&
-      (capture.info.boot_id.empty() || capture.info.boot_id != current_boot_id())) {
+  if (options.kernel_frames && has_kernel_addresses(raw) && !same_kernel) {
     // Another boot (or machine) has other kernel addresses: symbols from this kallsyms would be wrong.
     options.kallsyms_path = "";
-    out.notes.push_back(
-        "kernel frames stay as addresses: the capture was recorded in another boot, whose "
-        "kernel symbol addresses are not known here");
+    if (!other_kernel_note.empty()) out.notes.push_back(other_kernel_note);
   }
   Symbolizer symbolizer;
   out.profile = symbolize_profile(raw, symbolizer, options);
@@ -103,8 +104,29 @@ LoadedProfile symbolize_capture(CaptureContents capture, const ModuleSearch& arg
   return out;
 }
 
+}  // namespace
+
+LoadedProfile symbolize_capture(CaptureContents capture, const ModuleSearch& args) {
+  const bool same_boot = !capture.info.boot_id.empty() && capture.info.boot_id == current_boot_id();
+  return symbolize_recording(
+      capture.profile, std::move(capture.info.notes), same_boot,
+      "kernel frames stay as addresses: the capture was recorded in another boot, whose "
+      "kernel symbol addresses are not known here",
+      args);
+}
+
+LoadedProfile symbolize_perf_data(PerfDataContents contents, const ModuleSearch& args) {
+  // The reader's notes already say when the file's kernel is not this boot's.
+  return symbolize_recording(contents.profile, std::move(contents.notes), contents.kernel_is_running_one, "",
+                             args);
+}
+
 LoadedProfile load_profile(const std::string& path, const ModuleSearch& args) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == 0 && !ec)
+    throw std::runtime_error(path + ": the file is empty (no profile, capture or perf.data)");
   if (is_capture_file(path)) return symbolize_capture(read_capture_file(path), args);
+  if (is_perf_data_file(path)) return symbolize_perf_data(read_perf_data_file(path), args);
   LoadedProfile out;
   out.profile = read_firefox_file(path);
   return out;

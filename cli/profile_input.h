@@ -1,11 +1,12 @@
-// Opens any profile hpctl can read: a capture file (.hpr, detected by its magic) is symbolized here
-// and now; anything else is read as a Firefox profile written by hpctl.
+// Opens any profile hpctl can read: a capture file (.hpr) or a perf.data file (both detected by their
+// magic) is symbolized here and now; anything else is read as a Firefox profile written by hpctl.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "hpd/capture/capture.h"
+#include "hpd/collect/perf_data.h"
 #include "hpd/model/profile.h"
 
 namespace hpd::cli {
@@ -30,7 +31,11 @@ struct LoadedProfile {
 // only when this is the boot the capture was recorded in (KASLR moves them at every boot).
 LoadedProfile symbolize_capture(CaptureContents capture, const ModuleSearch& args);
 
-// Reads `path` (capture or Firefox JSON). Throws std::runtime_error / CaptureError with the reason.
+// Symbolizes what perf's own recording (perf.data) holds, as a capture is.
+LoadedProfile symbolize_perf_data(PerfDataContents contents, const ModuleSearch& args);
+
+// Reads `path` (capture, perf.data or Firefox JSON). Throws std::runtime_error / CaptureError with the
+// reason.
 LoadedProfile load_profile(const std::string& path, const ModuleSearch& args);
 
 // Prints notes as "hpctl: note: ..." lines on stderr.
