@@ -510,10 +510,6 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                       " of them freed while recording; " + std::to_string(a.processes) + " process start(s)");
   }
   for (const std::string& line : result.alloc_messages) s.notes.push_back(line);
-  if (profile && !result.profile.allocations.empty())
-    s.notes.push_back(
-        "allocations: the Firefox export does not carry them yet (the report has them); record to a .hpr "
-        "capture to keep them (hpctl report, hpctl convert to pprof)");
   return s;
 }
 

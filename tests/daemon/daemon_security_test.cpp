@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -1360,6 +1361,56 @@ TEST_F(RealUsers, UsersCallsThroughHpdAreCountedAndTimedInProcess) {
     EXPECT_NEAR(latency["p95_ns"].get<double>(), double(p95_ns), 0.10 * double(p95_ns)) << latency.dump();
   }
   EXPECT_EQ(checked, 2);
+}
+
+// A user's `hpctl record --alloc -- CMD` through hpd: hpctl (as the user) makes the runtime's
+// allocation log, preloads the runtime hpd names into the command it starts and hands hpd the log's
+// descriptor; hpd reads it as untrusted data. Each function's allocated bytes, and the leaking
+// function's live bytes, are the fixture's own truth within five standard deviations of the sampling
+// (as AllocRecord.EstimatesMatchTheTruth* check a local recording), the freeing functions have nothing
+// live, and the user's log is gone afterwards.
+TEST_F(RealUsers, UsersAllocationsThroughHpdMatchTheProgramsTruth) {
+  Hpd hpd;
+  const std::string truth_file = hpd.out_dir() + "/alloc-truth.txt";
+  const std::string out = hpd.out_dir() + "/alloc-alice.hpr";
+  const RunResult a = run(
+      alice_.run_as(hpctl(hpd, {"record", "--alloc", "--alloc-mean", "4096", "--no-report", "-o", out, "--",
+                                std::string(HPD_CALLS_FIXTURES) + "/alloc_nofp", "truth", truth_file})));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.err.find("recorded by hpd"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("allocations (hpd's runtime, in-process): "), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("1 process start(s)"), std::string::npos) << a.err;
+  const RunResult rep = run({kHpctl, "report", "--json", "--limit", "0", out});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const json doc = json::parse(rep.out);
+  ASSERT_EQ(doc["allocations"]["mean_bytes"], 4096) << rep.out;
+  std::ifstream in(truth_file);
+  std::string name;
+  double blocks = 0, size = 0, leaked = 0;
+  int checked = 0;
+  while (in >> name >> blocks >> size >> leaked) {
+    SCOPED_TRACE(name);
+    ++checked;
+    // A block of `size` bytes is sampled with p = 1 - exp(-size/mean) and weighs size/p: over n blocks
+    // the estimate's standard deviation is size * sqrt(n (1 - p) / p). Five of them, plus a byte.
+    const auto allowed = [&](double n) {
+      const double p = -std::expm1(-size / 4096.0);
+      return 5.0 * size * std::sqrt(n * (1.0 - p) / p) + 1.0;
+    };
+    const json* row = nullptr;
+    for (const json& r : doc["allocations"]["rows"])
+      if (r["name"] == name) row = &r;
+    ASSERT_NE(row, nullptr) << rep.out;
+    EXPECT_NEAR((*row)["total_bytes"].get<double>(), blocks * size, allowed(blocks));
+    EXPECT_NEAR((*row)["live_total_bytes"].get<double>(), leaked * size, leaked == 0 ? 0.0 : allowed(leaked));
+  }
+  EXPECT_EQ(checked, 3);
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) == 0 && st.st_uid == alice_.uid) {
+      EXPECT_EQ(entry.path().filename().string().rfind("hpd-alloc-", 0), std::string::npos) << entry.path();
+    }
+  }
 }
 
 // The runtime's table lives in memory the user's program writes: a program that overwrites it while

@@ -151,6 +151,11 @@ struct RecordOptions {
   // RawProfile::allocations. Not for --pid targets yet (validate_record_options refuses it).
   bool sample_allocations = false;
   uint64_t alloc_mean_bytes = 0;
+  // hpd recording a command hpctl started with the runtime preloaded and sampling allocations into
+  // a log hpctl made (`hpctl record --alloc -- CMD` through hpd): that log's descriptor, read as
+  // untrusted data (calls::AllocLog), for the processes this recording follows only. Borrowed (dup'ed);
+  // -1: none. Takes the place of sample_allocations, whose log the recorder would make itself.
+  int alloc_log_fd = -1;
 };
 
 // Where RawSample::cpu_delta_ns comes from.
