@@ -3,6 +3,7 @@
 
 #include <curl/curl.h>
 
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -119,7 +120,7 @@ std::string transfer_error(CURLcode code, const std::string& url, const char* de
   switch (code) {
     case CURLE_COULDNT_CONNECT:
       return "cannot connect to " + url + ": " + why +
-             " (is the collector running, with its OTLP/HTTP receiver on that address?)";
+             " (is the collector running, with its OTLP receiver on that address?)";
     case CURLE_COULDNT_RESOLVE_HOST: return "cannot resolve the host of " + url + ": " + why;
     case CURLE_OPERATION_TIMEDOUT: {
       char limit[32];
@@ -143,23 +144,87 @@ int cancel_check(void* flag, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return static_cast<const std::atomic<bool>*>(flag)->load() ? 1 : 0;
 }
 
+struct GrpcStatus {
+  int code = -1;  // -1: no grpc-status header or trailer
+  std::string message;
+};
+
+// grpc-message is percent-encoded.
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
+// libcurl's header callback, called for the headers and (HTTP/2) the trailers: grpc-status and
+// grpc-message, wherever they come.
+size_t read_grpc_header(char* data, size_t size, size_t count, void* user) {
+  auto* status = static_cast<GrpcStatus*>(user);
+  std::string_view line(data, size * count);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  const size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return size * count;
+  std::string name(line.substr(0, colon));
+  for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  if (name == "grpc-status") {
+    status->code = 0;
+    for (char ch : value) {
+      if (ch < '0' || ch > '9' || status->code > 1000) {
+        status->code = 2;  // UNKNOWN: not a number
+        break;
+      }
+      status->code = status->code * 10 + (ch - '0');
+    }
+  } else if (name == "grpc-message") {
+    status->message = percent_decode(value);
+  }
+  return size * count;
+}
+
+const char* grpc_code_name(int code) {
+  static const char* const names[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? names[code] : "unknown code";
+}
+
 }  // namespace
 
 std::string otlp_profiles_url(const std::string& endpoint) {
   const size_t scheme = endpoint.find("://");
   if (scheme == std::string::npos) {
-    throw std::invalid_argument("'" + endpoint +
-                                "' is not a URL: give http://HOST:PORT or https://HOST:PORT (the OTLP/HTTP "
-                                "port, 4318 by default)");
+    throw std::invalid_argument(
+        "'" + endpoint +
+        "' is not a URL: give http://HOST:PORT or https://HOST:PORT (OTLP/HTTP, port "
+        "4318 by default), or grpc://HOST:PORT or grpcs://HOST:PORT (OTLP/gRPC, 4317)");
   }
   const std::string scheme_name = endpoint.substr(0, scheme);
-  if (scheme_name != "http" && scheme_name != "https") {
-    throw std::invalid_argument("'" + endpoint + "': only http:// and https:// are supported");
+  const bool grpc = scheme_name == "grpc" || scheme_name == "grpcs";
+  if (scheme_name != "http" && scheme_name != "https" && !grpc) {
+    throw std::invalid_argument("'" + endpoint +
+                                "': only http://, https://, grpc:// and grpcs:// are supported");
   }
   if (endpoint.size() == scheme + 3 || endpoint[scheme + 3] == '/') {
-    throw std::invalid_argument("'" + endpoint + "' names no host: give http://HOST:PORT");
+    throw std::invalid_argument("'" + endpoint + "' names no host: give " + scheme_name + "://HOST:PORT");
   }
   const size_t path = endpoint.find('/', scheme + 3);
+  if (grpc) {
+    if (path != std::string::npos && endpoint.size() != path + 1)
+      throw std::invalid_argument("'" + endpoint + "': a gRPC endpoint is HOST:PORT, without a path");
+    return endpoint.substr(0, path) + kOtlpGrpcExportPath;
+  }
   if (path == std::string::npos) return endpoint + kOtlpProfilesPath;
   if (endpoint.size() == path + 1) return endpoint.substr(0, path) + kOtlpProfilesPath;
   return endpoint;
@@ -170,15 +235,31 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
   if (init != CURLE_OK) throw std::runtime_error(std::string("libcurl: ") + curl_easy_strerror(init));
   std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
   if (!curl) throw std::runtime_error("libcurl: cannot create a transfer");
-  std::unique_ptr<curl_slist, SlistDeleter> headers(
-      curl_slist_append(nullptr, "Content-Type: application/x-protobuf"));
+  // gRPC: HTTP/2 (without TLS: with prior knowledge, as gRPC clients do), the message after a 5-byte
+  // prefix (not compressed, its length big-endian), the outcome in grpc-status.
+  const bool grpc = url.rfind("grpc://", 0) == 0 || url.rfind("grpcs://", 0) == 0;
+  const std::string transfer_url =
+      !grpc ? url : (url[4] == 's' ? "https" : "http") + url.substr(url.find("://"));
+  std::string request_body;
+  if (grpc) {
+    request_body.reserve(body.size() + 5);
+    request_body.push_back('\0');
+    for (int shift = 24; shift >= 0; shift -= 8)
+      request_body.push_back(static_cast<char>((body.size() >> shift) & 0xff));
+    request_body += body;
+  }
+  const std::string& sent = grpc ? request_body : body;
+  std::unique_ptr<curl_slist, SlistDeleter> headers(curl_slist_append(
+      nullptr, grpc ? "Content-Type: application/grpc" : "Content-Type: application/x-protobuf"));
+  if (grpc) curl_slist_append(headers.get(), "TE: trailers");
   std::string answer;
+  GrpcStatus grpc_status;
   char error[CURL_ERROR_SIZE] = {};
   CURL* c = curl.get();
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_URL, transfer_url.c_str());
   curl_easy_setopt(c, CURLOPT_POST, 1L);
-  curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
-  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  curl_easy_setopt(c, CURLOPT_POSTFIELDS, sent.data());
+  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(sent.size()));
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, append_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &answer);
@@ -187,20 +268,51 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(options.timeout_s * 1000));
   curl_easy_setopt(c, CURLOPT_USERAGENT, options.user_agent.c_str());
+  if (grpc) {
+    curl_easy_setopt(c, CURLOPT_HTTP_VERSION,
+                     url[4] == 's' ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, read_grpc_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &grpc_status);
+  }
   if (options.cancel != nullptr) {
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, cancel_check);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(options.cancel));
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   }
   const CURLcode code = curl_easy_perform(c);
-  if (code != CURLE_OK) throw std::runtime_error(transfer_error(code, url, error, options.timeout_s));
+  if (code != CURLE_OK) {
+    if (grpc && (code == CURLE_HTTP2 || code == CURLE_HTTP2_STREAM || code == CURLE_WEIRD_SERVER_REPLY ||
+                 code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING))
+      throw std::runtime_error(url + " did not answer as a gRPC server (HTTP/2): " +
+                               (error[0] != '\0' ? error : curl_easy_strerror(code)));
+    throw std::runtime_error(transfer_error(code, url, error, options.timeout_s));
+  }
   long status = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   if (status < 200 || status > 299) {
     throw std::runtime_error(url + " answered HTTP " + std::to_string(status) + ": " + first_line(answer));
   }
+  std::string_view message = answer;
+  if (grpc) {
+    if (grpc_status.code < 0) {
+      throw std::runtime_error(url + " answered without a grpc-status: not a gRPC server");
+    }
+    if (grpc_status.code != 0) {
+      throw std::runtime_error(url + " answered gRPC status " + std::to_string(grpc_status.code) + " (" +
+                               grpc_code_name(grpc_status.code) + "): " + first_line(grpc_status.message));
+    }
+    // One message: its prefix (compressed flag 0, length) and the bytes.
+    const auto* b = reinterpret_cast<const unsigned char*>(answer.data());
+    const size_t length =
+        answer.size() >= 5 ? (size_t{b[1]} << 24 | size_t{b[2]} << 16 | size_t{b[3]} << 8 | b[4]) : 0;
+    if (answer.size() < 5 || b[0] != 0 || length != answer.size() - 5) {
+      throw std::runtime_error(url +
+                               " answered gRPC status 0 with a body that is not one uncompressed message");
+    }
+    message = std::string_view(answer).substr(5);
+  }
   ExportResponse response;
-  if (!parse_response(answer, response)) {
+  if (!parse_response(message, response)) {
     throw std::runtime_error(url + " answered HTTP " + std::to_string(status) +
                              " with a body that is not an OTLP export response: " + first_line(answer));
   }

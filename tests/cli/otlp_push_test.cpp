@@ -276,6 +276,47 @@ TEST_F(OtlpPushTest, CollectorReceivesWhatTheLocalExportHas) {
   EXPECT_GE(got.build_ids.size(), 2u) << "the fixture and libc at least";
 }
 
+TEST_F(OtlpPushTest, CollectorReceivesTheSameOverGrpc) {
+  testing::TempDir dir("otlp-collector-grpc", testing::TempDir::Cleanup::kKeepOnFailure);
+  const std::string received_path = dir.file("received.json");
+  Collector collector(kOtelcol, dir.path(), received_path);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  const RunResult push = run({kHpctl, "push", capture_, "--otlp-endpoint", collector.grpc_endpoint()}, 120);
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  EXPECT_NE(push.err.find("ProfilesService/Export"), std::string::npos) << push.err;
+  const json request = wait_for_profiles(received_path);
+  ASSERT_FALSE(request.is_null()) << "nothing written by the collector; its log: " << collector.log();
+  const Received got = parse_received(request, "cpu_split");
+  std::set<std::string> local_on_cpu_functions;
+  const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
+  ASSERT_FALSE(local_samples.empty());
+  EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions);
+  EXPECT_EQ(got.self_samples, local_samples);
+  EXPECT_EQ(got.resource.count("host.name"), 1u);
+}
+
+TEST_F(OtlpPushTest, GrpcToAnHttp1ServerIsAClearError) {
+  CannedServer server("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", false);
+  expect_push_fails("grpc://127.0.0.1:" + std::to_string(server.port()),
+                    {"did not answer as a gRPC server (HTTP/2)"});
+}
+
+TEST_F(OtlpPushTest, GrpcToTheHttpReceiverIsAClearError) {
+  testing::TempDir dir("otlp-collector-grpc-wrong", testing::TempDir::Cleanup::kKeepOnFailure);
+  Collector collector(kOtelcol, dir.path(), dir.file("received.json"));
+  ASSERT_TRUE(can_connect(collector.port())) << collector.log();
+  expect_push_fails("grpc://127.0.0.1:" + std::to_string(collector.port()),
+                    {"did not answer as a gRPC server"});
+}
+
+TEST_F(OtlpPushTest, GrpcStatusOfACollectorWithoutProfilesIsAClearError) {
+  testing::TempDir dir("otlp-collector-traces", testing::TempDir::Cleanup::kKeepOnFailure);
+  Collector collector(kOtelcol, dir.path(), dir.file("received.json"), 0, "traces");
+  ASSERT_TRUE(can_connect(collector.port())) << collector.log();
+  // Its gRPC server has no profiles service: grpc-status 12 in a trailers-only answer.
+  expect_push_fails(collector.grpc_endpoint(), {"answered gRPC status 12 (UNIMPLEMENTED): "});
+}
+
 TEST_F(OtlpPushTest, NothingListeningIsAClearError) {
   LoopbackSocket closed(false);  // bound, not listening: connections are refused
   expect_push_fails("http://127.0.0.1:" + std::to_string(closed.port()),

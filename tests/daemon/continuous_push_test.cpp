@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -239,6 +240,27 @@ TEST_F(ContinuousPush, EveryChunkReachesTheCollectorWithTheStoresSampleTotals) {
   EXPECT_EQ(got[0].resource["region"], "test-1");
 }
 
+TEST_F(ContinuousPush, OverGrpcEveryChunkReachesTheCollector) {
+  const std::string output = dir_.file("received.json");
+  Collector collector(kOtelcol, dir_.path(), output);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Hpd hpd(start_with(push_config(state_, collector.grpc_endpoint())));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  json p;
+  ASSERT_TRUE(wait_push(
+      hpd, [](const json& s) { return field(s, "chunks_sent") >= 2; }, &p))
+      << p.dump() << "\n"
+      << hpd.log();
+  EXPECT_EQ(text(p, "endpoint"),
+            collector.grpc_endpoint() +
+                "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export");
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+  const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+  const std::string cursor = cursor_on_disk(state_);
+  const std::vector<ReceivedChunk> got = wait_received({output}, chunks_up_to(chunks, cursor));
+  expect_exactly_the_chunks(chunks, got, cursor);
+}
+
 TEST_F(ContinuousPush, CollectorDownThenUpAndHpdRestartedSendsEveryChunkOnceInOrder) {
   const uint16_t port = free_port();
   const std::string endpoint = "http://127.0.0.1:" + std::to_string(port);
@@ -354,6 +376,24 @@ TEST_F(ContinuousPush, UnsentChunksRemovedByRetentionAreCountedAndSaid) {
   EXPECT_NE(status.out.find(" dropped unsent"), std::string::npos) << status.out;
   EXPECT_EQ(status.out.find(" 0 dropped unsent"), std::string::npos) << status.out;
   ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+TEST(ContinuousPushConfig, BadPushValuesRefuseToStartWithFileAndLine) {
+  const testing::TempDir tmp("hpd-push-conf");
+  const std::string conf = tmp.file("hpd.conf");
+  std::ofstream(conf)
+      << "continuous = on\notlp_endpoint = collector:4318\npush_labels = team\npush_timeout = 0\n";
+  const RunResult r = run({HPD_HPD_PATH, "--config", conf, "--socket", tmp.file("s")}, 20);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(
+      r.err.find(conf + ":2: bad value 'collector:4318' for otlp_endpoint: 'collector:4318' is not a URL: "
+                        "give http://HOST:PORT"),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(conf + ":3: bad value 'team' for push_labels: expected KEY=VALUE pairs"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(conf + ":4: bad value '0' for push_timeout"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -367,7 +367,11 @@ TEST(Config, PushKeysAreCheckedWhenTheFileIsRead) {
                       "otlp_endpoint: 'collector:4318' is not a URL"),
             std::string::npos)
       << problem("otlp_endpoint = collector:4318\n");
-  EXPECT_NE(problem("otlp_endpoint = ftp://c:21\n").find("only http:// and https://"), std::string::npos);
+  EXPECT_NE(problem("otlp_endpoint = ftp://c:21\n").find("only http://, https://, grpc:// and grpcs://"),
+            std::string::npos);
+  EXPECT_EQ(parse_config("otlp_endpoint = grpc://collector:4317\n", "t.conf").otlp_endpoint,
+            "grpc://collector:4317");
+  EXPECT_NE(problem("otlp_endpoint = grpc://collector:4317/v1\n").find("without a path"), std::string::npos);
   EXPECT_NE(problem("otlp_endpoint = http://\n").find("names no host"), std::string::npos);
   EXPECT_NE(problem("push_labels = team\n").find("expected KEY=VALUE pairs"), std::string::npos);
   EXPECT_NE(problem("push_labels = =x\n").find("expected KEY=VALUE pairs"), std::string::npos);

@@ -95,8 +95,8 @@ std::string read_text_file(const std::string& path) {
 }
 
 Collector::Collector(const std::string& otelcol, const std::string& dir, const std::string& output,
-                     uint16_t port)
-    : port_(port != 0 ? port : free_port()) {
+                     uint16_t port, const std::string& signal)
+    : port_(port != 0 ? port : free_port()), grpc_port_(free_port()) {
   const std::string base = dir + "/otelcol-" + std::to_string(port_);
   const std::string config = base + ".yaml";
   log_path_ = base + ".log";
@@ -106,6 +106,10 @@ Collector::Collector(const std::string& otelcol, const std::string& dir, const s
                            "      http:\n"
                            "        endpoint: 127.0.0.1:"
                         << port_
+                        << "\n"
+                           "      grpc:\n"
+                           "        endpoint: 127.0.0.1:"
+                        << grpc_port_
                         << "\n"
                            "exporters:\n"
                            "  file:\n"
@@ -117,7 +121,9 @@ Collector::Collector(const std::string& otelcol, const std::string& dir, const s
                            "    metrics:\n"
                            "      level: none\n"
                            "  pipelines:\n"
-                           "    profiles:\n"
+                           "    "
+                        << signal
+                        << ":\n"
                            "      receivers: [otlp]\n"
                            "      exporters: [file]\n";
   BackgroundOptions options;
@@ -127,7 +133,8 @@ Collector::Collector(const std::string& otelcol, const std::string& dir, const s
       options);
   // Ready when its receiver accepts connections (or it exited: then the test fails, with its log).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!can_connect(port_) && running() && std::chrono::steady_clock::now() < deadline) {
+  while ((!can_connect(port_) || !can_connect(grpc_port_)) && running() &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }

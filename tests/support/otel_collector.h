@@ -57,21 +57,25 @@ class CannedServer {
 std::string read_text_file(const std::string& path);
 
 // The collector (kOtelcol: the path of hpd-otelcol) with one pipeline, profiles: otlp (HTTP on
-// 127.0.0.1:port) -> file (`output`, one line of OTLP JSON per request received), its own metrics
-// off. Its configuration and log are DIR/otelcol-PORT.yaml and .log. The constructor returns when
-// the receiver accepts connections, or the collector exited, or after 120 s.
+// 127.0.0.1:port, gRPC on another free port) -> file (`output`, one line of OTLP JSON per request received),
+// its own metrics off. Its configuration and log are DIR/otelcol-PORT.yaml and .log. The constructor returns
+// when the receiver accepts connections, or the collector exited, or after 120 s. `signal` "traces" makes a
+// collector without the profiles pipeline (its receiver does not serve profiles).
 class Collector {
  public:
-  Collector(const std::string& otelcol, const std::string& dir, const std::string& output, uint16_t port = 0);
+  Collector(const std::string& otelcol, const std::string& dir, const std::string& output, uint16_t port = 0,
+            const std::string& signal = "profiles");
   ~Collector();
   uint16_t port() const { return port_; }
   bool running() const;  // not exited
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string grpc_endpoint() const { return "grpc://127.0.0.1:" + std::to_string(grpc_port_); }
   std::string log() const { return read_text_file(log_path_); }
   void stop();  // SIGKILL; the receiver's port is free again
 
  private:
   uint16_t port_;
+  uint16_t grpc_port_;
   std::string log_path_;
   std::unique_ptr<Background> process_;
 };
