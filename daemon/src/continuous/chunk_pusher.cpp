@@ -234,6 +234,14 @@ void ChunkPusher::run() {
       wait_for_change(seen, settings.retry_max_s);
       continue;
     }
+    // A chunk read and encoded before, whose send is being retried, goes first even when retention
+    // removed its file since (retention does not count the chunk in flight): its bytes are here.
+    const bool retrying = !body_for.empty() && body_generation == generation && body_for > cursor;
+    if (retrying && (pending.empty() || pending.front().path.filename().string() != body_for)) {
+      ChunkFile removed;
+      removed.path = dir / body_for;
+      pending.insert(pending.begin(), std::move(removed));
+    }
     {
       std::lock_guard<std::mutex> guard(mutex_);
       if (generation != config_generation_) continue;
