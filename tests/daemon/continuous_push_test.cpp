@@ -203,31 +203,39 @@ class ContinuousPush : public ::testing::Test {
   std::unique_ptr<Background> busy_;
 };
 
+// hpd pushing to `endpoint` until it sent `chunks`, then stopped: its last push status, and what the
+// collector wrote to `output`, checked against the store (every chunk up to the cursor, once, in
+// order, with its sample total).
+std::vector<ReceivedChunk> push_then_check(const std::string& state, const std::string& endpoint,
+                                           const std::string& output, uint64_t chunks,
+                                           const std::string& extra, json* last) {
+  Hpd hpd(start_with(push_config(state, endpoint, extra)));
+  EXPECT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  EXPECT_TRUE(wait_push(
+      hpd, [&](const json& s) { return field(s, "chunks_sent") >= chunks; }, last))
+      << last->dump() << "\n"
+      << hpd.log();
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+  // hpd stopped: the cursor file names the last chunk the collector accepted.
+  const std::vector<ChunkTruth> on_disk = chunks_on_disk(state);
+  const std::string cursor = cursor_on_disk(state);
+  EXPECT_FALSE(cursor.empty()) << "no push cursor in " << state;
+  std::vector<ReceivedChunk> got = wait_received({output}, chunks_up_to(on_disk, cursor));
+  expect_exactly_the_chunks(on_disk, got, cursor);
+  return got;
+}
+
 TEST_F(ContinuousPush, EveryChunkReachesTheCollectorWithTheStoresSampleTotals) {
   const std::string output = dir_.file("received.json");
   Collector collector(kOtelcol, dir_.path(), output);
   ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
-  Hpd hpd(
-      start_with(push_config(state_, collector.endpoint(), "push_labels = team=storage, region=test-1\n")));
-  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
-
   json p;
-  ASSERT_TRUE(wait_push(
-      hpd, [](const json& s) { return field(s, "chunks_sent") >= 3; }, &p))
-      << p.dump() << "\n"
-      << hpd.log();
+  std::vector<ReceivedChunk> got = push_then_check(state_, collector.endpoint(), output, 3,
+                                                   "push_labels = team=storage, region=test-1\n", &p);
   EXPECT_EQ(text(p, "endpoint"), collector.endpoint() + "/v1development/profiles");
   EXPECT_GT(field(p, "last_success_unix_ns"), 0u);
   EXPECT_GT(field(p, "bytes_sent"), 0u);
   EXPECT_EQ(field(p, "chunks_dropped"), 0u);
-  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
-
-  // hpd stopped: the cursor file names the last chunk the collector accepted.
-  const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
-  const std::string cursor = cursor_on_disk(state_);
-  ASSERT_FALSE(cursor.empty()) << "no push cursor in " << state_;
-  std::vector<ReceivedChunk> got = wait_received({output}, chunks_up_to(chunks, cursor));
-  expect_exactly_the_chunks(chunks, got, cursor);
 
   // Labels: hpd's own (host, process) and hpd.conf's.
   char host[256] = {};
@@ -244,21 +252,11 @@ TEST_F(ContinuousPush, OverGrpcEveryChunkReachesTheCollector) {
   const std::string output = dir_.file("received.json");
   Collector collector(kOtelcol, dir_.path(), output);
   ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
-  Hpd hpd(start_with(push_config(state_, collector.grpc_endpoint())));
-  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
   json p;
-  ASSERT_TRUE(wait_push(
-      hpd, [](const json& s) { return field(s, "chunks_sent") >= 2; }, &p))
-      << p.dump() << "\n"
-      << hpd.log();
+  push_then_check(state_, collector.grpc_endpoint(), output, 2, "", &p);
   EXPECT_EQ(text(p, "endpoint"),
             collector.grpc_endpoint() +
                 "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export");
-  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
-  const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
-  const std::string cursor = cursor_on_disk(state_);
-  const std::vector<ReceivedChunk> got = wait_received({output}, chunks_up_to(chunks, cursor));
-  expect_exactly_the_chunks(chunks, got, cursor);
 }
 
 TEST_F(ContinuousPush, CollectorDownThenUpAndHpdRestartedSendsEveryChunkOnceInOrder) {
