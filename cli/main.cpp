@@ -323,11 +323,14 @@ int main(int argc, char** argv) {
 
   hpd::cli::PushArgs push_args;
   CLI::App* push = app.add_subcommand(
-      "push", "Send a saved recording (.hpr or Firefox JSON) to a profile store: OTLP profiles over HTTP");
+      "push",
+      "Send a saved recording (.hpr or Firefox JSON) to a profile store: OTLP profiles over HTTP or gRPC");
   push->add_option("input", push_args.input, "A capture (.hpr) or a Firefox profile written by hpctl")
       ->required();
-  push->add_option("--otlp-endpoint", push_args.otlp_endpoint,
-                   "OTLP/HTTP receiver: http(s)://HOST:PORT (POSTs to /v1development/profiles) or a full URL")
+  push->add_option(
+          "--otlp-endpoint", push_args.otlp_endpoint,
+          "OTLP/HTTP receiver: http(s)://HOST:PORT (POSTs to /v1development/profiles) or a full URL; "
+          "OTLP/gRPC receiver: grpc://HOST:PORT (HTTP/2 without TLS) or grpcs://HOST:PORT")
       ->required();
   push->add_option("--label", push_args.labels, "KEY=VALUE resource attribute on every process (repeatable)");
   push->add_option("--timeout", push_args.timeout_s, "Seconds to wait for the endpoint")

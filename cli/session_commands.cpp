@@ -25,6 +25,7 @@
 #include "hpd/calls/preload_table.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/collect/recorder.h"
+#include "hpd/continuous/continuous.h"
 #include "hpd/export/report.h"
 #include "hpd/session/record_json.h"
 #include "hpd/session/record_pipeline.h"
@@ -432,6 +433,29 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
                   static_cast<unsigned long long>(json_uint(c, "samples")));
       if (!json_text(c, "last_error").empty())
         std::printf("            last error: %s\n", json_text(c, "last_error").c_str());
+      const json push = c.contains("push") && c["push"].is_array() ? c["push"] : json::array();
+      for (const json& p : push) {
+        if (!p.is_object()) continue;
+        const std::string endpoint = json_text(p, "endpoint");
+        const uint64_t success = json_uint(p, "last_success_unix_ns");
+        std::printf(
+            "push to %s: %llu chunks sent (%s), %llu queued, %llu dropped unsent; last success: %s\n",
+            endpoint.empty() ? "an OTLP endpoint" : endpoint.c_str(),
+            static_cast<unsigned long long>(json_uint(p, "chunks_sent")),
+            format_bytes(json_uint(p, "bytes_sent")).c_str(),
+            static_cast<unsigned long long>(json_uint(p, "chunks_queued")),
+            static_cast<unsigned long long>(json_uint(p, "chunks_dropped")),
+            success == 0 ? "never (since hpd started)" : continuous::format_unix_time(success).c_str());
+        const uint64_t error_time = json_uint(p, "last_error_unix_ns");
+        if (error_time != 0 && error_time > success) {
+          std::printf("            failing since %s: %s\n", continuous::format_unix_time(error_time).c_str(),
+                      json_text(p, "last_error").empty() ? "(the error is shown to root and the hpd group)"
+                                                         : json_text(p, "last_error").c_str());
+        } else if (error_time != 0 && !json_text(p, "last_error").empty()) {
+          std::printf("            last error (%s): %s\n", continuous::format_unix_time(error_time).c_str(),
+                      json_text(p, "last_error").c_str());
+        }
+      }
     }
   }
   return 0;
