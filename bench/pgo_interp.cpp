@@ -1,7 +1,9 @@
 // A benchmark for profile-guided optimization: generated arithmetic programs (text) are lexed,
 // parsed by recursive descent into bytecode and run on a stack machine, over and over. Branchy
 // code whose hot paths depend on the input: the lexer's character classes, the parser's
-// precedence levels, the interpreter's opcode switch.
+// precedence levels, the interpreter's opcode switch (one instruction a call of `step`, which the
+// plain run and the traced run share, so that only a profile tells the inliner which is hot).
+// PGO_TRACE=1 in the environment prints every instruction executed on stderr.
 //
 //   pgo_interp [ROUNDS]   run ROUNDS rounds (default 40) and print what was done and a checksum,
 //                         so that every build of it can be checked to do the same work.
@@ -215,49 +217,68 @@ struct Parser {
 
 // ---- the stack machine -----------------------------------------------------------------------
 
+// One instruction; false at kHalt. Called from two loops, so the inliner weighs it on its own.
+bool step(const Insn& in, int64_t* stack, int& sp, int64_t* vars) {
+  switch (in.op) {
+    case kPush: stack[sp++] = in.arg; break;
+    case kLoad: stack[sp++] = vars[in.arg]; break;
+    case kStore: vars[in.arg] = stack[--sp]; break;
+    case kAdd:
+      --sp;
+      stack[sp - 1] += stack[sp];
+      break;
+    case kSub:
+      --sp;
+      stack[sp - 1] -= stack[sp];
+      break;
+    case kMul:
+      --sp;
+      stack[sp - 1] = (stack[sp - 1] * stack[sp]) % 1000003;
+      break;
+    case kDiv:
+      --sp;
+      stack[sp - 1] = stack[sp] != 0 ? stack[sp - 1] / stack[sp] : 0;
+      break;
+    case kMod:
+      --sp;
+      stack[sp - 1] = stack[sp] != 0 ? stack[sp - 1] % stack[sp] : 0;
+      break;
+    case kLt:
+      --sp;
+      stack[sp - 1] = stack[sp - 1] < stack[sp];
+      break;
+    case kEq:
+      --sp;
+      stack[sp - 1] = stack[sp - 1] == stack[sp];
+      break;
+    case kNeg: stack[sp - 1] = -stack[sp - 1]; break;
+    case kHalt: return false;
+  }
+  if (sp < 0 || sp >= 256) {
+    std::fprintf(stderr, "stack out of bounds at %d\n", sp);
+    std::abort();
+  }
+  return true;
+}
+
 int64_t run(const std::vector<Insn>& code, int64_t* vars) {
   int64_t stack[256];
   int sp = 0;
-  int64_t steps = 0;
-  for (size_t pc = 0;; ++pc) {
-    const Insn in = code[pc];
+  int64_t steps = 1;
+  for (size_t pc = 0; step(code[pc], stack, sp, vars); ++pc) ++steps;
+  return steps;
+}
+
+// The same with a trace of every instruction (for debugging a program; not used by the benchmark).
+int64_t run_traced(const std::vector<Insn>& code, int64_t* vars) {
+  int64_t stack[256];
+  int sp = 0;
+  int64_t steps = 1;
+  for (size_t pc = 0; step(code[pc], stack, sp, vars); ++pc) {
+    std::fprintf(stderr, "%zu op %d sp %d\n", pc, code[pc].op, sp);
     ++steps;
-    switch (in.op) {
-      case kPush: stack[sp++] = in.arg; break;
-      case kLoad: stack[sp++] = vars[in.arg]; break;
-      case kStore: vars[in.arg] = stack[--sp]; break;
-      case kAdd:
-        --sp;
-        stack[sp - 1] += stack[sp];
-        break;
-      case kSub:
-        --sp;
-        stack[sp - 1] -= stack[sp];
-        break;
-      case kMul:
-        --sp;
-        stack[sp - 1] = (stack[sp - 1] * stack[sp]) % 1000003;
-        break;
-      case kDiv:
-        --sp;
-        stack[sp - 1] = stack[sp] != 0 ? stack[sp - 1] / stack[sp] : 0;
-        break;
-      case kMod:
-        --sp;
-        stack[sp - 1] = stack[sp] != 0 ? stack[sp - 1] % stack[sp] : 0;
-        break;
-      case kLt:
-        --sp;
-        stack[sp - 1] = stack[sp - 1] < stack[sp];
-        break;
-      case kEq:
-        --sp;
-        stack[sp - 1] = stack[sp - 1] == stack[sp];
-        break;
-      case kNeg: stack[sp - 1] = -stack[sp - 1]; break;
-      case kHalt: return steps;
-    }
   }
+  return steps;
 }
 
 // ---- the fixed-line fixture (--lines) ---------------------------------------------------------
@@ -309,6 +330,7 @@ int main(int argc, char** argv) {
   std::vector<pgo::Token> toks;
   std::vector<pgo::Insn> code;
   uint64_t checksum = 0, steps = 0, parsed = 0;
+  const bool trace = std::getenv("PGO_TRACE") != nullptr;  // every instruction on stderr
   for (int round = 0; round < rounds; ++round) {
     for (const std::string& text : programs) {
       if (!pgo::lex(text, toks)) return 1;
@@ -319,7 +341,7 @@ int main(int argc, char** argv) {
       int64_t vars[pgo::kNameCount];
       for (int run = 0; run < 60; ++run) {
         for (int v = 0; v < pgo::kNameCount; ++v) vars[v] = (run * 7 + v * 13 + round) % 97;
-        steps += static_cast<uint64_t>(pgo::run(code, vars));
+        steps += static_cast<uint64_t>(trace ? pgo::run_traced(code, vars) : pgo::run(code, vars));
         for (int v = 0; v < pgo::kNameCount; ++v) checksum = checksum * 31 + static_cast<uint64_t>(vars[v]);
       }
     }
