@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <unordered_map>
 #include <vector>
 
 #include "hpd/base/elf.h"
@@ -126,6 +127,51 @@ struct SampleLineReader::Impl {
               [](const UnitRange& a, const UnitRange& b) { return a.low < b.low; });
   }
 
+  // Per unit (by its DIE's offset), the address ranges of its subprograms, by low address, built on
+  // the unit's first lookup: a lookup then reads one function's DIEs, not the unit's top level.
+  std::unordered_map<Dwarf_Off, std::vector<UnitRange>> subprograms;
+
+  static void collect_subprograms(Dwarf_Die& parent, std::vector<UnitRange>& out, int depth) {
+    if (depth > 16) return;
+    Dwarf_Die child;
+    if (dwarf_child(&parent, &child) != 0) return;
+    do {
+      switch (dwarf_tag(&child)) {
+        case DW_TAG_subprogram: {
+          Dwarf_Addr base = 0, start = 0, end = 0;
+          for (ptrdiff_t off = 0; (off = dwarf_ranges(&child, off, &base, &start, &end)) > 0;) {
+            if (start < end) out.push_back({start, end, dwarf_dieoffset(&child)});
+          }
+          break;
+        }
+        case DW_TAG_namespace:
+        case DW_TAG_class_type:
+        case DW_TAG_structure_type:
+        case DW_TAG_union_type: collect_subprograms(child, out, depth + 1); break;
+        default: break;
+      }
+    } while (dwarf_siblingof(&child, &child) == 0);
+  }
+
+  // The subprogram of `cu` whose ranges hold `vaddr`.
+  bool subprogram_of(Dwarf_Die& cu, uint64_t vaddr, Dwarf_Die& out) {
+    const Dwarf_Off key = dwarf_dieoffset(&cu);
+    auto [it, inserted] = subprograms.try_emplace(key);
+    std::vector<UnitRange>& ranges = it->second;
+    if (inserted) {
+      collect_subprograms(cu, ranges, 0);
+      std::sort(ranges.begin(), ranges.end(),
+                [](const UnitRange& a, const UnitRange& b) { return a.low < b.low; });
+    }
+    auto at = std::upper_bound(ranges.begin(), ranges.end(), vaddr,
+                               [](uint64_t a, const UnitRange& u) { return a < u.low; });
+    for (int i = 0; i < 4 && at != ranges.begin(); ++i) {
+      --at;
+      if (vaddr < at->high) return dwarf_offdie(dwarf, at->die, &out) != nullptr;
+    }
+    return false;
+  }
+
   bool unit_of(uint64_t vaddr, Dwarf_Die& cu) {
     auto it = std::upper_bound(units.begin(), units.end(), vaddr,
                                [](uint64_t a, const UnitRange& u) { return a < u.low; });
@@ -175,7 +221,13 @@ SampleLineAnswer SampleLineReader::locate(uint64_t vaddr) {
   if (!impl_->unit_of(vaddr, cu)) return answer;
   // Innermost first: the inlined subroutines, then the subprogram that holds them.
   std::vector<Dwarf_Die> scopes;
-  find_scopes(cu, vaddr, scopes, 0);
+  Dwarf_Die subprogram;
+  if (impl_->subprogram_of(cu, vaddr, subprogram)) {
+    scopes.push_back(subprogram);
+    find_scopes(subprogram, vaddr, scopes, 1);
+  } else {
+    find_scopes(cu, vaddr, scopes, 0);
+  }
   std::vector<Dwarf_Die*> chain;
   for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
     const int tag = dwarf_tag(&*it);
