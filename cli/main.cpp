@@ -253,13 +253,12 @@ int main(int argc, char** argv) {
   symbolize->add_flag("--no-inlines", sym.no_inlines, "Only the real function, at the innermost line");
 
   hpd::cli::ConvertArgs conv;
-  CLI::App* convert = app.add_subcommand("convert",
-                                         "Symbolize a capture (.hpr) or perf.data, or re-export a profile: "
-                                         "Firefox JSON, pprof, collapsed stacks, "
-                                         "report");
-  convert
-      ->add_option("input", conv.input,
-                   "A capture (.hpr), perf's perf.data, or a Firefox profile written by hpctl")
+  CLI::App* convert = app.add_subcommand(
+      "convert",
+      "Symbolize a capture (.hpr) or perf.data, or re-export a profile: Firefox JSON, pprof, collapsed "
+      "stacks, report, an LLVM sample profile for clang -fprofile-sample-use, a symbol order for lld");
+  convert->add_option("input", conv.input,
+                      "A capture (.hpr), perf's perf.data, or a Firefox profile written by hpctl")
       ->required();
   convert
       ->add_option("-o,--output", conv.output,
@@ -267,8 +266,15 @@ int main(int argc, char** argv) {
       ->required();
   convert
       ->add_option("-f,--format", conv.format,
-                   "firefox, pprof, collapsed or report (default: from the suffix)")
-      ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report"}));
+                   "firefox, pprof, collapsed, report (default: from the suffix), llvm-sample (LLVM's text "
+                   "sample profile of one binary, for clang -fprofile-sample-use) or symbol-order (its "
+                   "functions with samples, most first, for lld --symbol-ordering-file)")
+      ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report", "llvm-sample", "symbol-order"}));
+  convert
+      ->add_option("--binary", conv.binary,
+                   "llvm-sample, symbol-order: the binary to profile (its build-id must be the recorded one; "
+                   "default: the recorded binary with the most samples, at its recorded path)")
+      ->check(CLI::ExistingFile);
   convert->add_option("--weight", conv.weight, "Collapsed stacks: samples, cpu (ns) or wall (ns)")
       ->check(CLI::IsMember({"samples", "cpu", "wall"}))
       ->capture_default_str();

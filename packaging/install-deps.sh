@@ -8,6 +8,8 @@ PACKAGES=(
   cmake ninja-build pkg-config g++ ccache clang llvm llvm-14-dev libclang-rt-14-dev bpftool
   # gcc 12 sanitizer runtimes for -DHPD_ENABLE_ASAN=ON builds (target hpd_unit_tests); libclang-rt-14-dev: libFuzzer
   libasan8 libubsan1
+  # lld: llvm_sample_integration_test links with --symbol-ordering-file (hpctl convert --format symbol-order)
+  lld-14
   # libraries
   libelf-dev libdw-dev libdebuginfod-dev libbpf-dev libzstd-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcapstone-dev
