@@ -266,9 +266,15 @@ TEST(Config, ParsesKeysCommentsAndUnits) {
       "30\n"
       "continuous_max_age = 2d\ncontinuous_max_bytes = 512M\nstate_directory = /var/lib/x\n"
       "group = wheel\nlog_level = debug\nsocket = /tmp/s.sock\r\nmax_cfi_rows = 100000\n"
-      "continuous_cfi_rows = 65536\n",
+      "continuous_cfi_rows = 65536\ncontinuous_kernel = off\ncontinuous_off_cpu = on\n",
       "t.conf");
   EXPECT_EQ(c.max_sessions, 3u);
+  EXPECT_FALSE(c.continuous_kernel);
+  EXPECT_TRUE(c.continuous_off_cpu);
+  // Their defaults: kernel frames on, off-CPU off (every context switch of the machine).
+  EXPECT_TRUE(Config{}.continuous_kernel);
+  EXPECT_FALSE(Config{}.continuous_off_cpu);
+  EXPECT_THROW(parse_config("continuous_off_cpu = sometimes\n", "t.conf"), ConfigError);
   EXPECT_EQ(c.max_cfi_rows, 100000u);
   EXPECT_EQ(c.continuous_cfi_rows, 65536u);
   EXPECT_DOUBLE_EQ(c.max_duration_s, 600);
@@ -315,13 +321,13 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "socket = /tmp/s.sock\nmax_connections_per_user = 7\nmax_sessions_per_user = 2\nidle_timeout = 2m\n"
       "client_timeout = 2.5\nstop_timeout = 4\nmax_cfi_rows = 1000\ncontinuous_cfi_rows = 5000\n"
       "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\nmax_unwind_cache_mb = "
-      "0\n",
+      "0\ncontinuous_kernel = off\ncontinuous_off_cpu = on\n",
       "t.conf");
   const std::string text = format_config(c);
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (24 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 24) << text;
+  // One line per key: every key of the parser, none twice (26 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 26) << text;
   // 0: no unwind-table cache on disk; the bound is in MiB.
   EXPECT_EQ(c.max_unwind_cache_mb, 0u);
   EXPECT_EQ(Config{}.max_unwind_cache_mb, 256u);
