@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 
 #include "commands.h"
@@ -37,8 +38,26 @@ CLI::Validator seconds_validator() {
 
 }  // namespace
 
+namespace {
+
+// CLI11's help names a flag with a value as it was declared ("--kernel{on},--no-kernel{off}"); the
+// help says "--kernel,--no-kernel". The subcommands take the formatter of the app they are added to.
+class PlainFlagNames : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
+    if (is_positional) return CLI::Formatter::make_option_name(opt, true);
+    std::string names;
+    for (const std::string& s : opt->get_snames()) names += (names.empty() ? "-" : ",-") + s;
+    for (const std::string& l : opt->get_lnames()) names += (names.empty() ? "--" : ",--") + l;
+    return names.empty() ? CLI::Formatter::make_option_name(opt, false) : names;
+  }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"hpctl: record and inspect profiles of native programs (C, C++, Rust) on Linux"};
+  app.formatter(std::make_shared<PlainFlagNames>());
   app.set_version_flag("--version", std::string("hpctl ") + HPD_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);
@@ -369,7 +388,10 @@ int main(int argc, char** argv) {
       const std::string hint = hpd::cli::suggest_for_arguments(app, argc, argv);
       if (!hint.empty()) std::fprintf(stderr, "hpctl: %s\n", hint.c_str());
     }
-    return app.exit(e);
+    // CLI11's message; then hpctl's own status (hpctl(1)): 0 for --help and --version, 2 for every
+    // command line it cannot parse (not CLI11's codes, 105 to 114).
+    const int cli11_status = app.exit(e);
+    return cli11_status == 0 ? 0 : 2;
   }
 
   // Commands that symbolize build indexes of tens of megabytes: huge pages spare them a page

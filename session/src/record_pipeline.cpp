@@ -282,6 +282,14 @@ void RecordingOutput::open_spill() {
 }
 
 void RecordingOutput::attach(RecordOptions& options) {
+  // The JIT files of a process are read at the end, in its /tmp: held while it lives (hpd's own /tmp
+  // may not be the process's). The targets given now; the others as they are seen.
+  for (const int32_t pid : options.pids) tmp_dirs_.add(pid);
+  options.on_flush = [previous = std::move(options.on_flush), this](RawProfile& raw) {
+    for (const RawProcess& process : raw.processes)
+      if (process.end_ns == 0) tmp_dirs_.add(process.pid);
+    if (previous) previous(raw);
+  };
   // Each flush streams what is new to the capture (or the temporary one), then lets go of the samples
   // written. After a failed write they stay in memory.
   if (capture_ || spill_) {
@@ -341,6 +349,7 @@ std::optional<Profile> RecordingOutput::finish(RecordResult& result, bool names_
   jit.open_file = sources_.open_file;
   jit.max_bytes = sources_.max_jit_bytes;
   jit.bound_name = sources_.jit_bound_name;
+  jit.tmp_dirs = &tmp_dirs_;
   JitReadResult jit_read = read_jit_symbols(result.profile, jit);
   jit_notes_ = std::move(jit_read.notes);
   jit_bytes_ = jit_read.bytes_kept;

@@ -1648,6 +1648,83 @@ int main(void) {
   EXPECT_TRUE(status["limits"].contains("max_user_memory_mb")) << status.dump();
 }
 
+// hpd run as hpd.service runs it: in a /tmp of its own (PrivateTmp=yes), here a tmpfs mounted over
+// /tmp in a mount namespace of its own, with the harness's directory (its socket, configuration and
+// log) bound back in. `"$3"` is the configuration file hpd is started with, in that directory.
+HpdStart private_tmp_start() {
+  HpdStart start;
+  start.wrapper = {"unshare",
+                   "-m",
+                   "--propagation",
+                   "private",
+                   "sh",
+                   "-c",
+                   "set -e; d=$(dirname \"$3\"); k=$(mktemp -d /run/hpd-test-keep.XXXXXX); "
+                   "mount --bind \"$d\" \"$k\"; mount -t tmpfs hpd-private-tmp /tmp; mkdir -p \"$d\"; "
+                   "mount --move \"$k\" \"$d\"; rmdir \"$k\"; exec \"$@\"",
+                   "sh"};
+  return start;
+}
+
+// The perf maps a user's processes left in the real /tmp (the test's users are its own).
+struct RemovePerfMapsOf {
+  uid_t uid;
+  ~RemovePerfMapsOf() {
+    for (const auto& entry : std::filesystem::directory_iterator("/tmp")) {
+      const std::string name = entry.path().filename().string();
+      struct stat st {};
+      if (name.starts_with("perf-") && name.ends_with(".map") && lstat(entry.path().c_str(), &st) == 0 &&
+          st.st_uid == uid)
+        std::filesystem::remove(entry.path());
+    }
+  }
+};
+
+// Issue #35: through hpd.service (PrivateTmp=yes) JIT frames stayed unnamed: a launched command had
+// exited when hpd read its /tmp/perf-PID.map, and hpd's own /tmp is not the one the command wrote
+// to. hpd now holds the /tmp of each recorded process's mount namespace open while it lives, and
+// reads the map there (with the client's permissions). A C fixture writing its own map, then node
+// --perf-basic-prof, both run by alice in the real /tmp and recorded through hpd in a private /tmp.
+TEST_F(RealUsers, JitNamesAreFoundInTheTargetsTmpWhenHpdHasAPrivateTmp) {
+  Hpd hpd(private_tmp_start());
+  // hpd's /tmp is not ours: a file made here is not seen through its root.
+  const std::string marker = "/tmp/hpd-private-tmp-marker-" + std::to_string(getpid());
+  std::ofstream(marker) << "x";
+  struct RemoveMarker {
+    std::string path;
+    ~RemoveMarker() { std::filesystem::remove(path); }
+  } remove_marker{marker};
+  ASSERT_TRUE(std::filesystem::exists(marker));
+  ASSERT_FALSE(std::filesystem::exists("/proc/" + std::to_string(hpd.pid()) + "/root" + marker))
+      << "hpd does not run in a private /tmp";
+
+  RemovePerfMapsOf maps{alice_.uid};
+  const std::string out = hpd.out_dir() + "/jit.json";
+  const RunResult fixture = run(alice_.run_as(hpctl(
+      hpd, {"record", "--no-report", "-o", out, "--", std::string(HPD_FIXTURE_DIR) + "/jit_perf_map", "1"})));
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.err << hpd.log();
+  EXPECT_NE(read_text(out).find("jit_hot_loop"), std::string::npos) << "the fixture's JIT code is not named\n"
+                                                                    << fixture.err;
+  EXPECT_NE(fixture.err.find("JIT symbols of pid"), std::string::npos) << fixture.err;
+
+  // node, writing its map as it compiles: the hot JavaScript function is named.
+  const std::string script = hpd.out_dir() + "/hot.js";
+  std::ofstream(script)
+      << "function hotFibonacci(n) { return n < 2 ? n : hotFibonacci(n - 1) + hotFibonacci(n - 2); }\n"
+         "const end = Date.now() + 1500;\n"
+         "let total = 0;\n"
+         "while (Date.now() < end) total += hotFibonacci(25);\n"
+         "console.log(total);\n";
+  ASSERT_EQ(chmod(script.c_str(), 0644), 0);
+  const std::string node_out = hpd.out_dir() + "/node.json";
+  const RunResult node = run(alice_.run_as(hpctl(
+      hpd, {"record", "--no-report", "-o", node_out, "--", "/usr/bin/node", "--perf-basic-prof", script})));
+  ASSERT_EQ(node.exit_code, 0) << node.err << hpd.log();
+  EXPECT_NE(read_text(node_out).find("hotFibonacci"), std::string::npos)
+      << "node's JavaScript function is not named\n"
+      << node.err;
+}
+
 // Issue #29: a user's sessions together are bounded by max_user_memory_mb (root is not). Two
 // sessions of alice at once, each far below max_session_memory_mb: they end early, saying why,
 // and alice still gets what was recorded.

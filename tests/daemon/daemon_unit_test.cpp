@@ -266,9 +266,15 @@ TEST(Config, ParsesKeysCommentsAndUnits) {
       "30\n"
       "continuous_max_age = 2d\ncontinuous_max_bytes = 512M\nstate_directory = /var/lib/x\n"
       "group = wheel\nlog_level = debug\nsocket = /tmp/s.sock\r\nmax_cfi_rows = 100000\n"
-      "continuous_cfi_rows = 65536\n",
+      "continuous_cfi_rows = 65536\ncontinuous_kernel = off\ncontinuous_off_cpu = on\n",
       "t.conf");
   EXPECT_EQ(c.max_sessions, 3u);
+  EXPECT_FALSE(c.continuous_kernel);
+  EXPECT_TRUE(c.continuous_off_cpu);
+  // Their defaults: kernel frames on, off-CPU off (every context switch of the machine).
+  EXPECT_TRUE(Config{}.continuous_kernel);
+  EXPECT_FALSE(Config{}.continuous_off_cpu);
+  EXPECT_THROW(parse_config("continuous_off_cpu = sometimes\n", "t.conf"), ConfigError);
   EXPECT_EQ(c.max_cfi_rows, 100000u);
   EXPECT_EQ(c.continuous_cfi_rows, 65536u);
   EXPECT_DOUBLE_EQ(c.max_duration_s, 600);
@@ -316,13 +322,14 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "client_timeout = 2.5\nstop_timeout = 4\nmax_cfi_rows = 1000\ncontinuous_cfi_rows = 5000\n"
       "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\nmax_unwind_cache_mb = "
       "0\notlp_endpoint = https://collector:4318\npush_labels = team=storage, region = eu-1\n"
-      "push_timeout = 10s\npush_retry_max = 5m\n",
+      "push_timeout = 10s\npush_retry_max = 5m\n"
+      "continuous_kernel = off\ncontinuous_off_cpu = on\n",
       "t.conf");
   const std::string text = format_config(c);
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (28 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 28) << text;
+  // One line per key: every key of the parser, none twice (30 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 30) << text;
   // 0: no unwind-table cache on disk; the bound is in MiB.
   EXPECT_EQ(c.max_unwind_cache_mb, 0u);
   EXPECT_EQ(Config{}.max_unwind_cache_mb, 256u);

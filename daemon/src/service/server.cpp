@@ -265,6 +265,8 @@ void Daemon::configure_continuous(const Config& config) {
   options.frequency_hz = config.continuous_frequency;
   options.cfi_rows = config.continuous_cfi_rows;
   options.chunk_seconds = config.continuous_chunk_seconds;
+  options.kernel = config.continuous_kernel;
+  options.off_cpu = config.continuous_off_cpu;
   options.max_age_s = config.continuous_max_age_s;
   options.max_bytes = config.continuous_max_bytes;
   options.push.otlp_endpoint = config.otlp_endpoint;

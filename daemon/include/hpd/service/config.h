@@ -53,6 +53,8 @@ struct Config {
   uint32_t continuous_frequency = 19;
   uint32_t continuous_cfi_rows = 1u << 21;  // the CFI row map of each chunk's recording
   uint32_t continuous_chunk_seconds = 60;
+  bool continuous_kernel = true;    // kernel frames in the chunks, when permitted
+  bool continuous_off_cpu = false;  // off-CPU samples of every thread: every context switch
   uint64_t continuous_max_age_s = 7 * 24 * 3600;
   uint64_t continuous_max_bytes = 1ull << 30;
   std::string state_directory = "/var/lib/hpd";
