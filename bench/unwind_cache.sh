@@ -2,7 +2,8 @@
 # The unwind-table cache on disk: the recorder's CPU (user + system, /usr/bin/time) for
 # `hpctl record --all -d SECONDS -o x.hpr` with a cold cache (a new, empty cache directory each run) and
 # with a warm one (a directory filled by WARMUPS recordings first), runs interleaved, RUNS times each;
-# prints the medians, the share of samples walked by frame pointer while their tables were compiled,
+# prints the medians, the share of samples walked by frame pointer for want of their tables (not in
+# the eBPF maps yet when they were taken, and not walked again),
 # and the warm cache's size on disk.
 # Usage: bench/unwind_cache.sh HPCTL [RUNS] [SECONDS] [WARMUPS]
 set -euo pipefail
@@ -21,7 +22,7 @@ measure() {  # measure CACHE_HOME
   rm -f "$tmp/x.hpr"
   cpu=$(sed -n 's/^cpu \([0-9.]*\) \([0-9.]*\) wall.*/\1 + \2/p' <<<"$out" | bc -l)
   wall=$(sed -n 's/^cpu .* wall \([0-9.]*\)$/\1/p' <<<"$out")
-  pending=$(sed -n 's/.*samples (\([0-9.]*\)%) were walked by frame pointer while their tables.*/\1/p' <<<"$out")
+  pending=$(sed -n 's/.*samples (\([0-9.]*\)%) were walked by frame pointer: a table they needed.*/\1/p' <<<"$out")
   echo "$cpu $wall ${pending:-0}"
 }
 

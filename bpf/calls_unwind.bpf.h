@@ -71,6 +71,15 @@ static __always_inline void calls_walk_begin(__s32 pid) {
   w->next = depth;
 }
 
+// Whether the walk begun by calls_walk_begin may meet hooked return addresses (the thread has shadow
+// frames): a copy of its stack holds the hook's address where the originals belong.
+static __always_inline int calls_walk_hooked(void) {
+  if (!calls_runtime_active) return 0;
+  const __u32 zero = 0;
+  const struct calls_walk* w = bpf_map_lookup_elem(&calls_walks, &zero);
+  return w && w->trampoline != 0;
+}
+
 // Shadow frames looked at per hooked return address: the one that matches is nearly always the next
 // (a frame is pushed before the hook replaces its return address, so one may not be hooked yet).
 #define CALLS_SHADOW_SEARCH 8

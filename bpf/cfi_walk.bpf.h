@@ -47,7 +47,7 @@ struct cfi_regs {
   __u64 bp;
   __u32 exact;      // ip is an interrupted pc (the sample's, or after a signal frame), not a return address
   __u32 fp_frames;  // frames stepped by frame pointer
-  __u32 pending;    // a module's table was still being compiled
+  __u32 pending;    // a module's table was not published yet (being loaded or compiled, or not mapped yet)
   __u32 mapping;    // the mapping of the previous frame: most callers are in the same module
 };
 
@@ -222,6 +222,21 @@ static __always_inline int cfi_fp_step(struct cfi_regs* r, struct cfi_window* w)
   return 0;
 }
 
+// bpf_find_vma's callback: whether the mapping holding the pc maps a file.
+static long cfi_vma_maps_file(struct task_struct* task, struct vm_area_struct* vma, void* data) {
+  *(__u32*)data = vma->vm_file != 0;
+  return 0;
+}
+
+// Whether `pc`, in none of the process's published mappings, lies in a mapping of a file: one made
+// since user space last published the process (a library being loaded, dlopen), whose table will come.
+// Anonymous code (JIT) has none.
+static __always_inline int cfi_pc_in_new_file(__u64 pc) {
+  __u32 file = 0;
+  if (bpf_find_vma(bpf_get_current_task_btf(), pc, cfi_vma_maps_file, &file, 0) != 0) return 0;
+  return file != 0;
+}
+
 // One step from the frame in *r to its caller; 0 to go on, else how the walk ended (enum hpd_user_end).
 __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, struct cfi_regs* r,
                                        struct cfi_window* w) {
@@ -231,7 +246,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   struct hpd_cfi_row row = {};
   const int index = cfi_find_mapping(maps, pc, r->mapping);
   if (!maps || index < 0 || index >= HPD_MAX_PROC_MAPPINGS) {
-    if (!maps) r->pending = 1;
+    if (!maps || (!r->pending && cfi_pc_in_new_file(pc))) r->pending = 1;
     return cfi_fp_step(r, w);
   }
   r->mapping = (__u32)index;

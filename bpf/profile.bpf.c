@@ -29,6 +29,10 @@ const volatile __u64 wakeup_bytes = 1 << 20;
 const volatile __u32 stack_copy_bytes = 0;
 // dwarf mode: user space unwinds on-CPU user stacks from the copy; no frame-pointer walk here.
 const volatile __u32 user_stack_from_copy = 0;
+// cfi mode: an on-CPU sample whose walk met a module whose table is not published yet
+// (HPD_SAMPLE_TABLES_PENDING) carries its registers and this many bytes of user stack (a multiple of 8,
+// at most HPD_MAX_STACK_COPY; 0 = none), which user space walks again once the tables are published.
+const volatile __u32 pending_stack_copy_bytes = 0;
 // Pages of the ring hpd_warm_ring touches before the recording starts (0: none).
 const volatile __u32 warm_pages = 0;
 // For an unprivileged client (HPD_FILTER_PIDS only): the uid and gid every followed process must run
@@ -369,11 +373,10 @@ static __always_inline void copy_user_regs(struct hpd_sample_event* e, const str
   e->regs_valid = (1u << HPD_USER_REGS) - 1;
 }
 
-// Copies up to stack_copy_bytes of user stack from `sp` to `out`, page by page, stopping at the first
-// page that cannot be read: like perf_event's copy, it ends at the top of the stack mapping (or at a
-// page that is not present). Returns the bytes copied.
-static __always_inline __u32 copy_user_stack(__u8* out, __u64 sp) {
-  const __u64 want = stack_copy_bytes;
+// Copies up to `want` bytes (stack_copy_bytes or pending_stack_copy_bytes) of user stack from `sp` to
+// `out`, page by page, stopping at the first page that cannot be read: like perf_event's copy, it ends
+// at the top of the stack mapping (or at a page that is not present). Returns the bytes copied.
+static __always_inline __u32 copy_user_stack(__u8* out, __u64 sp, __u64 want) {
   __u64 copied = 0;
   for (int i = 0; i < STACK_COPY_READS; i++) {
     // Unsigned 64-bit comparisons with constants, which the verifier turns into bounds: copied stays
@@ -461,10 +464,21 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   if (have_regs) copy_user_regs(e, regs);
   capture_stacks(ctx, e, 0, have_regs && user_stack_from_copy ? 0 : regs, 0);
   __u64 size = sample_size(e);
-  if (have_regs) {
+  __u64 copy = have_regs ? stack_copy_bytes : 0;
+  // cfi mode: a walk that stood in frame pointers for a table not published yet is done again by user
+  // space from the registers and a copy of the stack (not when return addresses on it are the calls
+  // runtime's hook, which only the walk here replaces; nor when the ring is half full: a copy is 40
+  // samples' worth, and the samples come first).
+  if (!have_regs && regs && pending_stack_copy_bytes != 0 && (e->flags & HPD_SAMPLE_TABLES_PENDING) &&
+      !calls_walk_hooked() &&
+      bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2) {
+    copy_user_regs(e, regs);
+    copy = pending_stack_copy_bytes;
+  }
+  if (copy != 0) {
     // The copy goes right after the last frame; sample_size() is at most the offset of the end of ips.
     if (size > sizeof(struct hpd_sample_event)) return 0;  // for the verifier
-    e->stack_bytes = copy_user_stack((__u8*)e + size, e->regs[7]);
+    e->stack_bytes = copy_user_stack((__u8*)e + size, e->regs[7], copy);
     size += e->stack_bytes;
   }
   if (bpf_ringbuf_output(&events, e, size, submit_flags()) != 0) count_drop(pid, tid);

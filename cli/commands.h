@@ -114,6 +114,9 @@ struct ConvertArgs {
   bool no_debuginfod = false;
   size_t limit = 20;  // report rows
   bool quiet = false;
+  // llvm-sample, symbol-order: the binary the profile is for (matched to the recording by build-id);
+  // "" = the recorded binary with the most samples, at its recorded path.
+  std::string binary;
 };
 
 // `hpctl export`: a window of the continuous profile hpd keeps on disk (export_command.cpp).

@@ -1,5 +1,6 @@
 // `hpctl convert IN -o OUT`: a capture (.hpr) or an hpctl Firefox profile into Firefox JSON, pprof,
-// collapsed stacks or the report, symbolizing captures on this machine.
+// collapsed stacks, the report, an LLVM sample profile or a symbol order, symbolizing captures on
+// this machine.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -38,9 +39,10 @@ std::string guess_output_format(const std::string& output) {
 std::string checked_output_format(const ConvertArgs& args) {
   const std::string format = !args.format.empty() ? args.format : guess_output_format(args.output);
   if (format.empty()) {
-    throw std::runtime_error("cannot tell the output format from '" + args.output +
-                             "'; give --format firefox|pprof|collapsed|report (or end the name in .json.gz, "
-                             ".pb.gz, .collapsed)");
+    throw std::runtime_error(
+        "cannot tell the output format from '" + args.output +
+        "'; give --format firefox|pprof|collapsed|report|llvm-sample|symbol-order (or end "
+        "the name in .json.gz, .pb.gz, .collapsed)");
   }
   if (args.output == "-" && (format == "firefox" || format == "pprof")) {
     throw std::runtime_error("--format " + format + " needs an output file, not stdout");
@@ -60,6 +62,11 @@ int run_convert(const ConvertArgs& args) {
 }
 
 void write_converted(const Profile& profile, const ConvertArgs& args, const std::string& format) {
+  if (format == "llvm-sample" || format == "symbol-order") {
+    write_llvm_sample(profile, args, format);
+    return;
+  }
+  if (!args.binary.empty()) throw std::runtime_error("--binary is for --format llvm-sample and symbol-order");
   if (format == "firefox") {
     write_firefox_file(profile, args.output);
   } else if (format == "pprof") {

@@ -69,7 +69,7 @@ int run_export(const ExportArgs& args) {
   ModuleSearch search;
   search.debug_dirs = args.output.debug_dirs;
   search.debuginfod = !args.output.no_debuginfod;
-  LoadedProfile profile = symbolize_capture(std::move(capture), search);
+  LoadedProfile profile = cli::symbolize_capture(std::move(capture), search);
   if (!args.output.quiet) {
     print_notes(profile.notes);
     std::fprintf(stderr, "hpctl: %zu chunks %s, %zu samples\n", loaded.chunks_read, window.c_str(), samples);

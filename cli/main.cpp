@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 
 #include "commands.h"
@@ -37,8 +38,26 @@ CLI::Validator seconds_validator() {
 
 }  // namespace
 
+namespace {
+
+// CLI11's help names a flag with a value as it was declared ("--kernel{on},--no-kernel{off}"); the
+// help says "--kernel,--no-kernel". The subcommands take the formatter of the app they are added to.
+class PlainFlagNames : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
+    if (is_positional) return CLI::Formatter::make_option_name(opt, true);
+    std::string names;
+    for (const std::string& s : opt->get_snames()) names += (names.empty() ? "-" : ",-") + s;
+    for (const std::string& l : opt->get_lnames()) names += (names.empty() ? "--" : ",--") + l;
+    return names.empty() ? CLI::Formatter::make_option_name(opt, false) : names;
+  }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"hpctl: record and inspect profiles of native programs (C, C++, Rust) on Linux"};
+  app.formatter(std::make_shared<PlainFlagNames>());
   app.set_version_flag("--version", std::string("hpctl ") + HPD_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);
@@ -158,7 +177,10 @@ int main(int argc, char** argv) {
   hpd::cli::ReportArgs rep;
   CLI::App* report = app.add_subcommand(
       "report", "Print the functions that used the most CPU in a profile, or the callers or callees of one");
-  report->add_option("file", rep.input, "A capture (.hpr) or a profile written by hpctl (.json or .json.gz)")
+  report
+      ->add_option("file", rep.input,
+                   "A capture (.hpr), perf's perf.data (cpu-clock or task-clock samples) or a profile "
+                   "written by hpctl (.json or .json.gz)")
       ->required();
   report->add_flag("--json", rep.json, "Machine-readable JSON instead of a table");
   auto* report_limit =
@@ -252,8 +274,10 @@ int main(int argc, char** argv) {
   hpd::cli::ConvertArgs conv;
   CLI::App* convert = app.add_subcommand(
       "convert",
-      "Symbolize a capture (.hpr) or re-export a profile: Firefox JSON, pprof, collapsed stacks, report");
-  convert->add_option("input", conv.input, "A capture (.hpr) or a Firefox profile written by hpctl")
+      "Symbolize a capture (.hpr) or perf.data, or re-export a profile: Firefox JSON, pprof, collapsed "
+      "stacks, report, an LLVM sample profile for clang -fprofile-sample-use, a symbol order for lld");
+  convert->add_option("input", conv.input,
+                      "A capture (.hpr), perf's perf.data, or a Firefox profile written by hpctl")
       ->required();
   convert
       ->add_option("-o,--output", conv.output,
@@ -261,8 +285,15 @@ int main(int argc, char** argv) {
       ->required();
   convert
       ->add_option("-f,--format", conv.format,
-                   "firefox, pprof, collapsed or report (default: from the suffix)")
-      ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report"}));
+                   "firefox, pprof, collapsed, report (default: from the suffix), llvm-sample (LLVM's text "
+                   "sample profile of one binary, for clang -fprofile-sample-use) or symbol-order (its "
+                   "functions with samples, most first, for lld --symbol-ordering-file)")
+      ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report", "llvm-sample", "symbol-order"}));
+  convert
+      ->add_option("--binary", conv.binary,
+                   "llvm-sample, symbol-order: the binary to profile (its build-id must be the recorded one; "
+                   "default: the recorded binary with the most samples, at its recorded path)")
+      ->check(CLI::ExistingFile);
   convert->add_option("--weight", conv.weight, "Collapsed stacks: samples, cpu (ns) or wall (ns)")
       ->check(CLI::IsMember({"samples", "cpu", "wall"}))
       ->capture_default_str();
@@ -317,11 +348,14 @@ int main(int argc, char** argv) {
 
   hpd::cli::PushArgs push_args;
   CLI::App* push = app.add_subcommand(
-      "push", "Send a saved recording (.hpr or Firefox JSON) to a profile store: OTLP profiles over HTTP");
+      "push",
+      "Send a saved recording (.hpr or Firefox JSON) to a profile store: OTLP profiles over HTTP or gRPC");
   push->add_option("input", push_args.input, "A capture (.hpr) or a Firefox profile written by hpctl")
       ->required();
-  push->add_option("--otlp-endpoint", push_args.otlp_endpoint,
-                   "OTLP/HTTP receiver: http(s)://HOST:PORT (POSTs to /v1development/profiles) or a full URL")
+  push->add_option(
+          "--otlp-endpoint", push_args.otlp_endpoint,
+          "OTLP/HTTP receiver: http(s)://HOST:PORT (POSTs to /v1development/profiles) or a full URL; "
+          "OTLP/gRPC receiver: grpc://HOST:PORT (HTTP/2 without TLS) or grpcs://HOST:PORT")
       ->required();
   push->add_option("--label", push_args.labels, "KEY=VALUE resource attribute on every process (repeatable)");
   push->add_option("--timeout", push_args.timeout_s, "Seconds to wait for the endpoint")
@@ -354,7 +388,10 @@ int main(int argc, char** argv) {
       const std::string hint = hpd::cli::suggest_for_arguments(app, argc, argv);
       if (!hint.empty()) std::fprintf(stderr, "hpctl: %s\n", hint.c_str());
     }
-    return app.exit(e);
+    // CLI11's message; then hpctl's own status (hpctl(1)): 0 for --help and --version, 2 for every
+    // command line it cannot parse (not CLI11's codes, 105 to 114).
+    const int cli11_status = app.exit(e);
+    return cli11_status == 0 ? 0 : 2;
   }
 
   // Commands that symbolize build indexes of tens of megabytes: huge pages spare them a page

@@ -1,110 +1,43 @@
-// Loading .hpr captures (locating their modules, symbolizing) and Firefox profiles for hpctl's verbs.
+// Loading .hpr captures and perf.data files (locating their modules, symbolizing: session's
+// symbolize_recording) and Firefox profiles for hpctl's verbs.
 #include "profile_input.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <optional>
 
-#include "hpd/base/elf.h"
-#include "hpd/base/hex.h"
-#include "hpd/base/process.h"
 #include "hpd/export/firefox_reader.h"
-#include "hpd/symbolizer/convert.h"
-#include "hpd/symbolizer/debuginfod_client.h"
-#include "hpd/symbolizer/symbolizer.h"
 
 namespace hpd::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Whether `path` is an ELF file that carries `build_id` (any ELF file when build_id is empty).
-bool matches(const std::string& path, const std::string& build_id) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return false;
-  const auto id = file_build_id(path);
-  return id && (build_id.empty() || *id == build_id);
-}
-
-std::optional<std::string> find_in_dirs(const RawModule& m, const std::vector<std::string>& dirs) {
-  const std::string name = fs::path(m.path).filename().string();
-  for (const std::string& dir : dirs) {
-    std::vector<std::string> candidates;
-    if (is_lower_hex(m.build_id) && m.build_id.size() > 2) {
-      const std::string id = build_id_path(dir, m.build_id, "");
-      candidates.push_back(id);
-      candidates.push_back(id + ".debug");
-    }
-    if (!name.empty()) candidates.push_back(dir + "/" + name);
-    if (!m.path.empty() && m.path[0] == '/') candidates.push_back(dir + m.path);
-    for (const std::string& c : candidates) {
-      if (matches(c, m.build_id)) return c;
-    }
-  }
-  return std::nullopt;
-}
-
-// Points modules whose recorded file is gone or rebuilt at a matching file found elsewhere.
-void locate_modules(RawProfile& raw, const ModuleSearch& args, std::vector<std::string>& notes) {
-  DebuginfodClient debuginfod;
-  const bool ask_debuginfod = args.debuginfod && DebuginfodClient::configured();
-  for (RawModule& m : raw.modules) {
-    if (m.is_kernel || m.path.empty() || m.path[0] != '/') continue;  // [vdso] and friends
-    if (matches(m.path, m.build_id)) continue;
-    std::optional<std::string> found = find_in_dirs(m, args.debug_dirs);
-    if (!found && ask_debuginfod && is_lower_hex(m.build_id)) {
-      std::string error;
-      found = debuginfod.find_executable(m.build_id, &error);
-      if (!found) notes.push_back(m.path + " (build-id " + m.build_id + ") not found: " + error);
-    }
-    if (found) {
-      notes.push_back("using " + *found + " for " + m.path + " (build-id " + m.build_id + ")");
-      m.path = *found;
-    }
-  }
-}
-
-bool has_kernel_addresses(const RawProfile& raw) {
-  for (size_t i = 0; i < raw.stacks.size(); ++i) {
-    if (raw.stacks[static_cast<uint32_t>(i)].kernel_depth != 0) return true;
-  }
-  return false;
+LoadedProfile loaded(session::SymbolizedCapture symbolized) {
+  LoadedProfile out;
+  out.profile = std::move(symbolized.profile);
+  out.from_capture = true;
+  out.notes = std::move(symbolized.notes);
+  return out;
 }
 
 }  // namespace
 
 LoadedProfile symbolize_capture(CaptureContents capture, const ModuleSearch& args) {
-  LoadedProfile out;
-  out.from_capture = true;
-  out.notes = std::move(capture.info.notes);
-  RawProfile& raw = capture.profile;
-  locate_modules(raw, args, out.notes);
+  return loaded(session::symbolize_capture(std::move(capture), args));
+}
 
-  ConvertOptions options;
-  options.kernel_frames = raw.info.kernel_frames;
-  if (options.kernel_frames && has_kernel_addresses(raw) &&
-      (capture.info.boot_id.empty() || capture.info.boot_id != current_boot_id())) {
-    // Another boot (or machine) has other kernel addresses: symbols from this kallsyms would be wrong.
-    options.kallsyms_path = "";
-    out.notes.push_back(
-        "kernel frames stay as addresses: the capture was recorded in another boot, whose "
-        "kernel symbol addresses are not known here");
-  }
-  Symbolizer symbolizer;
-  out.profile = symbolize_profile(raw, symbolizer, options);
-  if (!out.profile.meta.missing_modules.empty()) {
-    std::string list;
-    for (const std::string& m : out.profile.meta.missing_modules) list += (list.empty() ? "" : ", ") + m;
-    out.notes.push_back(std::to_string(out.profile.meta.missing_modules.size()) +
-                        " modules not found (their frames show module+offset): " + list +
-                        "; give --debug-dir DIR or set DEBUGINFOD_URLS");
-  }
-  return out;
+LoadedProfile symbolize_perf_data(PerfDataContents contents, const ModuleSearch& args) {
+  // The reader's notes already say when the file's kernel is not this boot's.
+  return loaded(session::symbolize_recording(contents.profile, std::move(contents.notes),
+                                             contents.kernel_is_running_one, "", args));
 }
 
 LoadedProfile load_profile(const std::string& path, const ModuleSearch& args) {
-  if (is_capture_file(path)) return symbolize_capture(read_capture_file(path), args);
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == 0 && !ec)
+    throw std::runtime_error(path + ": the file is empty (no profile, capture or perf.data)");
+  if (is_capture_file(path)) return cli::symbolize_capture(read_capture_file(path), args);
+  if (is_perf_data_file(path)) return symbolize_perf_data(read_perf_data_file(path), args);
   LoadedProfile out;
   out.profile = read_firefox_file(path);
   return out;

@@ -1,209 +1,25 @@
 // `hpctl push FILE --otlp-endpoint URL`: a saved recording (a .hpr capture, symbolized here, or a
 // Firefox profile written by hpctl) sent as OTLP profiles over HTTP/protobuf to an OpenTelemetry
-// Collector (hpd/export/otlp_profiles.h), through libcurl.
-#include <curl/curl.h>
-
+// Collector (hpd/export/otlp_profiles.h), through libcurl (hpd/session/otlp_push.h, which hpd's
+// continuous mode pushes its chunks with).
 #include <cstdio>
-#include <memory>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 
 #include "commands.h"
 #include "hpd/export/otlp_profiles.h"
+#include "hpd/session/otlp_push.h"
 #include "profile_input.h"
 
 namespace hpd::cli {
-namespace {
-
-// The OTLP/HTTP path of the profiles signal in the collector's OTLP receiver (development version).
-constexpr const char* kProfilesPath = "/v1development/profiles";
-
-// The URL to POST to: the endpoint as given when it names a path, else the endpoint plus the
-// receiver's profiles path (as OTLP exporters do with OTEL_EXPORTER_OTLP_ENDPOINT).
-std::string profiles_url(const std::string& endpoint) {
-  const size_t scheme = endpoint.find("://");
-  if (scheme == std::string::npos) {
-    throw std::runtime_error(
-        "--otlp-endpoint '" + endpoint +
-        "' is not a URL: give http://HOST:PORT or https://HOST:PORT (the OTLP/HTTP port, "
-        "4318 by default)");
-  }
-  const std::string scheme_name = endpoint.substr(0, scheme);
-  if (scheme_name != "http" && scheme_name != "https") {
-    throw std::runtime_error("--otlp-endpoint '" + endpoint + "': only http:// and https:// are supported");
-  }
-  const size_t path = endpoint.find('/', scheme + 3);
-  if (path == std::string::npos) return endpoint + kProfilesPath;
-  if (endpoint.size() == path + 1) return endpoint.substr(0, path) + kProfilesPath;
-  return endpoint;
-}
-
-size_t append_body(char* data, size_t size, size_t count, void* user) {
-  auto* body = static_cast<std::string*>(user);
-  // A collector's answer is a few bytes; an endpoint that sends more than 1 MiB is not one.
-  if (body->size() + size * count > (1u << 20)) return 0;
-  body->append(data, size * count);
-  return size * count;
-}
-
-std::string first_line(const std::string& body) {
-  std::string line = body.substr(0, body.find('\n'));
-  if (!line.empty() && line.back() == '\r') line.pop_back();
-  if (line.size() > 200) line = line.substr(0, 200) + "...";
-  for (char& c : line) {
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-  }
-  return line.empty() ? "(empty body)" : line;
-}
-
-// Reads a protobuf varint at `pos`; false at the end of the bytes or after ten bytes.
-bool read_varint(std::string_view b, size_t& pos, uint64_t& v) {
-  v = 0;
-  for (int shift = 0; shift < 64 && pos < b.size(); shift += 7) {
-    const auto byte = static_cast<uint8_t>(b[pos++]);
-    v |= uint64_t{byte & 0x7fu} << shift;
-    if ((byte & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-struct ExportResponse {
-  uint64_t rejected = 0;
-  std::string error_message;
-};
-
-// Parses an ExportProfilesServiceResponse {partial_success = 1: {rejected_profiles = 1,
-// error_message = 2}}; false when the bytes are not that message (garbage, an HTML page).
-bool parse_response(std::string_view b, ExportResponse& out, bool nested = false) {
-  size_t pos = 0;
-  while (pos < b.size()) {
-    uint64_t key = 0;
-    if (!read_varint(b, pos, key) || key >> 3 == 0) return false;
-    const uint64_t field = key >> 3;
-    switch (key & 7) {
-      case 0: {
-        uint64_t v = 0;
-        if (!read_varint(b, pos, v)) return false;
-        if (nested && field == 1) out.rejected = v;
-        break;
-      }
-      case 1:
-        if (b.size() - pos < 8) return false;
-        pos += 8;
-        break;
-      case 5:
-        if (b.size() - pos < 4) return false;
-        pos += 4;
-        break;
-      case 2: {
-        uint64_t len = 0;
-        if (!read_varint(b, pos, len) || len > b.size() - pos) return false;
-        const std::string_view value = b.substr(pos, len);
-        pos += len;
-        if (!nested && field == 1 && !parse_response(value, out, true)) return false;
-        if (nested && field == 2) out.error_message = std::string(value);
-        break;
-      }
-      default: return false;
-    }
-  }
-  return true;
-}
-
-struct CurlDeleter {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
-};
-
-bool is_tls_error(CURLcode code) {
-  switch (code) {
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_CIPHER:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_ENGINE_NOTFOUND:
-    case CURLE_SSL_ENGINE_SETFAILED:
-    case CURLE_SSL_ENGINE_INITFAILED:
-    case CURLE_SSL_SHUTDOWN_FAILED:
-    case CURLE_SSL_CRL_BADFILE:
-    case CURLE_SSL_ISSUER_ERROR:
-    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-    case CURLE_SSL_INVALIDCERTSTATUS:
-    case CURLE_SSL_CLIENTCERT:
-    case CURLE_USE_SSL_FAILED: return true;
-    default: return false;
-  }
-}
-
-// What went wrong with the transfer, said for the user.
-std::string transfer_error(CURLcode code, const std::string& url, const char* detail) {
-  const std::string why = detail[0] != '\0' ? detail : curl_easy_strerror(code);
-  switch (code) {
-    case CURLE_COULDNT_CONNECT:
-      return "cannot connect to " + url + ": " + why +
-             " (is the collector running, with its OTLP/HTTP receiver on that address?)";
-    case CURLE_COULDNT_RESOLVE_HOST: return "cannot resolve the host of " + url + ": " + why;
-    case CURLE_OPERATION_TIMEDOUT: return "no answer from " + url + " in time: " + why + " (see --timeout)";
-    case CURLE_WEIRD_SERVER_REPLY:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_UNSUPPORTED_PROTOCOL: return url + " did not answer as an HTTP server: " + why;
-    case CURLE_WRITE_ERROR: return url + " answered more than 1 MiB: not an OTLP receiver's answer";
-    default:
-      if (is_tls_error(code)) return "TLS error with " + url + ": " + why;
-      return "sending to " + url + " failed: " + why;
-  }
-}
-
-// POSTs an encoded export request to `url`; throws std::runtime_error saying what went wrong.
-void post_otlp_profiles(const std::string& url, const std::string& body, double timeout_s) {
-  static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
-  if (init != CURLE_OK) throw std::runtime_error(std::string("libcurl: ") + curl_easy_strerror(init));
-  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
-  if (!curl) throw std::runtime_error("libcurl: cannot create a transfer");
-  std::unique_ptr<curl_slist, SlistDeleter> headers(
-      curl_slist_append(nullptr, "Content-Type: application/x-protobuf"));
-  std::string answer;
-  char error[CURL_ERROR_SIZE] = {};
-  CURL* c = curl.get();
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_POST, 1L);
-  curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
-  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, append_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &answer);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_s * 1000));
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "hpctl/" HPD_VERSION);
-  const CURLcode code = curl_easy_perform(c);
-  if (code != CURLE_OK) throw std::runtime_error(transfer_error(code, url, error));
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  if (status < 200 || status > 299) {
-    throw std::runtime_error(url + " answered HTTP " + std::to_string(status) + ": " + first_line(answer));
-  }
-  ExportResponse response;
-  if (!parse_response(answer, response)) {
-    throw std::runtime_error(url + " answered HTTP " + std::to_string(status) +
-                             " with a body that is not an OTLP export response: " + first_line(answer));
-  }
-  if (response.rejected != 0 || !response.error_message.empty()) {
-    throw std::runtime_error(url + " rejected " + std::to_string(response.rejected) +
-                             " profiles: " + first_line(response.error_message));
-  }
-}
-
-}  // namespace
 
 int run_push(const PushArgs& args) {
-  const std::string url = profiles_url(args.otlp_endpoint);
+  std::string url;
+  try {
+    url = session::otlp_profiles_url(args.otlp_endpoint);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("--otlp-endpoint ") + e.what());
+  }
   ModuleSearch symbolize;
   symbolize.debug_dirs = args.debug_dirs;
   symbolize.debuginfod = !args.no_debuginfod;
@@ -218,7 +34,10 @@ int run_push(const PushArgs& args) {
     options.resource_labels.emplace_back(label.substr(0, eq), label.substr(eq + 1));
   }
   const std::string body = encode_otlp_profiles(loaded.profile, options);
-  post_otlp_profiles(url, body, args.timeout_s);
+  session::PushOptions push;
+  push.timeout_s = args.timeout_s;
+  push.user_agent = "hpctl/" HPD_VERSION;
+  session::post_otlp_profiles(url, body, push);
   if (!args.quiet) {
     std::fprintf(stderr, "hpctl: pushed %s to %s (OTLP profiles, %zu bytes, %zu threads)\n",
                  args.input.c_str(), url.c_str(), body.size(), loaded.profile.threads.size());

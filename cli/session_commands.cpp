@@ -20,10 +20,12 @@
 #include "daemon_client.h"
 #include "hpd/base/output_file.h"
 #include "hpd/base/process.h"
+#include "hpd/calls/alloc_log.h"
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/preload_table.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/collect/recorder.h"
+#include "hpd/continuous/continuous.h"
 #include "hpd/export/report.h"
 #include "hpd/session/record_json.h"
 #include "hpd/session/record_pipeline.h"
@@ -146,13 +148,13 @@ bool daemon_answers(const std::string& path) {
   }
 }
 
-// The table of hpd's call runtime for a command hpctl starts and hpd records (--calls): hpctl makes it,
-// as the user, preloads into the command the runtime hpd names (the one hpd probes), and hands hpd the
-// table's descriptor with the record request. Null when the runtime cannot be used; then `why` says
-// so, and hpd counts with uprobes (or, with --calls-counter runtime, not at all).
-std::unique_ptr<calls::PreloadTable> calls_table_for_daemon(const session::RecordRequest& request,
-                                                            const std::string& socket_path,
-                                                            std::string& runtime, std::string& why) {
+// The runtime hpd names in its hello (the one it probes), for a command hpctl starts with it preloaded
+// and hpd records, checked to be readable and usable by the command (`for_alloc`: a program with its
+// own mcount still takes the allocation hooks; only a static one cannot). Empty when it cannot be
+// used; then `why` says so.
+std::string daemon_runtime_for(const session::RecordRequest& request, const std::string& socket_path,
+                               bool for_alloc, std::string& why) {
+  std::string runtime;
   try {
     DaemonClient client(socket_path);
     const json hello =
@@ -160,20 +162,48 @@ std::unique_ptr<calls::PreloadTable> calls_table_for_daemon(const session::Recor
     runtime = json_text(hello, "calls_runtime");
   } catch (const std::exception& e) {
     why = std::string("cannot ask hpd for its call runtime: ") + e.what();
-    return nullptr;
+    return "";
   }
   if (runtime.empty()) {
     why = "hpd names no call runtime (libhpdcalls.so is not installed beside it, or hpd is older)";
-    return nullptr;
+    return "";
   }
   if (::access(runtime.c_str(), R_OK) != 0) {
     why = "cannot read hpd's call runtime " + runtime + ": " + std::strerror(errno);
-    return nullptr;
+    return "";
   }
   why = calls::preload_unusable_reason(resolve_command(request.command.front()));
-  if (!why.empty()) return nullptr;
+  if (for_alloc && why.find("defines mcount") != std::string::npos) why.clear();
+  return why.empty() ? runtime : "";
+}
+
+// The table of hpd's call runtime for a command hpctl starts and hpd records (--calls): hpctl makes it,
+// as the user, preloads into the command the runtime hpd names (the one hpd probes), and hands hpd the
+// table's descriptor with the record request. Null when the runtime cannot be used; then `why` says
+// so, and hpd counts with uprobes (or, with --calls-counter runtime, not at all).
+std::unique_ptr<calls::PreloadTable> calls_table_for_daemon(const session::RecordRequest& request,
+                                                            const std::string& socket_path,
+                                                            std::string& runtime, std::string& why) {
+  runtime = daemon_runtime_for(request, socket_path, false, why);
+  if (runtime.empty()) return nullptr;
   try {
     return std::make_unique<calls::PreloadTable>();
+  } catch (const calls::CallCountError& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+// The allocation log of hpd's runtime for a command hpctl starts and hpd records (--alloc): made and
+// handed over as the call table is. Null when the runtime cannot be used; then `why` says so and the
+// recording goes on without allocations.
+std::unique_ptr<calls::AllocLog> alloc_log_for_daemon(const session::RecordRequest& request,
+                                                      const std::string& socket_path, std::string& runtime,
+                                                      std::string& why) {
+  runtime = daemon_runtime_for(request, socket_path, true, why);
+  if (runtime.empty()) return nullptr;
+  try {
+    return std::make_unique<calls::AllocLog>(request.alloc_mean);
   } catch (const calls::CallCountError& e) {
     why = e.what();
     return nullptr;
@@ -190,6 +220,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
   }
 
   std::unique_ptr<calls::PreloadTable> calls_table;  // outlives the command and the recording
+  std::unique_ptr<calls::AllocLog> alloc_log;        // likewise
   std::unique_ptr<LaunchedCommand> command;
   session::RecordRequest remote = request;
   std::string call_graph_reason;
@@ -218,6 +249,23 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
         std::fprintf(stderr, "hpctl: call counts: %s; counting with uprobes instead\n", why.c_str());
       }
     }
+    if (request.alloc) {
+      std::string runtime, why;
+      alloc_log = alloc_log_for_daemon(request, socket_path, runtime, why);
+      if (alloc_log) {
+        // One LD_PRELOAD: the runtime once, whether it counts calls, samples allocations, or both.
+        const bool preloaded = std::any_of(environment.begin(), environment.end(), [](const std::string& e) {
+          return e.rfind("LD_PRELOAD=", 0) == 0;
+        });
+        for (std::string& e : alloc_log->environment(runtime))
+          if (!preloaded || e.rfind("LD_PRELOAD=", 0) != 0) environment.push_back(std::move(e));
+      } else {
+        std::fprintf(stderr, "hpctl: allocations not sampled: %s\n", why.c_str());
+      }
+      // hpd samples from the log hpctl hands it, for the one pid it is sent (not a command of its own).
+      remote.alloc = false;
+      remote.alloc_mean = 0;
+    }
     // Held, when it can be, right after its exec (HoldAt::kAfterExec): hpd then sees the program's own
     // image and probes it before it runs, as a local recording does. It runs as the user, with their
     // environment and working directory, because hpctl starts it, not hpd.
@@ -235,6 +283,10 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
   if (calls_table) {
     record_message["calls_table"] = true;
     descriptors.push_back(calls_table->fd());
+  }
+  if (alloc_log) {
+    record_message["alloc_log"] = true;
+    descriptors.push_back(alloc_log->fd());
   }
   StopSignals signals;
   timing_mark("hpctl-request");
@@ -306,10 +358,6 @@ std::string format_bytes(uint64_t n) {
 int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon) {
   const std::string path = daemon_socket_path(daemon.socket);
   if (daemon.mode == "local") return run_record(args);
-  // The allocation log is read by the recording process itself: hpd does not take it yet.
-  if (args.alloc && daemon.mode == "daemon")
-    throw std::runtime_error("--alloc is not supported through hpd yet; record with --local (as root)");
-  if (args.alloc) return run_record(args);
   if (daemon.mode == "daemon") return record_through_daemon(args, path);
   if (!daemon_answers(path)) return run_record(args);
   return record_through_daemon(args, path);
@@ -385,6 +433,29 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
                   static_cast<unsigned long long>(json_uint(c, "samples")));
       if (!json_text(c, "last_error").empty())
         std::printf("            last error: %s\n", json_text(c, "last_error").c_str());
+      const json push = c.contains("push") && c["push"].is_array() ? c["push"] : json::array();
+      for (const json& p : push) {
+        if (!p.is_object()) continue;
+        const std::string endpoint = json_text(p, "endpoint");
+        const uint64_t success = json_uint(p, "last_success_unix_ns");
+        std::printf(
+            "push to %s: %llu chunks sent (%s), %llu queued, %llu dropped unsent; last success: %s\n",
+            endpoint.empty() ? "an OTLP endpoint" : endpoint.c_str(),
+            static_cast<unsigned long long>(json_uint(p, "chunks_sent")),
+            format_bytes(json_uint(p, "bytes_sent")).c_str(),
+            static_cast<unsigned long long>(json_uint(p, "chunks_queued")),
+            static_cast<unsigned long long>(json_uint(p, "chunks_dropped")),
+            success == 0 ? "never (since hpd started)" : continuous::format_unix_time(success).c_str());
+        const uint64_t error_time = json_uint(p, "last_error_unix_ns");
+        if (error_time != 0 && error_time > success) {
+          std::printf("            failing since %s: %s\n", continuous::format_unix_time(error_time).c_str(),
+                      json_text(p, "last_error").empty() ? "(the error is shown to root and the hpd group)"
+                                                         : json_text(p, "last_error").c_str());
+        } else if (error_time != 0 && !json_text(p, "last_error").empty()) {
+          std::printf("            last error (%s): %s\n", continuous::format_unix_time(error_time).c_str(),
+                      json_text(p, "last_error").c_str());
+        }
+      }
     }
   }
   return 0;

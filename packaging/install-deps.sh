@@ -1,18 +1,35 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages hpd needs to build, test and benchmark itself.
-# Safe to run again: apt-get skips what is already installed.
+# Installs the Debian 12 packages hpd needs. Safe to run again: apt-get skips what is already installed.
+#   install-deps.sh          everything: build, test and benchmark hpd (packaging/test.sh, CI)
+#   install-deps.sh --demo   only what building hpd, hpctl and the example needs (packaging/demo.sh)
 set -euo pipefail
 
-PACKAGES=(
-  # build
-  cmake ninja-build pkg-config g++ ccache clang llvm llvm-14-dev libclang-rt-14-dev bpftool
+subset=all
+case "${1:-}" in
+  --demo) subset=demo ;;
+  "") ;;
+  *) echo "install-deps: unknown argument '$1' (usage: install-deps.sh [--demo])" >&2; exit 2 ;;
+esac
+
+# What building hpd, hpctl, libhpdcalls and the example needs (configured with -DHPD_BUILD_TESTS=OFF
+# -DHPD_BUILD_BENCH=OFF); the demo installs only these.
+BUILD_PACKAGES=(
+  cmake ninja-build pkg-config g++ ccache
+  # the eBPF programs (clang -target bpf, bpftool's skeletons, libbpf); LLVM's demangler (llvm-14-dev)
+  clang llvm llvm-14-dev bpftool libbpf-dev
+  libelf-dev libdw-dev libdebuginfod-dev libzstd-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev
+  # hpctl open: Capstone for the assembly view; hpctl push: OTLP/HTTP to a collector
+  libcapstone-dev libcurl4-openssl-dev
+)
+
+# What the tests and benchmarks add (packaging/test.sh).
+TEST_PACKAGES=(
+  libgtest-dev libgmock-dev
   # gcc 12 sanitizer runtimes for -DHPD_ENABLE_ASAN=ON builds (target hpd_unit_tests); libclang-rt-14-dev: libFuzzer
-  libasan8 libubsan1
-  # libraries
-  libelf-dev libdw-dev libdebuginfod-dev libbpf-dev libzstd-dev zlib1g-dev
-  libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcapstone-dev
-  # hpctl push: OTLP/HTTP to a collector
-  libcurl4-openssl-dev
+  libasan8 libubsan1 libclang-rt-14-dev
+  # lld: llvm_sample_integration_test links with --symbol-ordering-file (hpctl convert --format symbol-order)
+  lld-14
   # tools the tests compare against or drive
   linux-perf binutils elfutils procps util-linux bc xz-utils libc6-dbg debuginfod
   protobuf-compiler mandoc
@@ -24,6 +41,11 @@ PACKAGES=(
   lintian dpkg-dev
 )
 
+PACKAGES=("${BUILD_PACKAGES[@]}")
+if [ "$subset" = all ]; then
+  PACKAGES+=("${TEST_PACKAGES[@]}")
+fi
+
 if [ "$(id -u)" -ne 0 ]; then
   SUDO=sudo
 else
@@ -34,7 +56,8 @@ fi
 # Collector the OTLP tests build from its modules (packaging/build-otelcol.sh); this machine kind ships
 # Go 1.26 in /usr/local/go, whose `go tool pprof` also reads hpd's pprof heap columns
 # (tests/collect/calls/alloc_record_test.cpp).
-if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+# The demo does not build the tests, so it does not need Go.
+if [ "$subset" = all ] && ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
   echo "install-deps: error: 'go' is missing (not in PATH nor /usr/local/go/bin); the OTLP tests need Go" \
     ">= 1.26 to build the OpenTelemetry Collector (packaging/otelcol/go.mod)" >&2
   exit 1
@@ -46,7 +69,7 @@ for p in "${PACKAGES[@]}"; do
 done
 
 if [ "${#missing[@]}" -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  echo "install-deps: all ${#PACKAGES[@]} packages present ($subset)"
   exit 0
 fi
 

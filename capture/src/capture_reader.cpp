@@ -128,6 +128,18 @@ class BlockApplier {
       a.freed = (flags & 1) != 0;
       a.tracked = (flags & 2) == 0;
     }
+    // Appended later (an older file ends here): sampling and free times, the freeing thread.
+    if (!d.at_end()) {
+      uint64_t previous = 0;
+      for (RawAllocation& a : out) {
+        a.time_ns = previous + static_cast<uint64_t>(d.svar());
+        previous = a.time_ns;
+        a.free_time_ns = d.var();
+        const int64_t free_tid = int64_t{a.tid} + d.svar();
+        if (free_tid < INT32_MIN || free_tid > INT32_MAX) d.fail("allocation free tid out of range");
+        a.free_tid = static_cast<int32_t>(free_tid);
+      }
+    }
     p_.alloc = stats;
     p_.allocations = std::move(out);
   }

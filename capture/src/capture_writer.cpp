@@ -413,6 +413,15 @@ struct CaptureWriter::State {
       enc.index(a.stack);
       enc.u8(static_cast<uint8_t>((a.freed ? 1 : 0) | (a.tracked ? 0 : 2)));
     }
+    // Appended fields (an older reader stops before them): when each was sampled and freed, and by
+    // which thread freed it; the sampling times as deltas (the log is in time order).
+    uint64_t previous = 0;
+    for (const RawAllocation& a : p.allocations) {
+      enc.svar(static_cast<int64_t>(a.time_ns - previous));
+      previous = a.time_ns;
+      enc.var(a.free_time_ns);
+      enc.svar(int64_t{a.free_tid} - a.tid);
+    }
     emit(BlockType::kAllocations, false);
     allocations = p.allocations.size();
     alloc_mean = p.alloc.mean_bytes;

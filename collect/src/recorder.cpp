@@ -200,7 +200,7 @@ void validate_record_options(const RecordOptions& options) {
     throw RecordError(std::string(options.all_processes ? "--all" : "--cgroup") +
                       " needs the eBPF backend; drop --backend perf");
   }
-  if (options.sample_allocations && options.command.empty()) {
+  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0) {
     throw RecordError(
         "--alloc is not supported for --pid, --all or --cgroup yet: it samples the allocations of a command "
         "hpctl launches (hpctl record --alloc -- CMD)");

@@ -38,6 +38,15 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
     }
     if (!why.empty()) alloc_messages_.push_back("allocations not sampled: " + why);
   }
+  if (options.alloc_log_fd >= 0) {
+    // The launcher made the log and preloaded the runtime: read it through the descriptor only.
+    try {
+      alloc_ = std::make_unique<calls::AllocLog>(UniqueFd(::fcntl(options.alloc_log_fd, F_DUPFD_CLOEXEC, 0)));
+      alloc_handed_over_ = true;
+    } catch (const calls::CallCountError& e) {
+      alloc_messages_.push_back(std::string("allocations not sampled: ") + e.what());
+    }
+  }
   if (!options.count_calls) return;
   if (options.call_table_fd >= 0) {
     // The launcher preloaded the runtime already: read its table, whatever happens (uprobes would find
@@ -186,7 +195,13 @@ void RecordingCallCounter::finish(RecordResult& result) {
     table_.reset();
   }
   if (alloc_) {
-    for (std::string& m : alloc_->read(result.profile)) alloc_messages_.push_back(std::move(m));
+    // A log handed over by the client: the processes this recording follows only, within limits.
+    std::set<int32_t> followed;
+    for (const RawProcess& process : result.profile.processes) followed.insert(process.pid);
+    std::vector<std::string> messages =
+        alloc_handed_over_ ? alloc_->read(result.profile, &followed, calls::AllocLog::kClientLimits)
+                           : alloc_->read(result.profile);
+    for (std::string& m : messages) alloc_messages_.push_back(std::move(m));
     alloc_.reset();
   }
   result.alloc_messages = std::move(alloc_messages_);

@@ -58,6 +58,7 @@ class RecordingCallCounter {
   std::unique_ptr<calls::CallCounter> counter_;
   std::unique_ptr<calls::PreloadTable> table_;
   std::unique_ptr<calls::AllocLog> alloc_;
+  bool alloc_handed_over_ = false;  // alloc_ is a client's log (RecordOptions::alloc_log_fd)
   std::string alloc_runtime_;
   std::vector<std::string> alloc_messages_;
   std::string runtime_;

@@ -275,6 +275,34 @@ std::string file_note(int32_t pid, const std::string& path, const Collector::Fil
 
 }  // namespace
 
+void ProcessTmpDirs::add(int32_t pid) {
+  if (pid <= 0 || dir_of_pid_.count(pid) != 0 || dir_of_pid_.size() >= kMaxProcesses) return;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  struct stat ns {};
+  if (::stat((proc + "/ns/mnt").c_str(), &ns) != 0) return;
+  for (size_t i = 0; i < dirs_.size(); ++i) {
+    if (dirs_[i].namespace_dev == ns.st_dev && dirs_[i].namespace_ino == ns.st_ino) {
+      dir_of_pid_.emplace(pid, i);
+      return;
+    }
+  }
+  if (dirs_.size() >= kMaxDirs) return;
+  UniqueFd fd(::open((proc + "/root/tmp").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  // The namespace again: the pid may have been reused between the two (then nothing is held).
+  struct stat again {};
+  if (!fd || ::stat((proc + "/ns/mnt").c_str(), &again) != 0 || again.st_ino != ns.st_ino ||
+      again.st_dev != ns.st_dev)
+    return;
+  dirs_.push_back(Dir{static_cast<uint64_t>(ns.st_dev), static_cast<uint64_t>(ns.st_ino), std::move(fd)});
+  dir_of_pid_.emplace(pid, dirs_.size() - 1);
+}
+
+std::string ProcessTmpDirs::path_in_tmp(int32_t pid, const std::string& name) const {
+  const auto it = dir_of_pid_.find(pid);
+  if (it == dir_of_pid_.end()) return {};
+  return "/proc/self/fd/" + std::to_string(dirs_[it->second].fd.get()) + "/" + name;
+}
+
 std::vector<RawJitSymbol> parse_perf_map(const std::string& text, int32_t pid, size_t* bad_lines) {
   std::vector<RawJitSymbol> out;
   size_t bad = 0;
@@ -318,11 +346,14 @@ JitReadResult read_jit_symbols(RawProfile& profile, const JitReadOptions& option
     const int32_t pid = process.pid;
     const bool live = process.end_ns == 0;
     collector.begin_process(pid);
-    // The perf map: in the process's own /tmp while it lives, else ours.
+    // The perf map: in the process's own /tmp while it lives, else in the /tmp held for it while it
+    // lived, else ours.
     const std::string map_name = "perf-" + std::to_string(pid) + ".map";
+    const std::string held = options.tmp_dirs ? options.tmp_dirs->path_in_tmp(pid, map_name) : "";
     UniqueFd map;
     if (live)
       map = open_regular(options, "/proc/" + std::to_string(pid) + "/root/tmp/" + map_name, kMaxMapBytes);
+    if (!map && !held.empty()) map = open_regular(options, held, kMaxMapBytes);
     if (!map) map = open_regular(options, "/tmp/" + map_name, kMaxMapBytes);
     if (map) {
       const size_t bad = stream_perf_map(map.get(), collector);
@@ -339,6 +370,12 @@ JitReadResult read_jit_symbols(RawProfile& profile, const JitReadOptions& option
           path.compare(path.size() - dump_name.size() - 1, std::string::npos, "/" + dump_name) == 0) {
         // Through the process's root while it lives: its mount namespace may differ from ours.
         if (live) candidates.push_back("/proc/" + std::to_string(pid) + "/root" + path);
+        // Under its /tmp: the one held for it, once it has exited.
+        if (!live && options.tmp_dirs && path.starts_with("/tmp/") &&
+            path.find('/', 5) == std::string::npos) {
+          std::string held_dump = options.tmp_dirs->path_in_tmp(pid, path.substr(5));
+          if (!held_dump.empty()) candidates.push_back(std::move(held_dump));
+        }
         candidates.push_back(path);
         break;
       }

@@ -282,6 +282,14 @@ void RecordingOutput::open_spill() {
 }
 
 void RecordingOutput::attach(RecordOptions& options) {
+  // The JIT files of a process are read at the end, in its /tmp: held while it lives (hpd's own /tmp
+  // may not be the process's). The targets given now; the others as they are seen.
+  for (const int32_t pid : options.pids) tmp_dirs_.add(pid);
+  options.on_flush = [previous = std::move(options.on_flush), this](RawProfile& raw) {
+    for (const RawProcess& process : raw.processes)
+      if (process.end_ns == 0) tmp_dirs_.add(process.pid);
+    if (previous) previous(raw);
+  };
   // Each flush streams what is new to the capture (or the temporary one), then lets go of the samples
   // written. After a failed write they stay in memory.
   if (capture_ || spill_) {
@@ -341,6 +349,7 @@ std::optional<Profile> RecordingOutput::finish(RecordResult& result, bool names_
   jit.open_file = sources_.open_file;
   jit.max_bytes = sources_.max_jit_bytes;
   jit.bound_name = sources_.jit_bound_name;
+  jit.tmp_dirs = &tmp_dirs_;
   JitReadResult jit_read = read_jit_symbols(result.profile, jit);
   jit_notes_ = std::move(jit_read.notes);
   jit_bytes_ = jit_read.bytes_kept;
@@ -474,18 +483,27 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
     if (without.size() > kShown)
       s.notes.push_back("cfi: and " + std::to_string(without.size() - kShown) +
                         " more modules without a table (frame pointers)");
+    // Tables loaded from the cache on disk were not compiled: what such samples lacked is a table in
+    // the eBPF maps when they were taken (a process's first milliseconds, a library just loaded).
     if (c.samples_tables_pending != 0 && s.samples != 0) {
-      std::snprintf(
-          line, sizeof line,
-          "cfi: %llu samples (%.1f%%) were walked by frame pointer while their tables were compiled",
-          static_cast<unsigned long long>(c.samples_tables_pending),
-          100.0 * double(c.samples_tables_pending) / double(s.samples));
+      std::snprintf(line, sizeof line,
+                    "cfi: %llu samples (%.1f%%) were walked by frame pointer: a table they needed was not "
+                    "in the eBPF maps yet (its module just mapped, the table being read from the disk "
+                    "cache or compiled)",
+                    static_cast<unsigned long long>(c.samples_tables_pending),
+                    100.0 * double(c.samples_tables_pending) / double(s.samples));
       s.notes.emplace_back(line);
     }
-    if (c.off_cpu_rewalked != 0)
-      s.notes.push_back("cfi: " + std::to_string(c.off_cpu_rewalked) +
-                        " off-CPU stacks of threads that blocked while their tables were compiled were "
-                        "walked again with the tables, before the threads ran again");
+    if (c.on_cpu_rewalked + c.off_cpu_rewalked != 0) {
+      std::snprintf(line, sizeof line,
+                    "cfi: %llu samples taken before the tables they needed were in the eBPF maps were "
+                    "walked again with the tables (%llu on-CPU, from a copy of their stack; %llu off-CPU, "
+                    "before their thread ran again)",
+                    static_cast<unsigned long long>(c.on_cpu_rewalked + c.off_cpu_rewalked),
+                    static_cast<unsigned long long>(c.on_cpu_rewalked),
+                    static_cast<unsigned long long>(c.off_cpu_rewalked));
+      s.notes.emplace_back(line);
+    }
     if (c.mappings_dropped != 0)
       s.notes.push_back("cfi: " + std::to_string(c.mappings_dropped) +
                         " executable mappings beyond 256 per process were walked by frame pointer");
@@ -501,10 +519,6 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                       " of them freed while recording; " + std::to_string(a.processes) + " process start(s)");
   }
   for (const std::string& line : result.alloc_messages) s.notes.push_back(line);
-  if (profile && !result.profile.allocations.empty())
-    s.notes.push_back(
-        "allocations: the Firefox export does not carry them yet (the report has them); record to a .hpr "
-        "capture to keep them (hpctl report, hpctl convert to pprof)");
   return s;
 }
 

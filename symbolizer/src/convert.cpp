@@ -342,9 +342,9 @@ class Converter {
     for (size_t i = 0; i < raw_.allocations.size(); ++i) {
       const RawAllocation& a = raw_.allocations[i];
       const uint32_t inst = allocation_instance[i];
-      out_.allocations.push_back(Allocation{a.pid, a.tid,
-                                            inst == kNoIndex ? kNoIndex : instances_[inst].profile_stack,
-                                            a.address, a.size, a.freed, a.tracked});
+      out_.allocations.push_back(
+          Allocation{a.pid, a.tid, inst == kNoIndex ? kNoIndex : instances_[inst].profile_stack, a.address,
+                     a.size, a.freed, a.tracked, a.time_ns, a.free_time_ns, a.free_tid});
     }
   }
 
@@ -546,6 +546,10 @@ class Converter {
     for (const RawSample& s : raw_.samples) ++sample_counts[thread_key(s.pid, s.tid)];
     std::unordered_map<uint64_t, uint32_t> sum_counts;
     for (const RawSampleSum& s : raw_.released) ++sum_counts[thread_key(s.pid, s.tid)];
+    // Threads that made sampled allocations have a thread of their own too (their allocations go
+    // there), whether or not they were sampled on the CPU.
+    std::unordered_set<uint64_t> allocating;
+    for (const RawAllocation& a : raw_.allocations) allocating.insert(thread_key(a.pid, a.tid));
     std::unordered_map<uint64_t, uint32_t> thread_index;
     auto add_thread = [&](int32_t pid, int32_t tid, const RawThread* rt) {
       Thread t;
@@ -571,7 +575,8 @@ class Converter {
       const uint64_t key = thread_key(rt.pid, rt.tid);
       const bool lost_any = rt.lost.lost_records != 0 || rt.lost.throttle_events != 0 ||
                             rt.lost.stack_failures != 0 || rt.lost.truncated_stacks != 0;
-      if ((sample_counts.count(key) != 0 || sum_counts.count(key) != 0 || lost_any) &&
+      if ((sample_counts.count(key) != 0 || sum_counts.count(key) != 0 || lost_any ||
+           allocating.count(key) != 0) &&
           thread_index.count(key) == 0)
         add_thread(rt.pid, rt.tid, &rt);
     }

@@ -296,6 +296,107 @@ std::vector<uint8_t> sample_with_copy(int32_t pid, uint64_t time, std::vector<ui
   return bytes;
 }
 
+// cfi mode: an on-CPU record whose walk met a table not published yet (with registers ip, sp, bp and a
+// copy of the stack) waits for a second walk, and every later record of its process waits behind it;
+// other processes' records go on. Released, they reach the sink in their order, the held one with the
+// second walk's stack; one still waiting at the end keeps its first walk and is counted as such.
+TEST(BpfEventDecoder, SamplesWaitingForTheirTablesAreHeldInOrderAndWalkedAgain) {
+  auto pending_sample = [](int32_t pid, uint64_t time) {
+    std::vector<uint8_t> bytes =
+        sample_with_copy(pid, time, {0x400100, 0x9999}, 0x400100, 0x7000, std::vector<uint8_t>(64, 0));
+    hpd_sample_event e{};
+    std::memcpy(&e, bytes.data(), offsetof(hpd_sample_event, ips));
+    e.regs[6] = 0x7010;
+    e.regs_valid |= 1u << 6;
+    e.flags = HPD_SAMPLE_TABLES_PENDING;
+    e.user_end = HPD_USER_END_FP_BROKEN;
+    std::memcpy(bytes.data(), &e, offsetof(hpd_sample_event, ips));
+    return bytes;
+  };
+  BpfEventDecoder decoder;
+  std::vector<int32_t> held_pids;
+  decoder.hold_pending_walks([&](int32_t pid) { held_pids.push_back(pid); }, 1 << 20);
+  struct Seen {
+    int32_t pid;
+    uint64_t time;
+    std::vector<uint64_t> user;
+    StackEnd end;
+    bool regs;
+    bool exit;
+  };
+  std::vector<Seen> seen;
+  const EventSink sink = [&](const Event& event) {
+    if (const auto* s = std::get_if<SampleEvent>(&event))
+      seen.push_back(
+          {s->pid, s->time_ns, {s->user.begin(), s->user.end()}, s->walk_end, s->regs.has_value(), false});
+    if (const auto* x = std::get_if<ExitEvent>(&event))
+      seen.push_back({x->pid, x->time_ns, {}, {}, false, true});
+  };
+  decoder.decode(pending_sample(10, 100), sink);
+  decoder.decode(sample_bytes(HPD_EVENT_ON_CPU, 10, 10, 200, "a", {}, {0x400200, 0x400300}), sink);
+  decoder.decode(sample_bytes(HPD_EVENT_ON_CPU, 20, 20, 250, "b", {}, {0x500000}), sink);
+  hpd_task_event exit{};
+  exit.header = header(HPD_EVENT_EXIT, 10, 10, 300, "a");
+  decoder.decode({reinterpret_cast<const uint8_t*>(&exit), sizeof exit}, sink);
+  ASSERT_EQ(seen.size(), 1u) << "process 10 waits; process 20 goes on";
+  EXPECT_EQ(seen[0].pid, 20);
+  EXPECT_EQ(held_pids, std::vector<int32_t>{10});
+  EXPECT_TRUE(decoder.holding());
+  EXPECT_EQ(decoder.walks_held(), 1u);
+
+  int walks = 0;
+  const auto wait = [&](const hpd_sample_event&, std::span<const uint8_t>, BpfEventDecoder::UserWalk&) {
+    ++walks;
+    return BpfEventDecoder::HeldWalk::kWait;
+  };
+  // Its mappings may be unread (taken after the last read of the mappings): not even asked.
+  decoder.release_held(wait, 50, sink, false);
+  EXPECT_EQ(walks, 0);
+  decoder.release_held(wait, 1000, sink, false);
+  EXPECT_EQ(walks, 1);
+  EXPECT_EQ(seen.size(), 1u);
+
+  const auto walked = [&](const hpd_sample_event& e, std::span<const uint8_t> stack,
+                          BpfEventDecoder::UserWalk& out) {
+    EXPECT_EQ(e.regs[16], 0x400100u);
+    EXPECT_EQ(e.regs[7], 0x7000u);
+    EXPECT_EQ(e.regs[6], 0x7010u);
+    EXPECT_EQ(stack.size(), 64u);
+    out.ips = {0x400100, 0x400180, 0x400190};
+    out.end = HPD_USER_END_ROOT;
+    return BpfEventDecoder::HeldWalk::kWalked;
+  };
+  decoder.release_held(walked, 1000, sink, false);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[1].time, 100u);
+  EXPECT_EQ(seen[1].user, (std::vector<uint64_t>{0x400100, 0x400180, 0x400190}));
+  EXPECT_EQ(seen[1].end, StackEnd::kComplete);
+  EXPECT_FALSE(seen[1].regs) << "the copy served the second walk; the builder does not unwind it";
+  EXPECT_EQ(seen[2].time, 200u);
+  EXPECT_TRUE(seen[3].exit);
+  EXPECT_FALSE(decoder.holding());
+  EXPECT_EQ(decoder.on_cpu_rewalked(), 1u);
+  EXPECT_EQ(decoder.samples_tables_pending(), 0u);
+
+  // The end of the recording: a record whose tables never came keeps its first walk, counted.
+  decoder.decode(pending_sample(30, 400), sink);
+  decoder.release_held(wait, ~uint64_t{0}, sink, true);
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[4].user, (std::vector<uint64_t>{0x400100, 0x9999}));
+  EXPECT_EQ(seen[4].end, StackEnd::kFailed);
+  EXPECT_EQ(decoder.samples_tables_pending(), 1u);
+  EXPECT_EQ(decoder.on_cpu_rewalked(), 1u);
+
+  // Past the bound on held bytes, everything goes as it is at once.
+  BpfEventDecoder small;
+  small.hold_pending_walks(nullptr, 100);
+  seen.clear();
+  small.decode(pending_sample(10, 100), sink);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_FALSE(small.holding());
+  EXPECT_EQ(small.samples_tables_pending(), 1u);
+}
+
 NOINLINE_FOR_TEST int leaf_of_this_test(int x) {
   return x * 3 + 1;
 }

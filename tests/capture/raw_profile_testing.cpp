@@ -115,10 +115,15 @@ RawProfile make_raw_profile(size_t samples) {
   p.call_latency.push_back(latency);
   // Sampled allocations (--alloc): freed, live, untracked, without a stack, in another thread.
   p.alloc = RawAllocStats{4096, 3, 5, 1, 2};
-  p.allocations.push_back(RawAllocation{1000, 1000, 0x7f1200001000, 64, stacks[0], true, true});
-  p.allocations.push_back(RawAllocation{1000, 1002, 0x7f1200002000, 1 << 20, stacks[1], false, true});
-  p.allocations.push_back(RawAllocation{1000, 1001, 0x7f1200003000, 4096, stacks[0], false, false});
-  p.allocations.push_back(RawAllocation{1000, 1000, 0x7f1200004000, 17, kNoIndex, false, true});
+  // Freed in another thread than the one that allocated it; each with its time.
+  p.allocations.push_back(RawAllocation{1000, 1000, 0x7f1200001000, 64, stacks[0], true, true,
+                                        i.start_mono_ns + 7'000'000, i.start_mono_ns + 9'500'000, 1001});
+  p.allocations.push_back(RawAllocation{1000, 1002, 0x7f1200002000, 1 << 20, stacks[1], false, true,
+                                        i.start_mono_ns + 8'000'000, 0, 0});
+  p.allocations.push_back(RawAllocation{1000, 1001, 0x7f1200003000, 4096, stacks[0], false, false,
+                                        i.start_mono_ns + 8'000'001, 0, 0});
+  p.allocations.push_back(RawAllocation{1000, 1000, 0x7f1200004000, 17, kNoIndex, false, true,
+                                        i.start_mono_ns + 1'900'000'000, 0, 0});
   p.lost.lost_records = 7;
   p.lost.throttle_events = 2;
   p.lost.stack_failures = 1;
@@ -215,7 +220,8 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
   for (size_t i = 0; i < a.allocations.size(); ++i) {
     const RawAllocation &l = a.allocations[i], &m = b.allocations[i];
     if (l.pid != m.pid || l.tid != m.tid || l.address != m.address || l.size != m.size ||
-        l.stack != m.stack || l.freed != m.freed || l.tracked != m.tracked)
+        l.stack != m.stack || l.freed != m.freed || l.tracked != m.tracked || l.time_ns != m.time_ns ||
+        l.free_time_ns != m.free_time_ns || l.free_tid != m.free_tid)
       return "allocation " + std::to_string(i) + " differs";
   }
   return lost_diff(a.lost, b.lost, "profile");

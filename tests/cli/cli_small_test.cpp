@@ -10,9 +10,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -67,6 +69,80 @@ TEST_F(CliTest, LocalAndDaemonWorkAfterTheVerbAndHelpShowsThemPlainly) {
   RunResult both = run({kHpctl, "--local", "record", "--daemon", "-o", out, "--", "true"});
   EXPECT_NE(both.exit_code, 0);
   EXPECT_NE(both.err.find("--daemon and --local exclude each other"), std::string::npos) << both.err;
+}
+
+// Issue #35: `hpctl record --help` listed "--kernel{on},--no-kernel{off}", the argument parser's own
+// spelling of a flag with a value. No option name in the help of hpctl or of any of its verbs carries
+// a "{...}" (a list of choices after a type, "TEXT:{a,b}", is not a name).
+TEST_F(CliTest, HelpOfEveryVerbNamesItsFlagsPlainly) {
+  const RunResult top = run({kHpctl, "--help"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  // The verbs, from the "Subcommands:" section of the help: "  NAME   description".
+  std::vector<std::vector<std::string>> commands{{}};
+  auto verbs_of = [](const std::string& help) {
+    std::vector<std::string> verbs;
+    std::istringstream in(help.substr(help.find("Subcommands:")));
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line) && line.starts_with("  ")) {
+      std::istringstream words(line);
+      std::string verb;
+      words >> verb;
+      verbs.push_back(verb);
+    }
+    return verbs;
+  };
+  for (const std::string& verb : verbs_of(top.out)) {
+    commands.push_back({verb});
+    if (verb == "mip") {
+      const RunResult mip = run({kHpctl, "mip", "--help"});
+      for (const std::string& sub : verbs_of(mip.out)) commands.push_back({"mip", sub});
+    }
+  }
+  ASSERT_GE(commands.size(), 14u) << top.out;
+  const std::regex artefact(R"(-[A-Za-z0-9-]+\{)");
+  for (const std::vector<std::string>& command : commands) {
+    std::vector<std::string> argv{kHpctl};
+    argv.insert(argv.end(), command.begin(), command.end());
+    argv.push_back("--help");
+    const RunResult help = run(argv);
+    EXPECT_EQ(help.exit_code, 0) << argv[1] << ": " << help.err;
+    std::smatch m;
+    EXPECT_FALSE(std::regex_search(help.out, m, artefact))
+        << "hpctl " << (command.empty() ? "" : command.back()) << " --help: " << m.str() << "\n"
+        << help.out;
+  }
+  const RunResult record = run({kHpctl, "record", "--help"});
+  for (const std::string flag : {"--kernel,--no-kernel", "--off-cpu,--no-off-cpu", "--mip,--no-mip"})
+    EXPECT_NE(record.out.find(flag), std::string::npos) << flag << "\n" << record.out;
+}
+
+// Issue #35: a command line hpctl could not parse exited with the argument parser's own codes (106
+// for a missing argument, 109 for an unknown one, ...); hpctl(1) documents 2 for every usage error.
+// Help and version stay 0.
+TEST_F(CliTest, UsageErrorsExitWithTwo) {
+  const std::vector<std::vector<std::string>> usage_errors{
+      {"record", "--kernal"},             // an unknown flag
+      {"report"},                         // a required argument missing
+      {"record", "--pid"},                // a flag without its value
+      {"record", "--frequency", "many"},  // a value that is not a number
+      {"report", "--sort", "name", "x"},  // a value not among the choices
+      {"recrod"},                         // an unknown verb
+      {},                                 // no verb
+      {"--local", "status", "--daemon"},  // both modes
+  };
+  for (const std::vector<std::string>& args : usage_errors) {
+    std::vector<std::string> argv{kHpctl};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const RunResult r = run(argv);
+    std::string line;
+    for (const std::string& a : args) line += " " + a;
+    EXPECT_EQ(r.exit_code, 2) << "hpctl" << line << ": " << r.err;
+    EXPECT_FALSE(r.err.empty()) << "hpctl" << line << " said nothing";
+  }
+  EXPECT_EQ(run({kHpctl, "--help"}).exit_code, 0);
+  EXPECT_EQ(run({kHpctl, "record", "--help"}).exit_code, 0);
+  EXPECT_EQ(run({kHpctl, "--version"}).exit_code, 0);
 }
 
 TEST_F(CliTest, ThePreviousProfileIsKeptAsOld) {

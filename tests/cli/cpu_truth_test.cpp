@@ -21,6 +21,7 @@
 
 #include "cpu_clock.h"
 #include "firefox_lint.h"
+#include "fixture_truth.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -48,22 +49,17 @@ struct Truth {
 
 Truth parse_truth(const std::string& out) {
   Truth t;
-  const auto at = out.find("cpu_slices:");
-  if (at == std::string::npos) {
+  auto values = fixture_truth(out, "cpu_slices");
+  if (values.empty()) {
     ADD_FAILURE() << "no truth line in the fixture's output: " << out;
     return t;
   }
-  std::istringstream in(out.substr(at + 11));
-  std::string key;
-  double value = 0;
-  while (in >> key >> value) {
-    if (key == "seven_ns") t.seven_ns = value;
-    if (key == "three_ns") t.three_ns = value;
-    if (key == "thread_cpu_ns") t.thread_cpu_ns = value;
-    if (key == "main_cpu_ns") t.main_cpu_ns = value;
-    if (key == "work_cpu_ns") t.work_cpu_ns = value;
-    if (key == "work_wall_ns") t.work_wall_ns = value;
-  }
+  t.seven_ns = values["seven_ns"];
+  t.three_ns = values["three_ns"];
+  t.thread_cpu_ns = values["thread_cpu_ns"];
+  t.main_cpu_ns = values["main_cpu_ns"];
+  t.work_cpu_ns = values["work_cpu_ns"];
+  t.work_wall_ns = values["work_wall_ns"];
   EXPECT_GT(t.seven_ns, 0) << out;
   EXPECT_GT(t.three_ns, 0) << out;
   return t;

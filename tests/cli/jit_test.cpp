@@ -96,6 +96,19 @@ TEST_F(JitTest, GeneratedCodeIsNamedFromThePerfMap) {
   EXPECT_NE(summary.find("JIT symbols of pid"), std::string::npos) << summary;
 }
 
+// Issue #35: anonymous executable memory (perf's "//anon" in the mmap records the eBPF backend
+// watches) was taken for a file by the CFI tables: "frame pointers for //anon: ... No such file".
+// It has no file and no table: no note tries to open it (with the default backend, eBPF with cfi).
+TEST_F(JitTest, AnonymousCodeIsNotOpenedAsAFile) {
+  json report;
+  std::string summary;
+  record({kFixture, "0.5"}, report, &summary);
+  ASSERT_NE(summary.find("call graph: cfi"), std::string::npos) << "not recorded with cfi\n" << summary;
+  EXPECT_EQ(summary.find("//anon"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("anon: No such file"), std::string::npos) << summary;
+  EXPECT_NE(row_containing(report, "jit_hot_loop"), nullptr) << report.dump(1);
+}
+
 TEST_F(JitTest, WithoutAMapTheCodeStaysUnnamed) {
   json report;
   record({kFixture, "0.5", "--no-map"}, report);

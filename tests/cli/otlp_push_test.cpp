@@ -4,27 +4,20 @@
 // exporter; what the collector wrote must match hpctl's own local export of the same recording.
 // Then the endpoints a push can meet that are not a working collector: nothing listening, garbage,
 // 503, an HTML 200, plain HTTP where TLS is asked for: a clear error, exit 1, no crash.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "hpd/base/elf.h"
+#include "otel_collector.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -37,181 +30,6 @@ namespace {
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kFixtures = HPD_FIXTURE_DIR;
 const std::string kOtelcol = HPD_OTELCOL_PATH;
-
-// A loopback TCP socket bound to a port the kernel picks; listening or not.
-class LoopbackSocket {
- public:
-  explicit LoopbackSocket(bool listening) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        (listening && ::listen(fd_, 4) != 0)) {
-      throw std::runtime_error("cannot bind a loopback socket");
-    }
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-  }
-  ~LoopbackSocket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int fd() const { return fd_; }
-  uint16_t port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
-};
-
-bool can_connect(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// A port nothing listens on now (bound, then released); the collector takes it a moment later.
-uint16_t free_port() {
-  return LoopbackSocket(false).port();
-}
-
-// A server that answers each connection with `answer` after reading the request (headers, and a
-// body of Content-Length bytes), or after the first bytes when `read_all` is false (a TLS hello).
-class CannedServer {
- public:
-  CannedServer(std::string answer, bool read_all) : socket_(true), answer_(std::move(answer)) {
-    thread_ = std::thread([this, read_all] { serve(read_all); });
-  }
-  ~CannedServer() {
-    stop_ = true;
-    thread_.join();
-  }
-  uint16_t port() const { return socket_.port(); }
-  int connections() const { return connections_; }
-
- private:
-  void serve(bool read_all) {
-    while (!stop_) {
-      pollfd p{socket_.fd(), POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      const int c = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      ++connections_;
-      std::string request;
-      char buf[65536];
-      for (;;) {
-        pollfd q{c, POLLIN, 0};
-        if (::poll(&q, 1, 10000) <= 0) break;
-        const ssize_t n = ::read(c, buf, sizeof buf);
-        if (n <= 0) break;
-        request.append(buf, static_cast<size_t>(n));
-        if (!read_all) break;
-        const size_t end = request.find("\r\n\r\n");
-        if (end == std::string::npos) continue;
-        size_t length = 0;
-        const size_t cl = request.find("Content-Length: ");
-        if (cl != std::string::npos && cl < end) length = std::stoul(request.substr(cl + 16));
-        if (request.size() >= end + 4 + length) break;
-      }
-      (void)!::write(c, answer_.data(), answer_.size());
-      ::shutdown(c, SHUT_WR);
-      ::close(c);
-    }
-  }
-
-  LoopbackSocket socket_;
-  std::string answer_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> connections_{0};
-  std::thread thread_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// The real collector on a loopback port, writing what it receives to `output` as OTLP JSON lines.
-class Collector {
- public:
-  Collector(const std::string& dir, const std::string& output) : port_(free_port()) {
-    const std::string config = dir + "/otelcol.yaml";
-    std::ofstream(config) << "receivers:\n"
-                             "  otlp:\n"
-                             "    protocols:\n"
-                             "      http:\n"
-                             "        endpoint: 127.0.0.1:"
-                          << port_
-                          << "\n"
-                             "exporters:\n"
-                             "  file:\n"
-                             "    path: "
-                          << output
-                          << "\n"
-                             "service:\n"
-                             "  telemetry:\n"
-                             "    metrics:\n"
-                             "      level: none\n"
-                             "  pipelines:\n"
-                             "    profiles:\n"
-                             "      receivers: [otlp]\n"
-                             "      exporters: [file]\n";
-    BackgroundOptions options;
-    options.stdout_path = dir + "/otelcol.log";
-    process_ = std::make_unique<Background>(
-        std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" --config \"$1\" 2>&1", kOtelcol, config},
-        options);
-    // Ready when its receiver accepts connections (or it exited: then the test fails, with its log).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (!can_connect(port_) && running() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-  uint16_t port() const { return port_; }
-  // Not exited (a zombie until the Background reaps it).
-  bool running() const {
-    const std::string stat = read_file("/proc/" + std::to_string(process_->pid()) + "/stat");
-    const size_t paren = stat.rfind(')');
-    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
-  }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  uint16_t port_;
-  std::unique_ptr<Background> process_;
-};
-
-// The first complete JSON line of `path` holding resourceProfiles, waiting for the file exporter
-// to flush it (it writes each batch as one line).
-json wait_for_profiles(const std::string& path) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::istringstream lines(read_file(path));
-    std::string line;
-    while (std::getline(lines, line)) {
-      if (line.find("resourceProfiles") == std::string::npos) continue;
-      json j = json::parse(line, nullptr, false);
-      if (!j.is_discarded()) return j;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return json();
-}
-
-// OTLP JSON writes 64-bit integers as strings and leaves zero values out.
-int64_t num(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key)) return 0;
-  const json& v = j.at(key);
-  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
-}
 
 // What the collector received, reduced to what the checks compare.
 struct Received {
@@ -241,13 +59,13 @@ Received parse_received(const json& request, const std::string& fixture_name) {
   // dictionary) as an index into the string table.
   const auto any_value = [&](const json& v) -> std::string {
     if (v.contains("stringValue")) return v.at("stringValue").get<std::string>();
-    if (v.contains("stringValueStrindex")) return string_at(num(v, "stringValueStrindex"));
-    if (v.contains("intValue")) return std::to_string(num(v, "intValue"));
+    if (v.contains("stringValueStrindex")) return string_at(otlp_int(v, "stringValueStrindex"));
+    if (v.contains("intValue")) return std::to_string(otlp_int(v, "intValue"));
     return "";
   };
   const auto attribute = [&](int64_t i) {
     const json& a = attributes.at(static_cast<size_t>(i));
-    return std::make_pair(string_at(num(a, "keyStrindex")),
+    return std::make_pair(string_at(otlp_int(a, "keyStrindex")),
                           a.contains("value") ? any_value(a.at("value")) : "");
   };
   for (const json& m : mappings) {
@@ -255,24 +73,25 @@ Received parse_received(const json& request, const std::string& fixture_name) {
     for (const json& i : m.at("attributeIndices")) {
       const auto [key, value] = attribute(i.get<int64_t>());
       if (key == "process.executable.build_id.gnu")
-        r.build_ids[fs::path(string_at(num(m, "filenameStrindex"))).filename().string()] = value;
+        r.build_ids[fs::path(string_at(otlp_int(m, "filenameStrindex"))).filename().string()] = value;
     }
   }
   const auto function_name = [&](const json& line) {
-    return string_at(num(functions.at(static_cast<size_t>(num(line, "functionIndex"))), "nameStrindex"));
+    return string_at(
+        otlp_int(functions.at(static_cast<size_t>(otlp_int(line, "functionIndex"))), "nameStrindex"));
   };
   for (const json& rp : request.at("resourceProfiles")) {
     std::map<std::string, std::string> resource;
     for (const json& kv : rp.at("resource").at("attributes"))
-      resource[kv.contains("key") ? kv.at("key").get<std::string>() : string_at(num(kv, "keyStrindex"))] =
-          any_value(kv.at("value"));
+      resource[kv.contains("key") ? kv.at("key").get<std::string>()
+                                  : string_at(otlp_int(kv, "keyStrindex"))] = any_value(kv.at("value"));
     if (resource["process.executable.name"] != fixture_name) continue;
     r.resource = resource;
     for (const json& sp : rp.at("scopeProfiles")) {
       for (const json& p : sp.at("profiles")) {
-        const std::string type = string_at(num(p.at("sampleType"), "typeStrindex"));
+        const std::string type = string_at(otlp_int(p.at("sampleType"), "typeStrindex"));
         r.sample_types.insert(type);
-        r.period_ns = num(p, "period");
+        r.period_ns = otlp_int(p, "period");
         if (!p.contains("samples")) continue;
         for (const json& s : p.at("samples")) {
           int64_t value = 0;
@@ -283,7 +102,7 @@ Received parse_received(const json& request, const std::string& fixture_name) {
               r.sample_attribute_keys.insert(attribute(i.get<int64_t>()).first);
           }
           if (type == "off_cpu_blocked" || type == "off_cpu_waiting") r.off_cpu_ns += value;
-          const json& stack = stacks.at(static_cast<size_t>(num(s, "stackIndex")));
+          const json& stack = stacks.at(static_cast<size_t>(otlp_int(s, "stackIndex")));
           if (!stack.contains("locationIndices")) continue;
           const json& ids = stack.at("locationIndices");
           for (size_t k = 0; k < ids.size(); ++k) {
@@ -375,9 +194,8 @@ std::string OtlpPushTest::fixture_out_;
 TEST_F(OtlpPushTest, CollectorReceivesWhatTheLocalExportHas) {
   testing::TempDir dir("otlp-collector", testing::TempDir::Cleanup::kKeepOnFailure);
   const std::string received_path = dir.file("received.json");
-  Collector collector(dir.path(), received_path);
-  ASSERT_TRUE(can_connect(collector.port()))
-      << "the collector did not start: " << read_file(dir.file("otelcol.log"));
+  Collector collector(kOtelcol, dir.path(), received_path);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
 
   const RunResult push = run({kHpctl, "push", capture_, "--otlp-endpoint", collector.endpoint(), "--label",
                               "deployment.environment=test"},
@@ -385,8 +203,7 @@ TEST_F(OtlpPushTest, CollectorReceivesWhatTheLocalExportHas) {
   ASSERT_EQ(push.exit_code, 0) << push.err;
   EXPECT_NE(push.err.find("hpctl: pushed "), std::string::npos) << push.err;
   const json request = wait_for_profiles(received_path);
-  ASSERT_FALSE(request.is_null()) << "nothing written by the collector; its log: "
-                                  << read_file(dir.file("otelcol.log"));
+  ASSERT_FALSE(request.is_null()) << "nothing written by the collector; its log: " << collector.log();
 
   const Received got = parse_received(request, "cpu_split");
   std::set<std::string> local_on_cpu_functions, local_functions;
@@ -457,6 +274,47 @@ TEST_F(OtlpPushTest, CollectorReceivesWhatTheLocalExportHas) {
   ASSERT_TRUE(id.has_value());
   EXPECT_EQ(got.build_ids.count("cpu_split") ? got.build_ids.at("cpu_split") : "", *id);
   EXPECT_GE(got.build_ids.size(), 2u) << "the fixture and libc at least";
+}
+
+TEST_F(OtlpPushTest, CollectorReceivesTheSameOverGrpc) {
+  testing::TempDir dir("otlp-collector-grpc", testing::TempDir::Cleanup::kKeepOnFailure);
+  const std::string received_path = dir.file("received.json");
+  Collector collector(kOtelcol, dir.path(), received_path);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  const RunResult push = run({kHpctl, "push", capture_, "--otlp-endpoint", collector.grpc_endpoint()}, 120);
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  EXPECT_NE(push.err.find("ProfilesService/Export"), std::string::npos) << push.err;
+  const json request = wait_for_profiles(received_path);
+  ASSERT_FALSE(request.is_null()) << "nothing written by the collector; its log: " << collector.log();
+  const Received got = parse_received(request, "cpu_split");
+  std::set<std::string> local_on_cpu_functions;
+  const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
+  ASSERT_FALSE(local_samples.empty());
+  EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions);
+  EXPECT_EQ(got.self_samples, local_samples);
+  EXPECT_EQ(got.resource.count("host.name"), 1u);
+}
+
+TEST_F(OtlpPushTest, GrpcToAnHttp1ServerIsAClearError) {
+  CannedServer server("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", false);
+  expect_push_fails("grpc://127.0.0.1:" + std::to_string(server.port()),
+                    {"did not answer as a gRPC server (HTTP/2)"});
+}
+
+TEST_F(OtlpPushTest, GrpcToTheHttpReceiverIsAClearError) {
+  testing::TempDir dir("otlp-collector-grpc-wrong", testing::TempDir::Cleanup::kKeepOnFailure);
+  Collector collector(kOtelcol, dir.path(), dir.file("received.json"));
+  ASSERT_TRUE(can_connect(collector.port())) << collector.log();
+  expect_push_fails("grpc://127.0.0.1:" + std::to_string(collector.port()),
+                    {"did not answer as a gRPC server"});
+}
+
+TEST_F(OtlpPushTest, GrpcStatusOfACollectorWithoutProfilesIsAClearError) {
+  testing::TempDir dir("otlp-collector-traces", testing::TempDir::Cleanup::kKeepOnFailure);
+  Collector collector(kOtelcol, dir.path(), dir.file("received.json"), 0, "traces");
+  ASSERT_TRUE(can_connect(collector.port())) << collector.log();
+  // Its gRPC server has no profiles service: grpc-status 12 in a trailers-only answer.
+  expect_push_fails(collector.grpc_endpoint(), {"answered gRPC status 12 (UNIMPLEMENTED): "});
 }
 
 TEST_F(OtlpPushTest, NothingListeningIsAClearError) {

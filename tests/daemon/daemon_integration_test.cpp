@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -841,6 +842,89 @@ TEST(Hpd, SighupAppliesMaxSessionsAndKeepsOldConfigOnErrors) {
   EXPECT_EQ(accepted.exit_code, 0) << accepted.err;
   EXPECT_EQ(hpd.terminate(), 0);
   EXPECT_EQ(first.wait(), 0);
+}
+
+// What the complete chunks of a continuous-mode directory hold: off-CPU samples and kernel frames.
+struct ChunkContent {
+  std::string name;
+  size_t samples = 0;
+  size_t off_cpu_samples = 0;  // blocked or waiting for a CPU
+  size_t kernel_frames = 0;
+};
+
+// The complete chunks of `dir`, oldest first; each file is read once (`seen` keeps what was read).
+std::vector<ChunkContent> read_chunks(const std::string& dir, std::map<std::string, ChunkContent>& seen) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("chunk-") && name.ends_with(".hpr")) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());  // by start time
+  std::vector<ChunkContent> chunks;
+  for (const std::string& name : names) {
+    auto it = seen.find(name);
+    if (it == seen.end()) {
+      const CaptureContents capture = read_capture_file(dir + "/" + name);
+      ChunkContent c;
+      c.name = name;
+      c.samples = capture.profile.samples.size();
+      for (const RawSample& sample : capture.profile.samples)
+        if (sample.kind != SampleKind::kOnCpu) ++c.off_cpu_samples;
+      for (size_t i = 0; i < capture.profile.stacks.size(); ++i)
+        c.kernel_frames += capture.profile.stacks[static_cast<uint32_t>(i)].kernel_depth;
+      it = seen.emplace(name, c).first;
+    }
+    chunks.push_back(it->second);
+  }
+  return chunks;
+}
+
+// Issue #35: hpd.conf's continuous_off_cpu and continuous_kernel reach continuous mode's chunks, at
+// start and on SIGHUP. Beside it, a shell that sleeps 10 ms at a time (off-CPU intervals) and dd
+// copying one byte per system call (kernel stacks).
+TEST(Hpd, ContinuousModeTakesItsOffCpuAndKernelKeysFromHpdConf) {
+  testing::TempDir state("hpd-continuous-keys");
+  const std::string dir = state.path() + "/state";
+  ASSERT_EQ(mkdir(dir.c_str(), 0750), 0);
+  const std::string common =
+      "continuous = on\ncontinuous_chunk_seconds = 1\ncontinuous_frequency = 199\n"
+      "state_directory = " +
+      dir + "\n";
+  HpdStart start;
+  start.config = common + "continuous_off_cpu = on\ncontinuous_kernel = off\n";
+  Hpd hpd(start);
+  Background sleeper({"/bin/sh", "-c", "while :; do sleep 0.01; done"});
+  Background syscalls({"dd", "if=/dev/zero", "of=/dev/null", "bs=1"});
+  std::map<std::string, ChunkContent> seen;
+  // Waits (up to 120 s) for a complete chunk after the first `skip` that `want` accepts.
+  auto wait_chunk = [&](size_t skip, const std::function<bool(const ChunkContent&)>& want) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < end) {
+      const std::vector<ChunkContent> chunks = read_chunks(dir, seen);
+      for (size_t c = skip; c < chunks.size(); ++c)
+        if (want(chunks[c])) return std::optional<ChunkContent>(chunks[c]);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return std::optional<ChunkContent>();
+  };
+  const auto off_cpu = wait_chunk(0, [](const ChunkContent& c) { return c.off_cpu_samples > 0; });
+  ASSERT_TRUE(off_cpu.has_value()) << "no chunk with off-CPU samples\n" << hpd.log();
+  // continuous_kernel = off: no chunk has a kernel frame.
+  for (const ChunkContent& c : read_chunks(dir, seen))
+    EXPECT_EQ(c.kernel_frames, 0u) << c.name << " (" << c.samples << " samples)";
+
+  // The defaults again, on SIGHUP: kernel frames, no off-CPU sample, from the chunk after the one
+  // in progress at the reload.
+  std::ofstream(hpd.config_path()) << common;
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(hpd.wait_log("continuous profiling reconfigured", 30)) << hpd.log();
+  const size_t before = read_chunks(dir, seen).size();
+  const auto kernel = wait_chunk(before + 1, [](const ChunkContent& c) { return c.kernel_frames > 0; });
+  ASSERT_TRUE(kernel.has_value()) << "no chunk with kernel frames after the reload\n" << hpd.log();
+  const std::vector<ChunkContent> after = read_chunks(dir, seen);
+  for (size_t c = before + 1; c < after.size(); ++c)
+    EXPECT_EQ(after[c].off_cpu_samples, 0u) << after[c].name << " (" << after[c].samples << " samples)";
+  EXPECT_EQ(hpd.terminate(), 0);
 }
 
 TEST(Hpd, LimitsOfFrequencyDurationAndMemory) {

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -1362,6 +1363,56 @@ TEST_F(RealUsers, UsersCallsThroughHpdAreCountedAndTimedInProcess) {
   EXPECT_EQ(checked, 2);
 }
 
+// A user's `hpctl record --alloc -- CMD` through hpd: hpctl (as the user) makes the runtime's
+// allocation log, preloads the runtime hpd names into the command it starts and hands hpd the log's
+// descriptor; hpd reads it as untrusted data. Each function's allocated bytes, and the leaking
+// function's live bytes, are the fixture's own truth within five standard deviations of the sampling
+// (as AllocRecord.EstimatesMatchTheTruth* check a local recording), the freeing functions have nothing
+// live, and the user's log is gone afterwards.
+TEST_F(RealUsers, UsersAllocationsThroughHpdMatchTheProgramsTruth) {
+  Hpd hpd;
+  const std::string truth_file = hpd.out_dir() + "/alloc-truth.txt";
+  const std::string out = hpd.out_dir() + "/alloc-alice.hpr";
+  const RunResult a = run(
+      alice_.run_as(hpctl(hpd, {"record", "--alloc", "--alloc-mean", "4096", "--no-report", "-o", out, "--",
+                                std::string(HPD_CALLS_FIXTURES) + "/alloc_nofp", "truth", truth_file})));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.err.find("recorded by hpd"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("allocations (hpd's runtime, in-process): "), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("1 process start(s)"), std::string::npos) << a.err;
+  const RunResult rep = run({kHpctl, "report", "--json", "--limit", "0", out});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const json doc = json::parse(rep.out);
+  ASSERT_EQ(doc["allocations"]["mean_bytes"], 4096) << rep.out;
+  std::ifstream in(truth_file);
+  std::string name;
+  double blocks = 0, size = 0, leaked = 0;
+  int checked = 0;
+  while (in >> name >> blocks >> size >> leaked) {
+    SCOPED_TRACE(name);
+    ++checked;
+    // A block of `size` bytes is sampled with p = 1 - exp(-size/mean) and weighs size/p: over n blocks
+    // the estimate's standard deviation is size * sqrt(n (1 - p) / p). Five of them, plus a byte.
+    const auto allowed = [&](double n) {
+      const double p = -std::expm1(-size / 4096.0);
+      return 5.0 * size * std::sqrt(n * (1.0 - p) / p) + 1.0;
+    };
+    const json* row = nullptr;
+    for (const json& r : doc["allocations"]["rows"])
+      if (r["name"] == name) row = &r;
+    ASSERT_NE(row, nullptr) << rep.out;
+    EXPECT_NEAR((*row)["total_bytes"].get<double>(), blocks * size, allowed(blocks));
+    EXPECT_NEAR((*row)["live_total_bytes"].get<double>(), leaked * size, leaked == 0 ? 0.0 : allowed(leaked));
+  }
+  EXPECT_EQ(checked, 3);
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) == 0 && st.st_uid == alice_.uid) {
+      EXPECT_EQ(entry.path().filename().string().rfind("hpd-alloc-", 0), std::string::npos) << entry.path();
+    }
+  }
+}
+
 // The runtime's table lives in memory the user's program writes: a program that overwrites it while
 // hpd records (its header, values no runtime writes, every slot and entry filled, the file truncated)
 // gets a recording with a message saying so, never a crash, a hang or unbounded memory of hpd; another
@@ -1595,6 +1646,83 @@ int main(void) {
   const json status = hpd.status();
   EXPECT_TRUE(status["limits"].contains("max_jit_symbols_mb")) << status.dump();
   EXPECT_TRUE(status["limits"].contains("max_user_memory_mb")) << status.dump();
+}
+
+// hpd run as hpd.service runs it: in a /tmp of its own (PrivateTmp=yes), here a tmpfs mounted over
+// /tmp in a mount namespace of its own, with the harness's directory (its socket, configuration and
+// log) bound back in. `"$3"` is the configuration file hpd is started with, in that directory.
+HpdStart private_tmp_start() {
+  HpdStart start;
+  start.wrapper = {"unshare",
+                   "-m",
+                   "--propagation",
+                   "private",
+                   "sh",
+                   "-c",
+                   "set -e; d=$(dirname \"$3\"); k=$(mktemp -d /run/hpd-test-keep.XXXXXX); "
+                   "mount --bind \"$d\" \"$k\"; mount -t tmpfs hpd-private-tmp /tmp; mkdir -p \"$d\"; "
+                   "mount --move \"$k\" \"$d\"; rmdir \"$k\"; exec \"$@\"",
+                   "sh"};
+  return start;
+}
+
+// The perf maps a user's processes left in the real /tmp (the test's users are its own).
+struct RemovePerfMapsOf {
+  uid_t uid;
+  ~RemovePerfMapsOf() {
+    for (const auto& entry : std::filesystem::directory_iterator("/tmp")) {
+      const std::string name = entry.path().filename().string();
+      struct stat st {};
+      if (name.starts_with("perf-") && name.ends_with(".map") && lstat(entry.path().c_str(), &st) == 0 &&
+          st.st_uid == uid)
+        std::filesystem::remove(entry.path());
+    }
+  }
+};
+
+// Issue #35: through hpd.service (PrivateTmp=yes) JIT frames stayed unnamed: a launched command had
+// exited when hpd read its /tmp/perf-PID.map, and hpd's own /tmp is not the one the command wrote
+// to. hpd now holds the /tmp of each recorded process's mount namespace open while it lives, and
+// reads the map there (with the client's permissions). A C fixture writing its own map, then node
+// --perf-basic-prof, both run by alice in the real /tmp and recorded through hpd in a private /tmp.
+TEST_F(RealUsers, JitNamesAreFoundInTheTargetsTmpWhenHpdHasAPrivateTmp) {
+  Hpd hpd(private_tmp_start());
+  // hpd's /tmp is not ours: a file made here is not seen through its root.
+  const std::string marker = "/tmp/hpd-private-tmp-marker-" + std::to_string(getpid());
+  std::ofstream(marker) << "x";
+  struct RemoveMarker {
+    std::string path;
+    ~RemoveMarker() { std::filesystem::remove(path); }
+  } remove_marker{marker};
+  ASSERT_TRUE(std::filesystem::exists(marker));
+  ASSERT_FALSE(std::filesystem::exists("/proc/" + std::to_string(hpd.pid()) + "/root" + marker))
+      << "hpd does not run in a private /tmp";
+
+  RemovePerfMapsOf maps{alice_.uid};
+  const std::string out = hpd.out_dir() + "/jit.json";
+  const RunResult fixture = run(alice_.run_as(hpctl(
+      hpd, {"record", "--no-report", "-o", out, "--", std::string(HPD_FIXTURE_DIR) + "/jit_perf_map", "1"})));
+  ASSERT_EQ(fixture.exit_code, 0) << fixture.err << hpd.log();
+  EXPECT_NE(read_text(out).find("jit_hot_loop"), std::string::npos) << "the fixture's JIT code is not named\n"
+                                                                    << fixture.err;
+  EXPECT_NE(fixture.err.find("JIT symbols of pid"), std::string::npos) << fixture.err;
+
+  // node, writing its map as it compiles: the hot JavaScript function is named.
+  const std::string script = hpd.out_dir() + "/hot.js";
+  std::ofstream(script)
+      << "function hotFibonacci(n) { return n < 2 ? n : hotFibonacci(n - 1) + hotFibonacci(n - 2); }\n"
+         "const end = Date.now() + 1500;\n"
+         "let total = 0;\n"
+         "while (Date.now() < end) total += hotFibonacci(25);\n"
+         "console.log(total);\n";
+  ASSERT_EQ(chmod(script.c_str(), 0644), 0);
+  const std::string node_out = hpd.out_dir() + "/node.json";
+  const RunResult node = run(alice_.run_as(hpctl(
+      hpd, {"record", "--no-report", "-o", node_out, "--", "/usr/bin/node", "--perf-basic-prof", script})));
+  ASSERT_EQ(node.exit_code, 0) << node.err << hpd.log();
+  EXPECT_NE(read_text(node_out).find("hotFibonacci"), std::string::npos)
+      << "node's JavaScript function is not named\n"
+      << node.err;
 }
 
 // Issue #29: a user's sessions together are bounded by max_user_memory_mb (root is not). Two

@@ -266,9 +266,15 @@ TEST(Config, ParsesKeysCommentsAndUnits) {
       "30\n"
       "continuous_max_age = 2d\ncontinuous_max_bytes = 512M\nstate_directory = /var/lib/x\n"
       "group = wheel\nlog_level = debug\nsocket = /tmp/s.sock\r\nmax_cfi_rows = 100000\n"
-      "continuous_cfi_rows = 65536\n",
+      "continuous_cfi_rows = 65536\ncontinuous_kernel = off\ncontinuous_off_cpu = on\n",
       "t.conf");
   EXPECT_EQ(c.max_sessions, 3u);
+  EXPECT_FALSE(c.continuous_kernel);
+  EXPECT_TRUE(c.continuous_off_cpu);
+  // Their defaults: kernel frames on, off-CPU off (every context switch of the machine).
+  EXPECT_TRUE(Config{}.continuous_kernel);
+  EXPECT_FALSE(Config{}.continuous_off_cpu);
+  EXPECT_THROW(parse_config("continuous_off_cpu = sometimes\n", "t.conf"), ConfigError);
   EXPECT_EQ(c.max_cfi_rows, 100000u);
   EXPECT_EQ(c.continuous_cfi_rows, 65536u);
   EXPECT_DOUBLE_EQ(c.max_duration_s, 600);
@@ -315,13 +321,15 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "socket = /tmp/s.sock\nmax_connections_per_user = 7\nmax_sessions_per_user = 2\nidle_timeout = 2m\n"
       "client_timeout = 2.5\nstop_timeout = 4\nmax_cfi_rows = 1000\ncontinuous_cfi_rows = 5000\n"
       "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\nmax_unwind_cache_mb = "
-      "0\n",
+      "0\notlp_endpoint = https://collector:4318\npush_labels = team=storage, region = eu-1\n"
+      "push_timeout = 10s\npush_retry_max = 5m\n"
+      "continuous_kernel = off\ncontinuous_off_cpu = on\n",
       "t.conf");
   const std::string text = format_config(c);
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (24 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 24) << text;
+  // One line per key: every key of the parser, none twice (30 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 30) << text;
   // 0: no unwind-table cache on disk; the bound is in MiB.
   EXPECT_EQ(c.max_unwind_cache_mb, 0u);
   EXPECT_EQ(Config{}.max_unwind_cache_mb, 256u);
@@ -339,6 +347,45 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
   EXPECT_THROW(parse_config("stop_timeout = 0\n", "t.conf"), ConfigError);
   EXPECT_NE(text.find("continuous_max_age = 172800\n"), std::string::npos) << text;
   EXPECT_NE(text.find("log_level = debug\n"), std::string::npos) << text;
+}
+
+TEST(Config, PushKeysAreCheckedWhenTheFileIsRead) {
+  const Config c = parse_config(
+      "otlp_endpoint = http://collector:4318\npush_labels = team=storage, region = eu-1,empty=\n"
+      "push_timeout = 10s\npush_retry_max = 5m\n",
+      "t.conf");
+  EXPECT_EQ(c.otlp_endpoint, "http://collector:4318");
+  const std::vector<std::pair<std::string, std::string>> labels{
+      {"team", "storage"}, {"region", "eu-1"}, {"empty", ""}};
+  EXPECT_EQ(c.push_labels, labels);
+  EXPECT_EQ(c.push_timeout_s, 10);
+  EXPECT_EQ(c.push_retry_max_s, 300);
+  EXPECT_TRUE(Config{}.otlp_endpoint.empty());  // no push unless asked
+  const auto problem = [](const std::string& text) {
+    try {
+      parse_config(text, "hpd.conf");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(problem("otlp_endpoint = collector:4318\n")
+                .find("hpd.conf:1: bad value 'collector:4318' for "
+                      "otlp_endpoint: 'collector:4318' is not a URL"),
+            std::string::npos)
+      << problem("otlp_endpoint = collector:4318\n");
+  EXPECT_NE(problem("otlp_endpoint = ftp://c:21\n").find("only http://, https://, grpc:// and grpcs://"),
+            std::string::npos);
+  EXPECT_EQ(parse_config("otlp_endpoint = grpc://collector:4317\n", "t.conf").otlp_endpoint,
+            "grpc://collector:4317");
+  EXPECT_NE(problem("otlp_endpoint = grpc://collector:4317/v1\n").find("without a path"), std::string::npos);
+  EXPECT_NE(problem("otlp_endpoint = http://\n").find("names no host"), std::string::npos);
+  EXPECT_NE(problem("push_labels = team\n").find("expected KEY=VALUE pairs"), std::string::npos);
+  EXPECT_NE(problem("push_labels = =x\n").find("expected KEY=VALUE pairs"), std::string::npos);
+  EXPECT_NE(problem("push_labels = a=1, a=2\n").find("'a' is given twice"), std::string::npos);
+  EXPECT_NE(problem("push_timeout = 0\n").find("bad value '0' for push_timeout"), std::string::npos);
+  EXPECT_NE(problem("push_retry_max = soon\n").find("bad value 'soon' for push_retry_max"),
+            std::string::npos);
 }
 
 TEST(Config, DurationsAndSizes) {

@@ -49,6 +49,23 @@ json& shared(json& d) {
   return d["shared"];
 }
 
+// A native allocations table (threads[i].nativeAllocations) of the profiler's balanced shape: two
+// allocations, the first freed by another thread.
+json& with_allocations(json& d) {
+  d["threads"][0]["nativeAllocations"] = json::parse(R"({
+    "length": 3, "weightType": "bytes", "time": [1.0, 2.0, 2.5], "weight": [4096, 1048576.5, -4096],
+    "stack": [3, 7, null], "memoryAddress": [140737488347136, 140737488351232, 140737488347136],
+    "threadId": [1234, 1234, 1235]})");
+  return d["threads"][0]["nativeAllocations"];
+}
+
+TEST(FirefoxLint, NativeAllocationsTablePasses) {
+  json doc = reference();
+  with_allocations(doc);
+  const auto problems = testing::lint_firefox_profile(doc);
+  EXPECT_TRUE(problems.empty()) << joined(problems);
+}
+
 const Defect kDefects[] = {
     {"column_shorter_than_length", [](json& d) { shared(d)["frameTable"]["func"].erase(5); },
      "shared.frameTable.func has 5 entries but shared.frameTable.length is 6"},
@@ -126,6 +143,19 @@ const Defect kDefects[] = {
      "threads[0].markers.name[0] = 11 is out of range"},
     {"samples_without_time", [](json& d) { d["threads"][0]["samples"].erase("time"); },
      "has neither time nor timeDeltas"},
+    {"native_allocations_unsorted", [](json& d) { with_allocations(d)["time"][2] = 0.5; },
+     "threads[0].nativeAllocations.time is not sorted ascending at index 2"},
+    {"native_allocation_stack_out_of_range", [](json& d) { with_allocations(d)["stack"][1] = 8; },
+     "threads[0].nativeAllocations.stack[1] = 8 is out of range for shared.stackTable"},
+    {"native_allocation_address_missing", [](json& d) { with_allocations(d).erase("memoryAddress"); },
+     "threads[0].nativeAllocations.memoryAddress is missing"},
+    {"native_allocation_address_beyond_a_double",
+     [](json& d) { with_allocations(d)["memoryAddress"][0] = uint64_t{1} << 60; },
+     "threads[0].nativeAllocations.memoryAddress[0] = 1152921504606846976 is not an integer"},
+    {"native_allocations_weight_type", [](json& d) { with_allocations(d)["weightType"] = "samples"; },
+     "threads[0].nativeAllocations.weightType is not \"bytes\""},
+    {"native_allocations_thread_id_column_short", [](json& d) { with_allocations(d)["threadId"].erase(2); },
+     "threads[0].nativeAllocations.threadId has 2 entries"},
     {"subcategory_null_with_category", [](json& d) { shared(d)["frameTable"]["subcategory"][0] = nullptr; },
      "subcategory[0] is null but its category is not"},
 };

@@ -3,7 +3,10 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -556,6 +559,8 @@ class Linter {
       }
     }
 
+    if (t.contains(firefox::thread::kNativeAllocations)) check_native_allocations(t, where);
+
     const Table markers = table(t, firefox::thread::kMarkers, where);
     const json* data = column(markers, firefox::markers::kData);
     indices(markers, firefox::markers::kName, string_count_, "shared.stringArray");
@@ -579,6 +584,34 @@ class Linter {
           problem(at(i) + "." + key + " is neither a number nor null");
       }
     }
+  }
+
+  // threads[i].nativeAllocations, the balanced table (profile.ts): time ascending (the profiler
+  // bisects it), weights in bytes (negative: a deallocation), stacks into the shared stack table or
+  // null, memory addresses a JavaScript number holds exactly (the retained view pairs rows by them),
+  // and thread ids.
+  void check_native_allocations(const json& t, const std::string& where) {
+    const Table a = table(t, firefox::thread::kNativeAllocations, where);
+    if (!a.ok) return;
+    for (const auto& [key, value] : a.object->items()) {
+      const bool known = key == firefox::kLength || key == firefox::native_allocations::kWeightType ||
+                         std::any_of(std::begin(firefox::native_allocations::kAll),
+                                     std::end(firefox::native_allocations::kAll),
+                                     [&](const char* column) { return key == column; });
+      if (!known) problem(a.where + "." + key + " is not a column of the native allocations table");
+    }
+    const auto type = a.object->find(firefox::native_allocations::kWeightType);
+    if (type == a.object->end() || *type != "bytes") problem(a.where + ".weightType is not \"bytes\"");
+    check_ascending(a, firefox::native_allocations::kTime, false);
+    indices(a, firefox::native_allocations::kStack, stack_count_, "shared.stackTable", kNullable);
+    if (const json* weight = column(a, firefox::native_allocations::kWeight)) {
+      for (size_t i = 0; i < weight->size(); ++i) {
+        if (!(*weight)[i].is_number())
+          problem(a.where + ".weight[" + std::to_string(i) + "] is not a number");
+      }
+    }
+    integers(a, firefox::native_allocations::kMemoryAddress, 0, (int64_t{1} << 53) - 1, false);
+    integers(a, firefox::native_allocations::kThreadId, 0, INT32_MAX, false);
   }
 
   // time must ascend (the profiler bisects it); timeDeltas must not be negative after the first.

@@ -25,13 +25,95 @@ std::string_view comm_view(const hpd_event_header& header) {
   return {header.comm, strnlen(header.comm, sizeof header.comm)};
 }
 
+template <typename T>
+T field_at(std::span<const uint8_t> bytes, size_t offset) {
+  T value;
+  std::memcpy(&value, bytes.data() + offset, sizeof value);
+  return value;
+}
+
+// Whether an on-CPU record carries what a second walk needs: its walk met a table not published yet,
+// and it has the registers (ip, sp, bp) and a copy of the stack.
+bool carries_pending_walk(std::span<const uint8_t> bytes) {
+  if (bytes.size() < kSampleHeaderBytes) return false;
+  const auto flags = field_at<uint32_t>(bytes, offsetof(hpd_sample_event, flags));
+  const auto stack_bytes = field_at<uint32_t>(bytes, offsetof(hpd_sample_event, stack_bytes));
+  const auto regs_valid = field_at<uint32_t>(bytes, offsetof(hpd_sample_event, regs_valid));
+  constexpr uint32_t kNeeded = 1u << static_cast<unsigned>(DwarfReg::kRip) |
+                               1u << static_cast<unsigned>(DwarfReg::kRsp) |
+                               1u << static_cast<unsigned>(DwarfReg::kRbp);
+  return (flags & HPD_SAMPLE_TABLES_PENDING) != 0 && stack_bytes != 0 && (regs_valid & kNeeded) == kNeeded;
+}
+
 }  // namespace
 
 std::string comm_of(const hpd_event_header& header) {
   return std::string(comm_view(header));
 }
 
+void BpfEventDecoder::hold_pending_walks(std::function<void(int32_t pid)> on_held, size_t max_bytes) {
+  hold_ = true;
+  on_held_ = std::move(on_held);
+  max_held_bytes_ = max_bytes;
+}
+
 void BpfEventDecoder::decode(std::span<const uint8_t> bytes, const EventSink& sink) {
+  hpd_event_header header;
+  if (hold_ && read_record(bytes, header)) {
+    const bool walk = header.type == HPD_EVENT_ON_CPU && carries_pending_walk(bytes);
+    auto it = held_.find(header.pid);
+    if (walk || it != held_.end()) {
+      if (it == held_.end()) it = held_.try_emplace(header.pid).first;
+      it->second.push_back(Held{std::vector<uint8_t>(bytes.begin(), bytes.end()), walk});
+      held_bytes_ += bytes.size();
+      held_bytes_peak_ = std::max(held_bytes_peak_, held_bytes_);
+      if (walk) {
+        ++held_walks_;
+        if (on_held_) on_held_(header.pid);
+      }
+      // Too much waits (tables that take long to come, for many processes): everything goes as it is.
+      if (held_bytes_ > max_held_bytes_) release_held(nullptr, 0, sink, true);
+      return;
+    }
+  }
+  decode_record(bytes, sink, nullptr);
+}
+
+void BpfEventDecoder::release_held(const HeldWalker& walker, uint64_t walkable_until_ns,
+                                   const EventSink& sink, bool final) {
+  for (auto it = held_.begin(); it != held_.end();) {
+    std::deque<Held>& records = it->second;
+    while (!records.empty()) {
+      const Held& h = records.front();
+      UserWalk walk;
+      HeldWalk how = HeldWalk::kAsIs;
+      if (h.walk) {
+        hpd_sample_event e;
+        // Checked when held (carries_pending_walk); the sizes are checked again by decode_record.
+        read_record(std::span<const uint8_t>(h.bytes), e, kSampleHeaderBytes);
+        const size_t stack_at =
+            kSampleHeaderBytes + (size_t{e.kernel_frames} + e.user_frames) * sizeof(uint64_t);
+        const bool sane = e.kernel_frames <= HPD_MAX_KERNEL_FRAMES && e.user_frames <= HPD_MAX_USER_FRAMES &&
+                          stack_at + e.stack_bytes <= h.bytes.size();
+        if (!walker || !sane)
+          how = HeldWalk::kAsIs;
+        else if (e.header.time_ns > walkable_until_ns && !final)
+          how = HeldWalk::kWait;  // a mapping of its time may still be unread
+        else
+          how = walker(e, std::span<const uint8_t>(h.bytes).subspan(stack_at, e.stack_bytes), walk);
+        if (how == HeldWalk::kWait && !final) break;
+        --held_walks_;
+      }
+      decode_record(h.bytes, sink, how == HeldWalk::kWalked ? &walk : nullptr);
+      held_bytes_ -= h.bytes.size();
+      records.pop_front();
+    }
+    it = records.empty() ? held_.erase(it) : std::next(it);
+  }
+}
+
+void BpfEventDecoder::decode_record(std::span<const uint8_t> bytes, const EventSink& sink,
+                                    const UserWalk* walk) {
   hpd_event_header header;
   if (!read_record(bytes, header)) {
     ++malformed_;
@@ -53,7 +135,7 @@ void BpfEventDecoder::decode(std::span<const uint8_t> bytes, const EventSink& si
         ++malformed_;
         return;
       }
-      decode_sample(e, frames, bytes.subspan(stack_at, e.stack_bytes), bytes.size(), sink);
+      decode_sample(e, frames, bytes.subspan(stack_at, e.stack_bytes), bytes.size(), sink, false, walk);
       return;
     }
     case HPD_EVENT_FORK: {
@@ -87,7 +169,7 @@ void BpfEventDecoder::decode(std::span<const uint8_t> bytes, const EventSink& si
 
 void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_present,
                                     std::span<const uint8_t> stack, size_t record_bytes,
-                                    const EventSink& sink, bool still_off_cpu) {
+                                    const EventSink& sink, bool still_off_cpu, const UserWalk* walk) {
   const hpd_event_header& h = e.header;
   const bool off_cpu = h.type == HPD_EVENT_OFF_CPU;
   // Filled in place: a SampleEvent is a few hundred bytes, not worth a copy per sample.
@@ -117,16 +199,24 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
   uint32_t user_end = e.user_end;
   uint32_t user_fp_frames = e.user_fp_frames;
   bool tables_pending = (e.flags & HPD_SAMPLE_TABLES_PENDING) != 0;
-  if (off_cpu && tables_pending) {
-    // Walked again from user space while the thread was still off the CPU, with the tables published.
+  // The user stack walked again from user space with the tables published: the second walk replaces
+  // the programs' frame-pointer walk.
+  const auto replace_user = [&](const UserWalk& w) {
+    user_frames = std::min<size_t>(w.ips.size(), HPD_MAX_USER_FRAMES);
+    std::copy_n(w.ips.begin(), user_frames, ips_.begin() + e.kernel_frames);
+    frames_present = size_t{e.kernel_frames} + user_frames;
+    user_end = w.end;
+    user_fp_frames = w.fp_frames;
+    tables_pending = false;
+  };
+  if (walk != nullptr && !off_cpu && tables_pending) {
+    // On-CPU, held with a copy of its stack until the tables were published.
+    replace_user(*walk);
+    ++on_cpu_rewalked_;
+  } else if (off_cpu && tables_pending) {
+    // Walked while the thread was still off the CPU.
     if (const auto it = rewalks_.find(h.tid); it != rewalks_.end() && it->second.time_ns == h.time_ns) {
-      const Rewalk& w = it->second;
-      user_frames = std::min<size_t>(w.ips.size(), HPD_MAX_USER_FRAMES);
-      std::copy_n(w.ips.begin(), user_frames, ips_.begin() + e.kernel_frames);
-      frames_present = size_t{e.kernel_frames} + user_frames;
-      user_end = w.end;
-      user_fp_frames = w.fp_frames;
-      tables_pending = false;
+      replace_user(it->second.walk);
       ++rewalked_;
       rewalks_.erase(it);
     }
@@ -158,7 +248,9 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
 
   const bool have_regs = (e.regs_valid >> static_cast<unsigned>(DwarfReg::kRip) & 1) &&
                          (e.regs_valid >> static_cast<unsigned>(DwarfReg::kRsp) & 1);
-  if (have_regs && !off_cpu) {
+  // Held records' registers and stack served their second walk; the builder's use of them (dwarf
+  // unwinding, a frameless leaf's caller) is for the other modes.
+  if (have_regs && !off_cpu && !hold_) {
     UserRegs regs;
     for (size_t i = 0; i < HPD_USER_REGS && i < kDwarfRegCount; ++i) {
       if ((e.regs_valid >> i) & 1) regs.set(static_cast<DwarfReg>(i), e.regs[i]);
@@ -190,7 +282,7 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
 
 void BpfEventDecoder::replace_off_cpu_user_stack(int32_t tid, uint64_t time_ns, std::vector<uint64_t> ips,
                                                  uint32_t end, uint32_t fp_frames) {
-  rewalks_[tid] = Rewalk{time_ns, std::move(ips), end, fp_frames};
+  rewalks_[tid] = OffCpuWalk{time_ns, UserWalk{std::move(ips), end, fp_frames}};
 }
 
 void BpfEventDecoder::decode_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns,

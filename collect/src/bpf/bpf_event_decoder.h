@@ -5,6 +5,9 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -22,7 +25,40 @@ class BpfEventDecoder {
   explicit BpfEventDecoder(uint32_t stack_copy_bytes = 0) : stack_copy_bytes_(stack_copy_bytes) {}
 
   // One ring-buffer record. Records that are too short or of an unknown type are counted, not used.
+  // With hold_pending_walks(), a record may be held and reach the sink later (release_held()).
   void decode(std::span<const uint8_t> bytes, const EventSink& sink);
+
+  // A user stack walked again in user space (CfiMaps::walk_stack): the pc, then one return address per
+  // frame; how the walk ended (enum hpd_user_end); the frames it stepped by frame pointer.
+  struct UserWalk {
+    std::vector<uint64_t> ips;
+    uint32_t end = HPD_USER_END_NONE;
+    uint32_t fp_frames = 0;
+  };
+
+  // cfi mode: an on-CPU record whose walk stood in frame pointers for a table not yet published and
+  // that carries its registers and a copy of its stack (the programs' pending_stack_copy_bytes) is
+  // held, and every later record of its process behind it, so that the process's events still reach
+  // the sink in their order; release_held() walks it again. `on_held` is told the process of each such
+  // record (system-wide, tables are compiled for the processes sampled). Past `max_bytes` of held
+  // records, all of them are decoded as they are. Such records' registers and stack go no further
+  // than the second walk (the builder does not see them).
+  void hold_pending_walks(std::function<void(int32_t pid)> on_held, size_t max_bytes);
+  enum class HeldWalk {
+    kWait,    // the tables it needs are not published yet
+    kAsIs,    // no better walk will come: decode it as the programs walked it
+    kWalked,  // walked again into the UserWalk
+  };
+  using HeldWalker =
+      std::function<HeldWalk(const hpd_sample_event& e, std::span<const uint8_t> stack, UserWalk& out)>;
+  // Decodes each process's held records, oldest first, up to the first one that must still wait for its
+  // tables. A record that waits for a second walk is given to `walker` only once the mappings of its
+  // time have been read (its time at most `walkable_until_ns`). `final`: nothing waits any more (a
+  // record `walker` would keep waiting keeps its first walk).
+  void release_held(const HeldWalker& walker, uint64_t walkable_until_ns, const EventSink& sink, bool final);
+  // Records held, and of those the ones that wait for a second walk.
+  [[nodiscard]] bool holding() const { return !held_.empty(); }
+  [[nodiscard]] size_t walks_held() const { return held_walks_; }
   // A thread still off the CPU when the recording ended (a value of the programs' `blocked` map): its
   // interval runs until `end_ns`.
   void decode_still_off_cpu(const hpd_sample_event& event, uint64_t end_ns, const EventSink& sink);
@@ -42,6 +78,10 @@ class BpfEventDecoder {
   // Off-CPU records whose user stack was replaced by a walk made once the tables were published (not
   // counted in samples_tables_pending()).
   [[nodiscard]] uint64_t off_cpu_rewalked() const { return rewalked_; }
+  // On-CPU records held and walked again with the tables (not counted in samples_tables_pending()).
+  [[nodiscard]] uint64_t on_cpu_rewalked() const { return on_cpu_rewalked_; }
+  // The most bytes of records held at once.
+  [[nodiscard]] size_t held_bytes_peak() const { return held_bytes_peak_; }
   // cfi walks with at least one frame stepped by frame pointer (modules without a table).
   [[nodiscard]] uint64_t samples_with_fp_frames() const { return with_fp_frames_; }
   // On-CPU samples whose thread had no earlier runtime value (cpu_delta_ns is a guess).
@@ -53,9 +93,12 @@ class BpfEventDecoder {
   [[nodiscard]] uint64_t blocked_without_wakeup() const { return without_wakeup_; }
 
  private:
+  // decode() without holding; `walk`: the user stack walked again, which replaces the record's.
+  void decode_record(std::span<const uint8_t> bytes, const EventSink& sink, const UserWalk* walk);
   // `still_off_cpu`: the interval did not end with a switch-in (the recording ended first).
   void decode_sample(const hpd_sample_event& e, size_t frames_present, std::span<const uint8_t> stack,
-                     size_t record_bytes, const EventSink& sink, bool still_off_cpu = false);
+                     size_t record_bytes, const EventSink& sink, bool still_off_cpu = false,
+                     const UserWalk* walk = nullptr);
 
   uint32_t stack_copy_bytes_;
   std::array<uint64_t, HPD_MAX_FRAMES> ips_{};
@@ -63,13 +106,24 @@ class BpfEventDecoder {
   uint64_t malformed_ = 0;
   uint64_t tables_pending_ = 0;
   uint64_t rewalked_ = 0;
-  struct Rewalk {
+  struct OffCpuWalk {
     uint64_t time_ns;
-    std::vector<uint64_t> ips;
-    uint32_t end;
-    uint32_t fp_frames;
+    UserWalk walk;
   };
-  std::unordered_map<int32_t, Rewalk> rewalks_;  // by tid: at most one switch-out waits per thread
+  std::unordered_map<int32_t, OffCpuWalk> rewalks_;  // by tid: at most one switch-out waits per thread
+  // hold_pending_walks(): per process, its records from the first one that waits for a second walk on.
+  struct Held {
+    std::vector<uint8_t> bytes;
+    bool walk = false;  // waits for a second walk
+  };
+  bool hold_ = false;
+  std::function<void(int32_t)> on_held_;
+  size_t max_held_bytes_ = 0;
+  std::map<int32_t, std::deque<Held>> held_;
+  size_t held_bytes_ = 0;
+  size_t held_bytes_peak_ = 0;
+  size_t held_walks_ = 0;
+  uint64_t on_cpu_rewalked_ = 0;
   uint64_t with_fp_frames_ = 0;
   uint64_t samples_without_baseline_ = 0;
   uint64_t split_at_wakeup_ = 0;

@@ -212,6 +212,15 @@ void load_skeleton(profile_bpf* skel, const LibbpfLogCapture& log) {
 constexpr uint32_t kLeafStackBytes = 128;
 // hpd_warm_ring writes one record per page of this size (its PAGE_BYTES).
 constexpr long kWarmPageBytes = 4096;
+// cfi mode copies this much stack with an on-CPU sample whose walk met a table not published yet (a
+// process's first milliseconds, a library just loaded), for user space to walk it again with the
+// tables (BpfEventDecoder::release_held): the frames of most programs' stacks, not a deep recursion's.
+constexpr uint32_t kPendingStackBytes = 16384;
+// Records held for a second walk at most (BpfEventDecoder::hold_pending_walks): a few seconds of samples
+// of a CPU; beyond, they keep the programs' walk.
+constexpr size_t kMaxHeldBytes = 64u << 20;
+// At the end of a recording, how long held samples wait for the tables they need.
+constexpr int kFinalTablesWaitMs = 3000;
 // The verifier bounds the stack copy's offset and its last read's size separately: one page of room.
 constexpr uint32_t kScratchSlackBytes = 4096;
 
@@ -275,6 +284,7 @@ struct LoadConfig {
   uint64_t sample_period_ns = 0;
   uint32_t ring_bytes = 0;
   uint32_t stack_copy = 0;
+  uint32_t pending_copy = 0;  // cfi mode: the stack copied with samples whose tables were pending
   bool dwarf = false;
   bool cfi = false;
   uint32_t cfi_rows = 0;
@@ -301,6 +311,9 @@ LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& pr
   c.stack_copy = stack_copy_bytes(options);
   c.dwarf = options.call_graph == CallGraph::kDwarf;
   c.cfi = options.call_graph == CallGraph::kCfi;
+  // Pid targets and commands only: system-wide, a cold cache leaves most samples waiting for tables for
+  // seconds (docs/performance.md), and copying each would multiply the ring's traffic by 40.
+  c.pending_copy = c.cfi && c.filter_mode == HPD_FILTER_PIDS ? kPendingStackBytes : 0;
   const uint32_t rows = options.cfi_row_capacity != 0 ? options.cfi_row_capacity : kDefaultCfiRowCapacity;
   // Each module's index has at most a quarter as many buckets as the module has rows, and at least
   // one: room for as many tiny modules again.
@@ -333,6 +346,7 @@ Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
   config->stack_copy_bytes = c.stack_copy;
   config->user_stack_from_copy = c.dwarf ? 1 : 0;
   config->cfi_unwind = c.cfi ? 1 : 0;
+  config->pending_stack_copy_bytes = c.pending_copy;
   // Without cfi mode the table maps take no memory.
   err = bpf_map__set_max_entries(skel->maps.cfi_rows, c.cfi_rows);
   if (err == 0) err = bpf_map__set_max_entries(skel->maps.cfi_index, c.cfi_index);
@@ -345,7 +359,8 @@ Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
   if (err == 0)
     err = bpf_map__set_value_size(
         skel->maps.sample_scratch,
-        static_cast<uint32_t>(sizeof(hpd_sample_event) + c.stack_copy + kScratchSlackBytes));
+        static_cast<uint32_t>(sizeof(hpd_sample_event) + std::max(c.stack_copy, c.pending_copy) +
+                              kScratchSlackBytes));
   if (err != 0) throw RecordError("cannot size the eBPF record buffers: " + errno_text(err));
   // One per program that walks (on-CPU, sched_switch, exit): CFI_WINDOW_SLOTS in cfi_walk.bpf.h.
   err = bpf_map__set_max_entries(skel->maps.cfi_windows, static_cast<uint32_t>(3 * possible));
@@ -514,10 +529,16 @@ class BpfSession {
   // `rewalk`: also walk again the waiting off-CPU stacks (OffCpuRewalk), which is sound only while the
   // programs are attached (they take a thread's entry away when it runs again).
   void drain(bool rewalk = true);
+  // Decodes the records the decoder held for a second walk, as far as their tables allow
+  // (`mappings_read_at`: the mappings made before then have been read); `final`: all of them.
+  void release_held(uint64_t mappings_read_at, bool final);
   void load_initial_tables();
   uint32_t cfi_row_capacity() const { return config_.cfi_rows; }
   uint32_t cfi_index_capacity() const { return config_.cfi_index; }
   void note_for_cfi(const Event& event);
+  // The second walk of an on-CPU sample held by the decoder, with the tables as published now.
+  BpfEventDecoder::HeldWalk walk_held(const hpd_sample_event& e, std::span<const uint8_t> stack,
+                                      BpfEventDecoder::UserWalk& out);
   void open_mmap_watch();
   void drain_mmaps();
   void collect_leftovers();
@@ -856,6 +877,22 @@ void BpfSession::note_for_cfi(const Event& event) {
   }
 }
 
+BpfEventDecoder::HeldWalk BpfSession::walk_held(const hpd_sample_event& e, std::span<const uint8_t> stack,
+                                                BpfEventDecoder::UserWalk& out) {
+  const int32_t pid = e.header.pid;
+  // Its image is gone: what is published now is the one its exec brought.
+  if (const uint64_t exec = cfi_maps_->exec_ns(pid); exec != 0 && e.header.time_ns < exec)
+    return BpfEventDecoder::HeldWalk::kAsIs;
+  const CfiMaps::Published published = cfi_maps_->published(pid);
+  if (published.at == 0 || published.tables_pending) return BpfEventDecoder::HeldWalk::kWait;
+  CfiMaps::StackWalk walk = cfi_maps_->walk_stack(pid, e.regs[static_cast<size_t>(DwarfReg::kRip)],
+                                                  e.regs[static_cast<size_t>(DwarfReg::kRsp)],
+                                                  e.regs[static_cast<size_t>(DwarfReg::kRbp)], stack);
+  if (walk.pending) return BpfEventDecoder::HeldWalk::kAsIs;  // a table that will not come (map full)
+  out = BpfEventDecoder::UserWalk{std::move(walk.ips), walk.end, walk.fp_frames};
+  return BpfEventDecoder::HeldWalk::kWalked;
+}
+
 void BpfSession::describe_initial(int32_t pid) {
   RawProcess& process = result_.profile.process(pid);
   process.start_ns = result_.profile.info.start_mono_ns;
@@ -921,7 +958,9 @@ void BpfSession::drain_mmaps() {
 }
 
 void BpfSession::drain(bool rewalk) {
-  // Mappings first: a sample in the ring was taken after the mmap that explains it.
+  // Mappings first: a sample in the ring was taken after the mmap that explains it. Every mapping made
+  // before this moment is read by drain_mmaps (unless the watch lost it).
+  const uint64_t mappings_read_at = mono_now();
   drain_mmaps();
   const int n = ring_buffer__consume(ring_.get());
   if (callback_error_) std::rethrow_exception(std::exchange(callback_error_, nullptr));
@@ -930,6 +969,13 @@ void BpfSession::drain(bool rewalk) {
   // Not with the call-counting runtime, whose return hooks on the stack only the programs replace.
   if (rewalk && rewalk_ && !skel_->bss->calls_runtime_active)
     rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
+  if (cfi_maps_ && decoder_->holding()) release_held(mappings_read_at, false);
+}
+
+void BpfSession::release_held(uint64_t mappings_read_at, bool final) {
+  decoder_->release_held([this](const hpd_sample_event& e, std::span<const uint8_t> stack,
+                                BpfEventDecoder::UserWalk& out) { return walk_held(e, stack, out); },
+                         mappings_read_at, to_builder_, final);
 }
 
 // After sampling stopped: threads still off the CPU, per-thread drop counts, global counters.
@@ -1024,6 +1070,14 @@ RecordResult BpfSession::run() {
   if (kernel_frames_) profile.intern_module("[kernel.kallsyms]", kernel_build_id(), true);
 
   decoder_ = std::make_unique<BpfEventDecoder>(stack_copy_);
+  // cfi mode: samples taken before their tables were published wait for them (walk_held); their process
+  // counts as sampled, so that system-wide its tables are compiled.
+  if (cfi_)
+    decoder_->hold_pending_walks(
+        [this](int32_t pid) {
+          if (cfi_maps_) cfi_maps_->sampled(pid);
+        },
+        kMaxHeldBytes);
   builder_ = std::make_unique<RawProfileBuilder>(
       profile, BuilderConfig{TrackerConfig{profile.info.start_mono_ns}, dwarf_},
       SystemLookups{[](int32_t pid) { return read_proc_maps(pid); },
@@ -1140,6 +1194,14 @@ RecordResult BpfSession::run() {
   sampling_.clear();
   profile_bpf__detach(skel_.get());
   drain(false);
+  if (cfi_maps_ && decoder_->walks_held() != 0) {
+    // The samples taken last may wait for tables still being loaded or compiled.
+    const uint64_t mappings_read_at = mono_now();
+    drain_mmaps();
+    cfi_maps_->wait_for_tables(kFinalTablesWaitMs);
+    release_held(mappings_read_at, false);
+  }
+  if (decoder_->holding()) release_held(~uint64_t{0}, true);
   collect_leftovers();
   calls_->finish(result_);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
@@ -1171,6 +1233,7 @@ RecordResult BpfSession::run() {
     c.without_table = t.without_table;
     c.samples_tables_pending = decoder_->samples_tables_pending();
     c.off_cpu_rewalked = decoder_->off_cpu_rewalked();
+    c.on_cpu_rewalked = decoder_->on_cpu_rewalked();
     c.samples_with_fp_frames = decoder_->samples_with_fp_frames();
   }
   static const char* const kEndNames[HPD_USER_END_COUNT] = {"no walk",

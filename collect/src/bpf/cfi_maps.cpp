@@ -19,6 +19,7 @@
 
 #include "hpd/base/elf.h"
 #include "hpd/collect/recorder.h"
+#include "process_tracker.h"
 #include "profile_event.h"
 #include "unwind_cache.h"
 
@@ -43,9 +44,11 @@ static_assert(HPD_SIGFRAME_RIP == kSigframeRip && HPD_SIGFRAME_RSP == kSigframeR
 
 constexpr const char* kVdso = "[vdso]";
 
-// A module the walk has a table for: a file, or the vDSO.
+// A module the walk has a table for: a file, or the vDSO. Not anonymous memory, which perf's mmap
+// records name "//anon" (or "/anon_hugepage"): no file is there to open.
 bool may_have_table(const std::string& path) {
-  return (!path.empty() && path.front() == '/') || path == kVdso;
+  if (path == kVdso) return true;
+  return !path.empty() && path.front() == '/' && module_path_for(path) != "[anon]";
 }
 
 }  // namespace

@@ -118,6 +118,12 @@ class CfiMaps {
     bool tables_pending = true;
   };
   [[nodiscard]] Published published(int32_t pid) const;
+  // When `pid` last exec'd (CLOCK_MONOTONIC, from its record; 0 when unknown or never): the mappings
+  // published since are the new image's.
+  [[nodiscard]] uint64_t exec_ns(int32_t pid) const {
+    const auto it = exec_ns_.find(pid);
+    return it == exec_ns_.end() ? 0 : it->second;
+  }
 
   CfiMapStats stats() const;
   // Readable when compiled tables wait for poll(): the recorder polls it with its other descriptors.

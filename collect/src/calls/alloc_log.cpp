@@ -2,6 +2,9 @@
 #include "hpd/calls/alloc_log.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,8 +54,32 @@ AllocLog::AllocLog(uint64_t mean_bytes) : mean_bytes_(mean_bytes == 0 ? HPD_ALLO
   }
 }
 
+AllocLog::AllocLog(UniqueFd handed_over) : fd_(std::move(handed_over)), mean_bytes_(0) {
+  struct stat st {};
+  if (!fd_ || ::fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    throw CallCountError("the allocation log handed over is not a regular file");
+  // tmpfs (/dev/shm, or a memfd): a file system whose reads cannot block (a FUSE file could hold a
+  // read of hpd's forever).
+  struct statfs fs {};
+  if (::fstatfs(fd_.get(), &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+    throw CallCountError("the allocation log handed over is not on tmpfs (/dev/shm)");
+  if (static_cast<uint64_t>(st.st_size) != HPD_ALLOC_FILE_SIZE)
+    throw CallCountError("the allocation log handed over has " + std::to_string(st.st_size) +
+                         " bytes, not the " + std::to_string(HPD_ALLOC_FILE_SIZE) +
+                         " of this hpd's layout (another hpd version?)");
+  hpd_alloc_header h{};
+  if (::pread(fd_.get(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != HPD_ALLOC_MAGIC ||
+      h.version != HPD_ALLOC_VERSION || h.header_size != sizeof h || h.file_size != HPD_ALLOC_FILE_SIZE)
+    throw CallCountError(
+        "the allocation log handed over does not hold this hpd's layout (another hpd version?)");
+  if (h.mean_bytes < kMinMean || h.mean_bytes > kMaxMean)
+    throw CallCountError("the allocation log handed over asks for a sampling mean of " +
+                         std::to_string(h.mean_bytes) + " bytes");
+  mean_bytes_ = h.mean_bytes;
+}
+
 AllocLog::~AllocLog() {
-  ::unlink(path_.c_str());
+  if (!path_.empty()) ::unlink(path_.c_str());
 }
 
 std::vector<std::string> AllocLog::environment(const std::string& runtime) const {
@@ -62,48 +89,76 @@ std::vector<std::string> AllocLog::environment(const std::string& runtime) const
   return {"LD_PRELOAD=" + preload, std::string(HPD_ALLOC_ENV_LOG) + "=" + path_};
 }
 
-std::vector<std::string> AllocLog::read(RawProfile& profile) const {
+std::vector<std::string> AllocLog::read(RawProfile& profile, const std::set<int32_t>* allowed_pids,
+                                        const AllocLogLimits& limits) const {
   std::vector<std::string> messages;
   RawAllocStats& stats = profile.alloc;
   stats.mean_bytes = mean_bytes_;
   hpd_alloc_header h{};
   if (::pread(fd_.get(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != HPD_ALLOC_MAGIC ||
-      h.version != HPD_ALLOC_VERSION) {
-    messages.push_back("allocations: the runtime's log " + path_ + " was overwritten; nothing was read");
+      h.version != HPD_ALLOC_VERSION || h.mean_bytes != mean_bytes_) {
+    messages.push_back("allocations: the runtime's log was overwritten; nothing was read");
     return messages;
   }
-  stats.processes = h.processes;
-  stats.dropped = h.dropped;
-  stats.untracked = h.untracked;
-  const uint64_t limit = HPD_ALLOC_FILE_SIZE - sizeof h;
-  const uint64_t used = std::min(h.cursor, limit);
-  // Read in chunks; a record never spans more than one chunk boundary's worth of bytes.
-  std::vector<uint8_t> bytes(used);
-  size_t got = 0;
-  while (got < used) {
-    const ssize_t n = ::pread(fd_.get(), bytes.data() + got, used - got, static_cast<off_t>(sizeof h + got));
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  bytes.resize(got);
+  // Counters the runtime adds to; anything above what a log can hold was written by something else.
+  constexpr uint64_t kMaxCounter = HPD_ALLOC_FILE_SIZE;
+  stats.processes = std::min(h.processes, kMaxCounter);
+  stats.dropped = std::min(h.dropped, kMaxCounter);
+  stats.untracked = std::min(h.untracked, kMaxCounter);
+  const uint64_t used = std::min<uint64_t>(h.cursor, HPD_ALLOC_FILE_SIZE - sizeof h);
+  // The records, a chunk at a time: a record starts in the chunk and is read whole (it is at most
+  // hpd_alloc_record_size(HPD_ALLOC_MAX_FRAMES) bytes long), or the chunk is refilled from its start.
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<uint8_t> chunk(kChunk);
+  uint64_t chunk_at = 0;  // offset (after the header) of chunk[0]
+  size_t chunk_len = 0;
+  bool short_read = false;
+  const auto fill = [&](uint64_t at) {
+    chunk_at = at;
+    chunk_len = 0;
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, used - at));
+    while (chunk_len < want) {
+      const ssize_t n = ::pread(fd_.get(), chunk.data() + chunk_len, want - chunk_len,
+                                static_cast<off_t>(sizeof h + at + chunk_len));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        short_read = true;
+        break;
+      }
+      chunk_len += static_cast<size_t>(n);
+    }
+  };
   std::unordered_map<PidAddress, size_t, PidAddressHash> live;
-  uint64_t unfinished = 0;
-  size_t at = 0;
-  while (at + sizeof(hpd_alloc_record) <= bytes.size()) {
+  bool unfinished = false;
+  uint64_t foreign = 0, over_limit = 0;
+  uint64_t at = 0;
+  std::vector<uint64_t> user;
+  while (at + sizeof(hpd_alloc_record) <= used) {
+    if (at < chunk_at || at + sizeof(hpd_alloc_record) > chunk_at + chunk_len) fill(at);
+    if (at + sizeof(hpd_alloc_record) > chunk_at + chunk_len) break;  // truncated meanwhile
     hpd_alloc_record r{};
-    std::memcpy(&r, bytes.data() + at, sizeof r);
+    std::memcpy(&r, chunk.data() + (at - chunk_at), sizeof r);
     if (r.kind == 0) {
       // Reserved, never written (a process still running, or killed in between): its length is unknown.
-      unfinished = 1;
+      unfinished = true;
       break;
     }
     const uint32_t frames = r.kind == HPD_ALLOC_RECORD_FREE ? 0 : r.frames;
-    if (frames > HPD_ALLOC_MAX_FRAMES || at + hpd_alloc_record_size(frames) > bytes.size() ||
+    if (frames > HPD_ALLOC_MAX_FRAMES || at + hpd_alloc_record_size(frames) > used ||
         (r.kind != HPD_ALLOC_RECORD_ALLOC && r.kind != HPD_ALLOC_RECORD_FREE &&
          r.kind != HPD_ALLOC_RECORD_ALLOC_UNTRACKED)) {
       messages.push_back("allocations: the runtime's log is damaged at byte " +
                          std::to_string(sizeof h + at) + "; what follows was not read");
       break;
+    }
+    // The whole record in the chunk (a chunk holds the longest record).
+    if (at + hpd_alloc_record_size(frames) > chunk_at + chunk_len) fill(at);
+    if (at + hpd_alloc_record_size(frames) > chunk_at + chunk_len) break;  // truncated meanwhile
+    const uint8_t* bytes = chunk.data() + (at - chunk_at);
+    at += hpd_alloc_record_size(frames);
+    if (allowed_pids != nullptr && allowed_pids->count(r.pid) == 0) {
+      ++foreign;
+      continue;
     }
     const PidAddress key{r.pid, r.address};
     if (r.kind == HPD_ALLOC_RECORD_FREE) {
@@ -111,31 +166,39 @@ std::vector<std::string> AllocLog::read(RawProfile& profile) const {
       if (it == live.end()) {
         ++stats.frees_unmatched;
       } else {
-        profile.allocations[it->second].freed = true;
+        RawAllocation& a = profile.allocations[it->second];
+        a.freed = true;
+        a.free_time_ns = r.time_ns;
+        a.free_tid = r.tid;
         live.erase(it);
       }
-    } else {
-      std::vector<uint64_t> user(frames);
-      std::memcpy(user.data(), bytes.data() + at + sizeof r, 8ull * frames);
-      RawAllocation a;
-      a.pid = r.pid;
-      a.tid = r.tid;
-      a.address = r.address;
-      a.size = r.size;
-      a.stack = frames == 0 ? kNoIndex : profile.stacks.intern({}, user, UserLeaf::kAfterSyscall);
-      a.tracked = r.kind == HPD_ALLOC_RECORD_ALLOC;
-      if (a.tracked) {
-        // An address sampled again while still live was freed where the runtime could not see it.
-        auto [it, inserted] = live.try_emplace(key, profile.allocations.size());
-        if (!inserted) {
-          profile.allocations[it->second].freed = true;
-          it->second = profile.allocations.size();
-        }
-      }
-      profile.allocations.push_back(a);
+      continue;
     }
-    at += hpd_alloc_record_size(frames);
+    if (profile.allocations.size() >= limits.allocations) {
+      ++over_limit;
+      continue;
+    }
+    user.resize(frames);
+    std::memcpy(user.data(), bytes + sizeof r, 8ull * frames);
+    RawAllocation a;
+    a.pid = r.pid;
+    a.tid = r.tid;
+    a.address = r.address;
+    a.size = r.size;
+    a.time_ns = r.time_ns;
+    a.stack = frames == 0 ? kNoIndex : profile.stacks.intern({}, user, UserLeaf::kAfterSyscall);
+    a.tracked = r.kind == HPD_ALLOC_RECORD_ALLOC;
+    if (a.tracked) {
+      // An address sampled again while still live was freed where the runtime could not see it.
+      auto [it, inserted] = live.try_emplace(key, profile.allocations.size());
+      if (!inserted) {
+        profile.allocations[it->second].freed = true;
+        it->second = profile.allocations.size();
+      }
+    }
+    profile.allocations.push_back(a);
   }
+  stats.dropped += over_limit;
   if (stats.processes == 0)
     messages.push_back(
         "allocations: hpd's runtime never started in the command (it cleared LD_PRELOAD, or it is "
@@ -143,11 +206,22 @@ std::vector<std::string> AllocLog::read(RawProfile& profile) const {
   if (stats.dropped != 0)
     messages.push_back("allocations: the log was full; " + std::to_string(stats.dropped) +
                        " samples and frees were dropped (a larger --alloc-mean samples less)");
+  if (over_limit != 0)
+    messages.push_back("allocations: hpd keeps at most " + std::to_string(limits.allocations) +
+                       " sampled allocations of a log a client hands over; " + std::to_string(over_limit) +
+                       " more were dropped (a larger --alloc-mean samples less)");
+  if (foreign != 0)
+    messages.push_back("allocations: " + std::to_string(foreign) +
+                       " record(s) of the runtime's log name processes this recording does not follow; "
+                       "they were ignored");
+  if (short_read)
+    messages.push_back(
+        "allocations: the runtime's log was truncated while recording; what was cut was not read");
   if (stats.untracked != 0)
     messages.push_back("allocations: " + std::to_string(stats.untracked) +
                        " sampled allocations could not be watched until their free (too many live "
                        "samples); they count as allocated, not as live");
-  if (unfinished != 0)
+  if (unfinished)
     messages.push_back(
         "allocations: a process was still writing the log when the recording ended; its last samples "
         "were not read");

@@ -1,6 +1,8 @@
 // Decoding of perf_event records; every read is bounds-checked so garbage cannot crash the reader.
 #include "perf/perf_records.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -192,6 +194,20 @@ std::optional<PerfRecord> decode_record(std::span<const uint8_t> bytes, const Re
       r.sample_id = sample_id;
       return r;
     }
+    case PERF_RECORD_MMAP: {
+      // The older record (perf.data files, synthesized by perf or from events without attr.mmap2): no
+      // device, inode, protection or flags; a mapping of data is flagged PERF_RECORD_MISC_MMAP_DATA.
+      Mmap2Record r;
+      if (!(c.take(pid) && c.take(tid) && c.take(r.address) && c.take(r.length) && c.take(r.page_offset) &&
+            c.take_string(r.filename))) {
+        return std::nullopt;
+      }
+      r.prot = (header.misc & PERF_RECORD_MISC_MMAP_DATA) != 0 ? PROT_READ : PROT_READ | PROT_EXEC;
+      r.pid = static_cast<int32_t>(pid);
+      r.tid = static_cast<int32_t>(tid);
+      r.sample_id = sample_id;
+      return r;
+    }
     case PERF_RECORD_COMM: {
       CommRecord r;
       if (!(c.take(pid) && c.take(tid) && c.take_string(r.comm))) return std::nullopt;
@@ -218,6 +234,13 @@ std::optional<PerfRecord> decode_record(std::span<const uint8_t> bytes, const Re
     case PERF_RECORD_LOST: {
       LostRecord r;
       if (!(c.take(r.id) && c.take(r.lost))) return std::nullopt;
+      r.sample_id = sample_id;
+      return r;
+    }
+    case PERF_RECORD_LOST_SAMPLES: {
+      // Samples the kernel could not write (no id: they are of the event that writes the record).
+      LostRecord r;
+      if (!c.take(r.lost)) return std::nullopt;
       r.sample_id = sample_id;
       return r;
     }

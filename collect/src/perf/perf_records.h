@@ -56,6 +56,8 @@ struct SampleRecord {
   std::span<const uint8_t> user_stack;
 };
 
+// PERF_RECORD_MMAP2, and PERF_RECORD_MMAP (perf.data files) with prot PROT_READ | PROT_EXEC unless
+// it is flagged as a mapping of data.
 struct Mmap2Record {
   int32_t pid = 0;
   int32_t tid = 0;
@@ -88,6 +90,7 @@ struct TaskRecord {
   SampleId sample_id;
 };
 
+// PERF_RECORD_LOST (records a full ring dropped) and PERF_RECORD_LOST_SAMPLES (id 0).
 struct LostRecord {
   uint64_t id = 0;
   uint64_t lost = 0;

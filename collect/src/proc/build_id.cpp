@@ -80,9 +80,6 @@ BuildIdReader::Known BuildIdReader::read_cached(UniqueFd fd, bool hold) {
   return it->second;
 }
 
-namespace {
-
-// This process's own vDSO image (empty if it has none).
 const std::vector<uint8_t>& own_vdso() {
   static const std::vector<uint8_t> image = [] {
     std::vector<uint8_t> bytes;
@@ -96,8 +93,6 @@ const std::vector<uint8_t>& own_vdso() {
   }();
   return image;
 }
-
-}  // namespace
 
 MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
   MappedModule out;

@@ -30,6 +30,10 @@ struct MappedModule {
   std::string error;                     // why the vDSO image could not be read (else empty)
 };
 
+// This process's own vDSO image (empty if it has none): the kernel maps one image per ABI into every
+// process, so it stands for a process's vDSO of the same size or build-id.
+const std::vector<uint8_t>& own_vdso();
+
 // The bytes of [start, end) of a live process's memory (/proc/PID/mem; needs ptrace access, so
 // CAP_SYS_PTRACE for other users' processes); empty and a reason in *error when it cannot be read.
 std::vector<uint8_t> read_process_memory(int32_t pid, uint64_t start, uint64_t end, std::string* error);

@@ -13,8 +13,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include "chunk_pusher.h"
 #include "hpd/capture/capture.h"
 #include "hpd/continuous/continuous.h"
+#include "hpd/session/otlp_push.h"
 #include "store_files.h"
 
 namespace hpd::continuous {
@@ -52,6 +54,21 @@ void validate(const ContinuousOptions& o) {
     throw std::invalid_argument("continuous mode: the retry delay must be between 0 and 1 day");
   if (o.zstd_level < 1 || o.zstd_level > 19)
     throw std::invalid_argument("continuous mode: the zstd level must be between 1 and 19");
+  if (!o.push.otlp_endpoint.empty()) {
+    try {
+      session::otlp_profiles_url(o.push.otlp_endpoint);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("continuous mode: the OTLP endpoint ") + e.what());
+    }
+  }
+  if (!std::isfinite(o.push.timeout_s) || o.push.timeout_s < 1 || o.push.timeout_s > 3600)
+    throw std::invalid_argument("continuous mode: the push timeout must be between 1 s and 1 hour");
+  if (!std::isfinite(o.push.retry_max_s) || o.push.retry_max_s < 1 || o.push.retry_max_s > 86400)
+    throw std::invalid_argument(
+        "continuous mode: the longest wait between push retries must be between 1 s and 1 day");
+  for (const auto& [key, value] : o.push.labels) {
+    if (key.empty()) throw std::invalid_argument("continuous mode: a push label has an empty key");
+  }
 }
 
 struct ContinuousProfiler::State {
@@ -62,6 +79,8 @@ struct ContinuousProfiler::State {
   Stats stats;                // guarded by mutex
   std::atomic<bool> stop_requested{false};
   std::thread thread;
+  ChunkPusher pusher{stop_requested};
+  std::thread push_thread;
   // Owned by the recording thread while it runs, by start()/stop() otherwise.
   std::unique_ptr<DirectoryLock> lock;
   fs::path locked_dir;
@@ -94,6 +113,8 @@ struct ContinuousProfiler::State {
     lock.reset();
     lock = std::make_unique<DirectoryLock>(o.dir);
     locked_dir = o.dir;
+    // The push cursor first: retention must know which chunks were not sent yet.
+    pusher.configure(o.dir, o.push, o.log);
     previous_end_mono = 0;
     std::vector<std::string> notes;
     const size_t salvaged = recover_temporaries(o.dir, &notes);
@@ -132,6 +153,7 @@ struct ContinuousProfiler::State {
     std::vector<std::string> notes;
     const auto removed =
         apply_retention(o.dir, RetentionLimits{o.max_age_s, o.max_bytes}, unix_now_ns(), &notes);
+    pusher.chunks_removed(removed);
     const StoreScan scan = scan_store(o.dir);
     uint64_t bytes = 0;
     for (const ChunkFile& c : scan.chunks) bytes += c.bytes;
@@ -225,6 +247,7 @@ struct ContinuousProfiler::State {
       writer->finish(profile);  // fsyncs
       writer.reset();
       rename_durably(tmp_path, final_path);
+      pusher.chunk_finished();
     }
     std::lock_guard<std::mutex> guard(mutex);
     if (profile.sample_count() != 0) ++stats.chunks_written;
@@ -246,6 +269,7 @@ struct ContinuousProfiler::State {
       }
       try {
         if (o.dir != locked_dir) open_directory(o);
+        pusher.configure(o.dir, o.push, o.log);  // a new endpoint or labels (SIGHUP)
         record_chunk(o);
         retain(o);
       } catch (const std::exception& e) {
@@ -279,6 +303,8 @@ void ContinuousProfiler::start() {
     state_->stats.running = true;
   }
   state_->thread = std::thread([state = state_.get()] { state->run(); });
+  // The push has its own thread: sampling never waits for the network.
+  state_->push_thread = std::thread([state = state_.get()] { state->pusher.run(); });
 }
 
 void ContinuousProfiler::stop() {
@@ -289,7 +315,9 @@ void ContinuousProfiler::stop() {
     state_->stop_requested = true;
   }
   state_->wake.notify_all();
+  state_->pusher.wake();
   state_->thread.join();
+  state_->push_thread.join();
   state_->lock.reset();
   state_->locked_dir.clear();
   std::lock_guard<std::mutex> guard(state_->mutex);
@@ -303,8 +331,13 @@ void ContinuousProfiler::reconfigure(ContinuousOptions options) {
 }
 
 Stats ContinuousProfiler::stats() const {
-  std::lock_guard<std::mutex> guard(state_->mutex);
-  return state_->stats;
+  Stats stats;
+  {
+    std::lock_guard<std::mutex> guard(state_->mutex);
+    stats = state_->stats;
+  }
+  stats.push = state_->pusher.stats();
+  return stats;
 }
 
 ContinuousOptions ContinuousProfiler::options() const {

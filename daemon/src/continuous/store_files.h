@@ -11,6 +11,8 @@ inline constexpr const char* kTmpSuffix = ".tmp";
 // A salvaged chunk is written here first, so that a crash while salvaging leaves the source intact.
 inline constexpr const char* kSalvageSuffix = ".salvage.tmp";
 inline constexpr const char* kLockName = ".hpd-continuous.lock";
+// The cursor files of the push to OTLP endpoints (chunk_pusher.h), and their temporaries.
+inline constexpr const char* kPushCursorPrefix = ".hpd-push-";
 
 // An exclusive flock on DIR/.hpd-continuous.lock: one profiler per directory, since a second one
 // would take the first one's chunk in progress for a crashed run's leftover.

@@ -12,6 +12,8 @@
 #include <map>
 #include <sstream>
 
+#include "hpd/session/otlp_push.h"
+
 namespace hpd::service {
 namespace {
 
@@ -190,6 +192,10 @@ const std::map<std::string, Key, std::less<>>& keys() {
        {uint_setter(&Config::continuous_frequency, 1, 1000), number_getter(&Config::continuous_frequency)}},
       {"continuous_cfi_rows",
        {uint_setter(&Config::continuous_cfi_rows, 1, 1u << 25), number_getter(&Config::continuous_cfi_rows)}},
+      {"continuous_kernel",
+       {bool_setter(&Config::continuous_kernel), bool_getter(&Config::continuous_kernel)}},
+      {"continuous_off_cpu",
+       {bool_setter(&Config::continuous_off_cpu), bool_getter(&Config::continuous_off_cpu)}},
       {"continuous_chunk_seconds",
        {uint_setter(&Config::continuous_chunk_seconds, 1, 86400),
         number_getter(&Config::continuous_chunk_seconds)}},
@@ -209,6 +215,45 @@ const std::map<std::string, Key, std::less<>>& keys() {
           return "";
         },
         number_getter(&Config::continuous_max_bytes)}},
+      {"otlp_endpoint",
+       {[](Config& c, std::string_view v) -> std::string {
+          if (!v.empty()) {
+            try {
+              session::otlp_profiles_url(std::string(v));
+            } catch (const std::invalid_argument& e) {
+              return e.what();
+            }
+          }
+          c.otlp_endpoint = std::string(v);
+          return "";
+        },
+        string_getter(&Config::otlp_endpoint)}},
+      {"push_labels",
+       {[](Config& c, std::string_view v) -> std::string {
+          std::vector<std::pair<std::string, std::string>> labels;
+          while (!v.empty()) {
+            const size_t comma = v.find(',');
+            const std::string_view item = trim(v.substr(0, comma));
+            v = comma == std::string_view::npos ? std::string_view() : v.substr(comma + 1);
+            const size_t eq = item.find('=');
+            const std::string_view key = eq == std::string_view::npos ? item : trim(item.substr(0, eq));
+            if (eq == std::string_view::npos || key.empty())
+              return "expected KEY=VALUE pairs separated by commas (e.g. team=storage, region=eu-1)";
+            for (const auto& [k, value] : labels) {
+              if (k == key) return "the label '" + k + "' is given twice";
+            }
+            labels.emplace_back(std::string(key), std::string(trim(item.substr(eq + 1))));
+          }
+          c.push_labels = std::move(labels);
+          return "";
+        },
+        [](const Config& c) {
+          std::string text;
+          for (const auto& [k, v] : c.push_labels) text += (text.empty() ? "" : ", ") + k + "=" + v;
+          return text;
+        }}},
+      {"push_timeout", duration_key(&Config::push_timeout_s, 1, 3600)},
+      {"push_retry_max", duration_key(&Config::push_retry_max_s, 1, 86400)},
       {"state_directory",
        {string_setter(&Config::state_directory, true), string_getter(&Config::state_directory)}},
       {"max_unwind_cache_mb",

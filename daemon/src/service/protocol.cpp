@@ -69,6 +69,11 @@ void parse_record(const json& j, Request& request) {
       throw ProtocolError(ErrorCode::kBadRequest, "\"calls_table\" must be true or false");
     request.record_has_calls_table = table->get<bool>();
   }
+  if (const json* log = find(j, "alloc_log")) {
+    if (!log->is_boolean())
+      throw ProtocolError(ErrorCode::kBadRequest, "\"alloc_log\" must be true or false");
+    request.record_has_alloc_log = log->get<bool>();
+  }
 }
 
 }  // namespace

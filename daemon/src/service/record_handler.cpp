@@ -145,6 +145,16 @@ void Connection::handle_record(const Request& request, Frame& frame) {
       return;
     }
   }
+  // The client's allocation log: likewise only read through this descriptor, as untrusted data.
+  UniqueFd alloc_log;
+  if (request.record_has_alloc_log) {
+    alloc_log.reset(frame.take_fd());
+    if (!alloc_log) {
+      send_error(ErrorCode::kBadRequest,
+                 "\"alloc_log\": true, but no descriptor for the allocation log came with the request");
+      return;
+    }
+  }
   const Config config = daemon_.config();
   session::RecordRequest args = request.record;
   std::vector<std::string> notes;
@@ -159,6 +169,8 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   options->load_next_ahead = true;
   options->requested_mono_ns = received_mono_ns;
   if (options->count_calls && calls_table) options->call_table_fd = calls_table.get();
+  // Read for the processes this session follows only (those its access checks admitted).
+  if (alloc_log) options->alloc_log_fd = alloc_log.get();
   const std::shared_ptr<Session> session = open_session(request, args, config);
   if (!session) return;
 

@@ -138,6 +138,23 @@ json Daemon::status_message(bool privileged) {
       continuous["lost"] = stats.lost;
       continuous["last_error"] = stats.last_error;
       if (privileged) continuous["directory"] = continuous_->options().dir.string();
+      // The endpoint's URL and errors (which name it) may hold credentials: for privileged clients.
+      json push = json::array();
+      for (const continuous::PushStats& p : stats.push) {
+        json e = {{"chunks_sent", p.chunks_sent},
+                  {"chunks_queued", p.chunks_queued},
+                  {"chunks_dropped", p.chunks_dropped},
+                  {"bytes_sent", p.bytes_sent},
+                  {"last_success_unix_ns", p.last_success_unix_ns},
+                  {"last_error_unix_ns", p.last_error_unix_ns},
+                  {"last_sent", p.last_sent}};
+        if (privileged) {
+          e["endpoint"] = p.endpoint;
+          e["last_error"] = p.last_error;
+        }
+        push.push_back(std::move(e));
+      }
+      continuous["push"] = std::move(push);
     }
   }
 #endif
@@ -232,6 +249,10 @@ void Daemon::configure_continuous(const Config& config) {
 #ifdef HPD_HAVE_CONTINUOUS
   std::lock_guard lock(continuous_mutex_);
   if (!config.continuous) {
+    if (!config.otlp_endpoint.empty())
+      log_warning(
+          "otlp_endpoint is set, but continuous = off: nothing is pushed (the push sends the chunks of "
+          "continuous mode)");
     if (continuous_) {
       continuous_->stop();
       continuous_.reset();
@@ -244,8 +265,23 @@ void Daemon::configure_continuous(const Config& config) {
   options.frequency_hz = config.continuous_frequency;
   options.cfi_rows = config.continuous_cfi_rows;
   options.chunk_seconds = config.continuous_chunk_seconds;
+  options.kernel = config.continuous_kernel;
+  options.off_cpu = config.continuous_off_cpu;
   options.max_age_s = config.continuous_max_age_s;
   options.max_bytes = config.continuous_max_bytes;
+  options.push.otlp_endpoint = config.otlp_endpoint;
+  options.push.labels = config.push_labels;
+  options.push.timeout_s = config.push_timeout_s;
+  options.push.retry_max_s = config.push_retry_max_s;
+  options.push.user_agent = "hpd/" HPD_VERSION;
+  options.push.scope_version = HPD_VERSION;
+  options.log = [](continuous::LogSeverity severity, const std::string& text) {
+    switch (severity) {
+      case continuous::LogSeverity::kInfo: log_info("continuous push: " + text); break;
+      case continuous::LogSeverity::kWarning: log_warning("continuous push: " + text); break;
+      case continuous::LogSeverity::kError: log_error("continuous push: " + text); break;
+    }
+  };
   try {
     if (continuous_) {
       continuous_->reconfigure(options);
@@ -256,12 +292,16 @@ void Daemon::configure_continuous(const Config& config) {
       continuous_ = std::move(profiler);
       log_info("continuous profiling at " + std::to_string(options.frequency_hz) + " Hz into " +
                options.dir.string());
+      if (!options.push.otlp_endpoint.empty())
+        log_info("continuous push: every finished chunk goes to " + options.push.otlp_endpoint);
     }
   } catch (const std::exception& e) {
     log_error(std::string("continuous profiling could not start: ") + e.what());
   }
 #else
   if (config.continuous) log_warning("continuous = on, but this hpd was built without continuous mode");
+  if (!config.otlp_endpoint.empty())
+    log_warning("otlp_endpoint is set, but this hpd was built without continuous mode");
 #endif
 }
 

@@ -5,14 +5,18 @@
 // refused.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -56,15 +60,20 @@ const nlohmann::json* row_of(const nlohmann::json& doc, const std::string& name)
   return nullptr;
 }
 
-void check_against_truth(const std::string& program) {
+// `daemon_socket`: through the hpd listening there, else a local recording.
+void check_against_truth(const std::string& program, const std::string& daemon_socket = "") {
   SCOPED_TRACE(program);
   const hpd::testing::TempDir dir("hpd-alloc");
   const std::string out = dir.file("alloc.hpr");
-  const hpd::test::RunResult r =
-      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096", "-o", out, "--",
-                      fixture(program), "truth", dir.file("truth.txt")},
-                     300, {"HPD_CALLS_RUNTIME="});
+  std::vector<std::string> argv = {HPD_HPCTL_PATH, "--local"};
+  if (!daemon_socket.empty()) argv = {HPD_HPCTL_PATH, "--socket", daemon_socket, "--daemon"};
+  argv.insert(argv.end(), {"record", "--alloc", "--alloc-mean", "4096", "-o", out, "--", fixture(program),
+                           "truth", dir.file("truth.txt")});
+  const hpd::test::RunResult r = hpd::test::run(argv, 300, {"HPD_CALLS_RUNTIME="});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (!daemon_socket.empty()) {
+    EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
+  }
   EXPECT_NE(r.err.find("allocations (hpd's runtime, in-process): "), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("Allocations (sampled by hpd's runtime, one per 4.0 KiB"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Live at the end"), std::string::npos) << r.out;
@@ -116,6 +125,146 @@ TEST(AllocRecord, EstimatesMatchTheTruthWithFramePointers) {
 
 TEST(AllocRecord, EstimatesMatchTheTruthWithoutFramePointers) {
   check_against_truth("alloc_nofp");
+}
+
+// The function names on each stack of a Firefox profile's shared stack table (v66: prefixOffset k > 0
+// names the stack k rows before, 0 a root), each name once.
+std::vector<std::set<std::string>> firefox_stack_functions(const nlohmann::json& profile) {
+  const nlohmann::json& shared = profile["shared"];
+  const nlohmann::json& strings = shared["stringArray"];
+  const nlohmann::json& stacks = shared["stackTable"];
+  std::vector<std::set<std::string>> out(stacks["length"].get<size_t>());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const size_t frame = stacks["frame"][i].get<size_t>();
+    const size_t func = shared["frameTable"]["func"][frame].get<size_t>();
+    const uint64_t offset = stacks["prefixOffset"][i].get<uint64_t>();
+    if (offset != 0) out[i] = out[i - offset];
+    out[i].insert(strings[shared["funcTable"]["name"][func].get<size_t>()].get<std::string>());
+  }
+  return out;
+}
+
+// The Firefox export's native allocations (threads[i].nativeAllocations, the profiler's balanced
+// table): each thread's table has the profiler's columns; the allocations' weights, summed per function
+// as the profiler's call tree sums them, are the report's bytes per function; what the profiler's
+// "Retained memory" keeps (allocations no deallocation of the same address follows) is the report's
+// live bytes, and the leaking function's is the fixture's truth within the sampling's error; the
+// times put the fixture's phases in the order it ran them.
+TEST(AllocRecord, FirefoxExportHasTheNativeAllocationTables) {
+  const hpd::testing::TempDir dir("hpd-alloc-firefox");
+  const std::string hpr = dir.file("alloc.hpr");
+  const std::string ff = dir.file("alloc.json");
+  const hpd::test::RunResult r =
+      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096", "--no-report",
+                      "-o", hpr, "--", fixture("alloc_nofp"), "truth", dir.file("truth.txt")},
+                     300, {"HPD_CALLS_RUNTIME="});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::map<std::string, Truth> truth = read_truth(dir.file("truth.txt"));
+  ASSERT_EQ(truth.size(), 3u);
+  const hpd::test::RunResult c = hpd::test::run({HPD_HPCTL_PATH, "convert", hpr, "-o", ff});
+  ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
+  const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", hpr});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const nlohmann::json report = nlohmann::json::parse(rep.out);
+  const nlohmann::json profile = hpd::testing::load_json_maybe_gzip(ff);
+
+  const std::vector<std::string> problems = hpd::testing::lint_firefox_profile(profile);
+  std::string listed;
+  for (const std::string& p : problems) listed += p + "\n";
+  EXPECT_TRUE(problems.empty()) << listed;
+
+  const std::vector<std::set<std::string>> stack_functions = firefox_stack_functions(profile);
+  std::map<std::string, double> allocated, retained;
+  std::map<std::string, std::pair<double, double>> first_last;  // per fixture function: its times
+  size_t tables = 0, allocations = 0, deallocations = 0;
+  for (const nlohmann::json& thread : profile["threads"]) {
+    if (!thread.contains("nativeAllocations")) continue;
+    ++tables;
+    const nlohmann::json& a = thread["nativeAllocations"];
+    std::set<std::string> keys;
+    for (const auto& [key, value] : a.items()) keys.insert(key);
+    EXPECT_EQ(keys, (std::set<std::string>{"length", "weightType", "time", "weight", "stack", "memoryAddress",
+                                           "threadId"}));
+    EXPECT_EQ(a["weightType"], "bytes");
+    const size_t n = a["length"].get<size_t>();
+    // The profiler's filterToRetainedAllocations: an allocation is retained unless a deallocation of
+    // its address follows it.
+    std::map<uint64_t, size_t> live_at;
+    std::vector<bool> kept(n, false);
+    for (size_t i = 0; i < n; ++i) {
+      const double weight = a["weight"][i].get<double>();
+      const uint64_t address = a["memoryAddress"][i].get<uint64_t>();
+      if (weight >= 0) {
+        ++allocations;
+        kept[i] = true;
+        live_at[address] = i;
+        // The fixture allocates in its main thread only.
+        EXPECT_EQ(a["threadId"][i], thread["tid"]);
+        const size_t stack = a["stack"][i].get<size_t>();
+        const double t = a["time"][i].get<double>();
+        for (const std::string& f : stack_functions.at(stack)) {
+          allocated[f] += weight;
+          if (truth.count(f) == 0) continue;
+          auto [it, inserted] = first_last.try_emplace(f, t, t);
+          it->second.first = std::min(it->second.first, t);
+          it->second.second = std::max(it->second.second, t);
+        }
+      } else {
+        ++deallocations;
+        EXPECT_TRUE(a["stack"][i].is_null());
+        const auto it = live_at.find(address);
+        ASSERT_NE(it, live_at.end()) << "a deallocation of an address with no allocation before it";
+        EXPECT_EQ(a["weight"][it->second].get<double>(), -weight);
+        kept[it->second] = false;
+        live_at.erase(it);
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (!kept[i]) continue;
+      for (const std::string& f : stack_functions.at(a["stack"][i].get<size_t>()))
+        retained[f] += a["weight"][i].get<double>();
+    }
+  }
+  EXPECT_EQ(tables, 1u);
+  EXPECT_EQ(allocations, report["allocations"]["samples"].get<uint64_t>());
+  EXPECT_EQ(deallocations, report["allocations"]["frees_matched"].get<uint64_t>());
+  // Per function, the profiler's sums are the report's (the same estimates, summed in another order).
+  for (const nlohmann::json& row : report["allocations"]["rows"]) {
+    const std::string name = row["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    const double total = row["total_bytes"].get<double>(), live = row["live_total_bytes"].get<double>();
+    EXPECT_NEAR(allocated[name], total, 1e-9 * total + 1e-6);
+    EXPECT_NEAR(retained[name], live, 1e-9 * live + 1e-6);
+  }
+  for (const auto& [name, t] : truth) {
+    SCOPED_TRACE(name);
+    EXPECT_NEAR(allocated[name], t.blocks * t.size, allowed_error(t.blocks, t.size));
+    EXPECT_NEAR(retained[name], t.leaked * t.size, allowed_error(t.leaked, t.size));
+  }
+  // The fixture runs small_blocks, then large_blocks, then leak_pages: their sampled allocations'
+  // times (the runtime's clock, the samples' clock) come in that order.
+  ASSERT_EQ(first_last.size(), 3u);
+  EXPECT_LE(first_last["small_blocks"].second, first_last["large_blocks"].first);
+  EXPECT_LE(first_last["large_blocks"].second, first_last["leak_pages"].first);
+  EXPECT_GE(first_last["small_blocks"].first, 0.0);
+}
+
+// `hpctl record --alloc -- CMD` through hpd: hpctl makes the runtime's log, preloads the runtime hpd
+// names into the command it starts, and hands hpd the log; the estimates are checked against the
+// same truth as a local recording's.
+TEST(AllocRecord, ThroughHpdTheEstimatesMatchTheTruth) {
+  const hpd::testing::TempDir dir("hpd-alloc-daemon");
+  std::ofstream(dir.file("hpd.conf")).close();
+  const std::string socket = dir.file("hpd.sock");
+  hpd::test::Background server({HPD_HPD_PATH, "--config", dir.file("hpd.conf"), "--socket", socket});
+  // Until hpd answers (its socket may exist before it listens).
+  bool answers = false;
+  for (int attempt = 0; attempt < 300 && !answers; ++attempt) {
+    answers = hpd::test::run({HPD_HPCTL_PATH, "--socket", socket, "status"}, 30).exit_code == 0;
+    if (!answers) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(answers) << "hpd did not answer on " << socket;
+  check_against_truth("alloc_nofp", socket);
 }
 
 std::string go_tool() {
@@ -192,7 +341,7 @@ TEST(AllocRecord, ThreadsForkAndExecRunUnharmed) {
   EXPECT_EQ((*producer)["live_total_bytes"].get<double>(), 0.0);
 }
 
-TEST(AllocRecord, PidDaemonAndAMeanAloneAreRefusedWithAClearMessage) {
+TEST(AllocRecord, PidAndAMeanAloneAreRefusedWithAClearMessage) {
   const hpd::test::RunResult r = hpd::test::run(
       {HPD_HPCTL_PATH, "--local", "record", "--alloc", "--pid", "1", "-d", "1", "-o", "/tmp/x.hpr"});
   EXPECT_NE(r.exit_code, 0);
@@ -201,10 +350,6 @@ TEST(AllocRecord, PidDaemonAndAMeanAloneAreRefusedWithAClearMessage) {
       hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc-mean", "4096", "--", "true"});
   EXPECT_NE(m.exit_code, 0);
   EXPECT_NE(m.err.find("--alloc-mean goes with --alloc"), std::string::npos) << m.err;
-  const hpd::test::RunResult d =
-      hpd::test::run({HPD_HPCTL_PATH, "--daemon", "record", "--alloc", "--", "true"});
-  EXPECT_NE(d.exit_code, 0);
-  EXPECT_NE(d.err.find("--alloc is not supported through hpd yet"), std::string::npos) << d.err;
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 #define HPD_ALLOC_ENV_LOG "HPD_ALLOC_LOG"
 
 #define HPD_ALLOC_MAGIC 0x31434f4c4c414448ull /* "HDALLOC1" */
-#define HPD_ALLOC_VERSION 1u
+/* 2: records carry their time (CLOCK_MONOTONIC), frees their thread. */
+#define HPD_ALLOC_VERSION 2u
 
 /* The file: the header, then records up to the file's end (sparse: only what is written takes memory). */
 #define HPD_ALLOC_FILE_SIZE (256ull << 20)
@@ -43,9 +44,10 @@ struct hpd_alloc_record {
   uint32_t kind;
   uint32_t frames;
   int32_t pid;
-  int32_t tid;
+  int32_t tid; /* the thread that allocated, or freed */
   uint64_t address;
-  uint64_t size; /* bytes asked for; 0 in a free */
+  uint64_t size;    /* bytes asked for; 0 in a free */
+  uint64_t time_ns; /* CLOCK_MONOTONIC, the clock of the recording's samples */
 };
 
 static inline uint64_t hpd_alloc_record_size(uint32_t frames) {

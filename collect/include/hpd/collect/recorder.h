@@ -151,6 +151,11 @@ struct RecordOptions {
   // RawProfile::allocations. Not for --pid targets yet (validate_record_options refuses it).
   bool sample_allocations = false;
   uint64_t alloc_mean_bytes = 0;
+  // hpd recording a command hpctl started with the runtime preloaded and sampling allocations into
+  // a log hpctl made (`hpctl record --alloc -- CMD` through hpd): that log's descriptor, read as
+  // untrusted data (calls::AllocLog), for the processes this recording follows only. Borrowed (dup'ed);
+  // -1: none. Takes the place of sample_allocations, whose log the recorder would make itself.
+  int alloc_log_fd = -1;
 };
 
 // Where RawSample::cpu_delta_ns comes from.
@@ -257,11 +262,17 @@ struct RecordResult {
     uint64_t tables_from_disk = 0;
     uint64_t disk_load_ns = 0;
     uint64_t disk_refused = 0;
-    std::string disk_refusal;             // the first one, "FILE: why"
-    uint64_t samples_tables_pending = 0;  // samples walked by frame pointer while a table was compiled
-    // Off-CPU samples of threads that blocked while their tables were compiled, walked again with the
-    // tables while the thread was still off the CPU (not in samples_tables_pending).
+    std::string disk_refusal;  // the first one, "FILE: why"
+    // Samples walked by frame pointer (and not again) because a table they needed was not in the eBPF
+    // maps when they were taken: its module just mapped, its table being read from the disk cache or
+    // compiled.
+    uint64_t samples_tables_pending = 0;
+    // Off-CPU samples of threads that blocked before their tables were in the maps, walked again with
+    // the tables while the thread was still off the CPU (not in samples_tables_pending).
     uint64_t off_cpu_rewalked = 0;
+    // On-CPU samples taken before their tables were in the maps, held with a copy of their stack and
+    // walked again once the tables were (not in samples_tables_pending).
+    uint64_t on_cpu_rewalked = 0;
     uint64_t samples_with_fp_frames = 0;     // samples with a frame of a module without a table
     uint64_t mappings_dropped = 0;           // executable mappings beyond the per-process limit
     std::vector<std::string> without_table;  // "path: reason"; their frames were walked by frame pointer

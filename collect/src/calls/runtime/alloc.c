@@ -179,14 +179,22 @@ static struct hpd_alloc_record* reserve(uint32_t frames) {
   return (struct hpd_alloc_record*)((char*)g_log + sizeof(struct hpd_alloc_header) + at);
 }
 
+/* The clock the recording times its samples with (the vDSO's: no system call). */
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static void log_free(void* p) {
   struct hpd_alloc_record* r = reserve(0);
   if (r == NULL) return;
   r->frames = 0;
   r->pid = g_pid;
-  r->tid = 0;
+  r->tid = (int32_t)syscall(SYS_gettid);
   r->address = (uint64_t)(uintptr_t)p;
   r->size = 0;
+  r->time_ns = now_ns();
   __atomic_store_n(&r->kind, HPD_ALLOC_RECORD_FREE, __ATOMIC_RELEASE);
 }
 
@@ -251,6 +259,7 @@ static __attribute__((noinline)) void record_alloc(void* p, size_t size) {
   r->tid = (int32_t)syscall(SYS_gettid);
   r->address = (uint64_t)(uintptr_t)p;
   r->size = size;
+  r->time_ns = now_ns();
   memcpy(r + 1, frames, 8ull * s.n);
   __atomic_store_n(&r->kind, kind, __ATOMIC_RELEASE);
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,21 @@
 #include "hpd/model/raw_profile.h"
 
 namespace hpd::continuous {
+
+// Pushing every finished chunk to an OTLP endpoint, with the chunk store as the queue (docs/fleet.md).
+struct PushSettings {
+  // "" = no push; http://HOST:PORT or https://HOST:PORT (the OTLP/HTTP receiver; the profiles path
+  // is added), or the full URL to POST to.
+  std::string otlp_endpoint;
+  // Resource attributes on every process, after hpd's own (host.name, process.pid, executable).
+  std::vector<std::pair<std::string, std::string>> labels;
+  double timeout_s = 30;    // one request
+  double retry_max_s = 60;  // after a failure the wait doubles from 1 s up to this
+  std::string user_agent = "hpd";
+  std::string scope_version;  // the OTLP instrumentation scope's version (hpd's)
+};
+
+enum class LogSeverity { kInfo, kWarning, kError };
 
 struct ContinuousOptions {
   std::filesystem::path dir = "/var/lib/hpd";
@@ -29,10 +45,27 @@ struct ContinuousOptions {
   int zstd_level = 3;
   // After a chunk failed (e.g. the backend is unavailable), the next attempt waits this long.
   double retry_seconds = 10;
+  PushSettings push;
+  // What the service's log should say (push failures and recoveries, unsent chunks removed); may be
+  // called from the profiler's threads.
+  std::function<void(LogSeverity, const std::string&)> log;
 };
 
 // Throws std::invalid_argument naming the bad field.
 void validate(const ContinuousOptions& options);
+
+// One endpoint's push, since start() (the cursor, `last_sent`, is kept on disk across restarts).
+struct PushStats {
+  std::string endpoint;         // the URL posted to
+  std::string last_sent;        // the file name of the last chunk the endpoint accepted ("" = none yet)
+  uint64_t chunks_sent = 0;     // accepted by the endpoint
+  uint64_t chunks_queued = 0;   // finished chunks after last_sent, waiting
+  uint64_t chunks_dropped = 0;  // removed by retention (or unreadable) before they were sent
+  uint64_t bytes_sent = 0;      // request bodies accepted
+  uint64_t last_success_unix_ns = 0;
+  std::string last_error;  // the latest failure; stays after a success (see last_error_unix_ns)
+  uint64_t last_error_unix_ns = 0;
+};
 
 struct Stats {
   bool running = false;
@@ -50,6 +83,7 @@ struct Stats {
   std::string last_error;     // the last failure (a chunk that could not be recorded or written)
   uint64_t last_error_unix_ns = 0;
   std::vector<std::string> notes;  // the latest things worth knowing (garbage files, salvaged chunks)
+  std::vector<PushStats> push;     // one per endpoint pushed to (none when push is off)
 };
 
 // Records system-wide in a background thread, one recording (and one capture file) per chunk, so

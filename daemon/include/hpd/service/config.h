@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hpd::service {
@@ -52,9 +53,18 @@ struct Config {
   uint32_t continuous_frequency = 19;
   uint32_t continuous_cfi_rows = 1u << 21;  // the CFI row map of each chunk's recording
   uint32_t continuous_chunk_seconds = 60;
+  bool continuous_kernel = true;    // kernel frames in the chunks, when permitted
+  bool continuous_off_cpu = false;  // off-CPU samples of every thread: every context switch
   uint64_t continuous_max_age_s = 7 * 24 * 3600;
   uint64_t continuous_max_bytes = 1ull << 30;
   std::string state_directory = "/var/lib/hpd";
+  // Every finished chunk pushed to this OTLP endpoint ("" = no push; docs/fleet.md), with these
+  // resource attributes besides hpd's own, each request given push_timeout_s, a failed one retried
+  // with a wait doubling from 1 s up to push_retry_max_s.
+  std::string otlp_endpoint;
+  std::vector<std::pair<std::string, std::string>> push_labels;
+  double push_timeout_s = 30;
+  double push_retry_max_s = 60;
   // The unwind-table cache on disk (hpd/collect/unwind_cache.h), in state_directory/unwind-cache: the
   // compiled CFI tables of the binaries recorded, one file per build-id, least recently used removed
   // past this bound. 0: no cache on disk (tables are compiled once per run of hpd).

@@ -62,6 +62,9 @@ struct Request {
   // record: a second descriptor follows the output's: the table of hpd's call runtime, which the
   // client preloaded into the command it started (docs/call-counts.md); read as untrusted data.
   bool record_has_calls_table = false;
+  // "alloc_log": true: the next descriptor is the allocation log of hpd's runtime that hpctl made and
+  // preloaded into the command it started (`hpctl record --alloc -- CMD` through hpd).
+  bool record_has_alloc_log = false;
 };
 
 // Parses one message payload. Throws ProtocolError (kMalformed, kUnsupportedVersion, kBadRequest,

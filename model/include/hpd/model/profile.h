@@ -159,6 +159,9 @@ struct Allocation {
   uint64_t size = 0;
   bool freed = false;
   bool tracked = true;
+  uint64_t time_ns = 0;       // as RawAllocation: when sampled, CLOCK_MONOTONIC; 0 = unknown
+  uint64_t free_time_ns = 0;  // when freed (freed only); 0 = unknown
+  int32_t free_tid = 0;       // the thread that freed it; 0 = unknown
 };
 
 struct ProfileMeta {

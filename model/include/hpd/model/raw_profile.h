@@ -239,6 +239,9 @@ struct RawAllocation {
   uint32_t stack = kNoIndex;  // into RawProfile::stacks: user return addresses, innermost first
   bool freed = false;         // its free was seen; else still live when the recording ended
   bool tracked = true;        // false: its free could not be watched (counted allocated, never live)
+  uint64_t time_ns = 0;       // CLOCK_MONOTONIC when it was sampled; 0 = unknown (an older capture)
+  uint64_t free_time_ns = 0;  // when its free was seen (freed only); 0 = unknown
+  int32_t free_tid = 0;       // the thread that freed it (freed only); 0 = unknown
 };
 
 // How the allocation sampling went (RawProfile::alloc).

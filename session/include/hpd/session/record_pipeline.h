@@ -13,6 +13,7 @@
 
 #include "hpd/collect/recorder.h"
 #include "hpd/model/profile.h"
+#include "hpd/session/perf_map.h"
 #include "hpd/session/record_request.h"
 #include "hpd/session/record_summary.h"
 
@@ -86,7 +87,8 @@ class RecordingOutput {
   RecordingOutput& operator=(const RecordingOutput&) = delete;
 
   // Chains into options.on_flush: the capture (or, for a Firefox profile, a temporary capture)
-  // streamed every flush and the samples written released from memory, MIP counts read.
+  // streamed every flush and the samples written released from memory, MIP counts read, the /tmp of
+  // each process seen alive held (ProcessTmpDirs: options.pids' from here) for its JIT files.
   void attach(RecordOptions& options);
   // Joins the MIP snapshots into the result, completes the capture, symbolizes and (unless a capture
   // was asked for) writes the Firefox profile. Returns the symbolized profile. Throws on write errors.
@@ -129,6 +131,7 @@ class RecordingOutput {
   std::string capture_error_;
   std::unique_ptr<MipRecording> mip_;
   std::vector<std::string> jit_notes_;
+  ProcessTmpDirs tmp_dirs_;
   SymbolSources sources_;
   uint64_t jit_bytes_ = 0;
   uint64_t symbol_cache_bytes_ = 0;

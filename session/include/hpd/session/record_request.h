@@ -42,8 +42,8 @@ struct RecordRequest {
   Switch mip = Switch::kAuto;
   bool calls = false;  // exact call counts through mcount/__fentry__
   CallCounterChoice calls_counter = CallCounterChoice::kAuto;
-  // Sampled allocations of a launched command (--alloc, --alloc-mean BYTES; 0 = the default mean). A
-  // local recording only for now: not in the protocol (hpctl records --alloc itself).
+  // Sampled allocations of a launched command (--alloc, --alloc-mean BYTES; 0 = the default mean). Not
+  // in the protocol: through hpd, hpctl makes the runtime's log and hands it over ("alloc_log").
   bool alloc = false;
   uint64_t alloc_mean = 0;
 };

@@ -210,7 +210,24 @@ inline constexpr const char* kAll[] = {kName,
                                        kPausedRanges,
                                        kSamples,
                                        kMarkers};
+// Only on threads with sampled allocations (hpctl record --alloc).
+inline constexpr const char* kNativeAllocations = "nativeAllocations";
 }  // namespace thread
+
+// threads[i].nativeAllocations: the profiler's "balanced" native allocations table (profile.ts,
+// BalancedNativeAllocationsTable): an allocation weighs its bytes, a deallocation the negative of its
+// allocation's, both with the block's address (the "Retained memory" view pairs them by address) and
+// the thread that allocated or freed it; rows in time order (the profiler bisects the time column).
+namespace native_allocations {
+inline constexpr const char* kTime = "time";
+inline constexpr const char* kWeight = "weight";
+inline constexpr const char* kWeightType = "weightType";  // "bytes"
+inline constexpr const char* kStack = "stack";
+inline constexpr const char* kMemoryAddress = "memoryAddress";
+inline constexpr const char* kThreadId = "threadId";
+// Every column of the table (besides length and weightType).
+inline constexpr const char* kAll[] = {kTime, kWeight, kStack, kMemoryAddress, kThreadId};
+}  // namespace native_allocations
 
 // threads[i].samples
 namespace samples {

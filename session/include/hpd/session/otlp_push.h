@@ -1,0 +1,37 @@
+// Sending OTLP profiles (hpd/export/otlp_profiles.h) to an OpenTelemetry Collector over
+// HTTP/protobuf, through libcurl: the one way a push is made, by `hpctl push` and by hpd's
+// continuous mode.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+namespace hpd::session {
+
+// The OTLP/HTTP path of the profiles signal in the collector's OTLP receiver (development version).
+inline constexpr const char* kOtlpProfilesPath = "/v1development/profiles";
+// The gRPC method of the same receiver.
+inline constexpr const char* kOtlpGrpcExportPath =
+    "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
+
+// The URL to POST to: for http:// and https://, `endpoint` as given when it names a path, else the
+// endpoint plus the receiver's profiles path (as OTLP exporters do with OTEL_EXPORTER_OTLP_ENDPOINT);
+// for grpc://HOST:PORT (HTTP/2 without TLS) and grpcs://HOST:PORT (with TLS), the endpoint plus the
+// gRPC method's path. Throws std::invalid_argument ("'X' is not a URL: ...") for anything else.
+std::string otlp_profiles_url(const std::string& endpoint);
+
+struct PushOptions {
+  double timeout_s = 30;                      // the whole transfer
+  std::string user_agent = "hpd";             // "hpctl/VERSION", "hpd/VERSION"
+  const std::atomic<bool>* cancel = nullptr;  // when set and true, the transfer is abandoned
+};
+
+// POSTs an encoded ExportProfilesServiceRequest to `url` and checks the answer: a 2xx status with an
+// ExportProfilesServiceResponse that rejects nothing. A grpc:// or grpcs:// URL is a gRPC call over
+// HTTP/2 (the message after its 5-byte prefix; grpc-status 0 from the trailers, or the headers of a
+// trailers-only answer). Throws std::runtime_error with one line saying
+// what went wrong (nothing listening, not HTTP, a status, garbage, rejected profiles, TLS, no answer
+// in time, cancelled).
+void post_otlp_profiles(const std::string& url, const std::string& body, const PushOptions& options);
+
+}  // namespace hpd::session

@@ -1,0 +1,325 @@
+// POSTing OTLP profiles over HTTP/protobuf with libcurl, and checking the collector's answer.
+#include "hpd/session/otlp_push.h"
+
+#include <curl/curl.h>
+
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace hpd::session {
+namespace {
+
+size_t append_body(char* data, size_t size, size_t count, void* user) {
+  auto* body = static_cast<std::string*>(user);
+  // A collector's answer is a few bytes; an endpoint that sends more than 1 MiB is not one.
+  if (body->size() + size * count > (1u << 20)) return 0;
+  body->append(data, size * count);
+  return size * count;
+}
+
+std::string first_line(const std::string& body) {
+  std::string line = body.substr(0, body.find('\n'));
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.size() > 200) line = line.substr(0, 200) + "...";
+  for (char& c : line) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  }
+  return line.empty() ? "(empty body)" : line;
+}
+
+// Reads a protobuf varint at `pos`; false at the end of the bytes or after ten bytes.
+bool read_varint(std::string_view b, size_t& pos, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64 && pos < b.size(); shift += 7) {
+    const auto byte = static_cast<uint8_t>(b[pos++]);
+    v |= uint64_t{byte & 0x7fu} << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+struct ExportResponse {
+  uint64_t rejected = 0;
+  std::string error_message;
+};
+
+// Parses an ExportProfilesServiceResponse {partial_success = 1: {rejected_profiles = 1,
+// error_message = 2}}; false when the bytes are not that message (garbage, an HTML page).
+bool parse_response(std::string_view b, ExportResponse& out, bool nested = false) {
+  size_t pos = 0;
+  while (pos < b.size()) {
+    uint64_t key = 0;
+    if (!read_varint(b, pos, key) || key >> 3 == 0) return false;
+    const uint64_t field = key >> 3;
+    switch (key & 7) {
+      case 0: {
+        uint64_t v = 0;
+        if (!read_varint(b, pos, v)) return false;
+        if (nested && field == 1) out.rejected = v;
+        break;
+      }
+      case 1:
+        if (b.size() - pos < 8) return false;
+        pos += 8;
+        break;
+      case 5:
+        if (b.size() - pos < 4) return false;
+        pos += 4;
+        break;
+      case 2: {
+        uint64_t len = 0;
+        if (!read_varint(b, pos, len) || len > b.size() - pos) return false;
+        const std::string_view value = b.substr(pos, len);
+        pos += len;
+        if (!nested && field == 1 && !parse_response(value, out, true)) return false;
+        if (nested && field == 2) out.error_message = std::string(value);
+        break;
+      }
+      default: return false;
+    }
+  }
+  return true;
+}
+
+struct CurlDeleter {
+  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+};
+struct SlistDeleter {
+  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+};
+
+bool is_tls_error(CURLcode code) {
+  switch (code) {
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_SSL_ENGINE_INITFAILED:
+    case CURLE_SSL_SHUTDOWN_FAILED:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+    case CURLE_SSL_CLIENTCERT:
+    case CURLE_USE_SSL_FAILED: return true;
+    default: return false;
+  }
+}
+
+// What went wrong with the transfer, said for the user.
+std::string transfer_error(CURLcode code, const std::string& url, const char* detail, double timeout_s) {
+  const std::string why = detail[0] != '\0' ? detail : curl_easy_strerror(code);
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+      return "cannot connect to " + url + ": " + why +
+             " (is the collector running, with its OTLP receiver on that address?)";
+    case CURLE_COULDNT_RESOLVE_HOST: return "cannot resolve the host of " + url + ": " + why;
+    case CURLE_OPERATION_TIMEDOUT: {
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g s", timeout_s);
+      return "no answer from " + url + " in time (" + limit + "): " + why;
+    }
+    case CURLE_ABORTED_BY_CALLBACK: return "sending to " + url + " was cancelled (hpd is stopping)";
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_UNSUPPORTED_PROTOCOL: return url + " did not answer as an HTTP server: " + why;
+    case CURLE_WRITE_ERROR: return url + " answered more than 1 MiB: not an OTLP receiver's answer";
+    default:
+      if (is_tls_error(code)) return "TLS error with " + url + ": " + why;
+      return "sending to " + url + " failed: " + why;
+  }
+}
+
+// libcurl's progress callback: a non-zero return abandons the transfer.
+int cancel_check(void* flag, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::atomic<bool>*>(flag)->load() ? 1 : 0;
+}
+
+struct GrpcStatus {
+  int code = -1;  // -1: no grpc-status header or trailer
+  std::string message;
+};
+
+// grpc-message is percent-encoded.
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
+// libcurl's header callback, called for the headers and (HTTP/2) the trailers: grpc-status and
+// grpc-message, wherever they come.
+size_t read_grpc_header(char* data, size_t size, size_t count, void* user) {
+  auto* status = static_cast<GrpcStatus*>(user);
+  std::string_view line(data, size * count);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  const size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return size * count;
+  std::string name(line.substr(0, colon));
+  for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  if (name == "grpc-status") {
+    status->code = 0;
+    for (char ch : value) {
+      if (ch < '0' || ch > '9' || status->code > 1000) {
+        status->code = 2;  // UNKNOWN: not a number
+        break;
+      }
+      status->code = status->code * 10 + (ch - '0');
+    }
+  } else if (name == "grpc-message") {
+    status->message = percent_decode(value);
+  }
+  return size * count;
+}
+
+const char* grpc_code_name(int code) {
+  static const char* const names[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? names[code] : "unknown code";
+}
+
+}  // namespace
+
+std::string otlp_profiles_url(const std::string& endpoint) {
+  const size_t scheme = endpoint.find("://");
+  if (scheme == std::string::npos) {
+    throw std::invalid_argument(
+        "'" + endpoint +
+        "' is not a URL: give http://HOST:PORT or https://HOST:PORT (OTLP/HTTP, port "
+        "4318 by default), or grpc://HOST:PORT or grpcs://HOST:PORT (OTLP/gRPC, 4317)");
+  }
+  const std::string scheme_name = endpoint.substr(0, scheme);
+  const bool grpc = scheme_name == "grpc" || scheme_name == "grpcs";
+  if (scheme_name != "http" && scheme_name != "https" && !grpc) {
+    throw std::invalid_argument("'" + endpoint +
+                                "': only http://, https://, grpc:// and grpcs:// are supported");
+  }
+  if (endpoint.size() == scheme + 3 || endpoint[scheme + 3] == '/') {
+    throw std::invalid_argument("'" + endpoint + "' names no host: give " + scheme_name + "://HOST:PORT");
+  }
+  const size_t path = endpoint.find('/', scheme + 3);
+  if (grpc) {
+    if (path != std::string::npos && endpoint.size() != path + 1)
+      throw std::invalid_argument("'" + endpoint + "': a gRPC endpoint is HOST:PORT, without a path");
+    return endpoint.substr(0, path) + kOtlpGrpcExportPath;
+  }
+  if (path == std::string::npos) return endpoint + kOtlpProfilesPath;
+  if (endpoint.size() == path + 1) return endpoint.substr(0, path) + kOtlpProfilesPath;
+  return endpoint;
+}
+
+void post_otlp_profiles(const std::string& url, const std::string& body, const PushOptions& options) {
+  static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (init != CURLE_OK) throw std::runtime_error(std::string("libcurl: ") + curl_easy_strerror(init));
+  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
+  if (!curl) throw std::runtime_error("libcurl: cannot create a transfer");
+  // gRPC: HTTP/2 (without TLS: with prior knowledge, as gRPC clients do), the message after a 5-byte
+  // prefix (not compressed, its length big-endian), the outcome in grpc-status.
+  const bool grpc = url.rfind("grpc://", 0) == 0 || url.rfind("grpcs://", 0) == 0;
+  const std::string transfer_url =
+      !grpc ? url : (url[4] == 's' ? "https" : "http") + url.substr(url.find("://"));
+  std::string request_body;
+  if (grpc) {
+    request_body.reserve(body.size() + 5);
+    request_body.push_back('\0');
+    for (int shift = 24; shift >= 0; shift -= 8)
+      request_body.push_back(static_cast<char>((body.size() >> shift) & 0xff));
+    request_body += body;
+  }
+  const std::string& sent = grpc ? request_body : body;
+  std::unique_ptr<curl_slist, SlistDeleter> headers(curl_slist_append(
+      nullptr, grpc ? "Content-Type: application/grpc" : "Content-Type: application/x-protobuf"));
+  if (grpc) curl_slist_append(headers.get(), "TE: trailers");
+  std::string answer;
+  GrpcStatus grpc_status;
+  char error[CURL_ERROR_SIZE] = {};
+  CURL* c = curl.get();
+  curl_easy_setopt(c, CURLOPT_URL, transfer_url.c_str());
+  curl_easy_setopt(c, CURLOPT_POST, 1L);
+  curl_easy_setopt(c, CURLOPT_POSTFIELDS, sent.data());
+  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(sent.size()));
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, append_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &answer);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(options.timeout_s * 1000));
+  curl_easy_setopt(c, CURLOPT_USERAGENT, options.user_agent.c_str());
+  if (grpc) {
+    curl_easy_setopt(c, CURLOPT_HTTP_VERSION,
+                     url[4] == 's' ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, read_grpc_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &grpc_status);
+  }
+  if (options.cancel != nullptr) {
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, cancel_check);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(options.cancel));
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  }
+  const CURLcode code = curl_easy_perform(c);
+  if (code != CURLE_OK) {
+    if (grpc && (code == CURLE_HTTP2 || code == CURLE_HTTP2_STREAM || code == CURLE_WEIRD_SERVER_REPLY ||
+                 code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING))
+      throw std::runtime_error(url + " did not answer as a gRPC server (HTTP/2): " +
+                               (error[0] != '\0' ? error : curl_easy_strerror(code)));
+    throw std::runtime_error(transfer_error(code, url, error, options.timeout_s));
+  }
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  if (status < 200 || status > 299) {
+    throw std::runtime_error(url + " answered HTTP " + std::to_string(status) + ": " + first_line(answer));
+  }
+  std::string_view message = answer;
+  if (grpc) {
+    if (grpc_status.code < 0) {
+      throw std::runtime_error(url + " answered without a grpc-status: not a gRPC server");
+    }
+    if (grpc_status.code != 0) {
+      throw std::runtime_error(url + " answered gRPC status " + std::to_string(grpc_status.code) + " (" +
+                               grpc_code_name(grpc_status.code) + "): " + first_line(grpc_status.message));
+    }
+    // One message: its prefix (compressed flag 0, length) and the bytes.
+    const auto* b = reinterpret_cast<const unsigned char*>(answer.data());
+    const size_t length =
+        answer.size() >= 5 ? (size_t{b[1]} << 24 | size_t{b[2]} << 16 | size_t{b[3]} << 8 | b[4]) : 0;
+    if (answer.size() < 5 || b[0] != 0 || length != answer.size() - 5) {
+      throw std::runtime_error(url +
+                               " answered gRPC status 0 with a body that is not one uncompressed message");
+    }
+    message = std::string_view(answer).substr(5);
+  }
+  ExportResponse response;
+  if (!parse_response(message, response)) {
+    throw std::runtime_error(url + " answered HTTP " + std::to_string(status) +
+                             " with a body that is not an OTLP export response: " + first_line(answer));
+  }
+  if (response.rejected != 0 || !response.error_message.empty()) {
+    throw std::runtime_error(url + " rejected " + std::to_string(response.rejected) +
+                             " profiles: " + first_line(response.error_message));
+  }
+}
+
+}  // namespace hpd::session

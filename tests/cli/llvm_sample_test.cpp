@@ -1,0 +1,291 @@
+// `hpctl convert --format llvm-sample|symbol-order` end to end, with the real tools: fixtures built
+// by clang, recorded by `hpctl --local record` at the default rate; the profile read by
+// llvm-profdata and by clang -fprofile-sample-use; the order file given to lld. The numbers are
+// held against the recording's own report and against lines the fixture marks in its source.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "subprocess.h"
+#include "temp_dir.h"
+
+using nlohmann::json;
+
+namespace hpd::test {
+namespace {
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kSource = HPD_PGO_INTERP_SOURCE;
+const std::string kClang = "clang++-14";
+const std::string kProfdata = "/usr/bin/llvm-profdata";
+// The flags of the benchmark's builds: line tables with discriminators.
+const std::vector<std::string> kFlags = {"-O2", "-gline-tables-only", "-fdebug-info-for-profiling"};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The line of the source that holds `marker`.
+uint32_t line_of(const std::string& marker) {
+  std::ifstream in(kSource);
+  std::string line;
+  for (uint32_t n = 1; std::getline(in, line); ++n) {
+    if (line.find(marker) != std::string::npos) return n;
+  }
+  ADD_FAILURE() << marker << " not in " << kSource;
+  return 0;
+}
+
+RunResult build(const std::string& out, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv{kClang};
+  argv.insert(argv.end(), kFlags.begin(), kFlags.end());
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), {kSource, "-o", out});
+  return run(argv, 300);
+}
+
+// A function's block in a text profile: its header "name:total:head" and its indented lines.
+struct TextFunction {
+  uint64_t total = 0, head = 0;
+  std::vector<std::string> lines;
+};
+std::map<std::string, TextFunction> parse_profile(const std::string& text) {
+  std::map<std::string, TextFunction> out;
+  std::istringstream in(text);
+  std::string line;
+  TextFunction* current = nullptr;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] != ' ') {
+      const size_t c2 = line.rfind(':'), c1 = line.rfind(':', c2 - 1);
+      current = &out[line.substr(0, c1)];
+      current->total = std::stoull(line.substr(c1 + 1, c2 - c1 - 1));
+      current->head = std::stoull(line.substr(c2 + 1));
+    } else if (current != nullptr) {
+      current->lines.push_back(line);
+    }
+  }
+  return out;
+}
+
+// Samples of the body line " offset[.d]: N" at `indent` spaces, summed over discriminators.
+uint64_t body_at(const TextFunction& f, int indent, uint32_t offset) {
+  uint64_t sum = 0;
+  const std::string pad(static_cast<size_t>(indent), ' ');
+  for (const std::string& l : f.lines) {
+    if (l.compare(0, pad.size(), pad) != 0 || l[pad.size()] == ' ') continue;
+    const std::string rest = l.substr(pad.size());
+    const size_t colon = rest.find(':');
+    const std::string key = rest.substr(0, colon);
+    const std::string value = rest.substr(colon + 2);
+    if (std::stoul(key.substr(0, key.find('.'))) != offset) continue;
+    if (value.find(':') != std::string::npos) continue;  // an inlined call site
+    sum += std::stoull(value);
+  }
+  return sum;
+}
+
+uint64_t report_self(const json& report, const std::string& name) {
+  for (const auto& f : report.at("functions")) {
+    if (f.at("name") == name) return f.at("self_samples").get<uint64_t>();
+  }
+  return 0;
+}
+
+class LlvmSample : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!have_tool(kClang) || !have_tool(kProfdata)) GTEST_SKIP() << "needs clang++-14 and llvm-profdata";
+    tmp_.emplace("hpd-llvm-sample", hpd::testing::TempDir::Cleanup::kKeepOnFailure);
+    const RunResult b = build(binary());
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    // The fixed lines: 1.5 s of CPU time in two functions. The interpreter: its default input.
+    RunResult r = run({kHpctl, "--local", "record", "-o", tmp_->file("lines.hpr"), "--no-report", "-q", "--",
+                       binary(), "--lines", "1500"},
+                      300);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run({kHpctl, "--local", "record", "-o", tmp_->file("interp.hpr"), "--no-report", "-q", "--", binary(),
+             "400"},
+            300);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() { tmp_.reset(); }
+  static std::string binary() { return tmp_->file("interp"); }
+  static std::string file(const std::string& name) { return tmp_->file(name); }
+
+  static std::string convert(const std::string& capture, const std::string& format,
+                             std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{kHpctl, "convert", file(capture), "-o", "-", "--format", format, "-q"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const RunResult r = run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  }
+
+  static inline std::optional<hpd::testing::TempDir> tmp_;
+};
+
+TEST_F(LlvmSample, TotalsAreTheReportsSamplesAndTheHotLinesHoldThem) {
+  const auto profile = parse_profile(convert("lines.hpr", "llvm-sample"));
+  const RunResult rep = run({kHpctl, "report", "--json", "--limit", "0", file("lines.hpr")});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const json report = json::parse(rep.out);
+
+  // burn_loop inlines nothing: its total is the report's self samples, exactly.
+  ASSERT_TRUE(profile.count("_ZN3pgo9burn_loopEmm")) << "linkage names expected";
+  const TextFunction& burn = profile.at("_ZN3pgo9burn_loopEmm");
+  EXPECT_EQ(burn.total, report_self(report, "pgo::burn_loop(unsigned long, unsigned long)"));
+  EXPECT_GT(burn.total, 500u);  // 0.75 s of CPU at 999 Hz
+  // Its samples are on its loop's line, keyed by the offset from its declaration line.
+  const uint32_t burn_offset = line_of("HOT LINE burn_loop") - line_of("uint64_t burn_loop(");
+  EXPECT_GE(body_at(burn, 1, burn_offset), burn.total * 95 / 100);
+
+  // calls_mix: its own samples and those of mix_inlined, inlined into it at the marked call.
+  const TextFunction& calls = profile.at("_ZN3pgo9calls_mixEmm");
+  EXPECT_EQ(calls.total, report_self(report, "pgo::calls_mix(unsigned long, unsigned long)") +
+                             report_self(report, "pgo::mix_inlined(unsigned long, unsigned long)"));
+  const uint32_t call_offset = line_of("CALL LINE calls_mix") - line_of("uint64_t calls_mix(");
+  const std::string site = " " + std::to_string(call_offset) + ": _ZN3pgoL11mix_inlinedEmm:";
+  const auto it = std::find_if(calls.lines.begin(), calls.lines.end(),
+                               [&](const std::string& l) { return l.starts_with(site); });
+  ASSERT_NE(it, calls.lines.end()) << "no inlined call site '" << site << "'";
+  const uint64_t inlined_total = std::stoull(it->substr(site.size()));
+  EXPECT_EQ(inlined_total, report_self(report, "pgo::mix_inlined(unsigned long, unsigned long)"));
+  // Inside it, the callee's loop line (offset from mix_inlined's declaration), at two spaces.
+  const uint32_t mix_offset = line_of("HOT LINE mix_inlined") - line_of("uint64_t mix_inlined(");
+  EXPECT_GE(body_at(calls, 2, mix_offset), inlined_total * 95 / 100);
+}
+
+TEST_F(LlvmSample, LlvmProfdataAndClangReadTheProfileWithoutComplaint) {
+  const std::string prof = file("app.prof");
+  RunResult r = run(
+      {kHpctl, "convert", file("interp.hpr"), "-o", prof, "--format", "llvm-sample", "--binary", binary()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run({kProfdata, "show", "--sample", "--all-functions", prof});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The interpreter's step is the hottest function, under its linkage name.
+  EXPECT_NE(r.out.find("Function: _ZN3pgo4stepERKNS_4InsnEPlRiS3_: "), std::string::npos) << r.out;
+  // Its figures are the file's: every function's total and head samples, as llvm-profdata read them.
+  const auto parsed = parse_profile(read_file(prof));
+  size_t functions = 0;
+  std::istringstream shown(r.out);
+  for (std::string l; std::getline(shown, l);) {
+    if (!l.starts_with("Function: ")) continue;
+    const size_t name_end = l.find(": ", 10);
+    const std::string name = l.substr(10, name_end - 10);
+    ASSERT_TRUE(parsed.count(name)) << l;
+    EXPECT_EQ(l.substr(name_end + 2, l.find(" sampled lines") - name_end - 2)
+                  .substr(0, l.find(',', name_end) - name_end - 2),
+              std::to_string(parsed.at(name).total))
+        << l;
+    ++functions;
+  }
+  EXPECT_EQ(functions, parsed.size());
+  EXPECT_GE(parsed.size(), 4u);
+
+  // clang reads it for the same source and flags, and says nothing about it.
+  r = build(file("interp_spgo"),
+            {"-fprofile-sample-use=" + prof, "-Wall", "-Wextra", "-Wprofile-instr-out-of-date",
+             "-Wprofile-instr-unprofiled", "-Wbackend-plugin", "-Werror=backend-plugin"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("profile"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  // The rebuilt benchmark does the same work.
+  const RunResult plain = run({binary(), "40"});
+  const RunResult rebuilt = run({file("interp_spgo"), "40"});
+  EXPECT_EQ(plain.out, rebuilt.out);
+}
+
+TEST_F(LlvmSample, AnotherOrARebuiltBinaryOrOneWithoutDebugInfoIsRefused) {
+  // Another program: no samples of its build-id in the recording.
+  RunResult r = run({kHpctl, "convert", file("lines.hpr"), "-o", file("x.prof"), "--format", "llvm-sample",
+                     "--binary", "/bin/true"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no samples of '/bin/true'"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::ifstream(file("x.prof")).good());
+
+  // The recorded binary rebuilt in place (another build-id): a stale profile is refused.
+  const std::string copy = file("rebuilt_dir");
+  ASSERT_EQ(run({"mkdir", "-p", copy}).exit_code, 0);
+  ASSERT_EQ(build(copy + "/interp").exit_code, 0);
+  r = run({kHpctl, "--local", "record", "-o", file("copy.hpr"), "--no-report", "-q", "--", copy + "/interp",
+           "40"},
+          300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(build(copy + "/interp", {"-DPGO_REBUILT=1", "-fno-inline-functions"}).exit_code, 0);
+  r = run({kHpctl, "convert", file("copy.hpr"), "-o", file("x.prof"), "--format", "llvm-sample"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("rebuilt since the recording"), std::string::npos) << r.err;
+
+  // A binary without debug information: said, nothing written.
+  ASSERT_EQ(run({kClang, "-O2", kSource, "-o", copy + "/nodebug"}, 300).exit_code, 0);
+  r = run({kHpctl, "--local", "record", "-o", file("nodebug.hpr"), "--no-report", "-q", "--",
+           copy + "/nodebug", "40"},
+          300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run({kHpctl, "convert", file("nodebug.hpr"), "-o", file("x.prof"), "--format", "llvm-sample"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("has no debug information"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::ifstream(file("x.prof")).good());
+}
+
+TEST_F(LlvmSample, SymbolOrderPutsTheHotFunctionsFirstInLldsLayout) {
+  if (!have_tool("ld.lld-14") && !have_tool("ld.lld")) GTEST_SKIP() << "needs lld (Debian package lld-14)";
+  const std::string order_text = convert("interp.hpr", "symbol-order");
+  std::vector<std::string> hot;
+  std::istringstream in(order_text);
+  for (std::string l; std::getline(in, l);) hot.push_back(l);
+  ASSERT_GE(hot.size(), 3u) << order_text;
+  EXPECT_EQ(hot.front(), "_ZN3pgo4stepERKNS_4InsnEPlRiS3_") << order_text;
+  { std::ofstream(file("order.txt")) << order_text; }
+  const RunResult r = build(file("interp_ordered"), {"-ffunction-sections", "-fuse-ld=lld",
+                                                     "-Wl,--symbol-ordering-file=" + file("order.txt"),
+                                                     "-Wl,--no-warn-symbol-ordering"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // nm -n: the hot functions are next to each other in the file's order, no other function between.
+  const RunResult nm = run({"nm", "-n", "--defined-only", file("interp_ordered")});
+  ASSERT_EQ(nm.exit_code, 0);
+  std::vector<std::string> text_symbols;
+  std::istringstream lines(nm.out);
+  for (std::string l; std::getline(lines, l);) {
+    std::istringstream f(l);
+    std::string address, type, name;
+    f >> address >> type >> name;
+    if (type == "T" || type == "t" || type == "W" || type == "w") text_symbols.push_back(name);
+  }
+  const auto first = std::find(text_symbols.begin(), text_symbols.end(), hot.front());
+  ASSERT_NE(first, text_symbols.end()) << nm.out;
+  ASSERT_GE(static_cast<size_t>(text_symbols.end() - first), hot.size());
+  for (size_t i = 0; i < hot.size(); ++i)
+    EXPECT_EQ(first[static_cast<ptrdiff_t>(i)], hot[i]) << "position " << i << "\n" << nm.out;
+  // Without the order file the same functions lie apart (the test can tell).
+  const RunResult plain = build(file("interp_unordered"), {"-ffunction-sections", "-fuse-ld=lld"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const RunResult nm_plain = run({"nm", "-n", "--defined-only", file("interp_unordered")});
+  std::vector<std::string> plain_symbols;
+  std::istringstream plain_lines(nm_plain.out);
+  for (std::string l; std::getline(plain_lines, l);) {
+    std::istringstream f(l);
+    std::string address, type, name;
+    f >> address >> type >> name;
+    if (type == "T" || type == "t" || type == "W" || type == "w") plain_symbols.push_back(name);
+  }
+  const auto plain_first = std::find(plain_symbols.begin(), plain_symbols.end(), hot.front());
+  bool same = static_cast<size_t>(plain_symbols.end() - plain_first) >= hot.size();
+  for (size_t i = 0; same && i < hot.size(); ++i) same = plain_first[static_cast<ptrdiff_t>(i)] == hot[i];
+  EXPECT_FALSE(same) << "the default layout already has this order: the test would prove nothing";
+  EXPECT_EQ(run({file("interp_ordered"), "40"}).out, run({binary(), "40"}).out);
+}
+
+}  // namespace
+}  // namespace hpd::test

@@ -1,0 +1,398 @@
+// Privileged integration tests of hpd's continuous push: hpd with 1 s chunks pushes every finished
+// chunk to a real OpenTelemetry Collector (built by the suite, tests/support/otel_collector.h), which
+// writes what it received; each request must hold the samples of one chunk of the store, every chunk
+// up to the cursor exactly once and in order, also when the collector was down first and when hpd
+// was restarted in between. An endpoint that answers 503 and one that is down while retention
+// removes chunks: hpd keeps sampling, and the status and the log say it. Every wait is on a condition.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hpd/capture/capture.h"
+#include "hpd_harness.h"
+#include "otel_collector.h"
+#include "subprocess.h"
+#include "temp_dir.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace hpd::test {
+namespace {
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kFixtures = HPD_FIXTURE_DIR;
+const std::string kOtelcol = HPD_OTELCOL_PATH;
+
+std::string push_config(const std::string& state_dir, const std::string& endpoint,
+                        const std::string& extra = "") {
+  return "continuous = on\ncontinuous_chunk_seconds = 1\ncontinuous_frequency = 97\nstate_directory = " +
+         state_dir + "\notlp_endpoint = " + endpoint + "\npush_retry_max = 2s\n" + extra;
+}
+
+HpdStart start_with(const std::string& config) {
+  HpdStart start;
+  start.config = config;
+  return start;
+}
+
+// The push entry of hpd's status (null when there is none).
+json push_status(const Hpd& hpd) {
+  const json status = hpd.status();
+  if (!status.contains("continuous") || !status["continuous"].contains("push")) return json();
+  const json& push = status["continuous"]["push"];
+  return push.is_array() && !push.empty() ? push[0] : json();
+}
+
+uint64_t field(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
+}
+
+std::string text(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+// Polls hpd's push status until `done` holds; false after 240 s (a real break).
+bool wait_push(const Hpd& hpd, const std::function<bool(const json&)>& done, json* last = nullptr) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  json p;
+  while (std::chrono::steady_clock::now() < deadline) {
+    p = push_status(hpd);
+    if (!p.is_null() && done(p)) {
+      if (last != nullptr) *last = p;
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (last != nullptr) *last = p;
+  return false;
+}
+
+struct ChunkTruth {
+  std::string name;
+  uint64_t start_unix_ns = 0;
+  uint64_t samples = 0;
+};
+
+// The finished chunks of the store, oldest first, with their sample counts.
+std::vector<ChunkTruth> chunks_on_disk(const std::string& dir) {
+  std::vector<ChunkTruth> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("chunk-", 0) != 0 || name.size() < 4 || name.substr(name.size() - 4) != ".hpr") continue;
+    const CaptureContents c = read_capture_file(e.path().string());
+    out.push_back({name, c.profile.info.start_unix_ns, c.profile.sample_count()});
+  }
+  std::sort(out.begin(), out.end(), [](const ChunkTruth& a, const ChunkTruth& b) { return a.name < b.name; });
+  return out;
+}
+
+// The chunk the push cursor file of the store names: the last one the endpoint accepted.
+std::string cursor_on_disk(const std::string& dir) {
+  std::string cursor;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".hpd-push-", 0) != 0 || name.size() < 7 || name.substr(name.size() - 7) != ".cursor")
+      continue;
+    const std::string content = read_text_file(e.path().string());
+    const size_t eol = content.find('\n');
+    if (eol != std::string::npos) cursor = content.substr(eol + 1, content.find('\n', eol + 1) - eol - 1);
+  }
+  return cursor;
+}
+
+// The requests the collector wrote to `outputs`, waiting up to 60 s until there are `want`.
+struct ReceivedChunk;
+std::vector<ReceivedChunk> received_chunks(const std::vector<std::string>& outputs);
+std::vector<ReceivedChunk> wait_received(const std::vector<std::string>& outputs, size_t want);
+
+struct ReceivedChunk {
+  uint64_t time_unix_ns = 0;                    // the profiles' start: the chunk's
+  uint64_t samples = 0;                         // the values of the "samples" profiles
+  std::map<std::string, std::string> resource;  // the attributes of one resource
+};
+
+// What the collector wrote, one entry per request, in the order received.
+std::vector<ReceivedChunk> received_chunks(const std::vector<std::string>& outputs) {
+  std::vector<ReceivedChunk> out;
+  for (const std::string& path : outputs) {
+    for (const json& request : received_requests(path)) {
+      ReceivedChunk r;
+      const json& strings = request.at("dictionary").at("stringTable");
+      for (const json& rp : request.at("resourceProfiles")) {
+        if (r.resource.empty() && rp.contains("resource") && rp["resource"].contains("attributes")) {
+          for (const json& kv : rp["resource"]["attributes"]) {
+            const json& v = kv.at("value");
+            const std::string key = kv.contains("key")
+                                        ? kv["key"].get<std::string>()
+                                        : strings.at(otlp_int(kv, "keyStrindex")).get<std::string>();
+            r.resource[key] = v.contains("stringValue") ? v["stringValue"].get<std::string>()
+                              : v.contains("stringValueStrindex")
+                                  ? strings.at(otlp_int(v, "stringValueStrindex")).get<std::string>()
+                                  : std::to_string(otlp_int(v, "intValue"));
+          }
+        }
+        for (const json& sp : rp.at("scopeProfiles")) {
+          for (const json& p : sp.at("profiles")) {
+            r.time_unix_ns = static_cast<uint64_t>(otlp_int(p, "timeUnixNano"));
+            if (strings.at(otlp_int(p.at("sampleType"), "typeStrindex")).get<std::string>() != "samples")
+              continue;
+            if (!p.contains("samples")) continue;
+            for (const json& s : p["samples"]) {
+              for (const json& v : s.at("values"))
+                r.samples += v.is_string() ? std::stoull(v.get<std::string>()) : v.get<uint64_t>();
+            }
+          }
+        }
+      }
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+std::vector<ReceivedChunk> wait_received(const std::vector<std::string>& outputs, size_t want) {
+  std::vector<ReceivedChunk> got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((got = received_chunks(outputs)).size() < want && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return got;
+}
+
+size_t chunks_up_to(const std::vector<ChunkTruth>& chunks, const std::string& cursor) {
+  return static_cast<size_t>(
+      std::count_if(chunks.begin(), chunks.end(), [&](const ChunkTruth& c) { return c.name <= cursor; }));
+}
+
+// Every chunk up to `cursor` arrived exactly once, in order, with the chunk store's sample total.
+void expect_exactly_the_chunks(const std::vector<ChunkTruth>& chunks, const std::vector<ReceivedChunk>& got,
+                               const std::string& cursor) {
+  std::vector<ChunkTruth> sent;
+  for (const ChunkTruth& c : chunks) {
+    if (c.name <= cursor) sent.push_back(c);
+  }
+  ASSERT_FALSE(sent.empty());
+  ASSERT_EQ(got.size(), sent.size()) << "requests received vs chunks up to the cursor " << cursor;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(got[i].time_unix_ns, sent[i].start_unix_ns) << "request " << i << " is chunk " << sent[i].name;
+    EXPECT_EQ(got[i].samples, sent[i].samples) << "samples of chunk " << sent[i].name;
+    EXPECT_GT(got[i].samples, 0u);
+  }
+}
+
+class ContinuousPush : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A busy process, so that every chunk has samples whatever else the machine does.
+    busy_ = std::make_unique<Background>(std::vector<std::string>{kFixtures + "/cpu_split", "3600"});
+    fs::create_directories(state_);
+  }
+  testing::TempDir dir_{"continuous-push", testing::TempDir::Cleanup::kKeepOnFailure};
+  std::string state_ = dir_.path() + "/state";
+  std::unique_ptr<Background> busy_;
+};
+
+// hpd pushing to `endpoint` until it sent `chunks`, then stopped: its last push status, and what the
+// collector wrote to `output`, checked against the store (every chunk up to the cursor, once, in
+// order, with its sample total).
+std::vector<ReceivedChunk> push_then_check(const std::string& state, const std::string& endpoint,
+                                           const std::string& output, uint64_t chunks,
+                                           const std::string& extra, json* last) {
+  Hpd hpd(start_with(push_config(state, endpoint, extra)));
+  EXPECT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  EXPECT_TRUE(wait_push(
+      hpd, [&](const json& s) { return field(s, "chunks_sent") >= chunks; }, last))
+      << last->dump() << "\n"
+      << hpd.log();
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+  // hpd stopped: the cursor file names the last chunk the collector accepted.
+  const std::vector<ChunkTruth> on_disk = chunks_on_disk(state);
+  const std::string cursor = cursor_on_disk(state);
+  EXPECT_FALSE(cursor.empty()) << "no push cursor in " << state;
+  std::vector<ReceivedChunk> got = wait_received({output}, chunks_up_to(on_disk, cursor));
+  expect_exactly_the_chunks(on_disk, got, cursor);
+  return got;
+}
+
+TEST_F(ContinuousPush, EveryChunkReachesTheCollectorWithTheStoresSampleTotals) {
+  const std::string output = dir_.file("received.json");
+  Collector collector(kOtelcol, dir_.path(), output);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  json p;
+  std::vector<ReceivedChunk> got = push_then_check(state_, collector.endpoint(), output, 3,
+                                                   "push_labels = team=storage, region=test-1\n", &p);
+  EXPECT_EQ(text(p, "endpoint"), collector.endpoint() + "/v1development/profiles");
+  EXPECT_GT(field(p, "last_success_unix_ns"), 0u);
+  EXPECT_GT(field(p, "bytes_sent"), 0u);
+  EXPECT_EQ(field(p, "chunks_dropped"), 0u);
+
+  // Labels: hpd's own (host, process) and hpd.conf's.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got[0].resource["host.name"], host);
+  EXPECT_FALSE(got[0].resource["process.pid"].empty());
+  EXPECT_FALSE(got[0].resource["process.executable.name"].empty());
+  EXPECT_EQ(got[0].resource["team"], "storage");
+  EXPECT_EQ(got[0].resource["region"], "test-1");
+}
+
+TEST_F(ContinuousPush, OverGrpcEveryChunkReachesTheCollector) {
+  const std::string output = dir_.file("received.json");
+  Collector collector(kOtelcol, dir_.path(), output);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  json p;
+  push_then_check(state_, collector.grpc_endpoint(), output, 2, "", &p);
+  EXPECT_EQ(text(p, "endpoint"),
+            collector.grpc_endpoint() +
+                "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export");
+}
+
+TEST_F(ContinuousPush, CollectorDownThenUpAndHpdRestartedSendsEveryChunkOnceInOrder) {
+  const uint16_t port = free_port();
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(port);
+  uint64_t queued_while_down = 0;
+  {
+    Hpd hpd(start_with(push_config(state_, endpoint)));
+    ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+    // Down: chunks queue up, the status says why, nothing is sent.
+    json p;
+    ASSERT_TRUE(wait_push(
+        hpd, [](const json& s) { return field(s, "chunks_queued") >= 3 && !text(s, "last_error").empty(); },
+        &p))
+        << p.dump() << "\n"
+        << hpd.log();
+    EXPECT_NE(text(p, "last_error").find("cannot connect to"), std::string::npos) << p.dump();
+    EXPECT_EQ(field(p, "chunks_sent"), 0u);
+    queued_while_down = field(p, "chunks_queued");
+    const RunResult status = run({kHpctl, "--socket", hpd.socket(), "status"});
+    EXPECT_NE(status.out.find("push to " + endpoint + "/v1development/profiles: 0 chunks sent"),
+              std::string::npos)
+        << status.out << status.err;
+    EXPECT_NE(status.out.find("failing since"), std::string::npos) << status.out;
+    EXPECT_TRUE(hpd.wait_log("continuous push: pushing chunk", 10)) << hpd.log();
+
+    // Up: the queue drains, oldest first.
+    Collector collector(kOtelcol, dir_.path(), dir_.file("received-1.json"), port);
+    ASSERT_TRUE(can_connect(port)) << collector.log();
+    ASSERT_TRUE(wait_push(
+        hpd,
+        [&](const json& s) {
+          return field(s, "chunks_sent") >= queued_while_down + 1 && field(s, "chunks_queued") == 0;
+        },
+        &p))
+        << p.dump() << "\n"
+        << hpd.log();
+    EXPECT_TRUE(hpd.wait_log("works again", 10)) << hpd.log();
+    ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+    collector.stop();
+  }
+  // hpd restarted (the chunk finished at its stop was not sent yet): the cursor says where it was.
+  {
+    Collector collector(kOtelcol, dir_.path(), dir_.file("received-2.json"), port);
+    ASSERT_TRUE(can_connect(port)) << collector.log();
+    Hpd hpd(start_with(push_config(state_, endpoint)));
+    ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+    json p;
+    ASSERT_TRUE(wait_push(
+        hpd, [](const json& s) { return field(s, "chunks_sent") >= 3; }, &p))
+        << p.dump() << "\n"
+        << hpd.log();
+    ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+    const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+    const std::string cursor = cursor_on_disk(state_);
+    const std::vector<ReceivedChunk> got = wait_received(
+        {dir_.file("received-1.json"), dir_.file("received-2.json")}, chunks_up_to(chunks, cursor));
+    expect_exactly_the_chunks(chunks, got, cursor);
+    EXPECT_GE(got.size(), queued_while_down + 3);
+  }
+}
+
+TEST_F(ContinuousPush, EndpointAnsweringErrorsShowsInStatusAndLogWhileHpdKeepsSampling) {
+  const std::string body = "queue full, retry later\n";
+  CannedServer server("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body,
+                      true);
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(server.port());
+  Hpd hpd(start_with(push_config(state_, endpoint)));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  json p;
+  ASSERT_TRUE(wait_push(
+      hpd, [](const json& s) { return !text(s, "last_error").empty(); }, &p))
+      << hpd.log();
+  EXPECT_NE(text(p, "last_error").find("answered HTTP 503: queue full, retry later"), std::string::npos)
+      << p.dump();
+  // Sampling goes on: more chunks are written while every push fails and is retried.
+  const uint64_t samples = field(hpd.status()["continuous"], "samples");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while ((server.connections() < 4 || field(hpd.status()["continuous"], "samples") <= samples ||
+          field(push_status(hpd), "chunks_queued") < 3) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_GE(server.connections(), 4);
+  EXPECT_GT(field(hpd.status()["continuous"], "samples"), samples);
+  p = push_status(hpd);
+  EXPECT_GE(field(p, "chunks_queued"), 3u) << p.dump();
+  EXPECT_EQ(field(p, "chunks_sent"), 0u);
+  const RunResult status = run({kHpctl, "--socket", hpd.socket(), "status"});
+  EXPECT_NE(status.out.find("answered HTTP 503: queue full, retry later"), std::string::npos) << status.out;
+  // The log says it once, not at every retry.
+  const std::string log = hpd.log();
+  size_t lines = 0;
+  for (size_t at = log.find("answered HTTP 503"); at != std::string::npos;
+       at = log.find("answered HTTP 503", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 1u) << log;
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+TEST_F(ContinuousPush, UnsentChunksRemovedByRetentionAreCountedAndSaid) {
+  LoopbackSocket closed(false);  // bound, not listening: connections are refused
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(closed.port());
+  // At most 1 byte of chunks: retention removes each chunk after it was written, before it was sent.
+  Hpd hpd(start_with(push_config(state_, endpoint, "continuous_max_bytes = 1\n")));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  json p;
+  ASSERT_TRUE(wait_push(
+      hpd, [](const json& s) { return field(s, "chunks_dropped") >= 2; }, &p))
+      << p.dump() << "\n"
+      << hpd.log();
+  EXPECT_EQ(field(p, "chunks_sent"), 0u);
+  EXPECT_TRUE(hpd.wait_log("before it was sent to " + endpoint, 10)) << hpd.log();
+  const RunResult status = run({kHpctl, "--socket", hpd.socket(), "status"});
+  EXPECT_NE(status.out.find(" dropped unsent"), std::string::npos) << status.out;
+  EXPECT_EQ(status.out.find(" 0 dropped unsent"), std::string::npos) << status.out;
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+TEST(ContinuousPushConfig, BadPushValuesRefuseToStartWithFileAndLine) {
+  const testing::TempDir tmp("hpd-push-conf");
+  const std::string conf = tmp.file("hpd.conf");
+  std::ofstream(conf)
+      << "continuous = on\notlp_endpoint = collector:4318\npush_labels = team\npush_timeout = 0\n";
+  const RunResult r = run({HPD_HPD_PATH, "--config", conf, "--socket", tmp.file("s")}, 20);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(
+      r.err.find(conf + ":2: bad value 'collector:4318' for otlp_endpoint: 'collector:4318' is not a URL: "
+                        "give http://HOST:PORT"),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(conf + ":3: bad value 'team' for push_labels: expected KEY=VALUE pairs"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(conf + ":4: bad value '0' for push_timeout"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace hpd::test

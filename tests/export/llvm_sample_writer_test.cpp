@@ -1,0 +1,57 @@
+// The LLVM sample profile writer on sites whose profile is known by hand, and LLVM's discriminator
+// decoding on values its encoder produces.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "hpd/export/llvm_sample.h"
+#include "hpd/symbolizer/sample_lines.h"
+
+namespace hpd {
+namespace {
+
+TEST(LlvmSampleWriter, FoldsInlineChainsIntoNestedCallSites) {
+  // f (declared at line 10) runs line 12 (5 samples) and line 11 (its entry, 1 sample); at line 14,
+  // discriminator 2, it inlines g (declared at 40), which runs line 43 (7 samples) and inlines h
+  // (declared at 70) at line 41, which runs line 69, one line before its declaration (2 samples).
+  const std::vector<SampledSite> sites = {
+      {{{"_Z1fv", 10, 12, 0}}, 5},
+      {{{"_Z1fv", 10, 11, 0}}, 1},
+      {{{"_Z1fv", 10, 14, 2}, {"_Z1gv", 40, 43, 0}}, 7},
+      {{{"_Z1fv", 10, 14, 2}, {"_Z1gv", 40, 41, 0}, {"_Z1hv", 70, 69, 3}}, 2},
+      {{{"_Z1kv", 5, 0, 0}}, 4},  // line 0: in the total only
+      {{}, 3},                    // nothing found: left out
+  };
+  const LlvmSampleProfile p = build_llvm_sample_profile(sites, {{"_Z1fv", {11, 0}}});
+  std::ostringstream out;
+  write_llvm_sample_text(p, out, {"test"});
+  EXPECT_EQ(out.str(),
+            "# test\n"
+            "_Z1fv:15:1\n"
+            " 1: 1\n"
+            " 2: 5\n"
+            " 4.2: _Z1gv:9\n"
+            "  3: 7\n"
+            "  1: _Z1hv:2\n"
+            "   65535.3: 2\n"
+            "_Z1kv:4:0\n");
+  EXPECT_EQ(p.samples, 22u);
+  EXPECT_EQ(p.unlocated, 7u);
+  std::ostringstream order;
+  write_symbol_order(p, order);
+  EXPECT_EQ(order.str(), "_Z1fv\n_Z1kv\n");
+}
+
+TEST(LlvmSampleWriter, BaseDiscriminatorsDecodeLlvmsPrefixEncoding) {
+  // DILocation::encodeDiscriminator(base, duplication factor, copy id) for a few values.
+  EXPECT_EQ(base_discriminator(0), 0u);
+  EXPECT_EQ(base_discriminator(2), 1u);  // base 1
+  EXPECT_EQ(base_discriminator(8), 4u);  // base 4
+  EXPECT_EQ(base_discriminator(1), 0u);  // base 0 with more components after it
+  EXPECT_EQ(base_discriminator(0x7e), 0x1fu);
+  EXPECT_EQ(base_discriminator(0xc0), 0x20u);       // base 32: ((32 & 0xfe0) << 1 | 0x20) << 1
+  EXPECT_EQ(base_discriminator(2 | (1 << 7)), 1u);  // base 1, then a duplication factor
+}
+
+}  // namespace
+}  // namespace hpd

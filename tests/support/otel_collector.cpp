@@ -1,0 +1,188 @@
+// The OpenTelemetry Collector of the OTLP tests, loopback sockets, a canned HTTP server.
+#include "otel_collector.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace hpd::test {
+
+using nlohmann::json;
+
+LoopbackSocket::LoopbackSocket(bool listening) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      (listening && ::listen(fd_, 4) != 0)) {
+    throw std::runtime_error("cannot bind a loopback socket");
+  }
+  socklen_t len = sizeof a;
+  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+  port_ = ntohs(a.sin_port);
+}
+
+LoopbackSocket::~LoopbackSocket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool can_connect(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+uint16_t free_port() {
+  return LoopbackSocket(false).port();
+}
+
+CannedServer::CannedServer(std::string answer, bool read_all) : socket_(true), answer_(std::move(answer)) {
+  thread_ = std::thread([this, read_all] { serve(read_all); });
+}
+
+CannedServer::~CannedServer() {
+  stop_ = true;
+  thread_.join();
+}
+
+void CannedServer::serve(bool read_all) {
+  while (!stop_) {
+    pollfd p{socket_.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const int c = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    ++connections_;
+    std::string request;
+    char buf[65536];
+    for (;;) {
+      pollfd q{c, POLLIN, 0};
+      if (::poll(&q, 1, 10000) <= 0) break;
+      const ssize_t n = ::read(c, buf, sizeof buf);
+      if (n <= 0) break;
+      request.append(buf, static_cast<size_t>(n));
+      if (!read_all) break;
+      const size_t end = request.find("\r\n\r\n");
+      if (end == std::string::npos) continue;
+      size_t length = 0;
+      const size_t cl = request.find("Content-Length: ");
+      if (cl != std::string::npos && cl < end) length = std::stoul(request.substr(cl + 16));
+      if (request.size() >= end + 4 + length) break;
+    }
+    (void)!::write(c, answer_.data(), answer_.size());
+    ::shutdown(c, SHUT_WR);
+    ::close(c);
+  }
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Collector::Collector(const std::string& otelcol, const std::string& dir, const std::string& output,
+                     uint16_t port, const std::string& signal)
+    : port_(port != 0 ? port : free_port()), grpc_port_(free_port()) {
+  const std::string base = dir + "/otelcol-" + std::to_string(port_);
+  const std::string config = base + ".yaml";
+  log_path_ = base + ".log";
+  std::ofstream(config) << "receivers:\n"
+                           "  otlp:\n"
+                           "    protocols:\n"
+                           "      http:\n"
+                           "        endpoint: 127.0.0.1:"
+                        << port_
+                        << "\n"
+                           "      grpc:\n"
+                           "        endpoint: 127.0.0.1:"
+                        << grpc_port_
+                        << "\n"
+                           "exporters:\n"
+                           "  file:\n"
+                           "    path: "
+                        << output
+                        << "\n"
+                           "service:\n"
+                           "  telemetry:\n"
+                           "    metrics:\n"
+                           "      level: none\n"
+                           "  pipelines:\n"
+                           "    "
+                        << signal
+                        << ":\n"
+                           "      receivers: [otlp]\n"
+                           "      exporters: [file]\n";
+  BackgroundOptions options;
+  options.stdout_path = log_path_;
+  process_ = std::make_unique<Background>(
+      std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" --config \"$1\" 2>&1", otelcol, config},
+      options);
+  // Ready when its receiver accepts connections (or it exited: then the test fails, with its log).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while ((!can_connect(port_) || !can_connect(grpc_port_)) && running() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+Collector::~Collector() = default;
+
+bool Collector::running() const {
+  if (!process_) return false;
+  const std::string stat = read_text_file("/proc/" + std::to_string(process_->pid()) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+void Collector::stop() {
+  if (process_) process_->kill();
+  process_.reset();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (can_connect(port_) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+std::vector<json> received_requests(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream lines(read_text_file(path));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find("resourceProfiles") == std::string::npos) continue;
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+json wait_for_profiles(const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::vector<json> requests = received_requests(path);
+    if (!requests.empty()) return requests.front();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return json();
+}
+
+int64_t otlp_int(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key)) return 0;
+  const json& v = j.at(key);
+  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+}
+
+}  // namespace hpd::test

@@ -1,0 +1,91 @@
+// The real OpenTelemetry Collector the OTLP tests push to (built by the suite from its Go modules,
+// packaging/otelcol, target hpd_otelcol), on a loopback port, writing what it receives with its file
+// exporter; and loopback sockets and a canned server for the endpoints that are not a collector.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "subprocess.h"
+
+namespace hpd::test {
+
+// A loopback TCP socket bound to a port the kernel picks; listening or not.
+class LoopbackSocket {
+ public:
+  explicit LoopbackSocket(bool listening);
+  ~LoopbackSocket();
+  LoopbackSocket(const LoopbackSocket&) = delete;
+  LoopbackSocket& operator=(const LoopbackSocket&) = delete;
+  int fd() const { return fd_; }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+// Whether something accepts connections on 127.0.0.1:port.
+bool can_connect(uint16_t port);
+// A port nothing listens on now (bound, then released); a server takes it a moment later.
+uint16_t free_port();
+
+// A server that answers each connection with `answer` after reading the request (headers, and a
+// body of Content-Length bytes), or after the first bytes when `read_all` is false (a TLS hello).
+class CannedServer {
+ public:
+  CannedServer(std::string answer, bool read_all);
+  ~CannedServer();
+  uint16_t port() const { return socket_.port(); }
+  int connections() const { return connections_; }
+
+ private:
+  void serve(bool read_all);
+
+  LoopbackSocket socket_;
+  std::string answer_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+std::string read_text_file(const std::string& path);
+
+// The collector (kOtelcol: the path of hpd-otelcol) with one pipeline, profiles: otlp (HTTP on
+// 127.0.0.1:port, gRPC on another free port) -> file (`output`, one line of OTLP JSON per request received),
+// its own metrics off. Its configuration and log are DIR/otelcol-PORT.yaml and .log. The constructor returns
+// when the receiver accepts connections, or the collector exited, or after 120 s. `signal` "traces" makes a
+// collector without the profiles pipeline (its receiver does not serve profiles).
+class Collector {
+ public:
+  Collector(const std::string& otelcol, const std::string& dir, const std::string& output, uint16_t port = 0,
+            const std::string& signal = "profiles");
+  ~Collector();
+  uint16_t port() const { return port_; }
+  bool running() const;  // not exited
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string grpc_endpoint() const { return "grpc://127.0.0.1:" + std::to_string(grpc_port_); }
+  std::string log() const { return read_text_file(log_path_); }
+  void stop();  // SIGKILL; the receiver's port is free again
+
+ private:
+  uint16_t port_;
+  uint16_t grpc_port_;
+  std::string log_path_;
+  std::unique_ptr<Background> process_;
+};
+
+// The complete JSON lines of `path` that hold resourceProfiles (requests the file exporter wrote).
+std::vector<nlohmann::json> received_requests(const std::string& path);
+// The first one, waiting up to 60 s for the file exporter to write it; null when none came.
+nlohmann::json wait_for_profiles(const std::string& path);
+
+// An integer of OTLP JSON, which writes 64-bit integers as strings and leaves zero values out.
+int64_t otlp_int(const nlohmann::json& j, const char* key);
+
+}  // namespace hpd::test
