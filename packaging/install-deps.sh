@@ -10,7 +10,7 @@ PACKAGES=(
   libasan8 libubsan1
   # libraries
   libelf-dev libdw-dev libdebuginfod-dev libbpf-dev libzstd-dev zlib1g-dev
-  libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcapstone-dev
+  libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcapstone-dev libzydis-dev
   # hpctl push: OTLP/HTTP to a collector
   libcurl4-openssl-dev
   # tools the tests compare against or drive
