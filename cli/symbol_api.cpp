@@ -1,9 +1,8 @@
 // /source/v1 and /asm/v1 of the Firefox Profiler's symbol-server API for `hpctl open`: sources read
 // from the paths the debug information recorded, machine code read from the library's ELF file and
-// decoded with Capstone.
+// decoded by disassembler.h.
 #include "symbol_api.h"
 
-#include <capstone/capstone.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
@@ -18,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "disassembler.h"
 #include "hpd/base/elf.h"
 #include "hpd/export/firefox.h"
 #include "hpd/symbolizer/symbolizer.h"
@@ -111,49 +111,14 @@ std::string read_code(const std::string& path, uint64_t start, uint64_t size, st
   return bytes;
 }
 
-// Decodes `code` (at lib-relative `start`) into [offset, text] pairs; bytes Capstone cannot decode
-// become "(bad)" one byte at a time so the listing keeps going, as objdump's does.
+// [offset, text] pairs of `code`; branch targets are printed relative to its first byte.
 std::optional<json> disassemble_bytes(const std::string& arch, const std::string& code, std::string& syntax,
                                       std::string& error) {
-  cs_arch cs_a;
-  cs_mode cs_m;
-  if (arch == "x86_64") {
-    cs_a = CS_ARCH_X86;
-    cs_m = CS_MODE_64;
-    syntax = "Intel";
-  } else if (arch == "aarch64") {
-    cs_a = CS_ARCH_ARM64;
-    cs_m = CS_MODE_ARM;
-    syntax = "ARM";
-  } else {
-    error = "no disassembler for architecture " + arch;
-    return std::nullopt;
-  }
-  csh handle;
-  if (cs_open(cs_a, cs_m, &handle) != CS_ERR_OK) {
-    error = "cannot start the disassembler";
-    return std::nullopt;
-  }
+  const std::optional<std::vector<DecodedInstruction>> decoded = disassemble(arch, code, 0, syntax, error);
+  if (!decoded) return std::nullopt;
   json instructions = json::array();
-  cs_insn* insn = cs_malloc(handle);
-  const auto* base = reinterpret_cast<const uint8_t*>(code.data());
-  size_t offset = 0;
-  while (offset < code.size()) {
-    const uint8_t* p = base + offset;
-    size_t left = code.size() - offset;
-    uint64_t address = offset;
-    if (cs_disasm_iter(handle, &p, &left, &address, insn)) {
-      std::string text = insn->mnemonic;
-      if (insn->op_str[0] != '\0') text += std::string(" ") + insn->op_str;
-      instructions.push_back(json::array({offset, text}));
-      offset = code.size() - left;
-    } else {
-      instructions.push_back(json::array({offset, "(bad)"}));
-      ++offset;
-    }
-  }
-  cs_free(insn, 1);
-  cs_close(&handle);
+  for (const DecodedInstruction& insn : *decoded)
+    instructions.push_back(json::array({insn.offset, insn.text}));
   return instructions;
 }
 

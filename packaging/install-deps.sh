@@ -19,8 +19,9 @@ BUILD_PACKAGES=(
   clang llvm llvm-14-dev bpftool libbpf-dev
   libelf-dev libdw-dev libdebuginfod-dev libzstd-dev zlib1g-dev
   libcli11-dev nlohmann-json3-dev
-  # hpctl open: Capstone for the assembly view; hpctl push: OTLP/HTTP to a collector
-  libcapstone-dev libcurl4-openssl-dev
+  # hpctl open and annotate: Zydis decodes x86-64 (AVX-512 included), Capstone ARM64; hpctl push:
+  # OTLP/HTTP to a collector
+  libzydis-dev libcapstone-dev libcurl4-openssl-dev
 )
 
 # What the tests and benchmarks add (packaging/test.sh).
