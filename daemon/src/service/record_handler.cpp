@@ -148,7 +148,7 @@ void Connection::handle_record(const Request& request, Frame& frame) {
   // The client's allocation log: likewise only read through this descriptor, as untrusted data.
   UniqueFd alloc_log;
   if (request.record_has_alloc_log) {
-    alloc_log.reset(frame.take_fd());
+    alloc_log = frame.take_fd();
     if (!alloc_log) {
       send_error(ErrorCode::kBadRequest,
                  "\"alloc_log\": true, but no descriptor for the allocation log came with the request");
