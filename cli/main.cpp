@@ -264,7 +264,8 @@ int main(int argc, char** argv) {
       ->add_option("-f,--format", conv.format,
                    "firefox, pprof, collapsed, report (default: from the suffix), llvm-sample (LLVM's text "
                    "sample profile of one binary, for clang -fprofile-sample-use) or symbol-order (its "
-                   "functions with samples, most first, for lld --symbol-ordering-file)")
+                   "functions by samples, or by exact call counts of a --calls recording, for lld "
+                   "--symbol-ordering-file)")
       ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report", "llvm-sample", "symbol-order"}));
   convert
       ->add_option("--binary", conv.binary,
@@ -284,6 +285,19 @@ int main(int argc, char** argv) {
                     "Do not ask $DEBUGINFOD_URLS for missing binaries");
   convert->add_option("--limit", conv.limit, "Report: rows to print (0 = all)")->capture_default_str();
   convert->add_flag("-q,--quiet", conv.quiet, "No notes or summary on stderr");
+
+  hpd::cli::PgoCheckArgs pgo;
+  CLI::App* pgo_check = app.add_subcommand(
+      "pgo-check",
+      "Check that an LLVM sample profile written by convert is of a binary: exit 0 match, 3 stale (the "
+      "program rebuilt), 4 another binary, 5 no build-id, 1 error; names functions whose start line moved");
+  pgo_check->add_option("profile", pgo.profile, "The profile (hpctl convert --format llvm-sample)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  pgo_check->add_option("--binary", pgo.binary, "The binary to check it against")
+      ->required()
+      ->check(CLI::ExistingFile);
+  pgo_check->add_flag("-q,--quiet", pgo.quiet, "Print nothing: only the exit status");
 
   hpd::cli::ExportArgs exp;
   CLI::App* export_cmd = app.add_subcommand(
@@ -400,6 +414,7 @@ int main(int argc, char** argv) {
     if (mip_merge->parsed()) return hpd::cli::run_mip_merge(mip_merge_args);
     if (convert->parsed()) return hpd::cli::run_convert(conv);
     if (export_cmd->parsed()) return hpd::cli::run_export(exp);
+    if (pgo_check->parsed()) return hpd::cli::run_pgo_check(pgo);
     if (symbolize->parsed()) return hpd::cli::run_symbolize(sym);
     if (push->parsed()) return hpd::cli::run_push(push_args);
   } catch (const std::exception& e) {

@@ -60,6 +60,7 @@ LlvmSampleProfile build_llvm_sample_profile(const std::vector<SampledSite>& site
     }
     FunctionSampleTree* f = &top[site.levels.front().name];
     f->name = site.levels.front().name;
+    f->decl_line = site.levels.front().decl_line;
     for (size_t i = 0; i < site.levels.size(); ++i) {
       const SampleLevel& level = site.levels[i];
       f->total += site.samples;
@@ -75,6 +76,7 @@ LlvmSampleProfile build_llvm_sample_profile(const std::vector<SampledSite>& site
       const std::string& callee = site.levels[i + 1].name;
       FunctionSampleTree& next = f->inlined[key_of(level)][callee];
       next.name = callee;
+      next.decl_line = site.levels[i + 1].decl_line;
       f = &next;
     }
   }
@@ -108,10 +110,113 @@ void write_llvm_sample_text(const LlvmSampleProfile& profile, std::ostream& out,
   if (!out) throw ExportError("writing the LLVM sample profile failed");
 }
 
-void write_symbol_order(const LlvmSampleProfile& profile, std::ostream& out) {
-  for (const FunctionSampleTree& f : profile.functions) {
-    if (f.total != 0) out << f.name << '\n';
+namespace {
+void collect_declaration_lines(const FunctionSampleTree& f, std::map<std::string, uint32_t>& out) {
+  out.emplace(f.name, f.decl_line);
+  for (const auto& [key, callees] : f.inlined) {
+    for (const auto& [name, callee] : callees) collect_declaration_lines(callee, out);
   }
+}
+}  // namespace
+
+std::vector<std::string> declaration_line_comments(const LlvmSampleProfile& profile) {
+  std::map<std::string, uint32_t> lines;
+  for (const FunctionSampleTree& f : profile.functions) collect_declaration_lines(f, lines);
+  std::vector<std::string> out;
+  for (const auto& [name, line] : lines) {
+    if (line != 0) out.push_back("decl-line " + name + " " + std::to_string(line));
+  }
+  return out;
+}
+
+std::vector<std::string> symbol_order(const LlvmSampleProfile& profile,
+                                      const std::vector<NamedCallEdge>& edges) {
+  std::map<std::string, uint64_t> samples, calls_in;
+  for (const FunctionSampleTree& f : profile.functions) {
+    if (f.total != 0) samples[f.name] += f.total;
+  }
+  // The edges summed per (caller, callee); recursion orders nothing.
+  std::map<std::pair<std::string, std::string>, uint64_t> summed;
+  for (const NamedCallEdge& e : edges) {
+    if (e.caller.empty() || e.callee.empty() || e.caller == e.callee || e.count == 0) continue;
+    summed[{e.caller, e.callee}] += e.count;
+    calls_in[e.callee] += e.count;
+    samples.try_emplace(e.caller, 0);
+    samples.try_emplace(e.callee, 0);
+  }
+  std::vector<std::string> hot;
+  for (const auto& [name, n] : samples) hot.push_back(name);
+  const auto count_of = [](const std::map<std::string, uint64_t>& m, const std::string& name) {
+    const auto it = m.find(name);
+    return it == m.end() ? uint64_t{0} : it->second;
+  };
+  std::stable_sort(hot.begin(), hot.end(), [&](const std::string& a, const std::string& b) {
+    const uint64_t sa = count_of(samples, a), sb = count_of(samples, b);
+    if (sa != sb) return sa > sb;
+    return count_of(calls_in, a) > count_of(calls_in, b);
+  });
+  // Each callee's most frequent caller (ties: the hotter caller, then the first by name).
+  std::map<std::string, std::pair<std::string, uint64_t>> best_caller;
+  for (const auto& [key, count] : summed) {
+    auto [it, inserted] = best_caller.try_emplace(key.second, key.first, count);
+    if (!inserted &&
+        (count > it->second.second ||
+         (count == it->second.second && count_of(samples, key.first) > count_of(samples, it->second.first))))
+      it->second = {key.first, count};
+  }
+  std::map<std::string, size_t> cluster_of;
+  std::vector<std::vector<std::string>> clusters;
+  for (const std::string& name : hot) {
+    cluster_of[name] = clusters.size();
+    clusters.push_back({name});
+  }
+  // The callees by the count of their heaviest incoming edge, most first (ties: hottest first):
+  // the most frequent calls are joined first, so that they end up adjacent.
+  std::vector<std::string> callees;
+  for (const std::string& name : hot) {
+    if (best_caller.count(name)) callees.push_back(name);
+  }
+  std::stable_sort(callees.begin(), callees.end(), [&](const std::string& a, const std::string& b) {
+    return best_caller.at(a).second > best_caller.at(b).second;
+  });
+  for (const std::string& callee : callees) {
+    const auto best = best_caller.find(callee);
+    const size_t to = cluster_of.at(best->second.first), from = cluster_of.at(callee);
+    if (to == from) continue;
+    for (const std::string& moved : clusters[from]) {
+      clusters[to].push_back(moved);
+      cluster_of[moved] = to;
+    }
+    clusters[from].clear();
+  }
+  struct Ranked {
+    uint64_t samples = 0, calls = 0;
+    size_t first = 0;  // the cluster's index: its first function's rank in `hot`
+  };
+  std::vector<Ranked> ranked;
+  for (size_t i = 0; i < clusters.size(); ++i) {
+    if (clusters[i].empty()) continue;
+    Ranked r{0, 0, i};
+    for (const std::string& name : clusters[i]) {
+      r.samples += count_of(samples, name);
+      r.calls += count_of(calls_in, name);
+    }
+    ranked.push_back(r);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+    if (a.samples != b.samples) return a.samples > b.samples;
+    return a.calls > b.calls;
+  });
+  std::vector<std::string> out;
+  for (const Ranked& r : ranked) {
+    for (const std::string& name : clusters[r.first]) out.push_back(name);
+  }
+  return out;
+}
+
+void write_symbol_order(const LlvmSampleProfile& profile, std::ostream& out,
+                        const std::vector<NamedCallEdge>& edges) {
+  for (const std::string& name : symbol_order(profile, edges)) out << name << '\n';
   if (!out) throw ExportError("writing the symbol order failed");
 }
 

@@ -40,6 +40,37 @@ TEST(LlvmSampleWriter, FoldsInlineChainsIntoNestedCallSites) {
   std::ostringstream order;
   write_symbol_order(p, order);
   EXPECT_EQ(order.str(), "_Z1fv\n_Z1kv\n");
+  // Every function's declaration line, inlined ones too, for hpctl pgo-check.
+  EXPECT_EQ(declaration_line_comments(p),
+            (std::vector<std::string>{"decl-line _Z1fv 10", "decl-line _Z1gv 40", "decl-line _Z1hv 70",
+                                      "decl-line _Z1kv 5"}));
+}
+
+TEST(LlvmSampleWriter, SymbolOrderPutsCallersNextToTheirCalleesByExactCounts) {
+  // Samples: hot 100, mid 50, caller 40, small 15; callee0 is never sampled.
+  const std::vector<SampledSite> sites = {
+      {{{"hot", 1, 2, 0}}, 100},
+      {{{"mid", 1, 2, 0}}, 50},
+      {{{"caller", 1, 2, 0}}, 40},
+      {{{"small", 1, 2, 0}}, 15},
+  };
+  const LlvmSampleProfile p = build_llvm_sample_profile(sites, {});
+  EXPECT_EQ(symbol_order(p), (std::vector<std::string>{"hot", "mid", "caller", "small"}));
+  // caller calls callee0 1000 times and small 10 times; mid calls small 3 times (not its most
+  // frequent caller); recursion and edges without a caller order nothing.
+  const std::vector<NamedCallEdge> edges = {
+      {"caller", "small", 6}, {"caller", "callee0", 1000}, {"mid", "small", 3},
+      {"caller", "small", 4}, {"hot", "hot", 99},          {"", "mid", 500},
+  };
+  // caller, then callee0 (the most calls), then small; their cluster's 55 samples go before mid's 50.
+  EXPECT_EQ(symbol_order(p, edges), (std::vector<std::string>{"hot", "caller", "callee0", "small", "mid"}));
+  // Were mid's calls of small the most frequent, small would follow mid.
+  const std::vector<NamedCallEdge> to_mid = {
+      {"caller", "callee0", 1000}, {"mid", "small", 30}, {"caller", "small", 10}};
+  EXPECT_EQ(symbol_order(p, to_mid), (std::vector<std::string>{"hot", "mid", "small", "caller", "callee0"}));
+  std::ostringstream order;
+  write_symbol_order(p, order, edges);
+  EXPECT_EQ(order.str(), "hot\ncaller\ncallee0\nsmall\nmid\n");
 }
 
 TEST(LlvmSampleWriter, BaseDiscriminatorsDecodeLlvmsPrefixEncoding) {
