@@ -187,6 +187,8 @@ void write_llvm_sample(const Profile& p, const ConvertArgs& args, const std::str
                                      binary_build_id};
     for (std::string& line : declaration_line_comments(profile)) comment.push_back(std::move(line));
     write_llvm_sample_text(profile, text, comment);
+  } else if (format == "llvm-sample-binary") {
+    write_llvm_sample_extbinary(profile, text);
   } else {
     edges = call_edges_of(p, li, *reader);
     write_symbol_order(profile, text, edges);

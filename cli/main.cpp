@@ -261,15 +261,19 @@ int main(int argc, char** argv) {
                    "Output file; its suffix picks the format (.json.gz, .pb.gz, .collapsed); - = stdout")
       ->required();
   convert
-      ->add_option("-f,--format", conv.format,
-                   "firefox, pprof, collapsed, report (default: from the suffix), llvm-sample (LLVM's text "
-                   "sample profile of one binary, for clang -fprofile-sample-use) or symbol-order (its "
-                   "functions by samples, or by exact call counts of a --calls recording, for lld "
-                   "--symbol-ordering-file)")
-      ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report", "llvm-sample", "symbol-order"}));
+      ->add_option(
+          "-f,--format", conv.format,
+          "firefox, pprof, collapsed, report (default: from the suffix), llvm-sample (LLVM's text "
+          "sample profile of one binary, for clang -fprofile-sample-use), llvm-sample-binary (the same "
+          "in LLVM's extensible binary form; default for .extbinary, .afdo) or symbol-order (its "
+          "functions by samples, or by exact call counts of a --calls recording, for lld "
+          "--symbol-ordering-file)")
+      ->check(CLI::IsMember(
+          {"firefox", "pprof", "collapsed", "report", "llvm-sample", "llvm-sample-binary", "symbol-order"}));
   convert
       ->add_option("--binary", conv.binary,
-                   "llvm-sample, symbol-order: the binary to profile (its build-id must be the recorded one; "
+                   "llvm-sample, llvm-sample-binary, symbol-order: the binary to profile (its build-id must "
+                   "be the recorded one; "
                    "default: the recorded binary with the most samples, at its recorded path)")
       ->check(CLI::ExistingFile);
   convert->add_option("--weight", conv.weight, "Collapsed stacks: samples, cpu (ns) or wall (ns)")

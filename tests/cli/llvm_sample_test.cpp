@@ -206,6 +206,41 @@ TEST_F(LlvmSample, LlvmProfdataAndClangReadTheProfileWithoutComplaint) {
   EXPECT_EQ(plain.out, rebuilt.out);
 }
 
+// The extensible binary form (chosen by the .extbinary suffix): llvm-profdata shows it exactly as
+// the text form of the same recording, and clang builds with it without a word.
+TEST_F(LlvmSample, TheBinaryFormReadsAsTheTextFormAndClangTakesIt) {
+  const std::string text = file("same.prof"), binary_form = file("same.extbinary");
+  RunResult r = run({kHpctl, "convert", file("interp.hpr"), "-o", text, "--format", "llvm-sample", "--binary",
+                     binary(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run({kHpctl, "convert", file("interp.hpr"), "-o", binary_form, "--binary", binary()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("llvm-sample-binary of"), std::string::npos) << r.err;
+  const RunResult shown_text = run({kProfdata, "show", "--sample", "--all-functions", text});
+  const RunResult shown_binary = run({kProfdata, "show", "--sample", "--all-functions", binary_form});
+  ASSERT_EQ(shown_text.exit_code, 0) << shown_text.err;
+  ASSERT_EQ(shown_binary.exit_code, 0) << shown_binary.err;
+  EXPECT_NE(shown_text.out.find("Function: _ZN3pgo4stepERKNS_4InsnEPlRiS3_: "), std::string::npos);
+  EXPECT_EQ(shown_binary.out, shown_text.out);
+  // The summary (clang's hot and cold thresholds) too.
+  const RunResult detail_text = run({kProfdata, "show", "--sample", "--detailed-summary", text});
+  const RunResult detail_binary = run({kProfdata, "show", "--sample", "--detailed-summary", binary_form});
+  EXPECT_EQ(detail_binary.out, detail_text.out);
+  EXPECT_NE(detail_binary.out.find("Total count: "), std::string::npos) << detail_binary.out;
+
+  r = build(file("interp_extbinary"),
+            {"-fprofile-sample-use=" + binary_form, "-Wall", "-Wextra", "-Wprofile-instr-out-of-date",
+             "-Wprofile-instr-unprofiled", "-Wbackend-plugin", "-Werror=backend-plugin"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("profile"), std::string::npos) << r.err;
+  EXPECT_EQ(run({file("interp_extbinary"), "40"}).out, run({binary(), "40"}).out);
+
+  // Not to a terminal.
+  r = run({kHpctl, "convert", file("interp.hpr"), "-o", "-", "--format", "llvm-sample-binary"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("needs an output file"), std::string::npos) << r.err;
+}
+
 TEST_F(LlvmSample, AnotherOrARebuiltBinaryOrOneWithoutDebugInfoIsRefused) {
   // Another program: no samples of its build-id in the recording.
   RunResult r = run({kHpctl, "convert", file("lines.hpr"), "-o", file("x.prof"), "--format", "llvm-sample",

@@ -67,6 +67,15 @@ LlvmSampleProfile build_llvm_sample_profile(const std::vector<SampledSite>& site
 void write_llvm_sample_text(const LlvmSampleProfile& profile, std::ostream& out,
                             const std::vector<std::string>& comment = {});
 
+// LLVM's extensible binary sample profile (SPF_Ext_Binary, version 103, as LLVM 14's
+// `llvm-profdata merge --extbinary` writes it): a header of ULEB128 magic and version and a table of
+// sections (type, flags, offset, size: u64 little-endian each), then the sections: the profile
+// summary (with LLVM's 16 detailed-summary cutoffs), the name table (sorted, NUL-terminated), an
+// empty context name table, the function profiles (head, name index, total, body records, inlined
+// call sites, recursively; ULEB128), the function offset table, an empty profile symbol list and
+// empty function metadata. Comments have no place in it.
+void write_llvm_sample_extbinary(const LlvmSampleProfile& profile, std::ostream& out);
+
 // "decl-line NAME LINE" for every function of the profile (real and inlined, each name once): the
 // lines its offsets are from, as comments for the text form so that `hpctl pgo-check` can tell
 // whether a rebuilt binary moved them.
