@@ -119,6 +119,19 @@ struct ConvertArgs {
   std::string binary;
 };
 
+// `hpctl pgo-check PROFILE --binary B`: does a profile written by `convert --format llvm-sample`
+// match the binary (pgo_check_command.cpp). Exit status: kPgoCheck* below.
+struct PgoCheckArgs {
+  std::string profile;
+  std::string binary;
+  bool quiet = false;  // only the exit status
+};
+inline constexpr int kPgoCheckMatch = 0;        // the binary is the one profiled (same build-id)
+inline constexpr int kPgoCheckStale = 3;        // the same program rebuilt: the profile is stale
+inline constexpr int kPgoCheckOtherBinary = 4;  // another program: few of the profile's functions in it
+inline constexpr int kPgoCheckNoBuildId = 5;    // the profile or the binary carries no build-id
+int run_pgo_check(const PgoCheckArgs& args);
+
 // `hpctl export`: a window of the continuous profile hpd keeps on disk (export_command.cpp).
 struct ExportArgs {
   std::string dir = "/var/lib/hpd";

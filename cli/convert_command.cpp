@@ -33,6 +33,7 @@ std::string guess_output_format(const std::string& output) {
   if (ends_with(name, ".pb") || ends_with(name, ".pprof") || ends_with(output, ".pb.gz")) return "pprof";
   if (ends_with(name, ".collapsed") || ends_with(name, ".folded") || ends_with(name, ".txt"))
     return "collapsed";
+  if (ends_with(output, ".extbinary") || ends_with(output, ".afdo")) return "llvm-sample-binary";
   return "";
 }
 
@@ -41,10 +42,10 @@ std::string checked_output_format(const ConvertArgs& args) {
   if (format.empty()) {
     throw std::runtime_error(
         "cannot tell the output format from '" + args.output +
-        "'; give --format firefox|pprof|collapsed|report|llvm-sample|symbol-order (or end "
-        "the name in .json.gz, .pb.gz, .collapsed)");
+        "'; give --format firefox|pprof|collapsed|report|llvm-sample|llvm-sample-binary|symbol-order "
+        "(or end the name in .json.gz, .pb.gz, .collapsed, .extbinary)");
   }
-  if (args.output == "-" && (format == "firefox" || format == "pprof")) {
+  if (args.output == "-" && (format == "firefox" || format == "pprof" || format == "llvm-sample-binary")) {
     throw std::runtime_error("--format " + format + " needs an output file, not stdout");
   }
   return format;
@@ -62,11 +63,12 @@ int run_convert(const ConvertArgs& args) {
 }
 
 void write_converted(const Profile& profile, const ConvertArgs& args, const std::string& format) {
-  if (format == "llvm-sample" || format == "symbol-order") {
+  if (format == "llvm-sample" || format == "llvm-sample-binary" || format == "symbol-order") {
     write_llvm_sample(profile, args, format);
     return;
   }
-  if (!args.binary.empty()) throw std::runtime_error("--binary is for --format llvm-sample and symbol-order");
+  if (!args.binary.empty())
+    throw std::runtime_error("--binary is for --format llvm-sample, llvm-sample-binary and symbol-order");
   if (format == "firefox") {
     write_firefox_file(profile, args.output);
   } else if (format == "pprof") {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "convert_output.h"
+#include "hpd/base/demangle.h"
 #include "hpd/base/elf.h"
 #include "hpd/base/output_file.h"
 #include "hpd/export/llvm_sample.h"
@@ -105,6 +106,25 @@ uint64_t image_base_of(const std::string& path) {
   return low == UINT64_MAX ? 0 : low & ~uint64_t{0xfff};
 }
 
+// The exact call edges (--calls) between functions of lib `li`, by linkage name: the recording's
+// function names are demangled, so each linkage name of the binary's DWARF is demangled to match.
+std::vector<NamedCallEdge> call_edges_of(const Profile& p, uint32_t li, SampleLineReader& reader) {
+  std::vector<NamedCallEdge> out;
+  if (p.call_edges.empty()) return out;
+  std::unordered_map<std::string, std::string> linkage;  // demangled -> linkage name
+  for (const auto& [name, line] : reader.declaration_lines()) linkage.try_emplace(demangle(name), name);
+  const auto name_of = [&](uint32_t func) -> std::string {
+    if (func == kNoIndex || func >= p.funcs.size() || p.funcs[func].lib != li) return {};
+    const auto it = linkage.find(p.strings[p.funcs[func].name]);
+    return it == linkage.end() ? std::string() : it->second;
+  };
+  for (const CallEdge& e : p.call_edges) {
+    NamedCallEdge named{name_of(e.caller_func), name_of(e.callee_func), e.count};
+    if (!named.caller.empty() && !named.callee.empty()) out.push_back(std::move(named));
+  }
+  return out;
+}
+
 }  // namespace
 
 void write_llvm_sample(const Profile& p, const ConvertArgs& args, const std::string& format) {
@@ -161,11 +181,17 @@ void write_llvm_sample(const Profile& p, const ConvertArgs& args, const std::str
   const LlvmSampleProfile profile = build_llvm_sample_profile(sites, entries);
 
   std::ostringstream text;
+  std::vector<NamedCallEdge> edges;
   if (format == "llvm-sample") {
-    write_llvm_sample_text(profile, text,
-                           {"hpd sample profile of " + base_name(binary) + ", build-id " + binary_build_id});
+    std::vector<std::string> comment{"hpd sample profile of " + base_name(binary) + ", build-id " +
+                                     binary_build_id};
+    for (std::string& line : declaration_line_comments(profile)) comment.push_back(std::move(line));
+    write_llvm_sample_text(profile, text, comment);
+  } else if (format == "llvm-sample-binary") {
+    write_llvm_sample_extbinary(profile, text);
   } else {
-    write_symbol_order(profile, text);
+    edges = call_edges_of(p, li, *reader);
+    write_symbol_order(profile, text, edges);
   }
   const std::string bytes = std::move(text).str();
   if (args.output == "-") {
@@ -182,6 +208,7 @@ void write_llvm_sample(const Profile& p, const ConvertArgs& args, const std::str
     if (profile.unlocated != 0)
       std::fprintf(stderr, " (%llu without a source line)",
                    static_cast<unsigned long long>(profile.unlocated));
+    if (!edges.empty()) std::fprintf(stderr, ", ordered by %zu exact call edges", edges.size());
     std::fprintf(stderr, "\n");
   }
 }

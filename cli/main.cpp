@@ -284,14 +284,19 @@ int main(int argc, char** argv) {
                    "Output file; its suffix picks the format (.json.gz, .pb.gz, .collapsed); - = stdout")
       ->required();
   convert
-      ->add_option("-f,--format", conv.format,
-                   "firefox, pprof, collapsed, report (default: from the suffix), llvm-sample (LLVM's text "
-                   "sample profile of one binary, for clang -fprofile-sample-use) or symbol-order (its "
-                   "functions with samples, most first, for lld --symbol-ordering-file)")
-      ->check(CLI::IsMember({"firefox", "pprof", "collapsed", "report", "llvm-sample", "symbol-order"}));
+      ->add_option(
+          "-f,--format", conv.format,
+          "firefox, pprof, collapsed, report (default: from the suffix), llvm-sample (LLVM's text "
+          "sample profile of one binary, for clang -fprofile-sample-use), llvm-sample-binary (the same "
+          "in LLVM's extensible binary form; default for .extbinary, .afdo) or symbol-order (its "
+          "functions by samples, or by exact call counts of a --calls recording, for lld "
+          "--symbol-ordering-file)")
+      ->check(CLI::IsMember(
+          {"firefox", "pprof", "collapsed", "report", "llvm-sample", "llvm-sample-binary", "symbol-order"}));
   convert
       ->add_option("--binary", conv.binary,
-                   "llvm-sample, symbol-order: the binary to profile (its build-id must be the recorded one; "
+                   "llvm-sample, llvm-sample-binary, symbol-order: the binary to profile (its build-id must "
+                   "be the recorded one; "
                    "default: the recorded binary with the most samples, at its recorded path)")
       ->check(CLI::ExistingFile);
   convert->add_option("--weight", conv.weight, "Collapsed stacks: samples, cpu (ns) or wall (ns)")
@@ -307,6 +312,19 @@ int main(int argc, char** argv) {
                     "Do not ask $DEBUGINFOD_URLS for missing binaries");
   convert->add_option("--limit", conv.limit, "Report: rows to print (0 = all)")->capture_default_str();
   convert->add_flag("-q,--quiet", conv.quiet, "No notes or summary on stderr");
+
+  hpd::cli::PgoCheckArgs pgo;
+  CLI::App* pgo_check = app.add_subcommand(
+      "pgo-check",
+      "Check that an LLVM sample profile written by convert is of a binary: exit 0 match, 3 stale (the "
+      "program rebuilt), 4 another binary, 5 no build-id, 1 error; names functions whose start line moved");
+  pgo_check->add_option("profile", pgo.profile, "The profile (hpctl convert --format llvm-sample)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  pgo_check->add_option("--binary", pgo.binary, "The binary to check it against")
+      ->required()
+      ->check(CLI::ExistingFile);
+  pgo_check->add_flag("-q,--quiet", pgo.quiet, "Print nothing: only the exit status");
 
   hpd::cli::ExportArgs exp;
   CLI::App* export_cmd = app.add_subcommand(
@@ -429,6 +447,7 @@ int main(int argc, char** argv) {
     if (mip_merge->parsed()) return hpd::cli::run_mip_merge(mip_merge_args);
     if (convert->parsed()) return hpd::cli::run_convert(conv);
     if (export_cmd->parsed()) return hpd::cli::run_export(exp);
+    if (pgo_check->parsed()) return hpd::cli::run_pgo_check(pgo);
     if (symbolize->parsed()) return hpd::cli::run_symbolize(sym);
     if (push->parsed()) return hpd::cli::run_push(push_args);
   } catch (const std::exception& e) {

@@ -99,6 +99,28 @@ uint32_t base_discriminator(uint32_t encoded) {
   return encoded & 0x1f;
 }
 
+namespace {
+
+// Calls f on each DW_TAG_subprogram under `parent`, inside namespaces and types too.
+template <typename F>
+void for_each_subprogram(Dwarf_Die& parent, const F& f, int depth = 0) {
+  if (depth > 16) return;
+  Dwarf_Die child;
+  if (dwarf_child(&parent, &child) != 0) return;
+  do {
+    switch (dwarf_tag(&child)) {
+      case DW_TAG_subprogram: f(child); break;
+      case DW_TAG_namespace:
+      case DW_TAG_class_type:
+      case DW_TAG_structure_type:
+      case DW_TAG_union_type: for_each_subprogram(child, f, depth + 1); break;
+      default: break;
+    }
+  } while (dwarf_siblingof(&child, &child) == 0);
+}
+
+}  // namespace
+
 struct SampleLineReader::Impl {
   OpenedElf elf;
   Dwarf* dwarf = nullptr;
@@ -131,26 +153,13 @@ struct SampleLineReader::Impl {
   // the unit's first lookup: a lookup then reads one function's DIEs, not the unit's top level.
   std::unordered_map<Dwarf_Off, std::vector<UnitRange>> subprograms;
 
-  static void collect_subprograms(Dwarf_Die& parent, std::vector<UnitRange>& out, int depth) {
-    if (depth > 16) return;
-    Dwarf_Die child;
-    if (dwarf_child(&parent, &child) != 0) return;
-    do {
-      switch (dwarf_tag(&child)) {
-        case DW_TAG_subprogram: {
-          Dwarf_Addr base = 0, start = 0, end = 0;
-          for (ptrdiff_t off = 0; (off = dwarf_ranges(&child, off, &base, &start, &end)) > 0;) {
-            if (start < end) out.push_back({start, end, dwarf_dieoffset(&child)});
-          }
-          break;
-        }
-        case DW_TAG_namespace:
-        case DW_TAG_class_type:
-        case DW_TAG_structure_type:
-        case DW_TAG_union_type: collect_subprograms(child, out, depth + 1); break;
-        default: break;
+  static void collect_subprograms(Dwarf_Die& unit, std::vector<UnitRange>& out) {
+    for_each_subprogram(unit, [&](Dwarf_Die& subprogram) {
+      Dwarf_Addr base = 0, start = 0, end = 0;
+      for (ptrdiff_t off = 0; (off = dwarf_ranges(&subprogram, off, &base, &start, &end)) > 0;) {
+        if (start < end) out.push_back({start, end, dwarf_dieoffset(&subprogram)});
       }
-    } while (dwarf_siblingof(&child, &child) == 0);
+    });
   }
 
   // The subprogram of `cu` whose ranges hold `vaddr`.
@@ -159,7 +168,7 @@ struct SampleLineReader::Impl {
     auto [it, inserted] = subprograms.try_emplace(key);
     std::vector<UnitRange>& ranges = it->second;
     if (inserted) {
-      collect_subprograms(cu, ranges, 0);
+      collect_subprograms(cu, ranges);
       std::sort(ranges.begin(), ranges.end(),
                 [](const UnitRange& a, const UnitRange& b) { return a.low < b.low; });
     }
@@ -262,6 +271,30 @@ SampleLineAnswer SampleLineReader::locate(uint64_t vaddr) {
     }
   }
   return answer;
+}
+
+std::map<std::string, uint32_t> SampleLineReader::declaration_lines() {
+  std::map<std::string, uint32_t> out;
+  std::map<std::string, bool> defined;  // the line in `out` is a definition's
+  const auto add = [&](Dwarf_Die& subprogram) {
+    const char* name = linkage_name(&subprogram);
+    const uint32_t line = decl_line_of(&subprogram);
+    if (name == nullptr || line == 0) return;
+    const bool definition = !dwarf_hasattr(&subprogram, DW_AT_declaration);
+    auto [it, inserted] = defined.try_emplace(name, definition);
+    if (inserted || (definition && !it->second)) {
+      out[name] = line;
+      it->second = definition;
+    }
+  };
+  Dwarf_Off offset = 0, next = 0;
+  size_t header = 0;
+  while (dwarf_nextcu(impl_->dwarf, offset, &next, &header, nullptr, nullptr, nullptr) == 0) {
+    Dwarf_Die cu;
+    if (dwarf_offdie(impl_->dwarf, offset + header, &cu) != nullptr) for_each_subprogram(cu, add);
+    offset = next;
+  }
+  return out;
 }
 
 }  // namespace hpd

@@ -206,6 +206,41 @@ TEST_F(LlvmSample, LlvmProfdataAndClangReadTheProfileWithoutComplaint) {
   EXPECT_EQ(plain.out, rebuilt.out);
 }
 
+// The extensible binary form (chosen by the .extbinary suffix): llvm-profdata shows it exactly as
+// the text form of the same recording, and clang builds with it without a word.
+TEST_F(LlvmSample, TheBinaryFormReadsAsTheTextFormAndClangTakesIt) {
+  const std::string text = file("same.prof"), binary_form = file("same.extbinary");
+  RunResult r = run({kHpctl, "convert", file("interp.hpr"), "-o", text, "--format", "llvm-sample", "--binary",
+                     binary(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run({kHpctl, "convert", file("interp.hpr"), "-o", binary_form, "--binary", binary()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("llvm-sample-binary of"), std::string::npos) << r.err;
+  const RunResult shown_text = run({kProfdata, "show", "--sample", "--all-functions", text});
+  const RunResult shown_binary = run({kProfdata, "show", "--sample", "--all-functions", binary_form});
+  ASSERT_EQ(shown_text.exit_code, 0) << shown_text.err;
+  ASSERT_EQ(shown_binary.exit_code, 0) << shown_binary.err;
+  EXPECT_NE(shown_text.out.find("Function: _ZN3pgo4stepERKNS_4InsnEPlRiS3_: "), std::string::npos);
+  EXPECT_EQ(shown_binary.out, shown_text.out);
+  // The summary (clang's hot and cold thresholds) too.
+  const RunResult detail_text = run({kProfdata, "show", "--sample", "--detailed-summary", text});
+  const RunResult detail_binary = run({kProfdata, "show", "--sample", "--detailed-summary", binary_form});
+  EXPECT_EQ(detail_binary.out, detail_text.out);
+  EXPECT_NE(detail_binary.out.find("Total count: "), std::string::npos) << detail_binary.out;
+
+  r = build(file("interp_extbinary"),
+            {"-fprofile-sample-use=" + binary_form, "-Wall", "-Wextra", "-Wprofile-instr-out-of-date",
+             "-Wprofile-instr-unprofiled", "-Wbackend-plugin", "-Werror=backend-plugin"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("profile"), std::string::npos) << r.err;
+  EXPECT_EQ(run({file("interp_extbinary"), "40"}).out, run({binary(), "40"}).out);
+
+  // Not to a terminal.
+  r = run({kHpctl, "convert", file("interp.hpr"), "-o", "-", "--format", "llvm-sample-binary"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("needs an output file"), std::string::npos) << r.err;
+}
+
 TEST_F(LlvmSample, AnotherOrARebuiltBinaryOrOneWithoutDebugInfoIsRefused) {
   // Another program: no samples of its build-id in the recording.
   RunResult r = run({kHpctl, "convert", file("lines.hpr"), "-o", file("x.prof"), "--format", "llvm-sample",
@@ -237,6 +272,194 @@ TEST_F(LlvmSample, AnotherOrARebuiltBinaryOrOneWithoutDebugInfoIsRefused) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("has no debug information"), std::string::npos) << r.err;
   EXPECT_FALSE(std::ifstream(file("x.prof")).good());
+}
+
+// `hpctl pgo-check`: the profile's build-id against real binaries: the one profiled, the program
+// rebuilt (its lines in place, or a function's start moved by lines added above it), another
+// program, one linked without a build-id; exit status and the moved functions named.
+TEST_F(LlvmSample, PgoCheckTellsMatchStaleAnotherBinaryAndNoBuildId) {
+  const std::string prof = file("check.prof");
+  RunResult r = run({kHpctl, "convert", file("interp.hpr"), "-o", prof, "--format", "llvm-sample", "--binary",
+                     binary(), "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto check = [&](const std::string& profile, const std::string& bin) {
+    return run({kHpctl, "pgo-check", profile, "--binary", bin});
+  };
+  r = check(prof, binary());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(r.out.starts_with("match: ")) << r.out;
+
+  // The profile's declaration lines, as its comments carry them.
+  const std::string text = read_file(prof);
+  std::map<std::string, uint32_t> decl;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (!l.starts_with("# decl-line ")) continue;
+    std::istringstream f(l.substr(12));
+    std::string name;
+    uint32_t line = 0;
+    f >> name >> line;
+    decl[name] = line;
+  }
+  const std::string step = "_ZN3pgo4stepERKNS_4InsnEPlRiS3_";
+  const uint32_t step_line = line_of("bool step(const Insn& in");
+  ASSERT_EQ(decl[step], step_line) << text;
+
+  // Rebuilt with other flags: stale, every function where it was.
+  const std::string dir = file("check_dir");
+  ASSERT_EQ(run({"mkdir", "-p", dir}).exit_code, 0);
+  ASSERT_EQ(build(dir + "/o1", {"-O1"}).exit_code, 0);
+  r = check(prof, dir + "/o1");
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_TRUE(r.out.starts_with("stale: ")) << r.out;
+  EXPECT_EQ(r.out.find("start on another line"), std::string::npos) << r.out;
+
+  // Rebuilt from a source with three lines added above step(): stale, and exactly the profile's
+  // functions of this source declared from step() on are named, each three lines further.
+  {
+    std::ifstream src(kSource);
+    std::ofstream moved(dir + "/moved.cpp");
+    std::string line;
+    for (uint32_t n = 1; std::getline(src, line); ++n) {
+      if (n == step_line) moved << "\n\n\n";
+      moved << line << '\n';
+    }
+  }
+  std::vector<std::string> argv{kClang};
+  argv.insert(argv.end(), kFlags.begin(), kFlags.end());
+  argv.insert(argv.end(), {dir + "/moved.cpp", "-o", dir + "/moved"});
+  ASSERT_EQ(run(argv, 300).exit_code, 0);
+  r = check(prof, dir + "/moved");
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_TRUE(r.out.starts_with("stale: ")) << r.out;
+  size_t expected_moved = 0;
+  for (const auto& [name, line] : decl) {
+    const std::string said = "  " + name + ": line " + std::to_string(line) + " in the profile, " +
+                             std::to_string(line + 3) + " in the binary\n";
+    // The fixture's own functions (pgo:: and main); those of headers (std::vector's) stay put.
+    const bool own = name.starts_with("_ZN3pgo") || name == "main";
+    if (own && line >= step_line) {
+      ++expected_moved;
+      EXPECT_NE(r.out.find(said), std::string::npos) << said << r.out;
+    } else {
+      EXPECT_EQ(r.out.find("  " + name + ": "), std::string::npos) << r.out;
+    }
+  }
+  ASSERT_GE(expected_moved, 2u);  // step() and run()/run_traced() at least
+  EXPECT_NE(r.out.find(std::to_string(expected_moved) + " functions start on another line"),
+            std::string::npos)
+      << r.out;
+
+  // Another program with debug information, and one without: another binary.
+  {
+    std::ofstream(dir + "/other.c")
+        << "int helper(int x) { return x * 3; }\nint main(void) { return helper(0); }\n";
+  }
+  ASSERT_EQ(run({"clang-14", "-g", dir + "/other.c", "-o", dir + "/other"}, 300).exit_code, 0);
+  for (const std::string& other : {dir + "/other", std::string("/bin/true")}) {
+    r = check(prof, other);
+    EXPECT_EQ(r.exit_code, 4) << other << r.out << r.err;
+    EXPECT_TRUE(r.out.starts_with("another binary: ")) << r.out;
+  }
+
+  // No build-id: in the binary, or in the profile (its first line gone).
+  ASSERT_EQ(build(dir + "/noid", {"-Wl,--build-id=none"}).exit_code, 0);
+  r = check(prof, dir + "/noid");
+  EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+  EXPECT_NE(r.out.find("has none (link it with -Wl,--build-id)"), std::string::npos) << r.out;
+  { std::ofstream(dir + "/headless.prof") << text.substr(text.find('\n') + 1); }
+  r = check(dir + "/headless.prof", binary());
+  EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+  EXPECT_TRUE(r.out.starts_with("no build-id: the profile carries none")) << r.out;
+
+  // -q: the status only. Not a profile: an error, status 1.
+  r = run({kHpctl, "pgo-check", "-q", prof, "--binary", dir + "/o1"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out, "");
+  { std::ofstream(dir + "/garbage.prof") << "hello\n"; }
+  r = check(dir + "/garbage.prof", binary());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is not an LLVM text sample profile"), std::string::npos) << r.err;
+}
+
+// The symbol order of a recording with exact call counts (--calls) follows the counts: each
+// function right after its most frequent caller, also where the samples alone would part them (a
+// caller too cheap to be sampled, a callee never sampled). The fixture knows its calls: dispatch
+// calls often 200000 times and rarely 10 times, other calls rarely 50 times; spin and rarely burn
+// the CPU.
+TEST_F(LlvmSample, SymbolOrderFollowsExactCallCountsOfACallsRecording) {
+  const std::string dir = file("calls_dir");
+  ASSERT_EQ(run({"mkdir", "-p", dir}).exit_code, 0);
+  {
+    std::ofstream(dir + "/calls.c") << R"(#include <stdint.h>
+#include <time.h>
+static double cpu_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+volatile uint64_t sink;
+__attribute__((noinline)) void burn(double ms) {
+  const double end = cpu_ms() + ms;
+  uint64_t x = 1;
+  while (cpu_ms() < end)
+    for (int i = 0; i < 1000; ++i) x = x * 6364136223846793005u + 1442695040888963407u;
+  sink = x;
+}
+__attribute__((noinline)) void spin(void) { burn(400); }
+__attribute__((noinline)) uint64_t often(uint64_t x) { return x * 3 + 1; }
+__attribute__((noinline)) void rarely(void) { burn(4); }
+__attribute__((noinline)) void dispatch(void) {
+  uint64_t x = 0;
+  for (int i = 0; i < 200000; ++i) x = often(x);
+  sink = x;
+  for (int i = 0; i < 10; ++i) rarely();
+}
+__attribute__((noinline)) void other(void) {
+  for (int i = 0; i < 50; ++i) rarely();
+}
+int main(void) {
+  spin();
+  dispatch();
+  other();
+  return 0;
+}
+)";
+  }
+  // Instrumented entries (-pg -mfentry), linked without -pg: what --calls counts.
+  ASSERT_EQ(run({"clang-14", "-O1", "-g", "-fdebug-info-for-profiling", "-pg", "-mfentry", "-c",
+                 dir + "/calls.c", "-o", dir + "/calls.o"},
+                300)
+                .exit_code,
+            0);
+  ASSERT_EQ(run({"clang-14", dir + "/calls.o", "-o", dir + "/calls"}, 300).exit_code, 0);
+  RunResult r = run({kHpctl, "--local", "record", "--calls", "--calls-counter", "uprobes", "-o",
+                     dir + "/calls.hpr", "--no-report", "-q", "--", dir + "/calls"},
+                    300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run({kHpctl, "convert", dir + "/calls.hpr", "-o", "-", "--format", "symbol-order"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("exact call edges"), std::string::npos) << r.err;
+  std::vector<std::string> order;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) order.push_back(l);
+  const auto at = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(order.begin(), order.end(), name) - order.begin());
+  };
+  for (const char* f : {"main", "spin", "dispatch", "often", "other", "rarely"})
+    ASSERT_LT(at(f), order.size()) << f << " missing from\n" << r.out;
+  EXPECT_EQ(at("often"), at("dispatch") + 1) << r.out;
+  EXPECT_EQ(at("rarely"), at("other") + 1) << r.out;  // 50 calls from other beat 10 from dispatch
+
+  // The same program recorded without --calls: by samples alone, other (never sampled) does not
+  // precede rarely, so the test can tell.
+  r = run({kHpctl, "--local", "record", "-o", dir + "/plain.hpr", "--no-report", "-q", "--", dir + "/calls"},
+          300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run({kHpctl, "convert", dir + "/plain.hpr", "-o", "-", "--format", "symbol-order", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string plain = r.out;
+  EXPECT_EQ(plain.find("other\nrarely\n"), std::string::npos) << plain;
 }
 
 TEST_F(LlvmSample, SymbolOrderPutsTheHotFunctionsFirstInLldsLayout) {

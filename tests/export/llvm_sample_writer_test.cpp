@@ -40,6 +40,58 @@ TEST(LlvmSampleWriter, FoldsInlineChainsIntoNestedCallSites) {
   std::ostringstream order;
   write_symbol_order(p, order);
   EXPECT_EQ(order.str(), "_Z1fv\n_Z1kv\n");
+  // The extensible binary form of the same profile: byte for byte what LLVM 14's
+  // `llvm-profdata merge --sample --extbinary` writes from the text above (its output, in hex).
+  const std::string expected_hex =
+      "84e4d0b1f4c994a85367070000000000000001000000000000000000000000000000f200000000000000550000000000"
+      "000002000000000000000000000000000000470100000000000019000000000000000600000000000000000000000000"
+      "000060010000000000000100000000000000040000000000000000000000000000008901000000000000050000000000"
+      "000020000000000000000000000000000000610100000000000028000000000000000300000000000000000000000000"
+      "000089010000000000000000000000000000050000000000000000000000000000008e01000000000000000000000000"
+      "00000f0701040210904e0000a08d060701c09a0c0701e0a712070180b5180701a0c21e0701c0cf240502e0dc2a050280"
+      "ea300502a0f7360203f0fd390203b0b63c0203d8fc3c0203dc833d0203b6843d0203bf843d0203045f5a316676005f5a"
+      "316776005f5a316876005f5a316b76000001000f02010001000200050001040201090103000700010100020201ffff03"
+      "0302000000030400000200000323";
+  std::ostringstream binary;
+  write_llvm_sample_extbinary(p, binary);
+  std::string hex;
+  for (const unsigned char c : binary.str()) {
+    static const char kDigits[] = "0123456789abcdef";
+    hex += kDigits[c >> 4];
+    hex += kDigits[c & 15];
+  }
+  EXPECT_EQ(hex, expected_hex);
+  // Every function's declaration line, inlined ones too, for hpctl pgo-check.
+  EXPECT_EQ(declaration_line_comments(p),
+            (std::vector<std::string>{"decl-line _Z1fv 10", "decl-line _Z1gv 40", "decl-line _Z1hv 70",
+                                      "decl-line _Z1kv 5"}));
+}
+
+TEST(LlvmSampleWriter, SymbolOrderPutsCallersNextToTheirCalleesByExactCounts) {
+  // Samples: hot 100, mid 50, caller 40, small 15; callee0 is never sampled.
+  const std::vector<SampledSite> sites = {
+      {{{"hot", 1, 2, 0}}, 100},
+      {{{"mid", 1, 2, 0}}, 50},
+      {{{"caller", 1, 2, 0}}, 40},
+      {{{"small", 1, 2, 0}}, 15},
+  };
+  const LlvmSampleProfile p = build_llvm_sample_profile(sites, {});
+  EXPECT_EQ(symbol_order(p), (std::vector<std::string>{"hot", "mid", "caller", "small"}));
+  // caller calls callee0 1000 times and small 10 times; mid calls small 3 times (not its most
+  // frequent caller); recursion and edges without a caller order nothing.
+  const std::vector<NamedCallEdge> edges = {
+      {"caller", "small", 6}, {"caller", "callee0", 1000}, {"mid", "small", 3},
+      {"caller", "small", 4}, {"hot", "hot", 99},          {"", "mid", 500},
+  };
+  // caller, then callee0 (the most calls), then small; their cluster's 55 samples go before mid's 50.
+  EXPECT_EQ(symbol_order(p, edges), (std::vector<std::string>{"hot", "caller", "callee0", "small", "mid"}));
+  // Were mid's calls of small the most frequent, small would follow mid.
+  const std::vector<NamedCallEdge> to_mid = {
+      {"caller", "callee0", 1000}, {"mid", "small", 30}, {"caller", "small", 10}};
+  EXPECT_EQ(symbol_order(p, to_mid), (std::vector<std::string>{"hot", "mid", "small", "caller", "callee0"}));
+  std::ostringstream order;
+  write_symbol_order(p, order, edges);
+  EXPECT_EQ(order.str(), "hot\ncaller\ncallee0\nsmall\nmid\n");
 }
 
 TEST(LlvmSampleWriter, BaseDiscriminatorsDecodeLlvmsPrefixEncoding) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,11 @@ class SampleLineReader {
 
   // The chain at an ELF virtual address (unbiased, as nm prints it).
   SampleLineAnswer locate(uint64_t vaddr);
+
+  // Every function the DWARF describes (by the name `locate` gives it) and its declaration line:
+  // where `hpctl pgo-check` looks for a profile's functions and their start lines. A definition's
+  // line wins over a mere declaration's.
+  std::map<std::string, uint32_t> declaration_lines();
 
  private:
   struct Impl;
