@@ -3,14 +3,18 @@
 // llvm-profdata and by clang -fprofile-sample-use; the order file given to lld. The numbers are
 // held against the recording's own report and against lines the fixture marks in its source.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "subprocess.h"
@@ -22,6 +26,7 @@ namespace hpd::test {
 namespace {
 
 const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kHpd = HPD_HPD_PATH;
 const std::string kSource = HPD_PGO_INTERP_SOURCE;
 const std::string kClang = "clang++-14";
 const std::string kProfdata = "/usr/bin/llvm-profdata";
@@ -164,6 +169,61 @@ TEST_F(LlvmSample, TotalsAreTheReportsSamplesAndTheHotLinesHoldThem) {
   // Inside it, the callee's loop line (offset from mix_inlined's declaration), at two spaces.
   const uint32_t mix_offset = line_of("HOT LINE mix_inlined") - line_of("uint64_t mix_inlined(");
   EXPECT_GE(body_at(calls, 2, mix_offset), inlined_total * 95 / 100);
+}
+
+// hpd's continuous profile is input too: a time window of its chunks, exported for one program
+// (`hpctl export --comm`), gives that program's profile, which llvm-profdata reads and whose totals are
+// the window's own samples of the program.
+TEST_F(LlvmSample, ContinuousExportWindowGivesTheProgramsProfile) {
+  namespace fs = std::filesystem;
+  const std::string state = file("continuous");
+  fs::create_directories(state);
+  const std::string conf = file("hpd.conf");
+  std::ofstream(conf) << "continuous = on\ncontinuous_chunk_seconds = 1\ncontinuous_frequency = 499\n"
+                      << "state_directory = " << state << "\n";
+  const auto chunks = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(state))
+      n += e.path().filename().string().starts_with("chunk-");
+    return n;
+  };
+  Background hpd({kHpd, "--config", conf, "--socket", file("hpd.sock")});
+  // Sampling has begun once the first chunk is on disk.
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+       chunks() == 0 && std::chrono::steady_clock::now() < deadline;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GT(chunks(), 0u) << "hpd's continuous mode wrote no chunk";
+  const RunResult work = run({binary(), "--lines", "600"}, 300);  // 0.6 s of CPU time
+  ASSERT_EQ(work.exit_code, 0) << work.err;
+  // SIGTERM ends the chunk in progress.
+  ASSERT_EQ(::kill(hpd.pid(), SIGTERM), 0);
+  ASSERT_EQ(hpd.wait(), 0);
+
+  const std::string window = file("window.json.gz");
+  RunResult r = run({kHpctl, "export", "--dir", state, "--comm", "interp", "-o", window, "-q"}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string prof = file("window.prof");
+  r = run({kHpctl, "convert", window, "-o", prof, "--format", "llvm-sample", "--binary", binary(), "-q"},
+          300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run({kProfdata, "show", "--sample", prof});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+
+  const RunResult rep = run({kHpctl, "report", "--json", "--limit", "0", window});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const json report = json::parse(rep.out);
+  uint64_t in_program = 0;
+  for (const auto& f : report.at("functions"))
+    if (f.at("library") == "interp") in_program += f.at("self_samples").get<uint64_t>();
+  uint64_t in_profile = 0;
+  const auto profile = parse_profile(read_file(prof));
+  for (const auto& [name, f] : profile) in_profile += f.total;
+  EXPECT_EQ(in_profile, in_program);
+  // The two functions of --lines hold nearly all of it (0.6 s at 499 Hz: about 300 samples).
+  ASSERT_TRUE(profile.count("_ZN3pgo9burn_loopEmm")) << read_file(prof);
+  EXPECT_EQ(profile.at("_ZN3pgo9burn_loopEmm").total,
+            report_self(report, "pgo::burn_loop(unsigned long, unsigned long)"));
+  EXPECT_GT(in_profile, 150u);
 }
 
 TEST_F(LlvmSample, LlvmProfdataAndClangReadTheProfileWithoutComplaint) {

@@ -167,7 +167,9 @@ StoreScan scan_store(const fs::path& dir) {
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     if (ec) throw std::runtime_error("cannot read " + dir.string() + ": " + ec.message());
     const std::string name = it->path().filename().string();
-    if (name == kLockName || name.rfind(kPushCursorPrefix, 0) == 0) continue;
+    // hpd's own files beside the chunks: the lock, the push cursors, and the unwind-table cache that
+    // shares the state directory (daemon/src/service/server.cpp).
+    if (name == kLockName || name.rfind(kPushCursorPrefix, 0) == 0 || name == "unwind-cache") continue;
     uint64_t start = 0;
     const NameKind kind = classify(name, &start);
     struct stat st {};
