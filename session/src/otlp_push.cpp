@@ -280,7 +280,24 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   }
   const CURLcode code = curl_easy_perform(c);
+  const auto refused_by_grpc_status = [&] {
+    return std::runtime_error(url + " answered gRPC status " + std::to_string(grpc_status.code) + " (" +
+                              grpc_code_name(grpc_status.code) + "): " + first_line(grpc_status.message));
+  };
   if (code != CURLE_OK) {
+    // A gRPC server may refuse a call at once (a trailers-only answer with its grpc-status) and reset
+    // the stream while the request is still being sent: that status is its answer, not the reset.
+    if (grpc && grpc_status.code > 0) throw refused_by_grpc_status();
+    if (grpc && code == CURLE_HTTP2_STREAM)
+      // Seen from a collector without a profiles pipeline: a trailers-only UNIMPLEMENTED answer, then a
+      // reset of the stream while the request was still being sent, which Debian 12's libcurl (7.88)
+      // reports as a stream error without handing over the answer's grpc-status.
+      throw std::runtime_error(url +
+                               " did not answer as a gRPC server (HTTP/2) with the OTLP profiles service: it "
+                               "reset the call's stream (" +
+                               (error[0] != '\0' ? error : curl_easy_strerror(code)) +
+                               "); an OpenTelemetry Collector needs a profiles pipeline and the "
+                               "service.profilesSupport feature gate");
     if (grpc && (code == CURLE_HTTP2 || code == CURLE_HTTP2_STREAM || code == CURLE_WEIRD_SERVER_REPLY ||
                  code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING))
       throw std::runtime_error(url + " did not answer as a gRPC server (HTTP/2): " +
@@ -297,10 +314,7 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
     if (grpc_status.code < 0) {
       throw std::runtime_error(url + " answered without a grpc-status: not a gRPC server");
     }
-    if (grpc_status.code != 0) {
-      throw std::runtime_error(url + " answered gRPC status " + std::to_string(grpc_status.code) + " (" +
-                               grpc_code_name(grpc_status.code) + "): " + first_line(grpc_status.message));
-    }
+    if (grpc_status.code != 0) throw refused_by_grpc_status();
     // One message: its prefix (compressed flag 0, length) and the bytes.
     const auto* b = reinterpret_cast<const unsigned char*>(answer.data());
     const size_t length =

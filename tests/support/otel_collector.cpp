@@ -149,7 +149,9 @@ bool Collector::running() const {
 }
 
 void Collector::stop() {
-  if (process_) process_->kill();
+  // SIGTERM: the file exporter writes what it buffered (up to its flush interval) before it exits;
+  // killed, the last requests it accepted could be missing from its file.
+  if (process_) process_->terminate();
   process_.reset();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (can_connect(port_) && std::chrono::steady_clock::now() < deadline) {

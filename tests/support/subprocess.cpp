@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -187,6 +189,29 @@ void Background::kill() {
 
 bool Background::send(const std::string& bytes) const {
   return stdin_fd_ >= 0 && write(stdin_fd_, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+}
+
+int Background::terminate(double timeout_s) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(timeout_s));
+  int status = 0;
+  pid_t reaped = 0;
+  while ((reaped = waitpid(pid_, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (reaped != pid_) {
+    ::kill(pid_, SIGKILL);
+    reaped = waitpid(pid_, &status, 0);
+  }
+  const bool ok = reaped == pid_;
+  pid_ = -1;
+  for (int* fd : {&stdout_fd_, &stdin_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+  return ok ? decode_status(status) : -1;
 }
 
 int Background::wait(rusage* usage) {

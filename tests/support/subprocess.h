@@ -54,6 +54,9 @@ class Background {
   int wait(rusage* usage = nullptr);
   // Kills (SIGKILL) and reaps the child now, and closes the pipes; what the destructor does.
   void kill();
+  // Asks the child to stop (SIGTERM) and reaps it, so that it can finish what it was writing; SIGKILL
+  // when it has not exited after `timeout_s`. Its status as wait() gives it.
+  int terminate(double timeout_s = 30);
 
  private:
   pid_t pid_ = -1;
