@@ -2,6 +2,7 @@
 // per process, and the reader turning that thread back into Profile::call_edges.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -309,6 +310,29 @@ TEST(FirefoxCalls, LatencyIsAMarkerOfTheCallsTrackAndSurvivesTheRoundTrip) {
   EXPECT_GE(p95, 9000u * 15 / 16);  // in the 9 us bucket (1/16 wide)
   EXPECT_LE(p95, 9500u);
   EXPECT_EQ((*calls[1])["markers"]["length"], 0u);  // process 200 has no latency
+
+  // What the profiler shows: the latencies as durations (its 'duration' format takes milliseconds and
+  // prints them in the closest unit), equal to the recorded ones; a summary of the whole recording,
+  // so the marker spans it (an interval marker, from the process's start to the recording's end).
+  const CallLatency& recorded = a.call_latency[0];
+  EXPECT_DOUBLE_EQ(data["avg"].get<double>(), double(recorded.avg_ns()) / 1e6);
+  EXPECT_DOUBLE_EQ(data["p95"].get<double>(), double(recorded.p95_ns()) / 1e6);
+  EXPECT_DOUBLE_EQ(data["max"].get<double>(), double(recorded.max_ns) / 1e6);
+  EXPECT_DOUBLE_EQ(data["total"].get<double>(), double(recorded.outer_ns) / 1e6);
+  EXPECT_EQ(markers["phase"][0], 1);  // interval
+  EXPECT_DOUBLE_EQ(markers["startTime"][0].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(markers["endTime"][0].get<double>(), 10.0);
+  std::map<std::string, std::string> format;
+  for (const json& schema : doc["meta"]["markerSchema"]) {
+    if (schema["name"] != "HpdCallLatency") continue;
+    for (const json& field : schema["fields"]) {
+      if (!field.value("hidden", false)) format[field["key"]] = field["format"];
+    }
+    EXPECT_NE(std::find(schema["display"].begin(), schema["display"].end(), "marker-chart"),
+              schema["display"].end());
+  }
+  for (const char* key : {"avg", "p95", "max", "total"}) EXPECT_EQ(format[key], "duration") << key;
+  for (const auto& [key, f] : format) EXPECT_NE(f, "nanoseconds") << key << " is shown as raw nanoseconds";
 
   TempDir dir;
   const std::string path = dir.file("latency.json.gz");

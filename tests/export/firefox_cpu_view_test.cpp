@@ -1,0 +1,228 @@
+// Privileged integration test: the CPU view of the Firefox export, as the Firefox Profiler computes it.
+// A real recording (hpctl record, default flags) of tests/fixtures/cpu_wait.c, whose two spinners share
+// one CPU (each waits for it about half of its phase) and whose sleeper blocks a known time, converted
+// to the Firefox format; then the profiler's own rules, re-implemented here from its source
+// (github.com/firefox-devtools/profiler, read at commit df31314e1):
+// - a stack's category: src/profile-logic/profile-data.ts, computeStackTableFromRawStackTable(): the
+//   frame's category when it is not null, else its prefix stack's, else the default category (the
+//   first one whose colour is "grey", src/selectors/profile.ts getDefaultCategory);
+// - a sample's category: computeSampleCategoriesAndSubcategories(): its stack's, or the default one
+//   for a sample without a stack;
+// - "Include idle samples" unticked: src/selectors/per-thread/thread.tsx _getIdleFilteredThread calls
+//   filterThreadSamplesByLeafCategory() with the index of the category named "Idle"
+//   (getIdleCategoryIndex): every sample of that category loses its stack, nothing else does;
+// - a call node's category: _computeCallNodeTableExtraColumns(): the category of the stacks that map
+//   to it (every stack of the table, used by a sample or not); stacks of different categories make
+//   it the default (grey) one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "firefox_lint.h"
+#include "subprocess.h"
+#include "temp_dir.h"
+
+using nlohmann::json;
+
+namespace hpd::test {
+namespace {
+
+const std::string kHpctl = HPD_HPCTL_PATH;
+const std::string kFixture = std::string(HPD_FIXTURE_DIR) + "/cpu_wait";
+constexpr int kPhaseMs = 1500;
+constexpr int kSleepMs = 500;
+
+// What one thread of the fixture measured (see cpu_wait.c).
+struct Truth {
+  int64_t tid = 0;
+  double thread_cpu_ns = 0, life_wall_ns = 0, life_cpu_ns = 0, life_run_delay_ns = -1;
+  [[nodiscard]] double life_off_ns() const { return life_wall_ns - life_cpu_ns; }
+};
+
+std::map<std::string, Truth> parse_truth(const std::string& out) {
+  std::map<std::string, Truth> truth;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("cpu_wait: ", 0) != 0) continue;
+    std::istringstream in(line.substr(10));
+    std::string name, key;
+    in >> name;
+    Truth t;
+    double value = 0;
+    while (in >> key >> value) {
+      if (key == "tid") t.tid = static_cast<int64_t>(value);
+      if (key == "thread_cpu_ns") t.thread_cpu_ns = value;
+      if (key == "life_wall_ns") t.life_wall_ns = value;
+      if (key == "life_cpu_ns") t.life_cpu_ns = value;
+      if (key == "life_run_delay_ns") t.life_run_delay_ns = value;
+    }
+    truth[name] = t;
+  }
+  return truth;
+}
+
+// The profiler's view of one thread: its samples' weights with "Include idle samples" on and off,
+// the idle ones by subcategory, and the call nodes its remaining samples pass through.
+struct ProfilerView {
+  double kept_weight = 0;        // samples left when idle samples are excluded
+  double kept_cpu_delta = 0;     // their threadCPUDelta, in the file's unit (ns)
+  std::map<std::string, double> idle_weight;  // "Idle: <subcategory>" -> weight
+  size_t grey_cpu_nodes = 0;     // call nodes of kept samples made grey by a category conflict
+  std::vector<std::string> grey_names;
+};
+
+class ProfilerModel {
+ public:
+  explicit ProfilerModel(const json& profile) : p_(profile) {
+    const json& categories = p_.at("meta").at("categories");
+    for (size_t c = 0; c < categories.size(); ++c) {
+      if (categories[c].at("name") == "Idle" && idle_ == -1) idle_ = static_cast<int>(c);
+      if (categories[c].at("color") == "grey" && default_ == -1) default_ = static_cast<int>(c);
+    }
+    const json& frames = p_.at("shared").at("frameTable");
+    const json& stacks = p_.at("shared").at("stackTable");
+    const size_t n = stacks.at("length").get<size_t>();
+    stack_category_.resize(n);
+    stack_subcategory_.resize(n);
+    stack_prefix_.resize(n);
+    stack_func_.resize(n);
+    // computeStackTableFromRawStackTable: a null frame category inherits the prefix's.
+    for (size_t i = 0; i < n; ++i) {
+      const size_t frame = stacks.at("frame")[i].get<size_t>();
+      const int64_t offset = stacks.at("prefixOffset")[i].get<int64_t>();
+      stack_prefix_[i] = offset == 0 ? -1 : static_cast<int64_t>(i) - offset;
+      stack_func_[i] = frames.at("func")[frame].get<int64_t>();
+      const json& category = frames.at("category")[frame];
+      if (!category.is_null()) {
+        stack_category_[i] = category.get<int>();
+        const json& sub = frames.at("subcategory")[frame];
+        stack_subcategory_[i] = sub.is_null() ? 0 : sub.get<int>();
+      } else if (stack_prefix_[i] >= 0) {
+        stack_category_[i] = stack_category_[stack_prefix_[i]];
+        stack_subcategory_[i] = stack_subcategory_[stack_prefix_[i]];
+      } else {
+        stack_category_[i] = default_;
+        stack_subcategory_[i] = 0;
+      }
+    }
+    // _computeCallNodeTableExtraColumns: call nodes are paths of functions; every stack of the
+    // table maps to one, and stacks of different categories make it the default category.
+    stack_node_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t parent = stack_prefix_[i] < 0 ? -1 : stack_node_[stack_prefix_[i]];
+      const auto [it, inserted] =
+          node_of_.emplace(std::make_pair(parent, stack_func_[i]), static_cast<int64_t>(node_category_.size()));
+      if (inserted) {
+        node_category_.push_back(stack_category_[i]);
+      } else if (node_category_[it->second] != stack_category_[i]) {
+        node_category_[it->second] = default_;
+      }
+      stack_node_[i] = it->second;
+    }
+  }
+
+  int idle() const { return idle_; }
+
+  ProfilerView view(int64_t tid) const {
+    ProfilerView v;
+    const json& categories = p_.at("meta").at("categories");
+    const json& func_names = p_.at("shared").at("funcTable").at("name");
+    const json& strings = p_.at("shared").at("stringArray");
+    for (const json& t : p_.at("threads")) {
+      if (!t.at("tid").is_number() || t.at("tid").get<int64_t>() != tid) continue;
+      const json& samples = t.at("samples");
+      const size_t n = samples.at("length").get<size_t>();
+      const json* weight = samples.contains("weight") && samples.at("weight").is_array() ? &samples.at("weight")
+                                                                                        : nullptr;
+      for (size_t i = 0; i < n; ++i) {
+        const json& stack = samples.at("stack")[i];
+        const double w = weight != nullptr && !(*weight)[i].is_null() ? (*weight)[i].get<double>() : 1.0;
+        // computeSampleCategoriesAndSubcategories: no stack -> the default category.
+        const int category = stack.is_null() ? default_ : stack_category_[stack.get<size_t>()];
+        if (category == idle_) {  // filterThreadSamplesByLeafCategory
+          const int sub = stack_subcategory_[stack.get<size_t>()];
+          v.idle_weight[categories[idle_].at("subcategories")[sub].get<std::string>()] += w;
+          continue;
+        }
+        v.kept_weight += w;
+        const json& delta = samples.at("threadCPUDelta")[i];
+        if (!delta.is_null()) v.kept_cpu_delta += delta.get<double>();
+        for (int64_t s = stack.is_null() ? -1 : stack.get<int64_t>(); s >= 0; s = stack_prefix_[s]) {
+          const int64_t node = stack_node_[s];
+          if (node_category_[node] == default_ && stack_category_[s] != default_) {
+            ++v.grey_cpu_nodes;
+            if (v.grey_names.size() < 5)
+              v.grey_names.push_back(strings[func_names[stack_func_[s]].get<size_t>()].get<std::string>());
+          }
+        }
+      }
+    }
+    return v;
+  }
+
+ private:
+  const json& p_;
+  int idle_ = -1, default_ = -1;
+  std::vector<int> stack_category_, stack_subcategory_;
+  std::vector<int64_t> stack_prefix_, stack_func_, stack_node_;
+  std::map<std::pair<int64_t, int64_t>, int64_t> node_of_;
+  std::vector<int> node_category_;
+};
+
+TEST(FirefoxCpuView, IdleSwitchLeavesOnlyTheCpuSamplesInTheirColours) {
+  hpd::testing::TempDir tmp{"hpd-cpu-view", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const std::string capture = tmp.file("cpu_wait.hpr");
+  const RunResult r = run({kHpctl, "record", "-o", capture, "--no-report", "--", kFixture,
+                           std::to_string(kPhaseMs), std::to_string(kSleepMs)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::map<std::string, Truth> truth = parse_truth(r.out);
+  ASSERT_EQ(truth.size(), 3u) << r.out;
+  const std::string firefox = tmp.file("cpu_wait.json.gz");
+  const RunResult conv = run({kHpctl, "convert", capture, "-o", firefox});
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  const json profile = testing::load_json_maybe_gzip(firefox);
+  for (const auto& problem : testing::lint_firefox_profile(profile)) ADD_FAILURE() << problem;
+
+  const double interval_ns = profile.at("meta").at("interval").get<double>() * 1e6;
+  ASSERT_GT(interval_ns, 0);
+  const ProfilerModel model(profile);
+  ASSERT_GE(model.idle(), 0) << "no category named Idle: the profiler shows no \"Include idle samples\"";
+
+  for (const char* name : {"spin_a", "spin_b", "sleeper"}) {
+    SCOPED_TRACE(name);
+    const Truth& t = truth.at(name);
+    const ProfilerView v = model.view(t.tid);
+    const double blocked = v.idle_weight.count("Blocked") ? v.idle_weight.at("Blocked") : 0;
+    const double waiting = v.idle_weight.count("Waiting for CPU") ? v.idle_weight.at("Waiting for CPU") : 0;
+    std::printf(
+        "%s: truth cpu %.1f ms (%.1f samples), off the CPU %.1f ms (waiting %.1f); profiler without idle: "
+        "%.1f samples, cpu delta %.1f ms; idle: blocked %.1f, waiting %.1f samples; grey CPU nodes %zu\n",
+        name, t.thread_cpu_ns / 1e6, t.thread_cpu_ns / interval_ns, t.life_off_ns() / 1e6,
+        t.life_run_delay_ns / 1e6, v.kept_weight, v.kept_cpu_delta / 1e6, blocked, waiting, v.grey_cpu_nodes);
+    // With idle samples excluded, what is left is the thread's CPU time: one sample per interval of
+    // it (the backend samples CPU time), and their threadCPUDelta its CPU clock.
+    EXPECT_NEAR(v.kept_weight, t.thread_cpu_ns / interval_ns, 0.05 * t.thread_cpu_ns / interval_ns + 3);
+    EXPECT_NEAR(v.kept_cpu_delta, t.thread_cpu_ns, std::max(0.02 * t.thread_cpu_ns, 3e6));
+    // What was excluded is its time off the CPU, blocked and waiting for a CPU apart.
+    EXPECT_NEAR((blocked + waiting) * interval_ns, t.life_off_ns(),
+                std::max(0.1 * t.life_off_ns(), 10e6) + 2 * interval_ns);
+    EXPECT_NEAR(waiting * interval_ns, t.life_run_delay_ns,
+                std::max(0.1 * t.life_run_delay_ns, 10e6) + 2 * interval_ns);
+    // No call node a CPU sample passes through is greyed by a category conflict.
+    EXPECT_EQ(v.grey_cpu_nodes, 0u) << (v.grey_names.empty() ? "" : v.grey_names.front());
+  }
+  // The spinners shared one CPU: the check above saw real waiting, and the sleeper real blocking.
+  EXPECT_GT(model.view(truth.at("spin_a").tid).idle_weight["Waiting for CPU"] * interval_ns, 0.2 * kPhaseMs * 1e6);
+  EXPECT_GT(model.view(truth.at("sleeper").tid).idle_weight["Blocked"] * interval_ns, 0.9 * kSleepMs * 1e6);
+}
+
+}  // namespace
+}  // namespace hpd::test
