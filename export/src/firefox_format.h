@@ -14,16 +14,36 @@ namespace hpd::firefox {
 struct CategoryStyle {
   const char* name;
   const char* color;
+  std::span<const char* const> subcategories;
 };
 
-// Indexed by hpd::Category. The first grey category is the profiler's default; "Idle" is the name
-// the profiler treats specially (hidden by default, "Include idle samples" checkbox): blocked off-CPU
-// samples. "Waiting for CPU" holds the samples of threads that were runnable but not running.
-inline constexpr CategoryStyle kCategories[kCategoryCount] = {{"Other", "grey"},
-                                                              {"Idle", "transparent"},
-                                                              {"User", "yellow"},
-                                                              {"Kernel", "orange"},
-                                                              {"Waiting for CPU", "purple"}};
+// Where a sample was when it was taken, as a subcategory: on the CPU (the profiler's "Other", index 0,
+// which is also what a call node of mixed subcategories gets), blocked, or runnable and waiting for a
+// CPU. The Idle, User and Kernel categories all have these three.
+inline constexpr const char* kOffCpuSubcategories[] = {"Other", "Blocked", "Waiting for CPU"};
+inline constexpr uint32_t kBlockedSubcategory = 1;
+inline constexpr uint32_t kWaitingSubcategory = 2;
+inline constexpr const char* kOtherSubcategory[] = {"Other"};
+
+// Indexed by hpd::Category. The first grey category is the profiler's default (the colour of a call
+// node whose stacks have different categories). "Idle" is the name the profiler treats specially: its
+// "Include idle samples" switch drops every sample whose leaf frame is in it (and draws none of them
+// in the CPU graph). Every off-CPU sample (blocked, or waiting for a CPU) ends in a leaf frame of the
+// writer's own, "[blocked]" or "[waiting for CPU]", in Idle with that subcategory; the frames of its
+// stack keep the category their function has on the CPU (User or Kernel), with the subcategory saying
+// where the thread was, so that no call node a CPU sample passes through mixes categories (which would
+// make it grey). "Waiting for CPU" is the category of the waiting markers (purple in the marker chart);
+// older hpd files also put all the frames of off-CPU samples in Idle or Waiting for CPU (the reader reads
+// both layouts).
+inline constexpr CategoryStyle kCategories[kCategoryCount] = {{"Other", "grey", kOtherSubcategory},
+                                                              {"Idle", "transparent", kOffCpuSubcategories},
+                                                              {"User", "yellow", kOffCpuSubcategories},
+                                                              {"Kernel", "orange", kOffCpuSubcategories},
+                                                              {"Waiting for CPU", "purple", kOtherSubcategory}};
+
+// The leaf frames' function names of off-CPU samples (see kCategories).
+inline constexpr const char* kBlockedLeafName = "[blocked]";
+inline constexpr const char* kWaitingLeafName = "[waiting for CPU]";
 
 // Gecko format version written to meta.version; the profiler only displays it (samply writes 24).
 inline constexpr int kGeckoVersion = 24;
@@ -64,13 +84,19 @@ inline std::string calls_thread_tid(int32_t pid) {
   return std::to_string(pid) + "-calls";
 }
 
-// Call latency (hpd's runtime): one instant marker per timed function on its process's calls track,
-// at the process's start (the figures cover the whole recording), named by the function. The visible
-// fields are what the report shows; the hidden ones carry the exact sums and the histogram ("scale
-// bucket:count,bucket:count...", ticks scaled by ns_per_tick) so that the reader restores them.
+// Call latency (hpd's runtime): a per-function summary, one interval marker per timed function on its
+// process's calls track, spanning the recording from the process's start (the runtime keeps sums and a
+// histogram, not the time of each call), named by the function. The visible fields are durations in
+// the profiler's 'duration' format (milliseconds, printed in the closest unit); the hidden ones carry
+// the exact figures in ns, the sums and the histogram ("scale bucket:count,bucket:count...", ticks
+// scaled by ns_per_tick) so that the reader restores them (files before the durations showed the ns).
 inline constexpr const char* kLatencySchema = "HpdCallLatency";
 inline constexpr const char* kLatencyFunctionField = "function";
 inline constexpr const char* kLatencyCallsField = "calls";
+inline constexpr const char* kLatencyAvgMsField = "avg";
+inline constexpr const char* kLatencyP95MsField = "p95";
+inline constexpr const char* kLatencyMaxMsField = "max";
+inline constexpr const char* kLatencyTotalMsField = "total";
 inline constexpr const char* kLatencyAvgField = "avgNs";
 inline constexpr const char* kLatencyP95Field = "p95Ns";
 inline constexpr const char* kLatencyMaxField = "maxNs";
@@ -144,23 +170,29 @@ inline constexpr MarkerSchema kMipMarkerSchema{
 inline constexpr MarkerField kLatencyFields[] = {
     {kLatencyFunctionField, "Function", "unique-string"},
     {kLatencyCallsField, "Calls timed", "integer"},
-    {kLatencyAvgField, "Average", "nanoseconds"},
-    {kLatencyP95Field, "95th percentile", "nanoseconds"},
-    {kLatencyMaxField, "Maximum", "nanoseconds"},
-    {kLatencyTotalField, "Total", "nanoseconds"},
-    {kLatencySumField, "Sum of all calls", "nanoseconds", true},
+    {kLatencyAvgMsField, "Average", "duration"},
+    {kLatencyP95MsField, "95th percentile", "duration"},
+    {kLatencyMaxMsField, "Maximum", "duration"},
+    {kLatencyTotalMsField, "Total", "duration"},
+    {kLatencyAvgField, "Average (ns)", "integer", true},
+    {kLatencyP95Field, "95th percentile (ns)", "integer", true},
+    {kLatencyMaxField, "Maximum (ns)", "integer", true},
+    {kLatencyTotalField, "Total (ns)", "integer", true},
+    {kLatencySumField, "Sum of all calls (ns)", "integer", true},
     {kLatencyHistogramField, "Histogram", "string", true},
     {kLatencyFuncField, "Function index", "integer", true},
 };
 inline constexpr MarkerSchema kLatencyMarkerSchema{
     kLatencySchema,
-    kTableOnlyDisplay,
-    nullptr,
-    "{marker.data.calls} calls, avg {marker.data.avgNs}, p95 {marker.data.p95Ns}, total "
-    "{marker.data.totalNs}",
-    "{marker.data.calls} calls, avg {marker.data.avgNs}",
-    "Latency of each call (entry to return, callees included) timed by hpd's in-process runtime over the "
-    "whole recording; total: time inside the outermost calls, summed over threads.",
+    kOffCpuDisplay,  // the marker chart and the marker table
+    "{marker.name}: {marker.data.calls} calls, avg {marker.data.avg}, p95 {marker.data.p95}, max "
+    "{marker.data.max}",
+    "{marker.data.calls} calls, avg {marker.data.avg}, p95 {marker.data.p95}, max {marker.data.max}, "
+    "total {marker.data.total}",
+    "{marker.name}: {marker.data.calls} calls, avg {marker.data.avg}",
+    "Latency of each call (entry to return, callees included) timed by hpd's in-process runtime, summed "
+    "over the whole recording (the marker spans it; the runtime does not keep the time of each call); "
+    "total: time inside the outermost calls, summed over threads.",
     kLatencyFields};
 
 // meta.extra sections (shown under "Show More" in the profile info panel) and their entry labels.

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "firefox/json_path.h"
@@ -281,8 +282,21 @@ class FirefoxReader {
         member(meta, firefox::meta::kCategories, JsonPath().key(firefox::profile::kMeta));
     if (!categories.is_array() || categories.empty())
       throw FormatError(path::meta(firefox::meta::kCategories).str() + " is not a non-empty array");
-    for (const json& c : categories)
+    for (const json& c : categories) {
       category_map_.push_back(category_from_name(optional_string(c, firefox::category::kName)));
+      // Where a frame's sample was, by its subcategory's name (firefox_format.h); 0 = on the CPU.
+      std::vector<uint8_t> where;
+      if (const json* subs = optional_member(c, firefox::category::kSubcategories);
+          subs != nullptr && subs->is_array()) {
+        for (const json& name : *subs) {
+          const std::string text = name.is_string() ? name.get<std::string>() : std::string();
+          where.push_back(text == firefox::kOffCpuSubcategories[firefox::kBlockedSubcategory]   ? 1
+                          : text == firefox::kOffCpuSubcategories[firefox::kWaitingSubcategory] ? 2
+                                                                                                : 0);
+        }
+      }
+      subcategory_where_.push_back(std::move(where));
+    }
 
     if (const json* extra = optional_member(meta, firefox::meta::kExtra);
         extra != nullptr && extra->is_array())
@@ -430,6 +444,25 @@ class FirefoxReader {
       }
     }
 
+    // The leaf frames hpd adds to off-CPU samples (Idle, subcategory Blocked or Waiting for CPU) are
+    // not frames of the Profile: their stacks read as their prefixes, their functions are left out.
+    const Table frames(shared, firefox::shared::kFrameTable, shared_path);
+    std::vector<bool> leaf_frame(frames.length());
+    std::unordered_set<int64_t> leaf_funcs;
+    if (frames.has(firefox::frames::kSubcategory)) {
+      const json& category = frames.column(firefox::frames::kCategory);
+      const json& subcategory = frames.column(firefox::frames::kSubcategory);
+      const json& func = frames.column(firefox::frames::kFunc);
+      for (size_t i = 0; i < frames.length(); ++i) {
+        const int64_t c = as_integer(category[i]).value_or(-1);
+        if (c < 0 || static_cast<size_t>(c) >= category_map_.size() || category_map_[c] != Category::kIdle ||
+            off_cpu_where(static_cast<size_t>(c), subcategory[i]) == 0)
+          continue;
+        leaf_frame[i] = true;
+        leaf_funcs.insert(as_integer(func[i]).value_or(-1));
+      }
+    }
+
     const Table funcs(shared, firefox::shared::kFuncTable, shared_path);
     {
       const json& name = funcs.column(firefox::funcs::kName);
@@ -437,6 +470,10 @@ class FirefoxReader {
       const json& source = funcs.column(firefox::funcs::kSource);
       for (size_t i = 0; i < funcs.length(); ++i) {
         const uint32_t s = funcs.index(name, firefox::funcs::kName, i, n_strings, string_array);
+        if (leaf_funcs.count(static_cast<int64_t>(i)) != 0) {
+          func_map_.push_back(kNoIndex);
+          continue;
+        }
         const uint32_t r = funcs.index(resource, firefox::funcs::kResource, i, resources.length(),
                                        path::shared(firefox::shared::kResourceTable), true, true);
         const uint32_t src = funcs.index(source, firefox::funcs::kSource, i, source_file.size(),
@@ -449,7 +486,6 @@ class FirefoxReader {
       }
     }
 
-    const Table frames(shared, firefox::shared::kFrameTable, shared_path);
     {
       const json& address = frames.column(firefox::frames::kAddress);
       const json& inline_depth = frames.column(firefox::frames::kInlineDepth);
@@ -458,11 +494,20 @@ class FirefoxReader {
       const json& symbol = frames.column(firefox::frames::kNativeSymbol);
       const json& line = frames.column(firefox::frames::kLine);
       const json& column = frames.column(firefox::frames::kColumn);
+      const json* subcategory =
+          frames.has(firefox::frames::kSubcategory) ? &frames.column(firefox::frames::kSubcategory) : nullptr;
       for (size_t i = 0; i < frames.length(); ++i) {
         Frame f;
         const uint32_t fn = frames.index(func, firefox::frames::kFunc, i, func_map_.size(),
                                          path::shared(firefox::shared::kFuncTable));
+        if (leaf_frame[i]) {
+          frame_map_.push_back(kNoIndex);
+          continue;
+        }
         f.func = func_map_[fn];
+        if (f.func == kNoIndex)
+          throw FormatError(frames.element(firefox::frames::kFunc, i).str() +
+                            " names the function of an off-CPU leaf frame");
         const uint32_t sym = frames.index(symbol, firefox::frames::kNativeSymbol, i, symbol_map_.size(),
                                           path::shared(firefox::shared::kNativeSymbols), true);
         f.native_symbol = sym == kNoIndex ? kNoIndex : symbol_map_[sym];
@@ -486,6 +531,12 @@ class FirefoxReader {
         f.line = static_cast<uint32_t>(ln);
         f.column = static_cast<uint32_t>(col);
         if (f.category == Category::kKernel && f.lib != kNoIndex) p_.libs[f.lib].is_kernel = true;
+        // A frame of an off-CPU sample keeps its function's CPU category in the file; the Profile
+        // gives it the sample's.
+        if (c != kNoIndex && subcategory != nullptr) {
+          const int where = off_cpu_where(c, (*subcategory)[i]);
+          if (where != 0) f.category = where == 1 ? Category::kIdle : Category::kWaitCpu;
+        }
         frame_map_.push_back(p_.intern_frame(f));
       }
     }
@@ -507,7 +558,8 @@ class FirefoxReader {
                             std::to_string(off) + " does not point at an earlier stack");
         }
         const uint32_t prefix = off == 0 ? kNoIndex : stack_map_[i - static_cast<size_t>(off)];
-        stack_map_.push_back(p_.intern_stack(prefix, frame_map_[fr]));
+        // An off-CPU leaf frame's stack is its prefix (none: the sample had no stack).
+        stack_map_.push_back(frame_map_[fr] == kNoIndex ? prefix : p_.intern_stack(prefix, frame_map_[fr]));
       }
     }
   }
@@ -642,7 +694,7 @@ class FirefoxReader {
     for (size_t i = 0; i < samples.length(); ++i) {
       const uint32_t st = samples.index(stack, firefox::samples::kStack, i, stack_map_.size(),
                                         path::shared(firefox::shared::kStackTable), true);
-      if (st == kNoIndex) continue;
+      if (st == kNoIndex || stack_map_[st] == kNoIndex) continue;
       int64_t count = 1;
       if (weight != nullptr) {
         count = samples.integer(*weight, firefox::samples::kWeight, i, -1);
@@ -765,6 +817,16 @@ class FirefoxReader {
   int64_t interval_ns_ = 0;
   uint64_t cpu_delta_scale_ = 1;
   std::vector<Category> category_map_;
+  std::vector<std::vector<uint8_t>> subcategory_where_;  // per category and subcategory: 0, 1, 2
+
+  // Where a frame of category `c` with this subcategory value was: 0 on the CPU (or unknown),
+  // 1 blocked, 2 waiting for a CPU.
+  int off_cpu_where(size_t c, const json& subcategory) const {
+    const int64_t s = as_integer(subcategory).value_or(-1);
+    if (c >= subcategory_where_.size() || s < 0 || static_cast<size_t>(s) >= subcategory_where_[c].size())
+      return 0;
+    return subcategory_where_[c][static_cast<size_t>(s)];
+  }
   std::unordered_map<uint64_t, LostCounts> thread_losses_;  // from meta.extra, by thread_key
   std::vector<const std::string*> string_values_;
   std::vector<uint32_t> lib_map_;

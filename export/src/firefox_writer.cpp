@@ -142,7 +142,7 @@ class FirefoxWriter {
       w_.string(category.color);
       w_.key(firefox::category::kSubcategories);
       w_.begin_array();
-      w_.string("Other");
+      for (const char* subcategory : category.subcategories) w_.string(subcategory);
       w_.end_array();
       w_.end_object();
     }
@@ -491,13 +491,16 @@ class FirefoxWriter {
     w_.key(firefox::thread::kSamples);
     samples.serialize(w_);
 
+    // The latency summary spans the process's part of the recording: to its end, else the recording's.
+    const int64_t end =
+        process != t_.processes.end() && process->second.ended ? process->second.shutdown : t_.profiling_end_ns(p_);
     w_.key(firefox::thread::kMarkers);
-    latency_markers(track.pid, start).serialize(w_);
+    latency_markers(track.pid, start, std::max(start, end)).serialize(w_);
     w_.end_object();
   }
 
-  // One instant marker per timed function of the process (see firefox_format.h).
-  firefox::MarkerTable latency_markers(int32_t pid, int64_t start) const {
+  // One interval marker per timed function of the process (see firefox_format.h).
+  firefox::MarkerTable latency_markers(int32_t pid, int64_t start, int64_t end) const {
     firefox::MarkerTable markers;
     for (const CallLatency& l : p_.call_latency) {
       if (l.pid != pid || l.calls == 0) continue;
@@ -512,7 +515,7 @@ class FirefoxWriter {
       data.sum_ns = l.sum_ns;
       data.histogram = histogram_text(l.histogram);
       data.func = firefox::func_row(l.func);
-      markers.add({std::move(data), name, start, std::nullopt, Category::kUser});
+      markers.add({std::move(data), name, start, end, Category::kUser});
     }
     return markers;
   }
@@ -622,6 +625,8 @@ class FirefoxWriter {
       row.time_ns = t_.relative_ns(s.time_ns);
       row.stack_end = s.stack_end;
       if (is_off_cpu_interval(s.kind)) {
+        // Its stack ends in the [blocked] or [waiting for CPU] leaf (firefox_format.h).
+        row.stack = t_.off_cpu_leaf(s);
         row.weight = weights.next(s.off_cpu_ns);
         // Blocked or waiting for a CPU, each its own schema. The interval assumes the sample is
         // stamped when it began: when the thread left the CPU (samply's convention), or, for the wait

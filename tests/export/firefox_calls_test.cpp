@@ -127,8 +127,9 @@ TEST(FirefoxCalls, EachProcessGetsACallsTrackWithTheExactCounts) {
   for (const json& w : t100["samples"]["weight"]) weights += w.get<uint64_t>();
   EXPECT_EQ(weights, 1000u + 250 + 7 + 1 + 3);
 
-  // The functions are the profile's own, so the calls track's nodes are the sampled threads' nodes.
-  EXPECT_EQ(doc["shared"]["funcTable"]["length"], p.funcs.size());
+  // The functions are the profile's own, so the calls track's nodes are the sampled threads' nodes
+  // (plus the "[blocked]" leaf the writer gives the worker's off-CPU sample).
+  EXPECT_EQ(doc["shared"]["funcTable"]["length"], p.funcs.size() + 1);
   // The added frames carry no address or line: no sampled instruction is credited with calls.
   const json& frames = doc["shared"]["frameTable"];
   ASSERT_GT(frames["length"].get<size_t>(), p.frames.size());
@@ -159,8 +160,9 @@ TEST(FirefoxCalls, AProfileWithoutEdgesHasNoCallsTrack) {
   const json doc = to_json(p);
   EXPECT_EQ(doc["threads"].size(), p.threads.size());
   EXPECT_TRUE(calls_threads(doc).empty());
-  EXPECT_EQ(doc["shared"]["frameTable"]["length"], p.frames.size());
-  EXPECT_EQ(doc["shared"]["stackTable"]["length"], p.stacks.size());
+  // The profile's frames and stacks, plus the "[blocked]" leaf of the worker's off-CPU sample.
+  EXPECT_EQ(doc["shared"]["frameTable"]["length"], p.frames.size() + 1);
+  EXPECT_EQ(doc["shared"]["stackTable"]["length"], p.stacks.size() + 1);
 }
 
 std::string report_json(const Profile& p) {
@@ -315,10 +317,10 @@ TEST(FirefoxCalls, LatencyIsAMarkerOfTheCallsTrackAndSurvivesTheRoundTrip) {
   // prints them in the closest unit), equal to the recorded ones; a summary of the whole recording,
   // so the marker spans it (an interval marker, from the process's start to the recording's end).
   const CallLatency& recorded = a.call_latency[0];
-  EXPECT_DOUBLE_EQ(data["avg"].get<double>(), double(recorded.avg_ns()) / 1e6);
-  EXPECT_DOUBLE_EQ(data["p95"].get<double>(), double(recorded.p95_ns()) / 1e6);
-  EXPECT_DOUBLE_EQ(data["max"].get<double>(), double(recorded.max_ns) / 1e6);
-  EXPECT_DOUBLE_EQ(data["total"].get<double>(), double(recorded.outer_ns) / 1e6);
+  EXPECT_DOUBLE_EQ(data.at("avg").get<double>(), double(recorded.avg_ns()) / 1e6);
+  EXPECT_DOUBLE_EQ(data.at("p95").get<double>(), double(recorded.p95_ns()) / 1e6);
+  EXPECT_DOUBLE_EQ(data.at("max").get<double>(), double(recorded.max_ns) / 1e6);
+  EXPECT_DOUBLE_EQ(data.at("total").get<double>(), double(recorded.outer_ns) / 1e6);
   EXPECT_EQ(markers["phase"][0], 1);  // interval
   EXPECT_DOUBLE_EQ(markers["startTime"][0].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(markers["endTime"][0].get<double>(), 10.0);

@@ -3,18 +3,25 @@
 // HPD_UPDATE_GOLDEN=1 rewrites the golden file (only for an intended format change).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hpd/export/firefox.h"
+#include "hpd/export/firefox_reader.h"
 #include "synthetic_profile.h"
 
 namespace hpd {
 namespace {
 
 const char* const kGoldenPath = HPD_EXPORT_TEST_DATA "/firefox-golden-v66.json";
+// The golden as hpd wrote it before off-CPU samples got their Idle leaf frame (all the frames of an
+// off-CPU sample were then in Idle or Waiting for CPU) and call latency its durations.
+const char* const kOldLayoutPath = HPD_EXPORT_TEST_DATA "/firefox-hpd-2026-08-v66.json";
 
 // The synthetic profile plus what it lacks: call edges (recursive, without caller, of a second
 // process), a call latency, MIP counts (with and without coverage), per-thread losses, a thread whose
@@ -107,6 +114,41 @@ TEST(FirefoxGolden, WriterOutputIsByteForByteTheGolden) {
   FAIL() << "the output differs from " << kGoldenPath << " at byte " << at << " (of " << written.size()
          << " written, " << golden.size() << " golden)\nwritten: ..." << written.substr(from, 160)
          << "\ngolden:  ..." << golden.substr(from, 160);
+}
+
+// The reader reads both layouts into the same Profile, whose off-CPU samples are those of the
+// original, with the same frames (functions and categories) from leaf to root.
+TEST(FirefoxGolden, ReaderReadsTheOldAndTheNewLayoutAlike) {
+  const Profile original = golden_profile();
+  const Profile read_new = read_firefox_file(kGoldenPath);
+  const Profile read_old = read_firefox_file(kOldLayoutPath);
+  EXPECT_EQ(firefox_json(read_old), firefox_json(read_new));
+  const auto frames_of = [](const Profile& p, uint32_t stack) {
+    std::vector<std::pair<std::string, Category>> out;
+    for (; stack != kNoIndex; stack = p.stacks[stack].prefix) {
+      const Frame& f = p.frames[p.stacks[stack].frame];
+      out.emplace_back(p.func_name(f.func), f.category);
+    }
+    return out;
+  };
+  size_t off_cpu = 0;
+  for (const Thread& t : original.threads) {
+    const auto it = std::find_if(read_new.threads.begin(), read_new.threads.end(),
+                                 [&](const Thread& r) { return r.tid == t.tid; });
+    ASSERT_NE(it, read_new.threads.end()) << t.tid;
+    std::vector<Sample> samples = t.samples;
+    std::stable_sort(samples.begin(), samples.end(),
+                     [](const Sample& a, const Sample& b) { return a.time_ns < b.time_ns; });
+    ASSERT_EQ(it->samples.size(), samples.size());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      EXPECT_EQ(it->samples[i].kind, samples[i].kind) << t.tid << " " << i;
+      EXPECT_EQ(it->samples[i].off_cpu_ns, samples[i].off_cpu_ns) << t.tid << " " << i;
+      EXPECT_EQ(frames_of(read_new, it->samples[i].stack), frames_of(original, samples[i].stack)) << t.tid << " " << i;
+      off_cpu += is_off_cpu_interval(samples[i].kind);
+    }
+  }
+  EXPECT_GT(off_cpu, 0u);
+  EXPECT_EQ(read_new.funcs.size(), original.funcs.size());  // no "[blocked]" function
 }
 
 }  // namespace

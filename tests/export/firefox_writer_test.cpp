@@ -126,9 +126,12 @@ TEST(FirefoxWriter, SyntheticProfileIsWellFormed) {
   EXPECT_EQ(worker["markers"]["category"][0], 1);  // Idle
 }
 
-// A sample of a thread that waited for a CPU: its frames in the "Waiting for CPU" category (as the
-// converter makes them), weighted by its time like an off-CPU one, no CPU, and its own marker; the
-// reader gives it back as a wait. The profile still passes the linter.
+// A sample of a thread that waited for a CPU (its frames in the Profile's "Waiting for CPU" category,
+// as the converter makes them): in the file its stack ends in a "[waiting for CPU]" leaf frame in Idle
+// (subcategory "Waiting for CPU"), so that the profiler's "Include idle samples" hides it, and its own
+// frames keep their function's CPU category (User) with that subcategory; weighted by its time like
+// an off-CPU one, no CPU, and its own marker; the reader gives it back as a wait, with its Profile
+// stack. The profile still passes the linter.
 TEST(FirefoxWriter, WaitsForTheCpuHaveTheirCategoryAndMarker) {
   Profile p = make_synthetic_profile();
   Thread& worker = p.threads[1];
@@ -149,9 +152,24 @@ TEST(FirefoxWriter, WaitsForTheCpuHaveTheirCategoryAndMarker) {
   const json& samples = doc["threads"][1]["samples"];
   EXPECT_EQ(samples["weight"], json::parse("[1, 1, 5, 1, 3]"));
   EXPECT_EQ(samples["threadCPUDelta"][4], 0);
+  const json& categories = doc["meta"]["categories"];
+  EXPECT_EQ(categories[1]["name"], "Idle");
+  EXPECT_EQ(categories[1]["subcategories"], json::parse(R"(["Other", "Blocked", "Waiting for CPU"])"));
+  EXPECT_EQ(categories[2]["subcategories"], categories[1]["subcategories"]);  // User
+  const json& stacks = doc["shared"]["stackTable"];
+  const json& frames = doc["shared"]["frameTable"];
   const auto stack = samples["stack"][4].get<size_t>();
-  const auto frame = doc["shared"]["stackTable"]["frame"][stack].get<size_t>();
-  EXPECT_EQ(doc["shared"]["frameTable"]["category"][frame], 4);
+  const auto leaf = stacks["frame"][stack].get<size_t>();
+  EXPECT_EQ(frames["category"][leaf], 1);     // Idle
+  EXPECT_EQ(frames["subcategory"][leaf], 2);  // Waiting for CPU
+  const auto& strings = doc["shared"]["stringArray"];
+  EXPECT_EQ(strings[doc["shared"]["funcTable"]["name"][frames["func"][leaf].get<size_t>()].get<size_t>()],
+            "[waiting for CPU]");
+  ASSERT_NE(stacks["prefixOffset"][stack], 0);
+  const auto own = stack - stacks["prefixOffset"][stack].get<size_t>();
+  const auto frame = stacks["frame"][own].get<size_t>();
+  EXPECT_EQ(frames["category"][frame], 2);  // User, as on the CPU
+  EXPECT_EQ(frames["subcategory"][frame], 2);
   const json& markers = doc["threads"][1]["markers"];
   ASSERT_EQ(markers["length"], 2);
   EXPECT_EQ(markers["data"][0]["type"], "HpdOffCpu");
@@ -160,7 +178,6 @@ TEST(FirefoxWriter, WaitsForTheCpuHaveTheirCategoryAndMarker) {
   EXPECT_EQ(markers["data"][1]["offCpuNs"], 3000000);
   EXPECT_EQ(markers["data"][1]["sample"], 4);
   EXPECT_EQ(markers["category"][1], 4);
-  const auto& strings = doc["shared"]["stringArray"];
   EXPECT_EQ(strings[markers["name"][1].get<size_t>()], "Waiting for CPU");
   bool schema = false;
   for (const json& s : doc["meta"]["markerSchema"]) schema = schema || s["name"] == "HpdWaitCpu";
@@ -177,6 +194,12 @@ TEST(FirefoxWriter, WaitsForTheCpuHaveTheirCategoryAndMarker) {
   EXPECT_EQ(read[4].kind, SampleKind::kWaitCpu);
   EXPECT_EQ(read[4].off_cpu_ns, 3'000'000u);
   EXPECT_EQ(back.frames[back.stacks[read[4].stack].frame].category, Category::kWaitCpu);
+  // The leaf frames are the writer's: the Profile read back has the stacks and functions it had.
+  EXPECT_EQ(back.stacks[read[4].stack].prefix, kNoIndex);
+  EXPECT_EQ(back.frames[back.stacks[read[2].stack].frame].category, Category::kIdle);
+  EXPECT_EQ(back.funcs.size(), p.funcs.size());
+  EXPECT_EQ(back.frames.size(), p.frames.size());
+  EXPECT_EQ(back.stacks.size(), p.stacks.size());
 }
 
 TEST(FirefoxWriter, BreakpadIdOfKnownBuildIds) {

@@ -22,7 +22,7 @@ void FrameTable::serialize(json::Writer& w) const {
   t.column(frames::kAddress, [&](size_t i) { w.int64(rows_[i].address < 0 ? -1 : rows_[i].address); });
   t.column(frames::kInlineDepth, [&](size_t i) { w.uint(rows_[i].inline_depth); });
   t.column(frames::kCategory, [&](size_t i) { w.uint(static_cast<uint32_t>(rows_[i].category)); });
-  t.repeated(frames::kSubcategory, "0");
+  t.column(frames::kSubcategory, [&](size_t i) { w.uint(rows_[i].subcategory); });
   t.column(frames::kFunc, [&](size_t i) { w.uint(rows_[i].func.v); });
   t.column(frames::kNativeSymbol, [&](size_t i) { write_index_or_null(w, rows_[i].native_symbol); });
   t.repeated(frames::kInnerWindowId, "0");

@@ -13,6 +13,7 @@ struct FrameRow {
   int64_t address = -1;  // library-relative; negative = none, written as -1
   uint8_t inline_depth = 0;
   Category category = Category::kUser;
+  uint32_t subcategory = 0;  // into the category's subcategories (firefox_format.h)
   FuncIndex func;
   std::optional<NativeSymbolIndex> native_symbol;
   uint32_t line = 0;    // 0 = unknown, written as null

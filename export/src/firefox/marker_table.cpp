@@ -1,6 +1,8 @@
 // Serializes threads[i].markers (marker_table.h); the data objects' keys are hpd's marker schemas'.
 #include "firefox/marker_table.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -13,7 +15,11 @@ namespace hpd::firefox {
 
 namespace {
 
-using FieldValue = std::variant<uint64_t, std::string_view>;
+// A duration in ns, written as milliseconds (the profiler's 'duration' format), exactly.
+struct NsAsMs {
+  uint64_t ns;
+};
+using FieldValue = std::variant<uint64_t, std::string_view, NsAsMs>;
 
 // A marker's data object: its schema's name as "type", then one value per field of the schema, in
 // the schema's order, so that the keys cannot drift from what meta.markerSchema declares.
@@ -27,6 +33,8 @@ void write_data(json::Writer& w, const MarkerSchema& schema, std::initializer_li
     w.key(field.key);
     if (const auto* number = std::get_if<uint64_t>(value)) {
       w.uint(*number);
+    } else if (const auto* duration = std::get_if<NsAsMs>(value)) {
+      w.ns_as_ms(static_cast<int64_t>(std::min<uint64_t>(duration->ns, INT64_MAX)));
     } else {
       w.string(std::get<std::string_view>(*value));
     }
@@ -46,8 +54,9 @@ void write_data(json::Writer& w, const MipMarkerData& d) {
 
 void write_data(json::Writer& w, const LatencyMarkerData& d) {
   write_data(w, kLatencyMarkerSchema,
-             {uint64_t{d.function.v}, d.calls, d.avg_ns, d.p95_ns, d.max_ns, d.total_ns, d.sum_ns,
-              d.histogram, uint64_t{d.func.v}});
+             {uint64_t{d.function.v}, d.calls, NsAsMs{d.avg_ns}, NsAsMs{d.p95_ns}, NsAsMs{d.max_ns},
+              NsAsMs{d.total_ns}, d.avg_ns, d.p95_ns, d.max_ns, d.total_ns, d.sum_ns, d.histogram,
+              uint64_t{d.func.v}});
 }
 
 }  // namespace

@@ -13,6 +13,11 @@ namespace {
 
 constexpr uint64_t kDefaultIntervalNs = 1000000;  // 1 ms, when the recording does not say
 
+// The categories the Profile gives the frames of off-CPU samples.
+bool is_off_cpu_category(Category c) {
+  return c == Category::kIdle || c == Category::kWaitCpu;
+}
+
 // A function-level frame: no address, line or native symbol. The calls track uses these rather than
 // some sampled frame of the function, so that no sampled line or instruction is credited with
 // calls; the call tree groups frames by function, so they are the same nodes as the sampled ones.
@@ -109,12 +114,28 @@ void derive_shared(const Profile& p, Tables& t) {
     t.funcs.add(row);
   }
 
+  // The frames of off-CPU samples take the category their function has on the CPU (firefox_format.h):
+  // that of a frame of it outside off-CPU samples, else Kernel for the kernel's, else User.
+  std::vector<std::optional<Category>> cpu_category(p.funcs.size());
+  for (const Frame& f : p.frames) {
+    if (!is_off_cpu_category(f.category) && !cpu_category[f.func]) cpu_category[f.func] = f.category;
+  }
+  const auto category_on_cpu = [&](const Frame& f) {
+    if (cpu_category[f.func]) return *cpu_category[f.func];
+    const uint32_t lib = f.lib != kNoIndex ? f.lib : p.funcs[f.func].lib;
+    return lib != kNoIndex && p.libs[lib].is_kernel ? Category::kKernel : Category::kUser;
+  };
+
   t.frames.reserve(p.frames.size());
   for (const Frame& f : p.frames) {
     FrameRow row;
     row.address = f.address;
     row.inline_depth = f.inline_depth;
     row.category = f.category;
+    if (is_off_cpu_category(f.category)) {
+      row.category = category_on_cpu(f);
+      row.subcategory = f.category == Category::kWaitCpu ? kWaitingSubcategory : kBlockedSubcategory;
+    }
     row.func = func_row(f.func);
     if (f.native_symbol != kNoIndex) row.native_symbol = symbol_row[f.native_symbol];
     row.line = f.line;
@@ -128,6 +149,35 @@ void derive_shared(const Profile& p, Tables& t) {
     std::optional<StackIndex> prefix;
     if (s.prefix != kNoIndex) prefix = stack_row(s.prefix);
     t.stacks.add(prefix, FrameIndex{s.frame});
+  }
+}
+
+// The leaf stacks of off-CPU samples (Tables::off_cpu_leaves), after the Profile's rows. The two leaf
+// functions and frames are added only when some sample needs them.
+void derive_off_cpu_leaves(const Profile& p, Tables& t) {
+  std::optional<FrameIndex> leaf_frame[2];
+  const auto frame = [&](bool waits) {
+    std::optional<FrameIndex>& slot = leaf_frame[waits ? 1 : 0];
+    if (!slot) {
+      const FuncIndex func =
+          t.funcs.add(FuncRow{t.strings.add(waits ? kWaitingLeafName : kBlockedLeafName), {}, {}});
+      FrameRow row;
+      row.category = Category::kIdle;
+      row.subcategory = waits ? kWaitingSubcategory : kBlockedSubcategory;
+      row.func = func;
+      slot = t.frames.add(row);
+    }
+    return *slot;
+  };
+  for (const Thread& thread : p.threads) {
+    for (const Sample& s : thread.samples) {
+      if (!is_off_cpu_interval(s.kind)) continue;
+      const uint64_t key = Tables::off_cpu_key(s);
+      if (t.off_cpu_leaves.count(key) != 0) continue;
+      std::optional<StackIndex> prefix;
+      if (s.stack != kNoIndex) prefix = stack_row(s.stack);
+      t.off_cpu_leaves.emplace(key, t.stacks.add(prefix, frame(s.kind == SampleKind::kWaitCpu)));
+    }
   }
 }
 
@@ -151,6 +201,7 @@ Tables derive_tables(const Profile& p) {
   if (t.interval_ns == 0 && info.frequency_hz > 0) t.interval_ns = 1000000000ull / info.frequency_hz;
   if (t.interval_ns == 0) t.interval_ns = kDefaultIntervalNs;
   derive_shared(p, t);
+  derive_off_cpu_leaves(p, t);  // before the calls track's rows, which a profile may have or not
   derive_calls(p, t);
 
   // MIP markers go to each process's main thread (else its first thread).

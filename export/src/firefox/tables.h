@@ -63,6 +63,13 @@ struct Tables {
   std::unordered_map<int32_t, ProcessTimes> processes;
   std::unordered_map<size_t, std::vector<uint32_t>> mip_of_thread;  // thread -> MIP counts it carries
   std::vector<CallsTrack> calls_tracks;
+  // The written stack of each off-CPU sample: its own extended by the "[blocked]" or "[waiting for
+  // CPU]" leaf frame in the Idle category (firefox_format.h), keyed by off_cpu_key().
+  std::unordered_map<uint64_t, StackIndex> off_cpu_leaves;
+  static uint64_t off_cpu_key(const Sample& s) {
+    return uint64_t{s.stack} << 1 | (s.kind == SampleKind::kWaitCpu ? 1 : 0);
+  }
+  StackIndex off_cpu_leaf(const Sample& s) const { return off_cpu_leaves.at(off_cpu_key(s)); }
 
   // Nanoseconds relative to meta.startTime, from a monotonic timestamp. Unsigned wrap-around then
   // the cast gives the right negative value for times before the start.
