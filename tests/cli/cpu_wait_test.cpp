@@ -90,7 +90,8 @@ Reported reported(const json& report, int64_t tid) {
 }
 
 // A thread's waits in the Firefox export: the sum of its "Waiting for CPU" markers, and how many of
-// its samples have their leaf frame in the "Waiting for CPU" category.
+// its samples have their leaf frame in the Idle category, subcategory "Waiting for CPU" (the writer's
+// "[waiting for CPU]" leaf, which the profiler's "Include idle samples" hides).
 struct ExportedWaits {
   double marker_ns = 0;
   size_t samples_in_category = 0;
@@ -98,14 +99,21 @@ struct ExportedWaits {
 
 ExportedWaits exported_waits(const json& profile, int64_t tid) {
   ExportedWaits w;
-  size_t category = SIZE_MAX;
+  size_t category = SIZE_MAX, subcategory = SIZE_MAX;
   const json& categories = profile.at("meta").at("categories");
   for (size_t c = 0; c < categories.size(); ++c) {
-    if (categories[c].at("name") == "Waiting for CPU") category = c;
+    if (categories[c].at("name") != "Idle") continue;
+    category = c;
+    const json& subs = categories[c].at("subcategories");
+    for (size_t k = 0; k < subs.size(); ++k) {
+      if (subs[k] == "Waiting for CPU") subcategory = k;
+    }
   }
-  EXPECT_NE(category, SIZE_MAX) << "no Waiting for CPU category";
+  EXPECT_NE(category, SIZE_MAX) << "no Idle category";
+  EXPECT_NE(subcategory, SIZE_MAX) << "no Waiting for CPU subcategory of Idle";
   const json& stack_frame = profile.at("shared").at("stackTable").at("frame");
   const json& frame_category = profile.at("shared").at("frameTable").at("category");
+  const json& frame_subcategory = profile.at("shared").at("frameTable").at("subcategory");
   for (const json& t : profile.at("threads")) {
     if (!t.at("tid").is_number() || t.at("tid").get<int64_t>() != tid) continue;
     const json& markers = t.at("markers");
@@ -115,7 +123,8 @@ ExportedWaits exported_waits(const json& profile, int64_t tid) {
     for (const json& stack : t.at("samples").at("stack")) {
       if (stack.is_null()) continue;
       const auto frame = stack_frame[stack.get<size_t>()].get<size_t>();
-      w.samples_in_category += frame_category[frame].get<size_t>() == category;
+      w.samples_in_category += frame_category[frame].get<size_t>() == category &&
+                               frame_subcategory[frame].get<size_t>() == subcategory;
     }
   }
   return w;

@@ -104,6 +104,7 @@ class EdgeTruthTest : public ::testing::Test {
     const json& resource_lib = shared.at("resourceTable").at("lib");
     const json& frame_func = shared.at("frameTable").at("func");
     const json& frame_category = shared.at("frameTable").at("category");
+    const json& frame_subcategory = shared.at("frameTable").at("subcategory");
     const json& frame_address = shared.at("frameTable").at("address");
     const json& frame_symbol = shared.at("frameTable").at("nativeSymbol");
     const json& symbol_address = shared.at("nativeSymbols").at("address");
@@ -111,12 +112,20 @@ class EdgeTruthTest : public ::testing::Test {
     const json& stack_frame = shared.at("stackTable").at("frame");
     const json& prefix_offset = shared.at("stackTable").at("prefixOffset");
     const json& libs = profile.at("libs");
-    size_t waiting_category = SIZE_MAX;
+    // Off-CPU samples end in the writer's leaf frame in Idle; a wait's has the subcategory "Waiting for
+    // CPU" (docs/firefox-export.md).
+    size_t idle_category = SIZE_MAX, waiting_subcategory = SIZE_MAX;
     const json& categories = profile.at("meta").at("categories");
     for (size_t c = 0; c < categories.size(); ++c) {
-      if (categories[c].at("name") == "Waiting for CPU") waiting_category = c;
+      if (categories[c].at("name") != "Idle") continue;
+      idle_category = c;
+      const json& subs = categories[c].at("subcategories");
+      for (size_t k = 0; k < subs.size(); ++k) {
+        if (subs[k] == "Waiting for CPU") waiting_subcategory = k;
+      }
     }
-    ASSERT_NE(waiting_category, SIZE_MAX);
+    ASSERT_NE(idle_category, SIZE_MAX);
+    ASSERT_NE(waiting_subcategory, SIZE_MAX);
     const auto in_kernel = [&](size_t frame) {
       const json& resource = func_resource[frame_func[frame].get<size_t>()];
       if (!resource.is_number() || resource.get<int64_t>() < 0) return false;
@@ -132,7 +141,16 @@ class EdgeTruthTest : public ::testing::Test {
         const json& stack = samples.at("stack")[i];
         if (stack.is_null()) continue;
         size_t s = stack.get<size_t>();
-        const bool waiting = frame_category[stack_frame[s].get<size_t>()].get<size_t>() == waiting_category;
+        const size_t leaf = stack_frame[s].get<size_t>();
+        const bool idle_leaf = frame_category[leaf].get<size_t>() == idle_category;
+        const bool waiting = idle_leaf && frame_subcategory[leaf].get<size_t>() == waiting_subcategory;
+        if (idle_leaf) {  // the writer's leaf: the sample's own stack is its prefix
+          if (prefix_offset[s].get<size_t>() == 0) {
+            waits += waiting;
+            continue;
+          }
+          s -= prefix_offset[s].get<size_t>();
+        }
         // Up from the leaf to the first frame outside the kernel.
         while (in_kernel(stack_frame[s].get<size_t>()) && prefix_offset[s].get<size_t>() != 0)
           s -= prefix_offset[s].get<size_t>();

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -36,6 +37,7 @@ namespace {
 
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kFixture = std::string(HPD_FIXTURE_DIR) + "/cpu_wait";
+const std::string kLatencyFixture = std::string(HPD_CALLS_FIXTURES) + "/latency_fentry";
 constexpr int kPhaseMs = 1500;
 constexpr int kSleepMs = 500;
 
@@ -222,6 +224,83 @@ TEST(FirefoxCpuView, IdleSwitchLeavesOnlyTheCpuSamplesInTheirColours) {
   // The spinners shared one CPU: the check above saw real waiting, and the sleeper real blocking.
   EXPECT_GT(model.view(truth.at("spin_a").tid).idle_weight["Waiting for CPU"] * interval_ns, 0.2 * kPhaseMs * 1e6);
   EXPECT_GT(model.view(truth.at("sleeper").tid).idle_weight["Blocked"] * interval_ns, 0.9 * kSleepMs * 1e6);
+}
+
+// Call latency of a real recording (--calls, hpd's runtime) of tests/collect/calls/calls_latency.c,
+// which times its own calls: each timed function is one HpdCallLatency marker on the calls track,
+// spanning the recording, whose 'duration' fields (milliseconds) are the latencies hpd recorded (the
+// report of the same capture, in ns) to the nanosecond, and near what the program measured.
+TEST(FirefoxCallLatency, MarkersAreTheRecordedLatenciesAsDurations) {
+  hpd::testing::TempDir tmp{"hpd-latency-view", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  const std::string capture = tmp.file("latency.hpr");
+  const std::string truth_file = tmp.file("truth.txt");
+  const RunResult r =
+      run({kHpctl, "record", "--calls", "-o", capture, "--no-report", "--", kLatencyFixture, truth_file});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::vector<double>> truth;  // name -> calls avg_ns p95_ns outer_ns
+  {
+    std::ifstream in(truth_file);
+    std::string name;
+    double calls = 0, avg = 0, p95 = 0, outer = 0;
+    while (in >> name >> calls >> avg >> p95 >> outer) truth[name] = {calls, avg, p95, outer};
+  }
+  ASSERT_EQ(truth.size(), 3u);
+
+  const RunResult rep = run({kHpctl, "report", capture, "--json", "--limit", "0"});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const json report = json::parse(rep.out);
+  const std::string firefox = tmp.file("latency.json.gz");
+  const RunResult conv = run({kHpctl, "convert", capture, "-o", firefox});
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  const json profile = testing::load_json_maybe_gzip(firefox);
+  for (const auto& problem : testing::lint_firefox_profile(profile)) ADD_FAILURE() << problem;
+
+  std::map<std::string, std::string> format;
+  for (const json& schema : profile.at("meta").at("markerSchema")) {
+    if (schema.at("name") != "HpdCallLatency") continue;
+    for (const json& field : schema.at("fields")) format[field.at("key")] = field.at("format");
+  }
+  const json& strings = profile.at("shared").at("stringArray");
+  const double end_ms = profile.at("meta").at("profilingEndTime").get<double>();
+  std::map<std::string, json> markers;  // function -> the marker's data, start and end
+  for (const json& t : profile.at("threads")) {
+    if (!t.value("hpdCalls", false)) continue;
+    const json& m = t.at("markers");
+    for (size_t i = 0; i < m.at("length").get<size_t>(); ++i) {
+      if (m.at("data")[i].value("type", "") != "HpdCallLatency") continue;
+      const std::string name = strings[m.at("name")[i].get<size_t>()];
+      markers[name] = {{"data", m.at("data")[i]}, {"start", m.at("startTime")[i]}, {"end", m.at("endTime")[i]}};
+    }
+  }
+  size_t checked = 0;
+  for (const json& row : report.at("calls").at("rows")) {
+    if (!row.contains("latency")) continue;
+    const std::string name = row.at("name");
+    SCOPED_TRACE(name);
+    ASSERT_EQ(markers.count(name), 1u);
+    const json& data = markers[name].at("data");
+    const json& recorded = row.at("latency");
+    EXPECT_EQ(data.at("calls"), recorded.at("timed_calls"));
+    const std::pair<const char*, const char*> fields[] = {
+        {"avg", "avg_ns"}, {"p95", "p95_ns"}, {"max", "max_ns"}, {"total", "total_ns"}};
+    for (const auto& [key, ns] : fields) {
+      EXPECT_EQ(format[key], "duration") << key;
+      EXPECT_NEAR(data.at(key).get<double>() * 1e6, recorded.at(ns).get<double>(), 0.5) << key;
+    }
+    // A summary of the whole recording: an interval from the process's start to its end.
+    ASSERT_TRUE(markers[name].at("end").is_number());
+    EXPECT_LE(markers[name].at("start").get<double>(), 0.001 * end_ms);
+    EXPECT_GT(markers[name].at("end").get<double>(), markers[name].at("start").get<double>());
+    EXPECT_LE(markers[name].at("end").get<double>(), end_ms);
+    if (truth.count(name) != 0 && name != "rec") {
+      const std::vector<double>& t = truth.at(name);
+      EXPECT_EQ(data.at("calls").get<double>(), t[0]);
+      EXPECT_NEAR(data.at("avg").get<double>() * 1e6, t[1], 0.05 * t[1]);
+      EXPECT_NEAR(data.at("p95").get<double>() * 1e6, t[2], 0.10 * t[2]);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2u) << "spin_for and sleep_for";
 }
 
 }  // namespace
