@@ -35,11 +35,12 @@ inline constexpr const char* kOtherSubcategory[] = {"Other"};
 // make it grey). "Waiting for CPU" is the category of the waiting markers (purple in the marker chart);
 // older hpd files also put all the frames of off-CPU samples in Idle or Waiting for CPU (the reader reads
 // both layouts).
-inline constexpr CategoryStyle kCategories[kCategoryCount] = {{"Other", "grey", kOtherSubcategory},
-                                                              {"Idle", "transparent", kOffCpuSubcategories},
-                                                              {"User", "yellow", kOffCpuSubcategories},
-                                                              {"Kernel", "orange", kOffCpuSubcategories},
-                                                              {"Waiting for CPU", "purple", kOtherSubcategory}};
+inline constexpr CategoryStyle kCategories[kCategoryCount] = {
+    {"Other", "grey", kOtherSubcategory},
+    {"Idle", "transparent", kOffCpuSubcategories},
+    {"User", "yellow", kOffCpuSubcategories},
+    {"Kernel", "orange", kOffCpuSubcategories},
+    {"Waiting for CPU", "purple", kOtherSubcategory}};
 
 // The leaf frames' function names of off-CPU samples (see kCategories).
 inline constexpr const char* kBlockedLeafName = "[blocked]";
@@ -129,9 +130,12 @@ inline constexpr MarkerField kOffCpuFields[] = {
     {kOffCpuSampleField, "Sample index", "integer", true},
 };
 inline constexpr MarkerSchema kOffCpuMarkerSchema{
-    kOffCpuSchema, kOffCpuDisplay,
-    "Off-CPU",     "Off-CPU {marker.data.offCpuNs}",
-    "Off-CPU",     "The thread was blocked; its stack is the sample's, in the Idle category.",
+    kOffCpuSchema,
+    kOffCpuDisplay,
+    "Off-CPU",
+    "Off-CPU {marker.data.offCpuNs}",
+    "Off-CPU",
+    "The thread was blocked; its stack is the sample's, which ends in the [blocked] node (Idle: Blocked).",
     kOffCpuFields};
 inline constexpr MarkerField kWaitCpuFields[] = {
     {kOffCpuNsField, "Waiting time", "nanoseconds"},
@@ -144,7 +148,7 @@ inline constexpr MarkerSchema kWaitCpuMarkerSchema{
     "Waiting for CPU {marker.data.offCpuNs}",
     "Waiting for CPU",
     "The thread was runnable but not running (preempted, or it yielded): it waited for a CPU. Its stack "
-    "is where it was switched out, in the Waiting for CPU category.",
+    "is where it was switched out, ending in the [waiting for CPU] node (Idle: Waiting for CPU).",
     kWaitCpuFields};
 
 inline constexpr const char* kTableOnlyDisplay[] = {"marker-table"};

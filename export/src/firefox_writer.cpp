@@ -492,8 +492,8 @@ class FirefoxWriter {
     samples.serialize(w_);
 
     // The latency summary spans the process's part of the recording: to its end, else the recording's.
-    const int64_t end =
-        process != t_.processes.end() && process->second.ended ? process->second.shutdown : t_.profiling_end_ns(p_);
+    const int64_t end = process != t_.processes.end() && process->second.ended ? process->second.shutdown
+                                                                               : t_.profiling_end_ns(p_);
     w_.key(firefox::thread::kMarkers);
     latency_markers(track.pid, start, std::max(start, end)).serialize(w_);
     w_.end_object();

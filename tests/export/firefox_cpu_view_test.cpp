@@ -74,10 +74,10 @@ std::map<std::string, Truth> parse_truth(const std::string& out) {
 // The profiler's view of one thread: its samples' weights with "Include idle samples" on and off,
 // the idle ones by subcategory, and the call nodes its remaining samples pass through.
 struct ProfilerView {
-  double kept_weight = 0;        // samples left when idle samples are excluded
-  double kept_cpu_delta = 0;     // their threadCPUDelta, in the file's unit (ns)
+  double kept_weight = 0;                     // samples left when idle samples are excluded
+  double kept_cpu_delta = 0;                  // their threadCPUDelta, in the file's unit (ns)
   std::map<std::string, double> idle_weight;  // "Idle: <subcategory>" -> weight
-  size_t grey_cpu_nodes = 0;     // call nodes of kept samples made grey by a category conflict
+  size_t grey_cpu_nodes = 0;                  // call nodes of kept samples made grey by a category conflict
   std::vector<std::string> grey_names;
 };
 
@@ -120,8 +120,8 @@ class ProfilerModel {
     stack_node_.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const int64_t parent = stack_prefix_[i] < 0 ? -1 : stack_node_[stack_prefix_[i]];
-      const auto [it, inserted] =
-          node_of_.emplace(std::make_pair(parent, stack_func_[i]), static_cast<int64_t>(node_category_.size()));
+      const auto [it, inserted] = node_of_.emplace(std::make_pair(parent, stack_func_[i]),
+                                                   static_cast<int64_t>(node_category_.size()));
       if (inserted) {
         node_category_.push_back(stack_category_[i]);
       } else if (node_category_[it->second] != stack_category_[i]) {
@@ -142,8 +142,8 @@ class ProfilerModel {
       if (!t.at("tid").is_number() || t.at("tid").get<int64_t>() != tid) continue;
       const json& samples = t.at("samples");
       const size_t n = samples.at("length").get<size_t>();
-      const json* weight = samples.contains("weight") && samples.at("weight").is_array() ? &samples.at("weight")
-                                                                                        : nullptr;
+      const json* weight =
+          samples.contains("weight") && samples.at("weight").is_array() ? &samples.at("weight") : nullptr;
       for (size_t i = 0; i < n; ++i) {
         const json& stack = samples.at("stack")[i];
         const double w = weight != nullptr && !(*weight)[i].is_null() ? (*weight)[i].get<double>() : 1.0;
@@ -222,7 +222,8 @@ TEST(FirefoxCpuView, IdleSwitchLeavesOnlyTheCpuSamplesInTheirColours) {
     EXPECT_EQ(v.grey_cpu_nodes, 0u) << (v.grey_names.empty() ? "" : v.grey_names.front());
   }
   // The spinners shared one CPU: the check above saw real waiting, and the sleeper real blocking.
-  EXPECT_GT(model.view(truth.at("spin_a").tid).idle_weight["Waiting for CPU"] * interval_ns, 0.2 * kPhaseMs * 1e6);
+  EXPECT_GT(model.view(truth.at("spin_a").tid).idle_weight["Waiting for CPU"] * interval_ns,
+            0.2 * kPhaseMs * 1e6);
   EXPECT_GT(model.view(truth.at("sleeper").tid).idle_weight["Blocked"] * interval_ns, 0.9 * kSleepMs * 1e6);
 }
 
@@ -269,7 +270,8 @@ TEST(FirefoxCallLatency, MarkersAreTheRecordedLatenciesAsDurations) {
     for (size_t i = 0; i < m.at("length").get<size_t>(); ++i) {
       if (m.at("data")[i].value("type", "") != "HpdCallLatency") continue;
       const std::string name = strings[m.at("name")[i].get<size_t>()];
-      markers[name] = {{"data", m.at("data")[i]}, {"start", m.at("startTime")[i]}, {"end", m.at("endTime")[i]}};
+      markers[name] = {
+          {"data", m.at("data")[i]}, {"start", m.at("startTime")[i]}, {"end", m.at("endTime")[i]}};
     }
   }
   size_t checked = 0;

@@ -143,7 +143,8 @@ TEST(FirefoxGolden, ReaderReadsTheOldAndTheNewLayoutAlike) {
     for (size_t i = 0; i < samples.size(); ++i) {
       EXPECT_EQ(it->samples[i].kind, samples[i].kind) << t.tid << " " << i;
       EXPECT_EQ(it->samples[i].off_cpu_ns, samples[i].off_cpu_ns) << t.tid << " " << i;
-      EXPECT_EQ(frames_of(read_new, it->samples[i].stack), frames_of(original, samples[i].stack)) << t.tid << " " << i;
+      EXPECT_EQ(frames_of(read_new, it->samples[i].stack), frames_of(original, samples[i].stack))
+          << t.tid << " " << i;
       off_cpu += is_off_cpu_interval(samples[i].kind);
     }
   }
