@@ -377,6 +377,21 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
     if (tls && !is_tls_error(code) &&
         (std::strstr(error, "SSL") != nullptr || std::strstr(error, "alert") != nullptr))
       throw std::runtime_error("TLS error with " + url + ": " + error);
+    // Or it closes the connection, and the alert is lost: the handshake was done, no answer came.
+    curl_off_t handshake_us = 0;
+    long answered = 0;
+    curl_easy_getinfo(c, CURLINFO_APPCONNECT_TIME_T, &handshake_us);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &answered);
+    if (tls && handshake_us > 0 && answered == 0 &&
+        (code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING ||
+         code == CURLE_HTTP2 || code == CURLE_HTTP2_STREAM)) {
+      throw std::runtime_error(
+          "TLS error with " + url + ": it closed the connection after the TLS handshake without answering (" +
+          (error[0] != '\0' ? error : curl_easy_strerror(code)) + "); " +
+          (options.client_cert.empty()
+               ? "does it require a client certificate (push_client_cert, --client-cert)?"
+               : "did it refuse the client certificate?"));
+    }
     // A gRPC server may refuse a call at once (a trailers-only answer with its grpc-status) and reset
     // the stream while the request is still being sent: that status is its answer, not the reset.
     if (grpc && grpc_status.code > 0) throw refused_by_grpc_status();
