@@ -563,6 +563,13 @@ TEST(ContinuousPushConfig, AHeadersFileOthersCanReadOrNotRootsRefusesToStartWith
       << r.err;
   EXPECT_EQ(r.err.find("secret-without-a-name"), std::string::npos) << r.err;
 
+  // Root's, mode 0600: accepted; --check-config lists the file, not the token.
+  std::ofstream(headers) << "Authorization: Bearer not-for-everyone\n";
+  const RunResult check = run({HPD_HPD_PATH, "--check-config", "--config", conf}, 20);
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE(check.out.find("push_headers_file = " + headers + "\n"), std::string::npos) << check.out;
+  EXPECT_EQ((check.out + check.err).find("not-for-everyone"), std::string::npos) << check.out;
+
   // A client certificate without its key, a CA file that is not there.
   std::ofstream(conf) << "continuous = on\notlp_endpoint = https://127.0.0.1:4318\npush_client_cert = "
                       << headers << "\npush_ca_file = " << tmp.file("missing.pem") << "\n";
