@@ -151,6 +151,12 @@ struct PushArgs {
   std::vector<std::string> debug_dirs;
   bool no_debuginfod = false;
   bool quiet = false;
+  // TLS: a CA bundle instead of the system's CAs, a client certificate and its key (PEM), and a file
+  // of headers (a bearer token) that must be the caller's and readable by the caller only.
+  std::string ca_file;
+  std::string client_cert;
+  std::string client_key;
+  std::string headers_file;
 };
 
 // Global options: the hpd socket and whether to record through hpd (session_commands.cpp).

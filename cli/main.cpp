@@ -276,8 +276,9 @@ int main(int argc, char** argv) {
       "convert",
       "Symbolize a capture (.hpr) or perf.data, or re-export a profile: Firefox JSON, pprof, collapsed "
       "stacks, report, an LLVM sample profile for clang -fprofile-sample-use, a symbol order for lld");
-  convert->add_option("input", conv.input,
-                      "A capture (.hpr), perf's perf.data, or a Firefox profile written by hpctl")
+  convert
+      ->add_option("input", conv.input,
+                   "A capture (.hpr), perf's perf.data, or a Firefox profile written by hpctl")
       ->required();
   convert
       ->add_option("-o,--output", conv.output,
@@ -371,7 +372,7 @@ int main(int argc, char** argv) {
   push->add_option("input", push_args.input, "A capture (.hpr) or a Firefox profile written by hpctl")
       ->required();
   push->add_option(
-          "--otlp-endpoint", push_args.otlp_endpoint,
+          "--endpoint,--otlp-endpoint", push_args.otlp_endpoint,
           "OTLP/HTTP receiver: http(s)://HOST:PORT (POSTs to /v1development/profiles) or a full URL; "
           "OTLP/gRPC receiver: grpc://HOST:PORT (HTTP/2 without TLS) or grpcs://HOST:PORT")
       ->required();
@@ -383,6 +384,15 @@ int main(int argc, char** argv) {
                    "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
   push->add_flag("--no-debuginfod", push_args.no_debuginfod,
                  "Do not ask $DEBUGINFOD_URLS for missing binaries");
+  push->add_option(
+      "--ca-file", push_args.ca_file,
+      "CA bundle (PEM) that verifies an https:// or grpcs:// endpoint instead of the system's CAs");
+  push->add_option("--client-cert", push_args.client_cert,
+                   "Client certificate (PEM) for mutual TLS; with --client-key");
+  push->add_option("--client-key", push_args.client_key, "Key of --client-cert (PEM, not encrypted)");
+  push->add_option("--headers-file", push_args.headers_file,
+                   "File of headers sent with the request, one 'Name: value' a line (Authorization: Bearer "
+                   "TOKEN); yours, mode 0600 or 0400");
   push->add_flag("-q,--quiet", push_args.quiet, "No notes or summary on stderr");
 
   hpd::cli::StatusArgs status_args;

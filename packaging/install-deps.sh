@@ -34,6 +34,8 @@ TEST_PACKAGES=(
   # tools the tests compare against or drive
   linux-perf binutils elfutils procps util-linux bc xz-utils libc6-dbg debuginfod
   protobuf-compiler mandoc
+  # the push's TLS tests make a test CA and certificates with the openssl command
+  openssl ca-certificates
   # bench/calls_bench.sh compares the call counter with uftrace and the uprobe floor (bpftrace)
   uftrace bpftrace
   # JIT frames from /tmp/perf-PID.map: tests/cli/jit_test.cpp records node --perf-basic-prof

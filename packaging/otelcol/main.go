@@ -2,7 +2,9 @@
 //
 // It is the collector built from its own Go modules with the smallest set of
 // components those tests need: the core OTLP receiver (gRPC and HTTP) and
-// contrib's file exporter, which writes what the receiver accepted as OTLP JSON.
+// contrib's file exporter, which writes what the receiver accepted as OTLP JSON,
+// and contrib's bearertokenauth extension, so that a receiver can require a
+// bearer token (the tests of hpd's push_headers_file).
 // The profiles signal is still behind the feature gate service.profilesSupport;
 // this binary turns it on before it reads its command line, so a pipeline of
 // profiles is accepted without a flag.
@@ -13,6 +15,7 @@ import (
 	"os"
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/extension/bearertokenauthextension"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/provider/envprovider"
@@ -33,6 +36,10 @@ func factories() (otelcol.Factories, error) {
 		return f, err
 	}
 	if f.Exporters, err = otelcol.MakeFactoryMap(fileexporter.NewFactory()); err != nil {
+		return f, err
+	}
+	// A receiver that requires a bearer token (the OTLP receiver's auth setting).
+	if f.Extensions, err = otelcol.MakeFactoryMap(bearertokenauthextension.NewFactory()); err != nil {
 		return f, err
 	}
 	return f, nil

@@ -2,10 +2,15 @@
 #include "hpd/session/otlp_push.h"
 
 #include <curl/curl.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -133,6 +138,10 @@ std::string transfer_error(CURLcode code, const std::string& url, const char* de
     case CURLE_GOT_NOTHING:
     case CURLE_UNSUPPORTED_PROTOCOL: return url + " did not answer as an HTTP server: " + why;
     case CURLE_WRITE_ERROR: return url + " answered more than 1 MiB: not an OTLP receiver's answer";
+    case CURLE_PEER_FAILED_VERIFICATION:
+      return "TLS error with " + url + ": " + why +
+             " (its certificate is not signed by a CA trusted here: the system's, or the CA file given "
+             "by push_ca_file or --ca-file)";
     default:
       if (is_tls_error(code)) return "TLS error with " + url + ": " + why;
       return "sending to " + url + " failed: " + why;
@@ -200,7 +209,77 @@ const char* grpc_code_name(int code) {
   return code >= 0 && code <= 16 ? names[code] : "unknown code";
 }
 
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 }  // namespace
+
+std::vector<std::string> read_push_headers_file(const std::string& path, unsigned owner_uid) {
+  // Opened first and checked through the descriptor: what is checked is what is read.
+  const FdCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)};
+  if (file.fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0) throw std::runtime_error(path + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + ": not a regular file");
+  if (st.st_uid != owner_uid) {
+    throw std::runtime_error(path + ": owned by uid " + std::to_string(st.st_uid) + ", not " +
+                             std::to_string(owner_uid) +
+                             ": a file of credentials must belong to the user who sends them (chown " +
+                             std::to_string(owner_uid) + ")");
+  }
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw std::runtime_error(path + ": mode " + mode +
+                             " lets its group or others in: a file of credentials must be readable by its "
+                             "owner only (chmod 600)");
+  }
+  if (st.st_size > (64 << 10)) throw std::runtime_error(path + ": larger than 64 KiB: not a file of headers");
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(file.fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(path + ": cannot read: " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  std::vector<std::string> headers;
+  size_t line_number = 0;
+  for (size_t at = 0; at < text.size();) {
+    ++line_number;
+    size_t eol = text.find('\n', at);
+    if (eol == std::string::npos) eol = text.size();
+    std::string line = text.substr(at, eol - at);
+    at = eol + 1;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line.front() == '#') continue;
+    const size_t colon = line.find(':');
+    bool ok = colon != std::string::npos && colon > 0;
+    for (size_t i = 0; ok && i < colon; ++i) {
+      const auto ch = static_cast<unsigned char>(line[i]);
+      ok = std::isalnum(ch) || std::strchr("!#$%&'*+-.^_`|~", ch) != nullptr;  // an HTTP token
+    }
+    for (size_t i = 0; ok && i < line.size(); ++i) {
+      const auto ch = static_cast<unsigned char>(line[i]);
+      ok = ch >= 0x20 || ch == '\t';
+    }
+    size_t value = colon + 1;
+    while (ok && value < line.size() && (line[value] == ' ' || line[value] == '\t')) ++value;
+    if (!ok || value == line.size()) {
+      throw std::runtime_error(path + ":" + std::to_string(line_number) +
+                               ": expected a header `Name: value` (e.g. Authorization: Bearer TOKEN)");
+    }
+    headers.push_back(line);
+  }
+  if (headers.empty()) throw std::runtime_error(path + ": no header in the file");
+  return headers;
+}
 
 std::string otlp_profiles_url(const std::string& endpoint) {
   const size_t scheme = endpoint.find("://");
@@ -252,6 +331,10 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
   std::unique_ptr<curl_slist, SlistDeleter> headers(curl_slist_append(
       nullptr, grpc ? "Content-Type: application/grpc" : "Content-Type: application/x-protobuf"));
   if (grpc) curl_slist_append(headers.get(), "TE: trailers");
+  for (const std::string& header : options.headers) {
+    if (curl_slist_append(headers.get(), header.c_str()) == nullptr)
+      throw std::runtime_error("libcurl: cannot add a header");
+  }
   std::string answer;
   GrpcStatus grpc_status;
   char error[CURL_ERROR_SIZE] = {};
@@ -268,6 +351,9 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(options.timeout_s * 1000));
   curl_easy_setopt(c, CURLOPT_USERAGENT, options.user_agent.c_str());
+  if (!options.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, options.ca_file.c_str());
+  if (!options.client_cert.empty()) curl_easy_setopt(c, CURLOPT_SSLCERT, options.client_cert.c_str());
+  if (!options.client_key.empty()) curl_easy_setopt(c, CURLOPT_SSLKEY, options.client_key.c_str());
   if (grpc) {
     curl_easy_setopt(c, CURLOPT_HTTP_VERSION,
                      url[4] == 's' ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
@@ -285,6 +371,27 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
                               grpc_code_name(grpc_status.code) + "): " + first_line(grpc_status.message));
   };
   if (code != CURLE_OK) {
+    // With TLS 1.3 a server refuses a client certificate (or its lack) after the handshake: libcurl
+    // then reports a receive or send error whose text is OpenSSL's alert.
+    const bool tls = transfer_url.rfind("https://", 0) == 0;
+    if (tls && !is_tls_error(code) &&
+        (std::strstr(error, "SSL") != nullptr || std::strstr(error, "alert") != nullptr))
+      throw std::runtime_error("TLS error with " + url + ": " + error);
+    // Or it closes the connection, and the alert is lost: the handshake was done, no answer came.
+    curl_off_t handshake_us = 0;
+    long answered = 0;
+    curl_easy_getinfo(c, CURLINFO_APPCONNECT_TIME_T, &handshake_us);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &answered);
+    if (tls && handshake_us > 0 && answered == 0 &&
+        (code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING ||
+         code == CURLE_HTTP2 || code == CURLE_HTTP2_STREAM)) {
+      throw std::runtime_error(
+          "TLS error with " + url + ": it closed the connection after the TLS handshake without answering (" +
+          (error[0] != '\0' ? error : curl_easy_strerror(code)) + "); " +
+          (options.client_cert.empty()
+               ? "does it require a client certificate (push_client_cert, --client-cert)?"
+               : "did it refuse the client certificate?"));
+    }
     // A gRPC server may refuse a call at once (a trailers-only answer with its grpc-status) and reset
     // the stream while the request is still being sent: that status is its answer, not the reset.
     if (grpc && grpc_status.code > 0) throw refused_by_grpc_status();

@@ -4,16 +4,22 @@
 // exporter; what the collector wrote must match hpctl's own local export of the same recording.
 // Then the endpoints a push can meet that are not a working collector: nothing listening, garbage,
 // 503, an HTML 200, plain HTTP where TLS is asked for: a clear error, exit 1, no crash.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hpd/base/elf.h"
@@ -368,6 +374,117 @@ TEST_F(OtlpPushTest, EndpointThatIsNotAUrlIsRefusedBeforeReading) {
   const RunResult r = run({kHpctl, "push", "/nonexistent.hpr", "--otlp-endpoint", "127.0.0.1:4318"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("is not a URL"), std::string::npos) << r.err;
+}
+
+// A Firefox profile (.json.gz, written by hpctl convert) sent with --endpoint: the collector receives
+// the file's functions and sample totals (the file read back by hpctl convert is the truth).
+TEST_F(OtlpPushTest, AFirefoxJsonGzProfileArrivesWithTheFilesFunctionsAndTotals) {
+  testing::TempDir dir("otlp-collector-firefox", testing::TempDir::Cleanup::kKeepOnFailure);
+  const std::string profile = dir.file("cpu_split.json.gz");
+  const RunResult convert = run({kHpctl, "convert", capture_, "-q", "-o", profile});
+  ASSERT_EQ(convert.exit_code, 0) << convert.err;
+  const std::string received_path = dir.file("received.json");
+  Collector collector(kOtelcol, dir.path(), received_path);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  const RunResult push = run({kHpctl, "push", profile, "--endpoint", collector.endpoint()}, 120);
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  const json request = wait_for_profiles(received_path);
+  ASSERT_FALSE(request.is_null()) << "nothing written by the collector; its log: " << collector.log();
+  const Received got = parse_received(request, "cpu_split");
+  std::set<std::string> file_on_cpu_functions;
+  const auto file_samples = local_self(profile, "samples", "cpu_split", &file_on_cpu_functions);
+  ASSERT_FALSE(file_samples.empty());
+  EXPECT_EQ(got.on_cpu_functions, file_on_cpu_functions);
+  EXPECT_EQ(got.self_samples, file_samples);
+  // And the file holds what the capture did.
+  EXPECT_EQ(file_samples, local_self(capture_, "samples", "cpu_split", nullptr));
+}
+
+// TLS with the flags: a test CA made with openssl, a collector that requires a client certificate
+// and a bearer token (contrib's bearertokenauth extension) on both receivers.
+class OtlpPushTlsTest : public OtlpPushTest {
+ protected:
+  void SetUp() override {
+    tls_.cert_file = pki_.server_cert;
+    tls_.key_file = pki_.server_key;
+    tls_.client_ca_file = pki_.ca_cert;
+    tls_.bearer_token = "ci-token-51c2";
+    std::ofstream(headers_) << "Authorization: Bearer ci-token-51c2\n";
+    ASSERT_EQ(::chmod(headers_.c_str(), 0600), 0);
+  }
+  RunResult push(const std::string& endpoint, const std::vector<std::string>& flags) const {
+    std::vector<std::string> argv{kHpctl, "push", capture_, "-q", "--timeout", "20", "--endpoint", endpoint};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return run(argv, 120);
+  }
+  std::vector<std::string> all_flags() const {
+    return {"--ca-file",    pki_.ca_cert,    "--client-cert",  pki_.client_cert,
+            "--client-key", pki_.client_key, "--headers-file", headers_};
+  }
+  testing::TempDir dir_{"otlp-push-tls", testing::TempDir::Cleanup::kKeepOnFailure};
+  TestPki pki_{dir_.path()};
+  std::string headers_ = dir_.file("headers");
+  CollectorTls tls_;
+};
+
+TEST_F(OtlpPushTlsTest, OverHttpsAndGrpcsWithAClientCertificateAndATokenTheCollectorReceivesIt) {
+  const std::string received_path = dir_.file("received.json");
+  Collector collector(kOtelcol, dir_.path(), received_path, 0, "profiles", tls_);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  std::set<std::string> local_on_cpu_functions;
+  const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
+  ASSERT_FALSE(local_samples.empty());
+  size_t want = 0;
+  for (const std::string& endpoint : {collector.endpoint(), collector.grpc_endpoint()}) {
+    const RunResult r = push(endpoint, all_flags());
+    ASSERT_EQ(r.exit_code, 0) << endpoint << ": " << r.err;
+    ++want;
+    std::vector<json> requests;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while ((requests = received_requests(received_path)).size() < want &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(requests.size(), want) << endpoint << "; the collector's log: " << collector.log();
+    const Received got = parse_received(requests.back(), "cpu_split");
+    EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions) << endpoint;
+    EXPECT_EQ(got.self_samples, local_samples) << endpoint;
+  }
+}
+
+TEST_F(OtlpPushTlsTest, AWrongCaNoClientCertificateOrNoTokenIsAClearErrorAndExit1) {
+  Collector collector(kOtelcol, dir_.path(), dir_.file("received.json"), 0, "profiles", tls_);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  const auto expect_fails = [&](const std::string& endpoint, std::vector<std::string> flags,
+                                const std::vector<std::string>& expect) {
+    const RunResult r = push(endpoint, flags);
+    EXPECT_EQ(r.exit_code, 1) << endpoint << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("hpctl: error: ", 0), 0u) << r.err;
+    for (const std::string& e : expect)
+      EXPECT_NE(r.err.find(e), std::string::npos) << "want '" << e << "' in: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  };
+  // The other CA did not sign the collector's certificate; the system's CAs did not either.
+  std::vector<std::string> wrong_ca = all_flags();
+  wrong_ca[1] = pki_.other_ca_cert;
+  for (const std::string& endpoint : {collector.endpoint(), collector.grpc_endpoint()}) {
+    expect_fails(endpoint, wrong_ca, {"TLS error with " + endpoint, "certificate", "--ca-file"});
+    expect_fails(endpoint, {}, {"TLS error with " + endpoint});
+  }
+  // No client certificate: the collector refuses the handshake.
+  for (const std::string& endpoint : {collector.endpoint(), collector.grpc_endpoint()})
+    expect_fails(endpoint, {"--ca-file", pki_.ca_cert, "--headers-file", headers_},
+                 {"TLS error with " + endpoint});
+  // No token: HTTP 401, gRPC UNAUTHENTICATED.
+  const std::vector<std::string> no_token{"--ca-file",      pki_.ca_cert,   "--client-cert",
+                                          pki_.client_cert, "--client-key", pki_.client_key};
+  expect_fails(collector.endpoint(), no_token, {"answered HTTP 401"});
+  expect_fails(collector.grpc_endpoint(), no_token, {"answered gRPC status 16 (UNAUTHENTICATED)"});
+  // A headers file others can read is refused before anything is sent; so is a key without its cert.
+  ASSERT_EQ(::chmod(headers_.c_str(), 0644), 0);
+  expect_fails(collector.endpoint(), all_flags(), {"--headers-file " + headers_ + ": mode 0644"});
+  expect_fails(collector.endpoint(), {"--ca-file", pki_.ca_cert, "--client-key", pki_.client_key},
+               {"--client-key", "--client-cert"});
+  EXPECT_TRUE(received_requests(dir_.file("received.json")).empty());
 }
 
 }  // namespace

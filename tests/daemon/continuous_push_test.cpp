@@ -4,9 +4,12 @@
 // up to the cursor exactly once and in order, also when the collector was down first and when hpd
 // was restarted in between. An endpoint that answers 503 and one that is down while retention
 // removes chunks: hpd keeps sampling, and the status and the log say it. Every wait is on a condition.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <chrono>
@@ -392,6 +395,191 @@ TEST(ContinuousPushConfig, BadPushValuesRefuseToStartWithFileAndLine) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find(conf + ":4: bad value '0' for push_timeout"), std::string::npos) << r.err;
+}
+
+// Safe transport (issue #32): TLS with a test CA made by the test (openssl), a client certificate, a
+// bearer token read from a root-only file, each against the real collector configured to require it.
+class ContinuousPushTls : public ContinuousPush {
+ protected:
+  // The collector's receivers over TLS with the test CA's server certificate.
+  CollectorTls server_tls(const std::string& client_ca = "", const std::string& token = "") const {
+    CollectorTls tls;
+    tls.cert_file = pki_.server_cert;
+    tls.key_file = pki_.server_key;
+    tls.client_ca_file = client_ca;
+    tls.bearer_token = token;
+    return tls;
+  }
+  TestPki pki_{dir_.path()};
+};
+
+TEST_F(ContinuousPushTls, OverHttpsVerifiedWithTheCaFileEveryChunkArrives) {
+  const std::string output = dir_.file("received.json");
+  Collector collector(kOtelcol, dir_.path(), output, 0, "profiles", server_tls());
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  ASSERT_EQ(collector.endpoint().rfind("https://", 0), 0u);
+  json p;
+  push_then_check(state_, collector.endpoint(), output, 2, "push_ca_file = " + pki_.ca_cert + "\n", &p);
+  EXPECT_EQ(text(p, "endpoint"), collector.endpoint() + "/v1development/profiles");
+  EXPECT_EQ(field(p, "chunks_dropped"), 0u);
+}
+
+TEST_F(ContinuousPushTls, OverGrpcsWithAClientCertificateEveryChunkArrives) {
+  const std::string output = dir_.file("received.json");
+  Collector collector(kOtelcol, dir_.path(), output, 0, "profiles", server_tls(pki_.ca_cert));
+  ASSERT_TRUE(can_connect(collector.grpc_port())) << "the collector did not start: " << collector.log();
+  ASSERT_EQ(collector.grpc_endpoint().rfind("grpcs://", 0), 0u);
+  json p;
+  push_then_check(state_, collector.grpc_endpoint(), output, 2,
+                  "push_ca_file = " + pki_.ca_cert + "\npush_client_cert = " + pki_.client_cert +
+                      "\npush_client_key = " + pki_.client_key + "\n",
+                  &p);
+}
+
+TEST_F(ContinuousPushTls, ABearerTokenFromARootOnlyFileIsWhatTheCollectorRequires) {
+  const std::string output = dir_.file("received.json");
+  const std::string token = "hpd-test-token-7f3a";
+  Collector collector(kOtelcol, dir_.path(), output, 0, "profiles", server_tls("", token));
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  const std::string headers = dir_.file("push-headers");
+  std::ofstream(headers) << "# the collector's token\nAuthorization: Bearer " << token << "\n";
+  ASSERT_EQ(::chmod(headers.c_str(), 0600), 0);
+  json p;
+  push_then_check(state_, collector.endpoint(), output, 2,
+                  "push_ca_file = " + pki_.ca_cert + "\npush_headers_file = " + headers + "\n", &p);
+}
+
+TEST_F(ContinuousPushTls, WithoutTheTokenTheCollectorRefusesAndStatusSaysSo) {
+  const std::string token = "hpd-test-token-7f3a";
+  Collector collector(kOtelcol, dir_.path(), dir_.file("received.json"), 0, "profiles",
+                      server_tls("", token));
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Hpd hpd(start_with(push_config(state_, collector.endpoint(), "push_ca_file = " + pki_.ca_cert + "\n")));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  json p;
+  ASSERT_TRUE(wait_push(
+      hpd, [](const json& s) { return !text(s, "last_error").empty(); }, &p))
+      << hpd.log();
+  EXPECT_NE(text(p, "last_error").find("answered HTTP 401"), std::string::npos) << p.dump();
+  EXPECT_EQ(field(p, "chunks_sent"), 0u);
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+TEST_F(ContinuousPushTls, AWrongCaIsSaidInLogAndStatusAndNoChunkIsLostOnceItIsFixed) {
+  const std::string output = dir_.file("received.json");
+  Collector collector(kOtelcol, dir_.path(), output, 0, "profiles", server_tls());
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Hpd hpd(
+      start_with(push_config(state_, collector.endpoint(), "push_ca_file = " + pki_.other_ca_cert + "\n")));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  json p;
+  ASSERT_TRUE(wait_push(
+      hpd, [](const json& s) { return field(s, "chunks_queued") >= 3 && !text(s, "last_error").empty(); },
+      &p))
+      << p.dump() << "\n"
+      << hpd.log();
+  const std::string url = collector.endpoint() + "/v1development/profiles";
+  EXPECT_NE(text(p, "last_error").find("TLS error with " + url + ": "), std::string::npos) << p.dump();
+  EXPECT_NE(text(p, "last_error").find("certificate"), std::string::npos) << p.dump();
+  EXPECT_EQ(field(p, "chunks_sent"), 0u);
+  EXPECT_EQ(field(p, "chunks_dropped"), 0u);
+  EXPECT_TRUE(hpd.wait_log("continuous push: pushing chunk", 10)) << hpd.log();
+  EXPECT_NE(hpd.log().find("failed: TLS error with " + url), std::string::npos) << hpd.log();
+  const RunResult status = run({kHpctl, "--socket", hpd.socket(), "status"});
+  EXPECT_NE(status.out.find("TLS error with " + url), std::string::npos) << status.out << status.err;
+  // Sampling goes on while every push fails.
+  const uint64_t samples = field(hpd.status()["continuous"], "samples");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (field(hpd.status()["continuous"], "samples") <= samples &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_GT(field(hpd.status()["continuous"], "samples"), samples);
+
+  // The CA fixed and hpd reloaded: the queue drains, from the first chunk on.
+  const uint64_t queued = field(push_status(hpd), "chunks_queued");
+  std::ofstream(hpd.config_path()) << push_config(state_, collector.endpoint(),
+                                                  "push_ca_file = " + pki_.ca_cert + "\n");
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(wait_push(
+      hpd,
+      [&](const json& s) { return field(s, "chunks_sent") >= queued + 1 && field(s, "chunks_queued") == 0; },
+      &p))
+      << p.dump() << "\n"
+      << hpd.log();
+  EXPECT_TRUE(hpd.wait_log("works again", 10)) << hpd.log();
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+  const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+  const std::string cursor = cursor_on_disk(state_);
+  ASSERT_FALSE(chunks.empty());
+  const std::vector<ReceivedChunk> got = wait_received({output}, chunks_up_to(chunks, cursor));
+  // Every chunk from the first one on, once, in order: none lost while the CA was wrong.
+  expect_exactly_the_chunks(chunks, got, cursor);
+  EXPECT_GE(got.size(), queued + 1);
+}
+
+TEST(ContinuousPushConfig, AHeadersFileOthersCanReadOrNotRootsRefusesToStartWithFileAndLine) {
+  const testing::TempDir tmp("hpd-push-headers");
+  const std::string headers = tmp.file("headers");
+  std::ofstream(headers) << "Authorization: Bearer not-for-everyone\n";
+  const std::string conf = tmp.file("hpd.conf");
+  std::ofstream(conf) << "continuous = on\notlp_endpoint = https://127.0.0.1:4318\npush_headers_file = "
+                      << headers << "\n";
+  const auto start = [&] { return run({HPD_HPD_PATH, "--config", conf, "--socket", tmp.file("s")}, 20); };
+
+  ASSERT_EQ(::chmod(headers.c_str(), 0644), 0);
+  RunResult r = start();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(conf + ":3: bad value '" + headers + "' for push_headers_file: " + headers +
+                       ": mode 0644 lets its group or others in"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("not-for-everyone"), std::string::npos) << r.err;
+
+  ASSERT_EQ(::chmod(headers.c_str(), 0640), 0);
+  r = start();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(
+      r.err.find(conf + ":3: bad value '" + headers + "' for push_headers_file: " + headers + ": mode 0640"),
+      std::string::npos)
+      << r.err;
+
+  ASSERT_EQ(::chmod(headers.c_str(), 0600), 0);
+  ASSERT_EQ(::chown(headers.c_str(), 65534, 65534), 0);
+  r = start();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(conf + ":3: bad value '" + headers + "' for push_headers_file: " + headers +
+                       ": owned by uid 65534, not 0"),
+            std::string::npos)
+      << r.err;
+
+  // A line that is not a header: its number, never its text.
+  ASSERT_EQ(::chown(headers.c_str(), 0, 0), 0);
+  std::ofstream(headers) << "Authorization: Bearer x\nsecret-without-a-name\n";
+  r = start();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(conf + ":3: bad value '" + headers + "' for push_headers_file: " + headers +
+                       ":2: expected a header `Name: value`"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("secret-without-a-name"), std::string::npos) << r.err;
+
+  // Root's, mode 0600: accepted; --check-config lists the file, not the token.
+  std::ofstream(headers) << "Authorization: Bearer not-for-everyone\n";
+  const RunResult check = run({HPD_HPD_PATH, "--check-config", "--config", conf}, 20);
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE(check.out.find("push_headers_file = " + headers + "\n"), std::string::npos) << check.out;
+  EXPECT_EQ((check.out + check.err).find("not-for-everyone"), std::string::npos) << check.out;
+
+  // A client certificate without its key, a CA file that is not there.
+  std::ofstream(conf) << "continuous = on\notlp_endpoint = https://127.0.0.1:4318\npush_client_cert = "
+                      << headers << "\npush_ca_file = " << tmp.file("missing.pem") << "\n";
+  r = start();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(conf + ":3: push_client_cert is given without push_client_key"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(conf + ":4: bad value '" + tmp.file("missing.pem") + "' for push_ca_file: "),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

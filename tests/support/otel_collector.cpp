@@ -94,38 +94,98 @@ std::string read_text_file(const std::string& path) {
   return s.str();
 }
 
+namespace {
+
+void openssl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"openssl"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const RunResult r = run(argv, 120);
+  if (r.exit_code != 0) {
+    std::string line;
+    for (const std::string& a : argv) line += a + " ";
+    throw std::runtime_error(line + "failed: " + r.err + r.out);
+  }
+}
+
+// A key and a certificate signed by `ca` (or self-signed when `ca` is empty), with `extensions`.
+void make_certificate(const std::string& base, const std::string& subject, const std::string& ca,
+                      const std::string& extensions) {
+  std::ofstream(base + ".ext") << extensions;
+  openssl({"req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", base + ".key", "-subj", subject, "-out",
+           base + ".csr"});
+  if (ca.empty()) {
+    openssl({"x509", "-req", "-in", base + ".csr", "-signkey", base + ".key", "-days", "2", "-extfile",
+             base + ".ext", "-out", base + ".pem"});
+  } else {
+    openssl({"x509", "-req", "-in", base + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key",
+             "-CAcreateserial", "-days", "2", "-extfile", base + ".ext", "-out", base + ".pem"});
+  }
+}
+
+}  // namespace
+
+TestPki::TestPki(const std::string& dir) {
+  const std::string ca_ext = "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n";
+  make_certificate(dir + "/ca", "/CN=hpd test CA", "", ca_ext);
+  make_certificate(dir + "/other-ca", "/CN=hpd test other CA", "", ca_ext);
+  make_certificate(dir + "/server", "/CN=127.0.0.1", dir + "/ca",
+                   "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                   "extendedKeyUsage=serverAuth\n");
+  make_certificate(dir + "/client", "/CN=hpd test client", dir + "/ca",
+                   "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n");
+  ca_cert = dir + "/ca.pem";
+  other_ca_cert = dir + "/other-ca.pem";
+  server_cert = dir + "/server.pem";
+  server_key = dir + "/server.key";
+  client_cert = dir + "/client.pem";
+  client_key = dir + "/client.key";
+}
+
 Collector::Collector(const std::string& otelcol, const std::string& dir, const std::string& output,
-                     uint16_t port, const std::string& signal)
-    : port_(port != 0 ? port : free_port()), grpc_port_(free_port()) {
+                     uint16_t port, const std::string& signal, const CollectorTls& tls)
+    : port_(port != 0 ? port : free_port()), grpc_port_(free_port()), tls_(!tls.cert_file.empty()) {
   const std::string base = dir + "/otelcol-" + std::to_string(port_);
   const std::string config = base + ".yaml";
   log_path_ = base + ".log";
-  std::ofstream(config) << "receivers:\n"
-                           "  otlp:\n"
-                           "    protocols:\n"
-                           "      http:\n"
-                           "        endpoint: 127.0.0.1:"
-                        << port_
-                        << "\n"
-                           "      grpc:\n"
-                           "        endpoint: 127.0.0.1:"
-                        << grpc_port_
-                        << "\n"
-                           "exporters:\n"
-                           "  file:\n"
-                           "    path: "
-                        << output
-                        << "\n"
-                           "service:\n"
-                           "  telemetry:\n"
-                           "    metrics:\n"
-                           "      level: none\n"
-                           "  pipelines:\n"
-                           "    "
-                        << signal
-                        << ":\n"
-                           "      receivers: [otlp]\n"
-                           "      exporters: [file]\n";
+  // The TLS and auth settings of one protocol's server (confighttp, configgrpc).
+  std::string server;
+  if (tls_) {
+    server += "        tls:\n          cert_file: " + tls.cert_file +
+              "\n          key_file: " + tls.key_file + "\n";
+    if (!tls.client_ca_file.empty()) server += "          client_ca_file: " + tls.client_ca_file + "\n";
+  }
+  if (!tls.bearer_token.empty()) server += "        auth:\n          authenticator: bearertokenauth\n";
+  std::ofstream out(config);
+  out << "receivers:\n"
+         "  otlp:\n"
+         "    protocols:\n"
+         "      http:\n"
+         "        endpoint: 127.0.0.1:"
+      << port_ << "\n"
+      << server
+      << "      grpc:\n"
+         "        endpoint: 127.0.0.1:"
+      << grpc_port_ << "\n"
+      << server;
+  if (!tls.bearer_token.empty())
+    out << "extensions:\n  bearertokenauth:\n    token: \"" << tls.bearer_token << "\"\n";
+  out << "exporters:\n"
+         "  file:\n"
+         "    path: "
+      << output
+      << "\n"
+         "service:\n";
+  if (!tls.bearer_token.empty()) out << "  extensions: [bearertokenauth]\n";
+  out << "  telemetry:\n"
+         "    metrics:\n"
+         "      level: none\n"
+         "  pipelines:\n"
+         "    "
+      << signal
+      << ":\n"
+         "      receivers: [otlp]\n"
+         "      exporters: [file]\n";
+  out.close();
   BackgroundOptions options;
   options.stdout_path = log_path_;
   process_ = std::make_unique<Background>(

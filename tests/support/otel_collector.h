@@ -56,26 +56,48 @@ class CannedServer {
 
 std::string read_text_file(const std::string& path);
 
+// A test PKI made with openssl in `dir`: a CA, a server certificate for 127.0.0.1 and localhost and a
+// client certificate, both signed by it, and another CA that signed neither (a wrong CA). Throws
+// std::runtime_error with openssl's output when a step fails.
+struct TestPki {
+  explicit TestPki(const std::string& dir);
+  std::string ca_cert, server_cert, server_key, client_cert, client_key, other_ca_cert;
+};
+
+// TLS and authentication of the collector's OTLP receiver (HTTP and gRPC alike).
+struct CollectorTls {
+  std::string cert_file, key_file;  // "" = no TLS
+  std::string client_ca_file;       // "" = no client certificate asked for
+  std::string bearer_token;         // "" = no token asked for (the bearertokenauth extension)
+};
+
 // The collector (kOtelcol: the path of hpd-otelcol) with one pipeline, profiles: otlp (HTTP on
 // 127.0.0.1:port, gRPC on another free port) -> file (`output`, one line of OTLP JSON per request received),
 // its own metrics off. Its configuration and log are DIR/otelcol-PORT.yaml and .log. The constructor returns
 // when the receiver accepts connections, or the collector exited, or after 120 s. `signal` "traces" makes a
-// collector without the profiles pipeline (its receiver does not serve profiles).
+// collector without the profiles pipeline (its receiver does not serve profiles). `tls` makes both
+// receivers TLS (https://, grpcs://), asking for a client certificate and a bearer token when it says so.
 class Collector {
  public:
   Collector(const std::string& otelcol, const std::string& dir, const std::string& output, uint16_t port = 0,
-            const std::string& signal = "profiles");
+            const std::string& signal = "profiles", const CollectorTls& tls = {});
   ~Collector();
   uint16_t port() const { return port_; }
+  uint16_t grpc_port() const { return grpc_port_; }
   bool running() const;  // not exited
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::string grpc_endpoint() const { return "grpc://127.0.0.1:" + std::to_string(grpc_port_); }
+  std::string endpoint() const {
+    return (tls_ ? "https" : "http") + std::string("://127.0.0.1:") + std::to_string(port_);
+  }
+  std::string grpc_endpoint() const {
+    return (tls_ ? "grpcs" : "grpc") + std::string("://127.0.0.1:") + std::to_string(grpc_port_);
+  }
   std::string log() const { return read_text_file(log_path_); }
   void stop();  // SIGKILL; the receiver's port is free again
 
  private:
   uint16_t port_;
   uint16_t grpc_port_;
+  bool tls_ = false;
   std::string log_path_;
   std::unique_ptr<Background> process_;
 };

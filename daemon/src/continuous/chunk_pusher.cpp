@@ -100,10 +100,7 @@ void ChunkPusher::configure(const fs::path& dir, const PushSettings& settings,
   std::unique_lock<std::mutex> guard(mutex_);
   log_ = log;
   const bool same_target = dir == dir_ && url == url_;
-  const bool same_settings =
-      settings.labels == settings_.labels && settings.timeout_s == settings_.timeout_s &&
-      settings.retry_max_s == settings_.retry_max_s && settings.user_agent == settings_.user_agent &&
-      settings.scope_version == settings_.scope_version;
+  const bool same_settings = settings == settings_;
   if (same_target && same_settings) return;
   settings_ = settings;
   ++config_generation_;
@@ -297,6 +294,10 @@ void ChunkPusher::run() {
       push.timeout_s = settings.timeout_s;
       push.user_agent = settings.user_agent;
       push.cancel = &stop_;
+      push.ca_file = settings.ca_file;
+      push.client_cert = settings.client_cert;
+      push.client_key = settings.client_key;
+      push.headers = settings.headers;
       session::post_otlp_profiles(url, body, push);
     } catch (const std::exception& e) {
       if (stop_.load()) break;

@@ -12,6 +12,8 @@
 #include <map>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "hpd/session/otlp_push.h"
 
 namespace hpd::service {
@@ -105,6 +107,25 @@ Getter bool_getter(bool Config::*field) {
 
 Getter string_getter(std::string Config::*field) {
   return [=](const Config& c) { return c.*field; };
+}
+
+// A PEM file hpd reads when it pushes (a CA bundle, a certificate, a key): an absolute path to a
+// regular file that can be read now.
+Key pem_file_key(std::string Config::*field) {
+  return {[=](Config& c, std::string_view v) -> std::string {
+            if (!v.empty()) {
+              if (v.front() != '/') return "expected an absolute path";
+              const std::string path(v);
+              std::error_code ec;
+              if (!std::filesystem::is_regular_file(path, ec))
+                return path + " is not a file" + (ec ? ": " + ec.message() : std::string());
+              if (::access(path.c_str(), R_OK) != 0)
+                return "cannot read " + path + ": " + std::strerror(errno);
+            }
+            c.*field = std::string(v);
+            return "";
+          },
+          string_getter(field)};
 }
 
 // A duration in seconds from `min` to `max` ("90", "90s", "2m").
@@ -254,6 +275,24 @@ const std::map<std::string, Key, std::less<>>& keys() {
         }}},
       {"push_timeout", duration_key(&Config::push_timeout_s, 1, 3600)},
       {"push_retry_max", duration_key(&Config::push_retry_max_s, 1, 86400)},
+      {"push_ca_file", pem_file_key(&Config::push_ca_file)},
+      {"push_client_cert", pem_file_key(&Config::push_client_cert)},
+      {"push_client_key", pem_file_key(&Config::push_client_key)},
+      {"push_headers_file",
+       {[](Config& c, std::string_view v) -> std::string {
+          c.push_headers.clear();
+          if (!v.empty()) {
+            if (v.front() != '/') return "expected an absolute path";
+            try {
+              c.push_headers = session::read_push_headers_file(std::string(v), 0);  // root's only
+            } catch (const std::runtime_error& e) {
+              return e.what();
+            }
+          }
+          c.push_headers_file = std::string(v);
+          return "";
+        },
+        string_getter(&Config::push_headers_file)}},
       {"state_directory",
        {string_setter(&Config::state_directory, true), string_getter(&Config::state_directory)}},
       {"max_unwind_cache_mb",
@@ -338,6 +377,7 @@ Config parse_config(std::string_view text, const std::string& name) {
   Config config;
   std::vector<std::string> problems;
   size_t line_number = 0;
+  std::map<std::string, size_t, std::less<>> key_lines;  // where each key was given last
   while (!text.empty()) {
     ++line_number;
     const size_t eol = text.find('\n');
@@ -366,6 +406,14 @@ Config parse_config(std::string_view text, const std::string& name) {
       problems.push_back(where + "bad value '" + std::string(value) + "' for " + std::string(key) + ": " +
                          why);
     }
+    key_lines[std::string(key)] = line_number;
+  }
+  // A client certificate goes with its key.
+  if (config.push_client_cert.empty() != config.push_client_key.empty()) {
+    const char* given = config.push_client_cert.empty() ? "push_client_key" : "push_client_cert";
+    const char* missing = config.push_client_cert.empty() ? "push_client_cert" : "push_client_key";
+    problems.push_back(name + ":" + std::to_string(key_lines[given]) + ": " + given + " is given without " +
+                       missing + ": a client certificate needs both");
   }
   if (!problems.empty()) throw ConfigError(problems);
   return config;

@@ -273,6 +273,10 @@ void Daemon::configure_continuous(const Config& config) {
   options.push.labels = config.push_labels;
   options.push.timeout_s = config.push_timeout_s;
   options.push.retry_max_s = config.push_retry_max_s;
+  options.push.ca_file = config.push_ca_file;
+  options.push.client_cert = config.push_client_cert;
+  options.push.client_key = config.push_client_key;
+  options.push.headers = config.push_headers;
   options.push.user_agent = "hpd/" HPD_VERSION;
   options.push.scope_version = HPD_VERSION;
   options.log = [](continuous::LogSeverity severity, const std::string& text) {

@@ -26,6 +26,14 @@ struct PushSettings {
   double retry_max_s = 60;  // after a failure the wait doubles from 1 s up to this
   std::string user_agent = "hpd";
   std::string scope_version;  // the OTLP instrumentation scope's version (hpd's)
+  // TLS (https://, grpcs://): a CA bundle instead of the system's CAs, a client certificate and its key
+  // (PEM files; "" = none); headers sent with every request ("Name: value", e.g. a bearer token).
+  std::string ca_file;
+  std::string client_cert;
+  std::string client_key;
+  std::vector<std::string> headers;
+
+  bool operator==(const PushSettings&) const = default;
 };
 
 enum class LogSeverity { kInfo, kWarning, kError };

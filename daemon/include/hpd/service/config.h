@@ -65,6 +65,15 @@ struct Config {
   std::vector<std::pair<std::string, std::string>> push_labels;
   double push_timeout_s = 30;
   double push_retry_max_s = 60;
+  // TLS of the push (https://, grpcs://): a CA bundle instead of the system's CAs, a client
+  // certificate and its key (PEM; absolute paths, "" = none), and a file of headers (a bearer token)
+  // that must be root's and readable by root only; push_headers is what it holds, read when the
+  // configuration is parsed (at start and at each SIGHUP).
+  std::string push_ca_file;
+  std::string push_client_cert;
+  std::string push_client_key;
+  std::string push_headers_file;
+  std::vector<std::string> push_headers;
   // The unwind-table cache on disk (hpd/collect/unwind_cache.h), in state_directory/unwind-cache: the
   // compiled CFI tables of the binaries recorded, one file per build-id, least recently used removed
   // past this bound. 0: no cache on disk (tables are compiled once per run of hpd).

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 namespace hpd::session {
 
@@ -24,7 +25,20 @@ struct PushOptions {
   double timeout_s = 30;                      // the whole transfer
   std::string user_agent = "hpd";             // "hpctl/VERSION", "hpd/VERSION"
   const std::atomic<bool>* cancel = nullptr;  // when set and true, the transfer is abandoned
+  // TLS (https://, grpcs://): the server is verified against the CAs of `ca_file` (PEM) instead of
+  // the system's when it is set; `client_cert` and `client_key` (PEM) are this side's certificate.
+  std::string ca_file;
+  std::string client_cert;
+  std::string client_key;
+  std::vector<std::string> headers;  // "Name: value", sent with the request (credentials)
 };
+
+// The headers of a file, one `Name: value` a line (empty lines and lines starting with # skipped),
+// for requests that carry credentials (`Authorization: Bearer ...`). The file must be a regular file
+// owned by the user `owner_uid` that gives no permission to its group or others (mode 0600 or 0400).
+// Throws std::runtime_error saying what is wrong: the file, its owner or mode, or the number of a line
+// that is not a header (never a line's text: it may be a secret).
+std::vector<std::string> read_push_headers_file(const std::string& path, unsigned owner_uid);
 
 // POSTs an encoded ExportProfilesServiceRequest to `url` and checks the answer: a 2xx status with an
 // ExportProfilesServiceResponse that rejects nothing. A grpc:// or grpcs:// URL is a gRPC call over
