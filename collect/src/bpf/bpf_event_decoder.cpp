@@ -287,6 +287,7 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
       set_user_state(c,
                      std::span<const uint8_t>(copy->second.bytes).subspan(kSampleHeaderBytes, c.stack_bytes));
     ++off_cpu_with_copy_;
+    s.record_bytes += copy->second.bytes.size();  // its ring traffic: the record and its copy
   } else if (off_cpu && switch_stacks_expected_) {
     ++off_cpu_without_copy_;
   }
