@@ -29,6 +29,11 @@ const volatile __u64 wakeup_bytes = 1 << 20;
 const volatile __u32 stack_copy_bytes = 0;
 // dwarf mode: user space unwinds on-CPU user stacks from the copy; no frame-pointer walk here.
 const volatile __u32 user_stack_from_copy = 0;
+// dwarf mode with off-CPU samples: hpd_sched_switch also copies the registers and stack_copy_bytes of
+// user stack of a target thread it switches out (HPD_EVENT_SWITCH_STACK), for user space to unwind its
+// off-CPU record's user stack as it unwinds the on-CPU ones. Only the switch-out can: the thread is
+// current there, and its stack cannot be read from another task by a non-sleepable program.
+const volatile __u32 switch_stack_copy = 0;
 // cfi mode: an on-CPU sample whose walk met a module whose table is not published yet
 // (HPD_SAMPLE_TABLES_PENDING) carries its registers and this many bytes of user stack (a multiple of 8,
 // at most HPD_MAX_STACK_COPY; 0 = none), which user space walks again once the tables are published.
@@ -485,6 +490,35 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   return 0;
 }
 
+// dwarf mode: the user registers and stack of the thread being switched out, as an
+// HPD_EVENT_SWITCH_STACK record with the switch-out's time (its off-CPU record follows at its switch-in).
+// Built in the CPU's sample_scratch entry: hpd_on_cpu, its other user, runs in the timer's interrupt,
+// which cannot come while the scheduler runs this program (interrupts are off in __schedule), nor can
+// this program run inside an interrupt. Not while the ring is half full: the samples come first, and
+// the off-CPU record then keeps the frame-pointer walk taken with it.
+static __always_inline void emit_switch_stack(const struct hpd_event_header* h, const struct pt_regs* user) {
+  if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2)
+    return;
+  const __u32 cpu = bpf_get_smp_processor_id();
+  struct hpd_sample_event* c = bpf_map_lookup_elem(&sample_scratch, &cpu);
+  if (!c) return;
+  c->header = *h;
+  c->header.type = HPD_EVENT_SWITCH_STACK;
+  c->cpu_delta_ns = 0;
+  c->off_cpu_ns = 0;
+  c->kernel_error = 0;
+  c->user_end = HPD_USER_END_NONE;
+  c->user_fp_frames = 0;
+  c->kernel_frames = 0;
+  c->user_frames = 0;
+  c->flags = 0;
+  copy_user_regs(c, user);
+  const __u64 size = __builtin_offsetof(struct hpd_sample_event, ips);
+  c->stack_bytes = copy_user_stack((__u8*)c + size, c->regs[7], stack_copy_bytes);
+  // Lost: the off-CPU record keeps its frame-pointer walk (user space counts it), not a lost sample.
+  bpf_ringbuf_output(&events, c, size + c->stack_bytes, submit_flags());
+}
+
 // Kernels before 5.14 named the task state `state` (a long); the flavor lets CO-RE read either.
 struct task_struct___pre_5_14 {
   long state;
@@ -542,8 +576,9 @@ int hpd_sched_switch(__u64* ctx) {
   e->flags = ctx[0] || task_is_running(prev) ? HPD_SAMPLE_PREEMPTED : 0;
   e->regs_valid = 0;
   e->stack_bytes = 0;
-  // Off-CPU stacks are walked here (cfi tables or frame pointers), never copied: the record waits in
-  // `blocked` until the thread runs again, and a stack copy per blocked thread would cost too much.
+  // Off-CPU stacks are walked here (cfi tables or frame pointers) and kept with the record in `blocked`
+  // until the thread runs again, which holds no stack copy (one per blocked thread would cost too much
+  // kernel memory); dwarf mode's copy goes into the ring at once (emit_switch_stack).
   const struct pt_regs* user = current_user_regs();
   e->flags |= in_syscall_flag(user);
   capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, user, 1);
@@ -551,6 +586,7 @@ int hpd_sched_switch(__u64* ctx) {
     count(HPD_COUNTER_OFFCPU_MAP_FULL);
     return 0;
   }
+  if (user && switch_stack_copy && stack_copy_bytes != 0) emit_switch_stack(&e->header, user);
   if (user && (e->flags & HPD_SAMPLE_TABLES_PENDING)) {
     struct hpd_pending_walk walk = {
         .time_ns = e->header.time_ns, .ip = user->ip, .sp = user->sp, .bp = user->bp, .pid = pid};

@@ -28,6 +28,11 @@ enum hpd_event_type {
   /* where a target thread exits (an hpd_sample_event with no CPU time): the stack the CPU time after
    * its last sample (HPD_EVENT_CPU_TAIL) is attributed to */
   HPD_EVENT_EXIT_STACK = 7,
+  /* --call-graph dwarf: the user registers and a copy of the user stack of a target thread at its
+   * switch-out (an hpd_sample_event without frames: regs, then stack_bytes of stack where ips begin).
+   * header.time_ns is the switch-out's, as in the HPD_EVENT_OFF_CPU record its switch-in emits later,
+   * whose user stack user space unwinds from this copy. */
+  HPD_EVENT_SWITCH_STACK = 8,
 };
 
 /* Filter modes, set in the programs' read-only configuration before load. */
@@ -61,7 +66,8 @@ struct hpd_event_header {
  * are present in the ring, followed by stack_bytes bytes of user stack (from regs[7], the sp, up);
  * the record is cut after them. On-CPU records of user code carry the registers and the stack copy
  * (fp mode: a small one, for the frameless leaf's caller; dwarf mode: the unwinder's, and no user
- * frames); off-CPU records carry neither (regs_valid 0, stack_bytes 0). */
+ * frames); off-CPU records carry neither (regs_valid 0, stack_bytes 0): in dwarf mode their copy came
+ * before them, in an HPD_EVENT_SWITCH_STACK record of the same thread and time. */
 struct hpd_sample_event {
   struct hpd_event_header header;
   union {

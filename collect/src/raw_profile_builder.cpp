@@ -94,8 +94,10 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
   std::span<const uint64_t> user = e.user;
   tracker_.note_sample(e.pid, e.time_ns, e.user_mode, user);
 
-  // Only on-CPU samples carry a user state of the moment they were taken.
-  const bool unwind_here = unwinder_ != nullptr && e.regs.has_value() && e.kind == SampleKind::kOnCpu;
+  // A user state of the moment the sample was taken: on-CPU samples, and off-CPU ones of dwarf mode
+  // (their switch-out's copy); not an exit stack's.
+  const bool unwind_here = unwinder_ != nullptr && e.regs.has_value() && !e.at_exit &&
+                           (e.kind == SampleKind::kOnCpu || (config_.dwarf && is_off_cpu_interval(e.kind)));
   StackEnd unwound = StackEnd::kUnknown;
   if (unwind_here) {
     user_.assign(e.user.begin(), e.user.end());

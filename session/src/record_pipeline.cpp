@@ -394,6 +394,53 @@ size_t RecordingOutput::mip_snapshots_taken() const {
   return mip_ ? mip_->snapshots_taken() : 0;
 }
 
+namespace {
+
+// "stacks: ..." for the summary: the share of complete stacks among those whose end is known, on-CPU by
+// samples, off-CPU by samples and by the time they stand for (one blocked interval may last seconds,
+// another microseconds), as the report and the Firefox export state it. Empty without such stacks.
+std::string stack_completeness_note(const RawProfile& p) {
+  struct Ends {
+    uint64_t known = 0, complete = 0, known_ns = 0, complete_ns = 0;
+  } ends[2];
+  const auto add = [&](SampleKind kind, StackEnd end, uint64_t samples, uint64_t off_cpu_ns) {
+    if (end != StackEnd::kComplete && end != StackEnd::kTruncated && end != StackEnd::kFailed) return;
+    Ends& e = ends[is_off_cpu_interval(kind) ? 1 : 0];
+    e.known += samples;
+    e.known_ns += off_cpu_ns;
+    if (end == StackEnd::kComplete) {
+      e.complete += samples;
+      e.complete_ns += off_cpu_ns;
+    }
+  };
+  for (const RawSampleSum& sum : p.released) add(sum.kind, sum.stack_end, sum.samples, sum.off_cpu_ns);
+  for (const RawSample& sample : p.samples)
+    add(sample.kind, sample.stack_end, 1, is_off_cpu_interval(sample.kind) ? sample.off_cpu_ns : 0);
+  std::string note;
+  char part[160];
+  if (ends[0].known != 0) {
+    std::snprintf(part, sizeof part, "on-CPU %.1f%% of %llu samples",
+                  100.0 * double(ends[0].complete) / double(ends[0].known),
+                  static_cast<unsigned long long>(ends[0].known));
+    note += part;
+  }
+  if (ends[1].known != 0) {
+    std::snprintf(part, sizeof part, "%soff-CPU %.1f%% of %llu samples", note.empty() ? "" : "; ",
+                  100.0 * double(ends[1].complete) / double(ends[1].known),
+                  static_cast<unsigned long long>(ends[1].known));
+    note += part;
+    if (ends[1].known_ns != 0) {
+      std::snprintf(part, sizeof part, ", %.1f%% of their %.2f s",
+                    100.0 * double(ends[1].complete_ns) / double(ends[1].known_ns),
+                    double(ends[1].known_ns) / 1e9);
+      note += part;
+    }
+  }
+  return note.empty() ? note : "complete stacks: " + note;
+}
+
+}  // namespace
+
 RecordSummary summarize_recording(const RecordResult& result, const std::optional<Profile>& profile,
                                   const RecordingOutput& output) {
   RecordSummary s;
@@ -420,6 +467,8 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
   s.mip_snapshots_taken = output.mip_snapshots_taken();
   s.command_exit_status = result.command_exit_status < 0 ? 0 : result.command_exit_status;
   s.notes = output.mip_notes();
+  if (std::string note = stack_completeness_note(result.profile); !note.empty())
+    s.notes.push_back(std::move(note));
   for (const std::string& note : output.jit_notes()) s.notes.push_back("note: " + note);
   if (!output.unreadable_note().empty()) s.notes.push_back("note: " + output.unreadable_note());
   if (!result.mmap_watch_fallback_reason.empty()) {
@@ -431,6 +480,13 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
     s.notes.push_back("note: " + std::to_string(result.blocked_without_wakeup) +
                       " blocked intervals ended with no wakeup seen (woken before the wakeup hook was "
                       "attached): any wait for a CPU after their wakeup is counted as blocked");
+  }
+  if (result.off_cpu_without_stack_copy != 0) {
+    s.notes.push_back("dwarf: " + std::to_string(result.off_cpu_without_stack_copy) + " of " +
+                      std::to_string(result.off_cpu_without_stack_copy + result.off_cpu_with_stack_copy) +
+                      " off-CPU records had no copy of their stack (the ring was half full when the thread "
+                      "was switched out, or the thread was off the CPU before the recording began): "
+                      "walked by frame pointer");
   }
   if (result.off_cpu_at_attach != 0) {
     s.notes.push_back("note: " + std::to_string(result.off_cpu_at_attach) +

@@ -507,6 +507,76 @@ TEST(BpfEventDecoder, OffCpuRecordsKeepTheirFramePointerChainInDwarfMode) {
   EXPECT_EQ(builder.unwind_counters().unwound, 0u);
 }
 
+// dwarf mode with off-CPU samples: the switch-out's copy of the stack (HPD_EVENT_SWITCH_STACK) comes
+// before the off-CPU record of that switch-out (same thread and time), whose user stack is then unwound
+// from it, both samples of a split interval alike; a record without its copy (another time, or none)
+// keeps the programs' frame-pointer chain and is counted; an exit drops the thread's copy.
+TEST(BpfEventDecoder, OffCpuRecordsAreUnwoundFromTheirSwitchOutsCopyInDwarfMode) {
+  const int32_t self = ::getpid();
+  const auto ip = reinterpret_cast<uint64_t>(&leaf_of_this_test);
+  RawProfile profile;
+  BpfFeedConfig config{0};
+  config.dwarf = true;
+  config.stack_copy_bytes = 512;
+  BpfFeed builder(profile, config);
+  builder.expect_switch_stacks();
+  Unwinder unwinder;
+  builder.set_unwinder(&unwinder);
+  builder.add_initial_process(self, read_proc_maps(self));
+  const auto switch_stack = [&](int32_t tid, uint64_t time) {
+    std::vector<uint8_t> bytes =
+        sample_with_copy(self, time, {}, ip, 0x7ff000001000, std::vector<uint8_t>(64, 0));
+    hpd_sample_event e{};
+    std::memcpy(&e, bytes.data(), offsetof(hpd_sample_event, ips));
+    e.header.type = HPD_EVENT_SWITCH_STACK;
+    e.header.tid = tid;
+    std::memcpy(bytes.data(), &e, offsetof(hpd_sample_event, ips));
+    return bytes;
+  };
+  const std::vector<uint64_t> chain{0x400100, 0x400200};
+  builder.on_record(switch_stack(self, 50));
+  builder.on_record(switch_stack(self + 1, 55));  // another thread's: not this record's
+  // Blocked from 50, woken at 70, switched in at 90: two samples, both from the copy.
+  std::vector<uint8_t> blocked = sample_bytes(HPD_EVENT_OFF_CPU, self, self, 50, "x", {}, chain, 0, 40);
+  hpd_sample_event b{};
+  std::memcpy(&b, blocked.data(), offsetof(hpd_sample_event, ips));
+  b.woken_ns = 70;
+  std::memcpy(blocked.data(), &b, offsetof(hpd_sample_event, ips));
+  builder.on_record(blocked);
+  ASSERT_EQ(profile.samples.size(), 2u);
+  EXPECT_EQ(builder.unwind_counters().unwound, 2u);
+  for (const RawSample& s : profile.samples) {
+    const auto user = profile.stacks.user_frames(s.stack);
+    ASSERT_FALSE(user.empty());
+    EXPECT_EQ(user[0], ip) << "unwound from the copy's registers, not the chain";
+    EXPECT_NE(s.stack_end, StackEnd::kUnknown);
+  }
+  EXPECT_EQ(profile.samples[1].kind, SampleKind::kWaitCpu);
+  // The copy went with its record: a later record of the same switch-out time has none.
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, self, self, 50, "x", {}, chain, 0, 5));
+  // A record whose switch-out's copy is not the one kept (lost) keeps its chain.
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, self, self + 1, 60, "x", {}, chain, 0, 5));
+  ASSERT_EQ(profile.samples.size(), 4u);
+  for (size_t i = 2; i < 4; ++i) {
+    const auto user = profile.stacks.user_frames(profile.samples[i].stack);
+    EXPECT_EQ(std::vector<uint64_t>(user.begin(), user.end()), chain);
+  }
+  EXPECT_EQ(builder.unwind_counters().unwound, 2u);
+  EXPECT_EQ(builder.off_cpu_with_stack_copy(), 1u);
+  EXPECT_EQ(builder.off_cpu_without_stack_copy(), 2u);
+  // An exit drops the thread's copy: the record at 55 finds none.
+  hpd_task_event exit{};
+  exit.header = header(HPD_EVENT_EXIT, self, self + 1, 57, "x");
+  builder.on_record(bytes_of(exit));
+  builder.on_record(sample_bytes(HPD_EVENT_OFF_CPU, self, self + 1, 55, "x", {}, chain, 0, 5));
+  EXPECT_EQ(builder.off_cpu_without_stack_copy(), 3u);
+  // A copy cut short is malformed, not used.
+  std::vector<uint8_t> cut = switch_stack(self, 80);
+  cut.resize(cut.size() - 8);
+  builder.on_record(cut);
+  EXPECT_EQ(builder.malformed_records(), 1u);
+}
+
 TEST(BpfEventDecoder, ForkCopiesMappingsAndExecEndsThem) {
   RawProfile profile;
   std::vector<int32_t> maps_read;

@@ -101,6 +101,9 @@ class BpfFeed {
     builder_.processes().set_mmap_source(std::move(drain));
   }
   void set_unwinder(Unwinder* unwinder) { builder_.set_unwinder(unwinder); }
+  void expect_switch_stacks() { decoder_.expect_switch_stacks(); }
+  uint64_t off_cpu_with_stack_copy() const { return decoder_.off_cpu_with_stack_copy(); }
+  uint64_t off_cpu_without_stack_copy() const { return decoder_.off_cpu_without_stack_copy(); }
   void set_scheduler_frames(std::function<bool(uint64_t)> f) { builder_.set_scheduler_frames(std::move(f)); }
 
   const BpfEventDecoder::UserEnds& user_ends() const { return decoder_.user_ends(); }

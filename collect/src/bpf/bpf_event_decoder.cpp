@@ -138,6 +138,19 @@ void BpfEventDecoder::decode_record(std::span<const uint8_t> bytes, const EventS
       decode_sample(e, frames, bytes.subspan(stack_at, e.stack_bytes), bytes.size(), sink, false, walk);
       return;
     }
+    case HPD_EVENT_SWITCH_STACK: {
+      // Registers and a stack copy where ips begin (no frames); checked when its off-CPU record uses it.
+      hpd_sample_event e;
+      if (!read_record(bytes, e, kSampleHeaderBytes) || e.stack_bytes > HPD_MAX_STACK_COPY ||
+          bytes.size() < kSampleHeaderBytes + e.stack_bytes) {
+        ++malformed_;
+        return;
+      }
+      SwitchStack& s = switch_stacks_[header.tid];
+      s.time_ns = header.time_ns;
+      s.bytes.assign(bytes.begin(), bytes.end());
+      return;
+    }
     case HPD_EVENT_FORK: {
       hpd_fork_event e;
       if (!read_record(bytes, e)) break;
@@ -156,6 +169,7 @@ void BpfEventDecoder::decode_record(std::span<const uint8_t> bytes, const EventS
         sink(ExecEvent{h.pid, h.tid, h.time_ns, comm_view(h), true,
                        (e.task_flags & HPD_TASK_UNFOLLOWED) != 0});
       } else if (header.type == HPD_EVENT_EXIT) {
+        switch_stacks_.erase(h.tid);
         sink(ExitEvent{h.pid, h.tid, h.time_ns, e.ringbuf_drops});
       } else {
         sink(CpuTailEvent{h.pid, h.tid, h.time_ns, e.cpu_tail_ns});
@@ -248,17 +262,43 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
 
   const bool have_regs = (e.regs_valid >> static_cast<unsigned>(DwarfReg::kRip) & 1) &&
                          (e.regs_valid >> static_cast<unsigned>(DwarfReg::kRsp) & 1);
-  // Held records' registers and stack served their second walk; the builder's use of them (dwarf
-  // unwinding, a frameless leaf's caller) is for the other modes.
-  if (have_regs && !off_cpu && !hold_) {
+  const auto set_user_state = [&](const hpd_sample_event& from, std::span<const uint8_t> copy) {
     UserRegs regs;
     for (size_t i = 0; i < HPD_USER_REGS && i < kDwarfRegCount; ++i) {
-      if ((e.regs_valid >> i) & 1) regs.set(static_cast<DwarfReg>(i), e.regs[i]);
+      if ((from.regs_valid >> i) & 1) regs.set(static_cast<DwarfReg>(i), from.regs[i]);
     }
     s.regs = regs;
-    s.stack = stack;
+    s.stack = copy;
     s.stack_size = stack_copy_bytes_;
+  };
+  // Held records' registers and stack served their second walk; the builder's use of them (dwarf
+  // unwinding, a frameless leaf's caller) is for the other modes.
+  if (have_regs && !off_cpu && !hold_) set_user_state(e, stack);
+  // dwarf mode: the copy its switch-out took, which the builder unwinds as an on-CPU sample's; without
+  // it the record keeps the programs' frame-pointer walk.
+  auto copy = off_cpu ? switch_stacks_.find(h.tid) : switch_stacks_.end();
+  if (copy != switch_stacks_.end() && copy->second.time_ns != h.time_ns) copy = switch_stacks_.end();
+  if (copy != switch_stacks_.end()) {
+    hpd_sample_event c;
+    read_record(std::span<const uint8_t>(copy->second.bytes), c, kSampleHeaderBytes);
+    const bool has_regs = (c.regs_valid >> static_cast<unsigned>(DwarfReg::kRip) & 1) &&
+                          (c.regs_valid >> static_cast<unsigned>(DwarfReg::kRsp) & 1);
+    if (has_regs)
+      set_user_state(c,
+                     std::span<const uint8_t>(copy->second.bytes).subspan(kSampleHeaderBytes, c.stack_bytes));
+    ++off_cpu_with_copy_;
+    s.record_bytes += copy->second.bytes.size();  // its ring traffic: the record and its copy
+  } else if (off_cpu && switch_stacks_expected_) {
+    ++off_cpu_without_copy_;
   }
+  // The copy is dropped once the record (both its samples, when split) has been given to the sink.
+  struct DropCopy {
+    std::unordered_map<int32_t, SwitchStack>& map;
+    std::unordered_map<int32_t, SwitchStack>::iterator it;
+    ~DropCopy() {
+      if (it != map.end()) map.erase(it);
+    }
+  } drop_copy{switch_stacks_, copy};
   // A blocked interval whose wakeup was seen: blocked up to the wakeup, then runnable and waiting for
   // a CPU until the switch-in. Two samples with the switch-out's stack, the second at the wakeup.
   // Without a wakeup inside the interval (not seen, or after the recording's end) all of it stays

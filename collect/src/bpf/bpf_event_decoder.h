@@ -86,6 +86,14 @@ class BpfEventDecoder {
   [[nodiscard]] uint64_t samples_with_fp_frames() const { return with_fp_frames_; }
   // On-CPU samples whose thread had no earlier runtime value (cpu_delta_ns is a guess).
   [[nodiscard]] uint64_t samples_without_baseline() const { return samples_without_baseline_; }
+  // dwarf mode with off-CPU samples: the programs copy each switched-out thread's stack
+  // (HPD_EVENT_SWITCH_STACK); an off-CPU record without its copy is counted.
+  void expect_switch_stacks() { switch_stacks_expected_ = true; }
+  // dwarf mode: off-CPU records whose user stack is unwound from the copy taken at their switch-out
+  // (HPD_EVENT_SWITCH_STACK), and those that had none (the ring was half full or lost it, or the thread
+  // was already off the CPU when the recording began): these keep the programs' frame-pointer walk.
+  [[nodiscard]] uint64_t off_cpu_with_stack_copy() const { return off_cpu_with_copy_; }
+  [[nodiscard]] uint64_t off_cpu_without_stack_copy() const { return off_cpu_without_copy_; }
   // Blocked intervals split at their wakeup into a blocked and a waiting-for-CPU sample.
   [[nodiscard]] uint64_t blocked_split_at_wakeup() const { return split_at_wakeup_; }
   // Blocked intervals that ended (the thread ran again) with no wakeup seen: all of it counted as
@@ -126,6 +134,16 @@ class BpfEventDecoder {
   uint64_t on_cpu_rewalked_ = 0;
   uint64_t with_fp_frames_ = 0;
   uint64_t samples_without_baseline_ = 0;
+  // dwarf mode: per tid, the record of its last switch-out's stack copy (HPD_EVENT_SWITCH_STACK),
+  // until its off-CPU record (same time) takes it, the thread exits or switches out again.
+  struct SwitchStack {
+    uint64_t time_ns;
+    std::vector<uint8_t> bytes;
+  };
+  std::unordered_map<int32_t, SwitchStack> switch_stacks_;
+  bool switch_stacks_expected_ = false;
+  uint64_t off_cpu_with_copy_ = 0;
+  uint64_t off_cpu_without_copy_ = 0;
   uint64_t split_at_wakeup_ = 0;
   uint64_t without_wakeup_ = 0;
   Event event_;  // the sample being decoded

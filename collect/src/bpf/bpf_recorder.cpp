@@ -43,13 +43,13 @@
 #include "bpf/mmap_watch.h"
 #include "bpf/off_cpu_rewalk.h"
 #include "bpf/sched_frames.h"
+#include "hpd/base/proc_maps.h"
 #include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/preload_abi.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "proc/build_id.h"
-#include "hpd/base/proc_maps.h"
 #include "raw_profile_builder.h"
 #include "recording_calls.h"
 #include "recording_common.h"
@@ -345,6 +345,8 @@ Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
   if (err != 0) throw RecordError("cannot size the eBPF ring buffer: " + errno_text(err));
   config->stack_copy_bytes = c.stack_copy;
   config->user_stack_from_copy = c.dwarf ? 1 : 0;
+  // dwarf mode unwinds off-CPU stacks too, from a copy taken at the switch-out.
+  config->switch_stack_copy = c.dwarf && c.off_cpu ? 1 : 0;
   config->cfi_unwind = c.cfi ? 1 : 0;
   config->pending_stack_copy_bytes = c.pending_copy;
   // Without cfi mode the table maps take no memory.
@@ -1070,6 +1072,7 @@ RecordResult BpfSession::run() {
   if (kernel_frames_) profile.intern_module("[kernel.kallsyms]", kernel_build_id(), true);
 
   decoder_ = std::make_unique<BpfEventDecoder>(stack_copy_);
+  if (dwarf_ && off_cpu_) decoder_->expect_switch_stacks();
   // cfi mode: samples taken before their tables were published wait for them (walk_held); their process
   // counts as sampled, so that system-wide its tables are compiled.
   if (cfi_)
@@ -1210,6 +1213,8 @@ RecordResult BpfSession::run() {
   result_.samples_without_cpu_baseline = decoder_->samples_without_baseline();
   result_.blocked_split_at_wakeup = decoder_->blocked_split_at_wakeup();
   result_.blocked_without_wakeup = decoder_->blocked_without_wakeup();
+  result_.off_cpu_with_stack_copy = decoder_->off_cpu_with_stack_copy();
+  result_.off_cpu_without_stack_copy = decoder_->off_cpu_without_stack_copy();
   result_.call_graph = dwarf_ ? CallGraph::kDwarf : cfi_ ? CallGraph::kCfi : CallGraph::kFp;
   if (cfi_maps_) {
     const CfiMapStats t = cfi_maps_->stats();

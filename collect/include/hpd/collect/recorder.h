@@ -214,6 +214,11 @@ struct RecordResult {
   // attached), whose wait for a CPU after the wakeup, if any, is counted as blocked.
   uint64_t blocked_split_at_wakeup = 0;
   uint64_t blocked_without_wakeup = 0;
+  // eBPF, --call-graph dwarf: off-CPU records unwound from the copy of the stack their switch-out took,
+  // and those without one (not written while the ring was half full, lost, or a thread already off
+  // the CPU when the recording began), which keep a frame-pointer walk.
+  uint64_t off_cpu_with_stack_copy = 0;
+  uint64_t off_cpu_without_stack_copy = 0;
   // eBPF, pid targets with off-CPU samples: threads found off the CPU when the recording began (blocked,
   // or runnable and waiting for a CPU), whose time from then on is counted with the stack where they
   // waited; why such threads could not be looked for ("" when they were).
