@@ -121,8 +121,8 @@ int main(int argc, char** argv) {
       ->add_option("--call-graph", rec.call_graph,
                    "User stacks: cfi (eBPF: unwound in the kernel with each module's CFI, on and off the "
                    "CPU), fp (frame pointers), dwarf (stack copy unwound with CFI in user space), or auto "
-                   "(cfi with eBPF; with perf_event, dwarf when the program was built without frame "
-                   "pointers)")
+                   "(cfi with eBPF; with perf_event, dwarf when the program or a library it runs was built "
+                   "without frame pointers)")
       ->check(CLI::IsMember({"auto", "cfi", "fp", "dwarf"}))
       ->capture_default_str();
   record->add_option(

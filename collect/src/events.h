@@ -34,6 +34,9 @@ struct SampleEvent {
   // How the collector's walk of these frames ended, as its record says (kUnknown: it does not say).
   // The builder replaces it when it unwinds the user stack itself.
   StackEnd walk_end = StackEnd::kUnknown;
+  // The user part is a frame-pointer chain that stopped by itself (walk_end kComplete): it is whole
+  // only if its last frame is its thread's first; the builder checks that against the CFI.
+  bool fp_chain_ended = false;
   bool kernel_truncated = false;  // the kernel part filled the collector's limit
   bool kernel_failed = false;  // the kernel part could not be read: the stack failed, whatever the user part
   bool user_mode = false;      // known to be taken in user mode (perf's cpumode); false: unknown

@@ -134,6 +134,15 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
   } else {
     sample.stack_end = e.walk_end;
   }
+  // A frame-pointer chain that stopped by itself is whole when it stopped in its thread's first frame
+  // (_start, clone3); anywhere else a frame without a frame pointer (a library built without them)
+  // or a broken chain ended it, and the callers above are missing.
+  if (e.fp_chain_ended && unwound == StackEnd::kUnknown && sample.stack_end == StackEnd::kComplete &&
+      unwinder_ != nullptr && !user.empty()) {
+    const UnwindContext context{&profile_.process(e.pid), &profile_.modules, e.time_ns};
+    if (!unwinder_->is_outermost_frame(context, user.back(), user.size() > 1))
+      sample.stack_end = StackEnd::kFailed;
+  }
   if (e.kernel_truncated && sample.stack_end != StackEnd::kFailed && sample.stack_end != StackEnd::kUnknown)
     sample.stack_end = StackEnd::kTruncated;
   if (e.kernel_failed && !e.no_stack_taken) sample.stack_end = StackEnd::kFailed;

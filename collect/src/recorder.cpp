@@ -13,11 +13,11 @@
 #include <string>
 
 #include "bpf/bpf_recorder.h"
+#include "hpd/base/proc_files.h"
 #include "hpd/base/process.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_privileges.h"
 #include "perf/perf_recorder.h"
-#include "hpd/base/proc_files.h"
 
 namespace hpd {
 
@@ -51,7 +51,7 @@ const char* to_string(CallGraph mode) {
 
 namespace {
 
-// --call-graph auto: dwarf when a target's executable lacks frame pointers, with either backend.
+// --call-graph auto: dwarf when a target's executable or one of its libraries lacks frame pointers.
 // System-wide and cgroup targets stay with fp: a stack copy per sample of every process would flood
 // the ring, and there is no one executable to inspect.
 CallGraphChoice resolve_call_graph(const RecordOptions& options) {
@@ -61,17 +61,18 @@ CallGraphChoice resolve_call_graph(const RecordOptions& options) {
                            std::string(options.all_processes ? "--all" : "--cgroup") +
                                " records frame-pointer stacks unless --call-graph dwarf is given"};
   }
-  std::vector<std::string> executables;
+  // Each target with the libraries it runs: those it maps, or those a command's program names.
+  std::vector<CallGraphTarget> targets;
   if (!options.command.empty()) {
-    executables.push_back(resolve_command(options.command.front()));
+    targets.push_back(call_graph_target_of(resolve_command(options.command.front())));
   } else {
-    for (const int32_t pid : options.pids) executables.push_back("/proc/" + std::to_string(pid) + "/exe");
+    for (const int32_t pid : options.pids) targets.push_back(call_graph_target_of(pid));
   }
-  CallGraphChoice choice = choose_call_graph(executables);
+  CallGraphChoice choice = choose_call_graph(targets);
   if (!options.command.empty()) return choice;
   // /proc/PID/exe says nothing to the user: name the file.
   for (size_t i = 0; i < options.pids.size(); ++i) {
-    const std::string link = executables[i];
+    const std::string link = targets[i].executable;
     const std::string exe = read_exe(options.pids[i]);
     if (exe.empty()) continue;
     for (size_t at = choice.reason.find(link); at != std::string::npos; at = choice.reason.find(link, at)) {

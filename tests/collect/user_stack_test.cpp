@@ -4,15 +4,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <random>
 
 #include "builder_feeds.h"
+#include "hpd/base/proc_maps.h"
 #include "hpd/base/process.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_records.h"
-#include "hpd/base/proc_maps.h"
+
+extern "C" void _start();  // glibc's crt1: the main thread's first frame
 
 namespace hpd {
 namespace {
@@ -223,8 +226,46 @@ TEST(UserStackBuilder, FramePointerChainKeepsItsFramesWhenTheLeafHasAFrame) {
   const auto user = profile.stacks.user_frames(profile.samples[0].stack);
   ASSERT_EQ(user.size(), 2u);
   EXPECT_EQ(user[1], 0x5678u);
-  EXPECT_EQ(profile.samples[0].stack_end, StackEnd::kComplete);
+  // The chain stopped at an address in no mapping: not its thread's first frame.
+  EXPECT_EQ(profile.samples[0].stack_end, StackEnd::kFailed);
   EXPECT_EQ(builder.unwind_counters().leaf_callers, 0u);
+}
+
+// perf_event's frame-pointer chains end without saying why: one is complete when it ends in its
+// thread's first frame (this program's _start, whose CFI leaves the return address undefined), failed
+// when it ends anywhere else (a frame without a frame pointer above it: the callers are missing).
+TEST(UserStackBuilder, FramePointerChainIsCompleteOnlyWhenItEndsInTheThreadsFirstFrame) {
+  RawProfile profile;
+  PerfFeed builder(profile, PerfDecoderConfig{false, 127, false, kRegsMask});
+  Unwinder unwinder;
+  builder.set_unwinder(&unwinder);
+  builder.add_maps(::getpid(), read_proc_maps(::getpid()), 0);
+  const auto leaf = reinterpret_cast<uint64_t>(&garbage_sample);
+  const auto start = reinterpret_cast<uint64_t>(&_start);
+  std::vector<uint8_t> stack(256, 0);  // no frameless-leaf caller to add: its slot holds 0
+  for (const uint64_t last : {start + 4, leaf + 8}) {
+    SampleRecord s;
+    s.misc = PERF_RECORD_MISC_USER;
+    s.ip = leaf;
+    s.pid = s.tid = ::getpid();
+    s.time = 1000;
+    s.callchain = {static_cast<uint64_t>(PERF_CONTEXT_USER), leaf, last};
+    s.regs_abi = PERF_SAMPLE_REGS_ABI_64;
+    s.user_regs = {0, 0x7ffd00001000ULL, leaf};
+    s.stack_size = stack.size();
+    s.user_stack = stack;
+    builder.on_record(s);
+  }
+  ASSERT_EQ(profile.samples.size(), 2u);
+  EXPECT_EQ(profile.stacks.user_frames(profile.samples[0].stack).size(), 2u);
+  EXPECT_EQ(profile.samples[0].stack_end, StackEnd::kComplete);
+  EXPECT_EQ(profile.samples[1].stack_end, StackEnd::kFailed);
+  EXPECT_EQ(profile.lost.stack_failures, 1u);
+}
+
+// The choice on the executable alone (its libraries are the next test's).
+CallGraphChoice executable_only(const std::string& path) {
+  return choose_call_graph(std::vector<CallGraphTarget>{{path, {}}});
 }
 
 TEST(FramePointerProbe, TellsFramePointerBuildsApart) {
@@ -239,8 +280,35 @@ TEST(FramePointerProbe, TellsFramePointerBuildsApart) {
   ASSERT_TRUE(spinner.readable) << spinner.error;
   EXPECT_TRUE(spinner.built_with_frame_pointers())
       << spinner.with_frame_setup << " of " << spinner.functions_checked;
-  EXPECT_EQ(choose_call_graph({HPD_SPINNER_PATH}).mode, CallGraph::kFp);
-  EXPECT_EQ(choose_call_graph({"/proc/self/exe"}).mode, CallGraph::kDwarf);
+  EXPECT_EQ(executable_only(HPD_SPINNER_PATH).mode, CallGraph::kFp);
+  EXPECT_EQ(executable_only("/proc/self/exe").mode, CallGraph::kDwarf);
+}
+
+// A frame-pointer executable over a library without them (Debian's glibc): the walk would lose the
+// callers of every library function (qsort's comparator, strtod), so auto means dwarf, and says why.
+TEST(FramePointerProbe, ALibraryWithoutFramePointersMeansDwarf) {
+  const CallGraphTarget program = call_graph_target_of(HPD_SPINNER_PATH);
+  const auto libc = std::find_if(program.libraries.begin(), program.libraries.end(),
+                                 [](const std::string& l) { return l.ends_with("/libc.so.6"); });
+  ASSERT_NE(libc, program.libraries.end()) << "libc not among the program's libraries";
+  const FramePointerProbe glibc = probe_frame_pointers(*libc);
+  ASSERT_TRUE(glibc.readable) << glibc.error;
+  ASSERT_FALSE(glibc.built_with_frame_pointers())
+      << "this glibc has frame pointers: the test needs one without";
+  const CallGraphChoice choice = choose_call_graph({std::string(HPD_SPINNER_PATH)});
+  EXPECT_EQ(choice.mode, CallGraph::kDwarf) << choice.reason;
+  EXPECT_NE(choice.reason.find("libc.so.6"), std::string::npos) << choice.reason;
+  // A library that has them (another frame-pointer build) leaves fp; one that has not means dwarf.
+  EXPECT_EQ(choose_call_graph(std::vector<CallGraphTarget>{{HPD_SPINNER_PATH, {HPD_CPU_SPLIT_PATH}}}).mode,
+            CallGraph::kFp);
+  EXPECT_EQ(choose_call_graph(std::vector<CallGraphTarget>{{HPD_SPINNER_PATH, {"/proc/self/exe"}}}).mode,
+            CallGraph::kDwarf);
+  // A running process: the files it maps, named as it knows them.
+  const CallGraphTarget self = call_graph_target_of(static_cast<int32_t>(::getpid()));
+  EXPECT_TRUE(std::any_of(self.libraries.begin(), self.libraries.end(),
+                          [](const std::string& l) { return l.ends_with("/libc.so.6"); }));
+  EXPECT_EQ(choose_call_graph(std::vector<CallGraphTarget>{{HPD_SPINNER_PATH, self.libraries}}).mode,
+            CallGraph::kDwarf);
 }
 
 TEST(FramePointerProbe, SeesFramesWhoseSetUpGccInterleavedWithOtherInstructions) {
@@ -251,7 +319,7 @@ TEST(FramePointerProbe, SeesFramesWhoseSetUpGccInterleavedWithOtherInstructions)
   // All but round_done, a true leaf, which gcc leaves without a frame (see cpu_split.c).
   EXPECT_EQ(fixture.with_frame_setup + 1, fixture.functions_checked);
   EXPECT_GE(fixture.functions_checked, 8u);
-  EXPECT_EQ(choose_call_graph({HPD_CPU_SPLIT_PATH}).mode, CallGraph::kFp);
+  EXPECT_EQ(executable_only(HPD_CPU_SPLIT_PATH).mode, CallGraph::kFp);
 }
 
 // gcc -pg -mfentry puts call __fentry__ (or, with -mnop-mcount, a 5-byte nop) before the
@@ -277,7 +345,7 @@ TEST(FramePointerProbe, LooksPastTheFentryHookAndWantsTheFrameSetUp) {
     } else if (!c.frame_pointers) {
       EXPECT_EQ(probe.with_frame_setup, 0u);
     }
-    EXPECT_EQ(choose_call_graph({dir + "/" + c.fixture}).mode,
+    EXPECT_EQ(executable_only(dir + "/" + c.fixture).mode,
               c.frame_pointers ? CallGraph::kFp : CallGraph::kDwarf);
   }
 }

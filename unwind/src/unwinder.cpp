@@ -423,6 +423,16 @@ std::optional<uint64_t> Unwinder::frameless_leaf_return(const UnwindContext& con
   return ra;
 }
 
+bool Unwinder::is_outermost_frame(const UnwindContext& context, uint64_t pc, bool return_address) {
+  if (pc == 0 || (return_address && pc == 1)) return false;
+  Impl::Located loc;
+  if (!impl_->locate(context, return_address ? pc - 1 : pc, &loc) || loc.module == nullptr) return false;
+  bool hit = false;
+  const FrameRule* rule = loc.module->rule_at(loc.vaddr, &hit);
+  ++(hit ? impl_->stats.rule_cache_hits : impl_->stats.rule_cache_misses);
+  return rule != nullptr && rule->regs[kRaReg].kind == RuleKind::kUndefined;
+}
+
 ModuleUnwindInfo Unwinder::module_info(const UnwindContext& context, uint64_t address) {
   ModuleUnwindInfo info;
   if (context.process == nullptr) {

@@ -23,6 +23,7 @@
 
 #include "hpd/unwind/cfi_table.h"
 #include "proc/build_id.h"
+#include "proc/program_modules.h"
 #include "hpd/base/proc_maps.h"
 #include "profile_event.h"
 
@@ -232,10 +233,6 @@ class CfiMaps {
   bool stop_ = false;
   std::thread worker_;
 };
-
-// The files a program will map when it starts: its interpreter and its DT_NEEDED libraries,
-// recursively, found through DT_RUNPATH/DT_RPATH and the default library directories.
-std::vector<std::string> likely_modules(const std::string& executable);
 
 // The process-wide cache of compiled tables (the daemon keeps them across recordings).
 CfiTableCache& shared_cfi_tables();

@@ -12,9 +12,13 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include "hpd/base/elf.h"
+#include "hpd/base/proc_files.h"
+#include "hpd/base/proc_maps.h"
+#include "proc/program_modules.h"
 
 namespace hpd {
 
@@ -233,26 +237,87 @@ FramePointerProbe probe_frame_pointers(const std::string& path, size_t max_funct
   return probe;
 }
 
-CallGraphChoice choose_call_graph(const std::vector<std::string>& executables) {
+CallGraphTarget call_graph_target_of(const std::string& executable) {
+  CallGraphTarget target{executable, likely_modules(executable)};
+  std::erase(target.libraries, executable);
+  return target;
+}
+
+CallGraphTarget call_graph_target_of(int32_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  CallGraphTarget target{proc + "/exe", {}};
+  const std::string exe = read_exe(pid);
+  for (const MapsEntry& m : read_proc_maps(pid)) {
+    if (!m.executable || !m.is_file() || m.path == exe) continue;
+    const std::string path = proc + "/root" + m.path;
+    if (std::find(target.libraries.begin(), target.libraries.end(), path) == target.libraries.end())
+      target.libraries.push_back(path);
+  }
+  return target;
+}
+
+namespace {
+
+// A file as the user knows it: without the /proc/PID/root a running process's files are read through.
+std::string shown(const std::string& path) {
+  if (!path.starts_with("/proc/")) return path;
+  const size_t root = path.find("/root/");
+  if (root == std::string::npos || path.find_first_not_of("0123456789", 6) != root) return path;
+  return path.substr(root + 5);
+}
+
+std::string counts_of(const FramePointerProbe& probe) {
+  return std::to_string(probe.with_frame_setup) + " of " + std::to_string(probe.functions_checked) +
+         " functions checked set up a frame";
+}
+
+// Code a frame-pointer walk cannot pass: its functions keep no frame, and CFI can.
+bool needs_dwarf(const FramePointerProbe& probe) {
+  return probe.readable && probe.functions_checked > 0 && !probe.built_with_frame_pointers() &&
+         probe.has_eh_frame;
+}
+
+}  // namespace
+
+CallGraphChoice choose_call_graph(const std::vector<CallGraphTarget>& targets) {
   CallGraphChoice choice;
   std::string fp_notes;
-  for (const std::string& exe : executables) {
+  std::set<std::string> libraries_seen;
+  for (const CallGraphTarget& target : targets) {
+    const std::string& exe = target.executable;
     const FramePointerProbe probe = probe_frame_pointers(exe);
-    const std::string counts = std::to_string(probe.with_frame_setup) + " of " +
-                               std::to_string(probe.functions_checked) + " functions checked set up a frame";
     std::string note;
     if (!probe.readable) {
       note = exe + " could not be inspected (" + probe.error + ")";
     } else if (probe.functions_checked == 0) {
       note = exe + " has no functions to inspect";
     } else if (probe.built_with_frame_pointers()) {
-      note = exe + " was built with frame pointers (" + counts + ")";
+      note = exe + " was built with frame pointers (" + counts_of(probe) + ")";
     } else if (!probe.has_eh_frame) {
-      note = exe + " has neither frame pointers nor .eh_frame (" + counts + ")";
+      note = exe + " has neither frame pointers nor .eh_frame (" + counts_of(probe) + ")";
     } else {
       choice.mode = CallGraph::kDwarf;
-      choice.reason = exe + " was built without frame pointers (" + counts + ")";
+      choice.reason = exe + " was built without frame pointers (" + counts_of(probe) + ")";
       return choice;
+    }
+    // Its libraries: one without frame pointers hides every caller of its functions (qsort's
+    // comparator, strtod) from a frame-pointer walk, whatever the executable was built with.
+    size_t unreadable = 0;
+    for (const std::string& library : target.libraries) {
+      if (!libraries_seen.insert(library).second) continue;
+      const FramePointerProbe lib = probe_frame_pointers(library);
+      unreadable += lib.readable ? 0 : 1;
+      if (needs_dwarf(lib)) {
+        choice.mode = CallGraph::kDwarf;
+        choice.reason = note + ", but " + shown(library) + ", whose code it runs, was not (" +
+                        counts_of(lib) + "): a frame-pointer walk would lose the callers of its functions";
+        return choice;
+      }
+    }
+    if (!target.libraries.empty()) {
+      note += "; none of its " + std::to_string(target.libraries.size()) +
+              " libraries lacks frame pointers where CFI could unwind";
+      if (unreadable > 0) note += " (" + std::to_string(unreadable) + " could not be inspected)";
     }
     if (!fp_notes.empty()) fp_notes += "; ";
     fp_notes += note;
@@ -260,6 +325,13 @@ CallGraphChoice choose_call_graph(const std::vector<std::string>& executables) {
   choice.mode = CallGraph::kFp;
   choice.reason = fp_notes.empty() ? "no executable to inspect" : fp_notes;
   return choice;
+}
+
+CallGraphChoice choose_call_graph(const std::vector<std::string>& executables) {
+  std::vector<CallGraphTarget> targets;
+  targets.reserve(executables.size());
+  for (const std::string& exe : executables) targets.push_back(call_graph_target_of(exe));
+  return choose_call_graph(targets);
 }
 
 }  // namespace hpd

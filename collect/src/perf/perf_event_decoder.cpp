@@ -54,9 +54,11 @@ void PerfEventDecoder::decode_sample(const SampleRecord& s, size_t bytes, const 
   } else if (split_.address_count >= config_.max_stack) {
     e.walk_end = StackEnd::kTruncated;
   } else {
-    // The walk stopped on its own (null or invalid frame pointer). Frame-pointer walking cannot tell
-    // "reached the outermost frame" from "hit code built without frame pointers".
+    // The walk stopped on its own (null or invalid frame pointer). The kernel's frame-pointer walk
+    // does not tell "reached the outermost frame" from "hit code built without frame pointers": the
+    // builder looks at where the chain ended.
     e.walk_end = StackEnd::kComplete;
+    e.fp_chain_ended = !config_.dwarf && !split_.user.empty();
   }
   e.kernel = split_.kernel;
   e.user = split_.user;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,23 @@ struct CallGraphChoice {
   std::string reason;  // for the user: what was inspected and what it showed
 };
 
-// dwarf when one of the executables has CFI but was built without frame pointers; fp otherwise (fp
-// also has the frameless-leaf fix, so frameless libc routines do not hide their callers).
+// One process to record: its executable and the libraries its code runs in.
+struct CallGraphTarget {
+  std::string executable;
+  std::vector<std::string> libraries;
+};
+
+// A program not started yet: the libraries its ELF file names (interpreter, DT_NEEDED, recursively).
+CallGraphTarget call_graph_target_of(const std::string& executable);
+// A running process: /proc/PID/exe and the files of its executable mappings, through /proc/PID/root.
+CallGraphTarget call_graph_target_of(int32_t pid);
+
+// dwarf when a target's executable, or one of its libraries, has CFI but was built without frame
+// pointers: the frame-pointer walk loses the callers of every function in it (glibc on Debian has none,
+// so qsort's comparator and strtod lose the program's functions above them). fp otherwise (fp also
+// has the frameless-leaf fix, so a frameless leaf does not hide its caller).
+CallGraphChoice choose_call_graph(const std::vector<CallGraphTarget>& targets);
+// The same for programs not started yet.
 CallGraphChoice choose_call_graph(const std::vector<std::string>& executables);
 
 }  // namespace hpd

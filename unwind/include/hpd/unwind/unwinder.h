@@ -145,6 +145,12 @@ class Unwinder {
   std::optional<uint64_t> frameless_leaf_return(const UnwindContext& context, const UserRegs& regs,
                                                 const StackCopy& stack);
 
+  // For frame-pointer call chains, which end without saying why: whether the frame of `pc` is its
+  // thread's first, so that a chain ending there is whole. True when the CFI that covers pc leaves
+  // the return address undefined (glibc's _start, the child side of clone/clone3). `return_address`:
+  // pc is a return address, looked up one byte back (it may follow a noreturn call).
+  bool is_outermost_frame(const UnwindContext& context, uint64_t pc, bool return_address);
+
   // The first pc of the last unwind() that no mapping of the context's process covered, or 0.
   // Such a pc means the caller's maps are out of date rather than the stack broken: a process
   // sampled while the dynamic loader is still mapping its libraries runs code (a libc leaf, a return
