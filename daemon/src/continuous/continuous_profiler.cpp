@@ -325,7 +325,8 @@ struct ContinuousProfiler::State {
           requested_mono = 0;
           retain(o);
           if (changed || collection_too_large(live, now)) {
-            // The samples after the boundary go with this collection: the next one starts at once.
+            // The samples after the boundary end with this collection (counted in the gap before the
+            // next one's first chunk); the next one starts at once.
             collection_over = true;
             ending = true;
           } else {
