@@ -900,6 +900,14 @@ TEST(Hpd, ContinuousModeTakesItsOffCpuAndKernelKeysFromHpdConf) {
   const std::vector<ChunkContent> after = read_chunks(dir, seen);
   for (size_t c = before + 1; c < after.size(); ++c)
     EXPECT_EQ(after[c].off_cpu_samples, 0u) << after[c].name << " (" << after[c].samples << " samples)";
+  // The reload changed the recording: a second one began, and its setup went unsampled once.
+  const json status = hpd.status();
+  EXPECT_EQ(status["continuous"]["collections"], 2) << status.dump();
+  EXPECT_GT(status["continuous"]["max_gap_ns"].get<uint64_t>(), 0u) << status.dump();
+  const RunResult text = run({kHpctl, "--socket", hpd.socket(), "status"});
+  EXPECT_NE(text.out.find("2 recordings since hpd started; longest unsampled between chunks: "),
+            std::string::npos)
+      << text.out;
   EXPECT_EQ(hpd.terminate(), 0);
 }
 
