@@ -431,6 +431,13 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
                   static_cast<unsigned long long>(json_uint(c, "chunks_on_disk")),
                   format_bytes(json_uint(c, "bytes_on_disk")).c_str(),
                   static_cast<unsigned long long>(json_uint(c, "samples")));
+      // One collection samples without a pause; each new one (after a reload of the rate, a failure)
+      // left its setup unsampled.
+      if (json_uint(c, "collections") > 1)
+        std::printf(
+            "            %llu recordings since hpd started; longest unsampled between chunks: %.0f ms\n",
+            static_cast<unsigned long long>(json_uint(c, "collections")),
+            static_cast<double>(json_uint(c, "max_gap_ns")) / 1e6);
       if (!json_text(c, "last_error").empty())
         std::printf("            last error: %s\n", json_text(c, "last_error").c_str());
       const json push = c.contains("push") && c["push"].is_array() ? c["push"] : json::array();

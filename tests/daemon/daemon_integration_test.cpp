@@ -386,30 +386,6 @@ TEST(Hpd, FirstSampleOfACommandComesAtOnce) {
   EXPECT_LT(first_sample_unix_ms - main_unix_ms, 10.0);
 }
 
-// cpu_clock_log's log: its CPU time against the monotonic clock, pairs 100 us apart.
-class CpuLog {
- public:
-  explicit CpuLog(const std::string& path) {
-    std::ifstream in(path);
-    uint64_t mono = 0, cpu = 0;
-    while (in >> mono >> cpu) pairs_.emplace_back(mono, cpu);
-  }
-  size_t size() const { return pairs_.size(); }
-  // The CPU time (ns) the process had used at monotonic instant `t`, interpolated between the pairs
-  // around it; nothing when `t` is outside the log.
-  std::optional<double> cpu_at(uint64_t t) const {
-    const auto after = std::lower_bound(pairs_.begin(), pairs_.end(), std::make_pair(t, uint64_t{0}));
-    if (after == pairs_.begin() || after == pairs_.end()) return std::nullopt;
-    const auto before = std::prev(after);
-    const double f =
-        static_cast<double>(t - before->first) / static_cast<double>(after->first - before->first);
-    return static_cast<double>(before->second) + f * static_cast<double>(after->second - before->second);
-  }
-
- private:
-  std::vector<std::pair<uint64_t, uint64_t>> pairs_;
-};
-
 // Records `pid` through hpd into a capture until it has used `cpu_s` more seconds of CPU, then stops
 // as Ctrl-C does; hpctl's summary lines go to `err`.
 RawProfile record_until_cpu(const Hpd& hpd, pid_t pid, const std::string& out, const std::string& err,
@@ -924,6 +900,14 @@ TEST(Hpd, ContinuousModeTakesItsOffCpuAndKernelKeysFromHpdConf) {
   const std::vector<ChunkContent> after = read_chunks(dir, seen);
   for (size_t c = before + 1; c < after.size(); ++c)
     EXPECT_EQ(after[c].off_cpu_samples, 0u) << after[c].name << " (" << after[c].samples << " samples)";
+  // The reload changed the recording: a second one began, and its setup went unsampled once.
+  const json status = hpd.status();
+  EXPECT_EQ(status["continuous"]["collections"], 2) << status.dump();
+  EXPECT_GT(status["continuous"]["max_gap_ns"].get<uint64_t>(), 0u) << status.dump();
+  const RunResult text = run({kHpctl, "--socket", hpd.socket(), "status"});
+  EXPECT_NE(text.out.find("2 recordings since hpd started; longest unsampled between chunks: "),
+            std::string::npos)
+      << text.out;
   EXPECT_EQ(hpd.terminate(), 0);
 }
 

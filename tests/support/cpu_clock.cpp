@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -69,6 +70,20 @@ bool wait_for_cpu(pid_t pid, double cpu_s, double cap_s) {
       },
       cap_s);
   return met && !gone;
+}
+
+CpuLog::CpuLog(const std::string& path) {
+  std::ifstream in(path);
+  uint64_t mono = 0, cpu = 0;
+  while (in >> mono >> cpu) pairs_.emplace_back(mono, cpu);
+}
+
+std::optional<double> CpuLog::cpu_at(uint64_t t) const {
+  const auto after = std::lower_bound(pairs_.begin(), pairs_.end(), std::make_pair(t, uint64_t{0}));
+  if (after == pairs_.begin() || after == pairs_.end()) return std::nullopt;
+  const auto before = std::prev(after);
+  const double f = static_cast<double>(t - before->first) / static_cast<double>(after->first - before->first);
+  return static_cast<double>(before->second) + f * static_cast<double>(after->second - before->second);
 }
 
 }  // namespace hpd::test

@@ -5,7 +5,12 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace hpd::test {
 
@@ -26,5 +31,18 @@ bool wait_until(const std::function<bool()>& done, double cap_s = 120, double in
 // Waits until `pid` has used `cpu_s` seconds of CPU in all (e.g. it has exec'd and is past its
 // start-up); false when it exited first or the cap passed.
 bool wait_for_cpu(pid_t pid, double cpu_s, double cap_s = 120);
+
+// The log of the cpu_clock_log fixture: its CPU time against the monotonic clock, pairs 100 us apart.
+class CpuLog {
+ public:
+  explicit CpuLog(const std::string& path);
+  size_t size() const { return pairs_.size(); }
+  // The CPU time (ns) the process had used at monotonic instant `t`, interpolated between the pairs
+  // around it; nothing when `t` is outside the log.
+  std::optional<double> cpu_at(uint64_t t) const;
+
+ private:
+  std::vector<std::pair<uint64_t, uint64_t>> pairs_;
+};
 
 }  // namespace hpd::test

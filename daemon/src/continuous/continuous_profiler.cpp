@@ -1,4 +1,5 @@
-// ContinuousProfiler: one system-wide recording per chunk, streamed into a .tmp capture, renamed when done.
+// ContinuousProfiler: one long-lived system-wide recording, cut into chunk files (each a complete capture,
+// streamed into NAME.tmp and renamed when done) without a pause in sampling.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "chunk_cut.h"
 #include "chunk_pusher.h"
 #include "hpd/capture/capture.h"
 #include "hpd/continuous/continuous.h"
@@ -26,6 +28,11 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kMaxNotes = 32;
+// Bounds of a collection (see collection_too_large): its profile about 100 MB at most, an hour long.
+constexpr size_t kMaxCollectionProcesses = 100'000;
+constexpr size_t kMaxCollectionThreads = 400'000;
+constexpr size_t kMaxCollectionStacks = 1'000'000;
+constexpr uint64_t kMaxCollectionNs = 3600'000'000'000ULL;
 
 uint64_t mono_now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -45,7 +52,7 @@ void validate(const ContinuousOptions& o) {
     throw std::invalid_argument("continuous mode: the CFI row map can hold at most " +
                                 std::to_string(kMaxCfiRowCapacity) + " rows (got " +
                                 std::to_string(o.cfi_rows) + ")");
-  // A chunk costs a recording's setup (loading the eBPF programs, reading maps): not worth it below 1 s.
+  // Each chunk file holds its processes' maps and build-ids again: not worth it below 1 s.
   if (!std::isfinite(o.chunk_seconds) || o.chunk_seconds < 1 || o.chunk_seconds > 86400)
     throw std::invalid_argument("continuous mode: a chunk must last between 1 s and 1 day");
   if (!std::isfinite(o.flush_seconds) || o.flush_seconds <= 0)
@@ -167,8 +174,8 @@ struct ContinuousProfiler::State {
     for (const std::string& n : scan.notes) note(n);
   }
 
-  fs::path next_chunk_path(const fs::path& dir) const {
-    uint64_t start = unix_now_ns();
+  fs::path next_chunk_path(const fs::path& dir, uint64_t start_unix_ns) const {
+    uint64_t start = start_unix_ns;
     for (;;) {
       const fs::path path = dir / chunk_file_name(start);
       std::error_code ec;
@@ -177,87 +184,207 @@ struct ContinuousProfiler::State {
     }
   }
 
-  void record_chunk(const ContinuousOptions& o) {
-    const fs::path final_path = next_chunk_path(o.dir);
-    const fs::path tmp_path = final_path.string() + kTmpSuffix;
+  // The chunk in progress: its samples cut from the collection, streamed into NAME.tmp.
+  struct Chunk {
+    ChunkCut cut;
+    fs::path final_path;
+    fs::path tmp_path;
+    std::unique_ptr<CaptureWriter> writer;
+    uint64_t end_mono = 0;  // where the collection rotates to the next chunk
+    uint64_t last_flush_mono = 0;
+
+    Chunk(const RawProfile& live, uint64_t start_mono) : cut(live, start_mono) {}
+  };
+
+  std::unique_ptr<Chunk> begin_chunk(const ContinuousOptions& o, const RawProfile& live,
+                                     uint64_t start_mono) {
+    auto chunk = std::make_unique<Chunk>(live, start_mono);
+    chunk->final_path = next_chunk_path(o.dir, chunk->cut.profile().info.start_unix_ns);
+    chunk->tmp_path = chunk->final_path.string() + kTmpSuffix;
     CaptureWriterOptions writer_options;
     writer_options.zstd_level = o.zstd_level;
     writer_options.writer = "hpd continuous";
     writer_options.file_mode = 0640;  // from its creation on: it is streamed into while recording
-    auto writer = std::make_unique<CaptureWriter>(tmp_path.string(), writer_options);
-    auto discard = [&] {
-      writer.reset();
-      std::error_code ec;
-      fs::remove(tmp_path, ec);
-    };
+    chunk->writer = std::make_unique<CaptureWriter>(chunk->tmp_path.string(), writer_options);
+    chunk->end_mono = start_mono + static_cast<uint64_t>(o.chunk_seconds * 1e9);
+    chunk->last_flush_mono = start_mono;
+    std::lock_guard<std::mutex> guard(mutex);
+    stats.current_chunk = chunk->final_path.filename().string();
+    return chunk;
+  }
+
+  static void discard_chunk(std::unique_ptr<Chunk>& chunk) {
+    if (!chunk) return;
+    chunk->writer.reset();
+    std::error_code ec;
+    fs::remove(chunk->tmp_path, ec);
+    chunk.reset();
+  }
+
+  // Appends what the chunk gathered since the last flush to its .tmp file; its samples then leave
+  // memory, so a chunk holds at most flush_seconds of samples.
+  static void flush_chunk(Chunk& chunk, const RawProfile& live) {
+    chunk.cut.refresh(live);
+    chunk.writer->flush(chunk.cut.profile());
+    chunk.cut.profile().release_samples();
+  }
+
+  // The end block, the rename, the figures; an empty chunk (an idle system) leaves no file.
+  void finish_chunk(std::unique_ptr<Chunk> chunk, const RawProfile& live, uint64_t end_mono,
+                    uint64_t requested_mono) {
+    chunk->cut.refresh(live);
+    chunk->cut.end(end_mono, requested_mono);
+    RawProfile& profile = chunk->cut.profile();
+    const uint64_t samples = profile.sample_count();
+    if (samples == 0) {
+      discard_chunk(chunk);
+    } else {
+      chunk->writer->finish(profile);  // fsyncs
+      chunk->writer.reset();
+      rename_durably(chunk->tmp_path, chunk->final_path);
+      pusher.chunk_finished();
+    }
+    std::lock_guard<std::mutex> guard(mutex);
+    stats.current_chunk.clear();
+    if (samples != 0) ++stats.chunks_written;
+    stats.samples += samples;
+    stats.lost += profile.lost.lost_records + profile.lost.stack_failures;
+    if (previous_end_mono != 0) {
+      const uint64_t start = profile.info.start_mono_ns;
+      stats.last_gap_ns = start > previous_end_mono ? start - previous_end_mono : 0;
+      stats.max_gap_ns = std::max(stats.max_gap_ns, stats.last_gap_ns);
+    }
+    previous_end_mono = end_mono;
+  }
+
+  // Whether options the collection was started with differ from `now` in what the recording uses:
+  // then the collection ends at the next chunk boundary and a new one starts (one gap).
+  static bool recording_changed(const ContinuousOptions& was, const ContinuousOptions& now) {
+    return was.dir != now.dir || was.frequency_hz != now.frequency_hz || was.cfi_rows != now.cfi_rows ||
+           was.kernel != now.kernel || was.backend != now.backend || was.off_cpu != now.off_cpu;
+  }
+
+  // The collection's profile keeps every process, thread and distinct stack it met, which a
+  // system-wide recording of days would let grow without end: past these, the collection is
+  // started again at a chunk boundary (one gap).
+  // The recorder also holds open every module file it met (to symbolize exited processes), which
+  // keeps the disk space of deleted programs: a collection lasts an hour at most.
+  static bool collection_too_large(const RawProfile& live, uint64_t now_mono) {
+    return live.processes.size() > kMaxCollectionProcesses || live.threads.size() > kMaxCollectionThreads ||
+           live.stacks.size() > kMaxCollectionStacks ||
+           now_mono - live.info.start_mono_ns >= kMaxCollectionNs;
+  }
+
+  // One long-lived system-wide recording, its samples cut into chunk files at each chunk boundary
+  // without a pause in sampling. Returns when stop() is asked for, when a reload changed what the
+  // recording uses, when the collection grew too large; throws when it fails (the chunk in progress
+  // then is discarded).
+  void collect(const ContinuousOptions& started_with) {
+    std::atomic<bool> end_collection{false};
+    std::unique_ptr<Chunk> chunk;
+    std::string failure;
+    bool collection_over = false;  // its last chunk ended at a boundary
+    uint64_t requested_mono = 0;   // for the first chunk: how long sampling took to begin
 
     RecordOptions ro;
     ro.all_processes = true;
-    ro.frequency_hz = o.frequency_hz;
-    ro.duration_s = o.chunk_seconds;
+    ro.frequency_hz = started_with.frequency_hz;
+    ro.duration_s = 0;  // until end_collection
     ro.event = "cpu-clock";
-    ro.kernel = o.kernel ? KernelFrames::kAuto : KernelFrames::kOff;
-    ro.backend = o.backend;
-    ro.off_cpu = o.off_cpu ? OffCpu::kOn : OffCpu::kOff;
+    ro.kernel = started_with.kernel ? KernelFrames::kAuto : KernelFrames::kOff;
+    ro.backend = started_with.backend;
+    ro.off_cpu = started_with.off_cpu ? OffCpu::kOn : OffCpu::kOff;
     ro.call_graph = CallGraph::kAuto;  // cfi with the eBPF backend, fp with perf_event (system-wide)
-    ro.cfi_row_capacity = o.cfi_rows;
-    ro.stop = &stop_requested;
-    // The recorder offers the profile every 250 ms; appending that often would make tiny, poorly
-    // compressed blocks at 19 Hz, so the chunk goes to disk every flush_seconds.
-    const uint64_t flush_interval_ns = static_cast<uint64_t>(o.flush_seconds * 1e9);
-    uint64_t last_flush = mono_now_ns();
-    std::string flush_error;
-    ro.on_flush = [&](RawProfile& profile) {
-      const uint64_t now = mono_now_ns();
-      if (!flush_error.empty() || now - last_flush < flush_interval_ns) return;
-      last_flush = now;
+    ro.cfi_row_capacity = started_with.cfi_rows;
+    ro.stop = &end_collection;
+    // Called every 250 ms on the recording's thread with the collection's profile.
+    ro.on_flush = [&](RawProfile& live) {
+      if (!failure.empty()) return;
       try {
-        writer->flush(profile);
+        const uint64_t now = mono_now_ns();
+        ContinuousOptions o;
+        {
+          std::lock_guard<std::mutex> guard(mutex);
+          o = options;
+        }
+        const bool changed = recording_changed(started_with, o);
+        o.dir = started_with.dir;  // the directory locked; another one is the next collection's
+        if (collection_over) return;
+        if (!chunk) chunk = begin_chunk(o, live, live.info.start_mono_ns);
+        bool ending = stop_requested.load();
+        // Each boundary passed (one, unless this thread was held up): the samples before it close the
+        // chunk in progress, the rest go on to the next one.
+        std::vector<RawSample> pending(live.samples.begin(), live.samples.end());
+        while (chunk && now >= chunk->end_mono) {
+          const uint64_t boundary = chunk->end_mono;
+          auto later = std::stable_partition(pending.begin(), pending.end(),
+                                             [&](const RawSample& s) { return s.time_ns < boundary; });
+          for (auto it = pending.begin(); it != later; ++it) chunk->cut.add(*it, live);
+          pending.erase(pending.begin(), later);
+          finish_chunk(std::move(chunk), live, boundary, requested_mono);
+          requested_mono = 0;
+          retain(o);
+          if (changed || collection_too_large(live, now)) {
+            // The samples after the boundary end with this collection (counted in the gap before the
+            // next one's first chunk); the next one starts at once.
+            collection_over = true;
+            ending = true;
+          } else {
+            pusher.configure(o.dir, o.push, o.log);  // a new endpoint or labels (SIGHUP)
+            chunk = begin_chunk(o, live, boundary);
+          }
+        }
+        if (chunk) {
+          for (const RawSample& s : pending) chunk->cut.add(s, live);
+        }
+        // Copied into the chunk: the collection keeps no sample (nor a sum of them, which would grow
+        // with every thread and stack of the system).
+        live.sample_offset += live.samples.size();
+        live.samples.clear();
+        if (chunk && now - chunk->last_flush_mono >= static_cast<uint64_t>(o.flush_seconds * 1e9)) {
+          chunk->last_flush_mono = now;
+          flush_chunk(*chunk, live);
+        }
+        if (ending) end_collection = true;
       } catch (const std::exception& e) {
-        flush_error = e.what();
-        return;
+        failure = e.what();
+        end_collection = true;
       }
-      profile.release_samples();  // written: a chunk's memory does not grow with its length
     };
-    {
-      std::lock_guard<std::mutex> guard(mutex);
-      stats.current_chunk = final_path.filename().string();
-    }
+    requested_mono = mono_now_ns();
     RecordResult result;
     try {
       result = record(ro);
     } catch (...) {
-      discard();
+      discard_chunk(chunk);
       std::lock_guard<std::mutex> guard(mutex);
       stats.current_chunk.clear();
       throw;
     }
+    if (!failure.empty()) {
+      discard_chunk(chunk);
+      {
+        std::lock_guard<std::mutex> guard(mutex);
+        stats.current_chunk.clear();
+      }
+      throw std::runtime_error(failure);
+    }
+    // The last samples, exits and lost counts came after the last on_flush.
+    RawProfile& live = result.profile;
+    ContinuousOptions o;
     {
       std::lock_guard<std::mutex> guard(mutex);
-      stats.current_chunk.clear();
+      o = options;
     }
-    const RawProfile& profile = result.profile;
-    if (!flush_error.empty()) {
-      discard();
-      throw std::runtime_error("writing " + tmp_path.string() + " failed: " + flush_error);
+    o.dir = started_with.dir;
+    if (!chunk && !collection_over && !live.samples.empty())
+      chunk = begin_chunk(started_with, live, live.info.start_mono_ns);
+    if (chunk) {
+      for (const RawSample& s : live.samples) chunk->cut.add(s, live);
+      const uint64_t end = std::max(live.info.end_mono_ns, chunk->cut.start_mono_ns());
+      finish_chunk(std::move(chunk), live, end, requested_mono);
     }
-    if (profile.sample_count() == 0) {
-      discard();  // an idle system, or stopped at once: nothing worth a file
-    } else {
-      writer->finish(profile);  // fsyncs
-      writer.reset();
-      rename_durably(tmp_path, final_path);
-      pusher.chunk_finished();
-    }
-    std::lock_guard<std::mutex> guard(mutex);
-    if (profile.sample_count() != 0) ++stats.chunks_written;
-    stats.samples += profile.sample_count();
-    stats.lost += profile.lost.lost_records + profile.lost.stack_failures;
-    if (previous_end_mono != 0 && profile.info.start_mono_ns > previous_end_mono) {
-      stats.last_gap_ns = profile.info.start_mono_ns - previous_end_mono;
-      stats.max_gap_ns = std::max(stats.max_gap_ns, stats.last_gap_ns);
-    }
-    previous_end_mono = profile.info.end_mono_ns;
+    retain(o);
   }
 
   void run() {
@@ -270,11 +397,14 @@ struct ContinuousProfiler::State {
       try {
         if (o.dir != locked_dir) open_directory(o);
         pusher.configure(o.dir, o.push, o.log);  // a new endpoint or labels (SIGHUP)
-        record_chunk(o);
-        retain(o);
+        {
+          std::lock_guard<std::mutex> guard(mutex);
+          ++stats.collections;
+        }
+        collect(o);
       } catch (const std::exception& e) {
         error(e.what());
-        previous_end_mono = 0;  // a failed chunk is not a gap between chunks
+        previous_end_mono = 0;  // a failed collection is not a gap between chunks
         std::unique_lock<std::mutex> guard(mutex);
         wake.wait_for(guard, std::chrono::duration<double>(o.retry_seconds),
                       [this] { return stop_requested.load(); });

@@ -136,6 +136,8 @@ json Daemon::status_message(bool privileged) {
       continuous["bytes_on_disk"] = stats.bytes_on_disk;
       continuous["samples"] = stats.samples;
       continuous["lost"] = stats.lost;
+      continuous["collections"] = stats.collections;
+      continuous["max_gap_ns"] = stats.max_gap_ns;
       continuous["last_error"] = stats.last_error;
       if (privileged) continuous["directory"] = continuous_->options().dir.string();
       // The endpoint's URL and errors (which name it) may hold credentials: for privileged clients.

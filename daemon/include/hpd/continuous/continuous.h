@@ -84,7 +84,12 @@ struct Stats {
   uint64_t bytes_on_disk = 0;  // finished chunks; the chunk in progress is not counted
   uint64_t samples = 0;        // recorded since start()
   uint64_t lost = 0;           // lost records and stack failures since start()
-  // Time between the end of one chunk's recording and the start of the next (not sampled).
+  // Collections (system-wide recordings, each cut into chunks without a pause) started since start():
+  // one, plus one after each failure, each reload that changed what the recording uses, and each time
+  // the collection's tables grew past their bound.
+  uint64_t collections = 0;
+  // Time not sampled between two chunks: 0 within a collection, the setup of the next collection
+  // when one ended.
   uint64_t last_gap_ns = 0;
   uint64_t max_gap_ns = 0;
   std::string current_chunk;  // file name of the chunk in progress, "" between chunks
@@ -94,9 +99,10 @@ struct Stats {
   std::vector<PushStats> push;     // one per endpoint pushed to (none when push is off)
 };
 
-// Records system-wide in a background thread, one recording (and one capture file) per chunk, so
-// that memory stays bounded however long it runs. Thread-safe: every method may be called from any
-// thread (the daemon's signal handling thread, its socket server).
+// Records system-wide in a background thread: one long-lived recording (a collection) whose samples
+// are cut into one capture file per chunk without a pause in sampling, each file complete on its own
+// (its processes' maps, modules and stacks), so that memory stays bounded however long it runs. Thread-safe:
+// every method may be called from any thread (the daemon's signal handling thread, its socket server).
 class ContinuousProfiler {
  public:
   // Validates the options (std::invalid_argument); touches nothing until start().
@@ -111,8 +117,10 @@ class ContinuousProfiler {
   void start();
   // Ends the chunk in progress and keeps it (finished, renamed), then joins the thread.
   void stop();
-  // New options (SIGHUP): the rate, backend and directory take effect at the next chunk, the
-  // retention limits at the next retention pass. Throws std::invalid_argument for bad options.
+  // New options (SIGHUP), from the next chunk boundary on: the chunk length, flush interval,
+  // compression and push at once; a change of what the recording uses (rate, backend, kernel frames,
+  // off-CPU, CFI rows, directory) ends the collection there and starts a new one (one gap of its
+  // setup); the retention limits at the next retention pass. Throws std::invalid_argument for bad options.
   void reconfigure(ContinuousOptions options);
   Stats stats() const;
   ContinuousOptions options() const;
