@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/model/profile.h"
 #include "hpd/session/perf_map.h"
@@ -119,7 +120,7 @@ class RecordingOutput {
 
  private:
   RecordRequest request_;
-  int fd_ = -1;  // owned until handed to the capture writer or closed after the Firefox profile
+  UniqueFd fd_;  // owned until handed to the capture writer or closed after the Firefox profile
   std::unique_ptr<OutputFile> file_;  // the output of a path
   void open_spill();
   void read_back_spill(RawProfile& raw);
@@ -127,7 +128,7 @@ class RecordingOutput {
   std::unique_ptr<CaptureWriter> capture_;
   // A Firefox output: the samples streamed to a temporary capture while recording (see open_spill).
   std::unique_ptr<CaptureWriter> spill_;
-  int spill_read_fd_ = -1;
+  UniqueFd spill_read_fd_;
   std::string capture_error_;
   std::unique_ptr<MipRecording> mip_;
   std::vector<std::string> jit_notes_;
