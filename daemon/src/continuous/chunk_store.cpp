@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "hpd/capture/capture.h"
+#include "hpd/collect/unwind_cache.h"
 #include "hpd/continuous/continuous.h"
 #include "store_files.h"
 
@@ -163,7 +164,8 @@ StoreScan scan_store(const fs::path& dir) {
     const std::string name = it->path().filename().string();
     // hpd's own files beside the chunks: the lock, the push cursors, and the unwind-table cache that
     // shares the state directory (daemon/src/service/server.cpp).
-    if (name == kLockName || name.rfind(kPushCursorPrefix, 0) == 0 || name == "unwind-cache") continue;
+    if (name == kLockName || name.rfind(kPushCursorPrefix, 0) == 0 || name == kHpdUnwindCacheDirectoryName)
+      continue;
     uint64_t start = 0;
     const NameKind kind = classify(name, &start);
     struct stat st {};
