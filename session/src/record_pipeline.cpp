@@ -134,7 +134,7 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.count_calls = request.calls;
   options.call_counter = call_counter(request.calls_counter);
   if (request.alloc && !request.pids.empty())
-    throw std::runtime_error(
+    throw RecordRequestError(
         "--alloc is not supported for --pid yet: it samples the allocations of a command hpctl launches "
         "(hpctl record --alloc -- CMD)");
   options.sample_allocations = request.alloc;
