@@ -10,6 +10,7 @@
 #include "capture_codec.h"
 #include "hpd/base/output_file.h"
 #include "hpd/base/process.h"
+#include "hpd/base/unique_fd.h"
 #include "hpd/capture/capture.h"
 
 namespace hpd {
@@ -82,7 +83,7 @@ void encode_lost(Encoder& e, const LostCounts& l) {
 struct CaptureWriter::State {
   std::string path;
   CaptureWriterOptions options;
-  int fd = -1;
+  UniqueFd fd;
   ZSTD_CCtx* cctx = nullptr;
   std::string boot_id;
   uint64_t bytes = 0;
@@ -118,7 +119,7 @@ struct CaptureWriter::State {
 
   void write_all(const uint8_t* data, size_t size) {
     try {
-      bytes += write_output_fully(fd, data, size, "write");
+      bytes += write_output_fully(fd.get(), data, size, "write");
     } catch (const std::runtime_error& e) {
       throw CaptureError("cannot write capture file '" + path + "': " + e.what());
     }
@@ -470,7 +471,7 @@ CaptureWriter::CaptureWriter(const std::string& path, CaptureWriterOptions optio
   // planted; a device of the writer's written, not truncated); the file stays if writing fails later.
   try {
     OutputFile file(path, OutputWrite::kInPlace, s.options.file_mode);
-    s.fd = file.release_fd();
+    s.fd.reset(file.release_fd());
     file.keep();
   } catch (const std::runtime_error& e) {
     throw CaptureError(e.what());
@@ -484,8 +485,8 @@ CaptureWriter::CaptureWriter(int fd, const std::string& name, CaptureWriterOptio
   s.path = name;
   s.options = std::move(options);
   s.boot_id = current_boot_id();
-  s.fd = fd;
-  if (s.fd < 0) s.fail("open", EBADF);
+  s.fd.reset(fd);
+  if (!s.fd) s.fail("open", EBADF);
   start();
 }
 
@@ -501,8 +502,7 @@ void CaptureWriter::start() {
     capture::put_le32(header + 12, 0);  // flags: none defined
     s.write_all(header, sizeof header);
   } catch (...) {
-    ::close(s.fd);
-    s.fd = -1;
+    s.fd.reset();
     ZSTD_freeCCtx(s.cctx);
     s.cctx = nullptr;
     throw;
@@ -510,7 +510,6 @@ void CaptureWriter::start() {
 }
 
 CaptureWriter::~CaptureWriter() {
-  if (state_->fd >= 0) ::close(state_->fd);
   ZSTD_freeCCtx(state_->cctx);
 }
 
@@ -539,10 +538,8 @@ void CaptureWriter::finish(const RawProfile& profile) {
   s.enc.var(s.stacks);
   s.emit(BlockType::kEnd);
   s.finished = true;
-  if (::fsync(s.fd) != 0 && errno != EINVAL) s.fail("fsync", errno);
-  const int fd = s.fd;
-  s.fd = -1;
-  if (::close(fd) != 0) s.fail("close", errno);
+  if (::fsync(s.fd.get()) != 0 && errno != EINVAL) s.fail("fsync", errno);
+  if (const int error = s.fd.close(); error != 0) s.fail("close", error);
 }
 
 uint64_t CaptureWriter::bytes_written() const {

@@ -241,8 +241,8 @@ bool UnwindCache::store(const CfiTable& table, const CfiTableSource& source) {
     return false;
   }
   int error = 0;
-  if (!write_all(fd.get(), bytes, &error) || ::close(fd.release()) != 0) {
-    if (error == 0) error = errno;
+  // close() may be the first to report a failed write (NFS, a full disk): checked, as the write is.
+  if (!write_all(fd.get(), bytes, &error) || (error = fd.close()) != 0) {
     ::unlinkat(dir.get(), temp.c_str(), 0);
     fail_store("cannot be written", error);
     return false;

@@ -134,7 +134,7 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.count_calls = request.calls;
   options.call_counter = call_counter(request.calls_counter);
   if (request.alloc && !request.pids.empty())
-    throw std::runtime_error(
+    throw RecordRequestError(
         "--alloc is not supported for --pid yet: it samples the allocations of a command hpctl launches "
         "(hpctl record --alloc -- CMD)");
   options.sample_allocations = request.alloc;
@@ -247,7 +247,7 @@ RecordingOutput::RecordingOutput(const RecordRequest& request) : request_(reques
 
 RecordingOutput::RecordingOutput(const RecordRequest& request, int fd) : request_(request), fd_(fd) {
   if (is_capture_output(request.output)) {
-    capture_ = std::make_unique<CaptureWriter>(std::exchange(fd_, -1), request.output, capture_options());
+    capture_ = std::make_unique<CaptureWriter>(fd_.release(), request.output, capture_options());
   } else {
     open_spill();
   }
@@ -256,8 +256,6 @@ RecordingOutput::RecordingOutput(const RecordRequest& request, int fd) : request
 RecordingOutput::~RecordingOutput() {
   // A capture begun stays, also incomplete (its readers say so); abandon() removes it.
   if (file_ && capture_) file_->keep();
-  if (fd_ >= 0) ::close(fd_);
-  if (spill_read_fd_ >= 0) ::close(spill_read_fd_);
 }
 
 // A Firefox profile needs every sample at the end: they go to a temporary capture while recording
@@ -266,9 +264,9 @@ RecordingOutput::~RecordingOutput() {
 void RecordingOutput::open_spill() {
   const int fd = open_temporary_file();
   if (fd < 0) return;
-  spill_read_fd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (spill_read_fd_ < 0) {
-    ::close(fd);
+  spill_read_fd_.reset(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!spill_read_fd_) {
+    UniqueFd(fd).reset();
     return;
   }
   CaptureWriterOptions options = capture_options();
@@ -276,8 +274,7 @@ void RecordingOutput::open_spill() {
   try {
     spill_ = std::make_unique<CaptureWriter>(fd, "the temporary capture of the samples", options);
   } catch (const std::exception&) {
-    ::close(spill_read_fd_);
-    spill_read_fd_ = -1;
+    spill_read_fd_.reset();
   }
 }
 
@@ -320,7 +317,7 @@ void RecordingOutput::attach(RecordOptions& options) {
 void RecordingOutput::read_back_spill(RawProfile& raw) {
   if (raw.sample_offset == 0) return;
   const std::string name = "the temporary capture of the samples";
-  CaptureContents spilled = read_capture(read_whole_file(spill_read_fd_, name), name);
+  CaptureContents spilled = read_capture(read_whole_file(spill_read_fd_.get(), name), name);
   // Written up to the last complete block (no end block: it was never finished).
   if (spilled.profile.samples.size() < raw.sample_offset) {
     throw std::runtime_error(name + " holds " + std::to_string(spilled.profile.samples.size()) +
@@ -341,7 +338,7 @@ std::optional<Profile> RecordingOutput::finish(RecordResult& result, bool names_
   } else if (spill_) {
     read_back_spill(result.profile);
     spill_.reset();
-    ::close(std::exchange(spill_read_fd_, -1));
+    spill_read_fd_.reset();
   }
   // JIT runtimes name their generated code in /tmp/perf-PID.map or jit-PID.dump; read now, while the
   // processes (and their /tmp through /proc/PID/root) may still be there.
@@ -366,10 +363,11 @@ std::optional<Profile> RecordingOutput::finish(RecordResult& result, bool names_
   symbol_cache_bytes_ = symbolizer.cache_bytes_used();
   unreadable_note_ = describe_unreadable(symbolizer.module_infos());
   if (!capture_) {
-    if (fd_ >= 0) {
-      write_firefox_fd(profile, fd_, is_gzip_output(request_.output));
-      const int fd = std::exchange(fd_, -1);
-      if (::close(fd) != 0) throw std::runtime_error("closing '" + request_.output + "' failed");
+    if (fd_) {
+      write_firefox_fd(profile, fd_.get(), is_gzip_output(request_.output));
+      // A failed close may be the write-back's error (NFS, a full disk): the profile is not written.
+      if (const int error = fd_.close(); error != 0)
+        throw std::runtime_error("closing '" + request_.output + "' failed: " + std::strerror(error));
     } else {
       write_firefox_fd(profile, file_->fd(), is_gzip_output(request_.output));
       file_->commit();

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Proves packaging/check-layers.py can fail: on a copy of the tree it must pass, then fail, naming
 file:line, on each planted upward use (include, sibling include, link, internal link, a folder
-adding to its parent's target) and on a call made outside its home (elf_begin( outside base/), and
-pass again once the plant is removed.
+adding to its parent's target) and on a call made outside its home (elf_begin( or ::close( outside
+base/), and pass again once the plant is removed. A member function named close (export's
+json_writer.cpp defines Writer::close) is not ::close( and passes.
 Usage: check_layers_test.py CHECK_SCRIPT SOURCE_ROOT"""
 
 import os
@@ -68,6 +69,8 @@ def main():
             ("unwind/src/cfi_module.cpp",
              "Elf* planted_open(int fd) { return elf_begin (fd, ELF_C_READ, nullptr); }", "end",
              "unwind opening an ELF file with elf_begin( instead of base's ElfHandle"),
+            ("export/src/collapsed_writer.cpp", "void planted_close(int fd) { ::close (fd); }", "end",
+             "export closing a descriptor with ::close( instead of base's UniqueFd"),
         ]
         for path, text, where, what in cases:
             line, original = plant(root, path, text, where)

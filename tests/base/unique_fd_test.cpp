@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <utility>
 
 namespace hpd {
@@ -93,6 +95,26 @@ TEST(UniqueFd, ReleaseHandsBackWithoutClosing) {
   EXPECT_EQ(released, raw);
   EXPECT_TRUE(is_open(raw));
   ::close(raw);
+}
+
+TEST(UniqueFd, CheckedCloseClosesAndSaysItWorked) {
+  const int raw = open_null();
+  UniqueFd fd(raw);
+  EXPECT_EQ(fd.close(), 0);
+  EXPECT_FALSE(fd.valid());
+  EXPECT_FALSE(is_open(raw));
+  EXPECT_EQ(fd.close(), 0);  // nothing held: nothing to report
+}
+
+// The kernel's refusal comes back as its errno. EBADF is the failure a test can cause for real (the
+// descriptor closed behind the owner's back); the write-back errors of NFS or a full disk take the same
+// path, and the descriptor is given up in both cases.
+TEST(UniqueFd, CheckedCloseReturnsTheKernelsError) {
+  const int raw = open_null();
+  UniqueFd fd(raw);
+  ASSERT_EQ(::close(raw), 0);
+  EXPECT_EQ(fd.close(), EBADF);
+  EXPECT_FALSE(fd.valid());
 }
 
 }  // namespace

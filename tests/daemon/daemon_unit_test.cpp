@@ -12,11 +12,16 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 #include "hpd/service/access.h"
 #include "hpd/service/config.h"
+#include "hpd/service/error_reply.h"
 #include "hpd/service/protocol.h"
 #include "hpd/service/server.h"
 #include "hpd/service/systemd.h"
@@ -241,6 +246,67 @@ TEST(RecordTargets, OneCheckForRequestsAndTheRecorder) {
   EXPECT_NO_THROW(session::record_options_from_request(request({1, 2}, {}, false, "")));
   EXPECT_NO_THROW(session::record_options_from_request(request({}, {"true"}, true, "")));
   EXPECT_NO_THROW(session::record_options_from_request(request({}, {}, false, "system.slice")));
+}
+
+// A failed request is answered by its error's type: a refused request is a bad request, the
+// recorder's refusal a failed recording with its reason, and anything unforeseen an internal error
+// that hpd's log explains, never "bad request" (the client asked nothing wrong).
+// The reply to what `refused` throws: it must throw.
+ErrorReply reply_to(const std::function<void()>& refused) {
+  try {
+    refused();
+  } catch (const std::exception& e) {
+    return error_reply_for(e);
+  }
+  ADD_FAILURE() << "accepted what it must refuse";
+  return {};
+}
+
+TEST(ErrorReply, MapsErrorsByTheirType) {
+  const ErrorReply protocol = error_reply_for(ProtocolError(ErrorCode::kNotFound, "no session 7"));
+  EXPECT_EQ(protocol.code, ErrorCode::kNotFound);
+  EXPECT_EQ(protocol.text, "no session 7");
+  EXPECT_FALSE(protocol.internal);
+
+  // The session's refusals, as record_options_from_request throws them: targets, and options that
+  // do not go together. Then the recorder's (RecordTargetError, RecordError): a failed recording.
+  session::RecordRequest alloc_for_pid;
+  alloc_for_pid.pids = {1};
+  alloc_for_pid.alloc = true;
+  RecordOptions no_cgroup;
+  no_cgroup.cgroup = "hpd-error-reply-test/no-such-cgroup";
+  const struct {
+    std::function<void()> refused;
+    ErrorCode code;
+    std::string text;
+  } refusals[] = {
+      {[] { session::record_options_from_request({}); }, ErrorCode::kBadRequest,
+       "nothing to record: give --pid"},
+      {[&] { session::record_options_from_request(alloc_for_pid); }, ErrorCode::kBadRequest,
+       "--alloc is not supported for --pid"},
+      {[] { validate_record_options({}); }, ErrorCode::kRecordFailed, "nothing to record"},
+      {[&] { validate_record_options(no_cgroup); }, ErrorCode::kRecordFailed, "no cgroup at "},
+  };
+  for (const auto& r : refusals) {
+    const ErrorReply reply = reply_to(r.refused);
+    EXPECT_EQ(reply.code, r.code) << reply.text;
+    EXPECT_EQ(reply.text.rfind(r.text, 0), 0u) << reply.text;  // the error's own message
+    EXPECT_FALSE(reply.internal);
+  }
+
+  // Anything else, a std::invalid_argument of a std::stoi included: internal, its text kept for the log.
+  const std::invalid_argument stoi_error("stoi");
+  const std::out_of_range range_error(
+      "vector::_M_range_check: __n (which is 3) >= this->size() (which is 3)");
+  const std::bad_alloc no_memory;
+  for (const std::exception* error :
+       std::initializer_list<const std::exception*>{&stoi_error, &range_error, &no_memory}) {
+    const ErrorReply reply = error_reply_for(*error);
+    EXPECT_EQ(reply.code, ErrorCode::kInternal) << error->what();
+    EXPECT_NE(reply.code, ErrorCode::kBadRequest) << error->what();
+    EXPECT_EQ(reply.text, "internal error, see hpd's log");
+    EXPECT_TRUE(reply.internal);
+  }
 }
 
 TEST(RecordRequestJson, SummaryRoundTrips) {

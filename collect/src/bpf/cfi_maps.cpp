@@ -155,8 +155,8 @@ CfiMaps::CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_ca
     ::munmap(rows_, rows_bytes_);
     throw;
   }
-  ready_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (ready_fd_ < 0) {
+  ready_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!ready_fd_) {
     ::munmap(rows_, rows_bytes_);
     ::munmap(index_, index_bytes_);
     throw RecordError(std::string("cannot create an eventfd: ") + std::strerror(errno));
@@ -182,7 +182,6 @@ CfiMaps::~CfiMaps() {
   if (worker_.joinable()) worker_.join();
   if (rows_ != nullptr) ::munmap(rows_, rows_bytes_);
   if (index_ != nullptr) ::munmap(index_, index_bytes_);
-  if (ready_fd_ >= 0) ::close(ready_fd_);
 }
 
 void CfiMaps::worker_loop() {
@@ -200,7 +199,7 @@ void CfiMaps::worker_loop() {
     done_.push_back(Done{job.key, std::move(table), job.lookup_only});
     --busy_;
     const uint64_t one = 1;
-    if (::write(ready_fd_, &one, sizeof one) < 0) {
+    if (::write(ready_fd_.get(), &one, sizeof one) < 0) {
       // The counter is full (never in practice): the recorder's poll timeout still comes.
     }
     if (lookups_ == 0 || (jobs_.empty() && busy_ == 0)) idle_.notify_all();
@@ -625,7 +624,7 @@ void CfiMaps::publish(int32_t pid) {
 
 void CfiMaps::poll() {
   uint64_t count = 0;
-  if (::read(ready_fd_, &count, sizeof count) < 0) count = 0;  // EAGAIN: nothing new
+  if (::read(ready_fd_.get(), &count, sizeof count) < 0) count = 0;  // EAGAIN: nothing new
   std::vector<Done> done;
   {
     std::lock_guard lock(mutex_);

@@ -21,10 +21,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hpd/base/proc_maps.h"
+#include "hpd/base/unique_fd.h"
 #include "hpd/unwind/cfi_table.h"
 #include "proc/build_id.h"
 #include "proc/program_modules.h"
-#include "hpd/base/proc_maps.h"
 #include "profile_event.h"
 
 namespace hpd {
@@ -128,7 +129,7 @@ class CfiMaps {
 
   CfiMapStats stats() const;
   // Readable when compiled tables wait for poll(): the recorder polls it with its other descriptors.
-  [[nodiscard]] int ready_fd() const { return ready_fd_; }
+  [[nodiscard]] int ready_fd() const { return ready_fd_.get(); }
 
  private:
   // First-fit ranges of one of the BPF arrays (rows or index buckets).
@@ -200,7 +201,7 @@ class CfiMaps {
   bool lazy_ = false;
   bool use_index_ = true;  // publish each module's index (else the walker searches all its rows)
   std::unordered_map<int32_t, bool> sampled_;  // lazy mode: processes seen in samples
-  int ready_fd_ = -1;                          // eventfd, written by the worker
+  UniqueFd ready_fd_;                          // eventfd, written by the worker
   int rows_fd_;
   int index_fd_;
   int procs_fd_;

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "hpd/capture/capture.h"
+#include "hpd/collect/unwind_cache.h"
 #include "hpd/continuous/continuous.h"
 #include "store_files.h"
 
@@ -89,12 +90,11 @@ void add_note(std::vector<std::string>* notes, std::string note) {
 
 DirectoryLock::DirectoryLock(const fs::path& dir) {
   const fs::path path = dir / kLockName;
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd_ < 0) throw std::runtime_error("cannot create " + path.string() + ": " + errno_text(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd_) throw std::runtime_error("cannot create " + path.string() + ": " + errno_text(errno));
+  if (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
+    fd_.reset();
     if (err == EWOULDBLOCK)
       throw std::runtime_error("another continuous profiler is writing into " + dir.string() + " (it holds " +
                                path.string() + ")");
@@ -102,16 +102,11 @@ DirectoryLock::DirectoryLock(const fs::path& dir) {
   }
 }
 
-DirectoryLock::~DirectoryLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the flock
-}
-
 void fsync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error("cannot open " + dir.string() + ": " + errno_text(errno));
-  const int rc = ::fsync(fd);
+  const UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) throw std::runtime_error("cannot open " + dir.string() + ": " + errno_text(errno));
+  const int rc = ::fsync(fd.get());
   const int err = errno;
-  ::close(fd);
   if (rc != 0) throw std::runtime_error("fsync of " + dir.string() + " failed: " + errno_text(err));
 }
 
@@ -169,7 +164,8 @@ StoreScan scan_store(const fs::path& dir) {
     const std::string name = it->path().filename().string();
     // hpd's own files beside the chunks: the lock, the push cursors, and the unwind-table cache that
     // shares the state directory (daemon/src/service/server.cpp).
-    if (name == kLockName || name.rfind(kPushCursorPrefix, 0) == 0 || name == "unwind-cache") continue;
+    if (name == kLockName || name.rfind(kPushCursorPrefix, 0) == 0 || name == kHpdUnwindCacheDirectoryName)
+      continue;
     uint64_t start = 0;
     const NameKind kind = classify(name, &start);
     struct stat st {};

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include "hpd/base/unique_fd.h"
+
 namespace hpd::continuous {
 
 inline constexpr const char* kTmpSuffix = ".tmp";
@@ -20,12 +22,11 @@ class DirectoryLock {
  public:
   // Throws std::runtime_error when the lock is held elsewhere or cannot be created.
   explicit DirectoryLock(const std::filesystem::path& dir);
-  ~DirectoryLock();
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;  // closing it releases the flock
 };
 
 // fsync of the directory itself, so that a rename or unlink in it survives a power loss.

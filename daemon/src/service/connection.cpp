@@ -133,9 +133,16 @@ void Connection::handle(const Request& request, Frame& frame) {
       case RequestType::kRecord: handle_record(request, frame); break;
     }
   } catch (const std::exception& e) {
-    log_error(std::string("request ") + to_string(request.type) + " failed: " + e.what());
-    send_error(ErrorCode::kInternal, e.what());
+    send_error_for(to_string(request.type), e);
   }
+}
+
+bool Connection::send_error_for(const std::string& request, const std::exception& error) {
+  const ErrorReply reply = error_reply_for(error);
+  if (reply.internal)
+    log_error("request " + request + " of uid " + std::to_string(peer_.uid) + " (pid " +
+              std::to_string(peer_.pid) + ") failed: " + error.what());
+  return send_error(reply.code, reply.text);
 }
 
 }  // namespace hpd::service

@@ -15,6 +15,7 @@
 #include "hpd/collect/recorder.h"
 #include "hpd/service/access.h"
 #include "hpd/service/config.h"
+#include "hpd/service/error_reply.h"
 #include "hpd/service/protocol.h"
 #include "hpd/session/record_pipeline.h"
 #include "hpd/session/record_request.h"
@@ -53,6 +54,9 @@ class Connection {
   // lost_ ends its session.
   bool send(const nlohmann::json& j) { return send_text(json_text(j)); }
   bool send_error(ErrorCode code, const std::string& text) { return send_text(error_message(code, text)); }
+  // The reply to a request that failed with `error`, by its type (error_reply_for); an internal one
+  // is logged with its what() and `request` (the request's type).
+  bool send_error_for(const std::string& request, const std::exception& error);
   bool send_text(const std::string& text);
   // Whether the client leaves its replies unread: bytes stay queued on its socket, none taken, for
   // client_timeout. Called every 100 ms or so while a session records.

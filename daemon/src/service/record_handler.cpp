@@ -270,11 +270,9 @@ std::optional<RecordOptions> Connection::recorder_options(const Request& request
       options.client_gid = peer_.gid;
     }
     validate_record_options(options);
-  } catch (const RecordError& e) {
-    send_error(ErrorCode::kRecordFailed, e.what());
-    return std::nullopt;
   } catch (const std::exception& e) {
-    send_error(ErrorCode::kBadRequest, e.what());
+    // A request's refusal is a bad request, the recorder's a failed recording, anything else internal.
+    send_error_for("record", e);
     return std::nullopt;
   }
   if (request.held_at_exec) {

@@ -38,7 +38,7 @@ namespace {
 // directory; a directory it cannot write is said once in the log.
 void configure_unwind_cache_of(const Config& config) {
   UnwindCacheSettings settings;
-  settings.directory = config.state_directory + "/unwind-cache";
+  settings.directory = config.state_directory + "/" + kHpdUnwindCacheDirectoryName;
   settings.max_bytes = config.max_unwind_cache_mb << 20;
   settings.warn = [](const std::string& text) { log_warning(text); };
   configure_unwind_cache(settings);

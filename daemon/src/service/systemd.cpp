@@ -76,7 +76,8 @@ int take_activation_socket() {
   ::unsetenv("LISTEN_FDNAMES");
   if (!ours) return -1;
   constexpr int kFirst = 3;  // SD_LISTEN_FDS_START
-  for (uint64_t i = 1; i < count && i < 64; ++i) ::close(kFirst + static_cast<int>(i));
+  // hpd listens on one socket: the others passed are closed.
+  for (uint64_t i = 1; i < count && i < 64; ++i) UniqueFd(kFirst + static_cast<int>(i)).reset();
   int type = 0;
   socklen_t size = sizeof type;
   if (::getsockopt(kFirst, SOL_SOCKET, SO_TYPE, &type, &size) != 0 || type != SOCK_STREAM) return -1;

@@ -13,6 +13,10 @@ namespace hpd {
 
 inline constexpr uint64_t kDefaultUnwindCacheBytes = 256ull << 20;
 
+// hpd's cache is this directory of its state directory (daemon/src/service/server.cpp), which it
+// shares with the continuous profile's chunks by default: the chunk scan skips it by this name.
+inline constexpr const char* kHpdUnwindCacheDirectoryName = "unwind-cache";
+
 struct UnwindCacheSettings {
   std::string directory;  // created when missing; empty: no cache on disk
   // Bound on the files' total size: beyond it the least recently used tables are removed. 0: no cache.

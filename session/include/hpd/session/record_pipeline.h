@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/model/profile.h"
 #include "hpd/session/perf_map.h"
@@ -26,13 +27,17 @@ namespace hpd::session {
 
 class MipRecording;
 
-// A record request whose targets make no one recording (the recorder's record_target_problem), worded
-// in the command line's words: the same text from hpctl, locally or before it asks hpd, and from hpd
-// (its `bad_request` error).
+// session's error type for a record request refused as asked: targets that make no one recording (the
+// recorder's record_target_problem, then problem() says which) or options that do not go together
+// (problem() kNone), worded in the command line's words: the same text from hpctl, locally or before
+// it asks hpd, and from hpd (its `bad_request` error, hpd/service/error_reply.h). What fails later
+// (the output's writes: std::runtime_error naming the path, from base's OutputFile and the capture
+// writer) is not a refused request.
 class RecordRequestError : public std::invalid_argument {
  public:
   RecordRequestError(TargetProblem problem, const std::string& what)
       : std::invalid_argument(what), problem_(problem) {}
+  explicit RecordRequestError(const std::string& what) : RecordRequestError(TargetProblem::kNone, what) {}
   [[nodiscard]] TargetProblem problem() const { return problem_; }
 
  private:
@@ -43,7 +48,8 @@ class RecordRequestError : public std::invalid_argument {
 std::string describe_target_problem(TargetProblem problem);
 
 // The recorder's options for `request`, without stop flag or callbacks. Throws RecordRequestError for
-// contradictory or missing targets; the recorder's other checks (validate_record_options) come on top.
+// contradictory or missing targets and options the request may not combine; the recorder's other
+// checks (validate_record_options, RecordError) come on top.
 RecordOptions record_options_from_request(const RecordRequest& request);
 
 // Refuses an output path that cannot be written, before anything is recorded (std::runtime_error): the
@@ -119,7 +125,7 @@ class RecordingOutput {
 
  private:
   RecordRequest request_;
-  int fd_ = -1;  // owned until handed to the capture writer or closed after the Firefox profile
+  UniqueFd fd_;  // owned until handed to the capture writer or closed after the Firefox profile
   std::unique_ptr<OutputFile> file_;  // the output of a path
   void open_spill();
   void read_back_spill(RawProfile& raw);
@@ -127,7 +133,7 @@ class RecordingOutput {
   std::unique_ptr<CaptureWriter> capture_;
   // A Firefox output: the samples streamed to a temporary capture while recording (see open_spill).
   std::unique_ptr<CaptureWriter> spill_;
-  int spill_read_fd_ = -1;
+  UniqueFd spill_read_fd_;
   std::string capture_error_;
   std::unique_ptr<MipRecording> mip_;
   std::vector<std::string> jit_notes_;
