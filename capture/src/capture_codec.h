@@ -34,6 +34,7 @@ enum class BlockType : uint16_t {
   kModuleImages = 10,  // ELF images of modules without a file (the vDSO); optional
   kCallLatency = 11,   // every call latency of hpd's runtime; optional; the last one wins
   kAllocations = 12,   // the sampled allocations of hpd's runtime (--alloc); optional; the last one wins
+  kKernelSymbols = 13,  // kallsyms lines naming the stacks' kernel addresses; optional; the last one wins
   kEnd = 15,           // the recording finished; totals for a consistency check
 };
 
