@@ -14,12 +14,12 @@
 #include <string>
 
 #include "bpf/bpf_recorder.h"
+#include "hpd/base/proc_files.h"
 #include "hpd/base/process.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "perf/perf_privileges.h"
 #include "perf/perf_recorder.h"
-#include "hpd/base/proc_files.h"
 
 namespace hpd {
 

@@ -111,10 +111,11 @@ TEST_P(CaptureCliTest, KernelNamesTravelWithTheCapture) {
                               "bs=64k", "count=150000"}));
   ASSERT_EQ(rec.exit_code, 0) << rec.err;
   const json seen = report_json(hpr);
-  RunResult hidden = run({"unshare", "-m", "sh", "-c",
-                          "mount --bind /dev/null /proc/kallsyms && head -c 1 /proc/kallsyms | wc -c && exec \"$0\" "
-                          "report --json --limit 0 \"$1\"",
-                          kHpctl, hpr});
+  RunResult hidden =
+      run({"unshare", "-m", "sh", "-c",
+           "mount --bind /dev/null /proc/kallsyms && head -c 1 /proc/kallsyms | wc -c && exec \"$0\" "
+           "report --json --limit 0 \"$1\"",
+           kHpctl, hpr});
   ASSERT_EQ(hidden.exit_code, 0) << hidden.err;
   // The mount took: kallsyms reads as empty for that report.
   ASSERT_EQ(hidden.out.substr(0, 2), "0\n") << hidden.out;

@@ -161,7 +161,6 @@ TEST(KernelSymbols, LiveKallsymsWhenReadable) {
   EXPECT_EQ(k.resolve(address + 1).symbol, "entry_SYSCALL_64");
 }
 
-
 // The lines kept for a recording's kernel addresses resolve those addresses exactly as the whole
 // table does: the same name (the first of several at one address), start, size and base, for a
 // module's symbol and a BPF program's, for an address in the last symbol and one past the tail.
@@ -176,19 +175,19 @@ void expect_same(const Location& a, const Location& b, uint64_t address) {
 
 TEST(KernelSymbols, LinesForAddressesResolveThemAsTheWholeTable) {
   KernelSymbols whole;
-  ASSERT_TRUE(whole.load_text(
-      "ffffffff81000000 T _stext\n"
-      "ffffffff81001000 T alias_one\n"
-      "ffffffff81001000 t alias_two\n"
-      "ffffffff81002000 t between\n"
-      "ffffffff81003000 T do_nanosleep\n"
-      "ffffffff81004000 t after_sleep\n"
-      "ffffffffa0001000 t bpf_prog_6deef7357e7b4530_hpd_on_cpu\t[bpf]\n"
-      "ffffffffa0002000 t bpf_prog_0123456789abcdef_other\t[bpf]\n"
-      "ffffffffc0a00000 t mod_func\t[mymod]\n"));
-  const std::vector<uint64_t> addresses{0xffffffff81001010ull, 0xffffffff81003fffull, 0xffffffffa0001004ull,
-                                        0xffffffffc0a00010ull, 0xffffffff80000000ull,
-                                        0xffffffffc0a00000ull + (2 << 20)};
+  ASSERT_TRUE(
+      whole.load_text("ffffffff81000000 T _stext\n"
+                      "ffffffff81001000 T alias_one\n"
+                      "ffffffff81001000 t alias_two\n"
+                      "ffffffff81002000 t between\n"
+                      "ffffffff81003000 T do_nanosleep\n"
+                      "ffffffff81004000 t after_sleep\n"
+                      "ffffffffa0001000 t bpf_prog_6deef7357e7b4530_hpd_on_cpu\t[bpf]\n"
+                      "ffffffffa0002000 t bpf_prog_0123456789abcdef_other\t[bpf]\n"
+                      "ffffffffc0a00000 t mod_func\t[mymod]\n"));
+  const std::vector<uint64_t> addresses{0xffffffff81001010ull, 0xffffffff81003fffull,
+                                        0xffffffffa0001004ull, 0xffffffffc0a00010ull,
+                                        0xffffffff80000000ull, 0xffffffffc0a00000ull + (2 << 20)};
   const std::string lines = whole.lines_for(addresses);
   KernelSymbols kept;
   ASSERT_TRUE(kept.load_text(lines)) << lines;
