@@ -19,6 +19,7 @@ const char* block_name(uint16_t type) {
     case BlockType::kModuleImages: return "module-images";
     case BlockType::kCallLatency: return "call-latency";
     case BlockType::kAllocations: return "allocations";
+    case BlockType::kKernelSymbols: return "kernel-symbols";
     case BlockType::kEnd: return "end";
   }
   return "unknown";

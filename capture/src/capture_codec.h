@@ -22,19 +22,20 @@ inline constexpr size_t kSamplesPerBlock = 65536;
 inline constexpr size_t kStacksPerBlock = 32768;
 
 enum class BlockType : uint16_t {
-  kInfo = 1,           // RecordingInfo, writer, boot id; the last one wins
-  kModules = 2,        // modules appended since the previous block
-  kProcesses = 3,      // processes whose fields changed, with their new or changed mappings
-  kThreads = 4,        // threads whose fields changed
-  kStacks = 5,         // unique stacks appended since the previous block
-  kSamples = 6,        // samples appended since the previous block
-  kCallEdges = 7,      // every call edge; the last one wins
-  kLost = 8,           // profile-wide lost counts; the last one wins
-  kMip = 9,            // every MIP snapshot; optional (written without the required flag); the last one wins
-  kModuleImages = 10,  // ELF images of modules without a file (the vDSO); optional
-  kCallLatency = 11,   // every call latency of hpd's runtime; optional; the last one wins
-  kAllocations = 12,   // the sampled allocations of hpd's runtime (--alloc); optional; the last one wins
-  kEnd = 15,           // the recording finished; totals for a consistency check
+  kInfo = 1,            // RecordingInfo, writer, boot id; the last one wins
+  kModules = 2,         // modules appended since the previous block
+  kProcesses = 3,       // processes whose fields changed, with their new or changed mappings
+  kThreads = 4,         // threads whose fields changed
+  kStacks = 5,          // unique stacks appended since the previous block
+  kSamples = 6,         // samples appended since the previous block
+  kCallEdges = 7,       // every call edge; the last one wins
+  kLost = 8,            // profile-wide lost counts; the last one wins
+  kMip = 9,             // every MIP snapshot; optional (written without the required flag); the last one wins
+  kModuleImages = 10,   // ELF images of modules without a file (the vDSO); optional
+  kCallLatency = 11,    // every call latency of hpd's runtime; optional; the last one wins
+  kAllocations = 12,    // the sampled allocations of hpd's runtime (--alloc); optional; the last one wins
+  kKernelSymbols = 13,  // kallsyms lines naming the stacks' kernel addresses; optional; the last one wins
+  kEnd = 15,            // the recording finished; totals for a consistency check
 };
 
 inline constexpr uint16_t kFlagZstd = 1;      // payload is one zstd frame

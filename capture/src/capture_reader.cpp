@@ -46,6 +46,7 @@ class BlockApplier {
       case BlockType::kModuleImages: module_images(d); return true;
       case BlockType::kCallLatency: latency(d); return true;
       case BlockType::kAllocations: allocations(d); return true;
+      case BlockType::kKernelSymbols: p_.kernel_symbols = d.str(); return true;
       case BlockType::kEnd: end(d); return true;
     }
     return false;

@@ -110,6 +110,7 @@ struct CaptureWriter::State {
   // MIP snapshots are only ever appended, so their count says whether a new block is due.
   size_t mip_snapshots = 0;
   LostCounts lost;
+  std::string kernel_symbols;
   Encoder enc;
   std::vector<uint8_t> compressed;
 
@@ -453,6 +454,14 @@ struct CaptureWriter::State {
     mip_snapshots = p.mip_snapshots.size();
   }
 
+  // Optional: a reader that skips it names kernel frames from the kallsyms of the boot it runs in.
+  void write_kernel_symbols(const RawProfile& p) {
+    if (p.kernel_symbols == kernel_symbols) return;
+    enc.str(p.kernel_symbols);
+    emit(BlockType::kKernelSymbols, false);
+    kernel_symbols = p.kernel_symbols;
+  }
+
   void write_lost(const RawProfile& p) {
     if (same_lost(lost, p.lost)) return;
     encode_lost(enc, p.lost);
@@ -528,6 +537,7 @@ void CaptureWriter::flush(const RawProfile& profile) {
   s.write_latency(profile);
   s.write_allocations(profile);
   s.write_mip(profile);
+  s.write_kernel_symbols(profile);
   s.write_lost(profile);
 }
 

@@ -80,8 +80,9 @@ SymbolizedCapture symbolize_recording(RawProfile& raw, std::vector<std::string> 
 
   ConvertOptions options;
   options.kernel_frames = raw.info.kernel_frames;
-  if (options.kernel_frames && has_kernel_addresses(raw) && !same_kernel) {
-    // Another boot (or machine) has other kernel addresses: symbols from this kallsyms would be wrong.
+  if (options.kernel_frames && has_kernel_addresses(raw) && !same_kernel && raw.kernel_symbols.empty()) {
+    // Another boot (or machine) has other kernel addresses: symbols from this kallsyms would be wrong,
+    // and the recording kept none of its own (an older capture, or a recording that could not read them).
     options.kallsyms_path = "";
     if (!other_kernel_note.empty()) out.notes.push_back(other_kernel_note);
   }

@@ -295,6 +295,12 @@ class Converter {
       kernel_loaded_ = true;
       if (options_.kernel_symbols) {
         kernel_ = options_.kernel_symbols;
+      } else if (!raw_.kernel_symbols.empty()) {
+        // The lines the recording kept of the kallsyms it ran under (a capture read back): right in
+        // any boot, and for BPF programs and modules unloaded since.
+        auto kept = std::make_shared<KernelSymbols>();
+        kept->load_text(raw_.kernel_symbols);
+        kernel_ = std::move(kept);
       } else {
         auto loaded = std::make_shared<KernelSymbols>();
         loaded->load(options_.kallsyms_path);

@@ -123,6 +123,45 @@ bool KernelSymbols::load_text(std::string_view text) {
   return finish();
 }
 
+std::string KernelSymbols::lines_for(std::span<const uint64_t> addresses) const {
+  if (symbols_.empty()) return {};
+  std::vector<size_t> picked{0};
+  for (const uint64_t address : addresses) {
+    auto it = std::upper_bound(symbols_.begin(), symbols_.end(), address,
+                               [](uint64_t a, const Symbol& s) { return a < s.address; });
+    if (it == symbols_.begin()) continue;
+    const auto next = it;
+    --it;
+    if (next == symbols_.end() && address - it->address >= kTailSlack) continue;
+    while (it != symbols_.begin() && std::prev(it)->address == it->address) --it;
+    picked.push_back(static_cast<size_t>(it - symbols_.begin()));
+    if (next != symbols_.end()) picked.push_back(static_cast<size_t>(next - symbols_.begin()));
+  }
+  std::sort(picked.begin(), picked.end());
+  picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+  std::string out;
+  char hex[17];
+  for (const size_t i : picked) {
+    const Symbol& s = symbols_[i];
+    const auto [end, ec] = std::to_chars(hex, hex + sizeof hex, s.address, 16);
+    out.append(hex, end);
+    out += ' ';
+    out += s.type;
+    out += ' ';
+    // A module's symbol is stored as "func [module]"; kallsyms writes "func\t[module]".
+    std::string_view n = name(s);
+    if (const size_t bracket = n.rfind(" ["); bracket != std::string_view::npos && n.back() == ']') {
+      out.append(n.substr(0, bracket));
+      out += '\t';
+      out.append(n.substr(bracket + 1));
+    } else {
+      out.append(n);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
 Location KernelSymbols::resolve(uint64_t address) const {
   Location loc;
   loc.rel_address = address - base();

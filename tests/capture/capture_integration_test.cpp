@@ -100,6 +100,34 @@ TEST_P(CaptureCliTest, CaptureGivesTheSameReportAsTheRecording) {
   EXPECT_EQ(json::parse(in), from_capture);
 }
 
+// The kernel's names travel with the capture: hpctl report names the kernel frames of a capture
+// the same whether /proc/kallsyms can be read or not (here it is hidden by a bind mount of /dev/null
+// in a mount namespace of the report's own), as it would be in another boot, or after the BPF
+// programs and modules the samples hit were unloaded (hpd's own programs are, when hpctl exits).
+TEST_P(CaptureCliTest, KernelNamesTravelWithTheCapture) {
+  const std::string hpr = path("kernel.hpr");
+  // dd copying between /dev/zero and /dev/null spends its time in read() and write(): kernel frames.
+  RunResult rec = run(record({"-o", hpr, "--no-report", "-q", "--", "/bin/dd", "if=/dev/zero", "of=/dev/null",
+                              "bs=64k", "count=150000"}));
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  const json seen = report_json(hpr);
+  RunResult hidden =
+      run({"unshare", "-m", "sh", "-c",
+           "mount --bind /dev/null /proc/kallsyms && head -c 1 /proc/kallsyms | wc -c && exec \"$0\" "
+           "report --json --limit 0 \"$1\"",
+           kHpctl, hpr});
+  ASSERT_EQ(hidden.exit_code, 0) << hidden.err;
+  // The mount took: kallsyms reads as empty for that report.
+  ASSERT_EQ(hidden.out.substr(0, 2), "0\n") << hidden.out;
+  EXPECT_EQ(json::parse(hidden.out.substr(2)), seen);
+  // And it names kernel functions (of the kernel image: dd's read() and write() paths).
+  const std::string text = seen.dump();
+  EXPECT_NE(text.find("[kernel.kallsyms]"), std::string::npos);
+  EXPECT_TRUE(text.find("vfs_read") != std::string::npos || text.find("ksys_read") != std::string::npos ||
+              text.find("vfs_write") != std::string::npos || text.find("ksys_write") != std::string::npos)
+      << text.substr(0, 2000);
+}
+
 TEST_P(CaptureCliTest, PprofAndCollapsedHoldTheReportTotals) {
   const std::string hpr = path("run.hpr");
   ASSERT_EQ(

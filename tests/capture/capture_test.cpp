@@ -431,6 +431,46 @@ TEST_F(CaptureTest, ModuleImagesAreAnOptionalBlock) {
   EXPECT_EQ(diff_raw_profiles(expected, old_style.profile), "");
 }
 
+// The kallsyms lines a recording kept for its kernel addresses: an optional block (an older reader
+// skips it and names kernel frames from the kallsyms of its own boot), written once unless they change.
+TEST_F(CaptureTest, KernelSymbolLinesAreAnOptionalBlock) {
+  RawProfile profile = make_raw_profile(200);
+  ASSERT_FALSE(profile.kernel_symbols.empty());
+  write_capture_file(profile, path("k.hpr"));
+  const std::vector<uint8_t> bytes = read_bytes(path("k.hpr"));
+  std::vector<uint8_t> without(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
+  const std::vector<size_t> offsets = block_offsets(bytes);
+  size_t blocks = 0;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const size_t end = i + 1 < offsets.size() ? offsets[i + 1] : bytes.size();
+    if (capture::get_le16(bytes.data() + offsets[i]) == 13) {
+      ++blocks;
+      EXPECT_EQ(capture::get_le16(bytes.data() + offsets[i] + 2) & capture::kFlagRequired, 0);
+      continue;
+    }
+    without.insert(without.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  EXPECT_EQ(blocks, 1u);
+  EXPECT_EQ(read_capture(bytes).profile.kernel_symbols, profile.kernel_symbols);
+  const CaptureContents old_style = read_capture(without);
+  EXPECT_TRUE(old_style.info.complete);
+  EXPECT_EQ(old_style.profile.kernel_symbols, "");
+
+  // Streamed: a second flush with the same lines writes no second block; changed lines do.
+  CaptureWriter writer(path("s.hpr"));
+  writer.flush(profile);
+  writer.flush(profile);
+  profile.kernel_symbols += "ffffffffc0a00000 t mod_func\t[mymod]\n";
+  writer.finish(profile);
+  const std::vector<uint8_t> streamed = read_bytes(path("s.hpr"));
+  size_t streamed_blocks = 0;
+  for (const size_t offset : block_offsets(streamed))
+    streamed_blocks += capture::get_le16(streamed.data() + offset) == 13 ? 1 : 0;
+  EXPECT_EQ(streamed_blocks, 2u);
+  EXPECT_EQ(read_capture(streamed).profile.kernel_symbols, profile.kernel_symbols);
+}
+
 TEST_F(CaptureTest, GarbageAndDamagedHeadersAreClearErrors) {
   std::mt19937_64 rng(42);
   std::vector<uint8_t> garbage(4096);

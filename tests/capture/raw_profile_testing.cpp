@@ -128,6 +128,8 @@ RawProfile make_raw_profile(size_t samples) {
   p.lost.throttle_events = 2;
   p.lost.stack_failures = 1;
   p.lost.truncated_stacks = 2;
+  p.kernel_symbols =
+      "ffffffff81000000 T _stext\nffffffffa0001000 t bpf_prog_6deef7357e7b4530_hpd_on_cpu\t[bpf]\n";
   return p;
 }
 
@@ -224,6 +226,7 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
         l.free_time_ns != m.free_time_ns || l.free_tid != m.free_tid)
       return "allocation " + std::to_string(i) + " differs";
   }
+  if (a.kernel_symbols != b.kernel_symbols) return "kernel symbol lines differ";
   return lost_diff(a.lost, b.lost, "profile");
 }
 

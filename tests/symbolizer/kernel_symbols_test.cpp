@@ -161,5 +161,66 @@ TEST(KernelSymbols, LiveKallsymsWhenReadable) {
   EXPECT_EQ(k.resolve(address + 1).symbol, "entry_SYSCALL_64");
 }
 
+// The lines kept for a recording's kernel addresses resolve those addresses exactly as the whole
+// table does: the same name (the first of several at one address), start, size and base, for a
+// module's symbol and a BPF program's, for an address in the last symbol and one past the tail.
+void expect_same(const Location& a, const Location& b, uint64_t address) {
+  SCOPED_TRACE(::testing::Message() << std::hex << address);
+  EXPECT_EQ(a.found, b.found);
+  EXPECT_EQ(a.symbol, b.symbol);
+  EXPECT_EQ(a.symbol_address, b.symbol_address);
+  EXPECT_EQ(a.symbol_size, b.symbol_size);
+  EXPECT_EQ(a.rel_address, b.rel_address);
+}
+
+TEST(KernelSymbols, LinesForAddressesResolveThemAsTheWholeTable) {
+  KernelSymbols whole;
+  ASSERT_TRUE(
+      whole.load_text("ffffffff81000000 T _stext\n"
+                      "ffffffff81001000 T alias_one\n"
+                      "ffffffff81001000 t alias_two\n"
+                      "ffffffff81002000 t between\n"
+                      "ffffffff81003000 T do_nanosleep\n"
+                      "ffffffff81004000 t after_sleep\n"
+                      "ffffffffa0001000 t bpf_prog_6deef7357e7b4530_hpd_on_cpu\t[bpf]\n"
+                      "ffffffffa0002000 t bpf_prog_0123456789abcdef_other\t[bpf]\n"
+                      "ffffffffc0a00000 t mod_func\t[mymod]\n"));
+  const std::vector<uint64_t> addresses{0xffffffff81001010ull, 0xffffffff81003fffull,
+                                        0xffffffffa0001004ull, 0xffffffffc0a00010ull,
+                                        0xffffffff80000000ull, 0xffffffffc0a00000ull + (2 << 20)};
+  const std::string lines = whole.lines_for(addresses);
+  KernelSymbols kept;
+  ASSERT_TRUE(kept.load_text(lines)) << lines;
+  // Only what the addresses need: the base, each holder and the symbol after it.
+  EXPECT_EQ(lines,
+            "ffffffff81000000 T _stext\n"
+            "ffffffff81001000 T alias_one\n"
+            "ffffffff81002000 t between\n"
+            "ffffffff81003000 T do_nanosleep\n"
+            "ffffffff81004000 t after_sleep\n"
+            "ffffffffa0001000 t bpf_prog_6deef7357e7b4530_hpd_on_cpu\t[bpf]\n"
+            "ffffffffa0002000 t bpf_prog_0123456789abcdef_other\t[bpf]\n"
+            "ffffffffc0a00000 t mod_func\t[mymod]\n");
+  for (const uint64_t a : addresses) expect_same(kept.resolve(a), whole.resolve(a), a);
+  EXPECT_EQ(kept.base(), whole.base());
+  EXPECT_EQ(KernelSymbols().lines_for(addresses), "");
+}
+
+TEST(KernelSymbols, LinesForTheLiveTableResolveEveryAddressAsIt) {
+  KernelSymbols live;
+  if (!live.load("/proc/kallsyms")) GTEST_SKIP() << "kallsyms hidden (kptr_restrict or not root)";
+  // Addresses spread over the whole table, in and between symbols.
+  std::vector<uint64_t> addresses;
+  const auto& symbols = live.symbols();
+  for (size_t i = 0; i < symbols.size(); i += 97) {
+    addresses.push_back(symbols[i].address);
+    addresses.push_back(symbols[i].address + 7);
+  }
+  KernelSymbols kept;
+  ASSERT_TRUE(kept.load_text(live.lines_for(addresses)));
+  EXPECT_LT(kept.size(), live.size() / 20);
+  for (const uint64_t a : addresses) expect_same(kept.resolve(a), live.resolve(a), a);
+}
+
 }  // namespace
 }  // namespace hpd

@@ -133,6 +133,17 @@ class ChunkMerger {
     out_.lost.throttle_events += in.lost.throttle_events;
     out_.lost.stack_failures += in.lost.stack_failures;
     out_.lost.truncated_stacks += in.lost.truncated_stacks;
+    // The kallsyms lines each chunk kept for its kernel addresses, each line once: chunks of one boot
+    // share the kernel's addresses (BPF programs loaded and unloaded between chunks included).
+    std::string_view lines = in.kernel_symbols;
+    while (!lines.empty()) {
+      const size_t end = std::min(lines.find('\n'), lines.size());
+      if (end != 0 && kernel_lines_.emplace(lines.substr(0, end)).second) {
+        out_.kernel_symbols.append(lines.substr(0, end));
+        out_.kernel_symbols += '\n';
+      }
+      lines.remove_prefix(std::min(end + 1, lines.size()));
+    }
   }
 
   LoadedChunks finish() {
@@ -156,6 +167,7 @@ class ChunkMerger {
     // Registration times before the window would start the tracks before the profile does.
     for (RawProcess& p : out_.processes) p.start_ns = std::max(p.start_ns, out_.info.start_mono_ns);
     for (RawThread& t : out_.threads) t.start_ns = std::max(t.start_ns, out_.info.start_mono_ns);
+    if (mixed_boots_) out_.kernel_symbols.clear();  // one boot's names would misname another's addresses
     if (mixed_boots_)
       note(
           "the chunks come from several boots: kernel frames stay addresses, and times of other boots are "
@@ -289,6 +301,7 @@ class ChunkMerger {
   uint64_t since_, until_;
   std::vector<std::string>* notes_;
   RawProfile out_;
+  std::unordered_set<std::string> kernel_lines_;
   RecordingInfo reference_;
   std::string boot_id_;
   bool mixed_boots_ = false;

@@ -337,6 +337,11 @@ struct RawProfile {
   std::vector<RawAllocation> allocations;
   RawAllocStats alloc;
   LostCounts lost;
+  // The kernel symbols that name the stacks' kernel addresses, as /proc/kallsyms listed them while
+  // the recording ran (its lines, in its format: each symbol hit, the symbol after it, and the lowest
+  // one): a capture converted later, or in another boot, names its kernel frames, BPF programs and
+  // modules unloaded since included. Empty: read /proc/kallsyms when symbolizing.
+  std::string kernel_symbols;
 
   // Every sample of the recording: those released and those still held.
   [[nodiscard]] uint64_t sample_count() const { return sample_offset + samples.size(); }

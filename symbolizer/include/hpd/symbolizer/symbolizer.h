@@ -223,6 +223,11 @@ class KernelSymbols {
   // extends to the next one; addresses below the first symbol or more than 1 MiB past the last
   // are not found. Addresses in the Location are relative to base().
   Location resolve(uint64_t address) const;
+  // The lines of /proc/kallsyms (its format) that resolve `addresses` the same way from a table
+  // loaded with load_text: the lowest symbol (the base), and for each address found the symbol that
+  // holds it (the first name at its address) and the one after it (where it ends). Each line once,
+  // in address order. Empty when the table is.
+  std::string lines_for(std::span<const uint64_t> addresses) const;
 
  private:
   void add_line(std::string_view line);
