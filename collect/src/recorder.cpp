@@ -313,23 +313,6 @@ uint64_t first_on_cpu_sample(const RawProfile& profile) {
   return first;
 }
 
-// Keeps in the profile the kallsyms lines that name its kernel addresses (RawProfile::kernel_symbols),
-// so that a capture names them as this recording would have: later, in another boot, and for the BPF
-// programs (hpd's own among them) and modules that exist only while they are loaded. Each address is
-// looked up as itself and one byte back, as the symbolizer may look it up either way.
-void keep_kernel_symbol_lines(RawProfile& profile, const KernelSymbols& symbols) {
-  std::vector<uint64_t> addresses;
-  for (uint32_t i = 0; i < profile.stacks.size(); ++i) {
-    for (const uint64_t a : profile.stacks.kernel_frames(i)) {
-      addresses.push_back(a);
-      if (a != 0) addresses.push_back(a - 1);
-    }
-  }
-  std::sort(addresses.begin(), addresses.end());
-  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
-  if (!addresses.empty()) profile.kernel_symbols = symbols.lines_for(addresses);
-}
-
 }  // namespace
 
 RecordResult record(const RecordOptions& options) {
@@ -362,7 +345,9 @@ RecordResult record(const RecordOptions& options) {
   }
   result.profile.info.requested_mono_ns = requested;
   result.profile.info.first_sample_mono_ns = first_on_cpu_sample(result.profile);
-  if (result.kernel_symbols) keep_kernel_symbol_lines(result.profile, *result.kernel_symbols);
+  // Names for the kernel addresses, kept with the profile (a capture carries them).
+  if (result.kernel_symbols)
+    result.profile.kernel_symbols = kernel_symbol_lines(result.profile, *result.kernel_symbols);
   return result;
 }
 

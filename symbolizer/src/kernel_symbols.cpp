@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "hpd/base/unique_fd.h"
+#include "hpd/model/raw_profile.h"
 #include "hpd/symbolizer/symbolizer.h"
 
 namespace hpd {
@@ -160,6 +161,25 @@ std::string KernelSymbols::lines_for(std::span<const uint64_t> addresses) const 
     out += '\n';
   }
   return out;
+}
+
+std::string kernel_symbol_lines(const RawProfile& profile, const KernelSymbols& symbols,
+                                std::vector<uint64_t>* unresolved) {
+  std::vector<uint64_t> addresses;
+  for (uint32_t i = 0; i < profile.stacks.size(); ++i) {
+    for (const uint64_t a : profile.stacks.kernel_frames(i)) {
+      addresses.push_back(a);
+      if (a != 0) addresses.push_back(a - 1);
+    }
+  }
+  std::sort(addresses.begin(), addresses.end());
+  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+  if (unresolved != nullptr) {
+    unresolved->clear();
+    for (const uint64_t a : addresses)
+      if (!symbols.resolve(a).found) unresolved->push_back(a);
+  }
+  return addresses.empty() ? std::string() : symbols.lines_for(addresses);
 }
 
 Location KernelSymbols::resolve(uint64_t address) const {

@@ -13,12 +13,14 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <unordered_set>
 
 #include "chunk_cut.h"
 #include "chunk_pusher.h"
 #include "hpd/capture/capture.h"
 #include "hpd/continuous/continuous.h"
 #include "hpd/session/otlp_push.h"
+#include "hpd/symbolizer/symbolizer.h"
 #include "store_files.h"
 
 namespace hpd::continuous {
@@ -92,6 +94,10 @@ struct ContinuousProfiler::State {
   std::unique_ptr<DirectoryLock> lock;
   fs::path locked_dir;
   uint64_t previous_end_mono = 0;  // end of the last chunk's recording, for the gap; 0 = none
+  // /proc/kallsyms as the chunks' kernel names are taken from (keep_kernel_names); owned by the
+  // recording thread.
+  std::unique_ptr<KernelSymbols> kernel_symbols;
+  std::unordered_set<uint64_t> kernel_unknown;  // addresses the last read of kallsyms did not hold
 
   void note(std::string text) {
     std::lock_guard<std::mutex> guard(mutex);
@@ -229,6 +235,31 @@ struct ContinuousProfiler::State {
     chunk.cut.profile().release_samples();
   }
 
+  // The kallsyms lines that name the chunk's kernel addresses (RawProfile::kernel_symbols), so that
+  // the chunk names them alone: later, in another boot, after hpd's own BPF programs and the modules
+  // its samples hit were unloaded. /proc/kallsyms is read at the first chunk (the collection's
+  // programs are loaded by then), and again only when a chunk holds an address that no read held
+  // (a module or program loaded since): not once a chunk for addresses kallsyms never lists.
+  void keep_kernel_names(RawProfile& profile) {
+    if (!profile.info.kernel_frames) return;
+    auto read = [this] {
+      kernel_symbols = std::make_unique<KernelSymbols>();
+      kernel_symbols->load();
+      kernel_unknown.clear();
+    };
+    const bool first = !kernel_symbols;
+    if (first) read();
+    std::vector<uint64_t> unknown;
+    std::string lines = kernel_symbol_lines(profile, *kernel_symbols, &unknown);
+    if (!first && std::any_of(unknown.begin(), unknown.end(),
+                              [&](uint64_t a) { return !kernel_unknown.contains(a); })) {
+      read();
+      lines = kernel_symbol_lines(profile, *kernel_symbols, &unknown);
+    }
+    kernel_unknown.insert(unknown.begin(), unknown.end());
+    profile.kernel_symbols = std::move(lines);
+  }
+
   // The end block, the rename, the figures; an empty chunk (an idle system) leaves no file.
   void finish_chunk(std::unique_ptr<Chunk> chunk, const RawProfile& live, uint64_t end_mono,
                     uint64_t requested_mono) {
@@ -239,6 +270,7 @@ struct ContinuousProfiler::State {
     if (samples == 0) {
       discard_chunk(chunk);
     } else {
+      keep_kernel_names(profile);
       chunk->writer->finish(profile);  // fsyncs
       chunk->writer.reset();
       rename_durably(chunk->tmp_path, chunk->final_path);

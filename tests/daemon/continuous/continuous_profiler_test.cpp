@@ -20,6 +20,7 @@
 #include "firefox_lint.h"
 #include "hpd/capture/capture.h"
 #include "hpd/continuous/continuous.h"
+#include "hpd/symbolizer/symbolizer.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -63,6 +64,7 @@ class ContinuousTest : public ::testing::Test {
 
 TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
   test::Background fixture({kCpuSplit, "30"});
+  test::Background in_kernel({"/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=64k"});
   ContinuousProfiler profiler(options(2));
   profiler.start();
   ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= 3; })) << profiler.stats().last_error;
@@ -78,7 +80,7 @@ TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
   EXPECT_TRUE(scan.notes.empty());
   ASSERT_EQ(scan.chunks.size(), stats.chunks_written);
   EXPECT_EQ(stats.chunks_on_disk, scan.chunks.size());
-  uint64_t bytes = 0, fixture_samples = 0;
+  uint64_t bytes = 0, fixture_samples = 0, kernel_addresses = 0, kept_found = 0, live_found = 0;
   uint64_t previous_end_mono = 0;
   for (size_t i = 0; i < scan.chunks.size(); ++i) {
     const ChunkFile& c = scan.chunks[i];
@@ -111,7 +113,34 @@ TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
         has_build_id |= !contents.profile.modules[m.module].build_id.empty();
       EXPECT_TRUE(has_build_id);
     }
+    // Every chunk names its own kernel frames (dd runs in read() and write()): the kallsyms lines it
+    // keeps name each kernel address of its stacks as /proc/kallsyms does now, and those kallsyms
+    // no longer lists (the collection's BPF programs, unloaded by stop()) as well.
+    size_t chunk_kernel_addresses = 0;
+    for (uint32_t s = 0; s < contents.profile.stacks.size(); ++s)
+      chunk_kernel_addresses += contents.profile.stacks.kernel_frames(s).size();
+    kernel_addresses += chunk_kernel_addresses;
+    if (chunk_kernel_addresses == 0) {
+      EXPECT_EQ(contents.profile.kernel_symbols, "") << c.path;
+      continue;
+    }
+    KernelSymbols kept, live;
+    ASSERT_TRUE(live.load());
+    ASSERT_TRUE(kept.load_text(contents.profile.kernel_symbols)) << c.path;
+    for (uint32_t s = 0; s < contents.profile.stacks.size(); ++s) {
+      for (const uint64_t a : contents.profile.stacks.kernel_frames(s)) {
+        const Location k = kept.resolve(a), l = live.resolve(a);
+        kept_found += k.found;
+        live_found += l.found;
+        if (l.found) {
+          EXPECT_EQ(k.symbol, l.symbol) << std::hex << a;
+        }
+      }
+    }
   }
+  EXPECT_GT(kernel_addresses, 0u);
+  EXPECT_GT(live_found, 0u);
+  EXPECT_GE(kept_found, live_found);
   EXPECT_EQ(stats.bytes_on_disk, bytes);
   EXPECT_GT(fixture_samples, 10u);
   EXPECT_EQ(stats.collections, 1u);

@@ -238,4 +238,14 @@ class KernelSymbols {
   bool any_nonzero_ = false;
 };
 
+struct RawProfile;  // hpd/model/raw_profile.h
+
+// The lines of `symbols` that name the kernel addresses of `profile`'s stacks (KernelSymbols::lines_for,
+// each address as itself and one byte back, as the symbolizer may look it up either way): what
+// RawProfile::kernel_symbols keeps, so that a capture names its kernel frames as the recording would
+// have, later, in another boot, and for the BPF programs and modules loaded only while it ran. When
+// `unresolved` is given, it receives those addresses `symbols` does not hold.
+std::string kernel_symbol_lines(const RawProfile& profile, const KernelSymbols& symbols,
+                                std::vector<uint64_t>* unresolved = nullptr);
+
 }  // namespace hpd
