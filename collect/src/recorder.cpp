@@ -13,11 +13,11 @@
 #include <string>
 
 #include "bpf/bpf_recorder.h"
+#include "hpd/base/proc_files.h"
 #include "hpd/base/process.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "perf/perf_privileges.h"
 #include "perf/perf_recorder.h"
-#include "hpd/base/proc_files.h"
 
 namespace hpd {
 
@@ -200,10 +200,11 @@ void validate_record_options(const RecordOptions& options) {
     throw RecordError(std::string(options.all_processes ? "--all" : "--cgroup") +
                       " needs the eBPF backend; drop --backend perf");
   }
-  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0) {
+  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0 &&
+      options.pids.empty()) {
     throw RecordError(
-        "--alloc is not supported for --pid, --all or --cgroup yet: it samples the allocations of a command "
-        "hpctl launches (hpctl record --alloc -- CMD)");
+        "--alloc is not supported for --all or --cgroup: it samples the allocations of a command hpctl "
+        "launches (hpctl record --alloc -- CMD) or of processes given with --pid");
   }
   if (options.frequency_hz == 0 || options.frequency_hz > kMaxFrequencyHz) {
     throw RecordError("sampling frequency must be between 1 and " + std::to_string(kMaxFrequencyHz) +

@@ -128,8 +128,9 @@ int main(int argc, char** argv) {
   free_nulls_and_early();
 
   char truth[512];
-  const int n = snprintf(truth, sizeof truth, "large_blocks %d %d 0\nsmall_blocks %d %d 0\nleak_blocks %d %d %d\n",
-                         LARGE_N, LARGE_SIZE, SMALL_N, SMALL_SIZE, LEAK_N, LEAK_SIZE, LEAK_N);
+  const int n =
+      snprintf(truth, sizeof truth, "large_blocks %d %d 0\nsmall_blocks %d %d 0\nleak_blocks %d %d %d\n",
+               LARGE_N, LARGE_SIZE, SMALL_N, SMALL_SIZE, LEAK_N, LEAK_SIZE, LEAK_N);
   put_file(dir, "truth", truth, (size_t)n);
   put_file(dir, "done", "done\n", 5);
 

@@ -349,10 +349,20 @@ TEST(AllocRecord, AMeanAloneIsRefusedWithAClearMessage) {
   EXPECT_NE(m.err.find("--alloc-mean goes with --alloc"), std::string::npos) << m.err;
 }
 
-bool wait_for_file(const std::string& path, double timeout_s) {
+// Whether process `pid` (a child not reaped yet) still runs: not gone, not a zombie.
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+}
+
+// Waits for `path` to exist, as long as `alive` (when given) runs.
+bool wait_for_file(const std::string& path, double timeout_s, pid_t alive = 0) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (std::chrono::steady_clock::now() < end) {
     if (std::filesystem::exists(path)) return true;
+    if (alive != 0 && !running(alive)) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -375,18 +385,21 @@ TEST(AllocRecord, PidAttachesToARunningProcessAndMatchesItsTruth) {
   const hpd::testing::TempDir dir("hpd-alloc-pid");
   hpd::test::Background target({fixture("alloc_pid_nofp"), dir.path()});
   ASSERT_TRUE(wait_for_file(dir.file("ready"), 60));
+  const pid_t target_pid = target.pid();
   const std::string out = dir.file("pid.hpr");
   const std::string err = dir.file("hpctl.err");
-  hpd::test::Background recorder({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", HPD_HPCTL_PATH,
-                                  "--local", "record", "--alloc", "--alloc-mean", "4096", "--no-report", "-o",
-                                  out, "--pid", std::to_string(target.pid()), "-d", "600"},
-                                 {.stdout_path = dir.file("hpctl.out")});
-  ASSERT_TRUE(wait_for_file(dir.file("done"), 300)) << read_file(dir.file("hpctl.err"));
+  hpd::test::BackgroundOptions recorder_options;
+  recorder_options.stdout_path = dir.file("hpctl.out");
+  hpd::test::Background recorder(
+      {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", HPD_HPCTL_PATH, "--local", "record", "--alloc",
+       "--alloc-mean", "4096", "--no-report", "-o", out, "--pid", std::to_string(target_pid), "-d", "600"},
+      recorder_options);
+  ASSERT_TRUE(wait_for_file(dir.file("done"), 300, recorder.pid())) << read_file(dir.file("hpctl.err"));
   ASSERT_EQ(recorder.terminate(120), 0) << read_file(dir.file("hpctl.err"));
   const std::string summary = read_file(dir.file("hpctl.err"));
   // Detached: the fixture saw its functions' code restored, its memory intact, and allocated again.
   ASSERT_EQ(target.wait(), 0) << summary;
-  EXPECT_NE(summary.find("allocations (uprobes on pid " + std::to_string(target.pid())), std::string::npos)
+  EXPECT_NE(summary.find("allocations (uprobes on pid " + std::to_string(target_pid)), std::string::npos)
       << summary;
   // The 1,000 frees of blocks allocated before the attach, and most frees of the small blocks (not
   // sampled), are counted as frees of unsampled addresses; the 1,000 free(NULL) apart.
