@@ -22,6 +22,7 @@
 
 #include "alloc.skel.h"
 #include "alloc_event.h"
+#include "hpd/base/elf.h"
 #include "hpd/base/proc_maps.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/call_counter.h"
@@ -80,11 +81,9 @@ bool file_offset_of(Elf* elf, uint64_t vaddr, uint64_t& offset) {
 // first name, in kAllocatorFunctions's order, at each offset).
 std::vector<std::pair<std::string, uint64_t>> allocator_functions(const std::string& file) {
   std::vector<std::pair<std::string, uint64_t>> out;
-  const UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return out;
-  elf_version(EV_CURRENT);
-  Elf* elf = elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr);
-  if (elf == nullptr) return out;
+  const OpenedElf opened = OpenedElf::open(file, ELF_C_READ);
+  if (!opened || !opened.view().is_elf()) return out;
+  Elf* elf = opened.get();
   std::map<std::string, uint64_t> found;
   Elf_Scn* scn = nullptr;
   while ((scn = elf_nextscn(elf, scn)) != nullptr) {
@@ -109,7 +108,6 @@ std::vector<std::pair<std::string, uint64_t>> allocator_functions(const std::str
       }
     }
   }
-  elf_end(elf);
   std::set<uint64_t> offsets;
   for (size_t f = 0; f < kAllocatorFunctionCount; ++f) {
     auto it = found.find(kAllocatorFunctions[f]);
