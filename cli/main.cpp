@@ -147,8 +147,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   record->add_flag("--alloc", rec.alloc,
                    "Sample the allocations of the launched command (malloc, calloc, realloc, free, the "
-                   "aligned ones, C++ new/delete) in hpd's preloaded runtime: allocated and still-live "
-                   "bytes per call stack (a local recording; not for --pid yet)");
+                   "aligned ones, C++ new/delete) in hpd's preloaded runtime, or of a --pid process "
+                   "through uprobes on its allocator: allocated and still-live bytes per call stack");
   record
       ->add_option("--alloc-mean", rec.alloc_mean,
                    "With --alloc: one sample per this many bytes allocated on average (a Poisson "
@@ -276,8 +276,9 @@ int main(int argc, char** argv) {
       "convert",
       "Symbolize a capture (.hpr) or perf.data, or re-export a profile: Firefox JSON, pprof, collapsed "
       "stacks, report, an LLVM sample profile for clang -fprofile-sample-use, a symbol order for lld");
-  convert->add_option("input", conv.input,
-                      "A capture (.hpr), perf's perf.data, or a Firefox profile written by hpctl")
+  convert
+      ->add_option("input", conv.input,
+                   "A capture (.hpr), perf's perf.data, or a Firefox profile written by hpctl")
       ->required();
   convert
       ->add_option("-o,--output", conv.output,

@@ -381,7 +381,8 @@ std::string read_file(const std::string& path) {
 // each function's bytes and the leak's live bytes within five standard deviations of the sampling,
 // the freeing functions with nothing live; free(NULL) and frees of blocks allocated before the attach
 // counted, not matched; after the recording the probes are gone and the target runs to its end.
-TEST(AllocRecord, PidAttachesToARunningProcessAndMatchesItsTruth) {
+// `daemon_socket`: through the hpd listening there, else a local recording.
+void check_pid_attach(const std::string& daemon_socket) {
   const hpd::testing::TempDir dir("hpd-alloc-pid");
   hpd::test::Background target({fixture("alloc_pid_nofp"), dir.path()});
   ASSERT_TRUE(wait_for_file(dir.file("ready"), 60));
@@ -390,15 +391,22 @@ TEST(AllocRecord, PidAttachesToARunningProcessAndMatchesItsTruth) {
   const std::string err = dir.file("hpctl.err");
   hpd::test::BackgroundOptions recorder_options;
   recorder_options.stdout_path = dir.file("hpctl.out");
-  hpd::test::Background recorder(
-      {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", HPD_HPCTL_PATH, "--local", "record", "--alloc",
-       "--alloc-mean", "4096", "--no-report", "-o", out, "--pid", std::to_string(target_pid), "-d", "600"},
-      recorder_options);
-  ASSERT_TRUE(wait_for_file(dir.file("done"), 300, recorder.pid())) << read_file(dir.file("hpctl.err"));
+  std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", HPD_HPCTL_PATH};
+  if (daemon_socket.empty())
+    argv.push_back("--local");
+  else
+    argv.insert(argv.end(), {"--socket", daemon_socket, "--daemon"});
+  argv.insert(argv.end(), {"record", "--alloc", "--alloc-mean", "4096", "--no-report", "-o", out, "--pid",
+                           std::to_string(target_pid), "-d", "600"});
+  hpd::test::Background recorder(argv, recorder_options);
+  ASSERT_TRUE(wait_for_file(dir.file("done"), 180, recorder.pid())) << read_file(dir.file("hpctl.err"));
   ASSERT_EQ(recorder.terminate(120), 0) << read_file(dir.file("hpctl.err"));
   const std::string summary = read_file(dir.file("hpctl.err"));
   // Detached: the fixture saw its functions' code restored, its memory intact, and allocated again.
   ASSERT_EQ(target.wait(), 0) << summary;
+  if (!daemon_socket.empty()) {
+    EXPECT_NE(summary.find("recorded by hpd"), std::string::npos) << summary;
+  }
   EXPECT_NE(summary.find("allocations (uprobes on pid " + std::to_string(target_pid)), std::string::npos)
       << summary;
   // The 1,000 frees of blocks allocated before the attach, and most frees of the small blocks (not
@@ -446,6 +454,25 @@ TEST(AllocRecord, PidAttachesToARunningProcessAndMatchesItsTruth) {
   }
   EXPECT_EQ(top_live, "leak_blocks") << rep.out;
   EXPECT_EQ(doc["allocations"]["frees_matched"].get<uint64_t>(), freed_samples);
+}
+
+TEST(AllocRecord, PidAttachesToARunningProcessAndMatchesItsTruth) {
+  check_pid_attach("");
+}
+
+// The same through hpd, as root (the access rules of any --pid recording apply).
+TEST(AllocRecord, PidThroughHpdAttachesAndMatchesTheTruth) {
+  const hpd::testing::TempDir dir("hpd-alloc-pid-daemon");
+  std::ofstream(dir.file("hpd.conf")).close();
+  const std::string socket = dir.file("hpd.sock");
+  hpd::test::Background server({HPD_HPD_PATH, "--config", dir.file("hpd.conf"), "--socket", socket});
+  bool answers = false;
+  for (int attempt = 0; attempt < 300 && !answers; ++attempt) {
+    answers = hpd::test::run({HPD_HPCTL_PATH, "--socket", socket, "status"}, 30).exit_code == 0;
+    if (!answers) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(answers) << "hpd did not answer on " << socket;
+  check_pid_attach(socket);
 }
 
 TEST(AllocRecord, PidWithoutAnAllocatorIsRefusedNamingWhatWasLookedFor) {
