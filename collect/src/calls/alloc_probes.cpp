@@ -129,6 +129,8 @@ struct RingDeleter {
   void operator()(ring_buffer* rb) const { ring_buffer__free(rb); }
 };
 
+constexpr uint64_t kLowestCode = 65536;
+
 struct Sample {
   RawAllocation a;
   std::vector<uint64_t> ips;
@@ -188,8 +190,11 @@ struct AllocProbes::Impl {
       out.a.size = s->size;
       out.a.time_ns = s->time_ns;
       out.a.tracked = kind == HPD_ALLOC_BPF_ALLOC;
+      // The frame-pointer walk past the allocator's caller, in code without frame pointers, reads
+      // whatever the frame register holds (often 0 or a small count): the stack ends at the first
+      // address below mmap_min_addr's default, where no code is mapped.
       const uint32_t frames = std::min<uint32_t>(s->frames, HPD_ALLOC_BPF_MAX_FRAMES);
-      out.ips.assign(s->ips, s->ips + frames);
+      for (uint32_t i = 0; i < frames && s->ips[i] >= kLowestCode; ++i) out.ips.push_back(s->ips[i]);
       self->samples.push_back(std::move(out));
     } else {
       ++self->short_records;

@@ -76,7 +76,7 @@ void check_against_truth(const std::string& program, const std::string& daemon_s
     EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
   }
   EXPECT_NE(r.err.find("allocations (hpd's runtime, in-process): "), std::string::npos) << r.err;
-  EXPECT_NE(r.out.find("Allocations (sampled by hpd's runtime, one per 4.0 KiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Allocations (sampled by bytes, one per 4.0 KiB"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Live at the end"), std::string::npos) << r.out;
   const std::map<std::string, Truth> truth = read_truth(dir.file("truth.txt"));
   ASSERT_EQ(truth.size(), 3u);
