@@ -147,8 +147,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   record->add_flag("--alloc", rec.alloc,
                    "Sample the allocations of the launched command (malloc, calloc, realloc, free, the "
-                   "aligned ones, C++ new/delete) in hpd's preloaded runtime: allocated and still-live "
-                   "bytes per call stack (a local recording; not for --pid yet)");
+                   "aligned ones, C++ new/delete) in hpd's preloaded runtime, or of a --pid process "
+                   "through uprobes on its allocator: allocated and still-live bytes per call stack");
   record
       ->add_option("--alloc-mean", rec.alloc_mean,
                    "With --alloc: one sample per this many bytes allocated on average (a Poisson "

@@ -203,10 +203,11 @@ void validate_record_options(const RecordOptions& options) {
     throw RecordError(std::string(options.all_processes ? "--all" : "--cgroup") +
                       " needs the eBPF backend; drop --backend perf");
   }
-  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0) {
+  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0 &&
+      options.pids.empty()) {
     throw RecordError(
-        "--alloc is not supported for --pid, --all or --cgroup yet: it samples the allocations of a command "
-        "hpctl launches (hpctl record --alloc -- CMD)");
+        "--alloc is not supported for --all or --cgroup: it samples the allocations of a command hpctl "
+        "launches (hpctl record --alloc -- CMD) or of processes given with --pid");
   }
   if (options.frequency_hz == 0 || options.frequency_hz > kMaxFrequencyHz) {
     throw RecordError("sampling frequency must be between 1 and " + std::to_string(kMaxFrequencyHz) +

@@ -9,7 +9,9 @@
 #include <set>
 
 #include "hpd/base/process.h"
+#include "hpd/calls/alloc_abi.h"
 #include "hpd/calls/alloc_log.h"
+#include "hpd/calls/alloc_probes.h"
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/discovery.h"
 #include "hpd/calls/preload_table.h"
@@ -38,6 +40,9 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
     }
     if (!why.empty()) alloc_messages_.push_back("allocations not sampled: " + why);
   }
+  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0 &&
+      !options.pids.empty())
+    alloc_probe_mean_ = options.alloc_mean_bytes != 0 ? options.alloc_mean_bytes : HPD_ALLOC_DEFAULT_MEAN;
   if (options.alloc_log_fd >= 0) {
     // The launcher made the log and preloaded the runtime: read it through the descriptor only.
     try {
@@ -136,6 +141,14 @@ void RecordingCallCounter::add_launched(int32_t pid, const std::string& argv0) {
 }
 
 void RecordingCallCounter::add_process(int32_t pid) {
+  if (alloc_probe_mean_ != 0) {
+    try {
+      alloc_probes_.push_back(std::make_unique<calls::AllocProbes>(pid, alloc_probe_mean_));
+      alloc_source_ += (alloc_source_.empty() ? "" : "; ") + alloc_probes_.back()->description();
+    } catch (const calls::CallCountError& e) {
+      alloc_messages_.push_back(std::string("allocations not sampled: ") + e.what());
+    }
+  }
   if (!counter_) return;
   try {
     counter_->add_process(pid);
@@ -204,6 +217,10 @@ void RecordingCallCounter::finish(RecordResult& result) {
     for (std::string& m : messages) alloc_messages_.push_back(std::move(m));
     alloc_.reset();
   }
+  for (auto& probes : alloc_probes_)
+    for (std::string& m : probes->finish(result.profile)) alloc_messages_.push_back(std::move(m));
+  alloc_probes_.clear();
+  result.alloc_source = std::move(alloc_source_);
   result.alloc_messages = std::move(alloc_messages_);
   result.profile.info.call_counter = stats_.enabled ? stats_.counter : std::string();
   result.calls = std::move(stats_);

@@ -15,6 +15,7 @@ namespace hpd {
 
 namespace calls {
 class AllocLog;
+class AllocProbes;
 class CallCounter;
 class PreloadTable;
 }  // namespace calls
@@ -58,6 +59,10 @@ class RecordingCallCounter {
   std::unique_ptr<calls::CallCounter> counter_;
   std::unique_ptr<calls::PreloadTable> table_;
   std::unique_ptr<calls::AllocLog> alloc_;
+  // --alloc --pid: uprobes on each given process's allocator (alloc_probes.h).
+  uint64_t alloc_probe_mean_ = 0;  // 0: not asked for
+  std::vector<std::unique_ptr<calls::AllocProbes>> alloc_probes_;
+  std::string alloc_source_;
   bool alloc_handed_over_ = false;  // alloc_ is a client's log (RecordOptions::alloc_log_fd)
   std::string alloc_runtime_;
   std::vector<std::string> alloc_messages_;

@@ -133,10 +133,6 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.cfi_row_capacity = request.cfi_rows;
   options.count_calls = request.calls;
   options.call_counter = call_counter(request.calls_counter);
-  if (request.alloc && !request.pids.empty())
-    throw RecordRequestError(
-        "--alloc is not supported for --pid yet: it samples the allocations of a command hpctl launches "
-        "(hpctl record --alloc -- CMD)");
   options.sample_allocations = request.alloc;
   options.alloc_mean_bytes = request.alloc_mean;
   // The targets are checked as the recorder checks them, and worded here for hpctl and hpd alike.
@@ -567,10 +563,13 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
     const RawAllocStats& a = result.profile.alloc;
     uint64_t freed = 0;
     for (const RawAllocation& x : result.profile.allocations) freed += x.freed ? 1 : 0;
-    s.notes.push_back("allocations (hpd's runtime, in-process): " +
-                      std::to_string(result.profile.allocations.size()) + " sampled (one per " +
+    const bool runtime = result.alloc_source.empty();
+    s.notes.push_back("allocations (" +
+                      (runtime ? std::string("hpd's runtime, in-process") : result.alloc_source) +
+                      "): " + std::to_string(result.profile.allocations.size()) + " sampled (one per " +
                       human_bytes(a.mean_bytes) + " allocated on average), " + std::to_string(freed) +
-                      " of them freed while recording; " + std::to_string(a.processes) + " process start(s)");
+                      " of them freed while recording" +
+                      (runtime ? "; " + std::to_string(a.processes) + " process start(s)" : std::string()));
   }
   for (const std::string& line : result.alloc_messages) s.notes.push_back(line);
   return s;

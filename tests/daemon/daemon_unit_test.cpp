@@ -129,6 +129,8 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   args.mip = session::Switch::kOff;
   args.calls = true;
   args.calls_counter = session::CallCounterChoice::kUprobes;
+  args.alloc = true;
+  args.alloc_mean = 4096;
   const json wire = session::record_request_to_json(args);
   const session::RecordRequest back = session::record_request_from_json(json::parse(wire.dump()));
   EXPECT_EQ(back.pids, args.pids);
@@ -147,6 +149,8 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   EXPECT_EQ(back.call_graph, session::CallGraphMode::kDwarf);
   EXPECT_TRUE(back.calls);
   EXPECT_EQ(back.calls_counter, session::CallCounterChoice::kUprobes);
+  EXPECT_TRUE(back.alloc);
+  EXPECT_EQ(back.alloc_mean, 4096u);
   EXPECT_EQ(back.stack_size, 4096u);
   EXPECT_EQ(back.cfi_rows, 70000u);
   EXPECT_EQ(back.mip, session::Switch::kOff);

@@ -528,7 +528,7 @@ std::string alloc_function_cell(const AllocRow& r) {
 // live at the end. Every figure is an estimate weighted for the sampling.
 void print_alloc_view(const Report& report, std::ostream& out, size_t limit, size_t width) {
   out << '\n'
-      << truncate_right("Allocations (sampled by hpd's runtime, one per " +
+      << truncate_right("Allocations (sampled by bytes, one per " +
                             format_bytes_estimate(double(report.alloc_mean_bytes)) +
                             " allocated on average): ~" + format_bytes_estimate(report.alloc_bytes) +
                             " in ~" + format("%.0f", report.alloc_objects) + " allocations, ~" +

@@ -289,6 +289,9 @@ struct RecordResult {
   CallCountStats calls;
   // RecordOptions::sample_allocations: what went wrong or was lost, for the user.
   std::vector<std::string> alloc_messages;
+  // Where the allocations came from when not from hpd's in-process runtime: "uprobes on pid N's
+  // allocator in PATH" (--alloc --pid); empty for the runtime.
+  std::string alloc_source;
 };
 
 inline constexpr uint32_t kMaxFrequencyHz = 100000;

@@ -42,8 +42,9 @@ struct RecordRequest {
   Switch mip = Switch::kAuto;
   bool calls = false;  // exact call counts through mcount/__fentry__
   CallCounterChoice calls_counter = CallCounterChoice::kAuto;
-  // Sampled allocations of a launched command (--alloc, --alloc-mean BYTES; 0 = the default mean). Not
-  // in the protocol: through hpd, hpctl makes the runtime's log and hands it over ("alloc_log").
+  // Sampled allocations (--alloc, --alloc-mean BYTES; 0 = the default mean). For --pid targets they
+  // travel as "alloc" and "alloc_mean" (hpd probes the targets' allocator); for a launched command
+  // hpctl makes the runtime's log, hands it over ("alloc_log") and sends "alloc": false.
   bool alloc = false;
   uint64_t alloc_mean = 0;
 };

@@ -1,0 +1,207 @@
+// hpd's allocation sampling of a running process (`hpctl record --alloc --pid PID`): one program
+// attached in session mode (uprobe_multi links with BPF_TRACE_UPROBE_SESSION, Linux 6.13+) to the
+// allocator's entry points of the target, each site's attach cookie naming its function
+// (enum hpd_alloc_fn). At entry it decides, by bytes, whether the call is sampled; only a sampled
+// call asks the kernel to run it again at the return, where the returned address and the user stack
+// are written to the ring and the address kept in the live map; free looks its pointer up there.
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "alloc_event.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+extern bool bpf_session_is_return(void) __ksym;
+extern __u64* bpf_session_cookie(void) __ksym;
+
+const volatile __s32 target_tgid = 0;
+const volatile __u64 mean_bytes = 512 * 1024;
+
+// Per thread: the bytes left until the next sample, and posix_memalign's out-pointer of a sampled
+// call until it returns.
+struct alloc_thread {
+  __s64 remaining;
+  __u64 memptr;
+  __u32 started;
+  __u32 pad;
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, int);
+  __type(value, struct alloc_thread);
+} alloc_threads SEC(".maps");
+
+// Sampled blocks not freed yet, by (tgid, address). Bounded: a sample it has no room for is untracked.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __uint(max_entries, 1 << 18);
+  __type(key, struct hpd_alloc_live_key);
+  __type(value, __u64);
+} alloc_live SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 16 << 20);
+} alloc_ring SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, HPD_ALLOC_COUNTER_COUNT);
+  __type(key, __u32);
+  __type(value, __u64);
+} alloc_counters SEC(".maps");
+
+static __always_inline void count(__u32 which) {
+  __u64* v = bpf_map_lookup_elem(&alloc_counters, &which);
+  if (v) *v += 1;
+}
+
+static __always_inline __s64 next_distance(void) {
+  return (__s64)hpd_alloc_distance(mean_bytes, bpf_get_prandom_u32());
+}
+
+static __always_inline void on_free(__u64 ptr, __s32 tgid, __s32 tid) {
+  count(HPD_ALLOC_FREES);
+  if (ptr == 0) {
+    count(HPD_ALLOC_FREE_NULL);
+    return;
+  }
+  struct hpd_alloc_live_key key = {.pid = tgid, .address = ptr};
+  if (bpf_map_delete_elem(&alloc_live, &key) != 0) {
+    count(HPD_ALLOC_FREE_UNSAMPLED);
+    return;
+  }
+  struct hpd_alloc_bpf_free* rec = bpf_ringbuf_reserve(&alloc_ring, sizeof *rec, 0);
+  if (!rec) {
+    count(HPD_ALLOC_RING_FULL);
+    return;
+  }
+  rec->kind = HPD_ALLOC_BPF_FREE;
+  rec->pad = 0;
+  rec->pid = tgid;
+  rec->tid = tid;
+  rec->address = ptr;
+  rec->time_ns = bpf_ktime_get_ns();
+  bpf_ringbuf_submit(rec, 0);
+}
+
+static __always_inline void on_return(struct pt_regs* ctx, __u32 fn, __s32 tgid, __s32 tid) {
+  __u64* cookie = bpf_session_cookie();
+  if (!cookie || *cookie == 0) return;
+  const __u64 size = *cookie;
+  __u64 address = PT_REGS_RC(ctx);
+  if (fn == HPD_ALLOC_FN_POSIX_MEMALIGN) {
+    struct alloc_thread* t = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
+    if ((int)address != 0 || !t || t->memptr == 0 ||
+        bpf_probe_read_user(&address, sizeof address, (const void*)t->memptr) != 0)
+      address = 0;
+  }
+  if (address == 0) {
+    count(HPD_ALLOC_FAILED);
+    return;
+  }
+  // Reserved before the address is published in the live map: a free of it in another thread
+  // reserves its record after this one, so the reader sees the allocation first.
+  struct hpd_alloc_bpf_sample* rec = bpf_ringbuf_reserve(&alloc_ring, sizeof *rec, 0);
+  if (!rec) {
+    count(HPD_ALLOC_RING_FULL);
+    return;
+  }
+  rec->pid = tgid;
+  rec->tid = tid;
+  rec->address = address;
+  rec->size = size;
+  rec->time_ns = bpf_ktime_get_ns();
+  const long n = bpf_get_stack(ctx, rec->ips, sizeof rec->ips, BPF_F_USER_STACK);
+  rec->frames = n > 0 ? (__u32)((__u64)n >> 3) : 0;
+  struct hpd_alloc_live_key key = {.pid = tgid, .address = address};
+  const __u64 one = 1;
+  if (bpf_map_update_elem(&alloc_live, &key, &one, BPF_ANY) == 0) {
+    rec->kind = HPD_ALLOC_BPF_ALLOC;
+  } else {
+    rec->kind = HPD_ALLOC_BPF_ALLOC_UNTRACKED;
+    count(HPD_ALLOC_UNTRACKED);
+  }
+  bpf_ringbuf_submit(rec, 0);
+}
+
+// Loaded with expected_attach_type BPF_TRACE_UPROBE_SESSION by user space (libbpf 1.1 knows neither
+// the section name nor the attach type). Returns 0 to have the kernel run it again at the return.
+SEC("uprobe")
+int hpd_alloc_call(struct pt_regs* ctx) {
+  const __u64 id = bpf_get_current_pid_tgid();
+  const __s32 tgid = (__s32)(id >> 32);
+  const __s32 tid = (__s32)id;
+  if (tgid != target_tgid) return 1;
+  const __u32 fn = (__u32)(bpf_get_attach_cookie(ctx) & 0xff);
+  if (bpf_session_is_return()) {
+    on_return(ctx, fn, tgid, tid);
+    return 0;
+  }
+  __u64 size = 0;
+  __u64 memptr = 0;
+  switch (fn) {
+    case HPD_ALLOC_FN_FREE: on_free(PT_REGS_PARM1(ctx), tgid, tid); return 1;
+    case HPD_ALLOC_FN_MALLOC:
+    case HPD_ALLOC_FN_VALLOC:
+    case HPD_ALLOC_FN_PVALLOC: size = PT_REGS_PARM1(ctx); break;
+    case HPD_ALLOC_FN_CALLOC: {
+      const __u64 n = PT_REGS_PARM1(ctx);
+      const __u64 each = PT_REGS_PARM2(ctx);
+      if (((n | each) >> 31) != 0 && each != 0) {
+        // Kept a division: clang would make `n > max / each` a 128-bit multiply, which BPF lacks.
+        __u64 limit = (1ull << 62) / each;
+        asm volatile("" : "+r"(limit));
+        if (n > limit) {
+          count(HPD_ALLOC_OVERFLOW);
+          return 1;
+        }
+      }
+      size = n * each;
+      break;
+    }
+    case HPD_ALLOC_FN_REALLOC: {
+      const __u64 ptr = PT_REGS_PARM1(ctx);
+      if (ptr != 0) on_free(ptr, tgid, tid);
+      size = PT_REGS_PARM2(ctx);
+      break;
+    }
+    case HPD_ALLOC_FN_POSIX_MEMALIGN:
+      memptr = PT_REGS_PARM1(ctx);
+      size = PT_REGS_PARM3(ctx);
+      break;
+    case HPD_ALLOC_FN_ALIGNED_ALLOC:
+    case HPD_ALLOC_FN_MEMALIGN: size = PT_REGS_PARM2(ctx); break;
+    default: return 1;
+  }
+  count(HPD_ALLOC_CALLS);
+  if (size == 0) return 1;
+  if (size > (1ull << 62)) size = 1ull << 62;  // fails anyway; keeps the countdown's sign
+  struct alloc_thread* t =
+      bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+  if (!t) {
+    count(HPD_ALLOC_NO_STATE);
+    return 1;
+  }
+  if (!t->started) {
+    t->remaining = next_distance();
+    t->started = 1;
+  }
+  t->remaining -= (__s64)size;
+  if (t->remaining > 0) return 1;
+  // Sampled: a fresh distance (the exponential is memoryless, so each call of `size` bytes is
+  // sampled with probability 1 - exp(-size/mean) whatever came before).
+  t->remaining = next_distance();
+  __u64* cookie = bpf_session_cookie();
+  if (!cookie) return 1;
+  *cookie = size;
+  t->memptr = memptr;
+  count(HPD_ALLOC_SAMPLED);
+  return 0;
+}

@@ -1,0 +1,51 @@
+// `hpctl record --alloc --pid PID`: the allocations of a process already running, sampled from outside
+// through uprobes on its allocator's entry points (bpf/alloc.bpf.c), with the sampling decision in the
+// kernel. The records become the same RawProfile allocation data hpd's in-process runtime produces
+// (alloc_log.h), so the report, pprof, the capture and the Firefox export need nothing else.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpd/model/raw_profile.h"
+
+namespace hpd::calls {
+
+// The allocator's dynamic symbols one module of the target defines (file offsets, for the probes).
+struct AllocatorModule {
+  std::string path;                                         // as the target maps it
+  std::vector<std::pair<std::string, uint64_t>> functions;  // name, file offset; aliases once
+};
+
+// The functions probed, in the order a message names them.
+extern const char* const kAllocatorFunctions[];
+extern const size_t kAllocatorFunctionCount;
+
+// The modules `pid` maps that define malloc or free (file offsets of every allocator function they
+// define). Empty when none does (a static program, or an allocator under other names).
+std::vector<AllocatorModule> find_allocators(int32_t pid);
+
+class AllocProbes {
+ public:
+  // Finds the allocator of `pid`, loads the program and attaches its probes. Throws CallCountError
+  // saying why it cannot (no allocator found: naming the process and the symbols looked for).
+  AllocProbes(int32_t pid, uint64_t mean_bytes);
+  ~AllocProbes();
+  AllocProbes(const AllocProbes&) = delete;
+  AllocProbes& operator=(const AllocProbes&) = delete;
+
+  // "uprobes on pid N's allocator in PATH" for the summary.
+  [[nodiscard]] const std::string& description() const;
+  // Detaches (the target runs on unprobed), reads what is left in the ring, and appends the sampled
+  // allocations to profile.allocations, their frees matched, and fills profile.alloc. Returns
+  // messages for the user (the frees of unsampled addresses, free(NULL), what was lost).
+  std::vector<std::string> finish(RawProfile& profile);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hpd::calls

@@ -1,0 +1,384 @@
+// AllocProbes: uprobes on a running process's allocator (bpf/alloc.bpf.c, session mode), the ring of
+// sampled allocations read by a thread of its own, and the records matched into the RawProfile.
+#include "hpd/calls/alloc_probes.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "alloc.skel.h"
+#include "alloc_event.h"
+#include "hpd/base/elf.h"
+#include "hpd/base/proc_maps.h"
+#include "hpd/base/unique_fd.h"
+#include "hpd/calls/call_counter.h"
+
+namespace hpd::calls {
+
+const char* const kAllocatorFunctions[] = {"malloc",        "calloc",   "realloc", "free",   "posix_memalign",
+                                           "aligned_alloc", "memalign", "valloc",  "pvalloc"};
+const size_t kAllocatorFunctionCount = sizeof kAllocatorFunctions / sizeof kAllocatorFunctions[0];
+static_assert(sizeof kAllocatorFunctions / sizeof kAllocatorFunctions[0] == HPD_ALLOC_FN_COUNT);
+
+namespace {
+
+// Linux 6.13 uapi values; Debian 12's headers and libbpf 1.1 predate uprobe sessions.
+constexpr int kBpfLinkCreate = 28;
+constexpr uint32_t kBpfTraceUprobeSession = 57;
+
+// The BPF_LINK_CREATE part of union bpf_attr for uprobe_multi links (as call_counter.cpp).
+struct UprobeMultiAttr {
+  uint32_t prog_fd;
+  uint32_t target_fd;
+  uint32_t attach_type;
+  uint32_t flags;
+  uint64_t path;
+  uint64_t offsets;
+  uint64_t ref_ctr_offsets;
+  uint64_t cookies;
+  uint32_t cnt;
+  uint32_t multi_flags;
+  uint32_t pid;
+  uint32_t pad;
+};
+
+std::string path_in(int32_t pid, const std::string& path) {
+  return "/proc/" + std::to_string(pid) + "/root" + path;
+}
+
+// The file offset of virtual address `vaddr` of an ELF file (its PT_LOAD segment), or nothing.
+bool file_offset_of(Elf* elf, uint64_t vaddr, uint64_t& offset) {
+  size_t n = 0;
+  if (elf_getphdrnum(elf, &n) != 0) return false;
+  for (size_t i = 0; i < n; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD ||
+        !(ph.p_flags & PF_X))
+      continue;
+    if (vaddr >= ph.p_vaddr && vaddr < ph.p_vaddr + ph.p_filesz) {
+      offset = vaddr - ph.p_vaddr + ph.p_offset;
+      return true;
+    }
+  }
+  return false;
+}
+
+// The allocator functions `file` defines in its dynamic symbol table, by file offset (aliases: the
+// first name, in kAllocatorFunctions's order, at each offset).
+std::vector<std::pair<std::string, uint64_t>> allocator_functions(const std::string& file) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  const OpenedElf opened = OpenedElf::open(file, ELF_C_READ);
+  if (!opened || !opened.view().is_elf()) return out;
+  Elf* elf = opened.get();
+  std::map<std::string, uint64_t> found;
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_DYNSYM || sh.sh_entsize == 0) continue;
+    Elf_Data* d = elf_getdata(scn, nullptr);
+    if (d == nullptr) continue;
+    const size_t count = sh.sh_size / sh.sh_entsize;
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Sym sym;
+      if (gelf_getsym(d, static_cast<int>(i), &sym) == nullptr || sym.st_shndx == SHN_UNDEF ||
+          sym.st_value == 0)
+        continue;
+      const int type = GELF_ST_TYPE(sym.st_info);
+      if (type != STT_FUNC) continue;  // an IFUNC resolver is not the function
+      const char* name = elf_strptr(elf, sh.sh_link, sym.st_name);
+      if (name == nullptr) continue;
+      for (size_t f = 0; f < kAllocatorFunctionCount; ++f) {
+        uint64_t off = 0;
+        if (std::strcmp(name, kAllocatorFunctions[f]) == 0 && file_offset_of(elf, sym.st_value, off))
+          found.emplace(name, off);
+      }
+    }
+  }
+  std::set<uint64_t> offsets;
+  for (size_t f = 0; f < kAllocatorFunctionCount; ++f) {
+    auto it = found.find(kAllocatorFunctions[f]);
+    if (it != found.end() && offsets.insert(it->second).second) out.emplace_back(it->first, it->second);
+  }
+  return out;
+}
+
+uint32_t function_id(const std::string& name) {
+  for (size_t f = 0; f < kAllocatorFunctionCount; ++f)
+    if (name == kAllocatorFunctions[f]) return static_cast<uint32_t>(f);
+  return HPD_ALLOC_FN_COUNT;
+}
+
+struct SkeletonDeleter {
+  void operator()(alloc_bpf* skel) const { alloc_bpf__destroy(skel); }
+};
+struct RingDeleter {
+  void operator()(ring_buffer* rb) const { ring_buffer__free(rb); }
+};
+
+constexpr uint64_t kLowestCode = 65536;
+
+struct Sample {
+  RawAllocation a;
+  std::vector<uint64_t> ips;
+};
+
+}  // namespace
+
+std::vector<AllocatorModule> find_allocators(int32_t pid) {
+  std::vector<AllocatorModule> out;
+  std::set<std::string> seen;
+  for (const MapsEntry& m : read_proc_maps(pid)) {
+    if (!m.executable || !m.is_file() || !seen.insert(m.path).second) continue;
+    AllocatorModule module{m.path, allocator_functions(path_in(pid, m.path))};
+    const bool has = std::any_of(module.functions.begin(), module.functions.end(),
+                                 [](const auto& f) { return f.first == "malloc" || f.first == "free"; });
+    if (has) out.push_back(std::move(module));
+  }
+  return out;
+}
+
+struct AllocProbes::Impl {
+  int32_t pid = 0;
+  uint64_t mean = 0;
+  std::string description;
+  std::unique_ptr<alloc_bpf, SkeletonDeleter> skel;
+  std::vector<UniqueFd> links;
+  std::unique_ptr<ring_buffer, RingDeleter> ring;
+  std::thread reader;
+  std::atomic<bool> stop{false};
+  std::mutex mutex;  // guards the records (the reader thread appends, finish() reads)
+  std::vector<Sample> samples;
+  struct Free {
+    int32_t pid, tid;
+    uint64_t address, time_ns;
+    size_t after;  // samples.size() when it came: records are in ring order
+  };
+  std::vector<Free> frees;
+  uint64_t short_records = 0;
+
+  static int on_record(void* ctx, void* data, size_t size) {
+    auto* self = static_cast<Impl*>(ctx);
+    uint32_t kind = 0;
+    if (size < sizeof kind) return 0;
+    std::memcpy(&kind, data, sizeof kind);
+    std::lock_guard<std::mutex> lock(self->mutex);
+    if (kind == HPD_ALLOC_BPF_FREE && size >= sizeof(hpd_alloc_bpf_free)) {
+      hpd_alloc_bpf_free f;
+      std::memcpy(&f, data, sizeof f);
+      self->frees.push_back(Free{f.pid, f.tid, f.address, f.time_ns, self->samples.size()});
+    } else if ((kind == HPD_ALLOC_BPF_ALLOC || kind == HPD_ALLOC_BPF_ALLOC_UNTRACKED) &&
+               size >= sizeof(hpd_alloc_bpf_sample)) {
+      const auto* s = static_cast<const hpd_alloc_bpf_sample*>(data);
+      Sample out;
+      out.a.pid = s->pid;
+      out.a.tid = s->tid;
+      out.a.address = s->address;
+      out.a.size = s->size;
+      out.a.time_ns = s->time_ns;
+      out.a.tracked = kind == HPD_ALLOC_BPF_ALLOC;
+      // The frame-pointer walk past the allocator's caller, in code without frame pointers, reads
+      // whatever the frame register holds (often 0 or a small count): the stack ends at the first
+      // address below mmap_min_addr's default, where no code is mapped.
+      const uint32_t frames = std::min<uint32_t>(s->frames, HPD_ALLOC_BPF_MAX_FRAMES);
+      for (uint32_t i = 0; i < frames && s->ips[i] >= kLowestCode; ++i) out.ips.push_back(s->ips[i]);
+      self->samples.push_back(std::move(out));
+    } else {
+      ++self->short_records;
+    }
+    return 0;
+  }
+
+  void detach() {
+    links.clear();  // closing a link takes its breakpoints out of the target
+    if (reader.joinable()) {
+      stop = true;
+      reader.join();
+    }
+    if (ring) ring_buffer__consume(ring.get());
+  }
+
+  uint64_t counter(uint32_t which) const {
+    const int ncpu = libbpf_num_possible_cpus();
+    if (ncpu <= 0) return 0;
+    std::vector<uint64_t> values(static_cast<size_t>(ncpu));
+    if (bpf_map_lookup_elem(bpf_map__fd(skel->maps.alloc_counters), &which, values.data()) != 0) return 0;
+    uint64_t sum = 0;
+    for (uint64_t v : values) sum += v;
+    return sum;
+  }
+};
+
+AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes) : impl_(std::make_unique<Impl>()) {
+  impl_->pid = pid;
+  impl_->mean = mean_bytes;
+  const std::vector<AllocatorModule> modules = find_allocators(pid);
+  if (modules.empty()) {
+    std::string names;
+    for (size_t f = 0; f < kAllocatorFunctionCount; ++f)
+      names += std::string(f == 0                             ? ""
+                           : f + 1 == kAllocatorFunctionCount ? " or "
+                                                              : ", ") +
+               kAllocatorFunctions[f];
+    throw CallCountError("pid " + std::to_string(pid) +
+                         " maps no allocator hpd can probe: none of its modules defines " + names +
+                         " as a dynamic symbol (a static program, or one whose allocator has other names)");
+  }
+  if (mean_bytes == 0 || mean_bytes > (uint64_t{1} << 40))
+    throw CallCountError("the allocation sampling mean must be between 1 byte and 1 TiB");
+  impl_->skel.reset(alloc_bpf__open());
+  if (!impl_->skel)
+    throw CallCountError(std::string("cannot open hpd's allocation eBPF object: ") + std::strerror(errno));
+  impl_->skel->rodata->target_tgid = pid;
+  impl_->skel->rodata->mean_bytes = mean_bytes;
+  bpf_program__set_expected_attach_type(impl_->skel->progs.hpd_alloc_call,
+                                        static_cast<bpf_attach_type>(kBpfTraceUprobeSession));
+  if (const int err = alloc_bpf__load(impl_->skel.get()); err != 0)
+    throw CallCountError(std::string("the kernel refused hpd's allocation eBPF program: ") +
+                         std::strerror(-err) +
+                         " (it needs Linux 6.13 or later for uprobe sessions, CAP_BPF and CAP_PERFMON)");
+  impl_->ring.reset(
+      ring_buffer__new(bpf_map__fd(impl_->skel->maps.alloc_ring), &Impl::on_record, impl_.get(), nullptr));
+  if (!impl_->ring)
+    throw CallCountError(std::string("cannot read the allocation ring: ") + std::strerror(errno));
+  impl_->reader = std::thread([impl = impl_.get()] {
+    while (!impl->stop) ring_buffer__poll(impl->ring.get(), 100);
+  });
+  std::string where;
+  for (const AllocatorModule& module : modules) {
+    std::vector<uint64_t> offsets, cookies;
+    for (const auto& [name, offset] : module.functions) {
+      offsets.push_back(offset);
+      cookies.push_back(function_id(name));
+    }
+    const std::string path = path_in(pid, module.path);
+    UprobeMultiAttr attr{};
+    attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(impl_->skel->progs.hpd_alloc_call));
+    attr.attach_type = kBpfTraceUprobeSession;
+    attr.path = reinterpret_cast<uint64_t>(path.c_str());
+    attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
+    attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
+    attr.cnt = static_cast<uint32_t>(offsets.size());
+    attr.pid = static_cast<uint32_t>(pid);
+    const int fd = static_cast<int>(::syscall(SYS_bpf, kBpfLinkCreate, &attr, sizeof attr));
+    if (fd < 0) {
+      const int e = errno;
+      impl_->detach();
+      throw CallCountError("cannot probe the allocator of pid " + std::to_string(pid) + " in " + module.path +
+                           ": " + std::strerror(e) + " (uprobe sessions need Linux 6.13 or later)");
+    }
+    impl_->links.emplace_back(fd);
+    where += (where.empty() ? "" : ", ") + module.path;
+  }
+  impl_->description = "uprobes on pid " + std::to_string(pid) + "'s allocator in " + where;
+}
+
+AllocProbes::~AllocProbes() {
+  impl_->detach();
+}
+
+const std::string& AllocProbes::description() const {
+  return impl_->description;
+}
+
+std::vector<std::string> AllocProbes::finish(RawProfile& profile) {
+  Impl& s = *impl_;
+  s.detach();
+  std::vector<std::string> messages;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  RawAllocStats& stats = profile.alloc;
+  stats.mean_bytes = s.mean;
+  stats.processes += 1;
+  // Matched in ring order, as AllocLog::read matches the runtime's log.
+  struct Key {
+    int32_t pid;
+    uint64_t address;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<uint64_t>()(k.address ^ (uint64_t(k.pid) << 48));
+    }
+  };
+  std::unordered_map<Key, size_t, KeyHash> live;
+  const size_t first = profile.allocations.size();
+  size_t next_free = 0;
+  const auto apply_frees_until = [&](size_t samples_seen) {
+    for (; next_free < s.frees.size() && s.frees[next_free].after <= samples_seen; ++next_free) {
+      const Impl::Free& f = s.frees[next_free];
+      auto it = live.find(Key{f.pid, f.address});
+      if (it == live.end()) {
+        ++stats.frees_unmatched;
+        continue;
+      }
+      RawAllocation& a = profile.allocations[it->second];
+      a.freed = true;
+      a.free_time_ns = f.time_ns;
+      a.free_tid = f.tid;
+      live.erase(it);
+    }
+  };
+  for (size_t i = 0; i < s.samples.size(); ++i) {
+    apply_frees_until(i);
+    RawAllocation a = s.samples[i].a;
+    a.stack = s.samples[i].ips.empty() ? kNoIndex
+                                       : profile.stacks.intern({}, s.samples[i].ips, UserLeaf::kAfterSyscall);
+    if (a.tracked) {
+      auto [it, inserted] = live.try_emplace(Key{a.pid, a.address}, profile.allocations.size());
+      if (!inserted) {
+        profile.allocations[it->second].freed = true;
+        it->second = profile.allocations.size();
+      }
+    } else {
+      ++stats.untracked;
+    }
+    profile.allocations.push_back(a);
+  }
+  apply_frees_until(s.samples.size());
+  (void)first;
+  const uint64_t ring_full = s.counter(HPD_ALLOC_RING_FULL);
+  stats.dropped += ring_full;
+  const uint64_t calls = s.counter(HPD_ALLOC_CALLS);
+  const uint64_t frees = s.counter(HPD_ALLOC_FREES);
+  messages.push_back("allocations: " + std::to_string(calls) + " allocating calls and " +
+                     std::to_string(frees) + " frees of pid " + std::to_string(s.pid) +
+                     " went through the probes");
+  messages.push_back("allocations: " + std::to_string(s.counter(HPD_ALLOC_FREE_NULL)) + " free(NULL), " +
+                     std::to_string(s.counter(HPD_ALLOC_FREE_UNSAMPLED)) +
+                     " frees of addresses not sampled while recording (allocated before the attach, or not "
+                     "sampled); blocks allocated before the attach are not counted as live");
+  if (ring_full != 0)
+    messages.push_back("allocations: the ring was full; " + std::to_string(ring_full) +
+                       " samples and frees were dropped (a larger --alloc-mean samples less)");
+  if (const uint64_t untracked = s.counter(HPD_ALLOC_UNTRACKED); untracked != 0)
+    messages.push_back("allocations: " + std::to_string(untracked) +
+                       " sampled allocations could not be watched until their free (too many live samples); "
+                       "they count as allocated, not as live");
+  if (const uint64_t overflow = s.counter(HPD_ALLOC_OVERFLOW); overflow != 0)
+    messages.push_back("allocations: " + std::to_string(overflow) +
+                       " calloc calls asked for more than 2^62 bytes and were not counted");
+  if (const uint64_t no_state = s.counter(HPD_ALLOC_NO_STATE); no_state != 0)
+    messages.push_back("allocations: " + std::to_string(no_state) +
+                       " calls were not looked at (no per-thread state could be made)");
+  if (s.short_records != 0)
+    messages.push_back("allocations: " + std::to_string(s.short_records) +
+                       " records of the ring were not understood");
+  s.samples.clear();
+  s.frees.clear();
+  return messages;
+}
+
+}  // namespace hpd::calls

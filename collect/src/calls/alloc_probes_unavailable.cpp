@@ -1,0 +1,32 @@
+// AllocProbes without the BPF toolchain: `--alloc --pid` reports itself unavailable.
+#include "hpd/calls/alloc_probes.h"
+#include "hpd/calls/call_counter.h"
+
+namespace hpd::calls {
+
+const char* const kAllocatorFunctions[] = {"malloc",        "calloc",   "realloc", "free",   "posix_memalign",
+                                           "aligned_alloc", "memalign", "valloc",  "pvalloc"};
+const size_t kAllocatorFunctionCount = sizeof kAllocatorFunctions / sizeof kAllocatorFunctions[0];
+
+std::vector<AllocatorModule> find_allocators(int32_t) {
+  return {};
+}
+
+struct AllocProbes::Impl {};
+
+AllocProbes::AllocProbes(int32_t, uint64_t) {
+  throw CallCountError("this hpd was built without the eBPF backend, which --alloc --pid needs");
+}
+
+AllocProbes::~AllocProbes() = default;
+
+const std::string& AllocProbes::description() const {
+  static const std::string none;
+  return none;
+}
+
+std::vector<std::string> AllocProbes::finish(RawProfile&) {
+  return {};
+}
+
+}  // namespace hpd::calls

@@ -1,0 +1,144 @@
+/* A running process that knows its own allocations, for `hpctl record --alloc --pid PID`.
+ *
+ *   alloc_pid_fixture DIR
+ *     1. allocates 1,000 blocks of 100 bytes (before any attach: their frees are of unsampled
+ *        addresses), keeps the first bytes of malloc, calloc, posix_memalign and free, and writes
+ *        DIR/ready;
+ *     2. waits (at most 300 s) until all four functions' first bytes changed: the probes are in (a
+ *        uprobe replaces the instruction with a breakpoint or a call), so everything below happens
+ *        after the attach;
+ *     3. large_blocks: 168 x calloc(1, 1 MiB), freed (70% of the two freeing functions' bytes);
+ *        small_blocks: 294,912 x malloc(256), freed (30%); leak_blocks: 8,192 x
+ *        posix_memalign(64, 4096), never freed while recorded (32 MiB); 1,000 x free(NULL); frees
+ *        the 1,000 blocks of step 1. Writes DIR/truth ("NAME BLOCKS BLOCK_SIZE LEAKED" lines, with
+ *        write(2) from a stack buffer) and then DIR/done;
+ *     4. waits (at most 300 s) until the four functions' first bytes are back (the probes are gone),
+ *        checks that the leaked blocks still hold what it wrote, allocates and frees again, and exits
+ *        0. Any failure exits with a code naming the step (2: probes never came, 3: probes never
+ *        left, 4: memory damaged, 5: allocation failed, 6: a file could not be written). */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EARLY_N 1000
+#define EARLY_SIZE 100
+#define LARGE_N 168
+#define LARGE_SIZE (1 << 20)
+#define SMALL_N 294912
+#define SMALL_SIZE 256
+#define LEAK_N 8192
+#define LEAK_SIZE 4096
+#define FREE_NULL_N 1000
+
+static void* volatile sink;
+static void* early[EARLY_N];
+static unsigned char* leaked[LEAK_N];
+
+static const unsigned char* watched[4];
+static unsigned char original[4][8];
+
+static int probes_in(void) {
+  for (int i = 0; i < 4; ++i)
+    if (memcmp(watched[i], original[i], sizeof original[i]) == 0) return 0;
+  return 1;
+}
+
+static int probes_out(void) {
+  for (int i = 0; i < 4; ++i)
+    if (memcmp(watched[i], original[i], sizeof original[i]) != 0) return 0;
+  return 1;
+}
+
+static int wait_for(int (*cond)(void)) {
+  const struct timespec pause = {0, 10 * 1000 * 1000};
+  for (int i = 0; i < 30000; ++i) {
+    if (cond()) return 1;
+    nanosleep(&pause, NULL);
+  }
+  return 0;
+}
+
+static void put_file(const char* dir, const char* name, const char* text, size_t len) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || write(fd, text, len) != (ssize_t)len) _exit(6);
+  close(fd);
+}
+
+__attribute__((noinline)) static void large_blocks(void) {
+  for (int i = 0; i < LARGE_N; ++i) {
+    char* p = calloc(1, LARGE_SIZE);
+    if (p == NULL) _exit(5);
+    p[i] = 1;
+    sink = p;
+    free(p);
+  }
+}
+
+__attribute__((noinline)) static void small_blocks(void) {
+  for (int i = 0; i < SMALL_N; ++i) {
+    void* p = malloc(SMALL_SIZE);
+    if (p == NULL) _exit(5);
+    memset(p, 1, SMALL_SIZE);
+    sink = p;
+    free(p);
+  }
+}
+
+__attribute__((noinline)) static void leak_blocks(void) {
+  for (int i = 0; i < LEAK_N; ++i) {
+    void* p = NULL;
+    if (posix_memalign(&p, 64, LEAK_SIZE) != 0) _exit(5);
+    memset(p, (unsigned char)i, LEAK_SIZE);
+    leaked[i] = p;
+  }
+}
+
+__attribute__((noinline)) static void free_nulls_and_early(void) {
+  for (int i = 0; i < FREE_NULL_N; ++i) free(sink == NULL ? sink : NULL);
+  for (int i = 0; i < EARLY_N; ++i) free(early[i]);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: alloc_pid_fixture DIR\n");
+    return 1;
+  }
+  const char* dir = argv[1];
+  for (int i = 0; i < EARLY_N; ++i) {
+    early[i] = malloc(EARLY_SIZE);
+    if (early[i] == NULL) return 5;
+  }
+  watched[0] = (const unsigned char*)(void*)malloc;
+  watched[1] = (const unsigned char*)(void*)calloc;
+  watched[2] = (const unsigned char*)(void*)posix_memalign;
+  watched[3] = (const unsigned char*)(void*)free;
+  for (int i = 0; i < 4; ++i) memcpy(original[i], watched[i], sizeof original[i]);
+  put_file(dir, "ready", "ready\n", 6);
+  if (!wait_for(probes_in)) return 2;
+
+  large_blocks();
+  small_blocks();
+  leak_blocks();
+  free_nulls_and_early();
+
+  char truth[512];
+  const int n =
+      snprintf(truth, sizeof truth, "large_blocks %d %d 0\nsmall_blocks %d %d 0\nleak_blocks %d %d %d\n",
+               LARGE_N, LARGE_SIZE, SMALL_N, SMALL_SIZE, LEAK_N, LEAK_SIZE, LEAK_N);
+  put_file(dir, "truth", truth, (size_t)n);
+  put_file(dir, "done", "done\n", 5);
+
+  if (!wait_for(probes_out)) return 3;
+  for (int i = 0; i < LEAK_N; ++i)
+    for (int j = 0; j < LEAK_SIZE; j += 512)
+      if (leaked[i][j] != (unsigned char)i) return 4;
+  small_blocks();
+  for (int i = 0; i < LEAK_N; ++i) free(leaked[i]);
+  return 0;
+}
