@@ -274,9 +274,9 @@ TEST(ErrorReply, MapsErrorsByTheirType) {
 
   // The session's refusals, as record_options_from_request throws them: targets, and options that
   // do not go together. Then the recorder's (RecordTargetError, RecordError): a failed recording.
-  session::RecordRequest alloc_for_pid;
-  alloc_for_pid.pids = {1};
-  alloc_for_pid.alloc = true;
+  session::RecordRequest pid_and_command;
+  pid_and_command.pids = {1};
+  pid_and_command.command = {"/bin/true"};
   RecordOptions no_cgroup;
   no_cgroup.cgroup = "hpd-error-reply-test/no-such-cgroup";
   const struct {
@@ -286,8 +286,8 @@ TEST(ErrorReply, MapsErrorsByTheirType) {
   } refusals[] = {
       {[] { session::record_options_from_request({}); }, ErrorCode::kBadRequest,
        "nothing to record: give --pid"},
-      {[&] { session::record_options_from_request(alloc_for_pid); }, ErrorCode::kBadRequest,
-       "--alloc is not supported for --pid"},
+      {[&] { session::record_options_from_request(pid_and_command); }, ErrorCode::kBadRequest,
+       "give either --pid or a command after --, not both"},
       {[] { validate_record_options({}); }, ErrorCode::kRecordFailed, "nothing to record"},
       {[&] { validate_record_options(no_cgroup); }, ErrorCode::kRecordFailed, "no cgroup at "},
   };
