@@ -16,6 +16,8 @@
 #include <string>
 #include <string_view>
 
+#include "hpd/base/unique_fd.h"
+
 namespace hpd::session {
 namespace {
 
@@ -209,21 +211,15 @@ const char* grpc_code_name(int code) {
   return code >= 0 && code <= 16 ? names[code] : "unknown code";
 }
 
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 }  // namespace
 
 std::vector<std::string> read_push_headers_file(const std::string& path, unsigned owner_uid) {
   // Opened first and checked through the descriptor: what is checked is what is read.
-  const FdCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)};
-  if (file.fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  const UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!file) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(file.fd, &st) != 0) throw std::runtime_error(path + ": cannot stat: " + std::strerror(errno));
+  if (::fstat(file.get(), &st) != 0)
+    throw std::runtime_error(path + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + ": not a regular file");
   if (st.st_uid != owner_uid) {
     throw std::runtime_error(path + ": owned by uid " + std::to_string(st.st_uid) + ", not " +
@@ -242,7 +238,7 @@ std::vector<std::string> read_push_headers_file(const std::string& path, unsigne
   std::string text(static_cast<size_t>(st.st_size), '\0');
   size_t got = 0;
   while (got < text.size()) {
-    const ssize_t n = ::read(file.fd, text.data() + got, text.size() - got);
+    const ssize_t n = ::read(file.get(), text.data() + got, text.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw std::runtime_error(path + ": cannot read: " + std::strerror(errno));
     if (n == 0) break;
