@@ -53,7 +53,8 @@ struct ReportFilter {
   int32_t pid = 0;     // 0 = all
   int32_t tid = 0;     // 0 = all
   std::string thread;  // thread name; "" = all
-  int64_t width = -1;  // text columns; -1 = the terminal's (0 = no limit when not a TTY)
+  int64_t width = -1;  // text columns; -1 = COLUMNS or the terminal's (0 = no limit when not a TTY)
+  bool wide = false;   // --wide: whole names, whatever the width
 };
 
 struct ReportArgs {
@@ -187,7 +188,8 @@ int run_report(const ReportArgs& args);
 int run_open(const OpenArgs& args);
 int run_annotate(const AnnotateArgs& args);
 int run_diff(const DiffArgs& args);
-// Columns for the text report on stdout: the terminal's width, or 0 (no limit) when not a TTY.
+// Columns for the text report on stdout: COLUMNS when set, else the terminal's width, or 0 (no
+// limit) when not a TTY.
 size_t report_width_for_stdout();
 int run_mip_show(const MipArgs& args);
 int run_mip_merge(const MipArgs& args);

@@ -170,9 +170,12 @@ int main(int argc, char** argv) {
     cmd->add_option("--pid", f.pid, "Only this process");
     cmd->add_option("--tid", f.tid, "Only this thread");
     cmd->add_option("--thread", f.thread, "Only threads with this name");
-    cmd->add_option(
-        "--width", f.width,
-        "Columns of the table (default: the terminal's; whole names when not a terminal; 0 = no limit)");
+    auto* width = cmd->add_option("--width", f.width,
+                                  "Columns of the text (default: COLUMNS, else the terminal's; whole names "
+                                  "when not a terminal; 0 = no limit). Long names are shortened to fit: "
+                                  "template arguments first, then parameters, then the middle");
+    cmd->add_flag("--wide", f.wide, "Whole function names, however long the lines (--json always has them)")
+        ->excludes(width);
   };
   hpd::cli::ReportArgs rep;
   CLI::App* report = app.add_subcommand(

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <stdexcept>
@@ -34,13 +35,23 @@ ReportOptions filter_options(const ReportFilter& filter, size_t limit) {
   options.pid = filter.pid;
   options.tid = filter.tid;
   options.thread = filter.thread;
-  options.width = filter.width >= 0 ? static_cast<size_t>(filter.width) : report_width_for_stdout();
+  if (filter.wide) {
+    options.width = 0;  // whole names, lines as long as they are
+  } else {
+    options.width = filter.width >= 0 ? static_cast<size_t>(filter.width) : report_width_for_stdout();
+  }
   return options;
 }
 
 }  // namespace
 
 size_t report_width_for_stdout() {
+  // COLUMNS when exported (a shell's own is not, unless asked), even into a pipe (`| less`).
+  if (const char* columns = std::getenv("COLUMNS"); columns != nullptr) {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(columns, &end, 10);
+    if (end != columns && *end == '\0' && n > 0 && n < 100000) return n;
+  }
   if (isatty(STDOUT_FILENO) == 0) return 0;  // a pipe or a file: whole names, for grep and scripts
   winsize size{};
   if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
@@ -109,7 +120,7 @@ int run_annotate(const AnnotateArgs& args) {
   if (args.json) {
     print_annotation_json(annotation, std::cout);
   } else {
-    print_annotation(annotation, std::cout);
+    print_annotation(annotation, std::cout, options.width);
   }
   return 0;
 }

@@ -16,7 +16,8 @@ namespace {
 // Real symbols of a C++ program (g++ 12, libstdc++), demangled as hpd does.
 const std::string kPushBack = demangle("_ZNSt6vectorIiSaIiEE9push_backERKi");
 const std::string kSelect1st = demangle(
-    "_ZNKSt10_Select1stISt4pairIKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIdSaIdEEEEclERKSB_");
+    "_ZNKSt10_Select1stISt4pairIKNSt7__cxx1112basic_stringIcSt11char_"
+    "traitsIcESaIcEEESt6vectorIdSaIdEEEEclERKSB_");
 const std::string kFunctionCall = demangle("_ZNKSt8functionIFiiEEclEi");
 const std::string kStreamInt = demangle("_ZNSolsEi");
 const std::string kStreamCString = demangle("_ZStlsISt11char_traitsIcEERSt13basic_ostreamIcT_ES5_PKc");
@@ -60,15 +61,18 @@ TEST(ReportNamesTest, OperatorsAreNotBrackets) {
   EXPECT_EQ(shorten(kStreamCString, 80),
             "std::basic_ostream<…>& std::operator<<<…>(std::basic_ostream<…>&, char const*)");
   EXPECT_EQ(shorten("foo<int>::operator->() const", 26), "foo<…>::operator->() const");
-  EXPECT_EQ(shorten("Vec<int>::operator<=(Vec<int> const&) const", 39), "Vec<…>::operator<=(Vec<…> const&) const");
+  EXPECT_EQ(shorten("Vec<int>::operator<=(Vec<int> const&) const", 39),
+            "Vec<…>::operator<=(Vec<…> const&) const");
 }
 
 TEST(ReportNamesTest, Lambdas) {
   // LLVM's spelling (hpd's demangler) and GCC's (c++filt, other tools' profiles).
   EXPECT_EQ(demangle("_ZZ4mainENKUliE_clEi"), "main::'lambda'(int)::operator()(int) const");
   EXPECT_EQ(shorten(demangle("_ZZ4mainENKUliE_clEi"), 38), "main::'lambda'(…)::operator()(…) const");
-  const std::string gcc1 = "std::vector<int, std::allocator<int> > run<int>(int)::{lambda(int)#1}::operator()(int) const";
-  const std::string gcc2 = "std::vector<int, std::allocator<int> > run<int>(int)::{lambda(int)#2}::operator()(int) const";
+  const std::string gcc1 =
+      "std::vector<int, std::allocator<int> > run<int>(int)::{lambda(int)#1}::operator()(int) const";
+  const std::string gcc2 =
+      "std::vector<int, std::allocator<int> > run<int>(int)::{lambda(int)#2}::operator()(int) const";
   EXPECT_EQ(shorten(gcc1, 70), "std::vector<…> run<…>(int)::{lambda(int)#1}::operator()(int) const");
   EXPECT_EQ(shorten(gcc1, 60), "std::vector<…> run<…>(…)::{lambda(…)#1}::operator()(…) const");
   const std::vector<std::string> both = shorten_distinct({gcc1, gcc2}, 40);
@@ -94,10 +98,12 @@ TEST(ReportNamesTest, RustPathsAndHashes) {
 }
 
 TEST(ReportNamesTest, NeverWiderThanAsked) {
-  const std::vector<std::string> names = {kPushBack, kSelect1st, kFunctionCall, kStreamInt, kStreamCString,
-                                          "a<b<c<d<e>>>>::f(g<h>, (anonymous namespace)::i)"};
+  const std::vector<std::string> names = {kPushBack,      kSelect1st,
+                                          kFunctionCall,  kStreamInt,
+                                          kStreamCString, "a<b<c<d<e>>>>::f(g<h>, (anonymous namespace)::i)"};
   for (size_t width = 1; width < 120; ++width) {
-    for (const std::string& n : names) EXPECT_LE(display_width(shorten(n, width)), width) << n << " " << width;
+    for (const std::string& n : names)
+      EXPECT_LE(display_width(shorten(n, width)), width) << n << " " << width;
     for (const std::string& s : shorten_distinct(names, width)) EXPECT_LE(display_width(s), width) << s;
   }
 }
@@ -114,7 +120,8 @@ TEST(ReportNamesTest, DifferentFunctionsNeverLookTheSame) {
     EXPECT_LE(display_width(s[1]), width);
   }
   // Where elision alone tells them apart, it is used: overloads keep their parameters.
-  const std::vector<std::string> o = shorten_distinct({"std::vector<int>::at(int)", "std::vector<int>::at(long)"}, 24);
+  const std::vector<std::string> o =
+      shorten_distinct({"std::vector<int>::at(int)", "std::vector<int>::at(long)"}, 24);
   EXPECT_EQ(o[0], "std::vector<…>::at(int)");
   EXPECT_EQ(o[1], "std::vector<…>::at(long)");
 }

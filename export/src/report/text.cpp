@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "hpd/export/report.h"
+#include "names.h"
 #include "rows.h"
 
 namespace hpd {
@@ -104,8 +105,19 @@ TimeColumn time_column(uint64_t max_ns, size_t width) {
   return column;
 }
 
-std::string function_cell(const ReportRow& row, size_t width) {
-  return pad_right(truncate_right(row.name, width), width);
+// A function's name shortened to `width` (template arguments elided first; see names.h).
+std::string short_name(std::string_view name, size_t width) {
+  return width >= kUnlimitedWidth ? std::string(name) : report_names::shorten(name, width);
+}
+
+// The function cells of a table: each name shortened to the column, two functions never alike.
+std::vector<std::string> function_cells(const std::vector<const ReportRow*>& rows, size_t width) {
+  std::vector<std::string> names;
+  names.reserve(rows.size());
+  for (const ReportRow* r : rows) names.push_back(r->name);
+  if (width < kUnlimitedWidth) names = report_names::shorten_distinct(names, width);
+  for (std::string& n : names) n = pad_right(std::move(n), width);
+  return names;
 }
 
 std::string library_name(const ReportRow& row) {
@@ -113,8 +125,9 @@ std::string library_name(const ReportRow& row) {
 }
 
 // Widths of the function and library columns of a table whose numbers take `numbers` columns.
-// Limited: the library gets kLibraryWidth (plus a quarter of the columns beyond 80) or its longest
-// name if shorter, the function the rest. Unlimited: each as wide as its longest entry.
+// Limited: the library gets kLibraryWidth (plus a quarter of the columns beyond 80), at most a
+// third of the names' columns, or its longest name if shorter; the function the rest. Unlimited: each as wide
+// as its longest entry.
 struct NameColumns {
   size_t function = 8;
   size_t library = 7;
@@ -127,7 +140,9 @@ NameColumns name_columns(const std::vector<const ReportRow*>& rows, size_t numbe
     longest_library = std::max(longest_library, code_points(library_name(*r)));
   }
   if (width >= kUnlimitedWidth) return NameColumns{longest_function, longest_library};
-  const size_t library_cap = kLibraryWidth + (width > 80 ? (width - 80) / 4 : 0);
+  const size_t names_width = width > numbers + 3 ? width - numbers - 3 : 0;
+  const size_t library_cap =
+      std::min(kLibraryWidth + (width > 80 ? (width - 80) / 4 : 0), std::max<size_t>(names_width / 3, 7));
   c.library = std::min(longest_library, library_cap);
   const size_t used = numbers + 3 + c.library;
   c.function = width > used + 8 ? width - used : 8;
@@ -257,13 +272,14 @@ void print_cpu_view(std::ostream& out, ReportSort sort, const std::vector<const 
   out << pad_left("Self%", 6) << ' ' << pad_left("Total%", 6) << ' ' << pad_left("Samples", 8) << ' '
       << pad_left(std::string("CPU ") + cpu.unit, 9) << (calls ? pad_left("Calls", 12) : "") << "  "
       << pad_right("Function", names.function) << ' ' << "Library\n";
-  for (const ReportRow* r : rows) {
+  const std::vector<std::string> cells = function_cells(rows, names.function);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ReportRow* r = rows[i];
     out << pad_left(format_percent(r->self_percent), 6) << ' '
         << pad_left(format_percent(r->total_percent), 6) << ' '
         << pad_left(std::to_string(r->self_samples), 8) << ' ' << pad_left(cpu.cell(r->self_cpu_ns), 9)
-        << (calls ? pad_left(r->calls != 0 ? std::to_string(r->calls) : "-", 12) : "") << "  "
-        << function_cell(*r, names.function) << ' ' << truncate_right(library_name(*r), names.library)
-        << '\n';
+        << (calls ? pad_left(r->calls != 0 ? std::to_string(r->calls) : "-", 12) : "") << "  " << cells[i]
+        << ' ' << truncate_right(library_name(*r), names.library) << '\n';
   }
 }
 
@@ -291,15 +307,16 @@ void print_wall_view(std::ostream& out, bool by_total, bool waits, const std::ve
       << pad_left(std::string("Total ") + wall.unit, 9);
   if (waits) out << ' ' << pad_left("Blocked", 9) << ' ' << pad_left("Wait CPU", 9);
   out << "  " << pad_right("Function", names.function) << ' ' << "Library\n";
-  for (const ReportRow* r : rows) {
+  const std::vector<std::string> cells = function_cells(rows, names.function);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ReportRow* r = rows[i];
     out << pad_left(format_percent(r->self_wall_percent), 6) << ' '
         << pad_left(format_percent(r->total_wall_percent), 6) << ' '
         << pad_left(wall.cell(r->self_wall_ns), 9) << ' ' << pad_left(wall.cell(r->total_wall_ns), 9);
     if (waits)
       out << ' ' << pad_left(wall.cell(by_total ? r->total_off_cpu_ns : r->self_off_cpu_ns), 9) << ' '
           << pad_left(wall.cell(by_total ? r->total_wait_cpu_ns : r->self_wait_cpu_ns), 9);
-    out << "  " << function_cell(*r, names.function) << ' ' << truncate_right(library_name(*r), names.library)
-        << '\n';
+    out << "  " << cells[i] << ' ' << truncate_right(library_name(*r), names.library) << '\n';
   }
 }
 
@@ -349,13 +366,12 @@ void print_moves_view(const Report& report, std::ostream& out, size_t limit, siz
     out << pad_left(format_percent(m.percent), 6) << ' ' << pad_left(std::to_string(m.samples), 8) << ' '
         << pad_left(cpu.cell(m.cpu_ns), 9) << "  " << pad_right(m.move.copy ? "copy" : "move", 4) << ' '
         << pad_left(m.move.size != 0 ? std::to_string(m.move.size) : std::string("?"), 7) << "  "
-        << truncate_right(m.move.type, name_width) << '\n';
+        << short_name(m.move.type, name_width) << '\n';
     for (size_t c = 0; c < m.callers.size() && c < kMoveCallersShown; ++c) {
       const MoveCaller& caller = m.callers[c];
       out << pad_left(format_percent(percent(caller.samples, report.totals.samples)), 6) << ' '
           << pad_left(std::to_string(caller.samples), 8) << ' ' << pad_left(cpu.cell(caller.cpu_ns), 9)
-          << std::string(2 + 4 + 1 + 7 + 2, ' ') << "  " << truncate_right(caller.name, name_width - 2)
-          << '\n';
+          << std::string(2 + 4 + 1 + 7 + 2, ' ') << "  " << short_name(caller.name, name_width - 2) << '\n';
     }
     if (m.callers.size() > kMoveCallersShown) {
       out << std::string(6 + 1 + 8 + 1 + 9 + 2 + 4 + 1 + 7 + 2 + 2, ' ') << "and "
@@ -399,7 +415,7 @@ void print_mip_view(const Report& report, std::ostream& out, size_t limit, size_
         << pad_left(r.first_call != 0 ? std::to_string(r.first_call) : std::string("-"), 6) << ' '
         << pad_left(blocks, 9) << ' ' << pad_left(r.self_samples != 0 ? cpu.cell(r.self_cpu_ns) : "-", 9)
         << ' ' << pad_left(r.cpu_per_call_ns != 0 ? format_per_call(r.cpu_per_call_ns) : std::string("-"), 9)
-        << "  " << truncate_right(r.name, name_width) << '\n';
+        << "  " << short_name(r.name, name_width) << '\n';
   }
   if (never == 0) return;
   // As many names as fit on one line after the count.
@@ -456,10 +472,10 @@ void print_timed_calls_view(const Report& report, std::ostream& out, size_t show
         << pad_left(timed ? format("%.1f", r.latency_wall_percent) : "-", 6) << ' '
         << pad_left(r.self_cpu_ns != 0 ? t.cell(r.self_cpu_ns) : "-", 9) << ' ';
     if (inclusive) out << pad_left(r.total_cpu_ns != 0 ? t.cell(r.total_cpu_ns) : "-", 9) << ' ';
-    out << ' ' << truncate_right(r.name, name_width) << '\n';
+    out << ' ' << short_name(r.name, name_width) << '\n';
     for (size_t c = 0; c < r.callers.size() && c < kCallersShown; ++c) {
       out << pad_left(std::to_string(r.callers[c].calls), 11) << std::string(numbers - 11, ' ') << "<- "
-          << truncate_right(r.callers[c].name, name_width - 3) << '\n';
+          << short_name(r.callers[c].name, name_width - 3) << '\n';
     }
     if (r.callers.size() > kCallersShown)
       out << std::string(numbers, ' ') << "and " << (r.callers.size() - kCallersShown) << " more callers\n";
@@ -504,10 +520,10 @@ void print_calls_view(const Report& report, std::ostream& out, size_t limit, siz
         << ' ' << pad_left(sampled ? t.cell(r.total_cpu_ns) : "-", 9) << ' '
         << pad_left(sampled ? t.cell(r.total_wall_ns) : "-", 9) << ' '
         << pad_left(r.cpu_per_call_ns != 0 ? format_per_call(r.cpu_per_call_ns) : std::string("-"), 9) << "  "
-        << truncate_right(r.name, name_width) << '\n';
+        << short_name(r.name, name_width) << '\n';
     for (size_t c = 0; c < r.callers.size() && c < kCallersShown; ++c) {
       out << pad_left(std::to_string(r.callers[c].calls), 11) << std::string(53 - 11, ' ') << "  <- "
-          << truncate_right(r.callers[c].name, name_width - 5) << '\n';
+          << short_name(r.callers[c].name, name_width - 5) << '\n';
     }
     if (r.callers.size() > kCallersShown)
       out << std::string(53 + 2, ' ') << "and " << (r.callers.size() - kCallersShown) << " more callers\n";
@@ -549,7 +565,7 @@ void print_alloc_view(const Report& report, std::ostream& out, size_t limit, siz
     const AllocRow& r = report.allocations[i];
     out << pad_left(mib(r.total_bytes), 11) << ' ' << pad_left(mib(r.self_bytes), 11) << ' '
         << pad_left(format("%.0f", r.total_objects), 11) << ' ' << pad_left(mib(r.live_total_bytes), 11)
-        << "  " << truncate_right(alloc_function_cell(r), name_width) << '\n';
+        << "  " << short_name(alloc_function_cell(r), name_width) << '\n';
   }
   std::vector<const AllocRow*> live;
   for (const AllocRow& r : report.allocations)
@@ -566,7 +582,7 @@ void print_alloc_view(const Report& report, std::ostream& out, size_t limit, siz
     const AllocRow& r = *live[i];
     out << pad_left(mib(r.live_total_bytes), 11) << ' ' << pad_left(mib(r.live_self_bytes), 11) << ' '
         << pad_left(format("%.0f", r.live_total_objects), 11) << ' ' << pad_left(mib(r.total_bytes), 11)
-        << "  " << truncate_right(alloc_function_cell(r), name_width) << '\n';
+        << "  " << short_name(alloc_function_cell(r), name_width) << '\n';
   }
 }
 

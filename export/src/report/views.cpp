@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "hpd/model/validate.h"
+#include "names.h"
 
 namespace hpd {
 namespace {
@@ -77,6 +78,35 @@ std::string library_suffix(const std::string& library) {
   return library.front() == '[' ? "  " + library : "  [" + library + "]";
 }
 
+// Text width: options.width columns (0 = no limit: whole names). A name never gets fewer than
+// kMinNameWidth columns, even if its line then passes the width (deep trees in narrow terminals).
+constexpr size_t kMinNameWidth = 16;
+// Libraries after a name are cut to this many columns when the width is limited.
+constexpr size_t kMaxLibraryWidth = 14;
+
+bool limited(size_t width) {
+  return width != 0;
+}
+
+// Columns left for a name on a line of `width` columns whose other text takes `used`.
+size_t name_room(size_t width, size_t used) {
+  return width > used + kMinNameWidth ? width - used : kMinNameWidth;
+}
+
+std::string short_name(const std::string& name, size_t width, size_t used) {
+  return limited(width) ? report_names::shorten(name, name_room(width, used)) : name;
+}
+
+// A library as written after a name, cut to kMaxLibraryWidth (as the report's library column).
+std::string short_library(const std::string& library, size_t width) {
+  if (!limited(width) || report_names::display_width(library) <= kMaxLibraryWidth) return library;
+  size_t end = 0;  // byte offset of code point kMaxLibraryWidth - 1
+  for (size_t seen = 0; end < library.size(); ++end) {
+    if ((static_cast<unsigned char>(library[end]) & 0xC0) != 0x80 && seen++ == kMaxLibraryWidth - 1) break;
+  }
+  return library.substr(0, end) + "\xE2\x80\xA6";
+}
+
 double percent(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0.0 : 100.0 * double(part) / double(whole);
 }
@@ -97,25 +127,49 @@ void sort_tree(CallTreeNode& node) {
   for (CallTreeNode& c : node.children) sort_tree(c);
 }
 
-void print_tree_node(const CallTreeNode& node, const CallTreeView& view, std::ostream& out, size_t depth,
-                     size_t max_depth, uint64_t* hidden) {
+// Columns of a tree line before its indentation: 7 1 7 1 9 1 10 2.
+constexpr size_t kTreeNumbersWidth = 38;
+
+// Whether a child of a tree node is printed (the others are counted as hidden).
+bool shown_in_tree(const CallTreeNode& child, const CallTreeView& view) {
+  return percent(child.samples, view.root.samples) >= kCallTreeMinPercent;
+}
+
+// One line per node, its name shortened (`label`) to what the line leaves of `width` (0 = whole);
+// the children printed under it have names told apart from each other's.
+void print_tree_node(const CallTreeNode& node, const std::string& label, const CallTreeView& view,
+                     std::ostream& out, size_t depth, size_t max_depth, size_t width, bool library,
+                     uint64_t* hidden) {
   const char* arrow = view.direction == CallTreeDirection::kCallers ? "<- " : "-> ";
   out << pad_left(fmt("%.1f%%", percent(node.samples, view.root.samples)), 7) << ' '
       << pad_left(fmt("%.1f%%", percent(node.samples, view.all_samples)), 7) << ' '
       << pad_left(std::to_string(node.samples), 9) << ' '
       << pad_left(fmt("%.1f", double(node.cpu_ns) / 1e6), 10) << "  " << std::string(2 * depth, ' ')
-      << (depth == 0 ? "" : arrow) << node.name << library_suffix(node.library) << '\n';
+      << (depth == 0 ? "" : arrow) << label
+      << (library ? library_suffix(short_library(node.library, width)) : std::string()) << '\n';
   if (max_depth != 0 && depth + 1 > max_depth) {
     if (!node.children.empty()) ++*hidden;
     return;
   }
+  std::vector<const CallTreeNode*> shown;
+  std::vector<std::string> labels;
+  size_t suffix = 0;
   for (const CallTreeNode& c : node.children) {
-    if (percent(c.samples, view.root.samples) < kCallTreeMinPercent) {
+    if (!shown_in_tree(c, view)) {
       ++*hidden;
       continue;
     }
-    print_tree_node(c, view, out, depth + 1, max_depth, hidden);
+    shown.push_back(&c);
+    labels.push_back(c.name);
+    suffix = std::max(suffix, report_names::display_width(library_suffix(short_library(c.library, width))));
   }
+  // Deep in a narrow terminal, the children's libraries go before their names get too short.
+  const size_t used = kTreeNumbersWidth + 2 * (depth + 1) + 3;
+  const bool libraries = !limited(width) || used + suffix + kMinNameWidth <= width;
+  if (limited(width))
+    labels = report_names::shorten_distinct(labels, name_room(width, used + (libraries ? suffix : 0)));
+  for (size_t i = 0; i < shown.size(); ++i)
+    print_tree_node(*shown[i], labels[i], view, out, depth + 1, max_depth, width, libraries, hidden);
 }
 
 ordered_json tree_json(const CallTreeNode& node, const CallTreeView& view) {
@@ -250,21 +304,30 @@ CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, c
 
 void print_call_tree(const CallTreeView& view, std::ostream& out, const ReportOptions& options) {
   const bool callers = view.direction == CallTreeDirection::kCallers;
-  out << (callers ? "Callers of " : "Callees of ") << view.root.name << ": " << view.root.samples
-      << " on-CPU samples (" << fmt("%.1f%%", percent(view.root.samples, view.all_samples)) << " of "
-      << view.all_samples << "), CPU " << fmt("%.1f ms", double(view.root.cpu_ns) / 1e6) << '\n';
+  const size_t width = options.width;
+  // The name on a line of its own, the counts on the next: both fit the width.
+  const std::string library = library_suffix(short_library(view.root.library, width));
+  out << (callers ? "Callers of " : "Callees of ")
+      << short_name(view.root.name, width, 11 + report_names::display_width(library)) << library << '\n'
+      << "  " << view.root.samples << " on-CPU samples ("
+      << fmt("%.1f%%", percent(view.root.samples, view.all_samples)) << " of " << view.all_samples
+      << "), CPU " << fmt("%.1f ms", double(view.root.cpu_ns) / 1e6) << '\n';
   if (view.root.samples == 0 && view.root.wall_ns == 0) {
-    out << "No sample has " << view.root.name << " on its stack.\n";
+    out << "No sample has " << short_name(view.root.name, width, 30) << " on its stack.\n";
     return;
   }
   out << pad_left("Of fn", 7) << ' ' << pad_left("Of all", 7) << ' ' << pad_left("Samples", 9) << ' '
       << pad_left("CPU ms", 10) << "  " << (callers ? "Function <- its callers" : "Function -> its callees")
       << '\n';
   uint64_t hidden = 0;
-  print_tree_node(view.root, view, out, 0, options.limit, &hidden);
+  const size_t root_room = kTreeNumbersWidth + report_names::display_width(
+                                                   library_suffix(short_library(view.root.library, width)));
+  print_tree_node(view.root, short_name(view.root.name, width, root_room), view, out, 0, options.limit, width,
+                  true, &hidden);
   if (hidden > 0) {
-    out << hidden << " branches not shown (under " << kCallTreeMinPercent << "% of " << view.root.name
-        << (options.limit != 0 ? ", or deeper than --limit" : "") << "; --json has all)\n";
+    const std::string why = options.limit != 0 ? ", or deeper than --limit" : "";
+    out << hidden << " branches not shown (under " << kCallTreeMinPercent << "%" << why
+        << "; --json has all)\n";
   }
 }
 
@@ -347,11 +410,13 @@ Annotation annotate_function(const Profile& p, const ReportOptions& options, con
   return a;
 }
 
-void print_annotation(const Annotation& a, std::ostream& out) {
-  out << "Annotate " << a.function << library_suffix(a.library) << ": " << a.self_samples << " self, "
-      << a.total_samples << " total on-CPU samples\n";
+void print_annotation(const Annotation& a, std::ostream& out, size_t width) {
+  const std::string library = library_suffix(short_library(a.library, width));
+  out << "Annotate " << short_name(a.function, width, 9 + report_names::display_width(library)) << library
+      << '\n'
+      << "  " << a.self_samples << " self, " << a.total_samples << " total on-CPU samples\n";
   if (a.total_samples == 0) {
-    out << "No sample has " << a.function << " on its stack.\n";
+    out << "No sample has " << short_name(a.function, width, 30) << " on its stack.\n";
     return;
   }
   if (a.file.empty()) {
@@ -448,15 +513,21 @@ void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& option
   const auto ms = [](double ns) { return fmt("%.1f", ns / 1e6); };
   const auto signed_ms = [](int64_t ns) { return fmt("%+.1f", double(ns) / 1e6); };
   out << "hpd diff: A " << diff.totals[0].samples << " on-CPU samples, CPU "
-      << ms(double(diff.totals[0].cpu_ns)) << " ms; B " << diff.totals[1].samples << " on-CPU samples, CPU "
-      << ms(double(diff.totals[1].cpu_ns)) << " ms ("
+      << ms(double(diff.totals[0].cpu_ns)) << " ms;\n          B " << diff.totals[1].samples
+      << " on-CPU samples, CPU " << ms(double(diff.totals[1].cpu_ns)) << " ms ("
       << signed_ms(int64_t(diff.totals[1].cpu_ns) - int64_t(diff.totals[0].cpu_ns)) << " ms)\n";
   const size_t shown = options.limit != 0 ? std::min(options.limit, diff.rows.size()) : diff.rows.size();
-  out << "Functions by the change of their self CPU time (B - A), top " << shown << " of " << diff.rows.size()
-      << '\n';
+  // The names of the rows shown, told apart; a library after its name only where the line has room.
+  constexpr size_t kDiffNumbersWidth = 61;  // 9 1 9 1 9 1 7 1 10 1 10 2
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < shown; ++i) labels.push_back(diff.rows[i].name);
+  const size_t room = name_room(options.width, kDiffNumbersWidth);
+  if (limited(options.width)) labels = report_names::shorten_distinct(labels, room);
+  out << "Functions by the change of their self CPU time (B - A, in ms), top " << shown << " of "
+      << diff.rows.size() << '\n';
   out << pad_left("Self A", 9) << ' ' << pad_left("Self B", 9) << ' ' << pad_left("Change", 9) << ' '
       << pad_left("%", 7) << ' ' << pad_left("Total chg", 10) << ' ' << pad_left("Wall chg", 10)
-      << "  Function (CPU and wall time in ms)\n";
+      << "  Function (ms)\n";
   for (size_t i = 0; i < shown; ++i) {
     const DiffRow& r = diff.rows[i];
     const std::string relative =
@@ -466,8 +537,12 @@ void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& option
     out << pad_left(ms(double(r.self_cpu_ns[0])), 9) << ' ' << pad_left(ms(double(r.self_cpu_ns[1])), 9)
         << ' ' << pad_left(signed_ms(r.self_cpu_change_ns()), 9) << ' ' << pad_left(relative, 7) << ' '
         << pad_left(signed_ms(r.total_cpu_change_ns()), 10) << ' '
-        << pad_left(signed_ms(r.self_wall_change_ns()), 10) << "  " << r.name << library_suffix(r.library)
-        << '\n';
+        << pad_left(signed_ms(r.self_wall_change_ns()), 10) << "  " << labels[i];
+    const std::string library = library_suffix(short_library(r.library, options.width));
+    if (!limited(options.width) ||
+        report_names::display_width(labels[i]) + report_names::display_width(library) <= room)
+      out << library;
+    out << '\n';
   }
 }
 

@@ -83,7 +83,8 @@ struct Annotation {
 };
 Annotation annotate_function(const Profile& profile, const ReportOptions& options,
                              const std::string& function);
-void print_annotation(const Annotation& annotation, std::ostream& out);
+// `width`: the terminal's columns, to which the function's name is shortened; 0 = whole names.
+void print_annotation(const Annotation& annotation, std::ostream& out, size_t width = 0);
 void print_annotation_json(const Annotation& annotation, std::ostream& out);
 
 // Per function (by name and library): the change from profile A to profile B.
