@@ -26,6 +26,7 @@
 #include "hpd/base/proc_maps.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/call_counter.h"
+#include "uprobe_multi_link.h"
 
 namespace hpd::calls {
 
@@ -35,26 +36,6 @@ const size_t kAllocatorFunctionCount = sizeof kAllocatorFunctions / sizeof kAllo
 static_assert(sizeof kAllocatorFunctions / sizeof kAllocatorFunctions[0] == HPD_ALLOC_FN_COUNT);
 
 namespace {
-
-// Linux 6.13 uapi values; Debian 12's headers and libbpf 1.1 predate uprobe sessions.
-constexpr int kBpfLinkCreate = 28;
-constexpr uint32_t kBpfTraceUprobeSession = 57;
-
-// The BPF_LINK_CREATE part of union bpf_attr for uprobe_multi links (as call_counter.cpp).
-struct UprobeMultiAttr {
-  uint32_t prog_fd;
-  uint32_t target_fd;
-  uint32_t attach_type;
-  uint32_t flags;
-  uint64_t path;
-  uint64_t offsets;
-  uint64_t ref_ctr_offsets;
-  uint64_t cookies;
-  uint32_t cnt;
-  uint32_t multi_flags;
-  uint32_t pid;
-  uint32_t pad;
-};
 
 std::string path_in(int32_t pid, const std::string& path) {
   return "/proc/" + std::to_string(pid) + "/root" + path;
@@ -245,7 +226,7 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes) : impl_(std::make_uni
   impl_->skel->rodata->target_tgid = pid;
   impl_->skel->rodata->mean_bytes = mean_bytes;
   bpf_program__set_expected_attach_type(impl_->skel->progs.hpd_alloc_call,
-                                        static_cast<bpf_attach_type>(kBpfTraceUprobeSession));
+                                        static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeSession));
   if (const int err = alloc_bpf__load(impl_->skel.get()); err != 0)
     throw CallCountError(std::string("the kernel refused hpd's allocation eBPF program: ") +
                          std::strerror(-err) +
@@ -265,15 +246,8 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes) : impl_(std::make_uni
       cookies.push_back(function_id(name));
     }
     const std::string path = path_in(pid, module.path);
-    UprobeMultiAttr attr{};
-    attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(impl_->skel->progs.hpd_alloc_call));
-    attr.attach_type = kBpfTraceUprobeSession;
-    attr.path = reinterpret_cast<uint64_t>(path.c_str());
-    attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
-    attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
-    attr.cnt = static_cast<uint32_t>(offsets.size());
-    attr.pid = static_cast<uint32_t>(pid);
-    const int fd = static_cast<int>(::syscall(SYS_bpf, kBpfLinkCreate, &attr, sizeof attr));
+    const int fd = uprobe_multi::link(bpf_program__fd(impl_->skel->progs.hpd_alloc_call),
+                                      uprobe_multi::kAttachUprobeSession, path, offsets, cookies, pid);
     if (fd < 0) {
       const int e = errno;
       impl_->detach();

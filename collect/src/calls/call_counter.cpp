@@ -21,6 +21,7 @@
 #include "hpd/base/proc_maps.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/discovery.h"
+#include "uprobe_multi_link.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -72,26 +73,6 @@ hpd_calls_calibration_return:
   .popsection
 )");
 
-// Linux 6.6 uapi values; Debian 12's headers and libbpf 1.1 predate uprobe_multi links.
-constexpr int kBpfLinkCreate = 28;
-constexpr uint32_t kBpfTraceUprobeMulti = 48;
-
-// The BPF_LINK_CREATE part of union bpf_attr for uprobe_multi links.
-struct UprobeMultiAttr {
-  uint32_t prog_fd;
-  uint32_t target_fd;
-  uint32_t attach_type;
-  uint32_t flags;
-  uint64_t path;
-  uint64_t offsets;
-  uint64_t ref_ctr_offsets;
-  uint64_t cookies;
-  uint32_t cnt;
-  uint32_t multi_flags;
-  uint32_t pid;
-  uint32_t pad;
-};
-
 uint64_t mono_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -117,7 +98,7 @@ Skeleton load_program(bool follow_children) {
     throw CallCountError(std::string("cannot open hpd's call-counting eBPF object: ") + std::strerror(errno));
   skel->rodata->follow_children = follow_children ? 1 : 0;
   bpf_program__set_expected_attach_type(skel->progs.hpd_count_call,
-                                        static_cast<bpf_attach_type>(kBpfTraceUprobeMulti));
+                                        static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeMulti));
   if (const int err = calls_bpf__load(skel.get()); err != 0) {
     throw CallCountError(std::string("the kernel refused hpd's call-counting eBPF program: ") +
                          std::strerror(-err) +
@@ -362,14 +343,8 @@ class CallCounter::Impl {
   // One uprobe_multi link of the counting program on `offsets` of `path`; its fd, or -1 (errno set).
   int link_sites(const std::string& path, const std::vector<uint64_t>& offsets,
                  const std::vector<uint64_t>& cookies) {
-    UprobeMultiAttr attr{};
-    attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(skel_->progs.hpd_count_call));
-    attr.attach_type = kBpfTraceUprobeMulti;
-    attr.path = reinterpret_cast<uint64_t>(path.c_str());
-    attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
-    attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
-    attr.cnt = static_cast<uint32_t>(offsets.size());
-    return static_cast<int>(::syscall(SYS_bpf, kBpfLinkCreate, &attr, sizeof attr));
+    return uprobe_multi::link(bpf_program__fd(skel_->progs.hpd_count_call), uprobe_multi::kAttachUprobeMulti,
+                              path, offsets, cookies);
   }
 
   // What one hit of a probe on a site of `kind` adds to a target's CPU time on this machine, in ns:
