@@ -227,3 +227,84 @@ std::vector<int> online_cpus() {
 }
 
 }  // namespace hpd
+
+namespace hpd {
+
+namespace {
+
+// Lines "ID:CONTROLLERS:PATH" of /proc/PID/cgroup; the path may itself hold ':'.
+struct CgroupLine {
+  std::string_view id, controllers, path;
+};
+
+std::optional<CgroupLine> parse_cgroup_line(std::string_view line) {
+  const size_t a = line.find(':');
+  if (a == std::string_view::npos) return std::nullopt;
+  const size_t b = line.find(':', a + 1);
+  if (b == std::string_view::npos) return std::nullopt;
+  return CgroupLine{line.substr(0, a), line.substr(a + 1, b - a - 1), line.substr(b + 1)};
+}
+
+bool is_container_id(std::string_view s) {
+  if (s.size() < 12) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() > suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// The container id a cgroup path component names, or "".
+std::string_view container_of(std::string_view component) {
+  if (is_container_id(component)) return component;  // the cgroupfs driver: /docker/ID
+  if (!ends_with(component, ".scope")) return {};
+  const std::string_view name = component.substr(0, component.size() - 6);
+  for (const std::string_view prefix : {"docker-", "cri-containerd-", "crio-", "libpod-"}) {
+    if (name.substr(0, prefix.size()) == prefix && is_container_id(name.substr(prefix.size())))
+      return name.substr(prefix.size());
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string cgroup_from_proc_text(std::string_view text) {
+  std::optional<std::string_view> unified, systemd;
+  while (!text.empty()) {
+    const size_t eol = text.find('\n');
+    const std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    const auto parsed = parse_cgroup_line(line);
+    if (!parsed) continue;
+    if (parsed->id == "0" && parsed->controllers.empty())
+      unified = parsed->path;
+    else if (parsed->controllers == "name=systemd")
+      systemd = parsed->path;
+  }
+  if (unified && *unified != "/") return std::string(*unified);
+  if (systemd && *systemd != "/") return std::string(*systemd);
+  return unified ? std::string(*unified) : std::string();
+}
+
+std::string read_cgroup(int32_t pid) {
+  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/cgroup");
+  return text ? cgroup_from_proc_text(*text) : std::string();
+}
+
+CgroupOwner cgroup_owner(std::string_view path) {
+  CgroupOwner owner;
+  // From the innermost component out: the first unit and the first container found are the owners.
+  while (!path.empty() && (owner.systemd_unit.empty() || owner.container_id.empty())) {
+    const size_t slash = path.rfind('/');
+    const std::string_view component = slash == std::string_view::npos ? path : path.substr(slash + 1);
+    path = slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
+    if (component.empty()) continue;
+    if (owner.systemd_unit.empty() && (ends_with(component, ".service") || ends_with(component, ".scope")))
+      owner.systemd_unit = component;
+    if (owner.container_id.empty()) owner.container_id = container_of(component);
+  }
+  return owner;
+}
+
+}  // namespace hpd

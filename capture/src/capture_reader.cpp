@@ -173,8 +173,11 @@ class BlockApplier {
 
   void processes(Decoder& d) {
     const size_t n = d.count(7);
+    std::vector<int32_t> pids;  // in the block's order, for the columns appended after them
+    pids.reserve(n);
     for (size_t i = 0; i < n; ++i) {
-      RawProcess& process = p_.process(d.s32());
+      pids.push_back(d.s32());
+      RawProcess& process = p_.process(pids.back());
       process.name = d.str();
       process.exe = d.str();
       process.cmdline.resize(d.count());
@@ -205,6 +208,9 @@ class BlockApplier {
                  " skips ahead");
       }
     }
+    // Appended later: each process's cgroup; a file without the column leaves them as they were.
+    if (d.at_end()) return;
+    for (const int32_t pid : pids) p_.process(pid).cgroup = d.str();
   }
 
   void threads(Decoder& d) {

@@ -32,7 +32,7 @@ bool same_mapping(const RawMapping& a, const RawMapping& b) {
 
 bool same_process_fields(const RawProcess& a, const RawProcess& b) {
   return a.pid == b.pid && a.name == b.name && a.exe == b.exe && a.cmdline == b.cmdline &&
-         a.start_ns == b.start_ns && a.end_ns == b.end_ns;
+         a.cgroup == b.cgroup && a.start_ns == b.start_ns && a.end_ns == b.end_ns;
 }
 
 bool same_thread(const RawThread& a, const RawThread& b) {
@@ -224,6 +224,7 @@ struct CaptureWriter::State {
   void write_processes(const RawProfile& p) {
     size_t changed = 0;
     Encoder body;
+    std::vector<const std::string*> cgroups;  // the column appended after the processes
     for (const RawProcess& process : p.processes) {
       auto [it, added] = processes.try_emplace(process.pid);
       WrittenProcess& w = it->second;
@@ -235,6 +236,7 @@ struct CaptureWriter::State {
       }
       if (!fields_changed && mapping_updates.empty()) continue;
       ++changed;
+      cgroups.push_back(&process.cgroup);
       body.svar(process.pid);
       body.str(process.name);
       body.str(process.exe);
@@ -257,11 +259,13 @@ struct CaptureWriter::State {
       w.fields.name = process.name;
       w.fields.exe = process.exe;
       w.fields.cmdline = process.cmdline;
+      w.fields.cgroup = process.cgroup;
       w.fields.start_ns = process.start_ns;
       w.fields.end_ns = process.end_ns;
       w.mappings = process.mappings;
     }
     if (changed == 0) return;
+    for (const std::string* cgroup : cgroups) body.str(*cgroup);
     enc.var(changed);
     enc.bytes().append(body.bytes());
     emit(BlockType::kProcesses);

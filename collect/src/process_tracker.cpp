@@ -224,7 +224,7 @@ void ProcessTracker::on_fork(const ForkEvent& e) {
       profile_.process(e.pid).start_ns = e.time_ns;
       if (const RawProcess* parent = profile_.find_process(e.parent_pid)) {
         const std::vector<RawMapping> inherited = parent->mappings;
-        const std::string name = parent->name, exe = parent->exe;
+        const std::string name = parent->name, exe = parent->exe, cgroup = parent->cgroup;
         const std::vector<std::string> cmdline = parent->cmdline;
         RawProcess& child = profile_.process(e.pid);
         for (RawMapping m : inherited) {
@@ -236,6 +236,7 @@ void ProcessTracker::on_fork(const ForkEvent& e) {
         if (!known || child.name.empty()) child.name = name;
         if (!known || child.exe.empty()) child.exe = exe;
         if (!known || child.cmdline.empty()) child.cmdline = cmdline;
+        if (!known || child.cgroup.empty()) child.cgroup = cgroup;  // a fork stays in its parent's
         state.maps_read = true;
         state.maps_read_at = e.time_ns;
       } else if (!known) {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "events.h"
+#include "hpd/base/proc_maps.h"
 #include "hpd/model/raw_profile.h"
 #include "proc/build_id.h"
-#include "hpd/base/proc_maps.h"
 
 namespace hpd {
 
@@ -32,7 +32,7 @@ struct SystemLookups {
   // mapping (at most every maps_reread_interval_ns while reads find nothing).
   std::function<std::vector<MapsEntry>(int32_t pid)> read_maps;
   BuildIdLookup build_ids;
-  // Fills a process's exe and cmdline (and name when empty) from the system.
+  // Fills a process's exe, cmdline and cgroup (and name when empty) from the system.
   std::function<void(RawProcess&)> describe;
 };
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "address_groups.h"
+#include "hpd/base/proc_files.h"
 #include "hpd/export/otlp_profiles.h"
 #include "hpd/model/validate.h"
 #include "proto_writer.h"
@@ -151,6 +152,12 @@ class OtlpBuilder {
       attribute("process.executable.name", string_value(first->process_name));
     const std::string exe = executable_path(first);
     if (!exe.empty()) attribute("process.executable.path", string_value(exe));
+    if (first != nullptr && !first->process_cgroup.empty()) {
+      attribute("process.linux.cgroup", string_value(first->process_cgroup));
+      const CgroupOwner owner = cgroup_owner(first->process_cgroup);
+      if (!owner.systemd_unit.empty()) attribute("systemd.unit", string_value(owner.systemd_unit));
+      if (!owner.container_id.empty()) attribute("container.id", string_value(owner.container_id));
+    }
     for (const auto& [key, value] : options_.resource_labels) attribute(key, string_value(value));
 
     ProtoWriter scope;

@@ -27,6 +27,54 @@ TEST(ProcFiles, CpuListsAndOwnProcess) {
   EXPECT_FALSE(read_int_file("/nonexistent"));
 }
 
+// /proc/PID/cgroup as the kernel writes it on unified and hybrid systems, and the unit or container
+// a fleet's store slices by, from the cgroup paths systemd, Docker, containerd (Kubernetes) and Podman make.
+TEST(ProcFiles, CgroupPathsNameTheirSystemdUnitAndContainer) {
+  EXPECT_EQ(cgroup_from_proc_text("0::/system.slice/nginx.service\n"), "/system.slice/nginx.service");
+  // Hybrid: the v2 tree holds the process at its root; systemd's own tree says where it is.
+  EXPECT_EQ(cgroup_from_proc_text("12:pids:/system.slice/cron.service\n1:name=systemd:/system.slice/"
+                                  "cron.service\n0::/\n"),
+            "/system.slice/cron.service");
+  EXPECT_EQ(cgroup_from_proc_text("1:name=systemd:/user.slice/user-1000.slice/session-3.scope\n0::/"
+                                  "user.slice/user-1000.slice/session-3.scope\n"),
+            "/user.slice/user-1000.slice/session-3.scope");
+  EXPECT_EQ(cgroup_from_proc_text("0::/\n"), "/");
+  EXPECT_EQ(cgroup_from_proc_text("4:memory:/a\n"), "");
+  EXPECT_EQ(cgroup_from_proc_text(""), "");
+  EXPECT_EQ(read_cgroup(-1), "");
+  EXPECT_EQ(read_cgroup(::getpid()), cgroup_from_proc_text(*read_small_file("/proc/self/cgroup")));
+
+  const auto owner = [](std::string_view path) {
+    const CgroupOwner o = cgroup_owner(path);
+    return o.systemd_unit + "|" + o.container_id;
+  };
+  EXPECT_EQ(owner("/system.slice/nginx.service"), "nginx.service|");
+  EXPECT_EQ(owner("/system.slice/postgresql@15-main.service"), "postgresql@15-main.service|");
+  // A service's own sub-cgroups (Delegate=yes) are still that service.
+  EXPECT_EQ(owner("/system.slice/user@1000.service/app.slice/foo.service"), "foo.service|");
+  EXPECT_EQ(owner("/system.slice/containerd.service/supervisor"), "containerd.service|");
+  EXPECT_EQ(owner("/user.slice/user-1000.slice/session-3.scope"), "session-3.scope|");
+  EXPECT_EQ(owner("/system.slice/run-u42.scope"), "run-u42.scope|");
+  const std::string id = "4a5c3b8e1f2d4c6b8a9e0f1d2c3b4a5e6f7d8c9b0a1e2f3d4c5b6a7e8f9d0c1b";
+  EXPECT_EQ(owner("/system.slice/docker-" + id + ".scope"), "docker-" + id + ".scope|" + id);
+  EXPECT_EQ(owner("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_"
+                  "b5c6d7e8f901.slice/cri-containerd-" +
+                  id + ".scope"),
+            "cri-containerd-" + id + ".scope|" + id);
+  EXPECT_EQ(owner("/machine.slice/libpod-" + id + ".scope/container"), "libpod-" + id + ".scope|" + id);
+  EXPECT_EQ(owner("/machine.slice/crio-" + id + ".scope"), "crio-" + id + ".scope|" + id);
+  // Podman's conmon is no container; the cgroupfs driver's /docker/ID has no unit.
+  EXPECT_EQ(owner("/machine.slice/libpod-conmon-" + id + ".scope"), "libpod-conmon-" + id + ".scope|");
+  EXPECT_EQ(owner("/docker/" + id), "|" + id);
+  EXPECT_EQ(owner("/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/" + id), "|" + id);
+  // Slices, the root and garbage name nothing.
+  EXPECT_EQ(owner("/user.slice"), "|");
+  EXPECT_EQ(owner("/"), "|");
+  EXPECT_EQ(owner(""), "|");
+  EXPECT_EQ(owner("/system.slice/.service"), "|");
+  EXPECT_EQ(owner("/system.slice/docker-xyz.scope"), "docker-xyz.scope|");
+}
+
 }  // namespace
 }  // namespace hpd
 

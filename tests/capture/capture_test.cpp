@@ -402,6 +402,48 @@ TEST_F(CaptureTest, UserLeavesRoundTripAndOlderFilesPresumeThem) {
   }
 }
 
+// Each process's cgroup travels in a column appended to the processes block (one string per process
+// of the block, after all of their fields); a file without it (written before it) reads as no cgroup.
+// A cgroup that changes between flushes (an exec into another unit) is written again.
+TEST_F(CaptureTest, CgroupsRoundTripAndOlderFilesReadAsNone) {
+  RawProfile original = make_raw_profile(50);
+  ASSERT_EQ(original.find_process(1000)->cgroup, "/system.slice/app.service");
+  CaptureWriter writer(path("cgroups.hpr"));
+  writer.flush(original);
+  original.process(1001).cgroup = "/system.slice/docker-0123abcd.scope";
+  writer.finish(original);
+  const CaptureContents read = read_capture_file(path("cgroups.hpr"));
+  EXPECT_EQ(diff_raw_profiles(original, read.profile), "");
+  EXPECT_EQ(read.profile.find_process(1000)->cgroup, "/system.slice/app.service");
+  EXPECT_EQ(read.profile.find_process(1001)->cgroup, "/system.slice/docker-0123abcd.scope");
+
+  const std::vector<uint8_t> bytes = read_bytes(path("cgroups.hpr"));
+  const std::vector<uint8_t> header(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
+  // Two processes without mappings, with the given trailing bytes.
+  const auto two_processes = [&](const std::string& trailing) {
+    capture::Encoder e;
+    e.var(2);
+    for (const int pid : {7, 8}) {
+      e.svar(pid), e.str("p" + std::to_string(pid)), e.str("/bin/p"), e.var(0), e.var(1), e.var(0), e.var(0);
+    }
+    std::vector<uint8_t> file = header;
+    const auto block = make_block(3, capture::kFlagRequired, e.bytes() + trailing);
+    file.insert(file.end(), block.begin(), block.end());
+    return file;
+  };
+  const CaptureContents old_file = read_capture(two_processes(""));
+  ASSERT_EQ(old_file.profile.processes.size(), 2u);
+  EXPECT_EQ(old_file.profile.find_process(7)->name, "p7");
+  EXPECT_EQ(old_file.profile.find_process(7)->cgroup, "");
+  EXPECT_EQ(old_file.profile.find_process(8)->cgroup, "");
+  capture::Encoder column;
+  column.str("/user.slice/user-0.slice/session-1.scope"), column.str("");
+  const CaptureContents new_file = read_capture(two_processes(column.bytes()));
+  ASSERT_EQ(new_file.profile.processes.size(), 2u);
+  EXPECT_EQ(new_file.profile.find_process(7)->cgroup, "/user.slice/user-0.slice/session-1.scope");
+  EXPECT_EQ(new_file.profile.find_process(8)->cgroup, "");
+}
+
 // The vDSO's image travels in its own optional block: a reader that does not know it (hpd before
 // it) skips it and reads everything else; this one reads the image back.
 TEST_F(CaptureTest, ModuleImagesAreAnOptionalBlock) {

@@ -40,6 +40,7 @@ RawProfile make_raw_profile(size_t samples) {
   a.name = "app";
   a.exe = "/usr/bin/app";
   a.cmdline = {"./app", "--flag", "with space"};
+  a.cgroup = "/system.slice/app.service";
   a.start_ns = i.start_mono_ns;
   a.mappings.push_back(RawMapping{0x555500001000, 0x555500005000, 0x1000, app, 0, 0});
   a.mappings.push_back(RawMapping{0x7f0000020000, 0x7f0000190000, 0x28000, libc, 0, 0});
@@ -164,7 +165,8 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
   for (size_t i = 0; i < a.processes.size(); ++i) {
     const RawProcess &p = a.processes[i], &q = b.processes[i];
     if (p.pid != q.pid || p.name != q.name || p.exe != q.exe || p.cmdline != q.cmdline ||
-        p.start_ns != q.start_ns || p.end_ns != q.end_ns || p.mappings.size() != q.mappings.size())
+        p.cgroup != q.cgroup || p.start_ns != q.start_ns || p.end_ns != q.end_ns ||
+        p.mappings.size() != q.mappings.size())
       return "process " + std::to_string(p.pid) + " differs";
     for (size_t m = 0; m < p.mappings.size(); ++m) {
       const RawMapping &u = p.mappings[m], &v = q.mappings[m];

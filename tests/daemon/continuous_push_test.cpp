@@ -18,10 +18,12 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "hpd/base/proc_files.h"
 #include "hpd/capture/capture.h"
 #include "hpd_harness.h"
 #include "otel_collector.h"
@@ -165,6 +167,84 @@ std::vector<ReceivedChunk> received_chunks(const std::vector<std::string>& outpu
   return out;
 }
 
+// What the collector received for one process (the resource whose process.pid is `pid`): its
+// resource attributes, and the attributes of its samples as (key, value) pairs.
+struct ReceivedProcess {
+  std::map<std::string, std::string> resource;
+  std::set<std::pair<std::string, std::string>> sample_attributes;
+  uint64_t samples = 0;
+};
+
+ReceivedProcess received_process(const std::vector<json>& requests, int32_t pid) {
+  ReceivedProcess r;
+  for (const json& request : requests) {
+    const json& dict = request.at("dictionary");
+    const json& strings = dict.at("stringTable");
+    const auto string_at = [&](int64_t i) { return strings.at(static_cast<size_t>(i)).get<std::string>(); };
+    const auto any_value = [&](const json& v) -> std::string {
+      if (v.contains("stringValue")) return v.at("stringValue").get<std::string>();
+      if (v.contains("stringValueStrindex")) return string_at(otlp_int(v, "stringValueStrindex"));
+      if (v.contains("intValue")) return std::to_string(otlp_int(v, "intValue"));
+      return "";
+    };
+    for (const json& rp : request.at("resourceProfiles")) {
+      std::map<std::string, std::string> resource;
+      for (const json& kv : rp.at("resource").at("attributes"))
+        resource[kv.contains("key") ? kv.at("key").get<std::string>()
+                                    : string_at(otlp_int(kv, "keyStrindex"))] = any_value(kv.at("value"));
+      if (resource["process.pid"] != std::to_string(pid)) continue;
+      r.resource = resource;
+      for (const json& sp : rp.at("scopeProfiles")) {
+        for (const json& p : sp.at("profiles")) {
+          if (string_at(otlp_int(p.at("sampleType"), "typeStrindex")) != "samples" || !p.contains("samples"))
+            continue;
+          for (const json& s : p.at("samples")) {
+            for (const json& v : s.at("values"))
+              r.samples += v.is_string() ? std::stoull(v.get<std::string>()) : v.get<uint64_t>();
+            if (!s.contains("attributeIndices")) continue;
+            for (const json& i : s.at("attributeIndices")) {
+              const json& a = dict.at("attributeTable").at(i.get<size_t>());
+              r.sample_attributes.emplace(string_at(otlp_int(a, "keyStrindex")),
+                                          a.contains("value") ? any_value(a.at("value")) : "");
+            }
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// A cgroup v2 directory the test makes, shaped as a systemd service's
+// (/hpd-test.slice/hpd-labels-PID.service), with a process moved into it; on destruction the process
+// goes back to the root cgroup and the directories are removed.
+class TestServiceCgroup {
+ public:
+  explicit TestServiceCgroup(pid_t member) {
+    root_ = cgroup2_mount();
+    if (root_.empty()) return;
+    unit_ = "hpd-labels-" + std::to_string(::getpid()) + ".service";
+    path_ = "/hpd-test.slice/" + unit_;
+    fs::create_directories(root_ + path_);
+    std::ofstream(root_ + path_ + "/cgroup.procs") << member << std::endl;
+    member_ = member;
+  }
+  ~TestServiceCgroup() {
+    if (root_.empty()) return;
+    std::ofstream(root_ + "/cgroup.procs") << member_ << std::endl;
+    std::error_code ec;
+    fs::remove(root_ + path_, ec);
+    fs::remove(root_ + "/hpd-test.slice", ec);
+  }
+  const std::string& unit() const { return unit_; }
+  const std::string& path() const { return path_; }  // as /proc/PID/cgroup says it
+  std::string mount() const { return root_; }
+
+ private:
+  std::string root_, unit_, path_;
+  pid_t member_ = 0;
+};
+
 std::vector<ReceivedChunk> wait_received(const std::vector<std::string>& outputs, size_t want) {
   std::vector<ReceivedChunk> got;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -229,6 +309,12 @@ std::vector<ReceivedChunk> push_then_check(const std::string& state, const std::
 }
 
 TEST_F(ContinuousPush, EveryChunkReachesTheCollectorWithTheStoresSampleTotals) {
+  // The busy fixture runs in a cgroup shaped as a systemd service's: its samples arrive labelled with it.
+  TestServiceCgroup service(busy_->pid());
+  ASSERT_FALSE(service.mount().empty()) << "no cgroup v2 hierarchy mounted";
+  const std::string cgroup_text =
+      read_small_file("/proc/" + std::to_string(busy_->pid()) + "/cgroup").value_or("");
+  ASSERT_NE(cgroup_text.find("0::" + service.path() + "\n"), std::string::npos) << cgroup_text;
   const std::string output = dir_.file("received.json");
   Collector collector(kOtelcol, dir_.path(), output);
   ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
@@ -249,6 +335,23 @@ TEST_F(ContinuousPush, EveryChunkReachesTheCollectorWithTheStoresSampleTotals) {
   EXPECT_FALSE(got[0].resource["process.executable.name"].empty());
   EXPECT_EQ(got[0].resource["team"], "storage");
   EXPECT_EQ(got[0].resource["region"], "test-1");
+
+  // The fixture's process: host, pid, executable, its unit and cgroup on the resource; its samples
+  // carry its thread's id and name.
+  const ReceivedProcess busy = received_process(received_requests(output), busy_->pid());
+  const auto resource = [&](const std::string& key) {
+    const auto it = busy.resource.find(key);
+    return it == busy.resource.end() ? "(absent)" : it->second;
+  };
+  EXPECT_GT(busy.samples, 0u) << "no samples of the fixture (pid " << busy_->pid() << ") received";
+  EXPECT_EQ(resource("host.name"), host);
+  EXPECT_EQ(resource("process.executable.name"), "cpu_split");
+  EXPECT_EQ(resource("systemd.unit"), service.unit());
+  EXPECT_EQ(resource("process.linux.cgroup"), service.path());
+  EXPECT_EQ(busy.resource.count("container.id"), 0u);
+  EXPECT_EQ(resource("team"), "storage");
+  EXPECT_TRUE(busy.sample_attributes.count({"thread.name", "cpu_split"}));
+  EXPECT_TRUE(busy.sample_attributes.count({"thread.id", std::to_string(busy_->pid())}));
 }
 
 TEST_F(ContinuousPush, OverGrpcEveryChunkReachesTheCollector) {

@@ -83,7 +83,8 @@ std::vector<uint64_t> packed(const std::string& b) {
 }
 
 TEST(OtlpProfilesTest, SyntheticProfileReadsBack) {
-  const Profile profile = testing::make_synthetic_profile();
+  Profile profile = testing::make_synthetic_profile();
+  for (Thread& t : profile.threads) t.process_cgroup = "/system.slice/myapp.service";
   OtlpProfilesOptions options;
   options.resource_labels.emplace_back("team", "perf");
   const Message request = decode(encode_otlp_profiles(profile, options));
@@ -122,6 +123,9 @@ TEST(OtlpProfilesTest, SyntheticProfileReadsBack) {
   EXPECT_EQ(labels["process.executable.name"], "myapp");
   EXPECT_EQ(labels["process.executable.path"], "/usr/bin/myapp");
   EXPECT_EQ(labels["team"], "perf");
+  EXPECT_EQ(labels["process.linux.cgroup"], "/system.slice/myapp.service");
+  EXPECT_EQ(labels["systemd.unit"], "myapp.service");
+  EXPECT_EQ(labels.count("container.id"), 0u);
 
   // One profile per sample type; the sums are the synthetic profile's.
   const std::vector<std::string> scopes = rp.all(2);

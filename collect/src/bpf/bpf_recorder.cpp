@@ -823,6 +823,8 @@ void BpfSession::describe_process(RawProcess& process) {
   if (!exe.empty()) process.exe = exe;
   auto cmdline = read_cmdline(process.pid);
   if (!cmdline.empty()) process.cmdline = std::move(cmdline);
+  std::string cgroup = read_cgroup(process.pid);
+  if (!cgroup.empty()) process.cgroup = std::move(cgroup);
   if (process.name.empty()) process.name = read_comm(process.pid);
 }
 

@@ -22,6 +22,8 @@
 #include <system_error>
 
 #include "bpf/sched_frames.h"
+#include "hpd/base/proc_files.h"
+#include "hpd/base/proc_maps.h"
 #include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/symbolizer/symbolizer.h"
@@ -29,8 +31,6 @@
 #include "perf/perf_records.h"
 #include "perf/ring_buffer.h"
 #include "proc/build_id.h"
-#include "hpd/base/proc_files.h"
-#include "hpd/base/proc_maps.h"
 #include "raw_profile_builder.h"
 #include "recording_calls.h"
 #include "recording_common.h"
@@ -269,6 +269,8 @@ void PerfSession::describe_process(RawProcess& process) {
   if (!exe.empty()) process.exe = exe;
   auto cmdline = read_cmdline(process.pid);
   if (!cmdline.empty()) process.cmdline = std::move(cmdline);
+  std::string cgroup = read_cgroup(process.pid);
+  if (!cgroup.empty()) process.cgroup = std::move(cgroup);
   if (process.name.empty()) process.name = read_comm(process.pid);
 }
 

@@ -49,6 +49,7 @@ void ChunkCut::copy_process(const RawProcess& from, RawProcess& to, const RawPro
   to.name = from.name;
   to.exe = from.exe;
   to.cmdline = from.cmdline;
+  to.cgroup = from.cgroup;
   to.start_ns = from.start_ns;
   to.end_ns = from.end_ns;
   to.unfollowed_ns = from.unfollowed_ns;

@@ -246,6 +246,7 @@ class ChunkMerger {
     if (!p->name.empty()) q.name = p->name;
     if (!p->exe.empty()) q.exe = p->exe;
     if (!p->cmdline.empty()) q.cmdline = p->cmdline;
+    if (!p->cgroup.empty()) q.cgroup = p->cgroup;
     const uint64_t start = non_negative(add_signed(p->start_ns, shift_));
     q.start_ns = first ? start : std::min(q.start_ns, start);
     q.end_ns = p->end_ns != 0 ? non_negative(add_signed(p->end_ns, shift_)) : 0;

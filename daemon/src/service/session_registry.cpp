@@ -92,7 +92,8 @@ uint64_t estimate_profile_bytes(const RawProfile& p, bool released_come_back) {
   // Each stack: its entry and about three words of the interning hash map.
   bytes += p.stacks.size() * (sizeof(RawStack) + 48);
   for (const RawProcess& process : p.processes) {
-    bytes += sizeof(RawProcess) + process.mappings.capacity() * sizeof(RawMapping) + process.exe.size();
+    bytes += sizeof(RawProcess) + process.mappings.capacity() * sizeof(RawMapping) + process.exe.size() +
+             process.cgroup.size();
     for (const std::string& arg : process.cmdline) bytes += arg.size() + sizeof arg;
   }
   bytes += p.threads.capacity() * (sizeof(RawThread) + 32);

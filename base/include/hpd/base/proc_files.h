@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hpd {
@@ -39,6 +40,24 @@ char read_thread_state(int32_t pid, int32_t tid);
 
 // The real uid of the process from /proc/PID/status, nullopt if gone.
 std::optional<uint32_t> read_process_uid(int32_t pid);
+
+// The cgroup a /proc/PID/cgroup text names: the path of its cgroup v2 line ("0::PATH"), unless that is
+// the root "/" and systemd's name=systemd v1 line names another (a hybrid system, where systemd tracks
+// units in its v1 tree); "" when neither line is there.
+std::string cgroup_from_proc_text(std::string_view text);
+// The same read from /proc/PID/cgroup; "" when the process is gone.
+std::string read_cgroup(int32_t pid);
+
+// Who a cgroup path belongs to, for labels. The systemd unit: the innermost component ending in
+// ".service" or ".scope" ("/system.slice/foo.service/sub" -> "foo.service"). The container id: the
+// innermost component that is a systemd container scope ("docker-ID.scope", "cri-containerd-ID.scope",
+// "crio-ID.scope", "libpod-ID.scope") or, with the cgroupfs driver, a bare id (at least 12 lowercase
+// hex digits, as "/docker/ID"). Either is "" when the path names none.
+struct CgroupOwner {
+  std::string systemd_unit;
+  std::string container_id;
+};
+CgroupOwner cgroup_owner(std::string_view path);
 
 // Where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup on unified systems, often
 // /sys/fs/cgroup/unified on hybrid ones; "" when it is not mounted.

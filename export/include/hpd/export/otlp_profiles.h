@@ -23,8 +23,10 @@ struct OtlpProfilesOptions {
 // The serialized ExportProfilesServiceRequest of the profiles/v1development protocol the
 // OpenTelemetry Collector v0.161 (pdata v1.67) reads:
 //  - one ResourceProfiles per process, its Resource's attributes: host.name (the recording's host),
-//    process.pid, process.executable.name, process.executable.path when known, then
-//    options.resource_labels; one ScopeProfiles (options.scope_name and version);
+//    process.pid, process.executable.name, process.executable.path when known, from the process's
+//    cgroup (Thread::process_cgroup) process.linux.cgroup, systemd.unit and container.id when it
+//    names them (cgroup_owner, hpd/base/proc_files.h), then options.resource_labels; one ScopeProfiles
+//    (options.scope_name and version);
 //  - in it one Profile per sample type, as the protocol has one sample type per profile:
 //    samples/count and cpu/nanoseconds for the samples taken on the CPU, and, when the recording has
 //    them, off_cpu_blocked/nanoseconds (blocked) and off_cpu_waiting/nanoseconds (runnable, waiting

@@ -100,6 +100,7 @@ struct Thread {
   int32_t tid = 0;
   std::string name;
   std::string process_name;
+  std::string process_cgroup;  // the process's cgroup (RawProcess::cgroup); "" when unknown
   bool is_main = false;
   uint64_t start_ns = 0;               // monotonic
   uint64_t end_ns = 0;                 // 0 = alive at the end of the recording

@@ -81,6 +81,10 @@ struct RawProcess {
   std::string name;  // comm
   std::string exe;   // /proc/PID/exe target at the time it was seen
   std::vector<std::string> cmdline;
+  // Its cgroup when it was seen (and again at each exec), from /proc/PID/cgroup: the cgroup v2 path
+  // ("/system.slice/foo.service"), or on a hybrid system whose v2 tree holds it at the root, its path
+  // in systemd's name=systemd tree; "" when unknown (an older capture, a process already gone).
+  std::string cgroup;
   uint64_t start_ns = 0;  // first time seen (monotonic ns)
   uint64_t end_ns = 0;    // exit time; 0 = still alive when recording ended
   // When set (monotonic ns): the recorder stopped following the process at this exec, which gave it
