@@ -18,6 +18,17 @@ bool is_kernel_special_mapping(const std::string& path) {
   return path.size() > 2 && path.front() == '[' && path.back() == ']' && path != "[vdso]" && path != "[anon]";
 }
 
+// Whether hpd recorded processes the user named (by pid, or a command it launched) with one of its own
+// backends: not the whole system (--all, continuous mode), a cgroup, nor a perf.data file. Every
+// thread such a recording saw is one the user asked for. From the targets recording_common.cpp
+// writes: "pid N", "pids ...", the command, "PIDS while running CMD"; the others are "all processes[
+// while running CMD]", "cgroup ..." and, for merged chunks, "continuous profile (...)".
+bool records_named_processes(const RecordingInfo& info) {
+  const auto starts = [&info](const char* prefix) { return info.target.rfind(prefix, 0) == 0; };
+  return (info.backend == "perf" || info.backend == "bpf") && !starts("all processes") &&
+         !starts("cgroup ") && !starts("continuous profile");
+}
+
 // perf marks context switches inside callchains with values from PERF_CONTEXT_MAX (-4095) up.
 constexpr uint64_t kPerfContextMax = static_cast<uint64_t>(-4095);
 
@@ -544,8 +555,12 @@ class Converter {
   }
 
   // One Thread per RawThread that has samples or lost data (in RawProfile order), then one per
-  // (pid, tid) that has samples but no RawThread. Other threads without samples are left out: they
-  // would only add empty tracks; one whose records were all lost stays, so the loss is not hidden.
+  // (pid, tid) that has samples but no RawThread. A RawThread without samples stays too when the
+  // recording took processes the user named (records_named_processes): it existed, blocked or idle
+  // (the perf_event backend samples only CPU time without --off-cpu), and gets its track with its
+  // name and lifetime and no sample. A system-wide, cgroup or perf.data recording may know thousands
+  // of threads that never ran: those are left out there. One whose records were all lost stays, so
+  // the loss is not hidden.
   void build_threads(const std::vector<uint32_t>& sample_instance,
                      const std::vector<uint32_t>& sum_instance) {
     std::unordered_map<uint64_t, uint32_t> sample_counts;
@@ -557,6 +572,7 @@ class Converter {
     std::unordered_set<uint64_t> allocating;
     for (const RawAllocation& a : raw_.allocations) allocating.insert(thread_key(a.pid, a.tid));
     std::unordered_map<uint64_t, uint32_t> thread_index;
+    const bool keep_unsampled = records_named_processes(raw_.info);
     auto add_thread = [&](int32_t pid, int32_t tid, const RawThread* rt) {
       Thread t;
       t.pid = pid;
@@ -581,7 +597,7 @@ class Converter {
       const uint64_t key = thread_key(rt.pid, rt.tid);
       const bool lost_any = rt.lost.lost_records != 0 || rt.lost.throttle_events != 0 ||
                             rt.lost.stack_failures != 0 || rt.lost.truncated_stacks != 0;
-      if ((sample_counts.count(key) != 0 || sum_counts.count(key) != 0 || lost_any ||
+      if ((keep_unsampled || sample_counts.count(key) != 0 || sum_counts.count(key) != 0 || lost_any ||
            allocating.count(key) != 0) &&
           thread_index.count(key) == 0)
         add_thread(rt.pid, rt.tid, &rt);
@@ -785,8 +801,8 @@ Profile symbolize_profile(const RawProfile& raw, Symbolizer& symbolizer, const C
 
 size_t profile_thread_count(const RawProfile& raw) {
   // As build_threads and build_mip_counts decide: every (pid, tid) with samples, sums of released
-  // samples or (for a RawThread) lost data, then a main thread for each process with MIP counts and
-  // none of those.
+  // samples or (for a RawThread) lost data, or every RawThread of a recording of named processes,
+  // then a main thread for each process with MIP counts and none of those.
   std::unordered_set<uint64_t> threads;
   std::unordered_set<int32_t> pids;
   const auto add = [&](int32_t pid, int32_t tid) {
@@ -795,9 +811,10 @@ size_t profile_thread_count(const RawProfile& raw) {
   };
   for (const RawSample& s : raw.samples) add(s.pid, s.tid);
   for (const RawSampleSum& s : raw.released) add(s.pid, s.tid);
+  const bool keep_unsampled = records_named_processes(raw.info);
   for (const RawThread& t : raw.threads) {
-    if (t.lost.lost_records != 0 || t.lost.throttle_events != 0 || t.lost.stack_failures != 0 ||
-        t.lost.truncated_stacks != 0)
+    if (keep_unsampled || t.lost.lost_records != 0 || t.lost.throttle_events != 0 ||
+        t.lost.stack_failures != 0 || t.lost.truncated_stacks != 0)
       add(t.pid, t.tid);
   }
   size_t count = threads.size();

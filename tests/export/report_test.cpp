@@ -389,6 +389,61 @@ TEST(Report, JsonCarriesTheSameNumbers) {
   EXPECT_EQ(doc["functions"][0]["name"], "std::vector<int>::push_back(int const&)");
 }
 
+// A thread without samples (kept by the symbolizer for a recording of named processes) is listed with
+// "no samples" and, when the recording shows why, the reason; it changes no share and no total.
+TEST(Report, ThreadsWithoutSamplesAreNamedAndChangeNoFigure) {
+  Profile p = make_split_profile();
+  p.meta.recording.backend = "perf";
+  ReportOptions options;
+  const Report before = compute_report(p, options);
+  Thread idle;
+  idle.pid = 7;
+  idle.tid = 9;
+  idle.name = "reader";
+  idle.start_ns = 0;
+  p.threads.push_back(idle);
+  const Report r = compute_report(p, options);
+  EXPECT_EQ(r.totals.samples, before.totals.samples);
+  EXPECT_EQ(r.totals.cpu_ns, before.totals.cpu_ns);
+  EXPECT_EQ(r.totals.wall_ns, before.totals.wall_ns);
+  EXPECT_EQ(r.totals.duration_ns, before.totals.duration_ns);
+  ASSERT_EQ(r.rows.size(), before.rows.size());
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    EXPECT_EQ(r.rows[i].name, before.rows[i].name);
+    EXPECT_DOUBLE_EQ(r.rows[i].self_percent, before.rows[i].self_percent);
+    EXPECT_DOUBLE_EQ(r.rows[i].total_percent, before.rows[i].total_percent);
+  }
+  EXPECT_EQ(r.totals.threads, 2u);  // it existed: counted among the threads, not among the samples
+  ASSERT_EQ(r.totals.unsampled_threads.size(), 1u);
+  EXPECT_EQ(r.totals.unsampled_threads[0].tid, 9);
+  EXPECT_EQ(r.totals.unsampled_threads[0].name, "reader");
+
+  std::ostringstream text;
+  print_report(r, text, options);
+  EXPECT_NE(
+      text.str().find("  tid 9 reader: no samples (perf_event without --off-cpu samples only CPU time)\n"),
+      std::string::npos)
+      << text.str();
+  std::ostringstream out;
+  print_report_json(r, out, options);
+  const json doc = json::parse(out.str());
+  ASSERT_EQ(doc["totals"]["unsampled_threads"].size(), 1u);
+  EXPECT_EQ(doc["totals"]["unsampled_threads"][0]["tid"], 9);
+  EXPECT_EQ(doc["totals"]["unsampled_threads"][0]["why"],
+            "perf_event without --off-cpu samples only CPU time");
+
+  // With off-CPU samples in the recording hpd does not know why this one has none: no reason given.
+  p.threads[0].samples[0].kind = SampleKind::kOffCpu;
+  p.threads[0].samples[0].off_cpu_ns = 1000;
+  p.threads[0].samples[0].cpu_delta_ns = 0;
+  const Report off = compute_report(p, options);
+  ASSERT_EQ(off.totals.unsampled_threads.size(), 1u);
+  EXPECT_EQ(off.totals.unsampled_threads[0].why, "");
+  std::ostringstream off_text;
+  print_report(off, off_text, options);
+  EXPECT_NE(off_text.str().find("  tid 9 reader: no samples\n"), std::string::npos) << off_text.str();
+}
+
 TEST(Report, RejectsInconsistentProfiles) {
   Profile p = make_split_profile();
   p.stacks[2].prefix = 4;  // not a predecessor: walking it could loop

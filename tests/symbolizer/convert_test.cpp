@@ -126,7 +126,9 @@ TEST_F(ConvertFixture, UserStacksKernelStacksAndFallbacks) {
     EXPECT_TRUE(p.stacks[i].prefix == kNoIndex || p.stacks[i].prefix < i) << i;
   }
 
-  // Threads: only those with samples, samples sorted by time, main thread flagged.
+  // Threads: only those with samples here (the recording info names no hpd backend, so nothing says
+  // the user named these processes; see UnsampledThreadsOfNamedProcessesKeepTheirTrack), samples
+  // sorted by time, main thread flagged.
   ASSERT_EQ(p.threads.size(), 3u);
   const Thread& main_thread = thread(p, kPid);
   EXPECT_TRUE(main_thread.is_main);
@@ -330,6 +332,65 @@ TEST_F(ConvertFixture, KernelSymbolsReadByTheRecordingAreUsedInsteadOfTheFile) {
   EXPECT_EQ(names_of(p, p.threads.at(0).samples.at(0).stack),
             names_of(want, want.threads.at(0).samples.at(0).stack));
   EXPECT_TRUE(p.meta.missing_modules.empty());
+}
+
+// A recording of processes the user named (a pid, a command) keeps every thread it saw, sampled or
+// not: a thread blocked all along is never sampled by the perf_event backend without --off-cpu, yet it
+// existed. It gets its name and lifetime and no sample; the other threads' samples are untouched.
+TEST_F(ConvertFixture, UnsampledThreadsOfNamedProcessesKeepTheirTrack) {
+  const uint32_t a = raw.stacks.intern({}, std::vector<uint64_t>{start("main")});
+  raw.info.backend = "perf";
+  raw.info.target = "pid 4242";
+  RawThread& idle = raw.thread(kPid, kPid + 7);
+  idle.start_ns = 50;
+  idle.end_ns = 900;
+  add_sample(a, 100, kPid);
+  add_sample(a, 200, kPid);
+  Symbolizer symbolizer;
+  const Profile p = symbolize_profile(raw, symbolizer, options);
+  // In RawProfile order: fixture, worker, the idle thread.
+  ASSERT_EQ(p.threads.size(), 3u);
+  EXPECT_EQ(p.threads[0].tid, kPid);
+  EXPECT_EQ(p.threads[0].samples.size(), 2u);
+  EXPECT_EQ(p.threads[1].name, "worker");
+  EXPECT_TRUE(p.threads[1].samples.empty());
+  const Thread& t = thread(p, kPid + 7);
+  EXPECT_EQ(t.name, "idle thread without samples");
+  EXPECT_EQ(t.process_name, "fixture");
+  EXPECT_FALSE(t.is_main);
+  EXPECT_EQ(t.start_ns, 50u);
+  EXPECT_EQ(t.end_ns, 900u);
+  EXPECT_TRUE(t.samples.empty());
+  EXPECT_TRUE(t.sample_sums.empty());
+  EXPECT_EQ(profile_thread_count(raw), p.threads.size());
+
+  // The same with eBPF and a command target.
+  raw.info.backend = "bpf";
+  raw.info.target = "./server --port 80";
+  EXPECT_EQ(symbolize_profile(raw, symbolizer, options).threads.size(), 3u);
+  EXPECT_EQ(profile_thread_count(raw), 3u);
+}
+
+// A system-wide, cgroup or continuous recording may know thousands of threads that never ran; a
+// perf.data file does not say what was recorded: there only threads with samples (or losses) stay.
+TEST_F(ConvertFixture, UnsampledThreadsOfSystemWideRecordingsAreLeftOut) {
+  const uint32_t a = raw.stacks.intern({}, std::vector<uint64_t>{start("main")});
+  add_sample(a, 100, kPid);
+  Symbolizer symbolizer;
+  for (const auto& [backend, target] :
+       std::vector<std::pair<std::string, std::string>>{{"bpf", "all processes"},
+                                                        {"bpf", "all processes while running ./server"},
+                                                        {"bpf", "cgroup /sys/fs/cgroup/web"},
+                                                        {"bpf", "continuous profile (3 chunks, ...)"},
+                                                        {"perf.data", "perf record -p 4242"}}) {
+    SCOPED_TRACE(backend + " " + target);
+    raw.info.backend = backend;
+    raw.info.target = target;
+    const Profile p = symbolize_profile(raw, symbolizer, options);
+    ASSERT_EQ(p.threads.size(), 1u);
+    EXPECT_EQ(p.threads[0].tid, kPid);
+    EXPECT_EQ(profile_thread_count(raw), 1u);
+  }
 }
 
 // profile_thread_count (the summary of a capture, not symbolized) against the Threads the symbolized

@@ -502,7 +502,17 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     if (time.samples + time.off_cpu_samples + time.wait_cpu_samples > 0) {
       time.wall_ns = time.samples * totals.interval_ns + time.off_cpu_ns + time.wait_cpu_ns;
       totals.time_by_thread.push_back(std::move(time));
+    } else if (t.samples.empty() && t.sample_sums.empty()) {
+      totals.unsampled_threads.push_back(UnsampledThread{t.pid, t.tid, t.name, {}});
     }
+  }
+  // Why a thread has no sample, when the recording shows it: one without any off-CPU sample saw
+  // only the time threads spent on a CPU, and a thread that never ran then has none.
+  if (totals.off_cpu_samples + totals.wait_cpu_samples == 0) {
+    const char* why = info.backend == "perf"  ? "perf_event without --off-cpu samples only CPU time"
+                      : info.backend == "bpf" ? "recorded without off-CPU samples: only CPU time"
+                                              : "";
+    for (UnsampledThread& u : totals.unsampled_threads) u.why = why;
   }
   std::stable_sort(totals.time_by_thread.begin(), totals.time_by_thread.end(),
                    [](const ThreadTime& a, const ThreadTime& b) { return a.wall_ns > b.wall_ns; });

@@ -56,6 +56,9 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
                               {"wait_cpu_ns", tt.wait_cpu_ns},
                               {"wall_ns", tt.wall_ns}});
   }
+  ordered_json unsampled_threads = ordered_json::array();
+  for (const UnsampledThread& u : t.unsampled_threads)
+    unsampled_threads.push_back({{"pid", u.pid}, {"tid", u.tid}, {"name", u.name}, {"why", u.why}});
   doc["totals"] = {
       {"samples", t.samples},
       {"samples_without_stack", t.samples_without_stack},
@@ -73,6 +76,7 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
       {"off_cpu_without_stack_ns", t.off_cpu_without_stack_ns},
       {"wall_ns", t.wall_ns},
       {"time_by_thread", time_by_thread},
+      {"unsampled_threads", unsampled_threads},
       {"lost",
        {{"lost_records", t.lost.lost_records},
         {"throttle_events", t.lost.throttle_events},

@@ -221,7 +221,7 @@ void print_header(const Report& report, std::ostream& out, size_t width) {
     line("                 " +
          format("%.1f%% of off-CPU time", 100.0 * double(t.off_stacks_complete_ns) / double(known_ns)));
   constexpr size_t kShownStackThreads = 8;
-  if (t.stacks_by_thread.size() > 1) {
+  if (t.stacks_by_thread.size() > 1 || !t.unsampled_threads.empty()) {
     for (size_t i = 0; i < t.stacks_by_thread.size() && i < kShownStackThreads; ++i) {
       const ThreadStacks& s = t.stacks_by_thread[i];
       const auto pct = [](uint64_t c, uint64_t tr, uint64_t f) {
@@ -239,6 +239,14 @@ void print_header(const Report& report, std::ostream& out, size_t width) {
     }
     if (t.stacks_by_thread.size() > kShownStackThreads)
       line("  and " + std::to_string(t.stacks_by_thread.size() - kShownStackThreads) + " more threads");
+    for (size_t i = 0; i < t.unsampled_threads.size() && i < kShownStackThreads; ++i) {
+      const UnsampledThread& u = t.unsampled_threads[i];
+      line("  tid " + std::to_string(u.tid) + " " + truncate_right(u.name, 16) + ": no samples" +
+           (u.why.empty() ? std::string() : " (" + u.why + ")"));
+    }
+    if (t.unsampled_threads.size() > kShownStackThreads)
+      line("  and " + std::to_string(t.unsampled_threads.size() - kShownStackThreads) +
+           " more threads without samples");
   }
   line("Missing modules: " + std::to_string(t.missing_modules.size()) +
        (t.missing_modules.empty() ? "" : " (no symbols for their code)"));

@@ -83,6 +83,17 @@ struct ThreadLoss {
   LostCounts lost;
 };
 
+// A selected thread that existed in the recording but has no sample (the symbolizer keeps these for a
+// recording of processes the user named): blocked or idle all along, or the backend saw only CPU time.
+struct UnsampledThread {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  std::string name;
+  // Why it has no sample when the recording shows it, e.g. that it holds no off-CPU sample at all
+  // ("perf_event without --off-cpu samples only CPU time"); empty when hpd does not know.
+  std::string why;
+};
+
 // How one thread's stacks ended, on-CPU and off-CPU (a stack is complete when the walk reached the
 // thread's first frame: _start, clone3, or a frame whose CFI leaves no caller).
 struct ThreadStacks {
@@ -149,6 +160,8 @@ struct ReportTotals {
   std::vector<ThreadStacks> stacks_by_thread;
   // Per selected thread with samples: CPU, blocked and waiting-for-CPU time, most wall time first.
   std::vector<ThreadTime> time_by_thread;
+  // The selected threads without any sample, in profile order; counted in `threads`, in no other figure.
+  std::vector<UnsampledThread> unsampled_threads;
   LostCounts lost;  // of the whole recording, whatever the pid/tid filter
   // The selected threads that lost anything, most lost first (then by pid and tid).
   std::vector<ThreadLoss> lost_by_thread;
