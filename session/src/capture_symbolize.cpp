@@ -88,9 +88,6 @@ SymbolizedCapture symbolize_recording(RawProfile& raw, std::vector<std::string> 
   }
   Symbolizer symbolizer;
   out.profile = symbolize_profile(raw, symbolizer, options);
-  for (Thread& t : out.profile.threads) {
-    if (const RawProcess* process = raw.find_process(t.pid)) t.process_cgroup = process->cgroup;
-  }
   if (!out.profile.meta.missing_modules.empty()) {
     std::string list;
     for (const std::string& m : out.profile.meta.missing_modules) list += (list.empty() ? "" : ", ") + m;

@@ -578,7 +578,10 @@ class Converter {
       t.pid = pid;
       t.tid = tid;
       const ProcessView* view = view_of(pid);
-      if (view->process != nullptr) t.process_name = view->process->name;
+      if (view->process != nullptr) {
+        t.process_name = view->process->name;
+        t.process_cgroup = view->process->cgroup;
+      }
       t.name = rt != nullptr && !rt->name.empty() ? rt->name
                : !t.process_name.empty()          ? t.process_name
                                                   : "thread " + std::to_string(tid);
