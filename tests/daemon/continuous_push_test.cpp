@@ -389,15 +389,13 @@ TEST_F(ContinuousPush, CollectorDownThenUpAndHpdRestartedSendsEveryChunkOnceInOr
     EXPECT_NE(status.out.find("failing since"), std::string::npos) << status.out;
     EXPECT_TRUE(hpd.wait_log("continuous push: pushing chunk", 10)) << hpd.log();
 
-    // Up: the queue drains, oldest first.
+    // Up: what queued while it was down is sent, oldest first (the order and the once are checked on
+    // what the collector received, below). Not "the queue is empty": with 1-s chunks on a loaded machine
+    // the next chunks keep arriving while these are sent, so an empty queue is a matter of speed.
     Collector collector(kOtelcol, dir_.path(), dir_.file("received-1.json"), port);
     ASSERT_TRUE(can_connect(port)) << collector.log();
     ASSERT_TRUE(wait_push(
-        hpd,
-        [&](const json& s) {
-          return field(s, "chunks_sent") >= queued_while_down + 1 && field(s, "chunks_queued") == 0;
-        },
-        &p))
+        hpd, [&](const json& s) { return field(s, "chunks_sent") >= queued_while_down + 1; }, &p))
         << p.dump() << "\n"
         << hpd.log();
     EXPECT_TRUE(hpd.wait_log("works again", 10)) << hpd.log();
