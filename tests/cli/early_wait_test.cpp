@@ -80,7 +80,8 @@ std::vector<OffCpuSample> off_cpu_samples(const json& profile, int64_t tid) {
   const json& frame_func = shared.at("frameTable").at("func");
   const json& stack_frame = shared.at("stackTable").at("frame");
   const json& stack_prefix = shared.at("stackTable").at("prefixOffset");
-  const double start_ns = profile.at("meta").at("startTimeAsClockMonotonicNanosecondsSinceBoot").get<double>();
+  const double start_ns =
+      profile.at("meta").at("startTimeAsClockMonotonicNanosecondsSinceBoot").get<double>();
   const auto stack_of = [&](size_t s) {
     std::vector<std::string> names;
     for (;;) {
@@ -175,7 +176,8 @@ bool check_run(const std::string& what, const std::string& capture, const std::s
                 early_ns / 1e6, early.wrapper_ns / 1e6, kWrapper, joined(early.longest.stack).c_str(),
                 early.longest.end);
     std::printf("%s %s: later wait %.1f ms: %s (end %d)\n", what.c_str(), name.c_str(),
-                (w.later_left - w.later_entered) / 1e6, joined(later.longest.stack).c_str(), later.longest.end);
+                (w.later_left - w.later_entered) / 1e6, joined(later.longest.stack).c_str(),
+                later.longest.end);
     // The later wait, tables in place: the wrapper under the thread's own functions, a whole walk.
     const std::vector<std::string> later_user = through_wrapper(later.longest.stack);
     EXPECT_FALSE(later_user.empty()) << name << ": the later wait has no " << kWrapper << ": "
@@ -203,8 +205,8 @@ TEST_P(EarlyWaitTest, FirstMicrosecondsWaitHasTheStackOfTheLaterOne) {
   int failed_runs = 0;
   for (int i = 0; i < kRuns; ++i) {
     const std::string base = dir_ + "/run" + std::to_string(i);
-    const RunResult rec =
-        run({kHpctl, "record", "--no-report", "-o", base + ".hpr", "--", fixture, base + ".truth", kWaitMs, kCpuMs});
+    const RunResult rec = run({kHpctl, "record", "--no-report", "-o", base + ".hpr", "--", fixture,
+                               base + ".truth", kWaitMs, kCpuMs});
     ASSERT_EQ(rec.exit_code, 0) << rec.err;
     if (!check_run(std::string(GetParam()) + " run " + std::to_string(i), base + ".hpr", base + ".truth",
                    base + ".json.gz")) {
@@ -215,15 +217,17 @@ TEST_P(EarlyWaitTest, FirstMicrosecondsWaitHasTheStackOfTheLaterOne) {
   EXPECT_EQ(failed_runs, 0) << "of " << kRuns << " runs";
 }
 
-INSTANTIATE_TEST_SUITE_P(FramePointersOrNot, EarlyWaitTest, ::testing::Values("early_wait", "early_wait_nofp"));
+INSTANTIATE_TEST_SUITE_P(FramePointersOrNot, EarlyWaitTest,
+                         ::testing::Values("early_wait", "early_wait_nofp"));
 
 // The same through hpd, as root: one run of each build.
 TEST(EarlyWaitHpd, FirstMicrosecondsWaitHasTheStackOfTheLaterOne) {
   Hpd hpd;
   for (const char* name : {"early_wait", "early_wait_nofp"}) {
     const std::string base = hpd.out_dir() + "/" + name;
-    const RunResult rec = run({kHpctl, "--socket", hpd.socket(), "--daemon", "record", "--no-report", "-o",
-                               base + ".hpr", "--", kFixtureDir + "/" + name, base + ".truth", kWaitMs, kCpuMs});
+    const RunResult rec =
+        run({kHpctl, "--socket", hpd.socket(), "--daemon", "record", "--no-report", "-o", base + ".hpr", "--",
+             kFixtureDir + "/" + name, base + ".truth", kWaitMs, kCpuMs});
     ASSERT_EQ(rec.exit_code, 0) << rec.err;
     if (!check_run(std::string("hpd ") + name, base + ".hpr", base + ".truth", base + ".json.gz"))
       std::printf("%s\n", rec.err.c_str());
