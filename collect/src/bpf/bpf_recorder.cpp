@@ -32,6 +32,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -116,6 +117,8 @@ CfiMapsStatus cfi_maps_status() {
 namespace {
 
 constexpr int kPollTimeoutMs = 100;
+// The loop's timeout while the kernel's symbols are read in the background.
+constexpr int kKallsymsPollMs = 5;
 // Pid and command targets are sampled with one inherited task-clock event per thread: its timer runs
 // only while the thread runs, so neither the target's CPU nor an idle one takes interrupts that
 // find nothing to record (per-CPU events cost the target ~15 us more per sample on the project's
@@ -534,6 +537,12 @@ class BpfSession {
   // Decodes the records the decoder held for a second walk, as far as their tables allow
   // (`mappings_read_at`: the mappings made before then have been read); `final`: all of them.
   void release_held(uint64_t mappings_read_at, bool final);
+  // The kernel's symbols, which the builder needs before it reads the first records (the off-CPU samples'
+  // scheduler frames): given to the builder and the result.
+  void use_kallsyms(std::shared_ptr<KernelSymbols> symbols);
+  // Whether the kernel's symbols read in the background (kallsyms_) are in use; `wait`: wait for them.
+  bool kallsyms_ready(bool wait);
+  std::future<std::shared_ptr<KernelSymbols> > kallsyms_;  // valid while read in the background
   void load_initial_tables();
   uint32_t cfi_row_capacity() const { return config_.cfi_rows; }
   uint32_t cfi_index_capacity() const { return config_.cfi_index; }
@@ -861,6 +870,14 @@ void BpfSession::load_initial_tables() {
   }
   if (off_cpu_) rewalk_ = std::make_unique<OffCpuRewalk>(bpf_map__fd(skel_->maps.pending_walks), system_wide);
   if (command_) cfi_maps_->prewarm(likely_modules(resolve_command(options_.command.front())));
+  // A command its launcher holds stopped at its exec (hpctl through hpd) has mapped only its executable
+  // and interpreter yet: its libraries' tables too are put in place before it runs, as for a command
+  // launched here, so that the threads it blocks in its first microseconds are walked with them.
+  if (options_.pid_held_at_exec) {
+    for (const int32_t pid : options_.pids) {
+      if (const std::string exe = read_exe(pid); !exe.empty()) cfi_maps_->prewarm(likely_modules(exe));
+    }
+  }
   // System-wide, tables are compiled while the recording runs, for the processes sampled; samples
   // taken while their tables are compiled are walked by frame pointer and counted (tables pending).
   // Those in the cache on disk are loaded before sampling starts.
@@ -966,6 +983,14 @@ void BpfSession::drain(bool rewalk) {
   // before this moment is read by drain_mmaps (unless the watch lost it).
   const uint64_t mappings_read_at = mono_now();
   drain_mmaps();
+  if (!kallsyms_ready(!rewalk)) {
+    // The records wait in the ring for the kernel's symbols; the targets' tables are published and
+    // their blocked threads' stacks walked again meanwhile.
+    if (cfi_maps_) cfi_maps_->poll();
+    if (rewalk && rewalk_ && !skel_->bss->calls_runtime_active)
+      rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
+    return;
+  }
   const int n = ring_buffer__consume(ring_.get());
   if (callback_error_) std::rethrow_exception(std::exchange(callback_error_, nullptr));
   if (n < 0 && n != -EINTR) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(n));
@@ -974,6 +999,20 @@ void BpfSession::drain(bool rewalk) {
   if (rewalk && rewalk_ && !skel_->bss->calls_runtime_active)
     rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
   if (cfi_maps_ && decoder_->holding()) release_held(mappings_read_at, false);
+}
+
+void BpfSession::use_kallsyms(std::shared_ptr<KernelSymbols> symbols) {
+  timing_mark("kallsyms-read");
+  result_.kernel_symbols = symbols;
+  auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(*symbols));
+  if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
+}
+
+bool BpfSession::kallsyms_ready(bool wait) {
+  if (!kallsyms_.valid()) return true;
+  if (!wait && kallsyms_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+  use_kallsyms(kallsyms_.get());
+  return true;
 }
 
 void BpfSession::release_held(uint64_t mappings_read_at, bool final) {
@@ -1138,15 +1177,21 @@ RecordResult BpfSession::run() {
   // not wait for it; a launched command is released after it, because the loop that compiles the tables
   // of the program it execs runs only after it (else 35% of a 0.3 s command's samples were walked by
   // frame pointer while 0.3-0.5 s of kallsyms were read).
-  auto read_kallsyms = [&] {
-    if (!off_cpu_ || !kernel_frames_) return;
+  // A command its launcher holds at its exec (hpctl through hpd) is released by on_attached: its
+  // symbols are read on another thread meanwhile, and the loop publishes its tables and walks its
+  // blocked threads again from its first microseconds (read here first, a thread that blocked in them
+  // kept its frame-pointer walk, which lacks its callers in a library without frame pointers).
+  const auto load_kallsyms = [] {
     auto symbols = std::make_shared<KernelSymbols>();
     symbols->load();
-    timing_mark("kallsyms-read");
-    result_.kernel_symbols = symbols;
-    auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(*symbols));
-    if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
+    return symbols;
   };
+  auto read_kallsyms = [&] {
+    if (!off_cpu_ || !kernel_frames_) return;
+    use_kallsyms(load_kallsyms());
+  };
+  if (options_.pid_held_at_exec && !command_ && off_cpu_ && kernel_frames_)
+    kallsyms_ = std::async(std::launch::async, load_kallsyms);
   if (command_) {
     read_kallsyms();
     start_command(*command_);
@@ -1160,7 +1205,7 @@ RecordResult BpfSession::run() {
   // Sampling runs: what follows is needed only once the first records are read. The next session's
   // programs are loaded now, not while this one attached.
   if (options_.load_next_ahead) Preloader::instance().want(config_);
-  if (!command_) read_kallsyms();
+  if (!command_ && !kallsyms_.valid()) read_kallsyms();
 
   std::vector<pollfd> pfds;
   pfds.push_back(pollfd{ring_buffer__epoll_fd(ring_.get()), POLLIN, 0});
@@ -1178,8 +1223,13 @@ RecordResult BpfSession::run() {
   const uint64_t start = profile.info.start_mono_ns;
   RecordingTicker ticker(options_, start);
   bool stopped_early = false;
+  const int ring_fd = pfds[0].fd;
   for (;;) {
-    const int n = ::poll(pfds.data(), pfds.size(), kPollTimeoutMs);
+    // While the kernel's symbols are read, the ring's records wait: its descriptor would wake the loop
+    // at once, so it is left out, and the loop looks every few milliseconds whether they are read.
+    const bool reading_kallsyms = kallsyms_.valid();
+    pfds[0].fd = reading_kallsyms ? -1 : ring_fd;
+    const int n = ::poll(pfds.data(), pfds.size(), reading_kallsyms ? kKallsymsPollMs : kPollTimeoutMs);
     if (n < 0 && errno != EINTR) throw RecordError(std::string("poll failed: ") + std::strerror(errno));
     drain();
     calls_->poll();
