@@ -83,8 +83,11 @@ ModuleFiles DebugFileFinder::find(const ModuleRef& ref, ModuleInfo& info) {
       auto file = open_debug_candidate(p, debug_denied);
       if (file && file->build_id() == ref.build_id && !file->segments().empty()) debug = std::move(file);
     }
-    if (!debug) {  // a debug file with the right build-id also beats a mismatching binary
-      auto file = fetch_debug_file(ref.build_id, info, debug_denied);
+    // A debug file with the right build-id also beats a mismatching binary. Not when the files are
+    // opened with a client's rights (open_file_) and its binary was not opened: the build-id is then
+    // hpd's reading, not one the client could have read and asked a server for itself.
+    if (!debug && !open_file_) {
+      auto file = fetch_debug_file(ref.build_id, info);
       if (file && !file->segments().empty()) debug = std::move(file);
     }
   }
@@ -164,8 +167,7 @@ std::string DebugFileFinder::build_id_path(const std::string& build_id) const {
   return hpd::build_id_path(debug_root_, build_id);
 }
 
-std::unique_ptr<ElfFile> DebugFileFinder::fetch_debug_file(const std::string& build_id, ModuleInfo& info,
-                                                           std::vector<std::string>& denied) {
+std::unique_ptr<ElfFile> DebugFileFinder::fetch_debug_file(const std::string& build_id, ModuleInfo& info) {
   if (!use_debuginfod_ || build_id.empty() || !DebuginfodClient::configured()) return nullptr;
   std::string error;
   auto path = debuginfod_.find_debuginfo(build_id, &error);
@@ -173,9 +175,11 @@ std::unique_ptr<ElfFile> DebugFileFinder::fetch_debug_file(const std::string& bu
     info.debuginfod_error = error;
     return nullptr;
   }
-  bool refused = false;
-  auto file = open_elf(*path, &error, &refused);
-  if (refused) denied.push_back(*path);
+  // The download is opened with the symbolizer's own rights, not through open_file_: it is a file of
+  // libdebuginfod's cache (hpd's, under its state directory, for a session of hpd), whose content
+  // the server gives anyone who asks for the build-id, and the build-id is that of a binary the
+  // client could open (find() asks only then).
+  auto file = ElfFile::open(*path, &error);
   if (!file || file->build_id() != build_id) {
     info.debuginfod_error = "debuginfod: " + *path + (file ? ": build-id differs" : ": " + error);
     return nullptr;
@@ -207,7 +211,7 @@ std::unique_ptr<ElfFile> DebugFileFinder::find_debug_file(const ElfFile& binary,
     if (!bid.empty() && !file->build_id().empty() && file->build_id() != bid) continue;
     if (file->has_debug_info() || file->section(".symtab")) return file;
   }
-  return fetch_debug_file(bid, info, denied);
+  return fetch_debug_file(bid, info);
 }
 
 }  // namespace hpd

@@ -45,9 +45,9 @@ class DebugFileFinder {
   // A separate debug file candidate: only a regular file; a refused one is added to `denied`.
   std::unique_ptr<ElfFile> open_debug_candidate(const std::string& path, std::vector<std::string>& denied);
   std::string build_id_path(const std::string& build_id) const;
-  // A debug file from the debuginfod servers (DEBUGINFOD_URLS), checked against the build-id.
-  std::unique_ptr<ElfFile> fetch_debug_file(const std::string& build_id, ModuleInfo& info,
-                                            std::vector<std::string>& denied);
+  // A debug file from the debuginfod servers (DEBUGINFOD_URLS), checked against the build-id, opened
+  // with the symbolizer's own rights (a file of libdebuginfod's cache).
+  std::unique_ptr<ElfFile> fetch_debug_file(const std::string& build_id, ModuleInfo& info);
   // A separate debug file for `binary`: by build-id, then by .gnu_debuglink, then from debuginfod.
   // Its build-id must match the binary's when both have one (a stale debug file gives confidently
   // wrong lines).

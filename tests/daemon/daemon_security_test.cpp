@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "cpu_clock.h"
+#include "debuginfod_server.h"
 #include "firefox_lint.h"
 #include "hpd/capture/capture.h"
 #include "hpd/service/protocol.h"
@@ -1550,6 +1551,88 @@ int main(void) {
           << "root's recording lacks the name";
       EXPECT_EQ(root.err.find("you cannot read"), std::string::npos) << root.err;
     }
+}
+
+// Issue #35: debuginfod through hpd with its own setting. alice's program is stripped; its debug file
+// is only on a debuginfod server (the real one, on loopback in a private network namespace). With
+// debuginfod_urls in hpd.conf (and no DEBUGINFOD_URLS in hpd's environment) her recording through
+// hpd names the function, the download in hpd's state directory (opened with hpd's rights: hpd's
+// cache is not hers); without the key, hpd asks no server, even one its environment names.
+TEST_F(RealUsers, DebuginfodUrlsOfHpdConfNameAUsersStrippedProgram) {
+  if (const std::string tool = testing::debuginfod_session_missing_tool(); !tool.empty())
+    FAIL() << tool << " is not installed (packaging/install-deps.sh)";
+  const testing::TempDir tmp("hpd-debuginfod");
+  const std::string dir = tmp.path();
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  for (const char* sub : {"/served", "/out", "/state-with", "/state-without"})
+    std::filesystem::create_directories(dir + sub);
+  ASSERT_EQ(chmod((dir + "/out").c_str(), 0777), 0);
+  std::ofstream(dir + "/app.c") << R"(
+#include <time.h>
+static double cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+__attribute__((noinline)) void hpdtest_served_function(volatile unsigned long* x) {
+  const double end = cpu_s() + 0.5;
+  while (cpu_s() < end) *x += 1;
+}
+int main(void) {
+  volatile unsigned long x = 0;
+  hpdtest_served_function(&x);
+  return 0;
+}
+)";
+  // served/app: the unstripped build, on the server only; app: the same file stripped (same build-id).
+  ASSERT_EQ(run({"gcc", "-O2", "-g", "-o", dir + "/served/app", dir + "/app.c"}).exit_code, 0);
+  ASSERT_EQ(run({"objcopy", "--strip-all", dir + "/served/app", dir + "/app"}).exit_code, 0);
+  ASSERT_EQ(chmod((dir + "/app").c_str(), 0755), 0);
+  ASSERT_EQ(run({"sh", "-c", "! nm " + dir + "/app 2>/dev/null | grep -q hpdtest_served_function"}).exit_code,
+            0);
+  std::ofstream(dir + "/without.conf") << "state_directory = " << dir << "/state-without\n";
+
+  // Inside the server's namespace: hpd with the key (its environment without DEBUGINFOD_URLS), then
+  // hpd without it (its environment naming the server); each time alice records her program.
+  const std::string command =
+      "printf 'state_directory = " + dir + "/state-with\\ndebuginfod_urls = %s\\n' \"$DEBUGINFOD_URLS\" > " +
+      dir + "/with.conf\n" +
+      "one() {\n"
+      "  rm -f " +
+      dir +
+      "/sock\n"
+      "  env -u DEBUGINFOD_CACHE_PATH $2 '" +
+      std::string(HPD_HPD_PATH) + "' --config " + dir + "/$1.conf --socket " + dir + "/sock > " + dir +
+      "/hpd-$1.log 2>&1 & hpd=$!\n"
+      "  while [ ! -S " +
+      dir +
+      "/sock ] && kill -0 $hpd 2>/dev/null; do sleep 0.1; done\n"
+      "  setpriv --reuid=" +
+      alice_.name + " --regid=" + alice_.name + " --init-groups '" + kHpctl + "' --socket " + dir +
+      "/sock --daemon record --no-report -o " + dir + "/out/$1.json -- " + dir + "/app > " + dir +
+      "/hpctl-$1.log 2>&1; rc=$?\n"
+      "  kill $hpd; wait $hpd; return $rc\n"
+      "}\n"
+      "one with '-u DEBUGINFOD_URLS' && one without ''";
+  const RunResult r =
+      run({"sh", "-c",
+           testing::debuginfod_session(dir, dir + "/served", dir + "/served/app", "debuginfo", command, 300)},
+          330);
+  const std::string logs = read_text(dir + "/hpd-with.log") + read_text(dir + "/hpctl-with.log") +
+                           read_text(dir + "/hpd-without.log") + read_text(dir + "/hpctl-without.log");
+  ASSERT_EQ(r.exit_code, 0) << r.err << logs << read_text(dir + "/server.log");
+
+  EXPECT_NE(read_text(dir + "/out/with.json").find("hpdtest_served_function"), std::string::npos)
+      << "no name from the debuginfod server\n"
+      << logs;
+  EXPECT_NE(read_text(dir + "/hpd-with.log").find("debuginfod: asking http://127.0.0.1:"), std::string::npos)
+      << logs;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/state-with/debuginfod"))
+      << "the download is not in hpd's cache";
+  const std::string without = read_text(dir + "/out/without.json");
+  EXPECT_EQ(without.find("hpdtest_served_function"), std::string::npos)
+      << "hpd asked the server of its environment";
+  EXPECT_NE(without.find("\"app+0x"), std::string::npos) << "no app+0x... frame\n" << logs;
 }
 
 uint64_t peak_rss_bytes(pid_t pid) {

@@ -393,13 +393,17 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\nmax_unwind_cache_mb = "
       "0\notlp_endpoint = https://collector:4318\npush_labels = team=storage, region = eu-1\n"
       "push_timeout = 10s\npush_retry_max = 5m\n"
-      "continuous_kernel = off\ncontinuous_off_cpu = on\n",
+      "continuous_kernel = off\ncontinuous_off_cpu = on\n"
+      "debuginfod_urls =  https://debuginfod.example   http://127.0.0.1:8002 \n",
       "t.conf");
   const std::string text = format_config(c);
+  EXPECT_EQ(c.debuginfod_urls, "https://debuginfod.example http://127.0.0.1:8002");
+  EXPECT_THROW(parse_config("debuginfod_urls = debuginfod.example\n", "t.conf"), ConfigError);
+  EXPECT_EQ(Config{}.debuginfod_urls, "");
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (34 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 34) << text;
+  // One line per key: every key of the parser, none twice (35 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 35) << text;
   // 0: no unwind-table cache on disk; the bound is in MiB.
   EXPECT_EQ(c.max_unwind_cache_mb, 0u);
   EXPECT_EQ(Config{}.max_unwind_cache_mb, 256u);

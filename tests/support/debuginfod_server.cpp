@@ -11,7 +11,7 @@ namespace hpd::testing {
 
 std::string debuginfod_session(const std::string& work_dir, const std::string& served_dir,
                                const std::string& ready_file, const std::string& kind,
-                               const std::string& command) {
+                               const std::string& command, int timeout_s) {
   std::mt19937 rng(std::random_device{}());
   // The namespace has no other user, so any port is free.
   const std::string port = std::to_string(std::uniform_int_distribution<int>(20000, 60000)(rng));
@@ -30,7 +30,7 @@ std::string debuginfod_session(const std::string& work_dir, const std::string& s
          << "/cache' DEBUGINFOD_TIMEOUT=10\n"
          << command << "\nrc=$?\nkill $server; wait $server; exit $rc\n";
   if (!script) throw std::runtime_error("cannot write " + script_path);
-  return "timeout 60 unshare --net sh '" + script_path + "'";
+  return "timeout " + std::to_string(timeout_s) + " unshare --net sh '" + script_path + "'";
 }
 
 std::string debuginfod_session_missing_tool() {

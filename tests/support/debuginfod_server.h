@@ -12,10 +12,11 @@ namespace hpd::testing {
 // for `ready_file`'s build-id with `kind` ("debuginfo" or "executable"), then runs `command` with
 // DEBUGINFOD_URLS naming the server and DEBUGINFOD_CACHE_PATH=work_dir/cache, stops the server and
 // exits with the command's status (90 when lo cannot be brought up). The server's log is
-// work_dir/server.log.
+// work_dir/server.log. The whole session is ended after `timeout_s` (a bound against a hang, not a
+// measure of speed).
 std::string debuginfod_session(const std::string& work_dir, const std::string& served_dir,
                                const std::string& ready_file, const std::string& kind,
-                               const std::string& command);
+                               const std::string& command, int timeout_s = 60);
 
 // The tools the session needs, or "" when all are installed: the first one missing.
 std::string debuginfod_session_missing_tool();

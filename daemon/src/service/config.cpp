@@ -293,6 +293,21 @@ const std::map<std::string, Key, std::less<>>& keys() {
           return "";
         },
         string_getter(&Config::push_headers_file)}},
+      {"debuginfod_urls",
+       {[](Config& c, std::string_view v) -> std::string {
+          std::string urls;
+          while (!(v = trim(v)).empty()) {
+            const size_t space = v.find_first_of(" \t");
+            const std::string_view url = v.substr(0, space);
+            v = space == std::string_view::npos ? std::string_view() : v.substr(space);
+            if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
+              return "expected http:// or https:// URLs separated by spaces (got '" + std::string(url) + "')";
+            urls += (urls.empty() ? "" : " ") + std::string(url);
+          }
+          c.debuginfod_urls = std::move(urls);
+          return "";
+        },
+        string_getter(&Config::debuginfod_urls)}},
       {"state_directory",
        {string_setter(&Config::state_directory, true), string_getter(&Config::state_directory)}},
       {"max_unwind_cache_mb",

@@ -44,6 +44,20 @@ void configure_unwind_cache_of(const Config& config) {
   configure_unwind_cache(settings);
 }
 
+// hpd asks the debuginfod servers of hpd.conf and no others: libdebuginfod reads DEBUGINFOD_URLS from
+// the environment at each query, so it is set (or removed) here, before any thread runs, with the
+// cache in the state directory (a service's home is neither writable nor its own).
+void configure_debuginfod(const Config& config) {
+  if (config.debuginfod_urls.empty()) {
+    ::unsetenv("DEBUGINFOD_URLS");
+    return;
+  }
+  ::setenv("DEBUGINFOD_URLS", config.debuginfod_urls.c_str(), 1);
+  ::setenv("DEBUGINFOD_CACHE_PATH", (config.state_directory + "/debuginfod").c_str(), 1);
+  log_info("debuginfod: asking " + config.debuginfod_urls + " for missing debug files (cache " +
+           config.state_directory + "/debuginfod)");
+}
+
 using nlohmann::json;
 
 // More connections of users other than root than this are answered with an error and closed (each
@@ -343,6 +357,9 @@ void Daemon::reload() {
   if (fresh.socket != old.socket)
     log_warning("SIGHUP: a new socket path takes effect at the next start of hpd");
   fresh.socket = old.socket;
+  if (fresh.debuginfod_urls != old.debuginfod_urls)
+    log_warning("SIGHUP: a new debuginfod_urls takes effect at the next start of hpd");
+  fresh.debuginfod_urls = old.debuginfod_urls;
   {
     std::lock_guard lock(config_mutex_);
     config_ = fresh;
@@ -414,6 +431,7 @@ int Daemon::run() {
   }
   set_log_level(config_.log_level);
   set_output_stall_timeout_ms(static_cast<int>(config_.client_timeout_s * 1000));
+  configure_debuginfod(config_);  // before any thread: it sets the environment
 
   // Signals arrive through a signalfd; every thread inherits the mask, so none is interrupted.
   sigset_t mask;

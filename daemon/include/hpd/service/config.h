@@ -78,6 +78,11 @@ struct Config {
   // compiled CFI tables of the binaries recorded, one file per build-id, least recently used removed
   // past this bound. 0: no cache on disk (tables are compiled once per run of hpd).
   uint64_t max_unwind_cache_mb = 256;
+  // debuginfod servers hpd asks for the debug files of modules that have none on the host, when it
+  // names a session's functions (space-separated http(s) URLs, as DEBUGINFOD_URLS; "" = none). hpd's
+  // own setting: its environment's DEBUGINFOD_URLS is ignored. Downloads are cached in
+  // state_directory/debuginfod. Read at start only (libdebuginfod takes it from the environment).
+  std::string debuginfod_urls;
 
   bool operator==(const Config&) const = default;
 };
