@@ -152,5 +152,43 @@ TEST_F(DiffMatchTest, TheTextSaysHowModulesWerePairedAndTellsTheHelpersApart) {
   EXPECT_NE(r.out.find("helper (part_b.c)"), std::string::npos) << r.out;
 }
 
+// What hpd shows for a tail call (docs: README, "Tail calls"): part_a_step ends in a jump to helper
+// (gcc -O2 says so in DWARF 5: a DW_TAG_call_site with DW_AT_call_tail_call), so no sample has
+// part_a_step on its stack and helper's caller is main, the function that called part_a_step.
+TEST_F(DiffMatchTest, ATailCalledFunctionShowsItsCallersCaller) {
+  ASSERT_TRUE(have_tool("readelf"));
+  RunResult dwarf = run({"readelf", "--debug-dump=info", builds_[0].program});
+  ASSERT_EQ(dwarf.exit_code, 0) << dwarf.err;
+  // part_a_step and part_b_step each make one tail call (main.c, whose calls return, makes none).
+  size_t tail_calls = 0;
+  for (size_t at = dwarf.out.find("DW_AT_call_tail_call"); at != std::string::npos;
+       at = dwarf.out.find("DW_AT_call_tail_call", at + 1))
+    ++tail_calls;
+  ASSERT_EQ(tail_calls, 2u) << "the fixture no longer tail-calls as this test assumes";
+
+  RunResult flat = run({kHpctl, "report", "--json", "--limit", "0", builds_[0].profile});
+  ASSERT_EQ(flat.exit_code, 0) << flat.err;
+  double helper_total = 0, step_total = 0;
+  const json report = json::parse(flat.out);
+  for (const json& f : report.at("functions")) {
+    if (f.at("name") == "helper") helper_total += f.at("total_samples").get<double>();
+    if (f.at("name") == "part_a_step" || f.at("name") == "part_b_step")
+      step_total += f.at("total_samples").get<double>();
+  }
+  ASSERT_GT(helper_total, 200);
+  // Only a sample on the jump instruction itself has part_a_step on the stack.
+  EXPECT_LT(step_total, 0.02 * helper_total);
+  RunResult tree = run({kHpctl, "report", "--json", "--callers", "helper", builds_[0].profile});
+  ASSERT_EQ(tree.exit_code, 0) << tree.err;
+  const json root = json::parse(tree.out).at("tree");
+  double via_main = 0;
+  for (const json& c : root.at("children")) {
+    EXPECT_NE(c.at("name"), "part_a_step");
+    EXPECT_NE(c.at("name"), "part_b_step");
+    if (c.at("name") == "main") via_main += c.at("samples").get<double>();
+  }
+  EXPECT_GE(via_main, 0.95 * root.at("samples").get<double>()) << root.dump(1);
+}
+
 }  // namespace
 }  // namespace hpd::test
