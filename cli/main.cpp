@@ -215,7 +215,8 @@ int main(int argc, char** argv) {
 
   hpd::cli::DiffArgs dif;
   CLI::App* diff = app.add_subcommand(
-      "diff", "Compare two profiles: per function, the change of self and total CPU time and wall time");
+      "diff",
+      "Compare two profiles per function (matched across rebuilds and renames): change of CPU and wall time");
   diff->add_option("before", dif.before, "Profile A (before)")->required();
   diff->add_option("after", dif.after, "Profile B (after)")->required();
   diff->add_flag("--json", dif.json, "Machine-readable JSON instead of a table");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -477,25 +478,171 @@ void print_annotation_json(const Annotation& a, std::ostream& out) {
   out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
 }
 
+namespace {
+
+// A module's name without the version after ".so" ("libfoo.so.1.2" -> "libfoo.so"); "" when it
+// has none.
+std::string unversioned(const std::string& name) {
+  const size_t so = name.rfind(".so.");
+  if (so == std::string::npos || so == 0) return "";
+  for (size_t i = so + 4; i < name.size(); ++i) {
+    if ((name[i] < '0' || name[i] > '9') && name[i] != '.') return "";
+  }
+  return name.substr(0, so + 3);
+}
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// One side's module: its path (the first seen) and whether it is a program (not a shared object,
+// named as the command of one of the profile's processes; comm keeps 15 characters).
+struct SideModule {
+  std::string path;
+  bool program = false;
+};
+
+std::map<std::string, SideModule> modules_of(const Profile& p, const std::vector<ReportRow>& rows) {
+  std::set<std::string> commands;
+  for (const Thread& t : p.threads) commands.insert(t.process_name);
+  std::map<std::string, SideModule> modules;
+  for (const ReportRow& r : rows) {
+    if (r.library.empty() || modules.count(r.library) != 0) continue;
+    SideModule& m = modules[r.library];
+    const uint32_t lib = p.funcs[r.func].lib;
+    if (lib != kNoIndex && lib < p.libs.size()) {
+      m.path = p.libs[lib].path;
+      m.program = !p.libs[lib].is_kernel && r.library.front() != '[' &&
+                  r.library.find(".so") == std::string::npos && commands.count(r.library.substr(0, 15)) != 0;
+    }
+  }
+  return modules;
+}
+
+// Pairs the modules of A and B (see DiffModulePair); `module_id[side]` maps each module's file name to
+// the name of the pair it is in (A's name), or to a name of its own when unpaired.
+std::vector<DiffModulePair> pair_modules(const std::map<std::string, SideModule> (&modules)[2],
+                                         std::map<std::string, std::string> (&module_id)[2]) {
+  std::vector<DiffModulePair> pairs;
+  std::set<std::string> left[2];
+  for (int side = 0; side < 2; ++side) {
+    for (const auto& [name, m] : modules[side]) {
+      if (side == 1 && module_id[0].count(name) != 0) {
+        module_id[1][name] = name;
+        pairs.push_back({name, name, modules[0].at(name).path, m.path, "name"});
+        continue;
+      }
+      if (side == 0 && modules[1].count(name) != 0) {
+        module_id[0][name] = name;
+        continue;
+      }
+      left[side].insert(name);
+    }
+  }
+  const auto pair = [&](const std::string& a, const std::string& b, const char* by) {
+    module_id[0][a] = a;
+    module_id[1][b] = a;
+    pairs.push_back({a, b, modules[0].at(a).path, modules[1].at(b).path, by});
+    left[0].erase(a);
+    left[1].erase(b);
+  };
+  // The programs, when each side has exactly one left.
+  std::vector<std::string> programs[2];
+  for (int side = 0; side < 2; ++side) {
+    for (const std::string& name : left[side]) {
+      if (modules[side].at(name).program) programs[side].push_back(name);
+    }
+  }
+  if (programs[0].size() == 1 && programs[1].size() == 1) pair(programs[0][0], programs[1][0], "program");
+  // Libraries by their name without the version, one to one.
+  std::map<std::string, std::vector<std::string>> by_base[2];
+  for (int side = 0; side < 2; ++side) {
+    for (const std::string& name : left[side]) {
+      const std::string base = unversioned(name);
+      if (!base.empty()) by_base[side][base].push_back(name);
+    }
+  }
+  for (const auto& [base, names] : by_base[0]) {
+    const auto other = by_base[1].find(base);
+    if (names.size() == 1 && other != by_base[1].end() && other->second.size() == 1)
+      pair(names[0], other->second[0], "unversioned_name");
+  }
+  for (int side = 0; side < 2; ++side) {
+    for (const std::string& name : left[side])
+      module_id[side][name] = std::string(side == 0 ? "A:" : "B:") + name;
+  }
+  // Listed: the pairs whose modules differ in name or path.
+  std::vector<DiffModulePair> listed;
+  for (DiffModulePair& m : pairs) {
+    if (m.a != m.b || m.a_path != m.b_path) listed.push_back(std::move(m));
+  }
+  return listed;
+}
+
+}  // namespace
+
 Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& options) {
   Diff diff;
   ReportOptions all = options;
   all.limit = 0;
-  std::map<std::pair<std::string, std::string>, DiffRow> rows;
   const Profile* profiles[2] = {&a, &b};
+  Report reports[2];
+  std::map<std::string, SideModule> modules[2];
   for (int side = 0; side < 2; ++side) {
-    const Report report = compute_report(*profiles[side], all);
-    diff.totals[side] = report.totals;
-    for (const ReportRow& r : report.rows) {
-      // Functions of the same name in the same library are one, whatever their index in each file.
-      DiffRow& row = rows[{r.name, r.library}];
+    reports[side] = compute_report(*profiles[side], all);
+    diff.totals[side] = reports[side].totals;
+    modules[side] = modules_of(*profiles[side], reports[side].rows);
+  }
+  std::map<std::string, std::string> module_id[2];
+  diff.modules = pair_modules(modules, module_id);
+
+  // Rows by (module pair, name, source file): first by the file's path, then, among the rows left
+  // on one side only, by its file name where that pairs one row of A with one of B.
+  using Key = std::tuple<std::string, std::string, std::string>;
+  std::map<Key, DiffRow> rows;
+  for (int side = 0; side < 2; ++side) {
+    const Profile& p = *profiles[side];
+    for (const ReportRow& r : reports[side].rows) {
+      const uint32_t file = p.funcs[r.func].file;
+      const std::string path = file != kNoIndex ? p.strings[file] : std::string();
+      const std::string module = r.library.empty() ? std::string() : module_id[side].at(r.library);
+      DiffRow& row = rows[{module, r.name, path}];
       row.name = r.name;
-      row.library = r.library;
+      row.file = path;
+      if (row.library.empty()) {
+        row.library = r.library;
+      } else if (side == 1 && row.library != r.library) {
+        row.library_b = r.library;
+      }
       row.self_cpu_ns[side] += r.self_cpu_ns;
       row.total_cpu_ns[side] += r.total_cpu_ns;
       row.self_wall_ns[side] += r.self_wall_ns;
       row.total_wall_ns[side] += r.total_wall_ns;
     }
+  }
+  const auto only_in = [](const DiffRow& r, int side) {
+    return r.total_wall_ns[1 - side] == 0 && r.total_cpu_ns[1 - side] == 0 &&
+           (r.total_wall_ns[side] != 0 || r.total_cpu_ns[side] != 0);
+  };
+  std::map<Key, std::vector<Key>> by_file_name[2];
+  for (const auto& [key, row] : rows) {
+    for (int side = 0; side < 2; ++side) {
+      if (only_in(row, side))
+        by_file_name[side][{std::get<0>(key), std::get<1>(key), base_name(std::get<2>(key))}].push_back(key);
+    }
+  }
+  for (const auto& [loose, keys] : by_file_name[0]) {
+    const auto other = by_file_name[1].find(loose);
+    if (keys.size() != 1 || other == by_file_name[1].end() || other->second.size() != 1) continue;
+    DiffRow& row = rows.at(keys[0]);
+    DiffRow& from_b = rows.at(other->second[0]);
+    if (from_b.library != row.library) row.library_b = from_b.library;
+    row.self_cpu_ns[1] = from_b.self_cpu_ns[1];
+    row.total_cpu_ns[1] = from_b.total_cpu_ns[1];
+    row.self_wall_ns[1] = from_b.self_wall_ns[1];
+    row.total_wall_ns[1] = from_b.total_wall_ns[1];
+    rows.erase(other->second[0]);
   }
   for (auto& [key, row] : rows) diff.rows.push_back(std::move(row));
   const auto magnitude = [](int64_t v) { return v < 0 ? uint64_t(-v) : uint64_t(v); };
@@ -516,11 +663,33 @@ void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& option
       << ms(double(diff.totals[0].cpu_ns)) << " ms;\n          B " << diff.totals[1].samples
       << " on-CPU samples, CPU " << ms(double(diff.totals[1].cpu_ns)) << " ms ("
       << signed_ms(int64_t(diff.totals[1].cpu_ns) - int64_t(diff.totals[0].cpu_ns)) << " ms)\n";
+  if (!diff.modules.empty()) {
+    out << "Modules paired where their paths differ:\n";
+    for (const DiffModulePair& m : diff.modules) {
+      const char* by = m.by == "program"            ? "the program"
+                       : m.by == "unversioned_name" ? "name without version"
+                                                    : "same name";
+      // Their paths, or their names where the paths do not fit the terminal.
+      std::string line =
+          "  " + (m.a_path.empty() ? m.a : m.a_path) + " = " + (m.b_path.empty() ? m.b : m.b_path);
+      if (limited(options.width) && report_names::display_width(line) + 4 + std::strlen(by) > options.width)
+        line = "  " + m.a + " = " + m.b;
+      out << line << " (" << by << ")\n";
+    }
+  }
   const size_t shown = options.limit != 0 ? std::min(options.limit, diff.rows.size()) : diff.rows.size();
   // The names of the rows shown, told apart; a library after its name only where the line has room.
   constexpr size_t kDiffNumbersWidth = 61;  // 9 1 9 1 9 1 7 1 10 1 10 2
   std::vector<std::string> labels;
-  for (size_t i = 0; i < shown; ++i) labels.push_back(diff.rows[i].name);
+  // Functions of one name in one module (static functions of different files): their file after it.
+  std::map<std::pair<std::string, std::string>, size_t> same_name;
+  for (const DiffRow& r : diff.rows) ++same_name[{r.name, r.library}];
+  for (size_t i = 0; i < shown; ++i) {
+    const DiffRow& r = diff.rows[i];
+    labels.push_back(same_name[{r.name, r.library}] > 1 && !r.file.empty()
+                         ? r.name + " (" + base_name(r.file) + ")"
+                         : r.name);
+  }
   const size_t room = name_room(options.width, kDiffNumbersWidth);
   if (limited(options.width)) labels = report_names::shorten_distinct(labels, room);
   out << "Functions by the change of their self CPU time (B - A, in ms), top " << shown << " of "
@@ -538,7 +707,8 @@ void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& option
         << ' ' << pad_left(signed_ms(r.self_cpu_change_ns()), 9) << ' ' << pad_left(relative, 7) << ' '
         << pad_left(signed_ms(r.total_cpu_change_ns()), 10) << ' '
         << pad_left(signed_ms(r.self_wall_change_ns()), 10) << "  " << labels[i];
-    const std::string library = library_suffix(short_library(r.library, options.width));
+    const std::string library = library_suffix(
+        short_library(r.library_b.empty() ? r.library : r.library + " = " + r.library_b, options.width));
     if (!limited(options.width) ||
         report_names::display_width(labels[i]) + report_names::display_width(library) <= room)
       out << library;
@@ -552,7 +722,9 @@ void print_diff_json(const Diff& diff, std::ostream& out, const ReportOptions& o
   for (size_t i = 0; i < shown; ++i) {
     const DiffRow& r = diff.rows[i];
     rows.push_back({{"name", r.name},
+                    {"file", r.file},
                     {"library", r.library},
+                    {"library_b", r.library_b.empty() ? r.library : r.library_b},
                     {"self_cpu_ns", {r.self_cpu_ns[0], r.self_cpu_ns[1]}},
                     {"total_cpu_ns", {r.total_cpu_ns[0], r.total_cpu_ns[1]}},
                     {"self_wall_ns", {r.self_wall_ns[0], r.self_wall_ns[1]}},
@@ -569,7 +741,14 @@ void print_diff_json(const Diff& diff, std::ostream& out, const ReportOptions& o
                       {"wall_ns", t.wall_ns},
                       {"duration_ns", t.duration_ns}});
   }
-  ordered_json doc{{"totals", std::move(totals)}, {"functions", diff.rows.size()}, {"rows", std::move(rows)}};
+  ordered_json modules = ordered_json::array();
+  for (const DiffModulePair& m : diff.modules) {
+    modules.push_back({{"a", m.a}, {"b", m.b}, {"a_path", m.a_path}, {"b_path", m.b_path}, {"by", m.by}});
+  }
+  ordered_json doc{{"totals", std::move(totals)},
+                   {"modules", std::move(modules)},
+                   {"functions", diff.rows.size()},
+                   {"rows", std::move(rows)}};
   out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
 }
 

@@ -87,10 +87,15 @@ Annotation annotate_function(const Profile& profile, const ReportOptions& option
 void print_annotation(const Annotation& annotation, std::ostream& out, size_t width = 0);
 void print_annotation_json(const Annotation& annotation, std::ostream& out);
 
-// Per function (by name and library): the change from profile A to profile B.
+// Per function: the change from profile A to profile B. A function of A and one of B are the same
+// when they have the same name, the same source file (by path, else by file name when that pairs
+// them one to one) and paired modules (see DiffModulePair). Two functions of one profile are one row
+// only when they have the same name, source file and module file name.
 struct DiffRow {
   std::string name;
-  std::string library;
+  std::string file;                  // the function's source file; "" = unknown
+  std::string library;               // its module's file name in A (in B when only B has it)
+  std::string library_b;             // its module's file name in B when that differs from `library`, else ""
   uint64_t self_cpu_ns[2] = {0, 0};  // [A, B]
   uint64_t total_cpu_ns[2] = {0, 0};
   uint64_t self_wall_ns[2] = {0, 0};
@@ -100,9 +105,20 @@ struct DiffRow {
   int64_t self_wall_change_ns() const { return int64_t(self_wall_ns[1]) - int64_t(self_wall_ns[0]); }
   int64_t total_wall_change_ns() const { return int64_t(total_wall_ns[1]) - int64_t(total_wall_ns[0]); }
 };
+// How a module of A was taken for one of B, in that order: the same file name ("name"); each the
+// only program left unpaired in its profile, a module named as a process's command is ("program");
+// each the only one left of its name without the version after ".so" ("unversioned_name":
+// libfoo.so.1.2 and libfoo.so.1.3). Modules left unpaired have their functions in one side only.
+struct DiffModulePair {
+  std::string a, b;            // file names
+  std::string a_path, b_path;  // paths in the recorded processes; "" = unknown
+  std::string by;              // "name", "program", "unversioned_name"
+};
 struct Diff {
   ReportTotals totals[2];
   std::vector<DiffRow> rows;  // by the size of the self CPU change, then of the total CPU change
+  // The pairs of modules of different paths or names (same-path pairs are not listed).
+  std::vector<DiffModulePair> modules;
 };
 Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& options);
 void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& options);
