@@ -24,11 +24,13 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include "alloc_truth.h"
 #include "cpu_clock.h"
 #include "firefox_lint.h"
 #include "hpd/capture/capture.h"
@@ -1411,6 +1413,90 @@ TEST_F(RealUsers, UsersAllocationsThroughHpdMatchTheProgramsTruth) {
       EXPECT_EQ(entry.path().filename().string().rfind("hpd-alloc-", 0), std::string::npos) << entry.path();
     }
   }
+}
+
+// A user's `hpctl record --alloc --pid PID` of her own running process through hpd: the probes hpd
+// places in it (as root) give the byte shares and live bytes of the program's truth, as for root
+// (AllocRecord.PidThroughHpdAttachesAndMatchesTheTruth: the same checks).
+TEST_F(RealUsers, UsersAllocPidThroughHpdMatchesTheProgramsTruth) {
+  Hpd hpd;
+  const int links_before = hpd.fd_counts().bpf_link;
+  check_alloc_pid_attach({kHpctl, std::string(HPD_CALLS_FIXTURES) + "/alloc_pid_nofp", hpd.socket(),
+                          alice_.run_as({}), alice_.uid, alice_.gid});
+  EXPECT_EQ(hpd.fd_counts().bpf_link, links_before) << "the probes are gone with the recording";
+}
+
+// Her `--alloc --pid` of a process she may not trace (another user's, root's, one of hers that is
+// not dumpable, one that keeps a saved uid of root) is refused with the reason, nothing is written,
+// and no probe ever enters it: the target (alloc_pid_fixture.c's watch mode) looks at the first bytes
+// of its allocator's functions every millisecond while the request is made and says whether they ever
+// changed. Her own process under the same watch sees the probes come (the watch can see them).
+TEST_F(RealUsers, AllocPidOfProcessesTheUserMayNotTraceIsRefusedAndPlacesNoProbe) {
+  Hpd hpd;
+  const int links_before = hpd.fd_counts().bpf_link;
+  const std::string fixture = std::string(HPD_CALLS_FIXTURES) + "/alloc_pid_nofp";
+  struct Watched {
+    std::unique_ptr<testing::TempDir> dir;
+    std::unique_ptr<Background> process;
+  };
+  const auto start = [&](const TestUser* user, const std::string& mode) {
+    Watched w;
+    w.dir = std::make_unique<testing::TempDir>("hpd-alloc-watch");
+    std::vector<std::string> argv = {fixture, w.dir->path(), mode};
+    if (user != nullptr) {
+      EXPECT_EQ(::chown(w.dir->path().c_str(), user->uid, user->gid), 0);
+      argv = user->run_as(argv);
+    }
+    w.process = std::make_unique<Background>(argv);
+    EXPECT_TRUE(wait_for_file(w.dir->file("ready"), 60, w.process->pid())) << mode;
+    return w;
+  };
+  // What the watcher saw: 0 its allocator untouched, 8 a probe in it.
+  const auto verdict = [](Watched& w) {
+    std::ofstream(w.dir->file("stop")).close();
+    return w.process->wait();
+  };
+  const auto record = [&](pid_t pid, const std::string& name) {
+    return run(alice_.run_as(hpctl(hpd, {"record", "--alloc", "--no-report", "--pid", std::to_string(pid),
+                                         "-d", "1", "-o", hpd.out_dir() + "/" + name})));
+  };
+  Watched bobs = start(&bob_, "watch");
+  Watched roots = start(nullptr, "watch");
+  Watched nondumpable = start(&alice_, "watch-nondumpable");
+  BackgroundOptions wait_ready;
+  wait_ready.ready_line = "ready";
+  Background saved_root(
+      {kCredsTarget, "saved-root", std::to_string(alice_.uid), std::to_string(alice_.gid), "60"}, wait_ready);
+  ASSERT_TRUE(saved_root.ready());
+
+  const RunResult other = record(bobs.process->pid(), "bob.hpr");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("may only record your own processes"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("runs with real uid " + std::to_string(bob_.uid)), std::string::npos) << other.err;
+  const RunResult root = record(roots.process->pid(), "root.hpr");
+  EXPECT_NE(root.exit_code, 0);
+  EXPECT_NE(root.err.find("runs with real uid 0"), std::string::npos) << root.err;
+  const RunResult dump = record(nondumpable.process->pid(), "nondumpable.hpr");
+  EXPECT_NE(dump.exit_code, 0);
+  EXPECT_NE(dump.err.find("is not dumpable"), std::string::npos) << dump.err;
+  const RunResult saved = record(saved_root.pid(), "saved.hpr");
+  EXPECT_NE(saved.exit_code, 0);
+  EXPECT_NE(saved.err.find("runs with saved uid 0"), std::string::npos) << saved.err;
+  for (const char* name : {"bob.hpr", "root.hpr", "nondumpable.hpr", "saved.hpr"})
+    EXPECT_FALSE(std::filesystem::exists(hpd.out_dir() + "/" + name)) << name;
+  EXPECT_EQ(verdict(bobs), 0) << "a probe entered bob's process";
+  EXPECT_EQ(verdict(roots), 0) << "a probe entered root's process";
+  EXPECT_EQ(verdict(nondumpable), 0) << "a probe entered the non-dumpable process";
+  EXPECT_EQ(hpd.fd_counts().bpf_link, links_before);
+
+  // Her own process: recorded, and the watcher saw the probes.
+  Watched own = start(&alice_, "watch");
+  const RunResult mine = record(own.process->pid(), "own.hpr");
+  EXPECT_EQ(mine.exit_code, 0) << mine.err << hpd.log();
+  EXPECT_NE(mine.err.find("allocations (uprobes on pid " + std::to_string(own.process->pid())),
+            std::string::npos)
+      << mine.err;
+  EXPECT_EQ(verdict(own), 8) << "the watch did not see the probes of a recording it was under";
 }
 
 // The runtime's table lives in memory the user's program writes: a program that overwrites it while
