@@ -1499,6 +1499,66 @@ TEST_F(RealUsers, AllocPidOfProcessesTheUserMayNotTraceIsRefusedAndPlacesNoProbe
   EXPECT_EQ(verdict(own), 8) << "the watch did not see the probes of a recording it was under";
 }
 
+// Her `--alloc --pid` of her own shell, which then executes a set-user-ID root program that allocates
+// (alloc_pid_fixture.c's privileged mode): nothing of that program's allocations reaches her (the
+// probes follow the pid into the new program; what they see there is not hers), as no CPU sample of
+// it does.
+TEST_F(RealUsers, AllocPidOfAProcessThatExecutesASetuidProgramGivesNothingOfIt) {
+  Hpd hpd;
+  const int links_before = hpd.fd_counts().bpf_link;
+  const std::string privileged = hpd.dir() + "/alloc_pid_suid";
+  std::filesystem::copy_file(std::string(HPD_CALLS_FIXTURES) + "/alloc_pid_nofp", privileged);
+  ASSERT_EQ(chown(privileged.c_str(), 0, 0), 0);
+  ASSERT_EQ(chmod(privileged.c_str(), 04755), 0);
+  const testing::TempDir dir("hpd-alloc-exec");
+  ASSERT_EQ(::chown(dir.path().c_str(), alice_.uid, alice_.gid), 0);
+  Background shell(alice_.run_as({"/bin/sh", "-c",
+                                  "echo ready > \"$0/ready\"; until [ -e \"$0/go\" ]; do sleep 0.05; done; "
+                                  "exec \"$1\" \"$0\" privileged",
+                                  dir.path(), privileged}));
+  ASSERT_TRUE(wait_for_file(dir.file("ready"), 60, shell.pid()));
+  const std::string out = hpd.out_dir() + "/exec.hpr";
+  const std::string err = dir.file("hpctl.err");
+  Background recorder(
+      alice_.run_as({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", kHpctl, "--socket", hpd.socket(),
+                     "--daemon", "record", "--alloc", "--alloc-mean", "4096", "--no-report", "-o", out,
+                     "--pid", std::to_string(shell.pid()), "-d", "600"}));
+  // The probes are in once hpd holds their links.
+  bool attached = false;
+  for (int i = 0; i < 3000 && !attached && process_running(recorder.pid()); ++i) {
+    attached = hpd.fd_counts().bpf_link > links_before;
+    if (!attached) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(attached) << read_text_file(err) << hpd.log();
+  const pid_t shell_pid = shell.pid();
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const uint64_t go_ns = uint64_t(now.tv_sec) * 1000000000u + uint64_t(now.tv_nsec);
+  std::ofstream(dir.file("go")).close();
+  ASSERT_TRUE(wait_for_file(dir.file("done"), 120, shell.pid()));
+  recorder.terminate(120);
+  const std::string summary = read_text_file(err);
+  std::ofstream(dir.file("stop")).close();
+  EXPECT_EQ(shell.wait(), 0);
+  if (std::filesystem::exists(out)) {
+    const CaptureContents capture = read_capture_file(out);
+    // The capture keeps no exec time: what was allocated after the test let the shell go on is
+    // its last loop's (a few KiB), not the 275 MiB of the set-user-ID program.
+    double bytes_after_go = 0;
+    size_t samples_after_go = 0;
+    for (const RawAllocation& a : capture.profile.allocations) {
+      if (a.pid != shell_pid || a.time_ns < go_ns) continue;
+      bytes_after_go += double(a.size);
+      ++samples_after_go;
+    }
+    EXPECT_LT(bytes_after_go, 1 << 20) << samples_after_go << " samples; " << summary;
+    EXPECT_NE(summary.find("its allocations from then on were not recorded"), std::string::npos) << summary;
+  } else {
+    EXPECT_NE(summary.find("the recording was stopped and discarded"), std::string::npos) << summary;
+  }
+  EXPECT_EQ(hpd.fd_counts().bpf_link, links_before);
+}
+
 // The runtime's table lives in memory the user's program writes: a program that overwrites it while
 // hpd records (its header, values no runtime writes, every slot and entry filled, the file truncated)
 // gets a recording with a message saying so, never a crash, a hang or unbounded memory of hpd; another

@@ -290,6 +290,17 @@ std::vector<std::string> AllocProbes::finish(RawProfile& profile) {
       return std::hash<uint64_t>()(k.address ^ (uint64_t(k.pid) << 48));
     }
   };
+  // A target that executed a program with credentials the client may not trace (a set-user-ID one,
+  // for a user's session through hpd) is not followed from that exec on: the probes follow the pid
+  // into the new program, and nothing they saw there is recorded, as no CPU sample of it is.
+  uint64_t cut_ns = 0;
+  for (const RawProcess& process : profile.processes)
+    if (process.pid == s.pid && process.unfollowed_ns != 0) cut_ns = process.unfollowed_ns;
+  if (cut_ns != 0) {
+    std::erase_if(s.samples, [&](const Sample& x) { return x.a.time_ns >= cut_ns; });
+    std::erase_if(s.frees, [&](const Impl::Free& f) { return f.time_ns >= cut_ns; });
+    for (Impl::Free& f : s.frees) f.after = std::min(f.after, s.samples.size());
+  }
   std::unordered_map<Key, size_t, KeyHash> live;
   // realloc's free of a sampled block, said at its entry, by thread: taken back when the thread's
   // next record says realloc failed (the block was not freed).
@@ -353,6 +364,15 @@ std::vector<std::string> AllocProbes::finish(RawProfile& profile) {
   apply_frees_until(s.samples.size());
   const uint64_t ring_full = s.counter(HPD_ALLOC_RING_FULL);
   stats.dropped += ring_full;
+  if (cut_ns != 0) {
+    // The counters of the probes are the new program's too: not given.
+    messages.push_back("allocations: pid " + std::to_string(s.pid) +
+                       " executed a program that runs with credentials other than yours; its allocations "
+                       "from then on were not recorded");
+    s.samples.clear();
+    s.frees.clear();
+    return messages;
+  }
   const uint64_t calls = s.counter(HPD_ALLOC_CALLS);
   const uint64_t frees = s.counter(HPD_ALLOC_FREES);
   messages.push_back("allocations: " + std::to_string(calls) + " allocating calls and " +
