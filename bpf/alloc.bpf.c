@@ -20,14 +20,24 @@ extern __u64* bpf_session_cookie(void) __ksym;
 const volatile __s32 target_tgid = 0;
 const volatile __u64 mean_bytes = 512 * 1024;
 
-// Per thread: the bytes left until the next sample, and posix_memalign's out-pointer of a sampled
-// call until it returns.
+// Per thread: the bytes left until the next sample, posix_memalign's out-pointer of a sampled call
+// until it returns, and while realloc runs, its pointer and what its entry did with it
+// (kInRealloc...): the allocator's own calls of malloc or free inside realloc (glibc's realloc(p, 0)
+// calls free) are realloc's, not the program's, and are not looked at.
 struct alloc_thread {
   __s64 remaining;
   __u64 memptr;
+  __u64 realloc_ptr;
   __u32 started;
-  __u32 pad;
+  __u32 in_realloc;
 };
+
+#define kInRealloc 1u        // realloc runs on this thread
+#define kReallocUnlisted 2u  // its pointer was a sampled block, taken out of the live map
+#define kReallocFreeSaid 4u  // and a record of its free is in the ring
+
+// The session cookie: the size asked for, and whether the call was sampled.
+#define kCookieSampled (1ull << 63)
 
 struct {
   __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -66,6 +76,23 @@ static __always_inline __s64 next_distance(void) {
   return (__s64)hpd_alloc_distance(mean_bytes, bpf_get_prandom_u32());
 }
 
+// A record of kind FREE or REALLOC_FAILED; whether it is in the ring.
+static __always_inline int say_free(__u32 kind, __u32 flags, __u64 ptr, __s32 tgid, __s32 tid) {
+  struct hpd_alloc_bpf_free* rec = bpf_ringbuf_reserve(&alloc_ring, sizeof *rec, 0);
+  if (!rec) {
+    count(HPD_ALLOC_RING_FULL);
+    return 0;
+  }
+  rec->kind = kind;
+  rec->flags = flags;
+  rec->pid = tgid;
+  rec->tid = tid;
+  rec->address = ptr;
+  rec->time_ns = bpf_ktime_get_ns();
+  bpf_ringbuf_submit(rec, 0);
+  return 1;
+}
+
 static __always_inline void on_free(__u64 ptr, __s32 tgid, __s32 tid) {
   count(HPD_ALLOC_FREES);
   if (ptr == 0) {
@@ -77,24 +104,40 @@ static __always_inline void on_free(__u64 ptr, __s32 tgid, __s32 tid) {
     count(HPD_ALLOC_FREE_UNSAMPLED);
     return;
   }
-  struct hpd_alloc_bpf_free* rec = bpf_ringbuf_reserve(&alloc_ring, sizeof *rec, 0);
-  if (!rec) {
-    count(HPD_ALLOC_RING_FULL);
+  say_free(HPD_ALLOC_BPF_FREE, 0, ptr, tgid, tid);
+}
+
+// realloc's return: its pointer was freed unless it failed (NULL for a size that is not 0; glibc's
+// realloc(p, 0) frees p and returns NULL). A failed realloc's block was taken out of the live map at
+// the entry (where the record of its free had to be reserved, before any other thread could be given
+// the address): it goes back, and the reader is told to take the free back.
+static __always_inline void on_realloc_return(struct pt_regs* ctx, __u64 size, __s32 tgid, __s32 tid) {
+  struct alloc_thread* t = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
+  if (!t || !(t->in_realloc & kInRealloc)) return;
+  const __u32 state = t->in_realloc;
+  const __u64 ptr = t->realloc_ptr;
+  t->in_realloc = 0;
+  t->realloc_ptr = 0;
+  if (ptr == 0) return;
+  if (PT_REGS_RC(ctx) != 0 || size == 0) {
+    count(HPD_ALLOC_FREES);
+    if (!(state & kReallocUnlisted)) count(HPD_ALLOC_FREE_UNSAMPLED);
     return;
   }
-  rec->kind = HPD_ALLOC_BPF_FREE;
-  rec->pad = 0;
-  rec->pid = tgid;
-  rec->tid = tid;
-  rec->address = ptr;
-  rec->time_ns = bpf_ktime_get_ns();
-  bpf_ringbuf_submit(rec, 0);
+  if (state & kReallocUnlisted) {
+    struct hpd_alloc_live_key key = {.pid = tgid, .address = ptr};
+    const __u64 one = 1;
+    bpf_map_update_elem(&alloc_live, &key, &one, BPF_ANY);
+  }
+  if (state & kReallocFreeSaid) say_free(HPD_ALLOC_BPF_REALLOC_FAILED, 0, ptr, tgid, tid);
 }
 
 static __always_inline void on_return(struct pt_regs* ctx, __u32 fn, __s32 tgid, __s32 tid) {
   __u64* cookie = bpf_session_cookie();
-  if (!cookie || *cookie == 0) return;
-  const __u64 size = *cookie;
+  if (!cookie) return;
+  const __u64 size = *cookie & ~kCookieSampled;
+  if (fn == HPD_ALLOC_FN_REALLOC) on_realloc_return(ctx, size, tgid, tid);
+  if (!(*cookie & kCookieSampled)) return;
   __u64 address = PT_REGS_RC(ctx);
   if (fn == HPD_ALLOC_FN_POSIX_MEMALIGN) {
     struct alloc_thread* t = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
@@ -146,6 +189,18 @@ int hpd_alloc_call(struct pt_regs* ctx) {
   }
   __u64 size = 0;
   __u64 memptr = 0;
+  struct alloc_thread* t = 0;
+  if (fn == HPD_ALLOC_FN_REALLOC) {
+    t = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!t) {
+      count(HPD_ALLOC_NO_STATE);
+      return 1;
+    }
+  } else {
+    // Inside realloc: the allocator's own call.
+    t = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
+    if (t && (t->in_realloc & kInRealloc)) return 1;
+  }
   switch (fn) {
     case HPD_ALLOC_FN_FREE: on_free(PT_REGS_PARM1(ctx), tgid, tid); return 1;
     case HPD_ALLOC_FN_MALLOC:
@@ -167,10 +222,38 @@ int hpd_alloc_call(struct pt_regs* ctx) {
       break;
     }
     case HPD_ALLOC_FN_REALLOC: {
+      // Its pointer's free is said now, while no other thread can be given the address, and taken
+      // back at the return if realloc failed; frees are counted there. The return always runs.
+      __u64* cookie = bpf_session_cookie();
+      if (!cookie || !t) return 1;
       const __u64 ptr = PT_REGS_PARM1(ctx);
-      if (ptr != 0) on_free(ptr, tgid, tid);
+      __u32 state = kInRealloc;
+      if (ptr != 0) {
+        struct hpd_alloc_live_key key = {.pid = tgid, .address = ptr};
+        if (bpf_map_delete_elem(&alloc_live, &key) == 0) {
+          state |= kReallocUnlisted;
+          if (say_free(HPD_ALLOC_BPF_FREE, HPD_ALLOC_FREE_BY_REALLOC, ptr, tgid, tid))
+            state |= kReallocFreeSaid;
+        }
+      }
+      t->in_realloc = state;
+      t->realloc_ptr = ptr;
       size = PT_REGS_PARM2(ctx);
-      break;
+      if (size > (1ull << 62)) size = 1ull << 62;  // fails anyway; keeps the countdown's sign
+      *cookie = size;
+      if (size == 0) return 0;  // realloc(p, 0) frees p, allocates nothing
+      count(HPD_ALLOC_CALLS);
+      if (!t->started) {
+        t->remaining = next_distance();
+        t->started = 1;
+      }
+      t->remaining -= (__s64)size;
+      if (t->remaining <= 0) {
+        t->remaining = next_distance();
+        *cookie = size | kCookieSampled;
+        count(HPD_ALLOC_SAMPLED);
+      }
+      return 0;
     }
     case HPD_ALLOC_FN_POSIX_MEMALIGN:
       memptr = PT_REGS_PARM1(ctx);
@@ -183,8 +266,8 @@ int hpd_alloc_call(struct pt_regs* ctx) {
   count(HPD_ALLOC_CALLS);
   if (size == 0) return 1;
   if (size > (1ull << 62)) size = 1ull << 62;  // fails anyway; keeps the countdown's sign
-  struct alloc_thread* t =
-      bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+  if (!t)
+    t = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
   if (!t) {
     count(HPD_ALLOC_NO_STATE);
     return 1;
@@ -200,7 +283,7 @@ int hpd_alloc_call(struct pt_regs* ctx) {
   t->remaining = next_distance();
   __u64* cookie = bpf_session_cookie();
   if (!cookie) return 1;
-  *cookie = size;
+  *cookie = size | kCookieSampled;
   t->memptr = memptr;
   count(HPD_ALLOC_SAMPLED);
   return 0;

@@ -28,7 +28,14 @@ enum hpd_alloc_bpf_kind {
   HPD_ALLOC_BPF_ALLOC = 1,           /* a sampled allocation, its address in the live map */
   HPD_ALLOC_BPF_ALLOC_UNTRACKED = 2, /* sampled, but the live map was full: its free is not watched */
   HPD_ALLOC_BPF_FREE = 3,            /* the free of a sampled allocation */
+  /* realloc(ptr, size) failed (returned NULL for a size that is not 0): ptr, whose free the record
+   * of kind FREE with HPD_ALLOC_FREE_BY_REALLOC of the same thread just before said, was not freed. */
+  HPD_ALLOC_BPF_REALLOC_FAILED = 4,
 };
+
+/* hpd_alloc_bpf_free.flags: the free is realloc's, told at its entry (kind FREE), which a record of
+ * kind REALLOC_FAILED of the same thread may take back. */
+#define HPD_ALLOC_FREE_BY_REALLOC 1u
 
 /* A sampled allocation (kind ALLOC or ALLOC_UNTRACKED); `ips` are user return addresses, innermost
  * first (the first is where the allocator returns to), `frames` of them. */
@@ -43,10 +50,10 @@ struct hpd_alloc_bpf_sample {
   __u64 ips[HPD_ALLOC_BPF_MAX_FRAMES];
 };
 
-/* The free of a sampled allocation (kind FREE). */
+/* The free of a sampled allocation (kind FREE), or realloc's failure to free it (REALLOC_FAILED). */
 struct hpd_alloc_bpf_free {
   __u32 kind;
-  __u32 pad;
+  __u32 flags;
   __s32 pid;
   __s32 tid;
   __u64 address;
@@ -60,8 +67,8 @@ struct hpd_alloc_live_key {
 };
 
 enum hpd_alloc_counter {
-  HPD_ALLOC_CALLS = 0,          /* calls of the allocating functions by the target */
-  HPD_ALLOC_FREES = 1,          /* calls of free (and realloc's free of its pointer) */
+  HPD_ALLOC_CALLS = 0,          /* calls of the allocating functions by the target (not realloc(p, 0)) */
+  HPD_ALLOC_FREES = 1,          /* calls of free (and realloc's free of its pointer, when it succeeded) */
   HPD_ALLOC_FREE_NULL = 2,      /* free(NULL) */
   HPD_ALLOC_FREE_UNSAMPLED = 3, /* frees of addresses not in the live map */
   HPD_ALLOC_SAMPLED = 4,        /* allocations the entry chose to sample */

@@ -24,11 +24,13 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include "alloc_truth.h"
 #include "cpu_clock.h"
 #include "debuginfod_server.h"
 #include "firefox_lint.h"
@@ -1412,6 +1414,150 @@ TEST_F(RealUsers, UsersAllocationsThroughHpdMatchTheProgramsTruth) {
       EXPECT_EQ(entry.path().filename().string().rfind("hpd-alloc-", 0), std::string::npos) << entry.path();
     }
   }
+}
+
+// A user's `hpctl record --alloc --pid PID` of her own running process through hpd: the probes hpd
+// places in it (as root) give the byte shares and live bytes of the program's truth, as for root
+// (AllocRecord.PidThroughHpdAttachesAndMatchesTheTruth: the same checks).
+TEST_F(RealUsers, UsersAllocPidThroughHpdMatchesTheProgramsTruth) {
+  Hpd hpd;
+  const int links_before = hpd.fd_counts().bpf_link;
+  check_alloc_pid_attach({kHpctl, std::string(HPD_CALLS_FIXTURES) + "/alloc_pid_nofp", hpd.socket(),
+                          alice_.run_as({}), alice_.uid, alice_.gid});
+  EXPECT_EQ(hpd.fd_counts().bpf_link, links_before) << "the probes are gone with the recording";
+}
+
+// Her `--alloc --pid` of a process she may not trace (another user's, root's, one of hers that is
+// not dumpable, one that keeps a saved uid of root) is refused with the reason, nothing is written,
+// and no probe ever enters it: the target (alloc_pid_fixture.c's watch mode) looks at the first bytes
+// of its allocator's functions every millisecond while the request is made and says whether they ever
+// changed. Her own process under the same watch sees the probes come (the watch can see them).
+TEST_F(RealUsers, AllocPidOfProcessesTheUserMayNotTraceIsRefusedAndPlacesNoProbe) {
+  Hpd hpd;
+  const int links_before = hpd.fd_counts().bpf_link;
+  const std::string fixture = std::string(HPD_CALLS_FIXTURES) + "/alloc_pid_nofp";
+  struct Watched {
+    std::unique_ptr<testing::TempDir> dir;
+    std::unique_ptr<Background> process;
+  };
+  const auto start = [&](const TestUser* user, const std::string& mode) {
+    Watched w;
+    w.dir = std::make_unique<testing::TempDir>("hpd-alloc-watch");
+    std::vector<std::string> argv = {fixture, w.dir->path(), mode};
+    if (user != nullptr) {
+      EXPECT_EQ(::chown(w.dir->path().c_str(), user->uid, user->gid), 0);
+      argv = user->run_as(argv);
+    }
+    w.process = std::make_unique<Background>(argv);
+    EXPECT_TRUE(wait_for_file(w.dir->file("ready"), 60, w.process->pid())) << mode;
+    return w;
+  };
+  // What the watcher saw: 0 its allocator untouched, 8 a probe in it.
+  const auto verdict = [](Watched& w) {
+    std::ofstream(w.dir->file("stop")).close();
+    return w.process->wait();
+  };
+  const auto record = [&](pid_t pid, const std::string& name) {
+    return run(alice_.run_as(hpctl(hpd, {"record", "--alloc", "--no-report", "--pid", std::to_string(pid),
+                                         "-d", "1", "-o", hpd.out_dir() + "/" + name})));
+  };
+  Watched bobs = start(&bob_, "watch");
+  Watched roots = start(nullptr, "watch");
+  Watched nondumpable = start(&alice_, "watch-nondumpable");
+  BackgroundOptions wait_ready;
+  wait_ready.ready_line = "ready";
+  Background saved_root(
+      {kCredsTarget, "saved-root", std::to_string(alice_.uid), std::to_string(alice_.gid), "60"}, wait_ready);
+  ASSERT_TRUE(saved_root.ready());
+
+  const RunResult other = record(bobs.process->pid(), "bob.hpr");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("may only record your own processes"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("runs with real uid " + std::to_string(bob_.uid)), std::string::npos) << other.err;
+  const RunResult root = record(roots.process->pid(), "root.hpr");
+  EXPECT_NE(root.exit_code, 0);
+  EXPECT_NE(root.err.find("runs with real uid 0"), std::string::npos) << root.err;
+  const RunResult dump = record(nondumpable.process->pid(), "nondumpable.hpr");
+  EXPECT_NE(dump.exit_code, 0);
+  EXPECT_NE(dump.err.find("is not dumpable"), std::string::npos) << dump.err;
+  const RunResult saved = record(saved_root.pid(), "saved.hpr");
+  EXPECT_NE(saved.exit_code, 0);
+  EXPECT_NE(saved.err.find("runs with saved uid 0"), std::string::npos) << saved.err;
+  for (const char* name : {"bob.hpr", "root.hpr", "nondumpable.hpr", "saved.hpr"})
+    EXPECT_FALSE(std::filesystem::exists(hpd.out_dir() + "/" + name)) << name;
+  EXPECT_EQ(verdict(bobs), 0) << "a probe entered bob's process";
+  EXPECT_EQ(verdict(roots), 0) << "a probe entered root's process";
+  EXPECT_EQ(verdict(nondumpable), 0) << "a probe entered the non-dumpable process";
+  EXPECT_EQ(hpd.fd_counts().bpf_link, links_before);
+
+  // Her own process: recorded, and the watcher saw the probes.
+  Watched own = start(&alice_, "watch");
+  const RunResult mine = record(own.process->pid(), "own.hpr");
+  EXPECT_EQ(mine.exit_code, 0) << mine.err << hpd.log();
+  EXPECT_NE(mine.err.find("allocations (uprobes on pid " + std::to_string(own.process->pid())),
+            std::string::npos)
+      << mine.err;
+  EXPECT_EQ(verdict(own), 8) << "the watch did not see the probes of a recording it was under";
+}
+
+// Her `--alloc --pid` of her own shell, which then executes a set-user-ID root program that allocates
+// (alloc_pid_fixture.c's privileged mode): nothing of that program's allocations reaches her (the
+// probes follow the pid into the new program; what they see there is not hers), as no CPU sample of
+// it does.
+TEST_F(RealUsers, AllocPidOfAProcessThatExecutesASetuidProgramGivesNothingOfIt) {
+  Hpd hpd;
+  const int links_before = hpd.fd_counts().bpf_link;
+  const std::string privileged = hpd.dir() + "/alloc_pid_suid";
+  std::filesystem::copy_file(std::string(HPD_CALLS_FIXTURES) + "/alloc_pid_nofp", privileged);
+  ASSERT_EQ(chown(privileged.c_str(), 0, 0), 0);
+  ASSERT_EQ(chmod(privileged.c_str(), 04755), 0);
+  const testing::TempDir dir("hpd-alloc-exec");
+  ASSERT_EQ(::chown(dir.path().c_str(), alice_.uid, alice_.gid), 0);
+  Background shell(alice_.run_as({"/bin/sh", "-c",
+                                  "echo ready > \"$0/ready\"; until [ -e \"$0/go\" ]; do sleep 0.05; done; "
+                                  "exec \"$1\" \"$0\" privileged",
+                                  dir.path(), privileged}));
+  ASSERT_TRUE(wait_for_file(dir.file("ready"), 60, shell.pid()));
+  const std::string out = hpd.out_dir() + "/exec.hpr";
+  const std::string err = dir.file("hpctl.err");
+  Background recorder(
+      alice_.run_as({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", kHpctl, "--socket", hpd.socket(),
+                     "--daemon", "record", "--alloc", "--alloc-mean", "4096", "--no-report", "-o", out,
+                     "--pid", std::to_string(shell.pid()), "-d", "600"}));
+  // The probes are in once hpd holds their links.
+  bool attached = false;
+  for (int i = 0; i < 3000 && !attached && process_running(recorder.pid()); ++i) {
+    attached = hpd.fd_counts().bpf_link > links_before;
+    if (!attached) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(attached) << read_text_file(err) << hpd.log();
+  const pid_t shell_pid = shell.pid();
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const uint64_t go_ns = uint64_t(now.tv_sec) * 1000000000u + uint64_t(now.tv_nsec);
+  std::ofstream(dir.file("go")).close();
+  ASSERT_TRUE(wait_for_file(dir.file("done"), 120, shell.pid()));
+  recorder.terminate(120);
+  const std::string summary = read_text_file(err);
+  std::ofstream(dir.file("stop")).close();
+  EXPECT_EQ(shell.wait(), 0);
+  if (std::filesystem::exists(out)) {
+    const CaptureContents capture = read_capture_file(out);
+    // The capture keeps no exec time: what was allocated after the test let the shell go on is
+    // its last loop's (a few KiB), not the 275 MiB of the set-user-ID program.
+    double bytes_after_go = 0;
+    size_t samples_after_go = 0;
+    for (const RawAllocation& a : capture.profile.allocations) {
+      if (a.pid != shell_pid || a.time_ns < go_ns) continue;
+      bytes_after_go += double(a.size);
+      ++samples_after_go;
+    }
+    EXPECT_LT(bytes_after_go, 1 << 20) << samples_after_go << " samples; " << summary;
+    EXPECT_NE(summary.find("its allocations from then on were not recorded"), std::string::npos) << summary;
+  } else {
+    EXPECT_NE(summary.find("the recording was stopped and discarded"), std::string::npos) << summary;
+  }
+  EXPECT_EQ(hpd.fd_counts().bpf_link, links_before);
 }
 
 // The runtime's table lives in memory the user's program writes: a program that overwrites it while

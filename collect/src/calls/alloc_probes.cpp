@@ -146,7 +146,9 @@ struct AllocProbes::Impl {
   struct Free {
     int32_t pid, tid;
     uint64_t address, time_ns;
-    size_t after;  // samples.size() when it came: records are in ring order
+    size_t after;    // samples.size() when it came: records are in ring order
+    uint32_t kind;   // HPD_ALLOC_BPF_FREE or HPD_ALLOC_BPF_REALLOC_FAILED
+    uint32_t flags;  // HPD_ALLOC_FREE_BY_REALLOC
   };
   std::vector<Free> frees;
   uint64_t short_records = 0;
@@ -157,10 +159,11 @@ struct AllocProbes::Impl {
     if (size < sizeof kind) return 0;
     std::memcpy(&kind, data, sizeof kind);
     std::lock_guard<std::mutex> lock(self->mutex);
-    if (kind == HPD_ALLOC_BPF_FREE && size >= sizeof(hpd_alloc_bpf_free)) {
+    if ((kind == HPD_ALLOC_BPF_FREE || kind == HPD_ALLOC_BPF_REALLOC_FAILED) &&
+        size >= sizeof(hpd_alloc_bpf_free)) {
       hpd_alloc_bpf_free f;
       std::memcpy(&f, data, sizeof f);
-      self->frees.push_back(Free{f.pid, f.tid, f.address, f.time_ns, self->samples.size()});
+      self->frees.push_back(Free{f.pid, f.tid, f.address, f.time_ns, self->samples.size(), kind, f.flags});
     } else if ((kind == HPD_ALLOC_BPF_ALLOC || kind == HPD_ALLOC_BPF_ALLOC_UNTRACKED) &&
                size >= sizeof(hpd_alloc_bpf_sample)) {
       const auto* s = static_cast<const hpd_alloc_bpf_sample*>(data);
@@ -287,21 +290,58 @@ std::vector<std::string> AllocProbes::finish(RawProfile& profile) {
       return std::hash<uint64_t>()(k.address ^ (uint64_t(k.pid) << 48));
     }
   };
+  // A target that executed a program with credentials the client may not trace (a set-user-ID one,
+  // for a user's session through hpd) is not followed from that exec on: the probes follow the pid
+  // into the new program, and nothing they saw there is recorded, as no CPU sample of it is.
+  uint64_t cut_ns = 0;
+  for (const RawProcess& process : profile.processes)
+    if (process.pid == s.pid && process.unfollowed_ns != 0) cut_ns = process.unfollowed_ns;
+  if (cut_ns != 0) {
+    std::erase_if(s.samples, [&](const Sample& x) { return x.a.time_ns >= cut_ns; });
+    std::erase_if(s.frees, [&](const Impl::Free& f) { return f.time_ns >= cut_ns; });
+    for (Impl::Free& f : s.frees) f.after = std::min(f.after, s.samples.size());
+  }
   std::unordered_map<Key, size_t, KeyHash> live;
-  const size_t first = profile.allocations.size();
+  // realloc's free of a sampled block, said at its entry, by thread: taken back when the thread's
+  // next record says realloc failed (the block was not freed).
+  struct Pending {
+    uint64_t address;
+    size_t allocation;  // kNoAllocation: the free matched no sample
+  };
+  constexpr size_t kNoAllocation = ~size_t{0};
+  std::unordered_map<int64_t, Pending> realloc_frees;
+  const auto thread_key = [](int32_t pid, int32_t tid) { return (int64_t(pid) << 32) | uint32_t(tid); };
   size_t next_free = 0;
   const auto apply_frees_until = [&](size_t samples_seen) {
     for (; next_free < s.frees.size() && s.frees[next_free].after <= samples_seen; ++next_free) {
       const Impl::Free& f = s.frees[next_free];
+      if (f.kind == HPD_ALLOC_BPF_REALLOC_FAILED) {
+        auto pending = realloc_frees.find(thread_key(f.pid, f.tid));
+        if (pending == realloc_frees.end() || pending->second.address != f.address) continue;
+        if (pending->second.allocation == kNoAllocation) {
+          --stats.frees_unmatched;
+        } else {
+          RawAllocation& a = profile.allocations[pending->second.allocation];
+          a.freed = false;
+          a.free_time_ns = 0;
+          a.free_tid = 0;
+          live[Key{f.pid, f.address}] = pending->second.allocation;
+        }
+        realloc_frees.erase(pending);
+        continue;
+      }
       auto it = live.find(Key{f.pid, f.address});
+      const bool by_realloc = (f.flags & HPD_ALLOC_FREE_BY_REALLOC) != 0;
       if (it == live.end()) {
         ++stats.frees_unmatched;
+        if (by_realloc) realloc_frees[thread_key(f.pid, f.tid)] = Pending{f.address, kNoAllocation};
         continue;
       }
       RawAllocation& a = profile.allocations[it->second];
       a.freed = true;
       a.free_time_ns = f.time_ns;
       a.free_tid = f.tid;
+      if (by_realloc) realloc_frees[thread_key(f.pid, f.tid)] = Pending{f.address, it->second};
       live.erase(it);
     }
   };
@@ -322,9 +362,17 @@ std::vector<std::string> AllocProbes::finish(RawProfile& profile) {
     profile.allocations.push_back(a);
   }
   apply_frees_until(s.samples.size());
-  (void)first;
   const uint64_t ring_full = s.counter(HPD_ALLOC_RING_FULL);
   stats.dropped += ring_full;
+  if (cut_ns != 0) {
+    // The counters of the probes are the new program's too: not given.
+    messages.push_back("allocations: pid " + std::to_string(s.pid) +
+                       " executed a program that runs with credentials other than yours; its allocations "
+                       "from then on were not recorded");
+    s.samples.clear();
+    s.frees.clear();
+    return messages;
+  }
   const uint64_t calls = s.counter(HPD_ALLOC_CALLS);
   const uint64_t frees = s.counter(HPD_ALLOC_FREES);
   messages.push_back("allocations: " + std::to_string(calls) + " allocating calls and " +

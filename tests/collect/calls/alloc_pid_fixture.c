@@ -15,12 +15,23 @@
  *     4. waits (at most 300 s) until the four functions' first bytes are back (the probes are gone),
  *        checks that the leaked blocks still hold what it wrote, allocates and frees again, and exits
  *        0. Any failure exits with a code naming the step (2: probes never came, 3: probes never
- *        left, 4: memory damaged, 5: allocation failed, 6: a file could not be written). */
+ *        left, 4: memory damaged, 5: allocation failed, 6: a file could not be written).
+ *
+ *   alloc_pid_fixture DIR watch|watch-nondumpable
+ *     For the refused recordings: (watch-nondumpable: makes itself not dumpable, as a process that
+ *     changed its credentials is), writes DIR/ready, then allocates and frees a block and looks at the
+ *     first bytes of malloc, calloc, posix_memalign and free every millisecond until DIR/stop exists
+ *     (at most 300 s). Exits 0 when they never changed, 8 when a probe was seen in any of them.
+ *
+ *   alloc_pid_fixture DIR privileged
+ *     Run set-user-ID root by a process a user records: allocates as step 3 does (large_blocks,
+ *     small_blocks, leak_blocks), writes DIR/done, and waits (at most 300 s) until DIR/stop exists. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -104,9 +115,31 @@ __attribute__((noinline)) static void free_nulls_and_early(void) {
   for (int i = 0; i < EARLY_N; ++i) free(early[i]);
 }
 
+static int any_probe(void) {
+  for (int i = 0; i < 4; ++i)
+    if (memcmp(watched[i], original[i], sizeof original[i]) != 0) return 1;
+  return 0;
+}
+
+static int watch(const char* dir, int nondumpable) {
+  if (nondumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return 6;
+  char stop[4096];
+  snprintf(stop, sizeof stop, "%s/stop", dir);
+  put_file(dir, "ready", "ready\n", 6);
+  const struct timespec pause = {0, 1000 * 1000};
+  int probed = 0;
+  for (int i = 0; i < 300000 && access(stop, F_OK) != 0; ++i) {
+    sink = malloc(EARLY_SIZE);
+    free(sink);
+    if (any_probe()) probed = 1;
+    nanosleep(&pause, NULL);
+  }
+  return probed ? 8 : 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: alloc_pid_fixture DIR\n");
+  if (argc != 2 && argc != 3) {
+    fprintf(stderr, "usage: alloc_pid_fixture DIR [watch|watch-nondumpable|privileged]\n");
     return 1;
   }
   const char* dir = argv[1];
@@ -119,6 +152,18 @@ int main(int argc, char** argv) {
   watched[2] = (const unsigned char*)(void*)posix_memalign;
   watched[3] = (const unsigned char*)(void*)free;
   for (int i = 0; i < 4; ++i) memcpy(original[i], watched[i], sizeof original[i]);
+  if (argc == 3 && strcmp(argv[2], "privileged") == 0) {
+    large_blocks();
+    small_blocks();
+    leak_blocks();
+    put_file(dir, "done", "done\n", 5);
+    char stop[4096];
+    snprintf(stop, sizeof stop, "%s/stop", dir);
+    const struct timespec pause = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 30000 && access(stop, F_OK) != 0; ++i) nanosleep(&pause, NULL);
+    return 0;
+  }
+  if (argc == 3) return watch(dir, strcmp(argv[2], "watch-nondumpable") == 0);
   put_file(dir, "ready", "ready\n", 6);
   if (!wait_for(probes_in)) return 2;
 

@@ -1,8 +1,9 @@
 // Privileged: `hpctl record --alloc -- CMD` end to end, on a program that knows its own allocations
 // (alloc_fixture.c): the sampled estimates per function against the truth within the sampling's
 // error, the frees matched exactly, stacks that reach main with and without frame pointers, the
-// pprof heap columns read by `go tool pprof`, threads/fork/exec/realloc without a crash, and --pid
-// refused.
+// pprof heap columns read by `go tool pprof`, threads/fork/exec/realloc without a crash; and
+// `--alloc --pid` of a running process (locally and through hpd), realloc's edge cases and frees by
+// another thread through its probes, and a process without an allocator to probe.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "alloc_truth.h"
 #include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -29,36 +31,19 @@ std::string fixture(const std::string& name) {
   return std::string(HPD_CALLS_FIXTURES) + "/" + name;
 }
 
-struct Truth {
-  double blocks = 0;
-  double size = 0;
-  double leaked = 0;
-};
+using Truth = hpd::test::AllocTruth;
+using hpd::test::alloc_row;
+using hpd::test::read_text_file;
+using hpd::test::wait_for_file;
 
 std::map<std::string, Truth> read_truth(const std::string& path) {
-  std::map<std::string, Truth> out;
-  std::ifstream in(path);
-  std::string name;
-  Truth t;
-  while (in >> name >> t.blocks >> t.size >> t.leaked) out[name] = t;
-  return out;
+  return hpd::test::read_alloc_truth(path);
 }
 
 constexpr double kMean = 4096;
 
-// The error the sampling allows. A block of `size` bytes is sampled with p = 1 - exp(-size/mean) and
-// then weighs size/p, so over n blocks the estimate of their bytes is unbiased with variance
-// n * size^2 * (1 - p) / p. We allow five standard deviations (a false failure about once in 1.7
-// million runs) plus one byte for the rounding of an exact (p = 1) estimate.
 double allowed_error(double blocks, double size) {
-  const double p = -std::expm1(-size / kMean);
-  return 5.0 * size * std::sqrt(blocks * (1.0 - p) / p) + 1.0;
-}
-
-const nlohmann::json* row_of(const nlohmann::json& doc, const std::string& name) {
-  for (const nlohmann::json& row : doc["allocations"]["rows"])
-    if (row["name"] == name) return &row;
-  return nullptr;
+  return hpd::test::alloc_allowed_error(blocks, size, kMean);
 }
 
 // `daemon_socket`: through the hpd listening there, else a local recording.
@@ -89,7 +74,7 @@ void check_against_truth(const std::string& program, const std::string& daemon_s
   uint64_t sampled = 0, freed_samples = 0;
   for (const auto& [name, t] : truth) {
     SCOPED_TRACE(name);
-    const nlohmann::json* row = row_of(doc, name);
+    const nlohmann::json* row = alloc_row(doc, name);
     ASSERT_NE(row, nullptr) << rep.out;
     const double total = (*row)["total_bytes"].get<double>();
     const double self = (*row)["self_bytes"].get<double>();
@@ -112,10 +97,10 @@ void check_against_truth(const std::string& program, const std::string& daemon_s
   EXPECT_EQ(doc["allocations"]["samples"].get<uint64_t>(), sampled);
   // Complete stacks: every sampled allocation's stack reaches the program's entry, _start (the CFI
   // unwinder goes through code without frame pointers; main itself tail-calls truth() at -O2).
-  const nlohmann::json* start_row = row_of(doc, "_start");
+  const nlohmann::json* start_row = alloc_row(doc, "_start");
   ASSERT_NE(start_row, nullptr) << rep.out;
   EXPECT_EQ((*start_row)["samples"].get<uint64_t>(), sampled);
-  const nlohmann::json* truth_row = row_of(doc, "truth");
+  const nlohmann::json* truth_row = alloc_row(doc, "truth");
   ASSERT_NE(truth_row, nullptr) << rep.out;
   EXPECT_EQ((*truth_row)["samples"].get<uint64_t>(), sampled);
 }
@@ -336,7 +321,7 @@ TEST(AllocRecord, ThreadsForkAndExecRunUnharmed) {
   const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
   ASSERT_EQ(rep.exit_code, 0) << rep.err;
   const nlohmann::json doc = nlohmann::json::parse(rep.out);
-  const nlohmann::json* producer = row_of(doc, "producer");
+  const nlohmann::json* producer = alloc_row(doc, "producer");
   ASSERT_NE(producer, nullptr) << rep.out;
   EXPECT_GT((*producer)["samples"].get<uint64_t>(), 10u);
   EXPECT_EQ((*producer)["live_total_bytes"].get<double>(), 0.0);
@@ -349,111 +334,16 @@ TEST(AllocRecord, AMeanAloneIsRefusedWithAClearMessage) {
   EXPECT_NE(m.err.find("--alloc-mean goes with --alloc"), std::string::npos) << m.err;
 }
 
-// Whether process `pid` (a child not reaped yet) still runs: not gone, not a zombie.
-bool running(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
-}
-
-// Waits for `path` to exist, as long as `alive` (when given) runs.
-bool wait_for_file(const std::string& path, double timeout_s, pid_t alive = 0) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < end) {
-    if (std::filesystem::exists(path)) return true;
-    if (alive != 0 && !running(alive)) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // `hpctl record --alloc --pid PID`: uprobes on the allocator of a process already running
-// (alloc_pid_fixture.c, -O2 -g without frame pointers). The fixture waits until the probes are in
-// before it allocates, so all its allocations are seen; it knows them: byte shares within 3 points,
-// each function's bytes and the leak's live bytes within five standard deviations of the sampling,
-// the freeing functions with nothing live; free(NULL) and frees of blocks allocated before the attach
-// counted, not matched; after the recording the probes are gone and the target runs to its end.
-// `daemon_socket`: through the hpd listening there, else a local recording.
+// (alloc_pid_fixture.c, -O2 -g without frame pointers), checked against its truth
+// (hpd::test::check_alloc_pid_attach). `daemon_socket`: through the hpd listening there, else a local
+// recording.
 void check_pid_attach(const std::string& daemon_socket) {
-  const hpd::testing::TempDir dir("hpd-alloc-pid");
-  hpd::test::Background target({fixture("alloc_pid_nofp"), dir.path()});
-  ASSERT_TRUE(wait_for_file(dir.file("ready"), 60));
-  const pid_t target_pid = target.pid();
-  const std::string out = dir.file("pid.hpr");
-  const std::string err = dir.file("hpctl.err");
-  hpd::test::BackgroundOptions recorder_options;
-  recorder_options.stdout_path = dir.file("hpctl.out");
-  std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", HPD_HPCTL_PATH};
-  if (daemon_socket.empty())
-    argv.push_back("--local");
-  else
-    argv.insert(argv.end(), {"--socket", daemon_socket, "--daemon"});
-  argv.insert(argv.end(), {"record", "--alloc", "--alloc-mean", "4096", "--no-report", "-o", out, "--pid",
-                           std::to_string(target_pid), "-d", "600"});
-  hpd::test::Background recorder(argv, recorder_options);
-  ASSERT_TRUE(wait_for_file(dir.file("done"), 180, recorder.pid())) << read_file(dir.file("hpctl.err"));
-  ASSERT_EQ(recorder.terminate(120), 0) << read_file(dir.file("hpctl.err"));
-  const std::string summary = read_file(dir.file("hpctl.err"));
-  // Detached: the fixture saw its functions' code restored, its memory intact, and allocated again.
-  ASSERT_EQ(target.wait(), 0) << summary;
-  if (!daemon_socket.empty()) {
-    EXPECT_NE(summary.find("recorded by hpd"), std::string::npos) << summary;
-  }
-  EXPECT_NE(summary.find("allocations (uprobes on pid " + std::to_string(target_pid)), std::string::npos)
-      << summary;
-  // The 1,000 frees of blocks allocated before the attach, and most frees of the small blocks (not
-  // sampled), are counted as frees of unsampled addresses; the 1,000 free(NULL) apart.
-  const std::regex frees(R"(allocations: (\d+) free\(NULL\), (\d+) frees? of addresses not sampled)");
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(summary, m, frees)) << summary;
-  EXPECT_EQ(std::stoull(m[1]), 1000u) << summary;
-  EXPECT_GE(std::stoull(m[2]), 1000u) << summary;
-
-  const std::map<std::string, Truth> truth = read_truth(dir.file("truth"));
-  ASSERT_EQ(truth.size(), 3u);
-  double truth_bytes = 0;
-  for (const auto& [name, t] : truth) truth_bytes += t.blocks * t.size;
-  const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
-  ASSERT_EQ(rep.exit_code, 0) << rep.err;
-  const nlohmann::json doc = nlohmann::json::parse(rep.out);
-  ASSERT_TRUE(doc.contains("allocations")) << rep.out;
-  EXPECT_EQ(doc["allocations"]["mean_bytes"], 4096);
-  const double all_bytes = doc["allocations"]["bytes"].get<double>();
-  uint64_t freed_samples = 0;
-  std::string top_live;
-  double top_live_bytes = -1;
-  for (const nlohmann::json& row : doc["allocations"]["rows"]) {
-    if (row["live_self_bytes"].get<double>() > top_live_bytes) {
-      top_live_bytes = row["live_self_bytes"].get<double>();
-      top_live = row["name"].get<std::string>();
-    }
-  }
-  for (const auto& [name, t] : truth) {
-    SCOPED_TRACE(name);
-    const nlohmann::json* row = row_of(doc, name);
-    ASSERT_NE(row, nullptr) << rep.out;
-    // The leaf frame is the function that called the allocator (the uretprobe's return address).
-    const double self = (*row)["self_bytes"].get<double>();
-    EXPECT_NEAR(self, t.blocks * t.size, allowed_error(t.blocks, t.size));
-    EXPECT_NEAR(100.0 * self / all_bytes, 100.0 * t.blocks * t.size / truth_bytes, 3.0);
-    const double live = (*row)["live_self_bytes"].get<double>();
-    if (t.leaked == 0) {
-      EXPECT_EQ(live, 0.0);
-      freed_samples += (*row)["samples"].get<uint64_t>();
-    } else {
-      EXPECT_NEAR(live, t.leaked * t.size, allowed_error(t.leaked, t.size));
-    }
-  }
-  EXPECT_EQ(top_live, "leak_blocks") << rep.out;
-  EXPECT_EQ(doc["allocations"]["frees_matched"].get<uint64_t>(), freed_samples);
+  hpd::test::AllocPidAttach how;
+  how.hpctl = HPD_HPCTL_PATH;
+  how.fixture = fixture("alloc_pid_nofp");
+  how.daemon_socket = daemon_socket;
+  hpd::test::check_alloc_pid_attach(how);
 }
 
 TEST(AllocRecord, PidAttachesToARunningProcessAndMatchesItsTruth) {
@@ -487,6 +377,75 @@ TEST(AllocRecord, PidWithoutAnAllocatorIsRefusedNamingWhatWasLookedFor) {
   EXPECT_NE(r.err.find("malloc"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("free"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(std::to_string(target.pid())), std::string::npos) << r.err;
+}
+
+// realloc through the probes, and blocks freed by another thread (alloc_realloc_fixture.c), with every
+// allocation sampled (--alloc-mean 1: a block of 4 KiB is sampled with p = 1 - exp(-4096) = 1 and
+// weighs its size), so every figure is exact: realloc(NULL, n) is one allocation of n bytes (glibc's
+// realloc calls malloc then, which must not count it again), realloc(p, 0) one free of p, a failed
+// realloc (NULL for a huge size) frees nothing (its block stays live), a realloc that grows a block
+// frees the old one and allocates the new one once, and blocks freed by another thread are freed once.
+TEST(AllocRecord, PidReallocEdgeCasesAndOtherThreadsFreesAreCountedOnce) {
+  const hpd::testing::TempDir dir("hpd-alloc-realloc");
+  hpd::test::Background target({fixture("alloc_realloc_nofp"), dir.path()});
+  ASSERT_TRUE(wait_for_file(dir.file("ready"), 60));
+  const pid_t target_pid = target.pid();
+  const std::string out = dir.file("realloc.hpr");
+  const std::string err = dir.file("hpctl.err");
+  hpd::test::Background recorder({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", HPD_HPCTL_PATH,
+                                  "--local", "record", "--alloc", "--alloc-mean", "1", "--no-report", "-o",
+                                  out, "--pid", std::to_string(target_pid), "-d", "600"});
+  ASSERT_TRUE(wait_for_file(dir.file("done"), 180, recorder.pid())) << read_text_file(err);
+  ASSERT_EQ(recorder.terminate(120), 0) << read_text_file(err);
+  const std::string summary = read_text_file(err);
+  ASSERT_EQ(target.wait(), 0) << summary;
+
+  const std::map<std::string, Truth> truth = read_truth(dir.file("truth"));
+  ASSERT_EQ(truth.size(), 6u);
+  const double n = truth.at("realloc_null").blocks;
+  // Allocating calls: realloc(NULL), the three sources' mallocs, the failed reallocs, the growing
+  // reallocs, cross_alloc's mallocs (realloc(p, 0) allocates nothing). Frees: realloc(p, 0), the
+  // growing reallocs' old blocks, realloc_grow's frees, the other thread's; none of an unsampled
+  // address, no free(NULL).
+  const std::regex calls(R"(allocations: (\d+) allocating calls and (\d+) frees of pid)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m, calls)) << summary;
+  EXPECT_EQ(std::stod(m[1]), 7 * n) << summary;
+  EXPECT_EQ(std::stod(m[2]), 4 * n) << summary;
+  const std::regex frees(R"(allocations: (\d+) free\(NULL\), (\d+) frees? of addresses not sampled)");
+  ASSERT_TRUE(std::regex_search(summary, m, frees)) << summary;
+  EXPECT_EQ(std::stoull(m[1]), 0u) << summary;
+  EXPECT_EQ(std::stoull(m[2]), 0u) << summary;
+
+  const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const nlohmann::json doc = nlohmann::json::parse(rep.out);
+  ASSERT_TRUE(doc.contains("allocations")) << rep.out;
+  double bytes = 0, live = 0, samples = 0, freed = 0;
+  for (const auto& [name, t] : truth) {
+    SCOPED_TRACE(name);
+    const nlohmann::json* row = alloc_row(doc, name);
+    ASSERT_NE(row, nullptr) << rep.out;
+    EXPECT_EQ((*row)["self_bytes"].get<double>(), t.blocks * t.size);
+    EXPECT_EQ((*row)["samples"].get<double>(), t.blocks);
+    EXPECT_EQ((*row)["live_self_bytes"].get<double>(), t.leaked * t.size);
+    bytes += t.blocks * t.size;
+    live += t.leaked * t.size;
+    samples += t.blocks;
+    freed += t.blocks - t.leaked;
+  }
+  // The functions that only gave blocks back (or failed to) allocated nothing.
+  for (const char* name : {"realloc_zero", "realloc_fail", "cross_free"}) {
+    const nlohmann::json* row = alloc_row(doc, name);
+    if (row != nullptr) {
+      EXPECT_EQ((*row)["self_bytes"].get<double>(), 0.0) << name;
+    }
+  }
+  // Nothing else was allocated, and each free was matched once.
+  EXPECT_EQ(doc["allocations"]["bytes"].get<double>(), bytes) << rep.out;
+  EXPECT_EQ(doc["allocations"]["samples"].get<double>(), samples) << rep.out;
+  EXPECT_EQ(doc["allocations"]["frees_matched"].get<double>(), freed) << rep.out;
+  EXPECT_EQ(doc["allocations"]["live_bytes"].get<double>(), live) << rep.out;
 }
 
 }  // namespace

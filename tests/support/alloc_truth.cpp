@@ -1,0 +1,139 @@
+// The allocation tests' shared checks (alloc_truth.h).
+#include "alloc_truth.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "cpu_clock.h"
+#include "subprocess.h"
+#include "temp_dir.h"
+
+namespace hpd::test {
+
+std::map<std::string, AllocTruth> read_alloc_truth(const std::string& path) {
+  std::map<std::string, AllocTruth> out;
+  std::ifstream in(path);
+  std::string name;
+  AllocTruth t;
+  while (in >> name >> t.blocks >> t.size >> t.leaked) out[name] = t;
+  return out;
+}
+
+double alloc_allowed_error(double blocks, double size, double mean) {
+  const double p = -std::expm1(-size / mean);
+  return 5.0 * size * std::sqrt(blocks * (1.0 - p) / p) + 1.0;
+}
+
+const nlohmann::json* alloc_row(const nlohmann::json& doc, const std::string& name) {
+  for (const nlohmann::json& row : doc["allocations"]["rows"])
+    if (row["name"] == name) return &row;
+  return nullptr;
+}
+
+bool wait_for_file(const std::string& path, double timeout_s, pid_t alive) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (std::filesystem::exists(path)) return true;
+    if (alive != 0 && !process_running(alive)) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void check_alloc_pid_attach(const AllocPidAttach& how) {
+  constexpr double kMean = 4096;
+  const testing::TempDir dir("hpd-alloc-pid");
+  if (!how.as_user.empty()) {
+    ASSERT_EQ(::chown(dir.path().c_str(), how.uid, how.gid), 0) << dir.path();
+  }
+  std::vector<std::string> target_argv = how.as_user;
+  target_argv.insert(target_argv.end(), {how.fixture, dir.path()});
+  Background target(target_argv);
+  ASSERT_TRUE(wait_for_file(dir.file("ready"), 60, target.pid()));
+  const pid_t target_pid = target.pid();
+  const std::string out = dir.file("pid.hpr");
+  const std::string err = dir.file("hpctl.err");
+  BackgroundOptions recorder_options;
+  recorder_options.stdout_path = dir.file("hpctl.out");
+  std::vector<std::string> argv = how.as_user;
+  argv.insert(argv.end(), {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", how.hpctl});
+  if (how.daemon_socket.empty())
+    argv.push_back("--local");
+  else
+    argv.insert(argv.end(), {"--socket", how.daemon_socket, "--daemon"});
+  argv.insert(argv.end(), {"record", "--alloc", "--alloc-mean", "4096", "--no-report", "-o", out, "--pid",
+                           std::to_string(target_pid), "-d", "600"});
+  Background recorder(argv, recorder_options);
+  ASSERT_TRUE(wait_for_file(dir.file("done"), 180, recorder.pid())) << read_text_file(err);
+  ASSERT_EQ(recorder.terminate(120), 0) << read_text_file(err);
+  const std::string summary = read_text_file(err);
+  // Detached: the fixture saw its functions' code restored, its memory intact, and allocated again.
+  ASSERT_EQ(target.wait(), 0) << summary;
+  if (!how.daemon_socket.empty()) {
+    EXPECT_NE(summary.find("recorded by hpd"), std::string::npos) << summary;
+  }
+  EXPECT_NE(summary.find("allocations (uprobes on pid " + std::to_string(target_pid)), std::string::npos)
+      << summary;
+  // The 1,000 frees of blocks allocated before the attach, and most frees of the small blocks (not
+  // sampled), are counted as frees of unsampled addresses; the 1,000 free(NULL) apart.
+  const std::regex frees(R"(allocations: (\d+) free\(NULL\), (\d+) frees? of addresses not sampled)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m, frees)) << summary;
+  EXPECT_EQ(std::stoull(m[1]), 1000u) << summary;
+  EXPECT_GE(std::stoull(m[2]), 1000u) << summary;
+
+  const std::map<std::string, AllocTruth> truth = read_alloc_truth(dir.file("truth"));
+  ASSERT_EQ(truth.size(), 3u);
+  double truth_bytes = 0;
+  for (const auto& [name, t] : truth) truth_bytes += t.blocks * t.size;
+  const RunResult rep = run({how.hpctl, "report", "--json", "--limit", "0", out});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const nlohmann::json doc = nlohmann::json::parse(rep.out);
+  ASSERT_TRUE(doc.contains("allocations")) << rep.out;
+  EXPECT_EQ(doc["allocations"]["mean_bytes"], 4096);
+  const double all_bytes = doc["allocations"]["bytes"].get<double>();
+  uint64_t freed_samples = 0;
+  std::string top_live;
+  double top_live_bytes = -1;
+  for (const nlohmann::json& row : doc["allocations"]["rows"]) {
+    if (row["live_self_bytes"].get<double>() > top_live_bytes) {
+      top_live_bytes = row["live_self_bytes"].get<double>();
+      top_live = row["name"].get<std::string>();
+    }
+  }
+  for (const auto& [name, t] : truth) {
+    SCOPED_TRACE(name);
+    const nlohmann::json* row = alloc_row(doc, name);
+    ASSERT_NE(row, nullptr) << rep.out;
+    // The leaf frame is the function that called the allocator (the uretprobe's return address).
+    const double self = (*row)["self_bytes"].get<double>();
+    EXPECT_NEAR(self, t.blocks * t.size, alloc_allowed_error(t.blocks, t.size, kMean));
+    EXPECT_NEAR(100.0 * self / all_bytes, 100.0 * t.blocks * t.size / truth_bytes, 3.0);
+    const double live = (*row)["live_self_bytes"].get<double>();
+    if (t.leaked == 0) {
+      EXPECT_EQ(live, 0.0);
+      freed_samples += (*row)["samples"].get<uint64_t>();
+    } else {
+      EXPECT_NEAR(live, t.leaked * t.size, alloc_allowed_error(t.leaked, t.size, kMean));
+    }
+  }
+  EXPECT_EQ(top_live, "leak_blocks") << rep.out;
+  EXPECT_EQ(doc["allocations"]["frees_matched"].get<uint64_t>(), freed_samples);
+}
+
+}  // namespace hpd::test
