@@ -33,6 +33,14 @@ int run_push(const PushArgs& args) {
     if (!path.empty() && ::access(path.c_str(), R_OK) != 0)
       throw std::runtime_error(std::string(flag) + " " + path + ": cannot read it");
   }
+  // A private key others can read is refused, as a file of headers is: yours, mode 0600 or 0400.
+  if (!args.client_key.empty()) {
+    try {
+      session::check_private_key_file(args.client_key, ::geteuid());
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string("--client-key ") + e.what());
+    }
+  }
   session::PushOptions push;
   push.timeout_s = args.timeout_s;
   push.user_agent = "hpctl/" HPD_VERSION;

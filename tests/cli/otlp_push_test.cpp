@@ -487,5 +487,33 @@ TEST_F(OtlpPushTlsTest, AWrongCaNoClientCertificateOrNoTokenIsAClearErrorAndExit
   EXPECT_TRUE(received_requests(dir_.file("received.json")).empty());
 }
 
+TEST_F(OtlpPushTlsTest, AClientKeyOthersCanReadOrNotTheCallersIsRefusedBeforeAnythingIsSent) {
+  Collector collector(kOtelcol, dir_.path(), dir_.file("received.json"), 0, "profiles", tls_);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  const auto expect_refused = [&](const std::string& want) {
+    const RunResult r = push(collector.endpoint(), all_flags());
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err, "hpctl: error: --client-key " + pki_.client_key + ": " + want) << r.err;
+    EXPECT_EQ(r.err.find("PRIVATE KEY"), std::string::npos) << r.err;
+  };
+  ASSERT_EQ(::chmod(pki_.client_key.c_str(), 0644), 0);
+  expect_refused(
+      "mode 0644 lets its group or others in: a private key must be readable by its owner only "
+      "(chmod 600)\n");
+  ASSERT_EQ(::chmod(pki_.client_key.c_str(), 0640), 0);
+  expect_refused(
+      "mode 0640 lets its group or others in: a private key must be readable by its owner only "
+      "(chmod 600)\n");
+  ASSERT_EQ(::chmod(pki_.client_key.c_str(), 0600), 0);
+  ASSERT_EQ(::chown(pki_.client_key.c_str(), 65534, 65534), 0);
+  expect_refused("owned by uid 65534, not 0: a private key must belong to the user who sends it (chown 0)\n");
+  EXPECT_TRUE(received_requests(dir_.file("received.json")).empty());
+  // The caller's own, mode 0400: sent.
+  ASSERT_EQ(::chown(pki_.client_key.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chmod(pki_.client_key.c_str(), 0400), 0);
+  const RunResult r = push(collector.endpoint(), all_flags());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 }  // namespace
 }  // namespace hpd::test
