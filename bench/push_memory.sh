@@ -9,12 +9,8 @@ hpd=${1:?usage: push_memory.sh HPD HPCTL [SECONDS] [STEP]}
 hpctl=${2:?usage: push_memory.sh HPD HPCTL [SECONDS] [STEP]}
 seconds=${3:-600}
 step=${4:-30}
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d /tmp/push-memory-XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-cc -O2 -g -pthread -o "$tmp/busy_threads" "$here/busy_threads.c"
-# A port that was free a moment ago and that nothing listens on: every push is refused.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+source "$(dirname "$0")/push_setup.sh"
+# $port: nothing listens on it, so every push is refused.
 cat >"$tmp/hpd.conf" <<CONF
 continuous = on
 state_directory = $tmp/state

@@ -8,11 +8,7 @@
 # Usage: push_wire.sh HPD HPCTL OTELCOL KEEP_DIR [SECONDS]   (as root)
 set -euo pipefail
 hpd=${1:?usage}; hpctl=${2:?usage}; otelcol=${3:?usage}; keep=${4:?usage}; seconds=${5:-390}
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d /tmp/push-wire-XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
-cc -O2 -g -pthread -o "$tmp/busy_threads" "$here/busy_threads.c"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+source "$(dirname "$0")/push_setup.sh"
 cat >"$tmp/otelcol.yaml" <<YAML
 receivers:
   otlp:
