@@ -399,7 +399,8 @@ int main(int argc, char** argv) {
       "CA bundle (PEM) that verifies an https:// or grpcs:// endpoint instead of the system's CAs");
   push->add_option("--client-cert", push_args.client_cert,
                    "Client certificate (PEM) for mutual TLS; with --client-key");
-  push->add_option("--client-key", push_args.client_key, "Key of --client-cert (PEM, not encrypted)");
+  push->add_option("--client-key", push_args.client_key,
+                   "Key of --client-cert (PEM, not encrypted); yours, mode 0600 or 0400");
   push->add_option("--headers-file", push_args.headers_file,
                    "File of headers sent with the request, one 'Name: value' a line (Authorization: Bearer "
                    "TOKEN); yours, mode 0600 or 0400");
