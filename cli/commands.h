@@ -148,7 +148,10 @@ struct PushArgs {
   std::string input;                // .hpr capture or Firefox JSON written by hpctl
   std::string otlp_endpoint;        // http(s)://HOST:PORT[/PATH] of an OTLP/HTTP receiver
   std::vector<std::string> labels;  // KEY=VALUE resource attributes added to every process
-  double timeout_s = 30;
+  double timeout_s = 0;             // 0: push_timeout of hpd.conf when its endpoint is used, else 30
+  // Without --endpoint: the endpoint, TLS settings, labels and timeout of hpd's push in this hpd.conf
+  // (it and the files it names must be readable by the caller: root's), each flag given overriding.
+  std::string config_path;
   std::vector<std::string> debug_dirs;
   bool no_debuginfod = false;
   bool quiet = false;

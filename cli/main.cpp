@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "commands.h"
+#include "hpd/service/config.h"
 #include "hpd/session/record_pipeline.h"
 #include "hpd/symbolizer/heap_pages.h"
 #include "suggest.h"
@@ -376,14 +377,20 @@ int main(int argc, char** argv) {
   push->add_option("input", push_args.input, "A capture (.hpr) or a Firefox profile written by hpctl")
       ->required();
   push->add_option(
-          "--endpoint,--otlp-endpoint", push_args.otlp_endpoint,
-          "OTLP/HTTP receiver: http(s)://HOST:PORT (POSTs to /v1development/profiles) or a full URL; "
-          "OTLP/gRPC receiver: grpc://HOST:PORT (HTTP/2 without TLS) or grpcs://HOST:PORT")
-      ->required();
-  push->add_option("--label", push_args.labels, "KEY=VALUE resource attribute on every process (repeatable)");
-  push->add_option("--timeout", push_args.timeout_s, "Seconds to wait for the endpoint")
-      ->check(CLI::PositiveNumber)
+      "--endpoint,--otlp-endpoint", push_args.otlp_endpoint,
+      "OTLP/HTTP receiver: http(s)://HOST:PORT (POSTs to /v1development/profiles) or a full URL; "
+      "OTLP/gRPC receiver: grpc://HOST:PORT (HTTP/2 without TLS) or grpcs://HOST:PORT. Without it: "
+      "otlp_endpoint and the push_* TLS settings of hpd.conf (--config), which only root can read "
+      "when they name a key or a token");
+  push_args.config_path = hpd::service::kDefaultConfigPath;
+  push->add_option("--config", push_args.config_path,
+                   "hpd.conf whose push settings are used when --endpoint is not given")
       ->capture_default_str();
+  push->add_option("--label", push_args.labels, "KEY=VALUE resource attribute on every process (repeatable)");
+  push->add_option("--timeout", push_args.timeout_s,
+                   "Seconds to wait for the endpoint (default: push_timeout of hpd.conf when its endpoint "
+                   "is used, else 30)")
+      ->check(CLI::PositiveNumber);
   push->add_option("--debug-dir", push_args.debug_dirs,
                    "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
   push->add_flag("--no-debuginfod", push_args.no_debuginfod,
@@ -393,7 +400,8 @@ int main(int argc, char** argv) {
       "CA bundle (PEM) that verifies an https:// or grpcs:// endpoint instead of the system's CAs");
   push->add_option("--client-cert", push_args.client_cert,
                    "Client certificate (PEM) for mutual TLS; with --client-key");
-  push->add_option("--client-key", push_args.client_key, "Key of --client-cert (PEM, not encrypted)");
+  push->add_option("--client-key", push_args.client_key,
+                   "Key of --client-cert (PEM, not encrypted); yours, mode 0600 or 0400");
   push->add_option("--headers-file", push_args.headers_file,
                    "File of headers sent with the request, one 'Name: value' a line (Authorization: Bearer "
                    "TOKEN); yours, mode 0600 or 0400");

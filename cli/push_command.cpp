@@ -1,21 +1,74 @@
 // `hpctl push FILE --endpoint URL`: a saved recording (a .hpr capture, symbolized here, or a
 // Firefox profile written by hpctl) sent as OTLP profiles over HTTP/protobuf to an OpenTelemetry
 // Collector (hpd/export/otlp_profiles.h), through libcurl (hpd/session/otlp_push.h, which hpd's
-// continuous mode pushes its chunks with).
+// continuous mode pushes its chunks with). Without --endpoint, the endpoint and TLS settings of
+// hpd.conf's push (hpd/service/config.h), when the caller can read them.
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "hpd/export/otlp_profiles.h"
+#include "hpd/service/config.h"
 #include "hpd/session/otlp_push.h"
 #include "profile_input.h"
 
 namespace hpd::cli {
 
-int run_push(const PushArgs& args) {
+namespace {
+
+// The push settings of hpd.conf, for a push without --endpoint: the caller must be able to read the
+// file and every file of credentials it names (root, when it names any); else an error that says to
+// give --endpoint. Never a default endpoint.
+service::Config push_settings_of(const std::string& path) {
+  const std::string give =
+      ": give --endpoint URL (and --ca-file, --client-cert, --client-key, --headers-file "
+      "as the endpoint needs)";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw std::runtime_error("no --endpoint, and there is no " + path + " to take hpd's push endpoint from" +
+                             give);
+  service::Config config;
+  try {
+    config = service::load_config(path);
+  } catch (const service::ConfigError& e) {
+    std::string problems;
+    for (const std::string& p : e.problems()) problems += (problems.empty() ? "" : "; ") + p;
+    throw std::runtime_error("no --endpoint, and hpd's push settings cannot be read" +
+                             std::string(::geteuid() != 0 ? " (they are root's)" : "") + ": " + problems +
+                             give);
+  }
+  if (config.otlp_endpoint.empty())
+    throw std::runtime_error("no --endpoint, and " + path + " sets no otlp_endpoint" + give);
+  return config;
+}
+
+}  // namespace
+
+int run_push(const PushArgs& given) {
+  PushArgs args = given;
+  // Without --endpoint: hpd's, with its TLS settings, labels and timeout; a flag given wins.
+  std::vector<std::string> conf_headers;
+  std::vector<std::pair<std::string, std::string>> conf_labels;
+  const bool from_conf = args.otlp_endpoint.empty();
+  if (from_conf) {
+    const service::Config conf = push_settings_of(args.config_path);
+    args.otlp_endpoint = conf.otlp_endpoint;
+    if (args.timeout_s <= 0) args.timeout_s = conf.push_timeout_s;
+    if (args.ca_file.empty()) args.ca_file = conf.push_ca_file;
+    if (args.client_cert.empty() && args.client_key.empty()) {
+      args.client_cert = conf.push_client_cert;
+      args.client_key = conf.push_client_key;  // root's, mode 0600 or 0400: checked by the parser
+    }
+    if (args.headers_file.empty()) conf_headers = conf.push_headers;
+    conf_labels = conf.push_labels;
+  }
+  if (args.timeout_s <= 0) args.timeout_s = 30;
   std::string url;
   try {
     url = session::otlp_profiles_url(args.otlp_endpoint);
@@ -33,12 +86,21 @@ int run_push(const PushArgs& args) {
     if (!path.empty() && ::access(path.c_str(), R_OK) != 0)
       throw std::runtime_error(std::string(flag) + " " + path + ": cannot read it");
   }
+  // A private key others can read is refused, as a file of headers is: yours, mode 0600 or 0400.
+  if (!args.client_key.empty()) {
+    try {
+      session::check_private_key_file(args.client_key, ::geteuid());
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string("--client-key ") + e.what());
+    }
+  }
   session::PushOptions push;
   push.timeout_s = args.timeout_s;
   push.user_agent = "hpctl/" HPD_VERSION;
   push.ca_file = args.ca_file;
   push.client_cert = args.client_cert;
   push.client_key = args.client_key;
+  push.headers = conf_headers;
   if (!args.headers_file.empty()) {
     try {
       push.headers = session::read_push_headers_file(args.headers_file, ::geteuid());
@@ -53,6 +115,7 @@ int run_push(const PushArgs& args) {
   if (!args.quiet) print_notes(loaded.notes);
   OtlpProfilesOptions options;
   options.scope_version = HPD_VERSION;
+  options.resource_labels = conf_labels;
   for (const std::string& label : args.labels) {
     const size_t eq = label.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -62,8 +125,9 @@ int run_push(const PushArgs& args) {
   const std::string body = encode_otlp_profiles(loaded.profile, options);
   session::post_otlp_profiles(url, body, push);
   if (!args.quiet) {
-    std::fprintf(stderr, "hpctl: pushed %s to %s (OTLP profiles, %zu bytes, %zu threads)\n",
-                 args.input.c_str(), url.c_str(), body.size(), loaded.profile.threads.size());
+    std::fprintf(stderr, "hpctl: pushed %s to %s (OTLP profiles, %zu bytes, %zu threads)%s\n",
+                 args.input.c_str(), url.c_str(), body.size(), loaded.profile.threads.size(),
+                 from_conf ? (" with the push settings of " + args.config_path).c_str() : "");
   }
   return 0;
 }

@@ -211,29 +211,41 @@ const char* grpc_code_name(int code) {
   return code >= 0 && code <= 16 ? names[code] : "unknown code";
 }
 
-}  // namespace
-
-std::vector<std::string> read_push_headers_file(const std::string& path, unsigned owner_uid) {
-  // Opened first and checked through the descriptor: what is checked is what is read.
-  const UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+// Opens a file of credentials (`what`: "a file of credentials", "a private key") and checks it
+// through the descriptor, so that what is checked is what is read: a regular file, owned by
+// `owner_uid`, no permission for its group or others.
+UniqueFd open_owner_only(const std::string& path, unsigned owner_uid, const char* what, int flags,
+                         struct stat& st) {
+  UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags));
   if (!file) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
   if (::fstat(file.get(), &st) != 0)
     throw std::runtime_error(path + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + ": not a regular file");
   if (st.st_uid != owner_uid) {
-    throw std::runtime_error(path + ": owned by uid " + std::to_string(st.st_uid) + ", not " +
-                             std::to_string(owner_uid) +
-                             ": a file of credentials must belong to the user who sends them (chown " +
-                             std::to_string(owner_uid) + ")");
+    throw std::runtime_error(
+        path + ": owned by uid " + std::to_string(st.st_uid) + ", not " + std::to_string(owner_uid) + ": " +
+        what + " must belong to the user who sends it (chown " + std::to_string(owner_uid) + ")");
   }
   if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    throw std::runtime_error(path + ": mode " + mode +
-                             " lets its group or others in: a file of credentials must be readable by its "
-                             "owner only (chmod 600)");
+    throw std::runtime_error(path + ": mode " + mode + " lets its group or others in: " + what +
+                             " must be readable by its owner only (chmod 600)");
   }
+  return file;
+}
+
+}  // namespace
+
+void check_private_key_file(const std::string& path, unsigned owner_uid) {
+  // Links are followed (a certbot key is a link into its archive): the file read is the one checked.
+  struct stat st {};
+  open_owner_only(path, owner_uid, "a private key", 0, st);
+}
+
+std::vector<std::string> read_push_headers_file(const std::string& path, unsigned owner_uid) {
+  struct stat st {};
+  const UniqueFd file = open_owner_only(path, owner_uid, "a file of credentials", O_NOFOLLOW, st);
   if (st.st_size > (64 << 10)) throw std::runtime_error(path + ": larger than 64 KiB: not a file of headers");
   std::string text(static_cast<size_t>(st.st_size), '\0');
   size_t got = 0;

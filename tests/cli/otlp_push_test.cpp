@@ -487,5 +487,73 @@ TEST_F(OtlpPushTlsTest, AWrongCaNoClientCertificateOrNoTokenIsAClearErrorAndExit
   EXPECT_TRUE(received_requests(dir_.file("received.json")).empty());
 }
 
+TEST_F(OtlpPushTlsTest, AClientKeyOthersCanReadOrNotTheCallersIsRefusedBeforeAnythingIsSent) {
+  Collector collector(kOtelcol, dir_.path(), dir_.file("received.json"), 0, "profiles", tls_);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  const auto expect_refused = [&](const std::string& want) {
+    const RunResult r = push(collector.endpoint(), all_flags());
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err, "hpctl: error: --client-key " + pki_.client_key + ": " + want) << r.err;
+    EXPECT_EQ(r.err.find("PRIVATE KEY"), std::string::npos) << r.err;
+  };
+  ASSERT_EQ(::chmod(pki_.client_key.c_str(), 0644), 0);
+  expect_refused(
+      "mode 0644 lets its group or others in: a private key must be readable by its owner only "
+      "(chmod 600)\n");
+  ASSERT_EQ(::chmod(pki_.client_key.c_str(), 0640), 0);
+  expect_refused(
+      "mode 0640 lets its group or others in: a private key must be readable by its owner only "
+      "(chmod 600)\n");
+  ASSERT_EQ(::chmod(pki_.client_key.c_str(), 0600), 0);
+  ASSERT_EQ(::chown(pki_.client_key.c_str(), 65534, 65534), 0);
+  expect_refused("owned by uid 65534, not 0: a private key must belong to the user who sends it (chown 0)\n");
+  EXPECT_TRUE(received_requests(dir_.file("received.json")).empty());
+  // The caller's own, mode 0400: sent.
+  ASSERT_EQ(::chown(pki_.client_key.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chmod(pki_.client_key.c_str(), 0400), 0);
+  const RunResult r = push(collector.endpoint(), all_flags());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// Without --endpoint, root's `hpctl push` takes the endpoint, the CA, the client certificate, the
+// token and the labels from hpd.conf: the collector, which asks for all of them, receives the capture.
+TEST_F(OtlpPushTlsTest, WithoutEndpointRootPushesWithHpdConfsEndpointAndTlsSettings) {
+  const std::string received_path = dir_.file("received.json");
+  Collector collector(kOtelcol, dir_.path(), received_path, 0, "profiles", tls_);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  std::set<std::string> local_on_cpu_functions;
+  const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
+  ASSERT_FALSE(local_samples.empty());
+  const std::string conf = dir_.file("hpd.conf");
+  size_t want = 0;
+  for (const std::string& endpoint : {collector.endpoint(), collector.grpc_endpoint()}) {
+    std::ofstream(conf) << "continuous = on\notlp_endpoint = " << endpoint
+                        << "\npush_ca_file = " << pki_.ca_cert << "\npush_client_cert = " << pki_.client_cert
+                        << "\npush_client_key = " << pki_.client_key << "\npush_headers_file = " << headers_
+                        << "\npush_labels = team=storage\n";
+    const RunResult r = run({kHpctl, "push", capture_, "--config", conf}, 120);
+    ASSERT_EQ(r.exit_code, 0) << endpoint << ": " << r.err;
+    EXPECT_NE(r.err.find("with the push settings of " + conf), std::string::npos) << r.err;
+    ++want;
+    std::vector<json> requests;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while ((requests = received_requests(received_path)).size() < want &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(requests.size(), want) << endpoint << "; the collector's log: " << collector.log();
+    const Received got = parse_received(requests.back(), "cpu_split");
+    EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions) << endpoint;
+    EXPECT_EQ(got.self_samples, local_samples) << endpoint;
+    EXPECT_EQ(got.resource.count("team") ? got.resource.at("team") : "", "storage") << endpoint;
+  }
+  // The conf's token is what let it in: without push_headers_file the collector answers 401.
+  std::ofstream(conf) << "otlp_endpoint = " << collector.endpoint() << "\npush_ca_file = " << pki_.ca_cert
+                      << "\npush_client_cert = " << pki_.client_cert
+                      << "\npush_client_key = " << pki_.client_key << "\n";
+  const RunResult r = run({kHpctl, "push", capture_, "-q", "--config", conf}, 120);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("answered HTTP 401"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace hpd::test

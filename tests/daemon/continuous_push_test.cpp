@@ -683,5 +683,59 @@ TEST(ContinuousPushConfig, AHeadersFileOthersCanReadOrNotRootsRefusesToStartWith
       << r.err;
 }
 
+TEST(ContinuousPushConfig, AClientKeyOthersCanReadOrNotRootsRefusesToStartAndIsRecheckedOnSighup) {
+  const testing::TempDir tmp("hpd-push-key");
+  const std::string cert = tmp.file("client.pem");
+  const std::string key = tmp.file("client.key");
+  std::ofstream(cert) << "-----BEGIN CERTIFICATE-----\nnot-checked-here\n-----END CERTIFICATE-----\n";
+  std::ofstream(key) << "-----BEGIN PRIVATE KEY-----\nkey-for-root-only\n-----END PRIVATE KEY-----\n";
+  const std::string settings = "push_client_cert = " + cert + "\npush_client_key = " + key + "\n";
+  const std::string conf = tmp.file("hpd.conf");
+  std::ofstream(conf) << "continuous = on\notlp_endpoint = https://127.0.0.1:4318\n" << settings;
+  const auto start = [&] { return run({HPD_HPD_PATH, "--config", conf, "--socket", tmp.file("s")}, 20); };
+  const std::string bad = conf + ":4: bad value '" + key + "' for push_client_key: " + key + ": ";
+
+  for (const mode_t mode : {0644, 0640, 0604, 0660}) {
+    ASSERT_EQ(::chmod(key.c_str(), mode), 0);
+    const RunResult r = start();
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    char text[8];
+    std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode));
+    EXPECT_NE(r.err.find(bad + "mode " + text + " lets its group or others in"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("key-for-root-only"), std::string::npos) << r.err;
+  }
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  ASSERT_EQ(::chown(key.c_str(), 65534, 65534), 0);
+  RunResult r = start();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(bad + "owned by uid 65534, not 0"), std::string::npos) << r.err;
+  ASSERT_EQ(::chown(key.c_str(), 0, 0), 0);
+
+  // Root's, mode 0600 or 0400: accepted; --check-config shows the path, never the key.
+  for (const mode_t mode : {0600, 0400}) {
+    ASSERT_EQ(::chmod(key.c_str(), mode), 0);
+    const RunResult check = run({HPD_HPD_PATH, "--check-config", "--config", conf}, 20);
+    EXPECT_EQ(check.exit_code, 0) << check.err;
+    EXPECT_NE(check.out.find("push_client_key = " + key + "\n"), std::string::npos) << check.out;
+    EXPECT_EQ((check.out + check.err).find("key-for-root-only"), std::string::npos) << check.out;
+  }
+
+  // Re-checked at each SIGHUP: a key opened to others keeps the old configuration, with the line.
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  Hpd hpd(start_with("otlp_endpoint = https://127.0.0.1:4318\n" + settings));
+  ASSERT_EQ(::chmod(key.c_str(), 0644), 0);
+  hpd.signal(SIGHUP);
+  EXPECT_TRUE(hpd.wait_log("keeping the old configuration", 20)) << hpd.log();
+  EXPECT_NE(hpd.log().find(":3: bad value '" + key + "' for push_client_key: " + key +
+                           ": mode 0644 lets its group or others in"),
+            std::string::npos)
+      << hpd.log();
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  hpd.signal(SIGHUP);
+  EXPECT_TRUE(hpd.wait_log("configuration reloaded", 20)) << hpd.log();
+  EXPECT_EQ(hpd.log().find("key-for-root-only"), std::string::npos) << hpd.log();
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
 }  // namespace
 }  // namespace hpd::test

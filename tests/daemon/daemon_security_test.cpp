@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -38,6 +39,7 @@
 #include "hpd/service/protocol.h"
 #include "hpd_harness.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 
 namespace hpd::test {
 namespace {
@@ -1981,6 +1983,97 @@ TEST_F(RealUsers, UsersSessionsTogetherStayWithinMaxUserMemory) {
   EXPECT_GT(count_samples(testing::load_json_maybe_gzip(hpd.out_dir() + "/second.json")), 0u);
   const json status = hpd.status();
   EXPECT_EQ(status["limits"]["max_user_memory_mb"], 2) << status.dump();
+}
+
+// `hpctl push FILE` without --endpoint takes hpd's push settings from hpd.conf only when the caller
+// can read them: a user who cannot read the conf, or the key and token it names (root's, 0600), gets
+// an error that says to give --endpoint, and nothing is sent to a default endpoint.
+TEST_F(RealUsers, PushWithoutEndpointSaysToGiveOneWhenHpdsPushSettingsAreNotHers) {
+  const testing::TempDir dir("hpd-push-conf");
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  const std::string hpr = dir.file("true.hpr");
+  const RunResult recorded =
+      run({kHpctl, "--local", "record", "--no-report", "-q", "-o", hpr, "--", "true"}, 120);
+  ASSERT_EQ(recorded.exit_code, 0) << recorded.err;
+  ASSERT_EQ(::chmod(hpr.c_str(), 0644), 0);
+  const std::string key = dir.file("client.key");
+  const std::string cert = dir.file("client.pem");
+  const std::string headers = dir.file("headers");
+  std::ofstream(key) << "-----BEGIN PRIVATE KEY-----\nroots-key\n-----END PRIVATE KEY-----\n";
+  std::ofstream(cert) << "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n";
+  std::ofstream(headers) << "Authorization: Bearer roots-token\n";
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  ASSERT_EQ(::chmod(headers.c_str(), 0600), 0);
+  ASSERT_EQ(::chmod(cert.c_str(), 0644), 0);
+  const std::string conf = dir.file("hpd.conf");
+  std::ofstream(conf) << "continuous = on\notlp_endpoint = https://127.0.0.1:4318\npush_client_cert = "
+                      << cert << "\npush_client_key = " << key << "\npush_headers_file = " << headers << "\n";
+  const auto expect_give_endpoint = [&](const RunResult& r, const std::string& why) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(
+        r.err.rfind("hpctl: error: no --endpoint, and hpd's push settings cannot be read (they are root's): ",
+                    0),
+        0u)
+        << r.err;
+    EXPECT_NE(r.err.find(why), std::string::npos) << "want '" << why << "' in: " << r.err;
+    EXPECT_NE(r.err.find(": give --endpoint URL"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+    EXPECT_EQ(r.err.find("roots-"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("pushed"), std::string::npos) << r.err;
+  };
+
+  // The conf is hers to read, the key and the token are not.
+  ASSERT_EQ(::chmod(conf.c_str(), 0644), 0);
+  RunResult r = run(alice_.run_as({kHpctl, "push", hpr, "--config", conf}), 60);
+  expect_give_endpoint(r, conf + ":4: bad value '" + key + "' for push_client_key: " + key +
+                              ": cannot open: Permission denied");
+  EXPECT_NE(r.err.find(conf + ":5: bad value '" + headers + "' for push_headers_file: " + headers +
+                       ": cannot open: Permission denied"),
+            std::string::npos)
+      << r.err;
+  // The conf itself is root's only.
+  ASSERT_EQ(::chmod(conf.c_str(), 0600), 0);
+  r = run(alice_.run_as({kHpctl, "push", hpr, "--config", conf}), 60);
+  expect_give_endpoint(r, conf + ": cannot read: Permission denied");
+  // No hpd.conf at all, or one without an endpoint: the same advice (root too), never a default.
+  r = run({kHpctl, "push", hpr, "--config", dir.file("missing.conf")}, 60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err,
+            "hpctl: error: no --endpoint, and there is no " + dir.file("missing.conf") +
+                " to take hpd's push endpoint from: give --endpoint URL (and --ca-file, --client-cert, "
+                "--client-key, --headers-file as the endpoint needs)\n");
+  std::ofstream(conf) << "continuous = on\n";
+  r = run({kHpctl, "push", hpr, "--config", conf}, 60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(
+      r.err.find("hpctl: error: no --endpoint, and " + conf + " sets no otlp_endpoint: give --endpoint URL"),
+      std::string::npos)
+      << r.err;
+
+  // Her own key, mode 0600, with --endpoint: accepted (the push then finds nothing listening); root's
+  // key given by her cannot be opened, and a key of hers others can read is refused.
+  const std::string her_key = dir.file("alice.key");
+  std::ofstream(her_key) << "-----BEGIN PRIVATE KEY-----\nhers\n-----END PRIVATE KEY-----\n";
+  ASSERT_EQ(::chown(her_key.c_str(), alice_.uid, alice_.gid), 0);
+  ASSERT_EQ(::chmod(her_key.c_str(), 0644), 0);
+  const auto push_with_key = [&](const std::string& k) {
+    return run(alice_.run_as({kHpctl, "push", hpr, "-q", "--timeout", "5", "--endpoint", "http://127.0.0.1:9",
+                              "--client-cert", cert, "--client-key", k}),
+               60);
+  };
+  r = push_with_key(her_key);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--client-key " + her_key + ": mode 0644 lets its group or others in"),
+            std::string::npos)
+      << r.err;
+  ASSERT_EQ(::chmod(her_key.c_str(), 0600), 0);
+  r = push_with_key(her_key);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.find("--client-key"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("127.0.0.1:9"), std::string::npos) << r.err;
+  r = push_with_key(key);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--client-key " + key + ": cannot read it"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -277,7 +277,20 @@ const std::map<std::string, Key, std::less<>>& keys() {
       {"push_retry_max", duration_key(&Config::push_retry_max_s, 1, 86400)},
       {"push_ca_file", pem_file_key(&Config::push_ca_file)},
       {"push_client_cert", pem_file_key(&Config::push_client_cert)},
-      {"push_client_key", pem_file_key(&Config::push_client_key)},
+      {"push_client_key",
+       {[](Config& c, std::string_view v) -> std::string {
+          if (!v.empty()) {
+            if (v.front() != '/') return "expected an absolute path";
+            try {
+              session::check_private_key_file(std::string(v), 0);  // root's, readable by root only
+            } catch (const std::runtime_error& e) {
+              return e.what();
+            }
+          }
+          c.push_client_key = std::string(v);
+          return "";
+        },
+        string_getter(&Config::push_client_key)}},
       {"push_headers_file",
        {[](Config& c, std::string_view v) -> std::string {
           c.push_headers.clear();

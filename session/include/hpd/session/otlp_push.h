@@ -40,6 +40,11 @@ struct PushOptions {
 // that is not a header (never a line's text: it may be a secret).
 std::vector<std::string> read_push_headers_file(const std::string& path, unsigned owner_uid);
 
+// Checks the private key of a client certificate: a regular file (a link to one is followed) owned by
+// the user `owner_uid`, that gives no permission to its group or others (mode 0600 or 0400). Throws
+// std::runtime_error saying what is wrong (its owner, its mode), as read_push_headers_file does.
+void check_private_key_file(const std::string& path, unsigned owner_uid);
+
 // POSTs an encoded ExportProfilesServiceRequest to `url` and checks the answer: a 2xx status with an
 // ExportProfilesServiceResponse that rejects nothing. A grpc:// or grpcs:// URL is a gRPC call over
 // HTTP/2 (the message after its 5-byte prefix; grpc-status 0 from the trailers, or the headers of a
