@@ -180,9 +180,20 @@ struct Symbolizer::Impl {
       loc.symbol_version = m.symbols.version(*sym);
       loc.symbol_address = sym->address - base;
       loc.symbol_size = sym->size != 0 ? sym->size : sym->end - sym->address;
-      // llvm's rule: the outermost frame is named by the symbol table (keeps ".isra.0" etc.).
+      // The outermost frame is named as llvm-symbolizer names it from a stripped binary and its
+      // separate debug file, wherever the DWARF is: by the function the binary exports there
+      // (.dynsym: libc's ftello, not DWARF's __GI___ftello), else as DWARF names the function (its
+      // linkage name, demangled, else its DW_AT_name), not by whichever local ELF alias or
+      // compiler clone (".isra.0", ".cold") the full symbol table holds at the address; else by
+      // that symbol. (Given a binary with its .symtab, llvm-symbolizer 14 names the function from
+      // .symtab, so its names change with where the debug information is; hpd's do not. `symbol`
+      // keeps the .symtab name: it identifies the code, for disassembly and native symbols.)
       if (loc.frames.empty()) loc.frames.emplace_back();
-      loc.frames.front().function = loc.symbol;
+      if (const SymbolTable::Symbol* exported = m.exported.find(vaddr)) {
+        loc.frames.front().function = m.exported.display_name(*exported, options.demangle);
+      } else if (loc.frames.front().function.empty()) {
+        loc.frames.front().function = loc.symbol;
+      }
       // Also llvm's: with no file from DWARF, a local symbol's STT_FILE name (line 0).
       if (loc.frames.front().file.empty()) loc.frames.front().file = m.symbols.file(*sym);
     } else if (!loc.frames.empty() && loc.frames.front().function.empty()) {

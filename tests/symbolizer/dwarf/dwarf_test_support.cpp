@@ -161,3 +161,16 @@ std::string merge_llvm_names(const std::string& dwarf_names, const std::string& 
 }
 
 }  // namespace hpd::dwarf_test
+
+namespace hpd::dwarf_test {
+
+std::string no_inlines_of(const std::string& inlining) {
+  std::string out;
+  for (const std::vector<std::string>& answer : answers_of(inlining)) {
+    if (answer.size() >= 2) out += answer[answer.size() - 2] + "\n" + answer[1] + "\n";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace hpd::dwarf_test

@@ -44,3 +44,13 @@ namespace hpd::dwarf_test {
 std::string merge_llvm_names(const std::string& dwarf_names, const std::string& symtab_names);
 
 }  // namespace hpd::dwarf_test
+
+namespace hpd::dwarf_test {
+
+// What `--no-inlines` must print, from `--inlining` answers (text): the outermost function at the
+// innermost level's file:line:column, as llvm-symbolizer prints it given a .symtab. (Without one,
+// llvm-symbolizer 14 --no-inlines names the innermost inline level: DWARFContext's line info takes
+// the first function of the inline chain, which only the symbol-table override replaces.)
+std::string no_inlines_of(const std::string& inlining);
+
+}  // namespace hpd::dwarf_test
