@@ -102,6 +102,7 @@ struct SymbolizeArgs {
   std::vector<std::string> addresses;  // empty = read stdin, one per line
   bool json = false;
   bool no_inlines = false;
+  std::string debug_dir;  // root of the build-id tree (DIR/.build-id/xx/rest.debug); "" = /usr/lib/debug
 };
 
 struct ConvertArgs {

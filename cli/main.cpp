@@ -275,6 +275,9 @@ int main(int argc, char** argv) {
                         "Hex addresses (0x optional); none: read stdin, one per line");
   symbolize->add_flag("--json", sym.json, "One JSON object per address (JSON Lines) instead of text");
   symbolize->add_flag("--no-inlines", sym.no_inlines, "Only the real function, at the innermost line");
+  symbolize->add_option("--debug-dir", sym.debug_dir,
+                        "Root of a debug-file tree searched by build-id (DIR/.build-id/xx/rest.debug) and "
+                        ".gnu_debuglink (DIR/<binary's directory>/<link>); default /usr/lib/debug");
 
   hpd::cli::ConvertArgs conv;
   CLI::App* convert = app.add_subcommand(

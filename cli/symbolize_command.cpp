@@ -197,6 +197,7 @@ int run_symbolize(const SymbolizeArgs& args) {
     return 2;
   }
   SymbolizerOptions options;
+  if (!args.debug_dir.empty()) options.debug_root = args.debug_dir;
   Symbolizer symbolizer(options);
   AddressQuery query = args.pid != 0 ? AddressQuery::for_process(symbolizer, args.pid)
                                      : AddressQuery::for_file(symbolizer, args.exe);

@@ -36,6 +36,10 @@ std::unique_ptr<LoadedModule> load_module(DebugFileFinder& finder, const ModuleR
   }
   if (debug) add_elf_symbols(*debug, module->symbols);
   module->symbols.finalize();
+  if (binary) {
+    add_dynamic_symbols(*binary, module->exported);
+    module->exported.finalize();
+  }
 
   info.readable = true;
   info.opened_path = primary.path();

@@ -18,11 +18,14 @@ namespace hpd {
 struct LoadedModule {
   SegmentMap segments;
   SymbolTable symbols;
+  // The binary's exported functions (.dynsym): they name the functions they cover before DWARF
+  // does, as llvm-symbolizer names them from a stripped binary's symbol table.
+  SymbolTable exported;
   std::unique_ptr<DebugInfo> debug;
   PreparedAddresses prepared;  // the last Symbolizer::prepare's addresses
 
   size_t memory_bytes() const {
-    return sizeof(*this) + segments.memory_bytes() + symbols.memory_bytes() +
+    return sizeof(*this) + segments.memory_bytes() + symbols.memory_bytes() + exported.memory_bytes() +
            (debug ? debug->memory_bytes() : 0) + prepared.memory_bytes();
   }
 };

@@ -209,6 +209,10 @@ void add_elf_symbols(const ElfFile& file, SymbolTable& table) {
   add_symbols_of_type(file.elf(), SHT_SYMTAB, ends, table);
 }
 
+void add_dynamic_symbols(const ElfFile& file, SymbolTable& table) {
+  add_symbols_of_type(file.elf(), SHT_DYNSYM, section_ends(file.elf()), table);
+}
+
 void add_plt_symbols(const ElfFile& file, SymbolTable& table) {
   const char* kPltSections[] = {".plt", ".plt.sec", ".plt.got"};
   ElfSection scns[3];

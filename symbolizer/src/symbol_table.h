@@ -75,6 +75,9 @@ class SymbolTable {
 // Adds the STT_FUNC and STT_GNU_IFUNC symbols of `file`'s .dynsym and .symtab (in that order, so
 // that at equal address and size the .symtab name wins).
 void add_elf_symbols(const ElfFile& file, SymbolTable& table);
+// Adds the STT_FUNC and STT_GNU_IFUNC symbols of `file`'s .dynsym alone: what a stripped binary
+// keeps, the names it exports.
+void add_dynamic_symbols(const ElfFile& file, SymbolTable& table);
 // Adds synthetic "<func>@plt" symbols for the entries of .plt, .plt.sec and .plt.got, named from
 // the relocations that fill their GOT slots; entries that cannot be named become "[plt]".
 void add_plt_symbols(const ElfFile& file, SymbolTable& table);

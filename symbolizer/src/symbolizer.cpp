@@ -16,6 +16,31 @@
 namespace hpd {
 namespace {
 
+// Whether `symbol` (demangled) is a qualified name whose last component is `name`, an unqualified
+// DWARF name: "ns::{lambda(int)#1}::operator()(int) const" for "operator()".
+bool qualifies(std::string_view symbol, std::string_view name) {
+  if (name.empty() || name.find("::") != std::string_view::npos) return false;
+  const std::string needle = "::" + std::string(name) + "(";
+  return symbol.find(needle) != std::string_view::npos;
+}
+
+// `symbol` without the clone suffixes the demangler appends (" (.isra.0)", " [clone .cold]").
+std::string_view without_clone_suffix(std::string_view symbol) {
+  while (!symbol.empty()) {
+    const size_t paren = symbol.rfind(" (.");
+    const size_t bracket = symbol.rfind(" [clone .");
+    if (paren != std::string_view::npos && symbol.back() == ')' &&
+        (bracket == std::string_view::npos || paren > bracket)) {
+      symbol = symbol.substr(0, paren);
+    } else if (bracket != std::string_view::npos && symbol.back() == ']') {
+      symbol = symbol.substr(0, bracket);
+    } else {
+      break;
+    }
+  }
+  return symbol;
+}
+
 // Least-significant-digit radix sort of `items` by bits [low_bit, 64) of each, stably: only over
 // the bytes in which those bits differ. One module's addresses span a few megabytes, so three
 // passes over a batch usually do, where std::sort makes log2(n) rounds of comparisons (a twentieth
@@ -180,9 +205,29 @@ struct Symbolizer::Impl {
       loc.symbol_version = m.symbols.version(*sym);
       loc.symbol_address = sym->address - base;
       loc.symbol_size = sym->size != 0 ? sym->size : sym->end - sym->address;
-      // llvm's rule: the outermost frame is named by the symbol table (keeps ".isra.0" etc.).
+      // The outermost frame is named as llvm-symbolizer names it from a stripped binary and its
+      // separate debug file, wherever the DWARF is: by the function the binary exports there
+      // (.dynsym: libc's ftello, not DWARF's __GI___ftello), else as DWARF names the function (its
+      // linkage name, demangled, else its DW_AT_name), not by whichever local ELF alias or
+      // compiler clone (".isra.0", ".cold") the full symbol table holds at the address; else by
+      // that symbol. (Given a binary with its .symtab, llvm-symbolizer 14 names the function from
+      // .symtab, so its names change with where the debug information is; hpd's do not. `symbol`
+      // keeps the .symtab name: it identifies the code, for disassembly and native symbols.)
+      // One exception: a DWARF name that is only the function's unqualified DW_AT_name (gcc gives
+      // a lambda's operator() and a function of an anonymous namespace no linkage name) is named by
+      // the symbol that qualifies it ("(anonymous namespace)::helper(long)",
+      // "main::{lambda(int)#1}::operator()(int) const", as llvm-symbolizer names them from a binary
+      // with its .symtab), its clone suffix dropped: else every lambda of a program is one
+      // "operator()".
       if (loc.frames.empty()) loc.frames.emplace_back();
-      loc.frames.front().function = loc.symbol;
+      std::string_view& outer = loc.frames.front().function;
+      if (const SymbolTable::Symbol* exported = m.exported.find(vaddr)) {
+        outer = m.exported.display_name(*exported, options.demangle);
+      } else if (outer.empty()) {
+        outer = loc.symbol;
+      } else if (qualifies(loc.symbol, outer)) {
+        outer = without_clone_suffix(loc.symbol);
+      }
       // Also llvm's: with no file from DWARF, a local symbol's STT_FILE name (line 0).
       if (loc.frames.front().file.empty()) loc.frames.front().file = m.symbols.file(*sym);
     } else if (!loc.frames.empty() && loc.frames.front().function.empty()) {

@@ -14,10 +14,10 @@ namespace hpd {
 
 // Answers are meant to equal `llvm-symbolizer --inlining --demangle` (LLVM 14) level by level,
 // with two deliberate differences: the outermost level's name is the DWARF name (llvm takes it
-// from the ELF symbol table; the caller may override it), and legacy Rust hashes (::h<16 hex>)
-// are stripped. The global index (compile-unit ranges) is built by open(); each compile unit's
-// function/inline table and line table are built on its first lookup and kept, so a few lookups
-// in a large binary decode only the units they fall in.
+// from the binary's ELF symbol table where one covers the address; the symbolizer gives an
+// exported symbol's name precedence), and legacy Rust hashes (::h<16 hex>) are stripped. The global index
+// (compile-unit ranges) is built by open(); each compile unit's function/inline table and line table are
+// built on its first lookup and kept, so a few lookups in a large binary decode only the units they fall in.
 // Thread-safe: lookups are serialized internally.
 class DwarfIndex {
  public:

@@ -119,3 +119,58 @@ std::vector<std::vector<SourceFrame>> llvm_symbolize(const std::string& tool, co
 }
 
 }  // namespace hpd::dwarf_test
+
+namespace hpd::dwarf_test {
+
+namespace {
+
+// Text answers split at their blank lines, each a list of lines.
+std::vector<std::vector<std::string>> answers_of(const std::string& text) {
+  std::vector<std::vector<std::string>> out(1);
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) {
+      out.emplace_back();
+    } else {
+      out.back().push_back(line);
+    }
+  }
+  if (out.back().empty()) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+std::string merge_llvm_names(const std::string& dwarf_names, const std::string& symtab_names) {
+  const auto dwarf = answers_of(dwarf_names);
+  const auto symtab = answers_of(symtab_names);
+  if (dwarf.size() != symtab.size()) return {};
+  std::string out;
+  for (size_t i = 0; i < dwarf.size(); ++i) {
+    std::vector<std::string> answer = dwarf[i];
+    // Levels are (function, file:line:column) pairs, the outermost last.
+    if (answer.size() >= 2 && answer.size() % 2 == 0 && answer[answer.size() - 2] == "??" &&
+        symtab[i].size() >= 2) {
+      answer[answer.size() - 2] = symtab[i][symtab[i].size() - 2];
+      answer[answer.size() - 1] = symtab[i][symtab[i].size() - 1];
+    }
+    for (const std::string& line : answer) out += line + "\n";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace hpd::dwarf_test
+
+namespace hpd::dwarf_test {
+
+std::string no_inlines_of(const std::string& inlining) {
+  std::string out;
+  for (const std::vector<std::string>& answer : answers_of(inlining)) {
+    if (answer.size() >= 2) out += answer[answer.size() - 2] + "\n" + answer[1] + "\n";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace hpd::dwarf_test

@@ -31,3 +31,26 @@ std::vector<std::vector<SourceFrame>> llvm_symbolize(const std::string& tool, co
 using ::hpd::testing::TempDir;
 
 }  // namespace hpd::dwarf_test
+
+namespace hpd::dwarf_test {
+
+// The answers hpctl symbolize must give, built from two llvm-symbolizer runs (text output, blank
+// line after each answer, same addresses): `dwarf_names` on the binary without its .symtab (a
+// stripped binary with its debug file, or copy_without_symbol_table), where llvm names the
+// outermost function by an exported symbol or by DWARF; `symtab_names` on the binary with its
+// .symtab. Each answer is `dwarf_names`' except where its outermost function is "??" (no DWARF
+// function and no exported symbol there): that level is taken from `symtab_names`, which names
+// it by the .symtab symbol (and its STT_FILE), as hpd does. Empty when the two do not line up.
+std::string merge_llvm_names(const std::string& dwarf_names, const std::string& symtab_names);
+
+}  // namespace hpd::dwarf_test
+
+namespace hpd::dwarf_test {
+
+// What `--no-inlines` must print, from `--inlining` answers (text): the outermost function at the
+// innermost level's file:line:column, as llvm-symbolizer prints it given a .symtab. (Without one,
+// llvm-symbolizer 14 --no-inlines names the innermost inline level: DWARFContext's line info takes
+// the first function of the inline chain, which only the symbol-table override replaces.)
+std::string no_inlines_of(const std::string& inlining);
+
+}  // namespace hpd::dwarf_test

@@ -42,7 +42,10 @@ struct SourceFrame {
 // What one address resolves to.
 struct Location {
   bool found = false;  // a symbol or debug information covered the address
-  std::string symbol;  // the outer (real) function, demangled; empty when !found
+  // The ELF symbol of the outer (real) function, demangled; empty when !found. It is the symbol
+  // table's name of the code (a clone such as "f.isra.0", or one of several aliases); frames[0]
+  // names the function as the binary exports it or DWARF names it (Symbolizer::Impl::locate_vaddr).
+  std::string symbol;
   // The ELF symbol version the symbol-table name carried ("@@GLIBC_2.17"), which `symbol` and the
   // frames leave out; empty when none.
   std::string symbol_version;
