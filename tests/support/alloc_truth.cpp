@@ -48,13 +48,6 @@ bool wait_for_file(const std::string& path, double timeout_s, pid_t alive) {
   return false;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 void check_alloc_pid_attach(const AllocPidAttach& how) {
   constexpr double kMean = 4096;
   const testing::TempDir dir("hpd-alloc-pid");

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "subprocess.h"
+
 namespace hpd::test {
 
 struct AllocTruth {
@@ -32,7 +34,6 @@ const nlohmann::json* alloc_row(const nlohmann::json& doc, const std::string& na
 
 // Waits for `path` to exist, as long as `alive` (when given) runs.
 bool wait_for_file(const std::string& path, double timeout_s, pid_t alive = 0);
-std::string read_text_file(const std::string& path);
 
 struct AllocPidAttach {
   std::string hpctl;          // hpctl's path

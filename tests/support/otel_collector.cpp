@@ -87,13 +87,6 @@ void CannedServer::serve(bool read_all) {
   }
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 namespace {
 
 void openssl(const std::vector<std::string>& args) {

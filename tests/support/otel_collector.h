@@ -54,8 +54,6 @@ class CannedServer {
   std::thread thread_;
 };
 
-std::string read_text_file(const std::string& path);
-
 // A test PKI made with openssl in `dir`: a CA, a server certificate for 127.0.0.1 and localhost and a
 // client certificate, both signed by it, and another CA that signed neither (a wrong CA). Throws
 // std::runtime_error with openssl's output when a step fails.

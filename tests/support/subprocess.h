@@ -65,4 +65,7 @@ class Background {
   int stdout_fd_ = -1;  // the ready-line pipe, kept open so that later output does not kill the child
 };
 
+// The whole file as text ("" when it cannot be read).
+std::string read_text_file(const std::string& path);
+
 }  // namespace hpd::test
