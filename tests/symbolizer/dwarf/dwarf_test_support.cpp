@@ -153,6 +153,13 @@ std::string merge_llvm_names(const std::string& dwarf_names, const std::string& 
         symtab[i].size() >= 2) {
       answer[answer.size() - 2] = symtab[i][symtab[i].size() - 2];
       answer[answer.size() - 1] = symtab[i][symtab[i].size() - 1];
+    } else if (answer.size() >= 2 && answer.size() % 2 == 0 && answer.back().rfind("??:", 0) == 0 &&
+               symtab[i].size() == answer.size() && symtab[i].back().rfind("??:", 0) != 0) {
+      // The function without a file from DWARF (a gcc .cold part: `main` by DWARF, no line row):
+      // given the .symtab, llvm-symbolizer names the file by the symbol's STT_FILE (line 0), as hpd
+      // does from the binary's or the debug file's .symtab; without it, "??". Seen in the ASan
+      // build's fixture (main.cold).
+      answer.back() = symtab[i].back();
     }
     for (const std::string& line : answer) out += line + "\n";
     out += "\n";
