@@ -3,12 +3,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <climits>
+#include <cstdlib>
 #include <string_view>
 
 #include "hpd/base/unique_fd.h"
@@ -178,6 +180,32 @@ char read_process_state(int32_t pid) {
 
 char read_thread_state(int32_t pid, int32_t tid) {
   return state_from_stat("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
+}
+
+std::optional<uint64_t> read_process_start_monotonic_ns(int32_t pid) {
+  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!text) return std::nullopt;
+  // Field 22 (starttime); fields from 3 on follow the last ')' of the comm field.
+  size_t pos = text->rfind(')');
+  if (pos == std::string::npos) return std::nullopt;
+  for (int field = 2; field < 22; ++field) {
+    pos = text->find(' ', pos + 1);
+    if (pos == std::string::npos) return std::nullopt;
+  }
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long ticks = std::strtoull(text->c_str() + pos + 1, &end, 10);
+  if (end == text->c_str() + pos + 1 || errno != 0) return std::nullopt;
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  if (hz <= 0) return std::nullopt;
+  timespec boot{}, mono{};
+  ::clock_gettime(CLOCK_BOOTTIME, &boot);
+  ::clock_gettime(CLOCK_MONOTONIC, &mono);
+  const int64_t offset = (int64_t{boot.tv_sec} - mono.tv_sec) * 1000000000 + (boot.tv_nsec - mono.tv_nsec);
+  const uint64_t start_boot = static_cast<uint64_t>(ticks) * (1000000000ull / static_cast<uint64_t>(hz));
+  // The clocks are read one after the other: without a suspend they differ by that moment, either way.
+  const uint64_t ahead = offset > 0 ? static_cast<uint64_t>(offset) : 0;
+  return start_boot > ahead ? start_boot - ahead : 0;
 }
 
 std::optional<uint32_t> read_process_uid(int32_t pid) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace hpd {
@@ -97,6 +99,43 @@ TEST(ProcFiles, ThreadContextSwitchesAreTheKernelsCounts) {
     EXPECT_GT(*read, 0u);
   }
   EXPECT_FALSE(read_thread_context_switches(::getpid(), -1).has_value());
+}
+
+uint64_t monotonic_now_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return uint64_t(t.tv_sec) * 1000000000 + uint64_t(t.tv_nsec);
+}
+
+// The start of a process, on CLOCK_MONOTONIC: ours is before now; a child forked after a moment is
+// not before that moment by more than a tick (the start is rounded down to one); a gone one has none.
+TEST(ProcFiles, ProcessStartOnTheMonotonicClock) {
+  const auto self = read_process_start_monotonic_ns(::getpid());
+  ASSERT_TRUE(self.has_value());
+  EXPECT_LE(*self, monotonic_now_ns());
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  ASSERT_GT(hz, 0);
+  const uint64_t tick = 1000000000ull / uint64_t(hz);
+  const uint64_t before = monotonic_now_ns();
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fds[1]);
+    char c;
+    (void)!::read(fds[0], &c, 1);
+    _exit(0);
+  }
+  ::close(fds[0]);
+  const auto started = read_process_start_monotonic_ns(child);
+  const uint64_t after = monotonic_now_ns();
+  ::close(fds[1]);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_TRUE(started.has_value());
+  EXPECT_GE(*started + tick, before);
+  EXPECT_LE(*started, after);
+  EXPECT_GE(*started, *self);
+  EXPECT_FALSE(read_process_start_monotonic_ns(child).has_value());
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "hpd/base/proc_files.h"
 #include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 
@@ -404,7 +405,14 @@ PrivilegeFinding privilege_gained(const PeerCredentials& peer, const RawProfile&
     const std::string who = "process " + std::to_string(process.pid) + " (" + process.name + ")";
     // The recorder stopped following it where its credentials changed; nothing after that is kept.
     if (process.unfollowed_ns != 0) continue;
-    if (process.end_ns == 0) {
+    // Judged alive only when the process at its pid is the one the recorder saw: one that started
+    // after the recorder first saw this pid is another process at a reused pid (the recorder has not
+    // read the exit yet), not one of the client's that gained privileges; this one is judged by its
+    // mappings below as an exited one. (The start is rounded down to a tick: a pid reused within a
+    // tick of being first seen is still judged alive, and refused.)
+    const std::optional<uint64_t> started = read_process_start_monotonic_ns(process.pid);
+    const bool reused = process.start_ns != 0 && started && *started > process.start_ns;
+    if (process.end_ns == 0 && !reused) {
       const AccessDecision now = may_read_process(peer, process.pid);
       // A process that exited since is judged by its mappings below.
       if (!now.allowed && !now.reason.starts_with("no process"))

@@ -38,6 +38,11 @@ std::vector<std::string> read_cmdline(int32_t pid);
 char read_process_state(int32_t pid);
 char read_thread_state(int32_t pid, int32_t tid);
 
+// When the process now at `pid` started, on CLOCK_MONOTONIC (its /proc/PID/stat starttime, in clock
+// ticks since boot, moved by CLOCK_BOOTTIME - CLOCK_MONOTONIC now): rounded down to a tick (10 ms), so
+// never later than the true start. nullopt when the process is gone or the file is malformed.
+std::optional<uint64_t> read_process_start_monotonic_ns(int32_t pid);
+
 // The real uid of the process from /proc/PID/status, nullopt if gone.
 std::optional<uint32_t> read_process_uid(int32_t pid);
 
