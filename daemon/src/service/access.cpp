@@ -410,9 +410,11 @@ PrivilegeFinding privilege_gained(const PeerCredentials& peer, const RawProfile&
     // read the exit yet), not one of the client's that gained privileges; this one is judged by its
     // mappings below as an exited one. (The start is rounded down to a tick: a pid reused within a
     // tick of being first seen is still judged alive, and refused.)
-    const std::optional<uint64_t> started = read_process_start_monotonic_ns(process.pid);
-    const bool reused = process.start_ns != 0 && started && *started > process.start_ns;
-    if (process.end_ns == 0 && !reused) {
+    const auto reused = [&] {
+      const std::optional<uint64_t> started = read_process_start_monotonic_ns(process.pid);
+      return process.start_ns != 0 && started && *started > process.start_ns;
+    };
+    if (process.end_ns == 0 && !reused()) {
       const AccessDecision now = may_read_process(peer, process.pid);
       // A process that exited since is judged by its mappings below.
       if (!now.allowed && !now.reason.starts_with("no process"))
