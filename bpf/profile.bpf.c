@@ -490,13 +490,17 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   return 0;
 }
 
-// dwarf mode: the user registers and stack of the thread being switched out, as an
-// HPD_EVENT_SWITCH_STACK record with the switch-out's time (its off-CPU record follows at its switch-in).
+// The user registers and `want` bytes of stack of the thread being switched out, as an
+// HPD_EVENT_SWITCH_STACK record with the switch-out's time (its off-CPU record follows at its switch-in):
+// dwarf mode's copy for every switch-out (stack_copy_bytes), cfi mode's for a switch-out whose walk met a
+// table not published yet (pending_stack_copy_bytes), which user space walks again with the tables
+// however late they come (the thread may have run again by then, and its stack changed).
 // Built in the CPU's sample_scratch entry: hpd_on_cpu, its other user, runs in the timer's interrupt,
 // which cannot come while the scheduler runs this program (interrupts are off in __schedule), nor can
 // this program run inside an interrupt. Not while the ring is half full: the samples come first, and
 // the off-CPU record then keeps the frame-pointer walk taken with it.
-static __always_inline void emit_switch_stack(const struct hpd_event_header* h, const struct pt_regs* user) {
+static __always_inline void emit_switch_stack(const struct hpd_event_header* h, const struct pt_regs* user,
+                                              __u32 want) {
   if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2)
     return;
   const __u32 cpu = bpf_get_smp_processor_id();
@@ -514,7 +518,7 @@ static __always_inline void emit_switch_stack(const struct hpd_event_header* h, 
   c->flags = 0;
   copy_user_regs(c, user);
   const __u64 size = __builtin_offsetof(struct hpd_sample_event, ips);
-  c->stack_bytes = copy_user_stack((__u8*)c + size, c->regs[7], stack_copy_bytes);
+  c->stack_bytes = copy_user_stack((__u8*)c + size, c->regs[7], want);
   // Lost: the off-CPU record keeps its frame-pointer walk (user space counts it), not a lost sample.
   bpf_ringbuf_output(&events, c, size + c->stack_bytes, submit_flags());
 }
@@ -578,7 +582,8 @@ int hpd_sched_switch(__u64* ctx) {
   e->stack_bytes = 0;
   // Off-CPU stacks are walked here (cfi tables or frame pointers) and kept with the record in `blocked`
   // until the thread runs again, which holds no stack copy (one per blocked thread would cost too much
-  // kernel memory); dwarf mode's copy goes into the ring at once (emit_switch_stack).
+  // kernel memory); dwarf mode's copy goes into the ring at once (emit_switch_stack), as does cfi mode's
+  // when the walk met a table not published yet.
   const struct pt_regs* user = current_user_regs();
   e->flags |= in_syscall_flag(user);
   capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, user, 1);
@@ -586,7 +591,11 @@ int hpd_sched_switch(__u64* ctx) {
     count(HPD_COUNTER_OFFCPU_MAP_FULL);
     return 0;
   }
-  if (user && switch_stack_copy && stack_copy_bytes != 0) emit_switch_stack(&e->header, user);
+  if (user && switch_stack_copy && stack_copy_bytes != 0)
+    emit_switch_stack(&e->header, user, stack_copy_bytes);
+  else if (user && pending_stack_copy_bytes != 0 && (e->flags & HPD_SAMPLE_TABLES_PENDING) &&
+           !calls_walk_hooked())
+    emit_switch_stack(&e->header, user, pending_stack_copy_bytes);
   if (user && (e->flags & HPD_SAMPLE_TABLES_PENDING)) {
     struct hpd_pending_walk walk = {
         .time_ns = e->header.time_ns, .ip = user->ip, .sp = user->sp, .bp = user->bp, .pid = pid};

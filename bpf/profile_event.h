@@ -67,7 +67,8 @@ struct hpd_event_header {
  * the record is cut after them. On-CPU records of user code carry the registers and the stack copy
  * (fp mode: a small one, for the frameless leaf's caller; dwarf mode: the unwinder's, and no user
  * frames); off-CPU records carry neither (regs_valid 0, stack_bytes 0): in dwarf mode their copy came
- * before them, in an HPD_EVENT_SWITCH_STACK record of the same thread and time. */
+ * before them, in an HPD_EVENT_SWITCH_STACK record of the same thread and time, as it did in cfi mode
+ * for a walk that met a table not published yet (HPD_SAMPLE_TABLES_PENDING). */
 struct hpd_sample_event {
   struct hpd_event_header header;
   union {

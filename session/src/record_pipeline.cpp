@@ -493,7 +493,7 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
   }
   if (result.call_graph == CallGraph::kCfi) {
     const auto& c = result.cfi;
-    char line[256];
+    char line[320];
     std::snprintf(line, sizeof line,
                   "cfi: tables of %llu of %llu modules in the eBPF maps (%llu of %llu rows, %s; %.0f ms "
                   "compiling)",
@@ -547,11 +547,14 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
     if (c.on_cpu_rewalked + c.off_cpu_rewalked != 0) {
       std::snprintf(line, sizeof line,
                     "cfi: %llu samples taken before the tables they needed were in the eBPF maps were "
-                    "walked again with the tables (%llu on-CPU, from a copy of their stack; %llu off-CPU, "
-                    "before their thread ran again)",
+                    "walked again with the tables (%llu on-CPU, from a copy of their stack; %llu off-CPU: "
+                    "%llu read before their thread ran again, %llu from a copy of their stack taken as "
+                    "it blocked)",
                     static_cast<unsigned long long>(c.on_cpu_rewalked + c.off_cpu_rewalked),
                     static_cast<unsigned long long>(c.on_cpu_rewalked),
-                    static_cast<unsigned long long>(c.off_cpu_rewalked));
+                    static_cast<unsigned long long>(c.off_cpu_rewalked),
+                    static_cast<unsigned long long>(c.off_cpu_rewalked - c.off_cpu_rewalked_from_copy),
+                    static_cast<unsigned long long>(c.off_cpu_rewalked_from_copy));
       s.notes.emplace_back(line);
     }
     if (c.mappings_dropped != 0)

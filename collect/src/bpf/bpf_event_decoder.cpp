@@ -57,10 +57,32 @@ void BpfEventDecoder::hold_pending_walks(std::function<void(int32_t pid)> on_hel
   max_held_bytes_ = max_bytes;
 }
 
+bool BpfEventDecoder::off_cpu_waits_for_walk(std::span<const uint8_t> bytes,
+                                             const hpd_event_header& header) const {
+  if (header.type != HPD_EVENT_OFF_CPU || bytes.size() < kSampleHeaderBytes) return false;
+  if ((field_at<uint32_t>(bytes, offsetof(hpd_sample_event, flags)) & HPD_SAMPLE_TABLES_PENDING) == 0)
+    return false;
+  // Walked again before its thread ran (OffCpuRewalk): that walk replaces the programs' when decoded.
+  if (const auto r = rewalks_.find(header.tid); r != rewalks_.end() && r->second.time_ns == header.time_ns)
+    return false;
+  // The copy of its switch-out: decoded already, or held with its process's records before it.
+  if (const auto c = switch_stacks_.find(header.tid);
+      c != switch_stacks_.end() && c->second.time_ns == header.time_ns)
+    return true;
+  const auto held = held_.find(header.pid);
+  if (held == held_.end()) return false;
+  return std::any_of(held->second.begin(), held->second.end(), [&](const Held& h) {
+    hpd_event_header other;
+    return read_record(std::span<const uint8_t>(h.bytes), other) && other.type == HPD_EVENT_SWITCH_STACK &&
+           other.tid == header.tid && other.time_ns == header.time_ns;
+  });
+}
+
 void BpfEventDecoder::decode(std::span<const uint8_t> bytes, const EventSink& sink) {
   hpd_event_header header;
   if (hold_ && read_record(bytes, header)) {
-    const bool walk = header.type == HPD_EVENT_ON_CPU && carries_pending_walk(bytes);
+    const bool walk = (header.type == HPD_EVENT_ON_CPU && carries_pending_walk(bytes)) ||
+                      off_cpu_waits_for_walk(bytes, header);
     auto it = held_.find(header.pid);
     if (walk || it != held_.end()) {
       if (it == held_.end()) it = held_.try_emplace(header.pid).first;
@@ -91,16 +113,32 @@ void BpfEventDecoder::release_held(const HeldWalker& walker, uint64_t walkable_u
         hpd_sample_event e;
         // Checked when held (carries_pending_walk); the sizes are checked again by decode_record.
         read_record(std::span<const uint8_t>(h.bytes), e, kSampleHeaderBytes);
-        const size_t stack_at =
-            kSampleHeaderBytes + (size_t{e.kernel_frames} + e.user_frames) * sizeof(uint64_t);
+        size_t stack_at = kSampleHeaderBytes + (size_t{e.kernel_frames} + e.user_frames) * sizeof(uint64_t);
+        std::span<const uint8_t> record(h.bytes);
+        if (e.header.type == HPD_EVENT_OFF_CPU) {
+          // Its registers and stack are those of its switch-out's copy, decoded before it (its process's
+          // records are decoded in their order). The copy has no frames: its stack begins at ips.
+          const auto copy = switch_stacks_.find(e.header.tid);
+          if (copy != switch_stacks_.end() && copy->second.time_ns == e.header.time_ns) {
+            hpd_sample_event c;
+            record = std::span<const uint8_t>(copy->second.bytes);
+            read_record(record, c, kSampleHeaderBytes);  // checked when decoded
+            std::memcpy(e.regs, c.regs, sizeof e.regs);
+            e.regs_valid = c.regs_valid;
+            e.stack_bytes = c.stack_bytes;
+            stack_at = kSampleHeaderBytes;
+          } else {
+            record = {};  // gone (it cannot be, but then the record keeps its walk)
+          }
+        }
         const bool sane = e.kernel_frames <= HPD_MAX_KERNEL_FRAMES && e.user_frames <= HPD_MAX_USER_FRAMES &&
-                          stack_at + e.stack_bytes <= h.bytes.size();
+                          !record.empty() && stack_at + e.stack_bytes <= record.size();
         if (!walker || !sane)
           how = HeldWalk::kAsIs;
         else if (e.header.time_ns > walkable_until_ns && !final)
           how = HeldWalk::kWait;  // a mapping of its time may still be unread
         else
-          how = walker(e, std::span<const uint8_t>(h.bytes).subspan(stack_at, e.stack_bytes), walk);
+          how = walker(e, record.subspan(stack_at, e.stack_bytes), walk);
         if (how == HeldWalk::kWait && !final) break;
         --held_walks_;
       }
@@ -228,11 +266,15 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
     replace_user(*walk);
     ++on_cpu_rewalked_;
   } else if (off_cpu && tables_pending) {
-    // Walked while the thread was still off the CPU.
+    // Walked while the thread was still off the CPU, or else from the copy of its switch-out's stack.
     if (const auto it = rewalks_.find(h.tid); it != rewalks_.end() && it->second.time_ns == h.time_ns) {
       replace_user(it->second.walk);
       ++rewalked_;
       rewalks_.erase(it);
+    } else if (walk != nullptr) {
+      replace_user(*walk);
+      ++rewalked_;
+      ++off_cpu_rewalked_from_copy_;
     }
   }
   const std::span<const uint64_t> ips(ips_.data(), frames_present);
@@ -283,10 +325,13 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
     read_record(std::span<const uint8_t>(copy->second.bytes), c, kSampleHeaderBytes);
     const bool has_regs = (c.regs_valid >> static_cast<unsigned>(DwarfReg::kRip) & 1) &&
                           (c.regs_valid >> static_cast<unsigned>(DwarfReg::kRsp) & 1);
-    if (has_regs)
-      set_user_state(c,
-                     std::span<const uint8_t>(copy->second.bytes).subspan(kSampleHeaderBytes, c.stack_bytes));
-    ++off_cpu_with_copy_;
+    // dwarf mode's copy is the builder's to unwind; cfi mode's served the second walk above.
+    if (switch_stacks_expected_) {
+      if (has_regs)
+        set_user_state(
+            c, std::span<const uint8_t>(copy->second.bytes).subspan(kSampleHeaderBytes, c.stack_bytes));
+      ++off_cpu_with_copy_;
+    }
     s.record_bytes += copy->second.bytes.size();  // its ring traffic: the record and its copy
   } else if (off_cpu && switch_stacks_expected_) {
     ++off_cpu_without_copy_;

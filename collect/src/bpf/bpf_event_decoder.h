@@ -42,7 +42,10 @@ class BpfEventDecoder {
   // the sink in their order; release_held() walks it again. `on_held` is told the process of each such
   // record (system-wide, tables are compiled for the processes sampled). Past `max_bytes` of held
   // records, all of them are decoded as they are. Such records' registers and stack go no further
-  // than the second walk (the builder does not see them).
+  // than the second walk (the builder does not see them). So is an off-CPU record whose walk met a
+  // table not published yet, when it was not walked again while its thread was off the CPU
+  // (replace_off_cpu_user_stack) and its switch-out wrote a copy of its stack (HPD_EVENT_SWITCH_STACK):
+  // it is walked from that copy.
   void hold_pending_walks(std::function<void(int32_t pid)> on_held, size_t max_bytes);
   enum class HeldWalk {
     kWait,    // the tables it needs are not published yet
@@ -78,6 +81,9 @@ class BpfEventDecoder {
   // Off-CPU records whose user stack was replaced by a walk made once the tables were published (not
   // counted in samples_tables_pending()).
   [[nodiscard]] uint64_t off_cpu_rewalked() const { return rewalked_; }
+  // Of those, the ones walked from the copy of the stack their switch-out wrote (their thread had run
+  // again before the tables were published), the others having been read while it was off the CPU.
+  [[nodiscard]] uint64_t off_cpu_rewalked_from_copy() const { return off_cpu_rewalked_from_copy_; }
   // On-CPU records held and walked again with the tables (not counted in samples_tables_pending()).
   [[nodiscard]] uint64_t on_cpu_rewalked() const { return on_cpu_rewalked_; }
   // The most bytes of records held at once.
@@ -101,6 +107,10 @@ class BpfEventDecoder {
   [[nodiscard]] uint64_t blocked_without_wakeup() const { return without_wakeup_; }
 
  private:
+  // cfi mode, holding: an off-CPU record whose walk met a table not published yet, not walked again
+  // while its thread was off the CPU, and whose switch-out wrote a copy of its stack (decoded, or held
+  // before it): it waits to be walked from that copy.
+  bool off_cpu_waits_for_walk(std::span<const uint8_t> bytes, const hpd_event_header& header) const;
   // decode() without holding; `walk`: the user stack walked again, which replaces the record's.
   void decode_record(std::span<const uint8_t> bytes, const EventSink& sink, const UserWalk* walk);
   // `still_off_cpu`: the interval did not end with a switch-in (the recording ended first).
@@ -114,6 +124,7 @@ class BpfEventDecoder {
   uint64_t malformed_ = 0;
   uint64_t tables_pending_ = 0;
   uint64_t rewalked_ = 0;
+  uint64_t off_cpu_rewalked_from_copy_ = 0;
   struct OffCpuWalk {
     uint64_t time_ns;
     UserWalk walk;

@@ -1290,6 +1290,7 @@ RecordResult BpfSession::run() {
     c.without_table = t.without_table;
     c.samples_tables_pending = decoder_->samples_tables_pending();
     c.off_cpu_rewalked = decoder_->off_cpu_rewalked();
+    c.off_cpu_rewalked_from_copy = decoder_->off_cpu_rewalked_from_copy();
     c.on_cpu_rewalked = decoder_->on_cpu_rewalked();
     c.samples_with_fp_frames = decoder_->samples_with_fp_frames();
   }

@@ -273,8 +273,10 @@ struct RecordResult {
     // compiled.
     uint64_t samples_tables_pending = 0;
     // Off-CPU samples of threads that blocked before their tables were in the maps, walked again with
-    // the tables while the thread was still off the CPU (not in samples_tables_pending).
+    // the tables (not in samples_tables_pending): their stack read while the thread was still off the
+    // CPU, or else (the thread ran again before the tables came) the copy its switch-out wrote.
     uint64_t off_cpu_rewalked = 0;
+    uint64_t off_cpu_rewalked_from_copy = 0;  // of off_cpu_rewalked
     // On-CPU samples taken before their tables were in the maps, held with a copy of their stack and
     // walked again once the tables were (not in samples_tables_pending).
     uint64_t on_cpu_rewalked = 0;
