@@ -12,6 +12,7 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define PF_EXITING 0x00000004
+#define EEXIST 17  // errno: the key is in the map already (BPF_NOEXIST)
 
 // Configuration, fixed by user space before the programs are loaded.
 const volatile __u32 filter_mode = HPD_FILTER_PIDS;
@@ -540,6 +541,27 @@ static __always_inline int task_is_running(struct task_struct* prev) {
   return BPF_CORE_READ(old, state) == 0;
 }
 
+// A record still in `blocked` when its thread switches out again or exits: the switch-in that ended
+// its interval was not reported. The kernel this project runs on reports no sched_switch away from
+// some tasks (its PID 1's threads), so the switch to the next task goes unseen too. The thread ran
+// from that switch-in until now without a switch-out (every switch-out of a target is seen), so it
+// came back `runtime_now` less its runtime at the switch-out (kept in off_cpu_ns) before `now`.
+// `runtime_now` may lag a little behind the thread's true CPU time (at exit: up to a tick), which
+// makes the interval that much longer. Emitted, flagged and counted; its pending walk goes with it.
+static __always_inline void emit_unseen_switch_in(struct hpd_sample_event* b, __s32 tid, __u64 runtime_now,
+                                                  __u64 now) {
+  const __u64 ran = runtime_now > b->off_cpu_ns ? runtime_now - b->off_cpu_ns : 0;
+  const __u64 back = now > ran ? now - ran : 0;
+  if (b->flags & HPD_SAMPLE_TABLES_PENDING) bpf_map_delete_elem(&pending_walks, &tid);
+  count(HPD_COUNTER_SWITCH_IN_UNSEEN);
+  if (back <= b->header.time_ns || back - b->header.time_ns < off_cpu_min_ns) return;
+  b->off_cpu_ns = back - b->header.time_ns;
+  b->flags |= HPD_SAMPLE_SWITCH_IN_INFERRED;
+  // A wakeup after the thread was back is none of this interval's.
+  if (b->woken_ns > back) b->woken_ns = 0;
+  if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0) count_drop(b->header.pid, tid);
+}
+
 // tp_btf/sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...).
 // It runs in the context of `prev`, so the current task's stack is the one that is being switched out.
 SEC("tp_btf/sched_switch")
@@ -576,7 +598,8 @@ int hpd_sched_switch(__u64* ctx) {
   if (!e) return 0;
   fill_header(&e->header, HPD_EVENT_OFF_CPU, pid, tid, bpf_ktime_get_ns());
   e->woken_ns = 0;
-  e->off_cpu_ns = 0;
+  // The scheduler brought it up to date before this tracepoint (update_curr of the switch-out).
+  e->off_cpu_ns = BPF_CORE_READ(prev, se.sum_exec_runtime);
   e->flags = ctx[0] || task_is_running(prev) ? HPD_SAMPLE_PREEMPTED : 0;
   e->regs_valid = 0;
   e->stack_bytes = 0;
@@ -587,7 +610,15 @@ int hpd_sched_switch(__u64* ctx) {
   const struct pt_regs* user = current_user_regs();
   e->flags |= in_syscall_flag(user);
   capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, user, 1);
-  if (bpf_map_update_elem(&blocked, &tid, e, BPF_ANY) != 0) {
+  // A record of this thread still there: its switch-in went unseen (emit_unseen_switch_in). Looked for
+  // only when the insertion finds it, so that a switch-out costs no second lookup.
+  long err = bpf_map_update_elem(&blocked, &tid, e, BPF_NOEXIST);
+  if (err == -EEXIST) {
+    struct hpd_sample_event* stale = bpf_map_lookup_elem(&blocked, &tid);
+    if (stale) emit_unseen_switch_in(stale, tid, e->off_cpu_ns, e->header.time_ns);
+    err = bpf_map_update_elem(&blocked, &tid, e, BPF_ANY);
+  }
+  if (err != 0) {
     count(HPD_COUNTER_OFFCPU_MAP_FULL);
     return 0;
   }
@@ -752,11 +783,16 @@ int hpd_exit(__u64* ctx) {
   const __u64 id = bpf_get_current_pid_tgid();
   const __s32 pid = (__s32)(id >> 32);
   __s32 tid = (__s32)id;
-  bpf_map_delete_elem(&blocked, &tid);
+  struct task_struct* task = (struct task_struct*)ctx[0];
+  // Its record is there only if its last switch-in went unseen: it ran from then until this exit.
+  struct hpd_sample_event* stale = bpf_map_lookup_elem(&blocked, &tid);
+  if (stale) {
+    emit_unseen_switch_in(stale, tid, BPF_CORE_READ(task, se.sum_exec_runtime), bpf_ktime_get_ns());
+    bpf_map_delete_elem(&blocked, &tid);
+  }
   // Every thread of the process has begun to exit (signal->live is decremented before this
   // tracepoint): its pid leaves the targets now, before it can be reaped and given to another
   // process, which would otherwise be sampled as this one.
-  struct task_struct* task = (struct task_struct*)ctx[0];
   const int group_dead =
       filter_mode == HPD_FILTER_PIDS && BPF_CORE_READ(task, signal, live.counter) == 0;
   int target = is_target(pid);

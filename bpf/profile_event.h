@@ -49,7 +49,10 @@ enum hpd_counter {
   HPD_COUNTER_OFFCPU_MAP_FULL = 2, /* switch-outs whose stack could not be stored */
   HPD_COUNTER_SAMPLES = 3,       /* on-CPU samples taken (before any drop) */
   HPD_COUNTER_STALE_RUNTIME = 4, /* on-CPU samples whose runtime could not be brought up to date */
-  HPD_COUNTER_COUNT = 5,
+  /* off-CPU intervals whose switch-in the sched_switch tracepoint did not report (their end was taken
+   * from the thread's CPU time: HPD_SAMPLE_SWITCH_IN_INFERRED) */
+  HPD_COUNTER_SWITCH_IN_UNSEEN = 5,
+  HPD_COUNTER_COUNT = 6,
 };
 
 /* Every record starts with this header. */
@@ -78,7 +81,9 @@ struct hpd_sample_event {
      * Never in an on-CPU record, so the two share their place: records did not grow. */
     __u64 woken_ns;
   };
-  __u64 off_cpu_ns;   /* off-CPU: how long the thread stayed off the CPU; flags: blocked or runnable */
+  /* off-CPU: how long the thread stayed off the CPU; flags: blocked or runnable. While the record
+   * waits in the programs' `blocked` map: the thread's sum_exec_runtime at its switch-out. */
+  __u64 off_cpu_ns;
   __s32 kernel_error; /* bpf_get_stack's negative errno for the kernel stack, else 0 */
   __u16 user_end;      /* enum hpd_user_end: how the program's user walk ended */
   __u16 user_fp_frames; /* cfi walks: frames stepped by frame pointer (modules without a table) */
@@ -105,6 +110,12 @@ struct hpd_sample_event {
  * -1, which every interrupt and exception entry stores): its user pc is the instruction after the
  * `syscall`, a return address. Otherwise it is the instruction the thread was interrupted at. */
 #define HPD_SAMPLE_IN_SYSCALL 16u
+/* off-CPU: the sched_switch tracepoint did not report the switch-in that ended the interval (seen on
+ * a kernel that reports no switch away from some tasks, so neither the switch to the next one); the
+ * thread ran again unseen, and the interval's end is when its CPU time says it did: the switch-out
+ * (or exit) that found the record still waiting, less the CPU time the thread used since its
+ * switch-out. */
+#define HPD_SAMPLE_SWITCH_IN_INFERRED 32u
 
 /* cfi mode: a target thread switched out while its walk stood in frame pointers for tables not yet
  * published (HPD_SAMPLE_TABLES_PENDING): where its user state was, kept in the programs' pending_walks

@@ -482,6 +482,16 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                       "was switched out, or the thread was off the CPU before the recording began): "
                       "walked by frame pointer");
   }
+  if (result.off_cpu_intervals_lost != 0) {
+    s.notes.push_back("note: " + std::to_string(result.off_cpu_intervals_lost) +
+                      " off-CPU intervals were not recorded: the map of blocked threads was full");
+  }
+  if (result.off_cpu_switch_ins_inferred != 0) {
+    s.notes.push_back(
+        "note: " + std::to_string(result.off_cpu_switch_ins_inferred) +
+        " off-CPU intervals ended with a switch-in the kernel's sched_switch tracepoint did not "
+        "report: their end was taken from the thread's CPU time since it switched out");
+  }
   if (result.off_cpu_at_attach != 0) {
     s.notes.push_back("note: " + std::to_string(result.off_cpu_at_attach) +
                       " threads were already off the CPU when the recording began: their time from its "

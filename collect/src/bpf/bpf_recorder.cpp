@@ -1024,6 +1024,7 @@ void BpfSession::release_held(uint64_t mappings_read_at, bool final) {
 // After sampling stopped: threads still off the CPU, per-thread drop counts, global counters.
 void BpfSession::collect_leftovers() {
   const uint64_t end = result_.profile.info.end_mono_ns;
+  uint64_t switch_ins_inferred_at_end = 0;
   if (off_cpu_) {
     const int fd = bpf_map__fd(skel_->maps.blocked);
     auto value = std::make_unique<hpd_sample_event>();
@@ -1033,9 +1034,23 @@ void BpfSession::collect_leftovers() {
     while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
       first = false;
       key = next;
-      if (bpf_map_lookup_elem(fd, &key, value.get()) == 0)
-        decoder_->decode_still_off_cpu(*value, end,
-                                       [this](const Event& event) { builder_->on_event(event); });
+      if (bpf_map_lookup_elem(fd, &key, value.get()) != 0) continue;
+      // A thread whose switch-in went unseen (emit_unseen_switch_in in profile.bpf.c) and that has run
+      // ever since: its CPU time since the switch-out (the record's off_cpu_ns until it is emitted) says
+      // when it came back.
+      uint64_t until = end;
+      const uint64_t now = mono_now();
+      if (const auto runtime = read_thread_runtime_ns(value->header.pid, value->header.tid);
+          runtime && *runtime > value->off_cpu_ns && now > *runtime - value->off_cpu_ns) {
+        const uint64_t back = now - (*runtime - value->off_cpu_ns);
+        if (back < end) {
+          until = std::max<uint64_t>(back, value->header.time_ns);
+          value->flags |= HPD_SAMPLE_SWITCH_IN_INFERRED;
+          ++switch_ins_inferred_at_end;
+        }
+      }
+      decoder_->decode_still_off_cpu(*value, until,
+                                     [this](const Event& event) { builder_->on_event(event); });
     }
   }
   {
@@ -1064,6 +1079,7 @@ void BpfSession::collect_leftovers() {
     }
     result_.profile.lost.lost_records += totals[HPD_COUNTER_RINGBUF_DROPS];
     result_.off_cpu_intervals_lost = totals[HPD_COUNTER_OFFCPU_MAP_FULL];
+    result_.off_cpu_switch_ins_inferred = totals[HPD_COUNTER_SWITCH_IN_UNSEEN] + switch_ins_inferred_at_end;
     result_.threads_without_cpu_baseline = totals[HPD_COUNTER_THREAD_MAP_FULL];
     result_.samples_with_stale_cpu_time = totals[HPD_COUNTER_STALE_RUNTIME];
   }

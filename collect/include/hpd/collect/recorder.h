@@ -209,6 +209,9 @@ struct RecordResult {
   uint64_t threads_without_cpu_baseline = 0;
   // eBPF: off-CPU intervals not recorded because the map of blocked threads was full.
   uint64_t off_cpu_intervals_lost = 0;
+  // eBPF: off-CPU intervals whose switch-in the kernel's sched_switch tracepoint did not report: their
+  // end was taken from the thread's CPU time (HPD_SAMPLE_SWITCH_IN_INFERRED in bpf/profile_event.h).
+  uint64_t off_cpu_switch_ins_inferred = 0;
   // eBPF: blocked intervals split at the thread's wakeup (sched_wakeup) into blocked time and the
   // wait for a CPU that followed, and those that ended with no wakeup seen (woken before the hook was
   // attached), whose wait for a CPU after the wakeup, if any, is counted as blocked.
