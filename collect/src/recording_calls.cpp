@@ -103,7 +103,8 @@ RecordingCallCounter::~RecordingCallCounter() = default;
 
 void RecordingCallCounter::start_uprobes(bool follow_children) {
   try {
-    counter_ = std::make_unique<calls::CallCounter>(calls::CallCounterOptions{follow_children});
+    counter_ =
+        std::make_unique<calls::CallCounter>(calls::CallCounterOptions{.follow_children = follow_children});
     stats_.counter = "uprobes";
   } catch (const calls::CallCountError& e) {
     stats_.messages.push_back(std::string("call counts unavailable: ") + e.what());

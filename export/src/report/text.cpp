@@ -446,7 +446,9 @@ constexpr size_t kCallersShown = 3;
 
 std::string calls_title(const Report& report) {
   if (report.calls_counter == "runtime") return "Calls (exact, counted and timed by hpd's runtime): ";
-  if (report.calls_counter == "uprobes") return "Calls (mcount/__fentry__, exact, counted by uprobes): ";
+  if (report.calls_counter == "uprobes")
+    return report.calls_timed ? "Calls (mcount/__fentry__, exact, counted and timed by uprobes): "
+                              : "Calls (mcount/__fentry__, exact, counted by uprobes; not timed): ";
   return "Calls (mcount/__fentry__, exact): ";
 }
 

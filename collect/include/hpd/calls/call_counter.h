@@ -20,6 +20,10 @@ class CallCountError : public std::runtime_error {
 
 struct CallCounterOptions {
   bool follow_children = true;  // processes the targets fork are counted too
+  // Functions probed at their first instruction (NOP sites) are also timed, from their entry to
+  // their return (uprobe sessions, Linux 6.13): RawProfile::call_latency. On an older kernel they are
+  // counted only, and a message says so.
+  bool time_calls = true;
 };
 
 // Loads the counting program on construction and attaches probes as modules are added. Probes sit
