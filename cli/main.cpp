@@ -142,7 +142,8 @@ int main(int argc, char** argv) {
   record
       ->add_option("--calls-counter", rec.calls_counter,
                    "With --calls: runtime (hpd's mcount/__fentry__ preloaded into the command; counts and "
-                   "times calls), uprobes (eBPF, from outside; counts only), or auto (the runtime for a "
+                   "times calls), uprobes (eBPF, from outside; times only functions whose NOP site is their "
+                   "first instruction, Linux 6.13+), or auto (the runtime for a "
                    "command that can take it, uprobes for --pid and static programs)")
       ->check(CLI::IsMember({"auto", "runtime", "uprobes"}))
       ->capture_default_str();
