@@ -145,6 +145,7 @@ void check_pid_latency(const std::string& daemon_socket) {
   const hpd::test::RunResult text = hpd::test::run({HPD_HPCTL_PATH, "report", "--limit", "0", out});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("counted and timed by uprobes"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("runtime's return hook"), std::string::npos) << text.out;
   const std::string firefox = dir.file("calls.json.gz");
   const hpd::test::RunResult conv = hpd::test::run({HPD_HPCTL_PATH, "convert", out, "-o", firefox});
   ASSERT_EQ(conv.exit_code, 0) << conv.err;
