@@ -161,12 +161,29 @@ static __always_inline __u32 hist_bucket(__u64 v) {
   if (v < 16) return (__u32)v;
   __u32 e = 0;
   __u64 x = v;
-  if (x >> 32) { e += 32; x >>= 32; }
-  if (x >> 16) { e += 16; x >>= 16; }
-  if (x >> 8) { e += 8; x >>= 8; }
-  if (x >> 4) { e += 4; x >>= 4; }
-  if (x >> 2) { e += 2; x >>= 2; }
-  if (x >> 1) { e += 1; }
+  if (x >> 32) {
+    e += 32;
+    x >>= 32;
+  }
+  if (x >> 16) {
+    e += 16;
+    x >>= 16;
+  }
+  if (x >> 8) {
+    e += 8;
+    x >>= 8;
+  }
+  if (x >> 4) {
+    e += 4;
+    x >>= 4;
+  }
+  if (x >> 2) {
+    e += 2;
+    x >>= 2;
+  }
+  if (x >> 1) {
+    e += 1;
+  }
   if (e > 47) return (47 - 4 + 2) * 16 - 1;
   return (e - 4 + 1) * 16 + (__u32)((v >> (e - 4)) & 15);
 }
@@ -238,8 +255,8 @@ int hpd_time_call(struct pt_regs* ctx) {
     return 1;  // no return probe for other processes
   }
   const __u32 kind = (bpf_get_attach_cookie(ctx) >> 8) & 0xff;
-  const __u64 callee =
-      count_call(ctx, tgid, kind == HPD_CALLS_HITS_NOP1 ? HPD_CALLS_HITS_NOP1_TIMED : HPD_CALLS_HITS_NOP5_TIMED);
+  const __u64 callee = count_call(
+      ctx, tgid, kind == HPD_CALLS_HITS_NOP1 ? HPD_CALLS_HITS_NOP1_TIMED : HPD_CALLS_HITS_NOP5_TIMED);
   if (callee == 0) return 1;
   __u64* cookie = bpf_session_cookie();
   if (!cookie) return 1;
