@@ -158,6 +158,7 @@ class CallCounter::Impl {
                            std::strerror(errno));
     stats_.enabled = true;
     stats_.timed = timing_;
+    time_asked_ = options.time_calls;
     for (size_t k = 0; k < kSiteKindCount; ++k)
       stats_.probe_points.push_back(CallProbeHits{to_string(static_cast<SiteKind>(k)), 0, 0, 0});
     // The sites probed at entry and return (timed): indices kSiteKindCount + nop5, + nop1.
@@ -235,6 +236,13 @@ class CallCounter::Impl {
     read_edges(profile);
     read_latency(profile);
     add_missing_mappings(profile);
+    if (!time_asked_ && timeable_sites_ != 0)
+      stats_.messages.push_back(
+          "call latency: not measured (counting only, no return probes); record with --call-latency to "
+          "time the " +
+          std::to_string(timeable_sites_) +
+          " functions probed at their first instruction (more cost per call, and sampled stacks taken "
+          "inside a timed call may not reach their root)");
     for (CallProbeHits& p : stats_.probe_points) {
       if (p.hits == 0) continue;
       std::string why;
@@ -363,6 +371,10 @@ class CallCounter::Impl {
   void attach(const std::string& path, const std::string& shown, const std::vector<ProbeSite>& sites) {
     std::vector<ProbeSite> counted, timed_sites;
     for (const ProbeSite& s : sites) (timed(s) ? timed_sites : counted).push_back(s);
+    if (!time_asked_)
+      timeable_sites_ += static_cast<uint64_t>(std::ranges::count_if(sites, [](const ProbeSite& s) {
+        return s.mode == SiteMode::kAtEntry && s.kind != SiteKind::kCall;
+      }));
     const auto after_prologue =
         std::ranges::count_if(counted, [](const ProbeSite& s) { return s.mode == SiteMode::kAfterPrologue; });
     if (timing_ && after_prologue != 0)
@@ -615,7 +627,9 @@ class CallCounter::Impl {
 
   std::string timing_refused_;  // why the timing program could not be loaded ("" = it was, or not asked)
   Skeleton skel_;
-  bool timing_ = false;  // NOP sites at functions' entries are probed at entry and return
+  bool timing_ = false;          // NOP sites at functions' entries are probed at entry and return
+  bool time_asked_ = false;      // CallCounterOptions::time_calls
+  uint64_t timeable_sites_ = 0;  // not asked: sites --call-latency would have timed
   TracepointLink fork_link_;
   std::vector<UprobeLink> links_;
   std::map<FileId, FileState> files_;

@@ -16,7 +16,12 @@
  * outer, whatever the machine's speed or load. DIR/truth has one line per function:
  *   NAME CALLS INNER_SUM OUTER_SUM INNER_P95 OUTER_P95 INNER_MAX OUTER_MAX INNER_TOP OUTER_TOP
  * sums in ns over all calls (every recursion level), p95 the 95th smallest (rank ceil(0.95 n)),
- * and *_TOP the sums over the outermost activations only (what hpd's total counts once). */
+ * and *_TOP the sums over the outermost activations only (what hpd's total counts once).
+ *
+ * Each call also keeps its return address: DIR/returns says how many of the calls returned through
+ * the kernel's return-probe trampoline (an address in the process's [uprobes] mapping) and of how many,
+ * "PROBED CALLS": every call when the functions are timed (a return probe each), none when they are
+ * only counted. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -44,6 +49,11 @@ static long long cpu_ns(void) {
 }
 
 volatile unsigned long spins;
+#define CALLS_N (SLEEP_N + SPIN_N + REC_N * REC_DEPTH)
+static unsigned long returns_to[CALLS_N];  // each call's return address, as the function saw it
+static int returns_next;
+#define KEEP_RETURN_ADDRESS() \
+  (returns_to[returns_next++ % CALLS_N] = (unsigned long)__builtin_return_address(0))
 static long long inner_last;  // the inner duration of the call that just returned
 
 static void spin_cpu_ns(long long ns) {
@@ -52,6 +62,7 @@ static void spin_cpu_ns(long long ns) {
 }
 
 NOINLINE void sleep_for(long us) {
+  KEEP_RETURN_ADDRESS();
   const long long t0 = now_ns();
   struct timespec t = {0, us * 1000L};
   nanosleep(&t, NULL);
@@ -59,6 +70,7 @@ NOINLINE void sleep_for(long us) {
 }
 
 NOINLINE void spin_cpu(long us) {
+  KEEP_RETURN_ADDRESS();
   const long long t0 = now_ns();
   spin_cpu_ns(us * 1000LL);
   inner_last = now_ns() - t0;
@@ -68,6 +80,7 @@ static long long rec_inner[REC_N * REC_DEPTH], rec_outer[REC_N * REC_DEPTH];
 static int rec_next;
 
 NOINLINE void rec(int depth) {
+  KEEP_RETURN_ADDRESS();
   const long long t0 = now_ns();
   if (depth == 0) {
     spin_cpu_ns(1000000LL);
@@ -112,6 +125,21 @@ static void put_file(const char* dir, const char* name, const char* text, size_t
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0 || write(fd, text, len) != (ssize_t)len) _exit(6);
   close(fd);
+}
+
+// How many kept return addresses lie in the [uprobes] mapping (where the kernel's return probes send
+// the function's return); -1 when the maps cannot be read.
+static int returns_probed(void) {
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (maps == NULL) return -1;
+  char text[512];
+  unsigned long lo = 0, hi = 0;
+  while (fgets(text, sizeof text, maps) != NULL)
+    if (strstr(text, "[uprobes]") != NULL) sscanf(text, "%lx-%lx", &lo, &hi);
+  fclose(maps);
+  int n = 0;
+  for (int i = 0; i < returns_next && i < CALLS_N; ++i) n += returns_to[i] >= lo && returns_to[i] < hi;
+  return n;
 }
 
 static int by_value(const void* a, const void* b) {
@@ -181,6 +209,9 @@ int main(int argc, char** argv) {
               spin_top_o);
   len += line(text + len, sizeof text - (size_t)len, "rec", rec_inner, rec_outer, REC_N * REC_DEPTH,
               sum_of(top_inner, REC_N), sum_of(top_outer, REC_N));
+  char returns[64];
+  const int rlen = snprintf(returns, sizeof returns, "%d %d\n", returns_probed(), returns_next);
+  put_file(argv[1], "returns", returns, (size_t)rlen);
   put_file(argv[1], "truth", text, (size_t)len);
   put_file(argv[1], "done", "", 0);
   if (!wait_for(probes_out)) return 3;

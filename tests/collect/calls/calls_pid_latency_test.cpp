@@ -1,19 +1,25 @@
-// Privileged: `hpctl record --calls --pid PID` times the calls of a running process through its
-// uprobes (session mode: entry and return), end to end: the fixture (calls_pid_latency.c, built with
-// NOP sites at each function's entry) measures each call itself just inside and just outside the
+// Privileged: `hpctl record --calls --call-latency --pid PID` times the calls of a running process
+// through its uprobes (session mode: entry and return), end to end: the fixture (calls_pid_latency.c, built
+// with NOP sites at each function's entry) measures each call itself just inside and just outside the
 // function, so hpd's latency of every call lies between the two, on any machine under any load. The
 // counts are exact; the report's average, 95th percentile, maximum and total lie between the
 // fixture's inner and outer figures. Locally and through hpd. A build whose calls are counted inside
-// glibc's hook gets no latency and a message that says why.
+// glibc's hook gets no latency and a message that says why. Without --call-latency (the default) the
+// calls are counted only: the fixture sees no return probe (no return address of its calls points to
+// the kernel's trampoline), no row has latency, and the summary says how to have it.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "subprocess.h"
@@ -81,10 +87,10 @@ std::vector<std::string> hpctl(const std::string& daemon_socket) {
   return {HPD_HPCTL_PATH, "--socket", daemon_socket, "--daemon"};
 }
 
-// Records `target` with --calls --pid until `done` exists (or the target exits), stops hpctl, and
-// returns its stderr (the recording's summary). `out`: the capture written.
+// Records `target` with --calls --pid (and --call-latency when `latency`) until `done` exists (or the
+// target exits), stops hpctl, and returns its stderr (the recording's summary). `out`: the capture written.
 std::string record_pid(const hpd::testing::TempDir& dir, pid_t target, const std::string& done,
-                       const std::string& out, const std::string& daemon_socket) {
+                       const std::string& out, const std::string& daemon_socket, bool latency) {
   const std::string err = dir.file("hpctl.err");
   hpd::test::BackgroundOptions options;
   options.stdout_path = dir.file("hpctl.out");
@@ -92,6 +98,7 @@ std::string record_pid(const hpd::testing::TempDir& dir, pid_t target, const std
   for (const std::string& a : hpctl(daemon_socket)) argv.push_back(a);
   argv.insert(argv.end(),
               {"record", "--calls", "--no-report", "-o", out, "--pid", std::to_string(target), "-d", "600"});
+  if (latency) argv.push_back("--call-latency");
   hpd::test::Background recorder(argv, options);
   const bool finished = wait_for_file(done, 240, recorder.pid());
   const int status = recorder.terminate(120);
@@ -101,34 +108,86 @@ std::string record_pid(const hpd::testing::TempDir& dir, pid_t target, const std
   return summary;
 }
 
+std::smatch search(const std::string& text, const std::regex& re) {
+  std::smatch m;
+  std::regex_search(text, m, re);
+  return m;
+}
+
+// The summary's "complete stacks: ..." line, printed for the record (how many sampled stacks reached
+// their root with and without return probes: docs/call-counts.md quotes it; not asserted, it depends
+// on where the samples fall).
+void print_complete_stacks(const std::string& summary, const char* how) {
+  const size_t at = summary.find("complete stacks: ");
+  const std::string line =
+      at == std::string::npos ? "(no complete stacks line)" : summary.substr(at, summary.find('\n', at) - at);
+  std::printf("%s: %s\n", how, line.c_str());
+}
+
 // Within [low, high], with 1 ns for the JSON's rounding.
 void expect_between(double value, double low, double high, const std::string& what) {
   EXPECT_GE(value, low - 1) << what << ": hpd " << value << " ns, the fixture's inner " << low << " ns";
   EXPECT_LE(value, high + 1) << what << ": hpd " << value << " ns, the fixture's outer " << high << " ns";
 }
 
+// The fixture's DIR/returns: how many of its calls returned through the kernel's return-probe
+// trampoline, and of how many calls.
+std::pair<int, int> read_returns(const hpd::testing::TempDir& dir) {
+  std::ifstream in(dir.file("returns"));
+  std::pair<int, int> r{-1, -1};
+  in >> r.first >> r.second;
+  return r;
+}
+
+// One recording of the fixture with --calls --pid (and --call-latency when `latency`): the summary,
+// the capture, the fixture's truth and return addresses, and the JSON report.
+struct PidRecording {
+  hpd::testing::TempDir dir{"hpd-calls-pid-latency"};
+  std::string out = dir.file("calls.hpr");
+  std::string summary;
+  std::map<std::string, Truth> truth;
+  std::pair<int, int> returns;
+  nlohmann::json doc;
+};
+
+void record_fixture(PidRecording& r, const std::string& daemon_socket, bool latency) {
+  hpd::test::Background target({fixture("pid_latency_nop"), r.dir.path()});
+  ASSERT_TRUE(wait_for_file(r.dir.file("ready"), 60, target.pid()));
+  r.summary = record_pid(r.dir, target.pid(), r.dir.file("done"), r.out, daemon_socket, latency);
+  ASSERT_EQ(target.wait(), 0) << "the fixture saw no probes, or they stayed after the recording\n"
+                              << r.summary;
+  EXPECT_NE(r.summary.find("call counts (uprobes): "), std::string::npos) << r.summary;
+  print_complete_stacks(r.summary, latency ? "--call-latency" : "counted only");
+  r.returns = read_returns(r.dir);
+  EXPECT_EQ(r.returns.second, 400);
+  r.truth = read_truth(r.dir.file("truth"));
+  ASSERT_EQ(r.truth.size(), 3u) << read_file(r.dir.file("truth"));
+  const hpd::test::RunResult rep =
+      hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", r.out});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  r.doc = nlohmann::json::parse(rep.out);
+  EXPECT_EQ(r.doc["calls"]["counter"], "uprobes");
+  for (const auto& [name, t] : r.truth) {
+    const nlohmann::json* row = row_of(r.doc, name);
+    ASSERT_NE(row, nullptr) << name << ": " << rep.out;
+    EXPECT_EQ((*row)["calls"].get<uint64_t>(), t.calls) << name;
+  }
+}
+
 void check_pid_latency(const std::string& daemon_socket) {
-  const hpd::testing::TempDir dir("hpd-calls-pid-latency");
-  hpd::test::Background target({fixture("pid_latency_nop"), dir.path()});
-  ASSERT_TRUE(wait_for_file(dir.file("ready"), 60, target.pid()));
-  const std::string out = dir.file("calls.hpr");
-  const std::string summary = record_pid(dir, target.pid(), dir.file("done"), out, daemon_socket);
-  ASSERT_EQ(target.wait(), 0) << "the fixture saw no probes, or they stayed after the recording\n" << summary;
-  EXPECT_NE(summary.find("call counts (uprobes): "), std::string::npos) << summary;
+  PidRecording r;
+  ASSERT_NO_FATAL_FAILURE(record_fixture(r, daemon_socket, true));
+  const std::string& summary = r.summary;
   EXPECT_NE(summary.find("nop5+return"), std::string::npos) << summary;
   EXPECT_EQ(summary.find("call latency: not measured"), std::string::npos) << summary;
-
-  const std::map<std::string, Truth> truth = read_truth(dir.file("truth"));
-  ASSERT_EQ(truth.size(), 3u) << read_file(dir.file("truth"));
-  const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
-  ASSERT_EQ(rep.exit_code, 0) << rep.err;
-  const nlohmann::json doc = nlohmann::json::parse(rep.out);
-  EXPECT_EQ(doc["calls"]["counter"], "uprobes");
+  // Every call of the timed functions returned through the kernel's return probe.
+  EXPECT_EQ(r.returns.first, r.returns.second) << "calls that returned through a return probe";
+  const std::map<std::string, Truth>& truth = r.truth;
+  const std::string& out = r.out;
+  const hpd::testing::TempDir& dir = r.dir;
   for (const auto& [name, t] : truth) {
     SCOPED_TRACE(name);
-    const nlohmann::json* row = row_of(doc, name);
-    ASSERT_NE(row, nullptr) << rep.out;
-    EXPECT_EQ((*row)["calls"].get<uint64_t>(), t.calls);
+    const nlohmann::json* row = row_of(r.doc, name);
     ASSERT_TRUE(row->contains("latency")) << row->dump();
     const nlohmann::json& l = (*row)["latency"];
     EXPECT_EQ(l["timed_calls"].get<uint64_t>(), t.calls);
@@ -161,35 +220,94 @@ void check_pid_latency(const std::string& daemon_socket) {
                  sleep.outer_sum / double(sleep.calls), "sleep_for average through Firefox");
 }
 
+// Without --call-latency: the same program's calls are counted exactly, no return probe is placed
+// (the fixture finds none of its 400 calls returned through the kernel's trampoline), no row has
+// latency, and the summary says in one line that latency was not measured and how to have it.
+void check_pid_counted_only(const std::string& daemon_socket) {
+  PidRecording r;
+  ASSERT_NO_FATAL_FAILURE(record_fixture(r, daemon_socket, false));
+  const std::string& summary = r.summary;
+  EXPECT_NE(summary.find("nop5: "), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("+return"), std::string::npos) << summary;
+  size_t said = 0;
+  for (size_t at = summary.find("call latency: not measured (counting only"); at != std::string::npos;
+       at = summary.find("call latency: not measured (counting only", at + 1))
+    ++said;
+  EXPECT_EQ(said, 1u) << summary;
+  EXPECT_NE(summary.find("record with --call-latency"), std::string::npos) << summary;
+  // The functions it names are the sites probed at their first instruction: every nop5 site of this
+  // build (-mfentry -mnop-mcount: one NOP at each function's entry).
+  const std::smatch sites = search(summary, std::regex("nop5: ([0-9]+) sites"));
+  ASSERT_FALSE(sites.empty()) << summary;
+  EXPECT_NE(summary.find("to time the " + sites[1].str() + " functions probed at their first instruction"),
+            std::string::npos)
+      << summary;
+  EXPECT_EQ(r.returns.first, 0) << "calls that returned through a return probe";
+  for (const auto& [name, t] : r.truth) {
+    const nlohmann::json* row = row_of(r.doc, name);
+    EXPECT_FALSE(row->contains("latency")) << name << ": " << row->dump();
+  }
+  const hpd::test::RunResult text = hpd::test::run({HPD_HPCTL_PATH, "report", "--limit", "0", r.out});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("counted by uprobes; not timed"), std::string::npos) << text.out;
+}
+
+// A root hpd on a socket of its own, answering.
+struct TestDaemon {
+  hpd::testing::TempDir dir{"hpd-calls-pid-daemon"};
+  std::string socket = dir.file("hpd.sock");
+  std::unique_ptr<hpd::test::Background> server;
+  bool start() {
+    std::ofstream(dir.file("hpd.conf")).close();
+    server = std::make_unique<hpd::test::Background>(
+        std::vector<std::string>{HPD_HPD_PATH, "--config", dir.file("hpd.conf"), "--socket", socket});
+    for (int attempt = 0; attempt < 300; ++attempt) {
+      if (hpd::test::run({HPD_HPCTL_PATH, "--socket", socket, "status"}, 30).exit_code == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+};
+
 TEST(CallsPidLatency, MatchesWhatTheProgramMeasured) {
   check_pid_latency("");
 }
 
 // The same through hpd, as root (the access rules of any --pid recording apply).
 TEST(CallsPidLatency, ThroughHpdMatchesWhatTheProgramMeasured) {
-  const hpd::testing::TempDir dir("hpd-calls-pid-daemon");
-  std::ofstream(dir.file("hpd.conf")).close();
-  const std::string socket = dir.file("hpd.sock");
-  hpd::test::Background server({HPD_HPD_PATH, "--config", dir.file("hpd.conf"), "--socket", socket});
-  bool answers = false;
-  for (int attempt = 0; attempt < 300 && !answers; ++attempt) {
-    answers = hpd::test::run({HPD_HPCTL_PATH, "--socket", socket, "status"}, 30).exit_code == 0;
-    if (!answers) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(answers) << "hpd did not answer on " << socket;
-  check_pid_latency(socket);
+  TestDaemon daemon;
+  ASSERT_TRUE(daemon.start()) << "hpd did not answer on " << daemon.socket;
+  check_pid_latency(daemon.socket);
 }
 
-// Calls counted inside glibc's __fentry__ (-pg -mfentry without -mnop-mcount): the function's return
-// cannot be probed from there. The counts come, no latency is shown, and the summary says why.
+TEST(CallsPidLatency, WithoutTheFlagCallsAreCountedOnlyAndTheSummarySaysHowToTimeThem) {
+  check_pid_counted_only("");
+}
+
+TEST(CallsPidLatency, ThroughHpdWithoutTheFlagCallsAreCountedOnly) {
+  TestDaemon daemon;
+  ASSERT_TRUE(daemon.start()) << "hpd did not answer on " << daemon.socket;
+  check_pid_counted_only(daemon.socket);
+}
+
+TEST(CallsPidLatency, TheFlagGoesWithCalls) {
+  const hpd::test::RunResult r = hpd::test::run(
+      {HPD_HPCTL_PATH, "--local", "record", "--call-latency", "--no-report", "-d", "1", "--pid", "1"}, 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--call-latency goes with --calls"), std::string::npos) << r.err;
+}
+
+// Calls counted inside glibc's __fentry__ (-pg -mfentry without -mnop-mcount), --call-latency asked:
+// the function's return cannot be probed from there. The counts come, no latency is shown, and the
+// summary says why.
 TEST(CallsPidLatency, CallsCountedInGlibcsHookSayWhyTheyAreNotTimed) {
   const hpd::testing::TempDir dir("hpd-calls-pid-hook");
   hpd::test::Background target({fixture("gcc_fentry"), "1000", "1000", "1000000000"});
   ASSERT_GT(target.pid(), 0);
   const std::string out = dir.file("calls.hpr");
   const hpd::test::RunResult r =
-      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--calls", "--no-report", "-o", out, "--pid",
-                      std::to_string(target.pid()), "-d", "1"},
+      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--calls", "--call-latency", "--no-report", "-o",
+                      out, "--pid", std::to_string(target.pid()), "-d", "1"},
                      120);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("call latency: not measured for the calls"), std::string::npos) << r.err;
