@@ -1,10 +1,13 @@
 #!/bin/bash
 # The cost per call of `hpctl record --calls --pid` (uprobes on a running process's mcount/__fentry__
-# NOP sites), counted and timed (a NOP at the function's first instruction: entry and return probes,
-# uprobe session) side by side with counted only (the NOP after the prologue: one entry probe):
-# bench/calls_pid_cost.c times 11 rounds of calls of an empty function on its thread's CPU clock before
-# and after the attach and prints the medians per call. Repeated RUNS times per build; the median of
-# each column is printed, with the load average before and after.
+# NOP sites), three ways: "counted", the NOP after the prologue (-pg -mnop-mcount: one entry probe);
+# "entry", the NOP at the function's first instruction (-pg -mfentry -mnop-mcount) recorded without
+# --call-latency (one entry probe, counted only, the default); "timed", the same build recorded with
+# --call-latency (entry and return probes, uprobe session). bench/calls_pid_cost.c times 11 rounds of
+# calls of an empty function on its thread's CPU clock before and after the attach and prints the
+# medians per call. Repeated RUNS times per way; the median of each column is printed, with the
+# recording's "complete stacks" line of each run (the share of on-CPU samples whose stack reached its
+# root: a pending return probe replaces a return address) and the load average before and after.
 # Usage: bench/calls_pid_cost.sh BUILD_DIR [RUNS] [CALLS_PER_ROUND]   (as root)
 set -euo pipefail
 build=${1:?usage: calls_pid_cost.sh BUILD_DIR [RUNS] [CALLS_PER_ROUND]}
@@ -22,14 +25,17 @@ gcc -no-pie -o "$work/counted" "$work/counted.o"
 median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 echo "$calls calls a round, 11 rounds, $runs runs per build; $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
-for build_kind in counted timed; do
-  plain=() probed=() added=()
+for way in counted entry timed; do
+  build_kind=$way flags=()
+  [ "$way" = counted ] || build_kind=timed
+  [ "$way" = timed ] && flags=(--call-latency)
+  plain=() probed=() added=() stacks=()
   for run in $(seq "$runs"); do
     rm -f "$work/ready" "$work/done"
     "$work/$build_kind" "$work" "$calls" > "$work/out" &
     target=$!
     while [ ! -e "$work/ready" ]; do sleep 0.05; done
-    "$hpctl" --local record -q --no-report --calls -o "$work/r.hpr" --pid "$target" 2> "$work/hpctl.err" &
+    "$hpctl" --local record --no-report --calls "${flags[@]}" -o "$work/r.hpr" --pid "$target" 2> "$work/hpctl.err" &
     recorder=$!
     while [ ! -e "$work/done" ] && kill -0 "$target" 2> /dev/null; do sleep 0.05; done
     kill -INT "$recorder"
@@ -37,9 +43,10 @@ for build_kind in counted timed; do
     wait "$target"
     read -r _ p _ q < "$work/out"
     plain+=("$p") probed+=("$q") added+=("$(awk -v p="$p" -v q="$q" 'BEGIN {printf "%.1f", q - p}')")
+    stacks+=("$(tr '\r' '\n' < "$work/hpctl.err" | grep -o 'on-CPU [0-9.]*%' | head -1 | cut -d' ' -f2)")
   done
-  printf '%-8s unprobed %s ns, probed %s ns, added %s ns per call (added, per run: %s)\n' "$build_kind" \
-    "$(printf '%s\n' "${plain[@]}" | median)" "$(printf '%s\n' "${probed[@]}" | median)" \
-    "$(printf '%s\n' "${added[@]}" | median)" "${added[*]}"
+  printf '%-8s unprobed %s ns, probed %s ns, added %s ns per call (added, per run: %s); stacks complete, per run: %s\n' \
+    "$way" "$(printf '%s\n' "${plain[@]}" | median)" "$(printf '%s\n' "${probed[@]}" | median)" \
+    "$(printf '%s\n' "${added[@]}" | median)" "${added[*]}" "${stacks[*]}"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
