@@ -1,6 +1,8 @@
 // hpd's call counter: one program attached (as uprobe_multi links) to every mcount/__fentry__ probe
 // point of the target's modules, counting (tgid, caller, callee) edges in a per-CPU hash map.
 // The attach cookie of each site says where caller and callee are (enum hpd_calls_mode).
+// Sites at a function's first instruction are attached in session mode instead when the kernel has
+// it (Linux 6.13): the same count at the entry, and the call's latency at its return.
 #include "vmlinux.h"
 
 #include <bpf/bpf_core_read.h>
@@ -12,6 +14,10 @@
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u32 follow_children = 1;
+
+// Weak: on a kernel without uprobe sessions the counting program still loads (the timing one not).
+extern bool bpf_session_is_return(void) __ksym __weak;
+extern __u64* bpf_session_cookie(void) __ksym __weak;
 
 // Target processes (tgid); followed children are added by hpd_calls_fork.
 struct {
@@ -42,6 +48,30 @@ struct {
   __type(key, struct hpd_call_vma_key);
   __type(value, struct hpd_call_vma);
 } call_vmas SEC(".maps");
+
+// Per (tgid, function): calls timed, their sum, outermost sum and max (per CPU).
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+  __uint(max_entries, 32768);
+  __type(key, struct hpd_call_fn_key);
+  __type(value, struct hpd_call_latency);
+} call_latency SEC(".maps");
+
+// Per (tgid, function, bucket): calls (per CPU).
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+  __uint(max_entries, 131072);
+  __type(key, struct hpd_call_hist_key);
+  __type(value, __u64);
+} call_hist SEC(".maps");
+
+// Per (thread, function): activations not yet returned; an entry exists only while one is.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 65536);
+  __type(key, struct hpd_call_depth_key);
+  __type(value, __u32);
+} call_depths SEC(".maps");
 
 struct vma_walk {
   __s32 pid;
@@ -74,19 +104,11 @@ static __always_inline void count(__u32 which) {
   if (v) *v += 1;
 }
 
-// Loaded with expected_attach_type BPF_TRACE_UPROBE_MULTI by user space (libbpf 1.1 does not know
-// the "uprobe.multi" section name).
-SEC("uprobe")
-int hpd_count_call(struct pt_regs* ctx) {
-  const __s32 tgid = (__s32)(bpf_get_current_pid_tgid() >> 32);
-  if (!bpf_map_lookup_elem(&call_targets, &tgid)) {
-    count(HPD_CALLS_OTHER_HITS);
-    return 0;
-  }
+// Counts the call at a probe site of a target; the callee, or 0 when the call was not counted.
+static __always_inline __u64 count_call(struct pt_regs* ctx, __s32 tgid, __u32 hit_counter) {
   const __u64 cookie = bpf_get_attach_cookie(ctx);
   const __u64 mode = cookie & 0xff;
-  const __u32 kind = (cookie >> 8) & 0xff;
-  count(kind <= HPD_CALLS_HITS_CALL ? kind : HPD_CALLS_HITS_CALL);
+  count(hit_counter);
   struct hpd_call_edge_key key = {.pid = tgid};
   if (mode == HPD_CALLS_MCOUNT_INTERNAL) {
     key.caller = PT_REGS_PARM1(ctx);
@@ -102,20 +124,152 @@ int hpd_count_call(struct pt_regs* ctx) {
   __u64* n = bpf_map_lookup_elem(&call_edges, &key);
   if (n) {
     *n += 1;
-    return 0;
+    return key.callee;
   }
   const __u64 one = 1;
   if (bpf_map_update_elem(&call_edges, &key, &one, BPF_NOEXIST) == 0) {
     record_edge_vmas(&key);
-    return 0;
+    return key.callee;
   }
   // Another call on this CPU cannot have raced us (per-CPU, no preemption inside the program), but
   // another CPU may have created the key: its slot for this CPU exists now.
   n = bpf_map_lookup_elem(&call_edges, &key);
-  if (n)
+  if (n) {
     *n += 1;
-  else
-    count(HPD_CALLS_MAP_FULL);
+    return key.callee;
+  }
+  count(HPD_CALLS_MAP_FULL);
+  return 0;
+}
+
+// Loaded with expected_attach_type BPF_TRACE_UPROBE_MULTI by user space (libbpf 1.1 does not know
+// the "uprobe.multi" section name).
+SEC("uprobe")
+int hpd_count_call(struct pt_regs* ctx) {
+  const __s32 tgid = (__s32)(bpf_get_current_pid_tgid() >> 32);
+  if (!bpf_map_lookup_elem(&call_targets, &tgid)) {
+    count(HPD_CALLS_OTHER_HITS);
+    return 0;
+  }
+  const __u32 kind = (bpf_get_attach_cookie(ctx) >> 8) & 0xff;
+  count_call(ctx, tgid, kind <= HPD_CALLS_HITS_CALL ? kind : HPD_CALLS_HITS_CALL);
+  return 0;
+}
+
+// The bucket of a latency of `v` ns: preload_abi.h's hpd_calls_hist_bucket, without a clz builtin.
+static __always_inline __u32 hist_bucket(__u64 v) {
+  if (v < 16) return (__u32)v;
+  __u32 e = 0;
+  __u64 x = v;
+  if (x >> 32) {
+    e += 32;
+    x >>= 32;
+  }
+  if (x >> 16) {
+    e += 16;
+    x >>= 16;
+  }
+  if (x >> 8) {
+    e += 8;
+    x >>= 8;
+  }
+  if (x >> 4) {
+    e += 4;
+    x >>= 4;
+  }
+  if (x >> 2) {
+    e += 2;
+    x >>= 2;
+  }
+  if (x >> 1) {
+    e += 1;
+  }
+  if (e > 47) return (47 - 4 + 2) * 16 - 1;
+  return (e - 4 + 1) * 16 + (__u32)((v >> (e - 4)) & 15);
+}
+
+// The return of a timed call: its latency into the function's sums and histogram.
+static __always_inline void on_timed_return(struct pt_regs* ctx) {
+  __u64* cookie = bpf_session_cookie();
+  if (!cookie || *cookie == 0) return;
+  const __u64 now = bpf_ktime_get_ns();
+  const __u64 start = *cookie >> 1;
+  const __u64 outer = *cookie & 1;
+  const __u64 ns = now > start ? now - start : 0;
+  const __u64 pid_tgid = bpf_get_current_pid_tgid();
+  const __u64 callee = bpf_get_func_ip(ctx);  // the probed entry, as at the entry
+  struct hpd_call_depth_key dk = {.tid = (__u32)pid_tgid, .callee = callee};
+  __u32* depth = bpf_map_lookup_elem(&call_depths, &dk);
+  if (depth) {
+    if (*depth <= 1)
+      bpf_map_delete_elem(&call_depths, &dk);
+    else
+      *depth -= 1;
+  }
+  struct hpd_call_fn_key key = {.pid = (__s32)(pid_tgid >> 32), .callee = callee};
+  struct hpd_call_latency* l = bpf_map_lookup_elem(&call_latency, &key);
+  if (!l) {
+    const struct hpd_call_latency zero = {};
+    bpf_map_update_elem(&call_latency, &key, &zero, BPF_NOEXIST);
+    l = bpf_map_lookup_elem(&call_latency, &key);
+    if (!l) {
+      count(HPD_CALLS_NOT_TIMED);
+      return;
+    }
+  }
+  l->calls += 1;
+  l->sum_ns += ns;
+  if (outer) l->outer_ns += ns;
+  if (ns > l->max_ns) l->max_ns = ns;
+  struct hpd_call_hist_key hk = {.pid = key.pid, .bucket = hist_bucket(ns), .callee = callee};
+  __u64* n = bpf_map_lookup_elem(&call_hist, &hk);
+  if (n) {
+    *n += 1;
+    return;
+  }
+  const __u64 one = 1;
+  if (bpf_map_update_elem(&call_hist, &hk, &one, BPF_NOEXIST) != 0) {
+    n = bpf_map_lookup_elem(&call_hist, &hk);
+    if (n)
+      *n += 1;
+    else
+      count(HPD_CALLS_NOT_TIMED);
+  }
+}
+
+// Sites at a function's first instruction, in session mode (expected_attach_type
+// BPF_TRACE_UPROBE_SESSION, set by user space): at the entry, the call is counted as hpd_count_call
+// counts it and its start kept in the session's cookie (bit 0: the outermost activation of the
+// function on this thread); returning 0 has the kernel run the program again at the call's return.
+// The cookie belongs to this one activation, so recursion and other threads cannot mix starts up.
+SEC("uprobe")
+int hpd_time_call(struct pt_regs* ctx) {
+  if (bpf_session_is_return()) {
+    on_timed_return(ctx);
+    return 0;
+  }
+  const __u64 pid_tgid = bpf_get_current_pid_tgid();
+  const __s32 tgid = (__s32)(pid_tgid >> 32);
+  if (!bpf_map_lookup_elem(&call_targets, &tgid)) {
+    count(HPD_CALLS_OTHER_HITS);
+    return 1;  // no return probe for other processes
+  }
+  const __u32 kind = (bpf_get_attach_cookie(ctx) >> 8) & 0xff;
+  const __u64 callee = count_call(
+      ctx, tgid, kind == HPD_CALLS_HITS_NOP1 ? HPD_CALLS_HITS_NOP1_TIMED : HPD_CALLS_HITS_NOP5_TIMED);
+  if (callee == 0) return 1;
+  __u64* cookie = bpf_session_cookie();
+  if (!cookie) return 1;
+  struct hpd_call_depth_key dk = {.tid = (__u32)pid_tgid, .callee = callee};
+  __u64 outer = 0;
+  __u32* depth = bpf_map_lookup_elem(&call_depths, &dk);
+  if (depth) {
+    *depth += 1;
+  } else {
+    const __u32 one = 1;
+    outer = bpf_map_update_elem(&call_depths, &dk, &one, BPF_NOEXIST) == 0;
+  }
+  *cookie = (bpf_ktime_get_ns() << 1) | outer;
   return 0;
 }
 

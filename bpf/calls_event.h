@@ -41,6 +41,32 @@ struct hpd_call_vma {
   __u32 dev_minor;
 };
 
+/* The latency of the calls of one function of one process (the session program, at the function's
+ * entry and its return): per CPU, summed by user space. */
+struct hpd_call_fn_key {
+  __s32 pid; /* tgid */
+  __u32 pad;
+  __u64 callee; /* the probed address: the function's entry (after endbr64) */
+};
+struct hpd_call_latency {
+  __u64 calls;    /* calls that returned through the return probe */
+  __u64 sum_ns;   /* all of them, recursion included */
+  __u64 outer_ns; /* outermost activations only (per thread): recursion counted once */
+  __u64 max_ns;
+};
+/* One bucket of a function's latency histogram (in ns, the layout of hpd/calls/preload_abi.h). */
+struct hpd_call_hist_key {
+  __s32 pid;
+  __u32 bucket;
+  __u64 callee;
+};
+/* The depth of a function's activations on one thread, for outer_ns. */
+struct hpd_call_depth_key {
+  __u32 tid;
+  __u32 pad;
+  __u64 callee;
+};
+
 /* A site's attach cookie: the mode in bits 0-7, the kind of instruction probed (its hit counter,
  * hpd::calls::SiteKind: 0 nop5, 1 nop1, 2 call) in bits 8-15. */
 #define HPD_CALLS_COOKIE(mode, kind) ((__u64)(mode) | ((__u64)(kind) << 8))
@@ -52,7 +78,12 @@ enum hpd_calls_counter {
   HPD_CALLS_OTHER_HITS = 3,    /* probe hits of other processes running the same files */
   HPD_CALLS_MAP_FULL = 4,      /* calls not counted: the edge map was full */
   HPD_CALLS_READ_FAILED = 5,   /* calls not counted: the caller could not be read from the stack */
-  HPD_CALLS_COUNTER_COUNT = 6,
+  /* Hits of sites probed in session mode (entry and return, timed), by kind of site (nop5, nop1);
+   * counted here instead of in HPD_CALLS_HITS_NOP5/NOP1 (a timed hit costs more). */
+  HPD_CALLS_HITS_NOP5_TIMED = 6,
+  HPD_CALLS_HITS_NOP1_TIMED = 7,
+  HPD_CALLS_NOT_TIMED = 8,     /* timed sites' calls whose latency was lost: a map was full */
+  HPD_CALLS_COUNTER_COUNT = 9,
 };
 
 #endif

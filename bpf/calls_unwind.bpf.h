@@ -103,4 +103,21 @@ __attribute__((noinline)) __u64 calls_real_return(__u64 ra, __u64 slot) {
   return ra;
 }
 
+// A return address the kernel's return probes replaced (uprobe sessions and uretprobes: the calls
+// `--calls --pid` times): the original, from the thread's pending return instances, each of which
+// names the stack slot it hijacked. Without this every stack below a timed call ended at the
+// kernel's [uprobes] trampoline. The innermost instance comes first, as the walk meets them.
+#define URETPROBE_SEARCH 32
+__attribute__((noinline)) __u64 uretprobe_real_return(__u64 ra, __u64 slot) {
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct uprobe_task* utask = BPF_CORE_READ(task, utask);
+  if (!utask) return ra;
+  struct return_instance* ri = BPF_CORE_READ(utask, return_instances);
+  for (int i = 0; i < URETPROBE_SEARCH && ri; i++) {
+    if (BPF_CORE_READ(ri, stack) == slot) return BPF_CORE_READ(ri, orig_ret_vaddr);
+    ri = BPF_CORE_READ(ri, next);
+  }
+  return ra;
+}
+
 #endif

@@ -214,6 +214,7 @@ static __always_inline int cfi_fp_step(struct cfi_regs* r, struct cfi_window* w)
   if (cfi_read16(w, &frame, r->bp) != 0) return HPD_USER_END_READ_FAULT;
   if (frame.ret == 0) return HPD_USER_END_ROOT;
   if (calls_runtime_active) frame.ret = calls_real_return(frame.ret, r->bp + 8);
+  frame.ret = uretprobe_real_return(frame.ret, r->bp + 8);
   r->sp = r->bp + 16;
   r->bp = frame.next;
   r->ip = frame.ret;
@@ -316,6 +317,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   }
   if (ra == 0) return HPD_USER_END_ROOT;
   if (!exact && calls_runtime_active) ra = calls_real_return(ra, cfa - 8);
+  if (!exact) ra = uretprobe_real_return(ra, cfa - 8);
   r->ip = ra;
   r->sp = cfa;
   r->bp = bp;

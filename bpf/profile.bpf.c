@@ -286,6 +286,7 @@ __attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 
       return n;
     }
     if (calls_runtime_active) frame.ret = calls_real_return(frame.ret, fp + 8);
+    frame.ret = uretprobe_real_return(frame.ret, fp + 8);
     out->ips[i] = frame.ret;
     n = i + 1;
     if (frame.next == 0) {

@@ -32,6 +32,7 @@ struct RecordArgs {
   std::string mip = "auto";            // auto|on|off (--mip / --no-mip): MIP call counts
   bool calls = false;                  // --calls: exact call counts through mcount/__fentry__
   std::string calls_counter = "auto";  // --calls-counter: auto|runtime|uprobes
+  bool call_latency = false;           // --call-latency: uprobes also time calls (entry and return)
   bool alloc = false;                  // --alloc: sampled allocations of the launched command
   uint64_t alloc_mean = 0;             // --alloc-mean BYTES (0 = 512 KiB)
   bool print_report = true;

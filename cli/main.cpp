@@ -142,10 +142,15 @@ int main(int argc, char** argv) {
   record
       ->add_option("--calls-counter", rec.calls_counter,
                    "With --calls: runtime (hpd's mcount/__fentry__ preloaded into the command; counts and "
-                   "times calls), uprobes (eBPF, from outside; counts only), or auto (the runtime for a "
-                   "command that can take it, uprobes for --pid and static programs)")
+                   "times calls), uprobes (eBPF, from outside; counts only, unless --call-latency), or auto "
+                   "(the runtime for a command that can take it, uprobes for --pid and static programs)")
       ->check(CLI::IsMember({"auto", "runtime", "uprobes"}))
       ->capture_default_str();
+  record->add_flag("--call-latency", rec.call_latency,
+                   "With --calls through uprobes (--pid, static programs): also time each call of the "
+                   "functions whose NOP site is their first instruction (a return probe each, Linux 6.13+). "
+                   "Costs the target more per call than counting, and sampled stacks taken inside a timed "
+                   "call may not reach their root (docs/call-counts.md, docs/performance.md)");
   record->add_flag("--alloc", rec.alloc,
                    "Sample the allocations of the launched command (malloc, calloc, realloc, free, the "
                    "aligned ones, C++ new/delete) in hpd's preloaded runtime, or of a --pid process "

@@ -72,6 +72,8 @@ session::RecordRequest to_record_request(const RecordArgs& args) {
   r.calls = args.calls;
   r.calls_counter = choice_of(args.calls_counter, session::parse_call_counter, session::call_counter_words,
                               "--calls-counter");
+  if (args.call_latency && !args.calls) throw std::runtime_error("--call-latency goes with --calls");
+  r.call_latency = args.call_latency;
   if (args.alloc_mean != 0 && !args.alloc) throw std::runtime_error("--alloc-mean goes with --alloc");
   r.alloc = args.alloc;
   r.alloc_mean = args.alloc_mean;

@@ -96,14 +96,15 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
     }
     stats_.messages.push_back("call counts: " + why + "; counting with uprobes instead");
   }
-  start_uprobes(options.follow_children);
+  start_uprobes(options.follow_children, options.time_calls);
 }
 
 RecordingCallCounter::~RecordingCallCounter() = default;
 
-void RecordingCallCounter::start_uprobes(bool follow_children) {
+void RecordingCallCounter::start_uprobes(bool follow_children, bool time_calls) {
   try {
-    counter_ = std::make_unique<calls::CallCounter>(calls::CallCounterOptions{follow_children});
+    counter_ = std::make_unique<calls::CallCounter>(
+        calls::CallCounterOptions{.follow_children = follow_children, .time_calls = time_calls});
     stats_.counter = "uprobes";
   } catch (const calls::CallCountError& e) {
     stats_.messages.push_back(std::string("call counts unavailable: ") + e.what());

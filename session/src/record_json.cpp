@@ -43,6 +43,7 @@ void for_each_request_field(Request& r, Field&& field) {
   field("mip", r.mip);
   field("calls", r.calls);
   field("calls_counter", r.calls_counter);
+  field("call_latency", r.call_latency);
   // --alloc of --pid targets (hpd probes their allocator); a launched command's travels as "alloc_log".
   field("alloc", r.alloc);
   field("alloc_mean", r.alloc_mean);

@@ -133,6 +133,7 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.cfi_row_capacity = request.cfi_rows;
   options.count_calls = request.calls;
   options.call_counter = call_counter(request.calls_counter);
+  options.time_calls = request.call_latency;
   options.sample_allocations = request.alloc;
   options.alloc_mean_bytes = request.alloc_mean;
   // The targets are checked as the recorder checks them, and worded here for hpctl and hpd alike.

@@ -129,6 +129,7 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   args.mip = session::Switch::kOff;
   args.calls = true;
   args.calls_counter = session::CallCounterChoice::kUprobes;
+  args.call_latency = true;
   args.alloc = true;
   args.alloc_mean = 4096;
   const json wire = session::record_request_to_json(args);
@@ -149,6 +150,7 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   EXPECT_EQ(back.call_graph, session::CallGraphMode::kDwarf);
   EXPECT_TRUE(back.calls);
   EXPECT_EQ(back.calls_counter, session::CallCounterChoice::kUprobes);
+  EXPECT_TRUE(back.call_latency);
   EXPECT_TRUE(back.alloc);
   EXPECT_EQ(back.alloc_mean, 4096u);
   EXPECT_EQ(back.stack_size, 4096u);
@@ -163,9 +165,18 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   EXPECT_EQ(wire["call_graph"], "dwarf");
   EXPECT_EQ(wire["mip"], "off");
   EXPECT_EQ(wire["calls_counter"], "uprobes");
+  EXPECT_EQ(wire["call_latency"], true);
   // Absent fields keep the defaults; follow_children stays on when "no_follow_children" is absent.
   const session::RecordRequest empty = session::record_request_from_json(json::object());
   EXPECT_TRUE(empty.follow_children);
+  // An older hpctl sends no "call_latency": its --calls --pid recordings are counted only; a newer
+  // one's --call-latency reaches the recorder.
+  EXPECT_FALSE(empty.call_latency);
+  const json pid_calls = {{"pids", {1}}, {"calls", true}};
+  EXPECT_FALSE(session::record_options_from_request(session::record_request_from_json(pid_calls)).time_calls);
+  json timed = pid_calls;
+  timed["call_latency"] = true;
+  EXPECT_TRUE(session::record_options_from_request(session::record_request_from_json(timed)).time_calls);
   EXPECT_EQ(empty.kernel, session::Switch::kAuto);
   EXPECT_EQ(empty.call_graph, session::CallGraphMode::kAuto);
 }

@@ -92,13 +92,30 @@ using TracepointLink = std::unique_ptr<bpf_link, LinkDeleter>;
 // One uprobe_multi link: closing its fd detaches every site of it.
 using UprobeLink = UniqueFd;
 
-Skeleton load_program(bool follow_children) {
+Skeleton open_program(bool follow_children, bool timing) {
   Skeleton skel(calls_bpf__open());
   if (!skel)
     throw CallCountError(std::string("cannot open hpd's call-counting eBPF object: ") + std::strerror(errno));
   skel->rodata->follow_children = follow_children ? 1 : 0;
   bpf_program__set_expected_attach_type(skel->progs.hpd_count_call,
                                         static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeMulti));
+  bpf_program__set_expected_attach_type(skel->progs.hpd_time_call,
+                                        static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeSession));
+  bpf_program__set_autoload(skel->progs.hpd_time_call, timing);
+  return skel;
+}
+
+// The counting program, and the timing one (session mode) when `timing` and the kernel takes it;
+// when it does not, `timing_refused` says why and the counting program is loaded alone.
+Skeleton load_program(bool follow_children, bool timing, std::string& timing_refused) {
+  if (timing) {
+    Skeleton skel = open_program(follow_children, true);
+    const int err = calls_bpf__load(skel.get());
+    if (err == 0) return skel;
+    timing_refused = std::string("the kernel refused the timing program (") + std::strerror(-err) +
+                     "; it needs uprobe sessions, Linux 6.13 or later)";
+  }
+  Skeleton skel = open_program(follow_children, false);
   if (const int err = calls_bpf__load(skel.get()); err != 0) {
     throw CallCountError(std::string("the kernel refused hpd's call-counting eBPF program: ") +
                          std::strerror(-err) +
@@ -132,14 +149,22 @@ using FileId = std::pair<uint64_t, uint64_t>;  // (st_dev, st_ino)
 
 class CallCounter::Impl {
  public:
-  explicit Impl(const CallCounterOptions& options) : skel_(load_program(options.follow_children)) {
+  explicit Impl(const CallCounterOptions& options)
+      : skel_(load_program(options.follow_children, options.time_calls, timing_refused_)),
+        timing_(options.time_calls && timing_refused_.empty()) {
     fork_link_.reset(bpf_program__attach(skel_->progs.hpd_calls_fork));
     if (!fork_link_)
       throw CallCountError(std::string("cannot attach the call counter's fork hook: ") +
                            std::strerror(errno));
     stats_.enabled = true;
+    stats_.timed = timing_;
+    time_asked_ = options.time_calls;
     for (size_t k = 0; k < kSiteKindCount; ++k)
       stats_.probe_points.push_back(CallProbeHits{to_string(static_cast<SiteKind>(k)), 0, 0, 0});
+    // The sites probed at entry and return (timed): indices kSiteKindCount + nop5, + nop1.
+    for (const SiteKind k : {SiteKind::kNop5, SiteKind::kNop1})
+      stats_.probe_points.push_back(CallProbeHits{std::string(to_string(k)) + "+return", 0, 0, 0});
+    if (!timing_refused_.empty()) note_once("timing", "call latency: not measured: " + timing_refused_);
   }
 
   void add_target(int32_t pid) {
@@ -209,11 +234,22 @@ class CallCounter::Impl {
     fork_link_.reset();
     read_counters();
     read_edges(profile);
+    read_latency(profile);
     add_missing_mappings(profile);
+    if (!time_asked_ && timeable_sites_ != 0)
+      stats_.messages.push_back(
+          "call latency: not measured (counting only, no return probes); record with --call-latency to "
+          "time the " +
+          std::to_string(timeable_sites_) +
+          " functions probed at their first instruction (more cost per call, and sampled stacks taken "
+          "inside a timed call may not reach their root)");
     for (CallProbeHits& p : stats_.probe_points) {
       if (p.hits == 0) continue;
       std::string why;
-      p.ns_per_hit = measure_ns_per_hit(static_cast<SiteKind>(&p - stats_.probe_points.data()), why);
+      const auto index = static_cast<size_t>(&p - stats_.probe_points.data());
+      const bool timed = index >= kSiteKindCount;
+      p.ns_per_hit =
+          measure_ns_per_hit(static_cast<SiteKind>(timed ? index - kSiteKindCount : index), timed, why);
       if (p.ns_per_hit == 0)
         note_once("cost",
                   "call counts: the probes' added cost is not stated: it could not be measured on "
@@ -307,6 +343,12 @@ class CallCounter::Impl {
     if (!libc_probed_.insert(id).second) return;
     const ModuleInstrumentation libc = scan_module(path);
     remember_file(st, shown, libc.build_id);
+    if (timing_)
+      note_once("timing libc",
+                "call latency: not measured for the calls " + user +
+                    " makes through glibc's mcount/__fentry__ (counted inside the hook, where the "
+                    "function's return cannot be probed); build with -pg -mfentry -mnop-mcount "
+                    "-mrecord-mcount (NOP sites at each function's first instruction) to have them timed");
     if (libc.hook_internal_sites.empty()) {
       stats_.messages.push_back(
           "call counts: " + user + " calls mcount/__fentry__, but the call to __mcount_internal inside " +
@@ -320,7 +362,35 @@ class CallCounter::Impl {
     attach(path, shown, libc.hook_internal_sites);
   }
 
+  // Whether a site is probed at entry and return: a NOP at the function's first instruction, where
+  // the return address is on top of the stack (the kernel's return probe swaps it there).
+  bool timed(const ProbeSite& s) const {
+    return timing_ && s.mode == SiteMode::kAtEntry && s.kind != SiteKind::kCall;
+  }
+
   void attach(const std::string& path, const std::string& shown, const std::vector<ProbeSite>& sites) {
+    std::vector<ProbeSite> counted, timed_sites;
+    for (const ProbeSite& s : sites) (timed(s) ? timed_sites : counted).push_back(s);
+    if (!time_asked_)
+      timeable_sites_ += static_cast<uint64_t>(std::ranges::count_if(sites, [](const ProbeSite& s) {
+        return s.mode == SiteMode::kAtEntry && s.kind != SiteKind::kCall;
+      }));
+    const auto after_prologue =
+        std::ranges::count_if(counted, [](const ProbeSite& s) { return s.mode == SiteMode::kAfterPrologue; });
+    if (timing_ && after_prologue != 0)
+      note_once("timing prologue " + shown,
+                "call latency: not measured for the " + std::to_string(after_prologue) + " functions of " +
+                    shown +
+                    " probed after their prologue (built with -pg -mnop-mcount without -mfentry), where "
+                    "the function's return cannot be probed; build with -pg -mfentry -mnop-mcount "
+                    "-mrecord-mcount to have them timed");
+    attach_sites(path, shown, counted, false);
+    attach_sites(path, shown, timed_sites, true);
+  }
+
+  void attach_sites(const std::string& path, const std::string& shown, const std::vector<ProbeSite>& sites,
+                    bool timed_sites) {
+    if (sites.empty()) return;
     std::vector<uint64_t> offsets, cookies;
     offsets.reserve(sites.size());
     cookies.reserve(sites.size());
@@ -329,7 +399,7 @@ class CallCounter::Impl {
       cookies.push_back(HPD_CALLS_COOKIE(static_cast<uint64_t>(s.mode), static_cast<uint64_t>(s.kind)));
     }
     const uint64_t begin = mono_ns();
-    const int fd = link_sites(path, offsets, cookies);
+    const int fd = link_sites(path, offsets, cookies, timed_sites);
     stats_.attach_ns += mono_ns() - begin;
     if (fd < 0) {
       stats_.messages.push_back("call counts: cannot attach " + std::to_string(sites.size()) + " probes to " +
@@ -337,22 +407,28 @@ class CallCounter::Impl {
       return;
     }
     links_.emplace_back(fd);
-    for (const ProbeSite& s : sites) ++stats_.probe_points[static_cast<size_t>(s.kind)].sites;
+    for (const ProbeSite& s : sites)
+      ++stats_.probe_points[static_cast<size_t>(s.kind) + (timed_sites ? kSiteKindCount : 0)].sites;
   }
 
-  // One uprobe_multi link of the counting program on `offsets` of `path`; its fd, or -1 (errno set).
+  // One uprobe_multi link on `offsets` of `path`: of the counting program, or of the timing one in
+  // session mode; its fd, or -1 (errno set).
   int link_sites(const std::string& path, const std::vector<uint64_t>& offsets,
-                 const std::vector<uint64_t>& cookies) {
+                 const std::vector<uint64_t>& cookies, bool timed_sites) {
+    if (timed_sites)
+      return uprobe_multi::link(bpf_program__fd(skel_->progs.hpd_time_call),
+                                uprobe_multi::kAttachUprobeSession, path, offsets, cookies);
     return uprobe_multi::link(bpf_program__fd(skel_->progs.hpd_count_call), uprobe_multi::kAttachUprobeMulti,
                               path, offsets, cookies);
   }
 
   // What one hit of a probe on a site of `kind` adds to a target's CPU time on this machine, in ns:
-  // this program attached to a function of hpd's own executable whose first instruction is such a
-  // site, hpd's pid a target meanwhile, the median over rounds of (CPU of N probed calls - CPU of N
-  // unprobed calls) / N on this thread's CPU clock (the kernel's uprobe work is charged to it). Runs
-  // after the targets' counts were read. 0, with `why`, when it could not be measured.
-  uint64_t measure_ns_per_hit(SiteKind kind, std::string& why) {
+  // this program (the timing one at entry and return when `timed`) attached to a function of hpd's
+  // own executable whose first instruction is such a site, hpd's pid a target meanwhile, the median over
+  // rounds of (CPU of N probed calls - CPU of N unprobed calls) / N on this thread's CPU clock (the kernel's
+  // uprobe work is charged to it). Runs after the targets' counts were read. 0, with `why`, when it could not
+  // be measured.
+  uint64_t measure_ns_per_hit(SiteKind kind, bool timed_site, std::string& why) {
     const auto address = reinterpret_cast<uint64_t>(
         kind == SiteKind::kNop5   ? reinterpret_cast<void*>(&hpd_calls_calibration_nop5)
         : kind == SiteKind::kNop1 ? reinterpret_cast<void*>(&hpd_calls_calibration_nop1)
@@ -395,8 +471,9 @@ class CallCounter::Impl {
     };
     const uint64_t plain = median_round_ns();
     const SiteMode mode = kind == SiteKind::kCall ? SiteMode::kMcountInternal : SiteMode::kAtEntry;
-    const int fd = link_sites(path, {file_offset},
-                              {HPD_CALLS_COOKIE(static_cast<uint64_t>(mode), static_cast<uint64_t>(kind))});
+    const int fd =
+        link_sites(path, {file_offset},
+                   {HPD_CALLS_COOKIE(static_cast<uint64_t>(mode), static_cast<uint64_t>(kind))}, timed_site);
     if (fd < 0) {
       why = std::string("cannot probe hpd's own ") + to_string(kind) + " site: " + std::strerror(errno);
       return 0;
@@ -434,6 +511,9 @@ class CallCounter::Impl {
       for (const uint64_t v : per_cpu) totals[i] += v;
     }
     for (size_t k = 0; k < kSiteKindCount; ++k) stats_.probe_points[k].hits = totals[HPD_CALLS_HITS_NOP5 + k];
+    stats_.probe_points[kSiteKindCount + size_t(SiteKind::kNop5)].hits = totals[HPD_CALLS_HITS_NOP5_TIMED];
+    stats_.probe_points[kSiteKindCount + size_t(SiteKind::kNop1)].hits = totals[HPD_CALLS_HITS_NOP1_TIMED];
+    stats_.calls_not_timed = totals[HPD_CALLS_NOT_TIMED];
     stats_.other_process_hits = totals[HPD_CALLS_OTHER_HITS];
     stats_.calls_not_counted = totals[HPD_CALLS_MAP_FULL] + totals[HPD_CALLS_READ_FAILED];
   }
@@ -454,6 +534,53 @@ class CallCounter::Impl {
       if (count == 0) continue;
       profile.call_edges.push_back(RawCallEdge{key.pid, key.caller, key.callee, count});
       ++stats_.edges;
+    }
+  }
+
+  // The timed functions' latency, summed over CPUs: per (process, function) the sums, and the
+  // histogram in ns (one tick = 1 ns: the program reads bpf_ktime_get_ns, CLOCK_MONOTONIC).
+  void read_latency(RawProfile& profile) {
+    if (!timing_) return;
+    const int cpus = libbpf_num_possible_cpus();
+    if (cpus <= 0) return;
+    std::map<std::pair<int32_t, uint64_t>, RawCallLatency> by_fn;
+    const int fd = bpf_map__fd(skel_->maps.call_latency);
+    std::vector<hpd_call_latency> per_cpu(static_cast<size_t>(cpus));
+    hpd_call_fn_key key{}, next{};
+    bool first = true;
+    while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
+      first = false;
+      key = next;
+      if (bpf_map_lookup_elem(fd, &key, per_cpu.data()) != 0) continue;
+      RawCallLatency l;
+      l.pid = key.pid;
+      l.callee_address = key.callee;
+      l.histogram.ns_per_tick = 1.0;
+      for (const hpd_call_latency& v : per_cpu) {
+        l.calls += v.calls;
+        l.sum_ns += v.sum_ns;
+        l.outer_ns += v.outer_ns;
+        l.max_ns = std::max<uint64_t>(l.max_ns, v.max_ns);
+      }
+      if (l.calls != 0) by_fn[{key.pid, key.callee}] = std::move(l);
+    }
+    const int hist_fd = bpf_map__fd(skel_->maps.call_hist);
+    std::vector<uint64_t> counts(static_cast<size_t>(cpus));
+    std::map<std::pair<int32_t, uint64_t>, std::map<uint32_t, uint64_t>> buckets;
+    hpd_call_hist_key hkey{}, hnext{};
+    first = true;
+    while (bpf_map_get_next_key(hist_fd, first ? nullptr : &hkey, &hnext) == 0) {
+      first = false;
+      hkey = hnext;
+      if (bpf_map_lookup_elem(hist_fd, &hkey, counts.data()) != 0) continue;
+      uint64_t n = 0;
+      for (const uint64_t v : counts) n += v;
+      if (n != 0) buckets[{hkey.pid, hkey.callee}][hkey.bucket] += n;
+    }
+    for (auto& [fn, l] : by_fn) {
+      if (auto it = buckets.find(fn); it != buckets.end())
+        l.histogram.buckets.assign(it->second.begin(), it->second.end());
+      profile.call_latency.push_back(std::move(l));
     }
   }
 
@@ -498,7 +625,11 @@ class CallCounter::Impl {
     }
   }
 
+  std::string timing_refused_;  // why the timing program could not be loaded ("" = it was, or not asked)
   Skeleton skel_;
+  bool timing_ = false;          // NOP sites at functions' entries are probed at entry and return
+  bool time_asked_ = false;      // CallCounterOptions::time_calls
+  uint64_t timeable_sites_ = 0;  // not asked: sites --call-latency would have timed
   TracepointLink fork_link_;
   std::vector<UprobeLink> links_;
   std::map<FileId, FileState> files_;
@@ -535,7 +666,8 @@ const CallCountStats& CallCounter::stats() const {
 
 std::string call_counter_unavailable_reason() {
   try {
-    Skeleton skel = load_program(false);
+    std::string timing_refused;
+    Skeleton skel = load_program(false, false, timing_refused);
     return "";
   } catch (const CallCountError& e) {
     return e.what();

@@ -85,6 +85,10 @@ std::vector<std::string> describe_call_counts(const CallCountStats& stats) {
     out.push_back("call counts: " + std::to_string(stats.calls_not_counted) +
                   " calls were not counted (edge map full, or the caller could not be read)");
   }
+  if (stats.calls_not_timed != 0) {
+    out.push_back("call latency: " + std::to_string(stats.calls_not_timed) +
+                  " calls were counted but not timed (the latency maps were full)");
+  }
   for (const std::string& m : stats.messages) out.push_back(m);
   return out;
 }

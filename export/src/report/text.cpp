@@ -446,7 +446,9 @@ constexpr size_t kCallersShown = 3;
 
 std::string calls_title(const Report& report) {
   if (report.calls_counter == "runtime") return "Calls (exact, counted and timed by hpd's runtime): ";
-  if (report.calls_counter == "uprobes") return "Calls (mcount/__fentry__, exact, counted by uprobes): ";
+  if (report.calls_counter == "uprobes")
+    return report.calls_timed ? "Calls (mcount/__fentry__, exact, counted and timed by uprobes): "
+                              : "Calls (mcount/__fentry__, exact, counted by uprobes; not timed): ";
   return "Calls (mcount/__fentry__, exact): ";
 }
 
@@ -494,6 +496,9 @@ void print_timed_calls_view(const Report& report, std::ostream& out, size_t show
     out << " CPU: sampled CPU\n"
            "in the function and its callees (the stack walks put back the return addresses the runtime's\n"
            "hook replaced; see Complete stacks).\n";
+  } else if (report.calls_counter == "uprobes") {
+    out << " Inclusive\n"
+           "CPU: in the functions table (the calls table shows it beside the runtime's latency only).\n";
   } else {
     out << " Stacks\n"
            "ended at the runtime's return hook (this backend or call graph does not unwind through it), so\n"

@@ -20,6 +20,11 @@ class CallCountError : public std::runtime_error {
 
 struct CallCounterOptions {
   bool follow_children = true;  // processes the targets fork are counted too
+  // Functions probed at their first instruction (NOP sites) are also timed, from their entry to
+  // their return (uprobe sessions, Linux 6.13): RawProfile::call_latency. On an older kernel they are
+  // counted only, and a message says so. Off (the default): no return probe is placed, and a message
+  // says the latency was not measured and how to have it.
+  bool time_calls = false;
 };
 
 // Loads the counting program on construction and attaches probes as modules are added. Probes sit

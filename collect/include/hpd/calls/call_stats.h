@@ -11,7 +11,7 @@ namespace hpd {
 // CPU per hit measured at the end of the recording on the machine it ran on (a probe of the same kind
 // on hpd's own code, timed on hpd's thread CPU clock).
 struct CallProbeHits {
-  std::string probe_point;  // "nop5", "nop1", "call"
+  std::string probe_point;  // "nop5", "nop1", "call"; "nop5+return", "nop1+return" when timed
   uint64_t sites = 0;       // probe sites attached
   uint64_t hits = 0;
   uint64_t ns_per_hit = 0;  // measured added CPU of one hit; 0: not measured (no hits, or it failed)
@@ -39,6 +39,8 @@ struct CallCountStats {
   std::vector<CallProbeHits> probe_points;
   uint64_t other_process_hits = 0;  // hits of processes that run the same files but are not targets
   uint64_t calls_not_counted = 0;   // the edge map was full, or the caller could not be read
+  bool timed = false;               // uprobes: functions probed at their entry are timed to their return
+  uint64_t calls_not_timed = 0;     // uprobes: calls of timed functions whose latency was lost (map full)
   uint64_t edges = 0;
   uint64_t modules_instrumented = 0;
   uint64_t attach_ns = 0;  // wall time spent attaching probes, summed over modules

@@ -140,6 +140,11 @@ struct RecordOptions {
   // preloaded: cheaper, and it times each call), unless it cannot take it (static, its own mcount),
   // then uprobes, as --pid targets always get.
   CallCounterKind call_counter = CallCounterKind::kAuto;
+  // With uprobes: also time the functions probed at their first instruction (a return probe each,
+  // uprobe sessions, Linux 6.13+), into RawProfile::call_latency. Off: counting only, which costs the
+  // target less per call and leaves sampled stacks whole (a pending return probe replaces the return
+  // address, so a stack walk cannot always reach the root). The runtime times calls either way.
+  bool time_calls = false;
   // The runtime library; empty = hpd::calls::find_preload_runtime().
   std::string call_runtime;
   // The runtime's table, made by the launcher of pids[0] (hpctl, recording through hpd), whose

@@ -221,8 +221,9 @@ struct LatencyHistogram {
   static uint32_t bucket_of_ticks(uint64_t ticks);
 };
 
-// The latency of the calls of one function of one process, timed by hpd's in-process runtime (each
-// call from its entry to its return, callees included).
+// The latency of the calls of one function of one process, each call from its entry to its return,
+// callees included: timed by hpd's in-process runtime (TSC ticks), or by the call counter's uprobes
+// at the entry and return of functions probed at their first instruction (ns: ns_per_tick = 1).
 struct RawCallLatency {
   int32_t pid = 0;
   uint64_t callee_address = 0;  // as RawCallEdge::callee_address
@@ -332,7 +333,7 @@ struct RawProfile {
   uint64_t sample_offset = 0;
   std::vector<RawSampleSum> released;  // the released samples, summed; in the order first released
   std::vector<RawCallEdge> call_edges;
-  // Per (process, function) call latency; only from the in-process counter (empty with uprobes).
+  // Per (process, function) call latency: the in-process counter's, or the uprobes' (session mode).
   std::vector<RawCallLatency> call_latency;
   // Oldest first; several per (pid, module) may be kept, the last one is what the process reached.
   std::vector<RawMipSnapshot> mip_snapshots;

@@ -42,6 +42,10 @@ struct RecordRequest {
   Switch mip = Switch::kAuto;
   bool calls = false;  // exact call counts through mcount/__fentry__
   CallCounterChoice calls_counter = CallCounterChoice::kAuto;
+  // --call-latency: with uprobes, also time the functions probed at their first instruction (a
+  // return probe each: more cost per call, and sampled stacks lose their root while one is pending).
+  // Travels as "call_latency"; a client that does not send it gets counting only.
+  bool call_latency = false;
   // Sampled allocations (--alloc, --alloc-mean BYTES; 0 = the default mean). For --pid targets they
   // travel as "alloc" and "alloc_mean" (hpd probes the targets' allocator); for a launched command
   // hpctl makes the runtime's log, hands it over ("alloc_log") and sends "alloc": false.
