@@ -168,5 +168,55 @@ TEST_P(TailCallTest, FramePointerStacksAreNotJudged) {
 
 INSTANTIATE_TEST_SUITE_P(Compilers, TailCallTest, ::testing::Values("gcc", "clang"));
 
+// An inline function compiled into two units in two sizes: the linker keeps one copy and points the
+// other unit's DWARF for its copy at address 0. A call site there names code that is not there, and
+// the frame below, in the copy kept, must not pass for another function.
+TEST(TailCallComdat, ADiscardedCopyOfTheCalleeTellsNothing) {
+  test::TempDir dir;
+  const std::string binary = dir.file("comdat");
+  const std::string fixtures = HPD_SYMBOLIZER_FIXTURES;
+  test::run(std::string(HPD_GXX12) + " -O2 -g -c '" + fixtures + "/comdat_a.cpp' -o '" + dir.file("a.o") +
+            "'");
+  test::run(std::string(HPD_GXX12) + " -O1 -fno-inline -g -c '" + fixtures + "/comdat_b.cpp' -o '" +
+            dir.file("b.o") + "'");
+  test::run(std::string(HPD_GXX12) + " '" + dir.file("a.o") + "' '" + dir.file("b.o") + "' -o '" + binary +
+            "'");
+  ASSERT_TRUE(std::filesystem::exists(binary));
+  const Disassembly d = disassemble(binary);
+  ASSERT_TRUE(d.return_address.count("_Z6from_bl>_Z11spin_sharedl")) << "from_b calls spin_shared";
+  // The fixture is what the test assumes: comdat_b's copy of spin_shared is described at address 0.
+  const std::string info = test::run("readelf --debug-dump=info '" + binary + "'");
+  ASSERT_NE(info.find("DW_AT_low_pc      : 0\n"), std::string::npos) << "no discarded copy in the DWARF";
+
+  const std::vector<test::Segment> segments = test::load_segments(binary);
+  const uint64_t ret = d.return_address.at("_Z6from_bl>_Z11spin_sharedl");
+  Symbolizer symbolizer;
+  const std::vector<uint64_t> offsets{test::file_offset_of(segments, ret) - 1};
+  EXPECT_TRUE(symbolizer.call_site_callees(test::module_ref(binary), offsets).at(0).empty());
+
+  RawProfile raw;
+  raw.info.call_graph = "cfi";
+  const uint32_t module = raw.intern_module(binary, "");
+  RawProcess& p = raw.process(kPid);
+  p.end_ns = 1;
+  for (const auto& s : segments) {
+    if (s.exec)
+      p.mappings.push_back(RawMapping{kLoadBase + (s.vaddr & ~0xfffull),
+                                      kLoadBase + ((s.vaddr + s.memsz + 0xfff) & ~0xfffull),
+                                      s.offset & ~0xfffull, module, 0});
+  }
+  RawSample sample;
+  sample.time_ns = 10;
+  sample.pid = sample.tid = kPid;
+  sample.stack = raw.stacks.intern(
+      {}, std::vector<uint64_t>{kLoadBase + d.start.at("_Z11spin_sharedl") + 4, kLoadBase + ret},
+      UserLeaf::kInterrupted);
+  raw.samples.push_back(sample);
+  const Profile profile = symbolize_profile(raw, symbolizer);
+  ASSERT_GE(profile.stacks.size(), 2u);
+  for (const Stack& s : profile.stacks)
+    EXPECT_FALSE(s.tail_call) << profile.func_name(profile.frames[s.frame].func);
+}
+
 }  // namespace
 }  // namespace hpd

@@ -173,8 +173,10 @@ class Symbolizer {
   // information names it (DW_TAG_call_site's DW_AT_call_origin: gcc and clang emit it at -O2 -g),
   // lib-relative [low, high) ranges, hot and cold parts. Empty when unknown: no call-site
   // information (no DWARF, -O0), an indirect call, a callee defined in another compile unit or
-  // module. When the frame below a caller lies outside its call's callee, that callee did not
-  // return to it: it tail-called (jumped) on, once or more, to the function of that frame.
+  // module, or code of which a part does not begin at a function symbol (a discarded COMDAT copy's
+  // DWARF, at address 0). When the frame below a caller lies outside its call's callee, that
+  // callee did not return to it: it tail-called (jumped) on, once or more, to the function of that
+  // frame.
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> call_site_callees(
       const ModuleRef& module, std::span<const uint64_t> file_offsets);
   // Searches addresses ahead of the one-at-a-time calls (resolve_vaddr, or resolve with one
