@@ -79,10 +79,12 @@ uint32_t Profile::intern_frame(const Frame& f) {
   return it->second;
 }
 
-uint32_t Profile::intern_stack(uint32_t prefix, uint32_t frame) {
+uint32_t Profile::intern_stack(uint32_t prefix, uint32_t frame, bool tail_call) {
   const uint64_t key = (static_cast<uint64_t>(prefix) << 32) | frame;
   auto [it, inserted] = stack_index_.emplace(key, static_cast<uint32_t>(stacks.size()));
-  if (inserted) stacks.push_back(Stack{prefix, frame});
+  if (inserted) stacks.push_back(Stack{prefix, frame, tail_call});
+  // The frames' addresses decide it, so an equal stack says the same; a yes is never taken back.
+  if (tail_call) stacks[it->second].tail_call = true;
   return it->second;
 }
 

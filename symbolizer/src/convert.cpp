@@ -76,6 +76,11 @@ struct UniqueAddress {
   AddressKey key;
   uint32_t first_spec = 0;
   uint32_t spec_count = 0;
+  // A return address's callee as the call site names it: into Converter::callee_code_; kNoIndex =
+  // unknown (see Symbolizer::call_site_callees).
+  uint32_t callee_code = kNoIndex;
+  bool found = false;        // the symbolizer found the address's function (a symbol or debug information)
+  int64_t rel_address = -1;  // lib-relative, as looked up; -1 = none
 };
 
 // A raw stack as seen by one process in one mapping epoch, for one kind of sample: the frames of
@@ -469,7 +474,9 @@ class Converter {
       for (uint32_t id : ids) offsets.push_back(addresses_[id].key.value);
       const ModuleInfo& info = symbolizer_.module_info(ref);
       std::vector<Location> locs = symbolizer_.resolve(ref, offsets);
-      retry_unfound_return_addresses(ref, ids, locs);
+      std::vector<bool> retried(ids.size(), false);
+      retry_unfound_return_addresses(ref, ids, locs, retried);
+      find_call_site_callees(ref, ids, locs, retried);
       const uint32_t lib = module_lib(module, &info);
       if (!info.readable) out_.meta.missing_modules.push_back(raw_.modules[module].path);
       const std::string base = basename_of(raw_.modules[module].path);
@@ -477,6 +484,8 @@ class Converter {
         const Location& loc = locs[i];
         add_location_frames(addresses_[ids[i]], loc, lib, base + "+" + hex(loc.rel_address),
                             static_cast<int64_t>(loc.rel_address));
+        addresses_[ids[i]].found = loc.found;
+        addresses_[ids[i]].rel_address = static_cast<int64_t>(loc.rel_address);
       }
     }
     bool kernel_missing_noted = false;
@@ -509,7 +518,7 @@ class Converter {
   // address is never at a function's first byte unless the call ended the function before it, and
   // that call's byte does lie in a function.
   void retry_unfound_return_addresses(const ModuleRef& ref, const std::vector<uint32_t>& ids,
-                                      std::vector<Location>& locs) {
+                                      std::vector<Location>& locs, std::vector<bool>& retried) {
     std::vector<size_t> retry;
     std::vector<uint64_t> offsets;
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -520,8 +529,49 @@ class Converter {
     if (retry.empty()) return;
     std::vector<Location> exact = symbolizer_.resolve(ref, offsets);
     for (size_t k = 0; k < retry.size(); ++k) {
-      if (exact[k].found) locs[retry[k]] = std::move(exact[k]);
+      if (exact[k].found) {
+        locs[retry[k]] = std::move(exact[k]);
+        retried[retry[k]] = true;
+      }
     }
+  }
+
+  // The callee each found return address's call site names (a return address is one whose lookup
+  // was nudged and stayed so).
+  void find_call_site_callees(const ModuleRef& ref, const std::vector<uint32_t>& ids,
+                              const std::vector<Location>& locs, const std::vector<bool>& retried) {
+    if (!unwound_by_cfi_) return;
+    std::vector<uint32_t> asked;
+    std::vector<uint64_t> offsets;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const UniqueAddress& ua = addresses_[ids[i]];
+      if (!ua.key.nudged || !locs[i].found || retried[i]) continue;
+      asked.push_back(ids[i]);
+      offsets.push_back(ua.key.value);
+    }
+    if (asked.empty()) return;
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> code =
+        symbolizer_.call_site_callees(ref, offsets);
+    for (size_t k = 0; k < asked.size(); ++k) {
+      if (code[k].empty()) continue;
+      addresses_[asked[k]].callee_code = static_cast<uint32_t>(callee_code_.size());
+      callee_code_.push_back(std::move(code[k]));
+    }
+  }
+
+  // Whether the edge from `caller` (a return address) to `callee` (the address below it) is a tail
+  // call: the caller's call site names a function, and `callee` lies outside its code. Both must be
+  // found in one module; anything less is not known, and not marked.
+  bool is_tail_call_edge(const UniqueAddress& caller, const UniqueAddress& callee) const {
+    if (caller.callee_code == kNoIndex || caller.key.kind != AddressKind::kModule ||
+        callee.key.kind != AddressKind::kModule || callee.key.module != caller.key.module || !callee.found ||
+        callee.rel_address < 0)
+      return false;
+    const auto address = static_cast<uint64_t>(callee.rel_address);
+    for (const auto& [low, high] : callee_code_[caller.callee_code]) {
+      if (address >= low && address < high) return false;
+    }
+    return true;
   }
 
   uint32_t frame_of(FrameSpec& spec, Category category) {
@@ -543,8 +593,12 @@ class Converter {
                                 : user                              ? Category::kUser
                                                                     : Category::kKernel;
       const UniqueAddress& ua = addresses_[instance_addresses_[i]];
+      // The edge into this address's outer frame from the user frame above it (its caller).
+      const bool tail_call =
+          user && i > inst.addresses_begin && is_tail_call_edge(addresses_[instance_addresses_[i - 1]], ua);
       for (uint32_t s = 0; s < ua.spec_count; ++s) {
-        prefix = out_.intern_stack(prefix, frame_of(specs_[ua.first_spec + s], category));
+        prefix =
+            out_.intern_stack(prefix, frame_of(specs_[ua.first_spec + s], category), tail_call && s == 0);
       }
     }
     inst.profile_stack = prefix;
@@ -786,6 +840,11 @@ class Converter {
   std::vector<UniqueAddress> addresses_;
   std::unordered_map<AddressKey, uint32_t, AddressKeyHash> address_index_;
   std::vector<FrameSpec> specs_;
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> callee_code_;  // by UniqueAddress::callee_code
+  // Tail calls are told only in stacks unwound by CFI (cfi, dwarf): a frame-pointer walk loses the
+  // caller of a function that keeps no frame pointer, which would look the same.
+  const bool unwound_by_cfi_ =
+      raw_.info.call_graph.ends_with("cfi") || raw_.info.call_graph.ends_with("dwarf");
 
   std::unordered_map<uint32_t, ModuleRef> module_refs_;  // raw module -> how to open it
   std::unordered_map<uint32_t, uint32_t> module_libs_;   // raw module -> Profile lib

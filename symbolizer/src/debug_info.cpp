@@ -30,6 +30,9 @@ class DwarfDebugInfo final : public DebugInfo {
     const uint32_t* p = place.part;
     index_->prefetch(DwarfIndex::Place{p[0], p[1], p[2], p[3], p[4]}, step);
   }
+  std::vector<std::pair<uint64_t, uint64_t>> call_site_callee(uint64_t return_vaddr) override {
+    return index_->call_site_callee(return_vaddr);
+  }
   size_t memory_bytes() const override { return index_->memory_bytes(); }
 
  private:

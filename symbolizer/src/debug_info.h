@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hpd/symbolizer/symbolizer.h"
@@ -44,6 +45,10 @@ class DebugInfo {
   // `step` 0 asks for what the place points at directly; step 1, issued later for the same place,
   // follows those pointers one level (they should have arrived by then).
   virtual void prefetch(const DebugPlace& place, int step) = 0;
+  // The code ([low, high) ELF vaddrs) of the function the call returning to ELF vaddr
+  // `return_vaddr` calls, as the caller's call-site information names it; empty when unknown
+  // (DwarfIndex::call_site_callee).
+  virtual std::vector<std::pair<uint64_t, uint64_t>> call_site_callee(uint64_t return_vaddr) = 0;
   // Estimated heap bytes held, for the module cache's memory cap.
   virtual size_t memory_bytes() const = 0;
 };

@@ -291,6 +291,34 @@ std::vector<Location> Symbolizer::resolve_vaddrs(const ModuleRef& module, std::s
   return impl_->resolve_in_address_order(e, vaddrs.size(), [&](size_t i) { return vaddrs[i]; });
 }
 
+std::vector<std::vector<std::pair<uint64_t, uint64_t>>> Symbolizer::call_site_callees(
+    const ModuleRef& module, std::span<const uint64_t> file_offsets) {
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> out(file_offsets.size());
+  ModuleCache::Entry& e = impl_->cache.get(module);
+  if (!e.loaded || !e.loaded->debug) return out;
+  const uint64_t base = e.info.image_base;
+  const SymbolTable& symbols = e.loaded->symbols;
+  for (size_t i = 0; i < file_offsets.size(); ++i) {
+    out[i] = e.loaded->debug->call_site_callee(e.loaded->segments.vaddr_of(file_offsets[i]) + 1);
+    // Each part of the callee's code must begin where a function symbol does. The linker keeps one
+    // copy of an inline or template function (COMDAT) and points the discarded copies' DWARF at
+    // address 0 (or at the kept copy): a unit may describe code that is not there, and the frame
+    // below, in the copy kept, would look like another function.
+    const bool real =
+        std::all_of(out[i].begin(), out[i].end(), [&](const std::pair<uint64_t, uint64_t>& range) {
+          const SymbolTable::Symbol* symbol = symbols.find(range.first);
+          return symbol != nullptr && symbol->address == range.first;
+        });
+    if (!real) out[i].clear();
+    for (std::pair<uint64_t, uint64_t>& range : out[i]) {
+      range.first -= base;
+      range.second -= base;
+    }
+  }
+  impl_->cache.remeasure(e, file_offsets.size());
+  return out;
+}
+
 void Symbolizer::prepare(const ModuleRef& module, std::span<const uint64_t> file_offsets) {
   ModuleCache::Entry& e = impl_->cache.get(module);
   if (!e.loaded) return;

@@ -278,7 +278,7 @@ TEST_F(PprofTest, OffCpuSamplesAreLabelledBlockedOrWaitingForCpu) {
 
 TEST(PprofErrors, InconsistentProfileThrows) {
   Profile p = testing::make_synthetic_profile();
-  p.stacks.push_back(Stack{kNoIndex, 99999});
+  p.stacks.push_back(Stack{kNoIndex, 99999, false});
   EXPECT_THROW(encode_pprof(p), std::runtime_error);
 }
 

@@ -123,10 +123,14 @@ void sort_tree(CallTreeNode& node) {
   std::sort(node.children.begin(), node.children.end(), [](const CallTreeNode& a, const CallTreeNode& b) {
     if (a.samples != b.samples) return a.samples > b.samples;
     if (a.wall_ns != b.wall_ns) return a.wall_ns > b.wall_ns;
-    return a.name < b.name;
+    if (a.name != b.name) return a.name < b.name;
+    return a.tail_call < b.tail_call;
   });
   for (CallTreeNode& c : node.children) sort_tree(c);
 }
+
+// Before the name of a node reached by a tail call (CallTreeNode::tail_call).
+constexpr const char* kTailCallMark = "[tail call] ";
 
 // Columns of a tree line before its indentation: 7 1 7 1 9 1 10 2.
 constexpr size_t kTreeNumbersWidth = 38;
@@ -146,7 +150,7 @@ void print_tree_node(const CallTreeNode& node, const std::string& label, const C
       << pad_left(fmt("%.1f%%", percent(node.samples, view.all_samples)), 7) << ' '
       << pad_left(std::to_string(node.samples), 9) << ' '
       << pad_left(fmt("%.1f", double(node.cpu_ns) / 1e6), 10) << "  " << std::string(2 * depth, ' ')
-      << (depth == 0 ? "" : arrow) << label
+      << (depth == 0 ? "" : arrow) << (node.tail_call ? kTailCallMark : "") << label
       << (library ? library_suffix(short_library(node.library, width)) : std::string()) << '\n';
   if (max_depth != 0 && depth + 1 > max_depth) {
     if (!node.children.empty()) ++*hidden;
@@ -155,6 +159,7 @@ void print_tree_node(const CallTreeNode& node, const std::string& label, const C
   std::vector<const CallTreeNode*> shown;
   std::vector<std::string> labels;
   size_t suffix = 0;
+  bool any_tail_call = false;
   for (const CallTreeNode& c : node.children) {
     if (!shown_in_tree(c, view)) {
       ++*hidden;
@@ -162,10 +167,12 @@ void print_tree_node(const CallTreeNode& node, const std::string& label, const C
     }
     shown.push_back(&c);
     labels.push_back(c.name);
+    any_tail_call = any_tail_call || c.tail_call;
     suffix = std::max(suffix, report_names::display_width(library_suffix(short_library(c.library, width))));
   }
   // Deep in a narrow terminal, the children's libraries go before their names get too short.
-  const size_t used = kTreeNumbersWidth + 2 * (depth + 1) + 3;
+  const size_t used =
+      kTreeNumbersWidth + 2 * (depth + 1) + 3 + (any_tail_call ? std::strlen(kTailCallMark) : 0);
   const bool libraries = !limited(width) || used + suffix + kMinNameWidth <= width;
   if (limited(width))
     labels = report_names::shorten_distinct(labels, name_room(width, used + (libraries ? suffix : 0)));
@@ -178,6 +185,7 @@ ordered_json tree_json(const CallTreeNode& node, const CallTreeView& view) {
   for (const CallTreeNode& c : node.children) children.push_back(tree_json(c, view));
   return ordered_json{{"name", node.name},
                       {"library", node.library},
+                      {"tail_call", node.tail_call},
                       {"samples", node.samples},
                       {"self_samples", node.self_samples},
                       {"percent_of_root", percent(node.samples, view.root.samples)},
@@ -253,20 +261,29 @@ CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, c
   view.root.name = p.func_name(funcs.front());
   view.root.library = library_of(p, funcs.front());
 
-  std::vector<uint32_t> path;  // funcs root-first
+  std::vector<uint32_t> path;   // funcs root-first
+  std::vector<bool> tail_into;  // path[i] was reached from path[i - 1] by a tail call
+  struct Step {
+    uint32_t func;
+    bool tail_call;  // the edge from the previous step (or the root) is a tail call
+  };
   for (uint32_t s = 0; s < per_stack.size(); ++s) {
     const StackTally& t = per_stack[s];
     if (t.on == 0 && t.off == 0) continue;
     path.clear();
-    for (uint32_t node = s; node != kNoIndex; node = p.stacks[node].prefix)
+    tail_into.clear();
+    for (uint32_t node = s; node != kNoIndex; node = p.stacks[node].prefix) {
       path.push_back(p.frames[p.stacks[node].frame].func);
+      tail_into.push_back(p.stacks[node].tail_call);
+    }
     std::reverse(path.begin(), path.end());
-    std::vector<uint32_t> branch;  // from the function towards the leaf (callees) or the root (callers)
+    std::reverse(tail_into.begin(), tail_into.end());
+    std::vector<Step> branch;  // from the function towards the leaf (callees) or the root (callers)
     bool found = false;
     if (direction == CallTreeDirection::kCallees) {
       for (size_t i = 0; i < path.size(); ++i) {
         if (is_target[path[i]]) {
-          branch.assign(path.begin() + static_cast<ptrdiff_t>(i) + 1, path.end());
+          for (size_t j = i + 1; j < path.size(); ++j) branch.push_back({path[j], tail_into[j]});
           found = true;
           break;
         }
@@ -274,7 +291,8 @@ CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, c
     } else {
       for (size_t i = path.size(); i-- > 0;) {
         if (is_target[path[i]]) {
-          for (size_t j = i; j-- > 0;) branch.push_back(path[j]);
+          // The edge between a caller path[j] and its callee path[j + 1] is marked on the callee.
+          for (size_t j = i; j-- > 0;) branch.push_back({path[j], tail_into[j + 1]});
           found = true;
           break;
         }
@@ -283,12 +301,15 @@ CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, c
     if (!found) continue;
     CallTreeNode* node = &view.root;
     add(*node, t, view.interval_ns);
-    for (uint32_t f : branch) {
+    for (const Step& step : branch) {
+      const uint32_t f = step.func;
+      const bool tail_call = step.tail_call;
       auto it = std::find_if(node->children.begin(), node->children.end(),
-                             [f](const CallTreeNode& c) { return c.func == f; });
+                             [&](const CallTreeNode& c) { return c.func == f && c.tail_call == tail_call; });
       if (it == node->children.end()) {
         CallTreeNode child;
         child.func = f;
+        child.tail_call = tail_call;
         child.name = p.func_name(f);
         child.library = library_of(p, f);
         node->children.push_back(std::move(child));

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "call_sites.h"
 #include "debug_sections.h"
 #include "hpd/base/elf.h"
 #include "hpd/base/unique_fd.h"
@@ -105,6 +106,8 @@ struct Unit {
   const std::string* files = nullptr;
   uint32_t detail_count = 0;
   uint32_t file_count = 0;
+  // The unit's call sites, read on the first DwarfIndex::call_site_callee in it.
+  std::unique_ptr<UnitCallSites> call_sites = nullptr;
 };
 
 struct UnitSpan {
@@ -665,6 +668,25 @@ size_t DwarfIndex::memory_bytes() const {
   constexpr size_t kLibdwPerLineRow = 48;
   total += d.units.size() * kLibdwPerUnit + d.line_rows_from_libdw * kLibdwPerLineRow;
   return total;
+}
+
+std::vector<CodeRange> DwarfIndex::call_site_callee(uint64_t return_vaddr) const {
+  if (return_vaddr == 0) return {};
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl& d = *impl_;
+  // The call instruction ends at the return address: its last byte is in the caller's unit.
+  auto it = d.unit_span_of(return_vaddr - 1);
+  if (it == d.unit_spans.end()) return {};
+  Unit& unit = d.units[it->unit];
+  size_t before = 0;
+  if (!unit.call_sites) {
+    unit.call_sites = std::make_unique<UnitCallSites>(d.dwarf.get(), unit.die_offset);
+  } else {
+    before = unit.call_sites->memory_bytes();
+  }
+  std::vector<CodeRange> code = unit.call_sites->callee_code(return_vaddr);
+  d.table_bytes += unit.call_sites->memory_bytes() - before;
+  return code;
 }
 
 size_t DwarfIndex::unit_count() const {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hpd/symbolizer/symbolizer.h"
@@ -73,6 +74,13 @@ class DwarfIndex {
   // string. Step 1, a few places later: what those point at (the next node out, the name's
   // string, the file name's characters).
   void prefetch(const Place& place, int step) const;
+
+  // The code of the function that the call returning to `return_vaddr` calls, as the caller's
+  // DWARF call-site information (DW_TAG_call_site, DWARF 5; DW_TAG_GNU_call_site) names it:
+  // [low, high) vaddr ranges. Empty when unknown: no call site there (no call-site information, as
+  // at -O0), an indirect call, or a callee whose code the caller's compile unit does not describe
+  // (a function of another unit or module). Each unit's call sites are read on first use and kept.
+  std::vector<std::pair<uint64_t, uint64_t>> call_site_callee(uint64_t return_vaddr) const;
 
   // Estimate of the heap this index holds, including what libdw caches on its behalf.
   size_t memory_bytes() const;

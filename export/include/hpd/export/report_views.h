@@ -27,6 +27,10 @@ enum class CallTreeDirection : uint8_t { kCallers, kCallees };
 // Each sample counts once, so a node's children add up to at most its own count.
 struct CallTreeNode {
   uint32_t func = 0;
+  // The edge between this node and its parent is a tail call (Stack::tail_call): the caller's call
+  // there called another function, which jumped on to the callee. Marked edges are nodes of their
+  // own, apart from the same function reached by ordinary calls. The text shows "[tail call]".
+  bool tail_call = false;
   std::string name;
   std::string library;
   uint64_t samples = 0;       // on-CPU samples

@@ -70,6 +70,12 @@ struct Frame {
 struct Stack {
   uint32_t prefix = kNoIndex;  // kNoIndex = root
   uint32_t frame = 0;
+  // The edge from the prefix's frame (a caller, at its return address) to this one (the outer frame
+  // of the function below) is a tail call: the call there called another function, which
+  // tail-called (jumped) on, once or more, to this one, leaving no frame of its own. Set only where
+  // the caller's DWARF call-site information names its callee and this frame lies outside that
+  // callee's code; false also when nothing is known (no call-site information, an indirect call).
+  bool tail_call = false;
 };
 
 struct Sample {
@@ -193,7 +199,7 @@ class Profile {
   uint32_t intern_func(std::string_view name, std::string_view file, uint32_t lib);
   uint32_t intern_native_symbol(uint32_t lib, uint64_t address, uint64_t size, std::string_view name);
   uint32_t intern_frame(const Frame& frame);
-  uint32_t intern_stack(uint32_t prefix, uint32_t frame);
+  uint32_t intern_stack(uint32_t prefix, uint32_t frame, bool tail_call = false);
 
   // Frames of a stack from the root to the leaf.
   std::vector<uint32_t> stack_frames_root_first(uint32_t stack) const;

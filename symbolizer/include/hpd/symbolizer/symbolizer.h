@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 // demangle(), which the symbolizer applies to every name, is in the base layer.
@@ -167,6 +168,17 @@ class Symbolizer {
   void resolve_vaddr(const ModuleRef& module, uint64_t vaddr, Location& out);
   // The same answer without copying its names (see LocationView).
   void resolve_vaddr(const ModuleRef& module, uint64_t vaddr, LocationView& out);
+  // For return addresses inside `module` (file offsets already decremented by one, as resolve
+  // takes them): the code of the function the call there calls, as the caller's DWARF call-site
+  // information names it (DW_TAG_call_site's DW_AT_call_origin: gcc and clang emit it at -O2 -g),
+  // lib-relative [low, high) ranges, hot and cold parts. Empty when unknown: no call-site
+  // information (no DWARF, -O0), an indirect call, a callee defined in another compile unit or
+  // module, or code of which a part does not begin at a function symbol (a discarded COMDAT copy's
+  // DWARF, at address 0). When the frame below a caller lies outside its call's callee, that
+  // callee did not return to it: it tail-called (jumped) on, once or more, to the function of that
+  // frame.
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> call_site_callees(
+      const ModuleRef& module, std::span<const uint64_t> file_offsets);
   // Searches addresses ahead of the one-at-a-time calls (resolve_vaddr, or resolve with one
   // offset) that will ask for them: compile unit by compile unit, each in address order, which
   // builds one unit's tables at a time and walks them once instead of once per address in random
