@@ -307,7 +307,9 @@ TEST_P(FunctionNamesTest, DwarfNamesWhereverTheDebugInformationIs) {
     name = std::regex_replace(symbol, std::regex("( \\[clone \\.[^\\]]*\\]| \\(\\.[^)]*\\))+$"), "");
     ++qualified;
   }
-  if (b.gcc && b.cpp) EXPECT_GT(qualified, 0u) << "no lambda or anonymous-namespace function met";
+  if (b.gcc && b.cpp) {
+    EXPECT_GT(qualified, 0u) << "no lambda or anonymous-namespace function met";
+  }
   EXPECT_EQ(expect_answers(expected, linked.hpd, addresses, "stripped + .gnu_debuglink"), addresses.size());
   EXPECT_EQ(expect_answers(expected, by_id.hpd, addresses, "stripped + build-id under --debug-dir"),
             addresses.size());
@@ -363,12 +365,14 @@ TEST_P(FunctionNamesTest, DwarfNamesWhereverTheDebugInformationIs) {
       // Qualified, not DWARF's bare "helper" and "operator()": lambdas stay apart.
       for (const auto& sym : raw) {
         const std::string shown = outer_name(hpd, addresses, sym.address);
-        if (sym.name.find("_GLOBAL__N_") != std::string::npos)
+        if (sym.name.find("_GLOBAL__N_") != std::string::npos) {
           EXPECT_NE(shown.find("(anonymous namespace)::"), std::string::npos) << sym.name << ": " << shown;
-        if (sym.name.find("_clEl") != std::string::npos)
+        }
+        if (sym.name.find("_clEl") != std::string::npos) {
           EXPECT_TRUE(shown.find("apply_lambda(long)::") == 0 &&
                       shown.find("lambda'(long)::operator()(") != std::string::npos)
               << sym.name << ": " << shown;
+        }
       }
     }
     // "> >" as libstdc++'s demangler writes it, ">>" as LLVM's (which refuses some names) does.
