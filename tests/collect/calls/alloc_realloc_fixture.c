@@ -40,37 +40,8 @@ static void* blocks[N];
 static int to_consumer[2];
 static int from_consumer[2];
 
-static const unsigned char* watched[3];
-static unsigned char original[3][8];
-
-static int probes_in(void) {
-  for (int i = 0; i < 3; ++i)
-    if (memcmp(watched[i], original[i], sizeof original[i]) == 0) return 0;
-  return 1;
-}
-
-static int probes_out(void) {
-  for (int i = 0; i < 3; ++i)
-    if (memcmp(watched[i], original[i], sizeof original[i]) != 0) return 0;
-  return 1;
-}
-
-static int wait_for(int (*cond)(void)) {
-  const struct timespec pause = {0, 10 * 1000 * 1000};
-  for (int i = 0; i < 30000; ++i) {
-    if (cond()) return 1;
-    nanosleep(&pause, NULL);
-  }
-  return 0;
-}
-
-static void put_file(const char* dir, const char* name, const char* text, size_t len) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0 || write(fd, text, len) != (ssize_t)len) _exit(6);
-  close(fd);
-}
+#define PROBE_WATCH_N 3
+#include "probe_watch.h"
 
 static void read_all(int fd, void* to, size_t len) {
   if (read(fd, to, len) != (ssize_t)len) _exit(7);

@@ -95,37 +95,8 @@ NOINLINE void rec(int depth) {
   inner_last = now_ns() - t0;
 }
 
-static const unsigned char* watched[3];
-static unsigned char original[3][8];
-
-static int probes_in(void) {
-  for (int i = 0; i < 3; ++i)
-    if (memcmp(watched[i], original[i], sizeof original[i]) == 0) return 0;
-  return 1;
-}
-
-static int probes_out(void) {
-  for (int i = 0; i < 3; ++i)
-    if (memcmp(watched[i], original[i], sizeof original[i]) != 0) return 0;
-  return 1;
-}
-
-static int wait_for(int (*cond)(void)) {
-  const struct timespec pause = {0, 10 * 1000 * 1000};
-  for (int i = 0; i < 30000; ++i) {
-    if (cond()) return 1;
-    nanosleep(&pause, NULL);
-  }
-  return 0;
-}
-
-static void put_file(const char* dir, const char* name, const char* text, size_t len) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0 || write(fd, text, len) != (ssize_t)len) _exit(6);
-  close(fd);
-}
+#define PROBE_WATCH_N 3
+#include "probe_watch.h"
 
 // How many kept return addresses lie in the [uprobes] mapping (where the kernel's return probes send
 // the function's return); -1 when the maps cannot be read.
