@@ -231,11 +231,18 @@ static long cfi_vma_maps_file(struct task_struct* task, struct vm_area_struct* v
 
 // Whether `pc`, in none of the process's published mappings, lies in a mapping of a file: one made
 // since user space last published the process (a library being loaded, dlopen), whose table will come.
-// Anonymous code (JIT) has none.
+// Anonymous code (JIT) has none. When the mappings cannot be looked at (bpf_find_vma fails with EBUSY
+// while another thread holds the mm's lock to map or unmap: a thread starting, with its stack being
+// mapped, as the process's first threads do while ld.so's libraries are still being published), the
+// pc is taken for a new file's: the walk is flagged, its stack copied, and user space walks it again
+// once the process is published (where no table covers the pc then, the record keeps this walk). Taken
+// for anonymous code instead, the first waits of a program starting threads kept their frame-pointer
+// walk (seen in CI: 1 of 80 early waits).
 static __always_inline int cfi_pc_in_new_file(__u64 pc) {
   __u32 file = 0;
-  if (bpf_find_vma(bpf_get_current_task_btf(), pc, cfi_vma_maps_file, &file, 0) != 0) return 0;
-  return file != 0;
+  const long err = bpf_find_vma(bpf_get_current_task_btf(), pc, cfi_vma_maps_file, &file, 0);
+  if (err == -16) return 1;  // -EBUSY: the mm's lock is taken
+  return err == 0 && file != 0;  // -ENOENT: in no mapping at all (a broken frame-pointer chain)
 }
 
 // One step from the frame in *r to its caller; 0 to go on, else how the walk ended (enum hpd_user_end).
