@@ -263,9 +263,9 @@ uint64_t samples_before_tables(const std::string& summary) {
 
 // Linux 6.18 turns a probe on a nop5 into a call to its [uprobes-trampoline] page (push rcx, r11, rax;
 // syscall uprobe; pop them; ret), and the fixture's spin loop calls a probed function all the time, so
-// a quarter of its on-CPU samples are taken there or in the kernel under the trampoline's syscall. The
+// a fifth or more of its on-CPU samples are taken there or in the kernel under the trampoline's syscall. The
 // cfi walk steps out of the page with hpd's rows for that code (collect/src/bpf/cfi_maps.cpp): those
-// stacks reach main like the others. (Before, every one of them failed at the trampoline: 76% of the
+// stacks reach main like the others. (Before, every one of them failed at the trampoline: 76-81% of the
 // on-CPU stacks were complete.) The fixture copies the page from inside (it cannot be read from
 // outside): its code is the one the rows describe.
 TEST(CallsPidLatency, StacksThroughTheUprobeTrampolineReachTheirRoot) {
