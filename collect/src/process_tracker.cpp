@@ -18,6 +18,9 @@ constexpr size_t kMaxExitsBeforeFork = 4096;
 std::string module_path_for(std::string_view path) {
   if (path.empty() || path == "//anon" || path.starts_with("/anon_hugepage") || path == "[anon]")
     return "[anon]";
+  // The kernel copies a special mapping's name into 16 bytes for perf's mmap records: Linux 6.18's page
+  // of optimized uprobes comes as "[uprobes-trampo".
+  if (path == "[uprobes-trampo") return "[uprobes-trampoline]";
   return std::string(path);
 }
 

@@ -141,7 +141,8 @@ class ProcessTracker {
 // `ended_ns` (by default the exec's start).
 void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns, uint64_t ended_ns = 0);
 
-// "[anon]" for anonymous executable memory ("//anon" in MMAP2 records, "" in maps files).
+// "[anon]" for anonymous executable memory ("//anon" in MMAP2 records, "" in maps files); the whole name
+// of a special mapping whose name MMAP2 records cut short ("[uprobes-trampo").
 std::string module_path_for(std::string_view path);
 
 // Adds `mapping` unless the process already has it: /proc/PID/maps and MMAP2 records often describe

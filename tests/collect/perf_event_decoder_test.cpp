@@ -348,6 +348,7 @@ TEST(PerfEventDecoder, LostAndThrottleCounts) {
   EXPECT_EQ(profile.lost.throttle_events, 1u);
   EXPECT_EQ(module_path_for("//anon"), "[anon]");
   EXPECT_EQ(module_path_for("/lib/x.so"), "/lib/x.so");
+  EXPECT_EQ(module_path_for("[uprobes-trampo"), "[uprobes-trampoline]");
 }
 
 }  // namespace

@@ -443,3 +443,41 @@ TEST(CfiTable, WalkThroughSignalFrameMatchesDwarfUnwinder) {
   sigaction(SIGUSR2, &old, nullptr);
   expect_same_walk(g_in_signal, "signal handler", "pthread_kill");
 }
+
+// The rows written for Linux's [uprobes-trampoline] page: at each instruction the CFA is rsp plus
+// what the pushes before it put on the stack (and the call's return address), through the index as
+// through the full search; nothing is covered past the ret. The code check takes any syscall number
+// and refuses any other byte.
+TEST(CfiTable, UprobeTrampolineRowsFollowItsPushesAndPops) {
+  const auto t = uprobe_trampoline_cfi_table();
+  ASSERT_NE(t, nullptr);
+  const std::map<uint64_t, int32_t> cfa_at = {{0x0, 8},  {0x1, 16}, {0x3, 24},  {0x4, 32}, {0xb, 32},
+                                              {0xd, 32}, {0xe, 24}, {0x10, 16}, {0x11, 8}};
+  for (const auto& [pc, cfa] : cfa_at) {
+    SCOPED_TRACE(pc);
+    for (const CfiRow* row : {t->find(pc), t->find_indexed(pc)}) {
+      ASSERT_NE(row, nullptr);
+      EXPECT_EQ(row->cfa_kind, static_cast<uint8_t>(CfaKind::kRsp));
+      EXPECT_EQ(row->cfa_offset, cfa);
+      EXPECT_EQ(row->rbp_kind, static_cast<uint8_t>(RbpKind::kSame));
+    }
+  }
+  for (const uint64_t pc : {0x12, 0x13, 0x100, 0xfff}) {
+    const CfiRow* row = t->find_indexed(pc);
+    EXPECT_TRUE(row == nullptr || row->cfa_kind == static_cast<uint8_t>(CfaKind::kNone)) << pc;
+  }
+  uint64_t vaddr = 1;
+  EXPECT_TRUE(t->vaddr_of(0, &vaddr));
+  EXPECT_EQ(vaddr, 0u);
+
+  std::vector<uint8_t> code = {0x51, 0x41, 0x53, 0x50, 0x48, 0xc7, 0xc0, 0x4f, 0x01, 0x00,
+                               0x00, 0x0f, 0x05, 0x58, 0x41, 0x5b, 0x59, 0xc3, 0xcc, 0x00};
+  std::string why;
+  EXPECT_TRUE(is_uprobe_trampoline_code(code, &why)) << why;
+  code[8] = 0x7f;  // another syscall number
+  EXPECT_TRUE(is_uprobe_trampoline_code(code, &why)) << why;
+  code[13] = 0x5a;  // pop %rdx
+  EXPECT_FALSE(is_uprobe_trampoline_code(code, &why));
+  EXPECT_NE(why.find("byte 0xd is 0x5a"), std::string::npos) << why;
+  EXPECT_FALSE(is_uprobe_trampoline_code(std::span<const uint8_t>(code.data(), 10), &why));
+}

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "cfi_module.h"
 
@@ -316,6 +317,58 @@ std::shared_ptr<const CfiTable> compile_cfi_table_image(std::span<const uint8_t>
   CfiTableOptions options;
   options.use_debug_frame = false;  // an image in memory has no separate debug file
   return compile_module(CfiModule::open_image(image, name, 16), options, begin);
+}
+
+namespace {
+
+// The trampoline's code, and which of its bytes are the syscall number (any).
+constexpr uint8_t kTrampolineCode[kUprobeTrampolineCodeBytes] = {
+    0x51,                          // 0x0: push %rcx
+    0x41, 0x53,                    // 0x1: push %r11
+    0x50,                          // 0x3: push %rax
+    0x48, 0xc7, 0xc0, 0, 0, 0, 0,  // 0x4: mov $NR,%rax
+    0x0f, 0x05,                    // 0xb: syscall
+    0x58,                          // 0xd: pop %rax
+    0x41, 0x5b,                    // 0xe: pop %r11
+    0x59,                          // 0x10: pop %rcx
+    0xc3,                          // 0x11: ret
+};
+constexpr size_t kTrampolineImmFirst = 7, kTrampolineImmEnd = 11;
+
+}  // namespace
+
+bool is_uprobe_trampoline_code(std::span<const uint8_t> code, std::string* why) {
+  if (code.size() < kUprobeTrampolineCodeBytes) {
+    if (why != nullptr) *why = "only " + std::to_string(code.size()) + " bytes";
+    return false;
+  }
+  for (size_t i = 0; i < kUprobeTrampolineCodeBytes; ++i) {
+    if (i >= kTrampolineImmFirst && i < kTrampolineImmEnd) continue;
+    if (code[i] != kTrampolineCode[i]) {
+      if (why != nullptr) {
+        char text[96];
+        std::snprintf(text, sizeof text, "byte 0x%zx is 0x%02x, not 0x%02x: not the code hpd has rows for", i,
+                      code[i], kTrampolineCode[i]);
+        *why = text;
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+std::shared_ptr<const CfiTable> uprobe_trampoline_cfi_table() {
+  auto t = std::make_shared<CfiTable>();
+  const auto rsp = [](uint32_t pc, int32_t cfa) {
+    return CfiRow{pc, cfa, 0, static_cast<uint8_t>(CfaKind::kRsp), static_cast<uint8_t>(RbpKind::kSame)};
+  };
+  // After each push the CFA is 8 further from rsp; after each pop 8 nearer; the syscall changes nothing.
+  t->rows = {rsp(0x0, 8),  rsp(0x1, 16),  rsp(0x3, 24), rsp(0x4, 32),
+             rsp(0xe, 24), rsp(0x10, 16), rsp(0x11, 8), CfiRow{0x12, 0, 0, 0, 0}};
+  t->cfi_rows = t->rows.size();
+  t->index = build_cfi_index(t->rows);
+  t->segments.push_back(CfiTable::Segment{0, 4096, 0, true});
+  return t;
 }
 
 std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, const std::string& build_id,

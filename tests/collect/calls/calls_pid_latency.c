@@ -21,7 +21,11 @@
  * Each call also keeps its return address: DIR/returns says how many of the calls returned through
  * the kernel's return-probe trampoline (an address in the process's [uprobes] mapping) and of how many,
  * "PROBED CALLS": every call when the functions are timed (a return probe each), none when they are
- * only counted. */
+ * only counted.
+ *
+ * When the probes are gone it copies the kernel's [uprobes-trampoline] page, if the kernel mapped one (Linux
+ * 6.18 turns a nop5 probe into a call there), to DIR/trampoline: the page cannot be read from outside the
+ * process, and the test checks that its code is the one hpd's CFI rows describe. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -186,5 +190,15 @@ int main(int argc, char** argv) {
   put_file(argv[1], "truth", text, (size_t)len);
   put_file(argv[1], "done", "", 0);
   if (!wait_for(probes_out)) return 3;
+  FILE* maps = fopen("/proc/self/maps", "r");
+  char map_line[512];
+  while (maps != NULL && fgets(map_line, sizeof map_line, maps) != NULL) {
+    unsigned long start = 0, end = 0;
+    if (strstr(map_line, "[uprobes-trampoline]") == NULL || sscanf(map_line, "%lx-%lx", &start, &end) != 2)
+      continue;
+    put_file(argv[1], "trampoline", (const char*)start, 64);
+    break;
+  }
+  if (maps != NULL) fclose(maps);
   return 0;
 }

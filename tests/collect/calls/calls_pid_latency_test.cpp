@@ -9,6 +9,7 @@
 // the kernel's trampoline), no row has latency, and the summary says how to have it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -250,6 +251,57 @@ void check_pid_counted_only(const std::string& daemon_socket) {
   const hpd::test::RunResult text = hpd::test::run({HPD_HPCTL_PATH, "report", "--limit", "0", r.out});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("counted by uprobes; not timed"), std::string::npos) << text.out;
+}
+
+// "cfi: N samples (...) were walked by frame pointer" of the summary: the samples taken before their
+// tables were in the eBPF maps (0 when the line is absent).
+uint64_t samples_before_tables(const std::string& summary) {
+  static const std::regex line(R"(cfi: (\d+) samples \([0-9.]+%\) were walked by frame pointer)");
+  std::smatch m;
+  return std::regex_search(summary, m, line) ? std::stoull(m[1].str()) : 0;
+}
+
+// Linux 6.18 turns a probe on a nop5 into a call to its [uprobes-trampoline] page (push rcx, r11, rax;
+// syscall uprobe; pop them; ret), and the fixture's spin loop calls a probed function all the time, so
+// a fifth or more of its on-CPU samples are taken there or in the kernel under the trampoline's syscall. The
+// cfi walk steps out of the page with hpd's rows for that code (collect/src/bpf/cfi_maps.cpp): those
+// stacks reach main like the others. (Before, every one of them failed at the trampoline: 76-81% of the
+// on-CPU stacks were complete.) The fixture copies the page from inside (it cannot be read from
+// outside): its code is the one the rows describe.
+TEST(CallsPidLatency, StacksThroughTheUprobeTrampolineReachTheirRoot) {
+  PidRecording r;
+  ASSERT_NO_FATAL_FAILURE(record_fixture(r, "", false));
+  const std::string code = read_file(r.dir.file("trampoline"));
+  if (code.empty()) GTEST_SKIP() << "this kernel made no [uprobes-trampoline] for the fixture's nop5 probes";
+  ASSERT_GE(code.size(), 18u);
+  // push %rcx; push %r11; push %rax; mov $NR,%rax (any NR); syscall; pop %rax; pop %r11; pop %rcx; ret
+  const unsigned char expected[18] = {0x51, 0x41, 0x53, 0x50, 0x48, 0xc7, 0xc0, 0,    0,
+                                      0,    0,    0x0f, 0x05, 0x58, 0x41, 0x5b, 0x59, 0xc3};
+  for (size_t i = 0; i < sizeof expected; ++i) {
+    if (i >= 7 && i < 11) continue;
+    EXPECT_EQ(static_cast<unsigned char>(code[i]), expected[i]) << "byte " << i << " of the trampoline";
+  }
+  // The trampoline is on the samples' stacks (seen: a quarter of them), under its whole name (perf's
+  // mmap records cut it to "[uprobes-trampo"), a mapping the kernel makes, not a module to look for.
+  uint64_t through = 0;
+  for (const nlohmann::json& f : r.doc["functions"]) {
+    const std::string library = f["library"].get<std::string>();
+    if (library.rfind("[uprobes-tramp", 0) != 0) continue;
+    EXPECT_EQ(library, "[uprobes-trampoline]");
+    through = std::max(through, f["total_samples"].get<uint64_t>());
+  }
+  EXPECT_GT(through, 0u) << r.doc["functions"].dump();
+  EXPECT_EQ(r.doc["totals"].value("missing_modules", nlohmann::json::array()).dump().find("uprobes"),
+            std::string::npos)
+      << r.doc["totals"].dump();
+  const nlohmann::json& threads = r.doc["totals"]["stacks"]["by_thread"];
+  ASSERT_EQ(threads.size(), 1u) << threads.dump();
+  const nlohmann::json& on_cpu = threads[0]["on_cpu"];
+  const double complete = on_cpu["complete"].get<double>();
+  const double all = complete + on_cpu["truncated"].get<double>() + on_cpu["failed"].get<double>() -
+                     double(samples_before_tables(r.summary));
+  EXPECT_GE(complete, 0.95 * all) << on_cpu.dump() << "\n" << r.summary;
+  EXPECT_EQ(r.summary.find("uprobes-trampo"), std::string::npos) << r.summary;
 }
 
 // A root hpd on a socket of its own, answering.

@@ -121,6 +121,18 @@ std::shared_ptr<const CfiTable> compile_cfi_table(const std::vector<std::string>
 std::shared_ptr<const CfiTable> compile_cfi_table_image(std::span<const uint8_t> image,
                                                         const std::string& name);
 
+// The page Linux (6.18, x86-64) maps as [uprobes-trampoline] in a process whose nop5 uprobes it
+// optimized into a call there: push %rcx; push %r11; push %rax; mov $__NR_uprobe,%rax; syscall; pop %rax;
+// pop %r11; pop %rcx; ret. It has no CFI of its own. Its length in bytes (18):
+inline constexpr size_t kUprobeTrampolineCodeBytes = 18;
+// Whether `code` (the page's first bytes) is that code, with any syscall number; `why` says how it
+// differs.
+bool is_uprobe_trampoline_code(std::span<const uint8_t> code, std::string* why);
+// Rows for that code: the CFA is rsp + 8, 16, 24, 32 as the pushes go and back as the pops go, the
+// return address (into the probed function, just past the call) at CFA-8, rbp untouched; no rows
+// past the ret. One executable segment at offset 0 of a one-page mapping.
+std::shared_ptr<const CfiTable> uprobe_trampoline_cfi_table();
+
 // Tables compiled once per module and kept (the daemon keeps them across recordings). Looked up by
 // build-id when the caller knows it, else by path; a table found by path is also filed under its
 // file's build-id. Thread-safe.

@@ -1,0 +1,134 @@
+// Privileged (creates BPF maps): CfiMaps on the page Linux 6.18 maps as [uprobes-trampoline]. The real
+// page cannot be read from outside its process (calls_pid_latency_test records through it), so these
+// tests hand CfiMaps a page of this process under that name: with the kernel's code it gets the rows
+// (published with the bias of the page, and CfiMaps::walk_stack steps out of it to the return address
+// the call pushed); with a byte changed, or a mapping of another size, no rows and the reason in the
+// summary's without-table list.
+#include <bpf/bpf.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bpf/cfi_maps.h"
+#include "hpd/base/unique_fd.h"
+
+namespace hpd {
+namespace {
+
+constexpr uint8_t kCode[] = {0x51, 0x41, 0x53, 0x50, 0x48, 0xc7, 0xc0, 0x50, 0x01, 0x00,
+                             0x00, 0x0f, 0x05, 0x58, 0x41, 0x5b, 0x59, 0xc3, 0xcc};
+
+struct Maps {
+  UniqueFd rows, index, procs;
+  std::unique_ptr<CfiMaps> cfi;
+  bool open() {
+    LIBBPF_OPTS(bpf_map_create_opts, mmapable, .map_flags = BPF_F_MMAPABLE);
+    rows.reset(bpf_map_create(BPF_MAP_TYPE_ARRAY, "t_rows", 4, sizeof(hpd_cfi_row), 1024, &mmapable));
+    index.reset(bpf_map_create(BPF_MAP_TYPE_ARRAY, "t_index", 4, sizeof(hpd_cfi_bucket), 256, &mmapable));
+    procs.reset(bpf_map_create(BPF_MAP_TYPE_HASH, "t_procs", 4, sizeof(hpd_proc_mappings), 8, nullptr));
+    if (!rows || !index || !procs) return false;
+    cfi = std::make_unique<CfiMaps>(rows.get(), 1024, index.get(), 256, procs.get());
+    return true;
+  }
+  // The mapping published for this process at `start`.
+  hpd_proc_mapping published(uint64_t start) const {
+    auto value = std::make_unique<hpd_proc_mappings>();
+    const int32_t pid = ::getpid();
+    hpd_proc_mapping out{};
+    if (bpf_map_lookup_elem(procs.get(), &pid, value.get()) != 0) return out;
+    for (uint32_t i = 0; i < value->count && i < HPD_MAX_PROC_MAPPINGS; ++i)
+      if (value->mappings[i].start == start) out = value->mappings[i];
+    return out;
+  }
+};
+
+// A page of this process holding `code`.
+struct Page {
+  uint8_t* bytes = static_cast<uint8_t*>(
+      ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  explicit Page(std::vector<uint8_t> code) {
+    if (bytes != MAP_FAILED) std::memcpy(bytes, code.data(), code.size());
+  }
+  ~Page() {
+    if (bytes != MAP_FAILED) ::munmap(bytes, 4096);
+  }
+  uint64_t start() const { return reinterpret_cast<uint64_t>(bytes); }
+};
+
+std::string without_table(const CfiMaps& cfi) {
+  std::string text;
+  for (const std::string& line : cfi.stats().without_table) text += line + "\n";
+  return text;
+}
+
+TEST(CfiMapsUprobeTrampoline, TheKernelsCodeGetsRowsAndTheWalkStepsOutOfIt) {
+  Maps maps;
+  ASSERT_TRUE(maps.open()) << std::strerror(errno);
+  Page page(std::vector<uint8_t>(std::begin(kCode), std::end(kCode)));
+  ASSERT_NE(page.bytes, MAP_FAILED);
+  // As perf's mmap records name it (cut to 16 bytes), at a file offset that is no offset into the page.
+  maps.cfi->add_mapping(::getpid(), page.start(), 4096, 0x3ff000, "[uprobes-trampo", "", 0);
+  maps.cfi->poll();
+  EXPECT_EQ(without_table(*maps.cfi), "");
+  const hpd_proc_mapping m = maps.published(page.start());
+  ASSERT_EQ(m.end, page.start() + 4096);
+  EXPECT_EQ(m.row_count, 8u);
+  EXPECT_EQ(m.bias, page.start());
+  EXPECT_EQ(m.flags & HPD_MAPPING_PENDING, 0u);
+
+  // Stopped after the syscall (pc +0xd): rax, r11, rcx and the return address are on the stack, so the
+  // caller's pc is the fourth slot; after `pop %rax` (+0xe) the third; at the ret (+0x11) the first.
+  const uint64_t ret = 0x1234567;  // in no mapping: the walk goes on by frame pointer, rbp 0 ends it
+  const uint64_t slots[6] = {11, 22, 33, ret, 0, 0};
+  const std::span<const uint8_t> stack(reinterpret_cast<const uint8_t*>(slots), sizeof slots);
+  const uint64_t sp = 0x7ffd0000;
+  for (const auto& [offset, skip] :
+       std::vector<std::pair<uint64_t, uint64_t>>{{0xd, 0}, {0xe, 1}, {0x11, 3}}) {
+    SCOPED_TRACE(offset);
+    const CfiMaps::StackWalk w =
+        maps.cfi->walk_stack(::getpid(), page.start() + offset, sp + 8 * skip, 0, stack.subspan(8 * skip));
+    EXPECT_EQ(w.ips, (std::vector<uint64_t>{page.start() + offset, ret}));
+    EXPECT_EQ(w.end, HPD_USER_END_FP_ZERO);
+    EXPECT_EQ(w.fp_frames, 0u);
+    EXPECT_FALSE(w.pending);
+  }
+}
+
+TEST(CfiMapsUprobeTrampoline, OtherCodeGetsNoRowsAndTheSummarySaysWhy) {
+  Maps maps;
+  ASSERT_TRUE(maps.open()) << std::strerror(errno);
+  std::vector<uint8_t> code(std::begin(kCode), std::end(kCode));
+  code[0x10] = 0x5a;  // pop %rdx
+  Page page(code);
+  ASSERT_NE(page.bytes, MAP_FAILED);
+  MapsEntry entry;
+  entry.start = page.start();
+  entry.end = page.start() + 4096;
+  entry.readable = entry.executable = true;
+  entry.path = "[uprobes-trampoline]";
+  maps.cfi->add_process_maps(::getpid(), {entry});
+  maps.cfi->poll();
+  EXPECT_NE(
+      without_table(*maps.cfi).find("[uprobes-trampoline]: its code differs (byte 0x10 is 0x5a, not 0x59"),
+      std::string::npos)
+      << without_table(*maps.cfi);
+  EXPECT_EQ(maps.published(page.start()).row_count, 0u);
+}
+
+TEST(CfiMapsUprobeTrampoline, AMappingOfAnotherSizeGetsNoRows) {
+  Maps maps;
+  ASSERT_TRUE(maps.open()) << std::strerror(errno);
+  maps.cfi->add_mapping(::getpid(), 0x3fe000, 8192, 0, "[uprobes-trampo", "", 0);
+  maps.cfi->poll();
+  EXPECT_NE(without_table(*maps.cfi).find("[uprobes-trampoline]: a mapping of 8192 bytes"), std::string::npos)
+      << without_table(*maps.cfi);
+  EXPECT_EQ(maps.published(0x3fe000).row_count, 0u);
+}
+
+}  // namespace
+}  // namespace hpd
