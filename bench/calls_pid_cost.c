@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ROUNDS 11
+#include "pid_cost_common.h"
 
 __attribute__((noinline)) void leaf(void) {
   __asm__ volatile("" ::: "memory");
@@ -27,25 +27,6 @@ static double round_ns(long n) {
   for (long i = 0; i < n; ++i) leaf();
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
   return ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / (double)n;
-}
-
-static int cmp(const void* a, const void* b) {
-  const double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(long n) {
-  double v[ROUNDS];
-  for (int r = 0; r < ROUNDS; ++r) v[r] = round_ns(n);
-  qsort(v, ROUNDS, sizeof v[0], cmp);
-  return v[ROUNDS / 2];
-}
-
-static void touch(const char* dir, const char* name) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) close(fd);
 }
 
 int main(int argc, char** argv) {
