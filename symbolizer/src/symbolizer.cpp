@@ -219,10 +219,18 @@ struct Symbolizer::Impl {
       // "main::{lambda(int)#1}::operator()(int) const", as llvm-symbolizer names them from a binary
       // with its .symtab), its clone suffix dropped: else every lambda of a program is one
       // "operator()".
+      // An inline level of the function itself (a recursive call inlined into it, as in glibc's
+      // _IO_default_xsputn, which DWARF names __GI__IO_default_xsputn at both levels) takes the
+      // exported name too, so that one function is one row (llvm-symbolizer names the inline level
+      // by DWARF and the outer frame by .dynsym: two names for one function).
       if (loc.frames.empty()) loc.frames.emplace_back();
       std::string_view& outer = loc.frames.front().function;
       if (const SymbolTable::Symbol* exported = m.exported.find(vaddr)) {
+        const std::string_view dwarf_outer = outer;
         outer = m.exported.display_name(*exported, options.demangle);
+        for (size_t i = 1; i < loc.frames.size() && !dwarf_outer.empty(); ++i) {
+          if (loc.frames[i].function == dwarf_outer) loc.frames[i].function = outer;
+        }
       } else if (outer.empty()) {
         outer = loc.symbol;
       } else if (qualifies(loc.symbol, outer)) {
