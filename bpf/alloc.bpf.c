@@ -11,6 +11,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "alloc_event.h"
+#include "client_creds.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -19,6 +20,14 @@ extern __u64* bpf_session_cookie(void) __ksym;
 
 const volatile __s32 target_tgid = 0;
 const volatile __u64 mean_bytes = 512 * 1024;
+// For a client who may trace only processes running with their own credentials (a user's session
+// through hpd; hpd_alloc_exec is attached only then): the ids the target must keep across an exec.
+const volatile __u32 client_uid = 0;
+const volatile __u32 client_gid = 0;
+
+// Set by hpd_alloc_exec when the target executed a program with other credentials (a set-user-ID
+// one): from then on the probes look at nothing, and user space takes them out of the program.
+__u32 left_at_exec = 0;
 
 // Per thread: the bytes left until the next sample, posix_memalign's out-pointer of a sampled call
 // until it returns, and while realloc runs, its pointer and what its entry did with it
@@ -181,7 +190,7 @@ int hpd_alloc_call(struct pt_regs* ctx) {
   const __u64 id = bpf_get_current_pid_tgid();
   const __s32 tgid = (__s32)(id >> 32);
   const __s32 tid = (__s32)id;
-  if (tgid != target_tgid) return 1;
+  if (tgid != target_tgid || left_at_exec) return 1;
   const __u32 fn = (__u32)(bpf_get_attach_cookie(ctx) & 0xff);
   if (bpf_session_is_return()) {
     on_return(ctx, fn, tgid, tid);
@@ -286,5 +295,15 @@ int hpd_alloc_call(struct pt_regs* ctx) {
   *cookie = size | kCookieSampled;
   t->memptr = memptr;
   count(HPD_ALLOC_SAMPLED);
+  return 0;
+}
+
+// tp_btf/sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm), attached
+// only for such a client: the new credentials are committed before it fires. The uprobes follow the
+// pid into the new program (they are on its allocator's file, which the new program maps too).
+SEC("tp_btf/sched_process_exec")
+int hpd_alloc_exec(__u64* ctx) {
+  if ((__s32)(bpf_get_current_pid_tgid() >> 32) != target_tgid) return 0;
+  if (!hpd_runs_as_client((struct task_struct*)ctx[0], client_uid, client_gid)) left_at_exec = 1;
   return 0;
 }

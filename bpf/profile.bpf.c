@@ -7,6 +7,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
+#include "client_creds.bpf.h"
 #include "profile_event.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -703,16 +704,6 @@ static __always_inline struct hpd_task_event* reserve_task_event(__u32 type, __s
   return e;
 }
 
-// Whether every real, effective, saved and filesystem id of `p` is the client's: the credentials the
-// kernel's PTRACE_MODE_READ check compares (a set-user-ID exec changes the effective and saved ones).
-static __always_inline int runs_as_client(struct task_struct* p) {
-  const struct cred* c = BPF_CORE_READ(p, cred);
-  return BPF_CORE_READ(c, uid.val) == client_uid && BPF_CORE_READ(c, euid.val) == client_uid &&
-         BPF_CORE_READ(c, suid.val) == client_uid && BPF_CORE_READ(c, fsuid.val) == client_uid &&
-         BPF_CORE_READ(c, gid.val) == client_gid && BPF_CORE_READ(c, egid.val) == client_gid &&
-         BPF_CORE_READ(c, sgid.val) == client_gid && BPF_CORE_READ(c, fsgid.val) == client_gid;
-}
-
 // tp_btf/sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm); the comm
 // is already the new program's.
 SEC("tp_btf/sched_process_exec")
@@ -723,7 +714,7 @@ int hpd_exec(__u64* ctx) {
   // The new credentials are committed before this tracepoint: a process the client may not trace
   // leaves the targets here, so that none of its samples (on or off the CPU) is taken from now on.
   __u32 task_flags = 0;
-  if (restrict_creds && filter_mode == HPD_FILTER_PIDS && !runs_as_client((struct task_struct*)ctx[0])) {
+  if (restrict_creds && filter_mode == HPD_FILTER_PIDS && !hpd_runs_as_client((struct task_struct*)ctx[0], client_uid, client_gid)) {
     bpf_map_delete_elem(&targets, &pid);
     __s32 tid = (__s32)id;
     bpf_map_delete_elem(&blocked, &tid);

@@ -43,6 +43,8 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
   if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0 &&
       !options.pids.empty())
     alloc_probe_mean_ = options.alloc_mean_bytes != 0 ? options.alloc_mean_bytes : HPD_ALLOC_DEFAULT_MEAN;
+  alloc_probe_client_ =
+      calls::AllocProbeClient{options.restrict_to_client, options.client_uid, options.client_gid};
   if (options.alloc_log_fd >= 0) {
     // The launcher made the log and preloaded the runtime: read it through the descriptor only.
     try {
@@ -144,7 +146,8 @@ void RecordingCallCounter::add_launched(int32_t pid, const std::string& argv0) {
 void RecordingCallCounter::add_process(int32_t pid) {
   if (alloc_probe_mean_ != 0) {
     try {
-      alloc_probes_.push_back(std::make_unique<calls::AllocProbes>(pid, alloc_probe_mean_));
+      alloc_probes_.push_back(
+          std::make_unique<calls::AllocProbes>(pid, alloc_probe_mean_, alloc_probe_client_));
       alloc_source_ += (alloc_source_.empty() ? "" : "; ") + alloc_probes_.back()->description();
     } catch (const calls::CallCountError& e) {
       alloc_messages_.push_back(std::string("allocations not sampled: ") + e.what());

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "hpd/calls/alloc_probes.h"
 #include "hpd/collect/recorder.h"
 
 namespace hpd {
 
 namespace calls {
 class AllocLog;
-class AllocProbes;
 class CallCounter;
 class PreloadTable;
 }  // namespace calls
@@ -62,6 +62,7 @@ class RecordingCallCounter {
   // --alloc --pid: uprobes on each given process's allocator (alloc_probes.h).
   uint64_t alloc_probe_mean_ = 0;  // 0: not asked for
   std::vector<std::unique_ptr<calls::AllocProbes>> alloc_probes_;
+  calls::AllocProbeClient alloc_probe_client_;
   std::string alloc_source_;
   bool alloc_handed_over_ = false;  // alloc_ is a client's log (RecordOptions::alloc_log_fd)
   std::string alloc_runtime_;

@@ -1502,10 +1502,22 @@ TEST_F(RealUsers, AllocPidOfProcessesTheUserMayNotTraceIsRefusedAndPlacesNoProbe
   EXPECT_EQ(verdict(own), 8) << "the watch did not see the probes of a recording it was under";
 }
 
+// The uprobe_multi links among `pid`'s descriptors (hpd's allocation probes are one per allocator
+// module), by their fdinfo.
+int uprobe_multi_links(pid_t pid) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fdinfo", ec)) {
+    const std::string info = read_text_file(fd.path().string());
+    if (info.find("link_type:\tuprobe_multi") != std::string::npos) ++n;
+  }
+  return n;
+}
+
 // Her `--alloc --pid` of her own shell, which then executes a set-user-ID root program that allocates
 // (alloc_pid_fixture.c's privileged mode): nothing of that program's allocations reaches her (the
 // probes follow the pid into the new program; what they see there is not hers), as no CPU sample of
-// it does.
+// it does; and the probes are taken out of the program at its exec, not at the end of her recording.
 TEST_F(RealUsers, AllocPidOfAProcessThatExecutesASetuidProgramGivesNothingOfIt) {
   Hpd hpd;
   const int links_before = hpd.fd_counts().bpf_link;
@@ -1533,12 +1545,27 @@ TEST_F(RealUsers, AllocPidOfAProcessThatExecutesASetuidProgramGivesNothingOfIt) 
     if (!attached) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(attached) << read_text_file(err) << hpd.log();
+  bool probed = false;
+  for (int i = 0; i < 3000 && !probed && process_running(recorder.pid()); ++i) {
+    probed = uprobe_multi_links(hpd.pid()) > 0;
+    if (!probed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(probed) << "hpd holds no uprobe_multi link: " << read_text_file(err) << hpd.log();
   const pid_t shell_pid = shell.pid();
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);
   const uint64_t go_ns = uint64_t(now.tv_sec) * 1000000000u + uint64_t(now.tv_nsec);
   std::ofstream(dir.file("go")).close();
   ASSERT_TRUE(wait_for_file(dir.file("done"), 120, shell.pid()));
+  // The program has done its allocating and waits for "stop": the recording goes on, the probes are
+  // out of it (hpd's reader looks every 100 ms; the bound only ends a failing test).
+  bool removed = false;
+  for (int i = 0; i < 1500 && !removed && process_running(recorder.pid()); ++i) {
+    removed = uprobe_multi_links(hpd.pid()) == 0;
+    if (!removed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(process_running(recorder.pid())) << read_text_file(err);
+  EXPECT_TRUE(removed) << "the allocation probes stayed in the set-user-ID program after its exec";
   recorder.terminate(120);
   const std::string summary = read_text_file(err);
   std::ofstream(dir.file("stop")).close();
@@ -1555,7 +1582,11 @@ TEST_F(RealUsers, AllocPidOfAProcessThatExecutesASetuidProgramGivesNothingOfIt) 
       ++samples_after_go;
     }
     EXPECT_LT(bytes_after_go, 1 << 20) << samples_after_go << " samples; " << summary;
-    EXPECT_NE(summary.find("its allocations from then on were not recorded"), std::string::npos) << summary;
+    EXPECT_NE(
+        summary.find("its allocations from then on were not recorded (the probes were taken out of it at "
+                     "that exec)"),
+        std::string::npos)
+        << summary;
   } else {
     EXPECT_NE(summary.find("the recording was stopped and discarded"), std::string::npos) << summary;
   }

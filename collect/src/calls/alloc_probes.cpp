@@ -137,7 +137,10 @@ struct AllocProbes::Impl {
   uint64_t mean = 0;
   std::string description;
   std::unique_ptr<alloc_bpf, SkeletonDeleter> skel;
+  std::mutex links_mutex;  // guards links: the reader thread takes the probes out at an exec
   std::vector<UniqueFd> links;
+  bpf_link* exec_link = nullptr;  // hpd_alloc_exec, for a restricted client
+  bool removed_at_exec = false;   // the probes were taken out when the target left at an exec
   std::unique_ptr<ring_buffer, RingDeleter> ring;
   std::thread reader;
   std::atomic<bool> stop{false};
@@ -186,8 +189,24 @@ struct AllocProbes::Impl {
     return 0;
   }
 
+  // Closing a link takes its breakpoints out of the target.
+  void close_links() {
+    std::lock_guard<std::mutex> lock(links_mutex);
+    links.clear();
+    if (exec_link != nullptr) bpf_link__destroy(exec_link);
+    exec_link = nullptr;
+  }
+
+  // The reader's check after each poll: a target that left at an exec (hpd_alloc_exec) has its
+  // probes taken out at once rather than at the end of the recording.
+  void remove_probes_if_left() {
+    if (removed_at_exec || __atomic_load_n(&skel->bss->left_at_exec, __ATOMIC_ACQUIRE) == 0) return;
+    close_links();
+    removed_at_exec = true;
+  }
+
   void detach() {
-    links.clear();  // closing a link takes its breakpoints out of the target
+    close_links();
     if (reader.joinable()) {
       stop = true;
       reader.join();
@@ -206,7 +225,8 @@ struct AllocProbes::Impl {
   }
 };
 
-AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes) : impl_(std::make_unique<Impl>()) {
+AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes, AllocProbeClient client)
+    : impl_(std::make_unique<Impl>()) {
   impl_->pid = pid;
   impl_->mean = mean_bytes;
   const std::vector<AllocatorModule> modules = find_allocators(pid);
@@ -228,6 +248,9 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes) : impl_(std::make_uni
     throw CallCountError(std::string("cannot open hpd's allocation eBPF object: ") + std::strerror(errno));
   impl_->skel->rodata->target_tgid = pid;
   impl_->skel->rodata->mean_bytes = mean_bytes;
+  impl_->skel->rodata->client_uid = client.uid;
+  impl_->skel->rodata->client_gid = client.gid;
+  bpf_program__set_autoload(impl_->skel->progs.hpd_alloc_exec, client.restrict_to_client);
   bpf_program__set_expected_attach_type(impl_->skel->progs.hpd_alloc_call,
                                         static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeSession));
   if (const int err = alloc_bpf__load(impl_->skel.get()); err != 0)
@@ -238,8 +261,18 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes) : impl_(std::make_uni
       ring_buffer__new(bpf_map__fd(impl_->skel->maps.alloc_ring), &Impl::on_record, impl_.get(), nullptr));
   if (!impl_->ring)
     throw CallCountError(std::string("cannot read the allocation ring: ") + std::strerror(errno));
+  if (client.restrict_to_client) {
+    // Before the uprobes: an exec between the two would otherwise go unseen.
+    impl_->exec_link = bpf_program__attach(impl_->skel->progs.hpd_alloc_exec);
+    if (impl_->exec_link == nullptr)
+      throw CallCountError(std::string("cannot watch pid ") + std::to_string(pid) +
+                           "'s execs (sched_process_exec): " + std::strerror(errno));
+  }
   impl_->reader = std::thread([impl = impl_.get()] {
-    while (!impl->stop) ring_buffer__poll(impl->ring.get(), 100);
+    while (!impl->stop) {
+      ring_buffer__poll(impl->ring.get(), 100);
+      impl->remove_probes_if_left();
+    }
   });
   std::string where;
   for (const AllocatorModule& module : modules) {
@@ -257,7 +290,10 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes) : impl_(std::make_uni
       throw CallCountError("cannot probe the allocator of pid " + std::to_string(pid) + " in " + module.path +
                            ": " + std::strerror(e) + " (uprobe sessions need Linux 6.13 or later)");
     }
-    impl_->links.emplace_back(fd);
+    {
+      std::lock_guard<std::mutex> lock(impl_->links_mutex);
+      impl_->links.emplace_back(fd);
+    }
     where += (where.empty() ? "" : ", ") + module.path;
   }
   impl_->description = "uprobes on pid " + std::to_string(pid) + "'s allocator in " + where;
@@ -366,9 +402,11 @@ std::vector<std::string> AllocProbes::finish(RawProfile& profile) {
   stats.dropped += ring_full;
   if (cut_ns != 0) {
     // The counters of the probes are the new program's too: not given.
-    messages.push_back("allocations: pid " + std::to_string(s.pid) +
-                       " executed a program that runs with credentials other than yours; its allocations "
-                       "from then on were not recorded");
+    messages.push_back(
+        "allocations: pid " + std::to_string(s.pid) +
+        " executed a program that runs with credentials other than yours; its allocations "
+        "from then on were not recorded" +
+        std::string(s.removed_at_exec ? " (the probes were taken out of it at that exec)" : ""));
     s.samples.clear();
     s.frees.clear();
     return messages;

@@ -14,7 +14,7 @@ std::vector<AllocatorModule> find_allocators(int32_t) {
 
 struct AllocProbes::Impl {};
 
-AllocProbes::AllocProbes(int32_t, uint64_t) {
+AllocProbes::AllocProbes(int32_t, uint64_t, AllocProbeClient) {
   throw CallCountError("this hpd was built without the eBPF backend, which --alloc --pid needs");
 }
 

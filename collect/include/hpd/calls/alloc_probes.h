@@ -27,11 +27,20 @@ extern const size_t kAllocatorFunctionCount;
 // define). Empty when none does (a static program, or an allocator under other names).
 std::vector<AllocatorModule> find_allocators(int32_t pid);
 
+// Who the probes are for. A client restricted to their own processes (a user's session through hpd)
+// loses the target when it executes a program with other credentials (a set-user-ID one): the
+// probes then stop looking at it at once, in the kernel, and are taken out of it.
+struct AllocProbeClient {
+  bool restrict_to_client = false;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
 class AllocProbes {
  public:
   // Finds the allocator of `pid`, loads the program and attaches its probes. Throws CallCountError
   // saying why it cannot (no allocator found: naming the process and the symbols looked for).
-  AllocProbes(int32_t pid, uint64_t mean_bytes);
+  AllocProbes(int32_t pid, uint64_t mean_bytes, AllocProbeClient client = {});
   ~AllocProbes();
   AllocProbes(const AllocProbes&) = delete;
   AllocProbes& operator=(const AllocProbes&) = delete;
