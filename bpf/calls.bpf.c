@@ -10,10 +10,15 @@
 #include <bpf/bpf_tracing.h>
 
 #include "calls_event.h"
+#include "client_creds.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile __u32 follow_children = 1;
+// For a client who may trace only processes running with their own credentials (a user's session
+// through hpd; hpd_calls_exec is attached only then): the ids a target must keep across an exec.
+const volatile __u32 client_uid = 0;
+const volatile __u32 client_gid = 0;
 
 // Weak: on a kernel without uprobe sessions the counting program still loads (the timing one not).
 extern bool bpf_session_is_return(void) __ksym __weak;
@@ -26,6 +31,14 @@ struct {
   __type(key, __s32);
   __type(value, __u8);
 } call_targets SEC(".maps");
+
+// Targets that left at an exec (hpd_calls_exec), so that user space tells them from exited ones.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 1024);
+  __type(key, __s32);
+  __type(value, __u8);
+} call_left SEC(".maps");
 
 // Per-CPU counts: the hot path never contends on a shared cache line.
 struct {
@@ -284,5 +297,20 @@ int hpd_calls_fork(__u64* ctx) {
   if (child_pid == parent) return 0;
   const __u8 yes = 1;
   bpf_map_update_elem(&call_targets, &child_pid, &yes, BPF_ANY);
+  return 0;
+}
+
+// tp_btf/sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm), attached
+// only for a restricted client: the new credentials are committed before it fires. A target that
+// executes a program with other credentials (a set-user-ID one) stops being counted before that
+// program's first instruction, and user space no longer probes its modules.
+SEC("tp_btf/sched_process_exec")
+int hpd_calls_exec(__u64* ctx) {
+  const __s32 tgid = (__s32)(bpf_get_current_pid_tgid() >> 32);
+  if (!bpf_map_lookup_elem(&call_targets, &tgid)) return 0;
+  if (hpd_runs_as_client((struct task_struct*)ctx[0], client_uid, client_gid)) return 0;
+  const __u8 yes = 1;
+  bpf_map_update_elem(&call_left, &tgid, &yes, BPF_ANY);
+  bpf_map_delete_elem(&call_targets, &tgid);
   return 0;
 }

@@ -98,15 +98,20 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
     }
     stats_.messages.push_back("call counts: " + why + "; counting with uprobes instead");
   }
-  start_uprobes(options.follow_children, options.time_calls);
+  start_uprobes(options);
 }
 
 RecordingCallCounter::~RecordingCallCounter() = default;
 
-void RecordingCallCounter::start_uprobes(bool follow_children, bool time_calls) {
+void RecordingCallCounter::start_uprobes(const RecordOptions& options) {
   try {
-    counter_ = std::make_unique<calls::CallCounter>(
-        calls::CallCounterOptions{.follow_children = follow_children, .time_calls = time_calls});
+    counter_ = std::make_unique<calls::CallCounter>(calls::CallCounterOptions{
+        .follow_children = options.follow_children,
+        .time_calls = options.time_calls,
+        .restrict_to_client = options.restrict_to_client,
+        .client_uid = options.client_uid,
+        .client_gid = options.client_gid,
+    });
     stats_.counter = "uprobes";
   } catch (const calls::CallCountError& e) {
     stats_.messages.push_back(std::string("call counts unavailable: ") + e.what());

@@ -54,7 +54,7 @@ class RecordingCallCounter {
 
  private:
   void fail(const std::string& what);
-  void start_uprobes(bool follow_children, bool time_calls);
+  void start_uprobes(const RecordOptions& options);
 
   std::unique_ptr<calls::CallCounter> counter_;
   std::unique_ptr<calls::PreloadTable> table_;

@@ -1593,6 +1593,79 @@ TEST_F(RealUsers, AllocPidOfAProcessThatExecutesASetuidProgramGivesNothingOfIt) 
   EXPECT_EQ(hpd.fd_counts().bpf_link, links_before);
 }
 
+// Her `--calls --pid` of her own shell, which executes a set-user-ID root copy of calls_pid_latency (an
+// instrumented program that waits for probes to come, then says so in DIR/probed), while a child of the
+// shell, once that exec is done, executes her own copy: hpd probes her copy (in a rescan of the targets
+// that comes after the set-user-ID exec) and never the set-user-ID one, counts her copy's calls
+// exactly, and says why the other was not counted.
+TEST_F(RealUsers, CallsPidOfAProcessThatExecutesASetuidProgramNeitherProbesNorCountsIt) {
+  Hpd hpd;
+  const testing::TempDir dir("hpd-calls-exec");
+  const std::string privileged = hpd.dir() + "/calls_suid";
+  const std::string own = dir.file("calls_own");
+  std::filesystem::copy_file(std::string(HPD_CALLS_FIXTURES) + "/pid_latency_nop", privileged);
+  std::filesystem::copy_file(std::string(HPD_CALLS_FIXTURES) + "/pid_latency_nop", own);
+  ASSERT_EQ(chown(privileged.c_str(), 0, 0), 0);
+  ASSERT_EQ(chmod(privileged.c_str(), 04755), 0);
+  for (const std::string& path : {dir.path(), own, dir.file("a"), dir.file("b")}) {
+    if (path != own && path != dir.path()) std::filesystem::create_directory(path);
+    ASSERT_EQ(::chown(path.c_str(), alice_.uid, alice_.gid), 0) << path;
+  }
+  Background shell(
+      alice_.run_as({"/bin/sh", "-c",
+                     "echo ready > \"$0/ready\"; until [ -e \"$0/go\" ]; do sleep 0.05; done; "
+                     "( until [ \"$(cat /proc/$$/comm 2>/dev/null)\" = calls_suid ]; do sleep 0.01; done; "
+                     "exec \"$1\" \"$0/a\" ) & exec \"$2\" \"$0/b\"",
+                     dir.path(), own, privileged}));
+  ASSERT_TRUE(wait_for_file(dir.file("ready"), 60, shell.pid()));
+  const std::string out = hpd.out_dir() + "/calls_exec.json.gz";
+  const std::string err = dir.file("hpctl.err");
+  Background recorder(alice_.run_as({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>'" + err + "'", kHpctl,
+                                     "--socket", hpd.socket(), "--daemon", "record", "--calls", "--no-report",
+                                     "-o", out, "--pid", std::to_string(shell.pid()), "-d", "600"}));
+  // The call counter holds its fork hook (a tracepoint link) once it follows the shell.
+  bool following = false;
+  for (int i = 0; i < 3000 && !following && process_running(recorder.pid()); ++i) {
+    following = hpd.fd_counts().bpf_link > 0 && std::filesystem::exists(dir.file("ready"));
+    if (!following) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(following) << read_text_file(err) << hpd.log();
+  std::ofstream(dir.file("go")).close();
+  // Her copy is probed and has made its calls: the rescan that probed it came after the other exec.
+  ASSERT_TRUE(wait_for_file(dir.file("a/done"), 120, recorder.pid())) << read_text_file(err) << hpd.log();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b/probed")))
+      << "hpd probed the set-user-ID program her target executed";
+  recorder.terminate(120);
+  const std::string summary = read_text_file(err);
+  const pid_t shell_pid = shell.pid();
+  shell.kill();  // the set-user-ID program waits for probes that do not come
+  shell.wait();
+  EXPECT_NE(summary.find("pid " + std::to_string(shell_pid) +
+                         " executed a program that runs with credentials other than yours; its calls from "
+                         "then on were not counted"),
+            std::string::npos)
+      << summary;
+  ASSERT_TRUE(std::filesystem::exists(out)) << summary;
+  std::string counter;
+  const std::map<std::string, CallsRow> rows = calls_rows(out, counter);
+  EXPECT_EQ(counter, "uprobes");
+  std::map<std::string, uint64_t> truth;
+  {
+    std::istringstream lines(read_text_file(dir.file("a/truth")));
+    std::string name;
+    uint64_t n = 0;
+    while (lines >> name >> n) {
+      truth[name] = n;
+      lines.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+  }
+  ASSERT_EQ(truth.size(), 3u) << read_text_file(dir.file("a/truth"));
+  for (const auto& [name, n] : truth) {
+    const auto it = rows.find(name);
+    EXPECT_EQ(it == rows.end() ? 0 : it->second.calls, n) << name << ": her copy's calls, counted once";
+  }
+}
+
 // The runtime's table lives in memory the user's program writes: a program that overwrites it while
 // hpd records (its header, values no runtime writes, every slot and entry filled, the file truncated)
 // gets a recording with a message saying so, never a crash, a hang or unbounded memory of hpd; another

@@ -92,11 +92,14 @@ using TracepointLink = std::unique_ptr<bpf_link, LinkDeleter>;
 // One uprobe_multi link: closing its fd detaches every site of it.
 using UprobeLink = UniqueFd;
 
-Skeleton open_program(bool follow_children, bool timing) {
+Skeleton open_program(const CallCounterOptions& options, bool timing) {
   Skeleton skel(calls_bpf__open());
   if (!skel)
     throw CallCountError(std::string("cannot open hpd's call-counting eBPF object: ") + std::strerror(errno));
-  skel->rodata->follow_children = follow_children ? 1 : 0;
+  skel->rodata->follow_children = options.follow_children ? 1 : 0;
+  skel->rodata->client_uid = options.client_uid;
+  skel->rodata->client_gid = options.client_gid;
+  bpf_program__set_autoload(skel->progs.hpd_calls_exec, options.restrict_to_client);
   bpf_program__set_expected_attach_type(skel->progs.hpd_count_call,
                                         static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeMulti));
   bpf_program__set_expected_attach_type(skel->progs.hpd_time_call,
@@ -107,15 +110,15 @@ Skeleton open_program(bool follow_children, bool timing) {
 
 // The counting program, and the timing one (session mode) when `timing` and the kernel takes it;
 // when it does not, `timing_refused` says why and the counting program is loaded alone.
-Skeleton load_program(bool follow_children, bool timing, std::string& timing_refused) {
-  if (timing) {
-    Skeleton skel = open_program(follow_children, true);
+Skeleton load_program(const CallCounterOptions& options, std::string& timing_refused) {
+  if (options.time_calls) {
+    Skeleton skel = open_program(options, true);
     const int err = calls_bpf__load(skel.get());
     if (err == 0) return skel;
     timing_refused = std::string("the kernel refused the timing program (") + std::strerror(-err) +
                      "; it needs uprobe sessions, Linux 6.13 or later)";
   }
-  Skeleton skel = open_program(follow_children, false);
+  Skeleton skel = open_program(options, false);
   if (const int err = calls_bpf__load(skel.get()); err != 0) {
     throw CallCountError(std::string("the kernel refused hpd's call-counting eBPF program: ") +
                          std::strerror(-err) +
@@ -150,12 +153,18 @@ using FileId = std::pair<uint64_t, uint64_t>;  // (st_dev, st_ino)
 class CallCounter::Impl {
  public:
   explicit Impl(const CallCounterOptions& options)
-      : skel_(load_program(options.follow_children, options.time_calls, timing_refused_)),
+      : skel_(load_program(options, timing_refused_)),
         timing_(options.time_calls && timing_refused_.empty()) {
     fork_link_.reset(bpf_program__attach(skel_->progs.hpd_calls_fork));
     if (!fork_link_)
       throw CallCountError(std::string("cannot attach the call counter's fork hook: ") +
                            std::strerror(errno));
+    if (options.restrict_to_client) {
+      exec_link_.reset(bpf_program__attach(skel_->progs.hpd_calls_exec));
+      if (!exec_link_)
+        throw CallCountError(std::string("cannot attach the call counter's exec hook: ") +
+                             std::strerror(errno));
+    }
     stats_.enabled = true;
     stats_.timed = timing_;
     time_asked_ = options.time_calls;
@@ -217,7 +226,18 @@ class CallCounter::Impl {
       key = next;
       processes_.insert(key);
     }
+    const int left = bpf_map__fd(skel_->maps.call_left);
     for (auto it = processes_.begin(); it != processes_.end();) {
+      uint8_t value = 0;
+      if (bpf_map_lookup_elem(left, &*it, &value) == 0) {
+        // Out of the targets since its exec (hpd_calls_exec): its new program is not probed.
+        note_once("left " + std::to_string(*it),
+                  "call counts: pid " + std::to_string(*it) +
+                      " executed a program that runs with credentials other than yours; its calls from "
+                      "then on were not counted");
+        it = processes_.erase(it);
+        continue;
+      }
       if (::access(("/proc/" + std::to_string(*it)).c_str(), F_OK) != 0) {
         exited_.insert(*it);
         it = processes_.erase(it);
@@ -232,6 +252,7 @@ class CallCounter::Impl {
     // Detach first: the counts are final, and the targets run unprobed from here on.
     links_.clear();
     fork_link_.reset();
+    exec_link_.reset();
     read_counters();
     read_edges(profile);
     read_latency(profile);
@@ -631,6 +652,7 @@ class CallCounter::Impl {
   bool time_asked_ = false;      // CallCounterOptions::time_calls
   uint64_t timeable_sites_ = 0;  // not asked: sites --call-latency would have timed
   TracepointLink fork_link_;
+  TracepointLink exec_link_;  // hpd_calls_exec, for a restricted client
   std::vector<UprobeLink> links_;
   std::map<FileId, FileState> files_;
   std::set<FileId> libc_probed_;
@@ -667,7 +689,7 @@ const CallCountStats& CallCounter::stats() const {
 std::string call_counter_unavailable_reason() {
   try {
     std::string timing_refused;
-    Skeleton skel = load_program(false, false, timing_refused);
+    Skeleton skel = load_program(CallCounterOptions{.follow_children = false}, timing_refused);
     return "";
   } catch (const CallCountError& e) {
     return e.what();

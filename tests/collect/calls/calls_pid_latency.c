@@ -3,7 +3,7 @@
  *   calls_pid_latency DIR
  *     1. writes DIR/ready, then waits (at most 300 s) until the first bytes of its three timed
  *        functions changed: the probes are in (a uprobe puts a breakpoint or a call there), so every
- *        call below is made under them;
+ *        call below is made under them; then writes DIR/probed;
  *     2. sleep_for: 100 calls sleeping 2 ms; spin_cpu: 90 calls spinning 1 ms of thread CPU and 10
  *        spinning 4 ms (a known tail); rec: 20 outer calls recursing 10 deep, the innermost spinning
  *        1 ms of thread CPU;
@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 3; ++i) memcpy(original[i], watched[i], sizeof original[i]);
   put_file(argv[1], "ready", "", 0);
   if (!wait_for(probes_in)) return 2;
+  put_file(argv[1], "probed", "", 0);
 
   static long long sleep_inner[SLEEP_N], sleep_outer[SLEEP_N], spin_inner[SPIN_N], spin_outer[SPIN_N];
   static long long top_inner[REC_N], top_outer[REC_N];

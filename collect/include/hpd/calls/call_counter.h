@@ -25,6 +25,12 @@ struct CallCounterOptions {
   // counted only, and a message says so. Off (the default): no return probe is placed, and a message
   // says the latency was not measured and how to have it.
   bool time_calls = false;
+  // A client who may trace only processes running with their own credentials (a user's session
+  // through hpd): a target that executes a program with other credentials (a set-user-ID one) is
+  // neither counted nor probed from that exec on, and a message says so.
+  bool restrict_to_client = false;
+  uint32_t client_uid = 0;
+  uint32_t client_gid = 0;
 };
 
 // Loads the counting program on construction and attaches probes as modules are added. Probes sit
