@@ -1,4 +1,5 @@
-// Privileged (creates BPF maps): CfiMaps on the page Linux 6.18 maps as [uprobes-trampoline]. The real
+// Privileged (creates BPF maps): CfiMaps on the page Linux 6.18 maps as [uprobes-trampoline] (and on the
+// return probes' trampoline of its [uprobes] page, at the end). The real
 // page cannot be read from outside its process (calls_pid_latency_test records through it), so these
 // tests hand CfiMaps a page of this process under that name: with the kernel's code it gets the rows
 // (published with the bias of the page, and CfiMaps::walk_stack steps out of it to the return address
@@ -128,6 +129,63 @@ TEST(CfiMapsUprobeTrampoline, AMappingOfAnotherSizeGetsNoRows) {
   EXPECT_NE(without_table(*maps.cfi).find("[uprobes-trampoline]: a mapping of 8192 bytes"), std::string::npos)
       << without_table(*maps.cfi);
   EXPECT_EQ(maps.published(0x3fe000).row_count, 0u);
+}
+
+// The return probes' trampoline at the start of the [uprobes] page (push rax, rcx, r11; the uretprobe
+// syscall, which writes the original return address where rax was; pop r11, rcx; ret) gets its rows
+// under the name the kernel gives the page, in /proc/PID/maps as in perf's mmap records; the walk steps
+// out of it to the address the syscall wrote (the eBPF walk takes it from the thread's pending return
+// instance before the syscall ran, which user space cannot see). Another code gets none, said why.
+constexpr uint8_t kUretprobeCode[] = {0x50, 0x51, 0x41, 0x53, 0x48, 0xc7, 0xc0, 0x4f, 0x01,
+                                      0x00, 0x00, 0x0f, 0x05, 0x41, 0x5b, 0x59, 0xc3, 0xcc};
+
+TEST(CfiMapsUretprobeTrampoline, TheKernelsCodeGetsRowsAndTheWalkStepsOutOfIt) {
+  Maps maps;
+  ASSERT_TRUE(maps.open()) << std::strerror(errno);
+  Page page(std::vector<uint8_t>(std::begin(kUretprobeCode), std::end(kUretprobeCode)));
+  ASSERT_NE(page.bytes, MAP_FAILED);
+  maps.cfi->add_mapping(::getpid(), page.start(), 4096, 0x1000, "[uprobes]", "", 0);
+  maps.cfi->poll();
+  EXPECT_EQ(without_table(*maps.cfi), "");
+  const hpd_proc_mapping m = maps.published(page.start());
+  ASSERT_EQ(m.end, page.start() + 4096);
+  EXPECT_EQ(m.row_count, 7u);
+  EXPECT_EQ(m.bias, page.start());
+
+  // After the syscall (pc +0xd): r11, rcx and the original return address are on the stack; after
+  // `pop %r11` (+0xf) two slots are left; at the ret (+0x10) one.
+  const uint64_t ret = 0x1234567;  // in no mapping: the walk goes on by frame pointer, rbp 0 ends it
+  const uint64_t slots[5] = {11, 22, ret, 0, 0};
+  const std::span<const uint8_t> stack(reinterpret_cast<const uint8_t*>(slots), sizeof slots);
+  const uint64_t sp = 0x7ffd0000;
+  for (const auto& [offset, skip] : std::vector<std::pair<uint64_t, uint64_t>>{{0xd, 0}, {0xf, 1}, {0x10, 2}}) {
+    SCOPED_TRACE(offset);
+    const CfiMaps::StackWalk w =
+        maps.cfi->walk_stack(::getpid(), page.start() + offset, sp + 8 * skip, 0, stack.subspan(8 * skip));
+    EXPECT_EQ(w.ips, (std::vector<uint64_t>{page.start() + offset, ret}));
+    EXPECT_EQ(w.end, HPD_USER_END_FP_ZERO);
+    EXPECT_EQ(w.fp_frames, 0u);
+  }
+}
+
+TEST(CfiMapsUretprobeTrampoline, OtherCodeGetsNoRowsAndTheSummarySaysWhy) {
+  Maps maps;
+  ASSERT_TRUE(maps.open()) << std::strerror(errno);
+  std::vector<uint8_t> code(std::begin(kUretprobeCode), std::end(kUretprobeCode));
+  code[0] = 0x51;  // push %rcx first: the optimized uprobes' trampoline, not this one
+  Page page(code);
+  ASSERT_NE(page.bytes, MAP_FAILED);
+  MapsEntry entry;
+  entry.start = page.start();
+  entry.end = page.start() + 4096;
+  entry.readable = entry.executable = true;
+  entry.path = "[uprobes]";
+  maps.cfi->add_process_maps(::getpid(), {entry});
+  maps.cfi->poll();
+  EXPECT_NE(without_table(*maps.cfi).find("[uprobes]: its code differs (byte 0x0 is 0x51, not 0x50"),
+            std::string::npos)
+      << without_table(*maps.cfi);
+  EXPECT_EQ(maps.published(page.start()).row_count, 0u);
 }
 
 }  // namespace
