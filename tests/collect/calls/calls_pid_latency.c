@@ -29,8 +29,8 @@
  * the test checks that their code is the one hpd's CFI rows describe.
  *
  *   calls_pid_latency DIR churn
- *     the same, then (before DIR/truth) `churn`: calls of the empty `tick` for CHURN_CPU_NS of thread CPU
- *     (most of it in the probes' work, as in a program calling a small timed function in a loop), and
+ *     the same, then (before DIR/truth) `churn`: calls of the short `tick` for CHURN_CPU_NS of thread CPU
+ *     (about half of it in the probes' work, as in a program calling a small timed function in a loop), and
  *     writes DIR/cpu: "CHURN_NS TOTAL_NS", the thread CPU spent in churn() and from the probes' arrival
  *     to the end of the work (the kernel's work for the probes is charged to the thread's clock). */
 #define _GNU_SOURCE
@@ -106,11 +106,11 @@ NOINLINE void rec(int depth) {
   inner_last = now_ns() - t0;
 }
 
-// An empty timed function called in a loop: most of each call is the probes' work and the return
-// probe's trampoline (the [uprobes] page), where a sampled stack must still reach main.
+// A short timed function called in a loop: about half of each call is the probes' work, part of it
+// in the return probe's trampoline (the [uprobes] page), where a sampled stack must still reach main.
 #define CHURN_CPU_NS 1000000000LL
 NOINLINE void tick(void) {
-  __asm__ volatile("" ::: "memory");
+  for (int i = 0; i < 1000; ++i) ++spins;
 }
 
 NOINLINE void churn(void) {
