@@ -158,7 +158,8 @@ TEST(CfiMapsUretprobeTrampoline, TheKernelsCodeGetsRowsAndTheWalkStepsOutOfIt) {
   const uint64_t slots[5] = {11, 22, ret, 0, 0};
   const std::span<const uint8_t> stack(reinterpret_cast<const uint8_t*>(slots), sizeof slots);
   const uint64_t sp = 0x7ffd0000;
-  for (const auto& [offset, skip] : std::vector<std::pair<uint64_t, uint64_t>>{{0xd, 0}, {0xf, 1}, {0x10, 2}}) {
+  for (const auto& [offset, skip] :
+       std::vector<std::pair<uint64_t, uint64_t>>{{0xd, 0}, {0xf, 1}, {0x10, 2}}) {
     SCOPED_TRACE(offset);
     const CfiMaps::StackWalk w =
         maps.cfi->walk_stack(::getpid(), page.start() + offset, sp + 8 * skip, 0, stack.subspan(8 * skip));

@@ -490,8 +490,8 @@ TEST(CfiTable, UprobeTrampolineRowsFollowItsPushesAndPops) {
 TEST(CfiTable, UretprobeTrampolineRowsFollowItsPushesAndPops) {
   const auto t = uretprobe_trampoline_cfi_table();
   ASSERT_NE(t, nullptr);
-  const std::map<uint64_t, int32_t> cfa_at = {{0x0, 0},   {0x1, 8},   {0x2, 16}, {0x4, 24},
-                                              {0xb, 24},  {0xd, 24},  {0xf, 16}, {0x10, 8}};
+  const std::map<uint64_t, int32_t> cfa_at = {{0x0, 0},  {0x1, 8},  {0x2, 16}, {0x4, 24},
+                                              {0xb, 24}, {0xd, 24}, {0xf, 16}, {0x10, 8}};
   for (const auto& [pc, cfa] : cfa_at) {
     SCOPED_TRACE(pc);
     for (const CfiRow* row : {t->find(pc), t->find_indexed(pc)}) {

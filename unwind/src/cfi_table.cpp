@@ -380,8 +380,8 @@ bool is_uprobe_trampoline_code(std::span<const uint8_t> code, std::string* why) 
 
 std::shared_ptr<const CfiTable> uprobe_trampoline_cfi_table() {
   // After each push the CFA is 8 further from rsp; after each pop 8 nearer; the syscall changes nothing.
-  return one_page_table({rsp_row(0x0, 8), rsp_row(0x1, 16), rsp_row(0x3, 24), rsp_row(0x4, 32), rsp_row(0xe, 24),
-                         rsp_row(0x10, 16), rsp_row(0x11, 8), CfiRow{0x12, 0, 0, 0, 0}});
+  return one_page_table({rsp_row(0x0, 8), rsp_row(0x1, 16), rsp_row(0x3, 24), rsp_row(0x4, 32),
+                         rsp_row(0xe, 24), rsp_row(0x10, 16), rsp_row(0x11, 8), CfiRow{0x12, 0, 0, 0, 0}});
 }
 
 namespace {
@@ -407,8 +407,8 @@ bool is_uretprobe_trampoline_code(std::span<const uint8_t> code, std::string* wh
 
 std::shared_ptr<const CfiTable> uretprobe_trampoline_cfi_table() {
   // Entered by the probed function's ret: the slot of the replaced return address is just below rsp.
-  return one_page_table({rsp_row(0x0, 0), rsp_row(0x1, 8), rsp_row(0x2, 16), rsp_row(0x4, 24), rsp_row(0xf, 16),
-                         rsp_row(0x10, 8), CfiRow{0x11, 0, 0, 0, 0}});
+  return one_page_table({rsp_row(0x0, 0), rsp_row(0x1, 8), rsp_row(0x2, 16), rsp_row(0x4, 24),
+                         rsp_row(0xf, 16), rsp_row(0x10, 8), CfiRow{0x11, 0, 0, 0, 0}});
 }
 
 std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, const std::string& build_id,

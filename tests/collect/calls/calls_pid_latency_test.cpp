@@ -335,7 +335,8 @@ TEST(CallsPidLatency, TimedStacksThroughTheReturnProbesTrampolineReachTheirRoot)
   EXPECT_EQ(r.summary.find("[uprobes]:"), std::string::npos) << r.summary;
 
   // The summary's share.
-  const std::smatch said = search(r.summary, std::regex(R"(complete stacks: on-CPU ([0-9.]+)% of (\d+) samples)"));
+  const std::smatch said =
+      search(r.summary, std::regex(R"(complete stacks: on-CPU ([0-9.]+)% of (\d+) samples)"));
   ASSERT_FALSE(said.empty()) << r.summary;
   EXPECT_GE(std::stod(said[1].str()), 95.0) << r.summary;
 
@@ -343,7 +344,8 @@ TEST(CallsPidLatency, TimedStacksThroughTheReturnProbesTrampolineReachTheirRoot)
   const std::string firefox = r.dir.file("calls.json.gz");
   const hpd::test::RunResult conv = hpd::test::run({HPD_HPCTL_PATH, "convert", r.out, "-o", firefox});
   ASSERT_EQ(conv.exit_code, 0) << conv.err;
-  const hpd::test::RunResult back = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", firefox});
+  const hpd::test::RunResult back =
+      hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", firefox});
   ASSERT_EQ(back.exit_code, 0) << back.err;
   const nlohmann::json doc = nlohmann::json::parse(back.out);
   const nlohmann::json& totals = doc["totals"];
@@ -360,7 +362,8 @@ TEST(CallsPidLatency, TimedStacksThroughTheReturnProbesTrampolineReachTheirRoot)
   ASSERT_NE(main_fn, nullptr) << back.out;
   ASSERT_NE(churn_fn, nullptr) << back.out;
   EXPECT_GE((*main_fn)["total_samples"].get<double>(), 0.95 * on_cpu_samples)
-      << "on-CPU samples whose stack reaches main, of " << on_cpu_samples << "\n" << r.summary;
+      << "on-CPU samples whose stack reaches main, of " << on_cpu_samples << "\n"
+      << r.summary;
 
   // The fixture's own measure: thread CPU in churn() and from the probes' arrival to the end of its work.
   std::ifstream cpu(r.dir.file("cpu"));
@@ -369,8 +372,9 @@ TEST(CallsPidLatency, TimedStacksThroughTheReturnProbesTrampolineReachTheirRoot)
   ASSERT_GT(total_ns, 0);
   const double truth = churn_ns / total_ns;
   const double hpd_share = (*churn_fn)["total_cpu_ns"].get<double>() / cpu_ns;
-  EXPECT_NEAR(hpd_share, truth, 0.05) << "churn's share of the on-CPU time: hpd " << hpd_share
-                                      << ", the fixture " << truth << "\n" << r.summary;
+  EXPECT_NEAR(hpd_share, truth, 0.05)
+      << "churn's share of the on-CPU time: hpd " << hpd_share << ", the fixture " << truth << "\n"
+      << r.summary;
 }
 
 // A root hpd on a socket of its own, answering.
