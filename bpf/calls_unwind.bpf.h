@@ -120,4 +120,26 @@ __attribute__((noinline)) __u64 uretprobe_real_return(__u64 ra, __u64 slot) {
   return ra;
 }
 
+// The same for a copy of the user stack (dwarf mode, and the samples walked again once their tables are
+// in): `copied` bytes at `out`, from `sp`. Each pending return instance whose slot lies in the copy gets
+// its original return address written back there, so that user space's walk meets the caller rather
+// than the kernel's trampoline. (A slot just below sp, when the sample is at the trampoline's first
+// instruction, is outside the copy.)
+static __always_inline void uretprobe_restore_copy(__u8* out, __u64 sp, __u64 copied) {
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct uprobe_task* utask = BPF_CORE_READ(task, utask);
+  if (!utask) return;
+  struct return_instance* ri = BPF_CORE_READ(utask, return_instances);
+  for (int i = 0; i < URETPROBE_SEARCH && ri; i++) {
+    const __u64 slot = BPF_CORE_READ(ri, stack);
+    if (slot >= sp && slot - sp + 8 <= copied) {
+      const __u64 off = slot - sp;
+      if (off > HPD_MAX_STACK_COPY - 8) break;  // for the verifier (copied is at most that)
+      const __u64 orig = BPF_CORE_READ(ri, orig_ret_vaddr);
+      __builtin_memcpy(out + off, &orig, sizeof orig);
+    }
+    ri = BPF_CORE_READ(ri, next);
+  }
+}
+
 #endif

@@ -383,7 +383,8 @@ static __always_inline void copy_user_regs(struct hpd_sample_event* e, const str
 
 // Copies up to `want` bytes (stack_copy_bytes or pending_stack_copy_bytes) of user stack from `sp` to
 // `out`, page by page, stopping at the first page that cannot be read: like perf_event's copy, it ends
-// at the top of the stack mapping (or at a page that is not present). Returns the bytes copied.
+// at the top of the stack mapping (or at a page that is not present). Return addresses the kernel's
+// return probes replaced are put back in the copy (uretprobe_restore_copy). Returns the bytes copied.
 static __always_inline __u32 copy_user_stack(__u8* out, __u64 sp, __u64 want) {
   __u64 copied = 0;
   for (int i = 0; i < STACK_COPY_READS; i++) {
@@ -398,6 +399,8 @@ static __always_inline __u32 copy_user_stack(__u8* out, __u64 sp, __u64 want) {
     if (bpf_probe_read_user(out + copied, size, (const void*)at) != 0) break;
     copied += size;
   }
+  // A timed call's return address in the copy is the kernel's trampoline: the original back.
+  if (copied >= 8) uretprobe_restore_copy(out, sp, copied);
   return (__u32)copied;
 }
 

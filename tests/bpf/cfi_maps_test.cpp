@@ -1,4 +1,5 @@
-// Privileged (creates BPF maps): CfiMaps on the page Linux 6.18 maps as [uprobes-trampoline]. The real
+// Privileged (creates BPF maps): CfiMaps on the page Linux 6.18 maps as [uprobes-trampoline] (and on the
+// return probes' trampoline of its [uprobes] page, at the end). The real
 // page cannot be read from outside its process (calls_pid_latency_test records through it), so these
 // tests hand CfiMaps a page of this process under that name: with the kernel's code it gets the rows
 // (published with the bias of the page, and CfiMaps::walk_stack steps out of it to the return address
@@ -66,29 +67,26 @@ std::string without_table(const CfiMaps& cfi) {
   return text;
 }
 
-TEST(CfiMapsUprobeTrampoline, TheKernelsCodeGetsRowsAndTheWalkStepsOutOfIt) {
-  Maps maps;
-  ASSERT_TRUE(maps.open()) << std::strerror(errno);
-  Page page(std::vector<uint8_t>(std::begin(kCode), std::end(kCode)));
-  ASSERT_NE(page.bytes, MAP_FAILED);
-  // As perf's mmap records name it (cut to 16 bytes), at a file offset that is no offset into the page.
-  maps.cfi->add_mapping(::getpid(), page.start(), 4096, 0x3ff000, "[uprobes-trampo", "", 0);
+// The page, mapped under `name` at `file_offset` (no offset into the page: the rows are at offsets from
+// its start), is published with `rows` rows and the page's start as its bias, and nothing is pending.
+void expect_published(Maps& maps, const Page& page, const char* name, uint64_t file_offset, uint32_t rows) {
+  maps.cfi->add_mapping(::getpid(), page.start(), 4096, file_offset, name, "", 0);
   maps.cfi->poll();
   EXPECT_EQ(without_table(*maps.cfi), "");
   const hpd_proc_mapping m = maps.published(page.start());
-  ASSERT_EQ(m.end, page.start() + 4096);
-  EXPECT_EQ(m.row_count, 8u);
+  EXPECT_EQ(m.end, page.start() + 4096);
+  EXPECT_EQ(m.row_count, rows);
   EXPECT_EQ(m.bias, page.start());
   EXPECT_EQ(m.flags & HPD_MAPPING_PENDING, 0u);
+}
 
-  // Stopped after the syscall (pc +0xd): rax, r11, rcx and the return address are on the stack, so the
-  // caller's pc is the fourth slot; after `pop %rax` (+0xe) the third; at the ret (+0x11) the first.
-  const uint64_t ret = 0x1234567;  // in no mapping: the walk goes on by frame pointer, rbp 0 ends it
-  const uint64_t slots[6] = {11, 22, 33, ret, 0, 0};
-  const std::span<const uint8_t> stack(reinterpret_cast<const uint8_t*>(slots), sizeof slots);
+// Walked from each (offset into the page, sp that many slots into `slots`): the walk steps out of the
+// page to `ret` and ends there (rbp 0), without a frame-pointer step.
+void expect_walks_out(Maps& maps, const Page& page, std::span<const uint64_t> slots, uint64_t ret,
+                      const std::vector<std::pair<uint64_t, uint64_t>>& offset_skip) {
+  const std::span<const uint8_t> stack(reinterpret_cast<const uint8_t*>(slots.data()), slots.size_bytes());
   const uint64_t sp = 0x7ffd0000;
-  for (const auto& [offset, skip] :
-       std::vector<std::pair<uint64_t, uint64_t>>{{0xd, 0}, {0xe, 1}, {0x11, 3}}) {
+  for (const auto& [offset, skip] : offset_skip) {
     SCOPED_TRACE(offset);
     const CfiMaps::StackWalk w =
         maps.cfi->walk_stack(::getpid(), page.start() + offset, sp + 8 * skip, 0, stack.subspan(8 * skip));
@@ -97,6 +95,21 @@ TEST(CfiMapsUprobeTrampoline, TheKernelsCodeGetsRowsAndTheWalkStepsOutOfIt) {
     EXPECT_EQ(w.fp_frames, 0u);
     EXPECT_FALSE(w.pending);
   }
+}
+
+TEST(CfiMapsUprobeTrampoline, TheKernelsCodeGetsRowsAndTheWalkStepsOutOfIt) {
+  Maps maps;
+  ASSERT_TRUE(maps.open()) << std::strerror(errno);
+  Page page(std::vector<uint8_t>(std::begin(kCode), std::end(kCode)));
+  ASSERT_NE(page.bytes, MAP_FAILED);
+  // As perf's mmap records name it (cut to 16 bytes), at a file offset that is no offset into the page.
+  expect_published(maps, page, "[uprobes-trampo", 0x3ff000, 8);
+
+  // Stopped after the syscall (pc +0xd): rax, r11, rcx and the return address are on the stack, so the
+  // caller's pc is the fourth slot; after `pop %rax` (+0xe) the third; at the ret (+0x11) the first.
+  const uint64_t ret = 0x1234567;  // in no mapping: the walk goes on by frame pointer, rbp 0 ends it
+  const uint64_t slots[6] = {11, 22, 33, ret, 0, 0};
+  expect_walks_out(maps, page, slots, ret, {{0xd, 0}, {0xe, 1}, {0x11, 3}});
 }
 
 TEST(CfiMapsUprobeTrampoline, OtherCodeGetsNoRowsAndTheSummarySaysWhy) {
@@ -128,6 +141,48 @@ TEST(CfiMapsUprobeTrampoline, AMappingOfAnotherSizeGetsNoRows) {
   EXPECT_NE(without_table(*maps.cfi).find("[uprobes-trampoline]: a mapping of 8192 bytes"), std::string::npos)
       << without_table(*maps.cfi);
   EXPECT_EQ(maps.published(0x3fe000).row_count, 0u);
+}
+
+// The return probes' trampoline at the start of the [uprobes] page (push rax, rcx, r11; the uretprobe
+// syscall, which writes the original return address where rax was; pop r11, rcx; ret) gets its rows
+// under the name the kernel gives the page, in /proc/PID/maps as in perf's mmap records; the walk steps
+// out of it to the address the syscall wrote (the eBPF walk takes it from the thread's pending return
+// instance before the syscall ran, which user space cannot see). Another code gets none, said why.
+constexpr uint8_t kUretprobeCode[] = {0x50, 0x51, 0x41, 0x53, 0x48, 0xc7, 0xc0, 0x4f, 0x01,
+                                      0x00, 0x00, 0x0f, 0x05, 0x41, 0x5b, 0x59, 0xc3, 0xcc};
+
+TEST(CfiMapsUretprobeTrampoline, TheKernelsCodeGetsRowsAndTheWalkStepsOutOfIt) {
+  Maps maps;
+  ASSERT_TRUE(maps.open()) << std::strerror(errno);
+  Page page(std::vector<uint8_t>(std::begin(kUretprobeCode), std::end(kUretprobeCode)));
+  ASSERT_NE(page.bytes, MAP_FAILED);
+  expect_published(maps, page, "[uprobes]", 0x1000, 7);
+
+  // After the syscall (pc +0xd): r11, rcx and the original return address are on the stack; after
+  // `pop %r11` (+0xf) two slots are left; at the ret (+0x10) one.
+  const uint64_t ret = 0x1234567;  // in no mapping: the walk goes on by frame pointer, rbp 0 ends it
+  const uint64_t slots[5] = {11, 22, ret, 0, 0};
+  expect_walks_out(maps, page, slots, ret, {{0xd, 0}, {0xf, 1}, {0x10, 2}});
+}
+
+TEST(CfiMapsUretprobeTrampoline, OtherCodeGetsNoRowsAndTheSummarySaysWhy) {
+  Maps maps;
+  ASSERT_TRUE(maps.open()) << std::strerror(errno);
+  std::vector<uint8_t> code(std::begin(kUretprobeCode), std::end(kUretprobeCode));
+  code[0] = 0x51;  // push %rcx first: the optimized uprobes' trampoline, not this one
+  Page page(code);
+  ASSERT_NE(page.bytes, MAP_FAILED);
+  MapsEntry entry;
+  entry.start = page.start();
+  entry.end = page.start() + 4096;
+  entry.readable = entry.executable = true;
+  entry.path = "[uprobes]";
+  maps.cfi->add_process_maps(::getpid(), {entry});
+  maps.cfi->poll();
+  EXPECT_NE(without_table(*maps.cfi).find("[uprobes]: its code differs (byte 0x0 is 0x51, not 0x50"),
+            std::string::npos)
+      << without_table(*maps.cfi);
+  EXPECT_EQ(maps.published(page.start()).row_count, 0u);
 }
 
 }  // namespace

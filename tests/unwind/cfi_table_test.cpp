@@ -444,6 +444,24 @@ TEST(CfiTable, WalkThroughSignalFrameMatchesDwarfUnwinder) {
   expect_same_walk(g_in_signal, "signal handler", "pthread_kill");
 }
 
+namespace {
+
+// Each pc of `cfa_at` has the row CFA = rsp + its value (rbp untouched), found through the index as
+// through the full search.
+void expect_rsp_rows(const CfiTable& t, const std::map<uint64_t, int32_t>& cfa_at) {
+  for (const auto& [pc, cfa] : cfa_at) {
+    SCOPED_TRACE(pc);
+    for (const CfiRow* row : {t.find(pc), t.find_indexed(pc)}) {
+      ASSERT_NE(row, nullptr);
+      EXPECT_EQ(row->cfa_kind, static_cast<uint8_t>(CfaKind::kRsp));
+      EXPECT_EQ(row->cfa_offset, cfa);
+      EXPECT_EQ(row->rbp_kind, static_cast<uint8_t>(RbpKind::kSame));
+    }
+  }
+}
+
+}  // namespace
+
 // The rows written for Linux's [uprobes-trampoline] page: at each instruction the CFA is rsp plus
 // what the pushes before it put on the stack (and the call's return address), through the index as
 // through the full search; nothing is covered past the ret. The code check takes any syscall number
@@ -453,15 +471,7 @@ TEST(CfiTable, UprobeTrampolineRowsFollowItsPushesAndPops) {
   ASSERT_NE(t, nullptr);
   const std::map<uint64_t, int32_t> cfa_at = {{0x0, 8},  {0x1, 16}, {0x3, 24},  {0x4, 32}, {0xb, 32},
                                               {0xd, 32}, {0xe, 24}, {0x10, 16}, {0x11, 8}};
-  for (const auto& [pc, cfa] : cfa_at) {
-    SCOPED_TRACE(pc);
-    for (const CfiRow* row : {t->find(pc), t->find_indexed(pc)}) {
-      ASSERT_NE(row, nullptr);
-      EXPECT_EQ(row->cfa_kind, static_cast<uint8_t>(CfaKind::kRsp));
-      EXPECT_EQ(row->cfa_offset, cfa);
-      EXPECT_EQ(row->rbp_kind, static_cast<uint8_t>(RbpKind::kSame));
-    }
-  }
+  expect_rsp_rows(*t, cfa_at);
   for (const uint64_t pc : {0x12, 0x13, 0x100, 0xfff}) {
     const CfiRow* row = t->find_indexed(pc);
     EXPECT_TRUE(row == nullptr || row->cfa_kind == static_cast<uint8_t>(CfaKind::kNone)) << pc;
@@ -480,4 +490,34 @@ TEST(CfiTable, UprobeTrampolineRowsFollowItsPushesAndPops) {
   EXPECT_FALSE(is_uprobe_trampoline_code(code, &why));
   EXPECT_NE(why.find("byte 0xd is 0x5a"), std::string::npos) << why;
   EXPECT_FALSE(is_uprobe_trampoline_code(std::span<const uint8_t>(code.data(), 10), &why));
+}
+
+// The rows written for the return probes' trampoline at the start of Linux's [uprobes] page: entered
+// by the ret of the function whose return address the kernel replaced, so the CFA (that slot + 8) is
+// rsp itself at the first instruction, then rsp plus what the pushes put below it and back as the pops
+// go; nothing is covered from the int3 on (the page's other slots hold displaced instructions). The
+// code check takes any syscall number and refuses any other byte.
+TEST(CfiTable, UretprobeTrampolineRowsFollowItsPushesAndPops) {
+  const auto t = uretprobe_trampoline_cfi_table();
+  ASSERT_NE(t, nullptr);
+  const std::map<uint64_t, int32_t> cfa_at = {{0x0, 0},  {0x1, 8},  {0x2, 16}, {0x4, 24},
+                                              {0xb, 24}, {0xd, 24}, {0xf, 16}, {0x10, 8}};
+  expect_rsp_rows(*t, cfa_at);
+  for (const uint64_t pc : {0x11, 0x12, 0x80, 0xfff}) {
+    const CfiRow* row = t->find_indexed(pc);
+    EXPECT_TRUE(row == nullptr || row->cfa_kind == static_cast<uint8_t>(CfaKind::kNone)) << pc;
+  }
+
+  std::vector<uint8_t> code = {0x50, 0x51, 0x41, 0x53, 0x48, 0xc7, 0xc0, 0x4f, 0x01, 0x00,
+                               0x00, 0x0f, 0x05, 0x41, 0x5b, 0x59, 0xc3, 0xcc, 0x00};
+  std::string why;
+  EXPECT_TRUE(is_uretprobe_trampoline_code(code, &why)) << why;
+  code[7] = 0x50;  // another syscall number
+  EXPECT_TRUE(is_uretprobe_trampoline_code(code, &why)) << why;
+  code[15] = 0x5a;  // pop %rdx
+  EXPECT_FALSE(is_uretprobe_trampoline_code(code, &why));
+  EXPECT_NE(why.find("byte 0xf is 0x5a"), std::string::npos) << why;
+  EXPECT_FALSE(is_uretprobe_trampoline_code(std::span<const uint8_t>(code.data(), 10), &why));
+  // The optimized uprobes' trampoline is other code.
+  EXPECT_FALSE(is_uprobe_trampoline_code(code, &why));
 }

@@ -335,20 +335,20 @@ constexpr uint8_t kTrampolineCode[kUprobeTrampolineCodeBytes] = {
 };
 constexpr size_t kTrampolineImmFirst = 7, kTrampolineImmEnd = 11;
 
-}  // namespace
-
-bool is_uprobe_trampoline_code(std::span<const uint8_t> code, std::string* why) {
-  if (code.size() < kUprobeTrampolineCodeBytes) {
+// Whether `code` starts with `expected`, bytes [imm_first, imm_end) aside; `why` says how it differs.
+bool matches_code(std::span<const uint8_t> code, std::span<const uint8_t> expected, size_t imm_first,
+                  size_t imm_end, std::string* why) {
+  if (code.size() < expected.size()) {
     if (why != nullptr) *why = "only " + std::to_string(code.size()) + " bytes";
     return false;
   }
-  for (size_t i = 0; i < kUprobeTrampolineCodeBytes; ++i) {
-    if (i >= kTrampolineImmFirst && i < kTrampolineImmEnd) continue;
-    if (code[i] != kTrampolineCode[i]) {
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (i >= imm_first && i < imm_end) continue;
+    if (code[i] != expected[i]) {
       if (why != nullptr) {
         char text[96];
         std::snprintf(text, sizeof text, "byte 0x%zx is 0x%02x, not 0x%02x: not the code hpd has rows for", i,
-                      code[i], kTrampolineCode[i]);
+                      code[i], expected[i]);
         *why = text;
       }
       return false;
@@ -357,18 +357,58 @@ bool is_uprobe_trampoline_code(std::span<const uint8_t> code, std::string* why) 
   return true;
 }
 
-std::shared_ptr<const CfiTable> uprobe_trampoline_cfi_table() {
+// A row of code that keeps rbp: CFA = rsp + `cfa`.
+CfiRow rsp_row(uint32_t pc, int32_t cfa) {
+  return CfiRow{pc, cfa, 0, static_cast<uint8_t>(CfaKind::kRsp), static_cast<uint8_t>(RbpKind::kSame)};
+}
+
+// The table of a one-page mapping of code the kernel writes, from rows written for it.
+std::shared_ptr<const CfiTable> one_page_table(std::vector<CfiRow> rows) {
   auto t = std::make_shared<CfiTable>();
-  const auto rsp = [](uint32_t pc, int32_t cfa) {
-    return CfiRow{pc, cfa, 0, static_cast<uint8_t>(CfaKind::kRsp), static_cast<uint8_t>(RbpKind::kSame)};
-  };
-  // After each push the CFA is 8 further from rsp; after each pop 8 nearer; the syscall changes nothing.
-  t->rows = {rsp(0x0, 8),  rsp(0x1, 16),  rsp(0x3, 24), rsp(0x4, 32),
-             rsp(0xe, 24), rsp(0x10, 16), rsp(0x11, 8), CfiRow{0x12, 0, 0, 0, 0}};
+  t->rows = std::move(rows);
   t->cfi_rows = t->rows.size();
   t->index = build_cfi_index(t->rows);
   t->segments.push_back(CfiTable::Segment{0, 4096, 0, true});
   return t;
+}
+
+}  // namespace
+
+bool is_uprobe_trampoline_code(std::span<const uint8_t> code, std::string* why) {
+  return matches_code(code, kTrampolineCode, kTrampolineImmFirst, kTrampolineImmEnd, why);
+}
+
+std::shared_ptr<const CfiTable> uprobe_trampoline_cfi_table() {
+  // After each push the CFA is 8 further from rsp; after each pop 8 nearer; the syscall changes nothing.
+  return one_page_table({rsp_row(0x0, 8), rsp_row(0x1, 16), rsp_row(0x3, 24), rsp_row(0x4, 32),
+                         rsp_row(0xe, 24), rsp_row(0x10, 16), rsp_row(0x11, 8), CfiRow{0x12, 0, 0, 0, 0}});
+}
+
+namespace {
+
+// The return probes' trampoline, and which of its bytes are the syscall number (any).
+constexpr uint8_t kUretprobeCode[kUretprobeTrampolineCodeBytes] = {
+    0x50,                          // 0x0: push %rax
+    0x51,                          // 0x1: push %rcx
+    0x41, 0x53,                    // 0x2: push %r11
+    0x48, 0xc7, 0xc0, 0, 0, 0, 0,  // 0x4: mov $NR,%rax
+    0x0f, 0x05,                    // 0xb: syscall
+    0x41, 0x5b,                    // 0xd: pop %r11
+    0x59,                          // 0xf: pop %rcx
+    0xc3,                          // 0x10: ret
+    0xcc,                          // 0x11: int3
+};
+
+}  // namespace
+
+bool is_uretprobe_trampoline_code(std::span<const uint8_t> code, std::string* why) {
+  return matches_code(code, kUretprobeCode, 7, 11, why);
+}
+
+std::shared_ptr<const CfiTable> uretprobe_trampoline_cfi_table() {
+  // Entered by the probed function's ret: the slot of the replaced return address is just below rsp.
+  return one_page_table({rsp_row(0x0, 0), rsp_row(0x1, 8), rsp_row(0x2, 16), rsp_row(0x4, 24),
+                         rsp_row(0xf, 16), rsp_row(0x10, 8), CfiRow{0x11, 0, 0, 0, 0}});
 }
 
 std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, const std::string& build_id,

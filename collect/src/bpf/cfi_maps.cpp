@@ -51,10 +51,34 @@ bool is_uprobe_trampoline(const std::string& path) {
   return path == kUprobeTrampoline || path == "[uprobes-trampo";
 }
 
+// The page Linux maps as "[uprobes]" in a process with return probes (the xol area): its first slot is
+// the return probes' trampoline.
+constexpr const char* kUretprobeTrampoline = "[uprobes]";
+
+// The two one-page mappings of code the kernel writes that hpd has rows for: how to recognise their
+// code and their rows.
+struct KernelPage {
+  const char* name;
+  size_t code_bytes;
+  bool (*is_code)(std::span<const uint8_t>, std::string*);
+  std::shared_ptr<const CfiTable> (*table)();
+};
+const KernelPage kUprobePage{kUprobeTrampoline, kUprobeTrampolineCodeBytes, is_uprobe_trampoline_code,
+                             uprobe_trampoline_cfi_table};
+const KernelPage kUretprobePage{kUretprobeTrampoline, kUretprobeTrampolineCodeBytes,
+                                is_uretprobe_trampoline_code, uretprobe_trampoline_cfi_table};
+
+// The kernel page named `path`, or null.
+const KernelPage* kernel_page(const std::string& path) {
+  if (is_uprobe_trampoline(path)) return &kUprobePage;
+  if (path == kUretprobeTrampoline) return &kUretprobePage;
+  return nullptr;
+}
+
 // A module the walk has a table for: a file, the vDSO, or the uprobe trampoline. Not anonymous memory,
 // which perf's mmap records name "//anon" (or "/anon_hugepage"): no file is there to open.
 bool may_have_table(const std::string& path) {
-  if (path == kVdso || is_uprobe_trampoline(path)) return true;
+  if (path == kVdso || kernel_page(path) != nullptr) return true;
   return !path.empty() && path.front() == '/' && module_path_for(path) != "[anon]";
 }
 
@@ -264,14 +288,15 @@ std::shared_ptr<const CfiTable> CfiMaps::table_for(const Job& job) {
       job.identity);
 }
 
-// The uprobe trampoline has no CFI: rows written for the kernel's code (uprobe_trampoline_cfi_table()),
-// used when its bytes are that code. The page is one kernel page mapped into every process that needs
-// it, so one look at it serves all. Linux maps it VM_IO ("io" in its smaps VmFlags), which
-// /proc/PID/mem and process_vm_readv refuse to read (EIO, EFAULT): then the rows are used on the
-// strength of its name and size, as the kernel that names it so has that code
-// (tests/collect/calls/calls_pid_latency_test.cpp checks it from inside a process).
-std::string CfiMaps::uprobe_trampoline_module(int32_t pid, uint64_t start, uint64_t end) {
-  const std::string key = kUprobeTrampoline;
+// The uprobe trampolines have no CFI: rows written for the kernel's code (uprobe_trampoline_cfi_table(),
+// uretprobe_trampoline_cfi_table()), used when the page's bytes are that code. Each page's code is the
+// same in every process that has one, so one look at it serves all. Linux maps both VM_IO ("io" in their
+// smaps VmFlags), which /proc/PID/mem and process_vm_readv refuse to read (EIO, EFAULT): then the rows
+// are used on the strength of its name and size, as the kernel that names it so has that code
+// (tests/collect/calls/calls_pid_latency_test.cpp checks both from inside a process).
+std::string CfiMaps::kernel_page_module(int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
+  const KernelPage& page = *kernel_page(path);
+  const std::string key = page.name;
   auto [it, inserted] = modules_.try_emplace(key);
   Module& module = it->second;
   if (!inserted) {
@@ -281,7 +306,7 @@ std::string CfiMaps::uprobe_trampoline_module(int32_t pid, uint64_t start, uint6
     }
     return key;
   }
-  module.path = kUprobeTrampoline;
+  module.path = key;
   module.queued = true;
   module.wanted = true;
   count(module);
@@ -290,24 +315,23 @@ std::string CfiMaps::uprobe_trampoline_module(int32_t pid, uint64_t start, uint6
     why = "a mapping of " + std::to_string(end - start) + " bytes, not the one page hpd has rows for";
   } else if (pid > 0) {
     std::string error;
-    const std::vector<uint8_t> code =
-        read_process_memory(pid, start, start + kUprobeTrampolineCodeBytes, &error);
-    if (!code.empty() && !is_uprobe_trampoline_code(code, &why)) why = "its code differs (" + why + ")";
+    const std::vector<uint8_t> code = read_process_memory(pid, start, start + page.code_bytes, &error);
+    if (!code.empty() && !page.is_code(code, &why)) why = "its code differs (" + why + ")";
   }
   if (!why.empty()) {
     module.failed = true;
     std::lock_guard lock(mutex_);
-    stats_.without_table.push_back(std::string(kUprobeTrampoline) + ": " + why);
+    stats_.without_table.push_back(key + ": " + why);
     return key;
   }
-  module.table = uprobe_trampoline_cfi_table();
+  module.table = page.table();
   load(key, module);
   return key;
 }
 
 std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
                                 const std::string& build_id) {
-  if (is_uprobe_trampoline(path)) return uprobe_trampoline_module(pid, start, end);
+  if (kernel_page(path) != nullptr) return kernel_page_module(pid, start, end, path);
   std::string id;
   MappedModule vdso;
   if (path == kVdso) {
@@ -434,8 +458,8 @@ void CfiMaps::insert_mapping(int32_t pid, Mapping m) {
 void CfiMaps::add_process_maps(int32_t pid, const std::vector<MapsEntry>& maps) {
   for (const MapsEntry& e : maps) {
     if (!e.executable || !may_have_table(e.path) || e.end <= e.start) continue;
-    // The trampoline's rows are at offsets from its page's start.
-    const uint64_t offset = is_uprobe_trampoline(e.path) ? 0 : e.offset;
+    // The kernel pages' rows are at offsets from the page's start.
+    const uint64_t offset = kernel_page(e.path) != nullptr ? 0 : e.offset;
     insert_mapping(pid, Mapping{e.start, e.end, offset, module_for(pid, e.start, e.end, e.path, "")});
   }
   dirty_.push_back(pid);
@@ -446,7 +470,7 @@ void CfiMaps::add_mapping(int32_t pid, uint64_t start, uint64_t length, uint64_t
   if (!may_have_table(path) || length == 0) return;
   if (const auto e = exec_ns_.find(pid); e != exec_ns_.end() && time_ns != 0 && time_ns < e->second)
     return;  // the old image's, read after the exec's record
-  insert_mapping(pid, Mapping{start, start + length, is_uprobe_trampoline(path) ? 0 : file_offset,
+  insert_mapping(pid, Mapping{start, start + length, kernel_page(path) != nullptr ? 0 : file_offset,
                               module_for(pid, start, start + length, path, build_id), time_ns});
 }
 
@@ -462,8 +486,8 @@ void CfiMaps::fork(int32_t parent, int32_t child) {
   // The mmap records are drained before the programs' records: an exec's may be in already.
   if (processes_.count(child) != 0) return;
   std::vector<Mapping> copy = it->second;
-  // The kernel does not copy the uprobe trampoline into a child (VM_DONTCOPY, "dc" in smaps).
-  std::erase_if(copy, [](const Mapping& m) { return m.module == kUprobeTrampoline; });
+  // The kernel does not copy its uprobe pages into a child (VM_DONTCOPY, "dc" in smaps).
+  std::erase_if(copy, [](const Mapping& m) { return kernel_page(m.module) != nullptr; });
   for (Mapping& m : copy) m.time_ns = 0;
   processes_[child] = std::move(copy);
   dirty_.push_back(child);

@@ -183,7 +183,8 @@ class CfiMaps {
 
   std::string module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
                          const std::string& build_id);
-  std::string uprobe_trampoline_module(int32_t pid, uint64_t start, uint64_t end);
+  // A page of code the kernel maps (uprobe trampolines), named `path`: rows hpd wrote for it.
+  std::string kernel_page_module(int32_t pid, uint64_t start, uint64_t end, const std::string& path);
   void insert_mapping(int32_t pid, Mapping m);
   void publish(int32_t pid);
   void publish_dirty();  // the processes whose mappings changed since they were last published

@@ -24,8 +24,15 @@
  * only counted.
  *
  * When the probes are gone it copies the kernel's [uprobes-trampoline] page, if the kernel mapped one (Linux
- * 6.18 turns a nop5 probe into a call there), to DIR/trampoline: the page cannot be read from outside the
- * process, and the test checks that its code is the one hpd's CFI rows describe. */
+ * 6.18 turns a nop5 probe into a call there), to DIR/trampoline, and the start of its [uprobes] page (where
+ * the return probes' trampoline is) to DIR/uprobes: the pages cannot be read from outside the process, and
+ * the test checks that their code is the one hpd's CFI rows describe.
+ *
+ *   calls_pid_latency DIR churn
+ *     the same, then (before DIR/truth) `churn`: calls of the short `tick` for CHURN_CPU_NS of thread CPU
+ *     (about half of it in the probes' work, as in a program calling a small timed function in a loop), and
+ *     writes DIR/cpu: "CHURN_NS TOTAL_NS", the thread CPU spent in churn() and from the probes' arrival
+ *     to the end of the work (the kernel's work for the probes is charged to the thread's clock). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -99,8 +106,34 @@ NOINLINE void rec(int depth) {
   inner_last = now_ns() - t0;
 }
 
+// A short timed function called in a loop: about half of each call is the probes' work, part of it
+// in the return probe's trampoline (the [uprobes] page), where a sampled stack must still reach main.
+#define CHURN_CPU_NS 1000000000LL
+NOINLINE void tick(void) {
+  for (int i = 0; i < 1000; ++i) ++spins;
+}
+
+NOINLINE void churn(void) {
+  const long long end = cpu_ns() + CHURN_CPU_NS;
+  while (cpu_ns() < end)
+    for (int i = 0; i < 100; ++i) tick();
+}
+
 #define PROBE_WATCH_N 3
 #include "probe_watch.h"
+
+// Copies the first `n` bytes of the mapping named `name` (if the process has one) to DIR/FILE.
+static void copy_mapping(const char* dir, const char* name, const char* file, size_t n) {
+  FILE* maps = fopen("/proc/self/maps", "r");
+  char map_line[512];
+  while (maps != NULL && fgets(map_line, sizeof map_line, maps) != NULL) {
+    unsigned long start = 0, end = 0;
+    if (strstr(map_line, name) == NULL || sscanf(map_line, "%lx-%lx", &start, &end) != 2) continue;
+    put_file(dir, file, (const char*)start, n);
+    break;
+  }
+  if (maps != NULL) fclose(maps);
+}
 
 // How many kept return addresses lie in the [uprobes] mapping (where the kernel's return probes send
 // the function's return); -1 when the maps cannot be read.
@@ -148,9 +181,11 @@ int main(int argc, char** argv) {
   watched[1] = (const unsigned char*)&spin_cpu;
   watched[2] = (const unsigned char*)&rec;
   for (int i = 0; i < 3; ++i) memcpy(original[i], watched[i], sizeof original[i]);
+  const int with_churn = argc > 2 && strcmp(argv[2], "churn") == 0;
   put_file(argv[1], "ready", "", 0);
   if (!wait_for(probes_in)) return 2;
   put_file(argv[1], "probed", "", 0);
+  const long long cpu_start = cpu_ns();
 
   static long long sleep_inner[SLEEP_N], sleep_outer[SLEEP_N], spin_inner[SPIN_N], spin_outer[SPIN_N];
   static long long top_inner[REC_N], top_outer[REC_N];
@@ -179,6 +214,15 @@ int main(int argc, char** argv) {
     rec_inner[slot] = top_inner[i] = inner_last;
   }
 
+  if (with_churn) {
+    const long long c0 = cpu_ns();
+    churn();
+    const long long c1 = cpu_ns();
+    char cpu[64];
+    const int clen = snprintf(cpu, sizeof cpu, "%lld %lld\n", c1 - c0, c1 - cpu_start);
+    put_file(argv[1], "cpu", cpu, (size_t)clen);
+  }
+
   char text[1024];
   int len = line(text, sizeof text, "sleep_for", sleep_inner, sleep_outer, SLEEP_N, sleep_top_i, sleep_top_o);
   len += line(text + len, sizeof text - (size_t)len, "spin_cpu", spin_inner, spin_outer, SPIN_N, spin_top_i,
@@ -191,15 +235,7 @@ int main(int argc, char** argv) {
   put_file(argv[1], "truth", text, (size_t)len);
   put_file(argv[1], "done", "", 0);
   if (!wait_for(probes_out)) return 3;
-  FILE* maps = fopen("/proc/self/maps", "r");
-  char map_line[512];
-  while (maps != NULL && fgets(map_line, sizeof map_line, maps) != NULL) {
-    unsigned long start = 0, end = 0;
-    if (strstr(map_line, "[uprobes-trampoline]") == NULL || sscanf(map_line, "%lx-%lx", &start, &end) != 2)
-      continue;
-    put_file(argv[1], "trampoline", (const char*)start, 64);
-    break;
-  }
-  if (maps != NULL) fclose(maps);
+  copy_mapping(argv[1], "[uprobes-trampoline]", "trampoline", 64);
+  copy_mapping(argv[1], "[uprobes]", "uprobes", 64);
   return 0;
 }

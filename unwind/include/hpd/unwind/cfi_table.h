@@ -133,6 +133,23 @@ bool is_uprobe_trampoline_code(std::span<const uint8_t> code, std::string* why);
 // past the ret. One executable segment at offset 0 of a one-page mapping.
 std::shared_ptr<const CfiTable> uprobe_trampoline_cfi_table();
 
+// The start of the page Linux (x86-64, 6.11+) maps as [uprobes] in a process with return probes (the
+// xol area: its first slot is the return probes' trampoline, the rest single-step displaced
+// instructions): push %rax; push %rcx; push %r11; mov $__NR_uretprobe,%rax; syscall; pop %r11; pop %rcx;
+// ret; int3. A timed call returns there: the kernel replaced its return address with the page's
+// address and keeps the original in the thread's return instance (whose `stack` is the slot the address
+// was in), and the syscall writes the original where rax was pushed, for the ret. Its length (18):
+inline constexpr size_t kUretprobeTrampolineCodeBytes = 18;
+// Whether `code` (the page's first bytes) is that code, with any syscall number; `why` says how it
+// differs.
+bool is_uretprobe_trampoline_code(std::span<const uint8_t> code, std::string* why);
+// Rows for that code: the CFA (the replaced return address's slot + 8) is rsp + 0 at the first
+// instruction (the ret into the page popped the slot), then rsp + 8, 16, 24 as the pushes go and back
+// as the pops go; the return address at CFA-8 (the kernel's trampoline address, rax, or the original:
+// the walk takes it from the pending return instance of that slot), rbp untouched. No rows from the
+// int3 on (the other slots). One executable segment at offset 0 of a one-page mapping.
+std::shared_ptr<const CfiTable> uretprobe_trampoline_cfi_table();
+
 // Tables compiled once per module and kept (the daemon keeps them across recordings). Looked up by
 // build-id when the caller knows it, else by path; a table found by path is also filed under its
 // file's build-id. Thread-safe.
