@@ -99,21 +99,6 @@ std::string cgroup_option(std::string cgroup) {
 
 }  // namespace
 
-std::string describe_target_problem(TargetProblem problem) {
-  switch (problem) {
-    case TargetProblem::kNone: break;
-    case TargetProblem::kNoTarget:
-      return "nothing to record: give --pid PID, --all, --cgroup PATH, or a command after -- (hpctl record "
-             "-- "
-             "./app)";
-    case TargetProblem::kPidsAndCommand: return "give either --pid or a command after --, not both";
-    case TargetProblem::kAllAndCgroup: return "give either --all or --cgroup, not both";
-    case TargetProblem::kPidsAndSystemWide: return "--pid cannot be combined with --all or --cgroup";
-    case TargetProblem::kEmptyCommand: return "the command to run is empty";
-  }
-  return "";
-}
-
 RecordOptions record_options_from_request(const RecordRequest& request) {
   RecordOptions options;
   options.pids = request.pids;
@@ -136,9 +121,12 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.time_calls = request.call_latency;
   options.sample_allocations = request.alloc;
   options.alloc_mean_bytes = request.alloc_mean;
-  // The targets are checked as the recorder checks them, and worded here for hpctl and hpd alike.
+  // The targets and the options' combinations, checked as the recorder checks them; the reason is
+  // worded by hpctl (with its flags) or hpd (with its request's fields).
   if (const TargetProblem problem = record_target_problem(options); problem != TargetProblem::kNone)
-    throw RecordRequestError(problem, describe_target_problem(problem));
+    throw RecordRequestError(problem);
+  if (const OptionProblem problem = record_option_problem(options); problem != OptionProblem::kNone)
+    throw RecordRequestError(problem);
   return options;
 }
 
