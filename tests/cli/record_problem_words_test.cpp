@@ -94,7 +94,7 @@ std::vector<Case> cases() {
 }
 
 // The recorder's options for the case's request, built directly (record_options_from_request would
-// refuse them first).
+// refuse them first), on which the recorder's own checks must find the same reason.
 RecordOptions options_of(const session::RecordRequest& r) {
   RecordOptions o;
   o.pids = r.pids;
@@ -150,7 +150,18 @@ TEST(RecordVocabulary, EachReasonComesFromTheOneValidatorAndIsWordedByEachLayer)
       EXPECT_EQ(service::error_reply_for(e).code, service::ErrorCode::kRecordFailed);
       EXPECT_EQ(service::error_reply_for(e).reason, reason);
     }
+    const RecordOptions options = options_of(c.request);
+    EXPECT_EQ(record_target_problem(options), c.target);
+    EXPECT_EQ(record_option_problem(options), c.option);
   }
+  // Good requests pass.
+  EXPECT_NO_THROW(session::record_options_from_request(request({1, 2}, {}, false, "")));
+  EXPECT_NO_THROW(session::record_options_from_request(request({}, {"true"}, true, "")));
+  EXPECT_NO_THROW(session::record_options_from_request(request({}, {}, false, "system.slice")));
+  session::RecordRequest alloc_pid = request({1}, {}, false, "");
+  alloc_pid.alloc = true;
+  alloc_pid.backend = session::BackendChoice::kPerf;
+  EXPECT_NO_THROW(session::record_options_from_request(alloc_pid));
 }
 
 // The reasons' names travel in hpd's error reply ("reason") and come back as the same reason; each

@@ -204,61 +204,6 @@ TEST(RecordRequestJson, RefusesWordsNoChoiceHasNamingTheField) {
   }
 }
 
-// Record targets are checked once (the recorder's record_target_problem): a request hpctl or hpd turns
-// into options fails with the reason the recorder's own check gives for those options (each layer's
-// words for the reasons: tests/cli/record_problem_words_test.cpp).
-TEST(RecordTargets, OneCheckForRequestsAndTheRecorder) {
-  struct Case {
-    session::RecordRequest request;
-    TargetProblem problem;
-  };
-  auto request = [](std::vector<int32_t> pids, std::vector<std::string> command, bool all,
-                    std::string cgroup) {
-    session::RecordRequest r;
-    r.pids = std::move(pids);
-    r.command = std::move(command);
-    r.all = all;
-    r.cgroup = std::move(cgroup);
-    return r;
-  };
-  const std::vector<Case> cases = {
-      {request({}, {}, false, ""), TargetProblem::kNoTarget},
-      {request({1}, {"true"}, false, ""), TargetProblem::kPidsAndCommand},
-      {request({}, {}, true, "system.slice"), TargetProblem::kAllAndCgroup},
-      {request({1}, {}, true, ""), TargetProblem::kPidsAndSystemWide},
-      {request({1}, {}, false, "system.slice"), TargetProblem::kPidsAndSystemWide},
-      {request({}, {""}, false, ""), TargetProblem::kEmptyCommand},
-  };
-  for (const Case& c : cases) {
-    const char* name = to_string(c.problem);
-    try {
-      session::record_options_from_request(c.request);
-      ADD_FAILURE() << "accepted: " << name;
-    } catch (const session::RecordRequestError& e) {
-      EXPECT_EQ(e.target_problem(), c.problem) << name;
-      EXPECT_EQ(e.option_problem(), OptionProblem::kNone) << name;
-      EXPECT_STREQ(e.what(), record_problem_text(c.problem));
-    }
-    // The recorder, given the same targets directly, finds the same problem.
-    RecordOptions options;
-    options.pids = c.request.pids;
-    options.command = c.request.command;
-    options.all_processes = c.request.all;
-    options.cgroup = c.request.cgroup;
-    EXPECT_EQ(record_target_problem(options), c.problem) << name;
-    try {
-      validate_record_options(options);
-      ADD_FAILURE() << "the recorder accepted: " << name;
-    } catch (const RecordTargetError& e) {
-      EXPECT_EQ(e.problem(), c.problem) << name;
-    }
-  }
-  // Good targets pass.
-  EXPECT_NO_THROW(session::record_options_from_request(request({1, 2}, {}, false, "")));
-  EXPECT_NO_THROW(session::record_options_from_request(request({}, {"true"}, true, "")));
-  EXPECT_NO_THROW(session::record_options_from_request(request({}, {}, false, "system.slice")));
-}
-
 // A failed request is answered by its error's type: a refused request is a bad request, the
 // recorder's refusal a failed recording with its reason, and anything unforeseen an internal error
 // that hpd's log explains, never "bad request" (the client asked nothing wrong).
