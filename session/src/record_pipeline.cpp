@@ -29,6 +29,26 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// One order for the choices of the request and of the recorder.
+template <typename A, typename B>
+constexpr bool same_value(A a, B b) {
+  return static_cast<int>(a) == static_cast<int>(b);
+}
+static_assert(same_value(Switch::kAuto, KernelFrames::kAuto) && same_value(Switch::kOn, KernelFrames::kOn) &&
+              same_value(Switch::kOff, KernelFrames::kOff));
+static_assert(same_value(Switch::kAuto, OffCpu::kAuto) && same_value(Switch::kOn, OffCpu::kOn) &&
+              same_value(Switch::kOff, OffCpu::kOff));
+static_assert(same_value(BackendChoice::kAuto, Backend::kAuto) &&
+              same_value(BackendChoice::kBpf, Backend::kBpf) &&
+              same_value(BackendChoice::kPerf, Backend::kPerf));
+static_assert(same_value(CallGraphMode::kAuto, CallGraph::kAuto) &&
+              same_value(CallGraphMode::kFp, CallGraph::kFp) &&
+              same_value(CallGraphMode::kDwarf, CallGraph::kDwarf) &&
+              same_value(CallGraphMode::kCfi, CallGraph::kCfi));
+static_assert(same_value(CallCounterChoice::kAuto, CallCounterKind::kAuto) &&
+              same_value(CallCounterChoice::kRuntime, CallCounterKind::kRuntime) &&
+              same_value(CallCounterChoice::kUprobes, CallCounterKind::kUprobes));
+
 // The request's words mapped onto the recorder's own choices (the recorder does not know the request).
 KernelFrames kernel_frames(Switch kernel) {
   switch (kernel) {
