@@ -88,7 +88,7 @@ std::optional<nlohmann::json> DaemonClient::receive(int timeout_ms) {
       return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
     };
     const std::string code = text("code", "internal");
-    throw DaemonError(code, text("message", "hpd refused the request (" + code + ")"));
+    throw DaemonError(code, text("message", "hpd refused the request (" + code + ")"), text("reason", ""));
   }
   return j;
 }

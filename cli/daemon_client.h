@@ -17,15 +17,19 @@ class DaemonUnavailable : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// hpd answered with an error reply; what() is its message.
+// hpd answered with an error reply; what() is its message. reason(): a refused record request's
+// reason by name ("all_and_cgroup"; "" when the reply names none), which hpctl words with its flags
+// (record_problem_words.h).
 class DaemonError : public std::runtime_error {
  public:
-  DaemonError(std::string code, const std::string& message)
-      : std::runtime_error(message), code_(std::move(code)) {}
+  DaemonError(std::string code, const std::string& message, std::string reason = "")
+      : std::runtime_error(message), code_(std::move(code)), reason_(std::move(reason)) {}
   [[nodiscard]] const std::string& code() const { return code_; }
+  [[nodiscard]] const std::string& reason() const { return reason_; }
 
  private:
   std::string code_;
+  std::string reason_;
 };
 
 // The socket to use: `given` (--socket), else $HPD_SOCKET, else /run/hpd/hpd.sock.

@@ -13,6 +13,7 @@
 #include "hpd/service/config.h"
 #include "hpd/session/record_pipeline.h"
 #include "hpd/symbolizer/heap_pages.h"
+#include "record_problem_words.h"
 #include "suggest.h"
 
 #ifndef HPD_VERSION
@@ -481,7 +482,7 @@ int main(int argc, char** argv) {
     if (symbolize->parsed()) return hpd::cli::run_symbolize(sym);
     if (push->parsed()) return hpd::cli::run_push(push_args);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "hpctl: error: %s\n", e.what());
+    std::fprintf(stderr, "hpctl: error: %s\n", hpd::cli::error_words(e).c_str());
     return 1;
   }
   return 0;

@@ -212,7 +212,9 @@ std::unique_ptr<calls::AllocLog> alloc_log_for_daemon(const session::RecordReque
 
 int record_through_daemon(const RecordArgs& args, const std::string& socket_path) {
   const session::RecordRequest request = to_record_request(args);
-  session::record_options_from_request(request);  // the same "nothing to record" checks as locally
+  // The one validator, as locally: a request it refuses is not sent, and its reason is worded with
+  // hpctl's flags (main()'s error_words).
+  session::record_options_from_request(request);
   session::check_output_writable(request.output);
   std::string why;
   if (!request.command.empty() && !command_runnable(request.command.front(), why)) {

@@ -7,7 +7,10 @@ Reads the tree (no build needed) and reports, as FILE:LINE, every
     NAME_internal target (private headers, for that library's own tests);
   - target_sources()/target_link_libraries()/... on a target from a CMakeLists.txt other than the
     one that defines it (a folder adding files to its parent's library);
-  - a call that has one home (OWNED_CALLS: elf_begin( and ::close( in base/) made outside that home.
+  - a call that has one home (OWNED_CALLS: elf_begin( and ::close( in base/) made outside that home;
+  - a string literal of the collection engine (collect/) that names an option of hpctl (CALLER_WORDS:
+    --pid, --all, --backend, ...): the engine reports what is wrong as a typed reason, and the layer
+    that owns the words (cli/ for hpctl's flags, daemon/ for hpd's request fields) words it.
 Usage: packaging/check-layers.py [SOURCE_ROOT]   (default: the tree this script is in)
 Exit status: 0 when clean (allow-listed uses are printed, not counted), 1 on a violation.
 Python 3 standard library only; run by packaging/test.sh before the build.
@@ -37,9 +40,11 @@ LAYERS = [
 ]
 
 # Known upward uses, each with the reason it is allowed until removed. Keys are (using file, used
-# file) for includes and (using target, used target) for links. Empty since the typed RecordRequest
-# (session/) replaced hpctl's RecordArgs in the protocol.
-ALLOWED = {}
+# file) for includes, (using target, used target) for links and (file, word) for CALLER_WORDS.
+ALLOWED = {
+    ("collect/src/perf/perf_data_reader.cpp", "--call-graph"):
+        "perf record's own option (--call-graph lbr), named in the refusal of a perf.data file",
+}
 
 # Calls with one home: (the call, the layer that alone may make it, what to use instead). The rest
 # of the tree goes through that layer's wrapper, so that the rule is written once.
@@ -50,6 +55,18 @@ OWNED_CALLS = [
     # fixtures, a descriptor closed behind its owner on purpose).
     ("::close(", "base", "descriptors are closed in base/ only: own them with UniqueFd (hpd/base/unique_fd.h); "
                          "its close() returns close(2)'s error for an output"),
+]
+
+# Words of a caller that a lower layer must not use in its messages: (the layer, the words as a regex
+# on a string literal's text, why). hpctl's options are the command line's (cli/main.cpp); collect
+# throws RecordTargetError / RecordOptionError with the reason instead (hpd/collect/recorder.h).
+CALLER_WORDS = [
+    ("collect",
+     r"(?<![\w-])--(pid|all|cgroup|backend|call-graph|alloc|alloc-mean|calls|calls-counter|call-latency|"
+     r"kernel|no-kernel|off-cpu|no-off-cpu|off-cpu-min-us|mip|no-mip|cfi-rows|stack-size|frequency|event|"
+     r"duration|output|no-follow-children)(?![\w-])",
+     "the collection engine names hpctl's option %s: report a typed reason (RecordTargetError, "
+     "RecordOptionError, a field of the result) and word it in cli/ (hpctl) or daemon/ (hpd)"),
 ]
 
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".S")
@@ -147,6 +164,65 @@ def check_owned_calls(root, files, report):
                 report(f, lineno, (f, call), "%s outside %s/ (layer %s): %s" % (call, home, describe(user), advice))
 
 
+def string_literals(text):
+    """(line, text) of each string literal of C/C++ source `text`, comments and character literals
+    skipped; raw strings R"d(...)d" included."""
+    i, n, line = 0, len(text), 1
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line += 1
+            i += 1
+        elif text.startswith("//", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            line += text.count("\n", i, end)
+            i = end
+        elif c == "'":
+            j = i + 1
+            while j < n and text[j] != "'" and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+        elif c == '"':
+            raw = i > 0 and text[i - 1] == "R" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] == "_"))
+            if raw:
+                open_paren = text.find("(", i)
+                close = text.find(")" + text[i + 1:open_paren] + '"', open_paren)
+                close = n if close < 0 else close
+                yield line, text[open_paren + 1:close]
+                line += text.count("\n", i, close)
+                i = close + open_paren - i + 1
+                continue
+            j = i + 1
+            while j < n and text[j] != '"' and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            yield line, text[i + 1:j]
+            i = j + 1
+        else:
+            i += 1
+
+
+def check_caller_words(root, files, report):
+    rules = [(layer, re.compile(words), why) for layer, words, why in CALLER_WORDS]
+    for f in files:
+        if not f.endswith(SOURCE_SUFFIXES):
+            continue
+        layer = layer_of(f)
+        applicable = [(pattern, why) for name, pattern, why in rules if name == layer[1]]
+        if not applicable:
+            continue
+        with open(os.path.join(root, f), encoding="utf-8", errors="replace") as src:
+            text = src.read()
+        for lineno, literal in string_literals(text):
+            for pattern, why in applicable:
+                m = pattern.search(literal)
+                if m:  # the line of the word itself, in a literal over several lines
+                    report(f, lineno + literal.count("\n", 0, m.start()), (f, m.group(0)), why % m.group(0))
+
+
 def cmake_commands(text):
     """(command, args, line) for each command call of a CMake file, comments removed."""
     text = re.sub(r"#[^\n]*", "", text)
@@ -228,13 +304,15 @@ def main(argv):
     check_includes(root, files, report)
     check_cmake(root, files, report)
     check_owned_calls(root, files, report)
+    check_caller_words(root, files, report)
     for key in sorted(set(ALLOWED) - used_allowances):
         print("check-layers: note: allow-list entry %s -> %s matched nothing; remove it" % key)
     for v in violations:
         print(v, file=sys.stderr)
     if violations:
-        print("check-layers: %d upward use(s) or calls out of their home; the layer order and the "
-              "calls' homes are in %s" % (len(violations), __file__), file=sys.stderr)
+        print("check-layers: %d upward use(s), calls out of their home or callers' words in a lower layer; "
+              "the layer order, the calls' homes and the callers' words are in %s" % (len(violations), __file__),
+              file=sys.stderr)
         return 1
     print("check-layers: %d files, layers only point down" % len(files))
     return 0

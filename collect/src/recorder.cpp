@@ -60,8 +60,9 @@ CallGraphChoice resolve_call_graph(const RecordOptions& options) {
   if (options.call_graph != CallGraph::kAuto) return CallGraphChoice{options.call_graph, ""};
   if (options.all_processes || !options.cgroup.empty()) {
     return CallGraphChoice{CallGraph::kFp,
-                           std::string(options.all_processes ? "--all" : "--cgroup") +
-                               " records frame-pointer stacks unless --call-graph dwarf is given"};
+                           std::string(options.all_processes ? "all processes are" : "a cgroup is") +
+                               " recorded with frame-pointer stacks unless the dwarf call "
+                               "graph is asked for"};
   }
   // Each target with the libraries it runs: those it maps, or those a command's program names.
   std::vector<CallGraphTarget> targets;
@@ -172,43 +173,105 @@ TargetProblem record_target_problem(const RecordOptions& options) {
   return TargetProblem::kNone;
 }
 
-namespace {
+OptionProblem record_option_problem(const RecordOptions& options) {
+  if (record_target_problem(options) != TargetProblem::kNone) return OptionProblem::kNone;
+  if (options.call_graph == CallGraph::kCfi && options.backend == Backend::kPerf)
+    return OptionProblem::kCfiWithPerf;
+  if (options.backend == Backend::kPerf && options.all_processes) return OptionProblem::kAllWithPerf;
+  if (options.backend == Backend::kPerf && !options.cgroup.empty()) return OptionProblem::kCgroupWithPerf;
+  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0 &&
+      options.pids.empty())
+    return options.all_processes ? OptionProblem::kAllocWithAll : OptionProblem::kAllocWithCgroup;
+  return OptionProblem::kNone;
+}
 
-// The engine's own wording, for callers of record() that did not word the problem themselves.
-std::string target_problem_text(TargetProblem problem) {
+const char* record_problem_text(TargetProblem problem) {
   switch (problem) {
     case TargetProblem::kNone: break;
     case TargetProblem::kNoTarget:
-      return "nothing to record: give a process with --pid PID, a command to run, --all or --cgroup";
-    case TargetProblem::kPidsAndCommand: return "give either --pid or a command to run, not both";
-    case TargetProblem::kAllAndCgroup: return "give either --all or --cgroup, not both";
-    case TargetProblem::kPidsAndSystemWide: return "--pid cannot be combined with --all or --cgroup";
+      return "nothing to record: no process id, no command to run, neither all processes nor a cgroup";
+    case TargetProblem::kPidsAndCommand: return "give either process ids or a command to run, not both";
+    case TargetProblem::kAllAndCgroup: return "give either all processes or a cgroup, not both";
+    case TargetProblem::kPidsAndSystemWide:
+      return "process ids cannot be recorded with all processes or a cgroup";
     case TargetProblem::kEmptyCommand: return "the command to run is empty";
   }
   return "";
 }
 
-}  // namespace
+const char* record_problem_text(OptionProblem problem) {
+  switch (problem) {
+    case OptionProblem::kNone: break;
+    case OptionProblem::kCfiWithPerf:
+      return "the cfi call graph unwinds inside the eBPF programs: use it with the eBPF backend, or the "
+             "dwarf "
+             "call graph with the perf_event backend";
+    case OptionProblem::kAllWithPerf: return "recording all processes needs the eBPF backend, not perf_event";
+    case OptionProblem::kCgroupWithPerf: return "recording a cgroup needs the eBPF backend, not perf_event";
+    case OptionProblem::kAllocWithAll:
+    case OptionProblem::kAllocWithCgroup:
+      return "allocations are sampled in a launched command or in given processes, not in all processes or a "
+             "cgroup";
+    case OptionProblem::kBpfUnprivileged:
+      return "the eBPF backend needs CAP_BPF and CAP_PERFMON (or root); run as root, or record a process "
+             "with "
+             "the perf_event backend";
+    case OptionProblem::kBpfNeededUnprivileged:
+      return "this recording needs CAP_BPF and CAP_PERFMON (or root); run as root, or record a process with "
+             "the perf_event backend";
+  }
+  return "";
+}
+
+const char* to_string(TargetProblem problem) {
+  switch (problem) {
+    case TargetProblem::kNone: break;
+    case TargetProblem::kNoTarget: return "no_target";
+    case TargetProblem::kPidsAndCommand: return "pids_and_command";
+    case TargetProblem::kAllAndCgroup: return "all_and_cgroup";
+    case TargetProblem::kPidsAndSystemWide: return "pids_and_system_wide";
+    case TargetProblem::kEmptyCommand: return "empty_command";
+  }
+  return "";
+}
+
+const char* to_string(OptionProblem problem) {
+  switch (problem) {
+    case OptionProblem::kNone: break;
+    case OptionProblem::kCfiWithPerf: return "cfi_with_perf";
+    case OptionProblem::kAllWithPerf: return "all_with_perf";
+    case OptionProblem::kCgroupWithPerf: return "cgroup_with_perf";
+    case OptionProblem::kAllocWithAll: return "alloc_with_all";
+    case OptionProblem::kAllocWithCgroup: return "alloc_with_cgroup";
+    case OptionProblem::kBpfUnprivileged: return "bpf_unprivileged";
+    case OptionProblem::kBpfNeededUnprivileged: return "bpf_needed_unprivileged";
+  }
+  return "";
+}
+
+TargetProblem target_problem_named(std::string_view name) {
+  for (const TargetProblem p :
+       {TargetProblem::kNoTarget, TargetProblem::kPidsAndCommand, TargetProblem::kAllAndCgroup,
+        TargetProblem::kPidsAndSystemWide, TargetProblem::kEmptyCommand})
+    if (name == to_string(p)) return p;
+  return TargetProblem::kNone;
+}
+
+OptionProblem option_problem_named(std::string_view name) {
+  for (const OptionProblem p :
+       {OptionProblem::kCfiWithPerf, OptionProblem::kAllWithPerf, OptionProblem::kCgroupWithPerf,
+        OptionProblem::kAllocWithAll, OptionProblem::kAllocWithCgroup, OptionProblem::kBpfUnprivileged,
+        OptionProblem::kBpfNeededUnprivileged})
+    if (name == to_string(p)) return p;
+  return OptionProblem::kNone;
+}
 
 void validate_record_options(const RecordOptions& options) {
   if (const TargetProblem problem = record_target_problem(options); problem != TargetProblem::kNone)
-    throw RecordTargetError(problem, target_problem_text(problem));
+    throw RecordTargetError(problem);
   if (!options.cgroup.empty()) check_cgroup(cgroup_directory(options.cgroup));
-  if (options.call_graph == CallGraph::kCfi && options.backend == Backend::kPerf) {
-    throw RecordError(
-        "--call-graph cfi unwinds inside the eBPF programs: use it with the eBPF backend, or --call-graph "
-        "dwarf with --backend perf");
-  }
-  if (options.backend == Backend::kPerf && needs_bpf(options)) {
-    throw RecordError(std::string(options.all_processes ? "--all" : "--cgroup") +
-                      " needs the eBPF backend; drop --backend perf");
-  }
-  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0 &&
-      options.pids.empty()) {
-    throw RecordError(
-        "--alloc is not supported for --all or --cgroup: it samples the allocations of a command hpctl "
-        "launches (hpctl record --alloc -- CMD) or of processes given with --pid");
-  }
+  if (const OptionProblem problem = record_option_problem(options); problem != OptionProblem::kNone)
+    throw RecordOptionError(problem);
   if (options.frequency_hz == 0 || options.frequency_hz > kMaxFrequencyHz) {
     throw RecordError("sampling frequency must be between 1 and " + std::to_string(kMaxFrequencyHz) +
                       " Hz (got " + std::to_string(options.frequency_hz) + ")");
@@ -236,9 +299,8 @@ void validate_record_options(const RecordOptions& options) {
 
   const PerfPrivileges privileges = probe_perf_privileges();
   if ((options.backend == Backend::kBpf || needs_bpf(options)) && !privileges.may_use_bpf()) {
-    throw RecordError(std::string(options.backend == Backend::kBpf ? "the eBPF backend" : "this recording") +
-                      " needs CAP_BPF and CAP_PERFMON (or root); run as root, or record a process with "
-                      "--backend perf");
+    throw RecordOptionError(options.backend == Backend::kBpf ? OptionProblem::kBpfUnprivileged
+                                                             : OptionProblem::kBpfNeededUnprivileged);
   }
   if (!privileges.may_profile_own_processes()) {
     throw RecordError("recording needs privileges here: " + privileges.advice());
@@ -323,11 +385,6 @@ RecordResult record(const RecordOptions& options) {
   const PerfPrivileges privileges = probe_perf_privileges();
   RecordOptions resolved = options;
   if (!resolved.cgroup.empty()) resolved.cgroup = cgroup_directory(resolved.cgroup);
-  if (options.call_graph == CallGraph::kCfi && options.backend == Backend::kPerf) {
-    throw RecordError(
-        "--call-graph cfi unwinds inside the eBPF programs: use it with the eBPF backend, or --call-graph "
-        "dwarf with --backend perf");
-  }
   const CallGraphChoice perf_choice = resolve_call_graph(options);
   const CallGraph perf_call_graph = perf_choice.mode;
   CallGraphChoice call_graph = perf_choice;

@@ -209,7 +209,7 @@ void RecordingCallCounter::finish(RecordResult& result) {
           "call counts: while the runtime times a call, its return address points to the runtime's hook, "
           "and this recording's stack walks do not put the original back (only the eBPF backend's cfi and "
           "fp walks do), so sampled stacks show hpd_calls_return_trampoline in place of the callers: self "
-          "CPU is exact, inclusive CPU of instrumented callers is not (--calls-counter uprobes keeps whole "
+          "CPU is exact, inclusive CPU of instrumented callers is not (counting with uprobes keeps whole "
           "stacks, without latency)");
     else if (stats_.runtime.calls == 0)
       stats_.messages.push_back(std::string("call counts: the command made no calls to mcount/__fentry__: ") +

@@ -29,6 +29,26 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// One order for the choices of the request and of the recorder.
+template <typename A, typename B>
+constexpr bool same_value(A a, B b) {
+  return static_cast<int>(a) == static_cast<int>(b);
+}
+static_assert(same_value(Switch::kAuto, KernelFrames::kAuto) && same_value(Switch::kOn, KernelFrames::kOn) &&
+              same_value(Switch::kOff, KernelFrames::kOff));
+static_assert(same_value(Switch::kAuto, OffCpu::kAuto) && same_value(Switch::kOn, OffCpu::kOn) &&
+              same_value(Switch::kOff, OffCpu::kOff));
+static_assert(same_value(BackendChoice::kAuto, Backend::kAuto) &&
+              same_value(BackendChoice::kBpf, Backend::kBpf) &&
+              same_value(BackendChoice::kPerf, Backend::kPerf));
+static_assert(same_value(CallGraphMode::kAuto, CallGraph::kAuto) &&
+              same_value(CallGraphMode::kFp, CallGraph::kFp) &&
+              same_value(CallGraphMode::kDwarf, CallGraph::kDwarf) &&
+              same_value(CallGraphMode::kCfi, CallGraph::kCfi));
+static_assert(same_value(CallCounterChoice::kAuto, CallCounterKind::kAuto) &&
+              same_value(CallCounterChoice::kRuntime, CallCounterKind::kRuntime) &&
+              same_value(CallCounterChoice::kUprobes, CallCounterKind::kUprobes));
+
 // The request's words mapped onto the recorder's own choices (the recorder does not know the request).
 KernelFrames kernel_frames(Switch kernel) {
   switch (kernel) {
@@ -99,21 +119,6 @@ std::string cgroup_option(std::string cgroup) {
 
 }  // namespace
 
-std::string describe_target_problem(TargetProblem problem) {
-  switch (problem) {
-    case TargetProblem::kNone: break;
-    case TargetProblem::kNoTarget:
-      return "nothing to record: give --pid PID, --all, --cgroup PATH, or a command after -- (hpctl record "
-             "-- "
-             "./app)";
-    case TargetProblem::kPidsAndCommand: return "give either --pid or a command after --, not both";
-    case TargetProblem::kAllAndCgroup: return "give either --all or --cgroup, not both";
-    case TargetProblem::kPidsAndSystemWide: return "--pid cannot be combined with --all or --cgroup";
-    case TargetProblem::kEmptyCommand: return "the command to run is empty";
-  }
-  return "";
-}
-
 RecordOptions record_options_from_request(const RecordRequest& request) {
   RecordOptions options;
   options.pids = request.pids;
@@ -136,9 +141,12 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.time_calls = request.call_latency;
   options.sample_allocations = request.alloc;
   options.alloc_mean_bytes = request.alloc_mean;
-  // The targets are checked as the recorder checks them, and worded here for hpctl and hpd alike.
+  // The targets and the options' combinations, checked as the recorder checks them; the reason is
+  // worded by hpctl (with its flags) or hpd (with its request's fields).
   if (const TargetProblem problem = record_target_problem(options); problem != TargetProblem::kNone)
-    throw RecordRequestError(problem, describe_target_problem(problem));
+    throw RecordRequestError(problem);
+  if (const OptionProblem problem = record_option_problem(options); problem != OptionProblem::kNone)
+    throw RecordRequestError(problem);
   return options;
 }
 

@@ -2,7 +2,8 @@
 """Proves packaging/check-layers.py can fail: on a copy of the tree it must pass, then fail, naming
 file:line, on each planted upward use (include, sibling include, link, internal link, a folder
 adding to its parent's target) and on a call made outside its home (elf_begin( or ::close( outside
-base/), and pass again once the plant is removed. A member function named close (export's
+base/), and on a string literal of collect/ naming an hpctl flag, and pass again once the plant is
+removed. A member function named close (export's
 json_writer.cpp defines Writer::close) is not ::close( and passes.
 Usage: check_layers_test.py CHECK_SCRIPT SOURCE_ROOT"""
 
@@ -71,6 +72,10 @@ def main():
              "unwind opening an ELF file with elf_begin( instead of base's ElfHandle"),
             ("export/src/collapsed_writer.cpp", "void planted_close(int fd) { ::close (fd); }", "end",
              "export closing a descriptor with ::close( instead of base's UniqueFd"),
+            ("collect/src/recorder.cpp", 'const char* planted_advice = "drop --backend perf";', "end",
+             "collect wording an error with hpctl's flag --backend"),
+            ("collect/src/recorder.cpp", 'const char* planted_raw = R"(use\n--pid P)";', "end",
+             "collect naming hpctl's --pid in a raw string, on its second line"),
         ]
         for path, text, where, what in cases:
             line, original = plant(root, path, text, where)
@@ -83,6 +88,14 @@ def main():
         plant(root, "symbolizer/src/elf_file.cpp", "// not elf_begin(fd, ...): ElfHandle::open_fd", "end")
         code, out = run(script, root)
         expect(code == 0, "a comment outside base/ that names elf_begin( passes", out)
+
+        # A comment of collect/ may name hpctl's flags (where a field comes from); a character literal
+        # or a word that only starts like a flag (--pidfd) is no flag.
+        plant(root, "collect/src/recorder.cpp",
+              "// RecordOptions::pids are hpctl's --pid\nconst char planted_dash = '-';\n"
+              "const char* planted_word = \"--pidfd\";", "end")
+        code, out = run(script, root)
+        expect(code == 0, "a comment of collect/ naming --pid, and a longer word, pass", out)
 
         # A downward include and a same-layer include stay allowed.
         plant(root, "export/src/report/compute.cpp", '#include "hpd/model/profile.h"\n#include "json_writer.h"', "start")

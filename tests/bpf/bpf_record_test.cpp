@@ -26,13 +26,13 @@
 #include <thread>
 #include <vector>
 
+#include "hpd/base/proc_files.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "hpd/export/report.h"
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "proc/build_id.h"
-#include "hpd/base/proc_files.h"
 #include "record_checks.h"
 #include "record_until.h"
 #include "subprocess.h"
@@ -842,7 +842,7 @@ TEST(BpfRecord, OptionErrorsAreActionable) {
   RecordOptions all_perf;
   all_perf.all_processes = true;
   all_perf.backend = Backend::kPerf;
-  EXPECT_EQ(error_of(all_perf), "--all needs the eBPF backend; drop --backend perf");
+  EXPECT_EQ(error_of(all_perf), record_problem_text(OptionProblem::kAllWithPerf));
   RecordOptions no_cgroup;
   no_cgroup.cgroup = "hpd-no-such-cgroup";
   EXPECT_EQ(error_of(no_cgroup),
@@ -853,11 +853,11 @@ TEST(BpfRecord, OptionErrorsAreActionable) {
   RecordOptions both;
   both.all_processes = true;
   both.cgroup = cgroup2_mount();
-  EXPECT_EQ(error_of(both), "give either --all or --cgroup, not both");
+  EXPECT_EQ(error_of(both), record_problem_text(TargetProblem::kAllAndCgroup));
   RecordOptions pid_and_all;
   pid_and_all.all_processes = true;
   pid_and_all.pids = {1};
-  EXPECT_EQ(error_of(pid_and_all), "--pid cannot be combined with --all or --cgroup");
+  EXPECT_EQ(error_of(pid_and_all), record_problem_text(TargetProblem::kPidsAndSystemWide));
   RecordOptions all_with_command;
   all_with_command.all_processes = true;
   all_with_command.command = {"true"};

@@ -628,20 +628,50 @@ TEST(Hpd, MalformedRequestsGetErrorsAndHpdKeepsServing) {
   EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
-// Targets that make no recording are refused by hpd as a bad request, in the words hpctl uses for the
-// same options when it records by itself (one check, session::record_options_from_request).
-TEST(Hpd, BadRecordTargetsAreRefusedInHpctlsWords) {
+// Targets and options that make no recording are refused by hpd as a bad request naming the reason
+// (the one validator's, session::record_options_from_request), in its request's fields; hpctl words
+// the same reason with its flags, the same through hpd as when it records by itself.
+TEST(Hpd, BadRecordRequestsAreRefusedWithTheirReason) {
   Hpd hpd;
   struct Case {
     json args;
-    std::vector<std::string> flags;    // hpctl's for the same targets
+    std::vector<std::string> flags;    // hpctl's for the same request
     std::vector<std::string> command;  // after --
+    const char* reason;
+    const char* hpd_words;  // the start of hpd's message
   };
   const std::vector<Case> cases = {
-      {{{"all", true}, {"cgroup", "system.slice"}}, {"--all", "--cgroup", "system.slice"}, {}},
-      {{{"all", true}, {"pids", {1}}}, {"--all", "--pid", "1"}, {}},
-      {{{"pids", {1}}, {"command", {"true"}}}, {"--pid", "1"}, {"true"}},
-      {json::object(), {}, {}},
+      {{{"all", true}, {"cgroup", "system.slice"}},
+       {"--all", "--cgroup", "system.slice"},
+       {},
+       "all_and_cgroup",
+       "give either \"all\": true or a \"cgroup\", not both"},
+      {{{"all", true}, {"pids", {1}}},
+       {"--all", "--pid", "1"},
+       {},
+       "pids_and_system_wide",
+       "\"pids\" cannot be combined"},
+      {{{"pids", {1}}, {"command", {"true"}}},
+       {"--pid", "1"},
+       {"true"},
+       "pids_and_command",
+       "give either \"pids\" or a \"command\""},
+      {json::object(), {}, {}, "no_target", "nothing to record: give \"pids\""},
+      {{{"all", true}, {"backend", "perf"}},
+       {"--all", "--backend", "perf"},
+       {},
+       "all_with_perf",
+       "\"all\" needs the eBPF backend"},
+      {{{"pids", {1}}, {"backend", "perf"}, {"call_graph", "cfi"}},
+       {"--pid", "1", "--backend", "perf", "--call-graph", "cfi"},
+       {},
+       "cfi_with_perf",
+       "\"call_graph\": \"cfi\" unwinds"},
+      {{{"all", true}, {"alloc", true}},
+       {"--all", "--alloc"},
+       {},
+       "alloc_with_all",
+       "\"alloc\" is not supported"},
   };
   for (const Case& c : cases) {
     json args = c.args;
@@ -657,17 +687,25 @@ TEST(Hpd, BadRecordTargetsAreRefusedInHpctlsWords) {
     close(fd);
     EXPECT_EQ(reply["type"], "error") << reply.dump();
     EXPECT_EQ(reply["code"], "bad_request") << reply.dump();
-    const std::string message = reply.value("message", "");
-    std::vector<std::string> local = {kHpctl, "--local", "record", "-q", "-o", hpd.out_dir() + "/local.json"};
-    local.insert(local.end(), c.flags.begin(), c.flags.end());
+    EXPECT_EQ(reply.value("reason", ""), c.reason) << reply.dump();
+    EXPECT_EQ(reply.value("message", "").rfind(c.hpd_words, 0), 0u) << reply.dump();
+    // hpctl, by itself and through hpd: the same words, with its flags.
+    std::vector<std::string> flags = {"record", "-q", "-o", hpd.out_dir() + "/local.json"};
+    flags.insert(flags.end(), c.flags.begin(), c.flags.end());
     if (!c.command.empty()) {
-      local.push_back("--");
-      local.insert(local.end(), c.command.begin(), c.command.end());
+      flags.push_back("--");
+      flags.insert(flags.end(), c.command.begin(), c.command.end());
     }
-    const RunResult r = run(local);
-    EXPECT_NE(r.exit_code, 0) << args.dump();
-    EXPECT_FALSE(message.empty());
-    EXPECT_NE(r.err.find(message), std::string::npos) << "hpd: " << message << "\nhpctl: " << r.err;
+    std::vector<std::string> local = {kHpctl, "--local"};
+    local.insert(local.end(), flags.begin(), flags.end());
+    const RunResult by_itself = run(local);
+    const RunResult through_hpd = run(hpctl(hpd, flags));
+    EXPECT_NE(by_itself.exit_code, 0) << args.dump();
+    EXPECT_NE(through_hpd.exit_code, 0) << args.dump();
+    EXPECT_EQ(by_itself.err.rfind("hpctl: error: ", 0), 0u) << by_itself.err;
+    EXPECT_EQ(by_itself.err.find("\"", 0), std::string::npos) << by_itself.err;  // no JSON field named
+    EXPECT_NE(by_itself.err.find("--"), std::string::npos) << by_itself.err;     // a flag named
+    EXPECT_EQ(through_hpd.err, by_itself.err);
   }
 }
 

@@ -204,65 +204,6 @@ TEST(RecordRequestJson, RefusesWordsNoChoiceHasNamingTheField) {
   }
 }
 
-// Record targets are checked once (the recorder's record_target_problem): a request hpctl or hpd turns
-// into options fails with the reason the recorder's own check gives for those options, worded for the
-// command line.
-TEST(RecordTargets, OneCheckForRequestsAndTheRecorder) {
-  struct Case {
-    session::RecordRequest request;
-    TargetProblem problem;
-    const char* words;
-  };
-  auto request = [](std::vector<int32_t> pids, std::vector<std::string> command, bool all,
-                    std::string cgroup) {
-    session::RecordRequest r;
-    r.pids = std::move(pids);
-    r.command = std::move(command);
-    r.all = all;
-    r.cgroup = std::move(cgroup);
-    return r;
-  };
-  const std::vector<Case> cases = {
-      {request({}, {}, false, ""), TargetProblem::kNoTarget, "nothing to record: give --pid PID, --all"},
-      {request({1}, {"true"}, false, ""), TargetProblem::kPidsAndCommand,
-       "give either --pid or a command after --, not both"},
-      {request({}, {}, true, "system.slice"), TargetProblem::kAllAndCgroup,
-       "give either --all or --cgroup, not both"},
-      {request({1}, {}, true, ""), TargetProblem::kPidsAndSystemWide,
-       "--pid cannot be combined with --all or --cgroup"},
-      {request({1}, {}, false, "system.slice"), TargetProblem::kPidsAndSystemWide,
-       "--pid cannot be combined with --all or --cgroup"},
-      {request({}, {""}, false, ""), TargetProblem::kEmptyCommand, "the command to run is empty"},
-  };
-  for (const Case& c : cases) {
-    try {
-      session::record_options_from_request(c.request);
-      ADD_FAILURE() << "accepted: " << c.words;
-    } catch (const session::RecordRequestError& e) {
-      EXPECT_EQ(e.problem(), c.problem) << c.words;
-      EXPECT_EQ(std::string(e.what()).rfind(c.words, 0), 0u) << e.what();
-      EXPECT_EQ(e.what(), session::describe_target_problem(c.problem));
-    }
-    // The recorder, given the same targets directly, finds the same problem.
-    RecordOptions options;
-    options.pids = c.request.pids;
-    options.command = c.request.command;
-    options.all_processes = c.request.all;
-    options.cgroup = c.request.cgroup;
-    EXPECT_EQ(record_target_problem(options), c.problem) << c.words;
-    try {
-      validate_record_options(options);
-      ADD_FAILURE() << "the recorder accepted: " << c.words;
-    } catch (const RecordTargetError& e) {
-      EXPECT_EQ(e.problem(), c.problem) << c.words;
-    }
-  }
-  // Good targets pass.
-  EXPECT_NO_THROW(session::record_options_from_request(request({1, 2}, {}, false, "")));
-  EXPECT_NO_THROW(session::record_options_from_request(request({}, {"true"}, true, "")));
-  EXPECT_NO_THROW(session::record_options_from_request(request({}, {}, false, "system.slice")));
-}
-
 // A failed request is answered by its error's type: a refused request is a bad request, the
 // recorder's refusal a failed recording with its reason, and anything unforeseen an internal error
 // that hpd's log explains, never "bad request" (the client asked nothing wrong).
@@ -294,18 +235,20 @@ TEST(ErrorReply, MapsErrorsByTheirType) {
     std::function<void()> refused;
     ErrorCode code;
     std::string text;
+    std::string reason;
   } refusals[] = {
       {[] { session::record_options_from_request({}); }, ErrorCode::kBadRequest,
-       "nothing to record: give --pid"},
+       "nothing to record: give \"pids\"", "no_target"},
       {[&] { session::record_options_from_request(pid_and_command); }, ErrorCode::kBadRequest,
-       "give either --pid or a command after --, not both"},
-      {[] { validate_record_options({}); }, ErrorCode::kRecordFailed, "nothing to record"},
-      {[&] { validate_record_options(no_cgroup); }, ErrorCode::kRecordFailed, "no cgroup at "},
+       "give either \"pids\" or a \"command\", not both", "pids_and_command"},
+      {[] { validate_record_options({}); }, ErrorCode::kRecordFailed, "nothing to record", "no_target"},
+      {[&] { validate_record_options(no_cgroup); }, ErrorCode::kRecordFailed, "no cgroup at ", ""},
   };
   for (const auto& r : refusals) {
     const ErrorReply reply = reply_to(r.refused);
     EXPECT_EQ(reply.code, r.code) << reply.text;
-    EXPECT_EQ(reply.text.rfind(r.text, 0), 0u) << reply.text;  // the error's own message
+    EXPECT_EQ(reply.text.rfind(r.text, 0), 0u) << reply.text;  // hpd's words, or the error's own message
+    EXPECT_EQ(reply.reason, r.reason) << reply.text;
     EXPECT_FALSE(reply.internal);
   }
 

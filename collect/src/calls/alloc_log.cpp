@@ -205,11 +205,11 @@ std::vector<std::string> AllocLog::read(RawProfile& profile, const std::set<int3
         "statically linked); nothing was sampled");
   if (stats.dropped != 0)
     messages.push_back("allocations: the log was full; " + std::to_string(stats.dropped) +
-                       " samples and frees were dropped (a larger --alloc-mean samples less)");
+                       " samples and frees were dropped (a larger allocation mean samples less)");
   if (over_limit != 0)
     messages.push_back("allocations: hpd keeps at most " + std::to_string(limits.allocations) +
                        " sampled allocations of a log a client hands over; " + std::to_string(over_limit) +
-                       " more were dropped (a larger --alloc-mean samples less)");
+                       " more were dropped (a larger allocation mean samples less)");
   if (foreign != 0)
     messages.push_back("allocations: " + std::to_string(foreign) +
                        " record(s) of the runtime's log name processes this recording does not follow; "

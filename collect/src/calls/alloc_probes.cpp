@@ -422,7 +422,7 @@ std::vector<std::string> AllocProbes::finish(RawProfile& profile) {
                      "sampled); blocks allocated before the attach are not counted as live");
   if (ring_full != 0)
     messages.push_back("allocations: the ring was full; " + std::to_string(ring_full) +
-                       " samples and frees were dropped (a larger --alloc-mean samples less)");
+                       " samples and frees were dropped (a larger allocation mean samples less)");
   if (const uint64_t untracked = s.counter(HPD_ALLOC_UNTRACKED); untracked != 0)
     messages.push_back("allocations: " + std::to_string(untracked) +
                        " sampled allocations could not be watched until their free (too many live samples); "

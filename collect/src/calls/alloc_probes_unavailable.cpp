@@ -15,7 +15,9 @@ std::vector<AllocatorModule> find_allocators(int32_t) {
 struct AllocProbes::Impl {};
 
 AllocProbes::AllocProbes(int32_t, uint64_t, AllocProbeClient) {
-  throw CallCountError("this hpd was built without the eBPF backend, which --alloc --pid needs");
+  throw CallCountError(
+      "this hpd was built without the eBPF backend, which sampling the allocations of a running process "
+      "needs");
 }
 
 AllocProbes::~AllocProbes() = default;

@@ -259,8 +259,8 @@ class CallCounter::Impl {
     add_missing_mappings(profile);
     if (!time_asked_ && timeable_sites_ != 0)
       stats_.messages.push_back(
-          "call latency: not measured (counting only, no return probes); record with --call-latency to "
-          "time the " +
+          "call latency: not measured (counting only, no return probes); ask for call latency to time "
+          "the " +
           std::to_string(timeable_sites_) +
           " functions probed at their first instruction (more cost per call, and sampled stacks taken "
           "inside a timed call may not reach their root)");

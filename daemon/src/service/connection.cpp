@@ -142,7 +142,7 @@ bool Connection::send_error_for(const std::string& request, const std::exception
   if (reply.internal)
     log_error("request " + request + " of uid " + std::to_string(peer_.uid) + " (pid " +
               std::to_string(peer_.pid) + ") failed: " + error.what());
-  return send_error(reply.code, reply.text);
+  return send_error(reply.code, reply.text, reply.reason);
 }
 
 }  // namespace hpd::service

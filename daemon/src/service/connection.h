@@ -53,7 +53,9 @@ class Connection {
   // A client whose socket takes nothing for client_timeout (half a second once hpd stops) is gone:
   // lost_ ends its session.
   bool send(const nlohmann::json& j) { return send_text(json_text(j)); }
-  bool send_error(ErrorCode code, const std::string& text) { return send_text(error_message(code, text)); }
+  bool send_error(ErrorCode code, const std::string& text, const std::string& reason = "") {
+    return send_text(error_message(code, text, reason));
+  }
   // The reply to a request that failed with `error`, by its type (error_reply_for); an internal one
   // is logged with its what() and `request` (the request's type).
   bool send_error_for(const std::string& request, const std::exception& error);

@@ -153,9 +153,10 @@ Request parse_request(std::string_view payload) {
   return request;
 }
 
-std::string error_message(ErrorCode code, const std::string& message) {
+std::string error_message(ErrorCode code, const std::string& message, const std::string& reason) {
   json j = {
       {"version", kProtocolVersion}, {"type", "error"}, {"code", to_string(code)}, {"message", message}};
+  if (!reason.empty()) j["reason"] = reason;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

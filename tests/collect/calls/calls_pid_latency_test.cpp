@@ -240,7 +240,7 @@ void check_pid_counted_only(const std::string& daemon_socket) {
        at = summary.find("call latency: not measured (counting only", at + 1))
     ++said;
   EXPECT_EQ(said, 1u) << summary;
-  EXPECT_NE(summary.find("record with --call-latency"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("ask for call latency"), std::string::npos) << summary;
   // The functions it names are the sites probed at their first instruction: every nop5 site of this
   // build (-mfentry -mnop-mcount: one NOP at each function's entry).
   const std::smatch sites = search(summary, std::regex("nop5: ([0-9]+) sites"));

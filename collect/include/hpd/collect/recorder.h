@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -153,7 +154,8 @@ struct RecordOptions {
   int call_table_fd = -1;
   // Sample the allocations of a launched command (hpctl record --alloc -- CMD) in hpd's preloaded
   // runtime, one sample per `alloc_mean_bytes` allocated on average (0 = 512 KiB), into
-  // RawProfile::allocations. Not for --pid targets yet (validate_record_options refuses it).
+  // RawProfile::allocations. For pids: sample_allocations probes their allocator (AllocProbes); not
+  // for all processes or a cgroup (record_option_problem refuses it).
   bool sample_allocations = false;
   uint64_t alloc_mean_bytes = 0;
   // hpd recording a command hpctl started with the runtime preloaded and sampling allocations into
@@ -335,23 +337,66 @@ enum class TargetProblem {
   kEmptyCommand,       // a command whose program name is empty
 };
 
+// What keeps a recording's other options from going together (checked after the targets).
+enum class OptionProblem {
+  kNone,
+  kCfiWithPerf,            // call_graph kCfi with backend kPerf (cfi unwinds in the eBPF programs)
+  kAllWithPerf,            // all_processes with backend kPerf
+  kCgroupWithPerf,         // a cgroup with backend kPerf
+  kAllocWithAll,           // sample_allocations of all processes (only a command or pids)
+  kAllocWithCgroup,        // sample_allocations of a cgroup
+  kBpfUnprivileged,        // backend kBpf without CAP_BPF and CAP_PERFMON (or root)
+  kBpfNeededUnprivileged,  // all processes, a cgroup or cfi (eBPF only) without them
+};
+
 // The one check of a recording's targets: validate_record_options throws RecordTargetError with it,
-// and hpctl's and hpd's record requests are checked with it (session::record_options_from_request,
-// which words the reason in the command line's words, the same for both).
+// and hpctl's and hpd's record requests are checked with it (session::record_options_from_request).
 TargetProblem record_target_problem(const RecordOptions& options);
+
+// The one check of the options that do not go together, whatever the privileges (kCfiWithPerf,
+// k*WithPerf, kAlloc*; kNone when the targets themselves are wrong): validate_record_options throws
+// RecordOptionError with it, and session::record_options_from_request checks it for hpctl and hpd.
+OptionProblem record_option_problem(const RecordOptions& options);
+
+// The engine's own words for a problem, naming no caller's options ("both process ids and a command
+// to run were given"). hpctl words a problem with its flags (cli/record_problem_words.cpp), hpd with
+// its request's fields (daemon/src/service/error_reply.cpp); these are what() of the errors below.
+const char* record_problem_text(TargetProblem problem);
+const char* record_problem_text(OptionProblem problem);
+
+// The reasons' names where they travel (hpd's error reply, "reason": docs/protocol.md): "no_target",
+// "pids_and_command", ..., "cfi_with_perf", ...; "" for kNone. A name of neither kind gives kNone.
+const char* to_string(TargetProblem problem);
+const char* to_string(OptionProblem problem);
+TargetProblem target_problem_named(std::string_view name);
+OptionProblem option_problem_named(std::string_view name);
 
 // A RecordError about the targets, carrying the reason.
 class RecordTargetError : public RecordError {
  public:
-  RecordTargetError(TargetProblem problem, const std::string& what) : RecordError(what), problem_(problem) {}
+  explicit RecordTargetError(TargetProblem problem)
+      : RecordError(record_problem_text(problem)), problem_(problem) {}
   [[nodiscard]] TargetProblem problem() const { return problem_; }
 
  private:
   TargetProblem problem_;
 };
 
-// Checks the options without touching any process: the targets (record_target_problem), frequency
-// range, and the privileges perf_event needs. Throws RecordError with an actionable message.
+// A RecordError about options that do not go together, carrying the reason.
+class RecordOptionError : public RecordError {
+ public:
+  explicit RecordOptionError(OptionProblem problem)
+      : RecordError(record_problem_text(problem)), problem_(problem) {}
+  [[nodiscard]] OptionProblem problem() const { return problem_; }
+
+ private:
+  OptionProblem problem_;
+};
+
+// Checks the options without touching any process: the targets (record_target_problem, then
+// RecordTargetError), the options (record_option_problem and the eBPF privileges, then
+// RecordOptionError), frequency range, cgroup, pids and the privileges perf_event needs (RecordError
+// with an actionable message).
 void validate_record_options(const RecordOptions& options);
 
 // Whether the eBPF backend can record here: built in, kernel BTF present, CAP_BPF and CAP_PERFMON

@@ -72,7 +72,10 @@ struct Request {
 Request parse_request(std::string_view payload);
 
 // Replies (and client requests) as JSON text, each with "version" and "type".
-std::string error_message(ErrorCode code, const std::string& message);
+// `reason`, when not empty: why a record request was refused, by name ("all_and_cgroup", the
+// recorder's TargetProblem and OptionProblem: to_string in hpd/collect/recorder.h), for a client that
+// words it itself (hpctl, with its flags).
+std::string error_message(ErrorCode code, const std::string& message, const std::string& reason = "");
 
 // Frames on a SOCK_STREAM Unix socket: a 4-byte little-endian payload length, then the payload.
 

@@ -28,28 +28,33 @@ namespace hpd::session {
 class MipRecording;
 
 // session's error type for a record request refused as asked: targets that make no one recording (the
-// recorder's record_target_problem, then problem() says which) or options that do not go together
-// (problem() kNone), worded in the command line's words: the same text from hpctl, locally or before
-// it asks hpd, and from hpd (its `bad_request` error, hpd/service/error_reply.h). What fails later
-// (the output's writes: std::runtime_error naming the path, from base's OutputFile and the capture
-// writer) is not a refused request.
+// recorder's record_target_problem: target_problem() says which) or options that do not go together
+// (record_option_problem: option_problem()), or neither (both kNone) for the session's own refusals.
+// what() is the engine's wording (record_problem_text), naming no option of hpctl's; hpctl words the
+// reason with its flags (cli/record_problem_words.cpp), hpd with its request's fields (its
+// `bad_request` error, hpd/service/error_reply.h). What fails later (the output's writes:
+// std::runtime_error naming the path, from base's OutputFile and the capture writer) is not a refused
+// request.
 class RecordRequestError : public std::invalid_argument {
  public:
-  RecordRequestError(TargetProblem problem, const std::string& what)
-      : std::invalid_argument(what), problem_(problem) {}
-  explicit RecordRequestError(const std::string& what) : RecordRequestError(TargetProblem::kNone, what) {}
-  [[nodiscard]] TargetProblem problem() const { return problem_; }
+  explicit RecordRequestError(TargetProblem problem)
+      : std::invalid_argument(record_problem_text(problem)), target_problem_(problem) {}
+  explicit RecordRequestError(OptionProblem problem)
+      : std::invalid_argument(record_problem_text(problem)), option_problem_(problem) {}
+  explicit RecordRequestError(const std::string& what) : std::invalid_argument(what) {}
+  [[nodiscard]] TargetProblem target_problem() const { return target_problem_; }
+  [[nodiscard]] OptionProblem option_problem() const { return option_problem_; }
 
  private:
-  TargetProblem problem_;
+  TargetProblem target_problem_ = TargetProblem::kNone;
+  OptionProblem option_problem_ = OptionProblem::kNone;
 };
 
-// The user's words for a target problem ("nothing to record: give --pid PID, ...").
-std::string describe_target_problem(TargetProblem problem);
-
-// The recorder's options for `request`, without stop flag or callbacks. Throws RecordRequestError for
-// contradictory or missing targets and options the request may not combine; the recorder's other
-// checks (validate_record_options, RecordError) come on top.
+// The recorder's options for `request`, without stop flag or callbacks: where a record request of
+// hpctl (local or before it asks hpd) and of hpd is validated. Throws RecordRequestError for
+// contradictory or missing targets (record_target_problem) and options that do not go together
+// (record_option_problem); the recorder's checks of the machine (validate_record_options: privileges,
+// processes, cgroup, ranges; RecordError) come on top.
 RecordOptions record_options_from_request(const RecordRequest& request);
 
 // Refuses an output path that cannot be written, before anything is recorded (std::runtime_error): the

@@ -9,6 +9,10 @@
 
 namespace hpd::session {
 
+// The choices below are the recorder's (hpd/collect/recorder.h: KernelFrames and OffCpu for Switch,
+// Backend, CallGraph, CallCounterKind), in the recorder's order (record_pipeline.cpp asserts it); they
+// travel as words (to_string below), never as numbers, so the JSON does not depend on the order.
+
 // auto|on|off: --kernel/--no-kernel, --off-cpu/--no-off-cpu, --mip/--no-mip. Auto leaves the choice
 // to the recorder (what the permissions and the backend allow).
 enum class Switch { kAuto, kOn, kOff };
@@ -18,7 +22,7 @@ enum class SamplingEvent { kTaskClock, kCpuClock };
 enum class BackendChoice { kAuto, kBpf, kPerf };
 // --call-graph: how user stacks are walked; auto is decided by the recorder (or by hpctl for a command
 // it starts for hpd).
-enum class CallGraphMode { kAuto, kCfi, kFp, kDwarf };
+enum class CallGraphMode { kAuto, kFp, kDwarf, kCfi };
 // --calls-counter: which counter counts calls with --calls.
 enum class CallCounterChoice { kAuto, kRuntime, kUprobes };
 
