@@ -495,7 +495,7 @@ uint64_t resident_kib(pid_t pid) {
 // the reference. The margin holds the chunk in progress and the unwind tables of programs started
 // meanwhile on the host (a system-wide recording compiles a table for each new program it samples;
 // privileged tests run alone, so in CI those are few); a leak of 2 MB or more per chunk passes it
-// within the 25, and so did the freed memory glibc kept before hpd trimmed it (+67 to +118 MB).
+// within the 25, and so did the freed memory glibc kept before hpd trimmed it (+80 to +118 MB).
 TEST_F(ContinuousPush, WithTheEndpointDownMemoryStaysFlatAndTheChunksWaitOnDisk) {
   constexpr uint64_t kMarginKib = 48 << 10;
   constexpr uint64_t kChunks = 25;
