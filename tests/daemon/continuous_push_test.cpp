@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdio>
 
 #include <algorithm>
 #include <chrono>
@@ -478,6 +479,66 @@ TEST_F(ContinuousPush, UnsentChunksRemovedByRetentionAreCountedAndSaid) {
   EXPECT_NE(status.out.find(" dropped unsent"), std::string::npos) << status.out;
   EXPECT_EQ(status.out.find(" 0 dropped unsent"), std::string::npos) << status.out;
   ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+// hpd's resident memory (VmRSS of /proc/PID/status) in KiB; 0 when it cannot be read.
+uint64_t resident_kib(pid_t pid) {
+  const std::string status = read_small_file("/proc/" + std::to_string(pid) + "/status").value_or("");
+  const size_t at = status.find("\nVmRSS:");
+  return at == std::string::npos ? 0 : std::stoull(status.substr(at + 8));
+}
+
+// Issues #31 and #32: with the endpoint down, hpd's memory does not grow with the chunks that wait
+// for it (they wait on disk, not in memory), and sampling goes on. The first chunk's export (the
+// chunk symbolized and encoded once, kept for the retries) is done before the reference is taken;
+// then 25 more chunks of 1 s, each one read at once: none may find hpd more than kMarginKib above
+// the reference. The margin holds the chunk in progress and the unwind tables of programs started
+// meanwhile on the host (a system-wide recording compiles a table for each new program it samples;
+// privileged tests run alone, so in CI those are few); a leak of 2 MB or more per chunk passes it
+// within the 25, and so did the freed memory glibc kept before hpd trimmed it (+80 to +118 MB).
+TEST_F(ContinuousPush, WithTheEndpointDownMemoryStaysFlatAndTheChunksWaitOnDisk) {
+  constexpr uint64_t kMarginKib = 48 << 10;
+  constexpr uint64_t kChunks = 25;
+  LoopbackSocket closed(false);  // bound, not listening: connections are refused
+  const std::string endpoint = "http://127.0.0.1:" + std::to_string(closed.port());
+  Hpd hpd(start_with(push_config(state_, endpoint)));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  json p;
+  ASSERT_TRUE(wait_push(
+      hpd, [](const json& s) { return field(s, "chunks_queued") >= 2 && !text(s, "last_error").empty(); },
+      &p))
+      << p.dump() << "\n"
+      << hpd.log();
+  uint64_t queued = field(p, "chunks_queued");
+  const uint64_t reference_kib = resident_kib(hpd.pid());
+  ASSERT_GT(reference_kib, 0u);
+  uint64_t peak_kib = reference_kib;
+  std::string trace = std::to_string(queued) + " queued: " + std::to_string(reference_kib) + " KiB";
+  const uint64_t last = queued + kChunks;
+  while (queued < last) {
+    ASSERT_TRUE(wait_push(
+        hpd, [&](const json& s) { return field(s, "chunks_queued") > queued; }, &p))
+        << p.dump() << "\n"
+        << hpd.log();
+    queued = field(p, "chunks_queued");
+    const uint64_t kib = resident_kib(hpd.pid());
+    peak_kib = std::max(peak_kib, kib);
+    trace += ", " + std::to_string(queued) + ": " + std::to_string(kib);
+  }
+  std::printf("VmRSS after each chunk (KiB): %s\n", trace.c_str());
+  EXPECT_LE(peak_kib, reference_kib + kMarginKib) << "VmRSS after each chunk (KiB): " << trace;
+  EXPECT_EQ(field(p, "chunks_sent"), 0u);
+  EXPECT_EQ(field(p, "chunks_dropped"), 0u);
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+  // Every chunk the endpoint did not get is in the store, each with samples.
+  const std::string cursor = cursor_on_disk(state_);
+  size_t waiting = 0;
+  for (const ChunkTruth& c : chunks_on_disk(state_)) {
+    if (c.name <= cursor) continue;
+    ++waiting;
+    EXPECT_GT(c.samples, 0u) << c.name;
+  }
+  EXPECT_GE(waiting, last) << "chunks on disk after the cursor '" << cursor << "'";
 }
 
 TEST(ContinuousPushConfig, BadPushValuesRefuseToStartWithFileAndLine) {

@@ -4,6 +4,7 @@
 #include "chunk_pusher.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -200,6 +201,12 @@ void ChunkPusher::run() {
   double retry_s = kFirstRetrySeconds;
   std::string failing;  // the error said last, "" when the last attempt succeeded
   while (!stop_.load()) {
+    // Woken by a finished chunk, a retry, a new configuration: the memory the recording's threads and
+    // the last export (a chunk symbolized system-wide: tens of MB) freed goes back to the system, also
+    // when push is off. glibc keeps freed memory in each thread's arena otherwise, and hpd's resident
+    // memory would stay at the high-water mark of every thread (docs/performance.md "Continuous
+    // push"). Here, not on the recording thread: sampling does not wait for it.
+    ::malloc_trim(0);
     fs::path dir;
     std::string url, cursor;
     PushSettings settings;
