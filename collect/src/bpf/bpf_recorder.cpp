@@ -1162,6 +1162,7 @@ RecordResult BpfSession::run() {
   attach_calls_unwind(calls_->runtime_in_use());
   if (!options_.command.empty()) command_ = launch_command(options_.command, calls_->launch_environment());
   set_targets();
+  timing_mark("targets-set");
   open_mmap_watch();
   timing_mark("mmap-watch-open");
   load_initial_tables();
@@ -1296,6 +1297,7 @@ RecordResult BpfSession::run() {
     c.modules_refused = t.modules_refused;
     c.compile_ns = t.compile_ns;
     c.tables_compiled = t.tables_compiled;
+    c.tables_kept = t.tables_kept;
     c.tables_stored = t.tables_stored;
     c.disk_cache = t.disk_cache;
     c.tables_from_disk = t.tables_from_disk;

@@ -45,6 +45,7 @@ struct CfiMapStats {
   uint64_t modules_refused = 0;   // tables that did not fit even after evicting: frame pointers
   uint64_t compile_ns = 0;        // worker time compiling tables not cached before
   uint64_t tables_compiled = 0;   // tables compiled by this recording
+  uint64_t tables_kept = 0;       // tables kept in this process by earlier recordings (shared_cfi_tables)
   uint64_t tables_stored = 0;     // of those, written to the cache on disk
   uint64_t tables_from_disk = 0;  // tables loaded from the cache on disk
   uint64_t disk_load_ns = 0;      // worker time loading them
