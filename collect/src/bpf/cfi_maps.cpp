@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "hpd/base/elf.h"
 #include "hpd/collect/recorder.h"
@@ -144,8 +145,34 @@ void CfiMaps::SlotRanges::give_back(uint32_t first, uint32_t count) {
   }
 }
 
+CfiMapArrays& CfiMapArrays::operator=(CfiMapArrays&& other) noexcept {
+  if (this != &other) {
+    reset();
+    rows = std::exchange(other.rows, nullptr);
+    rows_bytes = std::exchange(other.rows_bytes, 0);
+    index = std::exchange(other.index, nullptr);
+    index_bytes = std::exchange(other.index_bytes, 0);
+  }
+  return *this;
+}
+
+void CfiMapArrays::reset() {
+  if (rows != nullptr) ::munmap(rows, rows_bytes);
+  if (index != nullptr) ::munmap(index, index_bytes);
+  rows = index = nullptr;
+  rows_bytes = index_bytes = 0;
+}
+
+CfiMaps::MappedArrays CfiMaps::map_arrays(int rows_fd, uint32_t capacity, int index_fd,
+                                          uint32_t index_capacity) {
+  MappedArrays m;
+  m.rows = map_shared(rows_fd, capacity, kRowStride, &m.rows_bytes, "row table");
+  m.index = map_shared(index_fd, index_capacity, kBucketStride, &m.index_bytes, "row index");
+  return m;
+}
+
 CfiMaps::CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_capacity, int procs_fd,
-                 bool lazy, bool use_index)
+                 bool lazy, bool use_index, MappedArrays mapped)
     : lazy_(lazy),
       use_index_(use_index),
       rows_fd_(rows_fd),
@@ -155,13 +182,12 @@ CfiMaps::CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_ca
       index_capacity_(index_capacity),
       row_slots_(capacity),
       index_slots_(index_capacity) {
-  rows_ = map_shared(rows_fd_, capacity, kRowStride, &rows_bytes_, "row table");
-  try {
-    index_ = map_shared(index_fd_, index_capacity, kBucketStride, &index_bytes_, "row index");
-  } catch (...) {
-    ::munmap(rows_, rows_bytes_);
-    throw;
-  }
+  if (mapped.rows == nullptr || mapped.index == nullptr)
+    mapped = map_arrays(rows_fd, capacity, index_fd, index_capacity);
+  rows_ = std::exchange(mapped.rows, nullptr);
+  rows_bytes_ = mapped.rows_bytes;
+  index_ = std::exchange(mapped.index, nullptr);
+  index_bytes_ = mapped.index_bytes;
   ready_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!ready_fd_) {
     ::munmap(rows_, rows_bytes_);
