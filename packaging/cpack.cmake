@@ -18,9 +18,10 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# libdebuginfod is loaded with dlopen when DEBUGINFOD_URLS is set (hpd/symbolizer/debuginfod_client.h),
-# so dpkg-shlibdeps cannot see it.
-set(CPACK_DEBIAN_PACKAGE_RECOMMENDS libdebuginfod1)
+# Loaded with dlopen, so dpkg-shlibdeps cannot see them: libdebuginfod when DEBUGINFOD_URLS is set
+# (hpd/symbolizer/debuginfod_client.h), libcurl for an OTLP push (session/src/otlp_push.cpp),
+# Capstone for ARM64 code in hpctl open and annotate (cli/disassembler.cpp).
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libdebuginfod1, libcurl4, libcapstone4")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(CPACK_STRIP_FILES ON)
 

@@ -1,4 +1,8 @@
 // POSTing OTLP profiles over HTTP/protobuf with libcurl, and checking the collector's answer.
+// libcurl is loaded with dlopen on the first push, not linked: linked, it and the 30 libraries it
+// needs (TLS, Kerberos, LDAP, ...) were loaded and relocated at every start of hpctl and hpd, about
+// 5 ms of CPU and 25 ms of wall time on a busy machine before `hpctl record` could send its request
+// (docs/performance.md, "Time to the first sample").
 #include "hpd/session/otlp_push.h"
 
 #include <curl/curl.h>
@@ -16,10 +20,50 @@
 #include <string>
 #include <string_view>
 
+#include "hpd/base/shared_library.h"
 #include "hpd/base/unique_fd.h"
 
 namespace hpd::session {
 namespace {
+
+// The functions used, with the header's own signatures, from the library loaded once per process
+// (never unloaded: libcurl does not support being unloaded).
+struct Curl {
+  decltype(&curl_global_init) global_init = nullptr;
+  decltype(&curl_easy_init) easy_init = nullptr;
+  decltype(&curl_easy_cleanup) easy_cleanup = nullptr;
+  decltype(&curl_easy_setopt) easy_setopt = nullptr;
+  decltype(&curl_easy_perform) easy_perform = nullptr;
+  decltype(&curl_easy_getinfo) easy_getinfo = nullptr;
+  decltype(&curl_easy_strerror) easy_strerror = nullptr;
+  decltype(&curl_slist_append) slist_append = nullptr;
+  decltype(&curl_slist_free_all) slist_free_all = nullptr;
+  std::string error;  // why the library could not be used
+};
+
+// libcurl, loaded and initialized on first use; throws std::runtime_error when it cannot be.
+const Curl& curl_library() {
+  static const Curl loaded = [] {
+    Curl c;
+    SharedLibrary lib("libcurl.so.4", "libcurl4");
+    lib.get(c.global_init, "curl_global_init");
+    lib.get(c.easy_init, "curl_easy_init");
+    lib.get(c.easy_cleanup, "curl_easy_cleanup");
+    lib.get(c.easy_setopt, "curl_easy_setopt");
+    lib.get(c.easy_perform, "curl_easy_perform");
+    lib.get(c.easy_getinfo, "curl_easy_getinfo");
+    lib.get(c.easy_strerror, "curl_easy_strerror");
+    lib.get(c.slist_append, "curl_slist_append");
+    lib.get(c.slist_free_all, "curl_slist_free_all");
+    c.error = lib.error();
+    if (!c.error.empty()) return c;
+    if (const CURLcode init = c.global_init(CURL_GLOBAL_DEFAULT); init != CURLE_OK)
+      c.error = std::string("libcurl: ") + c.easy_strerror(init);
+    return c;
+  }();
+  if (!loaded.error.empty()) throw std::runtime_error(loaded.error);
+  return loaded;
+}
 
 size_t append_body(char* data, size_t size, size_t count, void* user) {
   auto* body = static_cast<std::string*>(user);
@@ -94,10 +138,10 @@ bool parse_response(std::string_view b, ExportResponse& out, bool nested = false
 }
 
 struct CurlDeleter {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+  void operator()(CURL* c) const { curl_library().easy_cleanup(c); }
 };
 struct SlistDeleter {
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+  void operator()(curl_slist* l) const { curl_library().slist_free_all(l); }
 };
 
 bool is_tls_error(CURLcode code) {
@@ -123,7 +167,7 @@ bool is_tls_error(CURLcode code) {
 
 // What went wrong with the transfer, said for the user.
 std::string transfer_error(CURLcode code, const std::string& url, const char* detail, double timeout_s) {
-  const std::string why = detail[0] != '\0' ? detail : curl_easy_strerror(code);
+  const std::string why = detail[0] != '\0' ? detail : curl_library().easy_strerror(code);
   switch (code) {
     case CURLE_COULDNT_CONNECT:
       return "cannot connect to " + url + ": " + why +
@@ -318,9 +362,8 @@ std::string otlp_profiles_url(const std::string& endpoint) {
 }
 
 void post_otlp_profiles(const std::string& url, const std::string& body, const PushOptions& options) {
-  static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
-  if (init != CURLE_OK) throw std::runtime_error(std::string("libcurl: ") + curl_easy_strerror(init));
-  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
+  const Curl& lib = curl_library();
+  std::unique_ptr<CURL, CurlDeleter> curl(lib.easy_init());
   if (!curl) throw std::runtime_error("libcurl: cannot create a transfer");
   // gRPC: HTTP/2 (without TLS: with prior knowledge, as gRPC clients do), the message after a 5-byte
   // prefix (not compressed, its length big-endian), the outcome in grpc-status.
@@ -336,44 +379,44 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
     request_body += body;
   }
   const std::string& sent = grpc ? request_body : body;
-  std::unique_ptr<curl_slist, SlistDeleter> headers(curl_slist_append(
+  std::unique_ptr<curl_slist, SlistDeleter> headers(lib.slist_append(
       nullptr, grpc ? "Content-Type: application/grpc" : "Content-Type: application/x-protobuf"));
-  if (grpc) curl_slist_append(headers.get(), "TE: trailers");
+  if (grpc) lib.slist_append(headers.get(), "TE: trailers");
   for (const std::string& header : options.headers) {
-    if (curl_slist_append(headers.get(), header.c_str()) == nullptr)
+    if (lib.slist_append(headers.get(), header.c_str()) == nullptr)
       throw std::runtime_error("libcurl: cannot add a header");
   }
   std::string answer;
   GrpcStatus grpc_status;
   char error[CURL_ERROR_SIZE] = {};
   CURL* c = curl.get();
-  curl_easy_setopt(c, CURLOPT_URL, transfer_url.c_str());
-  curl_easy_setopt(c, CURLOPT_POST, 1L);
-  curl_easy_setopt(c, CURLOPT_POSTFIELDS, sent.data());
-  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(sent.size()));
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, append_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &answer);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(options.timeout_s * 1000));
-  curl_easy_setopt(c, CURLOPT_USERAGENT, options.user_agent.c_str());
-  if (!options.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, options.ca_file.c_str());
-  if (!options.client_cert.empty()) curl_easy_setopt(c, CURLOPT_SSLCERT, options.client_cert.c_str());
-  if (!options.client_key.empty()) curl_easy_setopt(c, CURLOPT_SSLKEY, options.client_key.c_str());
+  lib.easy_setopt(c, CURLOPT_URL, transfer_url.c_str());
+  lib.easy_setopt(c, CURLOPT_POST, 1L);
+  lib.easy_setopt(c, CURLOPT_POSTFIELDS, sent.data());
+  lib.easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(sent.size()));
+  lib.easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+  lib.easy_setopt(c, CURLOPT_WRITEFUNCTION, append_body);
+  lib.easy_setopt(c, CURLOPT_WRITEDATA, &answer);
+  lib.easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+  lib.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  lib.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  lib.easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(options.timeout_s * 1000));
+  lib.easy_setopt(c, CURLOPT_USERAGENT, options.user_agent.c_str());
+  if (!options.ca_file.empty()) lib.easy_setopt(c, CURLOPT_CAINFO, options.ca_file.c_str());
+  if (!options.client_cert.empty()) lib.easy_setopt(c, CURLOPT_SSLCERT, options.client_cert.c_str());
+  if (!options.client_key.empty()) lib.easy_setopt(c, CURLOPT_SSLKEY, options.client_key.c_str());
   if (grpc) {
-    curl_easy_setopt(c, CURLOPT_HTTP_VERSION,
-                     url[4] == 's' ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, read_grpc_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &grpc_status);
+    lib.easy_setopt(c, CURLOPT_HTTP_VERSION,
+                    url[4] == 's' ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    lib.easy_setopt(c, CURLOPT_HEADERFUNCTION, read_grpc_header);
+    lib.easy_setopt(c, CURLOPT_HEADERDATA, &grpc_status);
   }
   if (options.cancel != nullptr) {
-    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, cancel_check);
-    curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(options.cancel));
-    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    lib.easy_setopt(c, CURLOPT_XFERINFOFUNCTION, cancel_check);
+    lib.easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(options.cancel));
+    lib.easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   }
-  const CURLcode code = curl_easy_perform(c);
+  const CURLcode code = lib.easy_perform(c);
   const auto refused_by_grpc_status = [&] {
     return std::runtime_error(url + " answered gRPC status " + std::to_string(grpc_status.code) + " (" +
                               grpc_code_name(grpc_status.code) + "): " + first_line(grpc_status.message));
@@ -388,14 +431,14 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
     // Or it closes the connection, and the alert is lost: the handshake was done, no answer came.
     curl_off_t handshake_us = 0;
     long answered = 0;
-    curl_easy_getinfo(c, CURLINFO_APPCONNECT_TIME_T, &handshake_us);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &answered);
+    lib.easy_getinfo(c, CURLINFO_APPCONNECT_TIME_T, &handshake_us);
+    lib.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &answered);
     if (tls && handshake_us > 0 && answered == 0 &&
         (code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING ||
          code == CURLE_HTTP2 || code == CURLE_HTTP2_STREAM)) {
       throw std::runtime_error(
           "TLS error with " + url + ": it closed the connection after the TLS handshake without answering (" +
-          (error[0] != '\0' ? error : curl_easy_strerror(code)) + "); " +
+          (error[0] != '\0' ? error : curl_library().easy_strerror(code)) + "); " +
           (options.client_cert.empty()
                ? "does it require a client certificate (push_client_cert, --client-cert)?"
                : "did it refuse the client certificate?"));
@@ -410,17 +453,17 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
       throw std::runtime_error(url +
                                " did not answer as a gRPC server (HTTP/2) with the OTLP profiles service: it "
                                "reset the call's stream (" +
-                               (error[0] != '\0' ? error : curl_easy_strerror(code)) +
+                               (error[0] != '\0' ? error : curl_library().easy_strerror(code)) +
                                "); an OpenTelemetry Collector needs a profiles pipeline and the "
                                "service.profilesSupport feature gate");
     if (grpc && (code == CURLE_HTTP2 || code == CURLE_HTTP2_STREAM || code == CURLE_WEIRD_SERVER_REPLY ||
                  code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR || code == CURLE_GOT_NOTHING))
       throw std::runtime_error(url + " did not answer as a gRPC server (HTTP/2): " +
-                               (error[0] != '\0' ? error : curl_easy_strerror(code)));
+                               (error[0] != '\0' ? error : curl_library().easy_strerror(code)));
     throw std::runtime_error(transfer_error(code, url, error, options.timeout_s));
   }
   long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  lib.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   if (status < 200 || status > 299) {
     throw std::runtime_error(url + " answered HTTP " + std::to_string(status) + ": " + first_line(answer));
   }

@@ -530,6 +530,15 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                     static_cast<unsigned long long>(c.tables_stored), c.disk_cache.c_str());
       s.notes.emplace_back(line);
     }
+    if (c.tables_kept != 0) {
+      std::snprintf(line, sizeof line,
+                    "cfi: %llu tables kept by hpd from earlier recordings, %llu compiled, %llu loaded from "
+                    "the unwind-table cache",
+                    static_cast<unsigned long long>(c.tables_kept),
+                    static_cast<unsigned long long>(c.tables_compiled),
+                    static_cast<unsigned long long>(c.tables_from_disk));
+      s.notes.emplace_back(line);
+    }
     if (c.disk_refused != 0)
       s.notes.push_back("cfi: " + std::to_string(c.disk_refused) +
                         " cached tables were not trusted and compiled again (first: " + c.disk_refusal + ")");

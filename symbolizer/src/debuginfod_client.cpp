@@ -2,14 +2,13 @@
 // that finds nothing when built without its header.
 #include "hpd/symbolizer/debuginfod_client.h"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <type_traits>
 
+#include "hpd/base/shared_library.h"
 #include "hpd/base/unique_fd.h"
 
 #ifdef HPD_HAVE_DEBUGINFOD
@@ -53,21 +52,12 @@ struct Api {
 const Api& api() {
   static const Api loaded = [] {
     Api a;
-    void* lib = dlopen("libdebuginfod.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      const char* why = dlerror();
-      a.error = std::string("cannot load libdebuginfod.so.1 (Debian package libdebuginfod1): ") +
-                (why != nullptr ? why : "unknown error");
-      return a;
-    }
-    const auto sym = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      if (fn == nullptr && a.error.empty()) a.error = std::string("libdebuginfod.so.1 lacks ") + name;
-    };
-    sym(a.begin, "debuginfod_begin");
-    sym(a.end, "debuginfod_end");
-    sym(a.find_debuginfo, "debuginfod_find_debuginfo");
-    sym(a.find_executable, "debuginfod_find_executable");
+    SharedLibrary lib("libdebuginfod.so.1", "libdebuginfod1");
+    lib.get(a.begin, "debuginfod_begin");
+    lib.get(a.end, "debuginfod_end");
+    lib.get(a.find_debuginfo, "debuginfod_find_debuginfo");
+    lib.get(a.find_executable, "debuginfod_find_executable");
+    a.error = lib.error();
     return a;
   }();
   return loaded;

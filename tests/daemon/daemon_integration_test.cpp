@@ -47,6 +47,8 @@ const std::string kCpuClockLog = std::string(HPD_FIXTURE_DIR) + "/cpu_clock_log"
 const std::string kCallsFentry = std::string(HPD_CALLS_FIXTURES) + "/gcc_fentry";
 // tests/collect/mip: main, setup, mid x16000, leaf x32000, late, in that first-call order.
 const std::string kMipFixture = std::string(HPD_MIP_FIXTURES) + "/mip_calls_gcc";
+// tests/bpf/cfi: a 200-deep recursion built -O2 -fomit-frame-pointer, on the CPU for N ms of CPU time.
+const std::string kRecursion = std::string(HPD_CFI_FIXTURE_DIR) + "/recursion";
 
 std::vector<std::string> hpctl(const Hpd& hpd, std::vector<std::string> args) {
   std::vector<std::string> argv = {kHpctl, "--socket", hpd.socket(), "--daemon"};
@@ -467,6 +469,62 @@ TEST(Hpd, WarmRecordingsInARowTakeTheLoadedProgramsAndSampleAllTheCpu) {
   for (size_t i = 0; i < profiles.size(); ++i)
     expect_samples_cover_the_cpu(profiles[i], pid, log, "recording " + std::to_string(i));
   EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+// The first number of the text matching `pattern` (a regular expression with one group), or -1.
+long long first_number(const std::string& text, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(pattern))) return -1;
+  return std::stoll(m[1].str());
+}
+
+// A warm hpd keeps the unwind tables a recording compiled (docs/architecture.md, "The unwind tables
+// hpd keeps"): a second recording of the same program takes them from that set, compiling none and
+// reading none from the cache on disk, and its stacks are as complete as with tables compiled for it
+// (a program without frame pointers: a frame-pointer walk of it never reaches main).
+TEST(Hpd, SecondRecordingOfAProgramTakesItsTablesFromTheKeptSet) {
+  Hpd hpd;
+  Background program({kRecursion, "600"});
+  ASSERT_TRUE(wait_for_cpu(program.pid(), 0.05)) << "the program did not start";
+  const auto summary_of = [](const std::string& path) {
+    std::stringstream text;
+    text << std::ifstream(path).rdbuf();
+    return text.str();
+  };
+  const std::string kept_line = R"(cfi: (\d+) tables kept by hpd from earlier recordings)";
+  const std::string compiled_line = R"(cfi: \d+ tables kept by hpd from earlier recordings, (\d+) compiled)";
+  const std::string from_disk_line =
+      R"(cfi: \d+ tables kept by hpd from earlier recordings, \d+ compiled, (\d+) loaded from the unwind-table)";
+  const std::string first_err = hpd.out_dir() + "/first.err";
+  record_until_cpu(hpd, program.pid(), hpd.out_dir() + "/first.hpr", first_err, 0.3);
+  const std::string first = summary_of(first_err);
+  std::printf("first recording:\n%s", first.c_str());
+  // Nothing kept yet: its tables were compiled (or read from the cache on disk), and the summary has no
+  // line for tables kept.
+  EXPECT_EQ(first_number(first, kept_line), -1) << first;
+
+  const std::string second_err = hpd.out_dir() + "/second.err";
+  const std::string second_out = hpd.out_dir() + "/second.hpr";
+  record_until_cpu(hpd, program.pid(), second_out, second_err, 0.5);
+  const std::string second = summary_of(second_err);
+  std::printf("second recording:\n%s", second.c_str());
+  EXPECT_GE(first_number(second, kept_line), 3) << second;
+  EXPECT_EQ(first_number(second, compiled_line), 0) << second;
+  EXPECT_EQ(first_number(second, from_disk_line), 0) << second;
+
+  // Its on-CPU samples reach main, walked with the kept tables.
+  const RunResult rep = run({kHpctl, "report", second_out, "--json", "--limit", "0", "--function", "^main$",
+                             "--pid", std::to_string(program.pid())});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const json report = json::parse(rep.out);
+  const uint64_t samples = report.at("totals").at("samples").get<uint64_t>();
+  uint64_t with_main = 0;
+  for (const auto& f : report.at("functions"))
+    if (f.at("name") == "main") with_main = f.at("total_samples").get<uint64_t>();
+  std::printf("second recording: %llu on-CPU samples, %llu reach main\n",
+              static_cast<unsigned long long>(samples), static_cast<unsigned long long>(with_main));
+  ASSERT_GE(samples, 200u);
+  EXPECT_GE(static_cast<double>(with_main), 0.95 * static_cast<double>(samples));
 }
 
 // A set-user-ID program would lose its privileges traced at its exec: hpctl holds it before the exec

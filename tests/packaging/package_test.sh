@@ -24,8 +24,9 @@ echo "Depends: $depends"
 for lib in libc6 libelf1 libdw1 libzstd1 libbpf1; do
   check "Depends names $lib" grep -q "$lib" <<<"$depends"
 done
-check "Recommends names libdebuginfod1 (loaded with dlopen)" \
-  grep -q libdebuginfod1 <<<"$(dpkg-deb -f "$deb" Recommends)"
+for lib in libdebuginfod1 libcurl4 libcapstone4; do
+  check "Recommends names $lib (loaded with dlopen)" grep -q "$lib" <<<"$(dpkg-deb -f "$deb" Recommends)"
+done
 check "package name is hpd" test "$(dpkg-deb -f "$deb" Package)" = hpd
 check "Section is devel, Priority optional" \
   test "$(dpkg-deb -f "$deb" Section) $(dpkg-deb -f "$deb" Priority)" = "devel optional"

@@ -185,6 +185,55 @@ TEST(CfiTable, CacheCompilesOncePerModule) {
   EXPECT_EQ(cache.size(), 2u);
 }
 
+// The tables kept are bounded (hpd keeps them across recordings): past the bound the least recently
+// used are dropped, a table just looked up stays, a dropped one is made again when asked for, and a
+// table larger than the whole bound is kept alone.
+TEST(CfiTable, CacheDropsTheLeastRecentlyUsedPastItsBound) {
+  const auto table_of = [](size_t rows) {
+    auto t = std::make_shared<CfiTable>();
+    t->rows.resize(rows);
+    return t;
+  };
+  const uint64_t one = CfiTableCache::kept_bytes(*table_of(1000));
+  CfiTableCache cache({}, 3 * one);
+  int made = 0;
+  const auto get = [&](CfiTableCache& c, const std::string& build_id) {
+    return c.get("", build_id, [&]() -> std::shared_ptr<const CfiTable> {
+      ++made;
+      return table_of(1000);
+    });
+  };
+  for (const char* id : {"aa", "bb", "cc"}) ASSERT_NE(get(cache, id), nullptr);
+  EXPECT_EQ(made, 3);
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.bytes(), 3 * one);
+  EXPECT_EQ(cache.evicted(), 0u);
+  ASSERT_NE(cache.find("", "aa"), nullptr);  // aa used again: bb is now the least recently used
+  ASSERT_NE(get(cache, "dd"), nullptr);
+  EXPECT_EQ(made, 4);
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.evicted(), 1u);
+  EXPECT_LE(cache.bytes(), cache.limit_bytes());
+  EXPECT_EQ(cache.find("", "bb"), nullptr);
+  EXPECT_NE(cache.find("", "aa"), nullptr);
+  EXPECT_NE(cache.find("", "cc"), nullptr);
+  EXPECT_NE(cache.find("", "dd"), nullptr);
+  ASSERT_NE(get(cache, "bb"), nullptr);  // made again, and another one dropped for it
+  EXPECT_EQ(made, 5);
+  EXPECT_EQ(cache.evicted(), 2u);
+  EXPECT_LE(cache.bytes(), cache.limit_bytes());
+
+  CfiTableCache small({}, one / 2);
+  ASSERT_NE(get(small, "ee"), nullptr);
+  EXPECT_EQ(small.size(), 1u);
+  ASSERT_NE(get(small, "ff"), nullptr);
+  EXPECT_EQ(small.size(), 1u);
+  EXPECT_EQ(small.find("", "ee"), nullptr);
+  EXPECT_NE(small.find("", "ff"), nullptr);
+  // hpd's own set: the documented bound.
+  EXPECT_EQ(CfiTableCache().limit_bytes(), 128ull << 20);
+}
+
 // The index gives the row the full search gives, for every byte from below the first row to past the
 // last, and keeps its promises: at most a quarter as many buckets as rows, a few rows per bucket.
 void expect_index_agrees(const std::string& path) {

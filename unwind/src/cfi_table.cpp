@@ -431,9 +431,15 @@ std::shared_ptr<const CfiTable> CfiTableCache::get(const std::string& path, cons
   auto table = make();
   if (!table) return nullptr;
   std::lock_guard lock(mutex_);
+  if (const auto it = tables_.find(key); it != tables_.end()) {  // made meanwhile by another caller
+    it->second.last_used = ++clock_;
+    return it->second.table;
+  }
   if (build_id.empty() && !table->build_id.empty())
-    tables_.emplace(table_key(path, table->build_id, identity), table);
-  return tables_.emplace(key, std::move(table)).first->second;
+    keep_locked(table_key(path, table->build_id, identity), table);
+  keep_locked(key, table);
+  evict_locked(key);
+  return table;
 }
 
 std::shared_ptr<const CfiTable> CfiTableCache::find(const std::string& path, const std::string& build_id,
@@ -441,12 +447,53 @@ std::shared_ptr<const CfiTable> CfiTableCache::find(const std::string& path, con
   const std::string key = table_key(path, build_id, identity);
   std::lock_guard lock(mutex_);
   const auto it = tables_.find(key);
-  return it == tables_.end() ? nullptr : it->second;
+  if (it == tables_.end()) return nullptr;
+  it->second.last_used = ++clock_;
+  return it->second.table;
+}
+
+uint64_t CfiTableCache::kept_bytes(const CfiTable& table) {
+  return table.rows.size() * sizeof(CfiRow) + table.index.buckets.size() * sizeof(CfiBucket) +
+         table.segments.size() * sizeof(CfiTable::Segment) + table.error.size() + table.opened_path.size() +
+         table.build_id.size() + sizeof(CfiTable);
+}
+
+void CfiTableCache::keep_locked(const std::string& key, const std::shared_ptr<const CfiTable>& table) {
+  auto [it, inserted] = tables_.try_emplace(key);
+  if (!inserted) bytes_ -= kept_bytes(*it->second.table);
+  it->second = Entry{table, ++clock_};
+  bytes_ += kept_bytes(*table);
+}
+
+// Drops the least recently used tables until the rest fit the bound; `keep` (the table just made) stays
+// even when it alone is larger.
+void CfiTableCache::evict_locked(const std::string& keep) {
+  while (bytes_ > limit_bytes_ && tables_.size() > 1) {
+    auto oldest = tables_.end();
+    for (auto it = tables_.begin(); it != tables_.end(); ++it) {
+      if (it->first == keep) continue;
+      if (oldest == tables_.end() || it->second.last_used < oldest->second.last_used) oldest = it;
+    }
+    if (oldest == tables_.end()) return;
+    bytes_ -= kept_bytes(*oldest->second.table);
+    tables_.erase(oldest);
+    ++evicted_;
+  }
 }
 
 size_t CfiTableCache::size() const {
   std::lock_guard lock(mutex_);
   return tables_.size();
+}
+
+uint64_t CfiTableCache::bytes() const {
+  std::lock_guard lock(mutex_);
+  return bytes_;
+}
+
+uint64_t CfiTableCache::evicted() const {
+  std::lock_guard lock(mutex_);
+  return evicted_;
 }
 
 }  // namespace hpd

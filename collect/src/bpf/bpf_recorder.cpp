@@ -405,13 +405,15 @@ class Preloader {
   }
 
   // The ready skeleton when its LoadConfig is `c` (one being loaded for `c` is waited for); nothing
-  // otherwise. The next is loaded when want() is called again.
-  Skeleton take(const LoadConfig& c) {
+  // otherwise. The next is loaded when want() is called again. cfi mode: `arrays` gets its row and
+  // index maps, mapped into this process ahead too (empty when that failed: the session maps them).
+  Skeleton take(const LoadConfig& c, CfiMaps::MappedArrays* arrays) {
     std::unique_lock lock(mutex_);
     if (loading_ && loading_config_ == c) changed_.wait(lock, [&] { return !loading_; });
     if (!ready_ || !(ready_config_ == c)) return {};
     wanted_.reset();
     ++taken_;
+    *arrays = std::move(ready_arrays_);
     return std::move(ready_);
   }
 
@@ -423,6 +425,7 @@ class Preloader {
       std::lock_guard lock(mutex_);
       stopping_ = true;
       wanted_.reset();
+      ready_arrays_.reset();
       dropped = std::move(ready_);
       worker = std::move(thread_);
       changed_.notify_all();
@@ -457,11 +460,14 @@ class Preloader {
       if (stopping_) return;
       const LoadConfig c = *wanted_;
       Skeleton old = std::move(ready_);  // of another LoadConfig
+      CfiMaps::MappedArrays old_arrays = std::move(ready_arrays_);
       loading_ = true;
       loading_config_ = c;
       lock.unlock();
+      old_arrays.reset();
       old.reset();
       Skeleton skel;
+      CfiMaps::MappedArrays arrays;
       std::string error;
       try {
         LibbpfLogCapture log;
@@ -469,10 +475,19 @@ class Preloader {
       } catch (const std::exception& e) {
         error = e.what();
       }
+      if (skel && c.cfi) {
+        try {
+          arrays = CfiMaps::map_arrays(bpf_map__fd(skel->maps.cfi_rows), c.cfi_rows,
+                                       bpf_map__fd(skel->maps.cfi_index), c.cfi_index);
+        } catch (const RecordError&) {
+          // The session maps them itself, and says why if it cannot.
+        }
+      }
       lock.lock();
       loading_ = false;
       if (skel) {
         ++loads_;
+        ready_arrays_ = std::move(arrays);
         ready_ = std::move(skel);
         ready_config_ = c;
         error_.clear();
@@ -488,6 +503,7 @@ class Preloader {
   std::condition_variable changed_;
   std::optional<LoadConfig> wanted_;
   Skeleton ready_;
+  CfiMaps::MappedArrays ready_arrays_;  // cfi mode: ready_'s row and index maps, mapped here
   LoadConfig ready_config_;
   bool loading_ = false;
   LoadConfig loading_config_;
@@ -578,6 +594,7 @@ class BpfSession {
   LibbpfLogCapture log_;
   Skeleton skel_;
   std::unique_ptr<CfiMaps> cfi_maps_;     // cfi mode: the tables in skel_'s maps
+  CfiMaps::MappedArrays cfi_arrays_;      // skel_'s row and index maps, mapped ahead with it (or empty)
   std::unique_ptr<OffCpuRewalk> rewalk_;  // cfi mode with off-CPU samples
   UniqueFd cgroup_fd_;
   std::vector<Link> sampling_;  // one per CPU or per target thread; each owns its perf_event fd
@@ -601,7 +618,7 @@ class BpfSession {
 
 // The programs and maps: the ones hpd loaded ahead when they were loaded alike, else loaded now.
 void BpfSession::load() {
-  skel_ = Preloader::instance().take(config_);
+  skel_ = Preloader::instance().take(config_, &cfi_arrays_);
   result_.bpf_loaded_ahead = skel_ != nullptr;
   if (!skel_) skel_ = load_skeleton_for(config_, log_);
   // Not part of the load: the same loaded programs serve any client.
@@ -858,16 +875,19 @@ std::vector<int32_t> cgroup_processes(const std::string& directory) {
 void BpfSession::load_initial_tables() {
   if (!cfi_) return;
   const bool system_wide = filter_ != HPD_FILTER_PIDS;
-  cfi_maps_ = std::make_unique<CfiMaps>(
-      bpf_map__fd(skel_->maps.cfi_rows), cfi_row_capacity(), bpf_map__fd(skel_->maps.cfi_index),
-      cfi_index_capacity(), bpf_map__fd(skel_->maps.proc_mappings), system_wide, options_.cfi_row_index);
+  cfi_maps_ = std::make_unique<CfiMaps>(bpf_map__fd(skel_->maps.cfi_rows), cfi_row_capacity(),
+                                        bpf_map__fd(skel_->maps.cfi_index), cfi_index_capacity(),
+                                        bpf_map__fd(skel_->maps.proc_mappings), system_wide,
+                                        options_.cfi_row_index, std::move(cfi_arrays_));
   std::vector<int32_t> pids = options_.pids;
   if (filter_ == HPD_FILTER_ALL) pids = list_processes();
   if (filter_ == HPD_FILTER_CGROUP) pids = cgroup_processes(options_.cgroup);
+  timing_mark("cfi-maps-open");
   const int32_t self = ::getpid();
   for (const int32_t pid : pids) {
     if (pid != self) cfi_maps_->add_process_maps(pid, read_proc_maps(pid));
   }
+  timing_mark("tables-asked");
   if (off_cpu_) rewalk_ = std::make_unique<OffCpuRewalk>(bpf_map__fd(skel_->maps.pending_walks), system_wide);
   if (command_) cfi_maps_->prewarm(likely_modules(resolve_command(options_.command.front())));
   // A command its launcher holds stopped at its exec (hpctl through hpd) has mapped only its executable
@@ -1162,6 +1182,7 @@ RecordResult BpfSession::run() {
   attach_calls_unwind(calls_->runtime_in_use());
   if (!options_.command.empty()) command_ = launch_command(options_.command, calls_->launch_environment());
   set_targets();
+  timing_mark("targets-set");
   open_mmap_watch();
   timing_mark("mmap-watch-open");
   load_initial_tables();
@@ -1296,6 +1317,7 @@ RecordResult BpfSession::run() {
     c.modules_refused = t.modules_refused;
     c.compile_ns = t.compile_ns;
     c.tables_compiled = t.tables_compiled;
+    c.tables_kept = t.tables_kept;
     c.tables_stored = t.tables_stored;
     c.disk_cache = t.disk_cache;
     c.tables_from_disk = t.tables_from_disk;

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "hpd/base/elf.h"
 #include "hpd/collect/recorder.h"
@@ -168,8 +169,34 @@ void CfiMaps::SlotRanges::give_back(uint32_t first, uint32_t count) {
   }
 }
 
+CfiMapArrays& CfiMapArrays::operator=(CfiMapArrays&& other) noexcept {
+  if (this != &other) {
+    reset();
+    rows = std::exchange(other.rows, nullptr);
+    rows_bytes = std::exchange(other.rows_bytes, 0);
+    index = std::exchange(other.index, nullptr);
+    index_bytes = std::exchange(other.index_bytes, 0);
+  }
+  return *this;
+}
+
+void CfiMapArrays::reset() {
+  if (rows != nullptr) ::munmap(rows, rows_bytes);
+  if (index != nullptr) ::munmap(index, index_bytes);
+  rows = index = nullptr;
+  rows_bytes = index_bytes = 0;
+}
+
+CfiMaps::MappedArrays CfiMaps::map_arrays(int rows_fd, uint32_t capacity, int index_fd,
+                                          uint32_t index_capacity) {
+  MappedArrays m;
+  m.rows = map_shared(rows_fd, capacity, kRowStride, &m.rows_bytes, "row table");
+  m.index = map_shared(index_fd, index_capacity, kBucketStride, &m.index_bytes, "row index");
+  return m;
+}
+
 CfiMaps::CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_capacity, int procs_fd,
-                 bool lazy, bool use_index)
+                 bool lazy, bool use_index, MappedArrays mapped)
     : lazy_(lazy),
       use_index_(use_index),
       rows_fd_(rows_fd),
@@ -179,13 +206,12 @@ CfiMaps::CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_ca
       index_capacity_(index_capacity),
       row_slots_(capacity),
       index_slots_(index_capacity) {
-  rows_ = map_shared(rows_fd_, capacity, kRowStride, &rows_bytes_, "row table");
-  try {
-    index_ = map_shared(index_fd_, index_capacity, kBucketStride, &index_bytes_, "row index");
-  } catch (...) {
-    ::munmap(rows_, rows_bytes_);
-    throw;
-  }
+  if (mapped.rows == nullptr || mapped.index == nullptr)
+    mapped = map_arrays(rows_fd, capacity, index_fd, index_capacity);
+  rows_ = std::exchange(mapped.rows, nullptr);
+  rows_bytes_ = mapped.rows_bytes;
+  index_ = std::exchange(mapped.index, nullptr);
+  index_bytes_ = mapped.index_bytes;
   ready_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!ready_fd_) {
     ::munmap(rows_, rows_bytes_);
@@ -245,9 +271,11 @@ std::shared_ptr<const CfiTable> CfiMaps::table_for(const Job& job) {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
             .count());
   };
-  return shared_cfi_tables().get(
+  bool made = false;  // not found among the tables kept from earlier recordings
+  auto kept = shared_cfi_tables().get(
       job.path, job.build_id,
       [&]() -> std::shared_ptr<const CfiTable> {
+        made = true;
         const auto begin = std::chrono::steady_clock::now();
         const CfiTableOptions& options = shared_cfi_tables().options();
         const std::shared_ptr<UnwindCache> disk = current_unwind_cache();
@@ -286,6 +314,11 @@ std::shared_ptr<const CfiTable> CfiMaps::table_for(const Job& job) {
         return table;
       },
       job.identity);
+  if (kept && !made) {
+    std::lock_guard lock(mutex_);
+    ++stats_.tables_kept;
+  }
+  return kept;
 }
 
 // The uprobe trampolines have no CFI: rows written for the kernel's code (uprobe_trampoline_cfi_table(),
@@ -345,7 +378,9 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
   }
   // The files the module's table is compiled from, and which file that is (device and inode): modules
   // are told apart by it too, not by build-id alone, as anyone can link a program with another's
-  // build-id (-Wl,--build-id=0x...), and its table must not unwind the other's stacks.
+  // build-id (-Wl,--build-id=0x...), and its table must not unwind the other's stacks. Its size and
+  // modification time too, as the cache on disk checks them (UnwindCache::source_of): a table kept in
+  // memory (shared_cfi_tables) is not used for a file rewritten in place since.
   std::vector<std::string> candidates;
   std::string identity;
   if (path != kVdso) {
@@ -359,7 +394,9 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
     for (const std::string& c : candidates) {
       struct stat st {};
       if (::stat(c.c_str(), &st) != 0) continue;
-      identity = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+      identity = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                 std::to_string(st.st_size) + ":" +
+                 std::to_string(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
       break;
     }
   }
@@ -415,6 +452,19 @@ void CfiMaps::enqueue(const std::string& key, Module& module, bool lookup_only) 
   if (module.queued) return;
   module.queued = true;
   if (!lookup_only) count(module);
+  // Kept by an earlier recording of this process (hpd): handed to poll() at once, not through the
+  // worker, so that a warm recording's tables wait for no thread to be scheduled (on a loaded machine
+  // that wait was most of the 16-36 ms its tables took).
+  if (auto kept = shared_cfi_tables().find(module.path, module.build_id, module.identity)) {
+    std::lock_guard lock(mutex_);
+    ++stats_.tables_kept;
+    done_.push_back(Done{key, std::move(kept), lookup_only});
+    const uint64_t one = 1;
+    if (::write(ready_fd_.get(), &one, sizeof one) < 0) {
+      // The counter is full (never in practice): the recorder's poll timeout still comes.
+    }
+    return;
+  }
   {
     std::lock_guard lock(mutex_);
     jobs_.push_back(Job{key, module.path, module.build_id, module.candidates, lookup_only, module.identity});

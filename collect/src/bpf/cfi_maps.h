@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "hpd/base/proc_maps.h"
@@ -45,6 +46,7 @@ struct CfiMapStats {
   uint64_t modules_refused = 0;   // tables that did not fit even after evicting: frame pointers
   uint64_t compile_ns = 0;        // worker time compiling tables not cached before
   uint64_t tables_compiled = 0;   // tables compiled by this recording
+  uint64_t tables_kept = 0;       // tables kept in this process by earlier recordings (shared_cfi_tables)
   uint64_t tables_stored = 0;     // of those, written to the cache on disk
   uint64_t tables_from_disk = 0;  // tables loaded from the cache on disk
   uint64_t disk_load_ns = 0;      // worker time loading them
@@ -59,8 +61,29 @@ struct CfiMapStats {
   std::vector<std::string> without_table;
 };
 
+// CfiMaps' row and index maps mapped into this process. Mapping a BPF array maps every page of it at once
+// (about 9,000 for the default 32 + 4 MiB): 3-12 ms on a loaded machine, which hpd spends when it
+// loads a session's programs ahead (bpf_recorder.cpp, Preloader) rather than when a session starts.
+struct CfiMapArrays {
+  uint8_t* rows = nullptr;
+  size_t rows_bytes = 0;
+  uint8_t* index = nullptr;
+  size_t index_bytes = 0;
+  CfiMapArrays() = default;
+  CfiMapArrays(CfiMapArrays&& other) noexcept { *this = std::move(other); }
+  CfiMapArrays& operator=(CfiMapArrays&& other) noexcept;
+  CfiMapArrays(const CfiMapArrays&) = delete;
+  CfiMapArrays& operator=(const CfiMapArrays&) = delete;
+  ~CfiMapArrays() { reset(); }
+  void reset();
+};
+
 class CfiMaps {
  public:
+  using MappedArrays = CfiMapArrays;
+  // Maps the two arrays as the constructor would; throws RecordError when they cannot be mapped.
+  static MappedArrays map_arrays(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_capacity);
+
   // `rows_fd`: the BPF_F_MMAPABLE array of hpd_cfi_row with `capacity` entries; `index_fd`: the one
   // of hpd_cfi_bucket with `index_capacity`; `procs_fd`: the hash of hpd_proc_mappings. `use_index`
   // false: the walker binary-searches all of a module's rows (to measure what the index saves). `lazy`
@@ -68,8 +91,10 @@ class CfiMaps {
   // been sampled (sampled()), since the mmap records of a whole system name every module of every short-lived
   // compiler and shell. (A worker at idle priority was tried: on a busy machine it never ran.) Throws
   // RecordError when the row map cannot be mapped.
+  // `mapped`: the two arrays mapped already (map_arrays of the same descriptors and capacities), taken
+  // over; empty: mapped here.
   CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_capacity, int procs_fd,
-          bool lazy = false, bool use_index = true);
+          bool lazy = false, bool use_index = true, MappedArrays mapped = {});
   ~CfiMaps();
   CfiMaps(const CfiMaps&) = delete;
   CfiMaps& operator=(const CfiMaps&) = delete;

@@ -270,7 +270,10 @@ struct RecordResult {
     uint64_t modules_refused = 0;  // tables that did not fit even then: walked by frame pointer
     uint64_t compile_ns = 0;       // compiling tables that were not cached yet
     uint64_t tables_compiled = 0;  // tables this recording compiled
-    uint64_t tables_stored = 0;    // of those, written to the unwind-table cache on disk
+    // Tables kept in memory by earlier recordings of this process (hpd keeps them across its
+    // recordings, bounded, least recently used dropped): neither compiled nor read from disk again.
+    uint64_t tables_kept = 0;
+    uint64_t tables_stored = 0;  // of those, written to the unwind-table cache on disk
     // The unwind-table cache on disk (hpd/collect/unwind_cache.h): its directory ("" when none), the
     // tables loaded from it, and its files refused (damaged, stale, another version) and compiled again.
     std::string disk_cache;

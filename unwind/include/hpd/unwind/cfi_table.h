@@ -152,10 +152,16 @@ std::shared_ptr<const CfiTable> uretprobe_trampoline_cfi_table();
 
 // Tables compiled once per module and kept (the daemon keeps them across recordings). Looked up by
 // build-id when the caller knows it, else by path; a table found by path is also filed under its
-// file's build-id. Thread-safe.
+// file's build-id. Bounded: once the tables kept take more than limit_bytes() (their rows, index and
+// segments), the least recently used ones are dropped (a recording that uses one still holds it).
+// Thread-safe.
 class CfiTableCache {
  public:
-  explicit CfiTableCache(CfiTableOptions options = {}) : options_(std::move(options)) {}
+  // The bound of the tables hpd keeps in memory across recordings (docs/architecture.md): about 300
+  // tables of libc's size (28,000 rows).
+  static constexpr uint64_t kDefaultLimitBytes = 128ull << 20;
+  explicit CfiTableCache(CfiTableOptions options = {}, uint64_t limit_bytes = kDefaultLimitBytes)
+      : options_(std::move(options)), limit_bytes_(limit_bytes) {}
   std::shared_ptr<const CfiTable> get(const std::string& path, const std::string& build_id,
                                       const std::vector<std::string>& candidates);
   // The same, with `make` instead of the compiler for a table not kept yet (the cache on disk, then the
@@ -169,12 +175,30 @@ class CfiTableCache {
   std::shared_ptr<const CfiTable> find(const std::string& path, const std::string& build_id,
                                        const std::string& identity = "") const;
   size_t size() const;
+  // The memory the tables kept take (as counted against the bound), and the tables dropped for it.
+  uint64_t bytes() const;
+  uint64_t evicted() const;
+  uint64_t limit_bytes() const { return limit_bytes_; }
   const CfiTableOptions& options() const { return options_; }
+  // What a table kept counts against the bound.
+  static uint64_t kept_bytes(const CfiTable& table);
 
  private:
+  struct Entry {
+    std::shared_ptr<const CfiTable> table;
+    uint64_t last_used = 0;
+  };
+  void keep_locked(const std::string& key, const std::shared_ptr<const CfiTable>& table);
+  void evict_locked(const std::string& keep);
+
   CfiTableOptions options_;
+  uint64_t limit_bytes_;
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const CfiTable>> tables_;
+  mutable uint64_t clock_ = 0;  // the use clock of the entries
+  uint64_t bytes_ = 0;
+  uint64_t evicted_ = 0;
+  // One table may be filed under two keys (path and build-id): its bytes are counted once per key.
+  mutable std::unordered_map<std::string, Entry> tables_;
 };
 
 }  // namespace hpd
