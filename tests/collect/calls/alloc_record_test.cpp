@@ -113,6 +113,14 @@ TEST(AllocRecord, EstimatesMatchTheTruthWithoutFramePointers) {
   check_against_truth("alloc_nofp");
 }
 
+// A program that brings its own allocator (linked with Debian's jemalloc): its malloc and free are
+// jemalloc's, which hpd's preloaded runtime interposes as it does glibc's.
+TEST(AllocRecord, EstimatesMatchTheTruthOfAProgramLinkedWithJemalloc) {
+  const std::string ldd = hpd::test::run({"ldd", fixture("alloc_jemalloc_nofp")}).out;
+  ASSERT_NE(ldd.find("libjemalloc.so"), std::string::npos) << ldd;
+  check_against_truth("alloc_jemalloc_nofp");
+}
+
 // The function names on each stack of a Firefox profile's shared stack table (v66: prefixOffset k > 0
 // names the stack k rows before, 0 a root), each name once.
 std::vector<std::set<std::string>> firefox_stack_functions(const nlohmann::json& profile) {
@@ -338,16 +346,24 @@ TEST(AllocRecord, AMeanAloneIsRefusedWithAClearMessage) {
 // (alloc_pid_fixture.c, -O2 -g without frame pointers), checked against its truth
 // (hpd::test::check_alloc_pid_attach). `daemon_socket`: through the hpd listening there, else a local
 // recording.
-void check_pid_attach(const std::string& daemon_socket) {
+void check_pid_attach(const std::string& daemon_socket, const std::string& program = "alloc_pid_nofp") {
   hpd::test::AllocPidAttach how;
   how.hpctl = HPD_HPCTL_PATH;
-  how.fixture = fixture("alloc_pid_nofp");
+  how.fixture = fixture(program);
   how.daemon_socket = daemon_socket;
   hpd::test::check_alloc_pid_attach(how);
 }
 
 TEST(AllocRecord, PidAttachesToARunningProcessAndMatchesItsTruth) {
   check_pid_attach("");
+}
+
+// From outside, a process linked with jemalloc: libjemalloc.so.2 defines malloc and free, so its
+// entry points are probed (beside glibc's, which the program does not call).
+TEST(AllocRecord, PidOfAProcessLinkedWithJemallocMatchesItsTruth) {
+  const std::string ldd = hpd::test::run({"ldd", fixture("alloc_pid_jemalloc")}).out;
+  ASSERT_NE(ldd.find("libjemalloc.so"), std::string::npos) << ldd;
+  check_pid_attach("", "alloc_pid_jemalloc");
 }
 
 // The same through hpd, as root (the access rules of any --pid recording apply).
