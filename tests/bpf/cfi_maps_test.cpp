@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,6 +19,7 @@
 
 #include "bpf/cfi_maps.h"
 #include "hpd/base/unique_fd.h"
+#include "hpd/unwind/cfi_table.h"
 
 namespace hpd {
 namespace {
@@ -27,19 +30,19 @@ constexpr uint8_t kCode[] = {0x51, 0x41, 0x53, 0x50, 0x48, 0xc7, 0xc0, 0x50, 0x0
 struct Maps {
   UniqueFd rows, index, procs;
   std::unique_ptr<CfiMaps> cfi;
-  bool open() {
+  bool open(uint32_t row_capacity = 1024, uint32_t index_capacity = 256) {
     LIBBPF_OPTS(bpf_map_create_opts, mmapable, .map_flags = BPF_F_MMAPABLE);
-    rows.reset(bpf_map_create(BPF_MAP_TYPE_ARRAY, "t_rows", 4, sizeof(hpd_cfi_row), 1024, &mmapable));
-    index.reset(bpf_map_create(BPF_MAP_TYPE_ARRAY, "t_index", 4, sizeof(hpd_cfi_bucket), 256, &mmapable));
+    rows.reset(bpf_map_create(BPF_MAP_TYPE_ARRAY, "t_rows", 4, sizeof(hpd_cfi_row), row_capacity, &mmapable));
+    index.reset(
+        bpf_map_create(BPF_MAP_TYPE_ARRAY, "t_index", 4, sizeof(hpd_cfi_bucket), index_capacity, &mmapable));
     procs.reset(bpf_map_create(BPF_MAP_TYPE_HASH, "t_procs", 4, sizeof(hpd_proc_mappings), 8, nullptr));
     if (!rows || !index || !procs) return false;
-    cfi = std::make_unique<CfiMaps>(rows.get(), 1024, index.get(), 256, procs.get());
+    cfi = std::make_unique<CfiMaps>(rows.get(), row_capacity, index.get(), index_capacity, procs.get());
     return true;
   }
-  // The mapping published for this process at `start`.
-  hpd_proc_mapping published(uint64_t start) const {
+  // The mapping published for process `pid` (this one by default) at `start`.
+  hpd_proc_mapping published(uint64_t start, int32_t pid = ::getpid()) const {
     auto value = std::make_unique<hpd_proc_mappings>();
-    const int32_t pid = ::getpid();
     hpd_proc_mapping out{};
     if (bpf_map_lookup_elem(procs.get(), &pid, value.get()) != 0) return out;
     for (uint32_t i = 0; i < value->count && i < HPD_MAX_PROC_MAPPINGS; ++i)
@@ -183,6 +186,43 @@ TEST(CfiMapsUretprobeTrampoline, OtherCodeGetsNoRowsAndTheSummarySaysWhy) {
             std::string::npos)
       << without_table(*maps.cfi);
   EXPECT_EQ(maps.published(page.start()).row_count, 0u);
+}
+
+// A collection that outlives its processes (continuous mode: an hour) must not hold every table it
+// ever compiled. In a row map that holds one of two programs' tables: the first program's process
+// exits, the second's maps its file, the first table is evicted and let go (the recording holds one
+// table, not two); when a third process maps the first file again, its table comes back (asked for
+// again) and is published whole.
+TEST(CfiMapsEviction, ATableNoProcessMapsIsLetGoAndComesBackWhenMappedAgain) {
+  const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
+  const auto table_a = compile_cfi_table({a}, "", {});
+  const auto table_b = compile_cfi_table({b}, "", {});
+  ASSERT_FALSE(table_a->rows.empty()) << table_a->error;
+  ASSERT_FALSE(table_b->rows.empty()) << table_b->error;
+  const size_t rows_a = table_a->rows.size(), rows_b = table_b->rows.size();
+  const auto capacity = static_cast<uint32_t>(std::max(rows_a, rows_b) + std::min(rows_a, rows_b) / 2);
+  const auto buckets = static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size());
+  Maps maps;
+  ASSERT_TRUE(maps.open(capacity, buckets)) << std::strerror(errno);
+  constexpr uint64_t kStart = 0x500000000000;
+  const auto map_file = [&](int32_t pid, const std::string& path) {
+    maps.cfi->add_mapping(pid, kStart, 1 << 20, 0, path, "", 0);
+    maps.cfi->wait_for_tables(60000);
+    return maps.published(kStart, pid);
+  };
+  constexpr int32_t kFirst = 0x7ffff001, kSecond = 0x7ffff002, kThird = 0x7ffff003;
+  EXPECT_EQ(map_file(kFirst, a).row_count, rows_a) << without_table(*maps.cfi);
+  EXPECT_EQ(maps.cfi->tables_held(), 1u);
+  maps.cfi->exit(kFirst);
+  EXPECT_EQ(map_file(kSecond, b).row_count, rows_b) << without_table(*maps.cfi);
+  EXPECT_EQ(maps.cfi->stats().modules_evicted, 1u);
+  EXPECT_EQ(maps.cfi->stats().tables_released, 1u);
+  EXPECT_EQ(maps.cfi->tables_held(), 1u) << "the evicted table of a module no process maps is still held";
+  maps.cfi->exit(kSecond);
+  EXPECT_EQ(map_file(kThird, a).row_count, rows_a) << without_table(*maps.cfi);
+  EXPECT_EQ(maps.cfi->stats().tables_released, 2u);
+  EXPECT_EQ(maps.cfi->tables_held(), 1u);
+  EXPECT_EQ(maps.cfi->stats().modules_refused, 0u);
 }
 
 }  // namespace

@@ -410,6 +410,8 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
     if (!module.wanted && pid > 0 && sampled_.count(pid) != 0) {
       module.wanted = true;  // lazy mode: mapped by a process sampled already
       if (!module.table) enqueue(key, module);
+    } else if (module.wanted && !module.table && !module.failed) {
+      enqueue(key, module);  // its table was let go when evicted (enqueue skips one already asked for)
     }
     if (module.table && !module.loaded && !module.failed) {
       load(key, module, module.wanted);
@@ -618,6 +620,16 @@ bool CfiMaps::evict_one() {
   oldest->loaded = false;
   oldest->row_count = 0;
   oldest->index_count = 0;
+  // A table no followed process maps is let go as well: a collection of an hour on a host that starts
+  // many programs would otherwise hold every table it ever compiled. Mapped again, the module asks
+  // for it again (the tables hpd keeps, the cache on disk, or a compile). The vDSO's and the kernel's
+  // pages are made here, not asked for: kept (a few rows).
+  bool released = false;
+  if (in_use.count(oldest_key) == 0 && !oldest->path.empty() && oldest->path.front() != '[') {
+    oldest->table.reset();
+    oldest->queued = false;
+    released = true;
+  }
   if (in_use.count(oldest_key) != 0) {
     // Its processes' entries name the rows about to be reused: published again first (pending).
     mark_users_dirty(oldest_key);
@@ -625,6 +637,7 @@ bool CfiMaps::evict_one() {
   }
   std::lock_guard lock(mutex_);
   if (oldest->wanted) ++stats_.modules_evicted;
+  if (released) ++stats_.tables_released;
   --stats_.modules_loaded;
   return true;
 }
@@ -772,6 +785,12 @@ void CfiMaps::poll() {
   publish_dirty();
   std::lock_guard lock(mutex_);
   stats_.processes = processes_.size();
+}
+
+size_t CfiMaps::tables_held() const {
+  size_t n = 0;
+  for (const auto& [key, module] : modules_) n += module.table ? 1 : 0;
+  return n;
 }
 
 void CfiMaps::publish_dirty() {

@@ -44,6 +44,7 @@ struct CfiMapStats {
   uint64_t map_bytes = 0;         // kernel memory of the rows and buckets in use (16 and 8 bytes each)
   uint64_t modules_evicted = 0;   // tables taken out to make room
   uint64_t modules_refused = 0;   // tables that did not fit even after evicting: frame pointers
+  uint64_t tables_released = 0;   // evicted tables of modules no followed process maps, let go
   uint64_t compile_ns = 0;        // worker time compiling tables not cached before
   uint64_t tables_compiled = 0;   // tables compiled by this recording
   uint64_t tables_kept = 0;       // tables kept in this process by earlier recordings (shared_cfi_tables)
@@ -153,6 +154,9 @@ class CfiMaps {
   }
 
   CfiMapStats stats() const;
+  // Modules whose compiled table this recording holds (loaded, or kept for a followed process that
+  // maps it); the recorder's thread only.
+  [[nodiscard]] size_t tables_held() const;
   // Readable when compiled tables wait for poll(): the recorder polls it with its other descriptors.
   [[nodiscard]] int ready_fd() const { return ready_fd_.get(); }
 
