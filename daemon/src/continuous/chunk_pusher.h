@@ -16,7 +16,8 @@ namespace hpd::continuous {
 
 class ChunkPusher {
  public:
-  explicit ChunkPusher(const std::atomic<bool>& stop) : stop_(stop) {}
+  // `trim_memory`: this pusher's thread gives freed memory back to the system (one of them does).
+  ChunkPusher(const std::atomic<bool>& stop, bool trim_memory) : stop_(stop), trim_memory_(trim_memory) {}
 
   // The store and the endpoint to push to (from the recording thread, before each chunk and before
   // the first retention pass). When they change, the endpoint's cursor is read from `dir`, or, the
@@ -32,7 +33,10 @@ class ChunkPusher {
   // The thread's body; returns when `stop` is set and wake() was called.
   void run();
   void wake();
+  // None when push is off; the queue as the store holds it now.
   std::vector<PushStats> stats() const;
+  // The URL posted to ("" = off).
+  std::string url() const;
 
  private:
   struct Snapshot;
@@ -42,6 +46,7 @@ class ChunkPusher {
                uint64_t generation);
 
   const std::atomic<bool>& stop_;
+  const bool trim_memory_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   // Guarded by mutex_.
