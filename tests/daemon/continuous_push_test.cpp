@@ -583,6 +583,35 @@ TEST_F(ContinuousPush, UnsentChunksRemovedByRetentionAreCountedAndSaid) {
   ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
+// Two endpoints, both down, and retention removing every chunk: each endpoint counts the chunks it
+// had not sent, on its own; neither counts more than retention removed.
+TEST_F(ContinuousPush, UnsentChunksRemovedByRetentionAreCountedForEachEndpoint) {
+  LoopbackSocket closed_a(false), closed_b(false);  // bound, not listening: connections are refused
+  const std::string url_a = "http://127.0.0.1:" + std::to_string(closed_a.port()) + "/v1development/profiles";
+  const std::string url_b = "http://127.0.0.1:" + std::to_string(closed_b.port()) + "/v1development/profiles";
+  Hpd hpd(
+      start_with(push_config(state_, url_a, "continuous_max_bytes = 1\notlp_endpoint.b = " + url_b + "\n")));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  std::map<std::string, json> s;
+  const auto both_dropped = [&] {
+    return field(s[url_a], "chunks_dropped") >= 2 && field(s[url_b], "chunks_dropped") >= 2;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (!both_dropped() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    s = push_status_by_url(hpd);
+  }
+  ASSERT_TRUE(both_dropped()) << json(s).dump() << "\n" << hpd.log();
+  const uint64_t removed = field(hpd.status()["continuous"], "chunks_removed");
+  for (const std::string& url : {url_a, url_b}) {
+    s = push_status_by_url(hpd);
+    EXPECT_LE(field(s[url], "chunks_dropped"), removed) << url << " " << s[url].dump();
+    EXPECT_EQ(field(s[url], "chunks_sent"), 0u);
+    EXPECT_TRUE(hpd.wait_log("before it was sent to " + url, 10)) << hpd.log();
+  }
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
 // hpd's resident memory (VmRSS of /proc/PID/status) in KiB; 0 when it cannot be read.
 uint64_t resident_kib(pid_t pid) {
   const std::string status = read_small_file("/proc/" + std::to_string(pid) + "/status").value_or("");

@@ -333,7 +333,7 @@ void ChunkPusher::run() {
       session::PushOptions push;
       push.timeout_s = settings.timeout_s;
       push.user_agent = settings.user_agent;
-      push.cancel = &stop_;
+      push.cancel = &cancel_;
       push.ca_file = settings.ca_file;
       push.client_cert = settings.client_cert;
       push.client_key = settings.client_key;

@@ -96,11 +96,14 @@ void validate(const ContinuousOptions& o) {
 
 namespace {
 
+constexpr double kPushStopGraceSeconds = 5;
+
 // kMaxPushEndpoints pushers, each with its thread; those without an endpoint wait.
-std::vector<std::unique_ptr<ChunkPusher>> make_pushers(const std::atomic<bool>& stop) {
+std::vector<std::unique_ptr<ChunkPusher>> make_pushers(const std::atomic<bool>& stop,
+                                                       const std::atomic<bool>& cancel) {
   std::vector<std::unique_ptr<ChunkPusher>> pushers;
   for (size_t i = 0; i < kMaxPushEndpoints; ++i)
-    pushers.push_back(std::make_unique<ChunkPusher>(stop, i == 0));
+    pushers.push_back(std::make_unique<ChunkPusher>(stop, cancel, i == 0));
   return pushers;
 }
 
@@ -116,7 +119,10 @@ struct ContinuousProfiler::State {
   std::thread thread;
   // One per endpoint (those beyond the endpoints configured are off): each with its cursor on disk,
   // so that an endpoint that is down holds back none of the others.
-  std::vector<std::unique_ptr<ChunkPusher>> pushers = make_pushers(stop_requested);
+  // Set at stop() once the requests in flight had kPushStopGraceSeconds to end (push_threads_running).
+  std::atomic<bool> push_cancel{false};
+  std::atomic<size_t> push_threads_running{0};
+  std::vector<std::unique_ptr<ChunkPusher>> pushers = make_pushers(stop_requested, push_cancel);
   std::vector<std::thread> push_threads;
 
   // Each endpoint to the pusher that pushes to its URL already (its cursor and stats go on), the
@@ -527,7 +533,14 @@ void ContinuousProfiler::start() {
   }
   state_->thread = std::thread([state = state_.get()] { state->run(); });
   // The push has its own thread: sampling never waits for the network.
-  for (auto& pusher : state_->pushers) state_->push_threads.emplace_back([p = pusher.get()] { p->run(); });
+  state_->push_cancel = false;
+  state_->push_threads_running = state_->pushers.size();
+  for (auto& pusher : state_->pushers) {
+    state_->push_threads.emplace_back([p = pusher.get(), state = state_.get()] {
+      p->run();
+      --state->push_threads_running;
+    });
+  }
 }
 
 void ContinuousProfiler::stop() {
@@ -540,6 +553,13 @@ void ContinuousProfiler::stop() {
   state_->wake.notify_all();
   for (auto& pusher : state_->pushers) pusher->wake();
   state_->thread.join();
+  // A request in flight gets a moment to end: one the endpoint accepted then has its cursor written,
+  // and is not sent again after a restart. Past the grace it is abandoned (a hung endpoint).
+  const auto grace = std::chrono::steady_clock::now() + std::chrono::duration<double>(kPushStopGraceSeconds);
+  while (state_->push_threads_running.load() > 0 && std::chrono::steady_clock::now() < grace)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  state_->push_cancel = true;
+  for (auto& pusher : state_->pushers) pusher->wake();
   for (std::thread& t : state_->push_threads) t.join();
   state_->push_threads.clear();
   state_->lock.reset();

@@ -148,6 +148,7 @@ json Daemon::status_message(bool privileged) {
       continuous["running"] = stats.running;
       continuous["chunks_on_disk"] = stats.chunks_on_disk;
       continuous["bytes_on_disk"] = stats.bytes_on_disk;
+      continuous["chunks_removed"] = stats.chunks_removed;  // by retention, since hpd started
       continuous["samples"] = stats.samples;
       continuous["lost"] = stats.lost;
       continuous["collections"] = stats.collections;
