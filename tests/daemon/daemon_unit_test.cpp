@@ -377,6 +377,16 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
   EXPECT_NE(text.find("log_level = debug\n"), std::string::npos) << text;
 }
 
+// What parse_config says of `text` (as hpd.conf), "no error" when it takes it.
+std::string config_problem(const std::string& text) {
+  try {
+    parse_config(text, "hpd.conf");
+  } catch (const ConfigError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(Config, PushKeysAreCheckedWhenTheFileIsRead) {
   const Config c = parse_config(
       "otlp_endpoint = http://collector:4318\npush_labels = team=storage, region = eu-1,empty=\n"
@@ -389,14 +399,7 @@ TEST(Config, PushKeysAreCheckedWhenTheFileIsRead) {
   EXPECT_EQ(c.push_timeout_s, 10);
   EXPECT_EQ(c.push_retry_max_s, 300);
   EXPECT_TRUE(Config{}.otlp_endpoint.empty());  // no push unless asked
-  const auto problem = [](const std::string& text) {
-    try {
-      parse_config(text, "hpd.conf");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto problem = config_problem;
   EXPECT_NE(problem("otlp_endpoint = collector:4318\n")
                 .find("hpd.conf:1: bad value 'collector:4318' for "
                       "otlp_endpoint: 'collector:4318' is not a URL"),
@@ -463,14 +466,7 @@ TEST(Config, FurtherEndpointsTakeKeysWithANameSuffix) {
   EXPECT_EQ(push_endpoints_of(old)[0].timeout_s, 5);
   EXPECT_TRUE(push_endpoints_of(Config{}).empty());
 
-  const auto problem = [](const std::string& text) {
-    try {
-      parse_config(text, "hpd.conf");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto problem = config_problem;
   const auto says = [&](const std::string& text, const std::string& expected) {
     const std::string got = problem(text);
     EXPECT_NE(got.find(expected), std::string::npos) << "for:\n" << text << "got: " << got;
