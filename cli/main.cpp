@@ -389,8 +389,8 @@ int main(int argc, char** argv) {
       "--endpoint,--otlp-endpoint", push_args.otlp_endpoint,
       "OTLP/HTTP receiver: http(s)://HOST:PORT (POSTs to /v1development/profiles) or a full URL; "
       "OTLP/gRPC receiver: grpc://HOST:PORT (HTTP/2 without TLS) or grpcs://HOST:PORT. Without it: "
-      "otlp_endpoint and the push_* TLS settings of hpd.conf (--config), which only root can read "
-      "when they name a key or a token");
+      "every endpoint of hpd.conf (--config: otlp_endpoint and each otlp_endpoint.NAME, with their push_* "
+      "TLS settings), which only root can read when they name a key or a token");
   push_args.config_path = hpd::service::kDefaultConfigPath;
   push->add_option("--config", push_args.config_path,
                    "hpd.conf whose push settings are used when --endpoint is not given")

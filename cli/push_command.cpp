@@ -2,7 +2,7 @@
 // Firefox profile written by hpctl) sent as OTLP profiles over HTTP/protobuf to an OpenTelemetry
 // Collector (hpd/export/otlp_profiles.h), through libcurl (hpd/session/otlp_push.h, which hpd's
 // continuous mode pushes its chunks with). Without --endpoint, the endpoint and TLS settings of
-// hpd.conf's push (hpd/service/config.h), when the caller can read them.
+// hpd.conf's push (hpd/service/config.h), when the caller can read them: to every endpoint it names.
 #include <unistd.h>
 
 #include <cstdio>
@@ -43,37 +43,28 @@ service::Config push_settings_of(const std::string& path) {
                              std::string(::geteuid() != 0 ? " (they are root's)" : "") + ": " + problems +
                              give);
   }
-  if (config.otlp_endpoint.empty())
+  if (service::push_endpoints_of(config).empty())
     throw std::runtime_error("no --endpoint, and " + path + " sets no otlp_endpoint" + give);
   return config;
 }
 
 }  // namespace
 
-int run_push(const PushArgs& given) {
-  PushArgs args = given;
-  // Without --endpoint: hpd's, with its TLS settings, labels and timeout; a flag given wins.
-  std::vector<std::string> conf_headers;
-  std::vector<std::pair<std::string, std::string>> conf_labels;
-  const bool from_conf = args.otlp_endpoint.empty();
-  if (from_conf) {
-    const service::Config conf = push_settings_of(args.config_path);
-    args.otlp_endpoint = conf.otlp_endpoint;
-    if (args.timeout_s <= 0) args.timeout_s = conf.push_timeout_s;
-    if (args.ca_file.empty()) args.ca_file = conf.push_ca_file;
-    if (args.client_cert.empty() && args.client_key.empty()) {
-      args.client_cert = conf.push_client_cert;
-      args.client_key = conf.push_client_key;  // root's, mode 0600 or 0400: checked by the parser
-    }
-    if (args.headers_file.empty()) conf_headers = conf.push_headers;
-    conf_labels = conf.push_labels;
-  }
-  if (args.timeout_s <= 0) args.timeout_s = 30;
+namespace {
+
+// One endpoint to send to: its URL and its transport settings.
+struct PushTarget {
   std::string url;
+  session::PushOptions push;
+};
+
+// The endpoint of the flags (--endpoint and its TLS flags), checked before anything is read or sent.
+PushTarget target_of(const PushArgs& args, const std::vector<std::string>& conf_headers, bool from_conf) {
+  PushTarget target;
   try {
-    url = session::otlp_profiles_url(args.otlp_endpoint);
+    target.url = session::otlp_profiles_url(args.otlp_endpoint);
   } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(std::string("--endpoint ") + e.what());
+    throw std::runtime_error(std::string(from_conf ? "otlp_endpoint " : "--endpoint ") + e.what());
   }
   // The TLS files and the credentials, checked before the recording is read and anything is sent.
   if (args.client_cert.empty() != args.client_key.empty()) {
@@ -94,8 +85,8 @@ int run_push(const PushArgs& given) {
       throw std::runtime_error(std::string("--client-key ") + e.what());
     }
   }
-  session::PushOptions push;
-  push.timeout_s = args.timeout_s;
+  session::PushOptions& push = target.push;
+  push.timeout_s = args.timeout_s > 0 ? args.timeout_s : 30;
   push.user_agent = "hpctl/" HPD_VERSION;
   push.ca_file = args.ca_file;
   push.client_cert = args.client_cert;
@@ -108,6 +99,36 @@ int run_push(const PushArgs& given) {
       throw std::runtime_error(std::string("--headers-file ") + e.what());
     }
   }
+  return target;
+}
+
+}  // namespace
+
+int run_push(const PushArgs& given) {
+  // Without --endpoint: every endpoint of hpd.conf (the unsuffixed keys' and each otlp_endpoint.NAME),
+  // each with its own TLS settings and timeout, hpd's labels; a flag given wins for each of them.
+  std::vector<PushTarget> targets;
+  std::vector<std::pair<std::string, std::string>> conf_labels;
+  const bool from_conf = given.otlp_endpoint.empty();
+  if (from_conf) {
+    const service::Config conf = push_settings_of(given.config_path);
+    conf_labels = conf.push_labels;
+    for (const service::PushEndpoint& e : service::push_endpoints_of(conf)) {
+      PushArgs args = given;
+      args.otlp_endpoint = e.otlp_endpoint;
+      if (args.timeout_s <= 0) args.timeout_s = e.timeout_s;
+      if (args.ca_file.empty()) args.ca_file = e.ca_file;
+      if (args.client_cert.empty() && args.client_key.empty()) {
+        args.client_cert = e.client_cert;
+        args.client_key = e.client_key;  // root's, mode 0600 or 0400: checked by the parser
+      }
+      targets.push_back(
+          target_of(args, args.headers_file.empty() ? e.headers : std::vector<std::string>{}, true));
+    }
+  } else {
+    targets.push_back(target_of(given, {}, false));
+  }
+  const PushArgs& args = given;
   ModuleSearch symbolize;
   symbolize.debug_dirs = args.debug_dirs;
   symbolize.debuginfod = !args.no_debuginfod;
@@ -123,12 +144,26 @@ int run_push(const PushArgs& given) {
     options.resource_labels.emplace_back(label.substr(0, eq), label.substr(eq + 1));
   }
   const std::string body = encode_otlp_profiles(loaded.profile, options);
-  session::post_otlp_profiles(url, body, push);
-  if (!args.quiet) {
-    std::fprintf(stderr, "hpctl: pushed %s to %s (OTLP profiles, %zu bytes, %zu threads)%s\n",
-                 args.input.c_str(), url.c_str(), body.size(), loaded.profile.threads.size(),
-                 from_conf ? (" with the push settings of " + args.config_path).c_str() : "");
+  // Each endpoint in turn; one that fails does not keep the recording from the others.
+  std::string failures;
+  for (const PushTarget& target : targets) {
+    try {
+      session::post_otlp_profiles(target.url, body, target.push);
+    } catch (const std::exception& e) {
+      if (targets.size() == 1) throw;
+      std::fprintf(stderr, "hpctl: pushing %s to %s failed: %s\n", args.input.c_str(), target.url.c_str(),
+                   e.what());
+      failures += (failures.empty() ? "" : ", ") + target.url;
+      continue;
+    }
+    if (!args.quiet) {
+      std::fprintf(stderr, "hpctl: pushed %s to %s (OTLP profiles, %zu bytes, %zu threads)%s\n",
+                   args.input.c_str(), target.url.c_str(), body.size(), loaded.profile.threads.size(),
+                   from_conf ? (" with the push settings of " + args.config_path).c_str() : "");
+    }
   }
+  if (!failures.empty())
+    throw std::runtime_error("the push to " + failures + " failed (the others got the recording)");
   return 0;
 }
 

@@ -447,12 +447,17 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
         if (!p.is_object()) continue;
         const std::string endpoint = json_text(p, "endpoint");
         const uint64_t success = json_uint(p, "last_success_unix_ns");
+        // The lag: the age of the oldest data this endpoint has not received yet.
+        char lag[48] = "";
+        if (json_uint(p, "chunks_queued") > 0)
+          std::snprintf(lag, sizeof lag, ", lag %.0f s", static_cast<double>(json_uint(p, "lag_ns")) / 1e9);
         std::printf(
-            "push to %s: %llu chunks sent (%s), %llu queued, %llu dropped unsent; last success: %s\n",
+            "push to %s: %llu chunks sent (%s), %llu queued (%s%s), %llu dropped unsent; last success: %s\n",
             endpoint.empty() ? "an OTLP endpoint" : endpoint.c_str(),
             static_cast<unsigned long long>(json_uint(p, "chunks_sent")),
             format_bytes(json_uint(p, "bytes_sent")).c_str(),
             static_cast<unsigned long long>(json_uint(p, "chunks_queued")),
+            format_bytes(json_uint(p, "bytes_queued")).c_str(), lag,
             static_cast<unsigned long long>(json_uint(p, "chunks_dropped")),
             success == 0 ? "never (since hpd started)" : continuous::format_unix_time(success).c_str());
         const uint64_t error_time = json_uint(p, "last_error_unix_ns");

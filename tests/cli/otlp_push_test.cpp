@@ -301,6 +301,41 @@ TEST_F(OtlpPushTest, CollectorReceivesTheSameOverGrpc) {
   EXPECT_EQ(got.resource.count("host.name"), 1u);
 }
 
+// Without --endpoint and with several endpoints in hpd.conf, the recording goes to each of them
+// once, with the local export's functions and sample counts; one that is down is said and does not
+// keep it from the others, and hpctl exits 1 naming it.
+TEST_F(OtlpPushTest, WithoutEndpointEveryEndpointOfHpdConfReceivesTheRecordingOnce) {
+  testing::TempDir dir("otlp-push-endpoints", testing::TempDir::Cleanup::kKeepOnFailure);
+  const std::string received_a = dir.file("received-a.json"), received_b = dir.file("received-b.json");
+  Collector a(kOtelcol, dir.path(), received_a);
+  Collector b(kOtelcol, dir.path(), received_b);
+  ASSERT_TRUE(can_connect(a.port())) << "the collector did not start: " << a.log();
+  ASSERT_TRUE(can_connect(b.port())) << "the collector did not start: " << b.log();
+  LoopbackSocket closed(false);  // bound, not listening: connections are refused
+  const std::string down = "http://127.0.0.1:" + std::to_string(closed.port());
+  std::set<std::string> local_on_cpu_functions;
+  const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
+  ASSERT_FALSE(local_samples.empty());
+  const std::string conf = dir.file("hpd.conf");
+  std::ofstream(conf) << "otlp_endpoint = " << a.endpoint() << "\notlp_endpoint.b = " << b.grpc_endpoint()
+                      << "\notlp_endpoint.down = " << down << "\npush_timeout.down = 5\n";
+  const RunResult r = run({kHpctl, "push", capture_, "--config", conf}, 120);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("hpctl: pushed " + capture_ + " to " + a.endpoint()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hpctl: pushed " + capture_ + " to " + b.grpc_endpoint()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hpctl: error: the push to " + down + "/v1development/profiles failed"),
+            std::string::npos)
+      << r.err;
+  for (const auto& [path, collector] : {std::pair{received_a, &a}, std::pair{received_b, &b}}) {
+    const json request = wait_for_profiles(path);
+    ASSERT_FALSE(request.is_null()) << path << ": " << collector->log();
+    EXPECT_EQ(received_requests(path).size(), 1u) << path;
+    const Received got = parse_received(request, "cpu_split");
+    EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions) << path;
+    EXPECT_EQ(got.self_samples, local_samples) << path;
+  }
+}
+
 TEST_F(OtlpPushTest, GrpcToAnHttp1ServerIsAClearError) {
   CannedServer server("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", false);
   expect_push_fails("grpc://127.0.0.1:" + std::to_string(server.port()),

@@ -104,18 +104,42 @@ std::vector<ChunkTruth> chunks_on_disk(const std::string& dir) {
   return out;
 }
 
-// The chunk the push cursor file of the store names: the last one the endpoint accepted.
-std::string cursor_on_disk(const std::string& dir) {
-  std::string cursor;
+// The chunk each push cursor file of the store names (the last one its endpoint accepted), by the
+// endpoint's URL.
+std::map<std::string, std::string> cursors_on_disk(const std::string& dir) {
+  std::map<std::string, std::string> cursors;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(".hpd-push-", 0) != 0 || name.size() < 7 || name.substr(name.size() - 7) != ".cursor")
       continue;
     const std::string content = read_text_file(e.path().string());
     const size_t eol = content.find('\n');
-    if (eol != std::string::npos) cursor = content.substr(eol + 1, content.find('\n', eol + 1) - eol - 1);
+    if (eol != std::string::npos)
+      cursors[content.substr(0, eol)] = content.substr(eol + 1, content.find('\n', eol + 1) - eol - 1);
   }
-  return cursor;
+  return cursors;
+}
+
+// The cursor of the store's one endpoint.
+std::string cursor_on_disk(const std::string& dir) {
+  const auto cursors = cursors_on_disk(dir);
+  return cursors.empty() ? "" : cursors.begin()->second;
+}
+
+// The cursor of endpoint `url` ("" when it has none).
+std::string cursor_on_disk(const std::string& dir, const std::string& url) {
+  const auto cursors = cursors_on_disk(dir);
+  const auto it = cursors.find(url);
+  return it == cursors.end() ? "" : it->second;
+}
+
+// The push entries of hpd's status by endpoint URL.
+std::map<std::string, json> push_status_by_url(const Hpd& hpd) {
+  std::map<std::string, json> out;
+  const json status = hpd.status();
+  if (!status.contains("continuous") || !status["continuous"].contains("push")) return out;
+  for (const json& p : status["continuous"]["push"]) out[text(p, "endpoint")] = p;
+  return out;
 }
 
 // The requests the collector wrote to `outputs`, waiting up to 60 s until there are `want`.
@@ -424,6 +448,84 @@ TEST_F(ContinuousPush, CollectorDownThenUpAndHpdRestartedSendsEveryChunkOnceInOr
   }
 }
 
+// Two endpoints (hpd.conf's otlp_endpoint and otlp_endpoint.central), the second down for a while:
+// the first keeps receiving while the second's queue and lag grow in the status; once the second is
+// up, each collector has received every chunk up to its own cursor exactly once, in order, with the
+// store's sample totals.
+TEST_F(ContinuousPush, TwoEndpointsOneDownEachReceivesEveryChunkOnceAndTheOtherIsNotHeldBack) {
+  const std::string output_a = dir_.file("received-a.json");
+  const std::string output_b = dir_.file("received-b.json");
+  Collector a(kOtelcol, dir_.path(), output_a);
+  ASSERT_TRUE(can_connect(a.port())) << "the collector did not start: " << a.log();
+  const uint16_t port_b = free_port();
+  const std::string endpoint_b = "http://127.0.0.1:" + std::to_string(port_b);
+  const std::string url_a = a.endpoint() + "/v1development/profiles";
+  const std::string url_b = endpoint_b + "/v1development/profiles";
+  Hpd hpd(start_with(push_config(state_, a.endpoint(), "otlp_endpoint.central = " + endpoint_b + "\n")));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+
+  // The second is down: its queue grows and the status says why, while the first gets chunks.
+  std::map<std::string, json> s;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  const auto down_and_other_current = [&] {
+    return s.count(url_a) && s.count(url_b) && field(s[url_b], "chunks_queued") >= 4 &&
+           !text(s[url_b], "last_error").empty() && field(s[url_a], "chunks_sent") >= 3;
+  };
+  while (!down_and_other_current() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    s = push_status_by_url(hpd);
+  }
+  ASSERT_TRUE(down_and_other_current()) << json(s).dump() << "\n" << hpd.log();
+  EXPECT_EQ(s.size(), 2u) << json(s).dump();
+  const json pb = s[url_b];
+  EXPECT_EQ(field(pb, "chunks_sent"), 0u);
+  EXPECT_NE(text(pb, "last_error").find("cannot connect to"), std::string::npos) << pb.dump();
+  EXPECT_GT(field(pb, "bytes_queued"), 0u) << pb.dump();
+  // Its lag is the age of the oldest chunk it has not received: the first chunk after its cursor.
+  const std::vector<ChunkTruth> before = chunks_on_disk(state_);
+  const std::string cursor_b = cursor_on_disk(state_, url_b);
+  const auto first_unsent =
+      std::find_if(before.begin(), before.end(), [&](const ChunkTruth& c) { return c.name > cursor_b; });
+  ASSERT_NE(first_unsent, before.end());
+  // (its start as the chunk's file name says it: to the millisecond)
+  EXPECT_EQ(field(pb, "oldest_queued_start_unix_ns"), first_unsent->start_unix_ns / 1'000'000 * 1'000'000)
+      << first_unsent->name << " " << pb.dump();
+  // At least 4 chunks of 1 s were finished after that one started.
+  EXPECT_GE(field(pb, "lag_ns"), 3'000'000'000u) << pb.dump();
+  // The first endpoint was not held back: it accepted chunks the second has not.
+  EXPECT_GT(text(s[url_a], "last_sent"), cursor_b) << json(s).dump();
+  EXPECT_EQ(field(s[url_a], "chunks_dropped"), 0u);
+  const RunResult status = run({kHpctl, "--socket", hpd.socket(), "status"});
+  EXPECT_NE(status.out.find("push to " + url_b + ": 0 chunks sent"), std::string::npos)
+      << status.out << status.err;
+  EXPECT_NE(status.out.find("push to " + url_a + ": "), std::string::npos) << status.out;
+  const size_t line_b = status.out.find("push to " + url_b);
+  EXPECT_NE(status.out.find(", lag ", line_b), std::string::npos) << status.out;
+  const uint64_t queued_while_down = field(pb, "chunks_queued");
+
+  // The second is up: it receives what queued, oldest first.
+  Collector b(kOtelcol, dir_.path(), output_b, port_b);
+  ASSERT_TRUE(can_connect(port_b)) << b.log();
+  json p;
+  const auto sent_b = [&](const json&) {
+    p = push_status_by_url(hpd)[url_b];
+    return field(p, "chunks_sent") >= queued_while_down + 1;
+  };
+  ASSERT_TRUE(wait_push(hpd, sent_b)) << p.dump() << "\n" << hpd.log();
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+
+  // Each collector: every chunk up to its endpoint's cursor, once, in order, with the store's totals.
+  const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+  for (const auto& [url, output] : {std::pair{url_a, output_a}, std::pair{url_b, output_b}}) {
+    SCOPED_TRACE(url);
+    const std::string cursor = cursor_on_disk(state_, url);
+    ASSERT_FALSE(cursor.empty());
+    const std::vector<ReceivedChunk> got = wait_received({output}, chunks_up_to(chunks, cursor));
+    expect_exactly_the_chunks(chunks, got, cursor);
+  }
+  EXPECT_GE(chunks_up_to(chunks, cursor_on_disk(state_, url_b)), queued_while_down + 1);
+}
+
 TEST_F(ContinuousPush, EndpointAnsweringErrorsShowsInStatusAndLogWhileHpdKeepsSampling) {
   const std::string body = "queue full, retry later\n";
   CannedServer server("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: " +
@@ -478,6 +580,35 @@ TEST_F(ContinuousPush, UnsentChunksRemovedByRetentionAreCountedAndSaid) {
   const RunResult status = run({kHpctl, "--socket", hpd.socket(), "status"});
   EXPECT_NE(status.out.find(" dropped unsent"), std::string::npos) << status.out;
   EXPECT_EQ(status.out.find(" 0 dropped unsent"), std::string::npos) << status.out;
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+// Two endpoints, both down, and retention removing every chunk: each endpoint counts the chunks it
+// had not sent, on its own; neither counts more than retention removed.
+TEST_F(ContinuousPush, UnsentChunksRemovedByRetentionAreCountedForEachEndpoint) {
+  LoopbackSocket closed_a(false), closed_b(false);  // bound, not listening: connections are refused
+  const std::string url_a = "http://127.0.0.1:" + std::to_string(closed_a.port()) + "/v1development/profiles";
+  const std::string url_b = "http://127.0.0.1:" + std::to_string(closed_b.port()) + "/v1development/profiles";
+  Hpd hpd(
+      start_with(push_config(state_, url_a, "continuous_max_bytes = 1\notlp_endpoint.b = " + url_b + "\n")));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  std::map<std::string, json> s;
+  const auto both_dropped = [&] {
+    return field(s[url_a], "chunks_dropped") >= 2 && field(s[url_b], "chunks_dropped") >= 2;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (!both_dropped() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    s = push_status_by_url(hpd);
+  }
+  ASSERT_TRUE(both_dropped()) << json(s).dump() << "\n" << hpd.log();
+  const uint64_t removed = field(hpd.status()["continuous"], "chunks_removed");
+  for (const std::string& url : {url_a, url_b}) {
+    s = push_status_by_url(hpd);
+    EXPECT_LE(field(s[url], "chunks_dropped"), removed) << url << " " << s[url].dump();
+    EXPECT_EQ(field(s[url], "chunks_sent"), 0u);
+    EXPECT_TRUE(hpd.wait_log("before it was sent to " + url, 10)) << hpd.log();
+  }
   ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 

@@ -377,6 +377,16 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
   EXPECT_NE(text.find("log_level = debug\n"), std::string::npos) << text;
 }
 
+// What parse_config says of `text` (as hpd.conf), "no error" when it takes it.
+std::string config_problem(const std::string& text) {
+  try {
+    parse_config(text, "hpd.conf");
+  } catch (const ConfigError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(Config, PushKeysAreCheckedWhenTheFileIsRead) {
   const Config c = parse_config(
       "otlp_endpoint = http://collector:4318\npush_labels = team=storage, region = eu-1,empty=\n"
@@ -389,14 +399,7 @@ TEST(Config, PushKeysAreCheckedWhenTheFileIsRead) {
   EXPECT_EQ(c.push_timeout_s, 10);
   EXPECT_EQ(c.push_retry_max_s, 300);
   EXPECT_TRUE(Config{}.otlp_endpoint.empty());  // no push unless asked
-  const auto problem = [](const std::string& text) {
-    try {
-      parse_config(text, "hpd.conf");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto problem = config_problem;
   EXPECT_NE(problem("otlp_endpoint = collector:4318\n")
                 .find("hpd.conf:1: bad value 'collector:4318' for "
                       "otlp_endpoint: 'collector:4318' is not a URL"),
@@ -414,6 +417,78 @@ TEST(Config, PushKeysAreCheckedWhenTheFileIsRead) {
   EXPECT_NE(problem("push_timeout = 0\n").find("bad value '0' for push_timeout"), std::string::npos);
   EXPECT_NE(problem("push_retry_max = soon\n").find("bad value 'soon' for push_retry_max"),
             std::string::npos);
+}
+
+// Several endpoints: the unsuffixed keys keep meaning the first endpoint; KEY.NAME keys add more,
+// each with its own transport settings (TLS files and headers are not inherited; the timeout is).
+TEST(Config, FurtherEndpointsTakeKeysWithANameSuffix) {
+  const std::string ca = "/etc/ssl/certs/ca-certificates.crt";
+  const Config c =
+      parse_config("otlp_endpoint = http://127.0.0.1:4318\npush_timeout = 10\npush_ca_file = " + ca +
+                       "\n"
+                       "otlp_endpoint.central = https://central.example:4318\n"
+                       "push_timeout.central = 2m\n"
+                       "otlp_endpoint.migration = grpc://new-store:4317\n"
+                       "push_ca_file.migration = " +
+                       ca + "\n",
+                   "t.conf");
+  // The first endpoint as before.
+  EXPECT_EQ(c.otlp_endpoint, "http://127.0.0.1:4318");
+  EXPECT_EQ(c.push_ca_file, ca);
+  ASSERT_EQ(c.push_endpoints.size(), 2u);
+  EXPECT_EQ(c.push_endpoints[0].name, "central");
+  EXPECT_EQ(c.push_endpoints[0].otlp_endpoint, "https://central.example:4318");
+  EXPECT_EQ(c.push_endpoints[0].timeout_s, 120);
+  EXPECT_EQ(c.push_endpoints[0].ca_file, "");  // not the first endpoint's CA
+  EXPECT_EQ(c.push_endpoints[1].name, "migration");
+  EXPECT_EQ(c.push_endpoints[1].ca_file, ca);
+  const std::vector<PushEndpoint> all = push_endpoints_of(c);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].name, "");
+  EXPECT_EQ(all[0].otlp_endpoint, "http://127.0.0.1:4318");
+  EXPECT_EQ(all[0].ca_file, ca);
+  EXPECT_EQ(all[0].timeout_s, 10);
+  EXPECT_EQ(all[1].timeout_s, 120);
+  EXPECT_EQ(all[2].timeout_s, 10);  // push_timeout when the endpoint sets none
+  EXPECT_EQ(all[2].otlp_endpoint, "grpc://new-store:4317");
+  // Printed and read back the same.
+  const std::string text = format_config(c);
+  EXPECT_NE(text.find("otlp_endpoint.central = https://central.example:4318\n"), std::string::npos) << text;
+  EXPECT_EQ(parse_config(text, "formatted"), c) << text;
+  // An empty otlp_endpoint.NAME turns that endpoint off.
+  EXPECT_EQ(push_endpoints_of(parse_config("otlp_endpoint.a =\n", "t.conf")).size(), 0u);
+
+  // The old single-endpoint file means what it meant: one endpoint, no further ones.
+  const Config old = parse_config("otlp_endpoint = http://collector:4318\npush_timeout = 5\n", "t.conf");
+  EXPECT_TRUE(old.push_endpoints.empty());
+  ASSERT_EQ(push_endpoints_of(old).size(), 1u);
+  EXPECT_EQ(push_endpoints_of(old)[0].otlp_endpoint, "http://collector:4318");
+  EXPECT_EQ(push_endpoints_of(old)[0].timeout_s, 5);
+  EXPECT_TRUE(push_endpoints_of(Config{}).empty());
+
+  const auto problem = config_problem;
+  const auto says = [&](const std::string& text, const std::string& expected) {
+    const std::string got = problem(text);
+    EXPECT_NE(got.find(expected), std::string::npos) << "for:\n" << text << "got: " << got;
+  };
+  says("\notlp_endpoint.b = collector:4318\n",
+       "hpd.conf:2: bad value 'collector:4318' for otlp_endpoint.b: 'collector:4318' is not a URL");
+  says("push_timeout.b = 0\notlp_endpoint.b = http://b:4318\n",
+       "hpd.conf:1: bad value '0' for push_timeout.b");
+  says("otlp_endpoint.b c = http://b:4318\n", "hpd.conf:1: bad endpoint name 'b c'");
+  says("otlp_endpoint. = http://b:4318\n", "hpd.conf:1: bad endpoint name ''");
+  says("push_labels.b = a=1\n",
+       "hpd.conf:1: unknown key 'push_labels.b' (a further endpoint takes these keys");
+  says("# central\npush_timeout.central = 5\n",
+       "hpd.conf:2: endpoint 'central' has no otlp_endpoint.central");
+  says("otlp_endpoint = http://a:4318\notlp_endpoint.b = http://a:4318/v1development/profiles\n",
+       "hpd.conf:2: otlp_endpoint.b pushes to http://a:4318/v1development/profiles as otlp_endpoint does");
+  says("otlp_endpoint.b = http://b:4318\npush_client_cert.b = /etc/ssl/certs/ca-certificates.crt\n",
+       "hpd.conf:1: push_client_cert.b is given without push_client_key.b");
+  std::string many;
+  for (int i = 0; i < 9; ++i)
+    many += "otlp_endpoint.e" + std::to_string(i) + " = http://e" + std::to_string(i) + ":4318\n";
+  says(many, "hpd.conf:9: otlp_endpoint.e8: at most 8 endpoints");
 }
 
 TEST(Config, DurationsAndSizes) {

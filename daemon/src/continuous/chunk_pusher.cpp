@@ -166,9 +166,36 @@ void ChunkPusher::chunks_removed(const std::vector<fs::path>& removed) {
 }
 
 std::vector<PushStats> ChunkPusher::stats() const {
+  PushStats stats;
+  fs::path dir;
+  std::string cursor;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (url_.empty()) return {};
+    stats = stats_;
+    dir = dir_;
+    cursor = cursor_;
+  }
+  // The queue from the store itself: also right while the thread waits to retry.
+  try {
+    uint64_t chunks = 0, bytes = 0, oldest = 0;
+    for (const ChunkFile& c : scan_store(dir).chunks) {
+      if (c.path.filename().string() <= cursor) continue;
+      if (chunks++ == 0) oldest = c.start_unix_ns;
+      bytes += c.bytes;
+    }
+    stats.chunks_queued = chunks;
+    stats.bytes_queued = bytes;
+    stats.oldest_queued_start_unix_ns = oldest;
+  } catch (const std::exception&) {
+    // The directory cannot be read: the run loop says so in last_error; the last counts stay.
+  }
+  return {stats};
+}
+
+std::string ChunkPusher::url() const {
   std::lock_guard<std::mutex> guard(mutex_);
-  if (url_.empty()) return {};
-  return {stats_};
+  return url_;
 }
 
 // Waits until something happened since `seen` (a chunk, a new configuration, stop), or `seconds`.
@@ -206,7 +233,13 @@ void ChunkPusher::run() {
     // when push is off. glibc keeps freed memory in each thread's arena otherwise, and hpd's resident
     // memory would stay at the high-water mark of every thread (docs/performance.md "Continuous
     // push"). Here, not on the recording thread: sampling does not wait for it.
-    ::malloc_trim(0);
+    // Each pusher that exports trims after its own exports; one trims also when push is off.
+    bool pushing = false;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      pushing = !url_.empty();
+    }
+    if (trim_memory_ || pushing) ::malloc_trim(0);
     fs::path dir;
     std::string url, cursor;
     PushSettings settings;
@@ -300,7 +333,7 @@ void ChunkPusher::run() {
       session::PushOptions push;
       push.timeout_s = settings.timeout_s;
       push.user_agent = settings.user_agent;
-      push.cancel = &stop_;
+      push.cancel = &cancel_;
       push.ca_file = settings.ca_file;
       push.client_cert = settings.client_cert;
       push.client_key = settings.client_key;

@@ -16,7 +16,11 @@ namespace hpd::continuous {
 
 class ChunkPusher {
  public:
-  explicit ChunkPusher(const std::atomic<bool>& stop) : stop_(stop) {}
+  // `stop`: no new request is started; `cancel`: the request in flight is abandoned (set after a
+  // grace, so that a request the endpoint is answering ends with its cursor written: not sent twice).
+  // `trim_memory`: this pusher's thread gives freed memory back to the system (one of them does).
+  ChunkPusher(const std::atomic<bool>& stop, const std::atomic<bool>& cancel, bool trim_memory)
+      : stop_(stop), cancel_(cancel), trim_memory_(trim_memory) {}
 
   // The store and the endpoint to push to (from the recording thread, before each chunk and before
   // the first retention pass). When they change, the endpoint's cursor is read from `dir`, or, the
@@ -32,7 +36,10 @@ class ChunkPusher {
   // The thread's body; returns when `stop` is set and wake() was called.
   void run();
   void wake();
+  // None when push is off; the queue as the store holds it now.
   std::vector<PushStats> stats() const;
+  // The URL posted to ("" = off).
+  std::string url() const;
 
  private:
   struct Snapshot;
@@ -42,6 +49,8 @@ class ChunkPusher {
                uint64_t generation);
 
   const std::atomic<bool>& stop_;
+  const std::atomic<bool>& cancel_;
+  const bool trim_memory_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   // Guarded by mutex_.

@@ -10,7 +10,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <unordered_set>
@@ -63,22 +65,49 @@ void validate(const ContinuousOptions& o) {
     throw std::invalid_argument("continuous mode: the retry delay must be between 0 and 1 day");
   if (o.zstd_level < 1 || o.zstd_level > 19)
     throw std::invalid_argument("continuous mode: the zstd level must be between 1 and 19");
-  if (!o.push.otlp_endpoint.empty()) {
-    try {
-      session::otlp_profiles_url(o.push.otlp_endpoint);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("continuous mode: the OTLP endpoint ") + e.what());
+  std::vector<const PushSettings*> all{&o.push};
+  for (const PushSettings& p : o.more_push) all.push_back(&p);
+  std::set<std::string> urls;
+  for (const PushSettings* p : all) {
+    if (!p->otlp_endpoint.empty()) {
+      std::string url;
+      try {
+        url = session::otlp_profiles_url(p->otlp_endpoint);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("continuous mode: the OTLP endpoint ") + e.what());
+      }
+      if (!urls.insert(url).second)
+        throw std::invalid_argument("continuous mode: the OTLP endpoint " + url +
+                                    " is given twice (each endpoint is pushed to once)");
+    }
+    if (!std::isfinite(p->timeout_s) || p->timeout_s < 1 || p->timeout_s > 3600)
+      throw std::invalid_argument("continuous mode: the push timeout must be between 1 s and 1 hour");
+    if (!std::isfinite(p->retry_max_s) || p->retry_max_s < 1 || p->retry_max_s > 86400)
+      throw std::invalid_argument(
+          "continuous mode: the longest wait between push retries must be between 1 s and 1 day");
+    for (const auto& [key, value] : p->labels) {
+      if (key.empty()) throw std::invalid_argument("continuous mode: a push label has an empty key");
     }
   }
-  if (!std::isfinite(o.push.timeout_s) || o.push.timeout_s < 1 || o.push.timeout_s > 3600)
-    throw std::invalid_argument("continuous mode: the push timeout must be between 1 s and 1 hour");
-  if (!std::isfinite(o.push.retry_max_s) || o.push.retry_max_s < 1 || o.push.retry_max_s > 86400)
-    throw std::invalid_argument(
-        "continuous mode: the longest wait between push retries must be between 1 s and 1 day");
-  for (const auto& [key, value] : o.push.labels) {
-    if (key.empty()) throw std::invalid_argument("continuous mode: a push label has an empty key");
-  }
+  if (urls.size() > kMaxPushEndpoints)
+    throw std::invalid_argument("continuous mode: at most " + std::to_string(kMaxPushEndpoints) +
+                                " OTLP endpoints are pushed to");
 }
+
+namespace {
+
+constexpr double kPushStopGraceSeconds = 5;
+
+// kMaxPushEndpoints pushers, each with its thread; those without an endpoint wait.
+std::vector<std::unique_ptr<ChunkPusher>> make_pushers(const std::atomic<bool>& stop,
+                                                       const std::atomic<bool>& cancel) {
+  std::vector<std::unique_ptr<ChunkPusher>> pushers;
+  for (size_t i = 0; i < kMaxPushEndpoints; ++i)
+    pushers.push_back(std::make_unique<ChunkPusher>(stop, cancel, i == 0));
+  return pushers;
+}
+
+}  // namespace
 
 struct ContinuousProfiler::State {
   std::mutex control;  // serializes start() and stop()
@@ -88,8 +117,46 @@ struct ContinuousProfiler::State {
   Stats stats;                // guarded by mutex
   std::atomic<bool> stop_requested{false};
   std::thread thread;
-  ChunkPusher pusher{stop_requested};
-  std::thread push_thread;
+  // One per endpoint (those beyond the endpoints configured are off): each with its cursor on disk,
+  // so that an endpoint that is down holds back none of the others.
+  // Set at stop() once the requests in flight had kPushStopGraceSeconds to end (push_threads_running).
+  std::atomic<bool> push_cancel{false};
+  std::atomic<size_t> push_threads_running{0};
+  std::vector<std::unique_ptr<ChunkPusher>> pushers = make_pushers(stop_requested, push_cancel);
+  std::vector<std::thread> push_threads;
+
+  // Each endpoint to the pusher that pushes to its URL already (its cursor and stats go on), the
+  // others to pushers that are free; the pushers left over are turned off.
+  void configure_pushers(const ContinuousOptions& o) {
+    std::vector<const PushSettings*> wanted;
+    if (!o.push.otlp_endpoint.empty()) wanted.push_back(&o.push);
+    for (const PushSettings& p : o.more_push) {
+      if (!p.otlp_endpoint.empty()) wanted.push_back(&p);
+    }
+    std::vector<const PushSettings*> slot(pushers.size(), nullptr);
+    std::vector<bool> placed(wanted.size(), false);
+    for (size_t w = 0; w < wanted.size(); ++w) {
+      const std::string url = session::otlp_profiles_url(wanted[w]->otlp_endpoint);
+      for (size_t p = 0; p < pushers.size(); ++p) {
+        if (slot[p] == nullptr && pushers[p]->url() == url) {
+          slot[p] = wanted[w];
+          placed[w] = true;
+          break;
+        }
+      }
+    }
+    for (size_t w = 0; w < wanted.size(); ++w) {
+      for (size_t p = 0; !placed[w] && p < pushers.size(); ++p) {
+        if (slot[p] == nullptr) {
+          slot[p] = wanted[w];
+          placed[w] = true;
+        }
+      }
+    }
+    PushSettings off = o.push;
+    off.otlp_endpoint.clear();
+    for (size_t p = 0; p < pushers.size(); ++p) pushers[p]->configure(o.dir, slot[p] ? *slot[p] : off, o.log);
+  }
   // Owned by the recording thread while it runs, by start()/stop() otherwise.
   std::unique_ptr<DirectoryLock> lock;
   fs::path locked_dir;
@@ -127,7 +194,7 @@ struct ContinuousProfiler::State {
     lock = std::make_unique<DirectoryLock>(o.dir);
     locked_dir = o.dir;
     // The push cursor first: retention must know which chunks were not sent yet.
-    pusher.configure(o.dir, o.push, o.log);
+    configure_pushers(o);
     previous_end_mono = 0;
     std::vector<std::string> notes;
     const size_t salvaged = recover_temporaries(o.dir, &notes);
@@ -166,7 +233,7 @@ struct ContinuousProfiler::State {
     std::vector<std::string> notes;
     const auto removed =
         apply_retention(o.dir, RetentionLimits{o.max_age_s, o.max_bytes}, unix_now_ns(), &notes);
-    pusher.chunks_removed(removed);
+    for (auto& pusher : pushers) pusher->chunks_removed(removed);
     const StoreScan scan = scan_store(o.dir);
     uint64_t bytes = 0;
     for (const ChunkFile& c : scan.chunks) bytes += c.bytes;
@@ -274,7 +341,7 @@ struct ContinuousProfiler::State {
       chunk->writer->finish(profile);  // fsyncs
       chunk->writer.reset();
       rename_durably(chunk->tmp_path, chunk->final_path);
-      pusher.chunk_finished();
+      for (auto& pusher : pushers) pusher->chunk_finished();
     }
     std::lock_guard<std::mutex> guard(mutex);
     stats.current_chunk.clear();
@@ -362,7 +429,7 @@ struct ContinuousProfiler::State {
             collection_over = true;
             ending = true;
           } else {
-            pusher.configure(o.dir, o.push, o.log);  // a new endpoint or labels (SIGHUP)
+            configure_pushers(o);  // new endpoints or labels (SIGHUP)
             chunk = begin_chunk(o, live, boundary);
           }
         }
@@ -428,7 +495,7 @@ struct ContinuousProfiler::State {
       }
       try {
         if (o.dir != locked_dir) open_directory(o);
-        pusher.configure(o.dir, o.push, o.log);  // a new endpoint or labels (SIGHUP)
+        configure_pushers(o);  // new endpoints or labels (SIGHUP)
         {
           std::lock_guard<std::mutex> guard(mutex);
           ++stats.collections;
@@ -466,7 +533,14 @@ void ContinuousProfiler::start() {
   }
   state_->thread = std::thread([state = state_.get()] { state->run(); });
   // The push has its own thread: sampling never waits for the network.
-  state_->push_thread = std::thread([state = state_.get()] { state->pusher.run(); });
+  state_->push_cancel = false;
+  state_->push_threads_running = state_->pushers.size();
+  for (auto& pusher : state_->pushers) {
+    state_->push_threads.emplace_back([p = pusher.get(), state = state_.get()] {
+      p->run();
+      --state->push_threads_running;
+    });
+  }
 }
 
 void ContinuousProfiler::stop() {
@@ -477,9 +551,17 @@ void ContinuousProfiler::stop() {
     state_->stop_requested = true;
   }
   state_->wake.notify_all();
-  state_->pusher.wake();
+  for (auto& pusher : state_->pushers) pusher->wake();
   state_->thread.join();
-  state_->push_thread.join();
+  // A request in flight gets a moment to end: one the endpoint accepted then has its cursor written,
+  // and is not sent again after a restart. Past the grace it is abandoned (a hung endpoint).
+  const auto grace = std::chrono::steady_clock::now() + std::chrono::duration<double>(kPushStopGraceSeconds);
+  while (state_->push_threads_running.load() > 0 && std::chrono::steady_clock::now() < grace)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  state_->push_cancel = true;
+  for (auto& pusher : state_->pushers) pusher->wake();
+  for (std::thread& t : state_->push_threads) t.join();
+  state_->push_threads.clear();
   state_->lock.reset();
   state_->locked_dir.clear();
   std::lock_guard<std::mutex> guard(state_->mutex);
@@ -498,7 +580,9 @@ Stats ContinuousProfiler::stats() const {
     std::lock_guard<std::mutex> guard(state_->mutex);
     stats = state_->stats;
   }
-  stats.push = state_->pusher.stats();
+  for (const auto& pusher : state_->pushers) {
+    for (PushStats& p : pusher->stats()) stats.push.push_back(std::move(p));
+  }
   return stats;
 }
 

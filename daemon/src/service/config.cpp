@@ -1,6 +1,8 @@
 // hpd.conf: parsing with every problem reported as FILE:LINE.
 #include "hpd/service/config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -335,7 +337,113 @@ const std::map<std::string, Key, std::less<>>& keys() {
   return table;
 }
 
+// The keys a further endpoint takes with a `.NAME` suffix: each parsed by the unsuffixed key's own
+// parser (into a scratch Config, so the checks and messages are the same), then moved to the endpoint.
+struct EndpointKey {
+  const char* base;
+  void (*take)(PushEndpoint&, const Config&);  // from the scratch Config into the endpoint
+  void (*give)(Config&, const PushEndpoint&);  // the endpoint's value into a Config, to print it
+  bool (*is_set)(const PushEndpoint&);
+};
+
+const std::vector<EndpointKey>& endpoint_keys() {
+  static const std::vector<EndpointKey> table = {
+      {"otlp_endpoint", [](PushEndpoint& e, const Config& c) { e.otlp_endpoint = c.otlp_endpoint; },
+       [](Config& c, const PushEndpoint& e) { c.otlp_endpoint = e.otlp_endpoint; },
+       [](const PushEndpoint&) { return true; }},
+      {"push_timeout", [](PushEndpoint& e, const Config& c) { e.timeout_s = c.push_timeout_s; },
+       [](Config& c, const PushEndpoint& e) { c.push_timeout_s = e.timeout_s; },
+       [](const PushEndpoint& e) { return e.timeout_s > 0; }},
+      {"push_ca_file", [](PushEndpoint& e, const Config& c) { e.ca_file = c.push_ca_file; },
+       [](Config& c, const PushEndpoint& e) { c.push_ca_file = e.ca_file; },
+       [](const PushEndpoint& e) { return !e.ca_file.empty(); }},
+      {"push_client_cert", [](PushEndpoint& e, const Config& c) { e.client_cert = c.push_client_cert; },
+       [](Config& c, const PushEndpoint& e) { c.push_client_cert = e.client_cert; },
+       [](const PushEndpoint& e) { return !e.client_cert.empty(); }},
+      {"push_client_key", [](PushEndpoint& e, const Config& c) { e.client_key = c.push_client_key; },
+       [](Config& c, const PushEndpoint& e) { c.push_client_key = e.client_key; },
+       [](const PushEndpoint& e) { return !e.client_key.empty(); }},
+      {"push_headers_file",
+       [](PushEndpoint& e, const Config& c) {
+         e.headers_file = c.push_headers_file;
+         e.headers = c.push_headers;
+       },
+       [](Config& c, const PushEndpoint& e) { c.push_headers_file = e.headers_file; },
+       [](const PushEndpoint& e) { return !e.headers_file.empty(); }},
+  };
+  return table;
+}
+
+std::string endpoint_key_list() {
+  std::string list;
+  for (const EndpointKey& k : endpoint_keys()) list += (list.empty() ? "" : ", ") + std::string(k.base);
+  return list;
+}
+
+bool valid_endpoint_name(std::string_view name) {
+  if (name.empty() || name.size() > 32) return false;
+  for (const char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// True when `key` is KEY.NAME, a further endpoint's key: set, or `why` says what is wrong.
+bool set_endpoint_key(Config& config, std::string_view key, std::string_view value, std::string& why) {
+  const size_t dot = key.find('.');
+  if (dot == std::string_view::npos) return false;
+  const std::string_view base = key.substr(0, dot);
+  const std::string_view name = key.substr(dot + 1);
+  const auto it = std::find_if(endpoint_keys().begin(), endpoint_keys().end(),
+                               [&](const EndpointKey& k) { return base == k.base; });
+  if (it == endpoint_keys().end()) {
+    why = "unknown key '" + std::string(key) +
+          "' (a further endpoint takes these keys with a .NAME suffix: " + endpoint_key_list() + ")";
+    return true;
+  }
+  if (!valid_endpoint_name(name)) {
+    why = "bad endpoint name '" + std::string(name) + "' in " + std::string(key) +
+          ": expected 1 to 32 letters, digits, _ or -";
+    return true;
+  }
+  Config scratch;
+  if (std::string problem = keys().find(base)->second.set(scratch, value); !problem.empty()) {
+    why = "bad value '" + std::string(value) + "' for " + std::string(key) + ": " + problem;
+    return true;
+  }
+  auto endpoint = std::find_if(config.push_endpoints.begin(), config.push_endpoints.end(),
+                               [&](const PushEndpoint& e) { return e.name == name; });
+  if (endpoint == config.push_endpoints.end()) {
+    config.push_endpoints.push_back(PushEndpoint{});
+    endpoint = config.push_endpoints.end() - 1;
+    endpoint->name = std::string(name);
+  }
+  it->take(*endpoint, scratch);
+  return true;
+}
+
 }  // namespace
+
+std::vector<PushEndpoint> push_endpoints_of(const Config& config) {
+  std::vector<PushEndpoint> all;
+  if (!config.otlp_endpoint.empty()) {
+    PushEndpoint first;
+    first.otlp_endpoint = config.otlp_endpoint;
+    first.timeout_s = config.push_timeout_s;
+    first.ca_file = config.push_ca_file;
+    first.client_cert = config.push_client_cert;
+    first.client_key = config.push_client_key;
+    first.headers_file = config.push_headers_file;
+    first.headers = config.push_headers;
+    all.push_back(std::move(first));
+  }
+  for (const PushEndpoint& e : config.push_endpoints) {
+    if (e.otlp_endpoint.empty()) continue;
+    all.push_back(e);
+    if (all.back().timeout_s <= 0) all.back().timeout_s = config.push_timeout_s;
+  }
+  return all;
+}
 
 const char* to_string(LogLevel level) {
   switch (level) {
@@ -424,6 +532,11 @@ Config parse_config(std::string_view text, const std::string& name) {
     const std::string_view value = trim(line.substr(eq + 1));
     const auto& table = keys();
     const auto it = table.find(key);
+    if (std::string why; it == table.end() && set_endpoint_key(config, key, value, why)) {
+      if (!why.empty()) problems.push_back(where + why);
+      key_lines.emplace(std::string(key), line_number);  // the first line: where an endpoint begins
+      continue;
+    }
     if (it == table.end()) {
       std::string known;
       for (const auto& [k, setter] : table) known += (known.empty() ? "" : ", ") + k;
@@ -443,6 +556,55 @@ Config parse_config(std::string_view text, const std::string& name) {
     problems.push_back(name + ":" + std::to_string(key_lines[given]) + ": " + given + " is given without " +
                        missing + ": a client certificate needs both");
   }
+  // Each further endpoint: an URL of its own, a certificate with its key; no URL pushed to twice (one
+  // cursor per URL), and a bounded number of them.
+  std::map<std::string, std::string> urls;  // the profiles URL -> the key that named it
+  if (!config.otlp_endpoint.empty()) {
+    try {
+      urls[session::otlp_profiles_url(config.otlp_endpoint)] = "otlp_endpoint";
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  const auto first_line = [&](const std::string& endpoint_name) {
+    size_t first = 0;
+    for (const EndpointKey& k : endpoint_keys()) {
+      const auto it = key_lines.find(std::string(k.base) + "." + endpoint_name);
+      if (it != key_lines.end() && (first == 0 || it->second < first)) first = it->second;
+    }
+    return name + ":" + std::to_string(first) + ": ";
+  };
+  size_t endpoints = urls.size();
+  for (const PushEndpoint& e : config.push_endpoints) {
+    const std::string url_key = "otlp_endpoint." + e.name;
+    if (!key_lines.count(url_key)) {
+      problems.push_back(first_line(e.name) + "endpoint '" + e.name + "' has no " + url_key +
+                         " (the URL to push to)");
+      continue;
+    }
+    const std::string where = name + ":" + std::to_string(key_lines[url_key]) + ": ";
+    if (e.client_cert.empty() != e.client_key.empty()) {
+      problems.push_back(
+          first_line(e.name) + (e.client_cert.empty() ? "push_client_key." : "push_client_cert.") + e.name +
+          " is given without " + (e.client_cert.empty() ? "push_client_cert." : "push_client_key.") + e.name +
+          ": a client certificate needs both");
+    }
+    if (e.otlp_endpoint.empty()) continue;
+    std::string url;
+    try {
+      url = session::otlp_profiles_url(e.otlp_endpoint);
+    } catch (const std::invalid_argument&) {
+      continue;  // said by the key's parser
+    }
+    if (const auto [it, fresh] = urls.emplace(url, url_key); !fresh) {
+      problems.push_back(where + url_key + " pushes to " + url + " as " + it->second +
+                         " does: each endpoint is pushed to once (remove one)");
+      continue;
+    }
+    if (++endpoints > kMaxPushEndpoints) {
+      problems.push_back(where + url_key + ": at most " + std::to_string(kMaxPushEndpoints) +
+                         " endpoints are pushed to");
+    }
+  }
   if (!problems.empty()) throw ConfigError(problems);
   return config;
 }
@@ -450,6 +612,14 @@ Config parse_config(std::string_view text, const std::string& name) {
 std::string format_config(const Config& config) {
   std::string out;
   for (const auto& [key, entry] : keys()) out += key + " = " + entry.get(config) + "\n";
+  for (const PushEndpoint& e : config.push_endpoints) {
+    for (const EndpointKey& k : endpoint_keys()) {
+      if (!k.is_set(e)) continue;
+      Config scratch;
+      k.give(scratch, e);
+      out += std::string(k.base) + "." + e.name + " = " + keys().find(k.base)->second.get(scratch) + "\n";
+    }
+  }
   return out;
 }
 

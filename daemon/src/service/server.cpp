@@ -148,6 +148,7 @@ json Daemon::status_message(bool privileged) {
       continuous["running"] = stats.running;
       continuous["chunks_on_disk"] = stats.chunks_on_disk;
       continuous["bytes_on_disk"] = stats.bytes_on_disk;
+      continuous["chunks_removed"] = stats.chunks_removed;  // by retention, since hpd started
       continuous["samples"] = stats.samples;
       continuous["lost"] = stats.lost;
       continuous["collections"] = stats.collections;
@@ -157,8 +158,14 @@ json Daemon::status_message(bool privileged) {
       // The endpoint's URL and errors (which name it) may hold credentials: for privileged clients.
       json push = json::array();
       for (const continuous::PushStats& p : stats.push) {
+        // The lag: the age of the oldest data the endpoint has not received (0: it has every chunk).
+        const uint64_t now = continuous::unix_now_ns();
+        const uint64_t oldest = p.oldest_queued_start_unix_ns;
         json e = {{"chunks_sent", p.chunks_sent},
                   {"chunks_queued", p.chunks_queued},
+                  {"bytes_queued", p.bytes_queued},
+                  {"oldest_queued_start_unix_ns", oldest},
+                  {"lag_ns", oldest != 0 && now > oldest ? now - oldest : 0},
                   {"chunks_dropped", p.chunks_dropped},
                   {"bytes_sent", p.bytes_sent},
                   {"last_success_unix_ns", p.last_success_unix_ns},
@@ -265,7 +272,7 @@ void Daemon::configure_continuous(const Config& config) {
 #ifdef HPD_HAVE_CONTINUOUS
   std::lock_guard lock(continuous_mutex_);
   if (!config.continuous) {
-    if (!config.otlp_endpoint.empty())
+    if (!push_endpoints_of(config).empty())
       log_warning(
           "otlp_endpoint is set, but continuous = off: nothing is pushed (the push sends the chunks of "
           "continuous mode)");
@@ -285,16 +292,26 @@ void Daemon::configure_continuous(const Config& config) {
   options.off_cpu = config.continuous_off_cpu;
   options.max_age_s = config.continuous_max_age_s;
   options.max_bytes = config.continuous_max_bytes;
-  options.push.otlp_endpoint = config.otlp_endpoint;
-  options.push.labels = config.push_labels;
-  options.push.timeout_s = config.push_timeout_s;
-  options.push.retry_max_s = config.push_retry_max_s;
-  options.push.ca_file = config.push_ca_file;
-  options.push.client_cert = config.push_client_cert;
-  options.push.client_key = config.push_client_key;
-  options.push.headers = config.push_headers;
-  options.push.user_agent = "hpd/" HPD_VERSION;
-  options.push.scope_version = HPD_VERSION;
+  // Every endpoint (the unsuffixed keys' first, then the named ones), each with its own transport.
+  std::vector<continuous::PushSettings> endpoints;
+  for (const PushEndpoint& e : push_endpoints_of(config)) {
+    continuous::PushSettings push;
+    push.otlp_endpoint = e.otlp_endpoint;
+    push.labels = config.push_labels;
+    push.timeout_s = e.timeout_s;
+    push.retry_max_s = config.push_retry_max_s;
+    push.ca_file = e.ca_file;
+    push.client_cert = e.client_cert;
+    push.client_key = e.client_key;
+    push.headers = e.headers;
+    push.user_agent = "hpd/" HPD_VERSION;
+    push.scope_version = HPD_VERSION;
+    endpoints.push_back(std::move(push));
+  }
+  if (!endpoints.empty()) {
+    options.push = endpoints.front();
+    options.more_push.assign(endpoints.begin() + 1, endpoints.end());
+  }
   options.log = [](continuous::LogSeverity severity, const std::string& text) {
     switch (severity) {
       case continuous::LogSeverity::kInfo: log_info("continuous push: " + text); break;
@@ -312,8 +329,8 @@ void Daemon::configure_continuous(const Config& config) {
       continuous_ = std::move(profiler);
       log_info("continuous profiling at " + std::to_string(options.frequency_hz) + " Hz into " +
                options.dir.string());
-      if (!options.push.otlp_endpoint.empty())
-        log_info("continuous push: every finished chunk goes to " + options.push.otlp_endpoint);
+      for (const continuous::PushSettings& p : endpoints)
+        log_info("continuous push: every finished chunk goes to " + p.otlp_endpoint);
     }
   } catch (const std::exception& e) {
     log_error(std::string("continuous profiling could not start: ") + e.what());

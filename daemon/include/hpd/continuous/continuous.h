@@ -36,6 +36,8 @@ struct PushSettings {
   bool operator==(const PushSettings&) const = default;
 };
 
+inline constexpr size_t kMaxPushEndpoints = 8;
+
 enum class LogSeverity { kInfo, kWarning, kError };
 
 struct ContinuousOptions {
@@ -54,6 +56,9 @@ struct ContinuousOptions {
   // After a chunk failed (e.g. the backend is unavailable), the next attempt waits this long.
   double retry_seconds = 10;
   PushSettings push;
+  // Further endpoints, each pushed to on its own (its own cursor, thread, retries and stats): one
+  // that is down holds back none of the others. At most kMaxPushEndpoints with `push`, no URL twice.
+  std::vector<PushSettings> more_push;
   // What the service's log should say (push failures and recoveries, unsent chunks removed); may be
   // called from the profiler's threads.
   std::function<void(LogSeverity, const std::string&)> log;
@@ -64,10 +69,14 @@ void validate(const ContinuousOptions& options);
 
 // One endpoint's push, since start() (the cursor, `last_sent`, is kept on disk across restarts).
 struct PushStats {
-  std::string endpoint;         // the URL posted to
-  std::string last_sent;        // the file name of the last chunk the endpoint accepted ("" = none yet)
-  uint64_t chunks_sent = 0;     // accepted by the endpoint
-  uint64_t chunks_queued = 0;   // finished chunks after last_sent, waiting
+  std::string endpoint;        // the URL posted to
+  std::string last_sent;       // the file name of the last chunk the endpoint accepted ("" = none yet)
+  uint64_t chunks_sent = 0;    // accepted by the endpoint
+  uint64_t chunks_queued = 0;  // finished chunks after last_sent, waiting
+  uint64_t bytes_queued = 0;   // their size on disk
+  // The start of the oldest of them (0 = none queued): the lag is the age of the oldest data the
+  // endpoint has not received.
+  uint64_t oldest_queued_start_unix_ns = 0;
   uint64_t chunks_dropped = 0;  // removed by retention (or unreadable) before they were sent
   uint64_t bytes_sent = 0;      // request bodies accepted
   uint64_t last_success_unix_ns = 0;

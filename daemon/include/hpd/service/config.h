@@ -12,6 +12,26 @@ namespace hpd::service {
 
 inline constexpr const char* kDefaultConfigPath = "/etc/hpd/hpd.conf";
 
+// A further endpoint of the push, set by keys with a `.NAME` suffix (`otlp_endpoint.central = URL`,
+// `push_ca_file.central = FILE`, ...). Its transport settings are its own: TLS files and headers are
+// not taken from the unsuffixed keys (a token for one store must not go to another); its timeout is
+// push_timeout unless push_timeout.NAME is given.
+struct PushEndpoint {
+  std::string name;           // "" for the endpoint of the unsuffixed keys
+  std::string otlp_endpoint;  // "" = this endpoint is off
+  double timeout_s = 0;       // 0 = push_timeout
+  std::string ca_file;
+  std::string client_cert;
+  std::string client_key;
+  std::string headers_file;
+  std::vector<std::string> headers;  // what headers_file holds
+
+  bool operator==(const PushEndpoint&) const = default;
+};
+
+// At most this many endpoints (the unsuffixed one included) are pushed to.
+inline constexpr size_t kMaxPushEndpoints = 8;
+
 enum class LogLevel { kError = 3, kWarning = 4, kInfo = 6, kDebug = 7 };  // syslog priorities
 const char* to_string(LogLevel level);
 
@@ -74,6 +94,8 @@ struct Config {
   std::string push_client_key;
   std::string push_headers_file;
   std::vector<std::string> push_headers;
+  // Further endpoints (KEY.NAME keys), in the order of their first key in the file.
+  std::vector<PushEndpoint> push_endpoints;
   // The unwind-table cache on disk (hpd/collect/unwind_cache.h), in state_directory/unwind-cache: the
   // compiled CFI tables of the binaries recorded, one file per build-id, least recently used removed
   // past this bound. 0: no cache on disk (tables are compiled once per run of hpd).
@@ -104,6 +126,10 @@ Config parse_config(std::string_view text, const std::string& name);
 // Every key with its value, one `key = value` line each in key order: a file parse_config reads back
 // to the same Config (durations in seconds, sizes in bytes).
 std::string format_config(const Config& config);
+
+// Every endpoint to push to, in order: the unsuffixed keys' first (name ""; when otlp_endpoint is
+// set), then the named ones whose otlp_endpoint.NAME is not empty; each timeout resolved.
+std::vector<PushEndpoint> push_endpoints_of(const Config& config);
 
 // Reads and parses `path`. Throws ConfigError (also for an unreadable file).
 Config load_config(const std::string& path);
