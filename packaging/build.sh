@@ -5,8 +5,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HPD_BUILD_DIR:-$root/build}
 "$root/packaging/install-deps.sh"
-# Tests and benchmarks are named ON: the demo (packaging/demo.sh) configures the same build directory
-# with them OFF, and CMake would otherwise keep that choice in its cache.
+# Tests, benchmarks and full debug info are named: the demo (packaging/demo.sh) configures the same
+# build directory with them OFF and line tables only, and CMake would otherwise keep that in its cache.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPD_BUILD_TESTS=ON \
-  -DHPD_BUILD_BENCH=ON "$@"
+  -DHPD_BUILD_BENCH=ON -DHPD_DEBUG_INFO=full "$@"
 cmake --build "$build" -j"$(nproc)"
