@@ -222,6 +222,27 @@ std::optional<uint32_t> read_process_uid(int32_t pid) {
   return uid;
 }
 
+bool process_runs_as(int32_t pid, uint32_t uid, uint32_t gid) {
+  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/status");
+  if (!text) return false;
+  // "Uid:\t<real>\t<effective>\t<saved>\t<filesystem>", the same for "Gid:".
+  const auto all_are = [&](std::string_view key, uint32_t want) {
+    const size_t pos = text->find(key);
+    if (pos == std::string::npos) return false;
+    const char* p = text->data() + pos + key.size();
+    const char* end = text->data() + text->size();
+    for (int i = 0; i < 4; ++i) {
+      while (p < end && (*p == ' ' || *p == '\t')) ++p;
+      uint32_t id = 0;
+      const auto [ptr, ec] = std::from_chars(p, end, id);
+      if (ec != std::errc() || ptr == p || id != want) return false;
+      p = ptr;
+    }
+    return true;
+  };
+  return all_are("\nUid:", uid) && all_are("\nGid:", gid);
+}
+
 std::vector<int> parse_cpu_list(const std::string& text) {
   std::vector<int> cpus;
   const char* p = text.data();

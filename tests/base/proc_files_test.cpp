@@ -27,6 +27,11 @@ TEST(ProcFiles, CpuListsAndOwnProcess) {
   ASSERT_TRUE(read_process_uid(pid));
   EXPECT_EQ(*read_process_uid(pid), ::getuid());
   EXPECT_FALSE(read_int_file("/nonexistent"));
+  // All four uids and gids of this process are its real ones (no set-user-ID here).
+  EXPECT_TRUE(process_runs_as(pid, ::getuid(), ::getgid()));
+  EXPECT_FALSE(process_runs_as(pid, ::getuid() + 1, ::getgid()));
+  EXPECT_FALSE(process_runs_as(pid, ::getuid(), ::getgid() + 1));
+  EXPECT_FALSE(process_runs_as(-1, ::getuid(), ::getgid()));
 }
 
 // /proc/PID/cgroup as the kernel writes it on unified and hybrid systems, and the unit or container

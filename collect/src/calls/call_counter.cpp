@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "calls_event.h"
+#include "hpd/base/proc_files.h"
 #include "hpd/base/proc_maps.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/discovery.h"
@@ -153,7 +154,8 @@ using FileId = std::pair<uint64_t, uint64_t>;  // (st_dev, st_ino)
 class CallCounter::Impl {
  public:
   explicit Impl(const CallCounterOptions& options)
-      : skel_(load_program(options, timing_refused_)),
+      : options_(options),
+        skel_(load_program(options, timing_refused_)),
         timing_(options.time_calls && timing_refused_.empty()) {
     fork_link_.reset(bpf_program__attach(skel_->progs.hpd_calls_fork));
     if (!fork_link_)
@@ -299,6 +301,20 @@ class CallCounter::Impl {
   // Scans and probes the modules `pid` maps; whether any of them is instrumented.
   bool scan_process(int32_t pid) {
     const std::vector<MapsEntry> maps = read_executable_maps(pid);
+    // Read after the maps: a program the maps show was mapped by an exec that had committed its
+    // credentials already, so a set-user-ID one is seen here even before hpd_calls_exec ran.
+    if (options_.restrict_to_client && !process_runs_as(pid, options_.client_uid, options_.client_gid)) {
+      note_once("left " + std::to_string(pid),
+                "call counts: pid " + std::to_string(pid) +
+                    " executed a program that runs with credentials other than yours; its calls from then "
+                    "on were not counted");
+      // Out of the targets, and marked as left: the next rescan drops it (as after hpd_calls_exec).
+      const int32_t key = pid;
+      const uint8_t yes = 1;
+      bpf_map_update_elem(bpf_map__fd(skel_->maps.call_left), &key, &yes, BPF_ANY);
+      bpf_map_delete_elem(bpf_map__fd(skel_->maps.call_targets), &key);
+      return false;
+    }
     bool instrumented = false;
     bool needs_libc = false;
     std::string libc;
@@ -647,6 +663,7 @@ class CallCounter::Impl {
   }
 
   std::string timing_refused_;  // why the timing program could not be loaded ("" = it was, or not asked)
+  CallCounterOptions options_;
   Skeleton skel_;
   bool timing_ = false;          // NOP sites at functions' entries are probed at entry and return
   bool time_asked_ = false;      // CallCounterOptions::time_calls

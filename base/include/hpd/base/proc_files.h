@@ -46,6 +46,11 @@ std::optional<uint64_t> read_process_start_monotonic_ns(int32_t pid);
 // The real uid of the process from /proc/PID/status, nullopt if gone.
 std::optional<uint32_t> read_process_uid(int32_t pid);
 
+// Whether every id of the process in /proc/PID/status (real, effective, saved and filesystem uid and
+// gid) is `uid` and `gid`: the credentials the kernel's PTRACE_MODE_READ check compares. False when the
+// process is gone or its status cannot be read.
+bool process_runs_as(int32_t pid, uint32_t uid, uint32_t gid);
+
 // The cgroup a /proc/PID/cgroup text names: the path of its cgroup v2 line ("0::PATH"), unless that is
 // the root "/" and systemd's name=systemd v1 line names another (a hybrid system, where systemd tracks
 // units in its v1 tree); "" when neither line is there.
