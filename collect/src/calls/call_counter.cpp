@@ -303,7 +303,10 @@ class CallCounter::Impl {
     const std::vector<MapsEntry> maps = read_executable_maps(pid);
     // Read after the maps: a program the maps show was mapped by an exec that had committed its
     // credentials already, so a set-user-ID one is seen here even before hpd_calls_exec ran.
-    if (options_.restrict_to_client && !process_runs_as(pid, options_.client_uid, options_.client_gid)) {
+    if (options_.restrict_to_client && !maps.empty() &&
+        !process_runs_as(pid, options_.client_uid, options_.client_gid)) {
+      // Gone meanwhile (its status unreadable): an exit, not other credentials; the rescan sees it.
+      if (::access(("/proc/" + std::to_string(pid)).c_str(), F_OK) != 0) return false;
       note_once("left " + std::to_string(pid),
                 "call counts: pid " + std::to_string(pid) +
                     " executed a program that runs with credentials other than yours; its calls from then "
