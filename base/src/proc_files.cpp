@@ -222,25 +222,54 @@ std::optional<uint32_t> read_process_uid(int32_t pid) {
   return uid;
 }
 
-bool process_runs_as(int32_t pid, uint32_t uid, uint32_t gid) {
+namespace {
+
+std::vector<unsigned> numbers_after(std::string_view line) {
+  std::vector<unsigned> out;
+  const char* p = line.data();
+  const char* end = p + line.size();
+  while (p < end) {
+    while (p < end && (*p == ' ' || *p == '\t')) ++p;
+    unsigned long n = 0;
+    const auto [next, ec] = std::from_chars(p, end, n);
+    if (ec != std::errc() || next == p || n > 0xffffffffUL) break;
+    out.push_back(static_cast<unsigned>(n));
+    p = next;
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusIds parse_proc_status_ids(std::string_view status) {
+  StatusIds ids;
+  while (!status.empty()) {
+    const size_t eol = status.find('\n');
+    const std::string_view line = status.substr(0, eol);
+    status = eol == std::string_view::npos ? std::string_view() : status.substr(eol + 1);
+    if (line.starts_with("Uid:"))
+      ids.uids = numbers_after(line.substr(4));
+    else if (line.starts_with("Gid:"))
+      ids.gids = numbers_after(line.substr(4));
+    else if (line.starts_with("Groups:"))
+      ids.groups = numbers_after(line.substr(7));
+  }
+  return ids;
+}
+
+std::optional<StatusIds> read_proc_status_ids(int32_t pid) {
   const auto text = read_small_file("/proc/" + std::to_string(pid) + "/status");
-  if (!text) return false;
-  // "Uid:\t<real>\t<effective>\t<saved>\t<filesystem>", the same for "Gid:".
-  const auto all_are = [&](std::string_view key, uint32_t want) {
-    const size_t pos = text->find(key);
-    if (pos == std::string::npos) return false;
-    const char* p = text->data() + pos + key.size();
-    const char* end = text->data() + text->size();
-    for (int i = 0; i < 4; ++i) {
-      while (p < end && (*p == ' ' || *p == '\t')) ++p;
-      uint32_t id = 0;
-      const auto [ptr, ec] = std::from_chars(p, end, id);
-      if (ec != std::errc() || ptr == p || id != want) return false;
-      p = ptr;
-    }
-    return true;
-  };
-  return all_are("\nUid:", uid) && all_are("\nGid:", gid);
+  if (!text) return std::nullopt;
+  StatusIds ids = parse_proc_status_ids(*text);
+  if (ids.uids.size() < 2) return std::nullopt;
+  return ids;
+}
+
+bool process_runs_as(int32_t pid, uint32_t uid, uint32_t gid) {
+  const auto ids = read_proc_status_ids(pid);
+  if (!ids || ids->uids.size() < 4 || ids->gids.size() < 4) return false;
+  return std::all_of(ids->uids.begin(), ids->uids.begin() + 4, [&](unsigned id) { return id == uid; }) &&
+         std::all_of(ids->gids.begin(), ids->gids.begin() + 4, [&](unsigned id) { return id == gid; });
 }
 
 std::vector<int> parse_cpu_list(const std::string& text) {

@@ -34,6 +34,17 @@ TEST(ProcFiles, CpuListsAndOwnProcess) {
   EXPECT_FALSE(process_runs_as(-1, ::getuid(), ::getgid()));
 }
 
+TEST(ProcFiles, ParsesProcStatusIds) {
+  const StatusIds ids = parse_proc_status_ids(
+      "Name:\tbash\nUid:\t1000\t1001\t1000\t1000\nGid:\t100\t100\t100\t100\nGroups:\t4 24 27 1002 \n");
+  EXPECT_EQ(ids.uids, (std::vector<unsigned>{1000, 1001, 1000, 1000}));
+  EXPECT_EQ(ids.gids, (std::vector<unsigned>{100, 100, 100, 100}));
+  EXPECT_EQ(ids.groups, (std::vector<unsigned>{4, 24, 27, 1002}));
+  EXPECT_TRUE(parse_proc_status_ids("Groups:\n").groups.empty());
+  EXPECT_TRUE(parse_proc_status_ids("garbage").uids.empty());
+  EXPECT_FALSE(read_proc_status_ids(-5).has_value());
+}
+
 // /proc/PID/cgroup as the kernel writes it on unified and hybrid systems, and the unit or container
 // a fleet's store slices by, from the cgroup paths systemd, Docker, containerd (Kubernetes) and Podman make.
 TEST(ProcFiles, CgroupPathsNameTheirSystemdUnitAndContainer) {

@@ -509,17 +509,6 @@ TEST(Config, DurationsAndSizes) {
   EXPECT_FALSE(parse_size_bytes("", b));
 }
 
-TEST(Access, ParsesProcStatus) {
-  const StatusIds ids = parse_proc_status_ids(
-      "Name:\tbash\nUid:\t1000\t1001\t1000\t1000\nGid:\t100\t100\t100\t100\nGroups:\t4 24 27 1002 \n");
-  EXPECT_EQ(ids.uids, (std::vector<unsigned>{1000, 1001, 1000, 1000}));
-  EXPECT_EQ(ids.gids, (std::vector<unsigned>{100, 100, 100, 100}));
-  EXPECT_EQ(ids.groups, (std::vector<unsigned>{4, 24, 27, 1002}));
-  EXPECT_TRUE(parse_proc_status_ids("Groups:\n").groups.empty());
-  EXPECT_TRUE(parse_proc_status_ids("garbage").uids.empty());
-  EXPECT_FALSE(read_proc_status_ids(-5).has_value());
-}
-
 // The inode of /proc/WHO/ns/user ("self" or a pid): a user namespace as PeerCredentials names it.
 uint64_t user_ns_of(const std::string& who) {
   struct stat st {};

@@ -30,17 +30,6 @@
 namespace hpd::service {
 namespace {
 
-std::vector<unsigned> numbers_after(std::string_view line) {
-  std::vector<unsigned> out;
-  std::istringstream in{std::string(line)};
-  unsigned long n = 0;
-  while (in >> n) {
-    if (n > 0xffffffffUL) break;
-    out.push_back(static_cast<unsigned>(n));
-  }
-  return out;
-}
-
 std::optional<gid_t> group_id(const std::string& name) {
   group entry{};
   group* found = nullptr;
@@ -304,32 +293,6 @@ std::string kernel_frames_refusal(const PeerCredentials& peer, int paranoid, int
            ", so the kernel would show you no kernel addresses";
   }
   return "";
-}
-
-StatusIds parse_proc_status_ids(std::string_view status) {
-  StatusIds ids;
-  while (!status.empty()) {
-    const size_t eol = status.find('\n');
-    const std::string_view line = status.substr(0, eol);
-    status = eol == std::string_view::npos ? std::string_view() : status.substr(eol + 1);
-    if (line.starts_with("Uid:"))
-      ids.uids = numbers_after(line.substr(4));
-    else if (line.starts_with("Gid:"))
-      ids.gids = numbers_after(line.substr(4));
-    else if (line.starts_with("Groups:"))
-      ids.groups = numbers_after(line.substr(7));
-  }
-  return ids;
-}
-
-std::optional<StatusIds> read_proc_status_ids(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  StatusIds ids = parse_proc_status_ids(text.str());
-  if (ids.uids.size() < 2) return std::nullopt;
-  return ids;
 }
 
 bool is_privileged_peer(const PeerCredentials& peer, const std::string& group) {

@@ -46,6 +46,17 @@ std::optional<uint64_t> read_process_start_monotonic_ns(int32_t pid);
 // The real uid of the process from /proc/PID/status, nullopt if gone.
 std::optional<uint32_t> read_process_uid(int32_t pid);
 
+// "Uid:" / "Gid:" of /proc/PID/status: real, effective, saved, filesystem.
+struct StatusIds {
+  std::vector<unsigned> uids;
+  std::vector<unsigned> gids;
+  std::vector<unsigned> groups;  // supplementary ("Groups:")
+};
+// Parses the text of /proc/PID/status; missing lines give empty vectors.
+StatusIds parse_proc_status_ids(std::string_view status);
+// /proc/PID/status read and parsed; nullopt when the process is gone.
+std::optional<StatusIds> read_proc_status_ids(int32_t pid);
+
 // Whether every id of the process in /proc/PID/status (real, effective, saved and filesystem uid and
 // gid) is `uid` and `gid`: the credentials the kernel's PTRACE_MODE_READ check compares. False when the
 // process is gone or its status cannot be read.

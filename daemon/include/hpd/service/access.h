@@ -53,17 +53,6 @@ inline constexpr int kCapPerfmon = 38;
   return ((set >> cap) & 1) != 0;
 }
 
-// "Uid:" / "Gid:" of /proc/PID/status: real, effective, saved, filesystem.
-struct StatusIds {
-  std::vector<unsigned> uids;
-  std::vector<unsigned> gids;
-  std::vector<unsigned> groups;  // supplementary ("Groups:")
-};
-// Parses the text of /proc/PID/status; missing lines give empty vectors.
-StatusIds parse_proc_status_ids(std::string_view status);
-// /proc/PID/status read and parsed; nullopt when the process is gone.
-std::optional<StatusIds> read_proc_status_ids(pid_t pid);
-
 // Whether the peer is root of hpd's user namespace (uid 0 there; not the root of a namespace of its
 // own) or a member of `group` (its primary group or a supplementary group of the connecting process;
 // when that process is gone, of the user's group list).
