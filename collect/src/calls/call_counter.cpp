@@ -233,10 +233,7 @@ class CallCounter::Impl {
       uint8_t value = 0;
       if (bpf_map_lookup_elem(left, &*it, &value) == 0) {
         // Out of the targets since its exec (hpd_calls_exec): its new program is not probed.
-        note_once("left " + std::to_string(*it),
-                  "call counts: pid " + std::to_string(*it) +
-                      " executed a program that runs with credentials other than yours; its calls from "
-                      "then on were not counted");
+        note_left(*it);
         it = processes_.erase(it);
         continue;
       }
@@ -307,10 +304,7 @@ class CallCounter::Impl {
         !process_runs_as(pid, options_.client_uid, options_.client_gid)) {
       // Gone meanwhile (its status unreadable): an exit, not other credentials; the rescan sees it.
       if (::access(("/proc/" + std::to_string(pid)).c_str(), F_OK) != 0) return false;
-      note_once("left " + std::to_string(pid),
-                "call counts: pid " + std::to_string(pid) +
-                    " executed a program that runs with credentials other than yours; its calls from then "
-                    "on were not counted");
+      note_left(pid);
       // Out of the targets, and marked as left: the next rescan drops it (as after hpd_calls_exec).
       const int32_t key = pid;
       const uint8_t yes = 1;
@@ -535,6 +529,14 @@ class CallCounter::Impl {
 
   void remember_file(const struct stat& st, const std::string& path, const std::string& build_id) {
     known_files_[{major(st.st_dev), minor(st.st_dev), st.st_ino}] = {path, build_id};
+  }
+
+  // A target that executed a program with credentials the client may not trace: said once.
+  void note_left(int32_t pid) {
+    note_once("left " + std::to_string(pid),
+              "call counts: pid " + std::to_string(pid) +
+                  " executed a program that runs with credentials other than yours; its calls from then on "
+                  "were not counted");
   }
 
   void note_once(const std::string& key, const std::string& message) {
