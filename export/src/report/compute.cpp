@@ -12,6 +12,7 @@
 #include "hpd/export/report.h"
 #include "hpd/model/validate.h"
 #include "rows.h"
+#include "whole_functions.h"
 
 namespace hpd {
 
@@ -89,7 +90,8 @@ struct MoveKey {
 };
 
 // Attributes each stack's on-CPU samples to its innermost compiler_move/compiler_copy frame, if any.
-void compute_moves(const Profile& p, const std::vector<Tally>& per_stack, Report& report) {
+void compute_moves(const Profile& p, const std::vector<uint32_t>& whole, const std::vector<Tally>& per_stack,
+                   Report& report) {
   // Parsed once per function: most profiles have no move frames at all.
   std::vector<int32_t> key_of_func(p.funcs.size(), -1);
   std::vector<MoveKey> keys;
@@ -134,7 +136,7 @@ void compute_moves(const Profile& p, const std::vector<Tally>& per_stack, Report
     on.wait_ns = 0;
     Acc& a = acc[static_cast<size_t>(key_of_func[move_frame.func])];
     a.tally += on;
-    if (caller != kNoIndex) a.callers[p.frames[p.stacks[caller].frame].func] += on;
+    if (caller != kNoIndex) a.callers[whole[p.frames[p.stacks[caller].frame].func]] += on;
     report.move_samples += on.on;
     report.move_cpu_ns += on.cpu_ns;
   }
@@ -160,19 +162,21 @@ void compute_moves(const Profile& p, const std::vector<Tally>& per_stack, Report
   });
 }
 
-void compute_mip(const Profile& p, const ReportOptions& options, Report& report) {
+void compute_mip(const Profile& p, const std::vector<uint32_t>& whole, const ReportOptions& options,
+                 Report& report) {
   if (p.mip_counts.empty()) return;
   std::vector<const ReportRow*> sampled(p.funcs.size(), nullptr);
   for (const ReportRow& r : report.rows) sampled[r.func] = &r;
   std::map<uint32_t, MipRow> by_func;  // several processes of one binary add up
   for (const MipCount& c : p.mip_counts) {
     if (options.pid != 0 && c.pid != options.pid) continue;
-    auto [it, inserted] = by_func.try_emplace(c.func);
+    const uint32_t func = whole[c.func];
+    auto [it, inserted] = by_func.try_emplace(func);
     MipRow& row = it->second;
     if (inserted) {
-      row.func = c.func;
-      row.name = p.func_name(c.func);
-      const uint32_t lib = p.funcs[c.func].lib;
+      row.func = func;
+      row.name = p.func_name(func);
+      const uint32_t lib = p.funcs[func].lib;
       if (lib != kNoIndex && lib < p.libs.size()) row.library = p.libs[lib].name;
       row.counts_calls = c.counts_calls;
     }
@@ -204,7 +208,8 @@ void compute_mip(const Profile& p, const ReportOptions& options, Report& report)
 
 // The runtime's latency per function (merged over processes unless one is chosen), beside the
 // counts of the rows compute_calls made.
-void add_call_latency(const Profile& p, const ReportOptions& options, Report& report) {
+void add_call_latency(const Profile& p, const std::vector<uint32_t>& whole, const ReportOptions& options,
+                      Report& report) {
   report.calls_counter = p.meta.recording.call_counter;
   const RecordingInfo& rec = p.meta.recording;
   // The call graph as recorded: "cfi", "fp", "dwarf", or "auto:<the one chosen>".
@@ -215,8 +220,8 @@ void add_call_latency(const Profile& p, const ReportOptions& options, Report& re
   std::map<uint32_t, CallLatency> by_func;
   for (const CallLatency& l : p.call_latency) {
     if (options.pid != 0 && l.pid != options.pid) continue;
-    CallLatency& m = by_func[l.func];
-    m.func = l.func;
+    CallLatency& m = by_func[whole[l.func]];
+    m.func = whole[l.func];
     m.merge(l);
   }
   const uint64_t duration = report.totals.duration_ns;
@@ -234,7 +239,8 @@ void add_call_latency(const Profile& p, const ReportOptions& options, Report& re
   }
 }
 
-void compute_calls(const Profile& p, const ReportOptions& options, Report& report) {
+void compute_calls(const Profile& p, const std::vector<uint32_t>& whole, const ReportOptions& options,
+                   Report& report) {
   if (p.call_edges.empty()) return;
   std::vector<const ReportRow*> sampled(p.funcs.size(), nullptr);
   for (const ReportRow& r : report.rows) sampled[r.func] = &r;
@@ -245,17 +251,19 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
   };
   for (const CallEdge& e : p.call_edges) {
     if (options.pid != 0 && e.pid != options.pid) continue;
-    auto [it, inserted] = by_func.try_emplace(e.callee_func);
+    const uint32_t callee = whole[e.callee_func];
+    const uint32_t caller = e.caller_func == kNoIndex ? kNoIndex : whole[e.caller_func];
+    auto [it, inserted] = by_func.try_emplace(callee);
     if (inserted) {
-      it->second.func = e.callee_func;
-      it->second.name = p.func_name(e.callee_func);
-      const uint32_t lib = p.funcs[e.callee_func].lib;
+      it->second.func = callee;
+      it->second.name = p.func_name(callee);
+      const uint32_t lib = p.funcs[callee].lib;
       if (lib != kNoIndex && lib < p.libs.size()) it->second.library = p.libs[lib].name;
     }
     it->second.calls += e.count;
     report.calls_total += e.count;
-    callers[e.callee_func][e.caller_func] += e.count;
-    if (e.caller_func != kNoIndex) callees[e.caller_func][e.callee_func] += e.count;
+    callers[callee][caller] += e.count;
+    if (caller != kNoIndex) callees[caller][callee] += e.count;
   }
   const auto peers = [&](const std::map<uint32_t, uint64_t>& m) {
     std::vector<CallPeer> out;
@@ -275,7 +283,7 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
     if (auto c = callees.find(func); c != callees.end()) row.callees = peers(c->second);
     report.calls.push_back(std::move(row));
   }
-  add_call_latency(p, options, report);
+  add_call_latency(p, whole, options, report);
   std::stable_sort(report.calls.begin(), report.calls.end(), [](const CallRow& a, const CallRow& b) {
     if (a.calls != b.calls) return a.calls > b.calls;
     return a.name < b.name;
@@ -284,7 +292,8 @@ void compute_calls(const Profile& p, const ReportOptions& options, Report& repor
 
 // Sampled allocations per function, weighted by alloc_sample_scale so that every sum estimates what
 // the program did.
-void compute_allocations(const Profile& p, const ReportOptions& options, Report& report) {
+void compute_allocations(const Profile& p, const std::vector<uint32_t>& whole, const ReportOptions& options,
+                         Report& report) {
   report.alloc_mean_bytes = p.meta.alloc.mean_bytes;
   if (report.alloc_mean_bytes == 0) return;
   std::map<uint32_t, AllocRow> by_func;
@@ -307,7 +316,7 @@ void compute_allocations(const Profile& p, const ReportOptions& options, Report&
     const std::vector<uint32_t> frames = p.stack_frames_root_first(a.stack);
     seen.clear();
     for (size_t i = 0; i < frames.size(); ++i) {
-      const uint32_t func = p.frames[frames[i]].func;
+      const uint32_t func = whole[p.frames[frames[i]].func];
       auto [it, inserted] = by_func.try_emplace(func);
       AllocRow& row = it->second;
       if (inserted) {
@@ -531,6 +540,8 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
                      return a.pid != b.pid ? a.pid < b.pid : a.tid < b.tid;
                    });
 
+  // One row per function, also for one kept as several funcs (whole_functions.h).
+  const std::vector<uint32_t> whole = whole_functions(p);
   std::vector<Tally> self(p.funcs.size());
   std::vector<Tally> total(p.funcs.size());
   std::vector<uint32_t> seen_in(p.funcs.size(), kNoIndex);  // last stack that counted the func
@@ -538,9 +549,9 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     const Tally& tally = per_stack[s];
     if (tally.empty()) continue;
     // The stack node is the deepest frame, the innermost inline level at the sampled address.
-    self[p.frames[p.stacks[s].frame].func] += tally;
+    self[whole[p.frames[p.stacks[s].frame].func]] += tally;
     for (uint32_t node = s; node != kNoIndex; node = p.stacks[node].prefix) {
-      const uint32_t func = p.frames[p.stacks[node].frame].func;
+      const uint32_t func = whole[p.frames[p.stacks[node].frame].func];
       if (seen_in[func] == s) continue;  // recursion: once per sample
       seen_in[func] = s;
       total[func] += tally;
@@ -575,10 +586,10 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     report.rows.push_back(std::move(row));
   }
   sort_rows(report.rows, options.sort);
-  compute_moves(p, per_stack, report);
-  compute_mip(p, options, report);
-  compute_calls(p, options, report);
-  compute_allocations(p, options, report);
+  compute_moves(p, whole, per_stack, report);
+  compute_mip(p, whole, options, report);
+  compute_calls(p, whole, options, report);
+  compute_allocations(p, whole, options, report);
   // Calls per function for --sort calls: exact counts where there are any, else MIP's.
   std::map<uint32_t, uint64_t> calls_of;
   for (const CallRow& c : report.calls) calls_of[c.func] = c.calls;

@@ -15,6 +15,7 @@
 
 #include "hpd/model/validate.h"
 #include "names.h"
+#include "whole_functions.h"
 
 namespace hpd {
 namespace {
@@ -251,13 +252,15 @@ CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, c
                                CallTreeDirection direction) {
   validate(p);
   const std::vector<uint32_t> funcs = find_functions(p, function);
+  // One node per function, also for one kept as several funcs (whole_functions.h).
+  const std::vector<uint32_t> whole = report_rows::whole_functions(p);
   std::vector<bool> is_target(p.funcs.size(), false);
-  for (uint32_t f : funcs) is_target[f] = true;
+  for (uint32_t f : funcs) is_target[whole[f]] = true;
   CallTreeView view;
   view.direction = direction;
   view.interval_ns = interval_of(p);
   const std::vector<StackTally> per_stack = tally_stacks(p, options, &view.all_samples);
-  view.root.func = funcs.front();
+  view.root.func = whole[funcs.front()];
   view.root.name = p.func_name(funcs.front());
   view.root.library = library_of(p, funcs.front());
 
@@ -273,7 +276,7 @@ CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, c
     path.clear();
     tail_into.clear();
     for (uint32_t node = s; node != kNoIndex; node = p.stacks[node].prefix) {
-      path.push_back(p.frames[p.stacks[node].frame].func);
+      path.push_back(whole[p.frames[p.stacks[node].frame].func]);
       tail_into.push_back(p.stacks[node].tail_call);
     }
     std::reverse(path.begin(), path.end());
@@ -370,14 +373,19 @@ Annotation annotate_function(const Profile& p, const ReportOptions& options, con
   Annotation a;
   a.function = p.func_name(funcs.front());
   a.library = library_of(p, funcs.front());
+  // The function's own file: that of the part holding its entry (whole_functions.h).
+  const std::vector<uint32_t> whole = report_rows::whole_functions(p);
+  uint32_t file = kNoIndex;
   for (uint32_t f : funcs) {
-    if (p.funcs[f].file != kNoIndex) {
-      a.file = p.strings[p.funcs[f].file];
+    if (p.funcs[whole[f]].file != kNoIndex) {
+      file = p.funcs[whole[f]].file;
+      a.file = p.strings[file];
       break;
     }
   }
   const std::vector<StackTally> per_stack = tally_stacks(p, options, nullptr);
   std::map<uint32_t, AnnotatedLine> by_line;
+  std::map<uint32_t, Annotation::OtherFile> other_files;  // by string index
   std::map<int64_t, uint64_t> by_address;
   for (uint32_t s = 0; s < per_stack.size(); ++s) {
     const StackTally& t = per_stack[s];
@@ -389,8 +397,14 @@ Annotation annotate_function(const Profile& p, const ReportOptions& options, con
       const bool self = node == s;
       a.total_samples += t.on;
       if (self) a.self_samples += t.on;
+      const uint32_t frame_file = p.funcs[frame.func].file;
       if (frame.line == 0) {
         if (self) a.unknown_line_samples += t.on;
+      } else if (frame_file != kNoIndex && frame_file != file) {
+        Annotation::OtherFile& other = other_files[frame_file];
+        other.file = p.strings[frame_file];
+        other.total_samples += t.on;
+        if (self) other.self_samples += t.on;
       } else {
         AnnotatedLine& line = by_line[frame.line];
         line.line = frame.line;
@@ -405,6 +419,11 @@ Annotation annotate_function(const Profile& p, const ReportOptions& options, con
     }
   }
   for (const auto& [address, n] : by_address) a.addresses.push_back(AnnotatedAddress{address, n, {}});
+  for (auto& [index, other] : other_files) a.other_files.push_back(std::move(other));
+  std::stable_sort(a.other_files.begin(), a.other_files.end(),
+                   [](const Annotation::OtherFile& x, const Annotation::OtherFile& y) {
+                     return x.total_samples > y.total_samples;
+                   });
   if (!a.file.empty() && !by_line.empty()) {
     const std::vector<std::string> source = read_lines(a.file, a.source_error);
     a.source_found = !source.empty();
@@ -460,6 +479,11 @@ void print_annotation(const Annotation& a, std::ostream& out, size_t width) {
   }
   if (a.unknown_line_samples != 0)
     out << a.unknown_line_samples << " self samples at addresses without a line\n";
+  for (const Annotation::OtherFile& other : a.other_files) {
+    out << other.self_samples << " self, " << other.total_samples << " total samples on lines of "
+        << other.file << " (not shown above: its line numbers are not "
+        << (a.file.empty() ? "this file" : a.file) << "'s)\n";
+  }
   if (a.source_found || a.addresses.empty()) return;
   out << "Self samples by address:\n";
   for (const AnnotatedAddress& ad : a.addresses) {
@@ -481,6 +505,11 @@ void print_annotation_json(const Annotation& a, std::ostream& out) {
     if (a.source_found) line["text"] = l.text;
     lines.push_back(std::move(line));
   }
+  ordered_json others = ordered_json::array();
+  for (const Annotation::OtherFile& other : a.other_files) {
+    others.push_back(
+        {{"file", other.file}, {"self_samples", other.self_samples}, {"total_samples", other.total_samples}});
+  }
   ordered_json addresses = ordered_json::array();
   for (const AnnotatedAddress& ad : a.addresses) {
     addresses.push_back(
@@ -493,6 +522,7 @@ void print_annotation_json(const Annotation& a, std::ostream& out) {
                    {"self_samples", a.self_samples},
                    {"total_samples", a.total_samples},
                    {"unknown_line_samples", a.unknown_line_samples},
+                   {"other_files", std::move(others)},
                    {"lines", std::move(lines)},
                    {"addresses", std::move(addresses)}};
   if (!a.source_error.empty()) doc["source_error"] = a.source_error;

@@ -84,6 +84,15 @@ struct Annotation {
   std::string source_error;                 // why the file could not be read
   std::vector<AnnotatedLine> lines;         // with source: a window of the file around the sampled lines
   std::vector<AnnotatedAddress> addresses;  // sampled addresses, ascending
+  // Samples of the function on lines of other source files than `file` (a file its body #includes,
+  // as glibc's __vfprintf_internal does, or another function of the same name): not in `lines`,
+  // whose line numbers are those of `file`.
+  struct OtherFile {
+    std::string file;
+    uint64_t self_samples = 0;
+    uint64_t total_samples = 0;
+  };
+  std::vector<OtherFile> other_files;
 };
 Annotation annotate_function(const Profile& profile, const ReportOptions& options,
                              const std::string& function);
