@@ -283,12 +283,13 @@ size_t chunks_up_to(const std::vector<ChunkTruth>& chunks, const std::string& cu
       std::count_if(chunks.begin(), chunks.end(), [&](const ChunkTruth& c) { return c.name <= cursor; }));
 }
 
-// Every chunk up to `cursor` arrived exactly once, in order, with the chunk store's sample total.
+// Every chunk after `after` ("" = from the first) up to `cursor` arrived exactly once, in order, with
+// the chunk store's sample total.
 void expect_exactly_the_chunks(const std::vector<ChunkTruth>& chunks, const std::vector<ReceivedChunk>& got,
-                               const std::string& cursor) {
+                               const std::string& cursor, const std::string& after = "") {
   std::vector<ChunkTruth> sent;
   for (const ChunkTruth& c : chunks) {
-    if (c.name <= cursor) sent.push_back(c);
+    if (c.name > after && c.name <= cursor) sent.push_back(c);
   }
   ASSERT_FALSE(sent.empty());
   ASSERT_EQ(got.size(), sent.size()) << "requests received vs chunks up to the cursor " << cursor;
@@ -524,6 +525,170 @@ TEST_F(ContinuousPush, TwoEndpointsOneDownEachReceivesEveryChunkOnceAndTheOtherI
     expect_exactly_the_chunks(chunks, got, cursor);
   }
   EXPECT_GE(chunks_up_to(chunks, cursor_on_disk(state_, url_b)), queued_while_down + 1);
+}
+
+// Polls hpd's push entries by URL until `done` holds; false after 240 s (a real break).
+bool wait_push_by_url(const Hpd& hpd, const std::function<bool(std::map<std::string, json>&)>& done,
+                      std::map<std::string, json>* last) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (std::chrono::steady_clock::now() < deadline) {
+    *last = push_status_by_url(hpd);
+    if (done(*last)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return false;
+}
+
+uint64_t unix_now_ns_for_test() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// A reload (SIGHUP) that adds an endpoint: the new one receives every chunk that starts after the
+// reload, once, in order (its cursor starts at the newest chunk on disk when the reload takes effect,
+// as for an endpoint configured at start: the history recorded before is not sent); the endpoint that
+// was there already goes on undisturbed (nothing twice, its counters since start go on) although the
+// reload moved it from otlp_endpoint to otlp_endpoint.first.
+TEST_F(ContinuousPush, AReloadThatAddsAnEndpointSendsItEveryChunkFromThenOnAndLeavesTheOtherAlone) {
+  const std::string output_a = dir_.file("received-a.json");
+  const std::string output_b = dir_.file("received-b.json");
+  Collector a(kOtelcol, dir_.path(), output_a);
+  Collector b(kOtelcol, dir_.path(), output_b);
+  ASSERT_TRUE(can_connect(a.port())) << "the collector did not start: " << a.log();
+  ASSERT_TRUE(can_connect(b.port())) << "the collector did not start: " << b.log();
+  const std::string url_a = a.endpoint() + "/v1development/profiles";
+  const std::string url_b = b.endpoint() + "/v1development/profiles";
+  Hpd hpd(start_with(push_config(state_, a.endpoint())));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  std::map<std::string, json> s;
+  ASSERT_TRUE(wait_push_by_url(
+      hpd, [&](auto& m) { return m.count(url_a) && field(m[url_a], "chunks_sent") >= 2; }, &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+  EXPECT_EQ(s.size(), 1u) << json(s).dump();
+
+  const uint64_t sighup_unix_ns = unix_now_ns_for_test();
+  std::ofstream(hpd.config_path()) << push_config(state_, b.endpoint(),
+                                                  "otlp_endpoint.first = " + a.endpoint() + "\n");
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(hpd.wait_log("configuration reloaded", 20)) << hpd.log();
+  // The reload takes effect at the next chunk boundary: by the time the status lists the new endpoint.
+  ASSERT_TRUE(wait_push_by_url(hpd, [&](auto& m) { return m.count(url_b) > 0; }, &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+  const uint64_t in_effect_unix_ns = unix_now_ns_for_test();
+  ASSERT_TRUE(wait_push_by_url(
+      hpd,
+      [&](auto& m) {
+        return m.count(url_a) && m.count(url_b) && field(m[url_b], "chunks_sent") >= 3 &&
+               field(m[url_a], "chunks_sent") >= 5;
+      },
+      &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+  EXPECT_EQ(s.size(), 2u) << json(s).dump();
+  // The first endpoint's counters went on: it has sent every chunk from hpd's start up to its cursor
+  // (one fewer while the status caught it between the cursor and the count).
+  const size_t a_up_to_cursor = chunks_up_to(chunks_on_disk(state_), text(s[url_a], "last_sent"));
+  EXPECT_LE(field(s[url_a], "chunks_sent"), a_up_to_cursor) << json(s).dump();
+  EXPECT_GE(field(s[url_a], "chunks_sent") + 1, a_up_to_cursor) << json(s).dump();
+  EXPECT_EQ(field(s[url_b], "chunks_dropped"), 0u);
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+
+  const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+  // The first endpoint: every chunk from the first on, once, in order: the reload sent none twice.
+  const std::string cursor_a = cursor_on_disk(state_, url_a);
+  expect_exactly_the_chunks(chunks, wait_received({output_a}, chunks_up_to(chunks, cursor_a)), cursor_a);
+  // The new one: the chunk in progress when the reload took effect and every later one, each once,
+  // in order; none finished before the SIGHUP (1 s chunks; starts are rounded to the millisecond).
+  const std::string cursor_b = cursor_on_disk(state_, url_b);
+  ASSERT_FALSE(cursor_b.empty());
+  const std::vector<ReceivedChunk> got_b = wait_received({output_b}, 3);
+  ASSERT_FALSE(got_b.empty());
+  const auto first_b = std::find_if(chunks.begin(), chunks.end(), [&](const ChunkTruth& c) {
+    return c.start_unix_ns == got_b.front().time_unix_ns;
+  });
+  ASSERT_NE(first_b, chunks.end()) << "the first request B received is no chunk of the store";
+  ASSERT_NE(first_b, chunks.begin()) << "B received the chunks from before the reload";
+  const ChunkTruth& before_b = *(first_b - 1);
+  EXPECT_GT(first_b->start_unix_ns + 1'001'000'000, sighup_unix_ns) << first_b->name << " ended before the SIGHUP";
+  EXPECT_LT(first_b->start_unix_ns, in_effect_unix_ns + 1'000'000) << first_b->name;
+  expect_exactly_the_chunks(chunks, wait_received({output_b}, chunks_up_to(chunks, cursor_b) -
+                                                                  chunks_up_to(chunks, before_b.name)),
+                            cursor_b, before_b.name);
+}
+
+// A reload that removes an endpoint: hpd stops sending to it and its status entry goes; its cursor
+// file stays (naming the last chunk it accepted), so that adding it back goes on where it was: the
+// chunks recorded meanwhile are sent, each once, in order. The other endpoint goes on undisturbed.
+TEST_F(ContinuousPush, AReloadThatRemovesAnEndpointStopsSendingToItAndAddingItBackGoesOnWhereItWas) {
+  const std::string output_a = dir_.file("received-a.json");
+  const std::string output_b = dir_.file("received-b.json");
+  Collector a(kOtelcol, dir_.path(), output_a);
+  Collector b(kOtelcol, dir_.path(), output_b);
+  ASSERT_TRUE(can_connect(a.port())) << "the collector did not start: " << a.log();
+  ASSERT_TRUE(can_connect(b.port())) << "the collector did not start: " << b.log();
+  const std::string url_a = a.endpoint() + "/v1development/profiles";
+  const std::string url_b = b.endpoint() + "/v1development/profiles";
+  const std::string both = push_config(state_, a.endpoint(), "otlp_endpoint.second = " + b.endpoint() + "\n");
+  Hpd hpd(start_with(both));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  std::map<std::string, json> s;
+  ASSERT_TRUE(wait_push_by_url(
+      hpd,
+      [&](auto& m) {
+        return m.count(url_a) && m.count(url_b) && field(m[url_a], "chunks_sent") >= 2 &&
+               field(m[url_b], "chunks_sent") >= 2;
+      },
+      &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+
+  std::ofstream(hpd.config_path()) << push_config(state_, a.endpoint());
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(hpd.wait_log("configuration reloaded", 20)) << hpd.log();
+  // Its status entry goes (at the next chunk boundary, where a reload takes effect).
+  ASSERT_TRUE(wait_push_by_url(hpd, [&](auto& m) { return m.count(url_a) && !m.count(url_b); }, &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+  const uint64_t a_sent = field(s[url_a], "chunks_sent");
+  // A request in flight at the reload may still end (its cursor then is written); after that, while
+  // the other endpoint accepts 3 chunks and 3 more, the removed one's cursor stays where it was.
+  ASSERT_TRUE(wait_push_by_url(
+      hpd, [&](auto& m) { return m.count(url_a) && field(m[url_a], "chunks_sent") >= a_sent + 3; }, &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+  const std::string cursor_b = cursor_on_disk(state_, url_b);
+  ASSERT_FALSE(cursor_b.empty()) << "the removed endpoint's cursor file is gone";
+  ASSERT_TRUE(wait_push_by_url(
+      hpd, [&](auto& m) { return m.count(url_a) && field(m[url_a], "chunks_sent") >= a_sent + 6; }, &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+  EXPECT_EQ(cursor_on_disk(state_, url_b), cursor_b);
+  EXPECT_GT(text(s[url_a], "last_sent"), cursor_b) << json(s).dump();
+  EXPECT_FALSE(s.count(url_b)) << json(s).dump();
+  {
+    // It received exactly the chunks up to its cursor, none since.
+    const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+    expect_exactly_the_chunks(chunks, wait_received({output_b}, chunks_up_to(chunks, cursor_b)), cursor_b);
+  }
+
+  // Added back: it goes on after its cursor, with the chunks recorded while it was not configured.
+  const size_t missed = chunks_on_disk(state_).size() - chunks_up_to(chunks_on_disk(state_), cursor_b);
+  std::ofstream(hpd.config_path()) << both;
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(wait_push_by_url(
+      hpd, [&](auto& m) { return m.count(url_b) && field(m[url_b], "chunks_sent") >= missed + 1; }, &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+  const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+  for (const auto& [url, output] : {std::pair{url_a, output_a}, std::pair{url_b, output_b}}) {
+    SCOPED_TRACE(url);
+    const std::string cursor = cursor_on_disk(state_, url);
+    expect_exactly_the_chunks(chunks, wait_received({output}, chunks_up_to(chunks, cursor)), cursor);
+  }
 }
 
 TEST_F(ContinuousPush, EndpointAnsweringErrorsShowsInStatusAndLogWhileHpdKeepsSampling) {
