@@ -574,7 +574,8 @@ TEST_F(ContinuousPush, AReloadThatAddsAnEndpointSendsItEveryChunkFromThenOnAndLe
   hpd.signal(SIGHUP);
   ASSERT_TRUE(hpd.wait_log("configuration reloaded", 20)) << hpd.log();
   // The reload takes effect at the next chunk boundary: by the time the status lists the new endpoint.
-  ASSERT_TRUE(wait_push_by_url(hpd, [&](auto& m) { return m.count(url_b) > 0; }, &s))
+  ASSERT_TRUE(wait_push_by_url(
+      hpd, [&](auto& m) { return m.count(url_b) > 0; }, &s))
       << json(s).dump() << "\n"
       << hpd.log();
   const uint64_t in_effect_unix_ns = unix_now_ns_for_test();
@@ -612,11 +613,12 @@ TEST_F(ContinuousPush, AReloadThatAddsAnEndpointSendsItEveryChunkFromThenOnAndLe
   ASSERT_NE(first_b, chunks.end()) << "the first request B received is no chunk of the store";
   ASSERT_NE(first_b, chunks.begin()) << "B received the chunks from before the reload";
   const ChunkTruth& before_b = *(first_b - 1);
-  EXPECT_GT(first_b->start_unix_ns + 1'001'000'000, sighup_unix_ns) << first_b->name << " ended before the SIGHUP";
+  EXPECT_GT(first_b->start_unix_ns + 1'001'000'000, sighup_unix_ns)
+      << first_b->name << " ended before the SIGHUP";
   EXPECT_LT(first_b->start_unix_ns, in_effect_unix_ns + 1'000'000) << first_b->name;
-  expect_exactly_the_chunks(chunks, wait_received({output_b}, chunks_up_to(chunks, cursor_b) -
-                                                                  chunks_up_to(chunks, before_b.name)),
-                            cursor_b, before_b.name);
+  expect_exactly_the_chunks(
+      chunks, wait_received({output_b}, chunks_up_to(chunks, cursor_b) - chunks_up_to(chunks, before_b.name)),
+      cursor_b, before_b.name);
 }
 
 // A reload that removes an endpoint: hpd stops sending to it and its status entry goes; its cursor
@@ -649,7 +651,8 @@ TEST_F(ContinuousPush, AReloadThatRemovesAnEndpointStopsSendingToItAndAddingItBa
   hpd.signal(SIGHUP);
   ASSERT_TRUE(hpd.wait_log("configuration reloaded", 20)) << hpd.log();
   // Its status entry goes (at the next chunk boundary, where a reload takes effect).
-  ASSERT_TRUE(wait_push_by_url(hpd, [&](auto& m) { return m.count(url_a) && !m.count(url_b); }, &s))
+  ASSERT_TRUE(wait_push_by_url(
+      hpd, [&](auto& m) { return m.count(url_a) && !m.count(url_b); }, &s))
       << json(s).dump() << "\n"
       << hpd.log();
   const uint64_t a_sent = field(s[url_a], "chunks_sent");
@@ -689,6 +692,64 @@ TEST_F(ContinuousPush, AReloadThatRemovesAnEndpointStopsSendingToItAndAddingItBa
     const std::string cursor = cursor_on_disk(state_, url);
     expect_exactly_the_chunks(chunks, wait_received({output}, chunks_up_to(chunks, cursor)), cursor);
   }
+}
+
+// hpd's threads named `comm` (/proc/PID/task/*/comm).
+size_t threads_named(pid_t pid, const std::string& comm) {
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string name = read_small_file(e.path().string() + "/comm").value_or("");
+    if (!name.empty() && name.back() == '\n') name.pop_back();
+    if (name == comm) ++n;
+  }
+  return n;
+}
+
+// Waits until hpd has `want` threads named `comm`; false after 240 s.
+bool wait_threads(const Hpd& hpd, const std::string& comm, size_t want, size_t* seen) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while ((*seen = threads_named(hpd.pid(), comm)) != want && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return *seen == want;
+}
+
+// One pusher thread per endpoint configured, none with push off; a reload adds and ends them. The
+// endpoints need not answer: their threads exist while they are configured.
+TEST_F(ContinuousPush, PusherThreadsAreAsManyAsTheEndpointsConfigured) {
+  const std::string off =
+      "continuous = on\ncontinuous_chunk_seconds = 1\ncontinuous_frequency = 97\nstate_directory = " +
+      state_ + "\n";
+  Hpd hpd(start_with(off));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  // Running: a chunk was written (and the trimming thread, which works also with push off, is there).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (field(hpd.status()["continuous"], "chunks_on_disk") < 1 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_GE(field(hpd.status()["continuous"], "chunks_on_disk"), 1u) << hpd.log();
+  EXPECT_EQ(threads_named(hpd.pid(), "hpd-push"), 0u);
+  EXPECT_EQ(threads_named(hpd.pid(), "hpd-trim"), 1u);
+
+  const std::string endpoint_a = "http://127.0.0.1:" + std::to_string(free_port());
+  const std::string endpoint_b = "http://127.0.0.1:" + std::to_string(free_port());
+  size_t seen = 0;
+  std::ofstream(hpd.config_path()) << push_config(state_, endpoint_a,
+                                                  "otlp_endpoint.b = " + endpoint_b + "\n");
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(wait_threads(hpd, "hpd-push", 2, &seen)) << seen << " pusher threads\n" << hpd.log();
+  EXPECT_EQ(push_status_by_url(hpd).size(), 2u);
+
+  std::ofstream(hpd.config_path()) << push_config(state_, endpoint_b);
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(wait_threads(hpd, "hpd-push", 1, &seen)) << seen << " pusher threads\n" << hpd.log();
+
+  std::ofstream(hpd.config_path()) << off;
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(wait_threads(hpd, "hpd-push", 0, &seen)) << seen << " pusher threads\n" << hpd.log();
+  EXPECT_TRUE(push_status_by_url(hpd).empty());
+  EXPECT_EQ(threads_named(hpd.pid(), "hpd-trim"), 1u);
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
 TEST_F(ContinuousPush, EndpointAnsweringErrorsShowsInStatusAndLogWhileHpdKeepsSampling) {
