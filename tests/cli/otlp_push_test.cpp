@@ -35,7 +35,6 @@ namespace {
 
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kFixtures = HPD_FIXTURE_DIR;
-const std::string kOtelcol = HPD_OTELCOL_PATH;
 
 // What the collector received, reduced to what the checks compare.
 struct Received {
@@ -54,26 +53,12 @@ struct Received {
 Received parse_received(const json& request, const std::string& fixture_name) {
   Received r;
   const json& dict = request.at("dictionary");
-  const json& strings = dict.at("stringTable");
-  const auto string_at = [&](int64_t i) { return strings.at(static_cast<size_t>(i)).get<std::string>(); };
+  const auto string_at = [&](int64_t i) { return otlp_string(request, i); };
   const json& functions = dict.at("functionTable");
   const json& locations = dict.at("locationTable");
   const json& stacks = dict.at("stackTable");
-  const json& attributes = dict.at("attributeTable");
   const json& mappings = dict.at("mappingTable");
-  // A value as the collector writes it: inline, or (pdata moves resource attributes into the
-  // dictionary) as an index into the string table.
-  const auto any_value = [&](const json& v) -> std::string {
-    if (v.contains("stringValue")) return v.at("stringValue").get<std::string>();
-    if (v.contains("stringValueStrindex")) return string_at(otlp_int(v, "stringValueStrindex"));
-    if (v.contains("intValue")) return std::to_string(otlp_int(v, "intValue"));
-    return "";
-  };
-  const auto attribute = [&](int64_t i) {
-    const json& a = attributes.at(static_cast<size_t>(i));
-    return std::make_pair(string_at(otlp_int(a, "keyStrindex")),
-                          a.contains("value") ? any_value(a.at("value")) : "");
-  };
+  const auto attribute = [&](int64_t i) { return otlp_attribute(request, i); };
   for (const json& m : mappings) {
     if (!m.contains("attributeIndices")) continue;
     for (const json& i : m.at("attributeIndices")) {
@@ -87,10 +72,7 @@ Received parse_received(const json& request, const std::string& fixture_name) {
         otlp_int(functions.at(static_cast<size_t>(otlp_int(line, "functionIndex"))), "nameStrindex"));
   };
   for (const json& rp : request.at("resourceProfiles")) {
-    std::map<std::string, std::string> resource;
-    for (const json& kv : rp.at("resource").at("attributes"))
-      resource[kv.contains("key") ? kv.at("key").get<std::string>()
-                                  : string_at(otlp_int(kv, "keyStrindex"))] = any_value(kv.at("value"));
+    std::map<std::string, std::string> resource = otlp_resource(request, rp);
     if (resource["process.executable.name"] != fixture_name) continue;
     r.resource = resource;
     for (const json& sp : rp.at("scopeProfiles")) {
@@ -100,9 +82,7 @@ Received parse_received(const json& request, const std::string& fixture_name) {
         r.period_ns = otlp_int(p, "period");
         if (!p.contains("samples")) continue;
         for (const json& s : p.at("samples")) {
-          int64_t value = 0;
-          for (const json& v : s.at("values"))
-            value += v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+          const int64_t value = otlp_sample_total(s);
           if (s.contains("attributeIndices")) {
             for (const json& i : s.at("attributeIndices"))
               r.sample_attribute_keys.insert(attribute(i.get<int64_t>()).first);
@@ -200,8 +180,8 @@ std::string OtlpPushTest::fixture_out_;
 TEST_F(OtlpPushTest, CollectorReceivesWhatTheLocalExportHas) {
   testing::TempDir dir("otlp-collector", testing::TempDir::Cleanup::kKeepOnFailure);
   const std::string received_path = dir.file("received.json");
-  Collector collector(kOtelcol, dir.path(), received_path);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir.path(), received_path);
+  ASSERT_TRUE(collector.up());
 
   const RunResult push = run({kHpctl, "push", capture_, "--otlp-endpoint", collector.endpoint(), "--label",
                               "deployment.environment=test"},
@@ -285,8 +265,8 @@ TEST_F(OtlpPushTest, CollectorReceivesWhatTheLocalExportHas) {
 TEST_F(OtlpPushTest, CollectorReceivesTheSameOverGrpc) {
   testing::TempDir dir("otlp-collector-grpc", testing::TempDir::Cleanup::kKeepOnFailure);
   const std::string received_path = dir.file("received.json");
-  Collector collector(kOtelcol, dir.path(), received_path);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir.path(), received_path);
+  ASSERT_TRUE(collector.up());
   const RunResult push = run({kHpctl, "push", capture_, "--otlp-endpoint", collector.grpc_endpoint()}, 120);
   ASSERT_EQ(push.exit_code, 0) << push.err;
   EXPECT_NE(push.err.find("ProfilesService/Export"), std::string::npos) << push.err;
@@ -307,10 +287,10 @@ TEST_F(OtlpPushTest, CollectorReceivesTheSameOverGrpc) {
 TEST_F(OtlpPushTest, WithoutEndpointEveryEndpointOfHpdConfReceivesTheRecordingOnce) {
   testing::TempDir dir("otlp-push-endpoints", testing::TempDir::Cleanup::kKeepOnFailure);
   const std::string received_a = dir.file("received-a.json"), received_b = dir.file("received-b.json");
-  Collector a(kOtelcol, dir.path(), received_a);
-  Collector b(kOtelcol, dir.path(), received_b);
-  ASSERT_TRUE(can_connect(a.port())) << "the collector did not start: " << a.log();
-  ASSERT_TRUE(can_connect(b.port())) << "the collector did not start: " << b.log();
+  Collector a(dir.path(), received_a);
+  Collector b(dir.path(), received_b);
+  ASSERT_TRUE(a.up());
+  ASSERT_TRUE(b.up());
   LoopbackSocket closed(false);  // bound, not listening: connections are refused
   const std::string down = "http://127.0.0.1:" + std::to_string(closed.port());
   std::set<std::string> local_on_cpu_functions;
@@ -344,16 +324,16 @@ TEST_F(OtlpPushTest, GrpcToAnHttp1ServerIsAClearError) {
 
 TEST_F(OtlpPushTest, GrpcToTheHttpReceiverIsAClearError) {
   testing::TempDir dir("otlp-collector-grpc-wrong", testing::TempDir::Cleanup::kKeepOnFailure);
-  Collector collector(kOtelcol, dir.path(), dir.file("received.json"));
-  ASSERT_TRUE(can_connect(collector.port())) << collector.log();
+  Collector collector(dir.path(), dir.file("received.json"));
+  ASSERT_TRUE(collector.up());
   expect_push_fails("grpc://127.0.0.1:" + std::to_string(collector.port()),
                     {"did not answer as a gRPC server"});
 }
 
 TEST_F(OtlpPushTest, GrpcStatusOfACollectorWithoutProfilesIsAClearError) {
   testing::TempDir dir("otlp-collector-traces", testing::TempDir::Cleanup::kKeepOnFailure);
-  Collector collector(kOtelcol, dir.path(), dir.file("received.json"), 0, "traces");
-  ASSERT_TRUE(can_connect(collector.port())) << collector.log();
+  Collector collector(dir.path(), dir.file("received.json"), 0, "traces");
+  ASSERT_TRUE(collector.up());
   // Its gRPC server has no profiles service: grpc-status 12 in a trailers-only answer, which the
   // server may follow with a reset of the stream while the request is still being sent; libcurl 7.88
   // then reports the reset without the answer. Either way one line that says what is missing.
@@ -419,8 +399,8 @@ TEST_F(OtlpPushTest, AFirefoxJsonGzProfileArrivesWithTheFilesFunctionsAndTotals)
   const RunResult convert = run({kHpctl, "convert", capture_, "-q", "-o", profile});
   ASSERT_EQ(convert.exit_code, 0) << convert.err;
   const std::string received_path = dir.file("received.json");
-  Collector collector(kOtelcol, dir.path(), received_path);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir.path(), received_path);
+  ASSERT_TRUE(collector.up());
   const RunResult push = run({kHpctl, "push", profile, "--endpoint", collector.endpoint()}, 120);
   ASSERT_EQ(push.exit_code, 0) << push.err;
   const json request = wait_for_profiles(received_path);
@@ -464,8 +444,8 @@ class OtlpPushTlsTest : public OtlpPushTest {
 
 TEST_F(OtlpPushTlsTest, OverHttpsAndGrpcsWithAClientCertificateAndATokenTheCollectorReceivesIt) {
   const std::string received_path = dir_.file("received.json");
-  Collector collector(kOtelcol, dir_.path(), received_path, 0, "profiles", tls_);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), received_path, 0, "profiles", tls_);
+  ASSERT_TRUE(collector.up());
   std::set<std::string> local_on_cpu_functions;
   const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
   ASSERT_FALSE(local_samples.empty());
@@ -474,11 +454,7 @@ TEST_F(OtlpPushTlsTest, OverHttpsAndGrpcsWithAClientCertificateAndATokenTheColle
     const RunResult r = push(endpoint, all_flags());
     ASSERT_EQ(r.exit_code, 0) << endpoint << ": " << r.err;
     ++want;
-    std::vector<json> requests;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while ((requests = received_requests(received_path)).size() < want &&
-           std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::vector<json> requests = wait_received_requests({received_path}, want);
     ASSERT_EQ(requests.size(), want) << endpoint << "; the collector's log: " << collector.log();
     const Received got = parse_received(requests.back(), "cpu_split");
     EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions) << endpoint;
@@ -487,8 +463,8 @@ TEST_F(OtlpPushTlsTest, OverHttpsAndGrpcsWithAClientCertificateAndATokenTheColle
 }
 
 TEST_F(OtlpPushTlsTest, AWrongCaNoClientCertificateOrNoTokenIsAClearErrorAndExit1) {
-  Collector collector(kOtelcol, dir_.path(), dir_.file("received.json"), 0, "profiles", tls_);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), dir_.file("received.json"), 0, "profiles", tls_);
+  ASSERT_TRUE(collector.up());
   const auto expect_fails = [&](const std::string& endpoint, std::vector<std::string> flags,
                                 const std::vector<std::string>& expect) {
     const RunResult r = push(endpoint, flags);
@@ -523,8 +499,8 @@ TEST_F(OtlpPushTlsTest, AWrongCaNoClientCertificateOrNoTokenIsAClearErrorAndExit
 }
 
 TEST_F(OtlpPushTlsTest, AClientKeyOthersCanReadOrNotTheCallersIsRefusedBeforeAnythingIsSent) {
-  Collector collector(kOtelcol, dir_.path(), dir_.file("received.json"), 0, "profiles", tls_);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), dir_.file("received.json"), 0, "profiles", tls_);
+  ASSERT_TRUE(collector.up());
   const auto expect_refused = [&](const std::string& want) {
     const RunResult r = push(collector.endpoint(), all_flags());
     EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -554,8 +530,8 @@ TEST_F(OtlpPushTlsTest, AClientKeyOthersCanReadOrNotTheCallersIsRefusedBeforeAny
 // token and the labels from hpd.conf: the collector, which asks for all of them, receives the capture.
 TEST_F(OtlpPushTlsTest, WithoutEndpointRootPushesWithHpdConfsEndpointAndTlsSettings) {
   const std::string received_path = dir_.file("received.json");
-  Collector collector(kOtelcol, dir_.path(), received_path, 0, "profiles", tls_);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), received_path, 0, "profiles", tls_);
+  ASSERT_TRUE(collector.up());
   std::set<std::string> local_on_cpu_functions;
   const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
   ASSERT_FALSE(local_samples.empty());
@@ -570,11 +546,7 @@ TEST_F(OtlpPushTlsTest, WithoutEndpointRootPushesWithHpdConfsEndpointAndTlsSetti
     ASSERT_EQ(r.exit_code, 0) << endpoint << ": " << r.err;
     EXPECT_NE(r.err.find("with the push settings of " + conf), std::string::npos) << r.err;
     ++want;
-    std::vector<json> requests;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while ((requests = received_requests(received_path)).size() < want &&
-           std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::vector<json> requests = wait_received_requests({received_path}, want);
     ASSERT_EQ(requests.size(), want) << endpoint << "; the collector's log: " << collector.log();
     const Received got = parse_received(requests.back(), "cpu_split");
     EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions) << endpoint;

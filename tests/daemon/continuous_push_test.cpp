@@ -39,7 +39,6 @@ namespace {
 
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kFixtures = HPD_FIXTURE_DIR;
-const std::string kOtelcol = HPD_OTELCOL_PATH;
 
 std::string push_config(const std::string& state_dir, const std::string& endpoint,
                         const std::string& extra = "") {
@@ -142,52 +141,31 @@ std::map<std::string, json> push_status_by_url(const Hpd& hpd) {
   return out;
 }
 
-// The requests the collector wrote to `outputs`, waiting up to 60 s until there are `want`.
-struct ReceivedChunk;
-std::vector<ReceivedChunk> received_chunks(const std::vector<std::string>& outputs);
-std::vector<ReceivedChunk> wait_received(const std::vector<std::string>& outputs, size_t want);
-
 struct ReceivedChunk {
   uint64_t time_unix_ns = 0;                    // the profiles' start: the chunk's
   uint64_t samples = 0;                         // the values of the "samples" profiles
   std::map<std::string, std::string> resource;  // the attributes of one resource
 };
 
-// What the collector wrote, one entry per request, in the order received.
-std::vector<ReceivedChunk> received_chunks(const std::vector<std::string>& outputs) {
+// The requests the collector wrote to `outputs`, in the order received, waiting up to 60 s until
+// there are `want`.
+std::vector<ReceivedChunk> wait_received(const std::vector<std::string>& outputs, size_t want) {
   std::vector<ReceivedChunk> out;
-  for (const std::string& path : outputs) {
-    for (const json& request : received_requests(path)) {
-      ReceivedChunk r;
-      const json& strings = request.at("dictionary").at("stringTable");
-      for (const json& rp : request.at("resourceProfiles")) {
-        if (r.resource.empty() && rp.contains("resource") && rp["resource"].contains("attributes")) {
-          for (const json& kv : rp["resource"]["attributes"]) {
-            const json& v = kv.at("value");
-            const std::string key = kv.contains("key")
-                                        ? kv["key"].get<std::string>()
-                                        : strings.at(otlp_int(kv, "keyStrindex")).get<std::string>();
-            r.resource[key] = v.contains("stringValue") ? v["stringValue"].get<std::string>()
-                              : v.contains("stringValueStrindex")
-                                  ? strings.at(otlp_int(v, "stringValueStrindex")).get<std::string>()
-                                  : std::to_string(otlp_int(v, "intValue"));
-          }
-        }
-        for (const json& sp : rp.at("scopeProfiles")) {
-          for (const json& p : sp.at("profiles")) {
-            r.time_unix_ns = static_cast<uint64_t>(otlp_int(p, "timeUnixNano"));
-            if (strings.at(otlp_int(p.at("sampleType"), "typeStrindex")).get<std::string>() != "samples")
-              continue;
-            if (!p.contains("samples")) continue;
-            for (const json& s : p["samples"]) {
-              for (const json& v : s.at("values"))
-                r.samples += v.is_string() ? std::stoull(v.get<std::string>()) : v.get<uint64_t>();
-            }
-          }
+  for (const json& request : wait_received_requests(outputs, want)) {
+    ReceivedChunk r;
+    for (const json& rp : request.at("resourceProfiles")) {
+      if (r.resource.empty()) r.resource = otlp_resource(request, rp);
+      for (const json& sp : rp.at("scopeProfiles")) {
+        for (const json& p : sp.at("profiles")) {
+          r.time_unix_ns = static_cast<uint64_t>(otlp_int(p, "timeUnixNano"));
+          if (otlp_string(request, otlp_int(p.at("sampleType"), "typeStrindex")) != "samples") continue;
+          if (!p.contains("samples")) continue;
+          for (const json& sample : p["samples"])
+            r.samples += static_cast<uint64_t>(otlp_sample_total(sample));
         }
       }
-      out.push_back(std::move(r));
     }
+    out.push_back(std::move(r));
   }
   return out;
 }
@@ -203,35 +181,20 @@ struct ReceivedProcess {
 ReceivedProcess received_process(const std::vector<json>& requests, int32_t pid) {
   ReceivedProcess r;
   for (const json& request : requests) {
-    const json& dict = request.at("dictionary");
-    const json& strings = dict.at("stringTable");
-    const auto string_at = [&](int64_t i) { return strings.at(static_cast<size_t>(i)).get<std::string>(); };
-    const auto any_value = [&](const json& v) -> std::string {
-      if (v.contains("stringValue")) return v.at("stringValue").get<std::string>();
-      if (v.contains("stringValueStrindex")) return string_at(otlp_int(v, "stringValueStrindex"));
-      if (v.contains("intValue")) return std::to_string(otlp_int(v, "intValue"));
-      return "";
-    };
     for (const json& rp : request.at("resourceProfiles")) {
-      std::map<std::string, std::string> resource;
-      for (const json& kv : rp.at("resource").at("attributes"))
-        resource[kv.contains("key") ? kv.at("key").get<std::string>()
-                                    : string_at(otlp_int(kv, "keyStrindex"))] = any_value(kv.at("value"));
+      std::map<std::string, std::string> resource = otlp_resource(request, rp);
       if (resource["process.pid"] != std::to_string(pid)) continue;
       r.resource = resource;
       for (const json& sp : rp.at("scopeProfiles")) {
         for (const json& p : sp.at("profiles")) {
-          if (string_at(otlp_int(p.at("sampleType"), "typeStrindex")) != "samples" || !p.contains("samples"))
+          if (otlp_string(request, otlp_int(p.at("sampleType"), "typeStrindex")) != "samples" ||
+              !p.contains("samples"))
             continue;
-          for (const json& s : p.at("samples")) {
-            for (const json& v : s.at("values"))
-              r.samples += v.is_string() ? std::stoull(v.get<std::string>()) : v.get<uint64_t>();
-            if (!s.contains("attributeIndices")) continue;
-            for (const json& i : s.at("attributeIndices")) {
-              const json& a = dict.at("attributeTable").at(i.get<size_t>());
-              r.sample_attributes.emplace(string_at(otlp_int(a, "keyStrindex")),
-                                          a.contains("value") ? any_value(a.at("value")) : "");
-            }
+          for (const json& sample : p.at("samples")) {
+            r.samples += static_cast<uint64_t>(otlp_sample_total(sample));
+            if (!sample.contains("attributeIndices")) continue;
+            for (const json& i : sample.at("attributeIndices"))
+              r.sample_attributes.insert(otlp_attribute(request, i.get<int64_t>()));
           }
         }
       }
@@ -270,25 +233,18 @@ class TestServiceCgroup {
   pid_t member_ = 0;
 };
 
-std::vector<ReceivedChunk> wait_received(const std::vector<std::string>& outputs, size_t want) {
-  std::vector<ReceivedChunk> got;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while ((got = received_chunks(outputs)).size() < want && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  return got;
-}
-
 size_t chunks_up_to(const std::vector<ChunkTruth>& chunks, const std::string& cursor) {
   return static_cast<size_t>(
       std::count_if(chunks.begin(), chunks.end(), [&](const ChunkTruth& c) { return c.name <= cursor; }));
 }
 
-// Every chunk up to `cursor` arrived exactly once, in order, with the chunk store's sample total.
+// Every chunk after `after` ("" = from the first) up to `cursor` arrived exactly once, in order, with
+// the chunk store's sample total.
 void expect_exactly_the_chunks(const std::vector<ChunkTruth>& chunks, const std::vector<ReceivedChunk>& got,
-                               const std::string& cursor) {
+                               const std::string& cursor, const std::string& after = "") {
   std::vector<ChunkTruth> sent;
   for (const ChunkTruth& c : chunks) {
-    if (c.name <= cursor) sent.push_back(c);
+    if (c.name > after && c.name <= cursor) sent.push_back(c);
   }
   ASSERT_FALSE(sent.empty());
   ASSERT_EQ(got.size(), sent.size()) << "requests received vs chunks up to the cursor " << cursor;
@@ -341,8 +297,8 @@ TEST_F(ContinuousPush, EveryChunkReachesTheCollectorWithTheStoresSampleTotals) {
       read_small_file("/proc/" + std::to_string(busy_->pid()) + "/cgroup").value_or("");
   ASSERT_NE(cgroup_text.find("0::" + service.path() + "\n"), std::string::npos) << cgroup_text;
   const std::string output = dir_.file("received.json");
-  Collector collector(kOtelcol, dir_.path(), output);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), output);
+  ASSERT_TRUE(collector.up());
   json p;
   std::vector<ReceivedChunk> got = push_then_check(state_, collector.endpoint(), output, 3,
                                                    "push_labels = team=storage, region=test-1\n", &p);
@@ -381,8 +337,8 @@ TEST_F(ContinuousPush, EveryChunkReachesTheCollectorWithTheStoresSampleTotals) {
 
 TEST_F(ContinuousPush, OverGrpcEveryChunkReachesTheCollector) {
   const std::string output = dir_.file("received.json");
-  Collector collector(kOtelcol, dir_.path(), output);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), output);
+  ASSERT_TRUE(collector.up());
   json p;
   push_then_check(state_, collector.grpc_endpoint(), output, 2, "", &p);
   EXPECT_EQ(text(p, "endpoint"),
@@ -417,8 +373,8 @@ TEST_F(ContinuousPush, CollectorDownThenUpAndHpdRestartedSendsEveryChunkOnceInOr
     // Up: what queued while it was down is sent, oldest first (the order and the once are checked on
     // what the collector received, below). Not "the queue is empty": with 1-s chunks on a loaded machine
     // the next chunks keep arriving while these are sent, so an empty queue is a matter of speed.
-    Collector collector(kOtelcol, dir_.path(), dir_.file("received-1.json"), port);
-    ASSERT_TRUE(can_connect(port)) << collector.log();
+    Collector collector(dir_.path(), dir_.file("received-1.json"), port);
+    ASSERT_TRUE(collector.up());
     ASSERT_TRUE(wait_push(
         hpd, [&](const json& s) { return field(s, "chunks_sent") >= queued_while_down + 1; }, &p))
         << p.dump() << "\n"
@@ -429,8 +385,8 @@ TEST_F(ContinuousPush, CollectorDownThenUpAndHpdRestartedSendsEveryChunkOnceInOr
   }
   // hpd restarted (the chunk finished at its stop was not sent yet): the cursor says where it was.
   {
-    Collector collector(kOtelcol, dir_.path(), dir_.file("received-2.json"), port);
-    ASSERT_TRUE(can_connect(port)) << collector.log();
+    Collector collector(dir_.path(), dir_.file("received-2.json"), port);
+    ASSERT_TRUE(collector.up());
     Hpd hpd(start_with(push_config(state_, endpoint)));
     ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
     json p;
@@ -455,8 +411,8 @@ TEST_F(ContinuousPush, CollectorDownThenUpAndHpdRestartedSendsEveryChunkOnceInOr
 TEST_F(ContinuousPush, TwoEndpointsOneDownEachReceivesEveryChunkOnceAndTheOtherIsNotHeldBack) {
   const std::string output_a = dir_.file("received-a.json");
   const std::string output_b = dir_.file("received-b.json");
-  Collector a(kOtelcol, dir_.path(), output_a);
-  ASSERT_TRUE(can_connect(a.port())) << "the collector did not start: " << a.log();
+  Collector a(dir_.path(), output_a);
+  ASSERT_TRUE(a.up());
   const uint16_t port_b = free_port();
   const std::string endpoint_b = "http://127.0.0.1:" + std::to_string(port_b);
   const std::string url_a = a.endpoint() + "/v1development/profiles";
@@ -504,8 +460,8 @@ TEST_F(ContinuousPush, TwoEndpointsOneDownEachReceivesEveryChunkOnceAndTheOtherI
   const uint64_t queued_while_down = field(pb, "chunks_queued");
 
   // The second is up: it receives what queued, oldest first.
-  Collector b(kOtelcol, dir_.path(), output_b, port_b);
-  ASSERT_TRUE(can_connect(port_b)) << b.log();
+  Collector b(dir_.path(), output_b, port_b);
+  ASSERT_TRUE(b.up());
   json p;
   const auto sent_b = [&](const json&) {
     p = push_status_by_url(hpd)[url_b];
@@ -524,6 +480,223 @@ TEST_F(ContinuousPush, TwoEndpointsOneDownEachReceivesEveryChunkOnceAndTheOtherI
     expect_exactly_the_chunks(chunks, got, cursor);
   }
   EXPECT_GE(chunks_up_to(chunks, cursor_on_disk(state_, url_b)), queued_while_down + 1);
+}
+
+// Polls hpd's push entries by URL until `done` holds; false after 240 s (a real break).
+bool wait_push_by_url(const Hpd& hpd, const std::function<bool(std::map<std::string, json>&)>& done,
+                      std::map<std::string, json>* last) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (std::chrono::steady_clock::now() < deadline) {
+    *last = push_status_by_url(hpd);
+    if (done(*last)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return false;
+}
+
+// Waits until each endpoint of `sent` (URL -> chunks) has sent at least that many chunks since hpd
+// started (its status entry's chunks_sent).
+bool wait_sent(const Hpd& hpd, const std::map<std::string, uint64_t>& sent,
+               std::map<std::string, json>* last) {
+  return wait_push_by_url(
+      hpd,
+      [&](auto& m) {
+        return std::all_of(sent.begin(), sent.end(), [&](const auto& e) {
+          return m.count(e.first) && field(m[e.first], "chunks_sent") >= e.second;
+        });
+      },
+      last);
+}
+
+uint64_t unix_now_ns_for_test() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Two collectors on loopback, each writing what it received to its own file in `dir`.
+struct TwoCollectors {
+  explicit TwoCollectors(const testing::TempDir& dir)
+      : output_a(dir.file("received-a.json")),
+        output_b(dir.file("received-b.json")),
+        a(dir.path(), output_a),
+        b(dir.path(), output_b),
+        url_a(a.endpoint() + "/v1development/profiles"),
+        url_b(b.endpoint() + "/v1development/profiles") {}
+  std::string output_a, output_b;
+  Collector a, b;
+  std::string url_a, url_b;  // the URLs hpd posts to
+};
+
+// A reload (SIGHUP) that adds an endpoint: the new one receives the chunk in progress when the reload
+// takes effect and every later one, once, in order (its cursor starts at the newest finished chunk,
+// as for an endpoint configured at start: the history recorded before is not sent); the endpoint that
+// was there already goes on undisturbed (nothing twice, its counters since start go on) although the
+// reload moved it from otlp_endpoint to otlp_endpoint.first.
+TEST_F(ContinuousPush, AReloadThatAddsAnEndpointSendsItEveryChunkFromThenOnAndLeavesTheOtherAlone) {
+  TwoCollectors two(dir_);
+  ASSERT_TRUE(two.a.up());
+  ASSERT_TRUE(two.b.up());
+  const auto& [output_a, output_b, a, b, url_a, url_b] = two;
+  Hpd hpd(start_with(push_config(state_, a.endpoint())));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  std::map<std::string, json> s;
+  ASSERT_TRUE(wait_sent(hpd, {{url_a, 2}}, &s)) << json(s).dump() << "\n" << hpd.log();
+  EXPECT_EQ(s.size(), 1u) << json(s).dump();
+
+  const uint64_t sighup_unix_ns = unix_now_ns_for_test();
+  std::ofstream(hpd.config_path()) << push_config(state_, b.endpoint(),
+                                                  "otlp_endpoint.first = " + a.endpoint() + "\n");
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(hpd.wait_log("configuration reloaded", 20)) << hpd.log();
+  // The reload takes effect at the next chunk boundary: by the time the status lists the new endpoint.
+  ASSERT_TRUE(wait_push_by_url(
+      hpd, [&](auto& m) { return m.count(url_b) > 0; }, &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+  const uint64_t in_effect_unix_ns = unix_now_ns_for_test();
+  ASSERT_TRUE(wait_sent(hpd, {{url_a, 5}, {url_b, 3}}, &s)) << json(s).dump() << "\n" << hpd.log();
+  EXPECT_EQ(s.size(), 2u) << json(s).dump();
+  // The first endpoint's counters went on: it has sent every chunk from hpd's start up to its cursor
+  // (one fewer while the status caught it between the cursor and the count).
+  const size_t a_up_to_cursor = chunks_up_to(chunks_on_disk(state_), text(s[url_a], "last_sent"));
+  EXPECT_LE(field(s[url_a], "chunks_sent"), a_up_to_cursor) << json(s).dump();
+  EXPECT_GE(field(s[url_a], "chunks_sent") + 1, a_up_to_cursor) << json(s).dump();
+  EXPECT_EQ(field(s[url_b], "chunks_dropped"), 0u);
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+
+  const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+  // The first endpoint: every chunk from the first on, once, in order: the reload sent none twice.
+  const std::string cursor_a = cursor_on_disk(state_, url_a);
+  expect_exactly_the_chunks(chunks, wait_received({output_a}, chunks_up_to(chunks, cursor_a)), cursor_a);
+  // The new one: the chunk in progress when the reload took effect and every later one, each once,
+  // in order; none finished before the SIGHUP (1 s chunks; starts are rounded to the millisecond).
+  const std::string cursor_b = cursor_on_disk(state_, url_b);
+  ASSERT_FALSE(cursor_b.empty());
+  const std::vector<ReceivedChunk> got_b = wait_received({output_b}, 3);
+  ASSERT_FALSE(got_b.empty());
+  const auto first_b = std::find_if(chunks.begin(), chunks.end(), [&](const ChunkTruth& c) {
+    return c.start_unix_ns == got_b.front().time_unix_ns;
+  });
+  ASSERT_NE(first_b, chunks.end()) << "the first request B received is no chunk of the store";
+  ASSERT_NE(first_b, chunks.begin()) << "B received the chunks from before the reload";
+  const ChunkTruth& before_b = *(first_b - 1);
+  EXPECT_GT(first_b->start_unix_ns + 1'001'000'000, sighup_unix_ns)
+      << first_b->name << " ended before the SIGHUP";
+  EXPECT_LT(first_b->start_unix_ns, in_effect_unix_ns + 1'000'000) << first_b->name;
+  expect_exactly_the_chunks(
+      chunks, wait_received({output_b}, chunks_up_to(chunks, cursor_b) - chunks_up_to(chunks, before_b.name)),
+      cursor_b, before_b.name);
+}
+
+// A reload that removes an endpoint: hpd stops sending to it and its status entry goes; its cursor
+// file stays (naming the last chunk it accepted), so that adding it back goes on where it was: the
+// chunks recorded meanwhile are sent, each once, in order. The other endpoint goes on undisturbed.
+TEST_F(ContinuousPush, AReloadThatRemovesAnEndpointStopsSendingToItAndAddingItBackGoesOnWhereItWas) {
+  TwoCollectors two(dir_);
+  ASSERT_TRUE(two.a.up());
+  ASSERT_TRUE(two.b.up());
+  const auto& [output_a, output_b, a, b, url_a, url_b] = two;
+  const std::string both = push_config(state_, a.endpoint(), "otlp_endpoint.second = " + b.endpoint() + "\n");
+  Hpd hpd(start_with(both));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  std::map<std::string, json> s;
+  ASSERT_TRUE(wait_sent(hpd, {{url_a, 2}, {url_b, 2}}, &s)) << json(s).dump() << "\n" << hpd.log();
+
+  std::ofstream(hpd.config_path()) << push_config(state_, a.endpoint());
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(hpd.wait_log("configuration reloaded", 20)) << hpd.log();
+  // Its status entry goes (at the next chunk boundary, where a reload takes effect).
+  ASSERT_TRUE(wait_push_by_url(
+      hpd, [&](auto& m) { return m.count(url_a) && !m.count(url_b); }, &s))
+      << json(s).dump() << "\n"
+      << hpd.log();
+  const uint64_t a_sent = field(s[url_a], "chunks_sent");
+  // A request in flight at the reload may still end (its cursor then is written); after that, while
+  // the other endpoint accepts 3 chunks and 3 more, the removed one's cursor stays where it was.
+  ASSERT_TRUE(wait_sent(hpd, {{url_a, a_sent + 3}}, &s)) << json(s).dump() << "\n" << hpd.log();
+  const std::string cursor_b = cursor_on_disk(state_, url_b);
+  ASSERT_FALSE(cursor_b.empty()) << "the removed endpoint's cursor file is gone";
+  ASSERT_TRUE(wait_sent(hpd, {{url_a, a_sent + 6}}, &s)) << json(s).dump() << "\n" << hpd.log();
+  EXPECT_EQ(cursor_on_disk(state_, url_b), cursor_b);
+  EXPECT_GT(text(s[url_a], "last_sent"), cursor_b) << json(s).dump();
+  EXPECT_FALSE(s.count(url_b)) << json(s).dump();
+  {
+    // It received exactly the chunks up to its cursor, none since.
+    const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+    expect_exactly_the_chunks(chunks, wait_received({output_b}, chunks_up_to(chunks, cursor_b)), cursor_b);
+  }
+
+  // Added back: it goes on after its cursor, with the chunks recorded while it was not configured.
+  const size_t missed = chunks_on_disk(state_).size() - chunks_up_to(chunks_on_disk(state_), cursor_b);
+  std::ofstream(hpd.config_path()) << both;
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(wait_sent(hpd, {{url_b, missed + 1}}, &s)) << json(s).dump() << "\n" << hpd.log();
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+  const std::vector<ChunkTruth> chunks = chunks_on_disk(state_);
+  for (const auto& [url, output] : {std::pair{url_a, output_a}, std::pair{url_b, output_b}}) {
+    SCOPED_TRACE(url);
+    const std::string cursor = cursor_on_disk(state_, url);
+    expect_exactly_the_chunks(chunks, wait_received({output}, chunks_up_to(chunks, cursor)), cursor);
+  }
+}
+
+// hpd's threads named `comm` (/proc/PID/task/*/comm).
+size_t threads_named(pid_t pid, const std::string& comm) {
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string name = read_small_file(e.path().string() + "/comm").value_or("");
+    if (!name.empty() && name.back() == '\n') name.pop_back();
+    if (name == comm) ++n;
+  }
+  return n;
+}
+
+// Waits until hpd has `want` threads named `comm`; false after 240 s.
+bool wait_threads(const Hpd& hpd, const std::string& comm, size_t want, size_t* seen) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while ((*seen = threads_named(hpd.pid(), comm)) != want && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return *seen == want;
+}
+
+// One pusher thread per endpoint configured, none with push off; a reload adds and ends them. The
+// endpoints need not answer: their threads exist while they are configured.
+TEST_F(ContinuousPush, PusherThreadsAreAsManyAsTheEndpointsConfigured) {
+  const std::string off =
+      "continuous = on\ncontinuous_chunk_seconds = 1\ncontinuous_frequency = 97\nstate_directory = " +
+      state_ + "\n";
+  Hpd hpd(start_with(off));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  // Running: a chunk was written (and the trimming thread, which works also with push off, is there).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (field(hpd.status()["continuous"], "chunks_on_disk") < 1 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_GE(field(hpd.status()["continuous"], "chunks_on_disk"), 1u) << hpd.log();
+  EXPECT_EQ(threads_named(hpd.pid(), "hpd-push"), 0u);
+  EXPECT_EQ(threads_named(hpd.pid(), "hpd-trim"), 1u);
+
+  const std::string endpoint_a = "http://127.0.0.1:" + std::to_string(free_port());
+  const std::string endpoint_b = "http://127.0.0.1:" + std::to_string(free_port());
+  size_t seen = 0;
+  std::ofstream(hpd.config_path()) << push_config(state_, endpoint_a,
+                                                  "otlp_endpoint.b = " + endpoint_b + "\n");
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(wait_threads(hpd, "hpd-push", 2, &seen)) << seen << " pusher threads\n" << hpd.log();
+  EXPECT_EQ(push_status_by_url(hpd).size(), 2u);
+
+  std::ofstream(hpd.config_path()) << push_config(state_, endpoint_b);
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(wait_threads(hpd, "hpd-push", 1, &seen)) << seen << " pusher threads\n" << hpd.log();
+
+  std::ofstream(hpd.config_path()) << off;
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(wait_threads(hpd, "hpd-push", 0, &seen)) << seen << " pusher threads\n" << hpd.log();
+  EXPECT_TRUE(push_status_by_url(hpd).empty());
+  EXPECT_EQ(threads_named(hpd.pid(), "hpd-trim"), 1u);
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
 TEST_F(ContinuousPush, EndpointAnsweringErrorsShowsInStatusAndLogWhileHpdKeepsSampling) {
@@ -713,8 +886,8 @@ class ContinuousPushTls : public ContinuousPush {
 
 TEST_F(ContinuousPushTls, OverHttpsVerifiedWithTheCaFileEveryChunkArrives) {
   const std::string output = dir_.file("received.json");
-  Collector collector(kOtelcol, dir_.path(), output, 0, "profiles", server_tls());
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), output, 0, "profiles", server_tls());
+  ASSERT_TRUE(collector.up());
   ASSERT_EQ(collector.endpoint().rfind("https://", 0), 0u);
   json p;
   push_then_check(state_, collector.endpoint(), output, 2, "push_ca_file = " + pki_.ca_cert + "\n", &p);
@@ -724,8 +897,8 @@ TEST_F(ContinuousPushTls, OverHttpsVerifiedWithTheCaFileEveryChunkArrives) {
 
 TEST_F(ContinuousPushTls, OverGrpcsWithAClientCertificateEveryChunkArrives) {
   const std::string output = dir_.file("received.json");
-  Collector collector(kOtelcol, dir_.path(), output, 0, "profiles", server_tls(pki_.ca_cert));
-  ASSERT_TRUE(can_connect(collector.grpc_port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), output, 0, "profiles", server_tls(pki_.ca_cert));
+  ASSERT_TRUE(collector.up());
   ASSERT_EQ(collector.grpc_endpoint().rfind("grpcs://", 0), 0u);
   json p;
   push_then_check(state_, collector.grpc_endpoint(), output, 2,
@@ -737,8 +910,8 @@ TEST_F(ContinuousPushTls, OverGrpcsWithAClientCertificateEveryChunkArrives) {
 TEST_F(ContinuousPushTls, ABearerTokenFromARootOnlyFileIsWhatTheCollectorRequires) {
   const std::string output = dir_.file("received.json");
   const std::string token = "hpd-test-token-7f3a";
-  Collector collector(kOtelcol, dir_.path(), output, 0, "profiles", server_tls("", token));
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), output, 0, "profiles", server_tls("", token));
+  ASSERT_TRUE(collector.up());
   const std::string headers = dir_.file("push-headers");
   std::ofstream(headers) << "# the collector's token\nAuthorization: Bearer " << token << "\n";
   ASSERT_EQ(::chmod(headers.c_str(), 0600), 0);
@@ -749,9 +922,8 @@ TEST_F(ContinuousPushTls, ABearerTokenFromARootOnlyFileIsWhatTheCollectorRequire
 
 TEST_F(ContinuousPushTls, WithoutTheTokenTheCollectorRefusesAndStatusSaysSo) {
   const std::string token = "hpd-test-token-7f3a";
-  Collector collector(kOtelcol, dir_.path(), dir_.file("received.json"), 0, "profiles",
-                      server_tls("", token));
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), dir_.file("received.json"), 0, "profiles", server_tls("", token));
+  ASSERT_TRUE(collector.up());
   Hpd hpd(start_with(push_config(state_, collector.endpoint(), "push_ca_file = " + pki_.ca_cert + "\n")));
   ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
   json p;
@@ -765,8 +937,8 @@ TEST_F(ContinuousPushTls, WithoutTheTokenTheCollectorRefusesAndStatusSaysSo) {
 
 TEST_F(ContinuousPushTls, AWrongCaIsSaidInLogAndStatusAndNoChunkIsLostOnceItIsFixed) {
   const std::string output = dir_.file("received.json");
-  Collector collector(kOtelcol, dir_.path(), output, 0, "profiles", server_tls());
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir_.path(), output, 0, "profiles", server_tls());
+  ASSERT_TRUE(collector.up());
   Hpd hpd(
       start_with(push_config(state_, collector.endpoint(), "push_ca_file = " + pki_.other_ca_cert + "\n")));
   ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();

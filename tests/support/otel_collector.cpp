@@ -134,8 +134,8 @@ TestPki::TestPki(const std::string& dir) {
   client_key = dir + "/client.key";
 }
 
-Collector::Collector(const std::string& otelcol, const std::string& dir, const std::string& output,
-                     uint16_t port, const std::string& signal, const CollectorTls& tls)
+Collector::Collector(const std::string& dir, const std::string& output, uint16_t port,
+                     const std::string& signal, const CollectorTls& tls)
     : port_(port != 0 ? port : free_port()), grpc_port_(free_port()), tls_(!tls.cert_file.empty()) {
   const std::string base = dir + "/otelcol-" + std::to_string(port_);
   const std::string config = base + ".yaml";
@@ -182,7 +182,7 @@ Collector::Collector(const std::string& otelcol, const std::string& dir, const s
   BackgroundOptions options;
   options.stdout_path = log_path_;
   process_ = std::make_unique<Background>(
-      std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" --config \"$1\" 2>&1", otelcol, config},
+      std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" --config \"$1\" 2>&1", HPD_OTELCOL_PATH, config},
       options);
   // Ready when its receiver accepts connections (or it exited: then the test fails, with its log).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -193,6 +193,11 @@ Collector::Collector(const std::string& otelcol, const std::string& dir, const s
 }
 
 Collector::~Collector() = default;
+
+::testing::AssertionResult Collector::up() const {
+  if (can_connect(port_) && can_connect(grpc_port_)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "the collector did not start: " << log();
+}
 
 bool Collector::running() const {
   if (!process_) return false;
@@ -224,20 +229,65 @@ std::vector<json> received_requests(const std::string& path) {
   return out;
 }
 
-json wait_for_profiles(const std::string& path) {
+std::vector<json> wait_received_requests(const std::vector<std::string>& paths, size_t want) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::vector<json> requests = received_requests(path);
-    if (!requests.empty()) return requests.front();
+  std::vector<json> out;
+  for (;;) {
+    out.clear();
+    for (const std::string& path : paths) {
+      for (json& j : received_requests(path)) out.push_back(std::move(j));
+    }
+    if (out.size() >= want || std::chrono::steady_clock::now() >= deadline) return out;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return json();
+}
+
+json wait_for_profiles(const std::string& path) {
+  std::vector<json> requests = wait_received_requests({path}, 1);
+  return requests.empty() ? json() : std::move(requests.front());
 }
 
 int64_t otlp_int(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key)) return 0;
   const json& v = j.at(key);
   return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+}
+
+std::string otlp_string(const json& request, int64_t index) {
+  return request.at("dictionary").at("stringTable").at(static_cast<size_t>(index)).get<std::string>();
+}
+
+std::string otlp_value(const json& request, const json& value) {
+  if (value.contains("stringValue")) return value.at("stringValue").get<std::string>();
+  if (value.contains("stringValueStrindex"))
+    return otlp_string(request, otlp_int(value, "stringValueStrindex"));
+  if (value.contains("intValue")) return std::to_string(otlp_int(value, "intValue"));
+  return "";
+}
+
+std::map<std::string, std::string> otlp_resource(const json& request, const json& resource_profile) {
+  std::map<std::string, std::string> out;
+  if (!resource_profile.contains("resource") || !resource_profile.at("resource").contains("attributes"))
+    return out;
+  for (const json& kv : resource_profile.at("resource").at("attributes")) {
+    const std::string key = kv.contains("key") ? kv.at("key").get<std::string>()
+                                               : otlp_string(request, otlp_int(kv, "keyStrindex"));
+    out[key] = otlp_value(request, kv.at("value"));
+  }
+  return out;
+}
+
+std::pair<std::string, std::string> otlp_attribute(const json& request, int64_t index) {
+  const json& a = request.at("dictionary").at("attributeTable").at(static_cast<size_t>(index));
+  return {otlp_string(request, otlp_int(a, "keyStrindex")),
+          a.contains("value") ? otlp_value(request, a.at("value")) : ""};
+}
+
+int64_t otlp_sample_total(const json& sample) {
+  int64_t total = 0;
+  for (const json& v : sample.at("values"))
+    total += v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+  return total;
 }
 
 }  // namespace hpd::test

@@ -3,12 +3,16 @@
 // exporter; and loopback sockets and a canned server for the endpoints that are not a collector.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "subprocess.h"
@@ -69,7 +73,8 @@ struct CollectorTls {
   std::string bearer_token;         // "" = no token asked for (the bearertokenauth extension)
 };
 
-// The collector (kOtelcol: the path of hpd-otelcol) with one pipeline, profiles: otlp (HTTP on
+// The collector (hpd-otelcol, built by the target hpd_otelcol into BUILD/otelcol: a test that starts
+// one depends on that target) with one pipeline, profiles: otlp (HTTP on
 // 127.0.0.1:port, gRPC on another free port) -> file (`output`, one line of OTLP JSON per request received),
 // its own metrics off. Its configuration and log are DIR/otelcol-PORT.yaml and .log. The constructor returns
 // when the receiver accepts connections, or the collector exited, or after 120 s. `signal` "traces" makes a
@@ -77,12 +82,15 @@ struct CollectorTls {
 // receivers TLS (https://, grpcs://), asking for a client certificate and a bearer token when it says so.
 class Collector {
  public:
-  Collector(const std::string& otelcol, const std::string& dir, const std::string& output, uint16_t port = 0,
+  Collector(const std::string& dir, const std::string& output, uint16_t port = 0,
             const std::string& signal = "profiles", const CollectorTls& tls = {});
   ~Collector();
   uint16_t port() const { return port_; }
   uint16_t grpc_port() const { return grpc_port_; }
   bool running() const;  // not exited
+  // Success when both receivers accept connections; else a failure with the collector's log
+  // (ASSERT_TRUE(collector.up())).
+  ::testing::AssertionResult up() const;
   std::string endpoint() const {
     return (tls_ ? "https" : "http") + std::string("://127.0.0.1:") + std::to_string(port_);
   }
@@ -102,10 +110,25 @@ class Collector {
 
 // The complete JSON lines of `path` that hold resourceProfiles (requests the file exporter wrote).
 std::vector<nlohmann::json> received_requests(const std::string& path);
+// Those of every file of `paths` (one after the other), waiting up to 60 s until there are `want`.
+std::vector<nlohmann::json> wait_received_requests(const std::vector<std::string>& paths, size_t want);
 // The first one, waiting up to 60 s for the file exporter to write it; null when none came.
 nlohmann::json wait_for_profiles(const std::string& path);
 
 // An integer of OTLP JSON, which writes 64-bit integers as strings and leaves zero values out.
 int64_t otlp_int(const nlohmann::json& j, const char* key);
+
+// Reading a request the collector wrote (ExportProfilesServiceRequest as OTLP JSON): the string at
+// `index` of its dictionary's string table.
+std::string otlp_string(const nlohmann::json& request, int64_t index);
+// An AnyValue as text: inline, or (pdata moves strings into the dictionary) as a string index.
+std::string otlp_value(const nlohmann::json& request, const nlohmann::json& value);
+// The attributes of a resourceProfiles entry's resource, by key.
+std::map<std::string, std::string> otlp_resource(const nlohmann::json& request,
+                                                 const nlohmann::json& resource_profile);
+// Entry `index` of the dictionary's attribute table: (key, value).
+std::pair<std::string, std::string> otlp_attribute(const nlohmann::json& request, int64_t index);
+// The sum of a sample's values.
+int64_t otlp_sample_total(const nlohmann::json& sample);
 
 }  // namespace hpd::test

@@ -141,6 +141,16 @@ void ChunkPusher::wake() {
   chunk_finished();
 }
 
+void ChunkPusher::stop() {
+  stop_ = true;
+  wake();
+}
+
+void ChunkPusher::cancel() {
+  cancel_ = true;
+  wake();
+}
+
 void ChunkPusher::chunks_removed(const std::vector<fs::path>& removed) {
   std::vector<std::string> dropped;
   std::string url;
@@ -228,18 +238,13 @@ void ChunkPusher::run() {
   double retry_s = kFirstRetrySeconds;
   std::string failing;  // the error said last, "" when the last attempt succeeded
   while (!stop_.load()) {
-    // Woken by a finished chunk, a retry, a new configuration: the memory the recording's threads and
-    // the last export (a chunk symbolized system-wide: tens of MB) freed goes back to the system, also
-    // when push is off. glibc keeps freed memory in each thread's arena otherwise, and hpd's resident
-    // memory would stay at the high-water mark of every thread (docs/performance.md "Continuous
-    // push"). Here, not on the recording thread: sampling does not wait for it.
-    // Each pusher that exports trims after its own exports; one trims also when push is off.
-    bool pushing = false;
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      pushing = !url_.empty();
-    }
-    if (trim_memory_ || pushing) ::malloc_trim(0);
+    // Woken by a finished chunk, a retry, a new configuration: the memory the last export (a chunk
+    // symbolized system-wide: tens of MB) freed goes back to the system. glibc keeps freed memory in
+    // each thread's arena otherwise, and hpd's resident memory would stay at the high-water mark of
+    // every thread (docs/performance.md "Continuous push"). Here, not on the recording thread:
+    // sampling does not wait for it. The profiler's trimming thread does it after each chunk too
+    // (also when push is off).
+    ::malloc_trim(0);
     fs::path dir;
     std::string url, cursor;
     PushSettings settings;

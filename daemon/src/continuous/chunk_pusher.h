@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,13 +15,12 @@
 
 namespace hpd::continuous {
 
+// One endpoint's push: hpd runs one per endpoint configured, each on its own thread (run()).
 class ChunkPusher {
  public:
-  // `stop`: no new request is started; `cancel`: the request in flight is abandoned (set after a
-  // grace, so that a request the endpoint is answering ends with its cursor written: not sent twice).
-  // `trim_memory`: this pusher's thread gives freed memory back to the system (one of them does).
-  ChunkPusher(const std::atomic<bool>& stop, const std::atomic<bool>& cancel, bool trim_memory)
-      : stop_(stop), cancel_(cancel), trim_memory_(trim_memory) {}
+  ChunkPusher() = default;
+  ChunkPusher(const ChunkPusher&) = delete;
+  ChunkPusher& operator=(const ChunkPusher&) = delete;
 
   // The store and the endpoint to push to (from the recording thread, before each chunk and before
   // the first retention pass). When they change, the endpoint's cursor is read from `dir`, or, the
@@ -33,9 +33,14 @@ class ChunkPusher {
   void chunk_finished();
   // Retention removed these chunks: those not sent yet are counted and said as dropped.
   void chunks_removed(const std::vector<std::filesystem::path>& removed);
-  // The thread's body; returns when `stop` is set and wake() was called.
+  // The thread's body; returns after stop().
   void run();
   void wake();
+  // No new request is started and run() returns once the request in flight ended.
+  void stop();
+  // The request in flight is abandoned (after stop() and a grace, so that a request the endpoint is
+  // answering ends with its cursor written: not sent twice).
+  void cancel();
   // None when push is off; the queue as the store holds it now.
   std::vector<PushStats> stats() const;
   // The URL posted to ("" = off).
@@ -48,9 +53,8 @@ class ChunkPusher {
   void advance(const std::string& name, const std::filesystem::path& dir, const std::string& url,
                uint64_t generation);
 
-  const std::atomic<bool>& stop_;
-  const std::atomic<bool>& cancel_;
-  const bool trim_memory_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> cancel_{false};
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   // Guarded by mutex_.

@@ -1,5 +1,7 @@
 // ContinuousProfiler: one long-lived system-wide recording, cut into chunk files (each a complete capture,
 // streamed into NAME.tmp and renamed when done) without a pause in sampling.
+#include <malloc.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -98,14 +101,73 @@ namespace {
 
 constexpr double kPushStopGraceSeconds = 5;
 
-// kMaxPushEndpoints pushers, each with its thread; those without an endpoint wait.
-std::vector<std::unique_ptr<ChunkPusher>> make_pushers(const std::atomic<bool>& stop,
-                                                       const std::atomic<bool>& cancel) {
-  std::vector<std::unique_ptr<ChunkPusher>> pushers;
-  for (size_t i = 0; i < kMaxPushEndpoints; ++i)
-    pushers.push_back(std::make_unique<ChunkPusher>(stop, cancel, i == 0));
-  return pushers;
+// A pusher and its thread (named hpd-push); `done` once its run() returned.
+struct PushWorker {
+  std::shared_ptr<ChunkPusher> pusher;
+  std::thread thread;
+  std::shared_ptr<std::atomic<bool>> done;
+};
+
+PushWorker start_push_worker(std::shared_ptr<ChunkPusher> pusher) {
+  PushWorker w;
+  w.pusher = std::move(pusher);
+  w.done = std::make_shared<std::atomic<bool>>(false);
+  w.thread = std::thread([p = w.pusher, done = w.done] {
+    ::pthread_setname_np(::pthread_self(), "hpd-push");
+    p->run();
+    *done = true;
+  });
+  return w;
 }
+
+// Gives the memory hpd's threads freed back to the system (malloc_trim) after each finished chunk, on
+// a thread of its own (named hpd-trim), also when push is off: glibc keeps what a thread freed in its
+// arena otherwise (the collection's transients; docs/performance.md "Continuous push"). Not on the
+// recording thread: sampling does not wait for it.
+class MemoryTrimmer {
+ public:
+  void start() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    stop_ = false;
+    thread_ = std::thread([this] { run(); });
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void chunk_finished() {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      ++events_;
+    }
+    wake_.notify_all();
+  }
+
+ private:
+  void run() {
+    ::pthread_setname_np(::pthread_self(), "hpd-trim");
+    std::unique_lock<std::mutex> guard(mutex_);
+    uint64_t seen = events_;
+    while (!stop_) {
+      wake_.wait(guard, [&] { return stop_ || events_ != seen; });
+      if (stop_) break;
+      seen = events_;
+      guard.unlock();
+      ::malloc_trim(0);
+      guard.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  uint64_t events_ = 0;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -117,45 +179,103 @@ struct ContinuousProfiler::State {
   Stats stats;                // guarded by mutex
   std::atomic<bool> stop_requested{false};
   std::thread thread;
-  // One per endpoint (those beyond the endpoints configured are off): each with its cursor on disk,
-  // so that an endpoint that is down holds back none of the others.
-  // Set at stop() once the requests in flight had kPushStopGraceSeconds to end (push_threads_running).
-  std::atomic<bool> push_cancel{false};
-  std::atomic<size_t> push_threads_running{0};
-  std::vector<std::unique_ptr<ChunkPusher>> pushers = make_pushers(stop_requested, push_cancel);
-  std::vector<std::thread> push_threads;
+  MemoryTrimmer trimmer;
+  // One pusher and thread per endpoint configured, none when push is off (the push has its own
+  // threads: sampling never waits for the network), each with its cursor on disk, so that an endpoint
+  // that is down holds back none of the others. Changed by the thread that configures them (the
+  // recording thread, or start() and stop() while it does not run), under pushers_mutex: stats() reads
+  // them from other threads.
+  mutable std::mutex pushers_mutex;
+  std::vector<PushWorker> pushers;
+  // The pushers of endpoints a reload removed, stopped: the request each had in flight ends (its
+  // cursor is written), then the thread returns; joined at the next configure_pushers() or at stop().
+  std::vector<PushWorker> retiring;
 
-  // Each endpoint to the pusher that pushes to its URL already (its cursor and stats go on), the
-  // others to pushers that are free; the pushers left over are turned off.
+  // Each endpoint to the pusher that pushes to its URL already (its cursor, counters and retries go
+  // on, whichever key names it now), the others to new pushers with threads of their own; the
+  // pushers of endpoints no longer configured are stopped.
   void configure_pushers(const ContinuousOptions& o) {
+    for (auto it = retiring.begin(); it != retiring.end();) {
+      if (!it->done->load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = retiring.erase(it);
+    }
     std::vector<const PushSettings*> wanted;
     if (!o.push.otlp_endpoint.empty()) wanted.push_back(&o.push);
     for (const PushSettings& p : o.more_push) {
       if (!p.otlp_endpoint.empty()) wanted.push_back(&p);
     }
-    std::vector<const PushSettings*> slot(pushers.size(), nullptr);
-    std::vector<bool> placed(wanted.size(), false);
+    // Configured first (reading or creating their cursors may throw): nothing has moved yet then.
+    std::vector<size_t> kept(wanted.size(), SIZE_MAX);
+    std::vector<std::shared_ptr<ChunkPusher>> fresh(wanted.size());
     for (size_t w = 0; w < wanted.size(); ++w) {
       const std::string url = session::otlp_profiles_url(wanted[w]->otlp_endpoint);
-      for (size_t p = 0; p < pushers.size(); ++p) {
-        if (slot[p] == nullptr && pushers[p]->url() == url) {
-          slot[p] = wanted[w];
-          placed[w] = true;
-          break;
-        }
+      for (size_t p = 0; p < pushers.size() && kept[w] == SIZE_MAX; ++p) {
+        if (pushers[p].pusher->url() == url) kept[w] = p;
       }
+      if (kept[w] != SIZE_MAX) {
+        pushers[kept[w]].pusher->configure(o.dir, *wanted[w], o.log);
+        continue;
+      }
+      // Removed by a reload and added back while its last request is still in flight: its new pusher
+      // starts at a later boundary, once that request ended and wrote the cursor it will read.
+      if (std::any_of(retiring.begin(), retiring.end(),
+                      [&](const PushWorker& r) { return r.pusher->url() == url; }))
+        continue;
+      fresh[w] = std::make_shared<ChunkPusher>();
+      fresh[w]->configure(o.dir, *wanted[w], o.log);
     }
+    std::lock_guard<std::mutex> guard(pushers_mutex);
+    std::vector<PushWorker> next;
+    std::vector<bool> taken(pushers.size(), false);
     for (size_t w = 0; w < wanted.size(); ++w) {
-      for (size_t p = 0; !placed[w] && p < pushers.size(); ++p) {
-        if (slot[p] == nullptr) {
-          slot[p] = wanted[w];
-          placed[w] = true;
-        }
+      if (kept[w] != SIZE_MAX) {
+        taken[kept[w]] = true;
+        next.push_back(std::move(pushers[kept[w]]));
+      } else if (fresh[w]) {
+        next.push_back(start_push_worker(std::move(fresh[w])));
       }
     }
-    PushSettings off = o.push;
-    off.otlp_endpoint.clear();
-    for (size_t p = 0; p < pushers.size(); ++p) pushers[p]->configure(o.dir, slot[p] ? *slot[p] : off, o.log);
+    for (size_t p = 0; p < pushers.size(); ++p) {
+      if (taken[p]) continue;
+      pushers[p].pusher->stop();
+      retiring.push_back(std::move(pushers[p]));
+    }
+    pushers = std::move(next);
+  }
+
+  // Stops every pusher: a request in flight gets a moment to end (one the endpoint accepted then has
+  // its cursor written, and is not sent again after a restart); past the grace it is abandoned (a
+  // hung endpoint).
+  void stop_pushers() {
+    std::vector<PushWorker> all;
+    {
+      std::lock_guard<std::mutex> guard(pushers_mutex);
+      all = std::move(pushers);
+      pushers.clear();
+    }
+    for (PushWorker& w : retiring) all.push_back(std::move(w));
+    retiring.clear();
+    for (PushWorker& w : all) w.pusher->stop();
+    const auto grace =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(kPushStopGraceSeconds);
+    const auto running = [&] {
+      return std::any_of(all.begin(), all.end(), [](const PushWorker& w) { return !w.done->load(); });
+    };
+    while (running() && std::chrono::steady_clock::now() < grace)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (PushWorker& w : all) w.pusher->cancel();
+    for (PushWorker& w : all) w.thread.join();
+  }
+
+  std::vector<std::shared_ptr<ChunkPusher>> current_pushers() const {
+    std::vector<std::shared_ptr<ChunkPusher>> out;
+    std::lock_guard<std::mutex> guard(pushers_mutex);
+    for (const PushWorker& w : pushers) out.push_back(w.pusher);
+    return out;
   }
   // Owned by the recording thread while it runs, by start()/stop() otherwise.
   std::unique_ptr<DirectoryLock> lock;
@@ -233,7 +353,7 @@ struct ContinuousProfiler::State {
     std::vector<std::string> notes;
     const auto removed =
         apply_retention(o.dir, RetentionLimits{o.max_age_s, o.max_bytes}, unix_now_ns(), &notes);
-    for (auto& pusher : pushers) pusher->chunks_removed(removed);
+    for (PushWorker& w : pushers) w.pusher->chunks_removed(removed);
     const StoreScan scan = scan_store(o.dir);
     uint64_t bytes = 0;
     for (const ChunkFile& c : scan.chunks) bytes += c.bytes;
@@ -341,7 +461,8 @@ struct ContinuousProfiler::State {
       chunk->writer->finish(profile);  // fsyncs
       chunk->writer.reset();
       rename_durably(chunk->tmp_path, chunk->final_path);
-      for (auto& pusher : pushers) pusher->chunk_finished();
+      for (PushWorker& w : pushers) w.pusher->chunk_finished();
+      trimmer.chunk_finished();
     }
     std::lock_guard<std::mutex> guard(mutex);
     stats.current_chunk.clear();
@@ -525,22 +646,21 @@ void ContinuousProfiler::start() {
   std::lock_guard<std::mutex> control(state_->control);
   if (state_->thread.joinable()) return;
   const ContinuousOptions o = this->options();
-  state_->open_directory(o);  // throws: the caller learns at once about a directory it cannot use
+  try {
+    state_->open_directory(o);  // throws: the caller learns at once about a directory it cannot use
+  } catch (...) {
+    state_->stop_pushers();  // those it started before it failed
+    state_->lock.reset();
+    state_->locked_dir.clear();
+    throw;
+  }
   state_->stop_requested = false;
   {
     std::lock_guard<std::mutex> guard(state_->mutex);
     state_->stats.running = true;
   }
+  state_->trimmer.start();
   state_->thread = std::thread([state = state_.get()] { state->run(); });
-  // The push has its own thread: sampling never waits for the network.
-  state_->push_cancel = false;
-  state_->push_threads_running = state_->pushers.size();
-  for (auto& pusher : state_->pushers) {
-    state_->push_threads.emplace_back([p = pusher.get(), state = state_.get()] {
-      p->run();
-      --state->push_threads_running;
-    });
-  }
 }
 
 void ContinuousProfiler::stop() {
@@ -551,17 +671,9 @@ void ContinuousProfiler::stop() {
     state_->stop_requested = true;
   }
   state_->wake.notify_all();
-  for (auto& pusher : state_->pushers) pusher->wake();
   state_->thread.join();
-  // A request in flight gets a moment to end: one the endpoint accepted then has its cursor written,
-  // and is not sent again after a restart. Past the grace it is abandoned (a hung endpoint).
-  const auto grace = std::chrono::steady_clock::now() + std::chrono::duration<double>(kPushStopGraceSeconds);
-  while (state_->push_threads_running.load() > 0 && std::chrono::steady_clock::now() < grace)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  state_->push_cancel = true;
-  for (auto& pusher : state_->pushers) pusher->wake();
-  for (std::thread& t : state_->push_threads) t.join();
-  state_->push_threads.clear();
+  state_->stop_pushers();
+  state_->trimmer.stop();
   state_->lock.reset();
   state_->locked_dir.clear();
   std::lock_guard<std::mutex> guard(state_->mutex);
@@ -580,7 +692,7 @@ Stats ContinuousProfiler::stats() const {
     std::lock_guard<std::mutex> guard(state_->mutex);
     stats = state_->stats;
   }
-  for (const auto& pusher : state_->pushers) {
+  for (const auto& pusher : state_->current_pushers()) {
     for (PushStats& p : pusher->stats()) stats.push.push_back(std::move(p));
   }
   return stats;
