@@ -45,7 +45,7 @@ const volatile __u32 warm_pages = 0;
 // For an unprivileged client (HPD_FILTER_PIDS only): the uid and gid every followed process must run
 // with; a process whose exec gives it others stops being followed at that exec (see hpd_exec).
 // The ids are written after the load (in .bss), before anything is attached: one loaded object then
-// serves any client (hpd loads the next session's programs ahead, bpf_recorder.cpp).
+// serves any client (hpd loads the next session's programs ahead, bpf_preloader.cpp).
 const volatile __u32 restrict_creds = 0;
 __u32 client_uid = 0;
 __u32 client_gid = 0;

@@ -201,7 +201,7 @@ struct hpd_proc_mappings {
  * address on the stack is the runtime's hook and the original is on the thread's shadow stack. The
  * walkers replace the hook's address by the shadow frame's original whose slot is where they read it.
  * The layout is the runtime's (hpd/calls/preload_abi.h, HPD_CALLS_STATE_* and hpd_calls_shadow_frame);
- * bpf_recorder.cpp checks that both agree. */
+ * bpf_session_attach.cpp checks that both agree. */
 #define HPD_CALLS_RT_STATE_SHADOW 24u
 #define HPD_CALLS_RT_STATE_DEPTH 32u
 #define HPD_CALLS_RT_MAX_DEPTH 65536u

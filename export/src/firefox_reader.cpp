@@ -18,7 +18,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "firefox/extensions_read.h"
 #include "firefox/json_path.h"
+#include "firefox/json_read.h"
 #include "firefox_format.h"
 #include "hpd/export/firefox/schema.h"
 #include "hpd/export/firefox_reader.h"
@@ -29,10 +31,16 @@ namespace {
 
 using nlohmann::json;
 
-// Thrown inside the reader; read_firefox_file adds the source name.
-struct FormatError : ExportError {
-  using ExportError::ExportError;
-};
+using firefox::as_integer;
+using firefox::as_number;
+using firefox::FormatError;
+using firefox::member;
+using firefox::ms_to_ns;
+using firefox::optional_member;
+using firefox::optional_string;
+using firefox::parse_id;
+using firefox::string_member;
+using firefox::Table;
 
 std::string read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -92,114 +100,6 @@ std::string gunzip(std::string_view data) {
 
 using firefox::JsonPath;
 namespace path = firefox::path;
-
-const json& member(const json& object, const char* key, const JsonPath& where) {
-  if (!object.is_object()) throw FormatError(where.str() + " is not an object");
-  const auto it = object.find(key);
-  if (it == object.end()) throw FormatError("missing " + where.key(key).str());
-  return *it;
-}
-
-const json* optional_member(const json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  const auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
-
-std::string string_member(const json& object, const char* key, const JsonPath& where) {
-  const json& v = member(object, key, where);
-  if (!v.is_string()) throw FormatError(where.key(key).str() + " is not a string");
-  return v.get<std::string>();
-}
-
-std::string optional_string(const json& object, const char* key) {
-  const json* v = optional_member(object, key);
-  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
-}
-
-// An integer-valued JSON number (integers may be written as 3.0 by other tools).
-std::optional<int64_t> as_integer(const json& v) {
-  if (v.is_number_unsigned()) {
-    const auto u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
-    return static_cast<int64_t>(u);
-  }
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
-  }
-  return std::nullopt;
-}
-
-// `where` is a JsonPath or a JsonColumnElement: anything spelled by str().
-template <typename Where>
-double as_number(const json& v, const Where& where) {
-  if (!v.is_number()) throw FormatError(where.str() + " is not a number");
-  return v.get<double>();
-}
-
-// Milliseconds (as written) to whole nanoseconds, refusing values no profile can hold.
-template <typename Where>
-int64_t ms_to_ns(double ms, const Where& where) {
-  const double ns = std::round(ms * 1e6);
-  if (!std::isfinite(ns) || std::fabs(ns) > 9.0e18) throw FormatError(where.str() + " is out of range");
-  return static_cast<int64_t>(ns);
-}
-
-// One column table: {length, col: [...]} with every column checked against the length.
-class Table {
- public:
-  Table(const json& parent, const char* key, const JsonPath& where)
-      : table_(member(parent, key, where)), where_(where.key(key)) {
-    const json& length = member(table_, firefox::kLength, where_);
-    const auto n = as_integer(length);
-    if (!n || *n < 0) throw FormatError(where_.key(firefox::kLength).str() + " is not a count");
-    length_ = static_cast<size_t>(*n);
-  }
-
-  size_t length() const { return length_; }
-  bool has(const char* key) const { return optional_member(table_, key) != nullptr; }
-
-  const json& column(const char* key) const {
-    const json& c = member(table_, key, where_);
-    if (!c.is_array()) throw FormatError(where_.key(key).str() + " is not an array");
-    if (c.size() != length_) {
-      throw FormatError(where_.key(key).str() + " has " + std::to_string(c.size()) + " entries, but " +
-                        where_.key(firefox::kLength).str() + " is " + std::to_string(length_));
-    }
-    return c;
-  }
-
-  // An index < limit; `nullable` admits null (returned as kNoIndex), `minus_one` admits -1 likewise.
-  uint32_t index(const json& col, const char* key, size_t i, size_t limit, const JsonPath& target,
-                 bool nullable = false, bool minus_one = false) const {
-    const json& v = col[i];
-    if (nullable && v.is_null()) return kNoIndex;
-    const auto n = as_integer(v);
-    if (minus_one && n && *n == -1) return kNoIndex;
-    if (!n || *n < 0 || static_cast<uint64_t>(*n) >= limit) {
-      throw FormatError(element(key, i).str() + " = " + v.dump() + " is not a valid index into " +
-                        target.str() + " (length " + std::to_string(limit) + ")");
-    }
-    return static_cast<uint32_t>(*n);
-  }
-
-  int64_t integer(const json& col, const char* key, size_t i, int64_t if_null) const {
-    const json& v = col[i];
-    if (v.is_null()) return if_null;
-    const auto n = as_integer(v);
-    if (!n) throw FormatError(element(key, i).str() + " = " + v.dump() + " is not an integer");
-    return *n;
-  }
-
-  firefox::JsonColumnElement element(const char* key, size_t i) const { return {where_, key, i}; }
-
- private:
-  const json& table_;
-  JsonPath where_;
-  size_t length_ = 0;
-};
 
 Category category_from_name(const std::string& name) {
   for (int c = 0; c < kCategoryCount; ++c) {
@@ -362,10 +262,7 @@ class FirefoxReader {
   // A time in ms relative to meta.startTime as a monotonic timestamp (clamped at 0).
   template <typename Where>
   uint64_t to_mono(double ms, const Where& where) const {
-    const int64_t rel = ms_to_ns(ms, where);
-    const auto start =
-        static_cast<int64_t>(std::min<uint64_t>(p_.meta.recording.start_mono_ns, INT64_MAX / 2));
-    return static_cast<uint64_t>(std::max<int64_t>(0, start + rel));
+    return firefox::to_mono(p_, ms, where);
   }
 
   void read_libs() {
@@ -571,26 +468,10 @@ class FirefoxReader {
     for (size_t i = 0; i < threads.size(); ++i) read_thread(threads[i], path::thread(i));
   }
 
-  static int32_t parse_id(const json& v, const JsonPath& where) {
-    if (v.is_string()) {
-      const std::string& s = v.get_ref<const std::string&>();
-      char* end = nullptr;
-      errno = 0;
-      const long n = std::strtol(s.c_str(), &end, 10);
-      if (s.empty() || *end != '\0' || errno != 0 || n < INT32_MIN || n > INT32_MAX) {
-        throw FormatError(where.str() + " = \"" + s + "\" is not a number");
-      }
-      return static_cast<int32_t>(n);
-    }
-    const auto n = as_integer(v);
-    if (!n || *n < INT32_MIN || *n > INT32_MAX) throw FormatError(where.str() + " is not a number");
-    return static_cast<int32_t>(*n);
-  }
-
   void read_thread(const json& t, const JsonPath& where) {
     if (const json* calls = optional_member(t, firefox::kCallsThreadField);
         calls != nullptr && calls->is_boolean() && calls->get<bool>()) {
-      read_calls_thread(t, where);
+      firefox::read_calls_thread(p_, t, where, stack_map_);
       return;
     }
     Thread thread;
@@ -653,163 +534,16 @@ class FirefoxReader {
       for (size_t i = 0; i < markers.length(); ++i) {
         const json& d = data[i];
         if (d.is_object() && optional_string(d, firefox::markers::kDataType) == firefox::kMipSchema) {
-          read_mip_marker(markers, i, thread.pid);
+          firefox::read_mip_marker(p_, markers, i, thread.pid, func_map_, string_values_);
           continue;
         }
         if (!d.is_object()) continue;
-        const std::string type = optional_string(d, firefox::markers::kDataType);
-        if (type != firefox::kOffCpuSchema && type != firefox::kWaitCpuSchema) continue;
-        const json* index = optional_member(d, firefox::kOffCpuSampleField);
-        const json* off = optional_member(d, firefox::kOffCpuNsField);
-        // -1 stands for "absent or not an integer".
-        const int64_t k = index != nullptr ? as_integer(*index).value_or(-1) : -1;
-        const int64_t ns = off != nullptr ? as_integer(*off).value_or(-1) : -1;
-        if (k < 0 || static_cast<uint64_t>(k) >= n || ns < 0) {
-          throw FormatError(markers.element(firefox::markers::kData, i).str() +
-                            " is an off-CPU marker with an invalid sample or time");
-        }
-        Sample& s = thread.samples[static_cast<size_t>(k)];
-        s.kind = type == firefox::kWaitCpuSchema ? SampleKind::kWaitCpu : SampleKind::kOffCpu;
-        s.off_cpu_ns = static_cast<uint64_t>(ns);
-        s.cpu_delta_ns = 0;
+        firefox::read_off_cpu_marker(markers, i, thread.samples);
       }
     }
     std::stable_sort(thread.samples.begin(), thread.samples.end(),
                      [](const Sample& a, const Sample& b) { return a.time_ns < b.time_ns; });
     p_.threads.push_back(std::move(thread));
-  }
-
-  // The calls track (see firefox_format.h): each sample is one edge, its leaf frame's function the
-  // callee, the function of the frame before it the caller (none: unknown caller), its weight the
-  // count. Deeper frames, which hpd never writes, are ignored; a sample without a stack is no edge.
-  void read_calls_thread(const json& t, const JsonPath& where) {
-    const int32_t pid = parse_id(member(t, firefox::thread::kPid, where), where.key(firefox::thread::kPid));
-    const Table samples(t, firefox::thread::kSamples, where);
-    const json& stack = samples.column(firefox::samples::kStack);
-    const json* weight = nullptr;
-    if (const json* w =
-            optional_member(member(t, firefox::thread::kSamples, where), firefox::samples::kWeight);
-        w != nullptr && !w->is_null())
-      weight = &samples.column(firefox::samples::kWeight);
-    for (size_t i = 0; i < samples.length(); ++i) {
-      const uint32_t st = samples.index(stack, firefox::samples::kStack, i, stack_map_.size(),
-                                        path::shared(firefox::shared::kStackTable), true);
-      if (st == kNoIndex || stack_map_[st] == kNoIndex) continue;
-      int64_t count = 1;
-      if (weight != nullptr) {
-        count = samples.integer(*weight, firefox::samples::kWeight, i, -1);
-        if (count < 0)
-          throw FormatError(samples.element(firefox::samples::kWeight, i).str() + " is not a call count");
-      }
-      const Stack& leaf = p_.stacks[stack_map_[st]];
-      CallEdge e;
-      e.pid = pid;
-      e.callee_func = p_.frames[leaf.frame].func;
-      if (leaf.prefix != kNoIndex) e.caller_func = p_.frames[p_.stacks[leaf.prefix].frame].func;
-      e.count = static_cast<uint64_t>(count);
-      p_.call_edges.push_back(e);
-    }
-    if (optional_member(t, firefox::thread::kMarkers) == nullptr) return;
-    const Table markers(t, firefox::thread::kMarkers, where);
-    const json& data = markers.column(firefox::markers::kData);
-    for (size_t i = 0; i < markers.length(); ++i) {
-      if (data[i].is_object() &&
-          optional_string(data[i], firefox::markers::kDataType) == firefox::kLatencySchema)
-        read_latency_marker(markers, i, pid);
-    }
-  }
-
-  // A call-latency marker of the calls track: the function its hidden index names, the exact sums
-  // and the histogram.
-  void read_latency_marker(const Table& markers, size_t i, int32_t pid) {
-    const json& d = markers.column(firefox::markers::kData)[i];
-    const auto integer = [&](const char* key) -> int64_t {
-      const json* v = optional_member(d, key);
-      return v != nullptr ? as_integer(*v).value_or(-1) : -1;
-    };
-    const int64_t func = integer(firefox::kLatencyFuncField), calls = integer(firefox::kLatencyCallsField);
-    const int64_t sum = integer(firefox::kLatencySumField), total = integer(firefox::kLatencyTotalField);
-    const int64_t max = integer(firefox::kLatencyMaxField);
-    if (func < 0 || static_cast<uint64_t>(func) >= p_.funcs.size() || calls <= 0 || sum < 0 || total < 0 ||
-        max < 0)
-      throw FormatError(markers.element(firefox::markers::kData, i).str() +
-                        " is a call-latency marker without valid fields");
-    CallLatency l;
-    l.pid = pid;
-    l.func = static_cast<uint32_t>(func);
-    l.calls = static_cast<uint64_t>(calls);
-    l.sum_ns = static_cast<uint64_t>(sum);
-    l.outer_ns = static_cast<uint64_t>(total);
-    l.max_ns = static_cast<uint64_t>(max);
-    // "scale bucket:count,bucket:count..."
-    const std::string text = optional_string(d, firefox::kLatencyHistogramField);
-    if (!text.empty()) {
-      char* end = nullptr;
-      l.histogram.ns_per_tick = std::strtod(text.c_str(), &end);
-      const char* at = end;
-      while (at != nullptr && *at != '\0') {
-        if (*at == ' ' || *at == ',') ++at;
-        char* colon = nullptr;
-        const unsigned long long bucket = std::strtoull(at, &colon, 10);
-        if (colon == at || *colon != ':' || bucket > UINT32_MAX)
-          throw FormatError(markers.element(firefox::markers::kData, i).str() +
-                            " has a malformed latency histogram");
-        char* next = nullptr;
-        const unsigned long long count = std::strtoull(colon + 1, &next, 10);
-        if (next == colon + 1)
-          throw FormatError(markers.element(firefox::markers::kData, i).str() +
-                            " has a malformed latency histogram");
-        l.histogram.buckets.emplace_back(static_cast<uint32_t>(bucket), count);
-        at = next;
-      }
-    }
-    p_.call_latency.push_back(std::move(l));
-  }
-
-  // A MIP marker becomes a MipCount of the thread's process. The function is the one "funcIndex"
-  // names; a profile written by something else gets the marker's function name in its module's lib.
-  void read_mip_marker(const Table& markers, size_t i, int32_t pid) {
-    const json& d = markers.column(firefox::markers::kData)[i];
-    const auto integer = [&](const char* key) -> int64_t {
-      const json* v = optional_member(d, key);
-      return v != nullptr ? as_integer(*v).value_or(-1) : -1;
-    };
-    const int64_t calls = integer(firefox::kMipCallsField);
-    const int64_t first = integer(firefox::kMipFirstCallField);
-    if (calls < 0 || first < 0)
-      throw FormatError(markers.element(firefox::markers::kData, i).str() +
-                        " is a MIP marker without valid calls or firstCall");
-    MipCount c;
-    c.pid = pid;
-    c.calls = static_cast<uint64_t>(calls);
-    c.first_call = static_cast<uint64_t>(first);
-    c.never_called = c.calls == 0;
-    c.counts_calls = integer(firefox::kMipCountsCallsField) != 0;
-    const int64_t func = integer(firefox::kMipFuncField);
-    if (func >= 0 && static_cast<uint64_t>(func) < func_map_.size()) {
-      c.func = func_map_[static_cast<size_t>(func)];
-    } else {
-      const int64_t name = integer(firefox::kMipFunctionField);
-      if (name < 0 || static_cast<uint64_t>(name) >= string_values_.size())
-        throw FormatError(markers.element(firefox::markers::kData, i).str() +
-                          " is a MIP marker without a valid function");
-      const std::string module = optional_string(d, firefox::kMipModuleField);
-      uint32_t lib = kNoIndex;
-      for (uint32_t l = 0; l < p_.libs.size(); ++l) {
-        if (!module.empty() && p_.libs[l].path == module) lib = l;
-      }
-      c.func = p_.intern_func(*string_values_[static_cast<size_t>(name)], {}, lib);
-    }
-    const std::string blocks = optional_string(d, firefox::kMipBlocksField);
-    unsigned covered = 0, total = 0;
-    if (std::sscanf(blocks.c_str(), "%u/%u", &covered, &total) == 2 && covered <= total) {
-      c.blocks_covered = covered;
-      c.blocks_total = total;
-    }
-    const json& start = markers.column(firefox::markers::kStartTime)[i];
-    if (start.is_number())
-      c.time_ns = to_mono(start.get<double>(), markers.element(firefox::markers::kStartTime, i));
-    p_.mip_counts.push_back(c);
   }
 
   const json& root_;

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "firefox/extensions_write.h"
 #include "firefox/marker_table.h"
 #include "firefox/native_allocations_table.h"
 #include "firefox/samples_table.h"
@@ -234,16 +235,6 @@ class FirefoxWriter {
     w_.end_object();
   }
 
-  static std::string histogram_text(const LatencyHistogram& h) {
-    char scale[40];
-    std::snprintf(scale, sizeof scale, "%.17g", h.ns_per_tick);
-    std::string out = scale;
-    for (const auto& [bucket, count] : h.buckets)
-      out += (out.size() == std::strlen(scale) ? " " : ",") + std::to_string(bucket) + ":" +
-             std::to_string(count);
-    return out;
-  }
-
   void write_extra() {
     const ProfileMeta& meta = p_.meta;
     const RecordingInfo& info = meta.recording;
@@ -438,7 +429,8 @@ class FirefoxWriter {
   }
 
   void write_threads() {
-    std::unordered_map<size_t, firefox::NativeAllocationsTable> allocations = native_allocations();
+    std::unordered_map<size_t, firefox::NativeAllocationsTable> allocations =
+        firefox::allocation_tables(p_, t_);
     w_.key(firefox::profile::kThreads);
     w_.begin_array();
     for (size_t i = 0; i < p_.threads.size(); ++i) {
@@ -447,131 +439,8 @@ class FirefoxWriter {
       write_thread(p_.threads[i], it != t_.mip_of_thread.end() ? &it->second : nullptr,
                    a != allocations.end() ? &a->second : nullptr);
     }
-    for (const firefox::CallsTrack& track : t_.calls_tracks) write_calls_thread(track);
+    for (const firefox::CallsTrack& track : t_.calls_tracks) firefox::write_calls_thread(w_, p_, t_, track);
     w_.end_array();
-  }
-
-  // The calls track of one process: a sample per edge, weighted by its count. The samples all sit at
-  // the process's start: the counts cover the whole recording and have no time of their own. There is
-  // no threadCPUDelta column, so the track adds nothing to any CPU figure.
-  void write_calls_thread(const firefox::CallsTrack& track) {
-    std::string process_name;
-    for (const Thread& t : p_.threads) {
-      if (t.pid == track.pid && (process_name.empty() || t.is_main)) process_name = t.process_name;
-    }
-    const auto process = t_.processes.find(track.pid);
-    const int64_t start = process != t_.processes.end() ? process->second.startup : 0;
-
-    w_.begin_object();
-    w_.key(firefox::thread::kName);
-    w_.string(firefox::kCallsThreadName);
-    w_.key(firefox::thread::kProcessName);
-    w_.string(process_name);
-    w_.key(firefox::thread::kProcessType);
-    w_.string("default");
-    w_.key(firefox::thread::kIsMainThread);
-    w_.boolean(false);
-    w_.key(firefox::thread::kPid);
-    w_.string(std::to_string(track.pid));
-    w_.key(firefox::thread::kTid);
-    w_.string(firefox::calls_thread_tid(track.pid));
-    w_.key(firefox::kCallsThreadField);
-    w_.boolean(true);
-    write_lifetimes(process != t_.processes.end() ? &process->second : nullptr, start, std::nullopt);
-
-    firefox::SamplesTable samples({.weight = true, .cpu = false});
-    samples.reserve(track.edges.size());
-    for (size_t i = 0; i < track.edges.size(); ++i) {
-      firefox::SamplesTable::Row row;
-      row.stack = track.stacks[i];
-      row.time_ns = start;
-      row.weight = p_.call_edges[track.edges[i]].count;
-      samples.add(row);
-    }
-    w_.key(firefox::thread::kSamples);
-    samples.serialize(w_);
-
-    // The latency summary spans the process's part of the recording: to its end, else the recording's.
-    const int64_t end = process != t_.processes.end() && process->second.ended ? process->second.shutdown
-                                                                               : t_.profiling_end_ns(p_);
-    w_.key(firefox::thread::kMarkers);
-    latency_markers(track.pid, start, std::max(start, end)).serialize(w_);
-    w_.end_object();
-  }
-
-  // One interval marker per timed function of the process (see firefox_format.h).
-  firefox::MarkerTable latency_markers(int32_t pid, int64_t start, int64_t end) const {
-    firefox::MarkerTable markers;
-    for (const CallLatency& l : p_.call_latency) {
-      if (l.pid != pid || l.calls == 0) continue;
-      const firefox::StringIndex name = firefox::string_row(p_.funcs[l.func].name);
-      firefox::LatencyMarkerData data;
-      data.function = name;
-      data.calls = l.calls;
-      data.avg_ns = l.avg_ns();
-      data.p95_ns = l.p95_ns();
-      data.max_ns = l.max_ns;
-      data.total_ns = l.outer_ns;
-      data.sum_ns = l.sum_ns;
-      data.histogram = histogram_text(l.histogram);
-      data.func = firefox::func_row(l.func);
-      markers.add({std::move(data), name, start, end, Category::kUser});
-    }
-    return markers;
-  }
-
-  // The sampled allocations (--alloc), in the table of the thread that made each one (else its
-  // process's main thread, else another of its threads), each deallocation in its allocation's table
-  // (so that each table pairs them: the profiler's "Retained memory" is what a table leaves unpaired).
-  // An allocation weighs its size weighted for the sampling (alloc_sample_scale), as in the report.
-  std::unordered_map<size_t, firefox::NativeAllocationsTable> native_allocations() const {
-    std::unordered_map<size_t, firefox::NativeAllocationsTable> out;
-    if (p_.allocations.empty() || p_.meta.alloc.mean_bytes == 0) return out;
-    std::unordered_map<uint64_t, size_t> by_thread;
-    std::unordered_map<int32_t, size_t> by_process;
-    const auto key = [](int32_t pid, int32_t tid) {
-      return uint64_t{static_cast<uint32_t>(pid)} << 32 | static_cast<uint32_t>(tid);
-    };
-    for (size_t i = 0; i < p_.threads.size(); ++i) {
-      const Thread& t = p_.threads[i];
-      by_thread.emplace(key(t.pid, t.tid), i);
-      auto [it, inserted] = by_process.emplace(t.pid, i);
-      if (!inserted && t.is_main) it->second = i;
-    }
-    // Times unknown (a capture from before they were logged) are the recording's start.
-    const auto when = [&](uint64_t mono_ns) { return mono_ns == 0 ? 0 : t_.relative_ns(mono_ns); };
-    for (size_t i = 0; i < p_.allocations.size(); ++i) {
-      const Allocation& a = p_.allocations[i];
-      size_t thread = 0;
-      if (const auto it = by_thread.find(key(a.pid, a.tid)); it != by_thread.end()) {
-        thread = it->second;
-      } else if (const auto jt = by_process.find(a.pid); jt != by_process.end()) {
-        thread = jt->second;
-      } else {
-        continue;  // a process without a track (the symbolizer gives each allocating thread one)
-      }
-      firefox::NativeAllocationsTable& table = out[thread];
-      const double bytes = double(a.size) * alloc_sample_scale(a.size, p_.meta.alloc.mean_bytes);
-      firefox::NativeAllocationsTable::Row row;
-      row.time_ns = when(a.time_ns);
-      row.weight = bytes;
-      if (a.stack != kNoIndex) row.stack = firefox::stack_row(a.stack);
-      row.memory_address = a.address;
-      row.thread_id = a.tid;
-      row.order = 2 * uint64_t{i};
-      table.add(row);
-      if (!a.freed) continue;
-      // Freed where its free was not seen (its address came back while it was live): freed at once.
-      firefox::NativeAllocationsTable::Row free_row;
-      free_row.time_ns = std::max(row.time_ns, a.free_time_ns == 0 ? row.time_ns : when(a.free_time_ns));
-      free_row.weight = -bytes;
-      free_row.memory_address = a.address;
-      free_row.thread_id = a.free_tid != 0 ? a.free_tid : a.tid;
-      free_row.order = 2 * uint64_t{i} + 1;
-      table.add(free_row);
-    }
-    for (auto& [thread, table] : out) table.sort();
-    return out;
   }
 
   void write_thread(const Thread& t, const std::vector<uint32_t>* mip,
@@ -610,14 +479,14 @@ class FirefoxWriter {
     w_.string(std::to_string(t.pid));
     w_.key(firefox::thread::kTid);
     w_.int64(t.tid);
-    write_lifetimes(&t_.processes.at(t.pid), t_.thread_start(t),
-                    t.end_ns != 0 ? std::optional<int64_t>(t_.relative_ns(t.end_ns)) : std::nullopt);
+    firefox::write_lifetimes(w_, &t_.processes.at(t.pid), t_.thread_start(t),
+                             t.end_ns != 0 ? std::optional<int64_t>(t_.relative_ns(t.end_ns)) : std::nullopt);
 
     // Off-CPU interval markers first, then one MIP instant marker per count in `mip`.
     firefox::SamplesTable samples({.weight = has_off_cpu, .cpu = true});
     firefox::MarkerTable markers;
     samples.reserve(n);
-    OffCpuWeights weights(t_.interval_ns);
+    firefox::OffCpuWeights weights(t_.interval_ns);
     for (size_t i = 0; i < n; ++i) {
       const Sample& s = sample(i);
       firefox::SamplesTable::Row row;
@@ -628,20 +497,14 @@ class FirefoxWriter {
         // Its stack ends in the [blocked] or [waiting for CPU] leaf (firefox_format.h).
         row.stack = t_.off_cpu_leaf(s);
         row.weight = weights.next(s.off_cpu_ns);
-        // Blocked or waiting for a CPU, each its own schema. The interval assumes the sample is
-        // stamped when it began: when the thread left the CPU (samply's convention), or, for the wait
-        // of a woken thread (eBPF), at its wakeup.
-        const bool waits = s.kind == SampleKind::kWaitCpu;
-        markers.add({firefox::OffCpuMarkerData{s.off_cpu_ns, static_cast<uint32_t>(i), waits},
-                     waits ? t_.wait_cpu_name : t_.off_cpu_name, row.time_ns,
-                     row.time_ns + capped_off_cpu_ns(s), waits ? Category::kWaitCpu : Category::kIdle});
+        markers.add(firefox::off_cpu_marker(s, static_cast<uint32_t>(i), row.time_ns, t_));
       } else {
         row.cpu_delta_ns = s.cpu_delta_ns;
       }
       samples.add(row);
     }
     if (mip != nullptr) {
-      for (uint32_t k : *mip) add_mip_marker(p_.mip_counts[k], markers);
+      for (uint32_t k : *mip) firefox::add_mip_marker(p_, t_, p_.mip_counts[k], markers);
     }
     w_.key(firefox::thread::kSamples);
     samples.serialize(w_);
@@ -652,71 +515,6 @@ class FirefoxWriter {
       allocations->serialize(w_);
     }
     w_.end_object();
-  }
-
-  // An off-CPU time that cannot overflow the signed nanosecond arithmetic of the times.
-  static int64_t capped_off_cpu_ns(const Sample& s) {
-    return static_cast<int64_t>(std::min<uint64_t>(s.off_cpu_ns, uint64_t{1} << 62));
-  }
-
-  // The call tree sums weights, so an off-CPU sample weighs the number of sampling intervals it
-  // stood for: its off-CPU time over the interval, rounded, with the rounding remainder carried to
-  // the thread's next off-CPU sample. A thread's off-CPU weights thus add up to its total off-CPU
-  // time in intervals, and a short block may weigh 0 (visible in the timeline, not in the tree),
-  // where "at least 1" would inflate many short waits to many whole intervals.
-  class OffCpuWeights {
-   public:
-    explicit OffCpuWeights(uint64_t interval_ns) : interval_(static_cast<int64_t>(interval_ns)) {}
-    uint64_t next(uint64_t off_cpu_ns) {
-      carry_ += static_cast<int64_t>(std::min<uint64_t>(off_cpu_ns, uint64_t{1} << 62));
-      const int64_t weight = std::max<int64_t>(0, (carry_ + interval_ / 2) / interval_);
-      carry_ -= weight * interval_;
-      return static_cast<uint64_t>(weight);
-    }
-
-   private:
-    int64_t interval_;
-    int64_t carry_ = 0;  // stays within [-interval/2, interval/2)
-  };
-
-  void add_mip_marker(const MipCount& c, firefox::MarkerTable& markers) const {
-    const Func& f = p_.funcs[c.func];
-    firefox::MipMarkerData data;
-    data.function = firefox::string_row(f.name);
-    data.module = f.lib != kNoIndex ? p_.libs[f.lib].path : std::string();
-    data.calls = c.calls;
-    data.first_call = c.first_call;
-    if (c.blocks_total != 0)
-      data.blocks = std::to_string(c.blocks_covered) + "/" + std::to_string(c.blocks_total);
-    data.func = firefox::func_row(c.func);
-    data.counts_calls = c.counts_calls;
-    markers.add({std::move(data), firefox::string_row(f.name), t_.relative_ns(c.time_ns), std::nullopt,
-                 Category::kUser});
-  }
-
-  // The lifetime fields of a thread object, for sampled threads and calls tracks alike: its
-  // process's (a null process: started at 0, still running) and its own (unregister: none = alive).
-  void write_lifetimes(const firefox::ProcessTimes* process, int64_t register_ns,
-                       std::optional<int64_t> unregister_ns) {
-    w_.key(firefox::thread::kProcessStartupTime);
-    w_.ns_as_ms(process != nullptr ? process->startup : 0);
-    w_.key(firefox::thread::kProcessShutdownTime);
-    if (process != nullptr && process->ended) {
-      w_.ns_as_ms(process->shutdown);
-    } else {
-      w_.null();
-    }
-    w_.key(firefox::thread::kRegisterTime);
-    w_.ns_as_ms(register_ns);
-    w_.key(firefox::thread::kUnregisterTime);
-    if (unregister_ns) {
-      w_.ns_as_ms(*unregister_ns);
-    } else {
-      w_.null();
-    }
-    w_.key(firefox::thread::kPausedRanges);
-    w_.begin_array();
-    w_.end_array();
   }
 
   const Profile& p_;
@@ -752,6 +550,31 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 }  // namespace
+
+// The lifetime fields of a thread object, for sampled threads and calls tracks alike: its
+// process's (a null process: started at 0, still running) and its own (unregister: none = alive).
+void firefox::write_lifetimes(json::Writer& w, const firefox::ProcessTimes* process, int64_t register_ns,
+                              std::optional<int64_t> unregister_ns) {
+  w.key(firefox::thread::kProcessStartupTime);
+  w.ns_as_ms(process != nullptr ? process->startup : 0);
+  w.key(firefox::thread::kProcessShutdownTime);
+  if (process != nullptr && process->ended) {
+    w.ns_as_ms(process->shutdown);
+  } else {
+    w.null();
+  }
+  w.key(firefox::thread::kRegisterTime);
+  w.ns_as_ms(register_ns);
+  w.key(firefox::thread::kUnregisterTime);
+  if (unregister_ns) {
+    w.ns_as_ms(*unregister_ns);
+  } else {
+    w.null();
+  }
+  w.key(firefox::thread::kPausedRanges);
+  w.begin_array();
+  w.end_array();
+}
 
 std::string breakpad_id_from_build_id(std::string_view build_id_hex) {
   std::vector<uint8_t> bytes = hex_bytes(build_id_hex);

@@ -84,7 +84,7 @@ TEST(BpfCallGraph, FpModePutsBackTheCallerOfAFramelessMemmove) {
   ASSERT_GT(in_libc, 300u) << "about 1.5 s in memmove at 999 Hz expected";
   EXPECT_GE(with_caller, in_libc * 9 / 10);
   EXPECT_GT(result.leaf_callers_added, 0u);
-  EXPECT_EQ(result.stack_copy_bytes, 128u);  // the fp leaf window (kLeafStackBytes in bpf_recorder.cpp)
+  EXPECT_EQ(result.stack_copy_bytes, 128u);  // the fp leaf window (kLeafStackBytes in bpf_load.cpp)
 }
 
 TEST(BpfCallGraph, DwarfModeUnwindsAChainWithoutFramePointers) {

@@ -498,7 +498,7 @@ TEST(BothBackends, TellTheSameStoryThroughTheOneBuilder) {
     BpfFeed feed(bpf, BpfFeedConfig{kStart});
     feed.add_initial_process(100, maps(shell_maps));
     bpf.process(100).name = "sh";
-    // The mmap watch's records go through the perf decoder's helpers, as bpf_recorder.cpp does.
+    // The mmap watch's records go through the perf decoder's helpers, as bpf_session_reading.cpp does.
     const auto watch = [&](const std::vector<uint8_t>& bytes) {
       const auto record = decode_record(bytes, kPerfLayout);
       ASSERT_TRUE(record);

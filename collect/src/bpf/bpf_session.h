@@ -1,0 +1,144 @@
+// One eBPF recording (BpfSession), whose parts are defined in bpf_session_*.cpp and bpf_recorder.cpp:
+// - bpf_session_targets.cpp: the target and filter maps, and the targets' state at the start (CPU
+//   baselines, threads off the CPU at the attach, process descriptions);
+// - bpf_session_attach.cpp: attaching the sampling program (per thread or per CPU) and the call-counting
+//   runtime's uprobe;
+// - bpf_session_tables.cpp: cfi mode's unwind tables (the initial ones, forks and exits, held walks);
+// - bpf_session_reading.cpp: the ring and the mmap watch drained into the builder, the kernel's symbols;
+// - bpf_session_summary.cpp: what is left in the maps at the end, and the recording's summary;
+// - bpf_recorder.cpp: the load and run(), which orders them.
+// Internal to the eBPF backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bpf/bpf_event_decoder.h"
+#include "bpf/bpf_load.h"
+#include "bpf/cfi_maps.h"
+#include "bpf/mmap_watch.h"
+#include "bpf/off_cpu_rewalk.h"
+#include "hpd/base/proc_files.h"
+#include "hpd/base/unique_fd.h"
+#include "hpd/symbolizer/symbolizer.h"
+#include "proc/build_id.h"
+#include "raw_profile_builder.h"
+#include "recording_calls.h"
+#include "recording_common.h"
+
+namespace hpd::bpf_recording {
+
+class BpfSession {
+ public:
+  BpfSession(const RecordOptions& options, const PerfPrivileges& privileges)
+      : options_(options), cpus_(online_cpus()), config_(load_config_of(options, privileges, cpus_.size())) {
+    kernel_frames_ = config_.capture_kernel;
+    off_cpu_ = config_.off_cpu;
+    dwarf_ = config_.dwarf;
+    cfi_ = config_.cfi;
+    stack_copy_ = config_.stack_copy;
+    period_ns_ = config_.sample_period_ns;
+    filter_ = config_.filter_mode;
+    attach_state_ = config_.attach_state;
+    warm_ring_ = config_.warm_ring;
+  }
+
+  RecordResult run();
+
+ private:
+  void load();
+  void warm_ring();
+  void set_targets();
+  void attach_sampling();
+  void attach_calls_unwind(const std::string& runtime);
+  bool attach_per_task();
+  void attach_per_cpu();
+  bool attach_clock(uint64_t config, uint64_t period_ns, int pid, int cpu, const std::string& what);
+  bool attach_thread(int32_t tid, uint64_t period_ns);  // false when the thread is gone
+  void attach_process(int32_t pid);
+  void seed_cpu_baselines();
+  void seed_thread(int32_t pid, int32_t tid);
+  void describe_process(RawProcess& process);
+  void describe_initial(int32_t pid);
+  // `rewalk`: also walk again the waiting off-CPU stacks (OffCpuRewalk), which is sound only while the
+  // programs are attached (they take a thread's entry away when it runs again).
+  void drain(bool rewalk = true);
+  // Decodes the records the decoder held for a second walk, as far as their tables allow
+  // (`mappings_read_at`: the mappings made before then have been read); `final`: all of them.
+  void release_held(uint64_t mappings_read_at, bool final);
+  // The kernel's symbols, which the builder needs before it reads the first records (the off-CPU samples'
+  // scheduler frames): given to the builder and the result.
+  void use_kallsyms(std::shared_ptr<KernelSymbols> symbols);
+  // Whether the kernel's symbols read in the background (kallsyms_) are in use; `wait`: wait for them.
+  bool kallsyms_ready(bool wait);
+  std::future<std::shared_ptr<KernelSymbols> > kallsyms_;  // valid while read in the background
+  void load_initial_tables();
+  uint32_t cfi_row_capacity() const { return config_.cfi_rows; }
+  uint32_t cfi_index_capacity() const { return config_.cfi_index; }
+  void note_for_cfi(const Event& event);
+  // The second walk of an on-CPU sample held by the decoder, with the tables as published now.
+  BpfEventDecoder::HeldWalk walk_held(const hpd_sample_event& e, std::span<const uint8_t> stack,
+                                      BpfEventDecoder::UserWalk& out);
+  void open_mmap_watch();
+  void drain_mmaps();
+  void collect_leftovers();
+  void snapshot_switches();
+  void read_attach_state();
+  void finish_launched(bool stopped_early);
+  // The end-of-recording summary in result_: the decoder's, builder's, tables' and watch's counts.
+  void summarize();
+  static void read_program_stats(const bpf_program* program, uint64_t& runs, uint64_t& ns);
+  static int on_ring_record(void* ctx, void* data, size_t size);
+
+  const RecordOptions& options_;
+  std::vector<int> cpus_;
+  const LoadConfig config_;
+  bool kernel_frames_ = false;
+  bool off_cpu_ = false;
+  bool dwarf_ = false;
+  bool cfi_ = false;
+  uint32_t stack_copy_ = 0;
+  uint64_t period_ns_ = 0;
+  uint32_t filter_ = HPD_FILTER_PIDS;
+  bool per_task_ = false;
+  bool warm_ring_ = false;
+  bool attach_state_ = false;  // hpd_attach_state runs once after the scheduler hooks are attached
+  // The target threads' context switches before the recording's start (attach_switches).
+  std::vector<std::pair<int32_t, uint64_t> > switches_before_start_;
+
+  LibbpfLogCapture log_;
+  Skeleton skel_;
+  std::unique_ptr<CfiMaps> cfi_maps_;     // cfi mode: the tables in skel_'s maps
+  CfiMaps::MappedArrays cfi_arrays_;      // skel_'s row and index maps, mapped ahead with it (or empty)
+  std::unique_ptr<OffCpuRewalk> rewalk_;  // cfi mode with off-CPU samples
+  UniqueFd cgroup_fd_;
+  std::vector<Link> sampling_;  // one per CPU or per target thread; each owns its perf_event fd
+  Link calls_announce_;         // the uprobe on the call-counting runtime's hpd_calls_announce
+  RingReader ring_;
+  MmapWatch mmap_watch_;
+  std::unique_ptr<LaunchedCommand> command_;
+  std::vector<WatchedTarget> targets_;
+
+  RecordResult result_;
+  BuildIdReader build_ids_;
+  // One per recording: its CFI and rule caches serve every process of the recording.
+  Unwinder unwinder_;
+  // The ring's records become events (decoder_), which the one builder turns into the profile.
+  std::unique_ptr<BpfEventDecoder> decoder_;
+  std::unique_ptr<RawProfileBuilder> builder_;
+  EventSink to_builder_;
+  std::exception_ptr callback_error_;
+  std::unique_ptr<RecordingCallCounter> calls_;  // detached (destroyed) before the skeleton
+};
+
+// The processes of a cgroup v2 directory and of the cgroups below it.
+std::vector<int32_t> cgroup_processes(const std::string& directory);
+
+}  // namespace hpd::bpf_recording

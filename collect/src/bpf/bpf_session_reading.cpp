@@ -1,0 +1,115 @@
+// Reading an eBPF recording: the ring and the mmap watch drained into the builder, the kernel's symbols
+// (bpf_session.h).
+#include "bpf/bpf_session.h"
+
+#include <bpf/bpf.h>
+
+#include <cerrno>
+#include <chrono>
+
+#include "bpf/sched_frames.h"
+#include "hpd/base/process.h"
+
+namespace hpd::bpf_recording {
+
+// Runs hpd_warm_ring, then consumes the discarded records it leaves, so that the ring is empty when
+// the first event is attached. A failed run costs only speed, never data.
+void BpfSession::warm_ring() {
+  if (!warm_ring_) return;
+  bpf_test_run_opts run{};
+  run.sz = sizeof run;
+  if (bpf_prog_test_run_opts(bpf_program__fd(skel_->progs.hpd_warm_ring), &run) == 0)
+    result_.bpf_ring_pages_warmed = run.retval;
+  if (ring_buffer__consume(ring_.get()) < 0)
+    throw RecordError("cannot read the eBPF ring buffer: " + errno_text(errno));
+}
+
+int BpfSession::on_ring_record(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<BpfSession*>(ctx);
+  try {
+    self->decoder_->decode({static_cast<const uint8_t*>(data), size}, self->to_builder_);
+    return 0;
+  } catch (...) {
+    // Nothing may unwind through libbpf's C frames; stop the drain and rethrow outside.
+    self->callback_error_ = std::current_exception();
+    return -1;
+  }
+}
+
+// Executable mappings as the kernel makes them (mmap_watch.h): the targets and their future children,
+// the cgroup, or the whole system, as the programs filter.
+void BpfSession::open_mmap_watch() {
+  MmapWatch::Scope scope;
+  if (filter_ == HPD_FILTER_PIDS) {
+    scope.pids = options_.pids;
+    if (command_) scope.pids.push_back(command_->pid());
+    scope.children = options_.follow_children;
+    scope.wake_per_record = cfi_;
+  } else if (filter_ == HPD_FILTER_CGROUP) {
+    scope.cgroup_fd = cgroup_fd_.get();
+  }
+  constexpr size_t kMmapRingPages = 16;
+  try {
+    mmap_watch_.open(scope, cpus_, kMmapRingPages);
+  } catch (const RecordError& e) {
+    // The recording does not need the watch: without it, a process's mappings are read from
+    // /proc/PID/maps when its first record is handled, as before the watch existed. Only the
+    // processes that are gone by then lose their modules; the user is told.
+    result_.mmap_watch_fallback_reason = e.what();
+    return;
+  }
+  builder_->processes().set_mmap_source([this] { drain_mmaps(); });
+}
+
+void BpfSession::drain_mmaps() {
+  mmap_watch_.drain(
+      [this](const Mmap2Record& r) {
+        if (auto event = mmap_event_of(r)) builder_->on_event(*event);
+        if (cfi_maps_)
+          cfi_maps_->add_mapping(r.pid, r.address, r.length, r.page_offset, r.filename, r.build_id,
+                                 r.sample_id.present ? r.sample_id.time : 0);
+      },
+      [this](const CommRecord& c) {
+        builder_->on_event(ExecStartEvent{c.pid, time_of(c.sample_id)});
+        if (cfi_maps_) cfi_maps_->exec(c.pid, c.sample_id.present ? c.sample_id.time : 0);
+      });
+}
+
+void BpfSession::drain(bool rewalk) {
+  // Mappings first: a sample in the ring was taken after the mmap that explains it. Every mapping made
+  // before this moment is read by drain_mmaps (unless the watch lost it).
+  const uint64_t mappings_read_at = mono_now();
+  drain_mmaps();
+  if (!kallsyms_ready(!rewalk)) {
+    // The records wait in the ring for the kernel's symbols; the targets' tables are published and
+    // their blocked threads' stacks walked again meanwhile.
+    if (cfi_maps_) cfi_maps_->poll();
+    if (rewalk && rewalk_ && !skel_->bss->calls_runtime_active)
+      rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
+    return;
+  }
+  const int n = ring_buffer__consume(ring_.get());
+  if (callback_error_) std::rethrow_exception(std::exchange(callback_error_, nullptr));
+  if (n < 0 && n != -EINTR) throw RecordError("cannot read the eBPF ring buffer: " + errno_text(n));
+  if (cfi_maps_) cfi_maps_->poll();
+  // Not with the call-counting runtime, whose return hooks on the stack only the programs replace.
+  if (rewalk && rewalk_ && !skel_->bss->calls_runtime_active)
+    rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
+  if (cfi_maps_ && decoder_->holding()) release_held(mappings_read_at, false);
+}
+
+void BpfSession::use_kallsyms(std::shared_ptr<KernelSymbols> symbols) {
+  timing_mark("kallsyms-read");
+  result_.kernel_symbols = symbols;
+  auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(*symbols));
+  if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
+}
+
+bool BpfSession::kallsyms_ready(bool wait) {
+  if (!kallsyms_.valid()) return true;
+  if (!wait && kallsyms_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+  use_kallsyms(kallsyms_.get());
+  return true;
+}
+
+}  // namespace hpd::bpf_recording

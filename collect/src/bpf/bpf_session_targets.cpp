@@ -1,0 +1,156 @@
+// An eBPF recording's targets: the target and filter maps, and the targets' state at the start
+// (bpf_session.h).
+#include "bpf/bpf_session.h"
+
+#include <bpf/bpf.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "hpd/base/proc_files.h"
+#include "hpd/base/proc_maps.h"
+#include "hpd/base/process.h"
+
+namespace hpd::bpf_recording {
+
+namespace {
+
+UniqueFd open_cgroup(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) throw RecordError("cannot open cgroup " + path + ": " + std::strerror(errno));
+  return fd;
+}
+
+}  // namespace
+
+void BpfSession::set_targets() {
+  if (filter_ == HPD_FILTER_CGROUP) {
+    cgroup_fd_ = open_cgroup(options_.cgroup);
+    const uint32_t key = 0;
+    const uint32_t fd = static_cast<uint32_t>(cgroup_fd_.get());
+    if (bpf_map_update_elem(bpf_map__fd(skel_->maps.target_cgroup), &key, &fd, BPF_ANY) != 0) {
+      throw RecordError("cannot select cgroup " + options_.cgroup + ": " + std::strerror(errno) +
+                        " (it must be a cgroup v2 directory)");
+    }
+  }
+  if (filter_ != HPD_FILTER_PIDS) return;
+  const int fd = bpf_map__fd(skel_->maps.targets);
+  const uint8_t yes = 1;
+  std::vector<int32_t> pids = options_.pids;
+  if (command_) pids.push_back(command_->pid());
+  for (const int32_t pid : pids) {
+    if (bpf_map_update_elem(fd, &pid, &yes, BPF_ANY) != 0)
+      throw RecordError("cannot add pid " + std::to_string(pid) +
+                        " to the eBPF targets: " + std::strerror(errno));
+  }
+}
+
+void BpfSession::seed_thread(int32_t pid, int32_t tid) {
+  const auto runtime = read_thread_runtime_ns(pid, tid);
+  if (!runtime) return;
+  hpd_thread_state state{};
+  state.last_runtime_ns = *runtime;
+  state.pid = pid;
+  state.seeded = 1;
+  // BPF_NOEXIST: a sample or fork that got there first has the better baseline.
+  bpf_map_update_elem(bpf_map__fd(skel_->maps.threads), &tid, &state, BPF_NOEXIST);
+}
+
+// Before the recording's start: each target thread's context switches so far. A thread that is off
+// the CPU when hpd_attach_state runs and has not switched since was off the CPU since before the start.
+void BpfSession::snapshot_switches() {
+  if (!attach_state_) return;
+  for (const int32_t pid : options_.pids) {
+    for (const int32_t tid : list_threads(pid)) {
+      if (const auto n = read_thread_context_switches(pid, tid)) switches_before_start_.emplace_back(tid, *n);
+    }
+  }
+}
+
+// Once the scheduler hooks are attached: the record of each target thread that is off the CPU, in the
+// `blocked` map its switch-in consumes (attach_state.bpf.h), so that a thread blocked before the
+// recording began and all through it is seen where it waits. Without it (a kernel that refuses the
+// iterator) the recording goes on, and its summary says what is missing.
+void BpfSession::read_attach_state() {
+  if (!attach_state_) return;
+  const int fd = bpf_map__fd(skel_->maps.attach_switches);
+  for (auto [tid, switches] : switches_before_start_) bpf_map_update_elem(fd, &tid, &switches, BPF_ANY);
+  skel_->bss->attach_start_ns = result_.profile.info.start_mono_ns;
+  Link link(bpf_program__attach_iter(skel_->progs.hpd_attach_state, nullptr));
+  if (!link) {
+    result_.attach_state_error = "cannot attach the task iterator: " + errno_text(errno);
+    return;
+  }
+  const UniqueFd iter(bpf_iter_create(bpf_link__fd(link.get())));
+  if (!iter) {
+    result_.attach_state_error = "cannot run the task iterator: " + errno_text(errno);
+    return;
+  }
+  // The program writes nothing: reading to the end runs it over every task.
+  char buffer[64];
+  ssize_t n = 0;
+  while ((n = ::read(iter.get(), buffer, sizeof buffer)) > 0) {
+  }
+  if (n < 0) result_.attach_state_error = "the task iterator failed: " + errno_text(errno);
+  const auto* bss = skel_->bss;
+  result_.off_cpu_at_attach = bss->attach_blocked_records + bss->attach_runnable_records - bss->attach_raced;
+  // Their user stacks are walked now, while they are still off the CPU (most stay so).
+  if (rewalk_ && !skel_->bss->calls_runtime_active) rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
+}
+
+// Threads that exist before sampling starts get their current sum_exec_runtime as the baseline, so
+// that their first sample's CPU delta is exact rather than a guess.
+void BpfSession::seed_cpu_baselines() {
+  std::vector<int32_t> pids = options_.pids;
+  if (filter_ != HPD_FILTER_PIDS) pids = list_processes();
+  const int32_t self = ::getpid();
+  for (const int32_t pid : pids) {
+    if (pid == self) continue;
+    for (const int32_t tid : list_threads(pid)) seed_thread(pid, tid);
+  }
+}
+
+void BpfSession::describe_process(RawProcess& process) {
+  const std::string exe = read_exe(process.pid);
+  if (!exe.empty()) process.exe = exe;
+  auto cmdline = read_cmdline(process.pid);
+  if (!cmdline.empty()) process.cmdline = std::move(cmdline);
+  std::string cgroup = read_cgroup(process.pid);
+  if (!cgroup.empty()) process.cgroup = std::move(cgroup);
+  if (process.name.empty()) process.name = read_comm(process.pid);
+}
+
+// The processes of a cgroup v2 directory and of the cgroups below it.
+std::vector<int32_t> cgroup_processes(const std::string& directory) {
+  std::vector<int32_t> out;
+  std::error_code ec;
+  std::vector<std::string> dirs = {directory};
+  for (auto it = std::filesystem::recursive_directory_iterator(directory, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec)) dirs.push_back(it->path().string());
+  }
+  for (const std::string& dir : dirs) {
+    std::ifstream procs(dir + "/cgroup.procs");
+    for (int32_t pid = 0; procs >> pid;) out.push_back(pid);
+  }
+  return out;
+}
+
+void BpfSession::describe_initial(int32_t pid) {
+  RawProcess& process = result_.profile.process(pid);
+  process.start_ns = result_.profile.info.start_mono_ns;
+  process.name = read_comm(pid);
+  describe_process(process);
+  for (const int32_t tid : list_threads(pid)) {
+    RawThread& thread = result_.profile.thread(pid, tid);
+    thread.start_ns = result_.profile.info.start_mono_ns;
+    thread.name = read_thread_comm(pid, tid);
+  }
+  builder_->processes().add_initial_process(pid, read_proc_maps(pid));
+}
+
+}  // namespace hpd::bpf_recording
