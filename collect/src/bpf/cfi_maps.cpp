@@ -90,6 +90,17 @@ CfiTableCache& shared_cfi_tables() {
   return cache;
 }
 
+static_assert(kDefaultKeptCfiTablesBytes == CfiTableCache::kDefaultLimitBytes);
+
+KeptCfiTablesStatus kept_cfi_tables_status() {
+  const CfiTableCache::Usage usage = shared_cfi_tables().usage();
+  return KeptCfiTablesStatus{usage.tables, usage.bytes, usage.limit_bytes, usage.evicted};
+}
+
+uint64_t set_kept_cfi_tables_limit(uint64_t bytes) {
+  return shared_cfi_tables().set_limit_bytes(bytes);
+}
+
 namespace {
 
 // The CfiMaps of the recordings running in this process, for cfi_maps_status().
