@@ -422,6 +422,15 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
           static_cast<unsigned long long>(json_uint(c, "modules_evicted")),
           static_cast<unsigned long long>(json_uint(c, "modules_refused")));
     }
+    // The compiled tables hpd keeps for its next recordings, within max_kept_unwind_tables_mb.
+    if (c.contains("kept") && c["kept"].is_object()) {
+      const json& k = c["kept"];
+      std::printf("cfi kept:   %llu unwind tables, %s of at most %s, %llu evicted since hpd started\n",
+                  static_cast<unsigned long long>(json_uint(k, "tables")),
+                  format_bytes(json_uint(k, "bytes")).c_str(),
+                  format_bytes(json_uint(k, "limit_bytes")).c_str(),
+                  static_cast<unsigned long long>(json_uint(k, "evicted")));
+    }
   }
   if (status.contains("continuous") && status["continuous"].is_object()) {
     const json& c = status["continuous"];

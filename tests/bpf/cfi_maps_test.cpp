@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -188,28 +189,45 @@ TEST(CfiMapsUretprobeTrampoline, OtherCodeGetsNoRowsAndTheSummarySaysWhy) {
   EXPECT_EQ(maps.published(page.start()).row_count, 0u);
 }
 
+// Two programs' tables (ls, sort) and maps whose row map holds one of them, not both.
+struct RoomForOne {
+  const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
+  std::shared_ptr<const CfiTable> table_a = compile_cfi_table({a}, "", {});
+  std::shared_ptr<const CfiTable> table_b = compile_cfi_table({b}, "", {});
+  size_t rows_a = table_a->rows.size(), rows_b = table_b->rows.size();
+  Maps maps;
+  // False (with a failure) when a table has no rows or the maps cannot be made.
+  bool open() {
+    EXPECT_FALSE(table_a->rows.empty()) << table_a->error;
+    EXPECT_FALSE(table_b->rows.empty()) << table_b->error;
+    if (table_a->rows.empty() || table_b->rows.empty()) return false;
+    const auto capacity = static_cast<uint32_t>(std::max(rows_a, rows_b) + std::min(rows_a, rows_b) / 2);
+    const auto buckets = static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size());
+    const bool opened = maps.open(capacity, buckets);
+    EXPECT_TRUE(opened) << std::strerror(errno);
+    return opened;
+  }
+  // `path` mapped by process `pid` at `start`, once its table is in (or refused): what is published.
+  hpd_proc_mapping map_file(int32_t pid, uint64_t start, const std::string& path) {
+    maps.cfi->add_mapping(pid, start, 1 << 20, 0, path, "", 0);
+    maps.cfi->wait_for_tables(60000);
+    return maps.published(start, pid);
+  }
+};
+
 // A collection that outlives its processes (continuous mode: an hour) must not hold every table it
 // ever compiled. In a row map that holds one of two programs' tables: the first program's process
 // exits, the second's maps its file, the first table is evicted and let go (the recording holds one
 // table, not two); when a third process maps the first file again, its table comes back (asked for
 // again) and is published whole.
 TEST(CfiMapsEviction, ATableNoProcessMapsIsLetGoAndComesBackWhenMappedAgain) {
-  const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
-  const auto table_a = compile_cfi_table({a}, "", {});
-  const auto table_b = compile_cfi_table({b}, "", {});
-  ASSERT_FALSE(table_a->rows.empty()) << table_a->error;
-  ASSERT_FALSE(table_b->rows.empty()) << table_b->error;
-  const size_t rows_a = table_a->rows.size(), rows_b = table_b->rows.size();
-  const auto capacity = static_cast<uint32_t>(std::max(rows_a, rows_b) + std::min(rows_a, rows_b) / 2);
-  const auto buckets = static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size());
-  Maps maps;
-  ASSERT_TRUE(maps.open(capacity, buckets)) << std::strerror(errno);
+  RoomForOne two;
+  ASSERT_TRUE(two.open());
+  Maps& maps = two.maps;
+  const std::string &a = two.a, &b = two.b;
+  const size_t rows_a = two.rows_a, rows_b = two.rows_b;
   constexpr uint64_t kStart = 0x500000000000;
-  const auto map_file = [&](int32_t pid, const std::string& path) {
-    maps.cfi->add_mapping(pid, kStart, 1 << 20, 0, path, "", 0);
-    maps.cfi->wait_for_tables(60000);
-    return maps.published(kStart, pid);
-  };
+  const auto map_file = [&](int32_t pid, const std::string& path) { return two.map_file(pid, kStart, path); };
   constexpr int32_t kFirst = 0x7ffff001, kSecond = 0x7ffff002, kThird = 0x7ffff003;
   EXPECT_EQ(map_file(kFirst, a).row_count, rows_a) << without_table(*maps.cfi);
   EXPECT_EQ(maps.cfi->tables_held(), 1u);
@@ -223,6 +241,62 @@ TEST(CfiMapsEviction, ATableNoProcessMapsIsLetGoAndComesBackWhenMappedAgain) {
   EXPECT_EQ(maps.cfi->stats().tables_released, 2u);
   EXPECT_EQ(maps.cfi->tables_held(), 1u);
   EXPECT_EQ(maps.cfi->stats().modules_refused, 0u);
+}
+
+// A module refused for lack of room is walked by frame pointer; its table is not held for the rest of the
+// collection (a collection of an hour with a full row map would hold one per module refused), but asked
+// for again when the module is mapped again and room may be made by then. In a row map that holds one of
+// two programs' tables, one process maps both: the second is refused, and the recording holds only the
+// first's table. Mapped again while nothing has changed, it is not asked for again; once the first
+// process has exited, a second maps it: its table comes back, evicts the first, and is published whole.
+TEST(CfiMapsEviction, ATableRefusedForLackOfRoomIsNotHeldAndComesBackWhenRoomIsMade) {
+  RoomForOne two;
+  ASSERT_TRUE(two.open());
+  Maps& maps = two.maps;
+  const std::string &a = two.a, &b = two.b;
+  const auto &table_a = two.table_a, &table_b = two.table_b;
+  const size_t rows_a = two.rows_a, rows_b = two.rows_b;
+  constexpr uint64_t kStartA = 0x500000000000, kStartB = 0x510000000000, kStartB2 = 0x520000000000;
+  constexpr int32_t kFirst = 0x7ffff011, kSecond = 0x7ffff012;
+  const auto map_file = [&](int32_t pid, uint64_t start, const std::string& path) {
+    return two.map_file(pid, start, path);
+  };
+  EXPECT_EQ(map_file(kFirst, kStartA, a).row_count, rows_a) << without_table(*maps.cfi);
+  const uint64_t held_one = maps.cfi->table_bytes_held();
+  EXPECT_EQ(held_one, CfiTableCache::kept_bytes(*table_a));
+  const hpd_proc_mapping refused = map_file(kFirst, kStartB, b);
+  EXPECT_EQ(refused.row_count, 0u);
+  EXPECT_EQ(refused.flags & HPD_MAPPING_PENDING, 0u) << "walked by frame pointer, not waiting";
+  EXPECT_EQ(maps.cfi->stats().modules_refused, 1u);
+  EXPECT_NE(without_table(*maps.cfi).find(b + ": the CFI row map is full"), std::string::npos)
+      << without_table(*maps.cfi);
+  std::printf("tables held with %s refused: %zu, %llu bytes (%s's table alone: %llu bytes, %s's: %llu)\n",
+              b.c_str(), maps.cfi->tables_held(),
+              static_cast<unsigned long long>(maps.cfi->table_bytes_held()), a.c_str(),
+              static_cast<unsigned long long>(held_one), b.c_str(),
+              static_cast<unsigned long long>(CfiTableCache::kept_bytes(*table_b)));
+  EXPECT_EQ(maps.cfi->tables_held(), 1u) << "the refused table is let go";
+  EXPECT_EQ(maps.cfi->table_bytes_held(), held_one);
+
+  // Mapped again with nothing changed: no room could be made, its table is not asked for again.
+  const CfiMapStats before = maps.cfi->stats();
+  EXPECT_EQ(map_file(kFirst, kStartB2, b).row_count, 0u);
+  const CfiMapStats after = maps.cfi->stats();
+  EXPECT_EQ(after.tables_kept + after.tables_compiled + after.tables_from_disk,
+            before.tables_kept + before.tables_compiled + before.tables_from_disk);
+  EXPECT_EQ(maps.cfi->tables_held(), 1u);
+
+  // The first process gone, another maps the refused file: its table comes back, in the room made. It
+  // is this recording's own table asked for again, not one kept from an earlier recording (the summary's
+  // "tables kept by hpd from earlier recordings"), though it is found among the tables kept.
+  maps.cfi->exit(kFirst);
+  EXPECT_EQ(map_file(kSecond, kStartB, b).row_count, rows_b) << without_table(*maps.cfi);
+  EXPECT_EQ(maps.cfi->stats().tables_kept, after.tables_kept);
+  EXPECT_NE(without_table(*maps.cfi).find("loaded later, when room was made"), std::string::npos)
+      << without_table(*maps.cfi);
+  EXPECT_EQ(maps.cfi->stats().modules_refused, 1u);
+  EXPECT_EQ(maps.cfi->tables_held(), 1u);
+  EXPECT_EQ(maps.cfi->table_bytes_held(), CfiTableCache::kept_bytes(*table_b));
 }
 
 }  // namespace

@@ -18,9 +18,11 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -525,6 +527,147 @@ TEST(Hpd, SecondRecordingOfAProgramTakesItsTablesFromTheKeptSet) {
               static_cast<unsigned long long>(samples), static_cast<unsigned long long>(with_main));
   ASSERT_GE(samples, 200u);
   EXPECT_GE(static_cast<double>(with_main), 0.95 * static_cast<double>(samples));
+}
+
+// The files a process maps executable (device and inode): the modules a recording of it needs a table
+// for (the vDSO's is made by each recording, not kept).
+std::set<std::string> executable_files(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::set<std::string> files;
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode;
+    fields >> range >> perms >> offset >> dev >> inode;
+    if (perms.size() >= 3 && perms[2] == 'x' && inode != "0") files.insert(dev + ":" + inode);
+  }
+  return files;
+}
+
+// The tables a recording added to the set hpd keeps: those it read from the unwind-table cache on disk
+// and those it compiled (a table hpd kept already is neither), from its summary.
+long long tables_made(const std::string& summary) {
+  std::smatch m;
+  if (!std::regex_search(
+          summary, m,
+          std::regex(R"(cfi: (\d+) tables loaded from the unwind-table cache \([^)]*\), (\d+) compiled)")))
+    return -1;
+  return std::stoll(m[1].str()) + std::stoll(m[2].str());
+}
+
+// The unwind tables hpd keeps across recordings stay within max_kept_unwind_tables_mb, and `hpctl
+// status` shows them (docs/architecture.md, "Kept in memory"). Three programs with different libraries
+// (C: cpu_split; perl; C++: ninja) are recorded with the default bound: every module each maps is kept,
+// once, none evicted. A SIGHUP with a 1 MiB bound drops tables at once, down to it. Recorded again, the
+// tables evicted are made again and others evicted for them, and what is kept stays within the bound.
+// Each figure is checked against what is known outside hpd: the modules the programs map
+// (/proc/PID/maps), and the tables each recording's summary says it made.
+TEST(Hpd, KeptUnwindTablesStayWithinTheirBoundAndStatusShowsThem) {
+  testing::TempDir state("hpd-kept");
+  HpdStart start;
+  start.config = "state_directory = " + state.path() + "\n";
+  Hpd hpd(start);
+
+  Background c_program({kCpuSplit, "600"});
+  ASSERT_TRUE(wait_for_cpu(c_program.pid(), 0.05)) << "cpu_split did not start";
+  BackgroundOptions ready;
+  ready.ready_line = "ready";
+  Background perl({"perl", "-e", "$| = 1; print \"ready\\n\"; sleep 600"}, ready);
+  ASSERT_TRUE(perl.ready());
+  // ninja (C++: libstdc++, libgcc_s, libm) waiting for the command it started.
+  const std::string build_dir = state.file("ninja");
+  std::filesystem::create_directories(build_dir);
+  std::ofstream(build_dir + "/build.ninja") << "rule wait\n  command = exec sleep 600\nbuild x: wait\n";
+  Background ninja({"ninja", "-C", build_dir});
+  const std::string children =
+      "/proc/" + std::to_string(ninja.pid()) + "/task/" + std::to_string(ninja.pid()) + "/children";
+  pid_t sleeper = 0;  // ninja's command (its shell execs sleep): killed at the end, as killing ninja does not
+  for (int i = 0; i < 600 && sleeper == 0; ++i) {
+    std::ifstream(children) >> sleeper;
+    if (sleeper == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(sleeper, 0) << "ninja did not start its command";
+  const std::unique_ptr<void, std::function<void(void*)>> kill_sleeper(
+      reinterpret_cast<void*>(1), [sleeper](void*) { ::kill(sleeper, SIGKILL); });
+  const std::vector<pid_t> pids = {c_program.pid(), perl.pid(), ninja.pid()};
+  std::set<std::string> modules;
+  for (const pid_t pid : pids) {
+    const std::set<std::string> files = executable_files(pid);
+    ASSERT_GE(files.size(), 3u) << "pid " << pid << " maps its program, libc and the loader";
+    modules.insert(files.begin(), files.end());
+  }
+  ASSERT_GE(modules.size(), 8u) << "three programs with different libraries";
+
+  const auto record_all = [&](const std::string& when) {
+    long long made = 0;
+    for (const pid_t pid : pids) {
+      const RunResult r = run_record(hpd, pid);
+      EXPECT_EQ(r.exit_code, 0) << when << ": " << r.err << hpd.log();
+      const long long n = tables_made(r.err);
+      EXPECT_GE(n, 0) << when << ": " << r.err;
+      made += std::max(n, 0LL);
+    }
+    return made;
+  };
+  const auto kept_of = [&] {
+    const json status = hpd.status();
+    EXPECT_TRUE(status.contains("cfi") && status["cfi"].contains("kept")) << status.dump();
+    return status["cfi"]["kept"];
+  };
+
+  // The default bound: every module kept, once.
+  const long long first_made = record_all("default bound");
+  const json first = kept_of();
+  std::printf("default bound: %zu modules mapped, %lld tables made; kept %s\n", modules.size(), first_made,
+              first.dump().c_str());
+  EXPECT_EQ(first["limit_bytes"].get<uint64_t>(), 128ull << 20);
+  EXPECT_EQ(first["tables"].get<uint64_t>(), modules.size()) << first.dump();
+  EXPECT_EQ(first_made, static_cast<long long>(modules.size()));
+  EXPECT_EQ(first["evicted"].get<uint64_t>(), 0u);
+  EXPECT_LE(first["bytes"].get<uint64_t>(), first["limit_bytes"].get<uint64_t>());
+  ASSERT_GT(first["bytes"].get<uint64_t>(), 1ull << 20) << "the tables must not fit in the bound set next";
+
+  // A smaller bound on SIGHUP: tables dropped at once, the least recently used first.
+  std::ofstream(hpd.config_path()) << "state_directory = " << state.path()
+                                   << "\nmax_kept_unwind_tables_mb = 1\n";
+  hpd.signal(SIGHUP);
+  ASSERT_TRUE(hpd.wait_log("configuration reloaded", 10)) << hpd.log();
+  const json shrunk = kept_of();
+  std::printf("after SIGHUP: kept %s\n", shrunk.dump().c_str());
+  EXPECT_EQ(shrunk["limit_bytes"].get<uint64_t>(), 1ull << 20);
+  EXPECT_LE(shrunk["bytes"].get<uint64_t>(), 1ull << 20);
+  EXPECT_GE(shrunk["evicted"].get<uint64_t>(), 1u);
+  EXPECT_EQ(shrunk["evicted"].get<uint64_t>() + shrunk["tables"].get<uint64_t>(),
+            first["tables"].get<uint64_t>());
+  EXPECT_NE(hpd.log().find("max_kept_unwind_tables_mb 1: " +
+                           std::to_string(shrunk["evicted"].get<uint64_t>()) + " kept unwind tables dropped"),
+            std::string::npos)
+      << hpd.log();
+
+  // Recorded again within 1 MiB: every table made goes into the set, and as all of them do not fit, some
+  // are evicted again.
+  const long long again_made = record_all("1 MiB bound");
+  const json again = kept_of();
+  std::printf("1 MiB bound: %lld tables made; kept %s\n", again_made, again.dump().c_str());
+  EXPECT_LE(again["bytes"].get<uint64_t>(), 1ull << 20);
+  EXPECT_LE(again["tables"].get<uint64_t>(), modules.size());
+  EXPECT_LE(again_made, static_cast<long long>(modules.size()));
+  EXPECT_GT(again["evicted"].get<uint64_t>(), shrunk["evicted"].get<uint64_t>());
+  EXPECT_EQ(static_cast<long long>(again["tables"].get<uint64_t>() + again["evicted"].get<uint64_t>()),
+            static_cast<long long>(shrunk["tables"].get<uint64_t>() + shrunk["evicted"].get<uint64_t>()) +
+                again_made);
+
+  // hpctl status prints the same figures.
+  const RunResult text = run({kHpctl, "--socket", hpd.socket(), "status"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const std::string line =
+      "cfi kept:   " + std::to_string(again["tables"].get<uint64_t>()) + " unwind tables, ";
+  EXPECT_NE(text.out.find(line), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("of at most 1.0 MiB, " + std::to_string(again["evicted"].get<uint64_t>()) +
+                          " evicted since hpd started"),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
 // A set-user-ID program would lose its privileges traced at its exec: hpctl holds it before the exec

@@ -345,7 +345,8 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "socket = /tmp/s.sock\nmax_connections_per_user = 7\nmax_sessions_per_user = 2\nidle_timeout = 2m\n"
       "client_timeout = 2.5\nstop_timeout = 4\nmax_cfi_rows = 1000\ncontinuous_cfi_rows = 5000\n"
       "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\nmax_unwind_cache_mb = "
-      "0\notlp_endpoint = https://collector:4318\npush_labels = team=storage, region = eu-1\n"
+      "0\nmax_kept_unwind_tables_mb = 4\notlp_endpoint = https://collector:4318\npush_labels = team=storage, "
+      "region = eu-1\n"
       "push_timeout = 10s\npush_retry_max = 5m\n"
       "continuous_kernel = off\ncontinuous_off_cpu = on\n"
       "debuginfod_urls =  https://debuginfod.example   http://127.0.0.1:8002 \n",
@@ -356,8 +357,10 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
   EXPECT_EQ(Config{}.debuginfod_urls, "");
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (35 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 35) << text;
+  // One line per key: every key of the parser, none twice (36 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 36) << text;
+  EXPECT_EQ(c.max_kept_unwind_tables_mb, 4u);
+  EXPECT_NE(text.find("max_kept_unwind_tables_mb = 4\n"), std::string::npos) << text;
   // 0: no unwind-table cache on disk; the bound is in MiB.
   EXPECT_EQ(c.max_unwind_cache_mb, 0u);
   EXPECT_EQ(Config{}.max_unwind_cache_mb, 256u);
@@ -385,6 +388,23 @@ std::string config_problem(const std::string& text) {
     return std::string(e.what());
   }
   return std::string("no error");
+}
+
+// The bound of the unwind tables hpd keeps in memory across recordings: MiB from 1 to 1048576, 128 by
+// default (CfiTableCache::kDefaultLimitBytes); anything else is refused with the file and line.
+TEST(Config, KeptUnwindTablesBoundIsMiBAndBadValuesNameTheLine) {
+  EXPECT_EQ(Config{}.max_kept_unwind_tables_mb, 128u);
+  EXPECT_EQ(parse_config("max_kept_unwind_tables_mb = 1\n", "t.conf").max_kept_unwind_tables_mb, 1u);
+  EXPECT_EQ(parse_config("max_kept_unwind_tables_mb = 1048576\n", "t.conf").max_kept_unwind_tables_mb,
+            1048576u);
+  for (const char* bad : {"0", "-1", "1048577", "64M", "1.5", "lots", ""}) {
+    const std::string text = std::string("max_sessions = 2\nmax_kept_unwind_tables_mb = ") + bad + "\n";
+    const std::string problem = config_problem(text);
+    EXPECT_NE(problem.find("hpd.conf:2: "), std::string::npos) << bad << ": " << problem;
+    EXPECT_NE(problem.find("max_kept_unwind_tables_mb"), std::string::npos) << bad << ": " << problem;
+    EXPECT_NE(problem.find("expected a number of MiB from 1 to 1048576"), std::string::npos)
+        << bad << ": " << problem;
+  }
 }
 
 TEST(Config, PushKeysAreCheckedWhenTheFileIsRead) {

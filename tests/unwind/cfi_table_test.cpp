@@ -185,15 +185,17 @@ TEST(CfiTable, CacheCompilesOncePerModule) {
   EXPECT_EQ(cache.size(), 2u);
 }
 
+// A table of `rows` empty rows, to fill a CfiTableCache.
+std::shared_ptr<CfiTable> table_of(size_t rows) {
+  auto t = std::make_shared<CfiTable>();
+  t->rows.resize(rows);
+  return t;
+}
+
 // The tables kept are bounded (hpd keeps them across recordings): past the bound the least recently
 // used are dropped, a table just looked up stays, a dropped one is made again when asked for, and a
 // table larger than the whole bound is kept alone.
 TEST(CfiTable, CacheDropsTheLeastRecentlyUsedPastItsBound) {
-  const auto table_of = [](size_t rows) {
-    auto t = std::make_shared<CfiTable>();
-    t->rows.resize(rows);
-    return t;
-  };
   const uint64_t one = CfiTableCache::kept_bytes(*table_of(1000));
   CfiTableCache cache({}, 3 * one);
   int made = 0;
@@ -232,6 +234,33 @@ TEST(CfiTable, CacheDropsTheLeastRecentlyUsedPastItsBound) {
   EXPECT_NE(small.find("", "ff"), nullptr);
   // hpd's own set: the documented bound.
   EXPECT_EQ(CfiTableCache().limit_bytes(), 128ull << 20);
+}
+
+// A smaller bound (hpd.conf's max_kept_unwind_tables_mb, on SIGHUP) drops the least recently used
+// tables at once, down to it; a larger one drops nothing; usage() reads the four figures together.
+TEST(CfiTable, CacheShrinksAtOnceToANewBound) {
+  const uint64_t one = CfiTableCache::kept_bytes(*table_of(1000));
+  CfiTableCache cache({}, 10 * one);
+  for (const char* id : {"aa", "bb", "cc", "dd"})
+    ASSERT_NE(cache.get("", id, [&]() -> std::shared_ptr<const CfiTable> { return table_of(1000); }),
+              nullptr);
+  ASSERT_NE(cache.find("", "aa"), nullptr);  // bb is now the least recently used, then cc
+  EXPECT_EQ(cache.set_limit_bytes(20 * one), 0u);
+  EXPECT_EQ(cache.size(), 4u);
+  EXPECT_EQ(cache.set_limit_bytes(2 * one + one / 2), 2u);
+  const CfiTableCache::Usage usage = cache.usage();
+  EXPECT_EQ(usage.tables, 2u);
+  EXPECT_EQ(usage.bytes, 2 * one);
+  EXPECT_EQ(usage.limit_bytes, 2 * one + one / 2);
+  EXPECT_EQ(usage.evicted, 2u);
+  EXPECT_EQ(cache.find("", "bb"), nullptr);
+  EXPECT_EQ(cache.find("", "cc"), nullptr);
+  EXPECT_NE(cache.find("", "aa"), nullptr);
+  EXPECT_NE(cache.find("", "dd"), nullptr);
+  // Below a single table: the last one used stays, alone.
+  EXPECT_EQ(cache.set_limit_bytes(one / 2), 1u);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_NE(cache.find("", "dd"), nullptr);
 }
 
 // The index gives the row the full search gives, for every byte from below the first row to past the

@@ -496,4 +496,22 @@ uint64_t CfiTableCache::evicted() const {
   return evicted_;
 }
 
+uint64_t CfiTableCache::limit_bytes() const {
+  std::lock_guard lock(mutex_);
+  return limit_bytes_;
+}
+
+uint64_t CfiTableCache::set_limit_bytes(uint64_t limit_bytes) {
+  std::lock_guard lock(mutex_);
+  const uint64_t before = evicted_;
+  limit_bytes_ = limit_bytes;
+  evict_locked("");  // no key is empty: any table may go, but the last one stays (as for a table made)
+  return evicted_ - before;
+}
+
+CfiTableCache::Usage CfiTableCache::usage() const {
+  std::lock_guard lock(mutex_);
+  return Usage{tables_.size(), bytes_, limit_bytes_, evicted_};
+}
+
 }  // namespace hpd

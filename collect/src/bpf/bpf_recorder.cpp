@@ -81,6 +81,22 @@ CfiMapsStatus cfi_maps_status() {
   return {};
 }
 
+// Nor keeps a table: the bound is only remembered.
+namespace {
+uint64_t kept_limit_bytes = kDefaultKeptCfiTablesBytes;
+}  // namespace
+
+KeptCfiTablesStatus kept_cfi_tables_status() {
+  KeptCfiTablesStatus out;
+  out.limit_bytes = kept_limit_bytes;
+  return out;
+}
+
+uint64_t set_kept_cfi_tables_limit(uint64_t bytes) {
+  kept_limit_bytes = bytes;
+  return 0;
+}
+
 #else
 
 namespace bpf_recording {

@@ -90,6 +90,17 @@ CfiTableCache& shared_cfi_tables() {
   return cache;
 }
 
+static_assert(kDefaultKeptCfiTablesBytes == CfiTableCache::kDefaultLimitBytes);
+
+KeptCfiTablesStatus kept_cfi_tables_status() {
+  const CfiTableCache::Usage usage = shared_cfi_tables().usage();
+  return KeptCfiTablesStatus{usage.tables, usage.bytes, usage.limit_bytes, usage.evicted};
+}
+
+uint64_t set_kept_cfi_tables_limit(uint64_t bytes) {
+  return shared_cfi_tables().set_limit_bytes(bytes);
+}
+
 namespace {
 
 // The CfiMaps of the recordings running in this process, for cfi_maps_status().
@@ -314,7 +325,7 @@ std::shared_ptr<const CfiTable> CfiMaps::table_for(const Job& job) {
         return table;
       },
       job.identity);
-  if (kept && !made) {
+  if (kept && !made && !job.again) {
     std::lock_guard lock(mutex_);
     ++stats_.tables_kept;
   }
@@ -410,8 +421,10 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
     if (!module.wanted && pid > 0 && sampled_.count(pid) != 0) {
       module.wanted = true;  // lazy mode: mapped by a process sampled already
       if (!module.table) enqueue(key, module);
-    } else if (module.wanted && !module.table && !module.failed) {
-      enqueue(key, module);  // its table was let go when evicted (enqueue skips one already asked for)
+    } else if (module.wanted && !module.table && !module.failed &&
+               (!module.no_room || room_may_be_made(module))) {
+      // Its table was let go when evicted or refused (enqueue skips one already asked for).
+      enqueue(key, module);
     }
     if (module.table && !module.loaded && !module.failed) {
       load(key, module, module.wanted);
@@ -453,13 +466,17 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
 void CfiMaps::enqueue(const std::string& key, Module& module, bool lookup_only) {
   if (module.queued) return;
   module.queued = true;
+  // A table asked for again (let go when evicted or refused) is this recording's own, not one kept
+  // from an earlier recording, wherever it comes from now.
+  const bool again = module.asked;
+  module.asked = true;
   if (!lookup_only) count(module);
   // Kept by an earlier recording of this process (hpd): handed to poll() at once, not through the
   // worker, so that a warm recording's tables wait for no thread to be scheduled (on a loaded machine
   // that wait was most of the 16-36 ms its tables took).
   if (auto kept = shared_cfi_tables().find(module.path, module.build_id, module.identity)) {
     std::lock_guard lock(mutex_);
-    ++stats_.tables_kept;
+    if (!again) ++stats_.tables_kept;
     done_.push_back(Done{key, std::move(kept), lookup_only});
     const uint64_t one = 1;
     if (::write(ready_fd_.get(), &one, sizeof one) < 0) {
@@ -469,7 +486,8 @@ void CfiMaps::enqueue(const std::string& key, Module& module, bool lookup_only) 
   }
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back(Job{key, module.path, module.build_id, module.candidates, lookup_only, module.identity});
+    jobs_.push_back(
+        Job{key, module.path, module.build_id, module.candidates, lookup_only, module.identity, again});
     if (lookup_only) ++lookups_;
   }
   wake_.notify_one();
@@ -493,7 +511,7 @@ void CfiMaps::sampled(int32_t pid) {
       // Found in the cache on disk before it was wanted, and not loaded then: now, making room.
       load(m.module, module);
       if (module.loaded) mark_users_dirty(m.module);
-    } else {
+    } else if (!module.no_room || room_may_be_made(module)) {
       enqueue(m.module, module);
     }
   }
@@ -502,7 +520,8 @@ void CfiMaps::sampled(int32_t pid) {
 void CfiMaps::insert_mapping(int32_t pid, Mapping m) {
   auto& list = processes_[pid];
   // A new mapping replaces whatever it overlaps (mmap over an old range).
-  std::erase_if(list, [&](const Mapping& old) { return old.start < m.end && m.start < old.end; });
+  if (std::erase_if(list, [&](const Mapping& old) { return old.start < m.end && m.start < old.end; }) != 0)
+    ++releases_;
   list.push_back(std::move(m));
   dirty_.push_back(pid);
 }
@@ -546,12 +565,14 @@ void CfiMaps::fork(int32_t parent, int32_t child) {
 }
 
 void CfiMaps::exec(int32_t pid, uint64_t time_ns) {
+  ++releases_;
   exec_ns_[pid] = time_ns;
   std::erase_if(processes_[pid], [&](const Mapping& m) { return m.time_ns < time_ns || time_ns == 0; });
   dirty_.push_back(pid);
 }
 
 void CfiMaps::exit(int32_t pid) {
+  ++releases_;
   // Its modules were in use until now.
   if (const auto it = processes_.find(pid); it != processes_.end()) {
     ++tick_;
@@ -674,6 +695,9 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
   }
   if (!placed) {
     module.no_room = true;
+    module.refused_rows = static_cast<uint32_t>(t.rows.size());
+    module.refused_buckets = static_cast<uint32_t>(t.index.buckets.size());
+    module.refused_at = releases_;
     if (refused_noted_.insert(key).second) {
       char text[160];
       std::snprintf(text, sizeof text,
@@ -684,6 +708,15 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
       std::lock_guard lock(mutex_);
       ++stats_.modules_refused;
       stats_.without_table.push_back(module.path + text);
+    }
+    // Not held for a later try: a collection of an hour with a full row map (a host that starts many
+    // programs) would hold the table of every module it refused, beyond the bound of the tables hpd
+    // keeps. Mapped again once room may be made (room_may_be_made), the module asks for it again: the
+    // tables hpd keeps, the cache on disk, or a compile. The vDSO's and the kernel's pages are made
+    // here, not asked for: kept (a few rows).
+    if (!module.path.empty() && module.path.front() != '[') {
+      module.table.reset();
+      module.queued = false;
     }
     return;
   }
@@ -791,6 +824,19 @@ size_t CfiMaps::tables_held() const {
   size_t n = 0;
   for (const auto& [key, module] : modules_) n += module.table ? 1 : 0;
   return n;
+}
+
+uint64_t CfiMaps::table_bytes_held() const {
+  uint64_t bytes = 0;
+  for (const auto& [key, module] : modules_)
+    if (module.table) bytes += CfiTableCache::kept_bytes(*module.table);
+  return bytes;
+}
+
+bool CfiMaps::room_may_be_made(const Module& module) const {
+  // A process gone or changed since may have left a loaded table evictable; else only free rows help.
+  return releases_ != module.refused_at || (capacity_ - row_slots_.used() >= module.refused_rows &&
+                                            index_capacity_ - index_slots_.used() >= module.refused_buckets);
 }
 
 void CfiMaps::publish_dirty() {

@@ -5,7 +5,8 @@
 // /proc/PID/maps at attach and from the kernel's mmap records afterwards, are published with their module's
 // rows and load bias. Until a module's table is in place its frames are walked by frame pointer, and samples
 // say so. When the maps are full, the least recently used tables of modules no followed process maps are
-// evicted; a module that still does not fit is walked by frame pointer and named in the summary.
+// evicted; a module that still does not fit is walked by frame pointer and named in the summary, and its
+// table is let go (asked for again when the module is mapped again and room may be made by then).
 #pragma once
 
 #include <condition_variable>
@@ -155,8 +156,10 @@ class CfiMaps {
 
   CfiMapStats stats() const;
   // Modules whose compiled table this recording holds (loaded, or kept for a followed process that
-  // maps it); the recorder's thread only.
+  // maps it; not those refused for lack of room), and the memory those tables take
+  // (CfiTableCache::kept_bytes); the recorder's thread only.
   [[nodiscard]] size_t tables_held() const;
+  [[nodiscard]] uint64_t table_bytes_held() const;
   // Readable when compiled tables wait for poll(): the recorder polls it with its other descriptors.
   [[nodiscard]] int ready_fd() const { return ready_fd_.get(); }
 
@@ -180,12 +183,16 @@ class CfiMaps {
     bool loaded = false;                    // rows in the map
     bool failed = false;                    // no table: frame pointers
     bool no_room = false;                   // refused for lack of room: tried again when mapped again
+    uint32_t refused_rows = 0;              // no_room: the rows and buckets its table needs
+    uint32_t refused_buckets = 0;
+    uint64_t refused_at = 0;  // no_room: releases_ when it was refused
     uint32_t row_first = 0;
     uint32_t row_count = 0;
     uint32_t index_first = 0;
     uint32_t index_count = 0;
     uint64_t last_used = 0;               // tick of the last publication of a process that maps it
     bool queued = false;                  // its compile (or cache lookup) job was handed to the worker
+    bool asked = false;                   // asked for before (its table let go since)
     bool wanted = false;                  // needed now (lazy mode: a process that maps it was sampled)
     bool counted = false;                 // in stats_.modules
     std::vector<std::string> candidates;  // files to compile it from
@@ -203,6 +210,7 @@ class CfiMaps {
     std::vector<std::string> candidates;
     bool lookup_only = false;  // lazy mode: from the cache on disk, or nothing (compiled once wanted)
     std::string identity;      // Module::identity
+    bool again = false;        // Module::asked: found among the kept tables, it is not counted as kept
   };
   struct Done {
     std::string key;
@@ -222,6 +230,8 @@ class CfiMaps {
   void count(Module& module);
   std::shared_ptr<const CfiTable> table_for(const Job& job);
   bool place(Module& module);
+  // A module refused for lack of room (its table let go) is asked for again only when it may fit now.
+  bool room_may_be_made(const Module& module) const;
   bool evict_one();
   void mark_users_dirty(const std::string& key);
   void worker_loop();
@@ -244,7 +254,9 @@ class CfiMaps {
   size_t index_bytes_ = 0;
   SlotRanges row_slots_;
   SlotRanges index_slots_;
-  uint64_t tick_ = 0;                    // publications so far: the modules' use clock
+  uint64_t tick_ = 0;  // publications so far: the modules' use clock
+  // Exits, execs and mappings replaced so far: each may have left a loaded table that no process uses.
+  uint64_t releases_ = 0;
   std::set<std::string> refused_noted_;  // modules already named in without_table for lack of room
 
   std::unordered_map<std::string, Module> modules_;

@@ -202,6 +202,7 @@ const std::map<std::string, Key, std::less<>>& keys() {
       {"max_user_memory_mb", mib_key(&Config::max_user_memory_mb)},
       {"max_jit_symbols_mb", mib_key(&Config::max_jit_symbols_mb)},
       {"max_symbol_cache_mb", mib_key(&Config::max_symbol_cache_mb)},
+      {"max_kept_unwind_tables_mb", mib_key(&Config::max_kept_unwind_tables_mb)},
       {"max_connections_per_user",
        {uint_setter(&Config::max_connections_per_user, 1, 4096),
         number_getter(&Config::max_connections_per_user)}},

@@ -35,13 +35,18 @@ namespace hpd::service {
 namespace {
 
 // The unwind-table cache of every recording of hpd (its sessions and continuous mode), in its state
-// directory; a directory it cannot write is said once in the log.
+// directory; a directory it cannot write is said once in the log. And the bound of the tables kept in
+// memory across recordings: a smaller one drops tables at once.
 void configure_unwind_cache_of(const Config& config) {
   UnwindCacheSettings settings;
   settings.directory = config.state_directory + "/" + kHpdUnwindCacheDirectoryName;
   settings.max_bytes = config.max_unwind_cache_mb << 20;
   settings.warn = [](const std::string& text) { log_warning(text); };
   configure_unwind_cache(settings);
+  if (const uint64_t dropped = set_kept_cfi_tables_limit(config.max_kept_unwind_tables_mb << 20);
+      dropped != 0)
+    log_info("max_kept_unwind_tables_mb " + std::to_string(config.max_kept_unwind_tables_mb) + ": " +
+             std::to_string(dropped) + " kept unwind tables dropped");
 }
 
 // hpd asks the debuginfod servers of hpd.conf and no others: libdebuginfod reads DEBUGINFOD_URLS from
@@ -115,6 +120,12 @@ json Daemon::status_message(bool privileged) {
                   {"modules_evicted", cfi.modules_evicted},
                   {"modules_refused", cfi.modules_refused},
                   {"map_bytes", cfi.map_bytes}};
+  // The compiled tables hpd keeps across recordings (max_kept_unwind_tables_mb).
+  const KeptCfiTablesStatus kept = kept_cfi_tables_status();
+  reply["cfi"]["kept"] = {{"tables", kept.tables},
+                          {"bytes", kept.bytes},
+                          {"limit_bytes", kept.limit_bytes},
+                          {"evicted", kept.evicted}};
   // The eBPF programs and maps loaded ahead for the next session (prepare_recording).
   const PreparedRecordingStatus prepared = prepared_recording_status();
   reply["prepared"] = {{"ready", prepared.ready},
@@ -128,7 +139,8 @@ json Daemon::status_message(bool privileged) {
                      {"max_session_memory_mb", cfg.max_session_memory_mb},
                      {"max_user_memory_mb", cfg.max_user_memory_mb},
                      {"max_jit_symbols_mb", cfg.max_jit_symbols_mb},
-                     {"max_symbol_cache_mb", cfg.max_symbol_cache_mb}};
+                     {"max_symbol_cache_mb", cfg.max_symbol_cache_mb},
+                     {"max_kept_unwind_tables_mb", cfg.max_kept_unwind_tables_mb}};
   // What the running sessions hold (their Session::memory_bytes): in all, and per user for those
   // who may see every session.
   const SessionRegistry::Memory memory = sessions_.memory();

@@ -330,6 +330,21 @@ struct CfiMapsStatus {
 };
 CfiMapsStatus cfi_maps_status();
 
+// The compiled unwind tables kept in this process across recordings, for the next ones (hpd: its
+// sessions and continuous mode; docs/architecture.md, "Kept in memory"), least recently used dropped
+// past a bound. A local recording keeps them for its own run only, with the default bound.
+inline constexpr uint64_t kDefaultKeptCfiTablesBytes = 128ull << 20;
+struct KeptCfiTablesStatus {
+  uint64_t tables = 0;       // kept now
+  uint64_t bytes = 0;        // what they count against the bound (rows, index, segments)
+  uint64_t limit_bytes = 0;  // the bound
+  uint64_t evicted = 0;      // dropped for the bound since the process started
+};
+KeptCfiTablesStatus kept_cfi_tables_status();
+// A new bound (hpd.conf's max_kept_unwind_tables_mb): a smaller one drops tables at once. Returns the
+// number dropped.
+uint64_t set_kept_cfi_tables_limit(uint64_t bytes);
+
 // What keeps a recording's targets (pids, command, all_processes, cgroup) from making one recording.
 enum class TargetProblem {
   kNone,

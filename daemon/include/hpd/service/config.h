@@ -100,6 +100,10 @@ struct Config {
   // compiled CFI tables of the binaries recorded, one file per build-id, least recently used removed
   // past this bound. 0: no cache on disk (tables are compiled once per run of hpd).
   uint64_t max_unwind_cache_mb = 256;
+  // The compiled CFI tables hpd keeps in memory across recordings, for the next ones of the same
+  // binaries (least recently used dropped past this bound; a smaller bound on SIGHUP drops them at
+  // once). The default is hpd/collect/recorder.h's kDefaultKeptCfiTablesBytes.
+  uint64_t max_kept_unwind_tables_mb = 128;
   // debuginfod servers hpd asks for the debug files of modules that have none on the host, when it
   // names a session's functions (space-separated http(s) URLs, as DEBUGINFOD_URLS; "" = none). hpd's
   // own setting: its environment's DEBUGINFOD_URLS is ignored. Downloads are cached in

@@ -178,7 +178,18 @@ class CfiTableCache {
   // The memory the tables kept take (as counted against the bound), and the tables dropped for it.
   uint64_t bytes() const;
   uint64_t evicted() const;
-  uint64_t limit_bytes() const { return limit_bytes_; }
+  uint64_t limit_bytes() const;
+  // A new bound (hpd.conf's max_kept_unwind_tables_mb, at start and on SIGHUP): a smaller one drops the
+  // least recently used tables at once, down to it. Returns the number dropped.
+  uint64_t set_limit_bytes(uint64_t limit_bytes);
+  // size(), bytes(), limit_bytes() and evicted() read together (at one moment).
+  struct Usage {
+    uint64_t tables = 0;
+    uint64_t bytes = 0;
+    uint64_t limit_bytes = 0;
+    uint64_t evicted = 0;
+  };
+  Usage usage() const;
   const CfiTableOptions& options() const { return options_; }
   // What a table kept counts against the bound.
   static uint64_t kept_bytes(const CfiTable& table);
