@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "hpd/base/elf.h"
 #include "hpd/model/raw_profile.h"
@@ -86,8 +87,22 @@ const Family kFamilies[] = {
     {"tcmalloc", "", kTcmalloc, std::size(kTcmalloc)},
 };
 
-// The defined functions of one symbol table, name -> virtual address.
+// Every name looked for: a large program's .symtab holds a million functions, of which only these
+// are kept.
+const std::set<std::string, std::less<>>& wanted_names() {
+  static const std::set<std::string, std::less<>> names = [] {
+    std::set<std::string, std::less<>> out(kAllocatorFunctions,
+                                           kAllocatorFunctions + kAllocatorFunctionCount);
+    for (const Family& family : kFamilies)
+      for (size_t i = 0; i < family.count; ++i) out.insert(std::string(family.prefix) + family.names[i].name);
+    return out;
+  }();
+  return names;
+}
+
+// The defined functions of one symbol table that are looked for, name -> virtual address.
 void read_functions(Elf* elf, ElfSection section, std::map<std::string, uint64_t>& out) {
+  const std::set<std::string, std::less<>>& wanted = wanted_names();
   if (!section || section.header.sh_entsize == 0) return;
   Elf_Data* d = section.data();
   if (d == nullptr) return;
@@ -99,7 +114,8 @@ void read_functions(Elf* elf, ElfSection section, std::map<std::string, uint64_t
       continue;
     if (GELF_ST_TYPE(sym.st_info) != STT_FUNC) continue;  // an IFUNC resolver is not the function
     const char* name = elf_strptr(elf, section.header.sh_link, sym.st_name);
-    if (name != nullptr && name[0] != '\0') out.emplace(name, sym.st_value);
+    if (name != nullptr && wanted.find(std::string_view(name)) != wanted.end())
+      out.emplace(name, sym.st_value);
   }
 }
 
