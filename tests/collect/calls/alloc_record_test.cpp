@@ -438,6 +438,18 @@ TEST(AllocRecord, PidOfAProcessWithJemallocLinkedStaticallyMatchesItsTruth) {
   check_pid_attach("", "alloc_pid_jemalloc_static");
 }
 
+// From outside, a process linked with libmimalloc, which replaces malloc and also exports mimalloc's
+// own names: only the C library's names are probed there (its posix_memalign reaches mi_malloc_aligned,
+// which would otherwise count each call twice: the truth checks say it does not), and the summary says
+// which of mimalloc's names were not probed.
+TEST(AllocRecord, PidOfAProcessLinkedWithMimallocMatchesItsTruthAndSaysWhatIsNotProbed) {
+  const std::string ldd = hpd::test::run({"ldd", fixture("alloc_pid_mimalloc")}).out;
+  ASSERT_NE(ldd.find("libmimalloc.so"), std::string::npos) << ldd;
+  check_pid_attach("", "alloc_pid_mimalloc",
+                   {"allocations not seen: the entry points of mimalloc in ", "libmimalloc.so.2",
+                    " (mi_zalloc, mi_mallocn, mi_malloc_aligned, ", ") were not probed"});
+}
+
 // The same through hpd, as root (the access rules of any --pid recording apply).
 TEST(AllocRecord, PidThroughHpdAttachesAndMatchesTheTruth) {
   const hpd::testing::TempDir dir("hpd-alloc-pid-daemon");
