@@ -22,7 +22,7 @@ struct AllocatorModule {
 
 // The modules `pid` maps that define malloc or free as dynamic symbols, or an allocator under other
 // names (mimalloc's mi_*, je_*, _rjem_*, tc_*) in either symbol table. Empty when none does (a static
-// program whose symbols were stripped).
+// program: its glibc malloc is in .symtab only, which is not looked at for the C library's names).
 std::vector<AllocatorModule> find_allocators(int32_t pid);
 
 // Who the probes are for. A client restricted to their own processes (a user's session through hpd)
