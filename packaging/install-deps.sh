@@ -40,8 +40,9 @@ TEST_PACKAGES=(
   uftrace bpftrace
   # JIT frames from /tmp/perf-PID.map: tests/cli/jit_test.cpp records node --perf-basic-prof
   nodejs
-  # --alloc of a program that brings its own allocator: fixtures linked with jemalloc (alloc_record_test)
-  libjemalloc-dev
+  # --alloc of a program that brings its own allocator: fixtures linked with jemalloc and with mimalloc
+  # (alloc_record_test)
+  libjemalloc-dev libmimalloc-dev
   # the Debian package: dpkg-shlibdeps for its Depends, lintian to check it
   lintian dpkg-dev
 )

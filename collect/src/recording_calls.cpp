@@ -12,6 +12,7 @@
 #include "hpd/calls/alloc_abi.h"
 #include "hpd/calls/alloc_log.h"
 #include "hpd/calls/alloc_probes.h"
+#include "hpd/calls/allocator_symbols.h"
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/discovery.h"
 #include "hpd/calls/preload_table.h"
@@ -224,6 +225,7 @@ void RecordingCallCounter::finish(RecordResult& result) {
         alloc_handed_over_ ? alloc_->read(result.profile, &followed, calls::AllocLog::kClientLimits)
                            : alloc_->read(result.profile);
     for (std::string& m : messages) alloc_messages_.push_back(std::move(m));
+    for (std::string& m : calls::allocators_not_seen(result.profile)) alloc_messages_.push_back(std::move(m));
     alloc_.reset();
   }
   for (auto& probes : alloc_probes_)

@@ -82,6 +82,12 @@ void check_alloc_pid_attach(const AllocPidAttach& how) {
   }
   EXPECT_NE(summary.find("allocations (uprobes on pid " + std::to_string(target_pid)), std::string::npos)
       << summary;
+  for (const std::string& words : how.said) {
+    EXPECT_NE(summary.find(words), std::string::npos) << words << "\n" << summary;
+  }
+  for (const std::string& words : how.not_said) {
+    EXPECT_EQ(summary.find(words), std::string::npos) << words << "\n" << summary;
+  }
   // The 1,000 frees of blocks allocated before the attach, and most frees of the small blocks (not
   // sampled), are counted as frees of unsampled addresses; the 1,000 free(NULL) apart.
   const std::regex frees(R"(allocations: (\d+) free\(NULL\), (\d+) frees? of addresses not sampled)");

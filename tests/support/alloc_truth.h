@@ -44,6 +44,9 @@ struct AllocPidAttach {
   std::vector<std::string> as_user;
   uid_t uid = 0;
   gid_t gid = 0;
+  // Words the summary must hold, and words it must not.
+  std::vector<std::string> said{};
+  std::vector<std::string> not_said{};
 };
 
 // `hpctl record --alloc --alloc-mean 4096 --pid PID` of the fixture, which waits until the probes are

@@ -5,8 +5,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -22,7 +20,6 @@
 
 #include "alloc.skel.h"
 #include "alloc_event.h"
-#include "hpd/base/elf.h"
 #include "hpd/base/proc_maps.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/call_counter.h"
@@ -30,77 +27,18 @@
 
 namespace hpd::calls {
 
-const char* const kAllocatorFunctions[] = {"malloc",        "calloc",   "realloc", "free",   "posix_memalign",
-                                           "aligned_alloc", "memalign", "valloc",  "pvalloc"};
-const size_t kAllocatorFunctionCount = sizeof kAllocatorFunctions / sizeof kAllocatorFunctions[0];
-static_assert(sizeof kAllocatorFunctions / sizeof kAllocatorFunctions[0] == HPD_ALLOC_FN_COUNT);
+static_assert(HPD_ALLOC_FN_MALLOC == uint32_t(AllocatorCall::kMalloc) &&
+              HPD_ALLOC_FN_CALLOC == uint32_t(AllocatorCall::kCalloc) &&
+              HPD_ALLOC_FN_REALLOC == uint32_t(AllocatorCall::kRealloc) &&
+              HPD_ALLOC_FN_FREE == uint32_t(AllocatorCall::kFree) &&
+              HPD_ALLOC_FN_POSIX_MEMALIGN == uint32_t(AllocatorCall::kPosixMemalign) &&
+              HPD_ALLOC_FN_ALIGNED_ALLOC == uint32_t(AllocatorCall::kAlignedAlloc) &&
+              HPD_ALLOC_FN_COUNT == 9);
 
 namespace {
 
 std::string path_in(int32_t pid, const std::string& path) {
   return "/proc/" + std::to_string(pid) + "/root" + path;
-}
-
-// The file offset of virtual address `vaddr` of an ELF file (its PT_LOAD segment), or nothing.
-bool file_offset_of(Elf* elf, uint64_t vaddr, uint64_t& offset) {
-  size_t n = 0;
-  if (elf_getphdrnum(elf, &n) != 0) return false;
-  for (size_t i = 0; i < n; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD ||
-        !(ph.p_flags & PF_X))
-      continue;
-    if (vaddr >= ph.p_vaddr && vaddr < ph.p_vaddr + ph.p_filesz) {
-      offset = vaddr - ph.p_vaddr + ph.p_offset;
-      return true;
-    }
-  }
-  return false;
-}
-
-// The allocator functions `file` defines in its dynamic symbol table, by file offset (aliases: the
-// first name, in kAllocatorFunctions's order, at each offset).
-std::vector<std::pair<std::string, uint64_t>> allocator_functions(const std::string& file) {
-  std::vector<std::pair<std::string, uint64_t>> out;
-  const OpenedElf opened = OpenedElf::open(file, ELF_C_READ);
-  if (!opened || !opened.view().is_elf()) return out;
-  Elf* elf = opened.get();
-  std::map<std::string, uint64_t> found;
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_DYNSYM || sh.sh_entsize == 0) continue;
-    Elf_Data* d = elf_getdata(scn, nullptr);
-    if (d == nullptr) continue;
-    const size_t count = sh.sh_size / sh.sh_entsize;
-    for (size_t i = 0; i < count; ++i) {
-      GElf_Sym sym;
-      if (gelf_getsym(d, static_cast<int>(i), &sym) == nullptr || sym.st_shndx == SHN_UNDEF ||
-          sym.st_value == 0)
-        continue;
-      const int type = GELF_ST_TYPE(sym.st_info);
-      if (type != STT_FUNC) continue;  // an IFUNC resolver is not the function
-      const char* name = elf_strptr(elf, sh.sh_link, sym.st_name);
-      if (name == nullptr) continue;
-      for (size_t f = 0; f < kAllocatorFunctionCount; ++f) {
-        uint64_t off = 0;
-        if (std::strcmp(name, kAllocatorFunctions[f]) == 0 && file_offset_of(elf, sym.st_value, off))
-          found.emplace(name, off);
-      }
-    }
-  }
-  std::set<uint64_t> offsets;
-  for (size_t f = 0; f < kAllocatorFunctionCount; ++f) {
-    auto it = found.find(kAllocatorFunctions[f]);
-    if (it != found.end() && offsets.insert(it->second).second) out.emplace_back(it->first, it->second);
-  }
-  return out;
-}
-
-uint32_t function_id(const std::string& name) {
-  for (size_t f = 0; f < kAllocatorFunctionCount; ++f)
-    if (name == kAllocatorFunctions[f]) return static_cast<uint32_t>(f);
-  return HPD_ALLOC_FN_COUNT;
 }
 
 struct SkeletonDeleter {
@@ -124,9 +62,10 @@ std::vector<AllocatorModule> find_allocators(int32_t pid) {
   std::set<std::string> seen;
   for (const MapsEntry& m : read_proc_maps(pid)) {
     if (!m.executable || !m.is_file() || !seen.insert(m.path).second) continue;
-    AllocatorModule module{m.path, allocator_functions(path_in(pid, m.path))};
-    const bool has = std::any_of(module.functions.begin(), module.functions.end(),
-                                 [](const auto& f) { return f.first == "malloc" || f.first == "free"; });
+    AllocatorModule module{m.path, module_allocators(path_in(pid, m.path))};
+    const bool has = !module.allocators.others.empty() ||
+                     std::any_of(module.allocators.standard.begin(), module.allocators.standard.end(),
+                                 [](const auto& f) { return f.name == "malloc" || f.name == "free"; });
     if (has) out.push_back(std::move(module));
   }
   return out;
@@ -155,6 +94,7 @@ struct AllocProbes::Impl {
   };
   std::vector<Free> frees;
   uint64_t short_records = 0;
+  std::vector<std::string> said;  // the summary's words for the allocators under other names
 
   static int on_record(void* ctx, void* data, size_t size) {
     auto* self = static_cast<Impl*>(ctx);
@@ -237,9 +177,12 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes, AllocProbeClient clie
                            : f + 1 == kAllocatorFunctionCount ? " or "
                                                               : ", ") +
                kAllocatorFunctions[f];
-    throw CallCountError("pid " + std::to_string(pid) +
-                         " maps no allocator hpd can probe: none of its modules defines " + names +
-                         " as a dynamic symbol (a static program, or one whose allocator has other names)");
+    throw CallCountError(
+        "pid " + std::to_string(pid) + " maps no allocator hpd can probe: none of its modules defines " +
+        names +
+        " as a dynamic symbol, nor mimalloc's, tcmalloc's or a prefixed jemalloc's entry points (mi_malloc, "
+        "tc_malloc, je_malloc, _rjem_malloc) in a symbol table (a static program, or an allocator hpd "
+        "does not know)");
   }
   if (mean_bytes == 0 || mean_bytes > (uint64_t{1} << 40))
     throw CallCountError("the allocation sampling mean must be between 1 byte and 1 TiB");
@@ -277,9 +220,36 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes, AllocProbeClient clie
   std::string where;
   for (const AllocatorModule& module : modules) {
     std::vector<uint64_t> offsets, cookies;
-    for (const auto& [name, offset] : module.functions) {
-      offsets.push_back(offset);
-      cookies.push_back(function_id(name));
+    for (const AllocatorFunction& f : module.allocators.standard) {
+      offsets.push_back(f.offset);
+      cookies.push_back(f.cookie);
+    }
+    // An allocator under other names: its entry points take the C library's arguments (AllocatorCall).
+    // Where the module defines the C library's names too (an allocator that replaces malloc), those
+    // call its own entry points (libmimalloc's posix_memalign calls mi_malloc_aligned): probing both
+    // would count a call twice, so only the C library's names are probed there, whose aliases
+    // (libmimalloc's mi_malloc is its malloc) are seen by them.
+    const bool replaces_malloc = !module.allocators.standard.empty();
+    for (const OtherAllocator& other : module.allocators.others) {
+      std::vector<AllocatorFunction> probed, unprobed;
+      for (const AllocatorFunction& f : other.functions) {
+        if (!f.alias_of.empty()) continue;
+        (replaces_malloc ? unprobed : probed).push_back(f);
+      }
+      for (const AllocatorFunction& f : probed) {
+        offsets.push_back(f.offset);
+        cookies.push_back(f.cookie);
+      }
+      if (!probed.empty())
+        impl_->said.push_back("allocations: the entry points of " + other.family + " in " + module.path +
+                              " (" + function_names(probed) +
+                              ") were probed too: its allocations are counted with malloc's");
+      if (!unprobed.empty())
+        impl_->said.push_back(
+            "allocations not seen: the entry points of " + other.family + " in " + module.path + " (" +
+            function_names(unprobed) +
+            ") were not probed: the C library's functions it defines, which are, may call them, and a call "
+            "would count twice; calls the program makes to them directly were not counted");
     }
     const std::string path = path_in(pid, module.path);
     const int fd = uprobe_multi::link(bpf_program__fd(impl_->skel->progs.hpd_alloc_call),
@@ -411,6 +381,7 @@ std::vector<std::string> AllocProbes::finish(RawProfile& profile) {
     s.frees.clear();
     return messages;
   }
+  for (const std::string& m : s.said) messages.push_back(m);
   const uint64_t calls = s.counter(HPD_ALLOC_CALLS);
   const uint64_t frees = s.counter(HPD_ALLOC_FREES);
   messages.push_back("allocations: " + std::to_string(calls) + " allocating calls and " +

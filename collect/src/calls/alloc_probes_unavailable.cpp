@@ -4,10 +4,6 @@
 
 namespace hpd::calls {
 
-const char* const kAllocatorFunctions[] = {"malloc",        "calloc",   "realloc", "free",   "posix_memalign",
-                                           "aligned_alloc", "memalign", "valloc",  "pvalloc"};
-const size_t kAllocatorFunctionCount = sizeof kAllocatorFunctions / sizeof kAllocatorFunctions[0];
-
 std::vector<AllocatorModule> find_allocators(int32_t) {
   return {};
 }

@@ -3,7 +3,9 @@
 // error, the frees matched exactly, stacks that reach main with and without frame pointers, the
 // pprof heap columns read by `go tool pprof`, threads/fork/exec/realloc without a crash; and
 // `--alloc --pid` of a running process (locally and through hpd), realloc's edge cases and frees by
-// another thread through its probes, and a process without an allocator to probe.
+// another thread through its probes, and a process without an allocator to probe; and programs whose
+// allocator goes by other names or is linked in statically: said not seen when launched, probed with
+// --pid (prefixed_allocator.h, Debian's libjemalloc.a and libmimalloc).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -61,6 +63,8 @@ void check_against_truth(const std::string& program, const std::string& daemon_s
     EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
   }
   EXPECT_NE(r.err.find("allocations (hpd's runtime, in-process): "), std::string::npos) << r.err;
+  // Its allocator has the C library's names only: nothing is said unseen.
+  EXPECT_EQ(r.err.find("allocations not seen"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("Allocations (sampled by bytes, one per 4.0 KiB"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Live at the end"), std::string::npos) << r.out;
   const std::map<std::string, Truth> truth = read_truth(dir.file("truth.txt"));
@@ -342,15 +346,66 @@ TEST(AllocRecord, AMeanAloneIsRefusedWithAClearMessage) {
   EXPECT_NE(m.err.find("--alloc-mean goes with --alloc"), std::string::npos) << m.err;
 }
 
+// `--alloc -- CMD` of a program whose allocator goes by other names, which the preloaded runtime does
+// not interpose: the summary names the module that defines them and the allocator, and the runtime
+// sampled nothing (`program` is alloc_fixture.c run as `truth FILE`, some 40 MB through them).
+void check_said_unseen(const std::string& program, const std::vector<std::string>& said) {
+  SCOPED_TRACE(program);
+  const hpd::testing::TempDir dir("hpd-alloc-unseen");
+  const hpd::test::RunResult r =
+      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096", "--no-report",
+                      "-o", dir.file("u.hpr"), "--", fixture(program), "truth", dir.file("truth.txt")},
+                     300, {"HPD_CALLS_RUNTIME="});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(read_truth(dir.file("truth.txt")).size(), 3u) << r.err;
+  // What is said is so: the fixture allocated some 40 MB through them, and the runtime saw none.
+  EXPECT_NE(r.err.find("allocations (hpd's runtime, in-process): 0 sampled"), std::string::npos) << r.err;
+  for (const std::string& words : said) {
+    EXPECT_NE(r.err.find(words), std::string::npos) << words << "\n" << r.err;
+  }
+}
+
+// An allocator linked in statically under tikv-jemallocator's names (prefixed_allocator.h): the
+// program's own .symtab defines _rjem_malloc, _rjem_free, ...
+TEST(AllocRecord, AStaticAllocatorUnderOtherNamesIsSaidNotSeen) {
+  check_said_unseen(
+      "alloc_prefixed_nofp",
+      {"allocations not seen: " + fixture("alloc_prefixed_nofp") +
+           " defines the entry points of jemalloc with tikv-jemallocator's prefix _rjem_ (_rjem_malloc, "
+           "_rjem_calloc, _rjem_realloc, _rjem_free,",
+       "which hpd's runtime does not interpose"});
+}
+
+// Debian's jemalloc linked in statically (libjemalloc.a): the program defines malloc, free, ... and
+// the linker exports them, so the loader finds them before the preloaded runtime's: nothing reaches
+// the runtime, and the summary says why.
+TEST(AllocRecord, JemallocLinkedStaticallyIsSaidNotSeen) {
+  check_said_unseen("alloc_jemalloc_static", {"allocations not seen: " + fixture("alloc_jemalloc_static") +
+                                                  " defines malloc, calloc, realloc, free",
+                                              "itself (an allocator linked in statically)"});
+}
+
+// A program calling mimalloc's API (mi_malloc, mi_free, ...) of Debian's libmimalloc.
+TEST(AllocRecord, MimallocCalledByItsOwnNamesIsSaidNotSeen) {
+  const std::string ldd = hpd::test::run({"ldd", fixture("alloc_mimalloc_nofp")}).out;
+  ASSERT_NE(ldd.find("libmimalloc.so"), std::string::npos) << ldd;
+  check_said_unseen("alloc_mimalloc_nofp", {"allocations not seen: ", "libmimalloc.so.2",
+                                            "defines the entry points of mimalloc (mi_malloc, ", "mi_free"});
+}
+
 // `hpctl record --alloc --pid PID`: uprobes on the allocator of a process already running
 // (alloc_pid_fixture.c, -O2 -g without frame pointers), checked against its truth
 // (hpd::test::check_alloc_pid_attach). `daemon_socket`: through the hpd listening there, else a local
 // recording.
-void check_pid_attach(const std::string& daemon_socket, const std::string& program = "alloc_pid_nofp") {
+void check_pid_attach(const std::string& daemon_socket, const std::string& program = "alloc_pid_nofp",
+                      const std::vector<std::string>& said = {}) {
   hpd::test::AllocPidAttach how;
   how.hpctl = HPD_HPCTL_PATH;
   how.fixture = fixture(program);
   how.daemon_socket = daemon_socket;
+  how.said = said;
+  // An allocator under other names is said only where there is one.
+  if (said.empty()) how.not_said = {"allocations not seen", "were probed too"};
   hpd::test::check_alloc_pid_attach(how);
 }
 
@@ -364,6 +419,35 @@ TEST(AllocRecord, PidOfAProcessLinkedWithJemallocMatchesItsTruth) {
   const std::string ldd = hpd::test::run({"ldd", fixture("alloc_pid_jemalloc")}).out;
   ASSERT_NE(ldd.find("libjemalloc.so"), std::string::npos) << ldd;
   check_pid_attach("", "alloc_pid_jemalloc");
+}
+
+// From outside, a process whose allocator is linked in statically under tikv-jemallocator's names
+// (_rjem_malloc, ... in its .symtab only): those entry points are probed as malloc's, and its figures
+// are its truth's.
+TEST(AllocRecord, PidOfAStaticAllocatorUnderOtherNamesMatchesItsTruth) {
+  check_pid_attach(
+      "", "alloc_pid_prefixed",
+      {"allocations: the entry points of jemalloc with tikv-jemallocator's prefix _rjem_ in " +
+           fixture("alloc_pid_prefixed") + " (_rjem_malloc, _rjem_calloc, _rjem_realloc, _rjem_free, ",
+       "were probed too"});
+}
+
+// From outside, jemalloc linked in statically (libjemalloc.a): the program's own malloc, free, ... are
+// dynamic symbols of it (the linker exports them), probed as libc's are.
+TEST(AllocRecord, PidOfAProcessWithJemallocLinkedStaticallyMatchesItsTruth) {
+  check_pid_attach("", "alloc_pid_jemalloc_static");
+}
+
+// From outside, a process linked with libmimalloc, which replaces malloc and also exports mimalloc's
+// own names: only the C library's names are probed there (its posix_memalign reaches mi_malloc_aligned,
+// which would otherwise count each call twice: the truth checks say it does not), and the summary says
+// which of mimalloc's names were not probed.
+TEST(AllocRecord, PidOfAProcessLinkedWithMimallocMatchesItsTruthAndSaysWhatIsNotProbed) {
+  const std::string ldd = hpd::test::run({"ldd", fixture("alloc_pid_mimalloc")}).out;
+  ASSERT_NE(ldd.find("libmimalloc.so"), std::string::npos) << ldd;
+  check_pid_attach("", "alloc_pid_mimalloc",
+                   {"allocations not seen: the entry points of mimalloc in ", "libmimalloc.so.2",
+                    " (mi_zalloc, mi_mallocn, mi_malloc_aligned, ", ") were not probed"});
 }
 
 // The same through hpd, as root (the access rules of any --pid recording apply).

@@ -9,22 +9,20 @@
 #include <string>
 #include <vector>
 
+#include "hpd/calls/allocator_symbols.h"
 #include "hpd/model/raw_profile.h"
 
 namespace hpd::calls {
 
-// The allocator's dynamic symbols one module of the target defines (file offsets, for the probes).
+// One module of the target whose allocator entry points are probed (allocator_symbols.h).
 struct AllocatorModule {
-  std::string path;                                         // as the target maps it
-  std::vector<std::pair<std::string, uint64_t>> functions;  // name, file offset; aliases once
+  std::string path;  // as the target maps it
+  ModuleAllocators allocators;
 };
 
-// The functions probed, in the order a message names them.
-extern const char* const kAllocatorFunctions[];
-extern const size_t kAllocatorFunctionCount;
-
-// The modules `pid` maps that define malloc or free (file offsets of every allocator function they
-// define). Empty when none does (a static program, or an allocator under other names).
+// The modules `pid` maps that define malloc or free as dynamic symbols, or an allocator under other
+// names (mimalloc's mi_*, je_*, _rjem_*, tc_*) in either symbol table. Empty when none does (a static
+// program: its glibc malloc is in .symtab only, which is not looked at for the C library's names).
 std::vector<AllocatorModule> find_allocators(int32_t pid);
 
 // Who the probes are for. A client restricted to their own processes (a user's session through hpd)
