@@ -491,6 +491,35 @@ TEST(Config, FurtherEndpointsTakeKeysWithANameSuffix) {
   says(many, "hpd.conf:9: otlp_endpoint.e8: at most 8 endpoints");
 }
 
+// The compression of the push: gzip unless push_compression says none; a further endpoint takes
+// push_compression unless push_compression.NAME is given.
+TEST(Config, PushCompressionIsGzipByDefaultAndEachEndpointMaySetItsOwn) {
+  EXPECT_EQ(Config{}.push_compression, hpd::session::PushCompression::kGzip);
+  const Config c = parse_config(
+      "otlp_endpoint = http://a:4318\npush_compression = none\notlp_endpoint.b = http://b:4318\n"
+      "otlp_endpoint.c = grpc://c:4317\npush_compression.c = gzip\n",
+      "t.conf");
+  EXPECT_EQ(c.push_compression, hpd::session::PushCompression::kNone);
+  const std::vector<PushEndpoint> all = push_endpoints_of(c);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].compression, hpd::session::PushCompression::kNone);
+  EXPECT_EQ(all[1].compression, hpd::session::PushCompression::kNone);  // push_compression's
+  EXPECT_EQ(all[2].compression, hpd::session::PushCompression::kGzip);
+  const std::string text = format_config(c);
+  EXPECT_NE(text.find("push_compression = none\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("push_compression.c = gzip\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("push_compression.b"), std::string::npos) << text;
+  EXPECT_EQ(parse_config(text, "formatted"), c) << text;
+  EXPECT_EQ(push_endpoints_of(parse_config("otlp_endpoint = http://a:4318\n", "t.conf"))[0].compression,
+            hpd::session::PushCompression::kGzip);
+  EXPECT_NE(config_problem("push_compression = zstd\n")
+                .find("bad value 'zstd' for push_compression: expected gzip or none"),
+            std::string::npos);
+  EXPECT_NE(config_problem("push_compression.b = \notlp_endpoint.b = http://b:4318\n")
+                .find("bad value '' for push_compression.b: expected gzip or none"),
+            std::string::npos);
+}
+
 TEST(Config, DurationsAndSizes) {
   double s = 0;
   EXPECT_TRUE(parse_duration_s("90", s));
