@@ -346,7 +346,7 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "client_timeout = 2.5\nstop_timeout = 4\nmax_cfi_rows = 1000\ncontinuous_cfi_rows = 5000\n"
       "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\nmax_unwind_cache_mb = "
       "0\notlp_endpoint = https://collector:4318\npush_labels = team=storage, region = eu-1\n"
-      "push_timeout = 10s\npush_retry_max = 5m\n"
+      "push_timeout = 10s\npush_retry_max = 5m\npush_compression = none\n"
       "continuous_kernel = off\ncontinuous_off_cpu = on\n"
       "debuginfod_urls =  https://debuginfod.example   http://127.0.0.1:8002 \n",
       "t.conf");
@@ -356,8 +356,8 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
   EXPECT_EQ(Config{}.debuginfod_urls, "");
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (35 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 35) << text;
+  // One line per key: every key of the parser, none twice (36 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 36) << text;
   // 0: no unwind-table cache on disk; the bound is in MiB.
   EXPECT_EQ(c.max_unwind_cache_mb, 0u);
   EXPECT_EQ(Config{}.max_unwind_cache_mb, 256u);
