@@ -665,6 +665,15 @@ std::pair<uint64_t, uint64_t> pushed_bytes(const std::string& err) {
   return {body, uncompressed};
 }
 
+// The requests the collector wrote to `path`, waiting up to 60 s until there are `want`.
+std::vector<json> wait_for_requests(const std::string& path, size_t want) {
+  std::vector<json> requests;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((requests = received_requests(path)).size() < want && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return requests;
+}
+
 // The collector receives the same functions and sample counts (the local export's) with the body
 // compressed with gzip as without compression, over HTTP and over gRPC; the bytes hpctl sent on the
 // connection are fewer with gzip, and hpctl's counts are what went through.
@@ -687,12 +696,7 @@ TEST_F(OtlpPushTest, GzipAndUncompressedDeliverTheLocalExportOverHttpAndGrpcAndG
       const RunResult r =
           run({kHpctl, "push", capture_, "--otlp-endpoint", endpoint, "--compression", compression}, 120);
       ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
-      ++want;
-      std::vector<json> requests;
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while ((requests = received_requests(received_path)).size() < want &&
-             std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const std::vector<json> requests = wait_for_requests(received_path, ++want);
       ASSERT_EQ(requests.size(), want) << what << "; the collector's log: " << collector.log();
       const Received got = parse_received(requests.back(), "cpu_split");
       EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions) << what;
