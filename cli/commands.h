@@ -151,6 +151,7 @@ struct PushArgs {
   std::string otlp_endpoint;        // http(s)://HOST:PORT[/PATH] of an OTLP/HTTP receiver
   std::vector<std::string> labels;  // KEY=VALUE resource attributes added to every process
   double timeout_s = 0;             // 0: push_timeout of hpd.conf when its endpoint is used, else 30
+  std::string compression;          // "gzip", "none"; "": push_compression of hpd.conf's endpoint, else gzip
   // Without --endpoint: the endpoint, TLS settings, labels and timeout of hpd's push in this hpd.conf
   // (it and the files it names must be readable by the caller: root's), each flag given overriding.
   std::string config_path;

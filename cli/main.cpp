@@ -400,6 +400,10 @@ int main(int argc, char** argv) {
                    "Seconds to wait for the endpoint (default: push_timeout of hpd.conf when its endpoint "
                    "is used, else 30)")
       ->check(CLI::PositiveNumber);
+  push->add_option("--compression", push_args.compression,
+                   "gzip (Content-Encoding over HTTP, grpc-encoding over gRPC) or none (default: "
+                   "push_compression of hpd.conf when its endpoint is used, else gzip)")
+      ->check(CLI::IsMember({"gzip", "none"}));
   push->add_option("--debug-dir", push_args.debug_dirs,
                    "Directory to search for binaries by build-id (.build-id/xx/...) or name (repeatable)");
   push->add_flag("--no-debuginfod", push_args.no_debuginfod,

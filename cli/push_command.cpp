@@ -87,6 +87,8 @@ PushTarget target_of(const PushArgs& args, const std::vector<std::string>& conf_
   }
   session::PushOptions& push = target.push;
   push.timeout_s = args.timeout_s > 0 ? args.timeout_s : 30;
+  if (!args.compression.empty() && !session::parse_push_compression(args.compression, push.compression))
+    throw std::runtime_error("--compression '" + args.compression + "': give gzip or none");
   push.user_agent = "hpctl/" HPD_VERSION;
   push.ca_file = args.ca_file;
   push.client_cert = args.client_cert;
@@ -117,6 +119,7 @@ int run_push(const PushArgs& given) {
       PushArgs args = given;
       args.otlp_endpoint = e.otlp_endpoint;
       if (args.timeout_s <= 0) args.timeout_s = e.timeout_s;
+      if (args.compression.empty() && e.compression) args.compression = session::to_string(*e.compression);
       if (args.ca_file.empty()) args.ca_file = e.ca_file;
       if (args.client_cert.empty() && args.client_key.empty()) {
         args.client_cert = e.client_cert;
@@ -147,8 +150,9 @@ int run_push(const PushArgs& given) {
   // Each endpoint in turn; one that fails does not keep the recording from the others.
   std::string failures;
   for (const PushTarget& target : targets) {
+    session::PushedBytes pushed;
     try {
-      session::post_otlp_profiles(target.url, body, target.push);
+      pushed = session::post_otlp_profiles(target.url, body, target.push);
     } catch (const std::exception& e) {
       if (targets.size() == 1) throw;
       std::fprintf(stderr, "hpctl: pushing %s to %s failed: %s\n", args.input.c_str(), target.url.c_str(),
@@ -157,8 +161,14 @@ int run_push(const PushArgs& given) {
       continue;
     }
     if (!args.quiet) {
-      std::fprintf(stderr, "hpctl: pushed %s to %s (OTLP profiles, %zu bytes, %zu threads)%s\n",
-                   args.input.c_str(), target.url.c_str(), body.size(), loaded.profile.threads.size(),
+      // The request body as it went on the wire, and its size before compression when it was compressed.
+      const std::string compressed = target.push.compression == session::PushCompression::kNone
+                                         ? std::string()
+                                         : std::string(" ") + session::to_string(target.push.compression) +
+                                               ", " + std::to_string(pushed.uncompressed) + " uncompressed";
+      std::fprintf(stderr, "hpctl: pushed %s to %s (OTLP profiles, %zu bytes%s, %zu threads)%s\n",
+                   args.input.c_str(), target.url.c_str(), pushed.body, compressed.c_str(),
+                   loaded.profile.threads.size(),
                    from_conf ? (" with the push settings of " + args.config_path).c_str() : "");
     }
   }

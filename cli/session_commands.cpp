@@ -460,11 +460,14 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
         char lag[48] = "";
         if (json_uint(p, "chunks_queued") > 0)
           std::snprintf(lag, sizeof lag, ", lag %.0f s", static_cast<double>(json_uint(p, "lag_ns")) / 1e9);
+        // On the wire, and before compression when the requests were compressed.
+        std::string sent = format_bytes(json_uint(p, "bytes_sent"));
+        if (json_uint(p, "bytes_uncompressed") > json_uint(p, "bytes_sent"))
+          sent += ", " + format_bytes(json_uint(p, "bytes_uncompressed")) + " uncompressed";
         std::printf(
             "push to %s: %llu chunks sent (%s), %llu queued (%s%s), %llu dropped unsent; last success: %s\n",
             endpoint.empty() ? "an OTLP endpoint" : endpoint.c_str(),
-            static_cast<unsigned long long>(json_uint(p, "chunks_sent")),
-            format_bytes(json_uint(p, "bytes_sent")).c_str(),
+            static_cast<unsigned long long>(json_uint(p, "chunks_sent")), sent.c_str(),
             static_cast<unsigned long long>(json_uint(p, "chunks_queued")),
             format_bytes(json_uint(p, "bytes_queued")).c_str(), lag,
             static_cast<unsigned long long>(json_uint(p, "chunks_dropped")),

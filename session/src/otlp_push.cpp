@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cctype>
 #include <cerrno>
@@ -279,7 +280,67 @@ UniqueFd open_owner_only(const std::string& path, unsigned owner_uid, const char
   return file;
 }
 
+// gzip (RFC 1952) at level 6, zlib's default and what OpenTelemetry's Go exporters send.
+std::string gzip(std::string_view data) {
+  z_stream z{};
+  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    throw std::runtime_error("zlib: cannot start gzip compression");
+  std::string out(deflateBound(&z, static_cast<uLong>(data.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);  // deflateBound leaves room for all of it in one call
+  out.resize(out.size() - z.avail_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) throw std::runtime_error("zlib: gzip compression failed");
+  return out;
+}
+
+// The message of a gRPC answer compressed with gzip (its compressed flag set); false when it is not
+// gzip or inflates to more than 1 MiB (not an export response).
+bool gunzip_answer(std::string_view data, std::string& out) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return false;
+  out.assign(1u << 20, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = inflate(&z, Z_FINISH);
+  out.resize(out.size() - z.avail_out);
+  inflateEnd(&z);
+  return rc == Z_STREAM_END;
+}
+
+// Said after an endpoint's refusal that names the request's encoding.
+std::string refused_encoding_hint(const PushOptions& options, const std::string& answer) {
+  if (options.compression == PushCompression::kNone) return "";
+  std::string lower = answer;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("encoding") == std::string::npos && lower.find("compress") == std::string::npos) return "";
+  return std::string(" (the endpoint does not take the request compressed with ") +
+         to_string(options.compression) +
+         ": set push_compression = none in hpd.conf, or give hpctl push --compression none)";
+}
+
 }  // namespace
+
+bool parse_push_compression(std::string_view text, PushCompression& out) {
+  if (text == "gzip") {
+    out = PushCompression::kGzip;
+    return true;
+  }
+  if (text == "none") {
+    out = PushCompression::kNone;
+    return true;
+  }
+  return false;
+}
+
+const char* to_string(PushCompression compression) {
+  return compression == PushCompression::kGzip ? "gzip" : "none";
+}
 
 void check_private_key_file(const std::string& path, unsigned owner_uid) {
   // Links are followed (a certbot key is a link into its archive): the file read is the one checked.
@@ -361,27 +422,39 @@ std::string otlp_profiles_url(const std::string& endpoint) {
   return endpoint;
 }
 
-void post_otlp_profiles(const std::string& url, const std::string& body, const PushOptions& options) {
+PushedBytes post_otlp_profiles(const std::string& url, const std::string& body, const PushOptions& options) {
   const Curl& lib = curl_library();
   std::unique_ptr<CURL, CurlDeleter> curl(lib.easy_init());
   if (!curl) throw std::runtime_error("libcurl: cannot create a transfer");
   // gRPC: HTTP/2 (without TLS: with prior knowledge, as gRPC clients do), the message after a 5-byte
-  // prefix (not compressed, its length big-endian), the outcome in grpc-status.
+  // prefix (its compressed flag, its length big-endian), the outcome in grpc-status.
   const bool grpc = url.rfind("grpc://", 0) == 0 || url.rfind("grpcs://", 0) == 0;
+  const bool gzipped = options.compression == PushCompression::kGzip;
   const std::string transfer_url =
       !grpc ? url : (url[4] == 's' ? "https" : "http") + url.substr(url.find("://"));
+  std::string compressed;
+  if (gzipped) compressed = gzip(body);
+  const std::string& message_sent = gzipped ? compressed : body;
   std::string request_body;
   if (grpc) {
-    request_body.reserve(body.size() + 5);
-    request_body.push_back('\0');
+    request_body.reserve(message_sent.size() + 5);
+    request_body.push_back(gzipped ? '\1' : '\0');
     for (int shift = 24; shift >= 0; shift -= 8)
-      request_body.push_back(static_cast<char>((body.size() >> shift) & 0xff));
-    request_body += body;
+      request_body.push_back(static_cast<char>((message_sent.size() >> shift) & 0xff));
+    request_body += message_sent;
   }
-  const std::string& sent = grpc ? request_body : body;
+  const std::string& sent = grpc ? request_body : message_sent;
   std::unique_ptr<curl_slist, SlistDeleter> headers(lib.slist_append(
       nullptr, grpc ? "Content-Type: application/grpc" : "Content-Type: application/x-protobuf"));
-  if (grpc) lib.slist_append(headers.get(), "TE: trailers");
+  if (grpc) {
+    lib.slist_append(headers.get(), "TE: trailers");
+    if (gzipped) lib.slist_append(headers.get(), "grpc-encoding: gzip");
+    // The answer may come compressed as the request was (grpc-go answers in the request's encoding).
+    lib.slist_append(headers.get(),
+                     gzipped ? "grpc-accept-encoding: gzip" : "grpc-accept-encoding: identity");
+  } else if (gzipped) {
+    lib.slist_append(headers.get(), "Content-Encoding: gzip");
+  }
   for (const std::string& header : options.headers) {
     if (lib.slist_append(headers.get(), header.c_str()) == nullptr)
       throw std::runtime_error("libcurl: cannot add a header");
@@ -419,7 +492,8 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
   const CURLcode code = lib.easy_perform(c);
   const auto refused_by_grpc_status = [&] {
     return std::runtime_error(url + " answered gRPC status " + std::to_string(grpc_status.code) + " (" +
-                              grpc_code_name(grpc_status.code) + "): " + first_line(grpc_status.message));
+                              grpc_code_name(grpc_status.code) + "): " + first_line(grpc_status.message) +
+                              refused_encoding_hint(options, grpc_status.message));
   };
   if (code != CURLE_OK) {
     // With TLS 1.3 a server refuses a client certificate (or its lack) after the handshake: libcurl
@@ -465,23 +539,32 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
   long status = 0;
   lib.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   if (status < 200 || status > 299) {
-    throw std::runtime_error(url + " answered HTTP " + std::to_string(status) + ": " + first_line(answer));
+    throw std::runtime_error(
+        url + " answered HTTP " + std::to_string(status) + ": " + first_line(answer) +
+        (status == 400 || status == 415 ? refused_encoding_hint(options, first_line(answer)) : ""));
   }
   std::string_view message = answer;
+  std::string inflated;
   if (grpc) {
     if (grpc_status.code < 0) {
       throw std::runtime_error(url + " answered without a grpc-status: not a gRPC server");
     }
     if (grpc_status.code != 0) throw refused_by_grpc_status();
-    // One message: its prefix (compressed flag 0, length) and the bytes.
+    // One message: its prefix (compressed flag, length) and the bytes, gzip when the flag is set (only
+    // asked for when the request was).
     const auto* b = reinterpret_cast<const unsigned char*>(answer.data());
     const size_t length =
         answer.size() >= 5 ? (size_t{b[1]} << 24 | size_t{b[2]} << 16 | size_t{b[3]} << 8 | b[4]) : 0;
-    if (answer.size() < 5 || b[0] != 0 || length != answer.size() - 5) {
-      throw std::runtime_error(url +
-                               " answered gRPC status 0 with a body that is not one uncompressed message");
+    if (answer.size() < 5 || b[0] > (gzipped ? 1 : 0) || length != answer.size() - 5) {
+      throw std::runtime_error(url + " answered gRPC status 0 with a body that is not one " +
+                               (gzipped ? "message" : "uncompressed message"));
     }
     message = std::string_view(answer).substr(5);
+    if (b[0] == 1) {
+      if (!gunzip_answer(message, inflated))
+        throw std::runtime_error(url + " answered gRPC status 0 with a compressed message that is not gzip");
+      message = inflated;
+    }
   }
   ExportResponse response;
   if (!parse_response(message, response)) {
@@ -492,6 +575,7 @@ void post_otlp_profiles(const std::string& url, const std::string& body, const P
     throw std::runtime_error(url + " rejected " + std::to_string(response.rejected) +
                              " profiles: " + first_line(response.error_message));
   }
+  return PushedBytes{sent.size(), body.size()};
 }
 
 }  // namespace hpd::session

@@ -4,6 +4,10 @@
 // exporter; what the collector wrote must match hpctl's own local export of the same recording.
 // Then the endpoints a push can meet that are not a working collector: nothing listening, garbage,
 // 503, an HTML 200, plain HTTP where TLS is asked for: a clear error, exit 1, no crash.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +16,7 @@
 #include <fstream>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -20,6 +25,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "hpd/base/elf.h"
@@ -560,6 +567,160 @@ TEST_F(OtlpPushTlsTest, WithoutEndpointRootPushesWithHpdConfsEndpointAndTlsSetti
   const RunResult r = run({kHpctl, "push", capture_, "-q", "--config", conf}, 120);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("answered HTTP 401"), std::string::npos) << r.err;
+}
+
+// Compression of the request body (gzip, the default, and none), measured outside hpctl: a relay
+// between hpctl and the collector counts the bytes hpctl sent on the connection.
+class CountingRelay {
+ public:
+  explicit CountingRelay(uint16_t upstream) : upstream_(upstream), thread_([this] { serve(); }) {}
+  ~CountingRelay() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint16_t port() const { return socket_.port(); }
+  uint64_t client_bytes() const { return client_bytes_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd listening{socket_.fd(), POLLIN, 0};
+      if (::poll(&listening, 1, 100) <= 0) continue;
+      const int client = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(upstream_);
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (server >= 0 && ::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0)
+        relay(client, server);
+      if (server >= 0) ::close(server);
+      ::close(client);
+    }
+  }
+  // Both ways until either side closes.
+  void relay(int client, int server) {
+    std::vector<char> buffer(1 << 16);
+    pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+    while (!stop_) {
+      if (::poll(fds, 2, 100) < 0) return;
+      for (int i = 0; i < 2; ++i) {
+        if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        const ssize_t n = ::read(fds[i].fd, buffer.data(), buffer.size());
+        if (n <= 0) return;
+        if (i == 0) client_bytes_ += static_cast<uint64_t>(n);
+        for (ssize_t done = 0; done < n;) {
+          const ssize_t w = ::write(fds[1 - i].fd, buffer.data() + done, static_cast<size_t>(n - done));
+          if (w <= 0) return;
+          done += w;
+        }
+      }
+    }
+  }
+
+  LoopbackSocket socket_{true};
+  uint16_t upstream_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> client_bytes_{0};
+  std::thread thread_;
+};
+
+// The numbers of hpctl's line "pushed ... (OTLP profiles, N bytes[ gzip, M uncompressed], ...)"; M is
+// N without gzip.
+std::pair<uint64_t, uint64_t> pushed_bytes(const std::string& err) {
+  const size_t at = err.find("(OTLP profiles, ");
+  if (at == std::string::npos) return {0, 0};
+  const uint64_t body = std::stoull(err.substr(at + 16));
+  const size_t gzip = err.find(" bytes gzip, ", at);
+  const uint64_t uncompressed = gzip == std::string::npos ? body : std::stoull(err.substr(gzip + 13));
+  return {body, uncompressed};
+}
+
+// The requests the collector wrote to `path`, waiting up to 60 s until there are `want`.
+std::vector<json> wait_for_requests(const std::string& path, size_t want) {
+  std::vector<json> requests;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((requests = received_requests(path)).size() < want && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return requests;
+}
+
+// The collector receives the same functions and sample counts (the local export's) with the body
+// compressed with gzip as without compression, over HTTP and over gRPC; the bytes hpctl sent on the
+// connection are fewer with gzip, and hpctl's counts are what went through.
+TEST_F(OtlpPushTest, GzipAndUncompressedDeliverTheLocalExportOverHttpAndGrpcAndGzipSendsFewerBytes) {
+  testing::TempDir dir("otlp-collector-gzip", testing::TempDir::Cleanup::kKeepOnFailure);
+  const std::string received_path = dir.file("received.json");
+  Collector collector(kOtelcol, dir.path(), received_path);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  std::set<std::string> local_on_cpu_functions;
+  const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
+  ASSERT_FALSE(local_samples.empty());
+  size_t want = 0;
+  for (const bool grpc : {false, true}) {
+    std::map<std::string, uint64_t> wire, body, uncompressed;
+    for (const std::string compression : {"gzip", "none"}) {
+      const std::string what = std::string(grpc ? "gRPC" : "HTTP") + " " + compression;
+      CountingRelay relay(grpc ? collector.grpc_port() : collector.port());
+      const std::string endpoint =
+          (grpc ? "grpc" : "http") + std::string("://127.0.0.1:") + std::to_string(relay.port());
+      const RunResult r =
+          run({kHpctl, "push", capture_, "--otlp-endpoint", endpoint, "--compression", compression}, 120);
+      ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
+      const std::vector<json> requests = wait_for_requests(received_path, ++want);
+      ASSERT_EQ(requests.size(), want) << what << "; the collector's log: " << collector.log();
+      const Received got = parse_received(requests.back(), "cpu_split");
+      EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions) << what;
+      EXPECT_EQ(got.self_samples, local_samples) << what;
+      std::tie(body[compression], uncompressed[compression]) = pushed_bytes(r.err);
+      wire[compression] = relay.client_bytes();
+      // What hpctl says it sent is in what went through the relay (with the HTTP headers or frames).
+      EXPECT_GT(body[compression], 0u) << r.err;
+      EXPECT_LE(body[compression], wire[compression]) << what << ": " << r.err;
+      std::printf("%s: %llu bytes through the relay, body %llu, uncompressed %llu\n", what.c_str(),
+                  static_cast<unsigned long long>(wire[compression]),
+                  static_cast<unsigned long long>(body[compression]),
+                  static_cast<unsigned long long>(uncompressed[compression]));
+    }
+    const char* transport = grpc ? "gRPC" : "HTTP";
+    EXPECT_LT(wire["gzip"], wire["none"]) << transport;
+    EXPECT_LT(body["gzip"], uncompressed["gzip"]) << transport;
+    // What hpctl says the gzip body was before compression is the body it sent uncompressed (over gRPC
+    // with the 5-byte prefix of its message).
+    EXPECT_EQ(body["none"], uncompressed["gzip"] + (grpc ? 5 : 0)) << transport;
+  }
+}
+
+// A collector whose HTTP receiver takes no compressed request: gzip is refused with an error that
+// says what to change, and --compression none is received.
+TEST_F(OtlpPushTest, AnEndpointThatRefusesGzipIsAClearErrorAndNoneIsReceived) {
+  testing::TempDir dir("otlp-collector-nogzip", testing::TempDir::Cleanup::kKeepOnFailure);
+  const std::string received_path = dir.file("received.json");
+  CollectorTls options;
+  options.http_compression_algorithms = "[\"\"]";
+  Collector collector(kOtelcol, dir.path(), received_path, 0, "profiles", options);
+  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  expect_push_fails(collector.endpoint(), {"answered HTTP 400: ", "unsupported Content-Encoding: gzip",
+                                           "does not take the request compressed with gzip",
+                                           "push_compression = none", "--compression none"});
+  EXPECT_TRUE(received_requests(received_path).empty());
+  const RunResult r =
+      run({kHpctl, "push", capture_, "--otlp-endpoint", collector.endpoint(), "--compression", "none"}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json request = wait_for_profiles(received_path);
+  ASSERT_FALSE(request.is_null()) << "nothing written by the collector; its log: " << collector.log();
+  std::set<std::string> local_on_cpu_functions;
+  EXPECT_EQ(parse_received(request, "cpu_split").self_samples,
+            local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions));
+}
+
+TEST_F(OtlpPushTest, AnUnknownCompressionIsRefusedBeforeReading) {
+  const RunResult r = run(
+      {kHpctl, "push", "/nonexistent.hpr", "--otlp-endpoint", "http://127.0.0.1:1", "--compression", "zstd"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--compression"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gzip"), std::string::npos) << r.err;
 }
 
 }  // namespace

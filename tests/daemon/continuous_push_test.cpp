@@ -1106,5 +1106,83 @@ TEST(ContinuousPushConfig, AClientKeyOthersCanReadOrNotRootsRefusesToStartAndIsR
   EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
+// Compression per endpoint: hpd pushes the same chunks gzip-compressed (the default) over HTTP and
+// over gRPC, and uncompressed (push_compression.NAME = none) over HTTP, each to its own collector:
+// each receives every chunk once with the store's sample totals; the status counts fewer bytes on the
+// wire with gzip, and the same bytes before compression as the uncompressed endpoint sent.
+TEST_F(ContinuousPush, GzipAndUncompressedEndpointsReceiveTheSameChunksAndGzipSendsFewerBytes) {
+  const std::string output_gzip = dir_.file("received-gzip.json");
+  const std::string output_grpc = dir_.file("received-grpc.json");
+  const std::string output_none = dir_.file("received-none.json");
+  Collector gzip(kOtelcol, dir_.path(), output_gzip);
+  Collector grpc(kOtelcol, dir_.path(), output_grpc);
+  Collector none(kOtelcol, dir_.path(), output_none);
+  for (const Collector* c : {&gzip, &grpc, &none})
+    ASSERT_TRUE(can_connect(c->port())) << "the collector did not start: " << c->log();
+  const std::string url_gzip = gzip.endpoint() + "/v1development/profiles";
+  const std::string url_grpc =
+      grpc.grpc_endpoint() + "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
+  const std::string url_none = none.endpoint() + "/v1development/profiles";
+  Hpd hpd(start_with(push_config(state_, gzip.endpoint(),
+                                 "otlp_endpoint.grpc = " + grpc.grpc_endpoint() + "\notlp_endpoint.plain = " +
+                                     none.endpoint() + "\npush_compression.plain = none\n")));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  // Wait for a moment when the three have the same chunks (at least 3): their counts compare.
+  std::map<std::string, json> s;
+  const auto same_chunks = [&] {
+    if (!s.count(url_gzip) || !s.count(url_grpc) || !s.count(url_none)) return false;
+    const std::string last = text(s[url_none], "last_sent");
+    return field(s[url_none], "chunks_sent") >= 3 && text(s[url_gzip], "last_sent") == last &&
+           text(s[url_grpc], "last_sent") == last &&
+           field(s[url_gzip], "chunks_sent") == field(s[url_none], "chunks_sent") &&
+           field(s[url_grpc], "chunks_sent") == field(s[url_none], "chunks_sent");
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (!same_chunks() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    s = push_status_by_url(hpd);
+  }
+  ASSERT_TRUE(same_chunks()) << json(s).dump() << "\n" << hpd.log();
+  const uint64_t chunks = field(s[url_none], "chunks_sent");
+  const uint64_t plain = field(s[url_none], "bytes_sent");
+  EXPECT_EQ(field(s[url_none], "bytes_uncompressed"), plain) << json(s).dump();
+  EXPECT_LT(field(s[url_gzip], "bytes_sent"), plain) << json(s).dump();
+  EXPECT_EQ(field(s[url_gzip], "bytes_uncompressed"), plain) << json(s).dump();
+  EXPECT_LT(field(s[url_grpc], "bytes_sent"), plain) << json(s).dump();
+  EXPECT_EQ(field(s[url_grpc], "bytes_uncompressed"), plain) << json(s).dump();
+  std::printf("%llu chunks: %llu bytes uncompressed, %llu with gzip over HTTP, %llu over gRPC\n",
+              static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(plain),
+              static_cast<unsigned long long>(field(s[url_gzip], "bytes_sent")),
+              static_cast<unsigned long long>(field(s[url_grpc], "bytes_sent")));
+  const RunResult status = run({kHpctl, "--socket", hpd.socket(), "status"});
+  EXPECT_NE(status.out.find(" uncompressed), "), std::string::npos) << status.out << status.err;
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
+
+  // Each collector: every chunk up to its endpoint's cursor, once, in order, with the store's totals.
+  const std::vector<ChunkTruth> on_disk = chunks_on_disk(state_);
+  for (const auto& [url, output] : {std::pair{url_gzip, output_gzip}, std::pair{url_grpc, output_grpc},
+                                    std::pair{url_none, output_none}}) {
+    SCOPED_TRACE(url);
+    const std::string cursor = cursor_on_disk(state_, url);
+    ASSERT_FALSE(cursor.empty());
+    expect_exactly_the_chunks(on_disk, wait_received({output}, chunks_up_to(on_disk, cursor)), cursor);
+  }
+}
+
+TEST(ContinuousPushConfig, AnUnknownCompressionRefusesToStartWithFileAndLine) {
+  const testing::TempDir tmp("hpd-push-compression-conf");
+  const std::string conf = tmp.file("hpd.conf");
+  std::ofstream(conf) << "continuous = on\notlp_endpoint = http://127.0.0.1:4318\npush_compression = zstd\n"
+                         "otlp_endpoint.b = http://127.0.0.1:4319\npush_compression.b = gz\n";
+  const RunResult r = run({HPD_HPD_PATH, "--config", conf, "--socket", tmp.file("s")}, 20);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(conf + ":3: bad value 'zstd' for push_compression: expected gzip or none"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(conf + ":5: bad value 'gz' for push_compression.b: expected gzip or none"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace hpd::test

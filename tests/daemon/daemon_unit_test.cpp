@@ -347,7 +347,7 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\nmax_unwind_cache_mb = "
       "0\nmax_kept_unwind_tables_mb = 4\notlp_endpoint = https://collector:4318\npush_labels = team=storage, "
       "region = eu-1\n"
-      "push_timeout = 10s\npush_retry_max = 5m\n"
+      "push_timeout = 10s\npush_retry_max = 5m\npush_compression = none\n"
       "continuous_kernel = off\ncontinuous_off_cpu = on\n"
       "debuginfod_urls =  https://debuginfod.example   http://127.0.0.1:8002 \n",
       "t.conf");
@@ -357,8 +357,8 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
   EXPECT_EQ(Config{}.debuginfod_urls, "");
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (36 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 36) << text;
+  // One line per key: every key of the parser, none twice (37 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 37) << text;
   EXPECT_EQ(c.max_kept_unwind_tables_mb, 4u);
   EXPECT_NE(text.find("max_kept_unwind_tables_mb = 4\n"), std::string::npos) << text;
   // 0: no unwind-table cache on disk; the bound is in MiB.
@@ -509,6 +509,35 @@ TEST(Config, FurtherEndpointsTakeKeysWithANameSuffix) {
   for (int i = 0; i < 9; ++i)
     many += "otlp_endpoint.e" + std::to_string(i) + " = http://e" + std::to_string(i) + ":4318\n";
   says(many, "hpd.conf:9: otlp_endpoint.e8: at most 8 endpoints");
+}
+
+// The compression of the push: gzip unless push_compression says none; a further endpoint takes
+// push_compression unless push_compression.NAME is given.
+TEST(Config, PushCompressionIsGzipByDefaultAndEachEndpointMaySetItsOwn) {
+  EXPECT_EQ(Config{}.push_compression, hpd::session::PushCompression::kGzip);
+  const Config c = parse_config(
+      "otlp_endpoint = http://a:4318\npush_compression = none\notlp_endpoint.b = http://b:4318\n"
+      "otlp_endpoint.c = grpc://c:4317\npush_compression.c = gzip\n",
+      "t.conf");
+  EXPECT_EQ(c.push_compression, hpd::session::PushCompression::kNone);
+  const std::vector<PushEndpoint> all = push_endpoints_of(c);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].compression, hpd::session::PushCompression::kNone);
+  EXPECT_EQ(all[1].compression, hpd::session::PushCompression::kNone);  // push_compression's
+  EXPECT_EQ(all[2].compression, hpd::session::PushCompression::kGzip);
+  const std::string text = format_config(c);
+  EXPECT_NE(text.find("push_compression = none\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("push_compression.c = gzip\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("push_compression.b"), std::string::npos) << text;
+  EXPECT_EQ(parse_config(text, "formatted"), c) << text;
+  EXPECT_EQ(push_endpoints_of(parse_config("otlp_endpoint = http://a:4318\n", "t.conf"))[0].compression,
+            hpd::session::PushCompression::kGzip);
+  EXPECT_NE(config_problem("push_compression = zstd\n")
+                .find("bad value 'zstd' for push_compression: expected gzip or none"),
+            std::string::npos);
+  EXPECT_NE(config_problem("push_compression.b = \notlp_endpoint.b = http://b:4318\n")
+                .find("bad value '' for push_compression.b: expected gzip or none"),
+            std::string::npos);
 }
 
 TEST(Config, DurationsAndSizes) {

@@ -155,8 +155,10 @@ Collector::Collector(const std::string& dir, const std::string& output, uint16_t
          "      http:\n"
          "        endpoint: 127.0.0.1:"
       << port_ << "\n"
-      << server
-      << "      grpc:\n"
+      << server;
+  if (!tls.http_compression_algorithms.empty())
+    out << "        compression_algorithms: " << tls.http_compression_algorithms << "\n";
+  out << "      grpc:\n"
          "        endpoint: 127.0.0.1:"
       << grpc_port_ << "\n"
       << server;

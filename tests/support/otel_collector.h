@@ -71,6 +71,9 @@ struct CollectorTls {
   std::string cert_file, key_file;  // "" = no TLS
   std::string client_ca_file;       // "" = no client certificate asked for
   std::string bearer_token;         // "" = no token asked for (the bearertokenauth extension)
+  // The HTTP receiver's compression_algorithms, a YAML list ("" = its default, which takes gzip);
+  // `[""]` takes uncompressed requests only.
+  std::string http_compression_algorithms;
 };
 
 // The collector (hpd-otelcol, built by the target hpd_otelcol into BUILD/otelcol: a test that starts

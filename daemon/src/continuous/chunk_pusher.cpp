@@ -334,8 +334,10 @@ void ChunkPusher::run() {
         continue;
       }
     }
+    session::PushedBytes pushed;
     try {
       session::PushOptions push;
+      push.compression = settings.compression;
       push.timeout_s = settings.timeout_s;
       push.user_agent = settings.user_agent;
       push.cancel = &cancel_;
@@ -343,7 +345,7 @@ void ChunkPusher::run() {
       push.client_cert = settings.client_cert;
       push.client_key = settings.client_key;
       push.headers = settings.headers;
-      session::post_otlp_profiles(url, body, push);
+      pushed = session::post_otlp_profiles(url, body, push);
     } catch (const std::exception& e) {
       if (stop_.load()) break;
       const std::string error = e.what();
@@ -384,7 +386,8 @@ void ChunkPusher::run() {
     {
       std::lock_guard<std::mutex> guard(mutex_);
       ++stats_.chunks_sent;
-      stats_.bytes_sent += body.size();
+      stats_.bytes_sent += pushed.body;
+      stats_.bytes_uncompressed += pushed.uncompressed;
       stats_.last_success_unix_ns = unix_now_ns();
       if (stats_.chunks_queued > 0) --stats_.chunks_queued;
     }

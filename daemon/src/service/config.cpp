@@ -277,6 +277,11 @@ const std::map<std::string, Key, std::less<>>& keys() {
           return text;
         }}},
       {"push_timeout", duration_key(&Config::push_timeout_s, 1, 3600)},
+      {"push_compression",
+       {[](Config& c, std::string_view v) -> std::string {
+          return session::parse_push_compression(v, c.push_compression) ? "" : "expected gzip or none";
+        },
+        [](const Config& c) -> std::string { return session::to_string(c.push_compression); }}},
       {"push_retry_max", duration_key(&Config::push_retry_max_s, 1, 86400)},
       {"push_ca_file", pem_file_key(&Config::push_ca_file)},
       {"push_client_cert", pem_file_key(&Config::push_client_cert)},
@@ -355,6 +360,11 @@ const std::vector<EndpointKey>& endpoint_keys() {
       {"push_timeout", [](PushEndpoint& e, const Config& c) { e.timeout_s = c.push_timeout_s; },
        [](Config& c, const PushEndpoint& e) { c.push_timeout_s = e.timeout_s; },
        [](const PushEndpoint& e) { return e.timeout_s > 0; }},
+      {"push_compression", [](PushEndpoint& e, const Config& c) { e.compression = c.push_compression; },
+       [](Config& c, const PushEndpoint& e) {
+         c.push_compression = e.compression.value_or(c.push_compression);
+       },
+       [](const PushEndpoint& e) { return e.compression.has_value(); }},
       {"push_ca_file", [](PushEndpoint& e, const Config& c) { e.ca_file = c.push_ca_file; },
        [](Config& c, const PushEndpoint& e) { c.push_ca_file = e.ca_file; },
        [](const PushEndpoint& e) { return !e.ca_file.empty(); }},
@@ -431,6 +441,7 @@ std::vector<PushEndpoint> push_endpoints_of(const Config& config) {
     PushEndpoint first;
     first.otlp_endpoint = config.otlp_endpoint;
     first.timeout_s = config.push_timeout_s;
+    first.compression = config.push_compression;
     first.ca_file = config.push_ca_file;
     first.client_cert = config.push_client_cert;
     first.client_key = config.push_client_key;
@@ -442,6 +453,7 @@ std::vector<PushEndpoint> push_endpoints_of(const Config& config) {
     if (e.otlp_endpoint.empty()) continue;
     all.push_back(e);
     if (all.back().timeout_s <= 0) all.back().timeout_s = config.push_timeout_s;
+    if (!all.back().compression) all.back().compression = config.push_compression;
   }
   return all;
 }

@@ -180,6 +180,7 @@ json Daemon::status_message(bool privileged) {
                   {"lag_ns", oldest != 0 && now > oldest ? now - oldest : 0},
                   {"chunks_dropped", p.chunks_dropped},
                   {"bytes_sent", p.bytes_sent},
+                  {"bytes_uncompressed", p.bytes_uncompressed},
                   {"last_success_unix_ns", p.last_success_unix_ns},
                   {"last_error_unix_ns", p.last_error_unix_ns},
                   {"last_sent", p.last_sent}};
@@ -311,6 +312,7 @@ void Daemon::configure_continuous(const Config& config) {
     push.otlp_endpoint = e.otlp_endpoint;
     push.labels = config.push_labels;
     push.timeout_s = e.timeout_s;
+    push.compression = e.compression.value_or(config.push_compression);
     push.retry_max_s = config.push_retry_max_s;
     push.ca_file = e.ca_file;
     push.client_cert = e.client_cert;

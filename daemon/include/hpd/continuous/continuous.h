@@ -12,6 +12,7 @@
 
 #include "hpd/collect/recorder.h"
 #include "hpd/model/raw_profile.h"
+#include "hpd/session/otlp_push.h"
 
 namespace hpd::continuous {
 
@@ -24,6 +25,7 @@ struct PushSettings {
   std::vector<std::pair<std::string, std::string>> labels;
   double timeout_s = 30;    // one request
   double retry_max_s = 60;  // after a failure the wait doubles from 1 s up to this
+  session::PushCompression compression = session::PushCompression::kGzip;  // of the request body
   std::string user_agent = "hpd";
   std::string scope_version;  // the OTLP instrumentation scope's version (hpd's)
   // TLS (https://, grpcs://): a CA bundle instead of the system's CAs, a client certificate and its key
@@ -77,8 +79,9 @@ struct PushStats {
   // The start of the oldest of them (0 = none queued): the lag is the age of the oldest data the
   // endpoint has not received.
   uint64_t oldest_queued_start_unix_ns = 0;
-  uint64_t chunks_dropped = 0;  // removed by retention (or unreadable) before they were sent
-  uint64_t bytes_sent = 0;      // request bodies accepted
+  uint64_t chunks_dropped = 0;      // removed by retention (or unreadable) before they were sent
+  uint64_t bytes_sent = 0;          // request bodies accepted, as they went on the wire (compressed)
+  uint64_t bytes_uncompressed = 0;  // the same requests before compression
   uint64_t last_success_unix_ns = 0;
   std::string last_error;  // the latest failure; stays after a success (see last_error_unix_ns)
   uint64_t last_error_unix_ns = 0;

@@ -2,11 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "hpd/session/otlp_push.h"
 
 namespace hpd::service {
 
@@ -15,11 +18,13 @@ inline constexpr const char* kDefaultConfigPath = "/etc/hpd/hpd.conf";
 // A further endpoint of the push, set by keys with a `.NAME` suffix (`otlp_endpoint.central = URL`,
 // `push_ca_file.central = FILE`, ...). Its transport settings are its own: TLS files and headers are
 // not taken from the unsuffixed keys (a token for one store must not go to another); its timeout is
-// push_timeout unless push_timeout.NAME is given.
+// push_timeout unless push_timeout.NAME is given, its compression push_compression unless
+// push_compression.NAME is.
 struct PushEndpoint {
-  std::string name;           // "" for the endpoint of the unsuffixed keys
-  std::string otlp_endpoint;  // "" = this endpoint is off
-  double timeout_s = 0;       // 0 = push_timeout
+  std::string name;                                     // "" for the endpoint of the unsuffixed keys
+  std::string otlp_endpoint;                            // "" = this endpoint is off
+  double timeout_s = 0;                                 // 0 = push_timeout
+  std::optional<session::PushCompression> compression;  // none = push_compression
   std::string ca_file;
   std::string client_cert;
   std::string client_key;
@@ -85,6 +90,8 @@ struct Config {
   std::vector<std::pair<std::string, std::string>> push_labels;
   double push_timeout_s = 30;
   double push_retry_max_s = 60;
+  // The request body compressed with gzip (as OpenTelemetry's exporters send it), or not.
+  session::PushCompression push_compression = session::PushCompression::kGzip;
   // TLS of the push (https://, grpcs://): a CA bundle instead of the system's CAs, a client
   // certificate and its key (PEM; absolute paths, "" = none), and a file of headers (a bearer token)
   // that must be root's and readable by root only; push_headers is what it holds, read when the

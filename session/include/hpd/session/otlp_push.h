@@ -4,7 +4,9 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hpd::session {
@@ -21,7 +23,17 @@ inline constexpr const char* kOtlpGrpcExportPath =
 // gRPC method's path. Throws std::invalid_argument ("'X' is not a URL: ...") for anything else.
 std::string otlp_profiles_url(const std::string& endpoint);
 
+// How the request body travels: gzip (RFC 1952, level 6, as OpenTelemetry's exporters send it;
+// `Content-Encoding: gzip` over HTTP, the message's compressed flag and `grpc-encoding: gzip` over
+// gRPC) or as it is.
+enum class PushCompression { kGzip, kNone };
+
+// "gzip" or "none"; false for anything else.
+bool parse_push_compression(std::string_view text, PushCompression& out);
+const char* to_string(PushCompression compression);
+
 struct PushOptions {
+  PushCompression compression = PushCompression::kGzip;
   double timeout_s = 30;                      // the whole transfer
   std::string user_agent = "hpd";             // "hpctl/VERSION", "hpd/VERSION"
   const std::atomic<bool>* cancel = nullptr;  // when set and true, the transfer is abandoned
@@ -45,12 +57,20 @@ std::vector<std::string> read_push_headers_file(const std::string& path, unsigne
 // std::runtime_error saying what is wrong (its owner, its mode), as read_push_headers_file does.
 void check_private_key_file(const std::string& path, unsigned owner_uid);
 
+// What a push sent: the request body as it went on the wire (compressed when it was, with gRPC's
+// 5-byte message prefix; HTTP headers not counted) and the encoded request before compression.
+struct PushedBytes {
+  size_t body = 0;
+  size_t uncompressed = 0;
+};
+
 // POSTs an encoded ExportProfilesServiceRequest to `url` and checks the answer: a 2xx status with an
 // ExportProfilesServiceResponse that rejects nothing. A grpc:// or grpcs:// URL is a gRPC call over
 // HTTP/2 (the message after its 5-byte prefix; grpc-status 0 from the trailers, or the headers of a
-// trailers-only answer). Throws std::runtime_error with one line saying
-// what went wrong (nothing listening, not HTTP, a status, garbage, rejected profiles, TLS, no answer
-// in time, cancelled).
-void post_otlp_profiles(const std::string& url, const std::string& body, const PushOptions& options);
+// trailers-only answer). The body is compressed as options.compression says; an endpoint that refuses
+// the encoding gets an error that says to set the compression to none. Throws std::runtime_error with one
+// line saying what went wrong (nothing listening, not HTTP, a status, garbage, rejected profiles, TLS, no
+// answer in time, cancelled).
+PushedBytes post_otlp_profiles(const std::string& url, const std::string& body, const PushOptions& options);
 
 }  // namespace hpd::session
