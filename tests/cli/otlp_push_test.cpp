@@ -637,23 +637,14 @@ std::pair<uint64_t, uint64_t> pushed_bytes(const std::string& err) {
   return {body, uncompressed};
 }
 
-// The requests the collector wrote to `path`, waiting up to 60 s until there are `want`.
-std::vector<json> wait_for_requests(const std::string& path, size_t want) {
-  std::vector<json> requests;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while ((requests = received_requests(path)).size() < want && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  return requests;
-}
-
 // The collector receives the same functions and sample counts (the local export's) with the body
 // compressed with gzip as without compression, over HTTP and over gRPC; the bytes hpctl sent on the
 // connection are fewer with gzip, and hpctl's counts are what went through.
 TEST_F(OtlpPushTest, GzipAndUncompressedDeliverTheLocalExportOverHttpAndGrpcAndGzipSendsFewerBytes) {
   testing::TempDir dir("otlp-collector-gzip", testing::TempDir::Cleanup::kKeepOnFailure);
   const std::string received_path = dir.file("received.json");
-  Collector collector(kOtelcol, dir.path(), received_path);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir.path(), received_path);
+  ASSERT_TRUE(collector.up());
   std::set<std::string> local_on_cpu_functions;
   const auto local_samples = local_self(capture_, "samples", "cpu_split", &local_on_cpu_functions);
   ASSERT_FALSE(local_samples.empty());
@@ -668,7 +659,7 @@ TEST_F(OtlpPushTest, GzipAndUncompressedDeliverTheLocalExportOverHttpAndGrpcAndG
       const RunResult r =
           run({kHpctl, "push", capture_, "--otlp-endpoint", endpoint, "--compression", compression}, 120);
       ASSERT_EQ(r.exit_code, 0) << what << ": " << r.err;
-      const std::vector<json> requests = wait_for_requests(received_path, ++want);
+      const std::vector<json> requests = wait_received_requests({received_path}, ++want);
       ASSERT_EQ(requests.size(), want) << what << "; the collector's log: " << collector.log();
       const Received got = parse_received(requests.back(), "cpu_split");
       EXPECT_EQ(got.on_cpu_functions, local_on_cpu_functions) << what;
@@ -699,8 +690,8 @@ TEST_F(OtlpPushTest, AnEndpointThatRefusesGzipIsAClearErrorAndNoneIsReceived) {
   const std::string received_path = dir.file("received.json");
   CollectorTls options;
   options.http_compression_algorithms = "[\"\"]";
-  Collector collector(kOtelcol, dir.path(), received_path, 0, "profiles", options);
-  ASSERT_TRUE(can_connect(collector.port())) << "the collector did not start: " << collector.log();
+  Collector collector(dir.path(), received_path, 0, "profiles", options);
+  ASSERT_TRUE(collector.up());
   expect_push_fails(collector.endpoint(), {"answered HTTP 400: ", "unsupported Content-Encoding: gzip",
                                            "does not take the request compressed with gzip",
                                            "push_compression = none", "--compression none"});

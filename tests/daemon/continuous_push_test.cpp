@@ -1114,11 +1114,10 @@ TEST_F(ContinuousPush, GzipAndUncompressedEndpointsReceiveTheSameChunksAndGzipSe
   const std::string output_gzip = dir_.file("received-gzip.json");
   const std::string output_grpc = dir_.file("received-grpc.json");
   const std::string output_none = dir_.file("received-none.json");
-  Collector gzip(kOtelcol, dir_.path(), output_gzip);
-  Collector grpc(kOtelcol, dir_.path(), output_grpc);
-  Collector none(kOtelcol, dir_.path(), output_none);
-  for (const Collector* c : {&gzip, &grpc, &none})
-    ASSERT_TRUE(can_connect(c->port())) << "the collector did not start: " << c->log();
+  Collector gzip(dir_.path(), output_gzip);
+  Collector grpc(dir_.path(), output_grpc);
+  Collector none(dir_.path(), output_none);
+  for (const Collector* c : {&gzip, &grpc, &none}) ASSERT_TRUE(c->up());
   const std::string url_gzip = gzip.endpoint() + "/v1development/profiles";
   const std::string url_grpc =
       grpc.grpc_endpoint() + "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
