@@ -25,8 +25,6 @@ set -euo pipefail
 hpd=${1:?usage}; hpctl=${2:?usage}; otelcol=${3:?usage}; otel_tree=${4:?usage}; seconds=${5:-360}
 down=${6:-600}
 source "$(dirname "$0")/push_setup.sh"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { until python3 -c "import socket; socket.create_connection(('127.0.0.1',$1),1)" 2>/dev/null; do sleep 0.5; done; }
 
 agent=$otel_tree/ebpf-profiler
 if [ ! -x "$agent" ]; then
@@ -47,27 +45,7 @@ fi
 [ -d /sys/kernel/tracing/events ] || mount -t tracefs nodev /sys/kernel/tracing
 
 grpc_port=$port; otel_relay=$(free_port); hpd_relay=$(free_port)
-cat >"$tmp/otelcol.yaml" <<YAML
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: 127.0.0.1:$grpc_port
-exporters:
-  file:
-    path: $tmp/received.json
-service:
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    profiles:
-      receivers: [otlp]
-      exporters: [file]
-YAML
-"$otelcol" --config "$tmp/otelcol.yaml" >"$tmp/otelcol.log" 2>&1 &
-otelcol_pid=$!
-wait_port "$grpc_port"
+start_otelcol "$otelcol" grpc "$grpc_port"
 python3 "$here/otlp_wire_count.py" "$otel_relay" "$grpc_port" "$tmp/otel.json" &
 relays=($!)
 python3 "$here/otlp_wire_count.py" "$hpd_relay" "$grpc_port" "$tmp/hpd.json" &

@@ -9,26 +9,7 @@
 set -euo pipefail
 hpd=${1:?usage}; hpctl=${2:?usage}; otelcol=${3:?usage}; keep=${4:?usage}; seconds=${5:-390}
 source "$(dirname "$0")/push_setup.sh"
-cat >"$tmp/otelcol.yaml" <<YAML
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: 127.0.0.1:$port
-exporters:
-  file:
-    path: $tmp/received.json
-service:
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    profiles:
-      receivers: [otlp]
-      exporters: [file]
-YAML
-"$otelcol" --config "$tmp/otelcol.yaml" >"$tmp/otelcol.log" 2>&1 &
-until python3 -c "import socket; socket.create_connection(('127.0.0.1',$port),1)" 2>/dev/null; do sleep 0.5; done
+start_otelcol "$otelcol" http "$port"
 mkdir -p "$keep"
 cat >"$tmp/hpd.conf" <<CONF
 continuous = on
