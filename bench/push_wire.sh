@@ -13,7 +13,8 @@
 set -euo pipefail
 hpd=${1:?usage}; hpctl=${2:?usage}; otelcol=${3:?usage}; keep=${4:?usage}; seconds=${5:-390}
 source "$(dirname "$0")/push_setup.sh"
-plain_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# Two receivers (gzip and uncompressed pushes apart), so not push_setup.sh's start_otelcol.
+plain_port=$(free_port)
 cat >"$tmp/otelcol.yaml" <<YAML
 receivers:
   otlp:
@@ -37,9 +38,7 @@ service:
       exporters: [file]
 YAML
 "$otelcol" --config "$tmp/otelcol.yaml" >"$tmp/otelcol.log" 2>&1 &
-for p in $port $plain_port; do
-  until python3 -c "import socket; socket.create_connection(('127.0.0.1',$p),1)" 2>/dev/null; do sleep 0.5; done
-done
+for p in $port $plain_port; do wait_port "$p"; done
 mkdir -p "$keep"
 cat >"$tmp/hpd.conf" <<CONF
 continuous = on
