@@ -66,6 +66,7 @@ TEST(RecordOrdering, RingsReadOneAfterAnotherComeOutInTimeOrder) {
   EXPECT_EQ(out.times, (std::vector<uint64_t>{10, 20, 50, 60, 90, 95, 120, 150, 180, 210}));
   EXPECT_EQ(ordering.queued(), 0u);
   EXPECT_EQ(ordering.queued_bytes(), 0u);
+  EXPECT_EQ(ordering.counters().delivered, 10u);
   EXPECT_EQ(ordering.counters().delivered_early, 0u);
   EXPECT_EQ(ordering.counters().late, 0u);
   EXPECT_EQ(ordering.counters().untimed, 0u);
@@ -126,15 +127,16 @@ TEST(RecordOrdering, AtItsBoundTheOldestHalfGoesEarlyAndLaterOlderRecordsAreLate
   EXPECT_EQ(ordering.counters().delivered_early, 2u);
   EXPECT_EQ(ordering.queued(), 3u);
   EXPECT_LE(ordering.queued_bytes(), 4 * one + one / 2);
-  // Older than what went early: still delivered, next, and counted.
+  // Older than what went early: still delivered, with the next ones, and counted.
   push(ordering, 15, deliver);
-  EXPECT_EQ(ordering.counters().late, 1u);
   push(ordering, 25, deliver);  // over the bound again: 15 and 25 go
-  EXPECT_EQ(ordering.counters().late, 1u) << "25 is younger than everything delivered";
+  EXPECT_EQ(ordering.counters().late, 1u) << "15 after 20; 25 is younger than everything delivered";
   EXPECT_EQ(ordering.counters().delivered_early, 4u);
   ordering.flush(deliver);
   EXPECT_EQ(out.times, (std::vector<uint64_t>{10, 20, 15, 25, 30, 40, 50}));
   EXPECT_EQ(ordering.queued_bytes(), 0u);
+  EXPECT_EQ(ordering.counters().delivered, 7u);
+  EXPECT_EQ(ordering.counters().late, 1u);
 }
 
 TEST(RecordOrdering, RecordsWithoutATimeAreCountedAndGoFirst) {

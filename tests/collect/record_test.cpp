@@ -349,9 +349,16 @@ TEST(Record, ShortLivedChildrenReachTheBuilderInTimeOrder) {
     if (p.start_ns > start && p.end_ns >= p.start_ns) ++born_by_fork;
   }
   std::printf(
-      "%zu children, %zu sampled, %zu born by their fork; %zu samples outside a mapping; %llu records "
-      "out of order (late)\n",
-      children, sampled, born_by_fork, unmapped, static_cast<unsigned long long>(result.records_late));
+      "%zu children, %zu sampled, %zu born by their fork; %zu samples outside a mapping; %llu of %llu "
+      "records out of time order\n",
+      children, sampled, born_by_fork, unmapped, static_cast<unsigned long long>(result.records_late),
+      static_cast<unsigned long long>(result.ordered_records));
+  // Read ring by ring, 5-30% of the records (95-624 of ~2000 in four runs, mostly fork, comm, mmap and
+  // exit records) came after a younger one. In time order none should; one round of slack is lost only
+  // to a writer stalled between its timestamp and its publication for a whole round (a vCPU the host
+  // took away): allow for that, not for the ring order.
+  ASSERT_GT(result.ordered_records, 1000u);
+  EXPECT_LE(result.records_late * 100, result.ordered_records) << "records reached the builder out of order";
   EXPECT_EQ(children, kChildren);
   EXPECT_EQ(born_by_fork, kChildren);
   // Each child ran at least 2 ms of CPU at 1 ms a sample.

@@ -509,6 +509,7 @@ RecordResult PerfSession::run() {
   finish_launched(stopped_early);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
   result_.duplicate_samples = decoder_->duplicate_samples();
+  result_.ordered_records = ordering_->counters().delivered;
   result_.records_delivered_early = ordering_->counters().delivered_early;
   result_.records_late = ordering_->counters().late;
   result_.records_untimed = ordering_->counters().untimed;

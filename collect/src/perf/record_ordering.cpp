@@ -17,10 +17,7 @@ void RecordOrdering::push(std::span<const uint8_t> bytes, PerfRecord record, con
     s->user_stack = std::span<const uint8_t>(e.bytes.data() + offset, s->user_stack.size());
   }
   e.record = std::move(record);
-  if (e.time == 0)
-    ++counters_.untimed;
-  else if (e.time < delivered_before_)
-    ++counters_.late;
+  if (e.time == 0) ++counters_.untimed;
   bytes_ += cost(e);
   queue_.push_back(std::move(e));
   if (bytes_ > max_bytes_) {
@@ -28,7 +25,6 @@ void RecordOrdering::push(std::span<const uint8_t> bytes, PerfRecord record, con
     sort();
     const size_t count = std::max<size_t>(1, queue_.size() / 2);
     counters_.delivered_early += count;
-    delivered_before_ = std::max(delivered_before_, queue_[count - 1].time + 1);
     deliver_front(count, deliver);
   }
 }
@@ -45,6 +41,10 @@ void RecordOrdering::sort() {
 
 void RecordOrdering::deliver_front(size_t count, const Deliver& deliver) {
   for (size_t i = 0; i < count; ++i) {
+    const uint64_t time = queue_[i].time;
+    if (time != 0 && time < latest_delivered_) ++counters_.late;
+    latest_delivered_ = std::max(latest_delivered_, time);
+    ++counters_.delivered;
     deliver(queue_[i].record, queue_[i].ring_bytes);
     bytes_ -= cost(queue_[i]);
   }
@@ -57,7 +57,6 @@ void RecordOrdering::deliver_before(uint64_t time_ns, const Deliver& deliver) {
   const auto end = std::partition_point(queue_.begin(), queue_.end(),
                                         [time_ns](const Entry& e) { return e.time < time_ns; });
   deliver_front(static_cast<size_t>(end - queue_.begin()), deliver);
-  delivered_before_ = std::max(delivered_before_, time_ns);
 }
 
 uint64_t RecordOrdering::end_round(uint64_t round_start_ns) {

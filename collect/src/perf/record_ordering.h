@@ -12,9 +12,9 @@
 //
 // Bounded: past `max_bytes` of queued records (their bytes and what the queue keeps of them) the oldest
 // half is delivered early, without waiting for its round, and counted; a record that arrives older than
-// what was already delivered (early, or a ring writer held up for a whole round) is delivered in the next
-// round, out of order, and counted as late. The builder's rules for records out of order still hold for
-// those.
+// what was already delivered (after an early delivery, or from a ring writer held up for a whole round)
+// is delivered with the next ones, out of order, and counted as late. The builder's rules for records
+// out of order still hold for those.
 #pragma once
 
 #include <cstddef>
@@ -28,8 +28,9 @@
 namespace hpd {
 
 struct OrderingCounters {
-  uint64_t delivered_early = 0;  // delivered before their round was over, at the memory bound
-  uint64_t late = 0;             // read after records younger than them had been delivered
+  uint64_t delivered = 0;        // records handed on
+  uint64_t delivered_early = 0;  // of those, before their round was over, at the memory bound
+  uint64_t late = 0;             // handed on after a record younger than them
   uint64_t untimed = 0;          // without a timestamp (events opened without sample_id_all): delivered first
 };
 
@@ -55,8 +56,6 @@ class RecordOrdering {
   [[nodiscard]] const OrderingCounters& counters() const { return counters_; }
   [[nodiscard]] size_t queued() const { return queue_.size(); }
   [[nodiscard]] size_t queued_bytes() const { return bytes_; }
-  // Every record before this time has been delivered (the latest bound a delivery went up to).
-  [[nodiscard]] uint64_t delivered_before() const { return delivered_before_; }
 
  private:
   struct Entry {
@@ -77,7 +76,7 @@ class RecordOrdering {
   size_t bytes_ = 0;
   uint64_t seq_ = 0;
   uint64_t previous_round_start_ = 0;
-  uint64_t delivered_before_ = 0;
+  uint64_t latest_delivered_ = 0;  // the time of the youngest record handed on
   OrderingCounters counters_;
 };
 

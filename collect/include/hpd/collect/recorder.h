@@ -187,9 +187,11 @@ struct RecordResult {
   int command_exit_status = -1;  // launched command: its wait status decoded (exit code, or 128+signal)
   CpuTimeSource cpu_time_source = CpuTimeSource::kSamplePeriod;
   uint64_t duplicate_samples = 0;  // dropped: a thread attached twice during the attach race
-  // perf: records of the per-CPU rings the time-ordering stage (perf/record_ordering.h) delivered
-  // before their round was over (its memory bound), read after younger ones had been delivered, and
-  // without a timestamp. All three are 0 when every record reached the builder in time order.
+  // perf: records of the per-CPU rings the time-ordering stage (perf/record_ordering.h) handed on; of
+  // those, delivered before their round was over (its memory bound), handed on after a younger one
+  // (late: out of time order), and without a timestamp. The last three are 0 when every record reached
+  // the builder in time order.
+  uint64_t ordered_records = 0;
   uint64_t records_delivered_early = 0;
   uint64_t records_late = 0;
   uint64_t records_untimed = 0;
