@@ -37,16 +37,32 @@ struct Delivered {
   }
 };
 
+// A stage with room for everything, and what it delivered.
+struct RecordOrderingTest : ::testing::Test {
+  RecordOrdering ordering{size_t{1} << 30};
+  Delivered out;
+  RecordOrdering::Deliver deliver = out.sink();
+};
+
+// An executable mapping's record, written at `time`.
+Mmap2Record exec_mapping(int32_t pid, uint64_t address, const std::string& file, uint64_t time) {
+  Mmap2Record m;
+  m.pid = m.tid = pid;
+  m.address = address;
+  m.length = 0x10000;
+  m.prot = PROT_READ | PROT_EXEC;
+  m.filename = file;
+  m.sample_id = SampleId{pid, pid, time, 1, 0, true};
+  return m;
+}
+
 // Pushes a sample of time `time` as a ring record of `size` bytes.
 void push(RecordOrdering& ordering, uint64_t time, const RecordOrdering::Deliver& deliver, size_t size = 64) {
   const std::vector<uint8_t> bytes(size, 0);
   ordering.push(bytes, sample_at(time), deliver);
 }
 
-TEST(RecordOrdering, RingsReadOneAfterAnotherComeOutInTimeOrder) {
-  RecordOrdering ordering(size_t{1} << 30);
-  Delivered out;
-  const auto deliver = out.sink();
+TEST_F(RecordOrderingTest, RingsReadOneAfterAnotherComeOutInTimeOrder) {
   // Round 1 (began at 100): ring A, then ring B.
   for (const uint64_t t : {10, 50, 90}) push(ordering, t, deliver);
   for (const uint64_t t : {20, 60}) push(ordering, t, deliver);
@@ -72,10 +88,7 @@ TEST(RecordOrdering, RingsReadOneAfterAnotherComeOutInTimeOrder) {
   EXPECT_EQ(ordering.counters().untimed, 0u);
 }
 
-TEST(RecordOrdering, RecordsOfOneTimeKeepTheirOrderOfArrival) {
-  RecordOrdering ordering(size_t{1} << 30);
-  Delivered out;
-  const auto deliver = out.sink();
+TEST_F(RecordOrderingTest, RecordsOfOneTimeKeepTheirOrderOfArrival) {
   push(ordering, 30, deliver, 8);
   push(ordering, 30, deliver, 16);
   push(ordering, 20, deliver, 24);
@@ -139,10 +152,7 @@ TEST(RecordOrdering, AtItsBoundTheOldestHalfGoesEarlyAndLaterOlderRecordsAreLate
   EXPECT_EQ(ordering.counters().late, 1u);
 }
 
-TEST(RecordOrdering, RecordsWithoutATimeAreCountedAndGoFirst) {
-  RecordOrdering ordering(size_t{1} << 30);
-  Delivered out;
-  const auto deliver = out.sink();
+TEST_F(RecordOrderingTest, RecordsWithoutATimeAreCountedAndGoFirst) {
   push(ordering, 7, deliver);
   const std::vector<uint8_t> bytes(16, 0);
   ordering.push(bytes, CommRecord{1, 1, "x", false, {}}, deliver);  // sample_id absent
@@ -166,25 +176,13 @@ TEST(RecordOrdering, AChildsFirstSampleOnAnotherCpuComesAfterItsForkAndMmap) {
   feed.builder().processes().add_initial_process(20, {});
   profile.process(20).name = "server";
 
-  Mmap2Record exe;
-  exe.pid = exe.tid = 20;
-  exe.address = 0x400000;
-  exe.length = 0x10000;
-  exe.prot = PROT_READ | PROT_EXEC;
-  exe.filename = "/usr/bin/server";
-  exe.sample_id = SampleId{20, 20, 5, 1, 0, true};
-  ordering.push(bytes, exe, deliver);  // the parent maps its executable
+  ordering.push(bytes, exec_mapping(20, 0x400000, "/usr/bin/server", 5), deliver);
   ordering.deliver_before(ordering.end_round(8), deliver);
 
   // Round 2: CPU 1's ring, then CPU 0's.
   ordering.push(bytes, sample_at(12, 30, 0x7f0000001000), deliver);
   ordering.push(bytes, TaskRecord{true, 30, 20, 30, 20, 10, SampleId{30, 30, 10, 1, 0, true}}, deliver);
-  Mmap2Record lib = exe;
-  lib.pid = lib.tid = 30;
-  lib.address = 0x7f0000000000;
-  lib.filename = "/usr/lib/libwork.so";
-  lib.sample_id = SampleId{30, 30, 11, 1, 0, true};
-  ordering.push(bytes, lib, deliver);
+  ordering.push(bytes, exec_mapping(30, 0x7f0000000000, "/usr/lib/libwork.so", 11), deliver);
   ordering.deliver_before(ordering.end_round(20), deliver);
   ordering.deliver_before(ordering.end_round(30), deliver);
   ordering.flush(deliver);

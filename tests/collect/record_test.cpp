@@ -322,11 +322,13 @@ TEST(Record, ShortLivedChildrenReachTheBuilderInTimeOrder) {
   options.backend = Backend::kPerf;
   options.call_graph = CallGraph::kFp;
   options.command = {kExitChildren, std::to_string(kChildren), "2000", "exec"};
+  // With context-switch records too: every kind of record the backend asks for goes through the stage.
+  options.off_cpu = OffCpu::kOn;
   const RecordResult result = record(options);
   ASSERT_TRUE(result.target_exited);
   ASSERT_EQ(result.command_exit_status, 0);
-  // Every record carried the events' clock (sample_id_all on every record type), and memory never
-  // forced a record out before its round.
+  // Every record (samples, mmap, comm, fork, exit, switch) carried the events' clock (PERF_SAMPLE_TIME
+  // with sample_id_all), and memory never forced a record out before its round.
   EXPECT_EQ(result.records_untimed, 0u);
   EXPECT_EQ(result.records_delivered_early, 0u);
   const RawProfile& profile = result.profile;
@@ -334,7 +336,7 @@ TEST(Record, ShortLivedChildrenReachTheBuilderInTimeOrder) {
   std::map<int32_t, size_t> samples_of;
   size_t unmapped = 0;
   for (const RawSample& s : profile.samples) {
-    ++samples_of[s.pid];
+    if (s.kind == SampleKind::kOnCpu) ++samples_of[s.pid];
     if (s.stack == kNoIndex) continue;
     const auto user = profile.stacks.user_frames(s.stack);
     const RawProcess* process = profile.find_process(s.pid);
