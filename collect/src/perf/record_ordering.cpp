@@ -10,6 +10,11 @@ void RecordOrdering::push(std::span<const uint8_t> bytes, PerfRecord record, con
   e.time = record_time(record);
   e.seq = seq_++;
   e.ring_bytes = bytes.size();
+  if (!spare_.empty()) {
+    e.bytes = std::move(spare_.back());
+    spare_.pop_back();
+    spare_bytes_ -= e.bytes.capacity();
+  }
   e.bytes.assign(bytes.begin(), bytes.end());
   if (auto* s = std::get_if<SampleRecord>(&record); s != nullptr && !s->user_stack.empty()) {
     // The stack copy refers into the ring: point it into the copy.
@@ -47,6 +52,11 @@ void RecordOrdering::deliver_front(size_t count, const Deliver& deliver) {
     ++counters_.delivered;
     deliver(queue_[i].record, queue_[i].ring_bytes);
     bytes_ -= cost(queue_[i]);
+    std::vector<uint8_t>& buffer = queue_[i].bytes;
+    if (spare_bytes_ + buffer.capacity() <= max_bytes_ / 2) {
+      spare_bytes_ += buffer.capacity();
+      spare_.push_back(std::move(buffer));
+    }
   }
   queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
   sorted_ -= count;
