@@ -118,6 +118,23 @@ TEST(RecordOrdering, TheStackCopyOutlivesTheRing) {
   ASSERT_EQ(seen.size(), 64u);
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 40 + i) << i;
   EXPECT_EQ(seen_bytes, 128u);
+  // The next records reuse the delivered one's buffer: each keeps its own bytes.
+  std::vector<uint8_t> ring2(96, 0x11);
+  SampleRecord s2 = sample_at(6);
+  s2.stack_size = 32;
+  s2.user_stack = std::span<const uint8_t>(ring2).subspan(8, 32);
+  ordering.push(ring2, s2, [](const PerfRecord&, size_t) {});
+  std::fill(ring.begin(), ring.end(), 0x22);
+  s.user_stack = std::span<const uint8_t>(ring).subspan(0, 64);
+  ordering.push(ring, s, [](const PerfRecord&, size_t) {});
+  std::vector<std::vector<uint8_t>> stacks;
+  ordering.flush([&](const PerfRecord& r, size_t) {
+    const auto& stack = std::get<SampleRecord>(r).user_stack;
+    stacks.emplace_back(stack.begin(), stack.end());
+  });
+  ASSERT_EQ(stacks.size(), 2u);
+  EXPECT_EQ(stacks[0], std::vector<uint8_t>(64, 0x22)) << "time 5 first";
+  EXPECT_EQ(stacks[1], std::vector<uint8_t>(32, 0x11));
 }
 
 TEST(RecordOrdering, AtItsBoundTheOldestHalfGoesEarlyAndLaterOlderRecordsAreLate) {
