@@ -10,8 +10,9 @@
 namespace hpd {
 
 namespace {
-// Exits of never-seen threads remembered for a fork that may follow (perf's per-CPU rings): a fork
-// comes within one drain of its exit, so a few thousand cover any burst; past that, start over.
+// Exits of never-seen threads remembered for a fork that may follow (a record the perf ordering stage
+// delivered out of order): a fork comes within a round or two of its exit, so a few thousand cover
+// any burst; past that, start over.
 constexpr size_t kMaxExitsBeforeFork = 4096;
 }  // namespace
 
@@ -209,8 +210,9 @@ void ProcessTracker::note_sample(int32_t pid, uint64_t time_ns, bool user_mode,
     }
     running_new = in_new && !in_old;
   }
-  // Ended at this sample, not at the exec's start: samples taken inside execve may still come (from
-  // other CPUs' rings), and the old image explains them.
+  // Ended at this sample, not at the exec's start: samples taken inside execve before it hold the old
+  // image's registers (and a record out of order, eBPF's or one perf's ordering stage counts, may
+  // still bring one), and the old image explains them.
   if (running_new) close_exec_window(process, state, time_ns);
 }
 
@@ -257,8 +259,8 @@ void ProcessTracker::on_fork(const ForkEvent& e) {
   RawThread& thread = ensure_thread(e.pid, e.tid, e.time_ns);
   if (!known || started_unseen_.erase(e.tid) > 0) thread.start_ns = e.time_ns;
   started_unseen_.erase(e.tid);
-  // Its exit came first (another CPU's ring was read first). An exit older than the fork belongs to
-  // an earlier thread that had this tid.
+  // Its exit came first (a perf record out of order, see exited_before_fork_). An exit older than the
+  // fork belongs to an earlier thread that had this tid.
   if (auto exited = exited_before_fork_.find(e.tid); exited != exited_before_fork_.end()) {
     if (exited->second >= e.time_ns) end_thread(thread, e.pid, e.tid, exited->second);
     exited_before_fork_.erase(exited);
@@ -302,7 +304,8 @@ void ProcessTracker::end_thread(RawThread& thread, int32_t pid, int32_t tid, uin
 
 // One rule: the mappings of a process not in the profile yet wait for its first record (bounded),
 // rather than creating it (perf did): with --all most of them belong to processes never sampled,
-// and perf's per-CPU rings may bring a child's mappings before its fork.
+// and the eBPF backend's mmap watch rings may bring a child's mappings before its fork record from
+// the BPF ring (perf's time order brings the fork first, but for the records it counts as out of order).
 void ProcessTracker::on_mmap(const MmapEvent& e) {
   if (e.length == 0) return;
   const RawMapping mapping{e.start, e.start + e.length, e.file_offset, kNoIndex, e.time_ns};
@@ -328,8 +331,10 @@ void ProcessTracker::add_mmap_mapping(int32_t pid, const RawMapping& mapping, st
                        state.exec_ns);
     return;
   }
-  // A record of the replaced image that comes after its exec began (another CPU's ring): it explains
-  // that image's samples, and ends with it. (The eBPF builder dropped it.)
+  // A record of the replaced image that comes after its exec began (the eBPF backend's mmap watch,
+  // drained apart from its exec records; perf's time order brings it before, but for the records it
+  // counts as out of order): it explains that image's samples, and ends with it. (The eBPF builder
+  // dropped it.)
   if (add_module_mapping(profile_, process, mapping, path, std::string(build_id), lookups_.build_ids, 0) &&
       !state.exec_open && state.exec_ended_ns != 0) {
     process.mappings.back().unmapped_ns = state.exec_ended_ns;

@@ -123,13 +123,20 @@ class ProcessTracker {
   SystemLookups lookups_;
   std::function<void()> drain_mmaps_;
   std::unordered_map<int32_t, ProcessState> states_;
-  // Threads created by a record before their fork record came (perf reads its per-CPU rings one after
-  // another, so a new thread's first sample may come first): the fork gives their real start.
+  // Threads created by a record before their fork record came: the fork gives their real start.
+  // Records out of order. perf's per-CPU rings go through its time-ordering stage
+  // (perf/record_ordering.h), which leaves out of order only the records it counts (delivered early at
+  // its memory bound, or late); the eBPF ring is written in reservation order, and a fork is reserved
+  // before the child can run. Kept for those counted perf records.
   std::unordered_set<int32_t> started_unseen_;
   // The other way round: a thread's exit read before its fork record (nothing to end yet), by tid,
   // with its time. The fork that creates the thread then ends it too. Bounded: kept per exit of a
-  // thread never seen, which --all has thousands of.
+  // thread never seen, which --all has thousands of. Needed as started_unseen_ is (perf's counted
+  // records out of order).
   std::unordered_map<int32_t, uint64_t> exited_before_fork_;
+  // Mappings of processes not in the profile yet. The eBPF backend needs it: its mmap watch has rings
+  // of its own, drained apart from the BPF ring, and with --all most records are of processes never
+  // sampled. perf (time-ordered, its child's fork first) only for its counted records out of order.
   std::unordered_map<int32_t, std::vector<PendingMapping>> pending_;
   size_t pending_count_ = 0;
   uint64_t processes_without_maps_ = 0;

@@ -13,21 +13,23 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <thread>
 
+#include "hpd/base/proc_files.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
 #include "proc/build_id.h"
-#include "hpd/base/proc_files.h"
 #include "record_checks.h"
 
 namespace hpd {
 namespace {
 
 const std::string kSpinner = HPD_SPINNER_PATH;
+const std::string kExitChildren = HPD_EXIT_CHILDREN_PATH;
 
 TEST(Record, LaunchedCommandWithLateThread) {
   const int fds_before = count_open_fds();
@@ -308,6 +310,63 @@ TEST(Record, UnprivilegedUserCanRecordOwnCommandWithoutKernelFrames) {
     }
     EXPECT_GT(std::stoul(out.substr(3)), 50u) << out;
   }
+}
+
+// 200 children, each exec'd, burning 2 ms of CPU and gone, on whichever CPU: a child's fork, exec and
+// mmap records and its samples are written to different CPUs' rings, which are read one after another.
+// Put in time order (perf/record_ordering.h), every child is born by its fork, and each sample of it
+// lies in a mapping the child had at the sample's time.
+TEST(Record, ShortLivedChildrenReachTheBuilderInTimeOrder) {
+  constexpr size_t kChildren = 200;
+  RecordOptions options;
+  options.backend = Backend::kPerf;
+  options.call_graph = CallGraph::kFp;
+  options.command = {kExitChildren, std::to_string(kChildren), "2000", "exec"};
+  // With context-switch records too: every kind of record the backend asks for goes through the stage.
+  options.off_cpu = OffCpu::kOn;
+  const RecordResult result = record(options);
+  ASSERT_TRUE(result.target_exited);
+  ASSERT_EQ(result.command_exit_status, 0);
+  // Every record (samples, mmap, comm, fork, exit, switch) carried the events' clock (PERF_SAMPLE_TIME
+  // with sample_id_all), and memory never forced a record out before its round.
+  EXPECT_EQ(result.records_untimed, 0u);
+  EXPECT_EQ(result.records_delivered_early, 0u);
+  const RawProfile& profile = result.profile;
+  const uint64_t start = profile.info.start_mono_ns;
+  std::map<int32_t, size_t> samples_of;
+  size_t unmapped = 0;
+  for (const RawSample& s : profile.samples) {
+    if (s.kind == SampleKind::kOnCpu) ++samples_of[s.pid];
+    if (s.stack == kNoIndex) continue;
+    const auto user = profile.stacks.user_frames(s.stack);
+    const RawProcess* process = profile.find_process(s.pid);
+    if (!user.empty() && (process == nullptr || process->find_mapping(user.front(), s.time_ns) == nullptr))
+      ++unmapped;
+  }
+  size_t children = 0, sampled = 0, born_by_fork = 0;
+  for (const RawProcess& p : profile.processes) {
+    if (p.start_ns == start) continue;  // the launched command
+    ++children;
+    if (samples_of[p.pid] > 0) ++sampled;
+    if (p.start_ns > start && p.end_ns >= p.start_ns) ++born_by_fork;
+  }
+  std::printf(
+      "%zu children, %zu sampled, %zu born by their fork; %zu samples outside a mapping; %llu of %llu "
+      "records out of time order\n",
+      children, sampled, born_by_fork, unmapped, static_cast<unsigned long long>(result.records_late),
+      static_cast<unsigned long long>(result.ordered_records));
+  // Read ring by ring, 5-30% of the records (95-624 of ~2000 in four runs, mostly fork, comm, mmap and
+  // exit records) came after a younger one. In time order none should; one round of slack is lost only
+  // to a writer stalled between its timestamp and its publication for a whole round (a vCPU the host
+  // took away): allow for that, not for the ring order.
+  ASSERT_GT(result.ordered_records, 1000u);
+  EXPECT_LE(result.records_late * 100, result.ordered_records) << "records reached the builder out of order";
+  EXPECT_EQ(children, kChildren);
+  EXPECT_EQ(born_by_fork, kChildren);
+  // Each child ran at least 2 ms of CPU at 1 ms a sample.
+  EXPECT_EQ(sampled, kChildren);
+  EXPECT_EQ(unmapped, 0u);
+  EXPECT_EQ(result.processes_without_maps, 0u);
 }
 
 }  // namespace

@@ -190,7 +190,6 @@ class PerfDataReader {
   // The layout of the event that wrote `record`: the one all events share, or (events of different
   // layouts, which then all carry PERF_SAMPLE_IDENTIFIER) the one its identifier names.
   const RecordLayout* layout_for(std::span<const uint8_t> record);
-  uint64_t time_of(const PerfRecord& record) const;
   void feed();
   void describe();
 
@@ -495,23 +494,6 @@ const RecordLayout* PerfDataReader::layout_for(std::span<const uint8_t> record) 
   return &attr->layout;
 }
 
-uint64_t PerfDataReader::time_of(const PerfRecord& record) const {
-  return std::visit(
-      [](const auto& r) -> uint64_t {
-        using T = std::decay_t<decltype(r)>;
-        if constexpr (std::is_same_v<T, SampleRecord>) {
-          return r.time;
-        } else if constexpr (std::is_same_v<T, TaskRecord>) {
-          return r.time;
-        } else if constexpr (std::is_same_v<T, OtherRecord>) {
-          return 0;
-        } else {
-          return hpd::time_of(r.sample_id);
-        }
-      },
-      record);
-}
-
 void PerfDataReader::feed() {
   // The records of the per-CPU rings come in rounds, not in time order: sorted by time, as perf report
   // does, with the records perf synthesized for what existed before (time 0) first.
@@ -525,7 +507,7 @@ void PerfDataReader::feed() {
     if (!record)
       fail("record at byte " + std::to_string(slot.offset) + " (type " + std::to_string(h.type) +
            ") is shorter than its event's layout: the file is corrupt");
-    slot.time = time_of(*record);
+    slot.time = record_time(*record);
   }
   std::stable_sort(slots_.begin(), slots_.end(),
                    [](const Slot& a, const Slot& b) { return a.time < b.time; });

@@ -137,7 +137,7 @@ void PerfEventDecoder::end_of_pass(const EventSink& sink) {
     state.pid = id.pid;
     if (r.out) {
       if (state.in_ns != 0 && state.in_ns >= id.time) {
-        // Its switch-in was read in an earlier pass, from another CPU's ring.
+        // Its switch-in was read in an earlier pass, out of time order (end_of_pass).
         emit_off_cpu(id.pid, id.tid, id.cpu, id.time, state.in_ns, r.preempt, sink);
         state.in_ns = 0;
         continue;

@@ -51,9 +51,10 @@ class PerfEventDecoder {
 
   // After every ring has been read once: pairs the switch records read so far into off-CPU intervals,
   // each a sample (blocked, or waiting for a CPU when the switch-out left the thread runnable) from
-  // the switch-out to the next switch-in of its thread. The rings are per CPU, so a thread's switch-in
-  // (on one CPU) may be read before its switch-out (on another): the records of a pass are sorted by
-  // time, and a switch-in without its switch-out waits for the next pass.
+  // the switch-out to the next switch-in of its thread. The recorder hands the records over in time
+  // order (perf/record_ordering.h); for the few it counts as out of order (and callers that feed
+  // records as they come), a pass's switches are sorted by time, and a switch-in read before its
+  // switch-out waits for the next pass.
   void end_of_pass(const EventSink& sink);
   // When the recording ends: threads still off the CPU get an interval up to `end_ns`.
   void finish_off_cpu(uint64_t end_ns, const EventSink& sink);

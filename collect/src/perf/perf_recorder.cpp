@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 #include <system_error>
 
@@ -29,6 +30,7 @@
 #include "hpd/symbolizer/symbolizer.h"
 #include "perf/perf_event_decoder.h"
 #include "perf/perf_records.h"
+#include "perf/record_ordering.h"
 #include "perf/ring_buffer.h"
 #include "proc/build_id.h"
 #include "raw_profile_builder.h"
@@ -91,8 +93,12 @@ class PerfSession {
   bool attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>* own_ids);
   void attach_process(int32_t pid);
   void describe_threads(int32_t pid);
+  void add_threads(int32_t pid, const std::vector<std::pair<int32_t, std::string>>& names);
   void describe_process(RawProcess& process);
+  void describe_launched();
+  void apply_launched();
   void drain_all();
+  void deliver_before(uint64_t time_ns);
   bool poll_once(std::vector<pollfd>& pfds);
   void fill_info();
   void finish_launched(bool stopped_early);
@@ -118,7 +124,10 @@ class PerfSession {
   std::vector<std::pair<int32_t, std::vector<uint64_t>>> own_ids_;
   RecordResult result_;
   BuildIdReader build_ids_;
-  // The ring's records become events (decoder_), which the one builder turns into the profile.
+  // The ring's records, put in time order (ordering_), become events (decoder_), which the one
+  // builder turns into the profile.
+  std::unique_ptr<RecordOrdering> ordering_;
+  RecordOrdering::Deliver to_decoder_;
   std::unique_ptr<PerfEventDecoder> decoder_;
   std::unique_ptr<RawProfileBuilder> builder_;
   EventSink to_builder_;
@@ -126,6 +135,15 @@ class PerfSession {
   Unwinder unwinder_;
   RecordLayout layout_;
   std::vector<uint8_t> scratch_;
+  // The launched command as /proc showed it after its exec, at `time_ns`: handed to the builder when
+  // the records up to that time have been delivered.
+  struct LaunchedState {
+    uint64_t time_ns = 0;
+    RawProcess process;
+    std::vector<std::pair<int32_t, std::string>> threads;
+    std::vector<MapsEntry> maps;
+  };
+  std::optional<LaunchedState> launched_;
 };
 
 void PerfSession::init_attr() {
@@ -274,27 +292,74 @@ void PerfSession::describe_process(RawProcess& process) {
   if (process.name.empty()) process.name = read_comm(process.pid);
 }
 
-void PerfSession::describe_threads(int32_t pid) {
-  for (const int32_t tid : list_threads(pid)) {
+std::vector<std::pair<int32_t, std::string>> read_thread_names(int32_t pid) {
+  std::vector<std::pair<int32_t, std::string>> names;
+  for (const int32_t tid : list_threads(pid)) names.emplace_back(tid, read_thread_comm(pid, tid));
+  return names;
+}
+
+void PerfSession::add_threads(int32_t pid, const std::vector<std::pair<int32_t, std::string>>& names) {
+  for (const auto& [tid, name] : names) {
     const bool known = result_.profile.find_thread(pid, tid) != nullptr;
     RawThread& thread = result_.profile.thread(pid, tid);
     if (!known) thread.start_ns = result_.profile.info.start_mono_ns;
-    const std::string name = read_thread_comm(pid, tid);
     if (!name.empty()) thread.name = name;
   }
 }
 
+void PerfSession::describe_threads(int32_t pid) {
+  add_threads(pid, read_thread_names(pid));
+}
+
+// After exec: what MMAP2 records do not cover (the vDSO) comes from /proc, read now (the command may
+// not live long) and handed to the builder in its place among the records (apply_launched).
+void PerfSession::describe_launched() {
+  const int32_t pid = command_->pid();
+  LaunchedState& state = launched_.emplace();
+  state.process.pid = pid;
+  describe_process(state.process);
+  state.threads = read_thread_names(pid);
+  state.maps = read_proc_maps(pid);
+  state.time_ns = mono_now();
+}
+
+void PerfSession::apply_launched() {
+  LaunchedState state = std::move(*launched_);
+  launched_.reset();
+  const int32_t pid = command_->pid();
+  RawProcess& process = result_.profile.process(pid);
+  if (process.start_ns == 0) process.start_ns = result_.profile.info.start_mono_ns;
+  if (!state.process.exe.empty()) process.exe = std::move(state.process.exe);
+  if (!state.process.cmdline.empty()) process.cmdline = std::move(state.process.cmdline);
+  if (!state.process.cgroup.empty()) process.cgroup = std::move(state.process.cgroup);
+  if (process.name.empty()) process.name = std::move(state.process.name);
+  add_threads(pid, state.threads);
+  builder_->processes().add_maps(pid, state.maps, state.time_ns);
+}
+
+// One round: every ring read to its head, its records queued in time order; those the round makes
+// safe are delivered (record_ordering.h).
 void PerfSession::drain_all() {
+  const uint64_t round_start = mono_now();
   for (CpuRing& ring : rings_) {
     if (!ring.ring.mapped()) continue;
     const DrainStats stats = drain_ring(ring.ring.view(), scratch_, [this](std::span<const uint8_t> bytes) {
       if (auto record = decode_record(bytes, layout_))
-        decoder_->decode(*record, bytes.size(), to_builder_);
+        ordering_->push(bytes, std::move(*record), to_decoder_);
       else
         ++result_.profile.lost.lost_records;  // a record shorter than its layout: lost, as on eBPF
     });
     if (stats.corrupt) ++result_.profile.lost.lost_records;
   }
+  deliver_before(ordering_->end_round(round_start));
+}
+
+void PerfSession::deliver_before(uint64_t time_ns) {
+  if (launched_ && launched_->time_ns < time_ns) {
+    ordering_->deliver_before(launched_->time_ns, to_decoder_);
+    apply_launched();
+  }
+  ordering_->deliver_before(time_ns, to_decoder_);
   decoder_->end_of_pass(to_builder_);
 }
 
@@ -336,6 +401,13 @@ RecordResult PerfSession::run() {
       PerfDecoderConfig{result_.cpu_time_source == CpuTimeSource::kThreadCounter, max_stack_, dwarf,
                         attr_.sample_regs_user, uint64_t{options_.off_cpu_min_us} * 1000});
   for (auto& [tid, ids] : own_ids_) decoder_->set_own_event_ids(tid, std::move(ids));
+  // Two rounds of records at most, at the rate that fills every ring between two reads.
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  ordering_ = std::make_unique<RecordOrdering>(
+      std::max<size_t>(size_t{32} << 20, 4 * ring_pages_ * page * cpus_.size()));
+  to_decoder_ = [this](const PerfRecord& record, size_t bytes) {
+    decoder_->decode(record, bytes, to_builder_);
+  };
   if (kernel_frames_) {
     // /proc/kallsyms, read once for the recording; the symbolization of its kernel frames uses the same
     // table (RecordResult::kernel_symbols).
@@ -405,14 +477,8 @@ RecordResult PerfSession::run() {
     drain_all();
     calls_->poll();
     if (command_ && !launched_described_) {
-      // After exec: what MMAP2 records do not cover (the vDSO) comes from /proc.
       launched_described_ = true;
-      const int32_t pid = command_->pid();
-      RawProcess& process = result_.profile.process(pid);
-      if (process.start_ns == 0) process.start_ns = start;
-      describe_process(process);
-      describe_threads(pid);
-      builder_->processes().add_maps(pid, read_proc_maps(pid), mono_now());
+      describe_launched();
     }
     const auto outcome = ticker.tick(update_targets_exited(targets_, pfds, first_target, command_.get()),
                                      builder_->samples(), result_.profile);
@@ -432,6 +498,7 @@ RecordResult PerfSession::run() {
   }
   for (const UniqueFd& fd : redirected_) ::ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
   drain_all();
+  deliver_before(UINT64_MAX);
   decoder_->finish_off_cpu(result_.profile.info.end_mono_ns, to_builder_);
   // perf_event reports context switches as they happen, and nothing about where a thread already was.
   if (attr_.context_switch && !options_.pids.empty())
@@ -442,6 +509,10 @@ RecordResult PerfSession::run() {
   finish_launched(stopped_early);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
   result_.duplicate_samples = decoder_->duplicate_samples();
+  result_.ordered_records = ordering_->counters().delivered;
+  result_.records_delivered_early = ordering_->counters().delivered_early;
+  result_.records_late = ordering_->counters().late;
+  result_.records_untimed = ordering_->counters().untimed;
   result_.processes_without_maps = builder_->processes().processes_without_maps();
   result_.call_graph = options_.call_graph == CallGraph::kDwarf ? CallGraph::kDwarf : CallGraph::kFp;
   result_.stack_copy_bytes = static_cast<uint32_t>(attr_.sample_stack_user);

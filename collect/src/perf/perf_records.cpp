@@ -294,4 +294,19 @@ void split_callchain(std::span<const uint64_t> chain, SplitCallchain& out) {
   }
 }
 
+uint64_t record_time(const PerfRecord& record) {
+  return std::visit(
+      [](const auto& r) -> uint64_t {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, SampleRecord> || std::is_same_v<T, TaskRecord>) {
+          return r.time;
+        } else if constexpr (std::is_same_v<T, OtherRecord>) {
+          return 0;
+        } else {
+          return r.sample_id.present ? r.sample_id.time : 0;
+        }
+      },
+      record);
+}
+
 }  // namespace hpd

@@ -125,6 +125,10 @@ using PerfRecord = std::variant<OtherRecord, SampleRecord, Mmap2Record, CommReco
 // A SampleRecord's user_stack refers into `bytes`.
 std::optional<PerfRecord> decode_record(std::span<const uint8_t> bytes, const RecordLayout& layout);
 
+// The timestamp of a record: a sample's, a fork's or exit's own, else its sample_id's (0 when it has
+// none: the events were opened without sample_id_all, or a record type we do not use).
+uint64_t record_time(const PerfRecord& record);
+
 // A callchain split at its context markers, each part leaf first, markers dropped.
 struct SplitCallchain {
   std::vector<uint64_t> kernel;

@@ -187,6 +187,14 @@ struct RecordResult {
   int command_exit_status = -1;  // launched command: its wait status decoded (exit code, or 128+signal)
   CpuTimeSource cpu_time_source = CpuTimeSource::kSamplePeriod;
   uint64_t duplicate_samples = 0;  // dropped: a thread attached twice during the attach race
+  // perf: records of the per-CPU rings the time-ordering stage (perf/record_ordering.h) handed on; of
+  // those, delivered before their round was over (its memory bound), handed on after a younger one
+  // (late: out of time order), and without a timestamp. The last three are 0 when every record reached
+  // the builder in time order.
+  uint64_t ordered_records = 0;
+  uint64_t records_delivered_early = 0;
+  uint64_t records_late = 0;
+  uint64_t records_untimed = 0;
   // CPU time of the recording thread while samples were coming in (reading and decoding them, from
   // the first poll to the last drain); setup such as loading BPF programs is not included.
   uint64_t collection_cpu_ns = 0;
