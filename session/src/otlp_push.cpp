@@ -100,21 +100,23 @@ struct ExportResponse {
   std::string error_message;
 };
 
-// Parses an ExportProfilesServiceResponse {partial_success = 1: {rejected_profiles = 1,
-// error_message = 2}}; false when the bytes are not that message (garbage, an HTML page).
-bool parse_response(std::string_view b, ExportResponse& out, bool nested = false) {
+// Walks the fields of a protobuf message: `on_field(field, wire type, varint value, bytes of a
+// length-delimited field)` for each; false when the bytes are not a message (garbage, an HTML page) or
+// `on_field` says so.
+template <typename OnField>
+bool walk_fields(std::string_view b, OnField&& on_field) {
   size_t pos = 0;
   while (pos < b.size()) {
     uint64_t key = 0;
     if (!read_varint(b, pos, key) || key >> 3 == 0) return false;
     const uint64_t field = key >> 3;
-    switch (key & 7) {
-      case 0: {
-        uint64_t v = 0;
+    const auto wire = static_cast<int>(key & 7);
+    uint64_t v = 0;
+    std::string_view bytes;
+    switch (wire) {
+      case 0:
         if (!read_varint(b, pos, v)) return false;
-        if (nested && field == 1) out.rejected = v;
         break;
-      }
       case 1:
         if (b.size() - pos < 8) return false;
         pos += 8;
@@ -126,16 +128,50 @@ bool parse_response(std::string_view b, ExportResponse& out, bool nested = false
       case 2: {
         uint64_t len = 0;
         if (!read_varint(b, pos, len) || len > b.size() - pos) return false;
-        const std::string_view value = b.substr(pos, len);
+        bytes = b.substr(pos, len);
         pos += len;
-        if (!nested && field == 1 && !parse_response(value, out, true)) return false;
-        if (nested && field == 2) out.error_message = std::string(value);
         break;
       }
       default: return false;
     }
+    if (!on_field(field, wire, v, bytes)) return false;
   }
   return true;
+}
+
+// Parses an ExportProfilesServiceResponse {partial_success = 1: {rejected_profiles = 1,
+// error_message = 2}}; false when the bytes are not that message.
+bool parse_response(std::string_view b, ExportResponse& out) {
+  return walk_fields(b, [&](uint64_t field, int wire, uint64_t, std::string_view bytes) {
+    if (field != 1 || wire != 2) return true;
+    return walk_fields(bytes, [&](uint64_t inner, int inner_wire, uint64_t v, std::string_view text) {
+      if (inner == 1 && inner_wire == 0) out.rejected = v;
+      if (inner == 2 && inner_wire == 2) out.error_message = std::string(text);
+      return true;
+    });
+  });
+}
+
+// The message of a google.rpc.Status {code = 1, message = 2, details = 3}, the body an OTLP/HTTP
+// endpoint answers an error with (as protobuf, or as JSON for a JSON request); "" when the body is not
+// one or its message is not text.
+std::string status_message(std::string_view b) {
+  std::string message;
+  const bool parsed = walk_fields(b, [&](uint64_t field, int wire, uint64_t, std::string_view bytes) {
+    if (field == 2 && wire == 2) message = std::string(bytes);
+    return field <= 3;
+  });
+  if (!parsed) return "";
+  for (char c : message) {
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\t') return "";
+  }
+  return message;
+}
+
+// An error answer's text: a Status's message when the body is one, else its first line.
+std::string error_text(const std::string& body) {
+  const std::string message = status_message(body);
+  return message.empty() ? first_line(body) : first_line(message);
 }
 
 struct CurlDeleter {
@@ -540,8 +576,8 @@ PushedBytes post_otlp_profiles(const std::string& url, const std::string& body, 
   lib.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   if (status < 200 || status > 299) {
     throw std::runtime_error(
-        url + " answered HTTP " + std::to_string(status) + ": " + first_line(answer) +
-        (status == 400 || status == 415 ? refused_encoding_hint(options, first_line(answer)) : ""));
+        url + " answered HTTP " + std::to_string(status) + ": " + error_text(answer) +
+        (status == 400 || status == 415 ? refused_encoding_hint(options, error_text(answer)) : ""));
   }
   std::string_view message = answer;
   std::string inflated;
