@@ -1204,6 +1204,53 @@ TEST(Hpd, RunsWithOnlyTheUnitsCapabilities) {
   EXPECT_EQ(perf.exit_code, 0) << perf.err;
 }
 
+// The unit's SystemCallFilter=~ (packaging/systemd/hpd.service), expanded by systemd itself: hpd
+// runs under a seccomp filter that kills it at the first call of one of those system calls (the
+// unit makes such a call fail with EPERM instead), with the unit's capabilities, and serves both
+// backends, a launched command and off-CPU time.
+TEST(Hpd, RunsUnderTheUnitsSystemCallFilter) {
+  std::ifstream unit(HPD_UNIT_FILE);
+  std::string line, groups;
+  while (std::getline(unit, line)) {
+    if (line.rfind("SystemCallFilter=~", 0) == 0) groups = line.substr(18);
+  }
+  ASSERT_FALSE(groups.empty()) << "no SystemCallFilter=~ line in " << HPD_UNIT_FILE;
+  std::vector<std::string> expand{"systemd-analyze", "syscall-filter"};
+  std::istringstream words(groups);
+  for (std::string group; words >> group;) expand.push_back(group);
+  const RunResult names = run(expand);
+  ASSERT_EQ(names.exit_code, 0) << "systemd-analyze (Debian's systemd package) expands the groups: "
+                                << names.err;
+  const testing::TempDir tmp("hpd-seccomp");
+  const std::string list = tmp.file("denied.txt");
+  std::ofstream(list) << names.out;
+  HpdStart start;
+  start.wrapper = {
+      HPD_SECCOMP_DENY,
+      list,
+      "--",
+      "setpriv",
+      "--inh-caps=-all",
+      "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog,+setuid,+setgid"};
+  Hpd hpd(start);
+  ASSERT_TRUE(hpd.wait_log("system calls refused", 10)) << hpd.log();
+  Background target(as_nobody({kCpuSplit, "30"}));
+  ASSERT_TRUE(runs_executable(target.pid(), kCpuSplit));
+  const std::string out = hpd.out_dir() + "/seccomp.json.gz";
+  for (const std::string backend : {"bpf", "perf"}) {
+    const RunResult r = run(hpctl(hpd, {"record", "--no-report", "--backend", backend, "--pid",
+                                        std::to_string(target.pid()), "-d", "1", "-o", out}));
+    ASSERT_EQ(r.exit_code, 0) << backend << ": " << r.err << hpd.log();
+    EXPECT_GT(valid_profile_samples(out), 20u) << backend;
+  }
+  const RunResult launched =
+      run(hpctl(hpd, {"record", "--no-report", "--off-cpu", "-o", out, "--", kCpuSplit, "1"}));
+  ASSERT_EQ(launched.exit_code, 0) << launched.err << hpd.log();
+  EXPECT_GT(valid_profile_samples(out), 20u);
+  EXPECT_EQ(::kill(hpd.pid(), 0), 0) << "hpd died: " << hpd.log();
+  EXPECT_TRUE(hpd.status().contains("backends"));
+}
+
 // Every function name of a Firefox profile.
 std::vector<std::string> profile_function_names(const json& profile) {
   const auto& strings = profile.at("shared").at("stringArray");
