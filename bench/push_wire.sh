@@ -13,32 +13,9 @@
 set -euo pipefail
 hpd=${1:?usage}; hpctl=${2:?usage}; otelcol=${3:?usage}; keep=${4:?usage}; seconds=${5:-390}
 source "$(dirname "$0")/push_setup.sh"
-# Two receivers (gzip and uncompressed pushes apart), so not push_setup.sh's start_otelcol.
+# Two receivers: the gzip pushes to one, the uncompressed to the other.
 plain_port=$(free_port)
-cat >"$tmp/otelcol.yaml" <<YAML
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: 127.0.0.1:$port
-  otlp/plain:
-    protocols:
-      http:
-        endpoint: 127.0.0.1:$plain_port
-exporters:
-  file:
-    path: $tmp/received.json
-service:
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    profiles:
-      receivers: [otlp, otlp/plain]
-      exporters: [file]
-YAML
-"$otelcol" --config "$tmp/otelcol.yaml" >"$tmp/otelcol.log" 2>&1 &
-for p in $port $plain_port; do wait_port "$p"; done
+start_otelcol "$otelcol" http "$port" "$plain_port"
 mkdir -p "$keep"
 cat >"$tmp/hpd.conf" <<CONF
 continuous = on
