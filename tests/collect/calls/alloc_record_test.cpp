@@ -125,6 +125,16 @@ TEST(AllocRecord, EstimatesMatchTheTruthOfAProgramLinkedWithJemalloc) {
   check_against_truth("alloc_jemalloc_nofp");
 }
 
+// Records alloc_nofp's truth run at a 4 KiB mean into `hpr` (its truth into DIR/truth.txt); `report`:
+// hpctl's report options (--no-report for none).
+hpd::test::RunResult record_truth_run(const hpd::testing::TempDir& dir, const std::string& hpr,
+                                      const std::vector<std::string>& report) {
+  std::vector<std::string> argv = {HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096"};
+  argv.insert(argv.end(), report.begin(), report.end());
+  argv.insert(argv.end(), {"-o", hpr, "--", fixture("alloc_nofp"), "truth", dir.file("truth.txt")});
+  return hpd::test::run(argv, 300, {"HPD_CALLS_RUNTIME="});
+}
+
 // The function names on each stack of a Firefox profile's shared stack table (v66: prefixOffset k > 0
 // names the stack k rows before, 0 a root), each name once.
 std::vector<std::set<std::string>> firefox_stack_functions(const nlohmann::json& profile) {
@@ -152,10 +162,7 @@ TEST(AllocRecord, FirefoxExportHasTheNativeAllocationTables) {
   const hpd::testing::TempDir dir("hpd-alloc-firefox");
   const std::string hpr = dir.file("alloc.hpr");
   const std::string ff = dir.file("alloc.json");
-  const hpd::test::RunResult r =
-      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096", "--no-report",
-                      "-o", hpr, "--", fixture("alloc_nofp"), "truth", dir.file("truth.txt")},
-                     300, {"HPD_CALLS_RUNTIME="});
+  const hpd::test::RunResult r = record_truth_run(dir, hpr, {"--no-report"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::map<std::string, Truth> truth = read_truth(dir.file("truth.txt"));
   ASSERT_EQ(truth.size(), 3u);
@@ -277,10 +284,7 @@ TEST(AllocRecord, PprofHasTheHeapColumns) {
   const hpd::testing::TempDir dir("hpd-alloc-pprof");
   const std::string hpr = dir.file("alloc.hpr");
   const std::string pb = dir.file("alloc.pb.gz");
-  const hpd::test::RunResult r =
-      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096", "--no-report",
-                      "-o", hpr, "--", fixture("alloc_nofp"), "truth", dir.file("truth.txt")},
-                     300, {"HPD_CALLS_RUNTIME="});
+  const hpd::test::RunResult r = record_truth_run(dir, hpr, {"--no-report"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const hpd::test::RunResult c = hpd::test::run({HPD_HPCTL_PATH, "convert", hpr, "-o", pb});
   ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
@@ -336,10 +340,7 @@ TEST(AllocRecord, FirefoxExportReadBackHasTheRecordingsAllocations) {
   const hpd::testing::TempDir dir("hpd-alloc-readback");
   const std::string hpr = dir.file("alloc.hpr");
   const std::string ff = dir.file("alloc.json.gz");
-  const hpd::test::RunResult r =
-      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096", "--limit", "0",
-                      "-o", hpr, "--", fixture("alloc_nofp"), "truth", dir.file("truth.txt")},
-                     300, {"HPD_CALLS_RUNTIME="});
+  const hpd::test::RunResult r = record_truth_run(dir, hpr, {"--limit", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::map<std::string, Truth> truth = read_truth(dir.file("truth.txt"));
   ASSERT_EQ(truth.size(), 3u);
@@ -398,6 +399,22 @@ TEST(AllocRecord, FirefoxExportReadBackHasTheRecordingsAllocations) {
     ASSERT_NE(row, nullptr);
     EXPECT_NEAR((*row)["total_bytes"].get<double>(), t.blocks * t.size, allowed_error(t.blocks, t.size));
     EXPECT_NEAR((*row)["live_total_bytes"].get<double>(), t.leaked * t.size, allowed_error(t.leaked, t.size));
+  }
+
+  // `hpctl diff` of the capture and its export compares their memory: every function the same.
+  const hpd::test::RunResult d = hpd::test::run({HPD_HPCTL_PATH, "diff", "--json", "--limit", "0", hpr, ff});
+  ASSERT_EQ(d.exit_code, 0) << d.out << d.err;
+  const nlohmann::json diff = nlohmann::json::parse(d.out);
+  ASSERT_TRUE(diff.contains("allocations")) << d.out;
+  EXPECT_EQ(diff["allocations"]["rows"].size(), recorded["rows"].size());
+  for (const nlohmann::json& row : diff["allocations"]["rows"]) {
+    SCOPED_TRACE(row["name"].get<std::string>());
+    const double bytes = row["total_bytes"][0].get<double>();
+    EXPECT_GT(bytes, 0);
+    EXPECT_NEAR(row["total_bytes"][1].get<double>(), bytes, 1e-9 * bytes);
+    EXPECT_NEAR(row["total_bytes_change"].get<double>(), 0, 1e-9 * bytes);
+    EXPECT_NEAR(row["live_total_bytes"][1].get<double>(), row["live_total_bytes"][0].get<double>(),
+                1e-9 * bytes);
   }
 
   // pprof from the export: the same heap columns as pprof from the capture.
