@@ -354,18 +354,23 @@ TEST_F(ReaderErrors, InconsistentTables) {
   expect_error(doc.dump(), "missing shared.frameTable");
 }
 
-TEST_F(ReaderErrors, RandomCorruptionsNeverCrash) {
-  // Replace one random leaf of a good profile with a value of a random type, many times: the reader
-  // must either accept the result or throw std::runtime_error, and what it accepts must be usable.
-  const json base = good();
+// Replaces one random leaf of `base` whose JSON pointer starts with one of `under` with a value of a
+// random type, `rounds` times: the reader must either accept the result or throw std::runtime_error,
+// and what it accepts must be usable. Returns how many it accepted.
+size_t read_corrupted(const json& base, const std::vector<std::string>& under, int rounds) {
   const json flat = base.flatten();
   std::vector<std::string> leaves;
-  for (const auto& item : flat.items()) leaves.push_back(item.key());
+  for (const auto& item : flat.items()) {
+    for (const std::string& prefix : under)
+      if (item.key().rfind(prefix, 0) == 0) leaves.push_back(item.key());
+  }
+  EXPECT_FALSE(leaves.empty());
+  if (leaves.empty()) return 0;
   const json replacements[] = {nullptr,        -1,   4294967295u, 1e300, "x", json::array(),
                                json::object(), true, 3.5,         0};
   std::mt19937 rng(1234);
   size_t accepted = 0;
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < rounds; ++i) {
     json doc = base;
     doc[json::json_pointer(leaves[rng() % leaves.size()])] = replacements[rng() % std::size(replacements)];
     try {
@@ -377,7 +382,42 @@ TEST_F(ReaderErrors, RandomCorruptionsNeverCrash) {
     } catch (const std::runtime_error&) {
     }
   }
-  EXPECT_GT(accepted, 0u);  // many leaves (names, extra entries) are harmless to change
+  return accepted;
+}
+
+TEST_F(ReaderErrors, RandomCorruptionsNeverCrash) {
+  // Many leaves (names, extra entries) are harmless to change.
+  EXPECT_GT(read_corrupted(good(), {""}, 2000), 0u);
+}
+
+// The same for the allocation tables and the sampling's meta.extra section.
+TEST_F(ReaderErrors, RandomCorruptionsOfAllocationsNeverCrash) {
+  EXPECT_GT(
+      read_corrupted(json::parse(json_text(profile_with_allocations())),
+                     {"/threads/0/nativeAllocations", "/threads/1/nativeAllocations", "/meta/extra"}, 2000),
+      0u);
+}
+
+TEST_F(ReaderErrors, BadAllocationTablesAreNamed) {
+  const json base = json::parse(json_text(profile_with_allocations()));
+  json doc = base;
+  doc["threads"][0]["nativeAllocations"]["weight"][1] = "x";
+  expect_error(doc.dump(), "threads[0].nativeAllocations.weight[1] is not a number");
+  doc = base;
+  doc["threads"][0]["nativeAllocations"]["memoryAddress"][0] = -1;
+  expect_error(doc.dump(), "threads[0].nativeAllocations.memoryAddress[0] = -1 is not an address");
+  doc = base;
+  doc["threads"][0]["nativeAllocations"].erase("memoryAddress");
+  expect_error(doc.dump(), "threads[0].nativeAllocations has no memoryAddress column");
+  doc = base;
+  doc["threads"][0]["nativeAllocations"]["hpdUntracked"][0] = 2;
+  expect_error(doc.dump(), "threads[0].nativeAllocations.hpdUntracked[0] = 2 is not 0 or 1");
+  doc = base;
+  doc["threads"][0]["nativeAllocations"]["weightType"] = "samples";
+  expect_error(doc.dump(), "threads[0].nativeAllocations.weightType is \"samples\", not \"bytes\"");
+  doc = base;
+  doc["threads"][0]["nativeAllocations"]["stack"][0] = 9999;
+  expect_error(doc.dump(), "threads[0].nativeAllocations.stack[0] = 9999 is not a valid index");
 }
 
 TEST(FirefoxReaderFiles, MissingFile) {
