@@ -356,6 +356,14 @@ TEST(AllocRecord, FirefoxExportReadBackHasTheRecordingsAllocations) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   ASSERT_FALSE(alloc_section(r.out).empty()) << r.out;
   EXPECT_EQ(alloc_section(text.out), alloc_section(r.out));
+  // Recorded straight to a .json.gz (another run): its report read back is the one printed.
+  const std::string direct = dir.file("direct.json.gz");
+  const hpd::test::RunResult rd = record_truth_run(dir, direct, {"--limit", "0"});
+  ASSERT_EQ(rd.exit_code, 0) << rd.out << rd.err;
+  const hpd::test::RunResult direct_text = hpd::test::run({HPD_HPCTL_PATH, "report", "--limit", "0", direct});
+  ASSERT_EQ(direct_text.exit_code, 0) << direct_text.err;
+  ASSERT_FALSE(alloc_section(rd.out).empty()) << rd.out;
+  EXPECT_EQ(alloc_section(direct_text.out), alloc_section(rd.out));
 
   const auto json_report = [](const std::string& file) {
     const hpd::test::RunResult rep =
