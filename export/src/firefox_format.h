@@ -234,6 +234,21 @@ inline constexpr const char* kLostByThreadSection = "Lost data by thread";
 // "Thread TID (pid PID) NAME: off-CPU"...
 inline constexpr const char* kStacksSection = "Complete stacks";
 
+// Sampled allocations (hpctl record --alloc): how the sampling went, one meta.extra section written only
+// when allocations were sampled; the reader restores ProfileMeta::alloc from it. The nativeAllocations
+// tables carry each allocation's estimate (its size weighted for the sampling) as its weight, not its
+// size: the reader recovers the size from the weight and this mean (allocations_extension.cpp).
+inline constexpr const char* kAllocSection = "Allocations";
+inline constexpr const char* kAllocMeanLabel = "Sampling mean (bytes)";
+inline constexpr const char* kAllocProcessesLabel = "Process starts with the runtime";
+inline constexpr const char* kAllocDroppedLabel = "Samples and frees dropped (log full)";
+inline constexpr const char* kAllocUntrackedLabel = "Allocations whose free could not be watched";
+inline constexpr const char* kAllocFreesUnmatchedLabel = "Frees logged without their allocation";
+// hpd's own column of a nativeAllocations table, written only when one of its allocations is untracked
+// (its free could not be watched: counted allocated, never live): 1 for those rows, else 0. The profiler
+// ignores it (and shows such an allocation as retained).
+inline constexpr const char* kAllocUntrackedColumn = "hpdUntracked";
+
 inline std::string thread_loss_label(int32_t pid, int32_t tid, const std::string& name, const char* what) {
   return "Thread " + std::to_string(tid) + " (pid " + std::to_string(pid) + ") " + name + ": " + what;
 }

@@ -131,6 +131,7 @@ class FirefoxReader {
     read_libs();
     read_shared();
     read_threads();
+    firefox::order_allocations(p_);
     apply_thread_losses();
     return std::move(p_);
   }
@@ -231,6 +232,7 @@ class FirefoxReader {
         if (label == firefox::kThrottleLabel) lost.throttle_events = count;
         if (label == firefox::kStackFailuresLabel) lost.stack_failures = count;
         if (label == firefox::kTruncatedLabel) lost.truncated_stacks = count;
+        firefox::read_allocation_extra(p_.meta.alloc, label, count);
         if (label.rfind(firefox::kMissingModulePrefix, 0) == 0 && !text.empty()) {
           p_.meta.missing_modules.push_back(text);
         }
@@ -543,6 +545,7 @@ class FirefoxReader {
     }
     std::stable_sort(thread.samples.begin(), thread.samples.end(),
                      [](const Sample& a, const Sample& b) { return a.time_ns < b.time_ns; });
+    firefox::read_native_allocations(p_, t, where, thread.pid, thread.tid, stack_map_);
     p_.threads.push_back(std::move(thread));
   }
 

@@ -283,6 +283,7 @@ class FirefoxWriter {
     w_.end_array();
     w_.end_object();
 
+    write_allocation_sampling();
     write_lost_by_thread();
     write_stack_completeness();
     w_.end_array();
@@ -346,6 +347,25 @@ class FirefoxWriter {
                     per_thread[i][kind].text());
       }
     }
+    w_.end_array();
+    w_.end_object();
+  }
+
+  // How the allocation sampling went (--alloc only): the reader needs the mean to read the
+  // nativeAllocations tables' weights back as sizes.
+  void write_allocation_sampling() {
+    const RawAllocStats& alloc = p_.meta.alloc;
+    if (alloc.mean_bytes == 0) return;
+    w_.begin_object();
+    w_.key(firefox::extra::kLabel);
+    w_.string(firefox::kAllocSection);
+    w_.key(firefox::extra::kEntries);
+    w_.begin_array();
+    extra_entry(firefox::kAllocMeanLabel, alloc.mean_bytes);
+    extra_entry(firefox::kAllocProcessesLabel, alloc.processes);
+    extra_entry(firefox::kAllocDroppedLabel, alloc.dropped);
+    extra_entry(firefox::kAllocUntrackedLabel, alloc.untracked);
+    extra_entry(firefox::kAllocFreesUnmatchedLabel, alloc.frees_unmatched);
     w_.end_array();
     w_.end_object();
   }

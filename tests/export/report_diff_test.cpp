@@ -3,6 +3,8 @@
 // are matched (source path, then file name one to one) without merging two of one profile.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -166,6 +168,129 @@ TEST(ReportDiffTest, AFileNameThatPairsNothingOneToOneMatchesNothing) {
   const DiffRow* z = find_row(diff, "helper", "/z/util.c");
   ASSERT_NE(z, nullptr);
   EXPECT_EQ(z->self_cpu_ns[0], 0u);
+}
+
+// Sampled allocations added to a profile built by make_profile: `bytes` allocated by `fn` (called
+// from main), `live` of them not freed. With a sampling mean of 1 byte and blocks of 1 MiB, every
+// block weighs exactly its size, so the figures are exact.
+void allocate(Profile& p, const Fn& fn, uint64_t blocks, uint64_t live_blocks) {
+  p.meta.alloc.mean_bytes = 1;
+  Lib lib;
+  lib.name = fn.lib;
+  lib.path = "/lib/" + fn.lib;
+  Frame f;
+  f.lib = p.intern_lib(lib);
+  f.func = p.intern_func(fn.name, fn.file, f.lib);
+  f.address = 0x2000;
+  Frame m;
+  m.lib = p.intern_lib(p.libs[p.frames[p.stacks[0].frame].lib]);
+  m.func = p.frames[p.stacks[0].frame].func;
+  m.address = 0x1000;
+  const uint32_t stack = p.intern_stack(p.intern_stack(kNoIndex, p.intern_frame(m)), p.intern_frame(f));
+  for (uint64_t i = 0; i < blocks; ++i) {
+    Allocation a;
+    a.pid = a.tid = 10;
+    a.stack = stack;
+    a.address = 0x10000000 + (p.allocations.size() << 20);
+    a.size = uint64_t{1} << 20;
+    a.freed = i >= live_blocks;
+    p.allocations.push_back(a);
+  }
+}
+
+const DiffAllocRow* find_alloc_row(const Diff& diff, const std::string& name) {
+  for (const DiffAllocRow& r : diff.allocations)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+// Both recorded with --alloc: per function the bytes allocated and live in A and B, paired as the
+// CPU rows are (a function that only allocates, in a module with no CPU sample, too), first the
+// largest change; in the text and the JSON.
+TEST(ReportDiffTest, MemoryIsComparedPerFunctionWhenBothHaveAllocations) {
+  Profile a = make_profile("app", "/a", {{"work", "/src/work.c", "app"}});
+  Profile b = make_profile("app", "/a", {{"work", "/src/work.c", "app"}});
+  allocate(a, {"work", "/src/work.c", "app"}, 4, 1);
+  allocate(a, {"cache_fill", "/src/cache.c", "libcache.so"}, 2, 2);
+  allocate(b, {"work", "/src/work.c", "app"}, 3, 3);
+  allocate(b, {"cache_fill", "/src/cache.c", "libcache.so"}, 8, 2);
+  const Diff diff = diff_profiles(a, b, whole());
+  ASSERT_TRUE(diff.memory);
+  const double mib = 1024.0 * 1024.0;
+  EXPECT_EQ(diff.alloc_bytes[0], 6 * mib);
+  EXPECT_EQ(diff.alloc_bytes[1], 11 * mib);
+  EXPECT_EQ(diff.live_bytes[0], 3 * mib);
+  EXPECT_EQ(diff.live_bytes[1], 5 * mib);
+  const DiffAllocRow* work = find_alloc_row(diff, "work");
+  const DiffAllocRow* cache = find_alloc_row(diff, "cache_fill");
+  const DiffAllocRow* main_row = find_alloc_row(diff, "main");
+  ASSERT_NE(work, nullptr);
+  ASSERT_NE(cache, nullptr);
+  ASSERT_NE(main_row, nullptr);
+  EXPECT_EQ(work->total_bytes[0], 4 * mib);
+  EXPECT_EQ(work->total_bytes[1], 3 * mib);
+  EXPECT_EQ(work->self_bytes[1], 3 * mib);
+  EXPECT_EQ(work->live_total_bytes[0], 1 * mib);
+  EXPECT_EQ(work->live_total_bytes[1], 3 * mib);
+  EXPECT_EQ(cache->total_bytes[0], 2 * mib);
+  EXPECT_EQ(cache->total_bytes[1], 8 * mib);
+  EXPECT_EQ(cache->live_total_bytes[0], 2 * mib);
+  EXPECT_EQ(cache->live_total_bytes[1], 2 * mib);
+  EXPECT_EQ(cache->library, "libcache.so");
+  EXPECT_EQ(main_row->total_bytes[1], 11 * mib);  // callees included
+  EXPECT_EQ(main_row->self_bytes[1], 0);
+  // By the size of the change: cache_fill +6 MiB, main +5, work -1.
+  ASSERT_EQ(diff.allocations.size(), 3u);
+  EXPECT_EQ(diff.allocations[0].name, "cache_fill");
+  EXPECT_EQ(diff.allocations[1].name, "main");
+  EXPECT_EQ(diff.allocations[2].name, "work");
+
+  std::ostringstream text;
+  print_diff(diff, text, whole());
+  EXPECT_NE(
+      text.str().find("Memory (sampled allocations, estimates in MiB): A 6.00 allocated, 3.00 live at the "
+                      "end;\n          B 11.00 allocated, 5.00 live at the end (+5.00 allocated, +2.00 "
+                      "live)\n"),
+      std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find(
+                "     2.00      8.00     +6.00   +300%       2.00       2.00  cache_fill  [libcache.so]\n"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("     4.00      3.00     -1.00    -25%       1.00       3.00  work  [app]\n"),
+            std::string::npos)
+      << text.str();
+  std::ostringstream json_text;
+  print_diff_json(diff, json_text, whole());
+  const nlohmann::json doc = nlohmann::json::parse(json_text.str());
+  ASSERT_TRUE(doc.contains("allocations")) << json_text.str();
+  EXPECT_EQ(doc["allocations"]["bytes"][1].get<double>(), 11 * mib);
+  EXPECT_EQ(doc["allocations"]["live_bytes"][0].get<double>(), 3 * mib);
+  EXPECT_EQ(doc["allocations"]["functions"], 3);
+  const nlohmann::json& first = doc["allocations"]["rows"][0];
+  EXPECT_EQ(first["name"], "cache_fill");
+  EXPECT_EQ(first["total_bytes"][0].get<double>(), 2 * mib);
+  EXPECT_EQ(first["total_bytes"][1].get<double>(), 8 * mib);
+  EXPECT_EQ(first["live_total_bytes"][1].get<double>(), 2 * mib);
+  EXPECT_EQ(first["total_bytes_change"].get<double>(), 6 * mib);
+  EXPECT_EQ(first["live_total_bytes_change"].get<double>(), 0);
+}
+
+// Only one side recorded with --alloc: memory is not compared, and the text says so; the JSON has no
+// allocations, as a diff of profiles without any.
+TEST(ReportDiffTest, MemoryOfOneSideOnlyIsSaidNotCompared) {
+  Profile a = make_profile("app", "/a", {{"work", "/src/work.c", "app"}});
+  const Profile b = make_profile("app", "/a", {{"work", "/src/work.c", "app"}});
+  allocate(a, {"work", "/src/work.c", "app"}, 1, 1);
+  const Diff diff = diff_profiles(a, b, whole());
+  EXPECT_FALSE(diff.memory);
+  EXPECT_TRUE(diff.allocations.empty());
+  std::ostringstream text, json_text;
+  print_diff(diff, text, whole());
+  EXPECT_NE(text.str().find("Memory not compared: only A was recorded with --alloc\n"), std::string::npos)
+      << text.str();
+  print_diff_json(diff, json_text, whole());
+  EXPECT_FALSE(nlohmann::json::parse(json_text.str()).contains("allocations"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The read halves of hpd's extensions of the Firefox format (firefox_format.h), each defined in the
 // extension's file beside its write half (extensions_write.h): firefox/calls_extension.cpp,
-// latency_extension.cpp, mip_extension.cpp, off_cpu_extension.cpp. firefox_reader.cpp calls them.
+// latency_extension.cpp, mip_extension.cpp, off_cpu_extension.cpp, allocations_extension.cpp.
+// firefox_reader.cpp calls them.
 #pragma once
 
 #include <cstddef>
@@ -32,5 +33,15 @@ void read_mip_marker(Profile& p, const Table& markers, size_t i, int32_t pid,
 // Off-CPU (off_cpu_extension.cpp): marker `i` of a thread whose samples are `samples`; false when it
 // is not an off-CPU marker.
 bool read_off_cpu_marker(const Table& markers, size_t i, std::vector<Sample>& samples);
+
+// Allocations (allocations_extension.cpp): a meta.extra entry of the allocation sampling's section
+// into p.meta.alloc (other labels are left alone); the nativeAllocations table of thread object `t`
+// (pid `pid`, tid `tid`), if it has one, appended to p.allocations, each deallocation marking the
+// allocation of its address before it freed; then, once every thread is read, p.allocations in time
+// order (the log's, as the recording had them, up to allocations logged at the same time).
+void read_allocation_extra(RawAllocStats& alloc, const std::string& label, uint64_t count);
+void read_native_allocations(Profile& p, const nlohmann::json& t, const JsonPath& where, int32_t pid,
+                             int32_t tid, const std::vector<uint32_t>& stack_map);
+void order_allocations(Profile& p);
 
 }  // namespace hpd::firefox

@@ -1,7 +1,7 @@
 // The write halves of hpd's extensions of the Firefox format (firefox_format.h), each defined in the
 // extension's file beside its read half (extensions_read.h): firefox/calls_extension.cpp,
-// latency_extension.cpp, mip_extension.cpp, off_cpu_extension.cpp, and allocations_extension.cpp
-// (write only: the reader does not read allocations back). firefox_writer.cpp calls them.
+// latency_extension.cpp, mip_extension.cpp, off_cpu_extension.cpp, and allocations_extension.cpp.
+// firefox_writer.cpp calls them.
 #pragma once
 
 #include <cstddef>

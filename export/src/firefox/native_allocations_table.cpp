@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "firefox/columns.h"
+#include "firefox_format.h"
 
 namespace hpd::firefox {
 
@@ -37,6 +38,8 @@ void NativeAllocationsTable::serialize(json::Writer& w) const {
   t.column(native_allocations::kStack, [&](size_t i) { write_index_or_null(w, rows_[i].stack); });
   t.column(native_allocations::kMemoryAddress, [&](size_t i) { w.uint(rows_[i].memory_address); });
   t.column(native_allocations::kThreadId, [&](size_t i) { w.int64(rows_[i].thread_id); });
+  if (std::any_of(rows_.begin(), rows_.end(), [](const Row& r) { return r.untracked; }))
+    t.column(kAllocUntrackedColumn, [&](size_t i) { w.uint(rows_[i].untracked ? 1 : 0); });
   t.end();
 }
 

@@ -21,13 +21,15 @@ class NativeAllocationsTable {
     std::optional<StackIndex> stack;  // none for a deallocation (its stack is not sampled)
     uint64_t memory_address = 0;
     int64_t thread_id = 0;
-    uint64_t order = 0;  // ties at one time: the log's order, an allocation before its deallocation
+    bool untracked = false;  // an allocation whose free could not be watched (hpd's column, below)
+    uint64_t order = 0;      // ties at one time: the log's order, an allocation before its deallocation
   };
 
   void add(const Row& row) { rows_.push_back(row); }
   size_t size() const { return rows_.size(); }
   // Sorts the rows by time (then order), as the profiler needs them.
   void sort();
+  // The profiler's columns, and hpd's hpdUntracked (firefox_format.h) when a row is untracked.
   void serialize(json::Writer& w) const;
 
  private:

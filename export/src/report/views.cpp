@@ -3,6 +3,7 @@
 #include "hpd/export/report_views.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -554,20 +555,23 @@ struct SideModule {
   bool program = false;
 };
 
-std::map<std::string, SideModule> modules_of(const Profile& p, const std::vector<ReportRow>& rows) {
+// The modules of a report's functions: those of its CPU rows and of its allocation rows.
+std::map<std::string, SideModule> modules_of(const Profile& p, const Report& report) {
   std::set<std::string> commands;
   for (const Thread& t : p.threads) commands.insert(t.process_name);
   std::map<std::string, SideModule> modules;
-  for (const ReportRow& r : rows) {
-    if (r.library.empty() || modules.count(r.library) != 0) continue;
-    SideModule& m = modules[r.library];
-    const uint32_t lib = p.funcs[r.func].lib;
+  const auto add = [&](uint32_t func, const std::string& library) {
+    if (library.empty() || modules.count(library) != 0) return;
+    SideModule& m = modules[library];
+    const uint32_t lib = p.funcs[func].lib;
     if (lib != kNoIndex && lib < p.libs.size()) {
       m.path = p.libs[lib].path;
-      m.program = !p.libs[lib].is_kernel && r.library.front() != '[' &&
-                  r.library.find(".so") == std::string::npos && commands.count(r.library.substr(0, 15)) != 0;
+      m.program = !p.libs[lib].is_kernel && library.front() != '[' &&
+                  library.find(".so") == std::string::npos && commands.count(library.substr(0, 15)) != 0;
     }
-  }
+  };
+  for (const ReportRow& r : report.rows) add(r.func, r.library);
+  for (const AllocRow& r : report.allocations) add(r.func, r.library);
   return modules;
 }
 
@@ -643,7 +647,7 @@ Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& opti
   for (int side = 0; side < 2; ++side) {
     reports[side] = compute_report(*profiles[side], all);
     diff.totals[side] = reports[side].totals;
-    modules[side] = modules_of(*profiles[side], reports[side].rows);
+    modules[side] = modules_of(*profiles[side], reports[side]);
   }
   std::map<std::string, std::string> module_id[2];
   diff.modules = pair_modules(modules, module_id);
@@ -651,21 +655,27 @@ Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& opti
   // Rows by (module pair, name, source file): first by the file's path, then, among the rows left
   // on one side only, by its file name where that pairs one row of A with one of B.
   using Key = std::tuple<std::string, std::string, std::string>;
+  // The row of `rows` a function of `side` goes into, its name, file and modules set.
+  const auto row_of = [&](auto& rows, int side, uint32_t func, const std::string& name,
+                          const std::string& library) -> auto& {
+    const Profile& p = *profiles[side];
+    const uint32_t file = p.funcs[func].file;
+    const std::string path = file != kNoIndex ? p.strings[file] : std::string();
+    const std::string module = library.empty() ? std::string() : module_id[side].at(library);
+    auto& row = rows[Key{module, name, path}];
+    row.name = name;
+    row.file = path;
+    if (row.library.empty()) {
+      row.library = library;
+    } else if (side == 1 && row.library != library) {
+      row.library_b = library;
+    }
+    return row;
+  };
   std::map<Key, DiffRow> rows;
   for (int side = 0; side < 2; ++side) {
-    const Profile& p = *profiles[side];
     for (const ReportRow& r : reports[side].rows) {
-      const uint32_t file = p.funcs[r.func].file;
-      const std::string path = file != kNoIndex ? p.strings[file] : std::string();
-      const std::string module = r.library.empty() ? std::string() : module_id[side].at(r.library);
-      DiffRow& row = rows[{module, r.name, path}];
-      row.name = r.name;
-      row.file = path;
-      if (row.library.empty()) {
-        row.library = r.library;
-      } else if (side == 1 && row.library != r.library) {
-        row.library_b = r.library;
-      }
+      DiffRow& row = row_of(rows, side, r.func, r.name, r.library);
       row.self_cpu_ns[side] += r.self_cpu_ns;
       row.total_cpu_ns[side] += r.total_cpu_ns;
       row.self_wall_ns[side] += r.self_wall_ns;
@@ -704,8 +714,84 @@ Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& opti
     if (tx != ty) return tx > ty;
     return x.name < y.name;
   });
+
+  // Memory, when both were recorded with --alloc: per function (paired as above, by the file's path
+  // only), the bytes allocated and still live at the end, in it and its callees.
+  diff.memory = reports[0].alloc_mean_bytes != 0 && reports[1].alloc_mean_bytes != 0;
+  for (int side = 0; side < 2; ++side) {
+    diff.alloc_mean_bytes[side] = reports[side].alloc_mean_bytes;
+    diff.alloc_bytes[side] = reports[side].alloc_bytes;
+    diff.live_bytes[side] = reports[side].live_bytes;
+  }
+  if (!diff.memory) return diff;
+  std::map<Key, DiffAllocRow> alloc_rows;
+  for (int side = 0; side < 2; ++side) {
+    for (const AllocRow& r : reports[side].allocations) {
+      DiffAllocRow& row = row_of(alloc_rows, side, r.func, r.name, r.library);
+      row.self_bytes[side] += r.self_bytes;
+      row.total_bytes[side] += r.total_bytes;
+      row.live_total_bytes[side] += r.live_total_bytes;
+    }
+  }
+  for (auto& [key, row] : alloc_rows) diff.allocations.push_back(std::move(row));
+  std::stable_sort(diff.allocations.begin(), diff.allocations.end(),
+                   [](const DiffAllocRow& x, const DiffAllocRow& y) {
+                     const double ax = std::fabs(x.total_change()), ay = std::fabs(y.total_change());
+                     if (ax != ay) return ax > ay;
+                     const double lx = std::fabs(x.live_change()), ly = std::fabs(y.live_change());
+                     if (lx != ly) return lx > ly;
+                     return x.name < y.name;
+                   });
   return diff;
 }
+
+namespace {
+
+// The memory part of the text diff (diff.memory): the totals, then the functions by the change of
+// their bytes allocated; when only one side has allocations, a line saying so.
+void print_diff_memory(const Diff& diff, std::ostream& out, const ReportOptions& options) {
+  if (!diff.memory) {
+    if (diff.alloc_mean_bytes[0] != 0 || diff.alloc_mean_bytes[1] != 0)
+      out << "Memory not compared: only " << (diff.alloc_mean_bytes[0] != 0 ? "A" : "B")
+          << " was recorded with --alloc\n";
+    return;
+  }
+  const auto mib = [](double b) { return fmt("%.2f", b / (1024.0 * 1024.0)); };
+  const auto signed_mib = [](double b) { return fmt("%+.2f", b / (1024.0 * 1024.0)); };
+  out << "Memory (sampled allocations, estimates in MiB): A " << mib(diff.alloc_bytes[0]) << " allocated, "
+      << mib(diff.live_bytes[0]) << " live at the end;\n          B " << mib(diff.alloc_bytes[1])
+      << " allocated, " << mib(diff.live_bytes[1]) << " live at the end ("
+      << signed_mib(diff.alloc_bytes[1] - diff.alloc_bytes[0]) << " allocated, "
+      << signed_mib(diff.live_bytes[1] - diff.live_bytes[0]) << " live)\n";
+  const size_t n = diff.allocations.size();
+  const size_t shown = options.limit != 0 ? std::min(options.limit, n) : n;
+  constexpr size_t kNumbersWidth = 61;  // 9 1 9 1 9 1 7 1 10 1 10 2
+  const size_t room = name_room(options.width, kNumbersWidth);
+  out << "Functions by the change of their bytes allocated (B - A, callees included, in MiB), top " << shown
+      << " of " << n << '\n';
+  out << pad_left("Alloc A", 9) << ' ' << pad_left("Alloc B", 9) << ' ' << pad_left("Change", 9) << ' '
+      << pad_left("%", 7) << ' ' << pad_left("Live A", 10) << ' ' << pad_left("Live B", 10) << "  Function\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const DiffAllocRow& r = diff.allocations[i];
+    const std::string relative = r.total_bytes[0] == 0
+                                     ? (r.total_bytes[1] == 0 ? "" : "new")
+                                     : fmt("%+.0f%%", 100.0 * r.total_change() / r.total_bytes[0]);
+    std::string label = r.name;
+    if (limited(options.width)) label = report_names::shorten_distinct({label}, room).front();
+    out << pad_left(mib(r.total_bytes[0]), 9) << ' ' << pad_left(mib(r.total_bytes[1]), 9) << ' '
+        << pad_left(signed_mib(r.total_change()), 9) << ' ' << pad_left(relative, 7) << ' '
+        << pad_left(mib(r.live_total_bytes[0]), 10) << ' ' << pad_left(mib(r.live_total_bytes[1]), 10) << "  "
+        << label;
+    const std::string library = library_suffix(
+        short_library(r.library_b.empty() ? r.library : r.library + " = " + r.library_b, options.width));
+    if (!limited(options.width) ||
+        report_names::display_width(label) + report_names::display_width(library) <= room)
+      out << library;
+    out << '\n';
+  }
+}
+
+}  // namespace
 
 void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& options) {
   const auto ms = [](double ns) { return fmt("%.1f", ns / 1e6); };
@@ -765,6 +851,7 @@ void print_diff(const Diff& diff, std::ostream& out, const ReportOptions& option
       out << library;
     out << '\n';
   }
+  print_diff_memory(diff, out, options);
 }
 
 void print_diff_json(const Diff& diff, std::ostream& out, const ReportOptions& options) {
@@ -800,6 +887,28 @@ void print_diff_json(const Diff& diff, std::ostream& out, const ReportOptions& o
                    {"modules", std::move(modules)},
                    {"functions", diff.rows.size()},
                    {"rows", std::move(rows)}};
+  if (diff.memory) {
+    const size_t n = diff.allocations.size();
+    const size_t alloc_shown = options.limit != 0 ? std::min(options.limit, n) : n;
+    ordered_json alloc_rows = ordered_json::array();
+    for (size_t i = 0; i < alloc_shown; ++i) {
+      const DiffAllocRow& r = diff.allocations[i];
+      alloc_rows.push_back({{"name", r.name},
+                            {"file", r.file},
+                            {"library", r.library},
+                            {"library_b", r.library_b.empty() ? r.library : r.library_b},
+                            {"self_bytes", {r.self_bytes[0], r.self_bytes[1]}},
+                            {"total_bytes", {r.total_bytes[0], r.total_bytes[1]}},
+                            {"live_total_bytes", {r.live_total_bytes[0], r.live_total_bytes[1]}},
+                            {"total_bytes_change", r.total_change()},
+                            {"live_total_bytes_change", r.live_change()}});
+    }
+    doc["allocations"] = {{"mean_bytes", {diff.alloc_mean_bytes[0], diff.alloc_mean_bytes[1]}},
+                          {"bytes", {diff.alloc_bytes[0], diff.alloc_bytes[1]}},
+                          {"live_bytes", {diff.live_bytes[0], diff.live_bytes[1]}},
+                          {"functions", n},
+                          {"rows", std::move(alloc_rows)}};
+  }
   out << doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
 }
 

@@ -125,6 +125,16 @@ TEST(AllocRecord, EstimatesMatchTheTruthOfAProgramLinkedWithJemalloc) {
   check_against_truth("alloc_jemalloc_nofp");
 }
 
+// Records alloc_nofp's truth run at a 4 KiB mean into `hpr` (its truth into DIR/truth.txt); `report`:
+// hpctl's report options (--no-report for none).
+hpd::test::RunResult record_truth_run(const hpd::testing::TempDir& dir, const std::string& hpr,
+                                      const std::vector<std::string>& report) {
+  std::vector<std::string> argv = {HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096"};
+  argv.insert(argv.end(), report.begin(), report.end());
+  argv.insert(argv.end(), {"-o", hpr, "--", fixture("alloc_nofp"), "truth", dir.file("truth.txt")});
+  return hpd::test::run(argv, 300, {"HPD_CALLS_RUNTIME="});
+}
+
 // The function names on each stack of a Firefox profile's shared stack table (v66: prefixOffset k > 0
 // names the stack k rows before, 0 a root), each name once.
 std::vector<std::set<std::string>> firefox_stack_functions(const nlohmann::json& profile) {
@@ -152,10 +162,7 @@ TEST(AllocRecord, FirefoxExportHasTheNativeAllocationTables) {
   const hpd::testing::TempDir dir("hpd-alloc-firefox");
   const std::string hpr = dir.file("alloc.hpr");
   const std::string ff = dir.file("alloc.json");
-  const hpd::test::RunResult r =
-      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096", "--no-report",
-                      "-o", hpr, "--", fixture("alloc_nofp"), "truth", dir.file("truth.txt")},
-                     300, {"HPD_CALLS_RUNTIME="});
+  const hpd::test::RunResult r = record_truth_run(dir, hpr, {"--no-report"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::map<std::string, Truth> truth = read_truth(dir.file("truth.txt"));
   ASSERT_EQ(truth.size(), 3u);
@@ -277,10 +284,7 @@ TEST(AllocRecord, PprofHasTheHeapColumns) {
   const hpd::testing::TempDir dir("hpd-alloc-pprof");
   const std::string hpr = dir.file("alloc.hpr");
   const std::string pb = dir.file("alloc.pb.gz");
-  const hpd::test::RunResult r =
-      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096", "--no-report",
-                      "-o", hpr, "--", fixture("alloc_nofp"), "truth", dir.file("truth.txt")},
-                     300, {"HPD_CALLS_RUNTIME="});
+  const hpd::test::RunResult r = record_truth_run(dir, hpr, {"--no-report"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const hpd::test::RunResult c = hpd::test::run({HPD_HPCTL_PATH, "convert", hpr, "-o", pb});
   ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
@@ -315,6 +319,126 @@ TEST(AllocRecord, PprofHasTheHeapColumns) {
   ASSERT_NE(large, std::string::npos) << alloc.out;
   ASSERT_NE(small, std::string::npos) << alloc.out;
   EXPECT_LT(large, small) << alloc.out;
+}
+
+// The table rows of `go tool pprof -sample_index=INDEX -top FILE` (after its "flat%" header line).
+std::string pprof_top_rows(const std::string& go, const std::string& file, const std::string& index,
+                           const std::string& home) {
+  const hpd::test::RunResult r =
+      hpd::test::run({go, "tool", "pprof", "-sample_index=" + index, "-top", file}, 300, {"HOME=" + home});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const size_t header = r.out.find("flat%");
+  EXPECT_NE(header, std::string::npos) << r.out;
+  return header == std::string::npos ? std::string() : r.out.substr(header);
+}
+
+// The Firefox export read back (`hpctl report x.json.gz`, `hpctl convert x.json.gz -o y.pb.gz`) keeps
+// the allocations: its report's memory figures are the recording's (the report printed at record
+// time, and the report of the .hpr capture), its pprof file's heap columns too, and its estimates
+// match the fixture's truth.
+TEST(AllocRecord, FirefoxExportReadBackHasTheRecordingsAllocations) {
+  const hpd::testing::TempDir dir("hpd-alloc-readback");
+  const std::string hpr = dir.file("alloc.hpr");
+  const std::string ff = dir.file("alloc.json.gz");
+  const hpd::test::RunResult r = record_truth_run(dir, hpr, {"--limit", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::map<std::string, Truth> truth = read_truth(dir.file("truth.txt"));
+  ASSERT_EQ(truth.size(), 3u);
+  const hpd::test::RunResult c = hpd::test::run({HPD_HPCTL_PATH, "convert", hpr, "-o", ff});
+  ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
+
+  // The text report's allocation section, as printed when recording and as read from the export.
+  const auto alloc_section = [](const std::string& text) {
+    const size_t at = text.find("Allocations (sampled by bytes");
+    return at == std::string::npos ? std::string() : text.substr(at);
+  };
+  const hpd::test::RunResult text = hpd::test::run({HPD_HPCTL_PATH, "report", "--limit", "0", ff});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  ASSERT_FALSE(alloc_section(r.out).empty()) << r.out;
+  EXPECT_EQ(alloc_section(text.out), alloc_section(r.out));
+  // Recorded straight to a .json.gz (another run): its report read back is the one printed.
+  const std::string direct = dir.file("direct.json.gz");
+  const hpd::test::RunResult rd = record_truth_run(dir, direct, {"--limit", "0"});
+  ASSERT_EQ(rd.exit_code, 0) << rd.out << rd.err;
+  const hpd::test::RunResult direct_text = hpd::test::run({HPD_HPCTL_PATH, "report", "--limit", "0", direct});
+  ASSERT_EQ(direct_text.exit_code, 0) << direct_text.err;
+  ASSERT_FALSE(alloc_section(rd.out).empty()) << rd.out;
+  EXPECT_EQ(alloc_section(direct_text.out), alloc_section(rd.out));
+
+  const auto json_report = [](const std::string& file) {
+    const hpd::test::RunResult rep =
+        hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", file});
+    EXPECT_EQ(rep.exit_code, 0) << rep.err;
+    return nlohmann::json::parse(rep.out)["allocations"];
+  };
+  const nlohmann::json recorded = json_report(hpr), read = json_report(ff);
+  ASSERT_TRUE(recorded.is_object());
+  ASSERT_TRUE(read.is_object()) << "the report of the Firefox export has no allocations";
+  // Counts exactly; the estimates up to the order of their sums (the file's rows are in time order,
+  // the capture's in the log's).
+  const auto same_figures = [](const nlohmann::json& x, const nlohmann::json& y) {
+    for (const auto& [key, value] : x.items()) {
+      SCOPED_TRACE(key);
+      ASSERT_TRUE(y.contains(key));
+      if (value.is_number_unsigned()) {
+        EXPECT_EQ(y[key], value);
+      } else if (value.is_number()) {
+        const double v = value.get<double>();
+        EXPECT_NEAR(y[key].get<double>(), v, 1e-9 * std::fabs(v) + 1e-6);
+      } else if (!value.is_array()) {
+        EXPECT_EQ(y[key], value);
+      }
+    }
+  };
+  same_figures(recorded, read);
+  EXPECT_GT(recorded["samples"].get<uint64_t>(), 0u);
+  std::map<std::string, const nlohmann::json*> read_rows;
+  for (const nlohmann::json& row : read["rows"]) read_rows[row["name"].get<std::string>()] = &row;
+  ASSERT_EQ(read_rows.size(), recorded["rows"].size());
+  for (const nlohmann::json& row : recorded["rows"]) {
+    const std::string name = row["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    ASSERT_EQ(read_rows.count(name), 1u);
+    same_figures(row, *read_rows[name]);
+  }
+  for (const auto& [name, t] : truth) {
+    SCOPED_TRACE(name);
+    const nlohmann::json* row = read_rows[name];
+    ASSERT_NE(row, nullptr);
+    EXPECT_NEAR((*row)["total_bytes"].get<double>(), t.blocks * t.size, allowed_error(t.blocks, t.size));
+    EXPECT_NEAR((*row)["live_total_bytes"].get<double>(), t.leaked * t.size, allowed_error(t.leaked, t.size));
+  }
+
+  // `hpctl diff` of the capture and its export compares their memory: every function the same.
+  const hpd::test::RunResult d = hpd::test::run({HPD_HPCTL_PATH, "diff", "--json", "--limit", "0", hpr, ff});
+  ASSERT_EQ(d.exit_code, 0) << d.out << d.err;
+  const nlohmann::json diff = nlohmann::json::parse(d.out);
+  ASSERT_TRUE(diff.contains("allocations")) << d.out;
+  EXPECT_EQ(diff["allocations"]["rows"].size(), recorded["rows"].size());
+  for (const nlohmann::json& row : diff["allocations"]["rows"]) {
+    SCOPED_TRACE(row["name"].get<std::string>());
+    const double bytes = row["total_bytes"][0].get<double>();
+    EXPECT_GT(bytes, 0);
+    EXPECT_NEAR(row["total_bytes"][1].get<double>(), bytes, 1e-9 * bytes);
+    EXPECT_NEAR(row["total_bytes_change"].get<double>(), 0, 1e-9 * bytes);
+    EXPECT_NEAR(row["live_total_bytes"][1].get<double>(), row["live_total_bytes"][0].get<double>(),
+                1e-9 * bytes);
+  }
+
+  // pprof from the export: the same heap columns as pprof from the capture.
+  const std::string go = go_tool();
+  ASSERT_TRUE(go != "go" || hpd::test::have_tool("go"))
+      << "go is needed to read pprof files (PATH or /usr/local/go/bin)";
+  const std::string from_hpr = dir.file("hpr.pb.gz"), from_ff = dir.file("ff.pb.gz");
+  ASSERT_EQ(hpd::test::run({HPD_HPCTL_PATH, "convert", hpr, "-o", from_hpr}).exit_code, 0);
+  const hpd::test::RunResult c2 = hpd::test::run({HPD_HPCTL_PATH, "convert", ff, "-o", from_ff});
+  ASSERT_EQ(c2.exit_code, 0) << c2.out << c2.err;
+  for (const char* index : {"alloc_space", "alloc_objects", "inuse_space", "inuse_objects"}) {
+    SCOPED_TRACE(index);
+    const std::string expected = pprof_top_rows(go, from_hpr, index, dir.path());
+    EXPECT_NE(expected.find("leak_pages"), std::string::npos) << expected;
+    EXPECT_EQ(pprof_top_rows(go, from_ff, index, dir.path()), expected);
+  }
 }
 
 // Threads that allocate in one thread and free in another, realloc growth, the aligned allocators,

@@ -127,9 +127,28 @@ struct DiffModulePair {
   std::string a_path, b_path;  // paths in the recorded processes; "" = unknown
   std::string by;              // "name", "program", "unversioned_name"
 };
+// Per function, the change of its sampled allocations (both recorded with --alloc), paired as DiffRow
+// (by the source file's path only); estimates in bytes, as the report's AllocRow.
+struct DiffAllocRow {
+  std::string name;
+  std::string file;
+  std::string library;
+  std::string library_b;
+  double self_bytes[2] = {0, 0};  // [A, B]
+  double total_bytes[2] = {0, 0};
+  double live_total_bytes[2] = {0, 0};  // still live at the end
+  double total_change() const { return total_bytes[1] - total_bytes[0]; }
+  double live_change() const { return live_total_bytes[1] - live_total_bytes[0]; }
+};
 struct Diff {
   ReportTotals totals[2];
   std::vector<DiffRow> rows;  // by the size of the self CPU change, then of the total CPU change
+  // Memory: compared when both have sampled allocations (alloc_mean_bytes both nonzero).
+  bool memory = false;
+  uint64_t alloc_mean_bytes[2] = {0, 0};
+  double alloc_bytes[2] = {0, 0};
+  double live_bytes[2] = {0, 0};
+  std::vector<DiffAllocRow> allocations;  // by the size of the allocated bytes' change, then the live
   // The pairs of modules of different paths or names (same-path pairs are not listed).
   std::vector<DiffModulePair> modules;
 };
