@@ -89,10 +89,13 @@ int main(int argc, char** argv) {
         "{\"call_graph\": \"%s\", \"stack_copy_bytes\": %u, \"samples\": %llu, \"complete\": %.4f, "
         "\"truncated\": %.4f, \"failed\": %.4f, \"unwind_us_per_sample\": %.2f, "
         "\"unwind_share_of_recorder\": "
-        "%.3f, \"recorder_us_per_sample\": %.2f, \"bytes_per_sample\": %.0f, \"leaf_callers_added\": %llu}\n",
+        "%.3f, \"recorder_us_per_sample\": %.2f, \"bytes_per_sample\": %.0f, \"leaf_callers_added\": %llu, "
+        "\"lost_records\": %llu, \"records_copied_out\": %llu}\n",
         raw.info.call_graph.c_str(), result.stack_copy_bytes, static_cast<unsigned long long>(on_cpu),
         ends[1] / n, ends[2] / n, ends[3] / n, unwind_us, unwind_share, collect_us, bytes,
-        static_cast<unsigned long long>(result.leaf_callers_added));
+        static_cast<unsigned long long>(result.leaf_callers_added),
+        static_cast<unsigned long long>(raw.lost.lost_records),
+        static_cast<unsigned long long>(result.records_copied_out));
   } else {
     std::printf(
         "call graph %s, stack copy %u B: %llu samples; complete %.1f%%, truncated %.1f%%, failed %.1f%%\n"

@@ -1,5 +1,6 @@
 // The perf backend's time-ordering stage (perf/record_ordering.h): records of several rings read one
-// ring after another come out in time order, held back one round; its memory bound; and a child whose
+// ring after another come out in time order, held back one round; records held in their ring and
+// copied out of a ring more than half held; its memory bound; and a child whose
 // fork and mmap are on one CPU's ring and first sample on another's, through the one builder.
 #include "perf/record_ordering.h"
 
@@ -135,6 +136,90 @@ TEST(RecordOrdering, TheStackCopyOutlivesTheRing) {
   ASSERT_EQ(stacks.size(), 2u);
   EXPECT_EQ(stacks[0], std::vector<uint8_t>(64, 0x22)) << "time 5 first";
   EXPECT_EQ(stacks[1], std::vector<uint8_t>(32, 0x11));
+}
+
+// A sample record of `size` bytes at `position` of `ring`, its stack copy the 32 bytes after its first 16.
+SampleRecord sample_in(const std::vector<uint8_t>& ring, uint64_t position, uint64_t time) {
+  SampleRecord s = sample_at(time);
+  s.stack_size = 32;
+  s.user_stack = std::span<const uint8_t>(ring).subspan(position + 16, 32);
+  return s;
+}
+
+std::span<const uint8_t> record_bytes(const std::vector<uint8_t>& ring, uint64_t position, size_t size = 64) {
+  return std::span<const uint8_t>(ring).subspan(position, size);
+}
+
+TEST(RecordOrdering, RecordsHeldInPlaceKeepTheirRingTakenUntilDelivered) {
+  RecordOrdering ordering(size_t{1} << 30);
+  std::vector<uint8_t> ring(512);
+  for (size_t i = 0; i < ring.size(); ++i) ring[i] = static_cast<uint8_t>(i);
+  std::vector<uint64_t> times;
+  std::vector<const uint8_t*> stacks;
+  const RecordOrdering::Deliver deliver = [&](const PerfRecord& r, size_t bytes) {
+    EXPECT_EQ(bytes, 64u);
+    times.push_back(record_time(r));
+    stacks.push_back(std::get<SampleRecord>(r).user_stack.data());
+  };
+  // Ring 0: the record at 128 was written from an interrupt, older than the one before it.
+  for (const auto& [position, time] : {std::pair<uint64_t, uint64_t>{0, 10}, {64, 30}, {128, 20}})
+    ordering.push_in_place(record_bytes(ring, position), sample_in(ring, position, time), 0, position,
+                           deliver);
+  ordering.push_in_place(record_bytes(ring, 256), sample_in(ring, 256, 15), 1, 1000, deliver);
+  EXPECT_EQ(ordering.held_from(0), std::optional<uint64_t>(0));
+  EXPECT_EQ(ordering.held_from(1), std::optional<uint64_t>(1000));
+  EXPECT_EQ(ordering.held_from(2), std::nullopt);
+
+  ordering.deliver_before(16, deliver);
+  EXPECT_EQ(times, (std::vector<uint64_t>{10, 15}));
+  EXPECT_EQ(stacks[0], ring.data() + 16) << "read where the ring holds it, not copied";
+  EXPECT_EQ(ordering.held_from(0), std::optional<uint64_t>(64));
+  EXPECT_EQ(ordering.held_from(1), std::nullopt);
+  ordering.deliver_before(25, deliver);
+  EXPECT_EQ(times, (std::vector<uint64_t>{10, 15, 20}));
+  EXPECT_EQ(ordering.held_from(0), std::optional<uint64_t>(64)) << "64 (time 30) is not delivered yet";
+  EXPECT_EQ(ordering.release_point(0, 192, 1024), 64u);
+  EXPECT_EQ(ordering.release_point(1, 1064, 1024), 1064u) << "ring 1 holds nothing";
+  ordering.flush(deliver);
+  EXPECT_EQ(times, (std::vector<uint64_t>{10, 15, 20, 30}));
+  EXPECT_EQ(ordering.held_from(0), std::nullopt);
+  EXPECT_EQ(ordering.release_point(0, 192, 1024), 192u);
+  EXPECT_EQ(ordering.counters().copied_out, 0u);
+  EXPECT_EQ(ordering.queued_bytes(), 0u);
+}
+
+TEST(RecordOrdering, ARingMoreThanHalfHeldHasItsRecordsCopiedOut) {
+  RecordOrdering ordering(size_t{1} << 30);
+  std::vector<uint8_t> ring(256);
+  for (size_t i = 0; i < ring.size(); ++i) ring[i] = static_cast<uint8_t>(i);
+  std::vector<std::vector<uint8_t>> stacks;
+  const RecordOrdering::Deliver deliver = [&](const PerfRecord& r, size_t) {
+    const auto& stack = std::get<SampleRecord>(r).user_stack;
+    stacks.emplace_back(stack.begin(), stack.end());
+  };
+  ordering.push_in_place(record_bytes(ring, 0), sample_in(ring, 0, 10), 0, 0, deliver);
+  ordering.push_in_place(record_bytes(ring, 64), sample_in(ring, 64, 20), 0, 64, deliver);
+  const size_t in_place = ordering.queued_bytes();
+  EXPECT_EQ(ordering.release_point(0, 128, ring.size()), 0u) << "half the ring held: kept in place";
+  EXPECT_EQ(ordering.counters().copied_out, 0u);
+  ordering.push_in_place(record_bytes(ring, 128), sample_in(ring, 128, 30), 0, 128, deliver);
+  EXPECT_EQ(ordering.release_point(0, 192, ring.size()), 192u) << "more than half: copied out, all freed";
+  EXPECT_EQ(ordering.counters().copied_out, 3u);
+  EXPECT_EQ(ordering.held_from(0), std::nullopt);
+  EXPECT_EQ(ordering.queued_bytes(), in_place * 3 / 2 + 3 * 64) << "the copies are the stage's memory now";
+  // Held again after the copy: the ring's bookkeeping goes on.
+  ordering.push_in_place(record_bytes(ring, 192), sample_in(ring, 192, 40), 0, 192, deliver);
+  EXPECT_EQ(ordering.held_from(0), std::optional<uint64_t>(192));
+  std::fill(ring.begin(), ring.begin() + 192, 0xee);  // the kernel writes into the freed space
+  ordering.flush(deliver);
+  ASSERT_EQ(stacks.size(), 4u);
+  for (size_t r = 0; r < stacks.size(); ++r) {
+    ASSERT_EQ(stacks[r].size(), 32u);
+    for (size_t i = 0; i < 32; ++i)
+      EXPECT_EQ(stacks[r][i], static_cast<uint8_t>(r * 64 + 16 + i)) << r << " " << i;
+  }
+  EXPECT_EQ(ordering.held_from(0), std::nullopt);
+  EXPECT_EQ(ordering.queued_bytes(), 0u);
 }
 
 TEST(RecordOrdering, AtItsBoundTheOldestHalfGoesEarlyAndLaterOlderRecordsAreLate) {

@@ -369,5 +369,44 @@ TEST(Record, ShortLivedChildrenReachTheBuilderInTimeOrder) {
   EXPECT_EQ(result.processes_without_maps, 0u);
 }
 
+// The ordering stage holds records in their ring until it delivers them, and copies them out of a ring
+// more than half held. With a 64 KiB ring and 33 KB dwarf samples every ring is more than half held at
+// the end of each round: each sample is copied out before its space goes back to the kernel, which
+// writes the next ones there. Stack bytes the kernel overwrote would not unwind through the spinner.
+TEST(Record, DwarfSamplesCopiedOutOfAFullRingKeepTheirStacks) {
+  RecordOptions options;
+  options.backend = Backend::kPerf;
+  options.call_graph = CallGraph::kDwarf;
+  options.ring_pages = 16;
+  options.command = {kSpinner, "600"};
+  const RecordResult result = record(options);
+  ASSERT_TRUE(result.target_exited);
+  ASSERT_EQ(result.command_exit_status, 7);
+  const RawProfile& profile = result.profile;
+  ASSERT_EQ(profile.processes.size(), 1u);
+  const RawProcess& process = profile.processes[0];
+  const auto range = function_file_range(kSpinner, "spin_work");
+  ASSERT_TRUE(range);
+  size_t in_spin_work = 0, complete = 0;
+  for (const RawSample& s : profile.samples) {
+    if (s.kind != SampleKind::kOnCpu || s.stack == kNoIndex) continue;
+    const auto user = profile.stacks.user_frames(s.stack);
+    if (user.empty()) continue;
+    const RawMapping* m = process.find_mapping(user[0], s.time_ns);
+    if (m == nullptr || profile.modules[m->module].path != kSpinner) continue;
+    const uint64_t file_offset = user[0] - m->start + m->file_offset;
+    if (file_offset < range->begin || file_offset >= range->end) continue;
+    ++in_spin_work;
+    // spin_work <- spin_until <- main <- libc's start <- _start: the whole way down.
+    if (s.stack_end == StackEnd::kComplete && user.size() >= 4) ++complete;
+  }
+  std::printf("%zu samples in spin_work, %zu unwound to the start; %llu records copied out, %llu lost\n",
+              in_spin_work, complete, static_cast<unsigned long long>(result.records_copied_out),
+              static_cast<unsigned long long>(profile.lost.lost_records));
+  EXPECT_GT(result.records_copied_out, 0u);
+  ASSERT_GT(in_spin_work, 50u);
+  EXPECT_EQ(complete, in_spin_work);
+}
+
 }  // namespace
 }  // namespace hpd

@@ -98,6 +98,38 @@ TEST(RingBuffer, CopiesRecordThatWrapsAroundTheEnd) {
   EXPECT_GE(scratch.size(), 48u);  // the wrapped record went through the scratch buffer
 }
 
+TEST(RingBuffer, ReadLeavesTheSpaceTakenUntilItIsReleased) {
+  FakeRing ring(128);
+  ring.set_tail(40);
+  ring.write(PERF_RECORD_SAMPLE, 32, 0x11);
+  ring.write(PERF_RECORD_COMM, 24, 0x22);
+  std::vector<uint8_t> scratch;
+  DrainStats stats;
+  std::vector<RingRecord> seen;
+  const auto collect = [&](const RingRecord& r) { seen.push_back(r); };
+  uint64_t end = read_ring(ring.view(), 40, scratch, stats, collect);
+  EXPECT_EQ(end, 96u);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].position, 40u);
+  EXPECT_EQ(seen[1].position, 72u);
+  EXPECT_TRUE(seen[0].in_ring && seen[1].in_ring);
+  EXPECT_EQ(seen[0].bytes.data(), ring.view().data + 40) << "the ring's own bytes, not a copy";
+  EXPECT_EQ(ring.header()->data_tail, 40u) << "nothing freed by reading";
+  // The next read starts where this one ended; a record split across the end comes as a copy.
+  ring.write(PERF_RECORD_SAMPLE, 48, 0x33);  // 32 bytes at the end, 16 at the start
+  seen.clear();
+  end = read_ring(ring.view(), end, scratch, stats, collect);
+  EXPECT_EQ(end, 144u);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].position, 96u);
+  EXPECT_FALSE(seen[0].in_ring);
+  EXPECT_EQ(seen[0].bytes.data(), scratch.data());
+  EXPECT_EQ(stats.records, 3u);
+  EXPECT_EQ(ring.header()->data_tail, 40u);
+  release_ring(ring.view(), 72);
+  EXPECT_EQ(ring.header()->data_tail, 72u);
+}
+
 TEST(RingBuffer, HeaderSplitAcrossTheEnd) {
   FakeRing ring(64);
   ring.set_tail(60);  // the 8-byte header itself wraps (not produced by the kernel, still handled)

@@ -86,6 +86,8 @@ class PerfSession {
   struct CpuRing {
     UniqueFd owner;
     PerfRingBuffer ring;
+    uint64_t read_end = 0;  // where the next read starts; the space before it is freed up to the
+                            // ring's oldest record the ordering stage still holds in place
   };
   void init_attr();
   void apply_variant();
@@ -99,6 +101,7 @@ class PerfSession {
   void apply_launched();
   void drain_all();
   void deliver_before(uint64_t time_ns);
+  void release_rings();
   bool poll_once(std::vector<pollfd>& pfds);
   void fill_info();
   void finish_launched(bool stopped_early);
@@ -243,6 +246,7 @@ bool PerfSession::attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>*
         }
         throw RecordError(text);
       }
+      ring.read_end = ring.ring.view().header->data_tail;
       ring.owner = std::move(fd);
       continue;
     }
@@ -337,21 +341,37 @@ void PerfSession::apply_launched() {
   builder_->processes().add_maps(pid, state.maps, state.time_ns);
 }
 
-// One round: every ring read to its head, its records queued in time order; those the round makes
-// safe are delivered (record_ordering.h).
+// One round: every ring read to its head, its records queued in time order (in place: the ring's
+// space stays taken until they are delivered); those the round makes safe are delivered, and each
+// ring freed up to its oldest record still queued (record_ordering.h).
 void PerfSession::drain_all() {
   const uint64_t round_start = mono_now();
-  for (CpuRing& ring : rings_) {
+  for (size_t i = 0; i < rings_.size(); ++i) {
+    CpuRing& ring = rings_[i];
     if (!ring.ring.mapped()) continue;
-    const DrainStats stats = drain_ring(ring.ring.view(), scratch_, [this](std::span<const uint8_t> bytes) {
-      if (auto record = decode_record(bytes, layout_))
-        ordering_->push(bytes, std::move(*record), to_decoder_);
-      else
-        ++result_.profile.lost.lost_records;  // a record shorter than its layout: lost, as on eBPF
-    });
+    DrainStats stats;
+    ring.read_end =
+        read_ring(ring.ring.view(), ring.read_end, scratch_, stats, [this, i](const RingRecord& r) {
+          auto record = decode_record(r.bytes, layout_);
+          if (!record)
+            ++result_.profile.lost.lost_records;  // a record shorter than its layout: lost, as on eBPF
+          else if (r.in_ring)
+            ordering_->push_in_place(r.bytes, std::move(*record), i, r.position, to_decoder_);
+          else
+            ordering_->push(r.bytes, std::move(*record), to_decoder_);  // split across the ring's end
+        });
     if (stats.corrupt) ++result_.profile.lost.lost_records;
   }
   deliver_before(ordering_->end_round(round_start));
+}
+
+void PerfSession::release_rings() {
+  for (size_t i = 0; i < rings_.size(); ++i) {
+    CpuRing& ring = rings_[i];
+    if (!ring.ring.mapped()) continue;
+    const RingView view = ring.ring.view();
+    release_ring(view, ordering_->release_point(i, ring.read_end, view.size));
+  }
 }
 
 void PerfSession::deliver_before(uint64_t time_ns) {
@@ -361,6 +381,7 @@ void PerfSession::deliver_before(uint64_t time_ns) {
   }
   ordering_->deliver_before(time_ns, to_decoder_);
   decoder_->end_of_pass(to_builder_);
+  release_rings();
 }
 
 void PerfSession::fill_info() {
@@ -513,6 +534,7 @@ RecordResult PerfSession::run() {
   result_.records_delivered_early = ordering_->counters().delivered_early;
   result_.records_late = ordering_->counters().late;
   result_.records_untimed = ordering_->counters().untimed;
+  result_.records_copied_out = ordering_->counters().copied_out;
   result_.processes_without_maps = builder_->processes().processes_without_maps();
   result_.call_graph = options_.call_graph == CallGraph::kDwarf ? CallGraph::kDwarf : CallGraph::kFp;
   result_.stack_copy_bytes = static_cast<uint32_t>(attr_.sample_stack_user);

@@ -23,18 +23,17 @@ void copy_from_ring(const RingView& ring, uint64_t pos, uint8_t* out, size_t n) 
 }
 }  // namespace
 
-DrainStats drain_ring(const RingView& ring, std::vector<uint8_t>& scratch,
-                      const std::function<void(std::span<const uint8_t>)>& on_record) {
-  DrainStats stats;
-  if (ring.header == nullptr || ring.size == 0 || (ring.size & (ring.size - 1)) != 0) return stats;
+uint64_t read_ring(const RingView& ring, uint64_t from, std::vector<uint8_t>& scratch, DrainStats& stats,
+                   const std::function<void(const RingRecord&)>& on_record) {
+  if (ring.header == nullptr || ring.size == 0 || (ring.size & (ring.size - 1)) != 0) return from;
   // Acquire pairs with the kernel's store of data_head: the record bytes before it are visible.
   const uint64_t head = __atomic_load_n(&ring.header->data_head, __ATOMIC_ACQUIRE);
-  uint64_t tail = ring.header->data_tail;
+  uint64_t tail = from;
   const uint64_t mask = ring.size - 1;
-  if (head - tail > ring.size) {
+  if (head - ring.header->data_tail > ring.size || head - tail > ring.size) {
     // Cannot happen with a writable mapping (the kernel never overwrites unread data); treat as corruption.
     stats.corrupt = true;
-    tail = head;
+    return head;
   }
   while (tail < head) {
     const uint64_t available = head - tail;
@@ -50,19 +49,32 @@ DrainStats drain_ring(const RingView& ring, std::vector<uint8_t>& scratch,
     }
     const uint64_t offset = tail & mask;
     if (offset + header.size <= ring.size && offset % 8 == 0) {
-      on_record({ring.data + offset, header.size});
+      on_record(RingRecord{{ring.data + offset, header.size}, tail, true});
     } else {
       scratch.resize(header.size);
       copy_from_ring(ring, tail, scratch.data(), header.size);
-      on_record({scratch.data(), header.size});
+      on_record(RingRecord{{scratch.data(), header.size}, tail, false});
     }
     tail += header.size;
     ++stats.records;
     stats.bytes += header.size;
   }
-  if (stats.corrupt) tail = head;
+  return stats.corrupt ? head : tail;
+}
+
+void release_ring(const RingView& ring, uint64_t tail) {
+  if (ring.header == nullptr) return;
   // Release orders our reads of the records before the kernel sees the space as free.
   __atomic_store_n(&ring.header->data_tail, tail, __ATOMIC_RELEASE);
+}
+
+DrainStats drain_ring(const RingView& ring, std::vector<uint8_t>& scratch,
+                      const std::function<void(std::span<const uint8_t>)>& on_record) {
+  DrainStats stats;
+  if (ring.header == nullptr || ring.size == 0 || (ring.size & (ring.size - 1)) != 0) return stats;
+  const uint64_t end = read_ring(ring, ring.header->data_tail, scratch, stats,
+                                 [&](const RingRecord& record) { on_record(record.bytes); });
+  release_ring(ring, end);
   return stats;
 }
 

@@ -31,6 +31,22 @@ struct DrainStats {
 DrainStats drain_ring(const RingView& ring, std::vector<uint8_t>& scratch,
                       const std::function<void(std::span<const uint8_t>)>& on_record);
 
+// A record read without freeing its space: its bytes, its position in the ring (data_tail counts),
+// and whether the bytes are the ring's own (else a copy in the scratch buffer, valid for the call).
+struct RingRecord {
+  std::span<const uint8_t> bytes;
+  uint64_t position = 0;
+  bool in_ring = true;
+};
+
+// Reads the complete records from position `from` (at or after data_tail) to data_head, as drain_ring,
+// but leaves data_tail alone: the records stay in the ring until release_ring() frees their space.
+// Returns where the next read starts (data_head; after a corrupt header, where it was seen).
+uint64_t read_ring(const RingView& ring, uint64_t from, std::vector<uint8_t>& scratch, DrainStats& stats,
+                   const std::function<void(const RingRecord&)>& on_record);
+// Publishes data_tail = `tail`: the kernel may reuse the space before it.
+void release_ring(const RingView& ring, uint64_t tail);
+
 // Owns the mmap of one perf event fd: 1 header page + 2^n data pages.
 class PerfRingBuffer {
  public:

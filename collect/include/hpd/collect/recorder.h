@@ -195,6 +195,9 @@ struct RecordResult {
   uint64_t records_delivered_early = 0;
   uint64_t records_late = 0;
   uint64_t records_untimed = 0;
+  // perf: records the stage held in their ring, then copied out to give a ring more than half full of
+  // them back to the kernel (a reader slower than the rings fill; 0 otherwise).
+  uint64_t records_copied_out = 0;
   // CPU time of the recording thread while samples were coming in (reading and decoding them, from
   // the first poll to the last drain); setup such as loading BPF programs is not included.
   uint64_t collection_cpu_ns = 0;
