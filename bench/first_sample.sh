@@ -9,8 +9,9 @@
 # (hpctl or perf). The first sample's time is the recording's own: the Firefox profile's
 # startTimeAsClockMonotonicNs plus the first on-CPU sample's time (threadCPUDelta > 0), and for perf
 # `perf record -k CLOCK_MONOTONIC` and `perf script -F time`. The figure is their difference in ms.
-# With HPD_TIMING=1 (set here for hpd) hpd prints where the time went ("hpd-timing STEP NS"); the
-# medians of those steps, relative to the request, are printed after the table.
+# With HPD_TIMING=1 (set here for hpd and hpctl) both print where the time went ("hpd-timing STEP
+# NS"); the medians of those steps, relative to the request, are printed after the table, with the
+# first sample's as the last step. Each round's steps stay in WORKDIR/steps.warm and steps.local.
 set -euo pipefail
 
 BUILD=${1:?usage: first_sample.sh BUILD_DIR [RUNS] [WORKDIR]}
@@ -117,11 +118,11 @@ for round in $(seq "$RUNS"); do
   cold=$(HPD_TIMING=1 record_hpd "hpd-cold")
   line=$(($(wc -l < "$WORK/hpd.log") + 1))
   warm=$(HPD_TIMING=1 record_hpd "hpd-warm")
-  steps hpd-warm "$line" >> "$WORK/steps.warm"
+  { steps hpd-warm "$line"; echo "first-sample $warm"; } >> "$WORK/steps.warm"
   stop_hpd
   line=$(($(wc -l < "$WORK/hpd.log") + 1))
   local_ms=$(HPD_TIMING=1 record_hpd "local" --local)
-  steps local "$line" >> "$WORK/steps.local"
+  { steps local "$line"; echo "first-sample $local_ms"; } >> "$WORK/steps.local"
   perf_ms=$(record_perf)
   echo "$cold $warm $local_ms $perf_ms" >> "$WORK/results"
 done

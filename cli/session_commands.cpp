@@ -362,6 +362,7 @@ int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon) {
   if (daemon.mode == "local") return run_record(args);
   if (daemon.mode == "daemon") return record_through_daemon(args, path);
   if (!daemon_answers(path)) return run_record(args);
+  timing_mark("hpctl-hello");
   return record_through_daemon(args, path);
 }
 
