@@ -175,6 +175,37 @@ TEST(Hpd, RootRecordsAPidAndStatusCountsIt) {
   EXPECT_TRUE(status.contains("lost"));
 }
 
+// A recording through hpd takes one connection, its hello included: hpd accepts one and starts one
+// thread for it (each costs a wait for a CPU on a busy machine before the first sample), not one for
+// the hello and one for the record request. hpd's debug log names each connection it serves.
+TEST(Hpd, RecordingThroughHpdTakesOneConnection) {
+  HpdStart start;
+  start.config = "log_level = debug\n";
+  Hpd hpd(start);
+  const auto connections = [&hpd] {
+    const std::string log = hpd.log();
+    size_t n = 0;
+    for (size_t at = log.find("connection from pid "); at != std::string::npos;
+         at = log.find("connection from pid ", at + 1))
+      ++n;
+    return n;
+  };
+  Background target({kCpuSplit, "30"});
+  // Without --daemon, hpctl asks for hpd's hello before it records through it.
+  size_t before = connections();
+  const RunResult by_pid = run({kHpctl, "--socket", hpd.socket(), "record", "--no-report", "--pid",
+                                std::to_string(target.pid()), "-d", "0.3", "-o", hpd.out_dir() + "/one.hpr"});
+  ASSERT_EQ(by_pid.exit_code, 0) << by_pid.err << hpd.log();
+  EXPECT_NE(by_pid.err.find("recorded by hpd"), std::string::npos) << by_pid.err;
+  EXPECT_EQ(connections() - before, 1u) << hpd.log();
+  // With --calls, a command hpctl starts is given the call runtime hpd names in its hello.
+  before = connections();
+  const RunResult calls = run(hpctl(hpd, {"record", "--calls", "--no-report", "-o",
+                                          hpd.out_dir() + "/calls.hpr", "--", kCallsFentry, "2", "20", "2"}));
+  ASSERT_EQ(calls.exit_code, 0) << calls.err << hpd.log();
+  EXPECT_EQ(connections() - before, 1u) << hpd.log();
+}
+
 // While a session unwinds with CFI tables, `hpctl status` counts them: rows used of the row map's
 // capacity, modules loaded, none refused; once it has ended, no recording holds tables.
 TEST(Hpd, StatusCountsTheCfiTablesOfRunningSessions) {
