@@ -147,7 +147,10 @@ class DaemonConnection {
   [[nodiscard]] const std::string& path() const { return path_; }
   // Connects on first use. Throws DaemonUnavailable saying why.
   DaemonClient& client() {
-    if (!client_) client_ = std::make_unique<DaemonClient>(path_);
+    if (!client_) {
+      client_ = std::make_unique<DaemonClient>(path_);
+      timing_mark("hpctl-connected");
+    }
     return *client_;
   }
   // hpd's answer to a hello on this connection, asked once. Throws as DaemonClient::request.
