@@ -465,6 +465,28 @@ void expect_samples_cover_the_cpu(const RawProfile& profile, pid_t pid, const Cp
   EXPECT_LT(profile.info.requested_mono_ns, times.front()) << what;
 }
 
+// A recording waits for its targets' first sample (at most 100 ms) before it asks for the next set of
+// programs: a target that never runs gives none, and the next set is loaded all the same, so the
+// recording after it takes a loaded set too.
+TEST(Hpd, NextProgramsAreLoadedAfterARecordingOfATargetThatNeverRuns) {
+  Hpd hpd;
+  const auto prepared = [&hpd] { return hpd.status()["prepared"]; };
+  ASSERT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << hpd.log();
+  Background sleeper({"/bin/sleep", "60"});
+  const uint64_t loads = prepared()["loads"].get<uint64_t>();
+  const RunResult r = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(sleeper.pid()), "-d",
+                                      "0.5", "-o", hpd.out_dir() + "/asleep.hpr"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_TRUE(wait_until([&] { return prepared()["loads"].get<uint64_t>() == loads + 1; }, 120, 0.05))
+      << prepared().dump() << hpd.log();
+  EXPECT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << prepared().dump();
+  const uint64_t taken = prepared()["taken"].get<uint64_t>();
+  const RunResult again = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(sleeper.pid()),
+                                          "-d", "0.2", "-o", hpd.out_dir() + "/again.hpr"}));
+  ASSERT_EQ(again.exit_code, 0) << again.err << hpd.log();
+  EXPECT_EQ(prepared()["taken"].get<uint64_t>(), taken + 1) << prepared().dump();
+}
+
 // A warm hpd: each of three recordings in a row takes the programs and maps loaded ahead, and the next
 // set is loaded in their place; hpd's descriptors come back to their level after each; every
 // recording's samples cover its target's CPU from the first sample to the last; the summary says how
