@@ -9,8 +9,9 @@
 # (hpctl or perf). The first sample's time is the recording's own: the Firefox profile's
 # startTimeAsClockMonotonicNs plus the first on-CPU sample's time (threadCPUDelta > 0), and for perf
 # `perf record -k CLOCK_MONOTONIC` and `perf script -F time`. The figure is their difference in ms.
-# With HPD_TIMING=1 (set here for hpd) hpd prints where the time went ("hpd-timing STEP NS"); the
-# medians of those steps, relative to the request, are printed after the table.
+# With HPD_TIMING=1 (set here for hpd and hpctl) both print where the time went ("hpd-timing STEP
+# NS"); the medians of those steps, relative to the request, are printed after the table, with the
+# first sample's as the last step. Each round's steps stay in WORKDIR/steps.warm and steps.local.
 set -euo pipefail
 
 BUILD=${1:?usage: first_sample.sh BUILD_DIR [RUNS] [WORKDIR]}
@@ -33,9 +34,11 @@ int main(void) { uint64_t x = 1; for (;;) { x = step(x); sink = x; } }
 EOF
 cc -O2 -g -fno-omit-frame-pointer "$WORK/spin.c" -o "$WORK/spin"
 
-# stamp FILE CMD...: writes CLOCK_MONOTONIC (ns) to FILE, then execs CMD.
+# stamp FILE CMD...: writes CLOCK_MONOTONIC (ns) to FILE, then execs CMD; and the stamp's own CPU time
+# (ns) to FILE.cpu, which the command's process CPU time (kept across the exec) starts from.
 stamp() {
   python3 -c 'import os, sys, time
+open(sys.argv[1] + ".cpu", "w").write(str(time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID)))
 open(sys.argv[1], "w").write(str(time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
 os.execvp(sys.argv[2], sys.argv[2:])' "$@"
 }
@@ -102,11 +105,15 @@ record_perf() {
   ms "$(perf_first "$WORK/perf.data")" "$(cat "$WORK/stamp.perf")"
 }
 
-steps() {  # steps NAME LOG_LINE: hpctl's and hpd's steps after the stamp, in ms, one per line
-  local t0
+steps() {  # steps NAME LOG_LINE: "STEP MS CPU_MS" after the stamp, one per line; CPU_MS: the CPU time of
+  # the process that marked the step, hpctl's since its exec, hpd's since its first mark of this request
+  local t0 cpu0
   t0=$(cat "$WORK/stamp.$1")
-  { grep '^hpd-timing' "$WORK/$1.out" || true; tail -n +"$2" "$WORK/hpd.log" | grep '^hpd-timing' || true; } |
-    awk -v t0="$t0" '{printf "%s %.1f\n", $2, ($3 - t0) / 1e6}' | sort -k2 -g
+  cpu0=$(cat "$WORK/stamp.$1.cpu")
+  { grep '^hpd-timing' "$WORK/$1.out" | sed 's/^/hpctl /' || true
+    tail -n +"$2" "$WORK/hpd.log" | grep '^hpd-timing' | sed 's/^/hpd /' || true; } |
+    awk -v t0="$t0" -v cpu0="$cpu0" '{ if (!($1 in base)) base[$1] = ($1 == "hpctl") ? cpu0 : $5
+                       printf "%s %.1f %.1f\n", $3, ($4 - t0) / 1e6, ($5 - base[$1]) / 1e6 }' | sort -k2 -g
 }
 
 : > "$WORK/results"
@@ -117,11 +124,11 @@ for round in $(seq "$RUNS"); do
   cold=$(HPD_TIMING=1 record_hpd "hpd-cold")
   line=$(($(wc -l < "$WORK/hpd.log") + 1))
   warm=$(HPD_TIMING=1 record_hpd "hpd-warm")
-  steps hpd-warm "$line" >> "$WORK/steps.warm"
+  { steps hpd-warm "$line"; echo "first-sample $warm"; } >> "$WORK/steps.warm"
   stop_hpd
   line=$(($(wc -l < "$WORK/hpd.log") + 1))
   local_ms=$(HPD_TIMING=1 record_hpd "local" --local)
-  steps local "$line" >> "$WORK/steps.local"
+  { steps local "$line"; echo "first-sample $local_ms"; } >> "$WORK/steps.local"
   perf_ms=$(record_perf)
   echo "$cold $warm $local_ms $perf_ms" >> "$WORK/results"
 done
@@ -136,14 +143,17 @@ for what in "hpd, first recording after start" "hpd, next recording (warm)" "hpc
   col=$((col + 1))
 done
 
-# Where the time went: each step's median, ms after the request (hpctl started).
+# Where the time went: each step's median, ms after the request (hpctl started), and the median CPU
+# time of the process that marked it (hpctl: since its exec; hpd: since its first mark of the request).
 for kind in warm local; do
   echo
-  echo "steps of the ${kind} recordings (ms after hpctl started, median of $RUNS):"
-  awk '{n[$1]++; v[$1, n[$1]] = $2; if (!($1 in first)) { first[$1] = NR; order[++k] = $1 } }
-       END { for (i = 1; i <= k; i++) { s = order[i]; m = n[s];
-               # a median by insertion sort of the few values
-               for (a = 1; a <= m; a++) x[a] = v[s, a];
-               for (a = 2; a <= m; a++) { t = x[a]; b = a - 1; while (b >= 1 && x[b] > t) { x[b + 1] = x[b]; b-- } x[b + 1] = t }
-               printf "  %-22s %8.1f\n", s, x[int((m + 1) / 2)] } }' "$WORK/steps.$kind"
+  echo "steps of the ${kind} recordings (ms after hpctl started; CPU ms of the marking process; median of $RUNS):"
+  awk '{n[$1]++; v[$1, n[$1]] = $2; c[$1, n[$1]] = ($3 == "" ? -1 : $3)
+        if (!($1 in first)) { first[$1] = NR; order[++k] = $1 } }
+       function median(arr, s, m,    a, b, t, x) {  # by insertion sort of the few values
+         for (a = 1; a <= m; a++) x[a] = arr[s, a]
+         for (a = 2; a <= m; a++) { t = x[a]; b = a - 1; while (b >= 1 && x[b] > t) { x[b + 1] = x[b]; b-- } x[b + 1] = t }
+         return x[int((m + 1) / 2)] }
+       END { for (i = 1; i <= k; i++) { s = order[i]; cpu = median(c, s, n[s])
+               printf "  %-22s %8.1f %8s\n", s, median(v, s, n[s]), cpu < 0 ? "" : sprintf("%.1f", cpu) } }' "$WORK/steps.$kind"
 done

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "commands.h"
+#include "hpd/collect/recorder.h"
 #include "hpd/service/config.h"
 #include "hpd/session/record_pipeline.h"
 #include "hpd/symbolizer/heap_pages.h"
@@ -58,6 +59,7 @@ class PlainFlagNames : public CLI::Formatter {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hpd::timing_mark("hpctl-main");
   CLI::App app{"hpctl: record and inspect profiles of native programs (C, C++, Rust) on Linux"};
   app.formatter(std::make_shared<PlainFlagNames>());
   app.set_version_flag("--version", std::string("hpctl ") + HPD_VERSION);
@@ -435,6 +437,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     if (daemon_flags > 0 && local_flags > 0)
       throw CLI::ValidationError("--daemon and --local exclude each other");
+    hpd::timing_mark("hpctl-parsed");
   } catch (const CLI::ParseError& e) {
     // A mistyped verb or flag: name the nearest one before CLI11's own message.
     if (e.get_exit_code() != 0) {

@@ -12,9 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "commands.h"
 #include "daemon_client.h"
@@ -135,14 +138,40 @@ double json_double(const json& j, const char* key) {
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
-// Whether hpd answers a hello at `path` within a short time.
-bool daemon_answers(const std::string& path) {
+// The one connection a recording through hpd uses: the hello, when one is needed, and the record
+// request go on it in turn (docs/protocol.md: requests on a connection are served in order; every hpd
+// did so), so hpd accepts one connection and starts one thread for it, not one per request.
+class DaemonConnection {
+ public:
+  explicit DaemonConnection(std::string path) : path_(std::move(path)) {}
+  [[nodiscard]] const std::string& path() const { return path_; }
+  // Connects on first use. Throws DaemonUnavailable saying why.
+  DaemonClient& client() {
+    if (!client_) {
+      client_ = std::make_unique<DaemonClient>(path_);
+      timing_mark("hpctl-connected");
+    }
+    return *client_;
+  }
+  // hpd's answer to a hello on this connection, asked once. Throws as DaemonClient::request.
+  const json& hello() {
+    if (!hello_)
+      hello_ = client().request({{"type", "hello"}, {"client", std::string("hpctl ") + HPD_VERSION}}, 5000);
+    return *hello_;
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<DaemonClient> client_;
+  std::optional<json> hello_;
+};
+
+// Whether hpd answers a hello on `connection` within a short time.
+bool daemon_answers(DaemonConnection& connection) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return false;
+  if (!std::filesystem::exists(connection.path(), ec)) return false;
   try {
-    DaemonClient client(path);
-    json hello = {{"type", "hello"}, {"client", std::string("hpctl ") + HPD_VERSION}};
-    return client.request(hello, 5000)["type"] == "hello";
+    return connection.hello()["type"] == "hello";
   } catch (const std::exception&) {
     return false;
   }
@@ -152,14 +181,11 @@ bool daemon_answers(const std::string& path) {
 // and hpd records, checked to be readable and usable by the command (`for_alloc`: a program with its
 // own mcount still takes the allocation hooks; only a static one cannot). Empty when it cannot be
 // used; then `why` says so.
-std::string daemon_runtime_for(const session::RecordRequest& request, const std::string& socket_path,
+std::string daemon_runtime_for(const session::RecordRequest& request, DaemonConnection& connection,
                                bool for_alloc, std::string& why) {
   std::string runtime;
   try {
-    DaemonClient client(socket_path);
-    const json hello =
-        client.request({{"type", "hello"}, {"client", std::string("hpctl ") + HPD_VERSION}}, 5000);
-    runtime = json_text(hello, "calls_runtime");
+    runtime = json_text(connection.hello(), "calls_runtime");
   } catch (const std::exception& e) {
     why = std::string("cannot ask hpd for its call runtime: ") + e.what();
     return "";
@@ -182,9 +208,9 @@ std::string daemon_runtime_for(const session::RecordRequest& request, const std:
 // table's descriptor with the record request. Null when the runtime cannot be used; then `why` says
 // so, and hpd counts with uprobes (or, with --calls-counter runtime, not at all).
 std::unique_ptr<calls::PreloadTable> calls_table_for_daemon(const session::RecordRequest& request,
-                                                            const std::string& socket_path,
+                                                            DaemonConnection& connection,
                                                             std::string& runtime, std::string& why) {
-  runtime = daemon_runtime_for(request, socket_path, false, why);
+  runtime = daemon_runtime_for(request, connection, false, why);
   if (runtime.empty()) return nullptr;
   try {
     return std::make_unique<calls::PreloadTable>();
@@ -198,9 +224,9 @@ std::unique_ptr<calls::PreloadTable> calls_table_for_daemon(const session::Recor
 // handed over as the call table is. Null when the runtime cannot be used; then `why` says so and the
 // recording goes on without allocations.
 std::unique_ptr<calls::AllocLog> alloc_log_for_daemon(const session::RecordRequest& request,
-                                                      const std::string& socket_path, std::string& runtime,
+                                                      DaemonConnection& connection, std::string& runtime,
                                                       std::string& why) {
-  runtime = daemon_runtime_for(request, socket_path, true, why);
+  runtime = daemon_runtime_for(request, connection, true, why);
   if (runtime.empty()) return nullptr;
   try {
     return std::make_unique<calls::AllocLog>(request.alloc_mean);
@@ -210,7 +236,7 @@ std::unique_ptr<calls::AllocLog> alloc_log_for_daemon(const session::RecordReque
   }
 }
 
-int record_through_daemon(const RecordArgs& args, const std::string& socket_path) {
+int record_through_daemon(const RecordArgs& args, DaemonConnection& connection) {
   const session::RecordRequest request = to_record_request(args);
   // The one validator, as locally: a request it refuses is not sent, and its reason is worded with
   // hpctl's flags (main()'s error_words).
@@ -241,7 +267,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
     std::vector<std::string> environment;
     if (request.calls && request.calls_counter != session::CallCounterChoice::kUprobes) {
       std::string runtime, why;
-      calls_table = calls_table_for_daemon(request, socket_path, runtime, why);
+      calls_table = calls_table_for_daemon(request, connection, runtime, why);
       if (calls_table) {
         environment = calls_table->environment(runtime);
       } else if (request.calls_counter == session::CallCounterChoice::kRuntime) {
@@ -253,7 +279,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
     }
     if (request.alloc) {
       std::string runtime, why;
-      alloc_log = alloc_log_for_daemon(request, socket_path, runtime, why);
+      alloc_log = alloc_log_for_daemon(request, connection, runtime, why);
       if (alloc_log) {
         // One LD_PRELOAD: the runtime once, whether it counts calls, samples allocations, or both.
         const bool preloaded = std::any_of(environment.begin(), environment.end(), [](const std::string& e) {
@@ -276,7 +302,7 @@ int record_through_daemon(const RecordArgs& args, const std::string& socket_path
     remote.pids = {command->pid()};
   }
   ClientOutput output(args.output);
-  DaemonClient client(socket_path);
+  DaemonClient& client = connection.client();
   json record_message = {{"type", "record"}, {"args", session::record_request_to_json(remote)}, {"fd", true}};
   if (command) record_message["launched_command"] = request.command;
   // An older hpd ignores the field, attaches as to any pid and says "started" all the same.
@@ -358,11 +384,12 @@ std::string format_bytes(uint64_t n) {
 }  // namespace
 
 int run_record_auto(const RecordArgs& args, const DaemonArgs& daemon) {
-  const std::string path = daemon_socket_path(daemon.socket);
   if (daemon.mode == "local") return run_record(args);
-  if (daemon.mode == "daemon") return record_through_daemon(args, path);
-  if (!daemon_answers(path)) return run_record(args);
-  return record_through_daemon(args, path);
+  DaemonConnection connection(daemon_socket_path(daemon.socket));
+  if (daemon.mode == "daemon") return record_through_daemon(args, connection);
+  if (!daemon_answers(connection)) return run_record(args);
+  timing_mark("hpctl-hello");
+  return record_through_daemon(args, connection);
 }
 
 int run_status(const DaemonArgs& daemon, const StatusArgs& args) {

@@ -139,9 +139,9 @@ void check_cgroup(const std::string& path) {
 
 namespace {
 
-uint64_t monotonic_ns() {
+uint64_t clock_ns(clockid_t clock) {
   timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  ::clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
@@ -153,7 +153,9 @@ void timing_mark(const char* step) {
     return env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
   }();
   if (!enabled) return;
-  std::fprintf(stderr, "hpd-timing %s %llu\n", step, static_cast<unsigned long long>(monotonic_ns()));
+  std::fprintf(stderr, "hpd-timing %s %llu %llu\n", step,
+               static_cast<unsigned long long>(clock_ns(CLOCK_MONOTONIC)),
+               static_cast<unsigned long long>(clock_ns(CLOCK_PROCESS_CPUTIME_ID)));
 }
 
 bool bpf_backend_available(std::string* why) {
@@ -380,7 +382,8 @@ uint64_t first_on_cpu_sample(const RawProfile& profile) {
 
 RecordResult record(const RecordOptions& options) {
   timing_mark("record");
-  const uint64_t requested = options.requested_mono_ns != 0 ? options.requested_mono_ns : monotonic_ns();
+  const uint64_t requested =
+      options.requested_mono_ns != 0 ? options.requested_mono_ns : clock_ns(CLOCK_MONOTONIC);
   validate_record_options(options);
   const PerfPrivileges privileges = probe_perf_privileges();
   RecordOptions resolved = options;

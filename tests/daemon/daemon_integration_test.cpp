@@ -175,6 +175,37 @@ TEST(Hpd, RootRecordsAPidAndStatusCountsIt) {
   EXPECT_TRUE(status.contains("lost"));
 }
 
+// A recording through hpd takes one connection, its hello included: hpd accepts one and starts one
+// thread for it (each costs a wait for a CPU on a busy machine before the first sample), not one for
+// the hello and one for the record request. hpd's debug log names each connection it serves.
+TEST(Hpd, RecordingThroughHpdTakesOneConnection) {
+  HpdStart start;
+  start.config = "log_level = debug\n";
+  Hpd hpd(start);
+  const auto connections = [&hpd] {
+    const std::string log = hpd.log();
+    size_t n = 0;
+    for (size_t at = log.find("connection from pid "); at != std::string::npos;
+         at = log.find("connection from pid ", at + 1))
+      ++n;
+    return n;
+  };
+  Background target({kCpuSplit, "30"});
+  // Without --daemon, hpctl asks for hpd's hello before it records through it.
+  size_t before = connections();
+  const RunResult by_pid = run({kHpctl, "--socket", hpd.socket(), "record", "--no-report", "--pid",
+                                std::to_string(target.pid()), "-d", "0.3", "-o", hpd.out_dir() + "/one.hpr"});
+  ASSERT_EQ(by_pid.exit_code, 0) << by_pid.err << hpd.log();
+  EXPECT_NE(by_pid.err.find("recorded by hpd"), std::string::npos) << by_pid.err;
+  EXPECT_EQ(connections() - before, 1u) << hpd.log();
+  // With --calls, a command hpctl starts is given the call runtime hpd names in its hello.
+  before = connections();
+  const RunResult calls = run(hpctl(hpd, {"record", "--calls", "--no-report", "-o",
+                                          hpd.out_dir() + "/calls.hpr", "--", kCallsFentry, "2", "20", "2"}));
+  ASSERT_EQ(calls.exit_code, 0) << calls.err << hpd.log();
+  EXPECT_EQ(connections() - before, 1u) << hpd.log();
+}
+
 // While a session unwinds with CFI tables, `hpctl status` counts them: rows used of the row map's
 // capacity, modules loaded, none refused; once it has ended, no recording holds tables.
 TEST(Hpd, StatusCountsTheCfiTablesOfRunningSessions) {
@@ -432,6 +463,28 @@ void expect_samples_cover_the_cpu(const RawProfile& profile, pid_t pid, const Cp
   EXPECT_EQ(profile.info.first_sample_mono_ns, times.front()) << what;
   EXPECT_NE(profile.info.requested_mono_ns, 0u) << what;
   EXPECT_LT(profile.info.requested_mono_ns, times.front()) << what;
+}
+
+// A recording waits for its targets' first sample (at most 100 ms) before it asks for the next set of
+// programs: a target that never runs gives none, and the next set is loaded all the same, so the
+// recording after it takes a loaded set too.
+TEST(Hpd, NextProgramsAreLoadedAfterARecordingOfATargetThatNeverRuns) {
+  Hpd hpd;
+  const auto prepared = [&hpd] { return hpd.status()["prepared"]; };
+  ASSERT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << hpd.log();
+  Background sleeper({"/bin/sleep", "60"});
+  const uint64_t loads = prepared()["loads"].get<uint64_t>();
+  const RunResult r = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(sleeper.pid()), "-d",
+                                      "0.5", "-o", hpd.out_dir() + "/asleep.hpr"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  EXPECT_TRUE(wait_until([&] { return prepared()["loads"].get<uint64_t>() == loads + 1; }, 120, 0.05))
+      << prepared().dump() << hpd.log();
+  EXPECT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << prepared().dump();
+  const uint64_t taken = prepared()["taken"].get<uint64_t>();
+  const RunResult again = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(sleeper.pid()),
+                                          "-d", "0.2", "-o", hpd.out_dir() + "/again.hpr"}));
+  ASSERT_EQ(again.exit_code, 0) << again.err << hpd.log();
+  EXPECT_EQ(prepared()["taken"].get<uint64_t>(), taken + 1) << prepared().dump();
 }
 
 // A warm hpd: each of three recordings in a row takes the programs and maps loaded ahead, and the next

@@ -12,6 +12,7 @@
 #include <string>
 
 #ifdef HPD_HAVE_BPF
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <poll.h>
 #include <unistd.h>
@@ -111,6 +112,25 @@ constexpr int kKallsymsPollMs = 5;
 constexpr size_t kMaxHeldBytes = 64u << 20;
 // At the end of a recording, how long held samples wait for the tables they need.
 constexpr int kFinalTablesWaitMs = 3000;
+// After the attach, how long the session's own heavy work waits for the targets' first sample.
+constexpr uint64_t kFirstSampleWaitNs = 100'000'000;
+
+// Returns once the sampling program took its first sample of a target (its per-CPU sample counter,
+// `counters_fd`, of a set loaded for this session: it starts at 0) or `wait_ns` passed, whichever
+// comes first. It looks every millisecond: each look is a map read.
+void wait_for_first_sample(int counters_fd, uint64_t wait_ns) {
+  const int possible = libbpf_num_possible_cpus();
+  if (possible <= 0 || counters_fd < 0) return;
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(possible));
+  const uint32_t key = HPD_COUNTER_SAMPLES;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns);
+  while (std::chrono::steady_clock::now() < end) {
+    if (bpf_map_lookup_elem(counters_fd, &key, per_cpu.data()) != 0) return;
+    for (const uint64_t v : per_cpu)
+      if (v != 0) return;
+    ::usleep(1000);
+  }
+}
 
 }  // namespace
 
@@ -248,7 +268,14 @@ RecordResult BpfSession::run() {
   if (options_.on_attached) options_.on_attached();
   timing_mark("started");
   // Sampling runs: what follows is needed only once the first records are read. The next session's
-  // programs are loaded now, not while this one attached.
+  // programs are loaded now, not while this one attached, and not before the targets' first sample
+  // (within kFirstSampleWaitNs): loading them (the verifier) and reading /proc/kallsyms take hundreds
+  // and about 100 ms of CPU, which on a busy machine the targets need to reach their first sample
+  // (bench/first_sample.sh, docs/performance.md "Time to the first sample").
+  if (options_.load_next_ahead || (!command_ && !kallsyms_.valid() && off_cpu_ && kernel_frames_)) {
+    wait_for_first_sample(bpf_map__fd(skel_->maps.counters), kFirstSampleWaitNs);
+    timing_mark("first-sample-seen");
+  }
   if (options_.load_next_ahead) Preloader::instance().want(config_);
   if (!command_ && !kallsyms_.valid()) read_kallsyms();
 

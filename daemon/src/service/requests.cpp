@@ -4,6 +4,7 @@
 #include "connection.h"
 #include "daemon.h"
 #include "hpd/calls/preload_table.h"
+#include "hpd/collect/recorder.h"
 
 #ifndef HPD_VERSION
 #define HPD_VERSION "unknown"
@@ -14,6 +15,7 @@ namespace hpd::service {
 using nlohmann::json;
 
 void Connection::handle_hello(const Request& request) {
+  timing_mark("hpd-hello");
   json reply = reply_message("hello");
   reply["daemon"] = std::string("hpd ") + HPD_VERSION;
   reply["protocol"] = kProtocolVersion;

@@ -405,6 +405,7 @@ void Daemon::reload() {
 void Daemon::accept_one() {
   UniqueFd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
   if (!client) return;
+  timing_mark("hpd-accepted");
   const auto peer = peer_credentials(client.get());
   if (!peer) return;
   const std::string refusal = connection_refusal(peer->uid);

@@ -453,8 +453,10 @@ PreparedRecordingStatus prepared_recording_status();
 void release_prepared_recording();
 
 // With HPD_TIMING set in the environment (to anything but "" or "0"): prints
-// "hpd-timing STEP MONOTONIC_NS" on stderr, for the steps of a recording's start (the recorder's and
-// hpd's), so that where the time to the first sample goes can be read (bench/first_sample.sh).
+// "hpd-timing STEP MONOTONIC_NS CPU_NS" on stderr (CPU_NS: the process's CPU time so far), for the
+// steps of a recording's start (hpctl's, the recorder's and hpd's), so that where the time to the first
+// sample goes, and how much of it was work rather than a wait for a CPU, can be read
+// (bench/first_sample.sh).
 void timing_mark(const char* step);
 
 // Records until the duration ends, *stop becomes true, or every target process exits.
