@@ -59,6 +59,30 @@ StackEnd RawProfileBuilder::apply_user_state(const SampleEvent& e, const RawProc
   return end;
 }
 
+// A frame-pointer chain that stopped short of its thread's first frame, walked again with CFI from the
+// sample's registers and stack copy: that walk replaces the chain (in user_) when it went all the way or
+// to the frame limit; otherwise the chain stays, and kUnknown says so.
+StackEnd RawProfileBuilder::cfi_instead_of_chain(const SampleEvent& e) {
+  const UserRegs& regs = *e.regs;
+  const StackCopy copy{regs.sp(), e.stack, e.stack_size};
+  const uint64_t start = mono_now();
+  auto walk = [&] {
+    const UnwindContext context{&profile_.process(e.pid), &profile_.modules, e.time_ns};
+    return unwinder_->unwind(context, regs, copy, unwound_);
+  };
+  tracker_.has_user_mapping(e.pid, regs.ip(), e.time_ns);
+  StackEnd end = walk();
+  // A return address in no known mapping: a new read of the maps may show it.
+  if (unwinder_->last_unmapped_pc() != 0 &&
+      tracker_.has_user_mapping(e.pid, unwinder_->last_unmapped_pc(), e.time_ns))
+    end = walk();
+  ++unwind_.unwound;
+  unwind_.ns += mono_now() - start;
+  if (end != StackEnd::kComplete && end != StackEnd::kTruncated) return StackEnd::kUnknown;
+  std::swap(user_, unwound_);
+  return end;
+}
+
 void RawProfileBuilder::on_sample(const SampleEvent& e) {
   // A sample of a process no longer followed (one the ring held before its exec record): not the
   // client's to have.
@@ -140,8 +164,16 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
   if (e.fp_chain_ended && unwound == StackEnd::kUnknown && sample.stack_end == StackEnd::kComplete &&
       unwinder_ != nullptr && !user.empty()) {
     const UnwindContext context{&profile_.process(e.pid), &profile_.modules, e.time_ns};
-    if (!unwinder_->is_outermost_frame(context, user.back(), user.size() > 1))
+    if (!unwinder_->is_outermost_frame(context, user.back(), user.size() > 1)) {
       sample.stack_end = StackEnd::kFailed;
+      if (config_.cfi_fallback && unwind_here) {
+        const StackEnd end = cfi_instead_of_chain(e);
+        if (end != StackEnd::kUnknown) {
+          sample.stack_end = end;
+          user = user_;
+        }
+      }
+    }
   }
   if (e.kernel_truncated && sample.stack_end != StackEnd::kFailed && sample.stack_end != StackEnd::kUnknown)
     sample.stack_end = StackEnd::kTruncated;

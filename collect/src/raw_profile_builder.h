@@ -20,6 +20,9 @@ struct BuilderConfig {
   // dwarf mode: user stacks are unwound here from the samples' registers and stack copies. Otherwise
   // the copies only put back the callers of frameless leaves into the frame-pointer chains.
   bool dwarf = false;
+  // Not dwarf: an on-CPU stack whose frame-pointer chain stopped short of its thread's first frame is
+  // unwound with CFI from the sample's registers and stack copy (RecordOptions::fp_with_cfi_fallback).
+  bool cfi_fallback = false;
 };
 
 // What the unwinder did, for RecordResult.
@@ -62,6 +65,7 @@ class RawProfileBuilder {
   // Unwinds (dwarf) or completes (fp) user_ from the sample's registers and stack copy; returns how a
   // dwarf walk ended, kUnknown when none was done.
   StackEnd apply_user_state(const SampleEvent& e, const RawProcess& process);
+  StackEnd cfi_instead_of_chain(const SampleEvent& e);
 
   RawProfile& profile_;
   BuilderConfig config_;

@@ -388,7 +388,7 @@ RecordResult record(const RecordOptions& options) {
   const PerfPrivileges privileges = probe_perf_privileges();
   RecordOptions resolved = options;
   if (!resolved.cgroup.empty()) resolved.cgroup = cgroup_directory(resolved.cgroup);
-  const CallGraphChoice perf_choice = resolve_call_graph(options);
+  CallGraphChoice perf_choice = resolve_call_graph(options);
   const CallGraph perf_call_graph = perf_choice.mode;
   CallGraphChoice call_graph = perf_choice;
   // auto with the eBPF backend: user stacks unwound in the kernel from the modules' CFI, on and off
@@ -399,6 +399,17 @@ RecordResult record(const RecordOptions& options) {
         CallGraphChoice{CallGraph::kCfi, "the eBPF programs unwind user stacks with each module's CFI"};
   }
   resolved.call_graph = call_graph.mode;
+  // The program a --pid target runs now is not the one it may exec: a chain the frame-pointer walk
+  // cannot complete after an exec is unwound from the stack copy instead.
+  const bool exec_may_change_program = options.call_graph == CallGraph::kAuto && !options.pids.empty() &&
+                                       options.command.empty() && perf_call_graph == CallGraph::kFp;
+  if (exec_may_change_program) {
+    resolved.fp_with_cfi_fallback = true;
+    perf_choice.reason +=
+        "; a process that execs a program without them is unwound with CFI from a stack copy each sample "
+        "carries";
+    if (call_graph.mode == CallGraph::kFp) call_graph.reason = perf_choice.reason;
+  }
   RecordResult result = record_resolved(resolved, privileges, perf_call_graph);
   if (options.call_graph == CallGraph::kAuto) {
     result.call_graph_reason = result.call_graph == call_graph.mode ? call_graph.reason : perf_choice.reason;

@@ -7,14 +7,21 @@
 // - What hpd states about the stacks is what the export shows: the report's share of complete stacks
 //   of the thread within 3 points of the share of its samples whose stack the Firefox export shows
 //   reaching the thread's first frame (_start) through main.
+// - The same through `--pid` of a process that execs the fixture from a program that has frame
+//   pointers everywhere (tests/fixtures/exec_later.c): the call graph chosen at the attach must still
+//   complete the new program's stacks.
 // Recorded by hpctl into a capture, read back by `hpctl report --json` and `hpctl convert`.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "firefox_lint.h"
@@ -110,24 +117,24 @@ class PerfCallGraphTest : public ::testing::Test {
   const std::filesystem::path dir_{tmp_.path()};
 };
 
-// Records the fixture with `flags`; checks the callers' CPU when `callers` (a frame-pointer walk
-// cannot give it), and the stated completeness against the export.
-void check(const std::string& dir, const std::vector<std::string>& flags, const std::string& what,
-           bool callers) {
-  SCOPED_TRACE(what);
-  const std::string capture = dir + "/" + what + ".hpr";
-  std::vector<std::string> record = {kHpctl, "record", "--backend", "perf", "-o", capture, "--no-report"};
-  record.insert(record.end(), flags.begin(), flags.end());
-  record.insert(record.end(), {"--", kFixtures + "/qsort_strtod", "1500"});
-  const RunResult r = run(record);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+// What qsort_strtod measured, from its line in `out` (tid <= 0 when the line is missing).
+struct Truth {
+  double tid = -1, qsort_ns = -1, strtod_ns = -1, thread_ns = -1;
+};
+
+Truth truth_of(const std::string& out) {
   const std::string prefix = "qsort_strtod:";
-  const double tid = field(r.out, prefix, "tid");
-  const double qsort_ns = field(r.out, prefix, "qsort_ns");
-  const double strtod_ns = field(r.out, prefix, "strtod_ns");
-  const double thread_ns = field(r.out, prefix, "thread_cpu_ns");
-  ASSERT_GT(tid, 0) << r.out;
-  ASSERT_GT(thread_ns, 0) << r.out;
+  return Truth{field(out, prefix, "tid"), field(out, prefix, "qsort_ns"), field(out, prefix, "strtod_ns"),
+               field(out, prefix, "thread_cpu_ns")};
+}
+
+// Checks the capture of a qsort_strtod run against what it measured: the callers' CPU when `callers`
+// (a frame-pointer walk cannot give it), and the stated completeness against the export.
+void check_capture(const std::string& dir, const std::string& capture, const std::string& what,
+                   const Truth& truth, bool callers) {
+  const double tid = truth.tid, thread_ns = truth.thread_ns;
+  ASSERT_GT(tid, 0);
+  ASSERT_GT(thread_ns, 0);
 
   const RunResult rep = run({kHpctl, "report", capture, "--json", "--limit", "0", "--tid",
                              std::to_string(static_cast<int64_t>(tid))});
@@ -135,7 +142,8 @@ void check(const std::string& dir, const std::vector<std::string>& flags, const 
   const json report = json::parse(rep.out);
   const double cpu_ns = report.at("totals").at("cpu_ns").get<double>();
   ASSERT_GT(cpu_ns, 0);
-  const double qsort_truth = 100.0 * qsort_ns / thread_ns, strtod_truth = 100.0 * strtod_ns / thread_ns;
+  const double qsort_truth = 100.0 * truth.qsort_ns / thread_ns,
+               strtod_truth = 100.0 * truth.strtod_ns / thread_ns;
   const double qsort_got = 100.0 * total_cpu_ns(report, "do_qsort") / cpu_ns;
   const double strtod_got = 100.0 * total_cpu_ns(report, "do_strtod") / cpu_ns;
   std::printf(
@@ -173,7 +181,35 @@ void check(const std::string& dir, const std::vector<std::string>& flags, const 
   EXPECT_NEAR(stated, from_start, 3.0);
   if (callers) {
     EXPECT_NEAR(stated, through_main, 3.0);
+    // Every sample of the thread is in main's work (its start-up is a few microseconds of 1.5 s).
+    EXPECT_GE(through_main, 95.0);
   }
+}
+
+// Records the fixture with `flags` and checks the capture.
+void check(const std::string& dir, const std::vector<std::string>& flags, const std::string& what,
+           bool callers) {
+  SCOPED_TRACE(what);
+  const std::string capture = dir + "/" + what + ".hpr";
+  std::vector<std::string> record = {kHpctl, "record", "--backend", "perf", "-o", capture, "--no-report"};
+  record.insert(record.end(), flags.begin(), flags.end());
+  record.insert(record.end(), {"--", kFixtures + "/qsort_strtod", "1500"});
+  const RunResult r = run(record);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Truth truth = truth_of(r.out);
+  ASSERT_GT(truth.tid, 0) << r.out;
+  check_capture(dir, capture, what, truth, callers);
+}
+
+// Perf events hpctl (`pid`) has open: one per CPU for each thread of its target once it has attached.
+size_t perf_events_open(pid_t pid) {
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code link_ec;
+    if (std::filesystem::read_symlink(fd.path(), link_ec).string() == "anon_inode:[perf_event]") ++n;
+  }
+  return n;
 }
 
 TEST_F(PerfCallGraphTest, FramePointerProgramOverGlibcWithoutThemGetsItsCallers) {
@@ -184,6 +220,43 @@ TEST_F(PerfCallGraphTest, FramePointerProgramOverGlibcWithoutThemGetsItsCallers)
 // keeps no frame), and the report must not call them complete.
 TEST_F(PerfCallGraphTest, FramePointerChainsThatStopShortAreNotCalledComplete) {
   check(dir_.string(), {"--call-graph", "fp"}, "fp", false);
+}
+
+// `--pid` of a process that runs a program built with frame pointers and linking nothing
+// (exec_later), which then execs qsort_strtod (frame pointers over glibc without them). The call graph
+// chosen at the attach (fp: nothing the first program runs lacks them) cannot change once the events
+// are open: the stacks the frame-pointer walk cannot complete after the exec are unwound with CFI from
+// a stack copy. The callers get their CPU, the stacks reach main, and the stated completeness is what
+// the export shows.
+TEST_F(PerfCallGraphTest, PidThatExecsAProgramWithoutFramePointersGetsItsCallers) {
+  SCOPED_TRACE("exec");
+  const std::string out = dir_.string() + "/exec.out";
+  BackgroundOptions launch;
+  launch.ready_line = "ready";
+  launch.stdin_pipe = true;
+  Background target({kFixtures + "/exec_later", out, kFixtures + "/qsort_strtod", "1500"}, launch);
+  ASSERT_TRUE(target.ready());
+  const pid_t pid = target.pid();
+  const std::string capture = dir_.string() + "/exec.hpr";
+  BackgroundOptions quiet;
+  quiet.stdout_path = dir_.string() + "/record.out";
+  Background recorder({kHpctl, "--local", "record", "--backend", "perf", "--pid",
+                       std::to_string(target.pid()), "-o", capture, "--no-report"},
+                      quiet);
+  // The exec comes once hpctl has the target's events open (one per online CPU).
+  const auto cpus = static_cast<size_t>(::sysconf(_SC_NPROCESSORS_ONLN));
+  while (perf_events_open(recorder.pid()) < cpus) {
+    const std::string stat = read_text_file("/proc/" + std::to_string(recorder.pid()) + "/stat");
+    ASSERT_EQ(stat.find(") Z "), std::string::npos) << "hpctl ended before it attached";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(target.send("x"));
+  ASSERT_EQ(target.wait(), 0);
+  ASSERT_EQ(recorder.wait(), 0);
+  const std::string fixture_out = read_text_file(out);
+  const Truth truth = truth_of(fixture_out);
+  ASSERT_EQ(truth.tid, static_cast<double>(pid)) << fixture_out;
+  check_capture(dir_.string(), capture, "exec", truth, true);
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ int perf_event_open(perf_event_attr* attr, pid_t pid, int cpu) {
 constexpr uint32_t kLeafStackBytes = 256;
 
 uint32_t stack_copy_bytes(const RecordOptions& options) {
-  if (options.call_graph != CallGraph::kDwarf) return kLeafStackBytes;
+  if (options.call_graph != CallGraph::kDwarf && !options.fp_with_cfi_fallback) return kLeafStackBytes;
   return options.stack_copy_bytes == 0 ? kDefaultStackCopyBytes : options.stack_copy_bytes;
 }
 
@@ -161,8 +161,9 @@ void PerfSession::init_attr() {
                   PERF_SAMPLE_STACK_USER;
   // fp: the kernel walks the frame pointers; the registers that locate the frameless leaf's return
   // address come along. dwarf: the kernel part of the chain only, and every register CFI may name.
+  // fp with the CFI fallback: the frame-pointer chain, and what a CFI unwinding needs.
   const bool dwarf = options_.call_graph == CallGraph::kDwarf;
-  a.sample_regs_user = dwarf ? kPerfRegsUnwind : kPerfRegsMinimal;
+  a.sample_regs_user = dwarf || options_.fp_with_cfi_fallback ? kPerfRegsUnwind : kPerfRegsMinimal;
   a.sample_stack_user = stack_copy_bytes(options_);
   if (dwarf) {
     a.exclude_callchain_user = 1;
@@ -421,6 +422,7 @@ RecordResult PerfSession::run() {
   decoder_ = std::make_unique<PerfEventDecoder>(
       PerfDecoderConfig{result_.cpu_time_source == CpuTimeSource::kThreadCounter, max_stack_, dwarf,
                         attr_.sample_regs_user, uint64_t{options_.off_cpu_min_us} * 1000});
+  const bool cfi_fallback = !dwarf && options_.fp_with_cfi_fallback;
   for (auto& [tid, ids] : own_ids_) decoder_->set_own_event_ids(tid, std::move(ids));
   // Two rounds of records at most, at the rate that fills every ring between two reads.
   const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -442,7 +444,7 @@ RecordResult PerfSession::run() {
   }
   // No maps reader: the MMAP2 records and the maps read below cover every mapping of the targets.
   builder_ = std::make_unique<RawProfileBuilder>(
-      result_.profile, BuilderConfig{TrackerConfig{result_.profile.info.start_mono_ns}, dwarf},
+      result_.profile, BuilderConfig{TrackerConfig{result_.profile.info.start_mono_ns}, dwarf, cfi_fallback},
       SystemLookups{{},
                     [this](int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
                       return build_ids_.for_mapping(pid, start, end, path);
