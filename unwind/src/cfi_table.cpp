@@ -294,6 +294,9 @@ std::shared_ptr<const CfiTable> compile_module(std::unique_ptr<CfiModule> module
     table->error = eh_error.empty() ? "no CFI rows" : eh_error;
     if (!debug_error.empty()) table->error += "; " + debug_error;
   }
+  // Grown by push_back, the rows' capacity is up to twice their number: the table is kept (for the
+  // recording and in CfiTableCache, whose bound counts what tables hold), so it keeps only its rows.
+  rows.shrink_to_fit();
   table->index = build_cfi_index(rows);
   table->build_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
@@ -452,10 +455,12 @@ std::shared_ptr<const CfiTable> CfiTableCache::find(const std::string& path, con
   return it->second.table;
 }
 
+// The vectors' capacity, not their size: what the table holds on the heap, so that the bound is on
+// memory (a table grown by push_back and kept with its slack would count for less than it holds).
 uint64_t CfiTableCache::kept_bytes(const CfiTable& table) {
-  return table.rows.size() * sizeof(CfiRow) + table.index.buckets.size() * sizeof(CfiBucket) +
-         table.segments.size() * sizeof(CfiTable::Segment) + table.error.size() + table.opened_path.size() +
-         table.build_id.size() + sizeof(CfiTable);
+  return table.rows.capacity() * sizeof(CfiRow) + table.index.buckets.capacity() * sizeof(CfiBucket) +
+         table.segments.capacity() * sizeof(CfiTable::Segment) + table.error.size() +
+         table.opened_path.size() + table.build_id.size() + sizeof(CfiTable);
 }
 
 void CfiTableCache::keep_locked(const std::string& key, const std::shared_ptr<const CfiTable>& table) {

@@ -127,4 +127,19 @@ void ChunkCut::end(uint64_t end_mono_ns, uint64_t requested_mono_ns) {
   }
 }
 
+size_t forget_exited_processes(RawProfile& live, uint64_t exited_before_ns) {
+  size_t emptied = 0;
+  for (RawProcess& p : live.processes) {
+    if (p.end_ns == 0 || p.end_ns >= exited_before_ns) continue;
+    if (p.mappings.empty() && p.cmdline.empty() && p.exe.empty() && p.cgroup.empty()) continue;
+    // Swapped with empty ones: clear() would keep the capacity.
+    std::vector<RawMapping>().swap(p.mappings);
+    std::vector<std::string>().swap(p.cmdline);
+    std::string().swap(p.exe);
+    std::string().swap(p.cgroup);
+    ++emptied;
+  }
+  return emptied;
+}
+
 }  // namespace hpd::continuous

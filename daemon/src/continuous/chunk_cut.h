@@ -41,4 +41,11 @@ class ChunkCut {
   uint64_t first_on_cpu_ns_ = 0;
 };
 
+// For a collection that outlives many processes: drops what each process of `live` that exited
+// before `exited_before_ns` holds on the heap (its mappings, command line, executable and cgroup),
+// keeping its entry (pid, name, times), so that the collection holds a constant few hundred bytes per
+// exited process, not its maps. Only for processes no sample still to come or still to be cut will
+// name. Returns the processes it emptied (each once).
+size_t forget_exited_processes(RawProfile& live, uint64_t exited_before_ns);
+
 }  // namespace hpd::continuous

@@ -40,6 +40,9 @@ constexpr size_t kMaxCollectionProcesses = 100'000;
 constexpr size_t kMaxCollectionThreads = 400'000;
 constexpr size_t kMaxCollectionStacks = 1'000'000;
 constexpr uint64_t kMaxCollectionNs = 3600'000'000'000ULL;
+// How long after its exit a process keeps its mappings and command line in the collection, at least
+// (State::collect).
+constexpr uint64_t kForgetExitedAfterNs = 10'000'000'000ULL;
 
 uint64_t mono_now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -537,12 +540,20 @@ struct ContinuousProfiler::State {
         std::vector<RawSample> pending(live.samples.begin(), live.samples.end());
         while (chunk && now >= chunk->end_mono) {
           const uint64_t boundary = chunk->end_mono;
+          const uint64_t chunk_start_mono = chunk->cut.start_mono_ns();
           auto later = std::stable_partition(pending.begin(), pending.end(),
                                              [&](const RawSample& s) { return s.time_ns < boundary; });
           for (auto it = pending.begin(); it != later; ++it) chunk->cut.add(*it, live);
           pending.erase(pending.begin(), later);
           finish_chunk(std::move(chunk), live, boundary, requested_mono);
           requested_mono = 0;
+          // What processes that exited a while ago hold (mappings, command lines) leaves the
+          // collection, which keeps only their entries: its memory grows with the processes the
+          // system starts by a few hundred bytes each, not by their maps (which a shell loop or a
+          // build renews many times a second). A while: a chunk, 10 s at least, so that no record of
+          // theirs is still on its way (held for an unwind table, out of order).
+          const uint64_t keep_ns = std::max<uint64_t>(boundary - chunk_start_mono, kForgetExitedAfterNs);
+          if (boundary > keep_ns) forget_exited_processes(live, boundary - keep_ns);
           retain(o);
           if (changed || collection_too_large(live, now)) {
             // The samples after the boundary end with this collection (counted in the gap before the
