@@ -12,8 +12,8 @@
 #include <sstream>
 #include <string>
 
-#include "hpd/base/process.h"
 #include "hpd/base/proc_files.h"
+#include "hpd/base/process.h"
 
 namespace hpd {
 
@@ -206,6 +206,16 @@ bool insert_frameless_leaf_caller(Unwinder& unwinder, const UnwindContext& conte
   if (!ret || (user.size() >= 2 && user[1] == *ret)) return false;
   user.insert(user.begin() + 1, *ret);
   return true;
+}
+
+void describe_process_from_proc(RawProcess& process) {
+  const std::string exe = read_exe(process.pid);
+  if (!exe.empty()) process.exe = exe;
+  auto cmdline = read_cmdline(process.pid);
+  if (!cmdline.empty()) process.cmdline = std::move(cmdline);
+  std::string cgroup = read_cgroup(process.pid);
+  if (!cgroup.empty()) process.cgroup = std::move(cgroup);
+  if (process.name.empty()) process.name = read_comm(process.pid);
 }
 
 }  // namespace hpd

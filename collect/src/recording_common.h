@@ -25,6 +25,10 @@ inline uint64_t mono_now() {
 // The wall clock at a monotonic instant: the tightest of a few mono/real/mono brackets.
 void take_clock_pair(uint64_t& mono, uint64_t& unix_ns);
 
+// Fills what /proc says of a live process into its description: executable, command line, cgroup,
+// and its name when it has none yet (each left as it is when unreadable). Both backends' one reader.
+void describe_process_from_proc(RawProcess& process);
+
 // Whether the process is gone, for kernels without pidfd: no /proc entry, or a zombie without live threads.
 bool process_gone(int32_t pid);
 

@@ -115,13 +115,7 @@ void BpfSession::seed_cpu_baselines() {
 }
 
 void BpfSession::describe_process(RawProcess& process) {
-  const std::string exe = read_exe(process.pid);
-  if (!exe.empty()) process.exe = exe;
-  auto cmdline = read_cmdline(process.pid);
-  if (!cmdline.empty()) process.cmdline = std::move(cmdline);
-  std::string cgroup = read_cgroup(process.pid);
-  if (!cgroup.empty()) process.cgroup = std::move(cgroup);
-  if (process.name.empty()) process.name = read_comm(process.pid);
+  describe_process_from_proc(process);
 }
 
 // The processes of a cgroup v2 directory and of the cgroups below it.

@@ -288,13 +288,7 @@ void PerfSession::attach_process(int32_t pid) {
 }
 
 void PerfSession::describe_process(RawProcess& process) {
-  const std::string exe = read_exe(process.pid);
-  if (!exe.empty()) process.exe = exe;
-  auto cmdline = read_cmdline(process.pid);
-  if (!cmdline.empty()) process.cmdline = std::move(cmdline);
-  std::string cgroup = read_cgroup(process.pid);
-  if (!cgroup.empty()) process.cgroup = std::move(cgroup);
-  if (process.name.empty()) process.name = read_comm(process.pid);
+  describe_process_from_proc(process);
 }
 
 std::vector<std::pair<int32_t, std::string>> read_thread_names(int32_t pid) {

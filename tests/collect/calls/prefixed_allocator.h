@@ -23,9 +23,9 @@
 #define PA_CLASSES 40
 
 struct pa_header {
-  uintptr_t chunk;    /* start of the chunk the block is in */
-  uint32_t cls;       /* its size: 1 << cls */
-  uint32_t usable;    /* bytes from the block to the chunk's end */
+  uintptr_t chunk; /* start of the chunk the block is in */
+  uint32_t cls;    /* its size: 1 << cls */
+  uint32_t usable; /* bytes from the block to the chunk's end */
 };
 
 static pthread_mutex_t pa_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -45,8 +45,8 @@ static void* pa_alloc(size_t size, size_t align) {
     pa_free_list[cls] = *(void**)chunk;
   } else {
     if (pa_next == 0) {
-      void* arena = mmap(NULL, PA_ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                         -1, 0);
+      void* arena =
+          mmap(NULL, PA_ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (arena != MAP_FAILED) {
         pa_next = (uintptr_t)arena;
         pa_end = pa_next + PA_ARENA;
