@@ -575,9 +575,9 @@ PushedBytes post_otlp_profiles(const std::string& url, const std::string& body, 
   long status = 0;
   lib.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   if (status < 200 || status > 299) {
-    throw std::runtime_error(
-        url + " answered HTTP " + std::to_string(status) + ": " + error_text(answer) +
-        (status == 400 || status == 415 ? refused_encoding_hint(options, error_text(answer)) : ""));
+    const std::string text = error_text(answer);
+    throw std::runtime_error(url + " answered HTTP " + std::to_string(status) + ": " + text +
+                             (status == 400 || status == 415 ? refused_encoding_hint(options, text) : ""));
   }
   std::string_view message = answer;
   std::string inflated;

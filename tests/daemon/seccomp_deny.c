@@ -15,20 +15,32 @@
 
 #define MAX_DENIED 512
 
-static int lookup(const char* header, const char* name) {
-  FILE* f = fopen(header, "r");
-  if (f == NULL) return -2;
-  char line[256], want[320];
+// The number of system call `name` in the header's text (its "#define __NR_name N" lines), or -1.
+static int lookup(const char* header_text, const char* name) {
+  char want[320];
   snprintf(want, sizeof want, "#define __NR_%s ", name);
-  int nr = -1;
-  while (fgets(line, sizeof line, f) != NULL) {
-    if (strncmp(line, want, strlen(want)) == 0) {
-      nr = atoi(line + strlen(want));
-      break;
-    }
+  const size_t n = strlen(want);
+  for (const char* line = header_text; line != NULL && *line != '\0';) {
+    if (strncmp(line, want, n) == 0) return atoi(line + n);
+    line = strchr(line, '\n');
+    if (line != NULL) ++line;
+  }
+  return -1;
+}
+
+// The whole file, NUL-terminated, or NULL.
+static char* read_all(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return NULL;
+  size_t size = 0, capacity = 1 << 16;
+  char* text = malloc(capacity);
+  for (size_t got; text != NULL && (got = fread(text + size, 1, capacity - size - 1, f)) > 0;) {
+    size += got;
+    if (capacity - size - 1 == 0) text = realloc(text, capacity *= 2);
   }
   fclose(f);
-  return nr;
+  if (text != NULL) text[size] = '\0';
+  return text;
 }
 
 int main(int argc, char** argv) {
@@ -37,6 +49,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* header = "/usr/include/x86_64-linux-gnu/asm/unistd_64.h";
+  char* header_text = read_all(header);
+  if (header_text == NULL) {
+    perror(header);
+    return 2;
+  }
   FILE* names = fopen(argv[1], "r");
   if (names == NULL) {
     perror(argv[1]);
@@ -50,14 +67,11 @@ int main(int argc, char** argv) {
     while (*name == ' ' || *name == '\t') ++name;
     name[strcspn(name, " \t\r\n")] = '\0';
     if (*name == '\0' || *name == '#' || *name == '@') continue;
-    const int nr = lookup(header, name);
-    if (nr == -2) {
-      perror(header);
-      return 2;
-    }
+    const int nr = lookup(header_text, name);
     if (nr >= 0) denied[n++] = nr;
   }
   fclose(names);
+  free(header_text);
   if (n == 0) {
     fprintf(stderr, "seccomp_deny: no system call of %s is known here\n", argv[1]);
     return 2;
