@@ -601,11 +601,21 @@ TEST(CfiTable, UretprobeTrampolineRowsFollowItsPushesAndPops) {
   EXPECT_FALSE(is_uprobe_trampoline_code(code, &why));
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// libasan's (gcc 12 ships no <sanitizer/allocator_interface.h> declaring it).
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
+#endif
+
 namespace {
 
-// The bytes malloc has handed out and not taken back (glibc's count, in this process).
+// The bytes malloc has handed out and not taken back, in this process: glibc's count, or under
+// AddressSanitizer (whose allocator replaces glibc's, so mallinfo sees none of it) the sanitizer's.
 uint64_t heap_in_use() {
+#if defined(__SANITIZE_ADDRESS__)
+  return __sanitizer_get_current_allocated_bytes();
+#else
   return ::mallinfo2().uordblks;
+#endif
 }
 
 }  // namespace
