@@ -6,7 +6,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -94,12 +96,39 @@ std::unique_ptr<LaunchedCommand> launch_command(const std::vector<std::string>& 
   }
 }
 
-void start_command(LaunchedCommand& command) {
+uint64_t start_command(LaunchedCommand& command) {
+  const uint64_t released_ns = mono_now();
   try {
     command.start();
   } catch (const std::runtime_error& e) {
     throw RecordError(e.what());
   }
+  return released_ns;
+}
+
+void begin_at_release(RawProfile& profile, int32_t pid, uint64_t released_ns) {
+  std::erase_if(profile.samples, [&](const RawSample& s) { return s.pid == pid && s.time_ns < released_ns; });
+  // Samples already summed (long recordings) cannot be taken apart: the start is then their earliest.
+  uint64_t start = released_ns;
+  for (const RawSampleSum& s : profile.released)
+    if (s.pid == pid && s.samples > 0) start = std::min(start, s.first_ns);
+  const RawProcess* process = profile.find_process(pid);
+  if (process == nullptr) return;
+  if (process->start_ns < start) profile.process(pid).start_ns = start;
+  for (RawThread& thread : profile.threads)
+    if (thread.pid == pid && thread.start_ns < start) thread.start_ns = start;
+}
+
+void finish_command(LaunchedCommand& command, uint64_t released_ns, bool stopped_early,
+                    RecordResult& result) {
+  if (stopped_early)
+    command.terminate(std::chrono::milliseconds(2000));
+  else
+    command.try_reap();
+  if (!command.reaped()) command.terminate(std::chrono::milliseconds(2000));
+  result.command_exit_status = command.exit_status();
+
+  begin_at_release(result.profile, command.pid(), released_ns);
 }
 
 bool update_targets_exited(std::vector<WatchedTarget>& targets, const std::vector<pollfd>& pfds,

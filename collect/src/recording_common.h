@@ -46,7 +46,18 @@ void check_targets_running(const std::vector<int32_t>& pids, const std::vector<U
 // exec so that the events attached to its pid see the exec, then let run; their errors as RecordError.
 std::unique_ptr<LaunchedCommand> launch_command(const std::vector<std::string>& argv,
                                                 const std::vector<std::string>& environment);
-void start_command(LaunchedCommand& command);
+// Lets the held command run; returns when (monotonic ns, taken just before it was let go).
+uint64_t start_command(LaunchedCommand& command);
+// A command the recording launched, or was handed held at its exec (RecordOptions::pid_held_at_exec),
+// begins when it was let run: until then it ran none of its program, so its process and the threads
+// seen from the recording's start begin then, not at the recording's start (the Firefox Profiler shows
+// "not started yet" there, rather than an empty buffer), and its samples older than the release are
+// dropped: they are the hold (through hpd, the stopped process's wait in ptrace_stop, which would
+// otherwise count as the program's blocked time). Called once every sample is in.
+void begin_at_release(RawProfile& profile, int32_t pid, uint64_t released_ns);
+// At the recording's end: the launched command reaped (terminated first when the recording was stopped
+// early, or when it does not end by itself), its exit status kept, and begun at its release.
+void finish_command(LaunchedCommand& command, uint64_t released_ns, bool stopped_early, RecordResult& result);
 
 // A recorded process and how its exit is noticed: its pidfd is polled beside the rings; without
 // one (old kernels) /proc is checked, or the launched command reaped.

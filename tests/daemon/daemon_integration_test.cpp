@@ -421,6 +421,69 @@ TEST(Hpd, FirstSampleOfACommandComesAtOnce) {
   EXPECT_LT(first_sample_unix_ms - main_unix_ms, 10.0);
 }
 
+// Whether a sample of `thread` is off the CPU, blocked, in `name` (its leaf hpd's "[blocked]" node, `name`
+// among its frames; shared tables, prefixOffset: version 66).
+bool blocked_in(const json& profile, const json& thread, const std::string& name) {
+  const json& shared = profile["shared"];
+  const json& strings = shared["stringArray"];
+  const json& stacks = shared["stackTable"];
+  const json& frames = shared["frameTable"];
+  const json& funcs = shared["funcTable"];
+  for (const json& stack : thread["samples"]["stack"]) {
+    bool blocked = false;
+    for (int64_t s = stack.is_null() ? -1 : stack.get<int64_t>(), depth = 0; s >= 0; ++depth) {
+      const int64_t func = frames["func"][stacks["frame"][s].get<size_t>()].get<int64_t>();
+      const std::string& frame = strings[funcs["name"][func].get<size_t>()].get_ref<const std::string&>();
+      if (depth == 0) blocked = frame == "[blocked]";
+      if (!blocked) break;
+      if (frame == name) return true;
+      const int64_t offset = stacks["prefixOffset"][s].get<int64_t>();
+      s = offset == 0 ? -1 : s - offset;
+    }
+  }
+  return false;
+}
+
+// A launched command begins when it is let run, not when the recording began: until then it was held
+// (locally before its exec, through hpd stopped right after it), running none of its program. Its main
+// thread and process register at the release (the Firefox Profiler then shows "not started yet" before
+// it, where with 0 it showed an empty buffer "full" for the time hpd took to attach), no sample is older,
+// and through hpd the hold's wait in ptrace_stop is not the program's blocked time (it was: a sample of
+// the held thread at the recording's start, blocked until the release; its wait for a CPU once let go
+// is the program's, and stays).
+TEST(Hpd, ALaunchedCommandBeginsWhenItIsLetRun) {
+  Hpd hpd;
+  for (const bool local : {false, true}) {
+    SCOPED_TRACE(local ? "local" : "through hpd");
+    const std::string out = hpd.out_dir() + (local ? "/local.json.gz" : "/hpd.json.gz");
+    const std::vector<std::string> record = {"record", "--no-report", "-o", out, "--", kCpuSlices, "0.3"};
+    std::vector<std::string> args = {kHpctl, "record", "--local"};
+    args.insert(args.end(), record.begin() + 1, record.end());
+    const RunResult r = run(local ? args : hpctl(hpd, record));
+    ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+    EXPECT_EQ(r.err.find("recorded by hpd") == std::string::npos, local) << r.err;
+    const auto at = r.out.find("start_unix_ns ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const double main_unix_ms = std::stod(r.out.substr(at + 14)) / 1e6;
+    const json profile = testing::load_json_maybe_gzip(out);
+    ASSERT_FALSE(profile["threads"].empty());
+    const json& main_thread = profile["threads"][0];
+    ASSERT_EQ(main_thread["tid"].dump(), main_thread["pid"].get<std::string>());  // pid: a string
+    const double registered = main_thread["registerTime"].get<double>();
+    // hpd attached before the release: that took time, so the command began after the recording.
+    EXPECT_GT(registered, 0.0);
+    EXPECT_EQ(main_thread["processStartupTime"].get<double>(), registered);
+    // main() ran after the release (0.5 ms for converting between the monotonic and the real-time clock).
+    EXPECT_GE(main_unix_ms, profile["meta"]["startTime"].get<double>() + registered - 0.5);
+    for (const json& thread : profile["threads"]) {
+      if (thread["pid"] != main_thread["pid"]) continue;
+      EXPECT_GE(thread["registerTime"].get<double>(), registered) << thread["tid"];
+      for (const json& t : thread["samples"]["time"]) EXPECT_GE(t.get<double>(), registered) << thread["tid"];
+      EXPECT_FALSE(blocked_in(profile, thread, "ptrace_stop")) << thread["tid"];
+    }
+  }
+}
+
 // Records `pid` through hpd into a capture until it has used `cpu_s` more seconds of CPU, then stops
 // as Ctrl-C does; hpctl's summary lines go to `err`.
 RawProfile record_until_cpu(const Hpd& hpd, pid_t pid, const std::string& out, const std::string& err,

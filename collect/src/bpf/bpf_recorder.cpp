@@ -144,16 +144,6 @@ void BpfSession::load() {
   skel_->bss->client_gid = options_.client_gid;
 }
 
-void BpfSession::finish_launched(bool stopped_early) {
-  if (!command_) return;
-  if (stopped_early)
-    command_->terminate(std::chrono::milliseconds(2000));
-  else
-    command_->try_reap();
-  if (!command_->reaped()) command_->terminate(std::chrono::milliseconds(2000));
-  result_.command_exit_status = command_->exit_status();
-}
-
 RecordResult BpfSession::run() {
   timing_mark("bpf-session");
   load();  // the only step that throws BpfUnavailable: nothing has been started yet
@@ -259,12 +249,13 @@ RecordResult BpfSession::run() {
     kallsyms_ = std::async(std::launch::async, load_kallsyms);
   if (command_) {
     read_kallsyms();
-    start_command(*command_);
+    released_ns_ = start_command(*command_);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
     for (size_t i = 0; i < options_.pids.size(); ++i)
       targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
+  if (options_.pid_held_at_exec) released_ns_ = mono_now();
   if (options_.on_attached) options_.on_attached();
   timing_mark("started");
   // Sampling runs: what follows is needed only once the first records are read. The next session's
@@ -332,7 +323,9 @@ RecordResult BpfSession::run() {
   collect_leftovers();
   calls_->finish(result_);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
-  finish_launched(stopped_early);
+  if (command_) finish_command(*command_, released_ns_, stopped_early, result_);
+  if (options_.pid_held_at_exec && !options_.pids.empty())
+    begin_at_release(result_.profile, options_.pids[0], released_ns_);
   summarize();
   return std::move(result_);
 }

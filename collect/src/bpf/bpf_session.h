@@ -91,7 +91,6 @@ class BpfSession {
   void collect_leftovers();
   void snapshot_switches();
   void read_attach_state();
-  void finish_launched(bool stopped_early);
   // The end-of-recording summary in result_: the decoder's, builder's, tables' and watch's counts.
   void summarize();
   static void read_program_stats(const bpf_program* program, uint64_t& runs, uint64_t& ns);
@@ -124,6 +123,7 @@ class BpfSession {
   RingReader ring_;
   MmapWatch mmap_watch_;
   std::unique_ptr<LaunchedCommand> command_;
+  uint64_t released_ns_ = 0;  // when the launched or held-at-exec command was let run
   std::vector<WatchedTarget> targets_;
 
   RecordResult result_;

@@ -104,7 +104,6 @@ class PerfSession {
   void release_rings();
   bool poll_once(std::vector<pollfd>& pfds);
   void fill_info();
-  void finish_launched(bool stopped_early);
 
   const RecordOptions& options_;
   PerfPrivileges privileges_;
@@ -113,6 +112,7 @@ class PerfSession {
   std::vector<UniqueFd> redirected_;
   std::vector<WatchedTarget> targets_;
   std::unique_ptr<LaunchedCommand> command_;
+  uint64_t released_ns_ = 0;  // when the launched or held-at-exec command was let run
   std::unique_ptr<RecordingCallCounter> calls_;
   bool launched_described_ = false;
 
@@ -472,7 +472,8 @@ RecordResult PerfSession::run() {
     for (size_t i = 0; i < options_.pids.size(); ++i)
       targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
-  if (command_) start_command(*command_);
+  if (command_) released_ns_ = start_command(*command_);
+  if (options_.pid_held_at_exec) released_ns_ = mono_now();
   if (options_.on_attached) options_.on_attached();
 
   std::vector<pollfd> pfds;
@@ -523,7 +524,9 @@ RecordResult PerfSession::run() {
         "perf_event reports only the switches it sees: a thread blocked since before the recording shows "
         "nothing until it runs (the eBPF backend reads where each one waits)";
   calls_->finish(result_);
-  finish_launched(stopped_early);
+  if (command_) finish_command(*command_, released_ns_, stopped_early, result_);
+  if (options_.pid_held_at_exec && !options_.pids.empty())
+    begin_at_release(result_.profile, options_.pids[0], released_ns_);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
   result_.duplicate_samples = decoder_->duplicate_samples();
   result_.ordered_records = ordering_->counters().delivered;
@@ -540,16 +543,6 @@ RecordResult PerfSession::run() {
   result_.leaf_callers_added = unwound.leaf_callers;
   result_.sample_bytes = unwound.sample_bytes;
   return std::move(result_);
-}
-
-void PerfSession::finish_launched(bool stopped_early) {
-  if (!command_) return;
-  if (stopped_early)
-    command_->terminate(std::chrono::milliseconds(2000));
-  else
-    command_->try_reap();
-  if (!command_->reaped()) command_->terminate(std::chrono::milliseconds(2000));
-  result_.command_exit_status = command_->exit_status();
 }
 
 }  // namespace
