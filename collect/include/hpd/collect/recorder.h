@@ -115,9 +115,9 @@ struct RecordOptions {
   uint32_t stack_copy_bytes = 0;
   // perf backend in fp mode: every sample also carries the registers and a dwarf-sized stack copy, and
   // an on-CPU stack whose frame-pointer chain stops short of its thread's first frame is unwound with
-  // CFI instead. For --call-graph auto on --pid targets that were all built with frame pointers: a
-  // process may exec a program whose code has none, and a perf event's sampling attributes cannot
-  // change once it is open.
+  // CFI instead. For --call-graph auto on --pid targets and launched commands that were all built with
+  // frame pointers: a process may exec a program whose code has none, and a perf event's sampling
+  // attributes cannot change once it is open.
   bool fp_with_cfi_fallback = false;
   // cfi mode: rows the eBPF row map holds, up to kMaxCfiRowCapacity (0 = kDefaultCfiRowCapacity). When the
   // tables of the modules the targets map do not fit, the least recently used modules no followed process
