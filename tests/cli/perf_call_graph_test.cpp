@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_clock.h"
 #include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -201,17 +202,6 @@ void check(const std::string& dir, const std::vector<std::string>& flags, const 
   check_capture(dir, capture, what, truth, callers);
 }
 
-// Perf events hpctl (`pid`) has open: one per CPU for each thread of its target once it has attached.
-size_t perf_events_open(pid_t pid) {
-  size_t n = 0;
-  std::error_code ec;
-  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-    std::error_code link_ec;
-    if (std::filesystem::read_symlink(fd.path(), link_ec).string() == "anon_inode:[perf_event]") ++n;
-  }
-  return n;
-}
-
 TEST_F(PerfCallGraphTest, FramePointerProgramOverGlibcWithoutThemGetsItsCallers) {
   check(dir_.string(), {}, "default", true);
 }
@@ -264,7 +254,7 @@ TEST_F(PerfCallGraphTest, PidThatExecsAProgramWithoutFramePointersGetsItsCallers
                       quiet);
   // The exec comes once hpctl has the target's events open (one per online CPU).
   const auto cpus = static_cast<size_t>(::sysconf(_SC_NPROCESSORS_ONLN));
-  while (perf_events_open(recorder.pid()) < cpus) {
+  while (perf_events_held(recorder.pid()) < cpus) {
     const std::string stat = read_text_file("/proc/" + std::to_string(recorder.pid()) + "/stat");
     ASSERT_EQ(stat.find(") Z "), std::string::npos) << "hpctl ended before it attached";
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

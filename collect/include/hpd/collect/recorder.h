@@ -251,6 +251,11 @@ struct RecordResult {
   // waited; why such threads could not be looked for ("" when they were).
   uint64_t off_cpu_at_attach = 0;
   std::string attach_state_error;
+  // perf_event, --pid: child processes the targets had when the recording began (and theirs) that
+  // could not be given events of their own, counted from the first failure (at least that many), and
+  // its reason. They are sampled only where they inherited events while the targets' were being opened.
+  uint64_t children_not_attached = 0;
+  std::string children_attach_error;
   // The call-graph mode used (kFp or kDwarf) and, for CallGraph::kAuto, why, in words for the user
   // (also in profile.info.call_graph as "fp", "dwarf", "auto:fp" or "auto:dwarf").
   CallGraph call_graph = CallGraph::kFp;
