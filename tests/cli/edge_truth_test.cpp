@@ -10,7 +10,8 @@
 // - `--pid` of a parent follows every child: those forked before the attach that still run, and those
 //   forked after it (exit_children ... held: 100 children alive and waiting at the attach, then run
 //   one at a time, and 100 forked one after the other), each with its pid in the profile, and the
-//   function's CPU.
+//   function's CPU; with too few descriptors for all of their events, the note's count of children
+//   left is what the profile lacks.
 // Recorded by hpctl into a capture (default flags: eBPF; then --backend perf), read back by `hpctl
 // report --json` and `hpctl convert`.
 #include <gtest/gtest.h>
