@@ -74,6 +74,45 @@ std::vector<int32_t> list_processes() {
   return list_numeric_entries("/proc");
 }
 
+namespace {
+
+// The parent pid of field 4 of /proc/P/stat (after the last ')' of the comm field), or 0.
+int32_t read_parent_pid(int32_t pid) {
+  const auto text = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!text) return 0;
+  const size_t paren = text->rfind(')');
+  if (paren == std::string::npos || paren + 4 >= text->size()) return 0;
+  return static_cast<int32_t>(std::strtol(text->c_str() + paren + 4, nullptr, 10));  // ") S PPID"
+}
+
+}  // namespace
+
+std::vector<int32_t> list_child_processes(int32_t pid) {
+  std::vector<int32_t> children;
+  bool listed = false;
+  for (const int32_t tid : list_threads(pid)) {
+    const auto text =
+        read_small_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/children");
+    if (!text) continue;
+    listed = true;
+    const char* at = text->data();
+    const char* end = at + text->size();
+    while (at < end) {
+      int32_t child = 0;
+      const auto [next, ec] = std::from_chars(at, end, child);
+      if (ec == std::errc() && child > 0) children.push_back(child);
+      at = next + 1;  // past the separating space (or a character from_chars refused)
+    }
+  }
+  if (!listed && !list_threads(pid).empty()) {
+    for (const int32_t p : list_processes())
+      if (read_parent_pid(p) == pid) children.push_back(p);
+  }
+  std::sort(children.begin(), children.end());
+  children.erase(std::unique(children.begin(), children.end()), children.end());
+  return children;
+}
+
 std::optional<uint64_t> read_thread_runtime_ns(int32_t pid, int32_t tid) {
   const auto line =
       read_first_line("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat");

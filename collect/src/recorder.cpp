@@ -399,10 +399,11 @@ RecordResult record(const RecordOptions& options) {
         CallGraphChoice{CallGraph::kCfi, "the eBPF programs unwind user stacks with each module's CFI"};
   }
   resolved.call_graph = call_graph.mode;
-  // The program a --pid target runs now is not the one it may exec: a chain the frame-pointer walk
-  // cannot complete after an exec is unwound from the stack copy instead.
-  const bool exec_may_change_program = options.call_graph == CallGraph::kAuto && !options.pids.empty() &&
-                                       options.command.empty() && perf_call_graph == CallGraph::kFp;
+  // The program a --pid target or a launched command runs first is not the one it may exec: a chain
+  // the frame-pointer walk cannot complete after an exec is unwound from the stack copy instead.
+  // (System-wide and cgroup targets keep plain fp: a stack copy per sample of every process.)
+  const bool exec_may_change_program = options.call_graph == CallGraph::kAuto && !options.all_processes &&
+                                       options.cgroup.empty() && perf_call_graph == CallGraph::kFp;
   if (exec_may_change_program) {
     resolved.fp_with_cfi_fallback = true;
     perf_choice.reason +=

@@ -506,6 +506,12 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                       " threads were already off the CPU when the recording began: their time from its "
                       "start is counted where they wait");
   }
+  if (result.children_not_attached != 0) {
+    s.notes.push_back(
+        "note: " + std::to_string(result.children_not_attached) +
+        " or more child processes the targets had when the recording began were not recorded (" +
+        result.children_attach_error + ")");
+  }
   if (!result.attach_state_error.empty()) {
     s.notes.push_back("note: threads blocked before the recording began are not seen until they run (" +
                       result.attach_state_error + ")");

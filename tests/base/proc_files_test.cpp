@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace hpd {
 namespace {
 
@@ -152,6 +154,55 @@ TEST(ProcFiles, ProcessStartOnTheMonotonicClock) {
   EXPECT_LE(*started, after);
   EXPECT_GE(*started, *self);
   EXPECT_FALSE(read_process_start_monotonic_ns(child).has_value());
+}
+
+// The child processes of a process: both children that wait on a pipe, not the grandchild one of
+// them forked, nothing once they are reaped, nothing for a process that is gone.
+TEST(ProcFiles, ChildProcessesOfAProcess) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  int grand[2];
+  ASSERT_EQ(::pipe(grand), 0);
+  const auto wait_on_pipe = [&] {
+    ::close(fds[1]);
+    char c;
+    (void)!::read(fds[0], &c, 1);
+  };
+  const pid_t first = ::fork();
+  if (first == 0) {
+    wait_on_pipe();
+    _exit(0);
+  }
+  const pid_t second = ::fork();
+  if (second == 0) {
+    ::close(grand[0]);
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) {
+      wait_on_pipe();
+      _exit(0);
+    }
+    (void)!::write(grand[1], &grandchild, sizeof grandchild);
+    wait_on_pipe();
+    ::waitpid(grandchild, nullptr, 0);
+    _exit(0);
+  }
+  ::close(fds[0]);
+  ::close(grand[1]);
+  pid_t grandchild = 0;
+  ASSERT_EQ(::read(grand[0], &grandchild, sizeof grandchild), static_cast<ssize_t>(sizeof grandchild));
+  ::close(grand[0]);
+  const std::vector<int32_t> children = list_child_processes(::getpid());
+  const std::vector<int32_t> of_second = list_child_processes(second);
+  ::close(fds[1]);
+  ::waitpid(first, nullptr, 0);
+  ::waitpid(second, nullptr, 0);
+  EXPECT_NE(std::find(children.begin(), children.end(), first), children.end());
+  EXPECT_NE(std::find(children.begin(), children.end(), second), children.end());
+  EXPECT_EQ(std::find(children.begin(), children.end(), grandchild), children.end());
+  EXPECT_EQ(of_second, std::vector<int32_t>{grandchild});
+  const std::vector<int32_t> after = list_child_processes(::getpid());
+  EXPECT_EQ(std::find(after.begin(), after.end(), first), after.end());
+  EXPECT_TRUE(list_child_processes(second).empty());
 }
 
 }  // namespace

@@ -7,18 +7,28 @@
 // - The CPU a thread uses after its last sample goes where it was, not to the last sample's stack
 //   (tests/fixtures/exit_children.c: 200 forked processes, each burning 2 ms in one function after a
 //   random warm-up and exiting).
+// - `--pid` of a parent follows every child: those forked before the attach that still run, and those
+//   forked after it (exit_children ... held: 100 children alive and waiting at the attach, then run
+//   one at a time, and 100 forked one after the other), each with its pid in the profile, and the
+//   function's CPU; with too few descriptors for all of their events, the note's count of children
+//   left is what the profile lacks.
 // Recorded by hpctl into a capture (default flags: eBPF; then --backend perf), read back by `hpctl
 // report --json` and `hpctl convert`.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "cpu_clock.h"
 #include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -208,27 +218,119 @@ class EdgeTruthTest : public ::testing::Test {
     record.insert(record.end(), {"--", kFixtures + "/exit_children", std::to_string(kChildren), "2000"});
     const RunResult r = run(record);
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::set<int64_t> pids;
+    const double truth_ns = children_truth(r.out, pids);
+    ASSERT_EQ(pids.size(), static_cast<size_t>(kChildren)) << r.out;
+    check_burn_child(capture, what, truth_ns, pids.size());
+  }
+
+  // The children's lines of exit_children in `out`: the sum of their burn_ns, and their pids.
+  static double children_truth(const std::string& out, std::set<int64_t>& pids) {
     double truth_ns = 0;
-    int children = 0;
-    std::istringstream lines(r.out);
+    std::istringstream lines(out);
     std::string line;
     while (std::getline(lines, line)) {
       const double burned = field(line, "exit_children: child", "burn_ns");
       if (burned < 0) continue;
       truth_ns += burned;
-      ++children;
+      pids.insert(static_cast<int64_t>(field(line, "exit_children: child", "pid")));
     }
-    ASSERT_EQ(children, kChildren) << r.out;
+    return truth_ns;
+  }
 
+  // burn_child's CPU in the capture against `truth_ns`, within 5%.
+  void check_burn_child(const std::string& capture, const std::string& what, double truth_ns,
+                        size_t children) {
     const json rep = report(capture, {});
     ASSERT_TRUE(rep.contains("functions"));
     const json* burn = row_of(rep, "burn_child");
     ASSERT_NE(burn, nullptr) << "burn_child not in the report";
     const double got_ns = number(burn, "total_cpu_ns");
-    std::printf("%s: burn_child truth %.1f ms in %d children; hpd %.1f ms (%.1f%%), %.0f samples\n",
+    std::printf("%s: burn_child truth %.1f ms in %zu children; hpd %.1f ms (%.1f%%), %.0f samples\n",
                 what.c_str(), truth_ns / 1e6, children, got_ns / 1e6, 100.0 * got_ns / truth_ns,
                 number(burn, "total_samples"));
     EXPECT_NEAR(got_ns, truth_ns, 0.05 * truth_ns);
+  }
+
+  // `hpctl record --pid` of exit_children ... held, attached while half of its children are alive and
+  // waiting; the go-ahead once hpctl holds an event per CPU for every thread of the parent and of those
+  // children (or, when it never does, after a while, so that the profile says what it missed).
+  // `fd_limit` (0: none): hpctl runs under prlimit --nofile with it; it then leaves the children whose
+  // events would take the last 256 descriptors (kReservedDescriptors), says how many, and the others
+  // are recorded.
+  void check_pid_children(const std::vector<std::string>& flags, const std::string& what,
+                          size_t fd_limit = 0) {
+    SCOPED_TRACE(what);
+    constexpr int kChildren = 200;
+    const std::string out = path(what + ".out");
+    const std::string capture = path(what + ".hpr");
+    BackgroundOptions launch;
+    launch.ready_line = "ready";
+    launch.stdin_pipe = true;
+    Background parent({kFixtures + "/exit_children", std::to_string(kChildren), "2000", "held", out}, launch);
+    ASSERT_TRUE(parent.ready());
+    const std::string err = path(what + ".record.err");
+    std::vector<std::string> record = {"/bin/sh", "-c", "exec \"$@\" 2>" + err, "sh"};
+    if (fd_limit != 0)
+      record.insert(record.end(),
+                    {"prlimit", "--nofile=" + std::to_string(fd_limit) + ":" + std::to_string(fd_limit)});
+    record.insert(record.end(), {kHpctl, "--local", "record", "--pid", std::to_string(parent.pid()), "-o",
+                                 capture, "--no-report"});
+    record.insert(record.end(), flags.begin(), flags.end());
+    BackgroundOptions quiet;
+    quiet.stdout_path = path(what + ".record.out");
+    Background recorder(record, quiet);
+    const auto cpus = static_cast<size_t>(::sysconf(_SC_NPROCESSORS_ONLN));
+    const size_t events = cpus * (1 + kChildren / 2);
+    const auto descriptors = [](pid_t pid) {
+      size_t n = 0;
+      std::error_code ec;
+      for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+           !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+        ++n;
+      return n;
+    };
+    // With a limit, the attach ends where one more child's events would enter the reserve.
+    const auto attach_done = [&] {
+      const size_t held = perf_events_held(recorder.pid());
+      return held >= events ||
+             (fd_limit != 0 && held >= cpus && descriptors(recorder.pid()) + 256 + cpus > fd_limit);
+    };
+    const bool attached = wait_until([&] { return attach_done() || !process_running(recorder.pid()); }, 30);
+    EXPECT_TRUE(attached && process_running(recorder.pid()))
+        << "hpctl holds " << perf_events_held(recorder.pid()) << " perf events, not one per CPU for the "
+        << "parent and each of its " << kChildren / 2 << " children (" << events << ")";
+    ASSERT_TRUE(parent.send("x"));
+    ASSERT_EQ(parent.wait(), 0);
+    ASSERT_EQ(recorder.wait(), 0) << read_text_file(err);
+
+    std::set<int64_t> pids;
+    const double truth_ns = children_truth(read_text_file(out), pids);
+    ASSERT_EQ(pids.size(), static_cast<size_t>(kChildren));
+    const json rep = report(capture, {});
+    ASSERT_TRUE(rep.contains("totals"));
+    std::set<int64_t> seen;
+    for (const json& t : rep.at("totals").at("time_by_thread")) {
+      const auto pid = t.at("pid").get<int64_t>();
+      if (pids.contains(pid) && t.at("samples").get<double>() > 0) seen.insert(pid);
+    }
+    std::printf("%s: %zu of %d children with samples in the profile\n", what.c_str(), seen.size(), kChildren);
+    if (fd_limit == 0) {
+      EXPECT_EQ(seen.size(), static_cast<size_t>(kChildren));
+      check_burn_child(capture, what, truth_ns, pids.size());
+      return;
+    }
+    // The note says how many of the children alive at the attach were left; the others and every
+    // child forked after it are in the profile.
+    const std::string said = read_text_file(err);
+    const size_t at =
+        said.find(" or more child processes the targets had when the recording began were not recorded");
+    ASSERT_NE(at, std::string::npos) << said;
+    const size_t n = std::strtoul(said.c_str() + said.rfind(' ', at - 1) + 1, nullptr, 10);
+    std::printf("%s: the note says %zu children were left\n", what.c_str(), n);
+    EXPECT_GT(n, 0u);
+    EXPECT_LT(n, static_cast<size_t>(kChildren / 2));
+    EXPECT_EQ(seen.size(), static_cast<size_t>(kChildren) - n);
   }
 
   hpd::testing::TempDir tmp_{"hpd-edge-truth", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
@@ -245,6 +347,22 @@ TEST_F(EdgeTruthTest, PreemptedLeafIsTheInterruptedInstructionPerf) {
 
 TEST_F(EdgeTruthTest, CpuAfterTheLastSampleGoesWhereTheThreadWas) {
   check_exit_tail({}, "default");
+}
+
+// `--pid` with the perf backend, default flags (dwarf here) and frame pointers.
+TEST_F(EdgeTruthTest, PidFollowsChildrenForkedBeforeAndAfterTheAttachPerf) {
+  check_pid_children({"--backend", "perf"}, "pid-perf");
+}
+
+TEST_F(EdgeTruthTest, PidFollowsChildrenForkedBeforeAndAfterTheAttachPerfFp) {
+  check_pid_children({"--backend", "perf", "--call-graph", "fp"}, "pid-perf-fp");
+}
+
+// Too few descriptors for the events of every child alive at the attach: the recording goes on, and
+// the note's count of children left is what the profile lacks.
+TEST_F(EdgeTruthTest, PidWithTooFewDescriptorsForItsChildrenSaysHowManyItLeftPerf) {
+  if (!have_tool("prlimit")) GTEST_SKIP() << "prlimit (util-linux) is not installed";
+  check_pid_children({"--backend", "perf"}, "pid-perf-limit", 400);
 }
 
 // Not with --backend perf: perf_event takes no sample at a thread's exit, so the CPU after a thread's

@@ -8,8 +8,8 @@
 //   of the thread within 3 points of the share of its samples whose stack the Firefox export shows
 //   reaching the thread's first frame (_start) through main.
 // - The same through `--pid` of a process that execs the fixture from a program that has frame
-//   pointers everywhere (tests/fixtures/exec_later.c): the call graph chosen at the attach must still
-//   complete the new program's stacks.
+//   pointers everywhere (tests/fixtures/exec_later.c), and through a launched command that does: the
+//   call graph chosen for the first program must still complete the new program's stacks.
 // Recorded by hpctl into a capture, read back by `hpctl report --json` and `hpctl convert`.
 #include <gtest/gtest.h>
 
@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_clock.h"
 #include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -201,17 +202,6 @@ void check(const std::string& dir, const std::vector<std::string>& flags, const 
   check_capture(dir, capture, what, truth, callers);
 }
 
-// Perf events hpctl (`pid`) has open: one per CPU for each thread of its target once it has attached.
-size_t perf_events_open(pid_t pid) {
-  size_t n = 0;
-  std::error_code ec;
-  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-    std::error_code link_ec;
-    if (std::filesystem::read_symlink(fd.path(), link_ec).string() == "anon_inode:[perf_event]") ++n;
-  }
-  return n;
-}
-
 TEST_F(PerfCallGraphTest, FramePointerProgramOverGlibcWithoutThemGetsItsCallers) {
   check(dir_.string(), {}, "default", true);
 }
@@ -220,6 +210,25 @@ TEST_F(PerfCallGraphTest, FramePointerProgramOverGlibcWithoutThemGetsItsCallers)
 // keeps no frame), and the report must not call them complete.
 TEST_F(PerfCallGraphTest, FramePointerChainsThatStopShortAreNotCalledComplete) {
   check(dir_.string(), {"--call-graph", "fp"}, "fp", false);
+}
+
+// A launched command whose program (exec_later: frame pointers everywhere, nothing linked) execs
+// qsort_strtod (frame pointers over glibc without them). auto judges the program the command names
+// and its libraries: fp, whose attributes the events keep through the exec; the stacks the
+// frame-pointer walk cannot complete after it are unwound with CFI from a stack copy. The callers get
+// their CPU, the stacks reach main, and the stated completeness is what the export shows.
+TEST_F(PerfCallGraphTest, LaunchedCommandThatExecsAProgramWithoutFramePointersGetsItsCallers) {
+  SCOPED_TRACE("launched exec");
+  const std::string out = dir_.string() + "/launched.out";
+  const std::string capture = dir_.string() + "/launched.hpr";
+  // exec_later's stdin is /dev/null: its read of the go-ahead returns at once, and it execs.
+  const RunResult r = run({kHpctl, "--local", "record", "--backend", "perf", "-o", capture, "--no-report",
+                           "--", kFixtures + "/exec_later", out, kFixtures + "/qsort_strtod", "1500"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string fixture_out = read_text_file(out);
+  const Truth truth = truth_of(fixture_out);
+  ASSERT_GT(truth.tid, 0) << fixture_out;
+  check_capture(dir_.string(), capture, "launched", truth, true);
 }
 
 // `--pid` of a process that runs a program built with frame pointers and linking nothing
@@ -245,7 +254,7 @@ TEST_F(PerfCallGraphTest, PidThatExecsAProgramWithoutFramePointersGetsItsCallers
                       quiet);
   // The exec comes once hpctl has the target's events open (one per online CPU).
   const auto cpus = static_cast<size_t>(::sysconf(_SC_NPROCESSORS_ONLN));
-  while (perf_events_open(recorder.pid()) < cpus) {
+  while (perf_events_held(recorder.pid()) < cpus) {
     const std::string stat = read_text_file("/proc/" + std::to_string(recorder.pid()) + "/stat");
     ASSERT_EQ(stat.find(") Z "), std::string::npos) << "hpctl ended before it attached";
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

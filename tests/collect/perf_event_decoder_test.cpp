@@ -336,6 +336,30 @@ TEST(PerfEventDecoder, DropsInheritedCopiesOfALateAttachedThread) {
   EXPECT_EQ(builder.duplicate_samples(), 1u);
 }
 
+// A child process attached at the start may have inherited some events of its parent too; the tasks
+// it creates inherit copies of both sets, and its rule (its own events' samples only) is theirs, until
+// the task exits and its tid may go to another.
+TEST(PerfEventDecoder, TasksCreatedByALateAttachedTaskKeepItsOwnEventsOnly) {
+  RawProfile profile;
+  PerfFeed builder(profile, {true, 127});
+  builder.set_own_event_ids(42, {7, 8});
+  builder.on_record(TaskRecord{true, 50, 42, 50, 42, 100, {}});  // 42 forks process 50
+  auto sample = [&](int32_t pid, int32_t tid, uint64_t id, uint64_t time) {
+    auto s = make_sample(pid, tid, 0, time, 100);
+    s.id = id;
+    builder.on_record(s);
+  };
+  sample(50, 50, 8, 200);  // the copy of 42's own event
+  sample(50, 50, 3, 200);  // the copy of what 42 inherited
+  EXPECT_EQ(profile.samples.size(), 1u);
+  EXPECT_EQ(builder.duplicate_samples(), 1u);
+  builder.on_record(TaskRecord{false, 50, 42, 50, 50, 300, {}});  // 50 exits
+  builder.on_record(TaskRecord{true, 50, 41, 50, 41, 400, {}});   // a task of 41 gets tid 50
+  sample(50, 50, 3, 500);
+  EXPECT_EQ(profile.samples.size(), 2u);
+  EXPECT_EQ(builder.duplicate_samples(), 1u);
+}
+
 TEST(PerfEventDecoder, LostAndThrottleCounts) {
   RawProfile profile;
   PerfFeed builder(profile, {true, 127});

@@ -42,13 +42,18 @@ bool process_running(pid_t pid) {
   return fields >> state && state != "Z" && state != "X";
 }
 
-bool holds_perf_event(pid_t pid) {
+size_t perf_events_held(pid_t pid) {
+  size_t n = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-    const auto target = std::filesystem::read_symlink(entry.path(), ec);
-    if (!ec && target.string() == "anon_inode:[perf_event]") return true;
+    std::error_code link_ec;
+    n += std::filesystem::read_symlink(entry.path(), link_ec).string() == "anon_inode:[perf_event]" ? 1 : 0;
   }
-  return false;
+  return n;
+}
+
+bool holds_perf_event(pid_t pid) {
+  return perf_events_held(pid) > 0;
 }
 
 bool wait_until(const std::function<bool()>& done, double cap_s, double interval_s) {

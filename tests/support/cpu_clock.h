@@ -23,6 +23,9 @@ bool process_running(pid_t pid);
 
 // Whether `pid` holds a perf_event descriptor: a recorder that opened its sampling events.
 bool holds_perf_event(pid_t pid);
+// How many perf_event descriptors `pid` holds (the perf backend: one per CPU for each thread it
+// attached).
+size_t perf_events_held(pid_t pid);
 
 // Asks done() every `interval_s` until it holds (true) or `cap_s` of wall time passed (false). The cap
 // is for a real break only: choose it far beyond what the slowest machine needs.

@@ -98,10 +98,18 @@ void PerfEventDecoder::decode(const PerfRecord& record, size_t bytes, const Even
       sink(CommEvent{c->pid, c->tid, time, c->comm});
     }
   } else if (const auto* t = std::get_if<TaskRecord>(&record)) {
-    if (t->fork)
+    if (t->fork) {
+      // A task created by one with events of its own inherits copies of both sets: its creator's
+      // rule holds for it (the copies' samples carry the ids of the events they were copied from).
+      if (auto creator = own_ids_.find(t->ptid); creator != own_ids_.end() && t->tid != t->ptid) {
+        std::unordered_set<uint64_t> ids = creator->second;
+        own_ids_[t->tid] = std::move(ids);
+      }
       sink(ForkEvent{t->pid, t->tid, t->ppid, t->ptid, t->time, {}});
-    else
+    } else {
+      own_ids_.erase(t->tid);  // the tid may be given to another task
       sink(ExitEvent{t->pid, t->tid, t->time, 0});
+    }
   } else if (const auto* l = std::get_if<LostRecord>(&record)) {
     sink(LostEvent{l->lost, 0});
   } else if (const auto* th = std::get_if<ThrottleRecord>(&record)) {

@@ -34,8 +34,10 @@ class PerfEventDecoder {
  public:
   explicit PerfEventDecoder(PerfDecoderConfig config) : config_(config) {}
 
-  // A thread attached directly after its process was already attached may also have inherited
-  // events from its creator; only samples from its own events (these ids) are kept.
+  // A thread attached directly after its process was already attached, or a child process of a
+  // target attached at the start, may also have inherited events from its creator; only samples from
+  // its own events (these ids) are kept, for it and for the tasks it creates (their fork records pass
+  // the rule on; an exit record ends it).
   void set_own_event_ids(int32_t tid, std::vector<uint64_t> ids);
 
   // Whether a kernel address lies in a system-call entry (SchedulerFrames::is_syscall_entry), to tell

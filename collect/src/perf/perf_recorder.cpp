@@ -3,7 +3,8 @@
 // The kernel refuses mmap() of an inherited per-task event opened with cpu == -1, so each existing
 // thread gets one inherited event per CPU. The first event on a CPU owns that CPU's ring buffer and the
 // others are redirected into it with PERF_EVENT_IOC_SET_OUTPUT. Threads and processes created later
-// inherit the events of their creator.
+// inherit the events of their creator; the child processes a --pid target has when it is attached
+// (and theirs) are attached too.
 #include "perf/perf_recorder.h"
 
 #include <linux/perf_event.h>
@@ -17,6 +18,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <set>
@@ -43,6 +45,8 @@ namespace {
 
 constexpr int kPollTimeoutMs = 100;
 constexpr int kMaxRescans = 16;
+// Descriptors left for the rest of the recording when child processes of the targets are attached.
+constexpr size_t kReservedDescriptors = 256;
 
 int perf_event_open(perf_event_attr* attr, pid_t pid, int cpu) {
   return static_cast<int>(::syscall(SYS_perf_event_open, attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
@@ -93,8 +97,12 @@ class PerfSession {
   void apply_variant();
   UniqueFd open_event(int32_t pid, int32_t tid, int cpu);
   bool attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>* own_ids);
-  void attach_process(int32_t pid);
-  void describe_threads(int32_t pid);
+  bool attach_process(int32_t pid, bool all_own_ids);
+  void attach_descendants();
+  struct ProcessSnapshot;
+  ProcessSnapshot snapshot(int32_t pid);
+  void apply_snapshot(ProcessSnapshot& state);
+  void add_attached(ProcessSnapshot& state);
   void add_threads(int32_t pid, const std::vector<std::pair<int32_t, std::string>>& names);
   void describe_process(RawProcess& process);
   void describe_launched();
@@ -138,15 +146,19 @@ class PerfSession {
   Unwinder unwinder_;
   RecordLayout layout_;
   std::vector<uint8_t> scratch_;
-  // The launched command as /proc showed it after its exec, at `time_ns`: handed to the builder when
-  // the records up to that time have been delivered.
-  struct LaunchedState {
+  // A process as /proc showed it at `time_ns`.
+  struct ProcessSnapshot {
     uint64_t time_ns = 0;
     RawProcess process;
     std::vector<std::pair<int32_t, std::string>> threads;
     std::vector<MapsEntry> maps;
   };
-  std::optional<LaunchedState> launched_;
+  // The launched command after its exec: handed to the builder when the records up to that time have
+  // been delivered.
+  std::optional<ProcessSnapshot> launched_;
+  // Child processes of the --pid targets attached because they existed at the attach (and theirs), as
+  // /proc showed them then (a child may be gone by the time the builder exists).
+  std::vector<ProcessSnapshot> descendants_;
 };
 
 void PerfSession::init_attr() {
@@ -261,11 +273,17 @@ bool PerfSession::attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>*
   return true;
 }
 
-void PerfSession::attach_process(int32_t pid) {
+// Every thread of `pid`; false when none could be attached (it exited). `all_own_ids`: its threads
+// may have inherited some events already (a child forked while its parent's events were being
+// opened), so that only their own events' samples are kept.
+bool PerfSession::attach_process(int32_t pid, bool all_own_ids) {
   std::vector<int32_t> tids = list_threads(pid);
   size_t attached = 0;
   for (const int32_t tid : tids) {
-    if (attach_thread(pid, tid, nullptr)) ++attached;
+    std::vector<uint64_t> ids;
+    if (!attach_thread(pid, tid, all_own_ids ? &ids : nullptr)) continue;
+    ++attached;
+    if (all_own_ids) own_ids_.emplace_back(tid, std::move(ids));
   }
   // Threads created during the attach by a not-yet-attached thread inherited nothing: attach them too.
   // Such a thread may also have inherited from an attached creator; its own event ids tell the copies apart.
@@ -284,7 +302,63 @@ void PerfSession::attach_process(int32_t pid) {
     }
     if (!found) break;
   }
-  if (attached == 0) throw RecordError("no process with pid " + std::to_string(pid) + " (it exited)");
+  return attached > 0;
+}
+
+// The child processes the targets have now, and theirs: a process inherits the events of its parent
+// only when it is forked after they were opened, and one forked while they were being opened (one per
+// CPU) inherited those of the CPUs done by then. Each gets events of its own (their samples are the
+// ones kept: PerfEventDecoder::set_own_event_ids); those forked from then on inherit complete sets.
+void PerfSession::attach_descendants() {
+  // Their events may not take the descriptors the rest of the recording needs (the targets' pidfds,
+  // the capture, the modules read to symbolize): a target with thousands of descendants on many CPUs
+  // would exhaust the limit.
+  rlimit limit{};
+  const bool limited = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+  size_t in_use = 0;
+  if (limited) {
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+      ++in_use;
+  }
+  std::vector<int32_t> parents = options_.pids;
+  for (int round = 0; round < kMaxRescans && !parents.empty(); ++round) {
+    std::vector<int32_t> found;
+    for (const int32_t parent : parents) {
+      for (const int32_t child : list_child_processes(parent))
+        if (!attached_.contains(child)) found.push_back(child);
+    }
+    parents.clear();
+    for (size_t i = 0; i < found.size(); ++i) {
+      const int32_t child = found[i];
+      if (attached_.contains(child)) continue;
+      const size_t events = cpus_.size() * std::max<size_t>(1, list_threads(child).size());
+      if (limited && in_use + events + kReservedDescriptors > limit.rlim_cur) {
+        result_.children_not_attached = found.size() - i;
+        result_.children_attach_error =
+            "their events would take the descriptors the recording needs "
+            "(one per CPU for each thread; the limit is " +
+            std::to_string(limit.rlim_cur) + "): raise it with ulimit -n";
+        return;
+      }
+      in_use += events;
+      // Read before its events exist too: it may exit before the read after, which sees what it
+      // mapped in between.
+      ProcessSnapshot before = snapshot(child);
+      try {
+        if (!attach_process(child, true)) continue;
+      } catch (const RecordError& e) {
+        // The targets are recorded still: the children left are said, not attached.
+        result_.children_not_attached = found.size() - i;
+        result_.children_attach_error = e.what();
+        return;
+      }
+      ProcessSnapshot after = snapshot(child);
+      descendants_.push_back(after.maps.empty() ? std::move(before) : std::move(after));
+      parents.push_back(child);
+    }
+  }
 }
 
 void PerfSession::describe_process(RawProcess& process) {
@@ -306,26 +380,31 @@ void PerfSession::add_threads(int32_t pid, const std::vector<std::pair<int32_t, 
   }
 }
 
-void PerfSession::describe_threads(int32_t pid) {
-  add_threads(pid, read_thread_names(pid));
+// A process attached at the start, as /proc showed it after its events were opened (`state`).
+void PerfSession::add_attached(ProcessSnapshot& state) {
+  apply_snapshot(state);
+  builder_->processes().add_initial_process(state.process.pid, state.maps);
 }
 
 // After exec: what MMAP2 records do not cover (the vDSO) comes from /proc, read now (the command may
 // not live long) and handed to the builder in its place among the records (apply_launched).
 void PerfSession::describe_launched() {
-  const int32_t pid = command_->pid();
-  LaunchedState& state = launched_.emplace();
+  launched_.emplace(snapshot(command_->pid()));
+}
+
+PerfSession::ProcessSnapshot PerfSession::snapshot(int32_t pid) {
+  ProcessSnapshot state;
   state.process.pid = pid;
   describe_process(state.process);
   state.threads = read_thread_names(pid);
   state.maps = read_proc_maps(pid);
   state.time_ns = mono_now();
+  return state;
 }
 
-void PerfSession::apply_launched() {
-  LaunchedState state = std::move(*launched_);
-  launched_.reset();
-  const int32_t pid = command_->pid();
+// The process's description and threads from `state`; its maps are the caller's.
+void PerfSession::apply_snapshot(ProcessSnapshot& state) {
+  const int32_t pid = state.process.pid;
   RawProcess& process = result_.profile.process(pid);
   if (process.start_ns == 0) process.start_ns = result_.profile.info.start_mono_ns;
   if (!state.process.exe.empty()) process.exe = std::move(state.process.exe);
@@ -333,7 +412,13 @@ void PerfSession::apply_launched() {
   if (!state.process.cgroup.empty()) process.cgroup = std::move(state.process.cgroup);
   if (process.name.empty()) process.name = std::move(state.process.name);
   add_threads(pid, state.threads);
-  builder_->processes().add_maps(pid, state.maps, state.time_ns);
+}
+
+void PerfSession::apply_launched() {
+  ProcessSnapshot state = std::move(*launched_);
+  launched_.reset();
+  apply_snapshot(state);
+  builder_->processes().add_maps(state.process.pid, state.maps, state.time_ns);
 }
 
 // One round: every ring read to its head, its records queued in time order (in place: the ring's
@@ -405,7 +490,11 @@ RecordResult PerfSession::run() {
     attach_thread(command_->pid(), command_->pid(), nullptr);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
-    for (const int32_t pid : options_.pids) attach_process(pid);
+    for (const int32_t pid : options_.pids) {
+      if (!attach_process(pid, false))
+        throw RecordError("no process with pid " + std::to_string(pid) + " (it exited)");
+    }
+    if (options_.follow_children) attach_descendants();
   }
 
   layout_ =
@@ -450,13 +539,11 @@ RecordResult PerfSession::run() {
 
   // Maps are read after the events exist, so a library loaded in between is seen at least once.
   for (const int32_t pid : options_.pids) {
-    RawProcess& process = result_.profile.process(pid);
-    process.start_ns = result_.profile.info.start_mono_ns;
-    process.name = read_comm(pid);
-    describe_process(process);
-    describe_threads(pid);
-    builder_->processes().add_initial_process(pid, read_proc_maps(pid));
+    ProcessSnapshot state = snapshot(pid);
+    add_attached(state);
   }
+  for (ProcessSnapshot& state : descendants_) add_attached(state);
+  descendants_.clear();
   if (command_) calls_->add_launched(command_->pid(), options_.command.front());
   for (const int32_t pid : options_.pids) {
     if (options_.pid_held_at_exec)

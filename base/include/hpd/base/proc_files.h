@@ -21,6 +21,11 @@ std::vector<int32_t> list_threads(int32_t pid);
 // The pids in /proc, sorted.
 std::vector<int32_t> list_processes();
 
+// The child processes of process `pid` (forked by any of its threads), sorted: the kernel's
+// /proc/PID/task/TID/children lists, or on a kernel built without them the processes whose parent
+// (/proc/P/stat) is `pid`. Empty when it has none or is gone.
+std::vector<int32_t> list_child_processes(int32_t pid);
+
 // The thread's total CPU time (the kernel's sum_exec_runtime), the first field of
 // /proc/PID/task/TID/schedstat; nullopt when the thread is gone or schedstats are not built in.
 std::optional<uint64_t> read_thread_runtime_ns(int32_t pid, int32_t tid);

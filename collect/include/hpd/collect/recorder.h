@@ -115,9 +115,9 @@ struct RecordOptions {
   uint32_t stack_copy_bytes = 0;
   // perf backend in fp mode: every sample also carries the registers and a dwarf-sized stack copy, and
   // an on-CPU stack whose frame-pointer chain stops short of its thread's first frame is unwound with
-  // CFI instead. For --call-graph auto on --pid targets that were all built with frame pointers: a
-  // process may exec a program whose code has none, and a perf event's sampling attributes cannot
-  // change once it is open.
+  // CFI instead. For --call-graph auto on --pid targets and launched commands that were all built with
+  // frame pointers: a process may exec a program whose code has none, and a perf event's sampling
+  // attributes cannot change once it is open.
   bool fp_with_cfi_fallback = false;
   // cfi mode: rows the eBPF row map holds, up to kMaxCfiRowCapacity (0 = kDefaultCfiRowCapacity). When the
   // tables of the modules the targets map do not fit, the least recently used modules no followed process
@@ -251,6 +251,11 @@ struct RecordResult {
   // waited; why such threads could not be looked for ("" when they were).
   uint64_t off_cpu_at_attach = 0;
   std::string attach_state_error;
+  // perf_event, --pid: child processes the targets had when the recording began (and theirs) that
+  // could not be given events of their own, counted from the first failure (at least that many), and
+  // its reason. They are sampled only where they inherited events while the targets' were being opened.
+  uint64_t children_not_attached = 0;
+  std::string children_attach_error;
   // The call-graph mode used (kFp or kDwarf) and, for CallGraph::kAuto, why, in words for the user
   // (also in profile.info.call_graph as "fp", "dwarf", "auto:fp" or "auto:dwarf").
   CallGraph call_graph = CallGraph::kFp;
