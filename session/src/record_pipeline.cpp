@@ -512,6 +512,13 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
         " or more child processes the targets had when the recording began were not recorded (" +
         result.children_attach_error + ")");
   }
+  if (result.perf_ring_kib_asked != 0) {
+    s.notes.push_back("note: perf ring buffers of " + std::to_string(result.perf_ring_kib) +
+                      " KiB per CPU, not the " + std::to_string(result.perf_ring_kib_asked) +
+                      " KiB asked: the locked-memory limit refused more (this user's perf_event_mlock_kb "
+                      "allowance is shared by all of its processes; raise RLIMIT_MEMLOCK, or give "
+                      "CAP_IPC_LOCK); records lost for it are counted as lost");
+  }
   if (!result.attach_state_error.empty()) {
     s.notes.push_back("note: threads blocked before the recording began are not seen until they run (" +
                       result.attach_state_error + ")");

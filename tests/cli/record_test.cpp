@@ -356,5 +356,35 @@ TEST(RecordCfiRows, RowMapsOutOfRangeAreRefusedBeforeRecording) {
 INSTANTIATE_TEST_SUITE_P(Backends, RecordTest, ::testing::Values("perf", "bpf"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
+// perf_event rings beyond the user's perf_event_mlock_kb allowance (shared by all of the user's
+// processes: for root, a perf record running beside takes it) are charged to RLIMIT_MEMLOCK unless the
+// process has CAP_IPC_LOCK, which hpd's unit does not grant. Over that limit the recording maps smaller
+// rings and says so, where it failed ("cannot map a perf ring buffer"), and loses nothing for it: here
+// an unprivileged user (nobody, whose allowance no test shares) recording its own command with 1 MiB of
+// locked memory, default flags otherwise.
+TEST(RecordPerfRings, ALockedMemoryLimitGivesSmallerRingsAndSaysSo) {
+  hpd::testing::TempDir tmp{"hpd-it-rings", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0777), 0);
+  const std::string out = tmp.path() + "/rings.json.gz";
+  const RunResult r = run({"prlimit", "--memlock=1048576:1048576", "setpriv", "--reuid=65534",
+                           "--regid=65534", "--clear-groups", "--inh-caps=-all", kHpctl, "record", "--local",
+                           "--backend", "perf", "-o", out, "--", kFixtures + "/cpu_split", "0.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string said = "note: perf ring buffers of ";
+  const size_t at = r.err.find(said);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const uint64_t mapped = std::stoull(r.err.substr(at + said.size()));
+  const size_t asked_at = r.err.find("not the ", at);
+  ASSERT_NE(asked_at, std::string::npos) << r.err;
+  const uint64_t asked = std::stoull(r.err.substr(asked_at + 8));
+  EXPECT_LT(mapped, asked) << r.err;
+  EXPECT_GE(mapped, 64u) << r.err;
+  // The smaller rings' wake-up mark is theirs: the reader keeps up.
+  EXPECT_NE(r.out.find("Lost: 0 records"), std::string::npos) << r.out;
+  const RunResult report = run({kHpctl, "report", out});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.out.find("on-CPU samples"), std::string::npos) << report.out;
+}
+
 }  // namespace
 }  // namespace hpd::test

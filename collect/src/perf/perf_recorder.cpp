@@ -64,11 +64,14 @@ uint32_t stack_copy_bytes(const RecordOptions& options) {
 // Ring size: about half a second of samples per CPU at ~512 bytes each plus the stack copy, within
 // [16, 1024] pages (a dwarf copy of 32 KiB at 999 Hz fills 4 MiB in an eighth of a second, but the
 // reader wakes at a quarter of the ring).
+// The smallest ring choose_ring_pages gives, and the smallest a refused ring is made (64 KiB).
+constexpr size_t kMinRingPages = 16;
+
 size_t choose_ring_pages(const RecordOptions& options) {
   if (options.ring_pages != 0) return options.ring_pages;
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t bytes = uint64_t{options.frequency_hz} * (512 + stack_copy_bytes(options)) / 2;
-  size_t pages = 16;
+  size_t pages = kMinRingPages;
   while (pages < 1024 && pages * page < bytes) pages *= 2;
   return pages;
 }
@@ -97,6 +100,7 @@ class PerfSession {
   void apply_variant();
   UniqueFd open_event(int32_t pid, int32_t tid, int cpu);
   bool attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>* own_ids);
+  bool map_ring(int32_t pid, int32_t tid, size_t cpu_index, UniqueFd& fd, bool may_reopen);
   bool attach_process(int32_t pid, bool all_own_ids);
   void attach_descendants();
   struct ProcessSnapshot;
@@ -236,6 +240,61 @@ UniqueFd PerfSession::open_event(int32_t pid, int32_t tid, int cpu) {
   }
 }
 
+// Maps CPU `cpu_index`'s ring on `fd`, the event of `tid` that owns it. Over the locked-memory limit, the
+// rings are made smaller, down to the smallest the recording would choose, and said in the summary
+// (RecordResult::perf_ring_kib): the events of this thread's CPUs so far, whose rings took the limit,
+// are opened again with the smaller ring's wake-up mark and mapped at the new size, provided nothing was
+// written in their rings and no other event sends to them (else the limit stays an error). False when
+// the thread exited meanwhile.
+bool PerfSession::map_ring(int32_t pid, int32_t tid, size_t cpu_index, UniqueFd& fd, bool may_reopen) {
+  int err = 0;
+  size_t failed = cpu_index;
+  const auto map_one = [&](size_t j, int event_fd) {
+    try {
+      rings_[j].ring = PerfRingBuffer::map(event_fd, ring_pages_);
+      rings_[j].read_end = rings_[j].ring.view().header->data_tail;
+      return true;
+    } catch (const std::system_error& e) {
+      err = e.code().value();
+      failed = j;
+      return false;
+    }
+  };
+  if (map_one(cpu_index, fd.get())) return true;
+  for (;;) {
+    const bool over_limit = err == EPERM || err == ENOMEM;
+    bool untouched = may_reopen && redirected_.empty();
+    for (size_t j = 0; j < cpu_index; ++j)
+      untouched &= !rings_[j].ring.mapped() || rings_[j].ring.view().header->data_head == 0;
+    if (!over_limit || ring_pages_ <= kMinRingPages || !untouched) {
+      std::string text = "cannot map a perf ring buffer of " + std::to_string(ring_pages_ * 4) +
+                         " KiB for CPU " + std::to_string(cpus_[failed]) + ": " + std::strerror(err);
+      if (over_limit) {
+        text += "; it exceeds the locked-memory limit (/proc/sys/kernel/perf_event_mlock_kb is " +
+                read_first_line("/proc/sys/kernel/perf_event_mlock_kb").value_or("?") +
+                ", shared by all of this user's processes): raise RLIMIT_MEMLOCK, or run as root";
+      }
+      throw RecordError(text);
+    }
+    if (result_.perf_ring_kib_asked == 0) result_.perf_ring_kib_asked = ring_pages_ * 4;
+    ring_pages_ /= 2;
+    result_.perf_ring_kib = ring_pages_ * 4;
+    attr_.wakeup_watermark = static_cast<uint32_t>(ring_pages_ * ::sysconf(_SC_PAGESIZE) / 4);
+    for (size_t j = 0; j < cpu_index; ++j) {
+      rings_[j].ring = PerfRingBuffer();  // unmapped first: its pages leave the limit
+      rings_[j].owner.reset();
+    }
+    bool all = true;
+    for (size_t j = 0; j <= cpu_index && all; ++j) {
+      UniqueFd& owner = j == cpu_index ? fd : rings_[j].owner;
+      owner = open_event(pid, tid, cpus_[j]);
+      if (!owner) return false;
+      all = map_one(j, owner.get());
+    }
+    if (all) return true;
+  }
+}
+
 bool PerfSession::attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>* own_ids) {
   for (size_t i = 0; i < cpus_.size(); ++i) {
     UniqueFd fd = open_event(pid, tid, cpus_[i]);
@@ -246,20 +305,8 @@ bool PerfSession::attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>*
     }
     CpuRing& ring = rings_[i];
     if (!ring.owner) {
-      try {
-        ring.ring = PerfRingBuffer::map(fd.get(), ring_pages_);
-      } catch (const std::system_error& e) {
-        const int err = e.code().value();
-        std::string text = "cannot map a perf ring buffer of " + std::to_string(ring_pages_ * 4) +
-                           " KiB for CPU " + std::to_string(cpus_[i]) + ": " + std::strerror(err);
-        if (err == EPERM || err == ENOMEM) {
-          text += "; it exceeds the locked-memory limit (/proc/sys/kernel/perf_event_mlock_kb is " +
-                  read_first_line("/proc/sys/kernel/perf_event_mlock_kb").value_or("?") +
-                  "): use smaller ring buffers, raise that limit, or run as root";
-        }
-        throw RecordError(text);
-      }
-      ring.read_end = ring.ring.view().header->data_tail;
+      // Events opened again are given new ids: not where the thread's own ids are being collected.
+      if (!map_ring(pid, tid, i, fd, own_ids == nullptr)) return false;
       ring.owner = std::move(fd);
       continue;
     }

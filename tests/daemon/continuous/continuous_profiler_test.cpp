@@ -132,7 +132,10 @@ TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
         const Location k = kept.resolve(a), l = live.resolve(a);
         kept_found += k.found;
         live_found += l.found;
-        if (l.found) {
+        // A BPF program's address may be another's by now: the collection's programs were unloaded,
+        // and another hpd or tool loading programs beside this test reuses their pages.
+        const bool bpf_reused = k.symbol.rfind("bpf_prog_", 0) == 0 && l.symbol.rfind("bpf_prog_", 0) == 0;
+        if (l.found && !bpf_reused) {
           EXPECT_EQ(k.symbol, l.symbol) << std::hex << a;
         }
       }

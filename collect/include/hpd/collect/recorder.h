@@ -256,6 +256,13 @@ struct RecordResult {
   // its reason. They are sampled only where they inherited events while the targets' were being opened.
   uint64_t children_not_attached = 0;
   std::string children_attach_error;
+  // perf_event: the ring buffer per CPU, in KiB, the recording asked for and the one it mapped, when
+  // the locked-memory limit refused the first (0 when it did not): the kernel charges a ring beyond the
+  // user's perf_event_mlock_kb allowance, which all of the user's processes share (a perf record running
+  // beside), to RLIMIT_MEMLOCK, unless the process has CAP_IPC_LOCK. Smaller rings may lose records
+  // (counted as lost).
+  uint64_t perf_ring_kib_asked = 0;
+  uint64_t perf_ring_kib = 0;
   // The call-graph mode used (kFp or kDwarf) and, for CallGraph::kAuto, why, in words for the user
   // (also in profile.info.call_graph as "fp", "dwarf", "auto:fp" or "auto:dwarf").
   CallGraph call_graph = CallGraph::kFp;
