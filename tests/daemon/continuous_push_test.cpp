@@ -878,7 +878,7 @@ TEST_F(ContinuousPush, WithTheEndpointDownMemoryStaysFlatAndTheChunksWaitOnDisk)
 // first export), the end the lowest of the last 5 (a table compiled for a new program lifts a reading
 // until it is trimmed after its chunk): a collection that kept the stacks grows by 2 times kMarginKib
 // in between, however fast the machine samples, since the test waits for the stacks, not for a time.
-// Seen failing before the change: +53 MB (51 to 104 MB) for 49 MB of stacks; after: +1.4 and +6.7 MB.
+// Seen failing before the change: +53 MB (51 to 104 MB) for 49 MB of stacks; after: +1.4, +6.7, -12.7 MB.
 TEST_F(ContinuousPush, ProcessesAndStacksThatComeAndGoLeaveTheMemoryFlat) {
   constexpr uint64_t kMarginKib = 24 << 10;
   constexpr uint64_t kStackEntryBytes = 12;  // sizeof(RawStack)
