@@ -4,8 +4,9 @@
 # bench/otlp_sink.py, which answers 200 (ENDPOINT up), beside bench/push_workload.sh, for SECONDS
 # (default 600); every STEP seconds (default 30) one line: seconds, VmRSS and VmHWM of hpd (KiB), its
 # RssAnon and RssFile (KiB: the heap and anonymous mmaps, BPF maps included, against the binary's pages), the
-# push status (chunks queued, chunks dropped, chunks sent) and the chunk store's bytes on disk
-# (hpctl status --json).
+# push status (chunks queued, chunks dropped, chunks sent), the chunk store's bytes on disk and the
+# unwind tables kept (KiB: status cfi.kept.bytes, bounded by max_kept_unwind_tables_mb; RssAnon less
+# them is what the collection and the chunk in progress hold) (hpctl status --json).
 # Usage: push_memory.sh HPD HPCTL [SECONDS] [STEP] [down|up]   (as root)
 set -euo pipefail
 hpd=${1:?usage: push_memory.sh HPD HPCTL [SECONDS] [STEP] [down|up]}
@@ -30,7 +31,7 @@ mkdir -p "$tmp/state"
 pid=$!
 "$here/push_workload.sh" "$seconds" "$tmp/busy_threads" &
 echo "# hpd pid $pid, endpoint http://127.0.0.1:$port ($endpoint), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# seconds rss_kib hwm_kib anon_kib file_kib chunks_queued chunks_dropped chunks_sent bytes_on_disk"
+echo "# seconds rss_kib hwm_kib anon_kib file_kib chunks_queued chunks_dropped chunks_sent bytes_on_disk kept_kib"
 start=$(date +%s)
 while :; do
   t=$(( $(date +%s) - start ))
@@ -40,8 +41,9 @@ while :; do
   file=$(awk '/^RssFile/{print $2}' /proc/$pid/status)
   push=$("$hpctl" --socket "$tmp/hpd.sock" status --json 2>/dev/null |
          python3 -c 'import json,sys
-c=json.load(sys.stdin).get("continuous") or {}
-p=(c.get("push") or [{}])[0]; print(p.get("chunks_queued","-"), p.get("chunks_dropped","-"), p.get("chunks_sent","-"), c.get("bytes_on_disk","-"))' 2>/dev/null || echo "- - - -")
+s=json.load(sys.stdin); c=s.get("continuous") or {}
+k=((s.get("cfi") or {}).get("kept") or {}).get("bytes")
+p=(c.get("push") or [{}])[0]; print(p.get("chunks_queued","-"), p.get("chunks_dropped","-"), p.get("chunks_sent","-"), c.get("bytes_on_disk","-"), "-" if k is None else k >> 10)' 2>/dev/null || echo "- - - - -")
   echo "$t $rss $hwm $anon $file $push"
   [ "$t" -ge "$seconds" ] && break
   sleep "$step"

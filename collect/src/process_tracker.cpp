@@ -101,6 +101,11 @@ RawProcess& ProcessTracker::ensure_process(int32_t pid, uint64_t time_ns) {
   return profile_.process(pid);
 }
 
+void ProcessTracker::forget(std::span<const int32_t> pids, std::span<const int32_t> tids) {
+  for (const int32_t pid : pids) states_.erase(pid);
+  for (const int32_t tid : tids) started_unseen_.erase(tid);
+}
+
 RawThread& ProcessTracker::ensure_thread(int32_t pid, int32_t tid, uint64_t time_ns) {
   if (const RawThread* known = profile_.find_thread(pid, tid)) return const_cast<RawThread&>(*known);
   ensure_process(pid, time_ns);

@@ -76,6 +76,9 @@ class ProcessTracker {
   // an exec is handled: delivers the mmap records written so far.
   void set_mmap_source(std::function<void()> drain) { drain_mmaps_ = std::move(drain); }
 
+  // Forgets what it keeps for the processes and threads the profile dropped (RawProfile::forget_exited).
+  void forget(std::span<const int32_t> pids, std::span<const int32_t> tids);
+
   [[nodiscard]] uint64_t processes_without_maps() const { return processes_without_maps_; }
   [[nodiscard]] uint64_t mmaps_recorded() const { return mmaps_recorded_; }
   [[nodiscard]] uint64_t mmaps_dropped() const { return mmaps_dropped_; }

@@ -201,6 +201,25 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
   ++samples_;
 }
 
+void RawProfileBuilder::forget_exited(uint64_t exited_before_ns) {
+  const RawProfile::Forgotten forgotten = profile_.forget_exited(exited_before_ns);
+  tracker_.forget(forgotten.pids, forgotten.tids);
+  std::vector<ThreadEnd> ends(profile_.threads.size());
+  for (size_t i = 0; i < ends_.size() && i < forgotten.threads.size(); ++i) {
+    if (forgotten.threads[i] != kNoIndex) ends[forgotten.threads[i]] = ends_[i];
+  }
+  ends_ = std::move(ends);
+  // The exit stacks still waiting for their threads' CPU tails are the builder's own references.
+  std::vector<uint32_t> exit_stacks;
+  for (const ThreadEnd& end : ends_) {
+    if (end.exit_stack) exit_stacks.push_back(end.exit.stack);
+  }
+  const std::vector<uint32_t> renumbered = profile_.forget_unused_stacks(exit_stacks);
+  for (ThreadEnd& end : ends_) {
+    if (end.exit_stack && end.exit.stack < renumbered.size()) end.exit.stack = renumbered[end.exit.stack];
+  }
+}
+
 void RawProfileBuilder::count_stack_end(size_t thread_index, StackEnd stack_end) {
   RawThread& thread = profile_.threads[thread_index];
   if (stack_end == StackEnd::kFailed) {

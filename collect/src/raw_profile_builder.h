@@ -53,6 +53,9 @@ class RawProfileBuilder {
   }
 
   [[nodiscard]] uint64_t samples() const { return samples_; }
+  // Drops the processes and threads that exited before `exited_before_ns` and every stack nothing
+  // names any more, from the profile and from what the builder keeps (RecordOptions::forget_before).
+  void forget_exited(uint64_t exited_before_ns);
   // Samples dropped because their process was no longer followed (ExecEvent::unfollowed).
   [[nodiscard]] uint64_t unfollowed_samples() const { return unfollowed_samples_; }
   [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }

@@ -177,6 +177,9 @@ RecordingTicker::Outcome RecordingTicker::tick(bool all_exited, uint64_t samples
   if (options_.on_flush && now - last_flush_ >= kTickIntervalNs) {
     last_flush_ = now;
     options_.on_flush(profile);
+    if (options_.forget_before && forget_) {
+      if (const uint64_t before = options_.forget_before(); before != 0) forget_(before);
+    }
   }
   return Outcome::kContinue;
 }

@@ -82,9 +82,13 @@ class RecordingTicker {
   RecordingTicker(const RecordOptions& options, uint64_t start_ns);
   // Called after each poll round and drain; `all_exited` comes from update_targets_exited().
   Outcome tick(bool all_exited, uint64_t samples, RawProfile& profile);
+  // What drops the profile's exited processes and unused stacks when RecordOptions::forget_before
+  // asks for it (RawProfileBuilder::forget_exited).
+  void set_forget(std::function<void(uint64_t exited_before_ns)> forget) { forget_ = std::move(forget); }
 
  private:
   const RecordOptions& options_;
+  std::function<void(uint64_t)> forget_;
   uint64_t start_ns_;
   uint64_t duration_ns_;
   uint64_t last_progress_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 namespace hpd {
 
@@ -83,6 +84,30 @@ std::span<const uint64_t> RawStackTable::user_frames(uint32_t index) const {
   return {addresses_.data() + s.offset + s.kernel_depth, s.user_depth};
 }
 
+std::vector<uint32_t> RawStackTable::retain(const std::vector<bool>& keep) {
+  std::vector<uint32_t> renumbered(stacks_.size(), kNoIndex);
+  std::vector<RawStack> stacks;
+  std::vector<uint64_t> addresses;
+  std::unordered_multimap<uint64_t, uint32_t> by_hash;
+  for (uint32_t i = 0; i < stacks_.size(); ++i) {
+    if (i >= keep.size() || !keep[i]) continue;
+    RawStack s = stacks_[i];
+    const auto kernel = kernel_frames(i);
+    const auto user = user_frames(i);
+    s.offset = static_cast<uint32_t>(addresses.size());
+    addresses.insert(addresses.end(), kernel.begin(), kernel.end());
+    addresses.insert(addresses.end(), user.begin(), user.end());
+    renumbered[i] = static_cast<uint32_t>(stacks.size());
+    by_hash.emplace(hash_frames(kernel, user) ^ static_cast<uint64_t>(s.user_leaf), renumbered[i]);
+    stacks.push_back(s);
+  }
+  // New containers, sized for what is kept: clear() would keep the old ones' capacity.
+  stacks_ = std::move(stacks);
+  addresses_ = std::move(addresses);
+  by_hash_ = std::move(by_hash);
+  return renumbered;
+}
+
 uint32_t RawProfile::intern_module(const std::string& path, const std::string& build_id, bool is_kernel) {
   std::string key = path;
   key.push_back('\0');
@@ -130,6 +155,72 @@ RawThread& RawProfile::thread(int32_t pid, int32_t tid) {
 const RawThread* RawProfile::find_thread(int32_t pid, int32_t tid) const {
   auto it = thread_index_.find(thread_key(pid, tid));
   return it == thread_index_.end() ? nullptr : &threads[it->second];
+}
+
+RawProfile::Forgotten RawProfile::forget_exited(uint64_t exited_before_ns) {
+  Forgotten out;
+  std::unordered_set<int32_t> sampled_pids;
+  std::unordered_set<uint64_t> sampled_threads;
+  for (const RawSample& s : samples) {
+    sampled_pids.insert(s.pid);
+    sampled_threads.insert(thread_key(s.pid, s.tid));
+  }
+  const auto over = [&](uint64_t end_ns) { return end_ns != 0 && end_ns < exited_before_ns; };
+  std::unordered_set<int32_t> dropped;
+  size_t kept = 0;
+  for (RawProcess& p : processes) {
+    if (over(p.end_ns) && !sampled_pids.contains(p.pid)) {
+      dropped.insert(p.pid);
+      out.pids.push_back(p.pid);
+      continue;
+    }
+    if (&processes[kept] != &p) processes[kept] = std::move(p);
+    ++kept;
+  }
+  processes.erase(processes.begin() + static_cast<ptrdiff_t>(kept), processes.end());
+  out.threads.assign(threads.size(), kNoIndex);
+  kept = 0;
+  for (size_t i = 0; i < threads.size(); ++i) {
+    RawThread& t = threads[i];
+    if ((over(t.end_ns) || dropped.contains(t.pid)) && !sampled_threads.contains(thread_key(t.pid, t.tid))) {
+      out.tids.push_back(t.tid);
+      continue;
+    }
+    if (kept != i) threads[kept] = std::move(t);
+    out.threads[i] = static_cast<uint32_t>(kept++);
+  }
+  threads.erase(threads.begin() + static_cast<ptrdiff_t>(kept), threads.end());
+  process_index_.clear();
+  for (size_t i = 0; i < processes.size(); ++i) process_index_.emplace(processes[i].pid, i);
+  thread_index_.clear();
+  for (size_t i = 0; i < threads.size(); ++i)
+    thread_index_.emplace(thread_key(threads[i].pid, threads[i].tid), i);
+  return out;
+}
+
+std::vector<uint32_t> RawProfile::forget_unused_stacks(std::span<const uint32_t> also) {
+  std::vector<bool> used(stacks.size(), false);
+  const auto mark = [&](uint32_t stack) {
+    if (stack < used.size()) used[stack] = true;
+  };
+  for (const RawSample& s : samples) mark(s.stack);
+  for (const RawSampleSum& s : released) mark(s.stack);
+  for (const RawAllocation& a : allocations) mark(a.stack);
+  for (const uint32_t stack : also) mark(stack);
+  std::vector<uint32_t> renumbered = stacks.retain(used);
+  const auto renumber = [&](uint32_t& stack) {
+    if (stack < renumbered.size()) stack = renumbered[stack];
+  };
+  for (RawSample& s : samples) renumber(s.stack);
+  for (RawAllocation& a : allocations) renumber(a.stack);
+  if (!released.empty()) {
+    released_index_.clear();
+    for (uint32_t i = 0; i < released.size(); ++i) {
+      renumber(released[i].stack);
+      released_index_.emplace(released[i], i);
+    }
+  }
+  return renumbered;
 }
 
 size_t RawProfile::SumKeyHash::operator()(const RawSampleSum& s) const {

@@ -262,6 +262,49 @@ TEST_F(RawProfileBuilderRules, StackEnds) {
 
 // The CPU after a thread's last sample goes to the stack where it exited, never to an older stack;
 // without one, to no stack at all (unattributed).
+// A collection that drops what is over (continuous mode, RecordOptions::forget_before): the processes
+// and threads that exited before the time, and every stack no sample held names, go; what the builder
+// keeps for the threads that stay (an exit stack waiting for its CPU tail) follows their new places, and
+// the tail still gets that stack's frames. A pid seen again is described anew.
+TEST_F(RawProfileBuilderRules, ForgettingWhatExitedKeepsTheWaitingExitStacks) {
+  builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  for (int32_t pid = 20; pid < 60; ++pid) {
+    builder.on_event(ForkEvent{pid, pid, 10, 10, 1500, {}});
+    const std::vector<uint64_t> own = {0x400100 + static_cast<uint64_t>(pid), 0x400200};
+    builder.on_event(sample_event(pid, pid, 1600, own));
+    builder.on_event(ExitEvent{pid, pid, 1700 + static_cast<uint64_t>(pid), 0});
+  }
+  builder.on_event(ForkEvent{10, 11, 10, 10, 1800, {}});
+  const std::vector<uint64_t> exit_user = {0x400300, 0x400200};
+  SampleEvent at_exit = sample_event(10, 11, 2400, exit_user);
+  at_exit.at_exit = true;
+  builder.on_event(at_exit);
+  EXPECT_EQ(profile.stacks.size(), 41u);
+  profile.samples.clear();  // written out, as continuous mode does with each chunk
+  const int described_before = described;
+
+  builder.forget_exited(1740);               // 20..39 exited before it
+  EXPECT_EQ(profile.processes.size(), 21u);  // 10 and 40..59
+  EXPECT_EQ(profile.find_process(39), nullptr);
+  EXPECT_NE(profile.find_process(40), nullptr);
+  EXPECT_EQ(profile.stacks.size(), 1u);  // only the exit stack still waits for its tail
+  builder.on_event(ExitEvent{10, 11, 2500, 0});
+  builder.on_event(CpuTailEvent{10, 11, 2600, 700});
+  ASSERT_EQ(profile.samples.size(), 1u);
+  const RawSample& tail = profile.samples[0];
+  EXPECT_EQ(tail.tid, 11);
+  EXPECT_EQ(tail.cpu_delta_ns, 700u);
+  ASSERT_NE(tail.stack, kNoIndex);
+  EXPECT_EQ(std::vector<uint64_t>(profile.stacks.user_frames(tail.stack).begin(),
+                                  profile.stacks.user_frames(tail.stack).end()),
+            exit_user);
+  // A sample of a forgotten pid: a process first seen, described from the system again.
+  builder.on_event(sample_event(25, 25, 3000, shell_stack));
+  EXPECT_EQ(described, described_before + 1);
+  EXPECT_EQ(profile.find_process(25)->start_ns, kStart);
+  EXPECT_EQ(builder.samples(), 41u);
+}
+
 TEST_F(RawProfileBuilderRules, CpuTailGoesToTheExitStackOrToNoStack) {
   builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
   builder.on_event(sample_event(10, 10, 2000, shell_stack));

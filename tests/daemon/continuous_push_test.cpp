@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "hpd/base/proc_files.h"
@@ -785,6 +786,19 @@ TEST_F(ContinuousPush, UnsentChunksRemovedByRetentionAreCountedForEachEndpoint) 
   ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
+// Waits until hpd, its pushes failing (an endpoint refused or rejected), has queued at least `at_least`
+// chunks with the last error said; `p` gets the push status. A timeout fails with it and hpd's log.
+::testing::AssertionResult queued_while_failing(const Hpd& hpd, uint64_t at_least, json* p) {
+  if (wait_push(
+          hpd,
+          [&](const json& s) {
+            return field(s, "chunks_queued") >= at_least && !text(s, "last_error").empty();
+          },
+          p))
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << p->dump() << "\n" << hpd.log();
+}
+
 // hpd's anonymous resident memory (RssAnon of /proc/PID/status: its heap and stacks, not the
 // eBPF maps it has mapped) less the unwind tables it keeps (status cfi.kept.bytes: bounded by
 // max_kept_unwind_tables_mb, and grown by every new program the host starts, which a system-wide
@@ -818,11 +832,7 @@ TEST_F(ContinuousPush, WithTheEndpointDownMemoryStaysFlatAndTheChunksWaitOnDisk)
   Hpd hpd(start_with(push_config(state_, endpoint)));
   ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
   json p;
-  ASSERT_TRUE(wait_push(
-      hpd, [](const json& s) { return field(s, "chunks_queued") >= 2 && !text(s, "last_error").empty(); },
-      &p))
-      << p.dump() << "\n"
-      << hpd.log();
+  ASSERT_TRUE(queued_while_failing(hpd, 2, &p));
   uint64_t queued = field(p, "chunks_queued");
   const uint64_t reference_kib = working_kib(hpd);
   ASSERT_GT(reference_kib, 0u);
@@ -830,10 +840,7 @@ TEST_F(ContinuousPush, WithTheEndpointDownMemoryStaysFlatAndTheChunksWaitOnDisk)
   std::string trace = std::to_string(queued) + " queued: " + std::to_string(reference_kib) + " KiB";
   const uint64_t last = queued + kChunks;
   while (queued < last) {
-    ASSERT_TRUE(wait_push(
-        hpd, [&](const json& s) { return field(s, "chunks_queued") > queued; }, &p))
-        << p.dump() << "\n"
-        << hpd.log();
+    ASSERT_TRUE(queued_while_failing(hpd, queued + 1, &p));
     queued = field(p, "chunks_queued");
     const uint64_t kib = working_kib(hpd);
     readings.push_back(kib);
@@ -856,6 +863,81 @@ TEST_F(ContinuousPush, WithTheEndpointDownMemoryStaysFlatAndTheChunksWaitOnDisk)
     EXPECT_GT(c.samples, 0u) << c.name;
   }
   EXPECT_GE(waiting, last) << "chunks on disk after the cursor '" << cursor << "'";
+}
+
+// Issues #31, #32 and #35: a host that starts processes all the time, each with stacks no earlier
+// sample had (tests/fixtures/stack_churn: a fork every few ms, call chains 40 deep of random shape),
+// sampled at 997 Hz in chunks of 1 s with the endpoint down. The collection drops, at each chunk
+// boundary, the processes and threads that exited and the stacks no chunk still to be cut names, so
+// that hpd's memory (working_kib: RssAnon less the kept unwind tables) does not grow with them. The
+// test counts the distinct stacks of the chunks written (told apart by their frames) at their
+// addresses' bytes alone (8 each, plus the 12 bytes of the stack's entry: a lower bound of what a
+// stack table that kept them would hold; their processes and threads not counted), and runs until
+// they reach 3 times kMarginKib. The reference is the lowest of the 5 readings from the point where
+// they reached a third of that (past the start's one-time steps: the first tables, kallsyms, the
+// first export), the end the lowest of the last 5 (a table compiled for a new program lifts a reading
+// until it is trimmed after its chunk): a collection that kept the stacks grows by 2 times kMarginKib
+// in between, however fast the machine samples, since the test waits for the stacks, not for a time.
+// Seen failing before the change: +53 MB (51 to 104 MB) for 49 MB of stacks; after: +1.4, +6.7, -12.7 MB.
+TEST_F(ContinuousPush, ProcessesAndStacksThatComeAndGoLeaveTheMemoryFlat) {
+  constexpr uint64_t kMarginKib = 24 << 10;
+  constexpr uint64_t kStackEntryBytes = 12;  // sizeof(RawStack)
+  LoopbackSocket closed(false);              // bound, not listening: connections are refused
+  const std::string config =
+      "continuous = on\ncontinuous_chunk_seconds = 1\ncontinuous_frequency = 997\n"
+      "state_directory = " +
+      state_ + "\notlp_endpoint = http://127.0.0.1:" + std::to_string(closed.port()) +
+      "\npush_retry_max = 2s\n";
+  Hpd hpd(start_with(config));
+  ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
+  Background churn({kFixtures + "/stack_churn", "3600", "4", "40"});
+  json p;
+  ASSERT_TRUE(queued_while_failing(hpd, 3, &p));
+  uint64_t queued = field(p, "chunks_queued");
+  std::set<std::string> counted;
+  std::unordered_set<uint64_t> seen;  // the frames' hashes of the stacks met
+  uint64_t stack_bytes = 0;
+  std::vector<uint64_t> readings;
+  size_t reference_from = SIZE_MAX;  // the first reading with a third of the stacks
+  std::string trace;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(20);
+  while (stack_bytes < 3 * (kMarginKib << 10) || reference_from == SIZE_MAX ||
+         readings.size() < reference_from + 10) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "the stacks written in 20 minutes: " << (stack_bytes >> 10) << " KiB; readings " << trace;
+    ASSERT_TRUE(queued_while_failing(hpd, queued + 1, &p));
+    queued = field(p, "chunks_queued");
+    const uint64_t kib = working_kib(hpd);
+    readings.push_back(kib);
+    for (const auto& e : fs::directory_iterator(state_)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("chunk-", 0) != 0 || !name.ends_with(".hpr") || !counted.insert(name).second) continue;
+      const RawStackTable& stacks = read_capture_file(e.path().string()).profile.stacks;
+      for (uint32_t i = 0; i < stacks.size(); ++i) {
+        const auto kernel = stacks.kernel_frames(i);
+        const auto user = stacks.user_frames(i);
+        uint64_t h = kernel.size();
+        for (const uint64_t a : kernel) h = (h ^ a) * 0x100000001b3ULL;
+        for (const uint64_t a : user) h = (h ^ a) * 0x100000001b3ULL;
+        if (seen.insert(h).second) stack_bytes += 8 * (kernel.size() + user.size()) + kStackEntryBytes;
+      }
+    }
+    if (reference_from == SIZE_MAX && stack_bytes >= (kMarginKib << 10)) reference_from = readings.size() - 1;
+    trace +=
+        (trace.empty() ? "" : ", ") + std::to_string(kib) + " (" + std::to_string(stack_bytes >> 10) + ")";
+  }
+  std::printf("RssAnon less the kept unwind tables after each chunk, KiB (the stacks met so far, KiB): %s\n",
+              trace.c_str());
+  ASSERT_GE(readings.size(), reference_from + 10);
+  const uint64_t reference_kib =
+      *std::min_element(readings.begin() + static_cast<ptrdiff_t>(reference_from),
+                        readings.begin() + static_cast<ptrdiff_t>(reference_from) + 5);
+  ASSERT_GT(reference_kib, 0u);
+  const uint64_t kept_kib = *std::min_element(readings.end() - 5, readings.end());
+  EXPECT_LE(kept_kib, reference_kib + kMarginKib)
+      << "RssAnon less the kept unwind tables after each chunk, KiB (the stacks met so far): " << trace;
+  EXPECT_EQ(field(p, "chunks_dropped"), 0u);
+  ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
 TEST(ContinuousPushConfig, BadPushValuesRefuseToStartWithFileAndLine) {
@@ -951,11 +1033,7 @@ TEST_F(ContinuousPushTls, AWrongCaIsSaidInLogAndStatusAndNoChunkIsLostOnceItIsFi
       start_with(push_config(state_, collector.endpoint(), "push_ca_file = " + pki_.other_ca_cert + "\n")));
   ASSERT_TRUE(hpd.wait_notify("READY=1", 60)) << hpd.log();
   json p;
-  ASSERT_TRUE(wait_push(
-      hpd, [](const json& s) { return field(s, "chunks_queued") >= 3 && !text(s, "last_error").empty(); },
-      &p))
-      << p.dump() << "\n"
-      << hpd.log();
+  ASSERT_TRUE(queued_while_failing(hpd, 3, &p));
   const std::string url = collector.endpoint() + "/v1development/profiles";
   EXPECT_NE(text(p, "last_error").find("TLS error with " + url + ": "), std::string::npos) << p.dump();
   EXPECT_NE(text(p, "last_error").find("certificate"), std::string::npos) << p.dump();

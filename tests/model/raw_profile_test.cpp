@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace hpd {
@@ -116,6 +117,114 @@ TEST(AllocSampleScale, IsTheInverseOfTheSamplingProbability) {
   EXPECT_DOUBLE_EQ(alloc_sample_scale(uint64_t{1} << 30, 4096), 1.0);
   // Much smaller: about mean/size + 1/2 (the series of x / (1 - exp(-x))), not mean/size.
   EXPECT_NEAR(alloc_sample_scale(1, 524288), 524288.5, 1e-3);
+}
+
+}  // namespace
+}  // namespace hpd
+
+namespace hpd {
+namespace {
+
+// A recording that outlives what it records (continuous mode) drops the processes and threads that
+// exited before the time given, and the threads that did in processes that go on, but never one a
+// sample still held names; what stays is found by pid and tid as before, with all it had.
+TEST(RawProfileForget, DropsWhatExitedBeforeUnlessASampleHeldNamesIt) {
+  RawProfile p;
+  const uint32_t module = p.intern_module("/usr/bin/sort", "ab");
+  for (int32_t pid = 1; pid <= 100; ++pid) {
+    RawProcess& process = p.process(pid);
+    process.name = "sort";
+    process.cmdline = {"sort", "-R"};
+    process.end_ns = 1000 + static_cast<uint64_t>(pid);  // exits 1001..1100
+    process.mappings.push_back(RawMapping{0x1000, 0x2000, 0, module, 0, 0});
+    p.thread(pid, pid).end_ns = process.end_ns;
+  }
+  p.process(200).name = "server";  // runs on, with a thread that exited and one that runs
+  p.thread(200, 200);
+  p.thread(200, 201).end_ns = 1010;
+  p.thread(200, 202).end_ns = 1090;
+  RawSample held;
+  held.pid = 7;  // exited at 1007, but its sample is still to be written out
+  held.tid = 7;
+  p.samples.push_back(held);
+
+  const RawProfile::Forgotten f = p.forget_exited(1051);
+  EXPECT_EQ(f.pids.size(), 49u);       // 1..50 but 7
+  EXPECT_EQ(f.tids.size(), 50u);       // their threads and 201
+  EXPECT_EQ(p.processes.size(), 52u);  // 7, 51..100, 200
+  EXPECT_EQ(p.threads.size(), 53u);    // 7, 51..100, 200, 202
+  ASSERT_EQ(f.threads.size(), 103u);   // old index -> new
+  for (int32_t pid = 1; pid <= 100; ++pid) {
+    const bool kept = pid == 7 || pid > 50;
+    EXPECT_EQ(p.find_process(pid) != nullptr, kept) << pid;
+    EXPECT_EQ(p.find_thread(pid, pid) != nullptr, kept) << pid;
+    EXPECT_EQ(f.threads[static_cast<size_t>(pid - 1)] != kNoIndex, kept) << pid;
+    if (!kept) continue;
+    EXPECT_EQ(p.find_process(pid)->cmdline.size(), 2u);
+    EXPECT_EQ(p.find_process(pid)->mappings.size(), 1u);
+    EXPECT_EQ(p.find_process(pid)->end_ns, 1000u + static_cast<uint64_t>(pid));
+    EXPECT_EQ(&p.threads[f.threads[static_cast<size_t>(pid - 1)]], p.find_thread(pid, pid));
+  }
+  EXPECT_EQ(p.find_process(200)->name, "server");
+  EXPECT_NE(p.find_thread(200, 200), nullptr);
+  EXPECT_EQ(p.find_thread(200, 201), nullptr);
+  EXPECT_EQ(p.find_thread(200, 202)->end_ns, 1090u);
+  // Added again afterwards: a new entry, not a stale index.
+  p.process(3).name = "again";
+  EXPECT_EQ(p.find_process(3)->name, "again");
+  EXPECT_EQ(p.find_process(200)->name, "server");
+}
+
+// The stacks nothing names any more go, with their addresses; those the held samples, the released
+// sums, the allocations and the caller (`also`) name stay, renumbered in all of them with their
+// frames, and interning one again finds it.
+TEST(RawProfileForget, KeepsOnlyTheStacksSomethingNames) {
+  RawProfile p;
+  std::vector<uint32_t> index;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    const std::vector<uint64_t> user{0x400000 + i, 0x500000, 0x600000 + i % 7};
+    index.push_back(p.stacks.intern({}, user));
+  }
+  const auto frames = [&](uint32_t stack) {
+    const auto u = p.stacks.user_frames(stack);
+    return std::vector<uint64_t>(u.begin(), u.end());
+  };
+  RawSample sample;
+  sample.stack = index[900];
+  p.samples.push_back(sample);
+  RawSample released = sample;
+  released.stack = index[10];
+  p.samples.push_back(released);
+  p.release_samples();  // the sum names stack 10
+  p.samples.push_back(sample);
+  RawAllocation a;
+  a.stack = index[500];
+  p.allocations.push_back(a);
+  const std::vector<uint32_t> also{index[42]};
+  const std::vector<uint64_t> f10 = frames(index[10]), f42 = frames(index[42]), f500 = frames(index[500]),
+                              f900 = frames(index[900]);
+
+  const std::vector<uint32_t> renumbered = p.forget_unused_stacks(also);
+  EXPECT_EQ(p.stacks.size(), 4u);
+  EXPECT_EQ(p.stacks.addresses().size(), 12u);
+  EXPECT_LE(p.stacks.addresses().capacity(), 24u);  // the memory, not only the count
+  ASSERT_EQ(renumbered.size(), 1000u);
+  EXPECT_EQ(std::count(renumbered.begin(), renumbered.end(), kNoIndex), 996);
+  EXPECT_EQ(frames(p.samples[0].stack), f900);
+  EXPECT_EQ(frames(p.allocations[0].stack), f500);
+  EXPECT_EQ(frames(renumbered[index[42]]), f42);
+  ASSERT_EQ(p.released.size(), 2u);
+  const auto sum10 = std::find_if(p.released.begin(), p.released.end(),
+                                  [&](const RawSampleSum& s) { return frames(s.stack) == f10; });
+  ASSERT_NE(sum10, p.released.end());
+  // Interning a kept stack finds it; a dropped one is new; a later release adds to the renumbered sum.
+  EXPECT_EQ(p.stacks.intern({}, f900), p.samples[0].stack);
+  EXPECT_EQ(p.stacks.intern({}, f10), sum10->stack);
+  const std::vector<uint64_t> gone{0x400000 + 3, 0x500000, 0x600000 + 3};
+  EXPECT_EQ(p.stacks.intern({}, gone), 4u);
+  p.release_samples();
+  ASSERT_EQ(p.released.size(), 2u);
+  for (const RawSampleSum& sum : p.released) EXPECT_EQ(sum.samples, frames(sum.stack) == f900 ? 2u : 1u);
 }
 
 }  // namespace

@@ -618,6 +618,7 @@ RecordResult PerfSession::run() {
   const uint64_t loop_cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   const uint64_t start = result_.profile.info.start_mono_ns;
   RecordingTicker ticker(options_, start);
+  ticker.set_forget([this](uint64_t exited_before_ns) { builder_->forget_exited(exited_before_ns); });
   bool stopped_early = false;
   for (;;) {
     const int n = ::poll(pfds.data(), pfds.size(), kPollTimeoutMs);

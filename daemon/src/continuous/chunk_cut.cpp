@@ -81,13 +81,9 @@ void ChunkCut::add(const RawSample& sample, const RawProfile& live) {
   }
   RawSample copy = sample;
   if (sample.stack != kNoIndex && sample.stack < live.stacks.size()) {
-    const auto [it, added] = stacks_.try_emplace(sample.stack, 0);
-    if (added) {
-      it->second =
-          chunk_.stacks.intern(live.stacks.kernel_frames(sample.stack), live.stacks.user_frames(sample.stack),
-                               live.stacks[sample.stack].user_leaf);
-    }
-    copy.stack = it->second;
+    copy.stack =
+        chunk_.stacks.intern(live.stacks.kernel_frames(sample.stack), live.stacks.user_frames(sample.stack),
+                             live.stacks[sample.stack].user_leaf);
   } else {
     copy.stack = kNoIndex;
   }
@@ -125,21 +121,6 @@ void ChunkCut::end(uint64_t end_mono_ns, uint64_t requested_mono_ns) {
     chunk_.info.requested_mono_ns = requested_mono_ns;
     chunk_.info.first_sample_mono_ns = first_on_cpu_ns_;
   }
-}
-
-size_t forget_exited_processes(RawProfile& live, uint64_t exited_before_ns) {
-  size_t emptied = 0;
-  for (RawProcess& p : live.processes) {
-    if (p.end_ns == 0 || p.end_ns >= exited_before_ns) continue;
-    if (p.mappings.empty() && p.cmdline.empty() && p.exe.empty() && p.cgroup.empty()) continue;
-    // Swapped with empty ones: clear() would keep the capacity.
-    std::vector<RawMapping>().swap(p.mappings);
-    std::vector<std::string>().swap(p.cmdline);
-    std::string().swap(p.exe);
-    std::string().swap(p.cgroup);
-    ++emptied;
-  }
-  return emptied;
 }
 
 }  // namespace hpd::continuous

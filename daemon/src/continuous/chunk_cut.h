@@ -18,6 +18,8 @@ class ChunkCut {
   ChunkCut(const RawProfile& live, uint64_t start_mono_ns);
 
   // Copies a sample of `live` (with its process, thread and stack, when first met) into the chunk.
+  // Keeps no index into `live`: the collection renumbers its stacks and threads when it drops what
+  // is over (RecordOptions::forget_before).
   void add(const RawSample& sample, const RawProfile& live);
   // Brings the copied processes and threads up to date with `live` (exits, new mappings, names) and
   // the chunk's lost counts; call before writing the chunk out.
@@ -36,16 +38,8 @@ class ChunkCut {
   RawProfile chunk_;
   LostCounts lost_before_;                                       // the recording's, at the chunk's start
   std::unordered_map<uint32_t, uint32_t> modules_;               // live index -> chunk index
-  std::unordered_map<uint32_t, uint32_t> stacks_;                // live index -> chunk index
   std::unordered_map<uint64_t, LostCounts> thread_lost_before_;  // pid << 32 | tid
   uint64_t first_on_cpu_ns_ = 0;
 };
-
-// For a collection that outlives many processes: drops what each process of `live` that exited
-// before `exited_before_ns` holds on the heap (its mappings, command line, executable and cgroup),
-// keeping its entry (pid, name, times), so that the collection holds a constant few hundred bytes per
-// exited process, not its maps. Only for processes no sample still to come or still to be cut will
-// name. Returns the processes it emptied (each once).
-size_t forget_exited_processes(RawProfile& live, uint64_t exited_before_ns);
 
 }  // namespace hpd::continuous

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 
 #include "chunk_cut.h"
 #include "chunk_pusher.h"
@@ -40,8 +41,7 @@ constexpr size_t kMaxCollectionProcesses = 100'000;
 constexpr size_t kMaxCollectionThreads = 400'000;
 constexpr size_t kMaxCollectionStacks = 1'000'000;
 constexpr uint64_t kMaxCollectionNs = 3600'000'000'000ULL;
-// How long after its exit a process keeps its mappings and command line in the collection, at least
-// (State::collect).
+// How long after its exit a process stays in the collection, at least (State::collect).
 constexpr uint64_t kForgetExitedAfterNs = 10'000'000'000ULL;
 
 uint64_t mono_now_ns() {
@@ -520,6 +520,8 @@ struct ContinuousProfiler::State {
     ro.call_graph = CallGraph::kAuto;  // cfi with the eBPF backend, fp with perf_event (system-wide)
     ro.cfi_row_capacity = started_with.cfi_rows;
     ro.stop = &end_collection;
+    uint64_t forget_before = 0;  // set at a chunk boundary; taken by the recorder after on_flush
+    ro.forget_before = [&forget_before] { return std::exchange(forget_before, 0); };
     // Called every 250 ms on the recording's thread with the collection's profile.
     ro.on_flush = [&](RawProfile& live) {
       if (!failure.empty()) return;
@@ -547,13 +549,15 @@ struct ContinuousProfiler::State {
           pending.erase(pending.begin(), later);
           finish_chunk(std::move(chunk), live, boundary, requested_mono);
           requested_mono = 0;
-          // What processes that exited a while ago hold (mappings, command lines) leaves the
-          // collection, which keeps only their entries: its memory grows with the processes the
-          // system starts by a few hundred bytes each, not by their maps (which a shell loop or a
-          // build renews many times a second). A while: a chunk, 10 s at least, so that no record of
-          // theirs is still on its way (held for an unwind table, out of order).
+          // The processes and threads that exited a while ago leave the collection, and so do the
+          // stacks no chunk still to be cut names (right after this call: forget_before): it holds
+          // what runs and the stacks of one chunk, not everything the system ran since it began
+          // (a shell loop or a build starts processes many times a second, each with stacks of
+          // its own). A while: a chunk, 10 s at least, so that no record of theirs is still on its
+          // way (held for an unwind table, out of order). Every chunk holds its processes, threads
+          // and stacks itself.
           const uint64_t keep_ns = std::max<uint64_t>(boundary - chunk_start_mono, kForgetExitedAfterNs);
-          if (boundary > keep_ns) forget_exited_processes(live, boundary - keep_ns);
+          forget_before = boundary > keep_ns ? boundary - keep_ns : 1;
           retain(o);
           if (changed || collection_too_large(live, now)) {
             // The samples after the boundary end with this collection (counted in the gap before the

@@ -89,6 +89,13 @@ struct RecordOptions {
   // The callee may release the samples it wrote out (RawProfile::release_samples); the recorder
   // keeps no reference to them, so memory then stays flat however long the recording.
   std::function<void(RawProfile&)> on_flush;
+  // For a recording without end that must not grow with what it outlives (continuous mode): called
+  // right after each on_flush. A time it returns (monotonic ns; 0 = not now) makes the recorder drop
+  // the processes and threads that exited before it (RawProfile::forget_exited), with what it keeps
+  // for them itself, and every stack that neither a sample still held nor a record it still waits on
+  // names (RawProfile::forget_unused_stacks): stack indices and the positions of processes and
+  // threads in the profile change then. No record of a dropped process may still be on its way.
+  std::function<uint64_t()> forget_before;
 
   Backend backend = Backend::kAuto;
   // Record every process of the system (eBPF only). With a command, until the command exits.

@@ -158,6 +158,9 @@ class RawStackTable {
   std::span<const uint64_t> kernel_frames(uint32_t index) const;
   std::span<const uint64_t> user_frames(uint32_t index) const;
   const std::vector<uint64_t>& addresses() const { return addresses_; }
+  // Keeps only the stacks `keep` marks (one flag per stack), renumbered in their order, and gives the
+  // memory of the others back; returns each old index's new one (kNoIndex: dropped).
+  std::vector<uint32_t> retain(const std::vector<bool>& keep);
 
  private:
   std::vector<RawStack> stacks_;
@@ -366,6 +369,21 @@ struct RawProfile {
   // The thread (pid, tid), added if new.
   RawThread& thread(int32_t pid, int32_t tid);
   const RawThread* find_thread(int32_t pid, int32_t tid) const;
+
+  // For a recording that outlives what it records (continuous mode), so that it holds what is still
+  // running, not everything it met. forget_exited drops the processes that exited before
+  // `exited_before_ns` and every thread that did (or whose process was dropped), except those a
+  // sample held (`samples`) names; the positions of the others in `processes` and `threads` change.
+  struct Forgotten {
+    std::vector<uint32_t> threads;  // each old thread index's new one; kNoIndex: dropped
+    std::vector<int32_t> pids;      // the processes dropped
+    std::vector<int32_t> tids;      // the threads dropped
+  };
+  Forgotten forget_exited(uint64_t exited_before_ns);
+  // Drops every stack that no sample held, no released sum, no allocation and no index in `also`
+  // names, and renumbers the others in those; returns each old index's new one (kNoIndex: dropped),
+  // for the caller's own references.
+  std::vector<uint32_t> forget_unused_stacks(std::span<const uint32_t> also);
 
  private:
   std::unordered_map<std::string, uint32_t> module_index_;
