@@ -48,8 +48,26 @@ double allowed_error(double blocks, double size) {
   return hpd::test::alloc_allowed_error(blocks, size, kMean);
 }
 
+// How a launched truth run differs: the environment hpctl (and so the program) gets, and the words
+// the summary must hold (none: it must say nothing unseen).
+struct Launch {
+  std::vector<std::string> env{};
+  std::vector<std::string> said{};
+  // Words the program's allocator prints at its exit (asked for in `env`), and how many processes
+  // print them at least: hpctl too, where the allocator is preloaded into both.
+  std::string stats{};
+  size_t stats_times = 0;
+};
+
+size_t times_in(const std::string& text, const std::string& words) {
+  size_t n = 0;
+  for (size_t at = text.find(words); at != std::string::npos; at = text.find(words, at + 1)) ++n;
+  return n;
+}
+
 // `daemon_socket`: through the hpd listening there, else a local recording.
-void check_against_truth(const std::string& program, const std::string& daemon_socket = "") {
+void check_against_truth(const std::string& program, const std::string& daemon_socket = "",
+                         const Launch& launch = {}) {
   SCOPED_TRACE(program);
   const hpd::testing::TempDir dir("hpd-alloc");
   const std::string out = dir.file("alloc.hpr");
@@ -57,14 +75,24 @@ void check_against_truth(const std::string& program, const std::string& daemon_s
   if (!daemon_socket.empty()) argv = {HPD_HPCTL_PATH, "--socket", daemon_socket, "--daemon"};
   argv.insert(argv.end(), {"record", "--alloc", "--alloc-mean", "4096", "-o", out, "--", fixture(program),
                            "truth", dir.file("truth.txt")});
-  const hpd::test::RunResult r = hpd::test::run(argv, 300, {"HPD_CALLS_RUNTIME="});
+  std::vector<std::string> env = {"HPD_CALLS_RUNTIME="};
+  env.insert(env.end(), launch.env.begin(), launch.env.end());
+  const hpd::test::RunResult r = hpd::test::run(argv, 300, env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   if (!daemon_socket.empty()) {
     EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
   }
   EXPECT_NE(r.err.find("allocations (hpd's runtime, in-process): "), std::string::npos) << r.err;
-  // Its allocator has the C library's names only: nothing is said unseen.
-  EXPECT_EQ(r.err.find("allocations not seen"), std::string::npos) << r.err;
+  // Its allocator has the C library's names only: nothing is said unseen; or what is said is said.
+  if (launch.said.empty()) {
+    EXPECT_EQ(r.err.find("allocations not seen"), std::string::npos) << r.err;
+  }
+  for (const std::string& words : launch.said) {
+    EXPECT_NE(r.err.find(words), std::string::npos) << words << "\n" << r.err;
+  }
+  if (!launch.stats.empty()) {
+    EXPECT_GE(times_in(r.err, launch.stats), launch.stats_times) << r.err;
+  }
   EXPECT_NE(r.out.find("Allocations (sampled by bytes, one per 4.0 KiB"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Live at the end"), std::string::npos) << r.out;
   const std::map<std::string, Truth> truth = read_truth(dir.file("truth.txt"));
@@ -123,6 +151,43 @@ TEST(AllocRecord, EstimatesMatchTheTruthOfAProgramLinkedWithJemalloc) {
   const std::string ldd = hpd::test::run({"ldd", fixture("alloc_jemalloc_nofp")}).out;
   ASSERT_NE(ldd.find("libjemalloc.so"), std::string::npos) << ldd;
   check_against_truth("alloc_jemalloc_nofp");
+}
+
+constexpr const char* kJemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+constexpr const char* kTcmallocMinimal = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+// Each allocator prints its statistics at exit when asked: proof that it served the program.
+constexpr const char* kJemallocStats = "MALLOC_CONF=stats_print:true";
+constexpr const char* kJemallocStatsSaid = "Begin jemalloc statistics";
+constexpr const char* kTcmallocStats = "MALLOCSTATS=1";
+constexpr const char* kTcmallocStatsSaid = "MALLOC:";
+
+// Linked with gperftools' tcmalloc (Debian's libtcmalloc_minimal): its malloc, calloc and
+// posix_memalign are interposed as glibc's. Its tc_* names, which a program could call directly, are
+// said not seen.
+TEST(AllocRecord, EstimatesMatchTheTruthOfAProgramLinkedWithTcmalloc) {
+  const std::string ldd = hpd::test::run({"ldd", fixture("alloc_tcmalloc_nofp")}).out;
+  ASSERT_NE(ldd.find("libtcmalloc_minimal.so"), std::string::npos) << ldd;
+  check_against_truth("alloc_tcmalloc_nofp", "",
+                      {{kTcmallocStats},
+                       {"libtcmalloc_minimal.so.4", "defines the entry points of tcmalloc (tc_malloc,"},
+                       kTcmallocStatsSaid,
+                       1});
+}
+
+// A program built against glibc, run with jemalloc or tcmalloc preloaded (LD_PRELOAD, kept after
+// hpd's runtime): the allocator the user preloaded serves it (its statistics are printed by hpctl and
+// by the program: both have it preloaded), and the runtime sees its calls.
+TEST(AllocRecord, EstimatesMatchTheTruthWithJemallocPreloaded) {
+  check_against_truth("alloc_nofp", "",
+                      {{std::string("LD_PRELOAD=") + kJemalloc, kJemallocStats}, {}, kJemallocStatsSaid, 2});
+}
+
+TEST(AllocRecord, EstimatesMatchTheTruthWithTcmallocPreloaded) {
+  check_against_truth("alloc_nofp", "",
+                      {{std::string("LD_PRELOAD=") + kTcmallocMinimal, kTcmallocStats},
+                       {"defines the entry points of tcmalloc (tc_malloc,"},
+                       "Bytes in use by application",
+                       2});
 }
 
 // Records alloc_nofp's truth run at a 4 KiB mean into `hpr` (its truth into DIR/truth.txt); `report`:
@@ -522,14 +587,18 @@ TEST(AllocRecord, MimallocCalledByItsOwnNamesIsSaidNotSeen) {
 // (hpd::test::check_alloc_pid_attach). `daemon_socket`: through the hpd listening there, else a local
 // recording.
 void check_pid_attach(const std::string& daemon_socket, const std::string& program = "alloc_pid_nofp",
-                      const std::vector<std::string>& said = {}) {
+                      const std::vector<std::string>& said = {},
+                      const std::vector<std::string>& target_env = {}) {
   hpd::test::AllocPidAttach how;
   how.hpctl = HPD_HPCTL_PATH;
   how.fixture = fixture(program);
   how.daemon_socket = daemon_socket;
   how.said = said;
+  how.target_env = target_env;
   // An allocator under other names is said only where there is one.
-  if (said.empty()) how.not_said = {"allocations not seen", "were probed too"};
+  if (std::none_of(said.begin(), said.end(),
+                   [](const std::string& w) { return w.find("allocations") != std::string::npos; }))
+    how.not_said = {"allocations not seen", "were probed too"};
   hpd::test::check_alloc_pid_attach(how);
 }
 
@@ -572,6 +641,29 @@ TEST(AllocRecord, PidOfAProcessLinkedWithMimallocMatchesItsTruthAndSaysWhatIsNot
   check_pid_attach("", "alloc_pid_mimalloc",
                    {"allocations not seen: the entry points of mimalloc in ", "libmimalloc.so.2",
                     " (mi_zalloc, mi_mallocn, mi_malloc_aligned, ", ") were not probed"});
+}
+
+// From outside, a process linked with tcmalloc (libtcmalloc_minimal), whose posix_memalign calls its
+// memalign (tc_memalign@plt): both are probed, and a call must count once, at posix_memalign, its
+// stack starting at the program's caller (before, every leaked block counted twice, the second time
+// inside tc_posix_memalign: 43.7 MiB live for 32).
+TEST(AllocRecord, PidOfAProcessLinkedWithTcmallocMatchesItsTruth) {
+  const std::string ldd = hpd::test::run({"ldd", fixture("alloc_pid_tcmalloc")}).out;
+  ASSERT_NE(ldd.find("libtcmalloc_minimal.so"), std::string::npos) << ldd;
+  check_pid_attach("", "alloc_pid_tcmalloc",
+                   {"libtcmalloc_minimal.so.4", "allocations not seen: the entry points of tcmalloc in "});
+}
+
+// From outside, a glibc program run with jemalloc or tcmalloc preloaded: the allocator's module is
+// probed beside libc.
+TEST(AllocRecord, PidWithJemallocPreloadedMatchesItsTruth) {
+  check_pid_attach("", "alloc_pid_nofp", {"libjemalloc.so.2"}, {std::string("LD_PRELOAD=") + kJemalloc});
+}
+
+TEST(AllocRecord, PidWithTcmallocPreloadedMatchesItsTruth) {
+  check_pid_attach("", "alloc_pid_nofp",
+                   {"libtcmalloc_minimal.so.4", "allocations not seen: the entry points of tcmalloc in "},
+                   {std::string("LD_PRELOAD=") + kTcmallocMinimal});
 }
 
 // The same through hpd, as root (the access rules of any --pid recording apply).

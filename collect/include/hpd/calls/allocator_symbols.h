@@ -37,6 +37,9 @@ struct AllocatorFunction {
   // Of an entry point under another name: the C library's name at the same address in `standard`
   // (libmimalloc.so's malloc is mi_malloc), whose probe sees its calls too; empty if none.
   std::string alias_of;
+  // It calls another of the module's entry points that `--pid` probes (libtcmalloc's posix_memalign
+  // calls its memalign): while it runs, the probes look at those calls as its own, not again.
+  bool wraps = false;
 };
 
 // One allocator under other names in one module.
