@@ -234,7 +234,7 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes, AllocProbeClient clie
       std::vector<AllocatorFunction> probed, unprobed;
       for (const AllocatorFunction& f : other.functions) {
         if (!f.alias_of.empty()) continue;
-        (replaces_malloc ? unprobed : probed).push_back(f);
+        (replaces_malloc && !other.beside_malloc ? unprobed : probed).push_back(f);
       }
       for (const AllocatorFunction& f : probed) {
         offsets.push_back(f.offset);

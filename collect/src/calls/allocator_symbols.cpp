@@ -75,14 +75,56 @@ const OtherName kTcmalloc[] = {
     {"tc_deletearray", Call::kFree},
 };
 
+// C++'s operator new and delete, as an allocator that replaces malloc defines them too (Debian's
+// jemalloc, tcmalloc and mimalloc do): they do not go through its malloc and free. Looked for only in
+// a module that defines malloc (libstdc++'s call malloc and free). Those that call another probed
+// function (jemalloc's operator new[] jumps to its operator new, its aligned one calls aligned_alloc,
+// its operator delete jumps to free) are found so by their bytes (`wraps`).
+const OtherName kCxx[] = {
+    {"_Znwm", Call::kMalloc},
+    {"_Znam", Call::kMalloc},
+    {"_ZnwmRKSt9nothrow_t", Call::kMalloc},
+    {"_ZnamRKSt9nothrow_t", Call::kMalloc},
+    {"_ZnwmSt11align_val_t", Call::kMalloc},
+    {"_ZnamSt11align_val_t", Call::kMalloc},
+    {"_ZnwmSt11align_val_tRKSt9nothrow_t", Call::kMalloc},
+    {"_ZnamSt11align_val_tRKSt9nothrow_t", Call::kMalloc},
+    {"_ZdlPv", Call::kFree},
+    {"_ZdaPv", Call::kFree},
+    {"_ZdlPvm", Call::kFree},
+    {"_ZdaPvm", Call::kFree},
+    {"_ZdlPvRKSt9nothrow_t", Call::kFree},
+    {"_ZdaPvRKSt9nothrow_t", Call::kFree},
+    {"_ZdlPvSt11align_val_t", Call::kFree},
+    {"_ZdaPvSt11align_val_t", Call::kFree},
+    {"_ZdlPvmSt11align_val_t", Call::kFree},
+    {"_ZdaPvmSt11align_val_t", Call::kFree},
+    {"_ZdlPvSt11align_val_tRKSt9nothrow_t", Call::kFree},
+    {"_ZdaPvSt11align_val_tRKSt9nothrow_t", Call::kFree},
+};
+// jemalloc's own API without a prefix, as Debian builds it (libjemalloc.so.2 defines malloc too): none
+// of mallocx, rallocx, dallocx and sdallocx calls another entry point (objdump of 5.3.0).
+const OtherName kJemallocOwn[] = {
+    {"mallocx", Call::kMalloc},
+    {"rallocx", Call::kRealloc},
+    {"dallocx", Call::kFree},
+    {"sdallocx", Call::kFree},
+};
+
 struct Family {
   const char* family;
   const char* prefix;
   const OtherName* names;
   size_t count;
+  // Looked for only where the module defines malloc, and probed there beside it.
+  bool beside_malloc = false;
 };
 
+constexpr std::string_view kCxxFamily = "C++ operator new and delete";
+
 const Family kFamilies[] = {
+    {kCxxFamily.data(), "", kCxx, std::size(kCxx), true},
+    {"jemalloc", "", kJemallocOwn, std::size(kJemallocOwn), true},
     {"mimalloc", "", kMimalloc, std::size(kMimalloc)},
     {"jemalloc built with the prefix je_", "je_", kJemalloc, std::size(kJemalloc)},
     {"jemalloc with tikv-jemallocator's prefix _rjem_", "_rjem_", kJemalloc, std::size(kJemalloc)},
@@ -245,20 +287,30 @@ ModuleAllocators module_allocators(const std::string& file) {
     const Call call = f == 7 || f == 8 ? Call::kMalloc : f == 6 ? Call::kAlignedAlloc : static_cast<Call>(f);
     out.standard.push_back(AllocatorFunction{it->first, offset, call, static_cast<uint32_t>(f), {}, false});
   }
-  std::set<uint64_t> other_offsets;
+  const bool defines_malloc = std::any_of(out.standard.begin(), out.standard.end(),
+                                          [](const AllocatorFunction& f) { return f.name == "malloc"; });
+  std::map<uint64_t, std::string> other_offsets;  // of the families before, the first name
   for (const Family& family : kFamilies) {
-    OtherAllocator other{family.family, {}};
+    if (family.beside_malloc && !defines_malloc) continue;
+    OtherAllocator other{family.family, {}, family.beside_malloc};
+    std::set<uint64_t> family_offsets;
     for (size_t i = 0; i < family.count; ++i) {
       const std::string name = std::string(family.prefix) + family.names[i].name;
       auto it = all.find(name);
       uint64_t offset = 0;
       if (it == all.end() || !code_offset(elf, it->second.vaddr, offset) ||
-          !other_offsets.insert(offset).second)
+          !family_offsets.insert(offset).second)
         continue;
       AllocatorFunction function{
           name, offset, family.names[i].call, static_cast<uint32_t>(family.names[i].call), {}, false};
+      // One probe per address: an alias of the C library's name or of an earlier family's (mimalloc's
+      // mi_new is libmimalloc's operator new) is seen through it.
       if (auto standard = offsets.find(offset); standard != offsets.end())
         function.alias_of = standard->second;
+      else if (auto earlier = other_offsets.find(offset); earlier != other_offsets.end())
+        function.alias_of = earlier->second;
+      else
+        other_offsets.emplace(offset, name);
       other.functions.push_back(std::move(function));
     }
     if (!other.functions.empty()) out.others.push_back(std::move(other));
@@ -267,9 +319,10 @@ ModuleAllocators module_allocators(const std::string& file) {
   // module defines them, else the other names) call another of them.
   std::vector<AllocatorFunction*> probed;
   for (AllocatorFunction& f : out.standard) probed.push_back(&f);
-  if (out.standard.empty())
-    for (OtherAllocator& other : out.others)
-      for (AllocatorFunction& f : other.functions) probed.push_back(&f);
+  for (OtherAllocator& other : out.others)
+    if (out.standard.empty() || other.beside_malloc)
+      for (AllocatorFunction& f : other.functions)
+        if (f.alias_of.empty()) probed.push_back(&f);
   const auto symbol_of = [&](const AllocatorFunction& f) { return all.at(f.name); };
   std::set<uint64_t> targets;
   for (const AllocatorFunction* f : probed) targets.insert(symbol_of(*f).vaddr);
@@ -301,15 +354,19 @@ std::vector<std::string> allocators_not_seen(const RawProfile& profile) {
           "allocations not seen: " + module.path + " defines " + function_names(allocators.standard) +
           " itself (an allocator linked in statically), which the loader finds before hpd's "
           "runtime; its allocations were not counted (recording the running process by its pid probes them)");
-    // With --pid, an allocator under other names is probed where the module does not replace malloc.
-    const std::string pid_words =
-        allocators.standard.empty() ? " (recording the running process by its pid probes them)" : "";
-    for (const OtherAllocator& other : allocators.others)
+    // With --pid, an allocator under other names is probed where the module does not replace malloc,
+    // and the names looked for only beside malloc are probed there.
+    for (const OtherAllocator& other : allocators.others) {
+      // The runtime interposes C++'s operator new and delete (alloc.c), unless the program defines
+      // them itself (the loader finds those first).
+      if (other.family == kCxxFamily && programs.count(module.path) == 0) continue;
+      const bool pid_probes = allocators.standard.empty() || other.beside_malloc;
       out.push_back("allocations not seen: " + module.path + " defines the entry points of " + other.family +
                     " (" + function_names(other.functions) +
                     "), which hpd's runtime does not interpose; allocations made through them were not "
                     "counted" +
-                    pid_words);
+                    (pid_probes ? " (recording the running process by its pid probes them)" : ""));
+    }
   }
   return out;
 }

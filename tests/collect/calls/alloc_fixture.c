@@ -19,6 +19,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef HPD_CXX_NEW
+/* Built with -DHPD_CXX_NEW against an allocator that defines C++'s operator new and delete (jemalloc,
+ * tcmalloc): small blocks by operator new and sized delete, the leaked ones by the aligned operator
+ * new, called as C++ code calls them. */
+void* _Znwm(size_t size);
+void _ZdlPvm(void* p, size_t size);
+void* _ZnwmSt11align_val_t(size_t size, size_t alignment);
+#define SMALL_ALLOC(n) _Znwm(n)
+#define SMALL_FREE(p, n) _ZdlPvm(p, n)
+#define LEAK_ALLOC(out, alignment, n) ((*(out) = _ZnwmSt11align_val_t(n, alignment)) == NULL)
+#else
+#define SMALL_ALLOC(n) malloc(n)
+#define SMALL_FREE(p, n) free(p)
+#define LEAK_ALLOC(out, alignment, n) (posix_memalign(out, alignment, n) != 0)
+#endif
+
 #define SMALL_N 200000
 #define SMALL_SIZE 64
 #define LARGE_N 64
@@ -31,10 +47,10 @@ static void* leaked[LEAK_N];
 
 __attribute__((noinline)) static void small_blocks(void) {
   for (int i = 0; i < SMALL_N; ++i) {
-    void* p = malloc(SMALL_SIZE);
+    void* p = SMALL_ALLOC(SMALL_SIZE);
     memset(p, 1, SMALL_SIZE);
     sink = p;
-    free(p);
+    SMALL_FREE(p, SMALL_SIZE);
   }
 }
 
@@ -50,7 +66,7 @@ __attribute__((noinline)) static void large_blocks(void) {
 __attribute__((noinline)) static void leak_pages(void) {
   for (int i = 0; i < LEAK_N; ++i) {
     void* p = NULL;
-    if (posix_memalign(&p, 64, LEAK_SIZE) != 0) _exit(3);
+    if (LEAK_ALLOC(&p, 64, LEAK_SIZE)) _exit(3);
     memset(p, 2, 64);
     leaked[i] = p;
   }

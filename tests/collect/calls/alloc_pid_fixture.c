@@ -52,6 +52,22 @@ static unsigned char* leaked[LEAK_N];
 #define PROBE_WATCH_N 4
 #include "probe_watch.h"
 
+#ifdef HPD_CXX_NEW
+/* Built with -DHPD_CXX_NEW against an allocator that defines C++'s operator new and delete (jemalloc,
+ * tcmalloc): small blocks by operator new and sized delete, the leaked ones by the aligned operator
+ * new, called as C++ code calls them. */
+void* _Znwm(size_t size);
+void _ZdlPvm(void* p, size_t size);
+void* _ZnwmSt11align_val_t(size_t size, size_t alignment);
+#define SMALL_ALLOC(n) _Znwm(n)
+#define SMALL_FREE(p, n) _ZdlPvm(p, n)
+#define LEAK_ALLOC(out, alignment, n) ((*(out) = _ZnwmSt11align_val_t(n, alignment)) == NULL)
+#else
+#define SMALL_ALLOC(n) malloc(n)
+#define SMALL_FREE(p, n) free(p)
+#define LEAK_ALLOC(out, alignment, n) (posix_memalign(out, alignment, n) != 0)
+#endif
+
 __attribute__((noinline)) static void large_blocks(void) {
   for (int i = 0; i < LARGE_N; ++i) {
     char* p = calloc(1, LARGE_SIZE);
@@ -64,18 +80,18 @@ __attribute__((noinline)) static void large_blocks(void) {
 
 __attribute__((noinline)) static void small_blocks(void) {
   for (int i = 0; i < SMALL_N; ++i) {
-    void* p = malloc(SMALL_SIZE);
+    void* p = SMALL_ALLOC(SMALL_SIZE);
     if (p == NULL) _exit(5);
     memset(p, 1, SMALL_SIZE);
     sink = p;
-    free(p);
+    SMALL_FREE(p, SMALL_SIZE);
   }
 }
 
 __attribute__((noinline)) static void leak_blocks(void) {
   for (int i = 0; i < LEAK_N; ++i) {
     void* p = NULL;
-    if (posix_memalign(&p, 64, LEAK_SIZE) != 0) _exit(5);
+    if (LEAK_ALLOC(&p, 64, LEAK_SIZE)) _exit(5);
     memset(p, (unsigned char)i, LEAK_SIZE);
     leaked[i] = p;
   }
