@@ -221,6 +221,27 @@ TEST(AllocRecord, EstimatesMatchTheTruthWithTcmallocPreloaded) {
                        2});
 }
 
+// jemalloc's operator new throws std::bad_alloc through the runtime's (alloc_throw.cpp): the program
+// catches it, and the thread's sampling goes on after (the runtime sets its countdown aside while the
+// allocator's own new runs, and a cleanup puts it back when it throws): the 16 MiB allocated after
+// are estimated within five standard deviations.
+TEST(AllocRecord, AnOperatorNewThatThrowsLeavesTheSamplingOn) {
+  const hpd::testing::TempDir dir("hpd-alloc-throw");
+  const hpd::test::RunResult r =
+      hpd::test::run({HPD_HPCTL_PATH, "--local", "record", "--alloc", "--alloc-mean", "4096", "--no-report",
+                      "-o", dir.file("t.hpr"), "--", fixture("alloc_throw_jemalloc")},
+                     300, {"HPD_CALLS_RUNTIME="});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("caught 3"), std::string::npos) << r.out;
+  const hpd::test::RunResult rep =
+      hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", dir.file("t.hpr")});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const nlohmann::json doc = nlohmann::json::parse(rep.out);
+  const nlohmann::json* row = alloc_row(doc, "leak_after");
+  ASSERT_NE(row, nullptr) << rep.out;
+  EXPECT_NEAR((*row)["live_total_bytes"].get<double>(), 4096.0 * 4096, allowed_error(4096, 4096));
+}
+
 // Records alloc_nofp's truth run at a 4 KiB mean into `hpr` (its truth into DIR/truth.txt); `report`:
 // hpctl's report options (--no-report for none).
 hpd::test::RunResult record_truth_run(const hpd::testing::TempDir& dir, const std::string& hpr,
