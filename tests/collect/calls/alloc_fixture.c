@@ -19,21 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifdef HPD_CXX_NEW
-/* Built with -DHPD_CXX_NEW against an allocator that defines C++'s operator new and delete (jemalloc,
- * tcmalloc): small blocks by operator new and sized delete, the leaked ones by the aligned operator
- * new, called as C++ code calls them. */
-void* _Znwm(size_t size);
-void _ZdlPvm(void* p, size_t size);
-void* _ZnwmSt11align_val_t(size_t size, size_t alignment);
-#define SMALL_ALLOC(n) _Znwm(n)
-#define SMALL_FREE(p, n) _ZdlPvm(p, n)
-#define LEAK_ALLOC(out, alignment, n) ((*(out) = _ZnwmSt11align_val_t(n, alignment)) == NULL)
-#else
-#define SMALL_ALLOC(n) malloc(n)
-#define SMALL_FREE(p, n) free(p)
-#define LEAK_ALLOC(out, alignment, n) (posix_memalign(out, alignment, n) != 0)
-#endif
+#include "alloc_small_leak.h"
 
 #define SMALL_N 200000
 #define SMALL_SIZE 64
