@@ -39,6 +39,8 @@ struct alloc_thread {
   __u64 realloc_ptr;
   __u32 started;
   __u32 in_realloc;
+  __u32 in_wrapper;  // a function with HPD_ALLOC_FN_WRAPS runs on this thread
+  __u32 pad;
 };
 
 #define kInRealloc 1u        // realloc runs on this thread
@@ -141,7 +143,11 @@ static __always_inline void on_realloc_return(struct pt_regs* ctx, __u64 size, _
   if (state & kReallocFreeSaid) say_free(HPD_ALLOC_BPF_REALLOC_FAILED, 0, ptr, tgid, tid);
 }
 
-static __always_inline void on_return(struct pt_regs* ctx, __u32 fn, __s32 tgid, __s32 tid) {
+static __always_inline void on_return(struct pt_regs* ctx, __u32 fn, __u32 wraps, __s32 tgid, __s32 tid) {
+  if (wraps) {
+    struct alloc_thread* w = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
+    if (w) w->in_wrapper = 0;
+  }
   __u64* cookie = bpf_session_cookie();
   if (!cookie) return;
   const __u64 size = *cookie & ~kCookieSampled;
@@ -183,6 +189,16 @@ static __always_inline void on_return(struct pt_regs* ctx, __u32 fn, __s32 tgid,
   bpf_ringbuf_submit(rec, 0);
 }
 
+// A function that wraps others (HPD_ALLOC_FN_WRAPS), not sampled: the thread's calls of the others are
+// its own until its return, which runs to say so.
+static __always_inline int enter_wrapper(struct alloc_thread* t, __u64 size) {
+  __u64* cookie = bpf_session_cookie();
+  if (!cookie || !t) return 1;
+  *cookie = size;
+  t->in_wrapper = 1;
+  return 0;
+}
+
 // Loaded with expected_attach_type BPF_TRACE_UPROBE_SESSION by user space (libbpf 1.1 knows neither
 // the section name nor the attach type). Returns 0 to have the kernel run it again at the return.
 SEC("uprobe")
@@ -191,9 +207,11 @@ int hpd_alloc_call(struct pt_regs* ctx) {
   const __s32 tgid = (__s32)(id >> 32);
   const __s32 tid = (__s32)id;
   if (tgid != target_tgid || left_at_exec) return 1;
-  const __u32 fn = (__u32)(bpf_get_attach_cookie(ctx) & 0xff);
+  const __u64 attach_cookie = bpf_get_attach_cookie(ctx);
+  const __u32 fn = (__u32)(attach_cookie & 0xff);
+  const __u32 wraps = (attach_cookie & HPD_ALLOC_FN_WRAPS) != 0;
   if (bpf_session_is_return()) {
-    on_return(ctx, fn, tgid, tid);
+    on_return(ctx, fn, wraps, tgid, tid);
     return 0;
   }
   __u64 size = 0;
@@ -206,12 +224,19 @@ int hpd_alloc_call(struct pt_regs* ctx) {
       return 1;
     }
   } else {
-    // Inside realloc: the allocator's own call.
-    t = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, 0);
-    if (t && (t->in_realloc & kInRealloc)) return 1;
+    // Inside realloc, or inside a function that wraps another: the allocator's own call.
+    t = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0,
+                             wraps ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+    if (t && ((t->in_realloc & kInRealloc) || t->in_wrapper)) return 1;
+    if (wraps && !t) {
+      count(HPD_ALLOC_NO_STATE);
+      return 1;
+    }
   }
   switch (fn) {
-    case HPD_ALLOC_FN_FREE: on_free(PT_REGS_PARM1(ctx), tgid, tid); return 1;
+    case HPD_ALLOC_FN_FREE:
+      on_free(PT_REGS_PARM1(ctx), tgid, tid);
+      return wraps ? enter_wrapper(t, 0) : 1;
     case HPD_ALLOC_FN_MALLOC:
     case HPD_ALLOC_FN_VALLOC:
     case HPD_ALLOC_FN_PVALLOC: size = PT_REGS_PARM1(ctx); break;
@@ -273,7 +298,7 @@ int hpd_alloc_call(struct pt_regs* ctx) {
     default: return 1;
   }
   count(HPD_ALLOC_CALLS);
-  if (size == 0) return 1;
+  if (size == 0) return wraps ? enter_wrapper(t, 0) : 1;
   if (size > (1ull << 62)) size = 1ull << 62;  // fails anyway; keeps the countdown's sign
   if (!t)
     t = bpf_task_storage_get(&alloc_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -286,7 +311,7 @@ int hpd_alloc_call(struct pt_regs* ctx) {
     t->started = 1;
   }
   t->remaining -= (__s64)size;
-  if (t->remaining > 0) return 1;
+  if (t->remaining > 0) return wraps ? enter_wrapper(t, size) : 1;
   // Sampled: a fresh distance (the exponential is memoryless, so each call of `size` bytes is
   // sampled with probability 1 - exp(-size/mean) whatever came before).
   t->remaining = next_distance();
@@ -294,6 +319,7 @@ int hpd_alloc_call(struct pt_regs* ctx) {
   if (!cookie) return 1;
   *cookie = size | kCookieSampled;
   t->memptr = memptr;
+  if (wraps) t->in_wrapper = 1;
   count(HPD_ALLOC_SAMPLED);
   return 0;
 }

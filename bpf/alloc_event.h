@@ -22,6 +22,11 @@ enum hpd_alloc_fn {
   HPD_ALLOC_FN_COUNT = 9,
 };
 
+/* Or'ed into a probe's cookie: the function calls another of the module's probed functions
+ * (libtcmalloc's posix_memalign calls its memalign). While it runs on a thread, that thread's calls of
+ * the other probed functions are its own and are not looked at; its return always runs. */
+#define HPD_ALLOC_FN_WRAPS 0x100u
+
 #define HPD_ALLOC_BPF_MAX_FRAMES 64
 
 enum hpd_alloc_bpf_kind {

@@ -40,9 +40,9 @@ TEST_PACKAGES=(
   uftrace bpftrace
   # JIT frames from /tmp/perf-PID.map: tests/cli/jit_test.cpp records node --perf-basic-prof
   nodejs
-  # --alloc of a program that brings its own allocator: fixtures linked with jemalloc and with mimalloc
-  # (alloc_record_test)
-  libjemalloc-dev libmimalloc-dev
+  # --alloc of a program that brings its own allocator: fixtures linked with jemalloc, mimalloc and
+  # tcmalloc (libtcmalloc_minimal), and each preloaded (alloc_record_test)
+  libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
   # the Debian package: dpkg-shlibdeps for its Depends, lintian to check it
   lintian dpkg-dev
   # systemd-analyze: the units verified, and the unit's SystemCallFilter groups expanded for

@@ -3,6 +3,7 @@
 // are matched (source path, then file name one to one) without merging two of one profile.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -274,6 +275,42 @@ TEST(ReportDiffTest, MemoryIsComparedPerFunctionWhenBothHaveAllocations) {
   EXPECT_EQ(first["live_total_bytes"][1].get<double>(), 2 * mib);
   EXPECT_EQ(first["total_bytes_change"].get<double>(), 6 * mib);
   EXPECT_EQ(first["live_total_bytes_change"].get<double>(), 0);
+}
+
+// Memory rows are paired as CPU rows are: a program rebuilt under another name and path from a moved
+// source tree has its static functions of one name paired by their source file's name, one to one
+// (before, each was two rows, A's and B's, every change the whole of each side).
+TEST(ReportDiffTest, MemoryOfARebuiltProgramFromAMovedTreeFollowsTheFileNames) {
+  Profile a = make_profile("app-v1", "/build1", {{"work", "/src1/work.c", "app-v1"}});
+  Profile b = make_profile("app-v2", "/build2", {{"work", "/src2/work.c", "app-v2"}});
+  allocate(a, {"helper", "/src1/a.c", "app-v1"}, 1, 1);
+  allocate(a, {"helper", "/src1/b.c", "app-v1"}, 2, 0);
+  allocate(b, {"helper", "/src2/a.c", "app-v2"}, 5, 2);
+  allocate(b, {"helper", "/src2/b.c", "app-v2"}, 3, 3);
+  const Diff diff = diff_profiles(a, b, whole());
+  ASSERT_TRUE(diff.memory);
+  const double mib = 1024.0 * 1024.0;
+  std::map<std::string, const DiffAllocRow*> helpers;
+  for (const DiffAllocRow& r : diff.allocations) {
+    if (r.name != "helper") continue;
+    EXPECT_EQ(helpers.count(r.file), 0u) << r.file << " is two rows";
+    helpers[r.file] = &r;
+  }
+  ASSERT_EQ(helpers.size(), 2u);  // one row per file of A, B's figures in it
+  const DiffAllocRow* in_a = helpers["/src1/a.c"];
+  const DiffAllocRow* in_b = helpers["/src1/b.c"];
+  ASSERT_TRUE(in_a && in_b);
+  EXPECT_EQ(in_a->total_bytes[0], 1 * mib);
+  EXPECT_EQ(in_a->total_bytes[1], 5 * mib);
+  EXPECT_EQ(in_a->self_bytes[1], 5 * mib);
+  EXPECT_EQ(in_a->live_total_bytes[0], 1 * mib);
+  EXPECT_EQ(in_a->live_total_bytes[1], 2 * mib);
+  EXPECT_EQ(in_a->library, "app-v1");
+  EXPECT_EQ(in_a->library_b, "app-v2");
+  EXPECT_EQ(in_b->total_bytes[0], 2 * mib);
+  EXPECT_EQ(in_b->total_bytes[1], 3 * mib);
+  EXPECT_EQ(in_b->live_total_bytes[0], 0);
+  EXPECT_EQ(in_b->live_total_bytes[1], 3 * mib);
 }
 
 // Only one side recorded with --alloc: memory is not compared, and the text says so; the JSON has no

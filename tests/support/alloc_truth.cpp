@@ -55,6 +55,10 @@ void check_alloc_pid_attach(const AllocPidAttach& how) {
     ASSERT_EQ(::chown(dir.path().c_str(), how.uid, how.gid), 0) << dir.path();
   }
   std::vector<std::string> target_argv = how.as_user;
+  if (!how.target_env.empty()) {
+    target_argv.push_back("env");
+    target_argv.insert(target_argv.end(), how.target_env.begin(), how.target_env.end());
+  }
   target_argv.insert(target_argv.end(), {how.fixture, dir.path()});
   Background target(target_argv);
   ASSERT_TRUE(wait_for_file(dir.file("ready"), 60, target.pid()));

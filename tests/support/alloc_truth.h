@@ -47,6 +47,8 @@ struct AllocPidAttach {
   // Words the summary must hold, and words it must not.
   std::vector<std::string> said{};
   std::vector<std::string> not_said{};
+  // Environment entries of the fixture only (LD_PRELOAD=... of an allocator).
+  std::vector<std::string> target_env{};
 };
 
 // `hpctl record --alloc --alloc-mean 4096 --pid PID` of the fixture, which waits until the probes are

@@ -222,7 +222,7 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes, AllocProbeClient clie
     std::vector<uint64_t> offsets, cookies;
     for (const AllocatorFunction& f : module.allocators.standard) {
       offsets.push_back(f.offset);
-      cookies.push_back(f.cookie);
+      cookies.push_back(f.cookie | (f.wraps ? HPD_ALLOC_FN_WRAPS : 0));
     }
     // An allocator under other names: its entry points take the C library's arguments (AllocatorCall).
     // Where the module defines the C library's names too (an allocator that replaces malloc), those
@@ -234,11 +234,11 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes, AllocProbeClient clie
       std::vector<AllocatorFunction> probed, unprobed;
       for (const AllocatorFunction& f : other.functions) {
         if (!f.alias_of.empty()) continue;
-        (replaces_malloc ? unprobed : probed).push_back(f);
+        (replaces_malloc && !other.beside_malloc ? unprobed : probed).push_back(f);
       }
       for (const AllocatorFunction& f : probed) {
         offsets.push_back(f.offset);
-        cookies.push_back(f.cookie);
+        cookies.push_back(f.cookie | (f.wraps ? HPD_ALLOC_FN_WRAPS : 0));
       }
       if (!probed.empty())
         impl_->said.push_back("allocations: the entry points of " + other.family + " in " + module.path +

@@ -635,6 +635,32 @@ std::vector<DiffModulePair> pair_modules(const std::map<std::string, SideModule>
   return listed;
 }
 
+// Diff rows by (module pair, name, source file's path).
+using DiffKey = std::tuple<std::string, std::string, std::string>;
+
+// Among the rows with figures on one side only (`only_in(row, side)`), those whose module pair, name
+// and source file name (a rebuilt program's file at another path) pair exactly one row of A with one
+// of B are one row: B's figures (`take_b(row, from_b)`) move into A's row.
+template <typename Row, typename OnlyIn, typename TakeB>
+void pair_rows_by_file_name(std::map<DiffKey, Row>& rows, OnlyIn only_in, TakeB take_b) {
+  std::map<DiffKey, std::vector<DiffKey>> by_file_name[2];
+  for (const auto& [key, row] : rows) {
+    for (int side = 0; side < 2; ++side) {
+      if (only_in(row, side))
+        by_file_name[side][{std::get<0>(key), std::get<1>(key), base_name(std::get<2>(key))}].push_back(key);
+    }
+  }
+  for (const auto& [loose, keys] : by_file_name[0]) {
+    const auto other = by_file_name[1].find(loose);
+    if (keys.size() != 1 || other == by_file_name[1].end() || other->second.size() != 1) continue;
+    Row& row = rows.at(keys[0]);
+    Row& from_b = rows.at(other->second[0]);
+    if (from_b.library != row.library) row.library_b = from_b.library;
+    take_b(row, from_b);
+    rows.erase(other->second[0]);
+  }
+}
+
 }  // namespace
 
 Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& options) {
@@ -654,7 +680,7 @@ Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& opti
 
   // Rows by (module pair, name, source file): first by the file's path, then, among the rows left
   // on one side only, by its file name where that pairs one row of A with one of B.
-  using Key = std::tuple<std::string, std::string, std::string>;
+  using Key = DiffKey;
   // The row of `rows` a function of `side` goes into, its name, file and modules set.
   const auto row_of = [&](auto& rows, int side, uint32_t func, const std::string& name,
                           const std::string& library) -> auto& {
@@ -686,25 +712,12 @@ Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& opti
     return r.total_wall_ns[1 - side] == 0 && r.total_cpu_ns[1 - side] == 0 &&
            (r.total_wall_ns[side] != 0 || r.total_cpu_ns[side] != 0);
   };
-  std::map<Key, std::vector<Key>> by_file_name[2];
-  for (const auto& [key, row] : rows) {
-    for (int side = 0; side < 2; ++side) {
-      if (only_in(row, side))
-        by_file_name[side][{std::get<0>(key), std::get<1>(key), base_name(std::get<2>(key))}].push_back(key);
-    }
-  }
-  for (const auto& [loose, keys] : by_file_name[0]) {
-    const auto other = by_file_name[1].find(loose);
-    if (keys.size() != 1 || other == by_file_name[1].end() || other->second.size() != 1) continue;
-    DiffRow& row = rows.at(keys[0]);
-    DiffRow& from_b = rows.at(other->second[0]);
-    if (from_b.library != row.library) row.library_b = from_b.library;
+  pair_rows_by_file_name(rows, only_in, [](DiffRow& row, const DiffRow& from_b) {
     row.self_cpu_ns[1] = from_b.self_cpu_ns[1];
     row.total_cpu_ns[1] = from_b.total_cpu_ns[1];
     row.self_wall_ns[1] = from_b.self_wall_ns[1];
     row.total_wall_ns[1] = from_b.total_wall_ns[1];
-    rows.erase(other->second[0]);
-  }
+  });
   for (auto& [key, row] : rows) diff.rows.push_back(std::move(row));
   const auto magnitude = [](int64_t v) { return v < 0 ? uint64_t(-v) : uint64_t(v); };
   std::stable_sort(diff.rows.begin(), diff.rows.end(), [&](const DiffRow& x, const DiffRow& y) {
@@ -715,8 +728,8 @@ Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& opti
     return x.name < y.name;
   });
 
-  // Memory, when both were recorded with --alloc: per function (paired as above, by the file's path
-  // only), the bytes allocated and still live at the end, in it and its callees.
+  // Memory, when both were recorded with --alloc: per function (paired as above: by the file's path,
+  // then by its file name), the bytes allocated and still live at the end, in it and its callees.
   diff.memory = reports[0].alloc_mean_bytes != 0 && reports[1].alloc_mean_bytes != 0;
   for (int side = 0; side < 2; ++side) {
     diff.alloc_mean_bytes[side] = reports[side].alloc_mean_bytes;
@@ -733,6 +746,16 @@ Diff diff_profiles(const Profile& a, const Profile& b, const ReportOptions& opti
       row.live_total_bytes[side] += r.live_total_bytes;
     }
   }
+  pair_rows_by_file_name(
+      alloc_rows,
+      [](const DiffAllocRow& r, int side) {
+        return r.total_bytes[1 - side] == 0 && r.total_bytes[side] != 0;
+      },
+      [](DiffAllocRow& row, const DiffAllocRow& from_b) {
+        row.self_bytes[1] = from_b.self_bytes[1];
+        row.total_bytes[1] = from_b.total_bytes[1];
+        row.live_total_bytes[1] = from_b.live_total_bytes[1];
+      });
   for (auto& [key, row] : alloc_rows) diff.allocations.push_back(std::move(row));
   std::stable_sort(diff.allocations.begin(), diff.allocations.end(),
                    [](const DiffAllocRow& x, const DiffAllocRow& y) {

@@ -19,6 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "alloc_small_leak.h"
+
 #define SMALL_N 200000
 #define SMALL_SIZE 64
 #define LARGE_N 64
@@ -31,10 +33,10 @@ static void* leaked[LEAK_N];
 
 __attribute__((noinline)) static void small_blocks(void) {
   for (int i = 0; i < SMALL_N; ++i) {
-    void* p = malloc(SMALL_SIZE);
+    void* p = SMALL_ALLOC(SMALL_SIZE);
     memset(p, 1, SMALL_SIZE);
     sink = p;
-    free(p);
+    SMALL_FREE(p, SMALL_SIZE);
   }
 }
 
@@ -50,7 +52,7 @@ __attribute__((noinline)) static void large_blocks(void) {
 __attribute__((noinline)) static void leak_pages(void) {
   for (int i = 0; i < LEAK_N; ++i) {
     void* p = NULL;
-    if (posix_memalign(&p, 64, LEAK_SIZE) != 0) _exit(3);
+    if (LEAK_ALLOC(&p, 64, LEAK_SIZE)) _exit(3);
     memset(p, 2, 64);
     leaked[i] = p;
   }

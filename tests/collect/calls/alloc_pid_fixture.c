@@ -52,6 +52,8 @@ static unsigned char* leaked[LEAK_N];
 #define PROBE_WATCH_N 4
 #include "probe_watch.h"
 
+#include "alloc_small_leak.h"
+
 __attribute__((noinline)) static void large_blocks(void) {
   for (int i = 0; i < LARGE_N; ++i) {
     char* p = calloc(1, LARGE_SIZE);
@@ -64,18 +66,18 @@ __attribute__((noinline)) static void large_blocks(void) {
 
 __attribute__((noinline)) static void small_blocks(void) {
   for (int i = 0; i < SMALL_N; ++i) {
-    void* p = malloc(SMALL_SIZE);
+    void* p = SMALL_ALLOC(SMALL_SIZE);
     if (p == NULL) _exit(5);
     memset(p, 1, SMALL_SIZE);
     sink = p;
-    free(p);
+    SMALL_FREE(p, SMALL_SIZE);
   }
 }
 
 __attribute__((noinline)) static void leak_blocks(void) {
   for (int i = 0; i < LEAK_N; ++i) {
     void* p = NULL;
-    if (posix_memalign(&p, 64, LEAK_SIZE) != 0) _exit(5);
+    if (LEAK_ALLOC(&p, 64, LEAK_SIZE)) _exit(5);
     memset(p, (unsigned char)i, LEAK_SIZE);
     leaked[i] = p;
   }

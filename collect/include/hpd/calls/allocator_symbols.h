@@ -35,14 +35,21 @@ struct AllocatorFunction {
   // memalign and pvalloc have arguments of their own.
   uint32_t cookie = 0;
   // Of an entry point under another name: the C library's name at the same address in `standard`
-  // (libmimalloc.so's malloc is mi_malloc), whose probe sees its calls too; empty if none.
+  // (libmimalloc.so's malloc is mi_malloc), or an earlier family's (its mi_new is its operator new),
+  // whose probe sees its calls too; empty if none.
   std::string alias_of;
+  // It calls another of the module's entry points that `--pid` probes (libtcmalloc's posix_memalign
+  // calls its memalign): while it runs, the probes look at those calls as its own, not again.
+  bool wraps = false;
 };
 
 // One allocator under other names in one module.
 struct OtherAllocator {
   std::string family;                        // "mimalloc", "jemalloc built with the prefix je_", ...
   std::vector<AllocatorFunction> functions;  // in the table's order; one per address
+  // Found only in a module that defines malloc, and probed there beside the C library's names (C++'s
+  // operator new and delete of jemalloc, tcmalloc, mimalloc; jemalloc's mallocx, ...).
+  bool beside_malloc = false;
 };
 
 struct ModuleAllocators {

@@ -382,6 +382,126 @@ void* pvalloc(size_t size) {
   return p;
 }
 
+/* ---- C++'s operator new and delete ----
+ * libstdc++'s operator new calls malloc, and its delete free, which are interposed above; an allocator
+ * that replaces malloc (jemalloc, tcmalloc, mimalloc) defines an operator new and delete of its own,
+ * which do not: without these a C++ program linked with one had its `new` unseen. All twenty are
+ * interposed here and go on to the next definition (dlsym RTLD_NEXT; else libstdc++'s, for a library
+ * dlopen'ed with RTLD_LOCAL). Where the next operator new is in the object the next malloc is in (the
+ * allocator's own), a call is sampled here (its stack starts at its caller), the allocator's own calls
+ * of the functions interposed above inside it (jemalloc's aligned operator new calls aligned_alloc)
+ * are not counted again, and a delete forgets its block; else (libstdc++'s) the call goes straight on
+ * and malloc or free sees it. Every argument is an integer or a pointer, so each goes on with three
+ * (the ABI ignores those a function does not take). */
+typedef void* (*cxx_new_fn)(size_t, uintptr_t, uintptr_t);
+typedef void (*cxx_delete_fn)(void*, uintptr_t, uintptr_t);
+
+#define CXX_NEW_COUNT 8
+#define CXX_DELETE_COUNT 12
+static const char* const g_cxx_new_names[CXX_NEW_COUNT] = {
+    "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
+    "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t"};
+static const char* const g_cxx_delete_names[CXX_DELETE_COUNT] = {
+    "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZdlPvRKSt9nothrow_t", "_ZdaPvRKSt9nothrow_t",
+    "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t", "_ZdlPvmSt11align_val_t", "_ZdaPvmSt11align_val_t",
+    "_ZdlPvSt11align_val_tRKSt9nothrow_t", "_ZdaPvSt11align_val_tRKSt9nothrow_t"};
+static cxx_new_fn g_cxx_new[CXX_NEW_COUNT];
+static cxx_delete_fn g_cxx_delete[CXX_DELETE_COUNT];
+static int g_cxx_own; /* 1: the next operator new is the allocator's own */
+
+static void* next_definition(const char* name) {
+  void* f = dlsym(RTLD_NEXT, name);
+  if (f != NULL) return f;
+  void* libstdcxx = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  if (libstdcxx == NULL) return NULL;
+  f = dlsym(libstdcxx, name);
+  dlclose(libstdcxx);
+  return f;
+}
+
+/* Whether the operator new is the allocator's own is known before any of them is published. */
+static void resolve_cxx(void) {
+  if (__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == NULL) resolve();
+  cxx_new_fn news[CXX_NEW_COUNT];
+  cxx_delete_fn deletes[CXX_DELETE_COUNT];
+  for (int i = 0; i < CXX_NEW_COUNT; ++i) news[i] = (cxx_new_fn)next_definition(g_cxx_new_names[i]);
+  for (int i = 0; i < CXX_DELETE_COUNT; ++i)
+    deletes[i] = (cxx_delete_fn)next_definition(g_cxx_delete_names[i]);
+  Dl_info a, b;
+  const int own = news[0] != NULL && dladdr((void*)news[0], &a) != 0 && dladdr((void*)real_malloc, &b) != 0 &&
+                  a.dli_fbase == b.dli_fbase;
+  __atomic_store_n(&g_cxx_own, own, __ATOMIC_RELEASE);
+  for (int i = 0; i < CXX_NEW_COUNT; ++i) __atomic_store_n(&g_cxx_new[i], news[i], __ATOMIC_RELEASE);
+  for (int i = 0; i < CXX_DELETE_COUNT; ++i) __atomic_store_n(&g_cxx_delete[i], deletes[i], __ATOMIC_RELEASE);
+}
+
+static void restore_countdown(const int64_t* saved) {
+  t_countdown = *saved;
+}
+
+static inline void* cxx_new(int i, size_t size, uintptr_t b, uintptr_t c) {
+  cxx_new_fn real = __atomic_load_n(&g_cxx_new[i], __ATOMIC_ACQUIRE);
+  if (UNLIKELY(real == NULL)) {
+    resolve_cxx();
+    real = g_cxx_new[i];
+    if (real == NULL) { /* no operator new after this one: malloc's (no exception on failure) */
+      if (i < 4) return malloc(size);
+      void* p = NULL;
+      return posix_memalign(&p, b, size) == 0 ? p : NULL;
+    }
+  }
+  if (!g_cxx_own) return real(size, b, c);
+  void* p;
+  {
+    /* The allocator's own calls of malloc & co. inside it count nothing; restored however it leaves
+     * (an exception: bad_alloc). */
+    const int64_t saved __attribute__((cleanup(restore_countdown))) = t_countdown;
+    t_countdown = INT64_MAX;
+    p = real(size, b, c);
+  }
+  account(p, size);
+  return p;
+}
+
+static inline void cxx_delete(int i, void* p, uintptr_t b, uintptr_t c) {
+  cxx_delete_fn real = __atomic_load_n(&g_cxx_delete[i], __ATOMIC_ACQUIRE);
+  if (UNLIKELY(real == NULL)) {
+    resolve_cxx();
+    real = g_cxx_delete[i];
+    if (real == NULL) {
+      free(p);
+      return;
+    }
+  }
+  if (g_cxx_own && p != NULL) forget(p);
+  real(p, b, c);
+}
+
+#define HPD_CXX_NEW(name, i) \
+  void* name(size_t size, uintptr_t b, uintptr_t c) { return cxx_new(i, size, b, c); }
+#define HPD_CXX_DELETE(name, i) \
+  void name(void* p, uintptr_t b, uintptr_t c) { cxx_delete(i, p, b, c); }
+HPD_CXX_NEW(_Znwm, 0)
+HPD_CXX_NEW(_Znam, 1)
+HPD_CXX_NEW(_ZnwmRKSt9nothrow_t, 2)
+HPD_CXX_NEW(_ZnamRKSt9nothrow_t, 3)
+HPD_CXX_NEW(_ZnwmSt11align_val_t, 4)
+HPD_CXX_NEW(_ZnamSt11align_val_t, 5)
+HPD_CXX_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, 6)
+HPD_CXX_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, 7)
+HPD_CXX_DELETE(_ZdlPv, 0)
+HPD_CXX_DELETE(_ZdaPv, 1)
+HPD_CXX_DELETE(_ZdlPvm, 2)
+HPD_CXX_DELETE(_ZdaPvm, 3)
+HPD_CXX_DELETE(_ZdlPvRKSt9nothrow_t, 4)
+HPD_CXX_DELETE(_ZdaPvRKSt9nothrow_t, 5)
+HPD_CXX_DELETE(_ZdlPvSt11align_val_t, 6)
+HPD_CXX_DELETE(_ZdaPvSt11align_val_t, 7)
+HPD_CXX_DELETE(_ZdlPvmSt11align_val_t, 8)
+HPD_CXX_DELETE(_ZdaPvmSt11align_val_t, 9)
+HPD_CXX_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, 10)
+HPD_CXX_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, 11)
+
 /* ---- start-up ---- */
 
 static int find_self(struct dl_phdr_info* info, size_t size, void* data) {
