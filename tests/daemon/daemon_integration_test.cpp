@@ -465,6 +465,25 @@ void expect_samples_cover_the_cpu(const RawProfile& profile, pid_t pid, const Cp
   EXPECT_LT(profile.info.requested_mono_ns, times.front()) << what;
 }
 
+// hpd reports READY=1 with the programs and maps of its likeliest first request loaded (they are also
+// its check of the eBPF backend): loaded once, not still loading, and the first recording takes them
+// rather than waiting for them or loading its own.
+TEST(Hpd, ReportsReadyWithTheFirstRecordingsProgramsLoaded) {
+  Hpd hpd;  // returns once hpd sent READY=1
+  const json at_ready = hpd.status()["prepared"];
+  EXPECT_TRUE(at_ready["ready"].get<bool>()) << at_ready.dump() << hpd.log();
+  EXPECT_FALSE(at_ready["loading"].get<bool>()) << at_ready.dump();
+  EXPECT_EQ(at_ready["loads"].get<uint64_t>(), 1u) << at_ready.dump();
+  EXPECT_EQ(at_ready["taken"].get<uint64_t>(), 0u) << at_ready.dump();
+  Background target({"/bin/sleep", "60"});
+  const RunResult r = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-d",
+                                      "0.2", "-o", hpd.out_dir() + "/first.hpr"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  const json after = hpd.status()["prepared"];
+  EXPECT_EQ(after["taken"].get<uint64_t>(), 1u)
+      << "the first recording loaded its own programs: " << after.dump();
+}
+
 // A recording waits for its targets' first sample (at most 100 ms) before it asks for the next set of
 // programs: a target that never runs gives none, and the next set is loaded all the same, so the
 // recording after it takes a loaded set too.

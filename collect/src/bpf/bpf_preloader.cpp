@@ -24,6 +24,19 @@ void Preloader::want(const LoadConfig& c) {
   changed_.notify_all();
 }
 
+bool Preloader::load_now(const LoadConfig& c) {
+  want(c);
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] {
+    if (stopping_) return true;
+    if (loading_) return false;
+    const bool loaded = ready_ && ready_config_ == c;
+    const bool failed = failed_config_ && *failed_config_ == c;
+    return loaded || failed || !(wanted_ && *wanted_ == c);
+  });
+  return ready_ && ready_config_ == c;
+}
+
 Skeleton Preloader::take(const LoadConfig& c, CfiMaps::MappedArrays* arrays) {
   std::unique_lock lock(mutex_);
   if (loading_ && loading_config_ == c) changed_.wait(lock, [&] { return !loading_; });

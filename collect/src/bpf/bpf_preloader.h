@@ -27,6 +27,10 @@ class Preloader {
   // Keeps a skeleton like `c` loaded from now on (a ready one of another LoadConfig is dropped).
   void want(const LoadConfig& c);
 
+  // want(c), then waits until that set is loaded (true) or its load failed or another set was asked
+  // for meanwhile (false): hpd's start, which reports ready with the first recording's set loaded.
+  bool load_now(const LoadConfig& c);
+
   // The ready skeleton when its LoadConfig is `c` (one being loaded for `c` is waited for); nothing
   // otherwise. The next is loaded when want() is called again. cfi mode: `arrays` gets its row and
   // index maps, mapped into this process ahead too (empty when that failed: the session maps them).

@@ -446,6 +446,13 @@ bool bpf_backend_available(std::string* why);
 // set ready is replaced. Returns at once; does nothing when the eBPF backend cannot be used.
 void prepare_recording(const RecordOptions& options);
 
+// hpd's start: bpf_backend_available found by loading the programs and maps of a recording like
+// `first` as prepare_recording does, waiting for them. They then wait for that recording, so that hpd
+// reports ready (and serves its first request) with them loaded rather than still loading them, and
+// the programs are loaded once at the start, not twice (a check, then the set). When that set cannot
+// be loaded, the plain check decides and *error (if given) says why the set was not loaded.
+bool bpf_backend_available_prepared(const RecordOptions& first, std::string* why, std::string* error);
+
 struct PreparedRecordingStatus {
   bool ready = false;    // a set is loaded and waits for a recording
   bool loading = false;  // one is being loaded
