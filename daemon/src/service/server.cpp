@@ -128,11 +128,9 @@ json Daemon::status_message(bool privileged) {
                           {"evicted", kept.evicted}};
   // The eBPF programs and maps loaded ahead for the next session (prepare_recording).
   const PreparedRecordingStatus prepared = prepared_recording_status();
-  reply["prepared"] = {{"ready", prepared.ready},
-                       {"loading", prepared.loading},
-                       {"loads", prepared.loads},
-                       {"taken", prepared.taken},
-                       {"error", prepared.error}};
+  reply["prepared"] = {{"ready", prepared.ready},     {"ready_sets", prepared.ready_sets},
+                       {"loading", prepared.loading}, {"loads", prepared.loads},
+                       {"taken", prepared.taken},     {"error", prepared.error}};
   reply["limits"] = {{"max_duration_s", cfg.max_duration_s},
                      {"max_frequency_hz", cfg.max_frequency_hz},
                      {"max_cfi_rows", cfg.max_cfi_rows},
