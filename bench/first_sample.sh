@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
-# Time from the request to the first sample of `--pid P -d 1` of a busy process: through hpd (its
-# first recording after start, then warm ones), hpctl recording in process (--local), and
-# `perf record -p`, side by side in one run, RUNS rounds, medians printed.
+# Time from the request to the first sample, side by side with perf in one run, RUNS rounds, medians
+# printed. Four modes:
+#   (default) `--pid P -d 1` of a busy process: through hpd (its first recording after start, then warm
+#       ones), hpctl recording in process (--local), and `perf record -p`.
+#   --start   hpd started as systemd starts it (Type=notify): from hpd's exec to its READY=1, then
+#       `--pid P -d 1` requested at once; and started by socket activation (hpd.socket), the request
+#       being what starts it: from the request (and hpd's exec) to the first sample. `perf record -p`
+#       beside them.
+#   --cgroup  `--cgroup G -d 1` of a cgroup v2 holding the busy process, through hpd (the first --cgroup
+#       recording after a --pid one, the next --cgroup one, a --pid one after those), against `perf
+#       record -a -G G` (perf's --cgroup, which needs -a).
+#   --command `record -- CMD` of a program that reads CLOCK_MONOTONIC first thing in main, writes it,
+#       spins 0.3 s and exits: through a warm hpd, `--local`, and `perf record -- CMD`; both the
+#       command's start (its main) and its first sample after the request.
 #
-# Usage (as root): bench/first_sample.sh BUILD_DIR [RUNS=5] [WORKDIR=/tmp/hpd-first-sample]
+# Usage (as root): bench/first_sample.sh [--start|--cgroup|--command] BUILD_DIR [RUNS=5] [WORKDIR=/tmp/hpd-first-sample]
 #
 # Each command is started by a wrapper that reads CLOCK_MONOTONIC just before it execs the command
 # (hpctl or perf). The first sample's time is the recording's own: the Firefox profile's
@@ -14,7 +25,11 @@
 # first sample's as the last step. Each round's steps stay in WORKDIR/steps.warm and steps.local.
 set -euo pipefail
 
-BUILD=${1:?usage: first_sample.sh BUILD_DIR [RUNS] [WORKDIR]}
+MODE=pid
+case "${1:-}" in
+  --start | --cgroup | --command) MODE=${1#--}; shift ;;
+esac
+BUILD=${1:?usage: first_sample.sh [--start|--cgroup|--command] BUILD_DIR [RUNS] [WORKDIR]}
 RUNS=${2:-5}
 WORK=${3:-/tmp/hpd-first-sample}
 HPCTL=$BUILD/cli/hpctl
@@ -88,20 +103,89 @@ start_hpd() {
   echo "hpd did not answer on $SOCK" >&2
   exit 1
 }
-stop_hpd() { kill "$HPD_PID" 2> /dev/null || true; wait "$HPD_PID" 2> /dev/null || true; }
+# launch_hpd notify|activation: starts hpd as systemd would. notify: with $NOTIFY_SOCKET (hpd.service's
+# Type=notify), returning once hpd sent READY=1, whose CLOCK_MONOTONIC is written to WORK/ready.hpd;
+# activation (hpd.socket): returns once the socket listens; the first connection starts hpd with the
+# socket passed as systemd's LISTEN_FDS (activated_hpd gives its pid). WORK/stamp.hpd: CLOCK_MONOTONIC
+# just before hpd's fork and exec.
+launch_hpd() {
+  rm -f "$WORK/listening" "$WORK/hpd.pid"
+  if [ "$1" = activation ]; then
+    launcher "$1" > "$WORK/hpd.pid" &
+    LAUNCHER=$!
+    while [ ! -e "$WORK/listening" ]; do sleep 0.01; done
+  else
+    HPD_PID=$(launcher "$1")
+  fi
+}
+activated_hpd() {
+  wait "$LAUNCHER"
+  HPD_PID=$(cat "$WORK/hpd.pid")
+}
+launcher() {
+  python3 - "$1" "$HPD" "$WORK" "$SOCK" <<'EOF'
+import os, select, socket, sys, time
+mode, hpd, work, sock = sys.argv[1:5]
+env = dict(os.environ, HPD_TIMING="1")
+for stale in (sock, work + "/notify.sock"):
+    try:
+        os.unlink(stale)
+    except FileNotFoundError:
+        pass
+notify = listener = None
+if mode == "notify":
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(work + "/notify.sock")
+    env["NOTIFY_SOCKET"] = work + "/notify.sock"
+else:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock)
+    listener.listen(64)
+    open(work + "/listening", "w").close()
+    select.select([listener], [], [], 120)  # systemd starts the service at the first connection
+log = open(work + "/hpd.log", "a")
+start = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+pid = os.fork()
+if pid == 0:
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    if listener is not None:
+        os.dup2(listener.fileno(), 3)
+        env["LISTEN_FDS"] = "1"
+        env["LISTEN_PID"] = str(os.getpid())
+    os.execve(hpd, [hpd, "--config", work + "/hpd.conf", "--socket", sock], env)
+open(work + "/stamp.hpd", "w").write(str(start))
+if notify is not None:
+    notify.settimeout(120)
+    while b"READY=1" not in notify.recv(4096):
+        pass
+    open(work + "/ready.hpd", "w").write(str(time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
+print(pid)
+EOF
+}
+stop_hpd() {
+  [ -n "${HPD_PID:-}" ] || return 0
+  kill "$HPD_PID" 2> /dev/null || true
+  wait "$HPD_PID" 2> /dev/null || true  # a child of this shell (start_hpd)
+  while kill -0 "$HPD_PID" 2> /dev/null; do sleep 0.05; done  # or of launch_hpd's python
+  HPD_PID=
+}
 trap 'kill $SPIN 2>/dev/null || true; stop_hpd' EXIT
 
+# What record_hpd records: the busy process by default.
+TARGET=(--pid "$SPIN" -d 1)
 record_hpd() {  # record_hpd NAME [--local]: ms from the request to the first sample
   local name=$1
   shift
-  stamp "$WORK/stamp.$name" "$HPCTL" --socket "$SOCK" "$@" record --pid "$SPIN" -d 1 -q \
-    -o "$WORK/$name.json.gz" > "$WORK/$name.out" 2>&1
+  stamp "$WORK/stamp.$name" "$HPCTL" --socket "$SOCK" "$@" record -q -o "$WORK/$name.json.gz" \
+    "${TARGET[@]}" > "$WORK/$name.out" 2>&1
   ms "$(hpd_first "$WORK/$name.json.gz")" "$(cat "$WORK/stamp.$name")"
 }
 
-record_perf() {
-  stamp "$WORK/stamp.perf" perf record -q -k CLOCK_MONOTONIC -F 999 -g -p "$SPIN" -o "$WORK/perf.data" \
-    -- sleep 1 > "$WORK/perf.out" 2>&1
+record_perf() {  # record_perf [TARGET...]: `perf record -p` of the busy process by default
+  [ $# -gt 0 ] || set -- -p "$SPIN" -- sleep 1
+  stamp "$WORK/stamp.perf" perf record -q -k CLOCK_MONOTONIC -F 999 -g -o "$WORK/perf.data" "$@" \
+    > "$WORK/perf.out" 2>&1
   ms "$(perf_first "$WORK/perf.data")" "$(cat "$WORK/stamp.perf")"
 }
 
@@ -116,7 +200,126 @@ steps() {  # steps NAME LOG_LINE: "STEP MS CPU_MS" after the stamp, one per line
                        printf "%s %.1f %.1f\n", $3, ($4 - t0) / 1e6, ($5 - base[$1]) / 1e6 }' | sort -k2 -g
 }
 
+# Where the time went: print_steps KIND prints each step's median, ms after the request (hpctl
+# started), and the median CPU time of the process that marked it (hpctl: since its exec; hpd: since
+# its first mark of the request), from WORK/steps.KIND.
+print_steps() {
+  local kind=$1
+  echo
+  echo "steps of the ${kind} recordings (ms after hpctl started; CPU ms of the marking process; median of $RUNS):"
+  awk '{n[$1]++; v[$1, n[$1]] = $2; c[$1, n[$1]] = ($3 == "" ? -1 : $3)
+        if (!($1 in first)) { first[$1] = NR; order[++k] = $1 } }
+       function median(arr, s, m,    a, b, t, x) {  # by insertion sort of the few values
+         for (a = 1; a <= m; a++) x[a] = arr[s, a]
+         for (a = 2; a <= m; a++) { t = x[a]; b = a - 1; while (b >= 1 && x[b] > t) { x[b + 1] = x[b]; b-- } x[b + 1] = t }
+         return x[int((m + 1) / 2)] }
+       END { for (i = 1; i <= k; i++) { s = order[i]; cpu = median(c, s, n[s])
+               printf "  %-22s %8.1f %8s\n", s, median(v, s, n[s]), cpu < 0 ? "" : sprintf("%.1f", cpu) } }' "$WORK/steps.$kind"
+}
+
+median() { sort -g | awk '{v[NR] = $1} END {print (NR ? v[int((NR + 1) / 2)] : "none")}'; }
+# table TITLE...: the median (min-max) of each column of WORK/results, one row per title.
+table() {
+  echo "request to first sample, ms, median of $RUNS rounds (min-max); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  local col=1 what values
+  for what in "$@"; do
+    values=$(awk -v c=$col '{print $c}' "$WORK/results")
+    printf '%-52s %8s   (%s-%s)\n' "$what" "$(echo "$values" | median)" \
+      "$(echo "$values" | sort -g | head -1)" "$(echo "$values" | sort -g | tail -1)"
+    col=$((col + 1))
+  done
+}
+
 : > "$WORK/results"
+: > "$WORK/steps.cgroup"
+if [ "$MODE" = start ]; then
+  for round in $(seq "$RUNS"); do
+    launch_hpd notify
+    ready=$(ms "$(cat "$WORK/ready.hpd")" "$(cat "$WORK/stamp.hpd")")
+    first=$(HPD_TIMING=1 record_hpd "hpd-first")
+    stop_hpd
+    launch_hpd activation
+    activated=$(HPD_TIMING=1 record_hpd "hpd-activated")
+    activated_hpd
+    from_exec=$(ms "$(hpd_first "$WORK/hpd-activated.json.gz")" "$(cat "$WORK/stamp.hpd")")
+    stop_hpd
+    echo "$ready $first $activated $from_exec $(record_perf)" >> "$WORK/results"
+  done
+  table "hpd's exec to READY=1 (Type=notify)" "after READY=1: first recording, request to sample" \
+    "socket activated: request (starts hpd) to sample" "socket activated: hpd's exec to sample" \
+    "perf record -p"
+  exit 0
+fi
+
+if [ "$MODE" = cgroup ]; then
+  CGROUP_ROOT=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
+  [ -n "$CGROUP_ROOT" ] || { echo "no cgroup v2 mount" >&2; exit 2; }
+  CGROUP=hpd-first-sample
+  mkdir -p "$CGROUP_ROOT/$CGROUP"
+  echo "$SPIN" > "$CGROUP_ROOT/$CGROUP/cgroup.procs"
+  trap 'kill $SPIN 2>/dev/null || true; stop_hpd; sleep 0.2; rmdir "$CGROUP_ROOT/$CGROUP" 2>/dev/null || true' EXIT
+  launch_hpd notify
+  HPD_TIMING=1 record_hpd "hpd-pid0" > /dev/null  # hpd's first recording: a --pid one
+  for round in $(seq "$RUNS"); do
+    TARGET=(--cgroup "$CGROUP" -d 1)
+    line=$(($(wc -l < "$WORK/hpd.log") + 1))
+    after_pid=$(HPD_TIMING=1 record_hpd "hpd-cgroup")
+    steps hpd-cgroup "$line" >> "$WORK/steps.cgroup"
+    echo "first-sample $after_pid" >> "$WORK/steps.cgroup"
+    next=$(HPD_TIMING=1 record_hpd "hpd-cgroup-next")
+    TARGET=(--pid "$SPIN" -d 1)
+    pid_after=$(HPD_TIMING=1 record_hpd "hpd-pid")
+    perf_ms=$(record_perf -a -e cpu-clock -G "$CGROUP" -- sleep 1)
+    echo "$after_pid $next $pid_after $perf_ms" >> "$WORK/results"
+  done
+  table "hpd --cgroup, after a --pid recording" "hpd --cgroup, the next (after a --cgroup one)" \
+    "hpd --pid, after the --cgroup ones" "perf record -a -e cpu-clock -G"
+  print_steps cgroup
+  exit 0
+fi
+
+if [ "$MODE" = command ]; then
+  # The launched program: CLOCK_MONOTONIC first thing in main, written to argv[1]; then 0.3 s of CPU.
+  cat > "$WORK/short.c" << 'EOF'
+#include <stdio.h>
+#include <time.h>
+static long long ns(clockid_t c) { struct timespec t; clock_gettime(c, &t); return t.tv_sec * 1000000000LL + t.tv_nsec; }
+static volatile unsigned long long sink;
+int main(int argc, char** argv) {
+  const long long start = ns(CLOCK_MONOTONIC);
+  FILE* f = fopen(argv[1], "w");
+  if (!f) return 1;
+  fprintf(f, "%lld\n", start);
+  fclose(f);
+  while (ns(CLOCK_PROCESS_CPUTIME_ID) < 300000000LL) sink = sink * 6364136223846793005ULL + 1;
+  return argc > 2;
+}
+EOF
+  cc -O2 -g -fno-omit-frame-pointer "$WORK/short.c" -o "$WORK/short"
+  launch_hpd notify
+  HPD_TIMING=1 record_hpd "hpd-pid0" > /dev/null  # hpd's first recording: a --pid one
+  # launched NAME [--local]: "MAIN_MS FIRST_SAMPLE_MS" after the request
+  launched() {
+    local name=$1 first
+    shift
+    TARGET=(-- "$WORK/short" "$WORK/main.$name")
+    first=$(HPD_TIMING=1 record_hpd "$name" "$@")
+    echo "$(ms "$(cat "$WORK/main.$name")" "$(cat "$WORK/stamp.$name")") $first"
+  }
+  for round in $(seq "$RUNS"); do
+    after_pid=$(launched hpd-command)
+    next=$(launched hpd-command-next)
+    local_ms=$(launched local-command --local)
+    perf_ms=$(record_perf -- "$WORK/short" "$WORK/main.perf")
+    echo "$after_pid $next $local_ms $(ms "$(cat "$WORK/main.perf")" "$(cat "$WORK/stamp.perf")") $perf_ms" \
+      >> "$WORK/results"
+  done
+  table "hpd, after a --pid recording: the command's main" "hpd, after a --pid recording: first sample" \
+    "hpd, the next command: main" "hpd, the next command: first sample" "hpctl --local: main" \
+    "hpctl --local: first sample" "perf record -- CMD: main" "perf record -- CMD: first sample"
+  exit 0
+fi
+
 : > "$WORK/steps.warm"
 : > "$WORK/steps.local"
 for round in $(seq "$RUNS"); do
@@ -133,27 +336,6 @@ for round in $(seq "$RUNS"); do
   echo "$cold $warm $local_ms $perf_ms" >> "$WORK/results"
 done
 
-median() { sort -g | awk '{v[NR] = $1} END {print (NR ? v[int((NR + 1) / 2)] : "none")}'; }
-echo "request to first sample, ms, median of $RUNS rounds (min-max); load: $(cut -d' ' -f1-3 /proc/loadavg)"
-col=1
-for what in "hpd, first recording after start" "hpd, next recording (warm)" "hpctl --local" "perf record -p"; do
-  values=$(awk -v c=$col '{print $c}' "$WORK/results")
-  printf '%-36s %8s   (%s-%s)\n' "$what" "$(echo "$values" | median)" \
-    "$(echo "$values" | sort -g | head -1)" "$(echo "$values" | sort -g | tail -1)"
-  col=$((col + 1))
-done
+table "hpd, first recording after start" "hpd, next recording (warm)" "hpctl --local" "perf record -p"
 
-# Where the time went: each step's median, ms after the request (hpctl started), and the median CPU
-# time of the process that marked it (hpctl: since its exec; hpd: since its first mark of the request).
-for kind in warm local; do
-  echo
-  echo "steps of the ${kind} recordings (ms after hpctl started; CPU ms of the marking process; median of $RUNS):"
-  awk '{n[$1]++; v[$1, n[$1]] = $2; c[$1, n[$1]] = ($3 == "" ? -1 : $3)
-        if (!($1 in first)) { first[$1] = NR; order[++k] = $1 } }
-       function median(arr, s, m,    a, b, t, x) {  # by insertion sort of the few values
-         for (a = 1; a <= m; a++) x[a] = arr[s, a]
-         for (a = 2; a <= m; a++) { t = x[a]; b = a - 1; while (b >= 1 && x[b] > t) { x[b + 1] = x[b]; b-- } x[b + 1] = t }
-         return x[int((m + 1) / 2)] }
-       END { for (i = 1; i <= k; i++) { s = order[i]; cpu = median(c, s, n[s])
-               printf "  %-22s %8.1f %8s\n", s, median(v, s, n[s]), cpu < 0 ? "" : sprintf("%.1f", cpu) } }' "$WORK/steps.$kind"
-done
+for kind in warm local; do print_steps "$kind"; done

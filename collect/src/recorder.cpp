@@ -345,14 +345,33 @@ RecordResult record_resolved(const RecordOptions& options, const PerfPrivileges&
 
 }  // namespace
 
-void prepare_recording(const RecordOptions& options) {
-  if (options.backend == Backend::kPerf) return;
-  const PerfPrivileges privileges = probe_perf_privileges();
+namespace {
+
+// The options as record() resolves them for the eBPF backend.
+RecordOptions resolved_for_bpf(const RecordOptions& options) {
   RecordOptions resolved = options;
   if (!resolved.cgroup.empty()) resolved.cgroup = cgroup_directory(resolved.cgroup);
-  // As record() resolves it for the eBPF backend.
   if (resolved.call_graph == CallGraph::kAuto) resolved.call_graph = CallGraph::kCfi;
-  bpf_prepare(resolved, privileges);
+  return resolved;
+}
+
+}  // namespace
+
+void prepare_recording(const RecordOptions& options) {
+  if (options.backend == Backend::kPerf) return;
+  bpf_prepare(resolved_for_bpf(options), probe_perf_privileges());
+}
+
+bool bpf_backend_available_prepared(const RecordOptions& first, std::string* why, std::string* error) {
+  const PerfPrivileges privileges = probe_perf_privileges();
+  if (bpf_unavailable_reason(privileges).empty() && first.backend != Backend::kPerf) {
+    if (bpf_prepare_now(resolved_for_bpf(first), privileges)) {
+      if (why != nullptr) why->clear();
+      return true;
+    }
+    if (error != nullptr) *error = prepared_recording_status().error;
+  }
+  return bpf_backend_available(why);
 }
 
 PreparedRecordingStatus prepared_recording_status() {

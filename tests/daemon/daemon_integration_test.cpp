@@ -29,10 +29,12 @@
 
 #include "cpu_clock.h"
 #include "firefox_lint.h"
+#include "hpd/base/proc_files.h"
 #include "hpd/capture/capture.h"
 #include "hpd/service/protocol.h"
 #include "hpd_harness.h"
 #include "subprocess.h"
+#include "temp_cgroup.h"
 #include "temp_dir.h"
 
 namespace hpd::test {
@@ -526,6 +528,61 @@ void expect_samples_cover_the_cpu(const RawProfile& profile, pid_t pid, const Cp
   EXPECT_EQ(profile.info.first_sample_mono_ns, times.front()) << what;
   EXPECT_NE(profile.info.requested_mono_ns, 0u) << what;
   EXPECT_LT(profile.info.requested_mono_ns, times.front()) << what;
+}
+
+// hpd reports READY=1 with the programs and maps of its likeliest first request loaded (they are also
+// its check of the eBPF backend): loaded once, not still loading, and the first recording takes them
+// rather than waiting for them or loading its own.
+TEST(Hpd, ReportsReadyWithTheFirstRecordingsProgramsLoaded) {
+  Hpd hpd;  // returns once hpd sent READY=1
+  const json at_ready = hpd.status()["prepared"];
+  EXPECT_TRUE(at_ready["ready"].get<bool>()) << at_ready.dump() << hpd.log();
+  EXPECT_FALSE(at_ready["loading"].get<bool>()) << at_ready.dump();
+  EXPECT_EQ(at_ready["loads"].get<uint64_t>(), 1u) << at_ready.dump();
+  EXPECT_EQ(at_ready["taken"].get<uint64_t>(), 0u) << at_ready.dump();
+  Background target({"/bin/sleep", "60"});
+  const RunResult r = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-d",
+                                      "0.2", "-o", hpd.out_dir() + "/first.hpr"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  const json after = hpd.status()["prepared"];
+  EXPECT_EQ(after["taken"].get<uint64_t>(), 1u)
+      << "the first recording loaded its own programs: " << after.dump();
+}
+
+// A recording of another kind (--cgroup) does not displace the programs of the kind hpd loaded at its
+// start (--pid): once the other kind's next set is loaded, the next --pid recording and the next
+// --cgroup recording each take a loaded set.
+TEST(Hpd, ARecordingOfAnotherKindLeavesTheStartKindLoaded) {
+  const hpd::testing::TempCgroup cgroup(hpd::cgroup2_mount());
+  ASSERT_TRUE(cgroup.ok()) << "cannot create a cgroup v2 under " << hpd::cgroup2_mount();
+  Hpd hpd;
+  const auto prepared = [&hpd] { return hpd.status()["prepared"]; };
+  Background member({"/bin/sleep", "60"});
+  ASSERT_TRUE(cgroup.add(member.pid()));
+  const auto record = [&](const std::vector<std::string>& target, const std::string& name) {
+    std::vector<std::string> args = {"record", "--no-report", "-d", "0.2", "-o", hpd.out_dir() + "/" + name};
+    args.insert(args.end(), target.begin(), target.end());
+    const RunResult r = run(hpctl(hpd, args));
+    ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  };
+  const uint64_t loads = prepared()["loads"].get<uint64_t>();
+  record({"--cgroup", cgroup.path()}, "cgroup1.hpr");
+  // The start kind's set waits untouched; the cgroup kind's next one is loaded beside it.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const json p = prepared();
+        return p["loads"].get<uint64_t>() == loads + 1 && !p["loading"].get<bool>();
+      },
+      120, 0.05))
+      << prepared().dump() << hpd.log();
+  uint64_t taken = prepared()["taken"].get<uint64_t>();
+  record({"--pid", std::to_string(member.pid())}, "pid.hpr");
+  EXPECT_EQ(prepared()["taken"].get<uint64_t>(), taken + 1)
+      << "the --pid recording after a --cgroup one loaded its own programs: " << prepared().dump();
+  taken = prepared()["taken"].get<uint64_t>();
+  record({"--cgroup", cgroup.path()}, "cgroup2.hpr");
+  EXPECT_EQ(prepared()["taken"].get<uint64_t>(), taken + 1)
+      << "the second --cgroup recording loaded its own programs: " << prepared().dump();
 }
 
 // A recording waits for its targets' first sample (at most 100 ms) before it asks for the next set of

@@ -3,6 +3,7 @@
 
 #include <bpf/libbpf.h>
 
+#include <algorithm>
 #include <exception>
 
 namespace hpd::bpf_recording {
@@ -19,30 +20,59 @@ Preloader::~Preloader() {
 void Preloader::want(const LoadConfig& c) {
   std::lock_guard lock(mutex_);
   if (stopping_) return;
-  wanted_ = c;
+  if (start_ && start_->config == c)
+    start_->paused = false;
+  else
+    other_ = Wanted{c, false};
   if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   changed_.notify_all();
+}
+
+bool Preloader::load_now(const LoadConfig& c) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;
+    start_ = Wanted{c, false};
+    if (other_ && other_->config == c) other_.reset();
+  }
+  want(c);
+  std::unique_lock lock(mutex_);
+  const auto found = [&] {
+    return std::any_of(ready_.begin(), ready_.end(), [&](const Ready& r) { return r.config == c; });
+  };
+  changed_.wait(lock, [&] {
+    if (stopping_) return true;
+    if (loading_) return false;
+    const bool failed = std::find(failed_.begin(), failed_.end(), c) != failed_.end();
+    return found() || failed || !is_wanted(c);
+  });
+  return found();
 }
 
 Skeleton Preloader::take(const LoadConfig& c, CfiMaps::MappedArrays* arrays) {
   std::unique_lock lock(mutex_);
   if (loading_ && loading_config_ == c) changed_.wait(lock, [&] { return !loading_; });
-  if (!ready_ || !(ready_config_ == c)) return {};
-  wanted_.reset();
+  const auto it = std::find_if(ready_.begin(), ready_.end(), [&](const Ready& r) { return r.config == c; });
+  if (it == ready_.end()) return {};
+  if (start_ && start_->config == c) start_->paused = true;
+  if (other_ && other_->config == c) other_->paused = true;
   ++taken_;
-  *arrays = std::move(ready_arrays_);
-  return std::move(ready_);
+  *arrays = std::move(it->arrays);
+  Skeleton skel = std::move(it->skel);
+  ready_.erase(it);
+  return skel;
 }
 
 void Preloader::stop() {
   std::thread worker;
-  Skeleton dropped;
+  std::vector<Ready> dropped;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    wanted_.reset();
-    ready_arrays_.reset();
+    start_.reset();
+    other_.reset();
     dropped = std::move(ready_);
+    ready_.clear();
     worker = std::move(thread_);
     changed_.notify_all();
   }
@@ -52,7 +82,8 @@ void Preloader::stop() {
 PreparedRecordingStatus Preloader::status() {
   std::lock_guard lock(mutex_);
   PreparedRecordingStatus s;
-  s.ready = ready_ != nullptr;
+  s.ready = !ready_.empty();
+  s.ready_sets = ready_.size();
   s.loading = loading_;
   s.loads = loads_;
   s.taken = taken_;
@@ -60,25 +91,41 @@ PreparedRecordingStatus Preloader::status() {
   return s;
 }
 
-bool Preloader::needs_load() const {
-  if (!wanted_) return false;
-  if (ready_ && ready_config_ == *wanted_) return false;
-  return !(failed_config_ && *failed_config_ == *wanted_);
+bool Preloader::is_wanted(const LoadConfig& c) const {
+  return (start_ && start_->config == c) || (other_ && other_->config == c);
+}
+
+const Preloader::Wanted* Preloader::next_load() const {
+  for (const std::optional<Wanted>* w : {&start_, &other_}) {
+    if (!*w || (*w)->paused) continue;
+    const LoadConfig& c = (*w)->config;
+    if (std::any_of(ready_.begin(), ready_.end(), [&](const Ready& r) { return r.config == c; })) continue;
+    if (std::find(failed_.begin(), failed_.end(), c) != failed_.end()) continue;
+    return &**w;
+  }
+  return nullptr;
 }
 
 void Preloader::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [&] { return stopping_ || needs_load(); });
+    changed_.wait(lock, [&] { return stopping_ || next_load() != nullptr; });
     if (stopping_) return;
-    const LoadConfig c = *wanted_;
-    Skeleton old = std::move(ready_);  // of another LoadConfig
-    CfiMaps::MappedArrays old_arrays = std::move(ready_arrays_);
+    const LoadConfig c = next_load()->config;
+    // Those of a kind no longer wanted (the other kind asked for before) are dropped first.
+    std::vector<Ready> old;
+    for (auto it = ready_.begin(); it != ready_.end();) {
+      if (is_wanted(it->config)) {
+        ++it;
+      } else {
+        old.push_back(std::move(*it));
+        it = ready_.erase(it);
+      }
+    }
     loading_ = true;
     loading_config_ = c;
     lock.unlock();
-    old_arrays.reset();
-    old.reset();
+    old.clear();
     Skeleton skel;
     CfiMaps::MappedArrays arrays;
     std::string error;
@@ -100,12 +147,10 @@ void Preloader::run() {
     loading_ = false;
     if (skel) {
       ++loads_;
-      ready_arrays_ = std::move(arrays);
-      ready_ = std::move(skel);
-      ready_config_ = c;
+      if (is_wanted(c)) ready_.push_back(Ready{c, std::move(skel), std::move(arrays)});
       error_.clear();
     } else {
-      failed_config_ = c;  // not tried again for it: the session's own load reports the error
+      failed_.push_back(c);
       error_ = error;
     }
     changed_.notify_all();

@@ -71,6 +71,10 @@ RecordResult record_with_bpf(const RecordOptions&, const PerfPrivileges& privile
 
 void bpf_prepare(const RecordOptions&, const PerfPrivileges&) {}
 
+bool bpf_prepare_now(const RecordOptions&, const PerfPrivileges&) {
+  return false;
+}
+
 PreparedRecordingStatus bpf_prepared_status() {
   return {};
 }
@@ -362,6 +366,11 @@ RecordResult record_with_bpf(const RecordOptions& options, const PerfPrivileges&
 void bpf_prepare(const RecordOptions& options, const PerfPrivileges& privileges) {
   if (!bpf_unavailable_reason(privileges).empty()) return;
   Preloader::instance().want(load_config_of(options, privileges, online_cpus().size()));
+}
+
+bool bpf_prepare_now(const RecordOptions& options, const PerfPrivileges& privileges) {
+  if (!bpf_unavailable_reason(privileges).empty()) return false;
+  return Preloader::instance().load_now(load_config_of(options, privileges, online_cpus().size()));
 }
 
 PreparedRecordingStatus bpf_prepared_status() {

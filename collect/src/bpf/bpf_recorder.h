@@ -29,6 +29,8 @@ RecordResult record_with_bpf(const RecordOptions& options, const PerfPrivileges&
 // Keeps the programs and maps of a recording like `options` (call graph resolved) loaded ahead, in a
 // thread of hpd's own; a recording loaded alike takes them (prepare_recording in recorder.h).
 void bpf_prepare(const RecordOptions& options, const PerfPrivileges& privileges);
+// As bpf_prepare, but waits for the load: true when the set is loaded and waits for its recording.
+bool bpf_prepare_now(const RecordOptions& options, const PerfPrivileges& privileges);
 PreparedRecordingStatus bpf_prepared_status();
 void bpf_release_prepared();
 

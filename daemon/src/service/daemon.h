@@ -39,7 +39,7 @@ class Daemon {
 
  private:
   bool load(Config& into, std::string& why);
-  void prepare_first_recording();
+  void check_bpf_with_first_recording();
   bool open_listener();
   void begin_shutdown();
   void reload();
@@ -61,7 +61,7 @@ class Daemon {
   SessionRegistry sessions_;
   std::list<std::unique_ptr<Connection>> connections_;  // the main thread's alone
   uint64_t started_mono_ns_ = now_ns(CLOCK_MONOTONIC);
-  // Probed once before READY=1: loading the BPF programs to check them takes a while on a busy machine.
+  // Probed once before READY=1 by loading the first recording's programs (check_bpf_with_first_recording).
   bool bpf_available_ = false;
   std::string bpf_reason_;
   bool perf_available_ = false;

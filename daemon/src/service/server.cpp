@@ -128,11 +128,9 @@ json Daemon::status_message(bool privileged) {
                           {"evicted", kept.evicted}};
   // The eBPF programs and maps loaded ahead for the next session (prepare_recording).
   const PreparedRecordingStatus prepared = prepared_recording_status();
-  reply["prepared"] = {{"ready", prepared.ready},
-                       {"loading", prepared.loading},
-                       {"loads", prepared.loads},
-                       {"taken", prepared.taken},
-                       {"error", prepared.error}};
+  reply["prepared"] = {{"ready", prepared.ready},     {"ready_sets", prepared.ready_sets},
+                       {"loading", prepared.loading}, {"loads", prepared.loads},
+                       {"taken", prepared.taken},     {"error", prepared.error}};
   reply["limits"] = {{"max_duration_s", cfg.max_duration_s},
                      {"max_frequency_hz", cfg.max_frequency_hz},
                      {"max_cfi_rows", cfg.max_cfi_rows},
@@ -198,17 +196,26 @@ json Daemon::status_message(bool privileged) {
   return reply;
 }
 
-// The programs and maps of the likeliest first request, `hpctl record --pid P` with the defaults by a
-// client that may see everything, loaded ahead in a thread of their own; each session then loads the
-// next like its own (RecordOptions::load_next_ahead).
-void Daemon::prepare_first_recording() {
+// Whether the eBPF backend can record, found by loading the programs and maps of the likeliest first
+// request, `hpctl record --pid P` with the defaults by a client that may see everything: before READY=1
+// and before any request is served, so that the first recording takes them loaded (a request that
+// comes meanwhile waits in the listener's queue for that one load, not for a check and then the set);
+// each session then loads the next like its own (RecordOptions::load_next_ahead).
+void Daemon::check_bpf_with_first_recording() {
   session::RecordRequest request;
   request.pids = {static_cast<int32_t>(::getpid())};
+  RecordOptions first;
   try {
-    prepare_recording(session::record_options_from_request(request));
+    first = session::record_options_from_request(request);
   } catch (const std::exception& e) {
     log_warning(std::string("cannot load a recording's programs ahead: ") + e.what());
+    bpf_available_ = bpf_backend_available(&bpf_reason_);
+    return;
   }
+  std::string error;
+  bpf_available_ = bpf_backend_available_prepared(first, &bpf_reason_, &error);
+  if (bpf_available_ && !error.empty())
+    log_warning("cannot load the first recording's programs ahead: " + error);
 }
 
 bool Daemon::load(Config& into, std::string& why) {
@@ -479,15 +486,16 @@ int Daemon::run() {
     return 1;
   }
   if (!open_listener()) return 1;
-  bpf_available_ = bpf_backend_available(&bpf_reason_);
+  timing_mark("hpd-listening");
+  check_bpf_with_first_recording();
+  timing_mark("hpd-programs-loaded");
   perf_available_ = perf_events_available(&perf_reason_);
   configure_unwind_cache_of(config_);
   if (!bpf_available_)
     log_warning("the eBPF backend is unavailable (" + bpf_reason_ + "); recording with perf_event");
-  else
-    prepare_first_recording();
   configure_continuous(config_);
 
+  timing_mark("hpd-ready");
   notifier_.notify("READY=1\nSTATUS=ready, no sessions");
   log_info(std::string("hpd ") + HPD_VERSION + " ready");
   const uint64_t watchdog_ns = notifier_.watchdog_usec() * 1000 / 2;

@@ -461,16 +461,25 @@ bool bpf_backend_available(std::string* why);
 // hpd: keeps the eBPF programs and maps of a recording like `options` loaded ahead of it, in a thread
 // of its own, so that a recording loaded alike (same targets' kind, frequency, call graph, off-CPU
 // and kernel choices, maps' sizes) only fills its maps and attaches its events; the recording itself
-// then loads the next (RecordOptions::load_next_ahead). One set is kept: asked for another kind, the
-// set ready is replaced. Returns at once; does nothing when the eBPF backend cannot be used.
+// then loads the next (RecordOptions::load_next_ahead). Two kinds are kept at most: the one loaded at
+// hpd's start (bpf_backend_available_prepared) and the last other kind asked for, which replaces the
+// one before it. Returns at once; does nothing when the eBPF backend cannot be used.
 void prepare_recording(const RecordOptions& options);
 
+// hpd's start: bpf_backend_available found by loading the programs and maps of a recording like
+// `first` as prepare_recording does, waiting for them. They then wait for that recording, so that hpd
+// reports ready (and serves its first request) with them loaded rather than still loading them, and
+// the programs are loaded once at the start, not twice (a check, then the set). When that set cannot
+// be loaded, the plain check decides and *error (if given) says why the set was not loaded.
+bool bpf_backend_available_prepared(const RecordOptions& first, std::string* why, std::string* error);
+
 struct PreparedRecordingStatus {
-  bool ready = false;    // a set is loaded and waits for a recording
-  bool loading = false;  // one is being loaded
-  uint64_t loads = 0;    // sets loaded ahead so far
-  uint64_t taken = 0;    // recordings that took one
-  std::string error;     // why the last load ahead failed ("" when it did not)
+  bool ready = false;     // a set is loaded and waits for a recording
+  size_t ready_sets = 0;  // how many wait: at most 2 (the start's kind, the last other kind)
+  bool loading = false;   // one is being loaded
+  uint64_t loads = 0;     // sets loaded ahead so far
+  uint64_t taken = 0;     // recordings that took one
+  std::string error;      // why the last load ahead failed ("" when it did not)
 };
 PreparedRecordingStatus prepared_recording_status();
 
