@@ -340,6 +340,7 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   if (user) calls_walk_begin(e->header.pid);
   if (user && cfi_unwind) {
     struct cfi_regs r = {.ip = user->ip, .sp = user->sp, .bp = user->bp, .exact = 1};
+    uretprobe_syscall_regs(user, &r.ip, &r.sp);
     __u32 end = HPD_USER_END_NONE;
     user_frames =
         walk_user_cfi((struct user_frames*)&e->ips[kernel_frames], &r, e->header.pid, &end, window_slot);
@@ -810,6 +811,7 @@ int hpd_exit(__u64* ctx) {
     return 0;
   }
   emit_exit_stack(ctx, pid, tid);
+  if (timed_entries_shared) bpf_map_delete_elem(&timed_entries, &tid);
   if (group_dead) bpf_map_delete_elem(&targets, &pid);
   struct hpd_task_event* e = reserve_task_event(HPD_EVENT_EXIT, pid, tid);
   if (!e) return 0;
