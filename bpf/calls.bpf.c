@@ -11,6 +11,7 @@
 
 #include "calls_event.h"
 #include "client_creds.bpf.h"
+#include "timed_entry.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -19,6 +20,9 @@ const volatile __u32 follow_children = 1;
 // through hpd; hpd_calls_exec is attached only then): the ids a target must keep across an exec.
 const volatile __u32 client_uid = 0;
 const volatile __u32 client_gid = 0;
+// 1: timed_entries is the sampling programs' map (timed_entry.bpf.h): each timed call's entry is kept
+// there for their walks. Without a recording that walks stacks nobody reads it, and it is not written.
+const volatile __u32 share_timed_entries = 0;
 
 // Weak: on a kernel without uprobe sessions the counting program still loads (the timing one not).
 extern bool bpf_session_is_return(void) __ksym __weak;
@@ -117,8 +121,9 @@ static __always_inline void count(__u32 which) {
   if (v) *v += 1;
 }
 
-// Counts the call at a probe site of a target; the callee, or 0 when the call was not counted.
-static __always_inline __u64 count_call(struct pt_regs* ctx, __s32 tgid, __u32 hit_counter) {
+// Counts the call at a probe site of a target; the callee, or 0 when the call was not counted. The
+// return address into the caller (or glibc's hook's frompc) into *caller.
+static __always_inline __u64 count_call(struct pt_regs* ctx, __s32 tgid, __u32 hit_counter, __u64* caller) {
   const __u64 cookie = bpf_get_attach_cookie(ctx);
   const __u64 mode = cookie & 0xff;
   count(hit_counter);
@@ -134,6 +139,7 @@ static __always_inline __u64 count_call(struct pt_regs* ctx, __s32 tgid, __u32 h
       return 0;
     }
   }
+  *caller = key.caller;
   __u64* n = bpf_map_lookup_elem(&call_edges, &key);
   if (n) {
     *n += 1;
@@ -165,7 +171,8 @@ int hpd_count_call(struct pt_regs* ctx) {
     return 0;
   }
   const __u32 kind = (bpf_get_attach_cookie(ctx) >> 8) & 0xff;
-  count_call(ctx, tgid, kind <= HPD_CALLS_HITS_CALL ? kind : HPD_CALLS_HITS_CALL);
+  __u64 caller = 0;
+  count_call(ctx, tgid, kind <= HPD_CALLS_HITS_CALL ? kind : HPD_CALLS_HITS_CALL, &caller);
   return 0;
 }
 
@@ -268,8 +275,9 @@ int hpd_time_call(struct pt_regs* ctx) {
     return 1;  // no return probe for other processes
   }
   const __u32 kind = (bpf_get_attach_cookie(ctx) >> 8) & 0xff;
+  __u64 caller = 0;
   const __u64 callee = count_call(
-      ctx, tgid, kind == HPD_CALLS_HITS_NOP1 ? HPD_CALLS_HITS_NOP1_TIMED : HPD_CALLS_HITS_NOP5_TIMED);
+      ctx, tgid, kind == HPD_CALLS_HITS_NOP1 ? HPD_CALLS_HITS_NOP1_TIMED : HPD_CALLS_HITS_NOP5_TIMED, &caller);
   if (callee == 0) return 1;
   __u64* cookie = bpf_session_cookie();
   if (!cookie) return 1;
@@ -283,6 +291,19 @@ int hpd_time_call(struct pt_regs* ctx) {
     outer = bpf_map_update_elem(&call_depths, &dk, &one, BPF_NOEXIST) == 0;
   }
   *cookie = (bpf_ktime_get_ns() << 1) | outer;
+  if (share_timed_entries && (bpf_get_attach_cookie(ctx) & 0xff) == HPD_CALLS_AT_ENTRY) {
+    // The slot and its return address, before the kernel puts its trampoline there (after this
+    // program returns 0): the window's samples take the original from here (timed_entry.bpf.h).
+    const __u32 tid = (__u32)pid_tgid;
+    struct hpd_timed_entry* t = bpf_map_lookup_elem(&timed_entries, &tid);
+    if (t) {
+      t->slot = PT_REGS_SP(ctx);
+      t->ret = caller;
+    } else {
+      const struct hpd_timed_entry fresh = {.slot = PT_REGS_SP(ctx), .ret = caller};
+      bpf_map_update_elem(&timed_entries, &tid, &fresh, BPF_ANY);
+    }
+  }
   return 0;
 }
 

@@ -6,6 +6,8 @@
 #ifndef HPD_CALLS_UNWIND_BPF_H
 #define HPD_CALLS_UNWIND_BPF_H
 
+#include "timed_entry.bpf.h"
+
 // Per process (tgid) that announced the runtime through the uprobe below.
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -107,7 +109,15 @@ __attribute__((noinline)) __u64 calls_real_return(__u64 ra, __u64 slot) {
 // `--calls --pid` times): the original, from the thread's pending return instances, each of which
 // names the stack slot it hijacked. Without this every stack below a timed call ended at the
 // kernel's [uprobes] trampoline. The innermost instance comes first, as the walk meets them.
+//
+// A call whose entry probe is still running (the kernel put its trampoline at the slot, but has not
+// linked the instance yet) has no instance: its original is the one the timing program kept at the
+// entry (timed_entry.bpf.h), taken only when the slot holds the trampoline ([uprobes]'s first address).
 #define URETPROBE_SEARCH 32
+
+// Set by user space when the call-timing program shares timed_entries with these programs.
+__u32 timed_entries_shared = 0;
+
 __attribute__((noinline)) __u64 uretprobe_real_return(__u64 ra, __u64 slot) {
   struct task_struct* task = bpf_get_current_task_btf();
   struct uprobe_task* utask = BPF_CORE_READ(task, utask);
@@ -117,7 +127,48 @@ __attribute__((noinline)) __u64 uretprobe_real_return(__u64 ra, __u64 slot) {
     if (BPF_CORE_READ(ri, stack) == slot) return BPF_CORE_READ(ri, orig_ret_vaddr);
     ri = BPF_CORE_READ(ri, next);
   }
-  return ra;
+  if (!timed_entries_shared) return ra;
+  const __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  const struct hpd_timed_entry* entry = bpf_map_lookup_elem(&timed_entries, &tid);
+  if (!entry || entry->slot != slot || entry->ret == ra) return ra;
+  const __u64 trampoline = BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);
+  return trampoline != 0 && ra == trampoline ? entry->ret : ra;
+}
+
+// The registers a walk starts from, for a thread in the return probes' system call: the kernel adds
+// the three registers the [uprobes] trampoline pushed to the saved sp (uretprobe, before it runs the
+// return handlers) while the saved pc stays after the trampoline's syscall, where the trampoline's rows
+// expect the pushes below sp. Until the kernel moves the pc to the original return address (and pops
+// the instance), the walk starts there, as the thread will resume: the caller, with sp above the slot.
+// Seen as the innermost instance's slot right below sp with the pc in the [uprobes] page.
+static __always_inline void uretprobe_syscall_regs(const struct pt_regs* user, __u64* ip, __u64* sp) {
+  if ((long)user->orig_ax != -1) return;
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct uprobe_task* utask = BPF_CORE_READ(task, utask);
+  if (!utask) return;
+  struct return_instance* ri = BPF_CORE_READ(utask, return_instances);
+  if (!ri || BPF_CORE_READ(ri, stack) != *sp - 8) return;
+  const __u64 page = BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);
+  if (page == 0 || *ip < page || *ip - page >= 4096) return;
+  *ip = BPF_CORE_READ(ri, orig_ret_vaddr);
+}
+
+// For a copy of `copied` bytes of user stack from `sp`: the original return address of a timed call
+// whose entry probe is still running, when its slot lies in the copy and holds the trampoline (read
+// from the stack again), and the slot's offset in the copy into *off; else 0.
+__attribute__((noinline)) __u64 timed_entry_for_copy(__u64 sp, __u64 copied, __u64* off) {
+  if (!off || !timed_entries_shared) return 0;
+  const __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  const struct hpd_timed_entry* entry = bpf_map_lookup_elem(&timed_entries, &tid);
+  if (!entry || entry->slot < sp || entry->slot - sp + 8 > copied) return 0;
+  struct task_struct* task = bpf_get_current_task_btf();
+  const __u64 trampoline = BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);
+  __u64 held = 0;
+  if (trampoline == 0 || bpf_probe_read_user(&held, sizeof held, (const void*)entry->slot) != 0 ||
+      held != trampoline)
+    return 0;
+  *off = entry->slot - sp;
+  return entry->ret;
 }
 
 // The same for a copy of the user stack (dwarf mode, and the samples walked again once their tables are
@@ -140,6 +191,12 @@ static __always_inline void uretprobe_restore_copy(__u8* out, __u64 sp, __u64 co
     }
     ri = BPF_CORE_READ(ri, next);
   }
+  // A call whose entry probe is still running: the entry the timing program kept.
+  __u64 off = 0;
+  const __u64 orig = timed_entry_for_copy(sp, copied, &off);
+  if (orig == 0 || off + 8 > copied) return;
+  if (off > HPD_MAX_STACK_COPY - 8) return;  // for the verifier, as above
+  __builtin_memcpy(out + off, &orig, sizeof orig);
 }
 
 #endif

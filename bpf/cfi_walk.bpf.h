@@ -49,7 +49,29 @@ struct cfi_regs {
   __u32 fp_frames;  // frames stepped by frame pointer
   __u32 pending;    // a module's table was not published yet (being loaded or compiled, or not mapped yet)
   __u32 mapping;    // the mapping of the previous frame: most callers are in the same module
+  __u32 clone;      // enum cfi_clone_side: the sampled pc is right after a clone/clone3 system call
+  __u32 pad;
 };
+
+// glibc's __clone3 and __clone (musl's __clone too) end their CFI before the syscall, for the child's
+// sake: the child runs there on its new, empty stack, then calls the thread's function from code whose
+// CFI marks the outermost frame. A thread sampled before its first return to user mode (new, and
+// preempted or sampled in the kernel on its way out) is at that pc: its whole stack is that frame. The
+// parent is there too on its way back, with its return address at [sp] (the functions set up no frame).
+// Told apart by the system call's return value in the saved registers: 0 in the child.
+enum cfi_clone_side { CFI_CLONE_NONE = 0, CFI_CLONE_CHILD = 1, CFI_CLONE_PARENT = 2 };
+#define NR_CLONE 56
+#define NR_CLONE3 435
+
+// The side of a clone/clone3 system call the saved user registers (orig_ax, ax, ip) are at: in one,
+// with the pc right after its `syscall` instruction (0f 05). A global function, checked once.
+__attribute__((noinline)) int clone_side_of(__u64 orig_ax, __u64 ax, __u64 ip) {
+  if (orig_ax != NR_CLONE && orig_ax != NR_CLONE3) return CFI_CLONE_NONE;
+  __u16 insn = 0;
+  if (bpf_probe_read_user(&insn, sizeof insn, (const void*)(ip - 2)) != 0 || insn != 0x050f)
+    return CFI_CLONE_NONE;
+  return ax == 0 ? CFI_CLONE_CHILD : CFI_CLONE_PARENT;
+}
 
 // The stack above the sampled sp, copied at most once per walk: most frames' return addresses and
 // saved rbp lie within it, and one read of a few KiB costs less than a user read per frame. One
@@ -245,23 +267,46 @@ static __always_inline int cfi_pc_in_new_file(__u64 pc) {
   return err == 0 && file != 0;  // -ENOENT: in no mapping at all (a broken frame-pointer chain)
 }
 
+// A step from a pc no table row covers: right after a clone system call, its child's root or the
+// parent's frameless frame (clone_side_of); else by frame pointer.
+static __always_inline int cfi_step_without_row(struct cfi_regs* r, struct cfi_window* w, __u32 clone) {
+  if (clone == CFI_CLONE_CHILD) {
+    // The whole stack, whatever tables are still to come: no second walk (which cannot tell).
+    r->pending = 0;
+    return HPD_USER_END_ROOT;
+  }
+  if (clone != CFI_CLONE_PARENT) return cfi_fp_step(r, w);
+  __u64 ra = 0;
+  if (cfi_read8(w, &ra, r->sp) != 0) return HPD_USER_END_READ_FAULT;
+  if (ra == 0) return HPD_USER_END_ROOT;
+  if (calls_runtime_active) ra = calls_real_return(ra, r->sp);
+  ra = uretprobe_real_return(ra, r->sp);
+  r->ip = ra;
+  r->sp += 8;
+  r->exact = 0;
+  return 0;
+}
+
 // One step from the frame in *r to its caller; 0 to go on, else how the walk ended (enum hpd_user_end).
 __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, struct cfi_regs* r,
                                        struct cfi_window* w) {
   if (!r) return HPD_USER_END_READ_FAULT;
+  // Only the sampled frame is at the system call.
+  const __u32 clone = r->clone;
+  r->clone = CFI_CLONE_NONE;
   // A return address may follow a call that never returns, at the very end of a function.
   const __u64 pc = r->exact ? r->ip : r->ip - 1;
   struct hpd_cfi_row row = {};
   const int index = cfi_find_mapping(maps, pc, r->mapping);
   if (!maps || index < 0 || index >= HPD_MAX_PROC_MAPPINGS) {
     if (!maps || (!r->pending && cfi_pc_in_new_file(pc))) r->pending = 1;
-    return cfi_fp_step(r, w);
+    return cfi_step_without_row(r, w, clone);
   }
   r->mapping = (__u32)index;
   const struct hpd_proc_mapping* m = &maps->mappings[index & (HPD_MAX_PROC_MAPPINGS - 1)];
   if (m->row_count == 0) {
     if (m->flags & HPD_MAPPING_PENDING) r->pending = 1;
-    return cfi_fp_step(r, w);
+    return cfi_step_without_row(r, w, clone);
   }
   const __u64 vaddr = pc - m->bias;
   if (vaddr > 0xffffffffull) return cfi_fp_step(r, w);
@@ -269,7 +314,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   __u32 count = m->row_count;
   if (m->index_count != 0) {
     // Below the first row there is no CFI; past the last bucket, the last one (it runs to the end).
-    if ((__u32)vaddr < m->index_base) return cfi_fp_step(r, w);
+    if ((__u32)vaddr < m->index_base) return cfi_step_without_row(r, w, clone);
     __u32 bucket = ((__u32)vaddr - m->index_base) >> (m->index_shift & 31);
     if (bucket >= m->index_count) bucket = m->index_count - 1;
     bucket += m->index_first;
@@ -281,7 +326,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   // Code no FDE covers (hand-written assembly, objects built without unwind tables): the frame
   // pointer, as the DWARF unwinder does.
   if (cfi_find_row(first, count, (__u32)vaddr, &row) != 0 || row.cfa_kind == HPD_CFA_NONE)
-    return cfi_fp_step(r, w);
+    return cfi_step_without_row(r, w, clone);
 
   __u64 cfa = 0;
   __u64 ra = 0;

@@ -269,11 +269,15 @@ struct user_frames {
 //
 // A global function, so that the verifier checks it once on its own: inlined, every way out of the
 // loop multiplied the states of the code after it beyond the verifier's limit.
+//
+// *end is HPD_USER_END_ROOT on entry for a new thread that has not returned to user mode yet
+// (clone_side_of in cfi_walk.bpf.h): its stack is its start, that frame alone.
 __attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 ip, __u64 sp, __u64 fp,
                                                  __u32* end) {
   if (!out || !end) return 0;
   out->ips[0] = ip;
   __u64 n = 1;
+  if (*end == HPD_USER_END_ROOT) return n;
   *end = HPD_USER_END_DEPTH;
   for (int i = 1; i < HPD_MAX_USER_FRAMES; i++) {
     // rbp = 0 past the leaf: the start-up code's marker of the outermost frame.
@@ -340,6 +344,8 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   if (user) calls_walk_begin(e->header.pid);
   if (user && cfi_unwind) {
     struct cfi_regs r = {.ip = user->ip, .sp = user->sp, .bp = user->bp, .exact = 1};
+    r.clone = clone_side_of(user->orig_ax, user->ax, user->ip);
+    uretprobe_syscall_regs(user, &r.ip, &r.sp);
     __u32 end = HPD_USER_END_NONE;
     user_frames =
         walk_user_cfi((struct user_frames*)&e->ips[kernel_frames], &r, e->header.pid, &end, window_slot);
@@ -348,6 +354,10 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
     if (r.pending) e->flags |= HPD_SAMPLE_TABLES_PENDING;
   } else if (user) {
     __u32 end = HPD_USER_END_NONE;
+    // A new thread before its first return to user mode is on the child's side of its clone, on a stack
+    // of its own (a forked process's child is walked as the copy of its parent's stack it has).
+    if (e->header.tid != e->header.pid && clone_side_of(user->orig_ax, user->ax, user->ip) == CFI_CLONE_CHILD)
+      end = HPD_USER_END_ROOT;
     user_frames =
         walk_user_frames((struct user_frames*)&e->ips[kernel_frames], user->ip, user->sp, user->bp, &end);
     e->user_end = (__u16)end;
@@ -810,6 +820,7 @@ int hpd_exit(__u64* ctx) {
     return 0;
   }
   emit_exit_stack(ctx, pid, tid);
+  if (timed_entries_shared) bpf_map_delete_elem(&timed_entries, &tid);
   if (group_dead) bpf_map_delete_elem(&targets, &pid);
   struct hpd_task_event* e = reserve_task_event(HPD_EVENT_EXIT, pid, tid);
   if (!e) return 0;

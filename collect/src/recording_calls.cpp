@@ -20,7 +20,7 @@
 
 namespace hpd {
 
-RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
+RecordingCallCounter::RecordingCallCounter(const RecordOptions& options, int timed_entries_fd) {
   if (options.sample_allocations && !options.command.empty()) {
     alloc_runtime_ = options.call_runtime.empty() ? calls::find_preload_runtime() : options.call_runtime;
     std::string why;
@@ -99,12 +99,16 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options) {
     }
     stats_.messages.push_back("call counts: " + why + "; counting with uprobes instead");
   }
-  start_uprobes(options);
+  start_uprobes(options, timed_entries_fd);
 }
 
 RecordingCallCounter::~RecordingCallCounter() = default;
 
-void RecordingCallCounter::start_uprobes(const RecordOptions& options) {
+bool RecordingCallCounter::writes_timed_entries() const {
+  return counter_ && counter_->writes_timed_entries();
+}
+
+void RecordingCallCounter::start_uprobes(const RecordOptions& options, int timed_entries_fd) {
   try {
     counter_ = std::make_unique<calls::CallCounter>(calls::CallCounterOptions{
         .follow_children = options.follow_children,
@@ -112,6 +116,7 @@ void RecordingCallCounter::start_uprobes(const RecordOptions& options) {
         .restrict_to_client = options.restrict_to_client,
         .client_uid = options.client_uid,
         .client_gid = options.client_gid,
+        .timed_entries_fd = timed_entries_fd,
     });
     stats_.counter = "uprobes";
   } catch (const calls::CallCountError& e) {

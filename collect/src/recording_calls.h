@@ -24,7 +24,8 @@ class PreloadTable;
 // Made before the command is launched: it decides whether the command gets the runtime.
 class RecordingCallCounter {
  public:
-  explicit RecordingCallCounter(const RecordOptions& options);
+  // `timed_entries_fd`: the eBPF backend's map of timed calls' entries (CallCounterOptions), or -1.
+  explicit RecordingCallCounter(const RecordOptions& options, int timed_entries_fd = -1);
   ~RecordingCallCounter();
   RecordingCallCounter(const RecordingCallCounter&) = delete;
   RecordingCallCounter& operator=(const RecordingCallCounter&) = delete;
@@ -38,6 +39,8 @@ class RecordingCallCounter {
   // The recording's stack walks put back the return addresses the runtime's hook replaced (the eBPF
   // backend's cfi and fp walks, calls_unwind.bpf.h), so sampled stacks of timed calls are whole.
   void set_stacks_through_hook() { stacks_through_hook_ = true; }
+  // Whether the uprobes' timing program writes the map given to the constructor.
+  [[nodiscard]] bool writes_timed_entries() const;
 
   // A launched command, before it is released to exec `argv0` (resolved through PATH).
   void add_launched(int32_t pid, const std::string& argv0);
@@ -54,7 +57,7 @@ class RecordingCallCounter {
 
  private:
   void fail(const std::string& what);
-  void start_uprobes(const RecordOptions& options);
+  void start_uprobes(const RecordOptions& options, int timed_entries_fd);
 
   std::unique_ptr<calls::CallCounter> counter_;
   std::unique_ptr<calls::PreloadTable> table_;

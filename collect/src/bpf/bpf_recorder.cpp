@@ -200,7 +200,10 @@ RecordResult BpfSession::run() {
   timing_mark("ring-ready");
 
   // Before the fork: the counter decides whether the command starts with hpd's runtime preloaded.
-  calls_ = std::make_unique<RecordingCallCounter>(options_);
+  calls_ = std::make_unique<RecordingCallCounter>(options_, bpf_map__fd(skel_->maps.timed_entries));
+  // Timed calls' entries kept by the timing program: the walks take a return address from there while
+  // the kernel's entry probe holds it (calls_unwind.bpf.h).
+  if (calls_->writes_timed_entries()) skel_->bss->timed_entries_shared = 1;
   attach_calls_unwind(calls_->runtime_in_use());
   if (!options_.command.empty()) command_ = launch_command(options_.command, calls_->launch_environment());
   set_targets();

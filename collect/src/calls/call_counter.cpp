@@ -106,6 +106,13 @@ Skeleton open_program(const CallCounterOptions& options, bool timing) {
   bpf_program__set_expected_attach_type(skel->progs.hpd_time_call,
                                         static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeSession));
   bpf_program__set_autoload(skel->progs.hpd_time_call, timing);
+  // The timed calls' entries go to the sampling programs' map, when there is one (and it takes it: the
+  // two objects define it alike); else the map is a placeholder nobody writes.
+  if (timing && options.timed_entries_fd >= 0 &&
+      bpf_map__reuse_fd(skel->maps.timed_entries, options.timed_entries_fd) == 0)
+    skel->rodata->share_timed_entries = 1;
+  else
+    bpf_map__set_max_entries(skel->maps.timed_entries, 1);
   return skel;
 }
 
@@ -280,6 +287,7 @@ class CallCounter::Impl {
   }
 
   const CallCountStats& stats() const { return stats_; }
+  bool writes_timed_entries() const { return timing_ && skel_->rodata->share_timed_entries != 0; }
 
  private:
   struct FileState {
@@ -704,6 +712,10 @@ void CallCounter::rescan(uint32_t min_interval_ms) {
 CallCountStats CallCounter::finish(RawProfile& profile) {
   return impl_->finish(profile);
 }
+bool CallCounter::writes_timed_entries() const {
+  return impl_->writes_timed_entries();
+}
+
 const CallCountStats& CallCounter::stats() const {
   return impl_->stats();
 }

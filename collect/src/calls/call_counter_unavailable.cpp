@@ -24,6 +24,9 @@ const CallCountStats& CallCounter::stats() const {
   static const CallCountStats none;
   return none;
 }
+bool CallCounter::writes_timed_entries() const {
+  return false;
+}
 
 std::string call_counter_unavailable_reason() {
   return kWhy;

@@ -319,11 +319,15 @@ TEST(CallsPidLatency, StacksThroughTheUprobeTrampolineReachTheirRoot) {
 // the loop's caller was understated by as much: docs/performance.md.) Checked three ways: the summary's
 // share of complete on-CPU stacks; the samples of the exported (Firefox) profile whose stack reaches the
 // fixture's main; and the CPU hpd gives `churn` (inclusive), against the thread CPU the fixture measured
-// in it itself. The bounds leave room for the gap still known (samples taken in the kernel between the
-// entry probe's overwrite of the return address and its return instance: 1.5-3% of the loop, churn's
-// share 3.6 points low on a quiet machine; a full suite beside a sanitizer build once gave 95.4% and
-// 5.05 points) and still fail the walk without the trampoline's rows (83.6-85.4% complete, churn
-// 14-15 points low): at least 90% complete, churn within 8 points.
+// in it itself. Two windows in the kernel's probe work are closed too: samples taken between the entry
+// probe's overwrite of the return address and its linking of the return instance take the original from
+// the timing program's record of the call's entry (a map the two eBPF objects share), and samples taken
+// in the uretprobe syscall after it moved sp past the trampoline's pushes start from the original return
+// address. Without them 2.1-3.4% of the on-CPU stacks failed (96.2-97.9% complete, 96.5-97.6% reaching
+// main, churn 2.7-3.4 points low, 6 runs at load 10-14); with them 99.6-99.8% complete, churn 0.6-0.8
+// points low: at least 98.5% complete and reaching main, churn within 2 points. (Left: samples taken
+// after the uretprobe syscall popped the instance and before it wrote the original back, a few in a
+// thousand.)
 TEST(CallsPidLatency, TimedStacksThroughTheReturnProbesTrampolineReachTheirRoot) {
   PidRecording r;
   ASSERT_NO_FATAL_FAILURE(record_fixture(r, "", true, "churn"));
@@ -344,7 +348,7 @@ TEST(CallsPidLatency, TimedStacksThroughTheReturnProbesTrampolineReachTheirRoot)
   const std::smatch said =
       search(r.summary, std::regex(R"(complete stacks: on-CPU ([0-9.]+)% of (\d+) samples)"));
   ASSERT_FALSE(said.empty()) << r.summary;
-  EXPECT_GE(std::stod(said[1].str()), 90.0) << r.summary;
+  EXPECT_GE(std::stod(said[1].str()), 98.5) << r.summary;
 
   // The exported profile's stacks: on-CPU samples whose stack reaches main, and churn's CPU.
   const std::string firefox = r.dir.file("calls.json.gz");
@@ -367,7 +371,7 @@ TEST(CallsPidLatency, TimedStacksThroughTheReturnProbesTrampolineReachTheirRoot)
   }
   ASSERT_NE(main_fn, nullptr) << back.out;
   ASSERT_NE(churn_fn, nullptr) << back.out;
-  EXPECT_GE((*main_fn)["total_samples"].get<double>(), 0.90 * on_cpu_samples)
+  EXPECT_GE((*main_fn)["total_samples"].get<double>(), 0.985 * on_cpu_samples)
       << "on-CPU samples whose stack reaches main, of " << on_cpu_samples << "\n"
       << r.summary;
 
@@ -378,7 +382,10 @@ TEST(CallsPidLatency, TimedStacksThroughTheReturnProbesTrampolineReachTheirRoot)
   ASSERT_GT(total_ns, 0);
   const double truth = churn_ns / total_ns;
   const double hpd_share = (*churn_fn)["total_cpu_ns"].get<double>() / cpu_ns;
-  EXPECT_NEAR(hpd_share, truth, 0.08)
+  std::printf(
+      "on-CPU samples reaching main %.1f%%; churn's share of the CPU: hpd %.1f%%, the fixture %.1f%%\n",
+      100.0 * (*main_fn)["total_samples"].get<double>() / on_cpu_samples, 100.0 * hpd_share, 100.0 * truth);
+  EXPECT_NEAR(hpd_share, truth, 0.02)
       << "churn's share of the on-CPU time: hpd " << hpd_share << ", the fixture " << truth << "\n"
       << r.summary;
 }

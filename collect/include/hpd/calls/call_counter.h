@@ -31,6 +31,9 @@ struct CallCounterOptions {
   bool restrict_to_client = false;
   uint32_t client_uid = 0;
   uint32_t client_gid = 0;
+  // With time_calls: the sampling programs' map of timed calls' entries (timed_entry.bpf.h), which the
+  // timing program then writes for their stack walks; -1: none (no recording walks stacks here).
+  int timed_entries_fd = -1;
 };
 
 // Loads the counting program on construction and attaches probes as modules are added. Probes sit
@@ -62,6 +65,8 @@ class CallCounter {
 
   // Statistics so far (hits are read at finish()).
   [[nodiscard]] const CallCountStats& stats() const;
+  // Whether the timing program writes the map given as CallCounterOptions::timed_entries_fd.
+  [[nodiscard]] bool writes_timed_entries() const;
 
  private:
   class Impl;
