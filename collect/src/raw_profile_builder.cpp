@@ -83,7 +83,15 @@ StackEnd RawProfileBuilder::cfi_instead_of_chain(const SampleEvent& e) {
   return end;
 }
 
+void RawProfileBuilder::drop_samples_before(int32_t pid, uint64_t released_ns) {
+  held_pid_ = pid;
+  released_ns_ = released_ns;
+  std::erase_if(profile_.samples,
+                [&](const RawSample& s) { return s.pid == pid && s.time_ns < released_ns; });
+}
+
 void RawProfileBuilder::on_sample(const SampleEvent& e) {
+  if (e.pid == held_pid_ && e.time_ns < released_ns_) return;  // the hold (drop_samples_before)
   // A sample of a process no longer followed (one the ring held before its exec record): not the
   // client's to have.
   if (tracker_.unfollowed(e.pid, e.time_ns)) {

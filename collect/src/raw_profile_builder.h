@@ -56,6 +56,10 @@ class RawProfileBuilder {
   // Drops the processes and threads that exited before `exited_before_ns` and every stack nothing
   // names any more, from the profile and from what the builder keeps (RecordOptions::forget_before).
   void forget_exited(uint64_t exited_before_ns);
+  // A command held by its launcher until `released_ns` (a launched command, or one held at its exec):
+  // its samples older than that are the hold, not its program's (through hpd, the stopped thread
+  // blocked in ptrace_stop), and are dropped, those already in the profile and those still to come.
+  void drop_samples_before(int32_t pid, uint64_t released_ns);
   // Samples dropped because their process was no longer followed (ExecEvent::unfollowed).
   [[nodiscard]] uint64_t unfollowed_samples() const { return unfollowed_samples_; }
   [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
@@ -94,6 +98,8 @@ class RawProfileBuilder {
   uint64_t samples_ = 0;
   uint64_t unfollowed_samples_ = 0;
   uint64_t cpu_tails_ = 0;
+  int32_t held_pid_ = 0;  // drop_samples_before
+  uint64_t released_ns_ = 0;
 };
 
 }  // namespace hpd

@@ -107,9 +107,9 @@ uint64_t start_command(LaunchedCommand& command) {
 }
 
 void begin_at_release(RawProfile& profile, int32_t pid, uint64_t released_ns) {
-  std::erase_if(profile.samples, [&](const RawSample& s) { return s.pid == pid && s.time_ns < released_ns; });
-  // Samples already summed (long recordings) cannot be taken apart: the start is then their earliest.
   uint64_t start = released_ns;
+  for (const RawSample& s : profile.samples)
+    if (s.pid == pid) start = std::min(start, s.time_ns);
   for (const RawSampleSum& s : profile.released)
     if (s.pid == pid && s.samples > 0) start = std::min(start, s.first_ns);
   const RawProcess* process = profile.find_process(pid);

@@ -51,9 +51,9 @@ uint64_t start_command(LaunchedCommand& command);
 // A command the recording launched, or was handed held at its exec (RecordOptions::pid_held_at_exec),
 // begins when it was let run: until then it ran none of its program, so its process and the threads
 // seen from the recording's start begin then, not at the recording's start (the Firefox Profiler shows
-// "not started yet" there, rather than an empty buffer), and its samples older than the release are
-// dropped: they are the hold (through hpd, the stopped process's wait in ptrace_stop, which would
-// otherwise count as the program's blocked time). Called once every sample is in.
+// "not started yet" there, rather than an empty buffer). Its samples of the hold are not kept
+// (RawProfileBuilder::drop_samples_before); one of it older than the release (none is expected) keeps
+// its start. Called once every sample is in.
 void begin_at_release(RawProfile& profile, int32_t pid, uint64_t released_ns);
 // At the recording's end: the launched command reaped (terminated first when the recording was stopped
 // early, or when it does not end by itself), its exit status kept, and begun at its release.

@@ -257,12 +257,16 @@ RecordResult BpfSession::run() {
   if (command_) {
     read_kallsyms();
     released_ns_ = start_command(*command_);
+    builder_->drop_samples_before(command_->pid(), released_ns_);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
     for (size_t i = 0; i < options_.pids.size(); ++i)
       targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
-  if (options_.pid_held_at_exec) released_ns_ = mono_now();
+  if (options_.pid_held_at_exec && !options_.pids.empty()) {
+    released_ns_ = mono_now();
+    builder_->drop_samples_before(options_.pids[0], released_ns_);
+  }
   if (options_.on_attached) options_.on_attached();
   timing_mark("started");
   // Sampling runs: what follows is needed only once the first records are read. The next session's

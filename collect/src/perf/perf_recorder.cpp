@@ -606,8 +606,14 @@ RecordResult PerfSession::run() {
     for (size_t i = 0; i < options_.pids.size(); ++i)
       targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
-  if (command_) released_ns_ = start_command(*command_);
-  if (options_.pid_held_at_exec) released_ns_ = mono_now();
+  if (command_) {
+    released_ns_ = start_command(*command_);
+    builder_->drop_samples_before(command_->pid(), released_ns_);
+  }
+  if (options_.pid_held_at_exec && !options_.pids.empty()) {
+    released_ns_ = mono_now();
+    builder_->drop_samples_before(options_.pids[0], released_ns_);
+  }
   if (options_.on_attached) options_.on_attached();
 
   std::vector<pollfd> pfds;
