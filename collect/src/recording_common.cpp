@@ -16,6 +16,7 @@
 
 #include "hpd/base/proc_files.h"
 #include "hpd/base/process.h"
+#include "raw_profile_builder.h"
 
 namespace hpd {
 
@@ -96,39 +97,45 @@ std::unique_ptr<LaunchedCommand> launch_command(const std::vector<std::string>& 
   }
 }
 
-uint64_t start_command(LaunchedCommand& command) {
+uint64_t release_command(LaunchedCommand* command, const RecordOptions& options, RawProfileBuilder& builder) {
+  int32_t pid = 0;
+  if (command != nullptr)
+    pid = command->pid();
+  else if (options.pid_held_at_exec && !options.pids.empty())
+    pid = options.pids[0];
+  if (pid == 0) return 0;
   const uint64_t released_ns = mono_now();
-  try {
-    command.start();
-  } catch (const std::runtime_error& e) {
-    throw RecordError(e.what());
+  if (command != nullptr) {
+    try {
+      command->start();
+    } catch (const std::runtime_error& e) {
+      throw RecordError(e.what());
+    }
   }
+  builder.drop_samples_before(pid, released_ns);
   return released_ns;
 }
 
-void begin_at_release(RawProfile& profile, int32_t pid, uint64_t released_ns) {
-  uint64_t start = released_ns;
-  for (const RawSample& s : profile.samples)
-    if (s.pid == pid) start = std::min(start, s.time_ns);
-  for (const RawSampleSum& s : profile.released)
-    if (s.pid == pid && s.samples > 0) start = std::min(start, s.first_ns);
-  const RawProcess* process = profile.find_process(pid);
-  if (process == nullptr) return;
-  if (process->start_ns < start) profile.process(pid).start_ns = start;
+void finish_command(LaunchedCommand* command, const RecordOptions& options, uint64_t released_ns,
+                    bool stopped_early, RecordResult& result) {
+  if (released_ns == 0) return;
+  int32_t pid = options.pids.empty() ? 0 : options.pids[0];
+  if (command != nullptr) {
+    pid = command->pid();
+    if (stopped_early)
+      command->terminate(std::chrono::milliseconds(2000));
+    else
+      command->try_reap();
+    if (!command->reaped()) command->terminate(std::chrono::milliseconds(2000));
+    result.command_exit_status = command->exit_status();
+  }
+  // No sample of it is older (drop_samples_before): its start is the release.
+  RawProfile& profile = result.profile;
+  if (const RawProcess* process = profile.find_process(pid);
+      process != nullptr && process->start_ns < released_ns)
+    profile.process(pid).start_ns = released_ns;
   for (RawThread& thread : profile.threads)
-    if (thread.pid == pid && thread.start_ns < start) thread.start_ns = start;
-}
-
-void finish_command(LaunchedCommand& command, uint64_t released_ns, bool stopped_early,
-                    RecordResult& result) {
-  if (stopped_early)
-    command.terminate(std::chrono::milliseconds(2000));
-  else
-    command.try_reap();
-  if (!command.reaped()) command.terminate(std::chrono::milliseconds(2000));
-  result.command_exit_status = command.exit_status();
-
-  begin_at_release(result.profile, command.pid(), released_ns);
+    if (thread.pid == pid && thread.start_ns < released_ns) thread.start_ns = released_ns;
 }
 
 bool update_targets_exited(std::vector<WatchedTarget>& targets, const std::vector<pollfd>& pfds,

@@ -17,6 +17,8 @@
 
 namespace hpd {
 
+class RawProfileBuilder;
+
 uint64_t clock_ns(clockid_t clock);
 inline uint64_t mono_now() {
   return clock_ns(CLOCK_MONOTONIC);
@@ -46,18 +48,18 @@ void check_targets_running(const std::vector<int32_t>& pids, const std::vector<U
 // exec so that the events attached to its pid see the exec, then let run; their errors as RecordError.
 std::unique_ptr<LaunchedCommand> launch_command(const std::vector<std::string>& argv,
                                                 const std::vector<std::string>& environment);
-// Lets the held command run; returns when (monotonic ns, taken just before it was let go).
-uint64_t start_command(LaunchedCommand& command);
-// A command the recording launched, or was handed held at its exec (RecordOptions::pid_held_at_exec),
-// begins when it was let run: until then it ran none of its program, so its process and the threads
-// seen from the recording's start begin then, not at the recording's start (the Firefox Profiler shows
-// "not started yet" there, rather than an empty buffer). Its samples of the hold are not kept
-// (RawProfileBuilder::drop_samples_before); one of it older than the release (none is expected) keeps
-// its start. Called once every sample is in.
-void begin_at_release(RawProfile& profile, int32_t pid, uint64_t released_ns);
-// At the recording's end: the launched command reaped (terminated first when the recording was stopped
-// early, or when it does not end by itself), its exit status kept, and begun at its release.
-void finish_command(LaunchedCommand& command, uint64_t released_ns, bool stopped_early, RecordResult& result);
+// The command a recording holds until its events are attached: the one it launched (`command`, let run
+// here), or the target a launcher holds stopped at its exec (RecordOptions::pid_held_at_exec, let run
+// by on_attached, right after this). Until then it ran none of its program: from the release on, its
+// samples are the program's (RawProfileBuilder::drop_samples_before drops those of the hold: through
+// hpd, the stopped thread blocked in ptrace_stop). Returns the release (monotonic ns; 0: none held).
+uint64_t release_command(LaunchedCommand* command, const RecordOptions& options, RawProfileBuilder& builder);
+// At the recording's end, once every sample is in: the launched command reaped (terminated first when
+// the recording was stopped early, or when it does not end by itself) and its exit status kept; the held
+// command's process, and its threads seen from the recording's start, begin at its release, not at the
+// recording's start (the Firefox Profiler shows "not started yet" there, rather than an empty buffer).
+void finish_command(LaunchedCommand* command, const RecordOptions& options, uint64_t released_ns,
+                    bool stopped_early, RecordResult& result);
 
 // A recorded process and how its exit is noticed: its pidfd is polled beside the rings; without
 // one (old kernels) /proc is checked, or the launched command reaped.

@@ -256,17 +256,12 @@ RecordResult BpfSession::run() {
     kallsyms_ = std::async(std::launch::async, load_kallsyms);
   if (command_) {
     read_kallsyms();
-    released_ns_ = start_command(*command_);
-    builder_->drop_samples_before(command_->pid(), released_ns_);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
     for (size_t i = 0; i < options_.pids.size(); ++i)
       targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
-  if (options_.pid_held_at_exec && !options_.pids.empty()) {
-    released_ns_ = mono_now();
-    builder_->drop_samples_before(options_.pids[0], released_ns_);
-  }
+  released_ns_ = release_command(command_.get(), options_, *builder_);
   if (options_.on_attached) options_.on_attached();
   timing_mark("started");
   // Sampling runs: what follows is needed only once the first records are read. The next session's
@@ -335,9 +330,7 @@ RecordResult BpfSession::run() {
   collect_leftovers();
   calls_->finish(result_);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
-  if (command_) finish_command(*command_, released_ns_, stopped_early, result_);
-  if (options_.pid_held_at_exec && !options_.pids.empty())
-    begin_at_release(result_.profile, options_.pids[0], released_ns_);
+  finish_command(command_.get(), options_, released_ns_, stopped_early, result_);
   summarize();
   return std::move(result_);
 }

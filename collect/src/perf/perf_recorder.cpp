@@ -61,12 +61,17 @@ uint32_t stack_copy_bytes(const RecordOptions& options) {
   return options.stack_copy_bytes == 0 ? kDefaultStackCopyBytes : options.stack_copy_bytes;
 }
 
-// Ring size: about half a second of samples per CPU at ~512 bytes each plus the stack copy, within
-// [16, 1024] pages (a dwarf copy of 32 KiB at 999 Hz fills 4 MiB in an eighth of a second, but the
-// reader wakes at a quarter of the ring).
 // The smallest ring choose_ring_pages gives, and the smallest a refused ring is made (64 KiB).
 constexpr size_t kMinRingPages = 16;
 
+// The reader is woken when a quarter of the ring is written.
+uint32_t wakeup_mark(size_t ring_pages) {
+  return static_cast<uint32_t>(ring_pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 4);
+}
+
+// Ring size: about half a second of samples per CPU at ~512 bytes each plus the stack copy, within
+// [16, 1024] pages (a dwarf copy of 32 KiB at 999 Hz fills 4 MiB in an eighth of a second, but the
+// reader wakes at a quarter of the ring).
 size_t choose_ring_pages(const RecordOptions& options) {
   if (options.ring_pages != 0) return options.ring_pages;
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -207,9 +212,8 @@ void PerfSession::init_attr() {
   // A launched command is attached before exec; counting starts with the new program.
   a.disabled = options_.command.empty() ? 0 : 1;
   a.enable_on_exec = options_.command.empty() ? 0 : 1;
-  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   a.watermark = 1;
-  a.wakeup_watermark = static_cast<uint32_t>(ring_pages_ * page / 4);
+  a.wakeup_watermark = wakeup_mark(ring_pages_);
 }
 
 // Fallback for older kernels, tried when the first open fails with EINVAL:
@@ -279,7 +283,7 @@ bool PerfSession::map_ring(int32_t pid, int32_t tid, size_t cpu_index, UniqueFd&
     if (result_.perf_ring_kib_asked == 0) result_.perf_ring_kib_asked = ring_pages_ * 4;
     ring_pages_ /= 2;
     result_.perf_ring_kib = ring_pages_ * 4;
-    attr_.wakeup_watermark = static_cast<uint32_t>(ring_pages_ * ::sysconf(_SC_PAGESIZE) / 4);
+    attr_.wakeup_watermark = wakeup_mark(ring_pages_);
     for (size_t j = 0; j < cpu_index; ++j) {
       rings_[j].ring = PerfRingBuffer();  // unmapped first: its pages leave the limit
       rings_[j].owner.reset();
@@ -606,14 +610,7 @@ RecordResult PerfSession::run() {
     for (size_t i = 0; i < options_.pids.size(); ++i)
       targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
   }
-  if (command_) {
-    released_ns_ = start_command(*command_);
-    builder_->drop_samples_before(command_->pid(), released_ns_);
-  }
-  if (options_.pid_held_at_exec && !options_.pids.empty()) {
-    released_ns_ = mono_now();
-    builder_->drop_samples_before(options_.pids[0], released_ns_);
-  }
+  released_ns_ = release_command(command_.get(), options_, *builder_);
   if (options_.on_attached) options_.on_attached();
 
   std::vector<pollfd> pfds;
@@ -665,9 +662,7 @@ RecordResult PerfSession::run() {
         "perf_event reports only the switches it sees: a thread blocked since before the recording shows "
         "nothing until it runs (the eBPF backend reads where each one waits)";
   calls_->finish(result_);
-  if (command_) finish_command(*command_, released_ns_, stopped_early, result_);
-  if (options_.pid_held_at_exec && !options_.pids.empty())
-    begin_at_release(result_.profile, options_.pids[0], released_ns_);
+  finish_command(command_.get(), options_, released_ns_, stopped_early, result_);
   result_.collection_cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - loop_cpu_start;
   result_.duplicate_samples = decoder_->duplicate_samples();
   result_.ordered_records = ordering_->counters().delivered;
