@@ -13,6 +13,7 @@
 char LICENSE[] SEC("license") = "GPL";
 
 #define PF_EXITING 0x00000004
+#define TASK_DEAD 0x00000080  // the state of a thread's last switch-out, after which it never runs
 #define EEXIST 17  // errno: the key is in the map already (BPF_NOEXIST)
 
 // Configuration, fixed by user space before the programs are loaded.
@@ -585,6 +586,47 @@ static __always_inline void emit_unseen_switch_in(struct hpd_sample_event* b, __
   if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0) count_drop(b->header.pid, tid);
 }
 
+// Reserves an exec, exit or CPU-tail record and fills its header; NULL (the drop counted) when the ring is full.
+static __always_inline struct hpd_task_event* reserve_task_event(__u32 type, __s32 pid, __s32 tid) {
+  struct hpd_task_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+  if (!e) {
+    count_drop(pid, tid);
+    return 0;
+  }
+  fill_header(&e->header, type, pid, tid, bpf_ktime_get_ns());
+  e->ringbuf_drops = 0;
+  e->cpu_tail_ns = 0;
+  e->task_flags = 0;
+  e->reserved = 0;
+  return e;
+}
+
+// Whether `prev`, being switched out, is dead: its last switch-out (do_task_dead).
+static __always_inline int task_is_dead(struct task_struct* prev) {
+  if (bpf_core_field_exists(prev->__state)) return BPF_CORE_READ(prev, __state) == TASK_DEAD;
+  struct task_struct___pre_5_14* old = (void*)prev;
+  return BPF_CORE_READ(old, state) == TASK_DEAD;
+}
+
+// The CPU time a dying thread used since its last sample, reported at its last switch-out, where the
+// scheduler has just brought its runtime up to date for the last time. Not left to hpd_free: the task
+// is freed after an RCU grace period, which may come seconds later (lazy RCU) and so after the
+// recording has ended, losing the thread's last stretch of CPU. Sent even when it is zero, as user
+// space waits for it (hpd_exit's HPD_TASK_TAIL_FOLLOWS); when it does not fit, hpd_free tries again.
+static __always_inline void emit_final_cpu_tail(struct task_struct* prev, __s32 pid, __s32 tid) {
+  struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
+  if (!state || state->pid != pid || !state->seeded) return;
+  const __u64 runtime = BPF_CORE_READ(prev, se.sum_exec_runtime);
+  struct hpd_task_event* e = reserve_task_event(HPD_EVENT_CPU_TAIL, pid, tid);
+  if (!e) return;
+  if (runtime > state->last_runtime_ns) {
+    e->cpu_tail_ns = runtime - state->last_runtime_ns;
+    state->last_runtime_ns = runtime;
+  }
+  BPF_CORE_READ_STR_INTO(&e->header.comm, prev, comm);
+  bpf_ringbuf_submit(e, submit_flags());
+}
+
 // tp_btf/sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...).
 // It runs in the context of `prev`, so the current task's stack is the one that is being switched out.
 SEC("tp_btf/sched_switch")
@@ -613,9 +655,14 @@ int hpd_sched_switch(__u64* ctx) {
   const __u64 id = bpf_get_current_pid_tgid();
   const __s32 pid = (__s32)(id >> 32);
   const __s32 tid = (__s32)id;
-  if (!is_target(pid)) return 0;
   struct task_struct* prev = (struct task_struct*)ctx[1];
-  if (BPF_CORE_READ(prev, flags) & PF_EXITING) return 0;  // its last switch-outs; it never returns
+  // Its last switch-outs: it never comes back. Looked at before the target test, as the last thread of
+  // a process to exit has taken its pid out of the targets (hpd_exit).
+  if (BPF_CORE_READ(prev, flags) & PF_EXITING) {
+    if (task_is_dead(prev)) emit_final_cpu_tail(prev, pid, tid);
+    return 0;
+  }
+  if (!is_target(pid)) return 0;
   const __u32 zero = 0;
   struct hpd_sample_event* e = bpf_map_lookup_elem(&scratch, &zero);
   if (!e) return 0;
@@ -710,21 +757,6 @@ int hpd_fork(__u64* ctx) {
   return 0;
 }
 
-// Reserves an exec or exit record and fills its header; NULL (the drop counted) when the ring is full.
-static __always_inline struct hpd_task_event* reserve_task_event(__u32 type, __s32 pid, __s32 tid) {
-  struct hpd_task_event* e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
-  if (!e) {
-    count_drop(pid, tid);
-    return 0;
-  }
-  fill_header(&e->header, type, pid, tid, bpf_ktime_get_ns());
-  e->ringbuf_drops = 0;
-  e->cpu_tail_ns = 0;
-  e->task_flags = 0;
-  e->reserved = 0;
-  return e;
-}
-
 // tp_btf/sched_process_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm); the comm
 // is already the new program's.
 SEC("tp_btf/sched_process_exec")
@@ -766,8 +798,8 @@ struct {
 } exit_busy SEC(".maps");
 
 // Where the exiting thread is (its kernel stack from do_exit, its user stack from the call that made
-// it exit): the CPU time after its last timer sample, which hpd_free reports once the task is freed,
-// is spent here and on the rest of the exit, not where that sample was.
+// it exit): the CPU time after its last timer sample, which its last switch-out reports
+// (emit_final_cpu_tail), is spent here and on the rest of the exit, not where that sample was.
 static __always_inline void emit_exit_stack(void* ctx, __s32 pid, __s32 tid) {
   const __u32 zero = 0;
   __u32* busy = bpf_map_lookup_elem(&exit_busy, &zero);
@@ -826,16 +858,19 @@ int hpd_exit(__u64* ctx) {
   if (!e) return 0;
   struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
   if (state) {
-    // Reported here; the state stays for hpd_free, which reports the thread's last CPU time.
+    // Reported here; the state stays for the thread's last switch-out (or hpd_free), which reports its
+    // last CPU time.
     e->ringbuf_drops = state->ringbuf_drops;
     state->ringbuf_drops = 0;
+    if (state->seeded) e->task_flags |= HPD_TASK_TAIL_FOLLOWS;
   }
   bpf_ringbuf_submit(e, submit_flags());
   return 0;
 }
 
 // tp_btf/sched_process_free(struct task_struct *p); runs when the task is freed (after an RCU grace
-// period, in whatever context), after its last context switch: its sum_exec_runtime is final.
+// period, in whatever context), after its last context switch: its sum_exec_runtime is final. What its
+// last switch-out did not report (its record did not fit, or the thread had no state then).
 SEC("tp_btf/sched_process_free")
 int hpd_free(__u64* ctx) {
   struct task_struct* p = (struct task_struct*)ctx[0];

@@ -225,10 +225,11 @@ struct hpd_fork_event {
 };
 
 /* HPD_EVENT_EXEC, HPD_EVENT_EXIT and HPD_EVENT_CPU_TAIL. An exit carries what was lost for that
- * thread. A CPU tail carries the CPU time the thread used after its last sample: sum_exec_runtime
- * when the task is freed (final: it advances only at ticks and context switches, so at the exit
- * itself it still lacks the last part) minus the CPU time at that sample. Without it a thread's CPU
- * time ended at its last sample, half of the CPU time of processes that live a few milliseconds. */
+ * thread. A CPU tail carries the CPU time the thread used after its last sample: sum_exec_runtime at
+ * the thread's last switch-out, as it dies (final: it advances only at ticks and context switches, so
+ * at the exit itself it still lacks the last part), or when the task is freed if that switch-out's
+ * record did not fit, minus the CPU time at that sample. Without it a thread's CPU time ended at its
+ * last sample, half of the CPU time of processes that live a few milliseconds. */
 struct hpd_task_event {
   struct hpd_event_header header;
   __u64 ringbuf_drops;
@@ -240,6 +241,9 @@ struct hpd_task_event {
 /* HPD_EVENT_EXEC: the exec gave the process credentials the client may not trace (restrict_creds);
  * it is no longer followed from this record on. */
 #define HPD_TASK_UNFOLLOWED 1u
+/* HPD_EVENT_EXIT: the thread has a CPU-time baseline, so a CPU tail follows (at its last switch-out,
+ * microseconds later; at the latest when its task is freed). */
+#define HPD_TASK_TAIL_FOLLOWS 2u
 
 /* Per-thread state kept by the programs, keyed by tid. */
 struct hpd_thread_state {

@@ -115,9 +115,10 @@ struct ExitEvent {
   int32_t tid = 0;
   uint64_t time_ns = 0;
   uint64_t records_lost = 0;  // this thread's records the ring dropped (eBPF)
+  bool tail_follows = false;  // a CpuTailEvent of this thread will come (eBPF)
 };
 
-// The CPU time a thread used after its last timer sample, known once its task is freed.
+// The CPU time a thread used after its last timer sample, known at its last switch-out.
 struct CpuTailEvent {
   int32_t pid = 0;
   int32_t tid = 0;

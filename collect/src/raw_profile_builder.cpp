@@ -28,6 +28,7 @@ void RawProfileBuilder::on_event(const Event& event) {
           tracker_.on_fork(e);
         } else if constexpr (std::is_same_v<T, ExitEvent>) {
           tracker_.on_exit(e);
+          if (e.tail_follows) tails_awaited_.insert(e.tid);
         } else if constexpr (std::is_same_v<T, CpuTailEvent>) {
           on_cpu_tail(e);
         } else if constexpr (std::is_same_v<T, LostEvent>) {
@@ -212,6 +213,7 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
 void RawProfileBuilder::forget_exited(uint64_t exited_before_ns) {
   const RawProfile::Forgotten forgotten = profile_.forget_exited(exited_before_ns);
   tracker_.forget(forgotten.pids, forgotten.tids);
+  for (const int32_t tid : forgotten.tids) tails_awaited_.erase(tid);
   std::vector<ThreadEnd> ends(profile_.threads.size());
   for (size_t i = 0; i < ends_.size() && i < forgotten.threads.size(); ++i) {
     if (forgotten.threads[i] != kNoIndex) ends[forgotten.threads[i]] = ends_[i];
@@ -245,6 +247,7 @@ void RawProfileBuilder::count_stack_end(size_t thread_index, StackEnd stack_end)
 // repeat of an older stack, which would give the function of the last sample the rest of the thread's
 // run and its whole exit. A thread with neither samples nor an exit stack gets none.
 void RawProfileBuilder::on_cpu_tail(const CpuTailEvent& e) {
+  tails_awaited_.erase(e.tid);
   const RawThread* thread = profile_.find_thread(e.pid, e.tid);
   if (thread == nullptr) return;
   const auto index = static_cast<size_t>(thread - profile_.threads.data());

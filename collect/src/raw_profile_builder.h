@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <unordered_set>
 #include <vector>
 
 #include "events.h"
@@ -65,6 +66,8 @@ class RawProfileBuilder {
   [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
   // Samples added for the CPU time threads used after their last timer sample (CpuTailEvent).
   [[nodiscard]] uint64_t cpu_tails() const { return cpu_tails_; }
+  // Threads that exited with a CPU tail to come (ExitEvent::tail_follows) which has not come yet.
+  [[nodiscard]] size_t tails_awaited() const { return tails_awaited_.size(); }
 
  private:
   void on_sample(const SampleEvent& e);
@@ -98,6 +101,7 @@ class RawProfileBuilder {
   uint64_t samples_ = 0;
   uint64_t unfollowed_samples_ = 0;
   uint64_t cpu_tails_ = 0;
+  std::unordered_set<int32_t> tails_awaited_;
   int32_t held_pid_ = 0;  // drop_samples_before
   uint64_t released_ns_ = 0;
 };

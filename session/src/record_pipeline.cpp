@@ -495,6 +495,11 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
     s.notes.push_back("note: " + std::to_string(result.off_cpu_intervals_lost) +
                       " off-CPU intervals were not recorded: the map of blocked threads was full");
   }
+  if (result.cpu_tails_missing != 0) {
+    s.notes.push_back("note: " + std::to_string(result.cpu_tails_missing) +
+                      " threads exited without their CPU time after their last sample reaching hpd before "
+                      "the recording ended: that time (under a sample period each) is not counted");
+  }
   if (result.off_cpu_switch_ins_inferred != 0) {
     s.notes.push_back(
         "note: " + std::to_string(result.off_cpu_switch_ins_inferred) +

@@ -197,11 +197,19 @@ class CpuWaitTest : public ::testing::Test {
         EXPECT_GT(got.wait_ns, 0.9 * t.waited_ns()) << name;
         EXPECT_LT(got.wait_ns, 1.1 * t.life_run_delay_ns + 5e6) << name;
       }
-      // eBPF reads the scheduler's runtime; perf_event counts task-clock periods, and the part of the
-      // last one a thread does not finish is not in any sample (2.1% short once, yielding 1000 times a
-      // second).
-      const double cpu_tolerance = stacks ? 0.02 : 0.05;
-      EXPECT_NEAR(got.cpu_ns, t.thread_cpu_ns, std::max(cpu_tolerance * t.thread_cpu_ns, 3e6)) << name;
+      // eBPF reads the scheduler's runtime, whose deltas telescope to the thread's CPU time at its last
+      // switch-out: the truth (taken just before the thread returns) plus its exit, microseconds. A
+      // thread yielding about as often as the timer fires may see no sample for 100 ms and more (the
+      // two in step), so most of its last stretch can be the tail reported at that switch-out (lost
+      // when the recording ended before the task was freed: 1-9% short, 2 runs in 3). perf_event counts
+      // task-clock periods, and the part of the last one a thread does not finish is not in any sample
+      // (2.1% short once, yielding 1000 times a second).
+      if (stacks) {
+        EXPECT_GE(got.cpu_ns, t.thread_cpu_ns - 1e5) << name;
+        EXPECT_LT(got.cpu_ns, t.thread_cpu_ns + std::max(0.003 * t.thread_cpu_ns, 2e6)) << name;
+      } else {
+        EXPECT_NEAR(got.cpu_ns, t.thread_cpu_ns, std::max(0.05 * t.thread_cpu_ns, 3e6)) << name;
+      }
       if (stacks) {
         EXPECT_GT(exported.samples_in_category, 0u) << name;
       }

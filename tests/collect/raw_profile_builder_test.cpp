@@ -305,6 +305,31 @@ TEST_F(RawProfileBuilderRules, ForgettingWhatExitedKeepsTheWaitingExitStacks) {
   EXPECT_EQ(builder.samples(), 41u);
 }
 
+// An exit that says a CPU tail follows is awaited until that tail comes (the recorder reads on until
+// then); one that says none does not count, nor does a forgotten thread's.
+TEST_F(RawProfileBuilderRules, ExitsWithATailToComeAreAwaitedUntilItComes) {
+  builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  builder.on_event(ForkEvent{10, 11, 10, 10, 1500, {}});
+  builder.on_event(ForkEvent{10, 12, 10, 10, 1500, {}});
+  builder.on_event(sample_event(10, 11, 2000, shell_stack));
+  builder.on_event(sample_event(10, 12, 2000, shell_stack));
+  EXPECT_EQ(builder.tails_awaited(), 0u);
+  builder.on_event(ExitEvent{10, 11, 2500, 0, true});
+  builder.on_event(ExitEvent{10, 12, 2500, 0, false});
+  EXPECT_EQ(builder.tails_awaited(), 1u);
+  builder.on_event(CpuTailEvent{10, 12, 2600, 0});  // not awaited: no change
+  EXPECT_EQ(builder.tails_awaited(), 1u);
+  builder.on_event(CpuTailEvent{10, 11, 2600, 0});  // zero CPU still ends the wait
+  EXPECT_EQ(builder.tails_awaited(), 0u);
+
+  builder.on_event(ForkEvent{10, 13, 10, 10, 2700, {}});
+  builder.on_event(ExitEvent{10, 13, 2800, 0, true});
+  EXPECT_EQ(builder.tails_awaited(), 1u);
+  builder.on_event(ExitEvent{10, 10, 2900, 0, false});
+  builder.forget_exited(3000);
+  EXPECT_EQ(builder.tails_awaited(), 0u);
+}
+
 TEST_F(RawProfileBuilderRules, CpuTailGoesToTheExitStackOrToNoStack) {
   builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
   builder.on_event(sample_event(10, 10, 2000, shell_stack));

@@ -770,10 +770,12 @@ TEST(Hpd, KeptUnwindTablesStayWithinTheirBoundAndStatusShowsThem) {
       reinterpret_cast<void*>(1), [sleeper](void*) { ::kill(sleeper, SIGKILL); });
   const std::vector<pid_t> pids = {c_program.pid(), perl.pid(), ninja.pid()};
   std::set<std::string> modules;
+  size_t mapped_by_each = 0;  // the modules summed over the programs: libc and the loader three times
   for (const pid_t pid : pids) {
     const std::set<std::string> files = executable_files(pid);
     ASSERT_GE(files.size(), 3u) << "pid " << pid << " maps its program, libc and the loader";
     modules.insert(files.begin(), files.end());
+    mapped_by_each += files.size();
   }
   ASSERT_GE(modules.size(), 8u) << "three programs with different libraries";
 
@@ -824,13 +826,17 @@ TEST(Hpd, KeptUnwindTablesStayWithinTheirBoundAndStatusShowsThem) {
       << hpd.log();
 
   // Recorded again within 1 MiB: every table made goes into the set, and as all of them do not fit, some
-  // are evicted again.
+  // are evicted again. Each table evicted at the SIGHUP is made again when a program mapping it is
+  // recorded; a table shared by the programs (libc's) may be evicted by the next program's tables before
+  // the one after needs it, and made once more: at most once per program mapping it.
   const long long again_made = record_all("1 MiB bound");
   const json again = kept_of();
-  std::printf("1 MiB bound: %lld tables made; kept %s\n", again_made, again.dump().c_str());
+  std::printf("1 MiB bound: %lld tables made (%zu modules, %zu mapped summed over the programs); kept %s\n",
+              again_made, modules.size(), mapped_by_each, again.dump().c_str());
   EXPECT_LE(again["bytes"].get<uint64_t>(), 1ull << 20);
   EXPECT_LE(again["tables"].get<uint64_t>(), modules.size());
-  EXPECT_LE(again_made, static_cast<long long>(modules.size()));
+  EXPECT_GE(again_made, static_cast<long long>(shrunk["evicted"].get<uint64_t>()));
+  EXPECT_LE(again_made, static_cast<long long>(mapped_by_each));
   EXPECT_GT(again["evicted"].get<uint64_t>(), shrunk["evicted"].get<uint64_t>());
   EXPECT_EQ(static_cast<long long>(again["tables"].get<uint64_t>() + again["evicted"].get<uint64_t>()),
             static_cast<long long>(shrunk["tables"].get<uint64_t>() + shrunk["evicted"].get<uint64_t>()) +

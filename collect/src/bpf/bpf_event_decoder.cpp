@@ -208,7 +208,8 @@ void BpfEventDecoder::decode_record(std::span<const uint8_t> bytes, const EventS
                        (e.task_flags & HPD_TASK_UNFOLLOWED) != 0});
       } else if (header.type == HPD_EVENT_EXIT) {
         switch_stacks_.erase(h.tid);
-        sink(ExitEvent{h.pid, h.tid, h.time_ns, e.ringbuf_drops});
+        sink(
+            ExitEvent{h.pid, h.tid, h.time_ns, e.ringbuf_drops, (e.task_flags & HPD_TASK_TAIL_FOLLOWS) != 0});
       } else {
         sink(CpuTailEvent{h.pid, h.tid, h.time_ns, e.cpu_tail_ns});
       }

@@ -315,6 +315,7 @@ RecordResult BpfSession::run() {
     }
   }
   profile.info.end_mono_ns = mono_now();
+  await_cpu_tails();
   // Stop every source before the last drain, so the ring holds everything that will ever come.
   sampling_.clear();
   profile_bpf__detach(skel_.get());

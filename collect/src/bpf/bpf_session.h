@@ -70,6 +70,10 @@ class BpfSession {
   // `rewalk`: also walk again the waiting off-CPU stacks (OffCpuRewalk), which is sound only while the
   // programs are attached (they take a thread's entry away when it runs again).
   void drain(bool rewalk = true);
+  // Reads the ring, the programs still attached, until every thread that exited has reported its CPU
+  // time after its last sample (at its last switch-out, microseconds after its exit record), for at
+  // most half a second (those still missing are counted in the result by collect_leftovers).
+  void await_cpu_tails();
   // Decodes the records the decoder held for a second walk, as far as their tables allow
   // (`mappings_read_at`: the mappings made before then have been read); `final`: all of them.
   void release_held(uint64_t mappings_read_at, bool final);

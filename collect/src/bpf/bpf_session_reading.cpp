@@ -3,6 +3,8 @@
 #include "bpf/bpf_session.h"
 
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <poll.h>
 
 #include <cerrno>
 #include <chrono>
@@ -96,6 +98,19 @@ void BpfSession::drain(bool rewalk) {
   if (rewalk && rewalk_ && !skel_->bss->calls_runtime_active)
     rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
   if (cfi_maps_ && decoder_->holding()) release_held(mappings_read_at, false);
+}
+
+void BpfSession::await_cpu_tails() {
+  // Bounded for a thread preempted between its exit and its last switch-out on a loaded machine; a
+  // record the ring dropped is reported only when the task is freed (hpd_free), maybe seconds later.
+  constexpr uint64_t kCpuTailWaitMs = 500;
+  const uint64_t deadline = mono_now() + kCpuTailWaitMs * 1'000'000;
+  drain(false);
+  while (builder_->tails_awaited() != 0 && mono_now() < deadline) {
+    pollfd ring{ring_buffer__epoll_fd(ring_.get()), POLLIN, 0};
+    ::poll(&ring, 1, 5);
+    drain(false);
+  }
 }
 
 void BpfSession::use_kallsyms(std::shared_ptr<KernelSymbols> symbols) {

@@ -56,6 +56,7 @@ void BpfSession::collect_leftovers() {
         builder_->on_event(ThreadLostEvent{state.pid, key, state.ringbuf_drops});
     }
   }
+  result_.cpu_tails_missing = builder_->tails_awaited();
   read_program_stats(skel_->progs.hpd_on_cpu, result_.bpf_sample_prog_runs, result_.bpf_sample_prog_ns);
   read_program_stats(skel_->progs.hpd_sched_switch, result_.bpf_switch_prog_runs, result_.bpf_switch_prog_ns);
   read_program_stats(skel_->progs.hpd_sched_wakeup, result_.bpf_wakeup_prog_runs, result_.bpf_wakeup_prog_ns);

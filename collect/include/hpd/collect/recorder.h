@@ -240,6 +240,9 @@ struct RecordResult {
   uint64_t threads_without_cpu_baseline = 0;
   // eBPF: off-CPU intervals not recorded because the map of blocked threads was full.
   uint64_t off_cpu_intervals_lost = 0;
+  // eBPF: threads that exited during the recording whose CPU time after their last sample did not
+  // come before it ended (their last switch-out's record lost or late): that time is missing.
+  uint64_t cpu_tails_missing = 0;
   // eBPF: off-CPU intervals whose switch-in the kernel's sched_switch tracepoint did not report: their
   // end was taken from the thread's CPU time (HPD_SAMPLE_SWITCH_IN_INFERRED in bpf/profile_event.h).
   uint64_t off_cpu_switch_ins_inferred = 0;
