@@ -212,6 +212,7 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
 
 void RawProfileBuilder::forget_exited(uint64_t exited_before_ns) {
   const RawProfile::Forgotten forgotten = profile_.forget_exited(exited_before_ns);
+  profile_.release_unmapped_module_files();
   tracker_.forget(forgotten.pids, forgotten.tids);
   for (const int32_t tid : forgotten.tids) tails_awaited_.erase(tid);
   std::vector<ThreadEnd> ends(profile_.threads.size());

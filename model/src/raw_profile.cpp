@@ -198,6 +198,22 @@ RawProfile::Forgotten RawProfile::forget_exited(uint64_t exited_before_ns) {
   return out;
 }
 
+size_t RawProfile::release_unmapped_module_files() {
+  std::vector<bool> mapped(modules.size(), false);
+  for (const RawProcess& p : processes) {
+    for (const RawMapping& m : p.mappings) {
+      if (m.module < mapped.size()) mapped[m.module] = true;
+    }
+  }
+  size_t released = 0;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    if (mapped[i] || !modules[i].file) continue;
+    modules[i].file.reset();
+    ++released;
+  }
+  return released;
+}
+
 std::vector<uint32_t> RawProfile::forget_unused_stacks(std::span<const uint32_t> also) {
   std::vector<bool> used(stacks.size(), false);
   const auto mark = [&](uint32_t stack) {

@@ -1,9 +1,12 @@
 // Unit tests for RawProfile: stack interning, module/process/thread tables, mapping lookup.
 #include "hpd/model/raw_profile.h"
 
+#include <fcntl.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 namespace hpd {
@@ -173,6 +176,32 @@ TEST(RawProfileForget, DropsWhatExitedBeforeUnlessASampleHeldNamesIt) {
   p.process(3).name = "again";
   EXPECT_EQ(p.find_process(3)->name, "again");
   EXPECT_EQ(p.find_process(200)->name, "server");
+}
+
+// A module no process left maps lets its held file go (a deleted program's disk space is freed); one a
+// process still maps keeps it; the module itself stays, found again by its path and build-id.
+TEST(RawProfileForget, ModulesNoProcessMapsLetTheirFilesGo) {
+  RawProfile p;
+  const auto held = [] {
+    UniqueFd fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    return std::make_shared<const HeldFile>(fd.release());
+  };
+  const uint32_t gone = p.intern_module("/srv/app/v1/app", "01");
+  const uint32_t running = p.intern_module("/srv/app/v2/app", "02");
+  p.modules[gone].file = held();
+  p.modules[running].file = held();
+  const std::weak_ptr<const HeldFile> gone_file = p.modules[gone].file;
+  p.process(10).end_ns = 100;
+  p.process(10).mappings.push_back(RawMapping{0x1000, 0x2000, 0, gone, 0, 0});
+  p.process(20).mappings.push_back(RawMapping{0x1000, 0x2000, 0, running, 0, 0});
+  EXPECT_EQ(p.release_unmapped_module_files(), 0u);  // both still mapped
+  p.forget_exited(200);
+  EXPECT_EQ(p.release_unmapped_module_files(), 1u);
+  EXPECT_TRUE(gone_file.expired());
+  EXPECT_EQ(p.modules[gone].file, nullptr);
+  EXPECT_NE(p.modules[running].file, nullptr);
+  EXPECT_EQ(p.intern_module("/srv/app/v1/app", "01"), gone);
+  EXPECT_EQ(p.release_unmapped_module_files(), 0u);
 }
 
 // The stacks nothing names any more go, with their addresses; those the held samples, the released

@@ -12,8 +12,8 @@
 #include <cstring>
 
 #include "hpd/base/elf.h"
-#include "hpd/base/unique_fd.h"
 #include "hpd/base/proc_maps.h"
+#include "hpd/base/unique_fd.h"
 
 namespace hpd {
 
@@ -63,21 +63,31 @@ std::vector<uint8_t> read_process_memory(int32_t pid, uint64_t start, uint64_t e
   return bytes;
 }
 
-BuildIdReader::Known BuildIdReader::read_cached(UniqueFd fd, bool hold) {
+MappedModule BuildIdReader::read_cached(UniqueFd fd, bool hold) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
   const auto key = std::make_tuple(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
                                    static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtime));
   auto it = by_inode_.find(key);
-  if (it == by_inode_.end()) it = by_inode_.emplace(key, Known{read_elf_build_id(fd.get()), nullptr}).first;
+  if (it == by_inode_.end()) {
+    if (by_inode_.size() >= kMaxKnown)
+      std::erase_if(by_inode_, [](const auto& k) { return k.second.file.expired(); });
+    it = by_inode_.emplace(key, Known{read_elf_build_id(fd.get()), {}}).first;
+  }
+  MappedModule out;
+  out.build_id = it->second.build_id;
+  out.file = it->second.file.lock();
   // Descriptors are numbered lowest first, so this one's number is about how many are open: a held
   // file must never take one the recording itself needs (perf events, rings). Near the limit the
   // file is not held, and is looked up by path at the end as before.
   rlimit limit{};
   const bool room = ::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
                     static_cast<rlim_t>(fd.get()) + kSpareDescriptors < limit.rlim_cur;
-  if (hold && room && !it->second.file) it->second.file = std::make_shared<const HeldFile>(fd.release());
-  return it->second;
+  if (hold && room && !out.file) {
+    out.file = std::make_shared<const HeldFile>(fd.release());
+    it->second.file = out.file;
+  }
+  return out;
 }
 
 const std::vector<uint8_t>& own_vdso() {
@@ -120,10 +130,7 @@ MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t en
   if (!fd && !path.empty() && path.front() == '/')
     fd.reset(::open(("/proc/" + std::to_string(pid) + "/root" + path).c_str(), O_RDONLY | O_CLOEXEC));
   if (fd) {
-    Known known = read_cached(std::move(fd), true);
-    out.build_id = std::move(known.build_id);
-    out.file = std::move(known.file);
-    return out;
+    return read_cached(std::move(fd), true);
   }
   out.build_id = for_path(pid, path);
   return out;

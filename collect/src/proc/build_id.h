@@ -54,13 +54,18 @@ class BuildIdReader {
   static constexpr rlim_t kSpareDescriptors = 512;
 
  private:
+  // What is known of one inode: its build-id, and its file while someone (a RawModule) holds it. Not
+  // held here: a file whose modules let it go is closed (RawProfile::release_unmapped_module_files).
   struct Known {
     std::string build_id;
-    std::shared_ptr<const HeldFile> file;
+    std::weak_ptr<const HeldFile> file;
   };
-  // The build-id of the file open on `fd`, read once per inode; `hold` keeps the descriptor (taken
-  // over) as the inode's HeldFile when it has none yet, else it is closed.
-  Known read_cached(UniqueFd fd, bool hold);
+  // The inodes known at most, before those whose files nobody holds are forgotten (a recording that
+  // outlives what it records meets every program the system runs).
+  static constexpr size_t kMaxKnown = 4096;
+  // The build-id of the file open on `fd`, read once per inode, and its HeldFile: the inode's, or with
+  // `hold`, a new one taking the descriptor over when it has none (else the descriptor is closed).
+  MappedModule read_cached(UniqueFd fd, bool hold);
   std::map<std::tuple<uint64_t, uint64_t, int64_t, int64_t>, Known> by_inode_;
 };
 

@@ -257,6 +257,44 @@ TEST_F(ContinuousTest, ConsecutiveChunksJoinWithoutAGapAndHoldTheFixturesCpuTime
   EXPECT_EQ(merged_on_cpu, fixture_samples);
 }
 
+// A program that ran and was deleted (a deploy, a build's output): its file is held while it runs, so
+// that its frames can be named whatever becomes of the path, and let go once the collection forgets its
+// process (a chunk after it exited, 10 s at least), its disk space freed; its samples are in the chunks.
+// The profiler runs in this process: its descriptors are this process's.
+TEST_F(ContinuousTest, ADeletedProgramIsLetGoOnceItsProcessIsForgotten) {
+  const fs::path program = dir_ / "deployed_v1";
+  fs::copy_file(kCpuSplit, program);
+  const auto descriptors_of_program = [&] {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = fs::directory_iterator("/proc/self/fd", ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+      std::error_code link_ec;
+      const std::string target = fs::read_symlink(it->path(), link_ec).string();
+      n += target == program.string() || target == program.string() + " (deleted)";
+    }
+    return n;
+  };
+  ContinuousProfiler profiler(options(1));
+  profiler.start();
+  ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= 1; })) << profiler.stats().last_error;
+  test::Background run({program.string(), "600"});
+  const pid_t pid = run.pid();
+  ASSERT_TRUE(wait_for([&] { return descriptors_of_program() > 0; }, 60))
+      << "the profiler never held the running program's file";
+  run.terminate();
+  fs::remove(program);
+  ASSERT_TRUE(wait_for([&] { return descriptors_of_program() == 0; }, 180))
+      << descriptors_of_program() << " descriptors still hold the deleted program";
+  profiler.stop();
+  EXPECT_TRUE(profiler.stats().last_error.empty()) << profiler.stats().last_error;
+  uint64_t samples = 0;
+  for (const ChunkFile& c : scan_store(dir_ / "store").chunks) {
+    for (const RawSample& s : read_capture_file(c.path.string()).profile.samples) samples += s.pid == pid;
+  }
+  EXPECT_GT(samples, 0u) << "the program's samples are not in the chunks";
+}
+
 // continuous_cfi_rows reaches the chunks' recordings: while one runs, the process's CFI maps have the
 // capacity asked for, and with room for 5000 rows libc's table (about 28,000) is refused.
 TEST_F(ContinuousTest, ChunksUseTheCfiRowMapSizeAskedFor) {

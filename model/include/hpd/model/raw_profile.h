@@ -384,6 +384,11 @@ struct RawProfile {
   // names, and renumbers the others in those; returns each old index's new one (kNoIndex: dropped),
   // for the caller's own references.
   std::vector<uint32_t> forget_unused_stacks(std::span<const uint32_t> also);
+  // Closes the held file (RawModule::file) of every module no process left maps, so that a program
+  // that ran and was deleted (a deploy, a build) does not stay open, its disk space held, for as long as
+  // the recording runs. The module keeps its index, path and build-id; a process mapping it again holds
+  // the file again. Returns how many files were let go.
+  size_t release_unmapped_module_files();
 
  private:
   std::unordered_map<std::string, uint32_t> module_index_;
