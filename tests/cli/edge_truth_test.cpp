@@ -375,6 +375,13 @@ TEST_F(EdgeTruthTest, PidFollowsChildrenForkedBeforeAndAfterTheAttachPerfFp) {
 
 // Too few descriptors for the events of every child alive at the attach: the recording goes on, and
 // the note's count of children left is what the profile lacks.
+TEST_F(EdgeTruthTest, PidWithTooFewDescriptorsForItsChildrenSaysHowManyItLeft) {
+  if (!have_tool("prlimit")) GTEST_SKIP() << "prlimit (util-linux) is not installed";
+  // A child takes a descriptor per CPU (its mmap watch) and two per thread (its sampling event).
+  const auto cpus = static_cast<size_t>(::sysconf(_SC_NPROCESSORS_ONLN));
+  check_pid_children({}, "pid-bpf-limit", 400 + 4 * cpus);
+}
+
 TEST_F(EdgeTruthTest, PidWithTooFewDescriptorsForItsChildrenSaysHowManyItLeftPerf) {
   if (!have_tool("prlimit")) GTEST_SKIP() << "prlimit (util-linux) is not installed";
   check_pid_children({"--backend", "perf"}, "pid-perf-limit", 400);

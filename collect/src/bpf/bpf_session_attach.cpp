@@ -139,6 +139,7 @@ void BpfSession::sample_descendant(int32_t pid, int generation, DescriptorBudget
   sampling_.clear();
   per_task_ = false;
   attach_per_cpu();
+  budget = DescriptorBudget();  // counted again: the per-task events' descriptors are free
 }
 
 // Opens a software clock event on `pid` (a thread, or -1) and `cpu` (or -1) and drives the sampling
