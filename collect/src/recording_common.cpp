@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -208,6 +209,32 @@ void raise_fd_limit() {
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
   }
+}
+
+bool may_follow_child(const RecordOptions& options, int32_t pid) {
+  return !options.restrict_to_client || process_runs_as(pid, options.client_uid, options.client_gid);
+}
+
+DescriptorBudget::DescriptorBudget() {
+  rlimit limit{};
+  limited_ = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+  if (!limited_) return;
+  limit_ = limit.rlim_cur;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++in_use_;
+}
+
+bool DescriptorBudget::take(size_t n) {
+  if (limited_ && in_use_ + n + kReserved > limit_) return false;
+  in_use_ += n;
+  return true;
+}
+
+std::string DescriptorBudget::refusal(const std::string& each) const {
+  return "their events would take the descriptors the recording needs (one per CPU for each " + each +
+         "; the limit is " + std::to_string(limit_) + "): raise it with ulimit -n";
 }
 
 void describe_recording(const RecordOptions& options, RecordingInfo& info) {

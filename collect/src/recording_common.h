@@ -100,6 +100,31 @@ class RecordingTicker {
 // Lifts the soft open-file limit to the hard one (one perf fd per thread and CPU adds up).
 void raise_fd_limit();
 
+// Whether the recording may follow process `pid`, a child of its targets that was running when it
+// began: with RecordOptions::restrict_to_client, only one that runs with the client's uid and gid (all
+// of its real, effective, saved and filesystem ids), the rule the eBPF exec hook applies at an exec.
+bool may_follow_child(const RecordOptions& options, int32_t pid);
+
+// The descriptors the events of the targets' child processes found at the start may take: those of
+// the open-file limit not open yet, but kReserved, which the rest of the recording needs (the targets'
+// pidfds, the capture, the modules read to symbolize): a target with thousands of descendants on many
+// CPUs would exhaust the limit.
+class DescriptorBudget {
+ public:
+  static constexpr size_t kReserved = 256;
+  DescriptorBudget();  // counts the descriptors open now
+  // Whether `n` more fit; they are counted as taken when they do.
+  bool take(size_t n);
+  // Why a child was left, for RecordResult::children_attach_error; `each`: whose events take one
+  // descriptor per CPU ("thread", "process").
+  [[nodiscard]] std::string refusal(const std::string& each) const;
+
+ private:
+  bool limited_ = false;
+  uint64_t limit_ = 0;
+  size_t in_use_ = 0;
+};
+
 // The options' target in words ("pid 12", "all processes", "cgroup /sys/fs/cgroup/x", the command),
 // plus host name and kernel release, into `info`.
 void describe_recording(const RecordOptions& options, RecordingInfo& info);

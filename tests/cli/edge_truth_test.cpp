@@ -253,8 +253,10 @@ class EdgeTruthTest : public ::testing::Test {
   }
 
   // `hpctl record --pid` of exit_children ... held, attached while half of its children are alive and
-  // waiting; the go-ahead once hpctl holds an event per CPU for every thread of the parent and of those
-  // children (or, when it never does, after a while, so that the profile says what it missed).
+  // waiting; the go-ahead once the recording started: with perf_event, once hpctl holds an event per CPU
+  // for every thread of the parent and of those children (or, when it never does, after a while, so that
+  // the profile says what it missed); with eBPF, once hpctl marks its start (HPD_TIMING's "started",
+  // written after the children it found were made targets).
   // `fd_limit` (0: none): hpctl runs under prlimit --nofile with it; it then leaves the children whose
   // events would take the last 256 descriptors (kReservedDescriptors), says how many, and the others
   // are recorded.
@@ -274,6 +276,8 @@ class EdgeTruthTest : public ::testing::Test {
     if (fd_limit != 0)
       record.insert(record.end(),
                     {"prlimit", "--nofile=" + std::to_string(fd_limit) + ":" + std::to_string(fd_limit)});
+    const bool perf = std::find(flags.begin(), flags.end(), "perf") != flags.end();
+    if (!perf) record.insert(record.end(), {"env", "HPD_TIMING=1"});
     record.insert(record.end(), {kHpctl, "--local", "record", "--pid", std::to_string(parent.pid()), "-o",
                                  capture, "--no-report"});
     record.insert(record.end(), flags.begin(), flags.end());
@@ -296,10 +300,16 @@ class EdgeTruthTest : public ::testing::Test {
       return held >= events ||
              (fd_limit != 0 && held >= cpus && descriptors(recorder.pid()) + 256 + cpus > fd_limit);
     };
-    const bool attached = wait_until([&] { return attach_done() || !process_running(recorder.pid()); }, 30);
-    EXPECT_TRUE(attached && process_running(recorder.pid()))
-        << "hpctl holds " << perf_events_held(recorder.pid()) << " perf events, not one per CPU for the "
-        << "parent and each of its " << kChildren / 2 << " children (" << events << ")";
+    const auto started = [&] { return read_text_file(err).find("hpd-timing started ") != std::string::npos; };
+    const bool attached = wait_until(
+        [&] { return (perf ? attach_done() : started()) || !process_running(recorder.pid()); }, 30);
+    if (perf) {
+      EXPECT_TRUE(attached && process_running(recorder.pid()))
+          << "hpctl holds " << perf_events_held(recorder.pid()) << " perf events, not one per CPU for the "
+          << "parent and each of its " << kChildren / 2 << " children (" << events << ")";
+    } else {
+      EXPECT_TRUE(attached && process_running(recorder.pid())) << read_text_file(err);
+    }
     ASSERT_TRUE(parent.send("x"));
     ASSERT_EQ(parent.wait(), 0);
     ASSERT_EQ(recorder.wait(), 0) << read_text_file(err);
@@ -349,6 +359,11 @@ TEST_F(EdgeTruthTest, CpuAfterTheLastSampleGoesWhereTheThreadWas) {
   check_exit_tail({}, "default");
 }
 
+// `--pid` with default flags (eBPF, cfi): the children alive at the attach are found and made targets.
+TEST_F(EdgeTruthTest, PidFollowsChildrenForkedBeforeAndAfterTheAttach) {
+  check_pid_children({}, "pid-bpf");
+}
+
 // `--pid` with the perf backend, default flags (dwarf here) and frame pointers.
 TEST_F(EdgeTruthTest, PidFollowsChildrenForkedBeforeAndAfterTheAttachPerf) {
   check_pid_children({"--backend", "perf"}, "pid-perf");
@@ -360,6 +375,13 @@ TEST_F(EdgeTruthTest, PidFollowsChildrenForkedBeforeAndAfterTheAttachPerfFp) {
 
 // Too few descriptors for the events of every child alive at the attach: the recording goes on, and
 // the note's count of children left is what the profile lacks.
+TEST_F(EdgeTruthTest, PidWithTooFewDescriptorsForItsChildrenSaysHowManyItLeft) {
+  if (!have_tool("prlimit")) GTEST_SKIP() << "prlimit (util-linux) is not installed";
+  // A child takes a descriptor per CPU (its mmap watch) and two per thread (its sampling event).
+  const auto cpus = static_cast<size_t>(::sysconf(_SC_NPROCESSORS_ONLN));
+  check_pid_children({}, "pid-bpf-limit", 400 + 4 * cpus);
+}
+
 TEST_F(EdgeTruthTest, PidWithTooFewDescriptorsForItsChildrenSaysHowManyItLeftPerf) {
   if (!have_tool("prlimit")) GTEST_SKIP() << "prlimit (util-linux) is not installed";
   check_pid_children({"--backend", "perf"}, "pid-perf-limit", 400);

@@ -931,6 +931,65 @@ TEST(Hpd, UnprivilegedSessionStopsFollowingASetuidProgramAtItsExec) {
   EXPECT_GT(valid_profile_samples(out), 10u);
 }
 
+// The children a --pid target has when the recording begins are recorded through hpd too, but for an
+// unprivileged user only those that run with her ids: su, set-user-ID root, waiting for a password
+// with euid 0, is left out as it would be at its exec (in the profile, hpd would refuse the whole
+// recording); its sibling, a spinning cpu_split, is recorded. Both backends.
+TEST(Hpd, UnprivilegedPidFollowsItsChildrenButNotASetuidOne) {
+  Hpd hpd;
+  struct stat su {};
+  ASSERT_EQ(stat("/usr/bin/su", &su), 0);
+  ASSERT_NE(su.st_mode & S_ISUID, 0u) << "the test needs a set-user-ID program";
+  const std::string script =
+      "sleep 30 | /usr/bin/su root -c true >/dev/null 2>&1 & " + kCpuSplit + " 30 & wait";
+  Background parent(as_nobody({"sh", "-c", script}));
+  // Both children started (su's exec done: its ids are root's) before the recording begins.
+  pid_t su_pid = 0, spinner = 0;
+  const std::string cpu_split = std::filesystem::canonical(kCpuSplit).string();
+  const auto started = [&] {
+    for (const int32_t child : list_child_processes(parent.pid())) {
+      std::error_code ec;
+      const std::string exe = std::filesystem::read_symlink("/proc/" + std::to_string(child) + "/exe", ec);
+      if (exe == "/usr/bin/su" && !process_runs_as(child, 65534, 65534)) su_pid = child;
+      if (exe == cpu_split) spinner = child;
+    }
+    return su_pid != 0 && spinner != 0;
+  };
+  ASSERT_TRUE(wait_until(started, 30)) << "su " << su_pid << ", cpu_split " << spinner;
+  // The processes in a recording of the parent by `argv`, and those with samples.
+  struct Recorded {
+    std::set<int64_t> processes, sampled;
+  };
+  const auto recorded = [&](const std::vector<std::string>& argv, const std::string& out) {
+    Recorded got;
+    const RunResult r = run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err << hpd.log();
+    if (r.exit_code != 0) return got;
+    const CaptureContents capture = read_capture_file(out);
+    for (const RawProcess& process : capture.profile.processes) got.processes.insert(process.pid);
+    for (const RawSample& sample : capture.profile.samples) got.sampled.insert(sample.pid);
+    return got;
+  };
+  for (const std::string backend : {"bpf", "perf"}) {
+    SCOPED_TRACE(backend);
+    const std::vector<std::string> args = {
+        "record", "--no-report", "--backend", backend, "--pid", std::to_string(parent.pid()), "-d", "1"};
+    const std::string out = hpd.out_dir() + "/children-" + backend + ".hpr";
+    std::vector<std::string> mine = hpctl(hpd, args);
+    mine.insert(mine.end(), {"-o", out});
+    const Recorded users = recorded(as_nobody(mine), out);
+    EXPECT_TRUE(users.sampled.contains(spinner)) << "the user's own child, running at the attach";
+    EXPECT_FALSE(users.processes.contains(su_pid)) << "the set-user-ID child";
+    // Root records both: the check above can see su.
+    const std::string root_out = hpd.out_dir() + "/root-children-" + backend + ".hpr";
+    std::vector<std::string> roots = hpctl(hpd, args);
+    roots.insert(roots.end(), {"-o", root_out});
+    const Recorded all = recorded(roots, root_out);
+    EXPECT_TRUE(all.sampled.contains(spinner));
+    EXPECT_TRUE(all.processes.contains(su_pid)) << "root follows su";
+  }
+}
+
 TEST(Hpd, GroupMemberRecordsRootsProcess) {
   group* users = getgrnam("users");
   ASSERT_NE(users, nullptr) << "the test uses the standard 'users' group as hpd's group";

@@ -218,6 +218,7 @@ RecordResult BpfSession::run() {
   seed_cpu_baselines();
   if (command_) seed_thread(command_->pid(), command_->pid());
   for (const int32_t pid : options_.pids) describe_initial(pid);
+  for (const int32_t pid : descendants_) describe_initial(pid);
   read_attach_state();
   timing_mark("attach-state-read");
 

@@ -35,6 +35,9 @@
 
 namespace hpd::bpf_recording {
 
+// How long the recording waits, before sampling starts, for the tables of the modules mapped then.
+constexpr int kInitialTablesWaitMs = 10000;
+
 class BpfSession {
  public:
   BpfSession(const RecordOptions& options, const PerfPrivileges& privileges)
@@ -62,7 +65,14 @@ class BpfSession {
   void attach_per_cpu();
   bool attach_clock(uint64_t config, uint64_t period_ns, int pid, int cpu, const std::string& what);
   bool attach_thread(int32_t tid, uint64_t period_ns);  // false when the thread is gone
-  void attach_process(int32_t pid);
+  // The threads of `pid` attached (0: it exited); those created during the attach with periods a few ns
+  // longer (the sampling program keeps the smallest period a thread has).
+  size_t attach_process(int32_t pid, uint64_t period_ns);
+  // per_task_: the sampling events of a descendant found in add_descendants' round `generation`.
+  void sample_descendant(int32_t pid, int generation, DescriptorBudget& budget);
+  // follow_children: the processes the targets forked before the scheduler hooks were attached, and
+  // theirs, made targets like those the fork program adds (descendants_).
+  void add_descendants();
   void seed_cpu_baselines();
   void seed_thread(int32_t pid, int32_t tid);
   void describe_process(RawProcess& process);
@@ -129,6 +139,7 @@ class BpfSession {
   std::unique_ptr<LaunchedCommand> command_;
   uint64_t released_ns_ = 0;  // when the launched or held-at-exec command was let run
   std::vector<WatchedTarget> targets_;
+  std::vector<int32_t> descendants_;  // add_descendants' children of the targets
 
   RecordResult result_;
   BuildIdReader build_ids_;

@@ -66,8 +66,8 @@ void BpfSession::attach_sampling() {
   // Tracepoints first, so that no fork or exec of a target between them and sampling is missed.
   if (const int err = profile_bpf__attach(skel_.get()); err != 0)
     throw RecordError(with_log("cannot attach the eBPF scheduler hooks: " + errno_text(err), log_));
-  if (filter_ == HPD_FILTER_PIDS && attach_per_task()) return;
-  attach_per_cpu();
+  if (filter_ != HPD_FILTER_PIDS || !attach_per_task()) attach_per_cpu();
+  add_descendants();
 }
 
 bool BpfSession::attach_per_task() {
@@ -84,7 +84,10 @@ bool BpfSession::attach_per_task() {
     // The launched command has not exec'd yet: its one event is inherited by everything it starts.
     if (command_ && !attach_thread(command_->pid(), period_ns_))
       throw RecordError("cannot sample the launched command: it exited before it started");
-    for (const int32_t pid : options_.pids) attach_process(pid);
+    for (const int32_t pid : options_.pids) {
+      if (attach_process(pid, period_ns_) == 0)
+        throw RecordError("no process with pid " + std::to_string(pid) + " (it exited)");
+    }
   } catch (const OutOfDescriptors&) {
     // Other sessions (in hpd) hold descriptors too: per-CPU events need only a few. The samples
     // already taken stay; the program's period check accepts the per-CPU events' period.
@@ -95,12 +98,12 @@ bool BpfSession::attach_per_task() {
   return true;
 }
 
-void BpfSession::attach_process(int32_t pid) {
+size_t BpfSession::attach_process(int32_t pid, uint64_t period_ns) {
   std::set<int32_t> seen;
   size_t attached = 0;
   for (const int32_t tid : list_threads(pid)) {
     seen.insert(tid);
-    attached += attach_thread(tid, period_ns_) ? 1 : 0;
+    attached += attach_thread(tid, period_ns) ? 1 : 0;
   }
   // A thread created meanwhile by a thread not yet attached inherited nothing; one created by an
   // attached thread inherited its event and gets a second one here. The second has a longer period
@@ -110,11 +113,33 @@ void BpfSession::attach_process(int32_t pid) {
     for (const int32_t tid : list_threads(pid)) {
       if (!seen.insert(tid).second) continue;
       found = true;
-      attached += attach_thread(tid, period_ns_ + static_cast<uint64_t>(round)) ? 1 : 0;
+      attached += attach_thread(tid, period_ns + static_cast<uint64_t>(round)) ? 1 : 0;
     }
     if (!found) break;
   }
-  if (attached == 0) throw RecordError("no process with pid " + std::to_string(pid) + " (it exited)");
+  return attached;
+}
+
+// A process forked before the events it would inherit were opened has none: its threads get events of
+// their own. Those of a child forked after its parent's events were opened (which add_descendants finds
+// too) are copies of those it inherited, which the sampling program drops: their period is larger than
+// any of its parent's, by kMaxAttachRescans + 1 ns per generation.
+void BpfSession::sample_descendant(int32_t pid, int generation, DescriptorBudget& budget) {
+  if (!per_task_) return;
+  const size_t threads = list_threads(pid).size();
+  if (sampling_.size() + threads <= kMaxPerTaskEvents && budget.take(2 * threads)) {
+    try {
+      attach_process(pid, period_ns_ + static_cast<uint64_t>(kMaxAttachRescans + 1) *
+                                           static_cast<uint64_t>(generation + 1));
+      return;
+    } catch (const OutOfDescriptors&) {
+    }
+  }
+  // Too many threads, or too few descriptors: every target, descendants included, is sampled per CPU.
+  sampling_.clear();
+  per_task_ = false;
+  attach_per_cpu();
+  budget = DescriptorBudget();  // counted again: the per-task events' descriptors are free
 }
 
 // Opens a software clock event on `pid` (a thread, or -1) and `cpu` (or -1) and drives the sampling

@@ -11,13 +11,6 @@
 
 namespace hpd::bpf_recording {
 
-namespace {
-
-// How long the recording waits, before sampling starts, for the tables of the modules mapped then.
-constexpr int kInitialTablesWaitMs = 10000;
-
-}  // namespace
-
 // cfi mode: the tables of what the targets have mapped now (and, for a command, of what it will map
 // first), in place before sampling starts.
 void BpfSession::load_initial_tables() {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "hpd/base/proc_files.h"
 #include "hpd/base/proc_maps.h"
@@ -18,6 +19,9 @@
 namespace hpd::bpf_recording {
 
 namespace {
+
+// Generations of the targets' descendants looked for at the attach.
+constexpr int kMaxDescendantRounds = 16;
 
 UniqueFd open_cgroup(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -47,6 +51,64 @@ void BpfSession::set_targets() {
       throw RecordError("cannot add pid " + std::to_string(pid) +
                         " to the eBPF targets: " + std::strerror(errno));
   }
+}
+
+// Called once the scheduler hooks and the targets' sampling events are attached: a child forked from
+// then on is the fork program's (and found here too, which is harmless). Each child found becomes a
+// target, with its threads' CPU baselines, its mappings watched, its own sampling events (per-task
+// mode: sample_descendant) and (cfi) its tables; one gone meanwhile is skipped. For a client, a child
+// whose credentials it may not trace (a set-user-ID program it ran) is not followed, nor are its
+// children, as hpd_exec stops following a process at such an exec: its ids are read before it becomes a
+// target and again after, so that an exec between the two (which hpd_exec let pass, the child not a
+// target yet) is seen by the second.
+void BpfSession::add_descendants() {
+  if (filter_ != HPD_FILTER_PIDS || !options_.follow_children) return;
+  const int targets = bpf_map__fd(skel_->maps.targets);
+  const uint8_t yes = 1;
+  const int32_t self = ::getpid();
+  DescriptorBudget budget;
+  std::set<int32_t> known(options_.pids.begin(), options_.pids.end());
+  std::vector<int32_t> parents = options_.pids;
+  for (int round = 0; round < kMaxDescendantRounds && !parents.empty(); ++round) {
+    std::vector<int32_t> found;
+    for (const int32_t parent : parents) {
+      for (const int32_t child : list_child_processes(parent))
+        if (child != self && known.insert(child).second) found.push_back(child);
+    }
+    parents.clear();
+    for (size_t i = 0; i < found.size(); ++i) {
+      const int32_t child = found[i];
+      if (!may_follow_child(options_, child)) continue;
+      // Its mappings from now on (the watch's event is inherited by the children it forks next), then
+      // those it has, read once it is watched.
+      try {
+        if (mmap_watch_.watches_pids() && !budget.take(cpus_.size()))
+          throw RecordError(budget.refusal("process"));
+        mmap_watch_.add(child);
+      } catch (const RecordError& e) {
+        result_.children_not_attached = found.size() - i;
+        result_.children_attach_error = e.what();
+        return;
+      }
+      for (const int32_t tid : list_threads(child)) seed_thread(child, tid);
+      if (bpf_map_update_elem(targets, &child, &yes, BPF_ANY) != 0) {
+        result_.children_not_attached = found.size() - i;
+        result_.children_attach_error = "cannot add it to the eBPF targets: " + errno_text(errno);
+        return;
+      }
+      const std::vector<MapsEntry> maps = read_proc_maps(child);
+      // Exited (or a zombie), or other credentials now.
+      if (maps.empty() || !may_follow_child(options_, child)) {
+        bpf_map_delete_elem(targets, &child);
+        continue;
+      }
+      if (cfi_maps_) cfi_maps_->add_process_maps(child, maps);
+      sample_descendant(child, round, budget);
+      descendants_.push_back(child);
+      parents.push_back(child);
+    }
+  }
+  if (cfi_maps_ && !descendants_.empty()) cfi_maps_->wait_for_tables(kInitialTablesWaitMs);
 }
 
 void BpfSession::seed_thread(int32_t pid, int32_t tid) {

@@ -74,6 +74,14 @@ void MmapWatch::open(const Scope& scope, const std::vector<int>& cpus, size_t pa
     rings_.clear();  // all or nothing: the caller goes on without the watch
     throw;
   }
+  scope_ = scope;
+  cpus_ = cpus;
+  pages_per_ring_ = pages_per_ring;
+}
+
+void MmapWatch::add(int32_t pid) {
+  if (!watches_pids()) return;
+  for (const int cpu : cpus_) open_one(pid, cpu, 0, scope_.children, pages_per_ring_, scope_.wake_per_record);
 }
 
 std::vector<int> MmapWatch::fds() const {

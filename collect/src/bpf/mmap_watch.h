@@ -39,6 +39,11 @@ class MmapWatch {
   // RecordError, with every event it opened closed again, when an event cannot be opened for
   // another reason (EMFILE: one descriptor per CPU per target adds up with many --pid targets).
   void open(const Scope& scope, const std::vector<int>& cpus, size_t pages_per_ring);
+  // Once open with pids: also watches process `pid` (and, with Scope::children, the children it creates
+  // from now on), one event per CPU. Throws RecordError as open() does; the events opened stay.
+  void add(int32_t pid);
+  // Whether open() succeeded with pids: add() then takes one descriptor per CPU.
+  [[nodiscard]] bool watches_pids() const { return !scope_.pids.empty(); }
   // Hands every record written since the last call to its callback, ring by ring: executable
   // mappings to `on_mmap`, and the start of each exec (the kernel's COMM record with the exec flag,
   // written before the new image is mapped) to `on_exec`.
@@ -58,6 +63,9 @@ class MmapWatch {
   bool open_one(int32_t pid, int cpu, unsigned long flags, bool inherit, size_t pages, bool wake);
 
   std::vector<Ring> rings_;
+  Scope scope_;  // once open
+  std::vector<int> cpus_;
+  size_t pages_per_ring_ = 0;
   RecordLayout layout_;
   std::vector<uint8_t> scratch_;
   uint64_t lost_ = 0;

@@ -10,7 +10,6 @@
 #include <linux/perf_event.h>
 #include <poll.h>
 #include <sys/ioctl.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -18,11 +17,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <set>
-#include <system_error>
 
 #include "bpf/sched_frames.h"
 #include "hpd/base/proc_files.h"
@@ -45,8 +42,6 @@ namespace {
 
 constexpr int kPollTimeoutMs = 100;
 constexpr int kMaxRescans = 16;
-// Descriptors left for the rest of the recording when child processes of the targets are attached.
-constexpr size_t kReservedDescriptors = 256;
 
 int perf_event_open(perf_event_attr* attr, pid_t pid, int cpu) {
   return static_cast<int>(::syscall(SYS_perf_event_open, attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
@@ -361,18 +356,7 @@ bool PerfSession::attach_process(int32_t pid, bool all_own_ids) {
 // CPU) inherited those of the CPUs done by then. Each gets events of its own (their samples are the
 // ones kept: PerfEventDecoder::set_own_event_ids); those forked from then on inherit complete sets.
 void PerfSession::attach_descendants() {
-  // Their events may not take the descriptors the rest of the recording needs (the targets' pidfds,
-  // the capture, the modules read to symbolize): a target with thousands of descendants on many CPUs
-  // would exhaust the limit.
-  rlimit limit{};
-  const bool limited = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
-  size_t in_use = 0;
-  if (limited) {
-    std::error_code ec;
-    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
-         !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
-      ++in_use;
-  }
+  DescriptorBudget budget;
   std::vector<int32_t> parents = options_.pids;
   for (int round = 0; round < kMaxRescans && !parents.empty(); ++round) {
     std::vector<int32_t> found;
@@ -383,17 +367,14 @@ void PerfSession::attach_descendants() {
     parents.clear();
     for (size_t i = 0; i < found.size(); ++i) {
       const int32_t child = found[i];
-      if (attached_.contains(child)) continue;
-      const size_t events = cpus_.size() * std::max<size_t>(1, list_threads(child).size());
-      if (limited && in_use + events + kReservedDescriptors > limit.rlim_cur) {
+      // Not one whose credentials the client may not trace (the kernel ends the events of a task whose
+      // exec makes it so from then on).
+      if (attached_.contains(child) || !may_follow_child(options_, child)) continue;
+      if (!budget.take(cpus_.size() * std::max<size_t>(1, list_threads(child).size()))) {
         result_.children_not_attached = found.size() - i;
-        result_.children_attach_error =
-            "their events would take the descriptors the recording needs "
-            "(one per CPU for each thread; the limit is " +
-            std::to_string(limit.rlim_cur) + "): raise it with ulimit -n";
+        result_.children_attach_error = budget.refusal("thread");
         return;
       }
-      in_use += events;
       // Read before its events exist too: it may exit before the read after, which sees what it
       // mapped in between.
       ProcessSnapshot before = snapshot(child);

@@ -107,7 +107,8 @@ struct RecordOptions {
   OffCpu off_cpu = OffCpu::kAuto;
   // Off-CPU intervals shorter than this are not recorded (0 = all).
   uint32_t off_cpu_min_us = 0;
-  // Processes the targets fork are recorded too (eBPF; perf_event always follows them).
+  // Processes the targets fork are recorded too (eBPF; perf_event always follows them), and with pids
+  // the child processes the targets have when the recording begins (both backends).
   bool follow_children = true;
   // For an unprivileged client: the uid and gid every followed process must keep (all of its real,
   // effective, saved and filesystem ids). A process whose exec gives it others (a set-user-ID program)
@@ -261,9 +262,10 @@ struct RecordResult {
   // waited; why such threads could not be looked for ("" when they were).
   uint64_t off_cpu_at_attach = 0;
   std::string attach_state_error;
-  // perf_event, --pid: child processes the targets had when the recording began (and theirs) that
-  // could not be given events of their own, counted from the first failure (at least that many), and
-  // its reason. They are sampled only where they inherited events while the targets' were being opened.
+  // --pid: child processes the targets had when the recording began (and theirs) that could not be
+  // given events of their own (eBPF: made targets), counted from the first failure (at least that
+  // many), and its reason. perf_event samples them only where they inherited events while the targets'
+  // were being opened; eBPF does not record them.
   uint64_t children_not_attached = 0;
   std::string children_attach_error;
   // perf_event: the ring buffer per CPU, in KiB, the recording asked for and the one it mapped, when
