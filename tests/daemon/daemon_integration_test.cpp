@@ -770,8 +770,9 @@ TEST(Hpd, KeptUnwindTablesStayWithinTheirBoundAndStatusShowsThem) {
       reinterpret_cast<void*>(1), [sleeper](void*) { ::kill(sleeper, SIGKILL); });
   const std::vector<pid_t> pids = {c_program.pid(), perl.pid(), ninja.pid()};
   std::set<std::string> modules;
-  size_t mapped_by_each = 0;  // the modules summed over the programs: libc and the loader three times
-  for (const pid_t pid : pids) {
+  size_t mapped_by_each = 0;  // the modules summed over the programs: libc and the loader four times
+  // A recording of ninja follows the child it had at the attach (its command, sleep) too.
+  for (const pid_t pid : {c_program.pid(), perl.pid(), ninja.pid(), sleeper}) {
     const std::set<std::string> files = executable_files(pid);
     ASSERT_GE(files.size(), 3u) << "pid " << pid << " maps its program, libc and the loader";
     modules.insert(files.begin(), files.end());
