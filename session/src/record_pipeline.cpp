@@ -498,7 +498,7 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
   if (result.cpu_tails_missing != 0) {
     s.notes.push_back("note: " + std::to_string(result.cpu_tails_missing) +
                       " threads exited without their CPU time after their last sample reaching hpd before "
-                      "the recording ended: that time (under a sample period each) is not counted");
+                      "the recording ended: that time is not counted");
   }
   if (result.off_cpu_switch_ins_inferred != 0) {
     s.notes.push_back(
