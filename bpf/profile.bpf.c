@@ -613,18 +613,25 @@ static __always_inline int task_is_dead(struct task_struct* prev) {
 // is freed after an RCU grace period, which may come seconds later (lazy RCU) and so after the
 // recording has ended, losing the thread's last stretch of CPU. Sent even when it is zero, as user
 // space waits for it (hpd_exit's HPD_TASK_TAIL_FOLLOWS); when it does not fit, hpd_free tries again.
-static __always_inline void emit_final_cpu_tail(struct task_struct* prev, __s32 pid, __s32 tid) {
-  struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
-  if (!state || state->pid != pid || !state->seeded) return;
-  const __u64 runtime = BPF_CORE_READ(prev, se.sum_exec_runtime);
+// The CPU-tail record of `task` (whose seeded state is `state`): its runtime since its last sample,
+// which becomes the state's baseline. `even_zero`: sent when there is none too.
+static __always_inline void emit_cpu_tail(struct task_struct* task, struct hpd_thread_state* state, __s32 pid,
+                                          __s32 tid, int even_zero) {
+  const __u64 runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
+  if (!even_zero && runtime <= state->last_runtime_ns) return;
   struct hpd_task_event* e = reserve_task_event(HPD_EVENT_CPU_TAIL, pid, tid);
   if (!e) return;
   if (runtime > state->last_runtime_ns) {
     e->cpu_tail_ns = runtime - state->last_runtime_ns;
     state->last_runtime_ns = runtime;
   }
-  BPF_CORE_READ_STR_INTO(&e->header.comm, prev, comm);
+  BPF_CORE_READ_STR_INTO(&e->header.comm, task, comm);
   bpf_ringbuf_submit(e, submit_flags());
+}
+
+static __always_inline void emit_final_cpu_tail(struct task_struct* prev, __s32 pid, __s32 tid) {
+  struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
+  if (state && state->pid == pid && state->seeded) emit_cpu_tail(prev, state, pid, tid, 1);
 }
 
 // tp_btf/sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...).
@@ -877,15 +884,7 @@ int hpd_free(__u64* ctx) {
   __s32 tid = BPF_CORE_READ(p, pid);
   struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
   if (!state) return 0;
-  const __u64 runtime = BPF_CORE_READ(p, se.sum_exec_runtime);
-  if (state->seeded && runtime > state->last_runtime_ns) {
-    struct hpd_task_event* e = reserve_task_event(HPD_EVENT_CPU_TAIL, state->pid, tid);
-    if (e) {
-      e->cpu_tail_ns = runtime - state->last_runtime_ns;
-      BPF_CORE_READ_STR_INTO(&e->header.comm, p, comm);
-      bpf_ringbuf_submit(e, submit_flags());
-    }
-  }
+  if (state->seeded) emit_cpu_tail(p, state, state->pid, tid, 0);
   bpf_map_delete_elem(&threads, &tid);
   return 0;
 }
