@@ -106,6 +106,22 @@ inline constexpr const char* kLatencySumField = "sumNs";
 inline constexpr const char* kLatencyHistogramField = "histogram";
 inline constexpr const char* kLatencyFuncField = "funcIndex";
 
+// Tail-call edges (Stack::tail_call): the stack table has no place for the kind of an edge, and a
+// frame or a name of hpd's would split the call tree, so each thread carries one interval marker per
+// (caller, callee) pair of functions it reached by a tail call, spanning the thread's life, named
+// "caller → callee (tail call)": the functions, the thread's on-CPU samples through that edge and their
+// share of its on-CPU samples, plus the hidden "stacks", the stack table rows whose edge from their
+// prefix is such a tail call (its function's frame below the caller's), by which the reader restores
+// exactly which edges were tail calls (not every edge between the two functions was one).
+inline constexpr const char* kTailCallSchema = "HpdTailCall";
+inline constexpr const char* kTailCallCallerField = "caller";
+inline constexpr const char* kTailCallCalleeField = "callee";
+inline constexpr const char* kTailCallSamplesField = "samples";
+inline constexpr const char* kTailCallShareField = "share";
+inline constexpr const char* kTailCallStacksField = "stacks";  // "row,row,...", ascending
+inline constexpr const char* kTailCallNameSuffix = " (tail call)";
+inline constexpr const char* kTailCallArrow = " \xE2\x86\x92 ";  // " → " in UTF-8
+
 // hpd's marker schemas (meta.markerSchema entries), written by one function from these tables.
 struct MarkerField {
   const char* key;
@@ -198,6 +214,25 @@ inline constexpr MarkerSchema kLatencyMarkerSchema{
     "over the whole recording (the marker spans it; the runtime does not keep the time of each call); "
     "total: time inside the outermost calls, summed over threads.",
     kLatencyFields};
+
+inline constexpr MarkerField kTailCallFields[] = {
+    {kTailCallCallerField, "Caller", "unique-string"},
+    {kTailCallCalleeField, "Callee (tail-called)", "unique-string"},
+    {kTailCallSamplesField, "On-CPU samples", "integer"},
+    {kTailCallShareField, "Share of the thread's on-CPU samples", "percentage"},
+    {kTailCallStacksField, "Stack indices", "string", true},
+};
+inline constexpr MarkerSchema kTailCallMarkerSchema{
+    kTailCallSchema,
+    kOffCpuDisplay,  // the marker chart and the marker table
+    "{marker.name}: {marker.data.samples} samples ({marker.data.share})",
+    "{marker.data.samples} on-CPU samples, {marker.data.share} of the thread's",
+    "{marker.name}: {marker.data.samples} samples",
+    "A tail call: the caller's call there called another function, which jumped (once or more) to the "
+    "callee, leaving no frame of its own, so the call tree shows the callee under the caller. Known from "
+    "the caller's DWARF call-site information; the marker spans the thread's life and counts the "
+    "thread's on-CPU samples through that edge (the call tree does not mark it).",
+    kTailCallFields};
 
 // meta.extra sections (shown under "Show More" in the profile info panel) and their entry labels.
 inline constexpr const char* kRecordingSection = "Recording";

@@ -459,6 +459,7 @@ class FirefoxReader {
         const uint32_t prefix = off == 0 ? kNoIndex : stack_map_[i - static_cast<size_t>(off)];
         // An off-CPU leaf frame's stack is its prefix (none: the sample had no stack).
         stack_map_.push_back(frame_map_[fr] == kNoIndex ? prefix : p_.intern_stack(prefix, frame_map_[fr]));
+        leaf_stack_rows_.push_back(frame_map_[fr] == kNoIndex);
       }
     }
   }
@@ -529,7 +530,8 @@ class FirefoxReader {
       }
     }
 
-    // Off-CPU samples are named by their markers (see the writer).
+    // Off-CPU samples are named by their markers (see the writer); MIP counts and tail-call edges
+    // have theirs.
     if (optional_member(t, firefox::thread::kMarkers) != nullptr) {
       const Table markers(t, firefox::thread::kMarkers, where);
       const json& data = markers.column(firefox::markers::kData);
@@ -537,6 +539,10 @@ class FirefoxReader {
         const json& d = data[i];
         if (d.is_object() && optional_string(d, firefox::markers::kDataType) == firefox::kMipSchema) {
           firefox::read_mip_marker(p_, markers, i, thread.pid, func_map_, string_values_);
+          continue;
+        }
+        if (d.is_object() && optional_string(d, firefox::markers::kDataType) == firefox::kTailCallSchema) {
+          firefox::read_tail_call_marker(p_, markers, i, stack_map_, leaf_stack_rows_, string_values_);
           continue;
         }
         if (!d.is_object()) continue;
@@ -572,6 +578,7 @@ class FirefoxReader {
   std::vector<uint32_t> func_map_;
   std::vector<uint32_t> frame_map_;
   std::vector<uint32_t> stack_map_;
+  std::vector<bool> leaf_stack_rows_;  // per stack table row: an off-CPU leaf frame's (no stack of p_)
 };
 
 }  // namespace

@@ -193,6 +193,7 @@ class FirefoxWriter {
     write_schema(firefox::kWaitCpuMarkerSchema);
     if (!p_.mip_counts.empty()) write_schema(firefox::kMipMarkerSchema);
     if (!p_.call_latency.empty()) write_schema(firefox::kLatencyMarkerSchema);
+    if (!t_.tail_calls_of_thread.empty()) write_schema(firefox::kTailCallMarkerSchema);
     w_.end_array();
   }
 
@@ -456,15 +457,16 @@ class FirefoxWriter {
     for (size_t i = 0; i < p_.threads.size(); ++i) {
       auto it = t_.mip_of_thread.find(i);
       auto a = allocations.find(i);
-      write_thread(p_.threads[i], it != t_.mip_of_thread.end() ? &it->second : nullptr,
+      write_thread(i, it != t_.mip_of_thread.end() ? &it->second : nullptr,
                    a != allocations.end() ? &a->second : nullptr);
     }
     for (const firefox::CallsTrack& track : t_.calls_tracks) firefox::write_calls_thread(w_, p_, t_, track);
     w_.end_array();
   }
 
-  void write_thread(const Thread& t, const std::vector<uint32_t>* mip,
+  void write_thread(size_t thread, const std::vector<uint32_t>* mip,
                     const firefox::NativeAllocationsTable* allocations) {
+    const Thread& t = p_.threads[thread];
     // The profiler bisects samples.time, so it must ascend; the Profile promises sorted samples,
     // but a stable sort by index costs little when it does not hold.
     const size_t n = t.samples.size();
@@ -502,7 +504,8 @@ class FirefoxWriter {
     firefox::write_lifetimes(w_, &t_.processes.at(t.pid), t_.thread_start(t),
                              t.end_ns != 0 ? std::optional<int64_t>(t_.relative_ns(t.end_ns)) : std::nullopt);
 
-    // Off-CPU interval markers first, then one MIP instant marker per count in `mip`.
+    // Off-CPU interval markers first, then one MIP instant marker per count in `mip`, then the
+    // thread's tail-call edges.
     firefox::SamplesTable samples({.weight = has_off_cpu, .cpu = true});
     firefox::MarkerTable markers;
     samples.reserve(n);
@@ -526,6 +529,7 @@ class FirefoxWriter {
     if (mip != nullptr) {
       for (uint32_t k : *mip) firefox::add_mip_marker(p_, t_, p_.mip_counts[k], markers);
     }
+    firefox::add_tail_call_markers(p_, t_, thread, markers);
     w_.key(firefox::thread::kSamples);
     samples.serialize(w_);
     w_.key(firefox::thread::kMarkers);

@@ -2,7 +2,8 @@
 // clang 14, mapped at a fake address in a synthetic RawProfile whose stacks are the ones its calls
 // make (the return addresses read from objdump's disassembly). main -> via_tail -(jmp)-> spin is
 // marked on spin's frame; main -> direct -> spin, main -> via_tail (the jump not taken yet) and the
-// tail call behind main's indirect call are not: nothing names what main called there.
+// tail call behind main's indirect call are not: nothing names what main called there. A Firefox file
+// keeps the marks (HpdTailCall markers) and reads them back exactly.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,6 +11,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "firefox_lint.h"
+#include "hpd/export/firefox.h"
+#include "hpd/export/firefox_reader.h"
+#include "hpd/export/report_views.h"
 #include "hpd/symbolizer/convert.h"
 #include "test_util.h"
 
@@ -164,6 +171,92 @@ TEST_P(TailCallTest, FramePointerStacksAreNotJudged) {
   const Profile p = symbolize_profile(raw_, symbolizer);
   EXPECT_EQ(edges(p, 0), (Edges{"main", "spin"}));
   for (const Stack& s : p.stacks) EXPECT_FALSE(s.tail_call);
+}
+
+// The Firefox file keeps the marks without touching the call tree: one HpdTailCall marker for the
+// one marked edge (main -> spin), listing exactly that stack, read back into the same Stack::tail_call
+// flags, so that the callers tree of the file is the profile's, [tail call] marks included, while
+// the ordinary main -> spin edge behind the indirect call (the same two functions) stays unmarked.
+TEST_P(TailCallTest, TheFirefoxFileKeepsExactlyTheMarkedEdges) {
+  Symbolizer symbolizer;
+  const Profile p = symbolize_profile(raw_, symbolizer);
+  std::ostringstream text;
+  write_firefox_json(p, text);
+  const nlohmann::json file = nlohmann::json::parse(text.str());
+  EXPECT_EQ(testing::lint_firefox_profile(file), std::vector<std::string>{});
+
+  const auto& strings = file.at("shared").at("stringArray");
+  const auto& markers = file.at("threads").at(0).at("markers");
+  std::vector<nlohmann::json> tail_calls;
+  for (size_t i = 0; i < markers.at("length").get<size_t>(); ++i) {
+    const nlohmann::json& d = markers.at("data").at(i);
+    if (!d.is_object() || d.value("type", "") != "HpdTailCall") continue;
+    tail_calls.push_back(d);
+    EXPECT_EQ(strings.at(markers.at("name").at(i).get<size_t>()), "main \xE2\x86\x92 spin (tail call)");
+    EXPECT_EQ(markers.at("phase").at(i), 1) << "an interval over the thread's life";
+  }
+  ASSERT_EQ(tail_calls.size(), 1u) << markers.dump(1);
+  const nlohmann::json& m = tail_calls[0];
+  EXPECT_EQ(strings.at(m.at("caller").get<size_t>()), "main");
+  EXPECT_EQ(strings.at(m.at("callee").get<size_t>()), "spin");
+  // Sample 0 is the only one through the tail call, of 4 on-CPU samples.
+  EXPECT_EQ(m.at("samples"), 1);
+  EXPECT_DOUBLE_EQ(m.at("share").get<double>(), 0.25);
+  // The stack of spin's outer frame in sample 0 (the stack table's rows are the profile's).
+  uint32_t marked = p.threads[0].samples[0].stack;
+  while (p.frames[p.stacks[marked].frame].inline_depth != 0 || !p.stacks[marked].tail_call)
+    marked = p.stacks[marked].prefix;
+  EXPECT_EQ(m.at("stacks"), std::to_string(marked));
+  // No stack, frame or function is added for it: the call tree is the profile's.
+  EXPECT_EQ(file.at("shared").at("stackTable").at("length"), p.stacks.size());
+  EXPECT_EQ(file.at("shared").at("funcTable").at("length"), p.funcs.size());
+
+  const Profile back = parse_firefox_json(text.str());
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(edges(back, i), edges(p, i)) << "sample " << i;
+  ASSERT_EQ(back.stacks.size(), p.stacks.size());
+  for (size_t s = 0; s < p.stacks.size(); ++s)
+    EXPECT_EQ(back.stacks[s].tail_call, p.stacks[s].tail_call) << s;
+  for (const auto& [function, direction] :
+       {std::pair{"spin", CallTreeDirection::kCallers}, std::pair{"main", CallTreeDirection::kCallees}}) {
+    std::ostringstream before, after;
+    print_call_tree_json(compute_call_tree(p, ReportOptions{}, function, direction), before);
+    print_call_tree_json(compute_call_tree(back, ReportOptions{}, function, direction), after);
+    EXPECT_EQ(after.str(), before.str());
+    EXPECT_NE(before.str().find("\"tail_call\": true"), std::string::npos) << before.str();
+  }
+}
+
+// A damaged marker is an error that says which marker and why, not a crash or a silent mark.
+TEST_P(TailCallTest, ADamagedTailCallMarkerIsAClearError) {
+  Symbolizer symbolizer;
+  const Profile p = symbolize_profile(raw_, symbolizer);
+  std::ostringstream text;
+  write_firefox_json(p, text);
+  const nlohmann::json file = nlohmann::json::parse(text.str());
+  size_t k = 0;
+  const auto& data = file.at("threads").at(0).at("markers").at("data");
+  while (k < data.size() && !(data[k].is_object() && data[k].value("type", "") == "HpdTailCall")) ++k;
+  ASSERT_LT(k, data.size());
+  // direct -> spin (sample 1's leaf stack) is an edge, but not from main.
+  uint32_t direct_spin = p.threads[0].samples[1].stack;
+  while (p.frames[p.stacks[direct_spin].frame].inline_depth != 0) direct_spin = p.stacks[direct_spin].prefix;
+  for (const auto& [stacks, message] :
+       {std::pair{std::string("999999"), std::string("malformed or out-of-range stack list")},
+        std::pair{std::string("1,x"), std::string("malformed or out-of-range stack list")},
+        std::pair{std::to_string(direct_spin), std::string("is no edge from main to spin")}}) {
+    nlohmann::json damaged = file;
+    damaged["threads"][0]["markers"]["data"][k]["stacks"] = stacks;
+    try {
+      parse_firefox_json(damaged.dump(), "damaged.json");
+      ADD_FAILURE() << stacks << " was read";
+    } catch (const ExportError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_NE(
+          std::string(e.what()).find("damaged.json: threads[0].markers.data[" + std::to_string(k) + "]"),
+          std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Compilers, TailCallTest, ::testing::Values("gcc", "clang"));

@@ -1,6 +1,7 @@
 // The read halves of hpd's extensions of the Firefox format (firefox_format.h), each defined in the
 // extension's file beside its write half (extensions_write.h): firefox/calls_extension.cpp,
-// latency_extension.cpp, mip_extension.cpp, off_cpu_extension.cpp, allocations_extension.cpp.
+// latency_extension.cpp, mip_extension.cpp, off_cpu_extension.cpp, tail_call_extension.cpp,
+// allocations_extension.cpp.
 // firefox_reader.cpp calls them.
 #pragma once
 
@@ -33,6 +34,13 @@ void read_mip_marker(Profile& p, const Table& markers, size_t i, int32_t pid,
 // Off-CPU (off_cpu_extension.cpp): marker `i` of a thread whose samples are `samples`; false when it
 // is not an off-CPU marker.
 bool read_off_cpu_marker(const Table& markers, size_t i, std::vector<Sample>& samples);
+
+// Tail calls (tail_call_extension.cpp): marker `i` marks the stacks it lists as tail-call edges;
+// `stack_map`: the stack table's rows as p's stacks, `leaf_rows`: the rows of off-CPU leaf frames
+// (no stack of p), `string_values`: the string array.
+void read_tail_call_marker(Profile& p, const Table& markers, size_t i, const std::vector<uint32_t>& stack_map,
+                           const std::vector<bool>& leaf_rows,
+                           const std::vector<const std::string*>& string_values);
 
 // Allocations (allocations_extension.cpp): a meta.extra entry of the allocation sampling's section
 // into p.meta.alloc (other labels are left alone); the nativeAllocations table of thread object `t`

@@ -1,6 +1,7 @@
 // The write halves of hpd's extensions of the Firefox format (firefox_format.h), each defined in the
 // extension's file beside its read half (extensions_read.h): firefox/calls_extension.cpp,
-// latency_extension.cpp, mip_extension.cpp, off_cpu_extension.cpp, and allocations_extension.cpp.
+// latency_extension.cpp, mip_extension.cpp, off_cpu_extension.cpp, tail_call_extension.cpp and
+// allocations_extension.cpp.
 // firefox_writer.cpp calls them.
 #pragma once
 
@@ -43,6 +44,11 @@ class OffCpuWeights {
   int64_t carry_ = 0;  // stays within [-interval/2, interval/2)
 };
 MarkerTable::Row off_cpu_marker(const Sample& s, uint32_t sample, int64_t time_ns, const Tables& tables);
+
+// Tail calls (tail_call_extension.cpp): Tables::tail_calls_of_thread (derive_tables calls it), and
+// the markers of thread `thread` (its index in p.threads).
+void derive_tail_calls(const Profile& p, Tables& t);
+void add_tail_call_markers(const Profile& p, const Tables& t, size_t thread, MarkerTable& markers);
 
 // Allocations (allocations_extension.cpp): the nativeAllocations table of each thread (by its index
 // in p.threads) that has any.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -19,7 +20,11 @@ namespace {
 struct NsAsMs {
   uint64_t ns;
 };
-using FieldValue = std::variant<uint64_t, std::string_view, NsAsMs>;
+// A fraction (the profiler's 'percentage' format: 0.25 is shown as 25%).
+struct Ratio {
+  double value;
+};
+using FieldValue = std::variant<uint64_t, std::string_view, NsAsMs, Ratio>;
 
 // A marker's data object: its schema's name as "type", then one value per field of the schema, in
 // the schema's order, so that the keys cannot drift from what meta.markerSchema declares.
@@ -35,6 +40,10 @@ void write_data(json::Writer& w, const MarkerSchema& schema, std::initializer_li
       w.uint(*number);
     } else if (const auto* duration = std::get_if<NsAsMs>(value)) {
       w.ns_as_ms(static_cast<int64_t>(std::min<uint64_t>(duration->ns, INT64_MAX)));
+    } else if (const auto* ratio = std::get_if<Ratio>(value)) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.6g", ratio->value);
+      w.raw(text);
     } else {
       w.string(std::get<std::string_view>(*value));
     }
@@ -57,6 +66,11 @@ void write_data(json::Writer& w, const LatencyMarkerData& d) {
              {uint64_t{d.function.v}, d.calls, NsAsMs{d.avg_ns}, NsAsMs{d.p95_ns}, NsAsMs{d.max_ns},
               NsAsMs{d.total_ns}, d.avg_ns, d.p95_ns, d.max_ns, d.total_ns, d.sum_ns, d.histogram,
               uint64_t{d.func.v}});
+}
+
+void write_data(json::Writer& w, const TailCallMarkerData& d) {
+  write_data(w, kTailCallMarkerSchema,
+             {uint64_t{d.caller.v}, uint64_t{d.callee.v}, d.samples, Ratio{d.share}, d.stacks});
 }
 
 }  // namespace

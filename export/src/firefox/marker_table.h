@@ -1,5 +1,6 @@
 // threads[i].markers: hpd's markers of a thread (off-CPU intervals, blocked or waiting for a CPU;
-// MIP counts; call latency), each with the data its meta.markerSchema entry describes (firefox_format.h).
+// MIP counts; call latency; tail-call edges), each with the data its meta.markerSchema entry describes
+// (firefox_format.h).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +45,16 @@ struct LatencyMarkerData {
   FuncIndex func;
 };
 
-using MarkerData = std::variant<OffCpuMarkerData, MipMarkerData, LatencyMarkerData>;
+// A tail-call edge of a thread (firefox_format.h, kTailCallSchema).
+struct TailCallMarkerData {
+  StringIndex caller;
+  StringIndex callee;
+  uint64_t samples = 0;
+  double share = 0;    // of the thread's on-CPU samples, 0..1
+  std::string stacks;  // "row,row,..."
+};
+
+using MarkerData = std::variant<OffCpuMarkerData, MipMarkerData, LatencyMarkerData, TailCallMarkerData>;
 
 class MarkerTable {
  public:

@@ -5,6 +5,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "firefox/extensions_write.h"
 #include "firefox_format.h"
 
 namespace hpd::firefox {
@@ -203,6 +204,7 @@ Tables derive_tables(const Profile& p) {
   derive_shared(p, t);
   derive_off_cpu_leaves(p, t);  // before the calls track's rows, which a profile may have or not
   derive_calls(p, t);
+  derive_tail_calls(p, t);
 
   // MIP markers go to each process's main thread (else its first thread).
   std::unordered_map<int32_t, size_t> mip_thread;  // pid -> thread holding its MIP markers

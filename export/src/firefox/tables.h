@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -31,6 +33,17 @@ struct CallsTrack {
   int32_t pid = 0;
   std::vector<uint32_t> edges;     // into Profile::call_edges, in the profile's order
   std::vector<StackIndex> stacks;  // the written stack of each edge
+};
+
+// A (caller, callee) pair of functions that a thread reached by a tail call (Stack::tail_call), as
+// its marker tells it (firefox_format.h, kTailCallSchema).
+struct TailCallEdge {
+  uint32_t caller_func = 0;  // Profile::funcs
+  uint32_t callee_func = 0;
+  std::vector<uint32_t> stacks;  // the Profile's (and stack table's) rows of that edge, ascending
+  uint64_t samples = 0;          // the thread's on-CPU samples through one of them (once each)
+  uint64_t thread_samples = 0;   // all the thread's on-CPU samples
+  StringIndex name;              // "caller → callee (tail call)"
 };
 
 // The Profile's strings, funcs and stacks are the first rows of the string array, func table and
@@ -63,6 +76,10 @@ struct Tables {
   std::unordered_map<int32_t, ProcessTimes> processes;
   std::unordered_map<size_t, std::vector<uint32_t>> mip_of_thread;  // thread -> MIP counts it carries
   std::vector<CallsTrack> calls_tracks;
+  // thread -> its tail-call edges, most samples first; their names are in tail_call_names, which
+  // the string array views (a deque: its strings stay where they are when it grows or moves).
+  std::unordered_map<size_t, std::vector<TailCallEdge>> tail_calls_of_thread;
+  std::deque<std::string> tail_call_names;
   // The written stack of each off-CPU sample: its own extended by the "[blocked]" or "[waiting for
   // CPU]" leaf frame in the Idle category (firefox_format.h), keyed by off_cpu_key().
   std::unordered_map<uint64_t, StackIndex> off_cpu_leaves;
