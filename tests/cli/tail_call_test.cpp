@@ -3,9 +3,10 @@
 // through via_tail's jump (a tail call), through direct's call (ordinary), and through an indirect
 // call of a function that jumps to it (a tail call nothing names). The callers and callees trees must
 // mark the first edge, and only it, with the share of spin's samples the fixture's own CPU clock
-// gave each way.
+// gave each way; the capture converted to a Firefox file keeps the marks (HpdTailCall markers).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,7 +14,10 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "firefox_lint.h"
 #include "fixture_truth.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -29,6 +33,7 @@ const std::string kSource = HPD_TAIL_CALLS_SOURCE;
 
 struct Recording {
   std::string capture;
+  std::string firefox;                  // the capture converted by `hpctl convert`
   std::map<std::string, double> truth;  // tail_ns, direct_ns, indirect_ns
 };
 
@@ -45,6 +50,7 @@ class TailCallRecordTest : public ::testing::TestWithParam<std::string> {
     fs::create_directories(dir);
     const std::string program = dir + "/tail_calls", truth = dir + "/truth.txt";
     r.capture = dir + "/profile.hpr";
+    r.firefox = dir + "/profile.json.gz";
     RunResult cc = run({compiler == "gcc" ? HPD_GCC12 : HPD_CLANG14, "-O2", "-g", kSource, "-o", program});
     EXPECT_EQ(cc.exit_code, 0) << cc.err;
     // About 2 s of CPU: 3 x 200000 steps a round.
@@ -52,6 +58,8 @@ class TailCallRecordTest : public ::testing::TestWithParam<std::string> {
         run({kHpctl, "--local", "record", "-o", r.capture, "--no-report", "-q", "--", program, "2500", truth},
             600);
     EXPECT_EQ(rec.exit_code, 0) << rec.err;
+    RunResult conv = run({kHpctl, "convert", r.capture, "-o", r.firefox});
+    EXPECT_EQ(conv.exit_code, 0) << conv.err;
     std::ifstream in(truth);
     std::stringstream text;
     text << in.rdbuf();
@@ -59,10 +67,14 @@ class TailCallRecordTest : public ::testing::TestWithParam<std::string> {
     return recordings_.emplace(compiler, std::move(r)).first->second;
   }
 
-  static json tree(const Recording& r, const std::string& direction, const std::string& function) {
-    RunResult out = run({kHpctl, "report", "--json", direction, function, r.capture});
+  static json report(const std::string& file, const std::string& direction, const std::string& function) {
+    RunResult out = run({kHpctl, "report", "--json", direction, function, file});
     EXPECT_EQ(out.exit_code, 0) << out.err;
-    return out.exit_code == 0 ? json::parse(out.out).at("tree") : json();
+    return out.exit_code == 0 ? json::parse(out.out) : json();
+  }
+  static json tree(const Recording& r, const std::string& direction, const std::string& function) {
+    const json all = report(r.capture, direction, function);
+    return all.is_null() ? json() : all.at("tree");
   }
 
   // The samples of `node`'s children of that name, by whether their edge is marked a tail call.
@@ -115,6 +127,55 @@ TEST_P(TailCallRecordTest, TheTailCallEdgeIsMarkedAndNoOther) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("<- [tail call] main"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("[tail call] direct"), std::string::npos) << text.out;
+}
+
+// The capture converted to a Firefox file: the edge is one HpdTailCall marker (main -> spin, with the
+// samples the capture's report gives the marked edge), and the report of the file is the capture's,
+// marks included: the tail call marked, main's other edge to spin (the indirect call) and the edges
+// through direct not.
+TEST_P(TailCallRecordTest, TheFirefoxFileMarksTheSameEdges) {
+  const Recording& r = recording(GetParam());
+  const json capture = report(r.capture, "--callers", "spin");
+  ASSERT_FALSE(capture.is_null());
+  const auto [main_marked, main_plain] = marked_and_not(capture.at("tree"), "main");
+  ASSERT_GT(main_marked, 0) << capture.dump(1);
+  ASSERT_GT(main_plain, 0) << capture.dump(1);
+
+  const json file = hpd::testing::load_json_maybe_gzip(r.firefox);
+  const json& strings = file.at("shared").at("stringArray");
+  std::vector<std::pair<std::string, std::string>> pairs;
+  double samples = 0, share = -1;
+  for (const json& thread : file.at("threads")) {
+    const json& markers = thread.at("markers");
+    for (size_t i = 0; i < markers.at("length").get<size_t>(); ++i) {
+      const json& d = markers.at("data").at(i);
+      if (!d.is_object() || d.value("type", "") != "HpdTailCall") continue;
+      const std::string caller = strings.at(d.at("caller").get<size_t>());
+      const std::string callee = strings.at(d.at("callee").get<size_t>());
+      pairs.emplace_back(caller, callee);
+      if (caller != "main" || callee != "spin") continue;
+      samples += d.at("samples").get<double>();
+      share = d.at("share").get<double>();
+      EXPECT_EQ(strings.at(markers.at("name").at(i).get<size_t>()), "main \xE2\x86\x92 spin (tail call)");
+    }
+  }
+  EXPECT_EQ(std::count(pairs.begin(), pairs.end(), std::pair<std::string, std::string>{"main", "spin"}), 1)
+      << "one thread, one marker for the edge";
+  for (const auto& [caller, callee] : pairs) EXPECT_TRUE(caller != "direct" && callee != "direct");
+  EXPECT_EQ(samples, main_marked);
+  // One thread: its on-CPU samples are all the report's.
+  EXPECT_NEAR(share, main_marked / capture.at("all_samples").get<double>(), 1e-5);
+
+  for (const auto& [direction, function] :
+       {std::pair{"--callers", "spin"}, std::pair{"--callees", "main"}, std::pair{"--callers", "direct"}}) {
+    const json a = report(r.capture, direction, function), b = report(r.firefox, direction, function);
+    EXPECT_EQ(b.at("tree"), a.at("tree")) << direction << " " << function;
+  }
+  RunResult text = run({kHpctl, "report", "--callers", "spin", r.firefox});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("<- [tail call] main"), std::string::npos) << text.out;
+  RunResult capture_text = run({kHpctl, "report", "--callers", "spin", r.capture});
+  EXPECT_EQ(text.out, capture_text.out);
 }
 
 INSTANTIATE_TEST_SUITE_P(Compilers, TailCallRecordTest, ::testing::Values("gcc", "clang"));
