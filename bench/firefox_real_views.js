@@ -6,6 +6,7 @@
 // node firefox_real_views.js --dist DIR --hpctl PATH [--shots DIR]
 //     [--alloc PROFILE --alloc-truth FILE --alloc-mean BYTES]
 //     [--cpu PROFILE --cpu-truth FILE] [--calls PROFILE --calls-truth FILE]
+//     [--tail PROFILE --tail-report FILE]
 //   --dist: the Profiler's built dist/ folder; each profile is served by `hpctl open --no-browser`
 //   (the route /from-url/...); --shots: where to save screenshots (PNG), none when not given.
 // Prints what it read and "N passed, N failed"; exits 1 when a check failed or the page reported an
@@ -379,6 +380,22 @@ function readLatencyTruth(file) {
   return out;
 }
 
+// The selected track's Marker Table as the page shows it, once a row's label matches `label`: each
+// row's name (its fixed half is start, duration and name) and label (the scrolled half).
+async function markerTableRows(page, label) {
+  await page.locator('.tabBarTab', { hasText: 'Marker Table' }).click();
+  await page.waitForFunction((source) => [...document.querySelectorAll('.treeViewRowScrolledColumns')]
+    .some((r) => new RegExp(source).test(r.innerText)), label.source, { timeout: 30000 });
+  const size = page.viewportSize();
+  await page.setViewportSize({ width: size.width, height: 4000 });
+  await settle(page);
+  const text = (sel) => page.$$eval(sel, (rs) => rs.map((r) => r.innerText.replace(/\s+/g, ' ').trim()));
+  const fixed = await text('.treeViewRowFixedColumns');
+  const labels = await text('.treeViewRowScrolledColumns');
+  await page.setViewportSize(size);
+  return fixed.map((f, i) => ({ name: f.split(' ').slice(2).join(' '), label: labels[i] }));
+}
+
 async function checkCalls(browser, profilerUrl) {
   const truth = readLatencyTruth(args['calls-truth']);
   const { page, child, problems } = await openProfile(browser, profilerUrl, args.hpctl, args.calls, '');
@@ -388,18 +405,7 @@ async function checkCalls(browser, profilerUrl) {
     await settle(page);
     const selected = await page.innerText('.timelineTrackRow.selected');
     check(selected.trim() === 'calls (exact)', `the calls track is the selected one (${selected.trim()})`);
-    await page.locator('.tabBarTab', { hasText: 'Marker Table' }).click();
-    await page.waitForFunction(() => [...document.querySelectorAll('.treeViewRowScrolledColumns')]
-      .some((r) => / calls, avg /.test(r.innerText)), null, { timeout: 30000 });
-    const size = page.viewportSize();
-    await page.setViewportSize({ width: size.width, height: 4000 });
-    await settle(page);
-    // A row's fixed half has its start, duration and name; the scrolled half its label.
-    const text = (sel) => page.$$eval(sel, (rs) => rs.map((r) => r.innerText.replace(/\s+/g, ' ').trim()));
-    const fixed = await text('.treeViewRowFixedColumns');
-    const labels = await text('.treeViewRowScrolledColumns');
-    await page.setViewportSize(size);
-    const rows = fixed.map((f, i) => ({ name: f.split(' ').slice(2).join(' '), label: labels[i] }));
+    const rows = await markerTableRows(page, / calls, avg /);
     console.log('calls track, marker table:\n' + rows.map((r) => `  ${r.name}: ${r.label}`).join('\n'));
     const marker = (name) => {
       const row = rows.find((r) => r.name === name);
@@ -432,6 +438,46 @@ async function checkCalls(browser, profilerUrl) {
   }
 }
 
+// The tail_calls fixture (tests/fixtures/tail_calls.c) recorded into a capture and converted: its
+// thread's Marker Table has the HpdTailCall marker of main -> spin with the samples the capture's
+// report (`hpctl report --json --callers spin`, --tail-report) gives the marked edge and their share
+// of the thread's, no marker for the ordinary edges, and the call tree has no node of hpd's for it.
+async function checkTailCalls(browser, profilerUrl) {
+  const report = JSON.parse(fs.readFileSync(args['tail-report'], 'utf8'));
+  const marked = report.tree.children.filter((c) => c.name === 'main' && c.tail_call);
+  check(marked.length === 1, `the capture's report marks spin <- [tail call] main (${marked.length})`);
+  if (marked.length !== 1) return;
+  const samples = marked[0].samples;
+  const { page, child, problems } = await openProfile(browser, profilerUrl, args.hpctl, args.tail, '');
+  try {
+    const tree = await treeRows(page);
+    check(tree.length > 0 && !tree.some((r) => /tail call/.test(r.name)),
+          `the call tree has no tail-call node (${tree.length} rows)`);
+    // The marker table's search keeps the thread's many off-CPU markers out of the way.
+    await page.locator('.tabBarTab', { hasText: 'Marker Table' }).click();
+    await page.fill('.markerSettingsSearchField input', 'tail call');
+    const rows = await markerTableRows(page, /on-CPU samples, /);
+    console.log('tail_calls thread, marker table searched for "tail call":\n' +
+                rows.map((r) => `  ${r.name}: ${r.label}`).join('\n'));
+    const row = rows.find((r) => r.name === 'main \u2192 spin (tail call)');
+    const m = row && row.label.match(/^(\d[\d,]*) on-CPU samples, ([\d.]+)% of the thread's$/);
+    check(!!m, `a tail-call marker "main \u2192 spin (tail call)" (${row && row.label})`);
+    if (m) {
+      const shown = Number(m[1].replace(/,/g, ''));
+      check(shown === samples, `main \u2192 spin: ${shown} samples, the capture's report marks ${samples}`);
+      // formatPercent: two significant digits.
+      const percent = (100 * samples) / report.all_samples;
+      check(Math.abs(Number(m[2]) - percent) <= 0.5,
+            `main \u2192 spin: ${m[2]}% of the thread's samples, the report ${percent.toFixed(2)}%`);
+    }
+    check(!rows.some((r) => /direct/.test(r.name)), 'no tail-call marker for the ordinary edges through direct');
+    reportProblems('tail-call profile', problems);
+  } finally {
+    child.kill('SIGTERM');
+    await page.close();
+  }
+}
+
 async function main() {
   const dist = path.resolve(args.dist);
   const server = await serveDist(dist);
@@ -448,6 +494,7 @@ async function main() {
     if (args.alloc) await checkAlloc(browser, profilerUrl);
     if (args.cpu) await checkCpu(browser, profilerUrl);
     if (args.calls) await checkCalls(browser, profilerUrl);
+    if (args.tail) await checkTailCalls(browser, profilerUrl);
   } finally {
     await context.close();
     server.close();

@@ -13,6 +13,9 @@
 #     it removes every [blocked] / [waiting for CPU] node; no call node is grey;
 #   - latency_fentry (tests/collect/calls/calls_latency.c, `record --calls`): the calls track's latency
 #     markers against the calls, averages and 95th percentiles the program measured;
+#   - tail_calls (tests/fixtures/tail_calls.c, built by gcc-12 -O2 -g, recorded into a capture and
+#     converted): the thread's HpdTailCall marker main → spin against the samples the capture's report
+#     marks [tail call], no marker for the ordinary edges, no call-tree node of hpd's for it;
 # and that the page logged no error or warning. Prints "N passed, N failed"; exits 1 on a failure.
 #
 # Usage: bench/firefox_real_views.sh BUILD_DIR PROFILER_DIST [SHOTS_DIR]
@@ -24,6 +27,7 @@
 #   - PROFILER_DIST: the dist/ folder of a production build of the Firefox Profiler's web app
 #     (github.com/firefox-devtools/profiler; docs/images/README.md says which commit was checked);
 #   - Node.js with the npm package playwright-core where node finds it (NODE_PATH=.../node_modules);
+#   - gcc-12 (for the tail_calls fixture);
 #   - Chromium at /usr/bin/chromium (Debian's package; CHROMIUM=PATH for another), run headless.
 # Everything it serves listens on 127.0.0.1 only.
 set -euo pipefail
@@ -44,6 +48,10 @@ trap 'rm -rf "$work"' EXIT
   > "$work/cpu_truth.txt"
 "$hpctl" --local record -q --no-report --calls -o "$work/latency.json.gz" -- \
   "$calls/latency_fentry" "$work/latency_truth.txt" > /dev/null
+gcc-12 -O2 -g "$(dirname "$0")/../tests/fixtures/tail_calls.c" -o "$work/tail_calls"
+"$hpctl" --local record -q --no-report -o "$work/tail.hpr" -- "$work/tail_calls" 1500 "$work/tail_truth.txt"
+"$hpctl" convert "$work/tail.hpr" -o "$work/tail.json.gz" 2> /dev/null
+"$hpctl" report --json --callers spin "$work/tail.hpr" > "$work/tail_report.json"
 
 shot_args=()
 if [ -n "$shots" ]; then
@@ -53,4 +61,5 @@ fi
 node "$(dirname "$0")/firefox_real_views.js" --dist "$dist" --hpctl "$hpctl" "${shot_args[@]}" \
   --alloc "$work/alloc.json.gz" --alloc-truth "$work/alloc_truth.txt" --alloc-mean 4096 \
   --cpu "$work/cpu.json.gz" --cpu-truth "$work/cpu_truth.txt" \
-  --calls "$work/latency.json.gz" --calls-truth "$work/latency_truth.txt"
+  --calls "$work/latency.json.gz" --calls-truth "$work/latency_truth.txt" \
+  --tail "$work/tail.json.gz" --tail-report "$work/tail_report.json"
