@@ -124,6 +124,12 @@ class TailCallTest : public ::testing::TestWithParam<std::string> {
     return out;
   }
 
+  static std::string firefox_json(const Profile& p) {
+    std::ostringstream out;
+    write_firefox_json(p, out);
+    return out.str();
+  }
+
   test::TempDir dir_;
   std::string binary_;
   Disassembly dis_;
@@ -180,9 +186,8 @@ TEST_P(TailCallTest, FramePointerStacksAreNotJudged) {
 TEST_P(TailCallTest, TheFirefoxFileKeepsExactlyTheMarkedEdges) {
   Symbolizer symbolizer;
   const Profile p = symbolize_profile(raw_, symbolizer);
-  std::ostringstream text;
-  write_firefox_json(p, text);
-  const nlohmann::json file = nlohmann::json::parse(text.str());
+  const std::string text = firefox_json(p);
+  const nlohmann::json file = nlohmann::json::parse(text);
   EXPECT_EQ(testing::lint_firefox_profile(file), std::vector<std::string>{});
 
   const auto& strings = file.at("shared").at("stringArray");
@@ -211,7 +216,7 @@ TEST_P(TailCallTest, TheFirefoxFileKeepsExactlyTheMarkedEdges) {
   EXPECT_EQ(file.at("shared").at("stackTable").at("length"), p.stacks.size());
   EXPECT_EQ(file.at("shared").at("funcTable").at("length"), p.funcs.size());
 
-  const Profile back = parse_firefox_json(text.str());
+  const Profile back = parse_firefox_json(text);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(edges(back, i), edges(p, i)) << "sample " << i;
   ASSERT_EQ(back.stacks.size(), p.stacks.size());
   for (size_t s = 0; s < p.stacks.size(); ++s)
@@ -230,9 +235,8 @@ TEST_P(TailCallTest, TheFirefoxFileKeepsExactlyTheMarkedEdges) {
 TEST_P(TailCallTest, ADamagedTailCallMarkerIsAClearError) {
   Symbolizer symbolizer;
   const Profile p = symbolize_profile(raw_, symbolizer);
-  std::ostringstream text;
-  write_firefox_json(p, text);
-  const nlohmann::json file = nlohmann::json::parse(text.str());
+  const std::string text = firefox_json(p);
+  const nlohmann::json file = nlohmann::json::parse(text);
   size_t k = 0;
   const auto& data = file.at("threads").at(0).at("markers").at("data");
   while (k < data.size() && !(data[k].is_object() && data[k].value("type", "") == "HpdTailCall")) ++k;
