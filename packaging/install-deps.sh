@@ -43,6 +43,9 @@ TEST_PACKAGES=(
   # --alloc of a program that brings its own allocator: fixtures linked with jemalloc, mimalloc and
   # tcmalloc (libtcmalloc_minimal), and each preloaded (alloc_record_test)
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev
+  # --alloc side by side with heaptrack (heaptrack, heaptrack_print): alloc_record_test's
+  # AllocRecord.EstimatesAgreeWithHeaptrack and bench/alloc_bench.sh
+  heaptrack zstd
   # the Debian package: dpkg-shlibdeps for its Depends, lintian to check it
   lintian dpkg-dev
   # systemd-analyze: the units verified, and the unit's SystemCallFilter groups expanded for

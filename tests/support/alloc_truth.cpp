@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "cpu_clock.h"
 #include "subprocess.h"
@@ -36,6 +37,107 @@ const nlohmann::json* alloc_row(const nlohmann::json& doc, const std::string& na
   for (const nlohmann::json& row : doc["allocations"]["rows"])
     if (row["name"] == name) return &row;
   return nullptr;
+}
+
+double heaptrack_bytes(const std::string& text, double* rounding) {
+  static const std::regex size(R"(([0-9]+)(\.([0-9]+))?([BKMGT]))");
+  std::smatch m;
+  if (!std::regex_match(text, m, size)) return -1;
+  const double unit = std::pow(1000.0, std::string("BKMGT").find(m[4].str()[0]));
+  if (rounding != nullptr) *rounding = 0.5 * unit * std::pow(10.0, -static_cast<double>(m[3].length()));
+  return std::stod(m[1].str() + (m[2].matched ? m[2].str() : "")) * unit;
+}
+
+namespace {
+
+// The function each of heaptrack's allocation records ("a SIZE TRACE", in the order given) was called
+// from, and the bytes of the allocations ("+ INDEX") summed per function. Strings ("s LEN TEXT"),
+// instruction pointers ("i IP MODULE [FUNCTION FILE LINE]...", innermost frame first) and traces
+// ("t IP PARENT") are numbered from 1; numbers are hexadecimal.
+std::string sum_heaptrack_allocations(const std::string& data, HeaptrackTotals& totals) {
+  std::vector<std::string> strings = {""};
+  std::vector<std::string> ip_function = {""};
+  std::vector<size_t> trace_ip = {0};
+  std::vector<std::pair<double, std::string>> infos;  // size, function
+  const auto hex = [](const std::string& word) { return std::stoull(word, nullptr, 16); };
+  std::istringstream in(data);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() < 2 || line[1] != ' ') continue;
+    std::istringstream words(line.substr(2));
+    std::vector<std::string> w;
+    for (std::string word; words >> word;) w.push_back(word);
+    if (line[0] == 's') {
+      const size_t text = line.find(' ', 2);
+      strings.push_back(text == std::string::npos ? "" : line.substr(text + 1));
+    } else if (line[0] == 'i' && w.size() >= 2) {
+      ip_function.push_back(w.size() >= 3 && hex(w[2]) < strings.size() ? strings[hex(w[2])] : "0x" + w[0]);
+    } else if (line[0] == 't' && w.size() == 2) {
+      trace_ip.push_back(hex(w[0]));
+    } else if (line[0] == 'a' && w.size() == 2) {
+      const size_t trace = hex(w[1]);
+      if (trace >= trace_ip.size() || trace_ip[trace] >= ip_function.size()) return "bad trace: " + line;
+      infos.emplace_back(static_cast<double>(hex(w[0])), ip_function[trace_ip[trace]]);
+    } else if (line[0] == '+' && w.size() == 1) {
+      const size_t info = hex(w[0]);
+      if (info >= infos.size()) return "bad allocation: " + line;
+      totals.functions[infos[info].second].allocated_bytes += infos[info].first;
+    }
+  }
+  return infos.empty() ? "no allocation records" : "";
+}
+
+// heaptrack_print's text: "N calls to allocation functions with X peak consumption from" and
+// "X leaked over N calls from", each followed by the function's name (the lines that end in "from:"
+// are the stacks under it), and the totals at the end.
+void read_heaptrack_print(const std::string& text, HeaptrackTotals& totals) {
+  static const std::regex calls_from(
+      R"(([0-9]+) calls to allocation functions with \S+ peak consumption from)");
+  static const std::regex leaked_from(R"((\S+) leaked over ([0-9]+) calls from)");
+  static const std::regex calls_total(R"(calls to allocation functions: ([0-9]+) .*)");
+  static const std::regex leaked_total(R"(total memory leaked: (\S+))");
+  std::istringstream in(text);
+  std::string line, name;
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_match(line, m, calls_from) && std::getline(in, name)) {
+      totals.functions[name].calls += std::stod(m[1]);
+    } else if (std::regex_match(line, m, leaked_from) && std::getline(in, name)) {
+      HeaptrackFunction& f = totals.functions[name];
+      double rounding = 0;
+      f.leaked_bytes += heaptrack_bytes(m[1], &rounding);
+      f.leaked_rounding += rounding;
+      f.leaked_calls += std::stod(m[2]);
+    } else if (std::regex_match(line, m, calls_total)) {
+      totals.calls = std::stod(m[1]);
+    } else if (std::regex_match(line, m, leaked_total)) {
+      totals.leaked_bytes = heaptrack_bytes(m[1], &totals.leaked_rounding);
+    }
+  }
+}
+
+}  // namespace
+
+HeaptrackTotals read_heaptrack(const std::string& data_file) {
+  HeaptrackTotals totals;
+  // Every allocating function and every leak (-n: no limit of 10), not the peaks nor the temporary.
+  const RunResult print = run(
+      {"heaptrack_print", "-f", data_file, "-a", "1", "-l", "1", "-p", "0", "-T", "0", "-n", "100000"}, 300);
+  if (print.exit_code != 0) {
+    totals.error = "heaptrack_print failed: " + print.err;
+    return totals;
+  }
+  read_heaptrack_print(print.out, totals);
+  const bool zstd = data_file.size() > 4 && data_file.compare(data_file.size() - 4, 4, ".zst") == 0;
+  const RunResult raw = run({zstd ? "zstd" : "gzip", "-dc", data_file}, 300);
+  if (raw.exit_code != 0) {
+    totals.error = "decompressing " + data_file + " failed: " + raw.err;
+    return totals;
+  }
+  totals.error = sum_heaptrack_allocations(raw.out, totals);
+  if (totals.error.empty() && totals.calls == 0)
+    totals.error = "no totals in heaptrack_print's text:\n" + print.out;
+  return totals;
 }
 
 bool wait_for_file(const std::string& path, double timeout_s, pid_t alive) {

@@ -35,6 +35,36 @@ const nlohmann::json* alloc_row(const nlohmann::json& doc, const std::string& na
 // Waits for `path` to exist, as long as `alive` (when given) runs.
 bool wait_for_file(const std::string& path, double timeout_s, pid_t alive = 0);
 
+// What heaptrack recorded of a program, per function that called the allocator (the innermost frame,
+// inlined frames included, of each allocation's stack). From heaptrack_print's text: the calls of
+// each function ("MOST CALLS TO ALLOCATION FUNCTIONS", exact), the bytes it leaked ("MEMORY LEAKS",
+// rounded by heaptrack_print to three significant digits in units of 1000) and the totals under them.
+// heaptrack_print (1.4) no longer prints the bytes allocated: those are summed from heaptrack's own
+// data file (its "a SIZE TRACE" allocation records and "+ INDEX" allocations), exact.
+struct HeaptrackFunction {
+  double calls = 0;
+  double allocated_bytes = 0;
+  double leaked_bytes = 0;     // rounded as printed
+  double leaked_rounding = 0;  // half the last digit printed
+  double leaked_calls = 0;
+};
+
+struct HeaptrackTotals {
+  std::map<std::string, HeaptrackFunction> functions;
+  double calls = 0;            // "calls to allocation functions: N"
+  double leaked_bytes = 0;     // "total memory leaked: X", rounded as printed
+  double leaked_rounding = 0;  // half the last digit printed
+  std::string error;           // empty when the file was read
+};
+
+// Reads heaptrack's data file (heaptrack -o PATH ...: PATH.zst or PATH.gz) with heaptrack_print and
+// with zstd or gzip.
+HeaptrackTotals read_heaptrack(const std::string& data_file);
+
+// A size heaptrack_print prints ("8.39M", "72.70K", "0B") in bytes, and half its last digit (the
+// rounding); -1 when it is not one.
+double heaptrack_bytes(const std::string& text, double* rounding = nullptr);
+
 struct AllocPidAttach {
   std::string hpctl;          // hpctl's path
   std::string fixture;        // alloc_pid_fixture.c built -O2 -g without frame pointers

@@ -6,6 +6,9 @@
  *       large_blocks:  64 x calloc(1, 1 MiB), each freed
  *       leak_pages:    2048 x posix_memalign(64, 4096), never freed
  *     FILE is written with write(2) from a stack buffer: nothing else allocates after start-up.
+ *   alloc_fixture shares FILE the issue's program, the same way: large_blocks 168 x calloc(1, 1 MiB)
+ *                             (70% of the freed bytes), small_blocks 294,912 x malloc(256) (30%),
+ *                             leak_pages 8,192 x posix_memalign(64, 4096) never freed (32 MiB)
  *   alloc_fixture churn       threads allocating in one thread and freeing in another, realloc
  *                             growth, aligned_alloc/memalign/valloc, free(NULL), a fork whose child
  *                             allocates and execs /bin/true; exits 0 when all went well. */
@@ -27,21 +30,26 @@
 #define LARGE_SIZE (1 << 20)
 #define LEAK_N 2048
 #define LEAK_SIZE 4096
+#define SHARES_SMALL_N 294912
+#define SHARES_SMALL_SIZE 256
+#define SHARES_LARGE_N 168
+#define SHARES_LEAK_N 8192
 
 static void* volatile sink;
-static void* leaked[LEAK_N];
+static void* leaked[SHARES_LEAK_N];
 
-__attribute__((noinline)) static void small_blocks(void) {
-  for (int i = 0; i < SMALL_N; ++i) {
-    void* p = SMALL_ALLOC(SMALL_SIZE);
-    memset(p, 1, SMALL_SIZE);
+/* noclone: the two modes' counts must not make gcc clone them under other names (.constprop). */
+__attribute__((noinline, noclone)) static void small_blocks(int n, size_t size) {
+  for (int i = 0; i < n; ++i) {
+    void* p = SMALL_ALLOC(size);
+    memset(p, 1, size);
     sink = p;
-    SMALL_FREE(p, SMALL_SIZE);
+    SMALL_FREE(p, size);
   }
 }
 
-__attribute__((noinline)) static void large_blocks(void) {
-  for (int i = 0; i < LARGE_N; ++i) {
+__attribute__((noinline, noclone)) static void large_blocks(int n) {
+  for (int i = 0; i < n; ++i) {
     char* p = calloc(1, LARGE_SIZE);
     p[i] = 1;
     sink = p;
@@ -49,8 +57,8 @@ __attribute__((noinline)) static void large_blocks(void) {
   }
 }
 
-__attribute__((noinline)) static void leak_pages(void) {
-  for (int i = 0; i < LEAK_N; ++i) {
+__attribute__((noinline, noclone)) static void leak_pages(int n) {
+  for (int i = 0; i < n; ++i) {
     void* p = NULL;
     if (LEAK_ALLOC(&p, 64, LEAK_SIZE)) _exit(3);
     memset(p, 2, 64);
@@ -64,15 +72,15 @@ static void put_line(int fd, const char* name, long blocks, long size, long leak
   if (write(fd, line, (size_t)n) != n) _exit(4);
 }
 
-static int truth(const char* path) {
-  small_blocks();
-  large_blocks();
-  leak_pages();
+static int truth(const char* path, int small_n, size_t small_size, int large_n, int leak_n) {
+  small_blocks(small_n, small_size);
+  large_blocks(large_n);
+  leak_pages(leak_n);
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return 2;
-  put_line(fd, "small_blocks", SMALL_N, SMALL_SIZE, 0);
-  put_line(fd, "large_blocks", LARGE_N, LARGE_SIZE, 0);
-  put_line(fd, "leak_pages", LEAK_N, LEAK_SIZE, LEAK_N);
+  put_line(fd, "small_blocks", small_n, (long)small_size, 0);
+  put_line(fd, "large_blocks", large_n, LARGE_SIZE, 0);
+  put_line(fd, "leak_pages", leak_n, LEAK_SIZE, leak_n);
   close(fd);
   return 0;
 }
@@ -146,8 +154,10 @@ static int churn(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc == 3 && strcmp(argv[1], "truth") == 0) return truth(argv[2]);
+  if (argc == 3 && strcmp(argv[1], "truth") == 0) return truth(argv[2], SMALL_N, SMALL_SIZE, LARGE_N, LEAK_N);
+  if (argc == 3 && strcmp(argv[1], "shares") == 0)
+    return truth(argv[2], SHARES_SMALL_N, SHARES_SMALL_SIZE, SHARES_LARGE_N, SHARES_LEAK_N);
   if (argc == 2 && strcmp(argv[1], "churn") == 0) return churn();
-  fprintf(stderr, "usage: alloc_fixture truth FILE | churn\n");
+  fprintf(stderr, "usage: alloc_fixture truth FILE | shares FILE | churn\n");
   return 1;
 }

@@ -18,6 +18,7 @@
 #include <link.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -107,29 +108,63 @@ static uintptr_t g_self_low, g_self_high; /* this library's text: its frames are
 #define LIVE_SLOTS (1u << 18)
 #define LIVE_PROBES 64u
 static uint64_t* g_live;
-/* In front of the set, for the frees: a count of the live sampled addresses per hash bucket (64 KiB,
- * cache-resident), so that almost every free sees a 0 there and never touches the 2 MiB set. A count
- * that reached 255 stays there (the bucket is then always looked up in the set). */
-#define FILTER_BUCKETS (1u << 16)
-static uint8_t* g_filter;
+/* The set, the filter's bits, the filter's counts (below). */
+#define LIVE_MAP_SIZE (LIVE_SLOTS * sizeof(uint64_t) + FILTER_BUCKETS / 8 + FILTER_BUCKETS)
+/* In front of the set, for the frees: one bit per hash bucket (4 KiB: 64 cache lines and one page,
+ * small enough to stay cached in a program that allocates a lot), set while the bucket holds a live
+ * sampled address, so that almost every free sees a 0 there and never touches the 2 MiB set. Beside
+ * it, touched only when a sampled address comes or goes, the count of live sampled addresses per
+ * bucket. A count that reached FILTER_STUCK stays there (its bit stays set). The bit is cleared only
+ * while the count holds FILTER_CLEARING, which an add waits out: an add's bit is set after its count
+ * went up and before malloc returns, and no clear can come between. (Before, the frees read a 64 KiB
+ * array of counts: a cache miss on many frees, 3 points of bench/alloc_bench.sh's malloc/free loop.) */
+#define FILTER_BUCKETS (1u << 15)
+#define FILTER_STUCK 0x7fu
+#define FILTER_CLEARING 0x80u
+static uint64_t* g_filter_bits; /* FILTER_BUCKETS / 64 words */
+static uint8_t* g_filter_counts;
 
 static inline uint32_t filter_index(uint64_t p) {
-  return (uint32_t)(((p >> 4) * 0xff51afd7ed558ccdull) >> 48);
+  return (uint32_t)(((p >> 4) * 0xff51afd7ed558ccdull) >> 49);
+}
+
+static inline int filter_maybe(uint64_t p) {
+  const uint32_t i = filter_index(p);
+  return (int)((__atomic_load_n(&g_filter_bits[i >> 6], __ATOMIC_ACQUIRE) >> (i & 63u)) & 1u);
 }
 
 static void filter_add(uint64_t p) {
-  uint8_t* c = &g_filter[filter_index(p)];
-  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
-  while (v != 255 &&
-         !__atomic_compare_exchange_n(c, &v, (uint8_t)(v + 1), 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  const uint32_t i = filter_index(p);
+  uint8_t* c = &g_filter_counts[i];
+  uint8_t v = __atomic_load_n(c, __ATOMIC_ACQUIRE);
+  for (;;) {
+    if (v == FILTER_CLEARING) { /* another thread is clearing the bit of its last address: wait */
+      sched_yield();
+      v = __atomic_load_n(c, __ATOMIC_ACQUIRE);
+      continue;
+    }
+    if (v == FILTER_STUCK ||
+        __atomic_compare_exchange_n(c, &v, (uint8_t)(v + 1), 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      break;
   }
+  __atomic_fetch_or(&g_filter_bits[i >> 6], 1ull << (i & 63u), __ATOMIC_SEQ_CST);
 }
 
 static void filter_drop(uint64_t p) {
-  uint8_t* c = &g_filter[filter_index(p)];
-  uint8_t v = __atomic_load_n(c, __ATOMIC_RELAXED);
-  while (v != 255 && v != 0 &&
-         !__atomic_compare_exchange_n(c, &v, (uint8_t)(v - 1), 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  const uint32_t i = filter_index(p);
+  uint8_t* c = &g_filter_counts[i];
+  uint8_t v = __atomic_load_n(c, __ATOMIC_ACQUIRE);
+  for (;;) {
+    if (v == FILTER_STUCK || v == 0 || v == FILTER_CLEARING) return;
+    if (v == 1) {
+      if (__atomic_compare_exchange_n(c, &v, FILTER_CLEARING, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        __atomic_fetch_and(&g_filter_bits[i >> 6], ~(1ull << (i & 63u)), __ATOMIC_SEQ_CST);
+        __atomic_store_n(c, 0, __ATOMIC_RELEASE);
+        return;
+      }
+    } else if (__atomic_compare_exchange_n(c, &v, (uint8_t)(v - 1), 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      return;
+    }
   }
 }
 
@@ -156,7 +191,7 @@ static int live_insert(uint64_t p) {
 }
 
 static inline int live_remove(uint64_t p) {
-  if (LIKELY(__atomic_load_n(&g_filter[filter_index(p)], __ATOMIC_RELAXED) == 0)) return 0;
+  if (LIKELY(!filter_maybe(p))) return 0;
   uint32_t i = live_hash(p);
   for (uint32_t n = 0; n < LIVE_PROBES; ++n, i = (i + 1) & (LIVE_SLOTS - 1u)) {
     uint64_t v = __atomic_load_n(&g_live[i], __ATOMIC_RELAXED);
@@ -186,29 +221,24 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void log_free(void* p) {
-  struct hpd_alloc_record* r = reserve(0);
-  if (r == NULL) return;
-  r->frames = 0;
-  r->pid = g_pid;
-  r->tid = (int32_t)syscall(SYS_gettid);
-  r->address = (uint64_t)(uintptr_t)p;
-  r->size = 0;
-  r->time_ns = now_ns();
-  __atomic_store_n(&r->kind, HPD_ALLOC_RECORD_FREE, __ATOMIC_RELEASE);
-}
-
-/* ---- per thread: the countdown, the generator, and a guard against reentry ---- */
+/* ---- per thread: the countdown, the generator, a guard against reentry, and the id ---- */
 
 static __thread int64_t t_countdown __attribute__((tls_model("initial-exec")));
 static __thread uint64_t t_rng __attribute__((tls_model("initial-exec")));
 static __thread int t_busy __attribute__((tls_model("initial-exec")));
+static __thread int32_t t_tid __attribute__((tls_model("initial-exec"))); /* 0: not asked yet */
+
+/* The thread's id, asked of the kernel once per thread (reset in a forked child). */
+static int32_t thread_id(void) {
+  if (UNLIKELY(t_tid == 0)) t_tid = (int32_t)syscall(SYS_gettid);
+  return t_tid;
+}
 
 static uint64_t next_random(void) {
   if (UNLIKELY(t_rng == 0)) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    t_rng = ((uint64_t)syscall(SYS_gettid) << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
+    t_rng = ((uint64_t)(uint32_t)thread_id() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
             (uint64_t)(uintptr_t)&t_rng;
     if (t_rng == 0) t_rng = 0x2545f4914f6cdd1dull;
   }
@@ -228,6 +258,18 @@ static int64_t draw_distance(void) {
   return (int64_t)d;
 }
 
+static void log_free(void* p) {
+  struct hpd_alloc_record* r = reserve(0);
+  if (r == NULL) return;
+  r->frames = 0;
+  r->pid = g_pid;
+  r->tid = thread_id();
+  r->address = (uint64_t)(uintptr_t)p;
+  r->size = 0;
+  r->time_ns = now_ns();
+  __atomic_store_n(&r->kind, HPD_ALLOC_RECORD_FREE, __ATOMIC_RELEASE);
+}
+
 struct unwind_state {
   uint64_t* frames;
   uint32_t n;
@@ -243,7 +285,8 @@ static _Unwind_Reason_Code collect_frame(struct _Unwind_Context* context, void* 
   return _URC_NO_REASON;
 }
 
-static __attribute__((noinline)) void record_alloc(void* p, size_t size) {
+/* Inlined into countdown_expired: one frame less for the unwinder to step over (each is a CFI step). */
+static inline __attribute__((always_inline)) void record_alloc(void* p, size_t size) {
   uint64_t frames[HPD_ALLOC_MAX_FRAMES];
   struct unwind_state s = {frames, 0};
   _Unwind_Backtrace(collect_frame, &s);
@@ -256,7 +299,7 @@ static __attribute__((noinline)) void record_alloc(void* p, size_t size) {
   if (r == NULL) return;
   r->frames = s.n;
   r->pid = g_pid;
-  r->tid = (int32_t)syscall(SYS_gettid);
+  r->tid = thread_id();
   r->address = (uint64_t)(uintptr_t)p;
   r->size = size;
   r->time_ns = now_ns();
@@ -398,13 +441,26 @@ typedef void (*cxx_delete_fn)(void*, uintptr_t, uintptr_t);
 
 #define CXX_NEW_COUNT 8
 #define CXX_DELETE_COUNT 12
-static const char* const g_cxx_new_names[CXX_NEW_COUNT] = {
-    "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
-    "_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t"};
-static const char* const g_cxx_delete_names[CXX_DELETE_COUNT] = {
-    "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZdlPvRKSt9nothrow_t", "_ZdaPvRKSt9nothrow_t",
-    "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t", "_ZdlPvmSt11align_val_t", "_ZdaPvmSt11align_val_t",
-    "_ZdlPvSt11align_val_tRKSt9nothrow_t", "_ZdaPvSt11align_val_tRKSt9nothrow_t"};
+static const char* const g_cxx_new_names[CXX_NEW_COUNT] = {"_Znwm",
+                                                           "_Znam",
+                                                           "_ZnwmRKSt9nothrow_t",
+                                                           "_ZnamRKSt9nothrow_t",
+                                                           "_ZnwmSt11align_val_t",
+                                                           "_ZnamSt11align_val_t",
+                                                           "_ZnwmSt11align_val_tRKSt9nothrow_t",
+                                                           "_ZnamSt11align_val_tRKSt9nothrow_t"};
+static const char* const g_cxx_delete_names[CXX_DELETE_COUNT] = {"_ZdlPv",
+                                                                 "_ZdaPv",
+                                                                 "_ZdlPvm",
+                                                                 "_ZdaPvm",
+                                                                 "_ZdlPvRKSt9nothrow_t",
+                                                                 "_ZdaPvRKSt9nothrow_t",
+                                                                 "_ZdlPvSt11align_val_t",
+                                                                 "_ZdaPvSt11align_val_t",
+                                                                 "_ZdlPvmSt11align_val_t",
+                                                                 "_ZdaPvmSt11align_val_t",
+                                                                 "_ZdlPvSt11align_val_tRKSt9nothrow_t",
+                                                                 "_ZdaPvSt11align_val_tRKSt9nothrow_t"};
 static cxx_new_fn g_cxx_new[CXX_NEW_COUNT];
 static cxx_delete_fn g_cxx_delete[CXX_DELETE_COUNT];
 static int g_cxx_own; /* 1: the next operator new is the allocator's own */
@@ -477,10 +533,14 @@ static inline void cxx_delete(int i, void* p, uintptr_t b, uintptr_t c) {
   real(p, b, c);
 }
 
-#define HPD_CXX_NEW(name, i) \
-  void* name(size_t size, uintptr_t b, uintptr_t c) { return cxx_new(i, size, b, c); }
-#define HPD_CXX_DELETE(name, i) \
-  void name(void* p, uintptr_t b, uintptr_t c) { cxx_delete(i, p, b, c); }
+#define HPD_CXX_NEW(name, i)                          \
+  void* name(size_t size, uintptr_t b, uintptr_t c) { \
+    return cxx_new(i, size, b, c);                    \
+  }
+#define HPD_CXX_DELETE(name, i)                  \
+  void name(void* p, uintptr_t b, uintptr_t c) { \
+    cxx_delete(i, p, b, c);                      \
+  }
 HPD_CXX_NEW(_Znwm, 0)
 HPD_CXX_NEW(_Znam, 1)
 HPD_CXX_NEW(_ZnwmRKSt9nothrow_t, 2)
@@ -519,6 +579,7 @@ static int find_self(struct dl_phdr_info* info, size_t size, void* data) {
 static void after_fork_in_child(void) {
   if (!g_on) return;
   g_pid = (int32_t)getpid();
+  t_tid = 0;
   __atomic_fetch_add(&g_log->processes, 1, __ATOMIC_RELAXED);
 }
 
@@ -547,21 +608,22 @@ __attribute__((constructor(101))) static void hpd_alloc_constructor(void) {
   if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == HPD_ALLOC_FILE_SIZE)
     p = mmap(NULL, HPD_ALLOC_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  void* live = mmap(NULL, LIVE_SLOTS * sizeof(uint64_t) + FILTER_BUCKETS, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* live =
+      mmap(NULL, LIVE_MAP_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   struct hpd_alloc_header* h = (struct hpd_alloc_header*)p;
   if (p == MAP_FAILED || live == MAP_FAILED || h->magic != HPD_ALLOC_MAGIC ||
       h->version != HPD_ALLOC_VERSION || h->mean_bytes == 0) {
     write_err("hpd runtime: the allocation log is not of this hpd's layout; allocations are not sampled\n");
     if (p != MAP_FAILED) munmap(p, HPD_ALLOC_FILE_SIZE);
-    if (live != MAP_FAILED) munmap(live, LIVE_SLOTS * sizeof(uint64_t) + FILTER_BUCKETS);
+    if (live != MAP_FAILED) munmap(live, LIVE_MAP_SIZE);
     g_pid = -1;
     return;
   }
   Dl_info self;
   if (dladdr((void*)&hpd_alloc_constructor, &self) != 0) dl_iterate_phdr(find_self, self.dli_fbase);
   g_mean = (double)h->mean_bytes;
-  g_filter = (uint8_t*)live + LIVE_SLOTS * sizeof(uint64_t);
+  g_filter_bits = (uint64_t*)((char*)live + LIVE_SLOTS * sizeof(uint64_t));
+  g_filter_counts = (uint8_t*)(g_filter_bits + FILTER_BUCKETS / 64);
   g_live = (uint64_t*)live;
   g_log = h;
   pthread_atfork(NULL, NULL, after_fork_in_child);
