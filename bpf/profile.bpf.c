@@ -400,27 +400,71 @@ static __always_inline void copy_user_regs(struct hpd_sample_event* e, const str
   e->regs_valid = (1u << HPD_USER_REGS) - 1;
 }
 
-// Copies up to `want` bytes (stack_copy_bytes or pending_stack_copy_bytes) of user stack from `sp` to
-// `out`, page by page, stopping at the first page that cannot be read: like perf_event's copy, it ends
-// at the top of the stack mapping (or at a page that is not present). Return addresses the kernel's
-// return probes replaced are put back in the copy (uretprobe_restore_copy). Returns the bytes copied.
-static __always_inline __u32 copy_user_stack(__u8* out, __u64 sp, __u64 want) {
-  __u64 copied = 0;
-  for (int i = 0; i < STACK_COPY_READS; i++) {
-    // Unsigned 64-bit comparisons with constants, which the verifier turns into bounds: copied stays
-    // below `want` and one read below a page, so the buffer needs `want` + a page after the frames.
-    if (copied >= want || copied >= HPD_MAX_STACK_COPY) break;
-    const __u64 at = sp + copied;
-    __u64 size = PAGE_BYTES - (at & (PAGE_BYTES - 1));
-    const __u64 left = want - copied;
-    if (size > left) size = left;
-    if (size > PAGE_BYTES) break;
-    if (bpf_probe_read_user(out + copied, size, (const void*)at) != 0) break;
-    copied += size;
-  }
+// This CPU's sample_scratch entry (NULL if none): the record being built, with room after it.
+static __always_inline struct hpd_sample_event* scratch_record(void) {
+  const __u32 cpu = bpf_get_smp_processor_id();
+  return bpf_map_lookup_elem(&sample_scratch, &cpu);
+}
+
+// The entry has room for the larger of the two copies and a page after the record (bpf_load.cpp).
+static __always_inline __u64 stack_room(void) {
+  return stack_copy_bytes > pending_stack_copy_bytes ? stack_copy_bytes : pending_stack_copy_bytes;
+}
+
+// uretprobe_restore_copy on the `copied` bytes of stack from `sp` at `offset` in the CPU's record: a
+// global function, checked once on its own by the verifier.
+__attribute__((noinline)) int restore_stack_copy(__u64 offset, __u64 sp, __u64 copied) {
+  struct hpd_sample_event* e = scratch_record();
+  if (!e || offset > sizeof(struct hpd_sample_event) || copied > stack_room()) return 0;
+  uretprobe_restore_copy((__u8*)e + offset, sp, copied);
+  return 0;
+}
+
+struct stack_copy {
+  __u64 offset;  // where the copy begins in the CPU's record
+  __u64 sp;
+  __u64 want;  // at most stack_room()
+};
+
+// One page-sized read of copy_user_stack (a bpf_loop callback); 1 to stop. The bytes copied so far are
+// kept in the record's stack_bytes, which the verifier takes for any value: so it checks this once, where
+// a count it could follow made it check a bounded loop's body once per iteration, for every way the
+// program reached it (the on-CPU program: 318,663 instructions, 0.6 s of verifying at every recording's
+// start; docs/performance.md, "The path to the first sample").
+static long copy_stack_page(__u64 index, struct stack_copy* c) {
+  struct hpd_sample_event* e = scratch_record();
+  if (!e || c->offset > sizeof(struct hpd_sample_event)) return 1;
+  const __u64 copied = e->stack_bytes;
+  // Unsigned 64-bit comparisons with constants, which the verifier turns into bounds: copied stays
+  // below stack_room() and one read below a page, so the entry needs stack_room() + a page after the
+  // frames.
+  if (copied >= c->want || copied >= stack_room()) return 1;
+  const __u64 at = c->sp + copied;
+  __u64 size = PAGE_BYTES - (at & (PAGE_BYTES - 1));
+  const __u64 left = c->want - copied;
+  if (size > left) size = left;
+  if (size > PAGE_BYTES) return 1;
+  if (bpf_probe_read_user((__u8*)e + c->offset + copied, size, (const void*)at) != 0) return 1;
+  e->stack_bytes = (__u32)(copied + size);
+  return 0;
+}
+
+// Copies up to `want` bytes (stack_copy_bytes or pending_stack_copy_bytes) of user stack from `sp` into
+// this CPU's record at `offset` (right after its last frame), page by page, stopping at the first page
+// that cannot be read: like perf_event's copy, it ends at the top of the stack mapping (or at a page
+// that is not present). Return addresses the kernel's return probes replaced are put back in the copy
+// (uretprobe_restore_copy). Sets the record's stack_bytes and returns it.
+static __always_inline __u64 copy_user_stack(__u64 offset, __u64 sp, __u64 want) {
+  struct hpd_sample_event* e = scratch_record();
+  if (!e) return 0;
+  e->stack_bytes = 0;
+  const __u64 room = stack_room();
+  struct stack_copy c = {.offset = offset, .sp = sp, .want = want > room ? room : want};
+  bpf_loop(STACK_COPY_READS, copy_stack_page, &c, 0);
+  const __u64 copied = e->stack_bytes;
   // A timed call's return address in the copy is the kernel's trampoline: the original back.
-  if (copied >= 8) uretprobe_restore_copy(out, sp, copied);
-  return (__u32)copied;
+  if (copied >= 8) restore_stack_copy(offset, sp, copied);
+  return copied;
 }
 
 // A record of thread `tid` (of process `pid`) that did not fit: counted globally and for the thread,
@@ -508,8 +552,10 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   if (copy != 0) {
     // The copy goes right after the last frame; sample_size() is at most the offset of the end of ips.
     if (size > sizeof(struct hpd_sample_event)) return 0;  // for the verifier
-    e->stack_bytes = copy_user_stack((__u8*)e + size, e->regs[7], copy);
-    size += e->stack_bytes;
+    __u64 copied = copy_user_stack(size, e->regs[7], copy);
+    if (copied > copy) copied = 0;  // never: the bound the verifier needs for the record's size
+    e->stack_bytes = (__u32)copied;
+    size += copied;
   }
   if (bpf_ringbuf_output(&events, e, size, submit_flags()) != 0) count_drop(pid, tid);
   return 0;
@@ -543,9 +589,11 @@ static __always_inline void emit_switch_stack(const struct hpd_event_header* h, 
   c->flags = 0;
   copy_user_regs(c, user);
   const __u64 size = __builtin_offsetof(struct hpd_sample_event, ips);
-  c->stack_bytes = copy_user_stack((__u8*)c + size, c->regs[7], want);
+  __u64 copied = copy_user_stack(size, c->regs[7], want);
+  if (copied > want) copied = 0;  // never: the bound the verifier needs for the record's size
+  c->stack_bytes = (__u32)copied;
   // Lost: the off-CPU record keeps its frame-pointer walk (user space counts it), not a lost sample.
-  bpf_ringbuf_output(&events, c, size + c->stack_bytes, submit_flags());
+  bpf_ringbuf_output(&events, c, size + copied, submit_flags());
 }
 
 // Kernels before 5.14 named the task state `state` (a long); the flavor lets CO-RE read either.

@@ -9,7 +9,11 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "hpd/collect/call_graph_choice.h"
 
@@ -94,8 +98,42 @@ Skeleton open_skeleton(const LibbpfLogCapture& log) {
   return skel;
 }
 
+// With HPD_VERIFIER_STATS set (to anything but "" or "0"), each program's verifier statistics (its
+// time, the instructions it processed) on stderr as "hpd-verifier PROGRAM: ...": how
+// docs/performance.md measures what loading the programs costs.
+class VerifierStats {
+ public:
+  explicit VerifierStats(bpf_object* obj) : obj_(obj) {
+    const char* env = std::getenv("HPD_VERIFIER_STATS");
+    if (env == nullptr || *env == '\0' || std::string_view(env) == "0") return;
+    bpf_program* prog = nullptr;
+    bpf_object__for_each_program(prog, obj_) {
+      logs_.emplace_back(size_t{1} << 20, '\0');
+      bpf_program__set_log_buf(prog, logs_.back().data(), logs_.back().size());
+      bpf_program__set_log_level(prog, 4);  // BPF_LOG_STATS
+    }
+  }
+  void print() const {
+    if (logs_.empty()) return;
+    bpf_program* prog = nullptr;
+    size_t i = 0;
+    bpf_object__for_each_program(prog, obj_) {
+      if (i >= logs_.size()) break;
+      std::string text = logs_[i++].c_str();
+      std::replace(text.begin(), text.end(), '\n', ' ');
+      if (bpf_program__fd(prog) >= 0) std::fprintf(stderr, "hpd-verifier %s: %s\n", bpf_program__name(prog), text.c_str());
+    }
+  }
+
+ private:
+  bpf_object* obj_;
+  std::vector<std::string> logs_;
+};
+
 void load_skeleton(profile_bpf* skel, const LibbpfLogCapture& log) {
+  const VerifierStats stats(skel->obj);
   const int err = profile_bpf__load(skel);
+  stats.print();
   if (err != 0) {
     throw BpfUnavailable(with_log("the kernel refused hpd's eBPF programs: " + errno_text(err), log));
   }
