@@ -259,7 +259,7 @@ TEST(Record, UnprivilegedUserGetsActionableErrors) {
     RecordOptions options;
     options.backend = Backend::kPerf;
     options.pids = {target};
-    options.kernel = KernelFrames::kOff;
+    options.kernel = Switch::kOff;
     options.duration_s = 0.2;
     const int fds_before = count_open_fds();
     std::string text = error_of(options);
@@ -279,7 +279,7 @@ TEST(Record, UnprivilegedUserGetsActionableErrors) {
       RecordOptions options;
       options.backend = Backend::kPerf;
       options.command = {"true"};
-      options.kernel = KernelFrames::kOn;
+      options.kernel = Switch::kOn;
       return error_of(options, true);
     });
     EXPECT_NE(kernel.find("kernel call stacks need privileges"), std::string::npos) << kernel;
@@ -324,7 +324,7 @@ TEST(Record, ShortLivedChildrenReachTheBuilderInTimeOrder) {
   options.call_graph = CallGraph::kFp;
   options.command = {kExitChildren, std::to_string(kChildren), "2000", "exec"};
   // With context-switch records too: every kind of record the backend asks for goes through the stage.
-  options.off_cpu = OffCpu::kOn;
+  options.off_cpu = Switch::kOn;
   const RecordResult result = record(options);
   ASSERT_TRUE(result.target_exited);
   ASSERT_EQ(result.command_exit_status, 0);

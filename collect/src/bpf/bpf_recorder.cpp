@@ -38,8 +38,8 @@ bool needs_bpf(const RecordOptions& options) {
 }
 
 bool off_cpu_enabled(const RecordOptions& options) {
-  if (options.off_cpu == OffCpu::kAuto) return !options.all_processes;
-  return options.off_cpu == OffCpu::kOn;
+  if (options.off_cpu == Switch::kAuto) return !options.all_processes;
+  return options.off_cpu == Switch::kOn;
 }
 
 std::string bpf_unavailable_reason(const PerfPrivileges& privileges) {

@@ -80,8 +80,8 @@ class PerfSession {
  public:
   PerfSession(const RecordOptions& options, const PerfPrivileges& privileges)
       : options_(options), privileges_(privileges), cpus_(online_cpus()), rings_(cpus_.size()) {
-    kernel_frames_ = options.kernel == KernelFrames::kOn ||
-                     (options.kernel == KernelFrames::kAuto && privileges.may_see_kernel());
+    kernel_frames_ =
+        options.kernel == Switch::kOn || (options.kernel == Switch::kAuto && privileges.may_see_kernel());
     max_stack_ = static_cast<uint32_t>(std::clamp(privileges.max_stack, 1, 65535));
     ring_pages_ = choose_ring_pages(options);
     init_attr();
@@ -199,7 +199,7 @@ void PerfSession::init_attr() {
   // the same tasks as carrying build-ids (mmap_watch.cpp); build-ids are read from the files.
   // --off-cpu: a record at each context switch of a target thread, paired into off-CPU intervals by
   // the decoder (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT tells a thread left runnable from a blocked one).
-  a.context_switch = options_.off_cpu == OffCpu::kOn ? 1 : 0;
+  a.context_switch = options_.off_cpu == Switch::kOn ? 1 : 0;
   a.exclude_hv = 1;
   a.exclude_kernel = kernel_frames_ ? 0 : 1;
   a.exclude_callchain_kernel = kernel_frames_ ? 0 : 1;
