@@ -259,9 +259,6 @@ void validate_record_options(const RecordOptions& options) {
     throw RecordError("sampling frequency must be between 1 and " + std::to_string(kMaxFrequencyHz) +
                       " Hz (got " + std::to_string(options.frequency_hz) + ")");
   }
-  if (options.event != "task-clock" && options.event != "cpu-clock") {
-    throw RecordError("unknown event '" + options.event + "': use task-clock or cpu-clock");
-  }
   if (!std::isfinite(options.duration_s) || options.duration_s < 0) {
     throw RecordError("duration must be a non-negative number of seconds");
   }

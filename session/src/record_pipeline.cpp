@@ -58,7 +58,7 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.command = request.command;
   options.duration_s = request.duration_s;
   options.frequency_hz = request.frequency_hz;
-  options.event = to_string(request.event);
+  options.event = request.event;
   options.kernel = request.kernel;
   options.backend = request.backend;
   options.all_processes = request.all;

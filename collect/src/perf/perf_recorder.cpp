@@ -170,7 +170,7 @@ void PerfSession::init_attr() {
   std::memset(&a, 0, sizeof a);
   a.size = sizeof a;
   a.type = PERF_TYPE_SOFTWARE;
-  a.config = options_.event == "cpu-clock" ? PERF_COUNT_SW_CPU_CLOCK : PERF_COUNT_SW_TASK_CLOCK;
+  a.config = options_.event == SamplingEvent::kCpuClock ? PERF_COUNT_SW_CPU_CLOCK : PERF_COUNT_SW_TASK_CLOCK;
   a.sample_period = std::max<uint64_t>(1, 1'000'000'000ULL / options_.frequency_hz);
   a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ID | PERF_SAMPLE_CPU |
                   PERF_SAMPLE_PERIOD | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_READ | PERF_SAMPLE_REGS_USER |
@@ -501,7 +501,7 @@ void PerfSession::fill_info() {
   info.interval_ns = attr_.sample_period;
   info.frequency_hz = options_.frequency_hz;
   info.backend = "perf";
-  info.event = options_.event;
+  info.event = to_string(options_.event);
   info.call_graph = options_.call_graph == CallGraph::kDwarf ? "dwarf" : "fp";
   info.kernel_frames = kernel_frames_;
   info.logical_cpus = static_cast<uint32_t>(cpus_.size());

@@ -513,7 +513,7 @@ struct ContinuousProfiler::State {
     ro.all_processes = true;
     ro.frequency_hz = started_with.frequency_hz;
     ro.duration_s = 0;  // until end_collection
-    ro.event = "cpu-clock";
+    ro.event = SamplingEvent::kCpuClock;
     ro.kernel = started_with.kernel ? Switch::kAuto : Switch::kOff;
     ro.backend = started_with.backend;
     ro.off_cpu = started_with.off_cpu ? Switch::kOn : Switch::kOff;

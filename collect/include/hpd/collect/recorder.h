@@ -49,9 +49,9 @@ struct RecordOptions {
   // recording ("exited before the recording started"), and nothing of another process that got its pid
   // is kept.
   std::vector<int> pid_fds;
-  // "task-clock" or "cpu-clock" (perf_event backend; the eBPF backend uses task-clock per thread for
-  // pid and command targets, cpu-clock per CPU for --all and --cgroup).
-  std::string event = "task-clock";
+  // The sampling clock (perf_event backend; the eBPF backend uses task-clock per thread for pid and
+  // command targets, cpu-clock per CPU for all processes and a cgroup).
+  SamplingEvent event = SamplingEvent::kTaskClock;
   Switch kernel = Switch::kAuto;  // kernel frames; kAuto: when perf_event_paranoid / capabilities allow
   // Pages per ring buffer, a power of two; 0 = chosen from the rate. perf_event: one ring per CPU;
   // eBPF: the one ring all CPUs share.
