@@ -39,6 +39,13 @@ std::optional<E> value_of(const Words<E, N>& words, std::string_view word) {
 }
 
 template <typename E, size_t N>
+std::vector<std::string> each_of(const Words<E, N>& words) {
+  std::vector<std::string> each;
+  for (const auto& [e, word] : words) each.emplace_back(word);
+  return each;
+}
+
+template <typename E, size_t N>
 std::string list_of(const Words<E, N>& words) {
   std::string text;
   for (size_t i = 0; i < N; ++i) {
@@ -96,6 +103,19 @@ std::string call_graph_words() {
 }
 std::string call_counter_words() {
   return list_of(kCallCounterWords);
+}
+
+std::vector<std::string> sampling_event_word_list() {
+  return each_of(kEventWords);
+}
+std::vector<std::string> backend_word_list() {
+  return each_of(kBackendWords);
+}
+std::vector<std::string> call_graph_word_list() {
+  return each_of(kCallGraphWords);
+}
+std::vector<std::string> call_counter_word_list() {
+  return each_of(kCallCounterWords);
 }
 
 }  // namespace hpd

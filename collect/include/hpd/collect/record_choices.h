@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hpd {
 
@@ -56,5 +57,11 @@ std::string sampling_event_words();
 std::string backend_words();
 std::string call_graph_words();
 std::string call_counter_words();
+// The same words one by one, in that order: the set a command-line parser checks a value against
+// (hpctl's CLI::IsMember, whose refusal lists them: "not in {auto,bpf,perf}").
+std::vector<std::string> sampling_event_word_list();
+std::vector<std::string> backend_word_list();
+std::vector<std::string> call_graph_word_list();
+std::vector<std::string> call_counter_word_list();
 
 }  // namespace hpd
