@@ -500,9 +500,9 @@ void PerfSession::fill_info() {
   RecordingInfo& info = result_.profile.info;
   info.interval_ns = attr_.sample_period;
   info.frequency_hz = options_.frequency_hz;
-  info.backend = "perf";
+  info.backend = to_string(Backend::kPerf);
   info.event = to_string(options_.event);
-  info.call_graph = options_.call_graph == CallGraph::kDwarf ? "dwarf" : "fp";
+  info.call_graph = to_string(options_.call_graph == CallGraph::kDwarf ? CallGraph::kDwarf : CallGraph::kFp);
   info.kernel_frames = kernel_frames_;
   info.logical_cpus = static_cast<uint32_t>(cpus_.size());
   describe_recording(options_, info);
