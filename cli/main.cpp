@@ -105,12 +105,12 @@ int main(int argc, char** argv) {
                    "(gzip when .gz)")
       ->capture_default_str();
   record->add_option("-e,--event", rec.event, "Sampling clock: task-clock (thread CPU time) or cpu-clock")
-      ->check(CLI::IsMember({"task-clock", "cpu-clock"}))
+      ->check(CLI::IsMember(hpd::sampling_event_word_list()))
       ->capture_default_str();
   record->add_flag("--kernel{on},--no-kernel{off}", rec.kernel,
                    "Capture kernel frames, or not (default: when permitted)");
   record->add_option("-b,--backend", rec.backend, "auto (eBPF when permitted, else perf_event), bpf, or perf")
-      ->check(CLI::IsMember({"auto", "bpf", "perf"}))
+      ->check(CLI::IsMember(hpd::backend_word_list()))
       ->capture_default_str();
   record->add_flag("-a,--all", rec.all, "Record every process of the system (eBPF), one track per thread");
   record->add_option("--cgroup", rec.cgroup, "Record the processes of this cgroup v2 (path, eBPF)");
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
                    "CPU), fp (frame pointers), dwarf (stack copy unwound with CFI in user space), or auto "
                    "(cfi with eBPF; with perf_event, dwarf when the program or a library it runs was built "
                    "without frame pointers)")
-      ->check(CLI::IsMember({"auto", "cfi", "fp", "dwarf"}))
+      ->check(CLI::IsMember(hpd::call_graph_word_list()))
       ->capture_default_str();
   record->add_option(
       "--stack-size", rec.stack_size,
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
                    "With --calls: runtime (hpd's mcount/__fentry__ preloaded into the command; counts and "
                    "times calls), uprobes (eBPF, from outside; counts only, unless --call-latency), or auto "
                    "(the runtime for a command that can take it, uprobes for --pid and static programs)")
-      ->check(CLI::IsMember({"auto", "runtime", "uprobes"}))
+      ->check(CLI::IsMember(hpd::call_counter_word_list()))
       ->capture_default_str();
   record->add_flag("--call-latency", rec.call_latency,
                    "With --calls through uprobes (--pid, static programs): also time each call of the "

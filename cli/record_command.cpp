@@ -56,22 +56,20 @@ session::RecordRequest to_record_request(const RecordArgs& args) {
   r.duration_s = args.duration_s;
   r.frequency_hz = args.frequency_hz;
   r.output = args.output;
-  r.event = choice_of(args.event, session::parse_sampling_event, session::sampling_event_words, "--event");
-  r.kernel = choice_of(args.kernel, session::parse_switch, session::switch_words, "--kernel");
-  r.backend = choice_of(args.backend, session::parse_backend, session::backend_words, "--backend");
+  r.event = choice_of(args.event, parse_sampling_event, sampling_event_words, "--event");
+  r.kernel = choice_of(args.kernel, parse_switch, switch_words, "--kernel");
+  r.backend = choice_of(args.backend, parse_backend, backend_words, "--backend");
   r.all = args.all;
   r.cgroup = args.cgroup;
-  r.off_cpu = choice_of(args.off_cpu, session::parse_switch, session::switch_words, "--off-cpu");
+  r.off_cpu = choice_of(args.off_cpu, parse_switch, switch_words, "--off-cpu");
   r.off_cpu_min_us = args.off_cpu_min_us;
   r.follow_children = !args.no_follow_children;
-  r.call_graph =
-      choice_of(args.call_graph, session::parse_call_graph, session::call_graph_words, "--call-graph");
+  r.call_graph = choice_of(args.call_graph, parse_call_graph, call_graph_words, "--call-graph");
   r.stack_size = args.stack_size;
   r.cfi_rows = args.cfi_rows;
-  r.mip = choice_of(args.mip, session::parse_switch, session::switch_words, "--mip");
+  r.mip = choice_of(args.mip, parse_switch, switch_words, "--mip");
   r.calls = args.calls;
-  r.calls_counter = choice_of(args.calls_counter, session::parse_call_counter, session::call_counter_words,
-                              "--calls-counter");
+  r.calls_counter = choice_of(args.calls_counter, parse_call_counter, call_counter_words, "--calls-counter");
   if (args.call_latency && !args.calls) throw std::runtime_error("--call-latency goes with --calls");
   r.call_latency = args.call_latency;
   if (args.alloc_mean != 0 && !args.alloc) throw std::runtime_error("--alloc-mean goes with --alloc");

@@ -35,7 +35,7 @@ void print_record_summary(const session::RecordRequest& request, const session::
   if (s.call_graph == "dwarf") std::fprintf(stderr, " (%u-byte stack copies)", s.stack_copy_bytes);
   if (!s.call_graph_reason.empty()) std::fprintf(stderr, "; auto: %s", s.call_graph_reason.c_str());
   std::fprintf(stderr, "\n");
-  if (!s.backend_fallback_reason.empty() && request.backend == session::BackendChoice::kAuto) {
+  if (!s.backend_fallback_reason.empty() && request.backend == Backend::kAuto) {
     std::fprintf(stderr, "hpctl: note: used perf_event, not eBPF: %s\n", s.backend_fallback_reason.c_str());
   }
   for (const std::string& note : s.notes) std::fprintf(stderr, "hpctl: %s\n", note.c_str());
@@ -45,7 +45,7 @@ void print_record_summary(const session::RecordRequest& request, const session::
                    "hpctl: MIP: %llu snapshot(s) kept of %llu taken; counts are the last taken before exit\n",
                    static_cast<unsigned long long>(s.mip_snapshots_kept),
                    static_cast<unsigned long long>(s.mip_snapshots_taken));
-    } else if (request.mip == session::Switch::kOn) {
+    } else if (request.mip == Switch::kOn) {
       std::fprintf(stderr, "hpctl: MIP: no target had a readable __llvm_mipraw section\n");
     }
   }

@@ -256,21 +256,19 @@ int record_through_daemon(const RecordArgs& args, DaemonConnection& connection) 
     // hpd attaches to the held child before it execs: its /proc/PID/exe is still hpctl, so the
     // program's frame pointers are judged here, where the command is resolved as the user's shell would.
     // With the eBPF backend auto means cfi, which needs no look at the program (hpd decides).
-    if (request.call_graph == session::CallGraphMode::kAuto &&
-        request.backend == session::BackendChoice::kPerf && !request.all && request.cgroup.empty()) {
+    if (request.call_graph == CallGraph::kAuto && request.backend == Backend::kPerf && !request.all &&
+        request.cgroup.empty()) {
       const CallGraphChoice choice = choose_call_graph({resolve_command(request.command.front())});
-      remote.call_graph = choice.mode == CallGraph::kDwarf ? session::CallGraphMode::kDwarf
-                          : choice.mode == CallGraph::kCfi ? session::CallGraphMode::kCfi
-                                                           : session::CallGraphMode::kFp;
+      remote.call_graph = choice.mode;  // fp or dwarf
       call_graph_reason = choice.reason;
     }
     std::vector<std::string> environment;
-    if (request.calls && request.calls_counter != session::CallCounterChoice::kUprobes) {
+    if (request.calls && request.calls_counter != CallCounterKind::kUprobes) {
       std::string runtime, why;
       calls_table = calls_table_for_daemon(request, connection, runtime, why);
       if (calls_table) {
         environment = calls_table->environment(runtime);
-      } else if (request.calls_counter == session::CallCounterChoice::kRuntime) {
+      } else if (request.calls_counter == CallCounterKind::kRuntime) {
         std::fprintf(stderr, "hpctl: call counts unavailable: %s\n", why.c_str());
         remote.calls = false;
       } else {

@@ -32,25 +32,6 @@ const char* to_string(CpuTimeSource source) {
   return "unknown";
 }
 
-const char* to_string(Backend backend) {
-  switch (backend) {
-    case Backend::kAuto: return "auto";
-    case Backend::kBpf: return "bpf";
-    case Backend::kPerf: return "perf";
-  }
-  return "unknown";
-}
-
-const char* to_string(CallGraph mode) {
-  switch (mode) {
-    case CallGraph::kAuto: return "auto";
-    case CallGraph::kFp: return "fp";
-    case CallGraph::kDwarf: return "dwarf";
-    case CallGraph::kCfi: return "cfi";
-  }
-  return "unknown";
-}
-
 namespace {
 
 // --call-graph auto: dwarf when a target's executable or one of its libraries lacks frame pointers.
@@ -278,9 +259,6 @@ void validate_record_options(const RecordOptions& options) {
     throw RecordError("sampling frequency must be between 1 and " + std::to_string(kMaxFrequencyHz) +
                       " Hz (got " + std::to_string(options.frequency_hz) + ")");
   }
-  if (options.event != "task-clock" && options.event != "cpu-clock") {
-    throw RecordError("unknown event '" + options.event + "': use task-clock or cpu-clock");
-  }
   if (!std::isfinite(options.duration_s) || options.duration_s < 0) {
     throw RecordError("duration must be a non-negative number of seconds");
   }
@@ -307,7 +285,7 @@ void validate_record_options(const RecordOptions& options) {
   if (!privileges.may_profile_own_processes()) {
     throw RecordError("recording needs privileges here: " + privileges.advice());
   }
-  if (options.kernel == KernelFrames::kOn && !privileges.may_see_kernel()) {
+  if (options.kernel == Switch::kOn && !privileges.may_see_kernel()) {
     throw RecordError("kernel call stacks need privileges: " + privileges.advice() +
                       " (to 1 or lower), or record user stacks only");
   }

@@ -85,18 +85,18 @@ struct Choice<SamplingEvent> {
   static std::string words() { return sampling_event_words(); }
 };
 template <>
-struct Choice<BackendChoice> {
-  static std::optional<BackendChoice> parse(std::string_view w) { return parse_backend(w); }
+struct Choice<Backend> {
+  static std::optional<Backend> parse(std::string_view w) { return parse_backend(w); }
   static std::string words() { return backend_words(); }
 };
 template <>
-struct Choice<CallGraphMode> {
-  static std::optional<CallGraphMode> parse(std::string_view w) { return parse_call_graph(w); }
+struct Choice<CallGraph> {
+  static std::optional<CallGraph> parse(std::string_view w) { return parse_call_graph(w); }
   static std::string words() { return call_graph_words(); }
 };
 template <>
-struct Choice<CallCounterChoice> {
-  static std::optional<CallCounterChoice> parse(std::string_view w) { return parse_call_counter(w); }
+struct Choice<CallCounterKind> {
+  static std::optional<CallCounterKind> parse(std::string_view w) { return parse_call_counter(w); }
   static std::string words() { return call_counter_words(); }
 };
 

@@ -29,73 +29,6 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// One order for the choices of the request and of the recorder.
-template <typename A, typename B>
-constexpr bool same_value(A a, B b) {
-  return static_cast<int>(a) == static_cast<int>(b);
-}
-static_assert(same_value(Switch::kAuto, KernelFrames::kAuto) && same_value(Switch::kOn, KernelFrames::kOn) &&
-              same_value(Switch::kOff, KernelFrames::kOff));
-static_assert(same_value(Switch::kAuto, OffCpu::kAuto) && same_value(Switch::kOn, OffCpu::kOn) &&
-              same_value(Switch::kOff, OffCpu::kOff));
-static_assert(same_value(BackendChoice::kAuto, Backend::kAuto) &&
-              same_value(BackendChoice::kBpf, Backend::kBpf) &&
-              same_value(BackendChoice::kPerf, Backend::kPerf));
-static_assert(same_value(CallGraphMode::kAuto, CallGraph::kAuto) &&
-              same_value(CallGraphMode::kFp, CallGraph::kFp) &&
-              same_value(CallGraphMode::kDwarf, CallGraph::kDwarf) &&
-              same_value(CallGraphMode::kCfi, CallGraph::kCfi));
-static_assert(same_value(CallCounterChoice::kAuto, CallCounterKind::kAuto) &&
-              same_value(CallCounterChoice::kRuntime, CallCounterKind::kRuntime) &&
-              same_value(CallCounterChoice::kUprobes, CallCounterKind::kUprobes));
-
-// The request's words mapped onto the recorder's own choices (the recorder does not know the request).
-KernelFrames kernel_frames(Switch kernel) {
-  switch (kernel) {
-    case Switch::kOn: return KernelFrames::kOn;
-    case Switch::kOff: return KernelFrames::kOff;
-    case Switch::kAuto: break;
-  }
-  return KernelFrames::kAuto;
-}
-
-OffCpu off_cpu(Switch off_cpu) {
-  switch (off_cpu) {
-    case Switch::kOn: return OffCpu::kOn;
-    case Switch::kOff: return OffCpu::kOff;
-    case Switch::kAuto: break;
-  }
-  return OffCpu::kAuto;
-}
-
-Backend backend(BackendChoice backend) {
-  switch (backend) {
-    case BackendChoice::kBpf: return Backend::kBpf;
-    case BackendChoice::kPerf: return Backend::kPerf;
-    case BackendChoice::kAuto: break;
-  }
-  return Backend::kAuto;
-}
-
-CallGraph call_graph(CallGraphMode mode) {
-  switch (mode) {
-    case CallGraphMode::kCfi: return CallGraph::kCfi;
-    case CallGraphMode::kFp: return CallGraph::kFp;
-    case CallGraphMode::kDwarf: return CallGraph::kDwarf;
-    case CallGraphMode::kAuto: break;
-  }
-  return CallGraph::kAuto;
-}
-
-CallCounterKind call_counter(CallCounterChoice counter) {
-  switch (counter) {
-    case CallCounterChoice::kRuntime: return CallCounterKind::kRuntime;
-    case CallCounterChoice::kUprobes: return CallCounterKind::kUprobes;
-    case CallCounterChoice::kAuto: break;
-  }
-  return CallCounterKind::kAuto;
-}
-
 CaptureWriterOptions capture_options() {
   CaptureWriterOptions options;
 #ifdef HPD_VERSION
@@ -125,19 +58,19 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.command = request.command;
   options.duration_s = request.duration_s;
   options.frequency_hz = request.frequency_hz;
-  options.event = to_string(request.event);
-  options.kernel = kernel_frames(request.kernel);
-  options.backend = backend(request.backend);
+  options.event = request.event;
+  options.kernel = request.kernel;
+  options.backend = request.backend;
   options.all_processes = request.all;
   options.cgroup = cgroup_option(request.cgroup);
-  options.off_cpu = off_cpu(request.off_cpu);
+  options.off_cpu = request.off_cpu;
   options.off_cpu_min_us = request.off_cpu_min_us;
   options.follow_children = request.follow_children;
-  options.call_graph = call_graph(request.call_graph);
+  options.call_graph = request.call_graph;
   options.stack_copy_bytes = request.stack_size;
   options.cfi_row_capacity = request.cfi_rows;
   options.count_calls = request.calls;
-  options.call_counter = call_counter(request.calls_counter);
+  options.call_counter = request.calls_counter;
   options.time_calls = request.call_latency;
   options.sample_allocations = request.alloc;
   options.alloc_mean_bytes = request.alloc_mean;

@@ -19,7 +19,7 @@ RecordResult record_fixture(const std::string& path, CallGraph mode) {
   RecordOptions options;
   options.backend = Backend::kBpf;
   options.call_graph = mode;
-  options.off_cpu = OffCpu::kOff;
+  options.off_cpu = Switch::kOff;
   options.command = {path, "1.5"};
   return record(options);
 }

@@ -397,7 +397,7 @@ TEST(BpfRecord, EveryRingPageIsWrittenOnceAndTheRingStartsEmpty) {
 TEST(BpfRecord, OffCpuCanBeTurnedOff) {
   RecordOptions options = bpf_options();
   options.command = {kOffCpuFixture, "0.5", "1", "4"};
-  options.off_cpu = OffCpu::kOff;
+  options.off_cpu = Switch::kOff;
   const RecordResult result = record(options);
   ASSERT_EQ(result.command_exit_status, 0);
   // The fixture spins for part of its 0.5 s; on a loaded machine it may get a fraction of a CPU.
@@ -534,7 +534,7 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
   // machine slows) times 6 ms of CPU, two threads at a time: 12 s of CPU, which at a tenth of a CPU
   // each is a minute of wall time (a 30 s cap ended such recordings before the fixture did).
   options.duration_s = 300;
-  options.off_cpu = OffCpu::kOff;
+  options.off_cpu = Switch::kOff;
   // Once attached: every thread burns its CPU time, then the fixture exits.
   options.on_progress = [&, told = false](const RecordProgress&) mutable {
     if (!std::exchange(told, true)) {
@@ -653,7 +653,7 @@ TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
     RecordOptions options = bpf_options();
     options.pids = {pid};
     options.duration_s = 30;
-    options.off_cpu = OffCpu::kOff;
+    options.off_cpu = Switch::kOff;
     options.on_progress = [&, told = false](const RecordProgress&) mutable {
       if (!std::exchange(told, true) && !churn.go()) _exit(5);
     };
@@ -697,7 +697,7 @@ TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
     const int fds_before = count_open_fds();
     RecordOptions options = bpf_options();
     options.pids = pids;
-    options.off_cpu = OffCpu::kOff;
+    options.off_cpu = Switch::kOff;
     options.call_graph = CallGraph::kFp;
     test::RecordUntil until(options);
     until.cpu_of(spinner.pid(), 0.3);

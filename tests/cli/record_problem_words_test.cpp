@@ -66,16 +66,16 @@ std::vector<Case> cases() {
            "with --backend perf",
            "\"call_graph\": \"cfi\" unwinds inside the eBPF programs: use it with the eBPF backend, or "
            "\"call_graph\": \"dwarf\" with \"backend\": \"perf\""};
-  cfi.request.call_graph = session::CallGraphMode::kCfi;
-  cfi.request.backend = session::BackendChoice::kPerf;
+  cfi.request.call_graph = CallGraph::kCfi;
+  cfi.request.backend = Backend::kPerf;
   Case all{request({}, {}, true, ""), TargetProblem::kNone, OptionProblem::kAllWithPerf,
            "--all needs the eBPF backend; drop --backend perf",
            "\"all\" needs the eBPF backend; drop \"backend\": \"perf\""};
-  all.request.backend = session::BackendChoice::kPerf;
+  all.request.backend = Backend::kPerf;
   Case cgroup{request({}, {}, false, "/"), TargetProblem::kNone, OptionProblem::kCgroupWithPerf,
               "--cgroup needs the eBPF backend; drop --backend perf",
               "\"cgroup\" needs the eBPF backend; drop \"backend\": \"perf\""};
-  cgroup.request.backend = session::BackendChoice::kPerf;
+  cgroup.request.backend = Backend::kPerf;
   const char* alloc_words =
       "--alloc is not supported for --all or --cgroup: it samples the allocations of a command hpctl "
       "launches "
@@ -101,8 +101,8 @@ RecordOptions options_of(const session::RecordRequest& r) {
   o.command = r.command;
   o.all_processes = r.all;
   o.cgroup = r.cgroup == "/" ? "." : r.cgroup;  // the root cgroup, as the session names it
-  o.backend = r.backend == session::BackendChoice::kPerf ? Backend::kPerf : Backend::kAuto;
-  o.call_graph = r.call_graph == session::CallGraphMode::kCfi ? CallGraph::kCfi : CallGraph::kAuto;
+  o.backend = r.backend;
+  o.call_graph = r.call_graph;
   o.sample_allocations = r.alloc;
   return o;
 }
@@ -160,7 +160,7 @@ TEST(RecordVocabulary, EachReasonComesFromTheOneValidatorAndIsWordedByEachLayer)
   EXPECT_NO_THROW(session::record_options_from_request(request({}, {}, false, "system.slice")));
   session::RecordRequest alloc_pid = request({1}, {}, false, "");
   alloc_pid.alloc = true;
-  alloc_pid.backend = session::BackendChoice::kPerf;
+  alloc_pid.backend = Backend::kPerf;
   EXPECT_NO_THROW(session::record_options_from_request(alloc_pid));
 }
 

@@ -147,7 +147,7 @@ PipelineRun record_through_pipeline(const std::string& output_path, bool names_w
   PipelineRun run;
   session::RecordRequest request;
   request.output = output_path;
-  request.mip = session::Switch::kOff;
+  request.mip = Switch::kOff;
   session::RecordingOutput output(request);
   RecordOptions options;
   output.attach(options);

@@ -59,7 +59,7 @@ TEST(Protocol, ParsesEveryRequestType) {
   EXPECT_EQ(record.record.pids[0], 42);
   EXPECT_EQ(record.record.frequency_hz, 99u);
   EXPECT_EQ(record.record.output, "x.hpr");
-  EXPECT_EQ(record.record.event, session::SamplingEvent::kTaskClock);  // absent: the default
+  EXPECT_EQ(record.record.event, SamplingEvent::kTaskClock);  // absent: the default
   EXPECT_EQ(record.launched_command, (std::vector<std::string>{"./a", "b"}));
 }
 
@@ -115,20 +115,20 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   args.duration_s = 2.5;
   args.frequency_hz = 123;
   args.output = "o.json";
-  args.event = session::SamplingEvent::kCpuClock;
-  args.kernel = session::Switch::kOff;
-  args.backend = session::BackendChoice::kPerf;
+  args.event = SamplingEvent::kCpuClock;
+  args.kernel = Switch::kOff;
+  args.backend = Backend::kPerf;
   args.all = true;
   args.cgroup = "x";
-  args.off_cpu = session::Switch::kOn;
+  args.off_cpu = Switch::kOn;
   args.off_cpu_min_us = 7;
   args.follow_children = false;
-  args.call_graph = session::CallGraphMode::kDwarf;
+  args.call_graph = CallGraph::kDwarf;
   args.stack_size = 4096;
   args.cfi_rows = 70000;
-  args.mip = session::Switch::kOff;
+  args.mip = Switch::kOff;
   args.calls = true;
-  args.calls_counter = session::CallCounterChoice::kUprobes;
+  args.calls_counter = CallCounterKind::kUprobes;
   args.call_latency = true;
   args.alloc = true;
   args.alloc_mean = 4096;
@@ -139,23 +139,23 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   EXPECT_DOUBLE_EQ(back.duration_s, 2.5);
   EXPECT_EQ(back.frequency_hz, 123u);
   EXPECT_EQ(back.output, "o.json");
-  EXPECT_EQ(back.event, session::SamplingEvent::kCpuClock);
-  EXPECT_EQ(back.kernel, session::Switch::kOff);
-  EXPECT_EQ(back.backend, session::BackendChoice::kPerf);
+  EXPECT_EQ(back.event, SamplingEvent::kCpuClock);
+  EXPECT_EQ(back.kernel, Switch::kOff);
+  EXPECT_EQ(back.backend, Backend::kPerf);
   EXPECT_TRUE(back.all);
   EXPECT_EQ(back.cgroup, "x");
-  EXPECT_EQ(back.off_cpu, session::Switch::kOn);
+  EXPECT_EQ(back.off_cpu, Switch::kOn);
   EXPECT_EQ(back.off_cpu_min_us, 7u);
   EXPECT_FALSE(back.follow_children);
-  EXPECT_EQ(back.call_graph, session::CallGraphMode::kDwarf);
+  EXPECT_EQ(back.call_graph, CallGraph::kDwarf);
   EXPECT_TRUE(back.calls);
-  EXPECT_EQ(back.calls_counter, session::CallCounterChoice::kUprobes);
+  EXPECT_EQ(back.calls_counter, CallCounterKind::kUprobes);
   EXPECT_TRUE(back.call_latency);
   EXPECT_TRUE(back.alloc);
   EXPECT_EQ(back.alloc_mean, 4096u);
   EXPECT_EQ(back.stack_size, 4096u);
   EXPECT_EQ(back.cfi_rows, 70000u);
-  EXPECT_EQ(back.mip, session::Switch::kOff);
+  EXPECT_EQ(back.mip, Switch::kOff);
   // The words on the wire are the command line's, as docs/protocol.md lists them.
   EXPECT_EQ(wire["event"], "cpu-clock");
   EXPECT_EQ(wire["kernel"], "off");
@@ -177,8 +177,8 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   json timed = pid_calls;
   timed["call_latency"] = true;
   EXPECT_TRUE(session::record_options_from_request(session::record_request_from_json(timed)).time_calls);
-  EXPECT_EQ(empty.kernel, session::Switch::kAuto);
-  EXPECT_EQ(empty.call_graph, session::CallGraphMode::kAuto);
+  EXPECT_EQ(empty.kernel, Switch::kAuto);
+  EXPECT_EQ(empty.call_graph, CallGraph::kAuto);
 }
 
 TEST(RecordRequestJson, RefusesWordsNoChoiceHasNamingTheField) {

@@ -55,11 +55,11 @@ inline RecordOptionArg parse_record_option(int argc, char** argv, int& i, Record
     if (!value()) return RecordOptionArg::kMissingValue;
     options.cgroup = v;
   } else if (arg == "--off-cpu") {
-    options.off_cpu = OffCpu::kOn;
+    options.off_cpu = Switch::kOn;
   } else if (arg == "--no-off-cpu") {
-    options.off_cpu = OffCpu::kOff;
+    options.off_cpu = Switch::kOff;
   } else if (arg == "--no-kernel") {
-    options.kernel = KernelFrames::kOff;
+    options.kernel = Switch::kOff;
   } else if (arg == "--all") {
     options.all_processes = true;
   } else {

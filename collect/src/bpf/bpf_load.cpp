@@ -146,8 +146,8 @@ LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& pr
   else if (!options.cgroup.empty())
     c.filter_mode = HPD_FILTER_CGROUP;
   c.follow_children = options.follow_children;
-  c.capture_kernel = options.kernel == KernelFrames::kOn ||
-                     (options.kernel == KernelFrames::kAuto && privileges.may_see_kernel());
+  c.capture_kernel =
+      options.kernel == Switch::kOn || (options.kernel == Switch::kAuto && privileges.may_see_kernel());
   c.restrict_creds = options.restrict_to_client;
   c.off_cpu_min_ns = uint64_t{options.off_cpu_min_us} * 1000;
   c.sample_period_ns = std::max<uint64_t>(1, 1'000'000'000ULL / options.frequency_hz);

@@ -38,8 +38,8 @@ bool needs_bpf(const RecordOptions& options) {
 }
 
 bool off_cpu_enabled(const RecordOptions& options) {
-  if (options.off_cpu == OffCpu::kAuto) return !options.all_processes;
-  return options.off_cpu == OffCpu::kOn;
+  if (options.off_cpu == Switch::kAuto) return !options.all_processes;
+  return options.off_cpu == Switch::kOn;
 }
 
 std::string bpf_unavailable_reason(const PerfPrivileges& privileges) {
@@ -162,8 +162,8 @@ RecordResult BpfSession::run() {
   RecordingInfo& info = profile.info;
   info.interval_ns = period_ns_;
   info.frequency_hz = options_.frequency_hz;
-  info.backend = "bpf";
-  info.call_graph = dwarf_ ? "dwarf" : cfi_ ? "cfi" : "fp";
+  info.backend = to_string(Backend::kBpf);
+  info.call_graph = to_string(dwarf_ ? CallGraph::kDwarf : cfi_ ? CallGraph::kCfi : CallGraph::kFp);
   info.kernel_frames = kernel_frames_;
   info.logical_cpus = static_cast<uint32_t>(cpus_.size());
   describe_recording(options_, info);
@@ -214,7 +214,7 @@ RecordResult BpfSession::run() {
   timing_mark("tables-ready");
   attach_sampling();
   timing_mark("sampling-attached");
-  info.event = per_task_ ? "task-clock" : "cpu-clock";
+  info.event = to_string(per_task_ ? SamplingEvent::kTaskClock : SamplingEvent::kCpuClock);
   seed_cpu_baselines();
   if (command_) seed_thread(command_->pid(), command_->pid());
   for (const int32_t pid : options_.pids) describe_initial(pid);

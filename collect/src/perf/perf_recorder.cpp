@@ -80,8 +80,8 @@ class PerfSession {
  public:
   PerfSession(const RecordOptions& options, const PerfPrivileges& privileges)
       : options_(options), privileges_(privileges), cpus_(online_cpus()), rings_(cpus_.size()) {
-    kernel_frames_ = options.kernel == KernelFrames::kOn ||
-                     (options.kernel == KernelFrames::kAuto && privileges.may_see_kernel());
+    kernel_frames_ =
+        options.kernel == Switch::kOn || (options.kernel == Switch::kAuto && privileges.may_see_kernel());
     max_stack_ = static_cast<uint32_t>(std::clamp(privileges.max_stack, 1, 65535));
     ring_pages_ = choose_ring_pages(options);
     init_attr();
@@ -170,7 +170,7 @@ void PerfSession::init_attr() {
   std::memset(&a, 0, sizeof a);
   a.size = sizeof a;
   a.type = PERF_TYPE_SOFTWARE;
-  a.config = options_.event == "cpu-clock" ? PERF_COUNT_SW_CPU_CLOCK : PERF_COUNT_SW_TASK_CLOCK;
+  a.config = options_.event == SamplingEvent::kCpuClock ? PERF_COUNT_SW_CPU_CLOCK : PERF_COUNT_SW_TASK_CLOCK;
   a.sample_period = std::max<uint64_t>(1, 1'000'000'000ULL / options_.frequency_hz);
   a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ID | PERF_SAMPLE_CPU |
                   PERF_SAMPLE_PERIOD | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_READ | PERF_SAMPLE_REGS_USER |
@@ -199,7 +199,7 @@ void PerfSession::init_attr() {
   // the same tasks as carrying build-ids (mmap_watch.cpp); build-ids are read from the files.
   // --off-cpu: a record at each context switch of a target thread, paired into off-CPU intervals by
   // the decoder (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT tells a thread left runnable from a blocked one).
-  a.context_switch = options_.off_cpu == OffCpu::kOn ? 1 : 0;
+  a.context_switch = options_.off_cpu == Switch::kOn ? 1 : 0;
   a.exclude_hv = 1;
   a.exclude_kernel = kernel_frames_ ? 0 : 1;
   a.exclude_callchain_kernel = kernel_frames_ ? 0 : 1;
@@ -500,9 +500,9 @@ void PerfSession::fill_info() {
   RecordingInfo& info = result_.profile.info;
   info.interval_ns = attr_.sample_period;
   info.frequency_hz = options_.frequency_hz;
-  info.backend = "perf";
-  info.event = options_.event;
-  info.call_graph = options_.call_graph == CallGraph::kDwarf ? "dwarf" : "fp";
+  info.backend = to_string(Backend::kPerf);
+  info.event = to_string(options_.event);
+  info.call_graph = to_string(options_.call_graph == CallGraph::kDwarf ? CallGraph::kDwarf : CallGraph::kFp);
   info.kernel_frames = kernel_frames_;
   info.logical_cpus = static_cast<uint32_t>(cpus_.size());
   describe_recording(options_, info);

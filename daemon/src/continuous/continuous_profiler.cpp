@@ -513,10 +513,10 @@ struct ContinuousProfiler::State {
     ro.all_processes = true;
     ro.frequency_hz = started_with.frequency_hz;
     ro.duration_s = 0;  // until end_collection
-    ro.event = "cpu-clock";
-    ro.kernel = started_with.kernel ? KernelFrames::kAuto : KernelFrames::kOff;
+    ro.event = SamplingEvent::kCpuClock;
+    ro.kernel = started_with.kernel ? Switch::kAuto : Switch::kOff;
     ro.backend = started_with.backend;
-    ro.off_cpu = started_with.off_cpu ? OffCpu::kOn : OffCpu::kOff;
+    ro.off_cpu = started_with.off_cpu ? Switch::kOn : Switch::kOff;
     ro.call_graph = CallGraph::kAuto;  // cfi with the eBPF backend, fp with perf_event (system-wide)
     ro.cfi_row_capacity = started_with.cfi_rows;
     ro.stop = &end_collection;

@@ -243,7 +243,7 @@ bool Connection::authorize_recording(session::RecordRequest& args, const Config&
         kernel_frames_refusal(peer_, read_kernel_sysctl("kernel/perf_event_paranoid", 2),
                               read_kernel_sysctl("kernel/kptr_restrict", 2));
     if (!no_kernel.empty()) {
-      if (args.kernel == session::Switch::kOn) {
+      if (args.kernel == Switch::kOn) {
         log_refusal("kernel frames (--kernel)", no_kernel);
         send_error(ErrorCode::kPermissionDenied, "kernel call stacks are not yours to have: " + no_kernel +
                                                      "; record without --kernel, or " +
@@ -251,9 +251,9 @@ bool Connection::authorize_recording(session::RecordRequest& args, const Config&
                                                      config.group + "' group");
         return false;
       }
-      if (args.kernel != session::Switch::kOff)
+      if (args.kernel != Switch::kOff)
         notes.push_back("note: no kernel frames: " + no_kernel + " (as perf would)");
-      args.kernel = session::Switch::kOff;
+      args.kernel = Switch::kOff;
     }
   }
   return true;

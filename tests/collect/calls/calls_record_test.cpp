@@ -75,7 +75,7 @@ Counted record_calls(std::vector<std::string> command, hpd::Backend backend = hp
   options.call_runtime = HPD_CALLS_RUNTIME_PATH;
   options.backend = backend;
   options.frequency_hz = 499;
-  options.off_cpu = backend == hpd::Backend::kPerf ? hpd::OffCpu::kOff : hpd::OffCpu::kAuto;
+  options.off_cpu = backend == hpd::Backend::kPerf ? hpd::Switch::kOff : hpd::Switch::kAuto;
   Counted out;
   out.result = hpd::record(options);
   hpd::Symbolizer symbolizer;

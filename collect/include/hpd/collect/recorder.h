@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hpd/calls/call_stats.h"
+#include "hpd/collect/record_choices.h"
 #include "hpd/model/raw_profile.h"
 
 namespace hpd {
@@ -24,34 +25,11 @@ class RecordError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class KernelFrames { kAuto, kOn, kOff };
-
-// kAuto: the eBPF backend when it is available (privileges, kernel BTF, built in), else perf_event.
-enum class Backend { kAuto, kBpf, kPerf };
-const char* to_string(Backend backend);
-
-// How user call stacks are captured. kCfi (eBPF only): unwound inside the eBPF programs, on and off
-// the CPU, with tables compiled from each module's .eh_frame/.debug_frame (frame pointers for
-// modules without CFI). kFp: a frame-pointer walk, plus the caller of a frameless leaf (read from a
-// small copy of the stack top). kDwarf: a copy of the top of the user stack and the user registers
-// per on-CPU sample, unwound in user space from DWARF CFI (either backend; the eBPF backend's
-// off-CPU stacks are frame-pointer walks then). kAuto: cfi with the eBPF backend; with perf_event,
-// dwarf when a target's executable was built without frame pointers, else fp (always fp for --all
-// and --cgroup).
-enum class CallGraph { kAuto, kFp, kDwarf, kCfi };
-const char* to_string(CallGraph mode);
-
 // Default stack copy in dwarf mode: measured to unwind Rust programs with large stack frames
 // completely where 16 KiB does not (docs/performance.md). perf_event caps it at 65528, and so does
 // the eBPF backend.
 inline constexpr uint32_t kDefaultStackCopyBytes = 32768;
 inline constexpr uint32_t kMaxStackCopyBytes = 65528;
-
-// kAuto: off-CPU samples for pid, command and cgroup targets with the eBPF backend; none for --all
-// (every context switch of the system would be recorded) and none with perf_event. kOn with
-// perf_event: intervals from its context-switch records, blocked or waiting for a CPU, without a
-// stack (a switch record carries none).
-enum class OffCpu { kAuto, kOn, kOff };
 
 struct RecordProgress {
   double elapsed_s = 0;
@@ -59,9 +37,6 @@ struct RecordProgress {
   uint64_t samples = 0;
   uint64_t lost = 0;
 };
-
-// What counts the calls of RecordOptions::count_calls.
-enum class CallCounterKind : uint8_t { kAuto = 0, kRuntime = 1, kUprobes = 2 };
 
 struct RecordOptions {
   std::vector<int32_t> pids;         // record these running processes (all their threads) ...
@@ -74,10 +49,10 @@ struct RecordOptions {
   // recording ("exited before the recording started"), and nothing of another process that got its pid
   // is kept.
   std::vector<int> pid_fds;
-  // "task-clock" or "cpu-clock" (perf_event backend; the eBPF backend uses task-clock per thread for
-  // pid and command targets, cpu-clock per CPU for --all and --cgroup).
-  std::string event = "task-clock";
-  KernelFrames kernel = KernelFrames::kAuto;  // kAuto: when perf_event_paranoid / capabilities allow
+  // The sampling clock (perf_event backend; the eBPF backend uses task-clock per thread for pid and
+  // command targets, cpu-clock per CPU for all processes and a cgroup).
+  SamplingEvent event = SamplingEvent::kTaskClock;
+  Switch kernel = Switch::kAuto;  // kernel frames; kAuto: when perf_event_paranoid / capabilities allow
   // Pages per ring buffer, a power of two; 0 = chosen from the rate. perf_event: one ring per CPU;
   // eBPF: the one ring all CPUs share.
   uint32_t ring_pages = 0;
@@ -104,7 +79,11 @@ struct RecordOptions {
   // relative to the cgroup v2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid systems). With a
   // command, until the command exits (the command is not moved into it).
   std::string cgroup;
-  OffCpu off_cpu = OffCpu::kAuto;
+  // Off-CPU samples. kAuto: for pid, command and cgroup targets with the eBPF backend; none for all
+  // processes (every context switch of the system would be recorded) and none with perf_event. kOn with
+  // perf_event: intervals from its context-switch records, blocked or waiting for a CPU, without a
+  // stack (a switch record carries none).
+  Switch off_cpu = Switch::kAuto;
   // Off-CPU intervals shorter than this are not recorded (0 = all).
   uint32_t off_cpu_min_us = 0;
   // Processes the targets fork are recorded too (eBPF; perf_event always follows them), and with pids

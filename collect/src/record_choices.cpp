@@ -1,10 +1,10 @@
-// The words of RecordRequest's choices: one table per choice, read both ways.
-#include "hpd/session/record_request.h"
+// The words of a recording's choices: one table per choice, read both ways.
+#include "hpd/collect/record_choices.h"
 
 #include <array>
 #include <utility>
 
-namespace hpd::session {
+namespace hpd {
 namespace {
 
 template <typename E, size_t N>
@@ -14,15 +14,15 @@ constexpr Words<Switch, 3> kSwitchWords{
     {{Switch::kAuto, "auto"}, {Switch::kOn, "on"}, {Switch::kOff, "off"}}};
 constexpr Words<SamplingEvent, 2> kEventWords{
     {{SamplingEvent::kTaskClock, "task-clock"}, {SamplingEvent::kCpuClock, "cpu-clock"}}};
-constexpr Words<BackendChoice, 3> kBackendWords{
-    {{BackendChoice::kAuto, "auto"}, {BackendChoice::kBpf, "bpf"}, {BackendChoice::kPerf, "perf"}}};
-constexpr Words<CallGraphMode, 4> kCallGraphWords{{{CallGraphMode::kAuto, "auto"},
-                                                   {CallGraphMode::kCfi, "cfi"},
-                                                   {CallGraphMode::kFp, "fp"},
-                                                   {CallGraphMode::kDwarf, "dwarf"}}};
-constexpr Words<CallCounterChoice, 3> kCallCounterWords{{{CallCounterChoice::kAuto, "auto"},
-                                                         {CallCounterChoice::kRuntime, "runtime"},
-                                                         {CallCounterChoice::kUprobes, "uprobes"}}};
+constexpr Words<Backend, 3> kBackendWords{
+    {{Backend::kAuto, "auto"}, {Backend::kBpf, "bpf"}, {Backend::kPerf, "perf"}}};
+constexpr Words<CallGraph, 4> kCallGraphWords{{{CallGraph::kAuto, "auto"},
+                                               {CallGraph::kCfi, "cfi"},
+                                               {CallGraph::kFp, "fp"},
+                                               {CallGraph::kDwarf, "dwarf"}}};
+constexpr Words<CallCounterKind, 3> kCallCounterWords{{{CallCounterKind::kAuto, "auto"},
+                                                       {CallCounterKind::kRuntime, "runtime"},
+                                                       {CallCounterKind::kUprobes, "uprobes"}}};
 
 template <typename E, size_t N>
 const char* word_of(const Words<E, N>& words, E value) {
@@ -36,6 +36,13 @@ std::optional<E> value_of(const Words<E, N>& words, std::string_view word) {
   for (const auto& [e, w] : words)
     if (word == w) return e;
   return std::nullopt;
+}
+
+template <typename E, size_t N>
+std::vector<std::string> each_of(const Words<E, N>& words) {
+  std::vector<std::string> each;
+  for (const auto& [e, word] : words) each.emplace_back(word);
+  return each;
 }
 
 template <typename E, size_t N>
@@ -56,13 +63,13 @@ const char* to_string(Switch value) {
 const char* to_string(SamplingEvent value) {
   return word_of(kEventWords, value);
 }
-const char* to_string(BackendChoice value) {
+const char* to_string(Backend value) {
   return word_of(kBackendWords, value);
 }
-const char* to_string(CallGraphMode value) {
+const char* to_string(CallGraph value) {
   return word_of(kCallGraphWords, value);
 }
-const char* to_string(CallCounterChoice value) {
+const char* to_string(CallCounterKind value) {
   return word_of(kCallCounterWords, value);
 }
 
@@ -72,13 +79,13 @@ std::optional<Switch> parse_switch(std::string_view word) {
 std::optional<SamplingEvent> parse_sampling_event(std::string_view word) {
   return value_of(kEventWords, word);
 }
-std::optional<BackendChoice> parse_backend(std::string_view word) {
+std::optional<Backend> parse_backend(std::string_view word) {
   return value_of(kBackendWords, word);
 }
-std::optional<CallGraphMode> parse_call_graph(std::string_view word) {
+std::optional<CallGraph> parse_call_graph(std::string_view word) {
   return value_of(kCallGraphWords, word);
 }
-std::optional<CallCounterChoice> parse_call_counter(std::string_view word) {
+std::optional<CallCounterKind> parse_call_counter(std::string_view word) {
   return value_of(kCallCounterWords, word);
 }
 
@@ -98,4 +105,17 @@ std::string call_counter_words() {
   return list_of(kCallCounterWords);
 }
 
-}  // namespace hpd::session
+std::vector<std::string> sampling_event_word_list() {
+  return each_of(kEventWords);
+}
+std::vector<std::string> backend_word_list() {
+  return each_of(kBackendWords);
+}
+std::vector<std::string> call_graph_word_list() {
+  return each_of(kCallGraphWords);
+}
+std::vector<std::string> call_counter_word_list() {
+  return each_of(kCallCounterWords);
+}
+
+}  // namespace hpd
