@@ -45,6 +45,21 @@ TEST(PerfEventDecoder, CpuDeltaFromPerThreadPerCpuCounter) {
   EXPECT_EQ(builder.samples(), 5u);
 }
 
+// A thread that exited and a new one given its tid: the new thread's counter starts from zero, even
+// when its first value is already above the old thread's last one on that CPU.
+TEST(PerfEventDecoder, ATidGivenToANewThreadCountsFromZero) {
+  RawProfile profile;
+  PerfFeed builder(profile, {true, 127});
+  builder.on_record(TaskRecord{true, 10, 10, 11, 10, 50, {}});
+  builder.on_record(make_sample(10, 11, 0, 100, 1'000'000));
+  builder.on_record(TaskRecord{false, 10, 10, 11, 11, 110, {}});  // exits
+  builder.on_record(TaskRecord{true, 10, 10, 11, 10, 120, {}});   // another thread, the same tid
+  builder.on_record(make_sample(10, 11, 0, 130, 3'000'000));
+  ASSERT_EQ(profile.samples.size(), 2u);
+  EXPECT_EQ(profile.samples[0].cpu_delta_ns, 1'000'000u);
+  EXPECT_EQ(profile.samples[1].cpu_delta_ns, 3'000'000u);
+}
+
 SwitchRecord make_switch(int32_t tid, uint64_t time, bool out, bool preempt = false, uint32_t cpu = 0,
                          uint64_t id = 1) {
   SwitchRecord r;

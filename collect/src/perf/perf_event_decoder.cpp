@@ -107,7 +107,9 @@ void PerfEventDecoder::decode(const PerfRecord& record, size_t bytes, const Even
       }
       sink(ForkEvent{t->pid, t->tid, t->ppid, t->ptid, t->time, {}});
     } else {
-      own_ids_.erase(t->tid);  // the tid may be given to another task
+      // The tid may be given to another task: its events and counters are new.
+      own_ids_.erase(t->tid);
+      last_value_.erase(t->tid);
       sink(ExitEvent{t->pid, t->tid, t->time, 0});
     }
   } else if (const auto* l = std::get_if<LostRecord>(&record)) {
