@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -28,9 +29,69 @@ std::map<std::string, AllocTruth> read_alloc_truth(const std::string& path) {
   return out;
 }
 
-double alloc_allowed_error(double blocks, double size, double mean) {
+double alloc_variance(double blocks, double size, double mean) {
   const double p = -std::expm1(-size / mean);
-  return 5.0 * size * std::sqrt(blocks * (1.0 - p) / p) + 1.0;
+  return blocks * size * size * (1.0 - p) / p;
+}
+
+double alloc_allowed_error(double blocks, double size, double mean) {
+  return 5.0 * std::sqrt(alloc_variance(blocks, size, mean)) + 1.0;
+}
+
+double alloc_share_allowed_error(const std::map<std::string, AllocTruth>& truth, const std::string& name,
+                                 double mean) {
+  double all_bytes = 0, own_variance = 0, others_variance = 0;
+  for (const auto& [function, t] : truth) {
+    all_bytes += t.blocks * t.size;
+    (function == name ? own_variance : others_variance) += alloc_variance(t.blocks, t.size, mean);
+  }
+  const AllocTruth& own = truth.at(name);
+  const double share = own.blocks * own.size / all_bytes;
+  const double variance =
+      ((1 - share) * (1 - share) * own_variance + share * share * others_variance) / (all_bytes * all_bytes);
+  return 5.0 * 100.0 * std::sqrt(variance);
+}
+
+uint64_t check_alloc_estimates(const nlohmann::json& doc, const std::map<std::string, AllocTruth>& truth,
+                               double mean) {
+  double truth_bytes = 0;
+  std::string leaker;
+  for (const auto& [name, t] : truth) {
+    truth_bytes += t.blocks * t.size;
+    if (t.leaked != 0) leaker = name;
+  }
+  const double all_bytes = doc["allocations"]["bytes"].get<double>();
+  std::string top_live;
+  double top_live_bytes = -1;
+  for (const nlohmann::json& row : doc["allocations"]["rows"]) {
+    if (row["live_self_bytes"].get<double>() > top_live_bytes) {
+      top_live_bytes = row["live_self_bytes"].get<double>();
+      top_live = row["name"].get<std::string>();
+    }
+  }
+  uint64_t freed_samples = 0;
+  for (const auto& [name, t] : truth) {
+    SCOPED_TRACE(name);
+    const nlohmann::json* row = alloc_row(doc, name);
+    EXPECT_NE(row, nullptr) << doc.dump();
+    if (row == nullptr) continue;
+    const double self = (*row)["self_bytes"].get<double>();
+    EXPECT_NEAR(self, t.blocks * t.size, alloc_allowed_error(t.blocks, t.size, mean));
+    EXPECT_LE(alloc_share_allowed_error(truth, name, mean), 3.0);
+    EXPECT_NEAR(100.0 * self / all_bytes, 100.0 * t.blocks * t.size / truth_bytes, 3.0);
+    const double live = (*row)["live_self_bytes"].get<double>();
+    std::printf("%-13s %5.2f%% of the bytes (truth %5.2f%%, 5 sd %.2f points), live %.0f (truth %.0f)\n",
+                name.c_str(), 100.0 * self / all_bytes, 100.0 * t.blocks * t.size / truth_bytes,
+                alloc_share_allowed_error(truth, name, mean), live, t.leaked * t.size);
+    if (t.leaked == 0) {
+      EXPECT_EQ(live, 0.0);
+      freed_samples += (*row)["samples"].get<uint64_t>();
+    } else {
+      EXPECT_NEAR(live, t.leaked * t.size, alloc_allowed_error(t.leaked, t.size, mean));
+    }
+  }
+  EXPECT_EQ(top_live, leaker) << doc.dump();
+  return freed_samples;
 }
 
 const nlohmann::json* alloc_row(const nlohmann::json& doc, const std::string& name) {
@@ -151,7 +212,7 @@ bool wait_for_file(const std::string& path, double timeout_s, pid_t alive) {
 }
 
 void check_alloc_pid_attach(const AllocPidAttach& how) {
-  constexpr double kMean = 4096;
+  const double mean = how.mean != 0 ? how.mean : 512 * 1024;
   const testing::TempDir dir("hpd-alloc-pid");
   if (!how.as_user.empty()) {
     ASSERT_EQ(::chown(dir.path().c_str(), how.uid, how.gid), 0) << dir.path();
@@ -162,6 +223,7 @@ void check_alloc_pid_attach(const AllocPidAttach& how) {
     target_argv.insert(target_argv.end(), how.target_env.begin(), how.target_env.end());
   }
   target_argv.insert(target_argv.end(), {how.fixture, dir.path()});
+  if (!how.mode.empty()) target_argv.push_back(how.mode);
   Background target(target_argv);
   ASSERT_TRUE(wait_for_file(dir.file("ready"), 60, target.pid()));
   const pid_t target_pid = target.pid();
@@ -175,8 +237,10 @@ void check_alloc_pid_attach(const AllocPidAttach& how) {
     argv.push_back("--local");
   else
     argv.insert(argv.end(), {"--socket", how.daemon_socket, "--daemon"});
-  argv.insert(argv.end(), {"record", "--alloc", "--alloc-mean", "4096", "--no-report", "-o", out, "--pid",
-                           std::to_string(target_pid), "-d", "600"});
+  argv.insert(argv.end(), {"record", "--alloc"});
+  if (how.mean != 0)
+    argv.insert(argv.end(), {"--alloc-mean", std::to_string(static_cast<uint64_t>(how.mean))});
+  argv.insert(argv.end(), {"--no-report", "-o", out, "--pid", std::to_string(target_pid), "-d", "600"});
   Background recorder(argv, recorder_options);
   ASSERT_TRUE(wait_for_file(dir.file("done"), 180, recorder.pid())) << read_text_file(err);
   ASSERT_EQ(recorder.terminate(120), 0) << read_text_file(err);
@@ -204,40 +268,13 @@ void check_alloc_pid_attach(const AllocPidAttach& how) {
 
   const std::map<std::string, AllocTruth> truth = read_alloc_truth(dir.file("truth"));
   ASSERT_EQ(truth.size(), 3u);
-  double truth_bytes = 0;
-  for (const auto& [name, t] : truth) truth_bytes += t.blocks * t.size;
   const RunResult rep = run({how.hpctl, "report", "--json", "--limit", "0", out});
   ASSERT_EQ(rep.exit_code, 0) << rep.err;
   const nlohmann::json doc = nlohmann::json::parse(rep.out);
   ASSERT_TRUE(doc.contains("allocations")) << rep.out;
-  EXPECT_EQ(doc["allocations"]["mean_bytes"], 4096);
-  const double all_bytes = doc["allocations"]["bytes"].get<double>();
-  uint64_t freed_samples = 0;
-  std::string top_live;
-  double top_live_bytes = -1;
-  for (const nlohmann::json& row : doc["allocations"]["rows"]) {
-    if (row["live_self_bytes"].get<double>() > top_live_bytes) {
-      top_live_bytes = row["live_self_bytes"].get<double>();
-      top_live = row["name"].get<std::string>();
-    }
-  }
-  for (const auto& [name, t] : truth) {
-    SCOPED_TRACE(name);
-    const nlohmann::json* row = alloc_row(doc, name);
-    ASSERT_NE(row, nullptr) << rep.out;
-    // The leaf frame is the function that called the allocator (the uretprobe's return address).
-    const double self = (*row)["self_bytes"].get<double>();
-    EXPECT_NEAR(self, t.blocks * t.size, alloc_allowed_error(t.blocks, t.size, kMean));
-    EXPECT_NEAR(100.0 * self / all_bytes, 100.0 * t.blocks * t.size / truth_bytes, 3.0);
-    const double live = (*row)["live_self_bytes"].get<double>();
-    if (t.leaked == 0) {
-      EXPECT_EQ(live, 0.0);
-      freed_samples += (*row)["samples"].get<uint64_t>();
-    } else {
-      EXPECT_NEAR(live, t.leaked * t.size, alloc_allowed_error(t.leaked, t.size, kMean));
-    }
-  }
-  EXPECT_EQ(top_live, "leak_blocks") << rep.out;
+  EXPECT_EQ(doc["allocations"]["mean_bytes"], mean);
+  // The leaf frame is the function that called the allocator (the uretprobe's return address).
+  const uint64_t freed_samples = check_alloc_estimates(doc, truth, mean);
   EXPECT_EQ(doc["allocations"]["frees_matched"].get<uint64_t>(), freed_samples);
 }
 

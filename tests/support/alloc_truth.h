@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,6 +29,24 @@ std::map<std::string, AllocTruth> read_alloc_truth(const std::string& path);
 // n * size^2 * (1 - p) / p. Five standard deviations (a false failure about once in 1.7 million runs)
 // plus one byte for the rounding of an exact (p = 1) estimate.
 double alloc_allowed_error(double blocks, double size, double mean);
+
+// The variance of that estimate: n * size^2 * (1 - p) / p.
+double alloc_variance(double blocks, double size, double mean);
+
+// The error the sampling allows on the share (in points, 0 to 100) of the function `name` in the bytes
+// of all of `truth`'s, the functions' estimates independent: share = X / T, so to first order its
+// variance is ((1 - share)^2 var(X) + share^2 var(T - X)) / T^2. Five standard deviations.
+double alloc_share_allowed_error(const std::map<std::string, AllocTruth>& truth, const std::string& name,
+                                 double mean);
+
+// What a recording sampled with `mean` says of a fixture whose truth is `truth`, from its
+// `hpctl report --json`: each function's self bytes within alloc_allowed_error of the truth and its
+// share of the recording's bytes within 3 points of the truth's (and alloc_share_allowed_error within
+// those 3 points: the fixture is big enough that the check is not a coin toss); the freeing functions
+// with nothing live, the leaking one's live bytes within alloc_allowed_error of what it leaked, and
+// first by live bytes. Returns the samples of the freeing functions (each free of one is matched).
+uint64_t check_alloc_estimates(const nlohmann::json& doc, const std::map<std::string, AllocTruth>& truth,
+                               double mean);
 
 // The row named `name` of the "allocations" of a report, or null.
 const nlohmann::json* alloc_row(const nlohmann::json& doc, const std::string& name);
@@ -79,14 +98,18 @@ struct AllocPidAttach {
   std::vector<std::string> not_said{};
   // Environment entries of the fixture only (LD_PRELOAD=... of an allocator).
   std::vector<std::string> target_env{};
+  // The sampling mean asked for with --alloc-mean; 0: none asked, hpd's default (512 KiB).
+  double mean = 4096;
+  // The fixture's mode after DIR ("default-mean"); empty: its ordinary run.
+  std::string mode{};
 };
 
-// `hpctl record --alloc --alloc-mean 4096 --pid PID` of the fixture, which waits until the probes are
-// in before it allocates: byte shares within 3 points of the truth, each function's bytes and the
-// leak's live bytes within five standard deviations of the sampling, the freeing functions with
-// nothing live, the leaking function first by live bytes; free(NULL) and frees of blocks allocated
-// before the attach counted, not matched; after the recording the probes are gone and the target runs
-// to its end, its memory intact.
+// `hpctl record --alloc --alloc-mean MEAN --pid PID` of the fixture, which waits until the probes are
+// in before it allocates: check_alloc_estimates (byte shares within 3 points of the truth, each
+// function's bytes and the leak's live bytes within five standard deviations of the sampling, the
+// freeing functions with nothing live, the leaking function first by live bytes); free(NULL) and frees of
+// blocks allocated before the attach counted, not matched; after the recording the probes are gone and the
+// target runs to its end, its memory intact.
 void check_alloc_pid_attach(const AllocPidAttach& how);
 
 }  // namespace hpd::test

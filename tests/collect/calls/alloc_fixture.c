@@ -6,9 +6,11 @@
  *       large_blocks:  64 x calloc(1, 1 MiB), each freed
  *       leak_pages:    2048 x posix_memalign(64, 4096), never freed
  *     FILE is written with write(2) from a stack buffer: nothing else allocates after start-up.
- *   alloc_fixture shares FILE the issue's program, the same way: large_blocks 168 x calloc(1, 1 MiB)
+ *   alloc_fixture shares FILE [ROUNDS]
+ *                             the issue's program, the same way: large_blocks 168 x calloc(1, 1 MiB)
  *                             (70% of the freed bytes), small_blocks 294,912 x malloc(256) (30%),
- *                             leak_pages 8,192 x posix_memalign(64, 4096) never freed (32 MiB)
+ *                             each repeated ROUNDS times (default 1), all freed; then leak_pages
+ *                             8,192 x posix_memalign(64, 4096) never freed (32 MiB, whatever ROUNDS)
  *   alloc_fixture churn       threads allocating in one thread and freeing in another, realloc
  *                             growth, aligned_alloc/memalign/valloc, free(NULL), a fork whose child
  *                             allocates and execs /bin/true; exits 0 when all went well. */
@@ -72,14 +74,16 @@ static void put_line(int fd, const char* name, long blocks, long size, long leak
   if (write(fd, line, (size_t)n) != n) _exit(4);
 }
 
-static int truth(const char* path, int small_n, size_t small_size, int large_n, int leak_n) {
-  small_blocks(small_n, small_size);
-  large_blocks(large_n);
+static int truth(const char* path, int small_n, size_t small_size, int large_n, int leak_n, int rounds) {
+  for (int round = 0; round < rounds; ++round) {
+    small_blocks(small_n, small_size);
+    large_blocks(large_n);
+  }
   leak_pages(leak_n);
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return 2;
-  put_line(fd, "small_blocks", small_n, (long)small_size, 0);
-  put_line(fd, "large_blocks", large_n, LARGE_SIZE, 0);
+  put_line(fd, "small_blocks", (long)small_n * rounds, (long)small_size, 0);
+  put_line(fd, "large_blocks", (long)large_n * rounds, LARGE_SIZE, 0);
   put_line(fd, "leak_pages", leak_n, LEAK_SIZE, leak_n);
   close(fd);
   return 0;
@@ -154,10 +158,17 @@ static int churn(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc == 3 && strcmp(argv[1], "truth") == 0) return truth(argv[2], SMALL_N, SMALL_SIZE, LARGE_N, LEAK_N);
-  if (argc == 3 && strcmp(argv[1], "shares") == 0)
-    return truth(argv[2], SHARES_SMALL_N, SHARES_SMALL_SIZE, SHARES_LARGE_N, SHARES_LEAK_N);
+  if (argc == 3 && strcmp(argv[1], "truth") == 0)
+    return truth(argv[2], SMALL_N, SMALL_SIZE, LARGE_N, LEAK_N, 1);
+  if ((argc == 3 || argc == 4) && strcmp(argv[1], "shares") == 0) {
+    const int rounds = argc == 4 ? atoi(argv[3]) : 1;
+    if (rounds < 1 || rounds > 1000) {
+      fprintf(stderr, "alloc_fixture: ROUNDS must be 1 to 1000, not %s\n", argv[3]);
+      return 1;
+    }
+    return truth(argv[2], SHARES_SMALL_N, SHARES_SMALL_SIZE, SHARES_LARGE_N, SHARES_LEAK_N, rounds);
+  }
   if (argc == 2 && strcmp(argv[1], "churn") == 0) return churn();
-  fprintf(stderr, "usage: alloc_fixture truth FILE | shares FILE | churn\n");
+  fprintf(stderr, "usage: alloc_fixture truth FILE | shares FILE [ROUNDS] | churn\n");
   return 1;
 }

@@ -17,6 +17,14 @@
  *        0. Any failure exits with a code naming the step (2: probes never came, 3: probes never
  *        left, 4: memory damaged, 5: allocation failed, 6: a file could not be written).
  *
+ *   alloc_pid_fixture DIR default-mean
+ *     As above, for a recording at the default mean (512 KiB), where one round of step 3 is too
+ *     little to estimate shares within 3 points: its large and small blocks in 16 rounds, each
+ *     168 x calloc(1, 1 MiB) and 18,432 x malloc(4096) (72 MiB: 30%, in 4 KiB blocks rather than
+ *     256 B, so that the probes, which trap on every call, see as many calls as one round of 256 B
+ *     blocks: the sampling's error depends on the bytes of small blocks, not their number), all freed;
+ *     the leak as in step 3 (32 MiB, once).
+ *
  *   alloc_pid_fixture DIR watch|watch-nondumpable
  *     For the refused recordings: (watch-nondumpable: makes itself not dumpable, as a process that
  *     changed its credentials is), writes DIR/ready, then allocates and frees a block and looks at the
@@ -41,6 +49,9 @@
 #define LARGE_SIZE (1 << 20)
 #define SMALL_N 294912
 #define SMALL_SIZE 256
+#define DEFAULT_MEAN_ROUNDS 16
+#define DEFAULT_MEAN_SMALL_N 18432
+#define DEFAULT_MEAN_SMALL_SIZE 4096
 #define LEAK_N 8192
 #define LEAK_SIZE 4096
 #define FREE_NULL_N 1000
@@ -54,8 +65,9 @@ static unsigned char* leaked[LEAK_N];
 
 #include "alloc_small_leak.h"
 
-__attribute__((noinline)) static void large_blocks(void) {
-  for (int i = 0; i < LARGE_N; ++i) {
+/* noclone: the modes' counts must not make gcc clone them under other names (.constprop). */
+__attribute__((noinline, noclone)) static void large_blocks(int n) {
+  for (int i = 0; i < n; ++i) {
     char* p = calloc(1, LARGE_SIZE);
     if (p == NULL) _exit(5);
     p[i] = 1;
@@ -64,13 +76,13 @@ __attribute__((noinline)) static void large_blocks(void) {
   }
 }
 
-__attribute__((noinline)) static void small_blocks(void) {
-  for (int i = 0; i < SMALL_N; ++i) {
-    void* p = SMALL_ALLOC(SMALL_SIZE);
+__attribute__((noinline, noclone)) static void small_blocks(int n, size_t size) {
+  for (int i = 0; i < n; ++i) {
+    void* p = SMALL_ALLOC(size);
     if (p == NULL) _exit(5);
-    memset(p, 1, SMALL_SIZE);
+    memset(p, 1, size);
     sink = p;
-    SMALL_FREE(p, SMALL_SIZE);
+    SMALL_FREE(p, size);
   }
 }
 
@@ -112,7 +124,7 @@ static int watch(const char* dir, int nondumpable) {
 
 int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
-    fprintf(stderr, "usage: alloc_pid_fixture DIR [watch|watch-nondumpable|privileged]\n");
+    fprintf(stderr, "usage: alloc_pid_fixture DIR [default-mean|watch|watch-nondumpable|privileged]\n");
     return 1;
   }
   const char* dir = argv[1];
@@ -126,8 +138,8 @@ int main(int argc, char** argv) {
   watched[3] = (const unsigned char*)(void*)free;
   for (int i = 0; i < 4; ++i) memcpy(original[i], watched[i], sizeof original[i]);
   if (argc == 3 && strcmp(argv[2], "privileged") == 0) {
-    large_blocks();
-    small_blocks();
+    large_blocks(LARGE_N);
+    small_blocks(SMALL_N, SMALL_SIZE);
     leak_blocks();
     put_file(dir, "done", "done\n", 5);
     char stop[4096];
@@ -136,19 +148,28 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 30000 && access(stop, F_OK) != 0; ++i) nanosleep(&pause, NULL);
     return 0;
   }
-  if (argc == 3) return watch(dir, strcmp(argv[2], "watch-nondumpable") == 0);
+  int rounds = 1, small_n = SMALL_N, small_size = SMALL_SIZE;
+  if (argc == 3 && strcmp(argv[2], "default-mean") == 0) {
+    rounds = DEFAULT_MEAN_ROUNDS;
+    small_n = DEFAULT_MEAN_SMALL_N;
+    small_size = DEFAULT_MEAN_SMALL_SIZE;
+  } else if (argc == 3) {
+    return watch(dir, strcmp(argv[2], "watch-nondumpable") == 0);
+  }
   put_file(dir, "ready", "ready\n", 6);
   if (!wait_for(probes_in)) return 2;
 
-  large_blocks();
-  small_blocks();
+  for (int round = 0; round < rounds; ++round) {
+    large_blocks(LARGE_N);
+    small_blocks(small_n, (size_t)small_size);
+  }
   leak_blocks();
   free_nulls_and_early();
 
   char truth[512];
   const int n =
       snprintf(truth, sizeof truth, "large_blocks %d %d 0\nsmall_blocks %d %d 0\nleak_blocks %d %d %d\n",
-               LARGE_N, LARGE_SIZE, SMALL_N, SMALL_SIZE, LEAK_N, LEAK_SIZE, LEAK_N);
+               LARGE_N * rounds, LARGE_SIZE, small_n * rounds, small_size, LEAK_N, LEAK_SIZE, LEAK_N);
   put_file(dir, "truth", truth, (size_t)n);
   put_file(dir, "done", "done\n", 5);
 
@@ -156,7 +177,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < LEAK_N; ++i)
     for (int j = 0; j < LEAK_SIZE; j += 512)
       if (leaked[i][j] != (unsigned char)i) return 4;
-  small_blocks();
+  small_blocks(SMALL_N, SMALL_SIZE);
   for (int i = 0; i < LEAK_N; ++i) free(leaked[i]);
   return 0;
 }
