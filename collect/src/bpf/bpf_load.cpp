@@ -161,6 +161,12 @@ LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& pr
   // most held samples wait for are compiled first (CfiMaps::waiting), and past the held bound the process
   // holding the most gives its up first (BpfEventDecoder::decode).
   c.pending_copy = c.cfi ? kPendingStackBytes : 0;
+  // System-wide the ring is sized for the samples alone (1 MiB at the default rate on 2 CPUs), and the
+  // copies may fill half of it: twice as large, the half left to the samples is the ring they had
+  // (without it a recorder that fell 0.65 s behind lost records: docs/performance.md).
+  if (c.pending_copy != 0 && c.filter_mode != HPD_FILTER_PIDS && options.ring_pages == 0 &&
+      c.ring_bytes <= (32u << 20))
+    c.ring_bytes *= 2;
   const uint32_t rows = options.cfi_row_capacity != 0 ? options.cfi_row_capacity : kDefaultCfiRowCapacity;
   // Each module's index has at most a quarter as many buckets as the module has rows, and at least
   // one: room for as many tiny modules again.
