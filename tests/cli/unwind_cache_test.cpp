@@ -1,8 +1,10 @@
 // Privileged integration tests of the unwind-table cache on disk (hpd/collect/unwind_cache.h) through
 // hpctl: with the cache warmed by a previous recording, `hpctl record --all` beside a running program
 // built without frame pointers unwinds that program's samples to main from the start (its tables are
-// loaded from the cache before sampling, not compiled while it is sampled); a cache directory that is
-// full or read-only is said once and the recording goes on.
+// loaded from the cache before sampling, not compiled while it is sampled); with an empty cache the
+// same recording reaches main too (samples taken while the tables were compiled are walked again from
+// a copy of their stack); a cache directory that is full or read-only is said once and the recording
+// goes on.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
