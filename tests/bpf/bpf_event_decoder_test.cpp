@@ -395,6 +395,31 @@ TEST(BpfEventDecoder, SamplesWaitingForTheirTablesAreHeldInOrderAndWalkedAgain) 
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_FALSE(small.holding());
   EXPECT_EQ(small.samples_tables_pending(), 1u);
+
+  // Past the bound with several processes waiting (system-wide, a cold cache): the process holding the
+  // most gives its records up as they are; the others keep waiting for their second walk.
+  const size_t record = pending_sample(10, 100).size();
+  BpfEventDecoder bounded;
+  bounded.hold_pending_walks(nullptr, record * 5 / 2);
+  seen.clear();
+  bounded.decode(pending_sample(10, 100), sink);
+  bounded.decode(pending_sample(20, 150), sink);
+  EXPECT_TRUE(seen.empty());
+  bounded.decode(pending_sample(10, 200), sink);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].pid, 10);
+  EXPECT_EQ(seen[0].time, 100u);
+  EXPECT_EQ(seen[1].time, 200u);
+  EXPECT_EQ(seen[1].end, StackEnd::kFailed);
+  EXPECT_EQ(bounded.samples_tables_pending(), 2u);
+  EXPECT_TRUE(bounded.holding());
+  EXPECT_EQ(bounded.walks_held(), 1u);
+  bounded.release_held(walked, 1000, sink, false);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[2].pid, 20);
+  EXPECT_EQ(seen[2].end, StackEnd::kComplete);
+  EXPECT_EQ(bounded.on_cpu_rewalked(), 1u);
+  EXPECT_FALSE(bounded.holding());
 }
 
 NOINLINE_FOR_TEST int leaf_of_this_test(int x) {

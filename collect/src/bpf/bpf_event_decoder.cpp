@@ -93,12 +93,34 @@ void BpfEventDecoder::decode(std::span<const uint8_t> bytes, const EventSink& si
         ++held_walks_;
         if (on_held_) on_held_(header.pid);
       }
-      // Too much waits (tables that take long to come, for many processes): everything goes as it is.
-      if (held_bytes_ > max_held_bytes_) release_held(nullptr, 0, sink, true);
+      // Too much waits (tables that take long to come, for many processes): the processes holding the
+      // most give theirs up as they are, one by one, so that one whose tables are slow to come does not
+      // take the second walk from the others.
+      while (held_bytes_ > max_held_bytes_) release_largest(sink);
       return;
     }
   }
   decode_record(bytes, sink, nullptr);
+}
+
+void BpfEventDecoder::release_largest(const EventSink& sink) {
+  auto largest = held_.end();
+  size_t most = 0;
+  for (auto it = held_.begin(); it != held_.end(); ++it) {
+    size_t bytes = 0;
+    for (const Held& h : it->second) bytes += h.bytes.size();
+    if (largest == held_.end() || bytes > most) {
+      largest = it;
+      most = bytes;
+    }
+  }
+  if (largest == held_.end()) return;
+  for (const Held& h : largest->second) {
+    if (h.walk) --held_walks_;
+    decode_record(h.bytes, sink, nullptr);
+    held_bytes_ -= h.bytes.size();
+  }
+  held_.erase(largest);
 }
 
 void BpfEventDecoder::release_held(const HeldWalker& walker, uint64_t walkable_until_ns,

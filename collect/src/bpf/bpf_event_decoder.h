@@ -139,6 +139,8 @@ class BpfEventDecoder {
   std::function<void(int32_t)> on_held_;
   size_t max_held_bytes_ = 0;
   std::map<int32_t, std::deque<Held>> held_;
+  // Past max_held_bytes_: the process holding the most gives its records up with the programs' walk.
+  void release_largest(const EventSink& sink);
   size_t held_bytes_ = 0;
   size_t held_bytes_peak_ = 0;
   size_t held_walks_ = 0;

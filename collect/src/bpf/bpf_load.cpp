@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -121,7 +121,8 @@ class VerifierStats {
       if (i >= logs_.size()) break;
       std::string text = logs_[i++].c_str();
       std::replace(text.begin(), text.end(), '\n', ' ');
-      if (bpf_program__fd(prog) >= 0) std::fprintf(stderr, "hpd-verifier %s: %s\n", bpf_program__name(prog), text.c_str());
+      if (bpf_program__fd(prog) >= 0)
+        std::fprintf(stderr, "hpd-verifier %s: %s\n", bpf_program__name(prog), text.c_str());
     }
   }
 
@@ -155,9 +156,17 @@ LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& pr
   c.stack_copy = stack_copy_bytes(options);
   c.dwarf = options.call_graph == CallGraph::kDwarf;
   c.cfi = options.call_graph == CallGraph::kCfi;
-  // Pid targets and commands only: system-wide, a cold cache leaves most samples waiting for tables for
-  // seconds (docs/performance.md), and copying each would multiply the ring's traffic by 40.
-  c.pending_copy = c.cfi && c.filter_mode == HPD_FILTER_PIDS ? kPendingStackBytes : 0;
+  // System-wide too: with a cold cache most samples wait for tables at first, and each copy is 40
+  // samples' worth of the ring, but the program takes none while the ring is half full, the tables the
+  // most held samples wait for are compiled first (CfiMaps::waiting), and past the held bound the process
+  // holding the most gives its up first (BpfEventDecoder::decode).
+  c.pending_copy = c.cfi ? kPendingStackBytes : 0;
+  // System-wide the ring is sized for the samples alone (1 MiB at the default rate on 2 CPUs), and the
+  // copies may fill half of it: twice as large, the half left to the samples is the ring they had
+  // (without it a recorder that fell 0.65 s behind lost records: docs/performance.md).
+  if (c.pending_copy != 0 && c.filter_mode != HPD_FILTER_PIDS && options.ring_pages == 0 &&
+      c.ring_bytes <= (32u << 20))
+    c.ring_bytes *= 2;
   const uint32_t rows = options.cfi_row_capacity != 0 ? options.cfi_row_capacity : kDefaultCfiRowCapacity;
   // Each module's index has at most a quarter as many buckets as the module has rows, and at least
   // one: room for as many tiny modules again.

@@ -177,7 +177,9 @@ RecordResult BpfSession::run() {
   if (cfi_)
     decoder_->hold_pending_walks(
         [this](int32_t pid) {
-          if (cfi_maps_) cfi_maps_->sampled(pid);
+          if (!cfi_maps_) return;
+          cfi_maps_->sampled(pid);
+          cfi_maps_->waiting(pid);
         },
         kMaxHeldBytes);
   builder_ = std::make_unique<RawProfileBuilder>(

@@ -257,8 +257,9 @@ void CfiMaps::worker_loop() {
   for (;;) {
     wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
     if (stop_) return;
-    Job job = std::move(jobs_.front());
-    jobs_.pop_front();
+    const auto next = next_job();
+    Job job = std::move(*next);
+    jobs_.erase(next);
     ++busy_;
     lock.unlock();
     auto table = table_for(job);
@@ -272,6 +273,24 @@ void CfiMaps::worker_loop() {
     }
     if (lookups_ == 0 || (jobs_.empty() && busy_ == 0)) idle_.notify_all();
   }
+}
+
+std::deque<CfiMaps::Job>::iterator CfiMaps::next_job() {
+  auto best = jobs_.end();
+  uint64_t best_waiting = 0;
+  uint64_t best_bytes = 1;
+  for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+    if (it->lookup_only) return it;
+    // (waiting + 1) / bytes, compared without division; a file of unknown size counts as one page.
+    const uint64_t waiting = (it->waiting ? it->waiting->load(std::memory_order_relaxed) : 0) + 1;
+    const uint64_t bytes = std::max<uint64_t>(it->file_bytes, 4096);
+    if (best == jobs_.end() || waiting * best_bytes > best_waiting * bytes) {
+      best = it;
+      best_waiting = waiting;
+      best_bytes = bytes;
+    }
+  }
+  return best;
 }
 
 // The module's table: kept in this process already, else from the cache on disk when it was compiled
@@ -394,6 +413,7 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
   // memory (shared_cfi_tables) is not used for a file rewritten in place since.
   std::vector<std::string> candidates;
   std::string identity;
+  uint64_t file_bytes = 0;
   if (path != kVdso) {
     if (pid > 0) {
       char buf[96];
@@ -408,6 +428,7 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
       identity = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
                  std::to_string(st.st_size) + ":" +
                  std::to_string(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+      file_bytes = static_cast<uint64_t>(st.st_size);
       break;
     }
   }
@@ -453,6 +474,7 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
   }
   module.candidates = std::move(candidates);
   module.identity = std::move(identity);
+  module.file_bytes = file_bytes;
   module.wanted = !lazy_ || pid <= 0 || sampled_.count(pid) != 0;
   // Lazy mode: a module not wanted yet is still looked up in the cache on disk at once (cheap), so that
   // with a warm cache its process's first samples find the table; it is compiled only once wanted.
@@ -486,8 +508,8 @@ void CfiMaps::enqueue(const std::string& key, Module& module, bool lookup_only) 
   }
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back(
-        Job{key, module.path, module.build_id, module.candidates, lookup_only, module.identity, again});
+    jobs_.push_back(Job{key, module.path, module.build_id, module.candidates, lookup_only, module.identity,
+                        again, module.file_bytes, module.waiting});
     if (lookup_only) ++lookups_;
   }
   wake_.notify_one();
@@ -514,6 +536,16 @@ void CfiMaps::sampled(int32_t pid) {
     } else if (!module.no_room || room_may_be_made(module)) {
       enqueue(m.module, module);
     }
+  }
+}
+
+void CfiMaps::waiting(int32_t pid) {
+  const auto it = processes_.find(pid);
+  if (it == processes_.end()) return;
+  for (const Mapping& m : it->second) {
+    const auto module = modules_.find(m.module);
+    if (module != modules_.end() && module->second.queued && !module->second.table)
+      module->second.waiting->fetch_add(1, std::memory_order_relaxed);
   }
 }
 

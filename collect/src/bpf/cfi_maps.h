@@ -9,6 +9,7 @@
 // table is let go (asked for again when the module is mapped again and room may be made by then).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -118,6 +119,9 @@ class CfiMaps {
 
   // A sample of `pid` arrived: in lazy mode, its modules' tables are compiled from now on.
   void sampled(int32_t pid);
+  // A sample of `pid` is held until its tables are published: the tables it waits for move ahead in the
+  // worker's queue (the most samples waiting per byte of file to compile first).
+  void waiting(int32_t pid);
   // Loads the tables compiled since the last call and publishes the processes that changed.
   void poll();
   // Waits until the worker has compiled every table asked for so far (at most `timeout_ms`), then polls.
@@ -197,6 +201,9 @@ class CfiMaps {
     bool counted = false;                 // in stats_.modules
     std::vector<std::string> candidates;  // files to compile it from
     std::string identity;                 // device:inode of the file mapped ("" when unknown)
+    uint64_t file_bytes = 0;              // the file's size: what compiling it costs, roughly
+    // Samples held for a second walk that wait for its table (waiting()), read by the worker.
+    std::shared_ptr<std::atomic<uint64_t>> waiting = std::make_shared<std::atomic<uint64_t>>(0);
   };
   struct Mapping {
     uint64_t start, end, file_offset;
@@ -211,7 +218,13 @@ class CfiMaps {
     bool lookup_only = false;  // lazy mode: from the cache on disk, or nothing (compiled once wanted)
     std::string identity;      // Module::identity
     bool again = false;        // Module::asked: found among the kept tables, it is not counted as kept
+    uint64_t file_bytes = 0;   // Module::file_bytes
+    std::shared_ptr<const std::atomic<uint64_t>> waiting;  // Module::waiting
   };
+  // The job the worker takes next (under mutex_): cache lookups first, in their order; then the
+  // compile with the most samples waiting per byte of file (a small program before a large library
+  // that as many wait for), the oldest of equals.
+  std::deque<Job>::iterator next_job();
   struct Done {
     std::string key;
     std::shared_ptr<const CfiTable> table;  // null: a lookup_only job found nothing
