@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -221,6 +223,38 @@ class EarlyWaitTest : public ::testing::TestWithParam<const char*> {
 
 TEST_P(EarlyWaitTest, FirstMicrosecondsWaitHasTheStackOfTheLaterOne) {
   EXPECT_EQ(failed_runs(kWaitMs), 0) << "of " << kRuns << " runs";
+}
+
+// The second walk of such a wait from the copy of its stack taken as it blocked, alone: without the
+// read of the waiting thread's stack (HPD_OFF_CPU_REWALK=0), which otherwise comes first whenever the
+// recorder gets to it before the thread runs again, so that the copies are what completes the early
+// waits (on a loaded machine the read may come too late, and the copy is all there is).
+TEST(EarlyWaitCopies, FirstMicrosecondsWaitIsWalkedAgainFromItsCopy) {
+  hpd::testing::TempDir tmp("hpd-early-wait-copy", hpd::testing::TempDir::Cleanup::kKeepOnFailure);
+  uint64_t from_copies = 0;
+  for (int i = 0; i < 5; ++i) {
+    const std::string base = tmp.path() + "/run" + std::to_string(i);
+    const RunResult rec = run({kHpctl, "--local", "record", "--no-report", "-o", base + ".hpr", "--",
+                               kFixtureDir + "/early_wait_nofp", base + ".truth", kWaitMs, kCpuMs},
+                              120, {"HPD_OFF_CPU_REWALK=0"});
+    ASSERT_EQ(rec.exit_code, 0) << rec.err;
+    EXPECT_TRUE(
+        check_run("copies run " + std::to_string(i), base + ".hpr", base + ".truth", base + ".json.gz"))
+        << rec.err;
+    // "N off-CPU: R read before their thread ran again, C from a copy of their stack taken as it blocked"
+    const std::string read = " read before their thread ran again, ";
+    const size_t at = rec.err.find(read);
+    if (at == std::string::npos) continue;
+    const size_t count = rec.err.rfind("off-CPU: ", at);
+    ASSERT_NE(count, std::string::npos) << rec.err;
+    EXPECT_EQ(std::strtoull(rec.err.c_str() + count + std::strlen("off-CPU: "), nullptr, 10), 0u)
+        << "no stack is read with HPD_OFF_CPU_REWALK=0\n"
+        << rec.err;
+    from_copies += std::strtoull(rec.err.c_str() + at + read.size(), nullptr, 10);
+  }
+  // Tables published before the threads blocked leave nothing to walk again; over five runs some were
+  // not (the fixture blocks in its first microseconds).
+  EXPECT_GT(from_copies, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(FramePointersOrNot, EarlyWaitTest,

@@ -4,6 +4,9 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "hpd/base/proc_files.h"
 #include "hpd/base/proc_maps.h"
 #include "hpd/base/process.h"
@@ -29,7 +32,12 @@ void BpfSession::load_initial_tables() {
     if (pid != self) cfi_maps_->add_process_maps(pid, read_proc_maps(pid));
   }
   timing_mark("tables-asked");
-  if (off_cpu_) rewalk_ = std::make_unique<OffCpuRewalk>(bpf_map__fd(skel_->maps.pending_walks), system_wide);
+  // HPD_OFF_CPU_REWALK=0 (a diagnostic, and the tests' way to the other path): waiting threads' stacks are
+  // not read for a second walk, so off-CPU samples that met a table not published yet are walked again
+  // from the copy of their stack taken as they blocked, or keep their walk.
+  const char* reads = std::getenv("HPD_OFF_CPU_REWALK");
+  if (off_cpu_ && (reads == nullptr || std::string_view(reads) != "0"))
+    rewalk_ = std::make_unique<OffCpuRewalk>(bpf_map__fd(skel_->maps.pending_walks), system_wide);
   if (command_) cfi_maps_->prewarm(likely_modules(resolve_command(options_.command.front())));
   // A command its launcher holds stopped at its exec (hpctl through hpd) has mapped only its executable
   // and interpreter yet: its libraries' tables too are put in place before it runs, as for a command
