@@ -13,6 +13,7 @@
 
 #include "hpd/calls/call_stats.h"
 #include "hpd/collect/record_choices.h"
+#include "hpd/collect/record_target.h"
 #include "hpd/model/raw_profile.h"
 
 namespace hpd {
@@ -364,16 +365,6 @@ KeptCfiTablesStatus kept_cfi_tables_status();
 // A new bound (hpd.conf's max_kept_unwind_tables_mb): a smaller one drops tables at once. Returns the
 // number dropped.
 uint64_t set_kept_cfi_tables_limit(uint64_t bytes);
-
-// What keeps a recording's targets (pids, command, all_processes, cgroup) from making one recording.
-enum class TargetProblem {
-  kNone,
-  kNoTarget,           // no pid, no command, neither all processes nor a cgroup
-  kPidsAndCommand,     // pids and a command to launch
-  kAllAndCgroup,       // all processes and a cgroup
-  kPidsAndSystemWide,  // pids with all processes or a cgroup
-  kEmptyCommand,       // a command whose program name is empty
-};
 
 // What keeps a recording's other options from going together (checked after the targets).
 enum class OptionProblem {
