@@ -13,16 +13,13 @@ namespace hpd::cli {
 // `hpctl record` as CLI11 fills it in: the choices as the words typed. to_record_request() makes the
 // typed request the record pipeline and hpd take; the rest is how hpctl presents the result.
 struct RecordArgs {
-  std::vector<int32_t> pids;
-  std::vector<std::string> command;
+  RecordTarget target;  // -p, -- COMMAND, --all, --cgroup
   double duration_s = 0;
   uint32_t frequency_hz = 999;
   std::string output = "profile.json.gz";
   std::string event = "task-clock";
   std::string kernel = "auto";   // auto|on|off (--kernel / --no-kernel)
   std::string backend = "auto";  // auto|bpf|perf
-  bool all = false;
-  std::string cgroup;
   std::string off_cpu = "auto";  // auto|on|off (--off-cpu / --no-off-cpu)
   uint32_t off_cpu_min_us = 0;
   bool no_follow_children = false;

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   hpd::cli::RecordArgs rec;
   CLI::App* record = app.add_subcommand(
       "record", "Record a running process (--pid) or a command (after --), then write a profile");
-  record->add_option("-p,--pid", rec.pids, "Process to record with all its threads (repeatable)")
+  record->add_option("-p,--pid", rec.target.pids, "Process to record with all its threads (repeatable)")
       ->check(CLI::PositiveNumber);
   record
       ->add_option("-d,--duration", rec.duration_s,
@@ -112,8 +112,9 @@ int main(int argc, char** argv) {
   record->add_option("-b,--backend", rec.backend, "auto (eBPF when permitted, else perf_event), bpf, or perf")
       ->check(CLI::IsMember(hpd::backend_word_list()))
       ->capture_default_str();
-  record->add_flag("-a,--all", rec.all, "Record every process of the system (eBPF), one track per thread");
-  record->add_option("--cgroup", rec.cgroup, "Record the processes of this cgroup v2 (path, eBPF)");
+  record->add_flag("-a,--all", rec.target.all_processes,
+                   "Record every process of the system (eBPF), one track per thread");
+  record->add_option("--cgroup", rec.target.cgroup, "Record the processes of this cgroup v2 (path, eBPF)");
   record->add_flag("--off-cpu{on},--no-off-cpu{off}", rec.off_cpu,
                    "Record where threads wait off the CPU, blocked or for a CPU (default: on with eBPF, "
                    "except with --all; off with --backend perf, which counts a woken thread's wait for "
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
   record->add_flag("--open", rec.open,
                    "Then open the profile in the Firefox Profiler, as hpctl open does (not with .hpr)");
   add_mode_flags(record);
-  record->add_option("command", rec.command, "Command to launch and record (after --)");
+  record->add_option("command", rec.target.command, "Command to launch and record (after --)");
   record->positionals_at_end();
 
   // The thread filters and width every report view takes.

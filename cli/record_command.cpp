@@ -51,16 +51,13 @@ Choice choice_of(const std::string& word, std::optional<Choice> (*parse)(std::st
 
 session::RecordRequest to_record_request(const RecordArgs& args) {
   session::RecordRequest r;
-  r.pids = args.pids;
-  r.command = args.command;
+  r.target = args.target;
   r.duration_s = args.duration_s;
   r.frequency_hz = args.frequency_hz;
   r.output = args.output;
   r.event = choice_of(args.event, parse_sampling_event, sampling_event_words, "--event");
   r.kernel = choice_of(args.kernel, parse_switch, switch_words, "--kernel");
   r.backend = choice_of(args.backend, parse_backend, backend_words, "--backend");
-  r.all = args.all;
-  r.cgroup = args.cgroup;
   r.off_cpu = choice_of(args.off_cpu, parse_switch, switch_words, "--off-cpu");
   r.off_cpu_min_us = args.off_cpu_min_us;
   r.follow_children = !args.no_follow_children;
@@ -175,7 +172,7 @@ int run_record(const RecordArgs& args) {
   const session::RecordSummary summary = session::summarize_recording(result, profile, output);
   if (!args.quiet) print_record_summary(request, summary);
   // Like the command itself (and perf record): scripts see its failure, also after a Ctrl-C.
-  return args.command.empty() ? 0 : summary.command_exit_status;
+  return args.target.command.empty() ? 0 : summary.command_exit_status;
 }
 
 }  // namespace hpd::cli

@@ -52,7 +52,7 @@ void print_record_summary(const session::RecordRequest& request, const session::
   if (s.samples == 0) {
     std::fprintf(stderr, "hpctl: warning: no samples were taken; the target used no CPU while recorded\n");
   }
-  if (!request.command.empty() && s.command_exit_status != 0) {
+  if (!request.target.command.empty() && s.command_exit_status != 0) {
     std::fprintf(stderr, "hpctl: note: the command exited with status %d\n", s.command_exit_status);
   }
 }

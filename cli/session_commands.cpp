@@ -198,7 +198,7 @@ std::string daemon_runtime_for(const session::RecordRequest& request, DaemonConn
     why = "cannot read hpd's call runtime " + runtime + ": " + std::strerror(errno);
     return "";
   }
-  why = calls::preload_unusable_reason(resolve_command(request.command.front()));
+  why = calls::preload_unusable_reason(resolve_command(request.target.command.front()));
   if (for_alloc && why.find("defines mcount") != std::string::npos) why.clear();
   return why.empty() ? runtime : "";
 }
@@ -243,8 +243,8 @@ int record_through_daemon(const RecordArgs& args, DaemonConnection& connection) 
   session::record_options_from_request(request);
   session::check_output_writable(request.output);
   std::string why;
-  if (!request.command.empty() && !command_runnable(request.command.front(), why)) {
-    throw std::runtime_error("cannot run '" + request.command.front() + "': " + why);
+  if (!request.target.command.empty() && !command_runnable(request.target.command.front(), why)) {
+    throw std::runtime_error("cannot run '" + request.target.command.front() + "': " + why);
   }
 
   std::unique_ptr<calls::PreloadTable> calls_table;  // outlives the command and the recording
@@ -252,13 +252,13 @@ int record_through_daemon(const RecordArgs& args, DaemonConnection& connection) 
   std::unique_ptr<LaunchedCommand> command;
   session::RecordRequest remote = request;
   std::string call_graph_reason;
-  if (!request.command.empty()) {
+  if (!request.target.command.empty()) {
     // hpd attaches to the held child before it execs: its /proc/PID/exe is still hpctl, so the
     // program's frame pointers are judged here, where the command is resolved as the user's shell would.
     // With the eBPF backend auto means cfi, which needs no look at the program (hpd decides).
-    if (request.call_graph == CallGraph::kAuto && request.backend == Backend::kPerf && !request.all &&
-        request.cgroup.empty()) {
-      const CallGraphChoice choice = choose_call_graph({resolve_command(request.command.front())});
+    if (request.call_graph == CallGraph::kAuto && request.backend == Backend::kPerf &&
+        !request.target.is_system_wide()) {
+      const CallGraphChoice choice = choose_call_graph({resolve_command(request.target.command.front())});
       remote.call_graph = choice.mode;  // fp or dwarf
       call_graph_reason = choice.reason;
     }
@@ -295,14 +295,14 @@ int record_through_daemon(const RecordArgs& args, DaemonConnection& connection) 
     // Held, when it can be, right after its exec (HoldAt::kAfterExec): hpd then sees the program's own
     // image and probes it before it runs, as a local recording does. It runs as the user, with their
     // environment and working directory, because hpctl starts it, not hpd.
-    command = std::make_unique<LaunchedCommand>(request.command, environment, HoldAt::kAfterExec);
-    remote.command.clear();
-    remote.pids = {command->pid()};
+    command = std::make_unique<LaunchedCommand>(request.target.command, environment, HoldAt::kAfterExec);
+    remote.target.command.clear();
+    remote.target.pids = {command->pid()};
   }
   ClientOutput output(args.output);
   DaemonClient& client = connection.client();
   json record_message = {{"type", "record"}, {"args", session::record_request_to_json(remote)}, {"fd", true}};
-  if (command) record_message["launched_command"] = request.command;
+  if (command) record_message["launched_command"] = request.target.command;
   // An older hpd ignores the field, attaches as to any pid and says "started" all the same.
   if (command && command->held_at_exec()) record_message["held_at_exec"] = true;
   std::vector<int> descriptors = {output.fd()};
@@ -372,7 +372,7 @@ int record_through_daemon(const RecordArgs& args, DaemonConnection& connection) 
   }
   if (!args.quiet) print_record_summary(request, summary);
   // Like the command itself (and perf record): scripts see its failure, also after a Ctrl-C.
-  return args.command.empty() ? 0 : summary.command_exit_status;
+  return args.target.command.empty() ? 0 : summary.command_exit_status;
 }
 
 std::string format_bytes(uint64_t n) {

@@ -39,25 +39,25 @@ namespace {
 // the ring, and there is no one executable to inspect.
 CallGraphChoice resolve_call_graph(const RecordOptions& options) {
   if (options.call_graph != CallGraph::kAuto) return CallGraphChoice{options.call_graph, ""};
-  if (options.all_processes || !options.cgroup.empty()) {
+  if (options.target.is_system_wide()) {
     return CallGraphChoice{CallGraph::kFp,
-                           std::string(options.all_processes ? "all processes are" : "a cgroup is") +
+                           std::string(options.target.all_processes ? "all processes are" : "a cgroup is") +
                                " recorded with frame-pointer stacks unless the dwarf call "
                                "graph is asked for"};
   }
   // Each target with the libraries it runs: those it maps, or those a command's program names.
   std::vector<CallGraphTarget> targets;
-  if (!options.command.empty()) {
-    targets.push_back(call_graph_target_of(resolve_command(options.command.front())));
+  if (!options.target.command.empty()) {
+    targets.push_back(call_graph_target_of(resolve_command(options.target.command.front())));
   } else {
-    for (const int32_t pid : options.pids) targets.push_back(call_graph_target_of(pid));
+    for (const int32_t pid : options.target.pids) targets.push_back(call_graph_target_of(pid));
   }
   CallGraphChoice choice = choose_call_graph(targets);
-  if (!options.command.empty()) return choice;
+  if (!options.target.command.empty()) return choice;
   // /proc/PID/exe says nothing to the user: name the file.
-  for (size_t i = 0; i < options.pids.size(); ++i) {
+  for (size_t i = 0; i < options.target.pids.size(); ++i) {
     const std::string link = targets[i].executable;
-    const std::string exe = read_exe(options.pids[i]);
+    const std::string exe = read_exe(options.target.pids[i]);
     if (exe.empty()) continue;
     for (size_t at = choice.reason.find(link); at != std::string::npos; at = choice.reason.find(link, at)) {
       choice.reason.replace(at, link.size(), exe);
@@ -95,7 +95,7 @@ void check_target_pid(int32_t pid, const PerfPrivileges& privileges) {
   }
 }
 
-// The cgroup v2 directory the option names; RecordOptions::cgroup may be relative to the cgroup v2 mount.
+// The cgroup v2 directory the option names; RecordTarget::cgroup may be relative to the cgroup v2 mount.
 std::string cgroup_directory(const std::string& cgroup) {
   if (cgroup.front() == '/') return cgroup;
   const std::string mount = cgroup2_mount();
@@ -146,25 +146,16 @@ bool bpf_backend_available(std::string* why) {
   return reason.empty();
 }
 
-TargetProblem record_target_problem(const RecordOptions& options) {
-  const bool system_target = options.all_processes || !options.cgroup.empty();
-  if (options.pids.empty() && options.command.empty() && !system_target) return TargetProblem::kNoTarget;
-  if (!options.pids.empty() && !options.command.empty()) return TargetProblem::kPidsAndCommand;
-  if (options.all_processes && !options.cgroup.empty()) return TargetProblem::kAllAndCgroup;
-  if (system_target && !options.pids.empty()) return TargetProblem::kPidsAndSystemWide;
-  if (!options.command.empty() && options.command.front().empty()) return TargetProblem::kEmptyCommand;
-  return TargetProblem::kNone;
-}
-
 OptionProblem record_option_problem(const RecordOptions& options) {
-  if (record_target_problem(options) != TargetProblem::kNone) return OptionProblem::kNone;
+  if (target_problem(options.target) != TargetProblem::kNone) return OptionProblem::kNone;
   if (options.call_graph == CallGraph::kCfi && options.backend == Backend::kPerf)
     return OptionProblem::kCfiWithPerf;
-  if (options.backend == Backend::kPerf && options.all_processes) return OptionProblem::kAllWithPerf;
-  if (options.backend == Backend::kPerf && !options.cgroup.empty()) return OptionProblem::kCgroupWithPerf;
-  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0 &&
-      options.pids.empty())
-    return options.all_processes ? OptionProblem::kAllocWithAll : OptionProblem::kAllocWithCgroup;
+  if (options.backend == Backend::kPerf && options.target.all_processes) return OptionProblem::kAllWithPerf;
+  if (options.backend == Backend::kPerf && !options.target.cgroup.empty())
+    return OptionProblem::kCgroupWithPerf;
+  if (options.sample_allocations && options.target.command.empty() && options.alloc_log_fd < 0 &&
+      options.target.pids.empty())
+    return options.target.all_processes ? OptionProblem::kAllocWithAll : OptionProblem::kAllocWithCgroup;
   return OptionProblem::kNone;
 }
 
@@ -250,9 +241,9 @@ OptionProblem option_problem_named(std::string_view name) {
 }
 
 void validate_record_options(const RecordOptions& options) {
-  if (const TargetProblem problem = record_target_problem(options); problem != TargetProblem::kNone)
+  if (const TargetProblem problem = target_problem(options.target); problem != TargetProblem::kNone)
     throw RecordTargetError(problem);
-  if (!options.cgroup.empty()) check_cgroup(cgroup_directory(options.cgroup));
+  if (!options.target.cgroup.empty()) check_cgroup(cgroup_directory(options.target.cgroup));
   if (const OptionProblem problem = record_option_problem(options); problem != OptionProblem::kNone)
     throw RecordOptionError(problem);
   if (options.frequency_hz == 0 || options.frequency_hz > kMaxFrequencyHz) {
@@ -289,7 +280,7 @@ void validate_record_options(const RecordOptions& options) {
     throw RecordError("kernel call stacks need privileges: " + privileges.advice() +
                       " (to 1 or lower), or record user stacks only");
   }
-  for (const int32_t pid : options.pids) check_target_pid(pid, privileges);
+  for (const int32_t pid : options.target.pids) check_target_pid(pid, privileges);
 }
 
 namespace {
@@ -328,7 +319,7 @@ namespace {
 // The options as record() resolves them for the eBPF backend.
 RecordOptions resolved_for_bpf(const RecordOptions& options) {
   RecordOptions resolved = options;
-  if (!resolved.cgroup.empty()) resolved.cgroup = cgroup_directory(resolved.cgroup);
+  if (!resolved.target.cgroup.empty()) resolved.target.cgroup = cgroup_directory(resolved.target.cgroup);
   if (resolved.call_graph == CallGraph::kAuto) resolved.call_graph = CallGraph::kCfi;
   return resolved;
 }
@@ -384,7 +375,7 @@ RecordResult record(const RecordOptions& options) {
   validate_record_options(options);
   const PerfPrivileges privileges = probe_perf_privileges();
   RecordOptions resolved = options;
-  if (!resolved.cgroup.empty()) resolved.cgroup = cgroup_directory(resolved.cgroup);
+  if (!resolved.target.cgroup.empty()) resolved.target.cgroup = cgroup_directory(resolved.target.cgroup);
   CallGraphChoice perf_choice = resolve_call_graph(options);
   const CallGraph perf_call_graph = perf_choice.mode;
   CallGraphChoice call_graph = perf_choice;
@@ -399,8 +390,9 @@ RecordResult record(const RecordOptions& options) {
   // The program a --pid target or a launched command runs first is not the one it may exec: a chain
   // the frame-pointer walk cannot complete after an exec is unwound from the stack copy instead.
   // (System-wide and cgroup targets keep plain fp: a stack copy per sample of every process.)
-  const bool exec_may_change_program = options.call_graph == CallGraph::kAuto && !options.all_processes &&
-                                       options.cgroup.empty() && perf_call_graph == CallGraph::kFp;
+  const bool exec_may_change_program = options.call_graph == CallGraph::kAuto &&
+                                       !options.target.all_processes && options.target.cgroup.empty() &&
+                                       perf_call_graph == CallGraph::kFp;
   if (exec_may_change_program) {
     resolved.fp_with_cfi_fallback = true;
     perf_choice.reason +=

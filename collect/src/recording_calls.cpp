@@ -21,7 +21,7 @@
 namespace hpd {
 
 RecordingCallCounter::RecordingCallCounter(const RecordOptions& options, int timed_entries_fd) {
-  if (options.sample_allocations && !options.command.empty()) {
+  if (options.sample_allocations && !options.target.command.empty()) {
     alloc_runtime_ = options.call_runtime.empty() ? calls::find_preload_runtime() : options.call_runtime;
     std::string why;
     if (alloc_runtime_.empty())
@@ -29,7 +29,7 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options, int tim
           "hpd's runtime (libhpdcalls.so) was not found next to this program, in ../lib/hpd, or in the "
           "install directory (set HPD_CALLS_RUNTIME to its path)";
     else
-      why = calls::preload_unusable_reason(resolve_command(options.command.front()));
+      why = calls::preload_unusable_reason(resolve_command(options.target.command.front()));
     // A program with its own mcount still takes the allocation hooks: only a static one cannot.
     if (why.find("defines mcount") != std::string::npos) why.clear();
     if (why.empty()) {
@@ -41,8 +41,8 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options, int tim
     }
     if (!why.empty()) alloc_messages_.push_back("allocations not sampled: " + why);
   }
-  if (options.sample_allocations && options.command.empty() && options.alloc_log_fd < 0 &&
-      !options.pids.empty())
+  if (options.sample_allocations && options.target.command.empty() && options.alloc_log_fd < 0 &&
+      !options.target.pids.empty())
     alloc_probe_mean_ = options.alloc_mean_bytes != 0 ? options.alloc_mean_bytes : HPD_ALLOC_DEFAULT_MEAN;
   alloc_probe_client_ =
       calls::AllocProbeClient{options.restrict_to_client, options.client_uid, options.client_gid};
@@ -72,7 +72,7 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options, int tim
     }
     return;
   }
-  if (!options.command.empty() && options.call_counter != CallCounterKind::kUprobes) {
+  if (!options.target.command.empty() && options.call_counter != CallCounterKind::kUprobes) {
     // The runtime, when the command can take it; else uprobes, saying why.
     std::string why;
     runtime_ = options.call_runtime.empty() ? calls::find_preload_runtime() : options.call_runtime;
@@ -81,7 +81,7 @@ RecordingCallCounter::RecordingCallCounter(const RecordOptions& options, int tim
           "hpd's call-counting runtime (libhpdcalls.so) was not found next to this program, in "
           "../lib/hpd, or in the install directory (set HPD_CALLS_RUNTIME to its path)";
     } else {
-      why = calls::preload_unusable_reason(resolve_command(options.command.front()));
+      why = calls::preload_unusable_reason(resolve_command(options.target.command.front()));
     }
     if (why.empty()) {
       try {

@@ -69,9 +69,10 @@ bool has_running_thread(int32_t pid) {
 
 std::vector<UniqueFd> bind_targets(const RecordOptions& options) {
   std::vector<UniqueFd> bound;
-  for (size_t i = 0; i < options.pids.size(); ++i) {
+  for (size_t i = 0; i < options.target.pids.size(); ++i) {
     const int lent = i < options.pid_fds.size() ? options.pid_fds[i] : -1;
-    bound.push_back(lent >= 0 ? UniqueFd(::fcntl(lent, F_DUPFD_CLOEXEC, 0)) : open_pidfd(options.pids[i]));
+    bound.push_back(lent >= 0 ? UniqueFd(::fcntl(lent, F_DUPFD_CLOEXEC, 0))
+                              : open_pidfd(options.target.pids[i]));
   }
   return bound;
 }
@@ -102,8 +103,8 @@ uint64_t release_command(LaunchedCommand* command, const RecordOptions& options,
   int32_t pid = 0;
   if (command != nullptr)
     pid = command->pid();
-  else if (options.pid_held_at_exec && !options.pids.empty())
-    pid = options.pids[0];
+  else if (options.pid_held_at_exec && !options.target.pids.empty())
+    pid = options.target.pids[0];
   if (pid == 0) return 0;
   const uint64_t released_ns = mono_now();
   if (command != nullptr) {
@@ -120,7 +121,7 @@ uint64_t release_command(LaunchedCommand* command, const RecordOptions& options,
 void finish_command(LaunchedCommand* command, const RecordOptions& options, uint64_t released_ns,
                     bool stopped_early, RecordResult& result) {
   if (released_ns == 0) return;
-  int32_t pid = options.pids.empty() ? 0 : options.pids[0];
+  int32_t pid = options.target.pids.empty() ? 0 : options.target.pids[0];
   if (command != nullptr) {
     pid = command->pid();
     if (stopped_early)
@@ -244,20 +245,20 @@ void describe_recording(const RecordOptions& options, RecordingInfo& info) {
     info.kernel_release = uts.release;
   }
   info.target.clear();
-  if (options.all_processes) {
+  if (options.target.all_processes) {
     info.target = "all processes";
-  } else if (!options.cgroup.empty()) {
-    info.target = "cgroup " + options.cgroup;
-  } else if (options.command.empty()) {
-    info.target = options.pids.size() == 1 ? "pid " : "pids ";
-    for (size_t i = 0; i < options.pids.size(); ++i) {
+  } else if (!options.target.cgroup.empty()) {
+    info.target = "cgroup " + options.target.cgroup;
+  } else if (options.target.command.empty()) {
+    info.target = options.target.pids.size() == 1 ? "pid " : "pids ";
+    for (size_t i = 0; i < options.target.pids.size(); ++i) {
       if (i > 0) info.target += ',';
-      info.target += std::to_string(options.pids[i]);
+      info.target += std::to_string(options.target.pids[i]);
     }
   }
-  if (!options.command.empty()) {
+  if (!options.target.command.empty()) {
     std::string command;
-    for (const std::string& arg : options.command) {
+    for (const std::string& arg : options.target.command) {
       if (!command.empty()) command += ' ';
       command += arg;
     }

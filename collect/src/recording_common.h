@@ -34,7 +34,7 @@ void describe_process_from_proc(RawProcess& process);
 // Whether the process is gone, for kernels without pidfd: no /proc entry, or a zombie without live threads.
 bool process_gone(int32_t pid);
 
-// The pidfds the targets (options.pids) are bound to, in order: those options.pid_fds lends,
+// The pidfds the targets (options.target.pids) are bound to, in order: those options.pid_fds lends,
 // duplicated, else opened now (invalid on kernels without pidfd_open).
 std::vector<UniqueFd> bind_targets(const RecordOptions& options);
 
@@ -44,7 +44,7 @@ std::vector<UniqueFd> bind_targets(const RecordOptions& options);
 // the kernel-side exit hooks will see each target leave.
 void check_targets_running(const std::vector<int32_t>& pids, const std::vector<UniqueFd>& pidfds);
 
-// The recording's command (RecordOptions::command): base's LaunchedCommand, forked and held before its
+// The recording's command (RecordOptions::target.command): base's LaunchedCommand, forked and held before its
 // exec so that the events attached to its pid see the exec, then let run; their errors as RecordError.
 std::unique_ptr<LaunchedCommand> launch_command(const std::vector<std::string>& argv,
                                                 const std::vector<std::string>& environment);

@@ -23,16 +23,16 @@ struct Inverted {
 // Every field of RecordRequest that travels, under its wire name; a new field is one line here.
 template <typename Request, typename Field>
 void for_each_request_field(Request& r, Field&& field) {
-  field("pids", r.pids);
-  field("command", r.command);
+  field("pids", r.target.pids);
+  field("command", r.target.command);
   field("duration_s", r.duration_s);
   field("frequency_hz", r.frequency_hz);
   field("output", r.output);
   field("event", r.event);
   field("kernel", r.kernel);
   field("backend", r.backend);
-  field("all", r.all);
-  field("cgroup", r.cgroup);
+  field("all", r.target.all_processes);
+  field("cgroup", r.target.cgroup);
   field("off_cpu", r.off_cpu);
   field("off_cpu_min_us", r.off_cpu_min_us);
   field("no_follow_children",

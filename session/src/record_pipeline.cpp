@@ -54,15 +54,13 @@ std::string cgroup_option(std::string cgroup) {
 
 RecordOptions record_options_from_request(const RecordRequest& request) {
   RecordOptions options;
-  options.pids = request.pids;
-  options.command = request.command;
+  options.target = request.target;
+  options.target.cgroup = cgroup_option(std::move(options.target.cgroup));
   options.duration_s = request.duration_s;
   options.frequency_hz = request.frequency_hz;
   options.event = request.event;
   options.kernel = request.kernel;
   options.backend = request.backend;
-  options.all_processes = request.all;
-  options.cgroup = cgroup_option(request.cgroup);
   options.off_cpu = request.off_cpu;
   options.off_cpu_min_us = request.off_cpu_min_us;
   options.follow_children = request.follow_children;
@@ -76,7 +74,7 @@ RecordOptions record_options_from_request(const RecordRequest& request) {
   options.alloc_mean_bytes = request.alloc_mean;
   // The targets and the options' combinations, checked as the recorder checks them; the reason is
   // worded by hpctl (with its flags) or hpd (with its request's fields).
-  if (const TargetProblem problem = record_target_problem(options); problem != TargetProblem::kNone)
+  if (const TargetProblem problem = target_problem(options.target); problem != TargetProblem::kNone)
     throw RecordRequestError(problem);
   if (const OptionProblem problem = record_option_problem(options); problem != OptionProblem::kNone)
     throw RecordRequestError(problem);
@@ -219,7 +217,7 @@ void RecordingOutput::open_spill() {
 void RecordingOutput::attach(RecordOptions& options) {
   // The JIT files of a process are read at the end, in its /tmp: held while it lives (hpd's own /tmp
   // may not be the process's). The targets given now; the others as they are seen.
-  for (const int32_t pid : options.pids) tmp_dirs_.add(pid);
+  for (const int32_t pid : options.target.pids) tmp_dirs_.add(pid);
   options.on_flush = [previous = std::move(options.on_flush), this](RawProfile& raw) {
     for (const RawProcess& process : raw.processes)
       if (process.end_ns == 0) tmp_dirs_.add(process.pid);
@@ -241,8 +239,7 @@ void RecordingOutput::attach(RecordOptions& options) {
     };
   }
   // MIP counts: by default of targets that carry a MIP section; with --all or --cgroup only when asked.
-  if (request_.mip == Switch::kOn ||
-      (request_.mip == Switch::kAuto && !request_.all && request_.cgroup.empty())) {
+  if (request_.mip == Switch::kOn || (request_.mip == Switch::kAuto && !request_.target.is_system_wide())) {
     mip_ = std::make_unique<MipRecording>(request_.mip == Switch::kOn);
     options.on_flush = [previous = std::move(options.on_flush), this](RawProfile& raw) {
       if (previous) previous(raw);

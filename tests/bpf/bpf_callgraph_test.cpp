@@ -20,7 +20,7 @@ RecordResult record_fixture(const std::string& path, CallGraph mode) {
   options.backend = Backend::kBpf;
   options.call_graph = mode;
   options.off_cpu = Switch::kOff;
-  options.command = {path, "1.5"};
+  options.target.command = {path, "1.5"};
   return record(options);
 }
 

@@ -46,7 +46,7 @@ const std::string kDir = HPD_CFI_FIXTURE_DIR;
 // Default flags: what `hpctl record -- PROGRAM ARGS` does.
 RecordResult record_default(const std::vector<std::string>& command) {
   RecordOptions options;
-  options.command = command;
+  options.target.command = command;
   return record(options);
 }
 
@@ -297,7 +297,7 @@ std::map<SampleKind, OffCpuReach> off_cpu_reach(const Profile& p,
 
 Symbolized record_dwarf(const std::vector<std::string>& command) {
   RecordOptions options;
-  options.command = command;
+  options.target.command = command;
   options.call_graph = CallGraph::kDwarf;
   Symbolized s{record(options), {}};
   Symbolizer symbolizer;
@@ -363,7 +363,7 @@ TEST(BpfCfi, SummaryStatesOffCpuCompletenessByTime) {
   for (const CallGraph mode : {CallGraph::kCfi, CallGraph::kFp}) {
     SCOPED_TRACE(to_string(mode));
     RecordOptions options;
-    options.command = {kDir + "/blockers_nofp", "2"};
+    options.target.command = {kDir + "/blockers_nofp", "2"};
     options.call_graph = mode;
     const Summarized s = record_with_summary(options, "completeness");
     ASSERT_TRUE(s.profile.has_value());
@@ -412,7 +412,7 @@ TEST(BpfCfi, NewThreadsAndTheirCreatorAtClone3HaveCompleteStacks) {
       (std::filesystem::temp_directory_path() / ("bpf_cfi_storm." + std::to_string(::getpid()) + ".json.gz"))
           .string();
   RecordOptions options;
-  options.command = {kDir + "/thread_storm", "4000", "32", "200"};
+  options.target.command = {kDir + "/thread_storm", "4000", "32", "200"};
   session::RecordRequest args;
   args.output = out;
   session::RecordingOutput output(args);
@@ -531,10 +531,10 @@ TEST(BpfCfi, ThreadsThatBlockedBeforeTheirTablesAreWalkedAgainWhileTheyWait) {
   testing::TempCgroup cgroup(cgroup2_mount_point());
   ASSERT_TRUE(cgroup.ok()) << "cannot create a cgroup under '" << cgroup2_mount_point() << "'";
   RecordOptions options;
-  options.cgroup = cgroup.name();
+  options.target.cgroup = cgroup.name();
   // The shell moves itself into the cgroup, then becomes the program.
-  options.command = {"/bin/sh", "-c",
-                     "echo $$ > " + cgroup.path() + "/cgroup.procs && exec " + kDir + "/blockers_nofp 2 0"};
+  options.target.command = {
+      "/bin/sh", "-c", "echo $$ > " + cgroup.path() + "/cgroup.procs && exec " + kDir + "/blockers_nofp 2 0"};
   Symbolized s{record(options), {}};
   Symbolizer symbolizer;
   s.profile = symbolize_profile(s.result.profile, symbolizer);
@@ -674,7 +674,7 @@ TEST(BpfCfi, SamplesTakenBeforeTheTablesArePublishedAreWalkedAgain) {
   CpuHogs hogs(4);
   ASSERT_EQ(hogs.count(), 4u);
   RecordOptions options;
-  options.command = command;
+  options.target.command = command;
   const auto [r, summary, written] = record_with_summary(options, "early");
   Symbolizer symbolizer;
   const Profile p = symbolize_profile(r.profile, symbolizer);
@@ -844,7 +844,7 @@ size_t vdso_rows() {
 TEST(BpfCfi, ModuleRefusedForLackOfRoomIsNamed) {
   const std::string program = kDir + "/sort_format";
   RecordOptions options;
-  options.command = {program, "1.5"};
+  options.target.command = {program, "1.5"};
   // The program's rows and a little more; libc has tens of thousands.
   options.cfi_row_capacity = static_cast<uint32_t>(rows_of(program) + 500);
   ASSERT_LT(options.cfi_row_capacity, rows_of("/lib/x86_64-linux-gnu/libc.so.6"));
@@ -896,7 +896,7 @@ TEST(BpfCfi, TablesOfExitedProgramsAreEvictedToMakeRoom) {
   shell_rows += vdso_rows();
   const size_t a = rows_of(first), b = rows_of(second);
   RecordOptions options;
-  options.command = {"/bin/sh", "-c", first + " 1.5; " + second + " 1.5"};
+  options.target.command = {"/bin/sh", "-c", first + " 1.5; " + second + " 1.5"};
   options.cfi_row_capacity = static_cast<uint32_t>(shell_rows + std::max(a, b) + std::min(a, b) / 2);
   std::printf("  row map of %u rows: the shell's modules %zu, %s %zu, %s %zu\n", options.cfi_row_capacity,
               shell_rows, first.c_str(), a, second.c_str(), b);

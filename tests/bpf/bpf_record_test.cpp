@@ -95,7 +95,7 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
   rusage before;
   ::getrusage(RUSAGE_CHILDREN, &before);
   RecordOptions options = bpf_options();
-  options.command = {spinner_path(), "1200", "400"};
+  options.target.command = {spinner_path(), "1200", "400"};
   int progress_calls = 0;
   options.on_progress = [&](const RecordProgress&) { ++progress_calls; };
   const RecordResult result = record(options);
@@ -150,7 +150,7 @@ TEST(BpfRecord, ShortLivedProcessesResolveThroughMmapRecords) {
     SCOPED_TRACE(graph == CallGraph::kFp ? "fp" : "dwarf");
     RecordOptions options = bpf_options();
     options.call_graph = graph;
-    options.command = {"/bin/sh", "-c", "for i in $(seq 40); do '" + spinner_path() + "' 4; done"};
+    options.target.command = {"/bin/sh", "-c", "for i in $(seq 40); do '" + spinner_path() + "' 4; done"};
     rusage before{}, after{};
     ::getrusage(RUSAGE_CHILDREN, &before);
     const RecordResult result = record(options);
@@ -211,7 +211,7 @@ TEST(BpfRecord, RunningProcessByPid) {
   }
   ASSERT_EQ(read_exe(pid), spinner_path());
   RecordOptions options = bpf_options();
-  options.pids = {spinner.pid()};
+  options.target.pids = {spinner.pid()};
   options.duration_s = 20;
   options.on_progress = [&, sent = false](const RecordProgress&) mutable {
     if (!std::exchange(sent, true)) {
@@ -259,7 +259,7 @@ TEST(BpfRecord, OffCpuSamplesGiveTheWallClockView) {
   const std::string out = fs::temp_directory_path() / ("hpd-offcpu-" + std::to_string(::getpid()) + ".txt");
   RecordOptions options = bpf_options();
   // Through a shell that execs the fixture: the recorded process changes image once.
-  options.command = {"/bin/sh", "-c", "exec " + kOffCpuFixture + " 3 2 6 > " + out};
+  options.target.command = {"/bin/sh", "-c", "exec " + kOffCpuFixture + " 3 2 6 > " + out};
   const RecordResult result = record(options);
   ASSERT_EQ(result.command_exit_status, 0);
   const double real_share = measured_share(out, "sleeper: waited %lf of %lf s");
@@ -335,7 +335,7 @@ TEST(BpfRecord, LossesAreCountedPerThreadAndReported) {
   RecordOptions options = bpf_options();
   options.frequency_hz = 4999;
   options.ring_pages = 1;
-  options.command = {kOffCpuFixture, "1.5", "1", "1"};
+  options.target.command = {kOffCpuFixture, "1.5", "1", "1"};
   const RecordResult result = record(options);
   ASSERT_EQ(result.command_exit_status, 0);
   const RawProfile& raw = result.profile;
@@ -384,7 +384,7 @@ TEST(BpfRecord, EveryRingPageIsWrittenOnceAndTheRingStartsEmpty) {
   RecordOptions options = bpf_options();
   options.frequency_hz = 999;
   options.ring_pages = 64;
-  options.command = {spinner_path(), "300"};
+  options.target.command = {spinner_path(), "300"};
   const RecordResult result = record(options);
   ASSERT_EQ(result.command_exit_status, 7);
   EXPECT_EQ(result.bpf_ring_pages_warmed, 64u);
@@ -396,7 +396,7 @@ TEST(BpfRecord, EveryRingPageIsWrittenOnceAndTheRingStartsEmpty) {
 
 TEST(BpfRecord, OffCpuCanBeTurnedOff) {
   RecordOptions options = bpf_options();
-  options.command = {kOffCpuFixture, "0.5", "1", "4"};
+  options.target.command = {kOffCpuFixture, "0.5", "1", "4"};
   options.off_cpu = Switch::kOff;
   const RecordResult result = record(options);
   ASSERT_EQ(result.command_exit_status, 0);
@@ -414,7 +414,7 @@ TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
     return read_exe(a) == spinner_path() && read_exe(b) == kOffCpuFixture;
   })) << "the fixtures did not exec";
   RecordOptions options = bpf_options();
-  options.all_processes = true;
+  options.target.all_processes = true;
   test::RecordUntil until(options);
   until.cpu_of(a, 0.3).cpu_of(b, 0.3);
   const RecordResult result = record(options);
@@ -452,7 +452,7 @@ TEST(BpfRecord, ConcurrentPerfRecordIsUndisturbed) {
   fs::create_directories(dir);
   std::atomic<bool> stop{false}, recording{false};
   RecordOptions options = bpf_options();
-  options.all_processes = true;
+  options.target.all_processes = true;
   options.duration_s = 120;
   options.stop = &stop;
   options.on_progress = [&](const RecordProgress&) { recording.store(true); };
@@ -528,7 +528,7 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
   ASSERT_TRUE(churn.ready());
   const pid_t pid = churn.pid();
   RecordOptions options = bpf_options();
-  options.pids = {pid};
+  options.target.pids = {pid};
   // The recording ends when the fixture exits; the duration is a cap only a real break reaches. The
   // fixture's work is up to 2000 threads (as many as it started during the attach, which a loaded
   // machine slows) times 6 ms of CPU, two threads at a time: 12 s of CPU, which at a tenth of a CPU
@@ -651,7 +651,7 @@ TEST(BpfRecord, RunningOutOfDescriptorsFallsBackToPerCpuEvents) {
     if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) _exit(4);
     const int fds_before = count_open_fds();
     RecordOptions options = bpf_options();
-    options.pids = {pid};
+    options.target.pids = {pid};
     options.duration_s = 30;
     options.off_cpu = Switch::kOff;
     options.on_progress = [&, told = false](const RecordProgress&) mutable {
@@ -696,7 +696,7 @@ TEST(BpfRecord, MmapWatchOutOfDescriptorsFallsBackToProcMaps) {
     if (::setrlimit(RLIMIT_NOFILE, &lowered) != 0) _exit(4);
     const int fds_before = count_open_fds();
     RecordOptions options = bpf_options();
-    options.pids = pids;
+    options.target.pids = pids;
     options.off_cpu = Switch::kOff;
     options.call_graph = CallGraph::kFp;
     test::RecordUntil until(options);
@@ -739,7 +739,7 @@ TEST(BpfRecord, CgroupSeesOnlyItsProcesses) {
   ASSERT_TRUE(cgroup->add(inside_pid));
   for (test::Background* s : {&inside, &outside}) ASSERT_TRUE(s->send("g"));
   RecordOptions options = bpf_options();
-  options.cgroup = cgroup->name();  // relative to the mount
+  options.target.cgroup = cgroup->name();  // relative to the mount
   test::RecordUntil until(options);
   until.cpu_of(inside_pid, 0.3).cpu_of(outside_pid, 0.3);
   const RecordResult result = record(options);
@@ -761,7 +761,7 @@ TEST(BpfRecord, ForkedAndExecedChildIsFollowedWhenAsked) {
   for (const bool follow : {true, false}) {
     SCOPED_TRACE(follow ? "following children" : "not following children");
     RecordOptions options = bpf_options();
-    options.command = {kForker, spinner_path(), "400"};
+    options.target.command = {kForker, spinner_path(), "400"};
     options.follow_children = follow;
     const RecordResult result = record(options);
     EXPECT_EQ(result.command_exit_status, 7);  // the spinner's exit code, passed on
@@ -799,7 +799,7 @@ TEST(BpfRecord, StopFlagAndErrorsReleaseEverything) {
     test::Background spinner = spawn_held_spinner({"20000"});
     std::atomic<bool> stop{false};
     RecordOptions options = bpf_options();
-    options.pids = {spinner.pid()};
+    options.target.pids = {spinner.pid()};
     options.stop = &stop;
     // The flag is honoured at the recorder's next tick: no progress is reported after it is set (a
     // condition, not a bound on the elapsed time, which a loaded machine stretches).
@@ -819,7 +819,7 @@ TEST(BpfRecord, StopFlagAndErrorsReleaseEverything) {
   }
   // A failure after the programs were loaded and attached.
   RecordOptions missing = bpf_options();
-  missing.command = {"hpd-no-such-command-xyz"};
+  missing.target.command = {"hpd-no-such-command-xyz"};
   try {
     record(missing);
     ADD_FAILURE() << "expected an error";
@@ -840,27 +840,27 @@ std::string error_of(const RecordOptions& options) {
 
 TEST(BpfRecord, OptionErrorsAreActionable) {
   RecordOptions all_perf;
-  all_perf.all_processes = true;
+  all_perf.target.all_processes = true;
   all_perf.backend = Backend::kPerf;
   EXPECT_EQ(error_of(all_perf), record_problem_text(OptionProblem::kAllWithPerf));
   RecordOptions no_cgroup;
-  no_cgroup.cgroup = "hpd-no-such-cgroup";
+  no_cgroup.target.cgroup = "hpd-no-such-cgroup";
   EXPECT_EQ(error_of(no_cgroup),
             "no cgroup at " + cgroup2_mount() + "/hpd-no-such-cgroup: No such file or directory");
   RecordOptions not_cgroup;
-  not_cgroup.cgroup = "/tmp";
+  not_cgroup.target.cgroup = "/tmp";
   EXPECT_NE(error_of(not_cgroup).find("/tmp is not in a cgroup v2 hierarchy"), std::string::npos);
   RecordOptions both;
-  both.all_processes = true;
-  both.cgroup = cgroup2_mount();
+  both.target.all_processes = true;
+  both.target.cgroup = cgroup2_mount();
   EXPECT_EQ(error_of(both), record_problem_text(TargetProblem::kAllAndCgroup));
   RecordOptions pid_and_all;
-  pid_and_all.all_processes = true;
-  pid_and_all.pids = {1};
+  pid_and_all.target.all_processes = true;
+  pid_and_all.target.pids = {1};
   EXPECT_EQ(error_of(pid_and_all), record_problem_text(TargetProblem::kPidsAndSystemWide));
   RecordOptions all_with_command;
-  all_with_command.all_processes = true;
-  all_with_command.command = {"true"};
+  all_with_command.target.all_processes = true;
+  all_with_command.target.command = {"true"};
   EXPECT_EQ(error_of(all_with_command), "");
 }
 

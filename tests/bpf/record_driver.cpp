@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
-  for (; i < argc; ++i) options.command.emplace_back(argv[i]);
+  for (; i < argc; ++i) options.target.command.emplace_back(argv[i]);
 
   rusage before, after;
   ::getrusage(RUSAGE_SELF, &before);

@@ -1,5 +1,5 @@
 // One record vocabulary (issue 30): the record request's one validator (session's
-// record_options_from_request on the recorder's record_target_problem and record_option_problem)
+// record_options_from_request on the recorder's target_problem and record_option_problem)
 // gives a typed reason; the engine's own words name no hpctl flag; hpctl words each reason with its
 // flags, as it always has (the texts below are hpctl's before the change); hpd answers with its
 // request's fields and the reason's name, and that reply reaches hpctl's user in the same words as a
@@ -32,10 +32,10 @@ struct Case {
 session::RecordRequest request(std::vector<int32_t> pids, std::vector<std::string> command, bool all,
                                std::string cgroup) {
   session::RecordRequest r;
-  r.pids = std::move(pids);
-  r.command = std::move(command);
-  r.all = all;
-  r.cgroup = std::move(cgroup);
+  r.target.pids = std::move(pids);
+  r.target.command = std::move(command);
+  r.target.all_processes = all;
+  r.target.cgroup = std::move(cgroup);
   return r;
 }
 
@@ -97,10 +97,8 @@ std::vector<Case> cases() {
 // refuse them first), on which the recorder's own checks must find the same reason.
 RecordOptions options_of(const session::RecordRequest& r) {
   RecordOptions o;
-  o.pids = r.pids;
-  o.command = r.command;
-  o.all_processes = r.all;
-  o.cgroup = r.cgroup == "/" ? "." : r.cgroup;  // the root cgroup, as the session names it
+  o.target = r.target;
+  if (o.target.cgroup == "/") o.target.cgroup = ".";  // the root cgroup, as the session names it
   o.backend = r.backend;
   o.call_graph = r.call_graph;
   o.sample_allocations = r.alloc;
@@ -151,7 +149,7 @@ TEST(RecordVocabulary, EachReasonComesFromTheOneValidatorAndIsWordedByEachLayer)
       EXPECT_EQ(service::error_reply_for(e).reason, reason);
     }
     const RecordOptions options = options_of(c.request);
-    EXPECT_EQ(record_target_problem(options), c.target);
+    EXPECT_EQ(target_problem(options.target), c.target);
     EXPECT_EQ(record_option_problem(options), c.option);
   }
   // Good requests pass.

@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
-  for (; i < argc; ++i) options.command.emplace_back(argv[i]);
-  if (options.command.empty()) return usage();
+  for (; i < argc; ++i) options.target.command.emplace_back(argv[i]);
+  if (options.target.command.empty()) return usage();
 
   hpd::RecordResult result;
   try {

@@ -38,7 +38,7 @@ TEST(Record, LaunchedCommandWithLateThread) {
   ::getrusage(RUSAGE_CHILDREN, &before);
   RecordOptions options;
   options.backend = Backend::kPerf;
-  options.command = {kSpinner, "1200", "400"};
+  options.target.command = {kSpinner, "1200", "400"};
   int progress_calls = 0;
   options.on_progress = [&](const RecordProgress& p) {
     ++progress_calls;
@@ -64,7 +64,7 @@ TEST(Record, LaunchedCommandOnTheCpuClock) {
   RecordOptions options;
   options.backend = Backend::kPerf;
   options.event = SamplingEvent::kCpuClock;
-  options.command = {kSpinner, "1200", "400"};
+  options.target.command = {kSpinner, "1200", "400"};
   const RecordResult result = record(options);
   rusage after;
   ::getrusage(RUSAGE_CHILDREN, &after);
@@ -87,7 +87,7 @@ TEST(Record, RunningProcessByPid) {
   ASSERT_EQ(read_exe(pid), kSpinner);
   RecordOptions options;
   options.backend = Backend::kPerf;
-  options.pids = {spinner.pid()};
+  options.target.pids = {spinner.pid()};
   options.duration_s = 20;  // a safety net; the recording ends when the spinner exits
   options.on_progress = [&, sent = false](const RecordProgress&) mutable {
     if (!std::exchange(sent, true)) {
@@ -116,7 +116,7 @@ TEST(Record, RunningProcessByPid) {
 TEST(Record, DurationEndsRecordingAndStopsCommand) {
   RecordOptions options;
   options.backend = Backend::kPerf;
-  options.command = {kSpinner, "30000"};
+  options.target.command = {kSpinner, "30000"};
   options.duration_s = 0.5;
   const auto t0 = std::chrono::steady_clock::now();
   const RecordResult result = record(options);
@@ -139,7 +139,7 @@ TEST(Record, StopFlagEndsRecording) {
   std::atomic<bool> stop{false};
   RecordOptions options;
   options.backend = Backend::kPerf;
-  options.pids = {spinner.pid()};
+  options.target.pids = {spinner.pid()};
   options.stop = &stop;
   options.on_progress = [&](const RecordProgress& p) {
     if (p.elapsed_s > 0.3) stop = true;
@@ -173,20 +173,20 @@ TEST(Record, ErrorsAreActionableAndLeakNothing) {
   ::waitpid(gone, nullptr, 0);
   RecordOptions missing;
   missing.backend = Backend::kPerf;
-  missing.pids = {gone};
+  missing.target.pids = {gone};
   EXPECT_EQ(error_of(missing), "no process with pid " + std::to_string(gone));
   EXPECT_EQ(error_of(missing, true), "no process with pid " + std::to_string(gone));
 
   RecordOptions nosuch;
 
   nosuch.backend = Backend::kPerf;
-  nosuch.command = {"hpd-no-such-command-xyz", "arg"};
+  nosuch.target.command = {"hpd-no-such-command-xyz", "arg"};
   EXPECT_EQ(error_of(nosuch), "cannot run 'hpd-no-such-command-xyz': No such file or directory");
 
   RecordOptions zero;
 
   zero.backend = Backend::kPerf;
-  zero.pids = {::getpid()};
+  zero.target.pids = {::getpid()};
   zero.frequency_hz = 0;
   EXPECT_NE(error_of(zero, true).find("between 1 and 100000 Hz (got 0)"), std::string::npos);
   zero.frequency_hz = kMaxFrequencyHz + 1;
@@ -198,8 +198,8 @@ TEST(Record, ErrorsAreActionableAndLeakNothing) {
   EXPECT_NE(error_of(neither, true).find("nothing to record"), std::string::npos);
   RecordOptions both;
   both.backend = Backend::kPerf;
-  both.pids = {1};
-  both.command = {"true"};
+  both.target.pids = {1};
+  both.target.command = {"true"};
   EXPECT_NE(error_of(both, true).find("not both"), std::string::npos);
 
   // A zombie: exited, not reaped.
@@ -208,7 +208,7 @@ TEST(Record, ErrorsAreActionableAndLeakNothing) {
   for (int i = 0; i < 200 && read_process_state(zombie) != 'Z'; ++i) usleep(5000);
   RecordOptions z;
   z.backend = Backend::kPerf;
-  z.pids = {zombie};
+  z.target.pids = {zombie};
   EXPECT_NE(error_of(z).find("process " + std::to_string(zombie) + " is a zombie"), std::string::npos);
   ::waitpid(zombie, nullptr, 0);
 
@@ -254,7 +254,7 @@ TEST(Record, UnprivilegedUserGetsActionableErrors) {
   const std::string other_user = run_as_nobody([&] {
     RecordOptions options;
     options.backend = Backend::kPerf;
-    options.pids = {root_pid};
+    options.target.pids = {root_pid};
     return error_of(options, true);
   });
   EXPECT_NE(other_user.find("belongs to uid 0"), std::string::npos) << other_user;
@@ -272,7 +272,7 @@ TEST(Record, UnprivilegedUserGetsActionableErrors) {
     usleep(50000);
     RecordOptions options;
     options.backend = Backend::kPerf;
-    options.pids = {target};
+    options.target.pids = {target};
     options.kernel = Switch::kOff;
     options.duration_s = 0.2;
     const int fds_before = count_open_fds();
@@ -292,7 +292,7 @@ TEST(Record, UnprivilegedUserGetsActionableErrors) {
     const std::string kernel = run_as_nobody([] {
       RecordOptions options;
       options.backend = Backend::kPerf;
-      options.command = {"true"};
+      options.target.command = {"true"};
       options.kernel = Switch::kOn;
       return error_of(options, true);
     });
@@ -306,7 +306,7 @@ TEST(Record, UnprivilegedUserCanRecordOwnCommandWithoutKernelFrames) {
   const std::string out = run_as_nobody([] {
     RecordOptions options;
     options.backend = Backend::kPerf;
-    options.command = {kSpinner, "300"};
+    options.target.command = {kSpinner, "300"};
     try {
       const RecordResult result = record(options);
       return std::string("ok ") + std::to_string(result.profile.samples.size()) +
@@ -336,7 +336,7 @@ TEST(Record, ShortLivedChildrenReachTheBuilderInTimeOrder) {
   RecordOptions options;
   options.backend = Backend::kPerf;
   options.call_graph = CallGraph::kFp;
-  options.command = {kExitChildren, std::to_string(kChildren), "2000", "exec"};
+  options.target.command = {kExitChildren, std::to_string(kChildren), "2000", "exec"};
   // With context-switch records too: every kind of record the backend asks for goes through the stage.
   options.off_cpu = Switch::kOn;
   const RecordResult result = record(options);
@@ -399,7 +399,7 @@ TEST(Record, DwarfSamplesCopiedOutOfAFullRingKeepTheirStacks) {
   options.backend = Backend::kPerf;
   options.call_graph = CallGraph::kDwarf;
   options.ring_pages = 16;
-  options.command = {kSpinner, "600"};
+  options.target.command = {kSpinner, "600"};
   const RecordResult result = record(options);
   ASSERT_TRUE(result.target_exited);
   ASSERT_EQ(result.command_exit_status, 7);

@@ -55,8 +55,8 @@ TEST(Protocol, ParsesEveryRequestType) {
           "args":{"pids":[42],"frequency_hz":99,"output":"x.hpr","all":false,"future_field":[1,2]}})");
   EXPECT_EQ(record.type, RequestType::kRecord);
   EXPECT_TRUE(record.record_has_fd);
-  ASSERT_EQ(record.record.pids.size(), 1u);
-  EXPECT_EQ(record.record.pids[0], 42);
+  ASSERT_EQ(record.record.target.pids.size(), 1u);
+  EXPECT_EQ(record.record.target.pids[0], 42);
   EXPECT_EQ(record.record.frequency_hz, 99u);
   EXPECT_EQ(record.record.output, "x.hpr");
   EXPECT_EQ(record.record.event, SamplingEvent::kTaskClock);  // absent: the default
@@ -110,16 +110,16 @@ TEST(Protocol, ErrorMessagesCarryCodeAndText) {
 
 TEST(RecordRequestJson, RoundTripsEveryField) {
   session::RecordRequest args;
-  args.pids = {1, 2};
-  args.command = {"a", "b c"};
+  args.target.pids = {1, 2};
+  args.target.command = {"a", "b c"};
   args.duration_s = 2.5;
   args.frequency_hz = 123;
   args.output = "o.json";
   args.event = SamplingEvent::kCpuClock;
   args.kernel = Switch::kOff;
   args.backend = Backend::kPerf;
-  args.all = true;
-  args.cgroup = "x";
+  args.target.all_processes = true;
+  args.target.cgroup = "x";
   args.off_cpu = Switch::kOn;
   args.off_cpu_min_us = 7;
   args.follow_children = false;
@@ -133,17 +133,24 @@ TEST(RecordRequestJson, RoundTripsEveryField) {
   args.alloc = true;
   args.alloc_mean = 4096;
   const json wire = session::record_request_to_json(args);
+  // The target travels under the protocol's names (docs/protocol.md), whatever RecordTarget calls them.
+  EXPECT_EQ(wire.at("pids"), json::array({1, 2}));
+  EXPECT_EQ(wire.at("command"), json::array({"a", "b c"}));
+  EXPECT_EQ(wire.at("all"), true);
+  EXPECT_EQ(wire.at("cgroup"), "x");
+  EXPECT_FALSE(wire.contains("all_processes"));
+  EXPECT_FALSE(wire.contains("target"));
   const session::RecordRequest back = session::record_request_from_json(json::parse(wire.dump()));
-  EXPECT_EQ(back.pids, args.pids);
-  EXPECT_EQ(back.command, args.command);
+  EXPECT_EQ(back.target.pids, args.target.pids);
+  EXPECT_EQ(back.target.command, args.target.command);
   EXPECT_DOUBLE_EQ(back.duration_s, 2.5);
   EXPECT_EQ(back.frequency_hz, 123u);
   EXPECT_EQ(back.output, "o.json");
   EXPECT_EQ(back.event, SamplingEvent::kCpuClock);
   EXPECT_EQ(back.kernel, Switch::kOff);
   EXPECT_EQ(back.backend, Backend::kPerf);
-  EXPECT_TRUE(back.all);
-  EXPECT_EQ(back.cgroup, "x");
+  EXPECT_TRUE(back.target.all_processes);
+  EXPECT_EQ(back.target.cgroup, "x");
   EXPECT_EQ(back.off_cpu, Switch::kOn);
   EXPECT_EQ(back.off_cpu_min_us, 7u);
   EXPECT_FALSE(back.follow_children);
@@ -227,10 +234,10 @@ TEST(ErrorReply, MapsErrorsByTheirType) {
   // The session's refusals, as record_options_from_request throws them: targets, and options that
   // do not go together. Then the recorder's (RecordTargetError, RecordError): a failed recording.
   session::RecordRequest pid_and_command;
-  pid_and_command.pids = {1};
-  pid_and_command.command = {"/bin/true"};
+  pid_and_command.target.pids = {1};
+  pid_and_command.target.command = {"/bin/true"};
   RecordOptions no_cgroup;
-  no_cgroup.cgroup = "hpd-error-reply-test/no-such-cgroup";
+  no_cgroup.target.cgroup = "hpd-error-reply-test/no-such-cgroup";
   const struct {
     std::function<void()> refused;
     ErrorCode code;
@@ -568,16 +575,16 @@ uint64_t user_ns_of(const std::string& who) {
 TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   const PeerCredentials nobody{1, 65534, 65534};
   session::RecordRequest args;
-  args.all = true;
+  args.target.all_processes = true;
   AccessDecision d = check_record_access(nobody, false, "hpd", args);
   EXPECT_FALSE(d.allowed);
   EXPECT_NE(d.reason.find("--all"), std::string::npos);
   EXPECT_NE(d.reason.find("add you to the 'hpd' group"), std::string::npos);
   args = {};
-  args.cgroup = "/sys/fs/cgroup";
+  args.target.cgroup = "/sys/fs/cgroup";
   EXPECT_FALSE(check_record_access(nobody, false, "hpd", args).allowed);
   args = {};
-  args.pids = {getpid()};  // this test runs as root
+  args.target.pids = {getpid()};  // this test runs as root
   d = check_record_access(nobody, false, "hpd", args);
   EXPECT_FALSE(d.allowed);
   EXPECT_NE(d.reason.find("may only record your own processes"), std::string::npos) << d.reason;
@@ -587,10 +594,10 @@ TEST(Access, UnprivilegedPeersRecordOnlyTheirOwnProcesses) {
   me.user_ns = user_ns_of("self");
   EXPECT_TRUE(check_record_access(me, false, "hpd", args).allowed)
       << check_record_access(me, false, "hpd", args).reason;
-  args.pids = {0x7ffffff0};
+  args.target.pids = {0x7ffffff0};
   EXPECT_NE(check_record_access(me, false, "hpd", args).reason.find("no process"), std::string::npos);
   args = {};
-  args.all = true;
+  args.target.all_processes = true;
   EXPECT_TRUE(check_record_access(nobody, true, "hpd", args).allowed);
   PeerCredentials root{getpid(), 0, 0};
   root.initial_user_ns = true;

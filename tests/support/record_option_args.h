@@ -53,7 +53,7 @@ inline RecordOptionArg parse_record_option(int argc, char** argv, int& i, Record
     options.ring_pages = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
   } else if (arg == "--cgroup") {
     if (!value()) return RecordOptionArg::kMissingValue;
-    options.cgroup = v;
+    options.target.cgroup = v;
   } else if (arg == "--off-cpu") {
     options.off_cpu = Switch::kOn;
   } else if (arg == "--no-off-cpu") {
@@ -61,7 +61,7 @@ inline RecordOptionArg parse_record_option(int argc, char** argv, int& i, Record
   } else if (arg == "--no-kernel") {
     options.kernel = Switch::kOff;
   } else if (arg == "--all") {
-    options.all_processes = true;
+    options.target.all_processes = true;
   } else {
     return RecordOptionArg::kNotMine;
   }

@@ -142,9 +142,9 @@ void load_skeleton(profile_bpf* skel, const LibbpfLogCapture& log) {
 
 LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& privileges, size_t cpus) {
   LoadConfig c;
-  if (options.all_processes)
+  if (options.target.all_processes)
     c.filter_mode = HPD_FILTER_ALL;
-  else if (!options.cgroup.empty())
+  else if (!options.target.cgroup.empty())
     c.filter_mode = HPD_FILTER_CGROUP;
   c.follow_children = options.follow_children;
   c.capture_kernel =
@@ -176,7 +176,7 @@ LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& pr
   // Attach-time state (attach_state.bpf.h): the threads of pid targets that are off the CPU when the
   // recording begins. A launched command has none; system-wide recordings are not covered. (A command
   // hpctl launches through hpd is a pid target held at its exec: it has the program, which finds none.)
-  c.attach_state = c.off_cpu && c.filter_mode == HPD_FILTER_PIDS && !options.pids.empty();
+  c.attach_state = c.off_cpu && c.filter_mode == HPD_FILTER_PIDS && !options.target.pids.empty();
   c.warm_ring = kernel_can_warm_ring();
   return c;
 }

@@ -34,11 +34,11 @@
 namespace hpd {
 
 bool needs_bpf(const RecordOptions& options) {
-  return options.all_processes || !options.cgroup.empty() || options.call_graph == CallGraph::kCfi;
+  return options.target.is_system_wide() || options.call_graph == CallGraph::kCfi;
 }
 
 bool off_cpu_enabled(const RecordOptions& options) {
-  if (options.off_cpu == Switch::kAuto) return !options.all_processes;
+  if (options.off_cpu == Switch::kAuto) return !options.target.all_processes;
   return options.off_cpu == Switch::kOn;
 }
 
@@ -207,7 +207,8 @@ RecordResult BpfSession::run() {
   // the kernel's entry probe holds it (calls_unwind.bpf.h).
   if (calls_->writes_timed_entries()) skel_->bss->timed_entries_shared = 1;
   attach_calls_unwind(calls_->runtime_in_use());
-  if (!options_.command.empty()) command_ = launch_command(options_.command, calls_->launch_environment());
+  if (!options_.target.command.empty())
+    command_ = launch_command(options_.target.command, calls_->launch_environment());
   set_targets();
   timing_mark("targets-set");
   open_mmap_watch();
@@ -219,13 +220,13 @@ RecordResult BpfSession::run() {
   info.event = to_string(per_task_ ? SamplingEvent::kTaskClock : SamplingEvent::kCpuClock);
   seed_cpu_baselines();
   if (command_) seed_thread(command_->pid(), command_->pid());
-  for (const int32_t pid : options_.pids) describe_initial(pid);
+  for (const int32_t pid : options_.target.pids) describe_initial(pid);
   for (const int32_t pid : descendants_) describe_initial(pid);
   read_attach_state();
   timing_mark("attach-state-read");
 
-  if (command_) calls_->add_launched(command_->pid(), options_.command.front());
-  for (const int32_t pid : options_.pids) {
+  if (command_) calls_->add_launched(command_->pid(), options_.target.command.front());
+  for (const int32_t pid : options_.target.pids) {
     if (options_.pid_held_at_exec)
       calls_->add_held_at_exec(pid);
     else
@@ -234,7 +235,7 @@ RecordResult BpfSession::run() {
 
   // Everything keyed by pid is in place: each target must still be the bound process, and running, so
   // that its exit hook (which takes it out of the targets) is yet to come.
-  check_targets_running(options_.pids, bound);
+  check_targets_running(options_.target.pids, bound);
   // /proc/kallsyms, read once for the recording: the symbolization of its kernel frames uses the same
   // table (RecordResult::kernel_symbols), rather than reading and parsing it again. Only the builder
   // needs it, for the off-CPU samples' scheduler frames, when it reads the first records: with pid
@@ -261,8 +262,8 @@ RecordResult BpfSession::run() {
     read_kallsyms();
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
-    for (size_t i = 0; i < options_.pids.size(); ++i)
-      targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
+    for (size_t i = 0; i < options_.target.pids.size(); ++i)
+      targets_.push_back(WatchedTarget{options_.target.pids[i], std::move(bound[i]), false});
   }
   released_ns_ = release_command(command_.get(), options_, *builder_);
   if (options_.on_attached) options_.on_attached();

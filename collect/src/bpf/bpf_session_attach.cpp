@@ -72,7 +72,7 @@ void BpfSession::attach_sampling() {
 
 bool BpfSession::attach_per_task() {
   size_t threads = command_ ? 1 : 0;
-  for (const int32_t pid : options_.pids) threads += list_threads(pid).size();
+  for (const int32_t pid : options_.target.pids) threads += list_threads(pid).size();
   if (threads > kMaxPerTaskEvents) return false;
   raise_fd_limit();
   rlimit limit{};
@@ -84,7 +84,7 @@ bool BpfSession::attach_per_task() {
     // The launched command has not exec'd yet: its one event is inherited by everything it starts.
     if (command_ && !attach_thread(command_->pid(), period_ns_))
       throw RecordError("cannot sample the launched command: it exited before it started");
-    for (const int32_t pid : options_.pids) {
+    for (const int32_t pid : options_.target.pids) {
       if (attach_process(pid, period_ns_) == 0)
         throw RecordError("no process with pid " + std::to_string(pid) + " (it exited)");
     }

@@ -43,7 +43,7 @@ int BpfSession::on_ring_record(void* ctx, void* data, size_t size) {
 void BpfSession::open_mmap_watch() {
   MmapWatch::Scope scope;
   if (filter_ == HPD_FILTER_PIDS) {
-    scope.pids = options_.pids;
+    scope.pids = options_.target.pids;
     if (command_) scope.pids.push_back(command_->pid());
     scope.children = options_.follow_children;
     scope.wake_per_record = cfi_;

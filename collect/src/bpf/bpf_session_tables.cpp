@@ -23,9 +23,9 @@ void BpfSession::load_initial_tables() {
                                         bpf_map__fd(skel_->maps.cfi_index), cfi_index_capacity(),
                                         bpf_map__fd(skel_->maps.proc_mappings), system_wide,
                                         options_.cfi_row_index, std::move(cfi_arrays_));
-  std::vector<int32_t> pids = options_.pids;
+  std::vector<int32_t> pids = options_.target.pids;
   if (filter_ == HPD_FILTER_ALL) pids = list_processes();
-  if (filter_ == HPD_FILTER_CGROUP) pids = cgroup_processes(options_.cgroup);
+  if (filter_ == HPD_FILTER_CGROUP) pids = cgroup_processes(options_.target.cgroup);
   timing_mark("cfi-maps-open");
   const int32_t self = ::getpid();
   for (const int32_t pid : pids) {
@@ -38,12 +38,12 @@ void BpfSession::load_initial_tables() {
   const char* reads = std::getenv("HPD_OFF_CPU_REWALK");
   if (off_cpu_ && (reads == nullptr || std::string_view(reads) != "0"))
     rewalk_ = std::make_unique<OffCpuRewalk>(bpf_map__fd(skel_->maps.pending_walks), system_wide);
-  if (command_) cfi_maps_->prewarm(likely_modules(resolve_command(options_.command.front())));
+  if (command_) cfi_maps_->prewarm(likely_modules(resolve_command(options_.target.command.front())));
   // A command its launcher holds stopped at its exec (hpctl through hpd) has mapped only its executable
   // and interpreter yet: its libraries' tables too are put in place before it runs, as for a command
   // launched here, so that the threads it blocks in its first microseconds are walked with them.
   if (options_.pid_held_at_exec) {
-    for (const int32_t pid : options_.pids) {
+    for (const int32_t pid : options_.target.pids) {
       if (const std::string exe = read_exe(pid); !exe.empty()) cfi_maps_->prewarm(likely_modules(exe));
     }
   }

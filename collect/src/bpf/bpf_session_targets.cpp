@@ -33,18 +33,18 @@ UniqueFd open_cgroup(const std::string& path) {
 
 void BpfSession::set_targets() {
   if (filter_ == HPD_FILTER_CGROUP) {
-    cgroup_fd_ = open_cgroup(options_.cgroup);
+    cgroup_fd_ = open_cgroup(options_.target.cgroup);
     const uint32_t key = 0;
     const uint32_t fd = static_cast<uint32_t>(cgroup_fd_.get());
     if (bpf_map_update_elem(bpf_map__fd(skel_->maps.target_cgroup), &key, &fd, BPF_ANY) != 0) {
-      throw RecordError("cannot select cgroup " + options_.cgroup + ": " + std::strerror(errno) +
+      throw RecordError("cannot select cgroup " + options_.target.cgroup + ": " + std::strerror(errno) +
                         " (it must be a cgroup v2 directory)");
     }
   }
   if (filter_ != HPD_FILTER_PIDS) return;
   const int fd = bpf_map__fd(skel_->maps.targets);
   const uint8_t yes = 1;
-  std::vector<int32_t> pids = options_.pids;
+  std::vector<int32_t> pids = options_.target.pids;
   if (command_) pids.push_back(command_->pid());
   for (const int32_t pid : pids) {
     if (bpf_map_update_elem(fd, &pid, &yes, BPF_ANY) != 0)
@@ -67,8 +67,8 @@ void BpfSession::add_descendants() {
   const uint8_t yes = 1;
   const int32_t self = ::getpid();
   DescriptorBudget budget;
-  std::set<int32_t> known(options_.pids.begin(), options_.pids.end());
-  std::vector<int32_t> parents = options_.pids;
+  std::set<int32_t> known(options_.target.pids.begin(), options_.target.pids.end());
+  std::vector<int32_t> parents = options_.target.pids;
   for (int round = 0; round < kMaxDescendantRounds && !parents.empty(); ++round) {
     std::vector<int32_t> found;
     for (const int32_t parent : parents) {
@@ -126,7 +126,7 @@ void BpfSession::seed_thread(int32_t pid, int32_t tid) {
 // the CPU when hpd_attach_state runs and has not switched since was off the CPU since before the start.
 void BpfSession::snapshot_switches() {
   if (!attach_state_) return;
-  for (const int32_t pid : options_.pids) {
+  for (const int32_t pid : options_.target.pids) {
     for (const int32_t tid : list_threads(pid)) {
       if (const auto n = read_thread_context_switches(pid, tid)) switches_before_start_.emplace_back(tid, *n);
     }
@@ -167,7 +167,7 @@ void BpfSession::read_attach_state() {
 // Threads that exist before sampling starts get their current sum_exec_runtime as the baseline, so
 // that their first sample's CPU delta is exact rather than a guess.
 void BpfSession::seed_cpu_baselines() {
-  std::vector<int32_t> pids = options_.pids;
+  std::vector<int32_t> pids = options_.target.pids;
   if (filter_ != HPD_FILTER_PIDS) pids = list_processes();
   const int32_t self = ::getpid();
   for (const int32_t pid : pids) {

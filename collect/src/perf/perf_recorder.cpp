@@ -205,8 +205,8 @@ void PerfSession::init_attr() {
   a.exclude_callchain_kernel = kernel_frames_ ? 0 : 1;
   a.sample_max_stack = static_cast<uint16_t>(max_stack_);
   // A launched command is attached before exec; counting starts with the new program.
-  a.disabled = options_.command.empty() ? 0 : 1;
-  a.enable_on_exec = options_.command.empty() ? 0 : 1;
+  a.disabled = options_.target.command.empty() ? 0 : 1;
+  a.enable_on_exec = options_.target.command.empty() ? 0 : 1;
   a.watermark = 1;
   a.wakeup_watermark = wakeup_mark(ring_pages_);
 }
@@ -357,7 +357,7 @@ bool PerfSession::attach_process(int32_t pid, bool all_own_ids) {
 // ones kept: PerfEventDecoder::set_own_event_ids); those forked from then on inherit complete sets.
 void PerfSession::attach_descendants() {
   DescriptorBudget budget;
-  std::vector<int32_t> parents = options_.pids;
+  std::vector<int32_t> parents = options_.target.pids;
   for (int round = 0; round < kMaxRescans && !parents.empty(); ++round) {
     std::vector<int32_t> found;
     for (const int32_t parent : parents) {
@@ -517,12 +517,12 @@ RecordResult PerfSession::run() {
   calls_ = std::make_unique<RecordingCallCounter>(options_);
   // Before anything is attached by pid: the processes the targets are now (or were at the caller's check).
   std::vector<UniqueFd> bound = bind_targets(options_);
-  if (!options_.command.empty()) {
-    command_ = launch_command(options_.command, calls_->launch_environment());
+  if (!options_.target.command.empty()) {
+    command_ = launch_command(options_.target.command, calls_->launch_environment());
     attach_thread(command_->pid(), command_->pid(), nullptr);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
-    for (const int32_t pid : options_.pids) {
+    for (const int32_t pid : options_.target.pids) {
       if (!attach_process(pid, false))
         throw RecordError("no process with pid " + std::to_string(pid) + " (it exited)");
     }
@@ -570,14 +570,14 @@ RecordResult PerfSession::run() {
   if (kernel_frames_) result_.profile.intern_module("[kernel.kallsyms]", kernel_build_id(), true);
 
   // Maps are read after the events exist, so a library loaded in between is seen at least once.
-  for (const int32_t pid : options_.pids) {
+  for (const int32_t pid : options_.target.pids) {
     ProcessSnapshot state = snapshot(pid);
     add_attached(state);
   }
   for (ProcessSnapshot& state : descendants_) add_attached(state);
   descendants_.clear();
-  if (command_) calls_->add_launched(command_->pid(), options_.command.front());
-  for (const int32_t pid : options_.pids) {
+  if (command_) calls_->add_launched(command_->pid(), options_.target.command.front());
+  for (const int32_t pid : options_.target.pids) {
     if (options_.pid_held_at_exec)
       calls_->add_held_at_exec(pid);
     else
@@ -586,10 +586,10 @@ RecordResult PerfSession::run() {
   // The events and /proc were reached by pid: each target must still be the bound process (a thread's
   // event is the kernel's own to end with the thread, but one opened after the pid changed hands is not
   // the target's).
-  check_targets_running(options_.pids, bound);
+  check_targets_running(options_.target.pids, bound);
   if (!command_) {
-    for (size_t i = 0; i < options_.pids.size(); ++i)
-      targets_.push_back(WatchedTarget{options_.pids[i], std::move(bound[i]), false});
+    for (size_t i = 0; i < options_.target.pids.size(); ++i)
+      targets_.push_back(WatchedTarget{options_.target.pids[i], std::move(bound[i]), false});
   }
   released_ns_ = release_command(command_.get(), options_, *builder_);
   if (options_.on_attached) options_.on_attached();
@@ -638,7 +638,7 @@ RecordResult PerfSession::run() {
   deliver_before(UINT64_MAX);
   decoder_->finish_off_cpu(result_.profile.info.end_mono_ns, to_builder_);
   // perf_event reports context switches as they happen, and nothing about where a thread already was.
-  if (attr_.context_switch && !options_.pids.empty())
+  if (attr_.context_switch && !options_.target.pids.empty())
     result_.attach_state_error =
         "perf_event reports only the switches it sees: a thread blocked since before the recording shows "
         "nothing until it runs (the eBPF backend reads where each one waits)";

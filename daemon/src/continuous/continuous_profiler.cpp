@@ -510,7 +510,7 @@ struct ContinuousProfiler::State {
     uint64_t requested_mono = 0;   // for the first chunk: how long sampling took to begin
 
     RecordOptions ro;
-    ro.all_processes = true;
+    ro.target.all_processes = true;
     ro.frequency_hz = started_with.frequency_hz;
     ro.duration_s = 0;  // until end_collection
     ro.event = SamplingEvent::kCpuClock;

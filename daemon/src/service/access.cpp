@@ -329,24 +329,24 @@ AccessDecision check_record_access(const PeerCredentials& peer, bool privileged,
   if (privileged) {
     // Bound to the processes that have these pids now, as for anyone.
     if (pidfds != nullptr) {
-      for (const int32_t pid : request.pids) pidfds->push_back(pid > 0 ? open_pidfd(pid) : UniqueFd());
+      for (const int32_t pid : request.target.pids) pidfds->push_back(pid > 0 ? open_pidfd(pid) : UniqueFd());
     }
     return {true, ""};
   }
-  if (request.all) {
+  if (request.target.all_processes) {
     return {false, "recording every process (--all) is reserved to root and the '" + group + "' group; " +
                        join_group_advice(group)};
   }
-  if (!request.cgroup.empty()) {
+  if (!request.target.cgroup.empty()) {
     return {false, "recording a cgroup (--cgroup) is reserved to root and the '" + group + "' group; " +
                        join_group_advice(group)};
   }
-  if (!request.command.empty()) {
+  if (!request.target.command.empty()) {
     return {false,
             "hpd does not start commands for a client: hpctl starts the command itself and asks hpd to "
             "record its pid (update hpctl)"};
   }
-  for (const int32_t pid : request.pids) {
+  for (const int32_t pid : request.target.pids) {
     int pidfd = -1;
     const AccessDecision target = may_read_process(peer, pid, &pidfd);
     UniqueFd checked(pidfd);

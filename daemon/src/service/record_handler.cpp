@@ -42,8 +42,8 @@ std::string join_words(const std::vector<std::string>& words) {
 // HoldAt::kAfterExec, hpd/base/process.h). Empty when it holds; else why not. Only then is the process
 // treated as a launched command.
 std::string held_at_exec_problem(const session::RecordRequest& args, pid_t client_pid) {
-  if (args.pids.size() != 1) return "\"held_at_exec\" needs exactly one pid";
-  const std::string pid = std::to_string(args.pids.front());
+  if (args.target.pids.size() != 1) return "\"held_at_exec\" needs exactly one pid";
+  const std::string pid = std::to_string(args.target.pids.front());
   std::ifstream in("/proc/" + pid + "/status");
   std::string line;
   long parent = -1, tracer = -1;
@@ -60,10 +60,10 @@ std::string held_at_exec_problem(const session::RecordRequest& args, pid_t clien
 
 std::string describe_target(const session::RecordRequest& args, const std::vector<std::string>& launched) {
   if (!launched.empty()) return join_words(launched);
-  if (args.all) return "all processes";
-  if (!args.cgroup.empty()) return "cgroup " + args.cgroup;
+  if (args.target.all_processes) return "all processes";
+  if (!args.target.cgroup.empty()) return "cgroup " + args.target.cgroup;
   std::string text = "pid";
-  for (const int32_t pid : args.pids) text += " " + std::to_string(pid);
+  for (const int32_t pid : args.target.pids) text += " " + std::to_string(pid);
   return text;
 }
 

@@ -203,7 +203,7 @@ json Daemon::status_message(bool privileged) {
 // each session then loads the next like its own (RecordOptions::load_next_ahead).
 void Daemon::check_bpf_with_first_recording() {
   session::RecordRequest request;
-  request.pids = {static_cast<int32_t>(::getpid())};
+  request.target.pids = {static_cast<int32_t>(::getpid())};
   RecordOptions first;
   try {
     first = session::record_options_from_request(request);

@@ -69,7 +69,7 @@ void count_edges(const hpd::Profile& profile, std::map<std::string, uint64_t>& e
 Counted record_calls(std::vector<std::string> command, hpd::Backend backend = hpd::Backend::kBpf,
                      hpd::CallCounterKind counter = hpd::CallCounterKind::kUprobes) {
   hpd::RecordOptions options;
-  options.command = std::move(command);
+  options.target.command = std::move(command);
   options.count_calls = true;
   options.call_counter = counter;
   options.call_runtime = HPD_CALLS_RUNTIME_PATH;
@@ -302,7 +302,7 @@ TEST(CallsRecord, DetachRestoresTheCodeBytes) {
   ASSERT_EQ(before, std::string("\x0f\x1f\x44\x00\x00", 5));
 
   hpd::RecordOptions options;
-  options.pids = {target.pid()};
+  options.target.pids = {target.pid()};
   options.count_calls = true;
   // Until the target has called for 200 ms of its CPU time under the probes (each call a few µs).
   hpd::test::RecordUntil until(options);

@@ -13,6 +13,7 @@
 
 #include "hpd/calls/call_stats.h"
 #include "hpd/collect/record_choices.h"
+#include "hpd/collect/record_target.h"
 #include "hpd/model/raw_profile.h"
 
 namespace hpd {
@@ -39,9 +40,10 @@ struct RecordProgress {
 };
 
 struct RecordOptions {
-  std::vector<int32_t> pids;         // record these running processes (all their threads) ...
-  std::vector<std::string> command;  // ... or launch this command and record it
-  double duration_s = 0;             // 0 = until the target exits or a stop is requested
+  // What is recorded: pids, a command to launch, all processes, a cgroup (target_problem says which
+  // go together).
+  RecordTarget target;
+  double duration_s = 0;  // 0 = until the target exits or a stop is requested
   uint32_t frequency_hz = 999;
   // The pids' processes as pidfds (borrowed, in pids order; -1 or missing: one is opened when the
   // recording starts): the processes the caller checked, not whatever has their numbers by the time
@@ -73,12 +75,6 @@ struct RecordOptions {
   std::function<uint64_t()> forget_before;
 
   Backend backend = Backend::kAuto;
-  // Record every process of the system (eBPF only). With a command, until the command exits.
-  bool all_processes = false;
-  // Record the tasks of this cgroup v2 and its descendants (eBPF only): an absolute path, or one
-  // relative to the cgroup v2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid systems). With a
-  // command, until the command exits (the command is not moved into it).
-  std::string cgroup;
   // Off-CPU samples. kAuto: for pid, command and cgroup targets with the eBPF backend; none for all
   // processes (every context switch of the system would be recorded) and none with perf_event. kOn with
   // perf_event: intervals from its context-switch records, blocked or waiting for a CPU, without a
@@ -365,16 +361,6 @@ KeptCfiTablesStatus kept_cfi_tables_status();
 // number dropped.
 uint64_t set_kept_cfi_tables_limit(uint64_t bytes);
 
-// What keeps a recording's targets (pids, command, all_processes, cgroup) from making one recording.
-enum class TargetProblem {
-  kNone,
-  kNoTarget,           // no pid, no command, neither all processes nor a cgroup
-  kPidsAndCommand,     // pids and a command to launch
-  kAllAndCgroup,       // all processes and a cgroup
-  kPidsAndSystemWide,  // pids with all processes or a cgroup
-  kEmptyCommand,       // a command whose program name is empty
-};
-
 // What keeps a recording's other options from going together (checked after the targets).
 enum class OptionProblem {
   kNone,
@@ -386,10 +372,6 @@ enum class OptionProblem {
   kBpfUnprivileged,        // backend kBpf without CAP_BPF and CAP_PERFMON (or root)
   kBpfNeededUnprivileged,  // all processes, a cgroup or cfi (eBPF only) without them
 };
-
-// The one check of a recording's targets: validate_record_options throws RecordTargetError with it,
-// and hpctl's and hpd's record requests are checked with it (session::record_options_from_request).
-TargetProblem record_target_problem(const RecordOptions& options);
 
 // The one check of the options that do not go together, whatever the privileges (kCfiWithPerf,
 // k*WithPerf, kAlloc*; kNone when the targets themselves are wrong): validate_record_options throws
@@ -431,7 +413,7 @@ class RecordOptionError : public RecordError {
   OptionProblem problem_;
 };
 
-// Checks the options without touching any process: the targets (record_target_problem, then
+// Checks the options without touching any process: the targets (target_problem, then
 // RecordTargetError), the options (record_option_problem and the eBPF privileges, then
 // RecordOptionError), frequency range, cgroup, pids and the privileges perf_event needs (RecordError
 // with an actionable message).

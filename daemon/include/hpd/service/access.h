@@ -82,7 +82,7 @@ AccessDecision may_read_process(const PeerCredentials& peer, pid_t pid, int* pid
 
 // Whether `peer` may record what `request` names. Privileged peers may record anything; others only
 // processes may_read_process() allows, never --all or --cgroup. `pidfds`, when given, receives a pidfd
-// of each process of request.pids, in order, opened at the check (-1 where none could be): the
+// of each process of request.target.pids, in order, opened at the check (-1 where none could be): the
 // recording is bound to those processes, not to their numbers (RecordOptions::pid_fds).
 AccessDecision check_record_access(const PeerCredentials& peer, bool privileged, const std::string& group,
                                    const session::RecordRequest& request,

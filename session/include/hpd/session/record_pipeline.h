@@ -28,7 +28,7 @@ namespace hpd::session {
 class MipRecording;
 
 // session's error type for a record request refused as asked: targets that make no one recording (the
-// recorder's record_target_problem: target_problem() says which) or options that do not go together
+// recorder's target_problem: target_problem() says which) or options that do not go together
 // (record_option_problem: option_problem()), or neither (both kNone) for the session's own refusals.
 // what() is the engine's wording (record_problem_text), naming no option of hpctl's; hpctl words the
 // reason with its flags (cli/record_problem_words.cpp), hpd with its request's fields (its
@@ -52,7 +52,7 @@ class RecordRequestError : public std::invalid_argument {
 
 // The recorder's options for `request`, without stop flag or callbacks: where a record request of
 // hpctl (local or before it asks hpd) and of hpd is validated. Throws RecordRequestError for
-// contradictory or missing targets (record_target_problem) and options that do not go together
+// contradictory or missing targets (target_problem) and options that do not go together
 // (record_option_problem); the recorder's checks of the machine (validate_record_options: privileges,
 // processes, cgroup, ranges; RecordError) come on top.
 RecordOptions record_options_from_request(const RecordRequest& request);
@@ -99,7 +99,7 @@ class RecordingOutput {
 
   // Chains into options.on_flush: the capture (or, for a Firefox profile, a temporary capture)
   // streamed every flush and the samples written released from memory, MIP counts read, the /tmp of
-  // each process seen alive held (ProcessTmpDirs: options.pids' from here) for its JIT files.
+  // each process seen alive held (ProcessTmpDirs: options.target.pids' from here) for its JIT files.
   void attach(RecordOptions& options);
   // Joins the MIP snapshots into the result, completes the capture, symbolizes and (unless a capture
   // was asked for) writes the Firefox profile. Returns the symbolized profile. Throws on write errors.

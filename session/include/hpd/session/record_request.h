@@ -6,22 +6,23 @@
 #include <vector>
 
 #include "hpd/collect/record_choices.h"
+#include "hpd/collect/record_target.h"
 
 namespace hpd::session {
 
-// The choices (Switch, SamplingEvent, Backend, CallGraph, CallCounterKind) and their words are the
-// recorder's own (hpd/collect/record_choices.h): RecordOptions takes them as they are.
+// The target (RecordTarget) and the choices (Switch, SamplingEvent, Backend, CallGraph, CallCounterKind)
+// and their words are the recorder's own (hpd/collect/record_target.h, record_choices.h): RecordOptions
+// takes them as they are.
 struct RecordRequest {
-  std::vector<int32_t> pids;
-  std::vector<std::string> command;        // launched and recorded; hpd never gets one (hpctl starts it)
+  // What is recorded ("pids", "command", "all", "cgroup" in the protocol): a command is launched and
+  // recorded by hpctl; hpd never gets one (hpctl starts it and sends its pid).
+  RecordTarget target;
   double duration_s = 0;                   // seconds; 0 = until the targets exit or a stop
   uint32_t frequency_hz = 999;             // samples per second per thread
   std::string output = "profile.json.gz";  // a path; hpd only reads the format from its suffix
   SamplingEvent event = SamplingEvent::kTaskClock;
   Switch kernel = Switch::kAuto;
   Backend backend = Backend::kAuto;
-  bool all = false;    // every process of the system
-  std::string cgroup;  // a cgroup v2 path, or "" for none
   Switch off_cpu = Switch::kAuto;
   uint32_t off_cpu_min_us = 0;  // off-CPU intervals shorter than this are not recorded
   bool follow_children = true;
