@@ -7,7 +7,8 @@ Reads the tree (no build needed) and reports, as FILE:LINE, every
     NAME_internal target (private headers, for that library's own tests);
   - target_sources()/target_link_libraries()/... on a target from a CMakeLists.txt other than the
     one that defines it (a folder adding files to its parent's library);
-  - a call that has one home (OWNED_CALLS: elf_begin( and ::close( in base/) made outside that home;
+  - a call that has one home (OWNED_CALLS: elf_begin(, elf_nextscn(, gelf_getphdr( and ::close( in base/)
+    made outside that home;
   - a string literal of the collection engine (collect/) that names an option of hpctl (CALLER_WORDS:
     --pid, --all, --backend, ...): the engine reports what is wrong as a typed reason, and the layer
     that owns the words (cli/ for hpctl's flags, daemon/ for hpd's request fields) words it.
@@ -50,6 +51,10 @@ ALLOWED = {
 # of the tree goes through that layer's wrapper, so that the rule is written once.
 OWNED_CALLS = [
     ("elf_begin(", "base", "ELF files are opened in base/ only: use ElfHandle or OpenedElf (hpd/base/elf.h)"),
+    ("elf_nextscn(", "base", "sections are walked in base/ only: use ElfView::sections() or section(name) "
+                             "(hpd/base/elf.h)"),
+    ("gelf_getphdr(", "base", "program headers are read in base/ only: use ElfView::load_segments(), "
+                              "has_program_header() or interpreter() (hpd/base/elf.h)"),
     # "::close(" with its colons: a member function named close (export's json Writer::close) is not
     # the system call. tests/ is outside the layers and keeps its raw closes (pipe ends handed to
     # fixtures, a descriptor closed behind its owner on purpose).

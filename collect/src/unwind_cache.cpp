@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "hpd/base/elf.h"
 #include "hpd/base/unique_fd.h"
 
 namespace hpd {
@@ -135,8 +136,7 @@ bool UnwindCache::source_of_file(const std::string& path, const std::string& bui
   s.mtime_ns = static_cast<uint64_t>(ns_of(st.st_mtim));
   // The separate debug file CfiModule looks for (its .debug_frame may add rows).
   if (!debug_root.empty() && build_id.size() >= 4) {
-    const std::string debug =
-        debug_root + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
+    const std::string debug = build_id_path(debug_root, build_id);
     struct stat ds {};
     if (::stat(debug.c_str(), &ds) == 0) {
       s.has_debug_file = true;

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "hpd/base/elf.h"
 #include "hpd/model/raw_profile.h"
@@ -169,29 +171,19 @@ void read_functions(Elf* elf, ElfSection section, std::map<std::string, Symbol>&
 }
 
 ElfSection section_of_type(Elf* elf, uint32_t type) {
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) != nullptr && sh.sh_type == type) return ElfSection{scn, sh, nullptr};
+  for (const ElfSection& section : ElfView(elf).sections()) {
+    if (section.header.sh_type == type) return section;
   }
   return {};
 }
 
 // The file offset of a function's address: in an executable PT_LOAD segment.
 bool code_offset(Elf* elf, uint64_t vaddr, uint64_t& offset) {
-  size_t n = 0;
-  if (elf_getphdrnum(elf, &n) != 0) return false;
-  for (size_t i = 0; i < n; ++i) {
-    GElf_Phdr ph;
-    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr || ph.p_type != PT_LOAD ||
-        !(ph.p_flags & PF_X))
-      continue;
-    if (vaddr >= ph.p_vaddr && vaddr < ph.p_vaddr + ph.p_filesz) {
-      offset = vaddr - ph.p_vaddr + ph.p_offset;
-      return true;
-    }
-  }
-  return false;
+  std::vector<ElfSegment> code = ElfView(elf).load_segments();
+  std::erase_if(code, [](const ElfSegment& s) { return !s.executable; });
+  const std::optional<uint64_t> at = offset_of_vaddr(code, vaddr);
+  if (at) offset = *at;
+  return at.has_value();
 }
 
 // x86-64: the PLT entries of the module, entry address -> the name of the symbol whose GOT slot it
@@ -200,11 +192,11 @@ std::map<uint64_t, std::string> plt_entries(Elf* elf) {
   std::map<uint64_t, std::string> slot_names, out;
   const ElfSection dynsym = section_of_type(elf, SHT_DYNSYM);
   Elf_Data* syms = dynsym ? dynsym.data() : nullptr;
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr && syms != nullptr) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_RELA || sh.sh_entsize == 0) continue;
-    Elf_Data* d = elf_getdata(scn, nullptr);
+  for (const ElfSection& rela_section : ElfView(elf).sections()) {
+    if (syms == nullptr) break;
+    const GElf_Shdr& sh = rela_section.header;
+    if (sh.sh_type != SHT_RELA || sh.sh_entsize == 0) continue;
+    Elf_Data* d = rela_section.data();
     if (d == nullptr) continue;
     for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; ++i) {
       GElf_Rela rela;
