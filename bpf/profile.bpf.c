@@ -259,9 +259,68 @@ struct user_frames {
 
 #include "calls_unwind.bpf.h"
 
+// The walk's state between its steps, in memory the caller owns (walk_user_frames's argument): the
+// verifier takes what is read from there for any value, so it checks a step once (under bpf_loop), where
+// a count it could follow made it check the loop's body once per frame (65,000-70,000 instructions per
+// walking program in fp and dwarf modes; docs/performance.md).
+struct fp_walk {
+  __u64 fp;
+  __u64 sp;
+  __u64 frames;  // out->ips filled so far
+  __u32 end;
+  __u32 pad;
+};
+
+struct fp_walk_ctx {
+  struct user_frames* out;
+  struct fp_walk* w;
+};
+
+// One frame-pointer step (a bpf_loop callback): 1 once the walk has ended (w->end says how).
+static long fp_walk_step(__u64 index, struct fp_walk_ctx* c) {
+  struct fp_walk* w = c->w;
+  struct user_frames* out = c->out;
+  if (!w || !out) return 1;
+  const __u64 i = w->frames;
+  if (i >= HPD_MAX_USER_FRAMES) return 1;  // HPD_USER_END_DEPTH, set before the loop
+  const __u64 fp = w->fp;
+  // rbp = 0 past the leaf: the start-up code's marker of the outermost frame.
+  if (fp == 0 && i > 1) {
+    w->end = HPD_USER_END_FP_ZERO;
+    return 1;
+  }
+  if ((fp & 7) != 0 || fp < w->sp || fp - w->sp > USER_STACK_REACH) {
+    w->end = HPD_USER_END_FP_BROKEN;
+    return 1;
+  }
+  struct user_frame frame;
+  if (bpf_probe_read_user(&frame, sizeof frame, (const void*)fp) != 0) {
+    w->end = HPD_USER_END_READ_FAULT;
+    return 1;
+  }
+  if (frame.ret == 0) {
+    w->end = HPD_USER_END_ROOT;
+    return 1;
+  }
+  if (calls_runtime_active) frame.ret = calls_real_return(frame.ret, fp + 8);
+  frame.ret = uretprobe_real_return(frame.ret, fp + 8);
+  out->ips[i & (HPD_MAX_USER_FRAMES - 1)] = frame.ret;
+  w->frames = i + 1;
+  if (frame.next == 0) {
+    w->end = HPD_USER_END_FP_ZERO;
+    return 1;
+  }
+  if (frame.next <= fp) {
+    w->end = HPD_USER_END_FP_BROKEN;
+    return 1;
+  }
+  w->fp = frame.next;
+  return 0;
+}
+
 // The user stack by frame pointers into out[0..HPD_MAX_USER_FRAMES): the instruction pointer, then
-// one return address per frame; returns how many. This is the walk bpf_get_stack(BPF_F_USER_STACK)
-// does, with one difference that matters for its cost: it stops where the chain stops climbing the
+// one return address per frame; returns how many, and how the walk ended in w->end. This is the walk
+// bpf_get_stack(BPF_F_USER_STACK) does, with one difference that matters for its cost: it stops where the chain stops climbing the
 // stack (a frame pointer of 0, misaligned, below the previous one or far above it), where the kernel
 // reads at whatever the last frame pointer holds. Code without frame pointers (libc's start-up
 // frames, usually) leaves such garbage at the end of nearly every chain, and reading it faults; a
@@ -271,49 +330,18 @@ struct user_frames {
 // A global function, so that the verifier checks it once on its own: inlined, every way out of the
 // loop multiplied the states of the code after it beyond the verifier's limit.
 //
-// *end is HPD_USER_END_ROOT on entry for a new thread that has not returned to user mode yet
+// w->end is HPD_USER_END_ROOT on entry for a new thread that has not returned to user mode yet
 // (clone_side_of in cfi_walk.bpf.h): its stack is its start, that frame alone.
-__attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 ip, __u64 sp, __u64 fp,
-                                                 __u32* end) {
-  if (!out || !end) return 0;
+__attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 ip, struct fp_walk* w) {
+  if (!out || !w) return 0;
   out->ips[0] = ip;
-  __u64 n = 1;
-  if (*end == HPD_USER_END_ROOT) return n;
-  *end = HPD_USER_END_DEPTH;
-  for (int i = 1; i < HPD_MAX_USER_FRAMES; i++) {
-    // rbp = 0 past the leaf: the start-up code's marker of the outermost frame.
-    if (fp == 0 && i > 1) {
-      *end = HPD_USER_END_FP_ZERO;
-      return n;
-    }
-    if ((fp & 7) != 0 || fp < sp || fp - sp > USER_STACK_REACH) {
-      *end = HPD_USER_END_FP_BROKEN;
-      return n;
-    }
-    struct user_frame frame;
-    if (bpf_probe_read_user(&frame, sizeof frame, (const void*)fp) != 0) {
-      *end = HPD_USER_END_READ_FAULT;
-      return n;
-    }
-    if (frame.ret == 0) {
-      *end = HPD_USER_END_ROOT;
-      return n;
-    }
-    if (calls_runtime_active) frame.ret = calls_real_return(frame.ret, fp + 8);
-    frame.ret = uretprobe_real_return(frame.ret, fp + 8);
-    out->ips[i] = frame.ret;
-    n = i + 1;
-    if (frame.next == 0) {
-      *end = HPD_USER_END_FP_ZERO;
-      return n;
-    }
-    if (frame.next <= fp) {
-      *end = HPD_USER_END_FP_BROKEN;
-      return n;
-    }
-    fp = frame.next;
-  }
-  return n;
+  w->frames = 1;
+  if (w->end == HPD_USER_END_ROOT) return 1;
+  w->end = HPD_USER_END_DEPTH;
+  struct fp_walk_ctx c = {.out = out, .w = w};
+  bpf_loop(HPD_MAX_USER_FRAMES - 1, fp_walk_step, &c, 0);
+  const __u64 n = w->frames;
+  return n > HPD_MAX_USER_FRAMES ? HPD_MAX_USER_FRAMES : n;
 }
 
 #include "cfi_walk.bpf.h"
@@ -354,14 +382,13 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
     e->user_fp_frames = (__u16)r.fp_frames;
     if (r.pending) e->flags |= HPD_SAMPLE_TABLES_PENDING;
   } else if (user) {
-    __u32 end = HPD_USER_END_NONE;
+    struct fp_walk w = {.fp = user->bp, .sp = user->sp, .end = HPD_USER_END_NONE};
     // A new thread before its first return to user mode is on the child's side of its clone, on a stack
     // of its own (a forked process's child is walked as the copy of its parent's stack it has).
     if (e->header.tid != e->header.pid && clone_side_of(user->orig_ax, user->ax, user->ip) == CFI_CLONE_CHILD)
-      end = HPD_USER_END_ROOT;
-    user_frames =
-        walk_user_frames((struct user_frames*)&e->ips[kernel_frames], user->ip, user->sp, user->bp, &end);
-    e->user_end = (__u16)end;
+      w.end = HPD_USER_END_ROOT;
+    user_frames = walk_user_frames((struct user_frames*)&e->ips[kernel_frames], user->ip, &w);
+    e->user_end = (__u16)w.end;
   }
   if (user_frames > HPD_MAX_USER_FRAMES) user_frames = HPD_MAX_USER_FRAMES;
   e->kernel_frames = (__u16)kernel_frames;
