@@ -320,12 +320,12 @@ static long fp_walk_step(__u64 index, struct fp_walk_ctx* c) {
 
 // The user stack by frame pointers into out[0..HPD_MAX_USER_FRAMES): the instruction pointer, then
 // one return address per frame; returns how many, and how the walk ended in w->end. This is the walk
-// bpf_get_stack(BPF_F_USER_STACK) does, with one difference that matters for its cost: it stops where the chain stops climbing the
-// stack (a frame pointer of 0, misaligned, below the previous one or far above it), where the kernel
-// reads at whatever the last frame pointer holds. Code without frame pointers (libc's start-up
-// frames, usually) leaves such garbage at the end of nearly every chain, and reading it faults; a
-// fault handled in the middle of the sample costs microseconds on a paravirtualized guest
-// (docs/performance.md).
+// bpf_get_stack(BPF_F_USER_STACK) does, with one difference that matters for its cost: it stops where
+// the chain stops climbing the stack (a frame pointer of 0, misaligned, below the previous one or far
+// above it), where the kernel reads at whatever the last frame pointer holds. Code without frame
+// pointers (libc's start-up frames, usually) leaves such garbage at the end of nearly every chain, and
+// reading it faults; a fault handled in the middle of the sample costs microseconds on a
+// paravirtualized guest (docs/performance.md).
 //
 // A global function, so that the verifier checks it once on its own: inlined, every way out of the
 // loop multiplied the states of the code after it beyond the verifier's limit.
@@ -683,11 +683,6 @@ static __always_inline int task_is_dead(struct task_struct* prev) {
   return BPF_CORE_READ(old, state) == TASK_DEAD;
 }
 
-// The CPU time a dying thread used since its last sample, reported at its last switch-out, where the
-// scheduler has just brought its runtime up to date for the last time. Not left to hpd_free: the task
-// is freed after an RCU grace period, which may come seconds later (lazy RCU) and so after the
-// recording has ended, losing the thread's last stretch of CPU. Sent even when it is zero, as user
-// space waits for it (hpd_exit's HPD_TASK_TAIL_FOLLOWS); when it does not fit, hpd_free tries again.
 // The CPU-tail record of `task` (whose seeded state is `state`): its runtime since its last sample,
 // which becomes the state's baseline. `even_zero`: sent when there is none too.
 static __always_inline void emit_cpu_tail(struct task_struct* task, struct hpd_thread_state* state, __s32 pid,
@@ -704,6 +699,11 @@ static __always_inline void emit_cpu_tail(struct task_struct* task, struct hpd_t
   bpf_ringbuf_submit(e, submit_flags());
 }
 
+// The CPU time a dying thread used since its last sample, reported at its last switch-out, where the
+// scheduler has just brought its runtime up to date for the last time. Not left to hpd_free: the task
+// is freed after an RCU grace period, which may come seconds later (lazy RCU) and so after the
+// recording has ended, losing the thread's last stretch of CPU. Sent even when it is zero, as user
+// space waits for it (hpd_exit's HPD_TASK_TAIL_FOLLOWS); when it does not fit, hpd_free tries again.
 static __always_inline void emit_final_cpu_tail(struct task_struct* prev, __s32 pid, __s32 tid) {
   struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &tid);
   if (state && state->pid == pid && state->seeded) emit_cpu_tail(prev, state, pid, tid, 1);
