@@ -115,12 +115,14 @@ void BpfEventDecoder::release_largest(const EventSink& sink) {
     }
   }
   if (largest == held_.end()) return;
-  for (const Held& h : largest->second) {
-    if (h.walk) --held_walks_;
-    decode_record(h.bytes, sink, nullptr);
-    held_bytes_ -= h.bytes.size();
-  }
+  for (const Held& h : largest->second) emit_held(h, sink, nullptr);
   held_.erase(largest);
+}
+
+void BpfEventDecoder::emit_held(const Held& h, const EventSink& sink, const UserWalk* walk) {
+  if (h.walk) --held_walks_;
+  decode_record(h.bytes, sink, walk);
+  held_bytes_ -= h.bytes.size();
 }
 
 void BpfEventDecoder::release_held(const HeldWalker& walker, uint64_t walkable_until_ns,
@@ -162,10 +164,8 @@ void BpfEventDecoder::release_held(const HeldWalker& walker, uint64_t walkable_u
         else
           how = walker(e, record.subspan(stack_at, e.stack_bytes), walk);
         if (how == HeldWalk::kWait && !final) break;
-        --held_walks_;
       }
-      decode_record(h.bytes, sink, how == HeldWalk::kWalked ? &walk : nullptr);
-      held_bytes_ -= h.bytes.size();
+      emit_held(h, sink, how == HeldWalk::kWalked ? &walk : nullptr);
       records.pop_front();
     }
     it = records.empty() ? held_.erase(it) : std::next(it);

@@ -141,6 +141,8 @@ class BpfEventDecoder {
   std::map<int32_t, std::deque<Held>> held_;
   // Past max_held_bytes_: the process holding the most gives its records up with the programs' walk.
   void release_largest(const EventSink& sink);
+  // Decodes a held record (with `walk`, its second walk; without, the programs' walk) and forgets it.
+  void emit_held(const Held& h, const EventSink& sink, const UserWalk* walk);
   size_t held_bytes_ = 0;
   size_t held_bytes_peak_ = 0;
   size_t held_walks_ = 0;
