@@ -16,6 +16,8 @@
 # sort_format (glibc's qsort and snprintf under a frame-pointer program) to compare call graphs:
 #   FIXTURE=build/tests/bpf/cfi/sort_format bench/overhead_bpf_programs.sh build 5 999 2 \
 #     -- --call-graph fp -- --call-graph cfi -- --call-graph dwarf
+# or bench/deep_chain.cpp's C++ chains of 10, 40 and 90 frames (build/bench/deep_chain_40, ...) for
+# the walks' cost against depth.
 # "bytes/sample" is the ring bytes per on-CPU sample (records read over samples).
 # Usage: bench/overhead_bpf_programs.sh [BUILD_DIR] [RUNS] [RATE] [SECONDS] [-- OPTIONS ...]...
 #   e.g. bench/overhead_bpf_programs.sh build 5 4999 2 -- -- --no-kernel -- --ring-pages 2048

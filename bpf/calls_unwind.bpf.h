@@ -118,6 +118,17 @@ __attribute__((noinline)) __u64 calls_real_return(__u64 ra, __u64 slot) {
 // Set by user space when the call-timing program shares timed_entries with these programs.
 __u32 timed_entries_shared = 0;
 
+// Whether uretprobe_real_return may replace any return address of the current task: it has pending
+// return instances, or the timing program shares its entries. Taken once per walk (neither changes
+// while the program runs on the task's CPU): a call per frame cost a kernel read per frame for the
+// threads no probe ever hit, nearly all of them.
+static __always_inline __u32 uretprobe_walk_begin(void) {
+  if (timed_entries_shared) return 1;
+  struct task_struct* task = bpf_get_current_task_btf();
+  struct uprobe_task* utask = BPF_CORE_READ(task, utask);
+  return utask && BPF_CORE_READ(utask, return_instances) != 0;
+}
+
 __attribute__((noinline)) __u64 uretprobe_real_return(__u64 ra, __u64 slot) {
   struct task_struct* task = bpf_get_current_task_btf();
   struct uprobe_task* utask = BPF_CORE_READ(task, utask);

@@ -50,7 +50,7 @@ struct cfi_regs {
   __u32 pending;    // a module's table was not published yet (being loaded or compiled, or not mapped yet)
   __u32 mapping;    // the mapping of the previous frame: most callers are in the same module
   __u32 clone;      // enum cfi_clone_side: the sampled pc is right after a clone/clone3 system call
-  __u32 pad;
+  __u32 uprobes;    // uretprobe_walk_begin(): return addresses may be the kernel's trampoline
 };
 
 // glibc's __clone3 and __clone (musl's __clone too) end their CFI before the syscall, for the child's
@@ -80,31 +80,35 @@ __attribute__((noinline)) int clone_side_of(__u64 orig_ax, __u64 ax, __u64 ip) {
 // has its own window all the same. The exit program (slot 2) may be preempted or interrupted: it has
 // its own window, and takes it only when no other exit program of its CPU holds it.
 //
-// The window is [sp, sp + CFI_WINDOW_BYTES), read in two parts: the rest of sp's page at once, the
-// part in the next page only when a frame lies there. The next page is often not readable: past
-// the top of the main thread's stack when sp is near it, or a page that was never touched (exec
-// leaves a random gap of up to 8 KiB between the argument strings and the initial stack pointer,
-// and when it spans a whole page that page is never faulted in). A read that meets such a page
-// fails (page faults are disabled in the program), but only after the fault was taken and refused:
-// about 1 us on the paravirtualized guest we measured, as much as the rest of the walk. Read in one
-// piece, the window made whole recordings twice as slow, depending on where ASLR had put the stack
-// (docs/performance.md).
+// The window is sp's page and the 7 pages above it (32 KiB), read a page at a time: the rest of
+// sp's page at once, each page above only when a frame first lies there (one read for the frames of
+// a deep stack by the dozen, where each was a read of its own: docs/performance.md, "Deep call
+// chains"; reading by 1 or 2 KiB cost the same), never a page between two of them. The next page is
+// often not readable: past the top of the main thread's stack when sp is near it, or a page that was
+// never touched (exec leaves a random gap of up to 8 KiB between the argument strings and the
+// initial stack pointer, and when it spans a whole page that page is never faulted in; a large local
+// array may span untouched pages). A read that meets such a page fails (page faults are disabled in
+// the program), but only after the fault was taken and refused: about 1 us on the paravirtualized
+// guest we measured, as much as the rest of the walk. Read in one piece, a 4 KiB window made whole
+// recordings twice as slow, depending on where ASLR had put the stack (docs/performance.md). A page
+// a frame lies in was written, so it is present.
 //
 // The bytes are copied to the same offset within a 64-byte line as they have on the stack: the
 // kernel's copy (rep movsb) is slower between differently aligned addresses, and with a per-CPU
 // array (values aligned to 8 bytes, wherever the allocator put them) the cost of a walk changed
 // from one recording to the next. An mmapable array's values start on a page, and the window's
 // size is a multiple of 64 bytes, so every window's bytes start on a 64-byte line.
-#define CFI_WINDOW_BYTES 4096
 #define CFI_PAGE_BYTES 4096
+#define CFI_WINDOW_PAGES 8  // a power of two, at most 32 (the bits of `read`)
+#define CFI_WINDOW_BYTES (CFI_WINDOW_PAGES * CFI_PAGE_BYTES)
 struct cfi_window {
-  __u8 bytes[2 * CFI_PAGE_BYTES];  // sp's page, then the next one
-  __u64 page;                      // user address of bytes[0]: the start of sp's page
-  __u32 first;                     // offset of sp in bytes (the window's start)
-  __u32 valid;                     // bytes[first, valid) hold the stack; first == valid: the window is empty
-  __u32 end;                       // the window's end offset, first + CFI_WINDOW_BYTES
-  __u32 upper;                     // the part in the next page: 0 not read yet, 1 read, 2 unreadable
-  __u8 line_padding[40];           // to a multiple of 64 bytes
+  __u8 bytes[CFI_WINDOW_BYTES];  // sp's page, then the pages above it
+  __u64 page;                    // user address of bytes[0]: the start of sp's page
+  __u32 first;                   // offset of sp in bytes (the window's start)
+  __u32 end;                     // the window's end offset: all of it, or first when sp's page is unreadable
+  __u32 read;                    // bit p: page p holds the stack (sp's page from `first`)
+  __u32 unreadable;              // bit p: page p could not be read
+  __u8 line_padding[40];         // to a multiple of 64 bytes
 };
 _Static_assert(sizeof(struct cfi_window) % 64 == 0, "each window must start on a 64-byte line");
 #define CFI_WINDOW_SLOTS 3
@@ -122,32 +126,39 @@ static __always_inline void cfi_fill_window(struct cfi_window* w, __u64 sp) {
   const __u32 first = (__u32)(sp & (CFI_PAGE_BYTES - 1));
   w->page = sp - first;
   w->first = first;
-  w->valid = first;
-  w->end = first + CFI_WINDOW_BYTES;
-  w->upper = first == 0 ? 1 : 0;  // a page-aligned sp: the window is all in its page
+  w->end = CFI_WINDOW_BYTES;
+  w->read = 1;
+  w->unreadable = 0;
   const __u32 n = CFI_PAGE_BYTES - first;
-  if (first < CFI_PAGE_BYTES && bpf_probe_read_user(&w->bytes[first], n, (const void*)sp) == 0)
-    w->valid = CFI_PAGE_BYTES;
-  else
+  if (first >= CFI_PAGE_BYTES || bpf_probe_read_user(&w->bytes[first], n, (const void*)sp) != 0) {
     w->end = first;  // sp's page unreadable: no window, every read goes to the stack
+    w->read = 0;
+  }
 }
 
-// Makes bytes [off, off + size) of the window valid, reading the part in the next page if need
-// be; 0 when they are.
-static __always_inline int cfi_window_need(struct cfi_window* w, __u32 off, __u32 size) {
-  if (off + size <= w->valid) return 0;
-  if (w->upper == 0) {
-    // The window's part in the next page: its first `first` bytes (masked, not compared: the
-    // verifier needs the bound on the very register that holds the size).
-    const __u32 n = w->first & (CFI_PAGE_BYTES - 1);
-    w->upper = 2;
-    if (n > 0 && w->valid == CFI_PAGE_BYTES &&
-        bpf_probe_read_user(&w->bytes[CFI_PAGE_BYTES], n, (const void*)(w->page + CFI_PAGE_BYTES)) == 0) {
-      w->upper = 1;
-      w->valid = CFI_PAGE_BYTES + n;
-    }
+// Makes window page p valid, reading it if need be; 0 when it is.
+static __always_inline int cfi_window_page(struct cfi_window* w, __u32 p) {
+  // Masked, not compared: the verifier needs the bound on the very register that indexes.
+  p &= CFI_WINDOW_PAGES - 1;
+  const __u32 bit = 1u << p;
+  if (w->read & bit) return 0;
+  if (w->unreadable & bit) return -1;
+  if (bpf_probe_read_user(&w->bytes[p * CFI_PAGE_BYTES], CFI_PAGE_BYTES,
+                          (const void*)(w->page + (__u64)p * CFI_PAGE_BYTES)) != 0) {
+    w->unreadable |= bit;
+    return -1;
   }
-  return off + size <= w->valid ? 0 : -1;
+  w->read |= bit;
+  return 0;
+}
+
+// Makes bytes [off, off + size) of the window valid (off at least first, off + size at most end),
+// reading the pages they lie in if need be; 0 when they are.
+static __always_inline int cfi_window_need(struct cfi_window* w, __u32 off, __u32 size) {
+  const __u32 lo = off / CFI_PAGE_BYTES;
+  const __u32 hi = (off + size - 1) / CFI_PAGE_BYTES;
+  if (cfi_window_page(w, lo) != 0) return -1;
+  return hi == lo ? 0 : cfi_window_page(w, hi);
 }
 
 // Reads `size` (8 or 16) bytes of the user stack at `addr`: from the window when it covers them
@@ -158,12 +169,12 @@ static __always_inline int cfi_read(struct cfi_window* w, void* out, __u64 addr,
     if (off + size <= w->end) {
       if (cfi_window_need(w, (__u32)off, size) != 0) return -1;
       // Bounds the verifier can see on the register that indexes (always true here: off + size is
-      // at most the window's end, below 2 pages).
+      // at most the window's end).
       if (size == 16) {
-        if (off > 2 * CFI_PAGE_BYTES - 16) return -1;
+        if (off > CFI_WINDOW_BYTES - 16) return -1;
         __builtin_memcpy(out, &w->bytes[off], 16);
       } else {
-        if (off > 2 * CFI_PAGE_BYTES - 8) return -1;
+        if (off > CFI_WINDOW_BYTES - 8) return -1;
         __builtin_memcpy(out, &w->bytes[off], 8);
       }
       return 0;
@@ -236,7 +247,7 @@ static __always_inline int cfi_fp_step(struct cfi_regs* r, struct cfi_window* w)
   if (cfi_read16(w, &frame, r->bp) != 0) return HPD_USER_END_READ_FAULT;
   if (frame.ret == 0) return HPD_USER_END_ROOT;
   if (calls_runtime_active) frame.ret = calls_real_return(frame.ret, r->bp + 8);
-  frame.ret = uretprobe_real_return(frame.ret, r->bp + 8);
+  if (r->uprobes) frame.ret = uretprobe_real_return(frame.ret, r->bp + 8);
   r->sp = r->bp + 16;
   r->bp = frame.next;
   r->ip = frame.ret;
@@ -280,7 +291,7 @@ static __always_inline int cfi_step_without_row(struct cfi_regs* r, struct cfi_w
   if (cfi_read8(w, &ra, r->sp) != 0) return HPD_USER_END_READ_FAULT;
   if (ra == 0) return HPD_USER_END_ROOT;
   if (calls_runtime_active) ra = calls_real_return(ra, r->sp);
-  ra = uretprobe_real_return(ra, r->sp);
+  if (r->uprobes) ra = uretprobe_real_return(ra, r->sp);
   r->ip = ra;
   r->sp += 8;
   r->exact = 0;
@@ -369,7 +380,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   }
   if (ra == 0) return HPD_USER_END_ROOT;
   if (!exact && calls_runtime_active) ra = calls_real_return(ra, cfa - 8);
-  if (!exact) ra = uretprobe_real_return(ra, cfa - 8);
+  if (!exact && r->uprobes) ra = uretprobe_real_return(ra, cfa - 8);
   r->ip = ra;
   r->sp = cfa;
   r->bp = bp;
@@ -386,6 +397,7 @@ __attribute__((noinline)) __u64 walk_user_cfi(struct user_frames* out, struct cf
   const __u32 window_key = bpf_get_smp_processor_id() * CFI_WINDOW_SLOTS + window_slot;
   struct cfi_window* w = bpf_map_lookup_elem(&cfi_windows, &window_key);
   if (w) cfi_fill_window(w, r->sp);
+  r->uprobes = uretprobe_walk_begin();
   out->ips[0] = r->ip;
   __u64 n = 1;
   *end = HPD_USER_END_DEPTH;

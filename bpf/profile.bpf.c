@@ -268,7 +268,7 @@ struct fp_walk {
   __u64 sp;
   __u64 frames;  // out->ips filled so far
   __u32 end;
-  __u32 pad;
+  __u32 uprobes;  // uretprobe_walk_begin()
 };
 
 struct fp_walk_ctx {
@@ -303,7 +303,7 @@ static long fp_walk_step(__u64 index, struct fp_walk_ctx* c) {
     return 1;
   }
   if (calls_runtime_active) frame.ret = calls_real_return(frame.ret, fp + 8);
-  frame.ret = uretprobe_real_return(frame.ret, fp + 8);
+  if (w->uprobes) frame.ret = uretprobe_real_return(frame.ret, fp + 8);
   out->ips[i & (HPD_MAX_USER_FRAMES - 1)] = frame.ret;
   w->frames = i + 1;
   if (frame.next == 0) {
@@ -338,6 +338,7 @@ __attribute__((noinline)) __u64 walk_user_frames(struct user_frames* out, __u64 
   w->frames = 1;
   if (w->end == HPD_USER_END_ROOT) return 1;
   w->end = HPD_USER_END_DEPTH;
+  w->uprobes = uretprobe_walk_begin();
   struct fp_walk_ctx c = {.out = out, .w = w};
   bpf_loop(HPD_MAX_USER_FRAMES - 1, fp_walk_step, &c, 0);
   const __u64 n = w->frames;
