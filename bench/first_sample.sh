@@ -32,10 +32,8 @@ esac
 BUILD=${1:?usage: first_sample.sh [--start|--cgroup|--command] BUILD_DIR [RUNS] [WORKDIR]}
 RUNS=${2:-5}
 WORK=${3:-/tmp/hpd-first-sample}
-HPCTL=$BUILD/cli/hpctl
-HPD=$BUILD/daemon/src/service/hpd
-[ -x "$HPCTL" ] || { echo "no $HPCTL" >&2; exit 2; }
-[ -x "$HPD" ] || { echo "no $HPD" >&2; exit 2; }
+source "$(dirname "$0")/private_hpd.sh"
+private_hpd_paths "$BUILD"
 command -v perf > /dev/null || { echo "perf is not installed" >&2; exit 2; }
 mkdir -p "$WORK"
 rm -f "$WORK"/*.json.gz "$WORK"/*.data "$WORK"/stamp.* "$WORK"/hpd.log
@@ -96,12 +94,7 @@ start_hpd() {
   rm -f "$SOCK"
   HPD_TIMING=1 "$HPD" --config "$WORK/hpd.conf" --socket "$SOCK" >> "$WORK/hpd.log" 2>&1 &
   HPD_PID=$!
-  for _ in $(seq 200); do
-    "$HPCTL" --socket "$SOCK" status > /dev/null 2>&1 && return 0
-    sleep 0.05
-  done
-  echo "hpd did not answer on $SOCK" >&2
-  exit 1
+  wait_hpd_answers "$SOCK" 200
 }
 # launch_hpd notify|activation: starts hpd as systemd would. notify: with $NOTIFY_SOCKET (hpd.service's
 # Type=notify), returning once hpd sent READY=1, whose CLOCK_MONOTONIC is written to WORK/ready.hpd;

@@ -457,6 +457,12 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
                   static_cast<unsigned long long>(json_uint(k, "evicted")));
     }
   }
+  if (status.contains("kernel_symbols") && status["kernel_symbols"].is_object()) {
+    const json& k = status["kernel_symbols"];
+    std::printf("kallsyms:   %llu symbols kept, read %llu times by recordings\n",
+                static_cast<unsigned long long>(json_uint(k, "symbols")),
+                static_cast<unsigned long long>(json_uint(k, "reads")));
+  }
   if (status.contains("continuous") && status["continuous"].is_object()) {
     const json& c = status["continuous"];
     if (!c.value("enabled", false)) {

@@ -18,6 +18,7 @@
 #include "hpd/base/process.h"
 #include "hpd/collect/call_graph_choice.h"
 #include "hpd/symbolizer/symbolizer.h"
+#include "kernel_symbols_kept.h"
 #include "perf/perf_privileges.h"
 #include "perf/perf_recorder.h"
 
@@ -408,8 +409,10 @@ RecordResult record(const RecordOptions& options) {
   result.profile.info.requested_mono_ns = requested;
   result.profile.info.first_sample_mono_ns = first_on_cpu_sample(result.profile);
   // Names for the kernel addresses, kept with the profile (a capture carries them).
-  if (result.kernel_symbols)
+  if (result.kernel_symbols) {
+    result.kernel_symbols = kernel_symbols_for_profile(result.profile, std::move(result.kernel_symbols));
     result.profile.kernel_symbols = kernel_symbol_lines(result.profile, *result.kernel_symbols);
+  }
   return result;
 }
 

@@ -182,6 +182,16 @@ std::string kernel_symbol_lines(const RawProfile& profile, const KernelSymbols& 
   return addresses.empty() ? std::string() : symbols.lines_for(addresses);
 }
 
+bool KernelSymbols::in_kernel_image(uint64_t address) const {
+  auto next = std::upper_bound(symbols_.begin(), symbols_.end(), address,
+                               [](uint64_t a, const Symbol& s) { return a < s.address; });
+  if (next == symbols_.begin() || next == symbols_.end()) return false;
+  auto of_image = [this](const Symbol& s) {
+    return std::string_view(name(s)).find(' ') == std::string_view::npos;
+  };
+  return of_image(*std::prev(next)) && of_image(*next);
+}
+
 Location KernelSymbols::resolve(uint64_t address) const {
   Location loc;
   loc.rel_address = address - base();

@@ -555,6 +555,66 @@ TEST(Hpd, ReportsReadyWithTheFirstRecordingsProgramsLoaded) {
       << "the first recording loaded its own programs: " << after.dump();
 }
 
+// The name of the kallsyms line (a capture's kernel_symbols: "ADDRESS TYPE NAME[\tMODULE]", in address
+// order) at or before `address`; "" when none is.
+std::string kallsyms_name_at(const std::string& lines, uint64_t address) {
+  std::string best;
+  std::istringstream in(lines);
+  for (std::string line; std::getline(in, line);) {
+    const uint64_t start = std::stoull(line.substr(0, line.find(' ')), nullptr, 16);
+    if (start > address) break;
+    best = line.substr(line.find(' ', line.find(' ') + 1) + 1);
+  }
+  return best.substr(0, best.find('\t'));
+}
+
+// hpd keeps the kernel's symbols across recordings: a recording reads /proc/kallsyms only when the
+// table it started with may misname one of its kernel addresses (one in a module, a BPF program: its
+// capture then names it with a "[module]" line); and its off-CPU stacks still begin at the function
+// that blocked, past its own sched_switch program, loaded after the kept table was read.
+TEST(Hpd, KernelSymbolsAreKeptAcrossRecordingsAndOffCpuStacksStartWhereTheyBlocked) {
+  Hpd hpd;
+  EXPECT_EQ(hpd.status()["kernel_symbols"]["reads"].get<uint64_t>(), 0u);
+  Background target({"/bin/sh", "-c", "while :; do sleep 0.02; done"});
+  uint64_t reads = 0;
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("recording " + std::to_string(i));
+    const std::string out = hpd.out_dir() + "/kernel" + std::to_string(i) + ".hpr";
+    const RunResult r = run(
+        hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(target.pid()), "-d", "0.5", "-o", out}));
+    ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+    const RawProfile profile = read_capture_file(out).profile;
+    ASSERT_FALSE(profile.kernel_symbols.empty()) << "no kernel symbols in the capture";
+    std::map<std::string, size_t> leaves;
+    size_t off_cpu = 0, unnamed = 0, scheduler = 0;
+    for (const RawSample& sample : profile.samples) {
+      if (sample.kind != SampleKind::kOffCpu || sample.stack == kNoIndex) continue;
+      const auto kernel = profile.stacks.kernel_frames(sample.stack);
+      if (kernel.empty()) continue;
+      ++off_cpu;
+      const std::string leaf = kallsyms_name_at(profile.kernel_symbols, kernel[0]);
+      if (leaf.empty()) {
+        ++unnamed;
+        continue;
+      }
+      ++leaves[leaf];
+      if (leaf.starts_with("bpf_") || leaf == "__schedule" || leaf == "schedule") ++scheduler;
+    }
+    std::string text;
+    for (const auto& [name, n] : leaves) text += " " + name + "=" + std::to_string(n);
+    std::printf("recording %d: %zu off-CPU stacks, kernel leaves:%s; %zu unnamed\n", i, off_cpu, text.c_str(),
+                unnamed);
+    EXPECT_GE(off_cpu, 5u) << "the shell and its sleeps block about 25 times in 0.5 s";
+    EXPECT_EQ(scheduler, 0u) << "off-CPU stacks begin at the scheduler or a BPF program:" << text;
+    EXPECT_EQ(unnamed, 0u);
+    // Read at the first recording, then again only for a recording whose addresses needed it.
+    const bool needs_read = profile.kernel_symbols.find('[') != std::string::npos;
+    reads += (i == 0 ? 1 : 0) + (needs_read ? 1 : 0);
+    EXPECT_EQ(hpd.status()["kernel_symbols"]["reads"].get<uint64_t>(), reads)
+        << (needs_read ? "a module's or BPF program's symbol is named" : "only the kernel image's");
+  }
+}
+
 // A recording of another kind (--cgroup) does not displace the programs of the kind hpd loaded at its
 // start (--pid): once the other kind's next set is loaded, the next --pid recording and the next
 // --cgroup recording each take a loaded set.

@@ -101,6 +101,27 @@ TEST(KernelSymbols, LoadTextTakesTextSymbolsInAddressOrder) {
   EXPECT_EQ(s[3].address, 0xffffffffc0a00000ull);
 }
 
+// What the kernel image holds (its names never change while the system runs) against what comes and
+// goes (a module's, a BPF program's code), and what lies past the image's last symbol or outside the
+// table: hpd reads /proc/kallsyms again for a recording only when one of its addresses is not in it.
+TEST(KernelSymbols, InKernelImageOnlyBetweenTwoSymbolsOfTheImage) {
+  KernelSymbols k;
+  ASSERT_TRUE(
+      k.load_text("ffffffff81000000 T _stext\n"
+                  "ffffffff81001000 t do_nanosleep\n"
+                  "ffffffff81002000 T _etext\n"
+                  "ffffffffc0a00000 t virtnet_poll\t[virtio_net]\n"
+                  "ffffffffc0a01000 t bpf_prog_0123456789abcdef_hpd_on_cpu\t[bpf]\n"));
+  EXPECT_FALSE(k.in_kernel_image(0xffffffff80ffffffull)) << "below the first symbol";
+  EXPECT_TRUE(k.in_kernel_image(0xffffffff81000000ull));
+  EXPECT_TRUE(k.in_kernel_image(0xffffffff81001234ull));
+  EXPECT_TRUE(k.in_kernel_image(0xffffffff81001fffull));
+  EXPECT_FALSE(k.in_kernel_image(0xffffffff81002000ull)) << "the image's last symbol: a module may follow";
+  EXPECT_FALSE(k.in_kernel_image(0xffffffffc0a00010ull)) << "a module's";
+  EXPECT_FALSE(k.in_kernel_image(0xffffffffc0a01010ull)) << "a BPF program's, the last symbol";
+  EXPECT_FALSE(KernelSymbols().in_kernel_image(0xffffffff81001234ull)) << "an empty table";
+}
+
 // load() reads the file in 64 KiB blocks: lines cut between two blocks, and a last line without its
 // newline, give what the whole text gives.
 TEST(KernelSymbols, FileReadInBlocksGivesWhatTheWholeTextGives) {

@@ -29,6 +29,7 @@
 #include "bpf/bpf_session.h"
 #include "hpd/base/proc_files.h"
 #include "hpd/base/process.h"
+#include "kernel_symbols_kept.h"
 #endif
 
 namespace hpd {
@@ -236,22 +237,19 @@ RecordResult BpfSession::run() {
   // Everything keyed by pid is in place: each target must still be the bound process, and running, so
   // that its exit hook (which takes it out of the targets) is yet to come.
   check_targets_running(options_.target.pids, bound);
-  // /proc/kallsyms, read once for the recording: the symbolization of its kernel frames uses the same
-  // table (RecordResult::kernel_symbols), rather than reading and parsing it again. Only the builder
-  // needs it, for the off-CPU samples' scheduler frames, when it reads the first records: with pid
-  // targets it is read after sampling began (their tables are loaded), so that the first sample does
-  // not wait for it; a launched command is released after it, because the loop that compiles the tables
-  // of the program it execs runs only after it (else 35% of a 0.3 s command's samples were walked by
-  // frame pointer while 0.3-0.5 s of kallsyms were read).
-  // A command its launcher holds at its exec (hpctl through hpd) is released by on_attached: its
-  // symbols are read on another thread meanwhile, and the loop publishes its tables and walks its
-  // blocked threads again from its first microseconds (read here first, a thread that blocked in them
-  // kept its frame-pointer walk, which lacks its callers in a library without frame pointers).
-  const auto load_kallsyms = [] {
-    auto symbols = std::make_shared<KernelSymbols>();
-    symbols->load();
-    return symbols;
-  };
+  // /proc/kallsyms, read once for the recording (in hpd, once for many: kernel_symbols_kept.h): the
+  // symbolization of its kernel frames uses the same table (RecordResult::kernel_symbols), rather than
+  // reading and parsing it again. Only the builder needs it, for the off-CPU samples' scheduler frames, when
+  // it reads the first records: with pid targets it is read after sampling began (their tables are loaded),
+  // so that the first sample does not wait for it; a launched command is released after it, because the loop
+  // that compiles the tables of the program it execs runs only after it (else 35% of a 0.3 s command's
+  // samples were walked by frame pointer while 0.3-0.5 s of kallsyms were read). A command its launcher holds
+  // at its exec (hpctl through hpd) is released by on_attached: its symbols are read on another thread
+  // meanwhile, and the loop publishes its tables and walks its blocked threads again from its first
+  // microseconds (read here first, a thread that blocked in them kept its frame-pointer walk, which lacks its
+  // callers in a library without frame pointers). In hpd the table an earlier recording read is kept, and
+  // taken here at once (kernel_symbols_kept.h).
+  const auto load_kallsyms = [] { return recording_kernel_symbols(); };
   auto read_kallsyms = [&] {
     if (!off_cpu_ || !kernel_frames_) return;
     use_kallsyms(load_kallsyms());

@@ -89,10 +89,10 @@ class BpfSession {
   void release_held(uint64_t mappings_read_at, bool final);
   // The kernel's symbols, which the builder needs before it reads the first records (the off-CPU samples'
   // scheduler frames): given to the builder and the result.
-  void use_kallsyms(std::shared_ptr<KernelSymbols> symbols);
+  void use_kallsyms(std::shared_ptr<const KernelSymbols> symbols);
   // Whether the kernel's symbols read in the background (kallsyms_) are in use; `wait`: wait for them.
   bool kallsyms_ready(bool wait);
-  std::future<std::shared_ptr<KernelSymbols> > kallsyms_;  // valid while read in the background
+  std::future<std::shared_ptr<const KernelSymbols> > kallsyms_;  // valid while read in the background
   void load_initial_tables();
   uint32_t cfi_row_capacity() const { return config_.cfi_rows; }
   uint32_t cfi_index_capacity() const { return config_.cfi_index; }

@@ -8,11 +8,42 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "bpf/sched_frames.h"
 #include "hpd/base/process.h"
 
 namespace hpd::bpf_recording {
+namespace {
+
+// The kernel addresses [start, end) of a loaded program's JIT-compiled functions (its main one and its
+// subprograms), or none (not loaded, not JIT-compiled, or the addresses hidden).
+std::vector<std::pair<uint64_t, uint64_t>> jited_ranges(int fd) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  if (fd < 0) return out;
+  bpf_prog_info info{};
+  uint32_t length = sizeof info;
+  if (bpf_obj_get_info_by_fd(fd, &info, &length) != 0 || info.nr_jited_ksyms == 0 ||
+      info.nr_jited_func_lens != info.nr_jited_ksyms)
+    return out;
+  std::vector<uint64_t> starts(info.nr_jited_ksyms);
+  std::vector<uint32_t> lengths(info.nr_jited_ksyms);
+  bpf_prog_info asked{};
+  asked.nr_jited_ksyms = static_cast<uint32_t>(starts.size());
+  asked.jited_ksyms = reinterpret_cast<uintptr_t>(starts.data());
+  asked.nr_jited_func_lens = static_cast<uint32_t>(lengths.size());
+  asked.jited_func_lens = reinterpret_cast<uintptr_t>(lengths.data());
+  length = sizeof asked;
+  if (bpf_obj_get_info_by_fd(fd, &asked, &length) != 0) return out;
+  for (size_t i = 0; i < starts.size() && i < asked.nr_jited_ksyms; ++i) {
+    if (starts[i] != 0 && lengths[i] != 0) out.emplace_back(starts[i], starts[i] + lengths[i]);
+  }
+  return out;
+}
+
+}  // namespace
 
 // Runs hpd_warm_ring, then consumes the discarded records it leaves, so that the ring is empty when
 // the first event is attached. A failed run costs only speed, never data.
@@ -113,10 +144,18 @@ void BpfSession::await_cpu_tails() {
   }
 }
 
-void BpfSession::use_kallsyms(std::shared_ptr<KernelSymbols> symbols) {
+void BpfSession::use_kallsyms(std::shared_ptr<const KernelSymbols> symbols) {
   timing_mark("kallsyms-read");
   result_.kernel_symbols = symbols;
   auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(*symbols));
+  // This session's own programs (the sched_switch one is in front of every off-CPU stack): the table
+  // may be one hpd kept from before they were loaded, so their code is taken from the programs.
+  if (sched->size() > 0) {
+    bpf_program* prog = nullptr;
+    bpf_object__for_each_program(prog, skel_->obj) {
+      for (const auto& [start, end] : jited_ranges(bpf_program__fd(prog))) sched->add(start, end);
+    }
+  }
   if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
 }
 

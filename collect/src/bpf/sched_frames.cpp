@@ -65,6 +65,12 @@ SchedulerFrames SchedulerFrames::from_symbols(const KernelSymbols& symbols, bool
   return out;
 }
 
+void SchedulerFrames::add(uint64_t start, uint64_t end) {
+  if (start >= end) return;
+  const std::pair<uint64_t, uint64_t> range{start, end};
+  ranges_.insert(std::upper_bound(ranges_.begin(), ranges_.end(), range), range);
+}
+
 bool SchedulerFrames::contains(uint64_t address) const {
   const auto it =
       std::upper_bound(ranges_.begin(), ranges_.end(), address,

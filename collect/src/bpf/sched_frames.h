@@ -15,13 +15,16 @@ class KernelSymbols;
 
 class SchedulerFrames {
  public:
-  // From the kernel's symbols as the symbolizer reads them (/proc/kallsyms, once per recording): a
+  // From the kernel's symbols as the symbolizer reads them (/proc/kallsyms; in hpd a table kept across recordings): a
   // function that `pick` chooses by name (t or T; by default the scheduler's, is_syscall_entry: the
   // system-call entries) ends where the next t or T symbol begins. An empty table (kallsyms
   // unreadable, or its addresses 0 under kptr_restrict) gives no ranges.
   static SchedulerFrames from_symbols(const KernelSymbols& symbols,
                                       bool (*pick)(const char*) = is_scheduler_function);
 
+  // One more range [start, end): the recording's own BPF programs, which a table read before they
+  // were loaded (hpd keeps one across recordings) does not hold.
+  void add(uint64_t start, uint64_t end);
   [[nodiscard]] bool contains(uint64_t address) const;
   [[nodiscard]] size_t size() const { return ranges_.size(); }
   // Whether a kernel function name is one of the scheduler's own (or the tracing and BPF frames that

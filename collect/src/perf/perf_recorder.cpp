@@ -27,6 +27,7 @@
 #include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/symbolizer/symbolizer.h"
+#include "kernel_symbols_kept.h"
 #include "perf/perf_event_decoder.h"
 #include "perf/perf_records.h"
 #include "perf/record_ordering.h"
@@ -548,9 +549,9 @@ RecordResult PerfSession::run() {
   };
   if (kernel_frames_) {
     // /proc/kallsyms, read once for the recording; the symbolization of its kernel frames uses the same
-    // table (RecordResult::kernel_symbols).
-    auto symbols = std::make_shared<KernelSymbols>();
-    symbols->load();
+    // table (RecordResult::kernel_symbols); in hpd, the one an earlier recording read
+    // (kernel_symbols_kept.h).
+    std::shared_ptr<const KernelSymbols> symbols = recording_kernel_symbols();
     result_.kernel_symbols = symbols;
     auto entries = std::make_shared<SchedulerFrames>(
         SchedulerFrames::from_symbols(*symbols, SchedulerFrames::is_syscall_entry));

@@ -126,6 +126,9 @@ json Daemon::status_message(bool privileged) {
                           {"bytes", kept.bytes},
                           {"limit_bytes", kept.limit_bytes},
                           {"evicted", kept.evicted}};
+  // The kernel's symbols kept across recordings, and how often recordings read /proc/kallsyms.
+  const KernelSymbolsStatus kernel = kernel_symbols_status();
+  reply["kernel_symbols"] = {{"kept", kernel.kept}, {"symbols", kernel.symbols}, {"reads", kernel.reads}};
   // The eBPF programs and maps loaded ahead for the next session (prepare_recording).
   const PreparedRecordingStatus prepared = prepared_recording_status();
   reply["prepared"] = {{"ready", prepared.ready},     {"ready_sets", prepared.ready_sets},
@@ -491,6 +494,8 @@ int Daemon::run() {
   timing_mark("hpd-programs-loaded");
   perf_available_ = perf_events_available(&perf_reason_);
   configure_unwind_cache_of(config_);
+  // /proc/kallsyms is read once for every recording, not once each (docs/performance.md).
+  keep_kernel_symbols(true);
   if (!bpf_available_)
     log_warning("the eBPF backend is unavailable (" + bpf_reason_ + "); recording with perf_event");
   configure_continuous(config_);

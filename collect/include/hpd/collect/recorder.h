@@ -361,6 +361,19 @@ KeptCfiTablesStatus kept_cfi_tables_status();
 // number dropped.
 uint64_t set_kept_cfi_tables_limit(uint64_t bytes);
 
+// Whether this process keeps the kernel's symbols (/proc/kallsyms, about 120,000 text symbols, 5 MiB)
+// across its recordings (hpd: on): a recording then starts with the table an earlier one read, and
+// reads it again at its end only when one of its kernel addresses is not in the kernel image (a
+// module's, a BPF program's: docs/performance.md, "Fixed cost of a recording"). Off (hpctl's local
+// recordings), each recording reads its own.
+void keep_kernel_symbols(bool keep);
+struct KernelSymbolsStatus {
+  bool kept = false;     // keeping is on
+  uint64_t symbols = 0;  // in the table kept now
+  uint64_t reads = 0;    // reads of /proc/kallsyms by recordings since the process started
+};
+KernelSymbolsStatus kernel_symbols_status();
+
 // What keeps a recording's other options from going together (checked after the targets).
 enum class OptionProblem {
   kNone,

@@ -238,6 +238,11 @@ class KernelSymbols {
   // extends to the next one; addresses below the first symbol or more than 1 MiB past the last
   // are not found. Addresses in the Location are relative to base().
   Location resolve(uint64_t address) const;
+  // Whether `address` lies in a symbol of the kernel image itself (no "[module]", "[bpf]"... part)
+  // whose next symbol is one too: code whose name cannot change while the system runs, unlike a
+  // module's, a BPF program's or a trampoline's, which come and go (and an address past the image's
+  // last symbol, which may be one of those loaded since the table was read).
+  bool in_kernel_image(uint64_t address) const;
   // The lines of /proc/kallsyms (its format) that resolve `addresses` the same way from a table
   // loaded with load_text: the lowest symbol (the base), and for each address found the symbol that
   // holds it (the first name at its address) and the one after it (where it ends). Each line once,

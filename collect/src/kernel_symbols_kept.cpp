@@ -1,0 +1,75 @@
+// The kernel's symbols kept across recordings (kernel_symbols_kept.h).
+#include "kernel_symbols_kept.h"
+
+#include <atomic>
+#include <mutex>
+
+#include "hpd/collect/recorder.h"
+#include "hpd/model/raw_profile.h"
+#include "hpd/symbolizer/symbolizer.h"
+
+namespace hpd {
+namespace {
+
+struct Kept {
+  std::mutex mutex;
+  bool keep = false;
+  std::shared_ptr<const KernelSymbols> table;
+  std::atomic<uint64_t> reads{0};
+};
+
+Kept& kept() {
+  static Kept k;
+  return k;
+}
+
+std::shared_ptr<const KernelSymbols> read_kallsyms() {
+  auto symbols = std::make_shared<KernelSymbols>();
+  symbols->load();
+  kept().reads.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(kept().mutex);
+  if (kept().keep && !symbols->empty()) kept().table = symbols;
+  return symbols;
+}
+
+}  // namespace
+
+void keep_kernel_symbols(bool keep) {
+  std::lock_guard lock(kept().mutex);
+  kept().keep = keep;
+  if (!keep) kept().table.reset();
+}
+
+KernelSymbolsStatus kernel_symbols_status() {
+  KernelSymbolsStatus status;
+  status.reads = kept().reads.load(std::memory_order_relaxed);
+  std::lock_guard lock(kept().mutex);
+  status.kept = kept().keep;
+  if (kept().table) status.symbols = kept().table->size();
+  return status;
+}
+
+std::shared_ptr<const KernelSymbols> recording_kernel_symbols() {
+  {
+    std::lock_guard lock(kept().mutex);
+    if (kept().table) return kept().table;
+  }
+  return read_kallsyms();
+}
+
+std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(const RawProfile& profile,
+                                                                std::shared_ptr<const KernelSymbols> used) {
+  {
+    std::lock_guard lock(kept().mutex);
+    if (!kept().keep) return used;
+  }
+  for (uint32_t i = 0; i < profile.stacks.size(); ++i) {
+    for (const uint64_t a : profile.stacks.kernel_frames(i)) {
+      // As kernel_symbol_lines looks them up: the address and one byte back.
+      if (!used->in_kernel_image(a) || (a != 0 && !used->in_kernel_image(a - 1))) return read_kallsyms();
+    }
+  }
+  return used;
+}
+
+}  // namespace hpd

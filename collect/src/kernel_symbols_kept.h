@@ -1,0 +1,24 @@
+// The kernel's symbols (/proc/kallsyms) of a recording: read for it, or, in a process that keeps them
+// across recordings (hpd: keep_kernel_symbols in hpd/collect/recorder.h), the table an earlier
+// recording read, read again at the recording's end only when its kernel addresses need it.
+#pragma once
+
+#include <memory>
+
+namespace hpd {
+
+class KernelSymbols;
+struct RawProfile;
+
+// The table a recording starts with: the kept one, else read now (and kept when keeping is on). An
+// empty table (kallsyms unreadable, or hidden by kptr_restrict) is never kept.
+std::shared_ptr<const KernelSymbols> recording_kernel_symbols();
+
+// The table that names `profile`'s kernel addresses: `used` (the one the recording started with),
+// unless keeping is on and an address is not in the kernel image (in a module, a BPF program, a
+// trampoline, or nowhere in `used`): those may have been loaded, or replaced, since `used` was read,
+// so /proc/kallsyms is read again (and kept).
+std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(const RawProfile& profile,
+                                                                std::shared_ptr<const KernelSymbols> used);
+
+}  // namespace hpd
