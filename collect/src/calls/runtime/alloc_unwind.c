@@ -61,11 +61,10 @@ struct rule {
 };
 
 static uint32_t pack(const struct rule* r) {
-  if (r->kind == KIND_FRAME) {
-    const int ok = r->cfa_off >= 0 && r->cfa_off < (1 << 19) &&
-                   (!r->rbp_saved || (r->rbp_off % 8 == 0 && r->rbp_off >= -256 && r->rbp_off < 256));
-    if (!ok) return 1u | (KIND_FALLBACK << 1);
-  }
+  if (r->kind != KIND_FRAME) return 1u | (r->kind << 1); /* nothing more: the word's tag stays whole */
+  const int ok = r->cfa_off >= 0 && r->cfa_off < (1 << 19) &&
+                 (!r->rbp_saved || (r->rbp_off % 8 == 0 && r->rbp_off >= -256 && r->rbp_off < 256));
+  if (!ok) return 1u | (KIND_FALLBACK << 1);
   return 1u | (r->kind << 1) | (r->cfa_rbp << 3) | (r->rbp_saved << 4) |
          ((uint32_t)(r->rbp_saved ? r->rbp_off / 8 + 32 : 0) << 5) | ((uint32_t)r->cfa_off << 11);
 }
@@ -244,6 +243,16 @@ static void set_reg(struct cfa_state* s, uint64_t reg, uint8_t how, int64_t off)
     s->ra = r;
 }
 
+/* DW_CFA_restore: the register's rule as the CIE left it (none inside the CIE itself). */
+static int restore_reg(struct cfa_state* s, uint64_t reg, const struct cfa_state* initial) {
+  if (initial == NULL) return -1;
+  if (reg == REG_RBP)
+    s->rbp = initial->rbp;
+  else if (reg == REG_RA)
+    s->ra = initial->ra;
+  return 0;
+}
+
 #define STATE_STACK 8
 
 /* Runs the CFA program [p, end) from location `loc` while the location is below `until` (every
@@ -261,11 +270,7 @@ static int run_cfa(const struct cie* cie, const uint8_t* p, const uint8_t* end, 
       case 1: loc += low * cie->code_align; continue; /* DW_CFA_advance_loc */
       case 2: set_reg(s, low, AT_OFFSET, (int64_t)get_uleb(&c) * cie->data_align); continue; /* offset */
       case 3: /* DW_CFA_restore */
-        if (initial == NULL) return -1;
-        if (low == REG_RBP)
-          s->rbp = initial->rbp;
-        else if (low == REG_RA)
-          s->ra = initial->ra;
+        if (restore_reg(s, low, initial) != 0) return -1;
         continue;
       default: break;
     }
@@ -280,16 +285,12 @@ static int run_cfa(const struct cie* cie, const uint8_t* p, const uint8_t* end, 
         set_reg(s, reg, AT_OFFSET, (int64_t)get_uleb(&c) * cie->data_align);
         break;
       case 0x06: /* restore_extended */
-        reg = get_uleb(&c);
-        if (initial == NULL) return -1;
-        if (reg == REG_RBP)
-          s->rbp = initial->rbp;
-        else if (reg == REG_RA)
-          s->ra = initial->ra;
+        if (restore_reg(s, get_uleb(&c), initial) != 0) return -1;
         break;
       case 0x07: set_reg(s, get_uleb(&c), UNDEFINED, 0); break; /* undefined */
       case 0x08: set_reg(s, get_uleb(&c), SAME, 0); break;      /* same_value */
       case 0x09:                                                /* register */
+      case 0x14:                                                /* val_offset */
         reg = get_uleb(&c);
         (void)get_uleb(&c);
         set_reg(s, reg, OTHER, 0);
@@ -336,12 +337,7 @@ static int run_cfa(const struct cie* cie, const uint8_t* p, const uint8_t* end, 
         s->cfa_expr = 0;
         break;
       case 0x13: s->cfa_off = get_sleb(&c) * cie->data_align; break; /* def_cfa_offset_sf */
-      case 0x14:                                                     /* val_offset */
-        reg = get_uleb(&c);
-        (void)get_uleb(&c);
-        set_reg(s, reg, OTHER, 0);
-        break;
-      case 0x15: /* val_offset_sf */
+      case 0x15:                                                     /* val_offset_sf */
         reg = get_uleb(&c);
         (void)get_sleb(&c);
         set_reg(s, reg, OTHER, 0);
