@@ -399,8 +399,11 @@ void* malloc(size_t size) {
     if (g_resolving) return boot_alloc(size);
     resolve();
   }
+  /* Counted before the call, so that the path that does not sample jumps to the real malloc (no
+   * frame of its own); the sampled one needs the block, after. */
+  if (LIKELY((t_countdown -= (int64_t)(size & (SIZE_MAX >> 1))) > 0)) return real_malloc(size);
   void* p = real_malloc(size);
-  account(p, size);
+  countdown_expired(p, size);
   return p;
 }
 
