@@ -13,6 +13,8 @@
 # compressor, beside the program).
 # Usage: bench/alloc_bench.sh BUILD_DIR [RUNS] [CHURN_ROUNDS] [MAP_ROUNDS]   (as root: hpctl records locally)
 #   ALLOC_BENCH_DENSE=1 adds `--alloc --alloc-mean 4096` (alloc_churn: 2 million samples, the cost of a sample).
+#   ALLOC_BENCH_OTHER_RUNTIME=PATH adds `--alloc` with the runtime PATH (HPD_CALLS_RUNTIME, e.g. another
+#   build's libhpdcalls.so): two runtimes A/B in the same runs.
 set -euo pipefail
 build=${1:?usage: alloc_bench.sh BUILD_DIR [RUNS] [CHURN_ROUNDS] [MAP_ROUNDS]}
 runs=${2:-5}
@@ -31,6 +33,11 @@ median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 labels=("alone" "hpctl record" "hpctl record --alloc (512 KiB)" "heaptrack")
 [ "${ALLOC_BENCH_DENSE:-0}" = 1 ] && labels+=("hpctl record --alloc-mean 4096")
+other_runtime=${ALLOC_BENCH_OTHER_RUNTIME:-}
+if [ -n "$other_runtime" ]; then
+  [ -f "$other_runtime" ] || { echo "alloc_bench: no runtime at $other_runtime" >&2; exit 1; }
+  labels+=("--alloc, other runtime")
+fi
 
 # run_config INDEX PROGRAM ARGS...: prints "PROGRAM_CPU_MS ALL_CPU_S" of one run of the configuration.
 run_config() {
@@ -43,6 +50,8 @@ run_config() {
     3) cmd=(heaptrack -o "$work/ht" "$@") ;;
     4) cmd=("$hpctl" --local record -q --no-report --alloc --alloc-mean 4096 -o "$work/d.hpr" -- "$@") ;;
   esac
+  [ "${labels[$i]}" = "--alloc, other runtime" ] &&
+    cmd=(env HPD_CALLS_RUNTIME="$other_runtime" "$hpctl" --local record -q --no-report --alloc -o "$work/o.hpr" -- "$@")
   /usr/bin/time -f 'all_cpu %U %S' -o "$work/time" "${cmd[@]}" >"$work/out" 2>"$work/err" ||
     { cat "$work/err" >&2; exit 1; }
   rm -f "$work"/ht.* "$work"/*.hpr

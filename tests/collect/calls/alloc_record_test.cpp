@@ -382,6 +382,14 @@ TEST(AllocRecord, NewAndDeleteOfJemallocMatchTheTruth) {
   check_against_truth("alloc_new_jemalloc", "", {{}, {kJemallocOwnSaid}});
 }
 
+// The same program with libstdc++'s operator new and delete (no allocator of its own): the runtime's
+// new and delete call malloc and free themselves (libstdc++'s would call the runtime's malloc and free),
+// the aligned new goes on to libstdc++'s, which calls the runtime's aligned_alloc. The stacks start at
+// the caller of operator new (the truth's functions).
+TEST(AllocRecord, NewAndDeleteOfLibstdcxxMatchTheTruth) {
+  check_against_truth("alloc_new_std");
+}
+
 TEST(AllocRecord, NewAndDeleteOfTcmallocMatchTheTruth) {
   check_against_truth("alloc_new_tcmalloc", "", {{}, {"defines the entry points of tcmalloc (tc_malloc,"}});
 }

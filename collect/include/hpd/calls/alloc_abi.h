@@ -30,7 +30,8 @@ struct hpd_alloc_header {
   uint64_t dropped;    /* records that did not fit in the file */
   uint64_t processes;  /* process starts of the runtime with the log (exec, fork) */
   uint64_t untracked;  /* sampled allocations whose free cannot be matched (the live set was full) */
-  uint64_t reserved[8];
+  uint64_t slow_unwinds; /* samples unwound by libgcc, a frame beyond the runtime's cached rules */
+  uint64_t reserved[7];
 };
 
 #define HPD_ALLOC_RECORD_ALLOC 1u

@@ -21,6 +21,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -30,6 +31,7 @@
 #include <unistd.h>
 #include <unwind.h>
 
+#include "alloc_unwind.h"
 #include "hpd/calls/alloc_abi.h"
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
@@ -108,8 +110,9 @@ static uintptr_t g_self_low, g_self_high; /* this library's text: its frames are
 #define LIVE_SLOTS (1u << 18)
 #define LIVE_PROBES 64u
 static uint64_t* g_live;
-/* The set, the filter's bits, the filter's counts (below). */
-#define LIVE_MAP_SIZE (LIVE_SLOTS * sizeof(uint64_t) + FILTER_BUCKETS / 8 + FILTER_BUCKETS)
+/* The set, the filter's bits, the filter's counts (below), the unwinder's rules. */
+#define LIVE_MAP_SIZE \
+  (LIVE_SLOTS * sizeof(uint64_t) + FILTER_BUCKETS / 8 + FILTER_BUCKETS + ALLOC_UNWIND_CACHE_BYTES)
 /* In front of the set, for the frees: one bit per hash bucket (4 KiB: 64 cache lines and one page,
  * small enough to stay cached in a program that allocates a lot), set while the bucket holds a live
  * sampled address, so that almost every free sees a 0 there and never touches the 2 MiB set. Beside
@@ -285,25 +288,77 @@ static _Unwind_Reason_Code collect_frame(struct _Unwind_Context* context, void* 
   return _URC_NO_REASON;
 }
 
-/* Inlined into countdown_expired: one frame less for the unwinder to step over (each is a CFI step). */
+/* HPD_ALLOC_UNWIND_CHECK=FILE (tests): every sample is unwound by both alloc_unwind and libgcc, the
+ * record keeps libgcc's frames, and at the exit a line of counts is appended to FILE (with the first
+ * few samples whose frames differ). */
+#define UNWIND_CHECK_ENV "HPD_ALLOC_UNWIND_CHECK"
+static int g_check_fd = -1;
+static uint64_t g_checked, g_fast, g_mismatched;
+
+static void write_frames(char* line, size_t cap, size_t* at, const char* what, const uint64_t* f, int n) {
+  *at += (size_t)snprintf(line + *at, cap - *at, " %s %d:", what, n);
+  for (int i = 0; i < n && *at < cap; ++i)
+    *at += (size_t)snprintf(line + *at, cap - *at, " %lx", (unsigned long)f[i]);
+}
+
+static __attribute__((noinline)) void check_unwind(const uint64_t* fast, int n_fast, const uint64_t* slow,
+                                                   uint32_t n_slow) {
+  __atomic_fetch_add(&g_checked, 1, __ATOMIC_RELAXED);
+  if (n_fast < 0) return;
+  __atomic_fetch_add(&g_fast, 1, __ATOMIC_RELAXED);
+  if ((uint32_t)n_fast == n_slow && memcmp(fast, slow, 8ull * n_slow) == 0) return;
+  if (__atomic_fetch_add(&g_mismatched, 1, __ATOMIC_RELAXED) >= 5) return;
+  char line[8192];
+  size_t at = (size_t)snprintf(line, sizeof line, "mismatch pid %d:", (int)getpid());
+  write_frames(line, sizeof line - 1, &at, "fast", fast, n_fast);
+  write_frames(line, sizeof line - 1, &at, "libgcc", slow, (int)n_slow);
+  if (at > sizeof line - 2) at = sizeof line - 2;
+  line[at++] = '\n';
+  ssize_t r = write(g_check_fd, line, at);
+  (void)r;
+}
+
+__attribute__((destructor)) static void write_unwind_check(void) {
+  if (g_check_fd < 0) return;
+  char line[160];
+  const int n =
+      snprintf(line, sizeof line, "unwind check pid %d: samples %lu fast %lu mismatched %lu\n", (int)getpid(),
+               (unsigned long)g_checked, (unsigned long)g_fast, (unsigned long)g_mismatched);
+  ssize_t r = write(g_check_fd, line, (size_t)n);
+  (void)r;
+}
+
+/* Inlined into countdown_expired, whose registers the walk starts from (the runtime's own frames at
+ * the top are left out, as libgcc's are in collect_frame). */
 static inline __attribute__((always_inline)) void record_alloc(void* p, size_t size) {
   uint64_t frames[HPD_ALLOC_MAX_FRAMES];
-  struct unwind_state s = {frames, 0};
-  _Unwind_Backtrace(collect_frame, &s);
+  uint64_t pc, sp, fp;
+  ALLOC_UNWIND_HERE(pc, sp, fp);
+  int n = alloc_unwind(pc, sp, fp, frames, HPD_ALLOC_MAX_FRAMES);
+  if (UNLIKELY(n < 0 || g_check_fd >= 0)) {
+    /* A frame the cached rules cannot express (or a check): libgcc's walk, and its frames. */
+    uint64_t slow[HPD_ALLOC_MAX_FRAMES];
+    struct unwind_state s = {slow, 0};
+    _Unwind_Backtrace(collect_frame, &s);
+    if (g_check_fd >= 0) check_unwind(frames, n, slow, s.n);
+    if (n < 0) __atomic_fetch_add(&g_log->slow_unwinds, 1, __ATOMIC_RELAXED);
+    memcpy(frames, slow, 8ull * s.n);
+    n = (int)s.n;
+  }
   uint32_t kind = HPD_ALLOC_RECORD_ALLOC;
   if (!live_insert((uint64_t)(uintptr_t)p)) {
     __atomic_fetch_add(&g_log->untracked, 1, __ATOMIC_RELAXED);
     kind = HPD_ALLOC_RECORD_ALLOC_UNTRACKED;
   }
-  struct hpd_alloc_record* r = reserve(s.n);
+  struct hpd_alloc_record* r = reserve((uint32_t)n);
   if (r == NULL) return;
-  r->frames = s.n;
+  r->frames = (uint32_t)n;
   r->pid = g_pid;
   r->tid = thread_id();
   r->address = (uint64_t)(uintptr_t)p;
   r->size = size;
   r->time_ns = now_ns();
-  memcpy(r + 1, frames, 8ull * s.n);
+  memcpy(r + 1, frames, 8ull * (uint32_t)n);
   __atomic_store_n(&r->kind, kind, __ATOMIC_RELEASE);
 }
 
@@ -344,8 +399,11 @@ void* malloc(size_t size) {
     if (g_resolving) return boot_alloc(size);
     resolve();
   }
+  /* Counted before the call, so that the path that does not sample jumps to the real malloc (no
+   * frame of its own); the sampled one needs the block, after. */
+  if (LIKELY((t_countdown -= (int64_t)(size & (SIZE_MAX >> 1))) > 0)) return real_malloc(size);
   void* p = real_malloc(size);
-  account(p, size);
+  countdown_expired(p, size);
   return p;
 }
 
@@ -433,9 +491,12 @@ void* pvalloc(size_t size) {
  * dlopen'ed with RTLD_LOCAL). Where the next operator new is in the object the next malloc is in (the
  * allocator's own), a call is sampled here (its stack starts at its caller), the allocator's own calls
  * of the functions interposed above inside it (jemalloc's aligned operator new calls aligned_alloc)
- * are not counted again, and a delete forgets its block; else (libstdc++'s) the call goes straight on
- * and malloc or free sees it. Every argument is an integer or a pointer, so each goes on with three
- * (the ABI ignores those a function does not take). */
+ * are not counted again, and a delete forgets its block; else the call goes straight on and malloc or
+ * free sees it, but when the next ones are libstdc++'s and the malloc, aligned_alloc and free they
+ * would call are these: then they call those here directly (std_new), one interposed call in place of
+ * two (or three: libstdc++'s sized delete calls its delete, which is interposed too), their stacks
+ * starting at their caller as the allocator's own do. Every argument is an integer or a pointer, so each goes
+ * on with three (the ABI ignores those a function does not take). */
 typedef void* (*cxx_new_fn)(size_t, uintptr_t, uintptr_t);
 typedef void (*cxx_delete_fn)(void*, uintptr_t, uintptr_t);
 
@@ -464,6 +525,8 @@ static const char* const g_cxx_delete_names[CXX_DELETE_COUNT] = {"_ZdlPv",
 static cxx_new_fn g_cxx_new[CXX_NEW_COUNT];
 static cxx_delete_fn g_cxx_delete[CXX_DELETE_COUNT];
 static int g_cxx_own; /* 1: the next operator new is the allocator's own */
+/* 1: the next operator new and delete are libstdc++'s, and malloc, aligned_alloc and free this file's */
+static int g_cxx_std;
 
 static void* next_definition(const char* name) {
   void* f = dlsym(RTLD_NEXT, name);
@@ -473,6 +536,20 @@ static void* next_definition(const char* name) {
   f = dlsym(libstdcxx, name);
   dlclose(libstdcxx);
   return f;
+}
+
+static int in_libstdcxx(void* f) {
+  Dl_info info;
+  if (f == NULL || dladdr(f, &info) == 0 || info.dli_fname == NULL) return 0;
+  const char* base = strrchr(info.dli_fname, '/');
+  return strncmp(base != NULL ? base + 1 : info.dli_fname, "libstdc++.so", 12) == 0;
+}
+
+/* Whether `f` is defined in this library. */
+static int is_mine(void* f) {
+  Dl_info a, b;
+  return f != NULL && dladdr(f, &a) != 0 && dladdr((void*)&in_libstdcxx, &b) != 0 &&
+         a.dli_fbase == b.dli_fbase;
 }
 
 /* Whether the operator new is the allocator's own is known before any of them is published. */
@@ -487,12 +564,34 @@ static void resolve_cxx(void) {
   const int own = news[0] != NULL && dladdr((void*)news[0], &a) != 0 && dladdr((void*)real_malloc, &b) != 0 &&
                   a.dli_fbase == b.dli_fbase;
   __atomic_store_n(&g_cxx_own, own, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_cxx_std,
+                   !own && in_libstdcxx((void*)news[0]) && in_libstdcxx((void*)deletes[0]) &&
+                       is_mine(dlsym(RTLD_DEFAULT, "malloc")) && is_mine(dlsym(RTLD_DEFAULT, "free")) &&
+                       is_mine(dlsym(RTLD_DEFAULT, "aligned_alloc")),
+                   __ATOMIC_RELEASE);
   for (int i = 0; i < CXX_NEW_COUNT; ++i) __atomic_store_n(&g_cxx_new[i], news[i], __ATOMIC_RELEASE);
   for (int i = 0; i < CXX_DELETE_COUNT; ++i) __atomic_store_n(&g_cxx_delete[i], deletes[i], __ATOMIC_RELEASE);
 }
 
 static void restore_countdown(const int64_t* saved) {
   t_countdown = *saved;
+}
+
+/* What libstdc++'s operator new `i` asks of malloc or aligned_alloc (at least a byte; aligned, a
+ * multiple of the alignment, which is a power of two), asked here; NULL where libstdc++'s must run: a
+ * failure (its loop of new handlers, bad_alloc or the nothrow NULL), or an alignment it refuses. */
+static inline void* std_new(int i, size_t size, uintptr_t alignment) {
+  size_t n = size != 0 ? size : 1;
+  void* p;
+  if (i < 4) {
+    p = real_malloc(n);
+  } else {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || n > SIZE_MAX - alignment) return NULL;
+    n = (n + alignment - 1) & ~(size_t)(alignment - 1);
+    p = real_aligned_alloc(alignment, n);
+  }
+  if (p != NULL) account(p, n);
+  return p;
 }
 
 static inline void* cxx_new(int i, size_t size, uintptr_t b, uintptr_t c) {
@@ -506,7 +605,13 @@ static inline void* cxx_new(int i, size_t size, uintptr_t b, uintptr_t c) {
       return posix_memalign(&p, b, size) == 0 ? p : NULL;
     }
   }
-  if (!g_cxx_own) return real(size, b, c);
+  if (!g_cxx_own) {
+    if (g_cxx_std) {
+      void* p = std_new(i, size, b);
+      if (LIKELY(p != NULL)) return p;
+    }
+    return real(size, b, c);
+  }
   void* p;
   {
     /* The allocator's own calls of malloc & co. inside it count nothing; restored however it leaves
@@ -528,6 +633,10 @@ static inline void cxx_delete(int i, void* p, uintptr_t b, uintptr_t c) {
       free(p);
       return;
     }
+  }
+  if (g_cxx_std) { /* libstdc++'s deletes all free */
+    free(p);
+    return;
   }
   if (g_cxx_own && p != NULL) forget(p);
   real(p, b, c);
@@ -580,6 +689,7 @@ static void after_fork_in_child(void) {
   if (!g_on) return;
   g_pid = (int32_t)getpid();
   t_tid = 0;
+  g_checked = g_fast = g_mismatched = 0;
   __atomic_fetch_add(&g_log->processes, 1, __ATOMIC_RELAXED);
 }
 
@@ -625,6 +735,10 @@ __attribute__((constructor(101))) static void hpd_alloc_constructor(void) {
   g_filter_bits = (uint64_t*)((char*)live + LIVE_SLOTS * sizeof(uint64_t));
   g_filter_counts = (uint8_t*)(g_filter_bits + FILTER_BUCKETS / 64);
   g_live = (uint64_t*)live;
+  alloc_unwind_init(g_filter_counts + FILTER_BUCKETS, g_self_low, g_self_high);
+  const char* check = getenv(UNWIND_CHECK_ENV);
+  if (check != NULL && check[0] != '\0')
+    g_check_fd = open(check, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   g_log = h;
   pthread_atfork(NULL, NULL, after_fork_in_child);
   __atomic_fetch_add(&h->processes, 1, __ATOMIC_RELAXED);
