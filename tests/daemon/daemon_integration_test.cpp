@@ -821,11 +821,22 @@ TEST(Hpd, KeptUnwindTablesStayWithinTheirBoundAndStatusShowsThem) {
   const std::string children =
       "/proc/" + std::to_string(ninja.pid()) + "/task/" + std::to_string(ninja.pid()) + "/children";
   pid_t sleeper = 0;  // ninja's command (its shell execs sleep): killed at the end, as killing ninja does not
-  for (int i = 0; i < 600 && sleeper == 0; ++i) {
+  // Its modules are counted once it is sleep: before, the child is a copy of ninja, then the shell
+  // (seen: a table made for sleep that the count, taken from the copy of ninja, did not have).
+  // (and in its sleep: its libraries mapped; x86-64's clock_nanosleep or nanosleep).
+  const auto is_sleep = [](pid_t pid) {
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec);
+    std::string call;
+    std::ifstream("/proc/" + std::to_string(pid) + "/syscall") >> call;
+    return !ec && exe.filename() == "sleep" && (call == "230" || call == "35");
+  };
+  for (int i = 0; i < 600 && (sleeper == 0 || !is_sleep(sleeper)); ++i) {
     std::ifstream(children) >> sleeper;
-    if (sleeper == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (sleeper == 0 || !is_sleep(sleeper)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_GT(sleeper, 0) << "ninja did not start its command";
+  ASSERT_TRUE(is_sleep(sleeper)) << "ninja's command did not become sleep";
   const std::unique_ptr<void, std::function<void(void*)>> kill_sleeper(
       reinterpret_cast<void*>(1), [sleeper](void*) { ::kill(sleeper, SIGKILL); });
   const std::vector<pid_t> pids = {c_program.pid(), perl.pid(), ninja.pid()};
