@@ -122,7 +122,7 @@ printf '%-16s %4s %8s %8s %10s %9s %9s %9s %9s %6s\n' kind s "cpu s" "wall s" "p
 for s in "${lengths[@]}"; do
   for k in "${kinds[@]}"; do
     # shellcheck disable=SC2086
-    printf '%-16s %4s %8.2f %8.1f %10.1f %9d %8s%% %8s%% %9d %6d\n' "$k" "$s" "$(median ${col[$k,$s,cpu]})" \
+    printf '%-16s %4s %8.2f %8.1f %10.1f %9.0f %8s%% %8s%% %9.0f %6.0f\n' "$k" "$s" "$(median ${col[$k,$s,cpu]})" \
       "$(median ${col[$k,$s,wall]})" "$(echo "$(median ${col[$k,$s,peak]}) / 1024" | bc -l)" \
       "$(median ${col[$k,$s,samples]})" "$(median ${col[$k,$s,complete]})" "$(median ${col[$k,$s,fpwalked]})" \
       "$(median ${col[$k,$s,rewalked]})" "$(median ${col[$k,$s,lost]})"
