@@ -52,15 +52,13 @@ uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const
   if (kernel.size() > kMaxDepth) kernel = kernel.first(kMaxDepth);
   if (user.size() > kMaxDepth) user = user.first(kMaxDepth);
   const uint64_t h = hash_frames(kernel, user) ^ static_cast<uint64_t>(user_leaf);
-  auto [lo, hi] = by_hash_.equal_range(h);
-  for (auto it = lo; it != hi; ++it) {
-    const RawStack& s = stacks_[it->second];
-    if (s.kernel_depth == kernel.size() && s.user_depth == user.size() && s.user_leaf == user_leaf &&
-        std::equal(kernel.begin(), kernel.end(), addresses_.begin() + s.offset) &&
-        std::equal(user.begin(), user.end(), addresses_.begin() + s.offset + s.kernel_depth)) {
-      return it->second;
-    }
-  }
+  const uint32_t found = by_hash_.find(h, [&](uint32_t index) {
+    const RawStack& s = stacks_[index];
+    return s.kernel_depth == kernel.size() && s.user_depth == user.size() && s.user_leaf == user_leaf &&
+           std::equal(kernel.begin(), kernel.end(), addresses_.begin() + s.offset) &&
+           std::equal(user.begin(), user.end(), addresses_.begin() + s.offset + s.kernel_depth);
+  });
+  if (found != HashedIndexSet::kNone) return found;
   RawStack s;
   s.offset = static_cast<uint32_t>(addresses_.size());
   s.kernel_depth = static_cast<uint16_t>(kernel.size());
@@ -70,7 +68,7 @@ uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const
   addresses_.insert(addresses_.end(), user.begin(), user.end());
   const auto index = static_cast<uint32_t>(stacks_.size());
   stacks_.push_back(s);
-  by_hash_.emplace(h, index);
+  by_hash_.insert(h, index);
   return index;
 }
 
@@ -88,7 +86,7 @@ std::vector<uint32_t> RawStackTable::retain(const std::vector<bool>& keep) {
   std::vector<uint32_t> renumbered(stacks_.size(), kNoIndex);
   std::vector<RawStack> stacks;
   std::vector<uint64_t> addresses;
-  std::unordered_multimap<uint64_t, uint32_t> by_hash;
+  HashedIndexSet by_hash;
   for (uint32_t i = 0; i < stacks_.size(); ++i) {
     if (i >= keep.size() || !keep[i]) continue;
     RawStack s = stacks_[i];
@@ -98,7 +96,7 @@ std::vector<uint32_t> RawStackTable::retain(const std::vector<bool>& keep) {
     addresses.insert(addresses.end(), kernel.begin(), kernel.end());
     addresses.insert(addresses.end(), user.begin(), user.end());
     renumbered[i] = static_cast<uint32_t>(stacks.size());
-    by_hash.emplace(hash_frames(kernel, user) ^ static_cast<uint64_t>(s.user_leaf), renumbered[i]);
+    by_hash.insert(hash_frames(kernel, user) ^ static_cast<uint64_t>(s.user_leaf), renumbered[i]);
     stacks.push_back(s);
   }
   // New containers, sized for what is kept: clear() would keep the old ones' capacity.
@@ -214,6 +212,21 @@ size_t RawProfile::release_unmapped_module_files() {
   return released;
 }
 
+namespace {
+uint64_t sum_key_hash(const RawSampleSum& s) {
+  uint64_t h = thread_key(s.pid, s.tid) * 0x9E3779B97F4A7C15ULL;
+  h ^= (static_cast<uint64_t>(s.stack) << 32 | static_cast<uint64_t>(s.epoch) << 4 |
+        static_cast<uint64_t>(s.kind) << 2 | static_cast<uint64_t>(s.stack_end)) *
+       0xC2B2AE3D27D4EB4FULL;
+  return h ^ (h >> 29);
+}
+
+bool same_sum_key(const RawSampleSum& a, const RawSampleSum& b) {
+  return a.pid == b.pid && a.tid == b.tid && a.stack == b.stack && a.kind == b.kind &&
+         a.stack_end == b.stack_end && a.epoch == b.epoch;
+}
+}  // namespace
+
 std::vector<uint32_t> RawProfile::forget_unused_stacks(std::span<const uint32_t> also) {
   std::vector<bool> used(stacks.size(), false);
   const auto mark = [&](uint32_t stack) {
@@ -233,23 +246,10 @@ std::vector<uint32_t> RawProfile::forget_unused_stacks(std::span<const uint32_t>
     released_index_.clear();
     for (uint32_t i = 0; i < released.size(); ++i) {
       renumber(released[i].stack);
-      released_index_.emplace(released[i], i);
+      released_index_.insert(sum_key_hash(released[i]), i);
     }
   }
   return renumbered;
-}
-
-size_t RawProfile::SumKeyHash::operator()(const RawSampleSum& s) const {
-  uint64_t h = thread_key(s.pid, s.tid) * 0x9E3779B97F4A7C15ULL;
-  h ^= (static_cast<uint64_t>(s.stack) << 32 | static_cast<uint64_t>(s.epoch) << 4 |
-        static_cast<uint64_t>(s.kind) << 2 | static_cast<uint64_t>(s.stack_end)) *
-       0xC2B2AE3D27D4EB4FULL;
-  return static_cast<size_t>(h ^ (h >> 29));
-}
-
-bool RawProfile::SumKeyEqual::operator()(const RawSampleSum& a, const RawSampleSum& b) const {
-  return a.pid == b.pid && a.tid == b.tid && a.stack == b.stack && a.kind == b.kind &&
-         a.stack_end == b.stack_end && a.epoch == b.epoch;
 }
 
 void RawProfile::release_samples() {
@@ -274,12 +274,15 @@ void RawProfile::release_samples() {
     key.stack_end = s.stack_end;
     key.epoch = static_cast<uint32_t>(
         std::upper_bound(times->second.begin(), times->second.end(), s.time_ns) - times->second.begin());
-    auto [it, inserted] = released_index_.try_emplace(key, static_cast<uint32_t>(released.size()));
-    if (inserted) {
+    const uint64_t hash = sum_key_hash(key);
+    uint32_t index = released_index_.find(hash, [&](uint32_t i) { return same_sum_key(released[i], key); });
+    if (index == HashedIndexSet::kNone) {
+      index = static_cast<uint32_t>(released.size());
+      released_index_.insert(hash, index);
       key.first_ns = key.last_ns = s.time_ns;
       released.push_back(key);
     }
-    RawSampleSum& sum = released[it->second];
+    RawSampleSum& sum = released[index];
     ++sum.samples;
     sum.cpu_delta_ns += s.cpu_delta_ns;
     sum.off_cpu_ns += s.off_cpu_ns;

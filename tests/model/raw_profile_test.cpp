@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 namespace hpd {
@@ -52,6 +54,72 @@ TEST(RawStackTable, ManyStacksStayDistinct) {
     EXPECT_EQ(table.intern({}, u), i);
   }
   EXPECT_EQ(table.size(), 5000u);
+}
+
+TEST(HashedIndexSet, EntriesUnderOneHashAreToldApartByTheirValues) {
+  // Entries whose hashes collide (one hash for all of them, as stacks or sums the hash cannot tell
+  // apart) are found by their values.
+  HashedIndexSet set;
+  std::vector<uint64_t> values;
+  for (uint32_t i = 0; i < 1000; ++i) {
+    const auto is = [&](uint64_t v) { return [&values, v](uint32_t index) { return values[index] == v; }; };
+    EXPECT_EQ(set.find(42, is(i * 3)), HashedIndexSet::kNone);
+    values.push_back(i * 3);
+    set.insert(42, i);
+    EXPECT_EQ(set.find(42, is(i * 3)), i);
+  }
+  for (uint32_t i = 0; i < 1000; ++i)
+    EXPECT_EQ(set.find(42, [&](uint32_t index) { return values[index] == i * 3; }), i);
+  EXPECT_EQ(set.find(43, [](uint32_t) { return true; }), HashedIndexSet::kNone);
+  EXPECT_EQ(set.size(), 1000u);
+  set.clear();
+  EXPECT_EQ(set.find(42, [](uint32_t) { return true; }), HashedIndexSet::kNone);
+  EXPECT_EQ(set.bytes(), 0u);
+}
+
+TEST(RawProfile, ReleasedSamplesAreSummedPerKeyAcrossReleases) {
+  // Samples of 300 threads over 40 stacks, both kinds and two stack ends, released in 5 rounds: each
+  // key (thread, stack, kind, end) gets one sum holding exactly its samples, whatever round they
+  // came in, as a plain map of the same samples counts them.
+  RawProfile p;
+  struct Want {
+    uint64_t samples = 0, cpu = 0, first = UINT64_MAX, last = 0;
+  };
+  std::map<std::tuple<int32_t, int32_t, uint32_t, int, int>, Want> want;
+  uint64_t x = 12345, time = 1000;
+  const auto next = [&x] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return x >> 33;
+  };
+  for (int round = 0; round < 5; ++round) {
+    for (int i = 0; i < 20000; ++i) {
+      RawSample s;
+      s.pid = 100 + static_cast<int32_t>(next() % 30);
+      s.tid = s.pid * 10 + static_cast<int32_t>(next() % 10);
+      s.stack = static_cast<uint32_t>(next() % 40);
+      s.kind = next() % 2 ? SampleKind::kOnCpu : SampleKind::kOffCpu;
+      s.stack_end = next() % 2 ? StackEnd::kComplete : StackEnd::kFailed;
+      s.cpu_delta_ns = next() % 1000;
+      s.time_ns = time++;
+      Want& w = want[{s.pid, s.tid, s.stack, static_cast<int>(s.kind), static_cast<int>(s.stack_end)}];
+      ++w.samples;
+      w.cpu += s.cpu_delta_ns;
+      w.first = std::min(w.first, s.time_ns);
+      w.last = std::max(w.last, s.time_ns);
+      p.samples.push_back(s);
+    }
+    p.release_samples();
+  }
+  ASSERT_EQ(p.released.size(), want.size());
+  for (const RawSampleSum& sum : p.released) {
+    const auto it =
+        want.find({sum.pid, sum.tid, sum.stack, static_cast<int>(sum.kind), static_cast<int>(sum.stack_end)});
+    ASSERT_NE(it, want.end());
+    EXPECT_EQ(sum.samples, it->second.samples);
+    EXPECT_EQ(sum.cpu_delta_ns, it->second.cpu);
+    EXPECT_EQ(sum.first_ns, it->second.first);
+    EXPECT_EQ(sum.last_ns, it->second.last);
+  }
 }
 
 TEST(RawProfile, ModulesAreKeyedByPathAndBuildId) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hpd/base/unique_fd.h"
+#include "hpd/model/hashed_index_set.h"
 
 namespace hpd {
 
@@ -165,7 +166,7 @@ class RawStackTable {
  private:
   std::vector<RawStack> stacks_;
   std::vector<uint64_t> addresses_;
-  std::unordered_multimap<uint64_t, uint32_t> by_hash_;
+  HashedIndexSet by_hash_;  // stack indices by their frames' hash
 };
 
 struct RawSample {
@@ -394,14 +395,8 @@ struct RawProfile {
   std::unordered_map<std::string, uint32_t> module_index_;
   std::unordered_map<int32_t, size_t> process_index_;
   std::unordered_map<uint64_t, size_t> thread_index_;  // key: pid << 32 | tid
-  struct SumKeyHash {
-    size_t operator()(const RawSampleSum& s) const;
-  };
-  struct SumKeyEqual {
-    bool operator()(const RawSampleSum& a, const RawSampleSum& b) const;
-  };
-  // RawSampleSum's key fields (pid, tid, stack, kind, stack_end, epoch) -> index into `released`.
-  std::unordered_map<RawSampleSum, uint32_t, SumKeyHash, SumKeyEqual> released_index_;
+  // Indices into `released` by their key fields (pid, tid, stack, kind, stack_end, epoch).
+  HashedIndexSet released_index_;
 };
 
 }  // namespace hpd
