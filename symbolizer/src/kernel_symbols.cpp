@@ -128,12 +128,9 @@ std::string KernelSymbols::lines_for(std::span<const uint64_t> addresses) const 
   if (symbols_.empty()) return {};
   std::vector<size_t> picked{0};
   for (const uint64_t address : addresses) {
-    auto it = std::upper_bound(symbols_.begin(), symbols_.end(), address,
-                               [](uint64_t a, const Symbol& s) { return a < s.address; });
-    if (it == symbols_.begin()) continue;
-    const auto next = it;
-    --it;
-    if (next == symbols_.end() && address - it->address >= kTailSlack) continue;
+    std::vector<Symbol>::const_iterator next;
+    auto it = holder(address, next);
+    if (it == symbols_.end()) continue;
     while (it != symbols_.begin() && std::prev(it)->address == it->address) --it;
     picked.push_back(static_cast<size_t>(it - symbols_.begin()));
     if (next != symbols_.end()) picked.push_back(static_cast<size_t>(next - symbols_.begin()));
@@ -182,34 +179,41 @@ std::string kernel_symbol_lines(const RawProfile& profile, const KernelSymbols& 
   return addresses.empty() ? std::string() : symbols.lines_for(addresses);
 }
 
+bool KernelSymbols::of_image(const Symbol& s) const {
+  return std::string_view(name(s)).find(' ') == std::string_view::npos;
+}
+
 bool KernelSymbols::in_kernel_image(uint64_t address) const {
   auto next = std::upper_bound(symbols_.begin(), symbols_.end(), address,
                                [](uint64_t a, const Symbol& s) { return a < s.address; });
   if (next == symbols_.begin() || next == symbols_.end()) return false;
-  auto of_image = [this](const Symbol& s) {
-    return std::string_view(name(s)).find(' ') == std::string_view::npos;
-  };
   return of_image(*std::prev(next)) && of_image(*next);
+}
+
+std::vector<KernelSymbols::Symbol>::const_iterator KernelSymbols::holder(
+    uint64_t address, std::vector<Symbol>::const_iterator& next) const {
+  next = std::upper_bound(symbols_.begin(), symbols_.end(), address,
+                          [](uint64_t a, const Symbol& s) { return a < s.address; });
+  if (next == symbols_.begin()) return symbols_.end();
+  const auto it = std::prev(next);
+  // The image's last symbol (its next is a module's or a BPF program's, or none) does not reach into
+  // the modules' area: seen naming the address of an unloaded BPF program "_einittext".
+  const bool last_of_its_kind = next == symbols_.end() || (of_image(*it) && !of_image(*next));
+  if (last_of_its_kind && address - it->address >= kTailSlack) return symbols_.end();
+  return it;
 }
 
 Location KernelSymbols::resolve(uint64_t address) const {
   Location loc;
   loc.rel_address = address - base();
-  auto it = std::upper_bound(symbols_.begin(), symbols_.end(), address,
-                             [](uint64_t a, const Symbol& s) { return a < s.address; });
-  if (it == symbols_.begin()) return loc;
-  const auto next = it;
-  --it;
+  std::vector<Symbol>::const_iterator next;
+  auto it = holder(address, next);
+  if (it == symbols_.end()) return loc;
   // Several names at one address (aliases): upper_bound lands after the last; use the first one
   // listed at that address, which is the canonical one in kallsyms order.
   auto first = it;
   while (first != symbols_.begin() && std::prev(first)->address == it->address) --first;
-  uint64_t size = 0;
-  if (next != symbols_.end()) {
-    size = next->address - it->address;
-  } else if (address - it->address >= kTailSlack) {
-    return loc;
-  }
+  const uint64_t size = next != symbols_.end() ? next->address - it->address : 0;
   loc.found = true;
   loc.symbol = name(*first);
   loc.symbol_address = first->address - base();

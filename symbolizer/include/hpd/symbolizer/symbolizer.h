@@ -235,8 +235,10 @@ class KernelSymbols {
   // Lowest symbol address: the base kernel lib-relative addresses are measured from.
   uint64_t base() const { return symbols_.empty() ? 0 : symbols_.front().address; }
   // Name ("func" or "func [module]") of the symbol containing `address`, or !found. A symbol
-  // extends to the next one; addresses below the first symbol or more than 1 MiB past the last
-  // are not found. Addresses in the Location are relative to base().
+  // extends to the next one, except the last one of the kernel image (followed by a module's, a BPF
+  // program's or none), which holds at most 1 MiB: addresses below the first symbol or beyond that
+  // are not found (in the modules' area, they belong to code the table does not know: a program
+  // loaded or unloaded since it was read). Addresses in the Location are relative to base().
   Location resolve(uint64_t address) const;
   // Whether `address` lies in a symbol of the kernel image itself (no "[module]", "[bpf]"... part)
   // whose next symbol is one too: code whose name cannot change while the system runs, unlike a
@@ -252,6 +254,10 @@ class KernelSymbols {
  private:
   void add_line(std::string_view line);
   bool finish();  // sorts; false (and empty) when every address was zero
+  // The symbol holding `address` by resolve()'s rule, or symbols_.end(); `next` gets the one after it.
+  std::vector<Symbol>::const_iterator holder(uint64_t address,
+                                             std::vector<Symbol>::const_iterator& next) const;
+  bool of_image(const Symbol& s) const;  // no " [module]" part
 
   std::vector<Symbol> symbols_;  // sorted by address
   std::string names_;            // every name, each followed by a NUL (about 3 MiB for 120,000)
