@@ -132,10 +132,11 @@ TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
         const Location k = kept.resolve(a), l = live.resolve(a);
         kept_found += k.found;
         live_found += l.found;
-        // A BPF program's address may be another's by now: the collection's programs were unloaded,
-        // and another hpd or tool loading programs beside this test reuses their pages.
-        const bool bpf_reused = k.symbol.rfind("bpf_prog_", 0) == 0 && l.symbol.rfind("bpf_prog_", 0) == 0;
-        if (l.found && !bpf_reused) {
+        // A BPF program of the collection is gone from /proc/kallsyms by now (stop() unloaded it): its
+        // address may be another program's (one loaded beside this test reused its pages), or fall
+        // to whatever symbol precedes it there (seen: "_einittext"). Only the kept lines can name it.
+        const bool bpf_gone = k.symbol.rfind("bpf_prog_", 0) == 0;
+        if (l.found && !bpf_gone) {
           EXPECT_EQ(k.symbol, l.symbol) << std::hex << a;
         }
       }
