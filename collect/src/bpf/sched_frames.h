@@ -15,10 +15,10 @@ class KernelSymbols;
 
 class SchedulerFrames {
  public:
-  // From the kernel's symbols as the symbolizer reads them (/proc/kallsyms; in hpd a table kept across recordings): a
-  // function that `pick` chooses by name (t or T; by default the scheduler's, is_syscall_entry: the
-  // system-call entries) ends where the next t or T symbol begins. An empty table (kallsyms
-  // unreadable, or its addresses 0 under kptr_restrict) gives no ranges.
+  // From the kernel's symbols as the symbolizer reads them (/proc/kallsyms; in hpd a table kept across
+  // recordings): a function that `pick` chooses by name (t or T; by default the scheduler's,
+  // is_syscall_entry: the system-call entries) ends where the next t or T symbol begins. An empty table
+  // (kallsyms unreadable, or its addresses 0 under kptr_restrict) gives no ranges.
   static SchedulerFrames from_symbols(const KernelSymbols& symbols,
                                       bool (*pick)(const char*) = is_scheduler_function);
 

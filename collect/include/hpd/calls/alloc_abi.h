@@ -25,11 +25,11 @@ struct hpd_alloc_header {
   uint32_t version;
   uint32_t header_size;
   uint64_t file_size;
-  uint64_t mean_bytes; /* the sampling's mean, set by hpd */
-  uint64_t cursor;     /* bytes of records reserved after the header (atomic add) */
-  uint64_t dropped;    /* records that did not fit in the file */
-  uint64_t processes;  /* process starts of the runtime with the log (exec, fork) */
-  uint64_t untracked;  /* sampled allocations whose free cannot be matched (the live set was full) */
+  uint64_t mean_bytes;   /* the sampling's mean, set by hpd */
+  uint64_t cursor;       /* bytes of records reserved after the header (atomic add) */
+  uint64_t dropped;      /* records that did not fit in the file */
+  uint64_t processes;    /* process starts of the runtime with the log (exec, fork) */
+  uint64_t untracked;    /* sampled allocations whose free cannot be matched (the live set was full) */
   uint64_t slow_unwinds; /* samples unwound by libgcc, a frame beyond the runtime's cached rules */
   uint64_t reserved[7];
 };
