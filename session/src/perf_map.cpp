@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -67,13 +68,19 @@ bool parse_map_line(std::string_view line, uint64_t& start, uint64_t& size, std:
 class Collector {
  public:
   Collector(RawProfile& profile, uint64_t max_bytes) : profile_(profile), max_bytes_(max_bytes) {
-    for (const uint64_t a : profile.stacks.addresses()) sampled_.push_back(a);
-    for (const RawCallEdge& e : profile.call_edges) {
-      sampled_.push_back(e.caller_address);
-      sampled_.push_back(e.callee_address);
-    }
-    std::sort(sampled_.begin(), sampled_.end());
-    sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
+    // The stacks each process was sampled in (samples held, released and allocations): a process's
+    // map is matched against its own addresses only. With --all, the other processes' code sits at
+    // the same addresses as a runtime's blobs, and would keep a large map's blobs no stack of the
+    // runtime's holds.
+    auto add_stack = [&](int32_t pid, uint32_t stack) {
+      if (stack < profile.stacks.size())
+        stacks_of_pid_.push_back(uint64_t{static_cast<uint32_t>(pid)} << 32 | stack);
+    };
+    for (const RawSample& s : profile.samples) add_stack(s.pid, s.stack);
+    for (const RawSampleSum& s : profile.released) add_stack(s.pid, s.stack);
+    for (const RawAllocation& a : profile.allocations) add_stack(a.pid, a.stack);
+    std::sort(stacks_of_pid_.begin(), stacks_of_pid_.end());
+    stacks_of_pid_.erase(std::unique(stacks_of_pid_.begin(), stacks_of_pid_.end()), stacks_of_pid_.end());
     // Symbols read before (none, unless a caller added some) count against the bound too.
     for (const RawJitSymbol& s : profile.jit_symbols) result.bytes_kept += cost(s.name.size());
   }
@@ -83,6 +90,27 @@ class Collector {
     if (pid == pid_) return;
     pid_ = pid;
     by_start_ = {};
+    // Its sampled user addresses and call edges that a JIT symbol may name, sorted: what its
+    // symbols are kept for. The symbolizer looks an address up in the JIT symbols only when the
+    // mapping it falls in is anonymous or not known; the addresses inside a file never unmapped, and
+    // in nothing else, are named by that file.
+    sampled_.clear();
+    const Ranges in_files = ranges_of(pid, true), in_anon = ranges_of(pid, false);
+    auto add = [&](uint64_t address) {
+      if (!in_files.contain(address) || in_anon.contain(address)) sampled_.push_back(address);
+    };
+    const uint64_t key = uint64_t{static_cast<uint32_t>(pid)} << 32;
+    for (auto it = std::lower_bound(stacks_of_pid_.begin(), stacks_of_pid_.end(), key);
+         it != stacks_of_pid_.end() && (*it >> 32) == (key >> 32); ++it) {
+      for (const uint64_t address : profile_.stacks.user_frames(static_cast<uint32_t>(*it))) add(address);
+    }
+    for (const RawCallEdge& e : profile_.call_edges) {
+      if (e.pid != pid) continue;
+      add(e.caller_address);
+      add(e.callee_address);
+    }
+    std::sort(sampled_.begin(), sampled_.end());
+    sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
   }
 
   // Per file: counts since the last call.
@@ -123,6 +151,40 @@ class Collector {
   JitReadResult result;
 
  private:
+  // Address ranges, merged and sorted.
+  struct Ranges {
+    std::vector<std::pair<uint64_t, uint64_t>> spans;  // [start, end)
+    [[nodiscard]] bool contain(uint64_t address) const {
+      auto it = std::upper_bound(spans.begin(), spans.end(), std::pair{address, UINT64_MAX});
+      return it != spans.begin() && address < (--it)->second;
+    }
+  };
+
+  // The ranges of `pid`'s mappings of a file never unmapped (files), or of its mappings anonymous or
+  // of no known module at any time (!files). An address in the first and not the second is found in
+  // a file at every time (RawProcess::find_mapping takes a mapping not unmapped yet for a sample
+  // taken before its mmap was seen).
+  Ranges ranges_of(int32_t pid, bool files) const {
+    Ranges r;
+    const RawProcess* process = profile_.find_process(pid);
+    if (process == nullptr) return r;
+    for (const RawMapping& m : process->mappings) {
+      const bool file = m.module < profile_.modules.size() && profile_.modules[m.module].path != "[anon]";
+      if (m.start < m.end && (files ? file && m.unmapped_ns == 0 : !file))
+        r.spans.emplace_back(m.start, m.end);
+    }
+    std::sort(r.spans.begin(), r.spans.end());
+    size_t merged = 0;
+    for (const auto& span : r.spans) {
+      if (merged != 0 && span.first <= r.spans[merged - 1].second)
+        r.spans[merged - 1].second = std::max(r.spans[merged - 1].second, span.second);
+      else
+        r.spans[merged++] = span;
+    }
+    r.spans.resize(merged);
+    return r;
+  }
+
   static uint64_t cost(size_t name_bytes) { return sizeof(RawJitSymbol) + name_bytes + kIndexEntryBytes; }
 
   // A sampled address in [start, start + size]: the sampled instruction itself, or a return
@@ -134,7 +196,8 @@ class Collector {
 
   RawProfile& profile_;
   uint64_t max_bytes_;
-  std::vector<uint64_t> sampled_;
+  std::vector<uint64_t> stacks_of_pid_;  // (pid << 32 | stack), sorted
+  std::vector<uint64_t> sampled_;        // of pid_
   int32_t pid_ = 0;
   std::unordered_map<uint64_t, size_t> by_start_;  // of pid_: start -> index in jit_symbols
   FileCounts file_;

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,7 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "hpd/model/profile.h"
 #include "hpd/session/perf_map.h"
+#include "hpd/symbolizer/convert.h"
+#include "hpd/symbolizer/symbolizer.h"
 
 namespace hpd::session {
 namespace {
@@ -124,11 +128,18 @@ struct OwnPerfMap {
   ~OwnPerfMap() { std::remove(path.c_str()); }
 };
 
+// A sample of `pid` whose user stack is `user` (leaf first).
+void add_sample(RawProfile& p, int32_t pid, std::vector<uint64_t> user) {
+  RawSample s;
+  s.pid = s.tid = pid;
+  s.stack = p.stacks.intern({}, user);
+  p.samples.push_back(s);
+}
+
 RawProfile profile_sampling(std::initializer_list<uint64_t> user_addresses) {
   RawProfile p;
   p.process(::getpid());
-  const std::vector<uint64_t> user(user_addresses);
-  p.stacks.intern({}, user);
+  add_sample(p, ::getpid(), std::vector<uint64_t>(user_addresses));
   return p;
 }
 
@@ -200,5 +211,95 @@ TEST(ReadJitSymbols, ReadsFilesThroughTheGivenOpener) {
   EXPECT_EQ(asked[0], "/proc/" + std::to_string(::getpid()) + "/root" + map.path);
 }
 
+// The function names of every sample of `raw` symbolized, per thread, leaf last.
+std::vector<std::vector<std::string>> sampled_names(const RawProfile& raw) {
+  Symbolizer symbolizer;
+  const Profile profile = symbolize_profile(raw, symbolizer);
+  std::vector<std::vector<std::string>> out;
+  for (const Thread& thread : profile.threads) {
+    for (const Sample& sample : thread.samples) {
+      std::vector<std::string> names{std::to_string(thread.tid)};
+      for (const uint32_t frame : profile.stack_frames_root_first(sample.stack))
+        names.push_back(profile.func_name(profile.frames[frame].func));
+      out.push_back(std::move(names));
+    }
+  }
+  return out;
+}
+
+// A runtime's map of 200,000 blobs, of which this process sampled four, recorded beside another
+// process whose samples fall all over the same addresses (its own code there: --all on a busy
+// machine). Kept are only the blobs the profile names: the three this process sampled in anonymous
+// memory or in no known mapping, not the one inside a library it mapped during the recording and
+// kept (the library names that address, also in a sample taken before the mmap was seen), nor any
+// the other process's addresses fall in. The samples are named as with every line
+// of the map kept: what is held grows with the blobs sampled, not with the map, nor with the other
+// processes' samples.
+TEST(ReadJitSymbols, KeepsOnlyTheBlobsItsOwnProcessSampledOfALargeMap) {
+  constexpr uint64_t kBase = 0x7f0000000000, kBlob = 0x100;
+  constexpr int kBlobs = 200000;
+  std::string text;
+  text.reserve(kBlobs * 40);
+  for (int i = 0; i < kBlobs; ++i) {
+    char line[64];
+    std::snprintf(line, sizeof line, "%llx %llx LazyCompile:*blob_%06d\n",
+                  static_cast<unsigned long long>(kBase + i * kBlob), static_cast<unsigned long long>(kBlob),
+                  i);
+    text += line;
+  }
+  const OwnPerfMap map(text);
+  RawProfile p;
+  const int32_t self = ::getpid();
+  for (const char* path : {"/nonexistent/libinterpreter.so", "[anon]"}) {
+    RawModule module;
+    module.path = path;
+    p.modules.push_back(module);
+  }
+  RawProcess& process = p.process(self);
+  process.mappings.push_back(
+      RawMapping{.start = kBase + 50 * kBlob, .end = kBase + 51 * kBlob, .module = 0, .time_ns = 1000});
+  process.mappings.push_back(
+      RawMapping{.start = kBase + 100000 * kBlob, .end = kBase + kBlobs * kBlob, .module = 1});
+  add_sample(p, self, {kBase + 17 * kBlob + 0x10, kBase + 123456 * kBlob + 0x80});
+  add_sample(p, self, {kBase + 199999 * kBlob + 0x4});
+  add_sample(p, self, {kBase + 50 * kBlob + 0x8});
+  // Another process (no map of its own), sampled at 10,000 addresses inside the map's range.
+  const int32_t other = 0x3ffffff0;
+  p.process(other);
+  for (int i = 0; i < 10000; ++i) add_sample(p, other, {kBase + (i * 19 + 5) * kBlob + 0x20});
+  const JitReadResult r = read_jit_symbols(p);
+  EXPECT_EQ(r.symbols_read, static_cast<uint64_t>(kBlobs));
+  EXPECT_EQ(r.symbols_kept, 3u);
+  EXPECT_EQ(r.symbols_unsampled, static_cast<uint64_t>(kBlobs - 3));
+  ASSERT_EQ(p.jit_symbols.size(), 3u);
+  EXPECT_EQ(p.jit_symbols[0].name, "LazyCompile:*blob_000017");
+  EXPECT_EQ(p.jit_symbols[0].start, kBase + 17 * kBlob);
+  EXPECT_EQ(p.jit_symbols[1].name, "LazyCompile:*blob_123456");
+  EXPECT_EQ(p.jit_symbols[2].name, "LazyCompile:*blob_199999");
+  for (const RawJitSymbol& s : p.jit_symbols) {
+    EXPECT_EQ(s.pid, self);
+    EXPECT_EQ(s.size, kBlob);
+  }
+  EXPECT_EQ(r.bytes_kept, 3 * (sizeof(RawJitSymbol) + 24 + 48));
+  // The same names as from the whole map.
+  RawProfile whole = p;
+  whole.jit_symbols = parse_perf_map(text, self);
+  ASSERT_EQ(whole.jit_symbols.size(), static_cast<size_t>(kBlobs));
+  const auto names = sampled_names(p);
+  ASSERT_EQ(names.size(), 10003u);
+  EXPECT_EQ(names, sampled_names(whole));
+  const auto is_self = [&](const std::vector<std::string>& n) { return n[0] == std::to_string(self); };
+  const std::vector<std::string> jit_frames{"LazyCompile:*blob_000017", "LazyCompile:*blob_123456",
+                                            "LazyCompile:*blob_199999"};
+  size_t seen = 0;
+  for (const auto& n : names) {
+    if (!is_self(n)) continue;
+    for (size_t i = 1; i < n.size(); ++i) {
+      seen += std::count(jit_frames.begin(), jit_frames.end(), n[i]);
+      EXPECT_EQ(n[i].find("blob_000050"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(seen, 3u);
+}
 }  // namespace
 }  // namespace hpd::session

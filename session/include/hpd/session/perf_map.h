@@ -52,10 +52,14 @@ class ProcessTmpDirs {
 };
 
 // How the JIT files of a recording are read. Both readers stream their files (a 64 KiB buffer),
-// and keep only symbols that cover a sampled address (RawProfile's stacks and call edges): a
-// runtime's map may name millions of blobs, of which a profile needs the few it sampled. Of those,
-// one per start address is kept (the last: the runtime wrote over the blob there), up to
-// `max_bytes` for the whole recording; the rest are dropped and counted in the notes.
+// and keep only symbols that cover an address the profile may name by them: one of that process's
+// samples, sampled allocations or call edges, not inside a file it mapped and did not unmap (the
+// symbolizer names those by the file). A runtime's map may name millions of blobs, of which a
+// profile needs the few it sampled; with --all, the other processes' code at the same addresses
+// keeps no more of them. Besides the symbols kept, reading holds one process's addresses of that
+// kind at a time. Of the symbols that cover one, one per start address is kept (the last: the
+// runtime wrote over the blob there), up to `max_bytes` for the whole recording; the rest are
+// dropped and counted in the notes.
 struct JitReadOptions {
   // Opens a file as open(2) would (flags included); unset: open(2) as this process. hpd opens a
   // client's files with the client's permissions (open_as).
