@@ -766,7 +766,13 @@ TEST(BpfRecord, ForkedAndExecedChildIsFollowedWhenAsked) {
     const RecordResult result = record(options);
     EXPECT_EQ(result.command_exit_status, 7);  // the spinner's exit code, passed on
     const RawProfile& p = result.profile;
-    const int32_t forker = p.processes.at(0).pid;
+    // The launched program by its image (the processes are listed as their records came, and the
+    // child's may come first: seen under load).
+    int32_t forker = -1;
+    for (const RawProcess& process : p.processes) {
+      if (process.exe == kForker) forker = process.pid;
+    }
+    ASSERT_NE(forker, -1) << "no process of " << kForker;
     EXPECT_GT(samples_in_function(p, forker, kForker, "forker_spin"), 20u);
     const RawProcess* child = nullptr;
     for (const RawProcess& process : p.processes) {
