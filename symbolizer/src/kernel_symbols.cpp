@@ -183,17 +183,20 @@ bool KernelSymbols::of_image(const Symbol& s) const {
   return std::string_view(name(s)).find(' ') == std::string_view::npos;
 }
 
+std::vector<KernelSymbols::Symbol>::const_iterator KernelSymbols::after(uint64_t address) const {
+  return std::upper_bound(symbols_.begin(), symbols_.end(), address,
+                          [](uint64_t a, const Symbol& s) { return a < s.address; });
+}
+
 bool KernelSymbols::in_kernel_image(uint64_t address) const {
-  auto next = std::upper_bound(symbols_.begin(), symbols_.end(), address,
-                               [](uint64_t a, const Symbol& s) { return a < s.address; });
+  const auto next = after(address);
   if (next == symbols_.begin() || next == symbols_.end()) return false;
   return of_image(*std::prev(next)) && of_image(*next);
 }
 
 std::vector<KernelSymbols::Symbol>::const_iterator KernelSymbols::holder(
     uint64_t address, std::vector<Symbol>::const_iterator& next) const {
-  next = std::upper_bound(symbols_.begin(), symbols_.end(), address,
-                          [](uint64_t a, const Symbol& s) { return a < s.address; });
+  next = after(address);
   if (next == symbols_.begin()) return symbols_.end();
   const auto it = std::prev(next);
   // The image's last symbol (its next is a module's or a BPF program's, or none) does not reach into

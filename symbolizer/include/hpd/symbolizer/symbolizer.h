@@ -257,7 +257,8 @@ class KernelSymbols {
   // The symbol holding `address` by resolve()'s rule, or symbols_.end(); `next` gets the one after it.
   std::vector<Symbol>::const_iterator holder(uint64_t address,
                                              std::vector<Symbol>::const_iterator& next) const;
-  bool of_image(const Symbol& s) const;  // no " [module]" part
+  bool of_image(const Symbol& s) const;                               // no " [module]" part
+  std::vector<Symbol>::const_iterator after(uint64_t address) const;  // the first symbol above it
 
   std::vector<Symbol> symbols_;  // sorted by address
   std::string names_;            // every name, each followed by a NUL (about 3 MiB for 120,000)
