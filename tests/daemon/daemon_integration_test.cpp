@@ -633,8 +633,8 @@ TEST(Hpd, KernelSymbolsAreKeptAcrossRecordingsAndOffCpuStacksStartWhereTheyBlock
 }
 
 // A recording of another kind (--cgroup) does not displace the programs of the kind hpd loaded at its
-// start (--pid): once the other kind's next set is loaded, the next --pid recording and the next
-// --cgroup recording each take a loaded set.
+// start (--pid): once the other kind's set, loaded by that recording, is given back and reset, the next
+// --pid recording and the next --cgroup recording each take a ready set.
 TEST(Hpd, ARecordingOfAnotherKindLeavesTheStartKindLoaded) {
   const hpd::testing::TempCgroup cgroup(hpd::cgroup2_mount());
   ASSERT_TRUE(cgroup.ok()) << "cannot create a cgroup v2 under " << hpd::cgroup2_mount();
@@ -650,14 +650,10 @@ TEST(Hpd, ARecordingOfAnotherKindLeavesTheStartKindLoaded) {
   };
   const uint64_t loads = prepared()["loads"].get<uint64_t>();
   record({"--cgroup", cgroup.path()}, "cgroup1.hpr");
-  // The start kind's set waits untouched; the cgroup kind's next one is loaded beside it.
-  ASSERT_TRUE(wait_until(
-      [&] {
-        const json p = prepared();
-        return p["loads"].get<uint64_t>() == loads + 1 && !p["loading"].get<bool>();
-      },
-      120, 0.05))
+  // The start kind's set waits untouched; the cgroup kind's, given back, waits beside it.
+  ASSERT_TRUE(wait_until([&] { return prepared()["ready_sets"].get<uint64_t>() == 2; }, 120, 0.05))
       << prepared().dump() << hpd.log();
+  EXPECT_EQ(prepared()["loads"].get<uint64_t>(), loads) << prepared().dump();
   uint64_t taken = prepared()["taken"].get<uint64_t>();
   record({"--pid", std::to_string(member.pid())}, "pid.hpr");
   EXPECT_EQ(prepared()["taken"].get<uint64_t>(), taken + 1)
@@ -668,20 +664,21 @@ TEST(Hpd, ARecordingOfAnotherKindLeavesTheStartKindLoaded) {
       << "the second --cgroup recording loaded its own programs: " << prepared().dump();
 }
 
-// A recording waits for its targets' first sample (at most 100 ms) before it asks for the next set of
-// programs: a target that never runs gives none, and the next set is loaded all the same, so the
-// recording after it takes a loaded set too.
-TEST(Hpd, NextProgramsAreLoadedAfterARecordingOfATargetThatNeverRuns) {
+// A recording of a target that never runs (no first sample) gives its set of programs back all the
+// same: it is reset and kept, not loaded again, so the recording after it takes a ready set too.
+TEST(Hpd, NextProgramsAreReadyAfterARecordingOfATargetThatNeverRuns) {
   Hpd hpd;
   const auto prepared = [&hpd] { return hpd.status()["prepared"]; };
   ASSERT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << hpd.log();
   Background sleeper({"/bin/sleep", "60"});
   const uint64_t loads = prepared()["loads"].get<uint64_t>();
+  const uint64_t reuses = prepared()["reuses"].get<uint64_t>();
   const RunResult r = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(sleeper.pid()), "-d",
                                       "0.5", "-o", hpd.out_dir() + "/asleep.hpr"}));
   ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
-  EXPECT_TRUE(wait_until([&] { return prepared()["loads"].get<uint64_t>() == loads + 1; }, 120, 0.05))
+  EXPECT_TRUE(wait_until([&] { return prepared()["reuses"].get<uint64_t>() == reuses + 1; }, 120, 0.05))
       << prepared().dump() << hpd.log();
+  EXPECT_EQ(prepared()["loads"].get<uint64_t>(), loads) << prepared().dump();
   EXPECT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << prepared().dump();
   const uint64_t taken = prepared()["taken"].get<uint64_t>();
   const RunResult again = run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(sleeper.pid()),
@@ -727,6 +724,85 @@ TEST(Hpd, WarmRecordingsInARowTakeTheLoadedProgramsAndSampleAllTheCpu) {
   for (size_t i = 0; i < profiles.size(); ++i)
     expect_samples_cover_the_cpu(profiles[i], pid, log, "recording " + std::to_string(i));
   EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
+}
+
+// The pids of everything a capture holds: its processes, threads and samples (held and released).
+std::set<int32_t> pids_in(const RawProfile& profile) {
+  std::set<int32_t> pids;
+  for (const RawProcess& p : profile.processes) pids.insert(p.pid);
+  for (const RawThread& t : profile.threads) pids.insert(t.pid);
+  for (const RawSample& s : profile.samples) pids.insert(s.pid);
+  for (const RawSampleSum& s : profile.released) pids.insert(s.pid);
+  return pids;
+}
+
+std::string pid_list(const std::set<int32_t>& pids) {
+  std::string text;
+  for (const int32_t pid : pids) text += " " + std::to_string(pid);
+  return text;
+}
+
+// hpd loads its programs and maps once: at a session's end every map of its set is reset (emptied,
+// zeroed, its globals as loaded) and the set kept for the next recording of its kind, which takes it
+// (prepared.reuses counts them; prepared.loads stays where hpd's start left it). Nothing of one
+// client's recording reaches the next: process A (a shell forking a sleep every 20 ms: on- and off-CPU
+// samples, forks, execs, exits, new mappings; its followed children join the target map), then
+// process B (a shell spinning, forking nothing), then A again: B's capture holds B alone (no process,
+// thread, sample or mapping of A or of A's children) and has lost nothing, and A's second capture
+// holds nothing of B.
+TEST(Hpd, ProgramsAreResetAndReusedAndCarryNothingIntoTheNextRecording) {
+  Hpd hpd;
+  const auto prepared = [&hpd] { return hpd.status()["prepared"]; };
+  ASSERT_TRUE(wait_until([&] { return prepared()["ready"].get<bool>(); }, 120, 0.05)) << hpd.log();
+  const uint64_t loads = prepared()["loads"].get<uint64_t>();
+  Background a({"/bin/sh", "-c", "while :; do sleep 0.02; done"});
+  Background b({"/bin/sh", "-c", "while :; do :; done"});
+  ASSERT_TRUE(wait_for_cpu(b.pid(), 0.05));
+  const auto record = [&](pid_t pid, const std::string& name) {
+    const uint64_t taken = prepared()["taken"].get<uint64_t>();
+    const uint64_t reuses = prepared()["reuses"].get<uint64_t>();
+    const std::string out = hpd.out_dir() + "/" + name + ".hpr";
+    const RunResult r =
+        run(hpctl(hpd, {"record", "--no-report", "--pid", std::to_string(pid), "-d", "0.5", "-o", out}));
+    EXPECT_EQ(r.exit_code, 0) << r.err << hpd.log();
+    EXPECT_EQ(prepared()["taken"].get<uint64_t>(), taken + 1) << name << " loaded its own programs";
+    // Its set is given back as the session ends, and reset in the background.
+    EXPECT_TRUE(wait_until(
+        [&] {
+          const json p = prepared();
+          return p["reuses"].get<uint64_t>() == reuses + 1 && p["ready"].get<bool>();
+        },
+        120, 0.05))
+        << name << "'s programs were not reset for the next recording: " << prepared().dump() << hpd.log();
+    return read_capture_file(out).profile;
+  };
+  const RawProfile first_a = record(a.pid(), "a1");
+  const RawProfile only_b = record(b.pid(), "b");
+  const RawProfile second_a = record(a.pid(), "a2");
+  const json p = prepared();
+  EXPECT_EQ(p["loads"].get<uint64_t>(), loads) << "a recording's set was loaded afresh: " << p.dump();
+  EXPECT_EQ(p["reset_failures"].get<uint64_t>(), 0u) << p.dump();
+  EXPECT_EQ(p["reset_error"].get<std::string>(), "") << p.dump();
+
+  // A's recording saw A's children: they were targets of that set (forks, execs, exits in its maps).
+  const std::set<int32_t> in_a = pids_in(first_a);
+  EXPECT_GT(in_a.size(), 1u) << "A's capture has none of its children:" << pid_list(in_a);
+  EXPECT_TRUE(in_a.contains(a.pid()));
+  EXPECT_FALSE(first_a.samples.empty() && first_a.released.empty());
+
+  const std::set<int32_t> in_b = pids_in(only_b);
+  EXPECT_EQ(in_b, std::set<int32_t>{b.pid()})
+      << "B's capture holds other processes (A is " << a.pid() << "):" << pid_list(in_b);
+  EXPECT_FALSE(only_b.samples.empty() && only_b.released.empty()) << "B was not sampled";
+  for (const RawProcess& process : only_b.processes)
+    EXPECT_EQ(process.pid, b.pid()) << "the mappings of " << process.pid << " are in B's capture";
+  EXPECT_EQ(only_b.lost.lost_records, 0u) << "B's capture counts records lost before it";
+  for (const RawSample& s : only_b.samples)
+    EXPECT_GE(s.time_ns, only_b.info.start_mono_ns) << "a sample of B's capture predates it";
+
+  const std::set<int32_t> in_second_a = pids_in(second_a);
+  EXPECT_FALSE(in_second_a.contains(b.pid())) << "A's second capture holds B:" << pid_list(in_second_a);
+  EXPECT_TRUE(in_second_a.contains(a.pid()));
 }
 
 // The first number of the text matching `pattern` (a regular expression with one group), or -1.

@@ -139,14 +139,39 @@ void wait_for_first_sample(int counters_fd, uint64_t wait_ns) {
 
 }  // namespace
 
-// The programs and maps: the ones hpd loaded ahead when they were loaded alike, else loaded now.
+// The programs and maps: the ones hpd loaded ahead (or reset after an earlier recording) when they were
+// loaded alike, else loaded now. hpd's sessions give them back at their end (~BpfSession).
 void BpfSession::load() {
-  skel_ = Preloader::instance().take(config_, &cfi_arrays_);
+  skel_ = Preloader::instance().take(config_, &cfi_arrays_, &globals_);
   result_.bpf_loaded_ahead = skel_ != nullptr;
-  if (!skel_) skel_ = load_skeleton_for(config_, log_);
+  if (!skel_) {
+    skel_ = load_skeleton_for(config_, log_);
+    if (options_.load_next_ahead) globals_ = globals_at_load(skel_.get());
+  }
+  if (options_.load_next_ahead) Preloader::instance().expect_back(config_);
+  sample_prog_at_start_ = program_stats(skel_->progs.hpd_on_cpu);
+  switch_prog_at_start_ = program_stats(skel_->progs.hpd_sched_switch);
+  wakeup_prog_at_start_ = program_stats(skel_->progs.hpd_sched_wakeup);
   // Not part of the load: the same loaded programs serve any client.
   skel_->bss->client_uid = options_.client_uid;
   skel_->bss->client_gid = options_.client_gid;
+}
+
+// hpd's session (whether it ended or failed): what refers to the skeleton's programs and maps goes first
+// (the perf events, the uprobes, the call counter's programs, which write its map of timed entries, the
+// ring's reader, the row and index arrays' users), its programs are detached, and the Preloader resets
+// every map of it for the next recording of its kind.
+BpfSession::~BpfSession() {
+  if (!skel_ || !options_.load_next_ahead) return;
+  calls_.reset();
+  sampling_.clear();
+  calls_announce_.reset();
+  ring_.reset();
+  rewalk_.reset();
+  CfiMaps::MappedArrays arrays = cfi_maps_ ? cfi_maps_->release_arrays() : std::move(cfi_arrays_);
+  cfi_maps_.reset();
+  profile_bpf__detach(skel_.get());
+  Preloader::instance().give_back(config_, std::move(skel_), std::move(arrays), std::move(globals_));
 }
 
 RecordResult BpfSession::run() {
@@ -266,16 +291,15 @@ RecordResult BpfSession::run() {
   released_ns_ = release_command(command_.get(), options_, *builder_);
   if (options_.on_attached) options_.on_attached();
   timing_mark("started");
-  // Sampling runs: what follows is needed only once the first records are read. The next session's
-  // programs are loaded now, not while this one attached, and not before the targets' first sample
-  // (within kFirstSampleWaitNs): loading them (the verifier) and reading /proc/kallsyms take hundreds
-  // and about 100 ms of CPU, which on a busy machine the targets need to reach their first sample
-  // (bench/first_sample.sh, docs/performance.md "Time to the first sample").
-  if (options_.load_next_ahead || (!command_ && !kallsyms_.valid() && off_cpu_ && kernel_frames_)) {
+  // Sampling runs: what follows is needed only once the first records are read. /proc/kallsyms is read
+  // now, not before the targets' first sample (within kFirstSampleWaitNs): reading it takes about 100 ms
+  // of CPU, which on a busy machine the targets need to reach their first sample (bench/first_sample.sh,
+  // docs/performance.md "Time to the first sample"). (hpd loads no programs for the next recording
+  // meanwhile: this session's are given back at its end, ~BpfSession.)
+  if (!command_ && !kallsyms_.valid() && off_cpu_ && kernel_frames_) {
     wait_for_first_sample(bpf_map__fd(skel_->maps.counters), kFirstSampleWaitNs);
     timing_mark("first-sample-seen");
   }
-  if (options_.load_next_ahead) Preloader::instance().want(config_);
   if (!command_ && !kallsyms_.valid()) read_kallsyms();
 
   std::vector<pollfd> pfds;

@@ -22,6 +22,7 @@
 
 #include "bpf/bpf_event_decoder.h"
 #include "bpf/bpf_load.h"
+#include "bpf/bpf_reuse.h"
 #include "bpf/cfi_maps.h"
 #include "bpf/mmap_watch.h"
 #include "bpf/off_cpu_rewalk.h"
@@ -53,9 +54,19 @@ class BpfSession {
     warm_ring_ = config_.warm_ring;
   }
 
+  // hpd's sessions (RecordOptions::load_next_ahead) give their skeleton back to the Preloader, to be
+  // reset and used by the next recording of its kind; others destroy it.
+  ~BpfSession();
+  BpfSession(const BpfSession&) = delete;
+  BpfSession& operator=(const BpfSession&) = delete;
+
   RecordResult run();
 
  private:
+  struct ProgramStats {
+    uint64_t runs = 0;
+    uint64_t ns = 0;
+  };
   void load();
   void warm_ring();
   void set_targets();
@@ -107,7 +118,10 @@ class BpfSession {
   void read_attach_state();
   // The end-of-recording summary in result_: the decoder's, builder's, tables' and watch's counts.
   void summarize();
-  static void read_program_stats(const bpf_program* program, uint64_t& runs, uint64_t& ns);
+  // The kernel's counts of `program`'s runs and their time so far (0 while kernel.bpf_stats_enabled is
+  // 0): a skeleton used before counts from its first load, so the session subtracts those it started with.
+  static ProgramStats program_stats(const bpf_program* program);
+  ProgramStats sample_prog_at_start_, switch_prog_at_start_, wakeup_prog_at_start_;
   static int on_ring_record(void* ctx, void* data, size_t size);
 
   const RecordOptions& options_;
@@ -130,6 +144,7 @@ class BpfSession {
   Skeleton skel_;
   std::unique_ptr<CfiMaps> cfi_maps_;     // cfi mode: the tables in skel_'s maps
   CfiMaps::MappedArrays cfi_arrays_;      // skel_'s row and index maps, mapped ahead with it (or empty)
+  GlobalsAtLoad globals_;                 // skel_'s .data and .bss right after its load (hpd's sessions)
   std::unique_ptr<OffCpuRewalk> rewalk_;  // cfi mode with off-CPU samples
   UniqueFd cgroup_fd_;
   std::vector<Link> sampling_;  // one per CPU or per target thread; each owns its perf_event fd

@@ -57,9 +57,18 @@ void BpfSession::collect_leftovers() {
     }
   }
   result_.cpu_tails_missing = builder_->tails_awaited();
-  read_program_stats(skel_->progs.hpd_on_cpu, result_.bpf_sample_prog_runs, result_.bpf_sample_prog_ns);
-  read_program_stats(skel_->progs.hpd_sched_switch, result_.bpf_switch_prog_runs, result_.bpf_switch_prog_ns);
-  read_program_stats(skel_->progs.hpd_sched_wakeup, result_.bpf_wakeup_prog_runs, result_.bpf_wakeup_prog_ns);
+  const auto since_start = [](const bpf_program* program, const ProgramStats& start, uint64_t& runs,
+                              uint64_t& ns) {
+    const ProgramStats now = program_stats(program);
+    runs = now.runs - std::min(now.runs, start.runs);
+    ns = now.ns - std::min(now.ns, start.ns);
+  };
+  since_start(skel_->progs.hpd_on_cpu, sample_prog_at_start_, result_.bpf_sample_prog_runs,
+              result_.bpf_sample_prog_ns);
+  since_start(skel_->progs.hpd_sched_switch, switch_prog_at_start_, result_.bpf_switch_prog_runs,
+              result_.bpf_switch_prog_ns);
+  since_start(skel_->progs.hpd_sched_wakeup, wakeup_prog_at_start_, result_.bpf_wakeup_prog_runs,
+              result_.bpf_wakeup_prog_ns);
   const int possible = libbpf_num_possible_cpus();
   if (possible > 0) {
     std::vector<uint64_t> per_cpu(static_cast<size_t>(possible));
@@ -77,14 +86,13 @@ void BpfSession::collect_leftovers() {
 }
 
 // The kernel counts these only while kernel.bpf_stats_enabled is 1; they stay 0 otherwise.
-void BpfSession::read_program_stats(const bpf_program* program, uint64_t& runs, uint64_t& ns) {
+BpfSession::ProgramStats BpfSession::program_stats(const bpf_program* program) {
   const int fd = bpf_program__fd(program);
-  if (fd < 0) return;  // not loaded (the scheduler hooks without off-CPU samples)
+  if (fd < 0) return {};  // not loaded (the scheduler hooks without off-CPU samples)
   bpf_prog_info info{};
   uint32_t length = sizeof info;
-  if (bpf_obj_get_info_by_fd(fd, &info, &length) != 0) return;
-  runs = info.run_cnt;
-  ns = info.run_time_ns;
+  if (bpf_obj_get_info_by_fd(fd, &info, &length) != 0) return {};
+  return {info.run_cnt, info.run_time_ns};
 }
 
 void BpfSession::summarize() {

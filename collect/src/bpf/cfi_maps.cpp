@@ -252,6 +252,15 @@ CfiMaps::~CfiMaps() {
   if (index_ != nullptr) ::munmap(index_, index_bytes_);
 }
 
+CfiMaps::MappedArrays CfiMaps::release_arrays() {
+  MappedArrays m;
+  m.rows = std::exchange(rows_, nullptr);
+  m.rows_bytes = rows_bytes_;
+  m.index = std::exchange(index_, nullptr);
+  m.index_bytes = index_bytes_;
+  return m;
+}
+
 void CfiMaps::worker_loop() {
   std::unique_lock lock(mutex_);
   for (;;) {

@@ -158,6 +158,10 @@ class CfiMaps {
     return it == exec_ns_.end() ? 0 : it->second;
   }
 
+  // The row and index arrays, kept mapped for the next recording that uses the same maps (hpd's reset
+  // skeletons, bpf_reuse.h): this object no longer unmaps them. Only right before it is destroyed.
+  MappedArrays release_arrays();
+
   CfiMapStats stats() const;
   // Modules whose compiled table this recording holds (loaded, or kept for a followed process that
   // maps it; not those refused for lack of room), and the memory those tables take

@@ -131,9 +131,15 @@ json Daemon::status_message(bool privileged) {
   reply["kernel_symbols"] = {{"kept", kernel.kept}, {"symbols", kernel.symbols}, {"reads", kernel.reads}};
   // The eBPF programs and maps loaded ahead for the next session (prepare_recording).
   const PreparedRecordingStatus prepared = prepared_recording_status();
-  reply["prepared"] = {{"ready", prepared.ready},     {"ready_sets", prepared.ready_sets},
-                       {"loading", prepared.loading}, {"loads", prepared.loads},
-                       {"taken", prepared.taken},     {"error", prepared.error}};
+  reply["prepared"] = {{"ready", prepared.ready},
+                       {"ready_sets", prepared.ready_sets},
+                       {"loading", prepared.loading},
+                       {"loads", prepared.loads},
+                       {"taken", prepared.taken},
+                       {"reuses", prepared.reuses},
+                       {"reset_failures", prepared.reset_failures},
+                       {"error", prepared.error},
+                       {"reset_error", prepared.reset_error}};
   reply["limits"] = {{"max_duration_s", cfg.max_duration_s},
                      {"max_frequency_hz", cfg.max_frequency_hz},
                      {"max_cfi_rows", cfg.max_cfi_rows},
@@ -203,7 +209,8 @@ json Daemon::status_message(bool privileged) {
 // request, `hpctl record --pid P` with the defaults by a client that may see everything: before READY=1
 // and before any request is served, so that the first recording takes them loaded (a request that
 // comes meanwhile waits in the listener's queue for that one load, not for a check and then the set);
-// each session then loads the next like its own (RecordOptions::load_next_ahead).
+// each session then gives its set back at its end, every map reset, for the next like it
+// (RecordOptions::load_next_ahead, bpf_preloader.h).
 void Daemon::check_bpf_with_first_recording() {
   session::RecordRequest request;
   request.target.pids = {static_cast<int32_t>(::getpid())};

@@ -120,8 +120,9 @@ struct RecordOptions {
   // Called once, when every sampling event and probe is attached and before the first sample is
   // read: where a launcher lets a held command run.
   std::function<void()> on_attached;
-  // hpd's sessions: once this recording's sampling runs, load the programs and maps of the next
-  // recording like it in the background, so that it need not (prepare_recording).
+  // hpd's sessions: at this recording's end its programs and maps are given back, every map reset
+  // (emptied, zeroed, its globals as loaded), for the next recording like it, which then need not load
+  // them (prepare_recording); when the reset fails they are destroyed and a fresh set loaded.
   bool load_next_ahead = false;
   // When the recording was asked for (CLOCK_MONOTONIC): hpctl's start, or hpd's receipt of the request.
   // 0: when record() is called. The profile's info carries it (RecordingInfo::requested_mono_ns).
@@ -440,9 +441,9 @@ bool bpf_backend_available(std::string* why);
 // hpd: keeps the eBPF programs and maps of a recording like `options` loaded ahead of it, in a thread
 // of its own, so that a recording loaded alike (same targets' kind, frequency, call graph, off-CPU
 // and kernel choices, maps' sizes) only fills its maps and attaches its events; the recording itself
-// then loads the next (RecordOptions::load_next_ahead). Two kinds are kept at most: the one loaded at
-// hpd's start (bpf_backend_available_prepared) and the last other kind asked for, which replaces the
-// one before it. Returns at once; does nothing when the eBPF backend cannot be used.
+// then gives them back, reset, for the next (RecordOptions::load_next_ahead). Two kinds are kept at
+// most: the one loaded at hpd's start (bpf_backend_available_prepared) and the last other kind asked
+// for, which replaces the one before it. Returns at once; does nothing when the eBPF backend cannot be used.
 void prepare_recording(const RecordOptions& options);
 
 // hpd's start: bpf_backend_available found by loading the programs and maps of a recording like
@@ -458,7 +459,13 @@ struct PreparedRecordingStatus {
   bool loading = false;   // one is being loaded
   uint64_t loads = 0;     // sets loaded ahead so far
   uint64_t taken = 0;     // recordings that took one
-  std::string error;      // why the last load ahead failed ("" when it did not)
+  // Sets a session gave back at its end, every map reset (emptied, zeroed, its globals as loaded), and
+  // kept for the next recording of its kind instead of a fresh load; and those whose reset failed
+  // (destroyed, and a fresh set loaded), with the last reason.
+  uint64_t reuses = 0;
+  uint64_t reset_failures = 0;
+  std::string error;        // why the last load ahead failed ("" when it did not)
+  std::string reset_error;  // why the last reset failed ("" when none did)
 };
 PreparedRecordingStatus prepared_recording_status();
 
