@@ -9,12 +9,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "bpf/bpf_load.h"
+#include "bpf/bpf_preloader.h"
 #include "bpf/bpf_reuse.h"
 #include "bpf/cfi_maps.h"
 #include "hpd/base/proc_files.h"
@@ -195,6 +198,63 @@ TEST_F(Reuse, ResetDrainsTheRing) {
   EXPECT_EQ(reset_for_reuse(skel_.get(), config_, globals_, arrays_), "");
   const auto after = positions();
   EXPECT_EQ(after.first, after.second) << "records left in the ring";
+}
+
+// The id the kernel gave a program: the same id is the same loaded program.
+uint32_t program_id(const bpf_program* program) {
+  bpf_prog_info info{};
+  uint32_t length = sizeof info;
+  EXPECT_EQ(bpf_obj_get_info_by_fd(bpf_program__fd(program), &info, &length), 0);
+  return info.id;
+}
+
+template <typename Condition>
+bool wait_for(Condition condition) {
+  for (int i = 0; i < 2400; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return condition();
+}
+
+// hpd's Preloader: a skeleton given back is reset and taken again by the next recording of its kind (the
+// same programs, nothing loaded); one whose reset fails (here: given back without the copy of its globals
+// at load) is destroyed, never handed out, and a fresh one is loaded in its place.
+TEST(Preloader, AGivenBackSkeletonIsReusedAndOneThatCannotBeResetIsReplaced) {
+  RecordOptions options;
+  options.target.pids = {1};
+  const LoadConfig c = load_config_of(options, PerfPrivileges{}, online_cpus().size());
+  Preloader& preloader = Preloader::instance();
+  ASSERT_TRUE(preloader.load_now(c)) << preloader.status().error;
+  ASSERT_EQ(preloader.status().loads, 1u);
+
+  CfiMapArrays arrays;
+  GlobalsAtLoad globals;
+  Skeleton first = preloader.take(c, &arrays, &globals);
+  ASSERT_TRUE(first);
+  const uint32_t first_id = program_id(first->progs.hpd_on_cpu);
+  first->bss->client_uid = 1234;
+  preloader.give_back(c, std::move(first), std::move(arrays), std::move(globals));
+  ASSERT_TRUE(wait_for([&] { return preloader.status().reuses == 1 && preloader.status().ready; }));
+  Skeleton again = preloader.take(c, &arrays, &globals);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(program_id(again->progs.hpd_on_cpu), first_id) << "not the skeleton given back";
+  EXPECT_EQ(again->bss->client_uid, 0u) << "the globals were not reset";
+  EXPECT_EQ(preloader.status().loads, 1u);
+
+  // Given back without its globals' copy: the reset refuses it.
+  preloader.give_back(c, std::move(again), std::move(arrays), GlobalsAtLoad{});
+  ASSERT_TRUE(wait_for([&] {
+    const PreparedRecordingStatus s = preloader.status();
+    return s.reset_failures == 1 && s.loads == 2 && s.ready;
+  })) << preloader.status().reset_error;
+  const PreparedRecordingStatus s = preloader.status();
+  EXPECT_EQ(s.reuses, 1u);
+  EXPECT_NE(s.reset_error.find("no copy of the eBPF map"), std::string::npos) << s.reset_error;
+  Skeleton fresh = preloader.take(c, &arrays, &globals);
+  ASSERT_TRUE(fresh);
+  EXPECT_NE(program_id(fresh->progs.hpd_on_cpu), first_id) << "the skeleton whose reset failed was kept";
+  preloader.stop();
 }
 
 }  // namespace
