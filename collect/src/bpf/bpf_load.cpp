@@ -19,6 +19,8 @@
 
 namespace hpd::bpf_recording {
 
+namespace {
+
 // libbpf reports through one global callback; warnings of the current thread's attempt are kept for
 // the error message, debug chatter is dropped.
 thread_local std::string* libbpf_log = nullptr;
@@ -29,6 +31,19 @@ int libbpf_print(enum libbpf_print_level level, const char* format, va_list args
   const int n = std::vsnprintf(line, sizeof line, format, args);
   if (n > 0) libbpf_log->append(line, std::min<size_t>(size_t(n), sizeof line - 1));
   return 0;
+}
+
+}  // namespace
+
+LibbpfLogCapture::LibbpfLogCapture() {
+  static std::once_flag once;
+  std::call_once(once, [] { libbpf_set_print(libbpf_print); });
+  previous_ = libbpf_log;
+  libbpf_log = &text_;
+}
+
+LibbpfLogCapture::~LibbpfLogCapture() {
+  libbpf_log = previous_;
 }
 
 namespace {

@@ -23,21 +23,15 @@
 
 namespace hpd::bpf_recording {
 
-// libbpf reports through one global callback; warnings of the current thread's attempt are kept for
-// the error message, debug chatter is dropped (bpf_load.cpp).
-extern thread_local std::string* libbpf_log;
-int libbpf_print(enum libbpf_print_level level, const char* format, va_list args);
-
-// Captures libbpf's messages for the lifetime of the object.
+// Captures libbpf's messages for the lifetime of the object: libbpf reports through one global
+// callback; warnings of the current thread's attempt are kept for the error message, debug chatter is
+// dropped (bpf_load.cpp). Out of line, beside the thread-local pointer they set: gcc 12 with UBSan
+// miscompiled its null check inline here (the branch read flags no instruction had set, and reported
+// a store to a null pointer whenever the variable had no TLS init function).
 class LibbpfLogCapture {
  public:
-  LibbpfLogCapture() {
-    static std::once_flag once;
-    std::call_once(once, [] { libbpf_set_print(libbpf_print); });
-    previous_ = libbpf_log;
-    libbpf_log = &text_;
-  }
-  ~LibbpfLogCapture() { libbpf_log = previous_; }
+  LibbpfLogCapture();
+  ~LibbpfLogCapture();
   LibbpfLogCapture(const LibbpfLogCapture&) = delete;
   LibbpfLogCapture& operator=(const LibbpfLogCapture&) = delete;
 
