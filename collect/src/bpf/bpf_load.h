@@ -4,11 +4,9 @@
 
 #include <bpf/libbpf.h>
 
-#include <cstdarg>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "bpf/bpf_recorder.h"
