@@ -65,8 +65,7 @@ std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(const RawProfile
   }
   for (uint32_t i = 0; i < profile.stacks.size(); ++i) {
     for (const uint64_t a : profile.stacks.kernel_frames(i)) {
-      // As kernel_symbol_lines looks them up: the address and one byte back.
-      if (!used->in_kernel_image(a) || (a != 0 && !used->in_kernel_image(a - 1))) return read_kallsyms();
+      if (!used->frame_in_kernel_image(a)) return read_kallsyms();
     }
   }
   return used;

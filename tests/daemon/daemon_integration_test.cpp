@@ -616,7 +616,7 @@ TEST(Hpd, KernelSymbolsAreKeptAcrossRecordingsAndOffCpuStacksStartWhereTheyBlock
     std::string outside;
     for (uint32_t s = 0; s < profile.stacks.size(); ++s) {
       for (const uint64_t a : profile.stacks.kernel_frames(s)) {
-        if (lines.in_kernel_image(a) && (a == 0 || lines.in_kernel_image(a - 1))) continue;
+        if (lines.frame_in_kernel_image(a)) continue;
         char hex[32];
         std::snprintf(hex, sizeof hex, " %llx", static_cast<unsigned long long>(a));
         const Location where = lines.resolve(a);

@@ -120,6 +120,11 @@ TEST(KernelSymbols, InKernelImageOnlyBetweenTwoSymbolsOfTheImage) {
   EXPECT_FALSE(k.in_kernel_image(0xffffffffc0a00010ull)) << "a module's";
   EXPECT_FALSE(k.in_kernel_image(0xffffffffc0a01010ull)) << "a BPF program's, the last symbol";
   EXPECT_FALSE(KernelSymbols().in_kernel_image(0xffffffff81001234ull)) << "an empty table";
+  // A frame: the address and the byte before it (a return address's call), both in the image.
+  EXPECT_TRUE(k.frame_in_kernel_image(0xffffffff81001234ull));
+  EXPECT_TRUE(k.frame_in_kernel_image(0xffffffff81001fffull));
+  EXPECT_FALSE(k.frame_in_kernel_image(0xffffffff81000000ull)) << "the byte before is below the first symbol";
+  EXPECT_FALSE(k.frame_in_kernel_image(0xffffffffc0a00010ull));
 }
 
 // The image's last symbol holds at most 1 MiB: an address in the modules' area that no module or BPF

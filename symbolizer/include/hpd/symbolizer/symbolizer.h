@@ -245,6 +245,12 @@ class KernelSymbols {
   // module's, a BPF program's or a trampoline's, which come and go (and an address past the image's
   // last symbol, which may be one of those loaded since the table was read).
   bool in_kernel_image(uint64_t address) const;
+  // in_kernel_image of `address` and of the byte before it, both of which kernel_symbol_lines looks up
+  // (a return address's call is the byte before): whether this table names a frame at `address` as any
+  // later read of /proc/kallsyms would.
+  bool frame_in_kernel_image(uint64_t address) const {
+    return in_kernel_image(address) && (address == 0 || in_kernel_image(address - 1));
+  }
   // The lines of /proc/kallsyms (its format) that resolve `addresses` the same way from a table
   // loaded with load_text: the lowest symbol (the base), and for each address found the symbol that
   // holds it (the first name at its address) and the one after it (where it ends). Each line once,
