@@ -46,6 +46,26 @@ uint64_t hash_frames(std::span<const uint64_t> kernel, std::span<const uint64_t>
 }
 }  // namespace
 
+namespace {
+constexpr size_t kFirstBlockWords = 512;
+constexpr size_t kMaxBlockWords = size_t{1} << 20;  // 8 MiB
+}  // namespace
+
+RawStack RawStackTable::store(RawStack s, std::span<const uint64_t> kernel, std::span<const uint64_t> user) {
+  const size_t n = kernel.size() + user.size();
+  if (blocks_.empty() || blocks_.back().capacity() - blocks_.back().size() < n) {
+    const size_t grown =
+        blocks_.empty() ? kFirstBlockWords : std::min(2 * blocks_.back().capacity(), kMaxBlockWords);
+    blocks_.emplace_back().reserve(std::max(grown, n));
+  }
+  std::vector<uint64_t>& block = blocks_.back();
+  s.block = static_cast<uint32_t>(blocks_.size() - 1);
+  s.offset = static_cast<uint32_t>(block.size());
+  block.insert(block.end(), kernel.begin(), kernel.end());
+  block.insert(block.end(), user.begin(), user.end());
+  return s;
+}
+
 uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const uint64_t> user,
                                UserLeaf user_leaf) {
   const size_t kMaxDepth = UINT16_MAX;
@@ -54,55 +74,64 @@ uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const
   const uint64_t h = hash_frames(kernel, user) ^ static_cast<uint64_t>(user_leaf);
   const uint32_t found = by_hash_.find(h, [&](uint32_t index) {
     const RawStack& s = stacks_[index];
-    return s.kernel_depth == kernel.size() && s.user_depth == user.size() && s.user_leaf == user_leaf &&
-           std::equal(kernel.begin(), kernel.end(), addresses_.begin() + s.offset) &&
-           std::equal(user.begin(), user.end(), addresses_.begin() + s.offset + s.kernel_depth);
+    if (s.kernel_depth != kernel.size() || s.user_depth != user.size() || s.user_leaf != user_leaf)
+      return false;
+    const uint64_t* frames = frames_of(s);
+    return std::equal(kernel.begin(), kernel.end(), frames) &&
+           std::equal(user.begin(), user.end(), frames + s.kernel_depth);
   });
   if (found != HashedIndexSet::kNone) return found;
   RawStack s;
-  s.offset = static_cast<uint32_t>(addresses_.size());
   s.kernel_depth = static_cast<uint16_t>(kernel.size());
   s.user_depth = static_cast<uint16_t>(user.size());
   s.user_leaf = user_leaf;
-  addresses_.insert(addresses_.end(), kernel.begin(), kernel.end());
-  addresses_.insert(addresses_.end(), user.begin(), user.end());
   const auto index = static_cast<uint32_t>(stacks_.size());
-  stacks_.push_back(s);
+  stacks_.push_back(store(s, kernel, user));
   by_hash_.insert(h, index);
   return index;
 }
 
 std::span<const uint64_t> RawStackTable::kernel_frames(uint32_t index) const {
   const RawStack& s = stacks_[index];
-  return {addresses_.data() + s.offset, s.kernel_depth};
+  return {frames_of(s), s.kernel_depth};
 }
 
 std::span<const uint64_t> RawStackTable::user_frames(uint32_t index) const {
   const RawStack& s = stacks_[index];
-  return {addresses_.data() + s.offset + s.kernel_depth, s.user_depth};
+  return {frames_of(s) + s.kernel_depth, s.user_depth};
+}
+
+std::vector<uint64_t> RawStackTable::addresses() const {
+  std::vector<uint64_t> all;
+  for (const RawStack& s : stacks_)
+    all.insert(all.end(), frames_of(s), frames_of(s) + s.kernel_depth + s.user_depth);
+  return all;
+}
+
+size_t RawStackTable::address_bytes() const {
+  size_t words = 0;
+  for (const std::vector<uint64_t>& block : blocks_) words += block.capacity();
+  return words * sizeof(uint64_t);
 }
 
 std::vector<uint32_t> RawStackTable::retain(const std::vector<bool>& keep) {
   std::vector<uint32_t> renumbered(stacks_.size(), kNoIndex);
-  std::vector<RawStack> stacks;
-  std::vector<uint64_t> addresses;
-  HashedIndexSet by_hash;
+  // New containers, sized for what is kept: clear() would keep the old ones' capacity.
+  RawStackTable kept;
+  size_t words = 0;
+  for (uint32_t i = 0; i < stacks_.size(); ++i)
+    if (i < keep.size() && keep[i]) words += stacks_[i].kernel_depth + stacks_[i].user_depth;
+  if (words != 0) kept.blocks_.emplace_back().reserve(words);
   for (uint32_t i = 0; i < stacks_.size(); ++i) {
     if (i >= keep.size() || !keep[i]) continue;
-    RawStack s = stacks_[i];
     const auto kernel = kernel_frames(i);
     const auto user = user_frames(i);
-    s.offset = static_cast<uint32_t>(addresses.size());
-    addresses.insert(addresses.end(), kernel.begin(), kernel.end());
-    addresses.insert(addresses.end(), user.begin(), user.end());
-    renumbered[i] = static_cast<uint32_t>(stacks.size());
-    by_hash.insert(hash_frames(kernel, user) ^ static_cast<uint64_t>(s.user_leaf), renumbered[i]);
-    stacks.push_back(s);
+    renumbered[i] = static_cast<uint32_t>(kept.stacks_.size());
+    kept.by_hash_.insert(hash_frames(kernel, user) ^ static_cast<uint64_t>(stacks_[i].user_leaf),
+                         renumbered[i]);
+    kept.stacks_.push_back(kept.store(stacks_[i], kernel, user));
   }
-  // New containers, sized for what is kept: clear() would keep the old ones' capacity.
-  stacks_ = std::move(stacks);
-  addresses_ = std::move(addresses);
-  by_hash_ = std::move(by_hash);
+  *this = std::move(kept);
   return renumbered;
 }
 

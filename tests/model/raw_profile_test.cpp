@@ -56,6 +56,41 @@ TEST(RawStackTable, ManyStacksStayDistinct) {
   EXPECT_EQ(table.size(), 5000u);
 }
 
+// The addresses are kept in blocks a stack never straddles: stacks of every depth, up to the deepest
+// allowed (two full halves, more than any block), each read back whole and found again.
+TEST(RawStackTable, StacksOfEveryDepthAreReadBackWholeAcrossBlocks) {
+  RawStackTable table;
+  std::vector<std::pair<std::vector<uint64_t>, std::vector<uint64_t>>> stacks;
+  auto frames = [](uint64_t seed, size_t n) {
+    std::vector<uint64_t> f(n);
+    for (size_t i = 0; i < n; ++i) f[i] = seed * 1000003 + i;
+    return f;
+  };
+  for (uint64_t i = 0; i < 3000; ++i)
+    stacks.emplace_back(frames(i, i % 7), frames(i + 5000, 1 + (i * 37) % 300));
+  stacks.emplace_back(frames(9000, UINT16_MAX), frames(9001, UINT16_MAX));
+  stacks.emplace_back(frames(9002, 1), frames(9003, 2));
+  std::vector<uint64_t> all;
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    const auto& [k, u] = stacks[i];
+    ASSERT_EQ(table.intern(k, u), i);
+    all.insert(all.end(), k.begin(), k.end());
+    all.insert(all.end(), u.begin(), u.end());
+  }
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    const auto& [k, u] = stacks[i];
+    const auto index = static_cast<uint32_t>(i);
+    EXPECT_EQ(table.intern(k, u), i);
+    const auto kernel = table.kernel_frames(index);
+    const auto user = table.user_frames(index);
+    EXPECT_EQ(std::vector<uint64_t>(kernel.begin(), kernel.end()), k) << i;
+    EXPECT_EQ(std::vector<uint64_t>(user.begin(), user.end()), u) << i;
+  }
+  EXPECT_EQ(table.size(), stacks.size());
+  EXPECT_EQ(table.addresses(), all);
+  EXPECT_GE(table.address_bytes(), all.size() * sizeof(uint64_t));
+}
+
 TEST(HashedIndexSet, EntriesUnderOneHashAreToldApartByTheirValues) {
   // Entries whose hashes collide (one hash for all of them, as stacks or sums the hash cannot tell
   // apart) are found by their values.
@@ -304,7 +339,7 @@ TEST(RawProfileForget, KeepsOnlyTheStacksSomethingNames) {
   const std::vector<uint32_t> renumbered = p.forget_unused_stacks(also);
   EXPECT_EQ(p.stacks.size(), 4u);
   EXPECT_EQ(p.stacks.addresses().size(), 12u);
-  EXPECT_LE(p.stacks.addresses().capacity(), 24u);  // the memory, not only the count
+  EXPECT_LE(p.stacks.address_bytes(), 24 * sizeof(uint64_t));  // the memory, not only the count
   ASSERT_EQ(renumbered.size(), 1000u);
   EXPECT_EQ(std::count(renumbered.begin(), renumbered.end(), kNoIndex), 996);
   EXPECT_EQ(frames(p.samples[0].stack), f900);

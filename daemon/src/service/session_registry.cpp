@@ -88,7 +88,7 @@ uint64_t estimate_profile_bytes(const RawProfile& p, bool released_come_back) {
   if (released_come_back) bytes += p.sample_offset * sizeof(RawSample);
   bytes +=
       p.released.capacity() * (sizeof(RawSampleSum) + 24) + p.released.size() * (sizeof(RawSampleSum) + 16);
-  bytes += p.stacks.addresses().capacity() * sizeof(uint64_t);
+  bytes += p.stacks.address_bytes();
   // Each stack: its entry and about three words of the interning hash map.
   bytes += p.stacks.size() * (sizeof(RawStack) + 48);
   for (const RawProcess& process : p.processes) {

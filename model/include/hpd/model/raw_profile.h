@@ -137,7 +137,8 @@ constexpr UserLeaf presumed_user_leaf(size_t kernel_depth) {
 // entry is a return address. The first kernel address is the interrupted kernel instruction of an
 // on-CPU sample, and a return address (a call into the scheduler) in an off-CPU stack.
 struct RawStack {
-  uint32_t offset = 0;  // into RawStackTable::addresses
+  uint32_t block = 0;   // RawStackTable's block of addresses that holds the stack's
+  uint32_t offset = 0;  // into that block
   uint16_t kernel_depth = 0;
   uint16_t user_depth = 0;
   UserLeaf user_leaf = UserLeaf::kInterrupted;
@@ -158,14 +159,26 @@ class RawStackTable {
   const RawStack& operator[](uint32_t index) const { return stacks_[index]; }
   std::span<const uint64_t> kernel_frames(uint32_t index) const;
   std::span<const uint64_t> user_frames(uint32_t index) const;
-  const std::vector<uint64_t>& addresses() const { return addresses_; }
+  // Every stack's addresses, in the stacks' order (a copy).
+  std::vector<uint64_t> addresses() const;
+  // The heap the addresses hold.
+  size_t address_bytes() const;
   // Keeps only the stacks `keep` marks (one flag per stack), renumbered in their order, and gives the
   // memory of the others back; returns each old index's new one (kNoIndex: dropped).
   std::vector<uint32_t> retain(const std::vector<bool>& keep);
 
  private:
+  // Appends a stack's addresses (kernel then user) where they fit; returns the stack with block and
+  // offset set.
+  RawStack store(RawStack s, std::span<const uint64_t> kernel, std::span<const uint64_t> user);
+  const uint64_t* frames_of(const RawStack& s) const { return blocks_[s.block].data() + s.offset; }
+
   std::vector<RawStack> stacks_;
-  std::vector<uint64_t> addresses_;
+  // The addresses, in blocks that never move: a stack is appended whole to the last block, or to a new
+  // one twice as large (up to kMaxBlockWords) when it does not fit. A single vector's doubling copied
+  // every address and faulted in twice the memory at each growth, a recording of a whole machine's
+  // stacks spending a tenth of its CPU there.
+  std::vector<std::vector<uint64_t>> blocks_;
   HashedIndexSet by_hash_;  // stack indices by their frames' hash
 };
 
