@@ -112,6 +112,7 @@ void RecordingCallCounter::start_uprobes(const RecordOptions& options, int timed
   try {
     counter_ = std::make_unique<calls::CallCounter>(calls::CallCounterOptions{
         .follow_children = options.follow_children,
+        .targets = options.target.pids,
         .time_calls = options.time_calls,
         .restrict_to_client = options.restrict_to_client,
         .client_uid = options.client_uid,
@@ -167,6 +168,15 @@ void RecordingCallCounter::add_process(int32_t pid) {
   if (!counter_) return;
   try {
     counter_->add_process(pid);
+  } catch (const calls::CallCountError& e) {
+    fail(e.what());
+  }
+}
+
+void RecordingCallCounter::add_child(int32_t pid) {
+  if (!counter_) return;
+  try {
+    counter_->add_child(pid);
   } catch (const calls::CallCountError& e) {
     fail(e.what());
   }

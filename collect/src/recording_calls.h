@@ -46,6 +46,9 @@ class RecordingCallCounter {
   void add_launched(int32_t pid, const std::string& argv0);
   // A running process given with --pid.
   void add_process(int32_t pid);
+  // A process a target forked before the recording followed its children (the backends' walk of the
+  // targets' children): its calls are counted as those of a child forked later.
+  void add_child(int32_t pid);
   // A command its launcher holds stopped right after its exec (RecordOptions::pid_held_at_exec):
   // probed as a launched command, through /proc/PID/exe.
   void add_held_at_exec(int32_t pid);

@@ -104,6 +104,8 @@ void BpfSession::add_descendants() {
       }
       if (cfi_maps_) cfi_maps_->add_process_maps(child, maps);
       sample_descendant(child, round, budget);
+      // Its calls too: forked before the call counter followed its parent, the fork hook missed it.
+      if (calls_) calls_->add_child(child);
       descendants_.push_back(child);
       parents.push_back(child);
     }

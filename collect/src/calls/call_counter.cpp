@@ -164,6 +164,8 @@ class CallCounter::Impl {
       : options_(options),
         skel_(load_program(options, timing_refused_)),
         timing_(options.time_calls && timing_refused_.empty()) {
+    // Targets before the hook: a process they fork once it is attached is followed.
+    for (const int32_t pid : options.targets) add_target(pid);
     fork_link_.reset(bpf_program__attach(skel_->progs.hpd_calls_fork));
     if (!fork_link_)
       throw CallCountError(std::string("cannot attach the call counter's fork hook: ") +
@@ -220,6 +222,11 @@ class CallCounter::Impl {
                                 (exe.empty() ? "" : " (" + exe + ")") +
                                 " has no mcount/__fentry__ instrumentation in any module; " + kBuildAdvice);
     }
+  }
+
+  void add_child(int32_t pid) {
+    add_target(pid);
+    scan_process(pid);
   }
 
   void rescan(uint32_t min_interval_ms) {
@@ -705,6 +712,9 @@ void CallCounter::add_launched(int32_t pid, const std::string& executable, const
 }
 void CallCounter::add_process(int32_t pid) {
   impl_->add_process(pid);
+}
+void CallCounter::add_child(int32_t pid) {
+  impl_->add_child(pid);
 }
 void CallCounter::rescan(uint32_t min_interval_ms) {
   impl_->rescan(min_interval_ms);

@@ -16,6 +16,7 @@ CallCounter::CallCounter(CallCounterOptions) {
 CallCounter::~CallCounter() = default;
 void CallCounter::add_launched(int32_t, const std::string&, const std::string&) {}
 void CallCounter::add_process(int32_t) {}
+void CallCounter::add_child(int32_t) {}
 void CallCounter::rescan(uint32_t) {}
 CallCountStats CallCounter::finish(RawProfile&) {
   return {};

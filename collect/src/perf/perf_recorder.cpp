@@ -388,6 +388,8 @@ void PerfSession::attach_descendants() {
         return;
       }
       ProcessSnapshot after = snapshot(child);
+      // Its calls too: forked before the call counter followed its parent, the fork hook missed it.
+      calls_->add_child(child);
       descendants_.push_back(after.maps.empty() ? std::move(before) : std::move(after));
       parents.push_back(child);
     }

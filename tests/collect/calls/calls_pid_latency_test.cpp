@@ -454,6 +454,45 @@ TEST(CallsPidLatency, ThroughHpdWithoutTheFlagCallsAreCountedOnly) {
   check_pid_counted_only(daemon.socket);
 }
 
+// `--calls --pid` of a shell whose child, the instrumented fixture, was started before the recording:
+// the child is followed as the sampling follows it, its calls counted exactly (it waits for the probes
+// before calling anything, so without them the recording never sees its "done"). With each backend, and
+// through hpd.
+void check_child_started_before(const std::string& daemon_socket, const std::vector<std::string>& extra) {
+  const hpd::testing::TempDir dir("hpd-calls-pid-child");
+  hpd::test::Background shell(
+      {"/bin/sh", "-c", "\"$0\" \"$1\" & wait", fixture("pid_latency_nop"), dir.path()});
+  ASSERT_TRUE(wait_for_file(dir.file("ready"), 60, shell.pid()));
+  const std::string out = dir.file("calls.hpr");
+  const std::string summary =
+      record_pid(dir, shell.pid(), dir.file("done"), out, daemon_socket, false, extra);
+  ASSERT_EQ(shell.wait(), 0) << "the fixture saw no probes, or they stayed after the recording\n" << summary;
+  const std::map<std::string, Truth> truth = read_truth(dir.file("truth"));
+  ASSERT_EQ(truth.size(), 3u) << read_file(dir.file("truth"));
+  const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const nlohmann::json doc = nlohmann::json::parse(rep.out);
+  for (const auto& [name, t] : truth) {
+    const nlohmann::json* row = row_of(doc, name);
+    ASSERT_NE(row, nullptr) << name << ": " << rep.out;
+    EXPECT_EQ((*row)["calls"].get<uint64_t>(), t.calls) << name;
+  }
+}
+
+TEST(CallsPidLatency, ChildStartedBeforeTheRecordingIsCounted) {
+  check_child_started_before("", {});
+}
+
+TEST(CallsPidLatency, ChildStartedBeforeTheRecordingIsCountedWithThePerfBackend) {
+  check_child_started_before("", {"--backend", "perf"});
+}
+
+TEST(CallsPidLatency, ThroughHpdChildStartedBeforeTheRecordingIsCounted) {
+  TestDaemon daemon;
+  ASSERT_TRUE(daemon.start()) << "hpd did not answer on " << daemon.socket;
+  check_child_started_before(daemon.socket, {});
+}
+
 TEST(CallsPidLatency, TheFlagGoesWithCalls) {
   const hpd::test::RunResult r = hpd::test::run(
       {HPD_HPCTL_PATH, "--local", "record", "--call-latency", "--no-report", "-d", "1", "--pid", "1"}, 60);

@@ -20,6 +20,10 @@ class CallCountError : public std::runtime_error {
 
 struct CallCounterOptions {
   bool follow_children = true;  // processes the targets fork are counted too
+  // Processes counted from the start: in the targets before the fork hook is attached, so that every
+  // process they fork from then on is followed (add_process still probes their modules). Those they
+  // forked before are given with add_child.
+  std::vector<int32_t> targets = {};
   // Functions probed at their first instruction (NOP sites) are also timed, from their entry to
   // their return (uprobe sessions, Linux 6.13): RawProfile::call_latency. On an older kernel they are
   // counted only, and a message says so. Off (the default): no return probe is placed, and a message
@@ -55,6 +59,10 @@ class CallCounter {
   // Counts this process (and, with follow_children, the processes it forks from now on) and probes
   // every instrumented module it maps now.
   void add_process(int32_t pid);
+  // A process that a target forked before the counter followed it (found by the recording's walk of
+  // the targets' children): counted and probed as a child the fork hook followed, with no message when
+  // no module of it is instrumented.
+  void add_child(int32_t pid);
   // Re-reads the maps of the counted processes and probes modules mapped since (dlopen, exec).
   // Cheap to call often: it does the work at most every `min_interval_ms`.
   void rescan(uint32_t min_interval_ms = 100);
