@@ -90,27 +90,8 @@ class Collector {
     if (pid == pid_) return;
     pid_ = pid;
     by_start_ = {};
-    // Its sampled user addresses and call edges that a JIT symbol may name, sorted: what its
-    // symbols are kept for. The symbolizer looks an address up in the JIT symbols only when the
-    // mapping it falls in is anonymous or not known; the addresses inside a file never unmapped, and
-    // in nothing else, are named by that file.
     sampled_.clear();
-    const Ranges in_files = ranges_of(pid, true), in_anon = ranges_of(pid, false);
-    auto add = [&](uint64_t address) {
-      if (!in_files.contain(address) || in_anon.contain(address)) sampled_.push_back(address);
-    };
-    const uint64_t key = uint64_t{static_cast<uint32_t>(pid)} << 32;
-    for (auto it = std::lower_bound(stacks_of_pid_.begin(), stacks_of_pid_.end(), key);
-         it != stacks_of_pid_.end() && (*it >> 32) == (key >> 32); ++it) {
-      for (const uint64_t address : profile_.stacks.user_frames(static_cast<uint32_t>(*it))) add(address);
-    }
-    for (const RawCallEdge& e : profile_.call_edges) {
-      if (e.pid != pid) continue;
-      add(e.caller_address);
-      add(e.callee_address);
-    }
-    std::sort(sampled_.begin(), sampled_.end());
-    sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
+    sampled_ready_ = false;
   }
 
   // Per file: counts since the last call.
@@ -187,9 +168,34 @@ class Collector {
 
   static uint64_t cost(size_t name_bytes) { return sizeof(RawJitSymbol) + name_bytes + kIndexEntryBytes; }
 
+  // pid_'s sampled user addresses and call edges that a JIT symbol may name, sorted: what its symbols
+  // are kept for. Found at its first symbol offered: most processes have no perf map or jitdump. The
+  // symbolizer looks an address up in the JIT symbols only when the mapping it falls in is anonymous or
+  // not known; the addresses inside a file never unmapped, and in nothing else, are named by that file.
+  void find_sampled() {
+    sampled_ready_ = true;
+    const Ranges in_files = ranges_of(pid_, true), in_anon = ranges_of(pid_, false);
+    auto add = [&](uint64_t address) {
+      if (!in_files.contain(address) || in_anon.contain(address)) sampled_.push_back(address);
+    };
+    const uint64_t key = uint64_t{static_cast<uint32_t>(pid_)} << 32;
+    for (auto it = std::lower_bound(stacks_of_pid_.begin(), stacks_of_pid_.end(), key);
+         it != stacks_of_pid_.end() && (*it >> 32) == (key >> 32); ++it) {
+      for (const uint64_t address : profile_.stacks.user_frames(static_cast<uint32_t>(*it))) add(address);
+    }
+    for (const RawCallEdge& e : profile_.call_edges) {
+      if (e.pid != pid_) continue;
+      add(e.caller_address);
+      add(e.callee_address);
+    }
+    std::sort(sampled_.begin(), sampled_.end());
+    sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
+  }
+
   // A sampled address in [start, start + size]: the sampled instruction itself, or a return
   // address just past the blob's end (looked up one below).
-  bool covers_sample(uint64_t start, uint64_t size) const {
+  bool covers_sample(uint64_t start, uint64_t size) {
+    if (!sampled_ready_) find_sampled();
     const auto it = std::lower_bound(sampled_.begin(), sampled_.end(), start);
     return it != sampled_.end() && *it - start <= size;
   }
@@ -197,7 +203,8 @@ class Collector {
   RawProfile& profile_;
   uint64_t max_bytes_;
   std::vector<uint64_t> stacks_of_pid_;  // (pid << 32 | stack), sorted
-  std::vector<uint64_t> sampled_;        // of pid_
+  std::vector<uint64_t> sampled_;        // of pid_, once sampled_ready_ (find_sampled)
+  bool sampled_ready_ = false;
   int32_t pid_ = 0;
   std::unordered_map<uint64_t, size_t> by_start_;  // of pid_: start -> index in jit_symbols
   FileCounts file_;
