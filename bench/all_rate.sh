@@ -9,9 +9,16 @@
 # of hpctl's own counts: on-CPU stacks complete, samples walked by frame pointer for want of their
 # tables, samples walked again, lost records; PERF_SCRIPT=1 adds `perf script`'s CPU to perf's.
 # Usage: bench/all_rate.sh HPCTL [RUNS] [SECONDS...]
-# Environment: FREQ (4999), LOAD (2), THREADS (1), KINDS ("hpr-warm hpr-cold json-warm perf"; also
-# json-cold), PERF_SCRIPT (0), KEEP (a directory to keep each run's stderr in), BEFORE (another hpctl:
-# each hpctl kind is also run with it, as KIND@before, in the same rounds; its warm cache is its own).
+# Kind hpd: `hpctl record --all -o x.hpr --no-report` through a warm hpd of the same build (started here
+# on a private socket and state directory, warmed by one recording): its CPU is the client's plus hpd's
+# over the recording and SETTLE (1.5) seconds after (the reset of its programs for the next one), from
+# /proc/PID/stat; its peak is hpd's high-water mark since its start.
+# Environment: FREQ (4999), LOAD (2), THREADS (1), COMPILERS (0: loops of `g++ -O2` compiling
+# bench/compile_load.cpp, one after the other, beside the busy threads: a build machine, whose new
+# processes and deep, varied stacks a recording of the whole machine meets), KINDS ("hpr-warm hpr-cold
+# json-warm perf"; also json-cold and hpd), PERF_SCRIPT (0), KEEP (a directory to keep each run's
+# stderr in), BEFORE (another hpctl: each hpctl kind is also run with it, as KIND@before, in the same
+# rounds; its warm cache and its hpd are its own).
 set -euo pipefail
 hpctl=$(realpath "$1")
 runs=${2:-3}
@@ -45,6 +52,34 @@ for ((i = 0; i < load; i++)); do
   "$tmp/busy_threads" 86400 "$threads" >/dev/null &
   busy+=($!)
 done
+for ((i = 0; i < ${COMPILERS:-0}; i++)); do
+  (while :; do g++ -O2 -c "$here/compile_load.cpp" -o "$tmp/compile_load-$i.o"; done) >/dev/null 2>&1 &
+  busy+=($!)
+done
+
+# The hpd kinds' daemons: each build's own, on a private socket and state directory.
+declare -A hpd_pid hpd_sock
+start_hpd() {  # start_hpd NAME HPCTL
+  local dir=$tmp/hpd-$1 daemon
+  daemon=$(dirname "$2")/../daemon/src/service/hpd
+  [ -x "$daemon" ] || { echo "no $daemon" >&2; exit 2; }
+  mkdir -p "$dir/state"
+  printf 'state_directory = %s\n' "$dir/state" >"$dir/hpd.conf"
+  "$daemon" --config "$dir/hpd.conf" --socket "$dir/hpd.sock" >>"$dir/hpd.log" 2>&1 &
+  hpd_pid[$1]=$!
+  busy+=($!)
+  hpd_sock[$1]=$dir/hpd.sock
+  for _ in $(seq 600); do
+    "$2" --socket "$dir/hpd.sock" status >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  "$2" --socket "$dir/hpd.sock" record -q --all -F "$freq" -d 5 -o "$dir/warm.hpr" --no-report >/dev/null
+}
+hpd_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+for k in "${kinds[@]}"; do
+  [ "$k" = hpd ] && start_hpd now "$hpctl"
+  [ "$k" = hpd@before ] && start_hpd before "$before"
+done
 
 # One run: prints "CPU WALL PEAK_KIB SAMPLES COMPLETE% FP_WALKED% REWALKED LOST".
 measure() {  # measure KIND SECONDS RUN
@@ -62,6 +97,18 @@ measure() {  # measure KIND SECONDS RUN
         -F "$freq" -d "$s" "${output[@]}"; } 2>&1 >/dev/null)
       [ "${base#*-}" = cold ] && rm -rf "$home"
       ;;
+    hpd)
+      local name=now ticks0 ticks1 hz
+      [ "$base" != "$kind" ] && name=before
+      hz=$(getconf CLK_TCK)
+      ticks0=$(hpd_ticks "${hpd_pid[$name]}")
+      out=$( { /usr/bin/time -f 'cpu %U %S wall %e peak %M' "$binary" --socket "${hpd_sock[$name]}" record --all \
+        -F "$freq" -d "$s" -o "$tmp/x.hpr" --no-report; } 2>&1 >/dev/null)
+      sleep "${SETTLE:-1.5}"
+      ticks1=$(hpd_ticks "${hpd_pid[$name]}")
+      # The client's CPU plus hpd's; hpd's peak.
+      out=$(sed "s/^cpu \([0-9.]*\) \([0-9.]*\) wall \([0-9.]*\) peak [0-9]*$/cpu \1 \2 + $((ticks1 - ticks0)) \/ $hz wall \3 peak $(awk '/^VmHWM/ {print $2}' "/proc/${hpd_pid[$name]}/status")/" <<<"$out")
+      ;;
     perf)
       out=$( { /usr/bin/time -f 'cpu %U %S wall %e peak %M' perf record -a -g -F "$freq" -o "$tmp/perf.data" \
         -- sleep "$s"; } 2>&1 >/dev/null)
@@ -74,7 +121,7 @@ measure() {  # measure KIND SECONDS RUN
   esac
   if [ -n "${KEEP:-}" ]; then printf '%s\n' "$out" >"$KEEP/$kind-$s-$run.txt"; fi
   rm -rf "$tmp"/x.hpr* "$tmp"/profile.json.gz* "$tmp"/perf.data*
-  cpu=$(sed -n 's/^cpu \([0-9.]*\) \([0-9.]*\) wall.*/\1 + \2/p' <<<"$out" | bc -l)
+  cpu=$(sed -n 's/^cpu \([0-9.]*\) \(.*\) wall.*/\1 + \2/p' <<<"$out" | bc -l)
   [ -n "${script_cpu:-}" ] && cpu=$(echo "$cpu + $script_cpu" | bc -l)
   wall=$(sed -n 's/^cpu .* wall \([0-9.]*\) peak.*/\1/p' <<<"$out")
   peak=$(sed -n 's/^cpu .* peak \([0-9]*\)$/\1/p' <<<"$out")
