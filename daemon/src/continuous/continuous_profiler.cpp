@@ -457,6 +457,17 @@ struct ContinuousProfiler::State {
     chunk->cut.end(end_mono, requested_mono);
     RawProfile& profile = chunk->cut.profile();
     const uint64_t samples = profile.sample_count();
+    {
+      // The gap before this chunk goes into the figures before its file appears: whoever sees the file
+      // sees the gap in the status too.
+      std::lock_guard<std::mutex> guard(mutex);
+      if (previous_end_mono != 0) {
+        const uint64_t start = profile.info.start_mono_ns;
+        stats.last_gap_ns = start > previous_end_mono ? start - previous_end_mono : 0;
+        stats.max_gap_ns = std::max(stats.max_gap_ns, stats.last_gap_ns);
+      }
+      previous_end_mono = end_mono;
+    }
     if (samples == 0) {
       discard_chunk(chunk);
     } else {
@@ -472,12 +483,6 @@ struct ContinuousProfiler::State {
     if (samples != 0) ++stats.chunks_written;
     stats.samples += samples;
     stats.lost += profile.lost.lost_records + profile.lost.stack_failures;
-    if (previous_end_mono != 0) {
-      const uint64_t start = profile.info.start_mono_ns;
-      stats.last_gap_ns = start > previous_end_mono ? start - previous_end_mono : 0;
-      stats.max_gap_ns = std::max(stats.max_gap_ns, stats.last_gap_ns);
-    }
-    previous_end_mono = end_mono;
   }
 
   // Whether options the collection was started with differ from `now` in what the recording uses:
