@@ -146,13 +146,17 @@ void RecordingCallCounter::fail(const std::string& what) {
   counter_.reset();
 }
 
-void RecordingCallCounter::add_launched(int32_t pid, const std::string& argv0) {
-  if (!counter_) return;  // the runtime needs nothing more
+void RecordingCallCounter::with_counter(const std::function<void(calls::CallCounter&)>& step) {
+  if (!counter_) return;  // the runtime (or nothing) counts: it needs nothing more
   try {
-    counter_->add_launched(pid, resolve_command(argv0));
+    step(*counter_);
   } catch (const calls::CallCountError& e) {
     fail(e.what());
   }
+}
+
+void RecordingCallCounter::add_launched(int32_t pid, const std::string& argv0) {
+  with_counter([&](calls::CallCounter& c) { c.add_launched(pid, resolve_command(argv0)); });
 }
 
 void RecordingCallCounter::add_process(int32_t pid) {
@@ -165,21 +169,11 @@ void RecordingCallCounter::add_process(int32_t pid) {
       alloc_messages_.push_back(std::string("allocations not sampled: ") + e.what());
     }
   }
-  if (!counter_) return;
-  try {
-    counter_->add_process(pid);
-  } catch (const calls::CallCountError& e) {
-    fail(e.what());
-  }
+  with_counter([&](calls::CallCounter& c) { c.add_process(pid); });
 }
 
 void RecordingCallCounter::add_child(int32_t pid) {
-  if (!counter_) return;
-  try {
-    counter_->add_child(pid);
-  } catch (const calls::CallCountError& e) {
-    fail(e.what());
-  }
+  with_counter([&](calls::CallCounter& c) { c.add_child(pid); });
 }
 
 void RecordingCallCounter::add_held_at_exec(int32_t pid) {
@@ -187,11 +181,9 @@ void RecordingCallCounter::add_held_at_exec(int32_t pid) {
   const std::string exe_link = "/proc/" + std::to_string(pid) + "/exe";
   char target[4096];
   const ssize_t n = ::readlink(exe_link.c_str(), target, sizeof target - 1);
-  try {
-    counter_->add_launched(pid, exe_link, n > 0 ? std::string(target, size_t(n)) : exe_link);
-  } catch (const calls::CallCountError& e) {
-    fail(e.what());
-  }
+  with_counter([&](calls::CallCounter& c) {
+    c.add_launched(pid, exe_link, n > 0 ? std::string(target, size_t(n)) : exe_link);
+  });
 }
 
 void RecordingCallCounter::poll() {

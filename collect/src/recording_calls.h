@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,8 @@ class RecordingCallCounter {
 
  private:
   void fail(const std::string& what);
+  // Runs `step` on the uprobes counter, if it counts; a CallCountError stops the counting (fail).
+  void with_counter(const std::function<void(calls::CallCounter&)>& step);
   void start_uprobes(const RecordOptions& options, int timed_entries_fd);
 
   std::unique_ptr<calls::CallCounter> counter_;

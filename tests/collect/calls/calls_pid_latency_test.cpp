@@ -153,10 +153,14 @@ struct PidRecording {
   nlohmann::json doc;
 };
 
+// `under_shell`: the fixture is the child of a shell started before the recording, and the shell is the
+// --pid target (the fixture's exit status is the shell's).
 void record_fixture(PidRecording& r, const std::string& daemon_socket, bool latency,
-                    const std::string& mode = "", const std::vector<std::string>& record_args = {}) {
+                    const std::string& mode = "", const std::vector<std::string>& record_args = {},
+                    bool under_shell = false) {
   std::vector<std::string> argv = {fixture("pid_latency_nop"), r.dir.path()};
   if (!mode.empty()) argv.push_back(mode);
+  if (under_shell) argv.insert(argv.begin(), {"/bin/sh", "-c", "\"$0\" \"$@\" & wait $!"});
   hpd::test::Background target(argv);
   ASSERT_TRUE(wait_for_file(r.dir.file("ready"), 60, target.pid()));
   r.summary = record_pid(r.dir, target.pid(), r.dir.file("done"), r.out, daemon_socket, latency, record_args);
@@ -459,24 +463,8 @@ TEST(CallsPidLatency, ThroughHpdWithoutTheFlagCallsAreCountedOnly) {
 // before calling anything, so without them the recording never sees its "done"). With each backend, and
 // through hpd.
 void check_child_started_before(const std::string& daemon_socket, const std::vector<std::string>& extra) {
-  const hpd::testing::TempDir dir("hpd-calls-pid-child");
-  hpd::test::Background shell(
-      {"/bin/sh", "-c", "\"$0\" \"$1\" & wait", fixture("pid_latency_nop"), dir.path()});
-  ASSERT_TRUE(wait_for_file(dir.file("ready"), 60, shell.pid()));
-  const std::string out = dir.file("calls.hpr");
-  const std::string summary =
-      record_pid(dir, shell.pid(), dir.file("done"), out, daemon_socket, false, extra);
-  ASSERT_EQ(shell.wait(), 0) << "the fixture saw no probes, or they stayed after the recording\n" << summary;
-  const std::map<std::string, Truth> truth = read_truth(dir.file("truth"));
-  ASSERT_EQ(truth.size(), 3u) << read_file(dir.file("truth"));
-  const hpd::test::RunResult rep = hpd::test::run({HPD_HPCTL_PATH, "report", "--json", "--limit", "0", out});
-  ASSERT_EQ(rep.exit_code, 0) << rep.err;
-  const nlohmann::json doc = nlohmann::json::parse(rep.out);
-  for (const auto& [name, t] : truth) {
-    const nlohmann::json* row = row_of(doc, name);
-    ASSERT_NE(row, nullptr) << name << ": " << rep.out;
-    EXPECT_EQ((*row)["calls"].get<uint64_t>(), t.calls) << name;
-  }
+  PidRecording r;
+  ASSERT_NO_FATAL_FAILURE(record_fixture(r, daemon_socket, false, "", extra, true));
 }
 
 TEST(CallsPidLatency, ChildStartedBeforeTheRecordingIsCounted) {
