@@ -1605,7 +1605,7 @@ TEST_F(RealUsers, AllocPidOfAProcessThatExecutesASetuidProgramGivesNothingOfIt) 
 // that comes after the set-user-ID exec) and never the set-user-ID one, counts her copy's calls
 // exactly, and says why the other was not counted. (Or, when hpd's check of the target finds the pid
 // running as root before the exec's record is read, it discards her whole recording: also safe, and
-// said; then nothing was probed either.)
+// said; the set-user-ID program is not probed either way, and her copy may have been by then.)
 TEST_F(RealUsers, CallsPidOfAProcessThatExecutesASetuidProgramNeitherProbesNorCountsIt) {
   Hpd hpd;
   const testing::TempDir dir("hpd-calls-exec");
@@ -1661,6 +1661,12 @@ TEST_F(RealUsers, CallsPidOfAProcessThatExecutesASetuidProgramNeitherProbesNorCo
   const pid_t shell_pid = shell.pid();
   shell.kill();  // the set-user-ID program waits for probes that do not come
   shell.wait();
+  if (summary.find("the recording was stopped and discarded") != std::string::npos) {
+    // The same safe outcome as above, come after her copy's calls: a flush's check found the shell
+    // running as root before the exec's record was read (seen once in about 60 runs, with cold caches).
+    EXPECT_FALSE(std::filesystem::exists(out)) << summary;
+    return;
+  }
   EXPECT_NE(summary.find("pid " + std::to_string(shell_pid) +
                          " executed a program that runs with credentials other than yours; its calls from "
                          "then on were not counted"),
