@@ -165,12 +165,72 @@ bool CfiModule::vaddr_of(uint64_t file_offset, uint64_t* vaddr) const {
   return found.has_value();
 }
 
-bool CfiModule::store_expr(const Dwarf_Op* ops, size_t n, uint32_t* begin, uint16_t* len) {
-  if (n == 0 || n > 64 || ops_.size() + n > UINT32_MAX) return false;
-  *begin = static_cast<uint32_t>(ops_.size());
-  *len = static_cast<uint16_t>(n);
-  for (size_t i = 0; i < n; ++i) ops_.push_back({ops[i].atom, ops[i].number, ops[i].number2});
+namespace {
+
+bool store_ops(std::span<const ExprOp> ops, std::vector<ExprOp>* store, uint32_t* begin, uint16_t* len) {
+  if (ops.empty() || ops.size() > 64 || store->size() + ops.size() > UINT32_MAX) return false;
+  *begin = static_cast<uint32_t>(store->size());
+  *len = static_cast<uint16_t>(ops.size());
+  store->insert(store->end(), ops.begin(), ops.end());
   return true;
+}
+
+// libdw's operations as ExprOps (without their byte offsets); `buffer` holds them.
+std::span<const ExprOp> as_expr_ops(const Dwarf_Op* ops, size_t n, std::vector<ExprOp>* buffer) {
+  buffer->clear();
+  for (size_t i = 0; i < n; ++i) buffer->push_back({ops[i].atom, ops[i].number, ops[i].number2});
+  return *buffer;
+}
+
+}  // namespace
+
+bool cfa_rule_of(std::span<const ExprOp> ops, std::vector<ExprOp>* store, CfaRule* cfa) {
+  if (ops.empty()) return false;
+  if (ops.size() == 1 && ops[0].atom == DW_OP_bregx && ops[0].number < kRegCount) {
+    cfa->reg = static_cast<uint8_t>(ops[0].number);
+    cfa->offset = static_cast<int64_t>(ops[0].number2);
+  } else if (ops.size() == 1 && is_breg(ops[0].atom) &&
+             ops[0].atom - DW_OP_breg0 < static_cast<int>(kRegCount)) {
+    cfa->reg = static_cast<uint8_t>(ops[0].atom - DW_OP_breg0);
+    cfa->offset = static_cast<int64_t>(ops[0].number);
+  } else {
+    cfa->is_expr = true;
+    if (!store_ops(ops, store, &cfa->expr_begin, &cfa->expr_len)) return false;
+  }
+  return true;
+}
+
+void reg_rule_of(std::span<const ExprOp> ops, bool same, std::vector<ExprOp>* store, RegRule* out) {
+  if (ops.empty()) {
+    out->kind = same ? RuleKind::kSameValue : RuleKind::kUndefined;
+    return;
+  }
+  const bool value = ops.back().atom == DW_OP_stack_value;
+  if (value) ops = ops.first(ops.size() - 1);
+  const size_t n = ops.size();
+  if (n == 1 && ops[0].atom == DW_OP_call_frame_cfa) {
+    out->kind = value ? RuleKind::kValOffset : RuleKind::kOffset;
+    out->offset = 0;
+  } else if (n == 2 && ops[0].atom == DW_OP_call_frame_cfa && ops[1].atom == DW_OP_plus_uconst) {
+    out->kind = value ? RuleKind::kValOffset : RuleKind::kOffset;
+    out->offset = static_cast<int64_t>(ops[1].number);
+  } else if (n == 1 && value && ops[0].atom == DW_OP_bregx && ops[0].number < kRegCount) {
+    out->kind = RuleKind::kRegister;
+    out->reg = static_cast<uint8_t>(ops[0].number);
+    out->offset = static_cast<int64_t>(ops[0].number2);
+  } else if (n == 1 && !value && ops[0].atom == DW_OP_regx && ops[0].number < kRegCount) {
+    out->kind = RuleKind::kRegister;
+    out->reg = static_cast<uint8_t>(ops[0].number);
+  } else if (n == 1 && !value && is_reg(ops[0].atom) &&
+             ops[0].atom - DW_OP_reg0 < static_cast<int>(kRegCount)) {
+    out->kind = RuleKind::kRegister;
+    out->reg = static_cast<uint8_t>(ops[0].atom - DW_OP_reg0);
+  } else if (n > 0) {
+    out->kind = value ? RuleKind::kValExpression : RuleKind::kExpression;
+    if (!store_ops(ops, store, &out->expr_begin, &out->expr_len)) out->kind = RuleKind::kUndefined;
+  } else {
+    out->kind = RuleKind::kUndefined;
+  }
 }
 
 bool CfiModule::compute(Dwarf_CFI* cfi, uint64_t vaddr, FrameRule* rule) {
@@ -185,60 +245,22 @@ bool CfiModule::compute(Dwarf_CFI* cfi, uint64_t vaddr, FrameRule* rule) {
   rule->row_start = start;
   rule->row_end = end;
 
+  std::vector<ExprOp> buffer;
   Dwarf_Op* ops = nullptr;
   size_t nops = 0;
-  if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || nops == 0 || ops == nullptr) return false;
-  CfaRule& cfa = rule->cfa;
-  if (nops == 1 && ops[0].atom == DW_OP_bregx && ops[0].number < kRegCount) {
-    cfa.reg = static_cast<uint8_t>(ops[0].number);
-    cfa.offset = static_cast<int64_t>(ops[0].number2);
-  } else if (nops == 1 && is_breg(ops[0].atom) && ops[0].atom - DW_OP_breg0 < static_cast<int>(kRegCount)) {
-    cfa.reg = static_cast<uint8_t>(ops[0].atom - DW_OP_breg0);
-    cfa.offset = static_cast<int64_t>(ops[0].number);
-  } else {
-    cfa.is_expr = true;
-    if (!store_expr(ops, nops, &cfa.expr_begin, &cfa.expr_len)) return false;
-  }
-
+  if (dwarf_frame_cfa(frame, &ops, &nops) != 0 || ops == nullptr ||
+      !cfa_rule_of(as_expr_ops(ops, nops, &buffer), &ops_, &rule->cfa))
+    return false;
   for (unsigned r = 0; r < kRegCount; ++r) {
-    RegRule& out = rule->regs[r];
     Dwarf_Op mem[3];
     Dwarf_Op* rops = nullptr;
     size_t n = 0;
     if (dwarf_frame_register(frame, static_cast<int>(r), mem, &rops, &n) != 0) {
-      out.kind = RuleKind::kUndefined;
+      rule->regs[r].kind = RuleKind::kUndefined;
       continue;
     }
-    if (n == 0) {
-      // libdw: ops == ops_mem for "undefined", nullptr for "same value".
-      out.kind = rops == nullptr ? RuleKind::kSameValue : RuleKind::kUndefined;
-      continue;
-    }
-    const bool value = rops[n - 1].atom == DW_OP_stack_value;
-    if (value) --n;
-    if (n == 1 && rops[0].atom == DW_OP_call_frame_cfa) {
-      out.kind = value ? RuleKind::kValOffset : RuleKind::kOffset;
-      out.offset = 0;
-    } else if (n == 2 && rops[0].atom == DW_OP_call_frame_cfa && rops[1].atom == DW_OP_plus_uconst) {
-      out.kind = value ? RuleKind::kValOffset : RuleKind::kOffset;
-      out.offset = static_cast<int64_t>(rops[1].number);
-    } else if (n == 1 && value && rops[0].atom == DW_OP_bregx && rops[0].number < kRegCount) {
-      out.kind = RuleKind::kRegister;
-      out.reg = static_cast<uint8_t>(rops[0].number);
-      out.offset = static_cast<int64_t>(rops[0].number2);
-    } else if (n == 1 && !value && rops[0].atom == DW_OP_regx && rops[0].number < kRegCount) {
-      out.kind = RuleKind::kRegister;
-      out.reg = static_cast<uint8_t>(rops[0].number);
-    } else if (n == 1 && !value && is_reg(rops[0].atom) &&
-               rops[0].atom - DW_OP_reg0 < static_cast<int>(kRegCount)) {
-      out.kind = RuleKind::kRegister;
-      out.reg = static_cast<uint8_t>(rops[0].atom - DW_OP_reg0);
-    } else if (n > 0) {
-      out.kind = value ? RuleKind::kValExpression : RuleKind::kExpression;
-      if (!store_expr(rops, n, &out.expr_begin, &out.expr_len)) out.kind = RuleKind::kUndefined;
-    } else {
-      out.kind = RuleKind::kUndefined;
-    }
+    // libdw: no operations, with ops == mem for "undefined" and nullptr for "same value".
+    reg_rule_of(as_expr_ops(rops, n, &buffer), n == 0 && rops == nullptr, &ops_, &rule->regs[r]);
   }
   return true;
 }
@@ -365,7 +387,7 @@ bool CfiModule::fde_ranges(bool debug_frame, std::vector<FdeRange>* out, std::st
         out->clear();
         return false;
       }
-      out->push_back({start, 0});
+      out->push_back({start, 0, fde});
     }
     return true;
   }
@@ -400,9 +422,17 @@ bool CfiModule::fde_ranges(bool debug_frame, std::vector<FdeRange>* out, std::st
     uint64_t length = 0;
     std::memcpy(&start, p, 8);
     std::memcpy(&length, p + 8, 8);
-    if (length != 0 && start + length > start) out->push_back({start, start + length});
+    if (length != 0 && start + length > start) out->push_back({start, start + length, 0});
   }
   return !out->empty();
+}
+
+CfiModule::Section CfiModule::eh_frame() const {
+  const ElfSection scn = elf_ ? find_section(elf_, ".eh_frame") : ElfSection{};
+  Elf_Data* data = scn ? elf_getdata(scn.scn, nullptr) : nullptr;
+  if (data == nullptr || data->d_buf == nullptr) return {};
+  return {std::span<const uint8_t>(static_cast<const uint8_t*>(data->d_buf), data->d_size),
+          scn.header.sh_addr};
 }
 
 bool CfiModule::row_for_table(bool debug_frame, uint64_t vaddr, FrameRule* rule) {

@@ -104,6 +104,7 @@ class CfiModule {
   // cannot be enumerated.
   struct FdeRange {
     uint64_t start, end;  // end = 0: unknown (.eh_frame_hdr gives only starts)
+    uint64_t fde = 0;     // .eh_frame: the FDE's virtual address (from .eh_frame_hdr's table)
   };
   bool fde_ranges(bool debug_frame, std::vector<FdeRange>* out, std::string* error);
   // The CFI row covering `vaddr`, computed afresh and not cached; its expressions (ops()) stay valid
@@ -113,6 +114,14 @@ class CfiModule {
   std::span<const ExprOp> ops(uint32_t begin, uint16_t len) const {
     return std::span<const ExprOp>(ops_).subspan(begin, len);
   }
+  // Every expression's operations: the store the rules' expr_begin and expr_len index.
+  std::span<const ExprOp> all_ops() const { return ops_; }
+  // .eh_frame's bytes and its virtual address (empty when the module has none).
+  struct Section {
+    std::span<const uint8_t> bytes;
+    uint64_t vaddr = 0;
+  };
+  Section eh_frame() const;
   uint64_t memory_bytes() const;
 
  private:
@@ -121,7 +130,6 @@ class CfiModule {
   std::string read_build_id() const;
   void open_debug_frame();
   bool compute(Dwarf_CFI* cfi, uint64_t vaddr, FrameRule* rule);
-  bool store_expr(const Dwarf_Op* ops, size_t n, uint32_t* begin, uint16_t* len);
 
   ModuleSummary summary_;
   std::string debug_root_;
@@ -143,5 +151,15 @@ class CfiModule {
   std::unordered_map<uint64_t, uint32_t> by_row_start_;  // row start -> index into rules_
   std::vector<ExprOp> ops_;
 };
+
+// The rules of a row from the operations libdw gives for them, shared by CfiModule (libdw's own) and
+// EhFrameRows (which builds the same operations from .eh_frame), so that both read a row alike.
+// Expressions are appended to `store` (at most 64 operations each).
+// The CFA from dwarf_frame_cfa's operations: a register plus an offset, or an expression. False when
+// there is none or it is too long (libdw's row is then not used).
+bool cfa_rule_of(std::span<const ExprOp> ops, std::vector<ExprOp>* store, CfaRule* cfa);
+// A register from dwarf_frame_register's operations; `none` (no operations): `same` tells libdw's
+// "same value" (a null ops pointer) from "undefined".
+void reg_rule_of(std::span<const ExprOp> ops, bool same, std::vector<ExprOp>* store, RegRule* out);
 
 }  // namespace hpd::unwind_detail

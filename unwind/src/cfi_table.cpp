@@ -1,5 +1,6 @@
-// The CFI table compiler: every FDE's rows through libdw (CfiModule), classified into the few rule forms
-// the eBPF walker evaluates, sorted, gaps marked, identical neighbours merged.
+// The CFI table compiler: every FDE's rows (.eh_frame's read by EhFrameRows, through libdw when it cannot;
+// .debug_frame's through libdw, CfiModule), classified into the few rule forms the eBPF walker evaluates,
+// sorted, gaps marked, identical neighbours merged.
 #include "hpd/unwind/cfi_table.h"
 
 #include <dwarf.h>
@@ -7,12 +8,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 
 #include "cfi_module.h"
+#include "eh_frame_rows.h"
 
 namespace hpd {
 
 using unwind_detail::CfiModule;
+using unwind_detail::EhFrameRows;
 using unwind_detail::ExprOp;
 using unwind_detail::FrameRule;
 using unwind_detail::kBpReg;
@@ -50,21 +54,22 @@ bool match_plt(std::span<const ExprOp> ops, int64_t* offset, int64_t* threshold)
 }
 
 // A register saved at rsp + K in the signal frame: DW_CFA_expression with DW_OP_breg7 K.
-bool is_sigframe_slot(const unwind_detail::RegRule& r, const CfiModule& m, int64_t k) {
+// `store`: the operations the rules' expressions index (CfiModule::all_ops, EhFrameRows::ops).
+bool is_sigframe_slot(const unwind_detail::RegRule& r, std::span<const ExprOp> store, int64_t k) {
   if (r.kind != RuleKind::kExpression) return false;
-  auto ops = m.ops(r.expr_begin, r.expr_len);
+  auto ops = store.subspan(r.expr_begin, r.expr_len);
   // libdw puts the CFA push of DW_CFA_expression in front; the breg replaces it as the result.
   if (!ops.empty() && ops[0].atom == DW_OP_call_frame_cfa) ops = ops.subspan(1);
   return ops.size() == 1 && is_breg_of(ops[0], kOpBreg7, 7) && breg_offset(ops[0]) == k;
 }
 
 // glibc's __restore_rt: CFA = *(rsp + 160), rip and rbp read from their slots of the ucontext.
-bool match_signal(const FrameRule& rule, const CfiModule& m) {
+bool match_signal(const FrameRule& rule, std::span<const ExprOp> store) {
   if (!rule.cfa.is_expr) return false;
-  const auto ops = m.ops(rule.cfa.expr_begin, rule.cfa.expr_len);
+  const auto ops = store.subspan(rule.cfa.expr_begin, rule.cfa.expr_len);
   return ops.size() == 2 && is_breg_of(ops[0], kOpBreg7, 7) && breg_offset(ops[0]) == kSigframeRsp &&
-         ops[1].atom == DW_OP_deref && is_sigframe_slot(rule.regs[kRaReg], m, kSigframeRip) &&
-         is_sigframe_slot(rule.regs[kBpReg], m, kSigframeRbp);
+         ops[1].atom == DW_OP_deref && is_sigframe_slot(rule.regs[kRaReg], store, kSigframeRip) &&
+         is_sigframe_slot(rule.regs[kBpReg], store, kSigframeRbp);
 }
 
 bool fits16(int64_t v) {
@@ -75,14 +80,14 @@ bool fits32(int64_t v) {
 }
 
 // One CFI row in compact form; `*unsupported` when the row's rule is beyond what the rows express.
-CfiRow classify(const FrameRule& rule, const CfiModule& m) {
+CfiRow classify(const FrameRule& rule, std::span<const ExprOp> store) {
   CfiRow row;
   const auto& ra = rule.regs[kRaReg];
   if (ra.kind == RuleKind::kUndefined) {
     row.cfa_kind = static_cast<uint8_t>(CfaKind::kOutermost);
     return row;
   }
-  if (match_signal(rule, m)) {
+  if (match_signal(rule, store)) {
     row.cfa_kind = static_cast<uint8_t>(CfaKind::kSignal);
     return row;
   }
@@ -100,7 +105,8 @@ CfiRow classify(const FrameRule& rule, const CfiModule& m) {
   } else {
     int64_t offset = 0;
     int64_t threshold = 0;
-    if (!match_plt(m.ops(rule.cfa.expr_begin, rule.cfa.expr_len), &offset, &threshold) || !fits32(offset))
+    if (!match_plt(store.subspan(rule.cfa.expr_begin, rule.cfa.expr_len), &offset, &threshold) ||
+        !fits32(offset))
       return row;
     row.cfa_kind = static_cast<uint8_t>(CfaKind::kPlt);
     row.cfa_offset = static_cast<int32_t>(offset);
@@ -137,13 +143,50 @@ void rows_of_range(CfiModule& m, bool debug_frame, uint64_t start, uint64_t end,
     FrameRule rule;
     if (!m.row_for_table(debug_frame, pc, &rule)) break;
     if (rule.row_end <= pc || rule.row_start > pc) break;
-    CfiRow row = classify(rule, m);
+    CfiRow row = classify(rule, m.all_ops());
     ++table.cfi_rows;
     if (row.cfa_kind == static_cast<uint8_t>(CfaKind::kUnsupported)) ++table.unsupported_rows;
     const uint64_t row_end = std::min<uint64_t>(rule.row_end, limit);
     out.push_back({pc, row_end, row});
     pc = row_end;
   }
+}
+
+// The rows of every .eh_frame FDE (`ranges`, sorted by start) read by EhFrameRows, as rows_of_range would
+// give them from libdw: each FDE's rows up to the next FDE's start. False, with `*why`, when the section
+// holds something EhFrameRows does not interpret (or two FDEs for one address, where libdw picks one):
+// the caller then reads it through libdw.
+bool eh_frame_rows(const CfiModule& m, const std::vector<CfiModule::FdeRange>& ranges, CfiTable& table,
+                   std::vector<Interval>& out, std::string* why) {
+  const CfiModule::Section section = m.eh_frame();
+  if (section.bytes.empty()) {
+    *why = "no .eh_frame";
+    return false;
+  }
+  EhFrameRows reader(section.bytes, section.vaddr);
+  std::vector<FrameRule> rows;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    if (i > 0 && ranges[i].start == ranges[i - 1].start) {
+      *why = "two FDEs for one address";
+      return false;
+    }
+    const uint64_t limit = i + 1 < ranges.size() ? ranges[i + 1].start : UINT64_MAX;
+    ++table.fdes;
+    rows.clear();
+    reader.clear_ops();
+    if (!reader.rows(ranges[i].fde, ranges[i].start, &rows, why)) return false;
+    uint64_t pc = ranges[i].start;
+    for (const FrameRule& rule : rows) {
+      if (pc >= limit || rule.row_start != pc) break;
+      CfiRow row = classify(rule, reader.ops());
+      ++table.cfi_rows;
+      if (row.cfa_kind == static_cast<uint8_t>(CfaKind::kUnsupported)) ++table.unsupported_rows;
+      const uint64_t row_end = std::min<uint64_t>(rule.row_end, limit);
+      out.push_back({pc, row_end, row});
+      pc = row_end;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -241,14 +284,20 @@ std::shared_ptr<const CfiTable> compile_module(std::unique_ptr<CfiModule> module
   std::vector<CfiModule::FdeRange> ranges;
   if (module->fde_ranges(false, &ranges, &eh_error)) {
     std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      if (i > 0 && ranges[i].start == ranges[i - 1].start) continue;
-      const uint64_t next = i + 1 < ranges.size() ? ranges[i + 1].start : UINT64_MAX;
-      ++table->fdes;
-      rows_of_range(*module, false, ranges[i].start, 0, next, *table, eh);
+    const bool read = !options.eh_frame_through_libdw &&
+                      eh_frame_rows(*module, ranges, *table, eh, &table->eh_frame_through_libdw);
+    if (!read) {
+      eh.clear();
+      table->fdes = table->cfi_rows = table->unsupported_rows = 0;
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        if (i > 0 && ranges[i].start == ranges[i - 1].start) continue;
+        const uint64_t next = i + 1 < ranges.size() ? ranges[i + 1].start : UINT64_MAX;
+        ++table->fdes;
+        rows_of_range(*module, false, ranges[i].start, 0, next, *table, eh);
+      }
     }
   }
-  std::vector<Interval> all = eh;
+  std::vector<Interval> debug;  // .debug_frame's rows, where .eh_frame has none
   std::string debug_error;
   if (options.use_debug_frame && module->fde_ranges(true, &ranges, &debug_error)) {
     // Only what .eh_frame leaves uncovered: the two usually describe the same code alike.
@@ -261,11 +310,21 @@ std::shared_ptr<const CfiTable> compile_module(std::unique_ptr<CfiModule> module
       if (overlaps_before || overlaps_after) continue;
       ++table->fdes;
       ++table->debug_frame_fdes;
-      rows_of_range(*module, true, r.start, r.end, r.end, *table, all);
+      rows_of_range(*module, true, r.start, r.end, r.end, *table, debug);
     }
   }
-  std::stable_sort(all.begin(), all.end(),
-                   [](const Interval& a, const Interval& b) { return a.start < b.start; });
+  // Every row by start, .eh_frame's first among equals (a stable sort of both; .eh_frame's rows come
+  // sorted, FDE after FDE, so mostly there is nothing to sort).
+  const auto by_start = [](const Interval& a, const Interval& b) { return a.start < b.start; };
+  if (!std::is_sorted(eh.begin(), eh.end(), by_start)) std::stable_sort(eh.begin(), eh.end(), by_start);
+  std::vector<Interval> all;
+  if (debug.empty()) {
+    all = std::move(eh);
+  } else {
+    std::stable_sort(debug.begin(), debug.end(), by_start);
+    all.reserve(eh.size() + debug.size());
+    std::merge(eh.begin(), eh.end(), debug.begin(), debug.end(), std::back_inserter(all), by_start);
+  }
 
   std::vector<CfiRow>& rows = table->rows;
   uint64_t covered_to = 0;

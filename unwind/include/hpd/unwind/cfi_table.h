@@ -86,6 +86,9 @@ struct CfiTable {
   uint64_t unsupported_rows = 0;  // rows marked kUnsupported (before merging)
   uint64_t debug_frame_fdes = 0;  // FDEs taken from .debug_frame (pcs .eh_frame does not cover)
   uint64_t build_ns = 0;          // time to compile
+  // Why .eh_frame was read through libdw, which answers one pc at a time (what the one-pass reader does
+  // not interpret); empty when it was not (or when CfiTableOptions asked for libdw). Not kept on disk.
+  std::string eh_frame_through_libdw;
   // The module's PT_LOAD segments, to turn a mapping's file offset into the ELF address the rows use.
   struct Segment {
     uint64_t offset, filesz, vaddr;
@@ -108,6 +111,9 @@ struct CfiTable {
 struct CfiTableOptions {
   bool use_debug_frame = true;
   std::string debug_root = "/usr/lib/debug";
+  // .eh_frame's rows through libdw, one pc at a time, rather than read in one pass per FDE (the same
+  // rows, several times slower): for the test that compares the two.
+  bool eh_frame_through_libdw = false;
 };
 
 // Compiles the table of the first candidate file whose build-id is `build_id` (any when empty). Never

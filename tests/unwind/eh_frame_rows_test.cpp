@@ -1,0 +1,250 @@
+// The one-pass .eh_frame reader (unwind/src/eh_frame_rows.h) against libdw, which the table compiler
+// used for every row before it: on the libraries every profiled program maps (glibc, libstdc++, libgcc),
+// the large ones of this machine (LLVM, OpenSSL's hand-written assembly), this project's own binaries,
+// the unwind fixtures (gcc, clang, rustc) and the running kernel's vDSO, each module's table read both
+// ways must be the same, row for row, with the same counts; and the one-pass reader must have read
+// them (not fallen back to libdw). HPD_EH_FRAME_SWEEP=DIR compares every ELF file of DIR as well (by
+// hand: docs/performance.md gives the sweep of /usr/lib/x86_64-linux-gnu).
+#include <elf.h>
+#include <gtest/gtest.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hpd/unwind/cfi_table.h"
+
+namespace {
+
+using hpd::CfiRow;
+using hpd::CfiTable;
+using hpd::CfiTableOptions;
+
+std::string fixture(const char* name) {
+  return std::string(HPD_UNWIND_FIXTURE_DIR) + "/" + name;
+}
+
+std::string self_path() {
+  return std::filesystem::read_symlink("/proc/self/exe").string();
+}
+
+std::string describe(const CfiRow& r) {
+  char text[96];
+  std::snprintf(text, sizeof text, "pc 0x%x cfa kind %u offset %d rbp kind %u offset %d", r.pc, r.cfa_kind,
+                r.cfa_offset, r.rbp_kind, r.rbp_offset);
+  return text;
+}
+
+// Both tables of one module; a failure names the module and the first rows that differ.
+// `one_pass_read`: the one-pass table must have been read by the one-pass reader, not through libdw.
+void expect_same_tables(const std::string& what, const CfiTable& one_pass, const CfiTable& libdw,
+                        bool one_pass_read = true) {
+  SCOPED_TRACE(what);
+  if (one_pass_read) {
+    EXPECT_EQ(one_pass.eh_frame_through_libdw, "") << "the one-pass reader fell back to libdw";
+  }
+  EXPECT_EQ(one_pass.error, libdw.error);
+  EXPECT_EQ(one_pass.fdes, libdw.fdes);
+  EXPECT_EQ(one_pass.cfi_rows, libdw.cfi_rows);
+  EXPECT_EQ(one_pass.unsupported_rows, libdw.unsupported_rows);
+  EXPECT_EQ(one_pass.debug_frame_fdes, libdw.debug_frame_fdes);
+  ASSERT_EQ(one_pass.rows.size(), libdw.rows.size());
+  int shown = 0;
+  for (size_t i = 0; i < libdw.rows.size() && shown < 5; ++i) {
+    const CfiRow& a = one_pass.rows[i];
+    const CfiRow& b = libdw.rows[i];
+    if (a.pc != b.pc || !a.same_rule(b)) {
+      ADD_FAILURE() << "row " << i << ": one pass " << describe(a) << ", libdw " << describe(b);
+      ++shown;
+    }
+  }
+  EXPECT_EQ(one_pass.index.buckets.size(), libdw.index.buckets.size());
+}
+
+// Compiles `path` both ways and compares; returns the rows compared.
+size_t compare_file(const std::string& path) {
+  CfiTableOptions libdw_options;
+  libdw_options.eh_frame_through_libdw = true;
+  const auto one_pass = hpd::compile_cfi_table({path}, "", CfiTableOptions{});
+  const auto libdw = hpd::compile_cfi_table({path}, "", libdw_options);
+  expect_same_tables(path, *one_pass, *libdw);
+  return libdw->rows.size();
+}
+
+TEST(EhFrameRows, TablesAreLibdwsRowForRow) {
+  const std::vector<std::string> files = {
+      // What every profiled program maps, and glibc's signal trampoline (a signal row) and PLTs.
+      "/lib/x86_64-linux-gnu/libc.so.6",
+      "/lib64/ld-linux-x86-64.so.2",
+      "/lib/x86_64-linux-gnu/libm.so.6",
+      "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+      "/lib/x86_64-linux-gnu/libgcc_s.so.1",
+      // The project's own dependencies (installed with it), and large or hand-written CFI.
+      "/usr/lib/x86_64-linux-gnu/libdw.so.1",
+      "/usr/lib/x86_64-linux-gnu/libelf.so.1",
+      "/usr/lib/x86_64-linux-gnu/libbpf.so.1",
+      "/usr/lib/x86_64-linux-gnu/libzstd.so.1",
+      "/lib/x86_64-linux-gnu/libz.so.1",
+      "/usr/lib/x86_64-linux-gnu/libcrypto.so.3",
+      "/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1",
+      // Built here: gcc, clang and rustc, with and without frame pointers; this test itself.
+      fixture("chain_gcc"),
+      fixture("chain_clang"),
+      fixture("chain_fp_nocfi"),
+      fixture("memcpy_fp"),
+      fixture("moves_loop"),
+      self_path(),
+  };
+  size_t rows = 0;
+  for (const std::string& path : files) {
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " is installed by packaging/test.sh's packages";
+    rows += compare_file(path);
+  }
+  // libLLVM alone has over a million rows: the comparison covered real tables, not empty ones.
+  EXPECT_GT(rows, 1000000u);
+}
+
+TEST(EhFrameRows, VdsoTableIsLibdwsRowForRow) {
+  const auto* ehdr = reinterpret_cast<const uint8_t*>(getauxval(AT_SYSINFO_EHDR));
+  ASSERT_NE(ehdr, nullptr);
+  // The vDSO's size: the end of its last program header's segment.
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  size_t size = 0;
+  while (std::getline(maps, line)) {
+    if (line.find("[vdso]") == std::string::npos) continue;
+    unsigned long long lo = 0, hi = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "%llx-%llx", &lo, &hi), 2) << line;
+    ASSERT_EQ(lo, reinterpret_cast<uintptr_t>(ehdr));
+    size = hi - lo;
+  }
+  ASSERT_NE(size, 0u);
+  const std::vector<uint8_t> image(ehdr, ehdr + size);
+  const auto one_pass = hpd::compile_cfi_table_image(image, "[vdso]");
+  EXPECT_FALSE(one_pass->rows.empty()) << one_pass->error;
+  EXPECT_EQ(one_pass->eh_frame_through_libdw, "");
+  // The image path has no options: the same image compiled as a file, both ways.
+  char path[] = "/tmp/hpd-vdso-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, image.data(), image.size()), static_cast<ssize_t>(image.size()));
+  close(fd);
+  CfiTableOptions libdw_options;
+  libdw_options.eh_frame_through_libdw = true;
+  libdw_options.use_debug_frame = false;
+  CfiTableOptions options;
+  options.use_debug_frame = false;
+  const auto file_one_pass = hpd::compile_cfi_table({path}, "", options);
+  const auto file_libdw = hpd::compile_cfi_table({path}, "", libdw_options);
+  unlink(path);
+  expect_same_tables("[vdso]", *file_one_pass, *file_libdw);
+  expect_same_tables("[vdso] image", *one_pass, *file_libdw);
+}
+
+// Damaged sections: the reader refuses what it cannot read and the module is read through libdw, which
+// gives what it gave before (no crash either way). Every byte of libc's .eh_frame_hdr-listed FDEs is
+// not practical to damage; this cuts the file at points inside .eh_frame.
+TEST(EhFrameRows, TruncatedFilesGiveTheSameTablesEitherWay) {
+  const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6";
+  std::ifstream in(libc, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 100000u);
+  char path[] = "/tmp/hpd-cut-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  for (const double share : {0.95, 0.9, 0.8, 0.5}) {
+    const size_t cut = static_cast<size_t>(bytes.size() * share);
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(bytes.data(), static_cast<std::streamsize>(cut));
+    CfiTableOptions libdw_options;
+    libdw_options.eh_frame_through_libdw = true;
+    const auto one_pass = hpd::compile_cfi_table({path}, "", CfiTableOptions{});
+    const auto libdw = hpd::compile_cfi_table({path}, "", libdw_options);
+    SCOPED_TRACE("cut at " + std::to_string(cut));
+    EXPECT_EQ(one_pass->rows.size(), libdw->rows.size());
+    EXPECT_EQ(one_pass->error, libdw->error);
+  }
+  unlink(path);
+}
+
+// The file offset and size of section `name` of a 64-bit ELF image (0, 0 when it has none).
+std::pair<size_t, size_t> section_of(const std::vector<char>& file, const char* name) {
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, file.data(), sizeof eh);
+  std::vector<Elf64_Shdr> sections(eh.e_shnum);
+  std::memcpy(sections.data(), file.data() + eh.e_shoff, eh.e_shnum * sizeof(Elf64_Shdr));
+  const Elf64_Shdr& names = sections.at(eh.e_shstrndx);
+  for (const Elf64_Shdr& sh : sections)
+    if (std::strcmp(file.data() + names.sh_offset + sh.sh_name, name) == 0) return {sh.sh_offset, sh.sh_size};
+  return {0, 0};
+}
+
+// Damaged CFI: bytes of a gcc-built program's .eh_frame changed at random, 300 times, compiled with the
+// one-pass reader (under the sanitizers in CI: no read outside the section). Whatever it makes of them,
+// the rows come sorted by pc, and a module it cannot read goes through libdw.
+TEST(EhFrameRows, DamagedEhFrameNeverCrashes) {
+  std::ifstream in(fixture("chain_gcc"), std::ios::binary);
+  const std::vector<char> original((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(original.size(), sizeof(Elf64_Ehdr));
+  const auto [offset, size] = section_of(original, ".eh_frame");
+  ASSERT_GT(size, 64u);
+  char path[] = "/tmp/hpd-damaged-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::mt19937 random(31);
+  int read_one_pass = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<char> bytes = original;
+    const int changes = 1 + static_cast<int>(random() % 4);
+    for (int i = 0; i < changes; ++i) bytes[offset + random() % size] = static_cast<char>(random());
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    const auto table = hpd::compile_cfi_table({path}, "", CfiTableOptions{});
+    for (size_t i = 1; i < table->rows.size(); ++i)
+      ASSERT_LT(table->rows[i - 1].pc, table->rows[i].pc) << "round " << round << " row " << i;
+    read_one_pass += table->eh_frame_through_libdw.empty() ? 1 : 0;
+  }
+  unlink(path);
+  // Most changes land in instructions or addresses the reader takes as they are.
+  EXPECT_GT(read_one_pass, 0);
+}
+
+// By hand: every ELF file of HPD_EH_FRAME_SWEEP (a directory), compared; prints the ones read through
+// libdw and why.
+TEST(EhFrameRows, SweepOfADirectory) {
+  const char* dir = std::getenv("HPD_EH_FRAME_SWEEP");
+  if (dir == nullptr) GTEST_SKIP() << "set HPD_EH_FRAME_SWEEP=DIR to compare every ELF file of DIR";
+  size_t files = 0;
+  size_t rows = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (!entry.is_regular_file() || entry.is_symlink()) continue;
+    std::ifstream f(entry.path(), std::ios::binary);
+    char magic[4] = {};
+    if (!f.read(magic, 4) || std::memcmp(magic,
+                                         "\x7f"
+                                         "ELF",
+                                         4) != 0)
+      continue;
+    CfiTableOptions libdw_options;
+    libdw_options.eh_frame_through_libdw = true;
+    const auto one_pass = hpd::compile_cfi_table({entry.path().string()}, "", CfiTableOptions{});
+    if (!one_pass->eh_frame_through_libdw.empty())
+      std::printf("through libdw: %s: %s\n", entry.path().c_str(), one_pass->eh_frame_through_libdw.c_str());
+    const auto libdw = hpd::compile_cfi_table({entry.path().string()}, "", libdw_options);
+    expect_same_tables(entry.path().string(), *one_pass, *libdw, false);
+    ++files;
+    rows += libdw->rows.size();
+  }
+  std::printf("%zu files, %zu rows compared\n", files, rows);
+}
+
+}  // namespace
