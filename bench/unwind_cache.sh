@@ -4,20 +4,23 @@
 # with a warm one (a directory filled by WARMUPS recordings first), runs interleaved, RUNS times each;
 # prints the medians, the share of samples walked by frame pointer for want of their tables (not in
 # the eBPF maps yet when they were taken, and not walked again),
-# and the warm cache's size on disk.
-# Usage: bench/unwind_cache.sh HPCTL [RUNS] [SECONDS] [WARMUPS]
+# and the warm cache's size on disk. KINDS (default "cold warm") may add cold-libdw: cold, with every
+# .eh_frame compiled through libdw one pc at a time (HPD_EH_FRAME_THROUGH_LIBDW=1, the compiler before
+# its one-pass reader), as the anchor of the compile's cost.
+# Usage: [KINDS="cold cold-libdw warm"] bench/unwind_cache.sh HPCTL [RUNS] [SECONDS] [WARMUPS]
 set -euo pipefail
 hpctl=$1
 runs=${2:-5}
 seconds=${3:-2}
 warmups=${4:-3}
+kinds=${KINDS:-cold warm}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # One recording: prints "CPU_SECONDS WALL_SECONDS PENDING_PERCENT".
-measure() {  # measure CACHE_HOME
+measure() {  # measure CACHE_HOME [ENV=VALUE]
   local out cpu wall pending
-  out=$( { XDG_CACHE_HOME=$1 /usr/bin/time -f 'cpu %U %S wall %e' "$hpctl" record --all -d "$seconds" \
+  out=$( { env XDG_CACHE_HOME="$1" ${2:-} /usr/bin/time -f 'cpu %U %S wall %e' "$hpctl" record --all -d "$seconds" \
     -o "$tmp/x.hpr" --no-report; } 2>&1 >/dev/null)
   rm -f "$tmp/x.hpr"
   cpu=$(sed -n 's/^cpu \([0-9.]*\) \([0-9.]*\) wall.*/\1 + \2/p' <<<"$out" | bc -l)
@@ -33,10 +36,12 @@ for ((i = 0; i < warmups; i++)); do measure "$tmp/warm" >/dev/null; done
 
 declare -A cpu wall pending
 for ((i = 0; i < runs; i++)); do
-  for kind in cold warm; do
+  for kind in $kinds; do
     home=$tmp/warm
-    [ "$kind" = cold ] && home=$tmp/cold-$i
-    read -r c w p < <(measure "$home")
+    extra=
+    [ "$kind" != warm ] && home=$tmp/$kind-$i
+    [ "$kind" = cold-libdw ] && extra=HPD_EH_FRAME_THROUGH_LIBDW=1
+    read -r c w p < <(measure "$home" $extra)
     cpu[$kind]+="$c "
     wall[$kind]+="$w "
     pending[$kind]+="$p "
@@ -44,10 +49,10 @@ for ((i = 0; i < runs; i++)); do
 done
 
 printf 'hpctl record --all -d %s, %d runs each (medians)\n' "$seconds" "$runs"
-printf '%-6s %12s %12s %28s\n' cache "cpu s" "wall s" "samples fp-walked (tables)"
-for kind in cold warm; do
+printf '%-10s %12s %12s %28s\n' cache "cpu s" "wall s" "samples fp-walked (tables)"
+for kind in $kinds; do
   # shellcheck disable=SC2086
-  printf '%-6s %12.2f %12.2f %27.1f%%\n' "$kind" "$(median ${cpu[$kind]})" "$(median ${wall[$kind]})" \
+  printf '%-10s %12.2f %12.2f %27.1f%%\n' "$kind" "$(median ${cpu[$kind]})" "$(median ${wall[$kind]})" \
     "$(median ${pending[$kind]})"
 done
 printf 'warm cache on disk: %s in %d files\n' "$(du -sh "$tmp/warm/hpd" | cut -f1)" \

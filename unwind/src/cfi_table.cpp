@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 
 #include "cfi_module.h"
@@ -368,9 +369,12 @@ std::shared_ptr<const CfiTable> compile_cfi_table(const std::vector<std::string>
                                                   const std::string& build_id,
                                                   const CfiTableOptions& options) {
   const auto begin = std::chrono::steady_clock::now();
-  return compile_module(
-      CfiModule::open_file(candidates, build_id, options.debug_root, options.use_debug_frame, 16), options,
-      begin);
+  // The benchmarks' anchor (bench/unwind_cache.sh's cold-libdw): every .eh_frame through libdw.
+  static const bool through_libdw = std::getenv("HPD_EH_FRAME_THROUGH_LIBDW") != nullptr;
+  CfiTableOptions o = options;
+  o.eh_frame_through_libdw = o.eh_frame_through_libdw || through_libdw;
+  return compile_module(CfiModule::open_file(candidates, build_id, o.debug_root, o.use_debug_frame, 16), o,
+                        begin);
 }
 
 std::shared_ptr<const CfiTable> compile_cfi_table_image(std::span<const uint8_t> image,
