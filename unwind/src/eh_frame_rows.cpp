@@ -17,6 +17,12 @@ constexpr uint8_t kPeFormat = 0x0f;
 // what a compiler writes for x86-64.
 constexpr uint64_t kMaxRegister = 128;
 
+// An operand times a factor (the CIE's data alignment), wrapping as two's complement does rather than
+// overflowing: damaged CFI may hold any number.
+int64_t scaled(uint64_t operand, int64_t factor) {
+  return static_cast<int64_t>(operand * static_cast<uint64_t>(factor));
+}
+
 }  // namespace
 
 // Bounded little-endian reads over [pos, end) of the section; every read fails once past the end.
@@ -202,7 +208,7 @@ const EhFrameRows::Cie* EhFrameRows::cie_at(size_t offset, std::string* why) {
   return &cies_.emplace(offset, std::move(cie)).first->second;
 }
 
-bool EhFrameRows::rows(uint64_t fde, uint64_t start, std::vector<FrameRule>* rows, std::string* why) {
+bool EhFrameRows::parse_fde(uint64_t fde, Fde* out, std::string* why) {
   if (fde < vaddr_ || fde - vaddr_ >= section_.size()) {
     *why = "an FDE outside .eh_frame";
     return false;
@@ -221,32 +227,43 @@ bool EhFrameRows::rows(uint64_t fde, uint64_t start, std::vector<FrameRule>* row
     *why = "an FDE's CIE pointer";
     return false;
   }
-  const Cie* cie = cie_at(pointer_at - cie_pointer, why);
-  if (cie == nullptr) return false;
-  uint64_t pc_begin = 0;
-  uint64_t pc_range = 0;
-  if (!r.pointer(cie->fde_encoding, vaddr_, &pc_begin) ||
-      !r.pointer(cie->fde_encoding & kPeFormat, vaddr_, &pc_range)) {
-    *why = "FDE address encoding " + std::to_string(cie->fde_encoding);
+  out->cie = cie_at(pointer_at - cie_pointer, why);
+  if (out->cie == nullptr) return false;
+  if (!r.pointer(out->cie->fde_encoding, vaddr_, &out->pc_begin) ||
+      !r.pointer(out->cie->fde_encoding & kPeFormat, vaddr_, &out->pc_range)) {
+    *why = "FDE address encoding " + std::to_string(out->cie->fde_encoding);
     return false;
   }
-  if (pc_begin != start) {
-    *why = "an FDE whose start is not the one .eh_frame_hdr lists";
-    return false;
-  }
-  if (cie->augmented) {
+  if (out->cie->augmented) {
     std::span<const uint8_t> data;
     if (!r.block(&data)) {
       *why = "an FDE's augmentation data";
       return false;
     }
   }
-  State state = cie->initial;
+  out->program = section_.subspan(r.pos(), r.end() - r.pos());
+  out->program_vaddr = vaddr_ + r.pos();
+  return true;
+}
+
+bool EhFrameRows::fde_start(uint64_t fde, uint64_t* start, std::string* why) {
+  Fde f;
+  if (!parse_fde(fde, &f, why)) return false;
+  *start = f.pc_begin;
+  return true;
+}
+
+bool EhFrameRows::rows(uint64_t fde, uint64_t start, std::vector<FrameRule>* rows, std::string* why) {
+  Fde f;
+  if (!parse_fde(fde, &f, why)) return false;
+  if (f.pc_begin != start) {
+    *why = "an FDE whose start is not the one .eh_frame_hdr lists";
+    return false;
+  }
+  State state = f.cie->initial;
   remembered_.clear();
-  uint64_t loc = pc_begin;
-  const uint64_t end = pc_begin + pc_range;
-  return run(section_.subspan(r.pos(), r.end() - r.pos()), *cie, false, vaddr_ + r.pos(), &state, &loc, end,
-             rows, why);
+  uint64_t loc = f.pc_begin;
+  return run(f.program, *f.cie, false, f.program_vaddr, &state, &loc, f.pc_begin + f.pc_range, rows, why);
 }
 
 bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool initial, uint64_t program_vaddr,
@@ -298,9 +315,7 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
     bool ok = true;
     switch (op & 0xc0) {
       case DW_CFA_advance_loc: ok = advance(*loc + (op & 0x3f) * cie.code_align); break;
-      case DW_CFA_offset:
-        ok = r.uleb(&a) && set(op & 0x3f, Rule::kOffset, static_cast<int64_t>(a) * cie.data_align);
-        break;
+      case DW_CFA_offset: ok = r.uleb(&a) && set(op & 0x3f, Rule::kOffset, scaled(a, cie.data_align)); break;
       case DW_CFA_restore: ok = restore(op & 0x3f); break;
       default:
         switch (op) {
@@ -310,7 +325,7 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
           case DW_CFA_advance_loc2: ok = r.fixed(2, &a) && advance(*loc + a * cie.code_align); break;
           case DW_CFA_advance_loc4: ok = r.fixed(4, &a) && advance(*loc + a * cie.code_align); break;
           case DW_CFA_offset_extended:
-            ok = r.uleb(&a) && r.uleb(&b) && set(a, Rule::kOffset, static_cast<int64_t>(b) * cie.data_align);
+            ok = r.uleb(&a) && r.uleb(&b) && set(a, Rule::kOffset, scaled(b, cie.data_align));
             break;
           case DW_CFA_restore_extended: ok = r.uleb(&a) && restore(a); break;
           case DW_CFA_undefined: ok = r.uleb(&a) && set(a, Rule::kUndefined, 0); break;
@@ -336,7 +351,7 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
             state->cfa_set = true;
             state->cfa_is_expr = false;
             state->cfa_reg = a;
-            state->cfa_offset = s * cie.data_align;
+            state->cfa_offset = scaled(static_cast<uint64_t>(s), cie.data_align);
             break;
           case DW_CFA_def_cfa_register:
             ok = cfa_offset_rule() && r.uleb(&a);
@@ -348,7 +363,7 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
             break;
           case DW_CFA_def_cfa_offset_sf:
             ok = cfa_offset_rule() && r.sleb(&s);
-            state->cfa_offset = s * cie.data_align;
+            state->cfa_offset = scaled(static_cast<uint64_t>(s), cie.data_align);
             break;
           case DW_CFA_def_cfa_expression:
             ok = r.block(&block);
@@ -363,18 +378,19 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
             if (ok && a < kRegCount) state->regs[a].block = block;
             break;
           case DW_CFA_offset_extended_sf:
-            ok = r.uleb(&a) && r.sleb(&s) && set(a, Rule::kOffset, s * cie.data_align);
+            ok = r.uleb(&a) && r.sleb(&s) &&
+                 set(a, Rule::kOffset, scaled(static_cast<uint64_t>(s), cie.data_align));
             break;
           case DW_CFA_val_offset:
-            ok = r.uleb(&a) && r.uleb(&b) &&
-                 set(a, Rule::kValOffset, static_cast<int64_t>(b) * cie.data_align);
+            ok = r.uleb(&a) && r.uleb(&b) && set(a, Rule::kValOffset, scaled(b, cie.data_align));
             break;
           case DW_CFA_val_offset_sf:
-            ok = r.uleb(&a) && r.sleb(&s) && set(a, Rule::kValOffset, s * cie.data_align);
+            ok = r.uleb(&a) && r.sleb(&s) &&
+                 set(a, Rule::kValOffset, scaled(static_cast<uint64_t>(s), cie.data_align));
             break;
           case DW_CFA_GNU_args_size: ok = r.uleb(&a); break;
           case DW_CFA_GNU_negative_offset_extended:
-            ok = r.uleb(&a) && r.uleb(&b) && set(a, Rule::kOffset, -static_cast<int64_t>(b) * cie.data_align);
+            ok = r.uleb(&a) && r.uleb(&b) && set(a, Rule::kOffset, scaled(0 - b, cie.data_align));
             break;
           default: *why = "CFA instruction " + std::to_string(op); return false;
         }

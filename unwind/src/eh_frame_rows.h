@@ -30,6 +30,10 @@ class EhFrameRows {
   // `*why`, when the FDE (or its CIE) holds something this reader does not interpret.
   bool rows(uint64_t fde, uint64_t start, std::vector<FrameRule>* rows, std::string* why);
 
+  // The start address (pc_begin) of the FDE at virtual address `fde`; false, with `*why`, when it
+  // cannot be read.
+  bool fde_start(uint64_t fde, uint64_t* start, std::string* why);
+
   // The operations of the rules' expressions (their expr_begin and expr_len index it).
   std::span<const ExprOp> ops() const { return ops_; }
   void clear_ops() { ops_.clear(); }
@@ -68,6 +72,15 @@ class EhFrameRows {
     State initial;             // after the ABI's defaults and the CIE's initial instructions
   };
   class Reader;
+  // An FDE's header read: its CIE, its range and where its instructions are.
+  struct Fde {
+    const Cie* cie = nullptr;
+    uint64_t pc_begin = 0;
+    uint64_t pc_range = 0;
+    std::span<const uint8_t> program;
+    uint64_t program_vaddr = 0;
+  };
+  bool parse_fde(uint64_t fde, Fde* out, std::string* why);
 
   const Cie* cie_at(size_t offset, std::string* why);
   // Runs `program` over `state`; at each advance past the row's start, the row so far goes to `emit`.
