@@ -134,6 +134,17 @@ struct Interval {
   CfiRow row;
 };
 
+// One row from `pc` (its rule's start) to its end or `limit`, counted; returns where it ends.
+uint64_t add_row(const FrameRule& rule, std::span<const ExprOp> store, uint64_t pc, uint64_t limit,
+                 CfiTable& table, std::vector<Interval>& out) {
+  const CfiRow row = classify(rule, store);
+  ++table.cfi_rows;
+  if (row.cfa_kind == static_cast<uint8_t>(CfaKind::kUnsupported)) ++table.unsupported_rows;
+  const uint64_t row_end = std::min<uint64_t>(rule.row_end, limit);
+  out.push_back({pc, row_end, row});
+  return row_end;
+}
+
 // Rows of one FDE range from `source` into `out`. `end` = 0: the FDE's own end (the last row's end).
 void rows_of_range(CfiModule& m, bool debug_frame, uint64_t start, uint64_t end, uint64_t next_start,
                    CfiTable& table, std::vector<Interval>& out) {
@@ -144,12 +155,7 @@ void rows_of_range(CfiModule& m, bool debug_frame, uint64_t start, uint64_t end,
     FrameRule rule;
     if (!m.row_for_table(debug_frame, pc, &rule)) break;
     if (rule.row_end <= pc || rule.row_start > pc) break;
-    CfiRow row = classify(rule, m.all_ops());
-    ++table.cfi_rows;
-    if (row.cfa_kind == static_cast<uint8_t>(CfaKind::kUnsupported)) ++table.unsupported_rows;
-    const uint64_t row_end = std::min<uint64_t>(rule.row_end, limit);
-    out.push_back({pc, row_end, row});
-    pc = row_end;
+    pc = add_row(rule, m.all_ops(), pc, limit, table, out);
   }
 }
 
@@ -179,12 +185,7 @@ bool eh_frame_rows(const CfiModule& m, const std::vector<CfiModule::FdeRange>& r
     uint64_t pc = ranges[i].start;
     for (const FrameRule& rule : rows) {
       if (pc >= limit || rule.row_start != pc) break;
-      CfiRow row = classify(rule, reader.ops());
-      ++table.cfi_rows;
-      if (row.cfa_kind == static_cast<uint8_t>(CfaKind::kUnsupported)) ++table.unsupported_rows;
-      const uint64_t row_end = std::min<uint64_t>(rule.row_end, limit);
-      out.push_back({pc, row_end, row});
-      pc = row_end;
+      pc = add_row(rule, reader.ops(), pc, limit, table, out);
     }
   }
   return true;

@@ -300,6 +300,13 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
     if (reg < kRegCount) state->regs[reg] = cie.initial.regs[reg];
     return true;
   };
+  auto set_cfa = [&](uint64_t reg, int64_t offset) {
+    state->cfa_set = true;
+    state->cfa_is_expr = false;
+    state->cfa_reg = reg;
+    state->cfa_offset = offset;
+    return true;
+  };
   // DW_CFA_def_cfa_register and _offset change a register-based CFA (libdw refuses them otherwise).
   auto cfa_offset_rule = [&] {
     if (!state->cfa_set || state->cfa_is_expr) return fail("a CFA offset or register without a register CFA");
@@ -339,19 +346,9 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
             *state = remembered_.back();
             remembered_.pop_back();
             break;
-          case DW_CFA_def_cfa:
-            ok = r.uleb(&a) && r.uleb(&b);
-            state->cfa_set = true;
-            state->cfa_is_expr = false;
-            state->cfa_reg = a;
-            state->cfa_offset = static_cast<int64_t>(b);
-            break;
+          case DW_CFA_def_cfa: ok = r.uleb(&a) && r.uleb(&b) && set_cfa(a, static_cast<int64_t>(b)); break;
           case DW_CFA_def_cfa_sf:
-            ok = r.uleb(&a) && r.sleb(&s);
-            state->cfa_set = true;
-            state->cfa_is_expr = false;
-            state->cfa_reg = a;
-            state->cfa_offset = scaled(static_cast<uint64_t>(s), cie.data_align);
+            ok = r.uleb(&a) && r.sleb(&s) && set_cfa(a, scaled(static_cast<uint64_t>(s), cie.data_align));
             break;
           case DW_CFA_def_cfa_register:
             ok = cfa_offset_rule() && r.uleb(&a);
