@@ -308,11 +308,18 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
     return true;
   };
   // DW_CFA_def_cfa_register and _offset change a register-based CFA (libdw refuses them otherwise).
+  // DW_CFA_def_cfa_register and _offset change a register-based CFA: after an expression (hand-written
+  // assembly does this, libgcrypt's), libdw refuses the rule for every pc from there on, so the FDE's
+  // rows end at the row that holds the instruction.
+  bool refused = false;
   auto cfa_offset_rule = [&] {
-    if (!state->cfa_set || state->cfa_is_expr) return fail("a CFA offset or register without a register CFA");
+    if (!state->cfa_set) return fail("a CFA offset or register before any CFA");
+    if (!state->cfa_is_expr) return true;
+    if (initial) return fail("a CFA offset or register after a CFA expression in a CIE");
+    refused = true;
     return true;
   };
-  while (!r.at_end() && !past_end) {
+  while (!r.at_end() && !past_end && !refused) {
     uint8_t op = 0;
     r.u8(&op);
     uint64_t a = 0;
@@ -397,7 +404,8 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
       return false;
     }
   }
-  if (!initial && !past_end && *loc < end && !emit(*state, cie, *loc, end, rows, why)) return false;
+  if (!initial && !past_end && !refused && *loc < end && !emit(*state, cie, *loc, end, rows, why))
+    return false;
   return true;
 }
 
