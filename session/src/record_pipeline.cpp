@@ -501,6 +501,20 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                     static_cast<unsigned long long>(c.modules_refused));
       s.notes.emplace_back(line);
     }
+    // A map large enough for what this recording needed at once, with a tenth more, in steps of
+    // 256 Ki rows (4 MiB): the option that gives the refused modules their tables next time.
+    if (c.modules_refused != 0 && c.rows_wanted > c.row_capacity) {
+      constexpr uint64_t kStep = 256 * 1024;
+      const uint64_t rows = std::min<uint64_t>(
+          (c.rows_wanted + c.rows_wanted / 10 + kStep - 1) / kStep * kStep, kMaxCfiRowCapacity);
+      std::snprintf(line, sizeof line,
+                    "cfi: --cfi-rows %llu (%llu MiB of kernel memory for the rows, against %llu MiB now) "
+                    "would have held the tables refused beside those loaded (%llu rows at most at once)",
+                    static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rows * 16 >> 20),
+                    static_cast<unsigned long long>(c.row_capacity * 16 >> 20),
+                    static_cast<unsigned long long>(c.rows_wanted));
+      s.notes.emplace_back(line);
+    }
     // Modules refused for lack of room first: the other reasons (no CFI) are the modules' own.
     std::vector<std::string> without = c.without_table;
     std::stable_partition(without.begin(), without.end(), [](const std::string& m) {

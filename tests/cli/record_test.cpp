@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -321,8 +322,9 @@ TEST_P(RecordTest, UnprivilegedUserIsToldWhatIsMissing) {
 }
 
 // --cfi-rows reaches the eBPF row map: with room for the program's own table but not for libc's
-// (about 28,000 rows), libc is refused and named, the summary gives the capacity asked for, and the
-// stacks still reach the program's functions (by frame pointer through libc). Default flags otherwise.
+// (about 28,000 rows), libc is refused and named, the summary gives the capacity asked for and the one
+// that would have held libc's table (which then does), and the stacks still reach the program's functions
+// (by frame pointer through libc). Default flags otherwise.
 TEST(RecordCfiRows, SmallRowMapRefusesLibcAndSaysSo) {
   hpd::testing::TempDir tmp{"hpd-it-cfi-rows", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
   const std::string out = tmp.path() + "/small.json.gz";
@@ -335,6 +337,21 @@ TEST(RecordCfiRows, SmallRowMapRefusesLibcAndSaysSo) {
   ASSERT_NE(refused, std::string::npos) << r.err;
   const size_t line_start = r.err.rfind('\n', refused);
   EXPECT_NE(r.err.substr(line_start, refused - line_start).find("libc.so"), std::string::npos) << r.err;
+
+  // The summary names the row map that would have held every table; recorded again with it, nothing is
+  // refused.
+  const std::string advice = "cfi: --cfi-rows ";
+  const size_t at = r.err.find(advice);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string rows = std::to_string(std::strtoull(r.err.c_str() + at + advice.size(), nullptr, 10));
+  EXPECT_GT(std::stoull(rows), 3000u) << r.err;
+  EXPECT_NE(r.err.find("would have held the tables refused beside those loaded"), std::string::npos) << r.err;
+  RunResult again = run({kHpctl, "record", "--backend", "bpf", "--cfi-rows", rows, "--no-report", "-o", out,
+                         "--", kFixtures + "/cpu_split_nofp", "1"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find(" of " + rows + " rows"), std::string::npos) << again.err;
+  EXPECT_EQ(again.err.find("the CFI row map is full"), std::string::npos) << again.err;
+  EXPECT_EQ(again.err.find(advice), std::string::npos) << again.err;
 
   // The default map holds libc: nothing refused.
   RunResult d = run({kHpctl, "record", "--backend", "bpf", "--no-report", "-o", out, "--",

@@ -114,6 +114,7 @@ void BpfSession::summarize() {
     c.row_capacity = t.row_capacity;
     c.modules_evicted = t.modules_evicted;
     c.modules_refused = t.modules_refused;
+    c.rows_wanted = t.rows_wanted;
     c.compile_ns = t.compile_ns;
     c.tables_compiled = t.tables_compiled;
     c.tables_kept = t.tables_kept;

@@ -735,6 +735,7 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
     }
   }
   if (!placed) {
+    if (!module.no_room) refused_rows_ += t.rows.size();
     module.no_room = true;
     module.refused_rows = static_cast<uint32_t>(t.rows.size());
     module.refused_buckets = static_cast<uint32_t>(t.index.buckets.size());
@@ -750,6 +751,7 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
       ++stats_.modules_refused;
       stats_.without_table.push_back(module.path + text);
     }
+    note_rows_wanted();
     // Not held for a later try: a collection of an hour with a full row map (a host that starts many
     // programs) would hold the table of every module it refused, beyond the bound of the tables hpd
     // keeps. Mapped again once room may be made (room_may_be_made), the module asks for it again: the
@@ -766,6 +768,7 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
   if (module.no_room) {
     // Refused earlier: say that the refusal was for part of the recording only.
     module.no_room = false;
+    refused_rows_ -= module.refused_rows;
     std::lock_guard lock(mutex_);
     for (std::string& line : stats_.without_table) {
       if (line.rfind(module.path + ": the CFI row map is full", 0) == 0 &&
@@ -773,11 +776,18 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
         line += "; loaded later, when room was made";
     }
   }
+  note_rows_wanted();
   std::lock_guard lock(mutex_);
   ++stats_.modules_loaded;
   stats_.rows = row_slots_.used();
   stats_.buckets = index_slots_.used();
   stats_.map_bytes = row_slots_.used() * kRowStride + index_slots_.used() * kBucketStride;
+}
+
+void CfiMaps::note_rows_wanted() {
+  if (refused_rows_ == 0) return;
+  std::lock_guard lock(mutex_);
+  stats_.rows_wanted = std::max<uint64_t>(stats_.rows_wanted, row_slots_.used() + refused_rows_);
 }
 
 void CfiMaps::mark_users_dirty(const std::string& key) {

@@ -38,14 +38,17 @@ inline constexpr size_t kRowStride = (sizeof(hpd_cfi_row) + 7) / 8 * 8;
 inline constexpr size_t kBucketStride = (sizeof(hpd_cfi_bucket) + 7) / 8 * 8;
 
 struct CfiMapStats {
-  uint64_t modules = 0;           // module files seen mapped
-  uint64_t modules_loaded = 0;    // with a table in the row map
-  uint64_t rows = 0;              // rows in the map
-  uint64_t row_capacity = 0;      // rows the map holds
-  uint64_t buckets = 0;           // index buckets in the index map
-  uint64_t map_bytes = 0;         // kernel memory of the rows and buckets in use (16 and 8 bytes each)
-  uint64_t modules_evicted = 0;   // tables taken out to make room
-  uint64_t modules_refused = 0;   // tables that did not fit even after evicting: frame pointers
+  uint64_t modules = 0;          // module files seen mapped
+  uint64_t modules_loaded = 0;   // with a table in the row map
+  uint64_t rows = 0;             // rows in the map
+  uint64_t row_capacity = 0;     // rows the map holds
+  uint64_t buckets = 0;          // index buckets in the index map
+  uint64_t map_bytes = 0;        // kernel memory of the rows and buckets in use (16 and 8 bytes each)
+  uint64_t modules_evicted = 0;  // tables taken out to make room
+  uint64_t modules_refused = 0;  // tables that did not fit even after evicting: frame pointers
+  // The most rows the tables loaded and those refused for lack of room (not loaded since) needed at
+  // once: a row map of this many would have held them all.
+  uint64_t rows_wanted = 0;
   uint64_t tables_released = 0;   // evicted tables of modules no followed process maps, let go
   uint64_t compile_ns = 0;        // worker time compiling tables not cached before
   uint64_t tables_compiled = 0;   // tables compiled by this recording
@@ -272,6 +275,10 @@ class CfiMaps {
   SlotRanges row_slots_;
   SlotRanges index_slots_;
   uint64_t tick_ = 0;  // publications so far: the modules' use clock
+  // Rows the tables of the modules refused for lack of room (and not loaded since) need, and the
+  // stats' rows_wanted brought up to date with them (after each refusal and each load).
+  uint64_t refused_rows_ = 0;
+  void note_rows_wanted();
   // Exits, execs and mappings replaced so far: each may have left a loaded table that no process uses.
   uint64_t releases_ = 0;
   std::set<std::string> refused_noted_;  // modules already named in without_table for lack of room

@@ -285,6 +285,8 @@ struct RecordResult {
     uint64_t row_capacity = 0;
     uint64_t modules_evicted = 0;  // tables taken out of the maps to make room (LRU, unmapped modules)
     uint64_t modules_refused = 0;  // tables that did not fit even then: walked by frame pointer
+    // The most rows the mapped modules' tables and a refused one needed at once (CfiMapStats).
+    uint64_t rows_wanted = 0;
     uint64_t compile_ns = 0;       // compiling tables that were not cached yet
     uint64_t tables_compiled = 0;  // tables this recording compiled
     // Tables kept in memory by earlier recordings of this process (hpd keeps them across its
