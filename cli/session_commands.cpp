@@ -446,6 +446,11 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
           static_cast<unsigned long long>(json_uint(c, "modules_loaded")),
           static_cast<unsigned long long>(json_uint(c, "modules_evicted")),
           static_cast<unsigned long long>(json_uint(c, "modules_refused")));
+      if (json_uint(c, "modules_refused") != 0 && json_uint(c, "rows_wanted") > json_uint(c, "row_capacity"))
+        std::printf(
+            "            a row map of %llu rows would have held them (continuous mode: continuous_cfi_rows "
+            "in hpd.conf; a recording: --cfi-rows)\n",
+            static_cast<unsigned long long>(json_uint(c, "rows_wanted")));
     }
     // The compiled tables hpd keeps for its next recordings, within max_kept_unwind_tables_mb.
     if (c.contains("kept") && c["kept"].is_object()) {

@@ -236,7 +236,7 @@ TEST(Hpd, StatusCountsTheCfiTablesOfRunningSessions) {
 }
 
 // --cfi-rows travels to the recording hpd runs: its row map has the capacity asked for, and libc's table
-// (about 28,000 rows) does not fit in 5000.
+// (about 28,000 rows) does not fit in 5000; the status says how many rows would have held it.
 TEST(Hpd, CfiRowsOfARequestSizeTheRecordingsRowMap) {
   Hpd hpd;
   Background target({kCpuSplit, "30"});
@@ -248,6 +248,9 @@ TEST(Hpd, CfiRowsOfARequestSizeTheRecordingsRowMap) {
   EXPECT_EQ(cfi["recordings"], 1) << cfi.dump();
   EXPECT_EQ(cfi["row_capacity"].get<uint64_t>(), 5000u) << cfi.dump();
   EXPECT_GE(cfi["modules_refused"].get<uint64_t>(), 1u) << cfi.dump();
+  EXPECT_GT(cfi["rows_wanted"].get<uint64_t>(), 20000u) << cfi.dump();
+  const RunResult status = run(hpctl(hpd, {"status"}));
+  EXPECT_NE(status.out.find("rows would have held them"), std::string::npos) << status.out;
   EXPECT_EQ(record.wait(), 0);
 }
 

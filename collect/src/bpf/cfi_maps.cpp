@@ -135,6 +135,7 @@ CfiMapsStatus cfi_maps_status() {
     out.modules_loaded += s.modules_loaded;
     out.modules_evicted += s.modules_evicted;
     out.modules_refused += s.modules_refused;
+    out.rows_wanted = std::max(out.rows_wanted, s.rows_wanted);
     out.map_bytes += s.map_bytes;
   }
   return out;

@@ -113,13 +113,10 @@ json Daemon::status_message(bool privileged) {
   reply["rss_bytes"] = read_rss_bytes();
   // The eBPF CFI tables of the recordings running now (sessions and continuous mode).
   const CfiMapsStatus cfi = cfi_maps_status();
-  reply["cfi"] = {{"recordings", cfi.recordings},
-                  {"rows", cfi.rows},
-                  {"row_capacity", cfi.row_capacity},
-                  {"modules_loaded", cfi.modules_loaded},
-                  {"modules_evicted", cfi.modules_evicted},
-                  {"modules_refused", cfi.modules_refused},
-                  {"map_bytes", cfi.map_bytes}};
+  reply["cfi"] = {{"recordings", cfi.recordings},           {"rows", cfi.rows},
+                  {"row_capacity", cfi.row_capacity},       {"modules_loaded", cfi.modules_loaded},
+                  {"modules_evicted", cfi.modules_evicted}, {"modules_refused", cfi.modules_refused},
+                  {"rows_wanted", cfi.rows_wanted},         {"map_bytes", cfi.map_bytes}};
   // The compiled tables hpd keeps across recordings (max_kept_unwind_tables_mb).
   const KeptCfiTablesStatus kept = kept_cfi_tables_status();
   reply["cfi"]["kept"] = {{"tables", kept.tables},

@@ -346,6 +346,9 @@ struct CfiMapsStatus {
   uint64_t modules_evicted = 0;
   uint64_t modules_refused = 0;
   uint64_t map_bytes = 0;  // kernel memory the rows and their indexes take
+  // The most rows one of them needed at once for the tables it loaded and those it refused for lack of
+  // room (CfiMapStats::rows_wanted; 0: none refused): a row map of this many would have held them.
+  uint64_t rows_wanted = 0;
 };
 CfiMapsStatus cfi_maps_status();
 
