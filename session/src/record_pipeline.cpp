@@ -507,12 +507,12 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
       constexpr uint64_t kStep = 256 * 1024;
       const uint64_t rows = std::min<uint64_t>(
           (c.rows_wanted + c.rows_wanted / 10 + kStep - 1) / kStep * kStep, kMaxCfiRowCapacity);
-      std::snprintf(line, sizeof line,
-                    "cfi: --cfi-rows %llu (%llu MiB of kernel memory for the rows, against %llu MiB now) "
-                    "would have held the tables refused beside those loaded (%llu rows at most at once)",
-                    static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rows * 16 >> 20),
-                    static_cast<unsigned long long>(c.row_capacity * 16 >> 20),
-                    static_cast<unsigned long long>(c.rows_wanted));
+      std::snprintf(
+          line, sizeof line,
+          "cfi: --cfi-rows %llu (%llu MiB of kernel memory for its rows) would have held the tables "
+          "refused beside those loaded: %llu rows at most at once, in a map of %llu",
+          static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rows * 16 >> 20),
+          static_cast<unsigned long long>(c.rows_wanted), static_cast<unsigned long long>(c.row_capacity));
       s.notes.emplace_back(line);
     }
     // Modules refused for lack of room first: the other reasons (no CFI) are the modules' own.
