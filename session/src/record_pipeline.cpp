@@ -501,8 +501,19 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                     static_cast<unsigned long long>(c.modules_refused));
       s.notes.emplace_back(line);
     }
-    // A map large enough for what this recording needed at once, with a tenth more, in steps of
-    // 256 Ki rows (4 MiB): the option that gives the refused modules their tables next time.
+    // Modules refused for lack of room first: the other reasons (no CFI) are the modules' own.
+    std::vector<std::string> without = c.without_table;
+    std::stable_partition(without.begin(), without.end(), [](const std::string& m) {
+      return m.find("the CFI row map is full") != std::string::npos;
+    });
+    constexpr size_t kShown = 5;
+    for (size_t i = 0; i < without.size() && i < kShown; ++i)
+      s.notes.push_back("cfi: frame pointers for " + without[i]);
+    if (without.size() > kShown)
+      s.notes.push_back("cfi: and " + std::to_string(without.size() - kShown) +
+                        " more modules without a table (frame pointers)");
+    // After them, a map large enough for what this recording needed at once, with a tenth more, in
+    // steps of 256 Ki rows (4 MiB): the option that gives the refused modules their tables next time.
     if (c.modules_refused != 0 && c.rows_wanted > c.row_capacity) {
       constexpr uint64_t kStep = 256 * 1024;
       const uint64_t rows = std::min<uint64_t>(
@@ -515,17 +526,6 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
           static_cast<unsigned long long>(c.rows_wanted), static_cast<unsigned long long>(c.row_capacity));
       s.notes.emplace_back(line);
     }
-    // Modules refused for lack of room first: the other reasons (no CFI) are the modules' own.
-    std::vector<std::string> without = c.without_table;
-    std::stable_partition(without.begin(), without.end(), [](const std::string& m) {
-      return m.find("the CFI row map is full") != std::string::npos;
-    });
-    constexpr size_t kShown = 5;
-    for (size_t i = 0; i < without.size() && i < kShown; ++i)
-      s.notes.push_back("cfi: frame pointers for " + without[i]);
-    if (without.size() > kShown)
-      s.notes.push_back("cfi: and " + std::to_string(without.size() - kShown) +
-                        " more modules without a table (frame pointers)");
     // Tables loaded from the cache on disk were not compiled: what such samples lacked is a table in
     // the eBPF maps when they were taken (a process's first milliseconds, a library just loaded).
     if (c.samples_tables_pending != 0 && s.samples != 0) {

@@ -868,6 +868,11 @@ TEST(BpfCfi, ModuleRefusedForLackOfRoomIsNamed) {
   EXPECT_NE(cfi_notes[1].find("modules refused"), std::string::npos) << cfi_notes[1];
   EXPECT_NE(cfi_notes[2].find("frame pointers for"), std::string::npos) << cfi_notes[2];
   EXPECT_NE(cfi_notes[2].find("the CFI row map is full"), std::string::npos) << cfi_notes[2];
+  // After the modules, the row map that would have held them.
+  bool advised = false;
+  for (size_t i = 3; i < cfi_notes.size(); ++i)
+    advised = advised || cfi_notes[i].rfind("cfi: --cfi-rows ", 0) == 0;
+  EXPECT_TRUE(advised) << "the summary gives the --cfi-rows that would have held libc's table";
   bool libc_named = false;
   for (const std::string& m : r.cfi.without_table)
     libc_named = libc_named || (m.find("libc.so.6") != std::string::npos &&
