@@ -307,7 +307,6 @@ bool EhFrameRows::run(std::span<const uint8_t> program, const Cie& cie, bool ini
     state->cfa_offset = offset;
     return true;
   };
-  // DW_CFA_def_cfa_register and _offset change a register-based CFA (libdw refuses them otherwise).
   // DW_CFA_def_cfa_register and _offset change a register-based CFA: after an expression (hand-written
   // assembly does this, libgcrypt's), libdw refuses the rule for every pc from there on, so the FDE's
   // rows end at the row that holds the instruction.
