@@ -86,8 +86,8 @@ class EhFrameRows {
   // Runs `program` over `state` from `*loc`; at each advance past it, the row so far (when it begins
   // before `end`, the FDE's end) goes to `rows` (emit). `initial`: the CIE's own initial instructions
   // (no advance, no restore). `program_vaddr`: where `program` lies (DW_CFA_set_loc's pcrel base).
-  bool run(std::span<const uint8_t> program, const Cie& cie, bool initial, uint64_t program_vaddr, State* state,
-           uint64_t* loc, uint64_t end, std::vector<FrameRule>* rows, std::string* why);
+  bool run(std::span<const uint8_t> program, const Cie& cie, bool initial, uint64_t program_vaddr,
+           State* state, uint64_t* loc, uint64_t end, std::vector<FrameRule>* rows, std::string* why);
   bool emit(const State& state, const Cie& cie, uint64_t start, uint64_t end, std::vector<FrameRule>* rows,
             std::string* why);
   bool decode_expression(std::span<const uint8_t> block, std::vector<ExprOp>* out, std::string* why) const;
