@@ -3,7 +3,8 @@
 
 #include <dwarf.h>
 
-#include <cstring>
+
+#include "hpd/base/dwarf_bytes.h"
 
 namespace hpd::unwind_detail {
 
@@ -35,12 +36,8 @@ class EhFrameRows::Reader {
   void seek(size_t pos) { pos_ = pos; }
 
   bool fixed(unsigned size, uint64_t* value) {
-    if (end_ - pos_ < size || pos_ > end_) return false;
-    uint64_t v = 0;
-    std::memcpy(&v, bytes_.data() + pos_, size);  // x86-64: little-endian
-    pos_ += size;
-    *value = v;
-    return true;
+    return at(
+        [&](const uint8_t*& p, const uint8_t* end) { return dwarf_bytes::read_fixed(p, end, size, *value); });
   }
   bool signed_fixed(unsigned size, int64_t* value) {
     uint64_t v = 0;
@@ -56,31 +53,10 @@ class EhFrameRows::Reader {
     return true;
   }
   bool uleb(uint64_t* value) {
-    uint64_t v = 0;
-    for (unsigned shift = 0; pos_ < end_; shift += 7) {
-      const uint8_t b = bytes_[pos_++];
-      if (shift < 64) v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if ((b & 0x80) == 0) {
-        *value = v;
-        return true;
-      }
-    }
-    return false;
+    return at([&](const uint8_t*& p, const uint8_t* end) { return dwarf_bytes::read_uleb(p, end, *value); });
   }
   bool sleb(int64_t* value) {
-    uint64_t v = 0;
-    unsigned shift = 0;
-    while (pos_ < end_) {
-      const uint8_t b = bytes_[pos_++];
-      if (shift < 64) v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      shift += 7;
-      if ((b & 0x80) == 0) {
-        if (shift < 64 && (b & 0x40) != 0) v |= ~uint64_t{0} << shift;
-        *value = static_cast<int64_t>(v);
-        return true;
-      }
-    }
-    return false;
+    return at([&](const uint8_t*& p, const uint8_t* end) { return dwarf_bytes::read_sleb(p, end, *value); });
   }
   // A pointer in `encoding` (DW_EH_PE_*): absolute, or relative to its own address (`section_vaddr` +
   // its offset). False for the encodings .eh_frame on x86-64 does not use (datarel, textrel, funcrel,
@@ -118,6 +94,15 @@ class EhFrameRows::Reader {
       case DW_EH_PE_pcrel: *value = field + v; return true;
       default: return false;
     }
+  }
+  // One of dwarf_bytes' reads (hpd/base/dwarf_bytes.h) at pos_, which moves past what it read.
+  template <typename Read>
+  bool at(Read&& read) {
+    if (pos_ > end_) return false;
+    const uint8_t* p = bytes_.data() + pos_;
+    const bool ok = read(p, bytes_.data() + end_);
+    pos_ = static_cast<size_t>(p - bytes_.data());
+    return ok;
   }
   bool block(std::span<const uint8_t>* out) {
     uint64_t length = 0;

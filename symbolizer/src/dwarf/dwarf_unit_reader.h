@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "dwarf_bytes.h"
+#include "hpd/base/dwarf_bytes.h"
 #include "subroutine_map.h"
 
 namespace hpd::dwarf_unit {

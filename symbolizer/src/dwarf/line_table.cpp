@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dwarf_bytes.h"
+#include "hpd/base/dwarf_bytes.h"
 
 namespace hpd {
 namespace {

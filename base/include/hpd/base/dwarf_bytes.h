@@ -1,9 +1,10 @@
-// Bounds-checked reads of DWARF data in [p, end), shared by the line-program decoder and the DIE
-// walker: little-endian integers, LEB128 numbers and NUL-terminated strings. Each advances `p` past
+// Bounds-checked reads of DWARF data in [p, end), shared by the symbolizer's line-program decoder and
+// DIE walker and the unwinder's .eh_frame reader: little-endian integers, LEB128 numbers and
+// NUL-terminated strings. Each advances `p` past
 // what it read and returns false (nullptr for strings) when the data ends first; `p` never moves
 // past `end`.
-#ifndef HPD_SYMBOLIZER_DWARF_BYTES_H
-#define HPD_SYMBOLIZER_DWARF_BYTES_H
+#ifndef HPD_BASE_DWARF_BYTES_H
+#define HPD_BASE_DWARF_BYTES_H
 
 #include <cstddef>
 #include <cstdint>
