@@ -3,7 +3,6 @@
 
 #include <dwarf.h>
 
-
 #include "hpd/base/dwarf_bytes.h"
 
 namespace hpd::unwind_detail {
@@ -399,48 +398,45 @@ bool EhFrameRows::emit(const State& state, const Cie& cie, uint64_t start, uint6
   rule.signal_frame = cie.signal;
   rule.row_start = start;
   rule.row_end = end;
-  // The rules libdw's operations for each (dwarf_frame_cfa, dwarf_frame_register) turn into through
-  // cfa_rule_of and reg_rule_of: written directly for the forms that need no expression.
+  // The operations libdw gives for each rule (dwarf_frame_cfa, dwarf_frame_register), turned into rules
+  // by the code that turns libdw's own (cfa_rule_of, reg_rule_of). Those without an expression are built
+  // in `fixed` (three at most), expressions decoded into scratch_.
   if (!state.cfa_set) {
     *why = "a row without a CFA";
     return false;
   }
-  if (!state.cfa_is_expr && state.cfa_reg < kRegCount) {
-    rule.cfa.reg = static_cast<uint8_t>(state.cfa_reg);
-    rule.cfa.offset = state.cfa_offset;
-  } else {
+  ExprOp fixed[3];
+  std::span<const ExprOp> ops(fixed, 1);
+  if (state.cfa_is_expr) {
     scratch_.clear();
-    if (state.cfa_is_expr) {
-      if (!decode_expression(state.cfa_block, &scratch_, why)) return false;
-    } else {
-      scratch_.push_back({DW_OP_bregx, state.cfa_reg, static_cast<uint64_t>(state.cfa_offset)});
-    }
-    if (!cfa_rule_of(scratch_, &ops_, &rule.cfa)) {
-      *why = "a CFA rule libdw does not give";
-      return false;
-    }
+    if (!decode_expression(state.cfa_block, &scratch_, why)) return false;
+    ops = scratch_;
+  } else {
+    fixed[0] = {DW_OP_bregx, state.cfa_reg, static_cast<uint64_t>(state.cfa_offset)};
+  }
+  if (!cfa_rule_of(ops, &ops_, &rule.cfa)) {
+    *why = "a CFA rule libdw does not give";
+    return false;
   }
   // Only the registers the rows use; the others stay undefined in these rules.
   for (const unsigned reg : {kBpReg, kRaReg}) {
     const Reg& in = state.regs[reg];
-    RegRule& out = rule.regs[reg];
+    size_t n = 0;
+    ops = {};
     switch (in.rule) {
-      case Rule::kUnspecified:
-      case Rule::kUndefined: out.kind = RuleKind::kUndefined; continue;
-      case Rule::kSameValue: out.kind = RuleKind::kSameValue; continue;
+      case Rule::kUnspecified:  // libdw: undefined (x86-64 has no default of "same value")
+      case Rule::kUndefined:
+      case Rule::kSameValue: break;
       case Rule::kOffset:
       case Rule::kValOffset:
-        out.kind = in.rule == Rule::kOffset ? RuleKind::kOffset : RuleKind::kValOffset;
-        out.offset = in.value;
-        continue;
+        fixed[n++] = {DW_OP_call_frame_cfa, 0, 0};
+        if (in.value != 0) fixed[n++] = {DW_OP_plus_uconst, static_cast<uint64_t>(in.value), 0};
+        if (in.rule == Rule::kValOffset) fixed[n++] = {DW_OP_stack_value, 0, 0};
+        ops = {fixed, n};
+        break;
       case Rule::kRegister:
-        if (static_cast<uint64_t>(in.value) < kRegCount) {
-          out.kind = RuleKind::kRegister;
-          out.reg = static_cast<uint8_t>(in.value);
-          continue;
-        }
-        scratch_.clear();
-        scratch_.push_back({DW_OP_regx, static_cast<uint64_t>(in.value), 0});
+        fixed[0] = {DW_OP_regx, static_cast<uint64_t>(in.value), 0};
+        ops = {fixed, 1};
         break;
       case Rule::kExpression:
       case Rule::kValExpression:
@@ -448,9 +444,10 @@ bool EhFrameRows::emit(const State& state, const Cie& cie, uint64_t start, uint6
         scratch_.push_back({DW_OP_call_frame_cfa, 0, 0});
         if (!decode_expression(in.block, &scratch_, why)) return false;
         if (in.rule == Rule::kValExpression) scratch_.push_back({DW_OP_stack_value, 0, 0});
+        ops = scratch_;
         break;
     }
-    reg_rule_of(scratch_, false, &ops_, &out);
+    reg_rule_of(ops, in.rule == Rule::kSameValue, &ops_, &rule.regs[reg]);
   }
   return true;
 }
