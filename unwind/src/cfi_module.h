@@ -155,11 +155,12 @@ class CfiModule {
 // The rules of a row from the operations libdw gives for them, shared by CfiModule (libdw's own) and
 // EhFrameRows (which builds the same operations from .eh_frame), so that both read a row alike.
 // Expressions are appended to `store` (at most 64 operations each).
+
 // The CFA from dwarf_frame_cfa's operations: a register plus an offset, or an expression. False when
-// there is none or it is too long (libdw's row is then not used).
+// there are none or the expression is too long (libdw's row is then not used).
 bool cfa_rule_of(std::span<const ExprOp> ops, std::vector<ExprOp>* store, CfaRule* cfa);
-// A register from dwarf_frame_register's operations; `none` (no operations): `same` tells libdw's
-// "same value" (a null ops pointer) from "undefined".
+// A register from dwarf_frame_register's operations. With none, `same` tells libdw's "same value" (a
+// null ops pointer) from "undefined".
 void reg_rule_of(std::span<const ExprOp> ops, bool same, std::vector<ExprOp>* store, RegRule* out);
 
 }  // namespace hpd::unwind_detail
