@@ -3,8 +3,8 @@
 // the large ones of this machine (LLVM, OpenSSL's hand-written assembly), this project's own binaries,
 // the unwind fixtures (gcc, clang, rustc) and the running kernel's vDSO, each module's table read both
 // ways must be the same, row for row, with the same counts; and the one-pass reader must have read
-// them (not fallen back to libdw). HPD_EH_FRAME_SWEEP=DIR compares every ELF file of DIR as well (by
-// hand: docs/performance.md gives the sweep of /usr/lib/x86_64-linux-gnu).
+// them (not fallen back to libdw). `cfi_compile_bench --sweep DIR` compares every ELF file of a directory
+// the same way (by hand: docs/performance.md gives the sweeps of /usr/lib/x86_64-linux-gnu and /usr/bin).
 #include <elf.h>
 #include <gtest/gtest.h>
 #include <sys/auxv.h>
@@ -219,35 +219,6 @@ TEST(EhFrameRows, DamagedEhFrameNeverCrashes) {
   unlink(path);
   // Most changes land in instructions or addresses the reader takes as they are.
   EXPECT_GT(read_one_pass, 0);
-}
-
-// By hand: every ELF file of HPD_EH_FRAME_SWEEP (a directory), compared; prints the ones read through
-// libdw and why.
-TEST(EhFrameRows, SweepOfADirectory) {
-  const char* dir = std::getenv("HPD_EH_FRAME_SWEEP");
-  if (dir == nullptr) GTEST_SKIP() << "set HPD_EH_FRAME_SWEEP=DIR to compare every ELF file of DIR";
-  size_t files = 0;
-  size_t rows = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (!entry.is_regular_file() || entry.is_symlink()) continue;
-    std::ifstream f(entry.path(), std::ios::binary);
-    char magic[4] = {};
-    if (!f.read(magic, 4) || std::memcmp(magic,
-                                         "\x7f"
-                                         "ELF",
-                                         4) != 0)
-      continue;
-    CfiTableOptions libdw_options;
-    libdw_options.eh_frame_through_libdw = true;
-    const auto one_pass = hpd::compile_cfi_table({entry.path().string()}, "", CfiTableOptions{});
-    if (!one_pass->eh_frame_through_libdw.empty())
-      std::printf("through libdw: %s: %s\n", entry.path().c_str(), one_pass->eh_frame_through_libdw.c_str());
-    const auto libdw = hpd::compile_cfi_table({entry.path().string()}, "", libdw_options);
-    expect_same_tables(entry.path().string(), *one_pass, *libdw, false);
-    ++files;
-    rows += libdw->rows.size();
-  }
-  std::printf("%zu files, %zu rows compared\n", files, rows);
 }
 
 }  // namespace
