@@ -257,6 +257,40 @@ TEST(EarlyWaitCopies, FirstMicrosecondsWaitIsWalkedAgainFromItsCopy) {
   EXPECT_GT(from_copies, 0u);
 }
 
+// A recorder slow to come back to its ring: HPD_DRAIN_PAUSE_US pauses it 20 ms after each read of the
+// mappings, as a recorder preempted there on a loaded machine is. The fixture's libraries are mapped and
+// its threads block inside such a pause, before the recorder has read those mappings, and the second
+// walk of their stacks must wait for them: CI once saw the main thread's early wait keep its first
+// frame alone, walked again without libc's mapping and taken as final. Five runs of each build.
+TEST(EarlyWaitSlowRecorder, WaitBeforeItsMappingsWereReadHasTheStackOfTheLaterOne) {
+  hpd::testing::TempDir tmp("hpd-early-wait-slow", hpd::testing::TempDir::Cleanup::kKeepOnFailure);
+  int failed = 0;
+  uint64_t read_again = 0;
+  for (const char* name : {"early_wait", "early_wait_nofp"}) {
+    for (int i = 0; i < 5; ++i) {
+      const std::string base = tmp.path() + "/" + name + std::to_string(i);
+      const RunResult rec = run({kHpctl, "--local", "record", "--no-report", "-o", base + ".hpr", "--",
+                                 kFixtureDir + "/" + name, base + ".truth", kWaitMs, kCpuMs},
+                                120, {"HPD_DRAIN_PAUSE_US=20000"});
+      ASSERT_EQ(rec.exit_code, 0) << rec.err;
+      if (!check_run(std::string("slow recorder ") + name + " run " + std::to_string(i), base + ".hpr",
+                     base + ".truth", base + ".json.gz")) {
+        std::printf("%s\n", rec.err.c_str());
+        ++failed;
+      }
+      // "N off-CPU: R read before their thread ran again, C from a copy ..."
+      const std::string read = " read before their thread ran again";
+      const size_t at = rec.err.find(read);
+      const size_t count = at == std::string::npos ? std::string::npos : rec.err.rfind("off-CPU: ", at);
+      if (count != std::string::npos)
+        read_again += std::strtoull(rec.err.c_str() + count + std::strlen("off-CPU: "), nullptr, 10);
+    }
+  }
+  EXPECT_EQ(failed, 0) << "of 10 runs";
+  // The pause put the early waits before their tables: some of them were read and walked again.
+  EXPECT_GT(read_again, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(FramePointersOrNot, EarlyWaitTest,
                          ::testing::Values("early_wait", "early_wait_nofp"));
 

@@ -146,6 +146,9 @@ class BpfSession {
   CfiMaps::MappedArrays cfi_arrays_;      // skel_'s row and index maps, mapped ahead with it (or empty)
   GlobalsAtLoad globals_;                 // skel_'s .data and .bss right after its load (hpd's sessions)
   std::unique_ptr<OffCpuRewalk> rewalk_;  // cfi mode with off-CPU samples
+  // HPD_DRAIN_PAUSE_US (a diagnostic, and the tests' way to a slow recorder): a pause after each read of
+  // the mappings, before the ring's, as a recorder preempted there on a loaded machine takes.
+  uint32_t drain_pause_us_ = 0;
   UniqueFd cgroup_fd_;
   std::vector<Link> sampling_;  // one per CPU or per target thread; each owns its perf_event fd
   Link calls_announce_;         // the uprobe on the call-counting runtime's hpd_calls_announce

@@ -5,6 +5,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -113,12 +114,13 @@ void BpfSession::drain(bool rewalk) {
   // before this moment is read by drain_mmaps (unless the watch lost it).
   const uint64_t mappings_read_at = mono_now();
   drain_mmaps();
+  if (drain_pause_us_ != 0) ::usleep(drain_pause_us_);
   if (!kallsyms_ready(!rewalk)) {
     // The records wait in the ring for the kernel's symbols; the targets' tables are published and
     // their blocked threads' stacks walked again meanwhile.
     if (cfi_maps_) cfi_maps_->poll();
     if (rewalk && rewalk_ && !skel_->bss->calls_runtime_active)
-      rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
+      rewalk_->poll(*cfi_maps_, *decoder_, mappings_read_at, mono_now());
     return;
   }
   const int n = ring_buffer__consume(ring_.get());
@@ -127,7 +129,7 @@ void BpfSession::drain(bool rewalk) {
   if (cfi_maps_) cfi_maps_->poll();
   // Not with the call-counting runtime, whose return hooks on the stack only the programs replace.
   if (rewalk && rewalk_ && !skel_->bss->calls_runtime_active)
-    rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
+    rewalk_->poll(*cfi_maps_, *decoder_, mappings_read_at, mono_now());
   if (cfi_maps_ && decoder_->holding()) release_held(mappings_read_at, false);
 }
 

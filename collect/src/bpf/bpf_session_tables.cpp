@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -38,6 +39,9 @@ void BpfSession::load_initial_tables() {
   const char* reads = std::getenv("HPD_OFF_CPU_REWALK");
   if (off_cpu_ && (reads == nullptr || std::string_view(reads) != "0"))
     rewalk_ = std::make_unique<OffCpuRewalk>(bpf_map__fd(skel_->maps.pending_walks), system_wide);
+  if (const char* pause = std::getenv("HPD_DRAIN_PAUSE_US"))
+    drain_pause_us_ =
+        static_cast<uint32_t>(std::min<unsigned long>(std::strtoul(pause, nullptr, 10), 100'000));
   if (command_) cfi_maps_->prewarm(likely_modules(resolve_command(options_.target.command.front())));
   // A command its launcher holds stopped at its exec (hpctl through hpd) has mapped only its executable
   // and interpreter yet: its libraries' tables too are put in place before it runs, as for a command

@@ -162,8 +162,14 @@ void BpfSession::read_attach_state() {
   if (n < 0) result_.attach_state_error = "the task iterator failed: " + errno_text(errno);
   const auto* bss = skel_->bss;
   result_.off_cpu_at_attach = bss->attach_blocked_records + bss->attach_runnable_records - bss->attach_raced;
-  // Their user stacks are walked now, while they are still off the CPU (most stay so).
-  if (rewalk_ && !skel_->bss->calls_runtime_active) rewalk_->poll(*cfi_maps_, *decoder_, mono_now());
+  // Their user stacks are walked now, while they are still off the CPU (most stay so), with the
+  // mappings made before now read and published.
+  if (rewalk_ && !skel_->bss->calls_runtime_active) {
+    const uint64_t mappings_read_at = mono_now();
+    drain_mmaps();
+    cfi_maps_->poll();
+    rewalk_->poll(*cfi_maps_, *decoder_, mappings_read_at, mono_now());
+  }
 }
 
 // Threads that exist before sampling starts get their current sum_exec_runtime as the baseline, so

@@ -38,7 +38,7 @@ bool OffCpuRewalk::read_stack(const hpd_pending_walk& w, int32_t tid, size_t byt
   return true;
 }
 
-void OffCpuRewalk::poll(CfiMaps& maps, BpfEventDecoder& decoder, uint64_t now_ns) {
+void OffCpuRewalk::poll(CfiMaps& maps, BpfEventDecoder& decoder, uint64_t mappings_read_at, uint64_t now_ns) {
   const uint64_t publications = maps.publications();
   if (publications == last_publications_ && now_ns - last_scan_ns_ < kScanIntervalNs) return;
   last_scan_ns_ = now_ns;
@@ -56,6 +56,11 @@ void OffCpuRewalk::poll(CfiMaps& maps, BpfEventDecoder& decoder, uint64_t now_ns
   std::unordered_map<int32_t, Tried> still_tried;
   for (const auto& [tid, w] : waiting) {
     if (lazy_) maps.sampled(w.pid);
+    // Its mappings may not all be read yet: tried again at the next poll, whose read comes after it.
+    if (w.time_ns > mappings_read_at) {
+      last_publications_ = ~0ull;
+      continue;
+    }
     const CfiMaps::Published published = maps.published(w.pid);
     if (published.at == 0 || published.tables_pending) continue;  // nothing better to walk with yet
     if (const auto it = tried_.find(tid);

@@ -28,8 +28,11 @@ class OffCpuRewalk {
   // Walks again the waiting stacks whose process has been published with every table since they were
   // last tried, and hands each walk that no longer lacks a table to `decoder`. Cheap when no thread
   // waits (one map lookup); scans at most every 50 ms unless a process was published since; reads a
-  // waiting thread's stack only when its process's tables are all in place.
-  void poll(CfiMaps& maps, BpfEventDecoder& decoder, uint64_t now_ns);
+  // waiting thread's stack only when its process's tables are all in place, and only for a switch-out
+  // before `mappings_read_at` (the mappings made before then have been read and published): a library
+  // mapped just before a later switch-out may not be among the published mappings yet, and a walk
+  // without it would stop at its first frame there, as the programs' did, and be taken as final.
+  void poll(CfiMaps& maps, BpfEventDecoder& decoder, uint64_t mappings_read_at, uint64_t now_ns);
 
   [[nodiscard]] uint64_t stacks_read() const { return stacks_read_; }
 
