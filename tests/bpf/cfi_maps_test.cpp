@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "bpf/cfi_maps.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/unwind/cfi_table.h"
+#include "temp_dir.h"
 
 namespace hpd {
 namespace {
@@ -297,6 +299,32 @@ TEST(CfiMapsEviction, ATableRefusedForLackOfRoomIsNotHeldAndComesBackWhenRoomIsM
   EXPECT_EQ(maps.cfi->stats().modules_refused, 1u);
   EXPECT_EQ(maps.cfi->tables_held(), 1u);
   EXPECT_EQ(maps.cfi->table_bytes_held(), CfiTableCache::kept_bytes(*table_b));
+}
+
+// The summary's advice (`--cfi-rows N would have held the tables refused beside those loaded`) counts the
+// rows wanted at once: a refused table stops counting once no process maps its module. In a row map that
+// holds one of two programs' tables, a process maps both (the second refused: both wanted at once) and
+// exits; a second maps the first again and a copy of the second under another name, refused in turn.
+// Wanted at once: the first table and the copy's, not the second's as well, which nobody maps any longer.
+TEST(CfiMapsEviction, ARefusedTableNoProcessMapsNoLongerCountsInTheRowsWanted) {
+  RoomForOne two;
+  ASSERT_TRUE(two.open());
+  Maps& maps = two.maps;
+  hpd::testing::TempDir dir("hpd-cfi-rows-wanted");
+  const std::string copy = dir.path() + "/sort-copy";
+  std::error_code error;
+  ASSERT_TRUE(std::filesystem::copy_file(two.b, copy, error)) << error.message();
+  constexpr uint64_t kStartA = 0x500000000000, kStartB = 0x510000000000;
+  constexpr int32_t kFirst = 0x7ffff021, kSecond = 0x7ffff022;
+  EXPECT_EQ(two.map_file(kFirst, kStartA, two.a).row_count, two.rows_a) << without_table(*maps.cfi);
+  EXPECT_EQ(two.map_file(kFirst, kStartB, two.b).row_count, 0u);
+  EXPECT_EQ(maps.cfi->stats().rows_wanted, two.rows_a + two.rows_b);
+  maps.cfi->exit(kFirst);
+  EXPECT_EQ(two.map_file(kSecond, kStartA, two.a).row_count, two.rows_a) << without_table(*maps.cfi);
+  EXPECT_EQ(two.map_file(kSecond, kStartB, copy).row_count, 0u) << without_table(*maps.cfi);
+  EXPECT_EQ(maps.cfi->stats().modules_refused, 2u) << without_table(*maps.cfi);
+  EXPECT_EQ(maps.cfi->stats().rows_wanted, two.rows_a + two.rows_b)
+      << "the first table and the copy's: " << two.rows_a << " + " << two.rows_b;
 }
 
 }  // namespace

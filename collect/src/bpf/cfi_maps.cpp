@@ -15,6 +15,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <utility>
 
@@ -609,22 +610,45 @@ void CfiMaps::fork(int32_t parent, int32_t child) {
 void CfiMaps::exec(int32_t pid, uint64_t time_ns) {
   ++releases_;
   exec_ns_[pid] = time_ns;
-  std::erase_if(processes_[pid], [&](const Mapping& m) { return m.time_ns < time_ns || time_ns == 0; });
+  std::vector<Mapping>& list = processes_[pid];
+  const auto old = std::stable_partition(
+      list.begin(), list.end(), [&](const Mapping& m) { return !(m.time_ns < time_ns || time_ns == 0); });
+  const std::vector<Mapping> gone(std::make_move_iterator(old), std::make_move_iterator(list.end()));
+  list.erase(old, list.end());
+  forget_unmapped_refusals(gone);
   dirty_.push_back(pid);
 }
 
 void CfiMaps::exit(int32_t pid) {
   ++releases_;
+  std::vector<Mapping> gone;
   // Its modules were in use until now.
   if (const auto it = processes_.find(pid); it != processes_.end()) {
     ++tick_;
     for (const Mapping& m : it->second) modules_.at(m.module).last_used = tick_;
+    gone = std::move(it->second);
+    processes_.erase(it);
   }
-  processes_.erase(pid);
+  forget_unmapped_refusals(gone);
   sampled_.erase(pid);
   exec_ns_.erase(pid);
   published_.erase(pid);
   bpf_map_delete_elem(procs_fd_, &pid);
+}
+
+void CfiMaps::forget_unmapped_refusals(const std::vector<Mapping>& gone) {
+  if (refused_rows_ == 0) return;
+  for (const Mapping& g : gone) {
+    Module& module = modules_.at(g.module);
+    if (!module.refused_counted) continue;
+    const bool mapped = std::any_of(processes_.begin(), processes_.end(), [&](const auto& process) {
+      return std::any_of(process.second.begin(), process.second.end(),
+                         [&](const Mapping& m) { return m.module == g.module; });
+    });
+    if (mapped) continue;
+    module.refused_counted = false;
+    refused_rows_ -= module.refused_rows;
+  }
 }
 
 bool CfiMaps::place(Module& module) {
@@ -736,9 +760,11 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
     }
   }
   if (!placed) {
-    if (!module.no_room) refused_rows_ += t.rows.size();
+    if (module.refused_counted) refused_rows_ -= module.refused_rows;
     module.no_room = true;
     module.refused_rows = static_cast<uint32_t>(t.rows.size());
+    module.refused_counted = true;
+    refused_rows_ += module.refused_rows;
     module.refused_buckets = static_cast<uint32_t>(t.index.buckets.size());
     module.refused_at = releases_;
     if (refused_noted_.insert(key).second) {
@@ -769,7 +795,8 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
   if (module.no_room) {
     // Refused earlier: say that the refusal was for part of the recording only.
     module.no_room = false;
-    refused_rows_ -= module.refused_rows;
+    if (module.refused_counted) refused_rows_ -= module.refused_rows;
+    module.refused_counted = false;
     std::lock_guard lock(mutex_);
     for (std::string& line : stats_.without_table) {
       if (line.rfind(module.path + ": the CFI row map is full", 0) == 0 &&

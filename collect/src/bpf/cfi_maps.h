@@ -196,7 +196,8 @@ class CfiMaps {
     bool no_room = false;                   // refused for lack of room: tried again when mapped again
     uint32_t refused_rows = 0;              // no_room: the rows and buckets its table needs
     uint32_t refused_buckets = 0;
-    uint64_t refused_at = 0;  // no_room: releases_ when it was refused
+    uint64_t refused_at = 0;       // no_room: releases_ when it was refused
+    bool refused_counted = false;  // its refused_rows are in refused_rows_: refused, and still mapped
     uint32_t row_first = 0;
     uint32_t row_count = 0;
     uint32_t index_first = 0;
@@ -275,10 +276,14 @@ class CfiMaps {
   SlotRanges row_slots_;
   SlotRanges index_slots_;
   uint64_t tick_ = 0;  // publications so far: the modules' use clock
-  // Rows the tables of the modules refused for lack of room (and not loaded since) need, and the
-  // stats' rows_wanted brought up to date with them (after each refusal and each load).
+  // Rows the tables of the modules refused for lack of room (and neither loaded since nor left unmapped
+  // by every process) need, and the stats' rows_wanted brought up to date with them (after each refusal
+  // and each load).
   uint64_t refused_rows_ = 0;
   void note_rows_wanted();
+  // The refused modules among `gone` (mappings an exit or exec took away) that no process maps any
+  // longer: their rows stop counting in refused_rows_ (a map that held them then was not wanted).
+  void forget_unmapped_refusals(const std::vector<Mapping>& gone);
   // Exits, execs and mappings replaced so far: each may have left a loaded table that no process uses.
   uint64_t releases_ = 0;
   std::set<std::string> refused_noted_;  // modules already named in without_table for lack of room
