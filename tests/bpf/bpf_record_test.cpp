@@ -795,7 +795,20 @@ TEST(BpfRecord, ForkedAndExecedChildIsFollowedWhenAsked) {
     bool ended = false;
     for (const RawMapping& m : child->mappings)
       ended = ended || (m.unmapped_ns != 0 && p.modules[m.module].path == kForker);
-    EXPECT_TRUE(ended);
+    // Every process's mappings and times, so that a failure (seen once in a fresh-clone run with four
+    // CPU hogs) says whether the child inherited the forker's image at all, and when each ended.
+    const auto mappings_of = [&](const RawProcess& process) {
+      std::string text = "pid " + std::to_string(process.pid) + " " + process.exe + " start " +
+                         std::to_string(process.start_ns - p.info.start_mono_ns) + " ns after the start:\n";
+      for (const RawMapping& m : process.mappings) {
+        text += "  " + (m.module < p.modules.size() ? p.modules[m.module].path : std::string("?")) +
+                " seen " + std::to_string(m.time_ns) + " ended " + std::to_string(m.unmapped_ns) + "\n";
+      }
+      return text;
+    };
+    std::string all;
+    for (const RawProcess& process : p.processes) all += mappings_of(process);
+    EXPECT_TRUE(ended) << "the child's mappings hold no ended " << kForker << "\n" << all;
   }
 }
 
