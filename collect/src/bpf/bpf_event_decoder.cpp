@@ -69,7 +69,7 @@ bool BpfEventDecoder::off_cpu_waits_for_walk(std::span<const uint8_t> bytes,
   if (const auto c = switch_stacks_.find(header.tid);
       c != switch_stacks_.end() && c->second.time_ns == header.time_ns)
     return true;
-  const auto held = held_.find(header.pid);
+  const auto held = held_.find(queue_of(header.pid));
   if (held == held_.end()) return false;
   return std::any_of(held->second.begin(), held->second.end(), [&](const Held& h) {
     hpd_event_header other;
@@ -78,14 +78,31 @@ bool BpfEventDecoder::off_cpu_waits_for_walk(std::span<const uint8_t> bytes,
   });
 }
 
+int32_t BpfEventDecoder::queue_of(int32_t pid) const {
+  const auto with = held_with_.find(pid);
+  return with != held_with_.end() ? with->second : pid;
+}
+
+void BpfEventDecoder::forget_queue(int32_t queue) {
+  std::erase_if(held_with_, [&](const auto& with) { return with.second == queue; });
+}
+
 void BpfEventDecoder::decode(std::span<const uint8_t> bytes, const EventSink& sink) {
   hpd_event_header header;
   if (hold_ && read_record(bytes, header)) {
     const bool walk = (header.type == HPD_EVENT_ON_CPU && carries_pending_walk(bytes)) ||
                       off_cpu_waits_for_walk(bytes, header);
-    auto it = held_.find(header.pid);
+    int32_t queue = queue_of(header.pid);
+    if (hpd_fork_event fork; header.type == HPD_EVENT_FORK && read_record(bytes, fork) &&
+                             fork.parent_pid != header.pid && held_.count(header.pid) == 0 &&
+                             held_.count(queue_of(fork.parent_pid)) != 0) {
+      // A new process whose parent's records wait: it waits behind them (held_with_).
+      queue = queue_of(fork.parent_pid);
+      held_with_[header.pid] = queue;
+    }
+    auto it = held_.find(queue);
     if (walk || it != held_.end()) {
-      if (it == held_.end()) it = held_.try_emplace(header.pid).first;
+      if (it == held_.end()) it = held_.try_emplace(queue).first;
       it->second.push_back(Held{std::vector<uint8_t>(bytes.begin(), bytes.end()), walk});
       held_bytes_ += bytes.size();
       held_bytes_peak_ = std::max(held_bytes_peak_, held_bytes_);
@@ -116,6 +133,7 @@ void BpfEventDecoder::release_largest(const EventSink& sink) {
   }
   if (largest == held_.end()) return;
   for (const Held& h : largest->second) emit_held(h, sink, nullptr);
+  forget_queue(largest->first);
   held_.erase(largest);
 }
 
@@ -168,7 +186,12 @@ void BpfEventDecoder::release_held(const HeldWalker& walker, uint64_t walkable_u
       emit_held(h, sink, how == HeldWalk::kWalked ? &walk : nullptr);
       records.pop_front();
     }
-    it = records.empty() ? held_.erase(it) : std::next(it);
+    if (records.empty()) {
+      forget_queue(it->first);
+      it = held_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 

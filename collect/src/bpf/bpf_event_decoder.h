@@ -139,6 +139,15 @@ class BpfEventDecoder {
   std::function<void(int32_t)> on_held_;
   size_t max_held_bytes_ = 0;
   std::map<int32_t, std::deque<Held>> held_;
+  // A process forked while its parent's records were held joins its parent's queue (by child pid: the
+  // queue's pid), it and all its records, so that its fork reaches the sink after every earlier record
+  // of its parent (the parent's exec and mappings among them: what the child inherits) and before any
+  // of the child's own. Forgotten with the queue.
+  std::unordered_map<int32_t, int32_t> held_with_;
+  // The pid of the queue the records of `pid` join: its parent's (held_with_) while that is held, else
+  // its own.
+  int32_t queue_of(int32_t pid) const;
+  void forget_queue(int32_t queue);
   // Past max_held_bytes_: the process holding the most gives its records up with the programs' walk.
   void release_largest(const EventSink& sink);
   // Decodes a held record (with `walk`, its second walk; without, the programs' walk) and forgets it.
