@@ -611,10 +611,11 @@ void CfiMaps::exec(int32_t pid, uint64_t time_ns) {
   ++releases_;
   exec_ns_[pid] = time_ns;
   std::vector<Mapping>& list = processes_[pid];
-  const auto old = std::stable_partition(
-      list.begin(), list.end(), [&](const Mapping& m) { return !(m.time_ns < time_ns || time_ns == 0); });
-  const std::vector<Mapping> gone(std::make_move_iterator(old), std::make_move_iterator(list.end()));
-  list.erase(old, list.end());
+  const auto old_image = [&](const Mapping& m) { return m.time_ns < time_ns || time_ns == 0; };
+  // The old image's mappings are looked at again only when some module was refused.
+  std::vector<Mapping> gone;
+  if (refused_rows_ != 0) std::copy_if(list.begin(), list.end(), std::back_inserter(gone), old_image);
+  std::erase_if(list, old_image);
   forget_unmapped_refusals(gone);
   dirty_.push_back(pid);
 }
