@@ -3,15 +3,31 @@
 # (gcc's, -DHPD_ENABLE_ASAN=ON) into ./build-asan (or $HPD_ASAN_BUILD_DIR), then run; a sanitizer
 # report anywhere (a test, hpd, hpctl, or a program either started) fails the run. packaging/test.sh
 # runs this after the normal suite (the daemon tests need root, as there); see docs/testing.md.
+# Usage: asan-tests.sh [build|run]: both steps when none is named; packaging/test.sh runs the build
+# beside the normal suite, at the lowest priority, and the tests after it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HPD_ASAN_BUILD_DIR:-$root/build-asan}
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPD_ENABLE_ASAN=ON -DHPD_BUILD_BENCH=OFF
-# Only what is run below: the unit tests, and the daemon's tests with the hpd, hpctl and fixture
-# programs they start (their dependencies), all instrumented.
-# hpdcalls: the call runtime hpctl preloads into a --calls command (built without the sanitizers, so that
-# it can be preloaded into programs that are not instrumented); the daemon's calls tests need it.
-cmake --build "$build" -j"$(nproc)" --target hpd_unit_tests daemon_integration_test daemon_security_test hpdcalls
+step=${1:-all}
+case "$step" in
+  build | run | all) ;;
+  *)
+    echo "usage: $0 [build|run]" >&2
+    exit 2
+    ;;
+esac
+if [ "$step" != run ]; then
+  # Line tables only (HPD_DEBUG_INFO=lines, -g1): enough for the sanitizers' reports, file and line of
+  # every frame, and about a quarter less compile time than full debug info.
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPD_ENABLE_ASAN=ON \
+    -DHPD_BUILD_BENCH=OFF -DHPD_DEBUG_INFO=lines
+  # Only what is run below: the unit tests, and the daemon's tests with the hpd, hpctl and fixture
+  # programs they start (their dependencies), all instrumented.
+  # hpdcalls: the call runtime hpctl preloads into a --calls command (built without the sanitizers, so
+  # that it can be preloaded into programs that are not instrumented); the daemon's calls tests need it.
+  cmake --build "$build" -j"$(nproc)" --target hpd_unit_tests daemon_integration_test daemon_security_test hpdcalls
+fi
+[ "$step" = build ] && exit 0
 
 # Reports go to files (printed below), so that one from a child process whose exit status no test
 # checks still fails the run: hpd, and hpctl run by the daemon tests as other users (the directory is

@@ -19,6 +19,14 @@ fi
 python3 "$root/packaging/check-layers.py" "$root"
 "$root/packaging/build.sh"
 cd "$build"
+# The sanitizer build goes on beside the normal suite, at the lowest CPU priority: the suite's
+# privileged tests run one at a time and mostly wait, so the build takes what they leave, and the
+# tests, made to pass with other work beside them, keep the CPU they ask for. Its output goes to
+# $build/asan-build.log (printed when it fails).
+asan_log=$build/asan-build.log
+nice -n 19 "$root/packaging/asan-tests.sh" build >"$asan_log" 2>&1 &
+asan_build_pid=$!
+trap 'kill "$asan_build_pid" 2>/dev/null || true' EXIT
 # The sanitizer pass below runs even when a test failed here, so that one run shows both.
 # Its output is kept in $build/ctest.log: a failure is summed up again at the very end, where a CI
 # page that shows only the last lines still names the test and its first assertion.
@@ -27,7 +35,13 @@ ctest --output-on-failure -j2 --timeout 900 2>&1 | tee "$build/ctest.log" || sta
 
 echo
 echo "=== Unit tests and hpd's tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_build) ==="
-"$root/packaging/asan-tests.sh" || status=$?
+if wait "$asan_build_pid"; then
+  "$root/packaging/asan-tests.sh" run || status=$?
+else
+  echo "test.sh: the sanitizer build failed; the end of $asan_log:" >&2
+  tail -n 60 "$asan_log" >&2
+  status=1
+fi
 
 if [ "$status" -ne 0 ] && [ -s "$build/Testing/Temporary/LastTestsFailed.log" ]; then
   echo
