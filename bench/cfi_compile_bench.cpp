@@ -47,12 +47,8 @@ int sweep(const char* dir) {
     const auto b = hpd::compile_cfi_table({entry.path().string()}, "", libdw_options);
     if (!a->eh_frame_through_libdw.empty())
       std::printf("through libdw: %s: %s\n", entry.path().c_str(), a->eh_frame_through_libdw.c_str());
-    bool same = a->rows.size() == b->rows.size() && a->fdes == b->fdes && a->cfi_rows == b->cfi_rows &&
-                a->unsupported_rows == b->unsupported_rows && a->error == b->error;
-    for (size_t i = 0; same && i < a->rows.size(); ++i)
-      same = a->rows[i].pc == b->rows[i].pc && a->rows[i].same_rule(b->rows[i]);
-    if (!same) {
-      std::printf("DIFFERENT: %s\n", entry.path().c_str());
+    if (const std::string difference = hpd::cfi_table_difference(*a, *b); !difference.empty()) {
+      std::printf("DIFFERENT: %s: %s\n", entry.path().c_str(), difference.c_str());
       ++differ;
     }
     ++files;

@@ -583,4 +583,33 @@ CfiTableCache::Usage CfiTableCache::usage() const {
   return Usage{tables_.size(), bytes_, limit_bytes_, evicted_};
 }
 
+std::string cfi_table_difference(const CfiTable& a, const CfiTable& b) {
+  std::string out;
+  const auto differ = [&](const char* what, const std::string& x, const std::string& y) {
+    if (x == y) return;
+    if (!out.empty()) out += "; ";
+    out += std::string(what) + ": " + x + " against " + y;
+  };
+  differ("error", "'" + a.error + "'", "'" + b.error + "'");
+  differ("FDEs", std::to_string(a.fdes), std::to_string(b.fdes));
+  differ("CFI rows", std::to_string(a.cfi_rows), std::to_string(b.cfi_rows));
+  differ("unsupported rows", std::to_string(a.unsupported_rows), std::to_string(b.unsupported_rows));
+  differ(".debug_frame FDEs", std::to_string(a.debug_frame_fdes), std::to_string(b.debug_frame_fdes));
+  differ("rows", std::to_string(a.rows.size()), std::to_string(b.rows.size()));
+  differ("index buckets", std::to_string(a.index.buckets.size()), std::to_string(b.index.buckets.size()));
+  const auto describe = [](const CfiRow& r) {
+    char text[96];
+    std::snprintf(text, sizeof text, "pc 0x%x cfa kind %u offset %d rbp kind %u offset %d", r.pc, r.cfa_kind,
+                  r.cfa_offset, r.rbp_kind, r.rbp_offset);
+    return std::string(text);
+  };
+  int shown = 0;
+  for (size_t i = 0; i < std::min(a.rows.size(), b.rows.size()) && shown < 5; ++i) {
+    if (a.rows[i].pc == b.rows[i].pc && a.rows[i].same_rule(b.rows[i])) continue;
+    differ(("row " + std::to_string(i)).c_str(), describe(a.rows[i]), describe(b.rows[i]));
+    ++shown;
+  }
+  return out;
+}
+
 }  // namespace hpd

@@ -108,6 +108,11 @@ struct CfiTable {
   uint64_t bytes() const { return rows.size() * sizeof(CfiRow); }
 };
 
+// How two tables of one module differ, for the checks that compile it two ways (the one-pass .eh_frame
+// reader against libdw: eh_frame_rows_test, cfi_compile_bench --sweep): empty when their error, counts,
+// rows and index size are the same; else each difference, "; "-separated, rows up to the first five.
+std::string cfi_table_difference(const CfiTable& a, const CfiTable& b);
+
 struct CfiTableOptions {
   bool use_debug_frame = true;
   std::string debug_root = "/usr/lib/debug";
