@@ -3,20 +3,23 @@
 # (gcc's, -DHPD_ENABLE_ASAN=ON) into ./build-asan (or $HPD_ASAN_BUILD_DIR), then run; a sanitizer
 # report anywhere (a test, hpd, hpctl, or a program either started) fails the run. packaging/test.sh
 # runs this after the normal suite (the daemon tests need root, as there); see docs/testing.md.
-# Usage: asan-tests.sh [build|run]: both steps when none is named; packaging/test.sh runs the build
-# beside the normal suite, at the lowest priority, and the tests after it.
+# Usage: asan-tests.sh [build|run-daemon|run-unit|run]: every step when none is named. `build` builds
+# the daemon's tests first and then says so ($build/daemon-tests-built), then the unit tests;
+# packaging/test.sh runs it beside the normal suite at the lowest priority, then hpd's tests as soon
+# as their programs are built (beside the rest of the build), then the unit tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${HPD_ASAN_BUILD_DIR:-$root/build-asan}
 step=${1:-all}
 case "$step" in
-  build | run | all) ;;
+  build | run-daemon | run-unit | run | all) ;;
   *)
-    echo "usage: $0 [build|run]" >&2
+    echo "usage: $0 [build|run-daemon|run-unit|run]" >&2
     exit 2
     ;;
 esac
-if [ "$step" != run ]; then
+if [ "$step" = build ] || [ "$step" = all ]; then
+  rm -f "$build/daemon-tests-built"
   # -O1 (ASan's own advice: "-O1 or higher") and line tables only (HPD_DEBUG_INFO=lines, -g1): the
   # reports' file and line of every frame, at about half the compile CPU of -O2 with full debug info
   # (with ASan, export's views.cpp: 40 s of CPU at -O1 -g1, 62 s at -O2 -g1; a test file: 18 s at -O2
@@ -28,7 +31,9 @@ if [ "$step" != run ]; then
   # programs they start (their dependencies), all instrumented.
   # hpdcalls: the call runtime hpctl preloads into a --calls command (built without the sanitizers, so
   # that it can be preloaded into programs that are not instrumented); the daemon's calls tests need it.
-  cmake --build "$build" -j"$(nproc)" --target hpd_unit_tests daemon_integration_test daemon_security_test hpdcalls
+  cmake --build "$build" -j"$(nproc)" --target daemon_integration_test daemon_security_test hpdcalls
+  touch "$build/daemon-tests-built"
+  cmake --build "$build" -j"$(nproc)" --target hpd_unit_tests
 fi
 [ "$step" = build ] && exit 0
 
@@ -36,9 +41,11 @@ fi
 # checks still fails the run: hpd, and hpctl run by the daemon tests as other users (the directory is
 # writable by all, sticky). abort_on_error: a report ends the process with SIGABRT; UBSan halts at the
 # first report (the build also says -fno-sanitize-recover=undefined).
-logs=$build/sanitizer-reports
+# One directory per run step, so that one step's start does not remove the other's reports.
+logs=$build/sanitizer-reports/$step
 rm -rf "$logs"
 mkdir -p "$logs"
+chmod 1777 "$build/sanitizer-reports"
 chmod 1777 "$logs"
 supp=$root/packaging/sanitizer
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:check_initialization_order=1:log_path=$logs/asan:log_exe_name=1"
@@ -56,9 +63,11 @@ export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppre
 instrumented='FramePointerProbe\.|HeapPages\.|SelfUnwindTest\.FramelessLeaf|SelfUnwindTest\.LibcPc'
 cd "$build"
 status=0
-echo "--- unit tests"
-ctest -L unit -E "_fuzz_bounded\$|libfuzzer_runtime_required|_cover|debian_package|hpd_units_verify|$instrumented" \
-  --output-on-failure -j2 --timeout 900 || status=$?
+if [ "$step" != run-daemon ]; then
+  echo "--- unit tests"
+  ctest -L unit -E "_fuzz_bounded\$|libfuzzer_runtime_required|_cover|debian_package|hpd_units_verify|$instrumented" \
+    --output-on-failure -j2 --timeout 900 || status=$?
+fi
 
 # hpd and hpctl under the sanitizers: tests/daemon's integration and security tests (real users, other
 # uids, malformed requests, signals), hpd started by the tests with this environment. Not run here
@@ -70,9 +79,11 @@ ctest -L unit -E "_fuzz_bounded\$|libfuzzer_runtime_required|_cover|debian_packa
 # was 77 MiB under ASan, against 9-21 MiB uninstrumented); daemon_load_test (HpdLoad.*, not built here) bounds hpd's RSS under load
 # likewise, and runs for over a minute.
 daemon_timing='Hpd\.FirstSampleOfACommandComesAtOnce$|RealUsers\.AnnouncedFramesCostNoMemoryBeforeTheirBytes$|RealUsers\.HugeJitMapKeepsHpdWithinItsMemoryBound$'
-echo "--- hpd and hpctl: tests/daemon"
-ctest -L privileged -R '^(Hpd|Hpctl|RealUsers)\.' -E "$daemon_timing" --output-on-failure --timeout 900 ||
-  status=$?
+if [ "$step" != run-unit ]; then
+  echo "--- hpd and hpctl: tests/daemon"
+  ctest -L privileged -R '^(Hpd|Hpctl|RealUsers)\.' -E "$daemon_timing" --output-on-failure --timeout 900 ||
+    status=$?
+fi
 
 if [ -n "$(ls -A "$logs")" ]; then
   echo "asan-tests: sanitizer reports:" >&2

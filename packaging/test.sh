@@ -35,8 +35,12 @@ ctest --output-on-failure -j2 --timeout 900 2>&1 | tee "$build/ctest.log" || sta
 
 echo
 echo "=== Unit tests and hpd's tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_build) ==="
+# hpd's tests as soon as their programs are built (they are built first): they are serial and mostly
+# wait, so the rest of the build (the unit tests) goes on beside them.
+while kill -0 "$asan_build_pid" 2>/dev/null && [ ! -e "$asan_build/daemon-tests-built" ]; do sleep 2; done
+[ -e "$asan_build/daemon-tests-built" ] && { "$root/packaging/asan-tests.sh" run-daemon || status=$?; }
 if wait "$asan_build_pid"; then
-  "$root/packaging/asan-tests.sh" run || status=$?
+  "$root/packaging/asan-tests.sh" run-unit || status=$?
 else
   echo "test.sh: the sanitizer build failed; the end of $asan_log:" >&2
   tail -n 60 "$asan_log" >&2
