@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The unit tests, and hpd's own integration and security tests, built with AddressSanitizer + UBSan
 # (gcc's, -DHPD_ENABLE_ASAN=ON) into ./build-asan (or $HPD_ASAN_BUILD_DIR), then run; a sanitizer
-# report anywhere (a test, hpd, hpctl, or a program either started) fails the run. packaging/test.sh
-# runs this after the normal suite (the daemon tests need root, as there); see docs/testing.md.
+# report anywhere (a test, hpd, hpctl, or a program either started) fails the run. The daemon tests
+# need root, as in the normal suite; see docs/testing.md.
 # Usage: asan-tests.sh [build|run-daemon|run-unit|run]: every step when none is named. `build` builds
 # the daemon's tests first and then says so ($build/daemon-tests-built), then the unit tests;
 # packaging/test.sh runs it beside the normal suite at the lowest priority, then hpd's tests as soon
