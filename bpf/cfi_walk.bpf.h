@@ -1,9 +1,9 @@
 // The cfi walk: user stacks unwound in the kernel with compact tables compiled from each module's CFI
-// (hpd/unwind/cfi_table.h). User space keeps three maps current: the rows of every loaded module in one
-// array, their indexes in another, and per process its executable mappings sorted by address, each with
-// its module's row and index ranges and load bias. Per frame: find the mapping of the pc, look up the
-// pc's bucket in the module's index, binary-search the few rows it names, compute the
-// CFA, read the return address at CFA-8 and restore rbp. Modules without a table are stepped by frame
+// (hpd/unwind/cfi_table.h). User space keeps four maps current: the rows of every loaded module in one
+// array, the distinct rules they name in another, their indexes in a third, and per process its
+// executable mappings sorted by address, each with its module's row and index ranges and load bias. Per
+// frame: find the mapping of the pc, look up the pc's bucket in the module's index, binary-search the few
+// rows it names, take the row's rule, compute the CFA, read the return address at CFA-8 and restore rbp. Modules without a table are stepped by frame
 // pointer. Included by profile.bpf.c, after its maps and walk_user_frames.
 #ifndef HPD_CFI_WALK_BPF_H
 #define HPD_CFI_WALK_BPF_H
@@ -20,6 +20,16 @@ struct {
   __type(key, __u32);
   __type(value, struct hpd_cfi_row);
 } cfi_rows SEC(".maps");
+
+// The rows' rules (struct hpd_cfi_rule), each distinct rule once: a row names its rule by index. Written
+// by user space, like the rows, before a row that names a rule is written.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(map_flags, BPF_F_MMAPABLE);
+  __uint(max_entries, HPD_CFI_RULES);
+  __type(key, __u32);
+  __type(value, struct hpd_cfi_rule);
+} cfi_rules SEC(".maps");
 
 // Each module's row index (struct hpd_cfi_bucket), back to back like the rows: per frame, one lookup
 // here narrows the binary search to the few rows of the pc's bucket. Sized by user space before load.
@@ -214,8 +224,8 @@ __attribute__((noinline)) int cfi_find_mapping(const struct hpd_proc_mappings* m
   return -1;
 }
 
-// The row covering `vaddr` among rows [first, first + count) into *out; 0 when found.
-__attribute__((noinline)) int cfi_find_row(__u32 first, __u32 count, __u32 vaddr, struct hpd_cfi_row* out) {
+// The rule of the row covering `vaddr` among rows [first, first + count) into *out; 0 when found.
+__attribute__((noinline)) int cfi_find_row(__u32 first, __u32 count, __u32 vaddr, struct hpd_cfi_rule* out) {
   if (!out || count == 0) return -1;
   __u32 lo = first;
   __u32 hi = first + count;
@@ -233,7 +243,10 @@ __attribute__((noinline)) int cfi_find_row(__u32 first, __u32 count, __u32 vaddr
   __u32 index = lo - 1;
   const struct hpd_cfi_row* row = bpf_map_lookup_elem(&cfi_rows, &index);
   if (!row) return -1;
-  *out = *row;
+  __u32 rule_index = row->rule;
+  const struct hpd_cfi_rule* rule = bpf_map_lookup_elem(&cfi_rules, &rule_index);
+  if (!rule) return -1;
+  *out = *rule;
   return 0;
 }
 
@@ -307,7 +320,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   r->clone = CFI_CLONE_NONE;
   // A return address may follow a call that never returns, at the very end of a function.
   const __u64 pc = r->exact ? r->ip : r->ip - 1;
-  struct hpd_cfi_row row = {};
+  struct hpd_cfi_rule row = {};
   const int index = cfi_find_mapping(maps, pc, r->mapping);
   if (!maps || index < 0 || index >= HPD_MAX_PROC_MAPPINGS) {
     if (!maps || (!r->pending && cfi_pc_in_new_file(pc))) r->pending = 1;

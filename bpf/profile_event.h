@@ -159,14 +159,25 @@ enum hpd_user_end {
 #define HPD_SIGFRAME_RSP 160
 #define HPD_SIGFRAME_RIP 168
 
-/* One row, valid from pc (an ELF virtual address of its module) to the next row's pc. */
+/* One row, valid from pc (an ELF virtual address of its module) to the next row's pc, and its rule: an
+ * entry of the rule map, where every distinct rule of the loaded tables is stored once (a few thousand
+ * rules serve the millions of rows of a machine's programs), so that a row takes 8 bytes, not 16. */
 struct hpd_cfi_row {
   __u32 pc;
+  __u32 rule;
+};
+
+/* How a row finds its caller's frame: the CFA (cfa_kind, cfa_offset) and the caller's rbp (rbp_kind,
+ * rbp_offset; for HPD_CFA_PLT rows the (rip & 15) threshold). */
+struct hpd_cfi_rule {
   __s32 cfa_offset;
   __s16 rbp_offset;
   __u8 cfa_kind;
   __u8 rbp_kind;
 };
+
+/* Entries of the rule map: distinct rules of the tables loaded at once. */
+#define HPD_CFI_RULES 65536
 
 /* A bucket of a module's row index (hpd/unwind/cfi_table.h's CfiBucket): the rows covering any address
  * of the bucket are [first, first + count), counted from the module's first row. */

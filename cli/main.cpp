@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
       "dwarf: bytes of user stack copied per sample, a multiple of 8 up to 65528 (default 32768)");
   record
       ->add_option("--cfi-rows", rec.cfi_rows,
-                   "cfi: rows of the kernel's CFI table map, 16 bytes each (default 2097152: 32 MiB); "
+                   "cfi: rows of the kernel's CFI table map, 8 bytes each (default 4194304: 32 MiB); "
                    "modules whose tables do not fit are walked by frame pointer")
       ->check(CLI::Range(1u, 1u << 25));
   record->add_flag("--mip{on},--no-mip{off}", rec.mip,

@@ -513,7 +513,7 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
       s.notes.push_back("cfi: and " + std::to_string(without.size() - kShown) +
                         " more modules without a table (frame pointers)");
     // After them, a map large enough for what this recording needed at once, with a tenth more, in
-    // steps of 256 Ki rows (4 MiB): the option that gives the refused modules their tables next time.
+    // steps of 256 Ki rows (2 MiB): the option that gives the refused modules their tables next time.
     if (c.modules_refused != 0 && c.rows_wanted > c.row_capacity) {
       constexpr uint64_t kStep = 256 * 1024;
       const uint64_t rows = std::min<uint64_t>(
@@ -522,7 +522,7 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
           line, sizeof line,
           "cfi: --cfi-rows %llu (%llu MiB of kernel memory for its rows) would have held the tables "
           "refused beside those loaded: %llu rows at most at once, in a map of %llu",
-          static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rows * 16 >> 20),
+          static_cast<unsigned long long>(rows), static_cast<unsigned long long>(rows * kCfiRowBytes >> 20),
           static_cast<unsigned long long>(c.rows_wanted), static_cast<unsigned long long>(c.row_capacity));
       s.notes.emplace_back(line);
     }

@@ -79,8 +79,7 @@ class Reuse : public ::testing::Test {
     skel_ = load_skeleton_for(config_, log);
     ASSERT_TRUE(skel_);
     globals_ = globals_at_load(skel_.get());
-    arrays_ = CfiMaps::map_arrays(bpf_map__fd(skel_->maps.cfi_rows), config_.cfi_rows,
-                                  bpf_map__fd(skel_->maps.cfi_index), config_.cfi_index);
+    arrays_ = CfiMaps::map_arrays(cfi_map_fds(skel_.get(), config_));
   }
 
   // Writes every map as a recording leaves it: a key in each hash map, 0x5a bytes over the probed entries
@@ -102,6 +101,7 @@ class Reuse : public ::testing::Test {
       }
     }
     std::fill(arrays_.rows, arrays_.rows + arrays_.rows_bytes, 0x5a);
+    std::fill(arrays_.rules, arrays_.rules + arrays_.rules_bytes, 0x5a);
     std::fill(arrays_.index, arrays_.index + arrays_.index_bytes, 0x5a);
     skel_->bss->client_uid = 1234;
   }
@@ -131,6 +131,8 @@ class Reuse : public ::testing::Test {
     }
     if (std::any_of(arrays_.rows, arrays_.rows + arrays_.rows_bytes, [](uint8_t b) { return b != 0; }))
       out.push_back("the CFI row array is not zero");
+    if (std::any_of(arrays_.rules, arrays_.rules + arrays_.rules_bytes, [](uint8_t b) { return b != 0; }))
+      out.push_back("the CFI rule array is not zero");
     if (std::any_of(arrays_.index, arrays_.index + arrays_.index_bytes, [](uint8_t b) { return b != 0; }))
       out.push_back("the CFI index array is not zero");
     return out;
@@ -164,7 +166,11 @@ TEST_F(Reuse, ResetPutsEveryMapBackAsLoaded) {
         [&](const std::string& d) { return d.starts_with(name + " ") || d.starts_with(name + "["); }))
         << "the dirtying left " << name << " as it was loaded";
   }
-  EXPECT_EQ(dirty_maps.size() >= 2 ? dirty_maps[dirty_maps.size() - 2] : "", "the CFI row array is not zero");
+  const std::vector<std::string> arrays_dirty(dirty_maps.end() - std::min<size_t>(dirty_maps.size(), 3),
+                                              dirty_maps.end());
+  EXPECT_EQ(arrays_dirty,
+            (std::vector<std::string>{"the CFI row array is not zero", "the CFI rule array is not zero",
+                                      "the CFI index array is not zero"}));
   const std::string why = reset_for_reuse(skel_.get(), config_, globals_, arrays_);
   EXPECT_EQ(why, "");
   EXPECT_EQ(differences(), std::vector<std::string>{}) << joined(differences());

@@ -16,7 +16,9 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bpf/cfi_maps.h"
@@ -31,16 +33,27 @@ constexpr uint8_t kCode[] = {0x51, 0x41, 0x53, 0x50, 0x48, 0xc7, 0xc0, 0x50, 0x0
                              0x00, 0x0f, 0x05, 0x58, 0x41, 0x5b, 0x59, 0xc3, 0xcc};
 
 struct Maps {
-  UniqueFd rows, index, procs;
+  UniqueFd rows, rules, index, procs;
   std::unique_ptr<CfiMaps> cfi;
-  bool open(uint32_t row_capacity = 1024, uint32_t index_capacity = 256) {
+  bool open(uint32_t row_capacity = 1024, uint32_t index_capacity = 256,
+            uint32_t rule_capacity = HPD_CFI_RULES) {
     LIBBPF_OPTS(bpf_map_create_opts, mmapable, .map_flags = BPF_F_MMAPABLE);
     rows.reset(bpf_map_create(BPF_MAP_TYPE_ARRAY, "t_rows", 4, sizeof(hpd_cfi_row), row_capacity, &mmapable));
+    rules.reset(
+        bpf_map_create(BPF_MAP_TYPE_ARRAY, "t_rules", 4, sizeof(hpd_cfi_rule), rule_capacity, &mmapable));
     index.reset(
         bpf_map_create(BPF_MAP_TYPE_ARRAY, "t_index", 4, sizeof(hpd_cfi_bucket), index_capacity, &mmapable));
     procs.reset(bpf_map_create(BPF_MAP_TYPE_HASH, "t_procs", 4, sizeof(hpd_proc_mappings), 8, nullptr));
-    if (!rows || !index || !procs) return false;
-    cfi = std::make_unique<CfiMaps>(rows.get(), row_capacity, index.get(), index_capacity, procs.get());
+    if (!rows || !rules || !index || !procs) return false;
+    CfiMaps::Fds fds;
+    fds.rows_fd = rows.get();
+    fds.row_capacity = row_capacity;
+    fds.rules_fd = rules.get();
+    fds.rule_capacity = rule_capacity;
+    fds.index_fd = index.get();
+    fds.index_capacity = index_capacity;
+    fds.procs_fd = procs.get();
+    cfi = std::make_unique<CfiMaps>(fds);
     return true;
   }
   // The mapping published for process `pid` (this one by default) at `start`.
@@ -325,6 +338,111 @@ TEST(CfiMapsEviction, ARefusedTableNoProcessMapsNoLongerCountsInTheRowsWanted) {
   EXPECT_EQ(maps.cfi->stats().modules_refused, 2u) << without_table(*maps.cfi);
   EXPECT_EQ(maps.cfi->stats().rows_wanted, two.rows_a + two.rows_b)
       << "the first table and the copy's: " << two.rows_a << " + " << two.rows_b;
+}
+
+// A table's distinct rules (what a row says of its frame, without its pc).
+std::set<std::tuple<int32_t, int16_t, uint8_t, uint8_t>> rules_of(const CfiTable& table) {
+  std::set<std::tuple<int32_t, int16_t, uint8_t, uint8_t>> out;
+  for (const CfiRow& r : table.rows) out.emplace(r.cfa_offset, r.rbp_offset, r.cfa_kind, r.rbp_kind);
+  return out;
+}
+
+// The rows of a module as the maps hold them (each row's pc, and its rule from the rule map), against its
+// table.
+void expect_rows_as_compiled(const Maps& maps, const hpd_proc_mapping& published, const CfiTable& table) {
+  ASSERT_EQ(published.row_count, table.rows.size());
+  size_t wrong = 0;
+  for (uint32_t i = 0; i < published.row_count; ++i) {
+    const uint32_t at = published.row_first + i;
+    hpd_cfi_row row{};
+    hpd_cfi_rule rule{};
+    ASSERT_EQ(bpf_map_lookup_elem(maps.rows.get(), &at, &row), 0);
+    ASSERT_EQ(bpf_map_lookup_elem(maps.rules.get(), &row.rule, &rule), 0)
+        << "row " << i << " names rule " << row.rule;
+    const CfiRow& want = table.rows[i];
+    const bool same = row.pc == want.pc && rule.cfa_offset == want.cfa_offset &&
+                      rule.rbp_offset == want.rbp_offset && rule.cfa_kind == want.cfa_kind &&
+                      rule.rbp_kind == want.rbp_kind;
+    if (!same && ++wrong <= 5)
+      ADD_FAILURE() << "row " << i << ": pc " << row.pc << " rule " << row.rule << " (cfa kind "
+                    << int(rule.cfa_kind) << " offset " << rule.cfa_offset << ", rbp kind "
+                    << int(rule.rbp_kind) << " offset " << rule.rbp_offset << "), compiled: pc " << want.pc
+                    << " (cfa kind " << int(want.cfa_kind) << " offset " << want.cfa_offset << ", rbp kind "
+                    << int(want.rbp_kind) << " offset " << want.rbp_offset << ")";
+  }
+  EXPECT_EQ(wrong, 0u) << "of " << published.row_count << " rows";
+}
+
+// A row holds its pc and the index of its rule; each distinct rule of the loaded tables is stored once
+// in the rule map. Two programs' tables loaded side by side: every row, read back from the maps, is the
+// row compiled, and the rule map holds their distinct rules once (the rules the two share, once).
+TEST(CfiMapsRules, EveryRowNamesItsRuleAndEachRuleIsStoredOnce) {
+  const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
+  const auto table_a = compile_cfi_table({a}, "", {});
+  const auto table_b = compile_cfi_table({b}, "", {});
+  ASSERT_FALSE(table_a->rows.empty()) << table_a->error;
+  ASSERT_FALSE(table_b->rows.empty()) << table_b->error;
+  Maps maps;
+  ASSERT_TRUE(maps.open(static_cast<uint32_t>(table_a->rows.size() + table_b->rows.size()),
+                        static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size())))
+      << std::strerror(errno);
+  constexpr int32_t kPid = 0x7ffff031;
+  constexpr uint64_t kStartA = 0x500000000000, kStartB = 0x510000000000;
+  maps.cfi->add_mapping(kPid, kStartA, 1 << 20, 0, a, "", 0);
+  maps.cfi->add_mapping(kPid, kStartB, 1 << 20, 0, b, "", 0);
+  maps.cfi->wait_for_tables(60000);
+  expect_rows_as_compiled(maps, maps.published(kStartA, kPid), *table_a);
+  expect_rows_as_compiled(maps, maps.published(kStartB, kPid), *table_b);
+  auto both = rules_of(*table_a);
+  const auto rules_b = rules_of(*table_b);
+  both.insert(rules_b.begin(), rules_b.end());
+  EXPECT_EQ(maps.cfi->stats().rules, both.size());
+  EXPECT_LT(both.size(), rules_of(*table_a).size() + rules_b.size()) << "the two programs share no rule";
+  std::printf("rows %zu + %zu, distinct rules %zu + %zu, in the rule map %llu\n", table_a->rows.size(),
+              table_b->rows.size(), rules_of(*table_a).size(), rules_b.size(),
+              static_cast<unsigned long long>(maps.cfi->stats().rules));
+}
+
+// A rule no loaded table names any more is given back; a table whose rules do not fit is refused like one
+// whose rows do not, and the summary says it was the rule map. In maps with room for both programs' rows
+// but for only as many distinct rules as the larger of the two has: one process maps both, the second is
+// refused for its rules; once that process exits, another maps the second: the first table is evicted,
+// its rules given back, and the second loads with its own rules alone in the map.
+TEST(CfiMapsRules, ARuleMapThatIsFullRefusesATableAndItsEntriesComeBackWithEviction) {
+  const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
+  const auto table_a = compile_cfi_table({a}, "", {});
+  const auto table_b = compile_cfi_table({b}, "", {});
+  ASSERT_FALSE(table_a->rows.empty()) << table_a->error;
+  ASSERT_FALSE(table_b->rows.empty()) << table_b->error;
+  const auto rules_a = rules_of(*table_a), rules_b = rules_of(*table_b);
+  auto both = rules_a;
+  both.insert(rules_b.begin(), rules_b.end());
+  const auto rule_capacity = static_cast<uint32_t>(std::max(rules_a.size(), rules_b.size()));
+  ASSERT_GT(both.size(), rule_capacity) << "each program's rules are the other's";
+  Maps maps;
+  ASSERT_TRUE(maps.open(static_cast<uint32_t>(table_a->rows.size() + table_b->rows.size()),
+                        static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size()),
+                        rule_capacity))
+      << std::strerror(errno);
+  constexpr int32_t kFirst = 0x7ffff041, kSecond = 0x7ffff042;
+  constexpr uint64_t kStartA = 0x500000000000, kStartB = 0x510000000000;
+  maps.cfi->add_mapping(kFirst, kStartA, 1 << 20, 0, a, "", 0);
+  maps.cfi->wait_for_tables(60000);
+  maps.cfi->add_mapping(kFirst, kStartB, 1 << 20, 0, b, "", 0);
+  maps.cfi->wait_for_tables(60000);
+  EXPECT_EQ(maps.published(kStartA, kFirst).row_count, table_a->rows.size()) << without_table(*maps.cfi);
+  EXPECT_EQ(maps.published(kStartB, kFirst).row_count, 0u);
+  EXPECT_EQ(maps.cfi->stats().rules, rules_a.size());
+  EXPECT_EQ(maps.cfi->stats().modules_refused, 1u);
+  EXPECT_NE(without_table(*maps.cfi).find(b + ": the CFI row map is full (its rule map: "), std::string::npos)
+      << without_table(*maps.cfi);
+
+  maps.cfi->exit(kFirst);
+  maps.cfi->add_mapping(kSecond, kStartB, 1 << 20, 0, b, "", 0);
+  maps.cfi->wait_for_tables(60000);
+  expect_rows_as_compiled(maps, maps.published(kStartB, kSecond), *table_b);
+  EXPECT_EQ(maps.cfi->stats().rules, rules_b.size()) << "the evicted table's rules are still taken";
+  EXPECT_EQ(maps.cfi->stats().modules_evicted, 1u);
 }
 
 }  // namespace

@@ -357,7 +357,7 @@ TEST(RecordCfiRows, SmallRowMapRefusesLibcAndSaysSo) {
   RunResult d = run({kHpctl, "record", "--backend", "bpf", "--no-report", "-o", out, "--",
                      kFixtures + "/cpu_split_nofp", "1"});
   ASSERT_EQ(d.exit_code, 0) << d.err;
-  EXPECT_NE(d.err.find(" of 2097152 rows"), std::string::npos) << d.err;
+  EXPECT_NE(d.err.find(" of 4194304 rows"), std::string::npos) << d.err;
   EXPECT_EQ(d.err.find("the CFI row map is full"), std::string::npos) << d.err;
 }
 

@@ -207,8 +207,7 @@ void Preloader::run() {
     }
     if (skel && c.cfi) {
       try {
-        arrays = CfiMaps::map_arrays(bpf_map__fd(skel->maps.cfi_rows), c.cfi_rows,
-                                     bpf_map__fd(skel->maps.cfi_index), c.cfi_index);
+        arrays = CfiMaps::map_arrays(cfi_map_fds(skel.get(), c));
       } catch (const RecordError&) {
         // The session maps them itself, and says why if it cannot.
       }

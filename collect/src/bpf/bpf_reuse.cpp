@@ -118,12 +118,23 @@ GlobalsAtLoad globals_at_load(const profile_bpf* skel) {
   return out;
 }
 
+CfiMaps::Fds cfi_map_fds(const profile_bpf* skel, const LoadConfig& c) {
+  CfiMaps::Fds fds;
+  fds.rows_fd = bpf_map__fd(skel->maps.cfi_rows);
+  fds.row_capacity = c.cfi_rows;
+  fds.rules_fd = bpf_map__fd(skel->maps.cfi_rules);
+  fds.rule_capacity = bpf_map__max_entries(skel->maps.cfi_rules);
+  fds.index_fd = bpf_map__fd(skel->maps.cfi_index);
+  fds.index_capacity = c.cfi_index;
+  fds.procs_fd = bpf_map__fd(skel->maps.proc_mappings);
+  return fds;
+}
+
 std::string reset_for_reuse(profile_bpf* skel, const LoadConfig& c, const GlobalsAtLoad& globals,
                             CfiMapArrays& arrays) {
-  if (c.cfi && (arrays.rows == nullptr || arrays.index == nullptr)) {
+  if (c.cfi && (arrays.rows == nullptr || arrays.rules == nullptr || arrays.index == nullptr)) {
     try {
-      arrays = CfiMaps::map_arrays(bpf_map__fd(skel->maps.cfi_rows), c.cfi_rows,
-                                   bpf_map__fd(skel->maps.cfi_index), c.cfi_index);
+      arrays = CfiMaps::map_arrays(cfi_map_fds(skel, c));
     } catch (const std::exception& e) {
       return e.what();
     }
@@ -146,6 +157,8 @@ std::string reset_for_reuse(profile_bpf* skel, const LoadConfig& c, const Global
           std::memset(arrays.rows, 0, arrays.rows_bytes);
         } else if (c.cfi && map == skel->maps.cfi_index) {
           std::memset(arrays.index, 0, arrays.index_bytes);
+        } else if (c.cfi && map == skel->maps.cfi_rules) {
+          std::memset(arrays.rules, 0, arrays.rules_bytes);
         } else {
           why = zero_array(map);
         }

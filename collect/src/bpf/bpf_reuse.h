@@ -19,8 +19,11 @@ struct GlobalsAtLoad {
 };
 GlobalsAtLoad globals_at_load(const profile_bpf* skel);
 
+// cfi mode's maps of `skel`, loaded for `c`, for CfiMaps.
+CfiMaps::Fds cfi_map_fds(const profile_bpf* skel, const LoadConfig& c);
+
 // Puts every map of `skel`, loaded for `c` and detached, back as it was after its load: hash, LRU and
-// stack maps emptied, arrays zeroed (cfi mode's row and index arrays through `arrays`, mapped here
+// stack maps emptied, arrays zeroed (cfi mode's row, rule and index arrays through `arrays`, mapped here
 // when they are not yet), .data and .bss given their bytes of `globals` back, descriptor arrays'
 // slots cleared, the ring's records read and dropped (.rodata is frozen: it is part of `c`). Returns
 // "" when all of it was done, else why not: the skeleton must then not be used again.

@@ -105,8 +105,6 @@ class BpfSession {
   bool kallsyms_ready(bool wait);
   std::future<std::shared_ptr<const KernelSymbols> > kallsyms_;  // valid while read in the background
   void load_initial_tables();
-  uint32_t cfi_row_capacity() const { return config_.cfi_rows; }
-  uint32_t cfi_index_capacity() const { return config_.cfi_index; }
   void note_for_cfi(const Event& event);
   // The second walk of an on-CPU sample held by the decoder, with the tables as published now.
   BpfEventDecoder::HeldWalk walk_held(const hpd_sample_event& e, std::span<const uint8_t> stack,

@@ -20,9 +20,7 @@ namespace hpd::bpf_recording {
 void BpfSession::load_initial_tables() {
   if (!cfi_) return;
   const bool system_wide = filter_ != HPD_FILTER_PIDS;
-  cfi_maps_ = std::make_unique<CfiMaps>(bpf_map__fd(skel_->maps.cfi_rows), cfi_row_capacity(),
-                                        bpf_map__fd(skel_->maps.cfi_index), cfi_index_capacity(),
-                                        bpf_map__fd(skel_->maps.proc_mappings), system_wide,
+  cfi_maps_ = std::make_unique<CfiMaps>(cfi_map_fds(skel_.get(), config_), system_wide,
                                         options_.cfi_row_index, std::move(cfi_arrays_));
   std::vector<int32_t> pids = options_.target.pids;
   if (filter_ == HPD_FILTER_ALL) pids = list_processes();

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -29,12 +30,11 @@ namespace hpd {
 
 namespace {
 
-// Rows and buckets are copied byte for byte into the maps (at kRowStride and kBucketStride, the BPF
-// arrays' 8-byte-aligned strides, which their shared mappings keep): the layouts must agree.
+// Buckets are copied byte for byte into the index map (at kBucketStride, the BPF arrays' 8-byte-aligned
+// stride, which their shared mappings keep): the layouts must agree. A row is written as its pc and the
+// rule map's entry of its rule (kRowStride, kRuleStride).
 static_assert(sizeof(hpd_cfi_bucket) == sizeof(CfiBucket));
-static_assert(sizeof(hpd_cfi_row) == sizeof(CfiRow));
-static_assert(offsetof(hpd_cfi_row, cfa_kind) == offsetof(CfiRow, cfa_kind));
-static_assert(offsetof(hpd_cfi_row, rbp_offset) == offsetof(CfiRow, rbp_offset));
+static_assert(sizeof(hpd_cfi_row) == 8 && sizeof(hpd_cfi_rule) == 8);
 static_assert(HPD_CFA_PLT == static_cast<int>(CfaKind::kPlt) &&
               HPD_CFA_SIGNAL == static_cast<int>(CfaKind::kSignal) &&
               HPD_CFA_OUTERMOST == static_cast<int>(CfaKind::kOutermost) &&
@@ -142,6 +142,43 @@ CfiMapsStatus cfi_maps_status() {
   return out;
 }
 
+uint64_t CfiMaps::RuleSlots::key(const CfiRow& row) {
+  return uint64_t{static_cast<uint32_t>(row.cfa_offset)} |
+         uint64_t{static_cast<uint16_t>(row.rbp_offset)} << 32 | uint64_t{row.cfa_kind} << 48 |
+         uint64_t{row.rbp_kind} << 56;
+}
+
+bool CfiMaps::RuleSlots::take(uint64_t rule, uint32_t* index) {
+  if (const auto it = by_rule_.find(rule); it != by_rule_.end()) {
+    *index = it->second;
+    ++users_[it->second];
+    return true;
+  }
+  uint32_t entry = 0;
+  if (!free_.empty()) {
+    entry = free_.back();
+    free_.pop_back();
+  } else if (rule_of_.size() < capacity_) {
+    entry = static_cast<uint32_t>(rule_of_.size());
+    rule_of_.push_back(0);
+    users_.push_back(0);
+  } else {
+    return false;
+  }
+  rule_of_[entry] = rule;
+  users_[entry] = 1;
+  by_rule_.emplace(rule, entry);
+  *index = entry;
+  return true;
+}
+
+void CfiMaps::RuleSlots::give_back(uint32_t index) {
+  if (index >= users_.size() || users_[index] == 0) return;
+  if (--users_[index] != 0) return;
+  by_rule_.erase(rule_of_[index]);
+  free_.push_back(index);
+}
+
 CfiMaps::SlotRanges::SlotRanges(uint32_t capacity) {
   if (capacity != 0) free_.emplace(0, capacity);
 }
@@ -187,6 +224,8 @@ CfiMapArrays& CfiMapArrays::operator=(CfiMapArrays&& other) noexcept {
     reset();
     rows = std::exchange(other.rows, nullptr);
     rows_bytes = std::exchange(other.rows_bytes, 0);
+    rules = std::exchange(other.rules, nullptr);
+    rules_bytes = std::exchange(other.rules_bytes, 0);
     index = std::exchange(other.index, nullptr);
     index_bytes = std::exchange(other.index_bytes, 0);
   }
@@ -195,43 +234,48 @@ CfiMapArrays& CfiMapArrays::operator=(CfiMapArrays&& other) noexcept {
 
 void CfiMapArrays::reset() {
   if (rows != nullptr) ::munmap(rows, rows_bytes);
+  if (rules != nullptr) ::munmap(rules, rules_bytes);
   if (index != nullptr) ::munmap(index, index_bytes);
-  rows = index = nullptr;
-  rows_bytes = index_bytes = 0;
+  rows = rules = index = nullptr;
+  rows_bytes = rules_bytes = index_bytes = 0;
 }
 
-CfiMaps::MappedArrays CfiMaps::map_arrays(int rows_fd, uint32_t capacity, int index_fd,
-                                          uint32_t index_capacity) {
+CfiMaps::MappedArrays CfiMaps::map_arrays(const Fds& fds) {
   MappedArrays m;
-  m.rows = map_shared(rows_fd, capacity, kRowStride, &m.rows_bytes, "row table");
-  m.index = map_shared(index_fd, index_capacity, kBucketStride, &m.index_bytes, "row index");
+  m.rows = map_shared(fds.rows_fd, fds.row_capacity, kRowStride, &m.rows_bytes, "row table");
+  m.rules = map_shared(fds.rules_fd, fds.rule_capacity, kRuleStride, &m.rules_bytes, "rule table");
+  m.index = map_shared(fds.index_fd, fds.index_capacity, kBucketStride, &m.index_bytes, "row index");
   return m;
 }
 
-CfiMaps::CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_capacity, int procs_fd,
-                 bool lazy, bool use_index, MappedArrays mapped)
+CfiMaps::CfiMaps(const Fds& fds, bool lazy, bool use_index, MappedArrays mapped)
     : lazy_(lazy),
       use_index_(use_index),
-      rows_fd_(rows_fd),
-      index_fd_(index_fd),
-      procs_fd_(procs_fd),
-      capacity_(capacity),
-      index_capacity_(index_capacity),
-      row_slots_(capacity),
-      index_slots_(index_capacity) {
-  if (mapped.rows == nullptr || mapped.index == nullptr)
-    mapped = map_arrays(rows_fd, capacity, index_fd, index_capacity);
+      rows_fd_(fds.rows_fd),
+      rules_fd_(fds.rules_fd),
+      index_fd_(fds.index_fd),
+      procs_fd_(fds.procs_fd),
+      capacity_(fds.row_capacity),
+      rule_capacity_(fds.rule_capacity),
+      index_capacity_(fds.index_capacity),
+      row_slots_(fds.row_capacity),
+      index_slots_(fds.index_capacity),
+      rule_slots_(fds.rule_capacity) {
+  if (mapped.rows == nullptr || mapped.rules == nullptr || mapped.index == nullptr) mapped = map_arrays(fds);
   rows_ = std::exchange(mapped.rows, nullptr);
   rows_bytes_ = mapped.rows_bytes;
+  rules_ = std::exchange(mapped.rules, nullptr);
+  rules_bytes_ = mapped.rules_bytes;
   index_ = std::exchange(mapped.index, nullptr);
   index_bytes_ = mapped.index_bytes;
   ready_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!ready_fd_) {
     ::munmap(rows_, rows_bytes_);
+    ::munmap(rules_, rules_bytes_);
     ::munmap(index_, index_bytes_);
     throw RecordError(std::string("cannot create an eventfd: ") + std::strerror(errno));
   }
-  stats_.row_capacity = capacity;
+  stats_.row_capacity = fds.row_capacity;
   if (const auto cache = current_unwind_cache()) stats_.disk_cache = cache->directory();
   worker_ = std::thread([this] { worker_loop(); });
   std::lock_guard lock(live_mutex());
@@ -251,6 +295,7 @@ CfiMaps::~CfiMaps() {
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
   if (rows_ != nullptr) ::munmap(rows_, rows_bytes_);
+  if (rules_ != nullptr) ::munmap(rules_, rules_bytes_);
   if (index_ != nullptr) ::munmap(index_, index_bytes_);
 }
 
@@ -258,6 +303,8 @@ CfiMaps::MappedArrays CfiMaps::release_arrays() {
   MappedArrays m;
   m.rows = std::exchange(rows_, nullptr);
   m.rows_bytes = rows_bytes_;
+  m.rules = std::exchange(rules_, nullptr);
+  m.rules_bytes = rules_bytes_;
   m.index = std::exchange(index_, nullptr);
   m.index_bytes = index_bytes_;
   return m;
@@ -658,13 +705,46 @@ bool CfiMaps::place(Module& module) {
   const auto buckets = static_cast<uint32_t>(t.index.buckets.size());
   uint32_t row_first = 0;
   uint32_t index_first = 0;
+  rules_full_ = false;
   if (!row_slots_.take(rows, &row_first)) return false;
   if (!index_slots_.take(buckets, &index_first)) {
     row_slots_.give_back(row_first, rows);
     return false;
   }
-  for (uint32_t i = 0; i < rows; ++i)
-    std::memcpy(rows_ + (static_cast<size_t>(row_first) + i) * kRowStride, &t.rows[i], sizeof(CfiRow));
+  // Each row's rule by its entry in the rule map, taken once per table (its distinct rules, a few
+  // hundred for the largest programs) and written there before any row names it. The last rules met are
+  // looked up first: adjacent rows often share a few (a function's prologue and body).
+  std::vector<uint32_t> taken;
+  std::unordered_map<uint64_t, uint32_t> entry_of;
+  constexpr size_t kRecent = 256;
+  std::array<std::pair<uint64_t, uint32_t>, kRecent> recent;
+  recent.fill({~uint64_t{0}, 0});  // no rule packs to all ones (kinds above 6 are not written)
+  for (uint32_t i = 0; i < rows; ++i) {
+    const CfiRow& r = t.rows[i];
+    const uint64_t key = RuleSlots::key(r);
+    auto& slot = recent[(key ^ key >> 29 ^ key >> 48) % kRecent];
+    uint32_t entry = 0;
+    if (slot.first == key) {
+      entry = slot.second;
+    } else if (const auto it = entry_of.find(key); it != entry_of.end()) {
+      entry = it->second;
+    } else {
+      if (!rule_slots_.take(key, &entry)) {
+        for (const uint32_t e : taken) rule_slots_.give_back(e);
+        row_slots_.give_back(row_first, rows);
+        index_slots_.give_back(index_first, buckets);
+        rules_full_ = true;
+        return false;
+      }
+      const hpd_cfi_rule rule{r.cfa_offset, r.rbp_offset, r.cfa_kind, r.rbp_kind};
+      std::memcpy(rules_ + size_t{entry} * kRuleStride, &rule, sizeof rule);
+      taken.push_back(entry);
+      entry_of.emplace(key, entry);
+    }
+    slot = {key, entry};
+    const hpd_cfi_row row{r.pc, entry};
+    std::memcpy(rows_ + (static_cast<size_t>(row_first) + i) * kRowStride, &row, sizeof row);
+  }
   for (uint32_t i = 0; i < buckets; ++i)
     std::memcpy(index_ + (static_cast<size_t>(index_first) + i) * kBucketStride, &t.index.buckets[i],
                 sizeof(CfiBucket));
@@ -672,7 +752,17 @@ bool CfiMaps::place(Module& module) {
   module.row_count = rows;
   module.index_first = index_first;
   module.index_count = buckets;
+  module.rules = std::move(taken);
   return true;
+}
+
+void CfiMaps::give_back_room(Module& module) {
+  row_slots_.give_back(module.row_first, module.row_count);
+  index_slots_.give_back(module.index_first, module.index_count);
+  for (const uint32_t e : module.rules) rule_slots_.give_back(e);
+  module.rules.clear();
+  module.row_count = 0;
+  module.index_count = 0;
 }
 
 // Takes the least recently used table that no followed process maps out of the maps; false when
@@ -703,11 +793,8 @@ bool CfiMaps::evict_one() {
     }
   }
   if (oldest == nullptr) return false;
-  row_slots_.give_back(oldest->row_first, oldest->row_count);
-  index_slots_.give_back(oldest->index_first, oldest->index_count);
+  give_back_room(*oldest);
   oldest->loaded = false;
-  oldest->row_count = 0;
-  oldest->index_count = 0;
   // A table no followed process maps is let go as well: a collection of an hour on a host that starts
   // many programs would otherwise hold every table it ever compiled. Mapped again, the module asks
   // for it again (the tables hpd keeps, the cache on disk, or a compile). The vDSO's and the kernel's
@@ -744,7 +831,9 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
     ++stats_.modules_loaded;
     stats_.rows = row_slots_.used();
     stats_.buckets = index_slots_.used();
-    stats_.map_bytes = row_slots_.used() * kRowStride + index_slots_.used() * kBucketStride;
+    stats_.rules = rule_slots_.used();
+    stats_.map_bytes = row_slots_.used() * kRowStride + rule_slots_.used() * kRuleStride +
+                       index_slots_.used() * kBucketStride;
     return;
   }
   count(module);
@@ -770,11 +859,20 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
     module.refused_at = releases_;
     if (refused_noted_.insert(key).second) {
       char text[160];
-      std::snprintf(text, sizeof text,
-                    ": the CFI row map is full (%zu rows needed, %" PRIu64
-                    " of %u in use by tables of mapped "
-                    "modules)",
-                    t.rows.size(), row_slots_.used(), capacity_);
+      if (rules_full_) {
+        // The distinct rules of every loaded table fill the rule map (HPD_CFI_RULES: a machine's
+        // programs use a few thousand).
+        std::snprintf(text, sizeof text,
+                      ": the CFI row map is full (its rule map: %" PRIu64
+                      " of %u distinct rules in use by tables of mapped modules)",
+                      rule_slots_.used(), rule_capacity_);
+      } else {
+        std::snprintf(text, sizeof text,
+                      ": the CFI row map is full (%zu rows needed, %" PRIu64
+                      " of %u in use by tables of mapped "
+                      "modules)",
+                      t.rows.size(), row_slots_.used(), capacity_);
+      }
       std::lock_guard lock(mutex_);
       ++stats_.modules_refused;
       stats_.without_table.push_back(module.path + text);
@@ -810,7 +908,9 @@ void CfiMaps::load(const std::string& key, Module& module, bool may_evict) {
   ++stats_.modules_loaded;
   stats_.rows = row_slots_.used();
   stats_.buckets = index_slots_.used();
-  stats_.map_bytes = row_slots_.used() * kRowStride + index_slots_.used() * kBucketStride;
+  stats_.rules = rule_slots_.used();
+  stats_.map_bytes =
+      row_slots_.used() * kRowStride + rule_slots_.used() * kRuleStride + index_slots_.used() * kBucketStride;
 }
 
 void CfiMaps::note_rows_wanted() {

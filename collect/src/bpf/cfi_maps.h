@@ -26,6 +26,7 @@
 
 #include "hpd/base/proc_maps.h"
 #include "hpd/base/unique_fd.h"
+#include "hpd/collect/recorder.h"
 #include "hpd/unwind/cfi_table.h"
 #include "proc/build_id.h"
 #include "proc/program_modules.h"
@@ -33,9 +34,11 @@
 
 namespace hpd {
 
-// Bytes between entries of the row and index maps (BPF array values are 8-byte aligned).
+// Bytes between entries of the row, rule and index maps (BPF array values are 8-byte aligned).
 inline constexpr size_t kRowStride = (sizeof(hpd_cfi_row) + 7) / 8 * 8;
+inline constexpr size_t kRuleStride = (sizeof(hpd_cfi_rule) + 7) / 8 * 8;
 inline constexpr size_t kBucketStride = (sizeof(hpd_cfi_bucket) + 7) / 8 * 8;
+static_assert(kRowStride == kCfiRowBytes, "recorder.h's figure of a row's kernel memory");
 
 struct CfiMapStats {
   uint64_t modules = 0;          // module files seen mapped
@@ -43,7 +46,8 @@ struct CfiMapStats {
   uint64_t rows = 0;             // rows in the map
   uint64_t row_capacity = 0;     // rows the map holds
   uint64_t buckets = 0;          // index buckets in the index map
-  uint64_t map_bytes = 0;        // kernel memory of the rows and buckets in use (16 and 8 bytes each)
+  uint64_t rules = 0;            // distinct rules the rows name, in the rule map
+  uint64_t map_bytes = 0;        // kernel memory of the rows, rules and buckets in use (8 bytes each)
   uint64_t modules_evicted = 0;  // tables taken out to make room
   uint64_t modules_refused = 0;  // tables that did not fit even after evicting: frame pointers
   // The most rows the tables loaded and those refused for lack of room (not loaded since) needed at
@@ -67,12 +71,15 @@ struct CfiMapStats {
   std::vector<std::string> without_table;
 };
 
-// CfiMaps' row and index maps mapped into this process. Mapping a BPF array maps every page of it at once
-// (about 9,000 for the default 32 + 4 MiB): 3-12 ms on a loaded machine, which hpd spends when it
-// loads a session's programs ahead (bpf_recorder.cpp, Preloader) rather than when a session starts.
+// CfiMaps' row, rule and index maps mapped into this process. Mapping a BPF array maps every page of it
+// at once (about 10,000 for the default 32 + 0.5 + 8 MiB): 3-12 ms on a loaded machine, which hpd spends
+// when it loads a session's programs ahead (bpf_recorder.cpp, Preloader) rather than when a session
+// starts.
 struct CfiMapArrays {
   uint8_t* rows = nullptr;
   size_t rows_bytes = 0;
+  uint8_t* rules = nullptr;
+  size_t rules_bytes = 0;
   uint8_t* index = nullptr;
   size_t index_bytes = 0;
   CfiMapArrays() = default;
@@ -87,11 +94,22 @@ struct CfiMapArrays {
 class CfiMaps {
  public:
   using MappedArrays = CfiMapArrays;
-  // Maps the two arrays as the constructor would; throws RecordError when they cannot be mapped.
-  static MappedArrays map_arrays(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_capacity);
+  // The maps' descriptors and sizes: `rows_fd`, the BPF_F_MMAPABLE array of hpd_cfi_row with
+  // `row_capacity` entries; `rules_fd`, the one of hpd_cfi_rule with `rule_capacity`; `index_fd`, the
+  // one of hpd_cfi_bucket with `index_capacity`; `procs_fd`, the hash of hpd_proc_mappings.
+  struct Fds {
+    int rows_fd = -1;
+    uint32_t row_capacity = 0;
+    int rules_fd = -1;
+    uint32_t rule_capacity = HPD_CFI_RULES;
+    int index_fd = -1;
+    uint32_t index_capacity = 0;
+    int procs_fd = -1;
+  };
+  // Maps the three arrays as the constructor would; throws RecordError when they cannot be mapped.
+  static MappedArrays map_arrays(const Fds& fds);
 
-  // `rows_fd`: the BPF_F_MMAPABLE array of hpd_cfi_row with `capacity` entries; `index_fd`: the one
-  // of hpd_cfi_bucket with `index_capacity`; `procs_fd`: the hash of hpd_proc_mappings. `use_index`
+  // `fds`: the maps (above). `use_index`
   // false: the walker binary-searches all of a module's rows (to measure what the index saves). `lazy`
   // (system-wide and cgroup recordings): a module's table is compiled only once a process that maps it has
   // been sampled (sampled()), since the mmap records of a whole system name every module of every short-lived
@@ -99,8 +117,7 @@ class CfiMaps {
   // RecordError when the row map cannot be mapped.
   // `mapped`: the two arrays mapped already (map_arrays of the same descriptors and capacities), taken
   // over; empty: mapped here.
-  CfiMaps(int rows_fd, uint32_t capacity, int index_fd, uint32_t index_capacity, int procs_fd,
-          bool lazy = false, bool use_index = true, MappedArrays mapped = {});
+  explicit CfiMaps(const Fds& fds, bool lazy = false, bool use_index = true, MappedArrays mapped = {});
   ~CfiMaps();
   CfiMaps(const CfiMaps&) = delete;
   CfiMaps& operator=(const CfiMaps&) = delete;
@@ -161,7 +178,7 @@ class CfiMaps {
     return it == exec_ns_.end() ? 0 : it->second;
   }
 
-  // The row and index arrays, kept mapped for the next recording that uses the same maps (hpd's reset
+  // The row, rule and index arrays, kept mapped for the next recording that uses the same maps (hpd's reset
   // skeletons, bpf_reuse.h): this object no longer unmaps them. Only right before it is destroyed.
   MappedArrays release_arrays();
 
@@ -187,6 +204,25 @@ class CfiMaps {
     std::map<uint32_t, uint32_t> free_;  // first -> count
     uint64_t used_ = 0;
   };
+  // The rule map's entries: each distinct rule once, with the number of loaded tables whose rows name it;
+  // an entry no table names any more is free for another rule.
+  class RuleSlots {
+   public:
+    explicit RuleSlots(uint32_t capacity) : capacity_(capacity) {}
+    // The entry of `rule`, one more table naming it; false when the map is full.
+    bool take(uint64_t rule, uint32_t* index);
+    void give_back(uint32_t index);
+    uint64_t used() const { return by_rule_.size(); }
+    // `rule`'s fields, packed into the key take() expects.
+    static uint64_t key(const CfiRow& row);
+
+   private:
+    uint32_t capacity_;
+    std::unordered_map<uint64_t, uint32_t> by_rule_;  // key -> entry
+    std::vector<uint64_t> rule_of_;                   // per entry ever used: its key
+    std::vector<uint32_t> users_;                     // per entry ever used: tables naming it (0: free)
+    std::vector<uint32_t> free_;                      // entries no table names
+  };
   struct Module {
     std::string path;
     std::string build_id;
@@ -202,6 +238,7 @@ class CfiMaps {
     uint32_t row_count = 0;
     uint32_t index_first = 0;
     uint32_t index_count = 0;
+    std::vector<uint32_t> rules;          // loaded: the rule map's entries its rows name, each once
     uint64_t last_used = 0;               // tick of the last publication of a process that maps it
     bool queued = false;                  // its compile (or cache lookup) job was handed to the worker
     bool asked = false;                   // asked for before (its table let go since)
@@ -250,7 +287,11 @@ class CfiMaps {
   void load(const std::string& key, Module& module, bool may_evict = true);
   void count(Module& module);
   std::shared_ptr<const CfiTable> table_for(const Job& job);
+  // Writes the module's rows, rules and buckets into free room of the maps; false when there is none
+  // (rules_full_ says whether the rule map was what lacked it).
   bool place(Module& module);
+  // Gives a loaded module's room in the maps back.
+  void give_back_room(Module& module);
   // A module refused for lack of room (its table let go) is asked for again only when it may fit now.
   bool room_may_be_made(const Module& module) const;
   bool evict_one();
@@ -265,17 +306,23 @@ class CfiMaps {
   std::unordered_map<int32_t, bool> sampled_;  // lazy mode: processes seen in samples
   UniqueFd ready_fd_;                          // eventfd, written by the worker
   int rows_fd_;
+  int rules_fd_;
   int index_fd_;
   int procs_fd_;
   uint32_t capacity_;
+  uint32_t rule_capacity_;
   uint32_t index_capacity_;
   uint8_t* rows_ = nullptr;  // the row map, shared with the kernel
   size_t rows_bytes_ = 0;
+  uint8_t* rules_ = nullptr;  // the rule map, shared with the kernel
+  size_t rules_bytes_ = 0;
   uint8_t* index_ = nullptr;  // the index map, shared with the kernel
   size_t index_bytes_ = 0;
   SlotRanges row_slots_;
   SlotRanges index_slots_;
-  uint64_t tick_ = 0;  // publications so far: the modules' use clock
+  RuleSlots rule_slots_;
+  bool rules_full_ = false;  // the last place() that failed lacked room in the rule map
+  uint64_t tick_ = 0;        // publications so far: the modules' use clock
   // Rows the tables of the modules refused for lack of room (and neither loaded since nor left unmapped
   // by every process) need, and the stats' rows_wanted brought up to date with them (after each refusal
   // and each load).

@@ -53,8 +53,8 @@ CfiMaps::StackWalk CfiMaps::walk_stack(int32_t pid, uint64_t ip, uint64_t sp, ui
     return 0;
   };
 
-  // The row covering `vaddr` among the map's rows [first, first + count).
-  const auto find_row = [&](uint32_t first, uint32_t count, uint32_t vaddr, hpd_cfi_row* out) {
+  // The rule of the row covering `vaddr` among the map's rows [first, first + count).
+  const auto find_row = [&](uint32_t first, uint32_t count, uint32_t vaddr, hpd_cfi_rule* out) {
     if (count == 0 || uint64_t{first} + count > capacity_) return false;
     uint32_t lo = first, hi = first + count;
     while (lo < hi) {
@@ -67,7 +67,10 @@ CfiMaps::StackWalk CfiMaps::walk_stack(int32_t pid, uint64_t ip, uint64_t sp, ui
         lo = mid + 1;
     }
     if (lo == first) return false;
-    std::memcpy(out, rows_ + size_t{lo - 1} * kRowStride, sizeof *out);
+    hpd_cfi_row row;
+    std::memcpy(&row, rows_ + size_t{lo - 1} * kRowStride, sizeof row);
+    if (row.rule >= rule_capacity_) return false;
+    std::memcpy(out, rules_ + size_t{row.rule} * kRuleStride, sizeof *out);
     return true;
   };
 
@@ -105,7 +108,7 @@ CfiMaps::StackWalk CfiMaps::walk_stack(int32_t pid, uint64_t ip, uint64_t sp, ui
       first += b.first;
       count = b.count;
     }
-    hpd_cfi_row row{};
+    hpd_cfi_rule row{};
     if (!find_row(first, count, static_cast<uint32_t>(vaddr), &row) || row.cfa_kind == HPD_CFA_NONE)
       return fp_step();
     uint64_t cfa = 0, ra = 0, next_bp = r.bp;

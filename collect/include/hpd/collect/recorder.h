@@ -329,11 +329,16 @@ struct RecordResult {
 };
 
 inline constexpr uint32_t kMaxFrequencyHz = 100000;
-// cfi mode: default capacity of the eBPF row map (16 bytes a row in the kernel: 32 MiB, and 4 MiB
-// more for the rows' index). libc has about 28,000 rows, libstdc++ 34,000, a 100 MB C++ program about
-// a million.
-inline constexpr uint32_t kDefaultCfiRowCapacity = 1u << 21;
-// The largest row map a recording may ask for (512 MiB of rows, 64 MiB of index).
+// cfi mode: kernel memory of a row of the eBPF row map (its pc and the index of its rule; the rules,
+// each distinct one stored once, take a map of 512 KiB beside it), and of a bucket of the rows' index,
+// which has a bucket for every 4 rows.
+inline constexpr uint32_t kCfiRowBytes = 8;
+// cfi mode: default capacity of the eBPF row map: 4 Mi rows, 32 MiB, and 8 MiB more for the rows'
+// index. libc has about 28,000 rows, libstdc++ 34,000, a 100 MB C++ program about a million; the
+// programs of a machine building with clang (clang, libLLVM, libclang-cpp, cc1plus) about 3.7 million
+// at once.
+inline constexpr uint32_t kDefaultCfiRowCapacity = 1u << 22;
+// The largest row map a recording may ask for (256 MiB of rows, 64 MiB of index).
 inline constexpr uint32_t kMaxCfiRowCapacity = 1u << 25;
 
 // The eBPF CFI maps of every recording running in this process now (the daemon's sessions and its

@@ -49,7 +49,7 @@ struct Config {
   uint32_t max_sessions = 16;
   double max_duration_s = 3600;       // an open-ended request ends after this
   uint32_t max_frequency_hz = 10000;  // requests above are refused
-  // Requests for a larger CFI row map (--cfi-rows, 16 bytes of kernel memory a row) are refused.
+  // Requests for a larger CFI row map (--cfi-rows, 8 bytes of kernel memory a row) are refused.
   uint32_t max_cfi_rows = 1u << 23;
   uint64_t max_session_memory_mb = 1024;  // a session whose profile grows past this ends with a note
   // The memory of one user's sessions together (their profiles, and at the end their JIT symbols
@@ -76,7 +76,7 @@ struct Config {
   // Continuous mode (served by the continuous library when it is built in).
   bool continuous = false;
   uint32_t continuous_frequency = 19;
-  uint32_t continuous_cfi_rows = 1u << 21;  // the CFI row map of each chunk's recording
+  uint32_t continuous_cfi_rows = 1u << 22;  // the CFI row map of each chunk's recording
   uint32_t continuous_chunk_seconds = 60;
   bool continuous_kernel = true;    // kernel frames in the chunks, when permitted
   bool continuous_off_cpu = false;  // off-CPU samples of every thread: every context switch
