@@ -373,7 +373,7 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   __u64 user_frames = 0;
   if (user) calls_walk_begin(e->header.pid);
   if (user && cfi_unwind) {
-    struct cfi_regs r = {.ip = user->ip, .sp = user->sp, .bp = user->bp, .exact = 1};
+    struct cfi_regs r = {.ip = uprobe_xol_real_ip(user->ip), .sp = user->sp, .bp = user->bp, .exact = 1};
     r.clone = clone_side_of(user->orig_ax, user->ax, user->ip);
     uretprobe_syscall_regs(user, &r.ip, &r.sp);
     __u32 end = HPD_USER_END_NONE;
@@ -388,7 +388,7 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
     // of its own (a forked process's child is walked as the copy of its parent's stack it has).
     if (e->header.tid != e->header.pid && clone_side_of(user->orig_ax, user->ax, user->ip) == CFI_CLONE_CHILD)
       w.end = HPD_USER_END_ROOT;
-    user_frames = walk_user_frames((struct user_frames*)&e->ips[kernel_frames], user->ip, &w);
+    user_frames = walk_user_frames((struct user_frames*)&e->ips[kernel_frames], uprobe_xol_real_ip(user->ip), &w);
     e->user_end = (__u16)w.end;
   }
   if (user_frames > HPD_MAX_USER_FRAMES) user_frames = HPD_MAX_USER_FRAMES;
@@ -424,7 +424,7 @@ static __always_inline void copy_user_regs(struct hpd_sample_event* e, const str
   e->regs[13] = regs->r13;
   e->regs[14] = regs->r14;
   e->regs[15] = regs->r15;
-  e->regs[16] = regs->ip;
+  e->regs[16] = uprobe_xol_real_ip(regs->ip);
   e->regs_valid = (1u << HPD_USER_REGS) - 1;
 }
 
@@ -782,7 +782,8 @@ int hpd_sched_switch(__u64* ctx) {
     emit_switch_stack(&e->header, user, pending_stack_copy_bytes);
   if (user && (e->flags & HPD_SAMPLE_TABLES_PENDING)) {
     struct hpd_pending_walk walk = {
-        .time_ns = e->header.time_ns, .ip = user->ip, .sp = user->sp, .bp = user->bp, .pid = pid};
+        .time_ns = e->header.time_ns, .ip = uprobe_xol_real_ip(user->ip), .sp = user->sp, .bp = user->bp,
+        .pid = pid};
     bpf_map_update_elem(&pending_walks, &tid, &walk, BPF_ANY);
   }
   return 0;

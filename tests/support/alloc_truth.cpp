@@ -265,6 +265,14 @@ void check_alloc_pid_attach(const AllocPidAttach& how) {
   ASSERT_TRUE(std::regex_search(summary, m, frees)) << summary;
   EXPECT_EQ(std::stoull(m[1]), 1000u) << summary;
   EXPECT_GE(std::stoull(m[2]), 1000u) << summary;
+  // The process's CPU samples while its allocator was probed, most of them taken while the kernel
+  // stepped a probed instruction out of line (its pc in the [uprobes] page): complete from the probed
+  // function to the thread's first frame (19% were, the rest failed in that page, before the walk
+  // started from the probed address).
+  const std::regex complete(R"(complete stacks: on-CPU ([0-9.]+)% of (\d+) samples)");
+  ASSERT_TRUE(std::regex_search(summary, m, complete)) << summary;
+  EXPECT_GT(std::stoull(m[2]), 0u) << summary;
+  EXPECT_GE(std::stod(m[1]), 95.0) << summary;
 
   const std::map<std::string, AllocTruth> truth = read_alloc_truth(dir.file("truth"));
   ASSERT_EQ(truth.size(), 3u);
