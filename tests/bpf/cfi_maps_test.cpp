@@ -340,6 +340,26 @@ TEST(CfiMapsEviction, ARefusedTableNoProcessMapsNoLongerCountsInTheRowsWanted) {
       << "the first table and the copy's: " << two.rows_a << " + " << two.rows_b;
 }
 
+// The two programs' tables (ls, sort) and maps with room for the rows and buckets of both, and for
+// `rule_capacity` distinct rules.
+struct RoomForBoth {
+  const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
+  std::shared_ptr<const CfiTable> table_a = compile_cfi_table({a}, "", {});
+  std::shared_ptr<const CfiTable> table_b = compile_cfi_table({b}, "", {});
+  Maps maps;
+  // False (with a failure) when a table has no rows or the maps cannot be made.
+  bool open(uint32_t rule_capacity = HPD_CFI_RULES) {
+    EXPECT_FALSE(table_a->rows.empty()) << table_a->error;
+    EXPECT_FALSE(table_b->rows.empty()) << table_b->error;
+    if (table_a->rows.empty() || table_b->rows.empty()) return false;
+    const bool opened = maps.open(
+        static_cast<uint32_t>(table_a->rows.size() + table_b->rows.size()),
+        static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size()), rule_capacity);
+    EXPECT_TRUE(opened) << std::strerror(errno);
+    return opened;
+  }
+};
+
 // A table's distinct rules (what a row says of its frame, without its pc).
 std::set<std::tuple<int32_t, int16_t, uint8_t, uint8_t>> rules_of(const CfiTable& table) {
   std::set<std::tuple<int32_t, int16_t, uint8_t, uint8_t>> out;
@@ -377,15 +397,11 @@ void expect_rows_as_compiled(const Maps& maps, const hpd_proc_mapping& published
 // in the rule map. Two programs' tables loaded side by side: every row, read back from the maps, is the
 // row compiled, and the rule map holds their distinct rules once (the rules the two share, once).
 TEST(CfiMapsRules, EveryRowNamesItsRuleAndEachRuleIsStoredOnce) {
-  const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
-  const auto table_a = compile_cfi_table({a}, "", {});
-  const auto table_b = compile_cfi_table({b}, "", {});
-  ASSERT_FALSE(table_a->rows.empty()) << table_a->error;
-  ASSERT_FALSE(table_b->rows.empty()) << table_b->error;
-  Maps maps;
-  ASSERT_TRUE(maps.open(static_cast<uint32_t>(table_a->rows.size() + table_b->rows.size()),
-                        static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size())))
-      << std::strerror(errno);
+  RoomForBoth two;
+  ASSERT_TRUE(two.open());
+  Maps& maps = two.maps;
+  const std::string &a = two.a, &b = two.b;
+  const auto &table_a = two.table_a, &table_b = two.table_b;
   constexpr int32_t kPid = 0x7ffff031;
   constexpr uint64_t kStartA = 0x500000000000, kStartB = 0x510000000000;
   maps.cfi->add_mapping(kPid, kStartA, 1 << 20, 0, a, "", 0);
@@ -409,21 +425,16 @@ TEST(CfiMapsRules, EveryRowNamesItsRuleAndEachRuleIsStoredOnce) {
 // refused for its rules; once that process exits, another maps the second: the first table is evicted,
 // its rules given back, and the second loads with its own rules alone in the map.
 TEST(CfiMapsRules, ARuleMapThatIsFullRefusesATableAndItsEntriesComeBackWithEviction) {
-  const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
-  const auto table_a = compile_cfi_table({a}, "", {});
-  const auto table_b = compile_cfi_table({b}, "", {});
-  ASSERT_FALSE(table_a->rows.empty()) << table_a->error;
-  ASSERT_FALSE(table_b->rows.empty()) << table_b->error;
-  const auto rules_a = rules_of(*table_a), rules_b = rules_of(*table_b);
+  RoomForBoth two;
+  const auto rules_a = rules_of(*two.table_a), rules_b = rules_of(*two.table_b);
   auto both = rules_a;
   both.insert(rules_b.begin(), rules_b.end());
   const auto rule_capacity = static_cast<uint32_t>(std::max(rules_a.size(), rules_b.size()));
   ASSERT_GT(both.size(), rule_capacity) << "each program's rules are the other's";
-  Maps maps;
-  ASSERT_TRUE(maps.open(static_cast<uint32_t>(table_a->rows.size() + table_b->rows.size()),
-                        static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size()),
-                        rule_capacity))
-      << std::strerror(errno);
+  ASSERT_TRUE(two.open(rule_capacity));
+  Maps& maps = two.maps;
+  const std::string &a = two.a, &b = two.b;
+  const auto &table_a = two.table_a, &table_b = two.table_b;
   constexpr int32_t kFirst = 0x7ffff041, kSecond = 0x7ffff042;
   constexpr uint64_t kStartA = 0x500000000000, kStartB = 0x510000000000;
   maps.cfi->add_mapping(kFirst, kStartA, 1 << 20, 0, a, "", 0);
