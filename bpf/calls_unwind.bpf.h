@@ -172,13 +172,14 @@ static __always_inline void uretprobe_syscall_regs(const struct pt_regs* user, _
 // tables and symbols are the function's. From the slot, which no table covers, the walk failed: 81% of
 // the CPU samples of a process whose allocator `hpctl record --alloc --pid` probed (most of its time
 // is the probes' exit to user mode, with the pc in the slot). Slots are 128 bytes (UPROBE_XOL_SLOT_BYTES).
+// Plain loads through the task's BTF pointer, not helper calls: this runs for every sample.
 static __always_inline __u64 uprobe_xol_real_ip(__u64 ip) {
   struct task_struct* task = bpf_get_current_task_btf();
-  struct uprobe_task* utask = BPF_CORE_READ(task, utask);
+  struct uprobe_task* utask = task->utask;
   if (!utask) return ip;
-  const __u64 slot = BPF_CORE_READ(utask, xol_vaddr);
+  const __u64 slot = utask->xol_vaddr;
   if (slot == 0 || ip < slot || ip - slot >= 128) return ip;
-  const __u64 probed = BPF_CORE_READ(utask, vaddr);
+  const __u64 probed = utask->vaddr;
   return probed != 0 ? probed + (ip - slot) : ip;
 }
 
