@@ -3,8 +3,9 @@
 // array, the distinct rules they name in another, their indexes in a third, and per process its
 // executable mappings sorted by address, each with its module's row and index ranges and load bias. Per
 // frame: find the mapping of the pc, look up the pc's bucket in the module's index, binary-search the few
-// rows it names, take the row's rule, compute the CFA, read the return address at CFA-8 and restore rbp. Modules without a table are stepped by frame
-// pointer. Included by profile.bpf.c, after its maps and walk_user_frames.
+// rows it names, take the row's rule, compute the CFA, read the return address at CFA-8 and restore rbp.
+// Modules without a table are stepped by frame pointer. Included by profile.bpf.c, after its maps and
+// walk_user_frames.
 #ifndef HPD_CFI_WALK_BPF_H
 #define HPD_CFI_WALK_BPF_H
 
