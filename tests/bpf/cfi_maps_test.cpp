@@ -204,29 +204,39 @@ TEST(CfiMapsUretprobeTrampoline, OtherCodeGetsNoRowsAndTheSummarySaysWhy) {
   EXPECT_EQ(maps.published(page.start()).row_count, 0u);
 }
 
-// Two programs' tables (ls, sort) and maps whose row map holds one of them, not both.
-struct RoomForOne {
+// Two programs' tables (ls, sort) and maps for them: room for the index buckets of both, and for the rows
+// of one of them, not both (open_with_room_for_one), or of both with `rule_capacity` distinct rules
+// (open_with_room_for_both).
+struct TwoPrograms {
   const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
   std::shared_ptr<const CfiTable> table_a = compile_cfi_table({a}, "", {});
   std::shared_ptr<const CfiTable> table_b = compile_cfi_table({b}, "", {});
   size_t rows_a = table_a->rows.size(), rows_b = table_b->rows.size();
   Maps maps;
-  // False (with a failure) when a table has no rows or the maps cannot be made.
-  bool open() {
-    EXPECT_FALSE(table_a->rows.empty()) << table_a->error;
-    EXPECT_FALSE(table_b->rows.empty()) << table_b->error;
-    if (table_a->rows.empty() || table_b->rows.empty()) return false;
-    const auto capacity = static_cast<uint32_t>(std::max(rows_a, rows_b) + std::min(rows_a, rows_b) / 2);
-    const auto buckets = static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size());
-    const bool opened = maps.open(capacity, buckets);
-    EXPECT_TRUE(opened) << std::strerror(errno);
-    return opened;
+  // Each false (with a failure) when a table has no rows or the maps cannot be made.
+  bool open_with_room_for_one() {
+    return open(static_cast<uint32_t>(std::max(rows_a, rows_b) + std::min(rows_a, rows_b) / 2),
+                HPD_CFI_RULES);
+  }
+  bool open_with_room_for_both(uint32_t rule_capacity = HPD_CFI_RULES) {
+    return open(static_cast<uint32_t>(rows_a + rows_b), rule_capacity);
   }
   // `path` mapped by process `pid` at `start`, once its table is in (or refused): what is published.
   hpd_proc_mapping map_file(int32_t pid, uint64_t start, const std::string& path) {
     maps.cfi->add_mapping(pid, start, 1 << 20, 0, path, "", 0);
     maps.cfi->wait_for_tables(60000);
     return maps.published(start, pid);
+  }
+
+ private:
+  bool open(uint32_t row_capacity, uint32_t rule_capacity) {
+    EXPECT_FALSE(table_a->rows.empty()) << table_a->error;
+    EXPECT_FALSE(table_b->rows.empty()) << table_b->error;
+    if (table_a->rows.empty() || table_b->rows.empty()) return false;
+    const auto buckets = static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size());
+    const bool opened = maps.open(row_capacity, buckets, rule_capacity);
+    EXPECT_TRUE(opened) << std::strerror(errno);
+    return opened;
   }
 };
 
@@ -236,8 +246,8 @@ struct RoomForOne {
 // table, not two); when a third process maps the first file again, its table comes back (asked for
 // again) and is published whole.
 TEST(CfiMapsEviction, ATableNoProcessMapsIsLetGoAndComesBackWhenMappedAgain) {
-  RoomForOne two;
-  ASSERT_TRUE(two.open());
+  TwoPrograms two;
+  ASSERT_TRUE(two.open_with_room_for_one());
   Maps& maps = two.maps;
   const std::string &a = two.a, &b = two.b;
   const size_t rows_a = two.rows_a, rows_b = two.rows_b;
@@ -265,8 +275,8 @@ TEST(CfiMapsEviction, ATableNoProcessMapsIsLetGoAndComesBackWhenMappedAgain) {
 // first's table. Mapped again while nothing has changed, it is not asked for again; once the first
 // process has exited, a second maps it: its table comes back, evicts the first, and is published whole.
 TEST(CfiMapsEviction, ATableRefusedForLackOfRoomIsNotHeldAndComesBackWhenRoomIsMade) {
-  RoomForOne two;
-  ASSERT_TRUE(two.open());
+  TwoPrograms two;
+  ASSERT_TRUE(two.open_with_room_for_one());
   Maps& maps = two.maps;
   const std::string &a = two.a, &b = two.b;
   const auto &table_a = two.table_a, &table_b = two.table_b;
@@ -320,8 +330,8 @@ TEST(CfiMapsEviction, ATableRefusedForLackOfRoomIsNotHeldAndComesBackWhenRoomIsM
 // exits; a second maps the first again and a copy of the second under another name, refused in turn.
 // Wanted at once: the first table and the copy's, not the second's as well, which nobody maps any longer.
 TEST(CfiMapsEviction, ARefusedTableNoProcessMapsNoLongerCountsInTheRowsWanted) {
-  RoomForOne two;
-  ASSERT_TRUE(two.open());
+  TwoPrograms two;
+  ASSERT_TRUE(two.open_with_room_for_one());
   Maps& maps = two.maps;
   hpd::testing::TempDir dir("hpd-cfi-rows-wanted");
   const std::string copy = dir.path() + "/sort-copy";
@@ -339,26 +349,6 @@ TEST(CfiMapsEviction, ARefusedTableNoProcessMapsNoLongerCountsInTheRowsWanted) {
   EXPECT_EQ(maps.cfi->stats().rows_wanted, two.rows_a + two.rows_b)
       << "the first table and the copy's: " << two.rows_a << " + " << two.rows_b;
 }
-
-// The two programs' tables (ls, sort) and maps with room for the rows and buckets of both, and for
-// `rule_capacity` distinct rules.
-struct RoomForBoth {
-  const std::string a = "/usr/bin/ls", b = "/usr/bin/sort";
-  std::shared_ptr<const CfiTable> table_a = compile_cfi_table({a}, "", {});
-  std::shared_ptr<const CfiTable> table_b = compile_cfi_table({b}, "", {});
-  Maps maps;
-  // False (with a failure) when a table has no rows or the maps cannot be made.
-  bool open(uint32_t rule_capacity = HPD_CFI_RULES) {
-    EXPECT_FALSE(table_a->rows.empty()) << table_a->error;
-    EXPECT_FALSE(table_b->rows.empty()) << table_b->error;
-    if (table_a->rows.empty() || table_b->rows.empty()) return false;
-    const bool opened = maps.open(
-        static_cast<uint32_t>(table_a->rows.size() + table_b->rows.size()),
-        static_cast<uint32_t>(table_a->index.buckets.size() + table_b->index.buckets.size()), rule_capacity);
-    EXPECT_TRUE(opened) << std::strerror(errno);
-    return opened;
-  }
-};
 
 // A table's distinct rules (what a row says of its frame, without its pc).
 std::set<std::tuple<int32_t, int16_t, uint8_t, uint8_t>> rules_of(const CfiTable& table) {
@@ -397,26 +387,19 @@ void expect_rows_as_compiled(const Maps& maps, const hpd_proc_mapping& published
 // in the rule map. Two programs' tables loaded side by side: every row, read back from the maps, is the
 // row compiled, and the rule map holds their distinct rules once (the rules the two share, once).
 TEST(CfiMapsRules, EveryRowNamesItsRuleAndEachRuleIsStoredOnce) {
-  RoomForBoth two;
-  ASSERT_TRUE(two.open());
-  Maps& maps = two.maps;
-  const std::string &a = two.a, &b = two.b;
-  const auto &table_a = two.table_a, &table_b = two.table_b;
+  TwoPrograms two;
+  ASSERT_TRUE(two.open_with_room_for_both());
   constexpr int32_t kPid = 0x7ffff031;
-  constexpr uint64_t kStartA = 0x500000000000, kStartB = 0x510000000000;
-  maps.cfi->add_mapping(kPid, kStartA, 1 << 20, 0, a, "", 0);
-  maps.cfi->add_mapping(kPid, kStartB, 1 << 20, 0, b, "", 0);
-  maps.cfi->wait_for_tables(60000);
-  expect_rows_as_compiled(maps, maps.published(kStartA, kPid), *table_a);
-  expect_rows_as_compiled(maps, maps.published(kStartB, kPid), *table_b);
-  auto both = rules_of(*table_a);
-  const auto rules_b = rules_of(*table_b);
+  expect_rows_as_compiled(two.maps, two.map_file(kPid, 0x500000000000, two.a), *two.table_a);
+  expect_rows_as_compiled(two.maps, two.map_file(kPid, 0x510000000000, two.b), *two.table_b);
+  const auto rules_a = rules_of(*two.table_a), rules_b = rules_of(*two.table_b);
+  auto both = rules_a;
   both.insert(rules_b.begin(), rules_b.end());
-  EXPECT_EQ(maps.cfi->stats().rules, both.size());
-  EXPECT_LT(both.size(), rules_of(*table_a).size() + rules_b.size()) << "the two programs share no rule";
-  std::printf("rows %zu + %zu, distinct rules %zu + %zu, in the rule map %llu\n", table_a->rows.size(),
-              table_b->rows.size(), rules_of(*table_a).size(), rules_b.size(),
-              static_cast<unsigned long long>(maps.cfi->stats().rules));
+  const uint64_t in_map = two.maps.cfi->stats().rules;
+  EXPECT_EQ(in_map, both.size());
+  EXPECT_LT(both.size(), rules_a.size() + rules_b.size()) << "the two programs share no rule";
+  std::printf("rows %zu + %zu, distinct rules %zu + %zu, in the rule map %llu\n", two.rows_a, two.rows_b,
+              rules_a.size(), rules_b.size(), static_cast<unsigned long long>(in_map));
 }
 
 // A rule no loaded table names any more is given back; a table whose rules do not fit is refused like one
@@ -425,35 +408,27 @@ TEST(CfiMapsRules, EveryRowNamesItsRuleAndEachRuleIsStoredOnce) {
 // refused for its rules; once that process exits, another maps the second: the first table is evicted,
 // its rules given back, and the second loads with its own rules alone in the map.
 TEST(CfiMapsRules, ARuleMapThatIsFullRefusesATableAndItsEntriesComeBackWithEviction) {
-  RoomForBoth two;
+  TwoPrograms two;
   const auto rules_a = rules_of(*two.table_a), rules_b = rules_of(*two.table_b);
   auto both = rules_a;
   both.insert(rules_b.begin(), rules_b.end());
   const auto rule_capacity = static_cast<uint32_t>(std::max(rules_a.size(), rules_b.size()));
   ASSERT_GT(both.size(), rule_capacity) << "each program's rules are the other's";
-  ASSERT_TRUE(two.open(rule_capacity));
-  Maps& maps = two.maps;
-  const std::string &a = two.a, &b = two.b;
-  const auto &table_a = two.table_a, &table_b = two.table_b;
+  ASSERT_TRUE(two.open_with_room_for_both(rule_capacity));
+  const CfiMaps& cfi = *two.maps.cfi;
   constexpr int32_t kFirst = 0x7ffff041, kSecond = 0x7ffff042;
   constexpr uint64_t kStartA = 0x500000000000, kStartB = 0x510000000000;
-  maps.cfi->add_mapping(kFirst, kStartA, 1 << 20, 0, a, "", 0);
-  maps.cfi->wait_for_tables(60000);
-  maps.cfi->add_mapping(kFirst, kStartB, 1 << 20, 0, b, "", 0);
-  maps.cfi->wait_for_tables(60000);
-  EXPECT_EQ(maps.published(kStartA, kFirst).row_count, table_a->rows.size()) << without_table(*maps.cfi);
-  EXPECT_EQ(maps.published(kStartB, kFirst).row_count, 0u);
-  EXPECT_EQ(maps.cfi->stats().rules, rules_a.size());
-  EXPECT_EQ(maps.cfi->stats().modules_refused, 1u);
-  EXPECT_NE(without_table(*maps.cfi).find(b + ": the CFI row map is full (its rule map: "), std::string::npos)
-      << without_table(*maps.cfi);
+  EXPECT_EQ(two.map_file(kFirst, kStartA, two.a).row_count, two.rows_a) << without_table(cfi);
+  EXPECT_EQ(two.map_file(kFirst, kStartB, two.b).row_count, 0u);
+  EXPECT_EQ(cfi.stats().rules, rules_a.size());
+  EXPECT_EQ(cfi.stats().modules_refused, 1u);
+  EXPECT_NE(without_table(cfi).find(two.b + ": the CFI row map is full (its rule map: "), std::string::npos)
+      << without_table(cfi);
 
-  maps.cfi->exit(kFirst);
-  maps.cfi->add_mapping(kSecond, kStartB, 1 << 20, 0, b, "", 0);
-  maps.cfi->wait_for_tables(60000);
-  expect_rows_as_compiled(maps, maps.published(kStartB, kSecond), *table_b);
-  EXPECT_EQ(maps.cfi->stats().rules, rules_b.size()) << "the evicted table's rules are still taken";
-  EXPECT_EQ(maps.cfi->stats().modules_evicted, 1u);
+  two.maps.cfi->exit(kFirst);
+  expect_rows_as_compiled(two.maps, two.map_file(kSecond, kStartB, two.b), *two.table_b);
+  EXPECT_EQ(cfi.stats().rules, rules_b.size()) << "the evicted table's rules are still taken";
+  EXPECT_EQ(cfi.stats().modules_evicted, 1u);
 }
 
 }  // namespace
