@@ -287,9 +287,9 @@ class CfiMaps {
   void load(const std::string& key, Module& module, bool may_evict = true);
   void count(Module& module);
   std::shared_ptr<const CfiTable> table_for(const Job& job);
-  // Writes the module's rows, rules and buckets into free room of the maps; false when there is none
-  // (rules_full_ says whether the rule map was what lacked it).
-  bool place(Module& module);
+  // Writes the module's rows, rules and buckets into free room of the maps, or says which map lacked it.
+  enum class Placed { kYes, kNoRoomForRows, kNoRoomForRules };
+  Placed place(Module& module);
   // Gives a loaded module's room in the maps back.
   void give_back_room(Module& module);
   // A module refused for lack of room (its table let go) is asked for again only when it may fit now.
@@ -321,8 +321,7 @@ class CfiMaps {
   SlotRanges row_slots_;
   SlotRanges index_slots_;
   RuleSlots rule_slots_;
-  bool rules_full_ = false;  // the last place() that failed lacked room in the rule map
-  uint64_t tick_ = 0;        // publications so far: the modules' use clock
+  uint64_t tick_ = 0;  // publications so far: the modules' use clock
   // Rows the tables of the modules refused for lack of room (and neither loaded since nor left unmapped
   // by every process) need, and the stats' rows_wanted brought up to date with them (after each refusal
   // and each load).
