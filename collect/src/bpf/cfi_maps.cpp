@@ -250,9 +250,6 @@ CfiMaps::MappedArrays CfiMaps::map_arrays(const Fds& fds) {
 CfiMaps::CfiMaps(const Fds& fds, bool lazy, bool use_index, MappedArrays mapped)
     : lazy_(lazy),
       use_index_(use_index),
-      rows_fd_(fds.rows_fd),
-      rules_fd_(fds.rules_fd),
-      index_fd_(fds.index_fd),
       procs_fd_(fds.procs_fd),
       capacity_(fds.row_capacity),
       rule_capacity_(fds.rule_capacity),

@@ -109,13 +109,12 @@ class CfiMaps {
   // Maps the three arrays as the constructor would; throws RecordError when they cannot be mapped.
   static MappedArrays map_arrays(const Fds& fds);
 
-  // `fds`: the maps (above). `use_index`
-  // false: the walker binary-searches all of a module's rows (to measure what the index saves). `lazy`
-  // (system-wide and cgroup recordings): a module's table is compiled only once a process that maps it has
-  // been sampled (sampled()), since the mmap records of a whole system name every module of every short-lived
-  // compiler and shell. (A worker at idle priority was tried: on a busy machine it never ran.) Throws
-  // RecordError when the row map cannot be mapped.
-  // `mapped`: the two arrays mapped already (map_arrays of the same descriptors and capacities), taken
+  // `fds`: the maps (above). `use_index` false: the walker binary-searches all of a module's rows (to
+  // measure what the index saves). `lazy` (system-wide and cgroup recordings): a module's table is
+  // compiled only once a process that maps it has been sampled (sampled()), since the mmap records of a
+  // whole system name every module of every short-lived compiler and shell. (A worker at idle priority
+  // was tried: on a busy machine it never ran.) Throws RecordError when the maps cannot be mapped.
+  // `mapped`: the three arrays mapped already (map_arrays of the same descriptors and capacities), taken
   // over; empty: mapped here.
   explicit CfiMaps(const Fds& fds, bool lazy = false, bool use_index = true, MappedArrays mapped = {});
   ~CfiMaps();
@@ -305,10 +304,7 @@ class CfiMaps {
   bool use_index_ = true;  // publish each module's index (else the walker searches all its rows)
   std::unordered_map<int32_t, bool> sampled_;  // lazy mode: processes seen in samples
   UniqueFd ready_fd_;                          // eventfd, written by the worker
-  int rows_fd_;
-  int rules_fd_;
-  int index_fd_;
-  int procs_fd_;
+  int procs_fd_;  // the row, rule and index maps are used through their shared mappings below
   uint32_t capacity_;
   uint32_t rule_capacity_;
   uint32_t index_capacity_;
