@@ -29,8 +29,13 @@ TempDir::TempDir(const std::string& prefix, Cleanup cleanup) : cleanup_(cleanup)
 
 TempDir::~TempDir() {
   // A fixture's members are destroyed while GoogleTest still counts the test as running, so
-  // HasFailure() here is the verdict of the test that used the directory.
-  if (cleanup_ == Cleanup::kKeepOnFailure && ::testing::Test::HasFailure()) {
+  // HasFailure() here is the verdict of the test that used the directory. A suite's directory
+  // (released in TearDownTestSuite, when no test runs) is kept when any test of the suite failed.
+  const ::testing::TestSuite* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
+  const bool failed =
+      ::testing::Test::HasFailure() || (::testing::UnitTest::GetInstance()->current_test_info() == nullptr &&
+                                        suite != nullptr && suite->Failed());
+  if (cleanup_ == Cleanup::kKeepOnFailure && failed) {
     std::cerr << "kept for inspection: " << path_ << "\n";
     return;
   }
