@@ -16,6 +16,8 @@
 
 namespace hpd {
 
+struct MappedModule;  // proc/build_id.h
+
 // A timer sample of a running thread (kOnCpu), or an interval a thread spent off the CPU: blocked
 // (kOffCpu) or runnable, waiting for a CPU (kWaitCpu).
 struct SampleEvent {
@@ -69,6 +71,9 @@ struct MmapEvent {
   uint64_t file_offset = 0;
   std::string_view path;
   std::string_view build_id;  // lower-case hex when the record carries one
+  // What the live process told of the mapping's file when the record was read, if it was asked
+  // already (the eBPF session asks once for its unwind tables and the profile): not asked again.
+  const MappedModule* found = nullptr;
 };
 
 // A thread's name changed (prctl, pthread_setname_np), not by an exec.

@@ -25,6 +25,11 @@ std::string module_path_for(std::string_view path) {
   return std::string(path);
 }
 
+bool names_mapped_file(std::string_view path) {
+  const std::string module = module_path_for(path);
+  return module.front() == '/' || module == "[vdso]";
+}
+
 bool add_mapping_once(RawProcess& process, const RawMapping& mapping, uint64_t image_since_ns) {
   for (const RawMapping& m : process.mappings) {
     if (m.unmapped_ns == 0 && m.time_ns >= image_since_ns && m.start == mapping.start &&
@@ -37,18 +42,20 @@ bool add_mapping_once(RawProcess& process, const RawMapping& mapping, uint64_t i
 }
 
 bool add_module_mapping(RawProfile& profile, RawProcess& process, RawMapping mapping, std::string_view path,
-                        std::string build_id, const BuildIdLookup& build_ids, uint64_t image_since_ns) {
+                        std::string build_id, const BuildIdLookup& build_ids, uint64_t image_since_ns,
+                        const MappedModule* asked) {
   const std::string module = module_path_for(path);
   // Asked even when the record carries the build-id: the file is held open from here on, while
   // the process lives (see HeldFile).
-  MappedModule found;
-  if (build_ids && (module.front() == '/' || module == "[vdso]"))
-    found = build_ids(process.pid, mapping.start, mapping.end, std::string(path));
-  if (build_id.empty()) build_id = std::move(found.build_id);
+  MappedModule looked;
+  if (asked == nullptr && build_ids && names_mapped_file(module))
+    looked = build_ids(process.pid, mapping.start, mapping.end, std::string(path));
+  const MappedModule& found = asked != nullptr ? *asked : looked;
+  if (build_id.empty()) build_id = found.build_id;
   mapping.module = profile.intern_module(module, build_id);
   RawModule& m = profile.modules[mapping.module];
-  if (!m.file && found.file) m.file = std::move(found.file);
-  if (m.image.empty() && !found.image.empty()) m.image = std::move(found.image);
+  if (!m.file && found.file) m.file = found.file;
+  if (m.image.empty() && !found.image.empty()) m.image = found.image;
   return add_mapping_once(process, mapping, image_since_ns);
 }
 
@@ -319,28 +326,39 @@ void ProcessTracker::on_mmap(const MmapEvent& e) {
       ++mmaps_dropped_;
       return;
     }
-    pending_[e.pid].push_back(PendingMapping{mapping, std::string(e.path), std::string(e.build_id)});
+    PendingMapping& p = pending_[e.pid].emplace_back(
+        PendingMapping{mapping, std::string(e.path), std::string(e.build_id), {}, false});
+    if (e.found != nullptr) {
+      // Kept, so the live process is not asked again (it is mostly gone by then); hpd's own vDSO
+      // image, which nearly every process maps, not copied per process.
+      p.found = *e.found;
+      if (!p.found->image.empty() && p.found->image == own_vdso()) {
+        p.found->image.clear();
+        p.own_vdso = true;
+      }
+    }
     ++pending_count_;
     return;
   }
-  add_mmap_mapping(e.pid, mapping, e.path, e.build_id);
+  add_mmap_mapping(e.pid, mapping, e.path, e.build_id, e.found);
 }
 
 void ProcessTracker::add_mmap_mapping(int32_t pid, const RawMapping& mapping, std::string_view path,
-                                      std::string_view build_id) {
+                                      std::string_view build_id, const MappedModule* found) {
   const ProcessState& state = states_[pid];
   RawProcess& process = profile_.process(pid);
   ++mmaps_recorded_;
   if (state.exec_ns == 0 || mapping.time_ns >= state.exec_ns) {
     add_module_mapping(profile_, process, mapping, path, std::string(build_id), lookups_.build_ids,
-                       state.exec_ns);
+                       state.exec_ns, found);
     return;
   }
   // A record of the replaced image that comes after its exec began (the eBPF backend's mmap watch,
   // drained apart from its exec records; perf's time order brings it before, but for the records it
   // counts as out of order): it explains that image's samples, and ends with it. (The eBPF builder
   // dropped it.)
-  if (add_module_mapping(profile_, process, mapping, path, std::string(build_id), lookups_.build_ids, 0) &&
+  if (add_module_mapping(profile_, process, mapping, path, std::string(build_id), lookups_.build_ids, 0,
+                         found) &&
       !state.exec_open && state.exec_ended_ns != 0) {
     process.mappings.back().unmapped_ns = state.exec_ended_ns;
   }
@@ -349,10 +367,13 @@ void ProcessTracker::add_mmap_mapping(int32_t pid, const RawMapping& mapping, st
 void ProcessTracker::apply_pending_mappings(int32_t pid) {
   const auto it = pending_.find(pid);
   if (it == pending_.end()) return;
-  const std::vector<PendingMapping> list = std::move(it->second);
+  std::vector<PendingMapping> list = std::move(it->second);
   pending_.erase(it);
   pending_count_ -= list.size();
-  for (const PendingMapping& p : list) add_mmap_mapping(pid, p.mapping, p.path, p.build_id);
+  for (PendingMapping& p : list) {
+    if (p.own_vdso) p.found->image = own_vdso();
+    add_mmap_mapping(pid, p.mapping, p.path, p.build_id, p.found ? &*p.found : nullptr);
+  }
 }
 
 bool ProcessTracker::has_user_mapping(int32_t pid, uint64_t address, uint64_t time_ns) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -108,6 +109,8 @@ class ProcessTracker {
     RawMapping mapping;
     std::string path;
     std::string build_id;
+    std::optional<MappedModule> found;  // MmapEvent::found, when given
+    bool own_vdso = false;              // found's image was hpd's own vDSO (own_vdso()), not kept
   };
 
   RawProcess& ensure_process(int32_t pid, uint64_t time_ns);
@@ -115,7 +118,7 @@ class ProcessTracker {
   void read_maps(int32_t pid, uint64_t time_ns, uint64_t mapping_time_ns);
   void apply_pending_mappings(int32_t pid);
   void add_mmap_mapping(int32_t pid, const RawMapping& mapping, std::string_view path,
-                        std::string_view build_id);
+                        std::string_view build_id, const MappedModule* found = nullptr);
   // Ends the old image's mappings (made up to the exec's start) at `ended_ns`.
   void close_exec_window(RawProcess& process, ProcessState& state, uint64_t ended_ns);
   // A thread's exit at `time_ns`: its end, and its process's (the leader's exit, or any later one).
@@ -155,6 +158,10 @@ void end_mappings_at_exec(RawProcess& process, uint64_t exec_ns, uint64_t ended_
 // of a special mapping whose name MMAP2 records cut short ("[uprobes-trampo").
 std::string module_path_for(std::string_view path);
 
+// Whether a mapping so named is of a file or the vDSO, which the live process can tell more of
+// (BuildIdLookup): its build-id, the file, the vDSO's image.
+bool names_mapped_file(std::string_view path);
+
 // Adds `mapping` unless the process already has it: /proc/PID/maps and MMAP2 records often describe
 // the same mapping. A mapping an exec ended does not count: the new image may map the same file at
 // the same place again (ASLR off, or a non-PIE program executing itself). Neither does one made
@@ -165,9 +172,11 @@ bool add_mapping_once(RawProcess& process, const RawMapping& mapping, uint64_t i
 // Adds an executable mapping of `path` (as a maps file or an MMAP2 record names it) to `process`,
 // its module interned with `build_id`, or, when that is empty and the mapping is of a file, with the
 // file's own from `build_ids` (when given). A new module also gets what `build_ids` found: the
-// file held open, or the vDSO's image (then interned by the image's build-id). Returns whether the
-// mapping was added (not a duplicate).
+// file held open, or the vDSO's image (then interned by the image's build-id). `found`, when given,
+// is what `build_ids` would say, asked already. Returns whether the mapping was added (not a
+// duplicate).
 bool add_module_mapping(RawProfile& profile, RawProcess& process, RawMapping mapping, std::string_view path,
-                        std::string build_id, const BuildIdLookup& build_ids, uint64_t image_since_ns = 0);
+                        std::string build_id, const BuildIdLookup& build_ids, uint64_t image_since_ns = 0,
+                        const MappedModule* found = nullptr);
 
 }  // namespace hpd

@@ -89,7 +89,7 @@ std::string without_table(const CfiMaps& cfi) {
 // The page, mapped under `name` at `file_offset` (no offset into the page: the rows are at offsets from
 // its start), is published with `rows` rows and the page's start as its bias, and nothing is pending.
 void expect_published(Maps& maps, const Page& page, const char* name, uint64_t file_offset, uint32_t rows) {
-  maps.cfi->add_mapping(::getpid(), page.start(), 4096, file_offset, name, "", 0);
+  maps.cfi->add_mapping(::getpid(), page.start(), 4096, file_offset, name, nullptr, 0);
   maps.cfi->poll();
   EXPECT_EQ(without_table(*maps.cfi), "");
   const hpd_proc_mapping m = maps.published(page.start());
@@ -155,7 +155,7 @@ TEST(CfiMapsUprobeTrampoline, OtherCodeGetsNoRowsAndTheSummarySaysWhy) {
 TEST(CfiMapsUprobeTrampoline, AMappingOfAnotherSizeGetsNoRows) {
   Maps maps;
   ASSERT_TRUE(maps.open()) << std::strerror(errno);
-  maps.cfi->add_mapping(::getpid(), 0x3fe000, 8192, 0, "[uprobes-trampo", "", 0);
+  maps.cfi->add_mapping(::getpid(), 0x3fe000, 8192, 0, "[uprobes-trampo", nullptr, 0);
   maps.cfi->poll();
   EXPECT_NE(without_table(*maps.cfi).find("[uprobes-trampoline]: a mapping of 8192 bytes"), std::string::npos)
       << without_table(*maps.cfi);
@@ -223,7 +223,7 @@ struct TwoPrograms {
   }
   // `path` mapped by process `pid` at `start`, once its table is in (or refused): what is published.
   hpd_proc_mapping map_file(int32_t pid, uint64_t start, const std::string& path) {
-    maps.cfi->add_mapping(pid, start, 1 << 20, 0, path, "", 0);
+    maps.cfi->add_mapping(pid, start, 1 << 20, 0, path, nullptr, 0);
     maps.cfi->wait_for_tables(60000);
     return maps.published(start, pid);
   }

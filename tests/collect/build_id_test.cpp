@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,16 +103,25 @@ TEST(BuildId, VdsoImageAndHeldFilesOfALiveProcess) {
   UniqueFd again(::open(held.c_str(), O_RDONLY | O_CLOEXEC));
   ASSERT_TRUE(again);
   EXPECT_EQ(read_elf_build_id(again.get()), file.build_id);
+  // Which file it is, as the tables' caches tell files apart.
+  struct stat st {};
+  ASSERT_EQ(::stat(exe.path.c_str(), &st), 0);
+  EXPECT_EQ(file.identity,
+            (FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), st.st_size,
+                          static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec}));
+  EXPECT_FALSE(mine.identity.known());
   // One descriptor per file, however many mappings name it.
   EXPECT_EQ(reader.for_mapping(pid, exe.start, exe.end, exe.path).file, file.file);
   // A process gone before its mapping was read: the build-id of the path as this process sees it,
   // and no file held (it might not be the one the process ran; symbolization says if it is missing).
   const MappedModule gone = reader.for_mapping(child, exe.start, exe.end, exe.path);
   EXPECT_EQ(gone.build_id, file.build_id);
+  EXPECT_EQ(gone.identity, file.identity);
   EXPECT_EQ(gone.file, nullptr);
   const MappedModule nowhere = reader.for_mapping(child, exe.start, exe.end, "/nonexistent/prog");
   EXPECT_EQ(nowhere.build_id, "");
   EXPECT_EQ(nowhere.file, nullptr);
+  EXPECT_FALSE(nowhere.identity.known());
 }
 
 // Near RLIMIT_NOFILE no file is held (the recording's own descriptors come first); the build-id

@@ -3,11 +3,13 @@
 // builder, which must tell the same story (BothBackends).
 #include "raw_profile_builder.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -167,6 +169,67 @@ TEST_F(RawProfileBuilderRules, MappingsWaitForTheirProcessAndUnseenExitsAddNothi
   builder.on_event(ExitEvent{60, 61, 3100, 0});
   EXPECT_EQ(profile.find_process(60)->end_ns, 3100u);
   EXPECT_EQ(profile.find_thread(60, 60)->end_ns, 3000u);
+}
+
+// A mapping whose record comes with what the live process told of its file (the eBPF session asks
+// once, for its unwind tables and the profile) is not asked of again: not for a known process, not
+// when it waited for its process. A vDSO of hpd's own image waits without a copy and gets it back.
+TEST(RawProfileBuilderLookups, WhatTheLiveProcessToldIsNotAskedAgain) {
+  RawProfile profile;
+  int asked = 0;
+  RawProfileBuilder builder{profile, BuilderConfig{TrackerConfig{kStart}, false},
+                            SystemLookups{{},
+                                          [&](int32_t, uint64_t, uint64_t, const std::string&) {
+                                            ++asked;
+                                            MappedModule m;
+                                            m.build_id = "0a5ced";
+                                            return m;
+                                          },
+                                          {}}};
+  builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  ASSERT_EQ(asked, 1);
+  MappedModule lib;
+  lib.build_id = "11b0";
+  lib.file = std::make_shared<const HeldFile>(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_GE(lib.file->fd(), 0);
+  MmapEvent known{10, 2000, 0x500000, 0x1000, 0, "/usr/lib/libknown.so", ""};
+  known.found = &lib;
+  builder.on_event(known);
+  EXPECT_EQ(asked, 1);
+  const RawProcess& sh = *profile.find_process(10);
+  ASSERT_EQ(sh.mappings.size(), 2u);
+  EXPECT_EQ(profile.modules[sh.mappings[1].module].build_id, "11b0");
+  EXPECT_EQ(profile.modules[sh.mappings[1].module].file, lib.file);
+
+  // Process 60's mappings come before its fork; 70's without an answer are asked of at its fork.
+  ASSERT_FALSE(own_vdso().empty());
+  MappedModule vdso;
+  vdso.image = own_vdso();
+  vdso.build_id = "7d50";
+  MmapEvent v{60, 2100, 0x600000, own_vdso().size(), 0, "[vdso]", ""};
+  v.found = &vdso;
+  MmapEvent l{60, 2100, 0x700000, 0x1000, 0, "/usr/lib/libknown.so", ""};
+  l.found = &lib;
+  builder.on_event(v);
+  builder.on_event(l);
+  builder.on_event(MmapEvent{70, 2100, 0x800000, 0x1000, 0, "/usr/bin/unasked", ""});
+  vdso.image.clear();  // what the event pointed to is gone once the event is handled
+  EXPECT_EQ(profile.find_process(60), nullptr);
+  builder.on_event(ForkEvent{60, 60, 10, 10, 2000, {}});
+  EXPECT_EQ(asked, 1);
+  const RawMapping* vm = profile.find_process(60)->find_mapping(0x600100, 2200);
+  ASSERT_NE(vm, nullptr);
+  EXPECT_EQ(profile.modules[vm->module].path, "[vdso]");
+  EXPECT_EQ(profile.modules[vm->module].build_id, "7d50");
+  EXPECT_EQ(profile.modules[vm->module].image, own_vdso());
+  const RawMapping* lm = profile.find_process(60)->find_mapping(0x700100, 2200);
+  ASSERT_NE(lm, nullptr);
+  EXPECT_EQ(profile.modules[lm->module].file, lib.file);
+  builder.on_event(ForkEvent{70, 70, 10, 10, 2000, {}});
+  EXPECT_EQ(asked, 2);
+  const RawMapping* um = profile.find_process(70)->find_mapping(0x800100, 2200);
+  ASSERT_NE(um, nullptr);
+  EXPECT_EQ(profile.modules[um->module].build_id, "0a5ced");
 }
 
 // perf reads its per-CPU rings one after another: a thread's exit (on one CPU's ring) can come before

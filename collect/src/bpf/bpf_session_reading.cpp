@@ -98,10 +98,19 @@ void BpfSession::open_mmap_watch() {
 void BpfSession::drain_mmaps() {
   mmap_watch_.drain(
       [this](const Mmap2Record& r) {
-        if (auto event = mmap_event_of(r)) builder_->on_event(*event);
+        // With tables, the live process is asked once of the mapping's file, for the tables and the
+        // profile: a system-wide recording meets every mapping of every short-lived process, most of
+        // them gone by now, each a few opens. (Without, the profile asks for a process it knows.)
+        MappedModule found;
+        const bool ask = cfi_maps_ && names_mapped_file(r.filename);
+        if (ask) found = build_ids_.for_mapping(r.pid, r.address, r.address + r.length, r.filename);
+        if (auto event = mmap_event_of(r)) {
+          if (ask) event->found = &found;
+          builder_->on_event(*event);
+        }
         if (cfi_maps_)
-          cfi_maps_->add_mapping(r.pid, r.address, r.length, r.page_offset, r.filename, r.build_id,
-                                 r.sample_id.present ? r.sample_id.time : 0);
+          cfi_maps_->add_mapping(r.pid, r.address, r.length, r.page_offset, r.filename,
+                                 ask ? &found : nullptr, r.sample_id.present ? r.sample_id.time : 0);
       },
       [this](const CommRecord& c) {
         builder_->on_event(ExecStartEvent{c.pid, time_of(c.sample_id)});

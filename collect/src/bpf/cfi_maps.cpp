@@ -7,7 +7,6 @@
 #include <libelf.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,8 +78,7 @@ const KernelPage* kernel_page(const std::string& path) {
 // A module the walk has a table for: a file, the vDSO, or the uprobe trampoline. Not anonymous memory,
 // which perf's mmap records name "//anon" (or "/anon_hugepage"): no file is there to open.
 bool may_have_table(const std::string& path) {
-  if (path == kVdso || kernel_page(path) != nullptr) return true;
-  return !path.empty() && path.front() == '/' && module_path_for(path) != "[anon]";
+  return kernel_page(path) != nullptr || names_mapped_file(path);
 }
 
 }  // namespace
@@ -447,19 +445,17 @@ std::string CfiMaps::kernel_page_module(int32_t pid, uint64_t start, uint64_t en
 }
 
 std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
-                                const std::string& build_id) {
+                                const MappedModule* found) {
   if (kernel_page(path) != nullptr) return kernel_page_module(pid, start, end, path);
-  std::string id;
-  MappedModule vdso;
-  if (path == kVdso) {
-    // No file: the image the process mapped, read from its memory (the same for every process of one
-    // kernel and ABI, so one table serves them all).
-    vdso = build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path);
-    id = vdso.build_id;
-  } else {
-    id = !build_id.empty() ? build_id
-                           : build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path).build_id;
+  // For the vDSO no file: the image the process mapped, read from its memory (the same for every
+  // process of one kernel and ABI, so one table serves them all).
+  MappedModule asked;
+  if (found == nullptr) {
+    asked = build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path);
+    found = &asked;
   }
+  const MappedModule& vdso = *found;
+  const std::string& id = found->build_id;
   // The files the module's table is compiled from, and which file that is (device and inode): modules
   // are told apart by it too, not by build-id alone, as anyone can link a program with another's
   // build-id (-Wl,--build-id=0x...), and its table must not unwind the other's stacks. Its size and
@@ -476,14 +472,11 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
       candidates.push_back("/proc/" + std::to_string(pid) + "/root" + path);
     }
     candidates.push_back(path);
-    for (const std::string& c : candidates) {
-      struct stat st {};
-      if (::stat(c.c_str(), &st) != 0) continue;
-      identity = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
-                 std::to_string(st.st_size) + ":" +
-                 std::to_string(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
-      file_bytes = static_cast<uint64_t>(st.st_size);
-      break;
+    // The file the build-id was read from, reached through the same candidates in the same order.
+    if (const FileIdentity& f = found->identity; f.known()) {
+      identity = std::to_string(f.dev) + ":" + std::to_string(f.ino) + ":" + std::to_string(f.size) + ":" +
+                 std::to_string(f.mtime_ns);
+      file_bytes = static_cast<uint64_t>(f.size);
     }
   }
   std::string key = id.empty() ? "path:" + path : id;
@@ -617,23 +610,23 @@ void CfiMaps::add_process_maps(int32_t pid, const std::vector<MapsEntry>& maps) 
     if (!e.executable || !may_have_table(e.path) || e.end <= e.start) continue;
     // The kernel pages' rows are at offsets from the page's start.
     const uint64_t offset = kernel_page(e.path) != nullptr ? 0 : e.offset;
-    insert_mapping(pid, Mapping{e.start, e.end, offset, module_for(pid, e.start, e.end, e.path, "")});
+    insert_mapping(pid, Mapping{e.start, e.end, offset, module_for(pid, e.start, e.end, e.path, nullptr)});
   }
   dirty_.push_back(pid);
 }
 
 void CfiMaps::add_mapping(int32_t pid, uint64_t start, uint64_t length, uint64_t file_offset,
-                          const std::string& path, const std::string& build_id, uint64_t time_ns) {
+                          const std::string& path, const MappedModule* found, uint64_t time_ns) {
   if (!may_have_table(path) || length == 0) return;
   if (const auto e = exec_ns_.find(pid); e != exec_ns_.end() && time_ns != 0 && time_ns < e->second)
     return;  // the old image's, read after the exec's record
   insert_mapping(pid, Mapping{start, start + length, kernel_page(path) != nullptr ? 0 : file_offset,
-                              module_for(pid, start, start + length, path, build_id), time_ns});
+                              module_for(pid, start, start + length, path, found), time_ns});
 }
 
 void CfiMaps::prewarm(const std::vector<std::string>& paths) {
   for (const std::string& path : paths) {
-    if (may_have_table(path)) module_for(0, 0, 0, path, "");
+    if (may_have_table(path)) module_for(0, 0, 0, path, nullptr);
   }
 }
 

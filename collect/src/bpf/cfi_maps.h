@@ -123,9 +123,10 @@ class CfiMaps {
 
   // The executable file mappings of a process at attach (other entries are ignored).
   void add_process_maps(int32_t pid, const std::vector<MapsEntry>& maps);
-  // One executable mapping made while recording (PERF_RECORD_MMAP2).
+  // One executable mapping made while recording (PERF_RECORD_MMAP2). `found`: what the live process
+  // told of the mapping's file (BuildIdReader::for_mapping), if asked already; null: asked here.
   void add_mapping(int32_t pid, uint64_t start, uint64_t length, uint64_t file_offset,
-                   const std::string& path, const std::string& build_id, uint64_t time_ns);
+                   const std::string& path, const MappedModule* found, uint64_t time_ns);
   // A new process shares its parent's mappings until it execs (unless its exec was seen already).
   void fork(int32_t parent, int32_t child);
   // Compiles and loads the tables of these files before any process maps them (a launched command's
@@ -275,8 +276,9 @@ class CfiMaps {
     bool lookup_only = false;
   };
 
+  // `found`: as in add_mapping.
   std::string module_for(int32_t pid, uint64_t start, uint64_t end, const std::string& path,
-                         const std::string& build_id);
+                         const MappedModule* found);
   // A page of code the kernel maps (uprobe trampolines), named `path`: rows hpd wrote for it.
   std::string kernel_page_module(int32_t pid, uint64_t start, uint64_t end, const std::string& path);
   void insert_mapping(int32_t pid, Mapping m);

@@ -66,24 +66,28 @@ std::vector<uint8_t> read_process_memory(int32_t pid, uint64_t start, uint64_t e
 MappedModule BuildIdReader::read_cached(UniqueFd fd, bool hold) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
-  const auto key = std::make_tuple(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                                   static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtime));
-  auto it = by_inode_.find(key);
+  const FileIdentity identity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                              static_cast<int64_t>(st.st_size),
+                              static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+  auto it = by_inode_.find(identity);
   if (it == by_inode_.end()) {
     if (by_inode_.size() >= kMaxKnown)
       std::erase_if(by_inode_, [](const auto& k) { return k.second.file.expired(); });
-    it = by_inode_.emplace(key, Known{read_elf_build_id(fd.get()), {}}).first;
+    it = by_inode_.emplace(identity, Known{read_elf_build_id(fd.get()), {}}).first;
   }
   MappedModule out;
   out.build_id = it->second.build_id;
+  out.identity = identity;
+  if (!hold) return out;
   out.file = it->second.file.lock();
+  if (out.file) return out;
   // Descriptors are numbered lowest first, so this one's number is about how many are open: a held
   // file must never take one the recording itself needs (perf events, rings). Near the limit the
   // file is not held, and is looked up by path at the end as before.
   rlimit limit{};
   const bool room = ::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
                     static_cast<rlim_t>(fd.get()) + kSpareDescriptors < limit.rlim_cur;
-  if (hold && room && !out.file) {
+  if (room) {
     out.file = std::make_shared<const HeldFile>(fd.release());
     it->second.file = out.file;
   }
@@ -120,19 +124,22 @@ MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t en
       out.image.clear();
       return out;
     }
-    out.build_id = build_id_of_image(out.image);
+    // Nearly every process maps hpd's own image: its build-id is parsed once.
+    static const std::string own_id = build_id_of_image(own_vdso());
+    out.build_id = out.image == own_vdso() ? own_id : build_id_of_image(out.image);
     return out;
   }
   char name[96];
   std::snprintf(name, sizeof name, "/proc/%d/map_files/%llx-%llx", pid,
                 static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
   UniqueFd fd(::open(name, O_RDONLY | O_CLOEXEC));
-  if (!fd && !path.empty() && path.front() == '/')
+  const bool absolute = !path.empty() && path.front() == '/';
+  if (!fd && absolute)
     fd.reset(::open(("/proc/" + std::to_string(pid) + "/root" + path).c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd) {
-    return read_cached(std::move(fd), true);
-  }
-  out.build_id = for_path(pid, path);
+  if (fd) return read_cached(std::move(fd), true);
+  // The process is gone (or its root cannot be reached): not held, as in for_path.
+  if (absolute) fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd) return read_cached(std::move(fd), false);
   return out;
 }
 

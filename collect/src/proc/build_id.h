@@ -8,7 +8,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "hpd/base/elf.h"
@@ -22,10 +21,22 @@ namespace hpd {
 // The running kernel's build-id, from /sys/kernel/notes.
 std::string kernel_build_id();
 
+// Which file a descriptor is open on, as the caches of unwind tables tell files apart: the same
+// device and inode, size and modification time is the same file (one rewritten in place is not).
+struct FileIdentity {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  int64_t size = -1;  // -1: unknown (no file was reached)
+  int64_t mtime_ns = 0;
+  [[nodiscard]] bool known() const { return size >= 0; }
+  auto operator<=>(const FileIdentity&) const = default;
+};
+
 // What a live process tells about one of its executable mappings.
 struct MappedModule {
   std::string build_id;                  // "" when the module has none or could not be read
   std::shared_ptr<const HeldFile> file;  // the file as the process reached it, held open; null if not
+  FileIdentity identity;                 // of the file the build-id was read from (unknown for [vdso])
   std::vector<uint8_t> image;            // for "[vdso]": its ELF image, read from /proc/PID/mem
   std::string error;                     // why the vDSO image could not be read (else empty)
 };
@@ -44,7 +55,8 @@ class BuildIdReader {
  public:
   // Tries /proc/PID/map_files/START-END (works for deleted files; needs CAP_SYS_ADMIN or
   // CAP_CHECKPOINT_RESTORE), then /proc/PID/root/PATH (the process's mount namespace), then PATH
-  // (only the build-id: that file is this process's view, maybe not the target's). For "[vdso]",
+  // (the build-id and identity, no file held: that file is this process's view, maybe not the
+  // target's). Each is opened once. For "[vdso]",
   // the image the process mapped; when it can no longer be read, this process's own vDSO if the
   // mapping has its size (the kernel maps the same image into every process of one ABI).
   MappedModule for_mapping(int32_t pid, uint64_t start, uint64_t end, const std::string& path);
@@ -63,10 +75,11 @@ class BuildIdReader {
   // The inodes known at most, before those whose files nobody holds are forgotten (a recording that
   // outlives what it records meets every program the system runs).
   static constexpr size_t kMaxKnown = 4096;
-  // The build-id of the file open on `fd`, read once per inode, and its HeldFile: the inode's, or with
-  // `hold`, a new one taking the descriptor over when it has none (else the descriptor is closed).
+  // The build-id of the file open on `fd`, read once per inode, and its identity; with `hold`, its
+  // HeldFile too: the inode's, or a new one taking the descriptor over when it has none (else the
+  // descriptor is closed).
   MappedModule read_cached(UniqueFd fd, bool hold);
-  std::map<std::tuple<uint64_t, uint64_t, int64_t, int64_t>, Known> by_inode_;
+  std::map<FileIdentity, Known> by_inode_;
 };
 
 }  // namespace hpd
