@@ -63,12 +63,18 @@ std::vector<uint8_t> read_process_memory(int32_t pid, uint64_t start, uint64_t e
   return bytes;
 }
 
+namespace {
+FileIdentity identity_of(const struct stat& st) {
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+          static_cast<int64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+}  // namespace
+
 MappedModule BuildIdReader::read_cached(UniqueFd fd, bool hold) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
-  const FileIdentity identity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                              static_cast<int64_t>(st.st_size),
-                              static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+  const FileIdentity identity = identity_of(st);
   auto it = by_inode_.find(identity);
   if (it == by_inode_.end()) {
     if (by_inode_.size() >= kMaxKnown)
@@ -132,15 +138,34 @@ MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t en
   char name[96];
   std::snprintf(name, sizeof name, "/proc/%d/map_files/%llx-%llx", pid,
                 static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
-  UniqueFd fd(::open(name, O_RDONLY | O_CLOEXEC));
-  const bool absolute = !path.empty() && path.front() == '/';
-  if (!fd && absolute)
-    fd.reset(::open(("/proc/" + std::to_string(pid) + "/root" + path).c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd) return read_cached(std::move(fd), true);
+  if (std::optional<MappedModule> found = reach(name, true)) return std::move(*found);
+  if (path.empty() || path.front() != '/') return out;
+  if (std::optional<MappedModule> found = reach("/proc/" + std::to_string(pid) + "/root" + path, true))
+    return std::move(*found);
   // The process is gone (or its root cannot be reached): not held, as in for_path.
-  if (absolute) fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd) return read_cached(std::move(fd), false);
+  if (std::optional<MappedModule> found = reach(path, false)) return std::move(*found);
   return out;
+}
+
+std::optional<MappedModule> BuildIdReader::reach(const std::string& name, bool hold) {
+  // A file known already (its identity cached, and held if it is to be) needs no descriptor: one
+  // stat, where an open, its fstat and its close were three system calls.
+  struct stat st;
+  if (::stat(name.c_str(), &st) != 0) return std::nullopt;
+  if (S_ISREG(st.st_mode)) {
+    const auto it = by_inode_.find(identity_of(st));
+    if (it != by_inode_.end()) {
+      MappedModule out;
+      out.build_id = it->second.build_id;
+      out.identity = it->first;
+      if (!hold) return out;
+      out.file = it->second.file.lock();
+      if (out.file) return out;
+    }
+  }
+  UniqueFd fd(::open(name.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  return read_cached(std::move(fd), hold);
 }
 
 std::string BuildIdReader::for_path(int32_t pid, const std::string& path) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -79,6 +80,9 @@ class BuildIdReader {
   // HeldFile too: the inode's, or a new one taking the descriptor over when it has none (else the
   // descriptor is closed).
   MappedModule read_cached(UniqueFd fd, bool hold);
+  // The file at `name` as read_cached tells it, without opening it when its identity is known (and,
+  // with `hold`, its file held); nothing when it cannot be reached.
+  std::optional<MappedModule> reach(const std::string& name, bool hold);
   std::map<FileIdentity, Known> by_inode_;
 };
 
