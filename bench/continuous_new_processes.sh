@@ -13,15 +13,8 @@ a=$1/tests/daemon/continuous/continuous_driver
 b=$2/tests/daemon/continuous/continuous_driver
 n=${3:-2000}
 rounds=${4:-5}
-tmp=$(mktemp -d)
-pids=()
-trap 'kill -TERM "${pids[@]}" 2>/dev/null || true; wait; rm -rf "$tmp"' EXIT
-mkdir "$tmp/a" "$tmp/b"
-"$a" "$tmp/a" 60 19 >"$tmp/a.out" 2>&1 &
-pids+=($!)
-"$b" "$tmp/b" 60 19 >"$tmp/b.out" 2>&1 &
-pids+=($!)
-until grep -q started "$tmp/a.out" && grep -q started "$tmp/b.out"; do sleep 0.2; done
+. "$(dirname "$0")/continuous_pair.sh"
+start_pair "$a" -- "$b"
 sleep 5 # the tables of what runs now compiled
 
 cpu_ns() { # the run time of every thread of process $1, ns

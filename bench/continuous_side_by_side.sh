@@ -10,15 +10,8 @@ set -euo pipefail
 driver=$1/tests/daemon/continuous/continuous_driver
 seconds=${2:-150}
 env_b=${ENV_B:-HPD_EH_FRAME_THROUGH_LIBDW=1}
-tmp=$(mktemp -d)
-pids=()
-trap 'kill -TERM "${pids[@]}" 2>/dev/null || true; wait; rm -rf "$tmp"' EXIT
-mkdir "$tmp/a" "$tmp/b"
-"$driver" "$tmp/a" 60 19 >"$tmp/a.out" 2>&1 &
-pids+=($!)
-env "$env_b" "$driver" "$tmp/b" 60 19 >"$tmp/b.out" 2>&1 &
-pids+=($!)
-until grep -q started "$tmp/a.out" && grep -q started "$tmp/b.out"; do sleep 0.2; done
+. "$(dirname "$0")/continuous_pair.sh"
+start_pair "$driver" -- env "$env_b" "$driver"
 sleep "$seconds"
 hz=$(getconf CLK_TCK)
 printf 'load before stopping: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
