@@ -198,7 +198,6 @@ TEST_F(LlvmSample, ContinuousExportWindowGivesTheProgramsProfile) {
   // has them too.
   const std::string own = file("interp-export");
   fs::copy_file(binary(), own, fs::copy_options::overwrite_existing);
-  fs::permissions(own, fs::perms::owner_all);
   const RunResult work = run({own, "--lines", "600"}, 300);  // 0.6 s of CPU time
   ASSERT_EQ(work.exit_code, 0) << work.err;
   // SIGTERM ends the chunk in progress.

@@ -52,10 +52,11 @@ TEST(BuildId, ReadsOwnExecutableAndRejectsNonElf) {
   // Linked by Debian's gcc, which adds --build-id by default.
   const std::string exe = read_exe(::getpid());
   ASSERT_FALSE(exe.empty());
-  EXPECT_EQ(reader.for_path(::getpid(), exe).size(), 40u);
-  EXPECT_EQ(reader.for_path(::getpid(), "/proc/self/status"), "");
-  EXPECT_EQ(reader.for_path(::getpid(), "/no/such/file"), "");
-  EXPECT_EQ(reader.for_path(::getpid(), "relative"), "");
+  // No such mapping (0-0): the path as the process sees it.
+  EXPECT_EQ(reader.for_mapping(::getpid(), 0, 0, exe).build_id.size(), 40u);
+  EXPECT_EQ(reader.for_mapping(::getpid(), 0, 0, "/proc/self/status").build_id, "");
+  EXPECT_EQ(reader.for_mapping(::getpid(), 0, 0, "/no/such/file").build_id, "");
+  EXPECT_EQ(reader.for_mapping(::getpid(), 0, 0, "relative").build_id, "");
 }
 
 // The vDSO as this process mapped it, from /proc/self/mem: an ELF image with a build-id. A process

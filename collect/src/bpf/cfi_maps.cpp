@@ -454,7 +454,6 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
     asked = build_ids_.for_mapping(pid > 0 ? pid : ::getpid(), start, end, path);
     found = &asked;
   }
-  const MappedModule& vdso = *found;
   const std::string& id = found->build_id;
   // The files the module's table is compiled from, and which file that is (device and inode): modules
   // are told apart by it too, not by build-id alone, as anyone can link a program with another's
@@ -508,14 +507,14 @@ std::string CfiMaps::module_for(int32_t pid, uint64_t start, uint64_t end, const
     module.queued = true;
     module.wanted = true;
     count(module);
-    if (vdso.image.empty()) {
+    if (found->image.empty()) {
       module.failed = true;
       std::lock_guard lock(mutex_);
       stats_.without_table.push_back(std::string(kVdso) + ": " +
-                                     (vdso.error.empty() ? "its image could not be read" : vdso.error));
+                                     (found->error.empty() ? "its image could not be read" : found->error));
       return key;
     }
-    module.table = compile_cfi_table_image(vdso.image, kVdso);
+    module.table = compile_cfi_table_image(found->image, kVdso);
     load(key, module);
     return key;
   }

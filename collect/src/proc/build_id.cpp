@@ -71,6 +71,14 @@ FileIdentity identity_of(const struct stat& st) {
 }
 }  // namespace
 
+MappedModule BuildIdReader::answer(const std::pair<const FileIdentity, Known>& known, bool hold) {
+  MappedModule out;
+  out.build_id = known.second.build_id;
+  out.identity = known.first;
+  if (hold) out.file = known.second.file.lock();
+  return out;
+}
+
 MappedModule BuildIdReader::read_cached(UniqueFd fd, bool hold) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
@@ -81,12 +89,8 @@ MappedModule BuildIdReader::read_cached(UniqueFd fd, bool hold) {
       std::erase_if(by_inode_, [](const auto& k) { return k.second.file.expired(); });
     it = by_inode_.emplace(identity, Known{read_elf_build_id(fd.get()), {}}).first;
   }
-  MappedModule out;
-  out.build_id = it->second.build_id;
-  out.identity = identity;
-  if (!hold) return out;
-  out.file = it->second.file.lock();
-  if (out.file) return out;
+  MappedModule out = answer(*it, hold);
+  if (!hold || out.file) return out;
   // Descriptors are numbered lowest first, so this one's number is about how many are open: a held
   // file must never take one the recording itself needs (perf events, rings). Near the limit the
   // file is not held, and is looked up by path at the end as before.
@@ -142,7 +146,7 @@ MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t en
   if (path.empty() || path.front() != '/') return out;
   if (std::optional<MappedModule> found = reach("/proc/" + std::to_string(pid) + "/root" + path, true))
     return std::move(*found);
-  // The process is gone (or its root cannot be reached): not held, as in for_path.
+  // The process is gone (or its root cannot be reached): this process's view, not held.
   if (std::optional<MappedModule> found = reach(path, false)) return std::move(*found);
   return out;
 }
@@ -155,25 +159,13 @@ std::optional<MappedModule> BuildIdReader::reach(const std::string& name, bool h
   if (S_ISREG(st.st_mode)) {
     const auto it = by_inode_.find(identity_of(st));
     if (it != by_inode_.end()) {
-      MappedModule out;
-      out.build_id = it->second.build_id;
-      out.identity = it->first;
-      if (!hold) return out;
-      out.file = it->second.file.lock();
-      if (out.file) return out;
+      MappedModule out = answer(*it, hold);
+      if (!hold || out.file) return out;
     }
   }
   UniqueFd fd(::open(name.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return std::nullopt;
   return read_cached(std::move(fd), hold);
-}
-
-std::string BuildIdReader::for_path(int32_t pid, const std::string& path) {
-  if (path.empty() || path.front() != '/') return "";
-  UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/root" + path).c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return "";
-  return read_cached(std::move(fd), false).build_id;
 }
 
 }  // namespace hpd

@@ -61,8 +61,6 @@ class BuildIdReader {
   // the image the process mapped; when it can no longer be read, this process's own vDSO if the
   // mapping has its size (the kernel maps the same image into every process of one ABI).
   MappedModule for_mapping(int32_t pid, uint64_t start, uint64_t end, const std::string& path);
-  // Reads PATH as seen from the process's root, then PATH itself.
-  std::string for_path(int32_t pid, const std::string& path);
   // Files are held open only while at least this many descriptors stay free below RLIMIT_NOFILE.
   static constexpr rlim_t kSpareDescriptors = 512;
 
@@ -80,6 +78,8 @@ class BuildIdReader {
   // HeldFile too: the inode's, or a new one taking the descriptor over when it has none (else the
   // descriptor is closed).
   MappedModule read_cached(UniqueFd fd, bool hold);
+  // What is known of a file: its build-id and identity, and with `hold` its HeldFile if someone holds it.
+  static MappedModule answer(const std::pair<const FileIdentity, Known>& known, bool hold);
   // The file at `name` as read_cached tells it, without opening it when its identity is known (and,
   // with `hold`, its file held); nothing when it cannot be reached.
   std::optional<MappedModule> reach(const std::string& name, bool hold);
