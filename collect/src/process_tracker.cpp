@@ -169,9 +169,12 @@ void ProcessTracker::on_exec(const ExecEvent& e) {
   if (drain_mmaps_) drain_mmaps_();
   if (profile_.find_process(e.pid) == nullptr) profile_.process(e.pid).start_ns = config_.start_ns;
   ProcessState& state = states_[e.pid];
-  // Without an exec start record for this exec (no mmap records), this record's time stands in.
-  const bool started =
-      state.exec_open && state.exec_ns > state.last_exec_record_ns && state.exec_ns <= e.time_ns;
+  // Without an exec start record for this exec (no mmap records), this record's time stands in. With
+  // one, its window may be closed already: a sample taken inside execve after the new registers were
+  // set (on or off the CPU, its user address in the new image) shows the new image before this record.
+  // The window stays as that sample closed it; reopened here at this record's time, it ended the new
+  // image's first mappings (the program, ld.so, the vDSO) as if they were the old image's.
+  const bool started = state.exec_ns > state.last_exec_record_ns && state.exec_ns <= e.time_ns;
   if (!started) {
     if (state.exec_open) close_exec_window(profile_.process(e.pid), state, e.time_ns);
     state.exec_ns = e.time_ns;
@@ -188,7 +191,7 @@ void ProcessTracker::on_exec(const ExecEvent& e) {
     state.exec_ended_ns = e.time_ns;
     return;
   }
-  if (e.image_running) close_exec_window(profile_.process(e.pid), state, e.time_ns);
+  if (e.image_running && state.exec_open) close_exec_window(profile_.process(e.pid), state, e.time_ns);
   {
     RawProcess& process = profile_.process(e.pid);
     if (!e.name.empty()) process.name.assign(e.name);

@@ -135,6 +135,34 @@ TEST_F(RawProfileBuilderRules, ExecEndsTheOldImageWhenTheNewOneIsSeenRunning) {
   EXPECT_EQ(p.find_process(40)->mappings[0].unmapped_ns, 3200u);
 }
 
+// A sample taken inside execve after the new registers were set (here off the CPU, its user address the
+// new image's) shows the new image before the exec record comes: the record belongs to the exec that
+// began at the start record, whose window that sample closed. The new image's first mappings (the
+// program, ld.so, the vDSO: mapped before the record's time) stay its own. Once they were ended at the
+// record's time, and a program that exited before the maps could be read lost its own functions (CI:
+// a local `record --calls` showed the program's call counts as bare addresses).
+TEST_F(RawProfileBuilderRules, ExecRecordAfterASampleOfTheNewImageKeepsItsFirstMappings) {
+  builder.processes().add_initial_process(45, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  builder.on_event(ExecStartEvent{45, 3000});
+  builder.on_event(MmapEvent{45, 3010, 0x500000, 0x1000, 0, "/usr/bin/new", ""});
+  const std::vector<uint64_t> new_stack = {0x500100};
+  builder.on_event(sample_event(45, 45, 3015, new_stack));
+  builder.on_event(ExecEvent{45, 45, 3020, "new", true, false});
+  builder.on_event(MmapEvent{45, 3030, 0x600000, 0x1000, 0, "/usr/lib/libc.so", ""});
+  const RawProcess& p = *profile.find_process(45);
+  EXPECT_EQ(p.mappings[0].unmapped_ns, 3015u);  // the old image, ended by the sample
+  EXPECT_EQ(module_at(profile, 45, 0x400100, 2000), "/bin/sh");
+  for (const uint64_t t : {uint64_t{3015}, uint64_t{3100}, UINT64_MAX})
+    EXPECT_EQ(module_at(profile, 45, 0x500100, t), "/usr/bin/new") << t;
+  EXPECT_EQ(module_at(profile, 45, 0x600100, UINT64_MAX), "/usr/lib/libc.so");
+  // The next exec is a new window again.
+  builder.on_event(ExecStartEvent{45, 4000});
+  builder.on_event(MmapEvent{45, 4010, 0x700000, 0x1000, 0, "/usr/bin/third", ""});
+  builder.on_event(ExecEvent{45, 45, 4020, "third", true, false});
+  EXPECT_EQ(module_at(profile, 45, 0x500100, 4100), "(none)");
+  EXPECT_EQ(module_at(profile, 45, 0x700100, 4100), "/usr/bin/third");
+}
+
 // A mapping record of the replaced image that comes after its exec began explains that image's
 // samples and ends with it; one made after the exec began is the new image's.
 TEST_F(RawProfileBuilderRules, LateMappingsOfTheOldImageEndWithIt) {
