@@ -1332,7 +1332,9 @@ TEST_F(RealUsers, UsersCallsThroughHpdAreCountedAndTimedInProcess) {
     EXPECT_EQ(counter_local, "runtime");
     EXPECT_EQ(rows_mine, rows_local) << "through hpd:\n"
                                      << describe(rows_mine) << "local:\n"
-                                     << describe(rows_local);
+                                     << describe(rows_local) << "hpd's client said:\n"
+                                     << a.err << "the local recording said:\n"
+                                     << l.err;
     ASSERT_EQ(rows_mine.count("callee"), 1u) << describe(rows_mine);
     EXPECT_EQ(rows_mine.at("callee").callers.at("caller_a"), 1000u);
     EXPECT_EQ(rows_mine.at("callee").callers.at("caller_b"), 250u);
