@@ -204,7 +204,11 @@ void ProcessTracker::on_exec(const ExecEvent& e) {
   state.counted_without_maps = false;
   state.reread_at_once = true;
   apply_pending_mappings(e.pid);
-  if (lookups_.read_maps) read_maps(e.pid, e.time_ns, e.time_ns);
+  // The maps as /proc shows them now: a net under mapping records lost (by the source, or dropped
+  // here while they waited for their process). With every record kept, it only repeats them: an open,
+  // a read and a file lookup per mapping, for every exec of a system-wide recording.
+  const bool records_whole = drain_mmaps_ && mmaps_lost_ && mmaps_lost_() == 0 && mmaps_dropped_ == 0;
+  if (lookups_.read_maps && !records_whole) read_maps(e.pid, e.time_ns, e.time_ns);
   thread_for(e.pid, e.tid, e.time_ns, e.name);
 }
 

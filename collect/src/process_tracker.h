@@ -74,8 +74,13 @@ class ProcessTracker {
   void note_unplaced(int32_t pid, std::span<const uint64_t> user, uint64_t time_ns);
 
   // Called when a sample's address lies in no known mapping, before /proc is read again, and before
-  // an exec is handled: delivers the mmap records written so far.
-  void set_mmap_source(std::function<void()> drain) { drain_mmaps_ = std::move(drain); }
+  // an exec is handled: delivers the mmap records written so far. `lost`, when given, counts the
+  // records the source lost: while it is 0, an exec's mappings are all in its records and its maps
+  // are not read again at the exec (a sample they miss still has them read at once).
+  void set_mmap_source(std::function<void()> drain, std::function<uint64_t()> lost = {}) {
+    drain_mmaps_ = std::move(drain);
+    mmaps_lost_ = std::move(lost);
+  }
 
   // Forgets what it keeps for the processes and threads the profile dropped (RawProfile::forget_exited).
   void forget(std::span<const int32_t> pids, std::span<const int32_t> tids);
@@ -128,6 +133,7 @@ class ProcessTracker {
   TrackerConfig config_;
   SystemLookups lookups_;
   std::function<void()> drain_mmaps_;
+  std::function<uint64_t()> mmaps_lost_;
   std::unordered_map<int32_t, ProcessState> states_;
   // Threads created by a record before their fork record came: the fork gives their real start.
   // Records out of order. perf's per-CPU rings go through its time-ordering stage

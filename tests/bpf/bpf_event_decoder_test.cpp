@@ -576,6 +576,52 @@ TEST(BpfEventDecoder, MapsAreReadAgainAtOnceAfterAnExecWhenASampleMissesThem) {
   EXPECT_EQ(reads, 3);
 }
 
+// With an mmap source that lost no record, an exec's mappings are all in its records: its maps are not
+// read again at the exec (in a system-wide recording: an open, a read and a lookup per mapping, for
+// every exec). Once the source lost records, or the tracker dropped some that waited, they are.
+TEST(BpfEventDecoder, MapsAreNotReadAtAnExecWhileTheMappingRecordsAreWhole) {
+  RawProfile profile;
+  int reads = 0;
+  BpfFeed builder(profile, {100}, [&](int32_t) {
+    ++reads;
+    return std::vector<MapsEntry>{};
+  });
+  uint64_t lost = 0;
+  builder.set_mmap_source([] {}, [&] { return lost; });
+  builder.add_initial_process(70, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  const auto exec = [&](uint64_t start_ns, uint64_t address, const char* path) {
+    builder.on_exec_start(70, start_ns);
+    builder.on_mmap(70, address, 0x1000, 0, path, "", start_ns + 10);
+    hpd_task_event e{};
+    e.header = header(HPD_EVENT_EXEC, 70, 70, start_ns + 50, "new");
+    builder.on_record(bytes_of(e));
+  };
+  exec(1'000, 0x500000, "/usr/bin/new");
+  EXPECT_EQ(reads, 0);
+  const RawProcess* p = profile.find_process(70);
+  ASSERT_NE(p, nullptr);
+  const RawMapping* m = p->find_mapping(0x500010, 2'000);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(profile.modules[m->module].path, "/usr/bin/new");
+  lost = 3;
+  exec(3'000, 0x600000, "/usr/bin/third");
+  EXPECT_EQ(reads, 1);
+  // Without a count of what the source lost, the maps are read at every exec, as before.
+  RawProfile other;
+  int other_reads = 0;
+  BpfFeed without(other, {100}, [&](int32_t) {
+    ++other_reads;
+    return std::vector<MapsEntry>{};
+  });
+  without.set_mmap_source([] {});
+  without.add_initial_process(70, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  hpd_task_event e{};
+  e.header = header(HPD_EVENT_EXEC, 70, 70, 1'050, "new");
+  without.on_exec_start(70, 1'000);
+  without.on_record(bytes_of(e));
+  EXPECT_EQ(other_reads, 1);
+}
+
 TEST(BpfEventDecoder, OffCpuRecordsKeepTheirFramePointerChainInDwarfMode) {
   RawProfile profile;
   BpfFeedConfig config{0};

@@ -97,8 +97,8 @@ class BpfFeed {
   void add_thread_drops(int32_t pid, int32_t tid, uint64_t drops) {
     builder_.on_event(ThreadLostEvent{pid, tid, drops});
   }
-  void set_mmap_source(std::function<void()> drain) {
-    builder_.processes().set_mmap_source(std::move(drain));
+  void set_mmap_source(std::function<void()> drain, std::function<uint64_t()> lost = {}) {
+    builder_.processes().set_mmap_source(std::move(drain), std::move(lost));
   }
   void set_unwinder(Unwinder* unwinder) { builder_.set_unwinder(unwinder); }
   void expect_switch_stacks() { decoder_.expect_switch_stacks(); }

@@ -92,7 +92,7 @@ void BpfSession::open_mmap_watch() {
     result_.mmap_watch_fallback_reason = e.what();
     return;
   }
-  builder_->processes().set_mmap_source([this] { drain_mmaps(); });
+  builder_->processes().set_mmap_source([this] { drain_mmaps(); }, [this] { return mmap_watch_.lost(); });
 }
 
 void BpfSession::drain_mmaps() {
