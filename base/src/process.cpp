@@ -78,6 +78,10 @@ bool pidfd_alive(int pidfd) {
 #endif
 }
 
+bool no_such_process(pid_t pid) {
+  return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
 std::string current_boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;

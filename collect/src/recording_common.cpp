@@ -276,6 +276,9 @@ bool insert_frameless_leaf_caller(Unwinder& unwinder, const UnwindContext& conte
 }
 
 void describe_process_from_proc(RawProcess& process) {
+  // Most processes a system-wide recording meets have exited when their records are read: four
+  // failed lookups under /proc, each a path walk, per description.
+  if (no_such_process(process.pid)) return;
   const std::string exe = read_exe(process.pid);
   if (!exe.empty()) process.exe = exe;
   auto cmdline = read_cmdline(process.pid);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -148,6 +149,23 @@ TEST(Pidfd, NamesTheProcessUntilItIsReapedAndNoOtherAfter) {
   errno = 0;
   EXPECT_FALSE(open_pidfd(pid).valid());
   EXPECT_EQ(errno, ESRCH);
+}
+
+// A process is there while it runs and as a zombie (its /proc files still answer); once reaped, no
+// process has its pid (until another gets it). Not a pid that never was, nor 0 or the caller's group.
+TEST(NoSuchProcess, OnlyOnceTheProcessIsReaped) {
+  EXPECT_FALSE(no_such_process(::getpid()));
+  EXPECT_FALSE(no_such_process(0));
+  EXPECT_FALSE(no_such_process(-1));
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  // A zombie until waited for: wait for the exit without reaping it.
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  EXPECT_FALSE(no_such_process(child));
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  EXPECT_TRUE(no_such_process(child));
 }
 
 TEST(BootId, IsTheKernelsUuidOfThisBoot) {

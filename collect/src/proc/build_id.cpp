@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "hpd/base/elf.h"
 #include "hpd/base/proc_maps.h"
+#include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 
 namespace hpd {
@@ -120,8 +122,18 @@ const std::vector<uint8_t>& own_vdso() {
 
 MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t end, const std::string& path) {
   MappedModule out;
+  // Most mapping records of a system-wide recording are read after their process exited: then no
+  // path under /proc/PID is tried (each a path walk that fails).
+  std::optional<bool> exited;
+  const auto gone = [&] {
+    if (!exited) exited = no_such_process(pid);
+    return *exited;
+  };
   if (path == "[vdso]") {
-    out.image = read_process_memory(pid, start, end, &out.error);
+    if (gone())
+      out.error = "process " + std::to_string(pid) + " exited before its [vdso] could be read";
+    else
+      out.image = read_process_memory(pid, start, end, &out.error);
     if (out.image.empty() && !own_vdso().empty() && own_vdso().size() == end - start) {
       // The process is gone (or exec'ing) before its vDSO could be read. The kernel maps one image
       // per ABI into every process, and a mapping of the size of hpd's own (x86-64) is that one.
@@ -142,10 +154,12 @@ MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t en
   char name[96];
   std::snprintf(name, sizeof name, "/proc/%d/map_files/%llx-%llx", pid,
                 static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
-  if (std::optional<MappedModule> found = reach(name, true)) return std::move(*found);
+  if (!gone())
+    if (std::optional<MappedModule> found = reach(name, true)) return std::move(*found);
   if (path.empty() || path.front() != '/') return out;
-  if (std::optional<MappedModule> found = reach("/proc/" + std::to_string(pid) + "/root" + path, true))
-    return std::move(*found);
+  if (!gone())
+    if (std::optional<MappedModule> found = reach("/proc/" + std::to_string(pid) + "/root" + path, true))
+      return std::move(*found);
   // The process is gone (or its root cannot be reached): this process's view, not held.
   if (std::optional<MappedModule> found = reach(path, false)) return std::move(*found);
   return out;

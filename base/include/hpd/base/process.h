@@ -23,6 +23,11 @@ UniqueFd open_pidfd(pid_t pid);
 // pidfd_send_signal.
 bool pidfd_alive(int pidfd);
 
+// Whether no process has this pid any more (signal 0: ESRCH). A zombie, or a process of another user
+// (EPERM), is there. One system call and no path: the cheap test before reading /proc/PID, whose
+// lookups cost a path walk each even when they fail.
+bool no_such_process(pid_t pid);
+
 // This boot's id (/proc/sys/kernel/random/boot_id, one line); "" when it cannot be read.
 std::string current_boot_id();
 
