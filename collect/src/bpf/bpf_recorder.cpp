@@ -264,22 +264,23 @@ RecordResult BpfSession::run() {
   check_targets_running(options_.target.pids, bound);
   // /proc/kallsyms, read once for the recording (in hpd, once for many: kernel_symbols_kept.h): the
   // symbolization of its kernel frames uses the same table (RecordResult::kernel_symbols), rather than
-  // reading and parsing it again. Only the builder needs it, for the off-CPU samples' scheduler frames, when
-  // it reads the first records: with pid targets it is read after sampling began (their tables are loaded),
-  // so that the first sample does not wait for it; a launched command is released after it, because the loop
-  // that compiles the tables of the program it execs runs only after it (else 35% of a 0.3 s command's
-  // samples were walked by frame pointer while 0.3-0.5 s of kallsyms were read). A command its launcher holds
-  // at its exec (hpctl through hpd) is released by on_attached: its symbols are read on another thread
-  // meanwhile, and the loop publishes its tables and walks its blocked threads again from its first
-  // microseconds (read here first, a thread that blocked in them kept its frame-pointer walk, which lacks its
-  // callers in a library without frame pointers). In hpd the table an earlier recording read is kept, and
-  // taken here at once (kernel_symbols_kept.h).
+  // reading and parsing it again. Only the builder needs it, for the scheduler's and the tracepoints' frames
+  // in front of off-CPU and exit stacks (every recording with kernel frames has exit stacks: the CPU after a
+  // thread's last sample is put where it exited), when it reads the first records: with pid targets it is
+  // read after sampling began (their tables are loaded), so that the first sample does not wait for it; a
+  // launched command is released after it, because the loop that compiles the tables of the program it execs
+  // runs only after it (else 35% of a 0.3 s command's samples were walked by frame pointer while 0.3-0.5 s of
+  // kallsyms were read). A command its launcher holds at its exec (hpctl through hpd) is released by
+  // on_attached: its symbols are read on another thread meanwhile, and the loop publishes its tables and
+  // walks its blocked threads again from its first microseconds (read here first, a thread that blocked in
+  // them kept its frame-pointer walk, which lacks its callers in a library without frame pointers). In hpd
+  // the table an earlier recording read is kept, and taken here at once (kernel_symbols_kept.h).
   const auto load_kallsyms = [] { return recording_kernel_symbols(); };
   auto read_kallsyms = [&] {
-    if (!off_cpu_ || !kernel_frames_) return;
+    if (!kernel_frames_) return;
     use_kallsyms(load_kallsyms());
   };
-  if (options_.pid_held_at_exec && !command_ && off_cpu_ && kernel_frames_)
+  if (options_.pid_held_at_exec && !command_ && kernel_frames_)
     kallsyms_ = std::async(std::launch::async, load_kallsyms);
   if (command_) {
     read_kallsyms();
@@ -296,7 +297,7 @@ RecordResult BpfSession::run() {
   // of CPU, which on a busy machine the targets need to reach their first sample (bench/first_sample.sh,
   // docs/performance.md "Time to the first sample"). (hpd loads no programs for the next recording
   // meanwhile: this session's are given back at its end, ~BpfSession.)
-  if (!command_ && !kallsyms_.valid() && off_cpu_ && kernel_frames_) {
+  if (!command_ && !kallsyms_.valid() && kernel_frames_) {
     wait_for_first_sample(bpf_map__fd(skel_->maps.counters), kFirstSampleWaitNs);
     timing_mark("first-sample-seen");
   }
