@@ -221,13 +221,13 @@ class EdgeTruthTest : public ::testing::Test {
     std::set<int64_t> pids;
     const double truth_ns = children_truth(r.out, pids);
     ASSERT_EQ(pids.size(), static_cast<size_t>(kChildren)) << r.out;
-    check_burn_child(capture, what, truth_ns, pids.size());
+    const json rep = report(capture, {});
+    check_burn_child(rep, what, truth_ns, pids.size());
     // The tail is put on the stack where the thread exited, from do_exit down: not on the exit
     // tracepoint's frames in front of it, which are hpd's hook (they were, in every recording without
     // off-CPU samples: 38% of a --all recording's CPU beside a loop of `ls`). One tail per child would
     // be kChildren samples there; the timer samples that land in hpd's exit program itself (about 12 us
     // per exit, bpf_stats) are its real cost and stay, a few.
-    const json rep = report(capture, {});
     double on_hook = 0;
     std::string hooks;
     for (const json& row : rep.at("functions")) {
@@ -259,10 +259,8 @@ class EdgeTruthTest : public ::testing::Test {
     return truth_ns;
   }
 
-  // burn_child's CPU in the capture against `truth_ns`, within 5%.
-  void check_burn_child(const std::string& capture, const std::string& what, double truth_ns,
-                        size_t children) {
-    const json rep = report(capture, {});
+  // burn_child's CPU in a capture's report against `truth_ns`, within 5%.
+  void check_burn_child(const json& rep, const std::string& what, double truth_ns, size_t children) {
     ASSERT_TRUE(rep.contains("functions"));
     const json* burn = row_of(rep, "burn_child");
     ASSERT_NE(burn, nullptr) << "burn_child not in the report";
@@ -348,7 +346,7 @@ class EdgeTruthTest : public ::testing::Test {
     std::printf("%s: %zu of %d children with samples in the profile\n", what.c_str(), seen.size(), kChildren);
     if (fd_limit == 0) {
       EXPECT_EQ(seen.size(), static_cast<size_t>(kChildren));
-      check_burn_child(capture, what, truth_ns, pids.size());
+      check_burn_child(rep, what, truth_ns, pids.size());
       return;
     }
     // The note says how many of the children alive at the attach were left; the others and every

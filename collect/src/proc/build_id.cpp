@@ -124,13 +124,9 @@ MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t en
   MappedModule out;
   // Most mapping records of a system-wide recording are read after their process exited: then no
   // path under /proc/PID is tried (each a path walk that fails).
-  std::optional<bool> exited;
-  const auto gone = [&] {
-    if (!exited) exited = no_such_process(pid);
-    return *exited;
-  };
+  const bool gone = no_such_process(pid);
   if (path == "[vdso]") {
-    if (gone())
+    if (gone)
       out.error = "process " + std::to_string(pid) + " exited before its [vdso] could be read";
     else
       out.image = read_process_memory(pid, start, end, &out.error);
@@ -154,10 +150,10 @@ MappedModule BuildIdReader::for_mapping(int32_t pid, uint64_t start, uint64_t en
   char name[96];
   std::snprintf(name, sizeof name, "/proc/%d/map_files/%llx-%llx", pid,
                 static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
-  if (!gone())
+  if (!gone)
     if (std::optional<MappedModule> found = reach(name, true)) return std::move(*found);
   if (path.empty() || path.front() != '/') return out;
-  if (!gone())
+  if (!gone)
     if (std::optional<MappedModule> found = reach("/proc/" + std::to_string(pid) + "/root" + path, true))
       return std::move(*found);
   // The process is gone (or its root cannot be reached): this process's view, not held.
