@@ -57,15 +57,23 @@ std::shared_ptr<const KernelSymbols> recording_kernel_symbols() {
   return read_kallsyms();
 }
 
-std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(const RawProfile& profile,
-                                                                std::shared_ptr<const KernelSymbols> used) {
+std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(
+    const RawProfile& profile, std::shared_ptr<const KernelSymbols> used,
+    std::span<const std::pair<uint64_t, uint64_t>> named) {
   {
     std::lock_guard lock(kept().mutex);
     if (!kept().keep) return used;
   }
+  // A frame's lines are looked up at it and at the byte before it (KernelSymbols::lines_for).
+  const auto in_named = [named](uint64_t a) {
+    for (const auto& [start, end] : named) {
+      if (a > start && a < end) return true;
+    }
+    return false;
+  };
   for (uint32_t i = 0; i < profile.stacks.size(); ++i) {
     for (const uint64_t a : profile.stacks.kernel_frames(i)) {
-      if (!used->frame_in_kernel_image(a)) return read_kallsyms();
+      if (!used->frame_in_kernel_image(a) && !in_named(a)) return read_kallsyms();
     }
   }
   return used;

@@ -3,7 +3,10 @@
 // recording read, read again at the recording's end only when its kernel addresses need it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
+#include <utility>
 
 namespace hpd {
 
@@ -15,10 +18,12 @@ struct RawProfile;
 std::shared_ptr<const KernelSymbols> recording_kernel_symbols();
 
 // The table that names `profile`'s kernel addresses: `used` (the one the recording started with),
-// unless keeping is on and an address is not in the kernel image (in a module, a BPF program, a
-// trampoline, or nowhere in `used`): those may have been loaded, or replaced, since `used` was read,
-// so /proc/kallsyms is read again (and kept).
-std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(const RawProfile& profile,
-                                                                std::shared_ptr<const KernelSymbols> used);
+// unless keeping is on and an address is neither in the kernel image nor in `named` (code outside it
+// that `used` is known to name as a read now would: RecordResult::kernel_code_named): such an address,
+// in a module, a BPF program, a trampoline, or nowhere in `used`, may have been loaded, or replaced,
+// since `used` was read, so /proc/kallsyms is read again (and kept).
+std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(
+    const RawProfile& profile, std::shared_ptr<const KernelSymbols> used,
+    std::span<const std::pair<uint64_t, uint64_t>> named = {});
 
 }  // namespace hpd

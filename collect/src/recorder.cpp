@@ -410,7 +410,8 @@ RecordResult record(const RecordOptions& options) {
   result.profile.info.first_sample_mono_ns = first_on_cpu_sample(result.profile);
   // Names for the kernel addresses, kept with the profile (a capture carries them).
   if (result.kernel_symbols) {
-    result.kernel_symbols = kernel_symbols_for_profile(result.profile, std::move(result.kernel_symbols));
+    result.kernel_symbols = kernel_symbols_for_profile(result.profile, std::move(result.kernel_symbols),
+                                                       result.kernel_code_named);
     result.profile.kernel_symbols = kernel_symbol_lines(result.profile, *result.kernel_symbols);
   }
   return result;

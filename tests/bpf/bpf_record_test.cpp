@@ -405,6 +405,34 @@ TEST(BpfRecord, OffCpuCanBeTurnedOff) {
   for (const RawSample& s : result.profile.samples) EXPECT_EQ(s.kind, SampleKind::kOnCpu);
 }
 
+// The recording's own programs as the kernel's symbols it read name them (RecordResult::kernel_code_named:
+// hpd then needs no new read of /proc/kallsyms for the timer samples that land in them): every function
+// of them, the main ones named by their program's tag (hpd_exit, hpd_on_cpu, which have subprograms,
+// are named by the whole program's tag, not their first function's) and the subprograms by their own.
+TEST(BpfRecord, TheKernelSymbolsReadNameTheRecordingsOwnPrograms) {
+  RecordOptions options = bpf_options();
+  options.target.command = {kOffCpuFixture, "0.3", "1", "4"};
+  const RecordResult result = record(options);
+  ASSERT_EQ(result.command_exit_status, 0);
+  ASSERT_NE(result.kernel_symbols, nullptr);
+  ASSERT_FALSE(result.kernel_symbols->empty()) << "kallsyms unreadable: the test needs root";
+  std::set<std::string> names;
+  for (const auto& [start, end] : result.kernel_code_named) {
+    const Location at = result.kernel_symbols->resolve(start);
+    ASSERT_TRUE(at.found);
+    EXPECT_EQ(at.symbol_address + result.kernel_symbols->base(), start) << at.symbol;
+    EXPECT_GE(at.symbol_size, end - start) << at.symbol;
+    EXPECT_TRUE(at.symbol.starts_with("bpf_prog_") && at.symbol.ends_with(" [bpf]")) << at.symbol;
+    // "bpf_prog_<16 hex digits>_<name> [bpf]"
+    names.insert(at.symbol.substr(26, at.symbol.size() - 26 - 6));
+  }
+  std::string text;
+  for (const std::string& n : names) text += " " + n;
+  std::printf("named:%s\n", text.c_str());
+  for (const char* program : {"hpd_on_cpu", "hpd_exit", "hpd_fork", "hpd_exec", "walk_user_cfi", "cfi_step"})
+    EXPECT_TRUE(names.contains(program)) << program << " not named; named:" << text;
+}
+
 TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {
   // Both run until killed; the recording lasts until each has used 300 ms of CPU since the attach.
   test::Background spinning({spinner_path(), "600000"});

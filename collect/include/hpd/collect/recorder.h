@@ -173,6 +173,10 @@ struct RecordResult {
   // frames), for symbolize_profile (ConvertOptions::kernel_symbols) so that /proc/kallsyms is read once
   // per recording; null when the recording did not need them (symbolization then reads the file).
   std::shared_ptr<const KernelSymbols> kernel_symbols;
+  // Kernel code [start, end) outside the kernel image whose names kernel_symbols holds as a read of
+  // /proc/kallsyms at the recording's end would: the eBPF session's own programs, when the table (one
+  // hpd kept) was read with them loaded where they ran. Their samples need no new read.
+  std::vector<std::pair<uint64_t, uint64_t>> kernel_code_named;
   bool target_exited = false;    // every recorded process exited before the end
   int command_exit_status = -1;  // launched command: its wait status decoded (exit code, or 128+signal)
   CpuTimeSource cpu_time_source = CpuTimeSource::kSamplePeriod;
