@@ -41,6 +41,8 @@ const volatile __u32 switch_stack_copy = 0;
 // (HPD_SAMPLE_TABLES_PENDING) carries its registers and this many bytes of user stack (a multiple of 8,
 // at most HPD_MAX_STACK_COPY; 0 = none), which user space walks again once the tables are published.
 const volatile __u32 pending_stack_copy_bytes = 0;
+// The possible CPUs: sample_scratch holds two entries for each, the exit program's after the others'.
+const volatile __u32 scratch_cpus = 1;
 // Pages of the ring hpd_warm_ring touches before the recording starts (0: none).
 const volatile __u32 warm_pages = 0;
 // For an unprivileged client (HPD_FILTER_PIDS only): the uid and gid every followed process must run
@@ -109,9 +111,9 @@ struct {
 } scratch SEC(".maps");
 
 // On-CPU records are built here, one entry per possible CPU (indexed by CPU number; sized by user
-// space before load). A per-CPU array cannot hold a dwarf stack copy (its values are limited to
-// 32 KiB). Each entry has room for a hpd_sample_event with every frame, the stack copy and a page
-// (see copy_user_stack).
+// space before load), and after those the exit program's, one per CPU (exit_record). A per-CPU array
+// cannot hold a dwarf stack copy (its values are limited to 32 KiB). Each entry has room for a
+// hpd_sample_event with every frame, the stack copy and a page (see copy_user_stack).
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, 1);
@@ -429,9 +431,12 @@ static __always_inline void copy_user_regs(struct hpd_sample_event* e, const str
 }
 
 // This CPU's sample_scratch entry (NULL if none): the record being built, with room after it.
-static __always_inline struct hpd_sample_event* scratch_record(void) {
-  const __u32 cpu = bpf_get_smp_processor_id();
-  return bpf_map_lookup_elem(&sample_scratch, &cpu);
+static __always_inline __u32 scratch_index(void) {
+  return bpf_get_smp_processor_id();
+}
+// The exit program's entry of this CPU (see exit_busy).
+static __always_inline __u32 exit_scratch_index(void) {
+  return scratch_cpus + bpf_get_smp_processor_id();
 }
 
 // The entry has room for the larger of the two copies and a page after the record (bpf_load.cpp).
@@ -439,17 +444,18 @@ static __always_inline __u64 stack_room(void) {
   return stack_copy_bytes > pending_stack_copy_bytes ? stack_copy_bytes : pending_stack_copy_bytes;
 }
 
-// uretprobe_restore_copy on the `copied` bytes of stack from `sp` at `offset` in the CPU's record: a
-// global function, checked once on its own by the verifier.
-__attribute__((noinline)) int restore_stack_copy(__u64 offset, __u64 sp, __u64 copied) {
-  struct hpd_sample_event* e = scratch_record();
+// uretprobe_restore_copy on the `copied` bytes of stack from `sp` at `offset` in sample_scratch's entry
+// `index`: a global function, checked once on its own by the verifier.
+__attribute__((noinline)) int restore_stack_copy(__u32 index, __u64 offset, __u64 sp, __u64 copied) {
+  struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &index);
   if (!e || offset > sizeof(struct hpd_sample_event) || copied > stack_room()) return 0;
   uretprobe_restore_copy((__u8*)e + offset, sp, copied);
   return 0;
 }
 
 struct stack_copy {
-  __u64 offset;  // where the copy begins in the CPU's record
+  __u32 index;   // the record's sample_scratch entry
+  __u64 offset;  // where the copy begins in the record
   __u64 sp;
   __u64 want;  // at most stack_room()
 };
@@ -460,7 +466,7 @@ struct stack_copy {
 // program reached it (the on-CPU program: 318,663 instructions, 0.6 s of verifying at every recording's
 // start; docs/performance.md, "The path to the first sample").
 static long copy_stack_page(__u64 index, struct stack_copy* c) {
-  struct hpd_sample_event* e = scratch_record();
+  struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &c->index);
   if (!e || c->offset > sizeof(struct hpd_sample_event)) return 1;
   const __u64 copied = e->stack_bytes;
   // Unsigned 64-bit comparisons with constants, which the verifier turns into bounds: copied stays
@@ -478,20 +484,21 @@ static long copy_stack_page(__u64 index, struct stack_copy* c) {
 }
 
 // Copies up to `want` bytes (stack_copy_bytes or pending_stack_copy_bytes) of user stack from `sp` into
-// this CPU's record at `offset` (right after its last frame), page by page, stopping at the first page
+// the record in sample_scratch's entry `index` at `offset` (right after its last frame), page by page,
+// stopping at the first page
 // that cannot be read: like perf_event's copy, it ends at the top of the stack mapping (or at a page
 // that is not present). Return addresses the kernel's return probes replaced are put back in the copy
 // (uretprobe_restore_copy). Sets the record's stack_bytes and returns it.
-static __always_inline __u64 copy_user_stack(__u64 offset, __u64 sp, __u64 want) {
-  struct hpd_sample_event* e = scratch_record();
+static __always_inline __u64 copy_user_stack(__u32 index, __u64 offset, __u64 sp, __u64 want) {
+  struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &index);
   if (!e) return 0;
   e->stack_bytes = 0;
   const __u64 room = stack_room();
-  struct stack_copy c = {.offset = offset, .sp = sp, .want = want > room ? room : want};
+  struct stack_copy c = {.index = index, .offset = offset, .sp = sp, .want = want > room ? room : want};
   bpf_loop(STACK_COPY_READS, copy_stack_page, &c, 0);
   const __u64 copied = e->stack_bytes;
   // A timed call's return address in the copy is the kernel's trampoline: the original back.
-  if (copied >= 8) restore_stack_copy(offset, sp, copied);
+  if (copied >= 8) restore_stack_copy(index, offset, sp, copied);
   return copied;
 }
 
@@ -523,8 +530,8 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
     state->event_period = period;
   }
   count(HPD_COUNTER_SAMPLES);
-  const __u32 cpu = bpf_get_smp_processor_id();
-  struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &cpu);
+  const __u32 slot = scratch_index();
+  struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &slot);
   if (!e) return 0;
   const __u64 now = bpf_ktime_get_ns();
   fill_header(&e->header, HPD_EVENT_ON_CPU, pid, tid, now);
@@ -580,7 +587,7 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   if (copy != 0) {
     // The copy goes right after the last frame; sample_size() is at most the offset of the end of ips.
     if (size > sizeof(struct hpd_sample_event)) return 0;  // for the verifier
-    __u64 copied = copy_user_stack(size, e->regs[7], copy);
+    __u64 copied = copy_user_stack(slot, size, e->regs[7], copy);
     if (copied > copy) copied = 0;  // never: the bound the verifier needs for the record's size
     e->stack_bytes = (__u32)copied;
     size += copied;
@@ -602,8 +609,8 @@ static __always_inline void emit_switch_stack(const struct hpd_event_header* h, 
                                               __u32 want) {
   if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2)
     return;
-  const __u32 cpu = bpf_get_smp_processor_id();
-  struct hpd_sample_event* c = bpf_map_lookup_elem(&sample_scratch, &cpu);
+  const __u32 slot = scratch_index();
+  struct hpd_sample_event* c = bpf_map_lookup_elem(&sample_scratch, &slot);
   if (!c) return;
   c->header = *h;
   c->header.type = HPD_EVENT_SWITCH_STACK;
@@ -617,7 +624,7 @@ static __always_inline void emit_switch_stack(const struct hpd_event_header* h, 
   c->flags = 0;
   copy_user_regs(c, user);
   const __u64 size = __builtin_offsetof(struct hpd_sample_event, ips);
-  __u64 copied = copy_user_stack(size, c->regs[7], want);
+  __u64 copied = copy_user_stack(slot, size, c->regs[7], want);
   if (copied > want) copied = 0;  // never: the bound the verifier needs for the record's size
   c->stack_bytes = (__u32)copied;
   // Lost: the off-CPU record keeps its frame-pointer walk (user space counts it), not a lost sample.
@@ -864,16 +871,10 @@ int hpd_exec(__u64* ctx) {
   return 0;
 }
 
-// The exit program's record buffer, and whether an exit program of this CPU is building one: unlike
-// the scheduler's programs it may be preempted (by another exiting thread of this CPU, which then
-// takes no exit stack), and the timer's program may interrupt it (it has a buffer of its own).
-struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
-  __type(key, __u32);
-  __type(value, struct hpd_sample_event);
-} exit_scratch SEC(".maps");
-
+// Whether an exit program of this CPU is building its record (in sample_scratch's exit entry of the CPU,
+// exit_scratch_index): unlike the scheduler's programs it may be preempted (by another exiting thread
+// of this CPU, which then takes no exit stack), and the timer's program may interrupt it (it has an
+// entry of its own).
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, 1);
@@ -889,7 +890,8 @@ static __always_inline void emit_exit_stack(void* ctx, __s32 pid, __s32 tid) {
   __u32* busy = bpf_map_lookup_elem(&exit_busy, &zero);
   if (!busy || *busy) return;
   *busy = 1;
-  struct hpd_sample_event* e = bpf_map_lookup_elem(&exit_scratch, &zero);
+  const __u32 slot = exit_scratch_index();
+  struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &slot);
   if (e) {
     fill_header(&e->header, HPD_EVENT_EXIT_STACK, pid, tid, bpf_ktime_get_ns());
     e->cpu_delta_ns = 0;
@@ -899,7 +901,21 @@ static __always_inline void emit_exit_stack(void* ctx, __s32 pid, __s32 tid) {
     const struct pt_regs* user = current_user_regs();
     e->flags = in_syscall_flag(user);
     capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, user, 2);
-    if (bpf_ringbuf_output(&events, e, sample_size(e), submit_flags()) != 0) count_drop(pid, tid);
+    __u64 size = sample_size(e);
+    // cfi mode: a walk that met a table not published yet (a process that lived a millisecond, whose
+    // tables were still being compiled) is done again by user space from the registers and a copy of
+    // the stack, as an on-CPU sample's is (same conditions).
+    if (user && pending_stack_copy_bytes != 0 && (e->flags & HPD_SAMPLE_TABLES_PENDING) &&
+        !calls_walk_hooked() &&
+        bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2 &&
+        size <= sizeof(struct hpd_sample_event)) {
+      copy_user_regs(e, user);
+      __u64 copied = copy_user_stack(slot, size, e->regs[7], pending_stack_copy_bytes);
+      if (copied > pending_stack_copy_bytes) copied = 0;  // never: the bound the verifier needs
+      e->stack_bytes = (__u32)copied;
+      size += copied;
+    }
+    if (bpf_ringbuf_output(&events, e, size, submit_flags()) != 0) count_drop(pid, tid);
   }
   *busy = 0;
 }

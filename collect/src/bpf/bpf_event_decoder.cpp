@@ -32,8 +32,8 @@ T field_at(std::span<const uint8_t> bytes, size_t offset) {
   return value;
 }
 
-// Whether an on-CPU record carries what a second walk needs: its walk met a table not published yet,
-// and it has the registers (ip, sp, bp) and a copy of the stack.
+// Whether an on-CPU (or exit-stack) record carries what a second walk needs: its walk met a table not
+// published yet, and it has the registers (ip, sp, bp) and a copy of the stack.
 bool carries_pending_walk(std::span<const uint8_t> bytes) {
   if (bytes.size() < kSampleHeaderBytes) return false;
   const auto flags = field_at<uint32_t>(bytes, offsetof(hpd_sample_event, flags));
@@ -90,7 +90,9 @@ void BpfEventDecoder::forget_queue(int32_t queue) {
 void BpfEventDecoder::decode(std::span<const uint8_t> bytes, const EventSink& sink) {
   hpd_event_header header;
   if (hold_ && read_record(bytes, header)) {
-    const bool walk = (header.type == HPD_EVENT_ON_CPU && carries_pending_walk(bytes)) ||
+    // An exit stack is walked again as an on-CPU record is: the registers and the copy are its own.
+    const bool walk = ((header.type == HPD_EVENT_ON_CPU || header.type == HPD_EVENT_EXIT_STACK) &&
+                       carries_pending_walk(bytes)) ||
                       off_cpu_waits_for_walk(bytes, header);
     int32_t queue = queue_of(header.pid);
     if (hpd_fork_event fork; header.type == HPD_EVENT_FORK && read_record(bytes, fork) &&

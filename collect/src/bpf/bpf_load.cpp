@@ -222,10 +222,12 @@ Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
   if (err == 0) err = bpf_map__set_max_entries(skel->maps.cfi_index, c.cfi_index);
   if (err == 0 && !c.cfi) err = bpf_map__set_max_entries(skel->maps.proc_mappings, 1);
   if (err != 0) throw RecordError("cannot size the eBPF CFI maps: " + errno_text(err));
-  // One record buffer per possible CPU: every frame, the copy and a page (see profile.bpf.c).
+  // Two record buffers per possible CPU (the exit program's and the others'): every frame, the copy
+  // and a page (see profile.bpf.c).
   const int possible = libbpf_num_possible_cpus();
   if (possible <= 0) throw RecordError("cannot count the possible CPUs: " + errno_text(possible));
-  err = bpf_map__set_max_entries(skel->maps.sample_scratch, static_cast<uint32_t>(possible));
+  config->scratch_cpus = static_cast<uint32_t>(possible);
+  err = bpf_map__set_max_entries(skel->maps.sample_scratch, static_cast<uint32_t>(2 * possible));
   if (err == 0)
     err = bpf_map__set_value_size(
         skel->maps.sample_scratch,
