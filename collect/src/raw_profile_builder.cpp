@@ -184,6 +184,23 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
       }
     }
   }
+  // A thread past its exit never returns to user mode: a sample taken later in its exit (tearing down
+  // its memory, whose user stack can no longer be read) has the user stack of its exit stack, taken
+  // when it entered do_exit, when its own walk failed from the same user instruction.
+  if (!e.at_exit && sample.kind == SampleKind::kOnCpu && sample.stack_end == StackEnd::kFailed &&
+      !user.empty() && thread_index < ends_.size()) {
+    const ThreadEnd& end = ends_[thread_index];
+    if (end.exit_stack && end.exit.time_ns <= e.time_ns && end.exit.stack != kNoIndex &&
+        end.exit.stack_end == StackEnd::kComplete) {
+      const std::span<const uint64_t> exit_user = profile_.stacks.user_frames(end.exit.stack);
+      if (!exit_user.empty() && exit_user.front() == user.front()) {
+        user_.assign(exit_user.begin(), exit_user.end());
+        user = user_;
+        sample.stack_end = StackEnd::kComplete;
+        ++samples_after_exit_stack_;
+      }
+    }
+  }
   if (e.kernel_truncated && sample.stack_end != StackEnd::kFailed && sample.stack_end != StackEnd::kUnknown)
     sample.stack_end = StackEnd::kTruncated;
   if (e.kernel_failed && !e.no_stack_taken) sample.stack_end = StackEnd::kFailed;

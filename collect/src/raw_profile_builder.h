@@ -66,6 +66,9 @@ class RawProfileBuilder {
   [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
   // Samples added for the CPU time threads used after their last timer sample (CpuTailEvent).
   [[nodiscard]] uint64_t cpu_tails() const { return cpu_tails_; }
+  // On-CPU samples taken in a thread's exit after its exit stack whose walk failed, given that stack's
+  // user part (on_sample).
+  [[nodiscard]] uint64_t samples_after_exit_stack() const { return samples_after_exit_stack_; }
   // Threads that exited with a CPU tail to come (ExitEvent::tail_follows) which has not come yet.
   [[nodiscard]] size_t tails_awaited() const { return tails_awaited_.size(); }
 
@@ -101,6 +104,7 @@ class RawProfileBuilder {
   uint64_t samples_ = 0;
   uint64_t unfollowed_samples_ = 0;
   uint64_t cpu_tails_ = 0;
+  uint64_t samples_after_exit_stack_ = 0;  // user stacks taken from their thread's exit stack
   std::unordered_set<int32_t> tails_awaited_;
   int32_t held_pid_ = 0;  // drop_samples_before
   uint64_t released_ns_ = 0;

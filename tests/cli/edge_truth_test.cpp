@@ -389,9 +389,10 @@ TEST_F(EdgeTruthTest, CpuAfterTheLastSampleGoesWhereTheThreadWasWithoutOffCpu) {
 // (a build, a shell script): built as users build it (-O2 -g, no frame pointers, over Debian's libc), each
 // process's stacks are whole only when walked with its tables, which are still being put in place for it
 // when it exits. Its exit stack (where the CPU after its last sample goes) is walked again with them, as
-// its on-CPU samples are: before, 5% of them reached _start (the rest were `_Exit` alone: the exit
-// program took no copy of the stack) and 72% of the processes' samples; 92% and 97% after, on a quiet
-// machine.
+// its on-CPU samples are, and the samples taken in its exit once its memory is being released (which no
+// walk can read) have its exit stack's user part: before, 5% of the exit stacks reached _start (the rest
+// were `_Exit` alone: the exit program took no copy of the stack) and 72% of the processes' samples; with
+// the second walk 92% and 97%; with both 97-100% and 97-99%, on a quiet machine.
 TEST_F(EdgeTruthTest, ExitStacksOfShortLivedProgramsAreWalkedWithTheirTables) {
   const std::string out = path("short.out");
   const std::string stop = path("short.stop");
@@ -435,8 +436,8 @@ TEST_F(EdgeTruthTest, ExitStacksOfShortLivedProgramsAreWalkedWithTheirTables) {
   ASSERT_GE(pids.size(), 20u) << "the loop hardly ran";
   // One exit stack per process recorded whole (the first and the last may be cut by the recording's ends).
   EXPECT_GE(exits, 0.8 * static_cast<double>(pids.size()));
-  EXPECT_GE(exits_whole, 0.75 * exits);
-  EXPECT_GE(whole, 0.85 * samples);
+  EXPECT_GE(exits_whole, 0.85 * exits);
+  EXPECT_GE(whole, 0.9 * samples);
 }
 
 // `--pid` with default flags (eBPF, cfi): the children alive at the attach are found and made targets.

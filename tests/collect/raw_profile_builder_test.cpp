@@ -466,6 +466,43 @@ TEST_F(RawProfileBuilderRules, CpuTailGoesToTheExitStackOrToNoStack) {
   EXPECT_EQ(builder.cpu_tails(), 2u);
 }
 
+// A thread past its exit stack never returns to user mode: a later sample of its exit whose walk failed
+// (its memory being released) from the same user instruction has the exit stack's user part, complete;
+// one from another instruction, one taken before the exit stack, or one of a thread whose exit stack
+// failed too keeps its failed walk.
+TEST_F(RawProfileBuilderRules, SamplesInTheExitAfterItsStackHaveItsUserStack) {
+  builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  const std::vector<uint64_t> exit_user = {0x400300, 0x400200, 0x400100};
+  const std::vector<uint64_t> kernel = {0xffffffff81000100};
+  const std::vector<uint64_t> leaf_only = {0x400300};
+  const std::vector<uint64_t> other_leaf = {0x400310};
+  // Before the exit stack: a failed walk stays failed.
+  builder.on_event(sample_event(10, 10, 2300, leaf_only, kernel, StackEnd::kFailed));
+  SampleEvent at_exit = sample_event(10, 10, 2400, exit_user, kernel);
+  at_exit.at_exit = true;
+  builder.on_event(at_exit);
+  builder.on_event(sample_event(10, 10, 2500, leaf_only, kernel, StackEnd::kFailed));
+  builder.on_event(sample_event(10, 10, 2600, other_leaf, kernel, StackEnd::kFailed));
+  ASSERT_EQ(profile.samples.size(), 3u);
+  EXPECT_EQ(profile.samples[0].stack_end, StackEnd::kFailed);
+  EXPECT_EQ(profile.samples[1].stack_end, StackEnd::kComplete);
+  const auto user = profile.stacks.user_frames(profile.samples[1].stack);
+  EXPECT_EQ(std::vector<uint64_t>(user.begin(), user.end()), exit_user);
+  const auto own_kernel = profile.stacks.kernel_frames(profile.samples[1].stack);
+  EXPECT_EQ(std::vector<uint64_t>(own_kernel.begin(), own_kernel.end()), kernel);
+  EXPECT_EQ(profile.samples[2].stack_end, StackEnd::kFailed);
+  EXPECT_EQ(builder.samples_after_exit_stack(), 1u);
+  EXPECT_EQ(profile.lost.stack_failures, 2u);
+
+  // An exit stack whose own walk failed gives nothing.
+  SampleEvent failed_exit = sample_event(10, 11, 2400, leaf_only, kernel, StackEnd::kFailed);
+  failed_exit.at_exit = true;
+  builder.on_event(failed_exit);
+  builder.on_event(sample_event(10, 11, 2500, leaf_only, kernel, StackEnd::kFailed));
+  EXPECT_EQ(profile.samples.back().stack_end, StackEnd::kFailed);
+  EXPECT_EQ(builder.samples_after_exit_stack(), 1u);
+}
+
 // What a sample's user leaf is, as the collector says, or presumed from its kernel part when it does
 // not say; two stacks of the same addresses with different leaves are two stacks.
 TEST_F(RawProfileBuilderRules, UserLeafAsTheCollectorSaysOrPresumed) {

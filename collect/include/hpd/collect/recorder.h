@@ -173,6 +173,10 @@ struct RecordResult {
   // frames), for symbolize_profile (ConvertOptions::kernel_symbols) so that /proc/kallsyms is read once
   // per recording; null when the recording did not need them (symbolization then reads the file).
   std::shared_ptr<const KernelSymbols> kernel_symbols;
+  // eBPF: on-CPU samples taken in a thread's exit after its exit stack (its memory being released: the
+  // user stack unreadable), which took the user stack of its exit stack: a thread past its exit
+  // system call never returns to user mode.
+  uint64_t samples_given_exit_user_stack = 0;
   // Kernel code [start, end) outside the kernel image whose names kernel_symbols holds as a read of
   // /proc/kallsyms at the recording's end would: the eBPF session's own programs, when the table (one
   // hpd kept) was read with them loaded where they ran. Their samples need no new read.
