@@ -67,8 +67,8 @@ std::vector<JitedFunction> jited_functions(int fd) {
 // it does and reaches its end, named bpf_prog_<its tag>_..., that is, the same code at the same
 // address when the table was read (a table hpd kept from an earlier recording of the same programs).
 bool names_function(const KernelSymbols& symbols, const JitedFunction& f) {
-  const Location at = symbols.resolve(f.start);
   if (f.tag == 0) return false;
+  const Location at = symbols.resolve(f.start);
   if (!at.found || at.symbol_address + symbols.base() != f.start || at.symbol_size < f.end - f.start)
     return false;
   char prefix[32];
