@@ -555,7 +555,7 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                         " executable mappings beyond 256 per process were walked by frame pointer");
   }
   if (result.samples_given_exit_user_stack != 0)
-    s.notes.push_back(std::to_string(result.samples_given_exit_user_stack) +
+    s.notes.push_back("note: " + std::to_string(result.samples_given_exit_user_stack) +
                       " samples taken in a thread's exit, once its memory was being released, have the user "
                       "stack of its exit system call (where it stays)");
   for (std::string& line : describe_call_counts(result.calls)) s.notes.push_back(std::move(line));
