@@ -150,7 +150,7 @@ bool update_targets_exited(std::vector<WatchedTarget>& targets, const std::vecto
       if (t.pidfd) {
         t.exited = (pfds[first_target + i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
       } else {
-        t.exited = command != nullptr ? command->try_reap() : process_gone(t.pid);
+        t.exited = command != nullptr ? command->try_reap() : process_ended(t.pid);
       }
       if (t.exited && command != nullptr) command->try_reap();
     }
@@ -193,7 +193,8 @@ RecordingTicker::Outcome RecordingTicker::tick(bool all_exited, uint64_t samples
   return Outcome::kContinue;
 }
 
-bool process_gone(int32_t pid) {
+bool process_ended(int32_t pid) {
+  if (no_such_process(pid)) return true;
   const char state = read_process_state(pid);
   if (state == 0 || state == 'X') return true;
   if (state != 'Z') return false;

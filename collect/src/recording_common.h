@@ -31,8 +31,9 @@ void take_clock_pair(uint64_t& mono, uint64_t& unix_ns);
 // and its name when it has none yet (each left as it is when unreadable). Both backends' one reader.
 void describe_process_from_proc(RawProcess& process);
 
-// Whether the process is gone, for kernels without pidfd: no /proc entry, or a zombie without live threads.
-bool process_gone(int32_t pid);
+// Whether the process has ended, for kernels without pidfd: no such process (no_such_process), no /proc
+// entry, or a zombie without live threads (which no_such_process counts as there).
+bool process_ended(int32_t pid);
 
 // The pidfds the targets (options.target.pids) are bound to, in order: those options.pid_fds lends,
 // duplicated, else opened now (invalid on kernels without pidfd_open).
