@@ -542,8 +542,12 @@ TEST(BpfCfi, ThreadsThatBlockedBeforeTheirTablesAreWalkedAgainWhileTheyWait) {
               static_cast<unsigned long long>(s.result.cfi.off_cpu_rewalked),
               static_cast<unsigned long long>(s.result.cfi.samples_tables_pending));
   expect_blockers(s, "blockers_nofp in a cgroup, blocking at once");
-  // At least the five threads that block once for the whole run (the nanosleep one wakes every 50 ms).
-  EXPECT_GE(s.result.cfi.off_cpu_rewalked, 5u);
+  // The threads that blocked before their tables (on a quiet machine all six: 11-17 walks again, the
+  // nanosleep one waking every 50 ms). How many did depends on how fast the program starts against how
+  // fast its tables come: with four CPU hogs beside a CI run 2 of them, the others blocking after their
+  // tables were published (walked right at once, as expect_blockers saw). At least one did, or the
+  // second walk was not tested here.
+  EXPECT_GE(s.result.cfi.off_cpu_rewalked, 1u);
 }
 
 // The share of on-CPU samples of functions named `leaf` whose stack is complete and holds every
