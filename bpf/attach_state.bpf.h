@@ -103,6 +103,7 @@ int hpd_attach_state(struct bpf_iter__task* ctx) {
     walk.ip = BPF_CORE_READ(regs, ip);
     walk.sp = BPF_CORE_READ(regs, sp);
     walk.bp = BPF_CORE_READ(regs, bp);
+    walk.di = BPF_CORE_READ(regs, di);
     walk.pid = pid;
     walk.time_ns = since;
     e->ips[kernel_frames] = walk.ip;

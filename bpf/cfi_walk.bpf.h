@@ -62,6 +62,8 @@ struct cfi_regs {
   __u32 mapping;    // the mapping of the previous frame: most callers are in the same module
   __u32 clone;      // enum cfi_clone_side: the sampled pc is right after a clone/clone3 system call
   __u32 uprobes;    // uretprobe_walk_begin(): return addresses may be the kernel's trampoline
+  __u32 di_known;   // di is the sampled frame's rdi (HPD_CFA_RSP_RA_RDI rows); cleared by the first step
+  __u64 di;
 };
 
 // glibc's __clone3 and __clone (musl's __clone too) end their CFI before the syscall, for the child's
@@ -316,9 +318,11 @@ static __always_inline int cfi_step_without_row(struct cfi_regs* r, struct cfi_w
 __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, struct cfi_regs* r,
                                        struct cfi_window* w) {
   if (!r) return HPD_USER_END_READ_FAULT;
-  // Only the sampled frame is at the system call.
+  // Only the sampled frame is at the system call, and has its rdi.
   const __u32 clone = r->clone;
   r->clone = CFI_CLONE_NONE;
+  const __u32 di_known = r->di_known;
+  r->di_known = 0;
   // A return address may follow a call that never returns, at the very end of a function.
   const __u64 pc = r->exact ? r->ip : r->ip - 1;
   struct hpd_cfi_rule row = {};
@@ -357,8 +361,16 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   __u64 ra = 0;
   __u64 bp = r->bp;
   __u32 exact = 0;
+  __u32 ra_in_register = 0;
   switch (row.cfa_kind) {
     case HPD_CFA_RSP: cfa = r->sp + (__s64)row.cfa_offset; break;
+    case HPD_CFA_RSP_RA_RDI:
+      // glibc's vfork keeps its return address in rdi across the system call.
+      if (!di_known) return HPD_USER_END_UNSUPPORTED;
+      cfa = r->sp + (__s64)row.cfa_offset;
+      ra = r->di;
+      ra_in_register = 1;
+      break;
     case HPD_CFA_RBP: cfa = r->bp + (__s64)row.cfa_offset; break;
     case HPD_CFA_PLT:
       cfa = r->sp + (__s64)row.cfa_offset + ((r->ip & 15) >= (__u64)row.rbp_offset ? 8 : 0);
@@ -373,7 +385,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
     case HPD_CFA_OUTERMOST: return HPD_USER_END_ROOT;
     default: return HPD_USER_END_UNSUPPORTED;
   }
-  if (!exact && row.rbp_kind == HPD_RBP_AT_CFA && row.rbp_offset == -16) {
+  if (!exact && !ra_in_register && row.rbp_kind == HPD_RBP_AT_CFA && row.rbp_offset == -16) {
     // rbp pushed right below the return address (every frame-pointer prologue): one read for both.
     struct user_frame saved;
     if (cfi_read16(w, &saved, cfa - 16) != 0) return HPD_USER_END_READ_FAULT;
@@ -381,7 +393,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
     ra = saved.ret;
     if (cfa <= r->sp) return HPD_USER_END_NO_GROWTH;
   } else if (!exact) {
-    if (cfi_read8(w, &ra, cfa - 8) != 0) return HPD_USER_END_READ_FAULT;
+    if (!ra_in_register && cfi_read8(w, &ra, cfa - 8) != 0) return HPD_USER_END_READ_FAULT;
     if (row.rbp_kind == HPD_RBP_AT_CFA) {
       if (cfi_read8(w, &bp, cfa + (__s64)row.rbp_offset) != 0) return HPD_USER_END_READ_FAULT;
     } else if (row.rbp_kind != HPD_RBP_SAME) {
@@ -393,8 +405,8 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
     if (cfa < r->sp || (cfa == r->sp && !r->exact)) return HPD_USER_END_NO_GROWTH;
   }
   if (ra == 0) return HPD_USER_END_ROOT;
-  if (!exact && calls_runtime_active) ra = calls_real_return(ra, cfa - 8);
-  if (!exact && r->uprobes) ra = uretprobe_real_return(ra, cfa - 8);
+  if (!exact && !ra_in_register && calls_runtime_active) ra = calls_real_return(ra, cfa - 8);
+  if (!exact && !ra_in_register && r->uprobes) ra = uretprobe_real_return(ra, cfa - 8);
   r->ip = ra;
   r->sp = cfa;
   r->bp = bp;

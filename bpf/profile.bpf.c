@@ -375,7 +375,8 @@ static __always_inline void capture_stacks(void* ctx, struct hpd_sample_event* e
   __u64 user_frames = 0;
   if (user) calls_walk_begin(e->header.pid);
   if (user && cfi_unwind) {
-    struct cfi_regs r = {.ip = uprobe_xol_real_ip(user->ip), .sp = user->sp, .bp = user->bp, .exact = 1};
+    struct cfi_regs r = {
+        .ip = uprobe_xol_real_ip(user->ip), .sp = user->sp, .bp = user->bp, .exact = 1, .di = user->di, .di_known = 1};
     r.clone = clone_side_of(user->orig_ax, user->ax, user->ip);
     uretprobe_syscall_regs(user, &r.ip, &r.sp);
     __u32 end = HPD_USER_END_NONE;
@@ -790,7 +791,7 @@ int hpd_sched_switch(__u64* ctx) {
   if (user && (e->flags & HPD_SAMPLE_TABLES_PENDING)) {
     struct hpd_pending_walk walk = {
         .time_ns = e->header.time_ns, .ip = uprobe_xol_real_ip(user->ip), .sp = user->sp, .bp = user->bp,
-        .pid = pid};
+        .pid = pid, .di = user->di};
     bpf_map_update_elem(&pending_walks, &tid, &walk, BPF_ANY);
   }
   return 0;

@@ -128,6 +128,7 @@ struct hpd_pending_walk {
   __u64 bp;
   __s32 pid;
   __u32 pad;
+  __u64 di; /* rdi: glibc's vfork keeps its return address there (HPD_CFA_RSP_RA_RDI) */
 };
 /* How a user stack walk of the programs ended. */
 enum hpd_user_end {
@@ -151,6 +152,7 @@ enum hpd_user_end {
 #define HPD_CFA_SIGNAL 4      /* signal trampoline: the interrupted registers are in the ucontext at rsp */
 #define HPD_CFA_OUTERMOST 5   /* the return address is undefined: the thread's first frame */
 #define HPD_CFA_UNSUPPORTED 6 /* a rule the rows do not express */
+#define HPD_CFA_RSP_RA_RDI 7  /* CFA = rsp + cfa_offset, the return address in rdi (glibc's vfork): sampled frame only */
 #define HPD_RBP_SAME 0        /* the caller's rbp is the callee's */
 #define HPD_RBP_AT_CFA 1      /* saved at CFA + rbp_offset */
 #define HPD_RBP_UNDEFINED 2   /* lost */

@@ -440,6 +440,43 @@ TEST_F(EdgeTruthTest, ExitStacksOfShortLivedProgramsAreWalkedWithTheirTables) {
   EXPECT_GE(whole, 0.9 * samples);
 }
 
+// A parent blocked in vfork while its child readies itself (a shell, make, posix_spawn's callers of old):
+// glibc's vfork pops its return address into rdi across the system call, a rule the rows once called
+// unsupported, so every stack of that wait was `vfork` alone (0% of the time in its caller, default
+// flags). The rows now say so, and the programs' walk and the second walks take rdi from the sampled
+// frame: its wall time in vfork reaches spawn_child and main.
+TEST_F(EdgeTruthTest, TimeBlockedInVforkIsInItsCaller) {
+  const std::string capture = path("vfork.hpr");
+  const RunResult r =
+      run({kHpctl, "record", "-o", capture, "--no-report", "--", kFixtures + "/vfork_wait", "40", "20"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double pid = field(r.out, "vfork_wait:", "pid");
+  const double blocked_ns = field(r.out, "vfork_wait:", "blocked_ns");
+  ASSERT_GT(pid, 0) << r.out;
+  ASSERT_GT(blocked_ns, 0) << r.out;
+  const std::string collapsed = path("vfork.collapsed");
+  const RunResult conv =
+      run({kHpctl, "convert", capture, "-o", collapsed, "--weight", "wall", "--per-process"});
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  // The parent's wall time in vfork (the children, until their exec, share its stack and run spawn_child
+  // too: they are other processes).
+  const std::string parent = "vfork_wait (" + std::to_string(static_cast<int64_t>(pid)) + ");";
+  double in_vfork = 0, in_caller = 0;
+  std::istringstream lines(read_text_file(collapsed));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(parent, 0) != 0 || line.find(";vfork;") == std::string::npos) continue;
+    const double ns = std::stod(line.substr(line.rfind(' ') + 1));
+    in_vfork += ns;
+    if (line.find(";main;spawn_child;vfork;") != std::string::npos) in_caller += ns;
+  }
+  std::printf(
+      "vfork_wait: blocked %.1f ms in vfork by its clock; hpd %.1f ms in vfork, %.1f%% of it under "
+      "main;spawn_child\n",
+      blocked_ns / 1e6, in_vfork / 1e6, 100 * in_caller / std::max(in_vfork, 1.0));
+  EXPECT_NEAR(in_vfork, blocked_ns, 0.1 * blocked_ns);
+  EXPECT_GE(in_caller, 0.95 * in_vfork);
+}
+
 // `--pid` with default flags (eBPF, cfi): the children alive at the attach are found and made targets.
 TEST_F(EdgeTruthTest, PidFollowsChildrenForkedBeforeAndAfterTheAttach) {
   check_pid_children({}, "pid-bpf");

@@ -92,6 +92,14 @@ void check_pc(CfiModule& module, const CfiTable& table, uint64_t pc, Agreement& 
     }
     return;
   }
+  if (ra.kind == RuleKind::kRegister && ra.reg == 5 && ra.offset == 0 && !rule->cfa.is_expr &&
+      rule->cfa.reg == 7) {
+    // The return address in rdi (glibc's vfork).
+    if (kind != static_cast<int>(CfaKind::kRspRaInRdi))
+      return bad("RA in rdi, row kind " + std::to_string(kind));
+    if (row->cfa_offset != rule->cfa.offset) return bad("CFA offset disagrees (RA in rdi)");
+    return;
+  }
   const bool simple = !rule->cfa.is_expr && (rule->cfa.reg == 7 || rule->cfa.reg == 6) &&
                       ra.kind == RuleKind::kOffset && ra.offset == -8;
   if (!simple) {
@@ -151,16 +159,19 @@ void expect_agreement(const std::string& path, size_t min_rows) {
 TEST(CfiTable, LibcAgreesWithDwarfRules) {
   expect_agreement(kLibc, 10000);
   const auto table = compile_cfi_table({kLibc}, "", {});
-  // glibc's few special frames: _start/clone3 (outermost), __restore_rt (signal), PLT entries.
-  size_t outermost = 0, signal = 0, plt = 0;
+  // glibc's few special frames: _start/clone3 (outermost), __restore_rt (signal), PLT entries, vfork (its
+  // return address in rdi across the system call).
+  size_t outermost = 0, signal = 0, plt = 0, ra_in_rdi = 0;
   for (const CfiRow& r : table->rows) {
     outermost += r.cfa_kind == static_cast<uint8_t>(CfaKind::kOutermost);
     signal += r.cfa_kind == static_cast<uint8_t>(CfaKind::kSignal);
     plt += r.cfa_kind == static_cast<uint8_t>(CfaKind::kPlt);
+    ra_in_rdi += r.cfa_kind == static_cast<uint8_t>(CfaKind::kRspRaInRdi);
   }
   EXPECT_GE(outermost, 1u);
   EXPECT_EQ(signal, 1u);
   EXPECT_GE(plt, 1u);
+  EXPECT_GE(ra_in_rdi, 1u);
 }
 
 TEST(CfiTable, LibstdcxxAgreesWithDwarfRules) {

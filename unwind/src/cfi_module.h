@@ -22,6 +22,7 @@ inline constexpr unsigned kRegCount = 17;
 inline constexpr unsigned kRaReg = 16;
 inline constexpr unsigned kSpReg = 7;
 inline constexpr unsigned kBpReg = 6;
+inline constexpr unsigned kRdiReg = 5;
 
 enum class RuleKind : uint8_t {
   kUndefined,      // not recoverable (for the return address: the outermost frame)

@@ -22,6 +22,7 @@ using unwind_detail::ExprOp;
 using unwind_detail::FrameRule;
 using unwind_detail::kBpReg;
 using unwind_detail::kRaReg;
+using unwind_detail::kRdiReg;
 using unwind_detail::kSpReg;
 using unwind_detail::RuleKind;
 
@@ -93,8 +94,15 @@ CfiRow classify(const FrameRule& rule, std::span<const ExprOp> store) {
     return row;
   }
   row.cfa_kind = static_cast<uint8_t>(CfaKind::kUnsupported);
-  if (ra.kind != RuleKind::kOffset || ra.offset != -8) return row;
-  if (!rule.cfa.is_expr) {
+  // glibc's vfork: `pop %rdi` keeps the return address in rdi (DWARF register 5) across the system call.
+  const bool ra_in_rdi = ra.kind == RuleKind::kRegister && ra.reg == kRdiReg && ra.offset == 0;
+  if (ra_in_rdi) {
+    if (rule.cfa.is_expr || rule.cfa.reg != kSpReg || !fits32(rule.cfa.offset)) return row;
+    row.cfa_kind = static_cast<uint8_t>(CfaKind::kRspRaInRdi);
+    row.cfa_offset = static_cast<int32_t>(rule.cfa.offset);
+  } else if (ra.kind != RuleKind::kOffset || ra.offset != -8) {
+    return row;
+  } else if (!rule.cfa.is_expr) {
     if (!fits32(rule.cfa.offset)) return row;
     if (rule.cfa.reg == kSpReg)
       row.cfa_kind = static_cast<uint8_t>(CfaKind::kRsp);

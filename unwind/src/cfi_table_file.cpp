@@ -237,7 +237,7 @@ CfiTableFileRead read_cfi_table_file(std::span<const uint8_t> bytes, const CfiTa
   // What the eBPF walker relies on: rows sorted by pc, kinds it knows.
   for (size_t i = 0; i < table->rows.size(); ++i) {
     const CfiRow& r = table->rows[i];
-    if (r.cfa_kind > static_cast<uint8_t>(CfaKind::kUnsupported) ||
+    if (r.cfa_kind > static_cast<uint8_t>(CfaKind::kRspRaInRdi) ||
         r.rbp_kind > static_cast<uint8_t>(RbpKind::kUndefined) || (i > 0 && r.pc <= table->rows[i - 1].pc))
       return refuse("damaged payload (row " + std::to_string(i) + ")");
   }

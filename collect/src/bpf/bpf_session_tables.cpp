@@ -77,9 +77,9 @@ BpfEventDecoder::HeldWalk BpfSession::walk_held(const hpd_sample_event& e, std::
     return BpfEventDecoder::HeldWalk::kAsIs;
   const CfiMaps::Published published = cfi_maps_->published(pid);
   if (published.at == 0 || published.tables_pending) return BpfEventDecoder::HeldWalk::kWait;
-  CfiMaps::StackWalk walk = cfi_maps_->walk_stack(pid, e.regs[static_cast<size_t>(DwarfReg::kRip)],
-                                                  e.regs[static_cast<size_t>(DwarfReg::kRsp)],
-                                                  e.regs[static_cast<size_t>(DwarfReg::kRbp)], stack);
+  CfiMaps::StackWalk walk = cfi_maps_->walk_stack(
+      pid, e.regs[static_cast<size_t>(DwarfReg::kRip)], e.regs[static_cast<size_t>(DwarfReg::kRsp)],
+      e.regs[static_cast<size_t>(DwarfReg::kRbp)], stack, e.regs[static_cast<size_t>(DwarfReg::kRdi)]);
   if (walk.pending) return BpfEventDecoder::HeldWalk::kAsIs;  // a table that will not come (map full)
   out = BpfEventDecoder::UserWalk{std::move(walk.ips), walk.end, walk.fp_frames};
   return BpfEventDecoder::HeldWalk::kWalked;

@@ -36,7 +36,8 @@ static_assert(sizeof(hpd_cfi_row) == 8 && sizeof(hpd_cfi_rule) == 8);
 static_assert(HPD_CFA_PLT == static_cast<int>(CfaKind::kPlt) &&
               HPD_CFA_SIGNAL == static_cast<int>(CfaKind::kSignal) &&
               HPD_CFA_OUTERMOST == static_cast<int>(CfaKind::kOutermost) &&
-              HPD_CFA_UNSUPPORTED == static_cast<int>(CfaKind::kUnsupported));
+              HPD_CFA_UNSUPPORTED == static_cast<int>(CfaKind::kUnsupported) &&
+              HPD_CFA_RSP_RA_RDI == static_cast<int>(CfaKind::kRspRaInRdi));
 static_assert(HPD_RBP_AT_CFA == static_cast<int>(RbpKind::kAtCfa) &&
               HPD_RBP_UNDEFINED == static_cast<int>(RbpKind::kUndefined));
 static_assert(HPD_SIGFRAME_RIP == kSigframeRip && HPD_SIGFRAME_RSP == kSigframeRsp &&

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -160,8 +161,9 @@ class CfiMaps {
     uint32_t fp_frames = 0;  // frames stepped by frame pointer
     bool pending = false;    // a table was still missing: a later walk may do better
   };
-  StackWalk walk_stack(int32_t pid, uint64_t ip, uint64_t sp, uint64_t bp,
-                       std::span<const uint8_t> stack) const;
+  // `rdi`: the sampled frame's, when known (a row that keeps the return address there: glibc's vfork).
+  StackWalk walk_stack(int32_t pid, uint64_t ip, uint64_t sp, uint64_t bp, std::span<const uint8_t> stack,
+                       std::optional<uint64_t> rdi = std::nullopt) const;
   // Publications since the start: a walk_stack that was pending may do better once this changed.
   [[nodiscard]] uint64_t publications() const { return tick_; }
   // The publication that last published `pid` (0: never), and whether it left any of its mappings

@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "bpf/cfi_maps.h"
 #include "profile_event.h"
@@ -30,7 +32,7 @@ bool read_stack(std::span<const uint8_t> stack, uint64_t base, uint64_t addr, vo
 }  // namespace
 
 CfiMaps::StackWalk CfiMaps::walk_stack(int32_t pid, uint64_t ip, uint64_t sp, uint64_t bp,
-                                       std::span<const uint8_t> stack) const {
+                                       std::span<const uint8_t> stack, std::optional<uint64_t> rdi) const {
   StackWalk walk;
   auto maps = std::make_unique<hpd_proc_mappings>();
   const bool have_maps = bpf_map_lookup_elem(procs_fd_, &pid, maps.get()) == 0;
@@ -113,8 +115,18 @@ CfiMaps::StackWalk CfiMaps::walk_stack(int32_t pid, uint64_t ip, uint64_t sp, ui
       return fp_step();
     uint64_t cfa = 0, ra = 0, next_bp = r.bp;
     bool exact = false;
+    // Only the sampled frame has its rdi.
+    const std::optional<uint64_t> di = std::exchange(rdi, std::nullopt);
+    bool ra_in_register = false;
     switch (row.cfa_kind) {
       case HPD_CFA_RSP: cfa = r.sp + static_cast<int64_t>(row.cfa_offset); break;
+      case HPD_CFA_RSP_RA_RDI:
+        // glibc's vfork keeps its return address in rdi across the system call.
+        if (!di) return HPD_USER_END_UNSUPPORTED;
+        cfa = r.sp + static_cast<int64_t>(row.cfa_offset);
+        ra = *di;
+        ra_in_register = true;
+        break;
       case HPD_CFA_RBP: cfa = r.bp + static_cast<int64_t>(row.cfa_offset); break;
       case HPD_CFA_PLT:
         cfa = r.sp + static_cast<int64_t>(row.cfa_offset) +
@@ -131,14 +143,16 @@ CfiMaps::StackWalk CfiMaps::walk_stack(int32_t pid, uint64_t ip, uint64_t sp, ui
       default: return HPD_USER_END_UNSUPPORTED;
     }
     if (!exact) {
-      if (!read_stack(stack, base, cfa - 8, &ra, 8)) return HPD_USER_END_READ_FAULT;
+      if (!ra_in_register && !read_stack(stack, base, cfa - 8, &ra, 8)) return HPD_USER_END_READ_FAULT;
       if (row.rbp_kind == HPD_RBP_AT_CFA) {
         if (!read_stack(stack, base, cfa + static_cast<int64_t>(row.rbp_offset), &next_bp, 8))
           return HPD_USER_END_READ_FAULT;
       } else if (row.rbp_kind != HPD_RBP_SAME) {
         next_bp = 0;
       }
-      if (cfa <= r.sp) return HPD_USER_END_NO_GROWTH;
+      // As the programs' walk: the sampled frame may have CFA = sp (vfork after its `pop`, code entered
+      // by a `ret`).
+      if (cfa < r.sp || (cfa == r.sp && !r.exact)) return HPD_USER_END_NO_GROWTH;
     }
     if (ra == 0) return HPD_USER_END_ROOT;
     r = Regs{ra, cfa, next_bp, exact};

@@ -69,10 +69,10 @@ void OffCpuRewalk::poll(CfiMaps& maps, BpfEventDecoder& decoder, uint64_t mappin
       continue;
     }
     if (!read_stack(w, tid, kFirstStackBytes)) continue;
-    CfiMaps::StackWalk walk = maps.walk_stack(w.pid, w.ip, w.sp, w.bp, stack_);
+    CfiMaps::StackWalk walk = maps.walk_stack(w.pid, w.ip, w.sp, w.bp, stack_, w.di);
     if (walk.end == HPD_USER_END_READ_FAULT && stack_.size() == kFirstStackBytes) {
       if (!read_stack(w, tid, kMaxStackBytes)) continue;
-      walk = maps.walk_stack(w.pid, w.ip, w.sp, w.bp, stack_);
+      walk = maps.walk_stack(w.pid, w.ip, w.sp, w.bp, stack_, w.di);
     }
     if (walk.pending) {
       still_tried.emplace(tid, Tried{w.time_ns, published.at});

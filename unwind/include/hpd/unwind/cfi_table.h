@@ -23,6 +23,9 @@ enum class CfaKind : uint8_t {
   kSignal = 4,       // a signal trampoline: rsp points at the kernel's ucontext (x86-64 rt_sigframe)
   kOutermost = 5,    // the return address is undefined: the thread's first frame (_start, clone3)
   kUnsupported = 6,  // the return address is not at CFA-8, or the CFA is another expression
+  // rsp + cfa_offset, and the return address is in rdi (glibc's vfork pops it there across the system
+  // call, which the child returns from too): known only in the sampled frame, whose rdi was read.
+  kRspRaInRdi = 7,
 };
 
 // Where the caller's rbp is. Same numbers as HPD_RBP_* in bpf/profile_event.h.

@@ -17,7 +17,8 @@ namespace hpd {
 // Bump when CfiRow's layout or meaning changes, when the compiler's output for the same file changes
 // (a fix in how rules are classified), or when the file layout below changes: older files are then
 // refused and compiled again.
-inline constexpr uint32_t kCfiTableFileVersion = 1;
+// 2: rows whose return address is in rdi (CfaKind::kRspRaInRdi, glibc's vfork), kUnsupported in 1.
+inline constexpr uint32_t kCfiTableFileVersion = 2;
 
 // What a table was compiled from: the module's build-id and the file opened (its device, inode, size
 // and modification time), and its separate debug file's size and time (its .debug_frame rows may be in
