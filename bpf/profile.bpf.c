@@ -111,7 +111,7 @@ struct {
 } scratch SEC(".maps");
 
 // On-CPU records are built here, one entry per possible CPU (indexed by CPU number; sized by user
-// space before load), and after those the exit program's, one per CPU (exit_record). A per-CPU array
+// space before load), and after those the exit program's, one per CPU (exit_scratch_index). A per-CPU array
 // cannot hold a dwarf stack copy (its values are limited to 32 KiB). Each entry has room for a
 // hpd_sample_event with every frame, the stack copy and a page (see copy_user_stack).
 struct {
@@ -431,7 +431,7 @@ static __always_inline void copy_user_regs(struct hpd_sample_event* e, const str
   e->regs_valid = (1u << HPD_USER_REGS) - 1;
 }
 
-// This CPU's sample_scratch entry (NULL if none): the record being built, with room after it.
+// The index of this CPU's sample_scratch entry: the record being built, with room after it.
 static __always_inline __u32 scratch_index(void) {
   return bpf_get_smp_processor_id();
 }
@@ -486,9 +486,8 @@ static long copy_stack_page(__u64 index, struct stack_copy* c) {
 
 // Copies up to `want` bytes (stack_copy_bytes or pending_stack_copy_bytes) of user stack from `sp` into
 // the record in sample_scratch's entry `index` at `offset` (right after its last frame), page by page,
-// stopping at the first page
-// that cannot be read: like perf_event's copy, it ends at the top of the stack mapping (or at a page
-// that is not present). Return addresses the kernel's return probes replaced are put back in the copy
+// stopping at the first page that cannot be read: like perf_event's copy, it ends at the top of the
+// stack mapping (or at a page that is not present). Return addresses the kernel's return probes replaced are put back in the copy
 // (uretprobe_restore_copy). Sets the record's stack_bytes and returns it.
 static __always_inline __u64 copy_user_stack(__u32 index, __u64 offset, __u64 sp, __u64 want) {
   struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &index);
@@ -501,6 +500,19 @@ static __always_inline __u64 copy_user_stack(__u32 index, __u64 offset, __u64 sp
   // A timed call's return address in the copy is the kernel's trampoline: the original back.
   if (copied >= 8) restore_stack_copy(index, offset, sp, copied);
   return copied;
+}
+
+// Whether the ring is half full or more: no stack copy (40 samples' worth) is taken then, the samples
+// come first.
+static __always_inline int ring_half_full(void) {
+  return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2;
+}
+
+// cfi mode: whether record `e`, whose walk stood in frame pointers for a table not published yet, is to
+// carry the registers and a copy of the stack for user space to walk again once the tables are (not when
+// return addresses on it are the calls runtime's hook, which only the programs' walk replaces).
+static __always_inline int wants_pending_copy(const struct hpd_sample_event* e) {
+  return pending_stack_copy_bytes != 0 && (e->flags & HPD_SAMPLE_TABLES_PENDING) && !calls_walk_hooked();
 }
 
 // A record of thread `tid` (of process `pid`) that did not fit: counted globally and for the thread,
@@ -576,12 +588,8 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   __u64 size = sample_size(e);
   __u64 copy = have_regs ? stack_copy_bytes : 0;
   // cfi mode: a walk that stood in frame pointers for a table not published yet is done again by user
-  // space from the registers and a copy of the stack (not when return addresses on it are the calls
-  // runtime's hook, which only the walk here replaces; nor when the ring is half full: a copy is 40
-  // samples' worth, and the samples come first).
-  if (!have_regs && regs && pending_stack_copy_bytes != 0 && (e->flags & HPD_SAMPLE_TABLES_PENDING) &&
-      !calls_walk_hooked() &&
-      bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2) {
+  // space from the registers and a copy of the stack.
+  if (!have_regs && regs && wants_pending_copy(e) && !ring_half_full()) {
     copy_user_regs(e, regs);
     copy = pending_stack_copy_bytes;
   }
@@ -608,8 +616,7 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
 // the off-CPU record then keeps the frame-pointer walk taken with it.
 static __always_inline void emit_switch_stack(const struct hpd_event_header* h, const struct pt_regs* user,
                                               __u32 want) {
-  if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2)
-    return;
+  if (ring_half_full()) return;
   const __u32 slot = scratch_index();
   struct hpd_sample_event* c = bpf_map_lookup_elem(&sample_scratch, &slot);
   if (!c) return;
@@ -785,8 +792,7 @@ int hpd_sched_switch(__u64* ctx) {
   }
   if (user && switch_stack_copy && stack_copy_bytes != 0)
     emit_switch_stack(&e->header, user, stack_copy_bytes);
-  else if (user && pending_stack_copy_bytes != 0 && (e->flags & HPD_SAMPLE_TABLES_PENDING) &&
-           !calls_walk_hooked())
+  else if (user && wants_pending_copy(e))
     emit_switch_stack(&e->header, user, pending_stack_copy_bytes);
   if (user && (e->flags & HPD_SAMPLE_TABLES_PENDING)) {
     struct hpd_pending_walk walk = {
@@ -904,12 +910,8 @@ static __always_inline void emit_exit_stack(void* ctx, __s32 pid, __s32 tid) {
     capture_stacks(ctx, e, TRACEPOINT_STACK_SKIP, user, 2);
     __u64 size = sample_size(e);
     // cfi mode: a walk that met a table not published yet (a process that lived a millisecond, whose
-    // tables were still being compiled) is done again by user space from the registers and a copy of
-    // the stack, as an on-CPU sample's is (same conditions).
-    if (user && pending_stack_copy_bytes != 0 && (e->flags & HPD_SAMPLE_TABLES_PENDING) &&
-        !calls_walk_hooked() &&
-        bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2 &&
-        size <= sizeof(struct hpd_sample_event)) {
+    // tables were still being compiled) is done again by user space, as an on-CPU sample's is.
+    if (user && wants_pending_copy(e) && !ring_half_full() && size <= sizeof(struct hpd_sample_event)) {
       copy_user_regs(e, user);
       __u64 copied = copy_user_stack(slot, size, e->regs[7], pending_stack_copy_bytes);
       if (copied > pending_stack_copy_bytes) copied = 0;  // never: the bound the verifier needs

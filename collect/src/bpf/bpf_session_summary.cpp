@@ -102,8 +102,8 @@ void BpfSession::summarize() {
   result_.blocked_split_at_wakeup = decoder_->blocked_split_at_wakeup();
   result_.blocked_without_wakeup = decoder_->blocked_without_wakeup();
   result_.off_cpu_with_stack_copy = decoder_->off_cpu_with_stack_copy();
-  result_.samples_given_exit_user_stack = builder_->samples_after_exit_stack();
   result_.off_cpu_without_stack_copy = decoder_->off_cpu_without_stack_copy();
+  result_.samples_given_exit_user_stack = builder_->samples_after_exit_stack();
   result_.call_graph = dwarf_ ? CallGraph::kDwarf : cfi_ ? CallGraph::kCfi : CallGraph::kFp;
   if (cfi_maps_) {
     const CfiMapStats t = cfi_maps_->stats();
