@@ -348,11 +348,20 @@ RecordResult BpfSession::run() {
   profile_bpf__detach(skel_.get());
   drain(false);
   if (cfi_maps_ && decoder_->walks_held() != 0) {
-    // The samples taken last may wait for tables still being loaded or compiled.
+    // The samples taken last may wait for tables still being loaded or compiled: each is walked once the
+    // tables its own stack needs are in, and the end waits (bounded) for no other table.
     const uint64_t mappings_read_at = mono_now();
     drain_mmaps();
-    cfi_maps_->wait_for_tables(kFinalTablesWaitMs);
+    cfi_maps_->poll();
     release_held(mappings_read_at, false);
+    const uint64_t deadline = mono_now() + uint64_t{kFinalTablesWaitMs} * 1'000'000;
+    while (decoder_->walks_held() != 0) {
+      const uint64_t now = mono_now();
+      if (now >= deadline ||
+          !cfi_maps_->wait_for_next_table(static_cast<int>((deadline - now) / 1'000'000) + 1))
+        break;
+      release_held(mappings_read_at, false);
+    }
   }
   if (decoder_->holding()) release_held(~uint64_t{0}, true);
   collect_leftovers();

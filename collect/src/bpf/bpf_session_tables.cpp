@@ -63,7 +63,10 @@ void BpfSession::note_for_cfi(const Event& event) {
   if (const auto* f = std::get_if<ForkEvent>(&event)) {
     if (f->parent_pid != f->pid) cfi_maps_->fork(f->parent_pid, f->pid);
   } else if (const auto* x = std::get_if<ExitEvent>(&event)) {
-    if (x->pid == x->tid) cfi_maps_->exit(x->pid);
+    if (x->pid == x->tid) {
+      cfi_maps_->exit(x->pid);
+      held_tried_.erase(x->pid);
+    }
   } else if (const auto* s = std::get_if<SampleEvent>(&event)) {
     cfi_maps_->sampled(s->pid);
   }
@@ -76,10 +79,21 @@ BpfEventDecoder::HeldWalk BpfSession::walk_held(const hpd_sample_event& e, std::
   if (const uint64_t exec = cfi_maps_->exec_ns(pid); exec != 0 && e.header.time_ns < exec)
     return BpfEventDecoder::HeldWalk::kAsIs;
   const CfiMaps::Published published = cfi_maps_->published(pid);
-  if (published.at == 0 || published.tables_pending) return BpfEventDecoder::HeldWalk::kWait;
+  if (published.at == 0) return BpfEventDecoder::HeldWalk::kWait;
+  // Walked as soon as the modules its own stack passes through are published, not once its whole process's
+  // are: one slow module (or one that never gets a table) no longer keeps every sample of the process from
+  // its second walk. The same sample is walked again only after its process is published again.
+  const HeldTry tried{e.header.time_ns, e.header.tid, published.at};
+  if (const auto it = held_tried_.find(pid); it != held_tried_.end() && it->second == tried)
+    return BpfEventDecoder::HeldWalk::kWait;
   CfiMaps::StackWalk walk = cfi_maps_->walk_stack(
       pid, e.regs[static_cast<size_t>(DwarfReg::kRip)], e.regs[static_cast<size_t>(DwarfReg::kRsp)],
       e.regs[static_cast<size_t>(DwarfReg::kRbp)], stack, e.regs[static_cast<size_t>(DwarfReg::kRdi)]);
+  if (walk.pending && published.tables_pending) {
+    held_tried_[pid] = tried;  // a table it needs is still to come
+    return BpfEventDecoder::HeldWalk::kWait;
+  }
+  held_tried_.erase(pid);
   if (walk.pending) return BpfEventDecoder::HeldWalk::kAsIs;  // a table that will not come (map full)
   out = BpfEventDecoder::UserWalk{std::move(walk.ips), walk.end, walk.fp_frames};
   return BpfEventDecoder::HeldWalk::kWalked;

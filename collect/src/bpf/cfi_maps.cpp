@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -13,9 +14,11 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "hpd/base/elf.h"
@@ -272,6 +275,15 @@ CfiMaps::CfiMaps(const Fds& fds, bool lazy, bool use_index, MappedArrays mapped)
   }
   stats_.row_capacity = fds.row_capacity;
   if (const auto cache = current_unwind_cache()) stats_.disk_cache = cache->directory();
+  if (const char* late = std::getenv("HPD_CFI_LATE_TABLE")) {
+    const std::string_view spec(late);
+    if (const size_t colon = spec.rfind(':'); colon != std::string_view::npos && colon != 0) {
+      late_path_ = std::string(spec.substr(0, colon));
+      late_until_ =
+          std::chrono::steady_clock::now() +
+          std::chrono::milliseconds(std::strtoul(std::string(spec.substr(colon + 1)).c_str(), nullptr, 10));
+    }
+  }
   worker_ = std::thread([this] { worker_loop(); });
   std::lock_guard lock(live_mutex());
   live_maps().insert(this);
@@ -963,8 +975,15 @@ void CfiMaps::poll() {
     std::lock_guard lock(mutex_);
     done.swap(done_);
   }
+  const bool late_now = !late_path_.empty() && std::chrono::steady_clock::now() < late_until_;
+  if (!late_now) std::move(late_.begin(), late_.end(), std::back_inserter(done));
+  late_.clear();
   for (Done& d : done) {
     Module& module = modules_[d.key];
+    if (late_now && d.table && module.path.find(late_path_) != std::string::npos) {
+      late_.push_back(std::move(d));
+      continue;
+    }
     if (!d.table) {
       // Not in the cache on disk: compiled once wanted (now, if it was wanted meanwhile).
       module.queued = false;
@@ -1018,6 +1037,17 @@ void CfiMaps::wait_for_tables(int timeout_ms) {
                    [this] { return jobs_.empty() && busy_ == 0; });
   }
   poll();
+}
+
+bool CfiMaps::wait_for_next_table(int timeout_ms) {
+  {
+    std::lock_guard lock(mutex_);
+    if (jobs_.empty() && busy_ == 0 && done_.empty()) return false;
+  }
+  pollfd ready{ready_fd_.get(), POLLIN, 0};
+  ::poll(&ready, 1, timeout_ms);  // EINTR or the timeout: the caller's deadline decides
+  poll();
+  return true;
 }
 
 void CfiMaps::wait_for_cached_tables(int timeout_ms) {

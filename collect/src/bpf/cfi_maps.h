@@ -147,6 +147,9 @@ class CfiMaps {
   void poll();
   // Waits until the worker has compiled every table asked for so far (at most `timeout_ms`), then polls.
   void wait_for_tables(int timeout_ms);
+  // Waits until the worker has finished one more table (at most `timeout_ms`), then polls; false, without
+  // waiting, when it has nothing left to do (no table asked for is still to come).
+  bool wait_for_next_table(int timeout_ms);
   // Lazy mode: waits until the worker has looked up, in the cache on disk, the tables of every module
   // mapped so far (at most `timeout_ms`), then polls: with a warm cache, the first samples find them.
   void wait_for_cached_tables(int timeout_ms);
@@ -347,6 +350,11 @@ class CfiMaps {
   std::condition_variable idle_;
   std::deque<Job> jobs_;
   std::vector<Done> done_;
+  // HPD_CFI_LATE_TABLE=TEXT:MS, a test's way to one slow module (as a large library's beside busy
+  // compilers): the tables of modules whose path holds TEXT are loaded no sooner than MS after the start.
+  std::string late_path_;
+  std::chrono::steady_clock::time_point late_until_;
+  std::vector<Done> late_;
   size_t busy_ = 0;
   size_t lookups_ = 0;  // lookup_only jobs queued or running
   bool stop_ = false;
