@@ -41,6 +41,8 @@ const volatile __u32 switch_stack_copy = 0;
 // (HPD_SAMPLE_TABLES_PENDING) carries its registers and this many bytes of user stack (a multiple of 8,
 // at most HPD_MAX_STACK_COPY; 0 = none), which user space walks again once the tables are published.
 const volatile __u32 pending_stack_copy_bytes = 0;
+// Stack copies are taken while the ring holds fewer bytes than this (load_config_of).
+const volatile __u64 copies_below_bytes = 0;
 // The possible CPUs: sample_scratch holds two entries for each, the exit program's after the others'.
 const volatile __u32 scratch_cpus = 1;
 // Pages of the ring hpd_warm_ring touches before the recording starts (0: none).
@@ -502,10 +504,10 @@ static __always_inline __u64 copy_user_stack(__u32 index, __u64 offset, __u64 sp
   return copied;
 }
 
-// Whether the ring is half full or more: no stack copy (40 samples' worth) is taken then, the samples
-// come first.
-static __always_inline int ring_half_full(void) {
-  return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2;
+// Whether the ring holds copies_below_bytes or more (half of it; system-wide in cfi mode, all but twice
+// the samples' own ring): no stack copy (40 samples' worth) is taken then, the samples come first.
+static __always_inline int ring_too_full_for_copies(void) {
+  return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= copies_below_bytes;
 }
 
 // cfi mode: whether record `e`, whose walk stood in frame pointers for a table not published yet, is to
@@ -589,7 +591,7 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   __u64 copy = have_regs ? stack_copy_bytes : 0;
   // cfi mode: a walk that stood in frame pointers for a table not published yet is done again by user
   // space from the registers and a copy of the stack.
-  if (!have_regs && regs && wants_pending_copy(e) && !ring_half_full()) {
+  if (!have_regs && regs && wants_pending_copy(e) && !ring_too_full_for_copies()) {
     copy_user_regs(e, regs);
     copy = pending_stack_copy_bytes;
   }
@@ -612,11 +614,11 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
 // however late they come (the thread may have run again by then, and its stack changed).
 // Built in the CPU's sample_scratch entry: hpd_on_cpu, its other user, runs in the timer's interrupt,
 // which cannot come while the scheduler runs this program (interrupts are off in __schedule), nor can
-// this program run inside an interrupt. Not while the ring is half full: the samples come first, and
+// this program run inside an interrupt. Not while the ring is too full for copies: the samples come first, and
 // the off-CPU record then keeps the frame-pointer walk taken with it.
 static __always_inline void emit_switch_stack(const struct hpd_event_header* h, const struct pt_regs* user,
                                               __u32 want) {
-  if (ring_half_full()) return;
+  if (ring_too_full_for_copies()) return;
   const __u32 slot = scratch_index();
   struct hpd_sample_event* c = bpf_map_lookup_elem(&sample_scratch, &slot);
   if (!c) return;
@@ -911,7 +913,7 @@ static __always_inline void emit_exit_stack(void* ctx, __s32 pid, __s32 tid) {
     __u64 size = sample_size(e);
     // cfi mode: a walk that met a table not published yet (a process that lived a millisecond, whose
     // tables were still being compiled) is done again by user space, as an on-CPU sample's is.
-    if (user && wants_pending_copy(e) && !ring_half_full() && size <= sizeof(struct hpd_sample_event)) {
+    if (user && wants_pending_copy(e) && !ring_too_full_for_copies() && size <= sizeof(struct hpd_sample_event)) {
       copy_user_regs(e, user);
       __u64 copied = copy_user_stack(slot, size, e->regs[7], pending_stack_copy_bytes);
       if (copied > pending_stack_copy_bytes) copied = 0;  // never: the bound the verifier needs

@@ -263,5 +263,30 @@ TEST(Preloader, AGivenBackSkeletonIsReusedAndOneThatCannotBeResetIsReplaced) {
   preloader.stop();
 }
 
+// The ring of a system-wide cfi recording: eight times the samples' own, and stack copies of samples whose
+// tables are pending may fill it but for twice that (a pid target's: half of its ring). The loaded
+// programs take the bound as it was chosen.
+TEST(LoadConfig, SystemWideCfiRingLeavesRoomForCopiesAndTwiceTheSamplesRing) {
+  RecordOptions pid;
+  pid.target.pids = {1};
+  pid.call_graph = CallGraph::kCfi;
+  const LoadConfig p = load_config_of(pid, PerfPrivileges{}, online_cpus().size());
+  EXPECT_EQ(p.copies_below, p.ring_bytes / 2);
+  RecordOptions all;
+  all.target.all_processes = true;
+  all.call_graph = CallGraph::kCfi;
+  const LoadConfig a = load_config_of(all, PerfPrivileges{}, online_cpus().size());
+  ASSERT_EQ(a.filter_mode, static_cast<uint32_t>(HPD_FILTER_ALL));
+  // The samples' own ring is the pid target's (the same rate and CPUs).
+  EXPECT_EQ(a.ring_bytes, std::min<uint32_t>(8 * p.ring_bytes, 64u << 20));
+  EXPECT_EQ(a.copies_below, std::max(a.ring_bytes / 2, a.ring_bytes - 2 * p.ring_bytes));
+  EXPECT_GT(a.copies_below, a.ring_bytes / 2);  // unless the samples' own ring is 16 MiB (hundreds of CPUs)
+  LibbpfLogCapture log;
+  Skeleton skel = load_skeleton_for(a, log);
+  ASSERT_TRUE(skel) << log.tail();
+  EXPECT_EQ(skel->rodata->copies_below_bytes, a.copies_below);
+  EXPECT_EQ(bpf_map__max_entries(skel->maps.events), a.ring_bytes);
+}
+
 }  // namespace
 }  // namespace hpd::bpf_recording

@@ -172,16 +172,25 @@ LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& pr
   c.dwarf = options.call_graph == CallGraph::kDwarf;
   c.cfi = options.call_graph == CallGraph::kCfi;
   // System-wide too: with a cold cache most samples wait for tables at first, and each copy is 40
-  // samples' worth of the ring, but the program takes none while the ring is half full, the tables the
+  // samples' worth of the ring, but the program takes none once the ring is too full (below), the tables the
   // most held samples wait for are compiled first (CfiMaps::waiting), and past the held bound the process
   // holding the most gives its up first (BpfEventDecoder::decode).
   c.pending_copy = c.cfi ? kPendingStackBytes : 0;
-  // System-wide the ring is sized for the samples alone (1 MiB at the default rate on 2 CPUs), and the
-  // copies may fill half of it: twice as large, the half left to the samples is the ring they had
-  // (without it a recorder that fell 0.65 s behind lost records: docs/performance.md).
-  if (c.pending_copy != 0 && c.filter_mode != HPD_FILTER_PIDS && options.ring_pages == 0 &&
-      c.ring_bytes <= (32u << 20))
-    c.ring_bytes *= 2;
+  // Stack copies that may be left out (cfi mode's for samples whose tables are pending, dwarf mode's at
+  // switch-outs) are taken while the ring is less than half full: the samples come first.
+  c.copies_below = c.ring_bytes / 2;
+  // System-wide the ring is sized for the samples alone (1 MiB at the default rate on 2 CPUs), and a cold
+  // start gives most samples a 16 KiB copy. It is eight times as large, and the copies may fill it but for
+  // twice the samples' own ring (6 of 8 MiB there; without room kept for the samples, a recorder that fell
+  // 0.65 s behind lost records: docs/performance.md). Twice as large with copies up to half of it (1 MiB,
+  // 64 copies) was too little for a recorder that falls behind on a loaded machine: beside two compilers
+  // and two busy loops 6-13% of a program's samples kept a frame-pointer walk that did not reach main. The
+  // sampling program's time per run does not depend on the ring's size (docs/performance.md).
+  if (c.pending_copy != 0 && c.filter_mode != HPD_FILTER_PIDS && options.ring_pages == 0) {
+    const uint32_t samples_ring = c.ring_bytes;
+    c.ring_bytes = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{samples_ring} * 8, 64u << 20));
+    c.copies_below = std::max(c.ring_bytes / 2, c.ring_bytes - std::min(c.ring_bytes, 2 * samples_ring));
+  }
   const uint32_t rows = options.cfi_row_capacity != 0 ? options.cfi_row_capacity : kDefaultCfiRowCapacity;
   // Each module's index has at most a quarter as many buckets as the module has rows, and at least
   // one: room for as many tiny modules again.
@@ -217,6 +226,7 @@ Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
   config->switch_stack_copy = c.dwarf && c.off_cpu ? 1 : 0;
   config->cfi_unwind = c.cfi ? 1 : 0;
   config->pending_stack_copy_bytes = c.pending_copy;
+  config->copies_below_bytes = c.copies_below;
   // Without cfi mode the table maps take no memory.
   err = bpf_map__set_max_entries(skel->maps.cfi_rows, c.cfi_rows);
   if (err == 0) err = bpf_map__set_max_entries(skel->maps.cfi_index, c.cfi_index);

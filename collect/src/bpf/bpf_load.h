@@ -84,6 +84,7 @@ struct LoadConfig {
   uint32_t ring_bytes = 0;
   uint32_t stack_copy = 0;
   uint32_t pending_copy = 0;  // cfi mode: the stack copied with samples whose tables were pending
+  uint32_t copies_below = 0;  // stack copies are taken while the ring holds fewer bytes than this
   bool dwarf = false;
   bool cfi = false;
   uint32_t cfi_rows = 0;
