@@ -96,8 +96,8 @@ class BpfEventDecoder {
   // (HPD_EVENT_SWITCH_STACK); an off-CPU record without its copy is counted.
   void expect_switch_stacks() { switch_stacks_expected_ = true; }
   // dwarf mode: off-CPU records whose user stack is unwound from the copy taken at their switch-out
-  // (HPD_EVENT_SWITCH_STACK), and those that had none (the ring was too full for copies or lost it, or the thread
-  // was already off the CPU when the recording began): these keep the programs' frame-pointer walk.
+  // (HPD_EVENT_SWITCH_STACK), and those that had none (the ring was too full for copies or lost it, or the
+  // thread was already off the CPU when the recording began): these keep the programs' frame-pointer walk.
   [[nodiscard]] uint64_t off_cpu_with_stack_copy() const { return off_cpu_with_copy_; }
   [[nodiscard]] uint64_t off_cpu_without_stack_copy() const { return off_cpu_without_copy_; }
   // Blocked intervals split at their wakeup into a blocked and a waiting-for-CPU sample.
