@@ -976,8 +976,10 @@ void CfiMaps::poll() {
     done.swap(done_);
   }
   const bool late_now = !late_path_.empty() && std::chrono::steady_clock::now() < late_until_;
-  if (!late_now) std::move(late_.begin(), late_.end(), std::back_inserter(done));
-  late_.clear();
+  if (!late_now) {
+    std::move(late_.begin(), late_.end(), std::back_inserter(done));
+    late_.clear();
+  }
   for (Done& d : done) {
     Module& module = modules_[d.key];
     if (late_now && d.table && module.path.find(late_path_) != std::string::npos) {
