@@ -5,10 +5,9 @@
 // and is recorded with default flags by `hpctl record --pid P -d 2`: locally as root, and through hpd by
 // a real user the test creates. Also: the off-CPU completeness the report states by time is what the
 // Firefox export's own samples and markers give.
-#include <grp.h>
 #include <gtest/gtest.h>
-#include <pwd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include "hpd_harness.h"
 #include "subprocess.h"
 #include "temp_dir.h"
+#include "test_user.h"
 
 using nlohmann::json;
 
@@ -203,21 +203,15 @@ INSTANTIATE_TEST_SUITE_P(FramePointersOrNot, AttachBlockedTest,
 // A real user of the machine, made by the test (useradd) and removed after it.
 class AttachBlockedAsUser : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    run({"userdel", kUser}, 30);  // a leftover of an interrupted run
-    const RunResult made =
-        run({"useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", kUser}, 30);
-    ASSERT_EQ(made.exit_code, 0) << made.err;
-  }
-  static void TearDownTestSuite() { run({"userdel", kUser}, 30); }
+  static void SetUpTestSuite() { user_ = make_test_user("hpdtest-attach-" + std::to_string(getpid())); }
+  static void TearDownTestSuite() { remove_test_user(user_); }
   static std::vector<std::string> as_user(std::vector<std::string> argv) {
-    std::vector<std::string> full = {"setpriv", std::string("--reuid=") + kUser,
-                                     std::string("--regid=") + kUser, "--init-groups"};
-    full.insert(full.end(), argv.begin(), argv.end());
-    return full;
+    return user_.run_as(std::move(argv));
   }
-  static constexpr const char* kUser = "hpdtest-attach";
+  static TestUser user_;
 };
+
+TestUser AttachBlockedAsUser::user_;
 
 TEST_F(AttachBlockedAsUser, HpdSeesTheUsersThreadsBlockedSinceBeforeTheRecording) {
   Hpd hpd;

@@ -12,6 +12,8 @@
 //   one at a time, and 100 forked one after the other), each with its pid in the profile, and the
 //   function's CPU; with too few descriptors for all of their events, the note's count of children
 //   left is what the profile lacks.
+// - The exit stacks of programs that live two milliseconds, and a parent's wait in vfork, are whole:
+//   locally, and through hpd for an unprivileged user the test makes (useradd).
 // Recorded by hpctl into a capture (default flags: eBPF; then --backend perf), read back by `hpctl
 // report --json` and `hpctl convert`.
 #include <gtest/gtest.h>
@@ -31,8 +33,10 @@
 
 #include "cpu_clock.h"
 #include "firefox_lint.h"
+#include "hpd_harness.h"
 #include "subprocess.h"
 #include "temp_dir.h"
+#include "test_user.h"
 
 using nlohmann::json;
 
@@ -272,6 +276,85 @@ class EdgeTruthTest : public ::testing::Test {
     EXPECT_NEAR(got_ns, truth_ns, 0.05 * truth_ns);
   }
 
+  // The processes of exit_children_nofp whose lines are in `out` (the children, 2 ms each) that `capture`
+  // met (a loop beside a recording runs before and after it): their samples reach _start, and each has an
+  // exit stack that does. An exit stack goes through `_Exit`, the call that exits; below it the kernel's
+  // do_exit, when the kernel's frames are given.
+  void check_exit_stacks(const std::string& capture, const std::string& out, const std::string& what) {
+    SCOPED_TRACE(what);
+    std::set<int64_t> pids;
+    children_truth(read_text_file(out), pids);
+    const std::string collapsed = capture + ".collapsed";
+    const RunResult conv = run({kHpctl, "convert", capture, "-o", collapsed, "--per-process"});
+    ASSERT_EQ(conv.exit_code, 0) << conv.err;
+    // "exit_children_n (PID);_start;__libc_start_main;...;do_exit N": the process's samples, root first.
+    double samples = 0, whole = 0, exits = 0, exits_whole = 0;
+    std::set<int64_t> met;
+    std::istringstream lines(read_text_file(collapsed));
+    for (std::string line; std::getline(lines, line);) {
+      const size_t open = line.find(" ("), close = line.find(')');
+      const size_t count_at = line.rfind(' ');
+      if (open == std::string::npos || close == std::string::npos || close > count_at) continue;
+      const int64_t pid = std::stoll(line.substr(open + 2, close - open - 2));
+      if (pids.count(pid) == 0) continue;
+      met.insert(pid);
+      const double n = std::stod(line.substr(count_at + 1));
+      const std::string stack = line.substr(0, count_at);
+      const bool reaches_root = stack.find(";_start;__libc_start_main;") != std::string::npos;
+      samples += n;
+      whole += reaches_root ? n : 0;
+      if (stack.find(";_Exit;") != std::string::npos || stack.ends_with(";_Exit")) {
+        exits += n;
+        exits_whole += reaches_root ? n : 0;
+      }
+    }
+    std::printf(
+        "%s: %zu of %zu processes of exit_children_nofp met: %.0f samples, %.1f%% reach _start; %.0f exit "
+        "stacks, %.1f%% reach _start\n",
+        what.c_str(), met.size(), pids.size(), samples, 100 * whole / std::max(samples, 1.0), exits,
+        100 * exits_whole / std::max(exits, 1.0));
+    ASSERT_GE(met.size(), 20u) << "the loop hardly ran, or the recording met few of its processes";
+    // One exit stack per process recorded whole (the first and the last may be cut by the recording's ends).
+    EXPECT_GE(exits, 0.8 * static_cast<double>(met.size()));
+    EXPECT_GE(exits_whole, 0.85 * exits);
+    EXPECT_GE(whole, 0.9 * samples);
+  }
+
+  // vfork_wait's parent (its line in `out`: pid, and the time it was blocked in vfork by its clock) in
+  // `capture`: its wall time in vfork is that time, and reaches its caller.
+  void check_vfork_wait(const std::string& capture, const std::string& out, const std::string& what) {
+    SCOPED_TRACE(what);
+    const double pid = field(out, "vfork_wait:", "pid");
+    const double blocked_ns = field(out, "vfork_wait:", "blocked_ns");
+    ASSERT_GT(pid, 0) << out;
+    ASSERT_GT(blocked_ns, 0) << out;
+    const std::string collapsed = capture + ".collapsed";
+    const RunResult conv =
+        run({kHpctl, "convert", capture, "-o", collapsed, "--weight", "wall", "--per-process"});
+    ASSERT_EQ(conv.exit_code, 0) << conv.err;
+    // The parent's wall time in vfork (the children, until their exec, share its stack and run spawn_child
+    // too: they are other processes).
+    const std::string parent = "vfork_wait (" + std::to_string(static_cast<int64_t>(pid)) + ");";
+    double in_vfork = 0, in_caller = 0;
+    std::istringstream lines(read_text_file(collapsed));
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind(parent, 0) != 0) continue;
+      // vfork, then the kernel's frames when they are given, or nothing (the leaf).
+      const std::string stack = line.substr(0, line.rfind(' '));
+      const size_t at = stack.find(";vfork");
+      if (at == std::string::npos || (at + 6 != stack.size() && stack[at + 6] != ';')) continue;
+      const double ns = std::stod(line.substr(line.rfind(' ') + 1));
+      in_vfork += ns;
+      if (stack.find(";main;spawn_child;vfork") != std::string::npos) in_caller += ns;
+    }
+    std::printf(
+        "%s: vfork_wait blocked %.1f ms in vfork by its clock; hpd %.1f ms in vfork, %.1f%% of it under "
+        "main;spawn_child\n",
+        what.c_str(), blocked_ns / 1e6, in_vfork / 1e6, 100 * in_caller / std::max(in_vfork, 1.0));
+    EXPECT_NEAR(in_vfork, blocked_ns, 0.1 * blocked_ns);
+    EXPECT_GE(in_caller, 0.95 * in_vfork);
+  }
+
   // `hpctl record --pid` of exit_children ... held, attached while half of its children are alive and
   // waiting; the go-ahead once the recording started: with perf_event, once hpctl holds an event per CPU
   // for every thread of the parent and of those children (or, when it never does, after a while, so that
@@ -411,39 +494,7 @@ TEST_F(EdgeTruthTest, ExitStacksOfShortLivedProgramsAreWalkedWithTheirTables) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   { std::ofstream touch(stop); }
   EXPECT_EQ(loop.wait(), 0) << "a child of the loop failed";
-  std::set<int64_t> pids;
-  children_truth(read_text_file(out), pids);
-  const std::string collapsed = path("short.collapsed");
-  const RunResult conv = run({kHpctl, "convert", capture, "-o", collapsed, "--per-process"});
-  ASSERT_EQ(conv.exit_code, 0) << conv.err;
-  // "exit_children_n (PID);_start;__libc_start_main;...;do_exit N": the process's samples, root first.
-  double samples = 0, whole = 0, exits = 0, exits_whole = 0;
-  std::istringstream lines(read_text_file(collapsed));
-  for (std::string line; std::getline(lines, line);) {
-    const size_t open = line.find(" ("), close = line.find(')');
-    const size_t count_at = line.rfind(' ');
-    if (open == std::string::npos || close == std::string::npos || close > count_at) continue;
-    if (pids.count(std::stoll(line.substr(open + 2, close - open - 2))) == 0) continue;
-    const double n = std::stod(line.substr(count_at + 1));
-    const std::string stack = line.substr(0, count_at);
-    const bool reaches_root = stack.find(";_start;__libc_start_main;") != std::string::npos;
-    samples += n;
-    whole += reaches_root ? n : 0;
-    if (stack.find(";do_exit") != std::string::npos) {
-      exits += n;
-      exits_whole += reaches_root ? n : 0;
-    }
-  }
-  std::printf(
-      "%zu processes of exit_children_nofp: %.0f samples, %.1f%% reach _start; %.0f exit stacks, %.1f%% "
-      "reach _start\n",
-      pids.size(), samples, 100 * whole / std::max(samples, 1.0), exits,
-      100 * exits_whole / std::max(exits, 1.0));
-  ASSERT_GE(pids.size(), 20u) << "the loop hardly ran";
-  // One exit stack per process recorded whole (the first and the last may be cut by the recording's ends).
-  EXPECT_GE(exits, 0.8 * static_cast<double>(pids.size()));
-  EXPECT_GE(exits_whole, 0.85 * exits);
-  EXPECT_GE(whole, 0.9 * samples);
+  check_exit_stacks(capture, out, "--all");
 }
 
 // A parent blocked in vfork while its child readies itself (a shell, make, posix_spawn's callers of old):
@@ -456,31 +507,55 @@ TEST_F(EdgeTruthTest, TimeBlockedInVforkIsInItsCaller) {
   const RunResult r =
       run({kHpctl, "record", "-o", capture, "--no-report", "--", kFixtures + "/vfork_wait", "40", "20"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const double pid = field(r.out, "vfork_wait:", "pid");
-  const double blocked_ns = field(r.out, "vfork_wait:", "blocked_ns");
-  ASSERT_GT(pid, 0) << r.out;
-  ASSERT_GT(blocked_ns, 0) << r.out;
-  const std::string collapsed = path("vfork.collapsed");
-  const RunResult conv =
-      run({kHpctl, "convert", capture, "-o", collapsed, "--weight", "wall", "--per-process"});
-  ASSERT_EQ(conv.exit_code, 0) << conv.err;
-  // The parent's wall time in vfork (the children, until their exec, share its stack and run spawn_child
-  // too: they are other processes).
-  const std::string parent = "vfork_wait (" + std::to_string(static_cast<int64_t>(pid)) + ");";
-  double in_vfork = 0, in_caller = 0;
-  std::istringstream lines(read_text_file(collapsed));
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(parent, 0) != 0 || line.find(";vfork;") == std::string::npos) continue;
-    const double ns = std::stod(line.substr(line.rfind(' ') + 1));
-    in_vfork += ns;
-    if (line.find(";main;spawn_child;vfork;") != std::string::npos) in_caller += ns;
+  check_vfork_wait(capture, r.out, "local");
+}
+
+// The same two edges recorded by hpd for an unprivileged user of the machine (made by the test), who
+// launches the programs through it: hpd walks her processes' exit stacks and vfork waits again with their
+// tables, as a local recording does, from the copies of her stacks its programs took.
+class EdgeTruthAsUser : public EdgeTruthTest {
+ protected:
+  static void SetUpTestSuite() { user_ = make_test_user("hpdtest-edge-" + std::to_string(::getpid())); }
+  static void TearDownTestSuite() { remove_test_user(user_); }
+  // `hpctl record ARGS` as the user, through `hpd`.
+  static std::vector<std::string> record_as_user(const Hpd& hpd, std::vector<std::string> args) {
+    std::vector<std::string> argv = {kHpctl, "--socket", hpd.socket(), "--daemon", "record"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return user_.run_as(std::move(argv));
   }
-  std::printf(
-      "vfork_wait: blocked %.1f ms in vfork by its clock; hpd %.1f ms in vfork, %.1f%% of it under "
-      "main;spawn_child\n",
-      blocked_ns / 1e6, in_vfork / 1e6, 100 * in_caller / std::max(in_vfork, 1.0));
-  EXPECT_NEAR(in_vfork, blocked_ns, 0.1 * blocked_ns);
-  EXPECT_GE(in_caller, 0.95 * in_vfork);
+  static TestUser user_;
+};
+
+TestUser EdgeTruthAsUser::user_;
+
+// 40 processes of exit_children_nofp one after the other, the children of her shell: what hpd follows
+// for her (she may not record the whole machine). Her first recording puts the program's tables in hpd's
+// keeping, as the local test's warm-up puts them in the cache on disk.
+TEST_F(EdgeTruthAsUser, ExitStacksOfShortLivedProgramsAreWalkedWithTheirTables) {
+  Hpd hpd;
+  const std::string program = kFixtures + "/exit_children_nofp";
+  const RunResult warm = run(record_as_user(
+      hpd, {"-q", "-o", hpd.out_dir() + "/warm.hpr", "--no-report", "--", program, "1", "2000"}));
+  ASSERT_EQ(warm.exit_code, 0) << warm.err;
+  const std::string out = hpd.out_dir() + "/short.out";
+  const std::string capture = hpd.out_dir() + "/short.hpr";
+  const RunResult r = run(record_as_user(
+      hpd, {"-o", capture, "--no-report", "--", "/bin/sh", "-c",
+            "i=0; while [ $i -lt 40 ]; do \"$1\" 1 2000 >> \"$2\" || exit 1; i=$((i + 1)); done", "sh",
+            program, out}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
+  check_exit_stacks(capture, out, "hpd, as a user");
+}
+
+TEST_F(EdgeTruthAsUser, TimeBlockedInVforkIsInItsCaller) {
+  Hpd hpd;
+  const std::string capture = hpd.out_dir() + "/vfork.hpr";
+  const RunResult r =
+      run(record_as_user(hpd, {"-o", capture, "--no-report", "--", kFixtures + "/vfork_wait", "40", "20"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("recorded by hpd"), std::string::npos) << r.err;
+  check_vfork_wait(capture, r.out, "hpd, as a user");
 }
 
 // `--pid` with default flags (eBPF, cfi): the children alive at the attach are found and made targets.

@@ -5,7 +5,6 @@
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -40,6 +39,7 @@
 #include "hpd_harness.h"
 #include "subprocess.h"
 #include "temp_dir.h"
+#include "test_user.h"
 
 namespace hpd::test {
 namespace {
@@ -49,44 +49,17 @@ using nlohmann::json;
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kCredsTarget = std::string(HPD_FIXTURE_DIR) + "/creds_target";
 
-// A real login user made for the suite: its own uid and user-private group, no home directory.
-struct TestUser {
-  std::string name;
-  uid_t uid = 0;
-  gid_t gid = 0;
-
-  // argv run as this user: real, effective and saved ids, its groups from /etc/group.
-  [[nodiscard]] std::vector<std::string> run_as(std::vector<std::string> argv) const {
-    std::vector<std::string> full = {"setpriv", "--reuid=" + name, "--regid=" + name, "--init-groups"};
-    full.insert(full.end(), argv.begin(), argv.end());
-    return full;
-  }
-};
-
-TestUser make_user(const std::string& name) {
-  run({"userdel", name}, 30);  // a leftover of an interrupted run
-  const RunResult made = run({"useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", name}, 30);
-  if (made.exit_code != 0) throw std::runtime_error("useradd " + name + ": " + made.err);
-  const passwd* entry = getpwnam(name.c_str());
-  if (entry == nullptr) throw std::runtime_error("useradd made no user " + name);
-  return TestUser{name, entry->pw_uid, entry->pw_gid};
-}
-
 class RealUsers : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     // Named per run: a run beside another (another checkout's) neither takes nor deletes its users.
     const std::string run_id = std::to_string(getpid());
-    alice_ = make_user("hpdtest-alice-" + run_id);
-    bob_ = make_user("hpdtest-bob-" + run_id);
+    alice_ = make_test_user("hpdtest-alice-" + run_id);
+    bob_ = make_test_user("hpdtest-bob-" + run_id);
   }
   static void TearDownTestSuite() {
-    // userdel refuses a user with a process left (a fixture a failed test did not end): ended first.
-    for (const TestUser* user : {&alice_, &bob_}) {
-      run({"pkill", "-KILL", "-u", user->name}, 30);  // effective uid
-      run({"pkill", "-KILL", "-U", user->name}, 30);  // real uid (a set-user-ID program she ran)
-      run({"userdel", user->name}, 30);
-    }
+    // A fixture a failed test did not end is ended with its user.
+    for (const TestUser* user : {&alice_, &bob_}) remove_test_user(*user);
   }
 
   std::vector<std::string> hpctl(const Hpd& hpd, std::vector<std::string> args) const {
