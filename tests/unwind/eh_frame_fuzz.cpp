@@ -1,7 +1,8 @@
 // libFuzzer over the one-pass .eh_frame reader (unwind/src/eh_frame_rows.h): the input is a .eh_frame
 // section at a fixed address; every FDE its entries name is read as the table compiler reads it (its
-// start, then its rows). Run bounded in the tests (eh_frame_fuzz_bounded) under AddressSanitizer and
-// UBSan: whatever the bytes, no read outside them, no undefined behaviour, no endless loop.
+// start, then its rows), and the list of FDEs is read as for a module without .eh_frame_hdr. Run bounded in
+// the tests (eh_frame_fuzz_bounded) under AddressSanitizer and UBSan: whatever the bytes, no read outside
+// them, no undefined behaviour, no endless loop.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hpd::unwind_detail::EhFrameRows reader(section, kVaddr);
   std::vector<hpd::unwind_detail::FrameRule> rows;
   std::string why;
+  // As for a module without .eh_frame_hdr: every FDE found entry after entry.
+  std::vector<hpd::unwind_detail::CfiModule::FdeRange> fdes;
+  reader.all_fdes(&fdes, &why);
+  for (const auto& fde : fdes) {
+    if (fde.fde < kVaddr || fde.fde - kVaddr >= size || fde.end <= fde.start) __builtin_trap();  // never
+  }
   size_t offset = 0;
   for (int entries = 0; entries < 64 && size - offset >= 8; ++entries) {
     uint32_t length = 0;

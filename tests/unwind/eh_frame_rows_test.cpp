@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -90,6 +91,46 @@ TEST(EhFrameRows, TablesAreLibdwsRowForRow) {
   }
   // libLLVM alone has over a million rows: the comparison covered real tables, not empty ones.
   EXPECT_GT(rows, 1000000u);
+}
+
+// Whether the ELF file at `path` has a section named `name` (64-bit little-endian files only).
+bool has_section(const std::string& path, const std::string& name) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Elf64_Ehdr eh{};
+  if (bytes.size() < sizeof eh) return false;
+  std::memcpy(&eh, bytes.data(), sizeof eh);
+  const auto header = [&](size_t i, Elf64_Shdr* sh) {
+    const size_t at = eh.e_shoff + i * sizeof(Elf64_Shdr);
+    if (at + sizeof(Elf64_Shdr) > bytes.size()) return false;
+    std::memcpy(sh, bytes.data() + at, sizeof *sh);
+    return true;
+  };
+  Elf64_Shdr strings{};
+  if (!header(eh.e_shstrndx, &strings)) return false;
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    Elf64_Shdr sh{};
+    if (!header(i, &sh) || strings.sh_offset + sh.sh_name >= bytes.size()) continue;
+    if (std::strcmp(bytes.c_str() + strings.sh_offset + sh.sh_name, name.c_str()) == 0) return true;
+  }
+  return false;
+}
+
+// A static executable: GCC links it without .eh_frame_hdr, whose table of FDEs the compiler read to find
+// them, so it had no rows at all (walked by frame pointer; without frame pointers no stack of it was
+// whole). Its .eh_frame is read entry after entry instead: its own functions' and static glibc's rows,
+// the same either way.
+TEST(EhFrameRows, StaticExecutableWithoutEhFrameHdrHasTheRowsOfItsEhFrame) {
+  const std::string path = fixture("chain_gcc_static");
+  ASSERT_TRUE(has_section(path, ".eh_frame"));
+  ASSERT_FALSE(has_section(path, ".eh_frame_hdr")) << "the fixture is to be linked without it";
+  const auto table = hpd::compile_cfi_table({path}, "", CfiTableOptions{});
+  EXPECT_EQ(table->error, "");
+  // The program's few functions and the hundreds of static glibc's.
+  EXPECT_GT(table->fdes, 500u);
+  EXPECT_GT(compare_file(path), 1000u);
+  // The dynamic build of the same source has its .eh_frame_hdr and the rows its FDEs give.
+  ASSERT_TRUE(has_section(fixture("chain_gcc"), ".eh_frame_hdr"));
 }
 
 // The comparison the tests above and cfi_compile_bench --sweep rely on finds what differs: one row's

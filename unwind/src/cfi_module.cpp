@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "eh_frame_rows.h"
 #include "hpd/base/elf.h"
 #include "hpd/base/unique_fd.h"
 
@@ -356,8 +357,16 @@ bool CfiModule::fde_ranges(bool debug_frame, std::vector<FdeRange>* out, std::st
     const GElf_Shdr& shdr = hdr.header;
     Elf_Data* data = hdr ? elf_getdata(hdr.scn, nullptr) : nullptr;
     if (data == nullptr || data->d_buf == nullptr || data->d_size < 4) {
-      *error = "no .eh_frame_hdr";
-      return false;
+      // A static executable: .eh_frame read entry after entry.
+      const Section section = eh_frame();
+      if (section.bytes.empty()) {
+        *error = "no .eh_frame";
+        return false;
+      }
+      EhFrameRows reader(section.bytes, section.vaddr);
+      std::string why;
+      if (!reader.all_fdes(out, &why)) *error = ".eh_frame without .eh_frame_hdr: " + why;
+      return !out->empty();
     }
     const auto* b = static_cast<const uint8_t*>(data->d_buf);
     const size_t size = data->d_size;

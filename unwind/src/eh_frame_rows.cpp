@@ -237,6 +237,30 @@ bool EhFrameRows::fde_start(uint64_t fde, uint64_t* start, std::string* why) {
   return true;
 }
 
+bool EhFrameRows::all_fdes(std::vector<CfiModule::FdeRange>* out, std::string* why) {
+  size_t offset = 0;
+  while (section_.size() - offset >= 4) {
+    Reader r(section_, offset, section_.size());
+    uint64_t length = 0;
+    uint64_t id = 0;
+    r.fixed(4, &length);
+    if (length == 0) return true;  // the terminator (crtend.o's)
+    if (length == 0xffffffff || length < 4 || length > r.end() - r.pos() || !r.fixed(4, &id)) {
+      *why =
+          "an entry's length (64-bit, too short or past the section) at .eh_frame+" + std::to_string(offset);
+      return false;
+    }
+    const uint64_t at = vaddr_ + offset;
+    offset += 4 + length;
+    if (id == 0) continue;  // a CIE
+    Fde f;
+    if (!parse_fde(at, &f, why)) return false;
+    if (f.pc_range == 0 || f.pc_begin == 0 || f.pc_begin + f.pc_range < f.pc_begin) continue;
+    out->push_back({f.pc_begin, f.pc_begin + f.pc_range, at});
+  }
+  return true;
+}
+
 bool EhFrameRows::rows(uint64_t fde, uint64_t start, std::vector<FrameRule>* rows, std::string* why) {
   Fde f;
   if (!parse_fde(fde, &f, why)) return false;

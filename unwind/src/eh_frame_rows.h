@@ -34,6 +34,13 @@ class EhFrameRows {
   // cannot be read.
   bool fde_start(uint64_t fde, uint64_t* start, std::string* why);
 
+  // Every FDE of the section, read one entry after the other, with its range and virtual address: what
+  // .eh_frame_hdr's table lists, for a module that has none (a static executable: GCC asks the linker
+  // for the header only when it links dynamically). FDEs of no code (empty, or at address 0: a
+  // function the linker discarded) are left out. False, with `*why`, at an entry it cannot read; the
+  // FDEs before it are in `out`.
+  bool all_fdes(std::vector<CfiModule::FdeRange>* out, std::string* why);
+
   // The operations of the rules' expressions (their expr_begin and expr_len index it).
   std::span<const ExprOp> ops() const { return ops_; }
   void clear_ops() { ops_.clear(); }

@@ -18,7 +18,8 @@ namespace hpd {
 // (a fix in how rules are classified), or when the file layout below changes: older files are then
 // refused and compiled again.
 // 2: rows whose return address is in rdi (CfaKind::kRspRaInRdi, glibc's vfork), kUnsupported in 1.
-inline constexpr uint32_t kCfiTableFileVersion = 2;
+// 3: .eh_frame read without .eh_frame_hdr (static executables), walked by frame pointer in 2.
+inline constexpr uint32_t kCfiTableFileVersion = 3;
 
 // What a table was compiled from: the module's build-id and the file opened (its device, inode, size
 // and modification time), and its separate debug file's size and time (its .debug_frame rows may be in
