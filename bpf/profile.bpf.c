@@ -873,6 +873,12 @@ int hpd_exec(__u64* ctx) {
     bpf_map_delete_elem(&blocked, &tid);
     task_flags = HPD_TASK_UNFOLLOWED;
   }
+  // The old image's mappings are gone, and so are its rows' meaning: a pc of the new image that lies
+  // where the old one had code (two non-PIE programs, both at 0x400000) would be walked with the old
+  // code's rows into frames that never were. Until user space publishes the new image, the process's
+  // walks find no mappings: their samples are taken as those of a process not published yet (a copy of
+  // the stack, walked again once it is).
+  if (cfi_unwind) bpf_map_delete_elem(&proc_mappings, &pid);
   struct hpd_task_event* e = reserve_task_event(HPD_EVENT_EXEC, pid, (__s32)id);
   if (!e) return 0;
   e->task_flags = task_flags;

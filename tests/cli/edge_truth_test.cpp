@@ -18,6 +18,7 @@
 // report --json` and `hpctl convert`.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -508,6 +509,70 @@ TEST_F(EdgeTruthTest, TimeBlockedInVforkIsInItsCaller) {
       run({kHpctl, "record", "-o", capture, "--no-report", "--", kFixtures + "/vfork_wait", "40", "20"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   check_vfork_wait(capture, r.out, "local");
+}
+
+// A static executable built as users build one (-O2 -g -static) has no .eh_frame_hdr: its .eh_frame is read
+// entry after entry (it was walked by frame pointer, and without frame pointers no stack of it was whole).
+// When it execs another static program, loaded at the same address with other code and other rows there,
+// the new image's samples are walked with its own rows even when the recorder falls behind the exec (here
+// stopped while it happens): the kernel's copy of the old image's mappings goes at the exec, and the samples
+// are walked again once the new image is published. Before, every sample the new image took before the
+// recorder saw its exec was walked with the old image's rows, into frames that never were (half of these).
+TEST_F(EdgeTruthTest, StaticExecutablesAndExecsBetweenThemAreWalkedWithTheirOwnRows) {
+  const std::string a = kFixtures + "/exec_static_a", b = kFixtures + "/exec_static_b";
+  const std::string capture = path("static.hpr");
+  BackgroundOptions options;
+  options.ready_line = "exec_static: ready";
+  options.stdin_pipe = true;
+  // Each image's: at 999 Hz about 12 samples. The new image's are taken while hpctl is stopped, each with
+  // a 16 KiB copy of its stack, which the ring (1 MiB at 999 Hz) keeps while it is less than half full.
+  constexpr int kSpinMs = 12;
+  Background recorder(
+      {kHpctl, "record", "-o", capture, "--no-report", "--", a, "1", std::to_string(kSpinMs), b, a, "hold"},
+      options);
+  ASSERT_TRUE(recorder.ready()) << "exec_static_a did not start";
+  // The program is hpctl's child; it exits while hpctl is stopped, and stays a zombie until hpctl goes on.
+  const std::string children =
+      "/proc/" + std::to_string(recorder.pid()) + "/task/" + std::to_string(recorder.pid()) + "/children";
+  const pid_t program = static_cast<pid_t>(std::atol(read_text_file(children).c_str()));
+  ASSERT_GT(program, 0) << "no child of hpctl in " << children;
+  ASSERT_EQ(::kill(recorder.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(recorder.send("x"));
+  const auto state = [&] {
+    const std::string stat = read_text_file("/proc/" + std::to_string(program) + "/stat");
+    const size_t close = stat.rfind(')');
+    return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+  };
+  for (int i = 0; i < 60'000 && state() != 'Z'; ++i) ::usleep(1'000);
+  const char last = state();
+  ::kill(recorder.pid(), SIGCONT);
+  ASSERT_EQ(last, 'Z') << "exec_static_b did not finish within a minute";
+  ASSERT_EQ(recorder.wait(), 0);
+
+  const std::string collapsed = path("static.collapsed");
+  const RunResult conv = run({kHpctl, "convert", capture, "-o", collapsed});
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  // The samples in spin (and below it: clock_gettime, the vDSO, the kernel), whole only as
+  // _start;__libc_start_main;__libc_start_call_main;main;work_outer;work_inner;spin.
+  const std::string whole_prefix =
+      "_start;__libc_start_main;__libc_start_call_main;main;work_outer;work_inner;spin";
+  double in_spin = 0, whole = 0;
+  std::string wrong;
+  std::istringstream lines(read_text_file(collapsed));
+  for (std::string line; std::getline(lines, line);) {
+    const std::string stack = ";" + line.substr(0, line.rfind(' ')) + ";";
+    if (stack.find(";spin;") == std::string::npos) continue;
+    const double n = std::stod(line.substr(line.rfind(' ') + 1));
+    in_spin += n;
+    const bool ok = line.rfind(whole_prefix + ";", 0) == 0 || line.rfind(whole_prefix + " ", 0) == 0;
+    whole += ok ? n : 0;
+    if (!ok && wrong.size() < 2000) wrong += line + "\n";
+  }
+  std::printf("exec_static a -> b: %.0f samples in spin, %.1f%% whole\n", in_spin,
+              100 * whole / std::max(in_spin, 1.0));
+  // Both images' (a's alone would be half).
+  EXPECT_GE(in_spin, 2 * kSpinMs * 0.8);
+  EXPECT_GE(whole, 0.95 * in_spin) << "stacks in spin that are not main's chain:\n" << wrong;
 }
 
 // The same two edges recorded by hpd for an unprivileged user of the machine (made by the test), who

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -93,6 +94,12 @@ void BpfSession::warm_ring() {
 int BpfSession::on_ring_record(void* ctx, void* data, size_t size) {
   auto* self = static_cast<BpfSession*>(ctx);
   try {
+    // Read as it comes, not when decoded (which may wait behind the process's held records): hpd_exec
+    // took the process's mappings out of the kernel's map before it wrote this.
+    if (hpd_event_header header; self->cfi_maps_ && size >= sizeof header) {
+      std::memcpy(&header, data, sizeof header);
+      if (header.type == HPD_EVENT_EXEC) self->cfi_maps_->exec_in_kernel(header.pid, header.time_ns);
+    }
     self->decoder_->decode({static_cast<const uint8_t*>(data), size}, self->to_builder_);
     return 0;
   } catch (...) {

@@ -665,7 +665,18 @@ void CfiMaps::exec(int32_t pid, uint64_t time_ns) {
   if (refused_rows_ != 0) std::copy_if(list.begin(), list.end(), std::back_inserter(gone), old_image);
   std::erase_if(list, old_image);
   forget_unmapped_refusals(gone);
+  // hpd_exec took the old image's mappings out of the kernel's map: the process is not published until
+  // the new image is (its held samples wait for that, not for what was published before the exec).
+  published_.erase(pid);
   dirty_.push_back(pid);
+}
+
+void CfiMaps::exec_in_kernel(int32_t pid, uint64_t time_ns) {
+  uint64_t& previous = kernel_exec_ns_[pid];
+  // The exec's own record came after the previous exec's hpd_exec: it was read, and what it published
+  // may have been taken out since.
+  if (exec_ns(pid) > previous) dirty_.push_back(pid);
+  previous = time_ns;
 }
 
 void CfiMaps::exit(int32_t pid) {
@@ -681,6 +692,7 @@ void CfiMaps::exit(int32_t pid) {
   forget_unmapped_refusals(gone);
   sampled_.erase(pid);
   exec_ns_.erase(pid);
+  kernel_exec_ns_.erase(pid);
   published_.erase(pid);
   bpf_map_delete_elem(procs_fd_, &pid);
 }

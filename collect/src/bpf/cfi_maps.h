@@ -136,6 +136,11 @@ class CfiMaps {
   // The process began an exec at `time_ns`: its mappings from before are gone (the new image's come
   // as mmap records, which may be read before this one: the watch has a ring per CPU).
   void exec(int32_t pid, uint64_t time_ns);
+  // hpd_exec's record of `pid`, at `time_ns`: the programs took the process's mappings out of the
+  // kernel's map at its exec (after the exec's own record and the new image's mmap records, which user
+  // space may have published by then). Published again, unless that exec's own record is still to come
+  // (exec() publishes it then).
+  void exec_in_kernel(int32_t pid, uint64_t time_ns);
   void exit(int32_t pid);
 
   // A sample of `pid` arrived: in lazy mode, its modules' tables are compiled from now on.
@@ -339,8 +344,9 @@ class CfiMaps {
 
   std::unordered_map<std::string, Module> modules_;
   std::map<int32_t, std::vector<Mapping>> processes_;
-  std::unordered_map<int32_t, uint64_t> exec_ns_;     // per process, its last exec's time
-  std::unordered_map<int32_t, Published> published_;  // per process, its last publication
+  std::unordered_map<int32_t, uint64_t> exec_ns_;         // per process, its last exec's time
+  std::unordered_map<int32_t, uint64_t> kernel_exec_ns_;  // per process, its last hpd_exec record's time
+  std::unordered_map<int32_t, Published> published_;      // per process, its last publication
   std::vector<int32_t> dirty_;
   CfiMapStats stats_;
 
