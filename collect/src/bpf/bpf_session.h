@@ -111,13 +111,7 @@ class BpfSession {
   BpfEventDecoder::HeldWalk walk_held(const hpd_sample_event& e, std::span<const uint8_t> stack,
                                       BpfEventDecoder::UserWalk& out);
   // Per process, the held sample whose walk last met a table still to come, and the publication it met.
-  struct HeldTry {
-    uint64_t time_ns = 0;
-    int32_t tid = 0;
-    uint64_t at = 0;
-    bool operator==(const HeldTry&) const = default;
-  };
-  std::unordered_map<int32_t, HeldTry> held_tried_;
+  std::unordered_map<int32_t, CfiMaps::WalkTried> held_tried_;
   void open_mmap_watch();
   void drain_mmaps();
   void collect_leftovers();

@@ -83,7 +83,7 @@ BpfEventDecoder::HeldWalk BpfSession::walk_held(const hpd_sample_event& e, std::
   // Walked as soon as the modules its own stack passes through are published, not once its whole process's
   // are: one slow module (or one that never gets a table) no longer keeps every sample of the process from
   // its second walk. The same sample is walked again only after its process is published again.
-  const HeldTry tried{e.header.time_ns, e.header.tid, published.at};
+  const CfiMaps::WalkTried tried{e.header.time_ns, e.header.tid, published.at};
   if (const auto it = held_tried_.find(pid); it != held_tried_.end() && it->second == tried)
     return BpfEventDecoder::HeldWalk::kWait;
   CfiMaps::StackWalk walk = cfi_maps_->walk_stack(

@@ -181,6 +181,15 @@ class CfiMaps {
     bool tables_pending = true;
   };
   [[nodiscard]] Published published(int32_t pid) const;
+  // A second walk (of a held sample, or of a thread still blocked) that met a table still to come: the
+  // record, by its thread and time, and the publication of its process it was walked with. Walked again
+  // only once the process is published again (BpfSession::walk_held, OffCpuRewalk).
+  struct WalkTried {
+    uint64_t time_ns = 0;
+    int32_t tid = 0;
+    uint64_t published_at = 0;
+    bool operator==(const WalkTried&) const = default;
+  };
   // When `pid` last exec'd (CLOCK_MONOTONIC, from its record; 0 when unknown or never): the mappings
   // published since are the new image's.
   [[nodiscard]] uint64_t exec_ns(int32_t pid) const {

@@ -53,7 +53,7 @@ void OffCpuRewalk::poll(CfiMaps& maps, BpfEventDecoder& decoder, uint64_t mappin
     hpd_pending_walk w{};
     if (bpf_map_lookup_elem(fd_, &key, &w) == 0) waiting.emplace_back(key, w);
   }
-  std::unordered_map<int32_t, Tried> still_tried;
+  std::unordered_map<int32_t, CfiMaps::WalkTried> still_tried;
   for (const auto& [tid, w] : waiting) {
     if (lazy_) maps.sampled(w.pid);
     // Its mappings may not all be read yet: tried again at the next poll, whose read comes after it.
@@ -63,9 +63,9 @@ void OffCpuRewalk::poll(CfiMaps& maps, BpfEventDecoder& decoder, uint64_t mappin
     }
     const CfiMaps::Published published = maps.published(w.pid);
     if (published.at == 0 || published.tables_pending) continue;  // nothing better to walk with yet
-    if (const auto it = tried_.find(tid);
-        it != tried_.end() && it->second.time_ns == w.time_ns && it->second.published_at == published.at) {
-      still_tried.emplace(tid, it->second);  // its process was not published again since
+    const CfiMaps::WalkTried tried{w.time_ns, tid, published.at};
+    if (const auto it = tried_.find(tid); it != tried_.end() && it->second == tried) {
+      still_tried.emplace(tid, tried);  // its process was not published again since
       continue;
     }
     if (!read_stack(w, tid, kFirstStackBytes)) continue;
@@ -75,7 +75,7 @@ void OffCpuRewalk::poll(CfiMaps& maps, BpfEventDecoder& decoder, uint64_t mappin
       walk = maps.walk_stack(w.pid, w.ip, w.sp, w.bp, stack_, w.di);
     }
     if (walk.pending) {
-      still_tried.emplace(tid, Tried{w.time_ns, published.at});
+      still_tried.emplace(tid, tried);
       continue;
     }
     decoder.replace_off_cpu_user_stack(tid, w.time_ns, std::move(walk.ips), walk.end, walk.fp_frames);

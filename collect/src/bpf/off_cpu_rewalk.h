@@ -11,12 +11,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bpf/cfi_maps.h"
+
 struct hpd_pending_walk;
 
 namespace hpd {
 
 class BpfEventDecoder;
-class CfiMaps;
 
 class OffCpuRewalk {
  public:
@@ -41,11 +42,7 @@ class OffCpuRewalk {
   bool lazy_;
   uint64_t last_scan_ns_ = 0;
   uint64_t last_publications_ = ~0ull;
-  struct Tried {
-    uint64_t time_ns;       // the switch-out tried
-    uint64_t published_at;  // CfiMaps::published(pid).at then
-  };
-  std::unordered_map<int32_t, Tried> tried_;  // by tid: walks that still lacked a table
+  std::unordered_map<int32_t, CfiMaps::WalkTried> tried_;  // by tid: walks that still lacked a table
   // Reads `bytes` of the waiting thread's stack into stack_ (fewer at the end of its mapping); false
   // when it cannot be read or the thread ran meanwhile.
   bool read_stack(const hpd_pending_walk& w, int32_t tid, size_t bytes);
