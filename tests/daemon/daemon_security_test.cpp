@@ -1290,6 +1290,7 @@ std::string describe(const std::map<std::string, CallsRow>& rows) {
 // recording counts them, and timed: the latency matches what the program measured itself, with the
 // tolerances of CallsRuntime.LatencyMatchesWhatTheProgramMeasured (avg 5%, p95 10%).
 TEST_F(RealUsers, UsersCallsThroughHpdAreCountedAndTimedInProcess) {
+  const time_t started = ::time(nullptr);
   Hpd hpd;
   for (const char* fixture : {"gcc_fentry", "gcc_pg", "clang_pg"}) {
     SCOPED_TRACE(fixture);
@@ -1319,10 +1320,11 @@ TEST_F(RealUsers, UsersCallsThroughHpdAreCountedAndTimedInProcess) {
     EXPECT_EQ(rows_mine.at("callee").callers.at("caller_b"), 250u);
     EXPECT_EQ(rows_mine.at("callee").latency.value("timed_calls", 0u), 1250u);
   }
-  // The tables hpctl made (as alice) are gone with the recordings.
+  // The tables hpctl made (as alice) are gone with the recordings. (Not those of an earlier run's hpctl
+  // killed with SIGKILL, whose user had the uid alice was given again.)
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
     struct stat st {};
-    if (::stat(entry.path().c_str(), &st) == 0 && st.st_uid == alice_.uid) {
+    if (::stat(entry.path().c_str(), &st) == 0 && st.st_uid == alice_.uid && st.st_ctim.tv_sec >= started) {
       EXPECT_EQ(entry.path().filename().string().rfind("hpd-calls-", 0), std::string::npos) << entry.path();
     }
   }
