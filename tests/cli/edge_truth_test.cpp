@@ -34,6 +34,7 @@
 
 #include "cpu_clock.h"
 #include "firefox_lint.h"
+#include "hpd/base/proc_files.h"
 #include "hpd_harness.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -545,13 +546,8 @@ TEST_F(EdgeTruthTest, StaticExecutablesAndExecsBetweenThemAreWalkedWithTheirOwnR
   ASSERT_GT(program, 0) << "no child of hpctl in " << children;
   ASSERT_EQ(::kill(recorder.pid(), SIGSTOP), 0);
   ASSERT_TRUE(recorder.send("x"));
-  const auto state = [&] {
-    const std::string stat = read_text_file("/proc/" + std::to_string(program) + "/stat");
-    const size_t close = stat.rfind(')');
-    return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
-  };
-  for (int i = 0; i < 60'000 && state() != 'Z'; ++i) ::usleep(1'000);
-  const char last = state();
+  for (int i = 0; i < 60'000 && read_process_state(program) != 'Z'; ++i) ::usleep(1'000);
+  const char last = read_process_state(program);
   ::kill(recorder.pid(), SIGCONT);
   ASSERT_EQ(last, 'Z') << "exec_static_b did not finish within a minute";
   ASSERT_EQ(recorder.wait(), 0);
