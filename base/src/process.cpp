@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -10,6 +11,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -82,6 +84,42 @@ bool no_such_process(pid_t pid) {
   return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+UniqueFd remove_when_this_process_ends(const std::string& path, int fd) {
+  UniqueFd watch, held;
+  try {
+    make_pipe(watch, held);
+  } catch (const std::runtime_error&) {
+    return {};
+  }
+  // Prepared before fork: after it only async-signal-safe calls (this process may have threads).
+  const char* const name = path.c_str();
+  const int keep_low = std::min(fd, watch.get()), keep_high = std::max(fd, watch.get());
+  const pid_t child = ::fork();
+  if (child < 0) return {};
+  if (child == 0) {
+    // Its own session, then a grandchild that init (or the nearest subreaper) reaps: nobody waits for it.
+    if (::setsid() < 0 || ::fork() != 0) ::_exit(0);
+    if (keep_low > 0) ::close_range(0, static_cast<unsigned>(keep_low) - 1, 0);
+    if (keep_high > keep_low + 1)
+      ::close_range(static_cast<unsigned>(keep_low) + 1, static_cast<unsigned>(keep_high) - 1, 0);
+    ::close_range(static_cast<unsigned>(keep_high) + 1, ~0U, 0);
+    ::prctl(PR_SET_NAME, "hpd-shm-remover", 0, 0, 0);
+    char byte;
+    while (::read(watch.get(), &byte, 1) < 0 && errno == EINTR) {
+    }
+    struct stat ours {
+    }, named{};
+    if (::fstat(fd, &ours) == 0 && ::stat(name, &named) == 0 && ours.st_dev == named.st_dev &&
+        ours.st_ino == named.st_ino)
+      ::unlink(name);
+    ::_exit(0);
+  }
+  watch.reset();
+  while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  return held;
+}
+
 std::string current_boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
@@ -152,6 +190,10 @@ bool LaunchedCommand::fork_child(const std::vector<std::string>& argv, bool at_e
         ::_exit(kTraceRefused);
       }
     } else {
+      // Its copy of the write end closed: the launcher's is then the only one, and a launcher that
+      // dies before releasing us (SIGKILL) lets us go (EOF) instead of leaving us waiting for ever
+      // with every descriptor it had (its eBPF programs and perf events among them).
+      ::close(go_write.get());
       char byte = 0;
       ssize_t n;
       do {

@@ -2,7 +2,9 @@
 // exec, read from the kernel: /proc/PID/exe and the process state), what it runs with, how it ends.
 #include "hpd/base/process.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -126,6 +129,100 @@ TEST(LaunchedCommand, AnUnreleasedCommandIsKilledAndReapedWithItsObject) {
     // Reaped, not a zombie: the pid is gone.
     EXPECT_FALSE(alive(pid)) << "hold " << static_cast<int>(hold);
   }
+}
+
+// Waits (poll on its pidfd) until a process that is not this one's child has ended; false after
+// `seconds`, which only ends a failing test.
+bool ends_within(pid_t pid, int seconds) {
+  const UniqueFd pidfd = open_pidfd(pid);
+  if (!pidfd) return errno == ESRCH;
+  pollfd p{pidfd.get(), POLLIN, 0};
+  return ::poll(&p, 1, seconds * 1000) == 1;
+}
+
+// Runs `launcher` in a forked process that then dies by SIGKILL, as hpctl killed while it starts a
+// recording; returns what the launcher wrote to the pipe it is given (a pid).
+pid_t run_then_kill(const std::function<pid_t()>& launcher) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const pid_t told = launcher();
+    [[maybe_unused]] ssize_t w = ::write(fds[1], &told, sizeof told);
+    ::raise(SIGKILL);
+  }
+  const UniqueFd read_end(fds[0]);
+  UniqueFd(fds[1]).reset();
+  pid_t told = -1;
+  if (::read(read_end.get(), &told, sizeof told) != static_cast<ssize_t>(sizeof told)) told = -1;
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return told;
+}
+
+// Whether some process has a descriptor whose link reads `target`.
+bool open_anywhere(const std::string& target) {
+  std::error_code ec;
+  for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+    std::error_code fd_ec;
+    for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      if (std::filesystem::read_symlink(fd.path(), link_ec).string() == target) return true;
+    }
+  }
+  return false;
+}
+
+// A launcher killed before it released its command leaves no process behind: the command, held before
+// its exec with copies of every descriptor the launcher had (an hpctl's eBPF programs, perf events,
+// shared files), used to wait for ever on the release pipe it held a write end of itself.
+TEST(LaunchedCommand, OneHeldBeforeExecEndsWhenItsLauncherDies) {
+  const pid_t held = run_then_kill([] {
+    auto* command = new LaunchedCommand({"sleep", "100"});  // never destroyed: the launcher dies
+    return command->pid();
+  });
+  ASSERT_GT(held, 0);
+  EXPECT_TRUE(ends_within(held, 60)) << "the held command " << held << " still waits";
+  ::kill(held, SIGKILL);
+}
+
+// remove_when_this_process_ends: the file goes when its maker dies by SIGKILL (no destructor ran).
+TEST(RemoveWhenThisProcessEnds, TheFileGoesWhenItsMakerIsKilled) {
+  testing::TempDir dir;
+  const std::string path = dir.file("shared");
+  const pid_t maker = run_then_kill([&] {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    new UniqueFd(remove_when_this_process_ends(path, fd));  // kept open until the SIGKILL
+    return fd >= 0 ? ::getpid() : -1;
+  });
+  ASSERT_GT(maker, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// While its maker lives, the file stays; a file at the same path that is not the one it was given
+// (removed by its maker, made again by someone else) is never removed.
+TEST(RemoveWhenThisProcessEnds, OnlyTheFileItWasGivenAndOnlyAfterItsMaker) {
+  testing::TempDir dir;
+  const std::string path = dir.file("shared");
+  const pid_t maker = run_then_kill([&] {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    new UniqueFd(remove_when_this_process_ends(path, fd));
+    // Removed and made again at the same path before the maker dies.
+    ::unlink(path.c_str());
+    const int other = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    return fd >= 0 && other >= 0 ? ::getpid() : -1;
+  });
+  ASSERT_GT(maker, 0);
+  // The remover holds the file it was given (removed: "PATH (deleted)") until it ends, after it
+  // decided; the maker's descriptors closed with the maker.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (open_anywhere(path + " (deleted)") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_FALSE(open_anywhere(path + " (deleted)")) << "the remover did not end";
+  EXPECT_TRUE(std::filesystem::exists(path)) << "the file made again at the path was removed";
 }
 
 TEST(LaunchedCommand, TerminateEndsARunningCommandAndReportsTheSignal) {

@@ -2,13 +2,10 @@
 #include "hpd/calls/alloc_log.h"
 
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -35,40 +32,29 @@ struct PidAddressHash {
 
 }  // namespace
 
-AllocLog::AllocLog(uint64_t mean_bytes) : mean_bytes_(mean_bytes == 0 ? HPD_ALLOC_DEFAULT_MEAN : mean_bytes) {
-  static std::atomic<unsigned> serial{0};
-  path_ = "/dev/shm/hpd-alloc-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
-  fd_.reset(::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd_) throw CallCountError("cannot create " + path_ + ": " + std::strerror(errno));
+namespace {
+
+hpd_alloc_header new_log_header(uint64_t mean_bytes) {
   hpd_alloc_header h{};
   h.version = HPD_ALLOC_VERSION;
   h.header_size = sizeof h;
   h.file_size = HPD_ALLOC_FILE_SIZE;
-  h.mean_bytes = mean_bytes_;
+  h.mean_bytes = mean_bytes;
   h.magic = HPD_ALLOC_MAGIC;
-  if (::ftruncate(fd_.get(), static_cast<off_t>(HPD_ALLOC_FILE_SIZE)) != 0 ||
-      ::pwrite(fd_.get(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) {
-    const int err = errno;
-    ::unlink(path_.c_str());
-    throw CallCountError("cannot write " + path_ + ": " + std::strerror(err));
-  }
+  return h;
 }
 
-AllocLog::AllocLog(UniqueFd handed_over) : fd_(std::move(handed_over)), mean_bytes_(0) {
-  struct stat st {};
-  if (!fd_ || ::fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    throw CallCountError("the allocation log handed over is not a regular file");
-  // tmpfs (/dev/shm, or a memfd): a file system whose reads cannot block (a FUSE file could hold a
-  // read of hpd's forever).
-  struct statfs fs {};
-  if (::fstatfs(fd_.get(), &fs) != 0 || fs.f_type != TMPFS_MAGIC)
-    throw CallCountError("the allocation log handed over is not on tmpfs (/dev/shm)");
-  if (static_cast<uint64_t>(st.st_size) != HPD_ALLOC_FILE_SIZE)
-    throw CallCountError("the allocation log handed over has " + std::to_string(st.st_size) +
-                         " bytes, not the " + std::to_string(HPD_ALLOC_FILE_SIZE) +
-                         " of this hpd's layout (another hpd version?)");
+}  // namespace
+
+AllocLog::AllocLog(uint64_t mean_bytes)
+    : file_("hpd-alloc", HPD_ALLOC_FILE_SIZE,
+            new_log_header(mean_bytes == 0 ? HPD_ALLOC_DEFAULT_MEAN : mean_bytes)),
+      mean_bytes_(mean_bytes == 0 ? HPD_ALLOC_DEFAULT_MEAN : mean_bytes) {}
+
+AllocLog::AllocLog(UniqueFd handed_over)
+    : file_(std::move(handed_over), "the allocation log", HPD_ALLOC_FILE_SIZE), mean_bytes_(0) {
   hpd_alloc_header h{};
-  if (::pread(fd_.get(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != HPD_ALLOC_MAGIC ||
+  if (::pread(file_.fd(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != HPD_ALLOC_MAGIC ||
       h.version != HPD_ALLOC_VERSION || h.header_size != sizeof h || h.file_size != HPD_ALLOC_FILE_SIZE)
     throw CallCountError(
         "the allocation log handed over does not hold this hpd's layout (another hpd version?)");
@@ -78,15 +64,10 @@ AllocLog::AllocLog(UniqueFd handed_over) : fd_(std::move(handed_over)), mean_byt
   mean_bytes_ = h.mean_bytes;
 }
 
-AllocLog::~AllocLog() {
-  if (!path_.empty()) ::unlink(path_.c_str());
-}
+AllocLog::~AllocLog() = default;
 
 std::vector<std::string> AllocLog::environment(const std::string& runtime) const {
-  std::string preload = runtime;
-  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0')
-    preload += ":" + std::string(old);
-  return {"LD_PRELOAD=" + preload, std::string(HPD_ALLOC_ENV_LOG) + "=" + path_};
+  return file_.environment(runtime, HPD_ALLOC_ENV_LOG);
 }
 
 std::vector<std::string> AllocLog::read(RawProfile& profile, const std::set<int32_t>* allowed_pids,
@@ -95,7 +76,7 @@ std::vector<std::string> AllocLog::read(RawProfile& profile, const std::set<int3
   RawAllocStats& stats = profile.alloc;
   stats.mean_bytes = mean_bytes_;
   hpd_alloc_header h{};
-  if (::pread(fd_.get(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != HPD_ALLOC_MAGIC ||
+  if (::pread(file_.fd(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != HPD_ALLOC_MAGIC ||
       h.version != HPD_ALLOC_VERSION || h.mean_bytes != mean_bytes_) {
     messages.push_back("allocations: the runtime's log was overwritten; nothing was read");
     return messages;
@@ -118,7 +99,7 @@ std::vector<std::string> AllocLog::read(RawProfile& profile, const std::set<int3
     chunk_len = 0;
     const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, used - at));
     while (chunk_len < want) {
-      const ssize_t n = ::pread(fd_.get(), chunk.data() + chunk_len, want - chunk_len,
+      const ssize_t n = ::pread(file_.fd(), chunk.data() + chunk_len, want - chunk_len,
                                 static_cast<off_t>(sizeof h + at + chunk_len));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {

@@ -2,15 +2,12 @@
 #include "hpd/calls/preload_table.h"
 
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -117,18 +114,9 @@ uint64_t add_saturating(uint64_t a, uint64_t b) {
 
 }  // namespace
 
-PreloadTable::PreloadTable() {
-  static std::atomic<unsigned> serial{0};
-  path_ = "/dev/shm/hpd-calls-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
-  // 0600: the command runs as the recording user; one that switches to another user (su, sudo -u)
-  // cannot open the table, and its runtime says so on stderr.
-  fd_.reset(::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd_) throw CallCountError("cannot create " + path_ + ": " + std::strerror(errno));
-  if (::ftruncate(fd_.get(), static_cast<off_t>(hpd_calls_file_size())) != 0) {
-    const int err = errno;
-    ::unlink(path_.c_str());
-    throw CallCountError("cannot size " + path_ + ": " + std::strerror(err));
-  }
+namespace {
+
+hpd_calls_header new_table_header(uint64_t start_tsc, uint64_t start_mono_ns) {
   hpd_calls_header h{};
   h.version = HPD_CALLS_VERSION;
   h.header_size = sizeof(hpd_calls_header);
@@ -138,51 +126,46 @@ PreloadTable::PreloadTable() {
   h.funcs_per_thread = HPD_CALLS_FUNCS_PER_THREAD;
   h.hist_blocks = HPD_CALLS_HIST_BLOCKS;
   h.hist_buckets = HPD_CALLS_HIST_BUCKETS;
-  start_mono_ns_ = mono_ns();
-  start_tsc_ = __rdtsc();
-  h.clock_tsc = start_tsc_;
-  h.clock_mono_ns = start_mono_ns_;
-  // The magic last: a runtime that maps the file takes it as ready only with it (no runtime can run
-  // before the command starts, after this).
+  h.clock_tsc = start_tsc;
+  h.clock_mono_ns = start_mono_ns;
+  // A runtime that maps the file takes it as ready only with the magic (written with the rest, before
+  // the command starts).
   h.magic = HPD_CALLS_MAGIC;
-  if (::pwrite(fd_.get(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) {
-    const int err = errno;
-    ::unlink(path_.c_str());
-    throw CallCountError("cannot write " + path_ + ": " + std::strerror(err));
-  }
+  return h;
 }
 
-PreloadTable::PreloadTable(UniqueFd handed_over) : fd_(std::move(handed_over)) {
-  struct stat st {};
-  if (!fd_ || ::fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    throw CallCountError("the call table handed over is not a regular file");
-  // tmpfs (/dev/shm, or a memfd): a file system whose reads cannot block (a FUSE file could hold a
-  // read of hpd's forever).
-  struct statfs fs {};
-  if (::fstatfs(fd_.get(), &fs) != 0 || fs.f_type != TMPFS_MAGIC)
-    throw CallCountError("the call table handed over is not on tmpfs (/dev/shm)");
-  if (static_cast<uint64_t>(st.st_size) != hpd_calls_file_size())
-    throw CallCountError("the call table handed over has " + std::to_string(st.st_size) + " bytes, not the " +
-                         std::to_string(hpd_calls_file_size()) +
-                         " of this hpd's layout (another hpd version?)");
+}  // namespace
+
+PreloadTable::PreloadTable() : PreloadTable(mono_ns(), __rdtsc()) {}
+
+PreloadTable::PreloadTable(uint64_t start_mono_ns, uint64_t start_tsc)
+    : start_tsc_(start_tsc),
+      start_mono_ns_(start_mono_ns),
+      file_("hpd-calls", hpd_calls_file_size(), new_table_header(start_tsc, start_mono_ns)) {}
+
+PreloadTable::PreloadTable(UniqueFd handed_over)
+    : file_(std::move(handed_over), "the call table", hpd_calls_file_size()) {
   hpd_calls_header h{};
   bool short_read = false;
-  if (!read_at(fd_.get(), 0, &h, sizeof h, short_read) || short_read || !header_matches_layout(h))
+  if (!read_at(file_.fd(), 0, &h, sizeof h, short_read) || short_read || !header_matches_layout(h))
     throw CallCountError("the call table handed over does not hold this hpd's layout (another hpd version?)");
   // Latency is scaled by hpd's own clock pair, taken now, not by the one in the table's header.
   start_mono_ns_ = mono_ns();
   start_tsc_ = __rdtsc();
 }
 
-PreloadTable::~PreloadTable() {
-  if (!path_.empty()) ::unlink(path_.c_str());
+PreloadTable::~PreloadTable() = default;
+
+const std::string& PreloadTable::path() const {
+  return file_.path();
+}
+
+int PreloadTable::fd() const {
+  return file_.fd();
 }
 
 std::vector<std::string> PreloadTable::environment(const std::string& runtime) const {
-  std::string preload = runtime;
-  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0')
-    preload += ":" + std::string(old);
-  return {"LD_PRELOAD=" + preload, std::string(HPD_CALLS_ENV_TABLE) + "=" + path_};
+  return file_.environment(runtime, HPD_CALLS_ENV_TABLE);
 }
 
 bool PreloadTable::read(RawProfile& profile, CallCountStats& stats, const std::set<int32_t>* allowed_pids,
@@ -195,7 +178,7 @@ bool PreloadTable::read(RawProfile& profile, CallCountStats& stats, const std::s
   const auto ns = [&](uint64_t ticks) {
     return static_cast<uint64_t>(double(std::min(ticks, kMaxTicks)) * rs.ns_per_tick + 0.5);
   };
-  const int fd = fd_.get();
+  const int fd = file_.fd();
   bool short_read = false;
   auto unreadable = [&](const char* what) {
     stats.messages.push_back(std::string("call counts: cannot read the runtime's table (") + what +

@@ -15,6 +15,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -615,6 +616,56 @@ TEST(CallsRuntime, HpctlRecordAndReport) {
   ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
   EXPECT_NE(up.err.find("call counts (uprobes): "), std::string::npos) << up.err;
   EXPECT_NE(up.out.find("counted by uprobes"), std::string::npos) << up.out;
+}
+
+// hpctl killed with SIGKILL while it records a command with its runtime leaves nothing in /dev/shm:
+// the call table (262 MB, sparse) and the allocation log are removed by the process that waits for
+// hpctl's end (each recording's files used to stay until the next reboot). The command keeps running
+// with the files mapped; only their names go.
+TEST(CallsRuntime, FilesInDevShmGoWhenHpctlIsKilled) {
+  const hpd::testing::TempDir dir("hpd-calls-killed");
+  hpd::test::Background hpctl({HPD_HPCTL_PATH, "--local", "record", "--calls", "--alloc", "-o",
+                               dir.file("never.json.gz"), "--", fixture("gcc_fentry"), "1000", "250",
+                               "1000000000"});
+  const std::string pid = std::to_string(hpctl.pid());
+  const auto files = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("hpd-calls-" + pid + "-", 0) == 0 || name.rfind("hpd-alloc-" + pid + "-", 0) == 0)
+        names.push_back(name);
+    }
+    return names;
+  };
+  // The command runs (hpctl's child, exec'd: the fixture's image) with both files made.
+  const std::string program = std::filesystem::canonical(fixture("gcc_fentry")).string();
+  std::string command_pid;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::istringstream children(hpd::test::read_text_file("/proc/" + pid + "/task/" + pid + "/children"));
+    children >> command_pid;
+    std::error_code ec;
+    if (!command_pid.empty() && files().size() == 2 &&
+        std::filesystem::read_symlink("/proc/" + command_pid + "/exe", ec).string() == program)
+      break;
+    command_pid.clear();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(command_pid.empty()) << "hpctl never ran the command with its two files";
+  ASSERT_EQ(::kill(hpctl.pid(), SIGKILL), 0);
+  hpctl.wait();
+  // The names go once hpctl is gone, whatever else the machine is doing (the deadline only ends a
+  // failing test).
+  std::vector<std::string> left = files();
+  const auto removed_by = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!left.empty() && std::chrono::steady_clock::now() < removed_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    left = files();
+  }
+  // The command, which has them mapped, runs on.
+  EXPECT_EQ(::kill(std::stoi(command_pid), 0), 0);
+  ::kill(std::stoi(command_pid), SIGKILL);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << (left.empty() ? "" : left.front());
 }
 
 // While a call is timed its return address is the runtime's hook: the eBPF walkers put the original

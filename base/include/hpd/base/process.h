@@ -28,6 +28,15 @@ bool pidfd_alive(int pidfd);
 // lookups cost a path walk each even when they fail.
 bool no_such_process(pid_t pid);
 
+// Makes sure `path` is removed even if this process dies without removing it (SIGKILL, a crash):
+// starts a small process, in a session of its own (a signal to this process's group or terminal does
+// not reach it) and holding no descriptor of this one but `fd` and its end of a pipe, that waits for
+// the pipe's other end to close, then unlinks `path` if it is still the file `fd` is. The other end is
+// the returned descriptor (close-on-exec: no command launched from here holds it): it closes when this
+// process ends, or when the caller drops it after removing the file itself. Invalid, and nothing
+// started, when the pipe or fork failed (errno says why): the file is then removed only by its owner.
+UniqueFd remove_when_this_process_ends(const std::string& path, int fd);
+
 // This boot's id (/proc/sys/kernel/random/boot_id, one line); "" when it cannot be read.
 std::string current_boot_id();
 

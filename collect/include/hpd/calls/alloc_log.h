@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hpd/base/unique_fd.h"
+#include "hpd/calls/shared_file.h"
 #include "hpd/model/raw_profile.h"
 
 namespace hpd::calls {
@@ -20,7 +21,8 @@ struct AllocLogLimits {
 
 class AllocLog {
  public:
-  // Makes the log under /dev/shm (0600, removed on destruction) for a sampling mean of `mean_bytes`.
+  // Makes the log under /dev/shm (a SharedFile: 0600, removed on destruction or when this process
+  // dies) for a sampling mean of `mean_bytes`.
   // Throws CallCountError when it cannot be made.
   explicit AllocLog(uint64_t mean_bytes);
   // Adopts a log made by someone else (hpctl, for a command it starts and hpd records), from its
@@ -35,9 +37,9 @@ class AllocLog {
   // "NAME=VALUE" entries for the launched command: LD_PRELOAD (the runtime first, then what was
   // preloaded before) and the log's path.
   [[nodiscard]] std::vector<std::string> environment(const std::string& runtime) const;
-  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] const std::string& path() const { return file_.path(); }
   // The log's descriptor (to hand over to hpd).
-  [[nodiscard]] int fd() const { return fd_.get(); }
+  [[nodiscard]] int fd() const { return file_.fd(); }
   [[nodiscard]] uint64_t mean_bytes() const { return mean_bytes_; }
 
   // The sampling means a handed-over log may ask for (--alloc-mean's bounds).
@@ -56,8 +58,7 @@ class AllocLog {
                                 const AllocLogLimits& limits = AllocLogLimits{}) const;
 
  private:
-  std::string path_;
-  UniqueFd fd_;
+  SharedFile file_;
   uint64_t mean_bytes_;
 };
 

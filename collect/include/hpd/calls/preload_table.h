@@ -9,6 +9,7 @@
 
 #include "hpd/base/unique_fd.h"
 #include "hpd/calls/call_stats.h"
+#include "hpd/calls/shared_file.h"
 #include "hpd/model/raw_profile.h"
 
 namespace hpd::calls {
@@ -29,13 +30,14 @@ struct PreloadTableLimits {
   uint64_t buckets = UINT64_MAX;    // latency histogram buckets in use, over all functions
 };
 
-// The table: a sparse file under /dev/shm that the runtime maps shared. Made by whoever starts the
-// command (hpctl, or the recorder for a command it launches), or handed over as a descriptor (hpd,
-// recording through the daemon a command that hpctl started): then every byte of it is the client's
-// and is treated as untrusted (see read()).
+// The table: a sparse file under /dev/shm that the runtime maps shared (a SharedFile). Made by
+// whoever starts the command (hpctl, or the recorder for a command it launches), or handed over as a
+// descriptor (hpd, recording through the daemon a command that hpctl started): then every byte of it
+// is the client's and is treated as untrusted (see read()).
 class PreloadTable {
  public:
-  // Makes the file (removed on destruction). Throws CallCountError when it cannot be made.
+  // Makes the file (removed on destruction, or when this process dies). Throws CallCountError when it
+  // cannot be made.
   PreloadTable();
   // Adopts a table made by someone else, from its descriptor only (no path is ever opened). Throws
   // CallCountError, saying why, unless it is a regular file on tmpfs (a file system that cannot block
@@ -45,9 +47,9 @@ class PreloadTable {
   PreloadTable(const PreloadTable&) = delete;
   PreloadTable& operator=(const PreloadTable&) = delete;
 
-  [[nodiscard]] const std::string& path() const { return path_; }
+  [[nodiscard]] const std::string& path() const;
   // The table's descriptor (to hand over to hpd).
-  [[nodiscard]] int fd() const { return fd_.get(); }
+  [[nodiscard]] int fd() const;
   // "NAME=VALUE" entries for the launched command: LD_PRELOAD (the runtime first, then what the
   // environment already preloads) and the table's path.
   [[nodiscard]] std::vector<std::string> environment(const std::string& runtime) const;
@@ -70,10 +72,11 @@ class PreloadTable {
             const Limits& limits = PreloadTableLimits{}) const;
 
  private:
-  std::string path_;  // empty for an adopted table: nothing to remove
-  UniqueFd fd_;
+  PreloadTable(uint64_t start_mono_ns, uint64_t start_tsc);
+
   uint64_t start_tsc_ = 0;
   uint64_t start_mono_ns_ = 0;
+  SharedFile file_;
 };
 
 }  // namespace hpd::calls
