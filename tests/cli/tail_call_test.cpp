@@ -53,10 +53,14 @@ class TailCallRecordTest : public ::testing::TestWithParam<std::string> {
     r.firefox = dir + "/profile.json.gz";
     RunResult cc = run({compiler == "gcc" ? HPD_GCC12 : HPD_CLANG14, "-O2", "-g", kSource, "-o", program});
     EXPECT_EQ(cc.exit_code, 0) << cc.err;
-    // About 2 s of CPU: 3 x 200000 steps a round.
-    RunResult rec =
-        run({kHpctl, "--local", "record", "-o", r.capture, "--no-report", "-q", "--", program, "2500", truth},
-            600);
+    // About 2.5 s of CPU: 40 rounds of 3 calls of 12 million steps (about 20 ms each here). Calls far
+    // longer than the 1 ms sampling interval: with 2500 rounds of 0.35 ms calls, a round lasted about
+    // one interval, and the samples could keep falling at the same place of it (a CI run gave the tail
+    // call 42.1% of the samples for 33.5% of the CPU). Now where the samples fall moves each call's
+    // count by less than one sample: 40 per way at most, 1.6% of about 2500, within the 8 points.
+    RunResult rec = run({kHpctl, "--local", "record", "-o", r.capture, "--no-report", "-q", "--", program,
+                         "40", truth, "12000000"},
+                        600);
     EXPECT_EQ(rec.exit_code, 0) << rec.err;
     RunResult conv = run({kHpctl, "convert", r.capture, "-o", r.firefox});
     EXPECT_EQ(conv.exit_code, 0) << conv.err;
