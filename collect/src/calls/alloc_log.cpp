@@ -47,12 +47,11 @@ hpd_alloc_header new_log_header(uint64_t mean_bytes) {
 }  // namespace
 
 AllocLog::AllocLog(uint64_t mean_bytes)
-    : file_("hpd-alloc", HPD_ALLOC_FILE_SIZE,
-            new_log_header(mean_bytes == 0 ? HPD_ALLOC_DEFAULT_MEAN : mean_bytes)),
-      mean_bytes_(mean_bytes == 0 ? HPD_ALLOC_DEFAULT_MEAN : mean_bytes) {}
+    : mean_bytes_(mean_bytes == 0 ? HPD_ALLOC_DEFAULT_MEAN : mean_bytes),
+      file_("hpd-alloc", HPD_ALLOC_FILE_SIZE, new_log_header(mean_bytes_)) {}
 
 AllocLog::AllocLog(UniqueFd handed_over)
-    : file_(std::move(handed_over), "the allocation log", HPD_ALLOC_FILE_SIZE), mean_bytes_(0) {
+    : mean_bytes_(0), file_(std::move(handed_over), "the allocation log", HPD_ALLOC_FILE_SIZE) {
   hpd_alloc_header h{};
   if (::pread(file_.fd(), &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) || h.magic != HPD_ALLOC_MAGIC ||
       h.version != HPD_ALLOC_VERSION || h.header_size != sizeof h || h.file_size != HPD_ALLOC_FILE_SIZE)

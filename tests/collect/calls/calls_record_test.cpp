@@ -15,11 +15,11 @@
 #include <map>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "hpd/base/proc_files.h"
 #include "hpd/calls/call_counter.h"
 #include "hpd/calls/call_stats.h"
 #include "hpd/calls/discovery.h"
@@ -639,19 +639,20 @@ TEST(CallsRuntime, FilesInDevShmGoWhenHpctlIsKilled) {
   };
   // The command runs (hpctl's child, exec'd: the fixture's image) with both files made.
   const std::string program = std::filesystem::canonical(fixture("gcc_fentry")).string();
-  std::string command_pid;
+  int32_t command_pid = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline) {
-    std::istringstream children(hpd::test::read_text_file("/proc/" + pid + "/task/" + pid + "/children"));
-    children >> command_pid;
+    const std::vector<int32_t> children = hpd::list_child_processes(hpctl.pid());
+    command_pid = children.empty() ? 0 : children.front();
     std::error_code ec;
-    if (!command_pid.empty() && files().size() == 2 &&
-        std::filesystem::read_symlink("/proc/" + command_pid + "/exe", ec).string() == program)
+    if (command_pid > 0 && files().size() == 2 &&
+        std::filesystem::read_symlink("/proc/" + std::to_string(command_pid) + "/exe", ec).string() ==
+            program)
       break;
-    command_pid.clear();
+    command_pid = 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_FALSE(command_pid.empty()) << "hpctl never ran the command with its two files";
+  ASSERT_GT(command_pid, 0) << "hpctl never ran the command with its two files";
   ASSERT_EQ(::kill(hpctl.pid(), SIGKILL), 0);
   hpctl.wait();
   // The names go once hpctl is gone, whatever else the machine is doing (the deadline only ends a
@@ -663,8 +664,8 @@ TEST(CallsRuntime, FilesInDevShmGoWhenHpctlIsKilled) {
     left = files();
   }
   // The command, which has them mapped, runs on.
-  EXPECT_EQ(::kill(std::stoi(command_pid), 0), 0);
-  ::kill(std::stoi(command_pid), SIGKILL);
+  EXPECT_EQ(::kill(command_pid, 0), 0);
+  ::kill(command_pid, SIGKILL);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << (left.empty() ? "" : left.front());
 }
 

@@ -58,8 +58,8 @@ class AllocLog {
                                 const AllocLogLimits& limits = AllocLogLimits{}) const;
 
  private:
+  uint64_t mean_bytes_;  // before file_: the header written at its making holds it
   SharedFile file_;
-  uint64_t mean_bytes_;
 };
 
 }  // namespace hpd::calls
