@@ -540,10 +540,9 @@ TEST_F(EdgeTruthTest, StaticExecutablesAndExecsBetweenThemAreWalkedWithTheirOwnR
       options);
   ASSERT_TRUE(recorder.ready()) << "exec_static_a did not start";
   // The program is hpctl's child; it exits while hpctl is stopped, and stays a zombie until hpctl goes on.
-  const std::string children =
-      "/proc/" + std::to_string(recorder.pid()) + "/task/" + std::to_string(recorder.pid()) + "/children";
-  const pid_t program = static_cast<pid_t>(std::atol(read_text_file(children).c_str()));
-  ASSERT_GT(program, 0) << "no child of hpctl in " << children;
+  const std::vector<int32_t> children = list_child_processes(recorder.pid());
+  ASSERT_FALSE(children.empty()) << "no child of hpctl " << recorder.pid();
+  const pid_t program = children.front();
   ASSERT_EQ(::kill(recorder.pid(), SIGSTOP), 0);
   ASSERT_TRUE(recorder.send("x"));
   for (int i = 0; i < 60'000 && read_process_state(program) != 'Z'; ++i) ::usleep(1'000);
