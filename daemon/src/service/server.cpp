@@ -162,6 +162,7 @@ json Daemon::status_message(bool privileged) {
     if (continuous_) {
       const continuous::Stats stats = continuous_->stats();
       continuous["running"] = stats.running;
+      continuous["chunks_written"] = stats.chunks_written;  // since hpd started
       continuous["chunks_on_disk"] = stats.chunks_on_disk;
       continuous["bytes_on_disk"] = stats.bytes_on_disk;
       continuous["chunks_removed"] = stats.chunks_removed;  // by retention, since hpd started
@@ -515,8 +516,17 @@ int Daemon::run() {
     const nfds_t count = listener_ ? 2 : 1;
     const int ready = ::poll(fds, count, 200);
     if (ready < 0 && errno != EINTR) {
-      log_error(std::string("poll: ") + std::strerror(errno));
-      break;
+      // EFAULT and EINVAL are hpd's own mistake. Anything else passes: ENOMEM, or 516
+      // (ERESTART_RESTARTBLOCK), which poll gives after a debugger called a function in hpd while
+      // poll was waiting (gdb's `call malloc_info(...)`); the daemon goes on, after a pause.
+      const int error = errno;
+      if (error == EFAULT || error == EINVAL) {
+        log_error(std::string("poll: ") + std::strerror(error));
+        break;
+      }
+      log_warning(std::string("poll: ") + std::strerror(error) + "; waiting again");
+      ::usleep(50'000);
+      continue;
     }
     if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
       signalfd_siginfo info{};
