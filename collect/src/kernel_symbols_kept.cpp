@@ -57,6 +57,10 @@ std::shared_ptr<const KernelSymbols> recording_kernel_symbols() {
   return read_kallsyms();
 }
 
+std::shared_ptr<const KernelSymbols> kept_kernel_symbols(bool read_again) {
+  return read_again ? read_kallsyms() : recording_kernel_symbols();
+}
+
 std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(
     const RawProfile& profile, std::shared_ptr<const KernelSymbols> used,
     std::span<const std::pair<uint64_t, uint64_t>> named) {

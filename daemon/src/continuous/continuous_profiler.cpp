@@ -286,7 +286,7 @@ struct ContinuousProfiler::State {
   uint64_t previous_end_mono = 0;  // end of the last chunk's recording, for the gap; 0 = none
   // /proc/kallsyms as the chunks' kernel names are taken from (keep_kernel_names); owned by the
   // recording thread.
-  std::unique_ptr<KernelSymbols> kernel_symbols;
+  std::shared_ptr<const KernelSymbols> kernel_symbols;
   std::unordered_set<uint64_t> kernel_unknown;  // addresses the last read of kallsyms did not hold
 
   void note(std::string text) {
@@ -427,23 +427,22 @@ struct ContinuousProfiler::State {
 
   // The kallsyms lines that name the chunk's kernel addresses (RawProfile::kernel_symbols), so that
   // the chunk names them alone: later, in another boot, after hpd's own BPF programs and the modules
-  // its samples hit were unloaded. /proc/kallsyms is read at the first chunk (the collection's
-  // programs are loaded by then), and again only when a chunk holds an address that no read held
-  // (a module or program loaded since): not once a chunk for addresses kallsyms never lists.
+  // its samples hit were unloaded. The table is the one hpd keeps for its recordings (one copy of
+  // kallsyms in the process: a second one was 3-4 MiB, docs/performance.md "Memory of the push"),
+  // else the one this collection read; /proc/kallsyms is read again only when a chunk holds an
+  // address that no read held (a module or program loaded since; the collection's own programs at
+  // the first chunk, when the table was read before they were loaded): not once a chunk for
+  // addresses kallsyms never lists.
   void keep_kernel_names(RawProfile& profile) {
     if (!profile.info.kernel_frames) return;
-    auto read = [this] {
-      kernel_symbols = std::make_unique<KernelSymbols>();
-      kernel_symbols->load();
-      kernel_unknown.clear();
-    };
-    const bool first = !kernel_symbols;
-    if (first) read();
+    const KernelSymbolsStatus kept = kernel_symbols_status();
+    if (!kernel_symbols || (kept.kept && kept.symbols != 0)) kernel_symbols = kept_kernel_symbols(false);
     std::vector<uint64_t> unknown;
     std::string lines = kernel_symbol_lines(profile, *kernel_symbols, &unknown);
-    if (!first && std::any_of(unknown.begin(), unknown.end(),
-                              [&](uint64_t a) { return !kernel_unknown.contains(a); })) {
-      read();
+    if (std::any_of(unknown.begin(), unknown.end(),
+                    [&](uint64_t a) { return !kernel_unknown.contains(a); })) {
+      kernel_symbols = kept_kernel_symbols(true);
+      kernel_unknown.clear();
       lines = kernel_symbol_lines(profile, *kernel_symbols, &unknown);
     }
     kernel_unknown.insert(unknown.begin(), unknown.end());

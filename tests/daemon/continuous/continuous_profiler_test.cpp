@@ -45,6 +45,40 @@ bool wait_for(const std::function<bool()>& done, double timeout_s = 90) {
   return done();
 }
 
+// Every chunk names its own kernel frames: the kallsyms lines it keeps name each kernel address of its
+// stacks as /proc/kallsyms does now, and those kallsyms no longer lists (the collection's BPF
+// programs, unloaded by stop()) as well.
+struct KernelNames {
+  uint64_t addresses = 0, kept_found = 0, live_found = 0;
+};
+void check_kernel_names(const CaptureContents& contents, const fs::path& path, KernelNames* n) {
+  size_t chunk_kernel_addresses = 0;
+  for (uint32_t s = 0; s < contents.profile.stacks.size(); ++s)
+    chunk_kernel_addresses += contents.profile.stacks.kernel_frames(s).size();
+  n->addresses += chunk_kernel_addresses;
+  if (chunk_kernel_addresses == 0) {
+    EXPECT_EQ(contents.profile.kernel_symbols, "") << path;
+    return;
+  }
+  KernelSymbols kept, live;
+  ASSERT_TRUE(live.load());
+  ASSERT_TRUE(kept.load_text(contents.profile.kernel_symbols)) << path;
+  for (uint32_t s = 0; s < contents.profile.stacks.size(); ++s) {
+    for (const uint64_t a : contents.profile.stacks.kernel_frames(s)) {
+      const Location k = kept.resolve(a), l = live.resolve(a);
+      n->kept_found += k.found;
+      n->live_found += l.found;
+      // A BPF program of the collection is gone from /proc/kallsyms by now (stop() unloaded it): its
+      // address may be another program's (one loaded beside this test reused its pages), or fall
+      // to whatever symbol precedes it there (seen: "_einittext"). Only the kept lines can name it.
+      const bool bpf_gone = k.symbol.rfind("bpf_prog_", 0) == 0;
+      if (l.found && !bpf_gone) {
+        EXPECT_EQ(k.symbol, l.symbol) << std::hex << a;
+      }
+    }
+  }
+}
+
 class ContinuousTest : public ::testing::Test {
  protected:
   ContinuousOptions options(double chunk_seconds) const {
@@ -80,7 +114,8 @@ TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
   EXPECT_TRUE(scan.notes.empty());
   ASSERT_EQ(scan.chunks.size(), stats.chunks_written);
   EXPECT_EQ(stats.chunks_on_disk, scan.chunks.size());
-  uint64_t bytes = 0, fixture_samples = 0, kernel_addresses = 0, kept_found = 0, live_found = 0;
+  uint64_t bytes = 0, fixture_samples = 0;
+  KernelNames names;
   uint64_t previous_end_mono = 0;
   for (size_t i = 0; i < scan.chunks.size(); ++i) {
     const ChunkFile& c = scan.chunks[i];
@@ -113,38 +148,12 @@ TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
         has_build_id |= !contents.profile.modules[m.module].build_id.empty();
       EXPECT_TRUE(has_build_id);
     }
-    // Every chunk names its own kernel frames (dd runs in read() and write()): the kallsyms lines it
-    // keeps name each kernel address of its stacks as /proc/kallsyms does now, and those kallsyms
-    // no longer lists (the collection's BPF programs, unloaded by stop()) as well.
-    size_t chunk_kernel_addresses = 0;
-    for (uint32_t s = 0; s < contents.profile.stacks.size(); ++s)
-      chunk_kernel_addresses += contents.profile.stacks.kernel_frames(s).size();
-    kernel_addresses += chunk_kernel_addresses;
-    if (chunk_kernel_addresses == 0) {
-      EXPECT_EQ(contents.profile.kernel_symbols, "") << c.path;
-      continue;
-    }
-    KernelSymbols kept, live;
-    ASSERT_TRUE(live.load());
-    ASSERT_TRUE(kept.load_text(contents.profile.kernel_symbols)) << c.path;
-    for (uint32_t s = 0; s < contents.profile.stacks.size(); ++s) {
-      for (const uint64_t a : contents.profile.stacks.kernel_frames(s)) {
-        const Location k = kept.resolve(a), l = live.resolve(a);
-        kept_found += k.found;
-        live_found += l.found;
-        // A BPF program of the collection is gone from /proc/kallsyms by now (stop() unloaded it): its
-        // address may be another program's (one loaded beside this test reused its pages), or fall
-        // to whatever symbol precedes it there (seen: "_einittext"). Only the kept lines can name it.
-        const bool bpf_gone = k.symbol.rfind("bpf_prog_", 0) == 0;
-        if (l.found && !bpf_gone) {
-          EXPECT_EQ(k.symbol, l.symbol) << std::hex << a;
-        }
-      }
-    }
+    // dd runs in read() and write().
+    check_kernel_names(contents, c.path, &names);
   }
-  EXPECT_GT(kernel_addresses, 0u);
-  EXPECT_GT(live_found, 0u);
-  EXPECT_GE(kept_found, live_found);
+  EXPECT_GT(names.addresses, 0u);
+  EXPECT_GT(names.live_found, 0u);
+  EXPECT_GE(names.kept_found, names.live_found);
   EXPECT_EQ(stats.bytes_on_disk, bytes);
   EXPECT_GT(fixture_samples, 10u);
   EXPECT_EQ(stats.collections, 1u);
@@ -158,6 +167,34 @@ TEST_F(ContinuousTest, ChunksAppearRotateAndHoldTheFixturesSamples) {
   EXPECT_EQ(merged.samples.size(), fixture_samples);
   ASSERT_EQ(merged.processes.size(), 1u);  // one process across all chunks, not one per chunk
   EXPECT_EQ(merged.processes[0].pid, fixture.pid());
+}
+
+// In hpd, which keeps the kernel's symbols for its recordings (keep_kernel_symbols), the chunks name
+// their kernel frames with that kept table (one copy of /proc/kallsyms in the process), reading
+// kallsyms again in its place when a chunk holds an address it does not name: as well as with a
+// table of their own (the test above).
+TEST_F(ContinuousTest, WithTheKernelSymbolsKeptTheChunksNameTheirKernelFramesWithThem) {
+  keep_kernel_symbols(true);
+  test::Background in_kernel({"/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=64k"});
+  ContinuousProfiler profiler(options(1));
+  profiler.start();
+  const bool written = wait_for([&] { return profiler.stats().chunks_written >= 3; });
+  profiler.stop();
+  const KernelSymbolsStatus kept = kernel_symbols_status();
+  keep_kernel_symbols(false);
+  ASSERT_TRUE(written) << profiler.stats().last_error;
+  EXPECT_GT(kept.symbols, 0u);
+  EXPECT_GE(kept.reads, 1u);
+  const StoreScan scan = scan_store(dir_ / "store");
+  ASSERT_GE(scan.chunks.size(), 3u);
+  KernelNames names;
+  for (const ChunkFile& c : scan.chunks)
+    check_kernel_names(read_capture_file(c.path.string()), c.path, &names);
+  EXPECT_GT(names.addresses, 0u);
+  EXPECT_GT(names.live_found, 0u);
+  EXPECT_GE(names.kept_found, names.live_found);
+  std::cout << scan.chunks.size() << " chunks, " << names.addresses << " kernel addresses, " << kept.reads
+            << " reads of /proc/kallsyms\n";
 }
 
 // One collection for all the chunks: sampling does not stop at a chunk boundary. 1-s chunks at 99 Hz

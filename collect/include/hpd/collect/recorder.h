@@ -392,6 +392,10 @@ struct KernelSymbolsStatus {
   uint64_t reads = 0;    // reads of /proc/kallsyms by recordings since the process started
 };
 KernelSymbolsStatus kernel_symbols_status();
+// The table for naming kernel addresses outside a recording (hpd's continuous chunks), so that the
+// process holds one copy: with keeping on, the table kept (read now when none is), or, `read_again`,
+// /proc/kallsyms read now and kept in its place; with keeping off, a table read now and not kept.
+std::shared_ptr<const KernelSymbols> kept_kernel_symbols(bool read_again);
 
 // What keeps a recording's other options from going together (checked after the targets).
 enum class OptionProblem {
