@@ -420,6 +420,9 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
   if (status.contains("memory") && status["memory"].is_object()) {
     const json& m = status["memory"];
     const json limits = status.value("limits", json::object());
+    if (m.contains("heap_in_use_bytes"))
+      std::printf(" (heap: %s in use, %s free)", format_bytes(json_uint(m, "heap_in_use_bytes")).c_str(),
+                  format_bytes(json_uint(m, "heap_free_bytes")).c_str());
     std::printf(", %s held by sessions (at most %llu MiB a session, %llu MiB a user)",
                 format_bytes(json_uint(m, "sessions_bytes")).c_str(),
                 static_cast<unsigned long long>(json_uint(limits, "max_session_memory_mb")),

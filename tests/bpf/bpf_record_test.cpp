@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_clock.h"
 #include "hpd/base/proc_files.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
@@ -98,7 +99,9 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
   options.target.command = {spinner_path(), "1200", "400"};
   int progress_calls = 0;
   options.on_progress = [&](const RecordProgress&) { ++progress_calls; };
+  const double steal_before = test::host_steal_ns();
   const RecordResult result = record(options);
+  const double stolen_ns = test::host_steal_ns() - steal_before;
   rusage after;
   ::getrusage(RUSAGE_CHILDREN, &after);
   EXPECT_TRUE(result.target_exited);
@@ -106,7 +109,7 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
   EXPECT_GE(progress_calls, 2);
   ASSERT_EQ(result.profile.processes.size(), 1u);
   const int32_t pid = result.profile.processes[0].pid;
-  expect_spinner_profile(result, pid, cpu_ns(after) - cpu_ns(before), kBpfExpectations);
+  expect_spinner_profile(result, pid, cpu_ns(after) - cpu_ns(before), kBpfExpectations, stolen_ns);
   EXPECT_TRUE(result.backend_fallback_reason.empty());
   EXPECT_EQ(result.processes_without_maps, 0u);
   EXPECT_EQ(result.profile.lost.lost_records, 0u);
@@ -218,11 +221,13 @@ TEST(BpfRecord, RunningProcessByPid) {
       EXPECT_TRUE(spinner.send("g"));
     }
   };
+  const double steal_before = test::host_steal_ns();
   const RecordResult result = record(options);
+  const double stolen_ns = test::host_steal_ns() - steal_before;
   EXPECT_TRUE(result.target_exited);
   rusage usage;
   ASSERT_EQ(spinner.wait(&usage), 7);
-  expect_spinner_profile(result, pid, cpu_ns(usage), kBpfExpectations);
+  expect_spinner_profile(result, pid, cpu_ns(usage), kBpfExpectations, stolen_ns);
   // The spinner's 150 ms nap at its end: a blocked interval of (at least) that length. (Its wait on
   // stdin began before the recording, whose programs never saw that switch-out; the main thread's
   // join of the late worker blocks only when it finishes first.)
@@ -569,7 +574,9 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
       EXPECT_TRUE(churn.go());
     }
   };
+  const double steal_before = test::host_steal_ns();
   const RecordResult result = record(options);
+  const double stolen_ns = test::host_steal_ns() - steal_before;
   EXPECT_EQ(churn.wait(), 0);
   EXPECT_TRUE(result.target_exited) << "the fixture did not exit within the recording's 300 s cap";
   const RawProfile& p = result.profile;
@@ -588,6 +595,13 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
   ASSERT_GT(threads.size(), 100u);  // a thread a millisecond during the eBPF programs' load alone
   size_t samples = 0;
   uint64_t cpu_ns = 0;
+  // The timer (task-clock) counts the time the hypervisor took from the thread's virtual CPU while
+  // the thread ran, its CPU time does not: each interval stolen can add a sample, to whichever thread
+  // ran then (seen beside four CPU hogs and a CI run: 13 samples for a thread's 6.1 ms, deltas 918 360
+  // 1864 0 0 1855 0 0 0 91 259 406 392 us). The samples above each thread's bound add up to no more
+  // than the steal's intervals; a doubled event puts nearly every thread above it.
+  double above = 0;
+  std::string threads_above;
   for (const auto& [tid, t] : threads) {
     samples += t.samples;
     cpu_ns += t.cpu_ns;
@@ -595,9 +609,17 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
     // A doubled event shows as about twice the samples; the first sample of a thread may come from
     // either event, and an exited thread has one more for its CPU time after its last timer sample
     // (HPD_EVENT_CPU_TAIL), so two extra are allowed.
-    EXPECT_LE(double(t.samples), 1.3 * expected + 3)
-        << "thread " << tid << ": " << t.samples << " samples for " << t.cpu_ns / 1000 << " us of CPU";
+    const double bound = 1.3 * expected + 3;
+    if (double(t.samples) > bound) {
+      above += double(t.samples) - bound;
+      threads_above += " " + std::to_string(tid) + ": " + std::to_string(t.samples) + " samples for " +
+                       std::to_string(t.cpu_ns / 1000) + " us of CPU;";
+    }
   }
+  const double stolen_intervals = stolen_ns / double(p.info.interval_ns);
+  std::printf("host steal %.1f ms (%.0f intervals); samples above the threads' bounds: %.0f\n",
+              stolen_ns / 1e6, stolen_intervals, above);
+  EXPECT_LE(above, stolen_intervals) << "threads above 1.3 x their CPU's samples + 3:" << threads_above;
   {
     int32_t worst = 0;
     double worst_excess = -1e9;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_clock.h"
 #include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -131,17 +132,6 @@ ExportedWaits exported_waits(const json& profile, int64_t tid) {
   return w;
 }
 
-// The CPU time the hypervisor took from this machine's CPUs so far (/proc/stat's steal, summed over
-// the CPUs), in ns. A thread that runs while its virtual CPU is stolen gets neither CPU time nor run
-// delay for it: its wall clock goes on, its CPU clock does not, and the kernel did not see it wait.
-double host_steal_ns() {
-  std::istringstream in(read_text_file("/proc/stat"));
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  return cpu == "cpu" ? steal * 1e9 / static_cast<double>(::sysconf(_SC_CLK_TCK)) : 0;
-}
-
 class CpuWaitTest : public ::testing::Test {
  protected:
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
@@ -228,7 +218,12 @@ class CpuWaitTest : public ::testing::Test {
         EXPECT_GE(got.cpu_ns, t.thread_cpu_ns - 1e5) << name;
         EXPECT_LT(got.cpu_ns, t.thread_cpu_ns + std::max(0.003 * t.thread_cpu_ns, 2e6)) << name;
       } else {
-        EXPECT_NEAR(got.cpu_ns, t.thread_cpu_ns, std::max(0.05 * t.thread_cpu_ns, 3e6)) << name;
+        // perf_event's thread CPU is its task-clock counter, which runs on while the hypervisor has
+        // the thread's virtual CPU (the thread's CPU clock does not): ahead by up to the steal (seen
+        // beside four CPU hogs and a CI run: 346.1 ms for 300.2, 260 ms stolen).
+        const double tolerance = std::max(0.05 * t.thread_cpu_ns, 3e6);
+        EXPECT_LE(got.cpu_ns, t.thread_cpu_ns + tolerance + stolen_ns) << name;
+        EXPECT_GE(got.cpu_ns, t.thread_cpu_ns - tolerance) << name;
       }
       if (stacks) {
         EXPECT_GT(exported.samples_in_category, 0u) << name;

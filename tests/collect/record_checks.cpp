@@ -83,7 +83,7 @@ std::optional<FileRange> function_file_range(const std::string& path, const std:
 }
 
 void expect_spinner_profile(const RecordResult& result, int32_t pid, uint64_t real_cpu_ns,
-                            const SpinnerExpectations& expected) {
+                            const SpinnerExpectations& expected, double stolen_ns) {
   const std::string& kSpinner = spinner_path();
   const RawProfile& profile = result.profile;
   SCOPED_TRACE("pid " + std::to_string(pid));
@@ -102,9 +102,14 @@ void expect_spinner_profile(const RecordResult& result, int32_t pid, uint64_t re
     ++per_tid[s.tid];
   }
   const double sum_ms = double(delta_sum) / 1e6;
-  std::printf("samples %zu, cpu_delta sum %.1f ms, rusage cpu %.1f ms, method %s\n", profile.samples.size(),
-              sum_ms, cpu_ms, to_string(result.cpu_time_source));
-  EXPECT_NEAR(sum_ms, cpu_ms, std::max(0.08 * cpu_ms, 40.0));
+  const double stolen_ms = stolen_ns / 1e6;
+  std::printf("samples %zu, cpu_delta sum %.1f ms, rusage cpu %.1f ms, method %s, host steal %.1f ms\n",
+              profile.samples.size(), sum_ms, cpu_ms, to_string(result.cpu_time_source), stolen_ms);
+  // Seen beside four CPU hogs and a CI run: 2267 ms for 2002 (perf's counter ran on while the VM's
+  // CPU was stolen).
+  const double tolerance = std::max(0.08 * cpu_ms, 40.0);
+  EXPECT_LE(sum_ms, cpu_ms + tolerance + stolen_ms);
+  EXPECT_GE(sum_ms, cpu_ms - tolerance);
   EXPECT_EQ(result.cpu_time_source, expected.cpu_time_source);
 
   // The thread started after the recording began was followed.

@@ -41,9 +41,11 @@ struct SpinnerExpectations {
 };
 
 // The spinner's recording: sample count and CPU deltas against the real CPU time, the late thread,
-// its mappings and build-id, samples in spin_work, and the recording info.
+// its mappings and build-id, samples in spin_work, and the recording info. `stolen_ns`: the
+// hypervisor's steal over the recording (test::host_steal_ns), which the sampling timer's counter
+// counts as the running thread's and its CPU clock does not: the deltas may be ahead by that much.
 void expect_spinner_profile(const RecordResult& result, int32_t pid, uint64_t real_cpu_ns,
-                            const SpinnerExpectations& expected = {});
+                            const SpinnerExpectations& expected = {}, double stolen_ns = 0);
 
 // Starts the spinner with its stdin a pipe (send("g") is the go of --wait-stdin), so that all of its
 // work can happen while it is recorded.

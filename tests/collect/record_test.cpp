@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "cpu_clock.h"
 #include "hpd/base/proc_files.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
@@ -44,7 +45,9 @@ TEST(Record, LaunchedCommandWithLateThread) {
     ++progress_calls;
     EXPECT_GE(p.elapsed_s, 0.2);
   };
+  const double steal_before = test::host_steal_ns();
   const RecordResult result = record(options);
+  const double stolen_ns = test::host_steal_ns() - steal_before;
   rusage after;
   ::getrusage(RUSAGE_CHILDREN, &after);
   EXPECT_TRUE(result.target_exited);
@@ -52,7 +55,7 @@ TEST(Record, LaunchedCommandWithLateThread) {
   EXPECT_GE(progress_calls, 2);
   ASSERT_EQ(result.profile.processes.size(), 1u);
   const int32_t pid = result.profile.processes[0].pid;
-  expect_spinner_profile(result, pid, cpu_ns(after) - cpu_ns(before));
+  expect_spinner_profile(result, pid, cpu_ns(after) - cpu_ns(before), {}, stolen_ns);
   EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 
@@ -65,14 +68,17 @@ TEST(Record, LaunchedCommandOnTheCpuClock) {
   options.backend = Backend::kPerf;
   options.event = SamplingEvent::kCpuClock;
   options.target.command = {kSpinner, "1200", "400"};
+  const double steal_before = test::host_steal_ns();
   const RecordResult result = record(options);
+  const double stolen_ns = test::host_steal_ns() - steal_before;
   rusage after;
   ::getrusage(RUSAGE_CHILDREN, &after);
   EXPECT_EQ(result.command_exit_status, 7);
   ASSERT_EQ(result.profile.processes.size(), 1u);
   SpinnerExpectations expected;
   expected.event = "cpu-clock";
-  expect_spinner_profile(result, result.profile.processes[0].pid, cpu_ns(after) - cpu_ns(before), expected);
+  expect_spinner_profile(result, result.profile.processes[0].pid, cpu_ns(after) - cpu_ns(before), expected,
+                         stolen_ns);
 }
 
 TEST(Record, RunningProcessByPid) {
@@ -94,12 +100,14 @@ TEST(Record, RunningProcessByPid) {
       EXPECT_TRUE(spinner.send("g"));
     }
   };
+  const double steal_before = test::host_steal_ns();
   const RecordResult result = record(options);
+  const double stolen_ns = test::host_steal_ns() - steal_before;
   EXPECT_TRUE(result.target_exited);
   EXPECT_EQ(result.command_exit_status, -1);
   rusage usage;
   ASSERT_EQ(spinner.wait(&usage), 7);
-  expect_spinner_profile(result, pid, cpu_ns(usage));
+  expect_spinner_profile(result, pid, cpu_ns(usage), {}, stolen_ns);
   // Mappings read from /proc at the start keep the vDSO and are marked as pre-existing.
   const RawProcess* process = result.profile.find_process(pid);
   ASSERT_NE(process, nullptr);

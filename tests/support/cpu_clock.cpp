@@ -36,6 +36,14 @@ double process_cpu_seconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+double host_steal_ns() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  return cpu == "cpu" ? steal * 1e9 / static_cast<double>(::sysconf(_SC_CLK_TCK)) : 0;
+}
+
 bool process_running(pid_t pid) {
   std::istringstream fields(stat_after_comm(pid));
   std::string state;

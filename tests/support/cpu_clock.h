@@ -18,6 +18,12 @@ namespace hpd::test {
 // in seconds (from /proc/PID/stat, 1/100 s resolution); -1 when there is no such process.
 double process_cpu_seconds(pid_t pid);
 
+// The CPU time the hypervisor took from this machine's CPUs so far (/proc/stat's steal, summed over
+// the CPUs), in ns. A thread that runs while its virtual CPU is stolen gets neither CPU time nor run
+// delay for it: its wall clock goes on, its CPU clock does not, and the kernel did not see it wait;
+// perf's cpu-clock and task-clock (the sampling timers) count it as the thread's.
+double host_steal_ns();
+
 // Whether `pid` exists and is not a zombie (an exited child its parent has not reaped yet).
 bool process_running(pid_t pid);
 

@@ -3,6 +3,7 @@
 #include "hpd/service/server.h"
 
 #include <linux/perf_event.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -149,6 +150,12 @@ json Daemon::status_message(bool privileged) {
   // who may see every session.
   const SessionRegistry::Memory memory = sessions_.memory();
   reply["memory"] = {{"sessions_bytes", memory.bytes}};
+  // malloc's own count (mallinfo2, over every arena): what hpd's heap holds in use (mapped blocks
+  // included), and what it holds free: its arenas' free chunks and tops, resident or given back page
+  // by page (docs/performance.md "Memory of the push").
+  const struct mallinfo2 heap = ::mallinfo2();
+  reply["memory"]["heap_in_use_bytes"] = heap.uordblks + heap.hblkhd;
+  reply["memory"]["heap_free_bytes"] = heap.fordblks;
   if (privileged) {
     json users = json::array();
     for (const auto& [uid, bytes] : memory.by_user) users.push_back({{"uid", uid}, {"bytes", bytes}});
