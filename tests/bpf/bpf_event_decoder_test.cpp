@@ -425,6 +425,34 @@ TEST(BpfEventDecoder, SamplesWaitingForTheirTablesAreHeldInOrderAndWalkedAgain) 
   EXPECT_FALSE(bounded.holding());
 }
 
+// A recording without end (hpd's continuous collection) bounds how long a record waits: one whose
+// tables never come (its process exited before they were published) is decoded as the programs walked
+// it once it waited max_age, counted, and its process's records behind it go on; not before.
+TEST(BpfEventDecoder, ARecordThatWaitedItsMaximumAgeGoesAsItIs) {
+  BpfEventDecoder decoder;
+  decoder.hold_pending_walks(nullptr, 1 << 20, 1000);
+  std::vector<std::pair<int32_t, uint64_t>> seen;
+  const EventSink sink = [&](const Event& event) {
+    if (const auto* s = std::get_if<SampleEvent>(&event)) seen.emplace_back(s->pid, s->time_ns);
+  };
+  decoder.decode(pending_sample(10, 100), sink);
+  decoder.decode(sample_bytes(HPD_EVENT_ON_CPU, 10, 10, 200, "a", {}, {0x400200, 0x400300}), sink);
+  int asked = 0;
+  const auto wait = [&](const hpd_sample_event&, std::span<const uint8_t>, BpfEventDecoder::UserWalk&) {
+    ++asked;
+    return BpfEventDecoder::HeldWalk::kWait;
+  };
+  decoder.release_held(wait, 1099, sink, false);  // waited 999
+  EXPECT_TRUE(seen.empty());
+  EXPECT_TRUE(decoder.holding());
+  decoder.release_held(wait, 1100, sink, false);  // waited 1000
+  EXPECT_EQ(asked, 2) << "asked each time: its tables may have come";
+  EXPECT_EQ(seen, (std::vector<std::pair<int32_t, uint64_t>>{{10, 100}, {10, 200}}));
+  EXPECT_FALSE(decoder.holding());
+  EXPECT_EQ(decoder.samples_tables_pending(), 1u);
+  EXPECT_EQ(decoder.on_cpu_rewalked(), 0u);
+}
+
 // A process forked while its parent's records are held waits behind them: its fork must reach the builder
 // after the parent's exec and mappings (what the child inherits), its own records after its fork. (A
 // child decoded first was described from /proc, which showed its own later image: its inherited

@@ -51,10 +51,12 @@ std::string comm_of(const hpd_event_header& header) {
   return std::string(comm_view(header));
 }
 
-void BpfEventDecoder::hold_pending_walks(std::function<void(int32_t pid)> on_held, size_t max_bytes) {
+void BpfEventDecoder::hold_pending_walks(std::function<void(int32_t pid)> on_held, size_t max_bytes,
+                                         uint64_t max_age_ns) {
   hold_ = true;
   on_held_ = std::move(on_held);
   max_held_bytes_ = max_bytes;
+  max_held_age_ns_ = max_age_ns;
 }
 
 bool BpfEventDecoder::off_cpu_waits_for_walk(std::span<const uint8_t> bytes,
@@ -183,6 +185,9 @@ void BpfEventDecoder::release_held(const HeldWalker& walker, uint64_t walkable_u
           how = HeldWalk::kWait;  // a mapping of its time may still be unread
         else
           how = walker(e, record.subspan(stack_at, e.stack_bytes), walk);
+        if (how == HeldWalk::kWait && max_held_age_ns_ != 0 && e.header.time_ns <= walkable_until_ns &&
+            walkable_until_ns - e.header.time_ns >= max_held_age_ns_)
+          how = HeldWalk::kAsIs;  // waited long enough: its tables may never come
         if (how == HeldWalk::kWait && !final) break;
       }
       emit_held(h, sink, how == HeldWalk::kWalked ? &walk : nullptr);

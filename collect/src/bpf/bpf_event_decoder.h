@@ -41,12 +41,17 @@ class BpfEventDecoder {
   // held, and every later record of its process behind it, so that the process's events still reach
   // the sink in their order; release_held() walks it again. `on_held` is told the process of each such
   // record (system-wide, tables are compiled for the processes sampled). Past `max_bytes` of held
-  // records, all of them are decoded as they are. Such records' registers and stack go no further
+  // records, all of them are decoded as they are; with `max_age_ns` (not 0), a record that waited that
+  // long (its time that much before release_held's `walkable_until_ns`) is decoded as it is, and its
+  // process's records behind it go on: a recording without end (hpd's continuous collection) would
+  // otherwise hold a process whose tables never come (one that exited before they were published)
+  // until the byte bound. Such records' registers and stack go no further
   // than the second walk (the builder does not see them). So is an off-CPU record whose walk met a
   // table not published yet, when it was not walked again while its thread was off the CPU
   // (replace_off_cpu_user_stack) and its switch-out wrote a copy of its stack (HPD_EVENT_SWITCH_STACK):
   // it is walked from that copy.
-  void hold_pending_walks(std::function<void(int32_t pid)> on_held, size_t max_bytes);
+  void hold_pending_walks(std::function<void(int32_t pid)> on_held, size_t max_bytes,
+                          uint64_t max_age_ns = 0);
   enum class HeldWalk {
     kWait,    // the tables it needs are not published yet
     kAsIs,    // no better walk will come: decode it as the programs walked it
@@ -138,6 +143,7 @@ class BpfEventDecoder {
   bool hold_ = false;
   std::function<void(int32_t)> on_held_;
   size_t max_held_bytes_ = 0;
+  uint64_t max_held_age_ns_ = 0;  // 0: no bound on how long a record waits
   std::map<int32_t, std::deque<Held>> held_;
   // A process forked while its parent's records were held joins its parent's queue (by child pid: the
   // queue's pid), it and all its records, so that its fork reaches the sink after every earlier record

@@ -115,6 +115,11 @@ constexpr int kKallsymsPollMs = 5;
 // Records held for a second walk at most (BpfEventDecoder::hold_pending_walks): a few seconds of samples
 // of a CPU; beyond, they keep the programs' walk.
 constexpr size_t kMaxHeldBytes = 64u << 20;
+// How long a recording that forgets what exited (hpd's continuous collection: forget_before) holds a
+// record for its tables: less than the 10 s after which the collection forgets a process, so that no
+// held record reaches it after its process; the records of one whose tables never came (an exit before
+// they were published) were held until kMaxHeldBytes, +64 MiB of hpd's memory beside a CI run.
+constexpr uint64_t kMaxHeldNsWhenForgetting = 5'000'000'000ULL;
 // At the end of a recording, how long held samples wait for the tables they need.
 constexpr int kFinalTablesWaitMs = 3000;
 // After the attach, how long the session's own heavy work waits for the targets' first sample.
@@ -207,7 +212,7 @@ RecordResult BpfSession::run() {
           cfi_maps_->sampled(pid);
           cfi_maps_->waiting(pid);
         },
-        kMaxHeldBytes);
+        kMaxHeldBytes, options_.forget_before ? kMaxHeldNsWhenForgetting : 0);
   builder_ = std::make_unique<RawProfileBuilder>(
       profile, BuilderConfig{TrackerConfig{profile.info.start_mono_ns}, dwarf_},
       SystemLookups{[](int32_t pid) { return read_proc_maps(pid); },
