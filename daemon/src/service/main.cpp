@@ -57,9 +57,9 @@ int check_configuration(const hpd::service::DaemonOptions& options) {
 // to 32 MiB) and the trim threshold to twice that. hpd frees such blocks whenever it compiles a large
 // module's unwind table (libLLVM's rows: 30 MiB), and from then on every arena kept up to 64 MiB of
 // free memory at its top, resident, which malloc_trim does not return for a thread's arena: seen as
-// +18 MiB of RssAnon that stayed after one clang++ ran beside a continuous hpd, and as a rise of 1 MiB
-// a second to 116 MiB then a drop. Fixed thresholds: blocks of 256 KiB and more are mapped and
-// unmapped on their own, and an arena returns its top once 1 MiB of it is free.
+// +11 to +18 MiB of RssAnon that stayed after one clang++ ran beside a continuous hpd. Fixed
+// thresholds: blocks of 256 KiB and more are mapped and unmapped on their own, and an arena returns
+// its top once 1 MiB of it is free.
 void return_freed_memory() {
   ::mallopt(M_MMAP_THRESHOLD, 256 << 10);
   ::mallopt(M_TRIM_THRESHOLD, 1 << 20);
