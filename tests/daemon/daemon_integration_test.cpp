@@ -515,9 +515,11 @@ RawProfile record_until_cpu(const Hpd& hpd, pid_t pid, const std::string& out, c
 
 // From a recording's first on-CPU sample of `pid` to its last, the samples (one per interval of the
 // thread's CPU time) stand for what the process's own clock says it used: no time at the start went
-// unsampled once sampling began, none was lost on the way.
+// unsampled once sampling began, none was lost on the way. `stolen_ns`: the hypervisor's steal over
+// the recording (host_steal_ns), which the sampling timer counts as the thread's and its clock does
+// not (seen beside four CPU hogs and a CI run: 105.1%).
 void expect_samples_cover_the_cpu(const RawProfile& profile, pid_t pid, const CpuLog& log,
-                                  const std::string& what) {
+                                  const std::string& what, double stolen_ns) {
   std::vector<uint64_t> times;
   for (const RawSample& s : profile.samples)
     if (s.pid == pid && s.kind == SampleKind::kOnCpu) times.push_back(s.time_ns);
@@ -530,10 +532,11 @@ void expect_samples_cover_the_cpu(const RawProfile& profile, pid_t pid, const Cp
   const double used_ns = *cpu_last - *cpu_first;
   const double sampled_ns =
       static_cast<double>(times.size() - 1) * static_cast<double>(profile.info.interval_ns);
-  std::printf("%s: %zu samples, %.1f ms of CPU sampled of %.1f ms used (%.1f%%)\n", what.c_str(),
-              times.size(), sampled_ns / 1e6, used_ns / 1e6, 100 * sampled_ns / used_ns);
+  std::printf("%s: %zu samples, %.1f ms of CPU sampled of %.1f ms used (%.1f%%), host steal %.1f ms\n",
+              what.c_str(), times.size(), sampled_ns / 1e6, used_ns / 1e6, 100 * sampled_ns / used_ns,
+              stolen_ns / 1e6);
   EXPECT_GE(sampled_ns, 0.95 * used_ns) << what;
-  EXPECT_LE(sampled_ns, 1.05 * used_ns) << what;
+  EXPECT_LE(sampled_ns, 1.05 * used_ns + stolen_ns) << what;
   // The profile says when sampling began, after the request.
   EXPECT_EQ(profile.info.first_sample_mono_ns, times.front()) << what;
   EXPECT_NE(profile.info.requested_mono_ns, 0u) << what;
@@ -742,11 +745,14 @@ TEST(Hpd, WarmRecordingsInARowTakeTheLoadedProgramsAndSampleAllTheCpu) {
   Background target({kCpuClockLog, log_path});
   ASSERT_TRUE(wait_for_cpu(target.pid(), 0.05));
   std::vector<RawProfile> profiles;
+  std::vector<double> stolen;
   for (int i = 0; i < 3; ++i) {
     const std::string n = std::to_string(i);
     const uint64_t taken = prepared()["taken"].get<uint64_t>();
     const std::string err = hpd.out_dir() + "/warm" + n + ".err";
+    const double steal_before = host_steal_ns();
     profiles.push_back(record_until_cpu(hpd, target.pid(), hpd.out_dir() + "/warm" + n + ".hpr", err, 0.5));
+    stolen.push_back(host_steal_ns() - steal_before);
     EXPECT_EQ(prepared()["taken"].get<uint64_t>(), taken + 1)
         << "recording " << n << " loaded its own programs";
     std::stringstream summary;
@@ -764,7 +770,7 @@ TEST(Hpd, WarmRecordingsInARowTakeTheLoadedProgramsAndSampleAllTheCpu) {
   ASSERT_EQ(target.wait(), 0);
   const CpuLog log(log_path);
   for (size_t i = 0; i < profiles.size(); ++i)
-    expect_samples_cover_the_cpu(profiles[i], pid, log, "recording " + std::to_string(i));
+    expect_samples_cover_the_cpu(profiles[i], pid, log, "recording " + std::to_string(i), stolen[i]);
   EXPECT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
