@@ -117,8 +117,9 @@ constexpr int kKallsymsPollMs = 5;
 constexpr size_t kMaxHeldBytes = 64u << 20;
 // How long a recording that forgets what exited (hpd's continuous collection: forget_before) holds a
 // record for its tables: less than the 10 s after which the collection forgets a process, so that no
-// held record reaches it after its process; the records of one whose tables never came (an exit before
-// they were published) were held until kMaxHeldBytes, +64 MiB of hpd's memory beside a CI run.
+// held record reaches it after its process. Without it, the records of a process whose tables had not
+// come (one that exited before they were published, likely) were held until kMaxHeldBytes: hpd's
+// working memory rose 7 -> 105 MiB beside a CI run (docs/performance.md "Memory of the push").
 constexpr uint64_t kMaxHeldNsWhenForgetting = 5'000'000'000ULL;
 // At the end of a recording, how long held samples wait for the tables they need.
 constexpr int kFinalTablesWaitMs = 3000;

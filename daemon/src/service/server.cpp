@@ -169,7 +169,7 @@ json Daemon::status_message(bool privileged) {
     if (continuous_) {
       const continuous::Stats stats = continuous_->stats();
       continuous["running"] = stats.running;
-      continuous["chunks_written"] = stats.chunks_written;  // since hpd started
+      continuous["chunks_written"] = stats.chunks_written;  // since continuous mode was turned on
       continuous["chunks_on_disk"] = stats.chunks_on_disk;
       continuous["bytes_on_disk"] = stats.bytes_on_disk;
       continuous["chunks_removed"] = stats.chunks_removed;  // by retention, since hpd started
