@@ -227,6 +227,7 @@ TEST_F(ContinuousTest, ConsecutiveChunksJoinWithoutAGapAndHoldTheFixturesCpuTime
   ContinuousOptions o = options(env_number("HPD_GAP_TEST_CHUNK_SECONDS", 1));
   o.frequency_hz = hz;
   ContinuousProfiler profiler(o);
+  const double steal_before = test::host_steal_ns();
   profiler.start();
   ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= 1; })) << profiler.stats().last_error;
   const double cpu_at_first_chunk = test::process_cpu_seconds(fixture_pid);
@@ -238,6 +239,7 @@ TEST_F(ContinuousTest, ConsecutiveChunksJoinWithoutAGapAndHoldTheFixturesCpuTime
       60 * cpu_seconds + 120))
       << profiler.stats().last_error;
   profiler.stop();
+  const double stolen_ns = test::host_steal_ns() - steal_before;
   ASSERT_EQ(fixture.terminate(), 0);
   const test::CpuLog log(log_path);
   ASSERT_GT(log.size(), 0u);
@@ -277,13 +279,19 @@ TEST_F(ContinuousTest, ConsecutiveChunksJoinWithoutAGapAndHoldTheFixturesCpuTime
   ASSERT_TRUE(cpu_first && cpu_last) << "the fixture's log does not span the chunks";
   const double expected = (*cpu_last - *cpu_first) / static_cast<double>(interval_ns);
   const double bound = 5 * std::sqrt(expected) + 2;
+  // The sampling timer (cpu-clock) counts the time the hypervisor took from the fixture's virtual CPU
+  // as the fixture's, its CPU clock does not: up to one more sample per interval stolen (seen beside
+  // four CPU hogs and a CI run: 1237 samples for 1033 expected).
+  const double stolen_intervals = stolen_ns / static_cast<double>(interval_ns);
   std::cout << scan.chunks.size() << " chunks, largest gap at a boundary "
             << static_cast<double>(largest_gap) / 1e6 << " ms (interval "
             << static_cast<double>(interval_ns) / 1e6 << " ms); fixture " << fixture_samples
             << " samples for " << expected << " expected (+-" << bound
-            << "): " << 100 * (static_cast<double>(fixture_samples) / expected - 1) << "%\n";
+            << "): " << 100 * (static_cast<double>(fixture_samples) / expected - 1) << "%; host steal "
+            << stolen_ns / 1e6 << " ms\n";
   EXPECT_GE(expected, 0.99 * cpu_seconds * hz);
-  EXPECT_NEAR(static_cast<double>(fixture_samples), expected, bound);
+  EXPECT_GE(static_cast<double>(fixture_samples), expected - bound);
+  EXPECT_LE(static_cast<double>(fixture_samples), expected + bound + stolen_intervals);
 
   // Read back over every chunk: one process, all of its samples.
   ExportFilter filter;
