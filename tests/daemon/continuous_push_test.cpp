@@ -803,12 +803,22 @@ TEST_F(ContinuousPush, UnsentChunksRemovedByRetentionAreCountedForEachEndpoint) 
 // eBPF maps it has mapped) less the unwind tables it keeps (status cfi.kept.bytes: bounded by
 // max_kept_unwind_tables_mb, and grown by every new program the host starts, which a system-wide
 // recording samples), in KiB; 0 when it cannot be read.
-uint64_t working_kib(const Hpd& hpd) {
-  const std::string status = read_small_file("/proc/" + std::to_string(hpd.pid()) + "/status").value_or("");
+// RssAnon of /proc/PID/status, in KiB; 0 when it cannot be read.
+uint64_t rss_anon_kib(pid_t pid) {
+  const std::string status = read_small_file("/proc/" + std::to_string(pid) + "/status").value_or("");
   const size_t at = status.find("\nRssAnon:");
-  if (at == std::string::npos) return 0;
-  const uint64_t anon = std::stoull(status.substr(at + 10));
-  const uint64_t kept = hpd.status().at("cfi").at("kept").at("bytes").get<uint64_t>() >> 10;
+  return at == std::string::npos ? 0 : std::stoull(status.substr(at + 10));
+}
+
+// The unwind tables hpd keeps (its status cfi.kept.bytes), in KiB.
+uint64_t kept_tables_kib(const json& status) {
+  return status.at("cfi").at("kept").at("bytes").get<uint64_t>() >> 10;
+}
+
+uint64_t working_kib(const Hpd& hpd) {
+  const uint64_t anon = rss_anon_kib(hpd.pid());
+  if (anon == 0) return 0;
+  const uint64_t kept = kept_tables_kib(hpd.status());
   return anon > kept ? anon - kept : 0;
 }
 
@@ -940,7 +950,8 @@ TEST_F(ContinuousPush, ProcessesAndStacksThatComeAndGoLeaveTheMemoryFlat) {
   ASSERT_EQ(hpd.terminate(), 0) << hpd.log();
 }
 
-// The continuous profile's chunks written since hpd started (status continuous.chunks_written).
+// The continuous profile's chunks written since continuous mode was turned on (status
+// continuous.chunks_written).
 uint64_t chunks_written(const Hpd& hpd) {
   const json status = hpd.status();
   return status.contains("continuous") ? field(status["continuous"], "chunks_written") : 0;
@@ -962,12 +973,10 @@ bool read_after_a_chunk(const Hpd& hpd, MemoryReading* r) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  const std::string status = read_small_file("/proc/" + std::to_string(hpd.pid()) + "/status").value_or("");
-  const size_t at = status.find("\nRssAnon:");
-  if (at == std::string::npos) return false;
-  r->anon = std::stoll(status.substr(at + 10));
+  r->anon = static_cast<int64_t>(rss_anon_kib(hpd.pid()));
+  if (r->anon == 0) return false;
   const json s = hpd.status();
-  r->tables = static_cast<int64_t>(s.at("cfi").at("kept").at("bytes").get<uint64_t>() >> 10);
+  r->tables = static_cast<int64_t>(kept_tables_kib(s));
   r->in_use = static_cast<int64_t>(field(s["memory"], "heap_in_use_bytes") >> 10);
   return r->in_use > 0;
 }
@@ -1030,7 +1039,7 @@ TEST_F(ContinuousPush, ALargeProgramBesideLeavesWhatHpdUsesAndNotWhatItFreed) {
     const RunResult run_result = run({HPD_CLANGXX, "-O2", "-c", source, "-o", dir_.file("large.o")}, 300);
     ASSERT_EQ(run_result.exit_code, 0) << run_result.err;
     ++compiles;
-    tables = static_cast<int64_t>(hpd.status().at("cfi").at("kept").at("bytes").get<uint64_t>() >> 10);
+    tables = static_cast<int64_t>(kept_tables_kib(hpd.status()));
   }
   // The compile's chunk and the next one, then the readings.
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(read_after_a_chunk(hpd, &r)) << hpd.log();
