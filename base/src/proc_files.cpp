@@ -124,6 +124,24 @@ std::optional<uint64_t> read_thread_runtime_ns(int32_t pid, int32_t tid) {
   return value;
 }
 
+std::optional<uint64_t> read_host_steal_ns() {
+  const auto line = read_first_line("/proc/stat");
+  // "cpu  user nice system idle iowait irq softirq steal guest guest_nice", in USER_HZ ticks.
+  if (!line || line->rfind("cpu ", 0) != 0) return std::nullopt;
+  const char* p = line->data() + 3;
+  const char* const end = line->data() + line->size();
+  uint64_t value = 0;
+  for (int field = 0; field < 8; ++field) {
+    while (p < end && *p == ' ') ++p;
+    const auto [next, ec] = std::from_chars(p, end, value);
+    if (ec != std::errc() || next == p) return std::nullopt;
+    p = next;
+  }
+  const long ticks_per_s = ::sysconf(_SC_CLK_TCK);
+  if (ticks_per_s <= 0) return std::nullopt;
+  return value * (1000000000ull / static_cast<uint64_t>(ticks_per_s));
+}
+
 std::optional<uint64_t> read_thread_context_switches(int32_t pid, int32_t tid) {
   const auto status =
       read_small_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status");

@@ -77,6 +77,10 @@ class BlockApplier {
     if (!d.at_end()) i.call_counter = d.str();
     if (!d.at_end()) i.requested_mono_ns = d.var();
     if (!d.at_end()) i.first_sample_mono_ns = d.var();
+    if (!d.at_end()) {
+      i.host_steal_known = d.u8() != 0;
+      i.host_steal_ns = d.var();
+    }
   }
 
   void latency(Decoder& d) {

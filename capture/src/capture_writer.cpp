@@ -48,7 +48,8 @@ bool same_info(const RecordingInfo& a, const RecordingInfo& b) {
          a.hostname == b.hostname && a.kernel_release == b.kernel_release &&
          a.kernel_frames == b.kernel_frames && a.logical_cpus == b.logical_cpus &&
          a.call_counter == b.call_counter && a.requested_mono_ns == b.requested_mono_ns &&
-         a.first_sample_mono_ns == b.first_sample_mono_ns;
+         a.first_sample_mono_ns == b.first_sample_mono_ns && a.host_steal_known == b.host_steal_known &&
+         a.host_steal_ns == b.host_steal_ns;
 }
 
 bool same_latency(const std::vector<RawCallLatency>& a, const std::vector<RawCallLatency>& b) {
@@ -184,6 +185,8 @@ struct CaptureWriter::State {
     enc.str(i.call_counter);
     enc.var(i.requested_mono_ns);
     enc.var(i.first_sample_mono_ns);
+    enc.u8(i.host_steal_known ? 1 : 0);
+    enc.var(i.host_steal_ns);
     emit(BlockType::kInfo);
     info = i;
     info_written = true;

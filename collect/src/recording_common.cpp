@@ -41,6 +41,16 @@ void take_clock_pair(uint64_t& mono, uint64_t& unix_ns) {
   }
 }
 
+void HostStealMeter::start() {
+  at_start_ = read_host_steal_ns();
+}
+
+void HostStealMeter::stop(RecordingInfo& info) const {
+  const std::optional<uint64_t> now = read_host_steal_ns();
+  info.host_steal_known = at_start_ && now && *now >= *at_start_;
+  info.host_steal_ns = info.host_steal_known ? *now - *at_start_ : 0;
+}
+
 namespace {
 
 // Whether some thread of `pid` has not begun to exit (PF_EXITING, or a zombie): the kernel's

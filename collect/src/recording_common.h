@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,17 @@ inline uint64_t mono_now() {
 
 // The wall clock at a monotonic instant: the tightest of a few mono/real/mono brackets.
 void take_clock_pair(uint64_t& mono, uint64_t& unix_ns);
+
+// The hypervisor's steal across a recording: read where the recording starts (next to
+// take_clock_pair), stated in its info where it ends (RecordingInfo::host_steal_ns).
+class HostStealMeter {
+ public:
+  void start();
+  void stop(RecordingInfo& info) const;
+
+ private:
+  std::optional<uint64_t> at_start_;
+};
 
 // Fills what /proc says of a live process into its description: executable, command line, cgroup,
 // and its name when it has none yet (each left as it is when unreadable). Both backends' one reader.

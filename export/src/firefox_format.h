@@ -250,6 +250,10 @@ inline constexpr const char* kCallCounterLabel = "Calls counted by";  // only wi
 inline constexpr const char* kRequestedLabel = "Requested at (monotonic ns)";
 inline constexpr const char* kFirstSampleLabel = "First sample at (monotonic ns)";
 inline constexpr const char* kUnsampledStartLabel = "Not sampled after the request";
+// The CPU time the hypervisor took from the machine's CPUs during the recording (ns; only when known),
+// and what it means for the samples, as a sentence (only when it is 0.5% of the CPU time or more).
+inline constexpr const char* kHostStealLabel = "Taken by the hypervisor (ns of CPU time)";
+inline constexpr const char* kHostStealNoteLabel = "Hypervisor steal";
 
 inline constexpr const char* kLostSection = "Lost data";
 inline constexpr const char* kLostRecordsLabel = "Lost records";

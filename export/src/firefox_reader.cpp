@@ -228,6 +228,10 @@ class FirefoxReader {
         if (label == firefox::kCallCounterLabel) info.call_counter = text;
         if (label == firefox::kRequestedLabel) info.requested_mono_ns = count;
         if (label == firefox::kFirstSampleLabel) info.first_sample_mono_ns = count;
+        if (label == firefox::kHostStealLabel) {
+          info.host_steal_known = true;
+          info.host_steal_ns = count;
+        }
         if (label == firefox::kLostRecordsLabel) lost.lost_records = count;
         if (label == firefox::kThrottleLabel) lost.throttle_events = count;
         if (label == firefox::kStackFailuresLabel) lost.stack_failures = count;

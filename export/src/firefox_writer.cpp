@@ -264,6 +264,11 @@ class FirefoxWriter {
                     static_cast<double>(info.first_sample_mono_ns - info.requested_mono_ns) / 1e6);
       extra_entry(firefox::kUnsampledStartLabel, "string", std::string(text));
     }
+    if (info.host_steal_known) {
+      extra_entry(firefox::kHostStealLabel, info.host_steal_ns);
+      if (std::string note = host_steal_note(info); !note.empty())
+        extra_entry(firefox::kHostStealNoteLabel, "string", std::move(note));
+    }
     w_.end_array();
     w_.end_object();
 

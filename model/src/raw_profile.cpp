@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 namespace hpd {
@@ -401,6 +402,31 @@ void LatencyHistogram::merge(const LatencyHistogram& other) {
     }
   }
   buckets = std::move(out);
+}
+
+std::optional<double> host_steal_share(const RecordingInfo& info) {
+  if (!info.host_steal_known || info.end_mono_ns <= info.start_mono_ns || info.logical_cpus == 0)
+    return std::nullopt;
+  const double cpu_ns = static_cast<double>(info.end_mono_ns - info.start_mono_ns) * info.logical_cpus;
+  return std::min(1.0, static_cast<double>(info.host_steal_ns) / cpu_ns);
+}
+
+std::string host_steal_note(const RecordingInfo& info) {
+  const std::optional<double> share = host_steal_share(info);
+  if (!share || *share < 0.005) return "";
+  const double length_s = static_cast<double>(info.end_mono_ns - info.start_mono_ns) / 1e9;
+  char length[32];
+  if (length_s >= 1)
+    std::snprintf(length, sizeof length, "%.1f s", length_s);
+  else
+    std::snprintf(length, sizeof length, "%.0f ms", length_s * 1e3);
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "the hypervisor took %.1f%% of this machine's CPU time during the recording (%.0f ms of the "
+                "%u CPUs' %s); the sampling timer counts it as the running threads' time and their CPU "
+                "clocks do not, so samples may exceed the threads' CPU time by up to that much",
+                100.0 * *share, static_cast<double>(info.host_steal_ns) / 1e6, info.logical_cpus, length);
+  return text;
 }
 
 }  // namespace hpd

@@ -56,6 +56,7 @@ void for_each_summary_field(Summary& s, Field&& field) {
   field("threads", s.threads);
   field("seconds", s.seconds);
   field("unsampled_start_s", s.unsampled_start_s);
+  field("host_steal_s", s.host_steal_s);
   field("backend", s.backend);
   field("lost_records", s.lost_records);
   field("throttle_events", s.throttle_events);

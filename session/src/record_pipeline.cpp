@@ -390,6 +390,7 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
   s.seconds = (info.end_mono_ns - from) / 1e9;
   if (info.requested_mono_ns != 0 && info.first_sample_mono_ns >= info.requested_mono_ns)
     s.unsampled_start_s = (info.first_sample_mono_ns - info.requested_mono_ns) / 1e9;
+  if (info.host_steal_known) s.host_steal_s = info.host_steal_ns / 1e9;
   s.backend = info.backend;
   s.lost_records = result.profile.lost.lost_records;
   s.throttle_events = result.profile.lost.throttle_events;
@@ -405,6 +406,7 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
   s.notes = output.mip_notes();
   if (std::string note = stack_completeness_note(result.profile); !note.empty())
     s.notes.push_back(std::move(note));
+  if (std::string note = host_steal_note(info); !note.empty()) s.notes.push_back("note: " + note);
   for (const std::string& note : output.jit_notes()) s.notes.push_back("note: " + note);
   if (!output.unreadable_note().empty()) s.notes.push_back("note: " + output.unreadable_note());
   if (!result.mmap_watch_fallback_reason.empty()) {

@@ -26,6 +26,8 @@ RawProfile make_raw_profile(size_t samples) {
   i.logical_cpus = 2;
   i.requested_mono_ns = i.start_mono_ns - 40'000'000ull;
   i.first_sample_mono_ns = i.start_mono_ns + 1'000'000ull;
+  i.host_steal_known = true;
+  i.host_steal_ns = 30'000'000ull;
 
   const uint32_t kernel = p.intern_module("[kernel.kallsyms]", "aa11", true);
   const uint32_t app = p.intern_module("/usr/bin/app", "0123456789abcdef0123456789abcdef01234567");
@@ -153,7 +155,8 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
       x.call_counter != y.call_counter || x.arguments != y.arguments || x.hostname != y.hostname ||
       x.kernel_release != y.kernel_release || x.kernel_frames != y.kernel_frames ||
       x.logical_cpus != y.logical_cpus || x.requested_mono_ns != y.requested_mono_ns ||
-      x.first_sample_mono_ns != y.first_sample_mono_ns)
+      x.first_sample_mono_ns != y.first_sample_mono_ns || x.host_steal_known != y.host_steal_known ||
+      x.host_steal_ns != y.host_steal_ns)
     return "recording info differs";
   if (a.modules.size() != b.modules.size()) return "module count differs";
   for (size_t i = 0; i < a.modules.size(); ++i) {

@@ -89,6 +89,11 @@ void expect_spinner_profile(const RecordResult& result, int32_t pid, uint64_t re
   SCOPED_TRACE("pid " + std::to_string(pid));
   const double cpu_ms = double(real_cpu_ns) / 1e6;
 
+  // The hypervisor's steal during the recording, which hpd read inside the interval the caller
+  // measured (`stolen_ns`): known, and no more than that.
+  EXPECT_TRUE(profile.info.host_steal_known);
+  EXPECT_LE(static_cast<double>(profile.info.host_steal_ns), stolen_ns);
+
   // Sample count: about one per millisecond of CPU at 999 Hz.
   EXPECT_GT(profile.samples.size(), 200u);
   EXPECT_GT(double(profile.samples.size()), 0.5 * cpu_ms);

@@ -67,6 +67,8 @@ TEST(FirefoxReader, RoundTripKeepsTheProfile) {
   Profile a = make_synthetic_profile();
   a.meta.recording.first_sample_mono_ns = a.meta.recording.start_mono_ns + 123457;
   a.meta.recording.requested_mono_ns = a.meta.recording.start_mono_ns - 3000000;
+  a.meta.recording.host_steal_known = true;
+  a.meta.recording.host_steal_ns = 20000000;
   const std::string path = dir.file("p.json.gz");
   write_firefox_file(a, path);
   const Profile b = read_firefox_file(path);
@@ -90,6 +92,8 @@ TEST(FirefoxReader, RoundTripKeepsTheProfile) {
   EXPECT_EQ(rb.logical_cpus, ra.logical_cpus);
   EXPECT_EQ(rb.requested_mono_ns, ra.requested_mono_ns);
   EXPECT_EQ(rb.first_sample_mono_ns, ra.first_sample_mono_ns);
+  EXPECT_TRUE(rb.host_steal_known);
+  EXPECT_EQ(rb.host_steal_ns, ra.host_steal_ns);
   EXPECT_EQ(b.meta.lost.lost_records, 3u);
   EXPECT_EQ(b.meta.lost.throttle_events, 1u);
   EXPECT_EQ(b.meta.lost.stack_failures, 2u);

@@ -147,6 +147,51 @@ TEST(Report, DurationCountsFromTheFirstSampleAndTheUnsampledStartIsStated) {
   EXPECT_EQ(unknown_text.str().find("First sample"), std::string::npos) << unknown_text.str();
 }
 
+// The hypervisor's steal during the recording: the JSON has it whenever it is known; the header states
+// it, with what it does to the samples, from 0.5% of the recording's CPU time (length x CPUs) on.
+TEST(Report, TheHypervisorsStealIsStatedWithWhatItDoesToTheSamples) {
+  Profile p = testing::make_synthetic_profile();
+  RecordingInfo& info = p.meta.recording;
+  ASSERT_EQ(info.end_mono_ns - info.start_mono_ns, 20000000u);
+  info.logical_cpus = 2;
+  info.host_steal_known = true;
+  info.host_steal_ns = 4000000;  // 10% of 2 CPUs x 20 ms
+  ReportOptions options;
+  const Report r = compute_report(p, options);
+  EXPECT_TRUE(r.totals.host_steal_known);
+  std::ostringstream text;
+  print_report(r, text, options);
+  const std::string said = text.str();
+  // Wrapped at the width, not cut: its lines, joined again, are the sentence.
+  const size_t from = said.find("Note: ");
+  ASSERT_NE(from, std::string::npos) << said;
+  std::string note;
+  for (size_t at = from, end; at < said.size(); at = end + 1) {
+    end = std::min(said.find('\n', at), said.size());
+    const std::string line = said.substr(at, end - at);
+    if (at != from && line.rfind("  ", 0) != 0) break;
+    EXPECT_LE(line.size(), options.width) << line;
+    note += at == from ? line : " " + line.substr(2);
+  }
+  EXPECT_EQ(note,
+            "Note: the hypervisor took 10.0% of this machine's CPU time during the recording (4 ms of the 2 "
+            "CPUs' 20 ms); the sampling timer counts it as the running threads' time and their CPU clocks do "
+            "not, so samples may exceed the threads' CPU time by up to that much")
+      << said;
+  std::ostringstream doc;
+  print_report_json(r, doc, options);
+  EXPECT_EQ(json::parse(doc.str())["totals"]["host_steal_ns"], 4000000u) << doc.str();
+
+  info.host_steal_ns = 100000;  // 0.25%: in the JSON, not in the header
+  std::ostringstream small;
+  print_report(compute_report(p, options), small, options);
+  EXPECT_EQ(small.str().find("hypervisor"), std::string::npos) << small.str();
+  info.host_steal_known = false;  // unknown (an older file): null
+  std::ostringstream unknown;
+  print_report_json(compute_report(p, options), unknown, options);
+  EXPECT_TRUE(json::parse(unknown.str())["totals"]["host_steal_ns"].is_null()) << unknown.str();
+}
+
 TEST(Report, InlinedKernelAndOffCpuAttribution) {
   ReportOptions options;
   options.limit = 0;

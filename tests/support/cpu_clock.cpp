@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "hpd/base/proc_files.h"
+
 namespace hpd::test {
 
 namespace {
@@ -37,11 +39,7 @@ double process_cpu_seconds(pid_t pid) {
 }
 
 double host_steal_ns() {
-  std::ifstream in("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  return cpu == "cpu" ? steal * 1e9 / static_cast<double>(::sysconf(_SC_CLK_TCK)) : 0;
+  return static_cast<double>(read_host_steal_ns().value_or(0));
 }
 
 bool process_running(pid_t pid) {

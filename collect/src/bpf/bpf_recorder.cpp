@@ -191,6 +191,7 @@ RecordResult BpfSession::run() {
   snapshot_switches();
   RawProfile& profile = result_.profile;
   take_clock_pair(profile.info.start_mono_ns, profile.info.start_unix_ns);
+  steal_.start();
   RecordingInfo& info = profile.info;
   info.interval_ns = period_ns_;
   info.frequency_hz = options_.frequency_hz;
@@ -348,6 +349,7 @@ RecordResult BpfSession::run() {
     }
   }
   profile.info.end_mono_ns = mono_now();
+  steal_.stop(profile.info);
   await_cpu_tails();
   // Stop every source before the last drain, so the ring holds everything that will ever come.
   sampling_.clear();

@@ -161,6 +161,7 @@ class BpfSession {
   std::vector<int32_t> descendants_;  // add_descendants' children of the targets
 
   RecordResult result_;
+  HostStealMeter steal_;
   BuildIdReader build_ids_;
   // One per recording: its CFI and rule caches serve every process of the recording.
   Unwinder unwinder_;

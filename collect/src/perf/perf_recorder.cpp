@@ -139,6 +139,7 @@ class PerfSession {
   std::set<int32_t> attached_;
   std::vector<std::pair<int32_t, std::vector<uint64_t>>> own_ids_;
   RecordResult result_;
+  HostStealMeter steal_;
   BuildIdReader build_ids_;
   // The ring's records, put in time order (ordering_), become events (decoder_), which the one
   // builder turns into the profile.
@@ -514,6 +515,7 @@ void PerfSession::fill_info() {
 RecordResult PerfSession::run() {
   raise_fd_limit();
   take_clock_pair(result_.profile.info.start_mono_ns, result_.profile.info.start_unix_ns);
+  steal_.start();
   fill_info();
 
   // Before the fork: the counter decides whether the command starts with hpd's runtime preloaded.
@@ -632,6 +634,7 @@ RecordResult PerfSession::run() {
     }
   }
   result_.profile.info.end_mono_ns = mono_now();
+  steal_.stop(result_.profile.info);
   // Disabling a parent event disables its inherited children too; then the rings hold everything.
   for (const CpuRing& ring : rings_) {
     if (ring.owner) ::ioctl(ring.owner.get(), PERF_EVENT_IOC_DISABLE, 0);

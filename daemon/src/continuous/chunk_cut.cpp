@@ -1,6 +1,8 @@
 // ChunkCut: one chunk of a long-lived recording as a self-contained RawProfile.
 #include "chunk_cut.h"
 
+#include "hpd/base/proc_files.h"
+
 namespace hpd::continuous {
 
 namespace {
@@ -26,6 +28,9 @@ ChunkCut::ChunkCut(const RawProfile& live, uint64_t start_mono_ns) : lost_before
   chunk_.info.end_mono_ns = 0;
   chunk_.info.requested_mono_ns = 0;
   chunk_.info.first_sample_mono_ns = 0;
+  chunk_.info.host_steal_known = false;
+  chunk_.info.host_steal_ns = 0;
+  steal_at_start_ = read_host_steal_ns();
   // The kernel image: its frames need it whichever processes the chunk holds.
   for (uint32_t i = 0; i < live.modules.size(); ++i) {
     if (live.modules[i].is_kernel) module(i, live);
@@ -113,10 +118,15 @@ void ChunkCut::refresh(const RawProfile& live) {
   chunk_.info.end_mono_ns = own.end_mono_ns;
   chunk_.info.requested_mono_ns = own.requested_mono_ns;
   chunk_.info.first_sample_mono_ns = own.first_sample_mono_ns;
+  chunk_.info.host_steal_known = own.host_steal_known;
+  chunk_.info.host_steal_ns = own.host_steal_ns;
 }
 
 void ChunkCut::end(uint64_t end_mono_ns, uint64_t requested_mono_ns) {
   chunk_.info.end_mono_ns = end_mono_ns;
+  const std::optional<uint64_t> steal = read_host_steal_ns();
+  chunk_.info.host_steal_known = steal_at_start_ && steal && *steal >= *steal_at_start_;
+  chunk_.info.host_steal_ns = chunk_.info.host_steal_known ? *steal - *steal_at_start_ : 0;
   if (requested_mono_ns != 0 && first_on_cpu_ns_ != 0) {
     chunk_.info.requested_mono_ns = requested_mono_ns;
     chunk_.info.first_sample_mono_ns = first_on_cpu_ns_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +41,7 @@ class ChunkCut {
   std::unordered_map<uint32_t, uint32_t> modules_;               // live index -> chunk index
   std::unordered_map<uint64_t, LostCounts> thread_lost_before_;  // pid << 32 | tid
   uint64_t first_on_cpu_ns_ = 0;
+  std::optional<uint64_t> steal_at_start_;  // read_host_steal_ns() when the chunk began
 };
 
 }  // namespace hpd::continuous

@@ -1,5 +1,6 @@
 // Reading chunks back: the chunks overlapping a time window merged into one RawProfile.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <unordered_map>
@@ -75,6 +76,17 @@ class ChunkMerger {
     const uint64_t chunk_end_mono = std::max(info.end_mono_ns, info.start_mono_ns);
     last_end_mono_ = std::max(last_end_mono_, non_negative(add_signed(chunk_end_mono, shift_)));
     first_start_unix_ = std::min(first_start_unix_, info.start_unix_ns);
+    // The hypervisor's steal of the part of the chunk inside the window: a share of the chunk's by
+    // the time inside (how it was spread within a chunk is not known).
+    if (info.host_steal_known && info.end_mono_ns > info.start_mono_ns) {
+      const uint64_t from = std::max(since_, info.start_unix_ns);
+      const uint64_t to = std::min(until_, info.start_unix_ns + (info.end_mono_ns - info.start_mono_ns));
+      if (to > from)
+        steal_ns_ += static_cast<double>(info.host_steal_ns) * static_cast<double>(to - from) /
+                     static_cast<double>(info.end_mono_ns - info.start_mono_ns);
+    } else {
+      steal_unknown_ = true;
+    }
     to_unix_ = static_cast<int64_t>(info.start_unix_ns) - static_cast<int64_t>(info.start_mono_ns);
 
     // Which merged process each of this chunk's pids is, and whether it passes the filter.
@@ -160,6 +172,8 @@ class ChunkMerger {
     out_.info.start_mono_ns = non_negative(static_cast<int64_t>(start_unix) - ref_to_unix);
     const uint64_t until_mono = non_negative(static_cast<int64_t>(until_) - ref_to_unix);
     out_.info.end_mono_ns = std::max(out_.info.start_mono_ns, std::min(last_end_mono_, until_mono));
+    out_.info.host_steal_known = !steal_unknown_;
+    out_.info.host_steal_ns = steal_unknown_ ? 0 : static_cast<uint64_t>(std::llround(steal_ns_));
     out_.info.target =
         "continuous profile (" + std::to_string(chunks_) + (chunks_ == 1 ? " chunk" : " chunks") + ", " +
         format_unix_time(start_unix) + " to " +
@@ -312,6 +326,8 @@ class ChunkMerger {
   int64_t to_unix_ = 0;  // this chunk's monotonic times -> Unix time
   uint64_t chunk_start_mono_ = 0;
   uint64_t last_end_mono_ = 0;
+  double steal_ns_ = 0;         // the hypervisor's steal within the window, of the chunks added
+  bool steal_unknown_ = false;  // a chunk did not know its steal
   uint64_t first_start_unix_ = std::numeric_limits<uint64_t>::max();
   std::unordered_map<int32_t, Incarnation> latest_;  // by the pid the chunks recorded
   std::unordered_set<int32_t> used_pids_;            // merged pids handed out

@@ -421,6 +421,9 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     totals.unsampled_start_known = true;
     totals.unsampled_start_ns = info.first_sample_mono_ns - info.requested_mono_ns;
   }
+  totals.host_steal_known = info.host_steal_known;
+  totals.host_steal_ns = info.host_steal_ns;
+  totals.host_steal_note = host_steal_note(info);
   if (info.end_mono_ns > info.start_mono_ns) {
     totals.duration_ns = info.end_mono_ns - (first_known ? info.first_sample_mono_ns : info.start_mono_ns);
   } else {

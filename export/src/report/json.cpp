@@ -69,6 +69,7 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
       {"duration_ns", t.duration_ns},
       {"unsampled_start_ns",
        t.unsampled_start_known ? ordered_json(t.unsampled_start_ns) : ordered_json(nullptr)},
+      {"host_steal_ns", t.host_steal_known ? ordered_json(t.host_steal_ns) : ordered_json(nullptr)},
       {"interval_ns", t.interval_ns},
       {"cpu_ns", t.cpu_ns},
       {"off_cpu_ns", t.off_cpu_ns},

@@ -165,6 +165,29 @@ TEST(LoadChunks, TheWindowSelectsChunksAndSamples) {
   EXPECT_THROW(load_chunk_window(dir.path(), f, nullptr), std::runtime_error);
 }
 
+// The hypervisor's steal of a window: each chunk's, by the share of the chunk inside the window;
+// unknown when one chunk did not know its own.
+TEST(LoadChunks, TheWindowsStealIsItsChunksShareOfTheirs) {
+  TempDir dir;
+  for (int i = 0; i < 2; ++i) {
+    RawProfile c = chunk(i, {{}});
+    c.info.host_steal_known = true;
+    c.info.host_steal_ns = (i + 1) * 600 * 1000000ULL;  // 600 ms, then 1200 ms
+    write_chunk(dir.path(), c);
+  }
+  ExportFilter f;
+  f.since_unix_ns = kStart + 30 * kSec;  // half of the first chunk, a quarter of the second
+  f.until_unix_ns = kStart + 75 * kSec;
+  const RawProfile p = load_chunk_window(dir.path(), f, nullptr).profile;
+  EXPECT_TRUE(p.info.host_steal_known);
+  EXPECT_EQ(p.info.host_steal_ns, 300 * 1000000ULL + 300 * 1000000ULL);
+
+  RawProfile unknown = chunk(2, {{}});
+  unknown.info.host_steal_known = false;
+  write_chunk(dir.path(), unknown);
+  EXPECT_FALSE(load_chunks(dir.path(), everything(), nullptr).info.host_steal_known);
+}
+
 TEST(LoadChunks, PidAndCommFiltersKeepOnlyMatchingProcesses) {
   TempDir dir;
   const std::vector<SyntheticProcess> procs{

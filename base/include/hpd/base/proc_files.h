@@ -30,6 +30,13 @@ std::vector<int32_t> list_child_processes(int32_t pid);
 // /proc/PID/task/TID/schedstat; nullopt when the thread is gone or schedstats are not built in.
 std::optional<uint64_t> read_thread_runtime_ns(int32_t pid, int32_t tid);
 
+// The CPU time the hypervisor took from this machine's CPUs since boot (the "steal" column of
+// /proc/stat's "cpu" line, summed over the CPUs), in ns; 1/USER_HZ (10 ms) resolution. nullopt when
+// /proc/stat is unreadable or has no steal column. A thread whose virtual CPU is stolen while it runs
+// gets no CPU time for it (PARAVIRT_TIME_ACCOUNTING) and no run delay either, but perf's cpu-clock and
+// task-clock, the sampling timers, count it as that thread's.
+std::optional<uint64_t> read_host_steal_ns();
+
 // The thread's context switches so far (voluntary_ctxt_switches + nonvoluntary_ctxt_switches of
 // /proc/PID/task/TID/status: the kernel's nvcsw + nivcsw); nullopt when the thread is gone.
 std::optional<uint64_t> read_thread_context_switches(int32_t pid, int32_t tid);

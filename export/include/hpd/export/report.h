@@ -133,6 +133,11 @@ struct ReportTotals {
   // From the request to the first on-CPU sample, when both are known: the targets ran unsampled.
   bool unsampled_start_known = false;
   uint64_t unsampled_start_ns = 0;
+  // The CPU time the hypervisor took from the machine's CPUs during the recording, when known
+  // (RecordingInfo::host_steal_ns), and what the header says of it (host_steal_note; may be "").
+  bool host_steal_known = false;
+  uint64_t host_steal_ns = 0;
+  std::string host_steal_note;
   uint64_t interval_ns = 0;  // sampling interval used for the wall-clock view
   uint64_t cpu_ns = 0;       // sum of on-CPU samples' cpu_delta_ns
   uint64_t off_cpu_ns = 0;   // blocked

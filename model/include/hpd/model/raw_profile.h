@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -325,7 +326,22 @@ struct RecordingInfo {
   // say how long, and count the recording's duration from the first sample.
   uint64_t requested_mono_ns = 0;
   uint64_t first_sample_mono_ns = 0;
+  // The CPU time the hypervisor took from this machine's CPUs between start_mono_ns and end_mono_ns
+  // (/proc/stat's steal, all CPUs; read_host_steal_ns), when known. The sampling timers count it as
+  // the running threads' time while the threads' own CPU clocks do not: samples can exceed the CPU
+  // time the threads used by up to this much, and the summary, the report and the Firefox profile
+  // say so (host_steal_note).
+  bool host_steal_known = false;
+  uint64_t host_steal_ns = 0;
 };
+
+// The share of the recording's CPU time (its length x logical_cpus) the hypervisor took; nullopt when
+// not known.
+std::optional<double> host_steal_share(const RecordingInfo& info);
+// What the summary and the report print about it: "" when unknown or below 0.5% (10 ms ticks make
+// smaller shares noise), else a sentence (no trailing period) saying how much and what it does to
+// the figures.
+std::string host_steal_note(const RecordingInfo& info);
 
 // A symbol of JIT-generated code, from the process's /tmp/perf-PID.map (perf's convention: one
 // "START SIZE NAME" line per code blob, hex, written by the runtime: node --perf-basic-prof, the JVM

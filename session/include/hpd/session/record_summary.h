@@ -14,6 +14,10 @@ struct RecordSummary {
   double seconds = 0;  // from the first on-CPU sample to the end (from the start when there was none)
   // From the request to the first on-CPU sample: time the targets ran unsampled; -1 when unknown.
   double unsampled_start_s = -1;
+  // The CPU time the hypervisor took from the machine's CPUs during the recording (all CPUs, /proc/stat's
+  // steal), which the sampling timer counts as the running threads'; -1 when unknown. Said in `notes`
+  // when it is 0.5% of the CPU time or more.
+  double host_steal_s = -1;
   std::string backend;
   uint64_t lost_records = 0;
   uint64_t throttle_events = 0;
