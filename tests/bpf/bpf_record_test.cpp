@@ -127,18 +127,25 @@ TEST(BpfRecord, LaunchedCommandWithLateThread) {
   auto pct = [&](double p) { return ratios[size_t(p * double(ratios.size() - 1))]; };
   size_t within_10 = 0;
   for (double r : ratios) within_10 += r > 0.9 && r < 1.1;
-  std::printf(
-      "cpu delta / interval: p5 %.3f p25 %.3f p50 %.3f p75 %.3f p95 %.3f; within 10%%: %.1f%% of %zu\n",
-      pct(0.05), pct(0.25), pct(0.5), pct(0.75), pct(0.95), 100.0 * double(within_10) / double(ratios.size()),
-      ratios.size());
   // The timer counts wall time while the thread is on the CPU, its CPU clock does not count the time
-  // the hypervisor ran something else (steal): on a busy host many deltas are rightly below 1.
-  EXPECT_NEAR(pct(0.5), 1.0, 0.1);
+  // the hypervisor ran something else (steal): on a busy host many deltas are rightly below 1. At most
+  // this share of the timer's time was stolen (all of the machine's steal on the spinner's threads):
+  // spread evenly it takes that share from every delta, in bursts of an interval or more it empties
+  // that share of the samples; either way the quantiles below 1 drop by no more than it.
+  const double used_ns = double(cpu_ns(after) - cpu_ns(before));
+  const double stolen_share = stolen_ns / (used_ns + stolen_ns);
+  std::printf(
+      "cpu delta / interval: p5 %.3f p25 %.3f p50 %.3f p75 %.3f p95 %.3f; within 10%%: %.1f%% of %zu; host "
+      "steal %.1f%% of the timer's time at most\n",
+      pct(0.05), pct(0.25), pct(0.5), pct(0.75), pct(0.95), 100.0 * double(within_10) / double(ratios.size()),
+      ratios.size(), 100 * stolen_share);
+  EXPECT_GE(pct(0.5), 0.9 - stolen_share);
+  EXPECT_LE(pct(0.5), 1.1);
   // Lumps (73% zeros, the rest a tick's worth) put the first quartile at 0 and the third at 0 or 4.
   // A loaded machine spreads single deltas (the timer restarts at each switch-in, so samples come
   // early and late: within 10% only 52-56% of them in some runs) but keeps the middle half near one
   // interval (p25 0.986-0.998, p75 1.001-1.293 at load 7-14).
-  EXPECT_GT(pct(0.25), 0.75);
+  EXPECT_GT(pct(0.25), 0.75 - stolen_share);
   EXPECT_LT(pct(0.75), 1.5);
   EXPECT_EQ(result.samples_with_stale_cpu_time, 0u);
   EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
@@ -635,11 +642,13 @@ TEST(BpfRecord, ThreadsBornDuringTheAttachAreSampledOnce) {
                     s.kind == SampleKind::kOnCpu ? "" : "x");
     std::printf("\n");
   }
-  const double ratio = double(samples) / (double(cpu_ns) / double(p.info.interval_ns));
+  const double cpu_intervals = double(cpu_ns) / double(p.info.interval_ns);
+  const double ratio = double(samples) / cpu_intervals;
   std::printf("churn: %zu threads, %zu samples, %.1f ms CPU, samples per interval of CPU %.3f\n",
               threads.size(), samples, double(cpu_ns) / 1e6, ratio);
   EXPECT_GT(ratio, 0.7);
-  EXPECT_LT(ratio, 1.2);
+  // Above, each interval stolen may add a sample (as for each thread's bound).
+  EXPECT_LT(ratio, 1.2 + stolen_intervals / cpu_intervals);
   EXPECT_EQ(count_open_fds(), fds_before + held_module_files(result.profile));
 }
 

@@ -273,16 +273,25 @@ class EdgeTruthTest : public ::testing::Test {
     return truth_ns;
   }
 
-  // burn_child's CPU in a capture's report against `truth_ns`, within 5%.
-  void check_burn_child(const json& rep, const std::string& what, double truth_ns, size_t children) {
+  // burn_child's CPU in a capture's report against `truth_ns`, within 5%. `stolen_ns`: what the
+  // hypervisor took from the machine's CPUs while the children burned, for perf_event, whose thread CPU
+  // is the task-clock counter: it runs on while a thread's virtual CPU is stolen, the thread's CPU clock
+  // (the truth) does not, so it may be ahead by that much (eBPF's is the scheduler's runtime: 0).
+  // `lost_records`: records the kernel dropped, each at most one sample of an interval.
+  void check_burn_child(const json& rep, const std::string& what, double truth_ns, size_t children,
+                        double stolen_ns = 0, uint64_t lost_records = 0) {
     ASSERT_TRUE(rep.contains("functions"));
     const json* burn = row_of(rep, "burn_child");
     ASSERT_NE(burn, nullptr) << "burn_child not in the report";
     const double got_ns = number(burn, "total_cpu_ns");
-    std::printf("%s: burn_child truth %.1f ms in %zu children; hpd %.1f ms (%.1f%%), %.0f samples\n",
-                what.c_str(), truth_ns / 1e6, children, got_ns / 1e6, 100.0 * got_ns / truth_ns,
-                number(burn, "total_samples"));
-    EXPECT_NEAR(got_ns, truth_ns, 0.05 * truth_ns);
+    std::printf(
+        "%s: burn_child truth %.1f ms in %zu children; hpd %.1f ms (%.1f%%), %.0f samples; host steal %.1f "
+        "ms\n",
+        what.c_str(), truth_ns / 1e6, children, got_ns / 1e6, 100.0 * got_ns / truth_ns,
+        number(burn, "total_samples"), stolen_ns / 1e6);
+    EXPECT_LE(got_ns, 1.05 * truth_ns + stolen_ns);
+    const double interval_ns = rep.at("totals").at("interval_ns").get<double>();
+    EXPECT_GE(got_ns, 0.95 * truth_ns - static_cast<double>(lost_records) * interval_ns);
   }
 
   // The processes of exit_children_nofp whose lines are in `out` (the children, 2 ms each) that `capture`
@@ -422,9 +431,11 @@ class EdgeTruthTest : public ::testing::Test {
     } else {
       EXPECT_TRUE(attached && process_running(recorder.pid())) << read_text_file(err);
     }
+    const double steal_before = host_steal_ns();  // the children burn after the go-ahead
     ASSERT_TRUE(parent.send("x"));
     ASSERT_EQ(parent.wait(), 0);
     ASSERT_EQ(recorder.wait(), 0) << read_text_file(err);
+    const double stolen_ns = host_steal_ns() - steal_before;
 
     std::set<int64_t> pids;
     const double truth_ns = children_truth(read_text_file(out), pids);
@@ -438,8 +449,18 @@ class EdgeTruthTest : public ::testing::Test {
     }
     std::printf("%s: %zu of %d children with samples in the profile\n", what.c_str(), seen.size(), kChildren);
     if (fd_limit == 0) {
-      EXPECT_EQ(seen.size(), static_cast<size_t>(kChildren));
-      check_burn_child(rep, what, truth_ns, pids.size());
+      // Every child is in the profile, but for what the kernel dropped from a full ring (a reader that
+      // fell behind on a loaded machine): the report counts it, and each child without samples says
+      // its samples may be among those records.
+      const auto lost = rep.at("totals").at("lost").at("lost_records").get<uint64_t>();
+      EXPECT_LE(static_cast<size_t>(kChildren) - seen.size(), lost)
+          << seen.size() << " of " << kChildren << " children have samples";
+      for (const json& u : rep.at("totals").at("unsampled_threads")) {
+        if (!pids.contains(u.at("pid").get<int64_t>())) continue;
+        EXPECT_NE(u.at("why").get<std::string>().find("lost when the ring was full"), std::string::npos)
+            << u.dump();
+      }
+      check_burn_child(rep, what, truth_ns, pids.size(), perf ? stolen_ns : 0, lost);
       return;
     }
     // The note says how many of the children alive at the attach were left; the others and every

@@ -487,6 +487,16 @@ TEST(Report, ThreadsWithoutSamplesAreNamedAndChangeNoFigure) {
   std::ostringstream off_text;
   print_report(off, off_text, options);
   EXPECT_NE(off_text.str().find("  tid 9 reader: no samples\n"), std::string::npos) << off_text.str();
+
+  // Records lost from a full ring may have been its samples: it says so, beside any other reason.
+  p.meta.lost.lost_records = 7;
+  EXPECT_EQ(compute_report(p, options).totals.unsampled_threads.at(0).why,
+            "its samples may be among the 7 records lost when the ring was full");
+  p.threads[0].samples[0].kind = SampleKind::kOnCpu;
+  p.threads[0].samples[0].off_cpu_ns = 0;
+  EXPECT_EQ(compute_report(p, options).totals.unsampled_threads.at(0).why,
+            "perf_event without --off-cpu samples only CPU time, or its samples may be among the 7 records "
+            "lost when the ring was full");
 }
 
 TEST(Report, RejectsInconsistentProfiles) {

@@ -526,6 +526,14 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
                                               : "";
     for (UnsampledThread& u : totals.unsampled_threads) u.why = why;
   }
+  // Records the kernel dropped (a ring that was full) may have been a thread's samples: it cannot be
+  // told whose they were, so each thread without samples says so.
+  if (totals.lost.lost_records != 0) {
+    const std::string lost = "its samples may be among the " + std::to_string(totals.lost.lost_records) +
+                             (totals.lost.lost_records == 1 ? " record" : " records") +
+                             " lost when the ring was full";
+    for (UnsampledThread& u : totals.unsampled_threads) u.why = u.why.empty() ? lost : u.why + ", or " + lost;
+  }
   std::stable_sort(totals.time_by_thread.begin(), totals.time_by_thread.end(),
                    [](const ThreadTime& a, const ThreadTime& b) { return a.wall_ns > b.wall_ns; });
   totals.processes = pids.size();
