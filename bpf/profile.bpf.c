@@ -591,9 +591,13 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   __u64 copy = have_regs ? stack_copy_bytes : 0;
   // cfi mode: a walk that stood in frame pointers for a table not published yet is done again by user
   // space from the registers and a copy of the stack.
-  if (!have_regs && regs && wants_pending_copy(e) && !ring_too_full_for_copies()) {
-    copy_user_regs(e, regs);
-    copy = pending_stack_copy_bytes;
+  if (!have_regs && regs && wants_pending_copy(e)) {
+    if (ring_too_full_for_copies()) {
+      count(HPD_COUNTER_COPIES_SKIPPED);
+    } else {
+      copy_user_regs(e, regs);
+      copy = pending_stack_copy_bytes;
+    }
   }
   if (copy != 0) {
     // The copy goes right after the last frame; sample_size() is at most the offset of the end of ips.
@@ -618,7 +622,10 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
 // the off-CPU record then keeps the frame-pointer walk taken with it.
 static __always_inline void emit_switch_stack(const struct hpd_event_header* h, const struct pt_regs* user,
                                               __u32 want) {
-  if (ring_too_full_for_copies()) return;
+  if (ring_too_full_for_copies()) {
+    count(HPD_COUNTER_COPIES_SKIPPED);
+    return;
+  }
   const __u32 slot = scratch_index();
   struct hpd_sample_event* c = bpf_map_lookup_elem(&sample_scratch, &slot);
   if (!c) return;

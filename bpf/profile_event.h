@@ -52,7 +52,11 @@ enum hpd_counter {
   /* off-CPU intervals whose switch-in the sched_switch tracepoint did not report (their end was taken
    * from the thread's CPU time: HPD_SAMPLE_SWITCH_IN_INFERRED) */
   HPD_COUNTER_SWITCH_IN_UNSEEN = 5,
-  HPD_COUNTER_COUNT = 6,
+  /* stack copies not taken because the ring held half of its size or more (ring_too_full_for_copies):
+   * cfi mode's copies of samples whose tables were pending, and switch-out copies (dwarf, cfi); those
+   * records keep the frame-pointer walk taken with them */
+  HPD_COUNTER_COPIES_SKIPPED = 6,
+  HPD_COUNTER_COUNT = 7,
 };
 
 /* Every record starts with this header. */

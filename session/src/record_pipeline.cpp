@@ -441,6 +441,12 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
         " off-CPU intervals ended with a switch-in the kernel's sched_switch tracepoint did not "
         "report: their end was taken from the thread's CPU time since it switched out");
   }
+  if (result.stack_copies_skipped_ring_full != 0) {
+    s.notes.push_back("note: " + std::to_string(result.stack_copies_skipped_ring_full) +
+                      " stack copies were not taken because the ring buffer was half full (hpd's reader fell "
+                      "behind; samples come first): those samples keep the frame-pointer walk taken with "
+                      "them, which may end early in code without frame pointers");
+  }
   if (result.off_cpu_at_attach != 0) {
     s.notes.push_back("note: " + std::to_string(result.off_cpu_at_attach) +
                       " threads were already off the CPU when the recording began: their time from its "

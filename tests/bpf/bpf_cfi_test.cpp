@@ -305,6 +305,34 @@ Symbolized record_dwarf(const std::vector<std::string>& command) {
   return s;
 }
 
+// --call-graph dwarf copies the stack at each switch-out, but only while the ring is less than half full
+// (the samples come first). A 64 KiB ring beside a fixture whose threads block and wake a thousand times
+// a second fills past half: the copies left out are counted, each is an off-CPU record without a copy
+// (or a record lost itself), and the summary says how many.
+TEST(BpfDwarf, StackCopiesLeftOutOfAFullRingAreCountedAndSaid) {
+  RecordOptions options;
+  options.backend = Backend::kBpf;
+  options.frequency_hz = 4999;
+  options.ring_pages = 16;
+  options.call_graph = CallGraph::kDwarf;
+  options.target.command = {HPD_OFFCPU_FIXTURE, "1.5", "1", "1"};
+  const Summarized s = record_with_summary(options, "copies_skipped");
+  ASSERT_EQ(s.result.command_exit_status, 0);
+  std::printf("copies skipped %llu; off-CPU records with a copy %llu, without %llu; lost records %llu\n",
+              static_cast<unsigned long long>(s.result.stack_copies_skipped_ring_full),
+              static_cast<unsigned long long>(s.result.off_cpu_with_stack_copy),
+              static_cast<unsigned long long>(s.result.off_cpu_without_stack_copy),
+              static_cast<unsigned long long>(s.result.profile.lost.lost_records));
+  EXPECT_GT(s.result.stack_copies_skipped_ring_full, 0u) << "a 64 KiB ring of 32 KiB copies should fill";
+  EXPECT_LE(s.result.stack_copies_skipped_ring_full,
+            s.result.off_cpu_without_stack_copy + s.result.profile.lost.lost_records);
+  const std::string said = "note: " + std::to_string(s.result.stack_copies_skipped_ring_full) +
+                           " stack copies were not taken because the ring buffer was half full";
+  EXPECT_TRUE(std::any_of(s.summary.notes.begin(), s.summary.notes.end(), [&](const std::string& n) {
+    return n.rfind(said, 0) == 0;
+  })) << said;
+}
+
 // --call-graph dwarf unwinds off-CPU stacks as it does on-CPU ones, from a copy of the user stack taken
 // at the switch-out (issue #33: blocked and waiting samples of a program without frame pointers reached
 // main 0% of the time, walked by frame pointer, while on-CPU samples reached it 99.9%). Six threads

@@ -82,6 +82,7 @@ void BpfSession::collect_leftovers() {
     result_.off_cpu_switch_ins_inferred = totals[HPD_COUNTER_SWITCH_IN_UNSEEN] + switch_ins_inferred_at_end;
     result_.threads_without_cpu_baseline = totals[HPD_COUNTER_THREAD_MAP_FULL];
     result_.samples_with_stale_cpu_time = totals[HPD_COUNTER_STALE_RUNTIME];
+    result_.stack_copies_skipped_ring_full = totals[HPD_COUNTER_COPIES_SKIPPED];
   }
 }
 

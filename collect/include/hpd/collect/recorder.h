@@ -221,6 +221,10 @@ struct RecordResult {
   // without CONFIG_FAIR_GROUP_SCHED, or clocks that made no sense); their deltas lag by up to a
   // scheduler tick, and the thread's total stays exact.
   uint64_t samples_with_stale_cpu_time = 0;
+  // eBPF: stack copies not taken because the ring buffer was half full or more (the reader fell
+  // behind; the samples come first): cfi mode's copies of samples whose tables were not in the maps
+  // yet, and switch-out copies. Those samples keep the frame-pointer walk taken with them.
+  uint64_t stack_copies_skipped_ring_full = 0;
   // eBPF: threads whose baseline could not be stored (the per-thread map was full).
   uint64_t threads_without_cpu_baseline = 0;
   // eBPF: off-CPU intervals not recorded because the map of blocked threads was full.
