@@ -178,6 +178,20 @@ TEST(Report, TheHypervisorsStealIsStatedWithWhatItDoesToTheSamples) {
             "CPUs' 20 ms); the sampling timer counts it as the running threads' time and their CPU clocks do "
             "not, so samples may exceed the threads' CPU time by up to that much")
       << said;
+  // Any width the command line takes (print_report makes it 60 at least) ends, and no line of the note
+  // is longer than that.
+  for (const size_t narrow : {1, 2, 3, 5, 8, 9, 12}) {
+    ReportOptions o = options;
+    o.width = narrow;
+    std::ostringstream out;
+    print_report(r, out, o);
+    const std::string all = out.str();
+    for (size_t at = all.find("Note: "), end; at != std::string::npos && at < all.size(); at = end + 1) {
+      end = std::min(all.find('\n', at), all.size());
+      if (all.compare(at, 3, "CPU") == 0) break;  // the next header line
+      EXPECT_LE(end - at, std::max<size_t>(narrow, 60)) << all.substr(at, end - at);
+    }
+  }
   std::ostringstream doc;
   print_report_json(r, doc, options);
   EXPECT_EQ(json::parse(doc.str())["totals"]["host_steal_ns"], 4000000u) << doc.str();
