@@ -230,7 +230,11 @@ TEST_F(OtlpPushTest, CollectorReceivesWhatTheLocalExportHas) {
   EXPECT_GT(got.period_ns, 0);
   EXPECT_NEAR(double(got.off_cpu_ns), double(local_off_cpu), 0.01 * double(local_off_cpu) + 0.5);
 
-  // The fixture's truth: its leaves split the CPU 30/20/40/10.
+  // The fixture's truth: its leaves split the CPU 30/20/40/10, within 5 points as in record_test's check
+  // of the same fixture. About 2,000 samples give a share of 40% a binomial spread of 1.1 points, and
+  // under load the CPU the samples carry can come in lumps (one after a wait for the CPU carries part of an
+  // interval, a later one the rest: seen in BpfRecord.LaunchedCommandWithLateThread), which widens it.
+  // CI saw leaf_c at 36.8% when 3 points were allowed.
   int64_t leaves = 0;
   for (const char* leaf : {"leaf_a", "leaf_b", "leaf_c", "leaf_d"})
     leaves += got.self_cpu_ns.count(leaf) ? got.self_cpu_ns.at(leaf) : 0;
@@ -239,7 +243,7 @@ TEST_F(OtlpPushTest, CollectorReceivesWhatTheLocalExportHas) {
   for (const auto& [leaf, percent] : truth) {
     const double share =
         100.0 * double(got.self_cpu_ns.count(leaf) ? got.self_cpu_ns.at(leaf) : 0) / double(leaves);
-    EXPECT_NEAR(share, percent, 3.0) << leaf << " share of CPU received";
+    EXPECT_NEAR(share, percent, 5.0) << leaf << " share of CPU received";
   }
   std::printf(
       "collector received %lld on-CPU samples of cpu_split (local export %lld), leaf CPU %.1f ms, off-CPU "
