@@ -76,8 +76,10 @@ struct TaskView {
   bool exiting = false;
 };
 
-std::optional<TaskView> read_task_view(int dirfd) {
-  TaskView view;
+// Whether the task has begun to exit (PF_EXITING, or a zombie); nullopt when its stat is unreadable. A
+// thread that has begun to exit has dropped, or is about to drop, its memory: the kernel then gives its
+// /proc files to root as if it were not dumpable (task_dump_owner).
+std::optional<bool> task_exiting(int dirfd) {
   UniqueFd stat_fd(::openat(dirfd, "stat", O_RDONLY | O_CLOEXEC));
   if (!stat_fd) return std::nullopt;
   char buffer[4096];
@@ -94,9 +96,14 @@ std::optional<TaskView> read_task_view(int dirfd) {
   for (int i = 0; i < 5; ++i) fields >> skip;
   unsigned long flags = 0;
   if (!(fields >> flags)) return std::nullopt;
-  // A thread that has begun to exit has dropped, or is about to drop, its memory: the kernel then
-  // gives its /proc files to root as if it were not dumpable (task_dump_owner).
-  view.exiting = (flags & kPfExiting) != 0 || state == "Z" || state == "X";
+  return (flags & kPfExiting) != 0 || state == "Z" || state == "X";
+}
+
+std::optional<TaskView> read_task_view(int dirfd) {
+  TaskView view;
+  const std::optional<bool> exiting = task_exiting(dirfd);
+  if (!exiting) return std::nullopt;
+  view.exiting = *exiting;
   UniqueFd status(::openat(dirfd, "status", O_RDONLY | O_CLOEXEC));
   if (!status) return std::nullopt;
   // Files under /proc/PID (not the directory itself, which keeps the euid for ps) belong to root
@@ -106,9 +113,14 @@ std::optional<TaskView> read_task_view(int dirfd) {
     view.owner = st.st_uid;
     view.owner_known = true;
   }
+  char buffer[4096];
   ssize_t n = 0;
   while ((n = ::read(status.get(), buffer, sizeof buffer)) > 0)
     view.status.append(buffer, static_cast<size_t>(n));
+  // A task that began to exit after its flags were read and before its status file's owner was taken
+  // has that file owned by root already: it is exiting, not a process that made itself undumpable (CI
+  // saw a launched command judged so as it exited at the end of its recording, which was discarded).
+  if (!view.exiting) view.exiting = task_exiting(dirfd).value_or(true);
   return view;
 }
 
