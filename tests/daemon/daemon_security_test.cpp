@@ -1689,6 +1689,14 @@ TEST_F(RealUsers, HostileCallTableIsReadSafely) {
     bob = run(bob_.run_as(hpctl(hpd, {"record", "--calls", "--no-report", "-o", bobs, "--",
                                       std::string(HPD_CALLS_FIXTURES) + "/latency_fentry", bobs_truth})));
   });
+  // A failed assertion below returns early: bob's thread is joined then too (a joinable thread's
+  // destructor would abort the test program and leave its users behind).
+  struct JoinOnExit {
+    std::thread& thread;
+    ~JoinOnExit() {
+      if (thread.joinable()) thread.join();
+    }
+  } join_bob{bob_thread};
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"header", {"the runtime's table was overwritten (its header no longer holds hpd's layout"}},
       {"truncate", {"the runtime's table was truncated while recording"}},
