@@ -20,6 +20,7 @@ typedef int pid_t;
 struct rq {
   u64 clock;
   u64 clock_task;
+  u64 prev_steal_time_rq;
 };
 
 struct cfs_rq {

@@ -2,6 +2,7 @@
 #include "bpf/bpf_load.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +72,38 @@ bool kernel_can_warm_ring() {
                           libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_SYSCALL, nullptr) == 1 &&
                           libbpf_probe_bpf_helper(BPF_PROG_TYPE_SYSCALL, BPF_FUNC_loop, nullptr) == 1;
   return can;
+}
+
+// Where this CPU's hypervisor steal clock (the per-CPU steal_time, a struct kvm_steal_time) lies from
+// its run queue (the per-CPU runqueues): the difference of their places in the per-CPU section, as
+// vmlinux's BTF gives them. Empty when the kernel has either not (no KVM guest support, no BTF). Read
+// once per process: parsing vmlinux's BTF takes about 25 ms.
+std::optional<int64_t> steal_clock_from_run_queue() {
+  static const std::optional<int64_t> offset = []() -> std::optional<int64_t> {
+    btf* vmlinux = btf__load_vmlinux_btf();
+    if (vmlinux == nullptr) return std::nullopt;
+    std::optional<int64_t> steal_time, runqueues;
+    const int section = btf__find_by_name_kind(vmlinux, ".data..percpu", BTF_KIND_DATASEC);
+    const btf_type* type = section > 0 ? btf__type_by_id(vmlinux, static_cast<uint32_t>(section)) : nullptr;
+    if (type != nullptr) {
+      const btf_var_secinfo* var = btf_var_secinfos(type);
+      for (int i = 0; i < btf_vlen(type); ++i, ++var) {
+        const btf_type* var_type = btf__type_by_id(vmlinux, var->type);
+        if (var_type == nullptr) continue;
+        const std::string_view name = btf__name_by_offset(vmlinux, var_type->name_off);
+        const btf_type* value = btf__type_by_id(vmlinux, var_type->type);
+        const std::string_view value_name =
+            value == nullptr ? std::string_view{} : btf__name_by_offset(vmlinux, value->name_off);
+        if (name == "steal_time" && value_name == "kvm_steal_time" && var->size >= 16)
+          steal_time = var->offset;
+        if (name == "runqueues" && value_name == "rq") runqueues = var->offset;
+      }
+    }
+    btf__free(vmlinux);
+    if (!steal_time || !runqueues) return std::nullopt;
+    return *steal_time - *runqueues;
+  }();
+  return offset;
 }
 
 uint32_t stack_copy_bytes(const RecordOptions& options) {
@@ -227,6 +261,10 @@ Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
   config->cfi_unwind = c.cfi ? 1 : 0;
   config->pending_stack_copy_bytes = c.pending_copy;
   config->copies_below_bytes = c.copies_below;
+  if (const std::optional<int64_t> steal = steal_clock_from_run_queue()) {
+    config->steal_clock_known = 1;
+    config->steal_clock_from_rq = *steal;
+  }
   // Without cfi mode the table maps take no memory.
   err = bpf_map__set_max_entries(skel->maps.cfi_rows, c.cfi_rows);
   if (err == 0) err = bpf_map__set_max_entries(skel->maps.cfi_index, c.cfi_index);

@@ -83,6 +83,8 @@ void BpfSession::collect_leftovers() {
     result_.threads_without_cpu_baseline = totals[HPD_COUNTER_THREAD_MAP_FULL];
     result_.samples_with_stale_cpu_time = totals[HPD_COUNTER_STALE_RUNTIME];
     result_.stack_copies_skipped_ring_full = totals[HPD_COUNTER_COPIES_SKIPPED];
+    result_.steal_taken_from_runtimes_ns = totals[HPD_COUNTER_STEAL_TAKEN_NS];
+    result_.samples_with_steal_unread = totals[HPD_COUNTER_STEAL_UNREAD];
   }
 }
 

@@ -221,6 +221,11 @@ struct RecordResult {
   // without CONFIG_FAIR_GROUP_SCHED, or clocks that made no sense); their deltas lag by up to a
   // scheduler tick, and the thread's total stays exact.
   uint64_t samples_with_stale_cpu_time = 0;
+  // eBPF: the hypervisor's steal taken out of samples' thread CPU times as they were brought up to the
+  // sample's instant (the steal since the run queue last accounted it), and the samples whose steal
+  // clock could not be read consistently (theirs kept it; a later delta gives it back).
+  uint64_t steal_taken_from_runtimes_ns = 0;
+  uint64_t samples_with_steal_unread = 0;
   // eBPF: stack copies not taken because the ring buffer was half full or more (the reader fell
   // behind; the samples come first): cfi mode's copies of samples whose tables were not in the maps
   // yet, and switch-out copies. Those samples keep the frame-pointer walk taken with them.
