@@ -41,14 +41,10 @@ void take_clock_pair(uint64_t& mono, uint64_t& unix_ns) {
   }
 }
 
-void HostStealMeter::start() {
-  at_start_ = read_host_steal_ns();
-}
-
-void HostStealMeter::stop(RecordingInfo& info) const {
-  const std::optional<uint64_t> now = read_host_steal_ns();
-  info.host_steal_known = at_start_ && now && *now >= *at_start_;
-  info.host_steal_ns = info.host_steal_known ? *now - *at_start_ : 0;
+void state_host_steal(RecordingInfo& info, const HostStealMeter& meter) {
+  const std::optional<uint64_t> steal = meter.since_start();
+  info.host_steal_known = steal.has_value();
+  info.host_steal_ns = steal.value_or(0);
 }
 
 namespace {

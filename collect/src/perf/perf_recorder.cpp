@@ -634,7 +634,7 @@ RecordResult PerfSession::run() {
     }
   }
   result_.profile.info.end_mono_ns = mono_now();
-  steal_.stop(result_.profile.info);
+  state_host_steal(result_.profile.info, steal_);
   // Disabling a parent event disables its inherited children too; then the rings hold everything.
   for (const CpuRing& ring : rings_) {
     if (ring.owner) ::ioctl(ring.owner.get(), PERF_EVENT_IOC_DISABLE, 0);

@@ -1,8 +1,6 @@
 // ChunkCut: one chunk of a long-lived recording as a self-contained RawProfile.
 #include "chunk_cut.h"
 
-#include "hpd/base/proc_files.h"
-
 namespace hpd::continuous {
 
 namespace {
@@ -30,7 +28,7 @@ ChunkCut::ChunkCut(const RawProfile& live, uint64_t start_mono_ns) : lost_before
   chunk_.info.first_sample_mono_ns = 0;
   chunk_.info.host_steal_known = false;
   chunk_.info.host_steal_ns = 0;
-  steal_at_start_ = read_host_steal_ns();
+  steal_.start();
   // The kernel image: its frames need it whichever processes the chunk holds.
   for (uint32_t i = 0; i < live.modules.size(); ++i) {
     if (live.modules[i].is_kernel) module(i, live);
@@ -124,9 +122,9 @@ void ChunkCut::refresh(const RawProfile& live) {
 
 void ChunkCut::end(uint64_t end_mono_ns, uint64_t requested_mono_ns) {
   chunk_.info.end_mono_ns = end_mono_ns;
-  const std::optional<uint64_t> steal = read_host_steal_ns();
-  chunk_.info.host_steal_known = steal_at_start_ && steal && *steal >= *steal_at_start_;
-  chunk_.info.host_steal_ns = chunk_.info.host_steal_known ? *steal - *steal_at_start_ : 0;
+  const std::optional<uint64_t> steal = steal_.since_start();
+  chunk_.info.host_steal_known = steal.has_value();
+  chunk_.info.host_steal_ns = steal.value_or(0);
   if (requested_mono_ns != 0 && first_on_cpu_ns_ != 0) {
     chunk_.info.requested_mono_ns = requested_mono_ns;
     chunk_.info.first_sample_mono_ns = first_on_cpu_ns_;

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hpd/base/proc_files.h"
 #include "hpd/model/raw_profile.h"
 
 namespace hpd::continuous {
@@ -41,7 +42,7 @@ class ChunkCut {
   std::unordered_map<uint32_t, uint32_t> modules_;               // live index -> chunk index
   std::unordered_map<uint64_t, LostCounts> thread_lost_before_;  // pid << 32 | tid
   uint64_t first_on_cpu_ns_ = 0;
-  std::optional<uint64_t> steal_at_start_;  // read_host_steal_ns() when the chunk began
+  HostStealMeter steal_;  // started when the chunk began
 };
 
 }  // namespace hpd::continuous

@@ -37,6 +37,21 @@ std::optional<uint64_t> read_thread_runtime_ns(int32_t pid, int32_t tid);
 // task-clock, the sampling timers, count it as that thread's.
 std::optional<uint64_t> read_host_steal_ns();
 
+// The hypervisor's steal (read_host_steal_ns) over a span: read at start() and at since_start().
+class HostStealMeter {
+ public:
+  void start() { at_start_ = read_host_steal_ns(); }
+  // nullopt when either reading failed (or the count went back).
+  [[nodiscard]] std::optional<uint64_t> since_start() const {
+    const std::optional<uint64_t> now = read_host_steal_ns();
+    if (!at_start_ || !now || *now < *at_start_) return std::nullopt;
+    return *now - *at_start_;
+  }
+
+ private:
+  std::optional<uint64_t> at_start_;
+};
+
 // The thread's context switches so far (voluntary_ctxt_switches + nonvoluntary_ctxt_switches of
 // /proc/PID/task/TID/status: the kernel's nvcsw + nivcsw); nullopt when the thread is gone.
 std::optional<uint64_t> read_thread_context_switches(int32_t pid, int32_t tid);
