@@ -740,7 +740,7 @@ static __always_inline struct hpd_task_event* reserve_task_event(__u32 type, __s
   e->ringbuf_drops = 0;
   e->cpu_tail_ns = 0;
   e->task_flags = 0;
-  e->reserved = 0;
+  e->cpu_excess_ns = 0;
   return e;
 }
 
@@ -752,16 +752,24 @@ static __always_inline int task_is_dead(struct task_struct* prev) {
 }
 
 // The CPU-tail record of `task` (whose seeded state is `state`): its runtime since its last sample,
-// which becomes the state's baseline. `even_zero`: sent when there is none too.
+// which becomes the state's baseline, or how far that sample's was ahead of it. `even_zero`: sent when
+// there is neither too.
 static __always_inline void emit_cpu_tail(struct task_struct* task, struct hpd_thread_state* state, __s32 pid,
                                           __s32 tid, int even_zero) {
   const __u64 runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
-  if (!even_zero && runtime <= state->last_runtime_ns) return;
+  if (!even_zero && runtime == state->last_runtime_ns) return;
   struct hpd_task_event* e = reserve_task_event(HPD_EVENT_CPU_TAIL, pid, tid);
   if (!e) return;
   if (runtime > state->last_runtime_ns) {
     e->cpu_tail_ns = runtime - state->last_runtime_ns;
     state->last_runtime_ns = runtime;
+  } else if (runtime < state->last_runtime_ns) {
+    // The final runtime is exact; a sample's, brought up to its instant, counted time that was not
+    // the thread's. Said once: the baseline comes down to the final value.
+    const __u64 excess = state->last_runtime_ns - runtime;
+    e->cpu_excess_ns = excess > 0xffffffffull ? 0xffffffffu : (__u32)excess;
+    state->last_runtime_ns = runtime;
+    count(HPD_COUNTER_RUNTIME_AHEAD);
   }
   BPF_CORE_READ_STR_INTO(&e->header.comm, task, comm);
   bpf_ringbuf_submit(e, submit_flags());

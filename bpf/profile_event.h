@@ -61,7 +61,9 @@ enum hpd_counter {
   HPD_COUNTER_STEAL_UNREAD = 7,
   /* the hypervisor's steal taken out of on-CPU samples' runtimes brought up to date, in ns */
   HPD_COUNTER_STEAL_TAKEN_NS = 8,
-  HPD_COUNTER_COUNT = 9,
+  /* exited threads whose last sample's runtime was ahead of their final one (cpu_excess_ns) */
+  HPD_COUNTER_RUNTIME_AHEAD = 9,
+  HPD_COUNTER_COUNT = 10,
 };
 
 /* Every record starts with this header. */
@@ -257,7 +259,11 @@ struct hpd_task_event {
   __u64 ringbuf_drops;
   __u64 cpu_tail_ns;
   __u32 task_flags; /* HPD_TASK_* */
-  __u32 reserved;
+  /* HPD_EVENT_CPU_TAIL: how far the runtime the thread's last sample was given (brought up to the
+   * sample's instant) was ahead of its final sum_exec_runtime, in ns (at most 2^32-1): time that was
+   * not the thread's (hypervisor steal the programs could not read, IRQ time), which user space takes
+   * back from the thread's last samples. 0 otherwise. */
+  __u32 cpu_excess_ns;
 };
 
 /* HPD_EVENT_EXEC: the exec gave the process credentials the client may not trace (restrict_creds);

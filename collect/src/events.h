@@ -123,12 +123,15 @@ struct ExitEvent {
   bool tail_follows = false;  // a CpuTailEvent of this thread will come (eBPF)
 };
 
-// The CPU time a thread used after its last timer sample, known at its last switch-out.
+// The CPU time a thread used after its last timer sample, known at its last switch-out; or how much
+// CPU time its last samples were given that was not its own (excess_ns: their runtime, brought up to
+// the sample's instant, was ahead of the thread's final one).
 struct CpuTailEvent {
   int32_t pid = 0;
   int32_t tid = 0;
   uint64_t time_ns = 0;
   uint64_t cpu_ns = 0;
+  uint64_t excess_ns = 0;
 };
 
 // Records the kernel could not deliver (a full ring), and sampling throttled by the kernel.

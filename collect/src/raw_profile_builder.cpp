@@ -266,6 +266,7 @@ void RawProfileBuilder::count_stack_end(size_t thread_index, StackEnd stack_end)
 // run and its whole exit. A thread with neither samples nor an exit stack gets none.
 void RawProfileBuilder::on_cpu_tail(const CpuTailEvent& e) {
   tails_awaited_.erase(e.tid);
+  if (e.excess_ns != 0) take_back_cpu(e.tid, e.excess_ns);
   const RawThread* thread = profile_.find_thread(e.pid, e.tid);
   if (thread == nullptr) return;
   const auto index = static_cast<size_t>(thread - profile_.threads.data());
@@ -291,6 +292,24 @@ void RawProfileBuilder::on_cpu_tail(const CpuTailEvent& e) {
   count_stack_end(index, tail.stack_end);
   profile_.samples.push_back(tail);
   ++cpu_tails_;
+}
+
+// The thread's last on-CPU samples were given `excess_ns` of CPU time that was not its own: it comes off
+// them, the latest first, none below zero. They are among the last samples added, as the thread has
+// just ended: the search goes back a bounded way.
+void RawProfileBuilder::take_back_cpu(int32_t tid, uint64_t excess_ns) {
+  constexpr size_t kSearched = 1 << 16;
+  std::vector<RawSample>& samples = profile_.samples;
+  const size_t stop = samples.size() > kSearched ? samples.size() - kSearched : 0;
+  for (size_t i = samples.size(); i > stop && excess_ns != 0; --i) {
+    RawSample& s = samples[i - 1];
+    if (s.tid != tid || s.kind != SampleKind::kOnCpu) continue;
+    const uint64_t taken = std::min(excess_ns, s.cpu_delta_ns);
+    s.cpu_delta_ns -= taken;
+    excess_ns -= taken;
+    cpu_taken_back_ns_ += taken;
+  }
+  cpu_excess_left_ns_ += excess_ns;
 }
 
 }  // namespace hpd

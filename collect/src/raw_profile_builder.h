@@ -66,6 +66,10 @@ class RawProfileBuilder {
   [[nodiscard]] const UnwindCounters& unwind_counters() const { return unwind_; }
   // Samples added for the CPU time threads used after their last timer sample (CpuTailEvent).
   [[nodiscard]] uint64_t cpu_tails() const { return cpu_tails_; }
+  // CPU time taken back from exited threads' last samples (CpuTailEvent::excess_ns), and what could
+  // not be (those samples were no longer in the profile: a continuous chunk took them).
+  [[nodiscard]] uint64_t cpu_taken_back_ns() const { return cpu_taken_back_ns_; }
+  [[nodiscard]] uint64_t cpu_excess_left_ns() const { return cpu_excess_left_ns_; }
   // On-CPU samples taken in a thread's exit after its exit stack whose walk failed, given that stack's
   // user part (on_sample).
   [[nodiscard]] uint64_t samples_after_exit_stack() const { return samples_after_exit_stack_; }
@@ -75,6 +79,7 @@ class RawProfileBuilder {
  private:
   void on_sample(const SampleEvent& e);
   void on_cpu_tail(const CpuTailEvent& e);
+  void take_back_cpu(int32_t tid, uint64_t excess_ns);
   // Unwinds (dwarf) or completes (fp) user_ from the sample's registers and stack copy; returns how a
   // dwarf walk ended, kUnknown when none was done.
   StackEnd apply_user_state(const SampleEvent& e, const RawProcess& process);
@@ -104,6 +109,8 @@ class RawProfileBuilder {
   uint64_t samples_ = 0;
   uint64_t unfollowed_samples_ = 0;
   uint64_t cpu_tails_ = 0;
+  uint64_t cpu_taken_back_ns_ = 0;
+  uint64_t cpu_excess_left_ns_ = 0;
   uint64_t samples_after_exit_stack_ = 0;  // user stacks taken from their thread's exit stack
   std::unordered_set<int32_t> tails_awaited_;
   int32_t held_pid_ = 0;  // drop_samples_before

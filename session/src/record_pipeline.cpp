@@ -46,7 +46,9 @@ CaptureWriterOptions capture_options() {
 // exists as it is (/sys/fs/cgroup/...) stays absolute.
 std::string cgroup_option(std::string cgroup) {
   if (cgroup.rfind("0::", 0) == 0) cgroup.erase(0, 3);
-  if (cgroup == "/") return ".";  // the root cgroup: the mount itself, not the file system's root
+  // The root cgroup: the mount itself, not the file system's root. (Compared by size and character:
+  // gcc 12 took `cgroup == "/"` on this moved-from-and-edited string for a read of uninitialized bytes.)
+  if (cgroup.size() == 1 && cgroup[0] == '/') return ".";
   if (cgroup.size() > 1 && cgroup.front() == '/') {
     std::error_code ec;
     if (!std::filesystem::is_directory(cgroup, ec)) cgroup.erase(0, cgroup.find_first_not_of('/'));
@@ -434,6 +436,22 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
     s.notes.push_back("note: " + std::to_string(result.cpu_tails_missing) +
                       " threads exited without their CPU time after their last sample reaching hpd before "
                       "the recording ended: that time is not counted");
+  }
+  if (result.cpu_excess_ns != 0) {
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.1f", static_cast<double>(result.cpu_excess_ns) / 1e6);
+    std::string note =
+        "note: " + std::to_string(result.threads_with_cpu_excess) +
+        " exited threads' last samples were given " + ms +
+        " ms of CPU time beyond the threads' final CPU time (time that was not theirs, such as "
+        "hypervisor steal hpd could not read); ";
+    if (result.cpu_excess_taken_back_ns == result.cpu_excess_ns) {
+      note += "it was taken back from those samples";
+    } else {
+      std::snprintf(ms, sizeof ms, "%.1f", static_cast<double>(result.cpu_excess_taken_back_ns) / 1e6);
+      note += std::string(ms) + " ms of it was taken back from those samples, the rest had left the profile";
+    }
+    s.notes.push_back(note);
   }
   if (result.off_cpu_switch_ins_inferred != 0) {
     s.notes.push_back(

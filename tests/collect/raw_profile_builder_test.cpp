@@ -466,6 +466,41 @@ TEST_F(RawProfileBuilderRules, CpuTailGoesToTheExitStackOrToNoStack) {
   EXPECT_EQ(builder.cpu_tails(), 2u);
 }
 
+// A thread's last samples were given CPU time that was not its own (their runtime, brought up to the
+// sample's instant, counted steal the programs could not read): its tail says by how much, and that
+// comes off those samples, the latest first, none below zero, no other thread's and no off-CPU record's.
+// The thread's total is then its final CPU time.
+TEST_F(RawProfileBuilderRules, ExcessCpuOfAnExitedThreadComesOffItsLastSamples) {
+  builder.processes().add_initial_process(10, maps("00400000-00401000 r-xp 00000000 08:01 5 /bin/sh\n"));
+  builder.on_event(ForkEvent{10, 11, 10, 10, 1500, {}});
+  builder.on_event(sample_event(10, 11, 2000, shell_stack));  // 1 ms each
+  builder.on_event(sample_event(10, 10, 2050, shell_stack));
+  SampleEvent last = sample_event(10, 11, 2100, shell_stack);
+  last.cpu_delta_ns = 300'000;
+  builder.on_event(last);
+  SampleEvent off = sample_event(10, 11, 2200, {});
+  off.kind = SampleKind::kOffCpu;
+  off.cpu_delta_ns = 0;
+  off.off_cpu_ns = 50;
+  builder.on_event(off);
+  builder.on_event(ExitEvent{10, 11, 2500, 0, true});
+  builder.on_event(CpuTailEvent{10, 11, 2600, 0, 500'000});
+  ASSERT_EQ(profile.samples.size(), 4u);
+  EXPECT_EQ(profile.samples[0].cpu_delta_ns, 800'000u);    // 200 us of it
+  EXPECT_EQ(profile.samples[1].cpu_delta_ns, 1'000'000u);  // thread 10's
+  EXPECT_EQ(profile.samples[2].cpu_delta_ns, 0u);          // all of its 300 us
+  EXPECT_EQ(builder.cpu_taken_back_ns(), 500'000u);
+  EXPECT_EQ(builder.cpu_excess_left_ns(), 0u);
+  EXPECT_EQ(builder.tails_awaited(), 0u);
+  EXPECT_EQ(builder.cpu_tails(), 0u);  // no CPU time of its own: no sample added
+
+  // More than its samples had: they come down to zero, the rest is counted as left.
+  builder.on_event(CpuTailEvent{10, 10, 2700, 0, 1'500'000});
+  EXPECT_EQ(profile.samples[1].cpu_delta_ns, 0u);
+  EXPECT_EQ(builder.cpu_taken_back_ns(), 1'500'000u);
+  EXPECT_EQ(builder.cpu_excess_left_ns(), 500'000u);
+}
+
 // A thread past its exit stack never returns to user mode: a later sample of its exit whose walk failed
 // (its memory being released) from the same user instruction has the exit stack's user part, complete;
 // one from another instruction, one taken before the exit stack, or one of a thread whose exit stack

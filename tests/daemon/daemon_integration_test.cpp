@@ -632,7 +632,9 @@ TEST(Hpd, KernelSymbolsAreKeptAcrossRecordingsAndOffCpuStacksStartWhereTheyBlock
     }
     std::string text;
     for (const auto& [name, n] : leaves) text += " " + name + "=" + std::to_string(n);
-    if (i < 3) EXPECT_GE(off_cpu, 5u) << "the shell and its sleeps block about 25 times in 0.5 s";
+    if (i < 3) {
+      EXPECT_GE(off_cpu, 5u) << "the shell and its sleeps block about 25 times in 0.5 s";
+    }
     EXPECT_EQ(scheduler, 0u) << "off-CPU stacks begin at the scheduler or a BPF program:" << text;
     EXPECT_EQ(unnamed, 0u);
     // Read at the first recording, then again only for a recording with an address outside the kernel

@@ -263,7 +263,7 @@ void BpfEventDecoder::decode_record(std::span<const uint8_t> bytes, const EventS
         sink(
             ExitEvent{h.pid, h.tid, h.time_ns, e.ringbuf_drops, (e.task_flags & HPD_TASK_TAIL_FOLLOWS) != 0});
       } else {
-        sink(CpuTailEvent{h.pid, h.tid, h.time_ns, e.cpu_tail_ns});
+        sink(CpuTailEvent{h.pid, h.tid, h.time_ns, e.cpu_tail_ns, e.cpu_excess_ns});
       }
       return;
     }

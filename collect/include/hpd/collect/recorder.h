@@ -215,6 +215,13 @@ struct RecordResult {
   std::string mmap_watch_fallback_reason;
   // eBPF: samples added for the CPU time exited threads used after their last timer sample.
   uint64_t cpu_tail_samples = 0;
+  // eBPF: CPU time exited threads' last samples were given beyond the thread's final CPU time (their
+  // runtime, brought up to the sample's instant, counted time that was not the thread's: steal the
+  // programs could not read, IRQ time), the threads so affected, and what was taken back from those
+  // samples (the rest: samples a continuous chunk had taken already).
+  uint64_t cpu_excess_ns = 0;
+  uint64_t threads_with_cpu_excess = 0;
+  uint64_t cpu_excess_taken_back_ns = 0;
   // eBPF: samples of threads that had no CPU-time baseline (their delta is one period, a guess).
   uint64_t samples_without_cpu_baseline = 0;
   // eBPF: samples whose thread CPU time could not be brought up to the sample's instant (a kernel
