@@ -769,7 +769,6 @@ static __always_inline void emit_cpu_tail(struct task_struct* task, struct hpd_t
     const __u64 excess = state->last_runtime_ns - runtime;
     e->cpu_excess_ns = excess > 0xffffffffull ? 0xffffffffu : (__u32)excess;
     state->last_runtime_ns = runtime;
-    count(HPD_COUNTER_RUNTIME_AHEAD);
   }
   BPF_CORE_READ_STR_INTO(&e->header.comm, task, comm);
   bpf_ringbuf_submit(e, submit_flags());

@@ -61,9 +61,7 @@ enum hpd_counter {
   HPD_COUNTER_STEAL_UNREAD = 7,
   /* the hypervisor's steal taken out of on-CPU samples' runtimes brought up to date, in ns */
   HPD_COUNTER_STEAL_TAKEN_NS = 8,
-  /* exited threads whose last sample's runtime was ahead of their final one (cpu_excess_ns) */
-  HPD_COUNTER_RUNTIME_AHEAD = 9,
-  HPD_COUNTER_COUNT = 10,
+  HPD_COUNTER_COUNT = 9,
 };
 
 /* Every record starts with this header. */

@@ -299,6 +299,7 @@ void RawProfileBuilder::on_cpu_tail(const CpuTailEvent& e) {
 // just ended: the search goes back a bounded way.
 void RawProfileBuilder::take_back_cpu(int32_t tid, uint64_t excess_ns) {
   constexpr size_t kSearched = 1 << 16;
+  ++threads_with_cpu_excess_;
   std::vector<RawSample>& samples = profile_.samples;
   const size_t stop = samples.size() > kSearched ? samples.size() - kSearched : 0;
   for (size_t i = samples.size(); i > stop && excess_ns != 0; --i) {

@@ -70,6 +70,7 @@ class RawProfileBuilder {
   // not be (those samples were no longer in the profile: a continuous chunk took them).
   [[nodiscard]] uint64_t cpu_taken_back_ns() const { return cpu_taken_back_ns_; }
   [[nodiscard]] uint64_t cpu_excess_left_ns() const { return cpu_excess_left_ns_; }
+  [[nodiscard]] uint64_t threads_with_cpu_excess() const { return threads_with_cpu_excess_; }
   // On-CPU samples taken in a thread's exit after its exit stack whose walk failed, given that stack's
   // user part (on_sample).
   [[nodiscard]] uint64_t samples_after_exit_stack() const { return samples_after_exit_stack_; }
@@ -111,6 +112,7 @@ class RawProfileBuilder {
   uint64_t cpu_tails_ = 0;
   uint64_t cpu_taken_back_ns_ = 0;
   uint64_t cpu_excess_left_ns_ = 0;
+  uint64_t threads_with_cpu_excess_ = 0;
   uint64_t samples_after_exit_stack_ = 0;  // user stacks taken from their thread's exit stack
   std::unordered_set<int32_t> tails_awaited_;
   int32_t held_pid_ = 0;  // drop_samples_before

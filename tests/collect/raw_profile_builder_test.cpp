@@ -491,6 +491,7 @@ TEST_F(RawProfileBuilderRules, ExcessCpuOfAnExitedThreadComesOffItsLastSamples) 
   EXPECT_EQ(profile.samples[2].cpu_delta_ns, 0u);          // all of its 300 us
   EXPECT_EQ(builder.cpu_taken_back_ns(), 500'000u);
   EXPECT_EQ(builder.cpu_excess_left_ns(), 0u);
+  EXPECT_EQ(builder.threads_with_cpu_excess(), 1u);
   EXPECT_EQ(builder.tails_awaited(), 0u);
   EXPECT_EQ(builder.cpu_tails(), 0u);  // no CPU time of its own: no sample added
 

@@ -85,7 +85,6 @@ void BpfSession::collect_leftovers() {
     result_.stack_copies_skipped_ring_full = totals[HPD_COUNTER_COPIES_SKIPPED];
     result_.steal_taken_from_runtimes_ns = totals[HPD_COUNTER_STEAL_TAKEN_NS];
     result_.samples_with_steal_unread = totals[HPD_COUNTER_STEAL_UNREAD];
-    result_.threads_with_cpu_excess = totals[HPD_COUNTER_RUNTIME_AHEAD];
   }
 }
 
@@ -163,6 +162,7 @@ void BpfSession::summarize() {
   result_.mmap_records_lost = mmap_watch_.lost() + builder_->processes().mmaps_dropped();
   result_.mmap_records = builder_->processes().mmaps_recorded();
   result_.cpu_tail_samples = builder_->cpu_tails();
+  result_.threads_with_cpu_excess = builder_->threads_with_cpu_excess();
   result_.cpu_excess_taken_back_ns = builder_->cpu_taken_back_ns();
   result_.cpu_excess_ns = builder_->cpu_taken_back_ns() + builder_->cpu_excess_left_ns();
   profile.lost.lost_records += result_.mmap_records_lost;
