@@ -174,6 +174,56 @@ TEST(CfiTable, LibcAgreesWithDwarfRules) {
   EXPECT_GE(ra_in_rdi, 1u);
 }
 
+// ld.so's entry point (_start, then _dl_start_user, from which _dl_init runs the libraries'
+// constructors) has no CFI: the kernel starts it at the exec, on the process's first stack, and nothing
+// called it. The module's rules and its table both say so (return address undefined; an outermost row)
+// from the entry point to the next FDE, which keeps its own rule. A program whose _start has CFI
+// (glibc's crt1) has no such range.
+TEST(CfiTable, AnEntryPointWithoutCfiIsTheOutermostFrame) {
+  const std::string ld_so = std::filesystem::canonical("/lib64/ld-linux-x86-64.so.2").string();
+  auto module = CfiModule::open_file({ld_so}, "", "/usr/lib/debug", true, 1 << 20);
+  ASSERT_TRUE(module->summary().opened) << module->summary().error;
+  const uint64_t entry = module->entry();
+  ASSERT_NE(entry, 0u);
+  FrameRule raw;
+  ASSERT_FALSE(module->row_for_table(false, entry, &raw)) << "ld.so's entry point has CFI on this machine";
+  uint64_t end = entry;  // the first pc past the entry point that an FDE covers
+  while (end < entry + CfiModule::kEntryGapMaxBytes && !module->row_for_table(false, end, &raw)) ++end;
+  ASSERT_GT(end, entry + 8) << "more than _start's two instructions";
+  const CfiModule::PcRange gap = module->entry_without_cfi();
+  EXPECT_EQ(gap.start, entry);
+  EXPECT_EQ(gap.end, end);
+  bool hit = false;
+  for (const uint64_t pc : {entry, entry + 3, end - 1}) {
+    const FrameRule* rule = module->rule_at(pc, &hit);
+    ASSERT_NE(rule, nullptr) << std::hex << pc;
+    EXPECT_EQ(rule->regs[unwind_detail::kRaReg].kind, RuleKind::kUndefined) << std::hex << pc;
+  }
+  const auto table = compile_cfi_table({ld_so}, "", {});
+  ASSERT_TRUE(table->error.empty()) << table->error;
+  for (uint64_t pc = entry; pc < end; ++pc) {
+    const CfiRow* row = table->find_indexed(pc);
+    ASSERT_NE(row, nullptr) << std::hex << pc;
+    EXPECT_EQ(row->cfa_kind, static_cast<uint8_t>(CfaKind::kOutermost)) << std::hex << pc;
+  }
+  const CfiRow* before = table->find(entry - 1);
+  EXPECT_TRUE(before == nullptr || before->cfa_kind != static_cast<uint8_t>(CfaKind::kOutermost));
+  if (end < entry + CfiModule::kEntryGapMaxBytes) {
+    const CfiRow* next = table->find(end);
+    ASSERT_NE(next, nullptr);
+    EXPECT_NE(next->cfa_kind, static_cast<uint8_t>(CfaKind::kOutermost)) << "the next FDE keeps its rule";
+  }
+  const Agreement a = agree(ld_so, *table, 20000);
+  EXPECT_GT(a.by_kind.count(static_cast<int>(CfaKind::kOutermost)), 0u);
+  for (const std::string& m : a.mismatches) ADD_FAILURE() << m;
+
+  auto program = CfiModule::open_file({fixture("chain_gcc")}, "", "/usr/lib/debug", true, 1 << 20);
+  ASSERT_TRUE(program->summary().opened) << program->summary().error;
+  ASSERT_TRUE(program->row_for_table(false, program->entry(), &raw));
+  const CfiModule::PcRange none = program->entry_without_cfi();
+  EXPECT_EQ(none.start, none.end);
+}
+
 TEST(CfiTable, LibstdcxxAgreesWithDwarfRules) {
   expect_agreement(kLibstdcxx, 10000);
 }
@@ -455,6 +505,7 @@ std::string table_walk(const RawProcess& process, const std::vector<RawModule>& 
         case CfaKind::kOutermost: return "root";
         case CfaKind::kNone: break;  // handled above
         case CfaKind::kUnsupported: return "unsupported";
+        case CfaKind::kRspRaInRdi: return "unsupported";  // this walk has no rdi (glibc's vfork only)
         case CfaKind::kRsp: cfa = sp + row->cfa_offset; break;
         case CfaKind::kRbp: cfa = bp + row->cfa_offset; break;
         case CfaKind::kPlt:

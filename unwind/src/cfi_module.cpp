@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -128,6 +129,41 @@ bool CfiModule::load_elf(int fd, std::string* error) {
     return false;
   }
   return true;
+}
+
+uint64_t CfiModule::entry() const {
+  const std::optional<GElf_Ehdr> ehdr = elf_ ? elf_.view().header() : std::nullopt;
+  return ehdr ? ehdr->e_entry : 0;
+}
+
+CfiModule::PcRange CfiModule::entry_without_cfi() {
+  if (entry_gap_known_) return entry_gap_;
+  entry_gap_known_ = true;
+  const uint64_t entry = this->entry();
+  const bool in_code = entry != 0 && std::any_of(segments_.begin(), segments_.end(), [&](const Segment& seg) {
+                         return seg.executable && entry >= seg.vaddr && entry < seg.vaddr + seg.filesz;
+                       });
+  // Without CFI read from the module (none, or a damaged file) nothing says where the gap ends.
+  if (!in_code || eh_cfi_ == nullptr) return entry_gap_;
+  const size_t ops_before = ops_.size();
+  uint64_t end = entry;
+  for (; end < entry + kEntryGapMaxBytes; ++end) {
+    FrameRule probe;
+    bool covered = eh_cfi_ != nullptr && compute(eh_cfi_, end, &probe);
+    if (!covered) {
+      if (!debug_tried_) open_debug_frame();
+      probe = FrameRule{};
+      covered = debug_cfi_ != nullptr && compute(debug_cfi_, end, &probe);
+    }
+    ops_.resize(ops_before);
+    if (covered) break;
+  }
+  entry_gap_ = PcRange{entry, end};
+  entry_rule_ = FrameRule{};
+  entry_rule_.regs[kRaReg].kind = RuleKind::kUndefined;
+  entry_rule_.row_start = entry;
+  entry_rule_.row_end = end;
+  return entry_gap_;
 }
 
 std::string CfiModule::read_build_id() const {
@@ -292,6 +328,7 @@ const FrameRule* CfiModule::rule_at(uint64_t vaddr, bool* hit) {
   }
   if (!ok) {
     ops_.resize(ops_before);
+    if (const PcRange gap = entry_without_cfi(); vaddr >= gap.start && vaddr < gap.end) return &entry_rule_;
     by_pc_.emplace(vaddr, kNoRule);
     return nullptr;
   }

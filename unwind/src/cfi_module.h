@@ -88,6 +88,19 @@ class CfiModule {
   using Segment = ElfSegment;
   const std::vector<Segment>& segments() const { return segments_; }
   const std::string& build_id() const { return build_id_; }
+  // The ELF entry point (e_entry; 0 when it has none or the module could not be opened).
+  uint64_t entry() const;
+  // The code from the entry point up to the first pc an FDE covers (at most kEntryGapMaxBytes), when
+  // no FDE covers the entry point itself; empty (start == end) otherwise, and when the module has no
+  // .eh_frame to read. The kernel starts it at the exec, on the process's first stack, and nothing
+  // called it: it is the outermost frame, and rule_at and the compiled tables say so (ld.so's _start
+  // and _dl_start_user, which calls the libraries' constructors through _dl_init, have no CFI; 64
+  // bytes in Debian 12's).
+  struct PcRange {
+    uint64_t start = 0, end = 0;
+  };
+  static constexpr uint64_t kEntryGapMaxBytes = 256;
+  PcRange entry_without_cfi();
   // Looks for .debug_frame now rather than on the first .eh_frame miss.
   void probe_debug_frame() {
     if (!debug_tried_) open_debug_frame();
@@ -97,7 +110,8 @@ class CfiModule {
   bool vaddr_of(uint64_t file_offset, uint64_t* vaddr) const;
 
   // The rule of the CFI row covering `vaddr`, or nullptr when no FDE covers it or the row uses
-  // something this unwinder cannot evaluate. `*hit` tells whether it came from the cache.
+  // something this unwinder cannot evaluate; the entry point's code without CFI (entry_without_cfi) has
+  // an outermost rule (return address undefined). `*hit` tells whether it came from the cache.
   const FrameRule* rule_at(uint64_t vaddr, bool* hit);
 
   // For the table compiler (cfi_table.h): the pc range [start, end) of every FDE, from .eh_frame
@@ -144,6 +158,9 @@ class CfiModule {
   Dwarf_CFI* debug_cfi_ = nullptr;
   std::vector<Segment> segments_;
   std::string build_id_;
+  bool entry_gap_known_ = false;
+  PcRange entry_gap_;
+  FrameRule entry_rule_;  // entry_gap_'s: return address undefined
 
   // pc -> index into rules_ (or kNoRule); rows are shared by all pcs they cover.
   static constexpr uint32_t kNoRule = UINT32_MAX;

@@ -276,6 +276,22 @@ bool CfiTable::vaddr_of(uint64_t file_offset, uint64_t* vaddr) const {
 
 namespace {
 
+// The entry point's code without CFI (CfiModule::entry_without_cfi) as an outermost row, unless some
+// row covers part of it after all. `all` is sorted by start and stays so.
+void add_entry_row(CfiModule& module, std::vector<Interval>& all) {
+  if (all.empty()) return;  // no CFI read: the table says why it has no rows
+  const CfiModule::PcRange gap = module.entry_without_cfi();
+  if (gap.start == gap.end) return;
+  const auto next = std::upper_bound(all.begin(), all.end(), gap.start,
+                                     [](uint64_t pc, const Interval& iv) { return pc < iv.start; });
+  for (auto it = all.begin(); it != next; ++it)
+    if (it->end > gap.start) return;  // overlapping FDEs: not only the one just before
+  if (next != all.end() && next->start < gap.end) return;
+  Interval outermost{gap.start, gap.end, CfiRow{}};
+  outermost.row.cfa_kind = static_cast<uint8_t>(CfaKind::kOutermost);
+  all.insert(next, outermost);
+}
+
 std::shared_ptr<const CfiTable> compile_module(std::unique_ptr<CfiModule> module,
                                                const CfiTableOptions& options,
                                                std::chrono::steady_clock::time_point begin) {
@@ -335,6 +351,8 @@ std::shared_ptr<const CfiTable> compile_module(std::unique_ptr<CfiModule> module
     all.reserve(eh.size() + debug.size());
     std::merge(eh.begin(), eh.end(), debug.begin(), debug.end(), std::back_inserter(all), by_start);
   }
+
+  add_entry_row(*module, all);
 
   std::vector<CfiRow>& rows = table->rows;
   uint64_t covered_to = 0;

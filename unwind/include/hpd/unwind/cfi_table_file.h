@@ -19,7 +19,8 @@ namespace hpd {
 // refused and compiled again.
 // 2: rows whose return address is in rdi (CfaKind::kRspRaInRdi, glibc's vfork), kUnsupported in 1.
 // 3: .eh_frame read without .eh_frame_hdr (static executables), walked by frame pointer in 2.
-inline constexpr uint32_t kCfiTableFileVersion = 3;
+// 4: an outermost row at an entry point without CFI (ld.so's _start and _dl_start_user), none in 3.
+inline constexpr uint32_t kCfiTableFileVersion = 4;
 
 // What a table was compiled from: the module's build-id and the file opened (its device, inode, size
 // and modification time), and its separate debug file's size and time (its .debug_frame rows may be in
