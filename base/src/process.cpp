@@ -219,6 +219,10 @@ bool LaunchedCommand::fork_child(const std::vector<std::string>& argv, bool at_e
   int err = 0;
   const bool failed = read_exec_error(error_read.get(), err);
   if (WIFSTOPPED(status)) {
+    // A launcher that dies before releasing it takes it along, as one held before its exec exits at
+    // the pipe's EOF (and as perf's workload does): else the kernel would detach it at the tracer's
+    // exit and let it run, unprofiled and unwatched. Kernels before 3.8 lack the option.
+    ::ptrace(PTRACE_SETOPTIONS, pid_, nullptr, PTRACE_O_EXITKILL);
     at_exec_ = true;
     return true;
   }

@@ -186,6 +186,23 @@ TEST(LaunchedCommand, OneHeldBeforeExecEndsWhenItsLauncherDies) {
   ::kill(held, SIGKILL);
 }
 
+// Held after its exec (traced, stopped at the exec's trap), it does not run when its launcher dies
+// before releasing it: the kernel would otherwise detach it and let it go on, with nobody recording.
+TEST(LaunchedCommand, OneHeldAfterExecIsKilledWithItsLauncher) {
+  testing::TempDir dir;
+  const std::string mark = dir.file("ran");
+  const pid_t held = run_then_kill([&] {
+    // Never destroyed: the launcher dies.
+    auto* command =
+        new LaunchedCommand({"sh", "-c", "touch " + mark + "; exec sleep 100"}, {}, HoldAt::kAfterExec);
+    return command->held_at_exec() ? command->pid() : -1;
+  });
+  ASSERT_GT(held, 0) << "not held at its exec";
+  EXPECT_TRUE(ends_within(held, 60)) << "the held command " << held << " was let go";
+  EXPECT_FALSE(std::filesystem::exists(mark)) << "the held command ran after its launcher died";
+  ::kill(held, SIGKILL);
+}
+
 // remove_when_this_process_ends: the file goes when its maker dies by SIGKILL (no destructor ran).
 TEST(RemoveWhenThisProcessEnds, TheFileGoesWhenItsMakerIsKilled) {
   testing::TempDir dir;
