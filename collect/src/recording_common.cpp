@@ -41,12 +41,6 @@ void take_clock_pair(uint64_t& mono, uint64_t& unix_ns) {
   }
 }
 
-void state_host_steal(RecordingInfo& info, const HostStealMeter& meter) {
-  const std::optional<uint64_t> steal = meter.since_start();
-  info.host_steal_known = steal.has_value();
-  info.host_steal_ns = steal.value_or(0);
-}
-
 namespace {
 
 // Whether some thread of `pid` has not begun to exit (PF_EXITING, or a zombie): the kernel's

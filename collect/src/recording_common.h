@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "hpd/base/proc_files.h"
 #include "hpd/base/process.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/collect/recorder.h"
@@ -28,10 +27,6 @@ inline uint64_t mono_now() {
 
 // The wall clock at a monotonic instant: the tightest of a few mono/real/mono brackets.
 void take_clock_pair(uint64_t& mono, uint64_t& unix_ns);
-
-// The hypervisor's steal across a recording (the meter started where the recording started, next to
-// take_clock_pair), stated in its info where it ends (RecordingInfo::host_steal_ns).
-void state_host_steal(RecordingInfo& info, const HostStealMeter& meter);
 
 // Fills what /proc says of a live process into its description: executable, command line, cgroup,
 // and its name when it has none yet (each left as it is when unreadable). Both backends' one reader.

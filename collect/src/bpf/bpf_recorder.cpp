@@ -349,7 +349,7 @@ RecordResult BpfSession::run() {
     }
   }
   profile.info.end_mono_ns = mono_now();
-  state_host_steal(profile.info, steal_);
+  profile.info.state_host_steal(steal_.since_start());
   await_cpu_tails();
   // Stop every source before the last drain, so the ring holds everything that will ever come.
   sampling_.clear();

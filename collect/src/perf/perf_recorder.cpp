@@ -634,7 +634,7 @@ RecordResult PerfSession::run() {
     }
   }
   result_.profile.info.end_mono_ns = mono_now();
-  state_host_steal(result_.profile.info, steal_);
+  result_.profile.info.state_host_steal(steal_.since_start());
   // Disabling a parent event disables its inherited children too; then the rings hold everything.
   for (const CpuRing& ring : rings_) {
     if (ring.owner) ::ioctl(ring.owner.get(), PERF_EVENT_IOC_DISABLE, 0);

@@ -122,9 +122,7 @@ void ChunkCut::refresh(const RawProfile& live) {
 
 void ChunkCut::end(uint64_t end_mono_ns, uint64_t requested_mono_ns) {
   chunk_.info.end_mono_ns = end_mono_ns;
-  const std::optional<uint64_t> steal = steal_.since_start();
-  chunk_.info.host_steal_known = steal.has_value();
-  chunk_.info.host_steal_ns = steal.value_or(0);
+  chunk_.info.state_host_steal(steal_.since_start());
   if (requested_mono_ns != 0 && first_on_cpu_ns_ != 0) {
     chunk_.info.requested_mono_ns = requested_mono_ns;
     chunk_.info.first_sample_mono_ns = first_on_cpu_ns_;

@@ -333,6 +333,11 @@ struct RecordingInfo {
   // say so (host_steal_note).
   bool host_steal_known = false;
   uint64_t host_steal_ns = 0;
+  // States it as a meter gives it (HostStealMeter::since_start, base/proc_files.h): unknown when empty.
+  void state_host_steal(std::optional<uint64_t> steal_ns) {
+    host_steal_known = steal_ns.has_value();
+    host_steal_ns = steal_ns.value_or(0);
+  }
 };
 
 // The share of the recording's CPU time (its length x logical_cpus) the hypervisor took; nullopt when
