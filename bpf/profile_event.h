@@ -56,8 +56,8 @@ enum hpd_counter {
    * cfi mode's copies of samples whose tables were pending, and switch-out copies (dwarf, cfi); those
    * records keep the frame-pointer walk taken with them */
   HPD_COUNTER_COPIES_SKIPPED = 6,
-  /* on-CPU samples whose hypervisor steal clock was being written as it was read (the runtime kept
-   * the steal since the run queue's last update) */
+  /* on-CPU samples whose hypervisor steal clock could not be read (the runtime kept the steal since
+   * the run queue's last update) */
   HPD_COUNTER_STEAL_UNREAD = 7,
   /* the hypervisor's steal taken out of on-CPU samples' runtimes brought up to date, in ns */
   HPD_COUNTER_STEAL_TAKEN_NS = 8,

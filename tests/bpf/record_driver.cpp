@@ -3,7 +3,8 @@
 // (bench/overhead_backends.sh) and for trying the backends before hpctl has their flags.
 // Usage: hpd_record_driver [--backend auto|bpf|perf] [-F HZ] [--off-cpu|--no-off-cpu] [--no-kernel]
 //                          [--call-graph auto|cfi|fp|dwarf] [--ring-pages N] [--all] [--cgroup PATH]
-//                          [--cfi-rows N] [--no-cfi-index] [--duration S] [--quiet] -- COMMAND ARGS...
+//                          [--cfi-rows N] [--no-cfi-index] [--no-steal-clock] [--duration S] [--quiet] --
+//                          COMMAND ARGS...
 // With kernel.bpf_stats_enabled=1 the eBPF programs' run counts and ns per run are printed too.
 #include <sys/resource.h>
 
@@ -30,7 +31,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: hpd_record_driver [--backend auto|bpf|perf] [-F HZ] [--off-cpu|--no-off-cpu] "
                "[--no-kernel] [--call-graph auto|cfi|fp|dwarf] [--stack-size BYTES] [--ring-pages N] [--all] "
-               "[--cgroup PATH] [--cfi-rows N] [--no-cfi-index] "
+               "[--cgroup PATH] [--cfi-rows N] [--no-cfi-index] [--no-steal-clock] "
                "[--duration S] [--quiet] -- COMMAND ARGS...\n");
   return 2;
 }

@@ -15,7 +15,7 @@ enum class RecordOptionArg { kNotMine, kTaken, kMissingValue };
 // Reads the option at argv[i] into `options` when it is one of RecordOptions' (advancing i past its
 // value): --backend auto|bpf|perf, -F HZ, --duration S, --call-graph auto|fp|dwarf, --stack-size
 // BYTES, --ring-pages N, --off-cpu, --no-off-cpu, --no-kernel, --all, --cgroup PATH, --cfi-rows N,
-// --no-cfi-index.
+// --no-cfi-index, --no-steal-clock.
 inline RecordOptionArg parse_record_option(int argc, char** argv, int& i, RecordOptions& options) {
   const std::string arg = argv[i];
   const char* v = nullptr;
@@ -48,6 +48,8 @@ inline RecordOptionArg parse_record_option(int argc, char** argv, int& i, Record
     options.cfi_row_capacity = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
   } else if (arg == "--no-cfi-index") {
     options.cfi_row_index = false;
+  } else if (arg == "--no-steal-clock") {
+    options.read_steal_clock = false;
   } else if (arg == "--ring-pages") {
     if (!value()) return RecordOptionArg::kMissingValue;
     options.ring_pages = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));

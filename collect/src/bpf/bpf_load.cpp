@@ -11,10 +11,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "hpd/collect/call_graph_choice.h"
@@ -74,36 +76,43 @@ bool kernel_can_warm_ring() {
   return can;
 }
 
-// Where this CPU's hypervisor steal clock (the per-CPU steal_time, a struct kvm_steal_time) lies from
-// its run queue (the per-CPU runqueues): the difference of their places in the per-CPU section, as
-// vmlinux's BTF gives them. Empty when the kernel has either not (no KVM guest support, no BTF). Read
-// once per process: parsing vmlinux's BTF takes about 25 ms.
-std::optional<int64_t> steal_clock_from_run_queue() {
-  static const std::optional<int64_t> offset = []() -> std::optional<int64_t> {
-    btf* vmlinux = btf__load_vmlinux_btf();
-    if (vmlinux == nullptr) return std::nullopt;
-    std::optional<int64_t> steal_time, runqueues;
-    const int section = btf__find_by_name_kind(vmlinux, ".data..percpu", BTF_KIND_DATASEC);
-    const btf_type* type = section > 0 ? btf__type_by_id(vmlinux, static_cast<uint32_t>(section)) : nullptr;
-    if (type != nullptr) {
-      const btf_var_secinfo* var = btf_var_secinfos(type);
-      for (int i = 0; i < btf_vlen(type); ++i, ++var) {
-        const btf_type* var_type = btf__type_by_id(vmlinux, var->type);
-        if (var_type == nullptr) continue;
-        const std::string_view name = btf__name_by_offset(vmlinux, var_type->name_off);
-        const btf_type* value = btf__type_by_id(vmlinux, var_type->type);
-        const std::string_view value_name =
-            value == nullptr ? std::string_view{} : btf__name_by_offset(vmlinux, value->name_off);
-        if (name == "steal_time" && value_name == "kvm_steal_time" && var->size >= 16)
-          steal_time = var->offset;
-        if (name == "runqueues" && value_name == "rq") runqueues = var->offset;
-      }
+// The steal clock's place (steal_clock_from_run_queue): the difference of steal_time's and runqueues'
+// places in vmlinux's per-CPU section, as its BTF gives them.
+std::optional<int64_t> read_steal_clock_from_run_queue() {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (vmlinux == nullptr) return std::nullopt;
+  std::optional<int64_t> steal_time, runqueues;
+  const int section = btf__find_by_name_kind(vmlinux, ".data..percpu", BTF_KIND_DATASEC);
+  const btf_type* type = section > 0 ? btf__type_by_id(vmlinux, static_cast<uint32_t>(section)) : nullptr;
+  if (type != nullptr) {
+    const btf_var_secinfo* var = btf_var_secinfos(type);
+    for (int i = 0; i < btf_vlen(type); ++i, ++var) {
+      const btf_type* var_type = btf__type_by_id(vmlinux, var->type);
+      if (var_type == nullptr) continue;
+      const std::string_view name = btf__name_by_offset(vmlinux, var_type->name_off);
+      const btf_type* value = btf__type_by_id(vmlinux, var_type->type);
+      const std::string_view value_name =
+          value == nullptr ? std::string_view{} : btf__name_by_offset(vmlinux, value->name_off);
+      if (name == "steal_time" && value_name == "kvm_steal_time" && var->size >= 16) steal_time = var->offset;
+      if (name == "runqueues" && value_name == "rq") runqueues = var->offset;
     }
-    btf__free(vmlinux);
-    if (!steal_time || !runqueues) return std::nullopt;
-    return *steal_time - *runqueues;
+  }
+  btf__free(vmlinux);
+  if (!steal_time || !runqueues) return std::nullopt;
+  return *steal_time - *runqueues;
+}
+
+// The read, once per process, on a thread of its own from the first call (or at the first wait, when
+// no thread can be started).
+const std::shared_future<std::optional<int64_t>>& steal_clock_read() {
+  static const std::shared_future<std::optional<int64_t>> read = [] {
+    try {
+      return std::async(std::launch::async, read_steal_clock_from_run_queue).share();
+    } catch (const std::system_error&) {
+      return std::async(std::launch::deferred, read_steal_clock_from_run_queue).share();
+    }
   }();
-  return offset;
+  return read;
 }
 
 uint32_t stack_copy_bytes(const RecordOptions& options) {
@@ -242,6 +251,8 @@ LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& pr
 // Opens and loads the programs and maps for `c`. Throws BpfUnavailable when the object cannot be
 // parsed or the kernel refuses it, RecordError for a map that cannot be sized.
 Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
+  // Read while the kernel verifies the programs; the session writes it after the load.
+  (void)steal_clock_read();
   Skeleton skel = open_skeleton(log);
   auto* config = skel->rodata;
   config->filter_mode = c.filter_mode;
@@ -261,10 +272,6 @@ Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
   config->cfi_unwind = c.cfi ? 1 : 0;
   config->pending_stack_copy_bytes = c.pending_copy;
   config->copies_below_bytes = c.copies_below;
-  if (const std::optional<int64_t> steal = steal_clock_from_run_queue()) {
-    config->steal_clock_known = 1;
-    config->steal_clock_from_rq = *steal;
-  }
   // Without cfi mode the table maps take no memory.
   err = bpf_map__set_max_entries(skel->maps.cfi_rows, c.cfi_rows);
   if (err == 0) err = bpf_map__set_max_entries(skel->maps.cfi_index, c.cfi_index);
@@ -295,6 +302,10 @@ Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log) {
   bpf_program__set_autoload(skel->progs.hpd_warm_ring, c.warm_ring);
   load_skeleton(skel.get(), log);
   return skel;
+}
+
+std::optional<int64_t> steal_clock_from_run_queue() {
+  return steal_clock_read().get();
 }
 
 }  // namespace hpd::bpf_recording

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bpf/bpf_recorder.h"
@@ -100,5 +101,12 @@ LoadConfig load_config_of(const RecordOptions& options, const PerfPrivileges& pr
 // Opens and loads the programs and maps for `c`. Throws BpfUnavailable when the object cannot be
 // parsed or the kernel refuses it, RecordError for a map that cannot be sized.
 Skeleton load_skeleton_for(const LoadConfig& c, const LibbpfLogCapture& log);
+
+// Where this CPU's hypervisor steal clock (the per-CPU steal_time, a struct kvm_steal_time) lies from
+// its run queue (the per-CPU runqueues), from vmlinux's BTF; empty when the kernel has either not (no
+// KVM guest support, no BTF). Read once per process, on a thread of its own that the first
+// load_skeleton_for starts, so that its 25 ms go by while the kernel verifies the programs; this
+// waits for it. The programs read the clock only once the session has written this (profile.bpf.c).
+std::optional<int64_t> steal_clock_from_run_queue();
 
 }  // namespace hpd::bpf_recording

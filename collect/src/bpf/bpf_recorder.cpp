@@ -161,6 +161,11 @@ void BpfSession::load() {
   // Not part of the load: the same loaded programs serve any client.
   skel_->bss->client_uid = options_.client_uid;
   skel_->bss->client_gid = options_.client_gid;
+  // Nor is the steal clock's place, read beside the verifier (steal_clock_from_run_queue).
+  const std::optional<int64_t> steal_clock =
+      options_.read_steal_clock ? steal_clock_from_run_queue() : std::nullopt;
+  skel_->bss->steal_clock_known = steal_clock ? 1 : 0;
+  skel_->bss->steal_clock_from_rq = steal_clock.value_or(0);
 }
 
 // hpd's session (whether it ended or failed): what refers to the skeleton's programs and maps goes first

@@ -109,6 +109,10 @@ struct RecordOptions {
   // cfi mode: false = each frame's row found by a binary search over all of its module's rows instead
   // of the rows of its bucket in the module's index (to measure what the index saves).
   bool cfi_row_index = true;
+  // eBPF backend: false = the sampling program does not read the hypervisor's steal clock, and a
+  // runtime brought up to a sample keeps the steal since its run queue's last update (to measure what
+  // the read costs).
+  bool read_steal_clock = true;
   // Count every call exactly through the targets' mcount/__fentry__ instrumentation (eBPF uprobes),
   // into RawProfile::call_edges. A target without instrumentation is still sampled (see
   // RecordResult::calls.messages).
@@ -230,7 +234,7 @@ struct RecordResult {
   uint64_t samples_with_stale_cpu_time = 0;
   // eBPF: the hypervisor's steal taken out of samples' thread CPU times as they were brought up to the
   // sample's instant (the steal since the run queue last accounted it), and the samples whose steal
-  // clock could not be read consistently (theirs kept it; a later delta gives it back).
+  // clock could not be read (theirs kept it; a later delta gives it back).
   uint64_t steal_taken_from_runtimes_ns = 0;
   uint64_t samples_with_steal_unread = 0;
   // eBPF: stack copies not taken because the ring buffer was half full or more (the reader fell
