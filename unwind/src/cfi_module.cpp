@@ -147,17 +147,9 @@ CfiModule::PcRange CfiModule::entry_without_cfi() {
   if (!in_code || eh_cfi_ == nullptr) return entry_gap_;
   const size_t ops_before = ops_.size();
   uint64_t end = entry;
-  for (; end < entry + kEntryGapMaxBytes; ++end) {
-    FrameRule probe;
-    bool covered = eh_cfi_ != nullptr && compute(eh_cfi_, end, &probe);
-    if (!covered) {
-      if (!debug_tried_) open_debug_frame();
-      probe = FrameRule{};
-      covered = debug_cfi_ != nullptr && compute(debug_cfi_, end, &probe);
-    }
-    ops_.resize(ops_before);
-    if (covered) break;
+  for (FrameRule probe; end < entry + kEntryGapMaxBytes && !compute_either(end, &probe); ++end) {
   }
+  ops_.resize(ops_before);  // the probe's expressions are not kept
   entry_gap_ = PcRange{entry, end};
   entry_rule_ = FrameRule{};
   entry_rule_.regs[kRaReg].kind = RuleKind::kUndefined;
@@ -270,6 +262,18 @@ void reg_rule_of(std::span<const ExprOp> ops, bool same, std::vector<ExprOp>* st
   }
 }
 
+bool CfiModule::compute_either(uint64_t vaddr, FrameRule* rule) {
+  const size_t ops_before = ops_.size();
+  *rule = FrameRule{};
+  if (eh_cfi_ != nullptr && compute(eh_cfi_, vaddr, rule)) return true;
+  ops_.resize(ops_before);
+  if (!debug_tried_) open_debug_frame();
+  *rule = FrameRule{};
+  if (debug_cfi_ != nullptr && compute(debug_cfi_, vaddr, rule)) return true;
+  ops_.resize(ops_before);
+  return false;
+}
+
 bool CfiModule::compute(Dwarf_CFI* cfi, uint64_t vaddr, FrameRule* rule) {
   Dwarf_Frame* frame = nullptr;
   if (dwarf_cfi_addrframe(cfi, vaddr, &frame) != 0 || frame == nullptr) return false;
@@ -317,17 +321,7 @@ const FrameRule* CfiModule::rule_at(uint64_t vaddr, bool* hit) {
   }
   const size_t ops_before = ops_.size();
   FrameRule rule;
-  bool ok = eh_cfi_ != nullptr && compute(eh_cfi_, vaddr, &rule);
-  if (!ok) {
-    ops_.resize(ops_before);
-    if (!debug_tried_) open_debug_frame();
-    if (debug_cfi_ != nullptr) {
-      rule = FrameRule{};
-      ok = compute(debug_cfi_, vaddr, &rule);
-    }
-  }
-  if (!ok) {
-    ops_.resize(ops_before);
+  if (!compute_either(vaddr, &rule)) {
     if (const PcRange gap = entry_without_cfi(); vaddr >= gap.start && vaddr < gap.end) return &entry_rule_;
     by_pc_.emplace(vaddr, kNoRule);
     return nullptr;

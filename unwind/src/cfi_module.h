@@ -145,6 +145,9 @@ class CfiModule {
   std::string read_build_id() const;
   void open_debug_frame();
   bool compute(Dwarf_CFI* cfi, uint64_t vaddr, FrameRule* rule);
+  // .eh_frame's row for `vaddr`, else .debug_frame's (opened on this first miss); false, with ops_ as
+  // it was, when neither covers it.
+  bool compute_either(uint64_t vaddr, FrameRule* rule);
 
   ModuleSummary summary_;
   std::string debug_root_;
