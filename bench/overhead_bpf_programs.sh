@@ -19,8 +19,11 @@
 # or bench/deep_chain.cpp's C++ chains of 10, 40 and 90 frames (build/bench/deep_chain_40, ...) for
 # the walks' cost against depth.
 # "bytes/sample" is the ring bytes per on-CPU sample (records read over samples).
+# A variant whose first word is driver=PATH runs that hpd_record_driver (another build's) instead, for an
+# A/B of two builds in one run.
 # Usage: bench/overhead_bpf_programs.sh [BUILD_DIR] [RUNS] [RATE] [SECONDS] [-- OPTIONS ...]...
 #   e.g. bench/overhead_bpf_programs.sh build 5 4999 2 -- -- --no-kernel -- --ring-pages 2048
+#        bench/overhead_bpf_programs.sh build 5 4999 2 -- driver=/work/old/hpd_record_driver --
 set -euo pipefail
 build=${1:-build}
 runs=${2:-5}
@@ -54,8 +57,14 @@ per_run=() samples_of=() runs_of=() bytes_of=()
 for ((i = 0; i < runs; i++)); do
   for k in "${!variants[@]}"; do
     v=${variants[$k]}
+    run_driver=$driver
+    if [[ $v == driver=* ]]; then
+      run_driver=${v%% *}
+      run_driver=${run_driver#driver=}
+      [[ $v == *" "* ]] && v=${v#* } || v=""
+    fi
     # shellcheck disable=SC2086  # the variant's options are words
-    line=$("$driver" --backend bpf -F "$rate" --no-off-cpu --call-graph fp $v -- \
+    line=$("$run_driver" --backend bpf -F "$rate" --no-off-cpu --call-graph fp $v -- \
       taskset -c 1 chrt -f 10 "$fixture" "$seconds" 2>&1 >/dev/null | grep '^hpd_record_driver:')
     get() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$line"; }
     per_run[$k]+="$(get bpf_sample_ns_per_run) "

@@ -158,17 +158,22 @@ Skeleton open_skeleton(const LibbpfLogCapture& log) {
 
 // With HPD_VERIFIER_STATS set (to anything but "" or "0"), each program's verifier statistics (its
 // time, the instructions it processed) on stderr as "hpd-verifier PROGRAM: ...": how
-// docs/performance.md measures what loading the programs costs.
+// docs/performance.md measures what loading the programs costs. With HPD_VERIFIER_LOG=DIR, each
+// program's whole log (every instruction the verifier processed, with the state it had and the source
+// line) in DIR/PROGRAM.log: bench/verifier_profile.py counts where the instructions went.
 class VerifierStats {
  public:
   explicit VerifierStats(bpf_object* obj) : obj_(obj) {
-    const char* env = std::getenv("HPD_VERIFIER_STATS");
-    if (env == nullptr || *env == '\0' || std::string_view(env) == "0") return;
+    const char* stats = std::getenv("HPD_VERIFIER_STATS");
+    const char* dir = std::getenv("HPD_VERIFIER_LOG");
+    if (dir != nullptr && *dir != '\0') log_dir_ = dir;
+    if (log_dir_.empty() && (stats == nullptr || *stats == '\0' || std::string_view(stats) == "0")) return;
     bpf_program* prog = nullptr;
     bpf_object__for_each_program(prog, obj_) {
-      logs_.emplace_back(size_t{1} << 20, '\0');
+      // BPF_LOG_STATS, and BPF_LOG_LEVEL2 for the whole log (level 1 keeps only a failing path's).
+      logs_.emplace_back(log_dir_.empty() ? size_t{1} << 20 : size_t{1} << 28, '\0');
       bpf_program__set_log_buf(prog, logs_.back().data(), logs_.back().size());
-      bpf_program__set_log_level(prog, 4);  // BPF_LOG_STATS
+      bpf_program__set_log_level(prog, log_dir_.empty() ? 4 : 4 | 2);
     }
   }
   void print() const {
@@ -178,14 +183,27 @@ class VerifierStats {
     bpf_object__for_each_program(prog, obj_) {
       if (i >= logs_.size()) break;
       std::string text = logs_[i++].c_str();
+      if (bpf_program__fd(prog) < 0) continue;
+      if (!log_dir_.empty()) {
+        const std::string path = log_dir_ + "/" + bpf_program__name(prog) + ".log";
+        if (FILE* out = std::fopen(path.c_str(), "w")) {
+          std::fwrite(text.data(), 1, text.size(), out);
+          std::fclose(out);
+        } else {
+          std::fprintf(stderr, "hpd-verifier: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+        }
+        // The statistics are the log's last lines.
+        const size_t tail = text.rfind("verification time");
+        text = tail == std::string::npos ? std::string() : text.substr(tail);
+      }
       std::replace(text.begin(), text.end(), '\n', ' ');
-      if (bpf_program__fd(prog) >= 0)
-        std::fprintf(stderr, "hpd-verifier %s: %s\n", bpf_program__name(prog), text.c_str());
+      std::fprintf(stderr, "hpd-verifier %s: %s\n", bpf_program__name(prog), text.c_str());
     }
   }
 
  private:
   bpf_object* obj_;
+  std::string log_dir_;
   std::vector<std::string> logs_;
 };
 
