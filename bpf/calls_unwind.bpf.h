@@ -8,6 +8,18 @@
 
 #include "timed_entry.bpf.h"
 
+extern void* bpf_rdonly_cast(const void* obj, __u32 btf_id) __ksym;
+
+// The current task, for plain loads of its pointer fields: the verifier takes a pointer loaded from a
+// trusted one (bpf_get_current_task_btf()'s) for trusted only after it searched the kernel's BTF by name
+// for the field's type, three or four times, one type after another (btf_nested_type_is_trusted): about
+// a millisecond each time it checks such a load, on every path to it. Loads from an untrusted pointer
+// are not checked that way; they are the same load, with the fault handled (a NULL field reads 0).
+// `task->utask` on the walking programs' paths was half of their verifying (docs/performance.md).
+static __always_inline struct task_struct* untrusted_task(void) {
+  return bpf_rdonly_cast(bpf_get_current_task_btf(), bpf_core_type_id_kernel(struct task_struct));
+}
+
 // Per process (tgid) that announced the runtime through the uprobe below.
 struct {
   __uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -129,15 +141,36 @@ static __always_inline __u32 uretprobe_walk_begin(void) {
   return utask && BPF_CORE_READ(utask, return_instances) != 0;
 }
 
+// The walk of the thread's pending return instances (struct return_instance, innermost first), a
+// bpf_loop step each: the verifier checks one step, where a loop it could follow was checked once per
+// iteration (1,000 instructions per walking program, 3,700 for the copy's restore).
+struct uretprobe_search {
+  __u64 ri;    // the instance to look at next (a kernel address; 0: none left)
+  __u64 slot;  // uretprobe_real_return: the slot looked for
+  __u64 orig;  // uretprobe_real_return: its original return address (0: not found)
+  __u8* out;   // uretprobe_restore_copy: the copy and its bounds
+  __u64 sp;
+  __u64 copied;
+};
+
+static long uretprobe_find_step(__u64 index, struct uretprobe_search* s) {
+  struct return_instance* ri = (struct return_instance*)s->ri;
+  if (!ri) return 1;
+  if (BPF_CORE_READ(ri, stack) == s->slot) {
+    s->orig = BPF_CORE_READ(ri, orig_ret_vaddr);
+    return 1;
+  }
+  s->ri = (__u64)BPF_CORE_READ(ri, next);
+  return 0;
+}
+
 __attribute__((noinline)) __u64 uretprobe_real_return(__u64 ra, __u64 slot) {
   struct task_struct* task = bpf_get_current_task_btf();
   struct uprobe_task* utask = BPF_CORE_READ(task, utask);
   if (!utask) return ra;
-  struct return_instance* ri = BPF_CORE_READ(utask, return_instances);
-  for (int i = 0; i < URETPROBE_SEARCH && ri; i++) {
-    if (BPF_CORE_READ(ri, stack) == slot) return BPF_CORE_READ(ri, orig_ret_vaddr);
-    ri = BPF_CORE_READ(ri, next);
-  }
+  struct uretprobe_search s = {.ri = (__u64)BPF_CORE_READ(utask, return_instances), .slot = slot};
+  bpf_loop(URETPROBE_SEARCH, uretprobe_find_step, &s, 0);
+  if (s.orig != 0) return s.orig;
   if (!timed_entries_shared) return ra;
   const __u32 tid = (__u32)bpf_get_current_pid_tgid();
   const struct hpd_timed_entry* entry = bpf_map_lookup_elem(&timed_entries, &tid);
@@ -172,9 +205,10 @@ static __always_inline void uretprobe_syscall_regs(const struct pt_regs* user, _
 // tables and symbols are the function's. From the slot, which no table covers, the walk failed: 81% of
 // the CPU samples of a process whose allocator `hpctl record --alloc --pid` probed (most of its time
 // is the probes' exit to user mode, with the pc in the slot). Slots are 128 bytes (UPROBE_XOL_SLOT_BYTES).
-// Plain loads through the task's BTF pointer, not helper calls: this runs for every sample.
+// Plain loads, not helper calls: this runs for every sample. Through an untrusted view of the task
+// (untrusted_task()).
 static __always_inline __u64 uprobe_xol_real_ip(__u64 ip) {
-  struct task_struct* task = bpf_get_current_task_btf();
+  struct task_struct* task = untrusted_task();
   struct uprobe_task* utask = task->utask;
   if (!utask) return ip;
   const __u64 slot = utask->xol_vaddr;
@@ -206,21 +240,27 @@ __attribute__((noinline)) __u64 timed_entry_for_copy(__u64 sp, __u64 copied, __u
 // its original return address written back there, so that user space's walk meets the caller rather
 // than the kernel's trampoline. (A slot just below sp, when the sample is at the trampoline's first
 // instruction, is outside the copy.)
+static long uretprobe_restore_step(__u64 index, struct uretprobe_search* s) {
+  struct return_instance* ri = (struct return_instance*)s->ri;
+  if (!ri || !s->out) return 1;
+  const __u64 slot = BPF_CORE_READ(ri, stack);
+  if (slot >= s->sp && slot - s->sp + 8 <= s->copied) {
+    const __u64 off = slot - s->sp;
+    if (off > HPD_MAX_STACK_COPY - 8) return 1;  // for the verifier (copied is at most that)
+    const __u64 orig = BPF_CORE_READ(ri, orig_ret_vaddr);
+    __builtin_memcpy(s->out + off, &orig, sizeof orig);
+  }
+  s->ri = (__u64)BPF_CORE_READ(ri, next);
+  return 0;
+}
+
 static __always_inline void uretprobe_restore_copy(__u8* out, __u64 sp, __u64 copied) {
   struct task_struct* task = bpf_get_current_task_btf();
   struct uprobe_task* utask = BPF_CORE_READ(task, utask);
   if (!utask) return;
-  struct return_instance* ri = BPF_CORE_READ(utask, return_instances);
-  for (int i = 0; i < URETPROBE_SEARCH && ri; i++) {
-    const __u64 slot = BPF_CORE_READ(ri, stack);
-    if (slot >= sp && slot - sp + 8 <= copied) {
-      const __u64 off = slot - sp;
-      if (off > HPD_MAX_STACK_COPY - 8) break;  // for the verifier (copied is at most that)
-      const __u64 orig = BPF_CORE_READ(ri, orig_ret_vaddr);
-      __builtin_memcpy(out + off, &orig, sizeof orig);
-    }
-    ri = BPF_CORE_READ(ri, next);
-  }
+  struct uretprobe_search s = {
+      .ri = (__u64)BPF_CORE_READ(utask, return_instances), .out = out, .sp = sp, .copied = copied};
+  bpf_loop(URETPROBE_SEARCH, uretprobe_restore_step, &s, 0);
   // A call whose entry probe is still running: the entry the timing program kept.
   __u64 off = 0;
   const __u64 orig = timed_entry_for_copy(sp, copied, &off);

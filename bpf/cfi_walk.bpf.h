@@ -64,6 +64,8 @@ struct cfi_regs {
   __u32 uprobes;    // uretprobe_walk_begin(): return addresses may be the kernel's trampoline
   __u32 di_known;   // di is the sampled frame's rdi (HPD_CFA_RSP_RA_RDI rows); cleared by the first step
   __u64 di;
+  __u32 frames;  // walk_user_cfi: out->ips filled so far
+  __u32 end;     // walk_user_cfi: how the walk ended (enum hpd_user_end)
 };
 
 // glibc's __clone3 and __clone (musl's __clone too) end their CFI before the syscall, for the child's
@@ -174,9 +176,10 @@ static __always_inline int cfi_window_need(struct cfi_window* w, __u32 off, __u3
   return hi == lo ? 0 : cfi_window_page(w, hi);
 }
 
-// Reads `size` (8 or 16) bytes of the user stack at `addr`: from the window when it covers them
-// (-1 when they lie in its unreadable part), else from the stack.
-static __always_inline int cfi_read(struct cfi_window* w, void* out, __u64 addr, __u32 size) {
+// Reads `size` (8 or 16) bytes of the user stack at `addr` into *out (its first 8 bytes when 8): from the
+// window when it covers them (-1 when they lie in its unreadable part), else from the stack.
+static __always_inline int cfi_read(struct cfi_window* w, struct user_frame* out, __u64 addr, __u32 size) {
+  if (!out) return -1;
   if (w && addr >= w->page + w->first && addr < w->page + w->end) {
     const __u64 off = addr - w->page;
     if (off + size <= w->end) {
@@ -198,7 +201,10 @@ static __always_inline int cfi_read(struct cfi_window* w, void* out, __u64 addr,
 
 // Reads 8 bytes (a return address or a saved register) at `addr`.
 static __always_inline int cfi_read8(struct cfi_window* w, __u64* out, __u64 addr) {
-  return cfi_read(w, out, addr, 8);
+  struct user_frame value;
+  const int err = cfi_read(w, &value, addr, 8);
+  *out = value.next;
+  return err;
 }
 
 // Reads a saved rbp and return address pair (16 bytes) at `addr`.
@@ -206,44 +212,109 @@ static __always_inline int cfi_read16(struct cfi_window* w, struct user_frame* o
   return cfi_read(w, out, addr, 16);
 }
 
-// Row arrays of up to 16 M rows per module.
-#define CFI_ROW_SEARCH_STEPS 24
+// Row arrays of up to 16 M rows per module (a step more than their log2, for the search's last step).
+#define CFI_ROW_SEARCH_STEPS 25
+// Mappings: HPD_MAX_PROC_MAPPINGS is 2^8.
+#define CFI_MAPPING_SEARCH_STEPS 9
 
-// The index of the mapping holding `pc`, or -1. A linear scan: a process maps a few dozen modules,
-// and a binary search over the array made the verifier follow every path of its branches.
+// The loops of the walk (the frames, the mapping search, the row search) run under bpf_loop, their state
+// in memory the callback reaches through a pointer: the verifier checks a step once or twice, where it
+// checked a bounded loop's body once per iteration, in each of the three programs that walk (those loops
+// were 15,000 of the on-CPU program's 33,743 instructions; a binary search as a bounded loop made it
+// follow every path of its branches). Each bpf_loop step is a call, so a step does as much as the
+// verifier allows cheaply: docs/performance.md, "The verifier's pass, cut again".
+struct cfi_mapping_search {
+  const struct hpd_proc_mappings* maps;
+  __u64 pc;
+  __u32 lo;  // the last mapping starting at or below pc is lo - 1 once lo == hi
+  __u32 hi;
+};
+
+// One step of the binary search for the mapping holding pc; 1 when it is over.
+static __always_inline long cfi_mapping_search_next(struct cfi_mapping_search* s) {
+  const struct hpd_proc_mappings* maps = s->maps;
+  if (!maps || s->lo >= s->hi) return 1;
+  const __u32 mid = s->lo + (s->hi - s->lo) / 2;
+  // Masked, not compared: the verifier needs the bound on the very register that indexes.
+  if (s->pc < maps->mappings[mid & (HPD_MAX_PROC_MAPPINGS - 1)].start)
+    s->hi = mid;
+  else
+    s->lo = mid + 1;
+  return 0;
+}
+
+// The same as a bpf_loop callback (three steps a callback cost the verifier six times as much; most
+// frames are in their caller's mapping, and need no search).
+static long cfi_mapping_search_step(__u64 index, struct cfi_mapping_search* s) {
+  return cfi_mapping_search_next(s);
+}
+
+// The index of the mapping holding `pc`, or -1: the previous frame's (`hint`) first, most callers
+// being in the same module, else a binary search over the mappings, which user space sorts by start
+// (a bounded loop of its steps made the verifier follow every path of its branches).
 __attribute__((noinline)) int cfi_find_mapping(const struct hpd_proc_mappings* maps, __u64 pc, __u32 hint) {
   if (!maps) return -1;
-  const __u32 count = maps->count;
+  const __u32 count = maps->count > HPD_MAX_PROC_MAPPINGS ? HPD_MAX_PROC_MAPPINGS : maps->count;
   // Masked, not compared: the verifier needs the bound on the very register that indexes.
   const __u32 h = hint & (HPD_MAX_PROC_MAPPINGS - 1);
   if (h < count) {
     const struct hpd_proc_mapping* m = &maps->mappings[h];
     if (pc >= m->start && pc < m->end) return (int)h;
   }
-  for (int i = 0; i < HPD_MAX_PROC_MAPPINGS; i++) {
-    if (i >= count) break;
-    if (pc >= maps->mappings[i].start && pc < maps->mappings[i].end) return i;
-  }
-  return -1;
+  struct cfi_mapping_search s = {.maps = maps, .pc = pc, .lo = 0, .hi = count};
+  bpf_loop(CFI_MAPPING_SEARCH_STEPS, cfi_mapping_search_step, &s, 0);
+  if (s.lo == 0 || s.lo > count) return -1;  // below the first mapping
+  const __u32 i = (s.lo - 1) & (HPD_MAX_PROC_MAPPINGS - 1);
+  return pc < maps->mappings[i].end ? (int)i : -1;
 }
+
+struct cfi_row_search {
+  __u32 lo;  // the row covering vaddr is the last of [first, hi) at or below it: lo - 1 at the end
+  __u32 hi;
+  __u32 vaddr;
+  __u32 failed;  // a row could not be looked up
+};
+
+// One step of the binary search for the last row at or below vaddr; 1 when it is over.
+static __always_inline long cfi_row_search_next(struct cfi_row_search* s) {
+  if (s->lo >= s->hi) return 1;
+  __u32 mid = s->lo + (s->hi - s->lo) / 2;
+  const struct hpd_cfi_row* row = bpf_map_lookup_elem(&cfi_rows, &mid);
+  if (!row) {
+    s->failed = 1;
+    return 1;
+  }
+  if (s->vaddr < row->pc)
+    s->hi = mid;
+  else
+    s->lo = mid + 1;
+  return 0;
+}
+
+// The same as a bpf_loop callback.
+static long cfi_row_search_step(__u64 index, struct cfi_row_search* s) {
+  return cfi_row_search_next(s);
+}
+
+// The row search's steps taken inline, before any under bpf_loop: a bucket of the index names a few
+// rows (its buckets are at most a quarter as many as the rows), and four steps search up to 15 to the end.
+#define CFI_ROW_INLINE_STEPS 4
 
 // The rule of the row covering `vaddr` among rows [first, first + count) into *out; 0 when found.
 __attribute__((noinline)) int cfi_find_row(__u32 first, __u32 count, __u32 vaddr, struct hpd_cfi_rule* out) {
   if (!out || count == 0) return -1;
-  __u32 lo = first;
-  __u32 hi = first + count;
-  for (int i = 0; i < CFI_ROW_SEARCH_STEPS; i++) {
-    if (lo >= hi) break;
-    __u32 mid = lo + (hi - lo) / 2;
-    const struct hpd_cfi_row* row = bpf_map_lookup_elem(&cfi_rows, &mid);
-    if (!row) return -1;
-    if (vaddr < row->pc)
-      hi = mid;
-    else
-      lo = mid + 1;
+  struct cfi_row_search s = {.lo = first, .hi = first + count, .vaddr = vaddr};
+  int more = 1;
+#pragma unroll
+  for (int i = 0; i < CFI_ROW_INLINE_STEPS; i++) {
+    if (cfi_row_search_next(&s) != 0) {
+      more = 0;
+      break;
+    }
   }
-  if (lo == first) return -1;  // below the module's first row
-  __u32 index = lo - 1;
+  if (more) bpf_loop(CFI_ROW_SEARCH_STEPS, cfi_row_search_step, &s, 0);
+  if (s.failed || s.lo == first) return -1;  // below the module's first row
+  __u32 index = s.lo - 1;
   const struct hpd_cfi_row* row = bpf_map_lookup_elem(&cfi_rows, &index);
   if (!row) return -1;
   __u32 rule_index = row->rule;
@@ -274,7 +345,9 @@ static __always_inline int cfi_fp_step(struct cfi_regs* r, struct cfi_window* w)
 
 // bpf_find_vma's callback: whether the mapping holding the pc maps a file.
 static long cfi_vma_maps_file(struct task_struct* task, struct vm_area_struct* vma, void* data) {
-  *(__u32*)data = vma->vm_file != 0;
+  // Through an untrusted view, as untrusted_task() says.
+  const struct vm_area_struct* v = bpf_rdonly_cast(vma, bpf_core_type_id_kernel(struct vm_area_struct));
+  *(__u32*)data = v->vm_file != 0;
   return 0;
 }
 
@@ -314,7 +387,55 @@ static __always_inline int cfi_step_without_row(struct cfi_regs* r, struct cfi_w
   return 0;
 }
 
+// How cfi_rule_of found no rule: step without one (cfi_step_without_row), or by frame pointer whatever
+// side of a clone the frame is on.
+#define CFI_NO_ROW 1
+#define CFI_NO_ROW_FP 2
+
+// The rule of the row covering `pc` into *row: 0 when there is one, else CFI_NO_ROW or CFI_NO_ROW_FP.
+// Notes in *r a table that is still to come.
+static __always_inline int cfi_rule_of(const struct hpd_proc_mappings* maps, struct cfi_regs* r, __u64 pc,
+                                       struct hpd_cfi_rule* row) {
+  const int index = cfi_find_mapping(maps, pc, r->mapping);
+  if (!maps || index < 0 || index >= HPD_MAX_PROC_MAPPINGS) {
+    if (!maps || (!r->pending && cfi_pc_in_new_file(pc))) r->pending = 1;
+    return CFI_NO_ROW;
+  }
+  r->mapping = (__u32)index;
+  const struct hpd_proc_mapping* m = &maps->mappings[index & (HPD_MAX_PROC_MAPPINGS - 1)];
+  if (m->row_count == 0) {
+    if (m->flags & HPD_MAPPING_PENDING) r->pending = 1;
+    return CFI_NO_ROW;
+  }
+  const __u64 vaddr = pc - m->bias;
+  if (vaddr > 0xffffffffull) return CFI_NO_ROW_FP;
+  __u32 first = m->row_first;
+  __u32 count = m->row_count;
+  if (m->index_count != 0) {
+    // Below the first row there is no CFI; past the last bucket, the last one (it runs to the end).
+    if ((__u32)vaddr < m->index_base) return CFI_NO_ROW;
+    __u32 bucket = ((__u32)vaddr - m->index_base) >> (m->index_shift & 31);
+    if (bucket >= m->index_count) bucket = m->index_count - 1;
+    bucket += m->index_first;
+    const struct hpd_cfi_bucket* b = bpf_map_lookup_elem(&cfi_index, &bucket);
+    if (!b || b->first >= count || b->count > count - b->first) return CFI_NO_ROW_FP;
+    first += b->first;
+    count = b->count;
+  }
+  // Code no FDE covers (hand-written assembly, objects built without unwind tables): the frame
+  // pointer, as the DWARF unwinder does.
+  if (cfi_find_row(first, count, (__u32)vaddr, row) != 0 || row->cfa_kind == HPD_CFA_NONE) return CFI_NO_ROW;
+  return 0;
+}
+
+// A signal frame's saved rbp, rsp and rip (struct rt_sigframe's uc_mcontext), read at once.
+struct cfi_sigframe_regs {
+  __u64 regs[(HPD_SIGFRAME_RIP - HPD_SIGFRAME_RBP) / 8 + 1];
+};
+
 // One step from the frame in *r to its caller; 0 to go on, else how the walk ended (enum hpd_user_end).
+// Each of its stack reads is inlined (a call per read cost about 25 ns a frame): the ways without a
+// row share one step, so that each read is there once or twice.
 __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, struct cfi_regs* r,
                                        struct cfi_window* w) {
   if (!r) return HPD_USER_END_READ_FAULT;
@@ -326,36 +447,8 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   // A return address may follow a call that never returns, at the very end of a function.
   const __u64 pc = r->exact ? r->ip : r->ip - 1;
   struct hpd_cfi_rule row = {};
-  const int index = cfi_find_mapping(maps, pc, r->mapping);
-  if (!maps || index < 0 || index >= HPD_MAX_PROC_MAPPINGS) {
-    if (!maps || (!r->pending && cfi_pc_in_new_file(pc))) r->pending = 1;
-    return cfi_step_without_row(r, w, clone);
-  }
-  r->mapping = (__u32)index;
-  const struct hpd_proc_mapping* m = &maps->mappings[index & (HPD_MAX_PROC_MAPPINGS - 1)];
-  if (m->row_count == 0) {
-    if (m->flags & HPD_MAPPING_PENDING) r->pending = 1;
-    return cfi_step_without_row(r, w, clone);
-  }
-  const __u64 vaddr = pc - m->bias;
-  if (vaddr > 0xffffffffull) return cfi_fp_step(r, w);
-  __u32 first = m->row_first;
-  __u32 count = m->row_count;
-  if (m->index_count != 0) {
-    // Below the first row there is no CFI; past the last bucket, the last one (it runs to the end).
-    if ((__u32)vaddr < m->index_base) return cfi_step_without_row(r, w, clone);
-    __u32 bucket = ((__u32)vaddr - m->index_base) >> (m->index_shift & 31);
-    if (bucket >= m->index_count) bucket = m->index_count - 1;
-    bucket += m->index_first;
-    const struct hpd_cfi_bucket* b = bpf_map_lookup_elem(&cfi_index, &bucket);
-    if (!b || b->first >= count || b->count > count - b->first) return cfi_fp_step(r, w);
-    first += b->first;
-    count = b->count;
-  }
-  // Code no FDE covers (hand-written assembly, objects built without unwind tables): the frame
-  // pointer, as the DWARF unwinder does.
-  if (cfi_find_row(first, count, (__u32)vaddr, &row) != 0 || row.cfa_kind == HPD_CFA_NONE)
-    return cfi_step_without_row(r, w, clone);
+  const int found = cfi_rule_of(maps, r, pc, &row);
+  if (found != 0) return cfi_step_without_row(r, w, found == CFI_NO_ROW ? clone : CFI_CLONE_NONE);
 
   __u64 cfa = 0;
   __u64 ra = 0;
@@ -375,13 +468,17 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
     case HPD_CFA_PLT:
       cfa = r->sp + (__s64)row.cfa_offset + ((r->ip & 15) >= (__u64)row.rbp_offset ? 8 : 0);
       break;
-    case HPD_CFA_SIGNAL:
-      if (cfi_read8(w, &cfa, r->sp + HPD_SIGFRAME_RSP) != 0 ||
-          cfi_read8(w, &ra, r->sp + HPD_SIGFRAME_RIP) != 0 ||
-          cfi_read8(w, &bp, r->sp + HPD_SIGFRAME_RBP) != 0)
+    case HPD_CFA_SIGNAL: {
+      // Rare: read from the stack, not through the window.
+      struct cfi_sigframe_regs saved;
+      if (bpf_probe_read_user(&saved, sizeof saved, (const void*)(r->sp + HPD_SIGFRAME_RBP)) != 0)
         return HPD_USER_END_READ_FAULT;
+      bp = saved.regs[0];
+      cfa = saved.regs[(HPD_SIGFRAME_RSP - HPD_SIGFRAME_RBP) / 8];
+      ra = saved.regs[(HPD_SIGFRAME_RIP - HPD_SIGFRAME_RBP) / 8];
       exact = 1;  // the interrupted pc, not a return address
       break;
+    }
     case HPD_CFA_OUTERMOST: return HPD_USER_END_ROOT;
     default: return HPD_USER_END_UNSUPPORTED;
   }
@@ -414,8 +511,46 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   return 0;
 }
 
+struct cfi_walk_ctx {
+  const struct hpd_proc_mappings* maps;
+  struct cfi_regs* r;
+  struct cfi_window* w;
+  struct user_frames* out;
+};
+
+// One step of walk_user_cfi: 1 once the walk has ended (r->end says how).
+static __always_inline long cfi_walk_next(struct cfi_walk_ctx* c) {
+  struct cfi_regs* r = c->r;
+  struct user_frames* out = c->out;
+  if (!r || !out) return 1;
+  const __u32 i = r->frames;
+  if (i >= HPD_MAX_USER_FRAMES) return 1;  // HPD_USER_END_DEPTH, set before the loop
+  const int how = cfi_step(c->maps, r, c->w);
+  if (how != 0) {
+    r->end = how;
+    return 1;
+  }
+  out->ips[i & (HPD_MAX_USER_FRAMES - 1)] = r->ip;
+  r->frames = i + 1;
+  return 0;
+}
+
+// Frames per bpf_loop step of walk_user_cfi: each step is a call, and the verifier checks each frame of a
+// step apart (two dozen instructions each, around the call to cfi_step).
+#define CFI_FRAMES_PER_LOOP_STEP 8
+
+// CFI_FRAMES_PER_LOOP_STEP steps of walk_user_cfi (a bpf_loop callback).
+static long cfi_walk_steps(__u64 index, struct cfi_walk_ctx* c) {
+#pragma unroll
+  for (int k = 0; k < CFI_FRAMES_PER_LOOP_STEP; k++)
+    if (cfi_walk_next(c) != 0) return 1;
+  return 0;
+}
+
 // The user stack by the tables into out[0..HPD_MAX_USER_FRAMES): the pc, then one return address
-// per frame; returns how many, and how the walk ended in *end.
+// per frame; returns how many, and how the walk ended in *end. CFI_FRAMES_PER_LOOP_STEP steps per
+// bpf_loop iteration, their count kept in *r (memory the caller owns, whose values the verifier does not
+// follow).
 __attribute__((noinline)) __u64 walk_user_cfi(struct user_frames* out, struct cfi_regs* r, __s32 pid,
                                               __u32* end, __u32 window_slot) {
   if (!out || !r || !end) return 0;
@@ -425,20 +560,18 @@ __attribute__((noinline)) __u64 walk_user_cfi(struct user_frames* out, struct cf
   if (w) cfi_fill_window(w, r->sp);
   r->uprobes = uretprobe_walk_begin();
   out->ips[0] = r->ip;
-  __u64 n = 1;
-  *end = HPD_USER_END_DEPTH;
-  for (int i = 1; i < HPD_MAX_USER_FRAMES; i++) {
-    const int how = cfi_step(maps, r, w);
-    if (how != 0) {
-      *end = how;
-      return n;
-    }
-    out->ips[i] = r->ip;
-    n = i + 1;
-  }
+  r->frames = 1;
+  r->end = HPD_USER_END_DEPTH;
+  struct cfi_walk_ctx c = {.maps = maps, .r = r, .w = w, .out = out};
+  bpf_loop((HPD_MAX_USER_FRAMES - 1 + CFI_FRAMES_PER_LOOP_STEP - 1) / CFI_FRAMES_PER_LOOP_STEP, cfi_walk_steps,
+           &c, 0);
+  const __u32 n = r->frames > HPD_MAX_USER_FRAMES ? HPD_MAX_USER_FRAMES : r->frames;
+  *end = r->end;
   // Full: if the next step would end at the root, the stack is complete all the same.
-  const int how = cfi_step(maps, r, w);
-  if (how == HPD_USER_END_ROOT || how == HPD_USER_END_FP_ZERO) *end = how;
+  if (r->end == HPD_USER_END_DEPTH && n == HPD_MAX_USER_FRAMES) {
+    const int how = cfi_step(maps, r, w);
+    if (how == HPD_USER_END_ROOT || how == HPD_USER_END_FP_ZERO) *end = how;
+  }
   return n;
 }
 

@@ -252,7 +252,8 @@ static __always_inline int is_target(__s32 pid) {
   return bpf_map_lookup_elem(&targets, &pid) != 0;
 }
 
-static __always_inline __u64 submit_flags(void) {
+// A global function, checked once: inlined, it was checked on every path to every record's submit.
+__attribute__((noinline)) __u64 submit_flags(void) {
   return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
                                                                        : BPF_RB_NO_WAKEUP;
 }
@@ -529,8 +530,9 @@ static long copy_stack_page(__u64 index, struct stack_copy* c) {
 // the record in sample_scratch's entry `index` at `offset` (right after its last frame), page by page,
 // stopping at the first page that cannot be read: like perf_event's copy, it ends at the top of the
 // stack mapping (or at a page that is not present). Return addresses the kernel's return probes replaced are put back in the copy
-// (uretprobe_restore_copy). Sets the record's stack_bytes and returns it.
-static __always_inline __u64 copy_user_stack(__u32 index, __u64 offset, __u64 sp, __u64 want) {
+// (uretprobe_restore_copy). Sets the record's stack_bytes and returns it. A global function, checked once
+// on its own (its caller bounds what it returns).
+__attribute__((noinline)) __u64 copy_user_stack(__u32 index, __u64 offset, __u64 sp, __u64 want) {
   struct hpd_sample_event* e = bpf_map_lookup_elem(&sample_scratch, &index);
   if (!e) return 0;
   e->stack_bytes = 0;
