@@ -343,17 +343,22 @@ static __always_inline int cfi_fp_step(struct cfi_regs* r, struct cfi_window* w)
   return 0;
 }
 
-// bpf_find_vma's callback: whether the mapping holding the pc maps a file.
+// bpf_find_vma's callback: whether the mapping holding the pc may get a table: it maps a file, or it is a
+// special mapping the kernel made (vm_ops set without a file: the uprobes' pages, which hpd has rows for
+// and learns of from their mmap records; anonymous memory has no vm_ops).
 static long cfi_vma_maps_file(struct task_struct* task, struct vm_area_struct* vma, void* data) {
   // Through an untrusted view, as untrusted_task() says.
   const struct vm_area_struct* v = bpf_rdonly_cast(vma, bpf_core_type_id_kernel(struct vm_area_struct));
-  *(__u32*)data = v->vm_file != 0;
+  *(__u32*)data = v->vm_file != 0 || v->vm_ops != 0;
   return 0;
 }
 
 // Whether `pc`, in none of the process's published mappings, lies in a mapping of a file: one made
 // since user space last published the process (a library being loaded, dlopen), whose table will come.
-// Anonymous code (JIT) has none. When the mappings cannot be looked at (bpf_find_vma fails with EBUSY
+// The same for a special mapping the kernel made since: the page a nop5 uprobe's first hit maps
+// ([uprobes-trampoline]) or the return probes' [uprobes] page. Beside four CPU hogs, where user space
+// reads the mmap records late, 5-11% of the on-CPU samples of a program spinning through nop5 probes
+// stopped at that page before it was published (calls_pid_latency_test). Anonymous code (JIT) has none. When the mappings cannot be looked at (bpf_find_vma fails with EBUSY
 // while another thread holds the mm's lock to map or unmap: a thread starting, with its stack being
 // mapped, as the process's first threads do while ld.so's libraries are still being published), the
 // pc is taken for a new file's: the walk is flagged, its stack copied, and user space walks it again
