@@ -357,7 +357,7 @@ static long cfi_vma_maps_file(struct task_struct* task, struct vm_area_struct* v
 // since user space last published the process (a library being loaded, dlopen), whose table will come.
 // The same for a special mapping the kernel made since: the page a nop5 uprobe's first hit maps
 // ([uprobes-trampoline]) or the return probes' [uprobes] page. Beside four CPU hogs, where user space
-// reads the mmap records late, 5-11% of the on-CPU samples of a program spinning through nop5 probes
+// reads the mmap records late, 3-11% of the on-CPU samples of a program spinning through nop5 probes
 // stopped at that page before it was published (calls_pid_latency_test). Anonymous code (JIT) has none. When the mappings cannot be looked at (bpf_find_vma fails with EBUSY
 // while another thread holds the mm's lock to map or unmap: a thread starting, with its stack being
 // mapped, as the process's first threads do while ld.so's libraries are still being published), the
