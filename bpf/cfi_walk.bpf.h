@@ -176,10 +176,9 @@ static __always_inline int cfi_window_need(struct cfi_window* w, __u32 off, __u3
   return hi == lo ? 0 : cfi_window_page(w, hi);
 }
 
-// Reads `size` (8 or 16) bytes of the user stack at `addr` into *out (its first 8 bytes when 8): from the
-// window when it covers them (-1 when they lie in its unreadable part), else from the stack.
-static __always_inline int cfi_read(struct cfi_window* w, struct user_frame* out, __u64 addr, __u32 size) {
-  if (!out) return -1;
+// Reads `size` (8 or 16) bytes of the user stack at `addr`: from the window when it covers them
+// (-1 when they lie in its unreadable part), else from the stack.
+static __always_inline int cfi_read(struct cfi_window* w, void* out, __u64 addr, __u32 size) {
   if (w && addr >= w->page + w->first && addr < w->page + w->end) {
     const __u64 off = addr - w->page;
     if (off + size <= w->end) {
@@ -201,10 +200,7 @@ static __always_inline int cfi_read(struct cfi_window* w, struct user_frame* out
 
 // Reads 8 bytes (a return address or a saved register) at `addr`.
 static __always_inline int cfi_read8(struct cfi_window* w, __u64* out, __u64 addr) {
-  struct user_frame value;
-  const int err = cfi_read(w, &value, addr, 8);
-  *out = value.next;
-  return err;
+  return cfi_read(w, out, addr, 8);
 }
 
 // Reads a saved rbp and return address pair (16 bytes) at `addr`.
@@ -230,8 +226,10 @@ struct cfi_mapping_search {
   __u32 hi;
 };
 
-// One step of the binary search for the mapping holding pc; 1 when it is over.
-static __always_inline long cfi_mapping_search_next(struct cfi_mapping_search* s) {
+// One step of the binary search for the mapping holding pc (a bpf_loop callback); 1 when it is over.
+// One step a callback: three cost the verifier six times as much, and most frames are in their
+// caller's mapping, which needs no search.
+static long cfi_mapping_search_step(__u64 index, struct cfi_mapping_search* s) {
   const struct hpd_proc_mappings* maps = s->maps;
   if (!maps || s->lo >= s->hi) return 1;
   const __u32 mid = s->lo + (s->hi - s->lo) / 2;
@@ -241,12 +239,6 @@ static __always_inline long cfi_mapping_search_next(struct cfi_mapping_search* s
   else
     s->lo = mid + 1;
   return 0;
-}
-
-// The same as a bpf_loop callback (three steps a callback cost the verifier six times as much; most
-// frames are in their caller's mapping, and need no search).
-static long cfi_mapping_search_step(__u64 index, struct cfi_mapping_search* s) {
-  return cfi_mapping_search_next(s);
 }
 
 // The index of the mapping holding `pc`, or -1: the previous frame's (`hint`) first, most callers

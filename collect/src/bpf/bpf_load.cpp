@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -168,11 +169,15 @@ class VerifierStats {
     const char* dir = std::getenv("HPD_VERIFIER_LOG");
     if (dir != nullptr && *dir != '\0') log_dir_ = dir;
     if (log_dir_.empty() && (stats == nullptr || *stats == '\0' || std::string_view(stats) == "0")) return;
+    // A whole log of the largest program is tens of MiB. The buffers are not filled beforehand, so
+    // only the pages the kernel writes are touched.
+    const size_t bytes = log_dir_.empty() ? size_t{1} << 20 : size_t{1} << 28;
     bpf_program* prog = nullptr;
     bpf_object__for_each_program(prog, obj_) {
+      logs_.emplace_back(new char[bytes]);
+      logs_.back()[0] = '\0';
+      bpf_program__set_log_buf(prog, logs_.back().get(), bytes);
       // BPF_LOG_STATS, and BPF_LOG_LEVEL2 for the whole log (level 1 keeps only a failing path's).
-      logs_.emplace_back(log_dir_.empty() ? size_t{1} << 20 : size_t{1} << 28, '\0');
-      bpf_program__set_log_buf(prog, logs_.back().data(), logs_.back().size());
       bpf_program__set_log_level(prog, log_dir_.empty() ? 4 : 4 | 2);
     }
   }
@@ -182,7 +187,7 @@ class VerifierStats {
     size_t i = 0;
     bpf_object__for_each_program(prog, obj_) {
       if (i >= logs_.size()) break;
-      std::string text = logs_[i++].c_str();
+      std::string text = logs_[i++].get();
       if (bpf_program__fd(prog) < 0) continue;
       if (!log_dir_.empty()) {
         const std::string path = log_dir_ + "/" + bpf_program__name(prog) + ".log";
@@ -204,7 +209,7 @@ class VerifierStats {
  private:
   bpf_object* obj_;
   std::string log_dir_;
-  std::vector<std::string> logs_;
+  std::vector<std::unique_ptr<char[]>> logs_;
 };
 
 void load_skeleton(profile_bpf* skel, const LibbpfLogCapture& log) {
