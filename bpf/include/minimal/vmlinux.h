@@ -3,6 +3,9 @@
  * kernel's BTF when the programs are loaded; only the fields used need to be declared. */
 #ifndef HPD_MINIMAL_VMLINUX_H
 #define HPD_MINIMAL_VMLINUX_H
+/* bpftool's vmlinux.h defines this: bpf_tracing.h then names pt_regs' fields as the kernel does (di, not
+ * the UAPI's rdi). */
+#define __VMLINUX_H__ 1
 
 #include <linux/types.h>
 #include <linux/bpf.h>
@@ -14,10 +17,21 @@ typedef __u64 u64;
 typedef __s32 s32;
 typedef __s64 s64;
 typedef int pid_t;
+typedef u32 dev_t;
+typedef u32 uid_t;
+typedef u32 gid_t;
+typedef _Bool bool;
+enum {
+  false = 0,
+  true = 1,
+};
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
+struct task_struct;
+
 struct rq {
+  struct task_struct* curr;
   u64 clock;
   u64 clock_task;
   u64 prev_steal_time_rq;
@@ -90,13 +104,84 @@ struct cred {
   kgid_t fsgid;
 };
 
+typedef struct {
+  int counter;
+} atomic_t;
+
+struct thread_info {
+  u32 cpu;
+};
+
+/* x86-64 */
+struct thread_struct {
+  unsigned long fsbase;
+};
+
+struct return_instance {
+  unsigned long stack;
+  unsigned long orig_ret_vaddr;
+  struct return_instance* next;
+};
+
+struct uprobe_task {
+  unsigned long vaddr;
+  unsigned long xol_vaddr;
+  struct return_instance* return_instances;
+};
+
+struct xol_area {
+  unsigned long vaddr;
+};
+
+struct uprobes_state {
+  struct xol_area* xol_area;
+};
+
+struct mm_struct {
+  struct uprobes_state uprobes_state;
+};
+
+struct super_block {
+  dev_t s_dev;
+};
+
+struct inode {
+  unsigned long i_ino;
+  struct super_block* i_sb;
+};
+
+struct file {
+  struct inode* f_inode;
+};
+
+struct vm_area_struct {
+  unsigned long vm_start;
+  unsigned long vm_end;
+  unsigned long vm_pgoff;
+  struct file* vm_file;
+  const void* vm_ops;
+};
+
+struct signal_struct {
+  atomic_t live;
+};
+
 struct task_struct {
+  struct thread_info thread_info;
+  unsigned int __state;
   unsigned int flags;
+  int on_cpu;
   struct sched_entity se;
+  struct mm_struct* mm;
   pid_t pid;
   pid_t tgid;
-  char comm[16];
+  unsigned long nvcsw;
+  unsigned long nivcsw;
   const struct cred* cred;
+  char comm[16];
+  struct signal_struct* signal;
+  struct uprobe_task* utask;
+  struct thread_struct thread;
 };
 
 /* x86-64 */
@@ -122,6 +207,18 @@ struct pt_regs {
   unsigned long flags;
   unsigned long sp;
   unsigned long ss;
+};
+
+struct bpf_iter_meta {
+  struct seq_file* seq;
+  u64 session_id;
+  u64 seq_num;
+};
+
+/* An iter/task program's context. */
+struct bpf_iter__task {
+  struct bpf_iter_meta* meta;
+  struct task_struct* task;
 };
 
 #pragma clang attribute pop
