@@ -1172,15 +1172,16 @@ TEST_F(ContinuousPushTls, AWrongCaIsSaidInLogAndStatusAndNoChunkIsLostOnceItIsFi
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_GT(field(hpd.status()["continuous"], "samples"), samples);
 
-  // The CA fixed and hpd reloaded: the queue drains, from the first chunk on.
+  // The CA fixed and hpd reloaded: the queue drains, from the first chunk on. Chunks go oldest first, so
+  // once the chunks queued at the fix and one more are sent, that backlog is out (which ones arrived is
+  // checked below). Not that the queue is then empty: with a chunk a second, whether the push catches up
+  // is the machine's speed (beside four CPU hogs it sent about a chunk a second, and 14 stayed queued).
   const uint64_t queued = field(push_status(hpd), "chunks_queued");
   std::ofstream(hpd.config_path()) << push_config(state_, collector.endpoint(),
                                                   "push_ca_file = " + pki_.ca_cert + "\n");
   hpd.signal(SIGHUP);
   ASSERT_TRUE(wait_push(
-      hpd,
-      [&](const json& s) { return field(s, "chunks_sent") >= queued + 1 && field(s, "chunks_queued") == 0; },
-      &p))
+      hpd, [&](const json& s) { return field(s, "chunks_sent") >= queued + 1; }, &p))
       << p.dump() << "\n"
       << hpd.log();
   EXPECT_TRUE(hpd.wait_log("works again", 10)) << hpd.log();
