@@ -112,7 +112,6 @@ TEST(BpfMinimalVmlinux, ProgramsBuiltWithoutKernelBtfLoadIntoThisKernel) {
       if (type != attach_types.end()) {
         bpf_program__set_expected_attach_type(program, static_cast<bpf_attach_type>(type->second));
       }
-      bpf_program__set_autoload(program, true);
     }
     const int err = bpf_object__load(object.get());
     ASSERT_EQ(err, 0) << "loading " << minimal_object(name) << ": " << std::strerror(-err)
