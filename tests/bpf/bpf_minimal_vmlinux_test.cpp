@@ -12,6 +12,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,7 +24,14 @@
 namespace hpd {
 namespace {
 
-constexpr const char* kPrograms[] = {"profile", "calls", "alloc"};
+// The BPF objects' names, as bpf/CMakeLists.txt builds them.
+std::vector<std::string> object_names() {
+  std::vector<std::string> names;
+  std::istringstream in(HPD_BPF_OBJECTS);
+  for (std::string name; in >> name;) names.push_back(name);
+  EXPECT_GE(names.size(), 3u) << "HPD_BPF_OBJECTS: " << HPD_BPF_OBJECTS;
+  return names;
+}
 
 std::string generated_object(const std::string& name) {
   return std::string(HPD_BPF_GEN_DIR) + "/" + name + ".bpf.o";
@@ -82,7 +91,7 @@ std::string first_difference(const std::string& a, const std::string& b) {
 }
 
 TEST(BpfMinimalVmlinux, ProgramsBuiltWithoutKernelBtfAreTheSamePrograms) {
-  for (const char* name : kPrograms) {
+  for (const std::string& name : object_names()) {
     SCOPED_TRACE(name);
     const Object generated = open_object(generated_object(name));
     const Object minimal = open_object(minimal_object(name));
@@ -94,40 +103,34 @@ TEST(BpfMinimalVmlinux, ProgramsBuiltWithoutKernelBtfAreTheSamePrograms) {
 }
 
 TEST(BpfMinimalVmlinux, ProgramsBuiltWithoutKernelBtfLoadIntoThisKernel) {
-  // The attach types the loaders set before loading (collect/src/calls): the call counters' uprobes are
-  // attached as multi-uprobes, the timed calls' and the allocator's in session mode.
-  const std::map<std::string, uint32_t> attach_types = {
-      {"hpd_count_call", uprobe_multi::kAttachUprobeMulti},
-      {"hpd_time_call", uprobe_multi::kAttachUprobeSession},
-      {"hpd_alloc_call", uprobe_multi::kAttachUprobeSession},
-  };
   size_t loaded = 0;
-  for (const char* name : kPrograms) {
+  std::set<std::string> programs;
+  for (const std::string& name : object_names()) {
     SCOPED_TRACE(name);
     const Object object = open_object(minimal_object(name));
     ASSERT_TRUE(object);
+    // The attach types the loaders set (multi-uprobe, session), as they set them.
+    uprobe_multi::set_expected_attach_types(object.get());
     bpf_program* program = nullptr;
-    bpf_object__for_each_program(program, object.get()) {
-      const auto type = attach_types.find(bpf_program__name(program));
-      if (type != attach_types.end()) {
-        bpf_program__set_expected_attach_type(program, static_cast<bpf_attach_type>(type->second));
-      }
-    }
     const int err = bpf_object__load(object.get());
     ASSERT_EQ(err, 0) << "loading " << minimal_object(name) << ": " << std::strerror(-err)
                       << " (libbpf's log above names the program and the relocation)";
     bpf_object__for_each_program(program, object.get()) {
       EXPECT_GE(bpf_program__fd(program), 0) << bpf_program__name(program);
+      programs.insert(bpf_program__name(program));
       ++loaded;
     }
   }
   EXPECT_GE(loaded, 10u);
+  // Every program the attach-type table names exists: a renamed program would otherwise keep the
+  // plain uprobe type and fail only at its link.
+  for (const auto& entry : uprobe_multi::kProgramAttachTypes) EXPECT_TRUE(programs.count(entry.program)) << entry.program;
 }
 
 TEST(BpfMinimalVmlinux, RelocationsNameTheSameKernelFields) {
   testing::TempDir dir("hpd-minimal-vmlinux");
   std::vector<std::string> generated, minimal;
-  for (const char* name : kPrograms) {
+  for (const std::string& name : object_names()) {
     generated.push_back(generated_object(name));
     minimal.push_back(minimal_object(name));
   }

@@ -194,8 +194,7 @@ AllocProbes::AllocProbes(int32_t pid, uint64_t mean_bytes, AllocProbeClient clie
   impl_->skel->rodata->client_uid = client.uid;
   impl_->skel->rodata->client_gid = client.gid;
   bpf_program__set_autoload(impl_->skel->progs.hpd_alloc_exec, client.restrict_to_client);
-  bpf_program__set_expected_attach_type(impl_->skel->progs.hpd_alloc_call,
-                                        static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeSession));
+  uprobe_multi::set_expected_attach_types(impl_->skel->obj);
   if (const int err = alloc_bpf__load(impl_->skel.get()); err != 0)
     throw CallCountError(std::string("the kernel refused hpd's allocation eBPF program: ") +
                          std::strerror(-err) +

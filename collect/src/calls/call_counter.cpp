@@ -101,10 +101,7 @@ Skeleton open_program(const CallCounterOptions& options, bool timing) {
   skel->rodata->client_uid = options.client_uid;
   skel->rodata->client_gid = options.client_gid;
   bpf_program__set_autoload(skel->progs.hpd_calls_exec, options.restrict_to_client);
-  bpf_program__set_expected_attach_type(skel->progs.hpd_count_call,
-                                        static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeMulti));
-  bpf_program__set_expected_attach_type(skel->progs.hpd_time_call,
-                                        static_cast<bpf_attach_type>(uprobe_multi::kAttachUprobeSession));
+  uprobe_multi::set_expected_attach_types(skel->obj);
   bpf_program__set_autoload(skel->progs.hpd_time_call, timing);
   // The timed calls' entries go to the sampling programs' map, when there is one (and it takes it: the
   // two objects define it alike); else the map is a placeholder nobody writes.

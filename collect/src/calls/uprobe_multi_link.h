@@ -2,10 +2,12 @@
 // libbpf 1.1 predate both. The call counter (uprobe_multi) and the allocation probes (sessions) share it.
 #pragma once
 
+#include <bpf/libbpf.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,31 @@ namespace hpd::uprobe_multi {
 inline constexpr int kBpfLinkCreate = 28;
 inline constexpr uint32_t kAttachUprobeMulti = 48;    // BPF_TRACE_UPROBE_MULTI, Linux 6.6
 inline constexpr uint32_t kAttachUprobeSession = 57;  // BPF_TRACE_UPROBE_SESSION, Linux 6.13
+
+// The multi-site uprobe programs of hpd's BPF objects and the attach type each is loaded for. libbpf 1.1
+// knows neither type from a section name, so they are declared SEC("uprobe") and set here before the
+// load: the kernel checks a link's type against the program's expected one.
+struct ProgramAttachType {
+  const char* program;
+  uint32_t attach_type;
+};
+inline constexpr ProgramAttachType kProgramAttachTypes[] = {
+    {"hpd_count_call", kAttachUprobeMulti},    // calls.bpf.c: exact call counts
+    {"hpd_time_call", kAttachUprobeSession},   // calls.bpf.c: timed calls (entry and return)
+    {"hpd_alloc_call", kAttachUprobeSession},  // alloc.bpf.c: the allocator's calls
+};
+
+// Sets the expected attach type of each program of `object` that kProgramAttachTypes names (call it
+// between the open and the load).
+inline void set_expected_attach_types(bpf_object* object) {
+  bpf_program* program = nullptr;
+  bpf_object__for_each_program(program, object) {
+    for (const ProgramAttachType& entry : kProgramAttachTypes) {
+      if (std::strcmp(bpf_program__name(program), entry.program) == 0)
+        bpf_program__set_expected_attach_type(program, static_cast<bpf_attach_type>(entry.attach_type));
+    }
+  }
+}
 
 // The BPF_LINK_CREATE part of union bpf_attr for uprobe_multi links.
 struct LinkAttr {
