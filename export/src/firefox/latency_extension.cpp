@@ -43,7 +43,7 @@ MarkerTable latency_markers(const Profile& p, int32_t pid, int64_t start, int64_
     data.sum_ns = l.sum_ns;
     data.histogram = histogram_text(l.histogram);
     data.func = firefox::func_row(l.func);
-    markers.add({std::move(data), name, start, end, Category::kUser});
+    markers.add(std::move(data), name, start, end, Category::kUser);
   }
   return markers;
 }

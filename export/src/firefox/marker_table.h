@@ -67,6 +67,17 @@ class MarkerTable {
   };
 
   void add(Row row) { rows_.push_back(std::move(row)); }
+  // A row with its data built in place in the table (GCC 12 at -O2 warns, wrongly, that a temporary
+  // Row's variant may hold a tail-call marker with fields uninitialized).
+  template <typename Data>
+  void add(Data data, StringIndex name, int64_t start_ns, std::optional<int64_t> end_ns, Category category) {
+    Row& row = rows_.emplace_back();
+    row.data.template emplace<Data>(std::move(data));
+    row.name = name;
+    row.start_ns = start_ns;
+    row.end_ns = end_ns;
+    row.category = category;
+  }
   size_t size() const { return rows_.size(); }
 
   void serialize(json::Writer& w) const;

@@ -22,8 +22,8 @@ void add_mip_marker(const Profile& p, const Tables& tables, const MipCount& c, M
     data.blocks = std::to_string(c.blocks_covered) + "/" + std::to_string(c.blocks_total);
   data.func = firefox::func_row(c.func);
   data.counts_calls = c.counts_calls;
-  markers.add({std::move(data), firefox::string_row(f.name), tables.relative_ns(c.time_ns), std::nullopt,
-               Category::kUser});
+  markers.add(std::move(data), firefox::string_row(f.name), tables.relative_ns(c.time_ns), std::nullopt,
+              Category::kUser);
 }
 
 using nlohmann::json;
