@@ -124,7 +124,8 @@ TEST(BpfMinimalVmlinux, ProgramsBuiltWithoutKernelBtfLoadIntoThisKernel) {
   EXPECT_GE(loaded, 10u);
   // Every program the attach-type table names exists: a renamed program would otherwise keep the
   // plain uprobe type and fail only at its link.
-  for (const auto& entry : uprobe_multi::kProgramAttachTypes) EXPECT_TRUE(programs.count(entry.program)) << entry.program;
+  for (const auto& entry : uprobe_multi::kProgramAttachTypes)
+    EXPECT_TRUE(programs.count(entry.program)) << entry.program;
 }
 
 TEST(BpfMinimalVmlinux, RelocationsNameTheSameKernelFields) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu_clock.h"
+#include "cpu_wait_truth.h"
 #include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -33,42 +34,9 @@ const std::string kWakeupFixture = std::string(HPD_FIXTURE_DIR) + "/wakeup_wait"
 constexpr int kPhaseMs = 2000;
 constexpr int kSleepMs = 600;
 
-// One line of the fixture: what the thread measured over its phase, and over its whole life.
-struct Truth {
-  int64_t tid = 0;
-  double cpu_ns = 0, wall_ns = 0, thread_cpu_ns = 0, run_delay_ns = -1;
-  double life_wall_ns = 0, life_cpu_ns = 0, life_run_delay_ns = -1;
-  [[nodiscard]] double waited_ns() const { return wall_ns - cpu_ns; }  // a spinner never blocks
-  // Off the CPU over the thread's life (pinning and start barrier included) ...
-  [[nodiscard]] double life_off_ns() const { return life_wall_ns - life_cpu_ns; }
-  // ... of which runnable, waiting for a CPU (the kernel's run delay), and blocked (the rest).
-  [[nodiscard]] double life_blocked_ns() const { return life_off_ns() - life_run_delay_ns; }
-};
-
-std::map<std::string, Truth> parse_truth(const std::string& out) {
-  std::map<std::string, Truth> truth;
-  std::istringstream lines(out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind("cpu_wait: ", 0) != 0) continue;
-    std::istringstream in(line.substr(10));
-    std::string name, key;
-    in >> name;
-    Truth t;
-    double value = 0;
-    while (in >> key >> value) {
-      if (key == "tid") t.tid = static_cast<int64_t>(value);
-      if (key == "cpu_ns") t.cpu_ns = value;
-      if (key == "wall_ns") t.wall_ns = value;
-      if (key == "thread_cpu_ns") t.thread_cpu_ns = value;
-      if (key == "run_delay_ns") t.run_delay_ns = value;
-      if (key == "life_wall_ns") t.life_wall_ns = value;
-      if (key == "life_cpu_ns") t.life_cpu_ns = value;
-      if (key == "life_run_delay_ns") t.life_run_delay_ns = value;
-    }
-    EXPECT_GE(t.life_run_delay_ns, 0) << "the kernel's schedstat is unreadable: " << line;
-    truth[name] = t;
-  }
+// One line of the fixture per thread; all three threads' lines.
+std::map<std::string, CpuWaitTruth> parse_truth(const std::string& out) {
+  std::map<std::string, CpuWaitTruth> truth = cpu_wait_truth(out);
   EXPECT_EQ(truth.size(), 3u) << out;
   return truth;
 }
@@ -154,7 +122,7 @@ class CpuWaitTest : public ::testing::Test {
     // run): the fixture's wall-clock truth counts it as off the CPU, and no scheduler saw it.
     const double stolen_ns = host_steal_ns() - steal_before;
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::map<std::string, Truth> truth = parse_truth(r.out);
+    const std::map<std::string, CpuWaitTruth> truth = parse_truth(r.out);
     ASSERT_EQ(truth.size(), 3u);
 
     const RunResult rep = run({kHpctl, "report", capture, "--json", "--limit", "0"});
@@ -172,7 +140,7 @@ class CpuWaitTest : public ::testing::Test {
     for (const auto& problem : testing::lint_firefox_profile(profile)) ADD_FAILURE() << problem;
 
     for (const char* name : {"spin_a", "spin_b"}) {
-      const Truth& t = truth.at(name);
+      const CpuWaitTruth& t = truth.at(name);
       const Reported got = reported(report, t.tid);
       ASSERT_TRUE(got.found) << name;
       const ExportedWaits exported = exported_waits(profile, t.tid);
@@ -230,7 +198,7 @@ class CpuWaitTest : public ::testing::Test {
       }
       EXPECT_NEAR(exported.marker_ns, got.wait_ns, 1e3) << name;
     }
-    const Truth& sleeper = truth.at("sleeper");
+    const CpuWaitTruth& sleeper = truth.at("sleeper");
     const Reported slept = reported(report, sleeper.tid);
     ASSERT_TRUE(slept.found);
     std::printf(

@@ -34,6 +34,7 @@
 
 #include "cpu_clock.h"
 #include "firefox_lint.h"
+#include "fixture_truth.h"
 #include "hpd/base/proc_files.h"
 #include "hpd_harness.h"
 #include "subprocess.h"
@@ -47,24 +48,6 @@ namespace {
 
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kFixtures = HPD_FIXTURE_DIR;
-
-// The value after `key` in the first line of `out` that starts with `prefix`; -1 when absent.
-double field(const std::string& out, const std::string& prefix, const std::string& key) {
-  std::istringstream lines(out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(prefix, 0) != 0) continue;
-    std::istringstream in(line.substr(prefix.size()));
-    std::string k;
-    while (in >> k) {
-      if (k != key) continue;
-      double v = -1;
-      in >> v;
-      return v;
-    }
-  }
-  return -1;
-}
 
 // The row of function `name` in a report, or null.
 const json* row_of(const json& report, const std::string& name) {
@@ -100,9 +83,9 @@ class EdgeTruthTest : public ::testing::Test {
     record.insert(record.end(), {"--", kFixtures + "/leaf_edge", "1500"});
     const RunResult r = run(record);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const double tid = field(r.out, "leaf_edge: hot", "tid");
-    const double hot_ns = field(r.out, "leaf_edge: hot", "hot_cpu_ns");
-    const double thread_ns = field(r.out, "leaf_edge: hot", "thread_cpu_ns");
+    const double tid = fixture_field(r.out, "leaf_edge: hot", "tid");
+    const double hot_ns = fixture_field(r.out, "leaf_edge: hot", "hot_cpu_ns");
+    const double thread_ns = fixture_field(r.out, "leaf_edge: hot", "thread_cpu_ns");
     ASSERT_GT(tid, 0) << r.out;
     ASSERT_GT(thread_ns, 0) << r.out;
     const double truth = 100.0 * hot_ns / thread_ns;
@@ -267,10 +250,10 @@ class EdgeTruthTest : public ::testing::Test {
     std::istringstream lines(out);
     std::string line;
     while (std::getline(lines, line)) {
-      const double burned = field(line, "exit_children: child", "burn_ns");
+      const double burned = fixture_field(line, "exit_children: child", "burn_ns");
       if (burned < 0) continue;
       truth_ns += burned;
-      pids.insert(static_cast<int64_t>(field(line, "exit_children: child", "pid")));
+      pids.insert(static_cast<int64_t>(fixture_field(line, "exit_children: child", "pid")));
     }
     return truth_ns;
   }
@@ -351,8 +334,8 @@ class EdgeTruthTest : public ::testing::Test {
   // `capture`: its wall time in vfork is that time, and reaches its caller.
   void check_vfork_wait(const std::string& capture, const std::string& out, const std::string& what) {
     SCOPED_TRACE(what);
-    const double pid = field(out, "vfork_wait:", "pid");
-    const double blocked_ns = field(out, "vfork_wait:", "blocked_ns");
+    const double pid = fixture_field(out, "vfork_wait:", "pid");
+    const double blocked_ns = fixture_field(out, "vfork_wait:", "blocked_ns");
     ASSERT_GT(pid, 0) << out;
     ASSERT_GT(blocked_ns, 0) << out;
     const std::string collapsed = capture + ".collapsed";

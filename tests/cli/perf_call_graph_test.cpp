@@ -26,6 +26,7 @@
 
 #include "cpu_clock.h"
 #include "firefox_lint.h"
+#include "fixture_truth.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -36,24 +37,6 @@ namespace {
 
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kFixtures = HPD_FIXTURE_DIR;
-
-// The value after `key` in the first line of `out` that starts with `prefix`; -1 when absent.
-double field(const std::string& out, const std::string& prefix, const std::string& key) {
-  std::istringstream lines(out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(prefix, 0) != 0) continue;
-    std::istringstream in(line.substr(prefix.size()));
-    std::string k;
-    while (in >> k) {
-      if (k != key) continue;
-      double v = -1;
-      in >> v;
-      return v;
-    }
-  }
-  return -1;
-}
 
 double total_cpu_ns(const json& report, const std::string& name) {
   for (const json& f : report.at("functions")) {
@@ -125,8 +108,8 @@ struct Truth {
 
 Truth truth_of(const std::string& out) {
   const std::string prefix = "qsort_strtod:";
-  return Truth{field(out, prefix, "tid"), field(out, prefix, "qsort_ns"), field(out, prefix, "strtod_ns"),
-               field(out, prefix, "thread_cpu_ns")};
+  return Truth{fixture_field(out, prefix, "tid"), fixture_field(out, prefix, "qsort_ns"),
+               fixture_field(out, prefix, "strtod_ns"), fixture_field(out, prefix, "thread_cpu_ns")};
 }
 
 // Checks the capture of a qsort_strtod run against what it measured: the callers' CPU when `callers`

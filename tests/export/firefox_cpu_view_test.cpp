@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cpu_clock.h"
+#include "cpu_wait_truth.h"
 #include "firefox_lint.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -41,36 +42,6 @@ const std::string kFixture = std::string(HPD_FIXTURE_DIR) + "/cpu_wait";
 const std::string kLatencyFixture = std::string(HPD_CALLS_FIXTURES) + "/latency_fentry";
 constexpr int kPhaseMs = 1500;
 constexpr int kSleepMs = 500;
-
-// What one thread of the fixture measured (see cpu_wait.c).
-struct Truth {
-  int64_t tid = 0;
-  double thread_cpu_ns = 0, life_wall_ns = 0, life_cpu_ns = 0, life_run_delay_ns = -1;
-  [[nodiscard]] double life_off_ns() const { return life_wall_ns - life_cpu_ns; }
-};
-
-std::map<std::string, Truth> parse_truth(const std::string& out) {
-  std::map<std::string, Truth> truth;
-  std::istringstream lines(out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind("cpu_wait: ", 0) != 0) continue;
-    std::istringstream in(line.substr(10));
-    std::string name, key;
-    in >> name;
-    Truth t;
-    double value = 0;
-    while (in >> key >> value) {
-      if (key == "tid") t.tid = static_cast<int64_t>(value);
-      if (key == "thread_cpu_ns") t.thread_cpu_ns = value;
-      if (key == "life_wall_ns") t.life_wall_ns = value;
-      if (key == "life_cpu_ns") t.life_cpu_ns = value;
-      if (key == "life_run_delay_ns") t.life_run_delay_ns = value;
-    }
-    truth[name] = t;
-  }
-  return truth;
-}
 
 // The profiler's view of one thread: its samples' weights with "Include idle samples" on and off,
 // the idle ones by subcategory, and the call nodes its remaining samples pass through.
@@ -188,7 +159,7 @@ TEST(FirefoxCpuView, IdleSwitchLeavesOnlyTheCpuSamplesInTheirColours) {
                            std::to_string(kPhaseMs), std::to_string(kSleepMs)});
   const double stolen_ns = host_steal_ns() - steal_before;
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::map<std::string, Truth> truth = parse_truth(r.out);
+  const std::map<std::string, CpuWaitTruth> truth = cpu_wait_truth(r.out);
   ASSERT_EQ(truth.size(), 3u) << r.out;
   const std::string firefox = tmp.file("cpu_wait.json.gz");
   const RunResult conv = run({kHpctl, "convert", capture, "-o", firefox});
@@ -203,7 +174,7 @@ TEST(FirefoxCpuView, IdleSwitchLeavesOnlyTheCpuSamplesInTheirColours) {
 
   for (const char* name : {"spin_a", "spin_b", "sleeper"}) {
     SCOPED_TRACE(name);
-    const Truth& t = truth.at(name);
+    const CpuWaitTruth& t = truth.at(name);
     const ProfilerView v = model.view(t.tid);
     const double blocked = v.idle_weight.count("Blocked") ? v.idle_weight.at("Blocked") : 0;
     const double waiting = v.idle_weight.count("Waiting for CPU") ? v.idle_weight.at("Waiting for CPU") : 0;
