@@ -34,13 +34,6 @@ const std::string kWakeupFixture = std::string(HPD_FIXTURE_DIR) + "/wakeup_wait"
 constexpr int kPhaseMs = 2000;
 constexpr int kSleepMs = 600;
 
-// One line of the fixture per thread; all three threads' lines.
-std::map<std::string, CpuWaitTruth> parse_truth(const std::string& out) {
-  std::map<std::string, CpuWaitTruth> truth = cpu_wait_truth(out);
-  EXPECT_EQ(truth.size(), 3u) << out;
-  return truth;
-}
-
 // The report's time of one thread (totals.time_by_thread), in ns.
 struct Reported {
   double cpu_ns = 0, blocked_ns = 0, wait_ns = 0;
@@ -122,8 +115,8 @@ class CpuWaitTest : public ::testing::Test {
     // run): the fixture's wall-clock truth counts it as off the CPU, and no scheduler saw it.
     const double stolen_ns = host_steal_ns() - steal_before;
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::map<std::string, CpuWaitTruth> truth = parse_truth(r.out);
-    ASSERT_EQ(truth.size(), 3u);
+    const std::map<std::string, CpuWaitTruth> truth = cpu_wait_truth(r.out);
+    ASSERT_EQ(truth.size(), 3u) << r.out;
 
     const RunResult rep = run({kHpctl, "report", capture, "--json", "--limit", "0"});
     ASSERT_EQ(rep.exit_code, 0) << rep.err;
