@@ -22,16 +22,24 @@ cd "$build"
 # The sanitizer build goes on beside the normal suite, at the lowest CPU priority: the suite's
 # privileged tests run one at a time and mostly wait, so the build takes what they leave, and the
 # tests, made to pass with other work beside them, keep the CPU they ask for. Its output goes to
-# $build/asan-build.log (printed when it fails).
+# $build/asan-build.log (printed when it fails). It runs in a process group of its own (job control
+# on for this one start), so that the whole build, compilers included, can be reniced and stopped.
 asan_log=$build/asan-build.log
-nice -n 19 "$root/packaging/asan-tests.sh" build >"$asan_log" 2>&1 &
+set -m
+nice -n 19 "$root/packaging/asan-tests.sh" build </dev/null >"$asan_log" 2>&1 &
 asan_build_pid=$!
-trap 'kill "$asan_build_pid" 2>/dev/null || true' EXIT
+set +m
+trap 'kill -- -"$asan_build_pid" 2>/dev/null || true' EXIT
 # The sanitizer pass below runs even when a test failed here, so that one run shows both.
 # Its output is kept in $build/ctest.log: a failure is summed up again at the very end, where a CI
 # page that shows only the last lines still names the test and its first assertion.
 status=0
 ctest --output-on-failure -j2 --timeout 900 2>&1 | tee "$build/ctest.log" || status=$?
+# The suite is done: the sanitizer build no longer has anything to yield to but other work, and at
+# nice 19 beside other work at the normal priority it gets almost no CPU (about 1/70 of a normal
+# task's share) and would not finish. Its processes, and those it starts from now on, go back to
+# the normal priority.
+renice -n 0 -g "$asan_build_pid" >/dev/null 2>&1 || true
 
 echo
 echo "=== Unit tests and hpd's tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_build) ==="
