@@ -4,16 +4,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 
 #include "firefox_lint.h"
+#include "perf_script.h"
 #include "subprocess.h"
 #include "temp_dir.h"
+#include "word_text.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -120,20 +122,14 @@ std::string call_graph_of(const json& profile) {
   return "";
 }
 
-// Of the samples whose leaf is chain_d: how many carry chain_d <- c <- b <- a <- main and ended complete.
-struct ChainShare {
-  size_t in_d = 0;
-  size_t whole = 0;
-  double share() const { return in_d == 0 ? 0 : double(whole) / double(in_d); }
-};
-
 const std::vector<std::string> kChain = {"chain_d", "chain_c", "chain_b", "chain_a", "main"};
 
+// Of the samples whose leaf is chain_d: how many carry chain_d <- c <- b <- a <- main and ended complete.
 ChainShare chain_share(const std::vector<SampleStack>& samples, std::string* example) {
   ChainShare c;
   for (const SampleStack& s : samples) {
     if (s.frames.empty() || s.frames[0].func != "chain_d") continue;
-    ++c.in_d;
+    ++c.in_leaf;
     bool whole = s.frames.size() >= kChain.size() && s.stack_end == 1;
     for (size_t i = 0; whole && i < kChain.size(); ++i) whole = s.frames[i].func == kChain[i];
     if (whole)
@@ -142,42 +138,6 @@ ChainShare chain_share(const std::vector<SampleStack>& samples, std::string* exa
       *example = describe(s);
   }
   return c;
-}
-
-// `perf record --call-graph dwarf` of the same fixture, read back with `perf script`.
-ChainShare perf_dwarf_chain_share(const std::string& dir, const std::string& fixture) {
-  const std::string data = dir + "/perf.data";
-  const std::string script = dir + "/perf.txt";
-  const std::string cmd = std::string(HPD_PERF) +
-                          " record -q -e task-clock -c 1001001 --call-graph dwarf,32768 -o " + data + " -- " +
-                          fixture + " 2 >/dev/null 2>&1 && " + HPD_PERF + " script -i " + data +
-                          " -F comm,ip,sym > " + script + " 2>/dev/null";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream in(script);
-  std::string line;
-  std::vector<std::string> frames;
-  ChainShare perf;
-  auto finish = [&] {
-    if (!frames.empty() && frames[0] == "chain_d") {
-      ++perf.in_d;
-      perf.whole +=
-          frames.size() >= kChain.size() && std::equal(kChain.begin(), kChain.end(), frames.begin());
-    }
-    frames.clear();
-  };
-  while (std::getline(in, line)) {
-    if (line.empty()) {
-      finish();
-      continue;
-    }
-    if (line[0] != '\t' && line[0] != ' ') continue;  // a sample's header line
-    std::istringstream fields(line);
-    std::string ip, sym;
-    fields >> ip >> sym;
-    frames.push_back(sym.substr(0, sym.find('+')));
-  }
-  finish();
-  return perf;
 }
 
 TEST_F(CallGraphTest, DwarfGivesWholeChainsWithoutFramePointersAndNoFewerThanPerf) {
@@ -189,7 +149,7 @@ TEST_F(CallGraphTest, DwarfGivesWholeChainsWithoutFramePointersAndNoFewerThanPer
   EXPECT_NE(err.find("call graph: dwarf (32768-byte stack copies)"), std::string::npos) << err;
   std::string example;
   const ChainShare ours = chain_share(samples, &example);
-  ASSERT_GT(ours.in_d, 1000u) << "about 2 s of CPU in chain_d at 999 Hz expected";
+  ASSERT_GT(ours.in_leaf, 1000u) << "about 2 s of CPU in chain_d at 999 Hz expected";
   EXPECT_GE(ours.share(), 0.95) << "first incomplete: " << example;
 
   // The frame-pointer walk cannot see past chain_d here: the difference dwarf makes.
@@ -199,12 +159,16 @@ TEST_F(CallGraphTest, DwarfGivesWholeChainsWithoutFramePointersAndNoFewerThanPer
   EXPECT_LT(fp.share(), 0.05);
 
   ASSERT_FALSE(std::string(HPD_PERF).empty()) << "perf is not installed (Debian package linux-perf)";
-  const ChainShare perf = perf_dwarf_chain_share(dir_.string(), fixture);
+  // `perf record --call-graph dwarf` of the same fixture, read back with `perf script`.
+  const std::string perf_cmd = perf_dwarf_command(HPD_PERF, dir_.string(), fixture + " 2", 1001001, 32768);
+  ASSERT_EQ(std::system(perf_cmd.c_str()), 0) << perf_cmd;
+  const ChainShare perf = test::chain_share(read_perf_script(perf_script_path(dir_.string())), kChain);
   std::printf(
       "whole chains in chain_d: hpctl dwarf %.1f%% (%zu/%zu), perf --call-graph dwarf %.1f%% (%zu/%zu), "
       "hpctl fp %.1f%%\n",
-      100 * ours.share(), ours.whole, ours.in_d, 100 * perf.share(), perf.whole, perf.in_d, 100 * fp.share());
-  ASSERT_GT(perf.in_d, 500u);
+      100 * ours.share(), ours.whole, ours.in_leaf, 100 * perf.share(), perf.whole, perf.in_leaf,
+      100 * fp.share());
+  ASSERT_GT(perf.in_leaf, 500u);
   EXPECT_GE(ours.share(), perf.share() - 0.01);
 }
 
@@ -271,21 +235,7 @@ TEST_F(CallGraphTest, RustCompilerMovesUnderTheirCallerInFpAndDwarfModes) {
 TEST_F(CallGraphTest, XzStacksReachMainThroughLiblzma) {
   ASSERT_FALSE(std::string(HPD_XZ).empty()) << "xz is not installed (Debian package xz-utils)";
   const std::string input = path("input.txt");
-  {
-    std::ofstream out(input);
-    std::mt19937_64 rng(42);
-    const char* words[] = {"stack", "frame", "unwind", "sample", "profile", "kernel", "return", "address"};
-    std::string buf;
-    for (int i = 0; i < 600'000; ++i) {
-      buf += words[rng() % 8];
-      buf += (rng() % 13 == 0) ? '\n' : ' ';
-      if (buf.size() > (1 << 16)) {
-        out << buf;
-        buf.clear();
-      }
-    }
-    out << buf;
-  }
+  write_word_text(input, 600'000, 8);
   const auto samples = record({"--call-graph", "dwarf"}, {HPD_XZ, "-T1", "-6", "-f", "-k", input});
   size_t in_lzma = 0, to_main = 0, complete = 0;
   std::string example;

@@ -6,14 +6,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <string>
 #include <thread>
 
 #include "hpd/unwind/unwinder.h"
+#include "perf_script.h"
 #include "subprocess.h"
 #include "unwind_test_support.h"
+#include "word_text.h"
 
 using namespace hpd;
 using namespace hpd::unwind_test;
@@ -100,18 +100,7 @@ void bench_perf(const std::string& fixture) {
       std::string(HPD_PERF) + " script -i " + data + " -F ip,sym > " + dir + "/out.txt 2>/dev/null";
   if (std::system(script.c_str()) != 0) return;
   const double secs = seconds_since(t0);
-  std::ifstream in(dir + "/out.txt");
-  std::string line;
-  size_t samples = 0;
-  bool in_sample = false;
-  while (std::getline(in, line)) {
-    if (line.empty()) {
-      in_sample = false;
-    } else if (!in_sample) {
-      in_sample = true;
-      ++samples;
-    }
-  }
+  const size_t samples = hpd::test::read_perf_script(dir + "/out.txt").size();
   std::printf(
       "\nperf script (dwarf, 16K) on %s: %zu samples in %.3f s = %.1f us/sample (unwinding + symbolizing + "
       "printing); perf.data %llu bytes = %.0f bytes/sample\n",
@@ -126,17 +115,7 @@ void bench_perf(const std::string& fixture) {
 int main() {
   const std::string fixtures = HPD_UNWIND_FIXTURE_DIR;
   const std::string input = "/tmp/bench_unwind_xz_input.txt";
-  {
-    std::ofstream out(input);
-    std::mt19937_64 rng(42);
-    const char* words[] = {"stack", "frame", "unwind", "sample", "profile", "kernel", "return", "address"};
-    std::string buf;
-    for (int i = 0; i < 6'000'000; ++i) {
-      buf += words[rng() % 8];
-      buf += (rng() % 13 == 0) ? '\n' : ' ';
-    }
-    out << buf;
-  }
+  hpd::test::write_word_text(input, 6'000'000, 8);
   std::vector<Workload> workloads = {
       {"chain_gcc (C, -O2 -fomit-frame-pointer)", {fixtures + "/chain_gcc", "4"}},
       {"xz -6 (stripped Debian binary + liblzma)", {HPD_XZ, "-T1", "-6", "-c", input}}};

@@ -4,21 +4,20 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <random>
-#include <sstream>
-#include <thread>
 
 #include "cpu_clock.h"
 #include "hpd/unwind/unwinder.h"
+#include "perf_script.h"
 #include "subprocess.h"
 #include "unwind_test_support.h"
+#include "word_text.h"
 
 using namespace hpd;
 using namespace hpd::unwind_test;
+using hpd::test::ChainShare;
 
 namespace {
 
@@ -72,20 +71,14 @@ bool mentions(const SymFrame& f, const std::string& word) {
   return false;
 }
 
-// Share of samples whose leaf is chain_d that carry the whole chain and ended kComplete.
-struct ChainShare {
-  size_t in_d = 0;
-  size_t whole = 0;
-  double share() const { return in_d == 0 ? 0 : static_cast<double>(whole) / static_cast<double>(in_d); }
-};
-
+// Of the samples whose leaf is chain_d: how many carry the whole chain and ended kComplete.
 ChainShare chain_share(const Recorded& r, const std::vector<Unwound>& unwound, std::string* example) {
   StackSymbolizer sym;
   ChainShare c;
   for (const auto& u : unwound) {
     const auto frames = sym.symbolize(r.process, r.modules, u.stack);
     if (frames.empty() || frames[0].function != "chain_d") continue;
-    ++c.in_d;
+    ++c.in_leaf;
     if (u.end == StackEnd::kComplete &&
         has_prefix(frames, {"chain_d", "chain_c", "chain_b", "chain_a", "main"})) {
       ++c.whole;
@@ -109,13 +102,13 @@ void expect_whole_chains(const std::string& fixture, uint32_t stack_bytes, bool 
   const ChainShare c = chain_share(r, unwound, &example);
   std::printf(
       "%s: %zu samples, %zu in chain_d, %zu with the whole chain (%.1f%%); cfi steps %llu, fp steps %llu\n",
-      fixture.c_str(), r.capture.samples.size(), c.in_d, c.whole, 100 * c.share(),
+      fixture.c_str(), r.capture.samples.size(), c.in_leaf, c.whole, 100 * c.share(),
       static_cast<unsigned long long>(unwinder.stats().cfi_steps),
       static_cast<unsigned long long>(unwinder.stats().fp_steps));
-  ASSERT_GT(c.in_d, r.capture.samples.size() / 2);
+  ASSERT_GT(c.in_leaf, r.capture.samples.size() / 2);
   EXPECT_GE(c.share(), 0.95) << "first incomplete: " << example;
   if (expect_fp_steps) {
-    EXPECT_GT(unwinder.stats().fp_steps, c.in_d);
+    EXPECT_GT(unwinder.stats().fp_steps, c.in_leaf);
   }
 }
 
@@ -135,37 +128,11 @@ TEST(UnwindPerf, NoFewerWholeChainsThanPerfDwarf) {
   ASSERT_FALSE(std::string(HPD_PERF).empty()) << "perf is not installed";
   const std::string dir = ::testing::TempDir() + "/unwind_perf_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
-  const std::string data = dir + "/perf.data";
-  const std::string script = dir + "/perf.txt";
-  const std::string cmd = std::string(HPD_PERF) +
-                          " record -q -e task-clock -c 1000000 --call-graph dwarf,16384 -o " + data + " -- " +
-                          kFixtures + "/chain_gcc 1.5 >/dev/null 2>&1 && " + HPD_PERF + " script -i " + data +
-                          " -F comm,ip,sym > " + script + " 2>/dev/null";
+  const std::string cmd =
+      test::perf_dwarf_command(HPD_PERF, dir, kFixtures + "/chain_gcc 1.5", 1000000, 16384);
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream in(script);
-  std::string line;
-  std::vector<std::string> frames;
-  ChainShare perf;
-  auto finish = [&] {
-    if (!frames.empty() && frames[0] == "chain_d") {
-      ++perf.in_d;
-      const std::vector<std::string> want = {"chain_d", "chain_c", "chain_b", "chain_a", "main"};
-      perf.whole += frames.size() >= want.size() && std::equal(want.begin(), want.end(), frames.begin());
-    }
-    frames.clear();
-  };
-  while (std::getline(in, line)) {
-    if (line.empty()) {
-      finish();
-      continue;
-    }
-    if (line[0] != '\t' && line[0] != ' ') continue;  // the sample's header line
-    std::istringstream fields(line);
-    std::string ip, sym;
-    fields >> ip >> sym;
-    frames.push_back(sym.substr(0, sym.find('+')));
-  }
-  finish();
+  const ChainShare perf = test::chain_share(test::read_perf_script(test::perf_script_path(dir)),
+                                            {"chain_d", "chain_c", "chain_b", "chain_a", "main"});
 
   CaptureOptions opts;
   opts.stack_bytes = 16384;
@@ -177,8 +144,8 @@ TEST(UnwindPerf, NoFewerWholeChainsThanPerfDwarf) {
   const ChainShare ours = chain_share(r, unwind_all(unwinder, r), &example);
   std::printf(
       "whole-chain share in chain_d: hpd %.1f%% (%zu/%zu), perf --call-graph dwarf %.1f%% (%zu/%zu)\n",
-      100 * ours.share(), ours.whole, ours.in_d, 100 * perf.share(), perf.whole, perf.in_d);
-  ASSERT_GT(perf.in_d, 300u) << "perf script gave too few samples; see " << script;
+      100 * ours.share(), ours.whole, ours.in_leaf, 100 * perf.share(), perf.whole, perf.in_leaf);
+  ASSERT_GT(perf.in_leaf, 300u) << "perf script gave too few samples; see " << test::perf_script_path(dir);
   EXPECT_GE(ours.share(), perf.share() - 0.01) << example;
 }
 
@@ -275,23 +242,7 @@ TEST(UnwindPerf, XzStacksReachMainThroughLiblzma) {
   const std::string dir = ::testing::TempDir() + "/unwind_xz_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   const std::string input = dir + "/input.txt";
-  {
-    // Compressible but not trivial: words from a small vocabulary, pseudo-random order.
-    std::ofstream out(input);
-    std::mt19937_64 rng(42);
-    const char* words[] = {"stack",    "frame", "unwind", "sample", "profile", "kernel", "return", "address",
-                           "register", "dwarf", "call",   "module", "mapping", "symbol", "thread", "cache"};
-    std::string buf;
-    for (int i = 0; i < 4'000'000; ++i) {
-      buf += words[rng() % 16];
-      buf += (rng() % 13 == 0) ? '\n' : ' ';
-      if (buf.size() > (1 << 16)) {
-        out << buf;
-        buf.clear();
-      }
-    }
-    out << buf;
-  }
+  test::write_word_text(input, 4'000'000, 16);
   CaptureOptions opts;
   opts.stack_bytes = 16384;
   opts.cpu_seconds = 1.5;  // of xz's CPU time
