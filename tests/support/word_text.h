@@ -11,12 +11,12 @@
 
 namespace hpd::test {
 
-// Writes `words` words, of the first `vocabulary` (at most 16) of a fixed list, to `path`.
+// Writes `words` words, of the first `vocabulary` (1 to 16) of a fixed list, to `path`.
 inline void write_word_text(const std::string& path, size_t words, size_t vocabulary) {
   static const char* const kWords[] = {"stack",   "frame",   "unwind",   "sample", "profile", "kernel",
                                        "return",  "address", "register", "dwarf",  "call",    "module",
                                        "mapping", "symbol",  "thread",   "cache"};
-  vocabulary = std::min<size_t>(vocabulary, std::size(kWords));
+  vocabulary = std::clamp<size_t>(vocabulary, 1, std::size(kWords));
   std::ofstream out(path);
   std::mt19937_64 rng(42);
   std::string buf;
