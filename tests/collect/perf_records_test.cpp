@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "perf_record_bytes.h"
+
 namespace hpd {
 namespace {
 
@@ -14,43 +16,9 @@ constexpr uint64_t kSampleType = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_
                                  PERF_SAMPLE_CALLCHAIN;
 const RecordLayout kLayout{kSampleType, 0, true};
 
-// Builds a record the way the kernel lays it out.
-class RecordBytes {
- public:
-  RecordBytes(uint32_t type, uint16_t misc) : type_(type), misc_(misc) {
-    bytes_.resize(sizeof(perf_event_header));
-  }
-  RecordBytes& u64(uint64_t v) { return raw(&v, 8); }
-  RecordBytes& u32(uint32_t v) { return raw(&v, 4); }
-  RecordBytes& str(const std::string& s) {
-    std::vector<uint8_t> padded(s.begin(), s.end());
-    padded.resize((s.size() + 8) & ~size_t{7}, 0);
-    return raw(padded.data(), padded.size());
-  }
-  RecordBytes& raw(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    bytes_.insert(bytes_.end(), b, b + n);
-    return *this;
-  }
-  // The sample_id trailer for kLayout: pid/tid, time, id, cpu/res.
-  RecordBytes& trailer(uint32_t pid, uint32_t tid, uint64_t time, uint64_t id, uint32_t cpu) {
-    return u32(pid).u32(tid).u64(time).u64(id).u32(cpu).u32(0);
-  }
-  std::vector<uint8_t> done() {
-    perf_event_header h{type_, misc_, static_cast<uint16_t>(bytes_.size())};
-    std::memcpy(bytes_.data(), &h, sizeof h);
-    return bytes_;
-  }
-
- private:
-  uint32_t type_;
-  uint16_t misc_;
-  std::vector<uint8_t> bytes_;
-};
-
 TEST(PerfRecords, DecodesSample) {
   const uint64_t kUser = static_cast<uint64_t>(PERF_CONTEXT_USER);
-  const auto bytes = RecordBytes(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER)
+  const auto bytes = PerfRecordBytes(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER)
                          .u64(0x401000)  // ip
                          .u32(100)
                          .u32(101)        // pid, tid
@@ -83,7 +51,7 @@ TEST(PerfRecords, DecodesSample) {
 }
 
 TEST(PerfRecords, TruncatedSampleIsRejected) {
-  auto bytes = RecordBytes(PERF_RECORD_SAMPLE, 0)
+  auto bytes = PerfRecordBytes(PERF_RECORD_SAMPLE, 0)
                    .u64(1)
                    .u32(1)
                    .u32(1)
@@ -107,18 +75,19 @@ TEST(PerfRecords, DecodesMmap2WithBuildId) {
   uint8_t id_block[24] = {};
   id_block[0] = 20;
   for (int i = 0; i < 20; ++i) id_block[4 + i] = static_cast<uint8_t>(0xa0 + i);
-  const auto bytes = RecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER | PERF_RECORD_MISC_MMAP_BUILD_ID)
-                         .u32(200)
-                         .u32(201)
-                         .u64(0x7f0000001000)
-                         .u64(0x5000)
-                         .u64(0x1000)
-                         .raw(id_block, sizeof id_block)
-                         .u32(PROT_READ | PROT_EXEC)
-                         .u32(MAP_PRIVATE)
-                         .str("/usr/lib/x86_64-linux-gnu/libm.so.6")
-                         .trailer(200, 201, 9'000, 5, 1)
-                         .done();
+  const auto bytes =
+      PerfRecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER | PERF_RECORD_MISC_MMAP_BUILD_ID)
+          .u32(200)
+          .u32(201)
+          .u64(0x7f0000001000)
+          .u64(0x5000)
+          .u64(0x1000)
+          .raw(id_block, sizeof id_block)
+          .u32(PROT_READ | PROT_EXEC)
+          .u32(MAP_PRIVATE)
+          .str("/usr/lib/x86_64-linux-gnu/libm.so.6")
+          .trailer(200, 201, 9'000, 5, 1)
+          .done();
   RecordLayout asked = kLayout;
   asked.build_ids = true;
   const auto record = decode_record(bytes, asked);
@@ -141,18 +110,19 @@ TEST(PerfRecords, DecodesMmap2WithBuildId) {
 // kernel sets it on the record it shares between them); the block then holds device and inode.
 TEST(PerfRecords, Mmap2BuildIdFlagIsIgnoredWhenNotAsked) {
   const uint8_t inode_block[24] = {8, 0, 0, 0, 1, 0, 0, 0, 0x2a};
-  const auto bytes = RecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER | PERF_RECORD_MISC_MMAP_BUILD_ID)
-                         .u32(1)
-                         .u32(1)
-                         .u64(0x1000)
-                         .u64(0x1000)
-                         .u64(0)
-                         .raw(inode_block, sizeof inode_block)
-                         .u32(PROT_EXEC)
-                         .u32(MAP_PRIVATE)
-                         .str("/bin/x")
-                         .trailer(1, 1, 1, 0, 0)
-                         .done();
+  const auto bytes =
+      PerfRecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER | PERF_RECORD_MISC_MMAP_BUILD_ID)
+          .u32(1)
+          .u32(1)
+          .u64(0x1000)
+          .u64(0x1000)
+          .u64(0)
+          .raw(inode_block, sizeof inode_block)
+          .u32(PROT_EXEC)
+          .u32(MAP_PRIVATE)
+          .str("/bin/x")
+          .trailer(1, 1, 1, 0, 0)
+          .done();
   const auto record = decode_record(bytes, kLayout);
   ASSERT_TRUE(record);
   const auto* m = std::get_if<Mmap2Record>(&*record);
@@ -163,7 +133,7 @@ TEST(PerfRecords, Mmap2BuildIdFlagIsIgnoredWhenNotAsked) {
 
 TEST(PerfRecords, Mmap2WithoutBuildIdFlagHasNone) {
   const uint8_t inode_block[24] = {8, 0, 0, 0, 1};
-  const auto bytes = RecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER)
+  const auto bytes = PerfRecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER)
                          .u32(1)
                          .u32(1)
                          .u64(0x1000)
@@ -186,12 +156,12 @@ TEST(PerfRecords, Mmap2WithoutBuildIdFlagHasNone) {
 // attr.context_switch: a switch-in, a switch-out that blocked, one that left the task runnable.
 TEST(PerfRecords, DecodesContextSwitches) {
   const auto in =
-      decode_record(RecordBytes(PERF_RECORD_SWITCH, 0).trailer(300, 301, 10, 1, 0).done(), kLayout);
+      decode_record(PerfRecordBytes(PERF_RECORD_SWITCH, 0).trailer(300, 301, 10, 1, 0).done(), kLayout);
   const auto out = decode_record(
-      RecordBytes(PERF_RECORD_SWITCH, PERF_RECORD_MISC_SWITCH_OUT).trailer(300, 301, 20, 1, 1).done(),
+      PerfRecordBytes(PERF_RECORD_SWITCH, PERF_RECORD_MISC_SWITCH_OUT).trailer(300, 301, 20, 1, 1).done(),
       kLayout);
   const auto preempted = decode_record(
-      RecordBytes(PERF_RECORD_SWITCH, PERF_RECORD_MISC_SWITCH_OUT | PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)
+      PerfRecordBytes(PERF_RECORD_SWITCH, PERF_RECORD_MISC_SWITCH_OUT | PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)
           .trailer(300, 301, 30, 1, 1)
           .done(),
       kLayout);
@@ -212,7 +182,7 @@ TEST(PerfRecords, DecodesContextSwitches) {
 }
 
 TEST(PerfRecords, DecodesCommForkExitLostThrottle) {
-  const auto comm = decode_record(RecordBytes(PERF_RECORD_COMM, PERF_RECORD_MISC_COMM_EXEC)
+  const auto comm = decode_record(PerfRecordBytes(PERF_RECORD_COMM, PERF_RECORD_MISC_COMM_EXEC)
                                       .u32(300)
                                       .u32(300)
                                       .str("spinner")
@@ -226,7 +196,7 @@ TEST(PerfRecords, DecodesCommForkExitLostThrottle) {
   EXPECT_TRUE(c->exec);
   EXPECT_EQ(c->sample_id.time, 10u);
 
-  const auto fork = decode_record(RecordBytes(PERF_RECORD_FORK, 0)
+  const auto fork = decode_record(PerfRecordBytes(PERF_RECORD_FORK, 0)
                                       .u32(300)
                                       .u32(300)
                                       .u32(305)
@@ -244,7 +214,7 @@ TEST(PerfRecords, DecodesCommForkExitLostThrottle) {
   EXPECT_EQ(f->ptid, 300);
   EXPECT_EQ(f->time, 20u);
 
-  const auto exit = decode_record(RecordBytes(PERF_RECORD_EXIT, 0)
+  const auto exit = decode_record(PerfRecordBytes(PERF_RECORD_EXIT, 0)
                                       .u32(300)
                                       .u32(300)
                                       .u32(305)
@@ -259,20 +229,20 @@ TEST(PerfRecords, DecodesCommForkExitLostThrottle) {
   EXPECT_FALSE(x->fork);
   EXPECT_EQ(x->time, 30u);
 
-  const auto lost =
-      decode_record(RecordBytes(PERF_RECORD_LOST, 0).u64(9).u64(17).trailer(0, 0, 40, 9, 2).done(), kLayout);
+  const auto lost = decode_record(
+      PerfRecordBytes(PERF_RECORD_LOST, 0).u64(9).u64(17).trailer(0, 0, 40, 9, 2).done(), kLayout);
   ASSERT_TRUE(lost);
   ASSERT_NE(std::get_if<LostRecord>(&*lost), nullptr);
   EXPECT_EQ(std::get<LostRecord>(*lost).lost, 17u);
 
   const auto throttle = decode_record(
-      RecordBytes(PERF_RECORD_THROTTLE, 0).u64(50).u64(9).u64(9).trailer(0, 0, 50, 9, 2).done(), kLayout);
+      PerfRecordBytes(PERF_RECORD_THROTTLE, 0).u64(50).u64(9).u64(9).trailer(0, 0, 50, 9, 2).done(), kLayout);
   ASSERT_TRUE(throttle);
   ASSERT_NE(std::get_if<ThrottleRecord>(&*throttle), nullptr);
   EXPECT_FALSE(std::get<ThrottleRecord>(*throttle).unthrottle);
 
   const auto other =
-      decode_record(RecordBytes(PERF_RECORD_KSYMBOL, 0).u64(0).trailer(0, 0, 0, 0, 0).done(), kLayout);
+      decode_record(PerfRecordBytes(PERF_RECORD_KSYMBOL, 0).u64(0).trailer(0, 0, 0, 0, 0).done(), kLayout);
   ASSERT_TRUE(other);
   ASSERT_NE(std::get_if<OtherRecord>(&*other), nullptr);
   EXPECT_EQ(std::get<OtherRecord>(*other).type, uint32_t{PERF_RECORD_KSYMBOL});
@@ -280,12 +250,12 @@ TEST(PerfRecords, DecodesCommForkExitLostThrottle) {
 
 TEST(PerfRecords, CommWithoutTrailerRoomIsRejected) {
   // Shorter than header + sample_id trailer.
-  EXPECT_FALSE(decode_record(RecordBytes(PERF_RECORD_COMM, 0).u32(1).done(), kLayout));
+  EXPECT_FALSE(decode_record(PerfRecordBytes(PERF_RECORD_COMM, 0).u32(1).done(), kLayout));
 }
 
 TEST(PerfRecords, SampleWithoutReadInLayout) {
   const RecordLayout layout{kSampleType & ~static_cast<uint64_t>(PERF_SAMPLE_READ), 0, true};
-  const auto bytes = RecordBytes(PERF_RECORD_SAMPLE, 0)
+  const auto bytes = PerfRecordBytes(PERF_RECORD_SAMPLE, 0)
                          .u64(0x10)
                          .u32(1)
                          .u32(2)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "builder_feeds.h"
+#include "perf_record_bytes.h"
 
 namespace hpd {
 namespace {
@@ -571,39 +572,6 @@ TEST_F(RawProfileBuilderRules, LostRecordsAndThrottles) {
 
 // ---- One story, as each backend's rings hold it, into the same builder. ----
 
-// A perf_event record laid out as the kernel writes it (layout kPerfLayout).
-class PerfBytes {
- public:
-  PerfBytes(uint32_t type, uint16_t misc) : type_(type), misc_(misc) {
-    bytes_.resize(sizeof(perf_event_header));
-  }
-  PerfBytes& u64(uint64_t v) { return raw(&v, 8); }
-  PerfBytes& u32(uint32_t v) { return raw(&v, 4); }
-  PerfBytes& str(const std::string& s) {
-    std::vector<uint8_t> padded(s.begin(), s.end());
-    padded.resize((s.size() + 8) & ~size_t{7}, 0);
-    return raw(padded.data(), padded.size());
-  }
-  PerfBytes& raw(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    bytes_.insert(bytes_.end(), b, b + n);
-    return *this;
-  }
-  PerfBytes& trailer(int32_t pid, int32_t tid, uint64_t time) {
-    return u32(static_cast<uint32_t>(pid)).u32(static_cast<uint32_t>(tid)).u64(time).u64(1).u32(0).u32(0);
-  }
-  std::vector<uint8_t> done() {
-    perf_event_header h{type_, misc_, static_cast<uint16_t>(bytes_.size())};
-    std::memcpy(bytes_.data(), &h, sizeof h);
-    return bytes_;
-  }
-
- private:
-  uint32_t type_;
-  uint16_t misc_;
-  std::vector<uint8_t> bytes_;
-};
-
 constexpr uint64_t kPerfSampleType = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ID |
                                      PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD | PERF_SAMPLE_READ |
                                      PERF_SAMPLE_CALLCHAIN;
@@ -611,7 +579,7 @@ const RecordLayout kPerfLayout{kPerfSampleType, 0, true};
 
 std::vector<uint8_t> perf_sample(int32_t pid, int32_t tid, uint64_t time, uint64_t counter,
                                  const std::vector<uint64_t>& user) {
-  PerfBytes b(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER);
+  PerfRecordBytes b(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER);
   b.u64(user.front()).u32(pid).u32(tid).u64(time).u64(1).u32(1).u32(0).u64(1'000'000).u64(counter);
   b.u64(user.size() + 1).u64(static_cast<uint64_t>(PERF_CONTEXT_USER));
   for (const uint64_t a : user) b.u64(a);
@@ -619,27 +587,27 @@ std::vector<uint8_t> perf_sample(int32_t pid, int32_t tid, uint64_t time, uint64
 }
 std::vector<uint8_t> perf_task(bool fork, int32_t pid, int32_t ppid, int32_t tid, int32_t ptid,
                                uint64_t time) {
-  return PerfBytes(fork ? PERF_RECORD_FORK : PERF_RECORD_EXIT, 0)
+  return PerfRecordBytes(fork ? PERF_RECORD_FORK : PERF_RECORD_EXIT, 0)
       .u32(pid)
       .u32(ppid)
       .u32(tid)
       .u32(ptid)
       .u64(time)
-      .trailer(pid, tid, time)
+      .trailer(pid, tid, time, 1, 0)
       .done();
 }
 std::vector<uint8_t> perf_comm(int32_t pid, int32_t tid, const std::string& name, bool exec, uint64_t time) {
-  return PerfBytes(PERF_RECORD_COMM, exec ? PERF_RECORD_MISC_COMM_EXEC : 0)
+  return PerfRecordBytes(PERF_RECORD_COMM, exec ? PERF_RECORD_MISC_COMM_EXEC : 0)
       .u32(pid)
       .u32(tid)
       .str(name)
-      .trailer(pid, tid, time)
+      .trailer(pid, tid, time, 1, 0)
       .done();
 }
 std::vector<uint8_t> perf_mmap(int32_t pid, uint64_t start, uint64_t length, const std::string& path,
                                uint64_t time) {
   const uint8_t device[24] = {};  // maj, min, ino, ino_generation
-  return PerfBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER)
+  return PerfRecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER)
       .u32(pid)
       .u32(pid)
       .u64(start)
@@ -649,7 +617,7 @@ std::vector<uint8_t> perf_mmap(int32_t pid, uint64_t start, uint64_t length, con
       .u32(PROT_READ | PROT_EXEC)
       .u32(MAP_PRIVATE)
       .str(path)
-      .trailer(pid, pid, time)
+      .trailer(pid, pid, time, 1, 0)
       .done();
 }
 
