@@ -16,6 +16,7 @@
 #include "bpf/bpf_event_decoder.h"
 #include "perf/perf_event_decoder.h"
 #include "perf/perf_records.h"
+#include "perf_record_bytes.h"
 #include "raw_profile_builder.h"
 
 namespace {
@@ -44,28 +45,6 @@ const char* const kMaps =
     "7ffff7fc0000-7ffff7fc2000 r-xp 00000000 00:00 0 [vdso]\n";
 const uint64_t kModuleStarts[] = {0x400000, 0x7f0000000000, 0x7f0000400000, 0x7f0000800000, 0x7f0000a00000};
 
-class Bytes {
- public:
-  Bytes(uint32_t type, uint16_t misc) : type_(type), misc_(misc) { bytes_.resize(sizeof(perf_event_header)); }
-  Bytes& u64(uint64_t v) { return raw(&v, 8); }
-  Bytes& u32(uint32_t v) { return raw(&v, 4); }
-  Bytes& raw(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    bytes_.insert(bytes_.end(), b, b + n);
-    return *this;
-  }
-  std::vector<uint8_t> done() {
-    perf_event_header h{type_, misc_, static_cast<uint16_t>(bytes_.size())};
-    std::memcpy(bytes_.data(), &h, sizeof h);
-    return bytes_;
-  }
-
- private:
-  uint32_t type_;
-  uint16_t misc_;
-  std::vector<uint8_t> bytes_;
-};
-
 struct Workload {
   std::vector<std::vector<uint8_t>> records;
 };
@@ -90,7 +69,7 @@ Workload perf_workload(size_t samples) {
     const auto tid = static_cast<uint32_t>(kPid + i % 8);
     if (i % 1000 == 999) {  // a thread comes and goes now and then
       const auto t = static_cast<uint32_t>(kPid + 100 + i);
-      w.records.push_back(Bytes(PERF_RECORD_FORK, 0)
+      w.records.push_back(PerfRecordBytes(PERF_RECORD_FORK, 0)
                               .u32(kPid)
                               .u32(kPid)
                               .u32(t)
@@ -103,7 +82,7 @@ Workload perf_workload(size_t samples) {
                               .u32(0)
                               .u32(0)
                               .done());
-      w.records.push_back(Bytes(PERF_RECORD_EXIT, 0)
+      w.records.push_back(PerfRecordBytes(PERF_RECORD_EXIT, 0)
                               .u32(kPid)
                               .u32(kPid)
                               .u32(t)
@@ -120,7 +99,7 @@ Workload perf_workload(size_t samples) {
     const auto& stack = stacks[rng() % stacks.size()];
     uint64_t& counter = counters[i % 8];
     counter += 200'000 + rng() % 1000;
-    Bytes b(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER);
+    PerfRecordBytes b(PERF_RECORD_SAMPLE, PERF_RECORD_MISC_USER);
     b.u64(stack[0]).u32(kPid).u32(tid).u64(time).u64(1).u32(static_cast<uint32_t>(i % 2)).u32(0);
     b.u64(200'000).u64(counter);
     b.u64(stack.size() + 1).u64(static_cast<uint64_t>(PERF_CONTEXT_USER));

@@ -5,6 +5,9 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <optional>
+#include <string>
+#include <variant>
 
 #include "perf_record_bytes.h"
 
@@ -106,49 +109,42 @@ TEST(PerfRecords, DecodesMmap2WithBuildId) {
   EXPECT_EQ(m->sample_id.cpu, 1u);
 }
 
+// An MMAP2 record of one page at 0x1000 for pid/tid 1, its 24-byte block (build-id, or device and
+// inode) and its flags as given, decoded with kLayout (no build-ids asked for); null when it is not one.
+std::optional<Mmap2Record> decoded_mmap2(uint16_t misc, const uint8_t (&block)[24], uint32_t flags,
+                                         const std::string& filename) {
+  const auto bytes = PerfRecordBytes(PERF_RECORD_MMAP2, misc)
+                         .u32(1)
+                         .u32(1)
+                         .u64(0x1000)
+                         .u64(0x1000)
+                         .u64(0)
+                         .raw(block, sizeof block)
+                         .u32(PROT_EXEC)
+                         .u32(flags)
+                         .str(filename)
+                         .trailer(1, 1, 1, 0, 0)
+                         .done();
+  const auto record = decode_record(bytes, kLayout);
+  if (!record || !std::holds_alternative<Mmap2Record>(*record)) return std::nullopt;
+  return std::get<Mmap2Record>(*record);
+}
+
 // Events that did not ask for build-ids get the flag too when another session's event did (the
 // kernel sets it on the record it shares between them); the block then holds device and inode.
 TEST(PerfRecords, Mmap2BuildIdFlagIsIgnoredWhenNotAsked) {
   const uint8_t inode_block[24] = {8, 0, 0, 0, 1, 0, 0, 0, 0x2a};
-  const auto bytes =
-      PerfRecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER | PERF_RECORD_MISC_MMAP_BUILD_ID)
-          .u32(1)
-          .u32(1)
-          .u64(0x1000)
-          .u64(0x1000)
-          .u64(0)
-          .raw(inode_block, sizeof inode_block)
-          .u32(PROT_EXEC)
-          .u32(MAP_PRIVATE)
-          .str("/bin/x")
-          .trailer(1, 1, 1, 0, 0)
-          .done();
-  const auto record = decode_record(bytes, kLayout);
-  ASSERT_TRUE(record);
-  const auto* m = std::get_if<Mmap2Record>(&*record);
-  ASSERT_NE(m, nullptr);
+  const auto m = decoded_mmap2(PERF_RECORD_MISC_USER | PERF_RECORD_MISC_MMAP_BUILD_ID, inode_block,
+                               MAP_PRIVATE, "/bin/x");
+  ASSERT_TRUE(m);
   EXPECT_EQ(m->build_id, "");
   EXPECT_EQ(m->filename, "/bin/x");
 }
 
 TEST(PerfRecords, Mmap2WithoutBuildIdFlagHasNone) {
   const uint8_t inode_block[24] = {8, 0, 0, 0, 1};
-  const auto bytes = PerfRecordBytes(PERF_RECORD_MMAP2, PERF_RECORD_MISC_USER)
-                         .u32(1)
-                         .u32(1)
-                         .u64(0x1000)
-                         .u64(0x1000)
-                         .u64(0)
-                         .raw(inode_block, sizeof inode_block)
-                         .u32(PROT_EXEC)
-                         .u32(0)
-                         .str("//anon")
-                         .trailer(1, 1, 1, 1, 0)
-                         .done();
-  const auto record = decode_record(bytes, kLayout);
-  ASSERT_TRUE(record);
-  const auto* m = std::get_if<Mmap2Record>(&*record);
-  ASSERT_NE(m, nullptr);
+  const auto m = decoded_mmap2(PERF_RECORD_MISC_USER, inode_block, 0, "//anon");
+  ASSERT_TRUE(m);
   EXPECT_EQ(m->build_id, "");
   EXPECT_EQ(m->filename, "//anon");
 }
