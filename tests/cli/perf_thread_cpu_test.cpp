@@ -35,20 +35,22 @@ struct ThreadTruth {
   long long tid = 0;
   double cpu_ns = 0, task_clock_ns = 0, cpu_clock_ns = 0;
   long long switches = 0;
+  double stolen_ns = 0;  // steal the thread's own task-clock counter saw, summed over 1 ms spans
 };
 
-// "thread_clocks: tid N cpu_ns N task_clock_ns N cpu_clock_ns N switches N" lines.
+// "thread_clocks: tid N cpu_ns N task_clock_ns N cpu_clock_ns N switches N stolen_ns N" lines.
 std::vector<ThreadTruth> parse_truth(const std::string& out) {
   std::vector<ThreadTruth> truth;
   std::istringstream in(out);
   std::string line;
   while (std::getline(in, line)) {
-    long long tid = 0, cpu = 0, task = 0, cpu_clock = 0, switches = 0;
+    long long tid = 0, cpu = 0, task = 0, cpu_clock = 0, switches = 0, stolen = 0;
     if (std::sscanf(line.c_str(),
-                    "thread_clocks: tid %lld cpu_ns %lld task_clock_ns %lld cpu_clock_ns %lld switches %lld",
-                    &tid, &cpu, &task, &cpu_clock, &switches) == 5)
+                    "thread_clocks: tid %lld cpu_ns %lld task_clock_ns %lld cpu_clock_ns %lld switches %lld "
+                    "stolen_ns %lld",
+                    &tid, &cpu, &task, &cpu_clock, &switches, &stolen) == 6)
       truth.push_back(ThreadTruth{tid, static_cast<double>(cpu), static_cast<double>(task),
-                                  static_cast<double>(cpu_clock), switches});
+                                  static_cast<double>(cpu_clock), switches, static_cast<double>(stolen)});
   }
   return truth;
 }
@@ -103,10 +105,10 @@ class PerfThreadCpuTest : public ::testing::Test {
       const double ahead = std::max(0.0, counter - t.cpu_ns);
       std::printf(
           "%s tid %lld: deltas %.2f ms in %zu samples, largest %.2f ms (sample %zu at %.1f ms); its own "
-          "counter %.2f ms, CPU clock %.2f ms, %lld context switches\n",
+          "counter %.2f ms, CPU clock %.2f ms, %lld context switches, %.2f ms stolen\n",
           what.c_str(), t.tid, sum / 1e6, deltas.size(), largest / 1e6, largest_at,
-          times[largest_at].get<double>() - times[0].get<double>(), counter / 1e6, t.cpu_ns / 1e6,
-          t.switches);
+          times[largest_at].get<double>() - times[0].get<double>(), counter / 1e6, t.cpu_ns / 1e6, t.switches,
+          t.stolen_ns / 1e6);
       // The deltas telescope to the events' counts at the thread's last sample on each CPU: its own
       // counter less at most one period per CPU (the time after those samples), never more than it
       // (the thread's exit after its reading is microseconds). Its counter (one event) and hpd's (one
@@ -121,8 +123,11 @@ class PerfThreadCpuTest : public ::testing::Test {
       // Hence against the thread's own CPU clock: off by no more than its two clocks are.
       EXPECT_LE(sum, t.cpu_ns + ahead + slack);
       // One delta is the counter's advance over one period, one more when a timer expiry was missed,
-      // and what ran ahead of the CPU clock (a stolen vCPU holds the timer back, the counter runs on).
-      EXPECT_LE(largest, 2 * kPeriodNs + ahead + slack);
+      // and the steal the thread suffered (a stolen vCPU holds the timer back, the counter runs on). Its
+      // counter's lead over its CPU clock understates that: the clock also counts what the scheduler
+      // charges a woken thread before it runs, which the counter does not (CI saw a 10.3 ms delta with
+      // the counter 8.9 ms behind the clock, another thread's 8.6 ms at the same moment).
+      EXPECT_LE(largest, 2 * kPeriodNs + std::max(ahead, t.stolen_ns) + slack);
     }
   }
 };
