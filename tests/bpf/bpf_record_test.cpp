@@ -345,14 +345,15 @@ TEST(BpfRecord, OffCpuSamplesGiveTheWallClockView) {
               wait->total_wall_percent, 100 * real_share, wait->total_percent);
   // Wall clock: near its real share. CPU: what the thread used entering and leaving its sleeps, as its
   // own clock measured (a few percent: the kernel's sleep and switch paths, hpd's sched_switch program),
-  // less: hpd showed 0-1.6 points less on a quiet machine, -0.8 to 1.2 beside other work, CI once a gap
-  // over 2 points; perf record 0.4-3.0 less (docs/architecture.md, "Timer samples and the context
-  // switch": the kernel charges a woken thread from its wakeup, the idle CPU's way back included). So
-  // the share is held from above (no sleep counted as CPU, none made up) and the gap is printed.
+  // less: hpd showed 0-1.6 points less on a quiet machine, -1.3 to 1.2 beside other work (more than the
+  // clock: beside four CPU hogs), CI once a gap over 2 points; perf record 0.4-3.0 less
+  // (docs/architecture.md, "Timer samples and the context switch": the kernel charges a woken thread
+  // from its wakeup, the idle CPU's way back included). So the share is held from above, 3 points over
+  // the clock (a sleep counted as CPU would be tens of points) and the gap is printed.
   std::printf("sleeper_wait: cpu %.2f%% (measured by the fixture %.2f%%: %.2f points not seen)\n",
               wait->total_percent, 100 * wait_cpu_share, 100 * wait_cpu_share - wait->total_percent);
   EXPECT_NEAR(wait->total_wall_percent, 100 * real_share, 12.0);
-  EXPECT_LT(wait->total_percent, 100 * wait_cpu_share + 2.0);
+  EXPECT_LT(wait->total_percent, 100 * wait_cpu_share + 3.0);
   EXPECT_LT(wait->total_percent, 10.0);
   EXPECT_GT(spin->total_percent, 80.0);
   EXPECT_GT(wait->total_off_cpu_ns, 0u);
