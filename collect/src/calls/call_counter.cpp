@@ -470,10 +470,13 @@ class CallCounter::Impl {
 
   // What one hit of a probe on a site of `kind` adds to a target's CPU time on this machine, in ns:
   // this program (the timing one at entry and return when `timed`) attached to a function of hpd's
-  // own executable whose first instruction is such a site, hpd's pid a target meanwhile, the median over
-  // rounds of (CPU of N probed calls - CPU of N unprobed calls) / N on this thread's CPU clock (the kernel's
-  // uprobe work is charged to it). Runs after the targets' counts were read. 0, with `why`, when it could not
-  // be measured.
+  // own executable whose first instruction is such a site, hpd's pid a target meanwhile; (CPU of N probed
+  // calls - CPU of N unprobed calls) / N on this thread's CPU clock (the kernel's uprobe work is charged
+  // to it). On a virtual machine the cost of a hit drifts between states that last 50-100 ms (here 550
+  // and 850 ns per nop5 hit): the median of rounds taken back to back measured one state, up to 1.5x
+  // what the probes added to a target over its recording. So the probed rounds are spread over about
+  // 100 ms and their trimmed mean taken, as a target's calls average over its run. Runs after the
+  // targets' counts were read. 0, with `why`, when it could not be measured.
   uint64_t measure_ns_per_hit(SiteKind kind, bool timed_site, std::string& why) {
     const auto address = reinterpret_cast<uint64_t>(
         kind == SiteKind::kNop5   ? reinterpret_cast<void*>(&hpd_calls_calibration_nop5)
@@ -501,11 +504,17 @@ class CallCounter::Impl {
           hpd_calls_calibration_call(0x1000, 0x2000);
       }
     };
-    constexpr int kCalls = 1000;
-    constexpr int kRounds = 11;
-    auto median_round_ns = [&] {
+    constexpr int kCalls = 500;
+    constexpr int kRounds = 32;
+    constexpr int kTrimmed = kRounds / 8;  // dropped at each end: a round an interrupt or steal landed in
+    // The mean over kRounds rounds of kCalls calls, `gap_us` apart, less the kTrimmed extremes each way.
+    auto round_ns = [&](unsigned gap_us) {
       std::vector<uint64_t> rounds;
       for (int r = 0; r < kRounds; ++r) {
+        if (gap_us != 0) {
+          ::usleep(gap_us);
+          call(4);  // back on a CPU: the site's code and the kernel's path warm again, as in a target's loop
+        }
         timespec a{}, b{};
         ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
         call(kCalls);
@@ -513,9 +522,11 @@ class CallCounter::Impl {
         rounds.push_back(uint64_t((b.tv_sec - a.tv_sec) * 1000000000ll + (b.tv_nsec - a.tv_nsec)));
       }
       std::sort(rounds.begin(), rounds.end());
-      return rounds[kRounds / 2];
+      uint64_t sum = 0;
+      for (int r = kTrimmed; r < kRounds - kTrimmed; ++r) sum += rounds[static_cast<size_t>(r)];
+      return sum / (kRounds - 2 * kTrimmed);
     };
-    const uint64_t plain = median_round_ns();
+    const uint64_t plain = round_ns(0);
     const SiteMode mode = kind == SiteKind::kCall ? SiteMode::kMcountInternal : SiteMode::kAtEntry;
     const int fd =
         link_sites(path, {file_offset},
@@ -530,7 +541,7 @@ class CallCounter::Impl {
     const int targets = bpf_map__fd(skel_->maps.call_targets);
     const bool targeted = bpf_map_update_elem(targets, &self, &yes, BPF_ANY) == 0;
     call(1);  // the first hit may set the site up (a nop5 becomes a call to the kernel's trampoline)
-    const uint64_t probed = median_round_ns();
+    const uint64_t probed = round_ns(3000);
     if (targeted) bpf_map_delete_elem(targets, &self);
     if (!targeted || probed <= plain) {
       why = !targeted ? "cannot make hpd a target of its own probe" : "the probed calls were not slower";
