@@ -83,6 +83,9 @@ int hpd_attach_state(struct bpf_iter__task* ctx) {
   e->header.time_ns = since;
   BPF_CORE_READ_STR_INTO(&e->header.comm, task, comm);
   e->woken_ns = 0;
+  e->charged_ns = 0;
+  e->wake_cpu = 0;
+  e->reserved = 0;
   e->off_cpu_ns = BPF_CORE_READ(task, se.sum_exec_runtime);  // kept while in `blocked` (profile_event.h)
   e->flags = HPD_SAMPLE_AT_ATTACH | (runnable ? HPD_SAMPLE_PREEMPTED : 0);
   e->regs_valid = 0;

@@ -592,6 +592,9 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
   const __u64 now = bpf_ktime_get_ns();
   fill_header(&e->header, HPD_EVENT_ON_CPU, pid, tid, now);
   e->off_cpu_ns = 0;
+  e->charged_ns = 0;
+  e->wake_cpu = 0;
+  e->reserved = 0;
   e->flags = 0;
 
   // The thread's CPU time up to this sample: each delta is the CPU it used since its previous
@@ -674,6 +677,9 @@ static __always_inline void emit_switch_stack(const struct hpd_event_header* h, 
   c->header.type = HPD_EVENT_SWITCH_STACK;
   c->cpu_delta_ns = 0;
   c->off_cpu_ns = 0;
+  c->charged_ns = 0;
+  c->wake_cpu = 0;
+  c->reserved = 0;
   c->kernel_error = 0;
   c->user_end = HPD_USER_END_NONE;
   c->user_fp_frames = 0;
@@ -722,8 +728,11 @@ static __always_inline void emit_unseen_switch_in(struct hpd_sample_event* b, __
   if (back <= b->header.time_ns || back - b->header.time_ns < off_cpu_min_ns) return;
   b->off_cpu_ns = back - b->header.time_ns;
   b->flags |= HPD_SAMPLE_SWITCH_IN_INFERRED;
-  // A wakeup after the thread was back is none of this interval's.
+  // A wakeup after the thread was back is none of this interval's; what the scheduler charged for
+  // its wait stays in the thread's on-CPU deltas.
   if (b->woken_ns > back) b->woken_ns = 0;
+  b->charged_ns = 0;
+  b->wake_cpu = 0;
   if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0) count_drop(b->header.pid, tid);
 }
 
@@ -782,6 +791,24 @@ static __always_inline void emit_final_cpu_tail(struct task_struct* prev, __s32 
   if (state && state->pid == pid && state->seeded) emit_cpu_tail(prev, state, pid, tid, 1);
 }
 
+// What the scheduler charges `next`, switched in at `now` after the wakeup that ended blocked record
+// `b`, for its wait for a CPU: the scheduler set its exec_start to its run queue's clock_task when it
+// picked it, and charges its runtime from there. That clock stood where the wakeup left it (b's
+// charged_ns) unless the run queue updated it since: the wait less the time the clock moved on. 0
+// without a wakeup, after a migration (another run queue's clock_task is not comparable), or when the
+// clock moved on by the whole wait. The clock's steal during the wait (task time excludes it) is
+// counted as charged: on this project's VM microseconds, against a wait of tens.
+static __always_inline __u64 charged_for_wait(const struct hpd_sample_event* b, struct task_struct* next,
+                                              __u64 now) {
+  if (b->woken_ns == 0 || b->woken_ns >= now || b->charged_ns == 0) return 0;
+  if (b->wake_cpu != bpf_get_smp_processor_id()) return 0;
+  const __u64 exec_start = BPF_CORE_READ(next, se.exec_start);
+  if (exec_start < b->charged_ns) return 0;
+  const __u64 moved = exec_start - b->charged_ns;
+  const __u64 wait = now - b->woken_ns;
+  return moved < wait ? wait - moved : 0;
+}
+
 // tp_btf/sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...).
 // It runs in the context of `prev`, so the current task's stack is the one that is being switched out.
 SEC("tp_btf/sched_switch")
@@ -794,11 +821,20 @@ int hpd_sched_switch(__u64* ctx) {
     if (b) {
       // The threshold applies to the whole interval; user space splits a blocked one at woken_ns
       // (set by hpd_sched_wakeup) into its blocked part and its wait for a CPU.
-      const __u64 away = bpf_ktime_get_ns() - b->header.time_ns;
+      const __u64 now = bpf_ktime_get_ns();
+      const __u64 away = now - b->header.time_ns;
+      const __u64 charged = charged_for_wait(b, next, now);
+      b->charged_ns = charged;
+      b->wake_cpu = 0;
       if (away >= off_cpu_min_ns) {
         b->off_cpu_ns = away;
-        if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0)
+        if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0) {
           count_drop(b->header.pid, next_tid);
+        } else if (charged != 0) {
+          // Given to the record: the thread's next on-CPU delta starts after it.
+          struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &next_tid);
+          if (state && state->seeded && state->pid == b->header.pid) state->last_runtime_ns += charged;
+        }
       }
       // Before the thread runs: user space takes an entry that is still here once it has read the
       // stack for a stack that did not change meanwhile.
@@ -823,6 +859,9 @@ int hpd_sched_switch(__u64* ctx) {
   if (!e) return 0;
   fill_header(&e->header, HPD_EVENT_OFF_CPU, pid, tid, bpf_ktime_get_ns());
   e->woken_ns = 0;
+  e->charged_ns = 0;
+  e->wake_cpu = 0;
+  e->reserved = 0;
   // The scheduler brought it up to date before this tracepoint (update_curr of the switch-out).
   e->off_cpu_ns = BPF_CORE_READ(prev, se.sum_exec_runtime);
   e->flags = ctx[0] || task_is_running(prev) ? HPD_SAMPLE_PREEMPTED : 0;
@@ -873,7 +912,18 @@ int hpd_sched_wakeup(__u64* ctx) {
   if (tid == 0) return 0;
   struct hpd_sample_event* b = bpf_map_lookup_elem(&blocked, &tid);
   // A runnable switch-out waits for a CPU from its start; its record keeps woken_ns 0.
-  if (b && !(b->flags & HPD_SAMPLE_PREEMPTED) && b->woken_ns == 0) b->woken_ns = bpf_ktime_get_ns();
+  if (!b || (b->flags & HPD_SAMPLE_PREEMPTED) || b->woken_ns != 0) return 0;
+  b->woken_ns = bpf_ktime_get_ns();
+  // The run queue p was queued on has just had its clock updated (ttwu): where the scheduler will
+  // charge p's runtime from if no update comes before p runs (hpd_sched_switch).
+  if (bpf_core_field_exists(p->se.cfs_rq) && bpf_core_field_exists(struct cfs_rq, rq) &&
+      bpf_core_field_exists(struct rq, cpu)) {
+    const struct rq* rq = BPF_CORE_READ(p, se.cfs_rq, rq);
+    if (rq) {
+      b->charged_ns = BPF_CORE_READ(rq, clock_task);
+      b->wake_cpu = BPF_CORE_READ(rq, cpu);
+    }
+  }
   return 0;
 }
 
@@ -966,6 +1016,9 @@ static __always_inline void emit_exit_stack(void* ctx, __s32 pid, __s32 tid) {
     fill_header(&e->header, HPD_EVENT_EXIT_STACK, pid, tid, bpf_ktime_get_ns());
     e->cpu_delta_ns = 0;
     e->off_cpu_ns = 0;
+    e->charged_ns = 0;
+    e->wake_cpu = 0;
+    e->reserved = 0;
     e->regs_valid = 0;
     e->stack_bytes = 0;
     const struct pt_regs* user = current_user_regs();

@@ -93,6 +93,16 @@ struct hpd_sample_event {
   /* off-CPU: how long the thread stayed off the CPU; flags: blocked or runnable. While the record
    * waits in the programs' `blocked` map: the thread's sum_exec_runtime at its switch-out. */
   __u64 off_cpu_ns;
+  /* off-CPU, blocked and woken: the CPU time the scheduler charged the thread for its wait between
+   * its wakeup and its switch-in. A wakeup that preempts asks the next __schedule() to skip its clock
+   * update (rq_clock_skip_update), so the woken thread's runtime starts at the run queue's clock as the
+   * wakeup left it; on an idle CPU that wait is the way out of idle. No sample can land in it; the
+   * programs take it out of the thread's next on-CPU delta and give it to this record, whose stack is
+   * where the thread waited. 0 otherwise. While the record waits in `blocked` after a wakeup: that run
+   * queue's clock_task at the wakeup (charged_ns) and its CPU (wake_cpu). */
+  __u64 charged_ns;
+  __u32 wake_cpu;
+  __u32 reserved; /* 0 */
   __s32 kernel_error; /* bpf_get_stack's negative errno for the kernel stack, else 0 */
   __u16 user_end;      /* enum hpd_user_end: how the program's user walk ended */
   __u16 user_fp_frames; /* cfi walks: frames stepped by frame pointer (modules without a table) */

@@ -110,10 +110,9 @@ void RawProfileBuilder::on_sample(const SampleEvent& e) {
   sample.tid = e.tid;
   sample.cpu = static_cast<uint16_t>(e.cpu);
   sample.kind = e.kind;
-  if (is_off_cpu_interval(e.kind))
-    sample.off_cpu_ns = e.off_cpu_ns;
-  else
-    sample.cpu_delta_ns = e.cpu_delta_ns;
+  // An off-CPU sample's CPU: what the scheduler charged the thread for its wait after its wakeup.
+  sample.cpu_delta_ns = e.cpu_delta_ns;
+  if (is_off_cpu_interval(e.kind)) sample.off_cpu_ns = e.off_cpu_ns;
 
   std::span<const uint64_t> kernel = e.kernel;
   if ((is_off_cpu_interval(e.kind) || e.at_exit) && is_scheduler_frame_) {
@@ -294,9 +293,10 @@ void RawProfileBuilder::on_cpu_tail(const CpuTailEvent& e) {
   ++cpu_tails_;
 }
 
-// The thread's last on-CPU samples were given `excess_ns` of CPU time that was not its own: it comes off
-// them, the latest first, none below zero. They are among the last samples added, as the thread has
-// just ended: the search goes back a bounded way.
+// The thread's last samples were given `excess_ns` of CPU time that was not its own: it comes off them
+// (on-CPU ones, and off-CPU ones given what the scheduler charged for a wait), the latest first, none
+// below zero. They are among the last samples added, as the thread has just ended: the search goes
+// back a bounded way.
 void RawProfileBuilder::take_back_cpu(int32_t tid, uint64_t excess_ns) {
   constexpr size_t kSearched = 1 << 16;
   ++threads_with_cpu_excess_;
@@ -304,7 +304,7 @@ void RawProfileBuilder::take_back_cpu(int32_t tid, uint64_t excess_ns) {
   const size_t stop = samples.size() > kSearched ? samples.size() - kSearched : 0;
   for (size_t i = samples.size(); i > stop && excess_ns != 0; --i) {
     RawSample& s = samples[i - 1];
-    if (s.tid != tid || s.kind != SampleKind::kOnCpu) continue;
+    if (s.tid != tid) continue;
     const uint64_t taken = std::min(excess_ns, s.cpu_delta_ns);
     s.cpu_delta_ns -= taken;
     excess_ns -= taken;

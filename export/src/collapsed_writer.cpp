@@ -45,6 +45,8 @@ void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions
                                                         : interval_ns;
       } else if (options.weight == CollapsedWeight::kWall) {
         w = s.off_cpu_ns;
+      } else if (options.weight == CollapsedWeight::kCpu) {
+        w = s.cpu_delta_ns;  // what the scheduler charged the thread for a wait after its wakeup
       }
       if (w != 0) weights[thread_key | (uint64_t{s.stack} + 1)] += w;
     }

@@ -521,13 +521,13 @@ class FirefoxWriter {
       if (s.stack != kNoIndex) row.stack = firefox::stack_row(s.stack);
       row.time_ns = t_.relative_ns(s.time_ns);
       row.stack_end = s.stack_end;
+      // An off-CPU sample's CPU: what the scheduler charged the thread for its wait after its wakeup.
+      row.cpu_delta_ns = s.cpu_delta_ns;
       if (is_off_cpu_interval(s.kind)) {
         // Its stack ends in the [blocked] or [waiting for CPU] leaf (firefox_format.h).
         row.stack = t_.off_cpu_leaf(s);
         row.weight = weights.next(s.off_cpu_ns);
         markers.add(firefox::off_cpu_marker(s, static_cast<uint32_t>(i), row.time_ns, t_));
-      } else {
-        row.cpu_delta_ns = s.cpu_delta_ns;
       }
       samples.add(row);
     }

@@ -111,6 +111,7 @@ class OtlpBuilder {
       auto [it, added] = index.emplace(key, aggregates_.size());
       if (added) aggregates_.push_back(Aggregate{stack, ti, {}});
       int64_t* v = aggregates_[it->second].values;
+      if (kind != SampleKind::kOnCpu) v[kCpu] += static_cast<int64_t>(cpu_ns);  // charged for a wait
       switch (kind) {
         case SampleKind::kOnCpu:
           v[kSamples] += static_cast<int64_t>(samples);

@@ -146,9 +146,10 @@ class PprofBuilder {
           samples_.push_back(
               AggregatedSample{s.stack, thread, s.kind, std::vector<int64_t>(value_count_, 0)});
         std::vector<int64_t>& v = samples_[it->second].values;
+        // An off-CPU sample's CPU: what the scheduler charged the thread for a wait after its wakeup.
+        v[cpu_column_] += static_cast<int64_t>(s.cpu_delta_ns);
         if (s.kind == SampleKind::kOnCpu) {
           v[samples_column_] += 1;
-          v[cpu_column_] += static_cast<int64_t>(s.cpu_delta_ns);
           if (wall_column_ != kNoColumn) v[wall_column_] += static_cast<int64_t>(interval_ns_);
         } else if (wall_column_ != kNoColumn) {
           v[wall_column_] += static_cast<int64_t>(s.off_cpu_ns);

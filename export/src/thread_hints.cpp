@@ -28,14 +28,14 @@ InitialThreads choose_initial_threads(const Profile& profile) {
   const size_t n = profile.threads.size();
   if (n == 0) return out;
 
-  // Busy-ness: CPU time of on-CPU samples, or their number when no sample carries a CPU time.
+  // Busy-ness: CPU time of the samples (an off-CPU one's: what the scheduler charged for a wait), or
+  // the number of on-CPU samples when no sample carries a CPU time.
   std::vector<uint64_t> cpu(n, 0), samples(n, 0);
   bool any_cpu = false;
   for (size_t i = 0; i < n; ++i) {
     for (const Sample& s : profile.threads[i].samples) {
-      if (s.kind != SampleKind::kOnCpu) continue;
       cpu[i] += s.cpu_delta_ns;
-      ++samples[i];
+      if (s.kind == SampleKind::kOnCpu) ++samples[i];
     }
     any_cpu = any_cpu || cpu[i] > 0;
   }

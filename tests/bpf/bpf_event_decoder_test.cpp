@@ -224,6 +224,49 @@ TEST(BpfEventDecoder, BlockedIntervalsSplitAtTheirWakeup) {
   EXPECT_EQ(builder.blocked_split_at_wakeup(), 2u);
   // Only the interval that ended without one: the one woken at its switch-in had its wakeup.
   EXPECT_EQ(builder.blocked_without_wakeup(), 1u);
+  EXPECT_EQ(builder.waits_charged_as_cpu(), 0u);
+}
+
+// What the scheduler charged the thread for its wait after the wakeup (charged_ns, which the programs
+// took out of its next on-CPU delta) is the CPU of its waiting-for-CPU sample, the blocked part keeping
+// none; a record still in the programs' map at the end holds the wakeup's run queue clock there, which
+// is no CPU time.
+TEST(BpfEventDecoder, TheWaitsChargedCpuGoesToItsWaitingSample) {
+  RawProfile profile;
+  BpfFeed builder(profile, {0});
+  builder.add_initial_process(10, maps("00400000-00402000 r-xp 00000000 08:01 5 /usr/bin/app\n"));
+  hpd_sample_event e{};
+  e.header = header(HPD_EVENT_OFF_CPU, 10, 10, 1000, "app");
+  e.woken_ns = 6'001'000;
+  e.off_cpu_ns = 6'020'000;
+  e.charged_ns = 12'345;
+  e.user_end = HPD_USER_END_ROOT;
+  e.user_frames = 1;
+  e.ips[0] = 0x400200;
+  std::vector<uint8_t> bytes(offsetof(hpd_sample_event, ips) + sizeof(uint64_t));
+  std::memcpy(bytes.data(), &e, bytes.size());
+  builder.on_record(bytes);
+  builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 10, 10, 7'000'000, "app", {}, {0x400100}, 900'000));
+  e.header.time_ns = 10'000'000;
+  e.woken_ns = 10'000'700;
+  e.charged_ns = 987'654'321'000;  // in the map: the run queue's clock_task at the wakeup
+  builder.on_still_off_cpu(e, 10'001'500);
+
+  ASSERT_EQ(profile.samples.size(), 5u);
+  const auto& s = profile.samples;
+  EXPECT_EQ(s[0].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(s[0].cpu_delta_ns, 0u);
+  EXPECT_EQ(s[0].off_cpu_ns, 6'000'000u);
+  EXPECT_EQ(s[1].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(s[1].cpu_delta_ns, 12'345u);
+  EXPECT_EQ(s[1].off_cpu_ns, 20'000u);
+  EXPECT_EQ(s[2].kind, SampleKind::kOnCpu);
+  EXPECT_EQ(s[2].cpu_delta_ns, 900'000u);
+  EXPECT_EQ(s[3].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(s[4].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(s[3].cpu_delta_ns + s[4].cpu_delta_ns, 0u);
+  EXPECT_EQ(builder.waits_charged_as_cpu(), 1u);
+  EXPECT_EQ(builder.waits_charged_ns(), 12'345u);
 }
 
 TEST(BpfEventDecoder, StackFailuresAndTruncationAreCountedPerThread) {

@@ -72,12 +72,12 @@ int main(int argc, char** argv) {
   const auto& p = result.profile;
   uint64_t on = 0, off = 0, cpu_ns = 0, off_ns = 0;
   for (const auto& s : p.samples) {
+    cpu_ns += s.cpu_delta_ns;                // off-CPU samples too: what the scheduler charged for a wait
     if (hpd::is_off_cpu_interval(s.kind)) {  // blocked or waiting for a CPU
       ++off;
       off_ns += s.off_cpu_ns;
     } else {
       ++on;
-      cpu_ns += s.cpu_delta_ns;
     }
   }
   const double recorder_cpu = cpu_seconds(after) - cpu_seconds(before);
@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
         "recorder_cpu_ms=%.1f collection_cpu_ms=%.1f collection_us_per_sample=%.2f peak_rss_kb=%ld "
         "leaf_callers=%llu bpf_sample_runs=%llu bpf_sample_ns_per_run=%.1f bpf_switch_runs=%llu "
         "bpf_switch_ns_per_run=%.1f bpf_wakeup_runs=%llu bpf_wakeup_ns_per_run=%.1f blocked_split=%llu "
-        "blocked_without_wakeup=%llu ring_pages_warmed=%llu bytes_per_sample=%.0f "
+        "blocked_without_wakeup=%llu waits_charged=%llu waits_charged_ms=%.3f ring_pages_warmed=%llu "
+        "bytes_per_sample=%.0f "
         "fallback='%s'\n",
         p.info.backend.c_str(), (unsigned long long)on, (unsigned long long)off, double(cpu_ns) / 1e6,
         double(off_ns) / 1e6, p.threads.size(), p.processes.size(), (unsigned long long)p.lost.lost_records,
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
         (unsigned long long)result.bpf_wakeup_prog_runs,
         per_run(result.bpf_wakeup_prog_ns, result.bpf_wakeup_prog_runs),
         (unsigned long long)result.blocked_split_at_wakeup, (unsigned long long)result.blocked_without_wakeup,
+        (unsigned long long)result.waits_charged_as_cpu, double(result.waits_charged_ns) / 1e6,
         (unsigned long long)result.bpf_ring_pages_warmed,
         p.samples.empty() ? 0.0 : double(result.sample_bytes) / double(p.samples.size()),
         result.backend_fallback_reason.c_str());

@@ -25,9 +25,9 @@ Totals totals_of(const Profile& p) {
   Totals t;
   for (const Thread& th : p.threads) {
     for (const Sample& s : th.samples) {
+      t.cpu += s.cpu_delta_ns;  // an off-CPU sample's: what the scheduler charged for a wait
       if (s.kind == SampleKind::kOnCpu) {
         ++t.on;
-        t.cpu += s.cpu_delta_ns;
         t.wall += p.meta.recording.interval_ns;
       } else {
         ++t.off;
@@ -38,8 +38,9 @@ Totals totals_of(const Profile& p) {
   return t;
 }
 
-// The synthetic profile plus a sample of its worker that waited 3 ms for a CPU, on the stack of its
-// blocked sample, with the frames in the Waiting for CPU category (as the converter makes them).
+// The synthetic profile plus a sample of its worker that waited 3 ms for a CPU after its wakeup, on the
+// stack of its blocked sample, with the frames in the Waiting for CPU category (as the converter makes
+// them), and the 40 us of CPU time the scheduler charged the thread for that wait.
 Profile with_a_wait() {
   Profile p = testing::make_synthetic_profile();
   Thread& worker = p.threads[1];
@@ -55,6 +56,7 @@ Profile with_a_wait() {
   wait.stack = stack;
   wait.kind = SampleKind::kWaitCpu;
   wait.off_cpu_ns = 3'000'000;
+  wait.cpu_delta_ns = 40'000;
   wait.time_ns += 6'000'000;
   worker.samples.push_back(wait);
   return p;
@@ -276,6 +278,27 @@ TEST_F(PprofTest, OffCpuSamplesAreLabelledBlockedOrWaitingForCpu) {
   EXPECT_EQ(value_sums()[wall], static_cast<int64_t>(totals_of(p).wall));
 }
 
+// The CPU time the scheduler charged a thread for its wait after a wakeup is CPU of the waiting
+// sample's stack: in the cpu column, not in the samples column.
+TEST_F(PprofTest, AWaitsChargedCpuIsInTheCpuColumn) {
+  const Profile p = with_a_wait();
+  decode(p, PprofOptions{false});
+  const size_t samples = 0, cpu = 1;
+  int64_t waiting_cpu = 0, waiting_samples = 0;
+  for (const TextNode* s : root_.all("sample")) {
+    for (const TextNode* l : s->all("label")) {
+      if (str(*l, "key") != "off_cpu" || str(*l, "str") != "waiting for CPU") continue;
+      waiting_cpu += std::stoll(s->all("value").at(cpu)->value);
+      waiting_samples += std::stoll(s->all("value").at(samples)->value);
+    }
+  }
+  EXPECT_EQ(waiting_cpu, 40'000);
+  EXPECT_EQ(waiting_samples, 0);
+  const Totals t = totals_of(p);
+  EXPECT_EQ(value_sums()[cpu], static_cast<int64_t>(t.cpu));
+  EXPECT_EQ(value_sums()[samples], static_cast<int64_t>(t.on));
+}
+
 TEST(PprofErrors, InconsistentProfileThrows) {
   Profile p = testing::make_synthetic_profile();
   p.stacks.push_back(Stack{kNoIndex, 99999, false});
@@ -329,6 +352,10 @@ TEST(Collapsed, StacksThatWaitedForTheCpuSaySo) {
   EXPECT_EQ(wall.at("worker_loop;futex_wait;[waiting for CPU]"), 3'000'000u);
   EXPECT_EQ(sum(wall), totals_of(p).wall);
   EXPECT_EQ(sum(collapsed(p, {})), totals_of(p).on);  // sample weights: on-CPU only
+  // CPU weights: the wait's charged CPU on its own line.
+  const auto cpu = collapsed(p, {CollapsedWeight::kCpu, false});
+  EXPECT_EQ(cpu.at("worker_loop;futex_wait;[waiting for CPU]"), 40'000u);
+  EXPECT_EQ(sum(cpu), totals_of(p).cpu);
 }
 
 TEST(Collapsed, PerProcessPrefixesTheProcessAndMergesItsThreads) {

@@ -111,6 +111,8 @@ class BpfFeed {
   uint64_t malformed_records() const { return decoder_.malformed_records(); }
   uint64_t samples_without_baseline() const { return decoder_.samples_without_baseline(); }
   uint64_t blocked_split_at_wakeup() const { return decoder_.blocked_split_at_wakeup(); }
+  uint64_t waits_charged_as_cpu() const { return decoder_.waits_charged_as_cpu(); }
+  uint64_t waits_charged_ns() const { return decoder_.waits_charged_ns(); }
   uint64_t blocked_without_wakeup() const { return decoder_.blocked_without_wakeup(); }
   uint64_t processes_without_maps() const { return builder_.processes().processes_without_maps(); }
   uint64_t mmaps_recorded() const { return builder_.processes().mmaps_recorded(); }

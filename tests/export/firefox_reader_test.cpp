@@ -69,6 +69,9 @@ TEST(FirefoxReader, RoundTripKeepsTheProfile) {
   a.meta.recording.requested_mono_ns = a.meta.recording.start_mono_ns - 3000000;
   a.meta.recording.host_steal_known = true;
   a.meta.recording.host_steal_ns = 20000000;
+  // An off-CPU sample with CPU time: what the scheduler charged a thread for a wait after its wakeup
+  // (threadCPUDelta of the off-CPU sample's row).
+  ASSERT_TRUE(testing::charge_first_off_cpu_sample(a, 25'000));
   const std::string path = dir.file("p.json.gz");
   write_firefox_file(a, path);
   const Profile b = read_firefox_file(path);

@@ -190,5 +190,37 @@ TEST(OtlpProfilesTest, SyntheticProfileReadsBack) {
   EXPECT_EQ(build_ids.count("/usr/lib/x86_64-linux-gnu/libc.so.6"), 0u);
 }
 
+// The CPU time the scheduler charged a thread for a wait after its wakeup (an off-CPU sample's
+// cpu_delta_ns) is in the cpu profile, with the stack it waited in.
+TEST(OtlpProfilesTest, AWaitsChargedCpuIsInTheCpuProfile) {
+  Profile profile = testing::make_synthetic_profile();
+  ASSERT_TRUE(testing::charge_first_off_cpu_sample(profile, 25'000));
+  const Message request = decode(encode_otlp_profiles(profile, {}));
+  const Message dict = decode(request.str(2));
+  const std::vector<std::string> strings = dict.all(5), stacks = dict.all(7), locations = dict.all(2),
+                                 functions = dict.all(3);
+  const std::vector<std::string> resources = request.all(1);
+  ASSERT_EQ(resources.size(), 1u);
+  uint64_t cpu = 0, futex_cpu = 0;
+  for (const std::string& scope_bytes : decode(resources[0]).all(2)) {
+    for (const std::string& bytes : decode(scope_bytes).all(2)) {
+      const Message p = decode(bytes);
+      if (strings.at(decode(p.str(1)).num(1)) != "cpu") continue;
+      for (const std::string& sb : p.all(2)) {
+        const Message s = decode(sb);
+        const uint64_t v = packed(s.str(4)).at(0);
+        cpu += v;
+        const std::vector<uint64_t> locs = packed(decode(stacks.at(s.num(1))).str(1));
+        if (locs.empty()) continue;
+        const Message leaf = decode(locations.at(locs[0]));
+        if (strings.at(decode(functions.at(decode(leaf.all(3).at(0)).num(1))).num(1)) == "futex_wait")
+          futex_cpu += v;
+      }
+    }
+  }
+  EXPECT_EQ(cpu, 14'525'000u);
+  EXPECT_EQ(futex_cpu, 25'000u);
+}
+
 }  // namespace
 }  // namespace hpd

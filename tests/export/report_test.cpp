@@ -407,6 +407,34 @@ TEST(Report, BlockedAndWaitingForTheCpuAreApart) {
   EXPECT_TRUE(b_seen);
 }
 
+// A wait for a CPU after a wakeup that the scheduler charged as CPU time: that time is CPU of the
+// waiting sample's stack (self and total, the thread's and the totals'), not an on-CPU sample.
+TEST(Report, AWaitsChargedCpuIsItsStacksCpu) {
+  Profile p = make_split_profile();  // 10 on-CPU samples of 1 ms interval, 9 ms CPU
+  Thread& t = p.threads[0];
+  Sample w;
+  w.time_ns = 20'000'000;
+  w.stack = t.samples[4].stack;  // main->B
+  w.kind = SampleKind::kWaitCpu;
+  w.off_cpu_ns = 2'000'000;
+  w.cpu_delta_ns = 30'000;
+  t.samples.push_back(w);
+
+  ReportOptions options;
+  options.limit = 0;
+  const Report r = compute_report(p, options);
+  EXPECT_EQ(r.totals.samples, 10u);
+  EXPECT_EQ(r.totals.cpu_ns, 9'030'000u);
+  ASSERT_EQ(r.totals.time_by_thread.size(), 1u);
+  EXPECT_EQ(r.totals.time_by_thread[0].cpu_ns, 9'030'000u);
+  EXPECT_EQ(r.totals.time_by_thread[0].samples, 10u);
+  const Report before = compute_report(make_split_profile(), options);
+  EXPECT_EQ(row(r, "B").self_cpu_ns, row(before, "B").self_cpu_ns + 30'000u);
+  EXPECT_EQ(row(r, "main").total_cpu_ns, row(before, "main").total_cpu_ns + 30'000u);
+  EXPECT_EQ(row(r, "B").self_samples, row(before, "B").self_samples);
+  EXPECT_EQ(row(r, "C").total_cpu_ns, row(before, "C").total_cpu_ns);
+}
+
 TEST(Report, LimitBoundsTheRows) {
   ReportOptions options;
   options.limit = 2;

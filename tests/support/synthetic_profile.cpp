@@ -143,4 +143,15 @@ Profile make_synthetic_profile() {
   return p;
 }
 
+bool charge_first_off_cpu_sample(Profile& p, uint64_t ns) {
+  for (Thread& t : p.threads) {
+    for (Sample& s : t.samples) {
+      if (!is_off_cpu_interval(s.kind)) continue;
+      s.cpu_delta_ns = ns;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace hpd::testing

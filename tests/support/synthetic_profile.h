@@ -20,4 +20,8 @@ inline constexpr const char* kSyntheticBuildId = "0123456789abcdeffedcba98765432
 // Interval 1 ms; recording from t0 = 1,000,000,000 ns monotonic for 20 ms.
 Profile make_synthetic_profile();
 
+// Gives the first off-CPU sample of `p` `ns` of CPU time, as the eBPF backend gives a wait for a CPU
+// after a wakeup what the scheduler charged for it. False when `p` has no off-CPU sample.
+bool charge_first_off_cpu_sample(Profile& p, uint64_t ns);
+
 }  // namespace hpd::testing

@@ -35,6 +35,7 @@ struct rq {
   u64 clock;
   u64 clock_task;
   u64 prev_steal_time_rq;
+  int cpu;
 };
 
 struct cfs_rq {

@@ -406,11 +406,17 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
     ++split_at_wakeup_;
     s.off_cpu_ns = e.woken_ns - h.time_ns;
     sink(event_);
-    // The sink only reads the event: the same frames serve the second sample.
+    // The sink only reads the event: the same frames serve the second sample, which carries what the
+    // scheduler charged the thread for this wait (the programs took it out of its next on-CPU delta).
     s.kind = SampleKind::kWaitCpu;
     s.time_ns = e.woken_ns;
     s.off_cpu_ns = end_ns - e.woken_ns;
+    s.cpu_delta_ns = e.charged_ns;
     s.record_bytes = 0;  // the record was counted with the first sample
+    if (e.charged_ns != 0) {
+      ++charged_waits_;
+      charged_ns_ += e.charged_ns;
+    }
     sink(event_);
     return;
   }
@@ -432,6 +438,7 @@ void BpfEventDecoder::decode_still_off_cpu(const hpd_sample_event& event, uint64
   hpd_sample_event e = event;
   e.header.type = HPD_EVENT_OFF_CPU;
   e.off_cpu_ns = end_ns > e.header.time_ns ? end_ns - e.header.time_ns : 0;
+  e.charged_ns = 0;   // in the map: the wakeup's run queue clock; the thread has not run since
   e.stack_bytes = 0;  // a map value carries no stack copy
   decode_sample(e, size_t{e.kernel_frames} + e.user_frames, {}, 0, sink, true);
 }

@@ -110,6 +110,10 @@ class BpfEventDecoder {
   // Blocked intervals that ended (the thread ran again) with no wakeup seen: all of it counted as
   // blocked, including any wait for a CPU after the wakeup (woken before the hook was attached).
   [[nodiscard]] uint64_t blocked_without_wakeup() const { return without_wakeup_; }
+  // Waits for a CPU after a wakeup that the scheduler charged as CPU time, given to their
+  // waiting-for-CPU sample (charged_ns in bpf/profile_event.h), and that time in all.
+  [[nodiscard]] uint64_t waits_charged_as_cpu() const { return charged_waits_; }
+  [[nodiscard]] uint64_t waits_charged_ns() const { return charged_ns_; }
 
  private:
   // cfi mode, holding: an off-CPU record whose walk met a table not published yet, not walked again
@@ -176,6 +180,8 @@ class BpfEventDecoder {
   uint64_t off_cpu_without_copy_ = 0;
   uint64_t split_at_wakeup_ = 0;
   uint64_t without_wakeup_ = 0;
+  uint64_t charged_waits_ = 0;
+  uint64_t charged_ns_ = 0;
   Event event_;  // the sample being decoded
 };
 

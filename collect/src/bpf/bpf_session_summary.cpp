@@ -104,6 +104,8 @@ void BpfSession::summarize() {
   result_.samples_without_cpu_baseline = decoder_->samples_without_baseline();
   result_.blocked_split_at_wakeup = decoder_->blocked_split_at_wakeup();
   result_.blocked_without_wakeup = decoder_->blocked_without_wakeup();
+  result_.waits_charged_as_cpu = decoder_->waits_charged_as_cpu();
+  result_.waits_charged_ns = decoder_->waits_charged_ns();
   result_.off_cpu_with_stack_copy = decoder_->off_cpu_with_stack_copy();
   result_.off_cpu_without_stack_copy = decoder_->off_cpu_without_stack_copy();
   result_.samples_given_exit_user_stack = builder_->samples_after_exit_stack();

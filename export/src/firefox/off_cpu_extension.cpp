@@ -56,7 +56,6 @@ bool read_off_cpu_marker(const Table& markers, size_t i, std::vector<Sample>& sa
   Sample& s = samples[static_cast<size_t>(k)];
   s.kind = type == firefox::kWaitCpuSchema ? SampleKind::kWaitCpu : SampleKind::kOffCpu;
   s.off_cpu_ns = static_cast<uint64_t>(ns);
-  s.cpu_delta_ns = 0;
   return true;
 }
 

@@ -454,10 +454,14 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     thread_stacks.name = t.name;
     ThreadTime time{t.pid, t.tid, t.name};
     // `n` samples of one stack, kind and stack end, adding up to `cpu_ns` (on-CPU) or `off_ns`
-    // (blocked or waiting for a CPU).
+    // (blocked or waiting for a CPU). Off-CPU samples may carry CPU time too: what the scheduler charged
+    // the thread for its wait after its wakeup, the stack's CPU like any other.
     const auto count = [&](uint32_t stack, SampleKind kind, StackEnd end, uint64_t n, uint64_t cpu_ns,
                            uint64_t off_ns) {
       Tally tally;
+      tally.cpu_ns = cpu_ns;
+      totals.cpu_ns += cpu_ns;
+      time.cpu_ns += cpu_ns;
       if (is_off_cpu_interval(kind)) {
         if (stack == kNoIndex) totals.off_cpu_without_stack_ns += off_ns;
         if (kind == SampleKind::kWaitCpu) {
@@ -487,11 +491,8 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
           totals.off_stacks_unknown_ns += off_ns;
       } else {
         tally.on = n;
-        tally.cpu_ns = cpu_ns;
         totals.samples += n;
-        totals.cpu_ns += cpu_ns;
         time.samples += n;
-        time.cpu_ns += cpu_ns;
         if (stack == kNoIndex) totals.samples_without_stack += n;
         uint64_t* ends[] = {&totals.stacks_complete,     &totals.stacks_truncated,
                             &totals.stacks_failed,       &thread_stacks.on_complete,

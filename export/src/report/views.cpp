@@ -47,12 +47,12 @@ std::vector<StackTally> tally_stacks(const Profile& p, const ReportOptions& opti
       if (s.kind == SampleKind::kOnCpu) ++on;
       if (s.stack == kNoIndex) continue;
       StackTally& st = per_stack[s.stack];
+      st.cpu_ns += s.cpu_delta_ns;        // off-CPU too: what the scheduler charged for a wait
       if (is_off_cpu_interval(s.kind)) {  // blocked or waiting for a CPU: wall time either way
         ++st.off;
         st.off_ns += s.off_cpu_ns;
       } else {
         ++st.on;
-        st.cpu_ns += s.cpu_delta_ns;
       }
     }
   }

@@ -256,6 +256,11 @@ struct RecordResult {
   // attached), whose wait for a CPU after the wakeup, if any, is counted as blocked.
   uint64_t blocked_split_at_wakeup = 0;
   uint64_t blocked_without_wakeup = 0;
+  // eBPF: waits for a CPU after a wakeup that the scheduler charged to the thread as CPU time (its
+  // runtime starts at the run queue's clock as the wakeup left it), and that CPU time in all: given to
+  // the waiting-for-CPU samples, not to the next on-CPU one (charged_ns in bpf/profile_event.h).
+  uint64_t waits_charged_as_cpu = 0;
+  uint64_t waits_charged_ns = 0;
   // eBPF, --call-graph dwarf: off-CPU records unwound from the copy of the stack their switch-out took,
   // and those without one (not written while the ring was half full, lost, or a thread already off
   // the CPU when the recording began), which keep a frame-pointer walk.

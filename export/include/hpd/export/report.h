@@ -139,7 +139,7 @@ struct ReportTotals {
   uint64_t host_steal_ns = 0;
   std::string host_steal_note;
   uint64_t interval_ns = 0;  // sampling interval used for the wall-clock view
-  uint64_t cpu_ns = 0;       // sum of on-CPU samples' cpu_delta_ns
+  uint64_t cpu_ns = 0;       // sum of the samples' cpu_delta_ns (an off-CPU one's: charged for a wait)
   uint64_t off_cpu_ns = 0;   // blocked
   uint64_t wait_cpu_ns = 0;  // waiting for a CPU
   // Off-CPU time (blocked or waiting) of samples without a stack, in no function's row (perf_event's
