@@ -823,18 +823,22 @@ int hpd_sched_switch(__u64* ctx) {
       // (set by hpd_sched_wakeup) into its blocked part and its wait for a CPU.
       const __u64 now = bpf_ktime_get_ns();
       const __u64 away = now - b->header.time_ns;
-      const __u64 charged = charged_for_wait(b, next, now);
+      // Given to the record only when the thread's next on-CPU delta can leave it out: from a real
+      // baseline (a guessed one holds no such time), and once the record is in the ring.
+      struct hpd_thread_state* state = 0;
+      __u64 charged = charged_for_wait(b, next, now);
+      if (charged != 0) {
+        state = bpf_map_lookup_elem(&threads, &next_tid);
+        if (!state || !state->seeded || state->pid != b->header.pid) charged = 0;
+      }
       b->charged_ns = charged;
       b->wake_cpu = 0;
       if (away >= off_cpu_min_ns) {
         b->off_cpu_ns = away;
-        if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0) {
+        if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0)
           count_drop(b->header.pid, next_tid);
-        } else if (charged != 0) {
-          // Given to the record: the thread's next on-CPU delta starts after it.
-          struct hpd_thread_state* state = bpf_map_lookup_elem(&threads, &next_tid);
-          if (state && state->seeded && state->pid == b->header.pid) state->last_runtime_ns += charged;
-        }
+        else if (state && charged != 0)
+          state->last_runtime_ns += charged;
       }
       // Before the thread runs: user space takes an entry that is still here once it has read the
       // stack for a stack that did not change meanwhile.
