@@ -351,7 +351,9 @@ TEST(BpfRecord, OffCpuSamplesGiveTheWallClockView) {
   // (docs/architecture.md, "Timer samples and the context switch"). So the sample share is held from
   // above only, 3 points over the clock (a sleep counted as CPU would be tens of points). Its share of
   // the thread's CPU time is the clock's: the programs give that charged wait to the waiting-for-CPU
-  // sample, whose stack is in sleeper_wait.
+  // sample, whose stack is in sleeper_wait: not short of the clock by more than sampling's error, and over
+  // it by no more than the sample share may be (beside four CPU hogs the samples alone were up to 1.3
+  // points over, and the CPU time 0.2-1.6).
   std::printf("sleeper_wait: cpu %.2f%% (measured by the fixture %.2f%%: %.2f points not seen)\n",
               wait->total_percent, 100 * wait_cpu_share, 100 * wait_cpu_share - wait->total_percent);
   const double wait_cpu_time_share = double(wait->total_cpu_ns) / double(report.totals.cpu_ns);
@@ -362,7 +364,8 @@ TEST(BpfRecord, OffCpuSamplesGiveTheWallClockView) {
       100 * (wait_cpu_time_share - wait_cpu_share), (unsigned long long)result.waits_charged_as_cpu,
       result.waits_charged_ns / 1e6);
   EXPECT_GT(result.waits_charged_as_cpu, 0u);
-  EXPECT_NEAR(100 * wait_cpu_time_share, 100 * wait_cpu_share, 1.5);
+  EXPECT_GT(100 * wait_cpu_time_share, 100 * wait_cpu_share - 1.5);
+  EXPECT_LT(100 * wait_cpu_time_share, 100 * wait_cpu_share + 3.0);
   EXPECT_NEAR(wait->total_wall_percent, 100 * real_share, 12.0);
   EXPECT_LT(wait->total_percent, 100 * wait_cpu_share + 3.0);
   EXPECT_LT(wait->total_percent, 10.0);

@@ -147,7 +147,22 @@ class PerfThreadCpuTest : public ::testing::Test {
       // (The steal the thread saw, its counter's lead over its clock in 1 ms spans, did not bound it:
       // CI saw a 15.5 ms delta where it allowed 12.2; here a thread's samplers saw 7.8 ms gaps with 0.9 ms
       // of it, while the thread with 13.9 ms of it had gaps of 2.4 ms: steal in small pieces.)
-      EXPECT_LE(largest, std::max(2 * kPeriodNs, t.gap_ns + kPeriodNs) + slack);
+      // One event's timer alone can be held back too: beside four CPU hogs, with cpu-clock events, a
+      // 13.9 ms delta came where the fixture's sampler never waited 2 ms, and the fixture's own counter
+      // once missed 15 ms its CPU clock and hpd's deltas counted. So one delta per thread may pass the
+      // bound, and is printed; a baseline kept per thread instead of per thread and CPU gave hundreds
+      // (294 ms deltas at every migration).
+      const double bound = std::max(2 * kPeriodNs, t.gap_ns + kPeriodNs) + slack;
+      size_t over = 0;
+      for (size_t i = 0; i < deltas.size(); ++i) {
+        const double d = deltas[i].is_null() ? 0 : deltas[i].get<double>();
+        if (d <= bound) continue;
+        ++over;
+        std::printf("%s tid %lld: delta %.2f ms over the bound %.2f ms (sample %zu at %.1f ms)\n",
+                    what.c_str(), t.tid, d / 1e6, bound / 1e6, i,
+                    times[i].get<double>() - times[0].get<double>());
+      }
+      EXPECT_LE(over, 1u) << "deltas over " << bound / 1e6 << " ms, the largest " << largest / 1e6 << " ms";
     }
   }
 };
