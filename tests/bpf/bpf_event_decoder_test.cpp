@@ -247,12 +247,19 @@ TEST(BpfEventDecoder, TheWaitsChargedCpuGoesToItsWaitingSample) {
   std::memcpy(bytes.data(), &e, bytes.size());
   builder.on_record(bytes);
   builder.on_record(sample_bytes(HPD_EVENT_ON_CPU, 10, 10, 7'000'000, "app", {}, {0x400100}, 900'000));
+  // Not split (no wakeup inside the interval): the charge, had the programs given one, stays its CPU.
+  e.header.time_ns = 8'000'000;
+  e.woken_ns = 0;
+  e.off_cpu_ns = 1'000'000;
+  e.charged_ns = 500;
+  std::memcpy(bytes.data(), &e, bytes.size());
+  builder.on_record(bytes);
   e.header.time_ns = 10'000'000;
   e.woken_ns = 10'000'700;
   e.charged_ns = 987'654'321'000;  // in the map: the run queue's clock_task at the wakeup
   builder.on_still_off_cpu(e, 10'001'500);
 
-  ASSERT_EQ(profile.samples.size(), 5u);
+  ASSERT_EQ(profile.samples.size(), 6u);
   const auto& s = profile.samples;
   EXPECT_EQ(s[0].kind, SampleKind::kOffCpu);
   EXPECT_EQ(s[0].cpu_delta_ns, 0u);
@@ -263,10 +270,12 @@ TEST(BpfEventDecoder, TheWaitsChargedCpuGoesToItsWaitingSample) {
   EXPECT_EQ(s[2].kind, SampleKind::kOnCpu);
   EXPECT_EQ(s[2].cpu_delta_ns, 900'000u);
   EXPECT_EQ(s[3].kind, SampleKind::kOffCpu);
-  EXPECT_EQ(s[4].kind, SampleKind::kWaitCpu);
-  EXPECT_EQ(s[3].cpu_delta_ns + s[4].cpu_delta_ns, 0u);
-  EXPECT_EQ(builder.waits_charged_as_cpu(), 1u);
-  EXPECT_EQ(builder.waits_charged_ns(), 12'345u);
+  EXPECT_EQ(s[3].cpu_delta_ns, 500u);
+  EXPECT_EQ(s[4].kind, SampleKind::kOffCpu);
+  EXPECT_EQ(s[5].kind, SampleKind::kWaitCpu);
+  EXPECT_EQ(s[4].cpu_delta_ns + s[5].cpu_delta_ns, 0u);
+  EXPECT_EQ(builder.waits_charged_as_cpu(), 2u);
+  EXPECT_EQ(builder.waits_charged_ns(), 12'845u);
 }
 
 TEST(BpfEventDecoder, StackFailuresAndTruncationAreCountedPerThread) {

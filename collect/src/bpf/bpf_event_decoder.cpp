@@ -421,6 +421,13 @@ void BpfEventDecoder::decode_sample(const hpd_sample_event& e, size_t frames_pre
     return;
   }
   if (off_cpu && s.kind == SampleKind::kOffCpu && e.woken_ns == 0 && !still_off_cpu) ++without_wakeup_;
+  if (off_cpu && e.charged_ns != 0) {
+    // Not split (the programs charge only a wait after a wakeup inside the interval): kept all the same,
+    // as the programs took it out of the thread's next on-CPU delta.
+    s.cpu_delta_ns = e.charged_ns;
+    ++charged_waits_;
+    charged_ns_ += e.charged_ns;
+  }
   sink(event_);
 }
 
