@@ -247,9 +247,9 @@ void describe_recording(const RecordOptions& options, RecordingInfo& info) {
   }
   info.target.clear();
   if (options.target.all_processes) {
-    info.target = "all processes";
+    info.target = kAllProcessesTarget;
   } else if (!options.target.cgroup.empty()) {
-    info.target = "cgroup " + options.target.cgroup;
+    info.target = std::string(kCgroupTargetPrefix) + options.target.cgroup;
   } else if (options.target.command.empty()) {
     info.target = options.target.pids.size() == 1 ? "pid " : "pids ";
     for (size_t i = 0; i < options.target.pids.size(); ++i) {

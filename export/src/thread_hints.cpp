@@ -9,10 +9,6 @@
 namespace hpd {
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
-
 // The process name (comm, 15 characters at most) a command line's program gets.
 std::string comm_of_command(const std::string& command) {
   std::string program = command.substr(0, command.find(' '));
@@ -47,7 +43,8 @@ InitialThreads choose_initial_threads(const Profile& profile) {
   // Targets: everything recorded, unless the recording took the whole system; then only the
   // process of a command launched alongside (--all -- CMD), matched by its process name.
   const std::string& target = profile.meta.recording.target;
-  const bool system_wide = starts_with(target, "all processes") || starts_with(target, "continuous profile");
+  const TargetScope scope = target_scope(target);
+  const bool system_wide = scope == TargetScope::kAllProcesses || scope == TargetScope::kContinuous;
   std::string command_comm;
   const std::string while_running = " while running ";
   const size_t at = target.find(while_running);

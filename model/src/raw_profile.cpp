@@ -429,4 +429,11 @@ std::string host_steal_note(const RecordingInfo& info) {
   return text;
 }
 
+TargetScope target_scope(std::string_view target) {
+  if (target.starts_with(kAllProcessesTarget)) return TargetScope::kAllProcesses;
+  if (target.starts_with(kCgroupTargetPrefix)) return TargetScope::kCgroup;
+  if (target.starts_with(kContinuousTargetPrefix)) return TargetScope::kContinuous;
+  return TargetScope::kNamed;
+}
+
 }  // namespace hpd

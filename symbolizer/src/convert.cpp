@@ -8,9 +8,8 @@
 namespace hpd::conversion {
 
 bool records_named_processes(const RecordingInfo& info) {
-  const auto starts = [&info](const char* prefix) { return info.target.rfind(prefix, 0) == 0; };
-  return (info.backend == "perf" || info.backend == "bpf") && !starts("all processes") &&
-         !starts("cgroup ") && !starts("continuous profile");
+  return (info.backend == "perf" || info.backend == "bpf") &&
+         target_scope(info.target) == TargetScope::kNamed;
 }
 
 Profile Converter::run() {

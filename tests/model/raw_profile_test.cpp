@@ -8,11 +8,29 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
 namespace hpd {
 namespace {
+
+TEST(TargetScope, TellsWhatTheRecordersWroteApart) {
+  // The targets as collect/ and hpd write them.
+  EXPECT_EQ(target_scope(std::string(kAllProcessesTarget)), TargetScope::kAllProcesses);
+  EXPECT_EQ(target_scope(std::string(kAllProcessesTarget) + " while running make -j2"),
+            TargetScope::kAllProcesses);
+  EXPECT_EQ(target_scope(std::string(kCgroupTargetPrefix) + "/sys/fs/cgroup/app.slice"),
+            TargetScope::kCgroup);
+  EXPECT_EQ(
+      target_scope(std::string(kContinuousTargetPrefix) + " (3 chunks, 2026-12-04 01:00:00 to 01:01:30)"),
+      TargetScope::kContinuous);
+  EXPECT_EQ(target_scope("pid 12"), TargetScope::kNamed);
+  EXPECT_EQ(target_scope("pids 3,4"), TargetScope::kNamed);
+  EXPECT_EQ(target_scope("./a.out --all"), TargetScope::kNamed);
+  EXPECT_EQ(target_scope("cgroupfs-tool"), TargetScope::kNamed);
+  EXPECT_EQ(target_scope(""), TargetScope::kNamed);
+}
 
 TEST(RawStackTable, InternsIdenticalStacksOnce) {
   RawStackTable table;

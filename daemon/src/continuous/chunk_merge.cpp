@@ -175,8 +175,8 @@ class ChunkMerger {
     out_.info.host_steal_known = !steal_unknown_;
     out_.info.host_steal_ns = steal_unknown_ ? 0 : static_cast<uint64_t>(std::llround(steal_ns_));
     out_.info.target =
-        "continuous profile (" + std::to_string(chunks_) + (chunks_ == 1 ? " chunk" : " chunks") + ", " +
-        format_unix_time(start_unix) + " to " +
+        std::string(kContinuousTargetPrefix) + " (" + std::to_string(chunks_) +
+        (chunks_ == 1 ? " chunk" : " chunks") + ", " + format_unix_time(start_unix) + " to " +
         format_unix_time(non_negative(static_cast<int64_t>(out_.info.end_mono_ns) + ref_to_unix)) + ")";
     // Registration times before the window would start the tracks before the profile does.
     for (RawProcess& p : out_.processes) p.start_ns = std::max(p.start_ns, out_.info.start_mono_ns);

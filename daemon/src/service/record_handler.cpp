@@ -60,8 +60,8 @@ std::string held_at_exec_problem(const session::RecordRequest& args, pid_t clien
 
 std::string describe_target(const session::RecordRequest& args, const std::vector<std::string>& launched) {
   if (!launched.empty()) return join_words(launched);
-  if (args.target.all_processes) return "all processes";
-  if (!args.target.cgroup.empty()) return "cgroup " + args.target.cgroup;
+  if (args.target.all_processes) return std::string(kAllProcessesTarget);
+  if (!args.target.cgroup.empty()) return std::string(kCgroupTargetPrefix) + args.target.cgroup;
   std::string text = "pid";
   for (const int32_t pid : args.target.pids) text += " " + std::to_string(pid);
   return text;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -301,6 +302,21 @@ struct RawMipSnapshot {
   bool counts_calls = false;  // call counts are exact (else call_count is 0/1 coverage)
   std::vector<RawMipFunction> functions;
 };
+
+// RecordingInfo::target of a recording of every process, the start of one of a cgroup's ("cgroup
+// PATH") and of the continuous profile's merged chunks ("continuous profile (N chunks, FROM to TO)");
+// the first two may be followed by " while running CMD". Any other target names its processes ("pid
+// 12", "pids 3,4", the command's words).
+inline constexpr std::string_view kAllProcessesTarget = "all processes";
+inline constexpr std::string_view kCgroupTargetPrefix = "cgroup ";
+inline constexpr std::string_view kContinuousTargetPrefix = "continuous profile";
+enum class TargetScope {
+  kNamed,         // pids or a command: their threads were sampled on their own CPU time
+  kCgroup,        // a cgroup's processes, sampled per CPU
+  kAllProcesses,  // every process, sampled per CPU
+  kContinuous,    // hpd's continuous profile (every process), chunks merged
+};
+TargetScope target_scope(std::string_view target);
 
 struct RecordingInfo {
   uint64_t start_unix_ns = 0;  // wall clock at start_mono_ns
