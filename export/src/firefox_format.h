@@ -254,6 +254,9 @@ inline constexpr const char* kUnsampledStartLabel = "Not sampled after the reque
 // and what it means for the samples, as a sentence (only when it is 0.5% of the CPU time or more).
 inline constexpr const char* kHostStealLabel = "Taken by the hypervisor (ns of CPU time)";
 inline constexpr const char* kHostStealNoteLabel = "Hypervisor steal";
+// On-CPU samples the sampling timer did not take though the threads ran (samples_not_taken_note), as
+// a sentence, only when they are 1% of the samples or more.
+inline constexpr const char* kNotTakenNoteLabel = "Samples not taken";
 
 inline constexpr const char* kLostSection = "Lost data";
 inline constexpr const char* kLostRecordsLabel = "Lost records";

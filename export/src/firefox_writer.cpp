@@ -269,6 +269,8 @@ class FirefoxWriter {
       if (std::string note = host_steal_note(info); !note.empty())
         extra_entry(firefox::kHostStealNoteLabel, "string", std::move(note));
     }
+    if (std::string note = samples_not_taken_note(p_); !note.empty())
+      extra_entry(firefox::kNotTakenNoteLabel, "string", std::move(note));
     w_.end_array();
     w_.end_object();
 

@@ -95,4 +95,24 @@ std::vector<uint32_t> Profile::stack_frames_root_first(uint32_t stack) const {
   return out;
 }
 
+std::string samples_not_taken_note(const Profile& profile) {
+  const RecordingInfo& info = profile.meta.recording;
+  const uint64_t interval_ns = sampling_interval_ns(info);
+  SamplesNotTaken missed;
+  uint64_t taken = 0;
+  for (const Thread& t : profile.threads) {
+    for (const Sample& s : t.samples) {
+      if (s.kind != SampleKind::kOnCpu) continue;
+      missed.add(s.cpu_delta_ns, 1, interval_ns);
+      ++taken;
+    }
+    for (const SampleSum& s : t.sample_sums) {
+      if (s.kind != SampleKind::kOnCpu) continue;
+      missed.add(s.cpu_delta_ns, s.samples, interval_ns);
+      taken += s.samples;
+    }
+  }
+  return samples_not_taken_note(missed, taken, info);
+}
+
 }  // namespace hpd

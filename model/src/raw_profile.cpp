@@ -429,11 +429,67 @@ std::string host_steal_note(const RecordingInfo& info) {
   return text;
 }
 
+void SamplesNotTaken::add(uint64_t cpu_ns, uint64_t n, uint64_t interval_ns) {
+  if (interval_ns == 0 || n == 0) return;
+  // Rounded to the nearest interval: a timer that fires a little late gives one sample a little more
+  // than an interval and the next one a little less, neither a sample not taken.
+  const uint64_t intervals = (cpu_ns + interval_ns / 2) / interval_ns;
+  if (intervals <= n) return;
+  samples += intervals - n;
+  ns += cpu_ns > n * interval_ns ? cpu_ns - n * interval_ns : 0;
+}
+
+std::string samples_not_taken_note(const SamplesNotTaken& missed, uint64_t taken, const RecordingInfo& info) {
+  if (target_scope(info.target) != TargetScope::kNamed) return "";
+  if (missed.samples < 5 || missed.samples * 100 < taken) return "";
+  const double share =
+      100.0 * static_cast<double>(missed.samples) / static_cast<double>(missed.samples + taken);
+  const bool perf = info.backend == "perf";
+  const bool user_only = perf && !info.kernel_frames;
+  // "At least": the CPU time after a thread's last sample (perf: its last on each CPU, the counter
+  // being per thread and CPU) stands in no sample.
+  char text[720];
+  std::snprintf(text, sizeof text,
+                "at least %llu samples were not taken (%.1f%% of those the threads' CPU time called for, "
+                "%.0f ms): %s; that time is in the CPU ms of each thread's next sample%s, not in the sample "
+                "counts nor the shares made of them",
+                static_cast<unsigned long long>(missed.samples), share, static_cast<double>(missed.ns) / 1e6,
+                user_only ? "this recording sampled user mode only (the kernel's perf_event_paranoid refused "
+                            "this user kernel samples), so no sample was taken while a thread ran in the "
+                            "kernel; record as root or through hpd to sample it"
+                          : "the sampling timer fired late or their records were lost",
+                perf ? " on the same CPU" : "");
+  return text;
+}
+
 TargetScope target_scope(std::string_view target) {
   if (target.starts_with(kAllProcessesTarget)) return TargetScope::kAllProcesses;
   if (target.starts_with(kCgroupTargetPrefix)) return TargetScope::kCgroup;
   if (target.starts_with(kContinuousTargetPrefix)) return TargetScope::kContinuous;
   return TargetScope::kNamed;
+}
+
+uint64_t sampling_interval_ns(const RecordingInfo& info) {
+  if (info.interval_ns != 0) return info.interval_ns;
+  return info.frequency_hz != 0 ? 1'000'000'000ull / info.frequency_hz : 0;
+}
+
+std::string samples_not_taken_note(const RawProfile& profile) {
+  const RecordingInfo& info = profile.info;
+  const uint64_t interval_ns = sampling_interval_ns(info);
+  SamplesNotTaken missed;
+  uint64_t taken = 0;
+  for (const RawSample& s : profile.samples) {
+    if (s.kind != SampleKind::kOnCpu) continue;
+    missed.add(s.cpu_delta_ns, 1, interval_ns);
+    ++taken;
+  }
+  for (const RawSampleSum& s : profile.released) {
+    if (s.kind != SampleKind::kOnCpu) continue;
+    missed.add(s.cpu_delta_ns, s.samples, interval_ns);
+    taken += s.samples;
+  }
+  return samples_not_taken_note(missed, taken, info);
 }
 
 }  // namespace hpd

@@ -409,6 +409,8 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
   if (std::string note = stack_completeness_note(result.profile); !note.empty())
     s.notes.push_back(std::move(note));
   if (std::string note = host_steal_note(info); !note.empty()) s.notes.push_back("note: " + note);
+  if (std::string note = samples_not_taken_note(result.profile); !note.empty())
+    s.notes.push_back("note: " + note);
   for (const std::string& note : output.jit_notes()) s.notes.push_back("note: " + note);
   if (!output.unreadable_note().empty()) s.notes.push_back("note: " + output.unreadable_note());
   if (!result.mmap_watch_fallback_reason.empty()) {

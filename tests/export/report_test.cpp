@@ -206,6 +206,49 @@ TEST(Report, TheHypervisorsStealIsStatedWithWhatItDoesToTheSamples) {
   EXPECT_TRUE(json::parse(unknown.str())["totals"]["host_steal_ns"].is_null()) << unknown.str();
 }
 
+// Samples the timer did not take: a sample whose thread's CPU clock ran several intervals stands for
+// the others. The header says so from 1% of the samples, the JSON counts it, the Firefox meta carries
+// the same sentence; a recording sampled per CPU does not count it (null).
+TEST(Report, SamplesNotTakenAreCountedFromTheSamplesCpuTime) {
+  Profile p = testing::make_synthetic_profile();
+  ReportOptions options;
+  const Report before = compute_report(p, options);
+  // Its samples stand for 3 intervals more than they are (fewer than 5: not said).
+  const uint64_t known = before.totals.not_taken.samples;
+  EXPECT_EQ(known, 3u);
+  EXPECT_TRUE(before.totals.not_taken_note.empty());
+  const uint64_t cpu_before = before.totals.cpu_ns;
+  // The first on-CPU sample now stands for 9 intervals more: 9 more samples not taken, 9 ms.
+  Sample* first = nullptr;
+  for (Thread& t : p.threads)
+    for (Sample& s : t.samples)
+      if (first == nullptr && s.kind == SampleKind::kOnCpu) first = &s;
+  ASSERT_NE(first, nullptr);
+  const uint64_t extra = 9 * p.meta.recording.interval_ns;
+  first->cpu_delta_ns += extra;
+  const Report r = compute_report(p, options);
+  EXPECT_EQ(r.totals.cpu_ns, cpu_before + extra);
+  EXPECT_EQ(r.totals.not_taken.samples, known + 9);
+  EXPECT_EQ(r.totals.samples, before.totals.samples);
+  std::ostringstream text;
+  print_report(r, text, options);
+  EXPECT_NE(text.str().find("Note: at least 12 samples were not taken"), std::string::npos) << text.str();
+  EXPECT_EQ(r.totals.not_taken_note, samples_not_taken_note(p));
+  std::ostringstream doc;
+  print_report_json(r, doc, options);
+  const json totals = json::parse(doc.str())["totals"];
+  EXPECT_EQ(totals["samples_not_taken"]["samples"], known + 9) << doc.str();
+  EXPECT_GE(totals["samples_not_taken"]["cpu_ns"].get<uint64_t>(), extra);
+
+  p.meta.recording.target = std::string(kAllProcessesTarget);
+  const Report all = compute_report(p, options);
+  std::ostringstream all_text, all_doc;
+  print_report(all, all_text, options);
+  print_report_json(all, all_doc, options);
+  EXPECT_EQ(all_text.str().find("not taken"), std::string::npos) << all_text.str();
+  EXPECT_TRUE(json::parse(all_doc.str())["totals"]["samples_not_taken"].is_null()) << all_doc.str();
+}
+
 TEST(Report, InlinedKernelAndOffCpuAttribution) {
   ReportOptions options;
   options.limit = 0;

@@ -32,6 +32,58 @@ TEST(TargetScope, TellsWhatTheRecordersWroteApart) {
   EXPECT_EQ(target_scope(""), TargetScope::kNamed);
 }
 
+TEST(SamplesNotTaken, CountsTheIntervalsASampleStandsForBeyondItsOwn) {
+  SamplesNotTaken missed;
+  const uint64_t ms = 1'000'000;
+  missed.add(1 * ms, 1, ms);     // on time
+  missed.add(1'400'000, 1, ms);  // late, rounds to one interval
+  missed.add(600'000, 1, ms);    // the next one early: neither is a sample not taken
+  EXPECT_EQ(missed.samples, 0u);
+  missed.add(5 * ms + 200'000, 1, ms);  // four not taken, 4.2 ms beyond its own interval
+  EXPECT_EQ(missed.samples, 4u);
+  EXPECT_EQ(missed.ns, 4'200'000u);
+  missed.add(10 * ms, 4, ms);  // four summed samples standing for ten intervals
+  EXPECT_EQ(missed.samples, 10u);
+  EXPECT_EQ(missed.ns, 10'200'000u);
+  missed.add(50 * ms, 1, 0);  // no interval known: nothing said
+  missed.add(50 * ms, 0, ms);
+  EXPECT_EQ(missed.samples, 10u);
+}
+
+TEST(SamplesNotTaken, IsSaidOfNamedTargetsAboveOnePercentWithItsLikelyCause) {
+  RecordingInfo info;
+  info.target = "pid 12";
+  info.backend = "perf";
+  info.kernel_frames = false;
+  info.frequency_hz = 1000;
+  EXPECT_EQ(sampling_interval_ns(info), 1'000'000u);
+  SamplesNotTaken missed;
+  missed.add(31'000'000, 1, sampling_interval_ns(info));  // 30 not taken
+  const std::string note = samples_not_taken_note(missed, 100, info);
+  EXPECT_NE(note.find("at least 30 samples were not taken (23.1%"), std::string::npos) << note;
+  EXPECT_NE(note.find("30 ms)"), std::string::npos) << note;
+  EXPECT_NE(note.find("user mode only"), std::string::npos) << note;
+  EXPECT_NE(note.find("on the same CPU"), std::string::npos) << note;
+  // Below 1% of the samples taken, or fewer than 5: nothing.
+  EXPECT_EQ(samples_not_taken_note(missed, 3001, info), "");
+  SamplesNotTaken few;
+  few.add(5'000'000, 1, 1'000'000);
+  EXPECT_EQ(few.samples, 4u);
+  EXPECT_EQ(samples_not_taken_note(few, 10, info), "");
+  // Sampled with the kernel, or by the BPF backend: the timer or the ring, not the mode.
+  info.kernel_frames = true;
+  EXPECT_NE(samples_not_taken_note(missed, 100, info).find("fired late or their records were lost"),
+            std::string::npos);
+  info.backend = "bpf";
+  EXPECT_EQ(samples_not_taken_note(missed, 100, info).find("on the same CPU"), std::string::npos);
+  // A timer per CPU samples a thread by chance: never said of all processes, a cgroup, continuous.
+  for (const std::string& target : {std::string(kAllProcessesTarget), std::string(kCgroupTargetPrefix) + "/x",
+                                    std::string(kContinuousTargetPrefix) + " (2 chunks)"}) {
+    info.target = target;
+    EXPECT_EQ(samples_not_taken_note(missed, 100, info), "") << target;
+  }
+}
+
 TEST(RawStackTable, InternsIdenticalStacksOnce) {
   RawStackTable table;
   const std::vector<uint64_t> k{0xffffffff81000010, 0xffffffff81000020};

@@ -492,6 +492,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
       } else {
         tally.on = n;
         totals.samples += n;
+        totals.not_taken.add(cpu_ns, n, totals.interval_ns);
         time.samples += n;
         if (stack == kNoIndex) totals.samples_without_stack += n;
         uint64_t* ends[] = {&totals.stacks_complete,     &totals.stacks_truncated,
@@ -538,6 +539,8 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   std::stable_sort(totals.time_by_thread.begin(), totals.time_by_thread.end(),
                    [](const ThreadTime& a, const ThreadTime& b) { return a.wall_ns > b.wall_ns; });
   totals.processes = pids.size();
+  totals.not_taken_known = target_scope(info.target) == TargetScope::kNamed && totals.interval_ns != 0;
+  totals.not_taken_note = samples_not_taken_note(totals.not_taken, totals.samples, info);
   const auto stack_samples = [](const ThreadStacks& s) {
     return s.on_complete + s.on_truncated + s.on_failed + s.off_complete + s.off_truncated + s.off_failed;
   };

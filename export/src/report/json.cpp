@@ -70,6 +70,9 @@ void print_report_json(const Report& report, std::ostream& out, const ReportOpti
       {"unsampled_start_ns",
        t.unsampled_start_known ? ordered_json(t.unsampled_start_ns) : ordered_json(nullptr)},
       {"host_steal_ns", t.host_steal_known ? ordered_json(t.host_steal_ns) : ordered_json(nullptr)},
+      {"samples_not_taken", t.not_taken_known
+                                ? ordered_json{{"samples", t.not_taken.samples}, {"cpu_ns", t.not_taken.ns}}
+                                : ordered_json(nullptr)},
       {"interval_ns", t.interval_ns},
       {"cpu_ns", t.cpu_ns},
       {"off_cpu_ns", t.off_cpu_ns},

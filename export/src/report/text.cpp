@@ -187,9 +187,9 @@ void print_header(const Report& report, std::ostream& out, size_t width) {
   if (t.unsampled_start_known)
     line("First sample " + format_duration(t.unsampled_start_ns) +
          " after the request (not sampled before it)");
-  if (!t.host_steal_note.empty()) {
-    // A sentence, wrapped at the width (a word longer than the width is cut by line()).
-    std::string text = "Note: " + t.host_steal_note;
+  // A sentence, wrapped at the width (a word longer than the width is cut by line()).
+  const auto note = [&](const std::string& sentence) {
+    std::string text = "Note: " + sentence;
     while (width != 0 && text.size() > width) {
       size_t cut = text.rfind(' ', width);
       if (cut == std::string::npos || cut <= 2) cut = width;
@@ -197,7 +197,9 @@ void print_header(const Report& report, std::ostream& out, size_t width) {
       text = "  " + text.substr(cut + (cut < text.size() && text[cut] == ' ' ? 1 : 0));
     }
     line(text);
-  }
+  };
+  if (!t.host_steal_note.empty()) note(t.host_steal_note);
+  if (!t.not_taken_note.empty()) note(t.not_taken_note);
   line("CPU time " + format_duration(t.cpu_ns) + ", interval " + format_ms(t.interval_ns) + ", off-CPU " +
        format_duration(t.off_cpu_ns + t.wait_cpu_ns) + " in " +
        plural(t.off_cpu_samples + t.wait_cpu_samples, "off-CPU sample", "off-CPU samples"));

@@ -138,6 +138,12 @@ struct ReportTotals {
   bool host_steal_known = false;
   uint64_t host_steal_ns = 0;
   std::string host_steal_note;
+  // On-CPU samples the timer did not take though the threads' CPU clocks ran (SamplesNotTaken), and
+  // what the header says of them (samples_not_taken_note; may be ""). Known only of recordings whose
+  // timers ran on their threads' CPU time (a pid, a command) at a known interval.
+  bool not_taken_known = false;
+  SamplesNotTaken not_taken;
+  std::string not_taken_note;
   uint64_t interval_ns = 0;  // sampling interval used for the wall-clock view
   uint64_t cpu_ns = 0;       // sum of the samples' cpu_delta_ns (an off-CPU one's: charged for a wait)
   uint64_t off_cpu_ns = 0;   // blocked

@@ -214,4 +214,7 @@ class Profile {
   std::unordered_map<uint64_t, uint32_t> stack_index_;
 };
 
+// samples_not_taken_note (raw_profile.h) over a profile's on-CPU samples and sums, every thread's.
+std::string samples_not_taken_note(const Profile& profile);
+
 }  // namespace hpd

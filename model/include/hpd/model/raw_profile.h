@@ -364,6 +364,29 @@ std::optional<double> host_steal_share(const RecordingInfo& info);
 // the figures.
 std::string host_steal_note(const RecordingInfo& info);
 
+// On-CPU samples the sampling timer did not take though their thread's CPU clock ran on: a sample
+// stands for the CPU time since its thread's previous one (its cpu_delta_ns), and one that stands for
+// n intervals (rounded) stands for n - 1 samples not taken. The perf backend recording a user not
+// allowed kernel samples (perf_event_paranoid) takes none while a thread runs in the kernel; a timer
+// that fires late or a record lost leaves the same gap. That CPU time is in the CPU ms of the sample
+// after it, but not in the sample counts or the shares made of them.
+struct SamplesNotTaken {
+  uint64_t samples = 0;  // samples not taken
+  uint64_t ns = 0;       // the CPU time beyond one interval of the samples that stood for more
+  // One on-CPU sample, or `n` summed (their cpu_delta_ns together), of `cpu_ns`.
+  void add(uint64_t cpu_ns, uint64_t n, uint64_t interval_ns);
+};
+// Said only of recordings whose timers ran on their threads' CPU time (a pid, a command: the timer
+// stops with the thread): a timer per CPU (all processes, a cgroup) samples a thread now and then,
+// and a sample standing for several intervals is chance there, not a sample not taken.
+// What the summary and the report say of it: "" below 1% of the on-CPU samples (`taken`) or 5 samples,
+// else a sentence (no trailing period) saying how many, how much CPU time, the likely cause for this
+// recording (`info`: its backend and whether it sampled the kernel) and what it does to the figures.
+std::string samples_not_taken_note(const SamplesNotTaken& missed, uint64_t taken, const RecordingInfo& info);
+// The sampling interval a recording's samples stand for: interval_ns, else one over frequency_hz; 0
+// when neither is known.
+uint64_t sampling_interval_ns(const RecordingInfo& info);
+
 // A symbol of JIT-generated code, from the process's /tmp/perf-PID.map (perf's convention: one
 // "START SIZE NAME" line per code blob, hex, written by the runtime: node --perf-basic-prof, the JVM
 // with perf-map-agent, LuaJIT, ...) or its jit-PID.dump (perf's jitdump: node --perf-prof). Read
@@ -448,5 +471,8 @@ struct RawProfile {
   // Indices into `released` by their key fields (pid, tid, stack, kind, stack_end, epoch).
   HashedIndexSet released_index_;
 };
+
+// samples_not_taken_note over a recording's on-CPU samples, those held and those released.
+std::string samples_not_taken_note(const RawProfile& profile);
 
 }  // namespace hpd
