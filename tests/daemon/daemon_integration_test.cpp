@@ -46,6 +46,8 @@ using nlohmann::json;
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kCpuSplit = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
 const std::string kCpuSlices = std::string(HPD_FIXTURE_DIR) + "/cpu_slices";
+// Reads /dev/zero for SECONDS of its CPU time, then computes as long; prints each phase's CPU time.
+const std::string kKernelSplit = std::string(HPD_FIXTURE_DIR) + "/kernel_split";
 // On the CPU until SIGTERM, then writes its own CPU clock against the monotonic clock.
 const std::string kCpuClockLog = std::string(HPD_FIXTURE_DIR) + "/cpu_clock_log";
 // tests/collect/calls: callee() called A times from caller_a() and B times from caller_b(), per round.
@@ -328,6 +330,47 @@ TEST(Hpd, RecordsACommandTheClientStarts) {
   const RunResult missing = run(hpctl(hpd, {"record", "-o", out, "--", "/nonexistent/program"}));
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("cannot run '/nonexistent/program'"), std::string::npos) << missing.err;
+}
+
+// A user whom perf_event_paranoid allows user-mode samples only gets no local sample while a thread
+// runs in the kernel (RecordKernelExcluded, tests/cli). Through hpd the same user's thread is sampled
+// there too (its kernel frames withheld): a program that spends as much CPU time reading /dev/zero as
+// computing, each phase on its own thread clock, gets each phase's share of the samples.
+TEST(Hpd, AUsersThreadIsSampledWhileInTheKernel) {
+  Hpd hpd;
+  const std::string out = hpd.out_dir() + "/kernel_split.json.gz";
+  const RunResult r = run(as_nobody(
+      hpctl(hpd, {"record", "--no-report", "-o", out, "--", "taskset", "-c", "0", kKernelSplit, "0.3"})));
+  ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
+  long long kernel_cpu = 0, read_cpu = 0, user_cpu = 0;
+  const size_t truth_at = r.out.find("kernel_split: ");
+  ASSERT_NE(truth_at, std::string::npos) << r.out;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + truth_at,
+                        "kernel_split: in_kernel cpu_ns %lld read_ns %lld in_user cpu_ns %lld", &kernel_cpu,
+                        &read_cpu, &user_cpu),
+            3)
+      << r.out;
+  const RunResult rep = run({kHpctl, "report", "--json", "--limit", "0", out});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  const json report = json::parse(rep.out);
+  const json& totals = report.at("totals");
+  const double samples = totals.at("samples").get<double>();
+  const double interval_ns = totals.at("interval_ns").get<double>();
+  ASSERT_GT(interval_ns, 0) << rep.out;
+  double in_user = 0, reads = 0;
+  for (const json& f : report.at("functions")) {
+    const std::string name = f.at("name").get<std::string>();
+    if (name == "in_user") in_user = f.at("self_samples").get<double>();
+    if (name == "__read" || name == "read") reads += f.at("self_samples").get<double>();
+  }
+  // Both phases are sampled on the thread's CPU time: each gets its share (the start of the process
+  // and the clock reads around each read(2) take a few samples besides).
+  const double truth = static_cast<double>(user_cpu) / static_cast<double>(kernel_cpu + user_cpu);
+  EXPECT_NEAR(in_user / samples, truth, 0.08) << rep.out;
+  EXPECT_GE(reads * interval_ns, 0.8 * static_cast<double>(read_cpu)) << rep.out;
+  EXPECT_GE(samples, 0.9 * static_cast<double>(kernel_cpu + user_cpu) / interval_ns) << rep.out;
+  // And nothing is said not taken for want of kernel samples.
+  EXPECT_EQ(r.err.find("sampled user mode only"), std::string::npos) << r.err;
 }
 
 // "caller->callee" -> count from `hpctl report --json` of a recording with --calls.
