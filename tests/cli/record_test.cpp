@@ -493,14 +493,10 @@ TEST(RecordKernelExcluded, SamplesNotTakenInTheKernelAreCountedAndSaid) {
                            kHpctl, "record", "--local", "--backend", "perf", "-o", out, "--", "taskset", "-c",
                            "0", kFixtures + "/kernel_split", "0.3"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  long long kernel_cpu = 0, read_cpu = 0, user_cpu = 0;
-  const size_t truth_at = r.out.find("kernel_split: ");
-  ASSERT_NE(truth_at, std::string::npos) << r.out;
-  ASSERT_EQ(std::sscanf(r.out.c_str() + truth_at,
-                        "kernel_split: in_kernel cpu_ns %lld read_ns %lld in_user cpu_ns %lld", &kernel_cpu,
-                        &read_cpu, &user_cpu),
-            3)
-      << r.out;
+  std::map<std::string, double> measured = fixture_truth(r.out, "kernel_split");
+  ASSERT_EQ(measured.size(), 3u) << r.out;
+  const double kernel_cpu = measured["kernel_ns"], read_cpu = measured["read_ns"],
+               user_cpu = measured["user_ns"];
   ASSERT_GT(read_cpu, kernel_cpu / 2) << r.out;
 
   const NotTaken said = samples_not_taken(r.err);
@@ -516,11 +512,11 @@ TEST(RecordKernelExcluded, SamplesNotTakenInTheKernelAreCountedAndSaid) {
   // interval per sample taken in it (the user mode between its reads: a few), and at most its whole
   // CPU time and what a late timer left unsampled in the user phase (a fifth of it, on a loaded
   // machine).
-  EXPECT_GE(said.ms * 1e6, 0.8 * static_cast<double>(read_cpu)) << r.out << r.err;
-  EXPECT_LE(said.ms * 1e6, static_cast<double>(kernel_cpu) + 0.2 * static_cast<double>(user_cpu)) << r.err;
+  EXPECT_GE(said.ms * 1e6, 0.8 * read_cpu) << r.out << r.err;
+  EXPECT_LE(said.ms * 1e6, kernel_cpu + 0.2 * user_cpu) << r.err;
   // The samples taken and those not taken are the program's CPU time in intervals: the count said is
   // what was missing, not a guess (the start of the process before main adds a little).
-  const double called_for = static_cast<double>(kernel_cpu + user_cpu) / interval_ns;
+  const double called_for = (kernel_cpu + user_cpu) / interval_ns;
   EXPECT_GE(samples + static_cast<double>(said.samples), 0.9 * called_for) << r.out << r.err;
   EXPECT_LE(samples + static_cast<double>(said.samples), 1.2 * called_for + 10) << r.out << r.err;
   // The report of the file says it too, and the Firefox profile carries the sentence.

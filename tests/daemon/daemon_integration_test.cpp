@@ -29,6 +29,7 @@
 
 #include "cpu_clock.h"
 #include "firefox_lint.h"
+#include "fixture_truth.h"
 #include "hpd/base/proc_files.h"
 #include "hpd/capture/capture.h"
 #include "hpd/service/protocol.h"
@@ -342,14 +343,10 @@ TEST(Hpd, AUsersThreadIsSampledWhileInTheKernel) {
   const RunResult r = run(as_nobody(
       hpctl(hpd, {"record", "--no-report", "-o", out, "--", "taskset", "-c", "0", kKernelSplit, "0.3"})));
   ASSERT_EQ(r.exit_code, 0) << r.err << hpd.log();
-  long long kernel_cpu = 0, read_cpu = 0, user_cpu = 0;
-  const size_t truth_at = r.out.find("kernel_split: ");
-  ASSERT_NE(truth_at, std::string::npos) << r.out;
-  ASSERT_EQ(std::sscanf(r.out.c_str() + truth_at,
-                        "kernel_split: in_kernel cpu_ns %lld read_ns %lld in_user cpu_ns %lld", &kernel_cpu,
-                        &read_cpu, &user_cpu),
-            3)
-      << r.out;
+  std::map<std::string, double> measured = fixture_truth(r.out, "kernel_split");
+  ASSERT_EQ(measured.size(), 3u) << r.out;
+  const double kernel_cpu = measured["kernel_ns"], read_cpu = measured["read_ns"],
+               user_cpu = measured["user_ns"];
   const RunResult rep = run({kHpctl, "report", "--json", "--limit", "0", out});
   ASSERT_EQ(rep.exit_code, 0) << rep.err;
   const json report = json::parse(rep.out);
@@ -365,10 +362,10 @@ TEST(Hpd, AUsersThreadIsSampledWhileInTheKernel) {
   }
   // Both phases are sampled on the thread's CPU time: each gets its share (the start of the process
   // and the clock reads around each read(2) take a few samples besides).
-  const double truth = static_cast<double>(user_cpu) / static_cast<double>(kernel_cpu + user_cpu);
+  const double truth = user_cpu / (kernel_cpu + user_cpu);
   EXPECT_NEAR(in_user / samples, truth, 0.08) << rep.out;
-  EXPECT_GE(reads * interval_ns, 0.8 * static_cast<double>(read_cpu)) << rep.out;
-  EXPECT_GE(samples, 0.9 * static_cast<double>(kernel_cpu + user_cpu) / interval_ns) << rep.out;
+  EXPECT_GE(reads * interval_ns, 0.8 * read_cpu) << rep.out;
+  EXPECT_GE(samples, 0.9 * (kernel_cpu + user_cpu) / interval_ns) << rep.out;
   // And nothing is said not taken for want of kernel samples.
   EXPECT_EQ(r.err.find("sampled user mode only"), std::string::npos) << r.err;
 }
