@@ -13,7 +13,6 @@
 namespace hpd {
 namespace {
 
-constexpr uint64_t kDefaultIntervalNs = 1000000;
 constexpr int kGzipLevel = 6;
 
 void append_name(std::string& out, std::string_view name) {
@@ -24,9 +23,7 @@ void append_name(std::string& out, std::string_view name) {
 
 void write_collapsed(const Profile& p, std::ostream& out, const CollapsedOptions& options) {
   const RecordingInfo& info = p.meta.recording;
-  const uint64_t interval_ns = info.interval_ns != 0    ? info.interval_ns
-                               : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
-                                                        : kDefaultIntervalNs;
+  const uint64_t interval_ns = interval_ns_or_assumed(info);
   validate(p);
   // (thread or 0) << 32 | (stack + 1) -> weight; aggregated before any string is built.
   std::unordered_map<uint64_t, uint64_t> weights;

@@ -19,8 +19,6 @@
 namespace hpd {
 namespace {
 
-constexpr uint64_t kDefaultIntervalNs = 1000000;
-
 // Field numbers, per message.
 namespace request {  // ExportProfilesServiceRequest
 constexpr uint32_t kResourceProfiles = 1, kDictionary = 2;
@@ -82,9 +80,7 @@ class OtlpBuilder {
   std::string build() {
     validate(p_);
     const RecordingInfo& info = p_.meta.recording;
-    interval_ns_ = info.interval_ns != 0    ? info.interval_ns
-                   : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
-                                            : kDefaultIntervalNs;
+    interval_ns_ = interval_ns_or_assumed(info);
     measure_libs();
     aggregate();
 
@@ -334,7 +330,7 @@ class OtlpBuilder {
 
   const Profile& p_;
   const OtlpProfilesOptions& options_;
-  uint64_t interval_ns_ = kDefaultIntervalNs;
+  uint64_t interval_ns_ = kAssumedIntervalNs;
   ProtoWriter dict_;  // the dictionary's tables but its strings, written as entries are interned
   std::vector<std::string> strings_;
   std::unordered_map<std::string, uint64_t> string_index_;

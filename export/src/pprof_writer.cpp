@@ -18,7 +18,6 @@ namespace hpd {
 namespace {
 
 constexpr int kGzipLevel = 6;
-constexpr uint64_t kDefaultIntervalNs = 1000000;
 
 class PprofBuilder {
  public:
@@ -30,9 +29,7 @@ class PprofBuilder {
   std::string build() {
     validate(p_);
     const RecordingInfo& info = p_.meta.recording;
-    interval_ns_ = info.interval_ns != 0    ? info.interval_ns
-                   : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
-                                            : kDefaultIntervalNs;
+    interval_ns_ = interval_ns_or_assumed(info);
     bool has_off_cpu = false;
     for (const Thread& t : p_.threads) {
       for (const Sample& s : t.samples) has_off_cpu |= is_off_cpu_interval(s.kind);
@@ -389,7 +386,7 @@ class PprofBuilder {
   std::vector<uint32_t> mapping_order_;  // the main executable first
   std::vector<uint64_t> mapping_start_;  // per lib
   std::vector<uint64_t> mapping_limit_;
-  uint64_t interval_ns_ = kDefaultIntervalNs;
+  uint64_t interval_ns_ = kAssumedIntervalNs;
   // Indices into a sample's values, set as build() lists the sample types; kNoColumn = not listed
   // (wall only with off-CPU samples, calls only with call edges, latency only with call latency).
   static constexpr size_t kNoColumn = SIZE_MAX;

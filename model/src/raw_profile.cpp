@@ -440,7 +440,7 @@ void SamplesNotTaken::add(uint64_t cpu_ns, uint64_t n, uint64_t interval_ns) {
 }
 
 std::string samples_not_taken_note(const SamplesNotTaken& missed, uint64_t taken, const RecordingInfo& info) {
-  if (target_scope(info.target) != TargetScope::kNamed) return "";
+  if (!samples_not_taken_counted(info)) return "";
   if (missed.samples < 5 || missed.samples * 100 < taken) return "";
   const double share =
       100.0 * static_cast<double>(missed.samples) / static_cast<double>(missed.samples + taken);
@@ -462,6 +462,10 @@ std::string samples_not_taken_note(const SamplesNotTaken& missed, uint64_t taken
   return text;
 }
 
+bool samples_not_taken_counted(const RecordingInfo& info) {
+  return target_scope(info.target) == TargetScope::kNamed && sampling_interval_ns(info) != 0;
+}
+
 TargetScope target_scope(std::string_view target) {
   if (target.starts_with(kAllProcessesTarget)) return TargetScope::kAllProcesses;
   if (target.starts_with(kCgroupTargetPrefix)) return TargetScope::kCgroup;
@@ -472,6 +476,11 @@ TargetScope target_scope(std::string_view target) {
 uint64_t sampling_interval_ns(const RecordingInfo& info) {
   if (info.interval_ns != 0) return info.interval_ns;
   return info.frequency_hz != 0 ? 1'000'000'000ull / info.frequency_hz : 0;
+}
+
+uint64_t interval_ns_or_assumed(const RecordingInfo& info) {
+  const uint64_t known = sampling_interval_ns(info);
+  return known != 0 ? known : kAssumedIntervalNs;
 }
 
 std::string samples_not_taken_note(const RawProfile& profile) {

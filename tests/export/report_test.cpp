@@ -240,6 +240,17 @@ TEST(Report, SamplesNotTakenAreCountedFromTheSamplesCpuTime) {
   EXPECT_EQ(totals["samples_not_taken"]["samples"], known + 9) << doc.str();
   EXPECT_GE(totals["samples_not_taken"]["cpu_ns"].get<uint64_t>(), extra);
 
+  // A recording that states no interval: not counted against an assumed one.
+  RecordingInfo& info = p.meta.recording;
+  const RecordingInfo stated = info;
+  info.interval_ns = 0;
+  info.frequency_hz = 0;
+  std::ostringstream unstated_doc;
+  print_report_json(compute_report(p, options), unstated_doc, options);
+  EXPECT_TRUE(json::parse(unstated_doc.str())["totals"]["samples_not_taken"].is_null()) << unstated_doc.str();
+  EXPECT_EQ(samples_not_taken_note(p), "");
+  info = stated;
+
   p.meta.recording.target = std::string(kAllProcessesTarget);
   const Report all = compute_report(p, options);
   std::ostringstream all_text, all_doc;

@@ -12,8 +12,6 @@ namespace hpd::firefox {
 
 namespace {
 
-constexpr uint64_t kDefaultIntervalNs = 1000000;  // 1 ms, when the recording does not say
-
 // The categories the Profile gives the frames of off-CPU samples.
 bool is_off_cpu_category(Category c) {
   return c == Category::kIdle || c == Category::kWaitCpu;
@@ -198,9 +196,7 @@ Tables derive_tables(const Profile& p) {
   Tables t;
   const RecordingInfo& info = p.meta.recording;
   t.start_mono_ns = info.start_mono_ns;
-  t.interval_ns = info.interval_ns;
-  if (t.interval_ns == 0 && info.frequency_hz > 0) t.interval_ns = 1000000000ull / info.frequency_hz;
-  if (t.interval_ns == 0) t.interval_ns = kDefaultIntervalNs;
+  t.interval_ns = interval_ns_or_assumed(info);
   derive_shared(p, t);
   derive_off_cpu_leaves(p, t);  // before the calls track's rows, which a profile may have or not
   derive_calls(p, t);

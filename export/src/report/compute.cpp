@@ -20,8 +20,6 @@ using namespace report_rows;
 
 namespace {
 
-constexpr uint64_t kDefaultIntervalNs = 1000000;
-
 struct Tally {
   uint64_t on = 0;  // on-CPU samples
   uint64_t cpu_ns = 0;
@@ -407,9 +405,9 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   Report report;
   ReportTotals& totals = report.totals;
   const RecordingInfo& info = p.meta.recording;
-  totals.interval_ns = info.interval_ns != 0    ? info.interval_ns
-                       : info.frequency_hz != 0 ? 1000000000ull / info.frequency_hz
-                                                : kDefaultIntervalNs;
+  totals.interval_ns = interval_ns_or_assumed(info);
+  // Samples not taken are counted against the interval the recording states, never an assumed one.
+  const uint64_t stated_interval_ns = sampling_interval_ns(info);
   totals.lost = p.meta.lost;
   totals.missing_modules = p.meta.missing_modules;
 
@@ -492,7 +490,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
       } else {
         tally.on = n;
         totals.samples += n;
-        totals.not_taken.add(cpu_ns, n, totals.interval_ns);
+        totals.not_taken.add(cpu_ns, n, stated_interval_ns);
         time.samples += n;
         if (stack == kNoIndex) totals.samples_without_stack += n;
         uint64_t* ends[] = {&totals.stacks_complete,     &totals.stacks_truncated,
@@ -539,7 +537,7 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   std::stable_sort(totals.time_by_thread.begin(), totals.time_by_thread.end(),
                    [](const ThreadTime& a, const ThreadTime& b) { return a.wall_ns > b.wall_ns; });
   totals.processes = pids.size();
-  totals.not_taken_known = target_scope(info.target) == TargetScope::kNamed && totals.interval_ns != 0;
+  totals.not_taken_known = samples_not_taken_counted(info);
   totals.not_taken_note = samples_not_taken_note(totals.not_taken, totals.samples, info);
   const auto stack_samples = [](const ThreadStacks& s) {
     return s.on_complete + s.on_truncated + s.on_failed + s.off_complete + s.off_truncated + s.off_failed;

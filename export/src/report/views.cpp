@@ -30,13 +30,6 @@ struct StackTally {
   uint64_t off_ns = 0;
 };
 
-uint64_t interval_of(const Profile& p) {
-  const RecordingInfo& info = p.meta.recording;
-  if (info.interval_ns != 0) return info.interval_ns;
-  if (info.frequency_hz != 0) return 1000000000ull / info.frequency_hz;
-  return 1000000;
-}
-
 // Samples of the selected threads summed per stack; `all_on` gets their on-CPU count.
 std::vector<StackTally> tally_stacks(const Profile& p, const ReportOptions& options, uint64_t* all_on) {
   std::vector<StackTally> per_stack(p.stacks.size());
@@ -259,7 +252,7 @@ CallTreeView compute_call_tree(const Profile& p, const ReportOptions& options, c
   for (uint32_t f : funcs) is_target[whole[f]] = true;
   CallTreeView view;
   view.direction = direction;
-  view.interval_ns = interval_of(p);
+  view.interval_ns = interval_ns_or_assumed(p.meta.recording);
   const std::vector<StackTally> per_stack = tally_stacks(p, options, &view.all_samples);
   view.root.func = whole[funcs.front()];
   view.root.name = p.func_name(funcs.front());

@@ -139,8 +139,8 @@ struct ReportTotals {
   uint64_t host_steal_ns = 0;
   std::string host_steal_note;
   // On-CPU samples the timer did not take though the threads' CPU clocks ran (SamplesNotTaken), and
-  // what the header says of them (samples_not_taken_note; may be ""). Known only of recordings whose
-  // timers ran on their threads' CPU time (a pid, a command) at a known interval.
+  // what the header says of them (samples_not_taken_note; may be ""). Known only where
+  // samples_not_taken_counted.
   bool not_taken_known = false;
   SamplesNotTaken not_taken;
   std::string not_taken_note;

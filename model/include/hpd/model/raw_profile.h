@@ -376,9 +376,11 @@ struct SamplesNotTaken {
   // One on-CPU sample, or `n` summed (their cpu_delta_ns together), of `cpu_ns`.
   void add(uint64_t cpu_ns, uint64_t n, uint64_t interval_ns);
 };
-// Said only of recordings whose timers ran on their threads' CPU time (a pid, a command: the timer
-// stops with the thread): a timer per CPU (all processes, a cgroup) samples a thread now and then,
-// and a sample standing for several intervals is chance there, not a sample not taken.
+// Counted only for recordings whose timers ran on their threads' CPU time (a pid, a command: the timer
+// stops with the thread), at an interval they state: a timer per CPU (all processes, a cgroup) samples
+// a thread now and then, and a sample standing for several intervals is chance there, not a sample
+// not taken.
+bool samples_not_taken_counted(const RecordingInfo& info);
 // What the summary and the report say of it: "" below 1% of the on-CPU samples (`taken`) or 5 samples,
 // else a sentence (no trailing period) saying how many, how much CPU time, the likely cause for this
 // recording (`info`: its backend and whether it sampled the kernel) and what it does to the figures.
@@ -386,6 +388,10 @@ std::string samples_not_taken_note(const SamplesNotTaken& missed, uint64_t taken
 // The sampling interval a recording's samples stand for: interval_ns, else one over frequency_hz; 0
 // when neither is known.
 uint64_t sampling_interval_ns(const RecordingInfo& info);
+// The interval the exports weigh an on-CPU sample with: sampling_interval_ns, else 1 ms when the
+// recording does not say.
+inline constexpr uint64_t kAssumedIntervalNs = 1'000'000;
+uint64_t interval_ns_or_assumed(const RecordingInfo& info);
 
 // A symbol of JIT-generated code, from the process's /tmp/perf-PID.map (perf's convention: one
 // "START SIZE NAME" line per code blob, hex, written by the runtime: node --perf-basic-prof, the JVM
