@@ -141,10 +141,12 @@ size_t entry_hook_length(const uint8_t* code, size_t n) {
 }
 
 // push %rbp (after an optional endbr64 and profiling hook), then mov %rsp,%rbp (either encoding)
-// among the next bytes: gcc -O2 schedules independent instructions between the two (cpu_split's
-// leaves load three constants first, 32 bytes), clang puts the mov right after the push. A function
-// built without frame pointers that saves %rbp as an ordinary register (rustc -O pushes it first
-// of the callee-saved ones) copies some other register into it, or nothing.
+// among the next bytes: gcc -O2 schedules independent instructions between the two (up to 32 bytes
+// seen in the tests' cpu_split), clang puts the mov right after the push. gcc may also load a global
+// before the push: such a function is not counted (a leaf of cpu_split that read its length from a
+// global was not), which the threshold of a third leaves room for. A function built without frame
+// pointers that saves %rbp as an ordinary register (rustc -O pushes it first of the callee-saved
+// ones) copies some other register into it, or nothing.
 bool sets_up_frame(const uint8_t* code, size_t n) {
   size_t i = 0;
   if (n >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && code[3] == 0xfa) i = 4;
