@@ -313,7 +313,7 @@ TEST(FramePointerProbe, ALibraryWithoutFramePointersMeansDwarf) {
 
 TEST(FramePointerProbe, SeesFramesWhoseSetUpGccInterleavedWithOtherInstructions) {
   // cpu_split (gcc -O2 -fno-omit-frame-pointer): gcc schedules loads and arithmetic between push %rbp
-  // and mov %rsp,%rbp (run_round: 18 bytes; its leaves: 7-11; before its leaves took their length as
+  // and mov %rsp,%rbp (run_round: 17 bytes; its leaves: 7-11; before its leaves took their length as
   // an argument, three constants, 32 bytes). It was taken for a build without frame pointers.
   const FramePointerProbe fixture = probe_frame_pointers(HPD_CPU_SPLIT_PATH);
   ASSERT_TRUE(fixture.readable) << fixture.error;
