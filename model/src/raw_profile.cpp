@@ -485,6 +485,7 @@ uint64_t interval_ns_or_assumed(const RecordingInfo& info) {
 
 std::string samples_not_taken_note(const RawProfile& profile) {
   const RecordingInfo& info = profile.info;
+  if (!samples_not_taken_counted(info)) return "";  // not a sample read for a note never said
   const uint64_t interval_ns = sampling_interval_ns(info);
   SamplesNotTaken missed;
   uint64_t taken = 0;
