@@ -447,7 +447,8 @@ std::string samples_not_taken_note(const SamplesNotTaken& missed, uint64_t taken
   const bool perf = info.backend == "perf";
   const bool user_only = perf && !info.kernel_frames;
   // "At least": the CPU time after a thread's last sample (perf: its last on each CPU, the counter
-  // being per thread and CPU) stands in no sample.
+  // being per thread and CPU) is its tail, a sample of its own, where it is known; a thread still
+  // running at the end that was created during the recording has none (perf: its counts cannot be read).
   char text[720];
   std::snprintf(text, sizeof text,
                 "at least %llu samples were not taken (%.1f%% of those the threads' CPU time called for, "
@@ -458,7 +459,7 @@ std::string samples_not_taken_note(const SamplesNotTaken& missed, uint64_t taken
                             "this user kernel samples), so no sample was taken while a thread ran in the "
                             "kernel; record as root or through hpd to sample it"
                           : "the sampling timer fired late or their records were lost",
-                perf ? " on the same CPU" : "");
+                perf ? " on the same CPU (or of its tail, a sample without a stack at its end)" : "");
   return text;
 }
 

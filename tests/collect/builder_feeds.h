@@ -50,8 +50,17 @@ class PerfFeed {
   void finish_off_cpu(uint64_t end_ns) {
     decoder_.finish_off_cpu(end_ns, [this](const Event& e) { builder_.on_event(e); });
   }
+  void add_direct_event(int32_t pid, int32_t tid, uint32_t cpu, uint64_t id) {
+    decoder_.add_direct_event(pid, tid, cpu, id);
+  }
+  void final_count(uint64_t id, uint64_t total) { decoder_.final_count(id, total); }
+  void finish_cpu_tails(bool counts_complete) {
+    decoder_.finish_cpu_tails(counts_complete, [this](const Event& e) { builder_.on_event(e); });
+  }
+  uint64_t tails_unknown() const { return decoder_.tails_unknown(); }
   void set_unwinder(Unwinder* unwinder) { builder_.set_unwinder(unwinder); }
   uint64_t samples() const { return builder_.samples(); }
+  uint64_t cpu_tails() const { return builder_.cpu_tails(); }
   uint64_t duplicate_samples() const { return decoder_.duplicate_samples(); }
   const UnwindCounters& unwind_counters() const { return builder_.unwind_counters(); }
   RawProfileBuilder& builder() { return builder_; }

@@ -60,17 +60,127 @@ TEST(PerfEventDecoder, ATidGivenToANewThreadCountsFromZero) {
   EXPECT_EQ(profile.samples[1].cpu_delta_ns, 3'000'000u);
 }
 
+SampleId make_sample_id(int32_t pid, int32_t tid, uint64_t time, uint64_t id, uint32_t cpu = 0) {
+  SampleId s;
+  s.pid = pid;
+  s.tid = tid;
+  s.time = time;
+  s.id = id;
+  s.cpu = cpu;
+  s.present = true;
+  return s;
+}
+
+ReadRecord make_read(int32_t pid, int32_t tid, uint64_t id, uint64_t time, uint64_t value) {
+  return ReadRecord{pid, tid, value, make_sample_id(pid, tid, time, id)};
+}
+
+// The CPU time of the samples of a thread, its tail included.
+uint64_t thread_cpu_ns(const RawProfile& profile, int32_t tid) {
+  uint64_t ns = 0;
+  for (const RawSample& s : profile.samples)
+    if (s.tid == tid && s.kind == SampleKind::kOnCpu) ns += s.cpu_delta_ns;
+  return ns;
+}
+
+// A thread created during the recording: its events are copies of its creator's (ids 1 and 2, CPUs 0
+// and 1). At its exit each copy's final count comes in a READ record (after the exit record); what it
+// counted after the thread's last sample on that CPU is the thread's tail, one sample without a stack,
+// given once the pass after the exit's is done. The creator's counts less its copies' are its own.
+TEST(PerfEventDecoder, ThreadsGetTheTimeAfterTheirLastSampleOnEachCpu) {
+  RawProfile profile;
+  PerfFeed builder(profile, {true, 127});
+  builder.add_direct_event(10, 10, 0, 1);
+  builder.add_direct_event(10, 10, 1, 2);
+  builder.on_record(TaskRecord{true, 10, 10, 11, 10, 50, {}});
+  builder.on_record(TaskRecord{true, 10, 10, 11, 10, 50, {}});  // once per event of the creator
+  SampleRecord a = make_sample(10, 11, 0, 100, 1'000'000);
+  SampleRecord b = make_sample(10, 11, 1, 200, 3'000'000);
+  b.id = 2;
+  builder.on_record(a);
+  builder.on_record(b);
+  builder.on_record(make_sample(10, 10, 0, 210, 1'000'000));
+  builder.on_record(TaskRecord{false, 10, 10, 11, 11, 300, {}});
+  builder.on_record(TaskRecord{false, 10, 10, 11, 11, 300, {}});
+  builder.on_record(make_read(10, 11, 1, 301, 1'400'000));  // CPU 0: 0.4 ms after its last sample
+  builder.end_of_pass();
+  EXPECT_EQ(builder.cpu_tails(), 0u);                       // its CPU 1 record may still come
+  builder.on_record(make_read(10, 11, 2, 302, 3'100'000));  // CPU 1: 0.1 ms
+  builder.end_of_pass();
+  EXPECT_EQ(builder.cpu_tails(), 1u);
+  EXPECT_EQ(thread_cpu_ns(profile, 11), 4'500'000u);
+  EXPECT_EQ(profile.samples.back().stack, kNoIndex);
+  EXPECT_EQ(profile.samples.back().stack_end, StackEnd::kUnknown);
+
+  // The creator, at the end: each event's count holds its copies' final counts.
+  builder.final_count(1, 1'400'000 + 1'700'000);  // 0.7 ms after its last sample on CPU 0
+  builder.final_count(2, 3'100'000 + 250'000);    // never sampled on CPU 1
+  builder.finish_cpu_tails(true);
+  EXPECT_EQ(builder.cpu_tails(), 2u);
+  EXPECT_EQ(thread_cpu_ns(profile, 10), 1'950'000u);
+  EXPECT_EQ(builder.tails_unknown(), 0u);
+}
+
+// A creator whose copies still run when the recording ends: its count holds theirs, unknown; so are
+// the running threads' own tails. Lost records: no count can be taken apart.
+TEST(PerfEventDecoder, TailsThatCannotBeKnownAreNotGuessed) {
+  RawProfile profile;
+  PerfFeed builder(profile, {true, 127});
+  builder.add_direct_event(10, 10, 0, 1);
+  builder.add_direct_event(20, 20, 0, 2);
+  builder.on_record(TaskRecord{true, 10, 10, 11, 10, 50, {}});
+  builder.on_record(make_sample(10, 10, 0, 100, 1'000'000));
+  builder.on_record(make_sample(10, 11, 0, 110, 1'000'000));
+  builder.on_record(make_sample(20, 20, 0, 120, 1'000'000));
+  builder.final_count(1, 5'000'000);
+  builder.final_count(2, 1'500'000);
+  builder.finish_cpu_tails(true);
+  EXPECT_EQ(builder.cpu_tails(), 1u);  // process 20's thread only
+  EXPECT_EQ(thread_cpu_ns(profile, 20), 1'500'000u);
+  EXPECT_EQ(thread_cpu_ns(profile, 10), 1'000'000u);
+  EXPECT_EQ(builder.tails_unknown(), 2u);  // thread 10 (its copy runs) and thread 11
+
+  RawProfile lossy;
+  PerfFeed lost(lossy, {true, 127});
+  lost.add_direct_event(20, 20, 0, 2);
+  lost.on_record(make_sample(20, 20, 0, 120, 1'000'000));
+  lost.final_count(2, 1'500'000);
+  lost.finish_cpu_tails(false);
+  EXPECT_EQ(lost.cpu_tails(), 0u);
+  EXPECT_EQ(lost.tails_unknown(), 1u);
+}
+
+// A task that also inherited copies of another thread's events (created while its process was being
+// attached) keeps its own events' samples: a READ record of a copy it does not keep adds nothing to its
+// tail, though it still comes off the count of the event it was copied from.
+TEST(PerfEventDecoder, ATailCountsOnlyTheEventsItsThreadKeeps) {
+  RawProfile profile;
+  PerfFeed builder(profile, {true, 127});
+  builder.add_direct_event(10, 10, 0, 1);
+  builder.add_direct_event(10, 9, 0, 7);  // thread 9's, which thread 11 also inherited
+  builder.set_own_event_ids(10, {1});
+  builder.on_record(TaskRecord{true, 10, 10, 11, 10, 50, {}});
+  SampleRecord s = make_sample(10, 11, 0, 100, 1'000'000);
+  builder.on_record(s);
+  builder.on_record(TaskRecord{false, 10, 10, 11, 11, 200, {}});
+  builder.on_record(make_read(10, 11, 7, 201, 9'000'000));  // a copy of an event it does not keep
+  builder.on_record(make_read(10, 11, 1, 201, 1'200'000));
+  builder.end_of_pass();
+  builder.end_of_pass();
+  EXPECT_EQ(thread_cpu_ns(profile, 11), 1'200'000u);
+  builder.final_count(1, 1'200'000 + 300'000);
+  builder.finish_cpu_tails(true);
+  EXPECT_EQ(thread_cpu_ns(profile, 10), 0u);  // no sample: no tail (nothing to attach it to)
+  EXPECT_EQ(builder.cpu_tails(), 1u);
+  EXPECT_EQ(builder.tails_unknown(), 1u);  // thread 9: its count was not read
+}
+
 SwitchRecord make_switch(int32_t tid, uint64_t time, bool out, bool preempt = false, uint32_t cpu = 0,
                          uint64_t id = 1) {
   SwitchRecord r;
   r.out = out;
   r.preempt = preempt;
-  r.sample_id.pid = 10;
-  r.sample_id.tid = tid;
-  r.sample_id.time = time;
-  r.sample_id.cpu = cpu;
-  r.sample_id.id = id;
-  r.sample_id.present = true;
+  r.sample_id = make_sample_id(10, tid, time, id, cpu);
   return r;
 }
 

@@ -244,6 +244,28 @@ TEST(PerfRecords, DecodesCommForkExitLostThrottle) {
   EXPECT_EQ(std::get<OtherRecord>(*other).type, uint32_t{PERF_RECORD_KSYMBOL});
 }
 
+// PERF_RECORD_READ (attr.inherit_stat): an inherited event's final count at its task's exit; the
+// trailer's id is the event it was inherited from. One cut short of its value is rejected.
+TEST(PerfRecords, DecodesReadRecords) {
+  const auto read = decode_record(PerfRecordBytes(PERF_RECORD_READ, 0)
+                                      .u32(300)
+                                      .u32(305)
+                                      .u64(1'234'567)
+                                      .trailer(300, 305, 60, 9, 1)
+                                      .done(),
+                                  kLayout);
+  ASSERT_TRUE(read);
+  const auto* r = std::get_if<ReadRecord>(&*read);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->pid, 300);
+  EXPECT_EQ(r->tid, 305);
+  EXPECT_EQ(r->value, 1'234'567u);
+  EXPECT_EQ(r->sample_id.id, 9u);
+  EXPECT_EQ(r->sample_id.time, 60u);
+  EXPECT_FALSE(decode_record(
+      PerfRecordBytes(PERF_RECORD_READ, 0).u32(300).u32(305).trailer(300, 305, 60, 9, 1).done(), kLayout));
+}
+
 TEST(PerfRecords, CommWithoutTrailerRoomIsRejected) {
   // Shorter than header + sample_id trailer.
   EXPECT_FALSE(decode_record(PerfRecordBytes(PERF_RECORD_COMM, 0).u32(1).done(), kLayout));

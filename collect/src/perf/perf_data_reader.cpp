@@ -590,7 +590,7 @@ void PerfDataReader::feed() {
       (h.type == PERF_RECORD_LOST ? lost_records_ : lost_samples_) += l->lost;
     } else if (auto* t = std::get_if<ThrottleRecord>(&*record)) {
       if (!t->unthrottle) ++throttles_;
-    } else if (std::holds_alternative<OtherRecord>(*record)) {
+    } else if (std::holds_alternative<OtherRecord>(*record) || std::holds_alternative<ReadRecord>(*record)) {
       const char* name = record_name(h.type);
       ++unread_[name != nullptr ? name : "type " + std::to_string(h.type)];
       continue;

@@ -105,13 +105,14 @@ void PerfEventDecoder::decode(const PerfRecord& record, size_t bytes, const Even
         std::unordered_set<uint64_t> ids = creator->second;
         own_ids_[t->tid] = std::move(ids);
       }
+      on_fork(*t);
       sink(ForkEvent{t->pid, t->tid, t->ppid, t->ptid, t->time, {}});
     } else {
-      // The tid may be given to another task: its events and counters are new.
-      own_ids_.erase(t->tid);
-      last_value_.erase(t->tid);
+      on_exit(*t);
       sink(ExitEvent{t->pid, t->tid, t->time, 0});
     }
+  } else if (const auto* rd = std::get_if<ReadRecord>(&record)) {
+    on_read(*rd);
   } else if (const auto* l = std::get_if<LostRecord>(&record)) {
     sink(LostEvent{l->lost, 0});
   } else if (const auto* th = std::get_if<ThrottleRecord>(&record)) {
@@ -120,6 +121,130 @@ void PerfEventDecoder::decode(const PerfRecord& record, size_t bytes, const Even
     // A thread with an inherited and a direct event has its switches written twice: keep one.
     if (from_own_event(sw->sample_id.tid, sw->sample_id.id)) switches_.push_back(*sw);
   }
+}
+
+void PerfEventDecoder::add_direct_event(int32_t pid, int32_t tid, uint32_t cpu, uint64_t id) {
+  direct_events_[id] = DirectEvent{pid, tid, cpu, 0, false};
+  direct_alive_.insert(tid);
+}
+
+void PerfEventDecoder::final_count(uint64_t id, uint64_t total) {
+  auto it = direct_events_.find(id);
+  if (it == direct_events_.end()) return;
+  it->second.final_count = total;
+  it->second.final_read = true;
+}
+
+// The kernel writes a fork record once per event of the creator (one per CPU): the first one counts.
+void PerfEventDecoder::on_fork(const TaskRecord& t) {
+  if (t.tid == t.ptid || roots_.contains(t.tid)) return;
+  std::vector<int32_t> roots;
+  if (auto creator = roots_.find(t.ptid); creator != roots_.end()) roots = creator->second;
+  if (direct_alive_.contains(t.ptid)) roots.push_back(t.ptid);
+  for (const int32_t root : roots) ++live_descendants_[root];
+  roots_[t.tid] = std::move(roots);
+}
+
+// Once per task (its exit record comes once per event too). The tid may be given to another task: its
+// events and counters are new. What its tail needs is kept: a thread created during the recording gets
+// READ records after its exit record; a directly attached thread's counts are read at the end.
+void PerfEventDecoder::on_exit(const TaskRecord& t) {
+  const auto last = last_value_.find(t.tid);
+  const auto own = own_ids_.find(t.tid);
+  bool inherited = false;
+  if (auto root = roots_.find(t.tid); root != roots_.end()) {
+    for (const int32_t r : root->second) {
+      if (auto live = live_descendants_.find(r); live != live_descendants_.end() && live->second > 0)
+        --live->second;
+    }
+    roots_.erase(root);
+    inherited = true;
+  }
+  if (direct_alive_.erase(t.tid) != 0) {
+    if (last != last_value_.end()) direct_last_[t.tid] = std::move(last->second);
+  } else if (inherited && config_.read_values && !exited_.contains(t.tid)) {
+    Exited& x = exited_[t.tid];
+    x.pid = t.pid;
+    x.pass = pass_;
+    if (last != last_value_.end()) x.last = std::move(last->second);
+    if (own != own_ids_.end()) x.own_ids = std::move(own->second);
+  }
+  if (own != own_ids_.end()) own_ids_.erase(own);
+  if (last != last_value_.end()) last_value_.erase(last);
+}
+
+// The final count of an inherited event of an exiting task, on its event's CPU: what it counted after
+// the task's last sample there is the task's tail on that CPU. It is also in the count of the event it
+// was inherited from, read at the end.
+void PerfEventDecoder::on_read(const ReadRecord& r) {
+  const auto event = direct_events_.find(r.sample_id.id);
+  if (event == direct_events_.end()) return;  // not one of this recording's events (a perf.data file)
+  inherited_final_[r.sample_id.id] += r.value;
+  auto x = exited_.find(r.tid);
+  if (x == exited_.end()) return;  // a direct thread's copy, or its exit record was lost
+  if (x->second.own_ids && !x->second.own_ids->contains(r.sample_id.id)) return;
+  const uint32_t cpu = event->second.cpu;
+  const uint64_t last = cpu < x->second.last.size() ? x->second.last[cpu] : 0;
+  if (r.value > last) x->second.tail_ns += r.value - last;
+}
+
+void PerfEventDecoder::emit_exited_tails(uint64_t before_pass, const EventSink& sink) {
+  for (auto it = exited_.begin(); it != exited_.end();) {
+    if (it->second.pass >= before_pass) {
+      ++it;
+      continue;
+    }
+    if (it->second.tail_ns != 0) {
+      cpu_tail_ns_ += it->second.tail_ns;
+      sink(CpuTailEvent{it->second.pid, it->first, 0, it->second.tail_ns, 0});
+    }
+    it = exited_.erase(it);
+  }
+}
+
+void PerfEventDecoder::finish_cpu_tails(bool counts_complete, const EventSink& sink) {
+  emit_exited_tails(UINT64_MAX, sink);
+  if (!config_.read_values) return;
+  // Per direct thread: its tail over its CPUs, or unknown.
+  struct Tail {
+    int32_t pid = 0;
+    uint64_t ns = 0;
+    bool known = true;
+  };
+  std::unordered_map<int32_t, Tail> tails;
+  for (const auto& [id, event] : direct_events_) {
+    Tail& tail = tails[event.tid];
+    tail.pid = event.pid;
+    if (!counts_complete || !event.final_read || live_descendants_[event.tid] != 0) {
+      tail.known = false;
+      continue;
+    }
+    const auto inherited = inherited_final_.find(id);
+    const uint64_t others = inherited == inherited_final_.end() ? 0 : inherited->second;
+    if (event.final_count < others) {
+      tail.known = false;
+      continue;
+    }
+    const std::vector<uint64_t>* last = nullptr;
+    if (direct_alive_.contains(event.tid)) {
+      if (auto it = last_value_.find(event.tid); it != last_value_.end()) last = &it->second;
+    } else if (auto it = direct_last_.find(event.tid); it != direct_last_.end()) {
+      last = &it->second;
+    }
+    const uint64_t own = event.final_count - others;
+    const uint64_t before = last != nullptr && event.cpu < last->size() ? (*last)[event.cpu] : 0;
+    if (own > before) tail.ns += own - before;
+  }
+  for (const auto& [tid, tail] : tails) {
+    if (!tail.known) {
+      ++tails_unknown_;
+    } else if (tail.ns != 0) {
+      cpu_tail_ns_ += tail.ns;
+      sink(CpuTailEvent{tail.pid, tid, 0, tail.ns, 0});
+    }
+  }
+  // Threads created during the recording and still running: their events' counts cannot be read.
+  tails_unknown_ += roots_.size();
 }
 
 void PerfEventDecoder::emit_off_cpu(int32_t pid, int32_t tid, uint32_t cpu, uint64_t out_ns, uint64_t in_ns,
@@ -164,6 +289,10 @@ void PerfEventDecoder::end_of_pass(const EventSink& sink) {
     }
   }
   switches_.clear();
+  // The READ records of a task's exit come after its exit record, written microseconds later: by the
+  // end of the pass after its exit's, they are in.
+  ++pass_;
+  emit_exited_tails(pass_ - 1, sink);
 }
 
 void PerfEventDecoder::finish_off_cpu(uint64_t end_ns, const EventSink& sink) {

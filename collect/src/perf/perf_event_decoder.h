@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -40,6 +41,23 @@ class PerfEventDecoder {
   // the rule on; an exit record ends it).
   void set_own_event_ids(int32_t tid, std::vector<uint64_t> ids);
 
+  // An event the recorder opened on a thread (not inherited), for the thread's CPU tails: its id and
+  // the CPU it counts on.
+  void add_direct_event(int32_t pid, int32_t tid, uint32_t cpu, uint64_t id);
+  // The count read from a direct event at the end of the recording: its thread's, and the final counts
+  // of every copy inherited from it whose task exited (PERF_RECORD_READ), and the counts so far of
+  // those still running.
+  void final_count(uint64_t id, uint64_t total);
+  // After the last records (and final_count for each direct event): the CPU time each thread used on a
+  // CPU after its last sample there (perf_event has no record of it; the eBPF backend's CpuTailEvent),
+  // one CpuTailEvent per thread. A thread created during the recording gets it at its exit, from the
+  // final counts its events report then (attr.inherit_stat); a thread the recorder attached, here, from
+  // its events' counts less those of the threads that inherited them, when every such thread has exited
+  // and no record was lost (`counts_complete`). The others' tails are not known (tails_unknown()).
+  void finish_cpu_tails(bool counts_complete, const EventSink& sink);
+  [[nodiscard]] uint64_t tails_unknown() const { return tails_unknown_; }
+  [[nodiscard]] uint64_t cpu_tail_ns() const { return cpu_tail_ns_; }
+
   // Whether a kernel address lies in a system-call entry (SchedulerFrames::is_syscall_entry), to tell
   // what the user leaf of a sample taken in the kernel is: the outermost frame of its kernel chain is
   // where the thread entered. Without it (kallsyms unreadable) such leaves are left to the builder.
@@ -67,6 +85,10 @@ class PerfEventDecoder {
   void decode_sample(const SampleRecord& s, size_t bytes, const EventSink& sink);
   uint64_t cpu_delta(const SampleRecord& s);
   bool from_own_event(int32_t tid, uint64_t id);
+  void on_fork(const TaskRecord& t);
+  void on_exit(const TaskRecord& t);
+  void on_read(const ReadRecord& r);
+  void emit_exited_tails(uint64_t before_pass, const EventSink& sink);
   void emit_off_cpu(int32_t pid, int32_t tid, uint32_t cpu, uint64_t out_ns, uint64_t in_ns, bool runnable,
                     const EventSink& sink);
 
@@ -86,6 +108,41 @@ class PerfEventDecoder {
   std::unordered_map<int32_t, std::vector<uint64_t>> last_value_;
   std::unordered_map<int32_t, std::unordered_set<uint64_t>> own_ids_;
   uint64_t duplicates_ = 0;
+
+  // CPU tails. The events opened on threads, by id: their thread and CPU.
+  struct DirectEvent {
+    int32_t pid = 0;
+    int32_t tid = 0;
+    uint32_t cpu = 0;
+    uint64_t final_count = 0;
+    bool final_read = false;
+  };
+  std::unordered_map<uint64_t, DirectEvent> direct_events_;
+  std::unordered_set<int32_t> direct_alive_;  // threads with direct events that have not exited
+  // Their last counter values per CPU once they exited (their tails wait for the final counts).
+  std::unordered_map<int32_t, std::vector<uint64_t>> direct_last_;
+  // Per direct event: the final counts of its inherited copies (READ records), which its own count
+  // read at the end includes.
+  std::unordered_map<uint64_t, uint64_t> inherited_final_;
+  // Per task created during the recording: the directly attached threads whose events it inherited
+  // (through its creators); per such thread, how many of them are running.
+  std::unordered_map<int32_t, std::vector<int32_t>> roots_;
+  std::unordered_map<int32_t, uint32_t> live_descendants_;
+  // A task created during the recording that exited: its last counter values, the events it kept
+  // (set_own_event_ids), and the tail its READ records add up, given when the records of the next
+  // passes are in.
+  struct Exited {
+    int32_t pid = 0;
+    uint64_t pass = 0;
+    std::vector<uint64_t> last;
+    std::optional<std::unordered_set<uint64_t>> own_ids;
+    uint64_t tail_ns = 0;
+  };
+  std::unordered_map<int32_t, Exited> exited_;
+  uint64_t pass_ = 0;
+  uint64_t tails_unknown_ = 0;
+  uint64_t cpu_tail_ns_ = 0;
+
   Event event_;                         // the sample being decoded
   std::vector<SwitchRecord> switches_;  // of the current pass
   std::unordered_map<int32_t, SwitchState> switch_state_;

@@ -123,6 +123,16 @@ class PerfSession {
   std::vector<int> cpus_;
   std::vector<CpuRing> rings_;  // parallel to cpus_
   std::vector<UniqueFd> redirected_;
+  // Every event opened on a thread (owned by rings_ or redirected_), for its count at the end: the
+  // thread's CPU time after its last sample on that CPU (PerfEventDecoder::finish_cpu_tails).
+  struct DirectEvent {
+    int32_t pid = 0;
+    int32_t tid = 0;
+    uint32_t cpu = 0;
+    uint64_t id = 0;  // filled in once the decoder exists
+    int fd = -1;
+  };
+  std::vector<DirectEvent> direct_;
   std::vector<WatchedTarget> targets_;
   std::unique_ptr<LaunchedCommand> command_;
   uint64_t released_ns_ = 0;  // when the launched or held-at-exec command was let run
@@ -189,6 +199,9 @@ void PerfSession::init_attr() {
   }
   a.read_format = 0;
   a.inherit = 1;
+  // An inherited event's final count is written (PERF_RECORD_READ) when its task exits: the thread's
+  // CPU time after its last sample on that CPU.
+  a.inherit_stat = 1;
   a.mmap = 1;
   a.mmap2 = 1;
   a.comm = 1;
@@ -297,6 +310,8 @@ bool PerfSession::map_ring(int32_t pid, int32_t tid, size_t cpu_index, UniqueFd&
 }
 
 bool PerfSession::attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>* own_ids) {
+  // Per CPU, this thread's event: the ring's owner, or one redirected into it.
+  std::vector<const UniqueFd*> opened(cpus_.size(), nullptr);
   for (size_t i = 0; i < cpus_.size(); ++i) {
     UniqueFd fd = open_event(pid, tid, cpus_[i]);
     if (!fd) return false;  // the thread exited meanwhile
@@ -309,6 +324,7 @@ bool PerfSession::attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>*
       // Events opened again are given new ids: not where the thread's own ids are being collected.
       if (!map_ring(pid, tid, i, fd, own_ids == nullptr)) return false;
       ring.owner = std::move(fd);
+      opened[i] = &ring.owner;
       continue;
     }
     if (::ioctl(fd.get(), PERF_EVENT_IOC_SET_OUTPUT, ring.owner.get()) != 0) {
@@ -316,6 +332,12 @@ bool PerfSession::attach_thread(int32_t pid, int32_t tid, std::vector<uint64_t>*
                         std::to_string(cpus_[i]) + " into its ring buffer: " + std::strerror(errno));
     }
     redirected_.push_back(std::move(fd));
+    direct_.push_back(DirectEvent{pid, tid, static_cast<uint32_t>(cpus_[i]), 0, redirected_.back().get()});
+  }
+  // The ring owners' fds are final only now (map_ring may open them again).
+  for (size_t i = 0; i < cpus_.size(); ++i) {
+    if (opened[i] != nullptr)
+      direct_.push_back(DirectEvent{pid, tid, static_cast<uint32_t>(cpus_[i]), 0, opened[i]->get()});
   }
   attached_.insert(tid);
   return true;
@@ -544,6 +566,10 @@ RecordResult PerfSession::run() {
                         attr_.sample_regs_user, uint64_t{options_.off_cpu_min_us} * 1000});
   const bool cfi_fallback = !dwarf && options_.fp_with_cfi_fallback;
   for (auto& [tid, ids] : own_ids_) decoder_->set_own_event_ids(tid, std::move(ids));
+  for (DirectEvent& event : direct_) {
+    if (::ioctl(event.fd, PERF_EVENT_IOC_ID, &event.id) == 0)
+      decoder_->add_direct_event(event.pid, event.tid, event.cpu, event.id);
+  }
   // Two rounds of records at most, at the rate that fills every ring between two reads.
   const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   ordering_ = std::make_unique<RecordOrdering>(
@@ -643,6 +669,15 @@ RecordResult PerfSession::run() {
   drain_all();
   deliver_before(UINT64_MAX);
   decoder_->finish_off_cpu(result_.profile.info.end_mono_ns, to_builder_);
+  // The events are disabled: their counts are final.
+  for (const DirectEvent& event : direct_) {
+    uint64_t count = 0;
+    if (::read(event.fd, &count, sizeof count) == static_cast<ssize_t>(sizeof count))
+      decoder_->final_count(event.id, count);
+  }
+  decoder_->finish_cpu_tails(result_.profile.lost.lost_records == 0, to_builder_);
+  result_.cpu_tail_samples = builder_->cpu_tails();
+  result_.cpu_tails_unknown = decoder_->tails_unknown();
   // perf_event reports context switches as they happen, and nothing about where a thread already was.
   if (attr_.context_switch && !options_.target.pids.empty())
     result_.attach_state_error =

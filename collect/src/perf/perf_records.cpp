@@ -260,6 +260,17 @@ std::optional<PerfRecord> decode_record(std::span<const uint8_t> bytes, const Re
       r.sample_id = sample_id;
       return r;
     }
+    case PERF_RECORD_READ: {
+      ReadRecord r;
+      std::optional<uint64_t> value;
+      if (!(c.take(pid) && c.take(tid) && take_read_value(c, layout.read_format, value) && value))
+        return std::nullopt;
+      r.pid = static_cast<int32_t>(pid);
+      r.tid = static_cast<int32_t>(tid);
+      r.value = *value;
+      r.sample_id = sample_id;
+      return r;
+    }
     default: return OtherRecord{header.type};
   }
 }

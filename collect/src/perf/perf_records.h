@@ -113,13 +113,23 @@ struct SwitchRecord {
   SampleId sample_id;
 };
 
+// PERF_RECORD_READ: with attr.inherit_stat, the final count of an inherited event, written when the
+// task it counted for exits (after its EXIT record). sample_id.id is the id of the event it was
+// inherited from; its CPU is that event's.
+struct ReadRecord {
+  int32_t pid = 0;
+  int32_t tid = 0;
+  uint64_t value = 0;  // the inherited event's own count (non-group read_format)
+  SampleId sample_id;
+};
+
 // A record type we do not use; its type number, for statistics.
 struct OtherRecord {
   uint32_t type = 0;
 };
 
 using PerfRecord = std::variant<OtherRecord, SampleRecord, Mmap2Record, CommRecord, TaskRecord, LostRecord,
-                                ThrottleRecord, SwitchRecord>;
+                                ThrottleRecord, SwitchRecord, ReadRecord>;
 
 // Decodes one record (header included). nullopt when the bytes are shorter than the layout demands.
 // A SampleRecord's user_stack refers into `bytes`.

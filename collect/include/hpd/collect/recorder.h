@@ -217,8 +217,14 @@ struct RecordResult {
   // was first seen, so processes that lived only milliseconds may keep frames without a module.
   // Empty when the watch ran.
   std::string mmap_watch_fallback_reason;
-  // eBPF: samples added for the CPU time exited threads used after their last timer sample.
+  // Samples added for the CPU time threads used after their last timer sample: eBPF, exited threads;
+  // perf_event, a thread's time after its last sample on each CPU (PerfEventDecoder::finish_cpu_tails).
   uint64_t cpu_tail_samples = 0;
+  // perf_event: threads whose time after their last sample on each CPU is not known: created during
+  // the recording and still running at its end (their events' counts cannot be read), their creator's,
+  // or all when records were lost. Up to a sampling interval per CPU each (more in the kernel when
+  // only user mode was sampled).
+  uint64_t cpu_tails_unknown = 0;
   // eBPF: CPU time exited threads' last samples were given beyond the thread's final CPU time (their
   // runtime, brought up to the sample's instant, counted time that was not the thread's: steal the
   // programs could not read, IRQ time), the threads so affected, and what was taken back from those
