@@ -466,7 +466,11 @@ class EdgeTruthTest : public ::testing::Test {
     std::printf("%s: the note says %zu children were left\n", what.c_str(), n);
     EXPECT_GT(n, 0u);
     EXPECT_LT(n, static_cast<size_t>(kChildren / 2));
-    EXPECT_EQ(seen.size(), static_cast<size_t>(kChildren) - n);
+    // But for what the kernel dropped from a full ring, as above (2026-12-04 on an idle machine, dwarf's
+    // 32 KiB stack copies: 15 records lost, 161 children with samples of the 166 recorded).
+    const auto lost = rep.at("totals").at("lost").at("lost_records").get<uint64_t>();
+    EXPECT_LE(seen.size(), static_cast<size_t>(kChildren) - n);
+    EXPECT_GE(seen.size() + lost, static_cast<size_t>(kChildren) - n) << lost << " records lost";
   }
 
   hpd::testing::TempDir tmp_{"hpd-edge-truth", hpd::testing::TempDir::Cleanup::kKeepOnFailure};
