@@ -194,10 +194,7 @@ void PerfEventDecoder::emit_exited_tails(uint64_t before_pass, const EventSink& 
       ++it;
       continue;
     }
-    if (it->second.tail_ns != 0) {
-      cpu_tail_ns_ += it->second.tail_ns;
-      sink(CpuTailEvent{it->second.pid, it->first, 0, it->second.tail_ns, 0});
-    }
+    if (it->second.tail_ns != 0) sink(CpuTailEvent{it->second.pid, it->first, 0, it->second.tail_ns, 0});
     it = exited_.erase(it);
   }
 }
@@ -239,7 +236,6 @@ void PerfEventDecoder::finish_cpu_tails(bool counts_complete, const EventSink& s
     if (!tail.known) {
       ++tails_unknown_;
     } else if (tail.ns != 0) {
-      cpu_tail_ns_ += tail.ns;
       sink(CpuTailEvent{tail.pid, tid, 0, tail.ns, 0});
     }
   }

@@ -56,7 +56,6 @@ class PerfEventDecoder {
   // and no record was lost (`counts_complete`). The others' tails are not known (tails_unknown()).
   void finish_cpu_tails(bool counts_complete, const EventSink& sink);
   [[nodiscard]] uint64_t tails_unknown() const { return tails_unknown_; }
-  [[nodiscard]] uint64_t cpu_tail_ns() const { return cpu_tail_ns_; }
 
   // Whether a kernel address lies in a system-call entry (SchedulerFrames::is_syscall_entry), to tell
   // what the user leaf of a sample taken in the kernel is: the outermost frame of its kernel chain is
@@ -141,7 +140,6 @@ class PerfEventDecoder {
   std::unordered_map<int32_t, Exited> exited_;
   uint64_t pass_ = 0;
   uint64_t tails_unknown_ = 0;
-  uint64_t cpu_tail_ns_ = 0;
 
   Event event_;                         // the sample being decoded
   std::vector<SwitchRecord> switches_;  // of the current pass
