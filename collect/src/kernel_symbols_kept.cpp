@@ -23,9 +23,10 @@ Kept& kept() {
   return k;
 }
 
-std::shared_ptr<const KernelSymbols> read_kallsyms() {
+std::shared_ptr<const KernelSymbols> read_kallsyms(const std::function<void(KernelSymbols&)>& complete = {}) {
   auto symbols = std::make_shared<KernelSymbols>();
   symbols->load();
+  if (complete) complete(*symbols);
   kept().reads.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(kept().mutex);
   if (kept().keep && !symbols->empty()) kept().table = symbols;
@@ -50,11 +51,16 @@ KernelSymbolsStatus kernel_symbols_status() {
 }
 
 std::shared_ptr<const KernelSymbols> recording_kernel_symbols() {
+  return recording_kernel_symbols({});
+}
+
+std::shared_ptr<const KernelSymbols> recording_kernel_symbols(
+    const std::function<void(KernelSymbols&)>& complete) {
   {
     std::lock_guard lock(kept().mutex);
     if (kept().table) return kept().table;
   }
-  return read_kallsyms();
+  return read_kallsyms(complete);
 }
 
 std::shared_ptr<const KernelSymbols> kept_kernel_symbols(bool read_again) {

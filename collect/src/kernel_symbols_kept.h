@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -16,6 +17,10 @@ struct RawProfile;
 // The table a recording starts with: the kept one, else read now (and kept when keeping is on). An
 // empty table (kallsyms unreadable, or hidden by kptr_restrict) is never kept.
 std::shared_ptr<const KernelSymbols> recording_kernel_symbols();
+// The same for a recording whose programs are loaded while the table is read: a table read now is given
+// to `complete` (which adds the code loaded meanwhile) before it is used or kept.
+std::shared_ptr<const KernelSymbols> recording_kernel_symbols(
+    const std::function<void(KernelSymbols&)>& complete);
 
 // The table that names `profile`'s kernel addresses: `used` (the one the recording started with),
 // unless keeping is on and an address is neither in the kernel image nor in `named` (code outside it

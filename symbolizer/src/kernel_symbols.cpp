@@ -70,8 +70,22 @@ bool KernelSymbols::finish() {
   symbols_.erase(
       std::remove_if(symbols_.begin(), symbols_.end(), [](const Symbol& x) { return x.address == 0; }),
       symbols_.end());
-  symbols_.shrink_to_fit();
-  names_.shrink_to_fit();
+  // Held for long in hpd (its kept table): what the reading's growth left beyond a little room for code
+  // added later (replace_range) is given back.
+  constexpr size_t kRoomSymbols = 512;
+  if (symbols_.capacity() > symbols_.size() + kRoomSymbols) {
+    std::vector<Symbol> fitted;
+    fitted.reserve(symbols_.size() + kRoomSymbols);
+    fitted.assign(symbols_.begin(), symbols_.end());
+    symbols_.swap(fitted);
+  }
+  constexpr size_t kRoomNames = 64 * kRoomSymbols;
+  if (names_.capacity() > names_.size() + kRoomNames) {
+    std::string fitted;
+    fitted.reserve(names_.size() + kRoomNames);
+    fitted.assign(names_);
+    names_.swap(fitted);
+  }
   return true;
 }
 
@@ -177,6 +191,17 @@ std::string kernel_symbol_lines(const RawProfile& profile, const KernelSymbols& 
       if (!symbols.resolve(a).found) unresolved->push_back(a);
   }
   return addresses.empty() ? std::string() : symbols.lines_for(addresses);
+}
+
+void KernelSymbols::replace_range(uint64_t start, uint64_t end, std::string_view name, char type) {
+  if (symbols_.empty() || start == 0 || end <= start || name.empty() || !is_text_type(type)) return;
+  const auto by_address = [](const Symbol& s, uint64_t a) { return s.address < a; };
+  const auto first = std::lower_bound(symbols_.begin(), symbols_.end(), start, by_address);
+  const auto last = std::lower_bound(first, symbols_.end(), end, by_address);
+  const Symbol added{start, static_cast<uint32_t>(names_.size()), type};
+  names_ += name;
+  names_ += '\0';
+  symbols_.insert(symbols_.erase(first, last), added);
 }
 
 bool KernelSymbols::of_image(const Symbol& s) const {

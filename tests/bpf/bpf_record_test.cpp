@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "bpf/own_programs.h"
 #include "cpu_clock.h"
 #include "hpd/base/proc_files.h"
 #include "hpd/base/unique_fd.h"
@@ -470,13 +471,18 @@ TEST(BpfRecord, OffCpuCanBeTurnedOff) {
 // hpd then needs no new read of /proc/kallsyms for the timer samples that land in them): every function
 // of them, the main ones named by their program's tag (hpd_exit, hpd_on_cpu, which have subprograms,
 // are named by the whole program's tag, not their first function's) and the subprograms by their own.
+// A launched command's table is read while the programs load and completed from them (own_programs.h):
+// each is named as a read of /proc/kallsyms made with them loaded (during the recording) names it.
 TEST(BpfRecord, TheKernelSymbolsReadNameTheRecordingsOwnPrograms) {
   RecordOptions options = bpf_options();
   options.target.command = {kOffCpuFixture, "0.3", "1", "4"};
+  KernelSymbols loaded;
+  options.on_attached = [&loaded] { loaded.load(); };
   const RecordResult result = record(options);
   ASSERT_EQ(result.command_exit_status, 0);
   ASSERT_NE(result.kernel_symbols, nullptr);
   ASSERT_FALSE(result.kernel_symbols->empty()) << "kallsyms unreadable: the test needs root";
+  ASSERT_FALSE(loaded.empty());
   std::set<std::string> names;
   for (const auto& [start, end] : result.kernel_code_named) {
     const Location at = result.kernel_symbols->resolve(start);
@@ -484,6 +490,9 @@ TEST(BpfRecord, TheKernelSymbolsReadNameTheRecordingsOwnPrograms) {
     EXPECT_EQ(at.symbol_address + result.kernel_symbols->base(), start) << at.symbol;
     EXPECT_GE(at.symbol_size, end - start) << at.symbol;
     EXPECT_TRUE(at.symbol.starts_with("bpf_prog_") && at.symbol.ends_with(" [bpf]")) << at.symbol;
+    const Location read = loaded.resolve(start);
+    EXPECT_EQ(read.symbol, at.symbol);
+    EXPECT_EQ(read.symbol_address + loaded.base(), start) << read.symbol;
     // "bpf_prog_<16 hex digits>_<name> [bpf]"
     names.insert(at.symbol.substr(26, at.symbol.size() - 26 - 6));
   }
@@ -492,6 +501,52 @@ TEST(BpfRecord, TheKernelSymbolsReadNameTheRecordingsOwnPrograms) {
   std::printf("named:%s\n", text.c_str());
   for (const char* program : {"hpd_on_cpu", "hpd_exit", "hpd_fork", "hpd_exec", "walk_user_cfi", "cfi_step"})
     EXPECT_TRUE(names.contains(program)) << program << " not named; named:" << text;
+}
+
+// The completion itself, made certain to be needed: a table read before the recording began lacks every
+// program of it; completed from the programs this process holds while it records, it names each of their
+// functions (main programs and subprograms, by the names their BTF gives) as a read made then does.
+TEST(BpfRecord, ATableReadBeforeTheProgramsLoadedIsCompletedAsANewReadNamesThem) {
+  using bpf_recording::JitedFunction;
+  KernelSymbols before;
+  ASSERT_TRUE(before.load()) << "kallsyms unreadable: the test needs root";
+  RecordOptions options = bpf_options();
+  options.target.command = {kOffCpuFixture, "0.2", "1", "2"};
+  std::vector<JitedFunction> programs;
+  std::vector<std::pair<uint64_t, uint64_t>> added;
+  KernelSymbols now;
+  options.on_attached = [&] {
+    programs = bpf_recording::this_process_programs();
+    added = bpf_recording::add_missing_functions(before, programs);
+    now.load();
+  };
+  const RecordResult result = record(options);
+  ASSERT_EQ(result.command_exit_status, 0);
+  ASSERT_FALSE(now.empty());
+  ASSERT_FALSE(programs.empty()) << "no BPF program open while recording";
+  std::set<std::string> names;
+  std::set<uint64_t> starts;
+  for (const JitedFunction& f : programs) {
+    ASSERT_FALSE(f.name.empty()) << std::hex << f.start;
+    const Location completed = before.resolve(f.start), read = now.resolve(f.start);
+    ASSERT_TRUE(read.found) << f.name;
+    EXPECT_EQ(read.symbol_address + now.base(), f.start) << read.symbol;
+    EXPECT_EQ(completed.symbol, read.symbol);
+    EXPECT_EQ(f.name, read.symbol);
+    EXPECT_EQ(completed.symbol_address + before.base(), f.start) << completed.symbol;
+    EXPECT_GE(completed.symbol_size, f.end - f.start) << completed.symbol;
+    EXPECT_TRUE(bpf_recording::names_function(before, f)) << f.name;
+    names.insert(f.name);
+    starts.insert(f.start);
+  }
+  // Every function was loaded after `before` was read, so each was added, once (a subprogram has a copy,
+  // of the same name, in each program that calls it).
+  EXPECT_EQ(added.size(), starts.size());
+  std::string text;
+  for (const std::string& n : names) text += " " + n;
+  for (const char* function :
+       {"_hpd_on_cpu [bpf]", "_hpd_exit [bpf]", "_walk_user_cfi [bpf]", "_cfi_step [bpf]"})
+    EXPECT_NE(text.find(function), std::string::npos) << function << " not among:" << text;
 }
 
 TEST(BpfRecord, AllProcessesSeesUnrelatedProcesses) {

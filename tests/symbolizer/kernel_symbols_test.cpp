@@ -127,6 +127,52 @@ TEST(KernelSymbols, InKernelImageOnlyBetweenTwoSymbolsOfTheImage) {
   EXPECT_FALSE(k.frame_in_kernel_image(0xffffffffc0a00010ull));
 }
 
+// Code loaded after the table was read (a recording's own BPF programs, when /proc/kallsyms is read
+// while they load): its symbol is added as a read now would list it, and replaces those the table had
+// inside it (a program unloaded since: live code holds no other symbol), not those around it.
+TEST(KernelSymbols, ReplaceRangeAddsCodeLoadedSinceTheRead) {
+  KernelSymbols k;
+  ASSERT_TRUE(
+      k.load_text("ffffffff81000000 T _stext\n"
+                  "ffffffff81001000 T _etext\n"
+                  "ffffffffc0a00000 t virtnet_poll\t[virtio_net]\n"
+                  "ffffffffc0a01000 t bpf_prog_1111111111111111_gone\t[bpf]\n"
+                  "ffffffffc0a01100 t bpf_prog_2222222222222222_gone_too\t[bpf]\n"
+                  "ffffffffc0a02000 t bpf_prog_3333333333333333_kept\t[bpf]\n"));
+  ASSERT_EQ(k.size(), 6u);
+  k.replace_range(0xffffffffc0a01000ull, 0xffffffffc0a01800ull, "bpf_prog_0123456789abcdef_hpd_on_cpu [bpf]");
+  EXPECT_EQ(k.size(), 5u);
+  Location at = k.resolve(0xffffffffc0a01123ull);
+  ASSERT_TRUE(at.found);
+  EXPECT_EQ(at.symbol, "bpf_prog_0123456789abcdef_hpd_on_cpu [bpf]");
+  EXPECT_EQ(at.symbol_address + k.base(), 0xffffffffc0a01000ull);
+  EXPECT_EQ(at.symbol_size, 0x1000u) << "it reaches the next symbol, as in a read";
+  EXPECT_EQ(k.resolve(0xffffffffc0a00010ull).symbol, "virtnet_poll [virtio_net]");
+  EXPECT_EQ(k.resolve(0xffffffffc0a02010ull).symbol, "bpf_prog_3333333333333333_kept [bpf]");
+  EXPECT_FALSE(k.in_kernel_image(0xffffffffc0a01010ull));
+  // Code in a gap of the table, and at the end of it, keeps the order by address.
+  k.replace_range(0xffffffffc0a03000ull, 0xffffffffc0a03040ull, "bpf_prog_4444444444444444_last [bpf]");
+  k.replace_range(0xffffffffc0a00800ull, 0xffffffffc0a00900ull, "bpf_prog_5555555555555555_between [bpf]");
+  const auto& s = k.symbols();
+  ASSERT_EQ(s.size(), 7u);
+  for (size_t i = 1; i < s.size(); ++i) EXPECT_LT(s[i - 1].address, s[i].address) << i;
+  EXPECT_EQ(k.resolve(0xffffffffc0a03010ull).symbol, "bpf_prog_4444444444444444_last [bpf]");
+  EXPECT_EQ(k.resolve(0xffffffffc0a00810ull).symbol, "bpf_prog_5555555555555555_between [bpf]");
+  EXPECT_EQ(k.resolve(0xffffffffc0a00010ull).symbol_size, 0x800u);
+  // Lines for a capture name the added code as the table does.
+  const uint64_t address = 0xffffffffc0a01123ull;
+  KernelSymbols from_lines;
+  ASSERT_TRUE(from_lines.load_text(k.lines_for({&address, 1})));
+  EXPECT_EQ(from_lines.resolve(address).symbol, "bpf_prog_0123456789abcdef_hpd_on_cpu [bpf]");
+  // Nothing is added to an empty table (nothing to name the rest), nor an empty or inverted range.
+  KernelSymbols empty;
+  empty.replace_range(0xffffffffc0a01000ull, 0xffffffffc0a01800ull, "bpf_prog_0123456789abcdef_x [bpf]");
+  EXPECT_TRUE(empty.empty());
+  k.replace_range(0xffffffffc0a05000ull, 0xffffffffc0a05000ull, "bpf_prog_6666666666666666_none [bpf]");
+  k.replace_range(0xffffffffc0a05000ull, 0xffffffffc0a04000ull, "bpf_prog_6666666666666666_none [bpf]");
+  EXPECT_EQ(k.size(), 7u);
+}
+
 // The image's last symbol holds at most 1 MiB: an address in the modules' area that no module or BPF
 // program of the table holds (one unloaded since, or loaded after the read) is not found, where it was
 // named after the image's last symbol (seen in a continuous-mode test: "_einittext" for the address of

@@ -27,6 +27,7 @@
 #include "bpf/bpf_load.h"
 #include "bpf/bpf_preloader.h"
 #include "bpf/bpf_session.h"
+#include "bpf/own_programs.h"
 #include "hpd/base/proc_files.h"
 #include "hpd/base/process.h"
 #include "kernel_symbols_kept.h"
@@ -187,6 +188,21 @@ BpfSession::~BpfSession() {
 
 RecordResult BpfSession::run() {
   timing_mark("bpf-session");
+  // A launched command starts once the kernel's symbols are read (below): they are read while the
+  // programs load, and completed with them once every one is loaded (a table read before a program was
+  // loaded lacks it, and would misname the timer samples that land in it).
+  if (!options_.target.command.empty() && kernel_frames_) {
+    kallsyms_ = std::async(std::launch::async, [loaded = programs_loaded_.get_future()]() mutable {
+      std::shared_ptr<SchedulerFrames> sched;
+      auto symbols = recording_kernel_symbols([&](KernelSymbols& table) {
+        sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(table));
+        loaded.get();  // throws when the recording failed before then
+        for (const auto& [start, end] : add_missing_functions(table, this_process_programs()))
+          sched->add(start, end);
+      });
+      return sched ? KernelTable{std::move(symbols), std::move(sched)} : kernel_table(std::move(symbols));
+    });
+  }
   load();  // the only step that throws BpfUnavailable: nothing has been started yet
   timing_mark("bpf-loaded");
   // Before anything reads or attaches by pid: the processes the targets are now (or were at the caller's
@@ -245,6 +261,7 @@ RecordResult BpfSession::run() {
   // the kernel's entry probe holds it (calls_unwind.bpf.h).
   if (calls_->writes_timed_entries()) skel_->bss->timed_entries_shared = 1;
   attach_calls_unwind(calls_->runtime_in_use());
+  programs_loaded_.set_value();
   if (!options_.target.command.empty())
     command_ = launch_command(options_.target.command, calls_->launch_environment());
   set_targets();
@@ -282,12 +299,13 @@ RecordResult BpfSession::run() {
   // read after sampling began (their tables are loaded), so that the first sample does not wait for it; a
   // launched command is released after it, because the loop that compiles the tables of the program it execs
   // runs only after it (else 35% of a 0.3 s command's samples were walked by frame pointer while 0.3-0.5 s of
-  // kallsyms were read). A command its launcher holds at its exec (hpctl through hpd) is released by
-  // on_attached: its symbols are read on another thread meanwhile, and the loop publishes its tables and
-  // walks its blocked threads again from its first microseconds (read here first, a thread that blocked in
-  // them kept its frame-pointer walk, which lacks its callers in a library without frame pointers). In hpd
-  // the table an earlier recording read is kept, and taken here at once (kernel_symbols_kept.h).
-  const auto load_kallsyms = [] { return recording_kernel_symbols(); };
+  // kallsyms were read), so it is read beside the programs' load (at the top). A command its launcher holds
+  // at its exec (hpctl through hpd) is released by on_attached: its symbols are read on another thread
+  // meanwhile, and the loop publishes its tables and walks its blocked threads again from its first
+  // microseconds (read here first, a thread that blocked in them kept its frame-pointer walk, which lacks its
+  // callers in a library without frame pointers). In hpd the table an earlier recording read is kept, and
+  // taken here at once (kernel_symbols_kept.h).
+  const auto load_kallsyms = [] { return kernel_table(recording_kernel_symbols()); };
   auto read_kallsyms = [&] {
     if (!kernel_frames_) return;
     use_kallsyms(load_kallsyms());
@@ -295,7 +313,7 @@ RecordResult BpfSession::run() {
   if (options_.pid_held_at_exec && !command_ && kernel_frames_)
     kallsyms_ = std::async(std::launch::async, load_kallsyms);
   if (command_) {
-    read_kallsyms();
+    kallsyms_ready(true);
     targets_.push_back(WatchedTarget{command_->pid(), open_pidfd(command_->pid()), false});
   } else {
     for (size_t i = 0; i < options_.target.pids.size(); ++i)

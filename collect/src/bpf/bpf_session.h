@@ -27,6 +27,7 @@
 #include "bpf/cfi_maps.h"
 #include "bpf/mmap_watch.h"
 #include "bpf/off_cpu_rewalk.h"
+#include "bpf/sched_frames.h"
 #include "hpd/base/proc_files.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/symbolizer/symbolizer.h"
@@ -101,10 +102,20 @@ class BpfSession {
   void release_held(uint64_t mappings_read_at, bool final);
   // The kernel's symbols, which the builder needs before it reads the first records (the off-CPU samples'
   // scheduler frames): given to the builder and the result.
-  void use_kallsyms(std::shared_ptr<const KernelSymbols> symbols);
+  struct KernelTable {
+    std::shared_ptr<const KernelSymbols> symbols;
+    std::shared_ptr<SchedulerFrames> sched;  // the scheduler's functions among them
+  };
+  // The table and its scheduler's functions (a scan of every symbol, done where the table is read).
+  static KernelTable kernel_table(std::shared_ptr<const KernelSymbols> symbols);
+  void use_kallsyms(KernelTable table);
   // Whether the kernel's symbols read in the background (kallsyms_) are in use; `wait`: wait for them.
   bool kallsyms_ready(bool wait);
-  std::future<std::shared_ptr<const KernelSymbols> > kallsyms_;  // valid while read in the background
+  std::future<KernelTable> kallsyms_;  // valid while read in the background
+  // A launched command's recording reads the kernel's symbols while its programs load, and completes the
+  // table with them (own_programs.h) once this is set: every program of the recording is loaded. (After
+  // kallsyms_: destroyed first, so that a recording that fails before then ends the read's wait.)
+  std::promise<void> programs_loaded_;
   void load_initial_tables();
   void note_for_cfi(const Event& event);
   // The second walk of an on-CPU sample held by the decoder, with the tables as published now.

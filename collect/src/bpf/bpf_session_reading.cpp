@@ -10,74 +10,15 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <vector>
 
+#include "bpf/own_programs.h"
 #include "bpf/sched_frames.h"
 #include "hpd/base/process.h"
 
 namespace hpd::bpf_recording {
-namespace {
-
-// A loaded program's JIT-compiled function (its main one or a subprogram): its kernel addresses
-// [start, end) and its tag, which the kernel's name for it carries (bpf_prog_<tag>_<name>).
-struct JitedFunction {
-  uint64_t start = 0;
-  uint64_t end = 0;
-  uint64_t tag = 0;  // the 8 tag bytes, in order, as one big-endian number
-};
-
-// The JIT-compiled functions of a loaded program, or none (not loaded, not JIT-compiled, or the
-// addresses hidden). A subprogram's tag the kernel does not give is left 0.
-std::vector<JitedFunction> jited_functions(int fd) {
-  std::vector<JitedFunction> out;
-  if (fd < 0) return out;
-  bpf_prog_info info{};
-  uint32_t length = sizeof info;
-  if (bpf_obj_get_info_by_fd(fd, &info, &length) != 0 || info.nr_jited_ksyms == 0 ||
-      info.nr_jited_func_lens != info.nr_jited_ksyms)
-    return out;
-  std::vector<uint64_t> starts(info.nr_jited_ksyms);
-  std::vector<uint32_t> lengths(info.nr_jited_ksyms);
-  std::vector<uint8_t> tags(info.nr_prog_tags == info.nr_jited_ksyms ? info.nr_prog_tags * BPF_TAG_SIZE : 0);
-  bpf_prog_info asked{};
-  asked.nr_jited_ksyms = static_cast<uint32_t>(starts.size());
-  asked.jited_ksyms = reinterpret_cast<uintptr_t>(starts.data());
-  asked.nr_jited_func_lens = static_cast<uint32_t>(lengths.size());
-  asked.jited_func_lens = reinterpret_cast<uintptr_t>(lengths.data());
-  if (!tags.empty()) {
-    asked.nr_prog_tags = info.nr_prog_tags;
-    asked.prog_tags = reinterpret_cast<uintptr_t>(tags.data());
-  }
-  length = sizeof asked;
-  if (bpf_obj_get_info_by_fd(fd, &asked, &length) != 0) return out;
-  for (size_t i = 0; i < starts.size() && i < asked.nr_jited_ksyms; ++i) {
-    if (starts[i] == 0 || lengths[i] == 0) continue;
-    JitedFunction f{starts[i], starts[i] + lengths[i], 0};
-    // The main function is named by the whole program's tag, a subprogram by its own.
-    const uint8_t* tag = i == 0 ? info.tag : tags.empty() ? nullptr : &tags[i * BPF_TAG_SIZE];
-    for (size_t b = 0; tag != nullptr && b < BPF_TAG_SIZE; ++b) f.tag = f.tag << 8 | tag[b];
-    out.push_back(f);
-  }
-  return out;
-}
-
-// Whether `symbols` names the whole of `f` as /proc/kallsyms would now: one symbol that starts where
-// it does and reaches its end, named bpf_prog_<its tag>_..., that is, the same code at the same
-// address when the table was read (a table hpd kept from an earlier recording of the same programs).
-bool names_function(const KernelSymbols& symbols, const JitedFunction& f) {
-  if (f.tag == 0) return false;
-  const Location at = symbols.resolve(f.start);
-  if (!at.found || at.symbol_address + symbols.base() != f.start || at.symbol_size < f.end - f.start)
-    return false;
-  char prefix[32];
-  std::snprintf(prefix, sizeof prefix, "bpf_prog_%016llx_", static_cast<unsigned long long>(f.tag));
-  return at.symbol.starts_with(prefix);
-}
-
-}  // namespace
 
 // Runs hpd_warm_ring, then consumes the discarded records it leaves, so that the ring is empty when
 // the first event is attached. A failed run costs only speed, never data.
@@ -194,21 +135,28 @@ void BpfSession::await_cpu_tails() {
   }
 }
 
-void BpfSession::use_kallsyms(std::shared_ptr<const KernelSymbols> symbols) {
-  timing_mark("kallsyms-read");
-  result_.kernel_symbols = symbols;
+BpfSession::KernelTable BpfSession::kernel_table(std::shared_ptr<const KernelSymbols> symbols) {
   auto sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(*symbols));
+  return KernelTable{std::move(symbols), std::move(sched)};
+}
+
+void BpfSession::use_kallsyms(KernelTable table) {
+  timing_mark("kallsyms-read");
+  const KernelSymbols& symbols = *table.symbols;
+  result_.kernel_symbols = std::move(table.symbols);
+  const std::shared_ptr<SchedulerFrames> sched = std::move(table.sched);
   // This session's own programs (the sched_switch one is in front of every off-CPU stack): the table
   // may be one hpd kept from before they were loaded, so their code is taken from the programs. The
   // table names a program's samples (timer samples that land in it) as a new read would when it was
-  // read with the program loaded where it is (hpd's programs outlive a recording: bpf_preloader.h),
-  // and then those samples need no new read at the end (kernel_symbols_for_profile).
+  // read with the program loaded where it is (hpd's programs outlive a recording: bpf_preloader.h), or
+  // completed with it (a launched command's, read while they load: own_programs.h), and then those
+  // samples need no new read at the end (kernel_symbols_for_profile).
   if (sched->size() > 0) {
     bpf_program* prog = nullptr;
     bpf_object__for_each_program(prog, skel_->obj) {
       for (const JitedFunction& f : jited_functions(bpf_program__fd(prog))) {
         sched->add(f.start, f.end);
-        if (names_function(*symbols, f)) result_.kernel_code_named.emplace_back(f.start, f.end);
+        if (names_function(symbols, f)) result_.kernel_code_named.emplace_back(f.start, f.end);
       }
     }
   }

@@ -256,6 +256,12 @@ class KernelSymbols {
   // holds it (the first name at its address) and the one after it (where it ends). Each line once,
   // in address order. Empty when the table is.
   std::string lines_for(std::span<const uint64_t> addresses) const;
+  // Code loaded at [start, end) since the table was read, as /proc/kallsyms would now list it (`name`:
+  // "func" or "func [module]", a text `type`): its symbol replaces those the table had in that range
+  // (code unloaded since: no other symbol can start inside live code). Nothing on an empty table (its
+  // file unreadable, or its addresses hidden).
+  // A read leaves room for a few hundred such symbols: adding them copies nothing but the symbols above.
+  void replace_range(uint64_t start, uint64_t end, std::string_view name, char type = 't');
 
  private:
   void add_line(std::string_view line);
