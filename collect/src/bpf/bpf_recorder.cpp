@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -197,8 +198,16 @@ RecordResult BpfSession::run() {
       auto symbols = recording_kernel_symbols([&](KernelSymbols& table) {
         sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(table));
         loaded.get();  // throws when the recording failed before then
-        for (const auto& [start, end] : add_missing_functions(table, this_process_programs()))
-          sched->add(start, end);
+        const std::vector<JitedFunction> programs = this_process_programs();
+        if (std::any_of(programs.begin(), programs.end(),
+                        [](const JitedFunction& f) { return f.name.empty(); })) {
+          // A name the programs do not give (their BTF unreadable without CAP_SYS_ADMIN): read again.
+          timing_mark("kallsyms-read-again");
+          table.load();
+          sched = std::make_shared<SchedulerFrames>(SchedulerFrames::from_symbols(table));
+          return;
+        }
+        for (const auto& [start, end] : add_missing_functions(table, programs)) sched->add(start, end);
       });
       return sched ? KernelTable{std::move(symbols), std::move(sched)} : kernel_table(std::move(symbols));
     });
