@@ -439,6 +439,13 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                       " threads exited without their CPU time after their last sample reaching hpd before "
                       "the recording ended: that time is not counted");
   }
+  if (result.cpu_tails_unknown != 0) {
+    s.notes.push_back("note: " + std::to_string(result.cpu_tails_unknown) +
+                      " threads' CPU time after their last sample on each CPU is not known (threads created "
+                      "during the recording and still running at its end, and those that created them; or "
+                      "every thread, when records were lost): up to a sampling interval per CPU each (more "
+                      "in the kernel when only user mode was sampled) is not counted");
+  }
   if (result.cpu_excess_ns != 0) {
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.1f", static_cast<double>(result.cpu_excess_ns) / 1e6);
