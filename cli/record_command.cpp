@@ -107,6 +107,17 @@ void configure_local_unwind_cache() {
   configure_unwind_cache(settings);
 }
 
+// $HPD_STACK_MEMORY_KB (KiB; 0: never) instead of the bound the output set on what a capture not
+// symbolized at the end keeps of its stacks (RecordOptions::stack_memory_bound); none is set otherwise.
+void configure_stack_memory_bound(RecordOptions& options) {
+  const char* kb = std::getenv("HPD_STACK_MEMORY_KB");
+  if (options.stack_memory_bound == 0 || kb == nullptr || *kb == '\0') return;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(kb, &end, 10);
+  if (*end == '\0' && n <= (1ull << 30))
+    options.stack_memory_bound = n == 0 ? 0 : static_cast<size_t>(n << 10);
+}
+
 uint64_t monotonic_now_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -134,7 +145,8 @@ int run_record(const RecordArgs& args) {
     progress.update(session::format_record_progress(p, open_ended));
   };
   session::RecordingOutput output(request);
-  output.attach(options);
+  output.attach(options, args.print_report);
+  configure_stack_memory_bound(options);
   configure_local_unwind_cache();
 
   struct sigaction sa {};
@@ -159,7 +171,7 @@ int run_record(const RecordArgs& args) {
   progress.update(output.is_capture() ? "finishing " + args.output + "..."
                                       : "symbolizing and writing " + args.output + "...");
   // A capture is symbolized only for the report printed here (hpctl report reads it later otherwise).
-  const std::optional<Profile> profile = output.finish(result, args.print_report);
+  const std::optional<Profile> profile = output.finish(result);
   progress.clear();
 
   if (args.print_report) {

@@ -20,6 +20,7 @@ const char* block_name(uint16_t type) {
     case BlockType::kCallLatency: return "call-latency";
     case BlockType::kAllocations: return "allocations";
     case BlockType::kKernelSymbols: return "kernel-symbols";
+    case BlockType::kStackGeneration: return "stack-generation";
     case BlockType::kEnd: return "end";
   }
   return "unknown";

@@ -35,7 +35,8 @@ enum class BlockType : uint16_t {
   kCallLatency = 11,    // every call latency of hpd's runtime; optional; the last one wins
   kAllocations = 12,    // the sampled allocations of hpd's runtime (--alloc); optional; the last one wins
   kKernelSymbols = 13,  // kallsyms lines naming the stacks' kernel addresses; optional; the last one wins
-  kEnd = 15,            // the recording finished; totals for a consistency check
+  kStackGeneration = 14,  // the stack indices start over: later blocks name the stacks written after it
+  kEnd = 15,              // the recording finished; totals for a consistency check
 };
 
 inline constexpr uint16_t kFlagZstd = 1;      // payload is one zstd frame

@@ -47,6 +47,7 @@ class BlockApplier {
       case BlockType::kCallLatency: latency(d); return true;
       case BlockType::kAllocations: allocations(d); return true;
       case BlockType::kKernelSymbols: p_.kernel_symbols = d.str(); return true;
+      case BlockType::kStackGeneration: stack_generation(d); return true;
       case BlockType::kEnd: end(d); return true;
     }
     return false;
@@ -124,10 +125,7 @@ class BlockApplier {
       a.tid = static_cast<int32_t>(tid);
       a.address = d.var();
       a.size = d.var();
-      a.stack = d.index();
-      if (a.stack != kNoIndex && a.stack >= p_.stacks.size())
-        d.fail("allocation names stack " + std::to_string(a.stack) + " of " +
-               std::to_string(p_.stacks.size()));
+      a.stack = table_index(d, d.index(), "allocation");
       const uint8_t flags = d.u8();
       if (flags > 3) d.fail("allocation flags " + std::to_string(flags));
       a.freed = (flags & 1) != 0;
@@ -232,8 +230,8 @@ class BlockApplier {
 
   void stacks(Decoder& d) {
     const uint64_t first = d.var();
-    if (first != p_.stacks.size())
-      d.fail("stacks start at " + std::to_string(first) + ", expected " + std::to_string(p_.stacks.size()));
+    if (first != generation_size())
+      d.fail("stacks start at " + std::to_string(first) + ", expected " + std::to_string(generation_size()));
     const size_t n = d.count(2);
     std::vector<uint16_t> kernel_depth(n), user_depth(n);
     for (auto& k : kernel_depth) k = depth(d);
@@ -265,9 +263,40 @@ class BlockApplier {
       const auto kernel = all.subspan(at, kernel_depth[i]);
       const auto user = all.subspan(at + kernel_depth[i], user_depth[i]);
       at += size_t{kernel_depth[i]} + user_depth[i];
-      if (p_.stacks.intern(kernel, user, leaves[i]) != first + i)
+      const uint32_t index = p_.stacks.intern(kernel, user, leaves[i]);
+      if (generations_) {
+        // A stack let go by the recorder and met again is written again in a later generation: the
+        // table keeps it once, both generations' indices name it.
+        ids_.push_back(index);
+      } else if (index != first + i) {
         d.fail("stack " + std::to_string(first + i) + " appears twice");
+      }
     }
+  }
+
+  // The recorder let its stacks go (RawProfile::forget_released_stacks): the indices of the blocks
+  // after this one start over at 0.
+  void stack_generation(Decoder& d) {
+    const uint64_t generation = d.var();
+    if (generation <= generation_)
+      d.fail("stack generation " + std::to_string(generation) + " after generation " +
+             std::to_string(generation_));
+    generations_ = true;  // the stacks so far were generation 0's, each under its own index
+    generation_ = generation;
+    ids_.clear();
+    ++out_.info.stack_generations;
+  }
+
+  // How many stacks the current generation has: the indices a block may name.
+  size_t generation_size() const { return generations_ ? ids_.size() : p_.stacks.size(); }
+
+  // The table's index of the current generation's stack `id` (checked: kNoIndex stays).
+  uint32_t table_index(Decoder& d, uint32_t id, const char* what) const {
+    if (id == kNoIndex) return id;
+    if (id >= generation_size())
+      d.fail(std::string(what) + " refers to stack " + std::to_string(id) + " of " +
+             std::to_string(generation_size()));
+    return generations_ ? ids_[id] : id;
   }
 
   static uint16_t depth(Decoder& d) {
@@ -293,10 +322,7 @@ class BlockApplier {
       s[i].tid = static_cast<int32_t>(tid);
     }
     for (size_t i = 0; i < n; ++i) {
-      s[i].stack = d.index();
-      if (s[i].stack != kNoIndex && s[i].stack >= p_.stacks.size())
-        d.fail("sample refers to stack " + std::to_string(s[i].stack) + " of " +
-               std::to_string(p_.stacks.size()));
+      s[i].stack = table_index(d, d.index(), "sample");
     }
     for (size_t i = 0; i < n; ++i) s[i].cpu_delta_ns = d.var();
     for (size_t i = 0; i < n; ++i) s[i].off_cpu_ns = d.var();
@@ -368,16 +394,22 @@ class BlockApplier {
   void end(Decoder& d) {
     const uint64_t samples = d.var();
     const uint64_t stacks = d.var();
-    if (samples != p_.samples.size() || stacks != p_.stacks.size()) {
+    // The stacks of the last generation (all of them when the recorder never let any go).
+    if (samples != p_.samples.size() || stacks != generation_size()) {
       d.fail("the end block counts " + std::to_string(samples) + " samples and " + std::to_string(stacks) +
              " stacks, the file holds " + std::to_string(p_.samples.size()) + " and " +
-             std::to_string(p_.stacks.size()));
+             std::to_string(generation_size()));
     }
     out_.info.complete = true;
   }
 
   CaptureContents& out_;
   RawProfile& p_;
+  // After a stack-generation block: the current generation's stacks, by their index in the file, as
+  // indices of p_.stacks. Before one, a file's indices are the table's own.
+  bool generations_ = false;
+  uint64_t generation_ = 0;
+  std::vector<uint32_t> ids_;
 };
 
 bool all_zero(std::span<const uint8_t> bytes) {

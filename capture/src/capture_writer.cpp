@@ -102,8 +102,9 @@ struct CaptureWriter::State {
   };
   std::unordered_map<int32_t, WrittenProcess> processes;
   std::vector<RawThread> threads;  // same order as RawProfile::threads
-  size_t stacks = 0;
-  uint64_t samples = 0;  // written so far, in the whole recording
+  size_t stacks = 0;               // of the current generation
+  uint32_t stack_generation = 0;   // RawProfile::stack_generation of the stacks written
+  uint64_t samples = 0;            // written so far, in the whole recording
   std::vector<RawCallEdge> edges;
   std::vector<RawCallLatency> latency;
   size_t allocations = 0;  // written in the last allocations block, with alloc_mean
@@ -300,6 +301,19 @@ struct CaptureWriter::State {
 
   void write_stacks(const RawProfile& p) {
     const RawStackTable& table = p.stacks;
+    // The profile let its stacks go (RawProfile::forget_released_stacks) and numbers them from 0 again:
+    // every sample written so far named the old ones, those held now name the new ones.
+    if (p.stack_generation != stack_generation) {
+      if (samples != p.sample_offset) {
+        throw CaptureError("cannot write capture file '" + path +
+                           "': the stacks were let go before samples " + std::to_string(samples) + " to " +
+                           std::to_string(p.sample_offset) + " that name them were written");
+      }
+      enc.var(p.stack_generation);
+      emit(BlockType::kStackGeneration);
+      stack_generation = p.stack_generation;
+      stacks = 0;
+    }
     while (stacks < table.size()) {
       const size_t n = std::min(table.size() - stacks, capture::kStacksPerBlock);
       enc.var(stacks);

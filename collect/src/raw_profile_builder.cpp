@@ -236,12 +236,23 @@ void RawProfileBuilder::forget_exited(uint64_t exited_before_ns) {
     if (forgotten.threads[i] != kNoIndex) ends[forgotten.threads[i]] = ends_[i];
   }
   ends_ = std::move(ends);
-  // The exit stacks still waiting for their threads' CPU tails are the builder's own references.
-  std::vector<uint32_t> exit_stacks;
+  renumber_exit_stacks(profile_.forget_unused_stacks(exit_stacks()));
+}
+
+void RawProfileBuilder::forget_released_stacks() {
+  renumber_exit_stacks(profile_.forget_released_stacks(exit_stacks()));
+}
+
+// The exit stacks still waiting for their threads' CPU tails: the builder's own references to stacks.
+std::vector<uint32_t> RawProfileBuilder::exit_stacks() const {
+  std::vector<uint32_t> stacks;
   for (const ThreadEnd& end : ends_) {
-    if (end.exit_stack) exit_stacks.push_back(end.exit.stack);
+    if (end.exit_stack) stacks.push_back(end.exit.stack);
   }
-  const std::vector<uint32_t> renumbered = profile_.forget_unused_stacks(exit_stacks);
+  return stacks;
+}
+
+void RawProfileBuilder::renumber_exit_stacks(const std::vector<uint32_t>& renumbered) {
   for (ThreadEnd& end : ends_) {
     if (end.exit_stack && end.exit.stack < renumbered.size()) end.exit.stack = renumbered[end.exit.stack];
   }

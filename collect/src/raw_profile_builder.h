@@ -57,6 +57,10 @@ class RawProfileBuilder {
   // Drops the processes and threads that exited before `exited_before_ns` and every stack nothing
   // names any more, from the profile and from what the builder keeps (RecordOptions::forget_before).
   void forget_exited(uint64_t exited_before_ns);
+  // Lets go of every stack only the released samples' sums name (RawProfile::forget_released_stacks),
+  // keeping those the builder still holds (exit stacks waiting for their threads' CPU tails);
+  // RecordOptions::stack_memory_bound.
+  void forget_released_stacks();
   // A command held by its launcher until `released_ns` (a launched command, or one held at its exec):
   // its samples older than that are the hold, not its program's (through hpd, the stopped thread
   // blocked in ptrace_stop), and are dropped, those already in the profile and those still to come.
@@ -78,6 +82,8 @@ class RawProfileBuilder {
   [[nodiscard]] size_t tails_awaited() const { return tails_awaited_.size(); }
 
  private:
+  std::vector<uint32_t> exit_stacks() const;
+  void renumber_exit_stacks(const std::vector<uint32_t>& renumbered);
   void on_sample(const SampleEvent& e);
   void on_cpu_tail(const CpuTailEvent& e);
   void take_back_cpu(int32_t tid, uint64_t excess_ns);

@@ -171,6 +171,11 @@ RecordingTicker::RecordingTicker(const RecordOptions& options, uint64_t start_ns
       last_progress_(start_ns),
       last_flush_(start_ns) {}
 
+bool released_stacks_due(const RecordOptions& options, const RawProfile& profile) {
+  return options.stack_memory_bound != 0 && profile.samples.empty() &&
+         profile.stack_memory_bytes() > options.stack_memory_bound;
+}
+
 RecordingTicker::Outcome RecordingTicker::tick(bool all_exited, uint64_t samples, RawProfile& profile) {
   const uint64_t now = mono_now();
   if (all_exited) return Outcome::kTargetsExited;
@@ -189,6 +194,7 @@ RecordingTicker::Outcome RecordingTicker::tick(bool all_exited, uint64_t samples
     if (options_.forget_before && forget_) {
       if (const uint64_t before = options_.forget_before(); before != 0) forget_(before);
     }
+    if (forget_stacks_ && released_stacks_due(options_, profile)) forget_stacks_();
   }
   return Outcome::kContinue;
 }

@@ -77,6 +77,11 @@ struct WatchedTarget {
 bool update_targets_exited(std::vector<WatchedTarget>& targets, const std::vector<pollfd>& pfds,
                            size_t first_target, LaunchedCommand* command);
 
+// Whether, right after an on_flush, the recording lets go of the stacks only its released samples'
+// sums name (RecordOptions::stack_memory_bound): every sample was released (a sample held names a stack
+// of this generation) and the stacks and sums take more than the bound.
+bool released_stacks_due(const RecordOptions& options, const RawProfile& profile);
+
 // The per-round decisions of a backend's poll loop: whether the recording ends (every target
 // exited, a stop was requested, the duration is over) and when to call on_progress and on_flush
 // (every 250 ms). Both backends use it so that they end and report alike.
@@ -89,10 +94,14 @@ class RecordingTicker {
   // What drops the profile's exited processes and unused stacks when RecordOptions::forget_before
   // asks for it (RawProfileBuilder::forget_exited).
   void set_forget(std::function<void(uint64_t exited_before_ns)> forget) { forget_ = std::move(forget); }
+  // What lets go of the released samples' stacks when RecordOptions::stack_memory_bound is reached
+  // (RawProfileBuilder::forget_released_stacks).
+  void set_forget_stacks(std::function<void()> forget) { forget_stacks_ = std::move(forget); }
 
  private:
   const RecordOptions& options_;
   std::function<void(uint64_t)> forget_;
+  std::function<void()> forget_stacks_;
   uint64_t start_ns_;
   uint64_t duration_ns_;
   uint64_t last_progress_;

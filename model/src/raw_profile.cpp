@@ -115,6 +115,11 @@ size_t RawStackTable::address_bytes() const {
   return words * sizeof(uint64_t);
 }
 
+size_t RawStackTable::memory_bytes() const {
+  return address_bytes() + blocks_.capacity() * sizeof(std::vector<uint64_t>) +
+         stacks_.capacity() * sizeof(RawStack) + by_hash_.bytes();
+}
+
 std::vector<uint32_t> RawStackTable::retain(const std::vector<bool>& keep) {
   std::vector<uint32_t> renumbered(stacks_.size(), kNoIndex);
   // New containers, sized for what is kept: clear() would keep the old ones' capacity.
@@ -280,6 +285,38 @@ std::vector<uint32_t> RawProfile::forget_unused_stacks(std::span<const uint32_t>
     }
   }
   return renumbered;
+}
+
+std::vector<uint32_t> RawProfile::forget_released_stacks(std::span<const uint32_t> also) {
+  // The sums without their stacks, merged by their other key fields (in the order first released).
+  std::vector<RawSampleSum> merged;
+  HashedIndexSet index;
+  for (RawSampleSum sum : released) {
+    sum.stack = kNoIndex;
+    const uint64_t hash = sum_key_hash(sum);
+    const uint32_t found = index.find(hash, [&](uint32_t i) { return same_sum_key(merged[i], sum); });
+    if (found == HashedIndexSet::kNone) {
+      index.insert(hash, static_cast<uint32_t>(merged.size()));
+      merged.push_back(sum);
+      continue;
+    }
+    RawSampleSum& into = merged[found];
+    into.samples += sum.samples;
+    into.cpu_delta_ns += sum.cpu_delta_ns;
+    into.off_cpu_ns += sum.off_cpu_ns;
+    into.first_ns = std::min(into.first_ns, sum.first_ns);
+    into.last_ns = std::max(into.last_ns, sum.last_ns);
+  }
+  if (!released.empty()) released_stacks_forgotten = true;
+  released = std::move(merged);
+  released_index_ = std::move(index);
+  std::vector<uint32_t> renumbered = forget_unused_stacks(also);
+  ++stack_generation;
+  return renumbered;
+}
+
+size_t RawProfile::stack_memory_bytes() const {
+  return stacks.memory_bytes() + released.capacity() * sizeof(RawSampleSum) + released_index_.bytes();
 }
 
 void RawProfile::release_samples() {

@@ -219,7 +219,9 @@ void RecordingOutput::open_spill() {
   }
 }
 
-void RecordingOutput::attach(RecordOptions& options) {
+void RecordingOutput::attach(RecordOptions& options, bool names_wanted) {
+  names_wanted_ = names_wanted;
+  if (capture_ && !names_wanted) options.stack_memory_bound = kStackMemoryBound;
   // The JIT files of a process are read at the end, in its /tmp: held while it lives (hpd's own /tmp
   // may not be the process's). The targets given now; the others as they are seen.
   for (const int32_t pid : options.target.pids) tmp_dirs_.add(pid);
@@ -267,7 +269,7 @@ void RecordingOutput::read_back_spill(RawProfile& raw) {
   raw.restore_samples(std::move(spilled.profile.samples));
 }
 
-std::optional<Profile> RecordingOutput::finish(RecordResult& result, bool names_wanted) {
+std::optional<Profile> RecordingOutput::finish(RecordResult& result) {
   if (mip_) mip_->finish(result.profile);
   if (capture_) {
     // Finished before symbolizing, so the capture is complete even if symbolization fails.
@@ -280,6 +282,9 @@ std::optional<Profile> RecordingOutput::finish(RecordResult& result, bool names_
     spill_.reset();
     spill_read_fd_.reset();
   }
+  // A capture whose recording let go of its stacks is not symbolized here (attach): which JIT symbols
+  // cover a sampled address, and would be kept, is no longer known.
+  if (result.profile.released_stacks_forgotten) return std::nullopt;
   // JIT runtimes name their generated code in /tmp/perf-PID.map or jit-PID.dump; read now, while the
   // processes (and their /tmp through /proc/PID/root) may still be there.
   JitReadOptions jit;
@@ -294,7 +299,7 @@ std::optional<Profile> RecordingOutput::finish(RecordResult& result, bool names_
   symbolizer_options.cache_bytes = sources_.symbol_cache_bytes;
   symbolizer_options.open_file = sources_.open_file;
   // A capture is symbolized when it is read (hpctl report, convert): here only for a report printed now.
-  if (capture_ && !names_wanted) return std::nullopt;
+  if (capture_ && !names_wanted_) return std::nullopt;
   Symbolizer symbolizer(symbolizer_options);
   ConvertOptions convert_options;
   convert_options.kernel_frames = result.profile.info.kernel_frames;

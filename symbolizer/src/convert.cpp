@@ -1,6 +1,7 @@
 // symbolize_profile: RawProfile -> Profile, resolving each unique (module, offset) once.
 #include "hpd/symbolizer/convert.h"
 
+#include <stdexcept>
 #include <unordered_set>
 
 #include "converter.h"
@@ -39,6 +40,12 @@ using conversion::Converter;
 using conversion::records_named_processes;
 
 Profile symbolize_profile(const RawProfile& raw, Symbolizer& symbolizer, const ConvertOptions& options) {
+  // Their samples would be counted without a place: the capture they were written to has the stacks.
+  if (raw.released_stacks_forgotten) {
+    throw std::logic_error(
+        "the recording let go of its released samples' stacks (they are in the capture it wrote): "
+        "symbolize the capture instead");
+  }
   return Converter(raw, symbolizer, options).run();
 }
 

@@ -75,9 +75,9 @@ Summarized record_with_summary(RecordOptions& options, const std::string& name) 
                  ("bpf_cfi_" + name + "." + std::to_string(::getpid()) + ".json.gz"))
                     .string();
   session::RecordingOutput output(args);
-  output.attach(options);
+  output.attach(options, false);
   Summarized s{record(options), {}, {}};
-  s.profile = output.finish(s.result, false);
+  s.profile = output.finish(s.result);
   s.summary = session::summarize_recording(s.result, s.profile, output);
   std::filesystem::remove(args.output);
   return s;
@@ -444,9 +444,9 @@ TEST(BpfCfi, NewThreadsAndTheirCreatorAtClone3HaveCompleteStacks) {
   session::RecordRequest args;
   args.output = out;
   session::RecordingOutput output(args);
-  output.attach(options);
+  output.attach(options, false);
   RecordResult result = record(options);
-  const std::optional<Profile> written = output.finish(result, false);
+  const std::optional<Profile> written = output.finish(result);
   const session::RecordSummary summary = session::summarize_recording(result, written, output);
   ASSERT_EQ(result.command_exit_status, 0);
   print_ends(result);

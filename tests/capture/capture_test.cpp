@@ -51,6 +51,24 @@ class CaptureTest : public ::testing::Test {
     return read_bytes(path("streamed.hpr"));
   }
 
+  // A capture's header followed by `blocks` (type, payload), each required and with a valid checksum,
+  // is refused with an error that says `message`.
+  void expect_refused(const std::vector<std::pair<uint16_t, std::string>>& blocks,
+                      const std::string& message) {
+    const std::vector<uint8_t> bytes = streamed_capture(30);
+    std::vector<uint8_t> file(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
+    for (const auto& [type, payload] : blocks) {
+      const auto block = make_block(type, capture::kFlagRequired, payload);
+      file.insert(file.end(), block.begin(), block.end());
+    }
+    try {
+      read_capture(file);
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const CaptureError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+
   // Offsets of the blocks of a well-formed capture.
   static std::vector<size_t> block_offsets(const std::vector<uint8_t>& bytes) {
     std::vector<size_t> offsets;
@@ -268,18 +286,8 @@ TEST_F(CaptureTest, UnknownBlocksAreSkippedUnlessRequired) {
 }
 
 TEST_F(CaptureTest, InconsistentBlocksWithValidChecksumsAreRefused) {
-  const std::vector<uint8_t> bytes = streamed_capture(30);
-  const std::vector<uint8_t> header(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
   auto expect_error = [&](uint16_t type, const std::string& payload, const std::string& message) {
-    std::vector<uint8_t> file = header;
-    const auto block = make_block(type, capture::kFlagRequired, payload);
-    file.insert(file.end(), block.begin(), block.end());
-    try {
-      read_capture(file);
-      ADD_FAILURE() << "accepted: " << message;
-    } catch (const CaptureError& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
+    expect_refused({{type, payload}}, message);
   };
   capture::Encoder e;
   // One sample whose stack does not exist.
@@ -305,6 +313,85 @@ TEST_F(CaptureTest, InconsistentBlocksWithValidChecksumsAreRefused) {
           "\x7f"
           "ELF");  // the image of a module not yet read
   expect_error(10, e.bytes(), "image of module 7, not yet read");
+}
+
+// A recording that lets go of its stacks (RawProfile::forget_released_stacks) numbers them from 0
+// again: the writer marks each new generation and writes the stacks kept and met since under their new
+// indices; the reader keeps each stack once, whichever generations wrote it, and every sample names the
+// frames it was taken with.
+TEST_F(CaptureTest, StackGenerationsReadBackAsOneTable) {
+  const auto user = [](uint64_t i) { return std::vector<uint64_t>{0x400000 + i, 0x500000}; };
+  RawProfile live;
+  std::vector<std::vector<uint64_t>> taken;  // each sample's user frames, in order
+  const auto take = [&](uint64_t i) {
+    RawSample s;
+    s.pid = 1;
+    s.tid = 1;
+    s.time_ns = 1000 + taken.size();
+    s.stack = live.stacks.intern({}, user(i));
+    live.samples.push_back(s);
+    taken.push_back(user(i));
+  };
+  CaptureWriter writer(path("generations.hpr"));
+  for (uint64_t i = 0; i < 10; ++i) take(i);
+  writer.flush(live);
+  live.release_samples();
+  live.forget_released_stacks({});
+  take(5);  // met again: a new index in generation 1
+  take(20);
+  writer.flush(live);
+  live.release_samples();
+  live.forget_released_stacks({});
+  take(20);
+  take(5);
+  take(30);
+  writer.finish(live);
+
+  const CaptureContents read = read_capture_file(path("generations.hpr"));
+  EXPECT_TRUE(read.info.complete);
+  ASSERT_EQ(read.profile.samples.size(), taken.size());
+  EXPECT_EQ(read.profile.stacks.size(), 12u);  // 0-9, 20, 30
+  for (size_t i = 0; i < taken.size(); ++i) {
+    const auto frames = read.profile.stacks.user_frames(read.profile.samples[i].stack);
+    EXPECT_EQ(std::vector<uint64_t>(frames.begin(), frames.end()), taken[i]) << i;
+  }
+  EXPECT_EQ(read.profile.samples[10].stack, read.profile.samples[5].stack);
+  EXPECT_EQ(read.profile.samples[13].stack, read.profile.samples[5].stack);
+  EXPECT_EQ(read.profile.samples[12].stack, read.profile.samples[11].stack);
+}
+
+// Stacks let go before the samples naming them were written would leave those samples without their
+// frames: the writer refuses. The reader refuses a generation that does not count on, and a sample
+// naming a stack its generation has not written.
+TEST_F(CaptureTest, StackGenerationsOutOfOrderAreRefused) {
+  RawProfile live;
+  RawSample s;
+  s.stack = live.stacks.intern({}, std::vector<uint64_t>{0x400000});
+  live.samples.push_back(s);
+  CaptureWriter writer(path("unwritten.hpr"));
+  live.release_samples();  // not written
+  live.forget_released_stacks({});
+  try {
+    writer.flush(live);
+    ADD_FAILURE() << "a sample's stack let go before it was written";
+  } catch (const CaptureError& e) {
+    EXPECT_NE(std::string(e.what()).find("let go before samples 0 to 1"), std::string::npos) << e.what();
+  }
+
+  capture::Encoder generation;
+  generation.var(0);
+  expect_refused({{14, generation.bytes()}}, "stack generation 0 after generation 0");
+  capture::Encoder stack;  // stack 0 of generation 0: one user frame
+  stack.var(0), stack.var(1), stack.var(0), stack.var(1), stack.svar(0x400000), stack.u8(0);
+  capture::Encoder one, sample;
+  one.var(1);
+  // One sample naming stack 0: generation 1 has written none.
+  sample.var(0), sample.var(1), sample.svar(5), sample.svar(1), sample.svar(0), sample.index(0),
+      sample.var(0), sample.var(0), sample.var(0), sample.u8(0);
+  expect_refused({{5, stack.bytes()}, {14, one.bytes()}, {6, sample.bytes()}}, "refers to stack 0 of 0");
+  // Generation 1's stacks start at 0 again.
+  expect_refused({{5, stack.bytes()}, {14, one.bytes()}, {14, one.bytes()}},
+                 "generation 1 after generation 1");
 }
 
 // A sample that waited for a CPU keeps its kind through a capture. Its kind byte says off-CPU, which

@@ -22,6 +22,8 @@
 #include "cpu_clock.h"
 #include "firefox_lint.h"
 #include "fixture_truth.h"
+#include "hpd/capture/capture.h"
+#include "streamed_capture.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -173,6 +175,8 @@ ThreadFigures figures_of(const json& profile, int64_t tid) {
 class CpuTruthTest : public ::testing::Test {
  protected:
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // `hpctl record --all` into a capture, HPD_STACK_MEMORY_KB set to `stack_memory_kb` ("": default).
+  void check_all_processes(const std::string& stack_memory_kb);
 
   json load_profile(const std::string& file) {
     json profile = testing::load_json_maybe_gzip(file);
@@ -257,6 +261,17 @@ TEST_F(CpuTruthTest, LaunchedCommandSharesFollowTheThreadCpuClock) {
 
 // --all: per-CPU cpu-clock events, which sample whatever runs; the fixture is one thread among all.
 TEST_F(CpuTruthTest, AllProcessesSharesFollowTheThreadCpuClock) {
+  check_all_processes("");
+}
+
+// The same with a bound of 1 KiB on what the recording keeps of its stacks (HPD_STACK_MEMORY_KB): it
+// lets go of them at nearly every flush, as a long recording of a busy machine does at 16 MiB, and
+// writes each stack met again once more. The capture read back gives the same truth.
+TEST_F(CpuTruthTest, AllProcessesSharesFollowTheThreadCpuClockWhenTheStacksAreLetGo) {
+  check_all_processes("1");
+}
+
+void CpuTruthTest::check_all_processes(const std::string& stack_memory_kb) {
   BackgroundOptions held;
   held.stdin_pipe = true;
   held.stdout_path = path("fixture.out");
@@ -267,15 +282,9 @@ TEST_F(CpuTruthTest, AllProcessesSharesFollowTheThreadCpuClock) {
   // A streamed capture, open-ended: recording once it holds samples, stopped (SIGINT) once the
   // fixture is done, so that the fixture's work lies inside it however slow the machine.
   const std::string hpr = path("all.hpr"), out = path("all.json.gz");
-  Background recorder({kHpctl, "record", "--all", "-o", hpr, "--no-report", "-q"});
-  ASSERT_TRUE(wait_until(
-      [&] {
-        const RunResult partial = run({kHpctl, "report", "--json", "--limit", "0", hpr});
-        const json so_far = json::parse(partial.out, nullptr, false);
-        return partial.exit_code == 0 && !so_far.is_discarded() &&
-               so_far.at("totals").at("samples").get<uint64_t>() > 0;
-      },
-      120, 0.25))
+  Background recorder({"env", "HPD_STACK_MEMORY_KB=" + stack_memory_kb, kHpctl, "record", "--all", "-o", hpr,
+                       "--no-report", "-q"});
+  ASSERT_TRUE(wait_until([&] { return streamed_capture_has_samples(kHpctl, hpr); }, 120, 0.25))
       << "the recording never started";
   const double steal_before = host_steal_ns();
   ASSERT_TRUE(fixture.send("go\n"));
@@ -283,6 +292,12 @@ TEST_F(CpuTruthTest, AllProcessesSharesFollowTheThreadCpuClock) {
   const double stolen_ns = host_steal_ns() - steal_before;
   kill(recorder.pid(), SIGINT);
   ASSERT_EQ(recorder.wait(), 0);
+  const CaptureContents capture = read_capture_file(hpr);
+  EXPECT_TRUE(capture.info.complete);
+  if (stack_memory_kb.empty())
+    EXPECT_EQ(capture.info.stack_generations, 0u);
+  else
+    EXPECT_GE(capture.info.stack_generations, 2u);
   ASSERT_EQ(run({kHpctl, "convert", hpr, "-o", out, "-q"}).exit_code, 0);
   std::ifstream fixture_out(path("fixture.out"));
   const std::string text((std::istreambuf_iterator<char>(fixture_out)), std::istreambuf_iterator<char>());

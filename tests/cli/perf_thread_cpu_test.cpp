@@ -22,6 +22,7 @@
 
 #include "cpu_clock.h"
 #include "firefox_lint.h"
+#include "streamed_capture.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -193,14 +194,7 @@ TEST_F(PerfThreadCpuTest, ThreadsStillRunningAtTheEndAreSaidToHaveUnknownTails) 
                        "exec " + kHpctl + " --local record --backend perf --pid " +
                            std::to_string(fixture.pid()) + " -o " + capture + " --no-report 2>" + err});
   // Recording once the streamed capture holds a sample of the spinning main thread.
-  ASSERT_TRUE(wait_until(
-      [&] {
-        const RunResult partial = run({kHpctl, "report", "--json", "--limit", "0", capture});
-        const json so_far = json::parse(partial.out, nullptr, false);
-        return partial.exit_code == 0 && !so_far.is_discarded() &&
-               so_far.at("totals").at("samples").get<uint64_t>() > 0;
-      },
-      120, 0.25))
+  ASSERT_TRUE(wait_until([&] { return streamed_capture_has_samples(kHpctl, capture); }, 120, 0.25))
       << "the recording never started: " << read_text_file(err);
   ASSERT_TRUE(fixture.send("g"));
   ASSERT_TRUE(wait_until([&] { return printed("started " + std::to_string(kLate)); }))

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "hpd/symbolizer/convert.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "raw_profile_builder.h"
+#include "recording_common.h"
 
 namespace hpd {
 namespace {
@@ -139,33 +141,61 @@ struct PipelineRun {
   size_t most_samples_held = 0;   // after any flush
   size_t most_capacity_held = 0;  // of RawProfile::samples, after any flush
   size_t most_sums_held = 0;      // RawProfile::released
+  size_t bound_attached = 0;      // RecordOptions::stack_memory_bound as attach() set it
+  // RawProfile::stack_memory_bytes after any flush, and after the stacks were let go when due.
+  size_t most_stack_bytes = 0;
+  size_t most_stack_bytes_kept = 0;
 };
 
-// The recording through RecordingOutput's flushes (as attach() chains them) into `output_path`;
-// `names_wanted` as hpctl record passes it (a report is printed).
-PipelineRun record_through_pipeline(const std::string& output_path, bool names_wanted = true) {
+using Feed = void (*)(RawProfileBuilder&, const std::function<void()>&);
+
+// The recording `feed` gives through RecordingOutput's flushes (as attach() chains them) into
+// `output_path`, each followed by what the recorder's ticker does after it (released_stacks_due);
+// `names_wanted` as hpctl record passes it (a report is printed). `stack_memory_bound`: instead of
+// attach()'s (kStackMemoryBound, when it sets one), unless 0.
+// `end_ns`: when the recording ended (RecordingInfo::end_mono_ns).
+PipelineRun record_through_pipeline(const std::string& output_path, bool names_wanted = true,
+                                    Feed feed = feed_recording, size_t stack_memory_bound = 0,
+                                    uint64_t end_ns = kStart + kSamples / 4 * kInterval + 2'000'000) {
   PipelineRun run;
   session::RecordRequest request;
   request.output = output_path;
   request.mip = Switch::kOff;
   session::RecordingOutput output(request);
   RecordOptions options;
-  output.attach(options);
+  output.attach(options, names_wanted);
+  run.bound_attached = options.stack_memory_bound;
+  if (stack_memory_bound != 0) options.stack_memory_bound = stack_memory_bound;
   RawProfile& profile = run.result.profile;
   RawProfileBuilder builder(profile, BuilderConfig{TrackerConfig{kStart}, false});
-  feed_recording(builder, [&] {
+  feed(builder, [&] {
     options.on_flush(profile);
+    run.most_stack_bytes = std::max(run.most_stack_bytes, profile.stack_memory_bytes());
+    if (released_stacks_due(options, profile)) builder.forget_released_stacks();
+    run.most_stack_bytes_kept = std::max(run.most_stack_bytes_kept, profile.stack_memory_bytes());
     run.most_samples_held = std::max(run.most_samples_held, profile.samples.size());
     run.most_capacity_held = std::max(run.most_capacity_held, profile.samples.capacity());
     run.most_sums_held = std::max(run.most_sums_held, profile.released.size());
   });
   profile.info.start_mono_ns = kStart;
-  profile.info.end_mono_ns = kStart + kSamples / 4 * kInterval + 2'000'000;
+  profile.info.end_mono_ns = end_ns;
   profile.info.interval_ns = kInterval;
   profile.info.frequency_hz = 4999;
-  run.profile = output.finish(run.result, names_wanted);
+  run.profile = output.finish(run.result);
   run.summary = session::summarize_recording(run.result, run.profile, output);
   return run;
+}
+
+// The capture at `path` (removed then), checked against the recording kept whole in memory: complete,
+// the same samples in the same order, the same stacks in the same order.
+CaptureContents read_back(const std::string& path, const RawProfile& reference) {
+  CaptureContents read = read_capture_file(path);
+  std::filesystem::remove(path);
+  EXPECT_TRUE(read.info.complete);
+  EXPECT_EQ(compare_samples(read.profile.samples, reference.samples), "");
+  EXPECT_EQ(read.profile.stacks.size(), reference.stacks.size());
+  EXPECT_EQ(read.profile.stacks.addresses(), reference.stacks.addresses());
+  return read;
 }
 
 std::string temp_path(const std::string& name) {
@@ -193,12 +223,7 @@ TEST(FlatMemory, CaptureRecordingHoldsOnlyWhatCameSinceTheLastFlushAndWritesEver
   EXPECT_EQ(run.result.profile.stacks.size(), reference.stacks.size());
 
   // The file holds the whole stream: same count, stacks, times, CPU, in the same order.
-  const CaptureContents read = read_capture_file(path);
-  std::filesystem::remove(path);
-  EXPECT_TRUE(read.info.complete);
-  EXPECT_EQ(compare_samples(read.profile.samples, reference.samples), "");
-  ASSERT_EQ(read.profile.stacks.size(), reference.stacks.size());
-  EXPECT_EQ(read.profile.stacks.addresses(), reference.stacks.addresses());
+  const CaptureContents read = read_back(path, reference);
   EXPECT_EQ(read.profile.lost.stack_failures, reference.lost.stack_failures);
   EXPECT_GT(reference.lost.stack_failures, 0u);
 
@@ -255,6 +280,144 @@ TEST(FlatMemory, FirefoxRecordingSpillsItsSamplesAndGetsThemAllBack) {
   }
   EXPECT_EQ(profile_samples, reference.samples.size());
   EXPECT_EQ(report_text(symbolized(run.result.profile)), report_text(symbolized(reference)));
+}
+
+// A whole machine's recording meets new stacks all the time (a build's compilers): kDistinctStacks of
+// them, each met again now and then, over kMachineSamples samples of 4 threads, one of which exits
+// halfway with its exit stack waiting for its CPU tail. Stacks of 3 to 7 frames in the program's
+// mapping, on- and off-CPU samples with every stack end.
+constexpr size_t kMachineSamples = 200'000;
+constexpr uint32_t kDistinctStacks = 20'000;
+constexpr uint64_t kMachineEnd = kStart + kMachineSamples / 4 * kInterval + 2'000'000;
+const std::vector<uint64_t> kExitStack = {0x400ff0, 0x400fe0, 0x400fd0};
+
+void feed_machine(RawProfileBuilder& builder, const std::function<void()>& flush) {
+  builder.processes().add_initial_process(
+      kPid, parse_maps("00400000-00401000 r-xp 00000000 08:01 5 /nonexistent/flat-memory/prog\n"));
+  const int32_t exiting = kPid + 3;
+  const uint64_t exit_ns = kStart + kMachineSamples / 2 / 4 * kInterval;
+  bool exited = false;
+  std::vector<uint64_t> user;
+  for (size_t i = 0; i < kMachineSamples; ++i) {
+    const uint64_t time = kStart + i / 4 * kInterval;
+    auto tid = static_cast<int32_t>(kPid + static_cast<int32_t>(i % 4));
+    if (tid == exiting && time >= exit_ns) {
+      if (!exited) {
+        SampleEvent last;  // where it exited: a stack of its own, held by the builder until the tail
+        last.time_ns = exit_ns;
+        last.pid = kPid;
+        last.tid = exiting;
+        last.at_exit = true;
+        last.user = kExitStack;
+        last.walk_end = StackEnd::kComplete;
+        builder.on_event(last);
+        builder.on_event(ExitEvent{kPid, exiting, exit_ns, 0});
+        exited = true;
+      }
+      tid = kPid;
+    }
+    const auto k = static_cast<uint32_t>((i * 2654435761u) % kDistinctStacks);
+    user.assign({0x400010 + (k % 250) * 16, 0x400a00 + (k / 250) * 16});
+    for (uint32_t d = 0; d < 1 + k % 5; ++d) user.push_back(0x400f00 + d * 16);
+    SampleEvent e;
+    e.time_ns = time;
+    e.pid = kPid;
+    e.tid = tid;
+    e.cpu = static_cast<uint32_t>(i % 2);
+    e.user = user;
+    const size_t shape = i % 100;
+    if (shape < 5) {
+      e.kind = SampleKind::kOffCpu;
+      e.off_cpu_ns = 1'000 + i % 3'000'000;
+      e.kernel = kKernelStack;
+    } else {
+      e.cpu_delta_ns = kInterval - 5'000 + i % 10'000;
+    }
+    e.walk_end = shape >= 98 ? StackEnd::kFailed : shape >= 96 ? StackEnd::kTruncated : StackEnd::kComplete;
+    builder.on_event(e);
+    if ((i + 1) % kFlushEvery == 0) flush();
+  }
+  builder.on_event(CpuTailEvent{kPid, exiting, exit_ns, 55'555});
+}
+
+RawProfile reference_machine() {
+  RawProfile profile;
+  RawProfileBuilder builder(profile, BuilderConfig{TrackerConfig{kStart}, false});
+  feed_machine(builder, [] {});
+  profile.info.start_mono_ns = kStart;
+  profile.info.end_mono_ns = kMachineEnd;
+  profile.info.interval_ns = kInterval;
+  profile.info.frequency_hz = 4999;
+  return profile;
+}
+
+// A capture not symbolized at the end (hpctl record --no-report, hpd) lets go of the stacks only the
+// released samples' sums name once they take more than the bound: its memory stays bounded however
+// many distinct stacks it meets, and the capture still holds every sample with its own stack, the
+// summary still says what the whole recording's says.
+TEST(FlatMemory, CaptureNotSymbolizedAtTheEndLetsGoOfItsStacksAndLosesNone) {
+  const RawProfile reference = reference_machine();
+  ASSERT_EQ(reference.samples.size(), kMachineSamples + 1);  // and the exiting thread's CPU tail
+  ASSERT_GE(reference.stacks.size(), kDistinctStacks);
+  constexpr size_t kBound = 512 << 10;
+  // Without the bound, the stacks and sums would take many times it.
+  const std::string unbounded_path = temp_path("unbounded.hpr");
+  PipelineRun unbounded = record_through_pipeline(unbounded_path, false, feed_machine, SIZE_MAX, kMachineEnd);
+  std::filesystem::remove(unbounded_path);
+  EXPECT_GT(unbounded.most_stack_bytes, 8 * kBound);
+  EXPECT_EQ(unbounded.result.profile.stack_generation, 0u);
+
+  const std::string path = temp_path("bounded.hpr");
+  PipelineRun run = record_through_pipeline(path, false, feed_machine, kBound, kMachineEnd);
+  EXPECT_EQ(run.bound_attached, session::kStackMemoryBound);
+  // Bounded: at most the bound and what one flush's samples (2,000, each a new stack at most) add.
+  const RawProfile& profile = run.result.profile;
+  EXPECT_GE(profile.stack_generation, 4u);
+  EXPECT_TRUE(profile.released_stacks_forgotten);
+  EXPECT_LE(run.most_stack_bytes_kept, kBound);
+  EXPECT_LE(run.most_stack_bytes, kBound + kFlushEvery * 200);
+  EXPECT_LT(profile.stacks.size(), reference.stacks.size() / 4);
+
+  // The capture holds every sample, each with the stack it was taken with (the table read back is
+  // the reference's, in its order: a stack written again in a later generation is one stack).
+  const CaptureContents read = read_back(path, reference);
+  EXPECT_EQ(read.info.stack_generations, profile.stack_generation);
+  ASSERT_EQ(read.profile.stacks.size(), reference.stacks.size());
+  const RawSample& tail = read.profile.samples.back();
+  EXPECT_EQ(tail.tid, kPid + 3);
+  EXPECT_EQ(tail.cpu_delta_ns, 55'555u);
+  ASSERT_LT(tail.stack, read.profile.stacks.size());
+  EXPECT_TRUE(std::ranges::equal(read.profile.stacks.user_frames(tail.stack), kExitStack));
+  EXPECT_EQ(report_text(symbolized(read.profile)), report_text(symbolized(reference)));
+
+  // The summary, from the sums without their stacks, is the one of the recording that kept them.
+  EXPECT_FALSE(run.profile.has_value());
+  EXPECT_EQ(run.summary.samples, reference.samples.size());
+  EXPECT_EQ(run.summary.samples, unbounded.summary.samples);
+  EXPECT_EQ(run.summary.threads, 4u);
+  EXPECT_EQ(run.summary.threads, unbounded.summary.threads);
+  EXPECT_EQ(run.summary.seconds, unbounded.summary.seconds);
+  EXPECT_EQ(run.summary.notes, unbounded.summary.notes);
+  bool completeness_said = false;
+  for (const std::string& note : run.summary.notes)
+    completeness_said |= note.find("on-CPU") != std::string::npos;
+  EXPECT_TRUE(completeness_said) << ::testing::PrintToString(run.summary.notes);
+  // Nothing may make a profile of sums that no longer say where their samples were.
+  EXPECT_THROW(symbolized(profile), std::logic_error);
+}
+
+// A capture symbolized at the end (its report printed) and a Firefox profile keep their stacks.
+TEST(FlatMemory, RecordingsSymbolizedAtTheEndKeepTheirStacks) {
+  const std::string capture_path = temp_path("report.hpr");
+  PipelineRun with_report = record_through_pipeline(capture_path, true, feed_machine, 0, kMachineEnd);
+  std::filesystem::remove(capture_path);
+  EXPECT_EQ(with_report.bound_attached, 0u);
+  EXPECT_EQ(with_report.result.profile.stack_generation, 0u);
+  const std::string firefox_path = temp_path("firefox.json");
+  PipelineRun firefox = record_through_pipeline(firefox_path, false, feed_machine, 0, kMachineEnd);
+  std::filesystem::remove(firefox_path);
+  EXPECT_EQ(firefox.bound_attached, 0u);
+  EXPECT_EQ(firefox.result.profile.stack_generation, 0u);
 }
 
 }  // namespace

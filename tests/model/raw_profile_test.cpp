@@ -429,5 +429,81 @@ TEST(RawProfileForget, KeepsOnlyTheStacksSomethingNames) {
   for (const RawSampleSum& sum : p.released) EXPECT_EQ(sum.samples, frames(sum.stack) == f900 ? 2u : 1u);
 }
 
+// The released sums let go of their stacks: sums of one thread, kind, stack end and epoch become one,
+// their counts, times and extremes added; every stack only they named goes; the held samples', the
+// allocations' and the caller's stay, renumbered; a new stack generation begins.
+TEST(RawProfileForget, ReleasedSumsLetGoOfTheirStacksAndMerge) {
+  RawProfile p;
+  std::vector<uint32_t> index;
+  for (uint64_t i = 0; i < 100; ++i)
+    index.push_back(p.stacks.intern({}, std::vector<uint64_t>{0x400000 + i}));
+  const auto sample = [](int32_t tid, uint32_t stack, SampleKind kind, StackEnd end, uint64_t time,
+                         uint64_t cpu, uint64_t off) {
+    RawSample s;
+    s.pid = 7;
+    s.tid = tid;
+    s.stack = stack;
+    s.kind = kind;
+    s.stack_end = end;
+    s.time_ns = time;
+    s.cpu_delta_ns = cpu;
+    s.off_cpu_ns = off;
+    return s;
+  };
+  // Thread 7: three stacks on-CPU complete, one failed; thread 8: one off-CPU.
+  p.samples = {sample(7, index[1], SampleKind::kOnCpu, StackEnd::kComplete, 300, 10, 0),
+               sample(7, index[2], SampleKind::kOnCpu, StackEnd::kComplete, 100, 20, 0),
+               sample(7, index[3], SampleKind::kOnCpu, StackEnd::kComplete, 500, 40, 0),
+               sample(7, index[3], SampleKind::kOnCpu, StackEnd::kFailed, 200, 80, 0),
+               sample(8, index[4], SampleKind::kOffCpu, StackEnd::kComplete, 400, 0, 1000)};
+  p.release_samples();
+  ASSERT_EQ(p.released.size(), 5u);
+  p.samples = {sample(7, index[50], SampleKind::kOnCpu, StackEnd::kComplete, 600, 5, 0)};
+  RawAllocation a;
+  a.stack = index[60];
+  p.allocations.push_back(a);
+  const std::vector<uint32_t> also{index[70]};
+  const size_t bytes_before = p.stack_memory_bytes();
+
+  const std::vector<uint32_t> renumbered = p.forget_released_stacks(also);
+  EXPECT_EQ(p.stack_generation, 1u);
+  EXPECT_TRUE(p.released_stacks_forgotten);
+  EXPECT_EQ(p.stacks.size(), 3u);
+  EXPECT_LT(p.stack_memory_bytes(), bytes_before);
+  ASSERT_EQ(renumbered.size(), 100u);
+  EXPECT_EQ(renumbered[index[1]], kNoIndex);
+  EXPECT_EQ(p.stacks.user_frames(p.samples[0].stack)[0], 0x400000u + 50);
+  EXPECT_EQ(p.stacks.user_frames(p.allocations[0].stack)[0], 0x400000u + 60);
+  EXPECT_EQ(p.stacks.user_frames(renumbered[index[70]])[0], 0x400000u + 70);
+  ASSERT_EQ(p.released.size(), 3u);
+  const RawSampleSum& complete = p.released[0];
+  EXPECT_EQ(complete.tid, 7);
+  EXPECT_EQ(complete.stack, kNoIndex);
+  EXPECT_EQ(complete.stack_end, StackEnd::kComplete);
+  EXPECT_EQ(complete.samples, 3u);
+  EXPECT_EQ(complete.cpu_delta_ns, 70u);
+  EXPECT_EQ(complete.first_ns, 100u);
+  EXPECT_EQ(complete.last_ns, 500u);
+  EXPECT_EQ(p.released[1].stack_end, StackEnd::kFailed);
+  EXPECT_EQ(p.released[1].cpu_delta_ns, 80u);
+  EXPECT_EQ(p.released[2].tid, 8);
+  EXPECT_EQ(p.released[2].off_cpu_ns, 1000u);
+  // Later releases add to the merged sums: a sample of a stack still kept keeps its own sum.
+  p.release_samples();
+  ASSERT_EQ(p.released.size(), 4u);
+  EXPECT_EQ(p.released[3].samples, 1u);
+  EXPECT_NE(p.released[3].stack, kNoIndex);
+  p.samples = {sample(7, kNoIndex, SampleKind::kOnCpu, StackEnd::kComplete, 50, 1, 0)};
+  p.release_samples();
+  ASSERT_EQ(p.released.size(), 4u);
+  EXPECT_EQ(p.released[0].samples, 4u);
+  EXPECT_EQ(p.released[0].first_ns, 50u);
+  // Again: the generation counts on.
+  p.forget_released_stacks({});
+  EXPECT_EQ(p.stack_generation, 2u);
+  EXPECT_EQ(p.stacks.size(), 1u);  // the allocation's
+  EXPECT_EQ(p.released.size(), 3u);
+}
+
 }  // namespace
 }  // namespace hpd

@@ -634,6 +634,7 @@ RecordResult PerfSession::run() {
   const uint64_t start = result_.profile.info.start_mono_ns;
   RecordingTicker ticker(options_, start);
   ticker.set_forget([this](uint64_t exited_before_ns) { builder_->forget_exited(exited_before_ns); });
+  ticker.set_forget_stacks([this] { builder_->forget_released_stacks(); });
   bool stopped_early = false;
   for (;;) {
     const int n = ::poll(pfds.data(), pfds.size(), kPollTimeoutMs);

@@ -469,7 +469,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, sessi
       }
       announce();
     };
-    output.attach(options);
+    output.attach(options, false);  // a capture is symbolized by the client (deliver_recording)
     // Checked before the output's own flush (a streamed .hpr): once a target gained privileges,
     // nothing more reaches the client's file.
     options.on_flush = [inner = std::move(options.on_flush), &check_privileges, &privilege_reason,
@@ -564,7 +564,7 @@ void Connection::deliver_recording(Session& session, RecordResult& result, sessi
   }
   send(reply_message("writing"));
   // A capture is not symbolized here: the client symbolizes what it reads back for its report.
-  const std::optional<Profile> profile = output.finish(result, false);
+  const std::optional<Profile> profile = output.finish(result);
   session::RecordSummary summary = session::summarize_recording(result, profile, output);
   summary.mode = "daemon";
   if (!launched.empty()) summary.command_exit_status = 0;  // the client reaps its command and knows

@@ -73,8 +73,11 @@ struct CaptureFileInfo {
   bool complete = false;        // the end block was present: the recording finished
   uint64_t blocks = 0;          // blocks read
   uint64_t skipped_blocks = 0;  // blocks of unknown optional types (written by a newer hpd)
-  std::string writer;           // e.g. "hpd 0.1.0"
-  std::string boot_id;          // /proc/sys/kernel/random/boot_id of the recording machine; "" = unknown
+  // How many times the recorder let go of its stacks and numbered them anew (stack-generation blocks:
+  // RawProfile::forget_released_stacks); the profile read holds each stack once all the same.
+  uint32_t stack_generations = 0;
+  std::string writer;   // e.g. "hpd 0.1.0"
+  std::string boot_id;  // /proc/sys/kernel/random/boot_id of the recording machine; "" = unknown
   // Things the user should know: an interrupted recording, skipped blocks, trailing data.
   std::vector<std::string> notes;
 };

@@ -73,6 +73,14 @@ struct RecordOptions {
   // names (RawProfile::forget_unused_stacks): stack indices and the positions of processes and
   // threads in the profile change then. No record of a dropped process may still be on its way.
   std::function<uint64_t()> forget_before;
+  // For a recording whose samples on_flush writes out and releases and whose stacks nothing reads back
+  // from memory at the end (a capture streamed and not symbolized by the recording process): when,
+  // right after an on_flush that released every sample, the stacks and the released sums take more
+  // than this many bytes (RawProfile::stack_memory_bytes), the recorder lets go of every stack only the
+  // sums name (RawProfile::forget_released_stacks): a new stack generation, which the capture writer
+  // marks. Its memory then stays bounded, however many distinct stacks a long recording of a whole
+  // machine meets. 0: never.
+  size_t stack_memory_bound = 0;
 
   Backend backend = Backend::kAuto;
   // Off-CPU samples. kAuto: for pid, command and cgroup targets with the eBPF backend; none for all

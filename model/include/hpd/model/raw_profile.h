@@ -165,6 +165,8 @@ class RawStackTable {
   std::vector<uint64_t> addresses() const;
   // The heap the addresses hold.
   size_t address_bytes() const;
+  // The heap the whole table holds: the addresses, the stacks and the index.
+  size_t memory_bytes() const;
   // Keeps only the stacks `keep` marks (one flag per stack), renumbered in their order, and gives the
   // memory of the others back; returns each old index's new one (kNoIndex: dropped).
   std::vector<uint32_t> retain(const std::vector<bool>& keep);
@@ -415,6 +417,13 @@ struct RawProfile {
   std::vector<RawSample> samples;
   uint64_t sample_offset = 0;
   std::vector<RawSampleSum> released;  // the released samples, summed; in the order first released
+  // How many times the stacks were let go (forget_released_stacks): each time the indices start over,
+  // and a capture being written says so before it writes the stacks again.
+  uint32_t stack_generation = 0;
+  // Whether `released` lost its stacks (forget_released_stacks): the sums still count the samples by
+  // thread, kind and stack end, but no longer say where they were; only the capture they were written
+  // to does.
+  bool released_stacks_forgotten = false;
   std::vector<RawCallEdge> call_edges;
   // Per (process, function) call latency: the in-process counter's, or the uprobes' (session mode).
   std::vector<RawCallLatency> call_latency;
@@ -464,6 +473,15 @@ struct RawProfile {
   // names, and renumbers the others in those; returns each old index's new one (kNoIndex: dropped),
   // for the caller's own references.
   std::vector<uint32_t> forget_unused_stacks(std::span<const uint32_t> also);
+  // For a recording streamed to a capture whose stacks nothing reads back from memory at the end (the
+  // capture holds them): the released sums let go of their stacks (those of one thread, kind, stack
+  // end and epoch merge into one), then every stack no sample held, no allocation and no index in
+  // `also` names is dropped, as forget_unused_stacks does, and a new stack generation begins. The
+  // recording's memory then stays bounded by what it still holds, not by every distinct stack it met.
+  std::vector<uint32_t> forget_released_stacks(std::span<const uint32_t> also);
+  // The heap that grows with the distinct stacks a recording meets: the stack table and the released
+  // sums with their index.
+  size_t stack_memory_bytes() const;
   // Closes the held file (RawModule::file) of every module no process left maps, so that a program
   // that ran and was deleted (a deploy, a build) does not stay open, its disk space held, for as long as
   // the recording runs. The module keeps its index, path and build-id; a process mapping it again holds

@@ -84,6 +84,10 @@ struct SymbolSources {
   uint64_t symbol_cache_bytes = uint64_t{512} << 20;
 };
 
+// The most a recording streamed to a capture and not symbolized at its end keeps of stacks and sums of
+// released samples (RecordingOutput::attach).
+inline constexpr size_t kStackMemoryBound = size_t{16} << 20;
+
 // The output of one recording. Construct it before record(), attach() it to the options, and call
 // finish() with the result.
 class RecordingOutput {
@@ -100,16 +104,20 @@ class RecordingOutput {
   // Chains into options.on_flush: the capture (or, for a Firefox profile, a temporary capture)
   // streamed every flush and the samples written released from memory, MIP counts read, the /tmp of
   // each process seen alive held (ProcessTmpDirs: options.target.pids' from here) for its JIT files.
-  void attach(RecordOptions& options);
+  // `names_wanted`: the caller prints a report of the recording when it ends (see finish()). A capture
+  // not symbolized then needs no stack in memory once it is written: the recording lets its stacks go
+  // when they grow beyond kStackMemoryBound (RecordOptions::stack_memory_bound), and its memory stays
+  // flat however long it records a whole machine.
+  void attach(RecordOptions& options, bool names_wanted);
   // Joins the MIP snapshots into the result, completes the capture, symbolizes and (unless a capture
   // was asked for) writes the Firefox profile. Returns the symbolized profile. Throws on write errors.
   // With a capture, result.profile keeps only the sums of its samples (RawProfile::released) and the
   // profile returned their per-thread sums (Thread::sample_sums): enough for the summary and report.
-  // A capture is symbolized later (hpctl report, convert), so here only when `names_wanted` (the caller
-  // prints a report of it); otherwise nothing is symbolized, neither user nor kernel frames, and the
-  // result is nullopt (summarize_recording counts the threads from result.profile).
+  // A capture is symbolized later (hpctl report, convert), so here only when names are wanted
+  // (attach()); otherwise nothing is symbolized, neither user nor kernel frames, and the result is
+  // nullopt (summarize_recording counts the threads from result.profile).
   // For a Firefox profile, result.profile holds every sample again.
-  std::optional<Profile> finish(RecordResult& result, bool names_wanted);
+  std::optional<Profile> finish(RecordResult& result);
   // After a failed record(): drops a capture file begun at a path (nothing was recorded).
   void abandon();
   // Before finish(): where its symbols come from (the default: any file this process can open).
@@ -130,6 +138,7 @@ class RecordingOutput {
 
  private:
   RecordRequest request_;
+  bool names_wanted_ = true;
   UniqueFd fd_;  // owned until handed to the capture writer or closed after the Firefox profile
   std::unique_ptr<OutputFile> file_;  // the output of a path
   void open_spill();
