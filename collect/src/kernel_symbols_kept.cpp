@@ -81,10 +81,8 @@ std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(
     }
     return false;
   };
-  for (uint32_t i = 0; i < profile.stacks.size(); ++i) {
-    for (const uint64_t a : profile.stacks.kernel_frames(i)) {
-      if (!used->frame_in_kernel_image(a) && !in_named(a)) return read_kallsyms();
-    }
+  for (const uint64_t a : profile.kernel_addresses()) {  // those of stacks let go too
+    if (!used->frame_in_kernel_image(a) && !in_named(a)) return read_kallsyms();
   }
   return used;
 }

@@ -310,9 +310,21 @@ std::vector<uint32_t> RawProfile::forget_released_stacks(std::span<const uint32_
   if (!released.empty()) released_stacks_forgotten = true;
   released = std::move(merged);
   released_index_ = std::move(index);
+  kernel_addresses_let_go = kernel_addresses();
   std::vector<uint32_t> renumbered = forget_unused_stacks(also);
   ++stack_generation;
   return renumbered;
+}
+
+std::vector<uint64_t> RawProfile::kernel_addresses() const {
+  std::vector<uint64_t> addresses = kernel_addresses_let_go;
+  for (uint32_t i = 0; i < stacks.size(); ++i) {
+    const auto kernel = stacks.kernel_frames(i);
+    addresses.insert(addresses.end(), kernel.begin(), kernel.end());
+  }
+  std::sort(addresses.begin(), addresses.end());
+  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+  return addresses;
 }
 
 size_t RawProfile::stack_memory_bytes() const {

@@ -177,11 +177,9 @@ std::string KernelSymbols::lines_for(std::span<const uint64_t> addresses) const 
 std::string kernel_symbol_lines(const RawProfile& profile, const KernelSymbols& symbols,
                                 std::vector<uint64_t>* unresolved) {
   std::vector<uint64_t> addresses;
-  for (uint32_t i = 0; i < profile.stacks.size(); ++i) {
-    for (const uint64_t a : profile.stacks.kernel_frames(i)) {
-      addresses.push_back(a);
-      if (a != 0) addresses.push_back(a - 1);
-    }
+  for (const uint64_t a : profile.kernel_addresses()) {  // those of stacks let go too
+    addresses.push_back(a);
+    if (a != 0) addresses.push_back(a - 1);
   }
   std::sort(addresses.begin(), addresses.end());
   addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());

@@ -285,7 +285,8 @@ TEST(FlatMemory, FirefoxRecordingSpillsItsSamplesAndGetsThemAllBack) {
 // A whole machine's recording meets new stacks all the time (a build's compilers): kDistinctStacks of
 // them, each met again now and then, over kMachineSamples samples of 4 threads, one of which exits
 // halfway with its exit stack waiting for its CPU tail. Stacks of 3 to 7 frames in the program's
-// mapping, on- and off-CPU samples with every stack end.
+// mapping, on- and off-CPU samples with every stack end, kernel frames under the off-CPU ones of the
+// first half.
 constexpr size_t kMachineSamples = 200'000;
 constexpr uint32_t kDistinctStacks = 20'000;
 constexpr uint64_t kMachineEnd = kStart + kMachineSamples / 4 * kInterval + 2'000'000;
@@ -329,7 +330,8 @@ void feed_machine(RawProfileBuilder& builder, const std::function<void()>& flush
     if (shape < 5) {
       e.kind = SampleKind::kOffCpu;
       e.off_cpu_ns = 1'000 + i % 3'000'000;
-      e.kernel = kKernelStack;
+      // Kernel frames in the first half only: the stacks that hold them are let go long before the end.
+      if (i < kMachineSamples / 2) e.kernel = kKernelStack;
     } else {
       e.cpu_delta_ns = kInterval - 5'000 + i % 10'000;
     }
@@ -389,6 +391,15 @@ TEST(FlatMemory, CaptureNotSymbolizedAtTheEndLetsGoOfItsStacksAndLosesNone) {
   ASSERT_LT(tail.stack, read.profile.stacks.size());
   EXPECT_TRUE(std::ranges::equal(read.profile.stacks.user_frames(tail.stack), kExitStack));
   EXPECT_EQ(report_text(symbolized(read.profile)), report_text(symbolized(reference)));
+  // The kernel symbols kept with the capture name the kernel frames of every generation's stacks.
+  EXPECT_EQ(profile.kernel_addresses(), reference.kernel_addresses());
+  EXPECT_EQ(profile.kernel_addresses(), kKernelStack);
+  KernelSymbols kallsyms;
+  ASSERT_TRUE(
+      kallsyms.load_text("ffffffff81000000 T _stext\nffffffff81000080 T schedule\n"
+                         "ffffffff81000180 T do_syscall_64\nffffffff81001000 T _etext\n"));
+  EXPECT_EQ(kernel_symbol_lines(profile, kallsyms), kernel_symbol_lines(reference, kallsyms));
+  EXPECT_NE(kernel_symbol_lines(profile, kallsyms).find("do_syscall_64"), std::string::npos);
 
   // The summary, from the sums without their stacks, is the one of the recording that kept them.
   EXPECT_FALSE(run.profile.has_value());

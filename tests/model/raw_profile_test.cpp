@@ -498,8 +498,14 @@ TEST(RawProfileForget, ReleasedSumsLetGoOfTheirStacksAndMerge) {
   ASSERT_EQ(p.released.size(), 4u);
   EXPECT_EQ(p.released[0].samples, 4u);
   EXPECT_EQ(p.released[0].first_ns, 50u);
+  // The kernel addresses of the stacks let go stay known (the kernel symbols kept name them).
+  const uint32_t with_kernel = p.stacks.intern(std::vector<uint64_t>{0xffffffff81000200, 0xffffffff81000100},
+                                               std::vector<uint64_t>{0x400000});
+  EXPECT_EQ(p.kernel_addresses(), (std::vector<uint64_t>{0xffffffff81000100, 0xffffffff81000200}));
+  ASSERT_NE(with_kernel, kNoIndex);
   // Again: the generation counts on.
   p.forget_released_stacks({});
+  EXPECT_EQ(p.kernel_addresses(), (std::vector<uint64_t>{0xffffffff81000100, 0xffffffff81000200}));
   EXPECT_EQ(p.stack_generation, 2u);
   EXPECT_EQ(p.stacks.size(), 1u);  // the allocation's
   EXPECT_EQ(p.released.size(), 3u);

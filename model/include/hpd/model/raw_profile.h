@@ -424,6 +424,9 @@ struct RawProfile {
   // thread, kind and stack end, but no longer say where they were; only the capture they were written
   // to does.
   bool released_stacks_forgotten = false;
+  // The kernel addresses of the stacks let go (forget_released_stacks), sorted, each once: the kernel
+  // symbols kept with the recording (kernel_symbols) name them too. Bounded by the kernel's code.
+  std::vector<uint64_t> kernel_addresses_let_go;
   std::vector<RawCallEdge> call_edges;
   // Per (process, function) call latency: the in-process counter's, or the uprobes' (session mode).
   std::vector<RawCallLatency> call_latency;
@@ -440,6 +443,8 @@ struct RawProfile {
   // modules unloaded since included. Empty: read /proc/kallsyms when symbolizing.
   std::string kernel_symbols;
 
+  // Every kernel address of the recording's stacks, those held and those let go, sorted, each once.
+  [[nodiscard]] std::vector<uint64_t> kernel_addresses() const;
   // Every sample of the recording: those released and those still held.
   [[nodiscard]] uint64_t sample_count() const { return sample_offset + samples.size(); }
   // Drops the samples held (after they were written out, e.g. streamed to a capture file), adding
