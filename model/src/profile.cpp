@@ -108,7 +108,7 @@ std::string samples_not_taken_note(const Profile& profile) {
     }
     for (const SampleSum& s : t.sample_sums) {
       if (s.kind != SampleKind::kOnCpu) continue;
-      missed.add(s.cpu_delta_ns, s.samples, interval_ns);
+      missed.add(s.not_taken);
       taken += s.samples;
     }
   }

@@ -306,6 +306,7 @@ std::vector<uint32_t> RawProfile::forget_released_stacks(std::span<const uint32_
     into.off_cpu_ns += sum.off_cpu_ns;
     into.first_ns = std::min(into.first_ns, sum.first_ns);
     into.last_ns = std::max(into.last_ns, sum.last_ns);
+    into.not_taken.add(sum.not_taken);
   }
   if (!released.empty()) released_stacks_forgotten = true;
   released = std::move(merged);
@@ -332,6 +333,7 @@ size_t RawProfile::stack_memory_bytes() const {
 }
 
 void RawProfile::release_samples() {
+  const uint64_t interval_ns = sampling_interval_ns(info);
   // Per process seen in these samples: its distinct mapping times so far, sorted (the epochs the
   // symbolizer tells apart).
   std::unordered_map<int32_t, std::vector<uint64_t>> mapping_times;
@@ -362,6 +364,7 @@ void RawProfile::release_samples() {
       released.push_back(key);
     }
     RawSampleSum& sum = released[index];
+    if (s.kind == SampleKind::kOnCpu) sum.not_taken.add(s.cpu_delta_ns, 1, interval_ns);
     ++sum.samples;
     sum.cpu_delta_ns += s.cpu_delta_ns;
     sum.off_cpu_ns += s.off_cpu_ns;
@@ -546,7 +549,7 @@ std::string samples_not_taken_note(const RawProfile& profile) {
   }
   for (const RawSampleSum& s : profile.released) {
     if (s.kind != SampleKind::kOnCpu) continue;
-    missed.add(s.cpu_delta_ns, s.samples, interval_ns);
+    missed.add(s.not_taken);  // counted sample by sample when they were released
     taken += s.samples;
   }
   return samples_not_taken_note(missed, taken, info);

@@ -76,6 +76,7 @@ void Converter::build_threads(const std::vector<uint32_t>& sample_instance,
     out.off_cpu_ns = s.off_cpu_ns;
     out.first_ns = s.first_ns;
     out.last_ns = s.last_ns;
+    out.not_taken = s.not_taken;
     out_.threads[thread_of(s.pid, s.tid)].sample_sums.push_back(out);
   }
   for (size_t i = 0; i < raw_.samples.size(); ++i) {

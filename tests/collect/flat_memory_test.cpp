@@ -72,6 +72,10 @@ void feed_recording(RawProfileBuilder& builder, const std::function<void()>& flu
       e.walk_end = StackEnd::kComplete;
     } else {
       e.cpu_delta_ns = kInterval - 5'000 + (r >> 11) % 10'000;
+      // Late timers: a sample standing for 1.6 intervals (one not taken) and one for 0.6 (none), on the
+      // same stacks: summed, their CPU would call for fewer samples not taken than they are.
+      if (shape >= 50 && shape < 53) e.cpu_delta_ns = kInterval * 16 / 10;
+      if (shape >= 53 && shape < 56) e.cpu_delta_ns = kInterval * 6 / 10;
       if (shape >= 5) e.user = user;  // shape 4: neither user nor kernel frames
       if (shape >= 90) e.kernel = kKernelStack;
       e.walk_end = shape >= 98 ? StackEnd::kFailed : shape >= 96 ? StackEnd::kTruncated : StackEnd::kComplete;
@@ -87,14 +91,19 @@ void feed_recording(RawProfileBuilder& builder, const std::function<void()>& flu
   builder.on_event(CpuTailEvent{kPid, kPid + 3, end, 123'456});
 }
 
+// What the recorder states of the recording before its first sample.
+void describe(RecordingInfo& info) {
+  info.start_mono_ns = kStart;
+  info.interval_ns = kInterval;
+  info.frequency_hz = 4999;
+}
+
 RawProfile reference_recording() {
   RawProfile profile;
+  describe(profile.info);
   RawProfileBuilder builder(profile, BuilderConfig{TrackerConfig{kStart}, false});
   feed_recording(builder, [] {});
-  profile.info.start_mono_ns = kStart;
   profile.info.end_mono_ns = kStart + kSamples / 4 * kInterval + 2'000'000;
-  profile.info.interval_ns = kInterval;
-  profile.info.frequency_hz = 4999;
   return profile;
 }
 
@@ -167,6 +176,7 @@ PipelineRun record_through_pipeline(const std::string& output_path, bool names_w
   run.bound_attached = options.stack_memory_bound;
   if (stack_memory_bound != 0) options.stack_memory_bound = stack_memory_bound;
   RawProfile& profile = run.result.profile;
+  describe(profile.info);
   RawProfileBuilder builder(profile, BuilderConfig{TrackerConfig{kStart}, false});
   feed(builder, [&] {
     options.on_flush(profile);
@@ -177,10 +187,7 @@ PipelineRun record_through_pipeline(const std::string& output_path, bool names_w
     run.most_capacity_held = std::max(run.most_capacity_held, profile.samples.capacity());
     run.most_sums_held = std::max(run.most_sums_held, profile.released.size());
   });
-  profile.info.start_mono_ns = kStart;
   profile.info.end_mono_ns = end_ns;
-  profile.info.interval_ns = kInterval;
-  profile.info.frequency_hz = 4999;
   run.profile = output.finish(run.result);
   run.summary = session::summarize_recording(run.result, run.profile, output);
   return run;
@@ -238,6 +245,9 @@ TEST(FlatMemory, CaptureRecordingHoldsOnlyWhatCameSinceTheLastFlushAndWritesEver
   // Both modules of the remapped range are in it, each with its own half.
   EXPECT_NE(want.find("prog+0x110"), std::string::npos) << want;
   EXPECT_NE(want.find("other+0x110"), std::string::npos) << want;
+  // The samples not taken, counted sample by sample, from the sums as from the samples.
+  EXPECT_NE(want.find("samples were not taken"), std::string::npos) << want;
+  EXPECT_EQ(samples_not_taken_note(run.result.profile), samples_not_taken_note(reference));
   EXPECT_EQ(report_text(*run.profile), want);  // what `hpctl record` prints
   EXPECT_EQ(report_text(symbolized(run.result.profile)), want);
 }
@@ -344,12 +354,10 @@ void feed_machine(RawProfileBuilder& builder, const std::function<void()>& flush
 
 RawProfile reference_machine() {
   RawProfile profile;
+  describe(profile.info);
   RawProfileBuilder builder(profile, BuilderConfig{TrackerConfig{kStart}, false});
   feed_machine(builder, [] {});
-  profile.info.start_mono_ns = kStart;
   profile.info.end_mono_ns = kMachineEnd;
-  profile.info.interval_ns = kInterval;
-  profile.info.frequency_hz = 4999;
   return profile;
 }
 

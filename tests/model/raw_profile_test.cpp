@@ -429,6 +429,35 @@ TEST(RawProfileForget, KeepsOnlyTheStacksSomethingNames) {
   for (const RawSampleSum& sum : p.released) EXPECT_EQ(sum.samples, frames(sum.stack) == f900 ? 2u : 1u);
 }
 
+// A sum counts the samples not taken of its samples one at a time: a sample of 1.6 intervals and one of
+// 0.6 are one not taken, as their note says before and after they are released, though their 2.2
+// intervals together would call for none.
+TEST(RawProfile, ReleasedSumsCountSamplesNotTakenSampleBySample) {
+  RawProfile p;
+  p.info.target = "pid 7";
+  p.info.interval_ns = 1'000'000;
+  const uint32_t stack = p.stacks.intern({}, std::vector<uint64_t>{0x400000});
+  for (int i = 0; i < 20; ++i) {
+    RawSample s;
+    s.pid = 7;
+    s.tid = 7;
+    s.stack = stack;
+    s.time_ns = 1000 + static_cast<uint64_t>(i);
+    s.cpu_delta_ns = i % 2 == 0 ? 1'600'000 : 600'000;
+    p.samples.push_back(s);
+  }
+  const std::string held = samples_not_taken_note(p);
+  EXPECT_NE(held.find("at least 10 samples were not taken"), std::string::npos) << held;
+  p.release_samples();
+  ASSERT_EQ(p.released.size(), 1u);
+  EXPECT_EQ(p.released[0].not_taken.samples, 10u);
+  EXPECT_EQ(p.released[0].not_taken.ns, 10u * 600'000);
+  EXPECT_EQ(samples_not_taken_note(p), held);
+  // Merged when the sums let go of their stacks, still counted.
+  p.forget_released_stacks({});
+  EXPECT_EQ(samples_not_taken_note(p), held);
+}
+
 // The released sums let go of their stacks: sums of one thread, kind, stack end and epoch become one,
 // their counts, times and extremes added; every stack only they named goes; the held samples', the
 // allocations' and the caller's stay, renumbered; a new stack generation begins.

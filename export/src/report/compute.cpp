@@ -454,8 +454,10 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     // `n` samples of one stack, kind and stack end, adding up to `cpu_ns` (on-CPU) or `off_ns`
     // (blocked or waiting for a CPU). Off-CPU samples may carry CPU time too: what the scheduler charged
     // the thread for its wait after its wakeup, the stack's CPU like any other.
+    // `not_taken`: a sum's samples not taken, counted one sample at a time when they were summed
+    // (SampleSum::not_taken); null for a sample, counted here.
     const auto count = [&](uint32_t stack, SampleKind kind, StackEnd end, uint64_t n, uint64_t cpu_ns,
-                           uint64_t off_ns) {
+                           uint64_t off_ns, const SamplesNotTaken* not_taken) {
       Tally tally;
       tally.cpu_ns = cpu_ns;
       totals.cpu_ns += cpu_ns;
@@ -490,7 +492,10 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
       } else {
         tally.on = n;
         totals.samples += n;
-        totals.not_taken.add(cpu_ns, n, stated_interval_ns);
+        if (not_taken != nullptr)
+          totals.not_taken.add(*not_taken);
+        else
+          totals.not_taken.add(cpu_ns, n, stated_interval_ns);
         time.samples += n;
         if (stack == kNoIndex) totals.samples_without_stack += n;
         uint64_t* ends[] = {&totals.stacks_complete,     &totals.stacks_truncated,
@@ -503,10 +508,10 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     for (size_t i = 0; i < t.samples.size(); ++i) {
       const Sample& s = t.samples[i];
       if (!valid_sample(p, s)) throw_sample_violation(p, t, i);
-      count(s.stack, s.kind, s.stack_end, 1, s.cpu_delta_ns, s.off_cpu_ns);
+      count(s.stack, s.kind, s.stack_end, 1, s.cpu_delta_ns, s.off_cpu_ns, nullptr);
     }
     for (const SampleSum& s : t.sample_sums)
-      count(s.stack, s.kind, s.stack_end, s.samples, s.cpu_delta_ns, s.off_cpu_ns);
+      count(s.stack, s.kind, s.stack_end, s.samples, s.cpu_delta_ns, s.off_cpu_ns, &s.not_taken);
     if (thread_stacks.on_complete + thread_stacks.on_truncated + thread_stacks.on_failed +
             thread_stacks.off_complete + thread_stacks.off_truncated + thread_stacks.off_failed >
         0)

@@ -99,6 +99,7 @@ struct SampleSum {
   uint64_t off_cpu_ns = 0;
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
+  SamplesNotTaken not_taken;  // RawSampleSum::not_taken
 };
 
 struct Thread {

@@ -198,6 +198,25 @@ struct RawSample {
   StackEnd stack_end = StackEnd::kUnknown;
 };
 
+// On-CPU samples the sampling timer did not take though their thread's CPU clock ran on: a sample
+// stands for the CPU time since its thread's previous one (its cpu_delta_ns), and one that stands for
+// n intervals (rounded) stands for n - 1 samples not taken. The perf backend recording a user not
+// allowed kernel samples (perf_event_paranoid) takes none while a thread runs in the kernel; a timer
+// that fires late or a record lost leaves the same gap. That CPU time is in the CPU ms of the sample
+// after it, but not in the sample counts or the shares made of them.
+struct SamplesNotTaken {
+  uint64_t samples = 0;  // samples not taken
+  uint64_t ns = 0;       // the CPU time beyond one interval of the samples that stood for more
+  // One on-CPU sample, or `n` summed (their cpu_delta_ns together), of `cpu_ns`. A sum of samples of
+  // unequal CPU gives a lower bound only (a sample of 1.6 intervals and one of 0.6 stand for one not
+  // taken, their 2.2 together for none): counted sample by sample where the samples are known.
+  void add(uint64_t cpu_ns, uint64_t n, uint64_t interval_ns);
+  void add(const SamplesNotTaken& other) {
+    samples += other.samples;
+    ns += other.ns;
+  }
+};
+
 // Samples a recording released once they were written out (RawProfile::release_samples), summed per
 // thread, stack, kind, stack end and mapping epoch: what the summary and the report need, not a
 // timeline.
@@ -215,6 +234,9 @@ struct RawSampleSum {
   uint64_t off_cpu_ns = 0;
   uint64_t first_ns = 0;  // the earliest and the latest sample's time
   uint64_t last_ns = 0;
+  // The on-CPU samples' samples not taken, counted one sample at a time as they were released (a sum's
+  // CPU time would give only a lower bound): the same figure the samples themselves give.
+  SamplesNotTaken not_taken;
 };
 
 // An exact count of calls from one call site to one function (mcount/__fentry__ instrumentation).
@@ -366,18 +388,6 @@ std::optional<double> host_steal_share(const RecordingInfo& info);
 // the figures.
 std::string host_steal_note(const RecordingInfo& info);
 
-// On-CPU samples the sampling timer did not take though their thread's CPU clock ran on: a sample
-// stands for the CPU time since its thread's previous one (its cpu_delta_ns), and one that stands for
-// n intervals (rounded) stands for n - 1 samples not taken. The perf backend recording a user not
-// allowed kernel samples (perf_event_paranoid) takes none while a thread runs in the kernel; a timer
-// that fires late or a record lost leaves the same gap. That CPU time is in the CPU ms of the sample
-// after it, but not in the sample counts or the shares made of them.
-struct SamplesNotTaken {
-  uint64_t samples = 0;  // samples not taken
-  uint64_t ns = 0;       // the CPU time beyond one interval of the samples that stood for more
-  // One on-CPU sample, or `n` summed (their cpu_delta_ns together), of `cpu_ns`.
-  void add(uint64_t cpu_ns, uint64_t n, uint64_t interval_ns);
-};
 // Counted only for recordings whose timers ran on their threads' CPU time (a pid, a command: the timer
 // stops with the thread), at an interval they state: a timer per CPU (all processes, a cgroup) samples
 // a thread now and then, and a sample standing for several intervals is chance there, not a sample
