@@ -91,16 +91,23 @@ void keep_previous_output(const RecordArgs& args) {
 
 namespace {
 
+// The number environment variable `name` holds: set, all of it a decimal number, at most `max`.
+std::optional<uint64_t> environment_number(const char* name, uint64_t max) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(text, &end, 10);
+  if (*end != '\0' || n > max) return std::nullopt;
+  return n;
+}
+
 // The unwind-table cache of local recordings: the user's cache directory (hpd/collect/unwind_cache.h),
 // bounded by $HPD_UNWIND_CACHE_MB (MiB, 0: none; default 256).
 void configure_local_unwind_cache() {
   UnwindCacheSettings settings;
   settings.directory = user_unwind_cache_directory();
-  if (const char* mb = std::getenv("HPD_UNWIND_CACHE_MB"); mb != nullptr && *mb != '\0') {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(mb, &end, 10);
-    if (*end == '\0' && n <= (1ull << 20)) settings.max_bytes = n << 20;
-  }
+  if (const std::optional<uint64_t> mb = environment_number("HPD_UNWIND_CACHE_MB", uint64_t{1} << 20))
+    settings.max_bytes = *mb << 20;
   settings.warn = [](const std::string& text) {
     std::fprintf(stderr, "\nhpctl: warning: %s\n", text.c_str());
   };
@@ -110,12 +117,9 @@ void configure_local_unwind_cache() {
 // $HPD_STACK_MEMORY_KB (KiB; 0: never) instead of the bound the output set on what a capture not
 // symbolized at the end keeps of its stacks (RecordOptions::stack_memory_bound); none is set otherwise.
 void configure_stack_memory_bound(RecordOptions& options) {
-  const char* kb = std::getenv("HPD_STACK_MEMORY_KB");
-  if (options.stack_memory_bound == 0 || kb == nullptr || *kb == '\0') return;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(kb, &end, 10);
-  if (*end == '\0' && n <= (1ull << 30))
-    options.stack_memory_bound = n == 0 ? 0 : static_cast<size_t>(n << 10);
+  if (options.stack_memory_bound == 0) return;
+  if (const std::optional<uint64_t> kb = environment_number("HPD_STACK_MEMORY_KB", uint64_t{1} << 30))
+    options.stack_memory_bound = static_cast<size_t>(*kb << 10);
 }
 
 uint64_t monotonic_now_ns() {
