@@ -264,7 +264,7 @@ class BlockApplier {
       const auto user = all.subspan(at + kernel_depth[i], user_depth[i]);
       at += size_t{kernel_depth[i]} + user_depth[i];
       const uint32_t index = p_.stacks.intern(kernel, user, leaves[i]);
-      if (generations_) {
+      if (generation_ != 0) {
         // A stack let go by the recorder and met again is written again in a later generation: the
         // table keeps it once, both generations' indices name it.
         ids_.push_back(index);
@@ -281,14 +281,13 @@ class BlockApplier {
     if (generation <= generation_)
       d.fail("stack generation " + std::to_string(generation) + " after generation " +
              std::to_string(generation_));
-    generations_ = true;  // the stacks so far were generation 0's, each under its own index
     generation_ = generation;
     ids_.clear();
     ++out_.info.stack_generations;
   }
 
   // How many stacks the current generation has: the indices a block may name.
-  size_t generation_size() const { return generations_ ? ids_.size() : p_.stacks.size(); }
+  size_t generation_size() const { return generation_ != 0 ? ids_.size() : p_.stacks.size(); }
 
   // The table's index of the current generation's stack `id` (checked: kNoIndex stays).
   uint32_t table_index(Decoder& d, uint32_t id, const char* what) const {
@@ -296,7 +295,7 @@ class BlockApplier {
     if (id >= generation_size())
       d.fail(std::string(what) + " refers to stack " + std::to_string(id) + " of " +
              std::to_string(generation_size()));
-    return generations_ ? ids_[id] : id;
+    return generation_ != 0 ? ids_[id] : id;
   }
 
   static uint16_t depth(Decoder& d) {
@@ -405,9 +404,9 @@ class BlockApplier {
 
   CaptureContents& out_;
   RawProfile& p_;
-  // After a stack-generation block: the current generation's stacks, by their index in the file, as
-  // indices of p_.stacks. Before one, a file's indices are the table's own.
-  bool generations_ = false;
+  // After a stack-generation block (generation_ from 1 on): the current generation's stacks, by their
+  // index in the file, as indices of p_.stacks. Before one (generation 0), a file's indices are the
+  // table's own.
   uint64_t generation_ = 0;
   std::vector<uint32_t> ids_;
 };
