@@ -467,9 +467,12 @@ int run_status(const DaemonArgs& daemon, const StatusArgs& args) {
   }
   if (status.contains("kernel_symbols") && status["kernel_symbols"].is_object()) {
     const json& k = status["kernel_symbols"];
-    std::printf("kallsyms:   %llu symbols kept, read %llu times by recordings\n",
-                static_cast<unsigned long long>(json_uint(k, "symbols")),
-                static_cast<unsigned long long>(json_uint(k, "reads")));
+    std::printf(
+        "kallsyms:   %llu symbols kept, read %llu times by recordings, completed %llu times with hpd's "
+        "programs loaded since\n",
+        static_cast<unsigned long long>(json_uint(k, "symbols")),
+        static_cast<unsigned long long>(json_uint(k, "reads")),
+        static_cast<unsigned long long>(json_uint(k, "completions")));
   }
   if (status.contains("continuous") && status["continuous"].is_object()) {
     const json& c = status["continuous"];

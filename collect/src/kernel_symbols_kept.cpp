@@ -16,6 +16,7 @@ struct Kept {
   bool keep = false;
   std::shared_ptr<const KernelSymbols> table;
   std::atomic<uint64_t> reads{0};
+  uint64_t completions = 0;  // under the mutex
 };
 
 Kept& kept() {
@@ -46,6 +47,7 @@ KernelSymbolsStatus kernel_symbols_status() {
   status.reads = kept().reads.load(std::memory_order_relaxed);
   std::lock_guard lock(kept().mutex);
   status.kept = kept().keep;
+  status.completions = kept().completions;
   if (kept().table) status.symbols = kept().table->size();
   return status;
 }
@@ -65,6 +67,14 @@ std::shared_ptr<const KernelSymbols> recording_kernel_symbols(
 
 std::shared_ptr<const KernelSymbols> kept_kernel_symbols(bool read_again) {
   return read_again ? read_kallsyms() : recording_kernel_symbols();
+}
+
+void kernel_symbols_completed(const std::shared_ptr<const KernelSymbols>& was,
+                              std::shared_ptr<const KernelSymbols> completed) {
+  std::lock_guard lock(kept().mutex);
+  if (!kept().keep || !was || kept().table != was || !completed || completed->empty()) return;
+  kept().table = std::move(completed);
+  ++kept().completions;
 }
 
 std::shared_ptr<const KernelSymbols> kernel_symbols_for_profile(

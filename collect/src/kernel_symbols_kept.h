@@ -22,6 +22,11 @@ std::shared_ptr<const KernelSymbols> recording_kernel_symbols();
 std::shared_ptr<const KernelSymbols> recording_kernel_symbols(
     const std::function<void(KernelSymbols&)>& complete);
 
+// `completed`: `was` with code loaded since it was read added, named as /proc/kallsyms names it now (a
+// recording's own programs): kept in its place, unless `was` is no longer the kept table.
+void kernel_symbols_completed(const std::shared_ptr<const KernelSymbols>& was,
+                              std::shared_ptr<const KernelSymbols> completed);
+
 // The table that names `profile`'s kernel addresses: `used` (the one the recording started with),
 // unless keeping is on and an address is neither in the kernel image nor in `named` (code outside it
 // that `used` is known to name as a read now would: RecordResult::kernel_code_named): such an address,

@@ -71,6 +71,34 @@ TEST_F(KeptKernelSymbols, OnlyCodeKnownToBeNamedAsNowIsTrustedOutsideTheImage) {
   }
 }
 
+// A recording whose programs were loaded after the kept table was read completes a copy of it with them
+// (BpfSession::name_own_programs): the copy is kept in its place, the next recordings start with it, and
+// nothing else replaces the kept table this way (no table kept, or another one kept since).
+TEST_F(KeptKernelSymbols, ACompletedCopyTakesTheKeptTablesPlaceOnlyWhileItIsKept) {
+  keep_kernel_symbols(false);  // forgets any table an earlier test kept
+  keep_kernel_symbols(true);
+  const KernelSymbolsStatus at_start = kernel_symbols_status();
+  EXPECT_EQ(at_start.symbols, 0u);
+  kernel_symbols_completed(nullptr, table());
+  kernel_symbols_completed(table(), table());
+  EXPECT_EQ(kernel_symbols_status().symbols, 0u) << "no table was kept, none is completed";
+  EXPECT_EQ(kernel_symbols_status().completions, at_start.completions);
+
+  const std::shared_ptr<const KernelSymbols> kept = recording_kernel_symbols();  // read: root's addresses
+  ASSERT_FALSE(kept->empty()) << "/proc/kallsyms unreadable or its addresses hidden (the tests run as root)";
+  auto completed = std::make_shared<KernelSymbols>(*kept);
+  const uint64_t above = kept->symbols().back().address + 0x1000;  // no symbol there to replace
+  completed->replace_range(above, above + 0x800, "bpf_prog_0123456789abcdef_hpd_test [bpf]");
+  kernel_symbols_completed(kept, completed);
+  EXPECT_EQ(recording_kernel_symbols(), completed);
+  EXPECT_EQ(kernel_symbols_status().completions, at_start.completions + 1);
+  EXPECT_EQ(kernel_symbols_status().symbols, kept->size() + 1);
+  // The table it completed is no longer the kept one: a second completion of it changes nothing.
+  kernel_symbols_completed(kept, table());
+  EXPECT_EQ(recording_kernel_symbols(), completed);
+  EXPECT_EQ(kernel_symbols_status().completions, at_start.completions + 1);
+}
+
 // A process that does not keep the table (hpctl) uses the one its recording read, whatever the frames.
 TEST(KernelSymbolsNotKept, TheRecordingsOwnTableIsUsed) {
   keep_kernel_symbols(false);

@@ -641,7 +641,7 @@ TEST(Hpd, KernelSymbolsAreKeptAcrossRecordingsAndOffCpuStacksStartWhereTheyBlock
   // A fourth recording, of the whole machine beside processes that start and exit all the time: the
   // timer samples that land in hpd's exit program (about 12 us per exit) are likeliest there.
   Background churn({"/bin/sh", "-c", "while :; do /bin/true; done"});
-  uint64_t reads = 0;
+  uint64_t reads = 0, completions_before_all = 0;
   size_t own_frames = 0;
   for (int i = 0; i < 4; ++i) {
     SCOPED_TRACE("recording " + std::to_string(i));
@@ -711,11 +711,21 @@ TEST(Hpd, KernelSymbolsAreKeptAcrossRecordingsAndOffCpuStacksStartWhereTheyBlock
         i, off_cpu, text.c_str(), unnamed, outside.empty() ? " none" : outside.c_str(), maybe.c_str(),
         own_frames);
     const uint64_t least = reads + (i == 0 ? 1 : 0) + (outside.empty() ? 0 : 1);
-    const uint64_t now = hpd.status()["kernel_symbols"]["reads"].get<uint64_t>();
+    const json kernel_symbols = hpd.status()["kernel_symbols"];
+    const uint64_t now = kernel_symbols["reads"].get<uint64_t>();
     EXPECT_GE(now, least) << "addresses outside the kernel image:" << outside;
     EXPECT_LE(now, least + (maybe.empty() || !outside.empty() ? 0 : 1))
         << "read again for frames in hpd's own programs, or the image's only:" << maybe;
     reads = now;
+    // The --all recording's programs (another kind than the --pid ones loaded at hpd's start) were
+    // loaded after the kept table was read: hpd names them from their own BTF in a completed copy,
+    // so that its timer samples in them need no read (they did: this test failed for it in a CI run,
+    // and in 2 of 29 runs beside four CPU hogs, those without a frame in a subprogram).
+    const uint64_t completions = kernel_symbols["completions"].get<uint64_t>();
+    std::printf("recording %d: kallsyms read %llu times, completed %llu times\n", i,
+                static_cast<unsigned long long>(now), static_cast<unsigned long long>(completions));
+    if (i == 2) completions_before_all = completions;
+    if (i == 3) EXPECT_GT(completions, completions_before_all) << kernel_symbols.dump();
   }
 }
 

@@ -109,6 +109,8 @@ class BpfSession {
   // The table and its scheduler's functions (a scan of every symbol, done where the table is read).
   static KernelTable kernel_table(std::shared_ptr<const KernelSymbols> symbols);
   void use_kallsyms(KernelTable table);
+  // The result's table completed with the functions of these programs (descriptors) it does not name.
+  void name_own_programs(const std::vector<int>& fds);
   // Whether the kernel's symbols read in the background (kallsyms_) are in use; `wait`: wait for them.
   bool kallsyms_ready(bool wait);
   std::future<KernelTable> kallsyms_;  // valid while read in the background

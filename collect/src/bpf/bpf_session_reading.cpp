@@ -17,6 +17,8 @@
 #include "bpf/own_programs.h"
 #include "bpf/sched_frames.h"
 #include "hpd/base/process.h"
+#include "hpd/symbolizer/symbolizer.h"
+#include "kernel_symbols_kept.h"
 
 namespace hpd::bpf_recording {
 
@@ -152,15 +154,43 @@ void BpfSession::use_kallsyms(KernelTable table) {
   // completed with it (a launched command's, read while they load: own_programs.h), and then those
   // samples need no new read at the end (kernel_symbols_for_profile).
   if (sched->size() > 0) {
+    std::vector<int> unnamed;  // the programs with a function the table does not name
     bpf_program* prog = nullptr;
     bpf_object__for_each_program(prog, skel_->obj) {
+      bool all_named = true;
       for (const JitedFunction& f : jited_functions(bpf_program__fd(prog))) {
         sched->add(f.start, f.end);
-        if (names_function(symbols, f)) result_.kernel_code_named.emplace_back(f.start, f.end);
+        if (names_function(symbols, f)) {
+          result_.kernel_code_named.emplace_back(f.start, f.end);
+        } else {
+          all_named = false;
+        }
       }
+      if (!all_named) unnamed.push_back(bpf_program__fd(prog));
     }
+    if (!unnamed.empty()) name_own_programs(unnamed);
   }
   if (sched->size() > 0) builder_->set_scheduler_frames([sched](uint64_t a) { return sched->contains(a); });
+}
+
+// A table kept from before this session's programs were loaded (hpd's first recording of another kind)
+// does not name them: a timer sample in one would have the table read again at the recording's end
+// (40-50 ms of CPU). Their names are known (their BTF: as /proc/kallsyms lists them), so a copy of the
+// table (5 MiB, copied rather than read and parsed) is completed with them, used, and kept in its place.
+void BpfSession::name_own_programs(const std::vector<int>& fds) {
+  std::vector<JitedFunction> functions;
+  for (const int fd : fds) {
+    std::vector<JitedFunction> of = jited_functions(fd, true);
+    for (JitedFunction& f : of) {
+      if (f.name.empty()) return;  // its BTF unreadable: a read at the end names it, if it must
+      if (!names_function(*result_.kernel_symbols, f)) functions.push_back(std::move(f));
+    }
+  }
+  auto completed = std::make_shared<KernelSymbols>(*result_.kernel_symbols);
+  for (const auto& [start, end] : add_missing_functions(*completed, functions))
+    result_.kernel_code_named.emplace_back(start, end);
+  kernel_symbols_completed(result_.kernel_symbols, completed);
+  result_.kernel_symbols = std::move(completed);
 }
 
 bool BpfSession::kallsyms_ready(bool wait) {

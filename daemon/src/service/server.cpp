@@ -126,7 +126,10 @@ json Daemon::status_message(bool privileged) {
                           {"evicted", kept.evicted}};
   // The kernel's symbols kept across recordings, and how often recordings read /proc/kallsyms.
   const KernelSymbolsStatus kernel = kernel_symbols_status();
-  reply["kernel_symbols"] = {{"kept", kernel.kept}, {"symbols", kernel.symbols}, {"reads", kernel.reads}};
+  reply["kernel_symbols"] = {{"kept", kernel.kept},
+                             {"symbols", kernel.symbols},
+                             {"reads", kernel.reads},
+                             {"completions", kernel.completions}};
   // The eBPF programs and maps loaded ahead for the next session (prepare_recording).
   const PreparedRecordingStatus prepared = prepared_recording_status();
   reply["prepared"] = {{"ready", prepared.ready},

@@ -429,6 +429,8 @@ struct KernelSymbolsStatus {
   bool kept = false;     // keeping is on
   uint64_t symbols = 0;  // in the table kept now
   uint64_t reads = 0;    // reads of /proc/kallsyms by recordings since the process started
+  // Times the kept table was completed with a recording's own programs instead (loaded after it was read)
+  uint64_t completions = 0;
 };
 KernelSymbolsStatus kernel_symbols_status();
 // The table for naming kernel addresses outside a recording (hpd's continuous chunks), so that the
