@@ -208,8 +208,9 @@ TEST_F(LlvmSample, ContinuousExportWindowGivesTheProgramsProfile) {
   RunResult r = run({kHpctl, "export", "--dir", state, "--comm", "interp-export", "-o", window, "-q"}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string prof = file("window.prof");
-  r = run({kHpctl, "convert", window, "-o", prof, "--format", "llvm-sample", "--binary", own, "-q"}, 300);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const RunResult converted =
+      run({kHpctl, "convert", window, "-o", prof, "--format", "llvm-sample", "--binary", own}, 300);
+  ASSERT_EQ(converted.exit_code, 0) << converted.err;
   r = run({kProfdata, "show", "--sample", prof});
   EXPECT_EQ(r.exit_code, 0) << r.err;
 
@@ -222,7 +223,20 @@ TEST_F(LlvmSample, ContinuousExportWindowGivesTheProgramsProfile) {
   uint64_t in_profile = 0;
   const auto profile = parse_profile(read_file(prof));
   for (const auto& [name, f] : profile) in_profile += f.total;
-  EXPECT_EQ(in_profile, in_program);
+  // A sample with no source line (in a PLT stub: clock_gettime@plt, seen once beside four CPU hogs)
+  // has no place in the profile; hpctl says how many it left out, and the rest are all there.
+  // ("hpctl: llvm-sample of BINARY: N functions, S samples (U without a source line)")
+  const std::string& said = converted.err;
+  const size_t samples_at = said.find(" samples");
+  ASSERT_NE(samples_at, std::string::npos) << said;
+  const size_t number_at = said.rfind(' ', samples_at - 1) + 1;
+  EXPECT_EQ(std::stoull(said.substr(number_at, samples_at - number_at)), in_program) << said;
+  uint64_t unlocated = 0;
+  if (const size_t u = said.find(" without a source line"); u != std::string::npos) {
+    const size_t open = said.rfind('(', u);
+    unlocated = std::stoull(said.substr(open + 1, u - open - 1));
+  }
+  EXPECT_EQ(in_profile + unlocated, in_program) << said;
   // The two functions of --lines hold nearly all of it (0.6 s at 499 Hz: about 300 samples).
   ASSERT_TRUE(profile.count("_ZN3pgo9burn_loopEmm")) << read_file(prof);
   EXPECT_EQ(profile.at("_ZN3pgo9burn_loopEmm").total,
