@@ -352,7 +352,8 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
       "socket = /tmp/s.sock\nmax_connections_per_user = 7\nmax_sessions_per_user = 2\nidle_timeout = 2m\n"
       "client_timeout = 2.5\nstop_timeout = 4\nmax_cfi_rows = 1000\ncontinuous_cfi_rows = 5000\n"
       "max_user_memory_mb = 300\nmax_jit_symbols_mb = 8\nmax_symbol_cache_mb = 100\nmax_unwind_cache_mb = "
-      "0\nmax_kept_unwind_tables_mb = 4\notlp_endpoint = https://collector:4318\npush_labels = team=storage, "
+      "0\nmax_kept_unwind_tables_mb = 4\nmax_stack_memory_kb = 512\notlp_endpoint = "
+      "https://collector:4318\npush_labels = team=storage, "
       "region = eu-1\n"
       "push_timeout = 10s\npush_retry_max = 5m\npush_compression = none\n"
       "continuous_kernel = off\ncontinuous_off_cpu = on\n"
@@ -364,8 +365,9 @@ TEST(Config, FormatPrintsEveryKeyAndReadsBackTheSame) {
   EXPECT_EQ(Config{}.debuginfod_urls, "");
   EXPECT_EQ(parse_config(text, "formatted"), c) << text;
   EXPECT_EQ(parse_config(format_config(Config{}), "defaults"), Config{});
-  // One line per key: every key of the parser, none twice (37 keys today).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 37) << text;
+  // One line per key: every key of the parser, none twice (38 keys today).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 38) << text;
+  EXPECT_NE(text.find("max_stack_memory_kb = 512\n"), std::string::npos) << text;
   EXPECT_EQ(c.max_kept_unwind_tables_mb, 4u);
   EXPECT_NE(text.find("max_kept_unwind_tables_mb = 4\n"), std::string::npos) << text;
   // 0: no unwind-table cache on disk; the bound is in MiB.
@@ -395,6 +397,23 @@ std::string config_problem(const std::string& text) {
     return std::string(e.what());
   }
   return std::string("no error");
+}
+
+// What a recording into a capture keeps of the stacks it wrote: KiB from 0 (kept to the end) to 2^30,
+// session::kStackMemoryBound by default (hpctl's too); anything else is refused with the file and line.
+TEST(Config, StackMemoryBoundIsKiBAndBadValuesNameTheLine) {
+  EXPECT_EQ(Config{}.max_stack_memory_kb << 10, session::kStackMemoryBound);
+  EXPECT_EQ(parse_config("max_stack_memory_kb = 0\n", "t.conf").max_stack_memory_kb, 0u);
+  EXPECT_EQ(parse_config("max_stack_memory_kb = 1\n", "t.conf").max_stack_memory_kb, 1u);
+  EXPECT_EQ(parse_config("max_stack_memory_kb = 1073741824\n", "t.conf").max_stack_memory_kb, 1073741824u);
+  for (const char* bad : {"-1", "1073741825", "16M", "1.5", "lots", ""}) {
+    const std::string text = std::string("max_sessions = 2\nmax_stack_memory_kb = ") + bad + "\n";
+    const std::string problem = config_problem(text);
+    EXPECT_NE(problem.find("hpd.conf:2: "), std::string::npos) << bad << ": " << problem;
+    EXPECT_NE(problem.find("max_stack_memory_kb"), std::string::npos) << bad << ": " << problem;
+    EXPECT_NE(problem.find("expected a number of KiB from 0 to 1073741824"), std::string::npos)
+        << bad << ": " << problem;
+  }
 }
 
 // The bound of the unwind tables hpd keeps in memory across recordings: MiB from 1 to 1048576, 128 by

@@ -203,6 +203,14 @@ const std::map<std::string, Key, std::less<>>& keys() {
       {"max_jit_symbols_mb", mib_key(&Config::max_jit_symbols_mb)},
       {"max_symbol_cache_mb", mib_key(&Config::max_symbol_cache_mb)},
       {"max_kept_unwind_tables_mb", mib_key(&Config::max_kept_unwind_tables_mb)},
+      {"max_stack_memory_kb",
+       {[](Config& c, std::string_view v) -> std::string {
+          uint64_t n = 0;
+          if (!parse_uint(v, uint64_t{1} << 30, n)) return "expected a number of KiB from 0 to 1073741824";
+          c.max_stack_memory_kb = n;
+          return "";
+        },
+        number_getter(&Config::max_stack_memory_kb)}},
       {"max_connections_per_user",
        {uint_setter(&Config::max_connections_per_user, 1, 4096),
         number_getter(&Config::max_connections_per_user)}},

@@ -470,6 +470,7 @@ void Connection::record_in_thread(const std::shared_ptr<Session>& session, sessi
       announce();
     };
     output.attach(options, false);  // a capture is symbolized by the client (deliver_recording)
+    if (options.stack_memory_bound != 0) options.stack_memory_bound = config.max_stack_memory_kb << 10;
     // Checked before the output's own flush (a streamed .hpr): once a target gained privileges,
     // nothing more reaches the client's file.
     options.on_flush = [inner = std::move(options.on_flush), &check_privileges, &privilege_reason,

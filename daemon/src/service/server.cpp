@@ -148,7 +148,8 @@ json Daemon::status_message(bool privileged) {
                      {"max_user_memory_mb", cfg.max_user_memory_mb},
                      {"max_jit_symbols_mb", cfg.max_jit_symbols_mb},
                      {"max_symbol_cache_mb", cfg.max_symbol_cache_mb},
-                     {"max_kept_unwind_tables_mb", cfg.max_kept_unwind_tables_mb}};
+                     {"max_kept_unwind_tables_mb", cfg.max_kept_unwind_tables_mb},
+                     {"max_stack_memory_kb", cfg.max_stack_memory_kb}};
   // What the running sessions hold (their Session::memory_bytes): in all, and per user for those
   // who may see every session.
   const SessionRegistry::Memory memory = sessions_.memory();
