@@ -22,14 +22,21 @@ cd "$build"
 # The sanitizer build goes on beside the normal suite, at the lowest CPU priority: the suite's
 # privileged tests run one at a time and mostly wait, so the build takes what they leave, and the
 # tests, made to pass with other work beside them, keep the CPU they ask for. Its output goes to
-# $build/asan-build.log (printed when it fails). It runs in a process group of its own (job control
-# on for this one start), so that the whole build, compilers included, can be reniced and stopped.
+# $build/asan-build.log (printed when it fails). Its processes are found by walking down from it:
+# ninja starts each compiler in a process group of its own, out of reach of a renice or kill of the
+# build's group (a compiler started at nice 19 stayed there, beside four CPU hogs, for 40 minutes).
 asan_log=$build/asan-build.log
-set -m
 nice -n 19 "$root/packaging/asan-tests.sh" build </dev/null >"$asan_log" 2>&1 &
 asan_build_pid=$!
-set +m
-trap 'kill -- -"$asan_build_pid" 2>/dev/null || true' EXIT
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+# shellcheck disable=SC2046 # one pid per word
+trap 'kill "$asan_build_pid" $(descendants "$asan_build_pid") 2>/dev/null || true' EXIT
 # The sanitizer pass below runs even when a test failed here, so that one run shows both.
 # Its output is kept in $build/ctest.log: a failure is summed up again at the very end, where a CI
 # page that shows only the last lines still names the test and its first assertion.
@@ -39,7 +46,8 @@ ctest --output-on-failure -j2 --timeout 900 2>&1 | tee "$build/ctest.log" || sta
 # nice 19 beside other work at the normal priority it gets almost no CPU (about 1/70 of a normal
 # task's share) and would not finish. Its processes, and those it starts from now on, go back to
 # the normal priority.
-renice -n 0 -g "$asan_build_pid" >/dev/null 2>&1 || true
+# shellcheck disable=SC2046
+renice -n 0 -p "$asan_build_pid" $(descendants "$asan_build_pid") >/dev/null 2>&1 || true
 
 echo
 echo "=== Unit tests and hpd's tests under AddressSanitizer + UndefinedBehaviorSanitizer ($asan_build) ==="
@@ -47,7 +55,10 @@ echo "=== Unit tests and hpd's tests under AddressSanitizer + UndefinedBehaviorS
 # wait, so the rest of the build (the unit tests) goes on beside them.
 while kill -0 "$asan_build_pid" 2>/dev/null && [ ! -e "$asan_build/daemon-tests-built" ]; do sleep 2; done
 [ -e "$asan_build/daemon-tests-built" ] && { "$root/packaging/asan-tests.sh" run-daemon || status=$?; }
-if wait "$asan_build_pid"; then
+asan_built=0
+wait "$asan_build_pid" && asan_built=1
+trap - EXIT # it has ended: its pid is no longer its own
+if [ "$asan_built" = 1 ]; then
   "$root/packaging/asan-tests.sh" run-unit || status=$?
 else
   echo "test.sh: the sanitizer build failed; the end of $asan_log:" >&2
