@@ -399,6 +399,18 @@ std::string config_problem(const std::string& text) {
   return std::string("no error");
 }
 
+// Each of `bad` as the value of `key` (on a file's second line) is refused with the file and line, the
+// key, and `expected`.
+void expect_values_refused(const std::string& key, std::initializer_list<const char*> bad,
+                           const std::string& expected) {
+  for (const char* value : bad) {
+    const std::string problem = config_problem("max_sessions = 2\n" + key + " = " + value + "\n");
+    EXPECT_NE(problem.find("hpd.conf:2: "), std::string::npos) << value << ": " << problem;
+    EXPECT_NE(problem.find(key), std::string::npos) << value << ": " << problem;
+    EXPECT_NE(problem.find(expected), std::string::npos) << value << ": " << problem;
+  }
+}
+
 // What a recording into a capture keeps of the stacks it wrote: KiB from 0 (kept to the end) to 2^30,
 // session::kStackMemoryBound by default (hpctl's too); anything else is refused with the file and line.
 TEST(Config, StackMemoryBoundIsKiBAndBadValuesNameTheLine) {
@@ -406,14 +418,8 @@ TEST(Config, StackMemoryBoundIsKiBAndBadValuesNameTheLine) {
   EXPECT_EQ(parse_config("max_stack_memory_kb = 0\n", "t.conf").max_stack_memory_kb, 0u);
   EXPECT_EQ(parse_config("max_stack_memory_kb = 1\n", "t.conf").max_stack_memory_kb, 1u);
   EXPECT_EQ(parse_config("max_stack_memory_kb = 1073741824\n", "t.conf").max_stack_memory_kb, 1073741824u);
-  for (const char* bad : {"-1", "1073741825", "16M", "1.5", "lots", ""}) {
-    const std::string text = std::string("max_sessions = 2\nmax_stack_memory_kb = ") + bad + "\n";
-    const std::string problem = config_problem(text);
-    EXPECT_NE(problem.find("hpd.conf:2: "), std::string::npos) << bad << ": " << problem;
-    EXPECT_NE(problem.find("max_stack_memory_kb"), std::string::npos) << bad << ": " << problem;
-    EXPECT_NE(problem.find("expected a number of KiB from 0 to 1073741824"), std::string::npos)
-        << bad << ": " << problem;
-  }
+  expect_values_refused("max_stack_memory_kb", {"-1", "1073741825", "16M", "1.5", "lots", ""},
+                        "expected a number of KiB from 0 to 1073741824");
 }
 
 // The bound of the unwind tables hpd keeps in memory across recordings: MiB from 1 to 1048576, 128 by
@@ -423,14 +429,8 @@ TEST(Config, KeptUnwindTablesBoundIsMiBAndBadValuesNameTheLine) {
   EXPECT_EQ(parse_config("max_kept_unwind_tables_mb = 1\n", "t.conf").max_kept_unwind_tables_mb, 1u);
   EXPECT_EQ(parse_config("max_kept_unwind_tables_mb = 1048576\n", "t.conf").max_kept_unwind_tables_mb,
             1048576u);
-  for (const char* bad : {"0", "-1", "1048577", "64M", "1.5", "lots", ""}) {
-    const std::string text = std::string("max_sessions = 2\nmax_kept_unwind_tables_mb = ") + bad + "\n";
-    const std::string problem = config_problem(text);
-    EXPECT_NE(problem.find("hpd.conf:2: "), std::string::npos) << bad << ": " << problem;
-    EXPECT_NE(problem.find("max_kept_unwind_tables_mb"), std::string::npos) << bad << ": " << problem;
-    EXPECT_NE(problem.find("expected a number of MiB from 1 to 1048576"), std::string::npos)
-        << bad << ": " << problem;
-  }
+  expect_values_refused("max_kept_unwind_tables_mb", {"0", "-1", "1048577", "64M", "1.5", "lots", ""},
+                        "expected a number of MiB from 1 to 1048576");
 }
 
 TEST(Config, PushKeysAreCheckedWhenTheFileIsRead) {
