@@ -228,7 +228,10 @@ TEST_P(EarlyWaitTest, FirstMicrosecondsWaitHasTheStackOfTheLaterOne) {
 // The second walk of such a wait from the copy of its stack taken as it blocked, alone: without the
 // read of the waiting thread's stack (HPD_OFF_CPU_REWALK=0), which otherwise comes first whenever the
 // recorder gets to it before the thread runs again, so that the copies are what completes the early
-// waits (on a loaded machine the read may come too late, and the copy is all there is).
+// waits (on a loaded machine the read may come too late, and the copy is all there is). A recorder quick
+// enough puts every table in place before the fixture blocks, and leaves nothing to walk again (CI saw
+// five such runs in a row): HPD_DRAIN_PAUSE_US=20000 holds it back after each read of the mappings, as a
+// recorder preempted there is, so that the early waits come before their tables in every run.
 TEST(EarlyWaitCopies, FirstMicrosecondsWaitIsWalkedAgainFromItsCopy) {
   hpd::testing::TempDir tmp("hpd-early-wait-copy", hpd::testing::TempDir::Cleanup::kKeepOnFailure);
   uint64_t from_copies = 0;
@@ -236,7 +239,7 @@ TEST(EarlyWaitCopies, FirstMicrosecondsWaitIsWalkedAgainFromItsCopy) {
     const std::string base = tmp.path() + "/run" + std::to_string(i);
     const RunResult rec = run({kHpctl, "--local", "record", "--no-report", "-o", base + ".hpr", "--",
                                kFixtureDir + "/early_wait_nofp", base + ".truth", kWaitMs, kCpuMs},
-                              120, {"HPD_OFF_CPU_REWALK=0"});
+                              120, {"HPD_OFF_CPU_REWALK=0", "HPD_DRAIN_PAUSE_US=20000"});
     ASSERT_EQ(rec.exit_code, 0) << rec.err;
     EXPECT_TRUE(
         check_run("copies run " + std::to_string(i), base + ".hpr", base + ".truth", base + ".json.gz"))
@@ -252,8 +255,8 @@ TEST(EarlyWaitCopies, FirstMicrosecondsWaitIsWalkedAgainFromItsCopy) {
         << rec.err;
     from_copies += std::strtoull(rec.err.c_str() + at + read.size(), nullptr, 10);
   }
-  // Tables published before the threads blocked leave nothing to walk again; over five runs some were
-  // not (the fixture blocks in its first microseconds).
+  // The paused recorder published the tables after the threads blocked: their waits were walked again
+  // from the copies.
   EXPECT_GT(from_copies, 0u);
 }
 
