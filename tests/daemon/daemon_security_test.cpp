@@ -2003,19 +2003,24 @@ int main(void) {
 
 // hpd run as hpd.service runs it: in a /tmp of its own (PrivateTmp=yes), here a tmpfs mounted over
 // /tmp in a mount namespace of its own, with the harness's directory (its socket, configuration and
-// log) bound back in. `"$3"` is the configuration file hpd is started with, in that directory.
+// log) bound back in, and hpd's own directory: a build under /tmp (a clone there) was hidden by the
+// tmpfs, and hpd could not be started. `"$1"` is hpd, `"$3"` the configuration file it is started with,
+// in the harness's directory; a directory outside /tmp is bound back onto itself, which changes nothing.
 HpdStart private_tmp_start() {
   HpdStart start;
-  start.wrapper = {"unshare",
-                   "-m",
-                   "--propagation",
-                   "private",
-                   "sh",
-                   "-c",
-                   "set -e; d=$(dirname \"$3\"); k=$(mktemp -d /run/hpd-test-keep.XXXXXX); "
-                   "mount --bind \"$d\" \"$k\"; mount -t tmpfs hpd-private-tmp /tmp; mkdir -p \"$d\"; "
-                   "mount --move \"$k\" \"$d\"; rmdir \"$k\"; exec \"$@\"",
-                   "sh"};
+  start.wrapper = {
+      "unshare",
+      "-m",
+      "--propagation",
+      "private",
+      "sh",
+      "-c",
+      "set -e; a=$(dirname \"$1\"); b=$(dirname \"$3\"); k=$(mktemp -d /run/hpd-test-keep.XXXXXX); "
+      "mkdir \"$k/a\" \"$k/b\"; mount --bind \"$a\" \"$k/a\"; mount --bind \"$b\" \"$k/b\"; "
+      "mount -t tmpfs hpd-private-tmp /tmp; mkdir -p \"$a\" \"$b\"; "
+      "mount --move \"$k/a\" \"$a\"; mount --move \"$k/b\" \"$b\"; rmdir \"$k/a\" \"$k/b\" \"$k\"; "
+      "exec \"$@\"",
+      "sh"};
   return start;
 }
 
