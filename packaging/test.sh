@@ -38,8 +38,9 @@ descendants() {
 # shellcheck disable=SC2046 # one pid per word
 trap 'kill "$asan_build_pid" $(descendants "$asan_build_pid") 2>/dev/null || true' EXIT
 # The sanitizer pass below runs even when a test failed here, so that one run shows both.
-# Its output is kept in $build/ctest.log: a failure is summed up again at the very end, where a CI
-# page that shows only the last lines still names the test and its first assertion.
+# Each pass's output is kept ($build/ctest.log, $build/asan-daemon.log, $build/asan-unit.log): its
+# failures are summed up again at the very end, where a CI page that shows only the last lines still
+# names the pass, the test and its first assertion.
 status=0
 ctest --output-on-failure -j2 --timeout 900 2>&1 | tee "$build/ctest.log" || status=$?
 # The suite is done: the sanitizer build no longer has anything to yield to but other work, and at
@@ -54,26 +55,38 @@ echo "=== Unit tests and hpd's tests under AddressSanitizer + UndefinedBehaviorS
 # hpd's tests as soon as their programs are built (they are built first): they are serial and mostly
 # wait, so the rest of the build (the unit tests) goes on beside them.
 while kill -0 "$asan_build_pid" 2>/dev/null && [ ! -e "$asan_build/daemon-tests-built" ]; do sleep 2; done
-[ -e "$asan_build/daemon-tests-built" ] && { "$root/packaging/asan-tests.sh" run-daemon || status=$?; }
+daemon_status=0
+unit_status=0
+if [ -e "$asan_build/daemon-tests-built" ]; then
+  "$root/packaging/asan-tests.sh" run-daemon 2>&1 | tee "$build/asan-daemon.log" || daemon_status=$?
+fi
 asan_built=0
 wait "$asan_build_pid" && asan_built=1
 trap - EXIT # it has ended: its pid is no longer its own
 if [ "$asan_built" = 1 ]; then
-  "$root/packaging/asan-tests.sh" run-unit || status=$?
+  "$root/packaging/asan-tests.sh" run-unit 2>&1 | tee "$build/asan-unit.log" || unit_status=$?
 else
   echo "test.sh: the sanitizer build failed; the end of $asan_log:" >&2
   tail -n 60 "$asan_log" >&2
-  status=1
 fi
 
-if [ "$status" -ne 0 ] && [ -s "$build/Testing/Temporary/LastTestsFailed.log" ]; then
+# summary TITLE LOG: the failed tests of a pass's output LOG (ctest's "Test #N: NAME ***Failed" lines)
+# and, for each, its first assertion lines (gtest's "Failure" line and what follows it), and the
+# sanitizer reports the pass printed.
+summary() {
   echo
-  echo "=== test.sh: failed in the main suite ($build/ctest.log has their whole output) ==="
-  cat "$build/Testing/Temporary/LastTestsFailed.log"
-  # For each failed test, its first assertion lines: gtest's "Failure" line and what follows it.
+  echo "=== test.sh: failed in $1 ($2 has their whole output) ==="
   awk '/Test +#[0-9]+: .*(\*\*\*|Timeout|Not Run)/ { on = 1; n = 0; print; next }
        /^ +Start +[0-9]+:/ || /^ *[0-9]+\/[0-9]+ Test +#/ { on = 0 }
-       on && /Failure|error|Error|Expected|Which is|Value of|Actual|timed out|what\(\)/ && n < 8 { print "  " $0; n++ }' \
-    "$build/ctest.log" | head -n 60
-fi
-exit "$status"
+       /^asan-tests: sanitizer reports:/ { print; r = 1; next }
+       r && n < 20 { print "  " $0; n++; next }
+       on && /Failure|error|Error|exception|Expected|Which is|Value of|Actual|timed out|what\(\)/ && n < 8 { print "  " $0; n++ }' \
+    "$2" | head -n 60 || true
+}
+if [ "$status" -ne 0 ]; then summary "the main suite" "$build/ctest.log"; fi
+if [ "$daemon_status" -ne 0 ]; then summary "hpd's tests under the sanitizers" "$build/asan-daemon.log"; fi
+if [ "$unit_status" -ne 0 ]; then summary "the unit tests under the sanitizers" "$build/asan-unit.log"; fi
+if [ "$asan_built" != 1 ]; then echo "=== test.sh: the sanitizer build failed ($asan_log) ==="; fi
+for code in "$status" "$daemon_status" "$unit_status" "$((1 - asan_built))"; do
+  if [ "$code" -ne 0 ]; then exit "$code"; fi
+done
