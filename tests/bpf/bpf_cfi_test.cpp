@@ -439,81 +439,91 @@ TEST(BpfCfi, NewThreadsAndTheirCreatorAtClone3HaveCompleteStacks) {
   const std::string out =
       (std::filesystem::temp_directory_path() / ("bpf_cfi_storm." + std::to_string(::getpid()) + ".json.gz"))
           .string();
-  RecordOptions options;
-  options.target.command = {kDir + "/thread_storm", "4000", "32", "200"};
-  session::RecordRequest args;
-  args.output = out;
-  session::RecordingOutput output(args);
-  output.attach(options, false);
-  RecordResult result = record(options);
-  const std::optional<Profile> written = output.finish(result);
-  const session::RecordSummary summary = session::summarize_recording(result, written, output);
-  ASSERT_EQ(result.command_exit_status, 0);
-  print_ends(result);
-  const Profile p = read_firefox_file(out);
-  std::filesystem::remove(out);
-
-  const auto is_clone = [](const std::string& n) { return n == "clone3" || n == "__clone3"; };
   // Per kind (0 on-CPU, 1 off-CPU): samples whose end is known, complete ones, those reaching the root.
   uint64_t known[2] = {}, complete[2] = {}, rooted[2] = {};
   // The new threads' samples at clone3 taken in the kernel on their way out of the fork, and those taken
   // later (in user mode: a page fault on the first touch of the new stack, or an interrupt).
   uint64_t child = 0, child_complete = 0, child_one_frame = 0, child_later = 0, child_later_complete = 0,
            parent = 0, parent_reached = 0;
-  const auto add = [&](const Thread& t, uint32_t stack, SampleKind kind, StackEnd end, uint64_t n) {
-    std::vector<std::string> user;  // leaf first (an off-CPU sample's frames all have its category)
-    bool from_fork = false;         // in the kernel on the new thread's way out of clone3
-    if (stack != kNoIndex) {
-      const auto frames = p.stack_frames_root_first(stack);
-      for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-        const Frame& f = p.frames[*it];
-        if (f.category != Category::kKernel &&
-            (f.lib == kNoIndex || p.libs[f.lib].name != "[kernel.kallsyms]"))
-          user.push_back(p.func_name(f.func));
-        else if (p.func_name(f.func) == "ret_from_fork")
-          from_fork = true;
-      }
-    }
-    const bool main_thread = t.tid == t.pid;
-    if (!user.empty() && is_clone(user.front())) {
-      if (main_thread) {
-        parent += n;
-        if (end == StackEnd::kComplete && contains(user, "main")) parent_reached += n;
-      } else {
-        if (from_fork) {
-          child += n;
-          if (end == StackEnd::kComplete) child_complete += n;
-          if (user.size() == 1) child_one_frame += n;
-        } else {
-          child_later += n;
-          if (end == StackEnd::kComplete) child_later_complete += n;
+  std::string note;
+  // A timer sample lands in a new thread's way out of the fork only when the machine lets it: seen
+  // 11-25 a run at load 10, 1-3 beside four CPU hogs, and once there none in 4,000 threads. Recorded
+  // again, up to five times, until one did: hpd that lost those samples, or never took them, fails
+  // all five.
+  for (int attempt = 0; attempt < 5 && child == 0; ++attempt) {
+    RecordOptions options;
+    options.target.command = {kDir + "/thread_storm", "4000", "32", "200"};
+    session::RecordRequest args;
+    args.output = out;
+    session::RecordingOutput output(args);
+    output.attach(options, false);
+    RecordResult result = record(options);
+    const std::optional<Profile> written = output.finish(result);
+    const session::RecordSummary summary = session::summarize_recording(result, written, output);
+    ASSERT_EQ(result.command_exit_status, 0);
+    print_ends(result);
+    const Profile p = read_firefox_file(out);
+    std::filesystem::remove(out);
+
+    const auto is_clone = [](const std::string& n) { return n == "clone3" || n == "__clone3"; };
+    for (int k = 0; k < 2; ++k) known[k] = complete[k] = rooted[k] = 0;
+    child = child_complete = child_one_frame = child_later = child_later_complete = 0;
+    parent = parent_reached = 0;
+    const auto add = [&](const Thread& t, uint32_t stack, SampleKind kind, StackEnd end, uint64_t n) {
+      std::vector<std::string> user;  // leaf first (an off-CPU sample's frames all have its category)
+      bool from_fork = false;         // in the kernel on the new thread's way out of clone3
+      if (stack != kNoIndex) {
+        const auto frames = p.stack_frames_root_first(stack);
+        for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+          const Frame& f = p.frames[*it];
+          if (f.category != Category::kKernel &&
+              (f.lib == kNoIndex || p.libs[f.lib].name != "[kernel.kallsyms]"))
+            user.push_back(p.func_name(f.func));
+          else if (p.func_name(f.func) == "ret_from_fork")
+            from_fork = true;
         }
       }
+      const bool main_thread = t.tid == t.pid;
+      if (!user.empty() && is_clone(user.front())) {
+        if (main_thread) {
+          parent += n;
+          if (end == StackEnd::kComplete && contains(user, "main")) parent_reached += n;
+        } else {
+          if (from_fork) {
+            child += n;
+            if (end == StackEnd::kComplete) child_complete += n;
+            if (user.size() == 1) child_one_frame += n;
+          } else {
+            child_later += n;
+            if (end == StackEnd::kComplete) child_later_complete += n;
+          }
+        }
+      }
+      if (end != StackEnd::kComplete && end != StackEnd::kTruncated && end != StackEnd::kFailed) return;
+      const int k = is_off_cpu_interval(kind) ? 1 : 0;
+      known[k] += n;
+      if (end == StackEnd::kComplete) complete[k] += n;
+      if (!user.empty() && (main_thread ? user.back() == "_start" : is_clone(user.back()))) rooted[k] += n;
+    };
+    for (const Thread& t : p.threads) {
+      if (t.pid != result.profile.processes.at(0).pid) continue;
+      for (const Sample& sample : t.samples) add(t, sample.stack, sample.kind, sample.stack_end, 1);
+      for (const SampleSum& sum : t.sample_sums) add(t, sum.stack, sum.kind, sum.stack_end, sum.samples);
     }
-    if (end != StackEnd::kComplete && end != StackEnd::kTruncated && end != StackEnd::kFailed) return;
-    const int k = is_off_cpu_interval(kind) ? 1 : 0;
-    known[k] += n;
-    if (end == StackEnd::kComplete) complete[k] += n;
-    if (!user.empty() && (main_thread ? user.back() == "_start" : is_clone(user.back()))) rooted[k] += n;
-  };
-  for (const Thread& t : p.threads) {
-    if (t.pid != result.profile.processes.at(0).pid) continue;
-    for (const Sample& sample : t.samples) add(t, sample.stack, sample.kind, sample.stack_end, 1);
-    for (const SampleSum& sum : t.sample_sums) add(t, sum.stack, sum.kind, sum.stack_end, sum.samples);
+    note.clear();
+    for (const std::string& n : summary.notes)
+      if (n.rfind("complete stacks:", 0) == 0) note = n;
+    std::printf(
+        "  %s\n  new threads at clone3 on their way out of the fork: %llu samples, %llu complete, %llu of "
+        "one frame; later (in user mode): %llu, %llu complete; their creator there: %llu, %llu reaching "
+        "main\n",
+        note.c_str(), static_cast<unsigned long long>(child), static_cast<unsigned long long>(child_complete),
+        static_cast<unsigned long long>(child_one_frame), static_cast<unsigned long long>(child_later),
+        static_cast<unsigned long long>(child_later_complete), static_cast<unsigned long long>(parent),
+        static_cast<unsigned long long>(parent_reached));
   }
-  std::string note;
-  for (const std::string& n : summary.notes)
-    if (n.rfind("complete stacks:", 0) == 0) note = n;
-  std::printf(
-      "  %s\n  new threads at clone3 on their way out of the fork: %llu samples, %llu complete, %llu of "
-      "one frame; later (in user mode): %llu, %llu complete; their creator there: %llu, %llu reaching "
-      "main\n",
-      note.c_str(), static_cast<unsigned long long>(child), static_cast<unsigned long long>(child_complete),
-      static_cast<unsigned long long>(child_one_frame), static_cast<unsigned long long>(child_later),
-      static_cast<unsigned long long>(child_later_complete), static_cast<unsigned long long>(parent),
-      static_cast<unsigned long long>(parent_reached));
-  // Seen: 11-25 of the new threads on their way out (more threads are runnable than there are CPUs),
-  // 1,700-3,400 of their creator.
+  // Seen: 1-25 of the new threads on their way out (more threads are runnable than there are CPUs),
+  // 100-3,400 of their creator.
   ASSERT_GT(child, 0u) << "no sample of a new thread before its first return to user mode";
   EXPECT_EQ(child_complete, child);
   EXPECT_EQ(child_one_frame, child);

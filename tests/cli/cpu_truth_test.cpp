@@ -75,6 +75,11 @@ struct ThreadFigures {
   size_t off_cpu_samples = 0;  // samples of the thread waiting (preempted on a loaded machine)
   double seven_cpu_ns = 0;     // their threadCPUDelta
   double three_cpu_ns = 0;
+  // What those samples carried beyond one interval each: CPU time the thread used while its timer was
+  // held back (a late interrupt, or the hypervisor's steal that the guest did not see as steal). Each
+  // such sample stands for that much more CPU than one sample's count says; seen beside four hogs:
+  // three samples of three_units carrying 8.4, 9.2 and 10.3 ms, with no steal in /proc/stat.
+  double held_back_ns = 0;
   double cpu_ns = 0;                     // every sample's threadCPUDelta
   std::vector<double> cpu_per_interval;  // each sample's threadCPUDelta / interval
   // The thread's CPU graph as the Firefox Profiler draws it: each sample's CPU over the time since
@@ -93,6 +98,11 @@ struct ThreadFigures {
   }
   [[nodiscard]] double seven_sample_percent() const {
     return 100.0 * double(seven_samples) / double(seven_samples + three_samples);
+  }
+  // How far the held-back timers can have moved the share by sample count, in points: all of what
+  // they held back counted for one of the two functions.
+  [[nodiscard]] double held_back_points() const {
+    return 100.0 * held_back_ns / (seven_cpu_ns + three_cpu_ns);
   }
   [[nodiscard]] double median_cpu_per_interval() const {
     if (cpu_per_interval.empty()) return 0;
@@ -155,13 +165,16 @@ ThreadFigures figures_of(const json& profile, int64_t tid) {
       f.off_cpu_samples += off_cpu;
       if (off_cpu || stacks[i].is_null()) continue;
       const int64_t stack = stacks[i].get<int64_t>();
-      if (has_function(stack, "seven_units")) {
+      const bool seven = has_function(stack, "seven_units");
+      if (seven) {
         ++f.seven_samples;
         f.seven_cpu_ns += delta_ns;
       } else if (has_function(stack, "three_units")) {
         ++f.three_samples;
         f.three_cpu_ns += delta_ns;
       }
+      if (seven || has_function(stack, "three_units"))
+        f.held_back_ns += std::max(0.0, delta_ns - interval_ms * 1e6);
     }
     if (ratios > 0) {
       f.firefox_cpu_percent = 100.0 * ratio_sum / double(ratios);
@@ -186,8 +199,12 @@ class CpuTruthTest : public ::testing::Test {
 
   // The checks every recording of the fixture must pass; `what` names the recording. `stolen_ns`: what
   // the hypervisor took from the machine's CPUs while the fixture ran (host_steal_ns).
+  // `thread_timer`: the samples came from the thread's own timer (a launched command, a --pid
+  // recording), each after one interval of its CPU, so that one carrying more says its timer was held
+  // back; not from each CPU's (--all), whose samples fall on whatever runs and carry what the thread
+  // used since its last one, often more than an interval, with no bias to either function.
   static void expect_truth(const ThreadFigures& f, const Truth& truth, const std::string& what,
-                           double stolen_ns) {
+                           double stolen_ns, bool thread_timer) {
     // The sampling timer (task-clock, cpu-clock) counts the time the hypervisor took from the thread's
     // virtual CPU while it ran, the CPU the samples carry (the scheduler's runtime) does not: a sample
     // then carries less than its interval. At most this share of the timer's time was stolen (all of
@@ -198,15 +215,21 @@ class CpuTruthTest : public ::testing::Test {
         "%.1f%% (%zu+%zu on-CPU samples, %zu off); CPU per sample / interval: median %.3f; profile CPU %.1f "
         "ms; "
         "Firefox CPU graph: mean %.1f%%, area %.1f%%; on-CPU samples' CPU over the interval %.1f%%; host "
-        "steal %.1f ms (%.1f%% of the thread's timer at most)\n",
+        "steal %.1f ms (%.1f%% of the thread's timer at most); CPU beyond an interval in its samples %.1f ms "
+        "(%.2f points of share)\n",
         what.c_str(), truth.seven_percent(), truth.thread_cpu_ns / 1e6, truth.busy_percent(),
         f.seven_cpu_percent(), f.seven_sample_percent(), f.seven_samples, f.three_samples, f.off_cpu_samples,
         f.median_cpu_per_interval(), f.cpu_ns / 1e6, f.firefox_cpu_percent, f.graph_area_percent,
-        f.cpu_over_interval_percent, stolen_ns / 1e6, 100 * stolen_share);
+        f.cpu_over_interval_percent, stolen_ns / 1e6, 100 * stolen_share, f.held_back_ns / 1e6,
+        f.held_back_points());
     ASSERT_GT(f.seven_samples + f.three_samples, 300u) << what;
     // Shares: the steal falls on both functions' slices alike (they alternate every few milliseconds).
     EXPECT_NEAR(f.seven_cpu_percent(), truth.seven_percent(), 3.0) << what << ": CPU-weighted share";
-    EXPECT_NEAR(f.seven_sample_percent(), truth.seven_percent(), 3.0) << what << ": sample-count share";
+    // By sample count, each sample is one interval: a sample that carried more (its thread's timer
+    // held back) counts for less than its CPU, by up to held_back_points() on the share.
+    EXPECT_NEAR(f.seven_sample_percent(), truth.seven_percent(),
+                3.0 + (thread_timer ? f.held_back_points() : 0))
+        << what << ": sample-count share (timers held back: " << f.held_back_ns / 1e6 << " ms)";
     // The thread never blocks: each sample carries one interval of CPU (less what was stolen in it).
     EXPECT_GE(f.median_cpu_per_interval(), 0.9 - stolen_share) << what;
     EXPECT_LE(f.median_cpu_per_interval(), 1.1) << what;
@@ -246,7 +269,7 @@ TEST_F(CpuTruthTest, LaunchedCommandSharesFollowTheThreadCpuClock) {
     ASSERT_FALSE(threads.empty());
     const int64_t tid = std::stoll(threads.at(0).at("pid").get<std::string>());
     const ThreadFigures f = figures_of(profile, tid);
-    expect_truth(f, truth, fixture, stolen_ns);
+    expect_truth(f, truth, fixture, stolen_ns, true);
     // The thread's CPU time in the profile is the kernel's, to 0.1%: at most the thread's whole CPU
     // time (plus the exit path's few us), and at least what it used from main on. In between: the
     // command's CPU counts from where hpctl's forked child waits to exec it; before that the thread
@@ -304,7 +327,7 @@ void CpuTruthTest::check_all_processes(const std::string& stack_memory_kb) {
   const Truth truth = parse_truth(text);
   const json profile = load_profile(out);
   const ThreadFigures f = figures_of(profile, fixture_pid);
-  expect_truth(f, truth, "--all", stolen_ns);
+  expect_truth(f, truth, "--all", stolen_ns, false);
   // The fixture started before the recording, which seeds its baseline from /proc: the profile holds
   // all of its CPU time but its start-up (before the wait on stdin), so at least the rounds'.
   EXPECT_GE(f.cpu_ns, truth.work_cpu_ns);
