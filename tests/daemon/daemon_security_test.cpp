@@ -1789,9 +1789,7 @@ int main(void) {
   // As root with every capability (held files reached through /proc/PID/map_files), and with
   // only the bounding set of packaging/systemd/hpd.service (through /proc/PID/root).
   HpdStart unit_caps;
-  unit_caps.wrapper = {
-      "setpriv", "--inh-caps=-all",
-      "--bounding-set=-all,+bpf,+perfmon,+sys_ptrace,+sys_resource,+dac_read_search,+syslog,+setuid,+setgid"};
+  unit_caps.wrapper = with_unit_capabilities(HPD_UNIT_FILE);
   for (const std::string name : {"app", "app2"})
     for (const HpdStart& start : {HpdStart{}, unit_caps}) {
       SCOPED_TRACE(name + (start.wrapper.empty() ? " (all capabilities)" : " (the unit's capabilities)"));
@@ -2008,19 +2006,13 @@ int main(void) {
 // in the harness's directory; a directory outside /tmp is bound back onto itself, which changes nothing.
 HpdStart private_tmp_start() {
   HpdStart start;
-  start.wrapper = {
-      "unshare",
-      "-m",
-      "--propagation",
-      "private",
-      "sh",
-      "-c",
+  start.wrapper = in_private_mounts(
       "set -e; a=$(dirname \"$1\"); b=$(dirname \"$3\"); k=$(mktemp -d /run/hpd-test-keep.XXXXXX); "
       "mkdir \"$k/a\" \"$k/b\"; mount --bind \"$a\" \"$k/a\"; mount --bind \"$b\" \"$k/b\"; "
       "mount -t tmpfs hpd-private-tmp /tmp; mkdir -p \"$a\" \"$b\"; "
       "mount --move \"$k/a\" \"$a\"; mount --move \"$k/b\" \"$b\"; rmdir \"$k/a\" \"$k/b\" \"$k\"; "
       "exec \"$@\"",
-      "sh"};
+      "sh");
   return start;
 }
 

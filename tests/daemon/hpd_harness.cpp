@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -212,6 +213,33 @@ nlohmann::json Hpd::request(const nlohmann::json& message) const {
   nlohmann::json reply = read_reply(fd);
   close(fd);
   return reply;
+}
+
+std::vector<std::string> with_unit_capabilities(const std::string& unit_file) {
+  std::ifstream unit(unit_file);
+  if (!unit) throw std::runtime_error("cannot read the unit file " + unit_file);
+  const std::string key = "CapabilityBoundingSet=";
+  std::string line;
+  while (std::getline(unit, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    // CAP_BPF CAP_PERFMON ... -> -all,+bpf,+perfmon,... (setpriv's names: lower case, no CAP_).
+    std::string set = "-all";
+    std::istringstream names(line.substr(key.size()));
+    for (std::string name; names >> name;) {
+      if (name.rfind("CAP_", 0) == 0) name = name.substr(4);
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      set += ",+" + name;
+    }
+    return {"setpriv", "--inh-caps=-all", "--bounding-set=" + set};
+  }
+  throw std::runtime_error("no " + key + " line in " + unit_file);
+}
+
+std::vector<std::string> in_private_mounts(const std::string& script, const std::string& arg0,
+                                           const std::vector<std::string>& then) {
+  std::vector<std::string> wrapper = {"unshare", "-m", "--propagation", "private", "sh", "-c", script, arg0};
+  wrapper.insert(wrapper.end(), then.begin(), then.end());
+  return wrapper;
 }
 
 std::vector<std::string> as_nobody(std::vector<std::string> argv, const std::string& groups) {

@@ -73,6 +73,17 @@ int connect_unix(const std::string& path);
 // Reads one frame and parses it; throws on failure.
 nlohmann::json read_reply(int fd, int timeout_ms = 30000);
 
+// A wrapper (HpdStart::wrapper) that runs hpd with only the capabilities a unit file gives it: the
+// bounding set of its CapabilityBoundingSet= line (HPD_UNIT_FILE: packaging/systemd/hpd.service), none
+// inheritable, through setpriv. Throws when the file or the line is missing.
+std::vector<std::string> with_unit_capabilities(const std::string& unit_file);
+
+// A wrapper that runs hpd in a mount namespace of its own (propagation private: what `script` mounts
+// stays there): `sh -c script`, with `arg0` as its `$0`, `then` and hpd's own command line as "$@"; the
+// script ends with `exec "$@"`.
+std::vector<std::string> in_private_mounts(const std::string& script, const std::string& arg0,
+                                           const std::vector<std::string>& then = {});
+
 // argv prefixed so that it runs as uid/gid 65534 with no groups, or with `groups` (comma list).
 std::vector<std::string> as_nobody(std::vector<std::string> argv, const std::string& groups = "");
 
