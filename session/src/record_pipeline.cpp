@@ -480,9 +480,11 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
                       "them, which may end early in code without frame pointers");
   }
   if (result.off_cpu_at_attach != 0) {
+    const bool one = result.off_cpu_at_attach == 1;
     s.notes.push_back("note: " + std::to_string(result.off_cpu_at_attach) +
-                      " threads were already off the CPU when the recording began: their time from its "
-                      "start is counted where they wait");
+                      (one ? " thread was" : " threads were") +
+                      " already off the CPU when the recording began: " + (one ? "its" : "their") +
+                      " time from its start is counted where " + (one ? "it waits" : "they wait"));
   }
   if (result.children_not_attached != 0) {
     s.notes.push_back(

@@ -114,6 +114,10 @@ void check_recording(const std::string& what, Background& fixture, const std::st
   const double after = mono_ns();
   ASSERT_EQ(rec.exit_code, 0) << rec.err;
   std::printf("%s: %s\n", what.c_str(), rec.err.c_str());
+  // The summary says how many threads it found waiting: the fixture's four.
+  EXPECT_NE(rec.err.find("note: 4 threads were already off the CPU when the recording began"),
+            std::string::npos)
+      << rec.err;
   ASSERT_EQ(fixture.wait(), 0);
   const std::map<std::string, Waiter> truth = read_truth(truth_path);
 
@@ -225,6 +229,18 @@ TEST_F(AttachBlockedAsUser, HpdSeesTheUsersThreadsBlockedSinceBeforeTheRecording
                   as_user({kHpctl, "--socket", hpd.socket(), "--daemon", "record", "--no-report", "--pid",
                            std::to_string(fixture.pid()), "-d", "2", "-o", capture}),
                   capture, hpd.out_dir() + "/user.json.gz");
+}
+
+// A command launched through hpd is held stopped at its exec until the recording is attached: off the
+// CPU at the attach, but no thread of the program was waiting, and the summary does not say one was.
+TEST_F(AttachBlockedAsUser, ACommandHeldAtItsExecIsNotCountedAsAlreadyWaiting) {
+  Hpd hpd;
+  const std::string capture = hpd.out_dir() + "/command.hpr";
+  const RunResult rec = run(as_user({kHpctl, "--socket", hpd.socket(), "--daemon", "record", "--no-report",
+                                     "-o", capture, "--", "/bin/sleep", "0.3"}));
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  EXPECT_NE(rec.err.find("recorded by hpd"), std::string::npos) << rec.err;
+  EXPECT_EQ(rec.err.find("already off the CPU"), std::string::npos) << rec.err;
 }
 
 }  // namespace

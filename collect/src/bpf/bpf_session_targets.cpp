@@ -161,7 +161,13 @@ void BpfSession::read_attach_state() {
   }
   if (n < 0) result_.attach_state_error = "the task iterator failed: " + errno_text(errno);
   const auto* bss = skel_->bss;
-  result_.off_cpu_at_attach = bss->attach_blocked_records + bss->attach_runnable_records - bss->attach_raced;
+  // A command hpctl launched for hpd is its target pid held stopped at its exec (pid_held_at_exec): off
+  // the CPU only because it is held. Its wait until released is counted where it is held, at its first
+  // instruction, but it is no thread that was already waiting when the recording began: not counted
+  // as one (the summary's note would tell of a blocked thread the program never had).
+  if (!options_.pid_held_at_exec)
+    result_.off_cpu_at_attach =
+        bss->attach_blocked_records + bss->attach_runnable_records - bss->attach_raced;
   // Their user stacks are walked now, while they are still off the CPU (most stay so), with the
   // mappings made before now read and published.
   if (rewalk_ && !skel_->bss->calls_runtime_active) {
