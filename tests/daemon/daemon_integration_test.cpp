@@ -1768,11 +1768,9 @@ TEST(Hpd, RunsWithOnlyTheUnitsCapabilities) {
     int number = 0;
     for (std::string name; list >> name;) numbers[name] = number++;
     unsigned long long unit_set = 0;
-    std::istringstream names(
-        with_unit_capabilities(HPD_UNIT_FILE).back().substr(strlen("--bounding-set=-all,")));
-    for (std::string name; std::getline(names, name, ',');) {
-      ASSERT_TRUE(numbers.count(name.substr(1))) << name;
-      unit_set |= 1ULL << numbers[name.substr(1)];
+    for (const std::string& name : unit_capabilities(HPD_UNIT_FILE)) {
+      ASSERT_TRUE(numbers.count(name)) << name;
+      unit_set |= 1ULL << numbers[name];
     }
     EXPECT_EQ(bounding_of(std::to_string(hpd.pid())), unit_set & bounding_of("self")) << std::hex << unit_set;
     EXPECT_EQ(unit_set & (1ULL << CAP_SYS_ADMIN), 0u);
@@ -1794,12 +1792,10 @@ TEST(Hpd, RunsWithOnlyTheUnitsCapabilities) {
 // unit makes such a call fail with EPERM instead), with the unit's capabilities, and serves both
 // backends, a launched command and off-CPU time.
 TEST(Hpd, RunsUnderTheUnitsSystemCallFilter) {
-  std::ifstream unit(HPD_UNIT_FILE);
-  std::string line, groups;
-  while (std::getline(unit, line)) {
-    if (line.rfind("SystemCallFilter=~", 0) == 0) groups = line.substr(18);
-  }
-  ASSERT_FALSE(groups.empty()) << "no SystemCallFilter=~ line in " << HPD_UNIT_FILE;
+  const std::string filter = unit_file_value(HPD_UNIT_FILE, "SystemCallFilter");
+  ASSERT_EQ(filter.rfind("~", 0), 0u) << "SystemCallFilter= is not a deny list (~) in " << HPD_UNIT_FILE;
+  const std::string groups = filter.substr(1);
+  ASSERT_FALSE(groups.empty()) << "an empty SystemCallFilter=~ in " << HPD_UNIT_FILE;
   std::vector<std::string> expand{"systemd-analyze", "syscall-filter"};
   std::istringstream words(groups);
   for (std::string group; words >> group;) expand.push_back(group);

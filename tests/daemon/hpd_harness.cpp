@@ -215,24 +215,30 @@ nlohmann::json Hpd::request(const nlohmann::json& message) const {
   return reply;
 }
 
-std::vector<std::string> with_unit_capabilities(const std::string& unit_file) {
+std::string unit_file_value(const std::string& unit_file, const std::string& key) {
   std::ifstream unit(unit_file);
   if (!unit) throw std::runtime_error("cannot read the unit file " + unit_file);
-  const std::string key = "CapabilityBoundingSet=";
-  std::string line;
-  while (std::getline(unit, line)) {
-    if (line.rfind(key, 0) != 0) continue;
-    // CAP_BPF CAP_PERFMON ... -> -all,+bpf,+perfmon,... (setpriv's names: lower case, no CAP_).
-    std::string set = "-all";
-    std::istringstream names(line.substr(key.size()));
-    for (std::string name; names >> name;) {
-      if (name.rfind("CAP_", 0) == 0) name = name.substr(4);
-      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      set += ",+" + name;
-    }
-    return {"setpriv", "--inh-caps=-all", "--bounding-set=" + set};
+  for (std::string line; std::getline(unit, line);)
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+  throw std::runtime_error("no " + key + "= line in " + unit_file);
+}
+
+std::vector<std::string> unit_capabilities(const std::string& unit_file) {
+  // CAP_BPF CAP_PERFMON ... -> bpf, perfmon, ... (setpriv's names: lower case, no CAP_).
+  std::vector<std::string> caps;
+  std::istringstream names(unit_file_value(unit_file, "CapabilityBoundingSet"));
+  for (std::string name; names >> name;) {
+    if (name.rfind("CAP_", 0) == 0) name = name.substr(4);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    caps.push_back(name);
   }
-  throw std::runtime_error("no " + key + " line in " + unit_file);
+  return caps;
+}
+
+std::vector<std::string> with_unit_capabilities(const std::string& unit_file) {
+  std::string set = "-all";
+  for (const std::string& name : unit_capabilities(unit_file)) set += ",+" + name;
+  return {"setpriv", "--inh-caps=-all", "--bounding-set=" + set};
 }
 
 std::vector<std::string> in_private_mounts(const std::string& script, const std::string& arg0,

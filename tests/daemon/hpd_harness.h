@@ -77,6 +77,10 @@ nlohmann::json read_reply(int fd, int timeout_ms = 30000);
 // bounding set of its CapabilityBoundingSet= line (HPD_UNIT_FILE: packaging/systemd/hpd.service), none
 // inheritable, through setpriv. Throws when the file or the line is missing.
 std::vector<std::string> with_unit_capabilities(const std::string& unit_file);
+// The value of a unit file's `key=` line (its first); throws when the file or the line is missing.
+std::string unit_file_value(const std::string& unit_file, const std::string& key);
+// The capabilities of its CapabilityBoundingSet= line, in setpriv's names (bpf, perfmon, ...).
+std::vector<std::string> unit_capabilities(const std::string& unit_file);
 
 // A wrapper that runs hpd in a mount namespace of its own (propagation private: what `script` mounts
 // stays there): `sh -c script`, with `arg0` as its `$0`, `then` and hpd's own command line as "$@"; the
