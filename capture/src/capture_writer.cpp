@@ -271,7 +271,7 @@ struct CaptureWriter::State {
     if (changed == 0) return;
     for (const std::string* cgroup : cgroups) body.str(*cgroup);
     enc.var(changed);
-    enc.bytes().append(body.bytes());
+    enc.append(body.bytes());
     emit(BlockType::kProcesses);
   }
 
@@ -295,7 +295,7 @@ struct CaptureWriter::State {
     }
     if (changed == 0) return;
     enc.var(changed);
-    enc.bytes().append(body.bytes());
+    enc.append(body.bytes());
     emit(BlockType::kThreads);
   }
 

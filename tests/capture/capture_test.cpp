@@ -637,5 +637,56 @@ TEST_F(CaptureTest, GarbageAndDamagedHeadersAreClearErrors) {
   EXPECT_THROW(CaptureWriter(path("no/such/dir/x.hpr")), CaptureError);
 }
 
+// The encoder writes through a pointer into a buffer it grows itself: a long random run of every kind
+// of write, read back between clears and after `bytes()` (which trims the buffer) is read back
+// value for value; and the LEB128 bytes of a few varints, byte for byte.
+TEST(CaptureEncoder, EveryWriteReadsBackAcrossGrowthTrimsAndClears) {
+  std::mt19937_64 random(31);
+  capture::Encoder e;
+  for (int round = 0; round < 40; ++round) {
+    e.clear();
+    std::vector<std::pair<int, uint64_t>> written;  // (kind, value)
+    std::string strings, expected_var;
+    const int n = static_cast<int>(random() % 5000);
+    for (int i = 0; i < n; ++i) {
+      const int kind = static_cast<int>(random() % 4);
+      // Values of every varint length, 1 to 10 bytes.
+      const uint64_t v = random() >> (random() % 64);
+      if (kind == 0) e.u8(static_cast<uint8_t>(v));
+      if (kind == 1) e.var(v);
+      if (kind == 2) e.svar(static_cast<int64_t>(v));
+      if (kind == 3) e.str(std::string(v % 300, static_cast<char>('a' + i % 26)));
+      written.emplace_back(kind, v);
+      if (i % 997 == 0) (void)e.bytes();  // trimmed mid-way; later writes grow it again
+    }
+    const std::string& payload = e.bytes();
+    ASSERT_EQ(e.size(), payload.size());
+    capture::Decoder d(std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()), "test");
+    for (size_t i = 0; i < written.size(); ++i) {
+      const auto [kind, v] = written[i];
+      if (kind == 0) {
+        ASSERT_EQ(d.u8(), static_cast<uint8_t>(v)) << i;
+      } else if (kind == 1) {
+        ASSERT_EQ(d.var(), v) << i;
+      } else if (kind == 2) {
+        ASSERT_EQ(d.svar(), static_cast<int64_t>(v)) << i;
+      } else {
+        ASSERT_EQ(d.str(), std::string(v % 300, static_cast<char>('a' + i % 26))) << i;
+      }
+    }
+    EXPECT_TRUE(d.at_end());
+  }
+  // LEB128, byte for byte, and an append after varints.
+  e.clear();
+  e.var(0);
+  e.var(127);
+  e.var(128);
+  e.var(UINT64_MAX);
+  e.append("xyz");
+  const std::string want =
+      std::string("\x00\x7f\x80\x01", 4) + "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01" + "xyz";
+  EXPECT_EQ(e.bytes(), want);
+}
+
 }  // namespace
 }  // namespace hpd
