@@ -22,6 +22,7 @@ const char* block_name(uint16_t type) {
     case BlockType::kKernelSymbols: return "kernel-symbols";
     case BlockType::kStackGeneration: return "stack-generation";
     case BlockType::kEnd: return "end";
+    case BlockType::kJitSymbols: return "jit-symbols";
   }
   return "unknown";
 }

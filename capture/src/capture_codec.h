@@ -38,6 +38,7 @@ enum class BlockType : uint16_t {
   kKernelSymbols = 13,  // kallsyms lines naming the stacks' kernel addresses; optional; the last one wins
   kStackGeneration = 14,  // the stack indices start over: later blocks name the stacks written after it
   kEnd = 15,              // the recording finished; totals for a consistency check
+  kJitSymbols = 16,       // the JIT symbols read for the recording; optional; the last one wins
 };
 
 inline constexpr uint16_t kFlagZstd = 1;      // payload is one zstd frame

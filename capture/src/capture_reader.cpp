@@ -49,6 +49,7 @@ class BlockApplier {
       case BlockType::kKernelSymbols: p_.kernel_symbols = d.str(); return true;
       case BlockType::kStackGeneration: stack_generation(d); return true;
       case BlockType::kEnd: end(d); return true;
+      case BlockType::kJitSymbols: jit_symbols(d); return true;
     }
     return false;
   }
@@ -106,6 +107,18 @@ class BlockApplier {
       }
     }
     p_.call_latency = std::move(out);
+  }
+
+  void jit_symbols(Decoder& d) {
+    const size_t n = d.count(4);  // pid, start, size and a name's length: a byte each at least
+    std::vector<RawJitSymbol> out(n);
+    for (RawJitSymbol& s : out) {
+      s.pid = d.s32();
+      s.start = d.var();
+      s.size = d.var();
+      s.name = d.str();
+    }
+    p_.jit_symbols = std::move(out);
   }
 
   void allocations(Decoder& d) {

@@ -113,6 +113,7 @@ struct CaptureWriter::State {
   size_t mip_snapshots = 0;
   LostCounts lost;
   std::string kernel_symbols;
+  size_t jit_symbols = 0;
   Encoder enc;
   std::vector<uint8_t> compressed;
 
@@ -483,6 +484,21 @@ struct CaptureWriter::State {
     kernel_symbols = p.kernel_symbols;
   }
 
+  // Optional: a reader that skips it leaves the frames of generated code as [anon]+0xOFFSET. Written
+  // when the recording ends (the files are read then), whole; the symbols are only ever appended.
+  void write_jit_symbols(const RawProfile& p) {
+    if (p.jit_symbols.size() == jit_symbols) return;
+    enc.var(p.jit_symbols.size());
+    for (const RawJitSymbol& s : p.jit_symbols) {
+      enc.svar(s.pid);
+      enc.var(s.start);
+      enc.var(s.size);
+      enc.str(s.name);
+    }
+    emit(BlockType::kJitSymbols, false);
+    jit_symbols = p.jit_symbols.size();
+  }
+
   void write_lost(const RawProfile& p) {
     if (same_lost(lost, p.lost)) return;
     encode_lost(enc, p.lost);
@@ -559,6 +575,7 @@ void CaptureWriter::flush(const RawProfile& profile) {
   s.write_allocations(profile);
   s.write_mip(profile);
   s.write_kernel_symbols(profile);
+  s.write_jit_symbols(profile);
   s.write_lost(profile);
 }
 

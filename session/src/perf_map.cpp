@@ -67,7 +67,8 @@ bool parse_map_line(std::string_view line, uint64_t& start, uint64_t& size, std:
 // (process, start), within the byte bound.
 class Collector {
  public:
-  Collector(RawProfile& profile, uint64_t max_bytes) : profile_(profile), max_bytes_(max_bytes) {
+  Collector(RawProfile& profile, uint64_t max_bytes, bool every_symbol)
+      : profile_(profile), max_bytes_(max_bytes), every_symbol_(every_symbol) {
     // The stacks each process was sampled in (samples held, released and allocations): a process's
     // map is matched against its own addresses only. With --all, the other processes' code sits at
     // the same addresses as a runtime's blobs, and would keep a large map's blobs no stack of the
@@ -195,6 +196,7 @@ class Collector {
   // A sampled address in [start, start + size]: the sampled instruction itself, or a return
   // address just past the blob's end (looked up one below).
   bool covers_sample(uint64_t start, uint64_t size) {
+    if (every_symbol_) return true;
     if (!sampled_ready_) find_sampled();
     const auto it = std::lower_bound(sampled_.begin(), sampled_.end(), start);
     return it != sampled_.end() && *it - start <= size;
@@ -202,6 +204,7 @@ class Collector {
 
   RawProfile& profile_;
   uint64_t max_bytes_;
+  bool every_symbol_;
   std::vector<uint64_t> stacks_of_pid_;  // (pid << 32 | stack), sorted
   std::vector<uint64_t> sampled_;        // of pid_, once sampled_ready_ (find_sampled)
   bool sampled_ready_ = false;
@@ -409,7 +412,7 @@ bool parse_jitdump(const std::string& bytes, int32_t pid, std::vector<RawJitSymb
 }
 
 JitReadResult read_jit_symbols(RawProfile& profile, const JitReadOptions& options) {
-  Collector collector(profile, options.max_bytes);
+  Collector collector(profile, options.max_bytes, options.every_symbol);
   // Copied: jit_symbols grows while the processes are walked, and processes do not.
   for (size_t p = 0; p < profile.processes.size(); ++p) {
     const RawProcess& process = profile.processes[p];

@@ -271,30 +271,35 @@ void RecordingOutput::read_back_spill(RawProfile& raw) {
 
 std::optional<Profile> RecordingOutput::finish(RecordResult& result) {
   if (mip_) mip_->finish(result.profile);
-  if (capture_) {
-    // Finished before symbolizing, so the capture is complete even if symbolization fails.
-    if (!capture_error_.empty()) throw std::runtime_error(capture_error_);
-    capture_->finish(result.profile);
-    // Every sample is in the file now: the summary and the report need only their sums.
-    result.profile.release_samples();
-  } else if (spill_) {
+  if (capture_ && !capture_error_.empty()) throw std::runtime_error(capture_error_);
+  if (!capture_ && spill_) {
     read_back_spill(result.profile);
     spill_.reset();
     spill_read_fd_.reset();
   }
-  // A capture whose recording let go of its stacks is not symbolized here (attach): which JIT symbols
-  // cover a sampled address, and would be kept, is no longer known.
-  if (result.profile.released_stacks_forgotten) return std::nullopt;
   // JIT runtimes name their generated code in /tmp/perf-PID.map or jit-PID.dump; read now, while the
-  // processes (and their /tmp through /proc/PID/root) may still be there.
+  // processes (and their /tmp through /proc/PID/root) may still be there, and before a capture is
+  // finished: it keeps them (before, a capture said "JIT symbols of pid N: 1 of 1" and held none). A
+  // recording that let go of its samples' stacks no longer knows which addresses were sampled: it
+  // keeps every symbol of the files, within the same bound.
   JitReadOptions jit;
   jit.open_file = sources_.open_file;
   jit.max_bytes = sources_.max_jit_bytes;
   jit.bound_name = sources_.jit_bound_name;
   jit.tmp_dirs = &tmp_dirs_;
+  jit.every_symbol = result.profile.released_stacks_forgotten;
   JitReadResult jit_read = read_jit_symbols(result.profile, jit);
   jit_notes_ = std::move(jit_read.notes);
   jit_bytes_ = jit_read.bytes_kept;
+  if (capture_) {
+    // Finished before symbolizing, so the capture is complete even if symbolization fails.
+    capture_->finish(result.profile);
+    // Every sample is in the file now: the summary and the report need only their sums.
+    result.profile.release_samples();
+  }
+  // A capture whose recording let go of its stacks is not symbolized here (attach): the file holds
+  // its samples' stacks, memory no longer does.
+  if (result.profile.released_stacks_forgotten) return std::nullopt;
   SymbolizerOptions symbolizer_options;
   symbolizer_options.cache_bytes = sources_.symbol_cache_bytes;
   symbolizer_options.open_file = sources_.open_file;

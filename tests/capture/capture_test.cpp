@@ -79,6 +79,32 @@ class CaptureTest : public ::testing::Test {
     return offsets;
   }
 
+  // The file without its blocks of `type`, as a writer that never wrote them would have it; `count`:
+  // how many there were, each checked to be written without the required flag (optional).
+  static std::vector<uint8_t> without_optional_blocks(const std::vector<uint8_t>& bytes, uint16_t type,
+                                                      size_t& count) {
+    std::vector<uint8_t> without(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
+    const std::vector<size_t> offsets = block_offsets(bytes);
+    count = 0;
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      const size_t end = i + 1 < offsets.size() ? offsets[i + 1] : bytes.size();
+      if (capture::get_le16(bytes.data() + offsets[i]) == type) {
+        ++count;
+        EXPECT_EQ(capture::get_le16(bytes.data() + offsets[i] + 2) & capture::kFlagRequired, 0) << type;
+        continue;
+      }
+      without.insert(without.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
+                     bytes.begin() + static_cast<std::ptrdiff_t>(end));
+    }
+    return without;
+  }
+  static size_t count_blocks(const std::vector<uint8_t>& bytes, uint16_t type) {
+    size_t count = 0;
+    for (const size_t offset : block_offsets(bytes))
+      count += capture::get_le16(bytes.data() + offset) == type;
+    return count;
+  }
+
   // A framed block with a valid checksum.
   static std::vector<uint8_t> make_block(uint16_t type, uint16_t flags, const std::string& payload) {
     std::vector<uint8_t> b(capture::kBlockHeaderSize + payload.size());
@@ -567,19 +593,8 @@ TEST_F(CaptureTest, KernelSymbolLinesAreAnOptionalBlock) {
   ASSERT_FALSE(profile.kernel_symbols.empty());
   write_capture_file(profile, path("k.hpr"));
   const std::vector<uint8_t> bytes = read_bytes(path("k.hpr"));
-  std::vector<uint8_t> without(bytes.begin(), bytes.begin() + capture::kFileHeaderSize);
-  const std::vector<size_t> offsets = block_offsets(bytes);
   size_t blocks = 0;
-  for (size_t i = 0; i < offsets.size(); ++i) {
-    const size_t end = i + 1 < offsets.size() ? offsets[i + 1] : bytes.size();
-    if (capture::get_le16(bytes.data() + offsets[i]) == 13) {
-      ++blocks;
-      EXPECT_EQ(capture::get_le16(bytes.data() + offsets[i] + 2) & capture::kFlagRequired, 0);
-      continue;
-    }
-    without.insert(without.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offsets[i]),
-                   bytes.begin() + static_cast<std::ptrdiff_t>(end));
-  }
+  const std::vector<uint8_t> without = without_optional_blocks(bytes, 13, blocks);
   EXPECT_EQ(blocks, 1u);
   EXPECT_EQ(read_capture(bytes).profile.kernel_symbols, profile.kernel_symbols);
   const CaptureContents old_style = read_capture(without);
@@ -593,11 +608,36 @@ TEST_F(CaptureTest, KernelSymbolLinesAreAnOptionalBlock) {
   profile.kernel_symbols += "ffffffffc0a00000 t mod_func\t[mymod]\n";
   writer.finish(profile);
   const std::vector<uint8_t> streamed = read_bytes(path("s.hpr"));
-  size_t streamed_blocks = 0;
-  for (const size_t offset : block_offsets(streamed))
-    streamed_blocks += capture::get_le16(streamed.data() + offset) == 13 ? 1 : 0;
-  EXPECT_EQ(streamed_blocks, 2u);
+  EXPECT_EQ(count_blocks(streamed, 13), 2u);
   EXPECT_EQ(read_capture(streamed).profile.kernel_symbols, profile.kernel_symbols);
+}
+
+// The JIT symbols read when the recording ended (perf maps, jitdumps): an optional block (an older
+// reader skips it and leaves generated code as [anon]+0xOFFSET), written once unless they change.
+TEST_F(CaptureTest, JitSymbolsAreAnOptionalBlock) {
+  RawProfile profile = make_raw_profile(200);
+  ASSERT_EQ(profile.jit_symbols.size(), 2u);
+  write_capture_file(profile, path("j.hpr"));
+  const std::vector<uint8_t> bytes = read_bytes(path("j.hpr"));
+  size_t blocks = 0;
+  const std::vector<uint8_t> without = without_optional_blocks(bytes, 16, blocks);
+  EXPECT_EQ(blocks, 1u);
+  const CaptureContents old_style = read_capture(without);
+  EXPECT_TRUE(old_style.info.complete);
+  EXPECT_TRUE(old_style.profile.jit_symbols.empty());
+  RawProfile expected = profile;
+  expected.jit_symbols.clear();
+  EXPECT_EQ(diff_raw_profiles(expected, old_style.profile), "");
+
+  // Streamed: a second flush with the same symbols writes no second block; one more symbol does.
+  CaptureWriter writer(path("s.hpr"));
+  writer.flush(profile);
+  writer.flush(profile);
+  profile.jit_symbols.push_back(RawJitSymbol{1000, 0x7f0040002000, 16, "Builtin: ArgumentsAdaptor"});
+  writer.finish(profile);
+  const std::vector<uint8_t> streamed = read_bytes(path("s.hpr"));
+  EXPECT_EQ(count_blocks(streamed, 16), 2u);
+  EXPECT_EQ(diff_raw_profiles(profile, read_capture(streamed).profile), "");
 }
 
 TEST_F(CaptureTest, GarbageAndDamagedHeadersAreClearErrors) {

@@ -133,6 +133,8 @@ RawProfile make_raw_profile(size_t samples) {
   p.lost.truncated_stacks = 2;
   p.kernel_symbols =
       "ffffffff81000000 T _stext\nffffffffa0001000 t bpf_prog_6deef7357e7b4530_hpd_on_cpu\t[bpf]\n";
+  p.jit_symbols.push_back(RawJitSymbol{1000, 0x7f0040001040, 0x80, "LazyCompile:*hot /app.js:3"});
+  p.jit_symbols.push_back(RawJitSymbol{1003, 0x7f0040000000, 1, "stub with spaces"});
   return p;
 }
 
@@ -232,6 +234,12 @@ std::string diff_raw_profiles(const RawProfile& a, const RawProfile& b) {
       return "allocation " + std::to_string(i) + " differs";
   }
   if (a.kernel_symbols != b.kernel_symbols) return "kernel symbol lines differ";
+  if (a.jit_symbols.size() != b.jit_symbols.size()) return "JIT symbol count differs";
+  for (size_t i = 0; i < a.jit_symbols.size(); ++i) {
+    const RawJitSymbol &l = a.jit_symbols[i], &m = b.jit_symbols[i];
+    if (l.pid != m.pid || l.start != m.start || l.size != m.size || l.name != m.name)
+      return "JIT symbol " + std::to_string(i) + " differs";
+  }
   return lost_diff(a.lost, b.lost, "profile");
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "firefox_lint.h"
+#include "hpd/capture/capture.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
@@ -107,6 +108,41 @@ TEST_F(JitTest, AnonymousCodeIsNotOpenedAsAFile) {
   EXPECT_EQ(summary.find("//anon"), std::string::npos) << summary;
   EXPECT_EQ(summary.find("anon: No such file"), std::string::npos) << summary;
   EXPECT_NE(row_containing(report, "jit_hot_loop"), nullptr) << report.dump(1);
+}
+
+// A capture (.hpr: what hpd writes, and what a recording not symbolized at its end keeps) holds the JIT
+// symbols read when the recording ended: its summary said "JIT symbols of pid N: 1 of 1" while the
+// capture held none, and its report showed the fixture's hot loop as [anon]+0xOFFSET. Also when the
+// recording let go of its stacks (HPD_STACK_MEMORY_KB=1: nearly every flush), when which addresses were
+// sampled is no longer known and every symbol of the map is kept.
+TEST_F(JitTest, ACaptureKeepsTheJitSymbolsItsSummaryNames) {
+  for (const std::string stack_memory_kb : {"", "1"}) {
+    SCOPED_TRACE("HPD_STACK_MEMORY_KB=" + stack_memory_kb);
+    const std::string hpr = path("jit" + stack_memory_kb + ".hpr");
+    std::vector<std::string> argv{"env"};
+    if (!stack_memory_kb.empty()) argv.push_back("HPD_STACK_MEMORY_KB=" + stack_memory_kb);
+    argv.insert(argv.end(), {kHpctl, "--local", "record", "-o", hpr, "--no-report", "--", kFixture, "1.0"});
+    const RunResult r = run(argv);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const size_t note = r.err.find("JIT symbols of pid ");
+    ASSERT_NE(note, std::string::npos) << r.err;
+    maps_.push_back("/tmp/perf-" + std::to_string(std::stoi(r.err.substr(note + 19))) + ".map");
+    EXPECT_NE(r.err.find(": 1 of 1 from /tmp/perf-"), std::string::npos) << r.err;
+    const CaptureContents capture = read_capture_file(hpr);
+    if (stack_memory_kb.empty())
+      EXPECT_EQ(capture.info.stack_generations, 0u);
+    else
+      EXPECT_GE(capture.info.stack_generations, 1u) << "the stacks were not let go";
+    ASSERT_EQ(capture.profile.jit_symbols.size(), 1u);
+    EXPECT_EQ(capture.profile.jit_symbols[0].name, "jit_hot_loop");
+    const RunResult rep = run({kHpctl, "report", "--json", "--limit", "0", hpr});
+    ASSERT_EQ(rep.exit_code, 0) << rep.err;
+    const json report = json::parse(rep.out);
+    const json* jit = row_containing(report, "jit_hot_loop");
+    ASSERT_NE(jit, nullptr) << report.at("functions").at(0).dump();
+    EXPECT_GT(jit->at("self_percent").get<double>(), 80);
+    EXPECT_EQ(jit->at("library"), "[jit]") << jit->dump();
+  }
 }
 
 TEST_F(JitTest, WithoutAMapTheCodeStaysUnnamed) {

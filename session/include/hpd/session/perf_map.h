@@ -72,6 +72,10 @@ struct JitReadOptions {
   // The /tmp of processes held while they lived: where the files of a process that has exited are
   // looked for before this process's /tmp.
   const ProcessTmpDirs* tmp_dirs = nullptr;
+  // Every symbol of the files, not only those covering a sampled address: for a recording that let go
+  // of its samples' stacks (RawProfile::released_stacks_forgotten; its capture holds them), where which
+  // addresses were sampled is no longer known.
+  bool every_symbol = false;
 };
 
 // What reading the JIT files of a recording kept and left out.
