@@ -26,6 +26,7 @@
 #include "hpd/capture/capture.h"
 #include "hpd/continuous/continuous.h"
 #include "hpd/session/otlp_push.h"
+#include "hpd/session/perf_map.h"
 #include "hpd/symbolizer/symbolizer.h"
 #include "store_files.h"
 
@@ -449,6 +450,16 @@ struct ContinuousProfiler::State {
     profile.kernel_symbols = std::move(lines);
   }
 
+  // The names JIT runtimes gave the generated code the chunk sampled (/tmp/perf-PID.map, the
+  // jit-PID.dump a process mapped; RawProfile::jit_symbols), read as a recording's end reads them, so
+  // that the chunk names that code alone, in an export or a push, after the process is gone. Without
+  // them a node service's JavaScript was [anon]+0xOFFSET in every chunk.
+  static void keep_jit_names(RawProfile& profile) {
+    session::JitReadOptions jit;
+    jit.bound_name = "hpd's bound of 16 MiB of JIT symbols per chunk";
+    session::read_jit_symbols(profile, jit);
+  }
+
   // The end block, the rename, the figures; an empty chunk (an idle system) leaves no file.
   void finish_chunk(std::unique_ptr<Chunk> chunk, const RawProfile& live, uint64_t end_mono,
                     uint64_t requested_mono) {
@@ -471,6 +482,7 @@ struct ContinuousProfiler::State {
       discard_chunk(chunk);
     } else {
       keep_kernel_names(profile);
+      keep_jit_names(profile);
       chunk->writer->finish(profile);  // fsyncs
       chunk->writer.reset();
       rename_durably(chunk->tmp_path, chunk->final_path);

@@ -34,6 +34,7 @@ const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kDriver = HPD_DRIVER_PATH;
 const std::string kCpuSplit = std::string(HPD_FIXTURE_DIR) + "/cpu_split";
 const std::string kCpuClockLog = std::string(HPD_FIXTURE_DIR) + "/cpu_clock_log";
+const std::string kJitPerfMap = std::string(HPD_FIXTURE_DIR) + "/jit_perf_map";
 
 // Polls `done` every 100 ms for up to `timeout_s` (generous: the machine is shared).
 bool wait_for(const std::function<bool()>& done, double timeout_s = 90) {
@@ -195,6 +196,54 @@ TEST_F(ContinuousTest, WithTheKernelSymbolsKeptTheChunksNameTheirKernelFramesWit
   EXPECT_GE(names.kept_found, names.live_found);
   std::cout << scan.chunks.size() << " chunks, " << names.addresses << " kernel addresses, " << kept.reads
             << " reads of /proc/kallsyms\n";
+}
+
+// A chunk names the generated code it sampled: jit_perf_map copies a loop into anonymous memory and
+// names it in /tmp/perf-PID.map; every chunk with the fixture's samples keeps that symbol, and the
+// symbol covers most of them (the fixture spends its CPU in the loop). Before, chunks read no JIT
+// files: the loop was [anon]+0xOFFSET in every export and push.
+TEST_F(ContinuousTest, ChunksNameTheGeneratedCodeTheySampled) {
+  ContinuousProfiler profiler(options(1));
+  profiler.start();
+  // Sampling has begun once a chunk was written: the fixture's whole run is then recorded.
+  ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= 1; })) << profiler.stats().last_error;
+  test::Background jit({kJitPerfMap, "3.0"});
+  const pid_t pid = jit.pid();
+  const int status = jit.wait();
+  // The chunk in progress when the fixture ended is finished by stop().
+  profiler.stop();
+  fs::remove("/tmp/perf-" + std::to_string(pid) + ".map");
+  ASSERT_EQ(status, 0);
+  const StoreScan scan = scan_store(dir_ / "store");
+  size_t chunks_with_fixture = 0, fixture_samples = 0, in_the_loop = 0;
+  for (const ChunkFile& c : scan.chunks) {
+    const CaptureContents contents = read_capture_file(c.path.string());
+    const RawProfile& p = contents.profile;
+    size_t samples = 0, named = 0;
+    for (const RawSample& s : p.samples) {
+      if (s.pid != pid || s.kind != SampleKind::kOnCpu || s.stack >= p.stacks.size()) continue;
+      ++samples;
+      const auto user = p.stacks.user_frames(s.stack);
+      if (user.empty()) continue;
+      for (const RawJitSymbol& j : p.jit_symbols)
+        named += j.pid == pid && j.name == "jit_hot_loop" && user[0] >= j.start && user[0] - j.start < j.size;
+    }
+    if (samples == 0) continue;
+    ++chunks_with_fixture;
+    fixture_samples += samples;
+    in_the_loop += named;
+    const bool kept = std::any_of(p.jit_symbols.begin(), p.jit_symbols.end(), [&](const RawJitSymbol& j) {
+      return j.pid == pid && j.name == "jit_hot_loop";
+    });
+    EXPECT_TRUE(kept) << c.path << ": " << samples << " samples of the fixture, no symbol of its map";
+  }
+  ASSERT_GT(chunks_with_fixture, 0u) << profiler.stats().last_error;
+  // 3 s of CPU at 99 Hz: about 300 samples, nearly all of them in the loop (one sample of another
+  // function in five would be far more than its start and exit take).
+  EXPECT_GT(fixture_samples, 100u);
+  EXPECT_GT(double(in_the_loop), 0.8 * double(fixture_samples)) << in_the_loop << " of " << fixture_samples;
+  std::cout << chunks_with_fixture << " chunks hold " << fixture_samples << " samples of the fixture, "
+            << in_the_loop << " of them named jit_hot_loop\n";
 }
 
 // One collection for all the chunks: sampling does not stop at a chunk boundary. 1-s chunks at 99 Hz
