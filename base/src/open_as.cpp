@@ -11,6 +11,8 @@
 #include <system_error>
 #include <thread>
 
+#include "hpd/base/proc_files.h"
+
 namespace hpd {
 namespace {
 
@@ -52,6 +54,15 @@ int open_as(const FsCredentials& who, const char* path, int flags) {
   }
   if (fd < 0) errno = error;
   return fd;
+}
+
+std::optional<FsCredentials> process_fs_credentials(int32_t pid) {
+  const std::optional<StatusIds> ids = read_proc_status_ids(pid);
+  // Real, effective, saved and file-system ids, in that order.
+  if (!ids || ids->uids.size() < 4 || ids->gids.size() < 4) return std::nullopt;
+  FsCredentials who{ids->uids[3], ids->gids[3], {}};
+  who.groups.assign(ids->groups.begin(), ids->groups.end());
+  return who;
 }
 
 }  // namespace hpd

@@ -215,9 +215,11 @@ class Collector {
 
 // A regular file (no symlink followed, a FIFO not waited on) of at most max_bytes, opened as the
 // options say; invalid otherwise.
-UniqueFd open_regular(const JitReadOptions& options, const std::string& path, off_t max_bytes) {
+UniqueFd open_regular(const JitReadOptions& options, int32_t pid, const std::string& path, off_t max_bytes) {
   const int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-  UniqueFd fd(options.open_file ? options.open_file(path, flags) : ::open(path.c_str(), flags));
+  UniqueFd fd(options.open_process_file ? options.open_process_file(pid, path, flags)
+              : options.open_file       ? options.open_file(path, flags)
+                                        : ::open(path.c_str(), flags));
   struct stat st {};
   if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) return {};
   return fd;
@@ -425,9 +427,10 @@ JitReadResult read_jit_symbols(RawProfile& profile, const JitReadOptions& option
     const std::string held = options.tmp_dirs ? options.tmp_dirs->path_in_tmp(pid, map_name) : "";
     UniqueFd map;
     if (live)
-      map = open_regular(options, "/proc/" + std::to_string(pid) + "/root/tmp/" + map_name, kMaxMapBytes);
-    if (!map && !held.empty()) map = open_regular(options, held, kMaxMapBytes);
-    if (!map) map = open_regular(options, "/tmp/" + map_name, kMaxMapBytes);
+      map =
+          open_regular(options, pid, "/proc/" + std::to_string(pid) + "/root/tmp/" + map_name, kMaxMapBytes);
+    if (!map && !held.empty()) map = open_regular(options, pid, held, kMaxMapBytes);
+    if (!map) map = open_regular(options, pid, "/tmp/" + map_name, kMaxMapBytes);
     if (map) {
       const size_t bad = stream_perf_map(map.get(), collector);
       collector.result.notes.push_back(
@@ -455,7 +458,7 @@ JitReadResult read_jit_symbols(RawProfile& profile, const JitReadOptions& option
     }
     if (live) candidates.push_back("/proc/" + std::to_string(pid) + "/cwd/" + dump_name);
     for (const std::string& path : candidates) {
-      UniqueFd dump = open_regular(options, path, kMaxJitdumpBytes);
+      UniqueFd dump = open_regular(options, pid, path, kMaxJitdumpBytes);
       struct stat st {};
       if (!dump || ::fstat(dump.get(), &st) != 0) continue;
       auto read_at = [fd = dump.get()](uint64_t offset, void* into, size_t size) {

@@ -23,6 +23,7 @@
 
 #include "chunk_cut.h"
 #include "chunk_pusher.h"
+#include "hpd/base/open_as.h"
 #include "hpd/capture/capture.h"
 #include "hpd/continuous/continuous.h"
 #include "hpd/session/otlp_push.h"
@@ -453,10 +454,23 @@ struct ContinuousProfiler::State {
   // The names JIT runtimes gave the generated code the chunk sampled (/tmp/perf-PID.map, the
   // jit-PID.dump a process mapped; RawProfile::jit_symbols), read as a recording's end reads them, so
   // that the chunk names that code alone, in an export or a push, after the process is gone. Without
-  // them a node service's JavaScript was [anon]+0xOFFSET in every chunk.
+  // them a node service's JavaScript was [anon]+0xOFFSET in every chunk. Each process's files are
+  // opened as its owner (its file-system uid and gid, its groups: open_as), never as root: a process
+  // whose /tmp is a mount of its own could otherwise have hpd read, and keep in a chunk its group
+  // reads, lines of a file only root may read. A process gone (its owner no longer known) is skipped.
   static void keep_jit_names(RawProfile& profile) {
     session::JitReadOptions jit;
     jit.bound_name = "hpd's bound of 16 MiB of JIT symbols per chunk";
+    std::unordered_map<int32_t, std::optional<FsCredentials>> owners;
+    jit.open_process_file = [&owners](int32_t pid, const std::string& path, int flags) {
+      auto [it, added] = owners.try_emplace(pid);
+      if (added) it->second = process_fs_credentials(pid);
+      if (!it->second) {
+        errno = ESRCH;
+        return -1;
+      }
+      return open_as(*it->second, path.c_str(), flags);
+    };
     session::read_jit_symbols(profile, jit);
   }
 

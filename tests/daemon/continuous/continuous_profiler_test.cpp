@@ -23,6 +23,7 @@
 #include "hpd/symbolizer/symbolizer.h"
 #include "subprocess.h"
 #include "temp_dir.h"
+#include "test_user.h"
 
 namespace hpd::continuous {
 namespace {
@@ -244,6 +245,61 @@ TEST_F(ContinuousTest, ChunksNameTheGeneratedCodeTheySampled) {
   EXPECT_GT(double(in_the_loop), 0.8 * double(fixture_samples)) << in_the_loop << " of " << fixture_samples;
   std::cout << chunks_with_fixture << " chunks hold " << fixture_samples << " samples of the fixture, "
             << in_the_loop << " of them named jit_hot_loop\n";
+}
+
+// The chunks read a process's JIT files as the process's owner, never as root (hpd runs as root and
+// its chunks are readable by its group): a real user's jit_perf_map writes its own map, and chunks
+// name her code; once root makes that map root's own and 0600 (as a mount of a root-only file over
+// her /tmp would), the chunks that end after it keep no symbol of it, though her code is sampled on.
+TEST_F(ContinuousTest, ChunksReadAProcesssJitFilesAsItsOwner) {
+  const test::TestUser user = test::make_test_user("hpdtest-jit-" + std::to_string(getpid()));
+  struct Remove {
+    const test::TestUser& user;
+    ~Remove() { test::remove_test_user(user); }
+  } remove{user};
+  ContinuousProfiler profiler(options(1));
+  profiler.start();
+  ASSERT_TRUE(wait_for([&] { return profiler.stats().chunks_written >= 1; })) << profiler.stats().last_error;
+  // Enough CPU for chunks before and after the change, on a loaded machine too (it is stopped then).
+  test::Background jit(user.run_as({kJitPerfMap, "30.0"}));
+  const pid_t pid = jit.pid();
+  const std::string map = "/tmp/perf-" + std::to_string(pid) + ".map";
+  struct RemoveMap {
+    std::string path;
+    ~RemoveMap() { fs::remove(path); }
+  } remove_map{map};
+  // The fixture's samples in the chunks written so far that end after `after_mono`, and how many of
+  // those chunks kept the symbol of its map.
+  struct Seen {
+    size_t chunks = 0, named = 0;
+  };
+  const auto seen = [&](uint64_t after_mono) {
+    Seen s;
+    for (const ChunkFile& c : scan_store(dir_ / "store").chunks) {
+      const CaptureContents contents = read_capture_file(c.path.string());
+      const RawProfile& p = contents.profile;
+      if (p.info.end_mono_ns <= after_mono) continue;
+      if (std::none_of(p.samples.begin(), p.samples.end(), [&](const RawSample& x) { return x.pid == pid; }))
+        continue;
+      ++s.chunks;
+      s.named += std::any_of(p.jit_symbols.begin(), p.jit_symbols.end(),
+                             [&](const RawJitSymbol& j) { return j.pid == pid && j.name == "jit_hot_loop"; });
+    }
+    return s;
+  };
+  // Her own map, readable to her: named.
+  ASSERT_TRUE(wait_for([&] { return seen(0).named >= 1; }, 120)) << "no chunk named her code";
+  ASSERT_EQ(::chown(map.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chmod(map.c_str(), 0600), 0);
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  const uint64_t changed = uint64_t(now.tv_sec) * 1'000'000'000 + uint64_t(now.tv_nsec);
+  ASSERT_TRUE(wait_for([&] { return seen(changed).chunks >= 2; }, 120)) << "no chunk after the change";
+  jit.kill();
+  profiler.stop();
+  const Seen after = seen(changed);
+  EXPECT_EQ(after.named, 0u) << after.named << " of " << after.chunks
+                             << " chunks after the map became root's kept its symbol";
 }
 
 // One collection for all the chunks: sampling does not stop at a chunk boundary. 1-s chunks at 99 Hz

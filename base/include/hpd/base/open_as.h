@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace hpd {
@@ -24,5 +26,9 @@ struct FsCredentials {
 // open it, and EPERM too when this process cannot take those credentials (it needs CAP_SETUID
 // and CAP_SETGID): nothing is opened then, so a missing privilege never reads more.
 int open_as(const FsCredentials& who, const char* path, int flags);
+
+// The credentials process `pid` opens files with (/proc/PID/status: its file-system uid and gid, its
+// supplementary groups); nullopt when it is gone or its status is malformed.
+std::optional<FsCredentials> process_fs_credentials(int32_t pid);
 
 }  // namespace hpd
