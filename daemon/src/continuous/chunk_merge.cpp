@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -140,6 +141,21 @@ class ChunkMerger {
       copy.time_ns = non_negative(add_signed(m.time_ns, shift_));
       copy.module = module(in, m.module);
       out_.mip_snapshots.push_back(std::move(copy));
+    }
+    // The JIT symbols each chunk kept for its processes' generated code, of the processes merged from
+    // it: one per (merged process, start), the later chunk's when a runtime wrote new code there.
+    for (const RawJitSymbol& j : in.jit_symbols) {
+      if (selected_.count(j.pid) == 0) continue;
+      const int32_t pid = pid_map_.at(j.pid);
+      if (processes_done_.count(pid) == 0) continue;  // none of its samples in the window
+      const auto [at, added] = jit_index_.try_emplace({pid, j.start}, out_.jit_symbols.size());
+      if (added) {
+        out_.jit_symbols.push_back(j);
+        out_.jit_symbols.back().pid = pid;
+      } else {
+        out_.jit_symbols[at->second].size = j.size;
+        out_.jit_symbols[at->second].name = j.name;
+      }
     }
     out_.lost.lost_records += in.lost.lost_records;
     out_.lost.throttle_events += in.lost.throttle_events;
@@ -317,6 +333,7 @@ class ChunkMerger {
   std::vector<std::string>* notes_;
   RawProfile out_;
   std::unordered_set<std::string> kernel_lines_;
+  std::map<std::pair<int32_t, uint64_t>, size_t> jit_index_;  // (merged pid, start) -> out_.jit_symbols
   RecordingInfo reference_;
   std::string boot_id_;
   bool mixed_boots_ = false;

@@ -390,8 +390,17 @@ struct ContinuousProfiler::State {
     std::unique_ptr<CaptureWriter> writer;
     uint64_t end_mono = 0;  // where the collection rotates to the next chunk
     uint64_t last_flush_mono = 0;
+    // The owner of each process of its samples, read when its first sample came (it is then most
+    // likely still running): its JIT files are opened as that owner at the chunk's end, when the
+    // process may be gone (keep_jit_names). nullopt: gone already.
+    std::unordered_map<int32_t, std::optional<FsCredentials>> owners;
 
     Chunk(const RawProfile& live, uint64_t start_mono) : cut(live, start_mono) {}
+
+    void add(const RawSample& s, const RawProfile& live) {
+      cut.add(s, live);
+      if (auto [it, added] = owners.try_emplace(s.pid); added) it->second = process_fs_credentials(s.pid);
+    }
   };
 
   std::unique_ptr<Chunk> begin_chunk(const ContinuousOptions& o, const RawProfile& live,
@@ -455,14 +464,14 @@ struct ContinuousProfiler::State {
   // jit-PID.dump a process mapped; RawProfile::jit_symbols), read as a recording's end reads them, so
   // that the chunk names that code alone, in an export or a push, after the process is gone. Without
   // them a node service's JavaScript was [anon]+0xOFFSET in every chunk. Each process's files are
-  // opened as its owner (its file-system uid and gid, its groups: open_as), never as root: a process
-  // whose /tmp is a mount of its own could otherwise have hpd read, and keep in a chunk its group
-  // reads, lines of a file only root may read. A process gone (its owner no longer known) is skipped.
-  static void keep_jit_names(RawProfile& profile) {
+  // opened as its owner (its file-system uid and gid, its groups: open_as; Chunk::owners), never as
+  // root: a process whose /tmp is a mount of its own could otherwise have hpd read, and keep in a chunk
+  // its group reads, lines of a file only root may read. A process whose owner was never read (gone
+  // before its first sample reached the chunk) is skipped.
+  static void keep_jit_names(Chunk& chunk) {
     session::JitReadOptions jit;
     jit.bound_name = "hpd's bound of 16 MiB of JIT symbols per chunk";
-    std::unordered_map<int32_t, std::optional<FsCredentials>> owners;
-    jit.open_process_file = [&owners](int32_t pid, const std::string& path, int flags) {
+    jit.open_process_file = [&owners = chunk.owners](int32_t pid, const std::string& path, int flags) {
       auto [it, added] = owners.try_emplace(pid);
       if (added) it->second = process_fs_credentials(pid);
       if (!it->second) {
@@ -471,7 +480,7 @@ struct ContinuousProfiler::State {
       }
       return open_as(*it->second, path.c_str(), flags);
     };
-    session::read_jit_symbols(profile, jit);
+    session::read_jit_symbols(chunk.cut.profile(), jit);
   }
 
   // The end block, the rename, the figures; an empty chunk (an idle system) leaves no file.
@@ -496,7 +505,7 @@ struct ContinuousProfiler::State {
       discard_chunk(chunk);
     } else {
       keep_kernel_names(profile);
-      keep_jit_names(profile);
+      keep_jit_names(*chunk);
       chunk->writer->finish(profile);  // fsyncs
       chunk->writer.reset();
       rename_durably(chunk->tmp_path, chunk->final_path);
@@ -575,7 +584,7 @@ struct ContinuousProfiler::State {
           const uint64_t chunk_start_mono = chunk->cut.start_mono_ns();
           auto later = std::stable_partition(pending.begin(), pending.end(),
                                              [&](const RawSample& s) { return s.time_ns < boundary; });
-          for (auto it = pending.begin(); it != later; ++it) chunk->cut.add(*it, live);
+          for (auto it = pending.begin(); it != later; ++it) chunk->add(*it, live);
           pending.erase(pending.begin(), later);
           finish_chunk(std::move(chunk), live, boundary, requested_mono);
           requested_mono = 0;
@@ -600,7 +609,7 @@ struct ContinuousProfiler::State {
           }
         }
         if (chunk) {
-          for (const RawSample& s : pending) chunk->cut.add(s, live);
+          for (const RawSample& s : pending) chunk->add(s, live);
         }
         // Copied into the chunk: the collection keeps no sample (nor a sum of them, which would grow
         // with every thread and stack of the system).
@@ -645,7 +654,7 @@ struct ContinuousProfiler::State {
     if (!chunk && !collection_over && !live.samples.empty())
       chunk = begin_chunk(started_with, live, live.info.start_mono_ns);
     if (chunk) {
-      for (const RawSample& s : live.samples) chunk->cut.add(s, live);
+      for (const RawSample& s : live.samples) chunk->add(s, live);
       const uint64_t end = std::max(live.info.end_mono_ns, chunk->cut.start_mono_ns());
       finish_chunk(std::move(chunk), live, end, requested_mono);
     }

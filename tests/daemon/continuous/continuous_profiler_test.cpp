@@ -245,6 +245,20 @@ TEST_F(ContinuousTest, ChunksNameTheGeneratedCodeTheySampled) {
   EXPECT_GT(double(in_the_loop), 0.8 * double(fixture_samples)) << in_the_loop << " of " << fixture_samples;
   std::cout << chunks_with_fixture << " chunks hold " << fixture_samples << " samples of the fixture, "
             << in_the_loop << " of them named jit_hot_loop\n";
+
+  // `hpctl export` merges the chunks: the merged profile keeps their symbols, and its report names the
+  // loop as nearly all of the fixture's samples.
+  const std::string report_path = (dir_ / "jit-report.json").string();
+  const test::RunResult r =
+      test::run({kHpctl, "export", "--dir", (dir_ / "store").string(), "--since", "10m", "--pid",
+                 std::to_string(pid), "--format", "report", "--limit", "0", "-o", report_path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = testing::load_json_maybe_gzip(report_path);
+  double loop_self = 0;
+  for (const json& f : report.at("functions")) {
+    if (f.at("name") == "jit_hot_loop") loop_self = f.at("self_percent").get<double>();
+  }
+  EXPECT_GT(loop_self, 80) << report.at("functions").at(0).dump();
 }
 
 // The chunks read a process's JIT files as the process's owner, never as root (hpd runs as root and
