@@ -488,8 +488,10 @@ RecordSummary summarize_recording(const RecordResult& result, const std::optiona
     const bool one = result.off_cpu_at_attach == 1;
     s.notes.push_back("note: " + std::to_string(result.off_cpu_at_attach) +
                       (one ? " thread was" : " threads were") +
-                      " already off the CPU when the recording began: " + (one ? "its" : "their") +
-                      " time from its start is counted where " + (one ? "it waits" : "they wait"));
+                      " already off the CPU when the recording began: " +
+                      (one ? "its wait is counted from the recording's start, in the function it waits in"
+                           : "their waits are counted from the recording's start, in the functions they "
+                             "wait in"));
   }
   if (result.children_not_attached != 0) {
     s.notes.push_back(

@@ -115,7 +115,8 @@ void check_recording(const std::string& what, Background& fixture, const std::st
   ASSERT_EQ(rec.exit_code, 0) << rec.err;
   std::printf("%s: %s\n", what.c_str(), rec.err.c_str());
   // The summary says how many threads it found waiting: the fixture's four.
-  EXPECT_NE(rec.err.find("note: 4 threads were already off the CPU when the recording began"),
+  EXPECT_NE(rec.err.find("note: 4 threads were already off the CPU when the recording began: their waits are "
+                         "counted from the recording's start, in the functions they wait in"),
             std::string::npos)
       << rec.err;
   ASSERT_EQ(fixture.wait(), 0);
