@@ -217,10 +217,17 @@ class Collector {
 // options say; invalid otherwise.
 UniqueFd open_regular(const JitReadOptions& options, int32_t pid, const std::string& path, off_t max_bytes) {
   const int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  // Most processes have no such file: found missing here, without the opener (hpd's opens as another
+  // user take a thread each, and every process of an --all recording or a chunk has three or four
+  // names tried). That a name does not exist is all this process learns; any other failure (a FUSE
+  // mount that refuses root) is left to the opener.
+  struct stat st {};
+  if ((options.open_process_file || options.open_file) && ::lstat(path.c_str(), &st) != 0 &&
+      (errno == ENOENT || errno == ENOTDIR))
+    return {};
   UniqueFd fd(options.open_process_file ? options.open_process_file(pid, path, flags)
               : options.open_file       ? options.open_file(path, flags)
                                         : ::open(path.c_str(), flags));
-  struct stat st {};
   if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) return {};
   return fd;
 }

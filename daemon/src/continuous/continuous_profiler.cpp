@@ -472,10 +472,6 @@ struct ContinuousProfiler::State {
     session::JitReadOptions jit;
     jit.bound_name = "hpd's bound of 16 MiB of JIT symbols per chunk";
     jit.open_process_file = [&owners = chunk.owners](int32_t pid, const std::string& path, int flags) {
-      // Most processes have no such file: found missing without open_as's thread per open. That a
-      // name exists is all root learns here.
-      struct stat st {};
-      if (::lstat(path.c_str(), &st) != 0) return -1;
       auto [it, added] = owners.try_emplace(pid);
       if (added) it->second = process_fs_credentials(pid);
       if (!it->second) {
