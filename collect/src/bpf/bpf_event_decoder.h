@@ -123,9 +123,9 @@ class BpfEventDecoder {
   // decode() without holding; `walk`: the user stack walked again, which replaces the record's.
   void decode_record(std::span<const uint8_t> bytes, const EventSink& sink, const UserWalk* walk);
   // `still_off_cpu`: the interval did not end with a switch-in (the recording ended first).
-  void decode_sample(const hpd_sample_event& e, size_t frames_present, std::span<const uint8_t> stack,
-                     size_t record_bytes, const EventSink& sink, bool still_off_cpu = false,
-                     const UserWalk* walk = nullptr);
+  void decode_sample(const hpd_sample_event& e, std::span<const uint8_t> frames,
+                     std::span<const uint8_t> stack, size_t record_bytes, const EventSink& sink,
+                     bool still_off_cpu = false, const UserWalk* walk = nullptr);
 
   uint32_t stack_copy_bytes_;
   std::array<uint64_t, HPD_MAX_FRAMES> ips_{};
