@@ -49,7 +49,7 @@ uint32_t Profile::intern_lib(const Lib& lib) {
   std::string key = lib.path;
   key.push_back('\0');
   key += lib.build_id;
-  auto [it, inserted] = lib_index_.emplace(std::move(key), static_cast<uint32_t>(libs.size()));
+  auto [it, inserted] = lib_index_.try_emplace(std::move(key), static_cast<uint32_t>(libs.size()));
   if (inserted) libs.push_back(lib);
   return it->second;
 }
@@ -58,21 +58,21 @@ uint32_t Profile::intern_func(std::string_view name, std::string_view file, uint
   const uint32_t name_index = strings.intern(name);
   const uint32_t file_index = file.empty() ? kNoIndex : strings.intern(file);
   auto [it, inserted] =
-      func_index_.emplace(pack_key(name_index, file_index, lib), static_cast<uint32_t>(funcs.size()));
+      func_index_.try_emplace(pack_key(name_index, file_index, lib), static_cast<uint32_t>(funcs.size()));
   if (inserted) funcs.push_back(Func{name_index, file_index, lib});
   return it->second;
 }
 
 uint32_t Profile::intern_native_symbol(uint32_t lib, uint64_t address, uint64_t size, std::string_view name) {
   const uint32_t name_index = strings.intern(name);
-  auto [it, inserted] = native_symbol_index_.emplace(pack_key(lib, address, name_index),
-                                                     static_cast<uint32_t>(native_symbols.size()));
+  auto [it, inserted] = native_symbol_index_.try_emplace(pack_key(lib, address, name_index),
+                                                         static_cast<uint32_t>(native_symbols.size()));
   if (inserted) native_symbols.push_back(NativeSymbol{lib, address, size, name_index});
   return it->second;
 }
 
 uint32_t Profile::intern_frame(const Frame& f) {
-  auto [it, inserted] = frame_index_.emplace(
+  auto [it, inserted] = frame_index_.try_emplace(
       pack_key(f.func, f.native_symbol, f.lib, f.address, f.line, f.column, f.inline_depth, f.category),
       static_cast<uint32_t>(frames.size()));
   if (inserted) frames.push_back(f);
@@ -81,7 +81,7 @@ uint32_t Profile::intern_frame(const Frame& f) {
 
 uint32_t Profile::intern_stack(uint32_t prefix, uint32_t frame, bool tail_call) {
   const uint64_t key = (static_cast<uint64_t>(prefix) << 32) | frame;
-  auto [it, inserted] = stack_index_.emplace(key, static_cast<uint32_t>(stacks.size()));
+  auto [it, inserted] = stack_index_.try_emplace(key, static_cast<uint32_t>(stacks.size()));
   if (inserted) stacks.push_back(Stack{prefix, frame, tail_call});
   // The frames' addresses decide it, so an equal stack says the same; a yes is never taken back.
   if (tail_call) stacks[it->second].tail_call = true;

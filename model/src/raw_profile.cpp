@@ -166,7 +166,7 @@ uint32_t RawProfile::intern_module(const std::string& path, const std::string& b
   std::string key = path;
   key.push_back('\0');
   key += build_id;
-  auto [it, inserted] = module_index_.emplace(std::move(key), static_cast<uint32_t>(modules.size()));
+  auto [it, inserted] = module_index_.try_emplace(std::move(key), static_cast<uint32_t>(modules.size()));
   if (inserted) {
     RawModule& m = modules.emplace_back();
     m.path = path;
@@ -177,7 +177,7 @@ uint32_t RawProfile::intern_module(const std::string& path, const std::string& b
 }
 
 RawProcess& RawProfile::process(int32_t pid) {
-  auto [it, inserted] = process_index_.emplace(pid, processes.size());
+  auto [it, inserted] = process_index_.try_emplace(pid, processes.size());
   if (inserted) {
     processes.emplace_back();
     processes.back().pid = pid;
@@ -197,7 +197,7 @@ uint64_t thread_key(int32_t pid, int32_t tid) {
 }  // namespace
 
 RawThread& RawProfile::thread(int32_t pid, int32_t tid) {
-  auto [it, inserted] = thread_index_.emplace(thread_key(pid, tid), threads.size());
+  auto [it, inserted] = thread_index_.try_emplace(thread_key(pid, tid), threads.size());
   if (inserted) {
     threads.emplace_back();
     threads.back().pid = pid;

@@ -582,7 +582,7 @@ void CfiMaps::count(Module& module) {
 }
 
 void CfiMaps::sampled(int32_t pid) {
-  if (!lazy_ || !sampled_.emplace(pid, true).second) return;
+  if (!lazy_ || !sampled_.try_emplace(pid, true).second) return;
   const auto it = processes_.find(pid);
   if (it == processes_.end()) return;
   for (const Mapping& m : it->second) {
