@@ -353,29 +353,38 @@ size_t RawProfile::stack_memory_bytes() const {
   return stacks.memory_bytes() + released.capacity() * sizeof(RawSampleSum) + released_index_.bytes();
 }
 
-void RawProfile::release_samples() {
+// How many of the distinct mapping times of the sample's process precede it (the epochs the symbolizer
+// tells apart). `mapping_times`: per process seen so far, its distinct mapping times, sorted.
+uint32_t RawProfile::epoch_of(const RawSample& s,
+                              std::unordered_map<int32_t, std::vector<uint64_t>>& mapping_times) const {
+  auto [times, added] = mapping_times.try_emplace(s.pid);
+  if (added) {
+    if (const RawProcess* process = find_process(s.pid); process != nullptr) {
+      for (const RawMapping& m : process->mappings)
+        if (m.time_ns != 0) times->second.push_back(m.time_ns);
+    }
+    std::sort(times->second.begin(), times->second.end());
+    times->second.erase(std::unique(times->second.begin(), times->second.end()), times->second.end());
+  }
+  return static_cast<uint32_t>(std::upper_bound(times->second.begin(), times->second.end(), s.time_ns) -
+                               times->second.begin());
+}
+
+void RawProfile::release_samples(ReleasedSums sums) {
   const uint64_t interval_ns = sampling_interval_ns(info);
-  // Per process seen in these samples: its distinct mapping times so far, sorted (the epochs the
-  // symbolizer tells apart).
+  const bool by_stack = sums == ReleasedSums::kByStack;
+  if (!by_stack && !samples.empty()) released_stacks_forgotten = true;
   std::unordered_map<int32_t, std::vector<uint64_t>> mapping_times;
   for (const RawSample& s : samples) {
-    auto [times, added] = mapping_times.try_emplace(s.pid);
-    if (added) {
-      if (const RawProcess* process = find_process(s.pid); process != nullptr) {
-        for (const RawMapping& m : process->mappings)
-          if (m.time_ns != 0) times->second.push_back(m.time_ns);
-      }
-      std::sort(times->second.begin(), times->second.end());
-      times->second.erase(std::unique(times->second.begin(), times->second.end()), times->second.end());
-    }
     RawSampleSum key;
     key.pid = s.pid;
     key.tid = s.tid;
-    key.stack = s.stack;
     key.kind = s.kind;
     key.stack_end = s.stack_end;
-    key.epoch = static_cast<uint32_t>(
-        std::upper_bound(times->second.begin(), times->second.end(), s.time_ns) - times->second.begin());
+    if (by_stack) {
+      key.stack = s.stack;
+      key.epoch = epoch_of(s, mapping_times);
+    }
     const uint64_t hash = sum_key_hash(key);
     uint32_t index = released_index_.find(hash, [&](uint32_t i) { return same_sum_key(released[i], key); });
     if (index == HashedIndexSet::kNone) {

@@ -242,7 +242,7 @@ void RecordingOutput::attach(RecordOptions& options, bool names_wanted) {
         capture_error_ = e.what();  // reported after the recording (.hpr), or the samples kept (spill)
         return;
       }
-      raw.release_samples();
+      raw.release_samples(released_sums());
     };
   }
   // MIP counts: by default of targets that carry a MIP section; with --all or --cgroup only when asked.
@@ -280,8 +280,9 @@ std::optional<Profile> RecordingOutput::finish(RecordResult& result) {
   // JIT runtimes name their generated code in /tmp/perf-PID.map or jit-PID.dump; read now, while the
   // processes (and their /tmp through /proc/PID/root) may still be there, and before a capture is
   // finished: it keeps them (before, a capture said "JIT symbols of pid N: 1 of 1" and held none). A
-  // recording that let go of its samples' stacks no longer knows which addresses were sampled: it
-  // keeps every symbol of the files, within the same bound.
+  // recording that let go of its samples' stacks (a capture not symbolized at the end sums its samples
+  // by thread only) no longer knows which addresses were sampled: it keeps every symbol of the files,
+  // within the same bound, for whoever symbolizes the capture later.
   JitReadOptions jit;
   jit.open_file = sources_.open_file;
   jit.max_bytes = sources_.max_jit_bytes;
@@ -295,7 +296,7 @@ std::optional<Profile> RecordingOutput::finish(RecordResult& result) {
     // Finished before symbolizing, so the capture is complete even if symbolization fails.
     capture_->finish(result.profile);
     // Every sample is in the file now: the summary and the report need only their sums.
-    result.profile.release_samples();
+    result.profile.release_samples(released_sums());
   }
   // A capture whose recording let go of its stacks is not symbolized here (attach): the file holds
   // its samples' stacks, memory no longer does.

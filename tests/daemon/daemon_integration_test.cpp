@@ -840,7 +840,7 @@ TEST(Hpd, WarmRecordingsInARowTakeTheLoadedProgramsAndSampleAllTheCpu) {
 
 // hpd.conf's max_stack_memory_kb bounds what a recording into its client's capture keeps of the stacks
 // it wrote: past it (1 KiB here: at nearly every flush, as a long --all recording of a busy machine at
-// the default 16 MiB) they are let go and met again in a new stack generation. The capture still holds
+// the default 8 MiB) they are let go and met again in a new stack generation. The capture still holds
 // every sample with its stack: a process's samples stand for the CPU its own clock says it used, and the
 // report names the function it spun in.
 TEST(Hpd, StacksWrittenAreLetGoPastMaxStackMemoryAndTheCaptureHoldsEverySample) {

@@ -540,5 +540,74 @@ TEST(RawProfileForget, ReleasedSumsLetGoOfTheirStacksAndMerge) {
   EXPECT_EQ(p.released.size(), 3u);
 }
 
+// Released by thread only (a capture not symbolized at the end): one sum per thread, kind and stack
+// end, without stack or epoch, adding up what the sums by stack do; the profile says its sums no longer
+// know their stacks, and the stacks stay in the table until they are let go.
+TEST(RawProfileRelease, ByThreadSumsWithoutStacksAddUpToTheSumsByStack) {
+  RawProfile by_stack, by_thread;
+  for (RawProfile* p : {&by_stack, &by_thread}) {
+    p->info.frequency_hz = 1000;  // a 1 ms interval
+    const uint32_t module = p->intern_module("/usr/bin/prog", "ab");
+    // A mapping in the middle: sums by stack tell samples on its two sides apart (epochs).
+    p->process(7).mappings.push_back(RawMapping{0x400000, 0x500000, 0, module, 250, 0});
+    for (uint64_t i = 0; i < 40; ++i) {
+      RawSample s;
+      s.pid = 7;
+      s.tid = 7 + static_cast<int32_t>(i % 2);
+      s.stack = p->stacks.intern({}, std::vector<uint64_t>{0x400000 + i % 10});
+      s.kind = i % 3 == 2 ? SampleKind::kOffCpu : SampleKind::kOnCpu;
+      s.stack_end = i % 5 == 4 ? StackEnd::kFailed : StackEnd::kComplete;
+      s.time_ns = 10 * i;
+      s.cpu_delta_ns = s.kind == SampleKind::kOnCpu ? 1'000'000 + 100'000 * (i % 3) : 0;
+      s.off_cpu_ns = s.kind == SampleKind::kOffCpu ? 5000 + i : 0;
+      p->samples.push_back(s);
+      if (i % 16 == 15)
+        p->release_samples(p == &by_thread ? RawProfile::ReleasedSums::kByThread
+                                           : RawProfile::ReleasedSums::kByStack);
+    }
+  }
+  by_stack.release_samples();
+  by_thread.release_samples(RawProfile::ReleasedSums::kByThread);
+  EXPECT_FALSE(by_stack.released_stacks_forgotten);
+  EXPECT_TRUE(by_thread.released_stacks_forgotten);
+  EXPECT_EQ(by_thread.sample_offset, 40u);
+  EXPECT_TRUE(by_thread.samples.empty());
+  EXPECT_EQ(by_thread.stacks.size(), 10u);  // not let go by the release itself
+  // 2 threads x {on-CPU, off-CPU} x {complete, failed}, each met.
+  EXPECT_EQ(by_thread.released.size(), 8u);
+  EXPECT_GT(by_stack.released.size(), by_thread.released.size());
+  std::map<std::tuple<int32_t, SampleKind, StackEnd>, RawSampleSum> expected;
+  for (const RawSampleSum& s : by_stack.released) {
+    RawSampleSum& e = expected[{s.tid, s.kind, s.stack_end}];
+    if (e.samples == 0) {
+      e.first_ns = s.first_ns;
+      e.last_ns = s.last_ns;
+    }
+    e.samples += s.samples;
+    e.cpu_delta_ns += s.cpu_delta_ns;
+    e.off_cpu_ns += s.off_cpu_ns;
+    e.first_ns = std::min(e.first_ns, s.first_ns);
+    e.last_ns = std::max(e.last_ns, s.last_ns);
+    e.not_taken.add(s.not_taken);
+  }
+  ASSERT_EQ(expected.size(), by_thread.released.size());
+  for (const RawSampleSum& s : by_thread.released) {
+    SCOPED_TRACE(std::to_string(s.tid) + " " + std::to_string(static_cast<int>(s.kind)) + " " +
+                 to_string(s.stack_end));
+    EXPECT_EQ(s.pid, 7);
+    EXPECT_EQ(s.stack, kNoIndex);
+    EXPECT_EQ(s.epoch, 0u);
+    const RawSampleSum& e = expected.at({s.tid, s.kind, s.stack_end});
+    EXPECT_EQ(s.samples, e.samples);
+    EXPECT_EQ(s.cpu_delta_ns, e.cpu_delta_ns);
+    EXPECT_EQ(s.off_cpu_ns, e.off_cpu_ns);
+    EXPECT_EQ(s.first_ns, e.first_ns);
+    EXPECT_EQ(s.last_ns, e.last_ns);
+    EXPECT_EQ(s.not_taken.samples, e.not_taken.samples);
+    EXPECT_EQ(s.not_taken.ns, e.not_taken.ns);
+  }
+  EXPECT_EQ(samples_not_taken_note(by_thread), samples_not_taken_note(by_stack));
+}
+
 }  // namespace
 }  // namespace hpd

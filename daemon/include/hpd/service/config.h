@@ -111,11 +111,11 @@ struct Config {
   // binaries (least recently used dropped past this bound; a smaller bound on SIGHUP drops them at
   // once). The default is hpd/collect/recorder.h's kDefaultKeptCfiTablesBytes.
   uint64_t max_kept_unwind_tables_mb = 128;
-  // What a recording keeps in memory of the stacks (and the sums of its samples by stack) it has
-  // already written to its client's capture, in KiB: past it, they are let go and a new stack
-  // generation begins (RecordOptions::stack_memory_bound), so that a long --all recording's memory
-  // stays flat. 0: kept to the end. The default is session::kStackMemoryBound.
-  uint64_t max_stack_memory_kb = 16384;
+  // What a recording keeps in memory of the stacks it has already written to its client's capture, in
+  // KiB: past it, they are let go and a new stack generation begins (RecordOptions::stack_memory_bound),
+  // so that a long --all recording's memory stays flat. 0: kept to the end. The default is
+  // session::kStackMemoryBound.
+  uint64_t max_stack_memory_kb = 8192;
   // debuginfod servers hpd asks for the debug files of modules that have none on the host, when it
   // names a session's functions (space-separated http(s) URLs, as DEBUGINFOD_URLS; "" = none). hpd's
   // own setting: its environment's DEBUGINFOD_URLS is ignored. Downloads are cached in

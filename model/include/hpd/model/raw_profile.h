@@ -430,7 +430,8 @@ struct RawProfile {
   // How many times the stacks were let go (forget_released_stacks): each time the indices start over,
   // and a capture being written says so before it writes the stacks again.
   uint32_t stack_generation = 0;
-  // Whether `released` lost its stacks (forget_released_stacks): the sums still count the samples by
+  // Whether `released` lost its stacks (forget_released_stacks, or samples released by thread only,
+  // ReleasedSums::kByThread): the sums still count the samples by
   // thread, kind and stack end, but no longer say where they were; only the capture they were written
   // to does.
   bool released_stacks_forgotten = false;
@@ -457,10 +458,20 @@ struct RawProfile {
   [[nodiscard]] std::vector<uint64_t> kernel_addresses() const;
   // Every sample of the recording: those released and those still held.
   [[nodiscard]] uint64_t sample_count() const { return sample_offset + samples.size(); }
+  // What a released sample's sum keeps of it.
+  enum class ReleasedSums {
+    // Its stack and mapping epoch too: the report and the profile made from memory at the end.
+    kByStack,
+    // Its thread, kind and stack end only (the stack is kNoIndex, the epoch 0): for a recording whose
+    // capture holds its stacks and is not symbolized from memory (the summary needs no more). A few
+    // sums per thread, found in a small index, where a sum per stack and thread took a cache miss or
+    // two per sample and a quarter of the stacks' bound; released_stacks_forgotten is set.
+    kByThread,
+  };
   // Drops the samples held (after they were written out, e.g. streamed to a capture file), adding
   // them into `released`, so that a recording's memory grows with its distinct stacks and threads,
   // not with its length. The vector keeps its capacity for the next ones.
-  void release_samples();
+  void release_samples(ReleasedSums sums = ReleasedSums::kByStack);
   // Undoes the releases: `released_samples` (the first sample_offset samples, as written out and read
   // back) go in front of the samples held, and the sums are dropped.
   void restore_samples(std::vector<RawSample> released_samples);
@@ -504,6 +515,9 @@ struct RawProfile {
   size_t release_unmapped_module_files();
 
  private:
+  uint32_t epoch_of(const RawSample& s,
+                    std::unordered_map<int32_t, std::vector<uint64_t>>& mapping_times) const;
+
   std::unordered_map<std::string, uint32_t> module_index_;
   std::unordered_map<int32_t, size_t> process_index_;
   std::unordered_map<uint64_t, size_t> thread_index_;  // key: pid << 32 | tid

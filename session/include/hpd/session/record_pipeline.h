@@ -84,9 +84,10 @@ struct SymbolSources {
   uint64_t symbol_cache_bytes = uint64_t{512} << 20;
 };
 
-// The most a recording streamed to a capture and not symbolized at its end keeps of stacks and sums of
-// released samples (RecordingOutput::attach).
-inline constexpr size_t kStackMemoryBound = size_t{16} << 20;
+// The most a recording streamed to a capture and not symbolized at its end keeps of stacks (its released
+// samples' sums are by thread only: RawProfile::ReleasedSums::kByThread) (RecordingOutput::attach). Was
+// 16 MiB when the sums were by stack too (about half of it): the stacks met in a generation are as many.
+inline constexpr size_t kStackMemoryBound = size_t{8} << 20;
 
 // The output of one recording. Construct it before record(), attach() it to the options, and call
 // finish() with the result.
@@ -143,6 +144,12 @@ class RecordingOutput {
   std::unique_ptr<OutputFile> file_;  // the output of a path
   void open_spill();
   void read_back_spill(RawProfile& raw);
+  // A capture not symbolized at the end keeps its samples' sums by thread only: its stacks are in
+  // the file, and the summary needs no more.
+  [[nodiscard]] RawProfile::ReleasedSums released_sums() const {
+    return capture_ && !names_wanted_ ? RawProfile::ReleasedSums::kByThread
+                                      : RawProfile::ReleasedSums::kByStack;
+  }
 
   std::unique_ptr<CaptureWriter> capture_;
   // A Firefox output: the samples streamed to a temporary capture while recording (see open_spill).
