@@ -465,7 +465,7 @@ struct RawProfile {
     // Its thread, kind and stack end only (the stack is kNoIndex, the epoch 0): for a recording whose
     // capture holds its stacks and is not symbolized from memory (the summary needs no more). A few
     // sums per thread, found in a small index, where a sum per stack and thread took a cache miss or
-    // two per sample and a quarter of the stacks' bound; released_stacks_forgotten is set.
+    // two per sample and more than half of the bound's memory; released_stacks_forgotten is set.
     kByThread,
   };
   // Drops the samples held (after they were written out, e.g. streamed to a capture file), adding
