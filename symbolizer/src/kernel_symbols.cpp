@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <iterator>
 #include <string_view>
 
 #include "hpd/base/unique_fd.h"
@@ -93,6 +94,7 @@ bool KernelSymbols::load(const std::string& path) {
   symbols_.clear();
   names_.clear();
   any_nonzero_ = false;
+  last_end_ = 0;
   // Read in blocks and split as it comes: /proc/kallsyms has no size, and the whole text (several MiB)
   // need not be held at once.
   const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -130,6 +132,7 @@ bool KernelSymbols::load_text(std::string_view text) {
   symbols_.clear();
   names_.clear();
   any_nonzero_ = false;
+  last_end_ = 0;
   while (!text.empty()) {
     const size_t end = text.find('\n');
     add_line(text.substr(0, end));
@@ -199,7 +202,8 @@ void KernelSymbols::replace_range(uint64_t start, uint64_t end, std::string_view
   const Symbol added{start, static_cast<uint32_t>(names_.size()), type};
   names_ += name;
   names_ += '\0';
-  symbols_.insert(symbols_.erase(first, last), added);
+  const auto inserted = symbols_.insert(symbols_.erase(first, last), added);
+  if (std::next(inserted) == symbols_.end()) last_end_ = end;
 }
 
 bool KernelSymbols::of_image(const Symbol& s) const {
@@ -224,6 +228,7 @@ std::vector<KernelSymbols::Symbol>::const_iterator KernelSymbols::holder(
   const auto it = std::prev(next);
   // The image's last symbol (its next is a module's or a BPF program's, or none) does not reach into
   // the modules' area: seen naming the address of an unloaded BPF program "_einittext".
+  if (next == symbols_.end() && last_end_ > it->address) return address < last_end_ ? it : symbols_.end();
   const bool last_of_its_kind = next == symbols_.end() || (of_image(*it) && !of_image(*next));
   if (last_of_its_kind && address - it->address >= kTailSlack) return symbols_.end();
   return it;
@@ -239,7 +244,8 @@ Location KernelSymbols::resolve(uint64_t address) const {
   // listed at that address, which is the canonical one in kallsyms order.
   auto first = it;
   while (first != symbols_.begin() && std::prev(first)->address == it->address) --first;
-  const uint64_t size = next != symbols_.end() ? next->address - it->address : 0;
+  const uint64_t end = next != symbols_.end() ? next->address : last_end_;
+  const uint64_t size = end > it->address ? end - it->address : 0;
   loc.found = true;
   loc.symbol = name(*first);
   loc.symbol_address = first->address - base();

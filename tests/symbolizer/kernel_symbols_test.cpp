@@ -157,6 +157,11 @@ TEST(KernelSymbols, ReplaceRangeAddsCodeLoadedSinceTheRead) {
   ASSERT_EQ(s.size(), 7u);
   for (size_t i = 1; i < s.size(); ++i) EXPECT_LT(s[i - 1].address, s[i].address) << i;
   EXPECT_EQ(k.resolve(0xffffffffc0a03010ull).symbol, "bpf_prog_4444444444444444_last [bpf]");
+  // The table's last symbol, which no next one ends, ends where its range does (a program at the top
+  // of the area programs are packed in: seen on a machine where the recording's own warm_page was).
+  EXPECT_EQ(k.resolve(0xffffffffc0a03010ull).symbol_size, 0x40u);
+  EXPECT_TRUE(k.resolve(0xffffffffc0a0303full).found);
+  EXPECT_FALSE(k.resolve(0xffffffffc0a03040ull).found) << "past its end: code the table does not know";
   EXPECT_EQ(k.resolve(0xffffffffc0a00810ull).symbol, "bpf_prog_5555555555555555_between [bpf]");
   EXPECT_EQ(k.resolve(0xffffffffc0a00010ull).symbol_size, 0x800u);
   // Lines for a capture name the added code as the table does.
@@ -171,6 +176,23 @@ TEST(KernelSymbols, ReplaceRangeAddsCodeLoadedSinceTheRead) {
   k.replace_range(0xffffffffc0a05000ull, 0xffffffffc0a05000ull, "bpf_prog_6666666666666666_none [bpf]");
   k.replace_range(0xffffffffc0a05000ull, 0xffffffffc0a04000ull, "bpf_prog_6666666666666666_none [bpf]");
   EXPECT_EQ(k.size(), 7u);
+  EXPECT_EQ(k.resolve(0xffffffffc0a03010ull).symbol_size, 0x40u) << "the last one's end is kept";
+  // A symbol read as the last, end unknown (kallsyms gives no sizes), holds 1 MiB at most; replaced by
+  // the same code with its range, it ends where that does.
+  KernelSymbols read;
+  ASSERT_TRUE(
+      read.load_text("ffffffff81000000 T _stext\n"
+                     "ffffffffc0a02000 t bpf_prog_3333333333333333_top\t[bpf]\n"));
+  EXPECT_EQ(read.resolve(0xffffffffc0a02010ull).symbol_size, 0u);
+  EXPECT_TRUE(read.resolve(0xffffffffc0a02200ull).found);
+  read.replace_range(0xffffffffc0a02000ull, 0xffffffffc0a02100ull, "bpf_prog_3333333333333333_top [bpf]");
+  EXPECT_EQ(read.size(), 2u);
+  EXPECT_EQ(read.resolve(0xffffffffc0a02010ull).symbol_size, 0x100u);
+  EXPECT_FALSE(read.resolve(0xffffffffc0a02200ull).found);
+  // Code added above it becomes the last: the one below now ends at it.
+  read.replace_range(0xffffffffc0a02300ull, 0xffffffffc0a02380ull, "bpf_prog_7777777777777777_higher [bpf]");
+  EXPECT_EQ(read.resolve(0xffffffffc0a02010ull).symbol_size, 0x300u);
+  EXPECT_EQ(read.resolve(0xffffffffc0a02310ull).symbol_size, 0x80u);
 }
 
 // The image's last symbol holds at most 1 MiB: an address in the modules' area that no module or BPF

@@ -236,9 +236,12 @@ class KernelSymbols {
   uint64_t base() const { return symbols_.empty() ? 0 : symbols_.front().address; }
   // Name ("func" or "func [module]") of the symbol containing `address`, or !found. A symbol
   // extends to the next one, except the last one of the kernel image (followed by a module's, a BPF
-  // program's or none), which holds at most 1 MiB: addresses below the first symbol or beyond that
+  // program's or none), which holds at most 1 MiB, and the table's last one, which ends where
+  // replace_range said it does when it put it there: addresses below the first symbol or beyond those
   // are not found (in the modules' area, they belong to code the table does not know: a program
-  // loaded or unloaded since it was read). Addresses in the Location are relative to base().
+  // loaded or unloaded since it was read). The Location's symbol_size is where the symbol ends, 0 for
+  // the table's last one when its end is unknown (kallsyms gives no sizes). Addresses in the Location
+  // are relative to base().
   Location resolve(uint64_t address) const;
   // Whether `address` lies in a symbol of the kernel image itself (no "[module]", "[bpf]"... part)
   // whose next symbol is one too: code whose name cannot change while the system runs, unlike a
@@ -258,8 +261,9 @@ class KernelSymbols {
   std::string lines_for(std::span<const uint64_t> addresses) const;
   // Code loaded at [start, end) since the table was read, as /proc/kallsyms would now list it (`name`:
   // "func" or "func [module]", a text `type`): its symbol replaces those the table had in that range
-  // (code unloaded since: no other symbol can start inside live code). Nothing on an empty table (its
-  // file unreadable, or its addresses hidden).
+  // (code unloaded since: no other symbol can start inside live code). Its end is kept when it is the
+  // table's last symbol, which no next symbol ends (a BPF program at the top of the area they are
+  // packed in). Nothing on an empty table (its file unreadable, or its addresses hidden).
   // A read leaves room for a few hundred such symbols: adding them copies nothing but the symbols above.
   void replace_range(uint64_t start, uint64_t end, std::string_view name, char type = 't');
 
@@ -275,6 +279,8 @@ class KernelSymbols {
   std::vector<Symbol> symbols_;  // sorted by address
   std::string names_;            // every name, each followed by a NUL (about 3 MiB for 120,000)
   bool any_nonzero_ = false;
+  // Where the last symbol ends, when replace_range put it there; 0: unknown.
+  uint64_t last_end_ = 0;
 };
 
 struct RawProfile;  // hpd/model/raw_profile.h
