@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <unordered_set>
 
 namespace hpd {
@@ -75,16 +76,18 @@ constexpr size_t kMaxBlockWords = size_t{1} << 20;  // 8 MiB
 
 RawStack RawStackTable::store(RawStack s, std::span<const uint64_t> kernel, std::span<const uint64_t> user) {
   const size_t n = kernel.size() + user.size();
-  if (blocks_.empty() || blocks_.back().capacity() - blocks_.back().size() < n) {
+  while (filling_ < blocks_.size() && blocks_[filling_].capacity() - blocks_[filling_].size() < n) ++filling_;
+  if (filling_ == blocks_.size()) {
     const size_t grown =
         blocks_.empty() ? kFirstBlockWords : std::min(2 * blocks_.back().capacity(), kMaxBlockWords);
     blocks_.emplace_back().reserve(std::max(grown, n));
   }
-  std::vector<uint64_t>& block = blocks_.back();
-  s.block = static_cast<uint32_t>(blocks_.size() - 1);
+  std::vector<uint64_t>& block = blocks_[filling_];
+  s.block = static_cast<uint32_t>(filling_);
   s.offset = static_cast<uint32_t>(block.size());
   block.insert(block.end(), kernel.begin(), kernel.end());
   block.insert(block.end(), user.begin(), user.end());
+  used_words_ += n;
   return s;
 }
 
@@ -141,24 +144,35 @@ size_t RawStackTable::memory_bytes() const {
          stacks_.capacity() * sizeof(RawStack) + by_hash_.bytes();
 }
 
+size_t RawStackTable::used_bytes() const {
+  return used_words_ * sizeof(uint64_t) + stacks_.size() * sizeof(RawStack) + by_hash_.used_bytes();
+}
+
 std::vector<uint32_t> RawStackTable::retain(const std::vector<bool>& keep) {
   std::vector<uint32_t> renumbered(stacks_.size(), kNoIndex);
-  // New containers, sized for what is kept: clear() would keep the old ones' capacity.
-  RawStackTable kept;
-  size_t words = 0;
-  for (uint32_t i = 0; i < stacks_.size(); ++i)
-    if (i < keep.size() && keep[i]) words += stacks_[i].kernel_depth + stacks_[i].user_depth;
-  if (words != 0) kept.blocks_.emplace_back().reserve(words);
+  // The kept stacks and their addresses, copied out of the blocks they go back into.
+  std::vector<std::pair<uint32_t, RawStack>> kept;
+  std::vector<uint64_t> words;
   for (uint32_t i = 0; i < stacks_.size(); ++i) {
     if (i >= keep.size() || !keep[i]) continue;
-    const auto kernel = kernel_frames(i);
-    const auto user = user_frames(i);
-    renumbered[i] = static_cast<uint32_t>(kept.stacks_.size());
-    kept.by_hash_.insert(hash_frames(kernel, user) ^ static_cast<uint64_t>(stacks_[i].user_leaf),
-                         renumbered[i]);
-    kept.stacks_.push_back(kept.store(stacks_[i], kernel, user));
+    const RawStack& s = stacks_[i];
+    kept.emplace_back(i, s);
+    words.insert(words.end(), frames_of(s), frames_of(s) + s.kernel_depth + s.user_depth);
   }
-  *this = std::move(kept);
+  stacks_.clear();
+  for (std::vector<uint64_t>& block : blocks_) block.clear();
+  filling_ = 0;
+  used_words_ = 0;
+  by_hash_.reset();
+  const uint64_t* at = words.data();
+  for (const auto& [old_index, s] : kept) {
+    const std::span<const uint64_t> kernel(at, s.kernel_depth);
+    const std::span<const uint64_t> user(at + s.kernel_depth, s.user_depth);
+    at += s.kernel_depth + s.user_depth;
+    renumbered[old_index] = static_cast<uint32_t>(stacks_.size());
+    by_hash_.insert(hash_frames(kernel, user) ^ static_cast<uint64_t>(s.user_leaf), renumbered[old_index]);
+    stacks_.push_back(store(s, kernel, user));
+  }
   return renumbered;
 }
 
@@ -339,18 +353,23 @@ std::vector<uint32_t> RawProfile::forget_released_stacks(std::span<const uint32_
 }
 
 std::vector<uint64_t> RawProfile::kernel_addresses() const {
-  std::vector<uint64_t> addresses = kernel_addresses_let_go;
+  std::vector<uint64_t> held;
   for (uint32_t i = 0; i < stacks.size(); ++i) {
     const auto kernel = stacks.kernel_frames(i);
-    addresses.insert(addresses.end(), kernel.begin(), kernel.end());
+    held.insert(held.end(), kernel.begin(), kernel.end());
   }
-  std::sort(addresses.begin(), addresses.end());
-  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+  std::sort(held.begin(), held.end());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  // Those let go are sorted and unique already: merged, not sorted again with each generation.
+  std::vector<uint64_t> addresses;
+  addresses.reserve(kernel_addresses_let_go.size() + held.size());
+  std::set_union(kernel_addresses_let_go.begin(), kernel_addresses_let_go.end(), held.begin(), held.end(),
+                 std::back_inserter(addresses));
   return addresses;
 }
 
 size_t RawProfile::stack_memory_bytes() const {
-  return stacks.memory_bytes() + released.capacity() * sizeof(RawSampleSum) + released_index_.bytes();
+  return stacks.used_bytes() + released.size() * sizeof(RawSampleSum) + released_index_.used_bytes();
 }
 
 // How many of the distinct mapping times of the sample's process precede it (the epochs the symbolizer

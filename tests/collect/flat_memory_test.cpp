@@ -370,11 +370,12 @@ TEST(FlatMemory, CaptureNotSymbolizedAtTheEndLetsGoOfItsStacksAndLosesNone) {
   ASSERT_EQ(reference.samples.size(), kMachineSamples + 1);  // and the exiting thread's CPU tail
   ASSERT_GE(reference.stacks.size(), kDistinctStacks);
   constexpr size_t kBound = 512 << 10;
-  // Without the bound, the stacks would take many times it (the sums, by thread only, take little).
+  // Without the bound, the stacks would use about three times it (the sums, by thread only, take
+  // little).
   const std::string unbounded_path = temp_path("unbounded.hpr");
   PipelineRun unbounded = record_through_pipeline(unbounded_path, false, feed_machine, SIZE_MAX, kMachineEnd);
   std::filesystem::remove(unbounded_path);
-  EXPECT_GT(unbounded.most_stack_bytes, 3 * kBound);
+  EXPECT_GT(unbounded.most_stack_bytes, 2 * kBound);
   EXPECT_EQ(unbounded.result.profile.stack_generation, 0u);
 
   const std::string path = temp_path("bounded.hpr");

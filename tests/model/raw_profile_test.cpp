@@ -409,7 +409,8 @@ TEST(RawProfileForget, KeepsOnlyTheStacksSomethingNames) {
   const std::vector<uint32_t> renumbered = p.forget_unused_stacks(also);
   EXPECT_EQ(p.stacks.size(), 4u);
   EXPECT_EQ(p.stacks.addresses().size(), 12u);
-  EXPECT_LE(p.stacks.address_bytes(), 24 * sizeof(uint64_t));  // the memory, not only the count
+  // The memory the kept stacks use, not only their count (what the table holds stays for the next).
+  EXPECT_LE(p.stacks.used_bytes(), 12 * sizeof(uint64_t) + 4 * (sizeof(RawStack) + 16));
   ASSERT_EQ(renumbered.size(), 1000u);
   EXPECT_EQ(std::count(renumbered.begin(), renumbered.end(), kNoIndex), 996);
   EXPECT_EQ(frames(p.samples[0].stack), f900);
@@ -427,6 +428,50 @@ TEST(RawProfileForget, KeepsOnlyTheStacksSomethingNames) {
   p.release_samples();
   ASSERT_EQ(p.released.size(), 2u);
   for (const RawSampleSum& sum : p.released) EXPECT_EQ(sum.samples, frames(sum.stack) == f900 ? 2u : 1u);
+}
+
+// A table that let its stacks go interns the next ones in the memory it held: as many stacks again,
+// other ones and of other depths, take no more heap than the first generation's most, each reads back
+// its own frames, and what is used counts only those in it.
+TEST(RawStackTable, StacksInternedAfterARetainReuseTheMemoryTheOthersHeld) {
+  RawStackTable table;
+  const auto stack_of = [](uint64_t generation, uint64_t i) {
+    std::vector<uint64_t> user(2 + (i + generation) % 30);
+    for (size_t k = 0; k < user.size(); ++k) user[k] = (generation << 40) + (i << 8) + k;
+    return user;
+  };
+  constexpr uint64_t kStacks = 20000;
+  for (uint64_t i = 0; i < kStacks; ++i) table.intern({}, stack_of(0, i));
+  const size_t held = table.memory_bytes();
+  const size_t used = table.used_bytes();
+  EXPECT_LE(used, held);
+  std::vector<bool> keep(kStacks, false);
+  keep[7] = keep[19999] = true;
+  const std::vector<uint32_t> renumbered = table.retain(keep);
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(renumbered[7], 0u);
+  EXPECT_EQ(renumbered[19999], 1u);
+  EXPECT_EQ(table.memory_bytes(), held);                  // held for the next stacks...
+  EXPECT_LT(table.used_bytes(), 100 * sizeof(uint64_t));  // ...but not used
+  for (uint64_t generation = 1; generation <= 3; ++generation) {
+    std::vector<uint32_t> index;
+    for (uint64_t i = 0; i < kStacks; ++i) index.push_back(table.intern({}, stack_of(generation, i)));
+    EXPECT_EQ(table.size(), kStacks + 2);
+    EXPECT_LE(table.memory_bytes(), held) << generation;
+    EXPECT_GT(table.used_bytes(), used / 2) << generation;
+    for (uint64_t i = 0; i < kStacks; i += 997) {
+      const auto user = table.user_frames(index[i]);
+      EXPECT_EQ(std::vector<uint64_t>(user.begin(), user.end()), stack_of(generation, i)) << i;
+      EXPECT_EQ(table.intern({}, stack_of(generation, i)), index[i]);
+    }
+    // The two kept from the first generation are still found and read back.
+    EXPECT_EQ(table.intern({}, stack_of(0, 7)), 0u);
+    const auto last = table.user_frames(1);
+    EXPECT_EQ(std::vector<uint64_t>(last.begin(), last.end()), stack_of(0, 19999));
+    std::vector<bool> keep_first(table.size(), false);
+    keep_first[0] = keep_first[1] = true;
+    table.retain(keep_first);
+  }
 }
 
 // A sum counts the samples not taken of its samples one at a time: a sample of 1.6 intervals and one of

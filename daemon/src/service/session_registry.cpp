@@ -88,9 +88,8 @@ uint64_t estimate_profile_bytes(const RawProfile& p, bool released_come_back) {
   if (released_come_back) bytes += p.sample_offset * sizeof(RawSample);
   bytes +=
       p.released.capacity() * (sizeof(RawSampleSum) + 24) + p.released.size() * (sizeof(RawSampleSum) + 16);
-  bytes += p.stacks.address_bytes();
-  // Each stack: its entry and about three words of the interning hash map.
-  bytes += p.stacks.size() * (sizeof(RawStack) + 48);
+  // What the stack table holds, including what it keeps for the next stacks after letting some go.
+  bytes += p.stacks.memory_bytes();
   for (const RawProcess& process : p.processes) {
     bytes += sizeof(RawProcess) + process.mappings.capacity() * sizeof(RawMapping) + process.exe.size() +
              process.cgroup.size();

@@ -5,6 +5,7 @@
 // cache line where the map's cost three (bucket, node, element) and a node's allocation.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -39,8 +40,16 @@ class HashedIndexSet {
     std::vector<Slot>().swap(slots_);  // `slots_ = {}` would keep the capacity
     count_ = 0;
   }
+  // Drops every index and keeps the slots for the next ones: a table filled again to about its last
+  // size neither grows nor faults its memory in again.
+  void reset() {
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    count_ = 0;
+  }
   // The heap the slots hold.
   size_t bytes() const { return slots_.capacity() * sizeof(Slot); }
+  // The slots the indices held need, the table being at most half full.
+  size_t used_bytes() const { return 2 * count_ * sizeof(Slot); }
 
   static constexpr uint32_t kNone = UINT32_MAX;
 

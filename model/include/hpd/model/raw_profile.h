@@ -167,8 +167,14 @@ class RawStackTable {
   size_t address_bytes() const;
   // The heap the whole table holds: the addresses, the stacks and the index.
   size_t memory_bytes() const;
-  // Keeps only the stacks `keep` marks (one flag per stack), renumbered in their order, and gives the
-  // memory of the others back; returns each old index's new one (kNoIndex: dropped).
+  // The part of it the stacks in the table use: their addresses, their entries and the index slots
+  // they need. What retain let go is held for the next stacks, not used.
+  size_t used_bytes() const;
+  // Keeps only the stacks `keep` marks (one flag per stack), renumbered in their order; returns each
+  // old index's new one (kNoIndex: dropped). The memory of the others stays with the table for the
+  // stacks interned next: a recording that lets its stacks go every few seconds would otherwise
+  // allocate and fault in the same megabytes again each time (the kernel zeroing each page). What the
+  // table holds stays at the most it held at once.
   std::vector<uint32_t> retain(const std::vector<bool>& keep);
 
  private:
@@ -178,11 +184,13 @@ class RawStackTable {
   const uint64_t* frames_of(const RawStack& s) const { return blocks_[s.block].data() + s.offset; }
 
   std::vector<RawStack> stacks_;
-  // The addresses, in blocks that never move: a stack is appended whole to the last block, or to a new
-  // one twice as large (up to kMaxBlockWords) when it does not fit. A single vector's doubling copied
-  // every address and faulted in twice the memory at each growth, a recording of a whole machine's
-  // stacks spending a tenth of its CPU there.
+  // The addresses, in blocks that never move: a stack is appended whole to the block being filled, or
+  // to the next one when it does not fit, a new one twice as large (up to kMaxBlockWords) past the last.
+  // A single vector's doubling copied every address and faulted in twice the memory at each growth, a
+  // recording of a whole machine's stacks spending a tenth of its CPU there.
   std::vector<std::vector<uint64_t>> blocks_;
+  size_t filling_ = 0;      // the block being filled
+  size_t used_words_ = 0;   // the addresses stored in all blocks
   HashedIndexSet by_hash_;  // stack indices by their frames' hash
 };
 
@@ -505,8 +513,8 @@ struct RawProfile {
   // `also` names is dropped, as forget_unused_stacks does, and a new stack generation begins. The
   // recording's memory then stays bounded by what it still holds, not by every distinct stack it met.
   std::vector<uint32_t> forget_released_stacks(std::span<const uint32_t> also);
-  // The heap that grows with the distinct stacks a recording meets: the stack table and the released
-  // sums with their index.
+  // The heap the distinct stacks a recording met use: the stack table's and the released sums' with
+  // their index (what the stack memory bound counts; RawStackTable::used_bytes).
   size_t stack_memory_bytes() const;
   // Closes the held file (RawModule::file) of every module no process left maps, so that a program
   // that ran and was deleted (a deploy, a build) does not stay open, its disk space held, for as long as
