@@ -258,6 +258,27 @@ __attribute__((noinline)) __u64 submit_flags(void) {
                                                                        : BPF_RB_NO_WAKEUP;
 }
 
+// When a sample whose walk met a table not published yet last woke user space (sample_submit_flags).
+__u64 pending_wakeup_ns = 0;
+#define PENDING_WAKEUP_GAP_NS 2000000ULL
+
+// The submit flags of a sample or off-CPU record with these flags. cfi mode: one whose walk met a table
+// not published yet (HPD_SAMPLE_TABLES_PENDING; a process just started, a library just mapped) wakes user
+// space, which reads the new mappings, publishes their tables and walks the record again; without the
+// wakeup, such samples came until the loop's next timeout (100 ms system-wide), each one walked twice
+// from a copy of its stack. At most one such wakeup every PENDING_WAKEUP_GAP_NS (a table being
+// compiled is waited for by the samples of seconds).
+__attribute__((noinline)) __u64 sample_submit_flags(__u32 flags) {
+  if (flags & HPD_SAMPLE_TABLES_PENDING) {
+    const __u64 now = bpf_ktime_get_ns();
+    if (now - pending_wakeup_ns >= PENDING_WAKEUP_GAP_NS) {
+      pending_wakeup_ns = now;
+      return BPF_RB_FORCE_WAKEUP;
+    }
+  }
+  return submit_flags();
+}
+
 static __always_inline void fill_header(struct hpd_event_header* h, __u32 type, __s32 pid, __s32 tid,
                                         __u64 now) {
   h->type = type;
@@ -651,7 +672,7 @@ int hpd_on_cpu(struct bpf_perf_event_data* ctx) {
     e->stack_bytes = (__u32)copied;
     size += copied;
   }
-  if (bpf_ringbuf_output(&events, e, size, submit_flags()) != 0) count_drop(pid, tid);
+  if (bpf_ringbuf_output(&events, e, size, sample_submit_flags(e->flags)) != 0) count_drop(pid, tid);
   return 0;
 }
 
@@ -733,7 +754,8 @@ static __always_inline void emit_unseen_switch_in(struct hpd_sample_event* b, __
   if (b->woken_ns > back) b->woken_ns = 0;
   b->charged_ns = 0;
   b->wake_cpu = 0;
-  if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0) count_drop(b->header.pid, tid);
+  if (bpf_ringbuf_output(&events, b, sample_size(b), sample_submit_flags(b->flags)) != 0)
+    count_drop(b->header.pid, tid);
 }
 
 // Reserves an exec, exit or CPU-tail record and fills its header; NULL (the drop counted) when the ring is full.
@@ -835,7 +857,7 @@ int hpd_sched_switch(__u64* ctx) {
       b->wake_cpu = 0;
       if (away >= off_cpu_min_ns) {
         b->off_cpu_ns = away;
-        if (bpf_ringbuf_output(&events, b, sample_size(b), submit_flags()) != 0)
+        if (bpf_ringbuf_output(&events, b, sample_size(b), sample_submit_flags(b->flags)) != 0)
           count_drop(b->header.pid, next_tid);
         else if (state && charged != 0)
           state->last_runtime_ns += charged;
