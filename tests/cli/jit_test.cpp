@@ -113,15 +113,17 @@ TEST_F(JitTest, AnonymousCodeIsNotOpenedAsAFile) {
 // A capture (.hpr: what hpd writes, and what a recording not symbolized at its end keeps) holds the JIT
 // symbols read when the recording ended: its summary said "JIT symbols of pid N: 1 of 1" while the
 // capture held none, and its report showed the fixture's hot loop as [anon]+0xOFFSET. Also when the
-// recording let go of its stacks (HPD_STACK_MEMORY_KB=1: nearly every flush), when which addresses were
-// sampled is no longer known and every symbol of the map is kept.
+// recording let go of its stacks (HPD_STACK_MEMORY_KB=1, at 4999 Hz: each flush's new stacks use more than
+// the bound at times), when which addresses were sampled is no longer known and every symbol of the map
+// is kept.
 TEST_F(JitTest, ACaptureKeepsTheJitSymbolsItsSummaryNames) {
   for (const std::string stack_memory_kb : {"", "1"}) {
     SCOPED_TRACE("HPD_STACK_MEMORY_KB=" + stack_memory_kb);
     const std::string hpr = path("jit" + stack_memory_kb + ".hpr");
     std::vector<std::string> argv{"env"};
     if (!stack_memory_kb.empty()) argv.push_back("HPD_STACK_MEMORY_KB=" + stack_memory_kb);
-    argv.insert(argv.end(), {kHpctl, "--local", "record", "-o", hpr, "--no-report", "--", kFixture, "1.0"});
+    argv.insert(argv.end(),
+                {kHpctl, "--local", "record", "-F", "4999", "-o", hpr, "--no-report", "--", kFixture, "1.0"});
     const RunResult r = run(argv);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const size_t note = r.err.find("JIT symbols of pid ");
