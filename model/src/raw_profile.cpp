@@ -70,11 +70,18 @@ uint64_t hash_frames(std::span<const uint64_t> kernel, std::span<const uint64_t>
 }  // namespace
 
 namespace {
+// What a stack is found by: its frames and what its user leaf is (the same addresses with another leaf
+// are another stack).
+uint64_t stack_hash(std::span<const uint64_t> kernel, std::span<const uint64_t> user, UserLeaf user_leaf) {
+  return hash_frames(kernel, user) ^ static_cast<uint64_t>(user_leaf);
+}
+
 constexpr size_t kFirstBlockWords = 512;
 constexpr size_t kMaxBlockWords = size_t{1} << 20;  // 8 MiB
 }  // namespace
 
-RawStack RawStackTable::store(RawStack s, std::span<const uint64_t> kernel, std::span<const uint64_t> user) {
+uint32_t RawStackTable::append(RawStack s, std::span<const uint64_t> kernel, std::span<const uint64_t> user,
+                               uint64_t hash) {
   const size_t n = kernel.size() + user.size();
   while (filling_ < blocks_.size() && blocks_[filling_].capacity() - blocks_[filling_].size() < n) ++filling_;
   if (filling_ == blocks_.size()) {
@@ -87,8 +94,10 @@ RawStack RawStackTable::store(RawStack s, std::span<const uint64_t> kernel, std:
   s.offset = static_cast<uint32_t>(block.size());
   block.insert(block.end(), kernel.begin(), kernel.end());
   block.insert(block.end(), user.begin(), user.end());
-  used_words_ += n;
-  return s;
+  const auto index = static_cast<uint32_t>(stacks_.size());
+  stacks_.push_back(s);
+  by_hash_.insert(hash, index);
+  return index;
 }
 
 uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const uint64_t> user,
@@ -96,7 +105,7 @@ uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const
   const size_t kMaxDepth = UINT16_MAX;
   if (kernel.size() > kMaxDepth) kernel = kernel.first(kMaxDepth);
   if (user.size() > kMaxDepth) user = user.first(kMaxDepth);
-  const uint64_t h = hash_frames(kernel, user) ^ static_cast<uint64_t>(user_leaf);
+  const uint64_t h = stack_hash(kernel, user, user_leaf);
   const uint32_t found = by_hash_.find(h, [&](uint32_t index) {
     const RawStack& s = stacks_[index];
     if (s.kernel_depth != kernel.size() || s.user_depth != user.size() || s.user_leaf != user_leaf)
@@ -110,10 +119,7 @@ uint32_t RawStackTable::intern(std::span<const uint64_t> kernel, std::span<const
   s.kernel_depth = static_cast<uint16_t>(kernel.size());
   s.user_depth = static_cast<uint16_t>(user.size());
   s.user_leaf = user_leaf;
-  const auto index = static_cast<uint32_t>(stacks_.size());
-  stacks_.push_back(store(s, kernel, user));
-  by_hash_.insert(h, index);
-  return index;
+  return append(s, kernel, user, h);
 }
 
 std::span<const uint64_t> RawStackTable::kernel_frames(uint32_t index) const {
@@ -145,7 +151,9 @@ size_t RawStackTable::memory_bytes() const {
 }
 
 size_t RawStackTable::used_bytes() const {
-  return used_words_ * sizeof(uint64_t) + stacks_.size() * sizeof(RawStack) + by_hash_.used_bytes();
+  size_t words = 0;
+  for (const std::vector<uint64_t>& block : blocks_) words += block.size();
+  return words * sizeof(uint64_t) + stacks_.size() * sizeof(RawStack) + by_hash_.used_bytes();
 }
 
 std::vector<uint32_t> RawStackTable::retain(const std::vector<bool>& keep) {
@@ -162,16 +170,13 @@ std::vector<uint32_t> RawStackTable::retain(const std::vector<bool>& keep) {
   stacks_.clear();
   for (std::vector<uint64_t>& block : blocks_) block.clear();
   filling_ = 0;
-  used_words_ = 0;
   by_hash_.reset();
   const uint64_t* at = words.data();
   for (const auto& [old_index, s] : kept) {
     const std::span<const uint64_t> kernel(at, s.kernel_depth);
     const std::span<const uint64_t> user(at + s.kernel_depth, s.user_depth);
     at += s.kernel_depth + s.user_depth;
-    renumbered[old_index] = static_cast<uint32_t>(stacks_.size());
-    by_hash_.insert(hash_frames(kernel, user) ^ static_cast<uint64_t>(s.user_leaf), renumbered[old_index]);
-    stacks_.push_back(store(s, kernel, user));
+    renumbered[old_index] = append(s, kernel, user, stack_hash(kernel, user, s.user_leaf));
   }
   return renumbered;
 }

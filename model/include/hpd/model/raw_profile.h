@@ -178,9 +178,9 @@ class RawStackTable {
   std::vector<uint32_t> retain(const std::vector<bool>& keep);
 
  private:
-  // Appends a stack's addresses (kernel then user) where they fit; returns the stack with block and
-  // offset set.
-  RawStack store(RawStack s, std::span<const uint64_t> kernel, std::span<const uint64_t> user);
+  // Appends stack `s` (its addresses, kernel then user, where they fit) under `hash`; returns its index.
+  uint32_t append(RawStack s, std::span<const uint64_t> kernel, std::span<const uint64_t> user,
+                  uint64_t hash);
   const uint64_t* frames_of(const RawStack& s) const { return blocks_[s.block].data() + s.offset; }
 
   std::vector<RawStack> stacks_;
@@ -190,7 +190,6 @@ class RawStackTable {
   // recording of a whole machine's stacks spending a tenth of its CPU there.
   std::vector<std::vector<uint64_t>> blocks_;
   size_t filling_ = 0;      // the block being filled
-  size_t used_words_ = 0;   // the addresses stored in all blocks
   HashedIndexSet by_hash_;  // stack indices by their frames' hash
 };
 
