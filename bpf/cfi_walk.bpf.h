@@ -9,6 +9,8 @@
 #ifndef HPD_CFI_WALK_BPF_H
 #define HPD_CFI_WALK_BPF_H
 
+#include "hpd/base/x86_call.h"
+
 // 1: on-CPU and off-CPU user stacks are walked with the tables (set by user space before load).
 const volatile __u32 cfi_unwind = 0;
 
@@ -364,15 +366,46 @@ static __always_inline int cfi_pc_in_new_file(__u64 pc) {
   return err == 0 && file != 0;  // -ENOENT: in no mapping at all (a broken frame-pointer chain)
 }
 
+// The sampled frame (or the one a signal interrupted) in code no table covers, JIT code above all: a
+// leaf that set up no frame (a stub, a small loop) has its return address at [sp], and a frame-pointer
+// step reads its caller's frame instead, so that the caller is lost (a JIT loop called from main showed
+// under __libc_start_call_main). [sp] is taken for the return address when it points into a module
+// with a table, right after a call instruction (hpd_x86_call_length_before): a frame that pushed rbp
+// has a saved rbp or a local there, neither of which passes. 1 when taken. The user-space walks
+// (hpd/unwind/unwinder.h, collect/src/bpf/cfi_user_walk.cpp) take the same step.
+static __always_inline int cfi_leaf_return_at_sp(const struct hpd_proc_mappings* maps, struct cfi_regs* r,
+                                                 struct cfi_window* w) {
+  __u64 ra = 0;
+  if (cfi_read8(w, &ra, r->sp) != 0 || ra < 8) return 0;
+  if (calls_runtime_active) ra = calls_real_return(ra, r->sp);
+  if (r->uprobes) ra = uretprobe_real_return(ra, r->sp);
+  const int index = cfi_find_mapping(maps, ra - 1, r->mapping);
+  if (!maps || index < 0 || index >= HPD_MAX_PROC_MAPPINGS) return 0;
+  if (maps->mappings[index & (HPD_MAX_PROC_MAPPINGS - 1)].row_count == 0) return 0;
+  unsigned char before[8];
+  if (bpf_probe_read_user(before, sizeof before, (const void*)(ra - 8)) != 0) return 0;
+  if (hpd_x86_call_length_before(before) == 0) return 0;
+  r->ip = ra;
+  r->sp += 8;
+  r->exact = 0;
+  r->mapping = (__u32)index;
+  return 1;
+}
+
 // A step from a pc no table row covers: right after a clone system call, its child's root or the
-// parent's frameless frame (clone_side_of); else by frame pointer.
-static __always_inline int cfi_step_without_row(struct cfi_regs* r, struct cfi_window* w, __u32 clone) {
+// parent's frameless frame (clone_side_of); a sampled frame whose return address is at [sp]
+// (cfi_leaf_return_at_sp); else by frame pointer.
+static __always_inline int cfi_step_without_row(const struct hpd_proc_mappings* maps, struct cfi_regs* r,
+                                                struct cfi_window* w, __u32 clone) {
   if (clone == CFI_CLONE_CHILD) {
     // The whole stack, whatever tables are still to come: no second walk (which cannot tell).
     r->pending = 0;
     return HPD_USER_END_ROOT;
   }
-  if (clone != CFI_CLONE_PARENT) return cfi_fp_step(r, w);
+  if (clone != CFI_CLONE_PARENT) {
+    if (r->exact && cfi_leaf_return_at_sp(maps, r, w)) return 0;
+    return cfi_fp_step(r, w);
+  }
   __u64 ra = 0;
   if (cfi_read8(w, &ra, r->sp) != 0) return HPD_USER_END_READ_FAULT;
   if (ra == 0) return HPD_USER_END_ROOT;
@@ -445,7 +478,7 @@ __attribute__((noinline)) int cfi_step(const struct hpd_proc_mappings* maps, str
   const __u64 pc = r->exact ? r->ip : r->ip - 1;
   struct hpd_cfi_rule row = {};
   const int found = cfi_rule_of(maps, r, pc, &row);
-  if (found != 0) return cfi_step_without_row(r, w, found == CFI_NO_ROW ? clone : CFI_CLONE_NONE);
+  if (found != 0) return cfi_step_without_row(maps, r, w, found == CFI_NO_ROW ? clone : CFI_CLONE_NONE);
 
   __u64 cfa = 0;
   __u64 ra = 0;

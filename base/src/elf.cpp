@@ -120,6 +120,13 @@ std::string ElfView::interpreter() const {
   return out;
 }
 
+std::span<const uint8_t> ElfView::file_bytes() const {
+  size_t size = 0;
+  const char* raw = elf_ != nullptr ? elf_rawfile(elf_, &size) : nullptr;
+  if (raw == nullptr) return {};
+  return {reinterpret_cast<const uint8_t*>(raw), size};
+}
+
 ElfDynamic ElfView::dynamic() const {
   ElfDynamic out;
   for (const ElfSection& s : sections()) {

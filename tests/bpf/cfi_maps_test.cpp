@@ -16,12 +16,14 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "bpf/cfi_maps.h"
+#include "hpd/base/proc_maps.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/unwind/cfi_table.h"
 #include "temp_dir.h"
@@ -429,6 +431,60 @@ TEST(CfiMapsRules, ARuleMapThatIsFullRefusesATableAndItsEntriesComeBackWithEvict
   expect_rows_as_compiled(two.maps, two.map_file(kSecond, kStartB, two.b), *two.table_b);
   EXPECT_EQ(cfi.stats().rules, rules_b.size()) << "the evicted table's rules are still taken";
   EXPECT_EQ(cfi.stats().modules_evicted, 1u);
+}
+
+// The return address of this call: in this test's code, right after a call instruction.
+__attribute__((noinline)) uint64_t return_address_of_this_call() {
+  const auto ra = reinterpret_cast<uint64_t>(__builtin_return_address(0));
+  __asm__ volatile("" ::: "memory");  // not a tail call
+  return ra;
+}
+
+// The walk done again in user space (CfiMaps::walk_stack) takes the step the eBPF programs take
+// (cfi_leaf_return_at_sp): a sampled pc in code no table covers (JIT code: anonymous memory) whose top
+// of stack holds an address in a module with a table, right after a call instruction, steps there,
+// where a frame-pointer step from it would lose the caller. A top of stack that is not such an address
+// (a byte past it, or an address in no mapping) is not taken: the frame pointer is followed.
+TEST(CfiMapsWalk, ALeafOfCodeWithoutATableStepsToTheReturnAddressAtTheTopOfItsStack) {
+  const uint64_t ra = return_address_of_this_call();
+  std::optional<MapsEntry> own;
+  for (const MapsEntry& e : read_proc_maps(::getpid()))
+    if (e.executable && ra >= e.start && ra < e.end) own = e;
+  ASSERT_TRUE(own.has_value());
+  const std::shared_ptr<const CfiTable> table = compile_cfi_table({own->path}, "", {});
+  ASSERT_FALSE(table->rows.empty()) << table->error;
+  Maps maps;
+  ASSERT_TRUE(maps.open(static_cast<uint32_t>(table->rows.size()),
+                        static_cast<uint32_t>(table->index.buckets.size())))
+      << std::strerror(errno);
+  maps.cfi->add_mapping(::getpid(), own->start, own->end - own->start, own->offset, own->path, nullptr, 0);
+  maps.cfi->wait_for_tables(60000);
+  ASSERT_EQ(maps.published(own->start).row_count, table->rows.size()) << without_table(*maps.cfi);
+
+  Page jit(std::vector<uint8_t>(64, 0x90));  // anonymous code: no table
+  ASSERT_NE(jit.bytes, MAP_FAILED);
+  const uint64_t pc = jit.start() + 0x10;
+  const uint64_t sp = 0x7ffd0000;
+  const auto walk = [&](uint64_t top) {
+    const uint64_t slots[2] = {top, 0};
+    return maps.cfi->walk_stack(
+        ::getpid(), pc, sp, 0,
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(slots), sizeof slots));
+  };
+  const CfiMaps::StackWalk taken = walk(ra);
+  ASSERT_GE(taken.ips.size(), 2u);
+  EXPECT_EQ(taken.ips[0], pc);
+  EXPECT_EQ(taken.ips[1], ra);
+  EXPECT_EQ(taken.fp_frames, 0u);
+  // Past the return address, the caller's CFA lies beyond the two slots copied.
+  EXPECT_EQ(taken.end, HPD_USER_END_READ_FAULT);
+  for (const uint64_t other : {ra + 1, uint64_t{0x1234567}}) {
+    SCOPED_TRACE(other);
+    const CfiMaps::StackWalk not_taken = walk(other);
+    EXPECT_EQ(not_taken.ips, std::vector<uint64_t>{pc});
+    // rbp 0 at the sampled frame is no frame: the frame-pointer step fails.
+    EXPECT_EQ(not_taken.end, HPD_USER_END_FP_BROKEN);
+  }
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ namespace {
 
 const std::string kHpctl = HPD_HPCTL_PATH;
 const std::string kFixture = HPD_FIXTURE_DIR "/jit_perf_map";
+const std::string kFixtureNoFramePointers = HPD_FIXTURE_DIR "/jit_perf_map_nofp";
 
 class JitTest : public ::testing::Test {
  protected:
@@ -44,10 +45,14 @@ class JitTest : public ::testing::Test {
     return script;
   }
 
-  // Records `command` with default flags; returns the Firefox profile, and the JSON report in `report`.
-  json record(const std::vector<std::string>& command, json& report, std::string* summary = nullptr) {
+  // Records `command` with default flags (and `flags`); returns the Firefox profile, and the JSON report
+  // in `report`.
+  json record(const std::vector<std::string>& command, json& report, std::string* summary = nullptr,
+              const std::vector<std::string>& flags = {}) {
     const std::string out = path("jit.json.gz");
-    std::vector<std::string> argv{kHpctl, "--local", "record", "-o", out, "--no-report", "--"};
+    std::vector<std::string> argv{kHpctl, "--local", "record", "-o", out, "--no-report"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back("--");
     argv.insert(argv.end(), command.begin(), command.end());
     RunResult r = run(argv);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -95,6 +100,54 @@ TEST_F(JitTest, GeneratedCodeIsNamedFromThePerfMap) {
   EXPECT_EQ(jit->at("library"), "[jit]") << jit->dump();
   EXPECT_TRUE(export_has_function(profile, "jit_hot_loop"));
   EXPECT_NE(summary.find("JIT symbols of pid"), std::string::npos) << summary;
+}
+
+// Generated code that sets up no frame (the fixture's loop: no push of rbp) has its return address at
+// the top of its stack; a frame-pointer step from it read its caller's frame instead, and the caller was
+// lost: every sample showed main -> jit_hot_loop (run_generated missing), and built without frame
+// pointers the walk failed there. Every way of walking the stack now finds the callers, frame for frame:
+// the eBPF programs' cfi walk (the default), the frame-pointer chain with the leaf's caller put back
+// (fp), the perf backend's stack copies unwound in user space (dwarf, its auto choice here).
+TEST_F(JitTest, TheGeneratedCodesCallersAreInItsStacks) {
+  struct Way {
+    std::string fixture;
+    std::vector<std::string> flags;
+  };
+  const Way ways[] = {
+      {kFixture, {}},
+      {kFixtureNoFramePointers, {}},
+      {kFixture, {"--call-graph", "fp"}},
+      {kFixture, {"--backend", "perf"}},
+      {kFixtureNoFramePointers, {"--backend", "perf"}},
+  };
+  for (const Way& way : ways) {
+    std::string flags;
+    for (const std::string& f : way.flags) flags += " " + f;
+    SCOPED_TRACE(fs::path(way.fixture).filename().string() + flags);
+    json report;
+    std::string summary;
+    record({way.fixture, "0.5"}, report, &summary, way.flags);
+    const std::string collapsed = path("jit.collapsed");
+    RunResult c = run({kHpctl, "convert", "-q", "-o", collapsed, path("jit.json.gz")});
+    ASSERT_EQ(c.exit_code, 0) << c.err;
+    // Samples in the generated code (its own, and the kernel's on top of it), and those whose stack
+    // holds its two callers right below it.
+    uint64_t in_loop = 0, with_callers = 0;
+    std::ifstream lines(collapsed);
+    std::string line;
+    while (std::getline(lines, line)) {
+      const size_t space = line.rfind(' ');
+      ASSERT_NE(space, std::string::npos) << line;
+      const std::string stack = line.substr(0, space);
+      const uint64_t count = std::stoull(line.substr(space + 1));
+      if (stack.find("jit_hot_loop") == std::string::npos) continue;
+      in_loop += count;
+      if (stack.find(";main;run_generated;jit_hot_loop") != std::string::npos) with_callers += count;
+    }
+    // The fixture spends nearly all its CPU time in the loop: 0.5 s at 999 Hz.
+    ASSERT_GT(in_loop, 200u) << summary;
+    EXPECT_GE(with_callers, in_loop * 95 / 100) << summary;
+  }
 }
 
 // Issue #35: anonymous executable memory (perf's "//anon" in the mmap records the eBPF backend

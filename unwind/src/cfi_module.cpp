@@ -194,6 +194,20 @@ bool CfiModule::vaddr_of(uint64_t file_offset, uint64_t* vaddr) const {
   return found.has_value();
 }
 
+bool CfiModule::read_image(uint64_t vaddr, std::span<uint8_t> out) const {
+  if (!elf_) return false;
+  for (const Segment& seg : segments_) {
+    if (vaddr < seg.vaddr || vaddr - seg.vaddr >= seg.filesz || seg.filesz - (vaddr - seg.vaddr) < out.size())
+      continue;
+    const uint64_t offset = vaddr - seg.vaddr + seg.offset;
+    const std::span<const uint8_t> file = elf_.view().file_bytes();
+    if (offset > file.size() || file.size() - offset < out.size()) return false;
+    std::memcpy(out.data(), file.data() + offset, out.size());
+    return true;
+  }
+  return false;
+}
+
 namespace {
 
 bool store_ops(std::span<const ExprOp> ops, std::vector<ExprOp>* store, uint32_t* begin, uint16_t* len) {

@@ -108,6 +108,9 @@ class CfiModule {
 
   // ELF virtual address of a file offset (through the PT_LOAD headers); false when no segment holds it.
   bool vaddr_of(uint64_t file_offset, uint64_t* vaddr) const;
+  // The file's bytes at ELF virtual addresses [vaddr, vaddr + out.size()) into `out` (the code before a
+  // return address); false when a segment's file bytes do not hold them all.
+  bool read_image(uint64_t vaddr, std::span<uint8_t> out) const;
 
   // The rule of the CFI row covering `vaddr`, or nullptr when no FDE covers it or the row uses
   // something this unwinder cannot evaluate; the entry point's code without CFI (entry_without_cfi) has

@@ -12,6 +12,7 @@
 
 #include "cfi_module.h"
 #include "dwarf_expr.h"
+#include "hpd/base/x86_call.h"
 
 namespace hpd {
 
@@ -226,6 +227,7 @@ struct Unwinder::Impl {
 
   Entry* entry_for(const UnwindContext& ctx, const RawMapping& mapping);
   bool locate(const UnwindContext& ctx, uint64_t pc, Located* out);
+  std::optional<uint64_t> leaf_return_at_sp(const UnwindContext& ctx, uint64_t sp, const StackReader& reader);
   StackEnd walk(const UnwindContext& ctx, const UserRegs& regs, const StackCopy& stack,
                 std::vector<uint64_t>& out);
   void evict_one();
@@ -308,6 +310,27 @@ bool Unwinder::Impl::locate(const UnwindContext& ctx, uint64_t pc, Located* out)
   return true;
 }
 
+// A sampled frame no CFI covers (JIT code, assembly without CFI) whose function set up no frame has
+// its return address at [sp], where a frame-pointer step would read the caller's frame and lose the
+// caller. [sp] is taken when it points into a module with CFI for it, right after a call instruction
+// (hpd_x86_call_length_before); a frame that pushed rbp has a saved rbp or a local there. As the eBPF
+// programs' walk does (cfi_leaf_return_at_sp in bpf/cfi_walk.bpf.h).
+std::optional<uint64_t> Unwinder::Impl::leaf_return_at_sp(const UnwindContext& ctx, uint64_t sp,
+                                                          const StackReader& reader) {
+  uint64_t ra = 0;
+  if (read_stack(&reader, sp, 8, &ra) != ReadStatus::kOk || ra < 8) return std::nullopt;
+  Located loc;
+  if (!locate(ctx, ra - 1, &loc) || loc.module == nullptr || loc.vaddr < 7) return std::nullopt;
+  bool hit = false;
+  const FrameRule* rule = loc.module->rule_at(loc.vaddr, &hit);
+  ++(hit ? stats.rule_cache_hits : stats.rule_cache_misses);
+  std::array<uint8_t, 8> before{};
+  if (rule == nullptr || !loc.module->read_image(loc.vaddr - 7, before) ||
+      hpd_x86_call_length_before(before.data()) == 0)
+    return std::nullopt;
+  return ra;
+}
+
 StackEnd Unwinder::Impl::walk(const UnwindContext& ctx, const UserRegs& regs, const StackCopy& stack,
                               std::vector<uint64_t>& out) {
   RegState cur;
@@ -336,11 +359,18 @@ StackEnd Unwinder::Impl::walk(const UnwindContext& ctx, const UserRegs& regs, co
     RegState next;
     Step step;
     bool signal_frame = false;
+    std::optional<uint64_t> leaf_return;
     if (rule != nullptr) {
       if (rule->regs[kRaReg].kind == RuleKind::kUndefined) return StackEnd::kComplete;
       signal_frame = rule->signal_frame;
       step = step_cfi(*rule, *loc.module, cur, reader, &next);
       ++stats.cfi_steps;
+    } else if (exact_pc && (leaf_return = leaf_return_at_sp(ctx, cur.value[kSpReg], reader))) {
+      next = cur;
+      next.set(kRaReg, *leaf_return);
+      next.set(kSpReg, cur.value[kSpReg] + 8);
+      step = Step::kOk;
+      ++stats.sp_steps;
     } else {
       step = step_fp(cur, reader, &next);
       ++stats.fp_steps;
@@ -393,17 +423,20 @@ StackEnd Unwinder::unwind(const UnwindContext& context, const UserRegs& regs, co
 std::optional<uint64_t> Unwinder::frameless_leaf_return(const UnwindContext& context, const UserRegs& regs,
                                                         const StackCopy& stack) {
   if (!regs.has(DwarfReg::kRip) || !regs.has(DwarfReg::kRsp)) return std::nullopt;
+  const StackReader reader{&stack};
   Impl::Located loc;
-  if (!impl_->locate(context, regs.ip(), &loc) || loc.module == nullptr) return std::nullopt;
-  bool hit = false;
-  const FrameRule* rule = loc.module->rule_at(loc.vaddr, &hit);
-  ++(hit ? impl_->stats.rule_cache_hits : impl_->stats.rule_cache_misses);
-  if (rule == nullptr || rule->signal_frame || rule->regs[kRaReg].kind != RuleKind::kOffset)
-    return std::nullopt;
+  const FrameRule* rule = nullptr;
+  if (impl_->locate(context, regs.ip(), &loc) && loc.module != nullptr) {
+    bool hit = false;
+    rule = loc.module->rule_at(loc.vaddr, &hit);
+    ++(hit ? impl_->stats.rule_cache_hits : impl_->stats.rule_cache_misses);
+  }
+  // Code no CFI covers (JIT code): its return address at [sp] when a call instruction precedes it.
+  if (rule == nullptr) return impl_->leaf_return_at_sp(context, regs.sp(), reader);
+  if (rule->signal_frame || rule->regs[kRaReg].kind != RuleKind::kOffset) return std::nullopt;
   // Evaluate the CFA knowing only rsp and rip: it succeeds exactly when the CFA does not depend on
   // rbp (or any other register), i.e. when the function has no frame-pointer frame at ip. PLT
   // entries (rsp- and rip-based expressions) count as frameless too.
-  const StackReader reader{&stack};
   ExprEnv env;
   std::array<uint64_t, kRegCount> values{};
   values[kSpReg] = regs.sp();

@@ -2,6 +2,7 @@
 // maps as they are published now and a copy of a stack, for the off-CPU stacks the programs had to walk
 // by frame pointer while a process's tables were not published yet.
 #include <bpf/bpf.h>
+#include <sys/uio.h>
 
 #include <cstring>
 #include <memory>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "bpf/cfi_maps.h"
+#include "hpd/base/x86_call.h"
 #include "profile_event.h"
 
 namespace hpd {
@@ -55,6 +57,35 @@ CfiMaps::StackWalk CfiMaps::walk_stack(int32_t pid, uint64_t ip, uint64_t sp, ui
     return 0;
   };
 
+  // The mapping holding `pc` among the published ones, or nullptr.
+  const auto mapping_of = [&](uint64_t pc) -> const hpd_proc_mapping* {
+    for (uint32_t i = 0; have_maps && i < maps->count; ++i) {
+      if (pc >= maps->mappings[i].start && pc < maps->mappings[i].end) return &maps->mappings[i];
+    }
+    return nullptr;
+  };
+
+  // As cfi_leaf_return_at_sp: the sampled frame in code no table covers (JIT code) takes [sp] for its
+  // return address when it points into a module with a table, right after a call instruction (read
+  // from the process: it may have gone, and then the frame pointer is followed).
+  const auto leaf_return_at_sp = [&]() {
+    uint64_t ra = 0;
+    if (!r.exact || !read_stack(stack, base, r.sp, &ra, 8) || ra < 8) return false;
+    const hpd_proc_mapping* m = mapping_of(ra - 1);
+    if (m == nullptr || m->row_count == 0) return false;
+    unsigned char before[8];
+    iovec local{before, sizeof before};
+    iovec remote{reinterpret_cast<void*>(ra - 8), sizeof before};
+    if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof before) ||
+        hpd_x86_call_length_before(before) == 0)
+      return false;
+    r = Regs{ra, r.sp + 8, r.bp, false};
+    return true;
+  };
+
+  // A frame no row covers: its return address at [sp], or a frame-pointer step.
+  const auto step_without_row = [&]() -> uint32_t { return leaf_return_at_sp() ? 0 : fp_step(); };
+
   // The rule of the row covering `vaddr` among the map's rows [first, first + count).
   const auto find_row = [&](uint32_t first, uint32_t count, uint32_t vaddr, hpd_cfi_rule* out) {
     if (count == 0 || uint64_t{first} + count > capacity_) return false;
@@ -79,40 +110,34 @@ CfiMaps::StackWalk CfiMaps::walk_stack(int32_t pid, uint64_t ip, uint64_t sp, ui
   // One step from the frame in r to its caller, as cfi_step does; 0 to go on.
   const auto step = [&]() -> uint32_t {
     const uint64_t pc = r.exact ? r.ip : r.ip - 1;
-    const hpd_proc_mapping* m = nullptr;
-    for (uint32_t i = 0; have_maps && i < maps->count; ++i) {
-      if (pc >= maps->mappings[i].start && pc < maps->mappings[i].end) {
-        m = &maps->mappings[i];
-        break;
-      }
-    }
+    const hpd_proc_mapping* m = mapping_of(pc);
     if (m == nullptr) {
       if (!have_maps) walk.pending = true;
-      return fp_step();
+      return step_without_row();
     }
     if (m->row_count == 0) {
       if (m->flags & HPD_MAPPING_PENDING) walk.pending = true;
-      return fp_step();
+      return step_without_row();
     }
     const uint64_t vaddr = pc - m->bias;
-    if (vaddr > 0xffffffffull) return fp_step();
+    if (vaddr > 0xffffffffull) return step_without_row();
     uint32_t first = m->row_first;
     uint32_t count = m->row_count;
     if (m->index_count != 0) {
-      if (static_cast<uint32_t>(vaddr) < m->index_base) return fp_step();
+      if (static_cast<uint32_t>(vaddr) < m->index_base) return step_without_row();
       uint32_t bucket = (static_cast<uint32_t>(vaddr) - m->index_base) >> (m->index_shift & 31);
       if (bucket >= m->index_count) bucket = m->index_count - 1;
       bucket += m->index_first;
-      if (bucket >= index_capacity_ || index_ == nullptr) return fp_step();
+      if (bucket >= index_capacity_ || index_ == nullptr) return step_without_row();
       hpd_cfi_bucket b;
       std::memcpy(&b, index_ + size_t{bucket} * kBucketStride, sizeof b);
-      if (b.first >= count || b.count > count - b.first) return fp_step();
+      if (b.first >= count || b.count > count - b.first) return step_without_row();
       first += b.first;
       count = b.count;
     }
     hpd_cfi_rule row{};
     if (!find_row(first, count, static_cast<uint32_t>(vaddr), &row) || row.cfa_kind == HPD_CFA_NONE)
-      return fp_step();
+      return step_without_row();
     uint64_t cfa = 0, ra = 0, next_bp = r.bp;
     bool exact = false;
     // Only the sampled frame has its rdi.

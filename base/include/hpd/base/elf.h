@@ -86,6 +86,9 @@ class ElfView {
   [[nodiscard]] std::string interpreter() const;
   // DT_NEEDED, DT_RUNPATH and DT_RPATH of the SHT_DYNAMIC sections.
   [[nodiscard]] ElfDynamic dynamic() const;
+  // The file's bytes (elf_rawfile): the mapping of a handle opened with ELF_C_READ_MMAP, the image of
+  // one opened over memory, else a read of the whole file; empty when libelf cannot give them.
+  [[nodiscard]] std::span<const uint8_t> file_bytes() const;
 
  private:
   Elf* elf_ = nullptr;

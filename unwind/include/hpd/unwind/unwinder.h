@@ -98,6 +98,7 @@ struct UnwindStats {
   uint64_t frames = 0;     // addresses written, leaf included
   uint64_t cfi_steps = 0;  // frames stepped with a CFI rule
   uint64_t fp_steps = 0;   // frames stepped with the frame-pointer fallback
+  uint64_t sp_steps = 0;   // sampled frames without CFI whose return address was at [sp] (JIT leaves)
   uint64_t rule_cache_hits = 0;
   uint64_t rule_cache_misses = 0;  // rules computed with libdw
   uint64_t modules_opened = 0;
@@ -140,8 +141,9 @@ class Unwinder {
   // `mov %rsp,%rbp`), the kernel's frame-pointer walk skips the leaf's caller. This returns that
   // caller's return address, read from the stack slot CFI gives (needs only the first few dozen
   // bytes of the stack: 256 are plenty). nullopt when ip's function has a frame (rbp-based CFA),
-  // when no CFI covers ip, or when the slot lies outside the copy. Insert the result after the
-  // leaf unless the kernel's chain already holds it there.
+  // or when the slot lies outside the copy. Where no CFI covers ip (JIT code), [sp] when it points
+  // into a module with CFI right after a call instruction (hpd/base/x86_call.h), as unwind() does for
+  // such a frame. Insert the result after the leaf unless the kernel's chain already holds it there.
   std::optional<uint64_t> frameless_leaf_return(const UnwindContext& context, const UserRegs& regs,
                                                 const StackCopy& stack);
 
