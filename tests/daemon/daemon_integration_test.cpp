@@ -558,39 +558,57 @@ RawProfile record_until_cpu(const Hpd& hpd, pid_t pid, const std::string& out, c
   return record_capture_until_cpu(hpd, pid, out, err, cpu_s).profile;
 }
 
-// From a recording's first on-CPU sample of `pid` to its last, the samples (one per interval of the
-// thread's CPU time) stand for what the process's own clock says it used: no time at the start went
-// unsampled once sampling began, none was lost on the way. `stolen_ns`: the hypervisor's steal over
-// the recording (host_steal_ns), which the sampling timer counts as the thread's and its clock does
-// not (seen beside four CPU hogs and a CI run: 105.1%). `all`: the recording was of the whole machine,
-// whose first sample may be another process's.
+// From a recording's first on-CPU sample of `pid` to its last, the samples stand for what the process's
+// own clock says it used: no time at the start went unsampled once sampling began, none was lost on the
+// way. Their CPU deltas (each sample's CPU time since its thread's previous one, which the report's CPU ms
+// add up) sum to that CPU within 3%. Their count, one per interval: within 5% for a recording of the
+// process, whose timers run with its threads' CPU; `stolen_ns`, the hypervisor's steal over the recording
+// (host_steal_ns), which the sampling timer counts as the thread's and its clock does not (seen beside
+// four CPU hogs and a CI run: 105.1%). `all`: the recording was of the whole machine, whose first sample
+// may be another process's, and whose timers are the CPUs', firing on wall time whatever runs: a thread's
+// count then depends on how its time slices fall between the ticks, and a tick that fires late skips the
+// periods it missed (beside a loop of processes starting and four CPU hogs: 91.1-107.8% of its CPU by
+// count, the deltas 100.0-100.1%; 90.8% once in a fresh-clone test run beside a build): the count is held
+// within 20% there, and the deltas say what the count does not.
 void expect_samples_cover_the_cpu(const RawProfile& profile, pid_t pid, const CpuLog& log,
                                   const std::string& what, double stolen_ns, bool all = false) {
-  std::vector<uint64_t> times;
+  std::vector<std::pair<uint64_t, uint64_t>> samples;  // time, CPU delta
   for (const RawSample& s : profile.samples)
-    if (s.pid == pid && s.kind == SampleKind::kOnCpu) times.push_back(s.time_ns);
-  ASSERT_GE(times.size(), 100u) << what;
-  std::sort(times.begin(), times.end());
-  const auto cpu_first = log.cpu_at(times.front());
-  const auto cpu_last = log.cpu_at(times.back());
+    if (s.pid == pid && s.kind == SampleKind::kOnCpu) samples.emplace_back(s.time_ns, s.cpu_delta_ns);
+  ASSERT_GE(samples.size(), 100u) << what;
+  std::sort(samples.begin(), samples.end());
+  const auto cpu_first = log.cpu_at(samples.front().first);
+  const auto cpu_last = log.cpu_at(samples.back().first);
   ASSERT_TRUE(cpu_first && cpu_last) << what << ": the fixture's log (" << log.size()
                                      << " pairs) does not span the samples";
   const double used_ns = *cpu_last - *cpu_first;
-  const double sampled_ns =
-      static_cast<double>(times.size() - 1) * static_cast<double>(profile.info.interval_ns);
-  std::printf("%s: %zu samples, %.1f ms of CPU sampled of %.1f ms used (%.1f%%), host steal %.1f ms\n",
-              what.c_str(), times.size(), sampled_ns / 1e6, used_ns / 1e6, 100 * sampled_ns / used_ns,
-              stolen_ns / 1e6);
-  EXPECT_GE(sampled_ns, 0.95 * used_ns) << what;
-  EXPECT_LE(sampled_ns, 1.05 * used_ns + stolen_ns) << what;
+  const auto interval_ns = static_cast<double>(profile.info.interval_ns);
+  const double sampled_ns = static_cast<double>(samples.size() - 1) * interval_ns;
+  // The first sample's delta is the CPU before it.
+  double delta_ns = 0;
+  size_t late = 0;
+  for (size_t i = 1; i < samples.size(); ++i) {
+    delta_ns += static_cast<double>(samples[i].second);
+    if (static_cast<double>(samples[i].second) > 1.5 * interval_ns) ++late;
+  }
+  std::printf(
+      "%s: %zu samples, %.1f ms of CPU sampled of %.1f ms used (%.1f%%), host steal %.1f ms; "
+      "their CPU deltas %.1f ms (%.1f%%), %zu of them over 1.5 intervals\n",
+      what.c_str(), samples.size(), sampled_ns / 1e6, used_ns / 1e6, 100 * sampled_ns / used_ns,
+      stolen_ns / 1e6, delta_ns / 1e6, 100 * delta_ns / used_ns, late);
+  EXPECT_GE(delta_ns, 0.97 * used_ns) << what;
+  EXPECT_LE(delta_ns, 1.03 * used_ns) << what;
+  const double count_bound = all ? 0.20 : 0.05;
+  EXPECT_GE(sampled_ns, (1 - count_bound) * used_ns) << what;
+  EXPECT_LE(sampled_ns, (1 + count_bound) * used_ns + stolen_ns) << what;
   // The profile says when sampling began, after the request.
   if (all) {
-    EXPECT_LE(profile.info.first_sample_mono_ns, times.front()) << what;
+    EXPECT_LE(profile.info.first_sample_mono_ns, samples.front().first) << what;
   } else {
-    EXPECT_EQ(profile.info.first_sample_mono_ns, times.front()) << what;
+    EXPECT_EQ(profile.info.first_sample_mono_ns, samples.front().first) << what;
   }
   EXPECT_NE(profile.info.requested_mono_ns, 0u) << what;
-  EXPECT_LT(profile.info.requested_mono_ns, times.front()) << what;
+  EXPECT_LT(profile.info.requested_mono_ns, samples.front().first) << what;
 }
 
 // hpd reports READY=1 with the programs and maps of its likeliest first request loaded (they are also
@@ -874,6 +892,7 @@ TEST(Hpd, StacksWrittenAreLetGoPastMaxStackMemoryAndTheCaptureHoldsEverySample) 
   kill(pid, SIGTERM);
   ASSERT_EQ(target.wait(), 0);
   expect_samples_cover_the_cpu(profile, pid, CpuLog(log_path), "--all", stolen_ns, true);
+  if (HasFailure()) ADD_FAILURE() << "hpctl said:\n" << read_text_file(err) << hpd.log();
   const RunResult report = run({kHpctl, "report", out, "--pid", std::to_string(pid)});
   ASSERT_EQ(report.exit_code, 0) << report.err;
   EXPECT_NE(report.out.find("spin_step"), std::string::npos) << report.out;
