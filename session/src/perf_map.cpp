@@ -222,12 +222,9 @@ UniqueFd open_regular(const JitReadOptions& options, int32_t pid, const std::str
   // names tried). That a name does not exist is all this process learns; any other failure (a FUSE
   // mount that refuses root) is left to the opener.
   struct stat st {};
-  if ((options.open_process_file || options.open_file) && ::lstat(path.c_str(), &st) != 0 &&
-      (errno == ENOENT || errno == ENOTDIR))
+  if (options.open_file && ::lstat(path.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
     return {};
-  UniqueFd fd(options.open_process_file ? options.open_process_file(pid, path, flags)
-              : options.open_file       ? options.open_file(path, flags)
-                                        : ::open(path.c_str(), flags));
+  UniqueFd fd(options.open_file ? options.open_file(pid, path, flags) : ::open(path.c_str(), flags));
   if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) return {};
   return fd;
 }

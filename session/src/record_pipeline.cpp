@@ -284,7 +284,11 @@ std::optional<Profile> RecordingOutput::finish(RecordResult& result) {
   // by thread only) no longer knows which addresses were sampled: it keeps every symbol of the files,
   // within the same bound, for whoever symbolizes the capture later.
   JitReadOptions jit;
-  jit.open_file = sources_.open_file;
+  if (sources_.open_file) {
+    jit.open_file = [open = sources_.open_file](int32_t, const std::string& path, int flags) {
+      return open(path, flags);
+    };
+  }
   jit.max_bytes = sources_.max_jit_bytes;
   jit.bound_name = sources_.jit_bound_name;
   jit.tmp_dirs = &tmp_dirs_;

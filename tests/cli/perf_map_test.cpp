@@ -199,7 +199,7 @@ TEST(ReadJitSymbols, ReadsFilesThroughTheGivenOpener) {
   RawProfile p = profile_sampling({0x2050});
   std::vector<std::string> asked;
   JitReadOptions options;
-  options.open_file = [&](const std::string& path, int) {
+  options.open_file = [&](int32_t, const std::string& path, int) {
     asked.push_back(path);
     errno = EACCES;
     return -1;

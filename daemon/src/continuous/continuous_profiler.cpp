@@ -471,7 +471,7 @@ struct ContinuousProfiler::State {
   static void keep_jit_names(Chunk& chunk) {
     session::JitReadOptions jit;
     jit.bound_name = "hpd's bound of 16 MiB of JIT symbols per chunk";
-    jit.open_process_file = [&owners = chunk.owners](int32_t pid, const std::string& path, int flags) {
+    jit.open_file = [&owners = chunk.owners](int32_t pid, const std::string& path, int flags) {
       auto [it, added] = owners.try_emplace(pid);
       if (added) it->second = process_fs_credentials(pid);
       if (!it->second) {

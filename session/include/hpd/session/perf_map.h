@@ -61,13 +61,11 @@ class ProcessTmpDirs {
 // runtime wrote over the blob there), up to `max_bytes` for the whole recording; the rest are
 // dropped and counted in the notes.
 struct JitReadOptions {
-  // Opens a file as open(2) would (flags included); unset: open(2) as this process. hpd opens a
-  // client's files with the client's permissions (open_as).
-  std::function<int(const std::string& path, int flags)> open_file;
-  // Opens a file of process `pid` (its map, its jitdump): when set, used instead of open_file. hpd's
-  // continuous mode, which has no client, opens each process's files as the process's owner
-  // (open_as), so that root reads no file that owner could not.
-  std::function<int(int32_t pid, const std::string& path, int flags)> open_process_file;
+  // Opens a file of process `pid` (its map, its jitdump) as open(2) would (flags included); unset:
+  // open(2) as this process. hpd opens a client's files with the client's permissions (open_as), and
+  // continuous mode, which has no client, each process's files as the process's owner, so that root
+  // reads no file that owner could not.
+  std::function<int(int32_t pid, const std::string& path, int flags)> open_file;
   // The memory the symbols kept may take, counted as sizeof(RawJitSymbol), the name and an index
   // entry each.
   uint64_t max_bytes = uint64_t{16} << 20;
