@@ -63,8 +63,14 @@ bool parse_map_line(std::string_view line, uint64_t& start, uint64_t& size, std:
   return !name.empty();
 }
 
-// Symbols of one recording offered one at a time: kept when they cover a sampled address, one per
-// (process, start), within the byte bound.
+// Symbols of one recording offered one at a time: kept when they name a sampled address, one per
+// (process, start), within the byte bound. The symbolizer names an address by the symbol covering it
+// that starts closest below it (Converter::jit_symbol; of two at one start, the later line): a symbol
+// is kept while it is that symbol for at least one sampled address of its process, and let go once
+// symbols starting closer have taken all of its addresses. So a process keeps at most one symbol per
+// sampled address, however many lines of its files overlap there: a map of 4.1 million blobs each
+// covering the one sampled instruction kept 16 MiB of them before (the whole bound, which in a
+// continuous chunk left nothing for the other processes' maps), and keeps one now.
 class Collector {
  public:
   Collector(RawProfile& profile, uint64_t max_bytes, bool every_symbol)
@@ -84,50 +90,113 @@ class Collector {
     stacks_of_pid_.erase(std::unique(stacks_of_pid_.begin(), stacks_of_pid_.end()), stacks_of_pid_.end());
     // Symbols read before (none, unless a caller added some) count against the bound too.
     for (const RawJitSymbol& s : profile.jit_symbols) result.bytes_kept += cost(s.name.size());
+    first_ = file_first_ = profile.jit_symbols.size();
   }
 
   // The symbols offered next are `pid`'s, until the next call.
   void begin_process(int32_t pid) {
     if (pid == pid_) return;
+    finish_process();
     pid_ = pid;
     by_start_ = {};
     sampled_.clear();
+    best_.clear();
     sampled_ready_ = false;
+    visits_ = 0;
+  }
+
+  // The symbols of the last process that no sampled address is named by any more are let go.
+  void finish_process() {
+    auto& symbols = profile_.jit_symbols;
+    size_t out = first_;
+    for (size_t i = first_; i < symbols.size(); ++i) {
+      if (owners_[i - first_] == 0) continue;
+      if (out != i) symbols[out] = std::move(symbols[i]);
+      ++out;
+    }
+    symbols.resize(out);
+    first_ = file_first_ = out;
+    owners_.clear();
   }
 
   // Per file: counts since the last call.
   struct FileCounts {
-    uint64_t read = 0, kept = 0, superseded = 0, unsampled = 0, dropped = 0;
+    uint64_t read = 0, kept = 0, superseded = 0, unsampled = 0, shadowed = 0, dropped = 0, unweighed = 0;
   };
-  FileCounts take_file_counts() { return std::exchange(file_, {}); }
+  FileCounts take_file_counts() {
+    file_first_ = profile_.jit_symbols.size();
+    return std::exchange(file_, {});
+  }
 
   void offer(uint64_t start, uint64_t size, std::string_view name) {
     ++file_.read;
     ++result.symbols_read;
-    if (!covers_sample(start, size)) {
+    if (every_symbol_) {
+      keep_every(start, size, name);
+      return;
+    }
+    if (!sampled_ready_) find_sampled();
+    // The sampled addresses in [start, start + size]: the sampled instruction itself, or a return
+    // address just past the blob's end (looked up one below).
+    const size_t lo = std::lower_bound(sampled_.begin(), sampled_.end(), start) - sampled_.begin();
+    size_t hi = lo;
+    while (hi < sampled_.size() && sampled_[hi] - start <= size) ++hi;
+    if (lo == hi) {
       ++file_.unsampled;
       ++result.symbols_unsampled;
       return;
     }
-    if (const auto it = by_start_.find(start); it != by_start_.end()) {
-      // The runtime wrote a new blob over the old one: the later line is current.
-      RawJitSymbol& s = profile_.jit_symbols[it->second];
-      result.bytes_kept = result.bytes_kept - s.name.size() + name.size();
-      s.size = size;
-      s.name.assign(name);
-      ++file_.superseded;
+    // Each sampled address costs a look per symbol covering it: bounded per process, against files
+    // made of huge blobs overlapping by the million.
+    visits_ += hi - lo;
+    if (visits_ > kMaxVisitsPerProcess) {
+      ++file_.unweighed;
+      ++result.symbols_dropped;
       return;
     }
-    if (result.bytes_kept + cost(name.size()) > max_bytes_) {
+    auto& symbols = profile_.jit_symbols;
+    if (const auto it = by_start_.find(start); it != by_start_.end()) {
+      // The runtime wrote a new blob over the old one: the later line is current, for the addresses
+      // the new one covers (those only the old one covered are let go).
+      const size_t index = it->second;
+      RawJitSymbol& old = symbols[index];
+      for (size_t i = hi; i < sampled_.size() && sampled_[i] - old.start <= old.size; ++i)
+        if (best_[i] == index) unname(i);
+      result.bytes_kept = result.bytes_kept - old.name.size() + name.size();
+      old.size = size;
+      old.name.assign(name);
+      ++file_.superseded;
+      claim(lo, hi, index);
+      let_go_if_unused(index);
+      return;
+    }
+    // The addresses it would name: those no symbol names yet, or one that starts farther below. What
+    // that lets go is counted only for a symbol naming one address (at least what it frees).
+    uint64_t freed = 0;
+    size_t wins = 0;
+    for (size_t i = lo; i < hi; ++i) {
+      if (best_[i] != kNone && symbols[best_[i]].start > start) continue;
+      ++wins;
+      if (best_[i] != kNone && owners_[best_[i] - first_] == 1) freed += cost(symbols[best_[i]].name.size());
+    }
+    if (wins == 0) {
+      ++file_.shadowed;
+      ++result.symbols_shadowed;
+      return;
+    }
+    if (result.bytes_kept - freed + cost(name.size()) > max_bytes_) {
       ++file_.dropped;
       ++result.symbols_dropped;
       return;
     }
-    by_start_.emplace(start, profile_.jit_symbols.size());
-    profile_.jit_symbols.push_back(RawJitSymbol{pid_, start, size, std::string(name)});
+    const size_t index = symbols.size();
+    by_start_.emplace(start, index);
+    symbols.push_back(RawJitSymbol{pid_, start, size, std::string(name)});
+    owners_.push_back(0);
     result.bytes_kept += cost(name.size());
     ++file_.kept;
     ++result.symbols_kept;
+    claim(lo, hi, index);
   }
 
   JitReadResult result;
@@ -191,15 +260,71 @@ class Collector {
     }
     std::sort(sampled_.begin(), sampled_.end());
     sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
+    best_.assign(sampled_.size(), kNone);
   }
 
-  // A sampled address in [start, start + size]: the sampled instruction itself, or a return
-  // address just past the blob's end (looked up one below).
-  bool covers_sample(uint64_t start, uint64_t size) {
-    if (every_symbol_) return true;
-    if (!sampled_ready_) find_sampled();
-    const auto it = std::lower_bound(sampled_.begin(), sampled_.end(), start);
-    return it != sampled_.end() && *it - start <= size;
+  static constexpr size_t kNone = SIZE_MAX;
+  static constexpr uint64_t kMaxVisitsPerProcess = uint64_t{1} << 25;
+
+  // Every symbol (every_symbol_), one per start: the later line is current.
+  void keep_every(uint64_t start, uint64_t size, std::string_view name) {
+    auto& symbols = profile_.jit_symbols;
+    if (const auto it = by_start_.find(start); it != by_start_.end()) {
+      RawJitSymbol& s = symbols[it->second];
+      result.bytes_kept = result.bytes_kept - s.name.size() + name.size();
+      s.size = size;
+      s.name.assign(name);
+      ++file_.superseded;
+      return;
+    }
+    if (result.bytes_kept + cost(name.size()) > max_bytes_) {
+      ++file_.dropped;
+      ++result.symbols_dropped;
+      return;
+    }
+    by_start_.emplace(start, symbols.size());
+    symbols.push_back(RawJitSymbol{pid_, start, size, std::string(name)});
+    owners_.push_back(1);
+    result.bytes_kept += cost(name.size());
+    ++file_.kept;
+    ++result.symbols_kept;
+  }
+
+  // Symbol `index` names sampled addresses [lo, hi) where none does yet, or one starting farther below;
+  // a symbol left naming none is let go.
+  void claim(size_t lo, size_t hi, size_t index) {
+    const uint64_t start = profile_.jit_symbols[index].start;
+    for (size_t i = lo; i < hi; ++i) {
+      const size_t before = best_[i];
+      if (before == index) continue;
+      if (before != kNone && profile_.jit_symbols[before].start > start) continue;
+      if (before != kNone) unname(i);
+      best_[i] = index;
+      ++owners_[index - first_];
+      if (before != kNone) let_go_if_unused(before);
+    }
+  }
+
+  // Sampled address i is named by no symbol.
+  void unname(size_t i) {
+    --owners_[best_[i] - first_];
+    best_[i] = kNone;
+  }
+
+  // Symbol `index`, once it names no sampled address, is let go (removed by finish_process).
+  void let_go_if_unused(size_t index) {
+    if (owners_[index - first_] != 0) return;
+    const RawJitSymbol& s = profile_.jit_symbols[index];
+    result.bytes_kept -= cost(s.name.size());
+    --result.symbols_kept;
+    ++result.symbols_shadowed;
+    // Counted in the note of the file that added it, when that is the one being read.
+    if (index >= file_first_) {
+      --file_.kept;
+      ++file_.shadowed;
+    }
+    if (const auto it = by_start_.find(s.start); it != by_start_.end() && it->second == index)
+      by_start_.erase(it);
   }
 
   RawProfile& profile_;
@@ -207,8 +332,13 @@ class Collector {
   bool every_symbol_;
   std::vector<uint64_t> stacks_of_pid_;  // (pid << 32 | stack), sorted
   std::vector<uint64_t> sampled_;        // of pid_, once sampled_ready_ (find_sampled)
+  std::vector<size_t> best_;             // per sampled address: the symbol naming it, or kNone
   bool sampled_ready_ = false;
   int32_t pid_ = 0;
+  uint64_t visits_ = 0;           // of pid_'s sampled addresses by the symbols covering them
+  size_t first_ = 0;              // pid_'s first symbol in jit_symbols
+  size_t file_first_ = 0;         // the first symbol the file being read added
+  std::vector<uint32_t> owners_;  // per symbol from first_: how many sampled addresses it names
   std::unordered_map<uint64_t, size_t> by_start_;  // of pid_: start -> index in jit_symbols
   FileCounts file_;
 };
@@ -340,6 +470,12 @@ std::string file_note(int32_t pid, const std::string& path, const Collector::Fil
   std::string note = "JIT symbols of pid " + std::to_string(pid) + ": " + std::to_string(c.kept) + " of " +
                      std::to_string(c.read) + " from " + path;
   if (c.unsampled != 0) note += " (" + std::to_string(c.unsampled) + " cover no sampled address)";
+  if (c.shadowed != 0)
+    note += " (" + std::to_string(c.shadowed) +
+            " name no sampled address: other symbols covering them start closer, and name them)";
+  if (c.unweighed != 0)
+    note += " (" + std::to_string(c.unweighed) +
+            " not weighed: their blobs overlapped the sampled addresses too often to follow)";
   if (c.superseded != 0)
     note += " (" + std::to_string(c.superseded) + " written over an earlier one at the same address)";
   if (bad != 0) note += " (" + std::to_string(bad) + " lines not understood)";
@@ -480,6 +616,7 @@ JitReadResult read_jit_symbols(RawProfile& profile, const JitReadOptions& option
       break;
     }
   }
+  collector.finish_process();
   return std::move(collector.result);
 }
 

@@ -136,10 +136,10 @@ void add_sample(RawProfile& p, int32_t pid, std::vector<uint64_t> user) {
   p.samples.push_back(s);
 }
 
-RawProfile profile_sampling(std::initializer_list<uint64_t> user_addresses) {
+RawProfile profile_sampling(std::vector<uint64_t> user_addresses) {
   RawProfile p;
   p.process(::getpid());
-  add_sample(p, ::getpid(), std::vector<uint64_t>(user_addresses));
+  add_sample(p, ::getpid(), std::move(user_addresses));
   return p;
 }
 
@@ -168,18 +168,21 @@ TEST(ReadJitSymbols, KeepsOnlyWhatCoversSampledCodeOncePerStart) {
 }
 
 TEST(ReadJitSymbols, DropsWhatIsBeyondTheBoundAndSaysSo) {
+  // 1000 blobs, each the one that names a sampled address of its own.
   std::string text;
+  std::vector<uint64_t> sampled;
   for (int i = 0; i < 1000; ++i) {
     char line[64];
-    std::snprintf(line, sizeof line, "%x %x covering_%04d\n", 0x10000 - 16 * i, 16 * i + 32, i);
+    std::snprintf(line, sizeof line, "%x 20 blob_%04d\n", 0x10000 + 64 * i, i);
     text += line;
+    sampled.push_back(0x10000 + 64 * i + 8);
   }
   // An overlong line is not kept in memory: it is one line not understood.
   text += std::string(100000, 'x') + "\n";
   const OwnPerfMap map(text);
-  RawProfile p = profile_sampling({0x10000});
+  RawProfile p = profile_sampling(sampled);
   JitReadOptions options;
-  const uint64_t each = sizeof(RawJitSymbol) + 13 + 48;  // as read_jit_symbols counts one
+  const uint64_t each = sizeof(RawJitSymbol) + 9 + 48;  // as read_jit_symbols counts one
   options.max_bytes = 100 * each;
   options.bound_name = "the test's bound";
   const JitReadResult r = read_jit_symbols(p, options);
@@ -192,6 +195,41 @@ TEST(ReadJitSymbols, DropsWhatIsBeyondTheBoundAndSaysSo) {
   EXPECT_NE(r.notes[0].find("900 dropped: the recording's JIT symbols reached the test's bound"),
             std::string::npos)
       << r.notes[0];
+}
+
+// The symbolizer names an address by the symbol covering it that starts closest below it: of blobs
+// overlapping there by the thousand (4.1 million in a user's map once took hpd's whole bound, and in a
+// continuous chunk left no room for the other processes' maps), only that one is kept, in either order
+// of the lines; one let go for a closer one is counted with those that named nothing.
+TEST(ReadJitSymbols, OfSymbolsOverlappingASampledAddressOnlyTheOneNamingItIsKept) {
+  for (const bool closest_first : {true, false}) {
+    SCOPED_TRACE(closest_first ? "closest first" : "closest last");
+    std::string text;
+    for (int k = 0; k < 1000; ++k) {
+      const int i = closest_first ? k : 999 - k;
+      char line[64];
+      std::snprintf(line, sizeof line, "%x %x covering_%04d\n", 0x10000 - 16 * i, 16 * i + 32, i);
+      text += line;
+    }
+    // A blob of its own for a second address, which a wide one also covers.
+    text += "20000 20 own_blob\n1f000 2000 wide_blob\n";
+    const OwnPerfMap map(text);
+    RawProfile p = profile_sampling({0x10008, 0x20008});
+    const JitReadResult r = read_jit_symbols(p);
+    ASSERT_EQ(p.jit_symbols.size(), 2u);
+    EXPECT_EQ(p.jit_symbols[0].name, "covering_0000");
+    EXPECT_EQ(p.jit_symbols[0].start, 0x10000u);
+    EXPECT_EQ(p.jit_symbols[1].name, "own_blob");
+    EXPECT_EQ(r.symbols_read, 1002u);
+    EXPECT_EQ(r.symbols_kept, 2u);
+    EXPECT_EQ(r.symbols_shadowed, 1000u);
+    EXPECT_EQ(r.symbols_dropped, 0u);
+    ASSERT_EQ(r.notes.size(), 1u);
+    EXPECT_NE(r.notes[0].find("2 of 1002 from /tmp/perf-"), std::string::npos) << r.notes[0];
+    EXPECT_NE(r.notes[0].find("1000 name no sampled address: other symbols covering them start closer"),
+              std::string::npos)
+        << r.notes[0];
+  }
 }
 
 TEST(ReadJitSymbols, ReadsFilesThroughTheGivenOpener) {

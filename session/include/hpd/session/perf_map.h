@@ -86,6 +86,7 @@ struct JitReadResult {
   uint64_t symbols_read = 0;       // well-formed symbols in the files
   uint64_t symbols_kept = 0;       // added to RawProfile::jit_symbols
   uint64_t symbols_unsampled = 0;  // covering no sampled address
+  uint64_t symbols_shadowed = 0;   // covering some, each named by a symbol starting closer to it
   uint64_t symbols_dropped = 0;    // covering one, but beyond max_bytes
   uint64_t bytes_kept = 0;         // as counted against max_bytes
 };
