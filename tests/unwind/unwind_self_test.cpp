@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -213,6 +214,51 @@ TEST_F(SelfUnwindTest, FramelessLeafReturnGivesTheCallerOnlyWithoutAFramePointer
   EXPECT_EQ(names(fp_out)[0].function, "unwind_capture_fp");
   EXPECT_EQ(names(fp_out)[1].function, "unwind_level4");
   EXPECT_FALSE(unwinder.frameless_leaf_return(context(), fp.regs, fp.copy(256)).has_value());
+}
+
+// The return address of this call: in this test's code, right after a call instruction.
+__attribute__((noinline)) uint64_t return_address_of_this_call() {
+  const auto ra = reinterpret_cast<uint64_t>(__builtin_return_address(0));
+  asm volatile("" ::: "memory");  // not a tail call
+  return ra;
+}
+
+// A sampled pc in code no CFI covers (JIT code: anonymous memory, in no mapping of the process) whose
+// top of stack holds an address in a module with CFI, right after a call instruction: the caller is
+// that address, for the walk (dwarf mode) and for fp mode's frameless-leaf helper alike, where a
+// frame-pointer step would lose it. A top of stack that is no such address (a byte past it) is not
+// taken.
+TEST_F(SelfUnwindTest, ALeafInCodeWithoutCfiTakesTheReturnAddressAtTheTopOfItsStack) {
+  const uint64_t ra = return_address_of_this_call();
+  std::vector<uint8_t> code(4096, 0x90);  // not mapped executable: only its address is used
+  const auto pc = reinterpret_cast<uint64_t>(code.data()) + 16;
+  UserRegs regs;
+  regs.set(DwarfReg::kRip, pc);
+  regs.set(DwarfReg::kRsp, 0x7ffd0000);
+  regs.set(DwarfReg::kRbp, 0);
+  for (const uint64_t top : {ra, ra + 1}) {
+    SCOPED_TRACE(top == ra ? "a return address" : "a byte past it");
+    std::vector<uint8_t> stack(16, 0);
+    std::memcpy(stack.data(), &top, 8);
+    const StackCopy copy{regs.sp(), stack, 0};
+    Unwinder unwinder;
+    std::vector<uint64_t> out;
+    unwinder.unwind(context(), regs, copy, out);
+    ASSERT_FALSE(out.empty());
+    EXPECT_EQ(out[0], pc);
+    const auto leaf_return = unwinder.frameless_leaf_return(context(), regs, copy);
+    if (top == ra) {
+      ASSERT_GE(out.size(), 2u);
+      EXPECT_EQ(out[1], ra);
+      EXPECT_EQ(unwinder.stats().sp_steps, 1u);
+      EXPECT_EQ(unwinder.stats().fp_steps, 0u);
+      EXPECT_EQ(leaf_return, std::optional<uint64_t>(ra));
+    } else {
+      EXPECT_EQ(out.size(), 1u);
+      EXPECT_EQ(unwinder.stats().sp_steps, 0u);
+      EXPECT_FALSE(leaf_return.has_value());
+    }
+  }
 }
 
 TEST_F(SelfUnwindTest, ShortCopyIsTruncatedNotFailed) {
