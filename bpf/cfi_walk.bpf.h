@@ -366,6 +366,19 @@ static __always_inline int cfi_pc_in_new_file(__u64 pc) {
   return err == 0 && file != 0;  // -ENOENT: in no mapping at all (a broken frame-pointer chain)
 }
 
+// hpd_x86_call_length_before's FF positions, one per bpf_loop step: the verifier checks one step's
+// paths, not six unrolled positions'. With [sp] read directly, this step costs each walking program about
+// 680 instructions of verifying (3,300 with the positions unrolled and [sp] read through the window).
+struct cfi_call_check {
+  unsigned char before[8];  // the 8 bytes below a return address
+  __u32 found;              // an FF /2 call ends there
+};
+static long cfi_ff_call_step(__u64 index, struct cfi_call_check* c) {
+  if (hpd_x86_ff_call_length_at(c->before, (unsigned)(index & 7) + 1) == 0) return 0;
+  c->found = 1;
+  return 1;
+}
+
 // The sampled frame (or the one a signal interrupted) in code no table covers, JIT code above all: a
 // leaf that set up no frame (a stub, a small loop) has its return address at [sp], and a frame-pointer
 // step reads its caller's frame instead, so that the caller is lost (a JIT loop called from main showed
@@ -373,18 +386,21 @@ static __always_inline int cfi_pc_in_new_file(__u64 pc) {
 // with a table, right after a call instruction (hpd_x86_call_length_before): a frame that pushed rbp
 // has a saved rbp or a local there, neither of which passes. 1 when taken. The user-space walks
 // (hpd/unwind/unwinder.h, collect/src/bpf/cfi_user_walk.cpp) take the same step.
-static __always_inline int cfi_leaf_return_at_sp(const struct hpd_proc_mappings* maps, struct cfi_regs* r,
-                                                 struct cfi_window* w) {
+static __always_inline int cfi_leaf_return_at_sp(const struct hpd_proc_mappings* maps, struct cfi_regs* r) {
+  // Read from the stack, not through the window (whose reads, inlined, cost the verifier hundreds of
+  // instructions each): this step is rare. A return address a probe's trampoline took over is not
+  // followed here (the trampoline's page has no call before it: the frame pointer is).
   __u64 ra = 0;
-  if (cfi_read8(w, &ra, r->sp) != 0 || ra < 8) return 0;
-  if (calls_runtime_active) ra = calls_real_return(ra, r->sp);
-  if (r->uprobes) ra = uretprobe_real_return(ra, r->sp);
+  if (bpf_probe_read_user(&ra, sizeof ra, (const void*)r->sp) != 0 || ra < 8) return 0;
   const int index = cfi_find_mapping(maps, ra - 1, r->mapping);
   if (!maps || index < 0 || index >= HPD_MAX_PROC_MAPPINGS) return 0;
   if (maps->mappings[index & (HPD_MAX_PROC_MAPPINGS - 1)].row_count == 0) return 0;
-  unsigned char before[8];
-  if (bpf_probe_read_user(before, sizeof before, (const void*)(ra - 8)) != 0) return 0;
-  if (hpd_x86_call_length_before(before) == 0) return 0;
+  struct cfi_call_check check = {};
+  if (bpf_probe_read_user(check.before, sizeof check.before, (const void*)(ra - 8)) != 0) return 0;
+  if (check.before[3] != 0xe8) {
+    bpf_loop(6, cfi_ff_call_step, &check, 0);
+    if (!check.found) return 0;
+  }
   r->ip = ra;
   r->sp += 8;
   r->exact = 0;
@@ -403,7 +419,7 @@ static __always_inline int cfi_step_without_row(const struct hpd_proc_mappings* 
     return HPD_USER_END_ROOT;
   }
   if (clone != CFI_CLONE_PARENT) {
-    if (r->exact && cfi_leaf_return_at_sp(maps, r, w)) return 0;
+    if (r->exact && cfi_leaf_return_at_sp(maps, r)) return 0;
     return cfi_fp_step(r, w);
   }
   __u64 ra = 0;
