@@ -138,22 +138,24 @@ class Collector {
     if (!sampled_ready_) find_sampled();
     // The sampled addresses in [start, start + size]: the sampled instruction itself, or a return
     // address just past the blob's end (looked up one below).
-    const size_t lo = std::lower_bound(sampled_.begin(), sampled_.end(), start) - sampled_.begin();
-    size_t hi = lo;
-    while (hi < sampled_.size() && sampled_[hi] - start <= size) ++hi;
-    if (lo == hi) {
+    const auto first = std::lower_bound(sampled_.begin(), sampled_.end(), start);
+    const auto last = std::partition_point(first, sampled_.end(),
+                                           [&](uint64_t address) { return address - start <= size; });
+    if (first == last) {
       ++file_.unsampled;
       ++result.symbols_unsampled;
       return;
     }
+    const auto lo = static_cast<size_t>(first - sampled_.begin());
+    const auto hi = static_cast<size_t>(last - sampled_.begin());
     // Each sampled address costs a look per symbol covering it: bounded per process, against files
     // made of huge blobs overlapping by the million.
-    visits_ += hi - lo;
-    if (visits_ > kMaxVisitsPerProcess) {
+    if (visits_ + (hi - lo) > kMaxVisitsPerProcess) {
       ++file_.unweighed;
       ++result.symbols_dropped;
       return;
     }
+    visits_ += hi - lo;
     auto& symbols = profile_.jit_symbols;
     if (const auto it = by_start_.find(start); it != by_start_.end()) {
       // The runtime wrote a new blob over the old one: the later line is current, for the addresses

@@ -232,6 +232,31 @@ TEST(ReadJitSymbols, OfSymbolsOverlappingASampledAddressOnlyTheOneNamingItIsKept
   }
 }
 
+// Weighing a symbol costs a look per sampled address it covers: a process's files get 2^25 looks, and
+// the symbols past them are counted as not weighed (the note says so) rather than read on for minutes.
+// 1000 sampled addresses and 40,000 blobs each covering all of them: 33,554 weighed.
+TEST(ReadJitSymbols, BlobsOverlappingTooOftenToFollowAreCountedNotWeighed) {
+  std::vector<uint64_t> sampled;
+  for (uint64_t i = 0; i < 1000; ++i) sampled.push_back(0x100000 + 16 * i);
+  std::string text;
+  for (int i = 0; i < 40000; ++i) {
+    char line[64];
+    std::snprintf(line, sizeof line, "%x %x wide_%05d\n", 0x100000 - 16 * i, 16 * i + 16000, i);
+    text += line;
+  }
+  const OwnPerfMap map(text);
+  RawProfile p = profile_sampling(sampled);
+  const JitReadResult r = read_jit_symbols(p);
+  const uint64_t weighed = (uint64_t{1} << 25) / 1000;
+  EXPECT_EQ(r.symbols_read, 40000u);
+  EXPECT_EQ(r.symbols_dropped, 40000u - weighed);
+  ASSERT_EQ(p.jit_symbols.size(), 1u);
+  EXPECT_EQ(p.jit_symbols[0].name, "wide_00000");  // the closest below every address
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find(std::to_string(40000u - weighed) + " not weighed"), std::string::npos)
+      << r.notes[0];
+}
+
 TEST(ReadJitSymbols, ReadsFilesThroughTheGivenOpener) {
   const OwnPerfMap map("2000 100 hot\n");
   RawProfile p = profile_sampling({0x2050});
