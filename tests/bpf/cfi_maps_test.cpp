@@ -26,6 +26,7 @@
 #include "hpd/base/proc_maps.h"
 #include "hpd/base/unique_fd.h"
 #include "hpd/unwind/cfi_table.h"
+#include "own_return_address.h"
 #include "temp_dir.h"
 
 namespace hpd {
@@ -433,20 +434,13 @@ TEST(CfiMapsRules, ARuleMapThatIsFullRefusesATableAndItsEntriesComeBackWithEvict
   EXPECT_EQ(cfi.stats().modules_evicted, 1u);
 }
 
-// The return address of this call: in this test's code, right after a call instruction.
-__attribute__((noinline)) uint64_t return_address_of_this_call() {
-  const auto ra = reinterpret_cast<uint64_t>(__builtin_return_address(0));
-  __asm__ volatile("" ::: "memory");  // not a tail call
-  return ra;
-}
-
 // The walk done again in user space (CfiMaps::walk_stack) takes the step the eBPF programs take
 // (cfi_leaf_return_at_sp): a sampled pc in code no table covers (JIT code: anonymous memory) whose top
 // of stack holds an address in a module with a table, right after a call instruction, steps there,
 // where a frame-pointer step from it would lose the caller. A top of stack that is not such an address
 // (a byte past it, or an address in no mapping) is not taken: the frame pointer is followed.
 TEST(CfiMapsWalk, ALeafOfCodeWithoutATableStepsToTheReturnAddressAtTheTopOfItsStack) {
-  const uint64_t ra = return_address_of_this_call();
+  const uint64_t ra = hpd::testing::own_return_address();
   std::optional<MapsEntry> own;
   for (const MapsEntry& e : read_proc_maps(::getpid()))
     if (e.executable && ra >= e.start && ra < e.end) own = e;

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "hpd/unwind/unwinder.h"
+#include "own_return_address.h"
 #include "unwind_test_support.h"
 
 using namespace hpd;
@@ -216,20 +217,13 @@ TEST_F(SelfUnwindTest, FramelessLeafReturnGivesTheCallerOnlyWithoutAFramePointer
   EXPECT_FALSE(unwinder.frameless_leaf_return(context(), fp.regs, fp.copy(256)).has_value());
 }
 
-// The return address of this call: in this test's code, right after a call instruction.
-__attribute__((noinline)) uint64_t return_address_of_this_call() {
-  const auto ra = reinterpret_cast<uint64_t>(__builtin_return_address(0));
-  asm volatile("" ::: "memory");  // not a tail call
-  return ra;
-}
-
 // A sampled pc in code no CFI covers (JIT code: anonymous memory, in no mapping of the process) whose
 // top of stack holds an address in a module with CFI, right after a call instruction: the caller is
 // that address, for the walk (dwarf mode) and for fp mode's frameless-leaf helper alike, where a
 // frame-pointer step would lose it. A top of stack that is no such address (a byte past it) is not
 // taken.
 TEST_F(SelfUnwindTest, ALeafInCodeWithoutCfiTakesTheReturnAddressAtTheTopOfItsStack) {
-  const uint64_t ra = return_address_of_this_call();
+  const uint64_t ra = hpd::testing::own_return_address();
   std::vector<uint8_t> code(4096, 0x90);  // not mapped executable: only its address is used
   const auto pc = reinterpret_cast<uint64_t>(code.data()) + 16;
   UserRegs regs;
