@@ -164,10 +164,7 @@ class Collector {
       RawJitSymbol& old = symbols[index];
       for (size_t i = hi; i < sampled_.size() && sampled_[i] - old.start <= old.size; ++i)
         if (best_[i] == index) unname(i);
-      result.bytes_kept = result.bytes_kept - old.name.size() + name.size();
-      old.size = size;
-      old.name.assign(name);
-      ++file_.superseded;
+      rewrite(index, size, name);
       claim(lo, hi, index);
       let_go_if_unused(index);
       return;
@@ -191,14 +188,7 @@ class Collector {
       ++result.symbols_dropped;
       return;
     }
-    const size_t index = symbols.size();
-    by_start_.emplace(start, index);
-    symbols.push_back(RawJitSymbol{pid_, start, size, std::string(name)});
-    owners_.push_back(0);
-    result.bytes_kept += cost(name.size());
-    ++file_.kept;
-    ++result.symbols_kept;
-    claim(lo, hi, index);
+    claim(lo, hi, append(start, size, name, 0));
   }
 
   JitReadResult result;
@@ -270,13 +260,8 @@ class Collector {
 
   // Every symbol (every_symbol_), one per start: the later line is current.
   void keep_every(uint64_t start, uint64_t size, std::string_view name) {
-    auto& symbols = profile_.jit_symbols;
     if (const auto it = by_start_.find(start); it != by_start_.end()) {
-      RawJitSymbol& s = symbols[it->second];
-      result.bytes_kept = result.bytes_kept - s.name.size() + name.size();
-      s.size = size;
-      s.name.assign(name);
-      ++file_.superseded;
+      rewrite(it->second, size, name);
       return;
     }
     if (result.bytes_kept + cost(name.size()) > max_bytes_) {
@@ -284,12 +269,28 @@ class Collector {
       ++result.symbols_dropped;
       return;
     }
-    by_start_.emplace(start, symbols.size());
-    symbols.push_back(RawJitSymbol{pid_, start, size, std::string(name)});
-    owners_.push_back(1);
+    append(start, size, name, 1);
+  }
+
+  // The symbol at `index` rewritten by a later line at its start (the runtime wrote a new blob there).
+  void rewrite(size_t index, uint64_t size, std::string_view name) {
+    RawJitSymbol& s = profile_.jit_symbols[index];
+    result.bytes_kept = result.bytes_kept - s.name.size() + name.size();
+    s.size = size;
+    s.name.assign(name);
+    ++file_.superseded;
+  }
+
+  // A new symbol of pid_, naming `owners` sampled addresses so far; its index.
+  size_t append(uint64_t start, uint64_t size, std::string_view name, uint32_t owners) {
+    const size_t index = profile_.jit_symbols.size();
+    by_start_.emplace(start, index);
+    profile_.jit_symbols.push_back(RawJitSymbol{pid_, start, size, std::string(name)});
+    owners_.push_back(owners);
     result.bytes_kept += cost(name.size());
     ++file_.kept;
     ++result.symbols_kept;
+    return index;
   }
 
   // Symbol `index` names sampled addresses [lo, hi) where none does yet, or one starting farther below;
