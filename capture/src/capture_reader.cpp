@@ -537,6 +537,16 @@ CaptureContents read_capture(std::span<const uint8_t> bytes, const std::string& 
                          " blocks of types this hpctl does not know (written by a newer hpd)");
   }
   if (!info.complete) {
+    // A thread's share of the losses is written before the samples of a flush, the totals after
+    // them: in a file cut between the two, the totals are the flush's before. They are at least the
+    // threads' shares (RawThread::lost), which a finished file's are.
+    LostCounts shares;
+    for (const RawThread& t : out.profile.threads) shares += t.lost;
+    LostCounts& total = out.profile.lost;
+    total.stack_failures = std::max(total.stack_failures, shares.stack_failures);
+    total.truncated_stacks = std::max(total.truncated_stacks, shares.truncated_stacks);
+    total.lost_records = std::max(total.lost_records, shares.lost_records);
+    total.throttle_events = std::max(total.throttle_events, shares.throttle_events);
     info.notes.push_back((cut.empty() ? std::string("the file has no end block") : cut) +
                          ": the recording did not finish (interrupted or crashed); recovered " +
                          std::to_string(out.profile.samples.size()) + " samples from " +

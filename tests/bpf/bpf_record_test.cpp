@@ -407,9 +407,7 @@ TEST(BpfRecord, LossesAreCountedPerThreadAndReported) {
   LostCounts sum;
   size_t threads_with_losses = 0;
   for (const RawThread& t : raw.threads) {
-    sum.lost_records += t.lost.lost_records;
-    sum.stack_failures += t.lost.stack_failures;
-    sum.truncated_stacks += t.lost.truncated_stacks;
+    sum += t.lost;
     // The report lists every thread that lost anything: records, or a stack (a cfi walk that failed).
     if (t.lost.lost_records != 0 || t.lost.stack_failures != 0 || t.lost.truncated_stacks != 0)
       ++threads_with_losses;

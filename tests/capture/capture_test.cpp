@@ -237,6 +237,45 @@ TEST_F(CaptureTest, EveryTruncationRecoversThePrefixOrFailsClearly) {
   EXPECT_TRUE(read_capture(bytes).info.complete);
 }
 
+// A file cut after a flush's threads block and before its losses block (written after the samples)
+// held the threads' new failed stacks and the totals of the flush before: the report said "Stacks: 0
+// failed" above "tid N: 1 failed stack". Every prefix's totals are at least the threads' shares.
+TEST_F(CaptureTest, ATruncatedFilesLossTotalsAreAtLeastItsThreadsShares) {
+  RawProfile live = make_raw_profile(30);
+  for (RawThread& t : live.threads) t.lost = {};
+  live.lost = {};
+  CaptureWriter writer(path("losses.hpr"));
+  writer.flush(live);
+  // What the recorder counts for a failed stack and a lost record: the thread's share and the total.
+  live.threads[0].lost.stack_failures += 3;
+  live.threads[0].lost.truncated_stacks += 2;
+  live.threads[0].lost.lost_records += 5;
+  live.threads[0].lost.throttle_events += 1;
+  live.lost = live.threads[0].lost;
+  live.lost.lost_records += 4;  // not a thread's
+  live.samples.push_back(live.samples.back());
+  writer.flush(live);
+  writer.finish(live);
+  const std::vector<uint8_t> bytes = read_bytes(path("losses.hpr"));
+  size_t between = 0;  // prefixes with the threads' new shares and not the totals' block
+  for (size_t len = capture::kFileHeaderSize; len <= bytes.size(); ++len) {
+    const CaptureContents read = read_capture(std::span<const uint8_t>(bytes.data(), len), "cut.hpr");
+    LostCounts shares;
+    for (const RawThread& t : read.profile.threads) shares += t.lost;
+    const LostCounts& total = read.profile.lost;
+    ASSERT_GE(total.stack_failures, shares.stack_failures) << len;
+    ASSERT_GE(total.truncated_stacks, shares.truncated_stacks) << len;
+    ASSERT_GE(total.lost_records, shares.lost_records) << len;
+    ASSERT_GE(total.throttle_events, shares.throttle_events) << len;
+    between += shares.stack_failures == 3 && total.lost_records == 5;
+    if (len == bytes.size()) {
+      EXPECT_EQ(total.lost_records, 9u);
+      EXPECT_EQ(total.stack_failures, 3u);
+    }
+  }
+  EXPECT_GT(between, 0u) << "no prefix ends between the threads block and the losses block";
+}
+
 TEST_F(CaptureTest, FlippedPayloadByteIsAChecksumError) {
   const std::vector<uint8_t> bytes = streamed_capture(300);
   for (const size_t off : block_offsets(bytes)) {

@@ -157,10 +157,7 @@ class ChunkMerger {
         out_.jit_symbols[at->second].name = j.name;
       }
     }
-    out_.lost.lost_records += in.lost.lost_records;
-    out_.lost.throttle_events += in.lost.throttle_events;
-    out_.lost.stack_failures += in.lost.stack_failures;
-    out_.lost.truncated_stacks += in.lost.truncated_stacks;
+    out_.lost += in.lost;
     // The kallsyms lines each chunk kept for its kernel addresses, each line once: chunks of one boot
     // share the kernel's addresses (BPF programs loaded and unloaded between chunks included).
     std::string_view lines = in.kernel_symbols;
@@ -322,10 +319,7 @@ class ChunkMerger {
     const uint64_t start = non_negative(add_signed(t->start_ns, shift_));
     q.start_ns = first ? start : std::min(q.start_ns, start);
     q.end_ns = t->end_ns != 0 ? non_negative(add_signed(t->end_ns, shift_)) : 0;
-    q.lost.lost_records += t->lost.lost_records;
-    q.lost.throttle_events += t->lost.throttle_events;
-    q.lost.stack_failures += t->lost.stack_failures;
-    q.lost.truncated_stacks += t->lost.truncated_stacks;
+    q.lost += t->lost;
   }
 
   const ExportFilter& filter_;

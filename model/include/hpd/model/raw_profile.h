@@ -107,6 +107,14 @@ struct LostCounts {
   uint64_t throttle_events = 0;   // PERF_RECORD_THROTTLE
   uint64_t stack_failures = 0;    // samples whose stack could not be captured
   uint64_t truncated_stacks = 0;  // samples whose stack hit a depth/size limit
+
+  LostCounts& operator+=(const LostCounts& o) {
+    lost_records += o.lost_records;
+    throttle_events += o.throttle_events;
+    stack_failures += o.stack_failures;
+    truncated_stacks += o.truncated_stacks;
+    return *this;
+  }
 };
 
 struct RawThread {
