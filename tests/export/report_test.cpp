@@ -583,6 +583,20 @@ TEST(Report, ThreadsWithoutSamplesAreNamedAndChangeNoFigure) {
   std::ostringstream off_text;
   print_report(off, off_text, options);
   EXPECT_NE(off_text.str().find("  tid 9 reader: no samples\n"), std::string::npos) << off_text.str();
+  // The same when only the idle thread is selected: the others' off-CPU samples still say they were
+  // taken.
+  ReportOptions only_idle = options;
+  only_idle.tid = 9;
+  const Report selected = compute_report(p, only_idle);
+  ASSERT_EQ(selected.totals.unsampled_threads.size(), 1u);
+  EXPECT_EQ(selected.totals.unsampled_threads[0].why, "");
+  // A profile without any sample (a capture cut before its first samples block) tells nothing of
+  // off-CPU samples: no reason given.
+  Profile none = p;
+  for (Thread& t : none.threads) t.samples.clear();
+  const Report empty = compute_report(none, options);
+  ASSERT_EQ(empty.totals.unsampled_threads.size(), none.threads.size());
+  for (const UnsampledThread& u : empty.totals.unsampled_threads) EXPECT_EQ(u.why, "") << u.tid;
 
   // Records lost from a full ring may have been its samples: it says so, beside any other reason.
   p.meta.lost.lost_records = 7;

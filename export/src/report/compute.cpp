@@ -524,8 +524,24 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
     }
   }
   // Why a thread has no sample, when the recording shows it: one without any off-CPU sample saw
-  // only the time threads spent on a CPU, and a thread that never ran then has none.
-  if (totals.off_cpu_samples + totals.wait_cpu_samples == 0) {
+  // only the time threads spent on a CPU, and a thread that never ran then has none. Told by the
+  // whole profile, whatever threads are selected (another thread's off-CPU samples say they were
+  // taken); a profile without any sample (a file cut before its first samples) does not tell. A pass
+  // over the samples only when some thread has none.
+  bool any_sample = false, any_off_cpu = false;
+  for (size_t i = 0; !totals.unsampled_threads.empty() && i < p.threads.size(); ++i) {
+    const Thread& t = p.threads[i];
+    for (const Sample& s : t.samples) {
+      any_sample = true;
+      any_off_cpu = any_off_cpu || is_off_cpu_interval(s.kind);
+    }
+    for (const SampleSum& s : t.sample_sums) {
+      any_sample = any_sample || s.samples != 0;
+      any_off_cpu = any_off_cpu || (s.samples != 0 && is_off_cpu_interval(s.kind));
+    }
+    if (any_off_cpu) break;
+  }
+  if (any_sample && !any_off_cpu) {
     const char* why = info.backend == "perf"  ? "perf_event without --off-cpu samples only CPU time"
                       : info.backend == "bpf" ? "recorded without off-CPU samples: only CPU time"
                                               : "";
