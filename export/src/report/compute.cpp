@@ -529,17 +529,16 @@ Report compute_report(const Profile& p, const ReportOptions& options) {
   // taken); a profile without any sample (a file cut before its first samples) does not tell. A pass
   // over the samples only when some thread has none.
   bool any_sample = false, any_off_cpu = false;
-  for (size_t i = 0; !totals.unsampled_threads.empty() && i < p.threads.size(); ++i) {
+  for (size_t i = 0; !totals.unsampled_threads.empty() && !any_off_cpu && i < p.threads.size(); ++i) {
     const Thread& t = p.threads[i];
-    for (const Sample& s : t.samples) {
-      any_sample = true;
-      any_off_cpu = any_off_cpu || is_off_cpu_interval(s.kind);
-    }
-    for (const SampleSum& s : t.sample_sums) {
-      any_sample = any_sample || s.samples != 0;
-      any_off_cpu = any_off_cpu || (s.samples != 0 && is_off_cpu_interval(s.kind));
-    }
-    if (any_off_cpu) break;
+    any_sample = any_sample || !t.samples.empty() ||
+                 std::any_of(t.sample_sums.begin(), t.sample_sums.end(),
+                             [](const SampleSum& s) { return s.samples != 0; });
+    any_off_cpu = std::any_of(t.samples.begin(), t.samples.end(),
+                              [](const Sample& s) { return is_off_cpu_interval(s.kind); }) ||
+                  std::any_of(t.sample_sums.begin(), t.sample_sums.end(), [](const SampleSum& s) {
+                    return s.samples != 0 && is_off_cpu_interval(s.kind);
+                  });
   }
   if (any_sample && !any_off_cpu) {
     const char* why = info.backend == "perf"  ? "perf_event without --off-cpu samples only CPU time"
